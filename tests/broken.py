@@ -1,0 +1,73 @@
+"""Deliberately broken verifiers: the traps of ../shared/reference/verifiers.md, as sampling procedures.
+
+Every entry must be flagged lossy by the exact engine (negative controls); a checker that passes any of
+them is not checking anything. Each is written as the buggy public code reads, against a Chooser.
+"""
+
+from __future__ import annotations
+
+from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, residual
+from verispec.simulator.drafters import DraftLaw
+from verispec.verifiers import ProcedureVerifier
+from verispec.verifiers.block import _stop_probability
+
+CHAIN = frozenset({DraftLaw.SINGLE_PATH})
+
+
+def naive_correction_from_target(tree, chooser):
+    """Token-level verification that draws the correction from p instead of norm((p - q)+)."""
+    node = 0
+    while tree.child_nodes[node]:
+        child = tree.child_nodes[node][0]
+        token = tree.token[child]
+        if not chooser.bernoulli(ratio_min_one(tree.p[node, token], tree.q[node, token])):
+            return node, chooser.categorical(tree.p[node])
+        node = child
+    return node, chooser.categorical(tree.p[node])
+
+
+def _bv_quantities(tree):
+    nodes = tree.chain_nodes()
+    weights = [1]
+    for here, child in zip(nodes[:-1], nodes[1:]):
+        token = tree.token[child]
+        weights.append(ratio_min_one(weights[-1] * tree.p[here, token], tree.q[here, token]))
+    length = len(nodes) - 1
+    h = [None] + [_stop_probability(weights[i], tree.p[nodes[i]], tree.q[nodes[i]]) for i in range(1, length)]
+    if length:
+        h.append(weights[length])
+    return nodes, weights, h
+
+
+def bv_first_failure(tree, chooser):
+    """Block verification with tau = the position before the first failing eta (trap 3)."""
+    nodes, weights, h = _bv_quantities(tree)
+    tau = 0
+    for i in range(1, len(nodes)):
+        if not chooser.bernoulli(h[i]):
+            break
+        tau = i
+    if tau == len(nodes) - 1:
+        return nodes[tau], chooser.categorical(tree.p[nodes[tau]])
+    correction = normalize(positive_part(weights[tau] * tree.p[nodes[tau]] - tree.q[nodes[tau]]))
+    return nodes[tau], chooser.categorical(correction)
+
+
+def bv_unweighted_residual(tree, chooser):
+    """Block verification whose correction at tau ignores the weight: norm((p - q)+) (trap 3)."""
+    nodes, weights, h = _bv_quantities(tree)
+    tau = 0
+    for i in range(1, len(nodes)):
+        if chooser.bernoulli(h[i]):
+            tau = i
+    if tau == len(nodes) - 1:
+        return nodes[tau], chooser.categorical(tree.p[nodes[tau]])
+    return nodes[tau], chooser.categorical(residual(tree.p[nodes[tau]], tree.q[nodes[tau]]))
+
+
+BROKEN_CHAIN_VERIFIERS = {
+    "naive-correction-from-target": ProcedureVerifier("naive-correction-from-target", naive_correction_from_target,
+                                                      CHAIN),
+    "bv-first-failure": ProcedureVerifier("bv-first-failure", bv_first_failure, CHAIN),
+    "bv-unweighted-residual": ProcedureVerifier("bv-unweighted-residual", bv_unweighted_residual, CHAIN),
+}

@@ -1,0 +1,3 @@
+from verispec.cli import entry_point
+
+entry_point()

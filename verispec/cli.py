@@ -1,0 +1,182 @@
+"""The ``verispec`` command.
+
+    verispec exact   --target P --draft Q --tree TREE --verifier NAME [--json]   one exact analysis
+    verispec exact   --problem FILE --tree TREE --verifier NAME [--json]
+    verispec compare [--problem NAME|FILE] [--depths 1,2,3]        the chain verifiers side by side
+    verispec list                                                    verifiers and tree kinds
+
+Bad input exits with status 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from verispec.errors import InvalidProblemError, VerispecError
+from verispec.simulator.distributions import parse_distribution
+from verispec.simulator.drafters import TREE_KINDS, ChainDrafter, DraftLaw, parse_tree
+from verispec.simulator.engine import METHODS, analyze
+from verispec.simulator.problems import ContextFreeProblem, Problem, load_problem, random_problem, sun_toy_problem
+from verispec.verifiers import REGISTRY, get_verifier
+
+EXIT_BAD_INPUT = 2
+EXIT_LOSSY = 1
+
+#: Built-in problems for ``compare``: name -> (description, factory(exact) -> Problem).
+BUILTIN_PROBLEMS = {
+    "sun-toy": ("Sun et al. 2024 toy: p=(1/3,2/3), q=(2/3,1/3), context-free", lambda exact: sun_toy_problem(exact=exact)),
+    "random": ("seeded context-dependent Dirichlet problem, V=4, depth 4, divergence 0.5, seed 0",
+               lambda exact: random_problem(4, 4, 0)),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage block
+        raise VerispecError(message)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="verispec", description="Exact analysis of speculative-decoding verifiers.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    exact = commands.add_parser("exact", help="exact output law, losslessness and block efficiency")
+    source = exact.add_argument_group("problem (either --target/--draft or --problem)")
+    source.add_argument("--target", metavar="P", help="comma-separated target probabilities, e.g. 1/3,2/3")
+    source.add_argument("--draft", metavar="Q", help="comma-separated draft probabilities (context-free)")
+    source.add_argument("--problem", metavar="FILE", help="JSON problem file with per-prefix conditionals")
+    exact.add_argument("--tree", required=True, help="draft tree: " + ", ".join(f for f, _ in TREE_KINDS.values()))
+    exact.add_argument("--verifier", required=True, help="verifier name (see 'verispec list')")
+    exact.add_argument("--json", action="store_true", help="print one JSON object")
+    exact.add_argument("--exact", action="store_true", help="exact rational arithmetic (Fractions); tolerance 0")
+    exact.add_argument("--method", choices=METHODS, default="auto",
+                       help="closed-form law or generic enumeration of the sampling procedure")
+    exact.add_argument("--tolerance", type=float, default=None, help="TV distance below which 'lossless' holds")
+    exact.add_argument("--fail-if-lossy", action="store_true", help="exit with status 1 when not lossless")
+
+    compare = commands.add_parser("compare", help="compare the chain verifiers exactly (the main job)")
+    compare.add_argument("--problem", action="append", metavar="NAME|FILE",
+                         help=f"built-in problem ({', '.join(BUILTIN_PROBLEMS)}) or JSON file; repeatable; "
+                              "default: every built-in problem")
+    compare.add_argument("--depths", default="1,2,3,4", help="chain lengths L to compare (default 1,2,3,4)")
+    compare.add_argument("--exact", action="store_true", help="exact rational arithmetic where the problem allows")
+    compare.add_argument("--json", action="store_true", help="print one JSON object per row")
+
+    commands.add_parser("list", help="list verifiers (with their valid draft laws) and tree kinds")
+    return parser
+
+
+def _problem_from_args(args) -> Problem:
+    if args.problem is not None:
+        if args.target is not None or args.draft is not None:
+            raise VerispecError("give either --problem or --target/--draft, not both")
+        return load_problem(args.problem, exact=args.exact)
+    if args.target is None or args.draft is None:
+        raise VerispecError("give a problem: --target P --draft Q, or --problem FILE")
+    p = parse_distribution(args.target, exact=args.exact, name="--target")
+    q = parse_distribution(args.draft, exact=args.exact, name="--draft")
+    if len(p) != len(q):
+        raise InvalidProblemError(f"--target has {len(p)} probabilities but --draft has {len(q)}")
+    return ContextFreeProblem(p, q, exact=args.exact)
+
+
+def _format(value) -> str:
+    return f"{float(value):.12g}"
+
+
+def _run_exact(args) -> int:
+    problem = _problem_from_args(args)
+    drafter = parse_tree(args.tree)
+    verifier = get_verifier(args.verifier)
+    result = analyze(problem, drafter, verifier, method=args.method, tolerance=args.tolerance)
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        rows = [
+            ("verifier", result.verifier), ("tree", result.tree), ("method", result.method),
+            ("block efficiency E[tau+1]", _format(result.block_efficiency)),
+            ("expected accepted E[tau]", _format(result.expected_accepted)),
+            ("TV distance to target", _format(result.tv_distance)),
+            ("lossless", f"{result.lossless} (tolerance {result.tolerance:g})"),
+            ("law of tau", " ".join(_format(v) for v in result.tau_law)),
+            ("P(tau >= d), d=1..L", " ".join(_format(v) for v in result.acceptance_by_depth)),
+            ("draft outcomes", str(result.num_draft_outcomes)),
+        ]
+        if result.exact:
+            rows.insert(4, ("exact E[tau+1]", str(result.block_efficiency)))
+        width = max(len(name) for name, _ in rows)
+        for name, value in rows:
+            print(f"{name:<{width}}  {value}")
+    if args.fail_if_lossy and not result.lossless:
+        return EXIT_LOSSY
+    return 0
+
+
+def _compare_problems(args) -> list[tuple[str, Problem]]:
+    names = args.problem or list(BUILTIN_PROBLEMS)
+    problems = []
+    for name in names:
+        if name in BUILTIN_PROBLEMS:
+            problems.append((name, BUILTIN_PROBLEMS[name][1](args.exact)))
+        elif Path(name).suffix == ".json" or Path(name).exists():
+            problems.append((name, load_problem(name, exact=args.exact)))
+        else:
+            raise VerispecError(f"unknown problem {name!r}; built-in problems: {', '.join(BUILTIN_PROBLEMS)}, "
+                                "or a JSON file")
+    return problems
+
+
+def _run_compare(args) -> int:
+    try:
+        depths = [int(d) for d in args.depths.split(",")]
+    except ValueError:
+        raise VerispecError(f"--depths must be comma-separated integers, got {args.depths!r}") from None
+    chain_verifiers = [v for v in REGISTRY.values() if DraftLaw.SINGLE_PATH in v.valid_for]
+    header = ("problem", "tree", "verifier", "E[tau+1]", "E[tau]", "TV distance", "lossless")
+    rows = []
+    for name, problem in _compare_problems(args):
+        for depth in depths:
+            drafter = ChainDrafter(depth)
+            for verifier in chain_verifiers:
+                result = analyze(problem, drafter, verifier)
+                if args.json:
+                    print(json.dumps({"problem": name, **result.to_json()}))
+                rows.append((name, drafter.spec, verifier.name,
+                             str(result.block_efficiency) if result.exact else f"{float(result.block_efficiency):.6f}",
+                             str(result.expected_accepted) if result.exact else f"{float(result.expected_accepted):.6f}",
+                             f"{float(result.tv_distance):.1e}", "yes" if result.lossless else "NO"))
+    if not args.json:
+        widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, tuple("-" * w for w in widths), *rows]:
+            print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _run_list(args) -> int:
+    print("verifiers:")
+    for name, verifier in sorted(REGISTRY.items()):
+        laws = ", ".join(sorted(law.value for law in verifier.valid_for))
+        print(f"  {name:<12} valid for: {laws}")
+    print("tree kinds:")
+    for form, _ in TREE_KINDS.values():
+        print(f"  {form}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _build_parser().parse_args(argv)
+        return {"exact": _run_exact, "compare": _run_compare, "list": _run_list}[args.command](args)
+    except VerispecError as error:
+        message = " ".join(str(error).split())
+        print(f"verispec: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("verispec: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry_point() -> None:
+    sys.exit(main())

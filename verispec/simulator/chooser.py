@@ -1,0 +1,179 @@
+"""Choosers: write a verifier or drafter once as a plain sampling procedure, get its exact law for free.
+
+A *procedure* is an ordinary Python function that makes every random decision through a ``Chooser``:
+
+    def my_rule(tree, chooser):
+        if chooser.bernoulli(accept_probability):
+            ...
+        token = chooser.categorical(correction_law)
+
+``RandomChooser`` draws the decisions from an explicit ``numpy.random.Generator`` (real sampling);
+``enumerate_law`` runs the procedure once for every sequence of decisions with positive probability
+(its *choice traces*) and sums the probability of each returned outcome. This is the exhaustive check a
+researcher gets for a new rule without deriving its law by hand, and the independent second derivation
+that every shipped closed-form law is tested against (see ../DESIGN.md, "Generic enumeration").
+
+The procedure must be deterministic given its decisions (no other source of randomness, no state that
+survives between calls): the enumerator replays it from the start for every trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from fractions import Fraction
+from typing import Protocol
+
+import numpy as np
+
+from verispec.errors import EnumerationTooLargeError, InvalidDistributionError
+
+#: Tolerance on the sum of a categorical law handed to a chooser in float mode.
+CHOICE_SUM_TOLERANCE = 1e-9
+
+#: Default ceiling on the number of choice traces ``enumerate_law`` explores.
+DEFAULT_MAX_TRACES = 2_000_000
+
+
+class Chooser(Protocol):
+    """The two random primitives a procedure may use."""
+
+    def categorical(self, probs: Sequence | np.ndarray) -> int:
+        """Return index i with probability probs[i]."""
+
+    def bernoulli(self, prob) -> bool:
+        """Return True with probability ``prob``."""
+
+
+def _check_categorical(probs) -> list:
+    values = list(probs)
+    if not values:
+        raise InvalidDistributionError("categorical: empty probability vector")
+    total = 0
+    for index, value in enumerate(values):
+        if value != value:  # NaN
+            raise InvalidDistributionError(f"categorical: NaN probability at index {index}")
+        if value < 0:
+            raise InvalidDistributionError(f"categorical: negative probability {value!r} at index {index}")
+        total = total + value
+    if isinstance(total, Fraction) or isinstance(total, int):
+        if total != 1:
+            raise InvalidDistributionError(f"categorical: probabilities sum to {total}, not 1")
+    elif abs(float(total) - 1.0) > CHOICE_SUM_TOLERANCE:
+        raise InvalidDistributionError(f"categorical: probabilities sum to {float(total)!r}, not 1")
+    return values
+
+
+def _check_bernoulli(prob):
+    if prob != prob:
+        raise InvalidDistributionError("bernoulli: probability is NaN")
+    if prob < 0 or prob > 1:
+        if isinstance(prob, (Fraction, int)) or prob < -CHOICE_SUM_TOLERANCE or prob > 1 + CHOICE_SUM_TOLERANCE:
+            raise InvalidDistributionError(f"bernoulli: probability {prob!r} is outside [0, 1]")
+        prob = min(max(prob, 0.0), 1.0)  # float rounding just outside [0, 1]
+    return prob
+
+
+class RandomChooser:
+    """Draw decisions from an explicit generator; nothing reads global random state."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def categorical(self, probs) -> int:
+        values = np.asarray([float(v) for v in _check_categorical(probs)])
+        cumulative = np.cumsum(values)
+        u = self.rng.random() * cumulative[-1]
+        index = int(np.searchsorted(cumulative, u, side="right"))
+        index = min(index, len(values) - 1)
+        while values[index] == 0:  # never return a zero-probability index (u at a cumulative boundary)
+            index -= 1
+        return index
+
+    def bernoulli(self, prob) -> bool:
+        return bool(self.rng.random() < float(_check_bernoulli(prob)))
+
+
+#: In float mode a branch whose probability is below this is rounding noise of a branch that has
+#: probability zero in exact arithmetic; if a procedure then asks for a categorical of an all-zero law
+#: (an empty residual), the enumerator drops that trace instead of failing.
+NEGLIGIBLE_BRANCH = 1e-12
+
+
+class _NegligibleBranch(Exception):
+    """Raised inside a replay to abandon a trace of negligible probability."""
+
+
+class _ReplayChooser:
+    """Replays a fixed prefix of decisions, then takes the first option at every new decision point and
+    records the untaken options so the enumerator can visit them later (depth-first over traces)."""
+
+    def __init__(self, prefix: list[int], one):
+        self.prefix = prefix
+        self.position = 0
+        self.weight = one
+        self.trace: list[int] = []
+        self.alternatives: list[tuple[int, list[int]]] = []  # (position, untaken choices)
+        self._options: list[list[tuple[int, object]]] = []
+
+    def _decide(self, options: list[tuple[int, object]]) -> int:
+        # options: (choice, probability) pairs with probability > 0, in a fixed order
+        if self.position < len(self.prefix):
+            choice = self.prefix[self.position]
+        else:
+            choice = options[0][0]
+            if len(options) > 1:
+                self.alternatives.append((self.position, [c for c, _ in options[1:]]))
+        probability = dict(options)[choice]
+        self.weight = self.weight * probability
+        self.trace.append(choice)
+        self.position += 1
+        return choice
+
+    def categorical(self, probs) -> int:
+        values = list(probs)
+        if values and not isinstance(self.weight, Fraction) and self.weight < NEGLIGIBLE_BRANCH \
+                and all(v == 0 for v in values):
+            raise _NegligibleBranch
+        values = _check_categorical(values)
+        return self._decide([(i, v) for i, v in enumerate(values) if v > 0])
+
+    def bernoulli(self, prob) -> bool:
+        prob = _check_bernoulli(prob)
+        options = [(1, prob), (0, 1 - prob)]
+        return bool(self._decide([(c, v) for c, v in options if v > 0]))
+
+
+def enumerate_law(
+    procedure: Callable[[Chooser], Hashable],
+    *,
+    exact: bool = False,
+    max_traces: int = DEFAULT_MAX_TRACES,
+) -> dict[Hashable, float | Fraction]:
+    """Exact law of ``procedure(chooser)``: {outcome: probability}, summed over every choice trace.
+
+    Zero-probability options are never taken, so a procedure may index a residual that is empty only on
+    branches of probability zero. ``exact`` starts products at Fraction(1) (use with Fraction inputs).
+    Raises ``EnumerationTooLargeError`` past ``max_traces`` traces.
+    """
+    one = Fraction(1) if exact else 1.0
+    law: dict[Hashable, float | Fraction] = {}
+    pending: list[list[int]] = [[]]
+    traces = 0
+    while pending:
+        prefix = pending.pop()
+        chooser = _ReplayChooser(prefix, one)
+        try:
+            outcome = procedure(chooser)
+        except _NegligibleBranch:
+            outcome = _NegligibleBranch
+        if chooser.position < len(prefix):
+            raise RuntimeError("procedure made fewer decisions on replay: it is not deterministic given its choices")
+        traces += 1
+        if traces > max_traces:
+            raise EnumerationTooLargeError(f"more than {max_traces} choice traces; use a smaller problem or a faster method")
+        if outcome is not _NegligibleBranch:
+            law[outcome] = law.get(outcome, 0 * one) + chooser.weight
+        for position, untaken in reversed(chooser.alternatives):
+            for choice in reversed(untaken):
+                pending.append(chooser.trace[:position] + [choice])
+    return law

@@ -1,0 +1,157 @@
+"""Probability vectors: parsing, validation and the few operations every rule is built from.
+
+Two number systems are supported throughout the simulator:
+
+* float64 numpy arrays (the default), and
+* exact rationals: numpy arrays of dtype ``object`` holding ``fractions.Fraction`` (``exact=True``).
+
+Every rule in verispec uses only +, -, *, /, min and max, so the same code runs in both systems and the
+exact mode returns exact answers (losslessness is then ``tv_distance == 0`` with no tolerance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from verispec.errors import InvalidDistributionError
+
+#: Largest |sum - 1| accepted for a float64 input distribution. Inputs within it are renormalised so the
+#: simulator's own arithmetic starts from vectors that sum to one to the last bit available.
+SUM_TOLERANCE = 1e-8
+
+
+def parse_number(text: str | float | int | Fraction, *, exact: bool) -> float | Fraction:
+    """Parse '0.25', '1/3' or a number into a float (or a Fraction when ``exact``)."""
+    if isinstance(text, (Fraction, int)) and not isinstance(text, bool):
+        value = Fraction(text)
+    elif isinstance(text, float):
+        if math.isnan(text) or math.isinf(text):
+            raise InvalidDistributionError(f"probability {text!r} is not a finite number")
+        value = Fraction(text)
+    elif isinstance(text, str):
+        stripped = text.strip()
+        if stripped.lower() in {"nan", "+nan", "-nan"}:
+            raise InvalidDistributionError(f"probability {text!r} is NaN")
+        try:
+            value = Fraction(stripped)
+        except (ValueError, ZeroDivisionError):
+            raise InvalidDistributionError(f"cannot read {text!r} as a probability") from None
+    else:
+        raise InvalidDistributionError(f"cannot read {text!r} as a probability")
+    return value if exact else float(value)
+
+
+def parse_distribution(text: str, *, exact: bool = False, name: str = "distribution") -> np.ndarray:
+    """Parse a comma-separated list such as '1/3,2/3' into a validated probability vector."""
+    parts = [part for part in text.split(",")]
+    if any(part.strip() == "" for part in parts):
+        raise InvalidDistributionError(f"{name}: empty entry in {text!r}")
+    try:
+        values = [parse_number(part, exact=exact) for part in parts]
+    except InvalidDistributionError as error:
+        raise InvalidDistributionError(f"{name}: {error}") from None
+    return as_distribution(values, exact=exact, name=name)
+
+
+def as_distribution(
+    values: Sequence | np.ndarray,
+    *,
+    exact: bool = False,
+    name: str = "distribution",
+    size: int | None = None,
+) -> np.ndarray:
+    """Validate ``values`` as a probability vector and return it as a read-only array.
+
+    Raises ``InvalidDistributionError`` naming the problem: wrong shape or length, NaN or infinite
+    entries, negative entries, or a sum that is not one (exactly in exact mode; within
+    ``SUM_TOLERANCE`` in float mode, where the vector is then renormalised).
+    """
+    raw = np.asarray(values, dtype=object if exact else None)
+    if raw.ndim != 1:
+        raise InvalidDistributionError(f"{name}: expected a 1-d vector, got shape {raw.shape}")
+    if size is not None and raw.shape[0] != size:
+        raise InvalidDistributionError(f"{name}: expected {size} probabilities, got {raw.shape[0]}")
+    if raw.shape[0] == 0:
+        raise InvalidDistributionError(f"{name}: empty vector")
+    if exact:
+        try:
+            vector = np.array([Fraction(v) if not isinstance(v, float) else _fraction_of_float(v, name)
+                               for v in raw], dtype=object)
+        except (TypeError, ValueError):
+            raise InvalidDistributionError(f"{name}: entries must be numbers, got {list(raw)!r}") from None
+        negative = [i for i, v in enumerate(vector) if v < 0]
+        if negative:
+            raise InvalidDistributionError(f"{name}: negative probability at index {negative[0]} ({vector[negative[0]]})")
+        total = sum(vector, Fraction(0))
+        if total != 1:
+            raise InvalidDistributionError(f"{name}: probabilities sum to {total}, not 1 (exact mode)")
+    else:
+        try:
+            vector = np.array(raw, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InvalidDistributionError(f"{name}: entries must be numbers, got {raw.tolist()!r}") from None
+        if np.isnan(vector).any():
+            raise InvalidDistributionError(f"{name}: NaN at index {int(np.flatnonzero(np.isnan(vector))[0])}")
+        if not np.isfinite(vector).all():
+            raise InvalidDistributionError(f"{name}: infinite value at index {int(np.flatnonzero(~np.isfinite(vector))[0])}")
+        if (vector < 0).any():
+            index = int(np.flatnonzero(vector < 0)[0])
+            raise InvalidDistributionError(f"{name}: negative probability at index {index} ({vector[index]!r})")
+        total = float(vector.sum())
+        if abs(total - 1.0) > SUM_TOLERANCE:
+            raise InvalidDistributionError(
+                f"{name}: probabilities sum to {total!r}, not 1 (tolerance {SUM_TOLERANCE:g}); normalise the input")
+        vector = vector / total
+    vector.setflags(write=False)
+    return vector
+
+
+def _fraction_of_float(value: float, name: str) -> Fraction:
+    if math.isnan(value) or math.isinf(value):
+        raise InvalidDistributionError(f"{name}: {value!r} is not a finite number")
+    return Fraction(value).limit_denominator(10**12)
+
+
+def positive_part(values: np.ndarray) -> np.ndarray:
+    """(x)+ = max(x, 0), elementwise, in either number system."""
+    return np.maximum(values, 0 * values)
+
+
+def normalize(values: np.ndarray) -> np.ndarray:
+    """norm(v) = v / sum(v); a zero vector stays zero (that branch has probability zero)."""
+    total = values.sum()
+    if total == 0:
+        return values * 0
+    return values / total
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The correction law norm((p - q)+) of token-level verification (Leviathan et al. 2023, Alg. 1)."""
+    return normalize(positive_part(p - q))
+
+
+def ratio_min_one(p_value, q_value):
+    """min(1, p/q) for one drafted token (q > 0 is guaranteed by the draft tree)."""
+    ratio = p_value / q_value
+    return ratio if ratio < 1 else ratio * 0 + 1
+
+
+def zeros(shape, *, exact: bool) -> np.ndarray:
+    """A zero array in the requested number system."""
+    if exact:
+        out = np.empty(shape, dtype=object)
+        out.fill(Fraction(0))
+        return out
+    return np.zeros(shape, dtype=np.float64)
+
+
+def is_exact(array: np.ndarray) -> bool:
+    return array.dtype == object
+
+
+def to_float(value) -> float:
+    return float(value)

@@ -1,0 +1,269 @@
+"""Drafters: the random draft trees of speculative decoding, sampled or enumerated exactly.
+
+Each drafter is written once as a sampling procedure against a ``Chooser`` (``draw``); ``sample`` runs it
+with an explicit numpy Generator and ``outcomes`` enumerates every tree with its exact probability
+(identical trees merged), through the generic enumerator of ``verispec.simulator.chooser``.
+
+Tree specifications (``parse_tree``): ``chain:L``, ``iid:K,L``, ``delayed:K,L1,L2``, ``branch:b1,..,bD``
+(siblings drawn without replacement), ``branch-iid:b1,..,bD`` (siblings i.i.d.).
+
+Each drafter declares the *draft laws* it satisfies; verifiers declare the laws they are valid for, and
+pairing a verifier with a drafter outside them is an ``IncompatibleDraftError``.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from verispec.errors import UnknownTreeError
+from verispec.simulator.chooser import DEFAULT_MAX_TRACES, Chooser, RandomChooser, enumerate_law
+from verispec.simulator.problems import Problem
+from verispec.simulator.trees import DraftTree, TreeBuilder, TreeShape
+
+
+class DraftLaw(str, enum.Enum):
+    """How the children of a draft tree were drawn; the validity condition of a verifier."""
+
+    #: One draft path (every node has at most one child).
+    SINGLE_PATH = "single path"
+    #: At every node, its child list is m i.i.d. draws from q(.|node), m fixed by the structure above it.
+    IID_CHILDREN = "i.i.d. children"
+    #: At every node, its children are drawn one after another without replacement from q(.|node).
+    WITHOUT_REPLACEMENT = "children without replacement"
+    #: K i.i.d. paths of equal length from the root (GBV's draft law).
+    ROOT_IID_PATHS = "i.i.d. paths from the root"
+
+
+#: A single path satisfies every law: one i.i.d. draw is one draw without replacement.
+CHAIN_LAWS = frozenset(DraftLaw)
+
+
+class Drafter(ABC):
+    """Draws a draft tree for a problem."""
+
+    #: The specification string that parses back to this drafter, e.g. 'iid:2,3'.
+    spec: str
+    #: Deepest node depth the drafter can produce.
+    depth: int
+    #: The draft laws this drafter satisfies.
+    draft_laws: frozenset[DraftLaw]
+
+    @abstractmethod
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        """Draw one tree shape, making every random decision through ``chooser``."""
+
+    def sample(self, problem: Problem, rng: np.random.Generator) -> DraftTree:
+        """One random draft tree."""
+        problem.require_depth(self.depth)
+        return DraftTree.from_shape(problem, self.draw(problem, RandomChooser(rng)))
+
+    def outcomes(self, problem: Problem, *, max_traces: int = DEFAULT_MAX_TRACES) -> list[tuple[DraftTree, object]]:
+        """Every draft tree with its exact probability; identical trees are merged."""
+        problem.require_depth(self.depth)
+        law = enumerate_law(lambda chooser: self.draw(problem, chooser), exact=problem.exact, max_traces=max_traces)
+        return [(DraftTree.from_shape(problem, shape), probability) for shape, probability in law.items()]
+
+    def __repr__(self) -> str:
+        return f"<drafter {self.spec}>"
+
+
+def _draw_path(problem: Problem, chooser: Chooser, builder: TreeBuilder, node: int, prefix: tuple, length: int):
+    """Extend ``node`` (context ``prefix``) by ``length`` tokens drawn from q; return the end node and prefix."""
+    for _ in range(length):
+        token = chooser.categorical(problem.draft(prefix))
+        node = builder.add_child(node, token)
+        prefix = prefix + (token,)
+    return node, prefix
+
+
+def _check_counts(kind: str, **counts: int):
+    for name, value in counts.items():
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise UnknownTreeError(f"{kind}: {name} must be an integer, got {value!r}")
+        minimum = 1 if name in {"K", "b"} else 0
+        if value < minimum:
+            raise UnknownTreeError(f"{kind}: {name} must be at least {minimum}, got {value}")
+
+
+@dataclass(frozen=True)
+class ChainDrafter(Drafter):
+    """A single draft path of length L (token-level and block verification)."""
+
+    length: int
+
+    def __post_init__(self):
+        _check_counts("chain", L=self.length)
+
+    @property
+    def spec(self) -> str:
+        return f"chain:{self.length}"
+
+    @property
+    def depth(self) -> int:
+        return self.length
+
+    @property
+    def draft_laws(self) -> frozenset[DraftLaw]:
+        return CHAIN_LAWS
+
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        builder = TreeBuilder()
+        _draw_path(problem, chooser, builder, 0, (), self.length)
+        return builder.shape()
+
+
+@dataclass(frozen=True)
+class DelayedDrafter(Drafter):
+    """Delayed tree expansion (Thomas et al. 2026, arXiv 2602.16994): one trunk of L1 tokens drawn from q,
+    then K i.i.d. paths of L2 tokens from the trunk's end. Trunk nodes have exactly one child (reference,
+    trap 7). ``iid:K,L`` is ``delayed:K,0,L``."""
+
+    branches: int
+    trunk: int
+    tail: int
+
+    def __post_init__(self):
+        _check_counts("delayed", K=self.branches, L1=self.trunk, L2=self.tail)
+
+    @property
+    def spec(self) -> str:
+        if self.trunk == 0:
+            return f"iid:{self.branches},{self.tail}"
+        return f"delayed:{self.branches},{self.trunk},{self.tail}"
+
+    @property
+    def depth(self) -> int:
+        return self.trunk + self.tail
+
+    @property
+    def draft_laws(self) -> frozenset[DraftLaw]:
+        if self.branches == 1 or self.tail == 0:
+            return CHAIN_LAWS
+        if self.trunk == 0:
+            return frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
+        return frozenset({DraftLaw.IID_CHILDREN})
+
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        builder = TreeBuilder()
+        trunk_end, trunk_prefix = _draw_path(problem, chooser, builder, 0, (), self.trunk)
+        if self.tail > 0:
+            for _ in range(self.branches):
+                _draw_path(problem, chooser, builder, trunk_end, trunk_prefix, self.tail)
+        return builder.shape()
+
+
+def RootIIDDrafter(branches: int, length: int) -> DelayedDrafter:
+    """K i.i.d. draft paths of length L from the root (SpecInfer / SpecTr / DDTE's 'root i.i.d.')."""
+    return DelayedDrafter(branches, 0, length)
+
+
+@dataclass(frozen=True)
+class BranchingDrafter(Drafter):
+    """Fixed branching (b_1, .., b_D): every child drawn at depth d-1 gets b_d children.
+
+    ``replacement=False`` (Sequoia, Traversal Verification): a node's children are drawn one after
+    another without replacement from q(.|node); if q's support runs out first the node gets fewer.
+    ``replacement=True``: i.i.d. draws; equal draws share a node, so a node drawn m times has m * b_d
+    i.i.d. children (``branch-iid:K,1,..,1`` is ``iid:K,L``).
+    """
+
+    branching: tuple[int, ...]
+    replacement: bool
+
+    def __post_init__(self):
+        kind = "branch-iid" if self.replacement else "branch"
+        if len(self.branching) == 0:
+            raise UnknownTreeError(f"{kind}: give at least one branching factor")
+        for value in self.branching:
+            _check_counts(kind, b=value)
+
+    @property
+    def spec(self) -> str:
+        return ("branch-iid:" if self.replacement else "branch:") + ",".join(map(str, self.branching))
+
+    @property
+    def depth(self) -> int:
+        return len(self.branching)
+
+    @property
+    def draft_laws(self) -> frozenset[DraftLaw]:
+        if all(b == 1 for b in self.branching):
+            return CHAIN_LAWS
+        if not self.replacement:
+            return frozenset({DraftLaw.WITHOUT_REPLACEMENT})
+        if all(b == 1 for b in self.branching[1:]):
+            return frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
+        return frozenset({DraftLaw.IID_CHILDREN})
+
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        builder = TreeBuilder()
+        level = [(0, (), 1)]  # (node, prefix, number of draws that reached it)
+        for branching in self.branching:
+            next_level = []
+            for node, prefix, reached in level:
+                q = problem.draft(prefix)
+                if self.replacement:
+                    tokens = [chooser.categorical(q) for _ in range(reached * branching)]
+                else:
+                    tokens = _draw_without_replacement(chooser, q, branching)
+                for token in tokens:
+                    builder.add_child(node, token)
+                children = builder.children(node)
+                for token in dict.fromkeys(children):
+                    next_level.append((builder.child_id(node, token), prefix + (token,), children.count(token)))
+            level = next_level
+        return builder.shape()
+
+
+def _draw_without_replacement(chooser: Chooser, q: np.ndarray, count: int) -> list[int]:
+    """Sequential draws without replacement: q_j(x) = q(x) 1[x not drawn] / (1 - q(drawn))."""
+    remaining = q.copy()
+    tokens = []
+    for _ in range(count):
+        mass = remaining.sum()
+        if mass == 0:
+            break
+        token = chooser.categorical(remaining / mass)
+        tokens.append(token)
+        remaining[token] = 0 * remaining[token]
+    return tokens
+
+
+# --------------------------------------------------------------------------------------------------
+# Specification strings
+
+
+def _ints(kind: str, text: str, count: int | None) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UnknownTreeError(f"tree '{kind}:{text}': parameters must be comma-separated integers") from None
+    if count is not None and len(values) != count:
+        raise UnknownTreeError(f"tree kind '{kind}' takes {count} parameter(s), got {len(values)} in '{kind}:{text}'")
+    return values
+
+
+TREE_KINDS: dict[str, tuple[str, Callable[[str], Drafter]]] = {
+    "chain": ("chain:L", lambda text: ChainDrafter(*_ints("chain", text, 1))),
+    "iid": ("iid:K,L", lambda text: RootIIDDrafter(*_ints("iid", text, 2))),
+    "delayed": ("delayed:K,L1,L2", lambda text: DelayedDrafter(*_ints("delayed", text, 3))),
+    "branch": ("branch:b1,b2,...", lambda text: BranchingDrafter(tuple(_ints("branch", text, None)), False)),
+    "branch-iid": ("branch-iid:b1,b2,...",
+                   lambda text: BranchingDrafter(tuple(_ints("branch-iid", text, None)), True)),
+}
+
+
+def parse_tree(spec: str) -> Drafter:
+    """Parse a tree specification such as 'chain:3' or 'delayed:2,1,2' into a drafter."""
+    kind, sep, params = spec.strip().partition(":")
+    if kind not in TREE_KINDS:
+        forms = ", ".join(form for form, _ in TREE_KINDS.values())
+        raise UnknownTreeError(f"unknown tree kind {kind!r} in {spec!r}; known kinds: {forms}")
+    if not sep or not params.strip():
+        raise UnknownTreeError(f"tree {spec!r} is missing its parameters; expected {TREE_KINDS[kind][0]}")
+    return TREE_KINDS[kind][1](params)

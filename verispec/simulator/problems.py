@@ -1,0 +1,402 @@
+"""Problems: the target law p and the draft law q as conditionals over a vocabulary of size V.
+
+A problem answers ``target(prefix)`` and ``draft(prefix)`` with probability vectors of length V, for every
+prefix (a tuple of token ids) up to its horizon: the target is needed for prefixes of length 0..L (the
+bonus token after L accepted drafts), the draft for lengths 0..L-1.
+
+``state(prefix)`` names what the conditionals depend on (the whole prefix by default; nothing for a
+context-independent problem; the last token for a Markov problem). Engines that memoise may key on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from verispec.errors import InvalidDistributionError, InvalidProblemError
+from verispec.simulator.distributions import as_distribution, parse_number
+
+Prefix = tuple[int, ...]
+
+
+class Problem(ABC):
+    """Target and draft conditionals by prefix. Subclasses are immutable."""
+
+    vocab_size: int
+    exact: bool
+
+    #: Longest prefix with a target conditional (None: unbounded). The draft is given up to horizon - 1.
+    horizon: int | None
+
+    @abstractmethod
+    def target(self, prefix: Prefix) -> np.ndarray:
+        """p(. | prefix), shape [V]."""
+
+    @abstractmethod
+    def draft(self, prefix: Prefix) -> np.ndarray:
+        """q(. | prefix), shape [V]."""
+
+    def state(self, prefix: Prefix) -> Hashable:
+        """A key such that equal keys give equal conditionals (default: the prefix itself)."""
+        return prefix
+
+    def require_depth(self, depth: int) -> None:
+        """Raise InvalidProblemError unless the problem covers draft trees of this depth."""
+        if self.horizon is not None and depth > self.horizon:
+            raise InvalidProblemError(
+                f"the problem gives target conditionals up to prefix length {self.horizon}, "
+                f"so it supports draft trees of depth at most {self.horizon}; the tree needs depth {depth}")
+
+    def prefixes(self, length: int):
+        """Every prefix of the given length, in lexicographic order."""
+        return itertools.product(range(self.vocab_size), repeat=length)
+
+
+def _check_prefix(prefix, vocab_size: int) -> Prefix:
+    prefix = tuple(int(t) for t in prefix)
+    for token in prefix:
+        if not 0 <= token < vocab_size:
+            raise InvalidProblemError(f"prefix {prefix} has token {token} outside the vocabulary 0..{vocab_size - 1}")
+    return prefix
+
+
+@dataclass(frozen=True, eq=False)
+class ContextFreeProblem(Problem):
+    """p and q do not depend on the prefix (the classic single-distribution toy problems)."""
+
+    p: np.ndarray
+    q: np.ndarray
+    exact: bool = False
+    horizon: int | None = None
+
+    def __post_init__(self):
+        exact = self.exact
+        p = as_distribution(self.p, exact=exact, name="target")
+        q = as_distribution(self.q, exact=exact, name="draft", size=len(p))
+        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "q", q)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.p)
+
+    def target(self, prefix: Prefix) -> np.ndarray:
+        return self.p
+
+    def draft(self, prefix: Prefix) -> np.ndarray:
+        return self.q
+
+    def state(self, prefix: Prefix) -> Hashable:
+        return ()
+
+
+@dataclass(frozen=True, eq=False)
+class MarkovProblem(Problem):
+    """Conditionals depend only on the last token (order-1 Markov chains for target and draft).
+
+    ``target_initial``/``draft_initial`` are the laws at the root, ``target_transition[a]`` the target's
+    law after token a (rows are distributions), likewise for the draft.
+    """
+
+    target_initial: np.ndarray
+    draft_initial: np.ndarray
+    target_transition: np.ndarray
+    draft_transition: np.ndarray
+    exact: bool = False
+    horizon: int | None = None
+
+    def __post_init__(self):
+        exact = self.exact
+        p0 = as_distribution(self.target_initial, exact=exact, name="target at the root")
+        size = len(p0)
+        q0 = as_distribution(self.draft_initial, exact=exact, name="draft at the root", size=size)
+        rows = {}
+        for name, table in (("target", self.target_transition), ("draft", self.draft_transition)):
+            table = np.asarray(table, dtype=object if exact else np.float64)
+            if table.shape != (size, size):
+                raise InvalidProblemError(f"{name} transition must have shape ({size}, {size}), got {table.shape}")
+            rows[name] = np.stack([as_distribution(table[a], exact=exact, name=f"{name} after token {a}", size=size)
+                                   for a in range(size)])
+            rows[name].setflags(write=False)
+        object.__setattr__(self, "target_initial", p0)
+        object.__setattr__(self, "draft_initial", q0)
+        object.__setattr__(self, "target_transition", rows["target"])
+        object.__setattr__(self, "draft_transition", rows["draft"])
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.target_initial)
+
+    def target(self, prefix: Prefix) -> np.ndarray:
+        return self.target_transition[prefix[-1]] if prefix else self.target_initial
+
+    def draft(self, prefix: Prefix) -> np.ndarray:
+        return self.draft_transition[prefix[-1]] if prefix else self.draft_initial
+
+    def state(self, prefix: Prefix) -> Hashable:
+        return prefix[-1] if prefix else None
+
+
+@dataclass(frozen=True, eq=False)
+class TabularProblem(Problem):
+    """Explicit tables: a target and a draft distribution for every prefix up to the horizon.
+
+    ``target_table`` must hold every prefix of length 0..horizon and ``draft_table`` every prefix of
+    length 0..horizon-1 (more is allowed); ``horizon`` is inferred as the largest complete target depth.
+    """
+
+    vocab_size: int
+    target_table: Mapping[Prefix, np.ndarray]
+    draft_table: Mapping[Prefix, np.ndarray]
+    exact: bool = False
+    horizon: int | None = field(default=None)
+
+    def __post_init__(self):
+        size = int(self.vocab_size)
+        if size < 1:
+            raise InvalidProblemError(f"vocab_size must be a positive integer, got {self.vocab_size!r}")
+        tables = {}
+        for name, table in (("target", self.target_table), ("draft", self.draft_table)):
+            checked = {}
+            for prefix, values in table.items():
+                prefix = _check_prefix(prefix, size)
+                label = ",".join(map(str, prefix))
+                vector = as_distribution(values, exact=self.exact, name=f"{name} at prefix '{label}'", size=size)
+                checked[prefix] = vector
+            tables[name] = checked
+        horizon = _complete_depth(tables["target"], size)
+        if horizon < 0:
+            raise InvalidProblemError("the target table has no entry for the root prefix ''")
+        draft_depth = _complete_depth(tables["draft"], size)
+        # The draft must cover one level less than the target: horizon = min(target depth, draft depth + 1).
+        horizon = min(horizon, draft_depth + 1)
+        requested = self.horizon
+        object.__setattr__(self, "vocab_size", size)
+        object.__setattr__(self, "target_table", tables["target"])
+        object.__setattr__(self, "draft_table", tables["draft"])
+        object.__setattr__(self, "horizon", horizon)
+        if requested is not None:
+            self.require_depth(requested)  # raises, naming the first missing prefix, if the tables fall short
+            object.__setattr__(self, "horizon", requested)
+
+    def target(self, prefix: Prefix) -> np.ndarray:
+        try:
+            return self.target_table[tuple(prefix)]
+        except KeyError:
+            raise InvalidProblemError(f"the problem has no target distribution at prefix '{_label(prefix)}'") from None
+
+    def draft(self, prefix: Prefix) -> np.ndarray:
+        try:
+            return self.draft_table[tuple(prefix)]
+        except KeyError:
+            raise InvalidProblemError(f"the problem has no draft distribution at prefix '{_label(prefix)}'") from None
+
+    def require_depth(self, depth: int) -> None:
+        if depth > self.horizon:
+            target_missing = _missing_at(self.target_table, self.vocab_size, depth)
+            draft_missing = _missing_at(self.draft_table, self.vocab_size, depth - 1)
+            detail = (f"target at prefix '{target_missing}'" if target_missing is not None
+                      else f"draft at prefix '{draft_missing}'")
+            raise InvalidProblemError(
+                f"the tree needs depth {depth} but the problem covers depth {self.horizon}: "
+                f"missing the {detail} (give the target for every prefix of length 0..L and the draft for 0..L-1)")
+
+
+def _label(prefix) -> str:
+    return ",".join(map(str, prefix))
+
+
+def _complete_depth(table: Mapping[Prefix, np.ndarray], size: int) -> int:
+    """Largest d such that every prefix of length 0..d is in the table (-1 if not even the root)."""
+    depth = -1
+    while all(prefix in table for prefix in itertools.product(range(size), repeat=depth + 1)):
+        depth += 1
+        if depth > 64:
+            break
+    return depth
+
+
+def _missing_at(table, size: int, depth: int):
+    for length in range(max(depth, 0) + 1):
+        for prefix in itertools.product(range(size), repeat=length):
+            if prefix not in table:
+                return _label(prefix)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Synthetic generators. Every generator takes an explicit seed or numpy Generator.
+
+
+def _apply_temperature(probs: np.ndarray, temperature: float) -> np.ndarray:
+    """p_T(x) proportional to p(x)^(1/T): the law of sampling the same logits at temperature T."""
+    if temperature == 1.0:
+        return probs
+    powered = probs ** (1.0 / temperature)
+    return powered / powered.sum()
+
+
+def _sparsify(rng: np.random.Generator, probs: np.ndarray, zero_fraction: float) -> np.ndarray:
+    """Set each entry to exactly zero with probability ``zero_fraction``, keeping at least one entry."""
+    if zero_fraction == 0:
+        return probs
+    keep = rng.random(len(probs)) >= zero_fraction
+    keep[rng.integers(len(probs))] = True
+    kept = np.where(keep, probs, 0.0)
+    return kept / kept.sum()
+
+
+def _dirichlet_pair(rng: np.random.Generator, size: int, concentration: float, divergence: float,
+                    temperature: float, zero_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    target = rng.dirichlet(np.full(size, concentration))
+    other = rng.dirichlet(np.full(size, concentration))
+    draft = (1.0 - divergence) * target + divergence * other
+    target = _sparsify(rng, target, zero_fraction)
+    draft = _sparsify(rng, draft, zero_fraction)
+    return _apply_temperature(target, temperature), _apply_temperature(draft, temperature)
+
+
+def _check_knobs(size: int, concentration: float, divergence: float, temperature: float, zero_fraction: float):
+    if not isinstance(size, (int, np.integer)) or size < 1:
+        raise InvalidProblemError(f"vocab_size must be a positive integer, got {size!r}")
+    if not concentration > 0:
+        raise InvalidProblemError(f"concentration must be positive, got {concentration!r}")
+    if not 0.0 <= divergence <= 1.0:
+        raise InvalidProblemError(f"divergence must lie in [0, 1], got {divergence!r}")
+    if not (temperature > 0 and np.isfinite(temperature)):
+        raise InvalidProblemError(f"temperature must be positive and finite, got {temperature!r}")
+    if not 0.0 <= zero_fraction < 1.0:
+        raise InvalidProblemError(f"zero_fraction must lie in [0, 1), got {zero_fraction!r}")
+
+
+# Synthetic generators share these knobs.
+# ``concentration`` of the Dirichlet draws (small values give peaked laws); ``divergence`` in
+# [0, 1] moves the draft away from the target: q = (1 - divergence) p + divergence r with r an
+# independent Dirichlet draw (0 gives q = p, 1 an independent draft); ``temperature`` T is applied to both
+# laws (p^(1/T), renormalised); ``zero_fraction`` zeroes each entry of p and of q independently with
+# that probability (at least one entry stays), which exercises tokens the draft never proposes and
+# drafted tokens the target forbids.
+
+
+def random_problem(vocab_size: int, depth: int, seed: int | np.random.Generator, *, concentration: float = 1.0,
+                   divergence: float = 0.5, temperature: float = 1.0, zero_fraction: float = 0.0) -> TabularProblem:
+    """A context-dependent problem: an independent Dirichlet (target, draft) pair per prefix (knobs above).
+
+    Conditionals are given for every prefix of length 0..depth.
+    """
+    _check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
+    rng = np.random.default_rng(seed)
+    target_table, draft_table = {}, {}
+    for length in range(depth + 1):
+        for prefix in itertools.product(range(vocab_size), repeat=length):
+            target_table[prefix], draft_table[prefix] = _dirichlet_pair(rng, vocab_size, concentration, divergence,
+                                                                        temperature, zero_fraction)
+    return TabularProblem(vocab_size, target_table, draft_table, horizon=depth)
+
+
+def random_context_free_problem(vocab_size: int, seed: int | np.random.Generator, *, concentration: float = 1.0,
+                                divergence: float = 0.5, temperature: float = 1.0,
+                                zero_fraction: float = 0.0) -> ContextFreeProblem:
+    """One Dirichlet pair (p, q) used at every prefix; knobs as in ``random_problem``."""
+    _check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
+    rng = np.random.default_rng(seed)
+    return ContextFreeProblem(*_dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction))
+
+
+def random_markov_problem(vocab_size: int, seed: int | np.random.Generator, *, concentration: float = 1.0,
+                          divergence: float = 0.5, temperature: float = 1.0,
+                          zero_fraction: float = 0.0) -> MarkovProblem:
+    """An order-1 Markov problem with Dirichlet rows; knobs as in ``random_problem``."""
+    _check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
+    rng = np.random.default_rng(seed)
+    p0, q0 = _dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction)
+    rows = [_dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction) for _ in range(vocab_size)]
+    return MarkovProblem(p0, q0, np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]))
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON problems: {"vocab_size": V, "target": {"": [...], "0": [...], "0,1": [...]}, "draft": {...}}
+
+
+def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
+    """Build a TabularProblem from the JSON layout documented in the README.
+
+    Keys of "target" and "draft" are prefixes as comma-joined token ids ("" is the root); values are lists
+    of probabilities (numbers or strings such as "1/3").
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidProblemError("a problem file must hold a JSON object")
+    for key in ("vocab_size", "target", "draft"):
+        if key not in data:
+            raise InvalidProblemError(f"problem JSON is missing the key {key!r}")
+    size = data["vocab_size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise InvalidProblemError(f"vocab_size must be a positive integer, got {size!r}")
+    tables = {}
+    for name in ("target", "draft"):
+        raw = data[name]
+        if not isinstance(raw, Mapping):
+            raise InvalidProblemError(f"problem JSON key {name!r} must map prefixes to probability lists")
+        table = {}
+        for key, values in raw.items():
+            prefix = _parse_prefix_key(key, name)
+            if not isinstance(values, list):
+                raise InvalidDistributionError(f"{name} at prefix '{key}': expected a list of probabilities")
+            try:
+                table[prefix] = [parse_number(v, exact=exact) for v in values]
+            except InvalidDistributionError as error:
+                raise InvalidDistributionError(f"{name} at prefix '{key}': {error}") from None
+        tables[name] = table
+    return TabularProblem(size, tables["target"], tables["draft"], exact=exact)
+
+
+def _parse_prefix_key(key: str, name: str) -> Prefix:
+    if key.strip() == "":
+        return ()
+    try:
+        return tuple(int(part) for part in key.split(","))
+    except ValueError:
+        raise InvalidProblemError(f"{name}: prefix key {key!r} is not comma-joined token ids") from None
+
+
+def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
+    """Read a JSON problem file (see ``problem_from_json``)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise InvalidProblemError(f"cannot read problem file {str(path)!r}: {error.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidProblemError(f"problem file {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno}") from None
+    return problem_from_json(data, exact=exact)
+
+
+def problem_to_json(problem: Problem, depth: int) -> dict:
+    """The JSON layout of any problem, restricted to prefixes of length <= depth (draft: <= depth - 1)."""
+    problem.require_depth(depth)
+
+    def encode(vector):
+        return [str(v) if isinstance(v, Fraction) else float(v) for v in vector]
+
+    target, draft = {}, {}
+    for length in range(depth + 1):
+        for prefix in problem.prefixes(length):
+            key = _label(prefix)
+            target[key] = encode(problem.target(prefix))
+            if length < depth:
+                draft[key] = encode(problem.draft(prefix))
+    return {"vocab_size": problem.vocab_size, "target": target, "draft": draft}
+
+
+def sun_toy_problem(*, exact: bool = False) -> ContextFreeProblem:
+    """Sun et al. 2024 (arXiv 2403.10444), Sec. 2: V = {a, b}, p = (1/3, 2/3), q = (2/3, 1/3)."""
+    third = Fraction(1, 3)
+    return ContextFreeProblem([third, 2 * third], [2 * third, third], exact=exact)

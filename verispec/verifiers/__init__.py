@@ -1,0 +1,27 @@
+"""Verifiers by name. A new verifier is one module plus one line in ``REGISTRY``; the tests pick it up."""
+
+from __future__ import annotations
+
+from verispec.errors import UnknownVerifierError
+from verispec.verifiers.base import ProcedureVerifier, Verifier, emission_law_of_procedure
+from verispec.verifiers.block import BlockVerifier
+from verispec.verifiers.naive import NaiveVerifier
+
+REGISTRY: dict[str, Verifier] = {
+    verifier.name: verifier
+    for verifier in (
+        NaiveVerifier(),
+        BlockVerifier(),
+    )
+}
+
+
+def get_verifier(name: str) -> Verifier:
+    """The registered verifier called ``name``; UnknownVerifierError lists the valid names."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))}") from None
+
+
+__all__ = ["REGISTRY", "ProcedureVerifier", "Verifier", "emission_law_of_procedure", "get_verifier"]
