@@ -1,0 +1,95 @@
+"""The generic enumerator and the random chooser, on procedures whose laws are known by hand."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from verispec.errors import EnumerationTooLargeError, InvalidDistributionError
+from verispec.simulator.chooser import RandomChooser, enumerate_law
+
+
+def two_coins(chooser):
+    return chooser.bernoulli(0.25), chooser.bernoulli(0.5)
+
+
+def test_product_of_independent_choices():
+    law = enumerate_law(two_coins)
+    assert law == pytest.approx({(True, True): 0.125, (True, False): 0.125, (False, True): 0.375,
+                                 (False, False): 0.375})
+
+
+def test_outcomes_are_summed_over_traces():
+    # number of heads in three fair flips: binomial(3, 1/2) = 1/8, 3/8, 3/8, 1/8
+    law = enumerate_law(lambda c: sum(c.bernoulli(Fraction(1, 2)) for _ in range(3)), exact=True)
+    assert law == {0: Fraction(1, 8), 1: Fraction(3, 8), 2: Fraction(3, 8), 3: Fraction(1, 8)}
+
+
+def test_data_dependent_control_flow():
+    # geometric number of failures before a success (p = 1/3), truncated at 4 tries
+    def geometric(chooser):
+        for tries in range(4):
+            if chooser.bernoulli(Fraction(1, 3)):
+                return tries
+        return "none"
+
+    law = enumerate_law(geometric, exact=True)
+    expected = {k: Fraction(2, 3) ** k * Fraction(1, 3) for k in range(4)}
+    expected["none"] = Fraction(2, 3) ** 4
+    assert law == expected
+
+
+def test_zero_probability_options_are_never_taken():
+    def procedure(chooser):
+        index = chooser.categorical([0.0, 0.5, 0.0, 0.5])
+        assert index in (1, 3)
+        return index
+
+    assert enumerate_law(procedure) == {1: 0.5, 3: 0.5}
+    assert enumerate_law(lambda c: c.bernoulli(1.0)) == {True: 1.0}
+    assert enumerate_law(lambda c: c.bernoulli(0)) == {False: 1.0}
+
+
+def test_too_many_traces():
+    with pytest.raises(EnumerationTooLargeError):
+        enumerate_law(lambda c: tuple(c.categorical([0.5, 0.5]) for _ in range(12)), max_traces=1000)
+
+
+@pytest.mark.parametrize("probs,message", [
+    ([0.5, 0.6], "sum"), ([1.5, -0.5], "negative"), ([float("nan"), 1.0], "NaN"), ([], "empty")])
+def test_invalid_categorical(probs, message):
+    with pytest.raises(InvalidDistributionError, match=message):
+        enumerate_law(lambda c: c.categorical(probs))
+    with pytest.raises(InvalidDistributionError, match=message):
+        RandomChooser(np.random.default_rng(0)).categorical(probs)
+
+
+@pytest.mark.parametrize("prob", [1.5, -0.1, float("nan"), Fraction(3, 2)])
+def test_invalid_bernoulli(prob):
+    with pytest.raises(InvalidDistributionError):
+        enumerate_law(lambda c: c.bernoulli(prob))
+
+
+def test_bernoulli_tolerates_float_rounding():
+    assert enumerate_law(lambda c: c.bernoulli(1 + 1e-15)) == {True: 1.0}
+
+
+def test_random_chooser_frequencies():
+    # 200_000 draws of a 4-way categorical; each count is within 6 standard deviations of its mean
+    # (two-sided normal tail 2e-9 per cell, so a false failure has probability below 1e-8).
+    rng = np.random.default_rng(12345)
+    chooser = RandomChooser(rng)
+    probs = np.array([0.1, 0.0, 0.6, 0.3])
+    draws = 200_000
+    counts = np.bincount([chooser.categorical(probs) for _ in range(draws)], minlength=4)
+    assert counts[1] == 0
+    sigma = np.sqrt(draws * probs * (1 - probs))
+    assert np.all(np.abs(counts - draws * probs) <= 6 * sigma + 1e-9), counts
+
+
+def test_random_chooser_is_reproducible():
+    a = [RandomChooser(np.random.default_rng(7)).categorical([0.2, 0.3, 0.5]) for _ in range(5)]
+    b = [RandomChooser(np.random.default_rng(7)).categorical([0.2, 0.3, 0.5]) for _ in range(5)]
+    assert a == b

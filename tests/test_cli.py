@@ -1,0 +1,126 @@
+"""The verispec command: contract keys, human output, and one clear line on stderr for every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from verispec.cli import main
+from verispec.simulator import DraftLaw
+from verispec.verifiers import REGISTRY
+
+TOY = ["--target", "1/3,2/3", "--draft", "2/3,1/3"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_exact_json_contract(capsys):
+    code, out, err = run(capsys, "exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--json")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert data["block_efficiency"] == pytest.approx(20 / 9, abs=1e-12)  # Sun et al.: E[tau] = 11/9
+    assert data["lossless"] is True and data["tv_distance"] < 1e-12
+    assert data["tau_law"] == pytest.approx([3 / 9, 1 / 9, 5 / 9], abs=1e-12)
+
+
+def test_exact_rational_json(capsys):
+    code, out, _ = run(capsys, "exact", *TOY, "--tree", "chain:2", "--verifier", "naive", "--json", "--exact")
+    data = json.loads(out)
+    assert code == 0 and data["exact_values"]["expected_accepted"] == "10/9" and data["tv_distance"] == 0
+
+
+def test_exact_human_output(capsys):
+    code, out, _ = run(capsys, "exact", *TOY, "--tree", "chain:2", "--verifier", "naive", "--method", "enumerate")
+    assert code == 0 and "block efficiency" in out and "lossless" in out
+
+
+def test_problem_file(capsys, tmp_path):
+    path = tmp_path / "problem.json"
+    path.write_text(json.dumps({"vocab_size": 2, "target": {"": ["1/3", "2/3"], "0": [0.5, 0.5], "1": [1, 0]},
+                                "draft": {"": [0.5, 0.5]}}))
+    code, out, err = run(capsys, "exact", "--problem", str(path), "--tree", "chain:1", "--verifier", "bv", "--json")
+    assert code == 0, err
+    # one position: sum min(p, q) = 1/3 + 1/2
+    assert json.loads(out)["block_efficiency"] == pytest.approx(1 + 1 / 3 + 1 / 2, abs=1e-12)
+
+
+def test_fail_if_lossy_exit_code(capsys):
+    code, _, _ = run(capsys, "exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--fail-if-lossy")
+    assert code == 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["exact", "--target", "0.5,0.6", "--draft", "0.5,0.5", "--tree", "chain:1", "--verifier", "bv"], "sum to"),
+    (["exact", "--target", "1.5,-0.5", "--draft", "0.5,0.5", "--tree", "chain:1", "--verifier", "bv"], "negative"),
+    (["exact", "--target", "nan,1", "--draft", "0.5,0.5", "--tree", "chain:1", "--verifier", "bv"], "NaN"),
+    (["exact", "--target", "0.5,0.5", "--draft", "0.2,0.3,0.5", "--tree", "chain:1", "--verifier", "bv"], "--draft"),
+    (["exact", *TOY, "--tree", "star:2", "--verifier", "bv"], "unknown tree kind"),
+    (["exact", *TOY, "--tree", "chain:2", "--verifier", "nope"], "valid verifiers: bv, naive"),
+    (["exact", *TOY, "--tree", "iid:2,2", "--verifier", "naive"], "valid only for draft laws"),
+    (["exact", "--target", "1/3,2/3", "--tree", "chain:2", "--verifier", "bv"], "give a problem"),
+    (["exact", *TOY, "--problem", "x.json", "--tree", "chain:2", "--verifier", "bv"], "not both"),
+    (["exact", "--problem", "/nonexistent/p.json", "--tree", "chain:2", "--verifier", "bv"], "cannot read"),
+    (["exact", *TOY, "--tree", "chain:2"], "required"),
+    (["exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--frobnicate"], "unrecognized"),
+    (["compare", "--problem", "nonsense"], "unknown problem"),
+    (["compare", "--depths", "1,x"], "--depths"),
+    ([], "required"),
+])
+def test_bad_input_gives_one_line(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verispec: error:") and message in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_problem_too_shallow_for_tree(capsys, tmp_path):
+    path = tmp_path / "problem.json"
+    path.write_text(json.dumps({"vocab_size": 2, "target": {"": [0.5, 0.5]}, "draft": {"": [0.5, 0.5]}}))
+    code, _, err = run(capsys, "exact", "--problem", str(path), "--tree", "chain:2", "--verifier", "bv")
+    assert code == 2 and "missing" in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_table_and_json(capsys):
+    code, out, _ = run(capsys, "compare", "--problem", "sun-toy", "--depths", "2", "--exact")
+    assert code == 0
+    rows = [line.split() for line in out.strip().splitlines()[2:]]
+    values = {row[2]: row[3] for row in rows}
+    assert values == {"naive": "19/9", "bv": "20/9"}
+    code, out, _ = run(capsys, "compare", "--depths", "1,2", "--json")
+    rows = [json.loads(line) for line in out.strip().splitlines()]
+    chain_verifiers = [v for v in REGISTRY.values() if DraftLaw.SINGLE_PATH in v.valid_for]
+    assert len(rows) == 2 * 2 * len(chain_verifiers) and all(row["lossless"] for row in rows)
+
+
+def test_list(capsys):
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and "naive" in out and "delayed:K,L1,L2" in out
+
+
+def test_module_entry_point_has_no_traceback():
+    completed = subprocess.run([sys.executable, "-m", "verispec", "exact", *TOY, "--tree", "chain:2",
+                                "--verifier", "nope"], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+    completed = subprocess.run([sys.executable, "-m", "verispec", "exact", *TOY, "--tree", "chain:2",
+                                "--verifier", "bv", "--json"], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0 and json.loads(completed.stdout)["lossless"] is True
+
+
+@pytest.mark.skipif(shutil.which("verispec", path=os.path.dirname(sys.executable)) is None,
+                    reason="the console script is installed only by 'pip install' (the README's commands)")
+def test_installed_console_script():
+    script = shutil.which("verispec", path=os.path.dirname(sys.executable))
+    completed = subprocess.run([script, "exact", *TOY, "--tree", "chain:2", "--verifier", "naive", "--json"],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0 and json.loads(completed.stdout)["block_efficiency"] == pytest.approx(19 / 9)
