@@ -6,12 +6,19 @@ from verispec.errors import UnknownVerifierError
 from verispec.verifiers.base import ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
 from verispec.verifiers.naive import NaiveVerifier
+from verispec.verifiers.naivetree import NaiveTreeSolver
+from verispec.verifiers.nss import NaiveSamplingSolver
+from verispec.verifiers.specinfer import SpecInferSolver
+from verispec.verifiers.tree_walk import NodeSolver, TopDownVerifier
 
 REGISTRY: dict[str, Verifier] = {
     verifier.name: verifier
     for verifier in (
         NaiveVerifier(),
         BlockVerifier(),
+        TopDownVerifier(NaiveSamplingSolver()),
+        TopDownVerifier(NaiveTreeSolver()),
+        TopDownVerifier(SpecInferSolver()),
     )
 }
 
@@ -24,4 +31,5 @@ def get_verifier(name: str) -> Verifier:
         raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))}") from None
 
 
-__all__ = ["REGISTRY", "ProcedureVerifier", "Verifier", "emission_law_of_procedure", "get_verifier"]
+__all__ = ["REGISTRY", "NodeSolver", "ProcedureVerifier", "TopDownVerifier", "Verifier", "emission_law_of_procedure",
+           "get_verifier"]

@@ -1,0 +1,32 @@
+"""NaiveTree: the token-level rule applied to the first child only (DDTE, arXiv 2602.16994, Sec. 2).
+
+Accept x_1 with probability min(1, p(x_1) / q(x_1)); otherwise Y ~ norm((p - q)+). Y may still equal
+another child, which then counts as accepted and the walk moves to it. Valid whenever x_1 ~ q, which
+holds for i.i.d. children and for the first draw without replacement."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verispec.simulator.chooser import Chooser
+from verispec.simulator.distributions import ratio_min_one, residual
+from verispec.simulator.drafters import DraftLaw
+from verispec.verifiers.tree_walk import NodeSolver
+
+
+class NaiveTreeSolver(NodeSolver):
+    name = "naivetree"
+    valid_for = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.WITHOUT_REPLACEMENT})
+
+    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
+        first = children[0]
+        accept = ratio_min_one(p[first], q[first])
+        law = (1 - accept) * residual(p, q)
+        law[first] += accept
+        return law
+
+    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+        first = children[0]
+        if chooser.bernoulli(ratio_min_one(p[first], q[first])):
+            return first
+        return chooser.categorical(residual(p, q))

@@ -1,0 +1,23 @@
+"""NSS, naive sampling (Miao et al. 2024, arXiv 2305.09781, Sec. 4): Y ~ p, ignoring the drafts.
+The drafts are accepted when Y happens to be one of them; acceptance sum_t p(t) (1 - (1 - q(t))^K)
+on K i.i.d. drafts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verispec.simulator.chooser import Chooser
+from verispec.simulator.drafters import DraftLaw
+from verispec.verifiers.tree_walk import NodeSolver
+
+
+class NaiveSamplingSolver(NodeSolver):
+    name = "nss"
+    # Y ~ p whatever the children are, so any draft law is fine.
+    valid_for = frozenset(DraftLaw)
+
+    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
+        return p.copy()
+
+    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+        return chooser.categorical(p)
