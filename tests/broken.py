@@ -6,12 +6,16 @@ them is not checking anything. Each is written as the buggy public code reads, a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, residual
-from verispec.simulator.drafters import DraftLaw
-from verispec.verifiers import ProcedureVerifier
+from verispec.simulator.drafters import DelayedDrafter, DraftLaw, _draw_path, parse_tree
+from verispec.simulator.trees import TreeBuilder
+from verispec.verifiers import ProcedureSolver, ProcedureVerifier, TopDownVerifier, get_verifier
 from verispec.verifiers.block import _stop_probability
 
 CHAIN = frozenset({DraftLaw.SINGLE_PATH})
+IID = frozenset({DraftLaw.IID_CHILDREN})
 
 
 def naive_correction_from_target(tree, chooser):
@@ -70,4 +74,48 @@ BROKEN_CHAIN_VERIFIERS = {
                                                       CHAIN),
     "bv-first-failure": ProcedureVerifier("bv-first-failure", bv_first_failure, CHAIN),
     "bv-unweighted-residual": ProcedureVerifier("bv-unweighted-residual", bv_unweighted_residual, CHAIN),
+}
+
+
+def specinfer_skipping_duplicates(p, q, children, chooser):
+    """SpecInfer that tests each distinct draft token once (trap 1): a repeated token must still apply
+    its residual update."""
+    current = p
+    for token in dict.fromkeys(children):
+        if chooser.bernoulli(ratio_min_one(current[token], q[token])):
+            return token
+        current = residual(current, q)
+    return chooser.categorical(current)
+
+
+@dataclass(frozen=True)
+class KCopiesTrunkDrafter(DelayedDrafter):
+    """Delayed tree whose trunk edges are recorded K times, as if K i.i.d. paths had all agreed on the
+    trunk (trap 7): the verifier then treats the single trunk draw as K agreeing draws."""
+
+    @property
+    def spec(self) -> str:
+        return f"delayed-kcopies:{self.branches},{self.trunk},{self.tail}"
+
+    def draw(self, problem, chooser):
+        builder = TreeBuilder()
+        node, prefix = 0, ()
+        for _ in range(self.trunk):
+            token = chooser.categorical(problem.draft(prefix))
+            for _ in range(self.branches):
+                child = builder.add_child(node, token)
+            node, prefix = child, prefix + (token,)
+        for _ in range(self.branches):
+            _draw_path(problem, chooser, builder, node, prefix, self.tail)
+        return builder.shape()
+
+
+#: name -> (broken verifier, drafter on which the trap shows). Every entry must be flagged lossy, and
+#: `verispec hunt` must find a witness for it.
+BROKEN_VARIANTS = {
+    **{name: (verifier, parse_tree("chain:3")) for name, verifier in BROKEN_CHAIN_VERIFIERS.items()},
+    "specinfer-skipping-duplicates": (
+        TopDownVerifier(ProcedureSolver("specinfer-skipping-duplicates", specinfer_skipping_duplicates, IID)),
+        parse_tree("iid:3,1")),
+    "specinfer-on-k-copies-trunk": (get_verifier("specinfer"), KCopiesTrunkDrafter(2, 1, 1)),
 }

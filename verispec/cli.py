@@ -3,6 +3,7 @@
     verispec exact   --target P --draft Q --tree TREE --verifier NAME [--json]   one exact analysis
     verispec exact   --problem FILE --tree TREE --verifier NAME [--json]
     verispec compare [--problem NAME|FILE] [--depths 1,2,3]        the chain verifiers side by side
+    verispec hunt    --verifier NAME --tree TREE [--output FILE]     simplest problem where a rule is lossy
     verispec list                                                    verifiers and tree kinds
 
 Bad input exits with status 2 and one line on stderr.
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 from verispec.errors import InvalidProblemError, VerispecError
+from verispec.io import atomic_write_text
 from verispec.simulator.distributions import parse_distribution
 from verispec.simulator.drafters import TREE_KINDS, ChainDrafter, DraftLaw, parse_tree
 from verispec.simulator.engine import METHODS, analyze
@@ -23,11 +25,15 @@ from verispec.simulator.problems import ContextFreeProblem, Problem, load_proble
 from verispec.verifiers import REGISTRY, get_verifier
 
 EXIT_BAD_INPUT = 2
+#: 'exact --fail-if-lossy' on a lossy result; 'hunt' when no witness was found.
 EXIT_LOSSY = 1
+
+DEFAULT_THRESHOLD = 1e-9  # verispec.hunt.DEFAULT_THRESHOLD, repeated so 'exact' does not import hypothesis
 
 #: Built-in problems for ``compare``: name -> (description, factory(exact) -> Problem).
 BUILTIN_PROBLEMS = {
-    "sun-toy": ("Sun et al. 2024 toy: p=(1/3,2/3), q=(2/3,1/3), context-free", lambda exact: sun_toy_problem(exact=exact)),
+    "sun-toy": ("Sun et al. 2024 toy: p=(1/3,2/3), q=(2/3,1/3), context-free",
+                lambda exact: sun_toy_problem(exact=exact)),
     "random": ("seeded context-dependent Dirichlet problem, V=4, depth 4, divergence 0.5, seed 0",
                lambda exact: random_problem(4, 4, 0)),
 }
@@ -63,6 +69,17 @@ def _build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--depths", default="1,2,3,4", help="chain lengths L to compare (default 1,2,3,4)")
     compare.add_argument("--exact", action="store_true", help="exact rational arithmetic where the problem allows")
     compare.add_argument("--json", action="store_true", help="print one JSON object per row")
+
+    hunt = commands.add_parser("hunt", help="search for the simplest problem on which a verifier is lossy")
+    hunt.add_argument("--verifier", required=True, help="verifier name, or FILE.py:NAME for your own rule")
+    hunt.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
+    hunt.add_argument("--max-vocab", type=int, default=3, help="largest vocabulary searched (default 3)")
+    hunt.add_argument("--max-examples", type=int, default=3000, help="problems tried before giving up")
+    hunt.add_argument("--time-budget", type=float, default=60.0, help="seconds before giving up (default 60)")
+    hunt.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                      help="TV distance above which a problem is a witness (default 1e-9)")
+    hunt.add_argument("--context-free", action="store_true", help="search context-free problems only")
+    hunt.add_argument("--output", metavar="FILE", help="write the witness problem here instead of stdout")
 
     commands.add_parser("list", help="list verifiers (with their valid draft laws) and tree kinds")
     return parser
@@ -143,14 +160,43 @@ def _run_compare(args) -> int:
                 result = analyze(problem, drafter, verifier)
                 if args.json:
                     print(json.dumps({"problem": name, **result.to_json()}))
-                rows.append((name, drafter.spec, verifier.name,
-                             str(result.block_efficiency) if result.exact else f"{float(result.block_efficiency):.6f}",
-                             str(result.expected_accepted) if result.exact else f"{float(result.expected_accepted):.6f}",
-                             f"{float(result.tv_distance):.1e}", "yes" if result.lossless else "NO"))
+                def shown(value, exact=result.exact):
+                    return str(value) if exact else f"{float(value):.6f}"
+
+                rows.append((name, drafter.spec, verifier.name, shown(result.block_efficiency),
+                             shown(result.expected_accepted), f"{float(result.tv_distance):.1e}",
+                             "yes" if result.lossless else "NO"))
     if not args.json:
         widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, tuple("-" * w for w in widths), *rows]:
             print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _run_hunt(args) -> int:
+    from verispec.hunt import hunt  # imports hypothesis; only this command needs it
+
+    if args.max_vocab < 2:
+        raise VerispecError(f"--max-vocab must be at least 2, got {args.max_vocab}")
+    drafter = parse_tree(args.tree)
+    verifier = get_verifier(args.verifier)
+    witness = hunt(verifier, drafter, max_vocab=args.max_vocab, max_examples=args.max_examples,
+                   threshold=args.threshold, time_budget=args.time_budget,
+                   context_free=True if args.context_free else None)
+    if witness is None:
+        print(f"verispec: no lossy problem found for '{verifier.name}' on {drafter.spec} "
+              f"(vocabularies up to {args.max_vocab}, threshold {args.threshold:g})", file=sys.stderr)
+        return EXIT_LOSSY
+    text = json.dumps(witness.problem_json)
+    if args.output:
+        atomic_write_text(args.output, text + "\n")
+    else:
+        print(text)
+    kind = "context-free" if witness.context_free else "context-dependent"
+    where = args.output or "FILE"
+    print(f"witness: V={witness.vocab_size} {kind}, TV distance {witness.tv_distance:.6g} after "
+          f"{witness.examples_tried} problems ({witness.seconds:.1f} s); reproduce with: verispec exact --problem "
+          f"{where} --tree {drafter.spec} --verifier {args.verifier}", file=sys.stderr)
     return 0
 
 
@@ -168,7 +214,8 @@ def _run_list(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _build_parser().parse_args(argv)
-        return {"exact": _run_exact, "compare": _run_compare, "list": _run_list}[args.command](args)
+        return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
+                "list": _run_list}[args.command](args)
     except VerispecError as error:
         message = " ".join(str(error).split())
         print(f"verispec: error: {message}", file=sys.stderr)

@@ -5,8 +5,8 @@ from verispec.simulator.drafters import (
     BranchingDrafter,
     ChainDrafter,
     DelayedDrafter,
-    DraftLaw,
     Drafter,
+    DraftLaw,
     RootIIDDrafter,
     parse_tree,
 )

@@ -170,7 +170,8 @@ def enumerate_law(
             raise RuntimeError("procedure made fewer decisions on replay: it is not deterministic given its choices")
         traces += 1
         if traces > max_traces:
-            raise EnumerationTooLargeError(f"more than {max_traces} choice traces; use a smaller problem or a faster method")
+            raise EnumerationTooLargeError(
+                f"more than {max_traces} choice traces; use a smaller problem or a faster method")
         if outcome is not _NegligibleBranch:
             law[outcome] = law.get(outcome, 0 * one) + chooser.weight
         for position, untaken in reversed(chooser.alternatives):

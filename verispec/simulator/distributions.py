@@ -85,7 +85,8 @@ def as_distribution(
             raise InvalidDistributionError(f"{name}: entries must be numbers, got {list(raw)!r}") from None
         negative = [i for i, v in enumerate(vector) if v < 0]
         if negative:
-            raise InvalidDistributionError(f"{name}: negative probability at index {negative[0]} ({vector[negative[0]]})")
+            index = negative[0]
+            raise InvalidDistributionError(f"{name}: negative probability at index {index} ({vector[index]})")
         total = sum(vector, Fraction(0))
         if total != 1:
             raise InvalidDistributionError(f"{name}: probabilities sum to {total}, not 1 (exact mode)")
@@ -97,7 +98,8 @@ def as_distribution(
         if np.isnan(vector).any():
             raise InvalidDistributionError(f"{name}: NaN at index {int(np.flatnonzero(np.isnan(vector))[0])}")
         if not np.isfinite(vector).all():
-            raise InvalidDistributionError(f"{name}: infinite value at index {int(np.flatnonzero(~np.isfinite(vector))[0])}")
+            index = int(np.flatnonzero(~np.isfinite(vector))[0])
+            raise InvalidDistributionError(f"{name}: infinite value at index {index}")
         if (vector < 0).any():
             index = int(np.flatnonzero(vector < 0)[0])
             raise InvalidDistributionError(f"{name}: negative probability at index {index} ({vector[index]!r})")

@@ -26,7 +26,7 @@ from verispec.simulator.problems import Problem
 from verispec.simulator.trees import DraftTree, TreeBuilder, TreeShape
 
 
-class DraftLaw(str, enum.Enum):
+class DraftLaw(enum.StrEnum):
     """How the children of a draft tree were drawn; the validity condition of a verifier."""
 
     #: One draft path (every node has at most one child).

@@ -317,7 +317,8 @@ def random_markov_problem(vocab_size: int, seed: int | np.random.Generator, *, c
     _check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
     rng = np.random.default_rng(seed)
     p0, q0 = _dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction)
-    rows = [_dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction) for _ in range(vocab_size)]
+    rows = [_dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction)
+            for _ in range(vocab_size)]
     return MarkovProblem(p0, q0, np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]))
 
 
@@ -375,7 +376,8 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InvalidProblemError(f"problem file {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno}") from None
+        raise InvalidProblemError(
+            f"problem file {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno}") from None
     return problem_from_json(data, exact=exact)
 
 

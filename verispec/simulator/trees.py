@@ -119,7 +119,8 @@ class DraftTree:
             for child_token in children:
                 if not (isinstance(child_token, (int, np.integer)) and 0 <= child_token < size):
                     raise InvalidTreeError(
-                        f"node at prefix {paths[node]} drafts token {child_token!r}, outside the vocabulary 0..{size - 1}")
+                        f"node at prefix {paths[node]} drafts token {child_token!r}, "
+                        f"outside the vocabulary 0..{size - 1}")
                 if child_token not in distinct:
                     distinct.append(int(child_token))
             ids = []

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+from pathlib import Path
+
 from verispec.errors import UnknownVerifierError
+from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.base import ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
 from verispec.verifiers.naive import NaiveVerifier
 from verispec.verifiers.naivetree import NaiveTreeSolver
 from verispec.verifiers.nss import NaiveSamplingSolver
 from verispec.verifiers.specinfer import SpecInferSolver
-from verispec.verifiers.tree_walk import NodeSolver, TopDownVerifier
+from verispec.verifiers.tree_walk import NodeSolver, ProcedureSolver, TopDownVerifier
 
 REGISTRY: dict[str, Verifier] = {
     verifier.name: verifier
@@ -24,12 +29,52 @@ REGISTRY: dict[str, Verifier] = {
 
 
 def get_verifier(name: str) -> Verifier:
-    """The registered verifier called ``name``; UnknownVerifierError lists the valid names."""
-    try:
+    """The registered verifier called ``name``, or a user's rule given as ``FILE.py:NAME`` or
+    ``package.module:NAME`` (see ``load_verifier``). UnknownVerifierError lists the valid names."""
+    if name in REGISTRY:
         return REGISTRY[name]
-    except KeyError:
-        raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))}") from None
+    if ":" in name:
+        return load_verifier(name)
+    raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))} "
+                               "(or FILE.py:NAME for your own rule)")
 
 
-__all__ = ["REGISTRY", "NodeSolver", "ProcedureVerifier", "TopDownVerifier", "Verifier", "emission_law_of_procedure",
-           "get_verifier"]
+def load_verifier(spec: str) -> Verifier:
+    """Load a user's rule from ``FILE.py:NAME`` or ``package.module:NAME``.
+
+    NAME may be a ``Verifier`` instance, a ``NodeSolver`` instance (verified by the top-down walk), or a
+    plain function ``procedure(tree, chooser) -> (node, token)``, wrapped in ``ProcedureVerifier``; a
+    function may carry a ``valid_for`` attribute (a set of ``DraftLaw``), else it is taken to be a
+    single-path rule.
+    """
+    location, _, attribute = spec.rpartition(":")
+    try:
+        if location.endswith(".py"):
+            path = Path(location)
+            if not path.is_file():
+                raise UnknownVerifierError(f"verifier file {location!r} does not exist")
+            module_spec = importlib.util.spec_from_file_location(f"verispec_user_{path.stem}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(location)
+    except UnknownVerifierError:
+        raise
+    except Exception as error:  # a user's file may fail in any way; report it on one line
+        raise UnknownVerifierError(f"cannot load {location!r}: {type(error).__name__}: {error}") from None
+    if not hasattr(module, attribute):
+        raise UnknownVerifierError(f"{location!r} has no attribute {attribute!r}")
+    target = getattr(module, attribute)
+    if isinstance(target, Verifier):
+        return target
+    if isinstance(target, NodeSolver):
+        return TopDownVerifier(target)
+    if callable(target):
+        return ProcedureVerifier(attribute, target, getattr(target, "valid_for", {DraftLaw.SINGLE_PATH}))
+    raise UnknownVerifierError(f"{spec!r} is neither a Verifier, a NodeSolver nor a procedure function")
+
+
+__all__ = [
+    "REGISTRY", "NodeSolver", "ProcedureSolver", "ProcedureVerifier", "TopDownVerifier", "Verifier",
+    "emission_law_of_procedure", "get_verifier", "load_verifier",
+]

@@ -92,3 +92,19 @@ class TopDownVerifier(Verifier):
                 return node, token
             node = child
         return node, chooser.categorical(tree.p[node])
+
+
+class ProcedureSolver(NodeSolver):
+    """A node-local solver given only as a sampling procedure ``sample(p, q, children, chooser) -> token``;
+    its output law comes from the generic enumerator. Wrap it in ``TopDownVerifier`` to verify trees."""
+
+    def __init__(self, name: str, sample, valid_for=frozenset({DraftLaw.IID_CHILDREN})):
+        self.name = name
+        self._sample = sample
+        self.valid_for = frozenset(valid_for)
+
+    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+        return self._sample(p, q, children, chooser)
+
+    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
+        return self.enumerated_output_law(p, q, children)

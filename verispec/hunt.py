@@ -1,0 +1,128 @@
+"""Counterexample search: the smallest problem on which a verifier is lossy.
+
+Problems are drawn as small integer weights (probabilities w / sum(w), exact rationals), first
+context-free and then context-dependent, with hypothesis doing the search and the shrinking: a failing
+problem is shrunk towards fewer tokens, a context-free law and small weights, so the witness is as simple
+as the search can make it. Each candidate is evaluated exactly by the engine (float64); a problem counts
+as a witness when its TV distance exceeds ``threshold`` (default 1e-9, far above rounding).
+
+The witness is returned in the JSON problem layout, with probabilities as fraction strings, so
+``verispec exact --problem witness.json`` reproduces it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+
+from verispec.errors import VerispecError
+from verispec.simulator.drafters import Drafter
+from verispec.simulator.engine import analyze, check_compatible
+from verispec.simulator.problems import ContextFreeProblem, TabularProblem, problem_to_json
+
+DEFAULT_THRESHOLD = 1e-9
+
+
+@dataclass(frozen=True)
+class Witness:
+    problem_json: dict
+    tv_distance: float
+    vocab_size: int
+    context_free: bool
+    examples_tried: int
+    seconds: float
+
+
+def _probabilities(weights: list[int]) -> list[Fraction]:
+    total = sum(weights)
+    return [Fraction(w, total) for w in weights]
+
+
+@st.composite
+def _weights(draw, size: int, max_weight: int):
+    weights = draw(st.lists(st.integers(0, max_weight), min_size=size, max_size=size))
+    if sum(weights) == 0:
+        weights[0] = 1
+    return weights
+
+
+@st.composite
+def candidate_problems(draw, depth: int, max_vocab: int, max_weight: int = 6, context_free: bool | None = None):
+    """A small rational problem: (vocab_size, context_free, target weights, draft weights)."""
+    size = draw(st.integers(2, max_vocab))
+    # False shrinks first, so 'context_dependent' = False (context-free) is preferred in witnesses.
+    dependent = draw(st.booleans()) if context_free is None else not context_free
+    if not dependent:
+        return size, True, draw(_weights(size, max_weight)), draw(_weights(size, max_weight))
+    target, draft = {}, {}
+    for length in range(depth + 1):
+        for prefix in itertools.product(range(size), repeat=length):
+            target[prefix] = draw(_weights(size, max_weight))
+            if length < depth:
+                draft[prefix] = draw(_weights(size, max_weight))
+    return size, False, target, draft
+
+
+def build_problem(candidate, *, exact: bool = False):
+    size, context_free, target, draft = candidate
+    if context_free:
+        return ContextFreeProblem(_probabilities(target), _probabilities(draft), exact=exact)
+    return TabularProblem(size, {k: _probabilities(v) for k, v in target.items()},
+                          {k: _probabilities(v) for k, v in draft.items()}, exact=exact)
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 3000,
+         threshold: float = DEFAULT_THRESHOLD, time_budget: float = 60.0, context_free: bool | None = None,
+         progress=None) -> Witness | None:
+    """Search for the simplest problem on which ``verifier`` (on trees of ``drafter``) is lossy.
+
+    The search is deterministic (derandomised hypothesis). Returns None when no witness is found within
+    ``max_examples`` problems or ``time_budget`` seconds; when time runs out while shrinking, the simplest
+    witness found so far is returned.
+    """
+    check_compatible(verifier, drafter)
+    start = time.monotonic()
+    tried = 0
+    simplest = None
+
+    def lossy(candidate) -> bool:
+        nonlocal tried, simplest
+        if time.monotonic() - start > time_budget:
+            raise _OutOfTime
+        tried += 1
+        if progress is not None:
+            progress(tried)
+        try:
+            found = analyze(build_problem(candidate), drafter, verifier).tv_distance > threshold
+        except VerispecError:
+            return False
+        if found:
+            simplest = candidate  # hypothesis only reports candidates simpler than the last witness
+        return bool(found)
+
+    config = settings(max_examples=max_examples, deadline=None, database=None, derandomize=True,
+                      suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink])
+    strategy = candidate_problems(drafter.depth, max_vocab, context_free=context_free)
+    try:
+        candidate = find(strategy, lossy, settings=config)
+    except NoSuchExample:
+        return None
+    except _OutOfTime:
+        if simplest is None:
+            return None
+        candidate = simplest
+    result = analyze(build_problem(candidate), drafter, verifier)
+    exact_problem = build_problem(candidate, exact=True)
+    return Witness(problem_json=problem_to_json(exact_problem, drafter.depth), tv_distance=float(result.tv_distance),
+                   vocab_size=candidate[0], context_free=candidate[1], examples_tried=tried,
+                   seconds=time.monotonic() - start)
