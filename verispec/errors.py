@@ -41,3 +41,11 @@ class VerifierError(VerispecError):
 
 class EnumerationTooLargeError(VerispecError):
     """Exhaustive enumeration would exceed the configured number of traces or outcomes."""
+
+
+class SolverError(VerispecError):
+    """A linear program did not solve to optimality, or its solution violates its constraints."""
+
+
+class ProblemTooLargeError(VerispecError):
+    """An exact analysis (a linear program, a subset search) would exceed its configured size limit."""

@@ -1,0 +1,93 @@
+"""The one helper every linear program of verispec goes through (STYLE.md, "One LP helper").
+
+``solve_lp`` calls HiGHS through ``scipy.optimize.linprog(method="highs")`` and only returns a solution it
+has checked:
+
+1. the solver status is "optimal" (anything else is a ``SolverError`` quoting the solver's message);
+2. tiny negative entries (rounding, above ``-CLEAN_TOLERANCE``) are set to zero; a larger negative entry
+   is a ``SolverError``;
+3. each declared group of variables (for a coupling: one row; for selection weights: the weights of one
+   draft outcome) is rescaled to its exact total, so the marginals it owns hold to the last bit;
+4. every constraint (the marginals) is re-checked on the cleaned solution to ``MARGINAL_TOLERANCE``;
+   a violation is a ``SolverError``.
+
+Size is checked before anything is built: ``check_size`` raises ``ProblemTooLargeError`` giving the
+estimated variable count and the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
+
+from verispec.errors import ProblemTooLargeError, SolverError
+
+#: Default largest number of LP variables an exact analysis builds (a few seconds of HiGHS at most).
+DEFAULT_MAX_VARIABLES = 200_000
+
+#: Negative entries above -CLEAN_TOLERANCE are rounding and are set to zero.
+CLEAN_TOLERANCE = 1e-9
+
+#: Largest violation of an equality constraint (a marginal) accepted after cleaning.
+MARGINAL_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class LPSolution:
+    """A checked optimal solution: ``x`` (cleaned, groups renormalised) and ``objective`` = c @ x in the
+    caller's sense (maximised when the LP was a maximisation)."""
+
+    x: np.ndarray  # [num_variables]
+    objective: float
+
+
+def check_size(num_variables: int, *, what: str, limit: int = DEFAULT_MAX_VARIABLES) -> None:
+    """Raise ProblemTooLargeError if an LP of ``num_variables`` variables exceeds ``limit``."""
+    if num_variables > limit:
+        raise ProblemTooLargeError(
+            f"{what}: the linear program would have about {num_variables:,} variables, above the limit of "
+            f"{limit:,}; use a smaller vocabulary or fewer drafts, or raise the limit explicitly")
+
+
+def solve_lp(c: np.ndarray, *, what: str, maximize: bool = False,
+             a_eq: sparse.spmatrix | np.ndarray | None = None, b_eq: np.ndarray | None = None,
+             a_ub: sparse.spmatrix | np.ndarray | None = None, b_ub: np.ndarray | None = None,
+             bounds=(0, None), groups: Sequence[tuple[np.ndarray, float]] = (),
+             limit: int = DEFAULT_MAX_VARIABLES) -> LPSolution:
+    """Solve min (or max) c @ x subject to a_eq x = b_eq, a_ub x <= b_ub, bounds; return a checked solution.
+
+    ``groups``: (variable indices, exact total) pairs; after cleaning each group is rescaled to its total.
+    ``what`` names the LP in every error message.
+    """
+    c = np.asarray(c, dtype=np.float64)
+    check_size(c.size, what=what, limit=limit)
+    result = linprog(-c if maximize else c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds,
+                     method="highs")
+    if result.status != 0 or result.x is None:
+        raise SolverError(f"{what}: HiGHS did not reach an optimum (status {result.status}: {result.message})")
+    x = np.array(result.x, dtype=np.float64)
+    if not np.isfinite(x).all():
+        raise SolverError(f"{what}: HiGHS returned non-finite values")
+    if x.size and x.min() < -CLEAN_TOLERANCE:
+        raise SolverError(f"{what}: HiGHS returned a clearly negative variable ({x.min():.3g})")
+    x = np.maximum(x, 0.0)
+    for indices, total in groups:
+        mass = x[indices].sum()
+        if mass > 0:
+            x[indices] *= total / mass
+        elif total > 0:
+            raise SolverError(f"{what}: a group of variables that must carry mass {total:.3g} is all zero")
+    if a_eq is not None:
+        violation = np.abs(a_eq @ x - b_eq).max(initial=0.0)
+        if violation > MARGINAL_TOLERANCE:
+            raise SolverError(f"{what}: the solution violates an equality constraint (a marginal) by "
+                              f"{violation:.3g} > {MARGINAL_TOLERANCE:g}")
+    if a_ub is not None:
+        excess = (a_ub @ x - b_ub).max(initial=0.0)
+        if excess > MARGINAL_TOLERANCE:
+            raise SolverError(f"{what}: the solution violates an inequality constraint by {excess:.3g}")
+    return LPSolution(x=x, objective=float(c @ x))
