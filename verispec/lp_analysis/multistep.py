@@ -109,7 +109,7 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *,
     for index, (tree, probability) in enumerate(outcomes):
         probability = float(probability)
         first = column
-        for node, path in enumerate(tree.paths):
+        for path in tree.paths:
             length = len(path) + 1
             span = size ** (depth + 1 - length)
             base = 0
