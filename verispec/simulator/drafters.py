@@ -39,8 +39,10 @@ class DraftLaw(enum.StrEnum):
     ROOT_IID_PATHS = "i.i.d. paths from the root"
 
 
-#: A single path satisfies every law: one i.i.d. draw is one draw without replacement.
-CHAIN_LAWS = frozenset(DraftLaw)
+#: A single path satisfies these laws: one i.i.d. draw is one draw without replacement, and one path is
+#: K = 1 i.i.d. paths. (Not the laws of drafters with their own structure, such as hub pairs.)
+CHAIN_LAWS = frozenset({DraftLaw.SINGLE_PATH, DraftLaw.IID_CHILDREN, DraftLaw.WITHOUT_REPLACEMENT,
+                        DraftLaw.ROOT_IID_PATHS})
 
 
 class Drafter(ABC):
@@ -52,6 +54,12 @@ class Drafter(ABC):
     depth: int
     #: The draft laws this drafter satisfies.
     draft_laws: frozenset[DraftLaw]
+
+    @property
+    def iid_branching(self) -> tuple[int, ...] | None:
+        """(b_1..b_L) when every node at depth d-1 reached by m draws gets m * b_d i.i.d. children from q
+        (chain, root i.i.d., delayed, branch-iid); None otherwise. Enables the dynamic-programming engine."""
+        return None
 
     @abstractmethod
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
@@ -111,6 +119,10 @@ class ChainDrafter(Drafter):
     def draft_laws(self) -> frozenset[DraftLaw]:
         return CHAIN_LAWS
 
+    @property
+    def iid_branching(self) -> tuple[int, ...]:
+        return (1,) * self.length
+
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()
         _draw_path(problem, chooser, builder, 0, (), self.length)
@@ -147,6 +159,12 @@ class DelayedDrafter(Drafter):
         if self.trunk == 0:
             return frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
         return frozenset({DraftLaw.IID_CHILDREN})
+
+    @property
+    def iid_branching(self) -> tuple[int, ...]:
+        if self.tail == 0:
+            return (1,) * self.trunk
+        return (1,) * self.trunk + (self.branches,) + (1,) * (self.tail - 1)
 
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()
@@ -199,6 +217,10 @@ class BranchingDrafter(Drafter):
         if all(b == 1 for b in self.branching[1:]):
             return frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
         return frozenset({DraftLaw.IID_CHILDREN})
+
+    @property
+    def iid_branching(self) -> tuple[int, ...] | None:
+        return self.branching if self.replacement else None
 
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()

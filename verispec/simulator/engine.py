@@ -31,7 +31,10 @@ DEFAULT_TOLERANCE = 1e-12
 #: Largest |sum - 1| of a verifier's emission law on one tree before it is reported as broken.
 EMISSION_SUM_TOLERANCE = 1e-9
 
-METHODS = ("auto", "closed-form", "enumerate")
+METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics")
+
+#: 'auto' keeps the full output law (and so checks losslessness) while it has at most this many entries.
+MAX_LAW_ENTRIES = 1 << 22
 
 
 def check_compatible(verifier, drafter: Drafter) -> None:
@@ -100,8 +103,8 @@ class ExactResult:
     verifier: str
     tree: str
     method: str
-    output_law: OutputLaw
-    tv_distance: float | Fraction
+    output_law: OutputLaw | None  # None for 'dp-metrics', which keeps only the law of tau
+    tv_distance: float | Fraction | None  # None when the output law was not computed
     tolerance: float
     tau_law: list
     num_draft_outcomes: int
@@ -109,7 +112,10 @@ class ExactResult:
     extras: dict = field(default_factory=dict)
 
     @property
-    def lossless(self) -> bool:
+    def lossless(self) -> bool | None:
+        """TV distance within tolerance; None when the method did not compute the output law."""
+        if self.tv_distance is None:
+            return None
         return self.tv_distance <= self.tolerance
 
     @property
@@ -140,8 +146,8 @@ class ExactResult:
             "method": self.method,
             "block_efficiency": float(self.block_efficiency),
             "expected_accepted": float(self.expected_accepted),
-            "tv_distance": float(self.tv_distance),
-            "lossless": bool(self.lossless),
+            "tv_distance": None if self.tv_distance is None else float(self.tv_distance),
+            "lossless": None if self.lossless is None else bool(self.lossless),
             "tolerance": float(self.tolerance),
             "tau_law": [float(v) for v in self.tau_law],
             "acceptance_by_depth": [float(v) for v in self.acceptance_by_depth],
@@ -152,7 +158,7 @@ class ExactResult:
             data["exact_values"] = {
                 "block_efficiency": str(self.block_efficiency),
                 "expected_accepted": str(self.expected_accepted),
-                "tv_distance": str(self.tv_distance),
+                "tv_distance": None if self.tv_distance is None else str(self.tv_distance),
                 "tau_law": [str(v) for v in self.tau_law],
             }
         return data
@@ -178,31 +184,66 @@ def _check_emission_law(verifier, tree, law: np.ndarray) -> None:
                             f"(sum {float(total)!r}, min {float(law.min())!r})")
 
 
-def analyze(problem: Problem, drafter: Drafter, verifier, *, method: str = "auto",
-            tolerance: float | None = None) -> ExactResult:
-    """Exact output law and metrics of ``verifier`` on trees drawn by ``drafter`` for ``problem``.
+def dp_applies(drafter: Drafter, verifier) -> bool:
+    """The walk DP is exact for a top-down walk of a node-local solver on i.i.d.-structured trees."""
+    return getattr(verifier, "solver", None) is not None and drafter.iid_branching is not None
 
-    ``method``: 'closed-form' uses the verifier's emission law; 'enumerate' runs its sampling procedure
-    over every choice trace (the generic enumerator); 'auto' picks the closed form.
-    """
+
+def choose_method(problem: Problem, drafter: Drafter, verifier, method: str = "auto") -> str:
+    """The fastest correct method: the walk DP where it applies (keeping the output law while it has at
+    most MAX_LAW_ENTRIES entries, else only the law of tau), whole-tree enumeration otherwise."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if method in ("dp", "dp-metrics") and not dp_applies(drafter, verifier):
+        raise IncompatibleDraftError(
+            f"method '{method}' needs a top-down solver verifier on an i.i.d.-structured tree "
+            f"(chain, iid, delayed, branch-iid); '{verifier.name}' on {drafter.spec} is not one")
+    if method != "auto":
+        return method
+    if dp_applies(drafter, verifier):
+        return "dp" if problem.vocab_size ** (drafter.depth + 1) <= MAX_LAW_ENTRIES else "dp-metrics"
+    return "closed-form"
+
+
+def analyze(problem: Problem, drafter: Drafter, verifier, *, method: str = "auto",
+            tolerance: float | None = None, kernel_cache: dict | None = None) -> ExactResult:
+    """Exact output law and metrics of ``verifier`` on trees drawn by ``drafter`` for ``problem``.
+
+    ``method``: 'closed-form' enumerates every draft tree and uses the verifier's emission law;
+    'enumerate' also runs its sampling procedure over every choice trace (the generic enumerator);
+    'dp' runs the walk dynamic program (top-down solver verifiers on i.i.d.-structured trees);
+    'dp-metrics' the same keyed on problem states, giving the law of tau without the output law (so no
+    losslessness check); 'auto' picks with ``choose_method``. ``kernel_cache`` may be shared between DP
+    calls on the same problem and verifier.
+    """
+    used = choose_method(problem, drafter, verifier, method)
     check_compatible(verifier, drafter)
     problem.require_depth(drafter.depth)
-    used = "closed-form" if method == "auto" else method
     size, depth, exact = problem.vocab_size, drafter.depth, problem.exact
-    emitted = [zeros((size,) * length, exact=exact) for length in range(1, depth + 2)]
-    outcomes = drafter.outcomes(problem)
-    for tree, probability in outcomes:
-        law = _emission_law(verifier, tree, used)
-        _check_emission_law(verifier, tree, law)
-        for node, path in enumerate(tree.paths):
-            emitted[len(path)][path] += probability * law[node]
+    if tolerance is None:
+        tolerance = 0 if exact else DEFAULT_TOLERANCE
+    if used in ("dp", "dp-metrics"):
+        from verispec.simulator.dp import walk_dp  # the DP module imports this one's helpers
+
+        walk = walk_dp(problem, drafter.iid_branching, verifier.solver, mode="law" if used == "dp" else "metrics",
+                       kernel_cache=kernel_cache)
+        if walk.emitted is None:
+            return ExactResult(verifier=verifier.name, tree=drafter.spec, method=used, output_law=None,
+                               tv_distance=None, tolerance=tolerance, tau_law=walk.tau_law,
+                               num_draft_outcomes=0, exact=exact, extras={"dp_states": walk.num_states})
+        emitted, num_outcomes, extras = list(walk.emitted), 0, {"dp_states": walk.num_states}
+    else:
+        emitted = [zeros((size,) * length, exact=exact) for length in range(1, depth + 2)]
+        outcomes = drafter.outcomes(problem)
+        for tree, probability in outcomes:
+            law = _emission_law(verifier, tree, used)
+            _check_emission_law(verifier, tree, law)
+            for node, path in enumerate(tree.paths):
+                emitted[len(path)][path] += probability * law[node]
+        num_outcomes, extras = len(outcomes), {}
     output_law = OutputLaw(size, depth, tuple(emitted))
     difference = output_law.continued_with_target(problem) - target_law(problem, depth + 1)
     tv_distance = abs(difference).sum() / 2
-    if tolerance is None:
-        tolerance = 0 if exact else DEFAULT_TOLERANCE
     return ExactResult(verifier=verifier.name, tree=drafter.spec, method=used, output_law=output_law,
                        tv_distance=tv_distance, tolerance=tolerance, tau_law=output_law.length_law(),
-                       num_draft_outcomes=len(outcomes), exact=exact)
+                       num_draft_outcomes=num_outcomes, exact=exact, extras=extras)

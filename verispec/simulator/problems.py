@@ -44,7 +44,10 @@ class Problem(ABC):
         """q(. | prefix), shape [V]."""
 
     def state(self, prefix: Prefix) -> Hashable:
-        """A key such that equal keys give equal conditionals (default: the prefix itself)."""
+        """A key such that equal keys give equal conditionals (default: the prefix itself).
+
+        It must be Markov: state(prefix + (t,)) is a function of state(prefix) and t, so that engines may
+        memoise on it (context-free: one state; order-1 Markov: the last token)."""
         return prefix
 
     def require_depth(self, depth: int) -> None:
