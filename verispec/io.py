@@ -26,3 +26,25 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, data) -> None:
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+class ResultStore:
+    """Rows of a long run, keyed, saved atomically after every row so that an interrupted run resumes.
+
+    >>> store = ResultStore("results/bench.json")
+    >>> if not store.done(key): store.add(key, row)
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.rows: dict[str, dict] = {}
+        if self.path.exists():
+            data = json.loads(self.path.read_text())
+            self.rows = {row["key"]: row for row in data.get("rows", [])}
+
+    def done(self, key: str) -> bool:
+        return key in self.rows
+
+    def add(self, key: str, row: dict) -> None:
+        self.rows[key] = {"key": key, **row}
+        atomic_write_json(self.path, {"rows": list(self.rows.values())})
