@@ -27,17 +27,17 @@ from verispec.verifiers import REGISTRY
 MAX_ORACLE_TREES = 60_000
 
 
-def _timed(function):
+def _timed(*args, **kwargs):
     start = time.perf_counter()
-    value = function()
+    value = analyze(*args, **kwargs)
     return value, time.perf_counter() - start
 
 
-def _peak_memory(function):
+def _peak_memory(*args, **kwargs) -> int:
     tracemalloc.start()
     try:
-        value = function()
-        return value, tracemalloc.get_traced_memory()[1]
+        analyze(*args, **kwargs)
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
@@ -69,14 +69,14 @@ def main(argv=None) -> None:
         if not drafter.draft_laws & verifier.valid_for:
             continue
         problem = random_problem(size, trunk + tail, 0, divergence=0.7)
-        new, new_seconds = _timed(lambda: analyze(problem, drafter, verifier, method="dp"))
-        _, peak = _peak_memory(lambda: analyze(problem, drafter, verifier, method="dp"))
+        new, new_seconds = _timed(problem, drafter, verifier, method="dp")
+        peak = _peak_memory(problem, drafter, verifier, method="dp")
         trees = size ** (trunk + branches * tail)
         row = {"verifier": name, "V": size, "tree": drafter.spec, "draft_trees": trees,
                "new_seconds": new_seconds, "new_peak_bytes": peak, "tv_distance": float(new.tv_distance),
                "block_efficiency": float(new.block_efficiency)}
         if trees <= MAX_ORACLE_TREES:
-            old, old_seconds = _timed(lambda: analyze(problem, drafter, verifier, method="closed-form"))
+            old, old_seconds = _timed(problem, drafter, verifier, method="closed-form")
             difference = abs(float(old.block_efficiency) - float(new.block_efficiency))
             if difference > 1e-12:
                 raise AssertionError(f"{key}: DP and enumeration disagree by {difference:.3g}")
