@@ -4,6 +4,8 @@
     verispec exact   --problem FILE --tree TREE --verifier NAME [--json]
     verispec compare [--problem NAME|FILE] [--depths 1,2,3]        the chain verifiers side by side
     verispec hunt    --verifier NAME --tree TREE [--output FILE]     simplest problem where a rule is lossy
+    verispec optimum --target P --draft Q --k K [--without-replacement] [--json]   alpha*
+    verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--json]  LP optimum and gaps
     verispec list                                                    verifiers and tree kinds
 
 Bad input exits with status 2 and one line on stderr.
@@ -80,6 +82,24 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="TV distance above which a problem is a witness (default 1e-9)")
     hunt.add_argument("--context-free", action="store_true", help="search context-free problems only")
     hunt.add_argument("--output", metavar="FILE", help="write the witness problem here instead of stdout")
+
+    optimum = commands.add_parser("optimum", help="best single-position acceptance alpha* with K drafts")
+    optimum.add_argument("--target", metavar="P", required=True, help="target probabilities")
+    optimum.add_argument("--draft", metavar="Q", required=True, help="draft probabilities")
+    optimum.add_argument("--k", type=int, required=True, help="number of drafts K")
+    optimum.add_argument("--without-replacement", action="store_true", help="drafts drawn without replacement")
+    optimum.add_argument("--lp", action="store_true", help="also solve the OT linear program (a second derivation)")
+    optimum.add_argument("--exact", action="store_true", help="exact rational arithmetic for the closed form")
+    optimum.add_argument("--json", action="store_true", help="print one JSON object")
+
+    bound = commands.add_parser("bound", help="best block efficiency of any valid verifier, and every gap")
+    bound_source = bound.add_argument_group("problem (either --target/--draft or --problem)")
+    bound_source.add_argument("--target", metavar="P")
+    bound_source.add_argument("--draft", metavar="Q")
+    bound_source.add_argument("--problem", metavar="FILE")
+    bound.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
+    bound.add_argument("--max-variables", type=int, default=None, help="largest LP accepted")
+    bound.add_argument("--json", action="store_true", help="print one JSON object")
 
     commands.add_parser("list", help="list verifiers (with their valid draft laws) and tree kinds")
     return parser
@@ -200,6 +220,47 @@ def _run_hunt(args) -> int:
     return 0
 
 
+def _run_optimum(args) -> int:
+    from verispec.lp_analysis.single_position import iid_ot_optimum, without_replacement_ot_optimum
+
+    p = parse_distribution(args.target, exact=args.exact, name="--target")
+    q = parse_distribution(args.draft, exact=args.exact, name="--draft")
+    if len(p) != len(q):
+        raise InvalidProblemError(f"--target has {len(p)} probabilities but --draft has {len(q)}")
+    if args.k < 1:
+        raise VerispecError(f"--k must be at least 1, got {args.k}")
+    solve = without_replacement_ot_optimum if args.without_replacement else iid_ot_optimum
+    optimum = solve(p, q, args.k)
+    data = {"alpha_star": float(optimum.alpha), "minimiser": sorted(optimum.minimiser), "k": args.k,
+            "without_replacement": args.without_replacement}
+    if args.exact:
+        data["alpha_star_exact"] = str(optimum.alpha)
+    if args.lp:
+        from verispec.lp_analysis.draft_laws import iid_draft_law, without_replacement_draft_law
+        from verispec.lp_analysis.ot import ot_coupling
+
+        law = (without_replacement_draft_law if args.without_replacement else iid_draft_law)(q, args.k)
+        data["lp_alpha_star"] = float(ot_coupling(p, law).optimum)
+    if args.json:
+        print(json.dumps(data))
+    else:
+        for key, value in data.items():
+            print(f"{key:<20} {value}")
+    return 0
+
+
+def _run_bound(args) -> int:
+    from verispec.lp_analysis.gaps import gap_report
+    from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
+
+    args.exact = False
+    problem = _problem_from_args(args)
+    drafter = parse_tree(args.tree)
+    report = gap_report(problem, drafter, REGISTRY.values(), limit=args.max_variables or DEFAULT_MAX_VARIABLES)
+    print(json.dumps(report.to_json()) if args.json else report.table())
+    return 0
+
+
 def _run_list(args) -> int:
     print("verifiers:")
     for name, verifier in sorted(REGISTRY.items()):
@@ -215,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _build_parser().parse_args(argv)
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
-                "list": _run_list}[args.command](args)
+                "optimum": _run_optimum, "bound": _run_bound, "list": _run_list}[args.command](args)
     except VerispecError as error:
         message = " ".join(str(error).split())
         print(f"verispec: error: {message}", file=sys.stderr)

@@ -84,14 +84,6 @@ def _continuation_factors(problem: Problem, depth: int) -> list[np.ndarray]:
     return factors
 
 
-def estimated_variables(problem: Problem, drafter: Drafter) -> int:
-    """An upper estimate of the LP's variable count before enumerating outcomes."""
-    size = problem.vocab_size
-    depth = drafter.depth
-    nodes = sum(size ** d for d in range(depth + 1))
-    return nodes * size * max(1, size ** depth)
-
-
 def optimal_block_efficiency(problem: Problem, drafter: Drafter, *,
                              limit: int = DEFAULT_MAX_VARIABLES) -> MultiStepOptimum:
     """Maximise E[tau + 1] over every valid verifier for trees drawn by ``drafter`` on ``problem``."""
