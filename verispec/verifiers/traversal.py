@@ -56,14 +56,21 @@ def deletion_update(weight, p: np.ndarray, q: np.ndarray, token: int):
     arrays, the inputs are not modified. S / (S + 1 - weight) is 0/0 only when weight = 1 and p = q, a
     state whose children all have weight 1 and so are never deleted; 1 is used there, as in block
     verification.
+
+    When S = 0 the residual is empty and the current p is kept instead. In exact arithmetic that changes
+    nothing: with weight < 1 the new weight is 0 and the residual is never emitted, and with weight = 1
+    the deletion has probability zero. In float64 a true S of 1e-25 can round to 0 (a draft token of
+    q = 1e-25 beside p ~ q elsewhere); such a state is reached only through a draft of probability about
+    q, so its mass is below rounding, but an empty residual would leave the emission law short of one.
     """
     excess = positive_part(weight * p - q)
     mass = excess.sum()
     denominator = mass + (1 - weight)  # parenthesised: weight = 1 must give exactly 1
     new_weight = mass / denominator if denominator > 0 else denominator * 0 + 1
+    new_target = excess / mass if mass > 0 else p
     remaining = q.copy()
     remaining[token] = 0 * remaining[token]
-    return new_weight, normalize(excess), normalize(remaining)
+    return new_weight, new_target, normalize(remaining)
 
 
 def traversal_emission_law(tree: DraftTree) -> np.ndarray:
@@ -129,3 +136,19 @@ class TraversalVerifier(Verifier):
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         return traversal_procedure(tree, chooser)
+
+
+class TraversalIIDVerifier(TraversalVerifier):
+    """Traversal Verification on i.i.d. child lists (``iid:K,L``, ``delayed:K,L1,L2``, ``branch-iid:...``).
+
+    Weng et al. define the rule for siblings drawn without replacement only. Here it runs unchanged on
+    each node's DISTINCT children in order of first appearance (``DraftTree.child_nodes``), as if they had
+    been drawn without replacement. That is exactly lossless: given the first distinct child c and its
+    multiplicity m, c ~ q, c's subtree is drawn from m i.i.d. continuations, and the later siblings are
+    i.i.d. draws from q(. | not c), independent of c's subtree; the induction behind Traversal needs only
+    that (docs/traversal_iid.md gives the argument and the exact checks). Any other order of the distinct
+    children (e.g. by token id) is lossy.
+    """
+
+    name = "traversal-iid"
+    valid_for = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
