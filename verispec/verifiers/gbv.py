@@ -24,6 +24,8 @@ lossless; the other paths only influence which path is selected. K = 1 is plain 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from verispec.simulator.chooser import Chooser
@@ -75,7 +77,7 @@ def skewed_drafts(tree: DraftTree, nodes: list[int], paths: int) -> list[np.ndar
     mass = 1 + 0 * tree.p[0, 0]    # x: draft probability of the prefix
     below_path = 0 * mass          # A: draft mass of same-length prefixes ranked below it
     drafts = []
-    for here, child in zip(nodes[:-1], nodes[1:]):
+    for here, child in itertools.pairwise(nodes):
         p, q = tree.p[here], tree.q[here]
         below = mass_ranked_below(p, q)
         low = below_path + mass * below
