@@ -201,8 +201,9 @@ def test_traversal_iid_token_order_worked_example():
     # Draws (b, b) 1/9: b. So P(first token a) = (4/9)(1/2) + (4/9)(1/2) = 4/9, not p(a) = 1/3: TV 1/9.
     # (First-appearance order tries b first after (b, a), giving a w.p. (4/9)(1/2) + (2/9)(1/2) = 1/3.)
     verifier, _ = BROKEN_PATH_VERIFIERS["traversal-iid-token-order"]
-    result = analyze(sun_toy_problem(), RootIIDDrafter(2, 1), verifier)
-    first = result.output_law.continued_with_target(sun_toy_problem()).sum(axis=1)
+    problem = load_problem(DOCS / "traversal_iid_sun_toy.json")  # the witness file of docs/traversal_iid.md
+    result = analyze(problem, RootIIDDrafter(2, 1), verifier)
+    first = result.output_law.continued_with_target(problem).sum(axis=1)
     np.testing.assert_allclose(first, [4 / 9, 5 / 9], atol=1e-15)
     assert result.tv_distance == pytest.approx(1 / 9, abs=1e-15)
 
