@@ -10,10 +10,12 @@ from verispec.errors import UnknownVerifierError
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.base import ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
+from verispec.verifiers.gbv import GreedyBlockVerifier
 from verispec.verifiers.naive import NaiveVerifier
 from verispec.verifiers.naivetree import NaiveTreeSolver
 from verispec.verifiers.nss import NaiveSamplingSolver
 from verispec.verifiers.specinfer import SpecInferSolver
+from verispec.verifiers.traversal import TraversalIIDVerifier, TraversalVerifier
 from verispec.verifiers.tree_walk import NodeSolver, ProcedureSolver, TopDownVerifier
 
 REGISTRY: dict[str, Verifier] = {
@@ -24,6 +26,9 @@ REGISTRY: dict[str, Verifier] = {
         TopDownVerifier(NaiveSamplingSolver()),
         TopDownVerifier(NaiveTreeSolver()),
         TopDownVerifier(SpecInferSolver()),
+        TraversalVerifier(),
+        TraversalIIDVerifier(),
+        GreedyBlockVerifier(),
     )
 }
 

@@ -1,0 +1,120 @@
+"""Deliberately broken path-level tree verifiers: traps 4 and 6 of ../shared/reference/verifiers.md, and
+Traversal on i.i.d. children in the wrong order. Each must be flagged lossy by the exact engine.
+
+The Traversal variants share one plain procedure (written here afresh, not imported from the shipped
+module) with switches for the three mistakes; with every switch off it is the correct rule, which the
+tests check too, so each broken variant differs from a lossless rule by exactly one mistake.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from verispec.simulator.distributions import normalize, positive_part, ratio_min_one
+from verispec.simulator.drafters import DraftLaw
+from verispec.verifiers import ProcedureVerifier
+from verispec.verifiers.gbv import block_law_on_path
+
+WITHOUT_REPLACEMENT = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
+IID = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
+
+
+def traversal(tree, chooser, *, parent_update="paper", recompute=True, emit_residual=True, order=None):
+    """Weng et al. 2025, Alg. 1, with one optional mistake.
+
+    parent_update: "paper" p_b <- S / (S + 1 - p_b); "one-minus-q" p_b <- min(1, S / (1 - q(x_a))) (trap 4;
+        clipped so that it stays a probability).
+    recompute: False keeps the weights computed at the start for the remaining descendants (trap 4).
+    emit_residual: False emits from the original p(. | X_a) instead of the current residual (trap 4).
+    order: a function (tree, node) -> children order; default the distinct children in first appearance.
+    """
+    children = [list(order(tree, n) if order else tree.child_nodes[n]) for n in range(tree.num_nodes)]
+    target = [tree.p[n] for n in range(tree.num_nodes)]
+    draft = [tree.q[n] for n in range(tree.num_nodes)]
+    weight = [None] * tree.num_nodes
+
+    def init_below(node):
+        for child in children[node]:
+            token = tree.token[child]
+            weight[child] = ratio_min_one(weight[node] * target[node][token], draft[node][token])
+            init_below(child)
+
+    weight[0] = 1.0
+    init_below(0)
+    while True:
+        leaf = 0
+        while children[leaf]:
+            leaf = children[leaf][0]
+        emit_from = target[leaf] if emit_residual else tree.p[leaf]
+        if leaf == 0:
+            return 0, chooser.categorical(emit_from)
+        if chooser.bernoulli(weight[leaf]):
+            return leaf, chooser.categorical(emit_from)
+        parent, token = tree.parent[leaf], tree.token[leaf]
+        children[parent].pop(0)
+        excess = positive_part(weight[parent] * target[parent] - draft[parent])
+        mass = excess.sum()
+        if parent_update == "paper":
+            denominator = mass + (1 - weight[parent])
+            weight[parent] = mass / denominator if denominator > 0 else 1.0
+        else:
+            weight[parent] = min(1.0, mass / (1 - draft[parent][token]))
+        target[parent] = excess / mass if mass > 0 else target[parent]
+        remaining = draft[parent].copy()
+        remaining[token] = 0.0
+        draft[parent] = normalize(remaining)
+        if recompute:
+            init_below(parent)
+
+
+def _by_token_id(tree, node):
+    return sorted(tree.child_nodes[node], key=lambda child: tree.token[child])
+
+
+def gbv_tied_ranking(tree, chooser):
+    """GBV ranking by min(1, p/q) (trap 6): the CDF breaks ties by token id, the greedy descent by the
+    first child in the child list. Written through the emission law of block verification on the selected
+    path with the skewed drafts of the CDF order, then sampled."""
+    nodes = [0]
+    while tree.child_nodes[nodes[-1]]:
+        here = nodes[-1]
+        score = [ratio_min_one(tree.p[here, t], tree.q[here, t]) if tree.q[here, t] > 0 else 2.0
+                 for t in range(tree.vocab_size)]
+        nodes.append(max(tree.child_nodes[here], key=lambda child: score[tree.token[child]]))  # first max wins
+    paths = len(tree.child_tokens[0])
+    drafts, mass, below_path = [], 1.0, 0.0
+    for here, child in itertools.pairwise(nodes):
+        p, q = tree.p[here], tree.q[here]
+        score = [ratio_min_one(p[t], q[t]) if q[t] > 0 else 2.0 for t in range(tree.vocab_size)]
+        below, running = q * 0, 0.0
+        for token in sorted(range(tree.vocab_size), key=lambda t: (score[t], t)):  # ties: token id
+            below[token], running = running, running + q[token]
+        low, high = below_path + mass * below, below_path + mass * (below + q)
+        drafts.append((high ** paths - low ** paths) / ((below_path + mass) ** paths - below_path ** paths))
+        below_path, mass = low[tree.token[child]], mass * q[tree.token[child]]
+    law = block_law_on_path(tree, nodes, drafts)
+    flat = [(node, token) for node in range(tree.num_nodes) for token in range(tree.vocab_size)]
+    return flat[chooser.categorical([law[node, token] for node, token in flat])]
+
+
+BROKEN_PATH_VERIFIERS = {
+    "traversal-update-one-minus-q": (
+        ProcedureVerifier("traversal-update-one-minus-q",
+                          lambda tree, chooser: traversal(tree, chooser, parent_update="one-minus-q"),
+                          WITHOUT_REPLACEMENT), "branch:2,2"),
+    "traversal-no-recompute": (
+        ProcedureVerifier("traversal-no-recompute",
+                          lambda tree, chooser: traversal(tree, chooser, recompute=False), WITHOUT_REPLACEMENT),
+        "branch:2,2"),
+    "traversal-emit-original-p": (
+        ProcedureVerifier("traversal-emit-original-p",
+                          lambda tree, chooser: traversal(tree, chooser, emit_residual=False), WITHOUT_REPLACEMENT),
+        "branch:2,2"),
+    "traversal-iid-token-order": (
+        ProcedureVerifier("traversal-iid-token-order",
+                          lambda tree, chooser: traversal(tree, chooser, order=_by_token_id), IID), "iid:2,1"),
+    "gbv-tied-ranking": (ProcedureVerifier("gbv-tied-ranking", gbv_tied_ranking, IID), "iid:2,1"),
+}
+
+#: The same procedure with no mistake: must be lossless (so each broken variant isolates one mistake).
+CORRECT_TRAVERSAL = ProcedureVerifier("traversal-reference", traversal, WITHOUT_REPLACEMENT | IID)

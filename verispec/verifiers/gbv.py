@@ -1,0 +1,139 @@
+"""Greedy multi-path block verification, GBV (Thomas & Pal 2026, arXiv 2602.16961).
+
+Draft law: K i.i.d. draft paths of length L from the root (``iid:K,L``). Glossary:
+
+* *rank key* at a node u: the strict total order key(t) = (p(t|u) / q(t|u), t) over tokens (tokens with
+  q(t|u) = 0 are never drafted and rank above every drafted one; they carry no draft mass, so where they
+  sit changes nothing). ONE order serves both the greedy descent and the CDFs below: breaking ties
+  differently in the two places is lossy (reference, trap 6; tests/broken_paths.py).
+* *selected path*: from the root, repeatedly move to the child with the largest key. Since every path has
+  length L, this is the lexicographically largest of the K paths under the per-node orders.
+* *skewed draft* q_skew(. | u): the law of the next token of the lexicographically largest of K i.i.d.
+  paths given that its prefix is u. With x = q(u) (draft probability of the prefix u), A = draft mass of
+  the prefixes of the same length ranked below u, below(t) = draft mass at u of the tokens ranked below t:
+
+      q_skew(t | u) = [(A + x below(t) + x q(t|u))^K - (A + x below(t))^K] / [(A + x)^K - A^K]
+
+  (the max prefix is <= ut minus the max prefix is < ut, given the max prefix is u); along the path
+  x <- x q(t|u) and A <- A + x below(t). For K = 1, q_skew = q.
+
+The selected path is distributed as a single path drawn from the conditionals q_skew, so block
+verification (Sun et al. 2024, arXiv 2403.10444) with q replaced by q_skew on the selected path is
+lossless; the other paths only influence which path is selected. K = 1 is plain block verification.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from verispec.simulator.chooser import Chooser
+from verispec.simulator.distributions import ratio_min_one, zeros
+from verispec.simulator.drafters import DraftLaw
+from verispec.simulator.trees import DraftTree
+from verispec.verifiers.base import Verifier
+from verispec.verifiers.block import _correction, _stop_probability
+
+
+def rank_key(p: np.ndarray, q: np.ndarray, token: int) -> tuple:
+    """The strict total order (p/q, token id); undrafted tokens (q = 0) rank above all drafted ones."""
+    if q[token] > 0:
+        return (0, p[token] / q[token], token)
+    return (1, 0, token)
+
+
+def mass_ranked_below(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """below[t] = sum of q(s) over tokens s ranked strictly below t by ``rank_key``; shape [V]."""
+    below = zeros(q.shape, exact=q.dtype == object)
+    running = 0 * q[0]
+    for token in sorted(range(len(q)), key=lambda t: rank_key(p, q, t)):
+        below[token] = running
+        running = running + q[token]
+    return below
+
+
+def greedy_path(tree: DraftTree) -> list[int]:
+    """Node ids root..leaf of the selected path: the child with the largest rank key at every step."""
+    nodes = [0]
+    while tree.child_nodes[nodes[-1]]:
+        here = nodes[-1]
+        nodes.append(max(tree.child_nodes[here], key=lambda c: rank_key(tree.p[here], tree.q[here], int(tree.token[c]))))
+    return nodes
+
+
+def number_of_paths(tree: DraftTree) -> int:
+    """K: the root's child list holds one draw per i.i.d. path."""
+    return len(tree.child_tokens[0])
+
+
+def _power_difference_quotient(high, low, power: int):
+    """(high^K - low^K) / (high - low) = sum_{j<K} high^j low^(K-1-j), a sum of non-negative terms."""
+    return sum(high ** j * low ** (power - 1 - j) for j in range(power))
+
+
+def skewed_drafts(tree: DraftTree, nodes: list[int], paths: int) -> list[np.ndarray]:
+    """q_skew(. | nodes[i]) for i = 0..L-1 along the selected path (see the module docstring)."""
+    mass = 1 + 0 * tree.p[0, 0]    # x: draft probability of the prefix
+    below_path = 0 * mass          # A: draft mass of same-length prefixes ranked below it
+    drafts = []
+    for here, child in itertools.pairwise(nodes):
+        p, q = tree.p[here], tree.q[here]
+        below = mass_ranked_below(p, q)
+        low = below_path + mass * below
+        high = low + mass * q
+        # a^K - b^K = (a - b) sum_j a^j b^(K-1-j): with a - b = x q(t) this form has no cancellation
+        # (a draft token of q = 1e-12 next to a ranked-below mass of 1 would lose half its digits).
+        drafts.append(q * _power_difference_quotient(high, low, paths)
+                      / _power_difference_quotient(below_path + mass, below_path, paths))
+        token = int(tree.token[child])
+        below_path = low[token]
+        mass = mass * q[token]
+    return drafts
+
+
+def block_law_on_path(tree: DraftTree, nodes: list[int], drafts: list[np.ndarray]) -> np.ndarray:
+    """Block verification's emission law on the path ``nodes`` with draft conditionals ``drafts``."""
+    length = len(nodes) - 1
+    weights = [1]
+    for i in range(1, length + 1):
+        token = int(tree.token[nodes[i]])
+        weights.append(ratio_min_one(weights[-1] * tree.p[nodes[i - 1], token], drafts[i - 1][token]))
+    law = zeros((tree.num_nodes, tree.vocab_size), exact=tree.exact)
+    none_later = 1  # backward scan: P(tau = i) = h_i prod_{j > i} (1 - h_j), h_L = w_L, h_0 = 1
+    for i in range(length, -1, -1):
+        node = nodes[i]
+        if i == length:
+            h = weights[length]
+            law[node] = h * tree.p[node]
+        else:
+            h = _stop_probability(weights[i], tree.p[node], drafts[i]) if i > 0 else 1
+            law[node] = none_later * h * _correction(weights[i], tree.p[node], drafts[i])
+        none_later = none_later * (1 - h)
+    return law
+
+
+class GreedyBlockVerifier(Verifier):
+    name = "gbv"
+    valid_for = frozenset({DraftLaw.ROOT_IID_PATHS})
+
+    def emission_law(self, tree: DraftTree) -> np.ndarray:
+        nodes = greedy_path(tree)
+        return block_law_on_path(tree, nodes, skewed_drafts(tree, nodes, number_of_paths(tree)))
+
+    def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
+        # Select greedily, then Sun et al.'s Alg. 2 (forward form) with q_skew: one uniform per position,
+        # tau = the LAST position that passed.
+        nodes = greedy_path(tree)
+        drafts = skewed_drafts(tree, nodes, number_of_paths(tree))
+        length = len(nodes) - 1
+        weight, tau, weight_at_tau = 1, 0, 1
+        for i in range(1, length + 1):
+            token = int(tree.token[nodes[i]])
+            weight = ratio_min_one(weight * tree.p[nodes[i - 1], token], drafts[i - 1][token])
+            h = _stop_probability(weight, tree.p[nodes[i]], drafts[i]) if i < length else weight
+            if chooser.bernoulli(h):
+                tau, weight_at_tau = i, weight
+        if tau == length:
+            return nodes[tau], chooser.categorical(tree.p[nodes[tau]])
+        return nodes[tau], chooser.categorical(_correction(weight_at_tau, tree.p[nodes[tau]], drafts[tau]))
