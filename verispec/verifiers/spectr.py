@@ -31,6 +31,7 @@ import numpy as np
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, zeros
 from verispec.simulator.drafters import DraftLaw
+from verispec.verifiers.node_cache import NodeCache, node_key
 from verispec.verifiers.tree_walk import NodeSolver
 
 #: Bisection steps; 200 halvings of [1, K] reach adjacent float64 values long before they run out.
@@ -100,21 +101,29 @@ class SpecTrSolver(NodeSolver):
     name = "spectr"
     valid_for = frozenset({DraftLaw.IID_CHILDREN})
 
+    def __init__(self):
+        self._cache = NodeCache()
+
+    def parameters(self, p: np.ndarray, q: np.ndarray, num_drafts: int):
+        """(rho*, p_res) at a node, cached: the bisection runs once per distinct (p, q, K)."""
+        def build():
+            rho = kseq_rho(p, q, num_drafts)
+            return rho, kseq_residual(p, q, rho, num_drafts)
+        return self._cache.get_or_build(node_key(p, q, num_drafts), build)
+
     def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        num_drafts = len(children)
-        rho = kseq_rho(p, q, num_drafts)
+        rho, leftover = self.parameters(p, q, len(children))
         law = zeros(p.shape, exact=p.dtype == object)
         all_rejected = 1  # P(candidates 1..i-1 all rejected)
         for token in children:
             accept = ratio_min_one(p[token], rho * q[token])
             law[token] += all_rejected * accept
             all_rejected = all_rejected * (1 - accept)
-        return law + all_rejected * kseq_residual(p, q, rho, num_drafts)
+        return law + all_rejected * leftover
 
     def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
-        num_drafts = len(children)
-        rho = kseq_rho(p, q, num_drafts)
+        rho, leftover = self.parameters(p, q, len(children))
         for token in children:
             if chooser.bernoulli(ratio_min_one(p[token], rho * q[token])):
                 return token
-        return chooser.categorical(kseq_residual(p, q, rho, num_drafts))
+        return chooser.categorical(leftover)
