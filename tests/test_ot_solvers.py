@@ -129,8 +129,11 @@ def test_spectr_rho_is_the_root_from_above(node):
     rho = kseq_rho(p, q, num_drafts)
     assert 1 <= rho <= num_drafts
     assert kseq_gap(p, q, rho, num_drafts) >= 0  # the losslessness condition, as computed
-    beta = lambda r: np.minimum(q, p / r).sum()  # noqa: E731
-    gap = lambda r: r * beta(r) - (1 - (1 - beta(r)) ** num_drafts)  # noqa: E731
+
+    def gap(r):
+        beta = np.minimum(q, p / r).sum()
+        return r * beta - (1 - (1 - beta) ** num_drafts)
+
     assert rho == pytest.approx(brentq_root(gap, num_drafts), abs=1e-12)
 
 
@@ -202,3 +205,12 @@ def test_trap_problems_violate_the_rho_condition(which):
     root = kseq_rho(p, q, 2)
     assert root > 1
     assert gap_at(p, q, 1.0, 2) < -1e-3 and gap_at(p, q, (1 + root) / 2, 2) < -1e-6
+
+
+@pytest.mark.parametrize("truncation", [1, 2])
+def test_truncated_khisti_is_exactly_lossless_in_rationals(truncation):
+    problem = ContextFreeProblem([Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)],
+                                 [Fraction(1, 5), Fraction(1, 5), Fraction(3, 5)], exact=True)
+    for spec in ("iid:3,1", "delayed:2,1,1"):
+        result = analyze(problem, parse_tree(spec), TRUNCATED[truncation])
+        assert result.tv_distance == 0 and isinstance(result.block_efficiency, Fraction)
