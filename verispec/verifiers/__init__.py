@@ -11,10 +11,13 @@ from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.base import ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
 from verispec.verifiers.gbv import GreedyBlockVerifier
+from verispec.verifiers.khisti import KhistiSolver
 from verispec.verifiers.naive import NaiveVerifier
 from verispec.verifiers.naivetree import NaiveTreeSolver
 from verispec.verifiers.nss import NaiveSamplingSolver
+from verispec.verifiers.otlp import OTLPSolver
 from verispec.verifiers.specinfer import SpecInferSolver
+from verispec.verifiers.spectr import SpecTrSolver
 from verispec.verifiers.traversal import TraversalIIDVerifier, TraversalVerifier
 from verispec.verifiers.tree_walk import NodeSolver, ProcedureSolver, TopDownVerifier
 
@@ -26,6 +29,9 @@ REGISTRY: dict[str, Verifier] = {
         TopDownVerifier(NaiveSamplingSolver()),
         TopDownVerifier(NaiveTreeSolver()),
         TopDownVerifier(SpecInferSolver()),
+        TopDownVerifier(SpecTrSolver()),
+        TopDownVerifier(OTLPSolver()),
+        TopDownVerifier(KhistiSolver()),
         TraversalVerifier(),
         TraversalIIDVerifier(),
         GreedyBlockVerifier(),

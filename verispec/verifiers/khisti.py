@@ -1,0 +1,201 @@
+"""Khisti et al. 2025's two-step importance-sampling node solver ("Multi-Draft Speculative Sampling: Canonical
+Decomposition and Theoretical Limits", arXiv 2410.18234; reference, "Single position, K drafts").
+
+Step 1 picks one intermediate token Y' among the node's drafts x = (x_1..x_K) with weights beta_y(x); under
+K i.i.d. drafts from q, Y' has law p_I(y) = sum_x Q(x) beta_y(x). Step 2 is single-draft speculative
+sampling of Y' against p with proposal p_I: accept Y' with probability min(1, p(Y') / p_I(Y')), else draw
+Y ~ norm((p - p_I)+). The node's drafts are accepted iff the final Y is one of them. The rule is lossless
+for ANY weights, provided p_I is the exact law of Y' (it is computed from the weights actually used, never
+from an LP's objective); the weights only decide how much is accepted.
+
+Choice of weights (``KhistiSolver(exact_limit=..., truncation=...)``):
+
+* Exact weight LP (their Thm. 1; ``lp_analysis.importance.importance_weights``) over all ordered draft
+  tuples, whenever it has at most ``EXACT_WEIGHT_LP_MAX_VARIABLES`` = 20,000 variables (about V^K K);
+  its optimum sum min(p, p_I) equals the OT optimum, so the node's acceptance is alpha*.
+* Otherwise the deployed s-truncated scheme (their Sec. 4 / App. I; ``truncated_pair_weights``) with
+  s = ``DEFAULT_TRUNCATION`` = 5 (the smallest threshold their Table 2 compares, 5, 10, 15, at equal
+  block efficiency): two drafts are merged by the truncated pairwise LP (rank by p - q1 q2; free weights
+  only among the top s tokens; otherwise the better-ranked token wins). For K > 2 drafts the pairwise rule is applied as a tournament in draft order: the winner of
+  x_1..x_i, whose law q_W^(i) is computed exactly, meets x_(i+1) ~ q, and the LP of round i uses
+  (q1, q2) = (q_W^(i), q). Independence of the challenger from the earlier drafts makes each round's law
+  exact, so the tournament stays lossless; it is not optimal for K > 2. (The paper's own extension of the
+  truncated LP beyond two drafts could not be confirmed from its text here; the tournament is verispec's
+  choice.)
+
+K = 1 is the naive rule (Y' = x_1, p_I = q). Exact mode (Fractions): weights are solved in float64,
+converted to Fractions and renormalised per draft outcome, and p_I is recomputed exactly, so the rule is
+exactly lossless. Each (p, q, K) is solved once per solver instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from verispec.lp_analysis.draft_laws import iid_draft_law
+from verispec.lp_analysis.importance import PairSelection, importance_weights, truncated_pair_weights
+from verispec.simulator.chooser import Chooser
+from verispec.simulator.distributions import ratio_min_one, residual, zeros
+from verispec.simulator.drafters import DraftLaw
+from verispec.verifiers.node_cache import NodeCache, node_key
+from verispec.verifiers.tree_walk import NodeSolver
+
+#: Largest exact weight LP (variables) solved per node before falling back to the truncated scheme.
+EXACT_WEIGHT_LP_MAX_VARIABLES = 20_000
+
+#: s of the truncated scheme: the number of top-ranked tokens whose pairwise weights are optimised.
+DEFAULT_TRUNCATION = 5
+
+
+def correction_law(p: np.ndarray, intermediate: np.ndarray) -> np.ndarray:
+    """norm((p - p_I)+), or p when that vector vanishes.
+
+    It vanishes in float64 only when the whole rejection mass, sum_y (p_I(y) - p(y))+ (equal to the mass
+    of (p - p_I)+), is at rounding level (p_I equal to p to ~1e-16); any law in its place then moves the
+    output by at most that mass, and p keeps the per-tree law summing to one. In exact arithmetic a zero
+    vector means nothing is ever rejected, so the stand-in is never used.
+    """
+    law = residual(p, intermediate)
+    return law if law.sum() > 0 else p.copy()
+
+
+def _number(value, exact: bool):
+    return Fraction(value) if exact else float(value)
+
+
+@dataclass(frozen=True, eq=False)
+class ExactSelection:
+    """Step 1 from the exact weight LP: beta(x) for every ordered tuple x, and p_I."""
+
+    weights: dict[tuple[int, ...], np.ndarray]  # x -> [V] beta_.(x)
+    intermediate: np.ndarray                    # [V] p_I
+
+    def law(self, children: tuple[int, ...]) -> np.ndarray:
+        return self.weights[tuple(children)]
+
+    def sample(self, children: tuple[int, ...], chooser: Chooser) -> int:
+        return chooser.categorical(self.weights[tuple(children)])
+
+
+@dataclass(frozen=True, eq=False)
+class TournamentSelection:
+    """Step 1 from the truncated pairwise scheme: round i merges the winner so far with draft i + 1."""
+
+    rounds: tuple[np.ndarray, ...]  # [V, V] first_wins[a, b] = P(pick a | winner so far a, challenger b)
+    intermediate: np.ndarray        # [V] law of the final winner
+
+    def law(self, children: tuple[int, ...]) -> np.ndarray:
+        winner = zeros(self.intermediate.shape, exact=self.intermediate.dtype == object)
+        winner[children[0]] += 1
+        for first_wins, challenger in zip(self.rounds, children[1:]):
+            kept = winner * first_wins[:, challenger]
+            lost = (winner - kept).sum()
+            winner = kept
+            winner[challenger] += lost
+        return winner
+
+    def sample(self, children: tuple[int, ...], chooser: Chooser) -> int:
+        winner = children[0]
+        for first_wins, challenger in zip(self.rounds, children[1:]):
+            if not chooser.bernoulli(first_wins[winner, challenger]):
+                winner = challenger
+        return winner
+
+
+def _pair_matrix(selection: PairSelection, size: int, exact: bool) -> np.ndarray:
+    """first_wins[a, b] for every token pair, in the problem's number system."""
+    matrix = np.empty((size, size), dtype=object if exact else np.float64)
+    for a in range(size):
+        for b in range(size):
+            matrix[a, b] = _number(selection.first_wins(a, b), exact)
+    return matrix
+
+
+def _merged_law(first_wins: np.ndarray, q1: np.ndarray, q2: np.ndarray) -> np.ndarray:
+    """Law of the pair winner when a ~ q1 and b ~ q2 independently (exact for the rule actually used)."""
+    keep = first_wins * q1[:, None] * q2[None, :]         # [V, V] P(a, b, pick a)
+    switch = (1 - first_wins) * q1[:, None] * q2[None, :]  # [V, V] P(a, b, pick b)
+    return keep.sum(axis=1) + switch.sum(axis=0)
+
+
+def exact_selection(p: np.ndarray, q: np.ndarray, num_drafts: int) -> ExactSelection:
+    """Step 1 from the exact weight LP for K i.i.d. drafts, in the number system of p and q."""
+    exact = p.dtype == object
+    solved = importance_weights(np.asarray(p, dtype=np.float64),
+                                iid_draft_law(np.asarray(q, dtype=np.float64), num_drafts))
+    if not exact:
+        weights = {outcome: solved.weights[i] for i, outcome in enumerate(solved.outcomes)}
+        return ExactSelection(weights=weights, intermediate=solved.intermediate)
+    law = iid_draft_law(q, num_drafts)
+    weights, intermediate = {}, zeros(p.shape, exact=True)
+    for i, outcome in enumerate(solved.outcomes):
+        row = np.array([Fraction(float(v)) for v in solved.weights[i]], dtype=object)
+        row = row / row.sum()
+        weights[outcome] = row
+        intermediate = intermediate + law[outcome] * row
+    return ExactSelection(weights=weights, intermediate=intermediate)
+
+
+def tournament_selection(p: np.ndarray, q: np.ndarray, num_drafts: int, truncation: int) -> TournamentSelection:
+    """Step 1 from the truncated pairwise scheme applied as a tournament over the drafts in order."""
+    exact = p.dtype == object
+    size = len(p)
+    winner_law, rounds = q.copy(), []
+    for _ in range(num_drafts - 1):
+        selection = truncated_pair_weights(p, winner_law, q, truncation)
+        first_wins = _pair_matrix(selection, size, exact)
+        rounds.append(first_wins)
+        winner_law = _merged_law(first_wins, winner_law, q)
+    return TournamentSelection(rounds=tuple(rounds), intermediate=winner_law)
+
+
+def _exact_lp_variables(q: np.ndarray, num_drafts: int) -> int:
+    support = int(sum(1 for v in q if v > 0))
+    return support ** num_drafts * min(num_drafts, support) + len(q)
+
+
+class KhistiSolver(NodeSolver):
+    valid_for = frozenset({DraftLaw.IID_CHILDREN})
+
+    def __init__(self, *, exact_limit: int = EXACT_WEIGHT_LP_MAX_VARIABLES, truncation: int = DEFAULT_TRUNCATION,
+                 name: str = "khisti"):
+        self.name = name
+        self.exact_limit = exact_limit
+        self.truncation = truncation
+        self._cache = NodeCache()
+
+    def selection(self, p: np.ndarray, q: np.ndarray, num_drafts: int):
+        """The (cached) step-1 rule at a node: exact LP weights when small enough, else the tournament."""
+        def build():
+            if _exact_lp_variables(q, num_drafts) <= self.exact_limit:
+                return exact_selection(p, q, num_drafts)
+            return tournament_selection(p, q, num_drafts, self.truncation)
+        return self._cache.get_or_build(node_key(p, q, num_drafts) + (self.exact_limit, self.truncation), build)
+
+    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
+        if len(children) == 1:
+            intermediate, chosen = q, zeros(p.shape, exact=p.dtype == object)
+            chosen[children[0]] += 1
+        else:
+            selection = self.selection(p, q, len(children))
+            intermediate, chosen = selection.intermediate, selection.law(children)
+        law = zeros(p.shape, exact=p.dtype == object)
+        rejected = 0 * p[0]
+        for token in np.flatnonzero(np.asarray(chosen != 0)):
+            accept = ratio_min_one(p[token], intermediate[token])
+            law[token] += chosen[token] * accept
+            rejected = rejected + chosen[token] * (1 - accept)
+        return law + rejected * correction_law(p, intermediate)
+
+    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+        if len(children) == 1:
+            intermediate, token = q, children[0]
+        else:
+            selection = self.selection(p, q, len(children))
+            intermediate, token = selection.intermediate, selection.sample(children, chooser)
+        if chooser.bernoulli(ratio_min_one(p[token], intermediate[token])):
+            return token
+        return chooser.categorical(correction_law(p, intermediate))
