@@ -2,7 +2,8 @@
 
 Variables pi(n, y | D) >= 0 for every draft outcome D (a draft tree with probability Q(D)), every node n of
 D and every token y: the probability of accepting the path to n and emitting y (an emission law, as every
-verifier in verispec returns). Constraints (reference, "Optimality analysis"):
+verifier in verispec returns; the LP itself holds the joint masses Q(D) pi, which HiGHS solves far more
+accurately). Constraints (reference, "Optimality analysis"):
 
     sum_{n, y} pi(n, y | D) = 1                                  for every D;
     sum_D Q(D) sum_{s = path(n) y prefix of x} pi(n, y | D) p(x_rest | s) = p(x)   for every x in V^(L+1),
@@ -94,9 +95,13 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *,
     check_size(num_variables, what=f"multi-step LP for {drafter.spec} at V={size}", limit=limit)
     factors = [f.ravel() for f in _continuation_factors(problem, depth)]
     num_sequences = size ** (depth + 1)
+    # Variables are joint masses z(n, y, D) = Q(D) pi(n, y | D), not the conditional pi: with pi, draft
+    # outcomes of tiny probability put coefficients near 1e-15 into the validity rows and HiGHS then
+    # returns "optimal" bases that are not (seen: 1.7e-4 below block verification on a chain). With z,
+    # validity coefficients are continuation probabilities in [0, 1] and each outcome's row is sum z = Q(D).
     rows, cols, values = [], [], []
     objective = np.empty(num_variables)
-    groups = []
+    groups, totals = [], []
     column = 0
     for index, (tree, probability) in enumerate(outcomes):
         probability = float(probability)
@@ -111,26 +116,30 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *,
                 offset = (base * size + token) * span
                 rows.append(np.arange(offset, offset + span))
                 cols.append(np.full(span, column))
-                values.append(probability * factors[length - 1][offset:offset + span])
-                objective[column] = probability * length
+                values.append(factors[length - 1][offset:offset + span])
+                objective[column] = length
                 column += 1
-        # normalisation row of this outcome
-        rows.append(np.array([num_sequences + index]))
+        rows.append(np.array([num_sequences + index]))  # sum of this outcome's masses is Q(D)
         cols.append(np.arange(first, column))
         values.append(np.ones(column - first))
-        groups.append((np.arange(first, column), 1.0))
+        groups.append((np.arange(first, column), probability))
+        totals.append(probability)
     rows_flat = np.concatenate([np.broadcast_to(r, c.shape) for r, c in zip(rows, cols)])
     a_eq = sparse.csr_matrix((np.concatenate(values), (rows_flat, np.concatenate(cols))),
                              shape=(num_sequences + len(outcomes), num_variables))
-    b_eq = np.concatenate([np.asarray(target_law(problem, depth + 1), dtype=np.float64).ravel(),
-                           np.ones(len(outcomes))])
+    b_eq = np.concatenate([np.asarray(target_law(problem, depth + 1), dtype=np.float64).ravel(), totals])
+    # The validity rows sum to the outcome rows (both total one), so one of them is implied; leaving it in
+    # makes the system inconsistent at rounding level and HiGHS may call it infeasible.
+    keep = np.arange(1, a_eq.shape[0])
+    a_eq, b_eq = a_eq[keep].tocsr(), b_eq[keep]
     solution = solve_lp(objective, what=f"multi-step LP for {drafter.spec} at V={size}", maximize=True,
                         a_eq=a_eq, b_eq=b_eq, groups=groups, limit=limit)
     laws = {}
     column = 0
     for tree, _ in outcomes:
         count = tree.num_nodes * size
-        laws[tree.shape] = solution.x[column:column + count].reshape(tree.num_nodes, size)
+        masses = solution.x[column:column + count].reshape(tree.num_nodes, size)
+        laws[tree.shape] = masses / masses.sum()
         column += count
     verifier = TabulatedVerifier(f"lp-optimal[{drafter.spec}]", laws, drafter.draft_laws)
     return MultiStepOptimum(block_efficiency=solution.objective, verifier=verifier, num_variables=num_variables,

@@ -36,9 +36,15 @@ CLEAN_TOLERANCE = 1e-9
 #: Largest violation of an equality constraint (a marginal) accepted after cleaning.
 MARGINAL_TOLERANCE = 1e-9
 
-#: HiGHS tolerances, tightened from its 1e-7 defaults so that its answers pass the 1e-9 checks above even
-#: when draft outcomes of tiny probability are involved.
-SOLVER_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+#: HiGHS settings tried in turn until one reaches an optimum that meets MARGINAL_TOLERANCE: the default
+#: feasibility tolerances (1e-7) are looser than ours, and presolve can declare a feasible LP whose
+#: coefficients reach 1e-15 infeasible, so tight tolerances come first and presolve-free runs follow.
+SOLVER_ATTEMPTS = (
+    {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
+    {"presolve": False, "primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
+    {},
+    {"presolve": False},
+)
 
 
 @dataclass(frozen=True)
@@ -70,22 +76,36 @@ def solve_lp(c: np.ndarray, *, what: str, maximize: bool = False,
     """
     c = np.asarray(c, dtype=np.float64)
     check_size(c.size, what=what, limit=limit)
-    result = linprog(-c if maximize else c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds,
-                     method="highs", options=SOLVER_OPTIONS)
-    if result.status != 0 or result.x is None:
-        raise SolverError(f"{what}: HiGHS did not reach an optimum (status {result.status}: {result.message})")
-    x = np.array(result.x, dtype=np.float64)
+    objective = -c if maximize else c
+    failure = "no attempt was made"
+    for options in SOLVER_ATTEMPTS:
+        result = linprog(objective, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs",
+                         options=options)
+        if result.status != 0 or result.x is None:
+            failure = f"HiGHS did not reach an optimum (status {result.status}: {result.message})"
+            continue
+        try:
+            x = _checked(np.array(result.x, dtype=np.float64), a_eq, b_eq, a_ub, b_ub, groups)
+        except SolverError as error:
+            failure = str(error)
+            continue
+        return LPSolution(x=x, objective=float(c @ x))
+    raise SolverError(f"{what}: {failure}")
+
+
+def _checked(x: np.ndarray, a_eq, b_eq, a_ub, b_ub, groups) -> np.ndarray:
+    """Clean a raw solution (tiny negatives, group totals) and verify every constraint; SolverError if not."""
     if not np.isfinite(x).all():
-        raise SolverError(f"{what}: HiGHS returned non-finite values")
+        raise SolverError("HiGHS returned non-finite values")
     if x.size and x.min() < -CLEAN_TOLERANCE:
-        raise SolverError(f"{what}: HiGHS returned a clearly negative variable ({x.min():.3g})")
+        raise SolverError(f"HiGHS returned a clearly negative variable ({x.min():.3g})")
     x = np.maximum(x, 0.0)
     for indices, total in groups:
         mass = x[indices].sum()
         if mass > 0:
             x[indices] *= total / mass
         elif total > CLEAN_TOLERANCE:
-            raise SolverError(f"{what}: a group of variables that must carry mass {total:.3g} is all zero")
+            raise SolverError(f"a group of variables that must carry mass {total:.3g} is all zero")
         else:
             # Below the solver's resolution (e.g. a draft outcome of probability 1e-24): any split meets
             # the constraint and moves the objective by less than the tolerance; spread it evenly.
@@ -93,10 +113,10 @@ def solve_lp(c: np.ndarray, *, what: str, maximize: bool = False,
     if a_eq is not None:
         violation = np.abs(a_eq @ x - b_eq).max(initial=0.0)
         if violation > MARGINAL_TOLERANCE:
-            raise SolverError(f"{what}: the solution violates an equality constraint (a marginal) by "
+            raise SolverError(f"the solution violates an equality constraint (a marginal) by "
                               f"{violation:.3g} > {MARGINAL_TOLERANCE:g}")
     if a_ub is not None:
         excess = (a_ub @ x - b_ub).max(initial=0.0)
         if excess > MARGINAL_TOLERANCE:
-            raise SolverError(f"{what}: the solution violates an inequality constraint by {excess:.3g}")
-    return LPSolution(x=x, objective=float(c @ x))
+            raise SolverError(f"the solution violates an inequality constraint by {excess:.3g}")
+    return x

@@ -58,7 +58,8 @@ def greedy_path(tree: DraftTree) -> list[int]:
     nodes = [0]
     while tree.child_nodes[nodes[-1]]:
         here = nodes[-1]
-        nodes.append(max(tree.child_nodes[here], key=lambda c: rank_key(tree.p[here], tree.q[here], int(tree.token[c]))))
+        nodes.append(max(tree.child_nodes[here],
+                         key=lambda c: rank_key(tree.p[here], tree.q[here], int(tree.token[c]))))
     return nodes
 
 

@@ -16,8 +16,9 @@ Choice of weights (``KhistiSolver(exact_limit=..., truncation=...)``):
 * Otherwise the deployed s-truncated scheme (their Sec. 4 / App. I; ``truncated_pair_weights``) with
   s = ``DEFAULT_TRUNCATION`` = 5 (the smallest threshold their Table 2 compares, 5, 10, 15, at equal
   block efficiency): two drafts are merged by the truncated pairwise LP (rank by p - q1 q2; free weights
-  only among the top s tokens; otherwise the better-ranked token wins). For K > 2 drafts the pairwise rule is applied as a tournament in draft order: the winner of
-  x_1..x_i, whose law q_W^(i) is computed exactly, meets x_(i+1) ~ q, and the LP of round i uses
+  only among the top s tokens; otherwise the better-ranked token wins). For K > 2 drafts the pairwise
+  rule is applied as a tournament in draft order: the winner of x_1..x_i, whose law q_W^(i) is computed
+  exactly, meets x_(i+1) ~ q, and the LP of round i uses
   (q1, q2) = (q_W^(i), q). Independence of the challenger from the earlier drafts makes each round's law
   exact, so the tournament stays lossless; it is not optimal for K > 2. (The paper's own extension of the
   truncated LP beyond two drafts could not be confirmed from its text here; the tournament is verispec's
