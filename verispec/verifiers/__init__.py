@@ -5,10 +5,13 @@ from __future__ import annotations
 from verispec.errors import UnknownVerifierError
 from verispec.verifiers.base import ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
+from verispec.verifiers.greedy import GreedySolver
 from verispec.verifiers.naive import NaiveVerifier
 from verispec.verifiers.naivetree import NaiveTreeSolver
 from verispec.verifiers.nss import NaiveSamplingSolver
+from verispec.verifiers.rrsw import RRSWSolver
 from verispec.verifiers.specinfer import SpecInferSolver
+from verispec.verifiers.spechub import SpecHubSolver
 from verispec.verifiers.tree_walk import NodeSolver, TopDownVerifier
 
 REGISTRY: dict[str, Verifier] = {
@@ -19,6 +22,9 @@ REGISTRY: dict[str, Verifier] = {
         TopDownVerifier(NaiveSamplingSolver()),
         TopDownVerifier(NaiveTreeSolver()),
         TopDownVerifier(SpecInferSolver()),
+        TopDownVerifier(RRSWSolver()),
+        TopDownVerifier(SpecHubSolver()),
+        TopDownVerifier(GreedySolver()),
     )
 }
 
