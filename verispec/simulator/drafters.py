@@ -395,6 +395,8 @@ class DySpecDrafter(Drafter):
 
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()
+        if self.budget == 0:
+            return builder.shape()
         prefixes = {0: ()}
         remaining: dict[int, np.ndarray] = {}  # node -> q(.|node) with its drawn children zeroed
         one = 1 + 0 * problem.draft(())[0]     # 1 in the problem's number system
