@@ -1,9 +1,10 @@
-"""Deliberately broken recursive rejection sampling without replacement: trap 2 of
-../shared/reference/verifiers.md ("use the conditional law q_j both in the ratio and the residual, in
-sampling order"), each written as the buggy code reads, as a top-down walk against a Chooser.
+"""Deliberately broken rules for drafters with their own draft laws, each written as the buggy code reads,
+as a top-down walk against a Chooser; every entry must be flagged lossy by the exact engine.
 
-Every entry must be flagged lossy by the exact engine on trees whose siblings are drawn without
-replacement (negative controls for rrsw).
+* Trap 2 of ../shared/reference/verifiers.md, recursive rejection sampling without replacement: "use the
+  conditional law q_j both in the ratio and the residual, in sampling order" (negative controls for rrsw).
+* Trap 8 for SpecHub: the verifier breaks a tie for argmax q differently from the drafter (largest id
+  instead of smallest), so it plans the transport for a draft law other than the one drafted.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from verispec.simulator.distributions import normalize, positive_part, ratio_min
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.ranking import without_tokens
 from verispec.verifiers import ProcedureVerifier
+from verispec.verifiers.spechub import _HubPlan
 
 WITHOUT_REPLACEMENT = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
 
@@ -70,4 +72,27 @@ BROKEN_RRSW_VERIFIERS = {
     for name, rule in (("rrsw-ratio-with-q", ratio_with_q), ("rrsw-residual-with-q", residual_with_q),
                        ("rrsw-specinfer-rule", specinfer_on_distinct_drafts),
                        ("rrsw-reversed-order", reversed_order))
+}
+
+
+def spechub_hub_by_largest_id(p, q, children, chooser):
+    """SpecHub's rule, with the hub taken as the LARGEST token among the maxima of q (the drafter uses the
+    smallest). Without ties it is the correct rule."""
+    hub = max(t for t in range(len(q)) if q[t] == max(q))
+    if len(children) == 1:
+        return chooser.categorical(p)
+    plan = _HubPlan(p, q, hub)
+    if hub not in children:  # the drafted pair is not a pair of this hub: treat the first child as i
+        children = (children[0], hub)
+    other, accept_other, accept_hub = plan.stages(p, children)
+    if chooser.bernoulli(accept_other):
+        return other
+    if chooser.bernoulli(accept_hub):
+        return plan.hub
+    return chooser.categorical(plan.residual)
+
+
+BROKEN_HUB_VERIFIERS = {
+    "spechub-hub-by-largest-id": ProcedureVerifier("spechub-hub-by-largest-id", _walk(spechub_hub_by_largest_id),
+                                                   frozenset({DraftLaw.HUB})),
 }

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.broken_own_draft_laws import BROKEN_RRSW_VERIFIERS
+from tests.broken_own_draft_laws import BROKEN_HUB_VERIFIERS, BROKEN_RRSW_VERIFIERS
 from tests.conftest import build_problem, problem_args
 from verispec.errors import IncompatibleDraftError, InvalidTreeError, UnknownTreeError
 from verispec.simulator import (
@@ -121,6 +121,15 @@ def test_hub_ties_go_to_the_smallest_token_id():
     law = _law(HubDrafter(1), problem)
     assert all(0 in shape[0] for shape in law)
     assert law[((2, 0), (), ())] == F(2, 5) and law[((0, 2), (), ())] == F(2, 5) * F(2, 5) / F(3, 5)
+
+
+def test_hub_tie_broken_differently_by_the_verifier_is_flagged_lossy():
+    # Trap 8: with q(0) = q(2) the drafter's hub is 0; a verifier that takes 2 plans for another draft law.
+    broken = BROKEN_HUB_VERIFIERS["spechub-hub-by-largest-id"]
+    tie = ContextFreeProblem([F(1, 2), F(1, 3), F(1, 6)], [F(2, 5), F(1, 5), F(2, 5)], exact=True)
+    assert analyze(tie, HubDrafter(1), broken).tv_distance > F(1, 100)
+    no_tie = ContextFreeProblem([F(1, 2), F(1, 3), F(1, 6)], [F(1, 2), F(1, 5), F(3, 10)], exact=True)
+    assert analyze(no_tie, HubDrafter(1), broken).tv_distance == 0  # the same rule when the hub is unique
 
 
 def test_hub_with_all_draft_mass_on_the_hub_drafts_one_token():

@@ -53,8 +53,8 @@ def _capped_ratio(numerator, denominator):
 class _HubPlan:
     """The quantities of SpecHub's closed-form transport at one node (see the module docstring)."""
 
-    def __init__(self, p: np.ndarray, q: np.ndarray):
-        self.hub = a = hub_token(q)
+    def __init__(self, p: np.ndarray, q: np.ndarray, hub: int | None = None):
+        self.hub = a = hub_token(q) if hub is None else hub
         off_hub = without_tokens(q, (a,))                    # q(i) for i != a, 0 at a   [V]
         self.q = off_hub
         self.q_tilde = off_hub / off_hub.sum()                # q(. | != a)             [V]
