@@ -18,7 +18,9 @@ from verispec.verifiers import REGISTRY
 #: Tree specifications exercised for every verifier valid for them (depth <= 3 keeps enumeration small).
 TREE_SPECS = ["chain:0", "chain:1", "chain:2", "chain:3", "iid:1,2", "delayed:1,1,2", "branch:1,1,1",
               "iid:2,1", "iid:2,2", "delayed:2,1,1", "delayed:2,1,2", "branch:2,1", "branch:2,2", "branch-iid:2,1",
-              "branch-iid:1,2", "branch:3,1", "branch:2,1,1", "iid:3,1"]
+              "branch-iid:1,2", "branch:3,1", "branch:2,1,1", "iid:3,1",
+              # drafters with their own draft laws (SpecHub, Hu et al.'s greedy drafts, DySpec)
+              "hub", "hub-tree:2", "greedy:2", "greedy:3", "greedy-tree:2,2", "dyspec:2", "dyspec:3"]
 
 
 def _valid_pairs():

@@ -5,7 +5,9 @@ with an explicit numpy Generator and ``outcomes`` enumerates every tree with its
 (identical trees merged), through the generic enumerator of ``verispec.simulator.chooser``.
 
 Tree specifications (``parse_tree``): ``chain:L``, ``iid:K,L``, ``delayed:K,L1,L2``, ``branch:b1,..,bD``
-(siblings drawn without replacement), ``branch-iid:b1,..,bD`` (siblings i.i.d.).
+(siblings drawn without replacement), ``branch-iid:b1,..,bD`` (siblings i.i.d.), ``hub`` and ``hub-tree:L``
+(SpecHub's hub pairs), ``greedy:K`` and ``greedy-tree:K,L`` (Hu et al.'s greedy drafts), ``dyspec:N``
+(DySpec's dynamic tree of N drafted nodes).
 
 Each drafter declares the *draft laws* it satisfies; verifiers declare the laws they are valid for, and
 pairing a verifier with a drafter outside them is an ``IncompatibleDraftError``.
@@ -14,6 +16,7 @@ pairing a verifier with a drafter outside them is an ``IncompatibleDraftError``.
 from __future__ import annotations
 
 import enum
+import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ import numpy as np
 from verispec.errors import UnknownTreeError
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES, Chooser, RandomChooser, enumerate_law
 from verispec.simulator.problems import Problem
+from verispec.simulator.ranking import hub_token, top_tokens, without_tokens
 from verispec.simulator.trees import DraftTree, TreeBuilder, TreeShape
 
 
@@ -37,12 +41,20 @@ class DraftLaw(enum.StrEnum):
     WITHOUT_REPLACEMENT = "children without replacement"
     #: K i.i.d. paths of equal length from the root (GBV's draft law).
     ROOT_IID_PATHS = "i.i.d. paths from the root"
+    #: At every node, its child list is a SpecHub hub pair from q(.|node) (Sun et al. 2024, arXiv 2411.05289):
+    #: hub a = argmax q; X_1 ~ q; X_2 ~ q(. | != a) if X_1 = a, else X_2 = a. Just (a,) when q(a) = 1.
+    HUB = "hub pairs"
+    #: At every node, its child list is Hu et al.'s greedy draft (arXiv 2502.18779): the top K-1 tokens of
+    #: q(.|node), best first, then one X ~ q restricted to the rest and renormalised (no X when q's support
+    #: is used up). K may differ between nodes; a single child is the K = 1 case (X ~ q).
+    GREEDY = "greedy drafts"
 
 
-#: A single path satisfies these laws: one i.i.d. draw is one draw without replacement, and one path is
-#: K = 1 i.i.d. paths. (Not the laws of drafters with their own structure, such as hub pairs.)
+#: A single path satisfies these laws: one i.i.d. draw is one draw without replacement, one path is K = 1
+#: i.i.d. paths, and one child drawn from q is the K = 1 greedy draft. Not HUB: a hub pair has two children
+#: (one when q(a) = 1, and then it is a, not X ~ q).
 CHAIN_LAWS = frozenset({DraftLaw.SINGLE_PATH, DraftLaw.IID_CHILDREN, DraftLaw.WITHOUT_REPLACEMENT,
-                        DraftLaw.ROOT_IID_PATHS})
+                        DraftLaw.ROOT_IID_PATHS, DraftLaw.GREEDY})
 
 
 class Drafter(ABC):
@@ -257,6 +269,181 @@ def _draw_without_replacement(chooser: Chooser, q: np.ndarray, count: int) -> li
 
 
 # --------------------------------------------------------------------------------------------------
+# Drafters with their own draft laws: SpecHub's hub pairs, Hu et al.'s greedy drafts, DySpec's dynamic tree
+
+
+def _draw_hub_pair(chooser: Chooser, q: np.ndarray) -> tuple[int, ...]:
+    """SpecHub's pair (Sun et al. 2024, arXiv 2411.05289, Sec. 4): hub a = argmax q (ties: smallest id);
+    X_1 ~ q; if X_1 = a then X_2 ~ q(. | != a), else X_2 = a. When q(a) = 1 there is no second token to
+    draw and the pair is just (a,)."""
+    hub = hub_token(q)
+    first = chooser.categorical(q)
+    if first != hub:
+        return (first, hub)
+    rest = without_tokens(q, (hub,))
+    mass = rest.sum()
+    if mass == 0:
+        return (hub,)
+    return (hub, chooser.categorical(rest / mass))
+
+
+def _draw_greedy(chooser: Chooser, q: np.ndarray, count: int) -> tuple[int, ...]:
+    """Hu et al.'s greedy draft (arXiv 2502.18779): G = the top count-1 tokens of q (ranked by q, ties by
+    smallest id), always drafted, best first; then X ~ q / (1 - q(G)) on V \\ G. If q's support has at
+    most count-1 tokens, G is the whole support and there is no X (nothing left to draw)."""
+    greedy = top_tokens(q, count - 1)
+    rest = without_tokens(q, greedy)
+    mass = rest.sum()
+    if mass == 0:
+        return greedy
+    return greedy + (chooser.categorical(rest / mass),)
+
+
+def _draw_per_node(problem: Problem, chooser: Chooser, depth: int, draw_children) -> TreeShape:
+    """Every node at depth < ``depth`` gets its own child list ``draw_children(chooser, q(.|node))``."""
+    builder = TreeBuilder()
+    level = [(0, ())]
+    for _ in range(depth):
+        next_level = []
+        for node, prefix in level:
+            for token in draw_children(chooser, problem.draft(prefix)):
+                next_level.append((builder.add_child(node, token), prefix + (token,)))
+        level = next_level
+    return builder.shape()
+
+
+@dataclass(frozen=True)
+class HubDrafter(Drafter):
+    """SpecHub's hub pairs (Sun et al. 2024, arXiv 2411.05289): every node at depth < L gets a hub pair
+    drawn from its own q(.|node), so every node's child list follows the HUB law given the node (what a
+    top-down walk needs). ``hub`` is one position (L = 1), ``hub-tree:L`` the full tree of depth L."""
+
+    length: int = 1
+
+    def __post_init__(self):
+        _check_counts("hub-tree", L=self.length)
+
+    @property
+    def spec(self) -> str:
+        return "hub" if self.length == 1 else f"hub-tree:{self.length}"
+
+    @property
+    def depth(self) -> int:
+        return self.length
+
+    @property
+    def draft_laws(self) -> frozenset[DraftLaw]:
+        if self.length == 0:
+            return CHAIN_LAWS | {DraftLaw.HUB}
+        return frozenset({DraftLaw.HUB})
+
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        return _draw_per_node(problem, chooser, self.length, _draw_hub_pair)
+
+
+@dataclass(frozen=True)
+class GreedyDrafter(Drafter):
+    """Hu et al.'s greedy drafts (arXiv 2502.18779): every node at depth < L gets the top K-1 tokens of its
+    q(.|node) plus one X ~ q restricted to the rest. ``greedy:K`` is one position (L = 1),
+    ``greedy-tree:K,L`` the full tree of depth L. K = 1 is a chain of L tokens drawn from q."""
+
+    branches: int
+    length: int = 1
+
+    def __post_init__(self):
+        _check_counts("greedy-tree", K=self.branches, L=self.length)
+
+    @property
+    def spec(self) -> str:
+        return f"greedy:{self.branches}" if self.length == 1 else f"greedy-tree:{self.branches},{self.length}"
+
+    @property
+    def depth(self) -> int:
+        return self.length
+
+    @property
+    def draft_laws(self) -> frozenset[DraftLaw]:
+        if self.branches == 1 or self.length == 0:
+            return CHAIN_LAWS
+        return frozenset({DraftLaw.GREEDY})
+
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        return _draw_per_node(problem, chooser, self.length,
+                              lambda chooser_, q: _draw_greedy(chooser_, q, self.branches))
+
+
+@dataclass(frozen=True)
+class DySpecDrafter(Drafter):
+    """DySpec's dynamic draft tree (Xiong et al. 2024, arXiv 2410.11744, Sec. 3 and Alg. 1), N drafted nodes.
+
+    A heap holds the expandable nodes keyed by their estimated reach probability v (root: v = 1). Pop the
+    node with the largest v, draw one more child t from its draft law without replacement (the children
+    already drawn there are excluded: q~(t) = q(t) / (1 - q(children so far))), give the child
+    v_child = v * q~(t) and the node v * (1 - q~(t)), push both; stop after N children have been drawn.
+    A node whose draft support is used up (v becomes 0) is not pushed back.
+
+    Tie-break (not fixed by the paper): equal values go to the node created first (the parent before the
+    child it just drew); with node creation order as second key the heap order is a strict total order,
+    so the tree is a deterministic function of the draws. In float mode, values that are equal in exact
+    arithmetic may differ by rounding, so float and exact runs can break such near-ties differently;
+    each is a valid drafter and the verifiers' validity does not depend on which node is expanded.
+
+    Draft law: at every node the children are drawn one after another without replacement from q(.|node),
+    in sampling order (WITHOUT_REPLACEMENT), but how many a node gets depends on the tokens drawn
+    elsewhere (the budget goes to the largest estimated reach). Top-down recursive rejection sampling
+    without replacement stays lossless under such adaptive stopping (the decision to draw another child
+    never looks at that child); the tests check it with the exact engine. ``depth`` is N: all N nodes may
+    form one path.
+    """
+
+    budget: int
+
+    def __post_init__(self):
+        _check_counts("dyspec", N=self.budget)
+
+    @property
+    def spec(self) -> str:
+        return f"dyspec:{self.budget}"
+
+    @property
+    def depth(self) -> int:
+        return self.budget
+
+    @property
+    def draft_laws(self) -> frozenset[DraftLaw]:
+        if self.budget <= 1:
+            return CHAIN_LAWS
+        return frozenset({DraftLaw.WITHOUT_REPLACEMENT})
+
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        builder = TreeBuilder()
+        if self.budget == 0:
+            return builder.shape()
+        prefixes = {0: ()}
+        remaining: dict[int, np.ndarray] = {}  # node -> q(.|node) with its drawn children zeroed
+        one = 1 + 0 * problem.draft(())[0]     # 1 in the problem's number system
+        heap = [(-one, 0)]                      # (-value, creation id): largest value first, then oldest
+        for drawn in range(1, self.budget + 1):
+            negative_value, node = heapq.heappop(heap)
+            value = -negative_value
+            if node not in remaining:
+                remaining[node] = problem.draft(prefixes[node]).copy()
+            left = remaining[node]
+            mass = left.sum()
+            token = chooser.categorical(left / mass)
+            conditional = left[token] / mass   # q~(t), the without-replacement conditional
+            child = builder.add_child(node, token)
+            prefixes[child] = prefixes[node] + (token,)
+            left[token] = 0 * left[token]
+            if drawn == self.budget:
+                break
+            heapq.heappush(heap, (-(value * conditional), child))
+            if left.sum() > 0:
+                heapq.heappush(heap, (-(value * (1 - conditional)), node))
+        return builder.shape()
+
+
+# --------------------------------------------------------------------------------------------------
 # Specification strings
 
 
@@ -277,15 +464,25 @@ TREE_KINDS: dict[str, tuple[str, Callable[[str], Drafter]]] = {
     "branch": ("branch:b1,b2,...", lambda text: BranchingDrafter(tuple(_ints("branch", text, None)), False)),
     "branch-iid": ("branch-iid:b1,b2,...",
                    lambda text: BranchingDrafter(tuple(_ints("branch-iid", text, None)), True)),
+    "hub": ("hub", lambda text: HubDrafter(1)),
+    "hub-tree": ("hub-tree:L", lambda text: HubDrafter(*_ints("hub-tree", text, 1))),
+    "greedy": ("greedy:K", lambda text: GreedyDrafter(*_ints("greedy", text, 1))),
+    "greedy-tree": ("greedy-tree:K,L", lambda text: GreedyDrafter(*_ints("greedy-tree", text, 2))),
+    "dyspec": ("dyspec:N", lambda text: DySpecDrafter(*_ints("dyspec", text, 1))),
 }
 
 
 def parse_tree(spec: str) -> Drafter:
-    """Parse a tree specification such as 'chain:3' or 'delayed:2,1,2' into a drafter."""
+    """Parse a tree specification such as 'chain:3', 'delayed:2,1,2' or 'hub' into a drafter."""
     kind, sep, params = spec.strip().partition(":")
     if kind not in TREE_KINDS:
         forms = ", ".join(form for form, _ in TREE_KINDS.values())
         raise UnknownTreeError(f"unknown tree kind {kind!r} in {spec!r}; known kinds: {forms}")
+    form, factory = TREE_KINDS[kind]
+    if ":" not in form:  # a kind without parameters, e.g. 'hub'
+        if sep:
+            raise UnknownTreeError(f"tree kind {kind!r} takes no parameters, got {spec!r}; expected {form}")
+        return factory("")
     if not sep or not params.strip():
-        raise UnknownTreeError(f"tree {spec!r} is missing its parameters; expected {TREE_KINDS[kind][0]}")
-    return TREE_KINDS[kind][1](params)
+        raise UnknownTreeError(f"tree {spec!r} is missing its parameters; expected {form}")
+    return factory(params)

@@ -11,11 +11,14 @@ from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.base import ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
 from verispec.verifiers.gbv import GreedyBlockVerifier
+from verispec.verifiers.greedy import GreedySolver
 from verispec.verifiers.khisti import KhistiSolver
 from verispec.verifiers.naive import NaiveVerifier
 from verispec.verifiers.naivetree import NaiveTreeSolver
 from verispec.verifiers.nss import NaiveSamplingSolver
 from verispec.verifiers.otlp import OTLPSolver
+from verispec.verifiers.rrsw import RRSWSolver
+from verispec.verifiers.spechub import SpecHubSolver
 from verispec.verifiers.specinfer import SpecInferSolver
 from verispec.verifiers.spectr import SpecTrSolver
 from verispec.verifiers.traversal import TraversalIIDVerifier, TraversalVerifier
@@ -35,6 +38,9 @@ REGISTRY: dict[str, Verifier] = {
         TraversalVerifier(),
         TraversalIIDVerifier(),
         GreedyBlockVerifier(),
+        TopDownVerifier(RRSWSolver()),
+        TopDownVerifier(SpecHubSolver()),
+        TopDownVerifier(GreedySolver()),
     )
 }
 

@@ -1,0 +1,55 @@
+"""Greedy multi-draft verification (Hu et al. 2025, "Towards Optimal Multi-draft Speculative Decoding",
+arXiv 2502.18779, the greedy draft construction), verification of its own draft law.
+
+Draft law (DraftLaw.GREEDY): G = the top K-1 tokens of q (ranked by q decreasing, ties by the smaller
+token id; verispec.simulator.ranking), always drafted, best first; the last draft X ~ q~ = q / (1 - q(G))
+on V \\ G. Verification: accept X with probability min(1, p(X) / q~(X)); on rejection emit
+Y ~ norm((p - q~)+). The drafts are accepted iff Y is in G or Y = X, so tokens of G are never "rejected":
+acceptance p(G) + sum_{i not in G} min(p(i), q~(i)).
+
+The rule reads G and X off the child list: G = all children but the last, X = the last, and it checks
+that G is the top len(G) tokens of q. Degenerate nodes: when q's support has at most K-1 tokens the
+drafter drafts the whole support (ranked) and no X. Read the same way, the last child is then the only
+token left outside G, q~(X) = 1, and the rule reduces to Y ~ p, which is exactly the right rule for a
+fully drafted support; so no special case and no division by zero (1 - q(G) = q(X) > 0 always).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verispec.errors import InvalidTreeError
+from verispec.simulator.chooser import Chooser
+from verispec.simulator.distributions import ratio_min_one, residual
+from verispec.simulator.drafters import DraftLaw
+from verispec.simulator.ranking import top_tokens, without_tokens
+from verispec.verifiers.tree_walk import NodeSolver
+
+
+def greedy_split(q: np.ndarray, children: tuple[int, ...]) -> tuple[tuple[int, ...], int, np.ndarray]:
+    """(G, X, q~) of a greedy child list; InvalidTreeError when it is not a greedy draft of q."""
+    greedy, last = tuple(children[:-1]), children[-1]
+    if greedy != top_tokens(q, len(greedy)) or last in greedy:
+        raise InvalidTreeError(
+            f"greedy needs the top {len(greedy)} tokens of q {top_tokens(q, len(greedy))} followed by one "
+            f"other token, got the child list {children}")
+    rest = without_tokens(q, greedy)
+    return greedy, last, rest / rest.sum()
+
+
+class GreedySolver(NodeSolver):
+    name = "greedy"
+    valid_for = frozenset({DraftLaw.GREEDY})
+
+    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
+        _, last, q_tilde = greedy_split(q, children)
+        accept = ratio_min_one(p[last], q_tilde[last])
+        law = (1 - accept) * residual(p, q_tilde)
+        law[last] += accept
+        return law
+
+    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+        _, last, q_tilde = greedy_split(q, children)
+        if chooser.bernoulli(ratio_min_one(p[last], q_tilde[last])):
+            return last
+        return chooser.categorical(residual(p, q_tilde))
