@@ -91,3 +91,13 @@ def test_exact_rational_dp():
         oracle = analyze(problem, parse_tree("iid:2,2"), get_verifier(name), method="closed-form")
         fast = analyze(problem, parse_tree("iid:2,2"), get_verifier(name), method="dp")
         assert fast.tv_distance == 0 and fast.block_efficiency == oracle.block_efficiency
+
+
+def test_subclass_that_redraws_loses_the_dp_claim():
+    # The DP trusts iid_branching; a drafter that changes draw() without restating it must not inherit it.
+    from tests.broken import KCopiesTrunkDrafter
+
+    assert DelayedDrafter(2, 1, 1).iid_branching == (1, 2)
+    broken = KCopiesTrunkDrafter(2, 1, 1)
+    assert broken.iid_branching is None
+    assert choose_method(random_problem(2, 2, 0), broken, get_verifier("specinfer")) == "closed-form"

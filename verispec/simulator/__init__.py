@@ -31,8 +31,9 @@ from verispec.simulator.trees import DraftTree, TreeBuilder, shape_from_paths
 
 __all__ = [
     "BranchingDrafter", "ChainDrafter", "Chooser", "ContextFreeProblem", "DEFAULT_TOLERANCE", "DelayedDrafter",
-    "DraftLaw", "DraftTree", "Drafter", "DySpecDrafter", "ExactResult", "GreedyDrafter", "HubDrafter", "MarkovProblem", "OutputLaw", "Problem", "RandomChooser",
-    "RootIIDDrafter", "TabularProblem", "TreeBuilder", "analyze", "enumerate_law", "load_problem",
-    "parse_tree", "problem_from_json", "problem_to_json", "random_context_free_problem", "random_markov_problem",
-    "random_problem", "shape_from_paths", "sun_toy_problem", "target_law",
+    "DraftLaw", "DraftTree", "Drafter", "DySpecDrafter", "ExactResult", "GreedyDrafter", "HubDrafter",
+    "MarkovProblem", "OutputLaw", "Problem", "RandomChooser", "RootIIDDrafter", "TabularProblem", "TreeBuilder",
+    "analyze", "enumerate_law", "load_problem", "parse_tree", "problem_from_json", "problem_to_json",
+    "random_context_free_problem", "random_markov_problem", "random_problem", "shape_from_paths",
+    "sun_toy_problem", "target_law",
 ]

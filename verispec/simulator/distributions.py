@@ -132,8 +132,16 @@ def normalize(values: np.ndarray) -> np.ndarray:
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """The correction law norm((p - q)+) of token-level verification (Leviathan et al. 2023, Alg. 1)."""
-    return normalize(positive_part(p - q))
+    """The correction law norm((p - q)+) of token-level verification (Leviathan et al. 2023, Alg. 1).
+
+    In float64 the positive part can round to all zeros while a rejection still has positive (rounding-level)
+    probability, e.g. q = (8e-19, 1.0), p = (0, 1): then the tokens with p >= q carry the residual,
+    norm(p 1[p >= q]), which is its exact-arithmetic limit here; an all-zero law would lose that mass.
+    """
+    leftover = positive_part(p - q)
+    if leftover.sum() == 0 and p.dtype != object:
+        leftover = np.where(p >= q, p, 0.0)
+    return normalize(leftover)
 
 
 def ratio_min_one(p_value, q_value):

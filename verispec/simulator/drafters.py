@@ -73,6 +73,14 @@ class Drafter(ABC):
         (chain, root i.i.d., delayed, branch-iid); None otherwise. Enables the dynamic-programming engine."""
         return None
 
+    def __init_subclass__(cls, **kwargs):
+        # The DP engine trusts iid_branching instead of running draw(). A subclass that redefines draw()
+        # without restating its structure (e.g. a deliberately different delayed tree) must not inherit
+        # its parent's claim, or the engine would silently analyse the parent's trees.
+        super().__init_subclass__(**kwargs)
+        if "draw" in cls.__dict__ and "iid_branching" not in cls.__dict__:
+            cls.iid_branching = property(lambda self: None, doc=Drafter.iid_branching.__doc__)
+
     @abstractmethod
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         """Draw one tree shape, making every random decision through ``chooser``."""
