@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, residual
-from verispec.simulator.drafters import DelayedDrafter, DraftLaw, _draw_path, parse_tree
+from verispec.simulator.drafters import ChainDrafter, DelayedDrafter, DraftLaw, _draw_path, parse_tree
 from verispec.simulator.trees import TreeBuilder
 from verispec.verifiers import ProcedureSolver, ProcedureVerifier, TopDownVerifier, get_verifier
 from verispec.verifiers.block import _stop_probability
@@ -110,6 +110,25 @@ class KCopiesTrunkDrafter(DelayedDrafter):
         return builder.shape()
 
 
+@dataclass(frozen=True)
+class SharpenedDraftChain(ChainDrafter):
+    """A chain drafted from norm(q^2) (temperature 1/2 applied to the drafter only) while the tree, and so
+    the verifier, holds q (trap 8: the verifier must see the law the tokens were really drawn from)."""
+
+    @property
+    def spec(self) -> str:
+        return f"chain-sharpened:{self.length}"
+
+    def draw(self, problem, chooser):
+        builder = TreeBuilder()
+        node, prefix = 0, ()
+        for _ in range(self.length):
+            q = problem.draft(prefix)
+            token = chooser.categorical(q * q / (q * q).sum())
+            node, prefix = builder.add_child(node, token), prefix + (token,)
+        return builder.shape()
+
+
 #: name -> (broken verifier, drafter on which the trap shows). Every entry must be flagged lossy, and
 #: `verispec hunt` must find a witness for it.
 BROKEN_VARIANTS = {
@@ -118,4 +137,19 @@ BROKEN_VARIANTS = {
         TopDownVerifier(ProcedureSolver("specinfer-skipping-duplicates", specinfer_skipping_duplicates, IID)),
         parse_tree("iid:3,1")),
     "specinfer-on-k-copies-trunk": (get_verifier("specinfer"), KCopiesTrunkDrafter(2, 1, 1)),
+    "naive-on-sharpened-drafts": (get_verifier("naive"), SharpenedDraftChain(2)),
 }
+
+
+def all_broken_variants() -> dict:
+    """Every deliberately broken variant in the test suite, with a drafter on which its trap shows."""
+    from tests.broken_own_draft_laws import BROKEN_HUB_VERIFIERS, BROKEN_RRSW_VERIFIERS
+    from tests.broken_paths import BROKEN_PATH_VERIFIERS
+    from tests.broken_spectr import BROKEN_KSEQ_VERIFIERS
+
+    variants = dict(BROKEN_VARIANTS)
+    variants.update({name: (verifier, parse_tree(spec)) for name, (verifier, spec) in BROKEN_PATH_VERIFIERS.items()})
+    variants.update({name: (verifier, parse_tree("iid:3,1")) for name, verifier in BROKEN_KSEQ_VERIFIERS.items()})
+    variants.update({name: (verifier, parse_tree("branch:3,1")) for name, verifier in BROKEN_RRSW_VERIFIERS.items()})
+    variants.update({name: (verifier, parse_tree("hub")) for name, verifier in BROKEN_HUB_VERIFIERS.items()})
+    return variants

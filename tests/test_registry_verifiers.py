@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import build_problem, problem_args
@@ -75,3 +75,12 @@ def test_invalid_pairings_are_rejected(name, spec):
     else:
         with pytest.raises(IncompatibleDraftError, match=name):
             analyze(build_problem(dict(vocab_size=2, depth=3, seed=0)), drafter, verifier)
+
+
+@pytest.mark.parametrize("name,spec", PAIRS)
+@given(args=problem_args(vocab=(4, 4), depth=(3, 3)))
+@settings(max_examples=4)
+def test_lossless_at_vocabulary_four(name, spec, args):
+    verifier, drafter = REGISTRY[name], parse_tree(spec)
+    result = analyze(build_problem(args), drafter, verifier)
+    assert result.tv_distance < 1e-12, f"{name} on {spec} is lossy: TV {result.tv_distance}"
