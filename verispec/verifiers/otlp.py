@@ -23,13 +23,30 @@ import numpy as np
 from verispec.lp_analysis.draft_laws import iid_draft_law
 from verispec.lp_analysis.ot import OTCoupling, acceptance, ot_coupling, repair_marginals
 from verispec.simulator.chooser import Chooser
+from verispec.simulator.distributions import positive_part, residual
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.node_cache import NodeCache, node_key
 from verispec.verifiers.tree_walk import NodeSolver
 
 
+def single_draft_coupling(p: np.ndarray, q: np.ndarray) -> OTCoupling:
+    """K = 1 in closed form: the maximal coupling pi(x, x) = min(p, q)(x), pi(x, y) = (q(x) - p(x))+ r(y)
+    with r = norm((p - q)+) (Leviathan et al. 2023, the token-level rule), exact in both number systems."""
+    outcomes = tuple((token,) for token in range(len(q)) if q[token] > 0)
+    rows = [token for (token,) in outcomes]
+    excess = positive_part(q[rows] - p[rows])  # [num_outcomes]
+    coupling = excess[:, None] * residual(p, q)[None, :]
+    for index, token in enumerate(rows):
+        coupling[index, token] += min(p[token], q[token])
+    probabilities = q[rows].copy()
+    return OTCoupling(outcomes=outcomes, probabilities=probabilities, coupling=coupling,
+                      optimum=acceptance(outcomes, coupling))
+
+
 def iid_coupling(p: np.ndarray, q: np.ndarray, num_drafts: int) -> OTCoupling:
     """The optimal coupling for K i.i.d. drafts, in the number system of p and q."""
+    if num_drafts == 1:
+        return single_draft_coupling(p, q)
     if p.dtype != object:
         return ot_coupling(p, iid_draft_law(q, num_drafts))
     approximate = ot_coupling(p.astype(np.float64), iid_draft_law(q.astype(np.float64), num_drafts))
