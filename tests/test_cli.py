@@ -124,3 +124,29 @@ def test_installed_console_script():
     completed = subprocess.run([script, "exact", *TOY, "--tree", "chain:2", "--verifier", "naive", "--json"],
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0 and json.loads(completed.stdout)["block_efficiency"] == pytest.approx(19 / 9)
+
+
+TREE_KIND_EXAMPLES = ["chain:2", "iid:2,2", "delayed:2,1,1", "branch:2,1", "branch-iid:2,1", "hub", "hub-tree:2",
+                      "greedy:2", "greedy-tree:2,2", "dyspec:3"]
+
+
+def test_every_tree_kind_has_an_example():
+    from verispec.simulator.drafters import TREE_KINDS
+
+    assert {spec.split(":")[0] for spec in TREE_KIND_EXAMPLES} == set(TREE_KINDS)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_exact_accepts_every_verifier_on_every_valid_tree_kind(capsys, name):
+    from verispec.simulator import parse_tree
+
+    ran = 0
+    for spec in TREE_KIND_EXAMPLES:
+        if not parse_tree(spec).draft_laws & REGISTRY[name].valid_for:
+            continue
+        code, out, err = run(capsys, "exact", "--target", "0.5,0.3,0.2", "--draft", "0.2,0.3,0.5", "--tree", spec,
+                             "--verifier", name, "--json")
+        assert code == 0, err
+        assert json.loads(out)["lossless"] is True
+        ran += 1
+    assert ran > 0
