@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import build_problem, problem_args
 from verispec import cli
-from verispec.errors import VerispecError
+from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.lp_analysis import (
     greedy_draft_law,
     hub_draft_law,
@@ -131,6 +131,22 @@ def test_one_position_optimum_is_one_plus_alpha_star(args, branches):
     alpha = iid_ot_optimum(problem.target(()), problem.draft(()), branches).alpha
     optimum = optimal_block_efficiency(problem, parse_tree(f"iid:{branches},1"))
     assert optimum.block_efficiency == pytest.approx(1 + alpha, abs=1e-9)
+
+
+def test_lp_size_by_hand():
+    # chain:1 at V = 2 with full-support conditionals: 2 draft outcomes of 2 nodes, 4 variables each.
+    # A root variable (block of length 1) meets V = 2 validity rows, a leaf variable 1, plus one entry each in
+    # its outcome's row: 2 * (2 * 3 + 2 * 2) = 20 nonzeros; dropping the implied validity row of the sequence
+    # (0, 0) removes its 3 entries (root y = 0 of both outcomes, leaf of the outcome that drafted 0) -> 17.
+    # Constraints: V^2 = 4 validity rows + 2 outcome rows - 1 dropped = 5. The selected-path class on a chain
+    # keeps every node, so it is the same LP.
+    problem = build_problem(dict(vocab_size=2, depth=1, seed=3))
+    for restriction in (None, "selected-path"):
+        optimum = optimal_block_efficiency(problem, parse_tree("chain:1"), restriction=restriction)
+        assert (optimum.num_variables, optimum.num_constraints, optimum.num_nonzeros) == (8, 5, 17)
+        assert optimum.num_draft_outcomes == 2
+    with pytest.raises(ProblemTooLargeError, match="20 nonzero coefficients"):
+        optimal_block_efficiency(problem, parse_tree("chain:1"), max_nonzeros=19)
 
 
 def test_unknown_restriction_is_a_clear_error():

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from verispec.errors import InvalidTreeError, VerispecError
+from verispec.errors import InvalidTreeError, ProblemTooLargeError, VerispecError
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import Drafter
@@ -72,6 +72,12 @@ from verispec.verifiers.gbv import greedy_path
 
 #: Restricted classes of verifiers the multi-step LP can optimise over (None: every valid verifier).
 RESTRICTIONS = ("selected-path",)
+
+#: Largest number of nonzero coefficients the multi-step LP builds. An emission at depth d meets V^(L-d)
+#: validity rows (every continuation of its block), so the matrix grows as (draft outcomes) * V^(L+1) and
+#: reaches gigabytes long before the variable limit: chain:6 at V = 4 has 115k variables but 90M nonzeros,
+#: and building it took 13 GB of memory (benchmarks/bench_lp.py) before this limit existed.
+DEFAULT_MAX_NONZEROS = 10_000_000
 
 
 class TabulatedVerifier(Verifier):
@@ -137,10 +143,21 @@ def emitting_nodes(tree: DraftTree, restriction: str | None) -> list[int]:
     return sorted(greedy_path(tree))
 
 
+def _count_nonzeros(outcomes, nodes_of, size: int, depth: int) -> int:
+    """Nonzeros of the constraint matrix before it is built: V^(L - depth) validity rows per variable at a
+    node of that depth, plus one entry in its outcome's row."""
+    return sum(size * (size ** (depth - int(tree.depth[node])) + 1)
+               for (tree, _), nodes in zip(outcomes, nodes_of) for node in nodes)
+
+
 def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int = DEFAULT_MAX_VARIABLES,
-                             restriction: str | None = None) -> MultiStepOptimum:
+                             restriction: str | None = None,
+                             max_nonzeros: int = DEFAULT_MAX_NONZEROS) -> MultiStepOptimum:
     """Maximise E[tau + 1] over every valid verifier for trees drawn by ``drafter`` on ``problem``, or over
-    the verifiers of a restricted class (``restriction``, one of ``RESTRICTIONS``; see the module docstring)."""
+    the verifiers of a restricted class (``restriction``, one of ``RESTRICTIONS``; see the module docstring).
+
+    ProblemTooLargeError when the LP would have more than ``limit`` variables or ``max_nonzeros`` nonzero
+    coefficients."""
     _check_restriction(restriction)
     start = time.monotonic()
     size, depth = problem.vocab_size, drafter.depth
@@ -149,6 +166,12 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
     num_variables = sum(len(nodes) for nodes in nodes_of) * size
     what = f"multi-step LP for {drafter.spec} at V={size}" + (f" ({restriction})" if restriction else "")
     check_size(num_variables, what=what, limit=limit)
+    nonzeros = _count_nonzeros(outcomes, nodes_of, size, depth)
+    if nonzeros > max_nonzeros:
+        raise ProblemTooLargeError(
+            f"{what}: the linear program would have about {nonzeros:,} nonzero coefficients ({num_variables:,} "
+            f"variables), above the limit of {max_nonzeros:,}; use a smaller vocabulary or a shallower tree, "
+            f"or raise max_nonzeros explicitly")
     factors = [f.ravel() for f in _continuation_factors(problem, depth)]
     num_sequences = size ** (depth + 1)
     # Variables are joint masses z(n, y, D) = Q(D) pi(n, y | D), not the conditional pi: with pi, draft
