@@ -5,7 +5,8 @@
     verispec compare [--problem NAME|FILE] [--depths 1,2,3]        the chain verifiers side by side
     verispec hunt    --verifier NAME --tree TREE [--output FILE]     simplest problem where a rule is lossy
     verispec optimum --target P --draft Q --k K [--without-replacement] [--json]   alpha*
-    verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--json]  LP optimum and gaps
+    verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--restriction selected-path] [--json]
+                                                                                 LP optimum and gaps
     verispec list                                                    verifiers and tree kinds
 
 Bad input exits with status 2 and one line on stderr.
@@ -31,6 +32,8 @@ EXIT_BAD_INPUT = 2
 EXIT_LOSSY = 1
 
 DEFAULT_THRESHOLD = 1e-9  # verispec.hunt.DEFAULT_THRESHOLD, repeated so 'exact' does not import hypothesis
+#: verispec.lp_analysis.multistep.RESTRICTIONS, repeated so the parser does not import scipy (a test ties them)
+RESTRICTIONS = ("selected-path",)
 
 #: Built-in problems for ``compare``: name -> (description, factory(exact) -> Problem).
 BUILTIN_PROBLEMS = {
@@ -99,6 +102,9 @@ def _build_parser() -> argparse.ArgumentParser:
     bound_source.add_argument("--problem", metavar="FILE")
     bound.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
     bound.add_argument("--max-variables", type=int, default=None, help="largest LP accepted")
+    bound.add_argument("--restriction", choices=RESTRICTIONS, default=None,
+                       help="compare with the optimum of a restricted class of verifiers (selected-path: "
+                            "accept a prefix of GBV's greedily selected path) instead of every valid verifier")
     bound.add_argument("--json", action="store_true", help="print one JSON object")
 
     commands.add_parser("list", help="list verifiers (with their valid draft laws) and tree kinds")
@@ -256,7 +262,8 @@ def _run_bound(args) -> int:
     args.exact = False
     problem = _problem_from_args(args)
     drafter = parse_tree(args.tree)
-    report = gap_report(problem, drafter, REGISTRY.values(), limit=args.max_variables or DEFAULT_MAX_VARIABLES)
+    report = gap_report(problem, drafter, REGISTRY.values(), limit=args.max_variables or DEFAULT_MAX_VARIABLES,
+                        restriction=args.restriction)
     print(json.dumps(report.to_json()) if args.json else report.table())
     return 0
 

@@ -1,6 +1,6 @@
 """Explicit single-position draft laws: the law Q of the ordered draft tuple (x_1..x_K) at one node.
 
-A draft law is a dict {ordered token tuple: probability}. Two are built in (tokens outside the support of
+A draft law is a dict {ordered token tuple: probability}. Four are built in (tokens outside the support of
 q never appear, which keeps the tables small):
 
 * ``iid_draft_law``: K i.i.d. draws from q, Q(x) = prod_i q(x_i) (SpecInfer, SpecTr, the OT LP of the
@@ -8,8 +8,13 @@ q never appear, which keeps the tables small):
 * ``without_replacement_draft_law``: K draws one after another without replacement,
   Q(x) = prod_j q(x_j) / q(V minus {x_1..x_(j-1)}) (Jeon et al. 2024; Sequoia). If q has fewer than K
   tokens of positive probability the tuple is shorter, exactly as the simulator's drafter stops early.
+* ``hub_draft_law``: SpecHub's hub pair (Sun et al. 2024, arXiv 2411.05289, Sec. 4): hub a = argmax q;
+  Q(i, a) = q(i) and Q(a, i) = q(a) q(i) / (1 - q(a)) for i != a; just (a,) when q(a) = 1.
+* ``greedy_draft_law``: Hu et al.'s greedy drafts (arXiv 2502.18779): the top K-1 tokens G of q, best
+  first, then X ~ q / (1 - q(G)) off G: Q(G + (x,)) = q(x) / (1 - q(G)); just G when q's support is G.
 
-Both work in float64 and, given Fraction vectors, in exact rationals.
+The last two rank tokens with ``verispec.simulator.ranking``, as the drafters do (a different tie rule
+would be another draft law). All work in float64 and, given Fraction vectors, in exact rationals.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from verispec.errors import InvalidDistributionError, ProblemTooLargeError
+from verispec.simulator.ranking import hub_token, top_tokens, without_tokens
 
 #: Largest number of draft outcomes an explicit draft law is built with.
 DEFAULT_MAX_OUTCOMES = 100_000
@@ -76,6 +82,31 @@ def without_replacement_draft_law(q: np.ndarray, num_drafts: int, *,
             drawn.add(token)
         law[outcome] = probability
     return law
+
+
+def hub_draft_law(q: np.ndarray) -> DraftLawTable:
+    """Law of SpecHub's ordered hub pair: (i, a) w.p. q(i), (a, i) w.p. q(a) q(i) / (1 - q(a))."""
+    hub = hub_token(q)
+    rest = without_tokens(q, (hub,))
+    mass = rest.sum()
+    if mass == 0:
+        return {(hub,): 1 + 0 * q[hub]}
+    law: DraftLawTable = {}
+    for token in _support(rest):
+        law[(token, hub)] = q[token]
+        law[(hub, token)] = q[hub] * q[token] / mass
+    return law
+
+
+def greedy_draft_law(q: np.ndarray, num_drafts: int) -> DraftLawTable:
+    """Law of Hu et al.'s greedy draft: the top K-1 tokens of q, then one token drawn from q off them."""
+    _check_drafts(num_drafts)
+    greedy = top_tokens(q, num_drafts - 1)
+    rest = without_tokens(q, greedy)
+    mass = rest.sum()
+    if mass == 0:
+        return {greedy: 1 + 0 * q[greedy[0]]}
+    return {greedy + (token,): rest[token] / mass for token in _support(rest)}
 
 
 def set_law(draft_law: Mapping[tuple[int, ...], object]) -> dict[frozenset[int], object]:

@@ -18,6 +18,38 @@ On a single path the optimum equals block verification (Thomas & Pal 2026, arXiv
 even among verifiers that use off-path probabilities). In particular on Sun et al.'s toy it is
 E[tau] = 11/9, not the 12/9 of ``coupling_bound``, which maximally couples the draft and target laws of each
 prefix length separately and which no valid verifier attains (see ``coupling_bound``).
+
+Restricted classes (``restriction``). A class of verifiers enters the LP only if it is a set of emission
+laws cut out by finitely many linear conditions on this one problem's variables. One such class is
+implemented:
+
+* ``"selected-path"``: the verifier first selects ONE root-to-leaf path of D by GBV's strict greedy
+  ranking (from the root, move to the child with the largest key (p/q, token id);
+  ``verispec.verifiers.gbv.greedy_path``, the very function GBV uses), then accepts a prefix of that path
+  and emits one token at the node where it stops: pi(n, y | D) = 0 for every node n off the selected path.
+  It may still look at everything else (the other paths, every conditional). This is the class of
+  multi-path block verification with a fixed greedy path choice of Thomas & Pal 2026 (arXiv 2602.16961);
+  GBV belongs to it, so GBV <= class optimum <= unrestricted optimum, with equality on a single path.
+  In the LP the restriction just removes the off-path variables.
+
+  GBV is optimal in this class. Let S be the selected path and R the rest of D. The objective and the
+  emitted block depend on D only through S and the emissions on S, and both are linear in pi; so averaging
+  pi(. | S, R) over R given S yields a verifier that sees S alone, with the same efficiency and output law.
+  The class optimum is therefore the single-path optimum for S's law, the skewed draft q_skew of
+  ``gbv.py``, and on a single path the optimum is block verification (above), which with q_skew is GBV.
+  tests/test_lp_classes.py confirms GBV = class optimum to 1e-9 on random problems.
+
+The "on-path information" class (the law for an outcome D may depend only on the conditionals at D's own
+nodes, and must be valid for every problem consistent with them) is NOT computed here, because the
+per-instance LP cannot express it. Within one problem every conditional is a fixed number and every
+outcome D is told apart by its shape, so any table pi(. | D) is trivially "a function of D's conditionals":
+the information restriction adds no constraint to this LP. What it really demands is validity
+simultaneously for the continuum of problems that agree on D's nodes but differ elsewhere (which also
+changes the draft laws of the other outcomes); that is a semi-infinite program over functions of real
+conditionals, not a finite LP. The unrestricted optimum is an upper bound for that class, and it is the
+class optimum wherever an on-path verifier attains it: on a single path (block verification) and at one
+position, where the optimum is 1 + alpha* of the OT LP (tests/test_lp_classes.py) and the node-local OT
+verifier attains it. For deeper trees the gap between the two is not determined by this module.
 """
 
 from __future__ import annotations
@@ -28,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from verispec.errors import InvalidTreeError
+from verispec.errors import InvalidTreeError, ProblemTooLargeError, VerispecError
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import Drafter
@@ -36,6 +68,16 @@ from verispec.simulator.engine import target_conditionals, target_law
 from verispec.simulator.problems import Problem
 from verispec.simulator.trees import DraftTree
 from verispec.verifiers.base import Verifier
+from verispec.verifiers.gbv import greedy_path
+
+#: Restricted classes of verifiers the multi-step LP can optimise over (None: every valid verifier).
+RESTRICTIONS = ("selected-path",)
+
+#: Largest number of nonzero coefficients the multi-step LP builds. An emission at depth d meets V^(L-d)
+#: validity rows (every continuation of its block), so the matrix grows as (draft outcomes) * V^(L+1) and
+#: reaches gigabytes long before the variable limit: chain:6 at V = 4 has 115k variables but 90M nonzeros,
+#: and building it took 13 GB of memory (benchmarks/bench_lp.py) before this limit existed.
+DEFAULT_MAX_NONZEROS = 10_000_000
 
 
 class TabulatedVerifier(Verifier):
@@ -72,6 +114,8 @@ class MultiStepOptimum:
     num_constraints: int
     num_draft_outcomes: int
     seconds: float
+    num_nonzeros: int = 0
+    restriction: str | None = None
 
 
 def _continuation_factors(problem: Problem, depth: int) -> list[np.ndarray]:
@@ -85,14 +129,49 @@ def _continuation_factors(problem: Problem, depth: int) -> list[np.ndarray]:
     return factors
 
 
-def optimal_block_efficiency(problem: Problem, drafter: Drafter, *,
-                             limit: int = DEFAULT_MAX_VARIABLES) -> MultiStepOptimum:
-    """Maximise E[tau + 1] over every valid verifier for trees drawn by ``drafter`` on ``problem``."""
+def _check_restriction(restriction: str | None) -> None:
+    if restriction is not None and restriction not in RESTRICTIONS:
+        raise VerispecError(f"unknown restriction {restriction!r} of the multi-step LP; known: "
+                            f"{', '.join(RESTRICTIONS)} (or None for every valid verifier)")
+
+
+def emitting_nodes(tree: DraftTree, restriction: str | None) -> list[int]:
+    """The nodes at which a verifier of the class may stop and emit, in increasing id order."""
+    if restriction is None:
+        return list(range(tree.num_nodes))
+    _check_restriction(restriction)
+    return sorted(greedy_path(tree))
+
+
+def _count_nonzeros(outcomes, nodes_of, size: int, depth: int) -> int:
+    """Nonzeros of the constraint matrix before it is built: V^(L - depth) validity rows per variable at a
+    node of that depth, plus one entry in its outcome's row."""
+    return sum(size * (size ** (depth - int(tree.depth[node])) + 1)
+               for (tree, _), nodes in zip(outcomes, nodes_of) for node in nodes)
+
+
+def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int = DEFAULT_MAX_VARIABLES,
+                             restriction: str | None = None,
+                             max_nonzeros: int = DEFAULT_MAX_NONZEROS) -> MultiStepOptimum:
+    """Maximise E[tau + 1] over every valid verifier for trees drawn by ``drafter`` on ``problem``, or over
+    the verifiers of a restricted class (``restriction``, one of ``RESTRICTIONS``; see the module docstring).
+
+    ProblemTooLargeError when the LP would have more than ``limit`` variables or ``max_nonzeros`` nonzero
+    coefficients."""
+    _check_restriction(restriction)
     start = time.monotonic()
     size, depth = problem.vocab_size, drafter.depth
     outcomes = drafter.outcomes(problem)
-    num_variables = sum(tree.num_nodes for tree, _ in outcomes) * size
-    check_size(num_variables, what=f"multi-step LP for {drafter.spec} at V={size}", limit=limit)
+    nodes_of = [emitting_nodes(tree, restriction) for tree, _ in outcomes]
+    num_variables = sum(len(nodes) for nodes in nodes_of) * size
+    what = f"multi-step LP for {drafter.spec} at V={size}" + (f" ({restriction})" if restriction else "")
+    check_size(num_variables, what=what, limit=limit)
+    nonzeros = _count_nonzeros(outcomes, nodes_of, size, depth)
+    if nonzeros > max_nonzeros:
+        raise ProblemTooLargeError(
+            f"{what}: the linear program would have about {nonzeros:,} nonzero coefficients ({num_variables:,} "
+            f"variables), above the limit of {max_nonzeros:,}; use a smaller vocabulary or a shallower tree, "
+            f"or raise max_nonzeros explicitly")
     factors = [f.ravel() for f in _continuation_factors(problem, depth)]
     num_sequences = size ** (depth + 1)
     # Variables are joint masses z(n, y, D) = Q(D) pi(n, y | D), not the conditional pi: with pi, draft
@@ -103,10 +182,11 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *,
     objective = np.empty(num_variables)
     groups, totals = [], []
     column = 0
-    for index, (tree, probability) in enumerate(outcomes):
+    for index, ((tree, probability), nodes) in enumerate(zip(outcomes, nodes_of)):
         probability = float(probability)
         first = column
-        for path in tree.paths:
+        for node in nodes:
+            path = tree.paths[node]
             length = len(path) + 1
             span = size ** (depth + 1 - length)
             base = 0
@@ -132,19 +212,20 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *,
     # makes the system inconsistent at rounding level and HiGHS may call it infeasible.
     keep = np.arange(1, a_eq.shape[0])
     a_eq, b_eq = a_eq[keep].tocsr(), b_eq[keep]
-    solution = solve_lp(objective, what=f"multi-step LP for {drafter.spec} at V={size}", maximize=True,
-                        a_eq=a_eq, b_eq=b_eq, groups=groups, limit=limit)
+    solution = solve_lp(objective, what=what, maximize=True, a_eq=a_eq, b_eq=b_eq, groups=groups, limit=limit)
     laws = {}
     column = 0
-    for tree, _ in outcomes:
-        count = tree.num_nodes * size
-        masses = solution.x[column:column + count].reshape(tree.num_nodes, size)
-        laws[tree.shape] = masses / masses.sum()
+    for (tree, _), nodes in zip(outcomes, nodes_of):
+        count = len(nodes) * size
+        law = np.zeros((tree.num_nodes, size))  # nodes outside the class emit nothing
+        law[nodes] = solution.x[column:column + count].reshape(len(nodes), size)
+        laws[tree.shape] = law / law.sum()
         column += count
-    verifier = TabulatedVerifier(f"lp-optimal[{drafter.spec}]", laws, drafter.draft_laws)
+    label = drafter.spec if restriction is None else f"{drafter.spec},{restriction}"
+    verifier = TabulatedVerifier(f"lp-optimal[{label}]", laws, drafter.draft_laws)
     return MultiStepOptimum(block_efficiency=solution.objective, verifier=verifier, num_variables=num_variables,
                             num_constraints=a_eq.shape[0], num_draft_outcomes=len(outcomes),
-                            seconds=time.monotonic() - start)
+                            seconds=time.monotonic() - start, num_nonzeros=a_eq.nnz, restriction=restriction)
 
 
 def coupling_bound(problem: Problem, drafter: Drafter) -> float:

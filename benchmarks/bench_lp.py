@@ -1,0 +1,107 @@
+"""Size and solve time of the multi-step LP (verispec.lp_analysis.multistep) for growing (V, K, L).
+
+For each (tree, V, restriction) in the grid it builds and solves the LP of ``optimal_block_efficiency`` on
+a seeded random problem and records the draft outcomes, variables, equality constraints, nonzeros of the
+constraint matrix, the wall time (enumerating the draft outcomes included) and the optimum. A grid point
+above the variable limit or the nonzero limit is recorded with the counts ``ProblemTooLargeError``
+reported, one whose draft outcomes cannot even be enumerated likewise. Rows are saved after each point,
+so an interrupted run resumes; --fresh starts over.
+
+    python benchmarks/bench_lp.py                        # results/bench_lp.json + .md
+    python benchmarks/bench_lp.py --quick                # a small grid
+    python benchmarks/bench_lp.py --max-variables 600000 # a larger limit
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from verispec.errors import EnumerationTooLargeError, ProblemTooLargeError
+from verispec.io import ResultStore, atomic_write_text
+from verispec.lp_analysis.multistep import DEFAULT_MAX_NONZEROS, optimal_block_efficiency
+from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
+from verispec.simulator import parse_tree, random_problem
+
+
+def grid(quick: bool):
+    """(tree spec, V, restriction) triples, smallest first within each tree family."""
+    sizes = (2, 3) if quick else (2, 3, 4)
+    trees = ([f"iid:{k},{length}" for k, length in itertools.product((1, 2), (1, 2))] if quick else
+             [f"iid:{k},{length}" for k, length in itertools.product((1, 2, 3), (1, 2, 3))]
+             + [f"chain:{length}" for length in (4, 5, 6)] + ["hub", "greedy:3", "delayed:2,1,1"])
+    for spec, size in itertools.product(trees, sizes):
+        yield spec, size, None
+        if spec.startswith("iid:") and not spec.startswith("iid:1,"):
+            yield spec, size, "selected-path"
+
+
+def _number(found) -> int | None:
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def measure(spec: str, size: int, restriction: str | None, limit: int, max_nonzeros: int) -> dict:
+    drafter = parse_tree(spec)
+    problem = random_problem(size, drafter.depth, 0, divergence=0.7)
+    row = {"tree": spec, "V": size, "restriction": restriction or "none"}
+    start = time.perf_counter()
+    try:
+        optimum = optimal_block_efficiency(problem, drafter, limit=limit, restriction=restriction,
+                                           max_nonzeros=max_nonzeros)
+    except ProblemTooLargeError as error:
+        # "... about N variables ..." or "... about M nonzero coefficients (N variables) ..."
+        nonzeros = re.search(r"about ([\d,]+) nonzero", str(error))
+        variables = re.search(r"([\d,]+) variables", str(error))
+        return {**row, "status": "too many nonzeros" if nonzeros else "too many variables",
+                "variables": _number(variables), "nonzeros": _number(nonzeros), "seconds": time.perf_counter() - start}
+    except EnumerationTooLargeError:
+        return {**row, "status": "outcomes not enumerable", "seconds": time.perf_counter() - start}
+    return {**row, "status": "ok", "outcomes": optimum.num_draft_outcomes, "variables": optimum.num_variables,
+            "constraints": optimum.num_constraints, "nonzeros": optimum.num_nonzeros,
+            "seconds": time.perf_counter() - start, "block_efficiency": optimum.block_efficiency}
+
+
+def table(rows) -> str:
+    lines = ["| tree | V | class | draft outcomes | variables | constraints | nonzeros | seconds | E[tau+1] |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if row["status"] == "ok":
+            lines.append(f"| {row['tree']} | {row['V']} | {row['restriction']} | {row['outcomes']:,} | "
+                         f"{row['variables']:,} | {row['constraints']:,} | {row['nonzeros']:,} | "
+                         f"{row['seconds']:.3f} | {row['block_efficiency']:.6f} |")
+        else:
+            variables, nonzeros = (f"{row[k]:,}" if row.get(k) else "-" for k in ("variables", "nonzeros"))
+            lines.append(f"| {row['tree']} | {row['V']} | {row['restriction']} | - | {variables} | - | {nonzeros} | "
+                         f"{row['seconds']:.3f} | {row['status']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="results/bench_lp.json")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--max-variables", type=int, default=DEFAULT_MAX_VARIABLES)
+    parser.add_argument("--max-nonzeros", type=int, default=DEFAULT_MAX_NONZEROS)
+    args = parser.parse_args(argv)
+    path = Path(args.output)
+    if args.fresh and path.exists():
+        path.unlink()
+    store = ResultStore(path)
+    for spec, size, restriction in tqdm(list(grid(args.quick)), desc="configurations"):
+        key = f"{spec}|V={size}|{restriction or 'none'}|limits={args.max_variables},{args.max_nonzeros}"
+        if not store.done(key):
+            store.add(key, measure(spec, size, restriction, args.max_variables, args.max_nonzeros))
+    text = (f"Multi-step LP, limits: {args.max_variables:,} variables, {args.max_nonzeros:,} nonzeros\n\n"
+            + table(store.rows.values()))
+    atomic_write_text(path.with_suffix(".md"), text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
