@@ -134,19 +134,20 @@ def test_one_position_optimum_is_one_plus_alpha_star(args, branches):
 
 
 def test_lp_size_by_hand():
-    # chain:1 at V = 2 with full-support conditionals: 2 draft outcomes of 2 nodes, 4 variables each.
-    # A root variable (block of length 1) meets V = 2 validity rows, a leaf variable 1, plus one entry each in
-    # its outcome's row: 2 * (2 * 3 + 2 * 2) = 20 nonzeros; dropping the implied validity row of the sequence
-    # (0, 0) removes its 3 entries (root y = 0 of both outcomes, leaf of the outcome that drafted 0) -> 17.
-    # Constraints: V^2 = 4 validity rows + 2 outcome rows - 1 dropped = 5. The selected-path class on a chain
-    # keeps every node, so it is the same LP.
+    # chain:1 at V = 2 with full-support conditionals: 2 draft outcomes of 2 nodes, so 2 * 2 * 2 = 8 emission
+    # variables z, plus one flow variable F(u) per prefix of length 1..L: 2; 10 variables.
+    # Rows: 2 flow rows (length 1), 4 final rows (length 2), 2 outcome rows, minus the implied final row of
+    # (0, 0): 7. Nonzeros: every z sits in one prefix row and its outcome row (16); every F(u) in its own row
+    # and in the V = 2 final rows of its children (6): 22 before the drop, which removes the entries of
+    # F(0) (coefficient p(0 | 0) > 0) and of the leaf z that emits (0, 0): 20.
+    # The selected-path class on a chain keeps every node, so it is the same LP.
     problem = build_problem(dict(vocab_size=2, depth=1, seed=3))
     for restriction in (None, "selected-path"):
         optimum = optimal_block_efficiency(problem, parse_tree("chain:1"), restriction=restriction)
-        assert (optimum.num_variables, optimum.num_constraints, optimum.num_nonzeros) == (8, 5, 17)
+        assert (optimum.num_variables, optimum.num_constraints, optimum.num_nonzeros) == (10, 7, 20)
         assert optimum.num_draft_outcomes == 2
-    with pytest.raises(ProblemTooLargeError, match="20 nonzero coefficients"):
-        optimal_block_efficiency(problem, parse_tree("chain:1"), max_nonzeros=19)
+    with pytest.raises(ProblemTooLargeError, match="22 nonzero coefficients"):
+        optimal_block_efficiency(problem, parse_tree("chain:1"), max_nonzeros=21)
 
 
 def test_unknown_restriction_is_a_clear_error():

@@ -2,14 +2,20 @@
 
 Variables pi(n, y | D) >= 0 for every draft outcome D (a draft tree with probability Q(D)), every node n of
 D and every token y: the probability of accepting the path to n and emitting y (an emission law, as every
-verifier in verispec returns; the LP itself holds the joint masses Q(D) pi, which HiGHS solves far more
-accurately). Constraints (reference, "Optimality analysis"):
+verifier in verispec returns). Constraints (reference, "Optimality analysis"):
 
     sum_{n, y} pi(n, y | D) = 1                                  for every D;
     sum_D Q(D) sum_{s = path(n) y prefix of x} pi(n, y | D) p(x_rest | s) = p(x)   for every x in V^(L+1),
 
 the second being losslessness: emit the block, then continue with the target; the first L+1 tokens must
 follow the target's law. Objective: maximise E[tau + 1] = sum_D Q(D) sum_{n, y} pi(n, y | D) (depth(n) + 1).
+
+As solved, the LP holds the joint masses z = Q(D) pi (HiGHS resolves them far more accurately than pi)
+and writes losslessness as a flow over output prefixes with auxiliary variables F(u), the mass of outputs
+starting with u: F(t) = M(t), F(u t) = p(t | u) F(u) + M(u t) up to length L, and the same expression equal
+to p(u t) at length L + 1, where M(s) sums the z that emit s. Eliminating F gives the rows above; the
+flow form has O(variables + prefixes) nonzeros instead of one entry per (emitted sequence, extension),
+which had grown to 9e7 nonzeros (13 GB) at chain:6, V = 4.
 
 The optimum bounds every valid verifier for that draft law; the maximiser is itself a verifier
 (``TabulatedVerifier``) that the exact engine runs and confirms lossless at that efficiency.
@@ -118,17 +124,6 @@ class MultiStepOptimum:
     restriction: str | None = None
 
 
-def _continuation_factors(problem: Problem, depth: int) -> list[np.ndarray]:
-    """factors[l][x] = p(x_{l+1} .. x_{L+1} | x_1 .. x_l) for x in V^(L+1), l = 1..L+1 (index l - 1)."""
-    size = problem.vocab_size
-    factors = [np.ones((size,) * (depth + 1))]
-    for length in range(depth, 0, -1):  # build from the longest emitted length down
-        conditional = np.asarray(target_conditionals(problem, length), dtype=np.float64)  # (V,)*length + (V,)
-        shape = (size,) * (length + 1) + (1,) * (depth - length)
-        factors.insert(0, factors[0] * conditional.reshape(shape))
-    return factors
-
-
 def _check_restriction(restriction: str | None) -> None:
     if restriction is not None and restriction not in RESTRICTIONS:
         raise VerispecError(f"unknown restriction {restriction!r} of the multi-step LP; known: "
@@ -143,11 +138,20 @@ def emitting_nodes(tree: DraftTree, restriction: str | None) -> list[int]:
     return sorted(greedy_path(tree))
 
 
-def _count_nonzeros(outcomes, nodes_of, size: int, depth: int) -> int:
-    """Nonzeros of the constraint matrix before it is built: V^(L - depth) validity rows per variable at a
-    node of that depth, plus one entry in its outcome's row."""
-    return sum(size * (size ** (depth - int(tree.depth[node])) + 1)
-               for (tree, _), nodes in zip(outcomes, nodes_of) for node in nodes)
+def _prefix_offsets(size: int, depth: int) -> list[int]:
+    """Column offset of the flow variables F(u) of each prefix length 1..L (index length - 1)."""
+    offsets, total = [], 0
+    for length in range(1, depth + 1):
+        offsets.append(total)
+        total += size ** length
+    return offsets + [total]
+
+
+def _flat(sequence, size: int) -> int:
+    index = 0
+    for token in sequence:
+        index = index * size + int(token)
+    return index
 
 
 def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int = DEFAULT_MAX_VARIABLES,
@@ -166,51 +170,64 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
     num_variables = sum(len(nodes) for nodes in nodes_of) * size
     what = f"multi-step LP for {drafter.spec} at V={size}" + (f" ({restriction})" if restriction else "")
     check_size(num_variables, what=what, limit=limit)
-    nonzeros = _count_nonzeros(outcomes, nodes_of, size, depth)
+    # Constraints as a flow over output prefixes (linear in size, unlike one row per x in V^(L+1) with
+    # every emitted sequence repeated in all rows it is a prefix of): F(u) is the mass of outputs whose
+    # first |u| tokens are u once the block is continued by the target, M(s) the mass emitted as block s:
+    #     F(t) = M(t),   F(u t) = p(t | u) F(u) + M(u t)   for |u t| <= L,
+    #     p(t | u) F(u) + M(u t) = p(u t)                   for |u t| = L + 1   (losslessness),
+    # and each outcome's emission masses sum to Q(D). Variables are the joint masses z(n, y, D) =
+    # Q(D) pi(n, y | D) (with pi, outcomes of tiny probability put coefficients near 1e-15 into the rows
+    # and HiGHS returned "optimal" bases that were not), then the F(u) of lengths 1..L.
+    offsets = _prefix_offsets(size, depth)
+    num_flows = offsets[-1]
+    num_columns = num_variables + num_flows
+    check_size(num_columns, what=what, limit=limit)
+    nonzeros = 2 * num_variables + (size + 1) * num_flows
     if nonzeros > max_nonzeros:
         raise ProblemTooLargeError(
-            f"{what}: the linear program would have about {nonzeros:,} nonzero coefficients ({num_variables:,} "
+            f"{what}: the linear program would have about {nonzeros:,} nonzero coefficients ({num_columns:,} "
             f"variables), above the limit of {max_nonzeros:,}; use a smaller vocabulary or a shallower tree, "
             f"or raise max_nonzeros explicitly")
-    factors = [f.ravel() for f in _continuation_factors(problem, depth)]
-    num_sequences = size ** (depth + 1)
-    # Variables are joint masses z(n, y, D) = Q(D) pi(n, y | D), not the conditional pi: with pi, draft
-    # outcomes of tiny probability put coefficients near 1e-15 into the validity rows and HiGHS then
-    # returns "optimal" bases that are not (seen: 1.7e-4 below block verification on a chain). With z,
-    # validity coefficients are continuation probabilities in [0, 1] and each outcome's row is sum z = Q(D).
+    # rows: prefix rows of length 1..L+1 (offset as the flow columns, length L+1 after them), then outcomes
+    prefix_rows = num_flows + size ** (depth + 1)
     rows, cols, values = [], [], []
-    objective = np.empty(num_variables)
+    objective = np.zeros(num_columns)
     groups, totals = [], []
     column = 0
     for index, ((tree, probability), nodes) in enumerate(zip(outcomes, nodes_of)):
-        probability = float(probability)
         first = column
         for node in nodes:
             path = tree.paths[node]
             length = len(path) + 1
-            span = size ** (depth + 1 - length)
-            base = 0
-            for token in path:
-                base = base * size + token
-            for token in range(size):
-                offset = (base * size + token) * span
-                rows.append(np.arange(offset, offset + span))
-                cols.append(np.full(span, column))
-                values.append(factors[length - 1][offset:offset + span])
-                objective[column] = length
-                column += 1
-        rows.append(np.array([num_sequences + index]))  # sum of this outcome's masses is Q(D)
+            row_base = offsets[length - 1] + _flat(path, size) * size
+            rows.append(row_base + np.arange(size))
+            cols.append(column + np.arange(size))
+            values.append(np.full(size, -1.0 if length <= depth else 1.0))  # -M in flow rows, +M in final
+            objective[column:column + size] = length
+            column += size
+        rows.append(np.full(column - first, prefix_rows + index))
         cols.append(np.arange(first, column))
         values.append(np.ones(column - first))
-        groups.append((np.arange(first, column), probability))
-        totals.append(probability)
-    rows_flat = np.concatenate([np.broadcast_to(r, c.shape) for r, c in zip(rows, cols)])
-    a_eq = sparse.csr_matrix((np.concatenate(values), (rows_flat, np.concatenate(cols))),
-                             shape=(num_sequences + len(outcomes), num_variables))
-    b_eq = np.concatenate([np.asarray(target_law(problem, depth + 1), dtype=np.float64).ravel(), totals])
-    # The validity rows sum to the outcome rows (both total one), so one of them is implied; leaving it in
-    # makes the system inconsistent at rounding level and HiGHS may call it infeasible.
-    keep = np.arange(1, a_eq.shape[0])
+        groups.append((np.arange(first, column), float(probability)))
+        totals.append(float(probability))
+    b_eq = np.zeros(prefix_rows + len(outcomes))
+    b_eq[num_flows:prefix_rows] = np.asarray(target_law(problem, depth + 1), dtype=np.float64).ravel()
+    b_eq[prefix_rows:] = totals
+    for length in range(1, depth + 1):
+        flows = num_variables + offsets[length - 1] + np.arange(size ** length)
+        rows.append(offsets[length - 1] + np.arange(size ** length))  # +F(u) in its own row
+        cols.append(flows)
+        values.append(np.ones(size ** length))
+        conditional = np.asarray(target_conditionals(problem, length), dtype=np.float64).reshape(-1, size)
+        child_rows = offsets[length] + np.arange(size ** (length + 1))  # rows of u t (offsets[L] = finals)
+        rows.append(child_rows)
+        cols.append(np.repeat(flows, size))
+        values.append(-conditional.ravel() if length < depth else conditional.ravel())
+    a_eq = sparse.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
+                             shape=(prefix_rows + len(outcomes), num_columns))
+    # The final rows sum to the outcome rows (both total one, through the flow rows), so one is implied;
+    # leaving it in makes the system inconsistent at rounding level and HiGHS may call it infeasible.
+    keep = np.delete(np.arange(a_eq.shape[0]), num_flows)
     a_eq, b_eq = a_eq[keep].tocsr(), b_eq[keep]
     solution = solve_lp(objective, what=what, maximize=True, a_eq=a_eq, b_eq=b_eq, groups=groups, limit=limit)
     laws = {}
@@ -223,7 +240,7 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
         column += count
     label = drafter.spec if restriction is None else f"{drafter.spec},{restriction}"
     verifier = TabulatedVerifier(f"lp-optimal[{label}]", laws, drafter.draft_laws)
-    return MultiStepOptimum(block_efficiency=solution.objective, verifier=verifier, num_variables=num_variables,
+    return MultiStepOptimum(block_efficiency=solution.objective, verifier=verifier, num_variables=num_columns,
                             num_constraints=a_eq.shape[0], num_draft_outcomes=len(outcomes),
                             seconds=time.monotonic() - start, num_nonzeros=a_eq.nnz, restriction=restriction)
 
