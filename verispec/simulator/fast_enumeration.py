@@ -386,12 +386,23 @@ def representatives(draws: SlotDraws) -> np.ndarray:
     return rep
 
 
+def _unique_rows(rep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(rep, axis=0, return_inverse=True), through one integer per row when it fits in int64
+    (a 1-d unique is several times faster than a row-wise one)."""
+    radix = rep.shape[1] + 1
+    if rep.shape[1] * math.log2(radix) < 62:
+        code = (rep + 1) @ (radix ** np.arange(rep.shape[1], dtype=np.int64))
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        return rep[first], inverse.ravel()
+    keys, inverse = np.unique(rep, axis=0, return_inverse=True)
+    return keys, inverse.ravel()
+
+
 def group_by_topology(draws: SlotDraws, tables: PrefixTables) -> list[TreeGroup]:
     """Split enumerated rows into groups of one topology each."""
     plan = draws.plan
     rep = representatives(draws)
-    keys, inverse = np.unique(rep, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
+    keys, inverse = _unique_rows(rep)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(keys) + 1))
     groups = []
@@ -527,9 +538,10 @@ def accumulate(groups: list[TreeGroup], law_function, tables: PrefixTables,
         laws = law_function(group)  # [N, n, V]
         if check is not None:
             check(group, laws)
-        index = group.contexts[:, :, None] * size + np.arange(size)[None, None, :]
-        flat += np.bincount(index.ravel(), weights=(group.weight[:, None, None] * laws).ravel(),
-                            minlength=len(flat))
+        for node in range(group.num_nodes):  # one bincount per node keeps the temporaries at [N, V]
+            index = group.contexts[:, node, None] * size + np.arange(size)[None, :]
+            flat += np.bincount(index.ravel(), weights=(group.weight[:, None] * laws[:, node]).ravel(),
+                                minlength=len(flat))
     return tuple(flat[tables.offsets[length] * size:tables.offsets[length + 1] * size].reshape(
         (size,) * (length + 1)) for length in range(tables.depth + 1))
 
