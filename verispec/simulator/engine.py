@@ -22,8 +22,8 @@ from fractions import Fraction
 import numpy as np
 
 from verispec.errors import IncompatibleDraftError, VerifierError
-from verispec.simulator.distributions import zeros
 from verispec.simulator import fast_enumeration
+from verispec.simulator.distributions import zeros
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.problems import Problem
 
@@ -223,8 +223,8 @@ def analyze(problem: Problem, drafter: Drafter, verifier, *, method: str = "auto
     'dp-metrics' the same keyed on problem states, giving the law of tau without the output law (so no
     losslessness check); 'fast-enumeration' enumerates the trees of chain, delayed, iid and branch drafters
     as arrays and verifies them in batches (same law as 'closed-form', float64 only;
-    verispec/simulator/fast_enumeration.py); 'auto' picks with ``choose_method``. ``kernel_cache`` may be shared between DP
-    calls on the same problem and verifier.
+    verispec/simulator/fast_enumeration.py); 'auto' picks with ``choose_method``. ``kernel_cache`` may be
+    shared between DP calls on the same problem and verifier.
     """
     used = choose_method(problem, drafter, verifier, method)
     check_compatible(verifier, drafter)
