@@ -74,8 +74,8 @@ def test_state_keyed_metrics_equal_context_keyed(make, spec):
 def test_method_choice():
     problem = random_problem(2, 2, 0)
     assert choose_method(problem, parse_tree("iid:2,2"), get_verifier("specinfer")) == "dp"
-    assert choose_method(problem, parse_tree("chain:2"), get_verifier("bv")) == "closed-form"
-    assert choose_method(problem, parse_tree("branch:2,1"), get_verifier("naivetree")) == "closed-form"
+    assert choose_method(problem, parse_tree("chain:2"), get_verifier("bv")) == "fast-enumeration"
+    assert choose_method(problem, parse_tree("branch:2,1"), get_verifier("naivetree")) == "fast-enumeration"
     with pytest.raises(IncompatibleDraftError, match="i.i.d.-structured"):
         analyze(problem, parse_tree("chain:2"), get_verifier("bv"), method="dp")
 

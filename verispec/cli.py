@@ -63,7 +63,8 @@ def _build_parser() -> argparse.ArgumentParser:
     exact.add_argument("--json", action="store_true", help="print one JSON object")
     exact.add_argument("--exact", action="store_true", help="exact rational arithmetic (Fractions); tolerance 0")
     exact.add_argument("--method", choices=METHODS, default="auto",
-                       help="closed-form law or generic enumeration of the sampling procedure")
+                       help="auto (fastest exact method), closed-form (per-tree laws), enumerate (sampling procedure), "
+                            "dp / dp-metrics (walk DP), fast-enumeration (batched whole-tree enumeration)")
     exact.add_argument("--tolerance", type=float, default=None, help="TV distance below which 'lossless' holds")
     exact.add_argument("--fail-if-lossy", action="store_true", help="exit with status 1 when not lossless")
 

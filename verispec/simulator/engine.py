@@ -22,6 +22,7 @@ from fractions import Fraction
 import numpy as np
 
 from verispec.errors import IncompatibleDraftError, VerifierError
+from verispec.simulator import fast_enumeration
 from verispec.simulator.distributions import zeros
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.problems import Problem
@@ -31,7 +32,7 @@ DEFAULT_TOLERANCE = 1e-12
 #: Largest |sum - 1| of a verifier's emission law on one tree before it is reported as broken.
 EMISSION_SUM_TOLERANCE = 1e-9
 
-METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics")
+METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration")
 
 #: 'auto' keeps the full output law (and so checks losslessness) while it has at most this many entries.
 MAX_LAW_ENTRIES = 1 << 22
@@ -191,17 +192,24 @@ def dp_applies(drafter: Drafter, verifier) -> bool:
 
 def choose_method(problem: Problem, drafter: Drafter, verifier, method: str = "auto") -> str:
     """The fastest correct method: the walk DP where it applies (keeping the output law while it has at
-    most MAX_LAW_ENTRIES entries, else only the law of tau), whole-tree enumeration otherwise."""
+    most MAX_LAW_ENTRIES entries, else only the law of tau), else fast enumeration where it applies,
+    whole-tree enumeration otherwise."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if method in ("dp", "dp-metrics") and not dp_applies(drafter, verifier):
         raise IncompatibleDraftError(
             f"method '{method}' needs a top-down solver verifier on an i.i.d.-structured tree "
             f"(chain, iid, delayed, branch-iid); '{verifier.name}' on {drafter.spec} is not one")
+    if method == "fast-enumeration" and not fast_enumeration.applies(problem, drafter, verifier):
+        raise IncompatibleDraftError(
+            f"method 'fast-enumeration' needs a float problem, a chain, delayed, iid or branch tree and a "
+            f"verifier with a batched law; '{verifier.name}' on {drafter.spec} is not one")
     if method != "auto":
         return method
     if dp_applies(drafter, verifier):
         return "dp" if problem.vocab_size ** (drafter.depth + 1) <= MAX_LAW_ENTRIES else "dp-metrics"
+    if fast_enumeration.applies(problem, drafter, verifier):
+        return "fast-enumeration"
     return "closed-form"
 
 
@@ -213,8 +221,10 @@ def analyze(problem: Problem, drafter: Drafter, verifier, *, method: str = "auto
     'enumerate' also runs its sampling procedure over every choice trace (the generic enumerator);
     'dp' runs the walk dynamic program (top-down solver verifiers on i.i.d.-structured trees);
     'dp-metrics' the same keyed on problem states, giving the law of tau without the output law (so no
-    losslessness check); 'auto' picks with ``choose_method``. ``kernel_cache`` may be shared between DP
-    calls on the same problem and verifier.
+    losslessness check); 'fast-enumeration' enumerates the trees of chain, delayed, iid and branch drafters
+    as arrays and verifies them in batches (same law as 'closed-form', float64 only;
+    verispec/simulator/fast_enumeration.py); 'auto' picks with ``choose_method``. ``kernel_cache`` may be
+    shared between DP calls on the same problem and verifier.
     """
     used = choose_method(problem, drafter, verifier, method)
     check_compatible(verifier, drafter)
@@ -232,6 +242,12 @@ def analyze(problem: Problem, drafter: Drafter, verifier, *, method: str = "auto
                                tv_distance=None, tolerance=tolerance, tau_law=walk.tau_law,
                                num_draft_outcomes=0, exact=exact, extras={"dp_states": walk.num_states})
         emitted, num_outcomes, extras = list(walk.emitted), 0, {"dp_states": walk.num_states}
+    elif used == "fast-enumeration":
+        from verispec.simulator.fast_enumeration import fast_output_law
+
+        fast = fast_output_law(problem, drafter, verifier)
+        emitted, num_outcomes = list(fast.emitted), fast.num_rows
+        extras = {"topologies": fast.num_topologies, "multiset_paths": fast.multisets}
     else:
         emitted = [zeros((size,) * length, exact=exact) for length in range(1, depth + 2)]
         outcomes = drafter.outcomes(problem)

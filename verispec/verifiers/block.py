@@ -62,6 +62,10 @@ class BlockVerifier(Verifier):
             none_later = none_later * (1 - h)
         return law
 
+    def emission_laws(self, group) -> np.ndarray:
+        """``emission_law`` for every row of a chain ``TreeGroup`` at once, [N, n, V] (fast enumeration)."""
+        return _batched_chain_laws(group)
+
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         # Sun et al., Alg. 2, forward form: one uniform per position, tau = the last position that passed.
         nodes = tree.chain_nodes()
@@ -80,3 +84,56 @@ class BlockVerifier(Verifier):
         if tau == length:
             return nodes[tau], chooser.categorical(tree.p[nodes[tau]])
         return nodes[tau], chooser.categorical(_correction(weight_at_tau, tree.p[nodes[tau]], tree.q[nodes[tau]]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Batched form (engine method 'fast-enumeration'): the same backward scan over many paths at once.
+
+
+def batched_stop_probability(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """h = S / (S + 1 - w) row by row, [N]; 1 where the denominator vanishes (as ``_stop_probability``)."""
+    mass = np.maximum(weight[:, None] * p - q, 0.0).sum(axis=1)
+    denominator = mass + (1 - weight)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, mass / denominator, 1.0)
+
+
+def batched_correction(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm((w p - q)+) row by row, [N, V]; a zero row stays zero (as ``normalize``)."""
+    excess = np.maximum(weight[:, None] * p - q, 0.0)
+    total = excess.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, excess / total, 0.0)
+
+
+def batched_block_law(targets: list[np.ndarray], drafts: list[np.ndarray], tokens: np.ndarray) -> list[np.ndarray]:
+    """Block verification on N paths at once: ``targets[i]`` = p at path position i ([N, V], i = 0..L),
+    ``drafts[i]`` = the draft conditional there (i < L), ``tokens[:, i - 1]`` = the drafted token x_i.
+    Returns the emission law at each path position, a list of L+1 arrays [N, V]; ``emission_law`` is the
+    per-tree oracle (tests/test_fast_enumeration.py)."""
+    rows, length = tokens.shape
+    everyone = np.arange(rows)
+    weights = [np.ones(rows)]
+    for i in range(1, length + 1):
+        token = tokens[:, i - 1]
+        weights.append(np.minimum(weights[-1] * targets[i - 1][everyone, token] / drafts[i - 1][everyone, token], 1.0))
+    law: list[np.ndarray] = [None] * (length + 1)
+    none_later = np.ones(rows)  # backward scan, as in BlockVerifier.emission_law
+    for i in range(length, -1, -1):
+        if i == length:
+            h = weights[length]
+            law[i] = h[:, None] * targets[i]
+        else:
+            h = batched_stop_probability(weights[i], targets[i], drafts[i]) if i > 0 else np.ones(rows)
+            law[i] = (none_later * h)[:, None] * batched_correction(weights[i], targets[i], drafts[i])
+        none_later = none_later * (1 - h)
+    return law
+
+
+def _batched_chain_laws(group) -> np.ndarray:
+    """BlockVerifier on every row of a chain topology (verispec.simulator.fast_enumeration.TreeGroup)."""
+    length = group.num_nodes - 1  # a chain's node i is at depth i
+    path = batched_block_law([group.p(i) for i in range(length + 1)], [group.q(i) for i in range(length)],
+                             group.tokens[:, 1:])
+    return np.stack(path, axis=1)
+

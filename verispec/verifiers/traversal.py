@@ -125,6 +125,45 @@ def traversal_procedure(tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         recompute_below(parent)
 
 
+def _batched_deletion_update(weight: np.ndarray, p: np.ndarray, q: np.ndarray, token: np.ndarray):
+    """``deletion_update`` row by row: weight [N], p and q [N, V], token [N]; new arrays."""
+    excess = np.maximum(weight[:, None] * p - q, 0.0)
+    mass = excess.sum(axis=1)
+    denominator = mass + (1 - weight)
+    remaining = q.copy()
+    remaining[np.arange(len(token)), token] = 0.0
+    total = remaining.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        new_weight = np.where(denominator > 0, mass / denominator, 1.0)
+        new_target = np.where(mass[:, None] > 0, excess / mass[:, None], p)
+        new_draft = np.where(total > 0, remaining / total, 0.0)
+    return new_weight, new_target, new_draft
+
+
+def batched_traversal_laws(group) -> np.ndarray:
+    """``traversal_emission_law`` for every row of a ``TreeGroup`` (one topology) at once, [N, n, V]: the
+    same post-order recursion over the topology, with numpy over the rows."""
+    rows = group.num_rows
+    everyone = np.arange(rows)
+    law = np.zeros((rows, group.num_nodes, group.vocab_size))
+
+    def visit(node: int, weight: np.ndarray, reach: np.ndarray) -> np.ndarray:
+        p, q = group.p(node), group.q(node)
+        for child in group.child_nodes[node]:
+            token = group.tokens[:, child]
+            child_weight_ = np.minimum(weight * p[everyone, token] / q[everyone, token], 1.0)
+            reach = visit(child, child_weight_, reach)
+            weight, p, q = _batched_deletion_update(weight, p, q, token)
+        if node == 0:
+            law[:, node] += reach[:, None] * p
+            return reach * 0
+        law[:, node] += (reach * weight)[:, None] * p
+        return reach * (1 - weight)
+
+    visit(0, np.ones(rows), np.ones(rows))
+    return law
+
+
 class TraversalVerifier(Verifier):
     """Traversal Verification on trees whose siblings are drawn without replacement (``branch:...``)."""
 
@@ -133,6 +172,10 @@ class TraversalVerifier(Verifier):
 
     def emission_law(self, tree: DraftTree) -> np.ndarray:
         return traversal_emission_law(tree)
+
+    def emission_laws(self, group) -> np.ndarray:
+        """``emission_law`` for every row of a ``TreeGroup`` at once, [N, n, V] (fast enumeration)."""
+        return batched_traversal_laws(group)
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         return traversal_procedure(tree, chooser)
