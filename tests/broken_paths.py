@@ -13,7 +13,7 @@ import itertools
 from verispec.simulator.distributions import normalize, positive_part, ratio_min_one
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers import ProcedureVerifier
-from verispec.verifiers.gbv import block_law_on_path
+from verispec.verifiers.block import block_law_on_path
 
 WITHOUT_REPLACEMENT = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
 IID = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})

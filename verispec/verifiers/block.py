@@ -20,15 +20,6 @@ from verispec.simulator.trees import DraftTree
 from verispec.verifiers.base import Verifier
 
 
-def _weights(tree: DraftTree, nodes: list[int]) -> list:
-    """w_0..w_L along the chain."""
-    weights = [1]
-    for here, child in zip(nodes[:-1], nodes[1:]):
-        token = tree.token[child]
-        weights.append(ratio_min_one(weights[-1] * tree.p[here, token], tree.q[here, token]))
-    return weights
-
-
 def _stop_probability(weight, p: np.ndarray, q: np.ndarray):
     """h_i = S / (S + 1 - w) with S = sum (w p - q)+; 1 when the denominator vanishes."""
     mass = positive_part(weight * p - q).sum()
@@ -40,50 +31,61 @@ def _correction(weight, p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return normalize(positive_part(weight * p - q))
 
 
+def block_law_on_path(tree: DraftTree, nodes: list[int], drafts: list[np.ndarray]) -> np.ndarray:
+    """Block verification's emission law on the path ``nodes`` (root..leaf) of ``tree``, with draft
+    conditional ``drafts[i]`` at path position i < L: q itself for BV, GBV's skewed draft for GBV."""
+    length = len(nodes) - 1
+    weights = [1]
+    for i in range(1, length + 1):
+        token = int(tree.token[nodes[i]])
+        weights.append(ratio_min_one(weights[-1] * tree.p[nodes[i - 1], token], drafts[i - 1][token]))
+    law = zeros((tree.num_nodes, tree.vocab_size), exact=tree.exact)
+    # Backward scan: P(tau = i) = h_i * prod_{j > i} (1 - h_j), with h_L = w_L and "h_0" = 1.
+    none_later = 1
+    for i in range(length, -1, -1):
+        node = nodes[i]
+        if i == length:
+            h = weights[length]
+            law[node] = h * tree.p[node]
+        else:
+            h = _stop_probability(weights[i], tree.p[node], drafts[i]) if i > 0 else 1
+            law[node] = none_later * h * _correction(weights[i], tree.p[node], drafts[i])
+        none_later = none_later * (1 - h)
+    return law
+
+
+def block_procedure_on_path(tree: DraftTree, nodes: list[int], drafts: list[np.ndarray],
+                            chooser: Chooser) -> tuple[int, int]:
+    """Sun et al., Alg. 2, forward form, on the path ``nodes`` with drafts ``drafts``: one uniform per
+    position, tau = the LAST position that passed (not the first failure; trap 3)."""
+    length = len(nodes) - 1
+    weight, tau, weight_at_tau = 1, 0, 1
+    for i in range(1, length + 1):
+        token = int(tree.token[nodes[i]])
+        weight = ratio_min_one(weight * tree.p[nodes[i - 1], token], drafts[i - 1][token])
+        h = _stop_probability(weight, tree.p[nodes[i]], drafts[i]) if i < length else weight
+        if chooser.bernoulli(h):
+            tau, weight_at_tau = i, weight
+    if tau == length:
+        return nodes[tau], chooser.categorical(tree.p[nodes[tau]])
+    return nodes[tau], chooser.categorical(_correction(weight_at_tau, tree.p[nodes[tau]], drafts[tau]))
+
+
 class BlockVerifier(Verifier):
     name = "bv"
     valid_for = frozenset({DraftLaw.SINGLE_PATH})
 
     def emission_law(self, tree: DraftTree) -> np.ndarray:
         nodes = tree.chain_nodes()
-        length = len(nodes) - 1
-        weights = _weights(tree, nodes)
-        law = zeros((tree.num_nodes, tree.vocab_size), exact=tree.exact)
-        # Backward scan: P(tau = i) = h_i * prod_{j > i} (1 - h_j), with h_L = w_L and "h_0" = 1.
-        none_later = 1
-        for i in range(length, -1, -1):
-            node = nodes[i]
-            if i == length:
-                h = weights[length]
-                law[node] = h * tree.p[node]
-            else:
-                h = _stop_probability(weights[i], tree.p[node], tree.q[node]) if i > 0 else 1
-                law[node] = none_later * h * _correction(weights[i], tree.p[node], tree.q[node])
-            none_later = none_later * (1 - h)
-        return law
+        return block_law_on_path(tree, nodes, [tree.q[node] for node in nodes])
 
     def emission_laws(self, group) -> np.ndarray:
         """``emission_law`` for every row of a chain ``TreeGroup`` at once, [N, n, V] (fast enumeration)."""
         return _batched_chain_laws(group)
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
-        # Sun et al., Alg. 2, forward form: one uniform per position, tau = the last position that passed.
         nodes = tree.chain_nodes()
-        length = len(nodes) - 1
-        weight, tau, weight_at_tau = 1, 0, 1
-        for i in range(1, length + 1):
-            here, child = nodes[i - 1], nodes[i]
-            token = tree.token[child]
-            weight = ratio_min_one(weight * tree.p[here, token], tree.q[here, token])
-            if i < length:
-                h = _stop_probability(weight, tree.p[child], tree.q[child])
-            else:
-                h = weight
-            if chooser.bernoulli(h):
-                tau, weight_at_tau = i, weight
-        if tau == length:
-            return nodes[tau], chooser.categorical(tree.p[nodes[tau]])
-        return nodes[tau], chooser.categorical(_correction(weight_at_tau, tree.p[nodes[tau]], tree.q[nodes[tau]]))
+        return block_procedure_on_path(tree, nodes, [tree.q[node] for node in nodes], chooser)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -29,11 +29,11 @@ import itertools
 import numpy as np
 
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import ratio_min_one, zeros
+from verispec.simulator.distributions import zeros
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.trees import DraftTree
 from verispec.verifiers.base import Verifier
-from verispec.verifiers.block import _correction, _stop_probability, batched_block_law
+from verispec.verifiers.block import batched_block_law, block_law_on_path, block_procedure_on_path
 
 
 def rank_key(p: np.ndarray, q: np.ndarray, token: int) -> tuple:
@@ -91,27 +91,6 @@ def skewed_drafts(tree: DraftTree, nodes: list[int], paths: int) -> list[np.ndar
         below_path = low[token]
         mass = mass * q[token]
     return drafts
-
-
-def block_law_on_path(tree: DraftTree, nodes: list[int], drafts: list[np.ndarray]) -> np.ndarray:
-    """Block verification's emission law on the path ``nodes`` with draft conditionals ``drafts``."""
-    length = len(nodes) - 1
-    weights = [1]
-    for i in range(1, length + 1):
-        token = int(tree.token[nodes[i]])
-        weights.append(ratio_min_one(weights[-1] * tree.p[nodes[i - 1], token], drafts[i - 1][token]))
-    law = zeros((tree.num_nodes, tree.vocab_size), exact=tree.exact)
-    none_later = 1  # backward scan: P(tau = i) = h_i prod_{j > i} (1 - h_j), h_L = w_L, h_0 = 1
-    for i in range(length, -1, -1):
-        node = nodes[i]
-        if i == length:
-            h = weights[length]
-            law[node] = h * tree.p[node]
-        else:
-            h = _stop_probability(weights[i], tree.p[node], drafts[i]) if i > 0 else 1
-            law[node] = none_later * h * _correction(weights[i], tree.p[node], drafts[i])
-        none_later = none_later * (1 - h)
-    return law
 
 
 def batched_gbv_laws(group) -> np.ndarray:
@@ -182,18 +161,6 @@ class GreedyBlockVerifier(Verifier):
         return block_law_on_path(tree, nodes, skewed_drafts(tree, nodes, number_of_paths(tree)))
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
-        # Select greedily, then Sun et al.'s Alg. 2 (forward form) with q_skew: one uniform per position,
-        # tau = the LAST position that passed.
+        # Select greedily, then block verification's sampling procedure with q_skew.
         nodes = greedy_path(tree)
-        drafts = skewed_drafts(tree, nodes, number_of_paths(tree))
-        length = len(nodes) - 1
-        weight, tau, weight_at_tau = 1, 0, 1
-        for i in range(1, length + 1):
-            token = int(tree.token[nodes[i]])
-            weight = ratio_min_one(weight * tree.p[nodes[i - 1], token], drafts[i - 1][token])
-            h = _stop_probability(weight, tree.p[nodes[i]], drafts[i]) if i < length else weight
-            if chooser.bernoulli(h):
-                tau, weight_at_tau = i, weight
-        if tau == length:
-            return nodes[tau], chooser.categorical(tree.p[nodes[tau]])
-        return nodes[tau], chooser.categorical(_correction(weight_at_tau, tree.p[nodes[tau]], drafts[tau]))
+        return block_procedure_on_path(tree, nodes, skewed_drafts(tree, nodes, number_of_paths(tree)), chooser)
