@@ -150,3 +150,13 @@ def test_exact_accepts_every_verifier_on_every_valid_tree_kind(capsys, name):
         assert json.loads(out)["lossless"] is True
         ran += 1
     assert ran > 0
+
+
+@pytest.mark.parametrize("verifier,method", [
+    ("specinfer", "closed-form"), ("specinfer", "enumerate"), ("gbv", "fast-enumeration"), ("specinfer", "dp"),
+    ("specinfer", "dp-metrics")])
+def test_exact_human_output_for_every_method(capsys, verifier, method):
+    code, out, err = run(capsys, "exact", *TOY, "--tree", "iid:2,2", "--verifier", verifier, "--method", method)
+    assert code == 0, err
+    assert f"method                     {method}" in out
+    assert ("not checked" in out) == (method == "dp-metrics")

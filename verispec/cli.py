@@ -134,7 +134,8 @@ def _run_exact(args) -> int:
     problem = _problem_from_args(args)
     drafter = parse_tree(args.tree)
     verifier = get_verifier(args.verifier)
-    result = analyze(problem, drafter, verifier, method=args.method, tolerance=args.tolerance)
+    result = analyze(problem, drafter, verifier, method=args.method, tolerance=args.tolerance,
+                     progress=sys.stderr.isatty())
     if args.json:
         print(json.dumps(result.to_json()))
     else:
@@ -142,11 +143,14 @@ def _run_exact(args) -> int:
             ("verifier", result.verifier), ("tree", result.tree), ("method", result.method),
             ("block efficiency E[tau+1]", _format(result.block_efficiency)),
             ("expected accepted E[tau]", _format(result.expected_accepted)),
-            ("TV distance to target", _format(result.tv_distance)),
-            ("lossless", f"{result.lossless} (tolerance {result.tolerance:g})"),
+            ("TV distance to target",
+             "not computed (this method keeps only the law of tau)" if result.tv_distance is None
+             else _format(result.tv_distance)),
+            ("lossless", "not checked" if result.lossless is None
+             else f"{result.lossless} (tolerance {result.tolerance:g})"),
             ("law of tau", " ".join(_format(v) for v in result.tau_law)),
             ("P(tau >= d), d=1..L", " ".join(_format(v) for v in result.acceptance_by_depth)),
-            ("draft outcomes", str(result.num_draft_outcomes)),
+            ("draft outcomes", "-" if result.num_draft_outcomes is None else str(result.num_draft_outcomes)),
         ]
         if result.exact:
             rows.insert(4, ("exact E[tau+1]", str(result.block_efficiency)))
