@@ -288,11 +288,11 @@ def test_dyspec_outcomes_form_an_exact_law_of_budget_sized_trees(budget, size):
 
 @settings(max_examples=10)
 @given(seed=st.integers(0, 2**32 - 1), budget=st.integers(3, 5), divergence=st.sampled_from([0.3, 1.0]))
-def test_rrsw_and_naivetree_are_lossless_on_deeper_dyspec_trees(seed, budget, divergence):
+def test_without_replacement_verifiers_are_lossless_on_deeper_dyspec_trees(seed, budget, divergence):
     # The number of children a DySpec node gets depends on tokens drawn elsewhere; recursive rejection
     # sampling without replacement stays lossless because accepting x_j never looks at later children.
     problem = random_problem(3 if budget < 5 else 2, budget, seed, divergence=divergence, concentration=0.5)
-    for name in ("rrsw", "naivetree"):
+    for name in ("rrsw", "naivetree", "traversal"):
         assert analyze(problem, DySpecDrafter(budget), REGISTRY[name]).tv_distance < 1e-12
 
 
