@@ -13,33 +13,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import time
-import tracemalloc
 from pathlib import Path
 
+from measure import peak_memory_of_analysis, timed_analysis  # benchmarks/measure.py
 from tqdm import tqdm
 
 from verispec.io import ResultStore, atomic_write_text
-from verispec.simulator import DelayedDrafter, analyze, random_problem
+from verispec.simulator import DelayedDrafter, random_problem
 from verispec.verifiers import REGISTRY
 
 #: Whole-tree enumeration is skipped above this many draft trees (it would take minutes).
 MAX_ORACLE_TREES = 60_000
-
-
-def _timed(*args, **kwargs):
-    start = time.perf_counter()
-    value = analyze(*args, **kwargs)
-    return value, time.perf_counter() - start
-
-
-def _peak_memory(*args, **kwargs) -> int:
-    tracemalloc.start()
-    try:
-        analyze(*args, **kwargs)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def grid(quick: bool):
@@ -69,14 +53,14 @@ def main(argv=None) -> None:
         if not drafter.draft_laws & verifier.valid_for:
             continue
         problem = random_problem(size, trunk + tail, 0, divergence=0.7)
-        new, new_seconds = _timed(problem, drafter, verifier, method="dp")
-        peak = _peak_memory(problem, drafter, verifier, method="dp")
+        new, new_seconds = timed_analysis(problem, drafter, verifier, method="dp")
+        peak = peak_memory_of_analysis(problem, drafter, verifier, method="dp")
         trees = size ** (trunk + branches * tail)
         row = {"verifier": name, "V": size, "tree": drafter.spec, "draft_trees": trees,
                "new_seconds": new_seconds, "new_peak_bytes": peak, "tv_distance": float(new.tv_distance),
                "block_efficiency": float(new.block_efficiency)}
         if trees <= MAX_ORACLE_TREES:
-            old, old_seconds = _timed(problem, drafter, verifier, method="closed-form")
+            old, old_seconds = timed_analysis(problem, drafter, verifier, method="closed-form")
             difference = abs(float(old.block_efficiency) - float(new.block_efficiency))
             if difference > 1e-12:
                 raise AssertionError(f"{key}: DP and enumeration disagree by {difference:.3g}")

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
+from measure import peak_memory_of_analysis, timed_analysis  # benchmarks/measure.py
 
 from verispec.io import ResultStore, atomic_write_text
-from verispec.simulator import analyze, parse_tree, random_problem
+from verispec.simulator import parse_tree, random_problem
 from verispec.verifiers import REGISTRY
 
 #: Whole-tree enumeration (the oracle) is skipped above this many ordered draft trees.
@@ -61,21 +60,6 @@ def ordered_trees(spec: str, size: int) -> int:
     raise ValueError(spec)
 
 
-def _timed(*args, **kwargs):
-    start = time.perf_counter()
-    value = analyze(*args, **kwargs)
-    return value, time.perf_counter() - start
-
-
-def _peak_memory(*args, **kwargs) -> int:
-    tracemalloc.start()
-    try:
-        analyze(*args, **kwargs)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="results/bench_whole_tree.json")
@@ -92,14 +76,14 @@ def main(argv=None) -> None:
             continue
         verifier, drafter = REGISTRY[name], parse_tree(spec)
         problem = random_problem(size, drafter.depth, 0, divergence=0.7)
-        new, new_seconds = _timed(problem, drafter, verifier, method="fast-enumeration")
-        peak = _peak_memory(problem, drafter, verifier, method="fast-enumeration")
+        new, new_seconds = timed_analysis(problem, drafter, verifier, method="fast-enumeration")
+        peak = peak_memory_of_analysis(problem, drafter, verifier, method="fast-enumeration")
         trees = ordered_trees(spec, size)
         row = {"verifier": name, "V": size, "tree": spec, "ordered_trees": trees, "rows": new.num_draft_outcomes,
                "multiset_paths": new.extras["multiset_paths"], "new_seconds": new_seconds, "new_peak_bytes": peak,
                "tv_distance": float(new.tv_distance), "block_efficiency": float(new.block_efficiency)}
         if trees <= MAX_ORACLE_TREES:
-            old, old_seconds = _timed(problem, drafter, verifier, method="closed-form")
+            old, old_seconds = timed_analysis(problem, drafter, verifier, method="closed-form")
             difference = max(float(np.abs(a - b).max())
                              for a, b in zip(new.output_law.by_length, old.output_law.by_length, strict=True))
             if difference > 1e-12:
