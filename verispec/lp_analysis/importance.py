@@ -8,7 +8,9 @@ against p with proposal p_I. Its acceptance is sum_y min(p(y), p_I(y)), so the b
 
     maximise sum_y t_y  subject to  t_y <= p(y),  t_y <= sum_x Q(x) beta_y(x),  sum_y beta_y(x) = 1,
 
-whose optimum equals the OT optimum (``importance_weights``).
+whose optimum equals the OT optimum (``importance_weights``, an LP; ``flow_weights`` builds optimal weights
+from a maximum flow instead: route each draft set's flow f(S, y) to its tokens and spread the unrouted rest
+r(S) evenly over S; then p_I >= f(., y) summed over S, so sum_y min(p, p_I) >= the flow value = alpha*).
 
 The deployed scheme (their Sec. 4 and App. I; ``truncated_pair_weights``) handles two drafts a ~ q1,
 b ~ q2: rank the tokens by p - q1 q2 decreasing (ties by token id), keep the top s as Omega_1; a pair
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from verispec.lp_analysis.maxflow import set_flow
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
 
 
@@ -83,6 +86,21 @@ def importance_weights(p: np.ndarray, draft_law: Mapping[tuple[int, ...], object
     intermediate = probabilities @ weights
     return ImportanceWeights(outcomes=outcomes, weights=weights, intermediate=intermediate,
                              optimum=float(np.minimum(np.asarray(p, dtype=np.float64), intermediate).sum()))
+
+
+def flow_weights(p: np.ndarray, draft_law: Mapping[tuple[int, ...], object]) -> ImportanceWeights:
+    """Optimal step-1 weights from a maximum flow, in the number system of p (exact with Fractions)."""
+    flow = set_flow(p, draft_law)
+    weights = np.full((len(flow.outcomes), len(p)), 0 * p[0], dtype=flow.accepted.dtype)
+    for row, index in enumerate(flow.set_of):
+        members = sorted(flow.sets[index])
+        spread = (flow.set_mass[index] - flow.accepted[index].sum()) / len(members)
+        for token in members:
+            weights[row, token] = (flow.accepted[index, token] + spread) / flow.set_mass[index]
+    intermediate = flow.probabilities @ weights
+    optimum = np.minimum(p, intermediate).sum()
+    return ImportanceWeights(outcomes=flow.outcomes, weights=weights, intermediate=intermediate,
+                             optimum=optimum if p.dtype == object else float(optimum))
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,7 +28,14 @@ def _stop_probability(weight, p: np.ndarray, q: np.ndarray):
 
 
 def _correction(weight, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return normalize(positive_part(weight * p - q))
+    """norm((w p - q)+). In float64 the positive part can round to zero while the stop has positive
+    probability (e.g. w = 1, p and q equal to within 1e-31); its exact-arithmetic support is then among
+    the tokens with w p >= q, which carry it in proportion to w p (as ``distributions.residual``)."""
+    excess = positive_part(weight * p - q)
+    if excess.sum() == 0 and p.dtype != object:
+        scaled = weight * p
+        excess = np.where(scaled >= q, scaled, 0.0)
+    return normalize(excess)
 
 
 def block_law_on_path(tree: DraftTree, nodes: list[int], drafts: list[np.ndarray]) -> np.ndarray:
@@ -101,8 +108,11 @@ def batched_stop_probability(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -
 
 
 def batched_correction(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """norm((w p - q)+) row by row, [N, V]; a zero row stays zero (as ``normalize``)."""
-    excess = np.maximum(weight[:, None] * p - q, 0.0)
+    """norm((w p - q)+) row by row, [N, V], with ``_correction``'s fallback for rows that round to zero."""
+    scaled = weight[:, None] * p
+    excess = np.maximum(scaled - q, 0.0)
+    empty = excess.sum(axis=1, keepdims=True) == 0
+    excess = np.where(empty, np.where(scaled >= q, scaled, 0.0), excess)
     total = excess.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, excess / total, 0.0)

@@ -10,9 +10,11 @@ from an LP's objective); the weights only decide how much is accepted.
 
 Choice of weights (``KhistiSolver(exact_limit=..., truncation=...)``):
 
-* Exact weight LP (their Thm. 1; ``lp_analysis.importance.importance_weights``) over all ordered draft
-  tuples, whenever it has at most ``EXACT_WEIGHT_LP_MAX_VARIABLES`` = 20,000 variables (about V^K K);
-  its optimum sum min(p, p_I) equals the OT optimum, so the node's acceptance is alpha*.
+* Optimal weights (their Thm. 1) over all ordered draft tuples, whenever the weight LP would have at most
+  ``EXACT_WEIGHT_LP_MAX_VARIABLES`` = 20,000 variables (about V^K K). They are built from a maximum flow
+  (``lp_analysis.importance.flow_weights``), which attains the LP's optimum sum min(p, p_I) = alpha*
+  without a solver call and exactly with Fractions; the LP (``importance_weights``) is the tests' second
+  derivation.
 * Otherwise the deployed s-truncated scheme (their Sec. 4 / App. I; ``truncated_pair_weights``) with
   s = ``DEFAULT_TRUNCATION`` = 5 (the smallest threshold their Table 2 compares, 5, 10, 15, at equal
   block efficiency): two drafts are merged by the truncated pairwise LP (rank by p - q1 q2; free weights
@@ -24,9 +26,9 @@ Choice of weights (``KhistiSolver(exact_limit=..., truncation=...)``):
   truncated LP beyond two drafts could not be confirmed from its text here; the tournament is verispec's
   choice.)
 
-K = 1 is the naive rule (Y' = x_1, p_I = q). Exact mode (Fractions): weights are solved in float64,
-converted to Fractions and renormalised per draft outcome, and p_I is recomputed exactly, so the rule is
-exactly lossless. Each (p, q, K) is solved once per solver instance.
+K = 1 is the naive rule (Y' = x_1, p_I = q). Exact mode (Fractions): the flow weights are exact; the
+truncated scheme's weights are solved in float64, converted to Fractions and renormalised, and p_I is
+recomputed exactly, so the rule is exactly lossless. Each (p, q, K) is solved once per solver instance.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from fractions import Fraction
 import numpy as np
 
 from verispec.lp_analysis.draft_laws import iid_draft_law
-from verispec.lp_analysis.importance import PairSelection, importance_weights, truncated_pair_weights
+from verispec.lp_analysis.importance import PairSelection, flow_weights, truncated_pair_weights
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.distributions import ratio_min_one, residual, zeros
 from verispec.simulator.drafters import DraftLaw
@@ -123,21 +125,10 @@ def _merged_law(first_wins: np.ndarray, q1: np.ndarray, q2: np.ndarray) -> np.nd
 
 
 def exact_selection(p: np.ndarray, q: np.ndarray, num_drafts: int) -> ExactSelection:
-    """Step 1 from the exact weight LP for K i.i.d. drafts, in the number system of p and q."""
-    exact = p.dtype == object
-    solved = importance_weights(np.asarray(p, dtype=np.float64),
-                                iid_draft_law(np.asarray(q, dtype=np.float64), num_drafts))
-    if not exact:
-        weights = {outcome: solved.weights[i] for i, outcome in enumerate(solved.outcomes)}
-        return ExactSelection(weights=weights, intermediate=solved.intermediate)
-    law = iid_draft_law(q, num_drafts)
-    weights, intermediate = {}, zeros(p.shape, exact=True)
-    for i, outcome in enumerate(solved.outcomes):
-        row = np.array([Fraction(float(v)) for v in solved.weights[i]], dtype=object)
-        row = row / row.sum()
-        weights[outcome] = row
-        intermediate = intermediate + law[outcome] * row
-    return ExactSelection(weights=weights, intermediate=intermediate)
+    """Step 1 with optimal weights for K i.i.d. drafts (a maximum flow; exact with Fractions)."""
+    solved = flow_weights(p, iid_draft_law(q, num_drafts))
+    weights = {outcome: solved.weights[i] for i, outcome in enumerate(solved.outcomes)}
+    return ExactSelection(weights=weights, intermediate=solved.intermediate)
 
 
 def tournament_selection(p: np.ndarray, q: np.ndarray, num_drafts: int, truncation: int) -> TournamentSelection:

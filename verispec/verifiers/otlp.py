@@ -1,19 +1,19 @@
 """The exact OT node solver: verify with an optimal coupling of the draft law and p (SpecTr's "OTM", Sun et al.
 2023, arXiv 2310.15141, Sec. 3, Eq. (3); reference, "OT optimum").
 
-At a node with K i.i.d. children drawn from q, solve the OT LP of ``verispec.lp_analysis.ot`` over ordered
-K-tuples with Q(x) = prod q(x_i); given the node's ordered child tuple x, output y ~ pi(x, .) / Q(x). The
+At a node with K i.i.d. children drawn from q, build an optimal coupling pi of the law of ordered K-tuples
+(Q(x) = prod q(x_i)) and p; given the node's ordered child tuple x, output y ~ pi(x, .) / Q(x). The
 acceptance probability at the node is then the OT optimum alpha* = 1 + min_T [p(T) - q(T)^K], the best of
-any verifier for this draft law.
+any verifier for this draft law, so the walk is node-wise optimal.
 
-Exactness: the LP is solved in float64 by HiGHS (through the checked helper), and ``repair_marginals``
-makes the coupling's marginals hold to rounding, so the rule is lossless to 1e-12 (not just to the
-solver's 1e-9). Exact mode (Fraction problems) converts: the float coupling is turned into Fractions and
-repaired in exact arithmetic against the exact Q and p, which gives an exactly lossless coupling whose
-acceptance is within the solver's tolerance (~1e-9) of alpha*.
+The coupling comes from a maximum flow (``verispec.lp_analysis.maxflow``), not from the LP: it is optimal
+by max-flow / min-cut, its marginals hold to rounding in float64 and exactly with Fractions (so the rule is
+exactly lossless and exactly optimal in exact mode), and it costs no solver call. K = 1 is the token-level
+maximal coupling in closed form. tests/test_maxflow_coupling.py holds the flow to the OT LP of
+``verispec.lp_analysis.ot`` and to the closed form.
 
-Each (p, q, K) is solved once per solver instance (``NodeCache``): tree outcomes that share a node
-context reuse its coupling, and the closed form and the sampling procedure read the same table.
+Each (p, q, K) is built once per solver instance (``NodeCache``): tree outcomes that share a node context
+reuse its coupling, and the closed form and the sampling procedure read the same table.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from verispec.lp_analysis.draft_laws import iid_draft_law
-from verispec.lp_analysis.ot import OTCoupling, acceptance, ot_coupling, repair_marginals
+from verispec.lp_analysis.maxflow import maxflow_coupling
+from verispec.lp_analysis.ot import OTCoupling, acceptance
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.distributions import positive_part, residual
 from verispec.simulator.drafters import DraftLaw
@@ -47,14 +48,7 @@ def iid_coupling(p: np.ndarray, q: np.ndarray, num_drafts: int) -> OTCoupling:
     """The optimal coupling for K i.i.d. drafts, in the number system of p and q."""
     if num_drafts == 1:
         return single_draft_coupling(p, q)
-    if p.dtype != object:
-        return ot_coupling(p, iid_draft_law(q, num_drafts))
-    approximate = ot_coupling(p.astype(np.float64), iid_draft_law(q.astype(np.float64), num_drafts))
-    exact_law = iid_draft_law(q, num_drafts)
-    probabilities = np.array([exact_law[outcome] for outcome in approximate.outcomes], dtype=object)
-    coupling = repair_marginals(approximate.coupling, probabilities, p)
-    return OTCoupling(outcomes=approximate.outcomes, probabilities=probabilities, coupling=coupling,
-                      optimum=acceptance(approximate.outcomes, coupling))
+    return maxflow_coupling(p, iid_draft_law(q, num_drafts))
 
 
 class OTLPSolver(NodeSolver):
