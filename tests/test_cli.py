@@ -160,3 +160,15 @@ def test_exact_human_output_for_every_method(capsys, verifier, method):
     assert code == 0, err
     assert f"method                     {method}" in out
     assert ("not checked" in out) == (method == "dp-metrics")
+
+
+def test_compare_any_tree(capsys):
+    code, out, _ = run(capsys, "compare", "--problem", "sun-toy", "--tree", "iid:2,1", "--json")
+    rows = [json.loads(line) for line in out.strip().splitlines()]
+    from verispec.simulator import parse_tree
+
+    expected = {name for name, v in REGISTRY.items() if parse_tree("iid:2,1").draft_laws & v.valid_for}
+    assert code == 0 and {row["verifier"] for row in rows} == expected and all(row["lossless"] for row in rows)
+    # one position, two i.i.d. drafts on the toy: alpha* = 1 + min_T [p(T) - q(T)^2] = 1 + (1/3 - 4/9) = 8/9
+    otlp = next(row for row in rows if row["verifier"] == "otlp")
+    assert otlp["expected_accepted"] == pytest.approx(8 / 9, abs=1e-12)

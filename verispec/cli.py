@@ -73,6 +73,9 @@ def _build_parser() -> argparse.ArgumentParser:
                          help=f"built-in problem ({', '.join(BUILTIN_PROBLEMS)}) or JSON file; repeatable; "
                               "default: every built-in problem")
     compare.add_argument("--depths", default="1,2,3,4", help="chain lengths L to compare (default 1,2,3,4)")
+    compare.add_argument("--tree", action="append", metavar="TREE",
+                         help="compare every verifier valid for this tree instead of the chain verifiers on "
+                              "chains (repeatable)")
     compare.add_argument("--exact", action="store_true", help="exact rational arithmetic where the problem allows")
     compare.add_argument("--json", action="store_true", help="print one JSON object per row")
 
@@ -176,26 +179,31 @@ def _compare_problems(args) -> list[tuple[str, Problem]]:
     return problems
 
 
+def _shown(value, exact: bool) -> str:
+    return str(value) if exact else f"{float(value):.6f}"
+
+
 def _run_compare(args) -> int:
     try:
         depths = [int(d) for d in args.depths.split(",")]
     except ValueError:
         raise VerispecError(f"--depths must be comma-separated integers, got {args.depths!r}") from None
-    chain_verifiers = [v for v in REGISTRY.values() if DraftLaw.SINGLE_PATH in v.valid_for]
+    if args.tree:
+        pairs = [(drafter, [v for v in REGISTRY.values() if drafter.draft_laws & v.valid_for])
+                 for drafter in map(parse_tree, args.tree)]
+    else:
+        chain_verifiers = [v for v in REGISTRY.values() if DraftLaw.SINGLE_PATH in v.valid_for]
+        pairs = [(ChainDrafter(depth), chain_verifiers) for depth in depths]
     header = ("problem", "tree", "verifier", "E[tau+1]", "E[tau]", "TV distance", "lossless")
     rows = []
     for name, problem in _compare_problems(args):
-        for depth in depths:
-            drafter = ChainDrafter(depth)
-            for verifier in chain_verifiers:
+        for drafter, verifiers in pairs:
+            for verifier in verifiers:
                 result = analyze(problem, drafter, verifier)
                 if args.json:
                     print(json.dumps({"problem": name, **result.to_json()}))
-                def shown(value, exact=result.exact):
-                    return str(value) if exact else f"{float(value):.6f}"
-
-                rows.append((name, drafter.spec, verifier.name, shown(result.block_efficiency),
-                             shown(result.expected_accepted), f"{float(result.tv_distance):.1e}",
+                rows.append((name, drafter.spec, verifier.name, _shown(result.block_efficiency, result.exact),
+                             _shown(result.expected_accepted, result.exact), f"{float(result.tv_distance):.1e}",
                              "yes" if result.lossless else "NO"))
     if not args.json:
         widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
