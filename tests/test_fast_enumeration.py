@@ -233,3 +233,17 @@ def test_prefix_tables_index_prefixes_lexicographically():
             np.testing.assert_array_equal(tables.target[index], problem.target(prefix))
             index += 1
     assert np.isnan(tables.draft[-1]).all()
+
+
+def test_too_large_enumeration_is_refused_up_front():
+    # branch:2,2,2 at V = 4 has 12 * 12^2 * 12^4 = 3.6e7 ordered trees: refused before any allocation.
+    import time
+
+    from verispec.errors import ProblemTooLargeError
+    from verispec.simulator import analyze, parse_tree, random_problem
+    from verispec.verifiers import get_verifier
+
+    start = time.perf_counter()
+    with pytest.raises(ProblemTooLargeError, match="GiB"):
+        analyze(random_problem(4, 3, 0), parse_tree("branch:2,2,2"), get_verifier("traversal"))
+    assert time.perf_counter() - start < 10

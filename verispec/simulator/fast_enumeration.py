@@ -36,7 +36,7 @@ from functools import cached_property
 
 import numpy as np
 
-from verispec.errors import VerifierError
+from verispec.errors import ProblemTooLargeError, VerifierError
 from verispec.simulator.drafters import BranchingDrafter, ChainDrafter, DelayedDrafter, Drafter
 from verispec.simulator.problems import Problem
 from verispec.simulator.trees import TreeBuilder, TreeShape
@@ -546,13 +546,43 @@ def accumulate(groups: list[TreeGroup], law_function, tables: PrefixTables,
         (size,) * (length + 1)) for length in range(tables.depth + 1))
 
 
+#: Largest estimated working memory of one fast enumeration; beyond it the run is refused up front
+#: (ProblemTooLargeError) instead of exhausting the machine.
+MAX_FAST_BYTES = 4 * 2**30
+
+
+def estimated_rows(size: int, drafter: Drafter, multisets: bool) -> int:
+    """An upper bound on the rows fast enumeration holds at once (zero-probability draws only lower it)."""
+    plan = slot_plan(drafter)
+    if multisets:
+        return size ** drafter.trunk * math.comb(size ** drafter.tail + drafter.branches - 1, drafter.branches)
+    rows = 1
+    for _, slots, without in plan.groups:
+        rows *= (math.perm(size, len(slots)) + 1) if without else size ** len(slots)
+    return rows
+
+
+def estimated_bytes(size: int, drafter: Drafter, multisets: bool) -> int:
+    """Working memory, upper estimate: tokens, contexts and representatives per slot (int64) plus the
+    batched emission laws and their weighted copy per node and token (float64), for every row."""
+    slots = slot_plan(drafter).num_slots
+    return estimated_rows(size, drafter, multisets) * 8 * (6 * slots + 2 * (slots + 1) * size)
+
+
 def fast_output_law(problem: Problem, drafter: Drafter, verifier) -> FastLaw:
     """The law of the emitted block by fast enumeration (same result as the engine's 'closed-form')."""
     law_function = batched_law_function(verifier)
     if law_function is None or not supports(problem, drafter):
         raise ValueError(f"fast enumeration does not apply to '{verifier.name}' on {drafter.spec}")
-    tables = PrefixTables.build(problem, drafter.depth)
     multisets = uses_multisets(drafter, verifier)
+    needed = estimated_bytes(problem.vocab_size, drafter, multisets)
+    if needed > MAX_FAST_BYTES:
+        rows = estimated_rows(problem.vocab_size, drafter, multisets)
+        raise ProblemTooLargeError(
+            f"exact enumeration of {drafter.spec} at V={problem.vocab_size} holds up to {rows:.3g} draft trees "
+            f"(about {needed / 2**30:.1f} GiB), above the {MAX_FAST_BYTES / 2**30:.0f} GiB limit; use a smaller "
+            f"vocabulary or tree (node-local solvers on i.i.d. trees take the DP, which has no such limit)")
+    tables = PrefixTables.build(problem, drafter.depth)
     groups = tree_groups(problem, drafter, multiset_paths=multisets, tables=tables)
     emitted = accumulate(groups, law_function, tables, lambda group, laws: check_laws(verifier, group, laws))
     return FastLaw(emitted=emitted, num_rows=sum(g.num_rows for g in groups), num_topologies=len(groups),
