@@ -236,14 +236,11 @@ def test_prefix_tables_index_prefixes_lexicographically():
 
 
 def test_too_large_enumeration_is_refused_up_front():
-    # branch:2,2,2 at V = 4 has 12 * 12^2 * 12^4 = 3.6e7 ordered trees: refused before any allocation.
-    import time
-
+    # branch:2,2,2 at V = 4 has 12 * 12^2 * 12^4 = 3.6e7 ordered trees: refused before any allocation
+    # (building them would need tens of GiB).
     from verispec.errors import ProblemTooLargeError
     from verispec.simulator import analyze, parse_tree, random_problem
     from verispec.verifiers import get_verifier
 
-    start = time.perf_counter()
     with pytest.raises(ProblemTooLargeError, match="GiB"):
         analyze(random_problem(4, 3, 0), parse_tree("branch:2,2,2"), get_verifier("traversal"))
-    assert time.perf_counter() - start < 10
