@@ -11,14 +11,12 @@ interrupted run resumes where it stopped; --fresh starts over.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-from pathlib import Path
 
-from measure import peak_memory_of_analysis, timed_analysis  # benchmarks/measure.py
+from measure import peak_memory_of_analysis, run_arguments, timed_analysis  # benchmarks/measure.py
 from tqdm import tqdm
 
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import atomic_write_text
 from verispec.simulator import DelayedDrafter, random_problem
 from verispec.verifiers import REGISTRY
 
@@ -36,15 +34,7 @@ def grid(quick: bool):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="results/bench_engine.json")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--fresh", action="store_true")
-    args = parser.parse_args(argv)
-    path = Path(args.output)
-    if args.fresh and path.exists():
-        path.unlink()
-    store = ResultStore(path)
+    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_engine.json", argv)
     for name, size, branches, trunk, tail in tqdm(list(grid(args.quick)), desc="configurations"):
         key = f"{name}|V={size}|delayed:{branches},{trunk},{tail}"
         if store.done(key):

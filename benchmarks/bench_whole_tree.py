@@ -12,14 +12,12 @@ over. The oracle is skipped above MAX_ORACLE_TREES ordered draft trees (it would
 
 from __future__ import annotations
 
-import argparse
 import math
-from pathlib import Path
 
 import numpy as np
-from measure import peak_memory_of_analysis, timed_analysis  # benchmarks/measure.py
+from measure import peak_memory_of_analysis, run_arguments, timed_analysis  # benchmarks/measure.py
 
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import atomic_write_text
 from verispec.simulator import parse_tree, random_problem
 from verispec.verifiers import REGISTRY
 
@@ -61,15 +59,7 @@ def ordered_trees(spec: str, size: int) -> int:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="results/bench_whole_tree.json")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--fresh", action="store_true")
-    args = parser.parse_args(argv)
-    path = Path(args.output)
-    if args.fresh and path.exists():
-        path.unlink()
-    store = ResultStore(path)
+    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_whole_tree.json", argv)
     for name, spec, size in TARGETS + ([] if args.quick else GRID):
         key = f"{name}|V={size}|{spec}"
         if store.done(key):

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 import tracemalloc
+from pathlib import Path
 
+from verispec.io import ResultStore
 from verispec.simulator import analyze
+
+
+def run_arguments(description: str, default_output: str, argv=None):
+    """The options every benchmark takes (--output, --quick, --fresh) and its resumable result store."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--output", default=default_output)
+    parser.add_argument("--quick", action="store_true", help="a small grid")
+    parser.add_argument("--fresh", action="store_true", help="discard saved rows and start over")
+    args = parser.parse_args(argv)
+    path = Path(args.output)
+    if args.fresh and path.exists():
+        path.unlink()
+    return args, path, ResultStore(path)
 
 
 def timed_analysis(*args, **kwargs):
