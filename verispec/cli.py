@@ -219,9 +219,13 @@ def _run_hunt(args) -> int:
         raise VerispecError(f"--max-vocab must be at least 2, got {args.max_vocab}")
     drafter = parse_tree(args.tree)
     verifier = get_verifier(args.verifier)
-    witness = hunt(verifier, drafter, max_vocab=args.max_vocab, max_examples=args.max_examples,
-                   threshold=args.threshold, time_budget=args.time_budget,
-                   context_free=True if args.context_free else None)
+    from tqdm import tqdm
+
+    with tqdm(desc="problems tried", unit=" problems", disable=not sys.stderr.isatty(), leave=False) as bar:
+        witness = hunt(verifier, drafter, max_vocab=args.max_vocab, max_examples=args.max_examples,
+                       threshold=args.threshold, time_budget=args.time_budget,
+                       context_free=True if args.context_free else None,
+                       progress=lambda tried: bar.update(tried - bar.n))
     if witness is None:
         print(f"verispec: no lossy problem found for '{verifier.name}' on {drafter.spec} "
               f"(vocabularies up to {args.max_vocab}, threshold {args.threshold:g})", file=sys.stderr)
