@@ -112,3 +112,30 @@ def test_deep_markov_metrics_against_the_oracle():
         metrics = analyze(problem, drafter, get_verifier(name), method="dp-metrics")
         np.testing.assert_allclose(np.array(metrics.tau_law, dtype=float), np.array(oracle.tau_law, dtype=float),
                                    rtol=0, atol=1e-12)
+
+
+def test_verifier_subclass_that_changes_its_law_loses_the_fast_forms():
+    # The engines replace emission_law by the walk DP or a batched law; a subclass that redefines
+    # emission_law must be analysed through it, or the parent's rule would be reported instead.
+    from verispec.verifiers import TopDownVerifier
+    from verispec.verifiers.block import BlockVerifier
+    from verispec.verifiers.specinfer import SpecInferSolver
+
+    class RootOnlyWalk(TopDownVerifier):
+        """Emits y ~ p at the root, ignoring the drafts (lossless, efficiency 1)."""
+
+        def emission_law(self, tree):
+            law = np.zeros((tree.num_nodes, tree.vocab_size))
+            law[0] = tree.p[0]
+            return law
+
+    class Variant(BlockVerifier):
+        def emission_law(self, tree):
+            return super().emission_law(tree)
+
+    problem = random_problem(2, 2, 3)
+    walk = RootOnlyWalk(SpecInferSolver())
+    assert choose_method(problem, parse_tree("iid:2,2"), walk) == "closed-form"
+    assert analyze(problem, parse_tree("iid:2,2"), walk).block_efficiency == pytest.approx(1.0, abs=1e-15)
+    assert choose_method(problem, parse_tree("chain:2"), Variant()) == "closed-form"
+    assert choose_method(problem, parse_tree("iid:2,2"), get_verifier("specinfer")) == "dp"

@@ -197,7 +197,8 @@ def _check_emission_law(verifier, tree, law: np.ndarray) -> None:
 
 def dp_applies(drafter: Drafter, verifier) -> bool:
     """The walk DP is exact for a top-down walk of a node-local solver on i.i.d.-structured trees."""
-    return getattr(verifier, "solver", None) is not None and drafter.iid_branching is not None
+    return (getattr(verifier, "standard_walk", False) and getattr(verifier, "solver", None) is not None
+            and drafter.iid_branching is not None)
 
 
 def choose_method(problem: Problem, drafter: Drafter, verifier, method: str = "auto") -> str:

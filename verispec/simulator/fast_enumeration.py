@@ -484,7 +484,7 @@ def batched_law_function(verifier):
     method = getattr(verifier, "emission_laws", None)
     if method is not None:
         return method
-    if getattr(verifier, "solver", None) is not None:
+    if getattr(verifier, "standard_walk", False) and getattr(verifier, "solver", None) is not None:
         return lambda group: top_down_emission_laws(verifier, group)
     return None
 

@@ -30,6 +30,21 @@ class Verifier(ABC):
     name: str
     #: Draft laws the rule is lossless for (verispec.simulator.drafters.DraftLaw).
     valid_for: frozenset[DraftLaw]
+    #: True when ``emission_law`` is the top-down walk of ``self.solver`` (``TopDownVerifier``), so the
+    #: engines may compute it by the walk DP or the batched walk instead of calling it.
+    standard_walk: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        # Engines use faster forms of a verifier's law (a batched ``emission_laws``, the walk DP) in place of
+        # ``emission_law``. A subclass that redefines emission_law without restating them must not inherit
+        # its parent's, or an engine would silently analyse the parent's rule instead (e.g. a deliberately
+        # altered walk in a test).
+        super().__init_subclass__(**kwargs)
+        if "emission_law" in cls.__dict__:
+            if "emission_laws" not in cls.__dict__:
+                cls.emission_laws = None
+            if "standard_walk" not in cls.__dict__:
+                cls.standard_walk = False
 
     @abstractmethod
     def emission_law(self, tree: DraftTree) -> np.ndarray:

@@ -58,6 +58,8 @@ class NodeSolver(ABC):
 class TopDownVerifier(Verifier):
     """The top-down walk of a node-local solver over a draft tree."""
 
+    standard_walk = True
+
     def __init__(self, solver: NodeSolver):
         self.solver = solver
         self.name = solver.name
