@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, residual
+from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, residual, stop_probability
 from verispec.simulator.drafters import ChainDrafter, DelayedDrafter, DraftLaw, _draw_path, parse_tree
 from verispec.simulator.trees import TreeBuilder
 from verispec.verifiers import ProcedureSolver, ProcedureVerifier, TopDownVerifier, get_verifier
-from verispec.verifiers.block import _stop_probability
 
 CHAIN = frozenset({DraftLaw.SINGLE_PATH})
 IID = frozenset({DraftLaw.IID_CHILDREN})
@@ -37,7 +36,7 @@ def _bv_quantities(tree):
         token = tree.token[child]
         weights.append(ratio_min_one(weights[-1] * tree.p[here, token], tree.q[here, token]))
     length = len(nodes) - 1
-    h = [None] + [_stop_probability(weights[i], tree.p[nodes[i]], tree.q[nodes[i]]) for i in range(1, length)]
+    h = [None] + [stop_probability(weights[i], tree.p[nodes[i]], tree.q[nodes[i]]) for i in range(1, length)]
     if length:
         h.append(weights[length])
     return nodes, weights, h

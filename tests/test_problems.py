@@ -136,3 +136,17 @@ def test_markov_problem_state_and_validation():
         MarkovProblem([0.5, 0.5], [0.5, 0.5], np.eye(3), np.eye(2))
     with pytest.raises(InvalidDistributionError, match="target after token 1"):
         MarkovProblem([0.5, 0.5], [0.5, 0.5], [[1, 0], [0.7, 0.7]], np.eye(2))
+
+
+def test_weighted_residual_and_its_rounding_fallback():
+    from verispec.simulator.distributions import residual, stop_probability, weighted_residual
+
+    # ordinary case by hand: w = 1/2, p = (0.8, 0.2), q = (0.1, 0.9): (w p - q)+ = (0.3, 0) -> (1, 0);
+    # S = 0.3, so the stop probability is 0.3 / (0.3 + 0.5) = 3/8
+    np.testing.assert_allclose(weighted_residual(0.5, np.array([0.8, 0.2]), np.array([0.1, 0.9])), [1, 0])
+    assert stop_probability(0.5, np.array([0.8, 0.2]), np.array([0.1, 0.9])) == pytest.approx(3 / 8)
+    # rounding empties (p - q)+: q = (8e-19, 1.0) stands for (8e-19, 1 - 8e-19), whose residual is (0, 1)
+    np.testing.assert_array_equal(residual(np.array([0.0, 1.0]), np.array([8e-19, 1.0])), [0, 1])
+    # exact arithmetic never takes the fallback: an empty residual stays empty (its branch has probability 0)
+    p = np.array([Fraction(1, 2), Fraction(1, 2)], dtype=object)
+    assert list(residual(p, p)) == [0, 0]

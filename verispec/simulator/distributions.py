@@ -131,17 +131,57 @@ def normalize(values: np.ndarray) -> np.ndarray:
     return values / total
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """The correction law norm((p - q)+) of token-level verification (Leviathan et al. 2023, Alg. 1).
+def weighted_residual(weight, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm((w p - q)+): the correction law of token-level verification (w = 1; Leviathan et al. 2023,
+    Alg. 1), of block verification at tau and of Traversal's deletion update (w = the path weight).
 
-    In float64 the positive part can round to all zeros while a rejection still has positive (rounding-level)
-    probability, e.g. q = (8e-19, 1.0), p = (0, 1): then the tokens with p >= q carry the residual,
-    norm(p 1[p >= q]), which is its exact-arithmetic limit here; an all-zero law would lose that mass.
+    In float64 the positive part can round to all zeros while the branch that uses it still has positive
+    (rounding-level) probability, e.g. q = (8e-19, 1.0), p = (0, 1), or w = 1 with p and q equal to within
+    1e-31. Its exact-arithmetic support then lies among the tokens with w p >= q, which carry it in
+    proportion to w p; if even that is empty, p itself. An all-zero law would lose that branch's mass. Exact
+    (Fraction) arithmetic never takes the fallback.
     """
-    leftover = positive_part(p - q)
+    leftover = positive_part(weight * p - q)
     if leftover.sum() == 0 and p.dtype != object:
-        leftover = np.where(p >= q, p, 0.0)
+        scaled = weight * p
+        leftover = np.where(scaled >= q, scaled, 0.0)
+        if leftover.sum() == 0:
+            leftover = p
     return normalize(leftover)
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm((p - q)+), the token-level correction law (``weighted_residual`` with w = 1)."""
+    return weighted_residual(1, p, q)
+
+
+def stop_probability(weight, p: np.ndarray, q: np.ndarray):
+    """S / (S + 1 - w) with S = sum (w p - q)+; 1 when the denominator vanishes. Block verification's h_i
+    (Sun et al. 2024) and Traversal's updated parent weight (Weng et al. 2025) are this quantity."""
+    mass = positive_part(weight * p - q).sum()
+    denominator = mass + (1 - weight)  # parenthesised: w = 1 must give exactly 1, not 1 - 1e-16
+    return mass / denominator if denominator > 0 else denominator * 0 + 1
+
+
+def batched_weighted_residual(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``weighted_residual`` row by row (float64): weight [N], p and q [N, V] -> [N, V]."""
+    scaled = weight[:, None] * p
+    leftover = np.maximum(scaled - q, 0.0)
+    empty = leftover.sum(axis=1, keepdims=True) == 0
+    leftover = np.where(empty, np.where(scaled >= q, scaled, 0.0), leftover)
+    still_empty = leftover.sum(axis=1, keepdims=True) == 0
+    leftover = np.where(still_empty, p, leftover)
+    total = leftover.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, leftover / total, 0.0)
+
+
+def batched_stop_probability(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``stop_probability`` row by row (float64): weight [N], p and q [N, V] -> [N]."""
+    mass = np.maximum(weight[:, None] * p - q, 0.0).sum(axis=1)
+    denominator = mass + (1 - weight)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, mass / denominator, 1.0)
 
 
 def ratio_min_one(p_value, q_value):

@@ -14,28 +14,17 @@ from __future__ import annotations
 import numpy as np
 
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, zeros
+from verispec.simulator.distributions import (
+    batched_stop_probability,
+    batched_weighted_residual,
+    ratio_min_one,
+    stop_probability,
+    weighted_residual,
+    zeros,
+)
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.trees import DraftTree
 from verispec.verifiers.base import Verifier
-
-
-def _stop_probability(weight, p: np.ndarray, q: np.ndarray):
-    """h_i = S / (S + 1 - w) with S = sum (w p - q)+; 1 when the denominator vanishes."""
-    mass = positive_part(weight * p - q).sum()
-    denominator = mass + (1 - weight)  # parenthesised: w = 1 must give exactly h = 1, not 1 - 1e-16
-    return mass / denominator if denominator > 0 else denominator * 0 + 1
-
-
-def _correction(weight, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """norm((w p - q)+). In float64 the positive part can round to zero while the stop has positive
-    probability (e.g. w = 1, p and q equal to within 1e-31); its exact-arithmetic support is then among
-    the tokens with w p >= q, which carry it in proportion to w p (as ``distributions.residual``)."""
-    excess = positive_part(weight * p - q)
-    if excess.sum() == 0 and p.dtype != object:
-        scaled = weight * p
-        excess = np.where(scaled >= q, scaled, 0.0)
-    return normalize(excess)
 
 
 def block_law_on_path(tree: DraftTree, nodes: list[int], drafts: list[np.ndarray]) -> np.ndarray:
@@ -55,8 +44,8 @@ def block_law_on_path(tree: DraftTree, nodes: list[int], drafts: list[np.ndarray
             h = weights[length]
             law[node] = h * tree.p[node]
         else:
-            h = _stop_probability(weights[i], tree.p[node], drafts[i]) if i > 0 else 1
-            law[node] = none_later * h * _correction(weights[i], tree.p[node], drafts[i])
+            h = stop_probability(weights[i], tree.p[node], drafts[i]) if i > 0 else 1
+            law[node] = none_later * h * weighted_residual(weights[i], tree.p[node], drafts[i])
         none_later = none_later * (1 - h)
     return law
 
@@ -70,12 +59,12 @@ def block_procedure_on_path(tree: DraftTree, nodes: list[int], drafts: list[np.n
     for i in range(1, length + 1):
         token = int(tree.token[nodes[i]])
         weight = ratio_min_one(weight * tree.p[nodes[i - 1], token], drafts[i - 1][token])
-        h = _stop_probability(weight, tree.p[nodes[i]], drafts[i]) if i < length else weight
+        h = stop_probability(weight, tree.p[nodes[i]], drafts[i]) if i < length else weight
         if chooser.bernoulli(h):
             tau, weight_at_tau = i, weight
     if tau == length:
         return nodes[tau], chooser.categorical(tree.p[nodes[tau]])
-    return nodes[tau], chooser.categorical(_correction(weight_at_tau, tree.p[nodes[tau]], drafts[tau]))
+    return nodes[tau], chooser.categorical(weighted_residual(weight_at_tau, tree.p[nodes[tau]], drafts[tau]))
 
 
 class BlockVerifier(Verifier):
@@ -99,25 +88,6 @@ class BlockVerifier(Verifier):
 # Batched form (engine method 'fast-enumeration'): the same backward scan over many paths at once.
 
 
-def batched_stop_probability(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """h = S / (S + 1 - w) row by row, [N]; 1 where the denominator vanishes (as ``_stop_probability``)."""
-    mass = np.maximum(weight[:, None] * p - q, 0.0).sum(axis=1)
-    denominator = mass + (1 - weight)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator > 0, mass / denominator, 1.0)
-
-
-def batched_correction(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """norm((w p - q)+) row by row, [N, V], with ``_correction``'s fallback for rows that round to zero."""
-    scaled = weight[:, None] * p
-    excess = np.maximum(scaled - q, 0.0)
-    empty = excess.sum(axis=1, keepdims=True) == 0
-    excess = np.where(empty, np.where(scaled >= q, scaled, 0.0), excess)
-    total = excess.sum(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, excess / total, 0.0)
-
-
 def batched_block_law(targets: list[np.ndarray], drafts: list[np.ndarray], tokens: np.ndarray) -> list[np.ndarray]:
     """Block verification on N paths at once: ``targets[i]`` = p at path position i ([N, V], i = 0..L),
     ``drafts[i]`` = the draft conditional there (i < L), ``tokens[:, i - 1]`` = the drafted token x_i.
@@ -137,7 +107,7 @@ def batched_block_law(targets: list[np.ndarray], drafts: list[np.ndarray], token
             law[i] = h[:, None] * targets[i]
         else:
             h = batched_stop_probability(weights[i], targets[i], drafts[i]) if i > 0 else np.ones(rows)
-            law[i] = (none_later * h)[:, None] * batched_correction(weights[i], targets[i], drafts[i])
+            law[i] = (none_later * h)[:, None] * batched_weighted_residual(weights[i], targets[i], drafts[i])
         none_later = none_later * (1 - h)
     return law
 

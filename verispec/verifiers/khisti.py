@@ -53,18 +53,6 @@ EXACT_WEIGHT_LP_MAX_VARIABLES = 20_000
 DEFAULT_TRUNCATION = 5
 
 
-def correction_law(p: np.ndarray, intermediate: np.ndarray) -> np.ndarray:
-    """norm((p - p_I)+), or p when that vector vanishes.
-
-    It vanishes in float64 only when the whole rejection mass, sum_y (p_I(y) - p(y))+ (equal to the mass
-    of (p - p_I)+), is at rounding level (p_I equal to p to ~1e-16); any law in its place then moves the
-    output by at most that mass, and p keeps the per-tree law summing to one. In exact arithmetic a zero
-    vector means nothing is ever rejected, so the stand-in is never used.
-    """
-    law = residual(p, intermediate)
-    return law if law.sum() > 0 else p.copy()
-
-
 def _number(value, exact: bool):
     return Fraction(value) if exact else float(value)
 
@@ -180,7 +168,7 @@ class KhistiSolver(NodeSolver):
             accept = ratio_min_one(p[token], intermediate[token])
             law[token] += chosen[token] * accept
             rejected = rejected + chosen[token] * (1 - accept)
-        return law + rejected * correction_law(p, intermediate)
+        return law + rejected * residual(p, intermediate)
 
     def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
         if len(children) == 1:
@@ -190,4 +178,4 @@ class KhistiSolver(NodeSolver):
             intermediate, token = selection.intermediate, selection.sample(children, chooser)
         if chooser.bernoulli(ratio_min_one(p[token], intermediate[token])):
             return token
-        return chooser.categorical(correction_law(p, intermediate))
+        return chooser.categorical(residual(p, intermediate))

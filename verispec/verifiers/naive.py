@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import ratio_min_one, residual, zeros
+from verispec.simulator.distributions import batched_weighted_residual, ratio_min_one, residual, zeros
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.trees import DraftTree
 from verispec.verifiers.base import Verifier
@@ -42,7 +42,7 @@ class NaiveVerifier(Verifier):
         for here in range(length):
             p, q, token = group.p(here), group.q(here), group.tokens[:, here + 1]
             accept = np.minimum(p[everyone, token] / q[everyone, token], 1.0)
-            law[:, here] = (reach * (1 - accept))[:, None] * batched_residual(p, q)
+            law[:, here] = (reach * (1 - accept))[:, None] * batched_weighted_residual(np.ones(len(p)), p, q)
             reach = reach * accept
         law[:, length] = reach[:, None] * group.p(length)
         return law
@@ -58,13 +58,3 @@ class NaiveVerifier(Verifier):
         return node, chooser.categorical(tree.p[node])
 
 
-def batched_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``residual`` row by row, [N, V], including its fallback to the tokens with p >= q when the positive
-    part rounds to zero."""
-    leftover = np.maximum(p - q, 0.0)
-    empty = leftover.sum(axis=1) == 0
-    if empty.any():
-        leftover[empty] = np.where(p[empty] >= q[empty], p[empty], 0.0)
-    total = leftover.sum(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, leftover / total, 0.0)

@@ -38,7 +38,15 @@ from __future__ import annotations
 import numpy as np
 
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, zeros
+from verispec.simulator.distributions import (
+    batched_stop_probability,
+    batched_weighted_residual,
+    normalize,
+    ratio_min_one,
+    stop_probability,
+    weighted_residual,
+    zeros,
+)
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.trees import DraftTree
 from verispec.verifiers.base import Verifier
@@ -53,24 +61,14 @@ def deletion_update(weight, p: np.ndarray, q: np.ndarray, token: int):
     """The parent's new state after its first remaining child ``token`` is deleted (Weng et al., Alg. 1).
 
     Returns (S / (S + 1 - weight), norm((weight p - q)+), q with ``token`` zeroed and renormalised); new
-    arrays, the inputs are not modified. S / (S + 1 - weight) is 0/0 only when weight = 1 and p = q, a
-    state whose children all have weight 1 and so are never deleted; 1 is used there, as in block
-    verification.
-
-    When S = 0 the residual is empty and the current p is kept instead. In exact arithmetic that changes
-    nothing: with weight < 1 the new weight is 0 and the residual is never emitted, and with weight = 1
-    the deletion has probability zero. In float64 a true S of 1e-25 can round to 0 (a draft token of
-    q = 1e-25 beside p ~ q elsewhere); such a state is reached only through a draft of probability about
-    q, so its mass is below rounding, but an empty residual would leave the emission law short of one.
+    arrays, the inputs are not modified. The first two are block verification's stop probability and
+    correction (``distributions.stop_probability`` and ``weighted_residual``, shared with ``bv``, with
+    their float64 fallback when rounding empties the residual). S / (S + 1 - weight) is 0/0 only when
+    weight = 1 and p = q, a state whose children all have weight 1 and so are never deleted; 1 is used.
     """
-    excess = positive_part(weight * p - q)
-    mass = excess.sum()
-    denominator = mass + (1 - weight)  # parenthesised: weight = 1 must give exactly 1
-    new_weight = mass / denominator if denominator > 0 else denominator * 0 + 1
-    new_target = excess / mass if mass > 0 else p
     remaining = q.copy()
     remaining[token] = 0 * remaining[token]
-    return new_weight, new_target, normalize(remaining)
+    return stop_probability(weight, p, q), weighted_residual(weight, p, q), normalize(remaining)
 
 
 def traversal_emission_law(tree: DraftTree) -> np.ndarray:
@@ -127,17 +125,12 @@ def traversal_procedure(tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
 
 def _batched_deletion_update(weight: np.ndarray, p: np.ndarray, q: np.ndarray, token: np.ndarray):
     """``deletion_update`` row by row: weight [N], p and q [N, V], token [N]; new arrays."""
-    excess = np.maximum(weight[:, None] * p - q, 0.0)
-    mass = excess.sum(axis=1)
-    denominator = mass + (1 - weight)
     remaining = q.copy()
     remaining[np.arange(len(token)), token] = 0.0
     total = remaining.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        new_weight = np.where(denominator > 0, mass / denominator, 1.0)
-        new_target = np.where(mass[:, None] > 0, excess / mass[:, None], p)
         new_draft = np.where(total > 0, remaining / total, 0.0)
-    return new_weight, new_target, new_draft
+    return batched_stop_probability(weight, p, q), batched_weighted_residual(weight, p, q), new_draft
 
 
 def batched_traversal_laws(group) -> np.ndarray:
