@@ -9,11 +9,13 @@ as a top-down walk against a Chooser; every entry must be flagged lossy by the e
 
 from __future__ import annotations
 
+import numpy as np
+
 from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.ranking import without_tokens
 from verispec.verifiers import ProcedureVerifier
-from verispec.verifiers.spechub import _HubPlan
+from verispec.verifiers.spechub import HubPlan
 
 WITHOUT_REPLACEMENT = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
 
@@ -81,15 +83,15 @@ def spechub_hub_by_largest_id(p, q, children, chooser):
     hub = max(t for t in range(len(q)) if q[t] == max(q))
     if len(children) == 1:
         return chooser.categorical(p)
-    plan = _HubPlan(p, q, hub)
+    plan = HubPlan.build(p[None], q[None], np.array([hub]))
     if hub not in children:  # the drafted pair is not a pair of this hub: treat the first child as i
         children = (children[0], hub)
-    other, accept_other, accept_hub = plan.stages(p, children)
+    other, accept_other, accept_hub = (value[0] for value in plan.stages(p[None], np.array([children])))
     if chooser.bernoulli(accept_other):
-        return other
+        return int(other)
     if chooser.bernoulli(accept_hub):
-        return plan.hub
-    return chooser.categorical(plan.residual)
+        return hub
+    return chooser.categorical(plan.residual[0])
 
 
 BROKEN_HUB_VERIFIERS = {

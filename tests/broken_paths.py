@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from verispec.simulator.distributions import normalize, positive_part, ratio_min_one
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers import ProcedureVerifier
-from verispec.verifiers.block import block_law_on_path
+from verispec.verifiers.block import block_law
 
 WITHOUT_REPLACEMENT = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
 IID = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
@@ -92,9 +94,10 @@ def gbv_tied_ranking(tree, chooser):
         low, high = below_path + mass * below, below_path + mass * (below + q)
         drafts.append((high ** paths - low ** paths) / ((below_path + mass) ** paths - below_path ** paths))
         below_path, mass = low[tree.token[child]], mass * q[tree.token[child]]
-    law = block_law_on_path(tree, nodes, drafts)
-    flat = [(node, token) for node in range(tree.num_nodes) for token in range(tree.vocab_size)]
-    return flat[chooser.categorical([law[node, token] for node, token in flat])]
+    path_law = block_law([tree.p[n][None] for n in nodes], [draft[None] for draft in drafts],
+                         np.array([[tree.token[n] for n in nodes[1:]]], dtype=np.int64))
+    flat = [(node, token) for node, law in zip(nodes, path_law) for token in range(tree.vocab_size)]
+    return flat[chooser.categorical([law[0, token] for law in path_law for token in range(tree.vocab_size)])]
 
 
 BROKEN_PATH_VERIFIERS = {

@@ -12,18 +12,18 @@ from verispec.simulator.distributions import normalize, positive_part, ratio_min
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers import ProcedureVerifier, TopDownVerifier
 from verispec.verifiers.spectr import kseq_acceptance, kseq_beta, kseq_residual, kseq_rho
-from verispec.verifiers.tree_walk import NodeSolver
+from verispec.verifiers.tree_walk import NodeSolver, ProcedureSolver
 
 IID = frozenset({DraftLaw.IID_CHILDREN})
 
 
-class _KSeqProcedure(NodeSolver):
-    """K-SEQ as a sampling procedure with a pluggable rho and residual."""
+class _KSeqProcedure(ProcedureSolver):
+    """K-SEQ as a sampling procedure with a pluggable rho and residual (its law: the generic enumerator)."""
 
     valid_for = IID
 
-    def output_law(self, p, q, children):  # the procedure is the only entry point used
-        raise NotImplementedError
+    def __init__(self):  # the procedure is ``sample`` below, not a function handed in
+        pass
 
     def rho(self, p, q, num_drafts):
         return kseq_rho(p, q, num_drafts)

@@ -115,27 +115,37 @@ def test_deep_markov_metrics_against_the_oracle():
 
 
 def test_verifier_subclass_that_changes_its_law_loses_the_fast_forms():
-    # The engines replace emission_law by the walk DP or a batched law; a subclass that redefines
-    # emission_law must be analysed through it, or the parent's rule would be reported instead.
+    # The walk DP replaces a walk's law by the solver's kernels; a subclass that redefines emission_laws
+    # must be analysed through its own law, or the parent's rule would be reported instead.
     from verispec.verifiers import TopDownVerifier
     from verispec.verifiers.block import BlockVerifier
+    from verispec.verifiers.gbv import GreedyBlockVerifier
     from verispec.verifiers.specinfer import SpecInferSolver
 
     class RootOnlyWalk(TopDownVerifier):
         """Emits y ~ p at the root, ignoring the drafts (lossless, efficiency 1)."""
 
-        def emission_law(self, tree):
-            law = np.zeros((tree.num_nodes, tree.vocab_size))
-            law[0] = tree.p[0]
+        def emission_laws(self, batch):
+            law = np.zeros((batch.num_rows, batch.num_nodes, batch.vocab_size))
+            law[:, 0] = batch.p[:, 0]
             return law
 
-    class Variant(BlockVerifier):
-        def emission_law(self, tree):
-            return super().emission_law(tree)
+    class Variant(GreedyBlockVerifier):  # order free, but a redefined law must restate it
+
+        def emission_laws(self, batch):
+            return super().emission_laws(batch)
 
     problem = random_problem(2, 2, 3)
     walk = RootOnlyWalk(SpecInferSolver())
-    assert choose_method(problem, parse_tree("iid:2,2"), walk) == "closed-form"
-    assert analyze(problem, parse_tree("iid:2,2"), walk).block_efficiency == pytest.approx(1.0, abs=1e-15)
-    assert choose_method(problem, parse_tree("chain:2"), Variant()) == "closed-form"
-    assert choose_method(problem, parse_tree("iid:2,2"), get_verifier("specinfer")) == "dp"
+    assert walk.node_solver is None and not Variant().order_free
+    assert choose_method(problem, parse_tree("iid:2,2"), walk) == "fast-enumeration"
+    for method in ("fast-enumeration", "closed-form"):
+        result = analyze(problem, parse_tree("iid:2,2"), walk, method=method)
+        assert result.block_efficiency == pytest.approx(1.0, abs=1e-15)
+    with pytest.raises(IncompatibleDraftError, match="dp"):
+        analyze(problem, parse_tree("iid:2,2"), walk, method="dp")
+    assert choose_method(problem, parse_tree("iid:2,2"), Variant()) == "fast-enumeration"
+    assert GreedyBlockVerifier().order_free
+    # The per-tree law is the one-row case of the batched law: a subclass may not define a second copy.
+    with pytest.raises(TypeError, match="emission_laws"):
+        type("PerTree", (BlockVerifier,), {"emission_law": lambda self, tree: None})

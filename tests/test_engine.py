@@ -9,9 +9,17 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from verispec.errors import IncompatibleDraftError, InvalidProblemError, VerifierError
-from verispec.simulator import ChainDrafter, ContextFreeProblem, DraftLaw, analyze, parse_tree, random_problem
-from verispec.simulator.engine import target_law
+from verispec.errors import IncompatibleDraftError, InvalidProblemError, VerifierError, VerispecError
+from verispec.simulator import (
+    ChainDrafter,
+    ContextFreeProblem,
+    DraftLaw,
+    Verifier,
+    analyze,
+    parse_tree,
+    random_problem,
+    target_law,
+)
 from verispec.verifiers import ProcedureVerifier, get_verifier
 
 CHAIN = {DraftLaw.SINGLE_PATH}
@@ -76,17 +84,30 @@ def test_exact_mode_metrics_are_fractions():
 
 
 def test_broken_emission_law_is_reported():
-    class HalfLaw:
+    class HalfLaw(Verifier):
         name = "half"
         valid_for = frozenset(CHAIN)
 
-        def emission_law(self, tree):
-            law = np.zeros((tree.num_nodes, tree.vocab_size))
-            law[0, 0] = 0.5
+        def emission_laws(self, batch):
+            law = np.zeros((batch.num_rows, batch.num_nodes, batch.vocab_size))
+            law[:, 0, 0] = 0.5
             return law
 
-    with pytest.raises(VerifierError, match="not a probability law"):
-        analyze(random_problem(2, 1, 0), ChainDrafter(1), HalfLaw())
+        def procedure(self, tree, chooser):
+            return 0, 0
+
+    for method in ("closed-form", "fast-enumeration"):
+        with pytest.raises(VerifierError, match="not a probability law"):
+            analyze(random_problem(2, 1, 0), ChainDrafter(1), HalfLaw(), method=method)
+
+
+def test_the_engine_takes_verifiers_not_lookalikes():
+    class LooksLikeAVerifier:
+        name = "lookalike"
+        valid_for = frozenset(CHAIN)
+
+    with pytest.raises(VerispecError, match="Verifier"):
+        analyze(random_problem(2, 1, 0), ChainDrafter(1), LooksLikeAVerifier())
 
 
 def test_incompatible_and_too_short():

@@ -2,8 +2,8 @@
 
 * The enumerated drafts, turned back into tree shapes, have exactly the law ``Drafter.outcomes`` derives
   from the drafter's procedure (multiset rows: the same law after forgetting the order of the paths).
-* Every batched law (``emission_laws(group)``, and the batched top-down walk) equals the per-tree
-  ``emission_law`` row by row, keyed by token paths.
+* Every verifier's ONE batched law (``emission_laws``) gives each row of a many-row batch (fast
+  enumeration's node numbering, shared node contexts) the law it gives that tree alone, keyed by token paths.
 * The output law of 'fast-enumeration' equals the output law of 'closed-form' to 1e-12 for every
   registered verifier on every tree it applies to, on hypothesis-random problems.
 * Every ``order_free = True`` declaration holds: permuting the i.i.d. paths of a tree leaves the per-tree
@@ -23,14 +23,8 @@ from tests.conftest import build_problem, problem_args
 from verispec.errors import IncompatibleDraftError, VerifierError
 from verispec.simulator import DraftTree, analyze, parse_tree, random_problem, shape_from_paths
 from verispec.simulator.engine import choose_method
-from verispec.simulator.fast_enumeration import (
-    PrefixTables,
-    applies,
-    batched_law_function,
-    outcome_law,
-    supports,
-    tree_groups,
-)
+from verispec.simulator.fast_enumeration import applies, tree_batches
+from verispec.simulator.prefix_tables import PrefixTables
 from verispec.verifiers import REGISTRY, Verifier
 
 #: Structured trees (fast enumeration applies), small enough for the closed-form oracle in a test.
@@ -52,9 +46,17 @@ def _multiset_key(tree: DraftTree) -> tuple:
     return tuple(sorted(path for n in leaves for path in [tree.paths[n]] * int(tree.multiplicity[n])))
 
 
-def test_every_verifier_has_a_batched_law_somewhere():
-    # Whole-tree rules implement ``emission_laws``; node solvers get the batched top-down walk.
-    assert all(batched_law_function(verifier) is not None for verifier in REGISTRY.values())
+def outcome_law(groups) -> dict:
+    """{shape: probability} over every row of (batch, weight) groups."""
+    law: dict = {}
+    for batch, weight in groups:
+        for row in range(batch.num_rows):
+            shape = batch.shape(row)
+            law[shape] = law.get(shape, 0.0) + float(weight[row])
+    return law
+
+
+def test_every_verifier_has_a_structured_tree():
     assert {name for name, _ in PAIRS} == set(REGISTRY) - {"spechub"}  # hub pairs only (greedy: on chains)
 
 
@@ -64,7 +66,7 @@ def test_every_verifier_has_a_batched_law_somewhere():
 def test_enumerated_drafts_have_the_drafter_law(spec, args):
     problem, drafter = build_problem(args), parse_tree(spec)
     oracle = {tree.shape: probability for tree, probability in drafter.outcomes(problem)}
-    fast = outcome_law(tree_groups(problem, drafter))
+    fast = outcome_law(tree_batches(problem, drafter))
     assert set(fast) == set(oracle)
     assert max(abs(fast[shape] - oracle[shape]) for shape in oracle) < 1e-14
     assert abs(sum(fast.values()) - 1) < 1e-12
@@ -80,7 +82,7 @@ def test_multiset_rows_have_the_symmetrised_drafter_law(spec, args):
         key = _multiset_key(tree)
         oracle[key] = oracle.get(key, 0) + probability
     fast: dict = {}
-    groups = tree_groups(problem, drafter, multiset_paths=True)
+    groups = tree_batches(problem, drafter, multiset_paths=True)
     for shape, probability in outcome_law(groups).items():
         key = _multiset_key(DraftTree.from_shape(problem, shape))
         assert key not in fast, "a multiset was enumerated twice"
@@ -88,7 +90,7 @@ def test_multiset_rows_have_the_symmetrised_drafter_law(spec, args):
     assert set(fast) == set(oracle)
     assert max(abs(fast[key] - oracle[key]) for key in oracle) < 1e-14
     # fewer rows than ordered draws as soon as two different paths can occur
-    assert sum(g.num_rows for g in groups) <= len(drafter.outcomes(problem))
+    assert sum(len(weight) for _, weight in groups) <= len(drafter.outcomes(problem))
 
 
 @pytest.mark.parametrize("name,spec", PAIRS)
@@ -96,14 +98,12 @@ def test_multiset_rows_have_the_symmetrised_drafter_law(spec, args):
 @settings(max_examples=4)
 def test_batched_law_equals_per_tree_law(name, spec, args):
     verifier, drafter, problem = REGISTRY[name], parse_tree(spec), build_problem(args)
-    law_function = batched_law_function(verifier)
-    for group in tree_groups(problem, drafter):
-        laws = law_function(group)
-        for row in range(group.num_rows):
-            tree = DraftTree.from_shape(problem, group.shape(row))
+    for batch, _ in tree_batches(problem, drafter):
+        laws = verifier.emission_laws(batch)
+        for row in range(batch.num_rows):
+            tree = DraftTree.from_shape(problem, batch.shape(row))
             oracle = _path_keyed(tree, verifier.emission_law(tree))
-            got = {group.tables.prefix(int(group.contexts[row, node])): laws[row, node]
-                   for node in range(group.num_nodes)}
+            got = _path_keyed(batch.tree(row), laws[row])
             assert set(got) == set(oracle)
             for path, values in oracle.items():
                 np.testing.assert_allclose(got[path], values, rtol=0, atol=1e-13,
@@ -138,7 +138,7 @@ def _order_free_on(verifier, problem, paths) -> bool:
                for law in laws[1:])
 
 
-ORDER_FREE = sorted(name for name, verifier in REGISTRY.items() if getattr(verifier, "order_free", False))
+ORDER_FREE = sorted(name for name, verifier in REGISTRY.items() if verifier.order_free)
 
 
 def test_some_verifier_declares_order_free():
@@ -168,7 +168,7 @@ def test_order_free_check_detects_an_order_dependent_rule():
     # Traversal on i.i.d. paths verifies the distinct children in first-appearance order, so swapping
     # the paths changes its per-tree law (the check above can fail).
     verifier = REGISTRY["traversal-iid"]
-    assert not getattr(verifier, "order_free", False)
+    assert not verifier.order_free
     problem = random_problem(3, 2, seed=3, divergence=1.0)
     assert not _order_free_on(verifier, problem, [(0, 1), (1, 2), (2, 0)])
 
@@ -180,7 +180,7 @@ def test_method_choice_and_applicability():
     assert choose_method(problem, parse_tree("branch:2,2"), REGISTRY["rrsw"]) == "fast-enumeration"
     assert choose_method(problem, parse_tree("iid:2,2"), REGISTRY["specinfer"]) == "dp"  # DP first
     assert choose_method(problem, parse_tree("hub"), REGISTRY["spechub"]) == "closed-form"
-    assert not supports(problem, parse_tree("dyspec:2"))
+    assert not applies(problem, parse_tree("dyspec:2"))
     with pytest.raises(IncompatibleDraftError, match="fast-enumeration"):
         analyze(problem, parse_tree("hub"), REGISTRY["spechub"], method="fast-enumeration")
 
@@ -206,11 +206,8 @@ class _UnnormalisedBatch(Verifier):
     name = "half"
     valid_for = frozenset(REGISTRY["bv"].valid_for)
 
-    def emission_law(self, tree):
-        return REGISTRY["bv"].emission_law(tree)
-
-    def emission_laws(self, group):
-        return REGISTRY["bv"].emission_laws(group) / 2
+    def emission_laws(self, batch):
+        return REGISTRY["bv"].emission_laws(batch) / 2
 
     def procedure(self, tree, chooser):
         return REGISTRY["bv"].procedure(tree, chooser)
@@ -218,7 +215,7 @@ class _UnnormalisedBatch(Verifier):
 
 def test_a_batched_law_that_is_not_a_probability_law_is_an_error():
     problem, drafter = random_problem(2, 2, 0), parse_tree("chain:2")
-    assert applies(problem, drafter, _UnnormalisedBatch())
+    assert applies(problem, drafter)
     with pytest.raises(VerifierError, match="half"):
         analyze(problem, drafter, _UnnormalisedBatch(), method="fast-enumeration")
 

@@ -29,8 +29,9 @@ from verispec.simulator import (
     sun_toy_problem,
 )
 from verispec.simulator.distributions import residual
+from verispec.simulator.selection import greedy_path
 from verispec.verifiers import get_verifier
-from verispec.verifiers.gbv import greedy_path, number_of_paths, skewed_drafts
+from verispec.verifiers.gbv import path_skewed_drafts
 
 BV, TRAVERSAL, TRAVERSAL_IID, GBV = (get_verifier(n) for n in ("bv", "traversal", "traversal-iid", "gbv"))
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -153,7 +154,7 @@ def test_skewed_drafts_are_the_law_of_the_selected_path(spec):
         selected[tree.paths[greedy_path(tree)[-1]]] += probability
     for tree, _ in parse_tree(spec).outcomes(problem):
         nodes = greedy_path(tree)
-        drafts = skewed_drafts(tree, nodes, number_of_paths(tree))
+        drafts = path_skewed_drafts(tree, nodes)
         product = np.prod([drafts[i][tree.token[nodes[i + 1]]] for i in range(len(nodes) - 1)])
         assert product == pytest.approx(selected[tree.paths[nodes[-1]]], abs=1e-14)
     assert sum(selected.values()) == pytest.approx(1.0, abs=1e-14)

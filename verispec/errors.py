@@ -49,3 +49,7 @@ class SolverError(VerispecError):
 
 class ProblemTooLargeError(VerispecError):
     """An exact analysis (a linear program, a subset search) would exceed its configured size limit."""
+
+
+class AnalysisTimeoutError(VerispecError):
+    """An analysis ran past the deadline it was given (``analyze(..., deadline=...)``)."""

@@ -66,15 +66,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from verispec import backend
 from verispec.errors import InvalidTreeError, ProblemTooLargeError, VerispecError
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import Drafter
-from verispec.simulator.engine import target_conditionals, target_law
-from verispec.simulator.problems import Problem
-from verispec.simulator.trees import DraftTree
-from verispec.verifiers.base import Verifier
-from verispec.verifiers.gbv import greedy_path
+from verispec.simulator.interfaces import Verifier
+from verispec.simulator.problems import Problem, target_conditionals, target_law
+from verispec.simulator.selection import greedy_path
+from verispec.simulator.trees import DraftTree, TreeBatch, shape_paths
 
 #: Restricted classes of verifiers the multi-step LP can optimise over (None: every valid verifier).
 RESTRICTIONS = ("selected-path",)
@@ -98,11 +98,17 @@ class TabulatedVerifier(Verifier):
         self._laws = laws  # tree shape -> [num_nodes, V]
         self.valid_for = frozenset(valid_for)
 
-    def emission_law(self, tree: DraftTree) -> np.ndarray:
-        try:
-            return self._laws[tree.shape].copy()
-        except KeyError:
-            raise InvalidTreeError(f"verifier '{self.name}' has no emission law for {tree!r}") from None
+    def emission_laws(self, batch: TreeBatch):
+        """Each row's tabulated law, moved from the canonical node order of its shape to the batch's."""
+        laws = []
+        for row in range(batch.num_rows):
+            shape = batch.shape(row)
+            if shape not in self._laws:
+                raise InvalidTreeError(f"verifier '{self.name}' has no emission law for the tree {shape}")
+            canonical = {path: node for node, path in enumerate(shape_paths(shape))}
+            order = [canonical[path] for path in batch.tree(row).paths]
+            laws.append(self._laws[shape][order])
+        return backend.asarray(np.stack(laws), batch.p)
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         law = self.emission_law(tree)

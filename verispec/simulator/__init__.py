@@ -13,7 +13,9 @@ from verispec.simulator.drafters import (
     RootIIDDrafter,
     parse_tree,
 )
-from verispec.simulator.engine import DEFAULT_TOLERANCE, ExactResult, OutputLaw, analyze, target_law
+from verispec.simulator.engine import DEFAULT_TOLERANCE, ExactResult, analyze
+from verispec.simulator.interfaces import NodeSolver, Verifier
+from verispec.simulator.laws import OutputLaw
 from verispec.simulator.problems import (
     ContextFreeProblem,
     MarkovProblem,
@@ -26,13 +28,15 @@ from verispec.simulator.problems import (
     random_markov_problem,
     random_problem,
     sun_toy_problem,
+    target_law,
 )
-from verispec.simulator.trees import DraftTree, TreeBuilder, shape_from_paths
+from verispec.simulator.trees import DraftTree, TreeBatch, TreeBuilder, shape_from_paths
 
 __all__ = [
     "BranchingDrafter", "ChainDrafter", "Chooser", "ContextFreeProblem", "DEFAULT_TOLERANCE", "DelayedDrafter",
     "DraftLaw", "DraftTree", "Drafter", "DySpecDrafter", "ExactResult", "GreedyDrafter", "HubDrafter",
-    "MarkovProblem", "OutputLaw", "Problem", "RandomChooser", "RootIIDDrafter", "TabularProblem", "TreeBuilder",
+    "MarkovProblem", "NodeSolver", "OutputLaw", "Problem", "RandomChooser", "RootIIDDrafter", "TabularProblem",
+    "TreeBatch", "TreeBuilder", "Verifier",
     "analyze", "enumerate_law", "load_problem", "parse_tree", "problem_from_json", "problem_to_json",
     "random_context_free_problem", "random_markov_problem", "random_problem", "shape_from_paths",
     "sun_toy_problem", "target_law",

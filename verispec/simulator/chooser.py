@@ -25,7 +25,8 @@ from typing import Protocol
 
 import numpy as np
 
-from verispec.errors import EnumerationTooLargeError, InvalidDistributionError
+from verispec import budget
+from verispec.errors import EnumerationTooLargeError, InvalidDistributionError, VerifierError
 
 #: Tolerance on the sum of a categorical law handed to a chooser in float mode.
 CHOICE_SUM_TOLERANCE = 1e-9
@@ -99,15 +100,21 @@ class RandomChooser:
 NEGLIGIBLE_BRANCH = 1e-12
 
 
-class _NegligibleBranch(Exception):
-    """Raised inside a replay to abandon a trace of negligible probability."""
+class NegligibleBranch(Exception):
+    """Raised inside a replay to abandon a trace of negligible probability (never reaches a caller)."""
+
+
+#: Most random decisions one run of a procedure may make; more means it loops (e.g. a rejection loop
+#: that never accepts), and the enumerator reports it instead of running forever.
+MAX_CHOICES_PER_TRACE = 100_000
 
 
 class _ReplayChooser:
     """Replays a fixed prefix of decisions, then takes the first option at every new decision point and
     records the untaken options so the enumerator can visit them later (depth-first over traces)."""
 
-    def __init__(self, prefix: list[int], one):
+    def __init__(self, prefix: list[int], one, name: str = "procedure"):
+        self.name = name
         self.prefix = prefix
         self.position = 0
         self.weight = one
@@ -117,6 +124,10 @@ class _ReplayChooser:
 
     def _decide(self, options: list[tuple[int, object]]) -> int:
         # options: (choice, probability) pairs with probability > 0, in a fixed order
+        if self.position >= MAX_CHOICES_PER_TRACE:
+            raise EnumerationTooLargeError(
+                f"'{self.name}' made more than {MAX_CHOICES_PER_TRACE} random decisions in one run; a procedure "
+                "must stop after finitely many choices (does a loop never accept?)")
         if self.position < len(self.prefix):
             choice = self.prefix[self.position]
         else:
@@ -133,7 +144,7 @@ class _ReplayChooser:
         values = list(probs)
         if values and not isinstance(self.weight, Fraction) and self.weight < NEGLIGIBLE_BRANCH \
                 and all(v == 0 for v in values):
-            raise _NegligibleBranch
+            raise NegligibleBranch
         values = _check_categorical(values)
         return self._decide([(i, v) for i, v in enumerate(values) if v > 0])
 
@@ -148,12 +159,15 @@ def enumerate_law(
     *,
     exact: bool = False,
     max_traces: int = DEFAULT_MAX_TRACES,
+    name: str = "procedure",
 ) -> dict[Hashable, float | Fraction]:
     """Exact law of ``procedure(chooser)``: {outcome: probability}, summed over every choice trace.
 
     Zero-probability options are never taken, so a procedure may index a residual that is empty only on
     branches of probability zero. ``exact`` starts products at Fraction(1) (use with Fraction inputs).
-    Raises ``EnumerationTooLargeError`` past ``max_traces`` traces.
+    Raises ``EnumerationTooLargeError`` past ``max_traces`` traces or when one run makes more than
+    ``MAX_CHOICES_PER_TRACE`` decisions (``name`` names the procedure in the message), and
+    ``AnalysisTimeoutError`` past the current time budget (verispec.budget).
     """
     one = Fraction(1) if exact else 1.0
     law: dict[Hashable, float | Fraction] = {}
@@ -161,18 +175,20 @@ def enumerate_law(
     traces = 0
     while pending:
         prefix = pending.pop()
-        chooser = _ReplayChooser(prefix, one)
+        budget.check(f"enumerating the choice traces of '{name}'")
+        chooser = _ReplayChooser(prefix, one, name)
         try:
             outcome = procedure(chooser)
-        except _NegligibleBranch:
-            outcome = _NegligibleBranch
+        except NegligibleBranch:
+            outcome = NegligibleBranch
         if chooser.position < len(prefix):
-            raise RuntimeError("procedure made fewer decisions on replay: it is not deterministic given its choices")
+            raise VerifierError(f"'{name}' made fewer decisions on replay: it is not deterministic given its "
+                                "choices (does it use another source of randomness or keep state between calls?)")
         traces += 1
         if traces > max_traces:
             raise EnumerationTooLargeError(
                 f"more than {max_traces} choice traces; use a smaller problem or a faster method")
-        if outcome is not _NegligibleBranch:
+        if outcome is not NegligibleBranch:
             law[outcome] = law.get(outcome, 0 * one) + chooser.weight
         for position, untaken in reversed(chooser.alternatives):
             for choice in reversed(untaken):

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from verispec import backend
 from verispec.errors import InvalidDistributionError
 
 #: Largest |sum - 1| accepted for a float64 input distribution. Inputs within it are renormalised so the
@@ -118,70 +119,54 @@ def _fraction_of_float(value: float, name: str) -> Fraction:
     return Fraction(value).limit_denominator(10**12)
 
 
-def positive_part(values: np.ndarray) -> np.ndarray:
-    """(x)+ = max(x, 0), elementwise, in either number system."""
-    return np.maximum(values, 0 * values)
+def positive_part(values):
+    """(x)+ = max(x, 0), elementwise, on any backend."""
+    return backend.positive_part(values)
 
 
-def normalize(values: np.ndarray) -> np.ndarray:
-    """norm(v) = v / sum(v); a zero vector stays zero (that branch has probability zero)."""
-    total = values.sum()
-    if total == 0:
-        return values * 0
-    return values / total
+def normalize(values):
+    """norm(v) = v / sum(v) over the last axis, for non-negative v; a zero vector stays zero (that branch has
+    probability zero)."""
+    mass = backend.total(values, keepdims=True)
+    return values / backend.where(mass != 0, mass, backend.one(values))
 
 
-def weighted_residual(weight, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def weighted_residual(weight, p, q):
     """norm((w p - q)+): the correction law of token-level verification (w = 1; Leviathan et al. 2023,
     Alg. 1), of block verification at tau and of Traversal's deletion update (w = the path weight).
 
-    In float64 the positive part can round to all zeros while the branch that uses it still has positive
+    Batched: p and q are [..., V] on any backend, ``weight`` a scalar or an array [...]. In float arithmetic
+    the positive part can round to all zeros while the branch that uses it still has positive
     (rounding-level) probability, e.g. q = (8e-19, 1.0), p = (0, 1), or w = 1 with p and q equal to within
     1e-31. Its exact-arithmetic support then lies among the tokens with w p >= q, which carry it in
     proportion to w p; if even that is empty, p itself. An all-zero law would lose that branch's mass. Exact
     (Fraction) arithmetic never takes the fallback.
     """
-    leftover = positive_part(weight * p - q)
-    if leftover.sum() == 0 and p.dtype != object:
-        scaled = weight * p
-        leftover = np.where(scaled >= q, scaled, 0.0)
-        if leftover.sum() == 0:
-            leftover = p
-    return normalize(leftover)
+    scaled = p if isinstance(weight, int) and weight == 1 else backend.per_row(weight, p) * p
+    leftover = backend.positive_part(scaled - q)
+    mass = backend.total(leftover, keepdims=True)
+    if not backend.is_exact(p):
+        empty = mass == 0
+        if bool(backend.namespace(empty).any(empty)):  # rare: only rows that rounding emptied change
+            leftover = backend.where(empty, backend.where(scaled >= q, scaled, 0.0), leftover)
+            still_empty = backend.total(leftover, keepdims=True) == 0
+            leftover = backend.where(still_empty, p, leftover)
+            mass = backend.total(leftover, keepdims=True)
+    return leftover / backend.where(mass != 0, mass, backend.one(leftover))
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def residual(p, q):
     """norm((p - q)+), the token-level correction law (``weighted_residual`` with w = 1)."""
     return weighted_residual(1, p, q)
 
 
-def stop_probability(weight, p: np.ndarray, q: np.ndarray):
-    """S / (S + 1 - w) with S = sum (w p - q)+; 1 when the denominator vanishes. Block verification's h_i
-    (Sun et al. 2024) and Traversal's updated parent weight (Weng et al. 2025) are this quantity."""
-    mass = positive_part(weight * p - q).sum()
+def stop_probability(weight, p, q):
+    """S / (S + 1 - w) with S = sum (w p - q)+ over the last axis; 1 when the denominator vanishes. Block
+    verification's h_i (Sun et al. 2024) and Traversal's updated parent weight (Weng et al. 2025) are this
+    quantity. Batched as ``weighted_residual``: p, q [..., V], weight scalar or [...] -> [...]."""
+    mass = backend.total(backend.positive_part(backend.per_row(weight, p) * p - q))
     denominator = mass + (1 - weight)  # parenthesised: w = 1 must give exactly 1, not 1 - 1e-16
-    return mass / denominator if denominator > 0 else denominator * 0 + 1
-
-
-def batched_weighted_residual(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``weighted_residual`` row by row (float64): weight [N], p and q [N, V] -> [N, V]."""
-    scaled = weight[:, None] * p
-    leftover = np.maximum(scaled - q, 0.0)
-    empty = leftover.sum(axis=1, keepdims=True) == 0
-    leftover = np.where(empty, np.where(scaled >= q, scaled, 0.0), leftover)
-    still_empty = leftover.sum(axis=1, keepdims=True) == 0
-    leftover = np.where(still_empty, p, leftover)
-    total = leftover.sum(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, leftover / total, 0.0)
-
-
-def batched_stop_probability(weight: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``stop_probability`` row by row (float64): weight [N], p and q [N, V] -> [N]."""
-    mass = np.maximum(weight[:, None] * p - q, 0.0).sum(axis=1)
-    denominator = mass + (1 - weight)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator > 0, mass / denominator, 1.0)
+    return backend.divide(mass, denominator, where_zero=backend.one(p))
 
 
 def ratio_min_one(p_value, q_value):

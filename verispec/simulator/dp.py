@@ -12,7 +12,10 @@ n = m * b_(depth+1) i.i.d. draws from q(.|u), and the subtree under a child t dr
     at a leaf (depth L) emit u y with mass R(u, m) p(y | u).
 
 The node kernel (stop mass per token, move mass per (token, count)) depends only on (p(.|u), q(.|u), n),
-so it is memoised on (problem.state(u), n). Two modes:
+so it is memoised on (problem.state(u), n). Everything is batched with arrays: per depth, the new kernels
+come from ONE call of the solver's batched law over all (kernel, ordered draw tuple) pairs (in chunks of
+at most ``KERNEL_CHUNK_ROWS`` rows), and the states of the depth move to the next as array operations, so
+the Python cost is per distinct context, not per (context, multiplicity, draw tuple). Two modes:
 
 * ``law``: states keyed by the full context; returns the law of the emitted block (the same ``OutputLaw``
   as whole-tree enumeration, so losslessness is still checked); memory V^(L+1).
@@ -20,62 +23,42 @@ so it is memoised on (problem.state(u), n). Two modes:
   of tau only, so deep trees on finite-state problems (context-free, Markov) stay exact and cheap.
 
 i.i.d.-structured drafters expose ``iid_branching`` = (b_1..b_L): chain (1,..,1); root i.i.d. (K,1,..,1);
-delayed (1 x L1, K, 1 x (L2 - 1)); branch-iid (b_1..b_D).
+delayed (1 x L1, K, 1 x (L2 - 1)); branch-iid (b_1..b_D). Sizes are checked before any work:
+``check_walk_size`` refuses a walk whose single node kernel or output law would not fit.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
+from tqdm import tqdm
 
-from verispec.simulator.distributions import zeros
+from verispec import backend, budget
+from verispec.errors import ProblemTooLargeError
+from verispec.simulator.interfaces import NodeSolver
 from verispec.simulator.problems import Problem
 
+#: Rows (kernel, draw tuple) handed to the solver at once; bounds the DP's working memory.
+KERNEL_CHUNK_ROWS = 1 << 18
 
-@dataclass(frozen=True)
+#: Largest number of ordered draw tuples of one node kernel (V^n) the DP accepts: beyond it one kernel
+#: alone means billions of solver evaluations (e.g. n = 4 draws at V = 200: 1.6e9 tuples).
+MAX_KERNEL_TUPLES = 1 << 24
+
+#: Largest output law (entries over all block lengths) the 'law' mode builds (8 bytes each in float64).
+MAX_LAW_MODE_ENTRIES = 1 << 28
+
+
+@dataclass(frozen=True, eq=False)
 class NodeKernel:
-    """One node's transition: ``stop[y]`` = P(emit y here), ``moves[(t, k)]`` = P(move to child t drawn k
-    times); they sum to one."""
+    """One node's transition: ``stop[y]`` = P(emit y here) [V], ``moves[t, k - 1]`` = P(move to child t drawn
+    k times) [V, n]; together they sum to one."""
 
     stop: np.ndarray
-    moves: dict
-
-
-def _ordered_draws(q: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every ordered tuple of ``count`` draws from the support of q, and its probability."""
-    support = [token for token in range(len(q)) if q[token] > 0]
-    tuples = np.array(list(itertools.product(support, repeat=count)), dtype=np.int64).reshape(-1, count)
-    probabilities = np.prod(q[tuples], axis=1) if count else np.ones(1, dtype=q.dtype)
-    return tuples, probabilities
-
-
-def output_laws(solver, p: np.ndarray, q: np.ndarray, tuples: np.ndarray) -> np.ndarray:
-    """The solver's output law for every child tuple, [num_tuples, V] (batched when the solver offers it)."""
-    batched = getattr(solver, "output_laws", None)
-    if batched is not None:
-        return batched(p, q, tuples)
-    return np.stack([solver.output_law(p, q, tuple(int(t) for t in row)) for row in tuples])
-
-
-def node_kernel(solver, p: np.ndarray, q: np.ndarray, draws: int) -> NodeKernel:
-    """Sum the solver's behaviour over every ordered tuple of ``draws`` i.i.d. children."""
-    tuples, probabilities = _ordered_draws(q, draws)
-    laws = output_laws(solver, p, q, tuples)  # [T, V]
-    size = len(p)
-    counts = np.zeros((len(tuples), size), dtype=np.int64)
-    for column in range(draws):
-        np.add.at(counts, (np.arange(len(tuples)), tuples[:, column]), 1)
-    weighted = laws * probabilities[:, None]  # [T, V]
-    stop = (weighted * (counts == 0)).sum(axis=0)
-    moves = {}
-    for count in range(1, draws + 1):
-        mass = (weighted * (counts == count)).sum(axis=0)
-        for token in range(size):
-            if mass[token] != 0:
-                moves[(token, count)] = mass[token]
-    return NodeKernel(stop=stop, moves=moves)
+    moves: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,47 +71,193 @@ class WalkLaw:
     num_kernels: int
 
 
-def walk_dp(problem: Problem, branching: tuple[int, ...], solver, *, mode: str = "law",
-            kernel_cache: dict | None = None) -> WalkLaw:
+def max_draws(branching: tuple[int, ...]) -> int:
+    """Most i.i.d. draws one node can receive: every path through it agrees, so b_1 b_2 .. b_(d+1)."""
+    most, reached = 0, 1
+    for factor in branching:
+        most = max(most, reached * factor)
+        reached = min(reached * factor, 1 << 62)
+    return most
+
+
+def check_walk_size(size: int, branching: tuple[int, ...], mode: str) -> None:
+    """ProblemTooLargeError before any work when one node kernel (V^n ordered draw tuples for the most
+    draws n at a node) or, in law mode, the output law (V + V^2 + .. + V^(L+1) entries) is too large."""
+    draws = max_draws(branching)
+    log_tuples = draws * math.log(size) if draws else 0.0
+    if log_tuples > math.log(MAX_KERNEL_TUPLES):
+        raise ProblemTooLargeError(
+            f"the walk DP needs the solver's output law for every ordered list of the n = {draws} i.i.d. draws "
+            f"at one node: V^n = 10^{log_tuples / math.log(10):.1f} lists at V={size}, above its limit of "
+            f"{MAX_KERNEL_TUPLES:,} (about {MAX_KERNEL_TUPLES * size * 8 * 6 / 2**30:.0f} GiB of arrays); use "
+            "fewer paths or a smaller vocabulary")
+    if mode == "law":
+        log_entries = (len(branching) + 1) * math.log(size) + math.log(size / (size - 1) if size > 1 else 2)
+        if log_entries > math.log(MAX_LAW_MODE_ENTRIES):
+            raise ProblemTooLargeError(
+                f"the output law of a depth-{len(branching)} tree at V={size} has "
+                f"10^{log_entries / math.log(10):.1f} entries, above {MAX_LAW_MODE_ENTRIES:,} "
+                f"({MAX_LAW_MODE_ENTRIES * 8 / 2**30:.0f} GiB); use method 'dp-metrics' (law of tau only)")
+
+
+def _draw_tuples(size: int, count: int) -> np.ndarray:
+    """Every ordered tuple of ``count`` tokens, [V^count, count]."""
+    return np.array(list(itertools.product(range(size), repeat=count)), dtype=np.int64).reshape(-1, count)
+
+
+def node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, draws: int) -> list[NodeKernel]:
+    """The kernels of U nodes with ``draws`` i.i.d. children each (p, q [U, V]): the solver's output law
+    summed over every ordered draw tuple, one batched solver call per chunk of (node, tuple) rows."""
+    count, size = len(p), p.shape[1]
+    stop = backend.zeros((count, size), p)
+    moves = backend.zeros((count, size, draws), p)
+    if draws == 0:
+        return [NodeKernel(stop=p[u], moves=moves[u]) for u in range(count)]
+    tuples = _draw_tuples(size, draws)                                   # [T, n]
+    probability = q[:, tuples[:, 0]]
+    for column in range(1, draws):
+        probability = probability * q[:, tuples[:, column]]               # [U, T]
+    counts = backend.counts(tuples, size)                                 # [T, V]
+    # flat index of (token, times drawn) in a kernel table [V, n + 1], per tuple: [T, V]
+    within = np.arange(size) * (draws + 1) + counts
+    node_of, tuple_of = np.nonzero(probability != 0)                     # row-major: sorted by node
+    for start in range(0, len(node_of), KERNEL_CHUNK_ROWS):
+        budget.check("the walk DP")
+        nodes, which = node_of[start:start + KERNEL_CHUNK_ROWS], tuple_of[start:start + KERNEL_CHUNK_ROWS]
+        laws = solver.output_laws(p[nodes], q[nodes], tuples[which])   # [R, V]
+        weighted = laws * probability[nodes, which][:, None]
+        if weighted.dtype == object:  # exact rationals: no bincount for objects
+            drawn = counts[which]                                        # [R, V]: how often each token is drawn
+            segments = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+            targets = nodes[segments]
+            stop[targets] += np.add.reduceat(np.where(drawn == 0, weighted, 0), segments)
+            for k in range(1, draws + 1):
+                moves[targets, :, k - 1] += np.add.reduceat(np.where(drawn == k, weighted, 0), segments)
+        else:  # one pass: mass of (node, token, times drawn), the last index 0 meaning "not drawn: stop"
+            index = nodes[:, None] * (size * (draws + 1)) + within[which]
+            table = np.bincount(index.ravel(), weights=weighted.ravel(), minlength=count * size * (draws + 1))
+            table = table.reshape(count, size, draws + 1)
+            stop += table[:, :, 0]
+            moves += table[:, :, 1:]
+    return [NodeKernel(stop=stop[u], moves=moves[u]) for u in range(count)]
+
+
+def walk_dp(problem: Problem, branching: tuple[int, ...], solver: NodeSolver, *, mode: str = "law",
+            kernel_cache: dict | None = None, progress: bool = False) -> WalkLaw:
     """Exact law of the top-down walk of ``solver`` on trees with i.i.d. branching ``branching``.
 
     ``kernel_cache`` may be shared between calls on the same problem and solver (e.g. across tree shapes).
     """
     if mode not in ("law", "metrics"):
         raise ValueError(f"mode must be 'law' or 'metrics', got {mode!r}")
-    depth = len(branching)
-    size, exact = problem.vocab_size, problem.exact
+    size, depth = problem.vocab_size, len(branching)
+    check_walk_size(size, branching, mode)
     cache = {} if kernel_cache is None else kernel_cache
-    emitted = [zeros((size,) * length, exact=exact) for length in range(1, depth + 2)] if mode == "law" else None
-    tau_law = [0 * problem.target(())[0] for _ in range(depth + 1)]
-    # level: key -> [representative context, multiplicity, mass]; key is (context or state, multiplicity)
-    level = {((), 1): [(), 1, 1 + 0 * problem.target(())[0]]}
+    root = problem.target(())
+    number = type(root[0])
+    dtype = object if problem.exact else np.float64
+    emitted = ([np.zeros(size ** length, dtype=dtype) for length in range(1, depth + 2)]
+               if mode == "law" else None)
+    if emitted is not None and problem.exact:
+        for array in emitted:
+            array[...] = number(0)
+    tau_law = [0 * root[0] for _ in range(depth + 1)]
+    # Distinct contexts of the current depth: representative prefixes (and flat indices in law mode); the
+    # states are (context index, multiplicity) with their reach mass.
+    prefixes: list[tuple[int, ...]] = [()]
+    flat = np.zeros(1, dtype=np.int64)
+    context = np.zeros(1, dtype=np.int64)
+    multiplicity = np.ones(1, dtype=np.int64)
+    mass = np.array([1 + 0 * root[0]], dtype=dtype)
     states = 0
-    for d in range(depth + 1):
-        next_level: dict = {}
-        for context, multiplicity, mass in level.values():
-            states += 1
-            if d == depth:
-                if emitted is not None:
-                    emitted[d][context] += mass * problem.target(context)
-                tau_law[d] += mass
-                continue
-            draws = multiplicity * branching[d]
-            key = (problem.state(context), draws)
-            kernel = cache.get(key)
-            if kernel is None:
-                kernel = cache[key] = node_kernel(solver, problem.target(context), problem.draft(context), draws)
+    for d in tqdm(range(depth + 1), desc="walk DP depths", disable=not progress, leave=False):
+        budget.check("the walk DP")
+        if len(mass) == 0:  # every walk has stopped above this depth
+            break
+        states += len(mass)
+        if d == depth:
+            tau_law[d] = tau_law[d] + mass.sum()
             if emitted is not None:
-                emitted[d][context] += mass * kernel.stop
-            tau_law[d] += mass * kernel.stop.sum()
-            for (token, count), move in kernel.moves.items():
-                child = context + (token,)
-                child_key = (child if mode == "law" else problem.state(child), count)
-                entry = next_level.get(child_key)
-                if entry is None:
-                    next_level[child_key] = [child, count, mass * move]
-                else:
-                    entry[2] = entry[2] + mass * move
-        level = next_level
-    return WalkLaw(emitted=None if emitted is None else tuple(emitted), tau_law=tau_law, num_states=states,
-                   num_kernels=len(cache))
+                targets = np.array([problem.target(prefixes[c]) for c in range(len(prefixes))], dtype=dtype)
+                np.add.at(emitted[d], (flat[context][:, None] * size + np.arange(size)).ravel(),
+                          (mass[:, None] * targets[context]).ravel())
+            break
+        draws = multiplicity * branching[d]
+        stop, moves = _kernels_for(problem, solver, cache, prefixes, context, draws)  # [S, V], [S, V, most]
+        most = moves.shape[2]
+        stop_mass = mass[:, None] * stop
+        tau_law[d] = tau_law[d] + stop_mass.sum()
+        if emitted is not None:
+            np.add.at(emitted[d], (flat[context][:, None] * size + np.arange(size)).ravel(), stop_mass.ravel())
+        move_mass = mass[:, None, None] * moves                                   # [S, V, most]
+        state_of, token_of, count_of = np.nonzero(move_mass != 0)
+        # children: (context, token) -> next context index; (next context, count) -> next state
+        parent_context = context[state_of]
+        pair = parent_context * size + token_of
+        pairs, pair_index = np.unique(pair, return_inverse=True)
+        next_prefixes, next_flat, child_of_pair = _child_contexts(problem, mode, prefixes, flat, pairs, size)
+        key = child_of_pair[pair_index] * (most + 1) + count_of + 1
+        keys, key_index = np.unique(key, return_inverse=True)
+        new_mass = np.zeros(len(keys), dtype=dtype)
+        if problem.exact:
+            new_mass[...] = number(0)
+        np.add.at(new_mass, key_index, move_mass[state_of, token_of, count_of])
+        prefixes, flat = next_prefixes, next_flat
+        context, multiplicity, mass = keys // (most + 1), keys % (most + 1), new_mass
+    shaped = None if emitted is None else tuple(array.reshape((size,) * (length + 1))
+                                                for length, array in enumerate(emitted))
+    return WalkLaw(emitted=shaped, tau_law=tau_law, num_states=states, num_kernels=len(cache))
+
+
+def _padded(moves: np.ndarray, most: int) -> np.ndarray:
+    """moves [V, n] padded with zeros to [V, most]."""
+    if moves.shape[1] == most:
+        return moves
+    pad = np.zeros((moves.shape[0], most - moves.shape[1]), dtype=moves.dtype)
+    if moves.dtype == object:
+        pad[...] = 0 * moves.flat[0] if moves.size else 0
+    return np.concatenate([moves, pad], axis=1)
+
+
+def _kernels_for(problem: Problem, solver: NodeSolver, cache: dict, prefixes: list, context: np.ndarray,
+                 draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(stop [S, V], moves [S, V, max draws]) of every state (context index, draws), from the kernel cache;
+    the missing kernels are computed in one batch per number of draws n."""
+    pairs, pair_of_state = np.unique(context * (int(draws.max()) + 1) + draws, return_inverse=True)
+    most = int(draws.max()) + 1
+    keys = [(problem.state(prefixes[pair // most]), pair % most) for pair in pairs.tolist()]
+    missing: dict[int, dict] = {}
+    for (state, n), pair in zip(keys, pairs.tolist()):
+        if (state, n) not in cache:
+            missing.setdefault(n, {}).setdefault(state, pair // most)
+    dtype = object if problem.exact else np.float64
+    for n, by_state in missing.items():
+        states = list(by_state)
+        contexts = [prefixes[by_state[state]] for state in states]
+        p = np.array([problem.target(prefix) for prefix in contexts], dtype=dtype)
+        q = np.array([problem.draft(prefix) for prefix in contexts], dtype=dtype)
+        for state, kernel in zip(states, node_kernels(solver, p, q, n)):
+            cache[(state, n)] = kernel
+    distinct = [cache[key] for key in keys]
+    width = most - 1
+    stop = np.stack([kernel.stop for kernel in distinct])                          # [P, V]
+    moves = np.stack([_padded(kernel.moves, width) for kernel in distinct])         # [P, V, most draws]
+    return stop[pair_of_state.reshape(-1)], moves[pair_of_state.reshape(-1)]
+
+
+def _child_contexts(problem: Problem, mode: str, prefixes: list, flat: np.ndarray, pairs: np.ndarray, size: int):
+    """The distinct child contexts of (context index * V + token) ``pairs``: their representative prefixes,
+    flat indices, and the child index of every pair. Law mode keys children by prefix, metrics mode by
+    ``problem.state`` (the first prefix seen represents the state)."""
+    parent_of, token_of = pairs // size, pairs % size
+    child_prefixes, child_flat, index_of, child_of_pair = [], [], {}, []
+    for parent, token in zip(parent_of.tolist(), token_of.tolist()):
+        prefix = prefixes[parent] + (token,)
+        key = prefix if mode == "law" else problem.state(prefix)
+        index = index_of.get(key)
+        if index is None:
+            index = index_of[key] = len(child_prefixes)
+            child_prefixes.append(prefix)
+            child_flat.append(int(flat[parent]) * size + token if mode == "law" else 0)
+        child_of_pair.append(index)
+    return child_prefixes, np.array(child_flat, dtype=np.int64), np.array(child_of_pair, dtype=np.int64)

@@ -16,7 +16,7 @@ pairing a verifier with a drafter outside them is an ``IncompatibleDraftError``.
 from __future__ import annotations
 
 import enum
-import heapq
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +26,8 @@ import numpy as np
 from verispec.errors import UnknownTreeError
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES, Chooser, RandomChooser, enumerate_law
 from verispec.simulator.problems import Problem
-from verispec.simulator.ranking import hub_token, top_tokens, without_tokens
+from verispec.simulator.ranking import best_index_with_ties, hub_token, top_tokens, without_tokens
+from verispec.simulator.slots import SlotPlan
 from verispec.simulator.trees import DraftTree, TreeBuilder, TreeShape
 
 
@@ -73,13 +74,31 @@ class Drafter(ABC):
         (chain, root i.i.d., delayed, branch-iid); None otherwise. Enables the dynamic-programming engine."""
         return None
 
+    def slot_plan(self) -> SlotPlan | None:
+        """The drafter's slot plan (verispec.simulator.slots) when its trees can be enumerated as arrays of
+        draws; None otherwise. Fast enumeration enumerates from it instead of running ``draw``."""
+        return None
+
+    @abstractmethod
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        """Natural log of an upper bound on the number of draft outcomes (ordered draws) at this vocabulary
+        size, computed without building anything: engines refuse hopeless enumerations up front with it."""
+
+    @property
+    @abstractmethod
+    def max_nodes(self) -> int:
+        """Most nodes (root included) a drawn tree can have."""
+
     def __init_subclass__(cls, **kwargs):
-        # The DP engine trusts iid_branching instead of running draw(). A subclass that redefines draw()
-        # without restating its structure (e.g. a deliberately different delayed tree) must not inherit
-        # its parent's claim, or the engine would silently analyse the parent's trees.
+        # The engines trust iid_branching and slot_plan instead of running draw(). A subclass that redefines
+        # draw() without restating them (e.g. a deliberately different delayed tree) must not inherit its
+        # parent's claims, or an engine would silently analyse the parent's trees.
         super().__init_subclass__(**kwargs)
-        if "draw" in cls.__dict__ and "iid_branching" not in cls.__dict__:
-            cls.iid_branching = property(lambda self: None, doc=Drafter.iid_branching.__doc__)
+        if "draw" in cls.__dict__:
+            if "iid_branching" not in cls.__dict__:
+                cls.iid_branching = property(lambda self: None, doc=Drafter.iid_branching.__doc__)
+            if "slot_plan" not in cls.__dict__:
+                cls.slot_plan = lambda self: None
 
     @abstractmethod
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
@@ -98,6 +117,15 @@ class Drafter(ABC):
 
     def __repr__(self) -> str:
         return f"<drafter {self.spec}>"
+
+
+#: Node counts above this are reported as this (no tree near it can be analysed; it keeps sizes finite).
+SIZE_CAP = 10**18
+
+
+def _exp(value: float) -> float:
+    """exp(value), inf instead of OverflowError (size estimates of absurd trees)."""
+    return math.exp(value) if value < 700 else math.inf
 
 
 def _draw_path(problem: Problem, chooser: Chooser, builder: TreeBuilder, node: int, prefix: tuple, length: int):
@@ -143,6 +171,16 @@ class ChainDrafter(Drafter):
     def iid_branching(self) -> tuple[int, ...]:
         return (1,) * self.length
 
+    @property
+    def max_nodes(self) -> int:
+        return self.length + 1
+
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        return self.length * math.log(vocab_size)
+
+    def slot_plan(self) -> SlotPlan:
+        return SlotPlan.from_levels([[(d, 1, False)] for d in range(self.length)])
+
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()
         _draw_path(problem, chooser, builder, 0, (), self.length)
@@ -185,6 +223,31 @@ class DelayedDrafter(Drafter):
         if self.tail == 0:
             return (1,) * self.trunk
         return (1,) * self.trunk + (self.branches,) + (1,) * (self.tail - 1)
+
+    @property
+    def max_nodes(self) -> int:
+        return 1 + self.trunk + self.branches * self.tail
+
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        return (self.trunk + self.branches * self.tail) * math.log(vocab_size)
+
+    def slot_plan(self) -> SlotPlan:
+        """Trunk slots 1..L1, then the K tail paths level by level: path k's slot at tail step j is
+        L1 + 1 + j K + k. The K paths are exchangeable."""
+        levels = [[(d, 1, False)] for d in range(self.trunk)]
+        first = self.trunk + 1  # first tail slot
+        for step in range(self.tail):
+            if step == 0:
+                levels.append([(self.trunk, self.branches, False)])
+            else:
+                start = first + (step - 1) * self.branches
+                levels.append([(start + k, 1, False) for k in range(self.branches)])
+        plan = SlotPlan.from_levels(levels)
+        if self.branches > 1 and self.tail > 0:
+            paths = tuple(tuple(first + step * self.branches + k for step in range(self.tail))
+                          for k in range(self.branches))
+            plan = SlotPlan(plan.parent, plan.depth, plan.groups, exchangeable_paths=paths)
+        return plan
 
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()
@@ -241,6 +304,41 @@ class BranchingDrafter(Drafter):
     @property
     def iid_branching(self) -> tuple[int, ...] | None:
         return self.branching if self.replacement else None
+
+    def _log_level_sizes(self) -> list[float]:
+        """log of the number of draws at each depth (b_1 b_2 .. b_d)."""
+        sizes, running = [], 0.0
+        for branching in self.branching:
+            running += math.log(branching)
+            sizes.append(running)
+        return sizes
+
+    @property
+    def max_nodes(self) -> int:
+        total, level = 1, 1
+        for branching in self.branching:
+            level = min(level * branching, SIZE_CAP)
+            total = min(total + level, SIZE_CAP)
+        return total
+
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        """Each depth-d draw picks one of V tokens (i.i.d.); without replacement each parent draws an
+        ordered tuple of b_d distinct tokens (at most V!/(V-b_d)! of them with positive probability, a
+        shorter tuple only when its support is smaller), or nothing when it is absent."""
+        if self.replacement:
+            per_parent = [b * math.log(vocab_size) for b in self.branching]
+        else:
+            per_parent = [math.log(math.perm(vocab_size, min(b, vocab_size)) + 1) for b in self.branching]
+        parents = [0.0] + self._log_level_sizes()[:-1]
+        return sum(_exp(count) * choice for count, choice in zip(parents, per_parent))
+
+    def slot_plan(self) -> SlotPlan:
+        levels, frontier = [], [0]
+        for branching in self.branching:
+            levels.append([(slot, branching, not self.replacement) for slot in frontier])
+            start = frontier[-1] + 1
+            frontier = list(range(start, start + branching * len(frontier)))
+        return SlotPlan.from_levels(levels)
 
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()
@@ -345,6 +443,14 @@ class HubDrafter(Drafter):
             return CHAIN_LAWS | {DraftLaw.HUB}
         return frozenset({DraftLaw.HUB})
 
+    @property
+    def max_nodes(self) -> int:
+        return min(2 ** min(self.length + 1, 64) - 1, SIZE_CAP)
+
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        internal = _exp(self.length * math.log(2))  # a pair per internal node: at most 2V choices
+        return internal * math.log(2 * vocab_size)
+
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         return _draw_per_node(problem, chooser, self.length, _draw_hub_pair)
 
@@ -375,6 +481,15 @@ class GreedyDrafter(Drafter):
             return CHAIN_LAWS
         return frozenset({DraftLaw.GREEDY})
 
+    @property
+    def max_nodes(self) -> int:
+        return int(min(float(SIZE_CAP), _exp((self.length + 1) * math.log(self.branches)) + self.length + 1))
+
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        internal = (self.length if self.branches == 1
+                    else _exp(self.length * math.log(self.branches)))  # at most K^L internal nodes
+        return internal * math.log(vocab_size)  # the last draft of each internal node: one of V tokens
+
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         return _draw_per_node(problem, chooser, self.length,
                               lambda chooser_, q: _draw_greedy(chooser_, q, self.branches))
@@ -392,9 +507,10 @@ class DySpecDrafter(Drafter):
 
     Tie-break (not fixed by the paper): equal values go to the node created first (the parent before the
     child it just drew); with node creation order as second key the heap order is a strict total order,
-    so the tree is a deterministic function of the draws. In float mode, values that are equal in exact
-    arithmetic may differ by rounding, so float and exact runs can break such near-ties differently;
-    each is a valid drafter and the verifiers' validity does not depend on which node is expanded.
+    so the tree is a deterministic function of the draws. "Equal" is the tie rule of
+    verispec.simulator.ranking (relative gap at most 1e-12), applied to floats and to exact rationals alike,
+    so a float run expands the same nodes as the exact run of the same problem: products that are equal as
+    rationals but differ in their last float bits no longer split the two modes.
 
     Draft law: at every node the children are drawn one after another without replacement from q(.|node),
     in sampling order (WITHOUT_REPLACEMENT), but how many a node gets depends on the tokens drawn
@@ -423,6 +539,13 @@ class DySpecDrafter(Drafter):
             return CHAIN_LAWS
         return frozenset({DraftLaw.WITHOUT_REPLACEMENT})
 
+    @property
+    def max_nodes(self) -> int:
+        return self.budget + 1
+
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        return self.budget * math.log(vocab_size)
+
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()
         if self.budget == 0:
@@ -430,10 +553,11 @@ class DySpecDrafter(Drafter):
         prefixes = {0: ()}
         remaining: dict[int, np.ndarray] = {}  # node -> q(.|node) with its drawn children zeroed
         one = 1 + 0 * problem.draft(())[0]     # 1 in the problem's number system
-        heap = [(-one, 0)]                      # (-value, creation id): largest value first, then oldest
+        heap = {0: one}                         # expandable node (= creation id) -> estimated reach value
         for drawn in range(1, self.budget + 1):
-            negative_value, node = heapq.heappop(heap)
-            value = -negative_value
+            candidates = sorted(heap)           # creation order: among tied values the oldest wins
+            node = candidates[best_index_with_ties([heap[c] for c in candidates])]
+            value = heap.pop(node)
             if node not in remaining:
                 remaining[node] = problem.draft(prefixes[node]).copy()
             left = remaining[node]
@@ -445,9 +569,9 @@ class DySpecDrafter(Drafter):
             left[token] = 0 * left[token]
             if drawn == self.budget:
                 break
-            heapq.heappush(heap, (-(value * conditional), child))
+            heap[child] = value * conditional
             if left.sum() > 0:
-                heapq.heappush(heap, (-(value * (1 - conditional)), node))
+                heap[node] = value * (1 - conditional)
         return builder.shape()
 
 

@@ -2,18 +2,20 @@
 
 For every draft tree the drafter can produce (with its exact probability) the verifier's emission law
 says, for each node n and token y, the probability of accepting the path to n and emitting y. Summing
-over trees gives the law of the emitted sequence (x_1..x_tau, y), an ``OutputLaw``.
-
-Losslessness is checked by the definition in the reference ("What lossless means for a block"): emit the
-block, then continue with the target up to L+1 tokens; the result must have exactly the target's law over
-V^(L+1). ``tv_distance`` is the total-variation distance between the two laws.
+over trees gives the law of the emitted sequence (x_1..x_tau, y), an ``OutputLaw`` (laws.py), on which
+losslessness is checked by the reference's definition; ``tv_distance`` is the total-variation distance to
+the target's law.
 
 Methods (``analyze(method=...)``, ``choose_method``): 'closed-form' (the reference oracle: every draft tree
-with its exact probability, the verifier's emission law per tree), 'enumerate' (the same, each law from the
-verifier's sampling procedure by the generic enumerator), 'fast-enumeration' (the same trees as numpy arrays,
-laws batched over trees of one structure; fast_enumeration.py), 'dp' and 'dp-metrics' (the walk dynamic
-program for top-down node solvers on i.i.d.-structured trees; dp.py). Tests hold every fast method to the
-oracle at 1e-12.
+with its exact probability, the verifier's law per tree as a one-row batch), 'enumerate' (the same, each law
+from the verifier's sampling procedure by the generic enumerator), 'fast-enumeration' (the same trees as
+arrays, laws batched over trees of one topology; fast_enumeration.py), 'dp' and 'dp-metrics' (the walk
+dynamic program for top-down node solvers on i.i.d.-structured trees; dp.py). Tests hold every fast method
+to the oracle at 1e-12. Every method estimates its size first (in logs) and refuses clearly when it cannot
+finish; ``deadline`` stops any of them at a time budget.
+
+The engine works on any object with the verifier interface of verispec.simulator.interfaces; it never
+imports the concrete rules (verispec.verifiers sits above it). ``verispec.analyze`` also takes names.
 
 Tolerance: in float64 every law is a sum of products of at most a few hundred terms, each exact to
 about 1e-16 relative; ``DEFAULT_TOLERANCE`` = 1e-12 on the total-variation distance separates rounding
@@ -23,30 +25,35 @@ from any real bias (the broken rules in the tests are biased by more than 1e-3).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 from tqdm import tqdm
 
-from verispec.errors import IncompatibleDraftError, VerifierError
+from verispec import budget
+from verispec.errors import IncompatibleDraftError, ProblemTooLargeError, VerispecError
 from verispec.simulator import fast_enumeration
-from verispec.simulator.distributions import zeros
-from verispec.simulator.drafters import Drafter
-from verispec.simulator.problems import Problem
+from verispec.simulator.chooser import DEFAULT_MAX_TRACES
+from verispec.simulator.dp import check_walk_size, walk_dp
+from verispec.simulator.drafters import Drafter, parse_tree
+from verispec.simulator.interfaces import Verifier
+from verispec.simulator.laws import OutputLaw, check_emission_laws
+from verispec.simulator.problems import Problem, target_law
 
 DEFAULT_TOLERANCE = 1e-12
-
-#: Largest |sum - 1| of a verifier's emission law on one tree before it is reported as broken.
-EMISSION_SUM_TOLERANCE = 1e-9
 
 METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration")
 
 #: 'auto' keeps the full output law (and so checks losslessness) while it has at most this many entries.
 MAX_LAW_ENTRIES = 1 << 22
 
+#: Draft trees beyond which no enumeration is even planned (each method then checks its own, finer limit).
+MAX_ENUMERATED_TREES = 10**15
 
-def check_compatible(verifier, drafter: Drafter) -> None:
+
+def check_compatible(verifier: Verifier, drafter: Drafter) -> None:
     """Raise IncompatibleDraftError unless the drafter satisfies one of the verifier's draft laws."""
     if not (drafter.draft_laws & verifier.valid_for):
         wanted = ", ".join(sorted(law.value for law in verifier.valid_for))
@@ -55,54 +62,21 @@ def check_compatible(verifier, drafter: Drafter) -> None:
             f"verifier '{verifier.name}' is valid only for draft laws [{wanted}]; tree {drafter.spec} draws [{has}]")
 
 
-def target_conditionals(problem: Problem, length: int) -> np.ndarray:
-    """p(. | prefix) for every prefix of the given length, shape (V,)*length + (V,)."""
-    size = problem.vocab_size
-    table = zeros((size,) * length + (size,), exact=problem.exact)
-    for prefix in problem.prefixes(length):
-        table[prefix] = problem.target(prefix)
-    return table
-
-
-def target_law(problem: Problem, length: int) -> np.ndarray:
-    """The target's joint law of the first ``length`` tokens, shape (V,)*length."""
-    joint = target_conditionals(problem, 0)
-    for depth in range(1, length):
-        joint = joint[..., None] * target_conditionals(problem, depth)
-    return joint
-
-
-@dataclass(frozen=True, eq=False)
-class OutputLaw:
-    """Law of the emitted block (x_1..x_tau, y). ``by_length[l - 1]`` has shape (V,)*l and holds
-    P(emitted sequence = s) for every s of length l = tau + 1, for l = 1..L+1."""
-
-    vocab_size: int
-    depth: int
-    by_length: tuple[np.ndarray, ...]
-
-    def probability(self, sequence) -> float | Fraction:
-        sequence = tuple(sequence)
-        if not 1 <= len(sequence) <= self.depth + 1:
-            return 0
-        return self.by_length[len(sequence) - 1][sequence]
-
-    def items(self):
-        """(sequence, probability) for every sequence of positive probability."""
-        for array in self.by_length:
-            for index in zip(*np.nonzero(array != 0)):
-                yield tuple(int(i) for i in index), array[index]
-
-    def length_law(self) -> list:
-        """[P(emitted length = l) for l = 1..L+1], i.e. the law of tau shifted by one."""
-        return [array.sum() for array in self.by_length]
-
-    def continued_with_target(self, problem: Problem) -> np.ndarray:
-        """Law of the first L+1 tokens when the block is followed by target sampling, shape (V,)*(L+1)."""
-        extended = self.by_length[0]
-        for depth in range(1, self.depth + 1):
-            extended = extended[..., None] * target_conditionals(problem, depth) + self.by_length[depth]
-        return extended
+def _plain(value):
+    """A JSON-ready Python value: floats, ints, strings, bools, None, lists and dicts of them."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating, Fraction)):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,13 +93,15 @@ class ExactResult:
     num_draft_outcomes: int | None  # trees (or multisets of paths) enumerated; None for the DP methods
     exact: bool = False
     extras: dict = field(default_factory=dict)
+    #: Why this method was used (which one 'auto' took, and whether losslessness was checked).
+    note: str = ""
 
     @property
     def lossless(self) -> bool | None:
         """TV distance within tolerance; None when the method did not compute the output law."""
         if self.tv_distance is None:
             return None
-        return self.tv_distance <= self.tolerance
+        return bool(self.tv_distance <= self.tolerance)
 
     @property
     def block_efficiency(self):
@@ -149,6 +125,7 @@ class ExactResult:
         return [reach[d] / reach[d - 1] if reach[d - 1] > 0 else float("nan") for d in range(1, len(reach))]
 
     def to_json(self) -> dict:
+        """Plain Python values only (floats, ints, strings, bools, None)."""
         data = {
             "verifier": self.verifier,
             "tree": self.tree,
@@ -156,14 +133,14 @@ class ExactResult:
             "block_efficiency": float(self.block_efficiency),
             "expected_accepted": float(self.expected_accepted),
             "tv_distance": None if self.tv_distance is None else float(self.tv_distance),
-            "lossless": None if self.lossless is None else bool(self.lossless),
+            "lossless": self.lossless,
             "tolerance": float(self.tolerance),
             "tau_law": [float(v) for v in self.tau_law],
             "acceptance_by_depth": [float(v) for v in self.acceptance_by_depth],
-            "num_draft_outcomes": self.num_draft_outcomes,
-            "details": {key: (value if isinstance(value, (int, float, str, bool)) else str(value))
-                        for key, value in self.extras.items()},
-            "exact": self.exact,
+            "num_draft_outcomes": None if self.num_draft_outcomes is None else int(self.num_draft_outcomes),
+            "details": _plain(self.extras),
+            "note": self.note,
+            "exact": bool(self.exact),
         }
         if self.exact:
             data["exact_values"] = {
@@ -174,104 +151,179 @@ class ExactResult:
             }
         return data
 
-
-def _emission_law(verifier, tree, method: str) -> np.ndarray:
-    if method == "enumerate":
-        return verifier.enumerated_emission_law(tree)
-    return verifier.emission_law(tree)
-
-
-def _check_emission_law(verifier, tree, law: np.ndarray) -> None:
-    if law.shape != (tree.num_nodes, tree.vocab_size):
-        raise VerifierError(f"verifier '{verifier.name}' returned an emission law of shape {law.shape}, "
-                            f"expected {(tree.num_nodes, tree.vocab_size)}")
-    total = law.sum()
-    if tree.exact and isinstance(total, Fraction):
-        bad_sum = total != 1
-    else:
-        bad_sum = abs(float(total) - 1.0) > EMISSION_SUM_TOLERANCE
-    if bad_sum or (law < -EMISSION_SUM_TOLERANCE).any():
-        raise VerifierError(f"verifier '{verifier.name}' emission law on {tree!r} is not a probability law "
-                            f"(sum {float(total)!r}, min {float(law.min())!r})")
+    def __repr__(self) -> str:
+        tv = "not computed" if self.tv_distance is None else f"{float(self.tv_distance):.3g}"
+        efficiency = str(self.block_efficiency) if self.exact else f"{float(self.block_efficiency):.6g}"
+        return (f"ExactResult(verifier={self.verifier!r}, tree={self.tree!r}, method={self.method!r}, "
+                f"block_efficiency={efficiency}, tv_distance={tv}, lossless={self.lossless})")
 
 
-def dp_applies(drafter: Drafter, verifier) -> bool:
+def dp_applies(drafter: Drafter, verifier: Verifier) -> bool:
     """The walk DP is exact for a top-down walk of a node-local solver on i.i.d.-structured trees."""
-    return (getattr(verifier, "standard_walk", False) and getattr(verifier, "solver", None) is not None
-            and drafter.iid_branching is not None)
+    return verifier.node_solver is not None and drafter.iid_branching is not None
 
 
-def choose_method(problem: Problem, drafter: Drafter, verifier, method: str = "auto") -> str:
-    """The fastest correct method: the walk DP where it applies (keeping the output law while it has at
-    most MAX_LAW_ENTRIES entries, else only the law of tau), else fast enumeration where it applies,
-    whole-tree enumeration otherwise."""
+def _log_law_entries(size: int, depth: int) -> float:
+    """log of V^(L+1), the entries of the output law's longest block."""
+    return (depth + 1) * math.log(size)
+
+
+def _readable_count(log_value: float) -> str:
+    return f"{math.exp(log_value):,.0f}" if log_value < math.log(1e6) else f"10^{log_value / math.log(10):.1f}"
+
+
+def _check_closed_form_size(problem: Problem, drafter: Drafter) -> None:
+    outcomes = drafter.log_num_outcomes(problem.vocab_size)
+    if outcomes > math.log(DEFAULT_MAX_TRACES):
+        raise ProblemTooLargeError(
+            f"whole-tree enumeration of {drafter.spec} at V={problem.vocab_size} visits up to "
+            f"{_readable_count(outcomes)} draft trees, above the limit of {DEFAULT_MAX_TRACES:,}; use a smaller "
+            "tree or vocabulary, or a faster method (dp for node solvers on i.i.d. trees)")
+
+
+def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method: str = "auto", *,
+                  need_output_law: bool = False) -> str:
+    """The fastest correct method that fits: the walk DP where it applies (keeping the output law while it
+    has at most MAX_LAW_ENTRIES entries, or whenever ``need_output_law``; else only the law of tau), else
+    fast enumeration where the drafter declares a slot plan, whole-tree enumeration otherwise. Sizes are
+    estimated first; a method that cannot finish is refused with ProblemTooLargeError."""
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    if method in ("dp", "dp-metrics") and not dp_applies(drafter, verifier):
-        raise IncompatibleDraftError(
-            f"method '{method}' needs a top-down solver verifier on an i.i.d.-structured tree "
-            f"(chain, iid, delayed, branch-iid); '{verifier.name}' on {drafter.spec} is not one")
-    if method == "fast-enumeration" and not fast_enumeration.applies(problem, drafter, verifier):
-        raise IncompatibleDraftError(
-            f"method 'fast-enumeration' needs a float problem, a chain, delayed, iid or branch tree and a "
-            f"verifier with a batched law; '{verifier.name}' on {drafter.spec} is not one")
+        raise VerispecError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    size = problem.vocab_size
+    if method in ("dp", "dp-metrics"):
+        if not dp_applies(drafter, verifier):
+            raise IncompatibleDraftError(
+                f"method '{method}' needs a top-down solver verifier on an i.i.d.-structured tree "
+                f"(chain, iid, delayed, branch-iid); '{verifier.name}' on {drafter.spec} is not one")
+        check_walk_size(size, drafter.iid_branching, "law" if method == "dp" else "metrics")
+    elif method == "fast-enumeration":
+        if not fast_enumeration.applies(problem, drafter):
+            raise IncompatibleDraftError(
+                f"method 'fast-enumeration' needs a float problem and a chain, delayed, iid or branch tree; "
+                f"{drafter.spec} on this problem is not one")
+        fast_enumeration.check_size(problem, drafter, fast_enumeration.uses_multisets(drafter, verifier))
+    elif method in ("closed-form", "enumerate"):
+        _check_closed_form_size(problem, drafter)
     if method != "auto":
+        if need_output_law and method == "dp-metrics":
+            raise VerispecError("method 'dp-metrics' keeps only the law of tau, so it cannot check losslessness; "
+                                "use method 'dp' (or auto) for the output law")
         return method
     if dp_applies(drafter, verifier):
-        return "dp" if problem.vocab_size ** (drafter.depth + 1) <= MAX_LAW_ENTRIES else "dp-metrics"
-    if fast_enumeration.applies(problem, drafter, verifier):
+        check_walk_size(size, drafter.iid_branching, "metrics")
+        keep_law = need_output_law or _log_law_entries(size, drafter.depth) <= math.log(MAX_LAW_ENTRIES)
+        if keep_law:
+            check_walk_size(size, drafter.iid_branching, "law")
+        return "dp" if keep_law else "dp-metrics"
+    outcomes = drafter.log_num_outcomes(size)
+    if outcomes > math.log(MAX_ENUMERATED_TREES):  # before any slot plan is built
+        raise ProblemTooLargeError(
+            f"exact enumeration of {drafter.spec} at V={size} covers up to {_readable_count(outcomes)} draft trees; "
+            f"'{verifier.name}' is not a node solver on an i.i.d. tree, so the walk DP does not apply; use a "
+            "smaller tree or vocabulary")
+    if fast_enumeration.applies(problem, drafter):
+        fast_enumeration.check_size(problem, drafter, fast_enumeration.uses_multisets(drafter, verifier))
         return "fast-enumeration"
+    _check_closed_form_size(problem, drafter)
     return "closed-form"
 
 
-def analyze(problem: Problem, drafter: Drafter, verifier, *, method: str = "auto",
-            tolerance: float | None = None, kernel_cache: dict | None = None, progress: bool = False) -> ExactResult:
+def _method_note(requested: str, used: str, size: int, depth: int) -> str:
+    how = "chosen by auto" if requested == "auto" else "as requested"
+    if used == "dp-metrics":
+        reason = (f"the output law would have V^(L+1) = {size}^{depth + 1} entries, above {MAX_LAW_ENTRIES:,}"
+                  if requested == "auto" else "this method")
+        return (f"{used} ({how}): {reason}, so only the law of tau is computed; losslessness is NOT checked "
+                "(method 'dp' checks it with the output law)")
+    return f"{used} ({how}); losslessness checked on the full output law"
+
+
+def _numbers(values, exact: bool) -> list:
+    """Fractions in exact mode, Python floats otherwise (no numpy scalars in results)."""
+    return [Fraction(v) if exact else float(v) for v in values]
+
+
+def _as_drafter(drafter) -> Drafter:
+    if isinstance(drafter, str):
+        return parse_tree(drafter)
+    if not isinstance(drafter, Drafter):
+        raise VerispecError("expected a Drafter or a tree specification such as 'chain:3', got "
+                            f"{type(drafter).__name__}")
+    return drafter
+
+
+def _as_verifier(verifier) -> Verifier:
+    if isinstance(verifier, str):
+        raise VerispecError(f"verifier given by name {verifier!r}: use verispec.analyze, which resolves names, or "
+                            f"pass verispec.verifiers.get_verifier({verifier!r})")
+    if not isinstance(verifier, Verifier):
+        raise VerispecError(f"expected a verispec Verifier (a subclass of verispec.verifiers.Verifier), got "
+                            f"{type(verifier).__name__}")
+    return verifier
+
+
+def analyze(problem: Problem, drafter: Drafter | str, verifier: Verifier, *, method: str = "auto",
+            tolerance: float | None = None, kernel_cache: dict | None = None, progress: bool = False,
+            deadline: float | None = None, need_output_law: bool = False) -> ExactResult:
     """Exact output law and metrics of ``verifier`` on trees drawn by ``drafter`` for ``problem``.
 
-    ``method``: 'closed-form' enumerates every draft tree and uses the verifier's emission law;
-    'enumerate' also runs its sampling procedure over every choice trace (the generic enumerator);
-    'dp' runs the walk dynamic program (top-down solver verifiers on i.i.d.-structured trees);
-    'dp-metrics' the same keyed on problem states, giving the law of tau without the output law (so no
-    losslessness check); 'fast-enumeration' enumerates the trees of chain, delayed, iid and branch drafters
-    as arrays and verifies them in batches (same law as 'closed-form', float64 only;
-    verispec/simulator/fast_enumeration.py); 'auto' picks with ``choose_method``. ``kernel_cache`` may be
-    shared between DP calls on the same problem and verifier. ``progress`` shows a progress bar over the
-    draft trees of the per-tree methods.
+    ``drafter`` may be a tree specification ('iid:2,3'). ``method``: see the module docstring; 'auto' picks
+    with ``choose_method`` and ``ExactResult.note`` says what it took and whether losslessness was checked
+    (``need_output_law`` makes it keep the output law or refuse). ``kernel_cache`` may be shared between DP
+    calls on the same problem and verifier. ``progress`` shows progress bars. ``deadline`` (a
+    ``time.monotonic()`` value) stops the analysis with AnalysisTimeoutError once passed.
     """
-    used = choose_method(problem, drafter, verifier, method)
-    check_compatible(verifier, drafter)
-    problem.require_depth(drafter.depth)
+    drafter, verifier = _as_drafter(drafter), _as_verifier(verifier)
+    if tolerance is not None and not (isinstance(tolerance, (int, float, Fraction)) and tolerance >= 0
+                                      and math.isfinite(tolerance)):
+        raise VerispecError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+    with budget.time_budget(deadline):
+        check_compatible(verifier, drafter)
+        problem.require_depth(drafter.depth)
+        used = choose_method(problem, drafter, verifier, method, need_output_law=need_output_law)
+        return _analyze(problem, drafter, verifier, used, method, tolerance, kernel_cache, progress)
+
+
+def _analyze(problem, drafter, verifier, used, requested, tolerance, kernel_cache, progress) -> ExactResult:
     size, depth, exact = problem.vocab_size, drafter.depth, problem.exact
     if tolerance is None:
         tolerance = 0 if exact else DEFAULT_TOLERANCE
+    note = _method_note(requested, used, size, depth)
     if used in ("dp", "dp-metrics"):
-        from verispec.simulator.dp import walk_dp  # the DP module imports this one's helpers
-
-        walk = walk_dp(problem, drafter.iid_branching, verifier.solver, mode="law" if used == "dp" else "metrics",
-                       kernel_cache=kernel_cache)
+        walk = walk_dp(problem, drafter.iid_branching, verifier.node_solver,
+                       mode="law" if used == "dp" else "metrics", kernel_cache=kernel_cache, progress=progress)
+        extras = {"dp_states": walk.num_states}
         if walk.emitted is None:
             return ExactResult(verifier=verifier.name, tree=drafter.spec, method=used, output_law=None,
-                               tv_distance=None, tolerance=tolerance, tau_law=walk.tau_law,
-                               num_draft_outcomes=None, exact=exact, extras={"dp_states": walk.num_states})
-        emitted, num_outcomes, extras = list(walk.emitted), None, {"dp_states": walk.num_states}
+                               tv_distance=None, tolerance=tolerance, tau_law=_numbers(walk.tau_law, exact),
+                               num_draft_outcomes=None, exact=exact, extras=extras, note=note)
+        emitted, num_outcomes = list(walk.emitted), None
     elif used == "fast-enumeration":
-        from verispec.simulator.fast_enumeration import fast_output_law
-
-        fast = fast_output_law(problem, drafter, verifier)
+        fast = fast_enumeration.fast_output_law(problem, drafter, verifier)
         emitted, num_outcomes = list(fast.emitted), fast.num_rows
         extras = {"topologies": fast.num_topologies, "multiset_paths": fast.multisets}
     else:
-        emitted = [zeros((size,) * length, exact=exact) for length in range(1, depth + 2)]
+        emitted = [np.zeros((size,) * length, dtype=object if exact else np.float64)
+                   for length in range(1, depth + 2)]
+        if exact:
+            for array in emitted:
+                array[...] = Fraction(0)
         outcomes = drafter.outcomes(problem)
         for tree, probability in tqdm(outcomes, desc="draft trees", disable=not progress, leave=False):
-            law = _emission_law(verifier, tree, used)
-            _check_emission_law(verifier, tree, law)
+            budget.check("whole-tree enumeration")
+            batch = tree.as_batch()
+            if used == "enumerate":
+                laws = verifier.enumerated_emission_law(tree)[None]
+            else:
+                laws = verifier.emission_laws(batch)
+            check_emission_laws(verifier.name, batch, laws)
             for node, path in enumerate(tree.paths):
-                emitted[len(path)][path] += probability * law[node]
+                emitted[len(path)][path] += probability * laws[0][node]
         num_outcomes, extras = len(outcomes), {}
     output_law = OutputLaw(size, depth, tuple(emitted))
     difference = output_law.continued_with_target(problem) - target_law(problem, depth + 1)
     tv_distance = abs(difference).sum() / 2
     return ExactResult(verifier=verifier.name, tree=drafter.spec, method=used, output_law=output_law,
-                       tv_distance=tv_distance, tolerance=tolerance, tau_law=output_law.length_law(),
-                       num_draft_outcomes=num_outcomes, exact=exact, extras=extras)
+                       tv_distance=tv_distance if exact else float(tv_distance), tolerance=tolerance,
+                       tau_law=_numbers(output_law.length_law(), exact), num_draft_outcomes=num_outcomes, exact=exact,
+                       extras=extras, note=note)

@@ -62,6 +62,23 @@ class Problem(ABC):
         return itertools.product(range(self.vocab_size), repeat=length)
 
 
+def target_conditionals(problem: Problem, length: int) -> np.ndarray:
+    """p(. | prefix) for every prefix of the given length, shape (V,)*length + (V,)."""
+    size = problem.vocab_size
+    table = np.empty((size,) * length + (size,), dtype=object if problem.exact else np.float64)
+    for prefix in problem.prefixes(length):
+        table[prefix] = problem.target(prefix)
+    return table
+
+
+def target_law(problem: Problem, length: int) -> np.ndarray:
+    """The target's joint law of the first ``length`` tokens, shape (V,)*length."""
+    joint = target_conditionals(problem, 0)
+    for depth in range(1, length):
+        joint = joint[..., None] * target_conditionals(problem, depth)
+    return joint
+
+
 def _check_prefix(prefix, vocab_size: int) -> Prefix:
     prefix = tuple(int(t) for t in prefix)
     for token in prefix:

@@ -1,37 +1,107 @@
-"""Deterministic token rankings shared by drafters and verifiers that draft "the most likely tokens".
+"""Deterministic token rankings with one tie rule, decided the same way in float and in exact arithmetic.
 
-SpecHub's hub token and Hu et al.'s greedy drafts are functions of the draft law q. The drafter and the
-verifier must compute them identically, ties included (a disagreement is trap 8 of the reference: the
-verifier would be handed a draft law other than the one the drafter used), so both call these helpers.
+Several rules rank tokens: SpecHub's hub (argmax q) and Hu et al.'s greedy drafts (top tokens of q), GBV's
+strict order (p/q, then token id), DySpec's heap (largest estimated reach, then the oldest node), Khisti's
+truncated LP (p - q1 q2). A drafter and the verifier that checks its drafts must rank identically (trap 8
+of the reference), and a float run must take the same decisions as the exact run of the same problem:
+values that are equal as rationals (p/q = 1/20 / (3/20) and 3/20 / (9/20)) can differ in their last bits
+in float64, and ordering by those bits would make float and exact mode draft or select different tokens.
 
-Tie rule: tokens are ranked by q decreasing, and equal q by token id increasing (the smaller id ranks
-first). Only tokens with q > 0 are ever ranked: a drafter cannot propose a token of probability zero.
+The tie rule (``TIE_RTOL``): sort the values; two neighbours a, b in that order are TIED when
+|a - b| <= TIE_RTOL * max(|a|, |b|); ties chain (a run of neighbours, each tied to the next, is one tie
+class); tokens of one class are ordered by token id. The rule is applied to exact rationals and to floats
+alike, so both modes rank identically unless a gap between two distinct values lies within float rounding
+of the threshold itself (about 1e-16 relative to a 1e-12 relative gap). Every function is batched over
+leading axes and runs on any backend (numpy float64, Fraction objects, torch).
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
+from verispec import backend
 
-def ranked_support(q: np.ndarray) -> list[int]:
-    """Tokens with q > 0, ordered by q decreasing, ties by token id increasing."""
-    support = [token for token in range(len(q)) if q[token] > 0]
-    return sorted(support, key=lambda token: (-q[token], token))
+#: Relative gap at or below which two ranked values count as tied (see the module docstring). Float64
+#: rounding of ratios and products of a few probabilities stays near 1e-15, far below it; genuinely
+#: distinct probabilities of real models differ by far more.
+TIE_RTOL = 1e-12
 
 
-def top_tokens(q: np.ndarray, count: int) -> tuple[int, ...]:
+def tie_classes(values):
+    """class_of[..., t]: the tie class of each value, 0 for the smallest, increasing with the value
+    (see the module docstring); values [..., V]."""
+    xp = backend.namespace(values)
+    order = backend.argsort(values)
+    ordered = xp.take_along_axis(values, order, axis=-1)
+    low, high = ordered[..., :-1], ordered[..., 1:]
+    scale = xp.maximum(xp.abs(low), xp.abs(high))
+    tied = (high == low) | (high - low <= TIE_RTOL * scale)
+    steps = xp.astype(~tied, xp.int64)
+    zero = xp.zeros(steps.shape[:-1] + (1,), dtype=xp.int64, device=backend.device(order))
+    class_sorted = backend.cumulative_sum(xp.concat([zero, steps], axis=-1))
+    inverse = backend.argsort(order)
+    return xp.take_along_axis(class_sorted, inverse, axis=-1)
+
+
+def order_with_ties(values, *, descending: bool, larger_id_first: bool = False, tier=None):
+    """Token order [..., V] by ``values`` with the tie rule: ascending (or descending) by tie class, and
+    within a class by token id (ascending, or descending when ``larger_id_first``). ``tier`` [..., V]
+    (optional, integers >= 0) dominates everything: lower tiers come first."""
+    xp = backend.namespace(values)
+    size = values.shape[-1]
+    classes = tie_classes(values)
+    if descending:
+        classes = xp.max(classes, axis=-1, keepdims=True) - classes
+    ids = backend.arange(size, classes)
+    key = classes * size + (size - 1 - ids if larger_id_first else ids)
+    if tier is not None:
+        key = tier * size * size + key
+    return backend.argsort(key)
+
+
+def ranks_from_order(order):
+    """rank[..., t] = position of token t in ``order`` (the inverse permutation)."""
+    return backend.argsort(order)
+
+
+def ranked_support(q) -> list[int]:
+    """Tokens with q > 0, by q decreasing, ties (the tie rule) by the smaller token id first."""
+    order = order_with_ties(q, descending=True)
+    return [int(t) for t in backend.to_numpy(order) if q[int(t)] > 0]
+
+
+def top_tokens(q, count: int) -> tuple[int, ...]:
     """The ``count`` highest-ranked tokens of q (fewer when q's support is smaller), best first."""
     return tuple(ranked_support(q)[:count])
 
 
-def hub_token(q: np.ndarray) -> int:
-    """SpecHub's hub a = argmax q; among equal maxima the smallest token id."""
+def hub_token(q) -> int:
+    """SpecHub's hub a = argmax q; among tied maxima the smallest token id."""
     return ranked_support(q)[0]
 
 
-def without_tokens(q: np.ndarray, tokens) -> np.ndarray:
+def top_token_batch(q, count: int):
+    """The ``count`` best tokens of every row of q [N, V] by ``ranked_support``'s rule: [N, count] int,
+    -1 where a row's support is smaller."""
+    xp = backend.namespace(q)
+    order = order_with_ties(q, descending=True)[..., :count]
+    drafted = xp.take_along_axis(q, order, axis=-1) > 0
+    return xp.where(drafted, order, -1)
+
+
+def without_tokens(q, tokens):
     """q with ``tokens`` zeroed, NOT renormalised (a new array; the input is never modified)."""
     rest = q.copy()
     for token in tokens:
         rest[token] = 0 * rest[token]
     return rest
+
+
+def best_index_with_ties(values: list) -> int:
+    """The index of the largest of ``values`` under the tie rule, the smallest index among tied maxima (a
+    Python list of floats or of Fractions; DySpec's heap order with indices in creation order)."""
+    exact = any(isinstance(v, Fraction) for v in values)
+    array = np.array(values, dtype=object if exact else np.float64)
+    return int(order_with_ties(array, descending=True)[0])

@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
+from verispec import backend
 from verispec.errors import InvalidTreeError
 from verispec.simulator.problems import Problem
 
@@ -74,6 +76,15 @@ def shape_from_paths(paths: Sequence[Sequence[int]]) -> TreeShape:
     return builder.shape()
 
 
+def shape_paths(shape: TreeShape) -> list[tuple[int, ...]]:
+    """The root-to-node token path of every node of a shape, in its canonical (breadth-first) node order."""
+    paths = [()]
+    for node, children in enumerate(shape):
+        for token in dict.fromkeys(children):
+            paths.append(paths[node] + (int(token),))
+    return paths
+
+
 @dataclass(frozen=True, eq=False)
 class DraftTree:
     """A draft tree with p and q stored at each node.
@@ -89,6 +100,8 @@ class DraftTree:
       child_tokens[n]  ordered child list of node n (tokens, may repeat)
       child_nodes[n]   distinct child node ids of n, in order of first appearance
       paths[n]         root-to-node token path of n
+    Node ids are topologically ordered (a parent before its children): breadth first for trees built
+    from a shape, the topology's own order for a row of a ``TreeBatch``.
     """
 
     vocab_size: int
@@ -108,32 +121,28 @@ class DraftTree:
     def from_shape(cls, problem: Problem, shape: TreeShape) -> DraftTree:
         """Attach the problem's conditionals to a shape; validate tokens and drafted probabilities."""
         size = problem.vocab_size
-        parent, token, depth, paths = [-1], [-1], [0], [()]
-        child_nodes: list[tuple[int, ...]] = []
+        parent, token, paths = [-1], [-1], [()]
+        child_lists: list[tuple[int, ...]] = []
         if len(shape) == 0:
             raise InvalidTreeError("a tree shape needs at least the root")
         for node, children in enumerate(shape):
             if node >= len(paths):
                 raise InvalidTreeError(f"shape has {len(shape)} child lists but only {len(paths)} nodes")
-            distinct = []
+            ids: dict[int, int] = {}
             for child_token in children:
                 if not (isinstance(child_token, (int, np.integer)) and 0 <= child_token < size):
                     raise InvalidTreeError(
-                        f"node at prefix {paths[node]} drafts token {child_token!r}, "
+                        f"node at prefix {paths[node]} drafts token {_plain(child_token)}, "
                         f"outside the vocabulary 0..{size - 1}")
-                if child_token not in distinct:
-                    distinct.append(int(child_token))
-            ids = []
-            for child_token in distinct:
-                ids.append(len(paths))
-                parent.append(node)
-                token.append(child_token)
-                depth.append(depth[node] + 1)
-                paths.append(paths[node] + (child_token,))
-            child_nodes.append(tuple(ids))
+                if int(child_token) not in ids:
+                    ids[int(child_token)] = len(paths)
+                    parent.append(node)
+                    token.append(int(child_token))
+                    paths.append(paths[node] + (int(child_token),))
+            child_lists.append(tuple(ids[int(t)] for t in children))
         if len(paths) != len(shape):
             raise InvalidTreeError(f"shape lists {len(shape)} child lists for {len(paths)} nodes")
-        problem.require_depth(max(depth))
+        problem.require_depth(max(len(path) for path in paths))
         dtype = object if problem.exact else np.float64
         p = np.array([problem.target(path) for path in paths], dtype=dtype).reshape(len(paths), size)
         q = np.empty((len(paths), size), dtype=dtype)
@@ -141,18 +150,37 @@ class DraftTree:
         for node, children in enumerate(shape):
             if children:
                 q[node] = problem.draft(paths[node])
-                for child_token in children:
-                    if not q[node, child_token] > 0:
-                        raise InvalidTreeError(
-                            f"draft token {child_token} at prefix {paths[node]} has q = 0: "
-                            "a drafter cannot propose it, and every rule divides by it")
-        multiplicity = [1] + [shape[parent[n]].count(token[n]) for n in range(1, len(paths))]
-        arrays = {name: np.asarray(values) for name, values in
+        return cls.from_topology(size, tuple(parent), tuple(token), tuple(child_lists), p, q)
+
+    @classmethod
+    def from_topology(cls, vocab_size: int, parent: Sequence[int], token: Sequence[int],
+                      child_lists: Sequence[Sequence[int]], p: np.ndarray, q: np.ndarray) -> DraftTree:
+        """A tree from explicit node arrays: ``parent[n] < n`` (-1 at the root), ``token[n]``, the ordered
+        child list of every node as node ids (repeats are i.i.d. draws that agree), p and q [n, V]."""
+        num_nodes = len(parent)
+        paths: list[tuple[int, ...]] = [()]
+        depth = [0]
+        for node in range(1, num_nodes):
+            if not 0 <= parent[node] < node:
+                raise InvalidTreeError(f"node {node} has parent {parent[node]}; parents must come first")
+            paths.append(paths[parent[node]] + (int(token[node]),))
+            depth.append(depth[parent[node]] + 1)
+        child_tokens = tuple(tuple(int(token[c]) for c in children) for children in child_lists)
+        child_nodes = tuple(tuple(dict.fromkeys(int(c) for c in children)) for children in child_lists)
+        for node, children in enumerate(child_tokens):
+            for child_token in children:
+                if not q[node, child_token] > 0:
+                    raise InvalidTreeError(
+                        f"draft token {child_token} at prefix {paths[node]} has q = 0: "
+                        "a drafter cannot propose it, and every rule divides by it")
+        multiplicity = [1] + [child_tokens[parent[n]].count(int(token[n])) for n in range(1, num_nodes)]
+        arrays = {name: np.asarray(values, dtype=np.int64) for name, values in
                   (("parent", parent), ("token", token), ("depth", depth), ("multiplicity", multiplicity))}
         for array in (*arrays.values(), p, q):
             array.setflags(write=False)
-        return cls(vocab_size=size, shape=tuple(tuple(int(t) for t in c) for c in shape), child_tokens=tuple(shape),
-                   child_nodes=tuple(child_nodes), paths=tuple(paths), p=p, q=q, exact=problem.exact, **arrays)
+        return cls(vocab_size=vocab_size, shape=_canonical_shape(child_tokens, child_nodes, token),
+                   child_tokens=child_tokens, child_nodes=child_nodes, paths=tuple(paths), p=p, q=q,
+                   exact=p.dtype == object, **arrays)
 
     @classmethod
     def from_paths(cls, problem: Problem, paths: Sequence[Sequence[int]]) -> DraftTree:
@@ -191,5 +219,118 @@ class DraftTree:
             nodes.append(self.child_nodes[nodes[-1]][0])
         return nodes
 
+    def as_batch(self) -> TreeBatch:
+        """This tree as a one-row ``TreeBatch`` (numpy; Fraction objects in exact mode)."""
+        child_lists = tuple(tuple(self.child(node, t) for t in children)
+                            for node, children in enumerate(self.child_tokens))
+        return TreeBatch(vocab_size=self.vocab_size, parent=tuple(int(v) for v in self.parent),
+                         depth=tuple(int(v) for v in self.depth), child_lists=child_lists,
+                         tokens=self.token[None, :].copy(), p=self.p[None], q=self.q[None],
+                         contexts=np.arange(self.num_nodes)[None, :])
+
     def __repr__(self) -> str:
         return f"DraftTree(V={self.vocab_size}, shape={self.shape})"
+
+
+def _canonical_shape(child_tokens, child_nodes, token) -> TreeShape:
+    """The canonical shape (breadth first, siblings in order of first appearance) of a topology."""
+    order, queue = [], [0]
+    while queue:
+        node = queue.pop(0)
+        order.append(node)
+        queue.extend(child_nodes[node])
+    return tuple(child_tokens[node] for node in order)
+
+
+def _plain(value):
+    """A Python number for messages (no numpy repr)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+@dataclass(frozen=True, eq=False)
+class TreeBatch:
+    """N draft trees of one topology, as arrays on any backend (numpy float64, Fraction objects, torch).
+
+    Every verification rule is written once against this: its law for one tree is the one-row case
+    (``DraftTree.as_batch``), the exact engine's fast enumeration hands it thousands of rows at once, and
+    real decoding hands it torch tensors on the model's device.
+
+    Topology (Python tuples over node ids; a parent always comes before its children):
+      parent[n]        parent node id, -1 at the root
+      depth[n]         drafted tokens on the root-to-node path
+      child_lists[n]   ordered child list of n as node ids; a repeated id is i.i.d. draws that agreed
+    Rows:
+      tokens    [N, n]     int64, the token on the edge into each node (-1 at the root)
+      p         [N, n, V]  target conditional at each node
+      q         [N, n, V]  draft conditional at each node (NaN, or None in exact mode, at leaves)
+      contexts  [N, n]     int64 ids: equal ids mean equal (p, q) at those nodes (rules may compute a
+                           node-local quantity once per distinct id)
+    """
+
+    vocab_size: int
+    parent: tuple[int, ...]
+    depth: tuple[int, ...]
+    child_lists: tuple[tuple[int, ...], ...]
+    tokens: Any
+    p: Any
+    q: Any
+    contexts: Any
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.parent)
+
+    @property
+    def exact(self) -> bool:
+        return backend.is_exact(self.p)
+
+    @cached_property
+    def child_nodes(self) -> tuple[tuple[int, ...], ...]:
+        """Distinct children of each node in order of first appearance."""
+        return tuple(tuple(dict.fromkeys(children)) for children in self.child_lists)
+
+    def children(self, node: int):
+        """The child list of ``node`` as tokens, [N, m] (m = len(child_lists[node]))."""
+        return self.tokens[:, list(self.child_lists[node])]
+
+    def chain_nodes(self) -> list[int]:
+        """Node ids root..leaf when the topology is a single path."""
+        nodes = [0]
+        while self.child_lists[nodes[-1]]:
+            if len(self.child_lists[nodes[-1]]) > 1:
+                raise InvalidTreeError("this rule needs a single draft path, but the tree branches")
+            nodes.append(self.child_lists[nodes[-1]][0])
+        return nodes
+
+    def tree(self, row: int) -> DraftTree:
+        """Row ``row`` as a ``DraftTree`` (numpy, node ids as in the batch): for procedures and checks."""
+        tokens = [int(t) for t in backend.to_numpy(self.tokens[row])]
+        return DraftTree.from_topology(self.vocab_size, self.parent, tokens, self.child_lists,
+                                       np.array(backend.to_numpy(self.p[row])),
+                                       np.array(backend.to_numpy(self.q[row])))
+
+    def shape(self, row: int) -> TreeShape:
+        """The canonical ``TreeShape`` of one row (to compare with ``Drafter.outcomes``)."""
+        tokens = backend.to_numpy(self.tokens[row])
+        child_tokens = tuple(tuple(int(tokens[c]) for c in children) for children in self.child_lists)
+        return _canonical_shape(child_tokens, self.child_nodes, tokens)
+
+    def to_torch(self, device="cpu", dtype=None) -> TreeBatch:
+        """The same batch as torch tensors (float64 unless ``dtype`` is given) on ``device``."""
+        import torch
+
+        dtype = dtype or torch.float64
+
+        def floats(array):
+            return torch.as_tensor(np.asarray(array, dtype=np.float64), dtype=dtype, device=device)
+
+        def ints(array):
+            return torch.as_tensor(np.asarray(backend.to_numpy(array), dtype=np.int64), device=device)
+
+        return TreeBatch(vocab_size=self.vocab_size, parent=self.parent, depth=self.depth,
+                         child_lists=self.child_lists, tokens=ints(self.tokens), p=floats(self.p),
+                         q=floats(self.q), contexts=ints(self.contexts))

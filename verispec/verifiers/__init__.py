@@ -8,7 +8,7 @@ from pathlib import Path
 
 from verispec.errors import UnknownVerifierError
 from verispec.simulator.drafters import DraftLaw
-from verispec.verifiers.base import ProcedureVerifier, Verifier, emission_law_of_procedure
+from verispec.verifiers.base import NodeSolver, ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
 from verispec.verifiers.gbv import GreedyBlockVerifier
 from verispec.verifiers.greedy import GreedySolver
@@ -22,7 +22,7 @@ from verispec.verifiers.spechub import SpecHubSolver
 from verispec.verifiers.specinfer import SpecInferSolver
 from verispec.verifiers.spectr import SpecTrSolver
 from verispec.verifiers.traversal import TraversalIIDVerifier, TraversalVerifier
-from verispec.verifiers.tree_walk import NodeSolver, ProcedureSolver, TopDownVerifier
+from verispec.verifiers.tree_walk import ProcedureSolver, TopDownVerifier
 
 REGISTRY: dict[str, Verifier] = {
     verifier.name: verifier

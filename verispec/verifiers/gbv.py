@@ -2,10 +2,12 @@
 
 Draft law: K i.i.d. draft paths of length L from the root (``iid:K,L``). Glossary:
 
-* *rank key* at a node u: the strict total order key(t) = (p(t|u) / q(t|u), t) over tokens (tokens with
-  q(t|u) = 0 are never drafted and rank above every drafted one; they carry no draft mass, so where they
-  sit changes nothing). ONE order serves both the greedy descent and the CDFs below: breaking ties
-  differently in the two places is lossy (reference, trap 6; tests/broken_paths.py).
+* *rank key* at a node u: the strict total order key(t) = (p(t|u) / q(t|u), t) over tokens, ratios equal
+  under the tie rule of verispec.simulator.ranking counting as equal in float and exact mode alike (tokens
+  with q(t|u) = 0 are never drafted and rank above every drafted one; they carry no draft mass, so where
+  they sit changes nothing). ONE order serves both the greedy descent and the CDFs below: breaking ties
+  differently in the two places is lossy (reference, trap 6; tests/broken_paths.py). The order and the
+  descent live in verispec.simulator.selection.
 * *selected path*: from the root, repeatedly move to the child with the largest key. Since every path has
   length L, this is the lexicographically largest of the K paths under the per-node orders.
 * *skewed draft* q_skew(. | u): the law of the next token of the lexicographically largest of K i.i.d.
@@ -24,48 +26,13 @@ lossless; the other paths only influence which path is selected. K = 1 is plain 
 
 from __future__ import annotations
 
-import itertools
-
-import numpy as np
-
+from verispec import backend
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import zeros
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.trees import DraftTree
-from verispec.verifiers.base import Verifier
-from verispec.verifiers.block import batched_block_law, block_law_on_path, block_procedure_on_path
-
-
-def rank_key(p: np.ndarray, q: np.ndarray, token: int) -> tuple:
-    """The strict total order (p/q, token id); undrafted tokens (q = 0) rank above all drafted ones."""
-    if q[token] > 0:
-        return (0, p[token] / q[token], token)
-    return (1, 0, token)
-
-
-def mass_ranked_below(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """below[t] = sum of q(s) over tokens s ranked strictly below t by ``rank_key``; shape [V]."""
-    below = zeros(q.shape, exact=q.dtype == object)
-    running = 0 * q[0]
-    for token in sorted(range(len(q)), key=lambda t: rank_key(p, q, t)):
-        below[token] = running
-        running = running + q[token]
-    return below
-
-
-def greedy_path(tree: DraftTree) -> list[int]:
-    """Node ids root..leaf of the selected path: the child with the largest rank key at every step."""
-    nodes = [0]
-    while tree.child_nodes[nodes[-1]]:
-        here = nodes[-1]
-        nodes.append(max(tree.child_nodes[here],
-                         key=lambda c: rank_key(tree.p[here], tree.q[here], int(tree.token[c]))))
-    return nodes
-
-
-def number_of_paths(tree: DraftTree) -> int:
-    """K: the root's child list holds one draw per i.i.d. path."""
-    return len(tree.child_tokens[0])
+from verispec.simulator.interfaces import Verifier
+from verispec.simulator.selection import greedy_path, mass_ranked_below, selected_path
+from verispec.simulator.trees import DraftTree, TreeBatch
+from verispec.verifiers.block import block_law, block_procedure_on_path
 
 
 def _power_difference_quotient(high, low, power: int):
@@ -73,75 +40,38 @@ def _power_difference_quotient(high, low, power: int):
     return sum(high ** j * low ** (power - 1 - j) for j in range(power))
 
 
-def skewed_drafts(tree: DraftTree, nodes: list[int], paths: int) -> list[np.ndarray]:
-    """q_skew(. | nodes[i]) for i = 0..L-1 along the selected path (see the module docstring)."""
-    mass = 1 + 0 * tree.p[0, 0]    # x: draft probability of the prefix
-    below_path = 0 * mass          # A: draft mass of same-length prefixes ranked below it
-    drafts = []
-    for here, child in itertools.pairwise(nodes):
-        p, q = tree.p[here], tree.q[here]
-        below = mass_ranked_below(p, q)
-        low = below_path + mass * below
-        high = low + mass * q
+def skewed_drafts(targets: list, drafts: list, tokens, paths: int) -> list:
+    """q_skew(. | u_i) along N selected paths at once (see the module docstring): ``targets[i]`` and
+    ``drafts[i]`` are p and q at path position i ([N, V], i < L), ``tokens[:, i]`` the token x_{i+1}
+    ([N, L]), ``paths`` = K. Returns L arrays [N, V]."""
+    mass = backend.ones((tokens.shape[0],), drafts[0][:, 0]) if drafts else None  # x: draft prob. of the prefix
+    below_path = mass * 0 if drafts else None  # A: draft mass of same-length prefixes ranked below it
+    skewed = []
+    for level, (p, q) in enumerate(zip(targets, drafts)):
+        low = below_path[:, None] + mass[:, None] * mass_ranked_below(p, q)
+        high = low + mass[:, None] * q
         # a^K - b^K = (a - b) sum_j a^j b^(K-1-j): with a - b = x q(t) this form has no cancellation
         # (a draft token of q = 1e-12 next to a ranked-below mass of 1 would lose half its digits).
-        drafts.append(q * _power_difference_quotient(high, low, paths)
-                      / _power_difference_quotient(below_path + mass, below_path, paths))
-        token = int(tree.token[child])
-        below_path = low[token]
-        mass = mass * q[token]
-    return drafts
-
-
-def batched_gbv_laws(group) -> np.ndarray:
-    """``GreedyBlockVerifier.emission_law`` for every row of a ``TreeGroup`` at once, [N, n, V].
-
-    Rank positions and ranked-below masses are computed once per prefix with ``rank_key`` and
-    ``mass_ranked_below`` (the per-tree code's own order); the selected path, the skewed drafts and the
-    block verification run with numpy over the rows."""
-    tables, rows = group.tables, group.num_rows
-    everyone = np.arange(rows)
-    depth = max(group.depth)
-    size = group.vocab_size
-    rank = np.zeros((tables.num_prefixes, size), dtype=np.int64)
-    below_table = np.zeros((tables.num_prefixes, size))
-    for index in range(int(tables.offsets[min(depth, tables.depth)])):  # prefixes that draft
-        p, q = tables.target[index], tables.draft[index]
-        rank[index, sorted(range(size), key=lambda t: rank_key(p, q, t))] = np.arange(size)
-        below_table[index] = mass_ranked_below(p, q)
-    # Greedy descent: at each depth the child of the selected node with the largest rank.
-    selected = [np.zeros(rows, dtype=np.int64)]
-    for level in range(1, depth + 1):
-        candidates = [node for node in range(group.num_nodes) if group.depth[node] == level]
-        score = np.stack([np.where(selected[-1] == group.parent[c],
-                                   rank[group.contexts[:, group.parent[c]], group.tokens[:, c]], -1)
-                          for c in candidates], axis=1)
-        selected.append(np.asarray(candidates)[np.argmax(score, axis=1)])
-    paths = number_of_paths_of(group)
-    contexts = [group.contexts[everyone, nodes] for nodes in selected]
-    tokens = (np.stack([group.tokens[everyone, nodes] for nodes in selected[1:]], axis=1) if depth
-              else np.zeros((rows, 0), dtype=np.int64))
-    mass, below_path = np.ones(rows), np.zeros(rows)  # x and A of the module docstring
-    drafts = []
-    for level in range(depth):
-        q, below = tables.draft[contexts[level]], below_table[contexts[level]]
-        low = below_path[:, None] + mass[:, None] * below
-        high = low + mass[:, None] * q
-        drafts.append(q * _power_difference_quotient(high, low, paths)
+        skewed.append(q * _power_difference_quotient(high, low, paths)
                       / _power_difference_quotient(below_path + mass, below_path, paths)[:, None])
         token = tokens[:, level]
-        below_path = low[everyone, token]
-        mass = mass * q[everyone, token]
-    path_law = batched_block_law([tables.target[c] for c in contexts], drafts, tokens)
-    law = np.zeros((rows, group.num_nodes, size))
-    for nodes, values in zip(selected, path_law):
-        law[everyone, nodes] = values
-    return law
+        below_path = backend.take(low, token)
+        mass = mass * backend.take(q, token)
+    return skewed
 
 
-def number_of_paths_of(group) -> int:
-    """K for a ``TreeGroup``: the root's child list holds one draw per i.i.d. path."""
-    return len(group.child_lists[0])
+def path_skewed_drafts(tree: DraftTree, nodes: list[int]) -> list:
+    """q_skew at each node of one tree's selected path ``nodes`` (root..leaf), L arrays [V] (the one-row case
+    of ``skewed_drafts``)."""
+    tokens = backend.index_array([[int(tree.token[n]) for n in nodes[1:]]], tree.token)
+    drafts = skewed_drafts([tree.p[n][None] for n in nodes[:-1]], [tree.q[n][None] for n in nodes[:-1]], tokens,
+                           len(tree.child_tokens[0]))
+    return [draft[0] for draft in drafts]
+
+
+def number_of_paths(batch: TreeBatch) -> int:
+    """K: the root's child list holds one draw per i.i.d. path."""
+    return len(batch.child_lists[0])
 
 
 class GreedyBlockVerifier(Verifier):
@@ -152,15 +82,20 @@ class GreedyBlockVerifier(Verifier):
     #: same law. tests/test_fast_enumeration.py proves it by permuting the paths of random trees.
     order_free = True
 
-    def emission_laws(self, group) -> np.ndarray:
-        """``emission_law`` for every row of a ``TreeGroup`` at once (fast enumeration)."""
-        return batched_gbv_laws(group)
-
-    def emission_law(self, tree: DraftTree) -> np.ndarray:
-        nodes = greedy_path(tree)
-        return block_law_on_path(tree, nodes, skewed_drafts(tree, nodes, number_of_paths(tree)))
+    def emission_laws(self, batch: TreeBatch):
+        selected = selected_path(batch)  # [N] node ids per depth 0..L
+        rows = backend.arange(batch.num_rows, batch.tokens)
+        targets = [batch.p[rows, nodes] for nodes in selected]
+        drafts = [batch.q[rows, nodes] for nodes in selected[:-1]]
+        tokens = batch.tokens[:, []] if len(selected) == 1 else backend.stack(
+            [batch.tokens[rows, nodes] for nodes in selected[1:]], axis=1)  # [N, L]
+        path_law = block_law(targets, skewed_drafts(targets[:-1], drafts, tokens, number_of_paths(batch)), tokens)
+        law = backend.scatter_rows(path_law[0], selected[0], batch.num_nodes)
+        for nodes, values in zip(selected[1:], path_law[1:]):
+            law = law + backend.scatter_rows(values, nodes, batch.num_nodes)
+        return law
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         # Select greedily, then block verification's sampling procedure with q_skew.
         nodes = greedy_path(tree)
-        return block_procedure_on_path(tree, nodes, skewed_drafts(tree, nodes, number_of_paths(tree)), chooser)
+        return block_procedure_on_path(tree, nodes, path_skewed_drafts(tree, nodes), chooser)

@@ -16,18 +16,17 @@ fully drafted support; so no special case and no division by zero (1 - q(G) = q(
 
 from __future__ import annotations
 
-import numpy as np
-
+from verispec import backend
 from verispec.errors import InvalidTreeError
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import ratio_min_one, residual
+from verispec.simulator.distributions import normalize, ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.ranking import top_tokens, without_tokens
-from verispec.verifiers.tree_walk import NodeSolver
+from verispec.simulator.interfaces import NodeSolver
+from verispec.simulator.ranking import top_token_batch, top_tokens, without_tokens
 
 
-def greedy_split(q: np.ndarray, children: tuple[int, ...]) -> tuple[tuple[int, ...], int, np.ndarray]:
-    """(G, X, q~) of a greedy child list; InvalidTreeError when it is not a greedy draft of q."""
+def greedy_split(q, children: tuple[int, ...]):
+    """(G, X, q~) of one greedy child list; InvalidTreeError when it is not a greedy draft of q."""
     greedy, last = tuple(children[:-1]), children[-1]
     if greedy != top_tokens(q, len(greedy)) or last in greedy:
         raise InvalidTreeError(
@@ -37,18 +36,34 @@ def greedy_split(q: np.ndarray, children: tuple[int, ...]) -> tuple[tuple[int, .
     return greedy, last, rest / rest.sum()
 
 
+def _check_greedy_lists(q, children) -> None:
+    """InvalidTreeError unless every row of ``children`` [N, m] is a greedy draft of its q [N, V]."""
+    xp = backend.namespace(children)
+    greedy, last = children[:, :-1], children[:, -1]
+    expected = top_token_batch(q, greedy.shape[1])
+    wrong = xp.any(greedy != expected, axis=1) | xp.any(greedy == last[:, None], axis=1)
+    if bool(xp.any(wrong)):
+        row = int(backend.to_numpy(wrong).argmax())
+        listed = tuple(int(t) for t in backend.to_numpy(children[row]))
+        top = tuple(int(t) for t in backend.to_numpy(expected[row]) if t >= 0)
+        raise InvalidTreeError(f"greedy needs the top {greedy.shape[1]} tokens of q {top} followed by one other "
+                               f"token, got the child list {listed}")
+
+
 class GreedySolver(NodeSolver):
     name = "greedy"
     valid_for = frozenset({DraftLaw.GREEDY})
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        _, last, q_tilde = greedy_split(q, children)
-        accept = ratio_min_one(p[last], q_tilde[last])
-        law = (1 - accept) * residual(p, q_tilde)
-        law[last] += accept
-        return law
+    def output_laws(self, p, q, children):
+        _check_greedy_lists(q, children)
+        size = p.shape[-1]
+        last = children[:, -1]
+        q_tilde = normalize(backend.where(backend.membership(children[:, :-1], size), backend.zero(q), q))
+        accept = backend.minimum_one(backend.take(p, last) / backend.take(q_tilde, last))  # [N]
+        picked = backend.where(backend.one_hot(last, size), accept[:, None], backend.zero(p))
+        return (1 - accept)[:, None] * residual(p, q_tilde) + picked
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         _, last, q_tilde = greedy_split(q, children)
         if chooser.bernoulli(ratio_min_one(p[last], q_tilde[last])):
             return last

@@ -38,13 +38,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from verispec import backend
 from verispec.lp_analysis.draft_laws import iid_draft_law
 from verispec.lp_analysis.importance import PairSelection, flow_weights, truncated_pair_weights
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.distributions import ratio_min_one, residual, zeros
 from verispec.simulator.drafters import DraftLaw
+from verispec.simulator.interfaces import NodeSolver
 from verispec.verifiers.node_cache import NodeCache, node_key
-from verispec.verifiers.tree_walk import NodeSolver
 
 #: Largest exact weight LP (variables) solved per node before falling back to the truncated scheme.
 EXACT_WEIGHT_LP_MAX_VARIABLES = 20_000
@@ -148,27 +149,34 @@ class KhistiSolver(NodeSolver):
         self._cache = NodeCache()
 
     def selection(self, p: np.ndarray, q: np.ndarray, num_drafts: int):
-        """The (cached) step-1 rule at a node: exact LP weights when small enough, else the tournament."""
+        """The (cached) step-1 rule at a node (host arrays): optimal weights when small enough, else the
+        tournament."""
         def build():
             if _exact_lp_variables(q, num_drafts) <= self.exact_limit:
                 return exact_selection(p, q, num_drafts)
             return tournament_selection(p, q, num_drafts, self.truncation)
         return self._cache.get_or_build(node_key(p, q, num_drafts) + (self.exact_limit, self.truncation), build)
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        if len(children) == 1:
-            intermediate, chosen = q, zeros(p.shape, exact=p.dtype == object)
-            chosen[children[0]] += 1
-        else:
-            selection = self.selection(p, q, len(children))
-            intermediate, chosen = selection.intermediate, selection.law(children)
-        law = zeros(p.shape, exact=p.dtype == object)
-        rejected = 0 * p[0]
-        for token in np.flatnonzero(np.asarray(chosen != 0)):
-            accept = ratio_min_one(p[token], intermediate[token])
-            law[token] += chosen[token] * accept
-            rejected = rejected + chosen[token] * (1 - accept)
-        return law + rejected * residual(p, intermediate)
+    def step_one(self, p, q, children):
+        """Step 1 for every row: (law of Y' given the drafts [N, V], p_I [N, V]) in the backend of p; the
+        weights are solved on the host once per distinct (p, q, K)."""
+        count = children.shape[1]
+        if count == 1:  # Y' = x_1, p_I = q
+            return backend.where(backend.one_hot(children[:, 0], p.shape[-1]), backend.one(p), backend.zero(p)), q
+        host_p, host_q, host_children = (backend.to_numpy(array) for array in (p, q, children))
+        first, inverse = backend.unique_value_rows(host_p, host_q)
+        selections = [self.selection(host_p[row], host_q[row], count) for row in first]
+        chosen = [selections[inverse[row]].law(tuple(int(t) for t in host_children[row]))
+                  for row in range(len(host_children))]
+        intermediate = [selections[inverse[row]].intermediate for row in range(len(host_children))]
+        return backend.asarray(np.stack(chosen), p), backend.asarray(np.stack(intermediate), p)
+
+    def output_laws(self, p, q, children):
+        chosen, intermediate = self.step_one(p, q, children)
+        # Step 2: single-draft speculative sampling of Y' against p with proposal p_I.
+        accept = backend.minimum_one(backend.divide(p, intermediate, where_zero=backend.one(p)))  # [N, V]
+        rejected = backend.total(chosen * (1 - accept))
+        return chosen * accept + rejected[:, None] * residual(p, intermediate)
 
     def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
         if len(children) == 1:

@@ -8,44 +8,29 @@ token y ~ p(. | x_1..x_L).
 
 from __future__ import annotations
 
-import numpy as np
-
+from verispec import backend
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import batched_weighted_residual, ratio_min_one, residual, zeros
+from verispec.simulator.distributions import ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.trees import DraftTree
-from verispec.verifiers.base import Verifier
+from verispec.simulator.interfaces import Verifier
+from verispec.simulator.trees import DraftTree, TreeBatch
 
 
 class NaiveVerifier(Verifier):
     name = "naive"
     valid_for = frozenset({DraftLaw.SINGLE_PATH})
 
-    def emission_law(self, tree: DraftTree) -> np.ndarray:
-        nodes = tree.chain_nodes()
-        law = zeros((tree.num_nodes, tree.vocab_size), exact=tree.exact)
-        reach = 1  # P(all drafts up to this node accepted)
+    def emission_laws(self, batch: TreeBatch):
+        nodes = batch.chain_nodes()
+        reach = backend.ones((batch.num_rows,), batch.p[:, 0, 0])  # P(every draft so far accepted), [N]
+        laws = [None] * batch.num_nodes
         for here, child in zip(nodes[:-1], nodes[1:]):
-            token = tree.token[child]
-            accept = ratio_min_one(tree.p[here, token], tree.q[here, token])
-            law[here] = reach * (1 - accept) * residual(tree.p[here], tree.q[here])
+            p, q, token = batch.p[:, here], batch.q[:, here], batch.tokens[:, child]
+            accept = backend.minimum_one(backend.take(p, token) / backend.take(q, token))  # [N]
+            laws[here] = (reach * (1 - accept))[:, None] * residual(p, q)
             reach = reach * accept
-        law[nodes[-1]] = reach * tree.p[nodes[-1]]
-        return law
-
-    def emission_laws(self, group) -> np.ndarray:
-        """``emission_law`` for every row of a chain ``TreeGroup`` at once, [N, n, V] (fast enumeration)."""
-        rows, length = group.num_rows, group.num_nodes - 1  # a chain's node i is at depth i
-        everyone = np.arange(rows)
-        law = np.zeros((rows, group.num_nodes, group.vocab_size))
-        reach = np.ones(rows)
-        for here in range(length):
-            p, q, token = group.p(here), group.q(here), group.tokens[:, here + 1]
-            accept = np.minimum(p[everyone, token] / q[everyone, token], 1.0)
-            law[:, here] = (reach * (1 - accept))[:, None] * batched_weighted_residual(np.ones(len(p)), p, q)
-            reach = reach * accept
-        law[:, length] = reach[:, None] * group.p(length)
-        return law
+        laws[nodes[-1]] = reach[:, None] * batch.p[:, nodes[-1]]
+        return backend.stack(laws, axis=1)
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         node = 0
@@ -56,5 +41,3 @@ class NaiveVerifier(Verifier):
                 return node, chooser.categorical(residual(tree.p[node], tree.q[node]))
             node = child
         return node, chooser.categorical(tree.p[node])
-
-

@@ -6,26 +6,24 @@ holds for i.i.d. children and for the first draw without replacement."""
 
 from __future__ import annotations
 
-import numpy as np
-
+from verispec import backend
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.distributions import ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
-from verispec.verifiers.tree_walk import NodeSolver
+from verispec.simulator.interfaces import NodeSolver
 
 
 class NaiveTreeSolver(NodeSolver):
     name = "naivetree"
     valid_for = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.WITHOUT_REPLACEMENT})
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        first = children[0]
-        accept = ratio_min_one(p[first], q[first])
-        law = (1 - accept) * residual(p, q)
-        law[first] += accept
-        return law
+    def output_laws(self, p, q, children):
+        first = children[:, 0]
+        accept = backend.minimum_one(backend.take(p, first) / backend.take(q, first))  # [N]
+        picked = backend.where(backend.one_hot(first, p.shape[-1]), accept[:, None], backend.zero(p))
+        return (1 - accept)[:, None] * residual(p, q) + picked
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         first = children[0]
         if chooser.bernoulli(ratio_min_one(p[first], q[first])):
             return first

@@ -36,3 +36,16 @@ class NodeCache:
         if len(self._entries) > self._size:
             self._entries.popitem(last=False)
         return value
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def get(self, key: Hashable):
+        """The cached value (the key must be present)."""
+        self._entries.move_to_end(key)
+        return self._entries[key]
+
+    def put(self, key: Hashable, value) -> None:
+        self._entries[key] = value
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)

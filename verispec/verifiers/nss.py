@@ -4,11 +4,9 @@ on K i.i.d. drafts."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
-from verispec.verifiers.tree_walk import NodeSolver
+from verispec.simulator.interfaces import NodeSolver
 
 
 class NaiveSamplingSolver(NodeSolver):
@@ -16,8 +14,8 @@ class NaiveSamplingSolver(NodeSolver):
     # Y ~ p whatever the children are, so any draft law is fine.
     valid_for = frozenset(DraftLaw)
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        return p.copy()
+    def output_laws(self, p, q, children):
+        return p
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         return chooser.categorical(p)

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from verispec import backend
 from verispec.lp_analysis.draft_laws import iid_draft_law
 from verispec.lp_analysis.maxflow import maxflow_coupling
 from verispec.lp_analysis.ot import OTCoupling, acceptance
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.distributions import positive_part, residual
 from verispec.simulator.drafters import DraftLaw
+from verispec.simulator.interfaces import NodeSolver
 from verispec.verifiers.node_cache import NodeCache, node_key
-from verispec.verifiers.tree_walk import NodeSolver
 
 
 def single_draft_coupling(p: np.ndarray, q: np.ndarray) -> OTCoupling:
@@ -59,11 +60,18 @@ class OTLPSolver(NodeSolver):
         self._cache = NodeCache()
 
     def coupling(self, p: np.ndarray, q: np.ndarray, num_drafts: int) -> OTCoupling:
-        """The (cached) optimal coupling at a node."""
+        """The (cached) optimal coupling at a node (host arrays)."""
         return self._cache.get_or_build(node_key(p, q, num_drafts), lambda: iid_coupling(p, q, num_drafts))
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        return self.coupling(p, q, len(children)).conditional(children)
+    def output_laws(self, p, q, children):
+        # The coupling is solved on the host (a maximum flow), once per distinct (p, q, K); the result comes
+        # back in the backend, dtype and device of p.
+        host_p, host_q, host_children = (backend.to_numpy(array) for array in (p, q, children))
+        first, inverse = backend.unique_value_rows(host_p, host_q)
+        couplings = [self.coupling(host_p[row], host_q[row], host_children.shape[1]) for row in first]
+        laws = [couplings[inverse[row]].conditional(tuple(int(t) for t in host_children[row]))
+                for row in range(len(host_children))]
+        return backend.asarray(np.stack(laws), p)
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         return chooser.categorical(self.coupling(p, q, len(children)).conditional(children))

@@ -19,50 +19,61 @@ That is why the rule stays lossless when the number of children is itself decide
 
 from __future__ import annotations
 
-import numpy as np
-
+from verispec import backend
 from verispec.errors import InvalidTreeError
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import normalize, ratio_min_one, residual, zeros
+from verispec.simulator.distributions import normalize, ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.ranking import without_tokens
-from verispec.verifiers.tree_walk import NodeSolver
+from verispec.simulator.interfaces import NodeSolver
 
 
-def next_draft_law(q_j: np.ndarray, token: int) -> np.ndarray:
-    """q_{j+1} = q_j with ``token`` removed, renormalised (zero once q's support is used up)."""
-    return normalize(without_tokens(q_j, (token,)))
+def next_draft_law(q_j, token):
+    """q_{j+1} = q_j with ``token`` removed, renormalised (zero once q's support is used up); batched
+    (q_j [..., V], token [...])."""
+    return normalize(backend.where(backend.one_hot(token, q_j.shape[-1]), backend.zero(q_j), q_j))
 
 
-def _check_distinct(children: tuple[int, ...]) -> None:
-    if len(set(children)) != len(children):
-        raise InvalidTreeError(
-            f"rrsw needs children drawn without replacement (distinct tokens), got the child list {children}")
+def _check_distinct(children) -> None:
+    xp = backend.namespace(children)
+    count = children.shape[1]
+    for i in range(count):
+        for j in range(i + 1, count):
+            repeated = children[:, i] == children[:, j]
+            if bool(xp.any(repeated)):
+                row = backend.to_numpy(children[int(backend.to_numpy(repeated).argmax())])
+                raise InvalidTreeError("rrsw needs children drawn without replacement (distinct tokens), got "
+                                       f"the child list {tuple(int(t) for t in row)}")
 
 
 class RRSWSolver(NodeSolver):
     name = "rrsw"
     valid_for = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
+    def output_laws(self, p, q, children):
         _check_distinct(children)
-        law = zeros(p.shape, exact=p.dtype == object)
-        rejected_so_far = 1  # P(x_1..x_{j-1} all rejected)
-        current, draft = p, q
-        for token in children:
-            accept = ratio_min_one(current[token], draft[token])
-            law[token] += rejected_so_far * accept
+        law = backend.zeros(p.shape, p)
+        rejected_so_far = backend.ones(p.shape[:-1], p)  # P(x_1..x_{j-1} all rejected), [N]
+        current, draft = p, q  # r_j and q_j, [N, V]
+        for j in range(children.shape[1]):
+            token = children[:, j]
+            accept = backend.minimum_one(backend.take(current, token) / backend.take(draft, token))
+            mass = rejected_so_far * accept
+            law = backend.add_to_tokens(law, token, mass)
             rejected_so_far = rejected_so_far * (1 - accept)
             current = residual(current, draft)
             draft = next_draft_law(draft, token)
-        return law + rejected_so_far * current
+        return law + rejected_so_far[:, None] * current
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
-        _check_distinct(children)
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
+        if len(set(children)) != len(children):
+            raise InvalidTreeError("rrsw needs children drawn without replacement (distinct tokens), got "
+                                   f"the child list {children}")
         current, draft = p, q
         for token in children:
             if chooser.bernoulli(ratio_min_one(current[token], draft[token])):
                 return token
             current = residual(current, draft)
-            draft = next_draft_law(draft, token)
+            rest = draft.copy()
+            rest[token] = 0 * rest[token]
+            draft = normalize(rest)
         return chooser.categorical(current)

@@ -32,93 +32,115 @@ Degenerate node: when q(a) = 1 the child list is just (a,) and the rule is Y ~ p
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
+from verispec import backend
 from verispec.errors import InvalidTreeError
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import normalize, positive_part, zeros
+from verispec.simulator.distributions import normalize
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.ranking import hub_token, without_tokens
-from verispec.verifiers.tree_walk import NodeSolver
+from verispec.simulator.interfaces import NodeSolver
+from verispec.simulator.ranking import top_token_batch
 
 
 def _capped_ratio(numerator, denominator):
     """min(1, numerator / denominator); 1 when the denominator is 0 (that branch has probability 0)."""
-    if denominator == 0:
-        return 1 + 0 * numerator
-    ratio = numerator / denominator
-    return ratio if ratio < 1 else ratio * 0 + 1
+    return backend.minimum_one(backend.divide(numerator, denominator, where_zero=backend.one(numerator)))
 
 
-class _HubPlan:
-    """The quantities of SpecHub's closed-form transport at one node (see the module docstring)."""
+@dataclass(frozen=True, eq=False)
+class HubPlan:
+    """The quantities of SpecHub's closed-form transport for N nodes (see the module docstring)."""
 
-    def __init__(self, p: np.ndarray, q: np.ndarray, hub: int | None = None):
-        self.hub = a = hub_token(q) if hub is None else hub
-        off_hub = without_tokens(q, (a,))                    # q(i) for i != a, 0 at a   [V]
-        self.q = off_hub
-        self.q_tilde = off_hub / off_hub.sum()                # q(. | != a)             [V]
-        self.hub_first = q[a] * self.q_tilde                  # Q(a, i)                 [V]
-        target_off_hub = without_tokens(p, (a,))
-        self.excess = positive_part(target_off_hub - off_hub)  # (p(i) - q(i))+, 0 at a  [V]
-        self.left_hub_first = positive_part(self.hub_first - self.excess).sum()        # L_ai
-        self.left_hub_second = positive_part(off_hub - target_off_hub).sum()           # L_ia
-        res = positive_part(target_off_hub - self.q_tilde)
-        rejected = res.sum()                                                             # R
+    hub: object                  # [N]     a = argmax q (the tie rule of verispec.simulator.ranking)
+    off_hub: object              # [N, V]  q(i) for i != a, 0 at a
+    hub_first: object            # [N, V]  Q(a, i) = q(a) q~(i)
+    excess: object               # [N, V]  (p(i) - q(i))+, 0 at a
+    left_hub_first: object       # [N]     L_ai
+    left_hub_second: object      # [N]     L_ia
+    hub_after_first: object      # [N]     (p(a) - L_ai)+
+    hub_first_rejected: object   # [N]     (L_ai - p(a))+
+    residual: object             # [N, V]  norm(res), res(a) = 0
+
+    @classmethod
+    def build(cls, p, q, hub=None) -> HubPlan:
+        """The plan for p, q [N, V]; ``hub`` [N] overrides argmax q (for deliberately broken variants)."""
+        hub = top_token_batch(q, 1)[:, 0] if hub is None else hub
+        at_hub = backend.one_hot(hub, q.shape[-1])
+        off_hub = backend.where(at_hub, backend.zero(q), q)
+        q_tilde = normalize(off_hub)                                       # q(. | != a)
+        target_off_hub = backend.where(at_hub, backend.zero(p), p)
+        hub_first = backend.take(q, hub)[:, None] * q_tilde
+        excess = backend.positive_part(target_off_hub - off_hub)
+        res = backend.positive_part(target_off_hub - q_tilde)
+        left_hub_second = backend.total(backend.positive_part(off_hub - target_off_hub))
+        rejected = backend.total(res)                                      # R
         # L_ai + L_ia = p(a) + R (module docstring), so p(a) - L_ai = L_ia - R: a difference of sums of
         # positive parts, exact when R = 0, whereas p(a) - L_ai cancels catastrophically when p(a) ~ L_ai
         # and would leave rejection mass for an empty residual.
-        self.hub_after_first = positive_part(self.left_hub_second - rejected)           # (p(a) - L_ai)+
-        self.hub_first_rejected = positive_part(rejected - self.left_hub_second)        # (L_ai - p(a))+
-        res[a] = 0 * res[a]  # (p(a) - L_ai - L_ia)+ = 0: the hub is never short of mass
-        self.residual = normalize(res)
+        return cls(hub=hub, off_hub=off_hub, hub_first=hub_first, excess=excess,
+                   left_hub_first=backend.total(backend.positive_part(hub_first - excess)),
+                   left_hub_second=left_hub_second,
+                   hub_after_first=backend.positive_part(left_hub_second - rejected),
+                   hub_first_rejected=backend.positive_part(rejected - left_hub_second),
+                   residual=normalize(res))  # res(a) = 0: the hub is never short of mass
 
-    def stages(self, p: np.ndarray, children: tuple[int, ...]):
-        """(other token i, P(accept i), P(accept a | i rejected)) for the drafted pair."""
-        a = self.hub
-        if children[1] == a:   # pair (i, a)
-            other = children[0]
-            return (other, _capped_ratio(p[other], self.q[other]),
-                    _capped_ratio(self.hub_after_first, self.left_hub_second))
-        other = children[1]    # pair (a, i)
-        return (other, _capped_ratio(self.excess[other], self.hub_first[other]),
-                1 - _capped_ratio(self.hub_first_rejected, self.left_hub_first))   # min(1, p(a) / L_ai)
+    def stages(self, p, children):
+        """(other token i [N], P(accept i) [N], P(accept a | i rejected) [N]) for drafted pairs [N, 2]."""
+        hub_second = children[:, 1] == self.hub      # pair (i, a); else pair (a, i)
+        other = backend.where(hub_second, children[:, 0], children[:, 1])
+        accept_other = backend.where(
+            hub_second, _capped_ratio(backend.take(p, other), backend.take(self.off_hub, other)),
+            _capped_ratio(backend.take(self.excess, other), backend.take(self.hub_first, other)))
+        accept_hub = backend.where(
+            hub_second, _capped_ratio(self.hub_after_first, self.left_hub_second),
+            1 - _capped_ratio(self.hub_first_rejected, self.left_hub_first))   # min(1, p(a) / L_ai)
+        return other, accept_other, accept_hub
 
 
-def _check_hub_pair(q: np.ndarray, children: tuple[int, ...]) -> None:
-    a = hub_token(q)
-    if len(children) == 1 and children[0] == a and without_tokens(q, (a,)).sum() == 0:
-        return
-    if len(children) == 2 and (children[0] == a) != (children[1] == a):
-        return
-    raise InvalidTreeError(
-        f"spechub needs a hub pair (one child is the hub {a} = argmax q, the other is not; just ({a},) when "
-        f"q({a}) = 1), got the child list {children}")
+def _check_hub_pairs(plan: HubPlan, children) -> None:
+    xp = backend.namespace(children)
+    hub = plan.hub
+    if children.shape[1] == 2:
+        valid = (children[:, 0] == hub) != (children[:, 1] == hub)
+    elif children.shape[1] == 1:
+        valid = (children[:, 0] == hub) & (backend.total(plan.off_hub) == 0)
+    else:
+        valid = xp.zeros(children.shape[:1], dtype=xp.bool)
+    if not bool(xp.all(valid)):
+        row = int(backend.to_numpy(~valid).argmax())
+        a = int(backend.to_numpy(hub)[row])
+        listed = tuple(int(t) for t in backend.to_numpy(children[row]))
+        raise InvalidTreeError(
+            f"spechub needs a hub pair (one child is the hub {a} = argmax q, the other is not; just ({a},) when "
+            f"q({a}) = 1), got the child list {listed}")
 
 
 class SpecHubSolver(NodeSolver):
     name = "spechub"
     valid_for = frozenset({DraftLaw.HUB})
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        _check_hub_pair(q, children)
-        if len(children) == 1:
-            return p.copy()
-        plan = _HubPlan(p, q)
+    def output_laws(self, p, q, children):
+        plan = HubPlan.build(p, q)
+        _check_hub_pairs(plan, children)
+        if children.shape[1] == 1:  # q(a) = 1: the rule is Y ~ p
+            return p
         other, accept_other, accept_hub = plan.stages(p, children)
-        law = zeros(p.shape, exact=p.dtype == object)
-        law[other] += accept_other
-        law[plan.hub] += (1 - accept_other) * accept_hub
-        return law + (1 - accept_other) * (1 - accept_hub) * plan.residual
+        size = p.shape[-1]
+        first = backend.where(backend.one_hot(other, size), accept_other[:, None], backend.zero(p))
+        second = backend.where(backend.one_hot(plan.hub, size), ((1 - accept_other) * accept_hub)[:, None],
+                               backend.zero(p))
+        return first + second + ((1 - accept_other) * (1 - accept_hub))[:, None] * plan.residual
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
-        _check_hub_pair(q, children)
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
+        plan = HubPlan.build(p[None], q[None])
+        pair = backend.index_array([list(children)], p)
+        _check_hub_pairs(plan, pair)
         if len(children) == 1:
             return chooser.categorical(p)
-        plan = _HubPlan(p, q)
-        other, accept_other, accept_hub = plan.stages(p, children)
+        other, accept_other, accept_hub = (value[0] for value in plan.stages(p[None], pair))
         if chooser.bernoulli(accept_other):
-            return other
+            return int(other)
         if chooser.bernoulli(accept_hub):
-            return plan.hub
-        return chooser.categorical(plan.residual)
+            return int(plan.hub[0])
+        return chooser.categorical(plan.residual[0])

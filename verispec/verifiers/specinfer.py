@@ -8,28 +8,33 @@ is lossy).
 
 from __future__ import annotations
 
-import numpy as np
-
+from verispec import backend
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import ratio_min_one, residual, zeros
-from verispec.verifiers.tree_walk import NodeSolver
+from verispec.simulator.distributions import ratio_min_one, residual
+from verispec.simulator.interfaces import NodeSolver
 
 
 class SpecInferSolver(NodeSolver):
     name = "specinfer"
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        law = zeros(p.shape, exact=p.dtype == object)
-        rejected_so_far = 1  # P(x_1..x_{j-1} all rejected)
-        current = p
-        for token in children:
-            accept = ratio_min_one(current[token], q[token])
-            law[token] += rejected_so_far * accept
+    def output_laws(self, p, q, children):
+        # r_(j+1) = norm((r_j - q)+) does not depend on which tokens were rejected, so the chain r_1..r_(m+1)
+        # is computed once per node (run of equal rows) and each row only reads its drafted entries.
+        first, inverse = backend.runs(p, q)
+        node_q = q[first]
+        chain = [p[first]]                                    # r_1 .. r_(m+1), each [U, V]
+        for _ in range(children.shape[1]):
+            chain.append(residual(chain[-1], node_q))
+        law = backend.zeros(p.shape, p)
+        rejected_so_far = backend.ones(p.shape[:-1], p)     # P(x_1..x_(j-1) all rejected), [N]
+        for j in range(children.shape[1]):
+            token = children[:, j]
+            accept = backend.minimum_one(chain[j][inverse, token] / backend.take(q, token))  # [N]
+            law = backend.add_to_tokens(law, token, rejected_so_far * accept)
             rejected_so_far = rejected_so_far * (1 - accept)
-            current = residual(current, q)
-        return law + rejected_so_far * current
+        return law + rejected_so_far[:, None] * chain[-1][inverse]
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         current = p
         for token in children:
             if chooser.bernoulli(ratio_min_one(current[token], q[token])):

@@ -15,10 +15,12 @@ is at most p(y) exactly when p_acc(rho) <= rho beta(rho); the residual then carr
 
 Precision (trap 5 of the reference): any rho with p_acc(rho) <= rho beta(rho) is lossless and the root is
 the smallest such rho (g(rho) = rho beta(rho) - p_acc(rho) is nondecreasing: rho beta = sum min(rho q, p)
-grows, p_acc shrinks). ``kseq_rho`` therefore returns the UPPER end of a float64 bisection bracket, on
-which the computed g is >= 0; with the computed beta and p_acc at that rho the subtracted part exceeds p by
-at most rounding (~1e-16), so the rule is lossless to 1e-12. In exact mode the float root is converted to
-a Fraction and nudged up until g(rho) >= 0 holds exactly, which makes the rule exactly lossless.
+grows, p_acc shrinks). ``kseq_rho`` therefore returns the UPPER end of a bisection bracket (one bisection
+for all nodes of a batch, in the precision of the inputs), on which the computed g is >= 0; with the
+computed beta and p_acc at that rho the subtracted part exceeds p by at most rounding (~1e-16 in float64),
+so the rule is lossless to 1e-12. In exact mode the float root is converted to a Fraction and nudged up
+until g(rho) >= 0 holds exactly, which makes the rule exactly lossless. rho* and p_res are solved once per
+node (``SpecTrSolver.parameters``).
 K = 1 gives rho* = 1 and the naive rule.
 """
 
@@ -28,19 +30,21 @@ from fractions import Fraction
 
 import numpy as np
 
+from verispec import backend
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, zeros
+from verispec.simulator.distributions import normalize, ratio_min_one
 from verispec.simulator.drafters import DraftLaw
+from verispec.simulator.interfaces import NodeSolver
 from verispec.verifiers.node_cache import NodeCache, node_key
-from verispec.verifiers.tree_walk import NodeSolver
 
 #: Bisection steps; 200 halvings of [1, K] reach adjacent float64 values long before they run out.
 BISECTION_STEPS = 200
 
 
-def kseq_beta(p: np.ndarray, q: np.ndarray, rho):
-    """beta(rho) = sum_x min(q(x), p(x) / rho)."""
-    return np.minimum(q, p / rho).sum()
+def kseq_beta(p, q, rho):
+    """beta(rho) = sum_x min(q(x), p(x) / rho); p, q [..., V], rho scalar or [...] -> [...]."""
+    xp = backend.namespace(p, q)
+    return backend.total(xp.minimum(q, p / backend.per_row(rho, p)))
 
 
 def kseq_acceptance(beta, num_drafts: int):
@@ -48,53 +52,64 @@ def kseq_acceptance(beta, num_drafts: int):
     return 1 - (1 - beta) ** num_drafts
 
 
-def kseq_gap(p: np.ndarray, q: np.ndarray, rho, num_drafts: int):
+def kseq_gap(p, q, rho, num_drafts: int):
     """g(rho) = rho beta(rho) - p_acc(rho); the rule is lossless iff g(rho) >= 0."""
     beta = kseq_beta(p, q, rho)
     return rho * beta - kseq_acceptance(beta, num_drafts)
 
 
-def kseq_rho(p: np.ndarray, q: np.ndarray, num_drafts: int):
-    """The smallest rho in [1, K] with p_acc(rho) <= rho beta(rho), up to float64 resolution.
+def kseq_rho(p, q, num_drafts: int):
+    """The smallest rho in [1, K] with p_acc(rho) <= rho beta(rho), up to float resolution; batched over
+    leading axes (p, q [..., V] -> [...]), by one bisection for all rows at once.
 
-    Float inputs give a float on which the computed gap is >= 0; Fraction inputs give a Fraction on which
-    the exact gap is >= 0.
+    Float inputs give floats on which the computed gap is >= 0 (in their own precision); Fraction inputs
+    give Fractions on which the exact gap is >= 0 (the float64 root, nudged up until it holds exactly).
     """
-    exact = p.dtype == object
+    if backend.is_exact(p):
+        floats = kseq_rho(p.astype(np.float64), q.astype(np.float64), num_drafts)
+        return _exact_roots(p, q, np.asarray(floats, dtype=np.float64), num_drafts)
+    xp = backend.namespace(p, q)
+    low = backend.ones(p.shape[:-1], p)
     if num_drafts == 1:
-        return Fraction(1) if exact else 1.0
-    p_float, q_float = p.astype(np.float64), q.astype(np.float64)
-    low, high = 1.0, float(num_drafts)
-    if kseq_gap(p_float, q_float, low, num_drafts) >= 0:
-        high = low
+        return low
+    high = low * num_drafts
+    high = xp.where(kseq_gap(p, q, low, num_drafts) >= 0, low, high)
     for _ in range(BISECTION_STEPS):
         middle = (low + high) / 2
-        if not low < middle < high:
+        moving = (low < middle) & (middle < high)
+        if not bool(xp.any(moving)):
             break
-        if kseq_gap(p_float, q_float, middle, num_drafts) >= 0:
-            high = middle
-        else:
-            low = middle
-    if not exact:
-        return high
-    rho, step = Fraction(high), Fraction(1, 2**50)
-    while kseq_gap(p, q, rho, num_drafts) < 0:
-        rho, step = min(rho + step, Fraction(num_drafts)), 2 * step
-    return rho
+        holds = kseq_gap(p, q, middle, num_drafts) >= 0
+        high = xp.where(moving & holds, middle, high)
+        low = xp.where(moving & ~holds, middle, low)
+    return high
 
 
-def kseq_residual(p: np.ndarray, q: np.ndarray, rho, num_drafts: int) -> np.ndarray:
-    """p_res = norm((p - min(q, p/rho) p_acc / beta)+).
+def _exact_roots(p, q, floats, num_drafts: int):
+    """Fractions at or above the float roots on which the exact gap is >= 0 (each row nudged up)."""
+    rows = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])
+    roots = np.empty(floats.size, dtype=object)
+    for index, start in enumerate(floats.reshape(-1)):
+        rho, step = Fraction(float(start)), Fraction(1, 2**50)
+        while kseq_gap(rows[0][index], rows[1][index], rho, num_drafts) < 0:
+            rho, step = min(rho + step, Fraction(num_drafts)), 2 * step
+        roots[index] = rho
+    return roots.reshape(floats.shape) if floats.ndim else roots[0]
 
-    p itself when nothing can be accepted (beta = 0), and when the vector vanishes in float64: its mass is
+
+def kseq_residual(p, q, rho, num_drafts: int):
+    """p_res = norm((p - min(q, p/rho) p_acc / beta)+); batched as ``kseq_beta``.
+
+    p itself when nothing can be accepted (beta = 0), and when the vector vanishes in float: its mass is
     (1 - beta)^K, the probability of reaching the residual at all, so it vanishes only when that
     probability is at rounding level and any stand-in moves the output by at most that much.
     """
+    xp = backend.namespace(p, q)
     beta = kseq_beta(p, q, rho)
-    if beta == 0:
-        return p.copy()
-    law = normalize(positive_part(p - np.minimum(q, p / rho) * (kseq_acceptance(beta, num_drafts) / beta)))
-    return law if law.sum() > 0 else p.copy()
+    scale = backend.divide(kseq_acceptance(beta, num_drafts), beta, where_zero=backend.zero(p))
+    law = normalize(backend.positive_part(p - xp.minimum(q, p / backend.per_row(rho, p)) * backend.per_row(scale, p)))
+    keep_p = (backend.total(law, keepdims=True) == 0) | backend.per_row(beta == 0, p)
+    return backend.where(keep_p, p, law)
 
 
 class SpecTrSolver(NodeSolver):
@@ -104,25 +119,39 @@ class SpecTrSolver(NodeSolver):
     def __init__(self):
         self._cache = NodeCache()
 
-    def parameters(self, p: np.ndarray, q: np.ndarray, num_drafts: int):
-        """(rho*, p_res) at a node, cached: the bisection runs once per distinct (p, q, K)."""
-        def build():
-            rho = kseq_rho(p, q, num_drafts)
-            return rho, kseq_residual(p, q, rho, num_drafts)
-        return self._cache.get_or_build(node_key(p, q, num_drafts), build)
+    def parameters(self, p, q, num_drafts: int):
+        """(rho* [N], p_res [N, V]) for every row, solved once per node: per run of equal rows, and across
+        calls through a cache of host copies (the exact engine asks for the same nodes over and over)."""
+        first, inverse = backend.runs(p, q)
+        host_p, host_q = backend.to_numpy(p[first]), backend.to_numpy(q[first])
+        keys = [node_key(host_p[u], host_q[u], num_drafts) for u in range(len(host_p))]
+        solved = [self._cache.get(key) if key in self._cache else None for key in keys]
+        missing = [u for u, value in enumerate(solved) if value is None]
+        if missing:
+            rho = kseq_rho(host_p[missing], host_q[missing], num_drafts)
+            leftover = kseq_residual(host_p[missing], host_q[missing], rho, num_drafts)
+            for index, u in enumerate(missing):
+                solved[u] = (rho[index], leftover[index])
+                self._cache.put(keys[u], solved[u])
+        rho = backend.asarray([value[0] for value in solved], p)
+        leftover = backend.asarray(np.stack([value[1] for value in solved]), p)
+        return rho[inverse], leftover[inverse]
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        rho, leftover = self.parameters(p, q, len(children))
-        law = zeros(p.shape, exact=p.dtype == object)
-        all_rejected = 1  # P(candidates 1..i-1 all rejected)
-        for token in children:
-            accept = ratio_min_one(p[token], rho * q[token])
-            law[token] += all_rejected * accept
+    def output_laws(self, p, q, children):
+        count = children.shape[1]
+        rho, leftover = self.parameters(p, q, count)
+        law = backend.zeros(p.shape, p)
+        all_rejected = backend.ones(p.shape[:-1], p)  # P(candidates 1..i-1 all rejected), [N]
+        for i in range(count):
+            token = children[:, i]
+            accept = backend.minimum_one(backend.take(p, token) / (rho * backend.take(q, token)))
+            mass = all_rejected * accept
+            law = backend.add_to_tokens(law, token, mass)
             all_rejected = all_rejected * (1 - accept)
-        return law + all_rejected * leftover
+        return law + all_rejected[:, None] * leftover
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
-        rho, leftover = self.parameters(p, q, len(children))
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
+        rho, leftover = (value[0] for value in self.parameters(p[None], q[None], len(children)))
         for token in children:
             if chooser.bernoulli(ratio_min_one(p[token], rho * q[token])):
                 return token

@@ -1,9 +1,9 @@
-"""Node-local solvers and the top-down tree walk that turns any of them into a tree verifier.
+"""The top-down tree walk that turns any node-local solver into a tree verifier, written once.
 
-A *solver* (an "OTLP solver" in the DDTE paper, arXiv 2602.16994, Sec. 2) is a Markov kernel: given the
-target law p, the draft law q and the ordered child list (x_1..x_m) drafted at one node, it outputs one
-token Y with Y ~ p whenever the children follow the solver's draft law. The draft is accepted at that
-node iff Y is one of the children.
+A *solver* (an "OTLP solver" in the DDTE paper, arXiv 2602.16994, Sec. 2; interface
+``verispec.simulator.interfaces.NodeSolver``) is a Markov kernel: given the target law p, the draft law q
+and the ordered child list (x_1..x_m) drafted at one node, it outputs one token Y with Y ~ p whenever the
+children follow the solver's draft law. The draft is accepted at that node iff Y is one of the children.
 
 The walk (DDTE Eqs. 1-3; reference, "Trees"): at node c apply the solver with p(.|c), q(.|c) and c's child
 list; if the output t is a child, move to it; otherwise stop and emit t. At a leaf emit a bonus token
@@ -13,77 +13,60 @@ from p(.|leaf). Its emission law is therefore
     law[c, y] = reach(c) * K_c(y) for y not among c's children,   law[leaf, y] = reach(leaf) * p(y | leaf),
 
 with K_c the solver's output law at c. It is lossless exactly when every node's children follow the
-solver's draft law given the node.
+solver's draft law given the node. ``TopDownVerifier.emission_laws`` computes it for a whole batch of
+trees of one topology on any backend; the exact engine's walk DP (verispec.simulator.dp) sums the same
+kernels over draft outcomes without enumerating trees.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
-import numpy as np
-
-from verispec.simulator.chooser import Chooser, enumerate_law
-from verispec.simulator.distributions import zeros
+from verispec import backend
+from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.trees import DraftTree
-from verispec.verifiers.base import Verifier
+from verispec.simulator.interfaces import NodeSolver, Verifier
+from verispec.simulator.trees import DraftTree, TreeBatch
 
 
-class NodeSolver(ABC):
-    """The law of the output token at one node, given (p, q, ordered child list)."""
-
-    #: Registry name of the tree verifier built from this solver.
-    name: str
-    #: Draft laws of a node's child list under which the output has law p.
-    valid_for: frozenset[DraftLaw] = frozenset({DraftLaw.IID_CHILDREN})
-
-    @abstractmethod
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        """P(Y = y | children), shape [V]; sums to one."""
-
-    @abstractmethod
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
-        """The rule as a sampling procedure: draw Y through ``chooser``."""
-
-    def enumerated_output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        """``output_law`` derived from ``sample`` by the generic enumerator (for parity tests)."""
-        exact = p.dtype == object
-        law = zeros(p.shape, exact=exact)
-        for token, probability in enumerate_law(lambda chooser: self.sample(p, q, children, chooser),
-                                                exact=exact).items():
-            law[token] += probability
-        return law
+def node_output_laws(solver: NodeSolver, batch: TreeBatch, node: int):
+    """The solver's output law at ``node`` of every row, [N, V]; computed once per distinct (context,
+    child list) when rows repeat (fast enumeration hands over many rows that share a node)."""
+    p, q, children = batch.p[:, node], batch.q[:, node], batch.children(node)
+    if batch.num_rows == 1:
+        return solver.output_laws(p, q, children)
+    xp = backend.namespace(children)
+    keys = xp.concat([batch.contexts[:, node:node + 1], children], axis=1)
+    first, inverse = backend.unique_rows(keys)
+    if len(first) == batch.num_rows:
+        return solver.output_laws(p, q, children)
+    return solver.output_laws(p[first], q[first], children[first])[inverse]
 
 
 class TopDownVerifier(Verifier):
     """The top-down walk of a node-local solver over a draft tree."""
-
-    standard_walk = True
 
     def __init__(self, solver: NodeSolver):
         self.solver = solver
         self.name = solver.name
         self.valid_for = solver.valid_for
 
-    def emission_law(self, tree: DraftTree) -> np.ndarray:
-        law = zeros((tree.num_nodes, tree.vocab_size), exact=tree.exact)
-        reach = [0] * tree.num_nodes
-        reach[0] = 1 + 0 * tree.p[0, 0]
-        # Node ids are breadth first, so a parent is always handled before its children.
-        for node in range(tree.num_nodes):
-            if reach[node] == 0:
+    @property
+    def node_solver(self) -> NodeSolver:
+        return self.solver
+
+    def emission_laws(self, batch: TreeBatch):
+        size, rows = batch.vocab_size, batch.num_rows
+        reach = {0: backend.ones((rows,), batch.p[:, 0, 0])}  # node -> [N]
+        laws = []
+        for node in range(batch.num_nodes):  # parents come before their children
+            if not batch.child_lists[node]:
+                laws.append(reach[node][:, None] * batch.p[:, node])
                 continue
-            children = tree.child_tokens[node]
-            if not children:
-                law[node] = reach[node] * tree.p[node]
-                continue
-            output = self.solver.output_law(tree.p[node], tree.q[node], children)
-            stop = output.copy()
-            for child in tree.child_nodes[node]:
-                reach[child] = reach[node] * output[tree.token[child]]
-                stop[tree.token[child]] = 0 * stop[tree.token[child]]
-            law[node] = reach[node] * stop
-        return law
+            output = node_output_laws(self.solver, batch, node)  # [N, V]
+            for child in batch.child_nodes[node]:
+                reach[child] = reach[node] * backend.take(output, batch.tokens[:, child])
+            stop = backend.where(backend.membership(batch.children(node), size), backend.zero(output), output)
+            laws.append(reach[node][:, None] * stop)
+        return backend.stack(laws, axis=1)
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         node = 0
@@ -98,15 +81,21 @@ class TopDownVerifier(Verifier):
 
 class ProcedureSolver(NodeSolver):
     """A node-local solver given only as a sampling procedure ``sample(p, q, children, chooser) -> token``;
-    its output law comes from the generic enumerator. Wrap it in ``TopDownVerifier`` to verify trees."""
+    its output law comes from the generic enumerator, node by node. Wrap it in ``TopDownVerifier``."""
 
     def __init__(self, name: str, sample, valid_for=frozenset({DraftLaw.IID_CHILDREN})):
         self.name = name
         self._sample = sample
         self.valid_for = frozenset(valid_for)
 
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         return self._sample(p, q, children, chooser)
 
-    def output_law(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...]) -> np.ndarray:
-        return self.enumerated_output_law(p, q, children)
+    def output_laws(self, p, q, children):
+        host = [backend.to_numpy(array) for array in (p, q, children)]
+        laws = [self.enumerated_output_law(host[0][row], host[1][row], tuple(int(t) for t in host[2][row]))
+                for row in range(len(host[2]))]
+        return backend.asarray(backend.stack(laws, axis=0), p)
+
+
+__all__ = ["NodeSolver", "ProcedureSolver", "TopDownVerifier", "node_output_laws"]

@@ -1,0 +1,78 @@
+"""The law of an emitted block, and the check every verifier's emission laws must pass.
+
+An ``OutputLaw`` is what the exact engines produce from (problem, drafter, verifier): the law of the
+emitted sequence (x_1..x_tau, y). Losslessness is checked on it by the definition in the reference ("What
+lossless means for a block"): emit the block, then continue with the target up to L+1 tokens; the result
+must have exactly the target's law over V^(L+1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from verispec import backend
+from verispec.errors import VerifierError
+from verispec.simulator.problems import Problem, target_conditionals
+from verispec.simulator.trees import TreeBatch
+
+#: Largest |sum - 1| of a verifier's emission law on one tree before it is reported as broken.
+EMISSION_SUM_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True, eq=False)
+class OutputLaw:
+    """Law of the emitted block (x_1..x_tau, y). ``by_length[l - 1]`` has shape (V,)*l and holds
+    P(emitted sequence = s) for every s of length l = tau + 1, for l = 1..L+1."""
+
+    vocab_size: int
+    depth: int
+    by_length: tuple[np.ndarray, ...]
+
+    def probability(self, sequence) -> float | Fraction:
+        sequence = tuple(sequence)
+        if not 1 <= len(sequence) <= self.depth + 1:
+            return 0
+        return self.by_length[len(sequence) - 1][sequence]
+
+    def items(self):
+        """(sequence, probability) for every sequence of positive probability."""
+        for array in self.by_length:
+            for index in zip(*np.nonzero(array != 0)):
+                yield tuple(int(i) for i in index), array[index]
+
+    def length_law(self) -> list:
+        """[P(emitted length = l) for l = 1..L+1], i.e. the law of tau shifted by one."""
+        return [array.sum() for array in self.by_length]
+
+    def continued_with_target(self, problem: Problem) -> np.ndarray:
+        """Law of the first L+1 tokens when the block is followed by target sampling, shape (V,)*(L+1)."""
+        extended = self.by_length[0]
+        for depth in range(1, self.depth + 1):
+            extended = extended[..., None] * target_conditionals(problem, depth) + self.by_length[depth]
+        return extended
+
+    def __repr__(self) -> str:
+        return f"OutputLaw(V={self.vocab_size}, depth={self.depth})"
+
+
+def check_emission_laws(name: str, batch: TreeBatch, laws) -> None:
+    """Raise VerifierError unless ``laws`` has shape [N, num_nodes, V] and every row is a probability law
+    (exactly in exact mode, within EMISSION_SUM_TOLERANCE in float)."""
+    expected = (batch.num_rows, batch.num_nodes, batch.vocab_size)
+    shape = tuple(getattr(laws, "shape", ()))
+    if shape != expected:
+        raise VerifierError(f"verifier '{name}' returned emission laws of shape {shape}, expected {expected}")
+    host = backend.to_numpy(laws)
+    totals = host.reshape(len(host), -1).sum(axis=1)
+    if host.dtype == object:
+        bad = [row for row in range(len(host)) if totals[row] != 1 or (host[row] < 0).any()]
+    else:
+        bad = np.flatnonzero(~(np.abs(totals - 1.0) <= EMISSION_SUM_TOLERANCE)
+                             | (host < -EMISSION_SUM_TOLERANCE).any(axis=(1, 2)))
+    if len(bad):
+        row = int(bad[0])
+        raise VerifierError(f"verifier '{name}' emission law on {batch.shape(row)} is not a probability law "
+                            f"(sum {float(totals[row])!r}, min {float(host[row].min())!r})")
