@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
 
+from verispec import package_version
 from verispec.errors import InvalidProblemError, VerispecError
 from verispec.io import atomic_write_text
 from verispec.simulator.distributions import parse_distribution
@@ -69,18 +70,6 @@ class _Done(Exception):
     def __init__(self, status: int):
         super().__init__(status)
         self.status = status
-
-
-def package_version() -> str:
-    """The installed distribution's version (package metadata), else ``verispec.__version__``."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("verispec")
-    except metadata.PackageNotFoundError:
-        from verispec import __version__
-
-        return __version__
 
 
 class _VersionAction(argparse.Action):

@@ -51,6 +51,10 @@ class ProblemTooLargeError(VerispecError):
     """An exact analysis (a linear program, a subset search) would exceed its configured size limit."""
 
 
+class ResultStoreError(VerispecError):
+    """A result file is unreadable, or holds rows of a run with other parameters."""
+
+
 def describe(value) -> str:
     """A value for an error message, as plain Python prints it: numpy scalars and arrays become Python
     numbers and lists (no ``np.float64(-0.5)``), fractions read '1/3', strings keep their quotes."""
