@@ -348,3 +348,12 @@ def test_plain_json_converts_numpy_and_fractions():
                        "e": (np.bool_(True),), 4: frozenset({2, 1})})
     assert data == {"a": 0.5, "b": 3, "c": [1, 2], "d": "1/3", "e": [True], "4": [1, 2]}
     _assert_plain(data)
+
+
+@pytest.mark.parametrize("command", [["exact", *TOY], ["hunt", "--max-examples", "5"]])
+def test_a_failing_user_rule_is_one_line(capsys, tmp_path, command):
+    rule = tmp_path / "rules.py"
+    rule.write_text("def broken(tree, chooser):\n    return 0, 1 // 0\n")
+    code, out, err = run(capsys, *command, "--tree", "chain:1", "--verifier", f"{rule}:broken")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "raised ZeroDivisionError" in lines[0] and "Traceback" not in err, err

@@ -481,6 +481,7 @@ def _run_list(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = None
     try:
         args = _build_parser().parse_args(argv)
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
@@ -494,6 +495,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("verispec: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
+        # Anything else is a bug in verispec and keeps its traceback.
+        user_rule = getattr(args, "verifier", None)
+        if user_rule is None or user_rule in REGISTRY:
+            raise
+        message = " ".join(f"{type(error).__name__}: {error}".split())
+        print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def entry_point() -> None:
