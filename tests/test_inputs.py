@@ -108,7 +108,7 @@ def test_exact_mode_still_refuses_sums_that_are_not_one(values):
                                            ("NaN", "finite"), ("true", "cannot read")])
 def test_problem_file_numbers_out_of_range_are_refused(tmp_path, exact, entry, message):
     path = tmp_path / "p.json"
-    path.write_text('{"vocab_size": 2, "target": {"": [%s, 1]}, "draft": {"": [0.5, 0.5]}}' % entry)
+    path.write_text('{"vocab_size": 2, "target": {"": [' + entry + ', 1]}, "draft": {"": [0.5, 0.5]}}')
     with pytest.raises(InvalidDistributionError, match=message) as caught:
         load_problem(path, exact=exact)
     assert len(str(caught.value)) < 300

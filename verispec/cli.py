@@ -152,7 +152,8 @@ def _build_parser() -> argparse.ArgumentParser:
                       default=3, help=f"largest vocabulary searched (default 3, at most {MAX_HUNT_VOCAB})")
     hunt.add_argument("--max-examples", type=_integer_option(minimum=1, what="an integer >= 1"), default=3000,
                       help="problems tried before giving up (default 3000)")
-    hunt.add_argument("--time-budget", type=_number_option(minimum=0, strict=True, what="a finite number of seconds > 0"),
+    hunt.add_argument("--time-budget",
+                      type=_number_option(minimum=0, strict=True, what="a finite number of seconds > 0"),
                       default=60.0, help="seconds before giving up (default 60)")
     hunt.add_argument("--threshold", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
                       default=DEFAULT_THRESHOLD, help="TV distance above which a problem is a witness (default 1e-9)")

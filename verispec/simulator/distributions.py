@@ -139,7 +139,8 @@ def as_distribution(
         total = float(vector.sum())
         if abs(total - 1.0) > SUM_TOLERANCE:
             raise InvalidDistributionError(
-                f"{name}: probabilities sum to {describe(total)}, not 1 (tolerance {SUM_TOLERANCE:g}); normalise the input")
+                f"{name}: probabilities sum to {describe(total)}, not 1 (tolerance {SUM_TOLERANCE:g}); "
+                "normalise the input")
         vector = vector / total
     vector.setflags(write=False)
     return vector

@@ -88,6 +88,7 @@ class Drafter(ABC):
     def check_problem(self, problem: Problem) -> None:
         """Raise a VerispecError when this drafter's parameters make no sense for ``problem`` (e.g. more
         siblings without replacement than tokens). Default: every problem is fine."""
+        return None
 
     def sample(self, problem: Problem, rng: np.random.Generator) -> DraftTree:
         """One random draft tree."""
