@@ -34,7 +34,8 @@ def grid(quick: bool):
 
 
 def main(argv=None) -> None:
-    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_engine.json", argv)
+    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_engine.json", argv, parameters={
+        "problem": "random_problem", "seed": 0, "divergence": 0.7, "methods": ["dp", "closed-form"]})
     for name, size, branches, trunk, tail in tqdm(list(grid(args.quick)), desc="configurations"):
         key = f"{name}|V={size}|delayed:{branches},{trunk},{tail}"
         if store.done(key):

@@ -92,7 +92,9 @@ def main(argv=None) -> None:
     path = Path(args.output)
     if args.fresh and path.exists():
         path.unlink()
-    store = ResultStore(path)
+    # the LP limits are part of each row's key; the problem is fixed in measure()
+    store = ResultStore(path, parameters={"benchmark": "bench_lp", "problem": "random_problem", "seed": 0,
+                                          "divergence": 0.7})
     for spec, size, restriction in tqdm(list(grid(args.quick)), desc="configurations"):
         key = f"{spec}|V={size}|{restriction or 'none'}|limits={args.max_variables},{args.max_nonzeros}"
         if not store.done(key):

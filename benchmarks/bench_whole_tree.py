@@ -59,7 +59,8 @@ def ordered_trees(spec: str, size: int) -> int:
 
 
 def main(argv=None) -> None:
-    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_whole_tree.json", argv)
+    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_whole_tree.json", argv, parameters={
+        "problem": "random_problem", "seed": 0, "divergence": 0.7, "methods": ["fast-enumeration", "closed-form"]})
     for name, spec, size in TARGETS + ([] if args.quick else GRID):
         key = f"{name}|V={size}|{spec}"
         if store.done(key):

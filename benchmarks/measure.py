@@ -11,8 +11,11 @@ from verispec.io import ResultStore
 from verispec.simulator import analyze
 
 
-def run_arguments(description: str, default_output: str, argv=None):
-    """The options every benchmark takes (--output, --quick, --fresh) and its resumable result store."""
+def run_arguments(description: str, default_output: str, argv=None, parameters: dict | None = None):
+    """The options every benchmark takes (--output, --quick, --fresh) and its resumable result store.
+
+    ``parameters``: what the rows depend on besides their keys (problem generator, seed, divergence,
+    methods); recorded in the file with the script's name, and a file from another setting is refused."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--output", default=default_output)
     parser.add_argument("--quick", action="store_true", help="a small grid")
@@ -21,7 +24,8 @@ def run_arguments(description: str, default_output: str, argv=None):
     path = Path(args.output)
     if args.fresh and path.exists():
         path.unlink()
-    return args, path, ResultStore(path)
+    recorded = {"benchmark": Path(default_output).stem, **(parameters or {})}
+    return args, path, ResultStore(path, parameters=recorded)
 
 
 def timed_analysis(*args, **kwargs):

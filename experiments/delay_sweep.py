@@ -7,16 +7,21 @@ markdown summary (best configuration per K), resumable.
 
     python experiments/delay_sweep.py                          # specinfer, Markov problem, V = 3, seed 0
     python experiments/delay_sweep.py --verifier otlp --vocab 4 --seed 3
+
+The result file records the run's parameters (verifier, problem, V, seed, divergence, method, verispec
+version); resuming into a file written with other parameters is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
+from verispec.errors import VerispecError
 from verispec.io import ResultStore, atomic_write_text
 from verispec.simulator import DelayedDrafter, analyze, random_markov_problem
 from verispec.verifiers import get_verifier
@@ -31,12 +36,21 @@ def main(argv=None) -> None:
     parser.add_argument("--max-k", type=int, default=4)
     parser.add_argument("--max-trunk", type=int, default=8)
     parser.add_argument("--max-tail", type=int, default=8)
-    parser.add_argument("--output", default=None, help="default results/delay_sweep_<verifier>_V<v>_s<seed>.json")
+    parser.add_argument("--output", default=None,
+                        help="default results/delay_sweep_<verifier>_V<v>_s<seed>_d<divergence>.json")
     args = parser.parse_args(argv)
-    output = Path(args.output or f"results/delay_sweep_{args.verifier}_V{args.vocab}_s{args.seed}.json")
-    problem = random_markov_problem(args.vocab, args.seed, divergence=args.divergence)
-    verifier = get_verifier(args.verifier)
-    store = ResultStore(output)
+    output = Path(args.output or f"results/delay_sweep_{args.verifier}_V{args.vocab}_s{args.seed}"
+                                 f"_d{args.divergence:g}.json")
+    try:
+        problem = random_markov_problem(args.vocab, args.seed, divergence=args.divergence)
+        verifier = get_verifier(args.verifier)
+        # Everything a row depends on besides its (K, L1, L2) key; a file from another setting is refused.
+        store = ResultStore(output, parameters={
+            "verifier": args.verifier, "problem": "random_markov_problem", "vocab": args.vocab, "seed": args.seed,
+            "divergence": args.divergence, "method": "dp-metrics"})
+    except VerispecError as error:
+        print(f"delay_sweep: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     cache: dict = {}
     configurations = [(k, l1, l2) for k in range(1, args.max_k + 1) for l1 in range(args.max_trunk + 1)
                       for l2 in range(args.max_tail + 1)]

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 
 import pytest
 
@@ -172,3 +173,187 @@ def test_compare_any_tree(capsys):
     # one position, two i.i.d. drafts on the toy: alpha* = 1 + min_T [p(T) - q(T)^2] = 1 + (1/3 - 4/9) = 8/9
     otlp = next(row for row in rows if row["verifier"] == "otlp")
     assert otlp["expected_accepted"] == pytest.approx(8 / 9, abs=1e-12)
+
+
+# -------------------------------------------------------------------------------------------------
+# Option values: refused with one line and status 2 before any work, or honoured
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--tolerance", "-1"], "--tolerance: must be a finite"),
+    (["exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--tolerance", "nan"], "--tolerance: must be a finite"),
+    (["exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--tolerance", "inf"], "--tolerance: must be a finite"),
+    (["exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--tolerance", "x"], "--tolerance: must be a finite"),
+    (["hunt", "--verifier", "bv", "--tree", "chain:1", "--threshold", "-1"], "--threshold: must be a finite"),
+    (["hunt", "--verifier", "bv", "--tree", "chain:1", "--threshold", "nan"], "--threshold: must be a finite"),
+    (["hunt", "--verifier", "bv", "--tree", "chain:1", "--time-budget", "0"], "--time-budget: must be a finite"),
+    (["hunt", "--verifier", "bv", "--tree", "chain:1", "--time-budget", "-3"], "--time-budget: must be a finite"),
+    (["hunt", "--verifier", "bv", "--tree", "chain:1", "--time-budget", "nan"], "--time-budget: must be a finite"),
+    (["hunt", "--verifier", "bv", "--tree", "chain:1", "--max-examples", "0"], "--max-examples: must be an integer"),
+    (["hunt", "--verifier", "bv", "--tree", "chain:1", "--max-vocab", "1"], "--max-vocab: must be an integer"),
+    (["hunt", "--verifier", "bv", "--tree", "chain:1", "--max-vocab", "10000000000000000000000"],
+     "--max-vocab: must be an integer from 2 to"),
+    (["bound", *TOY, "--tree", "chain:2", "--max-variables", "0"], "--max-variables: must be a positive integer"),
+    (["bound", *TOY, "--tree", "chain:2", "--max-variables", "-5"], "--max-variables: must be a positive integer"),
+    (["optimum", *TOY, "--k", "0"], "--k: must be an integer"),
+    (["hunt", "--verifier", "rrsw", "--tree", "branch:4", "--max-vocab", "3"], "use b <= 3 or branch-iid"),
+    (["exact", "--target", "0.5,0.5", "--draft", "0.5,0.5", "--tree", "branch:2,3", "--verifier", "rrsw"],
+     "branch:2,3 draws 3 siblings without replacement but the vocabulary has only 2 tokens; use b <= 2"),
+    (["compare", "--problem", "sun-toy", "--tree", "branch:3"], "problem 'sun-toy': branch:3 draws 3 siblings"),
+    (["bound", *TOY, "--tree", "branch:3"], "branch:3 draws 3 siblings"),
+])
+def test_bad_option_values_give_one_line(capsys, monkeypatch, argv, message):
+    import verispec.hunt
+
+    monkeypatch.setattr(verispec.hunt, "hunt", lambda *a, **k: pytest.fail("the search ran despite bad input"))
+    code, out, err = run(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and message in lines[0], err
+
+
+def _unwritable_outputs(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    return {"directory": str(tmp_path), "under a file": str(a_file / "witness.json"),
+            "under /proc": "/proc/verispec-no-such-process/witness.json"}
+
+
+@pytest.mark.parametrize("case,message", [("directory", "is a directory"), ("under a file", "not a folder"),
+                                          ("under /proc", "cannot be written")])
+def test_hunt_refuses_an_unwritable_output_before_searching(capsys, monkeypatch, tmp_path, case, message):
+    import verispec.hunt
+
+    monkeypatch.setattr(verispec.hunt, "hunt", lambda *a, **k: pytest.fail("the search ran before the check"))
+    output = _unwritable_outputs(tmp_path)[case]
+    code, out, err = run(capsys, "hunt", "--verifier", "tests/broken.py:bv_first_failure", "--tree", "chain:2",
+                         "--output", output)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and message in lines[0] and repr(output) in lines[0], err
+
+
+def test_hunt_output_in_a_new_folder_is_written(capsys, tmp_path):
+    path = tmp_path / "new" / "folder" / "witness.json"
+    code, _, err = run(capsys, "hunt", "--verifier", "tests/broken.py:bv_first_failure", "--tree", "chain:2",
+                       "--output", str(path))
+    assert code == 0, err
+    assert json.loads(path.read_text())["vocab_size"] >= 2
+    assert [p.name for p in path.parent.iterdir()] == ["witness.json"]  # no probe or temporary file left
+
+
+def test_hunt_always_says_how_many_problems_it_tried(capsys):
+    import re
+
+    code, out, err = run(capsys, "hunt", "--verifier", "bv", "--tree", "chain:1", "--max-examples", "20")
+    counts = re.findall(r"after (\d+) problems", err)
+    assert code == 1 and out == "" and len(counts) == 1 and 1 <= int(counts[0]) <= 20, err
+    code, out, err = run(capsys, "hunt", "--verifier", "tests/broken.py:bv_first_failure", "--tree", "chain:2")
+    counts = re.findall(r"after (\d+) problems", err)
+    assert code == 0 and json.loads(out)["vocab_size"] >= 2 and len(counts) == 1 and int(counts[0]) >= 1, err
+
+
+def test_version(capsys):
+    from importlib import metadata
+
+    code, out, err = run(capsys, "--version")
+    assert code == 0 and err == "" and out == f"verispec {metadata.version('verispec')}\n"
+    completed = subprocess.run([sys.executable, "-m", "verispec", "--version"], capture_output=True, text=True,
+                               timeout=120)
+    assert completed.returncode == 0 and completed.stdout == out
+
+
+BIG_TREE = ["--target", "0.5,0.3,0.2", "--draft", "0.2,0.2,0.6", "--tree", "iid:2,14", "--verifier", "specinfer"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    # 3^15 = 14,348,907 > 2^22 output-law entries: auto picks dp-metrics, which has no output law
+    (BIG_TREE, "--method auto chose dp-metrics"),
+    (["exact", *TOY, "--tree", "iid:2,2", "--verifier", "specinfer", "--method", "dp-metrics"], "--method dp-metrics"),
+])
+def test_fail_if_lossy_refuses_a_method_that_cannot_check_it(capsys, monkeypatch, argv, message):
+    import verispec.cli
+
+    monkeypatch.setattr(verispec.cli, "analyze", lambda *a, **k: pytest.fail("analysed although refused"))
+    argv = argv if argv[0] == "exact" else ["exact", *argv]
+    code, out, err = run(capsys, *argv, "--fail-if-lossy")
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert message in lines[0] and "cannot be checked" in lines[0] and "--method dp" in lines[0]
+
+
+def test_auto_says_when_losslessness_was_not_checked(capsys):
+    code, out, err = run(capsys, "exact", *BIG_TREE)
+    assert code == 0, err
+    rows = dict(line.split(None, 1) for line in out.splitlines() if line.startswith(("method", "lossless")))
+    assert rows["method"].strip() == "dp-metrics"
+    assert rows["lossless"].startswith("not checked") and "dp-metrics keeps only the law of tau" in rows["lossless"]
+
+
+# -------------------------------------------------------------------------------------------------
+# --json output holds only plain JSON types
+
+
+def _assert_plain(value, where="$"):
+    assert type(value) in (dict, list, str, int, float, bool, type(None)), f"{where}: {type(value).__name__}"
+    if type(value) is dict:
+        for key, item in value.items():
+            assert type(key) is str, f"{where}: key {key!r}"
+            _assert_plain(item, f"{where}.{key}")
+    elif type(value) is list:
+        for index, item in enumerate(value):
+            _assert_plain(item, f"{where}[{index}]")
+
+
+@pytest.mark.parametrize("argv", [
+    ["exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--json"],
+    ["exact", *TOY, "--tree", "chain:2", "--verifier", "bv", "--json", "--exact"],
+    ["exact", *TOY, "--tree", "iid:2,2", "--verifier", "gbv", "--json", "--method", "fast-enumeration"],
+    ["exact", *TOY, "--tree", "iid:2,2", "--verifier", "specinfer", "--json", "--method", "dp"],
+    ["exact", *TOY, "--tree", "iid:2,2", "--verifier", "specinfer", "--json", "--method", "dp-metrics"],
+    ["compare", "--problem", "sun-toy", "--depths", "1,2", "--json"],
+    ["compare", "--problem", "sun-toy", "--tree", "iid:2,1", "--json", "--exact"],
+    ["optimum", "--target", "0.5,0.3,0.2", "--draft", "0.2,0.2,0.6", "--k", "2", "--json", "--lp"],
+    ["optimum", "--target", "1/2,3/10,1/5", "--draft", "1/5,1/5,3/5", "--k", "2", "--json", "--exact",
+     "--without-replacement"],
+    ["bound", *TOY, "--tree", "chain:2", "--json"],
+    ["bound", *TOY, "--tree", "iid:2,1", "--json", "--restriction", "selected-path"],
+    ["hunt", "--verifier", "tests/broken.py:bv_first_failure", "--tree", "chain:2"],
+])
+def test_json_output_holds_only_plain_types(capsys, monkeypatch, argv):
+    import types
+
+    import verispec.cli
+
+    serialised = []
+
+    def checking_dumps(value, **kwargs):
+        _assert_plain(value)
+        serialised.append(value)
+        return json.dumps(value, **kwargs)
+
+    monkeypatch.setattr(verispec.cli, "json", types.SimpleNamespace(dumps=checking_dumps, loads=json.loads))
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert len(serialised) == len(lines) >= 1
+    for line, value in zip(lines, serialised):
+        assert json.loads(line) == value
+
+
+def test_plain_json_converts_numpy_and_fractions():
+    import numpy as np
+
+    from verispec.cli import plain_json
+
+    data = plain_json({"a": np.float64(0.5), "b": np.int64(3), "c": np.array([1, 2]), "d": Fraction(1, 3),
+                       "e": (np.bool_(True),), 4: frozenset({2, 1})})
+    assert data == {"a": 0.5, "b": 3, "c": [1, 2], "d": "1/3", "e": [True], "4": [1, 2]}
+    _assert_plain(data)
+
+
+@pytest.mark.parametrize("command", [["exact", *TOY], ["hunt", "--max-examples", "5"]])
+def test_a_failing_user_rule_is_one_line(capsys, tmp_path, command):
+    rule = tmp_path / "rules.py"
+    rule.write_text("def broken(tree, chooser):\n    return 0, 1 // 0\n")
+    code, out, err = run(capsys, *command, "--tree", "chain:1", "--verifier", f"{rule}:broken")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "raised ZeroDivisionError" in lines[0] and "Traceback" not in err, err

@@ -8,22 +8,32 @@
     verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--restriction selected-path] [--json]
                                                                                  LP optimum and gaps
     verispec list                                                    verifiers and tree kinds
+    verispec --version                                               'verispec VERSION'
 
-Bad input exits with status 2 and one line on stderr.
+Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
+cannot check losslessness (dp-metrics), rather than guessing a verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import enum
 import json
+import math
+import os
 import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from fractions import Fraction
 from pathlib import Path
 
+from verispec import package_version
 from verispec.errors import InvalidProblemError, VerispecError
 from verispec.io import atomic_write_text
 from verispec.simulator.distributions import parse_distribution
-from verispec.simulator.drafters import TREE_KINDS, ChainDrafter, DraftLaw, parse_tree
-from verispec.simulator.engine import METHODS, analyze
+from verispec.simulator.drafters import MAX_TREE_PARAMETER, TREE_KINDS, ChainDrafter, DraftLaw, parse_tree
+from verispec.simulator.engine import MAX_LAW_ENTRIES, METHODS, analyze, choose_method
 from verispec.simulator.problems import ContextFreeProblem, Problem, load_problem, random_problem, sun_toy_problem
 from verispec.verifiers import REGISTRY, get_verifier
 
@@ -44,13 +54,67 @@ BUILTIN_PROBLEMS = {
 }
 
 
+#: Largest --max-vocab of 'hunt': context-dependent candidates have V^(L+1) conditionals each, and every
+#: candidate is analysed exactly.
+MAX_HUNT_VOCAB = 10
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage block
         raise VerispecError(message)
 
 
+class _Done(Exception):
+    """Raised by an option that has finished the command (--version); carries the exit status."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"verispec {package_version()}")
+        raise _Done(0)
+
+
+def _number_option(*, minimum: float, strict: bool, what: str):
+    """An argparse type: a finite float >= minimum (> minimum when ``strict``)."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return convert
+
+
+def _integer_option(*, minimum: int, maximum: int | None = None, what: str):
+    """An argparse type: an integer in [minimum, maximum]."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            shown = text if len(text) <= 30 else f"{text[:20]}..."
+            raise argparse.ArgumentTypeError(f"must be {what}, got {shown!r}")
+        return value
+
+    return convert
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="verispec", description="Exact analysis of speculative-decoding verifiers.")
+    parser.add_argument("--version", action=_VersionAction, help="print 'verispec VERSION' and exit")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     exact = commands.add_parser("exact", help="exact output law, losslessness and block efficiency")
@@ -65,7 +129,8 @@ def _build_parser() -> argparse.ArgumentParser:
     exact.add_argument("--method", choices=METHODS, default="auto",
                        help="auto (fastest exact method), closed-form (per-tree laws), enumerate (sampling procedure), "
                             "dp / dp-metrics (walk DP), fast-enumeration (batched whole-tree enumeration)")
-    exact.add_argument("--tolerance", type=float, default=None, help="TV distance below which 'lossless' holds")
+    exact.add_argument("--tolerance", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
+                       default=None, help="TV distance below which 'lossless' holds (a finite number >= 0)")
     exact.add_argument("--fail-if-lossy", action="store_true", help="exit with status 1 when not lossless")
 
     compare = commands.add_parser("compare", help="compare the chain verifiers exactly (the main job)")
@@ -82,18 +147,25 @@ def _build_parser() -> argparse.ArgumentParser:
     hunt = commands.add_parser("hunt", help="search for the simplest problem on which a verifier is lossy")
     hunt.add_argument("--verifier", required=True, help="verifier name, or FILE.py:NAME for your own rule")
     hunt.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
-    hunt.add_argument("--max-vocab", type=int, default=3, help="largest vocabulary searched (default 3)")
-    hunt.add_argument("--max-examples", type=int, default=3000, help="problems tried before giving up")
-    hunt.add_argument("--time-budget", type=float, default=60.0, help="seconds before giving up (default 60)")
-    hunt.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                      help="TV distance above which a problem is a witness (default 1e-9)")
+    hunt.add_argument("--max-vocab", type=_integer_option(minimum=2, maximum=MAX_HUNT_VOCAB,
+                                                         what=f"an integer from 2 to {MAX_HUNT_VOCAB}"),
+                      default=3, help=f"largest vocabulary searched (default 3, at most {MAX_HUNT_VOCAB})")
+    hunt.add_argument("--max-examples", type=_integer_option(minimum=1, what="an integer >= 1"), default=3000,
+                      help="problems tried before giving up (default 3000)")
+    hunt.add_argument("--time-budget",
+                      type=_number_option(minimum=0, strict=True, what="a finite number of seconds > 0"),
+                      default=60.0, help="seconds before giving up (default 60)")
+    hunt.add_argument("--threshold", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
+                      default=DEFAULT_THRESHOLD, help="TV distance above which a problem is a witness (default 1e-9)")
     hunt.add_argument("--context-free", action="store_true", help="search context-free problems only")
     hunt.add_argument("--output", metavar="FILE", help="write the witness problem here instead of stdout")
 
     optimum = commands.add_parser("optimum", help="best single-position acceptance alpha* with K drafts")
     optimum.add_argument("--target", metavar="P", required=True, help="target probabilities")
     optimum.add_argument("--draft", metavar="Q", required=True, help="draft probabilities")
-    optimum.add_argument("--k", type=int, required=True, help="number of drafts K")
+    optimum.add_argument("--k", type=_integer_option(minimum=1, maximum=MAX_TREE_PARAMETER,
+                                                     what=f"an integer from 1 to {MAX_TREE_PARAMETER}"),
+                         required=True, help="number of drafts K")
     optimum.add_argument("--without-replacement", action="store_true", help="drafts drawn without replacement")
     optimum.add_argument("--lp", action="store_true", help="also solve the OT linear program (a second derivation)")
     optimum.add_argument("--exact", action="store_true", help="exact rational arithmetic for the closed form")
@@ -105,7 +177,8 @@ def _build_parser() -> argparse.ArgumentParser:
     bound_source.add_argument("--draft", metavar="Q")
     bound_source.add_argument("--problem", metavar="FILE")
     bound.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
-    bound.add_argument("--max-variables", type=int, default=None, help="largest LP accepted")
+    bound.add_argument("--max-variables", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                       help="largest LP accepted (a positive integer)")
     bound.add_argument("--restriction", choices=RESTRICTIONS, default=None,
                        help="compare with the optimum of a restricted class of verifiers (selected-path: "
                             "accept a prefix of GBV's greedily selected path) instead of every valid verifier")
@@ -133,23 +206,77 @@ def _format(value) -> str:
     return f"{float(value):.12g}"
 
 
+def plain_json(value):
+    """``value`` with every number a plain Python int or float (numpy scalars and arrays converted,
+    fractions as strings), mappings as dicts with string keys and sequences as lists, so that ``--json``
+    output holds only str, int, float, bool, None, list and dict."""
+    if value is None or type(value) in (bool, str, int, float):
+        return value
+    if isinstance(value, enum.Enum):
+        return plain_json(value.value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Fraction):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(plain_json(key)): plain_json(item) for key, item in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(plain_json(item) for item in value)
+    if isinstance(value, (list, tuple)):
+        return [plain_json(item) for item in value]
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return plain_json(value.tolist())
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _print_json(data) -> None:
+    print(json.dumps(plain_json(data)))
+
+
+def _output_law_size(problem: Problem, drafter) -> tuple[str, str]:
+    """(entries of the output law at length L+1, memory of the whole law in float64), in words."""
+    size, depth = problem.vocab_size, drafter.depth
+    if depth > 40:
+        return f"{size}^{depth + 1}", "the output law alone would need far more memory than any machine has"
+    entries = sum(size ** length for length in range(1, depth + 2))  # outputs of every length 1..L+1
+    return f"{size ** (depth + 1):,}", f"the output law alone takes about {entries * 8 / 2**20:,.0f} MiB"
+
+
 def _run_exact(args) -> int:
     problem = _problem_from_args(args)
     drafter = parse_tree(args.tree)
     verifier = get_verifier(args.verifier)
+    drafter.check_problem(problem)
+    method = choose_method(problem, drafter, verifier, args.method)
+    if args.fail_if_lossy and method == "dp-metrics":
+        if args.method == "auto":
+            entries, memory = _output_law_size(problem, drafter)
+            raise VerispecError(
+                f"--fail-if-lossy cannot be checked: --method auto chose dp-metrics because the output law would "
+                f"have {entries} entries (more than {MAX_LAW_ENTRIES:,}), and dp-metrics keeps only the law of tau, "
+                f"not the output law; use a smaller tree, or --method dp if you have the memory ({memory})")
+        raise VerispecError("--fail-if-lossy cannot be checked with --method dp-metrics, which keeps only the law of "
+                            "tau, not the output law; use --method dp or --method auto")
     result = analyze(problem, drafter, verifier, method=args.method, tolerance=args.tolerance,
                      progress=sys.stderr.isatty())
     if args.json:
-        print(json.dumps(result.to_json()))
+        _print_json(result.to_json())
     else:
         rows = [
-            ("verifier", result.verifier), ("tree", result.tree), ("method", result.method),
+            ("verifier", result.verifier), ("tree", result.tree), ("method", result.note or result.method),
             ("block efficiency E[tau+1]", _format(result.block_efficiency)),
             ("expected accepted E[tau]", _format(result.expected_accepted)),
             ("TV distance to target",
              "not computed (this method keeps only the law of tau)" if result.tv_distance is None
              else _format(result.tv_distance)),
-            ("lossless", "not checked" if result.lossless is None
+            ("lossless", f"not checked: method {result.method} keeps only the law of tau, not the output law "
+                         "(use a smaller tree or --method dp to check it)" if result.lossless is None
              else f"{result.lossless} (tolerance {result.tolerance:g})"),
             ("law of tau", " ".join(_format(v) for v in result.tau_law)),
             ("P(tau >= d), d=1..L", " ".join(_format(v) for v in result.acceptance_by_depth)),
@@ -160,8 +287,11 @@ def _run_exact(args) -> int:
         width = max(len(name) for name, _ in rows)
         for name, value in rows:
             print(f"{name:<{width}}  {value}")
-    if args.fail_if_lossy and not result.lossless:
-        return EXIT_LOSSY
+    if args.fail_if_lossy:
+        if result.lossless is None:  # choose_method said otherwise; never turn 'unknown' into a verdict
+            raise VerispecError(f"--fail-if-lossy cannot be checked: method {result.method} gave no output law")
+        if not result.lossless:
+            return EXIT_LOSSY
     return 0
 
 
@@ -196,15 +326,23 @@ def _run_compare(args) -> int:
         pairs = [(ChainDrafter(depth), chain_verifiers) for depth in depths]
     header = ("problem", "tree", "verifier", "E[tau+1]", "E[tau]", "TV distance", "lossless")
     rows = []
-    for name, problem in _compare_problems(args):
+    problems = _compare_problems(args)
+    for name, problem in problems:
+        for drafter, _ in pairs:
+            try:
+                drafter.check_problem(problem)
+            except VerispecError as error:
+                raise type(error)(f"problem {name!r}: {error}") from None
+    for name, problem in problems:
         for drafter, verifiers in pairs:
             for verifier in verifiers:
                 result = analyze(problem, drafter, verifier)
                 if args.json:
-                    print(json.dumps({"problem": name, **result.to_json()}))
+                    _print_json({"problem": name, **result.to_json()})
                 rows.append((name, drafter.spec, verifier.name, _shown(result.block_efficiency, result.exact),
-                             _shown(result.expected_accepted, result.exact), f"{float(result.tv_distance):.1e}",
-                             "yes" if result.lossless else "NO"))
+                             _shown(result.expected_accepted, result.exact),
+                             "-" if result.tv_distance is None else f"{float(result.tv_distance):.1e}",
+                             "?" if result.lossless is None else "yes" if result.lossless else "NO"))
     if not args.json:
         widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, tuple("-" * w for w in widths), *rows]:
@@ -212,27 +350,72 @@ def _run_compare(args) -> int:
     return 0
 
 
+def _check_output_path(path: str, option: str = "--output") -> None:
+    """Refuse, before any work, an output path that cannot be written the way ``atomic_write_text`` writes
+    it (a temporary file beside it, then a rename; missing parent folders are created)."""
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise VerispecError(f"{option} {path!r} is a directory; give a file name such as "
+                                f"{os.path.join(path, 'witness.json')!r}")
+        if target.exists() and not target.is_file():
+            raise VerispecError(f"{option} {path!r} exists and is not a regular file; give another file name")
+        ancestor = target.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise VerispecError(f"{option} {path!r} cannot be written: {str(ancestor)!r} is a file, not a folder")
+        if ancestor == target.parent:
+            handle, probe = tempfile.mkstemp(dir=ancestor, prefix=f".{target.name}.", suffix=".tmp")
+            os.close(handle)
+            os.unlink(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=ancestor, prefix=".verispec-probe."))
+    except OSError as error:
+        raise VerispecError(f"{option} {path!r} cannot be written ({error.strerror or error}); "
+                            "give a path in a writable folder") from None
+
+
 def _run_hunt(args) -> int:
     from verispec.hunt import hunt  # imports hypothesis; only this command needs it
 
-    if args.max_vocab < 2:
-        raise VerispecError(f"--max-vocab must be at least 2, got {args.max_vocab}")
     drafter = parse_tree(args.tree)
     verifier = get_verifier(args.verifier)
+    if args.output:
+        _check_output_path(args.output)
+    largest = ContextFreeProblem([1] + [0] * (args.max_vocab - 1), [1] + [0] * (args.max_vocab - 1))
+    try:
+        drafter.check_problem(largest)
+    except VerispecError as error:
+        raise type(error)(f"{error} (hunt searches vocabularies up to --max-vocab {args.max_vocab})") from None
     from tqdm import tqdm
 
+    tried = 0
+
+    def progress(count: int) -> None:
+        nonlocal tried
+        tried = count
+        bar.update(count - bar.n)
+
+    start = time.monotonic()
     with tqdm(desc="problems tried", unit=" problems", disable=not sys.stderr.isatty(), leave=False) as bar:
         witness = hunt(verifier, drafter, max_vocab=args.max_vocab, max_examples=args.max_examples,
                        threshold=args.threshold, time_budget=args.time_budget,
-                       context_free=True if args.context_free else None,
-                       progress=lambda tried: bar.update(tried - bar.n))
+                       context_free=True if args.context_free else None, progress=progress)
     if witness is None:
-        print(f"verispec: no lossy problem found for '{verifier.name}' on {drafter.spec} "
-              f"(vocabularies up to {args.max_vocab}, threshold {args.threshold:g})", file=sys.stderr)
+        print(f"verispec: no lossy problem found for '{verifier.name}' on {drafter.spec} after {tried} problems "
+              f"({time.monotonic() - start:.1f} s; vocabularies up to {args.max_vocab}, threshold {args.threshold:g}, "
+              f"limits --max-examples {args.max_examples} and --time-budget {args.time_budget:g} s)", file=sys.stderr)
         return EXIT_LOSSY
-    text = json.dumps(witness.problem_json)
+    problem_json = plain_json(witness.problem_json)
+    text = json.dumps(problem_json)
     if args.output:
-        atomic_write_text(args.output, text + "\n")
+        try:
+            atomic_write_text(args.output, text + "\n")
+        except OSError as error:
+            print(text)
+            raise VerispecError(f"cannot write --output {args.output!r} ({error.strerror or error}); the witness "
+                                "was printed on stdout instead") from None
     else:
         print(text)
     kind = "context-free" if witness.context_free else "context-dependent"
@@ -250,8 +433,6 @@ def _run_optimum(args) -> int:
     q = parse_distribution(args.draft, exact=args.exact, name="--draft")
     if len(p) != len(q):
         raise InvalidProblemError(f"--target has {len(p)} probabilities but --draft has {len(q)}")
-    if args.k < 1:
-        raise VerispecError(f"--k must be at least 1, got {args.k}")
     solve = without_replacement_ot_optimum if args.without_replacement else iid_ot_optimum
     optimum = solve(p, q, args.k)
     data = {"alpha_star": float(optimum.alpha), "minimiser": sorted(optimum.minimiser), "k": args.k,
@@ -265,7 +446,7 @@ def _run_optimum(args) -> int:
         law = (without_replacement_draft_law if args.without_replacement else iid_draft_law)(q, args.k)
         data["lp_alpha_star"] = float(ot_coupling(p, law).optimum)
     if args.json:
-        print(json.dumps(data))
+        _print_json(data)
     else:
         for key, value in data.items():
             print(f"{key:<20} {value}")
@@ -279,9 +460,13 @@ def _run_bound(args) -> int:
     args.exact = False
     problem = _problem_from_args(args)
     drafter = parse_tree(args.tree)
+    drafter.check_problem(problem)
     report = gap_report(problem, drafter, REGISTRY.values(), limit=args.max_variables or DEFAULT_MAX_VARIABLES,
                         restriction=args.restriction)
-    print(json.dumps(report.to_json()) if args.json else report.table())
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print(report.table())
     return 0
 
 
@@ -297,10 +482,13 @@ def _run_list(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = None
     try:
         args = _build_parser().parse_args(argv)
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
                 "optimum": _run_optimum, "bound": _run_bound, "list": _run_list}[args.command](args)
+    except _Done as done:
+        return done.status
     except VerispecError as error:
         message = " ".join(str(error).split())
         print(f"verispec: error: {message}", file=sys.stderr)
@@ -308,6 +496,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("verispec: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
+        # Anything else is a bug in verispec and keeps its traceback.
+        user_rule = getattr(args, "verifier", None)
+        if user_rule is None or user_rule in REGISTRY:
+            raise
+        message = " ".join(f"{type(error).__name__}: {error}".split())
+        print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def entry_point() -> None:

@@ -53,3 +53,31 @@ class ProblemTooLargeError(VerispecError):
 
 class AnalysisTimeoutError(VerispecError):
     """An analysis ran past the deadline it was given (``analyze(..., deadline=...)``)."""
+
+
+class ResultStoreError(VerispecError):
+    """A result file is unreadable, or holds rows of a run with other parameters."""
+
+
+def describe(value) -> str:
+    """A value for an error message, as plain Python prints it: numpy scalars and arrays become Python
+    numbers and lists (no ``np.float64(-0.5)``), fractions read '1/3', strings keep their quotes."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy scalars and arrays, without importing numpy
+        value = value.tolist()
+    if isinstance(value, Fraction):
+        text = str(value)
+        if len(text) <= 60:
+            return text
+        try:
+            return f"about {float(value):.17g}"
+        except OverflowError:
+            return f"about {'-' if value < 0 else ''}10^{len(str(abs(value.numerator))) - len(str(value.denominator))}"
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(describe(item) for item in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    return repr(value)

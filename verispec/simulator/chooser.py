@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from verispec import budget
-from verispec.errors import EnumerationTooLargeError, InvalidDistributionError, VerifierError
+from verispec.errors import EnumerationTooLargeError, InvalidDistributionError, VerifierError, describe
 
 #: Tolerance on the sum of a categorical law handed to a chooser in float mode.
 CHOICE_SUM_TOLERANCE = 1e-9
@@ -54,13 +54,13 @@ def _check_categorical(probs) -> list:
         if value != value:  # NaN
             raise InvalidDistributionError(f"categorical: NaN probability at index {index}")
         if value < 0:
-            raise InvalidDistributionError(f"categorical: negative probability {value!r} at index {index}")
+            raise InvalidDistributionError(f"categorical: negative probability {describe(value)} at index {index}")
         total = total + value
     if isinstance(total, Fraction) or isinstance(total, int):
         if total != 1:
             raise InvalidDistributionError(f"categorical: probabilities sum to {total}, not 1")
     elif abs(float(total) - 1.0) > CHOICE_SUM_TOLERANCE:
-        raise InvalidDistributionError(f"categorical: probabilities sum to {float(total)!r}, not 1")
+        raise InvalidDistributionError(f"categorical: probabilities sum to {describe(float(total))}, not 1")
     return values
 
 
@@ -69,7 +69,7 @@ def _check_bernoulli(prob):
         raise InvalidDistributionError("bernoulli: probability is NaN")
     if prob < 0 or prob > 1:
         if isinstance(prob, (Fraction, int)) or prob < -CHOICE_SUM_TOLERANCE or prob > 1 + CHOICE_SUM_TOLERANCE:
-            raise InvalidDistributionError(f"bernoulli: probability {prob!r} is outside [0, 1]")
+            raise InvalidDistributionError(f"bernoulli: probability {describe(prob)} is outside [0, 1]")
         prob = min(max(prob, 0.0), 1.0)  # float rounding just outside [0, 1]
     return prob
 

@@ -13,37 +13,67 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 import numpy as np
 
 from verispec import backend
-from verispec.errors import InvalidDistributionError
+from verispec.errors import InvalidDistributionError, describe
 
 #: Largest |sum - 1| accepted for a float64 input distribution. Inputs within it are renormalised so the
 #: simulator's own arithmetic starts from vectors that sum to one to the last bit available.
 SUM_TOLERANCE = 1e-8
 
 
-def parse_number(text: str | float | int | Fraction, *, exact: bool) -> float | Fraction:
-    """Parse '0.25', '1/3' or a number into a float (or a Fraction when ``exact``)."""
+#: Largest decimal exponent accepted in a probability such as '1e-300' (beyond it the exact rational would
+#: have a denominator of more than this many digits; write such a value as 0 or as a fraction).
+MAX_EXPONENT = 10_000
+
+
+def parse_number(text: str | float | int | Fraction | Decimal, *, exact: bool) -> float | Fraction:
+    """Parse '0.25', '1/3' or a number into a float (or a Fraction when ``exact``).
+
+    A ``Decimal`` (a JSON number read as written) converts exactly. Decimal exponents beyond
+    ``MAX_EXPONENT`` are refused rather than expanded into huge integers."""
     if isinstance(text, (Fraction, int)) and not isinstance(text, bool):
         value = Fraction(text)
     elif isinstance(text, float):
         if math.isnan(text) or math.isinf(text):
-            raise InvalidDistributionError(f"probability {text!r} is not a finite number")
+            raise InvalidDistributionError(f"probability {describe(text)} is not a finite number")
+        value = Fraction(text)
+    elif isinstance(text, Decimal):
+        if not text.is_finite():
+            raise InvalidDistributionError(f"probability {text} is not a finite number")
+        _check_exponent(text, str(text))
         value = Fraction(text)
     elif isinstance(text, str):
         stripped = text.strip()
         if stripped.lower() in {"nan", "+nan", "-nan"}:
             raise InvalidDistributionError(f"probability {text!r} is NaN")
+        if "e" in stripped.lower():
+            try:
+                _check_exponent(Decimal(stripped), repr(text))
+            except InvalidOperation:
+                pass  # not a decimal; Fraction below decides
         try:
             value = Fraction(stripped)
         except (ValueError, ZeroDivisionError):
             raise InvalidDistributionError(f"cannot read {text!r} as a probability") from None
     else:
-        raise InvalidDistributionError(f"cannot read {text!r} as a probability")
-    return value if exact else float(value)
+        raise InvalidDistributionError(f"cannot read {describe(text)} as a probability")
+    if exact:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidDistributionError(f"probability {describe(text)} is not a finite float64 number") from None
+
+
+def _check_exponent(value: Decimal, shown: str) -> None:
+    if value.is_finite() and value != 0 and abs(value.as_tuple().exponent) > MAX_EXPONENT:
+        raise InvalidDistributionError(
+            f"probability {shown} has a decimal exponent beyond {MAX_EXPONENT}; write it as 0 or as a fraction")
 
 
 def parse_distribution(text: str, *, exact: bool = False, name: str = "distribution") -> np.ndarray:
@@ -82,20 +112,23 @@ def as_distribution(
         try:
             vector = np.array([Fraction(v) if not isinstance(v, float) else _fraction_of_float(v, name)
                                for v in raw], dtype=object)
-        except (TypeError, ValueError):
-            raise InvalidDistributionError(f"{name}: entries must be numbers, got {list(raw)!r}") from None
+        except InvalidDistributionError:
+            raise
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidDistributionError(f"{name}: entries must be numbers, got {describe(list(raw))}") from None
         negative = [i for i, v in enumerate(vector) if v < 0]
         if negative:
             index = negative[0]
-            raise InvalidDistributionError(f"{name}: negative probability at index {index} ({vector[index]})")
+            raise InvalidDistributionError(f"{name}: negative probability at index {index} ({describe(vector[index])})")
         total = sum(vector, Fraction(0))
         if total != 1:
-            raise InvalidDistributionError(f"{name}: probabilities sum to {total}, not 1 (exact mode)")
+            raise InvalidDistributionError(f"{name}: probabilities sum to {describe(total)}, not 1 "
+                                           "(exact mode: give fractions that sum to exactly 1)")
     else:
         try:
             vector = np.array(raw, dtype=np.float64)
         except (TypeError, ValueError):
-            raise InvalidDistributionError(f"{name}: entries must be numbers, got {raw.tolist()!r}") from None
+            raise InvalidDistributionError(f"{name}: entries must be numbers, got {describe(raw.tolist())}") from None
         if np.isnan(vector).any():
             raise InvalidDistributionError(f"{name}: NaN at index {int(np.flatnonzero(np.isnan(vector))[0])}")
         if not np.isfinite(vector).all():
@@ -103,11 +136,12 @@ def as_distribution(
             raise InvalidDistributionError(f"{name}: infinite value at index {index}")
         if (vector < 0).any():
             index = int(np.flatnonzero(vector < 0)[0])
-            raise InvalidDistributionError(f"{name}: negative probability at index {index} ({vector[index]!r})")
+            raise InvalidDistributionError(f"{name}: negative probability at index {index} ({describe(vector[index])})")
         total = float(vector.sum())
         if abs(total - 1.0) > SUM_TOLERANCE:
             raise InvalidDistributionError(
-                f"{name}: probabilities sum to {total!r}, not 1 (tolerance {SUM_TOLERANCE:g}); normalise the input")
+                f"{name}: probabilities sum to {describe(total)}, not 1 (tolerance {SUM_TOLERANCE:g}); "
+                "normalise the input")
         vector = vector / total
     vector.setflags(write=False)
     return vector
@@ -115,7 +149,7 @@ def as_distribution(
 
 def _fraction_of_float(value: float, name: str) -> Fraction:
     if math.isnan(value) or math.isinf(value):
-        raise InvalidDistributionError(f"{name}: {value!r} is not a finite number")
+        raise InvalidDistributionError(f"{name}: {describe(value)} is not a finite number")
     return Fraction(value).limit_denominator(10**12)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec.errors import UnknownTreeError
+from verispec.errors import UnknownTreeError, describe
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES, Chooser, RandomChooser, enumerate_law
 from verispec.simulator.problems import Problem
 from verispec.simulator.ranking import best_index_with_ties, hub_token, top_tokens, without_tokens
@@ -104,14 +104,21 @@ class Drafter(ABC):
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         """Draw one tree shape, making every random decision through ``chooser``."""
 
+    def check_problem(self, problem: Problem) -> None:
+        """Raise a VerispecError when this drafter's parameters make no sense for ``problem`` (e.g. more
+        siblings without replacement than tokens). Default: every problem is fine."""
+        return None
+
     def sample(self, problem: Problem, rng: np.random.Generator) -> DraftTree:
         """One random draft tree."""
         problem.require_depth(self.depth)
+        self.check_problem(problem)
         return DraftTree.from_shape(problem, self.draw(problem, RandomChooser(rng)))
 
     def outcomes(self, problem: Problem, *, max_traces: int = DEFAULT_MAX_TRACES) -> list[tuple[DraftTree, object]]:
         """Every draft tree with its exact probability; identical trees are merged."""
         problem.require_depth(self.depth)
+        self.check_problem(problem)
         law = enumerate_law(lambda chooser: self.draw(problem, chooser), exact=problem.exact, max_traces=max_traces)
         return [(DraftTree.from_shape(problem, shape), probability) for shape, probability in law.items()]
 
@@ -137,13 +144,21 @@ def _draw_path(problem: Problem, chooser: Chooser, builder: TreeBuilder, node: i
     return node, prefix
 
 
+#: Largest tree parameter (and depth) accepted: far beyond any tree an exact analysis can handle, small
+#: enough that sizes computed from it stay ordinary integers.
+MAX_TREE_PARAMETER = 10**6
+
+
 def _check_counts(kind: str, **counts: int):
     for name, value in counts.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-            raise UnknownTreeError(f"{kind}: {name} must be an integer, got {value!r}")
+            raise UnknownTreeError(f"{kind}: {name} must be an integer, got {describe(value)}")
         minimum = 1 if name in {"K", "b"} else 0
         if value < minimum:
-            raise UnknownTreeError(f"{kind}: {name} must be at least {minimum}, got {value}")
+            raise UnknownTreeError(f"{kind}: {name} must be at least {minimum}, got {int(value)}")
+        if value > MAX_TREE_PARAMETER:
+            raise UnknownTreeError(f"{kind}: {name} = {int(value)} is absurdly large; the limit is "
+                                   f"{MAX_TREE_PARAMETER} (exact analysis needs far smaller trees)")
 
 
 @dataclass(frozen=True)
@@ -198,6 +213,8 @@ class DelayedDrafter(Drafter):
     tail: int
 
     def __post_init__(self):
+        if self.trunk == 0:  # the spec reads iid:K,L
+            _check_counts("iid", K=self.branches, L=self.tail)
         _check_counts("delayed", K=self.branches, L1=self.trunk, L2=self.tail)
 
     @property
@@ -280,8 +297,20 @@ class BranchingDrafter(Drafter):
         kind = "branch-iid" if self.replacement else "branch"
         if len(self.branching) == 0:
             raise UnknownTreeError(f"{kind}: give at least one branching factor")
+        if len(self.branching) > MAX_TREE_PARAMETER:
+            raise UnknownTreeError(f"{kind}: depth {len(self.branching)} is absurdly large; the limit is "
+                                   f"{MAX_TREE_PARAMETER}")
         for value in self.branching:
             _check_counts(kind, b=value)
+
+    def check_problem(self, problem: Problem) -> None:
+        """Without replacement, a node cannot get more distinct children than there are tokens."""
+        widest = max(self.branching)
+        if not self.replacement and widest > problem.vocab_size:
+            size = problem.vocab_size
+            raise UnknownTreeError(
+                f"{self.spec} draws {widest} siblings without replacement but the vocabulary has only {size} "
+                f"token{'s' if size != 1 else ''}; use b <= {size} or branch-iid")
 
     @property
     def spec(self) -> str:
@@ -427,7 +456,7 @@ class HubDrafter(Drafter):
     length: int = 1
 
     def __post_init__(self):
-        _check_counts("hub-tree", L=self.length)
+        _check_counts("hub" if self.length == 1 else "hub-tree", L=self.length)
 
     @property
     def spec(self) -> str:
@@ -465,6 +494,8 @@ class GreedyDrafter(Drafter):
     length: int = 1
 
     def __post_init__(self):
+        if self.length == 1:
+            _check_counts("greedy", K=self.branches)
         _check_counts("greedy-tree", K=self.branches, L=self.length)
 
     @property
@@ -579,37 +610,56 @@ class DySpecDrafter(Drafter):
 # Specification strings
 
 
-def _ints(kind: str, text: str, count: int | None) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise UnknownTreeError(f"tree '{kind}:{text}': parameters must be comma-separated integers") from None
-    if count is not None and len(values) != count:
-        raise UnknownTreeError(f"tree kind '{kind}' takes {count} parameter(s), got {len(values)} in '{kind}:{text}'")
+def _ints(kind: str, text: str, names: tuple[str, ...] | None) -> list[int]:
+    """The comma-separated parameters of ``kind:text``, checked under their names (``names`` None: any
+    number of branching factors b)."""
+    form = TREE_KINDS[kind][0]
+    shown = text if len(text) <= 40 else f"{text[:20]}...{text[-10:]}"
+    values = []
+    for part in text.split(","):
+        try:
+            values.append(int(part))
+        except ValueError:
+            digits = part.strip().lstrip("+-")
+            problem = "is absurdly large" if digits.isdigit() else "is not an integer"
+            part = part.strip() if len(part.strip()) <= 40 else f"{part.strip()[:20]}..."
+            raise UnknownTreeError(f"tree '{kind}:{shown}': parameter {part!r} {problem}; "
+                                   f"expected {form} with small non-negative integers") from None
+    if names is not None and len(values) != len(names):
+        raise UnknownTreeError(f"tree kind '{kind}' takes {len(names)} parameter(s), got {len(values)} in "
+                               f"'{kind}:{shown}'; expected {form}")
+    if names is None and len(values) > MAX_TREE_PARAMETER:
+        raise UnknownTreeError(f"tree '{kind}:...': {len(values)} branching factors is absurdly many; the limit "
+                               f"is {MAX_TREE_PARAMETER}")
+    for index, value in enumerate(values):
+        _check_counts(kind, **{names[index] if names is not None else "b": value})
     return values
 
 
 TREE_KINDS: dict[str, tuple[str, Callable[[str], Drafter]]] = {
-    "chain": ("chain:L", lambda text: ChainDrafter(*_ints("chain", text, 1))),
-    "iid": ("iid:K,L", lambda text: RootIIDDrafter(*_ints("iid", text, 2))),
-    "delayed": ("delayed:K,L1,L2", lambda text: DelayedDrafter(*_ints("delayed", text, 3))),
+    "chain": ("chain:L", lambda text: ChainDrafter(*_ints("chain", text, ("L",)))),
+    "iid": ("iid:K,L", lambda text: RootIIDDrafter(*_ints("iid", text, ("K", "L")))),
+    "delayed": ("delayed:K,L1,L2", lambda text: DelayedDrafter(*_ints("delayed", text, ("K", "L1", "L2")))),
     "branch": ("branch:b1,b2,...", lambda text: BranchingDrafter(tuple(_ints("branch", text, None)), False)),
     "branch-iid": ("branch-iid:b1,b2,...",
                    lambda text: BranchingDrafter(tuple(_ints("branch-iid", text, None)), True)),
     "hub": ("hub", lambda text: HubDrafter(1)),
-    "hub-tree": ("hub-tree:L", lambda text: HubDrafter(*_ints("hub-tree", text, 1))),
-    "greedy": ("greedy:K", lambda text: GreedyDrafter(*_ints("greedy", text, 1))),
-    "greedy-tree": ("greedy-tree:K,L", lambda text: GreedyDrafter(*_ints("greedy-tree", text, 2))),
-    "dyspec": ("dyspec:N", lambda text: DySpecDrafter(*_ints("dyspec", text, 1))),
+    "hub-tree": ("hub-tree:L", lambda text: HubDrafter(*_ints("hub-tree", text, ("L",)))),
+    "greedy": ("greedy:K", lambda text: GreedyDrafter(*_ints("greedy", text, ("K",)))),
+    "greedy-tree": ("greedy-tree:K,L", lambda text: GreedyDrafter(*_ints("greedy-tree", text, ("K", "L")))),
+    "dyspec": ("dyspec:N", lambda text: DySpecDrafter(*_ints("dyspec", text, ("N",)))),
 }
 
 
 def parse_tree(spec: str) -> Drafter:
     """Parse a tree specification such as 'chain:3', 'delayed:2,1,2' or 'hub' into a drafter."""
+    if not isinstance(spec, str):
+        raise UnknownTreeError(f"a tree specification is a string such as 'chain:3', got {describe(spec)}")
     kind, sep, params = spec.strip().partition(":")
     if kind not in TREE_KINDS:
         forms = ", ".join(form for form, _ in TREE_KINDS.values())
-        raise UnknownTreeError(f"unknown tree kind {kind!r} in {spec!r}; known kinds: {forms}")
+        shown = spec if len(spec) <= 60 else f"{spec[:40]}..."
+        raise UnknownTreeError(f"unknown tree kind {kind[:40]!r} in {shown!r}; known kinds: {forms}")
     form, factory = TREE_KINDS[kind]
     if ":" not in form:  # a kind without parameters, e.g. 'hub'
         if sep:
@@ -617,4 +667,8 @@ def parse_tree(spec: str) -> Drafter:
         return factory("")
     if not sep or not params.strip():
         raise UnknownTreeError(f"tree {spec!r} is missing its parameters; expected {form}")
-    return factory(params)
+    drafter = factory(params)
+    if drafter.depth > MAX_TREE_PARAMETER:
+        raise UnknownTreeError(f"tree {drafter.spec[:40]!r} has depth {drafter.depth}, absurdly deep; the limit is "
+                               f"{MAX_TREE_PARAMETER}")
+    return drafter

@@ -280,6 +280,7 @@ def analyze(problem: Problem, drafter: Drafter | str, verifier: Verifier, *, met
     with budget.time_budget(deadline):
         check_compatible(verifier, drafter)
         problem.require_depth(drafter.depth)
+        drafter.check_problem(problem)
         used = choose_method(problem, drafter, verifier, method, need_output_law=need_output_law)
         return _analyze(problem, drafter, verifier, used, method, tolerance, kernel_cache, progress)
 

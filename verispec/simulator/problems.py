@@ -15,13 +15,14 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from verispec.errors import InvalidDistributionError, InvalidProblemError
-from verispec.simulator.distributions import as_distribution, parse_number
+from verispec.errors import InvalidDistributionError, InvalidProblemError, describe
+from verispec.simulator.distributions import SUM_TOLERANCE, as_distribution, parse_number
 
 Prefix = tuple[int, ...]
 
@@ -179,9 +180,12 @@ class TabularProblem(Problem):
     horizon: int | None = field(default=None)
 
     def __post_init__(self):
-        size = int(self.vocab_size)
-        if size < 1:
-            raise InvalidProblemError(f"vocab_size must be a positive integer, got {self.vocab_size!r}")
+        try:
+            size = int(self.vocab_size)
+        except (TypeError, ValueError, OverflowError):
+            size = 0
+        if size < 1 or size != self.vocab_size:
+            raise InvalidProblemError(f"vocab_size must be a positive integer, got {describe(self.vocab_size)}")
         tables = {}
         for name, table in (("target", self.target_table), ("draft", self.draft_table)):
             checked = {}
@@ -285,15 +289,15 @@ def _dirichlet_pair(rng: np.random.Generator, size: int, concentration: float, d
 
 def _check_knobs(size: int, concentration: float, divergence: float, temperature: float, zero_fraction: float):
     if not isinstance(size, (int, np.integer)) or size < 1:
-        raise InvalidProblemError(f"vocab_size must be a positive integer, got {size!r}")
+        raise InvalidProblemError(f"vocab_size must be a positive integer, got {describe(size)}")
     if not concentration > 0:
-        raise InvalidProblemError(f"concentration must be positive, got {concentration!r}")
+        raise InvalidProblemError(f"concentration must be positive, got {describe(concentration)}")
     if not 0.0 <= divergence <= 1.0:
-        raise InvalidProblemError(f"divergence must lie in [0, 1], got {divergence!r}")
+        raise InvalidProblemError(f"divergence must lie in [0, 1], got {describe(divergence)}")
     if not (temperature > 0 and np.isfinite(temperature)):
-        raise InvalidProblemError(f"temperature must be positive and finite, got {temperature!r}")
+        raise InvalidProblemError(f"temperature must be positive and finite, got {describe(temperature)}")
     if not 0.0 <= zero_fraction < 1.0:
-        raise InvalidProblemError(f"zero_fraction must lie in [0, 1), got {zero_fraction!r}")
+        raise InvalidProblemError(f"zero_fraction must lie in [0, 1), got {describe(zero_fraction)}")
 
 
 # Synthetic generators share these knobs.
@@ -346,39 +350,95 @@ def random_markov_problem(vocab_size: int, seed: int | np.random.Generator, *, c
 # JSON problems: {"vocab_size": V, "target": {"": [...], "0": [...], "0,1": [...]}, "draft": {...}}
 
 
+#: Top-level keys of a problem file: the three required ones and two optional free-text notes.
+REQUIRED_KEYS = ("vocab_size", "target", "draft")
+NOTE_KEYS = ("comment", "description")
+
+
 def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
     """Build a TabularProblem from the JSON layout documented in the README.
 
-    Keys of "target" and "draft" are prefixes as comma-joined token ids ("" is the root); values are lists
-    of probabilities (numbers or strings such as "1/3").
+    The object has exactly the keys "vocab_size", "target" and "draft", plus optionally "comment" and/or
+    "description" (free text, ignored); any other key is refused. Keys of "target" and "draft" are prefixes
+    as comma-joined token ids ("" is the root; spaces around ids are allowed, but two keys naming the same
+    prefix, such as "0,1" and "0, 1", are refused); values are lists of probabilities: JSON numbers or
+    strings such as "1/3" or "0.25".
+
+    Exact mode (``exact=True``) reads every entry as an exact rational: an integer or a string as itself,
+    and a JSON number with a fraction or an exponent (a float) as the decimal written in the file (a Python
+    float as its shortest round-trip decimal, ``repr``, which is what ``json.dumps`` writes). A vector with
+    at least one such float entry is taken to be rounded: when its exact sum lies within ``SUM_TOLERANCE``
+    (1e-8) of 1 it is divided by that sum, exactly, so it sums to exactly 1. A vector given only as integers
+    and strings must sum to exactly 1. So a file that ``problem_to_json`` wrote from a float problem is
+    readable in exact mode, within about 1e-16 of the float values. Float mode renormalises every vector
+    whose sum is within ``SUM_TOLERANCE`` of 1.
     """
     if not isinstance(data, Mapping):
-        raise InvalidProblemError("a problem file must hold a JSON object")
-    for key in ("vocab_size", "target", "draft"):
+        raise InvalidProblemError(f"a problem file must hold a JSON object, got {type(data).__name__}")
+    for key in REQUIRED_KEYS:
         if key not in data:
             raise InvalidProblemError(f"problem JSON is missing the key {key!r}")
+    for key in data:
+        if key not in REQUIRED_KEYS and key not in NOTE_KEYS:
+            raise InvalidProblemError(
+                f"problem JSON has an unknown key {str(key)!r}; allowed keys: "
+                f"{', '.join(REQUIRED_KEYS)} (required), {', '.join(NOTE_KEYS)} (optional text)")
+        if key in NOTE_KEYS and not isinstance(data[key], str):
+            raise InvalidProblemError(f"problem JSON key {key!r} must be a string (free text), "
+                                      f"got {type(data[key]).__name__}")
     size = data["vocab_size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise InvalidProblemError(f"vocab_size must be a positive integer, got {size!r}")
+        raise InvalidProblemError(f"vocab_size must be a positive integer, got {_json_text(size)}")
     tables = {}
     for name in ("target", "draft"):
         raw = data[name]
         if not isinstance(raw, Mapping):
             raise InvalidProblemError(f"problem JSON key {name!r} must map prefixes to probability lists")
-        table = {}
+        table, keys = {}, {}
         for key, values in raw.items():
             prefix = _parse_prefix_key(key, name)
+            if prefix in keys:
+                raise InvalidProblemError(
+                    f"{name}: prefix keys {keys[prefix]!r} and {key!r} both name the prefix '{_label(prefix)}'; "
+                    "keep one")
+            keys[prefix] = key
             if not isinstance(values, list):
                 raise InvalidDistributionError(f"{name} at prefix '{key}': expected a list of probabilities")
             try:
-                table[prefix] = [parse_number(v, exact=exact) for v in values]
+                table[prefix] = _read_vector(values, exact)
             except InvalidDistributionError as error:
                 raise InvalidDistributionError(f"{name} at prefix '{key}': {error}") from None
         tables[name] = table
     return TabularProblem(size, tables["target"], tables["draft"], exact=exact)
 
 
+def _json_text(value) -> str:
+    """A JSON value as the file wrote it, for messages (no Python reprs such as Decimal('2.0'))."""
+    if isinstance(value, Decimal):
+        return str(value)
+    return json.dumps(value) if isinstance(value, (str, int, float, bool, type(None), list, dict)) else repr(value)
+
+
+def _read_vector(values: list, exact: bool) -> list:
+    """One probability list of a problem file, by the rule of ``problem_from_json``."""
+    if not exact:
+        return [parse_number(value, exact=False) for value in values]
+    entries, rounded = [], False
+    for value in values:
+        if isinstance(value, float):  # a Python float stands for the decimal json.dumps writes for it
+            parse_number(value, exact=True)  # refuses NaN and infinities
+            value = Decimal(repr(value))
+        rounded = rounded or isinstance(value, Decimal)  # a JSON number with a fraction or an exponent
+        entries.append(parse_number(value, exact=True))
+    total = sum(entries, Fraction(0))
+    if rounded and total != 1 and total > 0 and abs(total - 1) <= Fraction(SUM_TOLERANCE):
+        entries = [value / total for value in entries]
+    return entries
+
+
 def _parse_prefix_key(key: str, name: str) -> Prefix:
+    if not isinstance(key, str):
+        raise InvalidProblemError(f"{name}: prefix key {describe(key)} is not a string of comma-joined token ids")
     if key.strip() == "":
         return ()
     try:
@@ -387,17 +447,35 @@ def _parse_prefix_key(key: str, name: str) -> Prefix:
         raise InvalidProblemError(f"{name}: prefix key {key!r} is not comma-joined token ids") from None
 
 
+def _refuse_duplicate_keys(pairs: list) -> dict:
+    """object_pairs_hook for json.loads: a key given twice in one object is an error, not 'last one wins'."""
+    data = {}
+    for key, value in pairs:
+        if key in data:
+            raise InvalidProblemError(f"key {key!r} appears twice in one JSON object; keep one")
+        data[key] = value
+    return data
+
+
 def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
-    """Read a JSON problem file (see ``problem_from_json``)."""
+    """Read a JSON problem file (see ``problem_from_json`` for the layout and the exact-mode rule).
+
+    A key repeated within one JSON object is refused. JSON numbers with a fraction or an exponent are read
+    as the decimals written in the file.
+    """
     try:
         text = Path(path).read_text()
     except OSError as error:
         raise InvalidProblemError(f"cannot read problem file {str(path)!r}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise InvalidProblemError(f"problem file {str(path)!r} is not UTF-8 text") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_float=Decimal)
     except json.JSONDecodeError as error:
         raise InvalidProblemError(
             f"problem file {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno}") from None
+    except InvalidProblemError as error:
+        raise InvalidProblemError(f"problem file {str(path)!r}: {error}") from None
     return problem_from_json(data, exact=exact)
 
 

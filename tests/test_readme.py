@@ -1,0 +1,107 @@
+"""Every command and example of the README runs as written.
+
+The README is parsed generically: every ``verispec ...`` line of its fenced bash blocks (optional parts
+written ``[--flag]`` dropped; set-up lines that create the virtual environment or install skipped) runs
+through ``verispec.cli.main`` from a copy of ``examples/``, where its files (``problem.json``,
+``my_rules.py``) live; the Python block that defines ``my_rule`` is executed; ``examples/my_rules.py``
+must hold the README's ``my_rule`` verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from verispec.cli import main
+from verispec.simulator import load_problem, problem_from_json
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+EXAMPLES = ROOT / "examples"
+
+
+def fenced_blocks(text: str, language: str) -> list[str]:
+    """The bodies of the ```language fenced blocks of a markdown text."""
+    return [match.group(1) for match in re.finditer(rf"^```{language}[ \t]*\n(.*?)^```", text, re.M | re.S)]
+
+
+def readme_commands(text: str = README) -> list[list[str]]:
+    """argv (without the program name) of every 'verispec ...' line in the README's bash blocks."""
+    commands = []
+    for block in fenced_blocks(text, "bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            if "pip install" in line or "-m venv" in line:  # set-up lines
+                continue
+            words = shlex.split(re.sub(r"\s*\[[^\]]*\]", "", line), comments=True)
+            if words and Path(words[0]).name == "verispec":
+                commands.append(words[1:])
+    return commands
+
+
+COMMANDS = readme_commands()
+
+
+def test_the_readme_parser_finds_the_commands():
+    assert len(COMMANDS) >= 5 and {argv[0] for argv in COMMANDS} >= {"exact", "compare", "hunt"}
+    sample = "```bash\nverispec optimum --k 2 [--without-replacement] --json  # alpha*\n" \
+             "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/verispec compare\n```\n"
+    assert readme_commands(sample) == [["optimum", "--k", "2", "--json"]]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(argv)[:60] for argv in COMMANDS])
+def test_readme_command_runs(argv, tmp_path, monkeypatch, capsys):
+    workdir = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, workdir)
+    monkeypatch.chdir(workdir)
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    if argv[0] == "hunt":  # 1: no witness found, the right answer for a lossless rule
+        assert code in (0, 1), err
+        assert "problems" in err
+        if code == 0 and "--output" in argv:
+            load_problem(workdir / argv[argv.index("--output") + 1], exact=True)
+    else:
+        assert code == 0, err
+    if "--json" in argv:
+        for line in out.strip().splitlines():
+            json.loads(line)
+
+
+def _python_example() -> str:
+    blocks = [block for block in fenced_blocks(README, "python") if "def my_rule" in block]
+    assert len(blocks) == 1, "the README should have one Python block defining my_rule"
+    return blocks[0]
+
+
+def _function_source(text: str, name: str) -> str:
+    """The lines of 'def name' up to the next line that is not indented (blank lines at its end dropped)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {name}("))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip() and not lines[i][0].isspace()),
+               len(lines))
+    return "\n".join(lines[start:end]).rstrip()
+
+
+def test_readme_python_example_prints_lossless(capsys):
+    exec(compile(_python_example(), "README.md", "exec"), {"__name__": "readme_example"})
+    assert capsys.readouterr().out.split()[0] == "True"
+
+
+def test_examples_my_rules_is_the_readme_rule():
+    assert _function_source((EXAMPLES / "my_rules.py").read_text(), "my_rule") == \
+        _function_source(_python_example(), "my_rule")
+
+
+def test_readme_problem_files_are_valid():
+    blocks = [json.loads(block) for block in fenced_blocks(README, "json")]
+    problems = [block for block in blocks if isinstance(block, dict) and "vocab_size" in block]
+    assert problems
+    for data in problems:
+        assert problem_from_json(data, exact=True).horizon >= 1
+    assert load_problem(EXAMPLES / "problem.json", exact=True).horizon == 3
