@@ -1,13 +1,14 @@
 """verispec: exact-probability simulator and testbed for speculative-decoding verifiers."""
 
-__version__ = "0.1.0"
+from verispec.version import __version__, package_version
+
+__all__ = ["__version__", "analyze", "package_version"]
 
 
-def package_version() -> str:
-    """The installed distribution's version (package metadata), else ``__version__`` (a bare checkout)."""
-    from importlib import metadata
+def __getattr__(name: str):
+    # ``verispec.analyze`` without importing the engine, the verifiers and scipy at ``import verispec``.
+    if name == "analyze":
+        from verispec.api import analyze
 
-    try:
-        return metadata.version("verispec")
-    except metadata.PackageNotFoundError:
-        return __version__
+        return analyze
+    raise AttributeError(f"module 'verispec' has no attribute {name!r}")

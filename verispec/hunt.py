@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from verispec.errors import VerispecError
+from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import analyze, check_compatible
 from verispec.simulator.problems import ContextFreeProblem, TabularProblem, problem_to_json
@@ -52,9 +52,20 @@ def _weights(draw, size: int, max_weight: int):
     return weights
 
 
+class _OutOfTime(BaseException):
+    """Ends the search at the time budget. A BaseException, so that hypothesis does not treat it as a
+    failure of the condition and spend the rest of the day shrinking it."""
+
+
+class _RuleFailed(BaseException):
+    """Ends the search: the rule itself failed on a candidate (its VerifierError is re-raised)."""
+
+
 @st.composite
-def candidate_problems(draw, depth: int, max_vocab: int, max_weight: int = 6, context_free: bool | None = None):
-    """A small rational problem: (vocab_size, context_free, target weights, draft weights)."""
+def candidate_problems(draw, depth: int, max_vocab: int, max_weight: int = 6, context_free: bool | None = None,
+                       deadline: float | None = None):
+    """A small rational problem: (vocab_size, context_free, target weights, draft weights). Drawing a large
+    context-dependent problem takes a while, so it stops at ``deadline`` (``time.monotonic()``) too."""
     size = draw(st.integers(2, max_vocab))
     # False shrinks first, so 'context_dependent' = False (context-free) is preferred in witnesses.
     dependent = draw(st.booleans()) if context_free is None else not context_free
@@ -63,6 +74,8 @@ def candidate_problems(draw, depth: int, max_vocab: int, max_weight: int = 6, co
     target, draft = {}, {}
     for length in range(depth + 1):
         for prefix in itertools.product(range(size), repeat=length):
+            if deadline is not None and time.monotonic() > deadline:
+                raise _OutOfTime
             target[prefix] = draw(_weights(size, max_weight))
             if length < depth:
                 draft[prefix] = draw(_weights(size, max_weight))
@@ -77,10 +90,6 @@ def build_problem(candidate, *, exact: bool = False):
                           {k: _probabilities(v) for k, v in draft.items()}, exact=exact)
 
 
-class _OutOfTime(Exception):
-    pass
-
-
 def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 3000,
          threshold: float = DEFAULT_THRESHOLD, time_budget: float = 60.0, context_free: bool | None = None,
          progress=None) -> Witness | None:
@@ -92,19 +101,26 @@ def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 
     """
     check_compatible(verifier, drafter)
     start = time.monotonic()
+    deadline = start + time_budget
     tried = 0
     simplest = None
+    failure: list[VerifierError] = []
 
     def lossy(candidate) -> bool:
         nonlocal tried, simplest
-        if time.monotonic() - start > time_budget:
+        if time.monotonic() > deadline:
             raise _OutOfTime
         tried += 1
         if progress is not None:
             progress(tried)
         try:
-            found = analyze(build_problem(candidate), drafter, verifier).tv_distance > threshold
-        except VerispecError:
+            found = analyze(build_problem(candidate), drafter, verifier, deadline=deadline).tv_distance > threshold
+        except AnalysisTimeoutError:  # the budget holds inside one analysis too
+            raise _OutOfTime from None
+        except VerifierError as error:  # the rule failed (raised, returned nonsense, looped): not a verdict
+            failure.append(error)
+            raise _RuleFailed from None
+        except VerispecError:  # a candidate the tree cannot be analysed on (e.g. too large): not a witness
             return False
         if found:
             simplest = candidate  # hypothesis only reports candidates simpler than the last witness
@@ -112,11 +128,13 @@ def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 
 
     config = settings(max_examples=max_examples, deadline=None, database=None, derandomize=True,
                       suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink])
-    strategy = candidate_problems(drafter.depth, max_vocab, context_free=context_free)
+    strategy = candidate_problems(drafter.depth, max_vocab, context_free=context_free, deadline=deadline)
     try:
         candidate = find(strategy, lossy, settings=config)
     except NoSuchExample:
         return None
+    except _RuleFailed:
+        raise VerifierError(f"hunt stopped after {tried} problems: {failure[0]}") from None
     except _OutOfTime:
         if simplest is None:
             return None

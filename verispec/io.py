@@ -46,7 +46,7 @@ class ResultStore:
         self.path = Path(path)
         self.parameters = None
         if parameters is not None:
-            from verispec import package_version
+            from verispec.version import package_version
 
             self.parameters = _json_round_trip({**parameters, "verispec": parameters.get("verispec",
                                                                                           package_version())})

@@ -8,10 +8,11 @@ values that are equal as rationals (p/q = 1/20 / (3/20) and 3/20 / (9/20)) can d
 in float64, and ordering by those bits would make float and exact mode draft or select different tokens.
 
 The tie rule (``TIE_RTOL``): sort the values; two neighbours a, b in that order are TIED when
-|a - b| <= TIE_RTOL * max(|a|, |b|); ties chain (a run of neighbours, each tied to the next, is one tie
-class); tokens of one class are ordered by token id. The rule is applied to exact rationals and to floats
-alike, so both modes rank identically unless a gap between two distinct values lies within float rounding
-of the threshold itself (about 1e-16 relative to a 1e-12 relative gap). Every function is batched over
+|a - b| <= TIE_RTOL * max(|a|, |b|) (for float32 and lower precisions, a few machine epsilons instead);
+ties chain (a run of neighbours, each tied to the next, is one tie class); tokens of one class are ordered
+by token id. The rule is applied to exact rationals and to floats alike, so both modes rank identically
+unless a gap between two distinct values lies within float rounding of the threshold itself (about 1e-16
+relative to a 1e-12 relative gap). Every function is batched over
 leading axes and runs on any backend (numpy float64, Fraction objects, torch).
 """
 
@@ -23,10 +24,26 @@ import numpy as np
 
 from verispec import backend
 
-#: Relative gap at or below which two ranked values count as tied (see the module docstring). Float64
-#: rounding of ratios and products of a few probabilities stays near 1e-15, far below it; genuinely
-#: distinct probabilities of real models differ by far more.
+#: Relative gap at or below which two ranked values count as tied (see the module docstring), for float64
+#: and exact values. Float64 rounding of ratios and products of a few probabilities stays near 1e-15, far
+#: below it; genuinely distinct probabilities of real models differ by far more.
 TIE_RTOL = 1e-12
+
+#: For lower-precision floats (torch float32, bfloat16, float16 in real decoding) the tie gap is this many
+#: machine epsilons of the dtype, since their rounding alone exceeds TIE_RTOL.
+TIE_EPSILONS = 8
+
+
+def tie_tolerance(values) -> float:
+    """The relative tie gap for an array of ``values``: TIE_RTOL for float64 and exact rationals, else
+    TIE_EPSILONS machine epsilons of its dtype."""
+    if backend.is_exact(values) or str(values.dtype).endswith("float64"):
+        return TIE_RTOL
+    if isinstance(values, np.ndarray):
+        return TIE_EPSILONS * float(np.finfo(values.dtype).eps)
+    import torch
+
+    return TIE_EPSILONS * float(torch.finfo(values.dtype).eps)
 
 
 def tie_classes(values):
@@ -37,7 +54,7 @@ def tie_classes(values):
     ordered = xp.take_along_axis(values, order, axis=-1)
     low, high = ordered[..., :-1], ordered[..., 1:]
     scale = xp.maximum(xp.abs(low), xp.abs(high))
-    tied = (high == low) | (high - low <= TIE_RTOL * scale)
+    tied = (high == low) | (high - low <= tie_tolerance(values) * scale)
     steps = xp.astype(~tied, xp.int64)
     zero = xp.zeros(steps.shape[:-1] + (1,), dtype=xp.int64, device=backend.device(order))
     class_sorted = backend.cumulative_sum(xp.concat([zero, steps], axis=-1))

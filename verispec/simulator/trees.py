@@ -326,10 +326,10 @@ class TreeBatch:
         dtype = dtype or torch.float64
 
         def floats(array):
-            return torch.as_tensor(np.asarray(array, dtype=np.float64), dtype=dtype, device=device)
+            return torch.tensor(np.asarray(array, dtype=np.float64), dtype=dtype, device=device)
 
         def ints(array):
-            return torch.as_tensor(np.asarray(backend.to_numpy(array), dtype=np.int64), device=device)
+            return torch.tensor(np.asarray(backend.to_numpy(array), dtype=np.int64), device=device)
 
         return TreeBatch(vocab_size=self.vocab_size, parent=self.parent, depth=self.depth,
                          child_lists=self.child_lists, tokens=ints(self.tokens), p=floats(self.p),

@@ -1,0 +1,26 @@
+"""The top-level Python API: ``verispec.analyze`` takes objects or names.
+
+    >>> import verispec
+    >>> verispec.analyze(verispec.simulator.sun_toy_problem(), "chain:2", "bv").block_efficiency
+
+It sits above every package (problems, drafters, the exact engine, the verifiers), so it can resolve a
+verifier name through the registry; ``verispec.simulator.engine.analyze`` itself takes Verifier objects.
+"""
+
+from __future__ import annotations
+
+from verispec.simulator.drafters import Drafter
+from verispec.simulator.engine import ExactResult
+from verispec.simulator.engine import analyze as _analyze
+from verispec.simulator.interfaces import Verifier
+from verispec.simulator.problems import Problem
+from verispec.verifiers import get_verifier
+
+
+def analyze(problem: Problem, tree: Drafter | str, verifier: Verifier | str, **options) -> ExactResult:
+    """Exact analysis of ``verifier`` (a Verifier, a registered name such as 'bv', or 'FILE.py:NAME') on
+    the trees of ``tree`` (a Drafter or a specification such as 'iid:2,3') for ``problem``; ``options`` are
+    those of ``verispec.simulator.engine.analyze`` (method, tolerance, deadline, ...)."""
+    if isinstance(verifier, str):
+        verifier = get_verifier(verifier)
+    return _analyze(problem, tree, verifier, **options)
