@@ -68,10 +68,21 @@ class NodeSolver(ABC):
 
     def enumerated_output_law(self, p, q, children: tuple[int, ...]) -> np.ndarray:
         """The output law derived from ``sample`` by the generic enumerator (for parity tests)."""
-        exact = backend.is_exact(p)
+        def checked(chooser):
+            try:
+                token = self.sample(p, q, children, chooser)
+            except (VerispecError, NegligibleBranch):
+                raise
+            except Exception as error:  # a user's rule may fail in any way; report it on one line
+                raise VerifierError(f"node solver '{self.name}' raised {type(error).__name__}: {error}") from None
+            if not (isinstance(token, (int, np.integer)) and not isinstance(token, bool) and 0 <= token < len(p)):
+                shown = repr(token.item() if isinstance(token, np.generic) else token)[:80]
+                raise VerifierError(f"node solver '{self.name}' returned {shown}; it must return a token, an "
+                                    f"integer in 0..{len(p) - 1}")
+            return int(token)
+
         law = backend.zeros(p.shape, p)
-        for token, probability in enumerate_law(lambda chooser: self.sample(p, q, children, chooser),
-                                                exact=exact).items():
+        for token, probability in enumerate_law(checked, exact=backend.is_exact(p), name=self.name).items():
             law[token] += probability
         return law
 

@@ -1,0 +1,130 @@
+"""Every input answered: sizes are estimated before any work and refused with a readable size; a rule
+that misbehaves is named with what it did; a time budget stops any analysis; results are compact and
+plain. Each test is a defect found by trying the tool as a new user would."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import verispec
+from verispec.errors import (
+    AnalysisTimeoutError,
+    EnumerationTooLargeError,
+    ProblemTooLargeError,
+    VerifierError,
+    VerispecError,
+)
+from verispec.simulator import (
+    ContextFreeProblem,
+    DraftLaw,
+    analyze,
+    parse_tree,
+    random_markov_problem,
+    random_problem,
+    sun_toy_problem,
+)
+from verispec.verifiers import ProcedureSolver, ProcedureVerifier, TopDownVerifier, get_verifier
+
+CHAIN = frozenset({DraftLaw.SINGLE_PATH})
+
+
+def _soon() -> float:
+    """A deadline far beyond what an up-front refusal needs: an engine that starts working instead of
+    refusing stops here with AnalysisTimeoutError, which the tests treat as a failure."""
+    return time.monotonic() + 60
+
+
+@pytest.mark.parametrize("spec", ["chain:10000", "chain:1000000"])
+def test_huge_chains_are_refused_with_a_readable_size(spec):
+    # chain:10000 overflowed a float in the size estimate; chain:1000000 hung building a slot plan first.
+    with pytest.raises(ProblemTooLargeError, match=r"10\^\d+") as caught:
+        analyze(sun_toy_problem(), spec, get_verifier("bv"), deadline=_soon())
+    assert len(str(caught.value).splitlines()) == 1 and "e+" not in str(caught.value)
+
+
+def test_walk_dp_refuses_a_kernel_it_cannot_hold():
+    # iid:4,8 at V = 200: a node reached by all four paths has 200^4 = 1.6e9 ordered child lists; the DP was
+    # killed at 23.6 GB before this refusal existed.
+    with pytest.raises(ProblemTooLargeError, match=r"V\^n = 10\^9\.2"):
+        analyze(random_markov_problem(200, 0), parse_tree("iid:4,8"), get_verifier("specinfer"),
+                method="dp-metrics", deadline=_soon())
+
+
+def test_law_mode_refuses_an_output_law_it_cannot_hold():
+    with pytest.raises(ProblemTooLargeError, match="dp-metrics"):
+        analyze(random_markov_problem(16, 0), parse_tree("iid:2,12"), get_verifier("specinfer"), method="dp")
+
+
+def _rule_returning(value):
+    def rule(tree, chooser):
+        chooser.bernoulli(0.5)
+        return value
+    return ProcedureVerifier("my_rule", rule, CHAIN)
+
+
+@pytest.mark.parametrize("value,message", [(None, "returned None"), ((0,), r"returned \(0,\)"),
+                                           ((7, 0), "returned node 7"), ((0, 5), "returned token 5"),
+                                           ((0.0, 1), r"returned \(0.0, 1\)")])
+def test_a_rule_returning_nonsense_is_named(value, message):
+    with pytest.raises(VerifierError, match=f"'my_rule' {message}"):
+        analyze(sun_toy_problem(), "chain:2", _rule_returning(value))
+
+
+def test_a_rule_that_raises_is_named():
+    def rule(tree, chooser):
+        return 0, 1 // 0
+
+    with pytest.raises(VerifierError, match="'broken' raised ZeroDivisionError"):
+        analyze(sun_toy_problem(), "chain:1", ProcedureVerifier("broken", rule, CHAIN))
+
+
+def test_a_rule_that_never_stops_choosing_is_named():
+    def rule(tree, chooser):
+        while not chooser.bernoulli(0):  # rejects forever: no trace ever ends
+            pass
+        return 0, 0
+
+    with pytest.raises(EnumerationTooLargeError, match="'looping' made more than 100000 random decisions"):
+        analyze(sun_toy_problem(), "chain:1", ProcedureVerifier("looping", rule, CHAIN), deadline=_soon())
+
+
+@pytest.mark.parametrize("token,message", [(None, "returned None"), (9, "returned 9"), (-1, "returned -1")])
+def test_a_node_solver_returning_nonsense_is_named(token, message):
+    solver = ProcedureSolver("my_solver", lambda p, q, children, chooser: token)
+    with pytest.raises(VerifierError, match=f"'my_solver' {message}"):
+        analyze(sun_toy_problem(), "iid:2,1", TopDownVerifier(solver))
+
+
+def test_a_deadline_stops_an_analysis():
+    problem = random_problem(3, 4, 0)
+    with pytest.raises(AnalysisTimeoutError, match="time budget"):
+        analyze(problem, "branch:2,2,1", get_verifier("traversal"), deadline=time.monotonic() - 1)
+
+
+def test_hunt_keeps_its_time_budget():
+    # hunt --time-budget 5 ran 82-101 s: a budget checked only between analyses, and hypothesis shrinking
+    # the out-of-time signal. A generous bound: a correct rule, large candidates (V up to 8, depth 4).
+    from verispec.hunt import hunt
+
+    start = time.monotonic()
+    assert hunt(get_verifier("bv"), parse_tree("chain:4"), max_vocab=8, time_budget=1.0) is None
+    assert time.monotonic() - start < 20
+
+
+def test_names_are_accepted_by_the_top_level_api():
+    result = verispec.analyze(sun_toy_problem(exact=True), "chain:2", "bv")
+    assert result.block_efficiency == pytest.approx(2 + 2 / 9) and result.tv_distance == 0
+    with pytest.raises(VerispecError, match="verispec.analyze"):
+        analyze(sun_toy_problem(), "chain:2", "bv")  # the engine itself takes Verifier objects
+
+
+def test_results_print_compactly_with_plain_numbers():
+    result = verispec.analyze(random_problem(3, 3, 0), "iid:2,3", "specinfer")
+    text = repr(result)
+    assert len(text) < 200 and "array" not in text and "np." not in text, text
+    assert all(type(v) is float for v in result.tau_law)
+    assert type(result.tv_distance) is float
+    exact = verispec.analyze(ContextFreeProblem(["1/3", "2/3"], ["2/3", "1/3"], exact=True), "chain:2", "naive")
+    assert "block_efficiency=19/9" in repr(exact)
