@@ -41,7 +41,7 @@ def traversal(tree, chooser, *, parent_update="paper", recompute=True, emit_resi
             weight[child] = ratio_min_one(weight[node] * target[node][token], draft[node][token])
             init_below(child)
 
-    weight[0] = 1.0
+    weight[0] = 1 + 0 * tree.p[0, 0]  # 1 in the tree's number system
     init_below(0)
     while True:
         leaf = 0
@@ -58,12 +58,12 @@ def traversal(tree, chooser, *, parent_update="paper", recompute=True, emit_resi
         mass = excess.sum()
         if parent_update == "paper":
             denominator = mass + (1 - weight[parent])
-            weight[parent] = mass / denominator if denominator > 0 else 1.0
+            weight[parent] = mass / denominator if denominator > 0 else denominator * 0 + 1
         else:
             weight[parent] = min(1.0, mass / (1 - draft[parent][token]))
         target[parent] = excess / mass if mass > 0 else target[parent]
         remaining = draft[parent].copy()
-        remaining[token] = 0.0
+        remaining[token] = 0 * remaining[token]
         draft[parent] = normalize(remaining)
         if recompute:
             init_below(parent)
@@ -71,6 +71,43 @@ def traversal(tree, chooser, *, parent_update="paper", recompute=True, emit_resi
 
 def _by_token_id(tree, node):
     return sorted(tree.child_nodes[node], key=lambda child: tree.token[child])
+
+
+def _appearances(tree, node) -> tuple[dict, dict, dict]:
+    """(first position, last position, count) of each token in the node's child list (its i.i.d. draws)."""
+    first, last, count = {}, {}, {}
+    for position, token in enumerate(tree.child_tokens[node]):
+        first.setdefault(token, position)
+        last[token] = position
+        count[token] = count.get(token, 0) + 1
+    return first, last, count
+
+
+def child_order(rule: str):
+    """An order of a node's distinct children, computed from its draws:
+    'first-appearance' (the shipped rule), 'latest-last-appearance' (first appearance when the draws are
+    read from the last to the first: lossless too), 'reversed' (the first-appearance list reversed),
+    'earliest-last-appearance', 'most-frequent' and 'least-frequent' (ties by first appearance)."""
+    keys = {
+        "first-appearance": lambda first, last, count, t: first[t],
+        "latest-last-appearance": lambda first, last, count, t: -last[t],
+        "reversed": lambda first, last, count, t: -first[t],
+        "earliest-last-appearance": lambda first, last, count, t: last[t],
+        "most-frequent": lambda first, last, count, t: (-count[t], first[t]),
+        "least-frequent": lambda first, last, count, t: (count[t], first[t]),
+    }
+    key = keys[rule]
+
+    def order(tree, node):
+        first, last, count = _appearances(tree, node)
+        return sorted(tree.child_nodes[node], key=lambda child: key(first, last, count, int(tree.token[child])))
+    return order
+
+
+def traversal_with_order(rule: str) -> ProcedureVerifier:
+    """Traversal on i.i.d. child lists with the distinct children taken in the order ``rule``."""
+    return ProcedureVerifier(f"traversal-iid-{rule}",
+                             lambda tree, chooser: traversal(tree, chooser, order=child_order(rule)), IID)
 
 
 def gbv_tied_ranking(tree, chooser):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from tests.broken_paths import BROKEN_PATH_VERIFIERS, CORRECT_TRAVERSAL
+from tests.broken_paths import BROKEN_PATH_VERIFIERS, CORRECT_TRAVERSAL, traversal_with_order
 from tests.conftest import build_problem, problem_args
 from verispec.cli import main
 from verispec.simulator import (
@@ -193,6 +193,44 @@ def test_broken_module_reference_traversal_is_lossless(spec):
     _assert_same_output_law(analyze(random_problem(3, 3, 1, divergence=1.0), parse_tree("branch:2,2"),
                                     CORRECT_TRAVERSAL),
                             analyze(random_problem(3, 3, 1, divergence=1.0), parse_tree("branch:2,2"), TRAVERSAL))
+
+
+@pytest.mark.parametrize("rule", ["first-appearance", "latest-last-appearance"])
+@pytest.mark.parametrize("spec", ["iid:3,1", "iid:3,2", "iid:4,1"])
+def test_child_orders_that_read_the_draws_in_a_fixed_order_are_lossless(rule, spec):
+    # Reading K i.i.d. draws in any fixed order of their positions leaves them i.i.d., so the first-
+    # appearance argument of docs/traversal_iid.md applies; read backwards it is "latest last appearance
+    # first". Exactly lossless in rationals.
+    problem = load_problem(DOCS / "traversal_iid_problem.json", exact=True)
+    for candidate in (problem, sun_toy_problem(exact=True)):
+        assert analyze(candidate, parse_tree(spec), traversal_with_order(rule)).tv_distance == 0
+
+
+@pytest.mark.parametrize("rule,excess_of_a", [("reversed", Fraction(-1, 27)),
+                                              ("earliest-last-appearance", Fraction(-1, 27)),
+                                              ("most-frequent", Fraction(1, 27)),
+                                              ("least-frequent", Fraction(-2, 27))])
+def test_other_child_orders_are_lossy_from_three_paths(rule, excess_of_a):
+    # Sun's toy (p = (1/3, 2/3), q = (2/3, 1/3)), iid:3,1, worked by hand. Whatever the order, a tried first
+    # is accepted w.p. w_a = 1/2, and otherwise b is emitted (the residual after a is (0, 1) and w_b = 1);
+    # b tried first is accepted. So P(first token = a) = P(a tried first) / 2, and the law of the second
+    # token given the first is p in every case: TV = |P(a tried first) / 2 - 1/3|.
+    #   reversed / earliest last appearance: a is tried first iff (a, a, a) or it is the token that appears
+    #     last for the first time / whose last draw comes first: 8/27 + (1/3)(8/9) = 16/27, so 8/27 vs 9/27;
+    #   most frequent: the majority token, P(at least two a) = 20/27, so 10/27;
+    #   least frequent: the minority token (or the only one), 8/27 + 3 (2/3)(1/3)^2 = 14/27, so 7/27.
+    result = analyze(sun_toy_problem(exact=True), parse_tree("iid:3,1"), traversal_with_order(rule))
+    first_token = result.output_law.continued_with_target(sun_toy_problem(exact=True)).sum(axis=1)
+    assert first_token[0] - Fraction(1, 3) == excess_of_a
+    assert result.tv_distance == abs(excess_of_a)
+
+
+def test_with_two_paths_every_order_of_the_draws_is_lossless():
+    # K = 2: reversed, earliest/latest last appearance and most/least frequent first all coincide with one
+    # of the two fixed reading orders of the draws (the docs' claim for K = 2); token id does not.
+    for rule in ("reversed", "earliest-last-appearance", "most-frequent", "least-frequent"):
+        for spec in ("iid:2,1", "iid:2,2"):
+            assert analyze(sun_toy_problem(exact=True), parse_tree(spec), traversal_with_order(rule)).tv_distance == 0
 
 
 def test_traversal_iid_token_order_worked_example():

@@ -135,8 +135,9 @@ class TraversalIIDVerifier(TraversalVerifier):
     been drawn without replacement. That is exactly lossless: given the first distinct child c and its
     multiplicity m, c ~ q, c's subtree is drawn from m i.i.d. continuations, and the later siblings are
     i.i.d. draws from q(. | not c), independent of c's subtree; the induction behind Traversal needs only
-    that (docs/traversal_iid.md gives the argument and the exact checks). Other orders that are functions
-    of the draws' first appearances are lossless too; ordering by token id is not (docs/traversal_iid.md).
+    that (docs/traversal_iid.md gives the argument and the exact checks). First appearance with the draws
+    read in another fixed order (e.g. backwards) is lossless too; ordering by token id is lossy, and so are
+    frequency orders and the reversed list from K = 3 paths on (docs/traversal_iid.md).
     """
 
     name = "traversal-iid"
