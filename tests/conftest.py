@@ -19,7 +19,16 @@ settings.register_profile(
 settings.register_profile(
     "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
     print_blob=True)
+settings.register_profile(
+    "fast", max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_configure(config):
+    # The fast loop (pytest -m "not slow") runs every property test on 10 derandomised examples instead of
+    # 40; the full run (CI, the README's test command) keeps 40.
+    if "not slow" in (config.option.markexpr or "") and not os.environ.get("HYPOTHESIS_PROFILE"):
+        settings.load_profile("fast")
 
 
 @st.composite

@@ -103,6 +103,7 @@ def test_subclass_that_redraws_loses_the_dp_claim():
     assert choose_method(random_problem(2, 2, 0), broken, get_verifier("specinfer")) == "closed-form"
 
 
+@pytest.mark.slow
 def test_deep_markov_metrics_against_the_oracle():
     # A delayed tree of depth 5 on an order-1 Markov problem: state-keyed DP == whole-tree enumeration.
     problem = random_markov_problem(3, 5, divergence=0.8)

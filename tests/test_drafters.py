@@ -110,6 +110,7 @@ def test_delayed_trunk_has_multiplicity_one():
         assert len(tree.child_tokens[trunk_end]) == 3
 
 
+@pytest.mark.slow
 def test_sample_matches_outcomes():
     # 40_000 samples of iid:2,2 over V = 2 (16 trees); every count within 6 standard deviations
     # (normal tail 2e-9 per cell; a false failure has probability below 1e-7).

@@ -244,9 +244,9 @@ def test_trap_2_variants_are_flagged_lossy(name, spec):
 
 @pytest.mark.parametrize("name", sorted(BROKEN_RRSW_VERIFIERS))
 def test_trap_2_variants_are_flagged_on_random_problems(name):
-    distances = [analyze(build_problem(dict(vocab_size=4, depth=2, seed=seed, divergence=1.0)),
-                         parse_tree("branch:3,1"), BROKEN_RRSW_VERIFIERS[name]).tv_distance for seed in range(1, 6)]
-    assert max(distances) > 1e-3, distances
+    distances = (analyze(build_problem(dict(vocab_size=4, depth=2, seed=seed, divergence=1.0)),
+                         parse_tree("branch:3,1"), BROKEN_RRSW_VERIFIERS[name]).tv_distance for seed in range(1, 6))
+    assert any(distance > 1e-3 for distance in distances), f"{name} was not flagged on any of 5 problems"
 
 
 # --- DySpec ------------------------------------------------------------------------------------------------

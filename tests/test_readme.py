@@ -53,7 +53,13 @@ def test_the_readme_parser_finds_the_commands():
     assert readme_commands(sample) == [["optimum", "--k", "2", "--json"]]
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(argv)[:60] for argv in COMMANDS])
+def _slow(argv) -> bool:
+    """Commands that take over a few seconds here (a search, a comparison on the random problem)."""
+    return argv[0] == "hunt" or (argv[0] == "compare" and "random" in argv)
+
+
+@pytest.mark.parametrize("argv", [pytest.param(argv, marks=[pytest.mark.slow] if _slow(argv) else [])
+                                  for argv in COMMANDS], ids=[" ".join(argv)[:60] for argv in COMMANDS])
 def test_readme_command_runs(argv, tmp_path, monkeypatch, capsys):
     workdir = tmp_path / "examples"
     shutil.copytree(EXAMPLES, workdir)
