@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = {
     "specinfer delayed:4,4,4, random context-dependent V=4": (
         "random_problem(4, 8, 0)", "delayed:4,4,4", "specinfer", "dp"),
-    "specinfer iid:4,16, Markov V=16 (law of tau)": ("random_markov_problem(16, 0)", "iid:4,16", "specinfer", "dp-metrics"),
+    "specinfer iid:4,16, Markov V=16 (law of tau)": (
+        "random_markov_problem(16, 0)", "iid:4,16", "specinfer", "dp-metrics"),
     "otlp delayed:3,2,3, random context-dependent V=3": ("random_problem(3, 5, 1)", "delayed:3,2,3", "otlp", "dp"),
 }
 QUICK = {
