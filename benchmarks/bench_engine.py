@@ -25,7 +25,7 @@ MAX_ORACLE_TREES = 60_000
 
 
 def grid(quick: bool):
-    solvers = [name for name, v in sorted(REGISTRY.items()) if getattr(v, "solver", None) is not None]
+    solvers = [name for name, v in sorted(REGISTRY.items()) if v.node_solver is not None]
     shapes = [(3, 3, 0, 3), (3, 2, 1, 2), (4, 4, 0, 4), (4, 4, 2, 2), (4, 4, 4, 0), (4, 2, 1, 3)]
     if quick:
         shapes = [(3, 2, 0, 2), (3, 3, 1, 2)]

@@ -21,7 +21,7 @@ from verispec.simulator import (
 from verispec.simulator.engine import choose_method
 from verispec.verifiers import REGISTRY, get_verifier
 
-SOLVER_VERIFIERS = sorted(name for name, v in REGISTRY.items() if getattr(v, "solver", None) is not None)
+SOLVER_VERIFIERS = sorted(name for name, v in REGISTRY.items() if v.node_solver is not None)
 
 
 @st.composite

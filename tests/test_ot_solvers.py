@@ -20,7 +20,7 @@ from tests.broken_spectr import BROKEN_KSEQ_VERIFIERS, gap_at
 from tests.conftest import build_problem, problem_args
 from verispec.lp_analysis import iid_draft_law
 from verispec.lp_analysis.importance import importance_weights
-from verispec.simulator import ChainDrafter, ContextFreeProblem, RootIIDDrafter, analyze, parse_tree
+from verispec.simulator import ChainDrafter, ContextFreeProblem, RootIIDDrafter, analyze, parse_tree, random_problem
 from verispec.verifiers import REGISTRY, TopDownVerifier, get_verifier
 from verispec.verifiers.khisti import KhistiSolver
 from verispec.verifiers.spectr import kseq_gap, kseq_rho
@@ -214,3 +214,26 @@ def test_truncated_khisti_is_exactly_lossless_in_rationals(truncation):
     for spec in ("iid:3,1", "delayed:2,1,1"):
         result = analyze(problem, parse_tree(spec), TRUNCATED[truncation])
         assert result.tv_distance == 0 and isinstance(result.block_efficiency, Fraction)
+
+
+def test_node_optimal_couplings_can_differ_in_depth():
+    # Two couplings that are both optimal at every node (the max flow that otlp uses, and the LP optimum
+    # HiGHS returns) accept alike at the root but move the walk to different children, so their block
+    # efficiencies differ at depth 2, while both stay lossless (README, "Ties").
+    from verispec.lp_analysis.ot import ot_coupling
+    from verispec.verifiers.otlp import OTLPSolver
+
+    class LPCoupling(OTLPSolver):
+        name = "otlp-lp"
+
+        def coupling(self, p, q, num_drafts):
+            return ot_coupling(p, iid_draft_law(q, num_drafts))
+
+    problem, drafter = random_problem(3, 2, 37), parse_tree("iid:3,2")
+    flow = analyze(problem, drafter, get_verifier("otlp"))
+    lp = analyze(problem, drafter, TopDownVerifier(LPCoupling()))
+    assert flow.tv_distance < 1e-12 and lp.tv_distance < 1e-12
+    root = analyze(problem, parse_tree("iid:3,1"), get_verifier("otlp")).acceptance_by_depth[0]
+    assert root == pytest.approx(analyze(problem, parse_tree("iid:3,1"), TopDownVerifier(LPCoupling()))
+                                 .acceptance_by_depth[0], abs=1e-9)
+    assert abs(flow.block_efficiency - lp.block_efficiency) > 1e-2

@@ -3,8 +3,8 @@
 The README is parsed generically: every ``verispec ...`` line of its fenced bash blocks (optional parts
 written ``[--flag]`` dropped; set-up lines that create the virtual environment or install skipped) runs
 through ``verispec.cli.main`` from a copy of ``examples/``, where its files (``problem.json``,
-``my_rules.py``) live; the Python block that defines ``my_rule`` is executed; ``examples/my_rules.py``
-must hold the README's ``my_rule`` verbatim.
+``my_rules.py``) live; every Python block is executed (the one that defines ``my_rule`` must print that
+it is lossless); ``examples/my_rules.py`` must hold the README's ``my_rule`` verbatim.
 """
 
 from __future__ import annotations
@@ -97,6 +97,15 @@ def _function_source(text: str, name: str) -> str:
 def test_readme_python_example_prints_lossless(capsys):
     exec(compile(_python_example(), "README.md", "exec"), {"__name__": "readme_example"})
     assert capsys.readouterr().out.split()[0] == "True"
+
+
+@pytest.mark.parametrize("index", range(len(fenced_blocks(README, "python"))))
+def test_every_readme_python_block_runs(index, capsys):
+    block = fenced_blocks(README, "python")[index]
+    if "import torch" in block:
+        pytest.importorskip("torch")
+    exec(compile(block, "README.md", "exec"), {"__name__": f"readme_block_{index}"})
+    assert capsys.readouterr().out.strip() != "" or "print(" not in block
 
 
 def test_examples_my_rules_is_the_readme_rule():
