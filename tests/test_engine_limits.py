@@ -11,7 +11,6 @@ import pytest
 import verispec
 from verispec.errors import (
     AnalysisTimeoutError,
-    EnumerationTooLargeError,
     ProblemTooLargeError,
     VerifierError,
     VerispecError,
@@ -86,7 +85,7 @@ def test_a_rule_that_never_stops_choosing_is_named():
             pass
         return 0, 0
 
-    with pytest.raises(EnumerationTooLargeError, match="'looping' made more than 100000 random decisions"):
+    with pytest.raises(VerifierError, match="'looping' made more than 100000 random decisions"):
         analyze(sun_toy_problem(), "chain:1", ProcedureVerifier("looping", rule, CHAIN), deadline=_soon())
 
 
@@ -128,3 +127,15 @@ def test_results_print_compactly_with_plain_numbers():
     assert type(result.tv_distance) is float
     exact = verispec.analyze(ContextFreeProblem(["1/3", "2/3"], ["2/3", "1/3"], exact=True), "chain:2", "naive")
     assert "block_efficiency=19/9" in repr(exact)
+
+
+def test_hunt_reports_a_failing_rule_instead_of_no_witness():
+    from verispec.hunt import hunt
+
+    def rule(tree, chooser):
+        while not chooser.bernoulli(0):
+            pass
+        return 0, 0
+
+    with pytest.raises(VerifierError, match="hunt stopped after 1 problems: 'looping' made more than"):
+        hunt(ProcedureVerifier("looping", rule, CHAIN), parse_tree("chain:1"), time_budget=30)

@@ -39,10 +39,6 @@ def is_exact(array) -> bool:
     return type(array) is np.ndarray and array.dtype == object
 
 
-def is_torch(array) -> bool:
-    return array_api_compat.is_torch_array(array)
-
-
 def device(array):
     return array_api_compat.device(array)
 

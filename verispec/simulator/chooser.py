@@ -124,8 +124,8 @@ class _ReplayChooser:
 
     def _decide(self, options: list[tuple[int, object]]) -> int:
         # options: (choice, probability) pairs with probability > 0, in a fixed order
-        if self.position >= MAX_CHOICES_PER_TRACE:
-            raise EnumerationTooLargeError(
+        if self.position >= MAX_CHOICES_PER_TRACE:  # the rule's fault, not the problem's size
+            raise VerifierError(
                 f"'{self.name}' made more than {MAX_CHOICES_PER_TRACE} random decisions in one run; a procedure "
                 "must stop after finitely many choices (does a loop never accept?)")
         if self.position < len(self.prefix):

@@ -207,20 +207,3 @@ def ratio_min_one(p_value, q_value):
     """min(1, p/q) for one drafted token (q > 0 is guaranteed by the draft tree)."""
     ratio = p_value / q_value
     return ratio if ratio < 1 else ratio * 0 + 1
-
-
-def zeros(shape, *, exact: bool) -> np.ndarray:
-    """A zero array in the requested number system."""
-    if exact:
-        out = np.empty(shape, dtype=object)
-        out.fill(Fraction(0))
-        return out
-    return np.zeros(shape, dtype=np.float64)
-
-
-def is_exact(array: np.ndarray) -> bool:
-    return array.dtype == object
-
-
-def to_float(value) -> float:
-    return float(value)

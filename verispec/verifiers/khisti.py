@@ -42,7 +42,7 @@ from verispec import backend
 from verispec.lp_analysis.draft_laws import iid_draft_law
 from verispec.lp_analysis.importance import PairSelection, flow_weights, truncated_pair_weights
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import ratio_min_one, residual, zeros
+from verispec.simulator.distributions import ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import NodeSolver
 from verispec.verifiers.node_cache import NodeCache, node_key
@@ -80,7 +80,7 @@ class TournamentSelection:
     intermediate: np.ndarray        # [V] law of the final winner
 
     def law(self, children: tuple[int, ...]) -> np.ndarray:
-        winner = zeros(self.intermediate.shape, exact=self.intermediate.dtype == object)
+        winner = backend.zeros(self.intermediate.shape, self.intermediate)
         winner[children[0]] += 1
         for first_wins, challenger in zip(self.rounds, children[1:]):
             kept = winner * first_wins[:, challenger]
