@@ -19,7 +19,7 @@ from fractions import Fraction
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
+from hypothesis.errors import Flaky, NoSuchExample
 
 from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
 from verispec.simulator.drafters import Drafter
@@ -135,7 +135,10 @@ def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 
         return None
     except _RuleFailed:
         raise VerifierError(f"hunt stopped after {tried} problems: {failure[0]}") from None
-    except _OutOfTime:
+    except (_OutOfTime, Flaky) as stopped:
+        # Flaky: hypothesis saw the data generation change, as it does when drawing stops at the deadline
+        if isinstance(stopped, Flaky) and time.monotonic() <= deadline:
+            raise
         if simplest is None:
             return None
         candidate = simplest
