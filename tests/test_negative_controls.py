@@ -38,6 +38,7 @@ def test_broken_variant_is_flagged_on_random_problems(name):
 ALL_BROKEN = all_broken_variants()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ALL_BROKEN))
 def test_hunt_finds_a_witness_within_a_minute(name):
     verifier, drafter = ALL_BROKEN[name]

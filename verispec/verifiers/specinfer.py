@@ -25,14 +25,17 @@ class SpecInferSolver(NodeSolver):
         chain = [p[first]]                                    # r_1 .. r_(m+1), each [U, V]
         for _ in range(children.shape[1]):
             chain.append(residual(chain[-1], node_q))
-        law = backend.zeros(p.shape, p)
         rejected_so_far = backend.ones(p.shape[:-1], p)     # P(x_1..x_(j-1) all rejected), [N]
+        accepted = []                                         # (token x_j, P(x_j is the accepted draft)), [N]
         for j in range(children.shape[1]):
             token = children[:, j]
             accept = backend.minimum_one(chain[j][inverse, token] / backend.take(q, token))  # [N]
-            law = backend.add_to_tokens(law, token, rejected_so_far * accept)
+            accepted.append((token, rejected_so_far * accept))
             rejected_so_far = rejected_so_far * (1 - accept)
-        return law + rejected_so_far[:, None] * chain[-1][inverse]
+        law = rejected_so_far[:, None] * chain[-1][inverse]  # every draft rejected: Y ~ r_(m+1)
+        for token, mass in accepted:
+            law = backend.add_to_tokens(law, token, mass)
+        return law
 
     def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         current = p
