@@ -263,6 +263,14 @@ def unique_value_rows(*arrays) -> tuple[list[int], list[int]]:
     return first, inverse
 
 
+def rows_by_group(inverse, count: int) -> list[np.ndarray]:
+    """For group labels ``inverse`` [N] in 0..count-1 (host integers), the rows of each group, in order."""
+    inverse = np.asarray(inverse)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(count + 1))
+    return [order[bounds[g]:bounds[g + 1]] for g in range(count)]
+
+
 def runs(*arrays) -> tuple[Array, Array]:
     """(first, inverse) for runs of consecutive equal rows of one or more arrays [N, ...] taken together:
     ``first`` [U] holds the first row of each run and row r equals row ``first[inverse[r]]``. A cheap,

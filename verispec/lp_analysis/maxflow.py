@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec.lp_analysis.ot import OTCoupling, acceptance
+from verispec.lp_analysis.ot import OTCoupling
 
 
 def _max_flow(capacity: list[dict[int, object]], source: int, sink: int, zero) -> list[dict[int, object]]:
@@ -140,6 +140,10 @@ def maxflow_coupling(p: np.ndarray, draft_law: Mapping[tuple[int, ...], object])
         coupling[row] = per_set[index] * (probability / flow.set_mass[index])
     coupling.setflags(write=False)
     flow.probabilities.setflags(write=False)
-    value = acceptance(flow.outcomes, coupling)
+    # acceptance = sum_x sum_{y in set(x)} pi(x, y); the rows of one set add up to its per-set row
+    member = np.zeros(per_set.shape, dtype=bool)
+    for index, members in enumerate(flow.sets):
+        member[index, list(members)] = True
+    value = np.where(member, per_set, 0 * per_set).sum()
     return OTCoupling(outcomes=flow.outcomes, probabilities=flow.probabilities, coupling=coupling,
                       optimum=value if p.dtype == object else float(value))

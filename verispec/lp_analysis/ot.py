@@ -49,6 +49,10 @@ class OTCoupling:
         index = self._index[tuple(outcome)]
         return self.coupling[index] / self.probabilities[index]
 
+    def index_of(self, outcome: tuple[int, ...]) -> int:
+        """The row of the draft outcome x."""
+        return self._index[outcome]
+
     @property
     def _index(self) -> dict[tuple[int, ...], int]:
         index = self.__dict__.get("_index_cache")

@@ -62,14 +62,16 @@ def _number(value, exact: bool):
 class ExactSelection:
     """Step 1 from the exact weight LP: beta(x) for every ordered tuple x, and p_I."""
 
-    weights: dict[tuple[int, ...], np.ndarray]  # x -> [V] beta_.(x)
-    intermediate: np.ndarray                    # [V] p_I
+    index: dict[tuple[int, ...], int]  # x -> its row of ``weights``
+    weights: np.ndarray                # [num_outcomes, V] beta_.(x)
+    intermediate: np.ndarray           # [V] p_I
 
-    def law(self, children: tuple[int, ...]) -> np.ndarray:
-        return self.weights[tuple(children)]
+    def laws(self, children: np.ndarray) -> np.ndarray:
+        """The law of Y' for every row of ``children`` [R, K] (host integers), [R, V]."""
+        return self.weights[[self.index[tuple(row)] for row in children.tolist()]]
 
     def sample(self, children: tuple[int, ...], chooser: Chooser) -> int:
-        return chooser.categorical(self.weights[tuple(children)])
+        return chooser.categorical(self.weights[self.index[tuple(children)]])
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,14 +81,15 @@ class TournamentSelection:
     rounds: tuple[np.ndarray, ...]  # [V, V] first_wins[a, b] = P(pick a | winner so far a, challenger b)
     intermediate: np.ndarray        # [V] law of the final winner
 
-    def law(self, children: tuple[int, ...]) -> np.ndarray:
-        winner = backend.zeros(self.intermediate.shape, self.intermediate)
-        winner[children[0]] += 1
-        for first_wins, challenger in zip(self.rounds, children[1:]):
-            kept = winner * first_wins[:, challenger]
-            lost = (winner - kept).sum()
-            winner = kept
-            winner[challenger] += lost
+    def laws(self, children: np.ndarray) -> np.ndarray:
+        """The law of the winner for every row of ``children`` [R, K] (host integers), [R, V]."""
+        size = len(self.intermediate)
+        winner = np.where(backend.one_hot(children[:, 0], size), 1 + 0 * self.intermediate[0],
+                          0 * self.intermediate[0])                                  # [R, V]
+        for first_wins, challenger in zip(self.rounds, children[:, 1:].T):
+            kept = winner * first_wins[:, challenger].T                               # [R, V]
+            lost = (winner - kept).sum(axis=1)
+            winner = backend.add_to_tokens(kept, challenger, lost)
         return winner
 
     def sample(self, children: tuple[int, ...], chooser: Chooser) -> int:
@@ -116,8 +119,8 @@ def _merged_law(first_wins: np.ndarray, q1: np.ndarray, q2: np.ndarray) -> np.nd
 def exact_selection(p: np.ndarray, q: np.ndarray, num_drafts: int) -> ExactSelection:
     """Step 1 with optimal weights for K i.i.d. drafts (a maximum flow; exact with Fractions)."""
     solved = flow_weights(p, iid_draft_law(q, num_drafts))
-    weights = {outcome: solved.weights[i] for i, outcome in enumerate(solved.outcomes)}
-    return ExactSelection(weights=weights, intermediate=solved.intermediate)
+    index = {outcome: i for i, outcome in enumerate(solved.outcomes)}
+    return ExactSelection(index=index, weights=solved.weights, intermediate=solved.intermediate)
 
 
 def tournament_selection(p: np.ndarray, q: np.ndarray, num_drafts: int, truncation: int) -> TournamentSelection:
@@ -165,11 +168,13 @@ class KhistiSolver(NodeSolver):
             return backend.where(backend.one_hot(children[:, 0], p.shape[-1]), backend.one(p), backend.zero(p)), q
         host_p, host_q, host_children = (backend.to_numpy(array) for array in (p, q, children))
         first, inverse = backend.unique_value_rows(host_p, host_q)
-        selections = [self.selection(host_p[row], host_q[row], count) for row in first]
-        chosen = [selections[inverse[row]].law(tuple(int(t) for t in host_children[row]))
-                  for row in range(len(host_children))]
-        intermediate = [selections[inverse[row]].intermediate for row in range(len(host_children))]
-        return backend.asarray(np.stack(chosen), p), backend.asarray(np.stack(intermediate), p)
+        chosen = np.empty(host_p.shape, dtype=host_p.dtype)
+        intermediate = np.empty(host_p.shape, dtype=host_p.dtype)
+        for row, rows in zip(first, backend.rows_by_group(inverse, len(first))):
+            selection = self.selection(host_p[row], host_q[row], count)
+            chosen[rows] = selection.laws(host_children[rows])
+            intermediate[rows] = selection.intermediate
+        return backend.asarray(chosen, p), backend.asarray(intermediate, p)
 
     def output_laws(self, p, q, children):
         chosen, intermediate = self.step_one(p, q, children)

@@ -68,10 +68,12 @@ class OTLPSolver(NodeSolver):
         # back in the backend, dtype and device of p.
         host_p, host_q, host_children = (backend.to_numpy(array) for array in (p, q, children))
         first, inverse = backend.unique_value_rows(host_p, host_q)
-        couplings = [self.coupling(host_p[row], host_q[row], host_children.shape[1]) for row in first]
-        laws = [couplings[inverse[row]].conditional(tuple(int(t) for t in host_children[row]))
-                for row in range(len(host_children))]
-        return backend.asarray(np.stack(laws), p)
+        laws = np.empty(host_p.shape, dtype=host_p.dtype)
+        for row, rows in zip(first, backend.rows_by_group(inverse, len(first))):
+            coupling = self.coupling(host_p[row], host_q[row], host_children.shape[1])
+            outcome = [coupling.index_of(tuple(drafts)) for drafts in host_children[rows].tolist()]
+            laws[rows] = coupling.coupling[outcome] / coupling.probabilities[outcome][:, None]  # pi(x, .) / Q(x)
+        return backend.asarray(laws, p)
 
     def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         return chooser.categorical(self.coupling(p, q, len(children)).conditional(children))
