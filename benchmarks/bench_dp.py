@@ -5,7 +5,7 @@
 checkout. Each workload runs in a fresh Python process per side (same interpreter, same machine, one after
 the other), only the ``analyze`` call is timed, and the two block efficiencies must agree to 1e-12.
 
-    python benchmarks/bench_dp.py                 # the issue's two workloads, about 6 minutes
+    python benchmarks/bench_dp.py                 # the issue's two workloads and khisti, about 8 minutes
     python benchmarks/bench_dp.py --quick         # smaller versions, about 20 seconds
 """
 
@@ -30,7 +30,7 @@ WORKLOADS = {
         "random_problem(4, 8, 0)", "delayed:4,4,4", "specinfer", "dp"),
     "specinfer iid:4,16, Markov V=16 (law of tau)": (
         "random_markov_problem(16, 0)", "iid:4,16", "specinfer", "dp-metrics"),
-    "otlp delayed:3,2,3, random context-dependent V=3": ("random_problem(3, 5, 1)", "delayed:3,2,3", "otlp", "dp"),
+    "khisti delayed:4,2,4, random context-dependent V=4": ("random_problem(4, 6, 0)", "delayed:4,2,4", "khisti", "dp"),
 }
 QUICK = {
     "specinfer delayed:3,2,3, random context-dependent V=4": (
