@@ -41,6 +41,7 @@ from verispec.simulator.drafters import Drafter, parse_tree
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.laws import OutputLaw, check_emission_laws
 from verispec.simulator.problems import Problem, target_law
+from verispec.simulator.trees import TreeBatch
 
 DEFAULT_TOLERANCE = 1e-12
 
@@ -310,16 +311,22 @@ def _analyze(problem, drafter, verifier, used, requested, tolerance, kernel_cach
             for array in emitted:
                 array[...] = Fraction(0)
         outcomes = drafter.outcomes(problem)
-        for tree, probability in tqdm(outcomes, desc="draft trees", disable=not progress, leave=False):
-            budget.check("whole-tree enumeration")
-            batch = tree.as_batch()
-            if used == "enumerate":
-                laws = verifier.enumerated_emission_law(tree)[None]
-            else:
-                laws = verifier.emission_laws(batch)
-            check_emission_laws(verifier.name, batch, laws)
-            for node, path in enumerate(tree.paths):
-                emitted[len(path)][path] += probability * laws[0][node]
+        trees = [tree for tree, _ in outcomes]
+        with tqdm(total=len(trees), desc="draft trees", disable=not progress, leave=False) as bar:
+            # 'closed-form': the verifier's law once per topology of the drafter's trees; 'enumerate': the
+            # procedure over every choice trace, tree by tree
+            for batch, members in TreeBatch.of_trees(trees):
+                budget.check("whole-tree enumeration")
+                if used == "enumerate":
+                    laws = np.stack([verifier.enumerated_emission_law(trees[index]) for index in members])
+                else:
+                    laws = verifier.emission_laws(batch)
+                check_emission_laws(verifier.name, batch, laws)
+                for row, index in enumerate(members):
+                    tree, probability = outcomes[index]
+                    for node, path in enumerate(tree.paths):
+                        emitted[len(path)][path] += probability * laws[row][node]
+                bar.update(len(members))
         num_outcomes, extras = len(outcomes), {}
     output_law = OutputLaw(size, depth, tuple(emitted))
     difference = output_law.continued_with_target(problem) - target_law(problem, depth + 1)

@@ -319,6 +319,28 @@ class TreeBatch:
         child_tokens = tuple(tuple(int(tokens[c]) for c in children) for children in self.child_lists)
         return _canonical_shape(child_tokens, self.child_nodes, tokens)
 
+    @classmethod
+    def of_trees(cls, trees: Sequence[DraftTree]) -> list[tuple[TreeBatch, list[int]]]:
+        """Draft trees of one problem grouped by topology: (batch of one topology, the indices of its trees
+        in ``trees``) for every topology, so a rule's batched law runs once per topology instead of once per
+        tree. A node's context id is its token path (equal paths of one problem have equal conditionals)."""
+        groups: dict = {}
+        context_of: dict[tuple[int, ...], int] = {}
+        for index, tree in enumerate(trees):
+            single = tree.as_batch()
+            contexts = np.array([[context_of.setdefault(path, len(context_of)) for path in tree.paths]])
+            key = (single.parent, single.depth, single.child_lists)
+            groups.setdefault(key, []).append((index, single, contexts))
+        batches = []
+        for members in groups.values():
+            first = members[0][1]
+            stacked = {name: np.concatenate([getattr(single, name) for _, single, _ in members])
+                       for name in ("tokens", "p", "q")}
+            stacked["contexts"] = np.concatenate([contexts for _, _, contexts in members])
+            batches.append((cls(vocab_size=first.vocab_size, parent=first.parent, depth=first.depth,
+                                child_lists=first.child_lists, **stacked), [index for index, _, _ in members]))
+        return batches
+
     def to_torch(self, device="cpu", dtype=None) -> TreeBatch:
         """The same batch as torch tensors (float64 unless ``dtype`` is given) on ``device``."""
         import torch
