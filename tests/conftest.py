@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 
+# Nothing in the tests may reach a model hub: models are built from configs.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 

@@ -1,0 +1,136 @@
+"""verispec.models against transformers itself, on tiny randomly initialised models built from a config
+(no download, seconds): the sampling law equals transformers' logits warpers, and one tree-attention forward
+over the KV cache equals feeding every root-to-node path alone."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from verispec.errors import VerispecError
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from verispec.models import CachedModel, Sampling  # noqa: E402  (after the optional imports)
+
+VOCAB = 16
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      tie_word_embeddings=False)
+    return transformers.Qwen2ForCausalLM(config).eval().double()
+
+
+def _alone(model, tokens):
+    """The model's logits after ``tokens`` fed alone, without a cache."""
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0, -1]
+
+
+# --- the sampling law -----------------------------------------------------------------------------------------
+
+def _warped(logits, temperature, top_k, top_p):
+    """transformers' own law: its warpers in generate's order, then a softmax."""
+    scores = logits.clone()
+    warpers = [transformers.TemperatureLogitsWarper(temperature)]
+    if top_k is not None:
+        warpers.append(transformers.TopKLogitsWarper(top_k))
+    if top_p is not None:
+        warpers.append(transformers.TopPLogitsWarper(top_p))
+    for warper in warpers:
+        scores = warper(None, scores)
+    return torch.softmax(scores, dim=-1)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, None, None), (0.6, None, None), (1.3, 5, None),
+                                                     (1.0, None, 0.8), (0.7, 8, 0.9), (1.0, 1, None),
+                                                     (2.0, None, 0.05)])
+def test_sampling_law_is_transformers_law(temperature, top_k, top_p):
+    logits = torch.tensor(np.random.default_rng(3).normal(0, 2, (6, 50)), dtype=torch.float64)
+    expected = _warped(logits, temperature, top_k, top_p)
+    got = Sampling(temperature, top_k, top_p).probabilities(logits)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_temperature_zero_is_greedy_with_the_smallest_id_on_ties():
+    logits = torch.tensor([[0.5, 2.0, 2.0, -1.0], [3.0, 0.0, 1.0, 3.0]])
+    law = Sampling(temperature=0).probabilities(logits)
+    assert law.tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("options,message", [(dict(temperature=-1), "temperature"), (dict(temperature=math.nan),
+                                                                                      "temperature"),
+                                             (dict(top_k=0), "top-k"), (dict(top_k=2.5), "top-k"),
+                                             (dict(top_p=0), "top-p"), (dict(top_p=1.5), "top-p")])
+def test_bad_sampling_settings_are_one_line_errors(options, message):
+    with pytest.raises(VerispecError, match=message) as caught:
+        Sampling(**options)
+    assert "\n" not in str(caught.value)
+
+
+# --- one forward for the whole tree ---------------------------------------------------------------------------
+
+def test_tree_forward_equals_each_path_alone(tiny_model):
+    prompt = [1, 2, 3, 4]
+    cached = CachedModel(tiny_model)
+    last = cached.prefill(prompt)
+    torch.testing.assert_close(last, _alone(tiny_model, prompt), rtol=0, atol=1e-12)
+    # the previous block's emitted token 9, then a tree under it: 5 -> (6, 7 -> 8), 10 -> 11
+    tokens = [9, 5, 6, 7, 8, 10, 11]
+    parents = [-1, 0, 1, 1, 3, 0, 5]
+    logits = cached.extend(tokens, parents)
+    for node in range(len(tokens)):
+        path, walk = [], node
+        while walk != -1:
+            path.append(tokens[walk])
+            walk = parents[walk]
+        expected = _alone(tiny_model, prompt + path[::-1])
+        torch.testing.assert_close(logits[node], expected, rtol=0, atol=1e-10, msg=f"node {node}")
+
+
+def test_nodes_fed_one_at_a_time_on_top_of_pending_ones(tiny_model):
+    # how the draft model is asked: each new node hangs under an earlier pending one
+    cached = CachedModel(tiny_model)
+    cached.prefill([3, 1])
+    first = cached.extend([4], [-1])[0]
+    second = cached.extend([5, 6], [0, 0])
+    third = cached.extend([7], [2])[0]
+    torch.testing.assert_close(first, _alone(tiny_model, [3, 1, 4]), rtol=0, atol=1e-10)
+    torch.testing.assert_close(second[1], _alone(tiny_model, [3, 1, 4, 6]), rtol=0, atol=1e-10)
+    torch.testing.assert_close(third, _alone(tiny_model, [3, 1, 4, 6, 7]), rtol=0, atol=1e-10)
+
+
+def test_commit_keeps_the_accepted_path_only(tiny_model):
+    cached = CachedModel(tiny_model)
+    cached.prefill([1, 2])
+    cached.extend([3, 4, 5, 6], [-1, 0, 0, 2])  # 3 -> (4, 5 -> 6)
+    cached.commit([0, 2])  # accept 3, 5
+    assert cached.committed == 4 and cached.pending == 0
+    assert cached.cache.get_seq_length() == 4
+    after = cached.extend([12], [-1])[0]
+    torch.testing.assert_close(after, _alone(tiny_model, [1, 2, 3, 5, 12]), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("tokens,parents,message", [([1, 2], [-1], "one parent per token"), ([1], [0], "parent 0"),
+                                                    ([1, 2], [-1, 5], "parent 5")])
+def test_malformed_extensions_are_refused(tiny_model, tokens, parents, message):
+    cached = CachedModel(tiny_model)
+    cached.prefill([1])
+    with pytest.raises(VerispecError, match=message):
+        cached.extend(tokens, parents)
+
+
+def test_a_commit_that_is_not_a_path_is_refused(tiny_model):
+    cached = CachedModel(tiny_model)
+    cached.prefill([1])
+    cached.extend([2, 3, 4], [-1, -1, 0])
+    with pytest.raises(VerispecError, match="path"):
+        cached.commit([1, 2])  # 4 hangs under 2, not under 3
