@@ -3,7 +3,7 @@
 Read from the source (every ``import`` statement, lazy ones inside functions included):
 * no import cycle between verispec modules;
 * each package imports only from its own layer or the layers below it:
-      errors, io, backend, budget, version  <  simulator  <  lp_analysis  <  verifiers  <  models  <  hunt,
+      errors, io, backend, budget, version, statistics  <  simulator  <  lp_analysis  <  verifiers  <  models  <  hunt,
       api, cli;
   the simulator (problems, draft trees, drafters, the verifier contract, the exact engine) never imports a
   concrete verifier, and the linear programs never import the verifiers built on them;
@@ -24,7 +24,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "verispec"
 
 #: Package-level layers, lowest first.
 LAYERS = [
-    {"verispec.errors", "verispec.io", "verispec.backend", "verispec.budget", "verispec.version"},
+    {"verispec.errors", "verispec.io", "verispec.backend", "verispec.budget", "verispec.version",
+     "verispec.statistics"},
     {"verispec.simulator"},
     {"verispec.lp_analysis"},
     {"verispec.verifiers"},

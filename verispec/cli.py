@@ -8,6 +8,10 @@
     verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--restriction selected-path] [--json]
                                                                                  LP optimum and gaps
     verispec list                                                    verifiers and tree kinds
+    verispec decode  (--pair NAME | --target MODEL --draft MODEL) (--prompt TEXT | --prompts FILE) --tree TREE
+                     --verifier NAME [--temperature T] [--top-p P] [--top-k K] [--max-new-tokens N] [--seed S]
+                     [--device D] [--dtype D] [--json]                real speculative decoding
+    verispec models  install NAME | list                             the real model pairs (qwen-coder)
     verispec --version                                               'verispec VERSION'
 
 Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
@@ -33,7 +37,7 @@ from verispec.errors import InvalidProblemError, VerispecError
 from verispec.io import atomic_write_text
 from verispec.simulator.distributions import parse_distribution
 from verispec.simulator.drafters import MAX_TREE_PARAMETER, TREE_KINDS, ChainDrafter, DraftLaw, parse_tree
-from verispec.simulator.engine import MAX_LAW_ENTRIES, METHODS, analyze, choose_method
+from verispec.simulator.engine import MAX_LAW_ENTRIES, METHODS, analyze, check_compatible, choose_method
 from verispec.simulator.problems import ContextFreeProblem, Problem, load_problem, random_problem, sun_toy_problem
 from verispec.verifiers import REGISTRY, get_verifier
 
@@ -185,6 +189,44 @@ def _build_parser() -> argparse.ArgumentParser:
     bound.add_argument("--json", action="store_true", help="print one JSON object")
 
     commands.add_parser("list", help="list verifiers (with their valid draft laws) and tree kinds")
+
+    decode = commands.add_parser("decode", help="real speculative decoding with a (target, draft) pair of models")
+    models = decode.add_argument_group("models (--pair NAME, or --target MODEL --draft MODEL)")
+    models.add_argument("--pair", metavar="NAME", help="an installed pair (verispec models install qwen-coder)")
+    models.add_argument("--target", metavar="MODEL", help="target model: a local directory or a cached model id")
+    models.add_argument("--draft", metavar="MODEL", help="draft model sharing the target's tokenizer")
+    prompts = decode.add_mutually_exclusive_group(required=True)
+    prompts.add_argument("--prompt", metavar="TEXT", help="one prompt")
+    prompts.add_argument("--prompts", metavar="FILE", help="prompts: a .jsonl file (a string or an object with "
+                         "'prompt' per line) or a text file with one prompt per line")
+    decode.add_argument("--tree", required=True, help="draft tree, as for 'exact' (e.g. delayed:4,2,2)")
+    decode.add_argument("--verifier", required=True, help="verifier name (see 'verispec list'), or FILE.py:NAME")
+    decode.add_argument("--temperature", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
+                        default=1.0, help="sampling temperature for target and draft alike (0: greedy; default 1)")
+    decode.add_argument("--top-p", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
+                        default=None, help="nucleus sampling, applied to target and draft alike")
+    decode.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                        help="top-k sampling, applied to target and draft alike")
+    decode.add_argument("--max-new-tokens", type=_integer_option(minimum=1, what="a positive integer"),
+                        default=64, help="tokens to generate per prompt (default 64)")
+    decode.add_argument("--seed", type=_integer_option(minimum=0, what="an integer >= 0"), default=0,
+                        help="seed of the generator every random decision comes from (default 0)")
+    decode.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
+    decode.add_argument("--dtype", default="auto", help="model weights: auto (float32 on cpu, bfloat16 on a GPU), "
+                        "float32, float64, bfloat16, float16")
+    decode.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                        help="CPU threads for torch (default: torch's choice)")
+    decode.add_argument("--json", action="store_true", help="print one JSON object per prompt")
+
+    models_command = commands.add_parser("models", help="install and list real model pairs")
+    models_actions = models_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    install = models_actions.add_parser("install", help="download, join, check and convert a pair (resumable)")
+    install.add_argument("name", help="pair name (see 'verispec models list')")
+    install.add_argument("--cache", metavar="DIR", help="cache directory (default $VERISPEC_CACHE or "
+                         "~/.cache/verispec)")
+    install.add_argument("--keep-gguf", action="store_true", help="keep the joined GGUF files")
+    listing = models_actions.add_parser("list", help="known pairs and whether they are installed")
+    listing.add_argument("--cache", metavar="DIR", help="cache directory")
     return parser
 
 
@@ -481,12 +523,106 @@ def _run_list(args) -> int:
     return 0
 
 
+def _read_prompts(args) -> list[str]:
+    if args.prompt is not None:
+        return [args.prompt]
+    path = Path(args.prompts)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise VerispecError(f"cannot read --prompts {args.prompts!r}: {error}") from None
+    prompts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if path.suffix == ".jsonl":
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise VerispecError(f"{args.prompts} line {number} is not JSON: {error}") from None
+            item = item.get("prompt") if isinstance(item, dict) else item
+            if not isinstance(item, str):
+                raise VerispecError(f"{args.prompts} line {number} holds no prompt string (a JSON string, or an "
+                                    "object with 'prompt')")
+            prompts.append(item)
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise VerispecError(f"--prompts {args.prompts!r} holds no prompt")
+    return prompts
+
+
+def _run_decode(args) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may reach a model hub at run time
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if args.pair is not None and (args.target is not None or args.draft is not None):
+        raise VerispecError("give either --pair NAME or --target MODEL --draft MODEL, not both")
+    if args.pair is None and (args.target is None or args.draft is None):
+        raise VerispecError("give the models: --pair NAME (e.g. qwen-coder), or --target MODEL --draft MODEL")
+    drafter = parse_tree(args.tree)
+    verifier = get_verifier(args.verifier)
+    check_compatible(verifier, drafter)
+    prompts = _read_prompts(args)
+    try:
+        import torch
+        from tqdm import tqdm
+
+        from verispec.models import Sampling, generate, load_pair
+    except ImportError as error:
+        raise VerispecError(f"real decoding needs torch and transformers ({error}): pip install 'torch==2.13.0' "
+                            "-e '.[torch,models]'") from None
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # one bar: ours
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    pair = load_pair(args.pair, device=args.device, dtype=args.dtype) if args.pair is not None else \
+        load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+    with tqdm(total=args.max_new_tokens * len(prompts), desc="tokens", unit=" tok", disable=not sys.stderr.isatty(),
+              leave=False) as bar:
+        for index, prompt in enumerate(prompts):
+            generation = generate(pair, prompt, drafter, verifier, args.max_new_tokens, sampling,
+                                  args.seed + index, progress=bar)
+            summary = generation.summary()
+            if args.json:
+                print(json.dumps({"prompt": prompt, "pair": pair.name, "tree": drafter.spec, "verifier": verifier.name,
+                                  "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
+                                  "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+                                  "seed": args.seed + index, **summary}))
+            else:
+                print(generation.text)
+                rate = f"{summary['tokens_per_s']:.2f}" if summary["tokens_per_s"] else "n/a"
+                print(f"# {summary['new_tokens']} tokens in {summary['blocks']} blocks: "
+                      f"{summary['tokens_per_target_call']:.3f} tokens per target call, {rate} tokens/s "
+                      f"({verifier.name} on {drafter.spec}, {pair.device})", file=sys.stderr)
+    return 0
+
+
+def _run_models(args) -> int:
+    from verispec.models.install import PAIRS, install_pair, installed_pair
+
+    if args.action == "install":
+        result = install_pair(args.name, cache=args.cache, progress=True, keep_gguf=args.keep_gguf)
+        print(f"installed {args.name}: target {result['target_dir']}, draft {result['draft_dir']}")
+        return 0
+    for name, pair in sorted(PAIRS.items()):
+        try:
+            target_dir, _ = installed_pair(name, args.cache)
+            state = f"installed in {target_dir.parent}"
+        except VerispecError:
+            state = f"not installed (verispec models install {name})"
+        print(f"{name}: {pair.description}; {state}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         args = _build_parser().parse_args(argv)
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
-                "optimum": _run_optimum, "bound": _run_bound, "list": _run_list}[args.command](args)
+                "optimum": _run_optimum, "bound": _run_bound, "list": _run_list, "decode": _run_decode,
+                "models": _run_models}[args.command](args)
     except _Done as done:
         return done.status
     except VerispecError as error:

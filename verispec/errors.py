@@ -59,6 +59,10 @@ class ResultStoreError(VerispecError):
     """A result file is unreadable, or holds rows of a run with other parameters."""
 
 
+class ModelError(VerispecError):
+    """A language model cannot be loaded (offline), or a (target, draft) pair does not fit together."""
+
+
 def describe(value) -> str:
     """A value for an error message, as plain Python prints it: numpy scalars and arrays become Python
     numbers and lists (no ``np.float64(-0.5)``), fractions read '1/3', strings keep their quotes."""

@@ -1,12 +1,19 @@
-"""Real language models through ``transformers`` (an optional extra: ``pip install -e '.[models]'``).
+"""Real language models through ``transformers`` (an optional extra: ``pip install -e '.[torch,models]'``).
 
-So far: the sampling law shared by target and draft (``Sampling``: temperature, top-k and top-p applied
-identically to p and q, so that drafting samples exactly from the q a verifier is handed), and
-``CachedModel``, which scores every node of a draft tree in ONE forward pass of a causal LM over its KV
-cache (tree attention mask and positions) and keeps the cache of the accepted path only.
+* ``Sampling``: the next-token law (temperature, top-k, top-p) applied identically to target and draft, so
+  drafting samples exactly from the q a verifier is handed;
+* ``CachedModel``: a causal LM's conditionals at every node of a draft tree in ONE forward pass over its KV
+  cache (tree attention mask and positions), keeping only the accepted path;
+* ``ModelPair`` and ``load_pair``: a (target, draft) pair on a device and dtype, refusing pairs whose
+  tokenizers differ; never downloads;
+* ``generate``: real speculative decoding with any drafter and registered verifier (the verifier's law
+  runs on torch tensors on the models' device), and ``sample_target``: plain sampling, the reference.
 """
 
+from verispec.models.decoding import BlockRecord, Generation, SpeculativeDecoder, generate, sample_target
+from verispec.models.pair import ModelPair, load_pair
 from verispec.models.sampling import Sampling
 from verispec.models.tree_forward import CachedModel
 
-__all__ = ["CachedModel", "Sampling"]
+__all__ = ["BlockRecord", "CachedModel", "Generation", "ModelPair", "Sampling", "SpeculativeDecoder", "generate",
+           "load_pair", "sample_target"]

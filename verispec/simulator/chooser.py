@@ -74,6 +74,23 @@ def _check_bernoulli(prob):
     return prob
 
 
+def _checked_float_law(values: np.ndarray) -> np.ndarray:
+    """``_check_categorical`` for a float64 vector, vectorised; the same messages."""
+    if values.size == 0:
+        raise InvalidDistributionError("categorical: empty probability vector")
+    bad = np.flatnonzero(~(values >= 0))  # NaN or negative
+    if bad.size:
+        index = int(bad[0])
+        if values[index] != values[index]:
+            raise InvalidDistributionError(f"categorical: NaN probability at index {index}")
+        raise InvalidDistributionError(f"categorical: negative probability {describe(float(values[index]))} at "
+                                       f"index {index}")
+    total = float(values.sum())
+    if abs(total - 1.0) > CHOICE_SUM_TOLERANCE:
+        raise InvalidDistributionError(f"categorical: probabilities sum to {describe(total)}, not 1")
+    return values
+
+
 class RandomChooser:
     """Draw decisions from an explicit generator; nothing reads global random state."""
 
@@ -81,7 +98,10 @@ class RandomChooser:
         self.rng = rng
 
     def categorical(self, probs) -> int:
-        values = np.asarray([float(v) for v in _check_categorical(probs)])
+        if isinstance(probs, np.ndarray) and probs.dtype == np.float64 and probs.ndim == 1:
+            values = _checked_float_law(probs)  # real vocabularies: no per-token Python loop
+        else:
+            values = np.asarray([float(v) for v in _check_categorical(probs)])
         cumulative = np.cumsum(values)
         u = self.rng.random() * cumulative[-1]
         index = int(np.searchsorted(cumulative, u, side="right"))

@@ -267,11 +267,20 @@ class DelayedDrafter(Drafter):
         return plan
 
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        # The K tail paths are drawn level by level (step j of every path, then step j + 1), so a model-backed
+        # problem computes each level's draft conditionals in one forward pass. Each path's token at step j
+        # depends only on its own prefix, so the tree (child lists in path order) has the same law as
+        # drawing the paths one after another.
         builder = TreeBuilder()
         trunk_end, trunk_prefix = _draw_path(problem, chooser, builder, 0, (), self.trunk)
-        if self.tail > 0:
-            for _ in range(self.branches):
-                _draw_path(problem, chooser, builder, trunk_end, trunk_prefix, self.tail)
+        ends = [(trunk_end, trunk_prefix)] * (self.branches if self.tail > 0 else 0)
+        for _ in range(self.tail):
+            problem.prepare_drafts(dict.fromkeys(prefix for _, prefix in ends))
+            grown = []
+            for node, prefix in ends:
+                token = chooser.categorical(problem.draft(prefix))
+                grown.append((builder.add_child(node, token), prefix + (token,)))
+            ends = grown
         return builder.shape()
 
 
@@ -373,6 +382,7 @@ class BranchingDrafter(Drafter):
         builder = TreeBuilder()
         level = [(0, (), 1)]  # (node, prefix, number of draws that reached it)
         for branching in self.branching:
+            problem.prepare_drafts([prefix for _, prefix, _ in level])
             next_level = []
             for node, prefix, reached in level:
                 q = problem.draft(prefix)
@@ -439,6 +449,7 @@ def _draw_per_node(problem: Problem, chooser: Chooser, depth: int, draw_children
     builder = TreeBuilder()
     level = [(0, ())]
     for _ in range(depth):
+        problem.prepare_drafts([prefix for _, prefix in level])
         next_level = []
         for node, prefix in level:
             for token in draw_children(chooser, problem.draft(prefix)):

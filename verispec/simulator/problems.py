@@ -44,6 +44,11 @@ class Problem(ABC):
     def draft(self, prefix: Prefix) -> np.ndarray:
         """q(. | prefix), shape [V]."""
 
+    def prepare_drafts(self, prefixes) -> None:
+        """A hint from a drafter: ``draft(prefix)`` is about to be asked for each of these prefixes (one level
+        of a tree). Tables ignore it; a problem backed by a draft model computes them in one forward pass."""
+        return None
+
     def state(self, prefix: Prefix) -> Hashable:
         """A key such that equal keys give equal conditionals (default: the prefix itself).
 
