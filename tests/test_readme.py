@@ -58,12 +58,39 @@ def _slow(argv) -> bool:
     return argv[0] == "hunt" or (argv[0] == "compare" and "random" in argv)
 
 
+def _needs_models(argv) -> bool:
+    """Commands of real decoding: they run on a tiny pair installed where the real one would be."""
+    return argv[0] in ("decode", "models")
+
+
+@pytest.fixture(scope="module")
+def tiny_installed_pair(tmp_path_factory):
+    """A tiny pair in place of the installed qwen-coder pair (nothing is downloaded; seconds)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.tiny_models import install_tiny_pair_as
+
+    cache = tmp_path_factory.mktemp("verispec-cache")
+    return cache, install_tiny_pair_as(cache)
+
+
+@pytest.fixture
+def models_if_needed(request, monkeypatch):
+    """For README commands and blocks that use real models: the tiny installed pair; else nothing."""
+    cache, directories = request.getfixturevalue("tiny_installed_pair")
+    monkeypatch.setenv("VERISPEC_CACHE", str(cache))
+    return directories
+
+
 @pytest.mark.parametrize("argv", [pytest.param(argv, marks=[pytest.mark.slow] if _slow(argv) else [])
                                   for argv in COMMANDS], ids=[" ".join(argv)[:60] for argv in COMMANDS])
-def test_readme_command_runs(argv, tmp_path, monkeypatch, capsys):
+def test_readme_command_runs(argv, tmp_path, monkeypatch, capsys, request):
     workdir = tmp_path / "examples"
     shutil.copytree(EXAMPLES, workdir)
     monkeypatch.chdir(workdir)
+    if _needs_models(argv):
+        for role, directory in zip(("target", "draft"), request.getfixturevalue("models_if_needed")):
+            shutil.copytree(directory, workdir / f"{role}-model")
     code = main(list(argv))
     out, err = capsys.readouterr()
     assert "Traceback" not in err
@@ -100,10 +127,12 @@ def test_readme_python_example_prints_lossless(capsys):
 
 
 @pytest.mark.parametrize("index", range(len(fenced_blocks(README, "python"))))
-def test_every_readme_python_block_runs(index, capsys):
+def test_every_readme_python_block_runs(index, capsys, request):
     block = fenced_blocks(README, "python")[index]
     if "import torch" in block:
         pytest.importorskip("torch")
+    if "verispec.models" in block:
+        request.getfixturevalue("models_if_needed")
     exec(compile(block, "README.md", "exec"), {"__name__": f"readme_block_{index}"})
     assert capsys.readouterr().out.strip() != "" or "print(" not in block
 

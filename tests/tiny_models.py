@@ -65,3 +65,19 @@ def save_tiny_pair(directory, seed: int = 0):
         tokenizer.save_pretrained(path)
         paths.append(str(path))
     return tuple(paths)
+
+
+def install_tiny_pair_as(cache, name: str = "qwen-coder", seed: int = 0):
+    """Put a tiny pair where ``verispec models install NAME`` puts the real one, with its completion markers, so
+    that commands and examples written for the installed pair run in seconds (the README's tests)."""
+    import json
+    from pathlib import Path
+
+    from verispec.models.install import MARKER, MARKER_FORMAT, PAIRS
+
+    root = Path(cache) / "models" / name
+    target_dir, draft_dir = save_tiny_pair(root, seed)
+    for source, directory in zip(PAIRS[name].models, (target_dir, draft_dir)):
+        marker = {"format": MARKER_FORMAT, "source": {"sha256": source.sha256}, "note": "a tiny stand-in for tests"}
+        (Path(directory) / MARKER).write_text(json.dumps(marker))
+    return target_dir, draft_dir
