@@ -28,6 +28,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verispec.models import Sampling, SpeculativeDecoder, generate, sample_target  # noqa: E402
+from verispec.models.checks import STAT_CASES, decoding_fit, sequence_law  # noqa: E402
 
 CONTEXT = [1, 2, 3]
 
@@ -35,24 +36,6 @@ CONTEXT = [1, 2, 3]
 DRAFTER_SPECS = ["chain:3", "iid:2,2", "delayed:2,1,2", "branch:2,2", "branch-iid:2,2", "hub-tree:2",
                  "greedy-tree:3,2", "dyspec:4"]
 
-#: For the statistical test: each verifier on a branching tree it is valid for, and a sampling setting (the
-#: filters are applied identically to p and q, so every one of them must stay lossless).
-STAT_CASES = {
-    "naive": ("chain:2", Sampling(1.0)),
-    "bv": ("chain:3", Sampling(0.8, top_k=8)),
-    "nss": ("iid:2,2", Sampling(1.0)),
-    "naivetree": ("delayed:2,1,1", Sampling(1.0, top_p=0.9)),
-    "specinfer": ("delayed:2,1,2", Sampling(1.0)),
-    "spectr": ("iid:2,2", Sampling(1.2)),
-    "otlp": ("iid:2,1", Sampling(1.0)),
-    "khisti": ("iid:2,1", Sampling(1.0, top_k=10)),
-    "traversal": ("branch:2,2", Sampling(1.0)),
-    "traversal-iid": ("iid:2,2", Sampling(0.9)),
-    "gbv": ("iid:2,2", Sampling(1.0)),
-    "rrsw": ("branch:2,1", Sampling(1.0)),
-    "spechub": ("hub-tree:2", Sampling(1.0)),
-    "greedy": ("greedy-tree:3,2", Sampling(1.0)),
-}
 #: Seeded runs per verifier. With the Bonferroni exact test at 1e-6 this catches the negative control with
 #: a wide margin (its adjusted p-value is below 1e-20 at this size).
 RUNS = 600
@@ -138,6 +121,18 @@ def test_every_registered_verifier_has_a_statistical_case():
     assert set(STAT_CASES) == set(REGISTRY)
     for name, (spec, _) in STAT_CASES.items():
         assert parse_tree(spec).draft_laws & REGISTRY[name].valid_for
+
+
+def test_the_checks_law_and_fit_agree_with_the_tests_own(pair):
+    """verispec.models.checks (used by experiments/lossless_real_decoding.py on any device) computes the same
+    exact law as this file's own derivation, and its fit passes a lossless decoder and rejects the control."""
+    sampling = Sampling(0.9, top_p=0.95)
+    ours, theirs = _two_token_law(pair, sampling), sequence_law(pair, CONTEXT, 2, sampling)
+    assert ours.keys() == theirs.keys()
+    assert max(abs(ours[key] - theirs[key]) for key in ours) < 1e-12
+    assert not decoding_fit(pair, "iid:2,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=200).rejected
+    assert decoding_fit(pair, "delayed:2,1,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=RUNS,
+                        law_for_drafting=Sampling(1.0, top_k=2).probabilities).rejected
 
 
 def test_a_top_k_filtered_draft_is_caught(pair):

@@ -139,3 +139,20 @@ def test_hunt_reports_a_failing_rule_instead_of_no_witness():
 
     with pytest.raises(VerifierError, match="hunt stopped after 1 problems: 'looping' made more than"):
         hunt(ProcedureVerifier("looping", rule, CHAIN), parse_tree("chain:1"), time_budget=30)
+
+
+def test_khisti_refuses_a_pair_matrix_beyond_memory_before_allocating_it():
+    """At a real vocabulary khisti's tournament would need [V, V] matrices (172 GiB at V = 151936): a clear
+    ProblemTooLargeError naming the limit, never a MemoryError (V = 10,000 here: 0.75 GiB, over the limit)."""
+    import numpy as np
+
+    from verispec.errors import ProblemTooLargeError
+    from verispec.simulator import ContextFreeProblem, parse_tree
+    from verispec.verifiers import REGISTRY
+
+    size = 10_000
+    rng = np.random.default_rng(0)
+    problem = ContextFreeProblem(rng.dirichlet(np.ones(size)), rng.dirichlet(np.ones(size)))
+    tree = parse_tree("iid:2,1").sample(problem, rng)
+    with pytest.raises(ProblemTooLargeError, match=r"V = 10000 .*\(V <= 8192\)"):
+        REGISTRY["khisti"].emission_law(tree)

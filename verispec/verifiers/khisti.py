@@ -39,6 +39,7 @@ from fractions import Fraction
 import numpy as np
 
 from verispec import backend
+from verispec.errors import ProblemTooLargeError
 from verispec.lp_analysis.draft_laws import iid_draft_law
 from verispec.lp_analysis.importance import PairSelection, flow_weights, truncated_pair_weights
 from verispec.simulator.chooser import Chooser
@@ -49,6 +50,9 @@ from verispec.verifiers.node_cache import NodeCache, node_key
 
 #: Largest exact weight LP (variables) solved per node before falling back to the truncated scheme.
 EXACT_WEIGHT_LP_MAX_VARIABLES = 20_000
+
+#: Largest [V, V] pair matrix the tournament builds (2^26 float64 entries: 512 MiB, V up to 8192).
+MAX_PAIR_MATRIX_ENTRIES = 1 << 26
 
 #: s of the truncated scheme: the number of top-ranked tokens whose pairwise weights are optimised.
 DEFAULT_TRUNCATION = 5
@@ -127,6 +131,11 @@ def tournament_selection(p: np.ndarray, q: np.ndarray, num_drafts: int, truncati
     """Step 1 from the truncated pairwise scheme applied as a tournament over the drafts in order."""
     exact = p.dtype == object
     size = len(p)
+    if size * size > MAX_PAIR_MATRIX_ENTRIES:
+        raise ProblemTooLargeError(
+            f"khisti's truncated tournament stores a [V, V] pair matrix per round; V = {size} needs "
+            f"{size * size * 8 / 2**30:.0f} GiB, above the limit of {MAX_PAIR_MATRIX_ENTRIES:,} entries "
+            f"(V <= {int(MAX_PAIR_MATRIX_ENTRIES ** 0.5)}); use another verifier at this vocabulary size")
     winner_law, rounds = q.copy(), []
     for _ in range(num_drafts - 1):
         selection = truncated_pair_weights(p, winner_law, q, truncation)
