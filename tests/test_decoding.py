@@ -50,8 +50,8 @@ def pair():
 def _target_law(pair, prefix, sampling):
     """The target's sampling law after ``prefix`` from one uncached forward pass (no tree, no cache)."""
     with torch.no_grad():
-        logits = pair.target(torch.tensor([list(prefix)])).logits[0, -1]
-    return sampling.probabilities(logits).numpy()
+        logits = pair.target(torch.tensor([list(prefix)], device=pair.device)).logits[0, -1]
+    return sampling.probabilities(logits).cpu().numpy()
 
 
 def _two_token_law(pair, sampling):
@@ -93,9 +93,26 @@ def test_every_drafter_with_every_valid_verifier_decodes(pair):
                                        ("branch:2,2", "traversal"), ("iid:3,2", "gbv"), ("hub-tree:2", "spechub"),
                                        ("greedy-tree:2,3", "greedy"), ("iid:2,2", "khisti")])
 def test_temperature_zero_is_the_targets_greedy_decoding(pair, spec, name):
+    _greedy_matches_transformers(pair, spec, name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here (GPU sessions run it)")
+def test_on_cuda_decoding_runs_and_greedy_matches_transformers():
+    """The same decoder on a GPU: the verifier's law runs on CUDA tensors, caches live on the device."""
+    gpu_pair = tiny_pair(0, device="cuda")
+    for spec, name in (("delayed:3,1,2", "specinfer"), ("iid:2,2", "gbv"), ("branch:2,2", "traversal")):
+        _greedy_matches_transformers(gpu_pair, spec, name)
+        generation = generate(gpu_pair, CONTEXT, spec, name, 7, Sampling(1.0, top_k=5), seed=3)
+        prefix = list(CONTEXT)
+        for token in generation.tokens:
+            assert _target_law(gpu_pair, prefix, Sampling(1.0, top_k=5))[token] > 0
+            prefix.append(token)
+
+
+def _greedy_matches_transformers(pair, spec, name):
     generation = generate(pair, CONTEXT, spec, name, 16, Sampling(0.0), seed=0)
     with torch.no_grad():
-        greedy = pair.target.generate(torch.tensor([CONTEXT]), do_sample=False, max_new_tokens=16,
+        greedy = pair.target.generate(torch.tensor([CONTEXT], device=pair.device), do_sample=False, max_new_tokens=16,
                                       min_new_tokens=16, pad_token_id=0)[0, len(CONTEXT):].tolist()
     assert generation.tokens == greedy
     assert generation.tokens_per_target_call > 1  # the greedy drafts are accepted at least sometimes
