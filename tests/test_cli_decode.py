@@ -48,10 +48,11 @@ def test_decode_json_per_prompt_from_a_jsonl_file(saved_pair, capsys, tmp_path):
 
 def test_greedy_decode_is_the_same_for_every_verifier(saved_pair, capsys):
     texts = set()
-    for tree, verifier in (("chain:3", "naive"), ("iid:2,2", "gbv"), ("branch:2,2", "traversal")):
+    for tree, verifier, extra in (("chain:3", "naive", []), ("iid:2,2", "gbv", []), ("branch:2,2", "traversal", []),
+                                  ("delayed:2,1,2", "specinfer", ["--static-cache"])):
         target, draft = saved_pair
         assert main(["decode", "--target", target, "--draft", draft, "--prompt", "a b c", "--tree", tree,
-                     "--verifier", verifier, "--temperature", "0", "--max-new-tokens", "10", "--json"]) == 0
+                     "--verifier", verifier, "--temperature", "0", "--max-new-tokens", "10", "--json", *extra]) == 0
         texts.add(json.loads(capsys.readouterr().out)["text"])
     assert len(texts) == 1
 

@@ -118,6 +118,20 @@ def _greedy_matches_transformers(pair, spec, name):
     assert generation.tokens_per_target_call > 1  # the greedy drafts are accepted at least sometimes
 
 
+@pytest.mark.parametrize("spec,name", [("delayed:2,1,2", "specinfer"), ("dyspec:4", "traversal"), ("chain:3", "bv"),
+                                       ("hub-tree:2", "spechub")])
+def test_a_static_cache_decodes_the_same_tokens(pair, spec, name):
+    """Same seed, same law: the static cache (fixed addresses, for graph capture on a GPU) changes nothing."""
+    sampling = Sampling(1.0, top_p=0.95)
+    for seed in range(3):
+        dynamic = generate(pair, CONTEXT, spec, name, 12, sampling, seed)
+        static = generate(pair, CONTEXT, spec, name, 12, sampling, seed, static_cache=True)
+        assert static.tokens == dynamic.tokens
+        assert [b.accepted for b in static.blocks] == [b.accepted for b in dynamic.blocks]
+    assert sample_target(pair, CONTEXT, 12, sampling, 5, static_cache=True).tokens == \
+        sample_target(pair, CONTEXT, 12, sampling, 5).tokens
+
+
 def test_plain_sampling_follows_the_targets_law(pair):
     sampling = Sampling(1.0)
     counts = _two_token_counts(lambda seed: sample_target(pair, CONTEXT, 2, sampling, seed), RUNS)

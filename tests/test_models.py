@@ -78,9 +78,10 @@ def test_bad_sampling_settings_are_one_line_errors(options, message):
 
 # --- one forward for the whole tree ---------------------------------------------------------------------------
 
-def test_tree_forward_equals_each_path_alone(tiny_model):
+@pytest.mark.parametrize("max_length", [None, 32], ids=["dynamic-cache", "static-cache"])
+def test_tree_forward_equals_each_path_alone(tiny_model, max_length):
     prompt = [1, 2, 3, 4]
-    cached = CachedModel(tiny_model)
+    cached = CachedModel(tiny_model, max_length)
     last = cached.prefill(prompt)
     torch.testing.assert_close(last, _alone(tiny_model, prompt), rtol=0, atol=1e-12)
     # the previous block's emitted token 9, then a tree under it: 5 -> (6, 7 -> 8), 10 -> 11
@@ -96,9 +97,10 @@ def test_tree_forward_equals_each_path_alone(tiny_model):
         torch.testing.assert_close(logits[node], expected, rtol=0, atol=1e-10, msg=f"node {node}")
 
 
-def test_nodes_fed_one_at_a_time_on_top_of_pending_ones(tiny_model):
+@pytest.mark.parametrize("max_length", [None, 32], ids=["dynamic-cache", "static-cache"])
+def test_nodes_fed_one_at_a_time_on_top_of_pending_ones(tiny_model, max_length):
     # how the draft model is asked: each new node hangs under an earlier pending one
-    cached = CachedModel(tiny_model)
+    cached = CachedModel(tiny_model, max_length)
     cached.prefill([3, 1])
     first = cached.extend([4], [-1])[0]
     second = cached.extend([5, 6], [0, 0])
@@ -108,13 +110,14 @@ def test_nodes_fed_one_at_a_time_on_top_of_pending_ones(tiny_model):
     torch.testing.assert_close(third, _alone(tiny_model, [3, 1, 4, 6, 7]), rtol=0, atol=1e-10)
 
 
-def test_commit_keeps_the_accepted_path_only(tiny_model):
-    cached = CachedModel(tiny_model)
+@pytest.mark.parametrize("max_length", [None, 32], ids=["dynamic-cache", "static-cache"])
+def test_commit_keeps_the_accepted_path_only(tiny_model, max_length):
+    cached = CachedModel(tiny_model, max_length)
     cached.prefill([1, 2])
     cached.extend([3, 4, 5, 6], [-1, 0, 0, 2])  # 3 -> (4, 5 -> 6)
     cached.commit([0, 2])  # accept 3, 5
     assert cached.committed == 4 and cached.pending == 0
-    assert cached.cache.get_seq_length() == 4
+    assert int(cached.cache.get_seq_length()) == 4
     after = cached.extend([12], [-1])[0]
     torch.testing.assert_close(after, _alone(tiny_model, [1, 2, 3, 5, 12]), rtol=0, atol=1e-10)
 
@@ -134,3 +137,15 @@ def test_a_commit_that_is_not_a_path_is_refused(tiny_model):
     cached.extend([2, 3, 4], [-1, -1, 0])
     with pytest.raises(VerispecError, match="path"):
         cached.commit([1, 2])  # 4 hangs under 2, not under 3
+
+
+def test_a_static_cache_refuses_to_overflow_and_stays_usable(tiny_model):
+    cached = CachedModel(tiny_model, 6)
+    cached.prefill([1, 2, 3])
+    with pytest.raises(VerispecError, match="static KV cache holds 6 tokens; this forward needs 7"):
+        cached.extend([4, 5, 6, 7], [-1, 0, 1, 2])
+    assert cached.pending == 0  # the refused extension left nothing behind
+    logits = cached.extend([4, 5], [-1, 0])
+    torch.testing.assert_close(logits[1], _alone(tiny_model, [1, 2, 3, 4, 5]), rtol=0, atol=1e-10)
+    with pytest.raises(VerispecError, match="max_length"):
+        CachedModel(tiny_model, 0)

@@ -22,11 +22,18 @@ from verispec.errors import VerispecError
 class CachedModel:
     """A causal LM (a transformers ``...ForCausalLM``) with its KV cache over committed and pending tokens."""
 
-    def __init__(self, model):
-        from transformers import DynamicCache
+    def __init__(self, model, max_length: int | None = None):
+        from transformers import DynamicCache, StaticCache
 
         self.model = model
-        self.cache = DynamicCache()
+        #: None: a DynamicCache that grows; else a StaticCache of this many slots, allocated once, whose
+        #: tensors keep their addresses (what torch.compile and CUDA graphs need on a GPU).
+        self.max_length = max_length
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
+                                       or max_length < 1):
+            raise VerispecError(f"max_length must be a positive integer (or None), got {max_length!r}")
+        self.cache = DynamicCache() if max_length is None else StaticCache(config=model.config,
+                                                                           max_cache_len=max_length)
         self.committed = 0                       # tokens in the cache that belong to the sequence
         self._parents: list[int] = []            # pending token i's parent among the pending (-1: committed end)
         self._depths: list[int] = []             # pending token i's depth below the committed end (>= 1)
@@ -56,8 +63,13 @@ class CachedModel:
             self._parents.append(parent)
             self._depths.append(1 if parent == -1 else self._depths[parent] + 1)
         count, total = len(tokens), self.committed + self.pending
+        if self.max_length is not None and total > self.max_length:
+            del self._parents[start:], self._depths[start:]
+            raise VerispecError(f"the static KV cache holds {self.max_length} tokens; this forward needs {total} "
+                                "(committed, pending and new): give the decoder a larger max_length")
+        width = total if self.max_length is None else self.max_length  # a static cache attends over every slot
         dtype = self.model.dtype
-        mask = torch.full((1, 1, count, total), torch.finfo(dtype).min, dtype=dtype, device=self.device)
+        mask = torch.full((1, 1, count, width), torch.finfo(dtype).min, dtype=dtype, device=self.device)
         mask[..., : self.committed] = 0
         for row in range(count):
             node = start + row
@@ -80,11 +92,20 @@ class CachedModel:
             expected = -1 if index == 0 else path[index - 1]
             if not 0 <= node < self.pending or self._parents[node] != expected:
                 raise VerispecError(f"commit needs a path of pending tokens from the committed end, got {path}")
-        keep = torch.tensor(list(range(self.committed)) + [self.committed + node for node in path],
-                            device=self.device)
-        for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(-2, keep)
-            layer.values = layer.values.index_select(-2, keep)
+        if self.max_length is None:
+            keep = torch.tensor(list(range(self.committed)) + [self.committed + node for node in path],
+                                device=self.device)
+            for layer in self.cache.layers:
+                layer.keys = layer.keys.index_select(-2, keep)
+                layer.values = layer.values.index_select(-2, keep)
+        else:  # move the accepted slots down in place; the slots above are stale and masked from now on
+            kept = torch.tensor([self.committed + node for node in path], device=self.device, dtype=torch.long)
+            slots = torch.arange(self.committed, self.committed + len(path), device=self.device)
+            for layer in self.cache.layers:
+                if getattr(layer, "is_initialized", True) and len(path):
+                    layer.keys.index_copy_(-2, slots, layer.keys.index_select(-2, kept))
+                    layer.values.index_copy_(-2, slots, layer.values.index_select(-2, kept))
+                layer.cumulative_length.fill_(self.committed + len(path))
         self.committed += len(path)
         self._parents, self._depths = [], []
 
