@@ -109,6 +109,17 @@ class CachedModel:
         self.committed += len(path)
         self._parents, self._depths = [], []
 
+    def discard(self) -> None:
+        """Drop every pending token from the cache (the committed sequence stays)."""
+        for layer in self.cache.layers:
+            if self.max_length is None:
+                if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                    layer.keys = layer.keys[..., : self.committed, :]
+                    layer.values = layer.values[..., : self.committed, :]
+            else:
+                layer.cumulative_length.fill_(self.committed)
+        self._parents, self._depths = [], []
+
     def prefill(self, tokens: list[int]):
         """Feed a prompt (or any tokens) as a chain and commit it; returns the logits after its last token."""
         logits = self.extend(tokens, list(range(-1, len(tokens) - 1)))
