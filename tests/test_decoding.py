@@ -190,3 +190,26 @@ def test_bad_arguments_are_one_line_errors(pair):
         generate(pair, "text needs a tokenizer", "chain:2", "naive", 2)
     with pytest.raises(VerispecError, match="seed"):
         generate(pair, CONTEXT, "chain:2", "naive", 2, seed=-1)
+
+
+def test_a_rule_written_only_as_a_procedure_runs_as_written(pair, monkeypatch):
+    """A researcher's prototype (the README's my_rule: a procedure, no law) decodes by running the procedure
+    with the run's generator, never by enumerating its choices, and keeps the target's law; the published
+    trap of correcting a rejection from p instead of (p - q)+ (tests/broken.py) is caught in real decoding."""
+    from pathlib import Path
+
+    from tests.broken import BROKEN_CHAIN_VERIFIERS
+    from verispec.verifiers import ProcedureVerifier, get_verifier
+
+    def never(*_args):
+        raise AssertionError("real decoding enumerated a procedure's law")
+
+    monkeypatch.setattr(ProcedureVerifier, "emission_laws", never)
+    rule = get_verifier(f"{Path(__file__).resolve().parent.parent / 'examples' / 'my_rules.py'}:my_rule")
+    sampling = Sampling(1.0)
+    law = _two_token_law(pair, sampling)
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", rule, 2, sampling, seed), RUNS)
+    assert not exact_binomial_test(counts, law).rejected
+    broken = BROKEN_CHAIN_VERIFIERS["naive-correction-from-target"]
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", broken, 2, sampling, seed), RUNS)
+    assert exact_binomial_test(counts, law).rejected

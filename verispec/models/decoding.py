@@ -10,7 +10,8 @@ One block (the reference's "one step of speculative decoding"):
    numpy Generator.
 2. *Target forward.* The target feeds its unseen tokens and every node of the tree in ONE forward pass
    (``CachedModel.extend``: tree attention mask and positions over the cache), giving p at every node.
-3. *Verification.* The verifier's batched law ``emission_laws`` (the same code the exact engine sums over
+3. *Verification.* (A rule written only as a sampling procedure runs as written instead, with the same
+   Generator.) The verifier's batched law ``emission_laws`` (the same code the exact engine sums over
    draft outcomes) runs on a one-row ``TreeBatch`` of torch float64 tensors on the models' device and
    returns law[node, token] = P(accept the path to node, then emit token). The decoder draws (node, token)
    from that law with the same Generator: the accepted path and the extra token together have exactly the
@@ -40,9 +41,9 @@ from verispec.models.tree_forward import CachedModel
 from verispec.simulator.chooser import RandomChooser
 from verispec.simulator.drafters import Drafter, parse_tree
 from verispec.simulator.engine import check_compatible
-from verispec.simulator.interfaces import Verifier
+from verispec.simulator.interfaces import Verifier, checked_outcome
 from verispec.simulator.problems import Prefix, Problem
-from verispec.simulator.trees import TreeBatch, TreeShape, shape_paths
+from verispec.simulator.trees import DraftTree, TreeBatch, TreeShape, shape_paths
 
 #: An emission law whose total differs from 1 by more than this is a verifier bug, not rounding.
 LAW_SUM_TOLERANCE = 1e-6
@@ -235,6 +236,9 @@ class SpeculativeDecoder:
         self.rng = np.random.default_rng(int(seed))
         self.stop_tokens = pair.eos_token_ids if stop_at_eos else frozenset()
         self.static_cache = static_cache
+        #: True for rules written only as a sampling procedure (ProcedureVerifier, or the top-down walk of a
+        #: ProcedureSolver): they are sampled by their procedure instead of through an enumerated law.
+        self.by_procedure = _procedure_only(self.verifier)
         self._law_for_drafting = law_for_drafting
 
     def run(self, prompt, max_new_tokens: int, progress=None) -> Generation:
@@ -272,6 +276,13 @@ class SpeculativeDecoder:
         generation.text = self.pair.decode(generation.tokens)
         return generation
 
+    def _sample_procedure(self, layout: TreeLayout, p, q) -> tuple[int, int]:
+        """A rule given only as a sampling procedure runs as written, on the host, with the run's generator
+        (its law would come from enumerating every random choice: hopeless at a real vocabulary)."""
+        tree = DraftTree.from_topology(int(p.shape[-1]), layout.parent, layout.tokens, layout.child_lists,
+                                       p.cpu().numpy(), q.cpu().numpy())
+        return checked_outcome(self.verifier.procedure(tree, RandomChooser(self.rng)), tree, self.verifier.name)
+
     def _block(self, target: CachedModel, draft: CachedModel, target_unseen: list[int], draft_unseen: list[int]):
         import torch
 
@@ -302,13 +313,17 @@ class SpeculativeDecoder:
                           child_lists=layout.child_lists,
                           tokens=torch.tensor([layout.tokens], dtype=torch.int64, device=device),
                           p=p[None], q=q[None], contexts=torch.arange(nodes, device=device)[None])
-        law = self.verifier.emission_laws(batch)[0]  # [n, V]
-        node_mass = law.sum(dim=-1).cpu().numpy()
-        if not abs(node_mass.sum() - 1) <= LAW_SUM_TOLERANCE:
-            raise VerifierError(f"verifier '{self.verifier.name}' gave an emission law summing to "
-                                f"{node_mass.sum():.9g} on a real tree; it must sum to 1")
-        node = _categorical(self.rng, node_mass, f"verifier '{self.verifier.name}'")
-        token = _categorical(self.rng, law[node].cpu().numpy(), f"verifier '{self.verifier.name}' at node {node}")
+        if self.by_procedure:
+            node, token = self._sample_procedure(layout, p, q)
+        else:
+            law = self.verifier.emission_laws(batch)[0]  # [n, V]
+            node_mass = law.sum(dim=-1).cpu().numpy()
+            if not abs(node_mass.sum() - 1) <= LAW_SUM_TOLERANCE:
+                raise VerifierError(f"verifier '{self.verifier.name}' gave an emission law summing to "
+                                    f"{node_mass.sum():.9g} on a real tree; it must sum to 1")
+            node = _categorical(self.rng, node_mass, f"verifier '{self.verifier.name}'")
+            token = _categorical(self.rng, law[node].cpu().numpy(),
+                                 f"verifier '{self.verifier.name}' at node {node}")
         times.append(time.perf_counter())
         # 4. caches: keep the accepted path, drop the rest of the tree
         path = layout.path_to(node)
@@ -325,6 +340,12 @@ class SpeculativeDecoder:
                              target_s=times[2] - times[1], verify_s=times[3] - times[2],
                              cache_s=times[4] - times[3])
         return emitted, record, next_draft_unseen
+
+
+def _procedure_only(verifier: Verifier) -> bool:
+    from verispec.verifiers import ProcedureSolver, ProcedureVerifier
+
+    return isinstance(verifier, ProcedureVerifier) or isinstance(verifier.node_solver, ProcedureSolver)
 
 
 def _check_budget(max_new_tokens) -> None:

@@ -154,7 +154,7 @@ def emission_law_of_procedure(procedure, tree: DraftTree, *, name: str = "proced
             if isinstance(error, NegligibleBranch):
                 raise
             raise VerifierError(f"verifier '{name}' raised {type(error).__name__}: {error}") from None
-        return _checked_outcome(outcome, tree, name)
+        return checked_outcome(outcome, tree, name)
 
     law = backend.zeros((tree.num_nodes, tree.vocab_size), tree.p)
     for (node, token), probability in enumerate_law(checked, exact=tree.exact, name=name).items():
@@ -162,7 +162,8 @@ def emission_law_of_procedure(procedure, tree: DraftTree, *, name: str = "proced
     return law
 
 
-def _checked_outcome(outcome, tree: DraftTree, name: str) -> tuple[int, int]:
+def checked_outcome(outcome, tree: DraftTree, name: str) -> tuple[int, int]:
+    """A procedure's (node, token) as two ints, or a VerifierError naming the rule and what it returned."""
     if not (isinstance(outcome, tuple) and len(outcome) == 2
             and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in outcome)):
         shown = repr(outcome.item() if isinstance(outcome, np.generic) else outcome)
