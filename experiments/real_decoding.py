@@ -7,7 +7,8 @@ one run.
 
 Methods (``--methods``; default: all of them):
 * ``plain``: verispec's plain sampling from the target (one target forward per token, KV cache);
-* ``hf-plain``: transformers' ``generate(do_sample=True)`` of the target;
+* ``hf-plain``: transformers' ``generate(do_sample=True)`` of the target; ``hf-static``: the same with a
+  static KV cache (``cache_implementation="static"``, the fast plain decoder on a GPU);
 * ``hf-assisted``: transformers' ``generate(assistant_model=draft, do_sample=True)`` (its own draft schedule);
 * ``VERIFIER=TREE``: ``verispec.models.generate`` with that verifier and draft tree. The default trees spend a
   matched budget of 8 drafted nodes where the draft law allows it (chain:8, delayed:2,2,3, iid:2,4,
@@ -39,6 +40,9 @@ from tqdm import tqdm
 from verispec.errors import VerispecError
 from verispec.io import ResultStore, atomic_write_text
 
+#: transformers' own decoders: plain sampling, with a static KV cache, and assisted generation.
+HF_METHODS = ("hf-plain", "hf-static", "hf-assisted")
+
 DEFAULT_METHODS = ["plain", "hf-plain", "hf-assisted", "naive=chain:8", "bv=chain:8", "nss=delayed:2,2,3",
                    "naivetree=delayed:2,2,3", "specinfer=delayed:2,2,3", "spectr=delayed:2,2,3",
                    "rrsw=branch:2,1,1,1", "traversal=branch:2,1,1,1", "traversal-iid=iid:2,4", "gbv=iid:2,4",
@@ -69,6 +73,8 @@ def run_hf(pair, prompt: str, method: str, sampling, max_new_tokens: int, seed: 
 
     ids = torch.tensor([pair.encode(prompt)], device=pair.device)
     extra = {"assistant_model": pair.draft} if method == "hf-assisted" else {}
+    if method == "hf-static":
+        extra = {"cache_implementation": "static"}
     torch.manual_seed(seed)
     if pair.device.type == "cuda":
         torch.cuda.synchronize(pair.device)
@@ -85,16 +91,18 @@ def run_hf(pair, prompt: str, method: str, sampling, max_new_tokens: int, seed: 
             "text": pair.decode(new)}
 
 
-def run_cell(pair, prompt: str, method: str, sampling, max_new_tokens: int, seed: int) -> dict:
+def run_cell(pair, prompt: str, method: str, sampling, max_new_tokens: int, seed: int,
+             static_cache: bool = False) -> dict:
     from verispec.models import generate, sample_target
 
-    if method in ("hf-plain", "hf-assisted"):
+    if method in HF_METHODS:
         return run_hf(pair, prompt, method, sampling, max_new_tokens, seed)
     if method == "plain":
-        generation = sample_target(pair, prompt, max_new_tokens, sampling, seed)
+        generation = sample_target(pair, prompt, max_new_tokens, sampling, seed, static_cache=static_cache)
     else:
         verifier, _, tree = method.partition("=")
-        generation = generate(pair, prompt, tree, verifier, max_new_tokens, sampling, seed)
+        generation = generate(pair, prompt, tree, verifier, max_new_tokens, sampling, seed,
+                              static_cache=static_cache)
     summary = generation.summary()
     return {key: summary[key] for key in ("new_tokens", "decode_s", "prefill_s", "target_calls", "draft_calls",
                                           "tokens_per_target_call", "mean_accepted", "drafting_s", "target_s",
@@ -134,7 +142,7 @@ def summarize(rows: dict, methods: list[str]) -> list[dict]:
         table.append(entry)
     baselines = {entry["method"]: entry["tokens_per_s"] for entry in table}
     for entry in table:
-        for name in ("plain", "hf-plain", "hf-assisted"):
+        for name in ("plain", *HF_METHODS):
             if name in baselines:
                 entry[f"vs_{name}"] = entry["tokens_per_s"] / baselines[name]
     return table
@@ -145,7 +153,7 @@ def _markdown(table: list[dict], parameters: dict) -> str:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
     lines = [f"# Real decoding: {parameters['pair']} on {parameters['device']} ({parameters['dtype']}, "
-             f"{parameters['threads']} threads)", "",
+             f"{parameters['threads']} threads{', static KV caches' if parameters.get('static_cache') else ''})", "",
              f"{parameters['prompts']} HumanEval prompts, {parameters['max_new_tokens']} new tokens, temperature "
              f"{parameters['temperature']}, top-k {parameters['top_k']}, top-p {parameters['top_p']}, seed "
              f"{parameters['seed']}.", "",
@@ -175,7 +183,7 @@ def _plot(table: list[dict], parameters: dict, path: Path) -> None:
     high = np.array([entry["tokens_per_s_ci"][1] for entry in table])
     errors = np.nan_to_num(np.vstack([rates - low, high - rates]), nan=0.0).clip(min=0)
     figure, axis = plt.subplots(figsize=(9, 0.45 * len(names) + 1.5))
-    colours = ["0.6" if name in ("plain", "hf-plain", "hf-assisted") else "tab:blue" for name in names]
+    colours = ["0.6" if name == "plain" or name in HF_METHODS else "tab:blue" for name in names]
     axis.barh(range(len(names)), rates, xerr=errors, color=colours, capsize=3)
     axis.set_yticks(range(len(names)), names)
     axis.invert_yaxis()
@@ -202,6 +210,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--static-cache", action="store_true",
+                        help="verispec's methods keep their KV caches in a StaticCache (see verispec decode)")
     parser.add_argument("--methods", default=";".join(DEFAULT_METHODS),
                         help="';'-separated methods: plain, hf-plain, hf-assisted, VERIFIER=TREE")
     parser.add_argument("--output", default=None, help="rows (default results/real_decoding_<device>.json)")
@@ -222,8 +232,8 @@ def main(argv=None) -> int:
         sampling = Sampling(args.temperature, args.top_k, args.top_p)
         methods = [m.strip() for m in args.methods.split(";") if m.strip()]
         for method in methods:
-            if method not in ("plain", "hf-plain", "hf-assisted") and "=" not in method:
-                raise VerispecError(f"method {method!r} is neither plain, hf-plain, hf-assisted nor VERIFIER=TREE")
+            if method != "plain" and method not in HF_METHODS and "=" not in method:
+                raise VerispecError(f"method {method!r} is neither plain, {', '.join(HF_METHODS)} nor VERIFIER=TREE")
         prompts = humaneval_prompts(args.prompts)
         output = Path(args.output or f"results/real_decoding_{args.device.replace(':', '')}.json")
         pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
@@ -231,7 +241,7 @@ def main(argv=None) -> int:
         parameters = {"pair": pair.name, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
                       "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
-                      "threads": torch.get_num_threads()}
+                      "threads": torch.get_num_threads(), "static_cache": args.static_cache}
         store = ResultStore(output, parameters=parameters)
     except VerispecError as error:
         print(f"real_decoding: error: {error}", file=sys.stderr)
@@ -241,7 +251,7 @@ def main(argv=None) -> int:
         key = f"{method}|{task}"
         if store.done(key):
             continue
-        row = run_cell(pair, prompt, method, sampling, args.max_new_tokens, args.seed + index)
+        row = run_cell(pair, prompt, method, sampling, args.max_new_tokens, args.seed + index, args.static_cache)
         row["load_average"] = os.getloadavg()[0]
         store.add(key, row)
     rows = {key: row for key, row in store.rows.items()}

@@ -29,12 +29,12 @@ def _load_script():
 def test_real_decoding_experiment_runs_and_resumes(tmp_path, monkeypatch, capsys):
     script = _load_script()
     target, draft = save_tiny_pair(tmp_path / "pair")
-    methods = "plain;hf-plain;hf-assisted;specinfer=delayed:2,1,2;bv=chain:3"
+    methods = "plain;hf-plain;hf-static;hf-assisted;specinfer=delayed:2,1,2;bv=chain:3"
     arguments = ["--target", target, "--draft", draft, "--prompts", "2", "--max-new-tokens", "6", "--methods", methods,
-                 "--output", str(tmp_path / "rows.json"), "--threads", "1"]
+                 "--output", str(tmp_path / "rows.json"), "--threads", "1", "--static-cache"]
     assert script.main(arguments) == 0
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
-    assert len(rows) == 2 * 5
+    assert len(rows) == 2 * 6
     table = json.loads((tmp_path / "rows.summary.json").read_text())
     assert [entry["method"] for entry in table] == methods.split(";")
     for entry in table:
