@@ -213,3 +213,22 @@ def test_a_rule_written_only_as_a_procedure_runs_as_written(pair, monkeypatch):
     broken = BROKEN_CHAIN_VERIFIERS["naive-correction-from-target"]
     counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", broken, 2, sampling, seed), RUNS)
     assert exact_binomial_test(counts, law).rejected
+
+
+def test_a_verifier_whose_law_is_not_a_law_is_stopped(pair):
+    """Real decoding runs the exact engine's check on every block's law: a rule that returns a signed
+    'law' summing to one is a VerifierError, not a silently skewed sample."""
+    from verispec.errors import VerifierError
+    from verispec.verifiers.naive import NaiveVerifier
+
+    class Signed(NaiveVerifier):
+        name = "signed"
+
+        def emission_laws(self, batch):
+            law = super().emission_laws(batch).clone()
+            law[..., 0, 0] += 2.0
+            law[..., 0, 1] -= 2.0
+            return law
+
+    with pytest.raises(VerifierError, match="signed"):
+        generate(pair, CONTEXT, "chain:2", Signed(), 4)

@@ -117,3 +117,21 @@ def test_incompatible_and_too_short():
         analyze(random_problem(2, 2, 0), ChainDrafter(3), get_verifier("naive"))
     with pytest.raises(ValueError, match="method"):
         analyze(random_problem(2, 2, 0), ChainDrafter(2), get_verifier("naive"), method="fast")
+
+
+def test_a_law_with_negative_entries_is_refused_on_every_backend():
+    """Rows that sum to one through a negative entry are not laws: numpy, exact and torch alike."""
+    from verispec.simulator.laws import check_emission_laws
+
+    batch = parse_tree("chain:1").sample(random_problem(2, 1, 0), np.random.default_rng(0)).as_batch()
+    law = np.zeros((1, batch.num_nodes, 2))
+    law[0, 0] = [1.5, -0.5]
+    with pytest.raises(VerifierError, match=r"min -0.5"):
+        check_emission_laws("signed", batch, law)
+    with pytest.raises(VerifierError, match=r"min -0.5"):
+        check_emission_laws("signed", batch, np.vectorize(Fraction, otypes=[object])(law))
+    torch = pytest.importorskip("torch")
+    with pytest.raises(VerifierError, match=r"min -0.5"):
+        check_emission_laws("signed", batch, torch.tensor(law))
+    law[0, 0] = [0.25, 0.75]
+    check_emission_laws("fine", batch, torch.tensor(law))
