@@ -145,6 +145,7 @@ class DraftSide(Problem):
         laws = self.sampling.probabilities(logits)  # [n, V] float64
         drafting = laws if self._law_for_drafting is None else self._law_for_drafting(logits)
         host = drafting.cpu().numpy()
+        host.setflags(write=False)  # on a CPU it shares memory with the q the verifier is handed
         for row, prefix in enumerate(prefixes):
             self.law[prefix] = laws[row]
             self.host[prefix] = host[row]

@@ -68,14 +68,18 @@ class CachedModel:
             raise VerispecError(f"the static KV cache holds {self.max_length} tokens; this forward needs {total} "
                                 "(committed, pending and new): give the decoder a larger max_length")
         width = total if self.max_length is None else self.max_length  # a static cache attends over every slot
-        dtype = self.model.dtype
-        mask = torch.full((1, 1, count, width), torch.finfo(dtype).min, dtype=dtype, device=self.device)
-        mask[..., : self.committed] = 0
+        # Built on the host and moved once: element writes on a GPU tensor would be a kernel launch each.
+        allowed = torch.zeros((count, width), dtype=torch.bool)
+        allowed[:, : self.committed] = True
         for row in range(count):
             node = start + row
             while node != -1:  # the token itself and its pending ancestors
-                mask[0, 0, row, self.committed + node] = 0
+                allowed[row, self.committed + node] = True
                 node = self._parents[node]
+        dtype = self.model.dtype
+        blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=self.device)
+        mask = torch.where(allowed.to(self.device), torch.zeros((), dtype=dtype, device=self.device),
+                           blocked)[None, None]  # [1, 1, count, width]
         positions = torch.tensor([[self.committed - 1 + self._depths[start + row] for row in range(count)]],
                                  device=self.device)
         with torch.no_grad():
