@@ -92,17 +92,18 @@ def run_hf(pair, prompt: str, method: str, sampling, max_new_tokens: int, seed: 
 
 
 def run_cell(pair, prompt: str, method: str, sampling, max_new_tokens: int, seed: int,
-             static_cache: bool = False) -> dict:
+             static_cache: bool = False, graphs: bool = False) -> dict:
     from verispec.models import generate, sample_target
 
     if method in HF_METHODS:
         return run_hf(pair, prompt, method, sampling, max_new_tokens, seed)
     if method == "plain":
-        generation = sample_target(pair, prompt, max_new_tokens, sampling, seed, static_cache=static_cache)
+        generation = sample_target(pair, prompt, max_new_tokens, sampling, seed, static_cache=static_cache,
+                                   graphs=graphs)
     else:
         verifier, _, tree = method.partition("=")
         generation = generate(pair, prompt, tree, verifier, max_new_tokens, sampling, seed,
-                              static_cache=static_cache)
+                              static_cache=static_cache, graphs=graphs)
     summary = generation.summary()
     return {key: summary[key] for key in ("new_tokens", "decode_s", "prefill_s", "target_calls", "draft_calls",
                                           "tokens_per_target_call", "mean_accepted", "drafting_s", "target_s",
@@ -212,6 +213,11 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--static-cache", action="store_true",
                         help="verispec's methods keep their KV caches in a StaticCache (see verispec decode)")
+    parser.add_argument("--graphs", action="store_true",
+                        help="verispec's methods replay CUDA graphs over static caches (see verispec decode)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="tokens of one untimed generation per method before its first timed cell (captures "
+                             "graphs, compiles, fills allocators; default 16 on a GPU, 0 on a CPU)")
     parser.add_argument("--methods", default=";".join(DEFAULT_METHODS),
                         help="';'-separated methods: plain, hf-plain, hf-assisted, VERIFIER=TREE")
     parser.add_argument("--output", default=None, help="rows (default results/real_decoding_<device>.json)")
@@ -241,17 +247,23 @@ def main(argv=None) -> int:
         parameters = {"pair": pair.name, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
                       "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
-                      "threads": torch.get_num_threads(), "static_cache": args.static_cache}
+                      "threads": torch.get_num_threads(), "static_cache": args.static_cache, "graphs": args.graphs}
         store = ResultStore(output, parameters=parameters)
     except VerispecError as error:
         print(f"real_decoding: error: {error}", file=sys.stderr)
         return 2
     cells = [(method, index, task, prompt) for index, (task, prompt) in enumerate(prompts) for method in methods]
+    warmup = args.warmup if args.warmup is not None else (16 if pair.device.type == "cuda" else 0)
+    warmed: set[str] = set()
     for method, index, task, prompt in tqdm(cells, desc="cells"):
         key = f"{method}|{task}"
         if store.done(key):
             continue
-        row = run_cell(pair, prompt, method, sampling, args.max_new_tokens, args.seed + index, args.static_cache)
+        if warmup and method not in warmed:  # first-call costs (graph capture, compilation) are not decoding
+            run_cell(pair, prompt, method, sampling, warmup, args.seed + 10**6, args.static_cache, args.graphs)
+            warmed.add(method)
+        row = run_cell(pair, prompt, method, sampling, args.max_new_tokens, args.seed + index, args.static_cache,
+                       args.graphs)
         row["load_average"] = os.getloadavg()[0]
         store.add(key, row)
     rows = {key: row for key, row in store.rows.items()}

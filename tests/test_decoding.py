@@ -232,3 +232,24 @@ def test_a_verifier_whose_law_is_not_a_law_is_stopped(pair):
 
     with pytest.raises(VerifierError, match="signed"):
         generate(pair, CONTEXT, "chain:2", Signed(), 4)
+
+
+@pytest.mark.parametrize("spec,name", [("delayed:2,1,2", "specinfer"), ("iid:2,2", "gbv"), ("chain:3", "bv")])
+def test_graphed_forwards_decode_the_same_tokens(pair, spec, name):
+    """Same seed, same law: graphed forwards (padded buckets; CUDA graphs on a GPU) change nothing."""
+    sampling = Sampling(1.0, top_p=0.95)
+    plain = generate(pair, CONTEXT, spec, name, 24, sampling, seed=5)
+    graphed = generate(pair, CONTEXT, spec, name, 24, sampling, seed=5, graphs=True)
+    assert graphed.tokens == plain.tokens
+    assert sample_target(pair, CONTEXT, 12, sampling, seed=2, graphs=True).tokens == \
+        sample_target(pair, CONTEXT, 12, sampling, seed=2).tokens
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here (GPU sessions run it)")
+def test_on_cuda_graphed_decoding_matches_eager_decoding():
+    gpu_pair = tiny_pair(0, device="cuda")
+    for spec, name in (("delayed:3,1,2", "specinfer"), ("branch:2,2", "traversal")):
+        eager = generate(gpu_pair, CONTEXT, spec, name, 20, Sampling(1.0), seed=4)
+        graphed = generate(gpu_pair, CONTEXT, spec, name, 20, Sampling(1.0), seed=4, graphs=True)
+        assert graphed.tokens == eager.tokens
+    assert gpu_pair.target.__dict__["_verispec_graphed_forwards"]  # the runner (and its graphs) stayed on the model

@@ -31,7 +31,7 @@ def tiny_model():
 def _alone(model, tokens):
     """The model's logits after ``tokens`` fed alone, without a cache."""
     with torch.no_grad():
-        return model(torch.tensor([tokens])).logits[0, -1]
+        return model(torch.tensor([tokens], device=model.device)).logits[0, -1]
 
 
 # --- the sampling law -----------------------------------------------------------------------------------------
@@ -149,3 +149,53 @@ def test_a_static_cache_refuses_to_overflow_and_stays_usable(tiny_model):
     torch.testing.assert_close(logits[1], _alone(tiny_model, [1, 2, 3, 4, 5]), rtol=0, atol=1e-10)
     with pytest.raises(VerispecError, match="max_length"):
         CachedModel(tiny_model, 0)
+
+
+# --- graphed forwards: padded buckets over a static cache (CUDA graphs on a GPU, the same buffers eagerly here) ---
+
+def _graphed_matches_plain(model, device_atol):
+    """Every CachedModel operation through GraphedForward gives the logits of the plain dynamic-cache path:
+    padding rows (each seeing only its own slot) change nothing for the real rows."""
+    from verispec.models.tree_forward import BUCKETS, GraphedForward
+
+    plain, graphed = CachedModel(model), CachedModel(model, 40, graphs=True)
+    assert graphed.max_length % 512 == 0 and isinstance(graphed.runner, GraphedForward)
+    for cached in (plain, graphed):
+        cached.prefill([1, 2, 3, 4, 5])
+    steps = [("extend", ([9, 5, 6, 7, 8], [-1, 0, 1, 1, 3])),  # 5 new tokens: a padded width-8 bucket
+             ("extend", ([10], [4])), ("commit", ([0, 1, 3],)), ("extend", ([3, 4, 11], [-1, 0, 0])),
+             ("discard", ()), ("extend", ([2], [-1]))]
+    for name, arguments in steps:
+        results = [getattr(cached, name)(*arguments) for cached in (plain, graphed)]
+        if name == "extend":
+            torch.testing.assert_close(results[1], results[0], rtol=0, atol=device_atol, msg=f"{name}{arguments}")
+    assert set(graphed.runner.buffers) <= set(BUCKETS)
+    # a second sequence on the same model reuses the runner (and, on a GPU, its captured graphs)
+    again = CachedModel(model, 100, graphs=True)
+    assert again.runner is graphed.runner and again.committed == 0
+    torch.testing.assert_close(again.prefill([7, 1]), _alone(model, [7, 1]), rtol=0, atol=device_atol)
+    return graphed.runner
+
+
+def test_graphed_forwards_equal_plain_forwards(tiny_model):
+    import copy
+
+    runner = _graphed_matches_plain(tiny_model, 1e-12)
+    assert runner.captures == 0  # no graph capture on a CPU: the same buffers run eagerly
+    # a copy of the model (carrying its original's runners in its __dict__) gets runners of its own
+    twin = copy.deepcopy(tiny_model)
+    assert CachedModel(twin, 40, graphs=True).runner.model is twin
+
+
+def test_graphs_need_a_static_cache_length(tiny_model):
+    with pytest.raises(VerispecError, match="graphs=True needs a static cache"):
+        CachedModel(tiny_model, graphs=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here (GPU sessions run it)")
+def test_cuda_graph_replays_equal_plain_forwards(tiny_model):
+    import copy
+
+    model = copy.deepcopy(tiny_model).to("cuda")
+    runner = _graphed_matches_plain(model, 1e-10)
+    assert runner.captures >= 3 and set(runner.graphs) <= set(runner.buffers)

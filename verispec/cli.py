@@ -218,6 +218,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="CPU threads for torch (default: torch's choice)")
     decode.add_argument("--static-cache", action="store_true",
                         help="keep both KV caches in a StaticCache allocated once (fixed addresses)")
+    decode.add_argument("--graphs", action="store_true",
+                        help="replay one CUDA graph per forward width over static caches (the fast path on a GPU; "
+                             "implies --static-cache)")
     decode.add_argument("--json", action="store_true", help="print one JSON object per prompt")
 
     models_command = commands.add_parser("models", help="install and list real model pairs")
@@ -585,7 +588,8 @@ def _run_decode(args) -> int:
               leave=False) as bar:
         for index, prompt in enumerate(prompts):
             generation = generate(pair, prompt, drafter, verifier, args.max_new_tokens, sampling,
-                                  args.seed + index, static_cache=args.static_cache, progress=bar)
+                                  args.seed + index, static_cache=args.static_cache, graphs=args.graphs,
+                                  progress=bar)
             summary = generation.summary()
             if args.json:
                 print(json.dumps({"prompt": prompt, "pair": pair.name, "tree": drafter.spec, "verifier": verifier.name,

@@ -222,7 +222,7 @@ class SpeculativeDecoder:
 
     def __init__(self, pair: ModelPair, drafter: Drafter | str, verifier: Verifier | str,
                  sampling: Sampling | None = None, seed: int = 0, *, stop_at_eos: bool = True,
-                 static_cache: bool = False, law_for_drafting=None):
+                 static_cache: bool = False, graphs: bool = False, law_for_drafting=None):
         from verispec.verifiers import get_verifier
 
         self.pair = pair
@@ -234,7 +234,9 @@ class SpeculativeDecoder:
             raise VerispecError(f"seed must be a non-negative integer, got {seed!r}")
         self.rng = np.random.default_rng(int(seed))
         self.stop_tokens = pair.eos_token_ids if stop_at_eos else frozenset()
-        self.static_cache = static_cache
+        #: graphs: CUDA graphs over static caches (tree_forward.GraphedForward); it implies a static cache
+        self.graphs = bool(graphs)
+        self.static_cache = static_cache or self.graphs
         #: True for rules written only as a sampling procedure (ProcedureVerifier, or the top-down walk of a
         #: ProcedureSolver): they are sampled by their procedure instead of through an enumerated law.
         self.by_procedure = _procedure_only(self.verifier)
@@ -247,7 +249,8 @@ class SpeculativeDecoder:
         # A static cache holds the prompt, the continuation, a whole tree and the draft's unseen tokens.
         slots = (len(prompt_tokens) + max_new_tokens + self.drafter.max_nodes + self.drafter.depth + 2
                  if self.static_cache else None)
-        target, draft = CachedModel(self.pair.target, slots), CachedModel(self.pair.draft, slots)
+        target = CachedModel(self.pair.target, slots, graphs=self.graphs)
+        draft = CachedModel(self.pair.draft, slots, graphs=self.graphs)
         start = time.perf_counter()
         if len(prompt_tokens) > 1:
             target.prefill(prompt_tokens[:-1])
@@ -353,28 +356,33 @@ def _check_budget(max_new_tokens) -> None:
 
 def generate(pair: ModelPair, prompt: str | Sequence[int], drafter: Drafter | str, verifier: Verifier | str,
              max_new_tokens: int, sampling: Sampling | None = None, seed: int = 0, *,
-             stop_at_eos: bool = True, static_cache: bool = False, progress=None) -> Generation:
+             stop_at_eos: bool = True, static_cache: bool = False, graphs: bool = False,
+             progress=None) -> Generation:
     """Speculative decoding of ``prompt`` with ``drafter`` (a Drafter or a tree spec such as 'delayed:4,2,2')
     and ``verifier`` (a Verifier or a registry name); see the module docstring. Returns the continuation and
     one ``BlockRecord`` per block. ``seed`` seeds the one numpy Generator every random decision comes from.
     ``static_cache``: both models keep their KV in a StaticCache allocated once for the whole run (fixed
-    tensor addresses, for compiled or graph-captured forwards on a GPU) instead of a growing DynamicCache."""
+    tensor addresses) instead of a growing DynamicCache. ``graphs``: every forward of both models replays a CUDA
+    graph captured once per input width over a static cache (``tree_forward.GraphedForward``; on a CPU the same
+    padded buffers run eagerly), which is what makes small forwards cheap on a GPU."""
     decoder = SpeculativeDecoder(pair, drafter, verifier, sampling, seed, stop_at_eos=stop_at_eos,
-                                 static_cache=static_cache)
+                                 static_cache=static_cache, graphs=graphs)
     return decoder.run(prompt, max_new_tokens, progress)
 
 
 def sample_target(pair: ModelPair, prompt: str | Sequence[int], max_new_tokens: int,
                   sampling: Sampling | None = None, seed: int = 0, *, stop_at_eos: bool = True,
-                  static_cache: bool = False, progress=None) -> Generation:
+                  static_cache: bool = False, graphs: bool = False, progress=None) -> Generation:
     """Plain sampling from the target with ``sampling`` (the reference speculative decoding must match): one
-    target forward per token over its KV cache; one ``BlockRecord`` per token (accepted 0, tree size 0)."""
+    target forward per token over its KV cache; one ``BlockRecord`` per token (accepted 0, tree size 0).
+    ``static_cache`` and ``graphs`` as in ``generate``."""
     _check_budget(max_new_tokens)
     sampling = sampling or Sampling()
     rng = np.random.default_rng(int(seed))
     stop_tokens = pair.eos_token_ids if stop_at_eos else frozenset()
     prompt_tokens = pair.encode(prompt)
-    target = CachedModel(pair.target, len(prompt_tokens) + max_new_tokens + 1 if static_cache else None)
+    slots = len(prompt_tokens) + max_new_tokens + 1 if static_cache or graphs else None
+    target = CachedModel(pair.target, slots, graphs=graphs)
     start = time.perf_counter()
     if len(prompt_tokens) > 1:
         target.prefill(prompt_tokens[:-1])

@@ -1,0 +1,133 @@
+"""Forward-pass latency of a pair's target and draft by number of new tokens, side by side: a growing dynamic
+KV cache, a static cache, and CUDA-graph replays over a static cache (``CachedModel(..., graphs=True)``).
+
+This is what speculative decoding's speed turns on: t_q (one draft step) against t_p(n) (one target forward
+scoring n tree nodes). For each model, mode and width n, a context of ``--context`` tokens is committed, then n
+new tokens in a chain are fed (``CachedModel.extend``) and dropped (``discard``), ``--repeats`` times after a
+warm-up; the median milliseconds per forward are reported, and each mode's ratio to the dynamic cache. The
+three modes' logits are checked equal first (bf16/float32 tolerance: they run different kernels).
+
+    python benchmarks/bench_forward.py --pair qwen-coder --device cuda --json results/forward_cuda.json
+    python benchmarks/bench_forward.py --tiny                   # tiny random pair: a smoke run anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+from verispec.io import atomic_write_text
+
+WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+MODES = ("dynamic", "static", "graphs")
+
+
+def _cached(model, mode: str, length: int):
+    from verispec.models import CachedModel
+
+    if mode == "dynamic":
+        return CachedModel(model)
+    return CachedModel(model, length, graphs=mode == "graphs")
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_forwards(model, mode: str, context: list[int], widths, repeats: int) -> dict[int, float]:
+    """Median milliseconds of one ``extend`` of n chained tokens after ``context``, per width n."""
+    cached = _cached(model, mode, len(context) + max(widths) + 8)
+    cached.prefill(context)
+    timings = {}
+    for width in widths:
+        vocab = min(model.config.vocab_size, 1000)
+        tokens, parents = [(7 * i + 3) % vocab for i in range(width)], list(range(-1, width - 1))
+        samples = []
+        for repeat in range(repeats + 2):  # two warm-ups: allocations, graph capture
+            _sync(model.device)
+            start = time.perf_counter()
+            cached.extend(tokens, parents)
+            _sync(model.device)
+            if repeat >= 2:
+                samples.append(time.perf_counter() - start)
+            cached.discard()
+        timings[width] = 1000 * statistics.median(samples)
+    return timings
+
+
+def check_modes_agree(model, context: list[int]) -> float:
+    """Largest difference of the three modes' logits on one small tree, relative to the logits' scale."""
+    import torch
+
+    outputs = []
+    for mode in MODES:
+        cached = _cached(model, mode, len(context) + 16)
+        cached.prefill(context)
+        outputs.append(cached.extend([5, 6, 7, 8, 9], [-1, 0, 0, 2, 2]).float())
+    scale = outputs[0].abs().max().item()
+    return max(torch.max((other - outputs[0]).abs()).item() for other in outputs[1:]) / scale
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="qwen-coder")
+    parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
+    parser.add_argument("--draft", help="draft model directory")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random pair instead of an installed one")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--context", type=int, default=200, help="committed tokens before each forward")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--widths", default=",".join(map(str, WIDTHS)))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--json", default=None, help="write the table here (atomically)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from verispec.models import load_pair
+    from verispec.models.tiny import tiny_pair
+
+    if args.tiny:
+        pair = tiny_pair(0, device=args.device)
+    elif args.target:
+        pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+    else:
+        pair = load_pair(args.pair, device=args.device, dtype=args.dtype)
+    widths = [int(w) for w in args.widths.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    vocab = pair.target.config.vocab_size
+    context = [(13 * i + 1) % min(vocab, 1000) for i in range(args.context)]
+    result = {"device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
+              "context": args.context, "repeats": args.repeats, "threads": torch.get_num_threads(),
+              "load_average": os.getloadavg()[0], "models": {}}
+    if pair.device.type == "cuda":
+        result["gpu"] = torch.cuda.get_device_name(pair.device)
+    for role, model in (("target", pair.target), ("draft", pair.draft)):
+        if len(modes) == len(MODES):
+            result["models"].setdefault(role, {})["max_relative_difference"] = check_modes_agree(model, context)
+        for mode in modes:
+            result["models"].setdefault(role, {})[mode] = time_forwards(model, mode, context, widths, args.repeats)
+    print(f"# forward ms (median of {args.repeats}) after {args.context} tokens; {result['device']} "
+          f"{result['dtype']}, load {result['load_average']:.2f}")
+    print("model  | mode    | " + " | ".join(f"n={w:<3d}" for w in widths) + " | vs dynamic at n=1")
+    for role, table in result["models"].items():
+        for mode in modes:
+            ratio = table["dynamic"][widths[0]] / table[mode][widths[0]] if "dynamic" in table else float("nan")
+            print(f"{role:6s} | {mode:7s} | " + " | ".join(f"{table[mode][w]:6.2f}" for w in widths)
+                  + f" | {ratio:.2f}x")
+        if "max_relative_difference" in table:
+            print(f"{role:6s} | modes agree to {table['max_relative_difference']:.2e} (relative)")
+    if args.json:
+        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
