@@ -103,3 +103,18 @@ def test_bad_arguments(pair):
     with pytest.raises(VerispecError, match="prefetching depth 6"):
         problem.prefetch(6)
     assert generate(pair, CONTEXT, "chain:1", "naive", 1).tokens  # the pair is still usable
+
+
+def test_a_small_cache_drops_old_laws_and_recomputes_them_equal(pair):
+    roomy = ModelProblem(pair, CONTEXT, SAMPLING, horizon=2)
+    tight = ModelProblem(pair, CONTEXT, SAMPLING, horizon=2, cache_bytes=3 * 16 * 16)  # three prefixes at V = 16
+    prefixes = [(), (1,), (2,), (3,), (1, 2)]
+    for problem in (roomy, tight):
+        problem.prepare(prefixes)
+    assert len(tight._laws) == 3 and len(roomy._laws) == 5
+    passes = tight.forward_passes
+    for prefix in prefixes:
+        # recomputed in a smaller batch: equal up to float64 rounding of a different batch's kernels
+        np.testing.assert_allclose(tight.draft(prefix), roomy.draft(prefix), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(tight.target(prefix), roomy.target(prefix), rtol=0, atol=1e-12)
+    assert tight.forward_passes > passes and len(tight._laws) == 3

@@ -12,6 +12,10 @@
                      --verifier NAME [--temperature T] [--top-p P] [--top-k K] [--max-new-tokens N] [--seed S]
                      [--device D] [--dtype D] [--json]                real speculative decoding
     verispec models  install NAME | list                             the real model pairs (qwen-coder)
+    verispec predict (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
+                     --tree TREE --verifier NAME [--epsilon E] [--temperature T] [--top-p P] [--top-k K] [--json]
+    verispec predict --problem FILE --tree TREE --verifier NAME [--epsilon E] [--json]
+                                                      certified interval on E[tau+1] (any vocabulary size)
     verispec --version                                               'verispec VERSION'
 
 Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
@@ -222,6 +226,33 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="replay one CUDA graph per forward width over static caches (the fast path on a GPU; "
                              "implies --static-cache)")
     decode.add_argument("--json", action="store_true", help="print one JSON object per prompt")
+
+    predict = commands.add_parser("predict", help="certified interval on E[tau+1] at a real context (or any problem)")
+    predict_models = predict.add_argument_group("source (--pair NAME, --target MODEL --draft MODEL, or --problem FILE)")
+    predict_models.add_argument("--pair", metavar="NAME", help="an installed pair (verispec models install qwen-coder)")
+    predict_models.add_argument("--target", metavar="MODEL", help="target model: a local directory or a cached id")
+    predict_models.add_argument("--draft", metavar="MODEL", help="draft model sharing the target's tokenizer")
+    predict_models.add_argument("--problem", metavar="FILE", help="a problem file instead of a model pair")
+    contexts = predict.add_mutually_exclusive_group()
+    contexts.add_argument("--context", metavar="TEXT", help="the text the block starts after (with a model pair)")
+    contexts.add_argument("--context-file", metavar="FILE", help="read the context from a file")
+    predict.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
+    predict.add_argument("--verifier", required=True, help="verifier name (see 'verispec list')")
+    predict.add_argument("--epsilon", type=_number_option(minimum=0, strict=True, what="a positive number"),
+                         default=1e-3, help="largest width of the interval (default 1e-3)")
+    predict.add_argument("--temperature", type=_number_option(minimum=0, strict=False, what="a number >= 0"),
+                         default=1.0, help="sampling temperature for target and draft alike (default 1)")
+    predict.add_argument("--top-p", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
+                         default=None, help="nucleus sampling, applied to target and draft alike")
+    predict.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                         help="top-k sampling, applied to target and draft alike")
+    predict.add_argument("--max-rows", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                         help="most (node, draw tuple) rows the certified walk evaluates (default 2,000,000)")
+    predict.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, ...")
+    predict.add_argument("--dtype", default="auto", help="model weights, as for 'decode'")
+    predict.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                         help="CPU threads for torch")
+    predict.add_argument("--json", action="store_true", help="print one JSON object")
 
     models_command = commands.add_parser("models", help="install and list real model pairs")
     models_actions = models_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -622,13 +653,74 @@ def _run_models(args) -> int:
     return 0
 
 
+def _run_predict(args) -> int:
+    from verispec.simulator.certified import DEFAULT_MAX_ROWS, certify
+
+    drafter = parse_tree(args.tree)
+    verifier = get_verifier(args.verifier)
+    check_compatible(verifier, drafter)
+    sources = [args.pair is not None, args.target is not None or args.draft is not None, args.problem is not None]
+    if sum(sources) != 1:
+        raise VerispecError("give one source: --pair NAME, --target MODEL --draft MODEL, or --problem FILE")
+    if args.problem is not None:
+        if args.context is not None or args.context_file is not None:
+            raise VerispecError("--context belongs with a model pair; a problem file holds its own conditionals")
+        problem = load_problem(args.problem)
+        source = {"problem": args.problem}
+    else:
+        if sources[1] and (args.target is None or args.draft is None):
+            raise VerispecError("give both --target MODEL and --draft MODEL")
+        if args.context is None and args.context_file is None:
+            raise VerispecError("give the context the block starts after: --context TEXT or --context-file FILE")
+        context = args.context
+        if args.context_file is not None:
+            try:
+                context = Path(args.context_file).read_text(encoding="utf-8")
+            except OSError as error:
+                raise VerispecError(f"cannot read --context-file {args.context_file!r}: {error.strerror}") from None
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        try:
+            import torch
+
+            from verispec.models import Sampling, load_pair
+            from verispec.models.problem import ModelProblem
+        except ImportError as error:
+            raise VerispecError(f"a model pair needs torch and transformers ({error}): pip install "
+                                "'torch==2.13.0' -e '.[torch,models]'") from None
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
+        pair = load_pair(args.pair, device=args.device, dtype=args.dtype) if args.pair is not None else \
+            load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        sampling = Sampling(args.temperature, args.top_k, args.top_p)
+        problem = ModelProblem(pair, context, sampling, horizon=drafter.depth)
+        source = {"pair": pair.name, "context_tokens": len(problem.context), "device": str(pair.device),
+                  "dtype": str(pair.target.dtype).removeprefix("torch."), "temperature": args.temperature,
+                  "top_k": args.top_k, "top_p": args.top_p}
+    result = certify(problem, drafter, verifier, args.epsilon, max_rows=args.max_rows or DEFAULT_MAX_ROWS,
+                     progress=sys.stderr.isatty())
+    if args.json:
+        print(json.dumps({**source, **result.as_dict()}))
+        return 0
+    print(f"E[tau+1] of {verifier.name} on {drafter.spec}: [{result.lower:.6f}, {result.upper:.6f}] "
+          f"(width {result.width:.2e}, epsilon {args.epsilon:g}{'' if result.reached else ', NOT reached'})")
+    for depth, (low, high) in enumerate(zip(result.acceptance_lower, result.acceptance_upper), start=1):
+        print(f"  P(tau >= {depth}) in [{low:.6f}, {high:.6f}]")
+    passes = "" if result.forward_passes is None else f", {result.forward_passes} forward passes of each model"
+    print(f"# {result.method}: {result.prefixes_expanded} prefixes expanded, {result.rows_evaluated} rows "
+          f"evaluated{passes}, {result.seconds:.1f} s")
+    if result.note:
+        print(f"# {result.note}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         args = _build_parser().parse_args(argv)
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
                 "optimum": _run_optimum, "bound": _run_bound, "list": _run_list, "decode": _run_decode,
-                "models": _run_models}[args.command](args)
+                "models": _run_models, "predict": _run_predict}[args.command](args)
     except _Done as done:
         return done.status
     except VerispecError as error:

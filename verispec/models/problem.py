@@ -15,6 +15,7 @@ prefix (the pair, context and sampling are fixed per problem).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 
 import numpy as np
@@ -27,6 +28,10 @@ from verispec.simulator.problems import Prefix, Problem
 
 #: Most tree nodes fed in one forward pass by default.
 DEFAULT_NODES_PER_FORWARD = 512
+#: Default bytes of cached laws (two [V] float64 arrays per prefix: 2.4 MB at V = 151,936); the least recently
+#: used prefixes are dropped past it and recomputed when asked for again.
+DEFAULT_CACHE_BYTES = 2 << 30
+
 #: Most prefixes ``prefetch`` accepts (each holds two [V] float64 laws).
 MAX_PREFETCH = 1 << 20
 
@@ -37,7 +42,7 @@ class ModelProblem(Problem):
     exact = False
 
     def __init__(self, pair: ModelPair, context, sampling: Sampling | None = None, horizon: int | None = None, *,
-                 nodes_per_forward: int = DEFAULT_NODES_PER_FORWARD):
+                 nodes_per_forward: int = DEFAULT_NODES_PER_FORWARD, cache_bytes: int = DEFAULT_CACHE_BYTES):
         if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 0):
             raise InvalidProblemError(f"horizon must be a non-negative integer or None, got {horizon!r}")
         if isinstance(nodes_per_forward, bool) or not isinstance(nodes_per_forward, int) or nodes_per_forward < 2:
@@ -52,7 +57,9 @@ class ModelProblem(Problem):
         for model in self._models:
             if len(self.context) > 1:
                 model.prefill(self.context[:-1])
-        self._laws: dict[Prefix, tuple[np.ndarray, np.ndarray]] = {}
+        #: prefix -> (p, q), least recently used first; at most cache_bytes of them (one prefix at least)
+        self._laws: OrderedDict[Prefix, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cache_size = max(1, int(cache_bytes) // (16 * self.vocab_size))
         #: Forward passes so far, of each model (the context's prefill not counted).
         self.forward_passes = 0
 
@@ -104,6 +111,9 @@ class ModelProblem(Problem):
             target.setflags(write=False)
             draft.setflags(write=False)
             self._laws[prefix] = (target, draft)
+            self._laws.move_to_end(prefix)
+            while len(self._laws) > self._cache_size:
+                self._laws.popitem(last=False)
 
     def prefetch(self, depth: int) -> None:
         """Compute every prefix of length 0..depth (V^depth of them, refused past MAX_PREFETCH)."""
@@ -116,12 +126,14 @@ class ModelProblem(Problem):
 
     def target(self, prefix: Prefix) -> np.ndarray:
         prefix = self._check(prefix)
-        if prefix not in self._laws:
-            self.prepare([prefix])
-        return self._laws[prefix][0]
+        return self._law(prefix)[0]
 
     def draft(self, prefix: Prefix) -> np.ndarray:
         prefix = self._check(prefix)
+        return self._law(prefix)[1]
+
+    def _law(self, prefix: Prefix) -> tuple[np.ndarray, np.ndarray]:
         if prefix not in self._laws:
             self.prepare([prefix])
-        return self._laws[prefix][1]
+        self._laws.move_to_end(prefix)
+        return self._laws[prefix]

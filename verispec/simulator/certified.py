@@ -1,0 +1,402 @@
+"""Certified block efficiency at any vocabulary: lower and upper bounds that must contain the exact value.
+
+Exact enumeration stops near V = 50, but most of a draft tree's probability sits on a few prefixes. For a
+node-solver verifier (a top-down walk: SpecInfer, SpecTr, NSS, naive, ...) on an i.i.d.-structured tree
+(chain, iid, delayed, branch-iid: ``Drafter.iid_branching`` = b_1..b_L), the walk is the Markov chain of
+``dp.walk_dp`` on states (prefix u, multiplicity m): a state at depth d gets n = m b_(d+1) ordered i.i.d.
+draws c from q(.|u), with probability Q(c) = prod_i q(c_i|u); the solver's output law K(.|c) moves to the
+child (u t, count_t(c)) with mass K(t|c) for each drawn t, or stops. A state's mass R(u, m) is the
+probability that the walk reaches it, and
+
+    E[tau + 1] = 1 + sum_(d=1..L) P(tau >= d),     P(tau >= d) = sum of R over the states at depth d.
+
+This module explores the chain by mass instead of enumerating it. With a threshold h, a state is expanded
+only when its (explored) mass is at least h, and at an expanded state of mass R only the ordered draw
+tuples with R Q(c) >= h are evaluated (one batched solver call over them). (Both use h / (L - d) at depth d,
+since mass left out at depth d widens the interval by its mass times L - d.) Everything else is *slack*:
+
+    s_d = sum over unexpanded states at depth d of R  +  sum over expanded states at depth d of R (1 - sum_c Q(c)),
+
+summed over the states and tuples left out. The bound argument:
+
+* Lower: every mass that reaches a state at depth d through evaluated tuples is the probability of a set of
+  draw outcomes (disjoint across parents and tuples) on which the walk passes depth d. So the explored mass
+  at depth d, ``lower_d``, is at most P(tau >= d).
+* Upper: every outcome not accounted for lies in the slack of some depth d' (the walk reached an unexpanded
+  state there, or drew an unevaluated tuple there), and from depth d' it can reach depth d > d' at most with
+  its own probability. So P(tau >= d) <= lower_d + sum_(d' < d) s_(d').
+* P(tau >= d) does not increase with d, so the bounds are tightened to upper_d <= upper_(d-1) and
+  lower_d >= lower_(d+1); both stay in [0, 1].
+
+Summed, the width of the E[tau + 1] interval is sum_d' s_d' (L - d'). ``certify`` lowers h (by the ratio of
+width to epsilon, at least 4-fold) until the width is at most epsilon; the solver rows and the conditionals
+(``Problem.prepare``: one batched forward pass per depth for a model-backed problem) are cached between
+rounds, so each round costs only what is new. Sums are float64: the bounds hold up to float64 rounding of
+sums of at most a few million terms (about 1e-12), which ``ROUNDING`` widens them by.
+
+Whole-tree rules (bv, traversal, gbv, ...) are certified by ``certify_whole_trees``: draft outcomes are
+enumerated best-first through the drafter's own ``draw`` (each categorical choice branching on its likeliest
+values first), each complete tree's tau law comes from the verifier's batched ``emission_laws``, and the
+unexplored draft mass R gives E[tau + 1] in [explored + R, explored + R (L + 1)]. That is only practical for
+small trees; ``certify`` refuses (``ProblemTooLargeError``) when the outcome budget runs out.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm import tqdm
+
+from verispec import budget
+from verispec.errors import ProblemTooLargeError, VerispecError
+from verispec.simulator.interfaces import NodeSolver, Verifier
+from verispec.simulator.problems import Problem
+
+#: Added to every width: float64 rounding of the sums (terms in [0, 1], a few million of them at most).
+ROUNDING = 1e-12
+
+#: Most (state, draw tuple) rows one certified walk evaluates before it refuses to go on.
+DEFAULT_MAX_ROWS = 2_000_000
+
+#: States whose conditionals are asked for at once (``Problem.prepare_drafts``): a model-backed problem computes
+#: them in one forward pass per model, and keeps only so many [V] laws in memory.
+PREPARE_BATCH = 256
+
+#: Solver rows evaluated per batched call (each row holds a few [V] float64 arrays).
+ROW_ELEMENTS = 1 << 23
+
+
+@dataclass
+class CertifiedResult:
+    """Bounds certified to contain the exact values (see the module docstring)."""
+
+    verifier: str
+    tree: str
+    #: [lower, upper] on E[tau + 1]
+    lower: float
+    upper: float
+    #: [P(tau >= d) bounds for d = 1..L]
+    acceptance_lower: list[float]
+    acceptance_upper: list[float]
+    epsilon: float
+    #: the last threshold h (the walk) or outcomes explored (whole trees)
+    threshold: float | None
+    prefixes_expanded: int
+    rows_evaluated: int
+    forward_passes: int | None
+    seconds: float
+    method: str
+    rounds: list[dict] = field(default_factory=list)
+    #: why the width is above epsilon, when it is (the work budget ran out first)
+    note: str = ""
+
+    @property
+    def width(self) -> float:
+        return self.upper - self.lower
+
+    @property
+    def reached(self) -> bool:
+        """Whether the width is at most epsilon."""
+        return self.width <= self.epsilon
+
+    def contains(self, value: float, slack: float = 0.0) -> bool:
+        return self.lower - slack <= value <= self.upper + slack
+
+    def as_dict(self) -> dict:
+        return {"verifier": self.verifier, "tree": self.tree, "method": self.method, "lower": self.lower,
+                "upper": self.upper, "width": self.width, "epsilon": self.epsilon, "reached": self.reached,
+                "acceptance_lower": self.acceptance_lower, "acceptance_upper": self.acceptance_upper,
+                "threshold": self.threshold, "prefixes_expanded": self.prefixes_expanded,
+                "rows_evaluated": self.rows_evaluated, "forward_passes": self.forward_passes,
+                "seconds": self.seconds, "note": self.note, "rounds": self.rounds}
+
+
+def _bounds(lower: list[float], slack: list[float]) -> tuple[list[float], list[float]]:
+    """P(tau >= d) bounds, d = 1..L, from explored masses lower[d] (index 0 unused) and slack by depth."""
+    depth = len(lower) - 1
+    lows, highs, behind = [], [], 0.0
+    for d in range(1, depth + 1):
+        behind += slack[d - 1]
+        lows.append(min(1.0, max(0.0, lower[d] - ROUNDING)))
+        highs.append(min(1.0, lower[d] + behind + ROUNDING))
+    for d in range(1, depth):  # P(tau >= d) is non-increasing in d
+        highs[d] = min(highs[d], highs[d - 1])
+    for d in range(depth - 2, -1, -1):
+        lows[d] = max(lows[d], lows[d + 1])
+    return lows, highs
+
+
+def _ordered_tuples(q: np.ndarray, draws: int, floor: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered tuple c of ``draws`` tokens with prod q(c_i) >= floor, and those products: [T, n], [T].
+    Grown one position at a time: a tuple's product only shrinks as it grows, so a partial tuple below the
+    floor is dropped."""
+    candidates = np.flatnonzero(q >= floor)
+    candidates = candidates[np.argsort(-q[candidates], kind="stable")]   # [C] by q decreasing
+    values = q[candidates]
+    tuples = np.zeros((1, 0), dtype=np.int64)
+    mass = np.ones(1)
+    for _ in range(draws):
+        # partial tuple j extends by the candidates whose q keeps the product >= floor
+        counts = np.searchsorted(-values, -(floor / mass), side="right")
+        total = int(counts.sum())
+        if total > limit:
+            raise ProblemTooLargeError(f"a node would evaluate over {limit:,} ordered draw tuples of {draws} draws; "
+                                       "raise epsilon or max_rows")
+        parent = np.repeat(np.arange(len(mass)), counts)
+        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        tuples = np.concatenate([tuples[parent], candidates[offsets][:, None]], axis=1)
+        mass = mass[parent] * values[offsets]
+        if total == 0:
+            break
+    return tuples, mass
+
+
+class _NodeRows:
+    """The solver's acceptance probabilities K(c_i | c) per (state, draws, tuple), computed in batches and
+    kept across rounds."""
+
+    def __init__(self, solver: NodeSolver):
+        self.solver = solver
+        self.rows: dict[tuple, dict[bytes, np.ndarray]] = {}
+        self.evaluated = 0
+
+    def accept(self, key, p: np.ndarray, q: np.ndarray, tuples: np.ndarray) -> np.ndarray:
+        """[T, n]: K(c_i | c) for each tuple's i-th token (the mass of moving to that child)."""
+        known = self.rows.setdefault(key, {})
+        keys = [row.tobytes() for row in tuples]
+        missing = [index for index, k in enumerate(keys) if k not in known]
+        if missing:
+            size = len(p)
+            chunk = max(1, ROW_ELEMENTS // max(size, 1))
+            for start in range(0, len(missing), chunk):
+                budget.check("the certified walk")
+                rows = missing[start:start + chunk]
+                children = tuples[rows]
+                laws = self.solver.output_laws(np.broadcast_to(p, (len(rows), size)).copy(),
+                                               np.broadcast_to(q, (len(rows), size)).copy(), children)  # [R, V]
+                laws = np.asarray(laws, dtype=np.float64)
+                picked = np.take_along_axis(laws, children, axis=1)                                   # [R, n]
+                for row, values in zip(rows, picked):
+                    known[keys[row]] = values
+            self.evaluated += len(missing)
+        return np.array([known[k] for k in keys]).reshape(len(tuples), tuples.shape[1])
+
+
+def _float(law) -> np.ndarray:
+    return np.asarray(law, dtype=np.float64)
+
+
+def _walk(problem: Problem, branching: tuple[int, ...], rows: _NodeRows, threshold: float, max_rows: int,
+          progress: bool) -> tuple[list[float], list[float], int]:
+    """One exploration at threshold h: explored mass per depth (index 0 = 1) and slack per depth."""
+    depth = len(branching)
+    lower, slack = [1.0] + [0.0] * depth, [0.0] * (depth + 1)
+    # states: (problem.state(prefix), multiplicity) -> [representative prefix, mass]
+    states: dict[tuple, list] = {(problem.state(()), 1): [(), 1.0]}
+    expanded = 0
+    for d in tqdm(range(depth), desc="certified walk depths", disable=not progress, leave=False):
+        budget.check("the certified walk")
+        if d > 0:
+            lower[d] = sum(mass for _, mass in states.values())
+        # an item of mass x left out at depth d widens the interval by x (L - d): the threshold is on that
+        floor = threshold / (depth - d)
+        active = [(key, prefix, mass) for key, (prefix, mass) in states.items() if mass >= floor]
+        slack[d] += sum(mass for _, (_, mass) in states.items() if mass < floor)
+        children: dict[tuple, list] = {}
+        for index, ((state, multiplicity), prefix, mass) in enumerate(active):
+            if index % PREPARE_BATCH == 0:  # one batched forward pass per model for the next batch of states
+                problem.prepare_drafts([prefix for _, prefix, _ in active[index:index + PREPARE_BATCH]])
+            expanded += 1
+            draws = multiplicity * branching[d]
+            p, q = _float(problem.target(prefix)), _float(problem.draft(prefix))
+            tuples, chance = _ordered_tuples(q, draws, floor / mass, max_rows)
+            slack[d] += mass * max(0.0, 1.0 - float(chance.sum()))
+            if len(tuples) == 0:
+                continue
+            if rows.evaluated + len(tuples) > max_rows:
+                raise ProblemTooLargeError(f"the certified walk would evaluate over {max_rows:,} (node, draw tuple) "
+                                           "rows; raise epsilon or max_rows")
+            accept = rows.accept((state, draws), p, q, tuples)            # [T, n]
+            for tuple_row, tuple_chance, accepted in zip(tuples.tolist(), chance.tolist(), accept):
+                seen: set[int] = set()
+                for position, token in enumerate(tuple_row):
+                    if token in seen or accepted[position] <= 0:
+                        continue
+                    seen.add(token)
+                    child_prefix = prefix + (token,)
+                    key = (problem.state(child_prefix), tuple_row.count(token))
+                    entry = children.setdefault(key, [child_prefix, 0.0])
+                    entry[1] += mass * tuple_chance * float(accepted[position])
+        states = children
+    lower[depth] = sum(mass for _, mass in states.values())
+    return lower, slack, expanded
+
+
+def certify(problem: Problem, drafter, verifier: Verifier, epsilon: float, *, max_rows: int = DEFAULT_MAX_ROWS,
+            max_outcomes: int = 200_000, progress: bool = False, deadline: float | None = None) -> CertifiedResult:
+    """Bounds on E[tau + 1] and P(tau >= d) of ``verifier`` on trees drawn by ``drafter`` for ``problem``,
+    certified to contain the exact values, of width at most ``epsilon`` (see the module docstring).
+
+    Node-solver verifiers on i.i.d.-structured trees take the certified walk; other verifiers take the
+    whole-tree best-first enumeration (small trees only). ``max_rows`` and ``max_outcomes`` bound the work.
+    When the walk's budget runs out after a complete round, the last round's interval is returned (still
+    certified, wider than epsilon: ``reached`` is False and ``note`` says why); before that, and for the
+    whole-tree search, a ``ProblemTooLargeError`` says so."""
+    from verispec.simulator.drafters import parse_tree
+    from verispec.simulator.engine import check_compatible
+    from verispec.verifiers import ProcedureSolver, get_verifier
+
+    drafter = parse_tree(drafter) if isinstance(drafter, str) else drafter
+    verifier = get_verifier(verifier) if isinstance(verifier, str) else verifier
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
+        raise VerispecError(f"epsilon must be a positive number, got {epsilon!r}")
+    check_compatible(verifier, drafter)
+    problem.require_depth(drafter.depth)
+    drafter.check_problem(problem)
+    solver = verifier.node_solver
+    with budget.time_budget(deadline):
+        if solver is not None and not isinstance(solver, ProcedureSolver) and drafter.iid_branching is not None:
+            return _certify_walk(problem, drafter, verifier, float(epsilon), max_rows, progress)
+        return certify_whole_trees(problem, drafter, verifier, float(epsilon), max_outcomes=max_outcomes,
+                                   progress=progress)
+
+
+def _forward_passes(problem: Problem) -> int | None:
+    return getattr(problem, "forward_passes", None)
+
+
+def _certify_walk(problem, drafter, verifier, epsilon, max_rows, progress) -> CertifiedResult:
+    start = time.perf_counter()
+    branching = tuple(drafter.iid_branching)
+    rows = _NodeRows(verifier.node_solver)
+    threshold, rounds = min(0.5, max(epsilon, 0.05)), []  # coarse first: rows are kept for later rounds
+    result = None
+    while True:
+        try:
+            lower, slack, expanded = _walk(problem, branching, rows, threshold, max_rows, progress)
+        except ProblemTooLargeError as error:
+            if result is None:
+                raise
+            # the last complete round's interval is certified; it is only wider than asked
+            result.note = (f"stopped at width {result.width:.3g} > epsilon {epsilon:g}: {error}. Mass left in "
+                           "draft tokens too unlikely to enumerate (a long tail of q) bounds the width; top-k or "
+                           "top-p sampling removes the tail")
+            result.seconds = time.perf_counter() - start
+            return result
+        lows, highs = _bounds(lower, slack)
+        result = CertifiedResult(verifier.name, drafter.spec, 1.0 + sum(lows), 1.0 + sum(highs), lows, highs,
+                                 epsilon, threshold, expanded, rows.evaluated, _forward_passes(problem),
+                                 time.perf_counter() - start, "certified walk", rounds)
+        rounds.append({"threshold": threshold, "width": result.width, "prefixes_expanded": expanded,
+                       "rows_evaluated": rows.evaluated, "seconds": result.seconds,
+                       "slack_by_depth": [float(x) for x in slack[:-1]]})
+        if result.reached:
+            return result
+        # falls at most 16-fold a round: the work grows about as fast as the threshold falls
+        threshold /= max(4.0, min(16.0, 2 * result.width / epsilon))
+
+
+# --- whole trees, best first --------------------------------------------------------------------------------------
+
+class _Replay:
+    """A chooser that replays a fixed list of choices and stops at the first new one, reporting its law."""
+
+    class Branch(Exception):
+        def __init__(self, weights):
+            self.weights = weights
+
+    def __init__(self, choices: tuple[int, ...]):
+        self.choices = choices
+        self.position = 0
+
+    def categorical(self, weights) -> int:
+        if self.position < len(self.choices):
+            choice = self.choices[self.position]
+            self.position += 1
+            return choice
+        raise _Replay.Branch(np.asarray(weights, dtype=np.float64))
+
+    def bernoulli(self, prob) -> bool:
+        prob = float(prob)
+        return self.categorical(np.array([1.0 - prob, prob])) == 1
+
+
+def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: float, *,
+                        max_outcomes: int = 200_000, progress: bool = False) -> CertifiedResult:
+    """Best-first enumeration of complete draft trees (see the module docstring)."""
+    from verispec.simulator.laws import check_emission_laws
+    from verispec.simulator.trees import DraftTree
+
+    start = time.perf_counter()
+    depth = drafter.depth
+    tau = np.zeros(depth + 1)
+    explored = 0.0
+    outcomes = 0
+    # heap of (-mass, tie, choices, weights-or-None, next rank): a node is a choice prefix; its children are its
+    # next categorical's values, pushed lazily one at a time in decreasing probability
+    heap = [(-1.0, 0, (), None, 0)]
+    tie = 1
+    bar = tqdm(desc="certified trees", disable=not progress, leave=False, unit=" trees")
+    while heap:
+        if (1.0 - explored) * depth + 2 * ROUNDING <= epsilon:
+            break
+        budget.check("the certified tree search")
+        negative, _, choices, order, rank = heapq.heappop(heap)
+        mass = -negative
+        if order is None:  # not yet replayed: run the drafter to its next choice or to a complete tree
+            chooser = _Replay(choices)
+            try:
+                shape = drafter.draw(problem, chooser)
+            except _Replay.Branch as branch:
+                weights = branch.weights / branch.weights.sum()
+                ranked = np.argsort(-weights, kind="stable")
+                ranked = ranked[weights[ranked] > 0]
+                order = (weights, ranked)
+                heapq.heappush(heap, (-mass * weights[ranked[0]], tie, choices + (int(ranked[0]),), None, 0))
+                tie += 1
+                # the parent stays, holding the rest of its children: the mass of its next child comes first
+                if len(ranked) > 1:
+                    heapq.heappush(heap, (-mass * weights[ranked[1]], tie, choices, order, 1))
+                    tie += 1
+                continue
+            outcomes += 1
+            bar.update()
+            if outcomes > max_outcomes:
+                bar.close()
+                raise ProblemTooLargeError(f"the certified tree search needs over {max_outcomes:,} draft trees for "
+                                           f"width {epsilon:g}; use a node-solver verifier on an i.i.d. tree, a "
+                                           "smaller tree, or a larger epsilon")
+            batch = DraftTree.from_shape(problem, shape).as_batch()
+            laws = verifier.emission_laws(batch)
+            check_emission_laws(verifier.name, batch, laws)
+            node_mass = np.asarray(laws, dtype=np.float64)[0].sum(axis=-1)              # [n]
+            np.add.at(tau, np.asarray(batch.depth), mass * node_mass)
+            explored += mass
+            continue
+        # a parent holding children: expand its rank-th child, and keep the parent for the next one
+        weights, ranked = order
+        parent_mass = mass / weights[ranked[rank]]
+        heapq.heappush(heap, (-mass, tie, choices + (int(ranked[rank]),), None, 0))
+        tie += 1
+        if rank + 1 < len(ranked):
+            heapq.heappush(heap, (-parent_mass * weights[ranked[rank + 1]], tie, choices, order, rank + 1))
+            tie += 1
+    bar.close()
+    gap = max(0.0, 1.0 - explored)
+    lower = [0.0] * (depth + 1)
+    slack = [0.0] * (depth + 1)
+    lower[0] = 1.0
+    for d in range(1, depth + 1):
+        lower[d] = float(tau[d:].sum())
+    slack[0] = gap
+    lows, highs = _bounds(lower, slack)
+    return CertifiedResult(verifier.name, drafter.spec, 1.0 + sum(lows), 1.0 + sum(highs), lows, highs, epsilon,
+                           None, outcomes, outcomes, _forward_passes(problem), time.perf_counter() - start,
+                           "certified whole trees")
+
+
+__all__ = ["CertifiedResult", "certify", "certify_whole_trees"]
