@@ -16,6 +16,9 @@
                      --tree TREE --verifier NAME [--epsilon E] [--temperature T] [--top-p P] [--top-k K] [--json]
     verispec predict --problem FILE --tree TREE --verifier NAME [--epsilon E] [--json]
                                                       certified interval on E[tau+1] (any vocabulary size)
+    verispec derive  (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
+                     --vocab V --depth L --output FILE [--temperature T] [--top-p P] [--top-k K]
+                                                      a real context as a V-token problem file
     verispec --version                                               'verispec VERSION'
 
 Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
@@ -253,6 +256,30 @@ def _build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
                          help="CPU threads for torch")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
+
+    derive = commands.add_parser("derive", help="a real context as a small-vocabulary problem file (top V-1 + other)")
+    derive_models = derive.add_argument_group("models (--pair NAME, or --target MODEL --draft MODEL)")
+    derive_models.add_argument("--pair", metavar="NAME", help="an installed pair")
+    derive_models.add_argument("--target", metavar="MODEL", help="target model: a local directory or a cached id")
+    derive_models.add_argument("--draft", metavar="MODEL", help="draft model sharing the target's tokenizer")
+    derive_contexts = derive.add_mutually_exclusive_group()
+    derive_contexts.add_argument("--context", metavar="TEXT", help="the text the block starts after")
+    derive_contexts.add_argument("--context-file", metavar="FILE", help="read the context from a file")
+    derive.add_argument("--vocab", type=_integer_option(minimum=2, what="an integer >= 2"), required=True,
+                        help="derived vocabulary: the top V-1 tokens at each prefix and one 'other' bucket")
+    derive.add_argument("--depth", type=_integer_option(minimum=1, what="a positive integer"), required=True,
+                        help="target conditionals to this depth (draft to depth - 1)")
+    derive.add_argument("--output", required=True, metavar="FILE", help="the problem file to write (atomically)")
+    derive.add_argument("--temperature", type=_number_option(minimum=0, strict=False, what="a number >= 0"),
+                        default=1.0, help="sampling temperature for target and draft alike (default 1)")
+    derive.add_argument("--top-p", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
+                        default=None, help="nucleus sampling, applied to target and draft alike")
+    derive.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                        help="top-k sampling, applied to target and draft alike")
+    derive.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, ...")
+    derive.add_argument("--dtype", default="auto", help="model weights, as for 'decode'")
+    derive.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                        help="CPU threads for torch")
 
     models_command = commands.add_parser("models", help="install and list real model pairs")
     models_actions = models_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -653,6 +680,61 @@ def _run_models(args) -> int:
     return 0
 
 
+def _model_problem(args, horizon: int):
+    """The ModelProblem of --pair or --target/--draft at --context or --context-file, and its settings."""
+    if args.pair is not None and (args.target is not None or args.draft is not None):
+        raise VerispecError("give either --pair NAME or --target MODEL --draft MODEL, not both")
+    if args.pair is None and (args.target is None or args.draft is None):
+        raise VerispecError("give both --target MODEL and --draft MODEL (or --pair NAME)")
+    if args.context is None and args.context_file is None:
+        raise VerispecError("give the context the block starts after: --context TEXT or --context-file FILE")
+    context = args.context
+    if args.context_file is not None:
+        try:
+            context = Path(args.context_file).read_text(encoding="utf-8")
+        except OSError as error:
+            raise VerispecError(f"cannot read --context-file {args.context_file!r}: {error.strerror}") from None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        import torch
+
+        from verispec.models import Sampling, load_pair
+        from verispec.models.problem import ModelProblem
+    except ImportError as error:
+        raise VerispecError(f"a model pair needs torch and transformers ({error}): pip install "
+                            "'torch==2.13.0' -e '.[torch,models]'") from None
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    pair = load_pair(args.pair, device=args.device, dtype=args.dtype) if args.pair is not None else \
+        load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    problem = ModelProblem(pair, context, sampling, horizon=horizon)
+    settings = {"pair": pair.name, "context": context, "context_tokens": len(problem.context),
+                "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
+                "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    return problem, settings
+
+
+def _run_derive(args) -> int:
+    from verispec.models.derive import derive_problem, write_derived
+
+    problem, settings = _model_problem(args, args.depth)
+    if args.vocab > problem.vocab_size:
+        raise VerispecError(f"--vocab {args.vocab} exceeds the pair's vocabulary of {problem.vocab_size} tokens")
+    table, provenance = derive_problem(problem, args.vocab, args.depth, progress=sys.stderr.isatty())
+    description = (f"Derived by verispec derive from {settings['pair']} after a context of "
+                   f"{settings['context_tokens']} tokens: at each prefix the top {args.vocab - 1} tokens by p + q "
+                   f"and an 'other' bucket (token {args.vocab - 1}) holding the rest of each law; after the "
+                   "bucket, the conditionals of its likeliest token.")
+    write_derived(args.output, table, args.depth, provenance, description,
+                  {**settings, "vocab": args.vocab, "depth": args.depth, "forward_passes": problem.forward_passes})
+    worst = max(max(entry["other_target"], entry["other_draft"]) for entry in provenance.values())
+    print(f"wrote {args.output}: V = {args.vocab}, depth {args.depth}, {len(provenance)} prefixes, "
+          f"{problem.forward_passes} forward passes of each model; largest 'other' mass {worst:.3g}")
+    return 0
+
+
 def _run_predict(args) -> int:
     from verispec.simulator.certified import DEFAULT_MAX_ROWS, certify
 
@@ -668,35 +750,7 @@ def _run_predict(args) -> int:
         problem = load_problem(args.problem)
         source = {"problem": args.problem}
     else:
-        if sources[1] and (args.target is None or args.draft is None):
-            raise VerispecError("give both --target MODEL and --draft MODEL")
-        if args.context is None and args.context_file is None:
-            raise VerispecError("give the context the block starts after: --context TEXT or --context-file FILE")
-        context = args.context
-        if args.context_file is not None:
-            try:
-                context = Path(args.context_file).read_text(encoding="utf-8")
-            except OSError as error:
-                raise VerispecError(f"cannot read --context-file {args.context_file!r}: {error.strerror}") from None
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        try:
-            import torch
-
-            from verispec.models import Sampling, load_pair
-            from verispec.models.problem import ModelProblem
-        except ImportError as error:
-            raise VerispecError(f"a model pair needs torch and transformers ({error}): pip install "
-                                "'torch==2.13.0' -e '.[torch,models]'") from None
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
-        pair = load_pair(args.pair, device=args.device, dtype=args.dtype) if args.pair is not None else \
-            load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
-        sampling = Sampling(args.temperature, args.top_k, args.top_p)
-        problem = ModelProblem(pair, context, sampling, horizon=drafter.depth)
-        source = {"pair": pair.name, "context_tokens": len(problem.context), "device": str(pair.device),
-                  "dtype": str(pair.target.dtype).removeprefix("torch."), "temperature": args.temperature,
-                  "top_k": args.top_k, "top_p": args.top_p}
+        problem, source = _model_problem(args, drafter.depth)
     result = certify(problem, drafter, verifier, args.epsilon, max_rows=args.max_rows or DEFAULT_MAX_ROWS,
                      progress=sys.stderr.isatty())
     if args.json:
@@ -720,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
         args = _build_parser().parse_args(argv)
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
                 "optimum": _run_optimum, "bound": _run_bound, "list": _run_list, "decode": _run_decode,
-                "models": _run_models, "predict": _run_predict}[args.command](args)
+                "models": _run_models, "predict": _run_predict,
+                "derive": _run_derive}[args.command](args)
     except _Done as done:
         return done.status
     except VerispecError as error:

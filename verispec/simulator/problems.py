@@ -358,13 +358,17 @@ def random_markov_problem(vocab_size: int, seed: int | np.random.Generator, *, c
 #: Top-level keys of a problem file: the three required ones and two optional free-text notes.
 REQUIRED_KEYS = ("vocab_size", "target", "draft")
 NOTE_KEYS = ("comment", "description")
+#: Optional keys holding JSON objects that readers ignore: "derived" is the provenance ``verispec derive``
+#: writes (the pair, context, settings and the real tokens behind every derived prefix).
+METADATA_KEYS = ("derived",)
 
 
 def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
     """Build a TabularProblem from the JSON layout documented in the README.
 
     The object has exactly the keys "vocab_size", "target" and "draft", plus optionally "comment" and/or
-    "description" (free text, ignored); any other key is refused. Keys of "target" and "draft" are prefixes
+    "description" (free text, ignored) and "derived" (an object, ignored: ``verispec derive``'s provenance);
+    any other key is refused. Keys of "target" and "draft" are prefixes
     as comma-joined token ids ("" is the root; spaces around ids are allowed, but two keys naming the same
     prefix, such as "0,1" and "0, 1", are refused); values are lists of probabilities: JSON numbers or
     strings such as "1/3" or "0.25".
@@ -384,10 +388,13 @@ def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
         if key not in data:
             raise InvalidProblemError(f"problem JSON is missing the key {key!r}")
     for key in data:
-        if key not in REQUIRED_KEYS and key not in NOTE_KEYS:
+        if key not in REQUIRED_KEYS and key not in NOTE_KEYS and key not in METADATA_KEYS:
             raise InvalidProblemError(
                 f"problem JSON has an unknown key {str(key)!r}; allowed keys: "
-                f"{', '.join(REQUIRED_KEYS)} (required), {', '.join(NOTE_KEYS)} (optional text)")
+                f"{', '.join(REQUIRED_KEYS)} (required), {', '.join(NOTE_KEYS)} (optional text), "
+                f"{', '.join(METADATA_KEYS)} (optional object)")
+        if key in METADATA_KEYS and not isinstance(data[key], Mapping):
+            raise InvalidProblemError(f"problem JSON key {key!r} must be an object, got {type(data[key]).__name__}")
         if key in NOTE_KEYS and not isinstance(data[key], str):
             raise InvalidProblemError(f"problem JSON key {key!r} must be a string (free text), "
                                       f"got {type(data[key]).__name__}")

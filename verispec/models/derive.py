@@ -1,0 +1,95 @@
+"""Derived problems: a real context of a model pair as a small-vocabulary problem file every command takes.
+
+``derive_problem(problem, vocab, depth)`` walks the prefixes of a ``ModelProblem`` (a pair at a context, with
+its sampling law) to depth L over V derived tokens. At each derived prefix, whose real token path is known:
+
+* derived tokens 0..V-2 are the V-1 real tokens of largest p + q there (ties by smaller token id), best first;
+* derived token V-1 is the *other* bucket: its target probability is 1 - (the V-1 tokens' target mass), its
+  draft probability likewise 1 - (their draft mass), i.e. the bucket's conditional at this prefix is the
+  total mass of every remaining token;
+* the conditionals AFTER the bucket are the models' conditionals after the bucket's single likeliest real
+  token (largest p + q among the remaining ones): a stand-in, not an average over the bucket.
+
+What that does to block efficiency: merging tokens can only raise the per-node overlap (sum_x min(p, q)
+of the merged law is at least that of the original, since min(a + b, c + d) >= min(a, c) + min(b, d)), so
+a rule's acceptance of a drafted bucket token is an optimistic stand-in for drafting any one of the tokens in
+it; and after the bucket the future is that of one representative token. Both effects vanish as the bucket's
+mass goes to zero, which the derived file records per prefix (``other_mass``) so that a user sees how much
+rests on the approximation. With V at least the pair's vocabulary... (never in practice) nothing is merged.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from verispec.errors import VerispecError
+from verispec.io import atomic_write_text
+from verispec.simulator.problems import Prefix, TabularProblem, problem_to_json
+
+#: Most derived prefixes (target rows) a derivation computes: each costs the models' conditionals there.
+MAX_DERIVED_PREFIXES = 200_000
+
+
+def _split(p: np.ndarray, q: np.ndarray, vocab: int) -> tuple[np.ndarray, int | None]:
+    """The V-1 real tokens kept (best first by p + q, ties by id) and the bucket's representative (or None
+    when nothing is left over)."""
+    score = p + q
+    order = np.lexsort((np.arange(len(score)), -score))  # by score decreasing, then id increasing
+    kept, rest = order[: vocab - 1], order[vocab - 1:]
+    return kept, (int(rest[0]) if len(rest) else None)
+
+
+def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -> tuple[TabularProblem, dict]:
+    """The derived problem (see the module docstring) and its provenance: for every derived prefix, the real
+    token path it stands for and the mass of its bucket."""
+    from tqdm import tqdm
+
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= problem.vocab_size:
+        raise VerispecError(f"vocab must be an integer in 2..{problem.vocab_size} (V-1 tokens and the bucket), "
+                            f"got {vocab!r}")
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise VerispecError(f"depth must be a positive integer, got {depth!r}")
+    count = sum(vocab ** length for length in range(depth + 1))
+    if count > MAX_DERIVED_PREFIXES:
+        raise VerispecError(f"deriving V = {vocab} to depth {depth} needs {count:,} prefixes, above "
+                            f"{MAX_DERIVED_PREFIXES:,}: lower --vocab or --depth")
+    real: dict[Prefix, tuple[int, ...]] = {(): ()}
+    target, draft, other_mass = {}, {}, {}
+    level: list[Prefix] = [()]
+    for length in tqdm(range(depth + 1), desc="derive levels", disable=not progress, leave=False):
+        problem.prepare_drafts([real[prefix] for prefix in level])
+        following: list[Prefix] = []
+        for prefix in level:
+            p, q = np.asarray(problem.target(real[prefix])), np.asarray(problem.draft(real[prefix]))
+            kept, representative = _split(p, q, vocab)
+            p_row = np.append(p[kept], max(0.0, 1.0 - float(p[kept].sum())))
+            q_row = np.append(q[kept], max(0.0, 1.0 - float(q[kept].sum())))
+            if representative is None:  # nothing left over: the bucket is empty
+                p_row[-1] = q_row[-1] = 0.0
+            target[prefix] = p_row / p_row.sum()
+            other_mass[prefix] = (float(p_row[-1]), float(q_row[-1]))
+            if length < depth:
+                draft[prefix] = q_row / q_row.sum()
+                tokens = [int(t) for t in kept] + [representative if representative is not None else int(kept[-1])]
+                for index, token in enumerate(tokens):
+                    real[prefix + (index,)] = real[prefix] + (token,)
+                    following.append(prefix + (index,))
+        level = following
+    table = TabularProblem(vocab, target, draft)
+    provenance = {",".join(map(str, prefix)): {"tokens": list(real[prefix]), "other_target": mass[0],
+                                                "other_draft": mass[1]}
+                  for prefix, mass in other_mass.items()}
+    return table, provenance
+
+
+def write_derived(path, table: TabularProblem, depth: int, provenance: dict, description: str, settings: dict) -> None:
+    """A problem file (``load_problem`` reads it) with the derivation's settings and provenance beside it."""
+    data = problem_to_json(table, depth)
+    data["description"] = description
+    data["derived"] = {**settings, "prefixes": provenance}
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+__all__ = ["MAX_DERIVED_PREFIXES", "derive_problem", "write_derived"]
