@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from verispec import certify
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.simulator import analyze, parse_tree, random_problem
-from verispec.simulator.certified import ROUNDING, certify
+from verispec.simulator.certified import ROUNDING
 from verispec.verifiers import REGISTRY
 
 #: Trees tried per verifier, the first valid one used: an i.i.d. shape (the walk) where the rule allows it.

@@ -37,6 +37,7 @@ LAYERS = [
 SIMULATOR_FLOW = [
     "distributions", "ranking", "slots", "chooser", "problems", "trees", "prefix_tables", "selection", "drafters",
     "interfaces", "laws", "slot_enumeration", "topology", "dp", "fast_enumeration", "engine",
+    "certified",
 ]
 
 

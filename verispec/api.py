@@ -1,4 +1,4 @@
-"""The top-level Python API: ``verispec.analyze`` takes objects or names.
+"""The top-level Python API: ``verispec.analyze`` and ``verispec.certify`` take objects or names.
 
     >>> import verispec
     >>> verispec.analyze(verispec.simulator.sun_toy_problem(), "chain:2", "bv").block_efficiency
@@ -24,3 +24,13 @@ def analyze(problem: Problem, tree: Drafter | str, verifier: Verifier | str, **o
     if isinstance(verifier, str):
         verifier = get_verifier(verifier)
     return _analyze(problem, tree, verifier, **options)
+
+
+def certify(problem: Problem, tree: Drafter | str, verifier: Verifier | str, epsilon: float, **options):
+    """Certified bounds on E[tau + 1] and P(tau >= d) (``verispec.simulator.certified.certify``), with the
+    verifier given as an object or a name."""
+    from verispec.simulator.certified import certify as _certify
+
+    if isinstance(verifier, str):
+        verifier = get_verifier(verifier)
+    return _certify(problem, tree, verifier, epsilon, **options)

@@ -247,11 +247,10 @@ def certify(problem: Problem, drafter, verifier: Verifier, epsilon: float, *, ma
     certified, wider than epsilon: ``reached`` is False and ``note`` says why); before that, and for the
     whole-tree search, a ``ProblemTooLargeError`` says so."""
     from verispec.simulator.drafters import parse_tree
-    from verispec.simulator.engine import check_compatible
-    from verispec.verifiers import ProcedureSolver, get_verifier
+    from verispec.simulator.engine import _as_verifier, check_compatible
 
     drafter = parse_tree(drafter) if isinstance(drafter, str) else drafter
-    verifier = get_verifier(verifier) if isinstance(verifier, str) else verifier
+    verifier = _as_verifier(verifier)  # names are resolved a layer up: verispec.certify
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
         raise VerispecError(f"epsilon must be a positive number, got {epsilon!r}")
     check_compatible(verifier, drafter)
@@ -259,7 +258,8 @@ def certify(problem: Problem, drafter, verifier: Verifier, epsilon: float, *, ma
     drafter.check_problem(problem)
     solver = verifier.node_solver
     with budget.time_budget(deadline):
-        if solver is not None and not isinstance(solver, ProcedureSolver) and drafter.iid_branching is not None:
+        # (a solver given only as a sampling procedure derives its rows by enumeration: exact, slow at large V)
+        if solver is not None and drafter.iid_branching is not None:
             return _certify_walk(problem, drafter, verifier, float(epsilon), max_rows, progress)
         return certify_whole_trees(problem, drafter, verifier, float(epsilon), max_outcomes=max_outcomes,
                                    progress=progress)
