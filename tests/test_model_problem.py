@@ -118,3 +118,14 @@ def test_a_small_cache_drops_old_laws_and_recomputes_them_equal(pair):
         np.testing.assert_allclose(tight.draft(prefix), roomy.draft(prefix), rtol=0, atol=1e-12)
         np.testing.assert_allclose(tight.target(prefix), roomy.target(prefix), rtol=0, atol=1e-12)
     assert tight.forward_passes > passes and len(tight._laws) == 3
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic-cache", "static-cache"])
+def test_first_block_taus_roll_back_to_the_context_and_match_whole_runs_seed_for_seed(pair, static):
+    seeds = list(range(12))
+    decoder = SpeculativeDecoder(pair, "delayed:2,1,2", "specinfer", SAMPLING, 0, stop_at_eos=False,
+                                 static_cache=static)
+    rolled = decoder.first_block_taus(CONTEXT, seeds)
+    whole = [SpeculativeDecoder(pair, "delayed:2,1,2", "specinfer", SAMPLING, seed, stop_at_eos=False)
+             .run(CONTEXT, 4).blocks[0].accepted for seed in seeds]
+    assert rolled == whole and len(set(rolled)) > 1

@@ -199,3 +199,16 @@ def test_cuda_graph_replays_equal_plain_forwards(tiny_model):
     model = copy.deepcopy(tiny_model).to("cuda")
     runner = _graphed_matches_plain(model, 1e-10)
     assert runner.captures >= 3 and set(runner.graphs) <= set(runner.buffers)
+
+
+def test_rollback_returns_to_an_earlier_length(tiny_model):
+    for max_length in (None, 32):
+        cached = CachedModel(tiny_model, max_length)
+        cached.prefill([1, 2, 3])
+        cached.extend([4, 5], [-1, 0])
+        cached.commit([0, 1])
+        cached.rollback(2)
+        assert cached.committed == 2 and cached.pending == 0
+        torch.testing.assert_close(cached.extend([9], [-1])[0], _alone(tiny_model, [1, 2, 9]), rtol=0, atol=1e-10)
+        with pytest.raises(VerispecError, match="rollback needs a length in 0..2"):
+            cached.rollback(3)

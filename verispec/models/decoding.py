@@ -278,6 +278,27 @@ class SpeculativeDecoder:
         generation.text = self.pair.decode(generation.tokens)
         return generation
 
+    def first_block_taus(self, context, seeds) -> list[int]:
+        """tau of the first block after ``context`` (text or token ids), once per seed: each block is drawn with
+        a Generator seeded from that seed, over caches prefilled ONCE and rolled back after every block
+        (``CachedModel.rollback``). What real decoding measures against a prediction at that context."""
+        tokens = self.pair.encode(context)
+        if len(tokens) < 2:
+            raise VerispecError("first_block_taus needs a context of at least 2 tokens")
+        slots = len(tokens) + self.drafter.max_nodes + self.drafter.depth + 2 if self.static_cache else None
+        target = CachedModel(self.pair.target, slots, graphs=self.graphs)
+        draft = CachedModel(self.pair.draft, slots, graphs=self.graphs)
+        target.prefill(tokens[:-1])
+        draft.prefill(tokens[:-1])
+        taus = []
+        for seed in seeds:
+            self.rng = np.random.default_rng(int(seed))
+            _, record, _ = self._block(target, draft, [tokens[-1]], [tokens[-1]])
+            taus.append(record.accepted)
+            target.rollback(len(tokens) - 1)
+            draft.rollback(len(tokens) - 1)
+        return taus
+
     def _sample_procedure(self, layout: TreeLayout, p, q) -> tuple[int, int]:
         """A rule given only as a sampling procedure runs as written, on the host, with the run's generator
         (its law would come from enumerating every random choice: hopeless at a real vocabulary)."""

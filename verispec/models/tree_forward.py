@@ -144,6 +144,15 @@ class CachedModel:
 
     def discard(self) -> None:
         """Drop every pending token from the cache (the committed sequence stays)."""
+        self.rollback(self.committed)
+
+    def rollback(self, length: int) -> None:
+        """Keep only the first ``length`` committed tokens (and no pending ones): the cache as it was when the
+        sequence had that length, e.g. to draw another block from the same context."""
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.committed:
+            raise VerispecError(f"rollback needs a length in 0..{self.committed} (the committed tokens), "
+                                f"got {length!r}")
+        self.committed = length
         if self.max_length is None:
             for layer in self.cache.layers:
                 if getattr(layer, "keys", None) is not None and layer.keys.numel():
