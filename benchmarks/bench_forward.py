@@ -86,8 +86,11 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--quick", action="store_true", help="3 repeats at widths 1 and 8")
     parser.add_argument("--json", default=None, help="write the table here (atomically)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats, args.widths = 3, "1,8"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
