@@ -103,9 +103,8 @@ def run_cell(pair, context: list[int], verifier: str, tree: str, sampling, args)
            "measured_mean": mean, "measured_low": low, "measured_high": high, "runs": args.runs,
            "tau_counts": np.bincount(taus, minlength=drafter.depth + 1).tolist(), "measured_s": measured_s,
            "agree": bool(low <= result.upper and high >= result.lower)}
-    if args.derived_vocab:
-        derived_problem = ModelProblem(pair, context, sampling, horizon=drafter.depth)
-        derived, _ = derive_problem(derived_problem, min(args.derived_vocab, pair.vocab_size), drafter.depth)
+    if args.derived_vocab:  # the same problem: its cached conditionals serve the derivation too
+        derived, _ = derive_problem(problem, min(args.derived_vocab, pair.vocab_size), drafter.depth)
         row["derived"] = float(analyze(derived, drafter, rule).block_efficiency)
     return row
 
@@ -121,8 +120,8 @@ def summarize(rows: dict) -> str:
                      f"{flag} | {row['measured_mean']:.4f} ({row['measured_low']:.4f}-{row['measured_high']:.4f}) "
                      f"| {'yes' if row['agree'] else 'NO'} | {derived} |")
     disagreements = [key for key, row in rows.items() if not row["agree"]]
-    lines += ["", f"{len(rows) - len(disagreements)} of {len(rows)} cells agree (95% intervals: 1 in 20 "
-              "at most may miss by chance)."]
+    lines += ["", f"{len(rows) - len(disagreements)} of {len(rows)} cells agree (conservative 95% intervals: at "
+              "most 1 cell in 20 misses by chance)."]
     if disagreements:
         lines.append("Disagreements to investigate: " + ", ".join(disagreements))
     return "\n".join(lines) + "\n"

@@ -198,31 +198,19 @@ def _build_parser() -> argparse.ArgumentParser:
     commands.add_parser("list", help="list verifiers (with their valid draft laws) and tree kinds")
 
     decode = commands.add_parser("decode", help="real speculative decoding with a (target, draft) pair of models")
-    models = decode.add_argument_group("models (--pair NAME, or --target MODEL --draft MODEL)")
-    models.add_argument("--pair", metavar="NAME", help="an installed pair (verispec models install qwen-coder)")
-    models.add_argument("--target", metavar="MODEL", help="target model: a local directory or a cached model id")
-    models.add_argument("--draft", metavar="MODEL", help="draft model sharing the target's tokenizer")
+    _add_pair_options(decode)
     prompts = decode.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--prompt", metavar="TEXT", help="one prompt")
     prompts.add_argument("--prompts", metavar="FILE", help="prompts: a .jsonl file (a string or an object with "
                          "'prompt' per line) or a text file with one prompt per line")
     decode.add_argument("--tree", required=True, help="draft tree, as for 'exact' (e.g. delayed:4,2,2)")
     decode.add_argument("--verifier", required=True, help="verifier name (see 'verispec list'), or FILE.py:NAME")
-    decode.add_argument("--temperature", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
-                        default=1.0, help="sampling temperature for target and draft alike (0: greedy; default 1)")
-    decode.add_argument("--top-p", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
-                        default=None, help="nucleus sampling, applied to target and draft alike")
-    decode.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                        help="top-k sampling, applied to target and draft alike")
+    _add_sampling_options(decode)
     decode.add_argument("--max-new-tokens", type=_integer_option(minimum=1, what="a positive integer"),
                         default=64, help="tokens to generate per prompt (default 64)")
     decode.add_argument("--seed", type=_integer_option(minimum=0, what="an integer >= 0"), default=0,
                         help="seed of the generator every random decision comes from (default 0)")
-    decode.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
-    decode.add_argument("--dtype", default="auto", help="model weights: auto (float32 on cpu, bfloat16 on a GPU), "
-                        "float32, float64, bfloat16, float16")
-    decode.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                        help="CPU threads for torch (default: torch's choice)")
+    _add_device_options(decode)
     decode.add_argument("--static-cache", action="store_true",
                         help="keep both KV caches in a StaticCache allocated once (fixed addresses)")
     decode.add_argument("--graphs", action="store_true",
@@ -231,55 +219,29 @@ def _build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--json", action="store_true", help="print one JSON object per prompt")
 
     predict = commands.add_parser("predict", help="certified interval on E[tau+1] at a real context (or any problem)")
-    predict_models = predict.add_argument_group("source (--pair NAME, --target MODEL --draft MODEL, or --problem FILE)")
-    predict_models.add_argument("--pair", metavar="NAME", help="an installed pair (verispec models install qwen-coder)")
-    predict_models.add_argument("--target", metavar="MODEL", help="target model: a local directory or a cached id")
-    predict_models.add_argument("--draft", metavar="MODEL", help="draft model sharing the target's tokenizer")
-    predict_models.add_argument("--problem", metavar="FILE", help="a problem file instead of a model pair")
-    contexts = predict.add_mutually_exclusive_group()
-    contexts.add_argument("--context", metavar="TEXT", help="the text the block starts after (with a model pair)")
-    contexts.add_argument("--context-file", metavar="FILE", help="read the context from a file")
+    _add_pair_options(predict, "source (--pair NAME, --target MODEL --draft MODEL, or --problem FILE)").add_argument(
+        "--problem", metavar="FILE", help="a problem file instead of a model pair")
+    _add_context_options(predict)
     predict.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
     predict.add_argument("--verifier", required=True, help="verifier name (see 'verispec list')")
     predict.add_argument("--epsilon", type=_number_option(minimum=0, strict=True, what="a positive number"),
                          default=1e-3, help="largest width of the interval (default 1e-3)")
-    predict.add_argument("--temperature", type=_number_option(minimum=0, strict=False, what="a number >= 0"),
-                         default=1.0, help="sampling temperature for target and draft alike (default 1)")
-    predict.add_argument("--top-p", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
-                         default=None, help="nucleus sampling, applied to target and draft alike")
-    predict.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                         help="top-k sampling, applied to target and draft alike")
+    _add_sampling_options(predict)
     predict.add_argument("--max-rows", type=_integer_option(minimum=1, what="a positive integer"), default=None,
                          help="most (node, draw tuple) rows the certified walk evaluates (default 2,000,000)")
-    predict.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, ...")
-    predict.add_argument("--dtype", default="auto", help="model weights, as for 'decode'")
-    predict.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                         help="CPU threads for torch")
+    _add_device_options(predict)
     predict.add_argument("--json", action="store_true", help="print one JSON object")
 
     derive = commands.add_parser("derive", help="a real context as a small-vocabulary problem file (top V-1 + other)")
-    derive_models = derive.add_argument_group("models (--pair NAME, or --target MODEL --draft MODEL)")
-    derive_models.add_argument("--pair", metavar="NAME", help="an installed pair")
-    derive_models.add_argument("--target", metavar="MODEL", help="target model: a local directory or a cached id")
-    derive_models.add_argument("--draft", metavar="MODEL", help="draft model sharing the target's tokenizer")
-    derive_contexts = derive.add_mutually_exclusive_group()
-    derive_contexts.add_argument("--context", metavar="TEXT", help="the text the block starts after")
-    derive_contexts.add_argument("--context-file", metavar="FILE", help="read the context from a file")
+    _add_pair_options(derive)
+    _add_context_options(derive)
     derive.add_argument("--vocab", type=_integer_option(minimum=2, what="an integer >= 2"), required=True,
                         help="derived vocabulary: the top V-1 tokens at each prefix and one 'other' bucket")
     derive.add_argument("--depth", type=_integer_option(minimum=1, what="a positive integer"), required=True,
                         help="target conditionals to this depth (draft to depth - 1)")
     derive.add_argument("--output", required=True, metavar="FILE", help="the problem file to write (atomically)")
-    derive.add_argument("--temperature", type=_number_option(minimum=0, strict=False, what="a number >= 0"),
-                        default=1.0, help="sampling temperature for target and draft alike (default 1)")
-    derive.add_argument("--top-p", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
-                        default=None, help="nucleus sampling, applied to target and draft alike")
-    derive.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                        help="top-k sampling, applied to target and draft alike")
-    derive.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, ...")
-    derive.add_argument("--dtype", default="auto", help="model weights, as for 'decode'")
-    derive.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                        help="CPU threads for torch")
+    _add_sampling_options(derive)
+    _add_device_options(derive)
 
     models_command = commands.add_parser("models", help="install and list real model pairs")
     models_actions = models_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -291,6 +253,39 @@ def _build_parser() -> argparse.ArgumentParser:
     listing = models_actions.add_parser("list", help="known pairs and whether they are installed")
     listing.add_argument("--cache", metavar="DIR", help="cache directory")
     return parser
+
+
+def _add_pair_options(parser, title: str = "models (--pair NAME, or --target MODEL --draft MODEL)"):
+    """--pair, or --target and --draft: the model pair of decode, predict and derive."""
+    group = parser.add_argument_group(title)
+    group.add_argument("--pair", metavar="NAME", help="an installed pair (verispec models install qwen-coder)")
+    group.add_argument("--target", metavar="MODEL", help="target model: a local directory or a cached model id")
+    group.add_argument("--draft", metavar="MODEL", help="draft model sharing the target's tokenizer")
+    return group
+
+
+def _add_context_options(parser) -> None:
+    contexts = parser.add_mutually_exclusive_group()
+    contexts.add_argument("--context", metavar="TEXT", help="the text the block starts after (with a model pair)")
+    contexts.add_argument("--context-file", metavar="FILE", help="read the context from a file")
+
+
+def _add_sampling_options(parser) -> None:
+    """One sampling law for target and draft alike (verispec.models.Sampling)."""
+    parser.add_argument("--temperature", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
+                        default=1.0, help="sampling temperature for target and draft alike (0: greedy; default 1)")
+    parser.add_argument("--top-p", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
+                        default=None, help="nucleus sampling, applied to target and draft alike")
+    parser.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                        help="top-k sampling, applied to target and draft alike")
+
+
+def _add_device_options(parser) -> None:
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
+    parser.add_argument("--dtype", default="auto", help="model weights: auto (float32 on cpu, bfloat16 on a GPU), "
+                        "float32, float64, bfloat16, float16")
+    parser.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                        help="CPU threads for torch (default: torch's choice)")
 
 
 def _problem_from_args(args) -> Problem:
@@ -615,33 +610,47 @@ def _read_prompts(args) -> list[str]:
     return prompts
 
 
-def _run_decode(args) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may reach a model hub at run time
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+def _check_pair_args(args) -> None:
+    """One-line errors for a missing or doubled model pair, before anything is loaded."""
     if args.pair is not None and (args.target is not None or args.draft is not None):
         raise VerispecError("give either --pair NAME or --target MODEL --draft MODEL, not both")
-    if args.pair is None and (args.target is None or args.draft is None):
+    if args.pair is None and args.target is None and args.draft is None:
         raise VerispecError("give the models: --pair NAME (e.g. qwen-coder), or --target MODEL --draft MODEL")
-    drafter = parse_tree(args.tree)
-    verifier = get_verifier(args.verifier)
-    check_compatible(verifier, drafter)
-    prompts = _read_prompts(args)
+    if args.pair is None and (args.target is None or args.draft is None):
+        raise VerispecError("give both --target MODEL and --draft MODEL (or --pair NAME)")
+
+
+def _load_pair(args):
+    """The pair and the sampling law of the options (offline only; --threads applied first)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may reach a model hub at run time
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         import torch
-        from tqdm import tqdm
+        import transformers
 
-        from verispec.models import Sampling, generate, load_pair
+        from verispec.models import Sampling, load_pair
     except ImportError as error:
-        raise VerispecError(f"real decoding needs torch and transformers ({error}): pip install 'torch==2.13.0' "
+        raise VerispecError(f"a model pair needs torch and transformers ({error}): pip install 'torch==2.13.0' "
                             "-e '.[torch,models]'") from None
-    import transformers
-
     transformers.utils.logging.disable_progress_bar()  # one bar: ours
-    sampling = Sampling(args.temperature, args.top_k, args.top_p)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype) if args.pair is not None else \
         load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+    return pair, Sampling(args.temperature, args.top_k, args.top_p)
+
+
+def _run_decode(args) -> int:
+    _check_pair_args(args)
+    drafter = parse_tree(args.tree)
+    verifier = get_verifier(args.verifier)
+    check_compatible(verifier, drafter)
+    prompts = _read_prompts(args)
+    pair, sampling = _load_pair(args)
+    from tqdm import tqdm
+
+    from verispec.models import generate
+
     with tqdm(total=args.max_new_tokens * len(prompts), desc="tokens", unit=" tok", disable=not sys.stderr.isatty(),
               leave=False) as bar:
         for index, prompt in enumerate(prompts):
@@ -682,10 +691,7 @@ def _run_models(args) -> int:
 
 def _model_problem(args, horizon: int):
     """The ModelProblem of --pair or --target/--draft at --context or --context-file, and its settings."""
-    if args.pair is not None and (args.target is not None or args.draft is not None):
-        raise VerispecError("give either --pair NAME or --target MODEL --draft MODEL, not both")
-    if args.pair is None and (args.target is None or args.draft is None):
-        raise VerispecError("give both --target MODEL and --draft MODEL (or --pair NAME)")
+    _check_pair_args(args)
     if args.context is None and args.context_file is None:
         raise VerispecError("give the context the block starts after: --context TEXT or --context-file FILE")
     context = args.context
@@ -694,21 +700,9 @@ def _model_problem(args, horizon: int):
             context = Path(args.context_file).read_text(encoding="utf-8")
         except OSError as error:
             raise VerispecError(f"cannot read --context-file {args.context_file!r}: {error.strerror}") from None
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        import torch
+    pair, sampling = _load_pair(args)
+    from verispec.models.problem import ModelProblem
 
-        from verispec.models import Sampling, load_pair
-        from verispec.models.problem import ModelProblem
-    except ImportError as error:
-        raise VerispecError(f"a model pair needs torch and transformers ({error}): pip install "
-                            "'torch==2.13.0' -e '.[torch,models]'") from None
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    pair = load_pair(args.pair, device=args.device, dtype=args.dtype) if args.pair is not None else \
-        load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
-    sampling = Sampling(args.temperature, args.top_k, args.top_p)
     problem = ModelProblem(pair, context, sampling, horizon=horizon)
     settings = {"pair": pair.name, "context": context, "context_tokens": len(problem.context),
                 "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),

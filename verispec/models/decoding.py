@@ -290,13 +290,16 @@ class SpeculativeDecoder:
         draft = CachedModel(self.pair.draft, slots, graphs=self.graphs)
         target.prefill(tokens[:-1])
         draft.prefill(tokens[:-1])
-        taus = []
-        for seed in seeds:
-            self.rng = np.random.default_rng(int(seed))
-            _, record, _ = self._block(target, draft, [tokens[-1]], [tokens[-1]])
-            taus.append(record.accepted)
-            target.rollback(len(tokens) - 1)
-            draft.rollback(len(tokens) - 1)
+        taus, run_rng = [], self.rng
+        try:
+            for seed in seeds:
+                self.rng = np.random.default_rng(int(seed))  # the block draws everything from self.rng
+                _, record, _ = self._block(target, draft, [tokens[-1]], [tokens[-1]])
+                taus.append(record.accepted)
+                target.rollback(len(tokens) - 1)
+                draft.rollback(len(tokens) - 1)
+        finally:
+            self.rng = run_rng  # run() goes on with the decoder's own seed
         return taus
 
     def _sample_procedure(self, layout: TreeLayout, p, q) -> tuple[int, int]:

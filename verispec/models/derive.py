@@ -14,8 +14,9 @@ What that does to block efficiency: merging tokens can only raise the per-node o
 of the merged law is at least that of the original, since min(a + b, c + d) >= min(a, c) + min(b, d)), so
 a rule's acceptance of a drafted bucket token is an optimistic stand-in for drafting any one of the tokens in
 it; and after the bucket the future is that of one representative token. Both effects vanish as the bucket's
-mass goes to zero, which the derived file records per prefix (``other_mass``) so that a user sees how much
-rests on the approximation. With V at least the pair's vocabulary... (never in practice) nothing is merged.
+mass goes to zero, which the derived file records per prefix (``other_target``, ``other_draft``) so that a
+user sees how much rests on the approximation. With V equal to the pair's vocabulary the bucket holds one token
+and the derived problem is the live one with its tokens relabelled at each prefix.
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ from verispec.simulator.problems import Prefix, TabularProblem, problem_to_json
 MAX_DERIVED_PREFIXES = 200_000
 
 
-def _split(p: np.ndarray, q: np.ndarray, vocab: int) -> tuple[np.ndarray, int | None]:
-    """The V-1 real tokens kept (best first by p + q, ties by id) and the bucket's representative (or None
-    when nothing is left over)."""
+def _split(p: np.ndarray, q: np.ndarray, vocab: int) -> tuple[np.ndarray, int]:
+    """The V-1 real tokens kept (best first by p + q, ties by id) and the bucket's representative (the best of
+    the rest; V <= the real vocabulary leaves at least one)."""
     score = p + q
     order = np.lexsort((np.arange(len(score)), -score))  # by score decreasing, then id increasing
-    kept, rest = order[: vocab - 1], order[vocab - 1:]
-    return kept, (int(rest[0]) if len(rest) else None)
+    return order[: vocab - 1], int(order[vocab - 1])
 
 
 def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -> tuple[TabularProblem, dict]:
@@ -66,14 +66,11 @@ def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -
             kept, representative = _split(p, q, vocab)
             p_row = np.append(p[kept], max(0.0, 1.0 - float(p[kept].sum())))
             q_row = np.append(q[kept], max(0.0, 1.0 - float(q[kept].sum())))
-            if representative is None:  # nothing left over: the bucket is empty
-                p_row[-1] = q_row[-1] = 0.0
             target[prefix] = p_row / p_row.sum()
             other_mass[prefix] = (float(p_row[-1]), float(q_row[-1]))
             if length < depth:
                 draft[prefix] = q_row / q_row.sum()
-                tokens = [int(t) for t in kept] + [representative if representative is not None else int(kept[-1])]
-                for index, token in enumerate(tokens):
+                for index, token in enumerate([int(t) for t in kept] + [representative]):
                     real[prefix + (index,)] = real[prefix] + (token,)
                     following.append(prefix + (index,))
         level = following

@@ -227,17 +227,20 @@ class GraphedForward:
         return next((width for width in BUCKETS if width >= count and start + width <= self.max_length), None)
 
     def _buffers(self, width: int) -> dict:
+        """The input buffers of a width: kept for the buckets (their graphs read them), made afresh for the
+        exact-width forwards of a long prompt or a nearly full cache."""
         import torch
 
-        if width not in self.buffers:
-            device = self.model.device
-            self.buffers[width] = {
-                "ids": torch.zeros((1, width), dtype=torch.long, device=device),
-                "positions": torch.zeros((1, width), dtype=torch.long, device=device),
-                "mask": torch.zeros((1, 1, width, self.max_length), dtype=self.model.dtype, device=device),
-                "logits": None,
-            }
-        return self.buffers[width]
+        if width in self.buffers:
+            return self.buffers[width]
+        device = self.model.device
+        buffers = {"ids": torch.zeros((1, width), dtype=torch.long, device=device),
+                   "positions": torch.zeros((1, width), dtype=torch.long, device=device),
+                   "mask": torch.zeros((1, 1, width, self.max_length), dtype=self.model.dtype, device=device),
+                   "logits": None}
+        if width in BUCKETS:
+            self.buffers[width] = buffers
+        return buffers
 
     def _call(self, buffers: dict):
         import torch

@@ -28,8 +28,9 @@ summed over the states and tuples left out. The bound argument:
 * P(tau >= d) does not increase with d, so the bounds are tightened to upper_d <= upper_(d-1) and
   lower_d >= lower_(d+1); both stay in [0, 1].
 
-Summed, the width of the E[tau + 1] interval is sum_d' s_d' (L - d'). ``certify`` lowers h (by the ratio of
-width to epsilon, at least 4-fold) until the width is at most epsilon; the solver rows and the conditionals
+Summed, the width of the E[tau + 1] interval is sum_d' s_d' (L - d'). ``certify`` starts at h = 0.05 (or
+epsilon, if larger) and lowers h each round by the ratio of twice the width to epsilon, clamped to 4- to
+16-fold, until the width is at most epsilon; the solver rows and the conditionals
 (``Problem.prepare``: one batched forward pass per depth for a model-backed problem) are cached between
 rounds, so each round costs only what is new. Sums are float64: the bounds hold up to float64 rounding of
 sums of at most a few million terms (about 1e-12), which ``ROUNDING`` widens them by.
