@@ -51,7 +51,8 @@ def test_interval_contains_the_exact_value_and_closes_on_it(name, spec):
 
 def test_the_walk_is_used_for_node_solvers_on_iid_trees_and_whole_trees_otherwise():
     problem = random_problem(4, 3, 2)
-    assert certify(problem, "delayed:2,1,2", "specinfer", 1e-3).method == "certified walk"
+    assert certify(problem, "delayed:2,1,2", "specinfer", 1e-3).method == "certified walk (closed-form kernels)"
+    assert certify(problem, "delayed:2,1,2", "khisti", 1e-3).method == "certified walk"  # no sequential tests
     assert certify(problem, "chain:3", "bv", 1e-3).method == "certified whole trees"
     assert certify(problem, "branch:2,1", "traversal", 1e-3).method == "certified whole trees"
 

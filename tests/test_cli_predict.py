@@ -19,7 +19,7 @@ def test_predict_on_a_problem_file_contains_the_exact_value(capsys):
     result = json.loads(capsys.readouterr().out)
     exact = float(analyze(load_problem(EXAMPLE), "iid:2,1", REGISTRY["spectr"]).block_efficiency)
     assert result["lower"] - 1e-11 <= exact <= result["upper"] + 1e-11 and result["width"] <= 1e-3
-    assert result["reached"] and result["method"] == "certified walk"
+    assert result["reached"] and result["method"] == "certified walk (closed-form kernels)"
     for key in ("acceptance_lower", "acceptance_upper", "prefixes_expanded", "rows_evaluated", "forward_passes",
                 "seconds", "rounds"):
         assert key in result

@@ -28,6 +28,12 @@ summed over the states and tuples left out. The bound argument:
 * P(tau >= d) does not increase with d, so the bounds are tightened to upper_d <= upper_(d-1) and
   lower_d >= lower_(d+1); both stay in [0, 1].
 
+For a solver that states its rule as sequential tests (SpecInfer, SpecTr, NSS: ``NodeSolver.sequential_tests``)
+an expanded state's kernel is computed in closed form over ALL draw lists (``dp.sequential_kernels``), so the
+second part of the slack vanishes: the whole mass moved to depth d + 1 enters ``lower_(d+1)``, the children
+with R K >= h / (L - d - 1) become states, and the others' mass is the slack of depth d + 1 (unexpanded
+states). Only the likely prefixes then cost a forward pass, however flat q is.
+
 Summed, the width of the E[tau + 1] interval is sum_d' s_d' (L - d'). ``certify`` starts at h = 0.05 (or
 epsilon, if larger) and lowers h each round by the ratio of twice the width to epsilon, clamped to 4- to
 16-fold, until the width is at most epsilon; the solver rows and the conditionals
@@ -46,6 +52,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -54,6 +61,7 @@ from tqdm import tqdm
 
 from verispec import budget
 from verispec.errors import ProblemTooLargeError, VerispecError
+from verispec.simulator.dp import sequential_kernels
 from verispec.simulator.interfaces import NodeSolver, Verifier
 from verispec.simulator.problems import Problem
 
@@ -187,11 +195,56 @@ class _NodeRows:
         return np.array([known[k] for k in keys]).reshape(len(tuples), tuples.shape[1])
 
 
+class _ClosedKernels:
+    """Node kernels in closed form (``NodeSolver.sequential_tests``): every draw list at once, so an expanded
+    state leaves no draw tuple out. Per (state, draws) the move masses are kept sorted, down to a cutoff 2^-10
+    below the one asked for, so later rounds (lower floors) seldom recompute them."""
+
+    #: The kept entries reach this factor below the relative floor first asked for.
+    HEADROOM = 1024.0
+
+    def __init__(self, solver: NodeSolver, max_rows: int):
+        self.solver = solver
+        self.max_rows = max_rows
+        self.kept: dict[tuple, tuple[float, float, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.evaluated = 0
+
+    def missing(self, state, draws: int, floor: float) -> bool:
+        """Whether ``children`` at this floor must compute the kernel (it is not kept deep enough)."""
+        known = self.kept.get((state, draws))
+        return known is None or (known[1] > floor and known[1] > 0)
+
+    def children(self, problem: Problem, state, prefix, draws: int, floor: float):
+        """(total move mass, [(token, times drawn, move mass) for the moves >= floor]) of one state."""
+        if self.missing(state, draws, floor):
+            if self.evaluated >= self.max_rows:
+                raise ProblemTooLargeError(f"the certified walk would compute over {self.max_rows:,} node kernels; "
+                                           "raise epsilon or max_rows")
+            budget.check("the certified walk")
+            p, q = _float(problem.target(prefix)), _float(problem.draft(prefix))
+            # top-k / top-p laws: tokens where p = q = 0 take no part in the tests (NodeSolver.sequential_tests)
+            support = np.flatnonzero((p > 0) | (q > 0))                                     # [S]
+            p, q = p[support][None], q[support][None]
+            _, moves = sequential_kernels(q, *self.solver.sequential_tests(p, q, draws))
+            moves = np.asarray(moves, dtype=np.float64)[0]                                  # [S, n]
+            cutoff = floor / self.HEADROOM if math.isfinite(floor) else math.inf
+            token, count = np.nonzero(moves >= cutoff) if math.isfinite(cutoff) else (np.zeros(0, int),) * 2
+            values, token = moves[token, count], support[token]
+            order = np.argsort(-values, kind="stable")
+            known = (float(moves.sum()), cutoff, token[order], count[order] + 1, values[order])
+            self.kept[(state, draws)] = known
+            self.evaluated += 1
+        total, _, tokens, counts, values = self.kept[(state, draws)]
+        taken = int(np.searchsorted(-values, -floor, side="right"))
+        return total, list(zip(tokens[:taken].tolist(), counts[:taken].tolist(), values[:taken].tolist()))
+
+
 def _float(law) -> np.ndarray:
     return np.asarray(law, dtype=np.float64)
 
 
-def _walk(problem: Problem, branching: tuple[int, ...], rows: _NodeRows, threshold: float, max_rows: int,
+def _walk(problem: Problem, branching: tuple[int, ...], rows: _NodeRows | _ClosedKernels, threshold: float,
+          max_rows: int,
           progress: bool) -> tuple[list[float], list[float], int]:
     """One exploration at threshold h: explored mass per depth (index 0 = 1) and slack per depth."""
     depth = len(branching)
@@ -199,15 +252,38 @@ def _walk(problem: Problem, branching: tuple[int, ...], rows: _NodeRows, thresho
     # states: (problem.state(prefix), multiplicity) -> [representative prefix, mass]
     states: dict[tuple, list] = {(problem.state(()), 1): [(), 1.0]}
     expanded = 0
+    kernels = rows if isinstance(rows, _ClosedKernels) else None
     for d in tqdm(range(depth), desc="certified walk depths", disable=not progress, leave=False):
         budget.check("the certified walk")
-        if d > 0:
+        if d > 0 and kernels is None:
             lower[d] = sum(mass for _, mass in states.values())
+        elif d > 0:
+            # the children's whole moved mass was added up at their parents (those left below the floor too);
+            # the states kept are the ones at or above it
+            slack[d] += max(0.0, lower[d] - sum(mass for _, mass in states.values()))
         # an item of mass x left out at depth d widens the interval by x (L - d): the threshold is on that
         floor = threshold / (depth - d)
         active = [(key, prefix, mass) for key, (prefix, mass) in states.items() if mass >= floor]
         slack[d] += sum(mass for _, (_, mass) in states.items() if mass < floor)
         children: dict[tuple, list] = {}
+        if kernels is not None:
+            next_floor = threshold / (depth - d - 1) if d + 1 < depth else math.inf
+            for start in range(0, len(active), PREPARE_BATCH):
+                batch = active[start:start + PREPARE_BATCH]
+                # conditionals only where a kernel is missing: rounds after the first mostly reuse kernels
+                problem.prepare_drafts([prefix for (state, multiplicity), prefix, mass in batch
+                                        if kernels.missing(state, multiplicity * branching[d], next_floor / mass)])
+                expanded += len(batch)
+                for (state, multiplicity), prefix, mass in batch:
+                    moved, kept = kernels.children(problem, state, prefix, multiplicity * branching[d],
+                                                   next_floor / mass)
+                    lower[d + 1] += mass * moved
+                    for token, count, move in kept:
+                        child_prefix = prefix + (token,)
+                        entry = children.setdefault((problem.state(child_prefix), count), [child_prefix, 0.0])
+                        entry[1] += mass * move
+            states = children
+            continue
         for index, ((state, multiplicity), prefix, mass) in enumerate(active):
             if index % PREPARE_BATCH == 0:  # one batched forward pass per model for the next batch of states
                 problem.prepare_drafts([prefix for _, prefix, _ in active[index:index + PREPARE_BATCH]])
@@ -233,7 +309,8 @@ def _walk(problem: Problem, branching: tuple[int, ...], rows: _NodeRows, thresho
                     entry = children.setdefault(key, [child_prefix, 0.0])
                     entry[1] += mass * tuple_chance * float(accepted[position])
         states = children
-    lower[depth] = sum(mass for _, mass in states.values())
+    if kernels is None:
+        lower[depth] = sum(mass for _, mass in states.values())
     return lower, slack, expanded
 
 
@@ -273,7 +350,9 @@ def _forward_passes(problem: Problem) -> int | None:
 def _certify_walk(problem, drafter, verifier, epsilon, max_rows, progress) -> CertifiedResult:
     start = time.perf_counter()
     branching = tuple(drafter.iid_branching)
-    rows = _NodeRows(verifier.node_solver)
+    solver = verifier.node_solver
+    rows = _ClosedKernels(solver, max_rows) if solver.has_sequential_tests else _NodeRows(solver)
+    method = "certified walk" + (" (closed-form kernels)" if isinstance(rows, _ClosedKernels) else "")
     threshold, rounds = min(0.5, max(epsilon, 0.05)), []  # coarse first: rows are kept for later rounds
     result = None
     while True:
@@ -291,10 +370,16 @@ def _certify_walk(problem, drafter, verifier, epsilon, max_rows, progress) -> Ce
         lows, highs = _bounds(lower, slack)
         result = CertifiedResult(verifier.name, drafter.spec, 1.0 + sum(lows), 1.0 + sum(highs), lows, highs,
                                  epsilon, threshold, expanded, rows.evaluated, _forward_passes(problem),
-                                 time.perf_counter() - start, "certified walk", rounds)
+                                 time.perf_counter() - start, method, rounds)
         rounds.append({"threshold": threshold, "width": result.width, "prefixes_expanded": expanded,
                        "rows_evaluated": rows.evaluated, "seconds": result.seconds,
                        "slack_by_depth": [float(x) for x in slack[:-1]]})
+        if progress:
+            passes = _forward_passes(problem)
+            tqdm.write(f"round {len(rounds)}: threshold {threshold:.3g}, width {result.width:.4g} "
+                       f"[{result.lower:.6f}, {result.upper:.6f}], {expanded:,} prefixes expanded"
+                       + (f", {passes:,} forward passes" if passes is not None else "")
+                       + f", {result.seconds:.1f} s", file=sys.stderr)
         if result.reached:
             return result
         # falls at most 16-fold a round: the work grows about as fast as the threshold falls

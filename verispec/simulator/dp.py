@@ -81,12 +81,14 @@ def max_draws(branching: tuple[int, ...]) -> int:
     return most
 
 
-def check_walk_size(size: int, branching: tuple[int, ...], mode: str) -> None:
+def check_walk_size(size: int, branching: tuple[int, ...], mode: str, solver: NodeSolver | None = None) -> None:
     """ProblemTooLargeError before any work when one node kernel (V^n ordered draw tuples for the most
-    draws n at a node) or, in law mode, the output law (V + V^2 + .. + V^(L+1) entries) is too large."""
+    draws n at a node, unless ``solver`` has a closed-form kernel) or, in law mode, the output law
+    (V + V^2 + .. + V^(L+1) entries) is too large."""
     draws = max_draws(branching)
     log_tuples = draws * math.log(size) if draws else 0.0
-    if log_tuples > math.log(MAX_KERNEL_TUPLES):
+    closed_form = solver is not None and solver.has_sequential_tests
+    if log_tuples > math.log(MAX_KERNEL_TUPLES) and not closed_form:
         raise ProblemTooLargeError(
             f"the walk DP needs the solver's output law for every ordered list of the n = {draws} i.i.d. draws "
             f"at one node: V^n = 10^{log_tuples / math.log(10):.1f} lists at V={size}, above its limit of "
@@ -107,6 +109,64 @@ def _draw_tuples(size: int, count: int) -> np.ndarray:
 
 
 def node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, draws: int) -> list[NodeKernel]:
+    """The kernels of U nodes with ``draws`` i.i.d. children each (p, q [U, V]): in closed form for a solver
+    that states its rule as sequential tests (``NodeSolver.sequential_tests``), else by enumeration of every
+    ordered draw tuple (``enumerated_node_kernels``)."""
+    if draws and solver.has_sequential_tests:
+        stop, moves = sequential_kernels(q, *solver.sequential_tests(p, q, draws))
+        return [NodeKernel(stop=stop[u], moves=moves[u]) for u in range(len(p))]
+    return enumerated_node_kernels(solver, p, q, draws)
+
+
+def _times_linear(coefficients: list, constant, slope) -> list:
+    """The coefficients (in x) of (sum_k c_k x^k) (constant + slope x); arrays elementwise."""
+    product = [coefficients[0] * constant]
+    for k in range(1, len(coefficients)):
+        product.append(coefficients[k] * constant + coefficients[k - 1] * slope)
+    product.append(coefficients[-1] * slope)
+    return product
+
+
+def sequential_kernels(q, accept: list, final):
+    """Node kernels of a rule that tests n i.i.d. drafts one by one (``NodeSolver.sequential_tests``), summed
+    over all V^n draw lists in closed form: (stop [U, V], moves [U, V, n]).
+
+    The output is t with t drawn k times exactly when either (a) draft j is t and is accepted, the j - 1
+    drafts before it were rejected with k_1 of them equal to t, and the n - j after it (never examined,
+    plain draws from q) hold k - 1 - k_1 more t's; or (b) all n drafts are rejected, k of them being t, and
+    the final law gives t. Because the tests' laws do not depend on which tokens were rejected, the count of
+    t among rejected drafts is a sum of independent steps: step i rejects a t with probability
+    rho_i(t) = q(t) - accept_i(t) and rejects another token with probability sum(rho_i) - rho_i(t). So for
+    each token the count's generating function is a product of linear factors:
+
+        moves[t, k - 1] = sum_j accept_j(t) [x^(k-1)] prod_(i<j) ((sum rho_i - rho_i(t)) + rho_i(t) x)
+                                                      * ((1 - q(t)) + q(t) x)^(n - j)
+                          + final(t) [x^k] prod_(i<=n) ((sum rho_i - rho_i(t)) + rho_i(t) x),
+        stop[t]         = final(t) [x^0] prod_(i<=n) (...).
+
+    O(n^3 V) work; the same +, -, * on every backend (exact rationals stay exact)."""
+    draws = len(accept)
+    ones = q * 0 + 1
+    suffix = [[ones]]                       # suffix[m]: coefficients of ((1 - q) + q x)^m, each [U, V]
+    for _ in range(1, draws):
+        suffix.append(_times_linear(suffix[-1], 1 - q, q))
+    moves = [q * 0 for _ in range(draws)]   # moves[k - 1]: [U, V]
+    rejected_so_far = [ones]                # coefficients: drafts so far all rejected, k of them being t
+    for j, accepted in enumerate(accept):
+        after = suffix[draws - 1 - j]
+        for before_count, before in enumerate(rejected_so_far):
+            for after_count, later in enumerate(after):
+                moves[before_count + after_count] = moves[before_count + after_count] + accepted * before * later
+        rejected = q - accepted                                            # draft j is t and rejected
+        others = backend.total(rejected, keepdims=True) - rejected          # draft j is another token, rejected
+        rejected_so_far = _times_linear(rejected_so_far, others, rejected)
+    stop = final * rejected_so_far[0]
+    for k in range(1, draws + 1):
+        moves[k - 1] = moves[k - 1] + final * rejected_so_far[k]
+    return stop, backend.stack(moves, axis=-1)
+
+
+def enumerated_node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, draws: int) -> list[NodeKernel]:
     """The kernels of U nodes with ``draws`` i.i.d. children each (p, q [U, V]): the solver's output law
     summed over every ordered draw tuple, one batched solver call per chunk of (node, tuple) rows."""
     count, size = len(p), p.shape[1]
@@ -152,7 +212,7 @@ def walk_dp(problem: Problem, branching: tuple[int, ...], solver: NodeSolver, *,
     if mode not in ("law", "metrics"):
         raise ValueError(f"mode must be 'law' or 'metrics', got {mode!r}")
     size, depth = problem.vocab_size, len(branching)
-    check_walk_size(size, branching, mode)
+    check_walk_size(size, branching, mode, solver)
     cache = {} if kernel_cache is None else kernel_cache
     root = problem.target(())
     number = type(root[0])

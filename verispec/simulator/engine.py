@@ -196,7 +196,8 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
             raise IncompatibleDraftError(
                 f"method '{method}' needs a top-down solver verifier on an i.i.d.-structured tree "
                 f"(chain, iid, delayed, branch-iid); '{verifier.name}' on {drafter.spec} is not one")
-        check_walk_size(size, drafter.iid_branching, "law" if method == "dp" else "metrics")
+        check_walk_size(size, drafter.iid_branching, "law" if method == "dp" else "metrics",
+                        verifier.node_solver)
     elif method == "fast-enumeration":
         if not fast_enumeration.applies(problem, drafter):
             raise IncompatibleDraftError(
@@ -211,10 +212,10 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
                                 "use method 'dp' (or auto) for the output law")
         return method
     if dp_applies(drafter, verifier):
-        check_walk_size(size, drafter.iid_branching, "metrics")
+        check_walk_size(size, drafter.iid_branching, "metrics", verifier.node_solver)
         keep_law = need_output_law or _log_law_entries(size, drafter.depth) <= math.log(MAX_LAW_ENTRIES)
         if keep_law:
-            check_walk_size(size, drafter.iid_branching, "law")
+            check_walk_size(size, drafter.iid_branching, "law", verifier.node_solver)
         return "dp" if keep_law else "dp-metrics"
     outcomes = drafter.log_num_outcomes(size)
     if outcomes > math.log(MAX_ENUMERATED_TREES):  # before any slot plan is built

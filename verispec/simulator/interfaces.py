@@ -61,6 +61,28 @@ class NodeSolver(ABC):
     def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         """The rule as a sampling procedure at one node (p, q [V]): draw Y through ``chooser``."""
 
+    def sequential_tests(self, p, q, draws: int):
+        """Optional closed form of the rule on ``draws`` i.i.d. drafts, for rules that test the drafts one by one:
+        ``(accept, final)`` with ``accept[j]`` [N, V] = P(draft j + 1 is t and is accepted | drafts 1..j all
+        rejected) and ``final`` [N, V] = the output law when every draft is rejected, where neither may depend
+        on WHICH tokens were rejected before (SpecInfer's residual chain, SpecTr's fixed ratio test, NSS's
+        zero tests). The walk DP and the certified walk then get a node's kernel (its output law summed over
+        all V^n draw lists) in O(n^3 V) instead of V^n solver rows (``verispec.simulator.dp.node_kernels``).
+        Tokens where p = q = 0 may be left out of p and q (the certified walk passes the union of the supports
+        only), so the tests must treat such tokens as absent: sums and elementwise rules do.
+        None (the default) when the rule is not of this form; it must agree with ``output_laws``, and is used
+        only while the class that defines it also defines, or inherits from the definer of, ``output_laws``
+        (``has_sequential_tests``), so a variant that redefines ``output_laws`` is analysed by its own law."""
+        return None
+
+    @property
+    def has_sequential_tests(self) -> bool:
+        """Whether ``sequential_tests`` states the same rule as ``output_laws`` (see there)."""
+        owners = type(self).__mro__
+        tests = next(cls for cls in owners if "sequential_tests" in cls.__dict__)
+        laws = next(cls for cls in owners if "output_laws" in cls.__dict__)
+        return tests is not NodeSolver and issubclass(tests, laws)
+
     def output_law(self, p, q, children: tuple[int, ...]):
         """``output_laws`` for one node: p, q [V] and a child list -> [V]."""
         tokens = backend.index_array([list(children)], p)

@@ -23,6 +23,10 @@ class NaiveTreeSolver(NodeSolver):
         picked = backend.where(backend.one_hot(first, p.shape[-1]), accept[:, None], backend.zero(p))
         return (1 - accept)[:, None] * residual(p, q) + picked
 
+    def sequential_tests(self, p, q, draws: int):
+        # only the first draft is tested; the others are never looked at (their tests accept nothing)
+        return [backend.namespace(p, q).minimum(p, q)] + [q * 0] * (draws - 1), residual(p, q)
+
     def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         first = children[0]
         if chooser.bernoulli(ratio_min_one(p[first], q[first])):

@@ -17,5 +17,9 @@ class NaiveSamplingSolver(NodeSolver):
     def output_laws(self, p, q, children):
         return p
 
+    def sequential_tests(self, p, q, draws: int):
+        # no draft is ever accepted as such; the final draw from p lands on a drafted token by chance
+        return [q * 0] * draws, p
+
     def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         return chooser.categorical(p)

@@ -37,6 +37,15 @@ class SpecInferSolver(NodeSolver):
             law = backend.add_to_tokens(law, token, mass)
         return law
 
+    def sequential_tests(self, p, q, draws: int):
+        # draft j is t and accepted: q(t) min(1, r_j(t) / q(t)) = min(q(t), r_j(t)); r_j ignores which
+        # drafts were rejected, so the tests are sequential in the sense of NodeSolver.sequential_tests
+        chain, accept = p, []
+        for _ in range(draws):
+            accept.append(backend.namespace(p, q).minimum(q, chain))
+            chain = residual(chain, q)
+        return accept, chain
+
     def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         current = p
         for token in children:

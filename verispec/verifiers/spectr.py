@@ -150,6 +150,12 @@ class SpecTrSolver(NodeSolver):
             all_rejected = all_rejected * (1 - accept)
         return law + all_rejected[:, None] * leftover
 
+    def sequential_tests(self, p, q, draws: int):
+        # every candidate takes the same test: t is accepted with q(t) min(1, p(t) / (rho q(t))) = min(q, p / rho)
+        rho, leftover = self.parameters(p, q, draws)
+        accept = backend.namespace(p, q).minimum(q, p / backend.per_row(rho, p))
+        return [accept] * draws, leftover
+
     def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
         rho, leftover = (value[0] for value in self.parameters(p[None], q[None], len(children)))
         for token in children:
