@@ -78,6 +78,15 @@ def measured_interval(taus, depth: int, confidence: float = 0.95) -> tuple[float
     return float(1 + taus.mean()), low, high
 
 
+def derived_vocab(largest: int, depth: int, max_prefixes: int) -> int:
+    """The largest V <= ``largest`` whose derived problem to ``depth`` has at most ``max_prefixes`` prefixes
+    (1 + V + .. + V^depth, each a forward row); 0 when not even V = 2 fits, or when none is asked for."""
+    for vocab in range(largest, 1, -1):
+        if sum(vocab ** length for length in range(depth + 1)) <= max_prefixes:
+            return vocab
+    return 0
+
+
 def run_cell(pair, context: list[int], verifier: str, tree: str, sampling, args) -> dict:
     from verispec import certify
     from verispec.models import SpeculativeDecoder
@@ -103,9 +112,11 @@ def run_cell(pair, context: list[int], verifier: str, tree: str, sampling, args)
            "measured_mean": mean, "measured_low": low, "measured_high": high, "runs": args.runs,
            "tau_counts": np.bincount(taus, minlength=drafter.depth + 1).tolist(), "measured_s": measured_s,
            "agree": bool(low <= result.upper and high >= result.lower)}
-    if args.derived_vocab:  # the same problem: its cached conditionals serve the derivation too
-        derived, _ = derive_problem(problem, min(args.derived_vocab, pair.vocab_size), drafter.depth)
+    vocab = derived_vocab(min(args.derived_vocab, pair.vocab_size), drafter.depth, args.derived_max_prefixes)
+    if vocab:  # the same problem: its cached conditionals serve the derivation too
+        derived, _ = derive_problem(problem, vocab, drafter.depth)
         row["derived"] = float(analyze(derived, drafter, rule).block_efficiency)
+        row["derived_vocab"] = vocab
     return row
 
 
@@ -115,7 +126,7 @@ def summarize(rows: dict) -> str:
     for key, row in rows.items():
         context = key.split("|")[0]
         flag = "" if row["reached"] else " (wider than epsilon)"
-        derived = f"{row['derived']:.4f}" if "derived" in row else "-"
+        derived = f"{row['derived']:.4f} (V={row.get('derived_vocab', '?')})" if "derived" in row else "-"
         lines.append(f"| {context} | {row['verifier']} | {row['tree']} | [{row['lower']:.4f}, {row['upper']:.4f}]"
                      f"{flag} | {row['measured_mean']:.4f} ({row['measured_low']:.4f}-{row['measured_high']:.4f}) "
                      f"| {'yes' if row['agree'] else 'NO'} | {derived} |")
@@ -164,6 +175,9 @@ def main(argv=None) -> int:
     parser.add_argument("--epsilon", type=float, default=1e-2)
     parser.add_argument("--max-rows", type=int, default=200_000)
     parser.add_argument("--derived-vocab", type=int, default=8, help="V of the derived problem (0: none)")
+    parser.add_argument("--derived-max-prefixes", type=int, default=2000,
+                        help="a deep tree's derived problem uses the largest V up to --derived-vocab whose "
+                             "prefixes (1 + V + .. + V^L) stay within this (default 2000)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
@@ -204,6 +218,7 @@ def main(argv=None) -> int:
         output = Path(args.output or f"results/predict_vs_measure_{args.device.replace(':', '')}.json")
         parameters = {"pair": name, "contexts": args.contexts, "cut": args.cut, "runs": args.runs,
                       "epsilon": args.epsilon, "max_rows": args.max_rows, "derived_vocab": args.derived_vocab,
+                      "derived_max_prefixes": args.derived_max_prefixes,
                       "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch.")}
         store = ResultStore(output, parameters=parameters)

@@ -56,6 +56,19 @@ def test_the_bucket_holds_the_rest_and_the_provenance_names_real_tokens(pair):
     assert abs(provenance[""]["other_target"] - (1 - p[top[:3]].sum())) < 1e-12
 
 
+def test_a_level_larger_than_the_law_cache_is_derived_in_batches_it_holds(pair):
+    """Level 3 of V = 4 has 64 prefixes and the cache holds 5: asked for all at once, 59 would be evicted and
+    recomputed one forward each. In batches of at most 5 every prefix costs one row of one batched pass:
+    85 prefixes in all, so at most 4 levels + 85 / 5 = 21 passes, and the same problem as with a roomy cache."""
+    tight = ModelProblem(pair, CONTEXT, SAMPLING, horizon=3, cache_bytes=5 * 16 * 16)
+    assert tight.cache_capacity == 5
+    derived, _ = derive_problem(tight, 4, 3)
+    assert tight.forward_passes <= 4 + 85 // 5
+    roomy, _ = derive_problem(ModelProblem(pair, CONTEXT, SAMPLING, horizon=3), 4, 3)
+    for prefix in roomy.prefixes(3):  # other batches, other float32 rounding of the same forwards
+        np.testing.assert_allclose(derived.target(prefix), roomy.target(prefix), rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("vocab,depth,message", [(1, 2, "vocab"), (17, 2, "vocab"), (4, 0, "depth"),
                                                  (16, 5, "prefixes")])
 def test_bad_sizes_are_refused(pair, vocab, depth, message):

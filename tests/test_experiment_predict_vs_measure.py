@@ -88,3 +88,12 @@ def test_the_experiment_runs_and_resumes(tmp_path, capsys):
     before = output.read_text()
     assert script.main(arguments) == 0 and output.read_text() == before  # resumed: nothing recomputed
     assert script.main(["--tiny", "--runs", "1"]) == 2
+
+
+def test_derived_vocab_keeps_the_prefix_count_within_the_limit():
+    from experiments.predict_vs_measure import derived_vocab
+
+    # 1 + V + .. + V^L: depth 8 gives 511 prefixes at V = 2 and 9841 at V = 3; depth 3 gives 585 at V = 8
+    assert derived_vocab(8, 8, 2000) == 2 and derived_vocab(8, 8, 9841) == 3
+    assert derived_vocab(8, 3, 585) == 8 and derived_vocab(8, 3, 584) == 7
+    assert derived_vocab(8, 8, 510) == 0 and derived_vocab(0, 3, 10**6) == 0

@@ -32,6 +32,10 @@ from verispec.simulator.problems import Prefix, TabularProblem, problem_to_json
 #: Most derived prefixes (target rows) a derivation computes: each costs the models' conditionals there.
 MAX_DERIVED_PREFIXES = 200_000
 
+#: Prefixes whose conditionals are asked for at once (a model-backed problem: batched forward passes); a level
+#: larger than the problem's law cache would otherwise be evicted before it is read.
+PREPARE_BATCH = 256
+
 
 def _split(p: np.ndarray, q: np.ndarray, vocab: int) -> tuple[np.ndarray, int]:
     """The V-1 real tokens kept (best first by p + q, ties by id) and the bucket's representative (the best of
@@ -56,12 +60,14 @@ def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -
         raise VerispecError(f"deriving V = {vocab} to depth {depth} needs {count:,} prefixes, above "
                             f"{MAX_DERIVED_PREFIXES:,}: lower --vocab or --depth")
     real: dict[Prefix, tuple[int, ...]] = {(): ()}
+    batch = max(1, min(PREPARE_BATCH, getattr(problem, "cache_capacity", PREPARE_BATCH)))
     target, draft, other_mass = {}, {}, {}
     level: list[Prefix] = [()]
     for length in tqdm(range(depth + 1), desc="derive levels", disable=not progress, leave=False):
-        problem.prepare_drafts([real[prefix] for prefix in level])
         following: list[Prefix] = []
-        for prefix in level:
+        for index, prefix in enumerate(level):
+            if index % batch == 0:  # batched forwards, never more than the problem's law cache holds
+                problem.prepare_drafts([real[prefix] for prefix in level[index:index + batch]])
             p, q = np.asarray(problem.target(real[prefix])), np.asarray(problem.draft(real[prefix]))
             kept, representative = _split(p, q, vocab)
             p_row = np.append(p[kept], max(0.0, 1.0 - float(p[kept].sum())))
@@ -70,9 +76,9 @@ def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -
             other_mass[prefix] = (float(p_row[-1]), float(q_row[-1]))
             if length < depth:
                 draft[prefix] = q_row / q_row.sum()
-                for index, token in enumerate([int(t) for t in kept] + [representative]):
-                    real[prefix + (index,)] = real[prefix] + (token,)
-                    following.append(prefix + (index,))
+                for slot, token in enumerate([int(t) for t in kept] + [representative]):
+                    real[prefix + (slot,)] = real[prefix] + (token,)
+                    following.append(prefix + (slot,))
         level = following
     table = TabularProblem(vocab, target, draft)
     provenance = {",".join(map(str, prefix)): {"tokens": list(real[prefix]), "other_target": mass[0],

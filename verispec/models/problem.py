@@ -63,6 +63,11 @@ class ModelProblem(Problem):
         #: Forward passes so far, of each model (the context's prefill not counted).
         self.forward_passes = 0
 
+    @property
+    def cache_capacity(self) -> int:
+        """Most prefixes whose laws the cache holds: callers prepare at most this many at once."""
+        return self._cache_size
+
     def __repr__(self) -> str:
         return f"ModelProblem({self.pair.name}, context of {len(self.context)} tokens, {self.sampling})"
 

@@ -253,6 +253,8 @@ def _walk(problem: Problem, branching: tuple[int, ...], rows: _NodeRows | _Close
     states: dict[tuple, list] = {(problem.state(()), 1): [(), 1.0]}
     expanded = 0
     kernels = rows if isinstance(rows, _ClosedKernels) else None
+    # never ask for more prefixes at once than a model-backed problem's law cache holds (they would be evicted)
+    prepare_batch = max(1, min(PREPARE_BATCH, getattr(problem, "cache_capacity", PREPARE_BATCH)))
     for d in tqdm(range(depth), desc="certified walk depths", disable=not progress, leave=False):
         budget.check("the certified walk")
         if d > 0 and kernels is None:
@@ -268,8 +270,8 @@ def _walk(problem: Problem, branching: tuple[int, ...], rows: _NodeRows | _Close
         children: dict[tuple, list] = {}
         if kernels is not None:
             next_floor = threshold / (depth - d - 1) if d + 1 < depth else math.inf
-            for start in range(0, len(active), PREPARE_BATCH):
-                batch = active[start:start + PREPARE_BATCH]
+            for start in range(0, len(active), prepare_batch):
+                batch = active[start:start + prepare_batch]
                 # conditionals only where a kernel is missing: rounds after the first mostly reuse kernels
                 problem.prepare_drafts([prefix for (state, multiplicity), prefix, mass in batch
                                         if kernels.missing(state, multiplicity * branching[d], next_floor / mass)])
@@ -285,8 +287,8 @@ def _walk(problem: Problem, branching: tuple[int, ...], rows: _NodeRows | _Close
             states = children
             continue
         for index, ((state, multiplicity), prefix, mass) in enumerate(active):
-            if index % PREPARE_BATCH == 0:  # one batched forward pass per model for the next batch of states
-                problem.prepare_drafts([prefix for _, prefix, _ in active[index:index + PREPARE_BATCH]])
+            if index % prepare_batch == 0:  # one batched forward pass per model for the next batch of states
+                problem.prepare_drafts([prefix for _, prefix, _ in active[index:index + prepare_batch]])
             expanded += 1
             draws = multiplicity * branching[d]
             p, q = _float(problem.target(prefix)), _float(problem.draft(prefix))
