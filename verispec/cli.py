@@ -243,6 +243,31 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_sampling_options(derive)
     _add_device_options(derive)
 
+    sweep = commands.add_parser("sweep", help="exact analyses over a grid of problems, trees, verifiers and methods")
+    sweep.add_argument("--families", default="context-free",
+                       help="comma-separated problem families: context-free, random (per prefix), markov, "
+                            "file:PATH (default context-free)")
+    sweep.add_argument("--vocab", default="3", help="comma-separated vocabulary sizes (default 3)")
+    sweep.add_argument("--divergence", default="0.5", help="comma-separated draft divergences in [0, 1] (default 0.5)")
+    sweep.add_argument("--temperature", default="1", help="comma-separated temperatures of both laws (default 1)")
+    sweep.add_argument("--concentration", default="1", help="comma-separated Dirichlet concentrations (default 1)")
+    sweep.add_argument("--seeds", default="0", help="seeds: a list (0,1,2) or ranges (0-9) (default 0)")
+    sweep.add_argument("--trees", default="chain:2", help="';'-separated tree specifications (default chain:2)")
+    sweep.add_argument("--verifiers", default="all",
+                       help="comma-separated verifiers, or all (each paired with the trees it is valid for)")
+    sweep.add_argument("--methods", default="auto", help="comma-separated methods (default auto)")
+    sweep.add_argument("--gap", action="store_true", help="also solve the LP optimum and report the gap to it")
+    sweep.add_argument("--cell-timeout", type=_number_option(minimum=0, strict=True, what="a positive number"),
+                       default=None, help="seconds one cell may take before it is recorded as refused")
+    sweep.add_argument("--out", default="results/sweep.csv", metavar="FILE",
+                       help="tidy table, .csv or .parquet (default results/sweep.csv); rows are kept in "
+                            "FILE.cells.json and a rerun resumes")
+    sweep.add_argument("--backend", default="local", choices=["serial", "local", "dask", "ray"],
+                       help="serial, local processes (default), or a dask / ray cluster (--address)")
+    sweep.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                       help="local processes (default: all cores)")
+    sweep.add_argument("--address", default=None, help="the cluster's scheduler address (dask: tcp://host:8786)")
+
     models_command = commands.add_parser("models", help="install and list real model pairs")
     models_actions = models_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
     install = models_actions.add_parser("install", help="download, join, check and convert a pair (resumable)")
@@ -762,6 +787,44 @@ def _run_predict(args) -> int:
     return 0
 
 
+def _list_option(text: str, kind, what: str) -> tuple:
+    values = []
+    for part in text.split(","):
+        try:
+            values.append(kind(part.strip()))
+        except ValueError:
+            raise VerispecError(f"cannot read {part.strip()!r} in {text!r} as {what}; give a comma-separated list") \
+                from None
+    return tuple(values)
+
+
+def _run_sweep(args) -> int:
+    from verispec.sweep import SweepGrid, parse_seeds, run_sweep
+
+    grid = SweepGrid(
+        families=tuple(part.strip() for part in args.families.split(",") if part.strip()),
+        vocab_sizes=_list_option(args.vocab, int, "a vocabulary size"),
+        divergences=_list_option(args.divergence, float, "a divergence"),
+        temperatures=_list_option(args.temperature, float, "a temperature"),
+        concentrations=_list_option(args.concentration, float, "a concentration"),
+        seeds=parse_seeds(args.seeds),
+        trees=tuple(part.strip() for part in args.trees.split(";") if part.strip()),
+        verifiers=tuple(part.strip() for part in args.verifiers.split(",") if part.strip()),
+        methods=tuple(part.strip() for part in args.methods.split(",") if part.strip()),
+        gap=args.gap, cell_timeout=args.cell_timeout)
+    cells, skipped = grid.cells()
+    start = time.perf_counter()
+    rows = run_sweep(grid, args.out, backend=args.backend, jobs=args.jobs, address=args.address,
+                     progress=sys.stderr.isatty())
+    refused = [row for row in rows if row["status"] != "ok"]
+    print(f"{len(rows)} cells in {args.out} ({len(refused)} refused; {skipped} (verifier, tree) pairs left out as "
+          f"invalid for the verifier's draft law), {time.perf_counter() - start:.1f} s")
+    for row in refused[:5]:
+        print(f"  refused: {row['family']} V={row['vocab']} seed={row['seed']} {row['tree']} {row['verifier']}: "
+              f"{row['reason']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:
@@ -769,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
                 "optimum": _run_optimum, "bound": _run_bound, "list": _run_list, "decode": _run_decode,
                 "models": _run_models, "predict": _run_predict,
-                "derive": _run_derive}[args.command](args)
+                "derive": _run_derive, "sweep": _run_sweep}[args.command](args)
     except _Done as done:
         return done.status
     except VerispecError as error:

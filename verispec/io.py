@@ -87,7 +87,12 @@ class ResultStore:
         return key in self.rows
 
     def add(self, key: str, row: dict) -> None:
-        self.rows[key] = {"key": key, **row}
+        self.add_many({key: row})
+
+    def add_many(self, rows: dict[str, dict]) -> None:
+        """Add several rows (key -> row) and save once."""
+        for key, row in rows.items():
+            self.rows[key] = {"key": key, **row}
         data = {"rows": list(self.rows.values())}
         if self.parameters is not None:
             data = {"parameters": self.parameters, **data}

@@ -1,0 +1,444 @@
+"""Sweeps: exact analyses over a grid of problems, draft trees, verifiers and methods, one tidy row per cell.
+
+A grid (``SweepGrid``) is the product of
+
+* problem families: ``context-free`` (one Dirichlet pair (p, q) at every prefix), ``random`` (an independent
+  pair per prefix, to the tree's depth), ``markov`` (order-1 Markov rows), each drawn with the knobs of
+  ``verispec.simulator.problems`` (vocabulary size V, ``divergence`` of the draft from the target,
+  ``temperature`` applied to both laws, Dirichlet ``concentration``) and a seed; or ``file:PATH``, a problem
+  file (a derived problem from ``verispec derive``, say), for which the knobs do not apply;
+* tree specifications, verifiers (a verifier is paired only with the trees it is valid for) and methods.
+
+Every cell is a pure function of its parameters (``run_cell``): the seeded problem is rebuilt in the worker,
+so cells run in any order, on any process or machine, and give identical rows. A row holds every parameter,
+then ``block_efficiency`` (E[tau+1]), ``expected_accepted``, ``tau_law`` and ``acceptance_by_depth`` (lists),
+``tv_distance`` and ``lossless`` (None where the method keeps no output law), the method used, the LP optimum
+and the ``gap`` to it where asked (``gap=True``), and the wall time. A cell that cannot be analysed (too large,
+or past ``cell_timeout``) gives a row with ``status`` 'refused' and the one-line reason instead of stopping
+the sweep.
+
+``run_sweep`` executes the cells through an existing engine, never a home-made pool: serially,
+``concurrent.futures.ProcessPoolExecutor`` on local cores, a Dask cluster (``distributed.Client``) or a Ray
+cluster, and keeps them in a ``ResultStore`` keyed on every parameter of the cell: an interrupted or extended
+sweep computes only the cells it has not finished. The tidy table (CSV, or Parquet with pyarrow) is rewritten
+atomically as rows arrive.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from verispec.errors import VerispecError
+from verispec.io import ResultStore, atomic_write_text
+
+#: Problem families drawn from seeds (``file:PATH`` names a problem file instead).
+FAMILIES = ("context-free", "random", "markov")
+
+#: Execution backends of ``run_sweep``.
+BACKENDS = ("serial", "local", "dask", "ray")
+
+#: Most cells one sweep accepts (each is at least one exact analysis).
+MAX_CELLS = 1_000_000
+
+#: Most prefixes a random per-prefix problem may tabulate (1 + V + .. + V^L; 2 [V] laws each).
+MAX_RANDOM_PREFIXES = 100_000
+
+#: Seconds between rewrites of the result files while cells arrive (and after the last).
+SAVE_EVERY = 2.0
+
+
+class SweepError(VerispecError):
+    """A sweep specification or output that cannot be used."""
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """The axes of a sweep; ``cells()`` is their product (knobs only for seeded families)."""
+
+    families: tuple[str, ...] = ("context-free",)
+    vocab_sizes: tuple[int, ...] = (3,)
+    divergences: tuple[float, ...] = (0.5,)
+    temperatures: tuple[float, ...] = (1.0,)
+    concentrations: tuple[float, ...] = (1.0,)
+    seeds: tuple[int, ...] = (0,)
+    trees: tuple[str, ...] = ("chain:2",)
+    verifiers: tuple[str, ...] = ("all",)
+    methods: tuple[str, ...] = ("auto",)
+    gap: bool = False
+    cell_timeout: float | None = None
+
+    def __post_init__(self):
+        from verispec.simulator import parse_tree
+        from verispec.simulator.engine import METHODS
+        from verispec.verifiers import get_verifier
+
+        for name, values in self._axes().items():
+            if not values:
+                raise SweepError(f"the sweep axis {name} is empty; give at least one value")
+        for family in self.families:
+            if family not in FAMILIES and not (family.startswith("file:") and len(family) > 5):
+                raise SweepError(f"unknown problem family {family!r}; use one of {', '.join(FAMILIES)} or file:PATH")
+            if family.startswith("file:") and not Path(family[5:]).is_file():
+                raise SweepError(f"problem file {family[5:]!r} of family {family!r} does not exist")
+        for vocab in self.vocab_sizes:
+            if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 2:
+                raise SweepError(f"vocabulary size {vocab!r} must be an integer >= 2")
+        for seed in self.seeds:
+            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                raise SweepError(f"seed {seed!r} must be a non-negative integer")
+        for name, values, low, high in (("divergence", self.divergences, 0.0, 1.0),
+                                        ("temperature", self.temperatures, 0.0, math.inf),
+                                        ("concentration", self.concentrations, 0.0, math.inf)):
+            for value in values:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                        not (low <= value <= high) or (name != "divergence" and value <= 0):
+                    bounds = "in [0, 1]" if name == "divergence" else "positive and finite"
+                    raise SweepError(f"{name} {value!r} must be {bounds}")
+        for spec in self.trees:
+            parse_tree(spec)
+        for name in self.verifiers:
+            if name != "all":
+                get_verifier(name)
+        for method in self.methods:
+            if method not in METHODS:
+                raise SweepError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if self.cell_timeout is not None and not (self.cell_timeout > 0 and math.isfinite(self.cell_timeout)):
+            raise SweepError(f"cell_timeout must be a positive number of seconds, got {self.cell_timeout!r}")
+
+    def _axes(self) -> dict:
+        return {"families": self.families, "vocab_sizes": self.vocab_sizes, "divergences": self.divergences,
+                "temperatures": self.temperatures, "concentrations": self.concentrations, "seeds": self.seeds,
+                "trees": self.trees, "verifiers": self.verifiers, "methods": self.methods}
+
+    def verifier_names(self) -> list[str]:
+        from verispec.verifiers import REGISTRY
+
+        names = sorted(REGISTRY) if "all" in self.verifiers else []
+        return list(dict.fromkeys(names + [name for name in self.verifiers if name != "all"]))
+
+    def problem_settings(self) -> list[dict]:
+        """The distinct problems: a seeded family for every knob combination, a file once."""
+        settings = []
+        for family in dict.fromkeys(self.families):
+            if family.startswith("file:"):
+                settings.append({"family": family, "vocab": None, "divergence": None, "temperature": None,
+                                 "concentration": None, "seed": None})
+                continue
+            for vocab, divergence, temperature, concentration, seed in itertools.product(
+                    dict.fromkeys(self.vocab_sizes), dict.fromkeys(self.divergences),
+                    dict.fromkeys(self.temperatures), dict.fromkeys(self.concentrations), dict.fromkeys(self.seeds)):
+                settings.append({"family": family, "vocab": vocab, "divergence": float(divergence),
+                                 "temperature": float(temperature), "concentration": float(concentration),
+                                 "seed": seed})
+        return settings
+
+    def size_estimate(self) -> int:
+        """Cells before dropping invalid (verifier, tree) pairs: checked before anything is built."""
+        problems = sum(1 if family.startswith("file:") else
+                       len(set(self.vocab_sizes)) * len(set(self.divergences)) * len(set(self.temperatures))
+                       * len(set(self.concentrations)) * len(set(self.seeds))
+                       for family in set(self.families))
+        return problems * len(set(self.trees)) * len(self.verifier_names()) * len(set(self.methods))
+
+    def cells(self) -> tuple[list[dict], int]:
+        """(the cells, how many (verifier, tree) pairs were left out as invalid for the verifier's draft law)."""
+        from verispec.simulator import parse_tree
+        from verispec.verifiers import get_verifier
+
+        estimate = self.size_estimate()
+        if estimate > MAX_CELLS:
+            raise SweepError(f"the grid has up to {estimate:,} cells, above {MAX_CELLS:,}; sweep fewer values")
+        pairs, skipped = [], 0
+        for spec in dict.fromkeys(self.trees):
+            drafter = parse_tree(spec)
+            for name in self.verifier_names():
+                if drafter.draft_laws & get_verifier(name).valid_for:
+                    pairs.append((spec, name))
+                else:
+                    skipped += 1
+        cells = [{**problem, "tree": spec, "verifier": name, "method": method, "lp_optimum": self.gap,
+                  "cell_timeout": self.cell_timeout}
+                 for problem in self.problem_settings() for spec, name in pairs
+                 for method in dict.fromkeys(self.methods)]
+        return cells, skipped * len(self.problem_settings()) * len(set(self.methods))
+
+
+def cell_key(cell: dict) -> str:
+    """Every parameter of the cell, canonically: the key under which its row is kept."""
+    return json.dumps(cell, sort_keys=True, separators=(",", ":"))
+
+
+def build_problem(cell: dict, depth: int):
+    """The problem of one cell (seeded families are rebuilt identically in every process)."""
+    from verispec.simulator import random_context_free_problem, random_markov_problem, random_problem
+    from verispec.simulator.problems import load_problem
+
+    family = cell["family"]
+    if family.startswith("file:"):
+        return load_problem(family[5:])
+    knobs = {"divergence": cell["divergence"], "temperature": cell["temperature"],
+             "concentration": cell["concentration"]}
+    if family == "context-free":
+        return random_context_free_problem(cell["vocab"], cell["seed"], **knobs)
+    if family == "markov":
+        return random_markov_problem(cell["vocab"], cell["seed"], **knobs)
+    prefixes = sum(cell["vocab"] ** length for length in range(depth + 1))
+    if prefixes > MAX_RANDOM_PREFIXES:
+        raise SweepError(f"a random per-prefix problem at V={cell['vocab']} to depth {depth} tabulates {prefixes:,} "
+                         f"prefixes, above {MAX_RANDOM_PREFIXES:,}; use the markov or context-free family, or a "
+                         "smaller V or tree")
+    return random_problem(cell["vocab"], depth, cell["seed"], **knobs)
+
+
+def _number(value):
+    return None if value is None else float(value)
+
+
+#: LP optima already solved in this process, by (problem, tree): every verifier of a problem and tree shares one.
+_OPTIMA: dict[str, float] = {}
+
+
+def _optimum(cell: dict, problem, drafter) -> float:
+    from verispec.lp_analysis.multistep import optimal_block_efficiency
+
+    key = cell_key({name: cell[name] for name in ("family", "vocab", "divergence", "temperature", "concentration",
+                                                  "seed", "tree")})
+    if key not in _OPTIMA:
+        if len(_OPTIMA) > 4096:
+            _OPTIMA.clear()
+        _OPTIMA[key] = float(optimal_block_efficiency(problem, drafter).block_efficiency)
+    return _OPTIMA[key]
+
+
+def run_cell(cell: dict) -> dict:
+    """The row of one cell: its parameters and exact metrics, or ``status`` 'refused' with the reason."""
+    from verispec.simulator import analyze, parse_tree
+    from verispec.verifiers import get_verifier
+
+    start = time.perf_counter()
+    row = dict(cell)
+    try:
+        drafter, verifier = parse_tree(cell["tree"]), get_verifier(cell["verifier"])
+        problem = build_problem(cell, drafter.depth)
+        deadline = None if cell["cell_timeout"] is None else time.monotonic() + cell["cell_timeout"]
+        result = analyze(problem, drafter, verifier, method=cell["method"], deadline=deadline)
+        row.update({"status": "ok", "reason": None, "vocab_size": problem.vocab_size, "depth": drafter.depth,
+                    "method_used": result.method, "block_efficiency": float(result.block_efficiency),
+                    "expected_accepted": float(result.expected_accepted),
+                    "tau_law": [float(x) for x in result.tau_law],
+                    "acceptance_by_depth": [float(x) for x in result.acceptance_by_depth],
+                    "tv_distance": _number(result.tv_distance), "lossless": result.lossless})
+        if cell["lp_optimum"]:
+            optimum = _optimum(cell, problem, drafter)
+            row.update({"optimum": optimum, "gap": optimum - row["block_efficiency"]})
+    except VerispecError as error:  # too large, past the timeout, or a problem the tree does not fit
+        row.update({"status": "refused", "reason": f"{type(error).__name__}: {error}"})
+    row["seconds"] = time.perf_counter() - start
+    return row
+
+
+# --- execution --------------------------------------------------------------------------------------------------
+
+def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | None) -> Iterable[dict]:
+    """Rows of ``cells`` as they finish, in any order."""
+    if backend == "serial":
+        yield from map(run_cell, cells)
+    elif backend == "local":
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+            for future in as_completed([pool.submit(run_cell, cell) for cell in cells]):
+                yield future.result()
+    elif backend == "dask":
+        try:
+            from distributed import Client, as_completed
+        except ImportError:
+            raise SweepError("--backend dask needs dask's scheduler: pip install 'dask[distributed]'") from None
+        client = Client(address) if isinstance(address, str) else address
+        try:
+            futures = client.map(run_cell, cells, pure=False)
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            if isinstance(address, str):
+                client.close()
+    elif backend == "ray":
+        try:
+            import ray
+        except ImportError:
+            raise SweepError("--backend ray needs Ray: pip install ray") from None
+        ray.init(address=address, ignore_reinit_error=True)
+        remote = ray.remote(run_cell)
+        pending = [remote.remote(cell) for cell in cells]
+        while pending:
+            finished, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(finished[0])
+    else:
+        raise SweepError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jobs: int | None = None,
+              address=None, progress: bool = True) -> list[dict]:
+    """Run every cell of ``grid`` not yet in ``output``'s store and return all rows in grid order.
+
+    ``output`` ends in .csv or .parquet; the rows are kept in ``<output>.cells.json`` (a ``ResultStore``)
+    so that a later run with this or a larger grid resumes. ``backend``: 'serial', 'local' (``jobs``
+    processes, default all cores), 'dask' (``address`` of a scheduler, or a ``distributed.Client``) or 'ray'
+    (``address`` of a cluster, or None for a local one)."""
+    from tqdm import tqdm
+
+    output = Path(output)
+    table_format = output_format(output)
+    if backend not in BACKENDS:
+        raise SweepError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend in ("dask",) and address is None:
+        raise SweepError("--backend dask needs --address (a scheduler such as tcp://host:8786)")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise SweepError(f"jobs must be a positive integer, got {jobs!r}")
+    cells, _ = grid.cells()
+    if not cells:
+        raise SweepError("the grid has no cell: no verifier given is valid for any tree given")
+    names = list(cells[0])
+    store = ResultStore(store_path(output), parameters={"kind": "verispec sweep"})
+    keys = [cell_key(cell) for cell in cells]
+    todo = [cell for cell, key in zip(cells, keys) if not store.done(key)]
+    pending: dict[str, dict] = {}
+    last = time.monotonic()
+    with tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress) as bar:
+        for row in _execute(todo, backend, jobs, address):
+            pending[cell_key({name: row[name] for name in names})] = row
+            bar.update()
+            if time.monotonic() - last >= SAVE_EVERY:
+                _save(store, pending, output, keys, table_format)
+                pending, last = {}, time.monotonic()
+    _save(store, pending, output, keys, table_format)
+    return [_stored(store.rows[key]) for key in keys]
+
+
+def _stored(row: dict) -> dict:
+    return {name: value for name, value in row.items() if name != "key"}
+
+
+def store_path(output: Path) -> Path:
+    return output.with_name(output.name + ".cells.json")
+
+
+def output_format(output: Path) -> str:
+    suffix = output.suffix.lower()
+    if suffix not in (".csv", ".parquet"):
+        raise SweepError(f"output {str(output)!r} must end in .csv or .parquet")
+    if suffix == ".parquet":
+        try:
+            import pandas  # noqa: F401
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise SweepError("Parquet output needs pandas and pyarrow: pip install pandas pyarrow, or write .csv") \
+                from None
+    return suffix[1:]
+
+
+def _save(store: ResultStore, rows: dict, output: Path, keys: Sequence[str], table_format: str) -> None:
+    store.add_many(rows)
+    finished = [_stored(store.rows[key]) for key in keys if key in store.rows]
+    write_table(finished, output, table_format)
+
+
+#: Columns first in every table (then any others, sorted).
+COLUMNS = ("family", "vocab", "vocab_size", "divergence", "temperature", "concentration", "seed", "tree", "depth",
+           "verifier",
+           "method", "lp_optimum", "cell_timeout", "status", "reason", "method_used", "block_efficiency",
+           "expected_accepted", "tau_law", "acceptance_by_depth", "tv_distance", "lossless", "optimum", "gap",
+           "seconds")
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    present = set().union(*rows) if rows else set(COLUMNS)
+    return [name for name in COLUMNS if name in present] + sorted(present - set(COLUMNS))
+
+
+def write_table(rows: list[dict], output: Path, table_format: str) -> None:
+    """The tidy table, atomically: CSV (lists as JSON text) or Parquet (lists as list columns)."""
+    columns = _columns(rows)
+    if table_format == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({name: json.dumps(row.get(name)) if isinstance(row.get(name), list) else
+                             ("" if row.get(name) is None else row.get(name)) for name in columns})
+        atomic_write_text(output, buffer.getvalue())
+        return
+    import pandas
+
+    frame = pandas.DataFrame([{name: row.get(name) for name in columns} for row in rows], columns=columns)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temporary = output.with_name(f".{output.name}.tmp")
+    frame.to_parquet(temporary, index=False)
+    os.replace(temporary, output)
+
+
+def read_table(path: str | Path) -> list[dict]:
+    """Rows of a table written by ``write_table`` (CSV cells parsed back to numbers, lists and booleans)."""
+    path = Path(path)
+    if output_format(path) == "parquet":
+        import pandas
+
+        frame = pandas.read_parquet(path)
+        return [{name: _from_parquet(value) for name, value in row.items()} for row in frame.to_dict("records")]
+    with path.open(newline="") as stream:
+        return [{name: _from_csv(value) for name, value in row.items()} for row in csv.DictReader(stream)]
+
+
+def _from_parquet(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _from_csv(text: str):
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if text.startswith("["):
+        return json.loads(text)
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """'0-4' or '1,3,5' (or both: '0-2,7') -> seeds."""
+    seeds = []
+    for part in text.split(","):
+        part = part.strip()
+        low, dash, high = part.partition("-")
+        try:
+            if dash:
+                if int(high) < int(low):
+                    raise ValueError
+                seeds.extend(range(int(low), int(high) + 1))
+            else:
+                seeds.append(int(part))
+        except ValueError:
+            raise SweepError(f"cannot read seeds {text!r}: write a list such as 0,1,2 or a range such as 0-9") \
+                from None
+    return tuple(dict.fromkeys(seeds))
+
+
+__all__ = ["BACKENDS", "FAMILIES", "SweepError", "SweepGrid", "cell_key", "parse_seeds", "read_table", "run_cell",
+           "run_sweep", "write_table"]
