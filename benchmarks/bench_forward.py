@@ -16,49 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 from verispec.io import atomic_write_text
+from verispec.models.latency import cached_model, time_forwards
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 MODES = ("dynamic", "static", "graphs")
-
-
-def _cached(model, mode: str, length: int):
-    from verispec.models import CachedModel
-
-    if mode == "dynamic":
-        return CachedModel(model)
-    return CachedModel(model, length, graphs=mode == "graphs")
-
-
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_forwards(model, mode: str, context: list[int], widths, repeats: int) -> dict[int, float]:
-    """Median milliseconds of one ``extend`` of n chained tokens after ``context``, per width n."""
-    cached = _cached(model, mode, len(context) + max(widths) + 8)
-    cached.prefill(context)
-    timings = {}
-    for width in widths:
-        vocab = min(model.config.vocab_size, 1000)
-        tokens, parents = [(7 * i + 3) % vocab for i in range(width)], list(range(-1, width - 1))
-        samples = []
-        for repeat in range(repeats + 2):  # two warm-ups: allocations, graph capture
-            _sync(model.device)
-            start = time.perf_counter()
-            cached.extend(tokens, parents)
-            _sync(model.device)
-            if repeat >= 2:
-                samples.append(time.perf_counter() - start)
-            cached.discard()
-        timings[width] = 1000 * statistics.median(samples)
-    return timings
 
 
 def check_modes_agree(model, context: list[int]) -> float:
@@ -67,7 +30,7 @@ def check_modes_agree(model, context: list[int]) -> float:
 
     outputs = []
     for mode in MODES:
-        cached = _cached(model, mode, len(context) + 16)
+        cached = cached_model(model, mode, len(context) + 16)
         cached.prefill(context)
         outputs.append(cached.extend([5, 6, 7, 8, 9], [-1, 0, 0, 2, 2]).float())
     scale = outputs[0].abs().max().item()

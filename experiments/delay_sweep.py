@@ -3,7 +3,10 @@
 For one problem and one top-down verifier, evaluate E[tau + 1] exactly for every (K, L1, L2) with K in 1..4,
 L1 in 0..8, L2 in 0..8 (324 configurations, trees up to depth 16), using the walk DP keyed on problem
 states ('dp-metrics') with one node-kernel cache shared by all configurations. Writes a JSON table and a
-markdown summary (best configuration per K), resumable.
+markdown summary, resumable. The best configuration per K is the one of most tokens per unit time under a
+latency model (``verispec.latency``: T = (L1 + L2) t_q + t_p(1 + L1 + K L2); ``--cost-ratio`` t_p / t_q,
+``--per-node``, or ``--latency FILE`` measured on a pair), with its E[tau+1] beside it and the configuration
+of largest E[tau+1] for contrast (without a price that is always a deepest tree).
 
     python experiments/delay_sweep.py                          # specinfer, Markov problem, V = 3, seed 0
     python experiments/delay_sweep.py --verifier otlp --vocab 4 --seed 3
@@ -23,6 +26,7 @@ from tqdm import tqdm
 
 from verispec.errors import VerispecError
 from verispec.io import ResultStore, atomic_write_text
+from verispec.latency import LatencyModel
 from verispec.simulator import DelayedDrafter, analyze, random_markov_problem
 from verispec.verifiers import get_verifier
 
@@ -36,12 +40,17 @@ def main(argv=None) -> None:
     parser.add_argument("--max-k", type=int, default=4)
     parser.add_argument("--max-trunk", type=int, default=8)
     parser.add_argument("--max-tail", type=int, default=8)
+    parser.add_argument("--cost-ratio", type=float, default=4.0, help="t_p / t_q (default 4)")
+    parser.add_argument("--per-node", type=float, default=0.0, help="t_p grows by this fraction per tree node")
+    parser.add_argument("--latency", default=None, help="a latency model file (verispec latency --out FILE)")
     parser.add_argument("--output", default=None,
                         help="default results/delay_sweep_<verifier>_V<v>_s<seed>_d<divergence>.json")
     args = parser.parse_args(argv)
     output = Path(args.output or f"results/delay_sweep_{args.verifier}_V{args.vocab}_s{args.seed}"
                                  f"_d{args.divergence:g}.json")
     try:
+        latency = (LatencyModel.load(args.latency) if args.latency
+                   else LatencyModel.from_ratio(args.cost_ratio, args.per_node))
         problem = random_markov_problem(args.vocab, args.seed, divergence=args.divergence)
         verifier = get_verifier(args.verifier)
         # Everything a row depends on besides its (K, L1, L2) key; a file from another setting is refused.
@@ -63,14 +72,21 @@ def main(argv=None) -> None:
         store.add(key, {"K": k, "L1": trunk, "L2": tail, "block_efficiency": float(result.block_efficiency),
                         "tau_law": [float(v) for v in result.tau_law]})
     seconds = time.perf_counter() - start
-    best = {}
+    best, deepest = {}, {}
     for row in store.rows.values():
-        if row["K"] not in best or row["block_efficiency"] > best[row["K"]]["block_efficiency"]:
+        row = {**row, "throughput": latency.throughput(row["block_efficiency"],
+                                                       DelayedDrafter(row["K"], row["L1"], row["L2"]))}
+        if row["K"] not in best or row["throughput"] > best[row["K"]]["throughput"]:
             best[row["K"]] = row
+        if row["K"] not in deepest or row["block_efficiency"] > deepest[row["K"]]["block_efficiency"]:
+            deepest[row["K"]] = row
     lines = [f"verifier {args.verifier}, Markov problem V={args.vocab} seed={args.seed} divergence={args.divergence}; "
-             f"{len(store.rows)} configurations, this run {seconds:.1f} s", "",
-             "| K | best (L1, L2) | E[tau+1] |", "|---|---|---|"]
-    lines += [f"| {k} | ({row['L1']}, {row['L2']}) | {row['block_efficiency']:.6f} |"
+             f"{len(store.rows)} configurations, this run {seconds:.1f} s; latency: {latency.source or latency.unit}, "
+             f"plain decoding {latency.plain_throughput():.4f} tokens per {latency.unit}", "",
+             f"| K | best (L1, L2) by throughput | tokens per {latency.unit} | its E[tau+1] | largest E[tau+1] at "
+             "(L1, L2) |", "|---|---|---|---|---|"]
+    lines += [f"| {k} | ({row['L1']}, {row['L2']}) | {row['throughput']:.4f} | {row['block_efficiency']:.6f} | "
+              f"{deepest[k]['block_efficiency']:.6f} at ({deepest[k]['L1']}, {deepest[k]['L2']}) |"
               for k, row in sorted(best.items())]
     table = "\n".join(lines) + "\n"
     atomic_write_text(output.with_suffix(".md"), table)

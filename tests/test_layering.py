@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "verispec"
 #: Package-level layers, lowest first.
 LAYERS = [
     {"verispec.errors", "verispec.io", "verispec.backend", "verispec.budget", "verispec.version",
-     "verispec.statistics"},
+     "verispec.statistics", "verispec.latency"},
     {"verispec.simulator"},
     {"verispec.lp_analysis"},
     {"verispec.verifiers"},

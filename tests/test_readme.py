@@ -60,7 +60,7 @@ def _slow(argv) -> bool:
 
 def _needs_models(argv) -> bool:
     """Commands of real decoding: they run on a tiny pair installed where the real one would be."""
-    return argv[0] in ("decode", "models", "derive") or (argv[0] == "predict" and "--pair" in argv)
+    return argv[0] in ("decode", "models", "derive", "latency") or (argv[0] == "predict" and "--pair" in argv)
 
 
 @pytest.fixture(scope="module")

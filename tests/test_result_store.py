@@ -102,3 +102,20 @@ def test_benchmark_stores_record_their_parameters(tmp_path, monkeypatch):
         measure.run_arguments("d", output, [], parameters={"divergence": 0.5})
     _, _, fresh = measure.run_arguments("d", output, ["--fresh"], parameters={"divergence": 0.5})
     assert not fresh.rows
+
+
+def test_delay_sweep_names_the_best_configuration_by_throughput(tmp_path, capsys):
+    """E[tau+1] <= depth + 1, so with a nearly free target forward (t_p / t_q = 1e-3) tokens per unit time
+    E / (depth + 1e-3) is largest at depth 0, (L1, L2) = (0, 0); with a target forward worth 1e9 draft steps
+    the price is the same for every tree and the best is the largest E[tau+1]."""
+    sweep = _script("experiments/delay_sweep.py", "delay_sweep_under_test")
+    grid = ["--max-k", "2", "--max-trunk", "2", "--max-tail", "2", "--output", str(tmp_path / "d.json")]
+    for ratio in ("1e-3", "1e9"):
+        sweep.main([*grid, "--cost-ratio", ratio])
+        rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 ")
+                or line.startswith("| 2 ")]
+        for _, best, _, efficiency, largest in rows:
+            if ratio == "1e-3":
+                assert best.strip() == "(0, 0)" and float(efficiency) == 1.0
+            else:
+                assert largest.strip() == f"{float(efficiency):.6f} at {best.strip()}"

@@ -267,6 +267,22 @@ def _build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
                        help="local processes (default: all cores)")
     sweep.add_argument("--address", default=None, help="the cluster's scheduler address (dask: tcp://host:8786)")
+    price = sweep.add_argument_group("latency model of the throughput columns (default: --cost-ratio 4)")
+    price.add_argument("--cost-ratio", type=_number_option(minimum=0, strict=True, what="a positive number"),
+                       default=None, help="t_p / t_q: one target forward in draft steps")
+    price.add_argument("--per-node", type=_number_option(minimum=0, strict=False, what="a number >= 0"),
+                       default=0.0, help="each tree node beyond the first adds this fraction of t_p (default 0)")
+    price.add_argument("--latency", metavar="FILE", default=None,
+                       help="a latency model measured on a pair ('verispec latency --out FILE')")
+
+    latency = commands.add_parser("latency", help="measure a pair's draft step and target forward times (JSON)")
+    _add_pair_options(latency)
+    latency.add_argument("--sizes", default="1,2,4,8,16,32", help="tree sizes n at which t_p(n) is measured")
+    latency.add_argument("--repeats", type=_integer_option(minimum=1, what="a positive integer"), default=5)
+    latency.add_argument("--context-length", type=_integer_option(minimum=1, what="a positive integer"), default=200,
+                         help="committed tokens before each timed forward (default 200)")
+    latency.add_argument("--out", required=True, metavar="FILE", help="the latency model to write (atomically)")
+    _add_device_options(latency)
 
     models_command = commands.add_parser("models", help="install and list real model pairs")
     models_actions = models_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -798,6 +814,35 @@ def _list_option(text: str, kind, what: str) -> tuple:
     return tuple(values)
 
 
+def _latency_model(args):
+    from verispec.latency import LatencyModel
+    from verispec.sweep import DEFAULT_LATENCY
+
+    if args.latency is not None:
+        if args.cost_ratio is not None:
+            raise VerispecError("give either --latency FILE or --cost-ratio, not both")
+        return LatencyModel.load(args.latency)
+    if args.cost_ratio is None:
+        return DEFAULT_LATENCY if args.per_node == 0 else LatencyModel.from_ratio(4.0, args.per_node)
+    return LatencyModel.from_ratio(args.cost_ratio, args.per_node)
+
+
+def _run_latency(args) -> int:
+    from verispec.io import atomic_write_json
+    from verispec.models.latency import measure_latency
+
+    _check_pair_args(args)
+    sizes = _list_option(args.sizes, int, "a tree size")
+    args.temperature, args.top_k, args.top_p = 1.0, None, None  # no sampling here
+    pair, _ = _load_pair(args)
+    model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats)
+    atomic_write_json(args.out, {**model.as_dict(), "load_average": os.getloadavg()[0]})
+    print(f"t_q = {model.draft_step:.3f} ms; t_p(n) = " + ", ".join(
+        f"{n}: {time_:.3f}" for n, time_ in zip(model.target_sizes, model.target_times))
+        + f" ms; {model.source}; wrote {args.out}")
+    return 0
+
+
 def _run_sweep(args) -> int:
     from verispec.sweep import SweepGrid, parse_seeds, run_sweep
 
@@ -811,7 +856,7 @@ def _run_sweep(args) -> int:
         trees=tuple(part.strip() for part in args.trees.split(";") if part.strip()),
         verifiers=tuple(part.strip() for part in args.verifiers.split(",") if part.strip()),
         methods=tuple(part.strip() for part in args.methods.split(",") if part.strip()),
-        gap=args.gap, cell_timeout=args.cell_timeout)
+        gap=args.gap, cell_timeout=args.cell_timeout, latency=_latency_model(args))
     cells, skipped = grid.cells()
     start = time.perf_counter()
     rows = run_sweep(grid, args.out, backend=args.backend, jobs=args.jobs, address=args.address,
@@ -832,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
                 "optimum": _run_optimum, "bound": _run_bound, "list": _run_list, "decode": _run_decode,
                 "models": _run_models, "predict": _run_predict,
-                "derive": _run_derive, "sweep": _run_sweep}[args.command](args)
+                "derive": _run_derive, "sweep": _run_sweep, "latency": _run_latency}[args.command](args)
     except _Done as done:
         return done.status
     except VerispecError as error:

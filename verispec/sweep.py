@@ -39,6 +39,10 @@ from pathlib import Path
 
 from verispec.errors import VerispecError
 from verispec.io import ResultStore, atomic_write_text
+from verispec.latency import LatencyModel
+
+#: The sweep's default price of a block: t_q = 1, t_p(n) = 4 whatever the tree size.
+DEFAULT_LATENCY = LatencyModel.from_ratio(4.0)
 
 #: Problem families drawn from seeds (``file:PATH`` names a problem file instead).
 FAMILIES = ("context-free", "random", "markov")
@@ -75,6 +79,8 @@ class SweepGrid:
     methods: tuple[str, ...] = ("auto",)
     gap: bool = False
     cell_timeout: float | None = None
+    #: prices each block for the throughput columns (default: a target forward costs 4 draft steps)
+    latency: LatencyModel = DEFAULT_LATENCY
 
     def __post_init__(self):
         from verispec.simulator import parse_tree
@@ -165,8 +171,9 @@ class SweepGrid:
                     pairs.append((spec, name))
                 else:
                     skipped += 1
+        latency = self.latency.as_dict()
         cells = [{**problem, "tree": spec, "verifier": name, "method": method, "lp_optimum": self.gap,
-                  "cell_timeout": self.cell_timeout}
+                  "cell_timeout": self.cell_timeout, "latency": latency}
                  for problem in self.problem_settings() for spec, name in pairs
                  for method in dict.fromkeys(self.methods)]
         return cells, skipped * len(self.problem_settings()) * len(set(self.methods))
@@ -237,9 +244,15 @@ def run_cell(cell: dict) -> dict:
                     "tau_law": [float(x) for x in result.tau_law],
                     "acceptance_by_depth": [float(x) for x in result.acceptance_by_depth],
                     "tv_distance": _number(result.tv_distance), "lossless": result.lossless})
+        latency = LatencyModel.from_dict(cell["latency"])
+        block_time = latency.drafter_time(drafter)
+        row.update({"nodes": drafter.max_nodes, "block_time": block_time,
+                    "throughput": row["block_efficiency"] / block_time,
+                    "speedup": row["block_efficiency"] / block_time / latency.plain_throughput()})
         if cell["lp_optimum"]:
             optimum = _optimum(cell, problem, drafter)
-            row.update({"optimum": optimum, "gap": optimum - row["block_efficiency"]})
+            row.update({"optimum": optimum, "gap": optimum - row["block_efficiency"],
+                        "optimum_throughput": optimum / block_time})
     except VerispecError as error:  # too large, past the timeout, or a problem the tree does not fit
         row.update({"status": "refused", "reason": f"{type(error).__name__}: {error}"})
     row["seconds"] = time.perf_counter() - start
@@ -356,8 +369,8 @@ def _save(store: ResultStore, rows: dict, output: Path, keys: Sequence[str], tab
 COLUMNS = ("family", "vocab", "vocab_size", "divergence", "temperature", "concentration", "seed", "tree", "depth",
            "verifier",
            "method", "lp_optimum", "cell_timeout", "status", "reason", "method_used", "block_efficiency",
-           "expected_accepted", "tau_law", "acceptance_by_depth", "tv_distance", "lossless", "optimum", "gap",
-           "seconds")
+           "expected_accepted", "tau_law", "acceptance_by_depth", "tv_distance", "lossless", "nodes", "block_time",
+           "throughput", "speedup", "optimum", "gap", "optimum_throughput", "latency", "seconds")
 
 
 def _columns(rows: list[dict]) -> list[str]:
@@ -373,13 +386,15 @@ def write_table(rows: list[dict], output: Path, table_format: str) -> None:
         writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            writer.writerow({name: json.dumps(row.get(name)) if isinstance(row.get(name), list) else
+            writer.writerow({name: json.dumps(row.get(name)) if isinstance(row.get(name), (list, dict)) else
                              ("" if row.get(name) is None else row.get(name)) for name in columns})
         atomic_write_text(output, buffer.getvalue())
         return
     import pandas
 
-    frame = pandas.DataFrame([{name: row.get(name) for name in columns} for row in rows], columns=columns)
+    # dicts (the latency model) as JSON text: Parquet structs would not read back as the same dict
+    frame = pandas.DataFrame([{name: json.dumps(row.get(name)) if isinstance(row.get(name), dict) else row.get(name)
+                               for name in columns} for row in rows], columns=columns)
     output.parent.mkdir(parents=True, exist_ok=True)
     temporary = output.with_name(f".{output.name}.tmp")
     frame.to_parquet(temporary, index=False)
@@ -401,6 +416,8 @@ def read_table(path: str | Path) -> list[dict]:
 def _from_parquet(value):
     if hasattr(value, "tolist"):
         return value.tolist()
+    if isinstance(value, str) and value.startswith("{"):
+        return json.loads(value)
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
@@ -411,7 +428,7 @@ def _from_csv(text: str):
         return None
     if text in ("True", "False"):
         return text == "True"
-    if text.startswith("["):
+    if text.startswith(("[", "{")):
         return json.loads(text)
     for kind in (int, float):
         try:
