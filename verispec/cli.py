@@ -275,6 +275,15 @@ def _build_parser() -> argparse.ArgumentParser:
     price.add_argument("--latency", metavar="FILE", default=None,
                        help="a latency model measured on a pair ('verispec latency --out FILE')")
 
+    report = commands.add_parser("report", help="the comparison study: sweeps, tables, figures and findings")
+    report.add_argument("--quick", action="store_true", help="the small study (a few minutes on 2 cores)")
+    report.add_argument("--out", default="report", metavar="DIR", help="report directory (default report/)")
+    report.add_argument("--backend", default="local", choices=["serial", "local", "dask", "ray"],
+                        help="how the sweeps run (as for 'sweep')")
+    report.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                        help="local processes (default: all cores)")
+    report.add_argument("--address", default=None, help="the cluster's scheduler address")
+
     latency = commands.add_parser("latency", help="measure a pair's draft step and target forward times (JSON)")
     _add_pair_options(latency)
     latency.add_argument("--sizes", default="1,2,4,8,16,32", help="tree sizes n at which t_p(n) is measured")
@@ -843,6 +852,16 @@ def _run_latency(args) -> int:
     return 0
 
 
+def _run_report(args) -> int:
+    from verispec.report import build_report
+
+    start = time.perf_counter()
+    path = build_report(args.out, quick=args.quick, backend=args.backend, jobs=args.jobs, address=args.address,
+                        progress=sys.stderr.isatty())
+    print(f"wrote {path} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
 def _run_sweep(args) -> int:
     from verispec.sweep import SweepGrid, parse_seeds, run_sweep
 
@@ -877,7 +896,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
                 "optimum": _run_optimum, "bound": _run_bound, "list": _run_list, "decode": _run_decode,
                 "models": _run_models, "predict": _run_predict,
-                "derive": _run_derive, "sweep": _run_sweep, "latency": _run_latency}[args.command](args)
+                "derive": _run_derive, "sweep": _run_sweep, "latency": _run_latency,
+                "report": _run_report}[args.command](args)
     except _Done as done:
         return done.status
     except VerispecError as error:
