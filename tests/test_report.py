@@ -65,6 +65,7 @@ def test_a_new_verifier_appears_with_no_other_edit(tmp_path, monkeypatch):
     assert "| iid:2,2 | specinfer-twin |" in text and "| delayed:2,1,2 | specinfer-twin |" in text
 
 
+@pytest.mark.slow
 def test_with_a_pair_study_6_derives_and_certifies_real_contexts(tmp_path, monkeypatch):
     """On a tiny pair installed as qwen-coder (V = 16) the live problem is small enough for the exact engine,
     which every certified interval of the report must contain."""
