@@ -283,7 +283,7 @@ class Report:
                 axis.set_yticks(range(scale.max_trunk + 1))
                 figure.colorbar(image, ax=axis, label=label)
         heatmaps = _save(figure, self.out / "delay_heatmaps.png")
-        best_l1 = defaultdict(dict)
+        best_l1, largest_depth = defaultdict(dict), defaultdict(list)
         lines = ["## 3. The delayed-tree action space", "",
                  f"Delayed trees (K, L1, L2) for K <= {scale.max_k}, L1 <= {scale.max_trunk}, L2 <= "
                  f"{scale.max_tail} on Markov problems, V = {scale.vocab}, mean over {len(self.seeds())} seeds; "
@@ -301,6 +301,7 @@ class Report:
                 best = max(configurations, key=lambda c: configurations[c][0])
                 deepest = max(configurations, key=lambda c: configurations[c][1])
                 best_l1[verifier][divergence] = best[1]
+                largest_depth[verifier].append(deepest[1] + deepest[2] == scale.max_trunk + scale.max_tail)
                 lines.append(f"| {verifier} | {divergence} | {best} | {configurations[best][0]:.4f} | "
                              f"{configurations[best][1]:.4f} | {configurations[deepest][1]:.4f} at {deepest} |")
         figure, axis = plt.subplots(figsize=(5.5, 4))
@@ -311,10 +312,13 @@ class Report:
         axis.legend()
         lines += ["", f"![Best L1 against divergence]({_save(figure, self.out / 'delay_best_l1.png')})", ""]
         for verifier, points in best_l1.items():
-            self.findings.append(f"{verifier}: the best trunk length L1 by throughput goes "
-                                 + ", ".join(f"{value} at divergence {key}" for key, value in points.items())
-                                 + "; the configuration of largest E[tau+1] is always one of the deepest trees, "
-                                 "which is why the choice must be made by throughput.")
+            deepest = largest_depth[verifier]
+            self.findings.append(
+                f"{verifier}: the best trunk length L1 by throughput goes "
+                + ", ".join(f"{value} at divergence {key}" for key, value in points.items())
+                + f"; the configuration of largest E[tau+1] has the largest depth L1 + L2 = "
+                f"{scale.max_trunk + scale.max_tail} at {sum(deepest)} of {len(deepest)} divergences"
+                + (", so choosing by E[tau+1] alone would pick the deepest tree." if all(deepest) else "."))
         self.sections.append("\n".join(lines))
 
     # --- 4. paths and divergence ----------------------------------------------------------------------------------

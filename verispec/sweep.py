@@ -289,15 +289,36 @@ def dask_client(address):
         yield client
 
 
-def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | None) -> Iterable[dict]:
-    """Rows of ``cells`` as they finish, in any order."""
+#: Tasks handed to each worker of a pool or cluster: cells are milliseconds each, so they travel in chunks
+#: (a task per cell spends more on scheduling than on the cell), yet enough chunks to balance the load.
+TASKS_PER_WORKER = 8
+
+
+def run_cells(cells: list[dict]) -> list[dict]:
+    """The rows of a chunk of cells, in order (one task of a pool or cluster)."""
+    return [run_cell(cell) for cell in cells]
+
+
+def _chunks(cells: list[dict], workers: int) -> list[list[dict]]:
+    """Contiguous chunks (neighbouring cells share problems and LP optima), TASKS_PER_WORKER per worker."""
+    count = max(1, min(len(cells), workers * TASKS_PER_WORKER))
+    size = -(-len(cells) // count)
+    return [cells[start:start + size] for start in range(0, len(cells), size)]
+
+
+def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | None) -> Iterable[list[dict]]:
+    """Rows of ``cells`` in batches, as the batches finish, in any order."""
+    if not cells:
+        return
     if backend == "serial":
-        yield from map(run_cell, cells)
+        for cell in cells:
+            yield [run_cell(cell)]
     elif backend == "local":
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-            for future in as_completed([pool.submit(run_cell, cell) for cell in cells]):
+        workers = jobs or os.cpu_count() or 1
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for future in as_completed([pool.submit(run_cells, chunk) for chunk in _chunks(cells, workers)]):
                 yield future.result()
     elif backend == "dask":
         try:
@@ -305,7 +326,8 @@ def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | N
         except ImportError:
             raise SweepError("--backend dask needs dask's scheduler: pip install 'dask[distributed]'") from None
         with dask_client(address) as client:
-            futures = client.map(run_cell, cells, pure=False)
+            workers = max(1, len(client.scheduler_info().get("workers", {})))
+            futures = client.map(run_cells, _chunks(cells, workers), pure=False)
             for future in as_completed(futures):
                 yield future.result()
     elif backend == "ray":
@@ -314,8 +336,9 @@ def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | N
         except ImportError:
             raise SweepError("--backend ray needs Ray: pip install ray") from None
         ray.init(address=address, ignore_reinit_error=True)
-        remote = ray.remote(run_cell)
-        pending = [remote.remote(cell) for cell in cells]
+        remote = ray.remote(run_cells)
+        workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        pending = [remote.remote(chunk) for chunk in _chunks(cells, workers)]
         while pending:
             finished, pending = ray.wait(pending, num_returns=1)
             yield ray.get(finished[0])
@@ -352,9 +375,10 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
     pending: dict[str, dict] = {}
     last = time.monotonic()
     with tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress) as bar:
-        for row in _execute(todo, backend, jobs, address):
-            pending[cell_key({name: row[name] for name in names})] = row
-            bar.update()
+        for rows in _execute(todo, backend, jobs, address):
+            for row in rows:
+                pending[cell_key({name: row[name] for name in names})] = row
+            bar.update(len(rows))
             if time.monotonic() - last >= SAVE_EVERY:
                 _save(store, pending, output, keys, table_format)
                 pending, last = {}, time.monotonic()
@@ -483,4 +507,4 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 
 
 __all__ = ["BACKENDS", "FAMILIES", "SweepError", "SweepGrid", "cell_key", "parse_seeds", "read_table", "run_cell",
-           "run_sweep", "write_table"]
+           "run_cells", "run_sweep", "write_table"]
