@@ -12,7 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
 
@@ -101,6 +101,9 @@ def test_khisti_single_step_acceptance_is_the_ot_optimum(node):
 
 @settings(max_examples=25)
 @given(node=node_problem(vocab=(2, 6), drafts=(1, 3)))
+# found by CI: outcomes of Q(x) ~ 1e-9 kept weight on a token with p = 0 within HiGHS's dual tolerance (the
+# optimum fell 6e-9 short); the polish step moves such weight where p_I falls short of p
+@example(node=(np.array([0.71574883, 0.0, 0.28425117]), np.array([0.00099887, 0.00099887, 0.99800226]), 3))
 def test_weight_lp_optimum_equals_ot_optimum(node):
     # Khisti et al., Thm. 1: max over weights of sum min(p, p_I) is the OT optimum.
     p, q, num_drafts = node

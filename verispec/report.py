@@ -403,14 +403,17 @@ class Report:
         for row in _ok(self.all_rows):
             if row["divergence"] is not None:
                 winners[(row["tree"], row["divergence"])][row["verifier"]].append(row["block_efficiency"])
-        lines += ["", "Winner by mean E[tau+1] in each (tree, divergence) regime of the sweeps:", "",
+        lines += ["", "Winner by mean E[tau+1] in each (tree, divergence) regime of the sweeps (all cells of that tree "
+                  "and divergence, whatever the study; tied winners within 1e-9 are joined by '='):", "",
                   "| tree | divergence | winner | E[tau+1] | runner-up |", "|---|---|---|---|---|"]
         for (tree, divergence), table in sorted(winners.items()):
             if tree.startswith("delayed:") and tree not in STRUCTURES:
                 continue
             ranked = sorted(((_mean(v), name) for name, v in table.items()), reverse=True)
-            runner = f"{ranked[1][1]} ({ranked[1][0]:.4f})" if len(ranked) > 1 else "-"
-            lines.append(f"| {tree} | {divergence} | {ranked[0][1]} | {ranked[0][0]:.4f} | {runner} |")
+            tied = sorted(name for value, name in ranked if value >= ranked[0][0] - 1e-9)
+            rest = [(value, name) for value, name in ranked if name not in tied]
+            runner = f"{rest[0][1]} ({rest[0][0]:.4f})" if rest else "-"
+            lines.append(f"| {tree} | {divergence} | {' = '.join(tied)} | {ranked[0][0]:.4f} | {runner} |")
         self.sections.append("\n".join(lines))
 
     # --- 6. live problems from a real pair -------------------------------------------------------------------------

@@ -47,6 +47,30 @@ class ImportanceWeights:
     optimum: float
 
 
+def _polish(p: np.ndarray, probabilities: np.ndarray, drafted: list, weights: np.ndarray) -> None:
+    """Move weight, in place, from drafted tokens whose p_I already exceeds p to drafted tokens of the same
+    outcome whose p_I falls short of p. Each move keeps the weights valid and can only raise sum min(p, p_I).
+    The LP's optimality holds only to HiGHS's dual tolerance (1e-10) on reduced costs scaled by Q(x), so an
+    outcome of Q(x) ~ 1e-9 may keep its weight on a useless token (p = 0) and cost the optimum up to ~1e-8;
+    this removes exactly such leftovers."""
+    intermediate = probabilities @ weights                                     # [V]
+    for _ in range(2):
+        for outcome, tokens in enumerate(drafted):
+            mass = probabilities[outcome]
+            if mass <= 0 or len(tokens) < 2:
+                continue
+            for source in tokens:
+                for target in tokens:
+                    excess, deficit = intermediate[source] - p[source], p[target] - intermediate[target]
+                    if target == source or excess <= 0 or deficit <= 0 or weights[outcome, source] <= 0:
+                        continue
+                    moved = min(weights[outcome, source], excess / mass, deficit / mass)
+                    weights[outcome, source] -= moved
+                    weights[outcome, target] += moved
+                    intermediate[source] -= moved * mass
+                    intermediate[target] += moved * mass
+
+
 def importance_weights(p: np.ndarray, draft_law: Mapping[tuple[int, ...], object], *,
                        limit: int = DEFAULT_MAX_VARIABLES) -> ImportanceWeights:
     """Solve the step-1 weight LP exactly for target p and an explicit draft law (float64)."""
@@ -82,6 +106,7 @@ def importance_weights(p: np.ndarray, draft_law: Mapping[tuple[int, ...], object
                         what=f"weight LP ({len(outcomes)} draft outcomes, V = {size})", limit=limit)
     weights = np.zeros((len(outcomes), size))
     weights[owner, token] = solution.x[:num_weights]
+    _polish(np.asarray(p, dtype=np.float64), probabilities, drafted, weights)
     # p_I is recomputed from the weights actually returned, never taken from the LP's t variables.
     intermediate = probabilities @ weights
     return ImportanceWeights(outcomes=outcomes, weights=weights, intermediate=intermediate,
