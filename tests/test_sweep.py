@@ -173,3 +173,15 @@ def test_a_local_dask_cluster_is_named_local_n():
     for address in ("local:0", "local:x"):
         with pytest.raises(SweepError, match="local:N"), dask_client(address):
             pass
+
+
+def test_a_ray_cluster_gives_the_serial_rows(tmp_path):
+    """Runs where Ray is installed (pip install ray; CI does not install it): a local Ray cluster started by
+    ray.init, compared row for row with the serial run."""
+    ray = pytest.importorskip("ray")
+    serial = run_sweep(SMALL, tmp_path / "serial.csv", backend="serial", progress=False)
+    try:
+        clustered = run_sweep(SMALL, tmp_path / "ray.csv", backend="ray", progress=False)
+    finally:
+        ray.shutdown()
+    assert _without_time(clustered) == _without_time(serial)
