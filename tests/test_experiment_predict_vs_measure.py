@@ -4,26 +4,21 @@ interval covers as it claims, and the run resumes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.scripts import load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 RUNS, CONFIDENCE = 1500, 1 - 1e-6
 
-SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "predict_vs_measure.py"
-
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("predict_vs_measure", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments/predict_vs_measure.py")
 
 
 def test_the_measured_interval_covers_the_mean_at_least_as_often_as_it_claims():

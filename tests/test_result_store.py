@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.scripts import load_script
 from verispec import package_version
 from verispec.errors import ResultStoreError
 from verispec.io import ResultStore
@@ -19,10 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _script(relative: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(relative, name)
 
 
 def test_store_records_parameters_and_resumes_only_the_same_run(tmp_path):

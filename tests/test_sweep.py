@@ -7,7 +7,7 @@ import json
 import pytest
 
 from verispec.cli import main
-from verispec.errors import IncompatibleDraftError
+from verispec.errors import IncompatibleDraftError, VerispecError
 from verispec.simulator import analyze, parse_tree, random_markov_problem
 from verispec.simulator.engine import check_compatible
 from verispec.sweep import SweepError, SweepGrid, cell_key, parse_seeds, read_table, run_sweep
@@ -132,13 +132,15 @@ def test_a_cell_past_its_timeout_is_recorded_as_refused(tmp_path):
     ({"vocab_sizes": (1,)}, "vocabulary size"),
     ({"divergences": (1.5,)}, "divergence"),
     ({"temperatures": (0.0,)}, "temperature"),
+    ({"concentrations": (float("inf"),)}, "concentration"),
+    ({"divergences": (True,)}, "divergence"),
     ({"seeds": (-1,)}, "seed"),
     ({"methods": ("fastest",)}, "unknown method"),
     ({"trees": ()}, "empty"),
     ({"cell_timeout": -1.0}, "cell_timeout"),
 ])
 def test_bad_grids_are_refused_on_one_line(options, message):
-    with pytest.raises(SweepError, match=message):
+    with pytest.raises(VerispecError, match=message):  # SweepError, or the generators' InvalidProblemError
         SweepGrid(**options)
 
 

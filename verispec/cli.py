@@ -262,12 +262,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", default="results/sweep.csv", metavar="FILE",
                        help="tidy table, .csv or .parquet (default results/sweep.csv); rows are kept in "
                             "FILE.cells.json and a rerun resumes")
-    sweep.add_argument("--backend", default="local", choices=["serial", "local", "dask", "ray"],
-                       help="serial, local processes (default), or a dask / ray cluster (--address)")
-    sweep.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                       help="local processes (default: all cores)")
-    sweep.add_argument("--address", default=None,
-                       help="the cluster's scheduler address (dask: tcp://host:8786, or local:N worker processes)")
+    _add_backend_options(sweep)
     price = sweep.add_argument_group("latency model of the throughput columns (default: --cost-ratio 4)")
     price.add_argument("--cost-ratio", type=_number_option(minimum=0, strict=True, what="a positive number"),
                        default=None, help="t_p / t_q: one target forward in draft steps")
@@ -279,12 +274,7 @@ def _build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="the comparison study: sweeps, tables, figures and findings")
     report.add_argument("--quick", action="store_true", help="the small study (a few minutes on 2 cores)")
     report.add_argument("--out", default="report", metavar="DIR", help="report directory (default report/)")
-    report.add_argument("--backend", default="local", choices=["serial", "local", "dask", "ray"],
-                        help="how the sweeps run (as for 'sweep')")
-    report.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                        help="local processes (default: all cores)")
-    report.add_argument("--address", default=None,
-                        help="the cluster's scheduler address (dask: tcp://host:8786, or local:N worker processes)")
+    _add_backend_options(report)
     report.add_argument("--pair", default=None, metavar="NAME",
                         help="an installed pair: study 6 derives and certifies problems at real contexts")
     report.add_argument("--device", default="cpu", help="torch device of the pair (default cpu)")
@@ -333,6 +323,16 @@ def _add_sampling_options(parser) -> None:
                         default=None, help="nucleus sampling, applied to target and draft alike")
     parser.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
                         help="top-k sampling, applied to target and draft alike")
+
+
+def _add_backend_options(parser) -> None:
+    """--backend, --jobs, --address: how sweep and report run their cells (verispec.sweep.run_sweep)."""
+    parser.add_argument("--backend", default="local", choices=["serial", "local", "dask", "ray"],
+                        help="serial, local processes (default), or a dask / ray cluster (--address)")
+    parser.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+                        help="local processes (default: all cores)")
+    parser.add_argument("--address", default=None,
+                        help="the cluster's scheduler address (dask: tcp://host:8786, or local:N worker processes)")
 
 
 def _add_device_options(parser) -> None:

@@ -86,6 +86,7 @@ class SweepGrid:
     def __post_init__(self):
         from verispec.simulator import parse_tree
         from verispec.simulator.engine import METHODS
+        from verispec.simulator.problems import check_knobs
         from verispec.verifiers import get_verifier
 
         for name, values in self._axes().items():
@@ -102,14 +103,13 @@ class SweepGrid:
         for seed in self.seeds:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                 raise SweepError(f"seed {seed!r} must be a non-negative integer")
-        for name, values, low, high in (("divergence", self.divergences, 0.0, 1.0),
-                                        ("temperature", self.temperatures, 0.0, math.inf),
-                                        ("concentration", self.concentrations, 0.0, math.inf)):
-            for value in values:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
-                        not (low <= value <= high) or (name != "divergence" and value <= 0):
-                    bounds = "in [0, 1]" if name == "divergence" else "positive and finite"
-                    raise SweepError(f"{name} {value!r} must be {bounds}")
+        # the generators' own rule for their knobs, one axis at a time (the others at valid values)
+        for divergence in self.divergences:
+            check_knobs(2, 1.0, divergence, 1.0, 0.0)
+        for temperature in self.temperatures:
+            check_knobs(2, 1.0, 0.5, temperature, 0.0)
+        for concentration in self.concentrations:
+            check_knobs(2, concentration, 0.5, 1.0, 0.0)
         for spec in self.trees:
             parse_tree(spec)
         for name in self.verifiers:
@@ -158,7 +158,9 @@ class SweepGrid:
 
     def cells(self) -> tuple[list[dict], int]:
         """(the cells, how many (verifier, tree) pairs were left out as invalid for the verifier's draft law)."""
+        from verispec.errors import IncompatibleDraftError
         from verispec.simulator import parse_tree
+        from verispec.simulator.engine import check_compatible
         from verispec.verifiers import get_verifier
 
         estimate = self.size_estimate()
@@ -168,9 +170,10 @@ class SweepGrid:
         for spec in dict.fromkeys(self.trees):
             drafter = parse_tree(spec)
             for name in self.verifier_names():
-                if drafter.draft_laws & get_verifier(name).valid_for:
+                try:
+                    check_compatible(get_verifier(name), drafter)
                     pairs.append((spec, name))
-                else:
+                except IncompatibleDraftError:
                     skipped += 1
         latency = self.latency.as_dict()
         cells = [{**problem, "tree": spec, "verifier": name, "method": method, "lp_optimum": self.gap,

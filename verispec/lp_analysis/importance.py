@@ -54,7 +54,8 @@ def _polish(p: np.ndarray, probabilities: np.ndarray, drafted: list, weights: np
     outcome of Q(x) ~ 1e-9 may keep its weight on a useless token (p = 0) and cost the optimum up to ~1e-8;
     this removes exactly such leftovers."""
     intermediate = probabilities @ weights                                     # [V]
-    for _ in range(2):
+    for _ in range(len(p)):  # until a pass moves nothing: a move can open others earlier in the pass
+        moves = 0
         for outcome, tokens in enumerate(drafted):
             mass = probabilities[outcome]
             if mass <= 0 or len(tokens) < 2:
@@ -69,6 +70,9 @@ def _polish(p: np.ndarray, probabilities: np.ndarray, drafted: list, weights: np
                     weights[outcome, target] += moved
                     intermediate[source] -= moved * mass
                     intermediate[target] += moved * mass
+                    moves += 1
+        if not moves:
+            break
 
 
 def importance_weights(p: np.ndarray, draft_law: Mapping[tuple[int, ...], object], *,

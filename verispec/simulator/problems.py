@@ -292,11 +292,16 @@ def _dirichlet_pair(rng: np.random.Generator, size: int, concentration: float, d
     return _apply_temperature(target, temperature), _apply_temperature(draft, temperature)
 
 
-def _check_knobs(size: int, concentration: float, divergence: float, temperature: float, zero_fraction: float):
-    if not isinstance(size, (int, np.integer)) or size < 1:
+def check_knobs(size: int, concentration: float, divergence: float, temperature: float, zero_fraction: float):
+    """InvalidProblemError unless the knobs of the random problem generators (below) are usable."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise InvalidProblemError(f"vocab_size must be a positive integer, got {describe(size)}")
-    if not concentration > 0:
-        raise InvalidProblemError(f"concentration must be positive, got {describe(concentration)}")
+    for name, value in (("concentration", concentration), ("divergence", divergence), ("temperature", temperature),
+                        ("zero_fraction", zero_fraction)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise InvalidProblemError(f"{name} must be a number, got {describe(value)}")
+    if not (concentration > 0 and np.isfinite(concentration)):
+        raise InvalidProblemError(f"concentration must be positive and finite, got {describe(concentration)}")
     if not 0.0 <= divergence <= 1.0:
         raise InvalidProblemError(f"divergence must lie in [0, 1], got {describe(divergence)}")
     if not (temperature > 0 and np.isfinite(temperature)):
@@ -320,7 +325,7 @@ def random_problem(vocab_size: int, depth: int, seed: int | np.random.Generator,
 
     Conditionals are given for every prefix of length 0..depth.
     """
-    _check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
+    check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
     rng = np.random.default_rng(seed)
     target_table, draft_table = {}, {}
     for length in range(depth + 1):
@@ -334,7 +339,7 @@ def random_context_free_problem(vocab_size: int, seed: int | np.random.Generator
                                 divergence: float = 0.5, temperature: float = 1.0,
                                 zero_fraction: float = 0.0) -> ContextFreeProblem:
     """One Dirichlet pair (p, q) used at every prefix; knobs as in ``random_problem``."""
-    _check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
+    check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
     rng = np.random.default_rng(seed)
     return ContextFreeProblem(*_dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction))
 
@@ -343,7 +348,7 @@ def random_markov_problem(vocab_size: int, seed: int | np.random.Generator, *, c
                           divergence: float = 0.5, temperature: float = 1.0,
                           zero_fraction: float = 0.0) -> MarkovProblem:
     """An order-1 Markov problem with Dirichlet rows; knobs as in ``random_problem``."""
-    _check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
+    check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
     rng = np.random.default_rng(seed)
     p0, q0 = _dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction)
     rows = [_dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction)
