@@ -19,6 +19,9 @@
     verispec derive  (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
                      --vocab V --depth L --output FILE [--temperature T] [--top-p P] [--top-k K]
                                                       a real context as a V-token problem file
+    verispec check-external FILE.py:FUNCTION --layout LAYOUT --tree TREE [--target P --draft Q | --problem FILE]
+                     [--mode auto|exact|blackbox] [--json]         check verification code written elsewhere
+                                                      (exit 1 lossy, 0 lossless, 2 bad input)
     verispec --version                                               'verispec VERSION'
 
 Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
@@ -64,6 +67,10 @@ BUILTIN_PROBLEMS = {
                lambda exact: random_problem(4, 4, 0)),
 }
 
+
+#: Layouts of 'check-external' (verispec.external.layouts.LAYOUTS, repeated so the parser stays light; a test
+#: ties them).
+EXTERNAL_LAYOUTS = ("chain", "padded", "ragged", "tree-parent", "tree-sibling")
 
 #: Largest --max-vocab of 'hunt': context-dependent candidates have V^(L+1) conditionals each, and every
 #: candidate is analysed exactly.
@@ -170,6 +177,42 @@ def _build_parser() -> argparse.ArgumentParser:
                       default=DEFAULT_THRESHOLD, help="TV distance above which a problem is a witness (default 1e-9)")
     hunt.add_argument("--context-free", action="store_true", help="search context-free problems only")
     hunt.add_argument("--output", metavar="FILE", help="write the witness problem here instead of stdout")
+
+    check = commands.add_parser(
+        "check-external", help="check a verification function written elsewhere, in a production layout")
+    check.add_argument("function", metavar="FILE.py:FUNCTION", help="the function (or package.module:FUNCTION)")
+    check.add_argument("--layout", required=True, choices=EXTERNAL_LAYOUTS,
+                       help="how the function takes its arguments (see verispec.external.layouts): chain "
+                            "f(draft_tokens, draft_probs, target_probs, uniforms); padded (transformers' "
+                            "_speculative_sampling shape); ragged (vLLM's rejection sampler); tree-parent; "
+                            "tree-sibling")
+    check.add_argument("--tree", required=True, help="draft tree, as for 'exact'; also argmax-chain:L (greedy "
+                                                     "drafts) and topk-chain:k,L (drafts from top-k filtered q)")
+    source = check.add_argument_group("problem (--target/--draft or --problem; without one, a witness is searched)")
+    source.add_argument("--target", metavar="P", help="comma-separated target probabilities (context-free)")
+    source.add_argument("--draft", metavar="Q", help="comma-separated draft probabilities (context-free)")
+    source.add_argument("--problem", metavar="FILE", help="JSON problem file with per-prefix conditionals")
+    check.add_argument("--mode", choices=("auto", "exact", "blackbox"), default="auto",
+                       help="exact: integrate over the uniforms (threshold rules); blackbox: stratified sampling "
+                            "with a Bernstein test; auto (default): exact where the rule allows, else blackbox")
+    check.add_argument("--arrays", choices=("numpy", "torch"), default="numpy",
+                       help="array kind handed to the function (default numpy; torch: float64 CPU tensors)")
+    check.add_argument("--samples", type=_integer_option(minimum=1, maximum=10**9, what="an integer >= 1"),
+                       default=200_000, help="black-box runs of the function per test (default 200000)")
+    check.add_argument("--alpha", type=_number_option(minimum=0, strict=True, what="a number in (0, 1)"),
+                       default=1e-6, help="black-box false-failure rate (default 1e-6)")
+    check.add_argument("--seed", type=_integer_option(minimum=0, what="an integer >= 0"), default=0,
+                       help="seed of the black-box uniforms (default 0)")
+    check.add_argument("--max-vocab", type=_integer_option(minimum=2, maximum=MAX_HUNT_VOCAB,
+                                                           what=f"an integer in 2..{MAX_HUNT_VOCAB}"),
+                       default=3, help="largest vocabulary of the witness search (default 3)")
+    check.add_argument("--max-examples", type=_integer_option(minimum=1, what="an integer >= 1"), default=300,
+                       help="problems the witness search tries at most (default 300)")
+    check.add_argument("--time-budget", type=_number_option(minimum=0, strict=True, what="a positive number"),
+                       default=60.0, help="seconds the witness search may take (default 60)")
+    check.add_argument("--context-free", action="store_true", help="search context-free problems only")
+    check.add_argument("--output", metavar="FILE", help="write the witness problem (JSON) here")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
 
     optimum = commands.add_parser("optimum", help="best single-position acceptance alpha* with K drafts")
     optimum.add_argument("--target", metavar="P", required=True, help="target probabilities")
@@ -581,6 +624,42 @@ def _run_hunt(args) -> int:
     return 0
 
 
+def _run_check_external(args) -> int:
+    from verispec.external.adapter import load_function
+    from verispec.external.check import check_external
+
+    if not args.alpha < 1:
+        raise VerispecError(f"--alpha must lie in (0, 1), got {args.alpha!r}")
+    function = load_function(args.function)
+    problem = None
+    if args.problem is not None or args.target is not None or args.draft is not None:
+        args.exact = False
+        problem = _problem_from_args(args)
+    if args.output:
+        _check_output_path(args.output)
+    from tqdm import tqdm
+
+    with tqdm(desc="problems tried", unit=" problems", disable=problem is not None or not sys.stderr.isatty(),
+              leave=False) as bar:
+        report = check_external(function, args.layout, args.tree, problem=problem, mode=args.mode,
+                                arrays=args.arrays, name=args.function, samples=args.samples, alpha=args.alpha,
+                                seed=args.seed, max_vocab=args.max_vocab, max_examples=args.max_examples,
+                                time_budget=args.time_budget, context_free=True if args.context_free else None,
+                                progress=lambda count: bar.update(count - bar.n))
+    if args.output and report.problem is not None:
+        atomic_write_text(args.output, json.dumps(report.problem) + "\n")
+    if args.json:
+        print(json.dumps(plain_json(report.to_json())))
+    else:
+        print(report.describe())
+        if report.problem is not None and not report.lossless:
+            where = args.output or "FILE (see --output)"
+            print(f"  witness: {json.dumps(report.problem)}")
+            print(f"  reproduce: verispec check-external {args.function} --layout {args.layout} --tree {args.tree} "
+                  f"--problem {where} --mode {report.mode}")
+    return 0 if report.lossless else EXIT_LOSSY
+
+
 def _run_optimum(args) -> int:
     from verispec.lp_analysis.single_position import iid_ot_optimum, without_replacement_ot_optimum
 
@@ -899,6 +978,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _build_parser().parse_args(argv)
         return {"exact": _run_exact, "compare": _run_compare, "hunt": _run_hunt,
+                "check-external": _run_check_external,
                 "optimum": _run_optimum, "bound": _run_bound, "list": _run_list, "decode": _run_decode,
                 "models": _run_models, "predict": _run_predict,
                 "derive": _run_derive, "sweep": _run_sweep, "latency": _run_latency,
@@ -915,7 +995,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
         # Anything else is a bug in verispec and keeps its traceback.
-        user_rule = getattr(args, "verifier", None)
+        user_rule = getattr(args, "verifier", None) or getattr(args, "function", None)
         if user_rule is None or user_rule in REGISTRY:
             raise
         message = " ".join(f"{type(error).__name__}: {error}".split())

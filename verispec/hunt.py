@@ -92,13 +92,20 @@ def build_problem(candidate, *, exact: bool = False):
 
 def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 3000,
          threshold: float = DEFAULT_THRESHOLD, time_budget: float = 60.0, context_free: bool | None = None,
-         progress=None) -> Witness | None:
+         progress=None, judge=None) -> Witness | None:
     """Search for the simplest problem on which ``verifier`` (on trees of ``drafter``) is lossy.
 
     The search is deterministic (derandomised hypothesis). Returns None when no witness is found within
     ``max_examples`` problems or ``time_budget`` seconds; when time runs out while shrinking, the simplest
-    witness found so far is returned.
+    witness found so far is returned. ``judge(problem, deadline) -> distance`` replaces the exact analysis as
+    the measure of lossiness (a black-box test, say; it must be deterministic); a problem is a witness when the
+    distance exceeds ``threshold``.
     """
+    def distance(problem, deadline=None) -> float:
+        if judge is not None:
+            return float(judge(problem, deadline))
+        return float(analyze(problem, drafter, verifier, deadline=deadline).tv_distance)
+
     check_compatible(verifier, drafter)
     start = time.monotonic()
     deadline = start + time_budget
@@ -114,7 +121,7 @@ def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 
         if progress is not None:
             progress(tried)
         try:
-            found = analyze(build_problem(candidate), drafter, verifier, deadline=deadline).tv_distance > threshold
+            found = distance(build_problem(candidate), deadline) > threshold
         except AnalysisTimeoutError:  # the budget holds inside one analysis too
             raise _OutOfTime from None
         except VerifierError as error:  # the rule failed (raised, returned nonsense, looped): not a verdict
@@ -142,8 +149,8 @@ def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 
         if simplest is None:
             return None
         candidate = simplest
-    result = analyze(build_problem(candidate), drafter, verifier)
+    tv_distance = distance(build_problem(candidate))
     exact_problem = build_problem(candidate, exact=True)
-    return Witness(problem_json=problem_to_json(exact_problem, drafter.depth), tv_distance=float(result.tv_distance),
+    return Witness(problem_json=problem_to_json(exact_problem, drafter.depth), tv_distance=tv_distance,
                    vocab_size=candidate[0], context_free=candidate[1], examples_tried=tried,
                    seconds=time.monotonic() - start)

@@ -7,7 +7,11 @@ with an explicit numpy Generator and ``outcomes`` enumerates every tree with its
 Tree specifications (``parse_tree``): ``chain:L``, ``iid:K,L``, ``delayed:K,L1,L2``, ``branch:b1,..,bD``
 (siblings drawn without replacement), ``branch-iid:b1,..,bD`` (siblings i.i.d.), ``hub`` and ``hub-tree:L``
 (SpecHub's hub pairs), ``greedy:K`` and ``greedy-tree:K,L`` (Hu et al.'s greedy drafts), ``dyspec:N``
-(DySpec's dynamic tree of N drafted nodes).
+(DySpec's dynamic tree of N drafted nodes), and two paths whose tokens are NOT drawn from the q handed to the
+verifier, as production code often does (trap 8 of the reference): ``argmax-chain:L`` (each token is the argmax
+of q, a greedy assistant) and ``topk-chain:k,L`` (each token is drawn from q restricted to its k best tokens and
+renormalised). No built-in rule is valid for those two; they exist to check verification code written elsewhere
+(``verispec check-external``), which may or may not account for how its drafts were drawn.
 
 Each drafter declares the *draft laws* it satisfies; verifiers declare the laws they are valid for, and
 pairing a verifier with a drafter outside them is an ``IncompatibleDraftError``.
@@ -49,6 +53,12 @@ class DraftLaw(enum.StrEnum):
     #: q(.|node), best first, then one X ~ q restricted to the rest and renormalised (no X when q's support
     #: is used up). K may differ between nodes; a single child is the K = 1 case (X ~ q).
     GREEDY = "greedy drafts"
+    #: One path whose tokens are the argmax of q(.|prefix) (ties to the smallest id), while the verifier is
+    #: handed the full q: a greedy assistant whose logits are passed on (transformers' assisted generation).
+    ARGMAX_PATH = "one path of argmax drafts (q handed, not sampled)"
+    #: One path whose tokens are drawn from q(.|prefix) restricted to its k best tokens and renormalised, while
+    #: the verifier is handed the unfiltered q.
+    TOPK_PATH = "one path drawn from top-k filtered q (unfiltered q handed)"
 
 
 #: A single path satisfies these laws: one i.i.d. draw is one draw without replacement, one path is K = 1
@@ -199,6 +209,64 @@ class ChainDrafter(Drafter):
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         builder = TreeBuilder()
         _draw_path(problem, chooser, builder, 0, (), self.length)
+        return builder.shape()
+
+
+@dataclass(frozen=True)
+class ArgmaxChainDrafter(ChainDrafter):
+    """A single path of greedy drafts: each token is the argmax of q(.|prefix) (ties to the smallest token id,
+    ``verispec.simulator.ranking``), while the tree stores, and verifiers are handed, the full q. Its draft law
+    is a point mass, so a rule that treats q as the law that drew the token is lossy (trap 8)."""
+
+    @property
+    def spec(self) -> str:
+        return f"argmax-chain:{self.length}"
+
+    @property
+    def draft_laws(self) -> frozenset[DraftLaw]:
+        return frozenset({DraftLaw.ARGMAX_PATH})
+
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        return 0.0
+
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        builder, node, prefix = TreeBuilder(), 0, ()
+        for _ in range(self.length):
+            token = top_tokens(problem.draft(prefix), 1)[0]
+            node, prefix = builder.add_child(node, token), prefix + (token,)
+        return builder.shape()
+
+
+@dataclass(frozen=True)
+class TopKChainDrafter(ChainDrafter):
+    """A single path whose tokens are drawn from q(.|prefix) restricted to its ``k`` best tokens (ranked by q,
+    ties to the smallest id) and renormalised, while the tree stores, and verifiers are handed, the unfiltered
+    q (trap 8). k at least the vocabulary size is plain sampling from q."""
+
+    k: int = 1
+
+    def __post_init__(self):
+        _check_counts("topk-chain", K=self.k, L=self.length)
+
+    @property
+    def spec(self) -> str:
+        return f"topk-chain:{self.k},{self.length}"
+
+    @property
+    def draft_laws(self) -> frozenset[DraftLaw]:
+        return frozenset({DraftLaw.TOPK_PATH})
+
+    def log_num_outcomes(self, vocab_size: int) -> float:
+        return self.length * math.log(min(self.k, vocab_size))
+
+    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
+        builder, node, prefix = TreeBuilder(), 0, ()
+        for _ in range(self.length):
+            q = problem.draft(prefix)
+            kept = top_tokens(q, self.k)
+            filtered = without_tokens(q, [t for t in range(len(q)) if t not in set(kept)])
+            token = chooser.categorical(filtered / filtered.sum())
+            node, prefix = builder.add_child(node, token), prefix + (token,)
         return builder.shape()
 
 
@@ -659,6 +727,9 @@ TREE_KINDS: dict[str, tuple[str, Callable[[str], Drafter]]] = {
     "greedy": ("greedy:K", lambda text: GreedyDrafter(*_ints("greedy", text, ("K",)))),
     "greedy-tree": ("greedy-tree:K,L", lambda text: GreedyDrafter(*_ints("greedy-tree", text, ("K", "L")))),
     "dyspec": ("dyspec:N", lambda text: DySpecDrafter(*_ints("dyspec", text, ("N",)))),
+    "argmax-chain": ("argmax-chain:L", lambda text: ArgmaxChainDrafter(*_ints("argmax-chain", text, ("L",)))),
+    "topk-chain": ("topk-chain:k,L",
+                   lambda text: TopKChainDrafter(*reversed(_ints("topk-chain", text, ("K", "L"))))),
 }
 
 

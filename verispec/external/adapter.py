@@ -1,0 +1,103 @@
+"""An external verification function as a verispec ``Verifier``: its exact law by integration over its uniforms.
+
+``ExternalVerifier(function, layout)`` wraps a function in one of the production layouts
+(``verispec.external.layouts``). Its emission law on a batch of draft trees is the law of the function's
+outcome over independent Uniform[0, 1) inputs, found by exact integration (``verispec.external.exact``), so
+every engine, ``hunt`` and the reports take it like any built-in rule. Its ``procedure`` samples (node,
+token) from that law through a chooser. It accepts any draft law (``valid_for``): whether the function
+accounts for how its drafts were drawn is exactly what a check finds out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+from verispec.errors import UnknownVerifierError, VerispecError
+from verispec.external.exact import IntegrationStats, integrate
+from verispec.external.layouts import ARRAY_KINDS, Layout, TreeArrays, get_layout
+from verispec.simulator.chooser import Chooser
+from verispec.simulator.drafters import DraftLaw
+from verispec.simulator.interfaces import Verifier
+from verispec.simulator.trees import DraftTree, TreeBatch
+
+
+def load_function(spec: str):
+    """The function named by ``FILE.py:FUNCTION`` or ``package.module:FUNCTION``; UnknownVerifierError on one
+    line when it cannot be loaded."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise UnknownVerifierError(f"give the function as FILE.py:FUNCTION, got {spec!r}")
+    location, _, attribute = spec.rpartition(":")
+    try:
+        if location.endswith(".py"):
+            path = Path(location)
+            if not path.is_file():
+                raise UnknownVerifierError(f"file {location!r} does not exist; give FILE.py:FUNCTION")
+            module_spec = importlib.util.spec_from_file_location(f"verispec_external_{path.stem}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(location)
+    except UnknownVerifierError:
+        raise
+    except Exception as error:  # a user's file may fail in any way; report it on one line
+        raise UnknownVerifierError(f"cannot load {location!r}: {type(error).__name__}: {error}") from None
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise UnknownVerifierError(f"{location!r} has no attribute {attribute!r}")
+    if not callable(function):
+        raise UnknownVerifierError(f"{spec!r} is not a function (it is {type(function).__name__})")
+    return function
+
+
+class ExternalVerifier(Verifier):
+    """A production-shape verification function (see ``verispec.external.layouts``) as a verifier.
+
+    ``arrays``: 'numpy' or 'torch' (float64 tensors on the CPU). ``scan``, ``probes``, ``max_boxes`` and
+    ``max_breaks`` tune exact integration (``verispec.external.exact.integrate``); ``stats`` accumulates what
+    it saw (evaluations, cells, how each uniform was used)."""
+
+    valid_for = frozenset(DraftLaw)
+
+    def __init__(self, function, layout: str | Layout, *, name: str | None = None, arrays: str = "numpy",
+                 scan: int = 16, probes: int = 4, max_boxes: int = 1024, max_breaks: int = 512):
+        if not callable(function):
+            raise VerispecError(f"an external verifier needs a function, got {type(function).__name__}")
+        if arrays not in ARRAY_KINDS:
+            raise VerispecError(f"arrays must be one of {', '.join(ARRAY_KINDS)}, got {arrays!r}")
+        self.function = function
+        self.layout = get_layout(layout) if isinstance(layout, str) else layout
+        self.name = name or getattr(function, "__name__", "external")
+        self.arrays = arrays
+        self.options = dict(scan=scan, probes=probes, max_boxes=max_boxes, max_breaks=max_breaks)
+        self.stats = IntegrationStats()
+
+    def evaluator(self, batch: TreeBatch):
+        """``evaluate(rows, uniforms) -> codes`` (node * V + token) for the rows of ``batch``."""
+        if batch.exact:
+            raise VerispecError(f"external function {self.name} runs in float64; analyse a float problem "
+                                "(leave out --exact), its breakpoints are float64 numbers")
+        self.layout.check_batch(batch)
+        trees = TreeArrays(batch)
+
+        def evaluate(rows, uniforms):
+            return self.layout.call(self.function, self.name, trees, rows, uniforms, self.arrays)
+
+        return evaluate
+
+    def emission_laws(self, batch: TreeBatch):
+        evaluate = self.evaluator(batch)
+        law = integrate(evaluate, batch.num_rows, self.layout.num_uniforms(batch),
+                        batch.num_nodes * batch.vocab_size, name=self.name, stats=self.stats, **self.options)
+        return law.reshape(batch.num_rows, batch.num_nodes, batch.vocab_size)
+
+    def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
+        """One outcome drawn from the integrated law (the function itself draws nothing from a chooser)."""
+        law = np.asarray(self.emission_law(tree), dtype=np.float64).reshape(-1)
+        code = chooser.categorical(law / law.sum())
+        return divmod(int(code), tree.vocab_size)
+
+    def __repr__(self) -> str:
+        return f"<external verifier {self.name} ({self.layout.name})>"

@@ -1,0 +1,164 @@
+"""Black-box test of an external verification function: stratified sampling with a guaranteed false-failure rate.
+
+For rules exact mode cannot integrate (uniforms raced against each other, used continuously), the block law
+is estimated and tested against the target's, by the definition of losslessness in the reference: emit the
+block, continue with the target, and the first L+1 tokens x must have law p(x).
+
+Estimator. The draft trees are stratified: when the drafter has at most ``max_strata`` outcomes, each tree D
+(exact probability Q(D)) gets n_D = ceil(N Q(D)) runs with fresh i.i.d. uniforms, weight w = Q(D) / n_D <= 1/N;
+otherwise N trees are drawn from the drafter, weight 1/N each. A run emitting s contributes
+w * g_x(s) to every x, with g_x(s) = 1[s is a prefix of x] p(x after s | s) in [0, 1] (the continuation is
+integrated exactly rather than sampled). The estimate T_x is a sum of independent terms with
+E[T_x] = p(x) when the rule is lossless.
+
+Test. Each term lies in [0, b] (b = the largest weight) and Var(T_x) <= b E[T_x] = b p(x) under losslessness,
+so Bernstein's inequality gives P(|T_x - p(x)| >= t) <= 2 exp(-t^2 / (2 b (p(x) + t / 3))) with no
+large-sample approximation. Over the B sequences of positive target probability (a union bound) the test
+rejects when some x deviates beyond t_x = (l b / 3) + sqrt((l b / 3)^2 + 2 l b p(x)), l = log(2 B / alpha), so
+a lossless rule is called lossy with probability at most ``alpha`` (default 1e-6). A sequence of target
+probability 0 with T_x > 0 is impossible for a lossless rule and rejects outright (p-value 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from verispec.errors import VerispecError
+from verispec.simulator.chooser import RandomChooser
+from verispec.simulator.drafters import Drafter
+from verispec.simulator.laws import OutputLaw
+from verispec.simulator.problems import Problem, target_law
+from verispec.simulator.trees import DraftTree, TreeBatch
+from verispec.statistics import DEFAULT_ALPHA
+
+#: Default number of runs of the function in one black-box test.
+DEFAULT_SAMPLES = 200_000
+#: Drafters with at most this many outcomes are stratified by draft tree.
+MAX_STRATA = 4096
+#: Rows per call of the function.
+CALL_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class BlackBoxResult:
+    """The outcome of a black-box test (see the module docstring)."""
+
+    samples: int
+    alpha: float
+    #: Sequences x of positive target probability (the union bound's count).
+    cells: int
+    stratified: bool
+    #: Largest weight of one run (the Bernstein range b).
+    largest_weight: float
+    #: Smallest Bernstein p-value over the sequences times ``cells`` (capped at 1); 0 for an impossible sequence.
+    adjusted_p: float
+    #: Estimated total-variation distance between the continued block law and the target's.
+    tv_estimate: float
+    block_efficiency_estimate: float
+    worst_sequence: tuple[int, ...]
+    worst_estimate: float
+    worst_target: float
+    worst_threshold: float
+
+    @property
+    def rejected(self) -> bool:
+        return self.adjusted_p <= self.alpha
+
+    def describe(self) -> str:
+        return (f"{self.samples} runs ({'stratified by draft tree' if self.stratified else 'sampled draft trees'}), "
+                f"Bernstein test over {self.cells} sequences: adjusted p = {self.adjusted_p:.3g} (lossy at <= "
+                f"{self.alpha:g}); worst sequence {list(self.worst_sequence)}: estimated {self.worst_estimate:.6g} "
+                f"against target {self.worst_target:.6g} (threshold {self.worst_threshold:.3g}); estimated TV "
+                f"{self.tv_estimate:.3g}")
+
+    def to_json(self) -> dict:
+        return {"samples": self.samples, "alpha": self.alpha, "cells": self.cells, "stratified": self.stratified,
+                "adjusted_p": self.adjusted_p, "rejected": self.rejected, "tv_estimate": self.tv_estimate,
+                "block_efficiency_estimate": self.block_efficiency_estimate,
+                "worst_sequence": list(self.worst_sequence), "worst_estimate": self.worst_estimate,
+                "worst_target": self.worst_target, "worst_threshold": self.worst_threshold}
+
+
+def _check_options(samples: int, alpha: float) -> None:
+    if not (isinstance(samples, (int, np.integer)) and not isinstance(samples, bool) and samples >= 1):
+        raise VerispecError(f"samples must be an integer >= 1, got {samples!r}")
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
+        raise VerispecError(f"alpha must lie in (0, 1), got {alpha!r}")
+
+
+def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int = DEFAULT_SAMPLES,
+                  alpha: float = DEFAULT_ALPHA, seed: int = 0, max_strata: int = MAX_STRATA) -> BlackBoxResult:
+    """Test ``verifier`` (an ``ExternalVerifier``) on trees of ``drafter`` for ``problem`` (see the module
+    docstring). Deterministic given ``seed``."""
+    _check_options(samples, alpha)
+    if problem.exact:
+        raise VerispecError("black-box mode runs in float64; analyse a float problem (leave out --exact)")
+    problem.require_depth(drafter.depth)
+    drafter.check_problem(problem)
+    rng = np.random.default_rng(seed)
+    size, depth = problem.vocab_size, drafter.depth
+    stratified = drafter.log_num_outcomes(size) <= math.log(max_strata)
+    if stratified:
+        outcomes = [(tree, float(probability)) for tree, probability in drafter.outcomes(problem) if probability > 0]
+        counts = [max(1, math.ceil(samples * probability)) for _, probability in outcomes]
+        trees = [tree for tree, _ in outcomes]
+        weights = [probability / count for (_, probability), count in zip(outcomes, counts)]
+    else:  # one tree per run; runs on equal trees are grouped (it changes nothing in their joint law)
+        chooser = RandomChooser(rng)
+        shapes = Counter(drafter.draw(problem, chooser) for _ in range(samples))
+        trees = [DraftTree.from_shape(problem, shape) for shape in shapes]
+        counts, weights = list(shapes.values()), [1.0 / samples] * len(shapes)
+    emitted = [np.zeros((size,) * length) for length in range(1, depth + 2)]
+    for batch, members in TreeBatch.of_trees(trees):
+        _run_batch(verifier, batch, [trees[i] for i in members], np.array([counts[i] for i in members]),
+                   np.array([weights[i] for i in members]), rng, emitted)
+    estimate = OutputLaw(size, depth, tuple(emitted)).continued_with_target(problem)  # (V,)*(L+1)
+    target = target_law(problem, depth + 1)
+    efficiency = float(sum(array.sum() * (length + 1) for length, array in enumerate(emitted)))
+    return _bernstein(estimate, np.asarray(target, dtype=np.float64), sum(counts), alpha, max(weights), stratified,
+                      efficiency)
+
+
+def _run_batch(verifier, batch: TreeBatch, trees, counts: np.ndarray, weights: np.ndarray, rng, emitted) -> None:
+    size = batch.vocab_size
+    evaluate = verifier.evaluator(batch)
+    uniforms_per_row = verifier.layout.num_uniforms(batch)
+    rows = np.repeat(np.arange(len(trees)), counts)
+    codes = np.empty(len(rows), dtype=np.int64)
+    for start in range(0, len(rows), CALL_ROWS):
+        chunk = rows[start:start + CALL_ROWS]
+        codes[start:start + CALL_ROWS] = evaluate(chunk, rng.random((len(chunk), uniforms_per_row)))
+    pairs, hits = np.unique(rows * (batch.num_nodes * size) + codes, return_counts=True)
+    for pair, hit in zip(pairs.tolist(), hits.tolist()):
+        row, code = divmod(pair, batch.num_nodes * size)
+        node, token = divmod(code, size)
+        path = trees[row].paths[node] + (token,)
+        emitted[len(path) - 1][path] += hit * weights[row]
+
+
+def _bernstein(estimate, target, samples, alpha, largest_weight, stratified, efficiency) -> BlackBoxResult:
+    positive = target > 0
+    cells = int(positive.sum())
+    log_term = math.log(2 * cells / alpha)
+    b = largest_weight
+    deviation = np.abs(estimate - target)
+    threshold = log_term * b / 3 + np.sqrt((log_term * b / 3) ** 2 + 2 * log_term * b * target)
+    impossible = ~positive & (estimate > 0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        exponent = deviation ** 2 / (2 * b * (target + deviation / 3))
+        p_values = np.where(positive, np.minimum(1.0, 2 * np.exp(-exponent)), 1.0)
+    p_values = np.where(impossible, 0.0, p_values)
+    # the sequence furthest beyond (or least inside) its threshold; an impossible one first
+    ratio = np.where(impossible, np.inf, deviation / np.where(positive, threshold, np.inf))
+    worst = np.unravel_index(int(np.argmax(ratio)), target.shape)
+    adjusted = 0.0 if impossible.any() else min(1.0, float(p_values.min()) * cells)
+    return BlackBoxResult(samples=int(samples), alpha=float(alpha), cells=cells, stratified=stratified,
+                          largest_weight=float(b), adjusted_p=adjusted,
+                          tv_estimate=float(np.abs(estimate - target).sum() / 2),
+                          block_efficiency_estimate=efficiency, worst_sequence=tuple(int(t) for t in worst),
+                          worst_estimate=float(estimate[worst]), worst_target=float(target[worst]),
+                          worst_threshold=float(threshold[worst]) if positive[worst] else 0.0)
