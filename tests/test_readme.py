@@ -55,7 +55,8 @@ def test_the_readme_parser_finds_the_commands():
 
 def _slow(argv) -> bool:
     """Commands that take over a few seconds here (a search, a comparison on the random problem)."""
-    return argv[0] == "hunt" or (argv[0] == "compare" and "random" in argv)
+    searches = argv[0] == "check-external" and "--problem" not in argv and "--target" not in argv
+    return argv[0] == "hunt" or searches or (argv[0] == "compare" and "random" in argv)
 
 
 def _needs_models(argv) -> bool:
@@ -99,6 +100,12 @@ def test_readme_command_runs(argv, tmp_path, monkeypatch, capsys, request):
         assert "problems" in err
         if code == 0 and "--output" in argv:
             load_problem(workdir / argv[argv.index("--output") + 1], exact=True)
+    elif argv[0] == "check-external":  # 1: lossy, the right answer for the gallery's bugs
+        verdict = json.loads(out)["lossless"] if "--json" in argv else "LOSSLESS" in out.splitlines()[0]
+        assert code == (0 if verdict else 1), err
+        from tests.test_external_gallery import BUGS
+
+        assert (argv[1] in {f"external/{case[0]}" for case in BUGS}) == (code == 1)
     else:
         assert code == 0, err
     if "--json" in argv:

@@ -196,7 +196,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="exact: integrate over the uniforms (threshold rules); blackbox: stratified sampling "
                             "with a Bernstein test; auto (default): exact where the rule allows, else blackbox")
     check.add_argument("--arrays", choices=("numpy", "torch"), default="numpy",
-                       help="array kind handed to the function (default numpy; torch: float64 CPU tensors)")
+                       help="array kind handed to the function (default numpy; torch: float64 tensors on --device)")
+    check.add_argument("--device", default="cpu", help="torch device of the arguments with --arrays torch "
+                                                       "(default cpu; e.g. cuda)")
     check.add_argument("--samples", type=_integer_option(minimum=1, maximum=10**9, what="an integer >= 1"),
                        default=200_000, help="black-box runs of the function per test (default 200000)")
     check.add_argument("--alpha", type=_number_option(minimum=0, strict=True, what="a number in (0, 1)"),
@@ -642,7 +644,8 @@ def _run_check_external(args) -> int:
     with tqdm(desc="problems tried", unit=" problems", disable=problem is not None or not sys.stderr.isatty(),
               leave=False) as bar:
         report = check_external(function, args.layout, args.tree, problem=problem, mode=args.mode,
-                                arrays=args.arrays, name=args.function, samples=args.samples, alpha=args.alpha,
+                                arrays=args.arrays, device=args.device, name=args.function, samples=args.samples,
+                                alpha=args.alpha,
                                 seed=args.seed, max_vocab=args.max_vocab, max_examples=args.max_examples,
                                 time_budget=args.time_budget, context_free=True if args.context_free else None,
                                 progress=lambda count: bar.update(count - bar.n))
@@ -712,6 +715,8 @@ def _run_list(args) -> int:
     print("tree kinds:")
     for form, _ in TREE_KINDS.values():
         print(f"  {form}")
+    print("layouts of check-external:")
+    print(f"  {', '.join(EXTERNAL_LAYOUTS)}")
     return 0
 
 

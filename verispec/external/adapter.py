@@ -55,14 +55,14 @@ def load_function(spec: str):
 class ExternalVerifier(Verifier):
     """A production-shape verification function (see ``verispec.external.layouts``) as a verifier.
 
-    ``arrays``: 'numpy' or 'torch' (float64 tensors on the CPU). ``scan``, ``probes``, ``max_boxes`` and
-    ``max_breaks`` tune exact integration (``verispec.external.exact.integrate``); ``stats`` accumulates what
-    it saw (evaluations, cells, how each uniform was used)."""
+    ``arrays``: 'numpy' or 'torch' (float64 tensors on ``device``, the CPU by default). ``scan``, ``probes``,
+    ``max_boxes`` and ``max_breaks`` tune exact integration (``verispec.external.exact.integrate``); ``stats``
+    accumulates what it saw (evaluations, cells, how each uniform was used)."""
 
     valid_for = frozenset(DraftLaw)
 
     def __init__(self, function, layout: str | Layout, *, name: str | None = None, arrays: str = "numpy",
-                 scan: int = 16, probes: int = 4, max_boxes: int = 1024, max_breaks: int = 512):
+                 device: str = "cpu", scan: int = 16, probes: int = 4, max_boxes: int = 1024, max_breaks: int = 512):
         if not callable(function):
             raise VerispecError(f"an external verifier needs a function, got {type(function).__name__}")
         if arrays not in ARRAY_KINDS:
@@ -71,6 +71,17 @@ class ExternalVerifier(Verifier):
         self.layout = get_layout(layout) if isinstance(layout, str) else layout
         self.name = name or getattr(function, "__name__", "external")
         self.arrays = arrays
+        self.device = device
+        if arrays == "torch":
+            try:
+                import torch
+
+                torch.empty(0, device=device)
+            except ImportError:
+                raise VerispecError("arrays 'torch' needs torch: pip install 'torch==2.13.0'") from None
+            except (AssertionError, RuntimeError, TypeError, ValueError) as error:
+                raise VerispecError(f"device {device!r} cannot be used by torch here ({error}); give cpu, cuda or "
+                                    "cuda:N") from None
         self.options = dict(scan=scan, probes=probes, max_boxes=max_boxes, max_breaks=max_breaks)
         self.stats = IntegrationStats()
 
@@ -83,7 +94,7 @@ class ExternalVerifier(Verifier):
         trees = TreeArrays(batch)
 
         def evaluate(rows, uniforms):
-            return self.layout.call(self.function, self.name, trees, rows, uniforms, self.arrays)
+            return self.layout.call(self.function, self.name, trees, rows, uniforms, self.arrays, self.device)
 
         return evaluate
 

@@ -97,7 +97,7 @@ def _pilot_problem(drafter: Drafter) -> Problem:
 
 
 def check_external(function, layout: str, tree: str | Drafter, *, problem: Problem | str | None = None,
-                   mode: str = "auto", arrays: str = "numpy", name: str | None = None,
+                   mode: str = "auto", arrays: str = "numpy", device: str = "cpu", name: str | None = None,
                    samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA, seed: int = 0,
                    threshold: float = DEFAULT_THRESHOLD, max_vocab: int = 3, max_examples: int = 300,
                    time_budget: float = 60.0, context_free: bool | None = None, progress=None) -> CheckReport:
@@ -109,7 +109,7 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
     drafter = parse_tree(tree) if isinstance(tree, str) else tree
     if isinstance(problem, str):
         problem = load_problem(problem)
-    verifier = ExternalVerifier(function, layout, name=name, arrays=arrays)
+    verifier = ExternalVerifier(function, layout, name=name, arrays=arrays, device=device)
     note = ""
     pilot = problem if problem is not None else _pilot_problem(drafter)
     if mode in ("auto", "exact"):

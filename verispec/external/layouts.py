@@ -130,13 +130,14 @@ class Layout(ABC):
         """Number of columns the function must return."""
 
     def call(self, function, name: str, trees: TreeArrays, rows: np.ndarray, uniforms: np.ndarray,
-             arrays: str = "numpy") -> np.ndarray:
-        """Run ``function`` on ``rows`` with ``uniforms`` [M, U]; return codes node * V + token, [M] int64."""
+             arrays: str = "numpy", device: str = "cpu") -> np.ndarray:
+        """Run ``function`` on ``rows`` with ``uniforms`` [M, U]; return codes node * V + token, [M] int64.
+        With ``arrays`` 'torch' the arguments are float64 / int64 / bool tensors on ``device``."""
         arguments = self.arguments(trees, rows, uniforms)
         if arrays == "torch":
             import torch
 
-            arguments = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arguments)
+            arguments = tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in arguments)
         try:
             result = function(*arguments)
         except VerispecError:
