@@ -137,7 +137,7 @@ def exponential_race(draft_tokens, draft_probs, target_probs, uniforms):
     first V of the L + 1 given (L + 1 >= V)."""
     size = target_probs.shape[-1]
     noise = -np.log1p(-uniforms[:, :size])
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         score = np.where(target_probs[:, 0] > 0, target_probs[:, 0] / noise, -np.inf)
     out = np.full((len(uniforms), draft_tokens.shape[1] + 1), -1, dtype=np.int64)
     out[:, 0] = np.argmax(score, axis=1)
@@ -148,4 +148,19 @@ def parity_of_fine_grid(draft_tokens, draft_probs, target_probs, uniforms):
     """floor(u0 * 2^20) mod 2: a continuous use of one uniform (a million pieces)."""
     out = np.full((len(uniforms), draft_tokens.shape[1] + 1), -1, dtype=np.int64)
     out[:, 0] = np.floor(uniforms[:, 0] * 2.0**20).astype(np.int64) % 2
+    return out
+
+
+def race_when_binary(draft_tokens, draft_probs, target_probs, uniforms):
+    """Emits one token drawn from p at the root: by an exponential race between the two uniforms when V = 2
+    (not of threshold form), else by inverse CDF of the last uniform. Lossless either way."""
+    size = target_probs.shape[-1]
+    out = np.full((len(uniforms), draft_tokens.shape[1] + 1), -1, dtype=np.int64)
+    if size == 2 and uniforms.shape[1] >= 2:
+        noise = -np.log1p(-uniforms[:, :2])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = np.where(target_probs[:, 0] > 0, target_probs[:, 0] / noise, -np.inf)
+        out[:, 0] = np.argmax(score, axis=1)
+    else:
+        out[:, 0] = inverse_cdf(target_probs[:, 0], uniforms[:, -1])
     return out

@@ -342,3 +342,12 @@ def test_blackbox_search_confirms_its_witness():
                             time_budget=30, samples=50_000)
     assert not report.lossless and report.blackbox.rejected and "confirmed" in report.note
     assert math.isfinite(report.tv_distance)
+
+
+def test_a_search_that_meets_a_non_threshold_candidate_continues_as_a_black_box():
+    # the pilot problem (V = 3) is of threshold form; the search's V = 2 candidates are not
+    report = check_external(rules.race_when_binary, "chain", "chain:1", max_examples=20, samples=20_000,
+                            context_free=True)
+    assert report.lossless and report.mode == "blackbox" and "refused on a candidate" in report.note
+    with pytest.raises(NotPiecewiseConstantError, match="hunt stopped"):
+        check_external(rules.race_when_binary, "chain", "chain:1", mode="exact", max_examples=20, context_free=True)

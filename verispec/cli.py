@@ -649,7 +649,7 @@ def _run_check_external(args) -> int:
                                 seed=args.seed, max_vocab=args.max_vocab, max_examples=args.max_examples,
                                 time_budget=args.time_budget, context_free=True if args.context_free else None,
                                 progress=lambda count: bar.update(count - bar.n))
-    if args.output and report.problem is not None:
+    if args.output and report.problem is not None and not report.lossless:
         atomic_write_text(args.output, json.dumps(report.problem) + "\n")
     if args.json:
         print(json.dumps(plain_json(report.to_json())))

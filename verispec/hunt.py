@@ -141,7 +141,8 @@ def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 
     except NoSuchExample:
         return None
     except _RuleFailed:
-        raise VerifierError(f"hunt stopped after {tried} problems: {failure[0]}") from None
+        # the rule's own error class (a subclass of VerifierError) tells callers what went wrong
+        raise type(failure[0])(f"hunt stopped after {tried} problems: {failure[0]}") from None
     except (_OutOfTime, Flaky) as stopped:
         # Flaky: hypothesis saw the data generation change, as it does when drawing stops at the deadline
         if isinstance(stopped, Flaky) and time.monotonic() <= deadline:

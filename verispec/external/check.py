@@ -106,6 +106,7 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
     start = time.monotonic()
     if mode not in MODES:
         raise VerispecError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    requested = mode
     drafter = parse_tree(tree) if isinstance(tree, str) else tree
     if isinstance(problem, str):
         problem = load_problem(problem)
@@ -138,13 +139,11 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
                            problem_source="given", seconds=time.monotonic() - start, blackbox=test, note=note)
     from verispec.hunt import hunt  # imports hypothesis; only a search needs it
 
-    judge = None
-    if mode == "blackbox":
-        def judge(candidate: Problem, deadline=None) -> float:
-            text = json.dumps(problem_to_json(candidate, drafter.depth), sort_keys=True, default=str)
-            test = blackbox_test(candidate, drafter, verifier, samples=SCREEN_SAMPLES, alpha=SCREEN_ALPHA,
-                                 seed=zlib.crc32(text.encode()))
-            return test.tv_estimate if test.rejected else 0.0
+    def judge(candidate: Problem, deadline=None) -> float:
+        text = json.dumps(problem_to_json(candidate, drafter.depth), sort_keys=True, default=str)
+        test = blackbox_test(candidate, drafter, verifier, samples=SCREEN_SAMPLES, alpha=SCREEN_ALPHA,
+                             seed=zlib.crc32(text.encode()))
+        return test.tv_estimate if test.rejected else 0.0
 
     tried = 0
 
@@ -154,8 +153,19 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
         if progress is not None:
             progress(count)
 
-    witness = hunt(verifier, drafter, max_vocab=max_vocab, max_examples=max_examples, threshold=threshold,
-                   time_budget=time_budget, context_free=context_free, progress=counted, judge=judge)
+    search = dict(max_vocab=max_vocab, max_examples=max_examples, threshold=threshold, context_free=context_free,
+                  progress=counted)
+    try:
+        witness = hunt(verifier, drafter, time_budget=time_budget, judge=judge if mode == "blackbox" else None,
+                       **search)
+    except NotPiecewiseConstantError as error:
+        if requested == "exact":
+            raise
+        # the pilot problem was of threshold form but a candidate is not: search again as a black box
+        note, mode = f"exact mode refused on a candidate, so black-box mode was used: {error}", "blackbox"
+        common["mode"] = mode
+        witness = hunt(verifier, drafter, time_budget=max(1.0, time_budget - (time.monotonic() - start)),
+                       judge=judge, **search)
     if witness is None:
         return CheckReport(**common, lossless=True, tv_distance=None, block_efficiency=None, problem=None,
                            problem_source="none", seconds=time.monotonic() - start,
