@@ -164,3 +164,42 @@ def race_when_binary(draft_tokens, draft_probs, target_probs, uniforms):
     else:
         out[:, 0] = inverse_cdf(target_probs[:, 0], uniforms[:, -1])
     return out
+
+
+def _ragged_token_level(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
+                        uniform_probs, recovered_uniforms, equal_lengths: bool):
+    batch = len(cu_num_draft_tokens)
+    starts = np.concatenate([[0], cu_num_draft_tokens[:-1]])
+    counts = cu_num_draft_tokens - starts
+    if equal_lengths:  # the bug: every request is taken to have T / B drafts
+        counts = np.full(batch, len(draft_token_ids) // max(batch, 1))
+        starts = np.arange(batch) * counts
+    width = int(counts.max(initial=0)) + 1
+    out = np.full((batch, width), -1, dtype=np.int64)
+    alive = np.ones(batch, dtype=bool)
+    for i in range(width - 1):
+        has = alive & (i < counts)
+        index = np.minimum(starts + i, len(draft_token_ids) - 1)
+        x = draft_token_ids[index]
+        rows = np.arange(len(index))
+        accept = uniform_probs[index] * draft_probs[index, x] < target_probs[index, x]
+        residual = np.maximum(target_probs[index] - draft_probs[index], 0.0)
+        recovered = inverse_cdf(residual, recovered_uniforms[index, 0])
+        out[has & accept, i] = x[has & accept]
+        out[has & ~accept, i] = recovered[has & ~accept]
+        alive &= ~has | accept
+        del rows
+    finished = alive
+    out[finished, np.minimum(counts, width - 1)[finished]] = bonus_token_ids[finished]
+    return out
+
+
+def ragged_token_level(*args):
+    """Token-level verification in the ``ragged`` layout; the recovered token by inverse CDF of the first
+    recovered uniform (threshold form, so exact mode applies)."""
+    return _ragged_token_level(*args, equal_lengths=False)
+
+
+def ragged_assuming_equal_lengths(*args):
+    """The same, but it takes every request to have T / B drafts: wrong as soon as the batch is ragged."""
+    return _ragged_token_level(*args, equal_lengths=True)

@@ -195,11 +195,28 @@ def test_ragged_layout_offsets_and_bonus():
     assert layout.num_uniforms(batch) == 2 + 2 * 3 + 1
     u = np.linspace(0.05, 0.95, 2 * 9).reshape(2, 9)
     tokens, cumulative, draft, target, bonus, accept, recovered = layout.arguments(TreeArrays(batch), np.arange(2), u)
-    assert cumulative.tolist() == [2, 4] and tokens.tolist() == [1, 2, 0, 0]
-    assert np.array_equal(target[1], problem.target((1,))) and np.array_equal(draft[3], problem.draft((0,)))
-    assert accept.tolist() == [u[0, 0], u[0, 1], u[1, 0], u[1, 1]] and recovered.shape == (4, 3)
+    # requests: filler (0 drafts), tree 0 (2), filler (1 draft), tree 1 (2)
+    assert cumulative.tolist() == [0, 2, 3, 5] and tokens[[0, 1, 3, 4]].tolist() == [1, 2, 0, 0]
+    assert np.array_equal(target[1], problem.target((1,))) and np.array_equal(draft[4], problem.draft((0,)))
+    assert accept[[0, 1, 3, 4]].tolist() == [u[0, 0], u[0, 1], u[1, 0], u[1, 1]] and recovered.shape == (5, 3)
+    assert np.array_equal(recovered[1], u[0, 5:8])
     leaf = problem.target((1, 2))
-    assert bonus[0] == int(np.searchsorted(np.cumsum(leaf), u[0, -1], side="right"))
+    assert bonus[1] == int(np.searchsorted(np.cumsum(leaf), u[0, -1], side="right"))
+
+
+def test_ragged_layout_exactly_and_with_an_offset_bug():
+    problem = random_problem(3, 3, 2)
+    good = analyze(problem, "chain:3", ExternalVerifier(rules.ragged_token_level, "ragged"))
+    reference = analyze(problem, "chain:3", get_verifier("naive"))
+    assert good.tv_distance < 1e-12 and abs(good.block_efficiency - reference.block_efficiency) < 1e-12
+    # the filler requests make the batch ragged, so a function that assumes equal lengths goes wrong: it emits
+    # tokens that are not an accepted draft path (a VerifierError), or a lossy law
+    try:
+        wrong = analyze(problem, "chain:3", ExternalVerifier(rules.ragged_assuming_equal_lengths, "ragged"))
+    except VerifierError as error:
+        assert "emitted" in str(error)
+    else:
+        assert wrong.tv_distance > 1e-3
 
 
 def test_tree_expansion_splits_merged_duplicates_into_their_paths():
@@ -351,3 +368,25 @@ def test_a_search_that_meets_a_non_threshold_candidate_continues_as_a_black_box(
     assert report.lossless and report.mode == "blackbox" and "refused on a candidate" in report.note
     with pytest.raises(NotPiecewiseConstantError, match="hunt stopped"):
         check_external(rules.race_when_binary, "chain", "chain:1", mode="exact", max_examples=20, context_free=True)
+
+
+def test_the_plain_binomial_test_agrees_with_the_bernstein_test():
+    """The sampled multinomial test (no stratification, continuation sampled) as a cross-check: the correct rule
+    passes (false-failure rate <= 1e-6) and the lossy one is caught."""
+    problem = random_problem(3, 2, 3)
+    drafter = parse_tree("chain:2")
+    good = blackbox_test(problem, drafter, ExternalVerifier(rules.token_level, "chain"), test="binomial")
+    bad = blackbox_test(problem, drafter, ExternalVerifier(rules.token_level_resample_from_target, "chain"),
+                        test="binomial")
+    assert good.test == "binomial" and not good.rejected and good.tv_estimate < 0.02
+    assert bad.rejected and "binomial" in bad.describe()
+    exact = analyze(problem, drafter, get_verifier("naive"))
+    assert abs(good.block_efficiency_estimate - exact.block_efficiency) < 0.02
+    with pytest.raises(VerispecError, match="unknown black-box test"):
+        blackbox_test(problem, drafter, ExternalVerifier(rules.token_level, "chain"), test="chi2")
+
+
+def test_blackbox_refuses_to_tabulate_too_many_sequences():
+    problem = ContextFreeProblem([0.1] * 10, [0.1] * 10)
+    with pytest.raises(VerispecError, match="V\\^\\(L\\+1\\)"):
+        blackbox_test(problem, parse_tree("chain:7"), ExternalVerifier(rules.token_level, "chain"))

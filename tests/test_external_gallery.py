@@ -66,6 +66,10 @@ def test_every_gallery_bug_is_caught_with_a_witness(spec, layout, tree, arrays, 
     again = check_external(_function(spec), layout, tree, arrays=arrays, problem=problem_from_json(report.problem),
                            mode=mode, seed=7)
     assert not again.lossless
+    if mode == "blackbox":  # the plain multinomial test agrees
+        plain = check_external(_function(spec), layout, tree, arrays=arrays,
+                               problem=problem_from_json(report.problem), mode=mode, test="binomial")
+        assert not plain.lossless and plain.blackbox.test == "binomial"
 
 
 @pytest.mark.parametrize("spec,layout,tree,arrays,mode", CORRECT, ids=[case[0] for case in CORRECT])

@@ -205,6 +205,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        default=1e-6, help="black-box false-failure rate (default 1e-6)")
     check.add_argument("--seed", type=_integer_option(minimum=0, what="an integer >= 0"), default=0,
                        help="seed of the black-box uniforms (default 0)")
+    check.add_argument("--test", choices=("bernstein", "binomial"), default="bernstein",
+                       help="black-box test: bernstein (stratified by draft tree, continuation integrated; default) "
+                            "or binomial (sampled blocks and continuations, exact binomial tests)")
     check.add_argument("--max-vocab", type=_integer_option(minimum=2, maximum=MAX_HUNT_VOCAB,
                                                            what=f"an integer in 2..{MAX_HUNT_VOCAB}"),
                        default=3, help="largest vocabulary of the witness search (default 3)")
@@ -645,7 +648,7 @@ def _run_check_external(args) -> int:
               leave=False) as bar:
         report = check_external(function, args.layout, args.tree, problem=problem, mode=args.mode,
                                 arrays=args.arrays, device=args.device, name=args.function, samples=args.samples,
-                                alpha=args.alpha,
+                                alpha=args.alpha, test=args.test,
                                 seed=args.seed, max_vocab=args.max_vocab, max_examples=args.max_examples,
                                 time_budget=args.time_budget, context_free=True if args.context_free else None,
                                 progress=lambda count: bar.update(count - bar.n))

@@ -17,6 +17,12 @@ large-sample approximation. Over the B sequences of positive target probability 
 rejects when some x deviates beyond t_x = (l b / 3) + sqrt((l b / 3)^2 + 2 l b p(x)), l = log(2 B / alpha), so
 a lossless rule is called lossy with probability at most ``alpha`` (default 1e-6). A sequence of target
 probability 0 with T_x > 0 is impossible for a lossless rule and rejects outright (p-value 0).
+
+A second test, ``test="binomial"``, is the plain multinomial one, independent of the above: N draft trees
+drawn i.i.d. from the drafter, the block continued by *sampling* the target, and the counts of the sequences
+x tested with ``verispec.statistics.exact_binomial_test`` (exact per-sequence binomial tests, Bonferroni;
+false-failure rate at most ``alpha`` as well). It uses no stratification and no integration, so the two
+tests cross-check each other; the Bernstein test is the default because it needs fewer runs.
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ class BlackBoxResult:
 
     samples: int
     alpha: float
-    #: Sequences x of positive target probability (the union bound's count).
+    #: 'bernstein' (stratified, integrated continuation) or 'binomial' (sampled, exact binomial tests).
+    test: str
+    #: Sequences x of positive target probability (the union bound's count; bins for 'binomial').
     cells: int
     stratified: bool
     #: Largest weight of one run (the Bernstein range b).
@@ -69,18 +77,28 @@ class BlackBoxResult:
         return self.adjusted_p <= self.alpha
 
     def describe(self) -> str:
+        test = ("Bernstein test" if self.test == "bernstein" else "exact binomial tests (Bonferroni)")
         return (f"{self.samples} runs ({'stratified by draft tree' if self.stratified else 'sampled draft trees'}), "
-                f"Bernstein test over {self.cells} sequences: adjusted p = {self.adjusted_p:.3g} (lossy at <= "
-                f"{self.alpha:g}); worst sequence {list(self.worst_sequence)}: estimated {self.worst_estimate:.6g} "
-                f"against target {self.worst_target:.6g} (threshold {self.worst_threshold:.3g}); estimated TV "
-                f"{self.tv_estimate:.3g}")
+                f"{test} over {self.cells} sequences: adjusted p = {self.adjusted_p:.3g} (lossy at <= "
+                f"{self.alpha:g}); worst {'sequence' if self.worst_sequence else 'bin'} "
+                f"{list(self.worst_sequence) if self.worst_sequence else '(pooled rare sequences)'}: estimated "
+                f"{self.worst_estimate:.6g} against target {self.worst_target:.6g}"
+                + (f" (threshold {self.worst_threshold:.3g})" if self.test == "bernstein" else "")
+                + f"; estimated TV {self.tv_estimate:.3g}")
 
     def to_json(self) -> dict:
-        return {"samples": self.samples, "alpha": self.alpha, "cells": self.cells, "stratified": self.stratified,
+        return {"samples": self.samples, "alpha": self.alpha, "test": self.test, "cells": self.cells,
+                "stratified": self.stratified,
                 "adjusted_p": self.adjusted_p, "rejected": self.rejected, "tv_estimate": self.tv_estimate,
                 "block_efficiency_estimate": self.block_efficiency_estimate,
                 "worst_sequence": list(self.worst_sequence), "worst_estimate": self.worst_estimate,
-                "worst_target": self.worst_target, "worst_threshold": self.worst_threshold}
+                "worst_target": self.worst_target,
+                "worst_threshold": self.worst_threshold if self.test == "bernstein" else None}
+
+
+TESTS = ("bernstein", "binomial")
+#: Largest number of sequences x in V^(L+1) a black-box test tabulates.
+MAX_SEQUENCES = 1 << 22
 
 
 def _check_options(samples: int, alpha: float) -> None:
@@ -91,27 +109,33 @@ def _check_options(samples: int, alpha: float) -> None:
 
 
 def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int = DEFAULT_SAMPLES,
-                  alpha: float = DEFAULT_ALPHA, seed: int = 0, max_strata: int = MAX_STRATA) -> BlackBoxResult:
+                  alpha: float = DEFAULT_ALPHA, seed: int = 0, max_strata: int = MAX_STRATA,
+                  test: str = "bernstein") -> BlackBoxResult:
     """Test ``verifier`` (an ``ExternalVerifier``) on trees of ``drafter`` for ``problem`` (see the module
     docstring). Deterministic given ``seed``."""
     _check_options(samples, alpha)
+    if test not in TESTS:
+        raise VerispecError(f"unknown black-box test {test!r}; choose one of {', '.join(TESTS)}")
     if problem.exact:
         raise VerispecError("black-box mode runs in float64; analyse a float problem (leave out --exact)")
     problem.require_depth(drafter.depth)
     drafter.check_problem(problem)
     rng = np.random.default_rng(seed)
     size, depth = problem.vocab_size, drafter.depth
+    if (depth + 1) * math.log(size) > math.log(MAX_SEQUENCES):
+        raise VerispecError(f"a black-box test tabulates the V^(L+1) = {size}^{depth + 1} sequences of a block, more "
+                            f"than {MAX_SEQUENCES:,}; use a smaller vocabulary or a shallower tree")
+    if test == "binomial":
+        return _binomial(problem, drafter, verifier, samples, alpha, rng)
     stratified = drafter.log_num_outcomes(size) <= math.log(max_strata)
     if stratified:
         outcomes = [(tree, float(probability)) for tree, probability in drafter.outcomes(problem) if probability > 0]
         counts = [max(1, math.ceil(samples * probability)) for _, probability in outcomes]
         trees = [tree for tree, _ in outcomes]
         weights = [probability / count for (_, probability), count in zip(outcomes, counts)]
-    else:  # one tree per run; runs on equal trees are grouped (it changes nothing in their joint law)
-        chooser = RandomChooser(rng)
-        shapes = Counter(drafter.draw(problem, chooser) for _ in range(samples))
-        trees = [DraftTree.from_shape(problem, shape) for shape in shapes]
-        counts, weights = list(shapes.values()), [1.0 / samples] * len(shapes)
+    else:
+        trees, counts = _sampled_trees(problem, drafter, samples, rng, max_strata)
+        weights = [1.0 / samples] * len(trees)
     emitted = [np.zeros((size,) * length) for length in range(1, depth + 2)]
     for batch, members in TreeBatch.of_trees(trees):
         _run_batch(verifier, batch, [trees[i] for i in members], np.array([counts[i] for i in members]),
@@ -123,7 +147,24 @@ def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int 
                       efficiency)
 
 
-def _run_batch(verifier, batch: TreeBatch, trees, counts: np.ndarray, weights: np.ndarray, rng, emitted) -> None:
+def _sampled_trees(problem, drafter, samples, rng, max_strata: int = MAX_STRATA):
+    """``samples`` i.i.d. draft trees, grouped: (distinct trees, how many runs each). Grouping runs on equal
+    trees changes nothing in their joint law; where the drafter's outcomes can be listed, the counts are drawn
+    at once, as the Multinomial(samples, Q) they are."""
+    if drafter.log_num_outcomes(problem.vocab_size) <= math.log(max_strata):
+        outcomes = [(tree, float(probability)) for tree, probability in drafter.outcomes(problem) if probability > 0]
+        probabilities = np.array([probability for _, probability in outcomes])
+        drawn = rng.multinomial(samples, probabilities / probabilities.sum())
+        kept = np.flatnonzero(drawn)
+        return [outcomes[i][0] for i in kept], [int(drawn[i]) for i in kept]
+    chooser = RandomChooser(rng)
+    shapes = Counter(drafter.draw(problem, chooser) for _ in range(samples))
+    return [DraftTree.from_shape(problem, shape) for shape in shapes], list(shapes.values())
+
+
+def _emissions(verifier, batch: TreeBatch, trees, counts, rng):
+    """Run the function ``counts[i]`` times on tree i with fresh uniforms: yields (emitted sequence, tree
+    index, number of runs that emitted it)."""
     size = batch.vocab_size
     evaluate = verifier.evaluator(batch)
     uniforms_per_row = verifier.layout.num_uniforms(batch)
@@ -136,8 +177,56 @@ def _run_batch(verifier, batch: TreeBatch, trees, counts: np.ndarray, weights: n
     for pair, hit in zip(pairs.tolist(), hits.tolist()):
         row, code = divmod(pair, batch.num_nodes * size)
         node, token = divmod(code, size)
-        path = trees[row].paths[node] + (token,)
+        yield trees[row].paths[node] + (token,), row, hit
+
+
+def _run_batch(verifier, batch: TreeBatch, trees, counts: np.ndarray, weights: np.ndarray, rng, emitted) -> None:
+    for path, row, hit in _emissions(verifier, batch, trees, counts, rng):
         emitted[len(path) - 1][path] += hit * weights[row]
+
+
+def _continuations(problem: Problem, prefix: tuple, length: int) -> tuple[list[tuple], np.ndarray]:
+    """Every continuation of ``prefix`` to ``length`` tokens with its target probability."""
+    sequences, probabilities = [prefix], [1.0]
+    for _ in range(length - len(prefix)):
+        grown, grown_probabilities = [], []
+        for sequence, probability in zip(sequences, probabilities):
+            law = np.asarray(problem.target(sequence), dtype=np.float64)
+            for token in np.flatnonzero(law > 0):
+                grown.append(sequence + (int(token),))
+                grown_probabilities.append(probability * law[token])
+        sequences, probabilities = grown, grown_probabilities
+    return sequences, np.array(probabilities)
+
+
+def _binomial(problem, drafter, verifier, samples, alpha, rng) -> BlackBoxResult:
+    from verispec.statistics import exact_binomial_test
+
+    depth = drafter.depth
+    trees, counts = _sampled_trees(problem, drafter, samples, rng)
+    emitted: Counter = Counter()
+    for batch, members in TreeBatch.of_trees(trees):
+        member_trees = [trees[i] for i in members]
+        for path, _, hit in _emissions(verifier, batch, member_trees, np.array([counts[i] for i in members]), rng):
+            emitted[path] += hit
+    observed: Counter = Counter()
+    for path, hit in sorted(emitted.items()):  # every run continued by the target: one multinomial per block
+        sequences, probabilities = _continuations(problem, path, depth + 1)
+        drawn = rng.multinomial(hit, probabilities / probabilities.sum())
+        for sequence, count in zip(sequences, drawn.tolist()):
+            if count:
+                observed[sequence] += count
+    accepted_total = sum(hit * len(path) for path, hit in emitted.items())
+    target = target_law(problem, depth + 1)
+    law = {tuple(int(i) for i in index): float(target[index]) for index in zip(*np.nonzero(target > 0))}
+    fit = exact_binomial_test(observed, law, alpha=alpha)
+    tv = 0.5 * sum(abs(observed.get(x, 0) / samples - law.get(x, 0.0)) for x in set(observed) | set(law))
+    worst = fit.worst_bin if isinstance(fit.worst_bin, tuple) else ()
+    return BlackBoxResult(samples=samples, alpha=alpha, test="binomial", cells=fit.bins, stratified=False,
+                          largest_weight=1.0 / samples, adjusted_p=fit.adjusted_p, tv_estimate=float(tv),
+                          block_efficiency_estimate=accepted_total / samples, worst_sequence=worst,
+                          worst_estimate=fit.worst_observed / samples, worst_target=fit.worst_expected / samples,
+                          worst_threshold=float("nan"))
 
 
 def _bernstein(estimate, target, samples, alpha, largest_weight, stratified, efficiency) -> BlackBoxResult:
@@ -156,7 +245,8 @@ def _bernstein(estimate, target, samples, alpha, largest_weight, stratified, eff
     ratio = np.where(impossible, np.inf, deviation / np.where(positive, threshold, np.inf))
     worst = np.unravel_index(int(np.argmax(ratio)), target.shape)
     adjusted = 0.0 if impossible.any() else min(1.0, float(p_values.min()) * cells)
-    return BlackBoxResult(samples=int(samples), alpha=float(alpha), cells=cells, stratified=stratified,
+    return BlackBoxResult(samples=int(samples), alpha=float(alpha), test="bernstein", cells=cells,
+                          stratified=stratified,
                           largest_weight=float(b), adjusted_p=adjusted,
                           tv_estimate=float(np.abs(estimate - target).sum() / 2),
                           block_efficiency_estimate=efficiency, worst_sequence=tuple(int(t) for t in worst),

@@ -5,7 +5,7 @@
 * ``exact``: the function's law by exact integration over its uniforms (threshold rules); the verdict is the
   exact engine's TV distance against ``threshold`` (1e-9, far above the 1e-16 scale of float breakpoints).
 * ``blackbox``: the stratified Bernstein test of ``verispec.external.blackbox`` at false-failure rate
-  ``alpha`` (1e-6).
+  ``alpha`` (1e-6), or with ``test="binomial"`` its plain sampled multinomial test (exact binomial tests).
 * ``auto`` (default): exact where the function is of threshold form, black-box otherwise (the reason is kept
   in the report's note).
 
@@ -99,6 +99,7 @@ def _pilot_problem(drafter: Drafter) -> Problem:
 def check_external(function, layout: str, tree: str | Drafter, *, problem: Problem | str | None = None,
                    mode: str = "auto", arrays: str = "numpy", device: str = "cpu", name: str | None = None,
                    samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA, seed: int = 0,
+                   test: str = "bernstein",
                    threshold: float = DEFAULT_THRESHOLD, max_vocab: int = 3, max_examples: int = 300,
                    time_budget: float = 60.0, context_free: bool | None = None, progress=None) -> CheckReport:
     """Check ``function`` (a production-shape verification function in ``layout``) on ``tree``; see the module
@@ -123,7 +124,7 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
         else:
             mode = "exact"
     else:
-        blackbox_test(pilot, drafter, verifier, samples=min(samples, 1000), alpha=alpha, seed=seed)
+        blackbox_test(pilot, drafter, verifier, samples=min(samples, 1000), alpha=alpha, seed=seed, test=test)
     common = dict(function=verifier.name, layout=verifier.layout.name, tree=drafter.spec, mode=mode)
     if problem is not None:
         if mode == "exact":
@@ -133,17 +134,17 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
                                problem=_json(problem, drafter), problem_source="given",
                                seconds=time.monotonic() - start, uniforms=_uses(verifier),
                                evaluations=verifier.stats.evaluations, note=note)
-        test = blackbox_test(problem, drafter, verifier, samples=samples, alpha=alpha, seed=seed)
-        return CheckReport(**common, lossless=not test.rejected, tv_distance=test.tv_estimate,
-                           block_efficiency=test.block_efficiency_estimate, problem=_json(problem, drafter),
-                           problem_source="given", seconds=time.monotonic() - start, blackbox=test, note=note)
+        result = blackbox_test(problem, drafter, verifier, samples=samples, alpha=alpha, seed=seed, test=test)
+        return CheckReport(**common, lossless=not result.rejected, tv_distance=result.tv_estimate,
+                           block_efficiency=result.block_efficiency_estimate, problem=_json(problem, drafter),
+                           problem_source="given", seconds=time.monotonic() - start, blackbox=result, note=note)
     from verispec.hunt import hunt  # imports hypothesis; only a search needs it
 
     def judge(candidate: Problem, deadline=None) -> float:
         text = json.dumps(problem_to_json(candidate, drafter.depth), sort_keys=True, default=str)
-        test = blackbox_test(candidate, drafter, verifier, samples=SCREEN_SAMPLES, alpha=SCREEN_ALPHA,
-                             seed=zlib.crc32(text.encode()))
-        return test.tv_estimate if test.rejected else 0.0
+        screen = blackbox_test(candidate, drafter, verifier, samples=SCREEN_SAMPLES, alpha=SCREEN_ALPHA,
+                               seed=zlib.crc32(text.encode()))
+        return screen.tv_estimate if screen.rejected else 0.0
 
     tried = 0
 
@@ -181,12 +182,12 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
                            problem_source="search", seconds=time.monotonic() - start,
                            problems_tried=witness.examples_tried, uniforms=_uses(verifier),
                            evaluations=verifier.stats.evaluations, note=note)
-    test = blackbox_test(found, drafter, verifier, samples=samples, alpha=alpha, seed=seed + 1)
-    confirmed = test.rejected
-    return CheckReport(**common, lossless=not confirmed, tv_distance=test.tv_estimate,
-                       block_efficiency=test.block_efficiency_estimate, problem=witness.problem_json,
+    confirmation = blackbox_test(found, drafter, verifier, samples=samples, alpha=alpha, seed=seed + 1, test=test)
+    confirmed = confirmation.rejected
+    return CheckReport(**common, lossless=not confirmed, tv_distance=confirmation.tv_estimate,
+                       block_efficiency=confirmation.block_efficiency_estimate, problem=witness.problem_json,
                        problem_source="search", seconds=time.monotonic() - start,
-                       problems_tried=witness.examples_tried, blackbox=test,
+                       problems_tried=witness.examples_tried, blackbox=confirmation,
                        note=(note + "; " if note else "") + ("the witness was confirmed by a fresh test" if confirmed
                                                             else "the search's witness was NOT confirmed by a fresh "
                                                             "test, so no lossiness is claimed"))

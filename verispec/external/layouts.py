@@ -27,6 +27,7 @@ Layouts (V = vocabulary size; B = batch rows; all probability arrays float64, un
     Request b owns entries cu[b-1]..cu[b]-1. ``recovered_uniforms`` carry one uniform per (draft, token), as
     an exponential race (vLLM's recovered-token sampler) needs. The bonus token is drawn by the adapter from
     the target law after the last draft, by inverse CDF of one more uniform, as the engine's sampler would.
+    Filler requests with other draft counts sit between the trees' requests (``RaggedLayout``).
 
 ``tree-parent`` and ``tree-sibling`` (token trees; root = node 0, drafted nodes 1..N, a parent before its
 children, siblings in drafting order; i.i.d. children that drew the same token are separate nodes):
@@ -144,8 +145,16 @@ class Layout(ABC):
             raise
         except Exception as error:  # a user's function may fail in any way; report it on one line
             raise VerifierError(f"external function {name} raised {type(error).__name__}: {error}") from None
-        emitted = _as_int_matrix(result, name, (len(rows), self.width(trees)))
-        return decode(emitted, trees, rows, name, self.drafted_paths(trees, rows))
+        emitted = _as_int_matrix(result, name, (self.output_rows(len(rows)), self.width(trees)))
+        return decode(self.own_rows(emitted), trees, rows, name, self.drafted_paths(trees, rows))
+
+    def output_rows(self, count: int) -> int:
+        """Rows the function returns for ``count`` trees (more where the layout adds filler requests)."""
+        return count
+
+    def own_rows(self, emitted: np.ndarray) -> np.ndarray:
+        """The rows of the function's result that belong to the trees (not to filler requests)."""
+        return emitted
 
     def drafted_paths(self, trees: TreeArrays, rows: np.ndarray) -> np.ndarray | None:
         """For messages: [M, D] tokens drafted along a chain (None for trees)."""
@@ -259,11 +268,21 @@ class PaddedLayout(ChainLayout):
 
 
 class RaggedLayout(ChainLayout):
+    """vLLM's layout. Before each tree's request the adapter puts a filler request with a different number of
+    drafts (0, 1, .., L-1 in turn; uniform laws, fixed uniforms; its output is ignored), so the batch really is
+    ragged and a function that gets the offsets wrong shows it."""
+
     name = "ragged"
 
     def num_uniforms(self, batch):
         length = len(_chain_nodes(batch)) - 1
         return length + length * batch.vocab_size + 1
+
+    def output_rows(self, count):
+        return 2 * count
+
+    def own_rows(self, emitted):
+        return emitted[1::2]
 
     def arguments(self, trees, rows, uniforms):
         chain = self._chain(trees)
@@ -274,9 +293,24 @@ class RaggedLayout(ChainLayout):
         accept = uniforms[:, :length]  # [M, L]
         recovered = uniforms[:, length:length + length * size].reshape(count, length, size)  # [M, L, V]
         bonus = inverse_cdf(target[:, length], uniforms[:, -1])  # [M]
-        cumulative = np.arange(1, count + 1, dtype=np.int64) * length
-        return (tokens.reshape(-1), cumulative, draft.reshape(-1, size), target[:, :length].reshape(-1, size), bonus,
-                np.ascontiguousarray(accept.reshape(-1)), np.ascontiguousarray(recovered.reshape(-1, size)))
+        fillers = np.arange(count) % max(length, 1)  # drafts of the filler request before each tree
+        counts = np.stack([fillers, np.full(count, length)], axis=1).reshape(-1)  # [2M] filler, tree, ...
+        own = np.repeat(np.arange(2 * count) % 2 == 1, counts)  # [T] True at the trees' own entries
+        total = int(counts.sum())
+        flat_tokens = np.zeros(total, dtype=np.int64)
+        flat_draft = np.full((total, size), 1.0 / size)
+        flat_target = np.full((total, size), 1.0 / size)
+        flat_accept = np.full(total, 0.5)
+        flat_recovered = np.full((total, size), 0.5)
+        flat_tokens[own] = tokens.reshape(-1)
+        flat_draft[own] = draft.reshape(-1, size)
+        flat_target[own] = target[:, :length].reshape(-1, size)
+        flat_accept[own] = accept.reshape(-1)
+        flat_recovered[own] = recovered.reshape(-1, size)
+        bonus_ids = np.zeros(2 * count, dtype=np.int64)
+        bonus_ids[1::2] = bonus
+        return (flat_tokens, np.cumsum(counts).astype(np.int64), flat_draft, flat_target, bonus_ids, flat_accept,
+                flat_recovered)
 
 
 @dataclass(frozen=True)
