@@ -390,3 +390,11 @@ def test_blackbox_refuses_to_tabulate_too_many_sequences():
     problem = ContextFreeProblem([0.1] * 10, [0.1] * 10)
     with pytest.raises(VerispecError, match="V\\^\\(L\\+1\\)"):
         blackbox_test(problem, parse_tree("chain:7"), ExternalVerifier(rules.token_level, "chain"))
+
+
+def test_real_decoding_batches_are_refused_clearly():
+    pytest.importorskip("torch")
+    problem = random_problem(3, 1, 0)
+    tree = parse_tree("chain:1").sample(problem, np.random.default_rng(0))
+    with pytest.raises(VerispecError, match="small vocabularies"):
+        ExternalVerifier(rules.token_level, "chain").emission_laws(tree.as_batch().to_torch())

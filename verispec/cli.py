@@ -72,6 +72,9 @@ BUILTIN_PROBLEMS = {
 #: ties them).
 EXTERNAL_LAYOUTS = ("chain", "padded", "ragged", "tree-parent", "tree-sibling")
 
+#: Largest --samples of 'check-external' (the runs' tree indices and outcomes are held in memory, 16 bytes each).
+MAX_BLACKBOX_SAMPLES = 20_000_000
+
 #: Largest --max-vocab of 'hunt': context-dependent candidates have V^(L+1) conditionals each, and every
 #: candidate is analysed exactly.
 MAX_HUNT_VOCAB = 10
@@ -199,7 +202,8 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="array kind handed to the function (default numpy; torch: float64 tensors on --device)")
     check.add_argument("--device", default="cpu", help="torch device of the arguments with --arrays torch "
                                                        "(default cpu; e.g. cuda)")
-    check.add_argument("--samples", type=_integer_option(minimum=1, maximum=10**9, what="an integer >= 1"),
+    check.add_argument("--samples", type=_integer_option(minimum=1, maximum=MAX_BLACKBOX_SAMPLES,
+                                                         what=f"an integer in 1..{MAX_BLACKBOX_SAMPLES}"),
                        default=200_000, help="black-box runs of the function per test (default 200000)")
     check.add_argument("--alpha", type=_number_option(minimum=0, strict=True, what="a number in (0, 1)"),
                        default=1e-6, help="black-box false-failure rate (default 1e-6)")

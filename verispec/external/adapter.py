@@ -90,6 +90,10 @@ class ExternalVerifier(Verifier):
         if batch.exact:
             raise VerispecError(f"external function {self.name} runs in float64; analyse a float problem "
                                 "(leave out --exact), its breakpoints are float64 numbers")
+        if not isinstance(batch.p, np.ndarray):
+            raise VerispecError(f"external function {self.name} is checked on numpy problems of small vocabularies; "
+                                "its law is integrated over its uniforms, which real decoding's vocabularies make "
+                                "hopeless (run the function itself in your engine instead)")
         self.layout.check_batch(batch)
         trees = TreeArrays(batch)
 

@@ -37,7 +37,7 @@ MODES = ("auto", "exact", "blackbox")
 DEFAULT_THRESHOLD = 1e-9
 #: Screening test of black-box witness search.
 SCREEN_SAMPLES = 20_000
-SCREEN_ALPHA = 1e-3
+SCREEN_ALPHA = 1e-5
 
 
 @dataclass
