@@ -181,14 +181,12 @@ def _ragged_token_level(draft_token_ids, cu_num_draft_tokens, draft_probs, targe
         has = alive & (i < counts)
         index = np.minimum(starts + i, len(draft_token_ids) - 1)
         x = draft_token_ids[index]
-        rows = np.arange(len(index))
         accept = uniform_probs[index] * draft_probs[index, x] < target_probs[index, x]
         residual = np.maximum(target_probs[index] - draft_probs[index], 0.0)
         recovered = inverse_cdf(residual, recovered_uniforms[index, 0])
         out[has & accept, i] = x[has & accept]
         out[has & ~accept, i] = recovered[has & ~accept]
         alive &= ~has | accept
-        del rows
     finished = alive
     out[finished, np.minimum(counts, width - 1)[finished]] = bonus_token_ids[finished]
     return out

@@ -29,7 +29,13 @@ from verispec.external.blackbox import DEFAULT_SAMPLES, BlackBoxResult, blackbox
 from verispec.external.exact import NotPiecewiseConstantError
 from verispec.simulator.drafters import Drafter, parse_tree
 from verispec.simulator.engine import analyze
-from verispec.simulator.problems import Problem, load_problem, problem_from_json, problem_to_json, random_problem
+from verispec.simulator.problems import (
+    Problem,
+    load_problem,
+    problem_from_json,
+    problem_to_json,
+    random_context_free_problem,
+)
 from verispec.statistics import DEFAULT_ALPHA
 
 MODES = ("auto", "exact", "blackbox")
@@ -90,10 +96,10 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def _pilot_problem(drafter: Drafter) -> Problem:
+def _pilot_problem(max_vocab: int) -> Problem:
     """A fixed small problem on which a configuration error (wrong layout for the tree, a function that does not
-    run) shows before a search would swallow it."""
-    return random_problem(3, drafter.depth, 0)
+    run) shows before a search would swallow it; context-free, so deep trees cost nothing to tabulate."""
+    return random_context_free_problem(max_vocab, 0)
 
 
 def check_external(function, layout: str, tree: str | Drafter, *, problem: Problem | str | None = None,
@@ -113,7 +119,7 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
         problem = load_problem(problem)
     verifier = ExternalVerifier(function, layout, name=name, arrays=arrays, device=device)
     note = ""
-    pilot = problem if problem is not None else _pilot_problem(drafter)
+    pilot = problem if problem is not None else _pilot_problem(max_vocab)
     if mode in ("auto", "exact"):
         try:
             pilot_result = analyze(pilot, drafter, verifier)
