@@ -15,6 +15,7 @@ Writes results/bench_external.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -30,22 +31,8 @@ from verispec.verifiers import get_verifier
 
 GALLERY = Path(__file__).resolve().parent.parent / "examples" / "external"
 
-#: (function, layout, tree, arrays, lossless)
-CASES = [
-    ("greedy_assistant.py:verify", "chain", "argmax-chain:2", "numpy", False),
-    ("greedy_assistant.py:verify_point_mass", "chain", "argmax-chain:2", "numpy", True),
-    ("topk_draft.py:speculative_sampling", "padded", "topk-chain:2,2", "torch", False),
-    ("topk_draft.py:speculative_sampling_filtered", "padded", "topk-chain:2,2", "torch", True),
-    ("vllm_rejection.py:rejection_sample_log_space", "ragged", "chain:2", "numpy", False),
-    ("vllm_rejection.py:rejection_sample", "ragged", "chain:2", "numpy", True),
-    ("tree_specinfer.py:verify_resample_from_target", "tree-parent", "iid:2,2", "numpy", False),
-    ("tree_specinfer.py:verify", "tree-parent", "iid:2,2", "numpy", True),
-    ("tree_specinfer.py:verify_sibling", "tree-sibling", "iid:2,2", "numpy", True),
-    ("block_verification.py:verify_target_off_by_one", "chain", "chain:2", "numpy", False),
-    ("block_verification.py:verify", "chain", "chain:2", "numpy", True),
-    ("best_of_k.py:verify_inconsistent_ties", "tree-parent", "iid:2,1", "numpy", False),
-    ("best_of_k.py:verify", "tree-parent", "iid:2,1", "numpy", True),
-]
+#: The gallery's catalogue (function, layout, tree, arrays, lossless, mode), shared with the tests.
+CATALOGUE = json.loads((GALLERY / "gallery.json").read_text())
 
 
 def chain_at_v4_l4() -> list[str]:
@@ -82,7 +69,9 @@ def gallery() -> list[str]:
     lines = ["### The gallery, checked from scratch (witness search for bugs; one problem for correct versions)", "",
              "| function | layout | tree | verdict | mode | witness V | TV | problems tried | seconds |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for spec, layout, tree, arrays, lossless in CASES:
+    for case in CATALOGUE:
+        spec, layout, tree, arrays, lossless = (case[key] for key in ("function", "layout", "tree", "arrays",
+                                                                     "lossless"))
         function = load_function(str(GALLERY / spec))
         start = time.perf_counter()
         if lossless:

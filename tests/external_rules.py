@@ -17,8 +17,7 @@ def inverse_cdf(law, u):
     return np.minimum(tokens, last)
 
 
-def token_level(draft_tokens, draft_probs, target_probs, uniforms):
-    """Leviathan et al.'s rule on a chain, ``chain`` layout: u_i tests draft i, u_L draws the last token."""
+def _token_level(draft_tokens, draft_probs, target_probs, uniforms, from_residual: bool):
     count, length = draft_tokens.shape
     rows = np.arange(count)
     out = np.full((count, length + 1), -1, dtype=np.int64)
@@ -29,12 +28,18 @@ def token_level(draft_tokens, draft_probs, target_probs, uniforms):
         x = draft_tokens[:, i]
         accept = uniforms[:, i] * draft_probs[rows, i, x] < target_probs[rows, i, x]
         rejected = alive & ~accept
-        final[rejected] = np.maximum(target_probs[rejected, i] - draft_probs[rejected, i], 0.0)
+        final[rejected] = (np.maximum(target_probs[rejected, i] - draft_probs[rejected, i], 0.0) if from_residual
+                           else target_probs[rejected, i])
         stop[rejected] = i
         out[alive & accept, i] = x[alive & accept]
         alive &= accept
     out[rows, stop] = inverse_cdf(final, uniforms[:, length])
     return out
+
+
+def token_level(draft_tokens, draft_probs, target_probs, uniforms):
+    """Leviathan et al.'s rule on a chain, ``chain`` layout: u_i tests draft i, u_L draws the last token."""
+    return _token_level(draft_tokens, draft_probs, target_probs, uniforms, from_residual=True)
 
 
 def token_level_torch(draft_tokens, draft_probs, target_probs, uniforms):
@@ -48,22 +53,7 @@ def token_level_torch(draft_tokens, draft_probs, target_probs, uniforms):
 
 def token_level_resample_from_target(draft_tokens, draft_probs, target_probs, uniforms):
     """A known lossy variant: after a rejection it draws from p instead of the residual norm((p - q)+)."""
-    count, length = draft_tokens.shape
-    rows = np.arange(count)
-    out = np.full((count, length + 1), -1, dtype=np.int64)
-    alive = np.ones(count, dtype=bool)
-    final = target_probs[:, length].copy()
-    stop = np.full(count, length)
-    for i in range(length):
-        x = draft_tokens[:, i]
-        accept = uniforms[:, i] * draft_probs[rows, i, x] < target_probs[rows, i, x]
-        rejected = alive & ~accept
-        final[rejected] = target_probs[rejected, i]
-        stop[rejected] = i
-        out[alive & accept, i] = x[alive & accept]
-        alive &= accept
-    out[rows, stop] = inverse_cdf(final, uniforms[:, length])
-    return out
+    return _token_level(draft_tokens, draft_probs, target_probs, uniforms, from_residual=False)
 
 
 def right_aligned(draft_tokens, draft_probs, target_probs, uniforms):

@@ -147,7 +147,7 @@ def test_loading_functions(tmp_path):
     path.write_text("X = 3\ndef f(*a):\n    return None\n")
     assert load_function(f"{path}:f").__name__ == "f"
     for spec, message in [(f"{path}:g", "no attribute"), (f"{path}:X", "not a function"),
-                          ("missing.py:f", "does not exist"), ("nocolon", "FILE.py:FUNCTION")]:
+                          ("missing.py:f", "does not exist"), ("nocolon", "FILE.py:NAME")]:
         with pytest.raises(VerispecError, match=message):
             load_function(spec)
     with pytest.raises(VerispecError, match="unknown layout"):

@@ -24,25 +24,28 @@ from verispec.verifiers import get_verifier
 
 GALLERY = Path(__file__).resolve().parent.parent / "examples" / "external"
 
-#: (function, layout, tree, arrays, mode the check must take)
-BUGS = [
-    ("greedy_assistant.py:verify", "chain", "argmax-chain:2", "numpy", "exact"),
-    ("topk_draft.py:speculative_sampling", "padded", "topk-chain:2,2", "torch", "exact"),
-    ("vllm_rejection.py:rejection_sample_log_space", "ragged", "chain:2", "numpy", "blackbox"),
-    ("tree_specinfer.py:verify_resample_from_target", "tree-parent", "iid:2,2", "numpy", "exact"),
-    ("block_verification.py:verify_target_off_by_one", "chain", "chain:2", "numpy", "exact"),
-    ("best_of_k.py:verify_inconsistent_ties", "tree-parent", "iid:2,1", "numpy", "exact"),
-]
-CORRECT = [
-    ("greedy_assistant.py:verify_point_mass", "chain", "argmax-chain:2", "numpy", "exact"),
-    ("greedy_assistant.py:verify_sampled", "chain", "chain:2", "numpy", "exact"),
-    ("topk_draft.py:speculative_sampling_filtered", "padded", "topk-chain:2,2", "torch", "exact"),
-    ("vllm_rejection.py:rejection_sample", "ragged", "chain:2", "numpy", "blackbox"),
-    ("tree_specinfer.py:verify", "tree-parent", "iid:2,2", "numpy", "exact"),
-    ("tree_specinfer.py:verify_sibling", "tree-sibling", "iid:2,2", "numpy", "exact"),
-    ("block_verification.py:verify", "chain", "chain:2", "numpy", "exact"),
-    ("best_of_k.py:verify", "tree-parent", "iid:2,1", "numpy", "exact"),
-]
+#: The gallery's catalogue: each function with its layout, tree, array kind, whether it is lossless (from the
+#: rule it re-implements) and the mode auto takes on it (exact, or black-box where uniforms race).
+CATALOGUE = json.loads((GALLERY / "gallery.json").read_text())
+BUGS = [(c["function"], c["layout"], c["tree"], c["arrays"], c["mode"]) for c in CATALOGUE if not c["lossless"]]
+CORRECT = [(c["function"], c["layout"], c["tree"], c["arrays"], c["mode"]) for c in CATALOGUE if c["lossless"]]
+
+
+def test_the_catalogue_lists_every_gallery_function():
+    import ast
+
+    listed = {c["function"] for c in CATALOGUE}
+    for path in GALLERY.glob("*.py"):
+        public = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef):
+                public.add(node.name)
+            elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):  # an alias, not a constant
+                if not node.targets[0].id.isupper():
+                    public.add(node.targets[0].id)
+        public = {name for name in public if not name.startswith("_")}
+        assert {f"{path.name}:{name}" for name in public} <= listed, path.name
+    assert len(BUGS) == 6
 
 
 def _function(spec: str):
@@ -118,6 +121,9 @@ def test_correct_versions_have_the_builtin_law_on_every_draft_tree(spec, layout,
 
 
 def test_merged_and_separate_duplicate_paths_are_both_lossless_and_merging_accepts_more():
+    """Given that the walk accepted a token drawn by both root paths, the merged node tests both continuations
+    and the separate branch only one; SpecInfer's acceptance 1 - prod_j (1 - beta_j) grows with the number of
+    i.i.d. drafts, so merging can only accept more (strictly here, where some root draws agree)."""
     problem = random_problem(3, 2, 11)
     external = analyze(problem, "iid:2,2", ExternalVerifier(_function("tree_specinfer.py:verify"), "tree-parent"))
     merged = analyze(problem, "iid:2,2", get_verifier("specinfer"))

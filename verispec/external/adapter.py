@@ -10,9 +10,6 @@ accounts for how its drafts were drawn is exactly what a check finds out.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from verispec.errors import UnknownVerifierError, VerispecError
@@ -22,31 +19,13 @@ from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.trees import DraftTree, TreeBatch
+from verispec.verifiers import load_attribute
 
 
 def load_function(spec: str):
     """The function named by ``FILE.py:FUNCTION`` or ``package.module:FUNCTION``; UnknownVerifierError on one
-    line when it cannot be loaded."""
-    if not isinstance(spec, str) or ":" not in spec:
-        raise UnknownVerifierError(f"give the function as FILE.py:FUNCTION, got {spec!r}")
-    location, _, attribute = spec.rpartition(":")
-    try:
-        if location.endswith(".py"):
-            path = Path(location)
-            if not path.is_file():
-                raise UnknownVerifierError(f"file {location!r} does not exist; give FILE.py:FUNCTION")
-            module_spec = importlib.util.spec_from_file_location(f"verispec_external_{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(location)
-    except UnknownVerifierError:
-        raise
-    except Exception as error:  # a user's file may fail in any way; report it on one line
-        raise UnknownVerifierError(f"cannot load {location!r}: {type(error).__name__}: {error}") from None
-    function = getattr(module, attribute, None)
-    if function is None:
-        raise UnknownVerifierError(f"{location!r} has no attribute {attribute!r}")
+    line when it cannot be loaded or is not callable."""
+    function = load_attribute(spec, "function")
     if not callable(function):
         raise UnknownVerifierError(f"{spec!r} is not a function (it is {type(function).__name__})")
     return function

@@ -129,7 +129,7 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
             note, mode = f"exact mode refused, so black-box mode was used: {error}", "blackbox"
         else:
             mode = "exact"
-    else:
+    elif problem is None:  # with a problem, its own test shows any configuration error
         blackbox_test(pilot, drafter, verifier, samples=min(samples, 1000), alpha=alpha, seed=seed, test=test)
     common = dict(function=verifier.name, layout=verifier.layout.name, tree=drafter.spec, mode=mode)
     if problem is not None:

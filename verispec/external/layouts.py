@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -322,46 +322,45 @@ class ExpandedTree:
 
     @classmethod
     def of(cls, batch: TreeBatch) -> ExpandedTree:
-        merged, parent = [0], [-1]
-        copies: dict[int, list[int]] = {0: [0]}
-        for node, children in enumerate(batch.child_lists):
-            if not children:
-                continue
-            own = copies.get(node, [])
-            if len(children) % len(own):
-                raise InvalidTreeError(f"node {node} has {len(own)} copies but {len(children)} children, which do not "
-                                       "split into equal blocks; the tree layouts expand i.i.d. duplicates only")
-            block = len(children) // len(own)
-            for index, copy in enumerate(own):
-                for child in children[index * block:(index + 1) * block]:
-                    copies.setdefault(child, []).append(len(merged))
-                    merged.append(child)
-                    parent.append(copy)
-        return cls(tuple(merged), tuple(parent))
+        return _expanded(batch.child_lists)
+
+
+@lru_cache(maxsize=256)
+def _expanded(child_lists: tuple[tuple[int, ...], ...]) -> ExpandedTree:
+    """The expansion of one merged topology (its child lists); cached, since every call of a function on a batch
+    of that topology needs it."""
+    merged, parent = [0], [-1]
+    copies: dict[int, list[int]] = {0: [0]}
+    for node, children in enumerate(child_lists):
+        if not children:
+            continue
+        own = copies.get(node, [])
+        if len(children) % len(own):
+            raise InvalidTreeError(f"node {node} has {len(own)} copies but {len(children)} children, which do not "
+                                   "split into equal blocks; the tree layouts expand i.i.d. duplicates only")
+        block = len(children) // len(own)
+        for index, copy in enumerate(own):
+            for child in children[index * block:(index + 1) * block]:
+                copies.setdefault(child, []).append(len(merged))
+                merged.append(child)
+                parent.append(copy)
+    return ExpandedTree(tuple(merged), tuple(parent))
 
 
 class TreeParentLayout(Layout):
     name = "tree-parent"
 
-    def _expanded(self, batch: TreeBatch) -> ExpandedTree:
-        cache = self.__dict__.setdefault("_cache", {})
-        key = (batch.parent, batch.child_lists)
-        if key not in cache:
-            cache.clear()
-            cache[key] = ExpandedTree.of(batch)
-        return cache[key]
-
     def check_batch(self, batch):
-        self._expanded(batch)
+        ExpandedTree.of(batch)
 
     def num_uniforms(self, batch):
-        return len(self._expanded(batch).merged)
+        return len(ExpandedTree.of(batch).merged)
 
     def width(self, trees):
         return trees.depth + 1
 
     def _common(self, trees, rows):
-        tree = self._expanded(trees.batch)
+        tree = ExpandedTree.of(trees.batch)
         merged = np.array(tree.merged)
         parent_merged = merged[np.array(tree.parent[1:], dtype=np.int64)]
         draft_tokens = trees.tokens[rows][:, merged[1:]]  # [M, N]

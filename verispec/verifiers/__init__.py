@@ -56,20 +56,17 @@ def get_verifier(name: str) -> Verifier:
                                "(or FILE.py:NAME for your own rule)")
 
 
-def load_verifier(spec: str) -> Verifier:
-    """Load a user's rule from ``FILE.py:NAME`` or ``package.module:NAME``.
-
-    NAME may be a ``Verifier`` instance, a ``NodeSolver`` instance (verified by the top-down walk), or a
-    plain function ``procedure(tree, chooser) -> (node, token)``, wrapped in ``ProcedureVerifier``; a
-    function may carry a ``valid_for`` attribute (a set of ``DraftLaw``), else it is taken to be a
-    single-path rule.
-    """
+def load_attribute(spec: str, what: str):
+    """The object named by ``FILE.py:NAME`` or ``package.module:NAME`` (a user's rule or function);
+    UnknownVerifierError on one line when it cannot be loaded (``what`` names it in messages)."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise UnknownVerifierError(f"give the {what} as FILE.py:NAME, got {spec!r}")
     location, _, attribute = spec.rpartition(":")
     try:
         if location.endswith(".py"):
             path = Path(location)
             if not path.is_file():
-                raise UnknownVerifierError(f"verifier file {location!r} does not exist")
+                raise UnknownVerifierError(f"{what} file {location!r} does not exist")
             module_spec = importlib.util.spec_from_file_location(f"verispec_user_{path.stem}", path)
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
@@ -81,17 +78,28 @@ def load_verifier(spec: str) -> Verifier:
         raise UnknownVerifierError(f"cannot load {location!r}: {type(error).__name__}: {error}") from None
     if not hasattr(module, attribute):
         raise UnknownVerifierError(f"{location!r} has no attribute {attribute!r}")
-    target = getattr(module, attribute)
+    return getattr(module, attribute)
+
+
+def load_verifier(spec: str) -> Verifier:
+    """Load a user's rule from ``FILE.py:NAME`` or ``package.module:NAME``.
+
+    NAME may be a ``Verifier`` instance, a ``NodeSolver`` instance (verified by the top-down walk), or a
+    plain function ``procedure(tree, chooser) -> (node, token)``, wrapped in ``ProcedureVerifier``; a
+    function may carry a ``valid_for`` attribute (a set of ``DraftLaw``), else it is taken to be a
+    single-path rule.
+    """
+    target = load_attribute(spec, "verifier")
     if isinstance(target, Verifier):
         return target
     if isinstance(target, NodeSolver):
         return TopDownVerifier(target)
     if callable(target):
-        return ProcedureVerifier(attribute, target, getattr(target, "valid_for", {DraftLaw.SINGLE_PATH}))
+        return ProcedureVerifier(spec.rpartition(":")[2], target, getattr(target, "valid_for", {DraftLaw.SINGLE_PATH}))
     raise UnknownVerifierError(f"{spec!r} is neither a Verifier, a NodeSolver nor a procedure function")
 
 
 __all__ = [
     "REGISTRY", "NodeSolver", "ProcedureSolver", "ProcedureVerifier", "TopDownVerifier", "Verifier",
-    "emission_law_of_procedure", "get_verifier", "load_verifier",
+    "emission_law_of_procedure", "get_verifier", "load_attribute", "load_verifier",
 ]
