@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verispec.errors import VerispecError
+from verispec.io import read_user_file
+
+#: Largest latency model file read ('verispec latency --out' writes a few hundred bytes).
+MAX_LATENCY_FILE_BYTES = 1 << 20
 
 
 class LatencyError(VerispecError):
@@ -113,10 +117,13 @@ class LatencyModel:
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyModel:
+        text = read_user_file(path, limit=MAX_LATENCY_FILE_BYTES, what="the latency model", error=LatencyError,
+                              why="a measured model is a few hundred bytes")
         try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
-        except (OSError, json.JSONDecodeError) as error:
-            raise LatencyError(f"cannot read the latency model {str(path)!r}: {error}") from None
+            return cls.from_dict(json.loads(text))
+        except (json.JSONDecodeError, RecursionError) as error:
+            raise LatencyError(f"cannot read the latency model {str(path)!r}: "
+                               f"{error if isinstance(error, json.JSONDecodeError) else 'nested too deeply'}") from None
 
 
 __all__ = ["LatencyError", "LatencyModel"]

@@ -60,6 +60,7 @@ verifier attains it. For deeper trees the gap between the two is not determined 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -72,7 +73,14 @@ from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.interfaces import Verifier
-from verispec.simulator.problems import Problem, target_conditionals, target_law
+from verispec.simulator.problems import (
+    Problem,
+    log_add,
+    log_prefix_count,
+    readable_count,
+    target_conditionals,
+    target_law,
+)
 from verispec.simulator.selection import greedy_path
 from verispec.simulator.trees import DraftTree, TreeBatch, shape_paths
 
@@ -171,10 +179,13 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
     _check_restriction(restriction)
     start = time.monotonic()
     size, depth = problem.vocab_size, drafter.depth
+    what = f"multi-step LP for {drafter.spec} at V={size}" + (f" ({restriction})" if restriction else "")
+    problem.require_depth(depth)
+    drafter.check_problem(problem)
+    estimate_lp_size(problem, drafter, what=what, limit=limit, restriction=restriction, max_nonzeros=max_nonzeros)
     outcomes = drafter.outcomes(problem)
     nodes_of = [emitting_nodes(tree, restriction) for tree, _ in outcomes]
     num_variables = sum(len(nodes) for nodes in nodes_of) * size
-    what = f"multi-step LP for {drafter.spec} at V={size}" + (f" ({restriction})" if restriction else "")
     check_size(num_variables, what=what, limit=limit)
     # Constraints as a flow over output prefixes (linear in size, unlike one row per x in V^(L+1) with
     # every emitted sequence repeated in all rows it is a prefix of): F(u) is the mass of outputs whose
@@ -249,6 +260,38 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
     return MultiStepOptimum(block_efficiency=solution.objective, verifier=verifier, num_variables=num_columns,
                             num_constraints=a_eq.shape[0], num_draft_outcomes=len(outcomes),
                             seconds=time.monotonic() - start, num_nonzeros=a_eq.nnz, restriction=restriction)
+
+
+def estimate_lp_size(problem: Problem, drafter: Drafter, *, what: str, limit: int = DEFAULT_MAX_VARIABLES,
+                     restriction: str | None = None, max_nonzeros: int = DEFAULT_MAX_NONZEROS) -> float:
+    """ProblemTooLargeError BEFORE any draft outcome is enumerated when the multi-step LP would exceed ``limit``
+    variables or ``max_nonzeros`` nonzeros; else the natural log of its estimated variables.
+
+    The flow variables F(u), one per prefix of length 1..L, are counted exactly (in logs). The emission
+    variables are at most (draft outcomes) x (emitting nodes per tree) x V, with the outcomes bounded by
+    ``Drafter.log_num_outcomes`` at the largest support s of the draft laws (every draw picks one of at most s
+    tokens): ``verispec bound --tree iid:6,6`` enumerated 2^36 draft trees before this estimate existed."""
+    size, depth = problem.vocab_size, drafter.depth
+    log_size = math.log(size)
+    log_flows = log_prefix_count(size, 1, depth)  # one flow variable per output prefix of length 1..L
+    if log_flows > math.log(limit):
+        raise ProblemTooLargeError(
+            f"{what}: the linear program would have {readable_count(log_flows)} flow variables (one per output prefix "
+            f"of length 1..{depth}), above the limit of {limit:,}; use a smaller vocabulary or a shallower tree")
+    support = max((int(np.count_nonzero(np.asarray(problem.draft(prefix), dtype=np.float64) > 0))
+                   for length in range(depth) for prefix in problem.prefixes(length)), default=1)
+    emitting = depth + 1 if restriction is not None else drafter.max_nodes
+    log_variables = drafter.log_num_outcomes(max(support, 1)) + math.log(emitting) + log_size
+    log_columns = log_add(log_variables, log_flows)
+    log_nonzeros = log_add(math.log(2) + log_variables, math.log(size + 1) + log_flows)
+    if log_columns > math.log(limit) or log_nonzeros > math.log(max_nonzeros):
+        raise ProblemTooLargeError(
+            f"{what}: the linear program would have up to {readable_count(log_columns)} variables and "
+            f"{readable_count(log_nonzeros)} nonzero coefficients ({readable_count(drafter.log_num_outcomes(support))} "
+            f"draft outcomes over {support} drafted tokens, {emitting} emitting nodes each), above the limits of "
+            f"{limit:,} variables and {max_nonzeros:,} nonzeros; use a smaller vocabulary or tree, or raise the "
+            "limits explicitly")
+    return log_columns
 
 
 def coupling_bound(problem: Problem, drafter: Drafter) -> float:

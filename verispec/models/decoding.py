@@ -27,6 +27,8 @@ forward per token, over the same cache machinery.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,17 +36,49 @@ from typing import Any
 
 import numpy as np
 
-from verispec.errors import ModelError, VerifierError, VerispecError
+from verispec import budget
+from verispec.errors import ModelError, ProblemTooLargeError, VerifierError, VerispecError
 from verispec.models.pair import ModelPair
 from verispec.models.sampling import Sampling
 from verispec.models.tree_forward import CachedModel
-from verispec.simulator.chooser import RandomChooser
+from verispec.simulator.chooser import MAX_CHOICES_PER_TRACE, RandomChooser
 from verispec.simulator.drafters import Drafter, parse_tree
 from verispec.simulator.engine import check_compatible
 from verispec.simulator.interfaces import Verifier, checked_outcome
 from verispec.simulator.laws import check_emission_laws
-from verispec.simulator.problems import Prefix, Problem
+from verispec.simulator.problems import Prefix, Problem, readable_count
 from verispec.simulator.trees import DraftTree, TreeBatch, TreeShape, shape_paths
+
+#: Most nodes (root included) of a tree decoded: every target forward feeds the whole tree with an n x (context + n)
+#: attention mask, and the verifier's law holds n x V float64 entries. Sequoia's and DySpec's largest trees have
+#: 768 nodes; iid:99999,2 (200,000 nodes) was built and forwarded with no estimate.
+MAX_DECODE_NODES = 4096
+
+#: Most float64 entries (nodes x V) of one tree's conditionals: p, q and the verifier's law each hold one such
+#: array (2 GiB at this limit); at Qwen's V = 151,936 the limit allows 1,766 nodes.
+MAX_TREE_LAW_ENTRIES = 1 << 28
+
+#: Seconds one call of a user's rule (a procedure, or a Verifier or NodeSolver of one's own) may take in real
+#: decoding, once per block: a hard limit (verispec.budget), since such a rule may loop without ever returning.
+#: Registered verifiers run without it.
+USER_RULE_CALL_SECONDS = 60.0
+
+
+def check_decode_tree(drafter: Drafter, vocab_size: int | None = None) -> None:
+    """ProblemTooLargeError, before any model runs, when a tree of ``drafter`` could have more than
+    MAX_DECODE_NODES nodes or (given the vocabulary) its conditionals more than MAX_TREE_LAW_ENTRIES float64
+    entries. Computed from ``Drafter.max_nodes`` alone: nothing is drawn or built."""
+    nodes = drafter.max_nodes
+    log_entries = math.log(nodes) + math.log(vocab_size or 1)
+    if nodes > MAX_DECODE_NODES or log_entries > math.log(MAX_TREE_LAW_ENTRIES):
+        shown = readable_count(log_entries) if log_entries >= math.log(1e9) else f"{math.exp(log_entries):,.0f}"
+        raise ProblemTooLargeError(
+            f"tree {drafter.spec} has up to {nodes:,} nodes; one block would forward all of them at once (an "
+            f"n x n attention mask) and hold "
+            + (f"{shown} float64 conditionals (n x V at V={vocab_size:,}: {math.exp(log_entries) * 8 / 2**30:,.1f} "
+               "GiB per array)" if vocab_size else "n x V float64 conditionals")
+            + f", above the limits of {MAX_DECODE_NODES:,} nodes and {MAX_TREE_LAW_ENTRIES:,} entries; use a "
+              "smaller tree")
 
 
 def _synchronize(device) -> None:
@@ -229,6 +263,7 @@ class SpeculativeDecoder:
         self.drafter = parse_tree(drafter) if isinstance(drafter, str) else drafter
         self.verifier = get_verifier(verifier) if isinstance(verifier, str) else verifier
         check_compatible(self.verifier, self.drafter)
+        check_decode_tree(self.drafter, pair.vocab_size)
         self.sampling = sampling or Sampling()
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise VerispecError(f"seed must be a non-negative integer, got {seed!r}")
@@ -240,6 +275,8 @@ class SpeculativeDecoder:
         #: True for rules written only as a sampling procedure (ProcedureVerifier, or the top-down walk of a
         #: ProcedureSolver): they are sampled by their procedure instead of through an enumerated law.
         self.by_procedure = _procedure_only(self.verifier)
+        #: a rule of the user's own runs each call under USER_RULE_CALL_SECONDS
+        self.user_rule = _user_rule(self.verifier)
         self._law_for_drafting = law_for_drafting
 
     def run(self, prompt, max_new_tokens: int, progress=None) -> Generation:
@@ -307,7 +344,20 @@ class SpeculativeDecoder:
         (its law would come from enumerating every random choice: hopeless at a real vocabulary)."""
         tree = DraftTree.from_topology(int(p.shape[-1]), layout.parent, layout.tokens, layout.child_lists,
                                        p.cpu().numpy(), q.cpu().numpy())
-        return checked_outcome(self.verifier.procedure(tree, RandomChooser(self.rng)), tree, self.verifier.name)
+        # the decision cap of exact enumeration (MAX_CHOICES_PER_TRACE) holds here too: a rule that never stops
+        # choosing is named instead of decoding forever
+        chooser = RandomChooser(self.rng, max_choices=MAX_CHOICES_PER_TRACE, name=self.verifier.name)
+        with self._rule_call():
+            outcome = self.verifier.procedure(tree, chooser)
+        return checked_outcome(outcome, tree, self.verifier.name)
+
+    def _rule_call(self):
+        """A hard limit of USER_RULE_CALL_SECONDS around one call of a user's rule (nothing for registered ones)."""
+        if not self.user_rule:
+            return contextlib.nullcontext()
+        return budget.time_budget(time.monotonic() + USER_RULE_CALL_SECONDS, hard=True,
+                                  what=f"one call of the rule '{self.verifier.name}' (at most "
+                                       f"{USER_RULE_CALL_SECONDS:g} s per block in decoding)")
 
     def _block(self, target: CachedModel, draft: CachedModel, target_unseen: list[int], draft_unseen: list[int]):
         import torch
@@ -319,7 +369,8 @@ class SpeculativeDecoder:
         side = DraftSide(draft, root_logits, len(draft_unseen) - 1, self.sampling, self.drafter.depth,
                          self._law_for_drafting)
         self.drafter.check_problem(side)
-        layout = TreeLayout.of_shape(self.drafter.draw(side, RandomChooser(self.rng)))
+        layout = TreeLayout.of_shape(self.drafter.draw(side, RandomChooser(self.rng, max_choices=MAX_CHOICES_PER_TRACE,
+                                                                           name=self.drafter.spec)))
         _synchronize(device)
         times.append(time.perf_counter())
         # 2. the target: its unseen tokens, then every drafted node, in one forward pass
@@ -342,7 +393,8 @@ class SpeculativeDecoder:
         if self.by_procedure:
             node, token = self._sample_procedure(layout, p, q)
         else:
-            laws = self.verifier.emission_laws(batch)  # [1, n, V]
+            with self._rule_call():
+                laws = self.verifier.emission_laws(batch)  # [1, n, V]
             check_emission_laws(self.verifier.name, batch, laws)  # the exact engine's check, on the device
             law = laws[0]
             node_mass = law.sum(dim=-1).cpu().numpy()
@@ -365,6 +417,13 @@ class SpeculativeDecoder:
                              target_s=times[2] - times[1], verify_s=times[3] - times[2],
                              cache_s=times[4] - times[3])
         return emitted, record, next_draft_unseen
+
+
+def _user_rule(verifier: Verifier) -> bool:
+    """Whether ``verifier`` is not one of the registered rules (a user's own, or a variant)."""
+    from verispec.verifiers import REGISTRY
+
+    return not any(verifier is registered for registered in REGISTRY.values())
 
 
 def _procedure_only(verifier: Verifier) -> bool:

@@ -22,6 +22,7 @@ and the derived problem is the live one with its tokens relabelled at each prefi
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -45,6 +46,19 @@ def _split(p: np.ndarray, q: np.ndarray, vocab: int) -> tuple[np.ndarray, int]:
     return order[: vocab - 1], int(order[vocab - 1])
 
 
+def check_derive_size(vocab: int, depth: int) -> None:
+    """VerispecError, before any model is loaded or run, when deriving V = ``vocab`` to ``depth`` needs more than
+    MAX_DERIVED_PREFIXES prefixes (1 + V + .. + V^depth, counted in logs: --depth 10^9 is refused at once)."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise VerispecError(f"depth must be a positive integer, got {depth!r}")
+    log_count = depth * math.log(vocab)  # V^depth alone, a lower bound on the count
+    count = sum(vocab ** length for length in range(depth + 1)) if log_count < 64 else None
+    if count is None or count > MAX_DERIVED_PREFIXES:
+        shown = f"{count:,}" if count is not None else f"more than 10^{log_count / math.log(10):.1f}"
+        raise VerispecError(f"deriving V = {vocab} to depth {depth} needs {shown} prefixes, above "
+                            f"{MAX_DERIVED_PREFIXES:,}: lower --vocab or --depth")
+
+
 def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -> tuple[TabularProblem, dict]:
     """The derived problem (see the module docstring) and its provenance: for every derived prefix, the real
     token path it stands for and the mass of its bucket."""
@@ -53,12 +67,7 @@ def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -
     if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= problem.vocab_size:
         raise VerispecError(f"vocab must be an integer in 2..{problem.vocab_size} (V-1 tokens and the bucket), "
                             f"got {vocab!r}")
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise VerispecError(f"depth must be a positive integer, got {depth!r}")
-    count = sum(vocab ** length for length in range(depth + 1))
-    if count > MAX_DERIVED_PREFIXES:
-        raise VerispecError(f"deriving V = {vocab} to depth {depth} needs {count:,} prefixes, above "
-                            f"{MAX_DERIVED_PREFIXES:,}: lower --vocab or --depth")
+    check_derive_size(vocab, depth)
     real: dict[Prefix, tuple[int, ...]] = {(): ()}
     batch = max(1, min(PREPARE_BATCH, getattr(problem, "cache_capacity", PREPARE_BATCH)))
     target, draft, other_mass = {}, {}, {}
@@ -95,4 +104,4 @@ def write_derived(path, table: TabularProblem, depth: int, provenance: dict, des
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
-__all__ = ["MAX_DERIVED_PREFIXES", "derive_problem", "write_derived"]
+__all__ = ["MAX_DERIVED_PREFIXES", "check_derive_size", "derive_problem", "write_derived"]

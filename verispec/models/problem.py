@@ -15,6 +15,7 @@ prefix (the pair, context and sampling are fixed per problem).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -122,9 +123,14 @@ class ModelProblem(Problem):
 
     def prefetch(self, depth: int) -> None:
         """Compute every prefix of length 0..depth (V^depth of them, refused past MAX_PREFETCH)."""
-        count = sum(self.vocab_size ** length for length in range(depth + 1))
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise VerispecError(f"depth must be a non-negative integer, got {depth!r}")
+        # V^depth alone passes the limit long before the sum is worth computing (depth 10^9 would not finish)
+        count = (depth + 1 if self.vocab_size == 1 else sum(self.vocab_size ** length for length in range(depth + 1))
+                 if depth * math.log(self.vocab_size) < 64 else math.inf)
         if count > MAX_PREFETCH:
-            raise VerispecError(f"prefetching depth {depth} needs {count:,} prefixes over {self.vocab_size} tokens, "
+            shown = f"{count:,}" if count < math.inf else f"more than 10^{depth * math.log10(self.vocab_size):.0f}"
+            raise VerispecError(f"prefetching depth {depth} needs {shown} prefixes over {self.vocab_size} tokens, "
                                 f"above {MAX_PREFETCH:,}; prepare the prefixes you need instead")
         for length in range(depth + 1):
             self.prepare(self.prefixes(length))

@@ -60,8 +60,8 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec import budget
-from verispec.errors import ProblemTooLargeError, VerispecError
-from verispec.simulator.dp import sequential_kernels
+from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
+from verispec.simulator.dp import MAX_WALK_OPERATIONS, ROW_OPERATIONS, check_closed_kernel_size, sequential_kernels
 from verispec.simulator.interfaces import NodeSolver, Verifier
 from verispec.simulator.problems import Problem
 
@@ -77,6 +77,16 @@ PREPARE_BATCH = 256
 
 #: Solver rows evaluated per batched call (each row holds a few [V] float64 arrays).
 ROW_ELEMENTS = 1 << 23
+
+#: Replayed draft decisions the certified tree search may make (a few microseconds each, so minutes): about
+#: D^2 / 2 for its first tree and D for each later one, D the draws of a tree. iid:99999,2 asked for 2 * 10^10
+#: for its first tree, and iid:2000,2 8 * 10^8 over max_outcomes trees, with no estimate.
+MAX_REPLAYED_DECISIONS = 10**8
+
+#: Estimated element operations (``verispec.simulator.dp``'s cost model) of the node kernels and solver rows one
+#: certified walk computes, as for the exact walk DP: branch-iid:100,100 asked for kernels of up to 10,000 draws,
+#: 9 s each, at every expanded state.
+MAX_CERTIFIED_OPERATIONS = MAX_WALK_OPERATIONS
 
 
 @dataclass
@@ -172,6 +182,7 @@ class _NodeRows:
         self.solver = solver
         self.rows: dict[tuple, dict[bytes, np.ndarray]] = {}
         self.evaluated = 0
+        self.operations = 0.0  # estimated element operations spent (_spend)
 
     def accept(self, key, p: np.ndarray, q: np.ndarray, tuples: np.ndarray) -> np.ndarray:
         """[T, n]: K(c_i | c) for each tuple's i-th token (the mass of moving to that child)."""
@@ -179,6 +190,7 @@ class _NodeRows:
         keys = [row.tobytes() for row in tuples]
         missing = [index for index, k in enumerate(keys) if k not in known]
         if missing:
+            _spend(self, ROW_OPERATIONS * len(p) * len(missing))
             size = len(p)
             chunk = max(1, ROW_ELEMENTS // max(size, 1))
             for start in range(0, len(missing), chunk):
@@ -208,6 +220,7 @@ class _ClosedKernels:
         self.max_rows = max_rows
         self.kept: dict[tuple, tuple[float, float, np.ndarray, np.ndarray, np.ndarray]] = {}
         self.evaluated = 0
+        self.operations = 0.0  # estimated element operations spent (_spend)
 
     def missing(self, state, draws: int, floor: float) -> bool:
         """Whether ``children`` at this floor must compute the kernel (it is not kept deep enough)."""
@@ -224,6 +237,8 @@ class _ClosedKernels:
             p, q = _float(problem.target(prefix)), _float(problem.draft(prefix))
             # top-k / top-p laws: tokens where p = q = 0 take no part in the tests (NodeSolver.sequential_tests)
             support = np.flatnonzero((p > 0) | (q > 0))                                     # [S]
+            operations = check_closed_kernel_size(draws, len(support), "the certified walk")
+            _spend(self, operations)
             p, q = p[support][None], q[support][None]
             _, moves = sequential_kernels(q, *self.solver.sequential_tests(p, q, draws))
             moves = np.asarray(moves, dtype=np.float64)[0]                                  # [S, n]
@@ -237,6 +252,15 @@ class _ClosedKernels:
         total, _, tokens, counts, values = self.kept[(state, draws)]
         taken = int(np.searchsorted(-values, -floor, side="right"))
         return total, list(zip(tokens[:taken].tolist(), counts[:taken].tolist(), values[:taken].tolist()))
+
+
+def _spend(rows: _NodeRows | _ClosedKernels, operations: float) -> None:
+    """Count a batch of kernels or rows against MAX_CERTIFIED_OPERATIONS before it is computed."""
+    rows.operations += operations
+    if rows.operations > MAX_CERTIFIED_OPERATIONS:
+        raise ProblemTooLargeError(
+            f"the certified walk would spend over 10^{math.log10(MAX_CERTIFIED_OPERATIONS):.0f} element operations "
+            "on node kernels and solver rows (a few minutes of one core); raise epsilon or use fewer paths")
 
 
 def _float(law) -> np.ndarray:
@@ -322,17 +346,22 @@ def certify(problem: Problem, drafter, verifier: Verifier, epsilon: float, *, ma
     certified to contain the exact values, of width at most ``epsilon`` (see the module docstring).
 
     Node-solver verifiers on i.i.d.-structured trees take the certified walk; other verifiers take the
-    whole-tree best-first enumeration (small trees only). ``max_rows`` and ``max_outcomes`` bound the work.
-    When the walk's budget runs out after a complete round, the last round's interval is returned (still
-    certified, wider than epsilon: ``reached`` is False and ``note`` says why); before that, and for the
-    whole-tree search, a ``ProblemTooLargeError`` says so."""
-    from verispec.simulator.drafters import parse_tree
-    from verispec.simulator.engine import _as_verifier, check_compatible
+    whole-tree best-first enumeration (small trees only). ``max_rows``, ``max_outcomes`` and ``deadline`` (a
+    ``time.monotonic()`` value; or the caller's ``verispec.budget``) bound the work. When the walk's rows or
+    time run out after a complete round, the last round's interval is returned (still certified, wider than
+    epsilon: ``reached`` is False and ``note`` says why); before that a ``ProblemTooLargeError`` or
+    ``AnalysisTimeoutError`` says so. The whole-tree search returns its bounds so far at the deadline (they hold
+    at any moment) and refuses past ``max_outcomes``."""
+    from verispec.simulator.engine import _as_drafter, _as_problem, _as_verifier, check_compatible, check_deadline
 
-    drafter = parse_tree(drafter) if isinstance(drafter, str) else drafter
+    problem, drafter = _as_problem(problem), _as_drafter(drafter)
     verifier = _as_verifier(verifier)  # names are resolved a layer up: verispec.certify
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
         raise VerispecError(f"epsilon must be a positive number, got {epsilon!r}")
+    for name, value in (("max_rows", max_rows), ("max_outcomes", max_outcomes)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise VerispecError(f"{name} must be a positive integer, got {value!r}")
+    check_deadline(deadline)
     check_compatible(verifier, drafter)
     problem.require_depth(drafter.depth)
     drafter.check_problem(problem)
@@ -360,13 +389,16 @@ def _certify_walk(problem, drafter, verifier, epsilon, max_rows, progress) -> Ce
     while True:
         try:
             lower, slack, expanded = _walk(problem, branching, rows, threshold, max_rows, progress)
-        except ProblemTooLargeError as error:
+        except (ProblemTooLargeError, AnalysisTimeoutError) as error:
             if result is None:
                 raise
             # the last complete round's interval is certified; it is only wider than asked
-            result.note = (f"stopped at width {result.width:.3g} > epsilon {epsilon:g}: {error}. Mass left in "
-                           "draft tokens too unlikely to enumerate (a long tail of q) bounds the width; top-k or "
-                           "top-p sampling removes the tail")
+            if isinstance(error, AnalysisTimeoutError):
+                result.note = f"stopped at width {result.width:.3g} > epsilon {epsilon:g}: {error}"
+            else:
+                result.note = (f"stopped at width {result.width:.3g} > epsilon {epsilon:g}: {error}. Mass left in "
+                               "draft tokens too unlikely to enumerate (a long tail of q) bounds the width; top-k "
+                               "or top-p sampling removes the tail")
             result.seconds = time.perf_counter() - start
             return result
         lows, highs = _bounds(lower, slack)
@@ -421,6 +453,17 @@ def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: 
 
     start = time.perf_counter()
     depth = drafter.depth
+    # Each step replays the drafter from the root up to its next choice, so the first complete tree alone costs
+    # about D^2 / 2 replayed decisions, D <= max_nodes the decisions of one tree (every draw adds a node).
+    decisions = drafter.max_nodes
+    replayed = decisions * decisions / 2 + max_outcomes * decisions
+    if replayed > MAX_REPLAYED_DECISIONS:
+        raise ProblemTooLargeError(
+            f"the certified tree search replays {drafter.spec} from the root at each of its up to {decisions:,} "
+            f"draws: up to 10^{math.log10(replayed):.1f} replayed decisions ({decisions * decisions / 2:,.0f} for "
+            f"its first tree, {decisions:,} for each later one of up to {max_outcomes:,}), above the limit of "
+            f"10^{math.log10(MAX_REPLAYED_DECISIONS):.0f}; use a smaller tree or fewer max_outcomes, or a "
+            "node-solver verifier on an i.i.d. tree (the certified walk)")
     tau = np.zeros(depth + 1)
     explored = 0.0
     outcomes = 0
@@ -429,10 +472,15 @@ def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: 
     heap = [(-1.0, 0, (), None, 0)]
     tie = 1
     bar = tqdm(desc="certified trees", disable=not progress, leave=False, unit=" trees")
+    note = ""
     while heap:
         if (1.0 - explored) * depth + 2 * ROUNDING <= epsilon:
             break
-        budget.check("the certified tree search")
+        try:
+            budget.check("the certified tree search")
+        except AnalysisTimeoutError as error:  # the bounds below hold for the trees explored so far
+            note = f"stopped before reaching epsilon {epsilon:g}: {error}"
+            break
         negative, _, choices, order, rank = heapq.heappop(heap)
         mass = -negative
         if order is None:  # not yet replayed: run the drafter to its next choice or to a complete tree
@@ -484,7 +532,7 @@ def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: 
     lows, highs = _bounds(lower, slack)
     return CertifiedResult(verifier.name, drafter.spec, 1.0 + sum(lows), 1.0 + sum(highs), lows, highs, epsilon,
                            None, outcomes, outcomes, _forward_passes(problem), time.perf_counter() - start,
-                           "certified whole trees")
+                           "certified whole trees", note=note)
 
 
 __all__ = ["CertifiedResult", "certify", "certify_whole_trees"]

@@ -83,12 +83,25 @@ def _check_bernoulli(prob):
 
 
 class RandomChooser:
-    """Draw decisions from an explicit generator; nothing reads global random state."""
+    """Draw decisions from an explicit generator; nothing reads global random state.
 
-    def __init__(self, rng: np.random.Generator):
+    ``max_choices`` (e.g. ``MAX_CHOICES_PER_TRACE``, as real decoding sets for a rule it runs as a procedure)
+    bounds the decisions one chooser hands out: past it, a VerifierError naming ``name`` says the procedure does
+    not stop, where it would otherwise loop forever."""
+
+    def __init__(self, rng: np.random.Generator, *, max_choices: int | None = None, name: str = "procedure"):
         self.rng = rng
+        self.max_choices = max_choices
+        self.name = name
+        self.choices = 0
+
+    def _count(self) -> None:
+        self.choices += 1
+        if self.max_choices is not None and self.choices > self.max_choices:
+            raise VerifierError(_too_many_choices(self.name, self.max_choices))
 
     def categorical(self, probs) -> int:
+        self._count()
         values = np.asarray(_check_categorical(probs), dtype=np.float64)
         cumulative = np.cumsum(values)
         u = self.rng.random() * cumulative[-1]
@@ -99,6 +112,7 @@ class RandomChooser:
         return index
 
     def bernoulli(self, prob) -> bool:
+        self._count()
         return bool(self.rng.random() < float(_check_bernoulli(prob)))
 
 
@@ -117,6 +131,11 @@ class NegligibleBranch(Exception):
 MAX_CHOICES_PER_TRACE = 100_000
 
 
+def _too_many_choices(name: str, limit: int) -> str:
+    return (f"'{name}' made more than {limit} random decisions in one run; a procedure must stop after finitely "
+            "many choices (does a loop never accept?)")
+
+
 class _ReplayChooser:
     """Replays a fixed prefix of decisions, then takes the first option at every new decision point and
     records the untaken options so the enumerator can visit them later (depth-first over traces)."""
@@ -133,9 +152,7 @@ class _ReplayChooser:
     def _decide(self, options: list[tuple[int, object]]) -> int:
         # options: (choice, probability) pairs with probability > 0, in a fixed order
         if self.position >= MAX_CHOICES_PER_TRACE:  # the rule's fault, not the problem's size
-            raise VerifierError(
-                f"'{self.name}' made more than {MAX_CHOICES_PER_TRACE} random decisions in one run; a procedure "
-                "must stop after finitely many choices (does a loop never accept?)")
+            raise VerifierError(_too_many_choices(self.name, MAX_CHOICES_PER_TRACE))
         if self.position < len(self.prefix):
             choice = self.prefix[self.position]
         else:

@@ -24,7 +24,8 @@ the Python cost is per distinct context, not per (context, multiplicity, draw tu
 
 i.i.d.-structured drafters expose ``iid_branching`` = (b_1..b_L): chain (1,..,1); root i.i.d. (K,1,..,1);
 delayed (1 x L1, K, 1 x (L2 - 1)); branch-iid (b_1..b_D). Sizes are checked before any work:
-``check_walk_size`` refuses a walk whose single node kernel or output law would not fit.
+``check_walk_size`` refuses a walk whose single node kernel, output law, per-depth state arrays or total work
+(``estimate_walk``, computed in logs from the branching, V and the problem's state count) would not fit.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from tqdm import tqdm
 from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
 from verispec.simulator.interfaces import NodeSolver
-from verispec.simulator.problems import Problem
+from verispec.simulator.problems import Problem, log_add, log_prefix_count, readable_count
 
 #: Rows (kernel, draw tuple) handed to the solver at once; bounds the DP's working memory. Chunks of a few
 #: MB stay in cache: 2^15 rows ran the Markov benchmark (V = 16) in 0.55 s where 2^18 took 0.85 s.
@@ -51,6 +52,36 @@ MAX_KERNEL_TUPLES = 1 << 24
 
 #: Largest output law (entries over all block lengths) the 'law' mode builds (8 bytes each in float64).
 MAX_LAW_MODE_ENTRIES = 1 << 28
+
+#: Largest coefficient array (draws x nodes x V) of one batch of closed-form kernels (``sequential_kernels``
+#: holds about four): 512 MiB each in float64. Larger batches are split by nodes; a single node beyond it is
+#: refused (n = 99,999 draws at V = 2,000 would need 1.6 GB per array).
+MAX_KERNEL_ELEMENTS = 1 << 26
+
+#: Largest array of move masses [states, V, most draws] at one depth of the walk (8 bytes each; the walk
+#: keeps a few of them and their nonzero indices).
+MAX_STATE_ENTRIES = 1 << 25
+
+#: Estimated element operations (``estimate_walk``) beyond which the walk is refused: about 1.5 ns each on
+#: one core, so the limit is a few minutes. iid:2000,2 (kernels of up to 2000 draws for each of 2000
+#: multiplicities) estimates 10^11.0 at V = 2 and is refused; iid:600,2 estimates 10^9.8 and runs in 11 s,
+#: iid:160,2 10^8.6 and 1.3 s (both measured on a loaded 2-core machine).
+MAX_WALK_OPERATIONS = 10**11
+
+#: Cost model of ``estimate_walk``, in element operations: one Python-level step of a closed-form kernel
+#: (a dozen array calls), one coefficient of its Horner recursion (about ten array operations touch it), and
+#: one (draw tuple, token) of an enumerated kernel (the solver's batched law and the scatter).
+KERNEL_STEP_OPERATIONS = 25_000
+KERNEL_ELEMENT_OPERATIONS = 10
+ROW_OPERATIONS = 200
+#: ... and the bookkeeping of one depth: a fixed cost (about 75 us), one state, one token of a child prefix.
+DEPTH_OPERATIONS = 50_000
+STATE_OPERATIONS = 1_000
+PREFIX_OPERATIONS = 3
+
+#: Estimated element operations of ONE closed-form kernel beyond which it is refused (about 15 s of one core):
+#: n = 10,000 draws at V = 2 is 2.3 * 10^9; n = 99,999 is 10^11.3.
+MAX_KERNEL_OPERATIONS = 10**10
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,10 +112,16 @@ def max_draws(branching: tuple[int, ...]) -> int:
     return most
 
 
-def check_walk_size(size: int, branching: tuple[int, ...], mode: str, solver: NodeSolver | None = None) -> None:
-    """ProblemTooLargeError before any work when one node kernel (V^n ordered draw tuples for the most
-    draws n at a node, unless ``solver`` has a closed-form kernel) or, in law mode, the output law
-    (V + V^2 + .. + V^(L+1) entries) is too large."""
+def check_walk_size(size: int, branching: tuple[int, ...], mode: str, solver: NodeSolver | None = None, *,
+                    problem: Problem | None = None) -> float:
+    """ProblemTooLargeError before any work when the walk cannot finish; else the natural log of its estimated
+    element operations (``estimate_walk``). Refused, in this order: one node kernel enumerated over V^n ordered
+    draw tuples (n the most draws at a node) above ``MAX_KERNEL_TUPLES``; one closed-form kernel above
+    ``MAX_KERNEL_ELEMENTS`` or ``MAX_KERNEL_OPERATIONS`` (``check_closed_kernel_size``); in law mode, an output
+    law (V + .. + V^(L+1) entries) above ``MAX_LAW_MODE_ENTRIES``; the state arrays of one depth above
+    ``MAX_STATE_ENTRIES``; the whole walk above ``MAX_WALK_OPERATIONS``.
+    ``problem`` bounds the states of metrics mode (``Problem.log_state_count``); without it every prefix is
+    taken to be its own state."""
     draws = max_draws(branching)
     log_tuples = draws * math.log(size) if draws else 0.0
     closed_form = solver is not None and solver.has_sequential_tests
@@ -94,13 +131,136 @@ def check_walk_size(size: int, branching: tuple[int, ...], mode: str, solver: No
             f"at one node: V^n = 10^{log_tuples / math.log(10):.1f} lists at V={size}, above its limit of "
             f"{MAX_KERNEL_TUPLES:,} (about {MAX_KERNEL_TUPLES * size * 8 * 6 / 2**30:.0f} GiB of arrays); use "
             "fewer paths or a smaller vocabulary")
+    if closed_form and draws:
+        check_closed_kernel_size(draws, size, "the walk DP")
     if mode == "law":
-        log_entries = (len(branching) + 1) * math.log(size) + math.log(size / (size - 1) if size > 1 else 2)
+        log_entries = log_prefix_count(size, 1, len(branching) + 1)
         if log_entries > math.log(MAX_LAW_MODE_ENTRIES):
             raise ProblemTooLargeError(
                 f"the output law of a depth-{len(branching)} tree at V={size} has "
                 f"10^{log_entries / math.log(10):.1f} entries, above {MAX_LAW_MODE_ENTRIES:,} "
                 f"({MAX_LAW_MODE_ENTRIES * 8 / 2**30:.0f} GiB); use method 'dp-metrics' (law of tau only)")
+    estimate = estimate_walk(size, branching, mode, closed_form, problem,
+                             stop_above=math.log(MAX_WALK_OPERATIONS) + 1)
+    if estimate.log_state_entries > math.log(MAX_STATE_ENTRIES):
+        raise ProblemTooLargeError(
+            f"the walk DP on {_branching_text(branching)} at V={size} would hold "
+            f"{readable_count(estimate.log_state_entries)} (state, token, count) masses at one depth, above its "
+            f"limit of {MAX_STATE_ENTRIES:,} ({MAX_STATE_ENTRIES * 8 / 2**20:.0f} MiB); use fewer paths or a "
+            f"smaller vocabulary{_metrics_hint(mode)}")
+    if estimate.log_operations > math.log(MAX_WALK_OPERATIONS):
+        kernels = ("closed-form kernels" if closed_form else "kernels enumerated over ordered draw lists")
+        raise ProblemTooLargeError(
+            f"the walk DP on {_branching_text(branching)} at V={size} would take "
+            f"{'about' if estimate.complete else 'more than'} {readable_count(estimate.log_operations)} element "
+            f"operations ({kernels} of up to n = {draws:,} draws, over {len(branching):,} depths), above its limit "
+            f"of 10^{math.log10(MAX_WALK_OPERATIONS):.0f} (a few minutes of one core); use fewer paths or a smaller "
+            f"vocabulary{_metrics_hint(mode)}")
+    return estimate.log_operations
+
+
+def _metrics_hint(mode: str) -> str:
+    return (", or method 'dp-metrics' (law of tau only), whose states are the problem's states rather than "
+            "every prefix") if mode == "law" else ""
+
+
+def check_closed_kernel_size(draws: int, size: int, what: str) -> float:
+    """ProblemTooLargeError, before ``sequential_tests`` is even called, when the closed-form kernel of one node
+    with ``draws`` i.i.d. draws over ``size`` tokens would hold more than MAX_KERNEL_ELEMENTS coefficients or take
+    more than MAX_KERNEL_OPERATIONS element operations (the cost model of ``estimate_walk``); else its estimated
+    element operations."""
+    log_elements = math.log(draws) + math.log(max(size, 1))
+    log_operations = log_add(math.log(KERNEL_STEP_OPERATIONS * draws),
+                              math.log(KERNEL_ELEMENT_OPERATIONS) + math.log(draws) + log_elements)
+    if log_elements > math.log(MAX_KERNEL_ELEMENTS) or log_operations > math.log(MAX_KERNEL_OPERATIONS):
+        raise ProblemTooLargeError(
+            f"{what}: the closed-form kernel of a node with n = {draws:,} i.i.d. draws over {size:,} tokens would "
+            f"hold {readable_count(log_elements)} coefficients and take about {readable_count(log_operations)} element "
+            f"operations, above the limits of {MAX_KERNEL_ELEMENTS:,} and 10^{math.log10(MAX_KERNEL_OPERATIONS):.0f} "
+            "(about 15 s of one core); use fewer paths")
+    return math.exp(log_operations)
+
+
+@dataclass(frozen=True)
+class WalkEstimate:
+    """Upper bounds, as natural logs, on the work of a walk DP (``estimate_walk``)."""
+
+    #: element operations of every node kernel and of each depth's bookkeeping
+    log_operations: float
+    #: entries of the largest per-depth array of move masses [states, V, most draws]
+    log_state_entries: float
+    #: False when the sum stopped early (``stop_above``): the operations are then a lower bound of the estimate
+    complete: bool = True
+
+
+def estimate_walk(size: int, branching: tuple[int, ...], mode: str, closed_form: bool,
+                  problem: Problem | None = None, *, stop_above: float = math.inf) -> WalkEstimate:
+    """Upper bounds on the walk's work, computed in logs without building anything (the walk may end sooner:
+    it stops at the first depth that no mass reaches).
+
+    At depth d (0-based) a state is (context, m) with m <= M_d = b_1 .. b_d paths through it, so there are at
+    most C_d M_d states, C_d the contexts (law mode: V^d prefixes; metrics mode: ``problem``'s states), and
+    each needs the kernel of n = m b_(d+1) draws. A closed-form kernel of n draws for U contexts costs about
+    ``KERNEL_STEP_OPERATIONS`` n (Python-level steps) + ``KERNEL_ELEMENT_OPERATIONS`` n^2 U V (Horner's rule
+    on coefficient arrays; ``sequential_kernels``); an enumerated one costs ``ROW_OPERATIONS`` V per ordered
+    draw tuple, V^n of them. Each depth also costs ``DEPTH_OPERATIONS``, ``STATE_OPERATIONS`` per state, and
+    ``PREFIX_OPERATIONS`` per token of the child prefixes (length d + 1) built for up to C_d V (context,
+    token) pairs: quadratic in the depth, which is what a chain of 100,000 with p = q spends its 80 s on. One
+    operation is about 1.5 ns on one core (measured: closed-form kernels at n = 1000..4000, khisti's
+    enumerated kernels at V = 8 and 64, chains of 10,000 and 100,000). The sum stops early once it passes
+    ``stop_above`` (a log), so refusing chain:1000000 costs no million-step loop."""
+    log_size = math.log(size)
+    log_paths = 0.0                                            # log M_d
+    operations, entries = [], []
+    log_total = -math.inf
+    for d, factor in enumerate(branching):
+        if log_total > stop_above:
+            break
+        log_contexts = d * log_size
+        if mode != "law" and problem is not None:
+            log_contexts = min(log_contexts, problem.log_state_count(d))
+        log_factor = math.log(factor)
+        log_most = log_paths + log_factor                      # log of the most draws n at depth d
+        entries.append(log_contexts + log_paths + log_size + log_most)
+        if closed_form:
+            steps = log_factor + _log_power_sum(log_paths, 1)                       # sum_m m b
+            elements = 2 * log_factor + _log_power_sum(log_paths, 2) + log_contexts + log_size
+            operations.append(log_add(math.log(KERNEL_STEP_OPERATIONS) + steps,
+                                       math.log(KERNEL_ELEMENT_OPERATIONS) + elements))
+        else:
+            # sum_(m <= M) V^(m b) <= V^(M b) V^b / (V^b - 1), or M when V = 1
+            per_context = (_exp_or_inf(log_paths) * factor * log_size - math.log1p(-math.exp(-factor * log_size))
+                           if size > 1 else log_paths)
+            operations.append(math.log(ROW_OPERATIONS) + log_size + log_contexts + per_context)
+        operations.append(_log_sum([math.log(DEPTH_OPERATIONS),
+                                    math.log(STATE_OPERATIONS) + log_contexts + log_paths,
+                                    math.log(PREFIX_OPERATIONS * (d + 1)) + log_contexts + log_size]))
+        log_total = log_add(log_total, log_add(operations[-2], operations[-1]))
+        log_paths = log_most
+    return WalkEstimate(log_operations=log_total, log_state_entries=max(entries, default=0.0),
+                        complete=len(entries) == len(branching))
+
+
+def _exp_or_inf(log_value: float) -> float:
+    return math.exp(log_value) if log_value < 700 else math.inf
+
+
+def _log_sum(values: list[float]) -> float:
+    total = -math.inf
+    for value in values:
+        total = log_add(total, value)
+    return total
+
+
+def _log_power_sum(log_count: float, power: int) -> float:
+    """log of an upper bound on sum_(m = 1..M) m^power, M = e^log_count: (M + 1)^(power + 1) / (power + 1)."""
+    log_next = log_count + math.log1p(math.exp(-log_count)) if log_count < 700 else log_count
+    return (power + 1) * log_next - math.log(power + 1)
+
+
+def _branching_text(branching: tuple[int, ...]) -> str:
+    shown = ",".join(map(str, branching[:6])) + (",..." if len(branching) > 6 else "")
+    return f"branching ({shown})"
 
 
 def _draw_tuples(size: int, count: int) -> np.ndarray:
@@ -113,17 +273,23 @@ def node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, draws: int) -
     that states its rule as sequential tests (``NodeSolver.sequential_tests``), else by enumeration of every
     ordered draw tuple (``enumerated_node_kernels``)."""
     if draws and solver.has_sequential_tests:
-        stop, moves = sequential_kernels(q, *solver.sequential_tests(p, q, draws))
-        return [NodeKernel(stop=stop[u], moves=moves[u]) for u in range(len(p))]
+        kernels = []
+        chunk = max(1, MAX_KERNEL_ELEMENTS // (draws * p.shape[-1]))  # coefficient arrays [n, chunk, V]
+        for start in range(0, len(p), chunk):
+            budget.check("the walk DP")
+            rows_p, rows_q = p[start:start + chunk], q[start:start + chunk]
+            stop, moves = sequential_kernels(rows_q, *solver.sequential_tests(rows_p, rows_q, draws))
+            kernels += [NodeKernel(stop=stop[u], moves=moves[u]) for u in range(len(rows_p))]
+        return kernels
     return enumerated_node_kernels(solver, p, q, draws)
 
 
-def _times_linear(coefficients: list, constant, slope) -> list:
-    """The coefficients (in x) of (sum_k c_k x^k) (constant + slope x); arrays elementwise."""
-    product = [coefficients[0] * constant]
-    for k in range(1, len(coefficients)):
-        product.append(coefficients[k] * constant + coefficients[k - 1] * slope)
-    product.append(coefficients[-1] * slope)
+def _times_linear(coefficients, constant, slope):
+    """The coefficients (in x) of (sum_k c_k x^k) (constant + slope x): ``coefficients`` [k + 1, ...] ->
+    [k + 2, ...], with ``constant`` and ``slope`` broadcast against one coefficient."""
+    product = backend.zeros((len(coefficients) + 1, *coefficients.shape[1:]), coefficients)
+    product[:-1] = coefficients * constant
+    product[1:] = product[1:] + coefficients * slope
     return product
 
 
@@ -137,33 +303,37 @@ def sequential_kernels(q, accept: list, final):
     the final law gives t. Because the tests' laws do not depend on which tokens were rejected, the count of
     t among rejected drafts is a sum of independent steps: step i rejects a t with probability
     rho_i(t) = q(t) - accept_i(t) and rejects another token with probability sum(rho_i) - rho_i(t). So for
-    each token the count's generating function is a product of linear factors:
+    each token the count's generating function is a product of linear factors L_i(x) = (sum rho_i - rho_i(t))
+    + rho_i(t) x, and with A_m(x) = ((1 - q(t)) + q(t) x)^m (m unexamined drafts):
 
-        moves[t, k - 1] = sum_j accept_j(t) [x^(k-1)] prod_(i<j) ((sum rho_i - rho_i(t)) + rho_i(t) x)
-                                                      * ((1 - q(t)) + q(t) x)^(n - j)
-                          + final(t) [x^k] prod_(i<=n) ((sum rho_i - rho_i(t)) + rho_i(t) x),
-        stop[t]         = final(t) [x^0] prod_(i<=n) (...).
+        sum_k moves[t, k - 1] x^(k-1) = sum_j accept_j(t) prod_(i<j) L_i(x) A_(n-1-j)(x)
+                                        + final(t) (prod_(i<=n) L_i(x) - prod_(i<=n) L_i(0)) / x,
+        stop[t]                       = final(t) prod_(i<=n) L_i(0).
 
-    O(n^3 V) work; the same +, -, * on every backend (exact rationals stay exact)."""
+    The sum over j is evaluated by Horner's rule from the last draft up, T_(n-1) = accept_(n-1) A_0,
+    T_j = accept_j A_(n-1-j) + L_j T_(j+1), T_0 being the sum, with A_m grown one factor per step: O(n^2 V)
+    work in O(n) array operations on coefficient arrays [degree + 1, U, V] (the direct double sum over
+    (j, count before j, count after j) was O(n^3 V) Python-level steps). Every term is a product of
+    non-negative numbers, so no cancellation; the same +, -, * on every backend (exact rationals stay exact)."""
     draws = len(accept)
-    ones = q * 0 + 1
-    suffix = [[ones]]                       # suffix[m]: coefficients of ((1 - q) + q x)^m, each [U, V]
-    for _ in range(1, draws):
-        suffix.append(_times_linear(suffix[-1], 1 - q, q))
-    moves = [q * 0 for _ in range(draws)]   # moves[k - 1]: [U, V]
-    rejected_so_far = [ones]                # coefficients: drafts so far all rejected, k of them being t
-    for j, accepted in enumerate(accept):
-        after = suffix[draws - 1 - j]
-        for before_count, before in enumerate(rejected_so_far):
-            for after_count, later in enumerate(after):
-                moves[before_count + after_count] = moves[before_count + after_count] + accepted * before * later
-        rejected = q - accepted                                            # draft j is t and rejected
-        others = backend.total(rejected, keepdims=True) - rejected          # draft j is another token, rejected
-        rejected_so_far = _times_linear(rejected_so_far, others, rejected)
-    stop = final * rejected_so_far[0]
-    for k in range(1, draws + 1):
-        moves[k - 1] = moves[k - 1] + final * rejected_so_far[k]
-    return stop, backend.stack(moves, axis=-1)
+    ones = (q * 0 + 1)[None]                                  # the polynomial 1: [1, U, V]
+    rejected = [q - accepted for accepted in accept]          # draft i is t and rejected, [U, V] each
+    # prod_(i<n) L_i: all n drafts rejected, k of them being t -> [n + 1, U, V]
+    all_rejected = ones
+    for rejected_t in rejected:
+        all_rejected = _times_linear(all_rejected, backend.total(rejected_t, keepdims=True) - rejected_t, rejected_t)
+    # Horner from the last draft up: T holds sum_(i>=j) accept_i prod_(j<=l<i) L_l A_(n-1-i), [n - j, U, V]
+    unexamined = ones                                         # A_(n-1-j)
+    horner = accept[-1] * unexamined
+    for j in range(draws - 2, -1, -1):
+        budget.check("closed-form node kernels")
+        unexamined = _times_linear(unexamined, 1 - q, q)
+        rejected_t = rejected[j]
+        horner = accept[j] * unexamined + _times_linear(horner, backend.total(rejected_t, keepdims=True) - rejected_t,
+                                                        rejected_t)
+    stop = final * all_rejected[0]
+    moves = horner + final * all_rejected[1:]                 # [n, U, V]: index k - 1
+    return stop, backend.stack(list(moves), axis=-1)
 
 
 def enumerated_node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, draws: int) -> list[NodeKernel]:
@@ -212,7 +382,7 @@ def walk_dp(problem: Problem, branching: tuple[int, ...], solver: NodeSolver, *,
     if mode not in ("law", "metrics"):
         raise ValueError(f"mode must be 'law' or 'metrics', got {mode!r}")
     size, depth = problem.vocab_size, len(branching)
-    check_walk_size(size, branching, mode, solver)
+    check_walk_size(size, branching, mode, solver, problem=problem)
     cache = {} if kernel_cache is None else kernel_cache
     root = problem.target(())
     number = type(root[0])

@@ -26,6 +26,7 @@ from any real bias (the broken rules in the tests are biased by more than 1e-3).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -33,14 +34,14 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec import budget
-from verispec.errors import IncompatibleDraftError, ProblemTooLargeError, VerispecError
+from verispec.errors import IncompatibleDraftError, ProblemTooLargeError, VerispecError, describe
 from verispec.simulator import fast_enumeration
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES
-from verispec.simulator.dp import check_walk_size, walk_dp
+from verispec.simulator.dp import MAX_LAW_MODE_ENTRIES, check_walk_size, walk_dp
 from verispec.simulator.drafters import Drafter, parse_tree
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.laws import OutputLaw, check_emission_laws
-from verispec.simulator.problems import Problem, target_law
+from verispec.simulator.problems import Problem, log_prefix_count, readable_count, target_law
 from verispec.simulator.trees import TreeBatch
 
 DEFAULT_TOLERANCE = 1e-12
@@ -116,8 +117,13 @@ class ExactResult:
 
     @property
     def acceptance_by_depth(self) -> list:
-        """[P(tau >= d) for d = 1..L]: probability that the d-th draft position is accepted."""
-        return [sum(self.tau_law[d:]) for d in range(1, len(self.tau_law))]
+        """[P(tau >= d) for d = 1..L]: probability that the d-th draft position is accepted (tail sums, one pass
+        from the deepest: chain:1000000 took O(L^2) here)."""
+        tails, running = [], 0 * self.tau_law[0]
+        for mass in reversed(self.tau_law[1:]):
+            running = running + mass
+            tails.append(running)
+        return tails[::-1]
 
     @property
     def conditional_acceptance(self) -> list:
@@ -169,16 +175,26 @@ def _log_law_entries(size: int, depth: int) -> float:
     return (depth + 1) * math.log(size)
 
 
-def _readable_count(log_value: float) -> str:
-    return f"{math.exp(log_value):,.0f}" if log_value < math.log(1e6) else f"10^{log_value / math.log(10):.1f}"
+def _check_output_law_size(problem: Problem, drafter: Drafter) -> None:
+    """The enumeration methods build the whole output law, V + V^2 + .. + V^(L+1) entries: refused above
+    MAX_LAW_MODE_ENTRIES as in the DP's law mode (argmax-chain:1000000 has one draft outcome but asked numpy for
+    a 4^16-entry array before this check)."""
+    size, depth = problem.vocab_size, drafter.depth
+    log_entries = log_prefix_count(size, 1, depth + 1)
+    if log_entries > math.log(MAX_LAW_MODE_ENTRIES):
+        raise ProblemTooLargeError(
+            f"the output law of {drafter.spec} at V={size} has {readable_count(log_entries)} entries (every block "
+            f"of length 1..{depth + 1}), above {MAX_LAW_MODE_ENTRIES:,} ({MAX_LAW_MODE_ENTRIES * 8 / 2**30:.0f} "
+            "GiB); an enumeration builds it whole: use a shallower tree or a smaller vocabulary")
 
 
 def _check_closed_form_size(problem: Problem, drafter: Drafter) -> None:
+    _check_output_law_size(problem, drafter)
     outcomes = drafter.log_num_outcomes(problem.vocab_size)
     if outcomes > math.log(DEFAULT_MAX_TRACES):
         raise ProblemTooLargeError(
             f"whole-tree enumeration of {drafter.spec} at V={problem.vocab_size} visits up to "
-            f"{_readable_count(outcomes)} draft trees, above the limit of {DEFAULT_MAX_TRACES:,}; use a smaller "
+            f"{readable_count(outcomes)} draft trees, above the limit of {DEFAULT_MAX_TRACES:,}; use a smaller "
             "tree or vocabulary, or a faster method (dp for node solvers on i.i.d. trees)")
 
 
@@ -197,12 +213,13 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
                 f"method '{method}' needs a top-down solver verifier on an i.i.d.-structured tree "
                 f"(chain, iid, delayed, branch-iid); '{verifier.name}' on {drafter.spec} is not one")
         check_walk_size(size, drafter.iid_branching, "law" if method == "dp" else "metrics",
-                        verifier.node_solver)
+                        verifier.node_solver, problem=problem)
     elif method == "fast-enumeration":
         if not fast_enumeration.applies(problem, drafter):
             raise IncompatibleDraftError(
                 f"method 'fast-enumeration' needs a float problem and a chain, delayed, iid or branch tree; "
                 f"{drafter.spec} on this problem is not one")
+        _check_output_law_size(problem, drafter)
         fast_enumeration.check_size(problem, drafter, fast_enumeration.uses_multisets(drafter, verifier))
     elif method in ("closed-form", "enumerate"):
         _check_closed_form_size(problem, drafter)
@@ -212,18 +229,19 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
                                 "use method 'dp' (or auto) for the output law")
         return method
     if dp_applies(drafter, verifier):
-        check_walk_size(size, drafter.iid_branching, "metrics", verifier.node_solver)
+        check_walk_size(size, drafter.iid_branching, "metrics", verifier.node_solver, problem=problem)
         keep_law = need_output_law or _log_law_entries(size, drafter.depth) <= math.log(MAX_LAW_ENTRIES)
         if keep_law:
-            check_walk_size(size, drafter.iid_branching, "law", verifier.node_solver)
+            check_walk_size(size, drafter.iid_branching, "law", verifier.node_solver, problem=problem)
         return "dp" if keep_law else "dp-metrics"
     outcomes = drafter.log_num_outcomes(size)
     if outcomes > math.log(MAX_ENUMERATED_TREES):  # before any slot plan is built
         raise ProblemTooLargeError(
-            f"exact enumeration of {drafter.spec} at V={size} covers up to {_readable_count(outcomes)} draft trees; "
+            f"exact enumeration of {drafter.spec} at V={size} covers up to {readable_count(outcomes)} draft trees; "
             f"'{verifier.name}' is not a node solver on an i.i.d. tree, so the walk DP does not apply; use a "
             "smaller tree or vocabulary")
     if fast_enumeration.applies(problem, drafter):
+        _check_output_law_size(problem, drafter)
         fast_enumeration.check_size(problem, drafter, fast_enumeration.uses_multisets(drafter, verifier))
         return "fast-enumeration"
     _check_closed_form_size(problem, drafter)
@@ -254,6 +272,25 @@ def _as_drafter(drafter) -> Drafter:
     return drafter
 
 
+def _as_problem(problem) -> Problem:
+    """``problem`` itself when it is a verispec Problem; else a one-line VerispecError saying what to pass."""
+    if not isinstance(problem, Problem):
+        hint = (f"; for a problem file use verispec.simulator.load_problem({str(problem)!r})"
+                if isinstance(problem, (str, os.PathLike)) else "")
+        raise VerispecError("expected a verispec Problem (e.g. verispec.simulator.sun_toy_problem(), random_problem("
+                            f"V, depth, seed) or load_problem(PATH)), got {type(problem).__name__}{hint}")
+    return problem
+
+
+def check_deadline(deadline) -> None:
+    """A one-line VerispecError unless ``deadline`` is None or a number (a ``time.monotonic()`` value)."""
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float, np.integer,
+                                                                                        np.floating))
+                                 or math.isnan(deadline)):
+        raise VerispecError(f"deadline must be None or a time.monotonic() value (a number, e.g. time.monotonic() + 60),"
+                            f" got {describe(deadline)}")
+
+
 def _as_verifier(verifier) -> Verifier:
     if isinstance(verifier, str):
         raise VerispecError(f"verifier given by name {verifier!r}: use verispec.analyze, which resolves names, or "
@@ -275,7 +312,11 @@ def analyze(problem: Problem, drafter: Drafter | str, verifier: Verifier, *, met
     calls on the same problem and verifier. ``progress`` shows progress bars. ``deadline`` (a
     ``time.monotonic()`` value) stops the analysis with AnalysisTimeoutError once passed.
     """
-    drafter, verifier = _as_drafter(drafter), _as_verifier(verifier)
+    problem, drafter, verifier = _as_problem(problem), _as_drafter(drafter), _as_verifier(verifier)
+    check_deadline(deadline)
+    if kernel_cache is not None and not isinstance(kernel_cache, dict):
+        raise VerispecError(f"kernel_cache must be a dict (shared between DP calls) or None, got "
+                            f"{type(kernel_cache).__name__}")
     if tolerance is not None and not (isinstance(tolerance, (int, float, Fraction)) and tolerance >= 0
                                       and math.isfinite(tolerance)):
         raise VerispecError(f"tolerance must be a finite number >= 0, got {tolerance!r}")

@@ -67,7 +67,7 @@ class NodeSolver(ABC):
         rejected) and ``final`` [N, V] = the output law when every draft is rejected, where neither may depend
         on WHICH tokens were rejected before (SpecInfer's residual chain, SpecTr's fixed ratio test, NSS's
         zero tests). The walk DP and the certified walk then get a node's kernel (its output law summed over
-        all V^n draw lists) in O(n^3 V) instead of V^n solver rows (``verispec.simulator.dp.node_kernels``).
+        all V^n draw lists) in O(n^2 V) instead of V^n solver rows (``verispec.simulator.dp.node_kernels``).
         Tokens where p = q = 0 may be left out of p and q (the certified walk passes the union of the supports
         only), so the tests must treat such tokens as absent: sums and elementwise rules do.
         None (the default) when the rule is not of this form; it must agree with ``output_laws``, and is used

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
@@ -21,10 +22,23 @@ from pathlib import Path
 
 import numpy as np
 
-from verispec.errors import InvalidDistributionError, InvalidProblemError, describe
+from verispec.errors import InvalidDistributionError, InvalidProblemError, ProblemTooLargeError, describe
+from verispec.io import read_user_file
 from verispec.simulator.distributions import SUM_TOLERANCE, as_distribution, parse_number
 
 Prefix = tuple[int, ...]
+
+#: Largest table a generator builds: prefixes of length 0..depth (each with a target and a draft law), and
+#: probabilities per law (prefixes x V). Generating takes about 40 us per prefix (random_problem(4, 8): 87k
+#: prefixes in 3.3 s; (2, 19), 2^20 prefixes, in 71 s on a loaded machine), so the limits are about a minute
+#: and a few hundred MB; random_problem(50, 12) asked for 10^20.4 prefixes and hung before they existed.
+MAX_TABLE_PREFIXES = 1 << 20
+MAX_TABLE_ENTRIES = 1 << 22
+
+#: Largest problem file read: a problem file of the largest table (MAX_TABLE_ENTRIES probabilities per law, up
+#: to 24 bytes each as JSON floats, plus the prefix keys) takes under 200 MiB: random_problem(2, 19) writes 121 MiB,
+#: random_problem(2047, 1) 93 MiB. ``/dev/zero`` was read to 7.7 GB.
+MAX_PROBLEM_FILE_BYTES = 256 << 20
 
 
 class Problem(ABC):
@@ -55,6 +69,12 @@ class Problem(ABC):
         It must be Markov: state(prefix + (t,)) is a function of state(prefix) and t, so that engines may
         memoise on it (context-free: one state; order-1 Markov: the last token)."""
         return prefix
+
+    def log_state_count(self, length: int) -> float:
+        """Natural log of an upper bound on the number of distinct ``state`` values of prefixes of this length
+        (every one of the V^length prefixes by default): engines that memoise on ``state`` estimate their size
+        with it before any work (``verispec.simulator.dp.check_walk_size``)."""
+        return length * math.log(self.vocab_size)
 
     def require_depth(self, depth: int) -> None:
         """Raise InvalidProblemError unless the problem covers draft trees of this depth."""
@@ -122,6 +142,9 @@ class ContextFreeProblem(Problem):
     def state(self, prefix: Prefix) -> Hashable:
         return ()
 
+    def log_state_count(self, length: int) -> float:
+        return 0.0
+
 
 @dataclass(frozen=True, eq=False)
 class MarkovProblem(Problem):
@@ -168,6 +191,9 @@ class MarkovProblem(Problem):
 
     def state(self, prefix: Prefix) -> Hashable:
         return prefix[-1] if prefix else None
+
+    def log_state_count(self, length: int) -> float:
+        return math.log(self.vocab_size) if length else 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -310,6 +336,53 @@ def check_knobs(size: int, concentration: float, divergence: float, temperature:
         raise InvalidProblemError(f"zero_fraction must lie in [0, 1), got {describe(zero_fraction)}")
 
 
+def check_table_size(vocab_size: int, depth, what: str) -> None:
+    """ProblemTooLargeError, before anything is built, when a table of every prefix of length 0..depth at this
+    vocabulary exceeds MAX_TABLE_PREFIXES prefixes or MAX_TABLE_ENTRIES probabilities per law (sizes in logs,
+    so absurd depths cost nothing); InvalidProblemError for a depth that is not a non-negative integer."""
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 0:
+        raise InvalidProblemError(f"{what}: depth must be a non-negative integer, got {describe(depth)}")
+    size = int(vocab_size)
+    log_prefixes = log_prefix_count(size, 0, depth)
+    log_entries = log_prefixes + math.log(size)
+    if log_prefixes > math.log(MAX_TABLE_PREFIXES) or log_entries > math.log(MAX_TABLE_ENTRIES):
+        raise ProblemTooLargeError(
+            f"{what}: a table of every prefix of length 0..{depth} at V={size} has {readable_count(log_prefixes)} "
+            f"prefixes and {readable_count(log_entries)} probabilities per law, above the limits of "
+            f"{MAX_TABLE_PREFIXES:,} prefixes and {MAX_TABLE_ENTRIES:,} probabilities; use a smaller vocabulary or "
+            "depth, or a context-free or Markov problem (any depth)")
+
+
+def log_prefix_count(size: int, first: int, last: int) -> float:
+    """Natural log of V^first + V^(first + 1) + .. + V^last (the prefixes of lengths first..last), computed
+    without building the number (-inf when last < first): size estimates of tables, output laws and LPs."""
+    if last < first:
+        return -math.inf
+    count = last - first + 1
+    if size == 1:
+        return math.log(count)
+    log_size = math.log(size)
+    # V^first (V^count - 1) / (V - 1)
+    return (first + count) * log_size + math.log1p(-math.exp(-count * log_size)) - math.log(size - 1)
+
+
+def log_add(a: float, b: float) -> float:
+    """log(e^a + e^b) without overflow (either may be -inf)."""
+    high, low = max(a, b), min(a, b)
+    return high + math.log1p(math.exp(low - high)) if math.isfinite(low) else high
+
+
+def readable_count(log_value: float) -> str:
+    """A count given by its natural log, for messages: '87,381' below a million, else '10^20.4', and
+    '10^(10^84.7)' when even the exponent is astronomical (greedy-tree:50,50's draft trees)."""
+    if log_value < math.log(1e6):
+        return f"{math.exp(log_value):,.0f}"
+    if not math.isfinite(log_value):
+        return "infinitely many"
+    exponent = log_value / math.log(10)
+    return f"10^{exponent:.1f}" if exponent < 1e6 else f"10^(10^{math.log10(exponent):.1f})"
+
+
 # Synthetic generators share these knobs.
 # ``concentration`` of the Dirichlet draws (small values give peaked laws); ``divergence`` in
 # [0, 1] moves the draft away from the target: q = (1 - divergence) p + divergence r with r an
@@ -326,6 +399,7 @@ def random_problem(vocab_size: int, depth: int, seed: int | np.random.Generator,
     Conditionals are given for every prefix of length 0..depth.
     """
     check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
+    check_table_size(vocab_size, depth, "random_problem")
     rng = np.random.default_rng(seed)
     target_table, draft_table = {}, {}
     for length in range(depth + 1):
@@ -480,17 +554,17 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
     A key repeated within one JSON object is refused. JSON numbers with a fraction or an exponent are read
     as the decimals written in the file.
     """
-    try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise InvalidProblemError(f"cannot read problem file {str(path)!r}: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise InvalidProblemError(f"problem file {str(path)!r} is not UTF-8 text") from None
+    text = read_user_file(path, limit=MAX_PROBLEM_FILE_BYTES, what="problem file", error=InvalidProblemError,
+                          why=f"a file of the largest table verispec generates, {MAX_TABLE_ENTRIES:,} probabilities "
+                              "per law, takes under 200 MiB")
     try:
         data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_float=Decimal)
     except json.JSONDecodeError as error:
         raise InvalidProblemError(
             f"problem file {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno}") from None
+    except RecursionError:  # arrays or objects nested thousands deep; a problem file nests three levels
+        raise InvalidProblemError(f"problem file {str(path)!r} nests JSON arrays or objects too deeply to be a "
+                                  "problem (a problem nests three levels: object, prefix table, list)") from None
     except InvalidProblemError as error:
         raise InvalidProblemError(f"problem file {str(path)!r}: {error}") from None
     return problem_from_json(data, exact=exact)
