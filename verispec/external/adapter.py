@@ -6,20 +6,65 @@ outcome over independent Uniform[0, 1) inputs, found by exact integration (``ver
 every engine, ``hunt`` and the reports take it like any built-in rule. Its ``procedure`` samples (node,
 token) from that law through a chooser. It accepts any draft law (``valid_for``): whether the function
 accounts for how its drafts were drawn is exactly what a check finds out.
+
+Where the randomness comes from (``rng``):
+
+* ``explicit``: the function is handed its uniforms (the layout's uniform arguments) and draws nothing itself.
+  While it runs, the global generators of torch, numpy and ``random`` are watched (``verispec.external.rng``
+  in ``forbid`` mode): a draw from them is refused at once with the hint to use ``capture``.
+* ``capture``: the function draws its own randomness from those generators (transformers'
+  ``_speculative_sampling``, gpt-fast, most research code); the layout's uniform arguments are left out and
+  every draw is fed from the row's uniforms (``verispec.external.rng`` states the rule of each primitive).
+  How many uniforms a row draws is found by probing; a row that draws more than expected on some path makes
+  the integration start again with a longer tape (``UniformsExhausted``), never reuse or invent randomness.
+  The integration is told which uniforms each run read, and does not scan along the others.
+
+``per_row``: call the function on one tree at a time (batch size 1) and stack the results: the batch helper
+for functions written for one sequence (layouts marked ``one_sequence``, like ``transformers``, always are).
+The layout's arguments are still built for all rows at once, and the function gets views of one row.
+
+Before a batch topology is integrated the function is *probed*: called twice on the same arguments and
+uniforms, the outputs must agree (``NondeterministicError`` otherwise, with what to do); in a batched capture
+call it is also called with the rows reversed, and each row's outcome must follow it (otherwise a row's output
+depends on the other rows, or a draw was attributed to the wrong row: use ``per_row``); and its arguments are
+compared with copies taken before the call. A function that writes into its arguments is reported in
+``notes``; every call gets freshly built arguments (and uniforms), so such writes cannot change the law.
+
+``call_timeout``: seconds one call of the function may take, enforced by a hard time budget
+(``verispec.budget``); a call past it raises a one-line ``VerifierError`` naming the function and the limit.
 """
 
 from __future__ import annotations
 
+import math
+import time
+
 import numpy as np
 
-from verispec.errors import UnknownVerifierError, VerispecError
+from verispec import budget
+from verispec.errors import AnalysisTimeoutError, UnknownVerifierError, VerifierError, VerispecError
 from verispec.external.exact import IntegrationStats, integrate
-from verispec.external.layouts import ARRAY_KINDS, Layout, TreeArrays, get_layout
+from verispec.external.layouts import ARRAY_KINDS, Layout, TreeArrays, _as_int_matrix, decode, get_layout
+from verispec.external.rng import Capture, CaptureRefusal, Tape, TorchEscape, UniformsExhausted, _Signal
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.verifiers import load_attribute
+
+RNG_MODES = ("explicit", "capture")
+#: Most uniforms one row may draw in capture mode.
+MAX_UNIFORMS = 4096
+#: Tape of the first probe call in capture mode (doubled until the function's draws fit).
+FIRST_TAPE = 8
+#: Seed of the probe's uniforms.
+PROBE_SEED = 20_240_607
+#: Rows of a per-row probe.
+PROBE_ROWS = 4
+
+
+class NondeterministicError(VerifierError):
+    """The function's output is not a function of its arguments and uniforms (two identical calls differ)."""
 
 
 def load_function(spec: str):
@@ -34,24 +79,50 @@ def load_function(spec: str):
 class ExternalVerifier(Verifier):
     """A production-shape verification function (see ``verispec.external.layouts``) as a verifier.
 
-    ``arrays``: 'numpy' or 'torch' (float64 tensors on ``device``, the CPU by default). ``scan``, ``probes``,
-    ``max_boxes`` and ``max_breaks`` tune exact integration (``verispec.external.exact.integrate``); ``stats``
-    accumulates what it saw (evaluations, cells, how each uniform was used)."""
+    ``arrays``: 'numpy' or 'torch' (float64 tensors on ``device``, the CPU by default). ``rng``, ``per_row`` and
+    ``call_timeout``: see the module docstring. ``scan``, ``probes``, ``max_boxes``, ``max_breaks`` and
+    ``check_races`` (off only to measure what the breakpoint check saves) tune exact integration
+    (``verispec.external.exact.integrate``); ``max_uniforms`` bounds what one row may draw in capture mode.
+    ``stats`` accumulates what integration saw (evaluations, cells, how each uniform was used); ``notes`` what
+    the probes found (arguments written into, what was captured)."""
 
     valid_for = frozenset(DraftLaw)
 
     def __init__(self, function, layout: str | Layout, *, name: str | None = None, arrays: str = "numpy",
-                 device: str = "cpu", scan: int = 16, probes: int = 4, max_boxes: int = 1024, max_breaks: int = 512):
+                 device: str = "cpu", rng: str = "explicit", per_row: bool = False,
+                 call_timeout: float | None = None, scan: int = 16, probes: int = 4, max_boxes: int = 1024,
+                 max_breaks: int = 512, check_races: bool = True, max_uniforms: int = MAX_UNIFORMS):
         if not callable(function):
             raise VerispecError(f"an external verifier needs a function, got {type(function).__name__}")
         if arrays not in ARRAY_KINDS:
             raise VerispecError(f"arrays must be one of {', '.join(ARRAY_KINDS)}, got {arrays!r}")
+        if rng not in RNG_MODES:
+            raise VerispecError(f"rng must be one of {', '.join(RNG_MODES)}, got {rng!r}")
+        if not isinstance(per_row, bool):
+            raise VerispecError(f"per_row must be True or False, got {per_row!r}")
+        if call_timeout is not None and not (isinstance(call_timeout, (int, float))
+                                             and not isinstance(call_timeout, bool)
+                                             and math.isfinite(call_timeout) and call_timeout > 0):
+            raise VerispecError(f"call_timeout must be a positive number of seconds, got {call_timeout!r}")
+        if not (isinstance(max_uniforms, int) and max_uniforms >= 1):
+            raise VerispecError(f"max_uniforms must be a positive integer, got {max_uniforms!r}")
         self.function = function
         self.layout = get_layout(layout) if isinstance(layout, str) else layout
-        self.name = name or getattr(function, "__name__", "external")
+        self.name = name or getattr(function, "__name__", None) or getattr(getattr(function, "func", None),
+                                                                            "__name__", "external")
+        if rng == "explicit" and not self.layout.uniform_arguments:
+            raise VerispecError(f"the {self.layout.name} layout hands the function no uniforms (it draws its own): "
+                                "check it with rng='capture' (--rng capture)")
+        if rng == "capture" and not (per_row or self.layout.one_sequence or self.layout.batched_capture):
+            raise VerispecError(f"in the {self.layout.name} layout a batched call's draws run over draft tokens, not "
+                                "over trees, so they cannot be fed row by row: add per_row=True (--per-row)")
         self.arrays = arrays
         self.device = device
-        if arrays == "torch":
+        self.rng = rng
+        self.per_row = per_row or self.layout.one_sequence
+        self.call_timeout = None if call_timeout is None else float(call_timeout)
+        self.max_uniforms = max_uniforms
+        if arrays == "torch" or self.layout.one_sequence:
             try:
                 import torch
 
@@ -61,30 +132,80 @@ class ExternalVerifier(Verifier):
             except (AssertionError, RuntimeError, TypeError, ValueError) as error:
                 raise VerispecError(f"device {device!r} cannot be used by torch here ({error}); give cpu, cuda or "
                                     "cuda:N") from None
-        self.options = dict(scan=scan, probes=probes, max_boxes=max_boxes, max_breaks=max_breaks)
+            if self.layout.one_sequence:
+                self.arrays = "torch"
+        self.options = dict(scan=scan, probes=probes, max_boxes=max_boxes, max_breaks=max_breaks,
+                            check_races=bool(check_races))
         self.stats = IntegrationStats()
+        #: What the probes and captures found, one line each (shown by a check's report).
+        self.notes: list[str] = []
+        #: Draws captured, by primitive (capture mode), and exponential races read as one categorical draw.
+        self.draws: dict[str, int] = {}
+        self.races_read = 0
+        self._tapes: dict = {}
+        #: torch draws are followed through a TorchFunctionMode throughout (``verispec.external.rng.Capture``).
+        self._torch_full = False
+
+    # -- what the black-box test and exact integration call
+
+    def num_uniforms(self, batch: TreeBatch) -> int:
+        """Uniforms one row of ``batch`` takes: the layout's, or (capture) the layout's own plus the longest tape a
+        probe saw (a row may draw more on another path; ``sample_codes`` and the integration grow it then)."""
+        return self._runner(batch).width_uniforms
 
     def evaluator(self, batch: TreeBatch):
-        """``evaluate(rows, uniforms) -> codes`` (node * V + token) for the rows of ``batch``."""
-        if batch.exact:
-            raise VerispecError(f"external function {self.name} runs in float64; analyse a float problem "
-                                "(leave out --exact), its breakpoints are float64 numbers")
-        if not isinstance(batch.p, np.ndarray):
-            raise VerispecError(f"external function {self.name} is checked on numpy problems of small vocabularies; "
-                                "its law is integrated over its uniforms, which real decoding's vocabularies make "
-                                "hopeless (run the function itself in your engine instead)")
-        self.layout.check_batch(batch)
-        trees = TreeArrays(batch)
+        """``evaluate(rows, uniforms [M, num_uniforms(batch)]) -> codes`` (node * V + token) for the rows of
+        ``batch``. In capture mode a row that draws past the uniforms given raises VerifierError: sample with
+        ``sample_codes`` instead, which extends them."""
+        runner = self._runner(batch)
+        if isinstance(runner, _SelfDraftingRunner):
+            raise VerifierError(f"external function {self.name} drafts its own tokens, so it cannot be run on a given "
+                                "draft tree: check it in exact mode (--mode exact)")
 
         def evaluate(rows, uniforms):
-            return self.layout.call(self.function, self.name, trees, rows, uniforms, self.arrays, self.device)
+            try:
+                return runner.run(rows, uniforms, races=False)[0]
+            except UniformsExhausted as exhausted:
+                raise VerifierError(f"external function {self.name} drew {exhausted.needed} uniforms on one row, more "
+                                    f"than the {uniforms.shape[1] - runner.own} it was given; sample it with "
+                                    "ExternalVerifier.sample_codes, which gives each row as many as it draws") from None
 
         return evaluate
 
+    def sample_codes(self, batch: TreeBatch, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One run of the function on each of ``rows`` with fresh uniforms from ``rng`` (as many as each run draws:
+        a run that draws past its tape is run again with more fresh uniforms appended, the ones it read kept, so
+        the runs are independent draws of the function's law). -> codes [M] (node * V + token)."""
+        runner = self._runner(batch)
+        if isinstance(runner, _SelfDraftingRunner):
+            raise VerifierError(f"external function {self.name} drafts its own tokens, so it cannot be run on a given "
+                                "draft tree: check it in exact mode (--mode exact)")
+        rows = np.asarray(rows, dtype=np.int64)
+        uniforms = rng.random((len(rows), runner.width_uniforms))
+        while True:
+            try:
+                return runner.run(rows, uniforms, races=False)[0]
+            except UniformsExhausted as exhausted:
+                extra = self._grow(runner, exhausted.needed) - (uniforms.shape[1] - runner.own)
+                uniforms = np.concatenate([uniforms, rng.random((len(rows), extra))], axis=1)
+
     def emission_laws(self, batch: TreeBatch):
-        evaluate = self.evaluator(batch)
-        law = integrate(evaluate, batch.num_rows, self.layout.num_uniforms(batch),
-                        batch.num_nodes * batch.vocab_size, name=self.name, stats=self.stats, **self.options)
+        runner = self._runner(batch)
+        codes = batch.num_nodes * batch.vocab_size
+        self_drafting = isinstance(runner, _SelfDraftingRunner)
+        while True:
+            try:
+                if self_drafting:  # one integration of the whole block, split below by the drafts it made
+                    joint = integrate(runner.integrand, 1, runner.width_uniforms, batch.num_rows * codes + 1,
+                                      name=self.name, stats=self.stats, **self.options)[0]
+                    law = runner.split_by_drafts(joint)
+                else:
+                    law = integrate(runner.integrand, batch.num_rows, runner.width_uniforms, codes, name=self.name,
+                                    stats=self.stats, **self.options)
+                break
+            except UniformsExhausted as exhausted:  # a path draws more than the probes saw: start again, longer
+                self._grow(runner, exhausted.needed)
+        self._note_capture()
         return law.reshape(batch.num_rows, batch.num_nodes, batch.vocab_size)
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
@@ -95,3 +216,339 @@ class ExternalVerifier(Verifier):
 
     def __repr__(self) -> str:
         return f"<external verifier {self.name} ({self.layout.name})>"
+
+    # -- internals
+
+    def _runner(self, batch: TreeBatch) -> _Runner:
+        if batch.exact:
+            raise VerispecError(f"external function {self.name} runs in float64; analyse a float problem "
+                                "(leave out --exact), its breakpoints are float64 numbers")
+        if not isinstance(batch.p, np.ndarray):
+            raise VerispecError(f"external function {self.name} is checked on numpy problems of small vocabularies; "
+                                "its law is integrated over its uniforms, which real decoding's vocabularies make "
+                                "hopeless (run the function itself in your engine instead)")
+        self.layout.check_batch(batch)
+        key = (batch.vocab_size, batch.child_lists)
+        runner = (_SelfDraftingRunner if self.layout.self_drafting else _Runner)(self, batch)
+        if key not in self._tapes:
+            self._tapes[key] = runner.probe()
+        runner.tape = self._tapes[key]
+        runner.key = key
+        return runner
+
+    def _grow(self, runner: _Runner, needed: int) -> int:
+        if needed > self.max_uniforms:
+            raise CaptureRefusal(f"external function {self.name} drew more than {self.max_uniforms} uniforms on one "
+                                 "row; raise max_uniforms if that is right")
+        runner.tape = self._tapes[runner.key] = max(needed, runner.tape)
+        return runner.tape
+
+    def _note(self, line: str) -> None:
+        if line not in self.notes:
+            self.notes.append(line)
+
+    def _note_capture(self) -> None:
+        if self.rng != "capture":
+            return
+        if self.draws:
+            listed = ", ".join(sorted(self.draws))
+            self.notes[:] = [line for line in self.notes if not line.startswith("draws captured:")]
+            self.notes.append(f"draws captured: {listed}" + (
+                f"; exponential races read as one categorical draw: {self.races_read}" if self.races_read else ""))
+
+
+class _Runner:
+    """Calls the function on rows of one batch (see the module docstring): builds the arguments, feeds or
+    watches the draws, enforces the call timeout, decodes the outcome."""
+
+    def __init__(self, verifier: ExternalVerifier, batch: TreeBatch):
+        self.verifier = verifier
+        self.layout = verifier.layout
+        self.trees = TreeArrays(batch)
+        self.width = self.layout.width(self.trees)
+        self.capture = verifier.rng == "capture"
+        self.own = self.layout.own_uniforms(batch) if self.capture else self.layout.num_uniforms(batch)
+        self.tape = 0
+        self.key = None
+        #: The most uniforms one call drew (capture mode), over the calls since it was last reset.
+        self.max_cursor = 0
+
+    @property
+    def width_uniforms(self) -> int:
+        return self.own + self.tape
+
+    def integrand(self, rows: np.ndarray, points: np.ndarray):
+        """What exact integration evaluates: codes, and in capture mode which uniforms each run read."""
+        codes, used = self.run(rows, points, races=True)
+        return codes if used is None else (codes, used)
+
+    def run(self, rows: np.ndarray, uniforms: np.ndarray, *, races: bool, inspect: bool = False):
+        """Run the function on ``rows`` [M] with ``uniforms`` [M, own + tape] -> (codes [M], used [M, own + tape]
+        or None in explicit mode). ``inspect``: also return the names of the arguments it wrote into."""
+        try:
+            return self._run(rows, uniforms, races, inspect, self.verifier._torch_full)
+        except TorchEscape:  # a torch draw through a name bound before the call: follow every operation from now on
+            self.verifier._torch_full = True
+            return self._run(rows, uniforms, races, inspect, True)
+
+    def _run(self, rows, uniforms, races, inspect, full):
+        verifier, layout, trees = self.verifier, self.layout, self.trees
+        count = len(rows)
+        uniforms = np.array(uniforms, dtype=np.float64)  # a copy: the function may write into what it is handed
+        if self.capture:
+            own, tape = uniforms[:, :self.own], uniforms[:, self.own:]
+            names = layout.capture_argument_names()
+        else:
+            own, tape = uniforms, None
+            names = layout.argument_names
+
+        def build(some_rows, some_own):
+            if self.capture:
+                return layout.capture_arguments(trees, some_rows, some_own)
+            return layout.arguments(trees, some_rows, some_own)
+
+        if verifier.per_row and not layout.sliceable:  # built row by row (a flattened layout)
+            batched = None
+            per_row = [self._convert(build(rows[index:index + 1], own[index:index + 1])) for index in range(count)]
+        else:
+            batched = self._convert(build(rows, own))
+            per_row = _split_rows(layout, batched, count) if verifier.per_row else None
+        before = _snapshot(batched if batched is not None else [a for args in per_row for a in args]) if inspect \
+            else None
+        results, used = self._calls(per_row if verifier.per_row else batched, tape, uniforms.shape, races, full)
+        if verifier.per_row:
+            emitted = np.concatenate([layout.row_matrix(result, verifier.name, self.width) for result in results])
+        else:
+            emitted = layout.own_rows(_as_int_matrix(results, verifier.name, (layout.output_rows(count), self.width)))
+        written = set()
+        if inspect:
+            written = _written(batched if batched is not None else [a for args in per_row for a in args], before)
+            if batched is None:  # positions in the flattened list of every row's arguments
+                written = {index % len(names) for index in written}
+        codes = decode(emitted, trees, rows, verifier.name, layout.drafted_paths(trees, rows))
+        if inspect:
+            return codes, used, sorted(names[index] if index < len(names) else f"#{index}" for index in written)
+        return codes, used
+
+    def _calls(self, arguments, tape, shape: tuple, races: bool, full: bool):
+        """Call the function on ``arguments`` (a list of one tuple per row, or one batched tuple), feeding (or in
+        explicit mode watching) its draws: -> (results, used [M, own + tape] or None)."""
+        verifier = self.verifier
+        one_by_one = isinstance(arguments, list)
+        used = np.ones(shape, dtype=bool) if self.capture else None
+        capture = Capture(verifier.name, "capture" if self.capture else "forbid", races=races, torch_full=full)
+        try:
+            with capture:
+                if one_by_one:
+                    results = []
+                    for index, row_arguments in enumerate(arguments):
+                        if index % 64 == 0:
+                            budget.check(f"running external function {verifier.name}")
+                        row_tape = Tape(tape[index:index + 1]) if self.capture else None
+                        capture.start(row_tape)
+                        results.append(self._call(row_arguments))
+                        capture.start(None)
+                        if row_tape is not None:
+                            used[index, self.own:] = row_tape.used
+                            self.max_cursor = max(self.max_cursor, row_tape.cursor)
+                else:
+                    batch_tape = Tape(tape) if self.capture else None
+                    capture.start(batch_tape)
+                    results = self._call(arguments)
+                    capture.start(None)
+                    if batch_tape is not None:
+                        used[:, self.own:] = batch_tape.used[None, :]
+                        self.max_cursor = max(self.max_cursor, batch_tape.cursor)
+        except _Signal as signal:
+            raise signal.error from None
+        finally:
+            for what, times in capture.counts.items():
+                verifier.draws[what] = verifier.draws.get(what, 0) + times
+            verifier.races_read += capture.races_read
+            self.caught_by_mode = capture.caught_by_mode
+        return results, used
+
+    def _convert(self, arguments: tuple) -> tuple:
+        if self.verifier.arrays != "torch":
+            return arguments
+        import torch
+
+        device = self.verifier.device
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device) if isinstance(a, np.ndarray) else a
+                     for a in arguments)
+
+    def _call(self, arguments: tuple):
+        """One call of the function: its own errors on one line, the call timeout enforced."""
+        verifier = self.verifier
+        limit = verifier.call_timeout
+        start = time.monotonic()
+        try:
+            if limit is None:
+                return verifier.function(*arguments)
+            try:
+                with budget.time_budget(start + limit, hard=True,
+                                        what=f"one call of external function {verifier.name}"):
+                    result = verifier.function(*arguments)
+            except AnalysisTimeoutError:
+                if time.monotonic() - start >= limit:
+                    raise self._too_slow(limit) from None
+                raise
+            if time.monotonic() - start > limit:  # where no hard budget can interrupt (not the main thread)
+                raise self._too_slow(limit)
+            return result
+        except VerispecError:
+            raise
+        except Exception as error:  # a user's function may fail in any way; report it on one line
+            raise VerifierError(f"external function {verifier.name} raised {type(error).__name__}: "
+                                f"{str(error).splitlines()[0] if str(error) else ''}") from None
+
+    def _too_slow(self, limit: float) -> VerifierError:
+        return VerifierError(f"one call of external function {self.verifier.name} ran past its call timeout of "
+                             f"{limit:g} s (a loop that does not end, or a call too slow to integrate): raise "
+                             "--call-timeout, or find the loop")
+
+    def probe(self) -> int:
+        """The probes of the module docstring; returns the tape length the probe calls drew (0 in explicit mode)."""
+        verifier = self.verifier
+        batch = self.trees.batch
+        rng = np.random.default_rng(PROBE_SEED)
+        count = PROBE_ROWS if verifier.per_row else max(3, batch.vocab_size + batch.num_nodes + self.width + 1)
+        rows = np.arange(count, dtype=np.int64) % batch.num_rows
+        self.tape = FIRST_TAPE if self.capture else 0
+        reversing = self.capture and not verifier.per_row
+        while True:
+            uniforms = rng.random((count, self.width_uniforms))
+            # for the reversal: uniforms sorted by row (row k all (k + 1/2) / count), so that a row reading another
+            # row's draws meets very different values
+            sorted_rows = np.broadcast_to(((np.arange(count) + 0.5) / count)[:, None], uniforms.shape).copy()
+            self.max_cursor = 0
+            try:
+                first, _, written = self._run(rows, uniforms, False, True, True)
+                if self.caught_by_mode:  # draws through names bound before the call: the mode must stay on
+                    verifier._torch_full = True
+                second, _ = self.run(rows, uniforms, races=False)
+                if reversing:
+                    forwards = [first, self.run(rows, sorted_rows, races=False)[0]]
+                    backwards = [self.run(rows[::-1], some[::-1], races=False)[0] for some in (uniforms, sorted_rows)]
+                break
+            except UniformsExhausted as exhausted:
+                if exhausted.needed > verifier.max_uniforms:
+                    verifier._grow(self, exhausted.needed)
+                self.tape = max(2 * self.tape, exhausted.needed)
+        if not np.array_equal(first, second):
+            row = int(np.flatnonzero(first != second)[0])
+            size = batch.vocab_size
+            raise NondeterministicError(
+                f"external function {verifier.name} gave two different outcomes (node {first[row] // size} token "
+                f"{first[row] % size}, then node {second[row] // size} token {second[row] % size}) for the same "
+                "arguments and uniforms, so its output is not a function of its inputs and uniforms: "
+                + ("it draws randomness verispec does not feed (a numpy Generator or torch state created before the "
+                   "call, os.urandom, the time); create its generators inside the call or draw through the global "
+                   "ones" if self.capture else
+                   "if it draws from torch, numpy or random global generators check it with --rng capture; "
+                   "randomness from elsewhere (a Generator created before the call, the time) cannot be checked"))
+        if reversing and not all(np.array_equal(b, f[::-1]) for f, b in zip(forwards, backwards)):
+            raise CaptureRefusal(
+                f"external function {verifier.name} gave a tree another outcome when the rows of its batch were "
+                "reversed (same uniforms), so a row's output depends on the other rows, or a draw without the "
+                "batch dimension was fed to the wrong row: call it one row at a time (--per-row)")
+        if written:
+            verifier._note(f"{verifier.name} writes into its argument{'s' if len(written) > 1 else ''} "
+                           f"{', '.join(written)}; verispec hands it fresh arrays on every call, so the law is "
+                           "right, but a caller that reuses them would see them changed")
+        if self.capture and self.max_cursor == 0:
+            verifier._note(f"{verifier.name} drew nothing from a captured generator in the probe calls")
+        return self.max_cursor if self.capture else 0
+
+
+class _SelfDraftingRunner(_Runner):
+    """Runs a function that drafts its own block (``layouts.GptFastLayout``) on the whole problem held by a batch
+    of every chain: each call gets fresh models backed by the batch's conditionals, and its outcome is coded by
+    (the draft tree it drew, node, token), or ``other`` for drafts no row of the batch holds."""
+
+    def __init__(self, verifier: ExternalVerifier, batch: TreeBatch):
+        super().__init__(verifier, batch)
+        self.chain = self.layout._chain(self.trees)
+        self.laws = self.layout.laws(self.trees)
+        self.row_of = {tuple(int(t) for t in self.trees.tokens[row, self.chain[1:]]): row
+                       for row in range(batch.num_rows)}
+        self.other = batch.num_rows * batch.num_nodes * batch.vocab_size
+
+    def _run(self, rows, uniforms, races, inspect, full):
+        layout, batch, name = self.layout, self.trees.batch, self.verifier.name
+        uniforms = np.array(uniforms, dtype=np.float64)
+        calls = [self._convert(layout.call_arguments(self.laws, len(self.chain) - 1, batch.vocab_size))
+                 for _ in range(len(rows))]
+        results, used = self._calls(calls, uniforms, uniforms.shape, races, full)
+        codes = np.empty(len(rows), dtype=np.int64)
+        for index, (result, arguments) in enumerate(zip(results, calls)):
+            drafts, emitted = layout.drafts_and_emitted(result, arguments, name)
+            size = batch.vocab_size
+            if not 0 <= emitted[-1] < size:
+                raise VerifierError(f"external function {name} emitted token {emitted[-1]}, outside 0..{size - 1}")
+            row = self.row_of.get(drafts)
+            node = self.chain[len(emitted) - 1]
+            codes[index] = self.other if row is None else (row * batch.num_nodes + node) * size + emitted[-1]
+        return (codes, used, []) if inspect else (codes, used)
+
+    def split_by_drafts(self, joint: np.ndarray) -> np.ndarray:
+        """law[D] = P(D, outcome) / P(D) from the joint law [N n V + 1] of (draft tree, outcome); refused where the
+        function's drafting law P(D) is not the draft model's Q(D) (the engine would weigh its trees by Q)."""
+        batch, trees, name = self.trees.batch, self.trees, self.verifier.name
+        by_tree = joint[:-1].reshape(batch.num_rows, batch.num_nodes * batch.vocab_size)  # [N, n V]
+        drafted = by_tree.sum(axis=1)  # [N]
+        rows = np.arange(batch.num_rows)
+        expected = np.prod([trees.q[rows, node, trees.tokens[rows, child]]
+                            for node, child in zip(self.chain[:-1], self.chain[1:])], axis=0)  # [N] Q(D)
+        if joint[-1] > 1e-12:
+            raise VerifierError(f"external function {name} drafted, with probability {joint[-1]:.3g}, draft paths of "
+                                "probability 0 under the draft model (or this batch does not hold every draft tree "
+                                "of the problem)")
+        worst = int(np.argmax(np.abs(drafted - expected)))
+        if abs(drafted[worst] - expected[worst]) > 1e-9:
+            path = [int(t) for t in trees.tokens[worst, self.chain[1:]]]
+            raise VerifierError(f"external function {name} drafts {path} with probability {drafted[worst]:.6g}, but "
+                                f"the draft model gives it {expected[worst]:.6g}: it does not draft from the draft "
+                                "model's conditionals (it filters or rescales them), so its law is not a sum over "
+                                "verispec's draft trees and the gpt-fast layout cannot check it")
+        return by_tree / drafted[:, None]
+
+
+def _split_rows(layout: Layout, arguments: tuple, count: int) -> list[tuple]:
+    """Every row's arguments as a batch of one: views of the batched ones (torch's ``split``: one call for all)."""
+    if type(layout).row_arguments is not Layout.row_arguments:
+        return [layout.row_arguments(arguments, index) for index in range(count)]
+    columns = []
+    for argument in arguments:
+        if hasattr(argument, "split") and hasattr(argument, "detach") and argument.dim():
+            columns.append(argument.split(1))
+        elif isinstance(argument, np.ndarray) and argument.ndim:
+            columns.append([argument[index:index + 1] for index in range(count)])
+        else:
+            columns.append([argument] * count)
+    return list(zip(*columns))
+
+
+def _snapshot(arguments) -> list:
+    copies = []
+    for argument in arguments:
+        if hasattr(argument, "clone"):
+            copies.append(argument.clone())
+        elif isinstance(argument, np.ndarray):
+            copies.append(argument.copy())
+        else:
+            copies.append(None)
+    return copies
+
+
+def _written(arguments, before: list) -> set[int]:
+    """Positions of the array arguments whose contents differ from ``before`` (NaN equal to NaN)."""
+    changed = set()
+    for index, (argument, copy) in enumerate(zip(arguments, before)):
+        if copy is None:
+            continue
+        now = argument.detach().cpu().numpy() if hasattr(argument, "detach") else argument
+        then = copy.detach().cpu().numpy() if hasattr(copy, "detach") else copy
+        if now.shape != then.shape or not np.array_equal(now, then, equal_nan=now.dtype.kind == "f"):
+            changed.add(index)
+    return changed

@@ -20,14 +20,24 @@ The partition is found adaptively, batched over every draft tree and every open 
 
 What it assumes, and when it refuses: a piece narrower than the scan spacing whose neighbours on both sides
 have the same outcome can be missed (monotone uses - threshold tests and inverse-CDF draws - are never
-missed, since their outcomes differ across every breakpoint). A rule that uses a uniform continuously (more
-than ``max_breaks`` changes along one line) or whose breakpoints move continuously with other uniforms (an
-exponential or Gumbel race between several uniforms: boxes keep splitting past ``max_boxes`` per tree) is
-refused with ``NotPiecewiseConstantError`` naming the uniform; black-box mode handles such rules.
+missed, since their outcomes differ across every breakpoint). The partition assumes that a breakpoint along
+one uniform depends on the others only through which of their pieces they lie in, and every split checks it
+(``_check_breakpoints_hold``): each breakpoint is read again with each other uniform moved by tiny amounts
+either way; one that moves with them at every scale is a race or a sum of uniforms, refused in the first
+rounds with both uniforms named. A rule that uses a uniform continuously (more than ``max_breaks`` changes
+along one line) is refused too; and as a last bound, so are more than ``max_boxes`` boxes for one tree or
+``max_total_boxes`` for the batch. Each refusal is a ``NotPiecewiseConstantError`` naming the uniform;
+black-box mode handles such rules.
+
+Two savings. A split box's pieces inherit the breakpoints found along the other uniforms: one that still
+explains a scan interval (outcome l just below it, r at it) is taken with two evaluations instead of a
+bisection. And an ``evaluate`` that reports which uniforms each run read (RNG capture hands them out in
+order, so a run cannot change with one it never read) has no line scanned along the others.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +52,13 @@ class NotPiecewiseConstantError(VerifierError):
 
 #: Largest number of points evaluated in one call of the function.
 CHUNK = 1 << 16
+#: Boxes (cells and open boxes, over every draft tree of a batch) past which integration stops.
+MAX_TOTAL_BOXES = 1 << 17
+#: Breakpoints per split box whose stability against the other uniforms is checked.
+RACE_CHECKS = 2
+#: Exponents k of the moves side * 2^-k of another uniform a breakpoint is checked against (see
+#: ``_check_breakpoints_hold``).
+BREAKPOINT_SCALES = (12, 20, 28, 36)
 
 
 @dataclass
@@ -75,16 +92,20 @@ def _next_down(values: np.ndarray) -> np.ndarray:
 
 
 def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, scan: int = 16, probes: int = 4,
-              max_boxes: int = 4096, max_breaks: int = 512, seed: int = 0, name: str = "function",
+              max_boxes: int = 4096, max_breaks: int = 512, max_total_boxes: int = MAX_TOTAL_BOXES,
+              check_races: bool = True, seed: int = 0, name: str = "function",
               stats: IntegrationStats | None = None) -> np.ndarray:
     """The law [num_rows, num_codes] of ``evaluate(rows [M] int64, points [M, U] float64) -> codes [M] int64``
-    over U = ``num_uniforms`` independent Uniform[0, 1) variables, row by row (see the module docstring)."""
+    over U = ``num_uniforms`` independent Uniform[0, 1) variables, row by row (see the module docstring).
+
+    ``evaluate`` may also return ``(codes, used)`` with ``used`` [M, U] bool: the uniforms each point's run read
+    (a function fed through RNG capture reads its uniforms in order, so its run, and outcome, cannot change with
+    one it did not read); lines along unread uniforms are then not scanned."""
     stats = stats if stats is not None else IntegrationStats()
-    if not stats.uses:
-        stats.uses = [UniformUse() for _ in range(num_uniforms)]
+    stats.uses.extend(UniformUse() for _ in range(num_uniforms - len(stats.uses)))
     law = np.zeros((num_rows, num_codes))
     if num_uniforms == 0:
-        codes = _evaluate(evaluate, np.arange(num_rows), np.zeros((num_rows, 0)), stats)
+        codes, _ = _evaluate(evaluate, np.arange(num_rows), np.zeros((num_rows, 0)), stats)
         law[np.arange(num_rows), codes] = 1.0
         return law
     rng = np.random.default_rng(seed)
@@ -93,23 +114,34 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
     hi = np.ones((num_rows, num_uniforms))
     anchor = np.full((num_rows, num_uniforms), 0.5)
     retries = np.zeros(num_rows, dtype=np.int64)
+    hints: list[dict] = [{} for _ in range(num_rows)]
     boxes_per_row = np.ones(num_rows, dtype=np.int64)
     while len(rows):
         budget.check("exact integration of an external function")
         stats.rounds += 1
-        breaks = _find_breaks(evaluate, rows, lo, hi, anchor, scan, stats, max_breaks, name)
+        anchor_codes, used = _evaluate(evaluate, rows, anchor, stats)
+        used = np.ones(lo.shape, dtype=bool) if used is None else used
+        breaks = _find_breaks(evaluate, rows, lo, hi, anchor, used, scan, stats, max_breaks, name, hints)
         split = np.zeros(len(rows), dtype=bool)
-        new_rows, new_lo, new_hi, new_anchor, new_retries = [], [], [], [], []
+        split_along = np.full(len(rows), -1, dtype=np.int64)
         for coordinate in range(num_uniforms):
-            found = breaks[coordinate]
-            boxes = np.array(sorted(set(found)), dtype=np.int64)
-            boxes = boxes[~split[boxes]] if len(boxes) else boxes
+            for box in breaks[coordinate]:
+                if split_along[box] < 0:
+                    split_along[box] = coordinate
+        if check_races:
+            _check_breakpoints_hold(evaluate, rows, lo, hi, anchor, used, breaks, split_along, stats, name)
+        new_rows, new_lo, new_hi, new_anchor, new_retries, new_hints = [], [], [], [], [], []
+        for coordinate in range(num_uniforms):
+            boxes = np.flatnonzero(split_along == coordinate)
             if not len(boxes):
                 continue
             split[boxes] = True
             stats.uses[coordinate].splits += len(boxes)
             for box in boxes:  # few boxes split per round, each into few pieces
-                points = np.array(sorted(set(found[box])))
+                points = np.array(sorted({point for point, _, _ in breaks[coordinate][box]}))
+                # the breakpoints found along the other uniforms, for the pieces' own lines (_find_breaks)
+                inherited = {other: found[box] for other, found in enumerate(breaks)
+                             if other != coordinate and box in found}
                 edges = np.concatenate([[lo[box, coordinate]], points, [hi[box, coordinate]]])
                 for start, end in zip(edges[:-1], edges[1:]):
                     if not end > start:
@@ -123,11 +155,12 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
                     new_hi.append(box_hi)
                     new_anchor.append(box_anchor)
                     new_retries.append(0)
+                    new_hints.append(inherited)
                 boxes_per_row[rows[box]] += len(edges) - 2
         settled = np.flatnonzero(~split)
         if len(settled):
-            reopened = _settle(evaluate, rows[settled], lo[settled], hi[settled], anchor[settled], probes, rng, law,
-                               stats)
+            reopened = _settle(evaluate, rows[settled], lo[settled], hi[settled], anchor[settled],
+                               anchor_codes[settled], probes, rng, law, stats)
             for index in np.flatnonzero(reopened[:, 0] >= 0):
                 box = settled[index]
                 if retries[box] >= 3:
@@ -140,64 +173,182 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
                 new_hi.append(hi[box])
                 new_anchor.append(reopened[index])
                 new_retries.append(retries[box] + 1)
-        if np.any(boxes_per_row > max_boxes):
+                new_hints.append(hints[box])
+        if np.any(boxes_per_row > max_boxes) or boxes_per_row.sum() > max_total_boxes:
             row = int(np.argmax(boxes_per_row))
             busiest = sorted(range(num_uniforms), key=lambda i: -stats.uses[i].splits)[:3]
+            where = (f"draft tree #{row} needed more than {max_boxes} boxes" if boxes_per_row[row] > max_boxes else
+                     f"the {num_rows} draft trees needed more than {max_total_boxes} boxes together")
             raise NotPiecewiseConstantError(
-                f"exact mode cannot integrate {name}: draft tree #{row} needed more than {max_boxes} boxes, so its "
-                f"breakpoints move continuously with the other uniforms (most splits along uniforms "
-                f"{', '.join(map(str, sorted(busiest)))}; an exponential or Gumbel race over several uniforms does "
-                "this): use --mode blackbox")
+                f"exact mode cannot integrate {name}: {where}, so its breakpoints move continuously with the "
+                f"other uniforms (most splits along uniforms {', '.join(map(str, sorted(busiest)))}; an "
+                "exponential or Gumbel race over several uniforms does this): use --mode blackbox")
         if not new_rows:
             break
         rows = np.array(new_rows, dtype=np.int64)
         lo, hi, anchor = np.array(new_lo), np.array(new_hi), np.array(new_anchor)
         retries = np.array(new_retries, dtype=np.int64)
+        hints = new_hints
     return law
 
 
-def _evaluate(evaluate, rows: np.ndarray, points: np.ndarray, stats: IntegrationStats) -> np.ndarray:
+def _evaluate(evaluate, rows: np.ndarray, points: np.ndarray, stats: IntegrationStats):
+    """(codes [M] int64, used [M, U] bool or None) at ``points`` [M, U], in chunks of at most CHUNK rows."""
     out = np.empty(len(rows), dtype=np.int64)
+    used = None
     for start in range(0, len(rows), CHUNK):
-        out[start:start + CHUNK] = evaluate(rows[start:start + CHUNK], points[start:start + CHUNK])
+        result = evaluate(rows[start:start + CHUNK], points[start:start + CHUNK])
+        if isinstance(result, tuple):
+            result, read = result
+            if used is None:
+                used = np.ones(points.shape, dtype=bool)
+            used[start:start + CHUNK] = read
+        out[start:start + CHUNK] = result
     stats.evaluations += len(rows)
-    return out
+    return out, used
 
 
-def _find_breaks(evaluate, rows, lo, hi, anchor, scan, stats, max_breaks, name) -> list[dict[int, list[float]]]:
-    """breaks[coordinate][box] = the breakpoints found along ``coordinate`` on the box's anchor line."""
+def _codes(evaluate, rows, points, stats) -> np.ndarray:
+    return _evaluate(evaluate, rows, points, stats)[0]
+
+
+def _find_breaks(evaluate, rows, lo, hi, anchor, used, scan, stats, max_breaks, name,
+                 hints=None) -> list[dict[int, list]]:
+    """breaks[coordinate][box] = [(breakpoint, outcome just below it, outcome at it), ...] found along
+    ``coordinate`` on the box's anchor line (lines along uniforms the anchor's run did not read are skipped).
+
+    ``hints[box][coordinate]``: breakpoints found on the line of the box it was split from. Between two scan
+    points whose outcomes differ (l, then r), a hint b with outcome l just below b and r at b is taken without
+    bisection (two evaluations instead of about fifty): the two halves it leaves have equal outcomes at their
+    ends, which is where bisection would stop as well. Otherwise the interval is bisected."""
     count, dims = lo.shape
     fractions = (np.arange(scan) + 0.5) / scan
-    breaks: list[dict[int, list[float]]] = [dict() for _ in range(dims)]
-    task_box, task_coordinate, task_a, task_b = [], [], [], []
+    breaks: list[dict[int, list]] = [dict() for _ in range(dims)]
+    task_box, task_coordinate, task_a, task_b, task_code_a, task_code_b = [], [], [], [], [], []
     for coordinate in range(dims):
-        low, high = lo[:, coordinate], hi[:, coordinate]
+        active = np.flatnonzero(used[:, coordinate])
+        if not len(active):
+            continue
+        low, high = lo[active, coordinate], hi[active, coordinate]
         line = np.concatenate([low[:, None], low[:, None] + (high - low)[:, None] * fractions[None, :],
                                _next_down(high)[:, None]], axis=1)  # [boxes, scan + 2]
         line = np.maximum.accumulate(np.clip(line, low[:, None], _next_down(high)[:, None]), axis=1)
         width = line.shape[1]
-        points = np.repeat(anchor, width, axis=0)  # [boxes * width, U]
+        points = np.repeat(anchor[active], width, axis=0)  # [boxes * width, U]
         points[:, coordinate] = line.reshape(-1)
-        codes = _evaluate(evaluate, np.repeat(rows, width), points, stats).reshape(count, width)
+        codes = _codes(evaluate, np.repeat(rows[active], width), points, stats).reshape(len(active), width)
         changes = codes[:, 1:] != codes[:, :-1]  # [boxes, width - 1]
         _record_uses(stats.uses[coordinate], codes, changes)
         box, step = np.nonzero(changes)
-        task_box.append(box)
+        task_box.append(active[box])
         task_coordinate.append(np.full(len(box), coordinate))
         task_a.append(line[box, step])
         task_b.append(line[box, step + 1])
+        task_code_a.append(codes[box, step])
+        task_code_b.append(codes[box, step + 1])
+    if not task_box:
+        return breaks
     box = np.concatenate(task_box)
     coordinate = np.concatenate(task_coordinate)
     a, b = np.concatenate(task_a), np.concatenate(task_b)
-    for box_index, coordinate_index, point in _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
+    hinted = _take_hints(evaluate, rows, anchor, box, coordinate, a, b, np.concatenate(task_code_a),
+                         np.concatenate(task_code_b), hints, stats) if hints is not None else []
+    bisected = np.ones(len(box), dtype=bool)
+    for task, _, _, _ in hinted:
+        bisected[task] = False
+    found_points = [(int(box[task]), int(coordinate[task]), point, left, right) for task, point, left, right in hinted]
+    for box_index, coordinate_index, point, left, right in itertools.chain(
+            found_points, _bisect(evaluate, rows, anchor, box[bisected], coordinate[bisected], a[bisected],
+                                  b[bisected], stats)):
         found = breaks[coordinate_index].setdefault(box_index, [])
-        found.append(point)
+        found.append((point, left, right))
         if len(found) > max_breaks:
             raise NotPiecewiseConstantError(
                 f"exact mode cannot integrate {name}: its outcome changes more than {max_breaks} times along uniform "
                 f"{coordinate_index} on draft tree #{int(rows[box_index])}, a continuous use of that uniform "
                 "rather than threshold tests or a categorical draw: use --mode blackbox")
     return breaks
+
+
+def _check_breakpoints_hold(evaluate, rows, lo, hi, anchor, used, breaks, split_along, stats, name) -> None:
+    """Refuse, at once, a box about to be split at a breakpoint that moves continuously with another uniform.
+
+    The partition exact mode builds assumes that a breakpoint along uniform c depends on another uniform j only
+    through which of j's pieces the anchor lies in. So for each breakpoint b (up to RACE_CHECKS per split box;
+    outcomes l just below it and r at it) and each other uniform j the anchor's run read, the outcomes at
+    b^- and b are read again with u_j moved by eps = side_j 2^-k, up and down: a threshold rule gives (l, r)
+    back unless a breakpoint of j lies within eps of the anchor. Moved in both directions at k = 12, and then
+    at k = 20, 28 and 36 too, the breakpoint is taken to move continuously (a threshold rule would need
+    breakpoints of j on both sides of its anchor within side_j 2^-36); that is an exponential or Gumbel race or
+    a sum of uniforms, refused with the uniforms named, in the first rounds rather than after thousands of
+    boxes."""
+    task_box, task_c, task_b, task_l, task_r = [], [], [], [], []
+    for box in np.flatnonzero(split_along >= 0):
+        coordinate = int(split_along[box])
+        for point, left, right in sorted(breaks[coordinate][box])[:RACE_CHECKS]:
+            task_box.append(box)
+            task_c.append(coordinate)
+            task_b.append(point)
+            task_l.append(left)
+            task_r.append(right)
+    if not task_box:
+        return
+    dims = lo.shape[1]
+    box = np.repeat(np.array(task_box), dims)
+    c = np.repeat(np.array(task_c), dims)
+    b = np.repeat(np.array(task_b), dims)
+    left = np.repeat(np.array(task_l), dims)
+    right = np.repeat(np.array(task_r), dims)
+    j = np.tile(np.arange(dims), len(task_box))
+    keep = (j != c) & used[box, j]
+    box, c, b, left, right, j = box[keep], c[keep], b[keep], left[keep], right[keep], j[keep]
+    for exponent in BREAKPOINT_SCALES:
+        if not len(box):
+            return
+        moved = np.ones(len(box), dtype=bool)
+        for direction in (1.0, -1.0):
+            side = hi[box, j] - lo[box, j]
+            value = anchor[box, j] + direction * side * 2.0 ** -exponent
+            inside = (value >= lo[box, j]) & (value < hi[box, j]) & (value != anchor[box, j])
+            points = anchor[box].copy()
+            points[np.arange(len(box)), j] = value
+            below, at = points.copy(), points
+            below[np.arange(len(box)), c] = _next_down(b)
+            at[np.arange(len(box)), c] = b
+            codes = _codes(evaluate, np.concatenate([rows[box], rows[box]]), np.concatenate([below, at]), stats)
+            moved &= inside & ((codes[:len(box)] != left) | (codes[len(box):] != right))
+        box, c, b, left, right, j = box[moved], c[moved], b[moved], left[moved], right[moved], j[moved]
+    if len(box):
+        raise NotPiecewiseConstantError(
+            f"exact mode cannot integrate {name}: on draft tree #{int(rows[box[0]])} the breakpoint of uniform "
+            f"{int(c[0])} at {float(b[0]):.17g} moves when uniform {int(j[0])} moves by as little as "
+            f"2^-{BREAKPOINT_SCALES[-1]} of its range, either way, so the uniforms are combined continuously (an "
+            "exponential or Gumbel race between them, or a sum), not compared with thresholds: use --mode blackbox")
+
+
+def _take_hints(evaluate, rows, anchor, box, coordinate, a, b, code_a, code_b, hints, stats) -> list[tuple]:
+    """[(task, breakpoint, outcome below, outcome at)] for the scan intervals (a, b] that one inherited breakpoint
+    explains (see ``_find_breaks``)."""
+    task, point = [], []
+    for index in range(len(box)):
+        for candidate, _, _ in hints[box[index]].get(int(coordinate[index]), ()):
+            if a[index] < candidate <= b[index]:
+                task.append(index)
+                point.append(candidate)
+    if not task:
+        return []
+    task, point = np.array(task), np.array(point)
+    points = anchor[box[task]].copy()
+    below = points.copy()
+    below[np.arange(len(task)), coordinate[task]] = _next_down(point)
+    points[np.arange(len(task)), coordinate[task]] = point
+    codes = _codes(evaluate, np.concatenate([rows[box[task]]] * 2), np.concatenate([below, points]), stats)
+    explains = (codes[:len(task)] == code_a[task]) & (codes[len(task):] == code_b[task])
+    taken: dict[int, tuple] = {}
+    for index in np.flatnonzero(explains):
+        taken.setdefault(int(task[index]), (int(task[index]), float(point[index]), int(code_a[task[index]]),
+                                            int(code_b[task[index]])))
+    return list(taken.values())
 
 
 def _record_uses(use: UniformUse, codes: np.ndarray, changes: np.ndarray) -> None:
@@ -210,7 +361,8 @@ def _record_uses(use: UniformUse, codes: np.ndarray, changes: np.ndarray) -> Non
 
 def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
     """Every breakpoint between a and b along ``coordinate`` of each task's box (outcomes differ at the ends):
-    yields (box, coordinate, first float at which the outcome differs from the left end's)."""
+    yields (box, coordinate, first float at which the outcome differs from the left end's, the outcome just
+    below it, the outcome at it)."""
     a_bits, b_bits = a.view(np.int64).copy(), b.view(np.int64).copy()
     code_a = code_b = None
     while len(box):
@@ -219,7 +371,8 @@ def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
             code_b = _codes_at(evaluate, rows, anchor, box, coordinate, b_bits, stats)
         done = b_bits - a_bits <= 1
         for index in np.flatnonzero(done):
-            yield int(box[index]), int(coordinate[index]), float(b_bits[index:index + 1].view(np.float64)[0])
+            yield (int(box[index]), int(coordinate[index]), float(b_bits[index:index + 1].view(np.float64)[0]),
+                   int(code_a[index]), int(code_b[index]))
         keep = ~done
         box, coordinate = box[keep], coordinate[keep]
         a_bits, b_bits, code_a, code_b = a_bits[keep], b_bits[keep], code_a[keep], code_b[keep]
@@ -240,17 +393,17 @@ def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
 def _codes_at(evaluate, rows, anchor, box, coordinate, bits, stats):
     points = anchor[box].copy()
     points[np.arange(len(box)), coordinate] = bits.view(np.float64)
-    return _evaluate(evaluate, rows[box], points, stats)
+    return _codes(evaluate, rows[box], points, stats)
 
 
-def _settle(evaluate, rows, lo, hi, anchor, probes, rng, law, stats) -> np.ndarray:
-    """Probe boxes with no change along their anchor lines; add the constant ones to ``law`` as cells. Returns
-    [boxes, U]: a disagreeing probe point for each box that is not constant (rows of -1 for the cells)."""
+def _settle(evaluate, rows, lo, hi, anchor, codes, probes, rng, law, stats) -> np.ndarray:
+    """Probe boxes with no change along their anchor lines (outcome ``codes`` at the anchors); add the constant
+    ones to ``law`` as cells. Returns [boxes, U]: a disagreeing probe point for each box that is not constant
+    (rows of -1 for the cells)."""
     count, dims = lo.shape
-    codes = _evaluate(evaluate, rows, anchor, stats)
     points = lo[:, None, :] + (hi - lo)[:, None, :] * rng.random((count, probes, dims))  # [boxes, probes, U]
     points = np.minimum(points, _next_down(hi)[:, None, :])
-    probed = _evaluate(evaluate, np.repeat(rows, probes), points.reshape(-1, dims), stats).reshape(count, probes)
+    probed = _codes(evaluate, np.repeat(rows, probes), points.reshape(-1, dims), stats).reshape(count, probes)
     agree = (probed == codes[:, None]).all(axis=1)
     cells = np.flatnonzero(agree)
     volume = np.prod(hi[cells] - lo[cells], axis=1)

@@ -40,11 +40,37 @@ children, siblings in drafting order; i.i.d. children that drew the same token a
     node i or one of its ancestors (the attention mask of tree decoding). Uniform j < N belongs to node
     j + 1, uniform N to the final draw.
 
+``transformers`` (transformers' ``_speculative_sampling`` as it is, ONE sequence per call; chain trees):
+    f(candidate_input_ids [1, P + K] int64, candidate_logits [1, K, V], candidate_length K, new_logits
+    [1, K+1, V]) -> (valid_tokens [1, m+1] int64, n_matches = m). The ids are a junk prompt of P =
+    ``TRANSFORMERS_PROMPT`` tokens, then the K candidates; the logits are log q and log p (log 0 = -inf, which
+    softmax turns back into probability 0; every row keeps a finite entry, since it is a law). It draws its
+    own randomness (``torch.rand_like``, ``torch.multinomial``), so it takes no uniforms: check it with RNG
+    capture (``verispec.external.rng``); the adapter calls it row by row (``one_sequence``). Extra keyword
+    arguments (``assistant_ensemble_weight``) are bound with ``functools.partial``.
+
+``gpt-fast`` (gpt-fast's ``speculative_decode`` as it is: a whole block that drafts its own tokens; chain trees):
+    f(model, draft_model, cur_token [] int64, input_pos int, speculate_k K) -> emitted tokens [m+1] (or
+    [1, m+1]) int. Both models are ``PrefixModel``s backed by the batch's conditionals:
+    ``model(x [1, S], input_pos [S]) -> logits [1, S, V]``, the logits at a position being log of the law after
+    the block's tokens up to it (fed tokens are remembered by position, as a KV cache holds them). The function
+    drafts its K tokens from ``draft_model``, scores them with ``model``, and every draw it makes, drafting
+    included, is fed by RNG capture. Its drafts are read from what it fed ``model``; the adapter integrates
+    the whole block once and splits the law by the drafts it made: law(outcome | D) = P(D, outcome) / P(D),
+    refused where P(D) is not the draft model's Q(D) (the engine weighs tree D by Q(D)). It is checked in exact
+    mode only: run on a given draft tree, it would have to draw that tree itself.
+
 verispec merges i.i.d. children that drew the same token into one node with a multiplicity; the tree layouts
 expand them back into separate nodes, each copy taking its own contiguous block of the merged child list (the
 order in which verispec's drafters draw path by path), so the function sees the tree the drafts made.
 
 Arrays go in as numpy or torch (``arrays``), float64; what comes back may be either.
+
+A function that draws its own randomness (RNG capture, ``rng='capture'``) gets the same arguments without the
+uniform ones (``uniform_arguments``); the ``ragged`` layout still draws the bonus token itself, from the row's
+first uniform (``own_uniforms``). Functions written for one sequence are called one row at a time
+(``per_row``): the arguments are built for all rows at once and the function gets each row as a batch of one
+(``row_arguments``; the ``ragged`` layout, whose arrays are flattened, is built row by row instead).
 """
 
 from __future__ import annotations
@@ -113,6 +139,19 @@ class Layout(ABC):
 
     #: Name used on the command line.
     name: str
+    #: The function's positional arguments, by name (for messages).
+    argument_names: tuple[str, ...] = ()
+    #: Positions of the arguments that carry uniforms: left out when the function draws its own (RNG capture).
+    uniform_arguments: tuple[int, ...] = ()
+    #: The function takes one sequence per call (batch size 1), so it is always called row by row.
+    one_sequence: bool = False
+    #: Whether a batched call's draws run over the trees' rows first (not so in a flattened layout, whose draws
+    #: run over draft tokens), which RNG capture needs to feed each row from its own uniforms.
+    batched_capture: bool = True
+    #: Whether every argument array has the trees' rows as its first dimension (so one row is a slice).
+    sliceable: bool = True
+    #: The function drafts its own tokens from models it is handed (``gpt-fast``); see ``GptFastLayout``.
+    self_drafting: bool = False
 
     def check_batch(self, batch: TreeBatch) -> None:
         """Raise InvalidTreeError when the layout cannot express this topology."""
@@ -120,33 +159,38 @@ class Layout(ABC):
 
     @abstractmethod
     def num_uniforms(self, batch: TreeBatch) -> int:
-        """How many uniforms one tree of this topology consumes (the dimension integrated over)."""
+        """How many uniforms one tree of this topology is handed (the dimension integrated over)."""
+
+    def own_uniforms(self, batch: TreeBatch) -> int:
+        """Uniforms the layout itself draws for one tree when the function draws its own (RNG capture)."""
+        return 0
 
     @abstractmethod
     def arguments(self, trees: TreeArrays, rows: np.ndarray, uniforms: np.ndarray) -> tuple:
         """The function's positional arguments (numpy) for ``rows`` [M] of ``trees`` with ``uniforms`` [M, U]."""
 
+    def capture_arguments(self, trees: TreeArrays, rows: np.ndarray, own: np.ndarray) -> tuple:
+        """The arguments without the uniform ones, for a function that draws its own randomness; ``own``
+        [M, own_uniforms] are the uniforms the layout draws itself."""
+        placeholder = np.zeros((len(rows), self.num_uniforms(trees.batch)))
+        arguments = self.arguments(trees, rows, placeholder)
+        return tuple(argument for index, argument in enumerate(arguments) if index not in self.uniform_arguments)
+
+    def capture_argument_names(self) -> tuple[str, ...]:
+        return tuple(name for index, name in enumerate(self.argument_names) if index not in self.uniform_arguments)
+
+    def row_arguments(self, arguments: tuple, index: int) -> tuple:
+        """Row ``index`` of batched ``arguments`` as a batch of one (views; scalars as they are)."""
+        return tuple(argument[index:index + 1] if hasattr(argument, "shape") and len(argument.shape) else argument
+                     for argument in arguments)
+
+    def row_matrix(self, result, name: str, width: int) -> np.ndarray:
+        """The emitted tokens [1, width] of a call on one tree."""
+        return self.own_rows(_as_int_matrix(result, name, (self.output_rows(1), width)))
+
     @abstractmethod
     def width(self, trees: TreeArrays) -> int:
         """Number of columns the function must return."""
-
-    def call(self, function, name: str, trees: TreeArrays, rows: np.ndarray, uniforms: np.ndarray,
-             arrays: str = "numpy", device: str = "cpu") -> np.ndarray:
-        """Run ``function`` on ``rows`` with ``uniforms`` [M, U]; return codes node * V + token, [M] int64.
-        With ``arrays`` 'torch' the arguments are float64 / int64 / bool tensors on ``device``."""
-        arguments = self.arguments(trees, rows, uniforms)
-        if arrays == "torch":
-            import torch
-
-            arguments = tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in arguments)
-        try:
-            result = function(*arguments)
-        except VerispecError:
-            raise
-        except Exception as error:  # a user's function may fail in any way; report it on one line
-            raise VerifierError(f"external function {name} raised {type(error).__name__}: {error}") from None
-        emitted = _as_int_matrix(result, name, (self.output_rows(len(rows)), self.width(trees)))
-        return decode(self.own_rows(emitted), trees, rows, name, self.drafted_paths(trees, rows))
 
     def output_rows(self, count: int) -> int:
         """Rows the function returns for ``count`` trees (more where the layout adds filler requests)."""
@@ -222,6 +266,8 @@ def _chain_nodes(batch: TreeBatch) -> list[int]:
 
 class ChainLayout(Layout):
     name = "chain"
+    argument_names = ("draft_tokens", "draft_probs", "target_probs", "uniforms")
+    uniform_arguments = (3,)
 
     def check_batch(self, batch):
         _chain_nodes(batch)
@@ -249,6 +295,8 @@ class ChainLayout(Layout):
 
 class PaddedLayout(ChainLayout):
     name = "padded"
+    argument_names = ("candidate_ids", "candidate_lengths", "draft_probs", "target_probs", "uniforms")
+    uniform_arguments = (4,)
 
     def arguments(self, trees, rows, uniforms):
         tokens, draft, target, uniforms = super().arguments(trees, rows, uniforms)
@@ -273,10 +321,24 @@ class RaggedLayout(ChainLayout):
     ragged and a function that gets the offsets wrong shows it."""
 
     name = "ragged"
+    argument_names = ("draft_token_ids", "cu_num_draft_tokens", "draft_probs", "target_probs", "bonus_token_ids",
+                      "uniform_probs", "recovered_uniforms")
+    uniform_arguments = (5, 6)
+    batched_capture = False
+    sliceable = False
 
     def num_uniforms(self, batch):
         length = len(_chain_nodes(batch)) - 1
         return length + length * batch.vocab_size + 1
+
+    def own_uniforms(self, batch):
+        return 1  # the bonus token, drawn by the engine's sampler before the function runs
+
+    def capture_arguments(self, trees, rows, own):
+        placeholder = np.zeros((len(rows), self.num_uniforms(trees.batch)))
+        placeholder[:, -1] = own[:, 0]
+        arguments = self.arguments(trees, rows, placeholder)
+        return tuple(argument for index, argument in enumerate(arguments) if index not in self.uniform_arguments)
 
     def output_rows(self, count):
         return 2 * count
@@ -349,6 +411,8 @@ def _expanded(child_lists: tuple[tuple[int, ...], ...]) -> ExpandedTree:
 
 class TreeParentLayout(Layout):
     name = "tree-parent"
+    argument_names = ("draft_tokens", "parents", "draft_probs", "target_probs", "uniforms")
+    uniform_arguments = (4,)
 
     def check_batch(self, batch):
         ExpandedTree.of(batch)
@@ -376,6 +440,9 @@ class TreeParentLayout(Layout):
 
 class TreeSiblingLayout(TreeParentLayout):
     name = "tree-sibling"
+    argument_names = ("draft_tokens", "first_child", "next_sibling", "tree_mask", "draft_probs", "target_probs",
+                      "uniforms")
+    uniform_arguments = (6,)
 
     def arguments(self, trees, rows, uniforms):
         tree, draft_tokens, draft_probs, target_probs = self._common(trees, rows)
@@ -398,8 +465,162 @@ class TreeSiblingLayout(TreeParentLayout):
                 np.ascontiguousarray(uniforms, dtype=np.float64))
 
 
+class TransformersLayout(ChainLayout):
+    """transformers' ``_speculative_sampling`` as it is (see the module docstring): one sequence per call, logits
+    in, its own draws (``torch.rand_like``, ``torch.multinomial``) fed by RNG capture."""
+
+    name = "transformers"
+    argument_names = ("candidate_input_ids", "candidate_logits", "candidate_length", "new_logits")
+    uniform_arguments = ()
+    one_sequence = True
+
+    def num_uniforms(self, batch):
+        return 0  # it is handed none: every draw is its own
+
+    def arguments(self, trees, rows, uniforms):
+        tokens, draft, target, _ = super().arguments(trees, rows, uniforms)
+        count, size = tokens.shape[0], trees.batch.vocab_size
+        prompt = np.broadcast_to(np.arange(TRANSFORMERS_PROMPT, dtype=np.int64)[::-1] % size, (count,
+                                                                                             TRANSFORMERS_PROMPT))
+        with np.errstate(divide="ignore"):  # log 0 = -inf: softmax gives it probability 0 again
+            return (np.concatenate([prompt, tokens], axis=1), np.log(draft), tokens.shape[1], np.log(target))
+
+    def capture_arguments(self, trees, rows, own):
+        return self.arguments(trees, rows, np.zeros((len(rows), 0)))
+
+    def row_matrix(self, result, name, width):
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise VerifierError(f"external function {name} returned {type(result).__name__}; the transformers layout "
+                                "expects (valid_tokens [1, n_matches + 1], n_matches)")
+        tokens, matches = result
+        emitted = _as_int_row(tokens, name)
+        if emitted.shape[0] > width:
+            raise VerifierError(f"external function {name} returned {emitted.shape[0]} tokens for {width - 1} "
+                                f"candidates; at most {width}")
+        try:
+            matches = int(matches)
+        except (TypeError, ValueError, RuntimeError):
+            raise VerifierError(f"external function {name} returned n_matches of type {type(matches).__name__}; "
+                                "expected an integer") from None
+        if matches != emitted.shape[0] - 1:
+            raise VerifierError(f"external function {name} returned {emitted.shape[0]} tokens but n_matches = "
+                                f"{matches}; the tokens are the accepted candidates and one more")
+        return np.concatenate([emitted, np.full(width - emitted.shape[0], -1, dtype=np.int64)])[None, :]
+
+
+#: Prompt tokens before the candidates in the ``transformers`` layout's ``candidate_input_ids``.
+TRANSFORMERS_PROMPT = 2
+#: Position of the current token in the ``gpt-fast`` layout (the prompt before it is never fed).
+GPT_FAST_START = 5
+
+
+class PrefixModel:
+    """A language model backed by the conditionals of a batch, called as gpt-fast calls its models:
+    ``model(x [1, S] int, input_pos [S] int) -> logits [1, S, V]`` (torch float64).
+
+    It remembers the token fed at each position (as a KV cache does), so a draft model fed one token per call
+    sees the whole block. The logits at position t are the log of the law after the block's prefix: the tokens
+    at positions start+1..t, where ``start`` holds the current token (log 0 = -inf, which softmax turns back
+    into 0). A prefix whose law the batch does not hold (a draft model asked past the last draft, to fill its
+    cache) gets NaN logits, which no correct function samples from."""
+
+    def __init__(self, laws: dict, start: int, size: int):
+        self.laws = laws
+        self.start = start
+        self.size = size
+        self.memory: dict[int, int] = {}
+
+    def __call__(self, x, input_pos):
+        import torch
+
+        tokens = [int(t) for t in torch.as_tensor(x).reshape(-1).tolist()]
+        positions = [int(t) for t in torch.as_tensor(input_pos).reshape(-1).tolist()]
+        if len(tokens) != len(positions):
+            raise ValueError(f"{len(tokens)} tokens fed at {len(positions)} positions")
+        for position, token in zip(positions, tokens):
+            if position < self.start:
+                raise ValueError(f"position {position} lies before the current token's ({self.start})")
+            self.memory[position] = token
+        logits = np.full((len(positions), self.size), np.nan)
+        for index, position in enumerate(positions):
+            missing = [t for t in range(self.start + 1, position + 1) if t not in self.memory]
+            if missing:
+                raise ValueError(f"position {missing[0]} was never fed to the model")
+            law = self.laws.get(tuple(self.memory[t] for t in range(self.start + 1, position + 1)))
+            if law is not None:
+                with np.errstate(divide="ignore"):
+                    logits[index] = np.log(law)
+        return torch.from_numpy(logits)[None]
+
+
+class GptFastLayout(ChainLayout):
+    """gpt-fast's ``speculative_decode`` as it is: a whole block that drafts its own tokens (see the module
+    docstring); the adapter splits its joint law of (drafts, emitted tokens) by the drafts it made."""
+
+    name = "gpt-fast"
+    argument_names = ("model", "draft_model", "cur_token", "input_pos", "speculate_k")
+    uniform_arguments = ()
+    one_sequence = True
+    self_drafting = True
+
+    def num_uniforms(self, batch):
+        return 0  # it is handed none: every draw, its drafting included, is its own
+
+    def laws(self, trees: TreeArrays) -> tuple[dict, dict]:
+        """(target law, draft law) by block prefix, from every row of the batch (the draft law is missing at
+        leaves)."""
+        chain = self._chain(trees)
+        target, draft = {}, {}
+        for row in range(trees.batch.num_rows):
+            path = tuple(int(t) for t in trees.tokens[row, chain[1:]])
+            for depth, node in enumerate(chain):
+                target.setdefault(path[:depth], trees.p[row, node])
+                if depth < len(chain) - 1:
+                    draft.setdefault(path[:depth], trees.q[row, node])
+        return target, draft
+
+    def arguments(self, trees, rows, uniforms):
+        return self.call_arguments(self.laws(trees), len(self._chain(trees)) - 1, trees.batch.vocab_size)
+
+    def capture_arguments(self, trees, rows, own):
+        return self.arguments(trees, rows, own)
+
+    def call_arguments(self, laws: tuple[dict, dict], length: int, size: int) -> tuple:
+        """Fresh arguments for one call: two models with empty caches, the current token, its position, K."""
+        import torch
+
+        target, draft = laws
+        return (PrefixModel(target, GPT_FAST_START, size), PrefixModel(draft, GPT_FAST_START, size),
+                torch.tensor(0, dtype=torch.int64), GPT_FAST_START, length)
+
+    def drafts_and_emitted(self, result, arguments: tuple, name: str) -> tuple[tuple, tuple]:
+        """(the K tokens the function scored with the target model, the tokens it emitted)."""
+        model, length = arguments[0], arguments[4]
+        emitted = tuple(int(t) for t in _as_int_row(result, name))
+        drafts = tuple(model.memory.get(GPT_FAST_START + 1 + index, -1) for index in range(length))
+        if -1 in drafts:
+            raise VerifierError(f"external function {name} did not score its {length} drafts with the target model "
+                                "(model(x, input_pos) with x = [cur_token, drafts...] at positions input_pos..)")
+        if not 1 <= len(emitted) <= length + 1 or emitted[:-1] != drafts[:len(emitted) - 1]:
+            raise VerifierError(f"external function {name} emitted {list(emitted)} for drafts {list(drafts)}: "
+                                "it must return the accepted drafts, then one more token")
+        return drafts, emitted
+
+
+def _as_int_row(result, name: str) -> np.ndarray:
+    """A [1, n] (or [n]) integer tensor or array as [n] int64; VerifierError otherwise."""
+    if hasattr(result, "detach"):
+        result = result.detach().cpu().numpy()
+    emitted = np.asarray(result)
+    if emitted.dtype.kind not in "iu" or emitted.ndim not in (1, 2) or (emitted.ndim == 2 and emitted.shape[0] != 1):
+        raise VerifierError(f"external function {name} returned tokens of dtype {emitted.dtype} and shape "
+                            f"{list(emitted.shape)}; expected integers of shape [1, n]")
+    return emitted.reshape(-1).astype(np.int64)
+
+
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
-    ChainLayout(), PaddedLayout(), RaggedLayout(), TreeParentLayout(), TreeSiblingLayout())}
+    ChainLayout(), PaddedLayout(), RaggedLayout(), TreeParentLayout(), TreeSiblingLayout(), TransformersLayout(),
+    GptFastLayout())}
 
 
 def get_layout(name: str) -> Layout:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from verispec.errors import UnknownVerifierError
@@ -58,7 +61,14 @@ def get_verifier(name: str) -> Verifier:
 
 def load_attribute(spec: str, what: str):
     """The object named by ``FILE.py:NAME`` or ``package.module:NAME`` (a user's rule or function);
-    UnknownVerifierError on one line when it cannot be loaded (``what`` names it in messages)."""
+    UnknownVerifierError on one line when it cannot be loaded (``what`` names it in messages).
+
+    A file is imported with its own folder first on ``sys.path``, as ``python FILE.py`` would run it, so that it
+    can import the modules beside it (``import model`` in a wrapper next to gpt-fast's ``model.py``). Then the
+    folder is taken off ``sys.path`` again, and the modules imported from it by their own names are taken out of
+    ``sys.modules`` (the loaded file keeps its references to them): nothing from that folder shadows a module
+    imported later, and another file's sibling of the same name is its own. So a sibling imported inside a
+    function when it is called is not found; import siblings at the top of the file."""
     if not isinstance(spec, str) or ":" not in spec:
         raise UnknownVerifierError(f"give the {what} as FILE.py:NAME, got {spec!r}")
     location, _, attribute = spec.rpartition(":")
@@ -69,7 +79,8 @@ def load_attribute(spec: str, what: str):
                 raise UnknownVerifierError(f"{what} file {location!r} does not exist")
             module_spec = importlib.util.spec_from_file_location(f"verispec_user_{path.stem}", path)
             module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
+            with _folder_on_path(path.resolve().parent):
+                module_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(location)
     except UnknownVerifierError:
@@ -79,6 +90,27 @@ def load_attribute(spec: str, what: str):
     if not hasattr(module, attribute):
         raise UnknownVerifierError(f"{location!r} has no attribute {attribute!r}")
     return getattr(module, attribute)
+
+
+@contextmanager
+def _folder_on_path(folder: Path):
+    """``folder`` first on sys.path for the block; afterwards off it, and the modules imported from it by their own
+    top-level names (``folder/NAME.py``, ``folder/NAME/``) out of sys.modules (see ``load_attribute``)."""
+    entry = str(folder)
+    before = set(sys.modules)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)  # the first occurrence: the one inserted above
+        for name in set(sys.modules) - before:
+            top = name.partition(".")[0]
+            if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
+                module = sys.modules.get(name)
+                origin = getattr(getattr(module, "__spec__", None), "origin", None) or ""
+                if origin.startswith(entry + os.sep):
+                    del sys.modules[name]
 
 
 def load_verifier(spec: str) -> Verifier:
