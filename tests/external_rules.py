@@ -191,3 +191,49 @@ def ragged_token_level(*args):
 def ragged_assuming_equal_lengths(*args):
     """The same, but it takes every request to have T / B drafts: wrong as soon as the batch is ragged."""
     return _ragged_token_level(*args, equal_lengths=True)
+
+
+def accept_all(draft_tokens, draft_probs, target_probs, uniforms):
+    """Accepts every draft, then draws a bonus token from the last target row: lossy whenever q differs from p.
+    On chain:1 with context-free p, q it emits (x, y) with probability q(x) p(y) (the target's is p(x) p(y)), so
+    its TV is TV(p, q) exactly."""
+    bonus = inverse_cdf(target_probs[:, -1], uniforms[:, -1])
+    return np.concatenate([draft_tokens, bonus[:, None]], axis=1).astype(np.int64)
+
+
+def leaky_token_level(leak: float):
+    """Token-level verification on a chain that accepts draft i with probability min(1, p/q + leak) instead of
+    min(1, p/q): lossy for leak > 0, its TV growing with ``leak`` (the exact engine measures it)."""
+
+    def verify(draft_tokens, draft_probs, target_probs, uniforms):
+        count, length = draft_tokens.shape
+        rows = np.arange(count)
+        out = np.full((count, length + 1), -1, dtype=np.int64)
+        alive = np.ones(count, dtype=bool)
+        final = target_probs[:, length].copy()
+        stop = np.full(count, length)
+        for i in range(length):
+            x = draft_tokens[:, i]
+            q, p = draft_probs[rows, i, x], target_probs[rows, i, x]
+            accept = uniforms[:, i] * q < p + leak * q
+            rejected = alive & ~accept
+            final[rejected] = np.maximum(target_probs[rejected, i] - draft_probs[rejected, i], 0.0)
+            stop[rejected] = i
+            out[alive & accept, i] = x[alive & accept]
+            alive &= accept
+        out[rows, stop] = inverse_cdf(final, uniforms[:, length])
+        return out
+
+    return verify
+
+
+def slowed(function, seconds: float):
+    """``function``, taking ``seconds`` longer per call (a slow function, for time-budget tests)."""
+    import time
+
+    def slow(*args):
+        time.sleep(seconds)
+        return function(*args)
+
+    slow.__name__ = f"slow_{function.__name__}"
+    return slow

@@ -23,6 +23,7 @@ from verispec.simulator.drafters import parse_tree
 from verispec.simulator.engine import analyze, check_compatible
 from verispec.simulator.problems import ContextFreeProblem, random_problem
 from verispec.simulator.trees import DraftTree, TreeBatch
+from verispec.verdict import Verdict
 from verispec.verifiers import get_verifier
 
 
@@ -340,16 +341,27 @@ def test_check_finds_a_witness_and_passes_the_correct_rule():
     lossy = check_external(rules.token_level_resample_from_target, "chain", "chain:2", time_budget=30)
     assert not lossy.lossless and lossy.mode == "exact" and lossy.problem_source == "search"
     assert lossy.tv_distance > 1e-3 and lossy.problem["vocab_size"] == 2
-    fine = check_external(rules.token_level, "chain", "chain:2", max_examples=30)
-    assert fine.lossless and fine.problem_source == "none" and fine.problems_tried == 30
+    # a search that finds nothing proves nothing: inconclusive, saying what it tried
+    searched = check_external(rules.token_level, "chain", "chain:2", max_examples=30)
+    assert searched.verdict is Verdict.INCONCLUSIVE and searched.lossless is None and searched.exit_status == 3
+    assert searched.problem_source == "none" and "proves nothing" in searched.next_step
+    assert searched.canonical_checked == searched.canonical_total > 0
+    assert searched.problems_tried == searched.canonical_total + 30
+    # the verdict on the canonical suite, every problem of it checked exactly
+    suite = check_external(rules.token_level, "chain", "chain:2", max_examples=30, suite="canonical")
+    assert suite.verdict is Verdict.LOSSLESS and suite.exit_status == 0 and "canonical suite" in suite.scope
 
 
 def test_auto_mode_falls_back_to_blackbox_and_says_why():
     problem = ContextFreeProblem([0.2, 0.3, 0.5], [0.2, 0.3, 0.5])
-    report = check_external(rules.exponential_race, "chain", "chain:2", problem=problem, samples=50_000)
+    report = check_external(rules.exponential_race, "chain", "chain:2", problem=problem, detect_tv=0.05)
     assert report.mode == "blackbox" and "exact mode refused" in report.note and report.blackbox is not None
-    # the race is a correct draw from p at the root, then the block stops: lossless
-    assert report.lossless
+    # the race is a correct draw from p at the root, then the block stops: lossless, with the power stated
+    assert report.verdict is Verdict.LOSSLESS and report.tv_distance is None and report.tv_estimate is not None
+    assert report.blackbox.detectable_tv <= 0.05 and "would have been detected" in report.power()["statement"]
+    # too few runs for that power: inconclusive, with the runs that would do
+    weak = check_external(rules.exponential_race, "chain", "chain:2", problem=problem, samples=2_000)
+    assert weak.verdict is Verdict.INCONCLUSIVE and "--samples" in weak.next_step
     with pytest.raises(NotPiecewiseConstantError):
         check_external(rules.exponential_race, "chain", "chain:2", problem=problem, mode="exact")
 
@@ -357,15 +369,16 @@ def test_auto_mode_falls_back_to_blackbox_and_says_why():
 def test_blackbox_search_confirms_its_witness():
     report = check_external(rules.token_level_resample_from_target, "chain", "chain:1", mode="blackbox",
                             time_budget=30, samples=50_000)
-    assert not report.lossless and report.blackbox.rejected and "confirmed" in report.note
-    assert math.isfinite(report.tv_distance)
+    assert report.verdict is Verdict.LOSSY and report.blackbox.rejected and "confirmed" in report.note
+    assert report.tv_distance is None and math.isfinite(report.tv_estimate)  # an estimate, named as one
 
 
 def test_a_search_that_meets_a_non_threshold_candidate_continues_as_a_black_box():
     # the pilot problem (V = 3) is of threshold form; the search's V = 2 candidates are not
-    report = check_external(rules.race_when_binary, "chain", "chain:1", max_examples=20, samples=20_000,
-                            context_free=True)
-    assert report.lossless and report.mode == "blackbox" and "refused on a candidate" in report.note
+    report = check_external(rules.race_when_binary, "chain", "chain:1", max_examples=20, detect_tv=0.1,
+                            context_free=True, suite="canonical")
+    assert report.verdict is Verdict.LOSSLESS and report.mode == "blackbox"
+    assert "refused on a candidate" in report.note and "powered test" in report.scope
     with pytest.raises(NotPiecewiseConstantError, match="hunt stopped"):
         check_external(rules.race_when_binary, "chain", "chain:1", mode="exact", max_examples=20, context_free=True)
 

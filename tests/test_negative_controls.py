@@ -42,7 +42,7 @@ ALL_BROKEN = all_broken_variants()
 @pytest.mark.parametrize("name", sorted(ALL_BROKEN))
 def test_hunt_finds_a_witness_within_a_minute(name):
     verifier, drafter = ALL_BROKEN[name]
-    witness = hunt(verifier, drafter, time_budget=60)
+    witness = hunt(verifier, drafter, time_budget=60).witness
     assert witness is not None and witness.seconds < 60
     assert witness.tv_distance > 1e-9
 
@@ -51,7 +51,7 @@ def test_hunt_witness_reproduces_through_the_cli(tmp_path, capsys):
     path = tmp_path / "witness.json"
     code = main(["hunt", "--verifier", "tests/broken.py:bv_first_failure", "--tree", "chain:2", "--output",
                  str(path)])
-    assert code == 0 and "witness:" in capsys.readouterr().err
+    assert code == 1 and "LOSSY: witness" in capsys.readouterr().err  # exit 1: lossy, as every check says
     code = main(["exact", "--problem", str(path), "--tree", "chain:2", "--verifier",
                  "tests/broken.py:bv_first_failure", "--json", "--exact"])
     data = json.loads(capsys.readouterr().out)
@@ -59,9 +59,12 @@ def test_hunt_witness_reproduces_through_the_cli(tmp_path, capsys):
 
 
 def test_hunt_finds_nothing_for_a_lossless_rule(capsys):
-    assert hunt(get_verifier("bv"), parse_tree("chain:2"), max_examples=150) is None
-    assert main(["hunt", "--verifier", "naive", "--tree", "chain:1", "--max-examples", "50"]) == 1
-    assert "no lossy problem" in capsys.readouterr().err
+    result = hunt(get_verifier("bv"), parse_tree("chain:2"), max_examples=150)
+    assert result.witness is None and result.canonical_complete and result.random_tried >= 150
+    assert all(check.distance is not None and check.distance < 1e-12 for check in result.canonical)
+    # nothing found is not a proof: exit 3, inconclusive
+    assert main(["hunt", "--verifier", "naive", "--tree", "chain:1", "--max-examples", "50"]) == 3
+    assert "INCONCLUSIVE: no lossy problem" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["naive-correction-from-target", "bv-first-failure"])

@@ -25,35 +25,34 @@
     verispec --version                                               'verispec VERSION'
 
 Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
-cannot check losslessness (dp-metrics), rather than guessing a verdict.
+cannot check losslessness (dp-metrics), rather than guessing a verdict. exact, bound and predict take
+'--time-budget SECONDS' (hard; 600 s by default for a rule of your own): past it they exit with status 3, and
+so does predict when its interval is still wider than --epsilon.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import enum
 import json
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
 
 from verispec import package_version
-from verispec.errors import InvalidProblemError, VerispecError
+from verispec.errors import AnalysisTimeoutError, InvalidProblemError, VerispecError
 from verispec.io import atomic_write_text
 from verispec.simulator.distributions import parse_distribution
 from verispec.simulator.drafters import MAX_TREE_PARAMETER, TREE_KINDS, ChainDrafter, DraftLaw, parse_tree
 from verispec.simulator.engine import MAX_LAW_ENTRIES, METHODS, analyze, check_compatible, choose_method
 from verispec.simulator.problems import ContextFreeProblem, Problem, load_problem, random_problem, sun_toy_problem
+from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_LOSSY, Verdict
 from verispec.verifiers import REGISTRY, get_verifier
-
-EXIT_BAD_INPUT = 2
-#: 'exact --fail-if-lossy' on a lossy result; 'hunt' when no witness was found.
-EXIT_LOSSY = 1
 
 DEFAULT_THRESHOLD = 1e-9  # verispec.hunt.DEFAULT_THRESHOLD, repeated so 'exact' does not import hypothesis
 #: verispec.lp_analysis.multistep.RESTRICTIONS, repeated so the parser does not import scipy (a test ties them)
@@ -70,10 +69,16 @@ BUILTIN_PROBLEMS = {
 
 #: Layouts of 'check-external' (verispec.external.layouts.LAYOUTS, repeated so the parser stays light; a test
 #: ties them).
-EXTERNAL_LAYOUTS = ("chain", "padded", "ragged", "tree-parent", "tree-sibling")
+EXTERNAL_LAYOUTS = ("chain", "padded", "ragged", "tree-parent", "tree-sibling", "transformers", "gpt-fast")
 
 #: Largest --samples of 'check-external' (the runs' tree indices and outcomes are held in memory, 16 bytes each).
 MAX_BLACKBOX_SAMPLES = 20_000_000
+
+#: Largest --context-file read: the pairs verispec installs take at most 32,768 tokens of context (Qwen2.5's
+#: max_position_embeddings), about 128 KiB of text at 4 bytes a token; 4 MiB leaves room for any tokenizer.
+MAX_CONTEXT_FILE_BYTES = 4 << 20
+#: Largest --prompts file read: 16 prompts of the longest context, or thousands of ordinary ones.
+MAX_PROMPTS_FILE_BYTES = 64 << 20
 
 #: Largest --max-vocab of 'hunt': context-dependent candidates have V^(L+1) conditionals each, and every
 #: candidate is analysed exactly.
@@ -153,6 +158,7 @@ def _build_parser() -> argparse.ArgumentParser:
     exact.add_argument("--tolerance", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
                        default=None, help="TV distance below which 'lossless' holds (a finite number >= 0)")
     exact.add_argument("--fail-if-lossy", action="store_true", help="exit with status 1 when not lossless")
+    _add_time_budget_option(exact, "the analysis")
 
     compare = commands.add_parser("compare", help="compare the chain verifiers exactly (the main job)")
     compare.add_argument("--problem", action="append", metavar="NAME|FILE",
@@ -204,7 +210,13 @@ def _build_parser() -> argparse.ArgumentParser:
                                                        "(default cpu; e.g. cuda)")
     check.add_argument("--samples", type=_integer_option(minimum=1, maximum=MAX_BLACKBOX_SAMPLES,
                                                          what=f"an integer in 1..{MAX_BLACKBOX_SAMPLES}"),
-                       default=200_000, help="black-box runs of the function per test (default 200000)")
+                       default=None, help="black-box runs of the function per test (default: as many as detect a TV "
+                                          "of --detect-tv with probability --power)")
+    check.add_argument("--detect-tv", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
+                       default=0.01, help="a black-box LOSSLESS verdict needs a test that detects every TV of this "
+                                          "size or more (default 0.01)")
+    check.add_argument("--power", type=_number_option(minimum=0, strict=True, what="a number in (0, 1)"),
+                       default=0.99, help="... with at least this probability (default 0.99)")
     check.add_argument("--alpha", type=_number_option(minimum=0, strict=True, what="a number in (0, 1)"),
                        default=1e-6, help="black-box false-failure rate (default 1e-6)")
     check.add_argument("--seed", type=_integer_option(minimum=0, what="an integer >= 0"), default=0,
@@ -220,6 +232,17 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("--time-budget", type=_number_option(minimum=0, strict=True, what="a positive number"),
                        default=60.0, help="seconds the witness search may take (default 60)")
     check.add_argument("--context-free", action="store_true", help="search context-free problems only")
+    check.add_argument("--suite", choices=("canonical",), default=None,
+                       help="without a problem: give the verdict on the canonical suite (LOSSLESS when every one of "
+                            "its problems is checked and lossless); without it a search that finds nothing is "
+                            "INCONCLUSIVE")
+    check.add_argument("--rng", choices=("explicit", "capture"), default="explicit",
+                       help="explicit (default): the function takes the layout's uniforms; capture: its own draws "
+                            "from torch's, numpy's and Python's global RNGs are fed from the checker's uniforms")
+    check.add_argument("--per-row", action="store_true",
+                       help="call the function one row (batch size 1) at a time, for functions of one sequence")
+    check.add_argument("--call-timeout", type=_number_option(minimum=0, strict=True, what="a positive number"),
+                       default=None, help="seconds one call of the function may take")
     check.add_argument("--output", metavar="FILE", help="write the witness problem (JSON) here")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -245,6 +268,7 @@ def _build_parser() -> argparse.ArgumentParser:
     bound.add_argument("--restriction", choices=RESTRICTIONS, default=None,
                        help="compare with the optimum of a restricted class of verifiers (selected-path: "
                             "accept a prefix of GBV's greedily selected path) instead of every valid verifier")
+    _add_time_budget_option(bound, "the linear programs and the analyses")
     bound.add_argument("--json", action="store_true", help="print one JSON object")
 
     commands.add_parser("list", help="list verifiers (with their valid draft laws) and tree kinds")
@@ -280,7 +304,9 @@ def _build_parser() -> argparse.ArgumentParser:
                          default=1e-3, help="largest width of the interval (default 1e-3)")
     _add_sampling_options(predict)
     predict.add_argument("--max-rows", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                         help="most (node, draw tuple) rows the certified walk evaluates (default 2,000,000)")
+                         help="most (node, draw tuple) rows the certified walk evaluates (default 2,000,000); when "
+                              "they run out first, the interval certified so far is printed and the exit status is 3")
+    _add_time_budget_option(predict, "the prediction (loading the models included)")
     _add_device_options(predict)
     predict.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -314,6 +340,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", default="results/sweep.csv", metavar="FILE",
                        help="tidy table, .csv or .parquet (default results/sweep.csv); rows are kept in "
                             "FILE.cells.json and a rerun resumes")
+    sweep.add_argument("--overwrite", action="store_true",
+                       help="replace an existing FILE (and FILE.cells.json) that is not a sweep's, and start over")
     _add_backend_options(sweep)
     price = sweep.add_argument_group("latency model of the throughput columns (default: --cost-ratio 4)")
     price.add_argument("--cost-ratio", type=_number_option(minimum=0, strict=True, what="a positive number"),
@@ -325,7 +353,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="the comparison study: sweeps, tables, figures and findings")
     report.add_argument("--quick", action="store_true", help="the small study (a few minutes on 2 cores)")
-    report.add_argument("--out", default="report", metavar="DIR", help="report directory (default report/)")
+    report.add_argument("--out", default="report", metavar="DIR",
+                        help="report directory (default report/): new, empty, or a report's (a rerun resumes)")
+    report.add_argument("--overwrite", action="store_true",
+                        help="write into a DIR that holds other files, replacing the report's files and data")
     _add_backend_options(report)
     report.add_argument("--pair", default=None, metavar="NAME",
                         help="an installed pair: study 6 derives and certifies problems at real contexts")
@@ -350,6 +381,63 @@ def _build_parser() -> argparse.ArgumentParser:
     listing = models_actions.add_parser("list", help="known pairs and whether they are installed")
     listing.add_argument("--cache", metavar="DIR", help="cache directory")
     return parser
+
+
+#: --time-budget of exact, bound and predict when a rule of the user's own (--verifier FILE.py:NAME) runs and no
+#: budget is given: such a rule may loop without ever returning to verispec, and the budget is hard (a timer
+#: interrupts the rule; verispec.budget). One budget for the whole command rather than one per call of the
+#: rule: a hard timer per call costs about 11 us, 22 s over an enumeration of 2,000,000 choice traces.
+DEFAULT_USER_RULE_BUDGET = 600.0
+
+
+#: Largest --time-budget of exact, bound and predict: a year. The hard timer (setitimer) refuses delays past
+#: about 10^9.5 s on this platform ("timestamp out of range"), which a budget of 1e12 reached as a traceback.
+MAX_TIME_BUDGET = 365 * 24 * 3600.0
+
+
+def _time_budget_option(text: str) -> float:
+    seconds = _number_option(minimum=0, strict=True, what="a positive number of seconds")(text)
+    if seconds > MAX_TIME_BUDGET:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIME_BUDGET:.0f} seconds (a year), got {text!r}")
+    return seconds
+
+
+def _add_time_budget_option(parser, what: str) -> None:
+    parser.add_argument("--time-budget", type=_time_budget_option, default=None, metavar="SECONDS",
+                        help=f"seconds {what} may take (wall clock, hard: a rule stuck in a loop is stopped too); "
+                             "past it the command exits with status 3 (default: none; "
+                             f"{DEFAULT_USER_RULE_BUDGET:g} for a rule of your own, FILE.py:NAME)")
+
+
+#: The hard timer of --time-budget fires this fraction of the budget after the deadline that verispec's own loops
+#: stop at: work that ends at the deadline with a partial answer (predict's interval so far) prints it and
+#: leaves first, while code that never returns to verispec (a user's rule in a loop) is still stopped within
+#: the 10% the budget promises.
+HARD_BUDGET_GRACE = 0.05
+
+
+@contextlib.contextmanager
+def _command_budget(args, what: str):
+    """The command's --time-budget around the block (the default for a user's rule when none is given):
+    verispec's loops stop at the deadline (``budget.check``), and a hard timer (verispec.budget) interrupts any
+    other code ``HARD_BUDGET_GRACE`` of the budget later. Past it, AnalysisTimeoutError names the budget
+    (exit 3)."""
+    seconds, note = getattr(args, "time_budget", None), ""
+    rule = getattr(args, "verifier", None)
+    if seconds is None and rule is not None and rule not in REGISTRY:
+        seconds, note = DEFAULT_USER_RULE_BUDGET, ", the default for a rule of your own"
+    if seconds is None:
+        yield
+        return
+    from verispec import budget
+
+    start = time.monotonic()
+    try:
+        with budget.time_budget(start + seconds * (1 + HARD_BUDGET_GRACE), hard=True, what=what), \
+                budget.time_budget(start + seconds):
+            yield
+    except AnalysisTimeoutError as error:
+        raise AnalysisTimeoutError(f"{error} (--time-budget {seconds:g} s{note})") from None
 
 
 def _add_pair_options(parser, title: str = "models (--pair NAME, or --target MODEL --draft MODEL)"):
@@ -382,7 +470,7 @@ def _add_backend_options(parser) -> None:
     parser.add_argument("--backend", default="local", choices=["serial", "local", "dask", "ray"],
                         help="serial, local processes (default), or a dask / ray cluster (--address)")
     parser.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                        help="local processes (default: all cores)")
+                        help="local processes (default and at most: all cores)")
     parser.add_argument("--address", default=None,
                         help="the cluster's scheduler address (dask: tcp://host:8786, or local:N worker processes)")
 
@@ -456,6 +544,11 @@ def _output_law_size(problem: Problem, drafter) -> tuple[str, str]:
 
 
 def _run_exact(args) -> int:
+    with _command_budget(args, "the exact analysis"):
+        return _exact(args)
+
+
+def _exact(args) -> int:
     problem = _problem_from_args(args)
     drafter = parse_tree(args.tree)
     verifier = get_verifier(args.verifier)
@@ -497,8 +590,11 @@ def _run_exact(args) -> int:
     if args.fail_if_lossy:
         if result.lossless is None:  # choose_method said otherwise; never turn 'unknown' into a verdict
             raise VerispecError(f"--fail-if-lossy cannot be checked: method {result.method} gave no output law")
-        if not result.lossless:
-            return EXIT_LOSSY
+        verdict = Verdict.LOSSLESS if result.lossless else Verdict.LOSSY
+        print(f"verispec: {verdict.word}: the exact output law of '{result.verifier}' on {result.tree} is "
+              f"{'within' if result.lossless else 'farther than'} {result.tolerance:g} of the target's (TV "
+              f"{float(result.tv_distance):.3g})", file=sys.stderr)
+        return verdict.exit_status
     return 0
 
 
@@ -559,28 +655,11 @@ def _run_compare(args) -> int:
 
 def _check_output_path(path: str, option: str = "--output") -> None:
     """Refuse, before any work, an output path that cannot be written the way ``atomic_write_text`` writes
-    it (a temporary file beside it, then a rename; missing parent folders are created)."""
-    target = Path(path)
-    try:
-        if target.is_dir():
-            raise VerispecError(f"{option} {path!r} is a directory; give a file name such as "
-                                f"{os.path.join(path, 'witness.json')!r}")
-        if target.exists() and not target.is_file():
-            raise VerispecError(f"{option} {path!r} exists and is not a regular file; give another file name")
-        ancestor = target.parent
-        while not ancestor.exists() and ancestor != ancestor.parent:
-            ancestor = ancestor.parent
-        if not ancestor.is_dir():
-            raise VerispecError(f"{option} {path!r} cannot be written: {str(ancestor)!r} is a file, not a folder")
-        if ancestor == target.parent:
-            handle, probe = tempfile.mkstemp(dir=ancestor, prefix=f".{target.name}.", suffix=".tmp")
-            os.close(handle)
-            os.unlink(probe)
-        else:
-            os.rmdir(tempfile.mkdtemp(dir=ancestor, prefix=".verispec-probe."))
-    except OSError as error:
-        raise VerispecError(f"{option} {path!r} cannot be written ({error.strerror or error}); "
-                            "give a path in a writable folder") from None
+    it (a temporary file beside it, then a rename; missing parent folders are created): the check is
+    ``verispec.io.check_output_file``, shared with sweep and report."""
+    from verispec.io import check_output_file
+
+    check_output_file(path, option, example="witness.json")
 
 
 def _run_hunt(args) -> int:
@@ -597,23 +676,22 @@ def _run_hunt(args) -> int:
         raise type(error)(f"{error} (hunt searches vocabularies up to --max-vocab {args.max_vocab})") from None
     from tqdm import tqdm
 
-    tried = 0
-
     def progress(count: int) -> None:
-        nonlocal tried
-        tried = count
         bar.update(count - bar.n)
 
-    start = time.monotonic()
     with tqdm(desc="problems tried", unit=" problems", disable=not sys.stderr.isatty(), leave=False) as bar:
-        witness = hunt(verifier, drafter, max_vocab=args.max_vocab, max_examples=args.max_examples,
-                       threshold=args.threshold, time_budget=args.time_budget,
-                       context_free=True if args.context_free else None, progress=progress)
+        result = hunt(verifier, drafter, max_vocab=args.max_vocab, max_examples=args.max_examples,
+                      threshold=args.threshold, time_budget=args.time_budget,
+                      context_free=True if args.context_free else None, progress=progress)
+    witness = result.witness
     if witness is None:
-        print(f"verispec: no lossy problem found for '{verifier.name}' on {drafter.spec} after {tried} problems "
-              f"({time.monotonic() - start:.1f} s; vocabularies up to {args.max_vocab}, threshold {args.threshold:g}, "
-              f"limits --max-examples {args.max_examples} and --time-budget {args.time_budget:g} s)", file=sys.stderr)
-        return EXIT_LOSSY
+        from verispec.hunt import next_search
+
+        print(f"verispec: {Verdict.INCONCLUSIVE.word}: no lossy problem found for '{verifier.name}' on {drafter.spec} "
+              f"(vocabularies up to {args.max_vocab}, threshold {args.threshold:g}); tried {result.describe()}; a "
+              f"search proves nothing: to search further, {next_search(result, args.max_examples, args.time_budget)}",
+              file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     problem_json = plain_json(witness.problem_json)
     text = json.dumps(problem_json)
     if args.output:
@@ -627,10 +705,11 @@ def _run_hunt(args) -> int:
         print(text)
     kind = "context-free" if witness.context_free else "context-dependent"
     where = args.output or "FILE"
-    print(f"witness: V={witness.vocab_size} {kind}, TV distance {witness.tv_distance:.6g} after "
-          f"{witness.examples_tried} problems ({witness.seconds:.1f} s); reproduce with: verispec exact --problem "
-          f"{where} --tree {drafter.spec} --verifier {args.verifier}", file=sys.stderr)
-    return 0
+    label = f" (the canonical problem '{witness.label}')" if witness.label else ""
+    print(f"verispec: {Verdict.LOSSY.word}: witness V={witness.vocab_size} {kind}{label}, TV distance "
+          f"{witness.tv_distance:.6g} after {witness.examples_tried} problems ({witness.seconds:.1f} s); reproduce "
+          f"with: verispec exact --problem {where} --tree {drafter.spec} --verifier {args.verifier}", file=sys.stderr)
+    return EXIT_LOSSY
 
 
 def _run_check_external(args) -> int:
@@ -639,6 +718,10 @@ def _run_check_external(args) -> int:
 
     if not args.alpha < 1:
         raise VerispecError(f"--alpha must lie in (0, 1), got {args.alpha!r}")
+    if not args.power < 1:
+        raise VerispecError(f"--power must lie in (0, 1), got {args.power!r}")
+    if not args.detect_tv <= 1:
+        raise VerispecError(f"--detect-tv must lie in (0, 1], got {args.detect_tv!r}")
     function = load_function(args.function)
     problem = None
     if args.problem is not None or args.target is not None or args.draft is not None:
@@ -648,26 +731,30 @@ def _run_check_external(args) -> int:
         _check_output_path(args.output)
     from tqdm import tqdm
 
+    options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row),
+                                               ("call_timeout", args.call_timeout))
+               if value not in (None, False, "explicit")}
     with tqdm(desc="problems tried", unit=" problems", disable=problem is not None or not sys.stderr.isatty(),
               leave=False) as bar:
         report = check_external(function, args.layout, args.tree, problem=problem, mode=args.mode,
                                 arrays=args.arrays, device=args.device, name=args.function, samples=args.samples,
-                                alpha=args.alpha, test=args.test,
+                                detect_tv=args.detect_tv, power=args.power, alpha=args.alpha, test=args.test,
                                 seed=args.seed, max_vocab=args.max_vocab, max_examples=args.max_examples,
                                 time_budget=args.time_budget, context_free=True if args.context_free else None,
-                                progress=lambda count: bar.update(count - bar.n))
-    if args.output and report.problem is not None and not report.lossless:
+                                suite=args.suite, progress=lambda count: bar.update(count - bar.n), **options)
+    found = report.problem is not None and report.problem_source == "search"  # a witness, or a candidate
+    if args.output and found:
         atomic_write_text(args.output, json.dumps(report.problem) + "\n")
     if args.json:
         print(json.dumps(plain_json(report.to_json())))
     else:
         print(report.describe())
-        if report.problem is not None and not report.lossless:
+        if found and report.verdict is not Verdict.LOSSLESS:
             where = args.output or "FILE (see --output)"
-            print(f"  witness: {json.dumps(report.problem)}")
+            print(f"  {'witness' if report.verdict is Verdict.LOSSY else 'candidate'}: {json.dumps(report.problem)}")
             print(f"  reproduce: verispec check-external {args.function} --layout {args.layout} --tree {args.tree} "
                   f"--problem {where} --mode {report.mode}")
-    return 0 if report.lossless else EXIT_LOSSY
+    return report.exit_status
 
 
 def _run_optimum(args) -> int:
@@ -698,6 +785,11 @@ def _run_optimum(args) -> int:
 
 
 def _run_bound(args) -> int:
+    with _command_budget(args, "the bound"):
+        return _bound(args)
+
+
+def _bound(args) -> int:
     from verispec.lp_analysis.gaps import gap_report
     from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
 
@@ -730,11 +822,12 @@ def _run_list(args) -> int:
 def _read_prompts(args) -> list[str]:
     if args.prompt is not None:
         return [args.prompt]
+    from verispec.io import read_user_file
+
     path = Path(args.prompts)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise VerispecError(f"cannot read --prompts {args.prompts!r}: {error}") from None
+    text = read_user_file(path, limit=MAX_PROMPTS_FILE_BYTES, what="--prompts",
+                          why=f"{MAX_PROMPTS_FILE_BYTES // MAX_CONTEXT_FILE_BYTES} prompts as long as the longest "
+                              "context")
     prompts = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -744,6 +837,8 @@ def _read_prompts(args) -> list[str]:
                 item = json.loads(line)
             except json.JSONDecodeError as error:
                 raise VerispecError(f"{args.prompts} line {number} is not JSON: {error}") from None
+            except RecursionError:
+                raise VerispecError(f"{args.prompts} line {number} nests JSON too deeply to hold a prompt") from None
             item = item.get("prompt") if isinstance(item, dict) else item
             if not isinstance(item, str):
                 raise VerispecError(f"{args.prompts} line {number} holds no prompt string (a JSON string, or an "
@@ -792,6 +887,9 @@ def _run_decode(args) -> int:
     verifier = get_verifier(args.verifier)
     check_compatible(verifier, drafter)
     prompts = _read_prompts(args)
+    from verispec.models.decoding import check_decode_tree
+
+    check_decode_tree(drafter)  # the node limit before any model is loaded; the vocabulary's once it is
     pair, sampling = _load_pair(args)
     from tqdm import tqdm
 
@@ -842,10 +940,10 @@ def _model_problem(args, horizon: int):
         raise VerispecError("give the context the block starts after: --context TEXT or --context-file FILE")
     context = args.context
     if args.context_file is not None:
-        try:
-            context = Path(args.context_file).read_text(encoding="utf-8")
-        except OSError as error:
-            raise VerispecError(f"cannot read --context-file {args.context_file!r}: {error.strerror}") from None
+        from verispec.io import read_user_file
+
+        context = read_user_file(args.context_file, limit=MAX_CONTEXT_FILE_BYTES, what="--context-file",
+                                 why="the models take 32,768 tokens at most, about 128 KiB of text")
     pair, sampling = _load_pair(args)
     from verispec.models.problem import ModelProblem
 
@@ -857,8 +955,9 @@ def _model_problem(args, horizon: int):
 
 
 def _run_derive(args) -> int:
-    from verispec.models.derive import derive_problem, write_derived
+    from verispec.models.derive import check_derive_size, derive_problem, write_derived
 
+    check_derive_size(args.vocab, args.depth)  # before the models are loaded
     problem, settings = _model_problem(args, args.depth)
     if args.vocab > problem.vocab_size:
         raise VerispecError(f"--vocab {args.vocab} exceeds the pair's vocabulary of {problem.vocab_size} tokens")
@@ -876,6 +975,11 @@ def _run_derive(args) -> int:
 
 
 def _run_predict(args) -> int:
+    with _command_budget(args, "the prediction"):
+        return _predict(args)
+
+
+def _predict(args) -> int:
     from verispec.simulator.certified import DEFAULT_MAX_ROWS, certify
 
     drafter = parse_tree(args.tree)
@@ -891,11 +995,13 @@ def _run_predict(args) -> int:
         source = {"problem": args.problem}
     else:
         problem, source = _model_problem(args, drafter.depth)
+    # under --time-budget (set by _run_predict) the walk returns the interval of its last complete round
     result = certify(problem, drafter, verifier, args.epsilon, max_rows=args.max_rows or DEFAULT_MAX_ROWS,
                      progress=sys.stderr.isatty())
+    status = 0 if result.reached else EXIT_INCONCLUSIVE  # the interval is as narrow as asked, or not (yet)
     if args.json:
         print(json.dumps({**source, **result.as_dict()}))
-        return 0
+        return status
     print(f"E[tau+1] of {verifier.name} on {drafter.spec}: [{result.lower:.6f}, {result.upper:.6f}] "
           f"(width {result.width:.2e}, epsilon {args.epsilon:g}{'' if result.reached else ', NOT reached'})")
     for depth, (low, high) in enumerate(zip(result.acceptance_lower, result.acceptance_upper), start=1):
@@ -905,7 +1011,7 @@ def _run_predict(args) -> int:
           f"evaluated{passes}, {result.seconds:.1f} s")
     if result.note:
         print(f"# {result.note}", file=sys.stderr)
-    return 0
+    return status
 
 
 def _list_option(text: str, kind, what: str) -> tuple:
@@ -948,12 +1054,23 @@ def _run_latency(args) -> int:
     return 0
 
 
+def _note_capped_jobs(args) -> None:
+    """One line on stderr when --jobs asks for more local processes than there are cores (run_sweep caps it)."""
+    from verispec.sweep import local_workers
+
+    if args.backend == "local":
+        _, note = local_workers(args.jobs)
+        if note:
+            print(f"verispec: note: {note}", file=sys.stderr)
+
+
 def _run_report(args) -> int:
     from verispec.report import build_report
 
     start = time.perf_counter()
+    _note_capped_jobs(args)
     path = build_report(args.out, quick=args.quick, backend=args.backend, jobs=args.jobs, address=args.address,
-                        progress=sys.stderr.isatty(), pair=args.pair, device=args.device)
+                        progress=sys.stderr.isatty(), pair=args.pair, device=args.device, overwrite=args.overwrite)
     print(f"wrote {path} ({time.perf_counter() - start:.1f} s)")
     return 0
 
@@ -974,8 +1091,9 @@ def _run_sweep(args) -> int:
         gap=args.gap, cell_timeout=args.cell_timeout, latency=_latency_model(args))
     cells, skipped = grid.cells()
     start = time.perf_counter()
+    _note_capped_jobs(args)
     rows = run_sweep(grid, args.out, backend=args.backend, jobs=args.jobs, address=args.address,
-                     progress=sys.stderr.isatty())
+                     progress=sys.stderr.isatty(), overwrite=args.overwrite)
     refused = [row for row in rows if row["status"] != "ok"]
     print(f"{len(rows)} cells in {args.out} ({len(refused)} refused; {skipped} (verifier, tree) pairs left out as "
           f"invalid for the verifier's draft law), {time.perf_counter() - start:.1f} s")
@@ -997,6 +1115,11 @@ def main(argv: list[str] | None = None) -> int:
                 "report": _run_report}[args.command](args)
     except _Done as done:
         return done.status
+    except AnalysisTimeoutError as error:  # no answer within --time-budget: not bad input
+        message = " ".join(str(error).split())
+        print(f"verispec: {Verdict.INCONCLUSIVE.word}: {message}; run again with a larger --time-budget",
+              file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     except VerispecError as error:
         message = " ".join(str(error).split())
         print(f"verispec: error: {message}", file=sys.stderr)

@@ -18,11 +18,25 @@ rejects when some x deviates beyond t_x = (l b / 3) + sqrt((l b / 3)^2 + 2 l b p
 a lossless rule is called lossy with probability at most ``alpha`` (default 1e-6). A sequence of target
 probability 0 with T_x > 0 is impossible for a lossless rule and rejects outright (p-value 0).
 
+Power. A maximum over sequences misses a bias spread thinly over many sequences, so a second statistic is
+tested beside it: the estimated total-variation distance TV^ = 1/2 sum_x |T_x - p(x)|. Changing one run i moves
+the vector (T_x) by at most 2 w_i in L1 (a run's terms sum to w_i over x), so TV^ moves by at most w_i, and
+McDiarmid's inequality gives P(TV^ - E TV^ >= s) <= exp(-2 s^2 / S) with S = sum_i w_i^2. Under losslessness
+E TV^ <= 1/2 sum_x sqrt(Var T_x) <= 1/2 sum_x sqrt(b p(x)) =: m (Cauchy-Schwarz; no sequence of target
+probability 0 can appear). The test rejects when TV^ > m + sqrt(S log(2 / alpha) / 2), at level alpha / 2,
+and the Bernstein maximum runs at alpha / 2 too, so the false-failure rate stays at most alpha (union bound).
+For any rule whose continued block law r has TV(r, p) = delta, E TV^ >= delta (Jensen), so the TV test rejects
+with probability at least ``power`` as soon as delta >= detectable_tv := m + sqrt(S log(2 / alpha) / 2) +
+sqrt(S log(1 / (1 - power)) / 2). That is the power statement a lossless verdict carries ("a TV of
+detectable_tv or more would have been detected with probability >= power"), and since b, S <= 1/N it tells the
+number of runs a requested ``detect_tv`` needs (``samples_for_power``).
+
 A second test, ``test="binomial"``, is the plain multinomial one, independent of the above: N draft trees
 drawn i.i.d. from the drafter, the block continued by *sampling* the target, and the counts of the sequences
-x tested with ``verispec.statistics.exact_binomial_test`` (exact per-sequence binomial tests, Bonferroni;
-false-failure rate at most ``alpha`` as well). It uses no stratification and no integration, so the two
-tests cross-check each other; the Bernstein test is the default because it needs fewer runs.
+x tested with ``verispec.statistics.exact_binomial_test`` (exact per-sequence binomial tests, Bonferroni, at
+alpha / 2) beside the same TV test (each run a weight 1/N; false-failure rate at most ``alpha`` as well). It
+uses no stratification and no integration, so the two tests cross-check each other; the Bernstein test is the
+default because it needs fewer runs.
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verispec import budget
 from verispec.errors import VerispecError
 from verispec.simulator.chooser import RandomChooser
 from verispec.simulator.drafters import Drafter
@@ -41,12 +56,51 @@ from verispec.simulator.problems import Problem, target_law
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.statistics import DEFAULT_ALPHA
 
-#: Default number of runs of the function in one black-box test.
+#: Runs of one black-box test when the caller gives neither ``samples`` nor a reachable ``detect_tv``.
 DEFAULT_SAMPLES = 200_000
+#: Largest number of runs of one test (the runs' tree indices and outcomes are held in memory, 16 bytes each).
+MAX_SAMPLES = 20_000_000
+#: The smallest TV a lossless verdict must have been able to detect, and with what probability.
+DEFAULT_DETECT_TV = 0.01
+DEFAULT_POWER = 0.99
 #: Drafters with at most this many outcomes are stratified by draft tree.
 MAX_STRATA = 4096
 #: Rows per call of the function.
 CALL_ROWS = 1 << 16
+#: Over- and under-produced sequences a result lists.
+SHOWN_DISCREPANCIES = 3
+
+
+def discrepancies(law: np.ndarray, target: np.ndarray, count: int = SHOWN_DISCREPANCIES) -> dict:
+    """The sequences a rule over- and under-produces most: {'overproduced': [...], 'underproduced': [...]}, each
+    entry {'sequence', 'rule', 'target'} (law and target: arrays of shape (V,)*(L+1), the rule's law continued
+    with the target, exact or estimated)."""
+    difference = (law - target).reshape(-1)
+    order = np.argsort(difference, kind="stable")
+
+    def entries(indices) -> list[dict]:
+        return [{"sequence": [int(t) for t in np.unravel_index(int(i), law.shape)], "rule": float(law.flat[i]),
+                 "target": float(target.flat[i])} for i in indices]
+
+    over = [i for i in order[::-1][:count] if difference[i] > 0]
+    under = [i for i in order[:count] if difference[i] < 0]
+    return {"overproduced": entries(over), "underproduced": entries(under)}
+
+
+def _noise_bound(target: np.ndarray, largest_weight: float) -> float:
+    """m = 1/2 sum_x sqrt(b p(x)): the most a lossless rule's TV estimate is expected to show (module docstring)."""
+    return 0.5 * float(np.sqrt(largest_weight * np.clip(target, 0, None)).sum())
+
+
+def _deviation(sum_squared_weights: float, probability: float) -> float:
+    """s with exp(-2 s^2 / S) = probability (McDiarmid's bound for TV^)."""
+    return math.sqrt(sum_squared_weights * math.log(1 / probability) / 2)
+
+
+def samples_for_power(target: np.ndarray, detect_tv: float, alpha: float, power: float) -> int:
+    """Runs that make ``detectable_tv`` <= ``detect_tv`` (b, S <= 1/N for both designs; module docstring)."""
+    per_root_n = (_noise_bound(target, 1.0) + _deviation(1.0, alpha / 2) + _deviation(1.0, 1 - power))
+    return max(1, math.ceil((per_root_n / detect_tv) ** 2))
 
 
 @dataclass(frozen=True)
@@ -62,38 +116,56 @@ class BlackBoxResult:
     stratified: bool
     #: Largest weight of one run (the Bernstein range b).
     largest_weight: float
-    #: Smallest Bernstein p-value over the sequences times ``cells`` (capped at 1); 0 for an impossible sequence.
+    #: min(1, 2 min(p_max, p_tv)): the maximum test's Bonferroni-adjusted p-value and the TV test's p-value,
+    #: combined by the union bound; 0 for an impossible sequence.
     adjusted_p: float
-    #: Estimated total-variation distance between the continued block law and the target's.
+    #: The estimated TV distance TV^ between the continued block law and the target's (an estimate: a lossless
+    #: rule's is positive too, below ``tv_threshold`` with probability >= 1 - alpha / 2).
     tv_estimate: float
+    #: The TV test rejects above this estimate.
+    tv_threshold: float
+    #: Every rule whose true TV is at least this is rejected with probability >= ``power``.
+    detectable_tv: float
+    power: float
     block_efficiency_estimate: float
     worst_sequence: tuple[int, ...]
     worst_estimate: float
     worst_target: float
     worst_threshold: float
+    #: The sequences the rule over- and under-produces most (estimated), see ``discrepancies``.
+    discrepancies: dict | None = None
 
     @property
     def rejected(self) -> bool:
         return self.adjusted_p <= self.alpha
 
+    def power_statement(self) -> str:
+        if self.detectable_tv > 1:
+            return f"too few runs to detect any TV (at most 1) with probability >= {self.power:g}"
+        return (f"a TV of {self.detectable_tv:.3g} or more would have been detected with probability >= "
+                f"{self.power:g}")
+
     def describe(self) -> str:
         test = ("Bernstein test" if self.test == "bernstein" else "exact binomial tests (Bonferroni)")
         return (f"{self.samples} runs ({'stratified by draft tree' if self.stratified else 'sampled draft trees'}), "
-                f"{test} over {self.cells} sequences: adjusted p = {self.adjusted_p:.3g} (lossy at <= "
+                f"{test} over {self.cells} sequences and a TV test: adjusted p = {self.adjusted_p:.3g} (lossy at <= "
                 f"{self.alpha:g}); worst {'sequence' if self.worst_sequence else 'bin'} "
                 f"{list(self.worst_sequence) if self.worst_sequence else '(pooled rare sequences)'}: estimated "
                 f"{self.worst_estimate:.6g} against target {self.worst_target:.6g}"
                 + (f" (threshold {self.worst_threshold:.3g})" if self.test == "bernstein" else "")
-                + f"; estimated TV {self.tv_estimate:.3g}")
+                + f"; estimated TV {self.tv_estimate:.3g} (noise alone stays below {self.tv_threshold:.3g}); "
+                + self.power_statement())
 
     def to_json(self) -> dict:
         return {"samples": self.samples, "alpha": self.alpha, "test": self.test, "cells": self.cells,
                 "stratified": self.stratified,
                 "adjusted_p": self.adjusted_p, "rejected": self.rejected, "tv_estimate": self.tv_estimate,
+                "tv_threshold": self.tv_threshold, "detectable_tv": self.detectable_tv, "power": self.power,
                 "block_efficiency_estimate": self.block_efficiency_estimate,
                 "worst_sequence": list(self.worst_sequence), "worst_estimate": self.worst_estimate,
                 "worst_target": self.worst_target,
-                "worst_threshold": self.worst_threshold if self.test == "bernstein" else None}
+                "worst_threshold": self.worst_threshold if self.test == "bernstein" else None,
+                "discrepancies": self.discrepancies}
 
 
 TESTS = ("bernstein", "binomial")
@@ -101,19 +173,28 @@ TESTS = ("bernstein", "binomial")
 MAX_SEQUENCES = 1 << 22
 
 
-def _check_options(samples: int, alpha: float) -> None:
-    if not (isinstance(samples, (int, np.integer)) and not isinstance(samples, bool) and samples >= 1):
-        raise VerispecError(f"samples must be an integer >= 1, got {samples!r}")
+def _check_options(samples, alpha: float, detect_tv: float, power: float) -> None:
+    if samples is not None and not (isinstance(samples, (int, np.integer)) and not isinstance(samples, bool)
+                                    and 1 <= samples <= MAX_SAMPLES):
+        raise VerispecError(f"samples must be an integer in 1..{MAX_SAMPLES:,} (or None: enough for detect_tv), got "
+                            f"{samples!r}")
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise VerispecError(f"alpha must lie in (0, 1), got {alpha!r}")
+    if not (isinstance(detect_tv, (int, float)) and 0 < detect_tv <= 1):
+        raise VerispecError(f"detect_tv must lie in (0, 1], got {detect_tv!r}")
+    if not (isinstance(power, (int, float)) and 0 < power < 1):
+        raise VerispecError(f"power must lie in (0, 1), got {power!r}")
 
 
-def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int = DEFAULT_SAMPLES,
+def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int | None = None,
                   alpha: float = DEFAULT_ALPHA, seed: int = 0, max_strata: int = MAX_STRATA,
-                  test: str = "bernstein") -> BlackBoxResult:
+                  test: str = "bernstein", detect_tv: float = DEFAULT_DETECT_TV,
+                  power: float = DEFAULT_POWER) -> BlackBoxResult:
     """Test ``verifier`` (an ``ExternalVerifier``) on trees of ``drafter`` for ``problem`` (see the module
-    docstring). Deterministic given ``seed``."""
-    _check_options(samples, alpha)
+    docstring). ``samples`` None: as many runs as make every TV >= ``detect_tv`` detectable with probability
+    ``power`` (capped at MAX_SAMPLES; the result's ``detectable_tv`` says what was reached). Deterministic given
+    ``seed``."""
+    _check_options(samples, alpha, detect_tv, power)
     if test not in TESTS:
         raise VerispecError(f"unknown black-box test {test!r}; choose one of {', '.join(TESTS)}")
     if problem.exact:
@@ -125,8 +206,11 @@ def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int 
     if (depth + 1) * math.log(size) > math.log(MAX_SEQUENCES):
         raise VerispecError(f"a black-box test tabulates the V^(L+1) = {size}^{depth + 1} sequences of a block, more "
                             f"than {MAX_SEQUENCES:,}; use a smaller vocabulary or a shallower tree")
+    target = np.asarray(target_law(problem, depth + 1), dtype=np.float64)  # (V,)*(L+1)
+    if samples is None:
+        samples = min(MAX_SAMPLES, samples_for_power(target, detect_tv, alpha, power))
     if test == "binomial":
-        return _binomial(problem, drafter, verifier, samples, alpha, rng)
+        return _binomial(problem, drafter, verifier, samples, alpha, power, rng, target)
     stratified = drafter.log_num_outcomes(size) <= math.log(max_strata)
     if stratified:
         outcomes = [(tree, float(probability)) for tree, probability in drafter.outcomes(problem) if probability > 0]
@@ -141,10 +225,20 @@ def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int 
         _run_batch(verifier, batch, [trees[i] for i in members], np.array([counts[i] for i in members]),
                    np.array([weights[i] for i in members]), rng, emitted)
     estimate = OutputLaw(size, depth, tuple(emitted)).continued_with_target(problem)  # (V,)*(L+1)
-    target = target_law(problem, depth + 1)
     efficiency = float(sum(array.sum() * (length + 1) for length, array in enumerate(emitted)))
-    return _bernstein(estimate, np.asarray(target, dtype=np.float64), sum(counts), alpha, max(weights), stratified,
-                      efficiency)
+    squared = float(sum(count * weight ** 2 for count, weight in zip(counts, weights)))
+    return _bernstein(estimate, target, sum(counts), alpha, power, max(weights), squared, stratified, efficiency)
+
+
+def _tv_test(tv_estimate: float, target: np.ndarray, largest_weight: float, squared: float, alpha: float,
+             power: float) -> tuple[float, float, float]:
+    """The TV test of the module docstring: (p-value of the estimate, rejection threshold at alpha / 2,
+    detectable TV at ``power``)."""
+    noise = _noise_bound(target, largest_weight)
+    threshold = noise + _deviation(squared, alpha / 2)
+    excess = tv_estimate - noise
+    p_value = 1.0 if excess <= 0 else min(1.0, math.exp(-2 * excess ** 2 / squared))
+    return p_value, threshold, threshold + _deviation(squared, 1 - power)
 
 
 def _sampled_trees(problem, drafter, samples, rng, max_strata: int = MAX_STRATA):
@@ -158,7 +252,11 @@ def _sampled_trees(problem, drafter, samples, rng, max_strata: int = MAX_STRATA)
         kept = np.flatnonzero(drawn)
         return [outcomes[i][0] for i in kept], [int(drawn[i]) for i in kept]
     chooser = RandomChooser(rng)
-    shapes = Counter(drafter.draw(problem, chooser) for _ in range(samples))
+    shapes: Counter = Counter()
+    for index in range(samples):
+        if index % 4096 == 0:
+            budget.check("drawing the black-box test's draft trees")
+        shapes[drafter.draw(problem, chooser)] += 1
     return [DraftTree.from_shape(problem, shape) for shape in shapes], list(shapes.values())
 
 
@@ -166,13 +264,12 @@ def _emissions(verifier, batch: TreeBatch, trees, counts, rng):
     """Run the function ``counts[i]`` times on tree i with fresh uniforms: yields (emitted sequence, tree
     index, number of runs that emitted it)."""
     size = batch.vocab_size
-    evaluate = verifier.evaluator(batch)
-    uniforms_per_row = verifier.layout.num_uniforms(batch)
     rows = np.repeat(np.arange(len(trees)), counts)
     codes = np.empty(len(rows), dtype=np.int64)
     for start in range(0, len(rows), CALL_ROWS):
-        chunk = rows[start:start + CALL_ROWS]
-        codes[start:start + CALL_ROWS] = evaluate(chunk, rng.random((len(chunk), uniforms_per_row)))
+        budget.check("the black-box test's runs")
+        # as many fresh uniforms as each run draws (a function drawing its own randomness may draw more on one path)
+        codes[start:start + CALL_ROWS] = verifier.sample_codes(batch, rows[start:start + CALL_ROWS], rng)
     pairs, hits = np.unique(rows * (batch.num_nodes * size) + codes, return_counts=True)
     for pair, hit in zip(pairs.tolist(), hits.tolist()):
         row, code = divmod(pair, batch.num_nodes * size)
@@ -199,7 +296,7 @@ def _continuations(problem: Problem, prefix: tuple, length: int) -> tuple[list[t
     return sequences, np.array(probabilities)
 
 
-def _binomial(problem, drafter, verifier, samples, alpha, rng) -> BlackBoxResult:
+def _binomial(problem, drafter, verifier, samples, alpha, power, rng, target) -> BlackBoxResult:
     from verispec.statistics import exact_binomial_test
 
     depth = drafter.depth
@@ -217,22 +314,28 @@ def _binomial(problem, drafter, verifier, samples, alpha, rng) -> BlackBoxResult
             if count:
                 observed[sequence] += count
     accepted_total = sum(hit * len(path) for path, hit in emitted.items())
-    target = target_law(problem, depth + 1)
     law = {tuple(int(i) for i in index): float(target[index]) for index in zip(*np.nonzero(target > 0))}
-    fit = exact_binomial_test(observed, law, alpha=alpha)
-    tv = 0.5 * sum(abs(observed.get(x, 0) / samples - law.get(x, 0.0)) for x in set(observed) | set(law))
+    fit = exact_binomial_test(observed, law, alpha=alpha / 2)
+    frequencies = np.zeros_like(target)
+    for sequence, count in observed.items():
+        frequencies[sequence] = count / samples
+    tv = float(np.abs(frequencies - target).sum() / 2)
+    p_tv, tv_threshold, detectable = _tv_test(tv, target, 1.0 / samples, 1.0 / samples, alpha, power)
     worst = fit.worst_bin if isinstance(fit.worst_bin, tuple) else ()
     return BlackBoxResult(samples=samples, alpha=alpha, test="binomial", cells=fit.bins, stratified=False,
-                          largest_weight=1.0 / samples, adjusted_p=fit.adjusted_p, tv_estimate=float(tv),
+                          largest_weight=1.0 / samples, adjusted_p=min(1.0, 2 * min(fit.adjusted_p, p_tv)),
+                          tv_estimate=tv, tv_threshold=tv_threshold, detectable_tv=detectable, power=power,
                           block_efficiency_estimate=accepted_total / samples, worst_sequence=worst,
                           worst_estimate=fit.worst_observed / samples, worst_target=fit.worst_expected / samples,
-                          worst_threshold=float("nan"))
+                          worst_threshold=float("nan"), discrepancies=discrepancies(frequencies, target))
 
 
-def _bernstein(estimate, target, samples, alpha, largest_weight, stratified, efficiency) -> BlackBoxResult:
+def _bernstein(estimate, target, samples, alpha, power, largest_weight, squared, stratified,
+               efficiency) -> BlackBoxResult:
+    """The maximum test (Bernstein, Bonferroni over the sequences, at alpha / 2) and the TV test (alpha / 2)."""
     positive = target > 0
     cells = int(positive.sum())
-    log_term = math.log(2 * cells / alpha)
+    log_term = math.log(2 * cells / (alpha / 2))
     b = largest_weight
     deviation = np.abs(estimate - target)
     threshold = log_term * b / 3 + np.sqrt((log_term * b / 3) ** 2 + 2 * log_term * b * target)
@@ -244,11 +347,14 @@ def _bernstein(estimate, target, samples, alpha, largest_weight, stratified, eff
     # the sequence furthest beyond (or least inside) its threshold; an impossible one first
     ratio = np.where(impossible, np.inf, deviation / np.where(positive, threshold, np.inf))
     worst = np.unravel_index(int(np.argmax(ratio)), target.shape)
-    adjusted = 0.0 if impossible.any() else min(1.0, float(p_values.min()) * cells)
+    maximum_p = 0.0 if impossible.any() else min(1.0, float(p_values.min()) * cells)
+    tv = float(deviation.sum() / 2)
+    p_tv, tv_threshold, detectable = _tv_test(tv, target, b, squared, alpha, power)
     return BlackBoxResult(samples=int(samples), alpha=float(alpha), test="bernstein", cells=cells,
-                          stratified=stratified,
-                          largest_weight=float(b), adjusted_p=adjusted,
-                          tv_estimate=float(np.abs(estimate - target).sum() / 2),
+                          stratified=stratified, largest_weight=float(b),
+                          adjusted_p=min(1.0, 2 * min(maximum_p, p_tv)), tv_estimate=tv, tv_threshold=tv_threshold,
+                          detectable_tv=detectable, power=float(power),
                           block_efficiency_estimate=efficiency, worst_sequence=tuple(int(t) for t in worst),
                           worst_estimate=float(estimate[worst]), worst_target=float(target[worst]),
-                          worst_threshold=float(threshold[worst]) if positive[worst] else 0.0)
+                          worst_threshold=float(threshold[worst]) if positive[worst] else 0.0,
+                          discrepancies=discrepancies(estimate, target))

@@ -1,44 +1,78 @@
-"""A whole check of an external verification function: on a given problem, or by searching for a witness.
+"""A whole check of an external verification function, ending in a verdict one can act on.
 
-``check_external`` is what ``verispec check-external`` runs. Modes:
+``check_external`` is what ``verispec check-external`` runs. Its verdict (``verispec.verdict``) is
 
-* ``exact``: the function's law by exact integration over its uniforms (threshold rules); the verdict is the
-  exact engine's TV distance against ``threshold`` (1e-9, far above the 1e-16 scale of float breakpoints).
-* ``blackbox``: the stratified Bernstein test of ``verispec.external.blackbox`` at false-failure rate
-  ``alpha`` (1e-6), or with ``test="binomial"`` its plain sampled multinomial test (exact binomial tests).
-* ``auto`` (default): exact where the function is of threshold form, black-box otherwise (the reason is kept
-  in the report's note).
+* LOSSLESS (exit 0) only when it is *proven* - the function's exact law, on every problem of the stated scope,
+  within ``threshold`` of the target's - or *powered* - a black-box test that did not reject and that would
+  have detected every TV of ``detect_tv`` or more with probability ``power``;
+* LOSSY (exit 1) with a witness problem: found exactly, or confirmed by a test at false-failure rate ``alpha``;
+* INCONCLUSIVE (exit 3) otherwise, with what was tried (``tried``) and what to run next (``next_step``).
 
-Without a problem, the search of ``verispec.hunt`` looks for the simplest lossy problem. In black-box mode
-each candidate is screened by a smaller test (``screen_samples`` runs at ``screen_alpha``, seeded by the
-candidate, so the search is deterministic); the witness it returns is then confirmed by a fresh test
-(``samples`` runs, another seed) at ``alpha``. Only a confirmed witness makes the verdict "lossy", so the
-many screening tests do not add to the stated false-failure rate.
+Scopes. With ``problem`` the verdict is about that problem. Without one the search of ``verispec.hunt`` looks
+for a witness, the canonical suite first and random problems after it; a search that finds nothing proves
+nothing, so it ends INCONCLUSIVE - unless ``suite="canonical"``, which asks for the verdict on the canonical
+suite itself: LOSSLESS when every problem of the suite was checked (exactly, or by a powered test) and none is
+lossy, the random search (with the time left) having found no witness either.
+
+Modes:
+
+* ``exact``: the function's law by exact integration over its uniforms (threshold rules); lossy when the exact
+  TV distance exceeds ``threshold`` (1e-9, far above the 1e-16 scale of float breakpoints).
+* ``blackbox``: the stratified Bernstein and TV tests of ``verispec.external.blackbox`` at false-failure rate
+  ``alpha`` (1e-6), or with ``test="binomial"`` its plain sampled test. Runs: ``samples``, or by default as many
+  as make ``detect_tv`` detectable with probability ``power``.
+* ``auto`` (default): exact where the function is of threshold form, black-box otherwise (the reason is kept in
+  the report's note).
+
+In a black-box search each candidate is screened by a smaller test (``SCREEN_SAMPLES`` runs at ``SCREEN_ALPHA``,
+seeded by the candidate, so the search is deterministic); its witness is then confirmed by a fresh test at
+``alpha``; with ``suite="canonical"`` every one of the n canonical problems gets a powered test at
+``alpha / (2 n)`` and the confirmation ``alpha / 2``. The screening tests decide nothing, so the stated
+false-failure rate ``alpha`` holds for the verdict.
+
+Everything, search and tests, runs under one hard time budget (``time_budget`` seconds, ``verispec.budget``):
+when it ends, the verdict is whatever the evidence so far supports - LOSSY if a witness was found, else
+INCONCLUSIVE.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 import zlib
 from dataclasses import dataclass, field
 
-from verispec.errors import VerispecError
+import numpy as np
+
+from verispec import budget
+from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
 from verispec.external.adapter import ExternalVerifier
-from verispec.external.blackbox import DEFAULT_SAMPLES, BlackBoxResult, blackbox_test
+from verispec.external.blackbox import (
+    DEFAULT_DETECT_TV,
+    DEFAULT_POWER,
+    MAX_SAMPLES,
+    BlackBoxResult,
+    blackbox_test,
+    discrepancies,
+    samples_for_power,
+)
 from verispec.external.exact import NotPiecewiseConstantError
 from verispec.simulator.drafters import Drafter, parse_tree
-from verispec.simulator.engine import analyze
+from verispec.simulator.engine import ExactResult, analyze
 from verispec.simulator.problems import (
     Problem,
     load_problem,
     problem_from_json,
     problem_to_json,
     random_context_free_problem,
+    target_law,
 )
 from verispec.statistics import DEFAULT_ALPHA
+from verispec.verdict import Verdict
 
 MODES = ("auto", "exact", "blackbox")
+SUITES = ("canonical",)
 #: TV distance above which an exact result counts as lossy (hunt's default).
 DEFAULT_THRESHOLD = 1e-9
 #: Screening test of black-box witness search.
@@ -48,49 +82,98 @@ SCREEN_ALPHA = 1e-5
 
 @dataclass
 class CheckReport:
-    """The verdict of one check, with what it rests on."""
+    """The verdict of one check, with what it rests on (see the module docstring)."""
 
     function: str
     layout: str
     tree: str
     mode: str
-    lossless: bool
-    #: Exact TV distance (exact mode) or the black-box estimate.
+    verdict: Verdict
+    #: What the verdict is about: 'the given problem', 'the canonical suite (n problems)', or 'a search'.
+    scope: str
+    #: Exact TV distance on ``problem`` (exact mode only; None otherwise).
     tv_distance: float | None
+    #: The black-box test's estimate of the TV distance on ``problem`` (black-box mode only).
+    tv_estimate: float | None
     block_efficiency: float | None
     #: The problem the verdict rests on (given, or the witness found), as problem JSON.
     problem: dict | None
+    #: 'given', 'search' (a witness found by the search) or 'none'.
     problem_source: str
     seconds: float
     problems_tried: int = 0
+    canonical_checked: int = 0
+    canonical_total: int = 0
     blackbox: BlackBoxResult | None = None
+    #: The sequences the function over- and under-produces most on ``problem`` (see blackbox.discrepancies).
+    discrepancies: dict | None = None
     uniforms: list[str] = field(default_factory=list)
     evaluations: int = 0
+    #: What was tried (for an inconclusive verdict above all) and what to run next.
+    tried: str = ""
+    next_step: str = ""
     note: str = ""
+    #: The name of the canonical problem that is the witness, if it is one.
+    witness_label: str = ""
+
+    @property
+    def lossless(self) -> bool | None:
+        """True for LOSSLESS, False for LOSSY, None for INCONCLUSIVE."""
+        return {Verdict.LOSSLESS: True, Verdict.LOSSY: False}.get(self.verdict)
+
+    @property
+    def exit_status(self) -> int:
+        return self.verdict.exit_status
+
+    def power(self) -> dict | None:
+        """The power statement of a black-box verdict (None in exact mode)."""
+        if self.blackbox is None:
+            return None
+        result = self.blackbox
+        verdict = f"lossless at alpha = {result.alpha:g}; " if self.verdict is Verdict.LOSSLESS else ""
+        return {"alpha": result.alpha, "detectable_tv": result.detectable_tv, "probability": result.power,
+                "samples": result.samples, "statement": verdict + result.power_statement()}
 
     def to_json(self) -> dict:
         return {"function": self.function, "layout": self.layout, "tree": self.tree, "mode": self.mode,
-                "lossless": self.lossless, "tv_distance": self.tv_distance,
+                "verdict": self.verdict.value, "lossless": self.lossless, "scope": self.scope,
+                "tv_distance": self.tv_distance, "tv_estimate": self.tv_estimate, "power": self.power(),
                 "block_efficiency": self.block_efficiency, "problem_source": self.problem_source,
-                "problem": self.problem, "problems_tried": self.problems_tried, "seconds": round(self.seconds, 3),
-                "function_evaluations": self.evaluations, "uniforms": self.uniforms,
-                "blackbox": None if self.blackbox is None else self.blackbox.to_json(), "note": self.note}
+                "problem": self.problem, "witness_label": self.witness_label,
+                "discrepancies": self.discrepancies, "problems_tried": self.problems_tried,
+                "canonical": {"checked": self.canonical_checked, "total": self.canonical_total},
+                "seconds": round(self.seconds, 3), "function_evaluations": self.evaluations,
+                "uniforms": self.uniforms, "blackbox": None if self.blackbox is None else self.blackbox.to_json(),
+                "tried": self.tried, "next": self.next_step, "note": self.note}
 
     def describe(self) -> str:
-        verdict = "LOSSLESS" if self.lossless else "LOSSY"
-        where = {"given": "on the given problem", "search": "witness found by search",
-                 "none": "no lossy problem found by the search"}[self.problem_source]
-        lines = [f"{self.function} ({self.layout} layout, {self.tree}): {verdict} - {self.mode} mode, {where}, "
-                 f"{self.seconds:.1f} s"]
-        if self.mode == "exact" and self.tv_distance is not None:
-            lines.append(f"  exact TV distance {self.tv_distance:.6g} (lossy above {DEFAULT_THRESHOLD:g}); "
-                         f"E[tau+1] = {self.block_efficiency:.6g}; {self.evaluations} function evaluations")
+        lines = [f"{self.function} ({self.layout} layout, {self.tree}): {self.verdict.word} - {self.mode} mode, "
+                 f"{self.scope}, {self.seconds:.1f} s"]
+        if self.verdict is Verdict.LOSSLESS:
+            if self.blackbox is not None:
+                lines.append(f"  {self.power()['statement']}")
+            else:
+                where = f"on every problem of {self.scope}" if "suite" in self.scope else self.scope
+                lines.append(f"  proven: the function's exact law is within {DEFAULT_THRESHOLD:g} of the target's "
+                             f"{where}")
+        if self.tv_distance is not None:
+            efficiency = "" if self.block_efficiency is None else f"; E[tau+1] = {self.block_efficiency:.6g}"
+            lines.append(f"  exact TV distance {self.tv_distance:.6g} (lossy above {DEFAULT_THRESHOLD:g})"
+                         f"{efficiency}; {self.evaluations} function evaluations")
         if self.blackbox is not None:
             lines.append(f"  {self.blackbox.describe()}")
+        if self.witness_label:
+            lines.append(f"  the witness is the canonical problem '{self.witness_label}'")
+        for kind in ("overproduced", "underproduced"):
+            for entry in (self.discrepancies or {}).get(kind, []):
+                lines.append(f"  {kind} {entry['sequence']}: {entry['rule']:.6g} against the target's "
+                             f"{entry['target']:.6g}")
         for index, use in enumerate(self.uniforms):
             lines.append(f"  uniform {index}: {use}")
-        if self.problems_tried:
-            lines.append(f"  {self.problems_tried} problems tried")
+        if self.tried:
+            lines.append(f"  tried: {self.tried}")
+        if self.next_step:
+            lines.append(f"  next: {self.next_step}")
         if self.note:
             lines.append(f"  note: {self.note}")
         return "\n".join(lines)
@@ -102,101 +185,300 @@ def _pilot_problem(max_vocab: int) -> Problem:
     return random_context_free_problem(max_vocab, 0)
 
 
+class _Check:
+    """One run of ``check_external``: the options, the clock, and the report being built."""
+
+    def __init__(self, verifier: ExternalVerifier, drafter: Drafter, *, mode, samples, detect_tv, power, alpha,
+                 seed, test, threshold, max_vocab, max_examples, time_budget, context_free, suite, progress):
+        self.verifier, self.drafter = verifier, drafter
+        self.mode = self.requested = mode
+        self.samples, self.detect_tv, self.power, self.alpha = samples, detect_tv, power, alpha
+        self.seed, self.test, self.threshold = seed, test, threshold
+        self.max_vocab, self.max_examples, self.context_free = max_vocab, max_examples, context_free
+        self.suite, self.progress = suite, progress
+        self.time_budget = time_budget
+        self.start = time.monotonic()
+        self.deadline = self.start + time_budget
+        self.note = ""
+        self.tried = 0
+        self.suite_total = 0
+
+    # --- the report ---------------------------------------------------------------------------------------------
+
+    def report(self, verdict: Verdict, scope: str, *, problem: Problem | dict | None = None, source: str = "none",
+               exact: ExactResult | None = None, blackbox: BlackBoxResult | None = None, tv_distance=None,
+               tried: str = "", next_step: str = "", hunted=None, label: str = "") -> CheckReport:
+        if isinstance(problem, Problem):
+            problem = _json(problem, self.drafter)
+        differences = None
+        if exact is not None:
+            tv_distance = float(exact.tv_distance)
+            checked = problem_from_json(problem)
+            law = exact.output_law.continued_with_target(checked)  # (V,)*(L+1)
+            differences = discrepancies(np.asarray(law, dtype=np.float64),
+                                        np.asarray(target_law(checked, self.drafter.depth + 1), dtype=np.float64))
+        elif blackbox is not None:
+            differences = blackbox.discrepancies
+        if verdict is Verdict.LOSSLESS:
+            differences = None  # nothing is over- or under-produced beyond rounding or noise
+        exact_mode = self.mode == "exact"
+        return CheckReport(
+            function=self.verifier.name, layout=self.verifier.layout.name, tree=self.drafter.spec, mode=self.mode,
+            verdict=verdict, scope=scope, tv_distance=tv_distance,
+            tv_estimate=None if blackbox is None else blackbox.tv_estimate,
+            block_efficiency=(float(exact.block_efficiency) if exact is not None else
+                              None if blackbox is None else blackbox.block_efficiency_estimate),
+            problem=problem, problem_source=source, seconds=time.monotonic() - self.start,
+            problems_tried=self.tried if hunted is None else hunted.examples_tried,
+            canonical_checked=(self.tried if self.suite_total else 0) if hunted is None else len(hunted.canonical),
+            canonical_total=self.suite_total if hunted is None else hunted.canonical_total,
+            blackbox=blackbox, discrepancies=differences,
+            uniforms=_uses(self.verifier) if exact_mode else [], evaluations=self.verifier.stats.evaluations,
+            tried=tried, next_step=next_step, note="; ".join([self.note, *self.verifier.notes] if self.note
+                                                             else self.verifier.notes),
+            witness_label=label)
+
+    def add_note(self, text: str) -> None:
+        self.note = f"{self.note}; {text}" if self.note else text
+
+    def more_time(self) -> str:
+        return f"run again with a larger --time-budget (it was {self.time_budget:g} s)"
+
+    # --- black-box tests ----------------------------------------------------------------------------------------
+
+    def powered_test(self, problem: Problem, alpha: float, seed: int) -> BlackBoxResult:
+        return blackbox_test(problem, self.drafter, self.verifier, samples=self.samples, alpha=alpha, seed=seed,
+                             test=self.test, detect_tv=self.detect_tv, power=self.power)
+
+    def blackbox_verdict(self, result: BlackBoxResult, problem: Problem) -> tuple[Verdict, str]:
+        """(verdict, next step) of one powered test."""
+        if result.rejected:
+            return Verdict.LOSSY, ""
+        if result.detectable_tv <= self.detect_tv:
+            return Verdict.LOSSLESS, ""
+        target = np.asarray(target_law(problem, self.drafter.depth + 1), dtype=np.float64)
+        needed = samples_for_power(target, self.detect_tv, result.alpha, result.power)
+        if needed <= MAX_SAMPLES:
+            coarser = (f", or accept a coarser --detect-tv {result.detectable_tv:.3g}" if result.detectable_tv <= 1
+                       else "")
+            advice = (f"run with --samples {needed} (or leave --samples out), which detects a TV of "
+                      f"{self.detect_tv:g}{coarser}")
+        else:
+            reachable = result.detectable_tv * math.sqrt(result.samples / MAX_SAMPLES)
+            advice = (f"the largest test ({MAX_SAMPLES:,} runs) detects a TV of about {reachable:.3g}: use "
+                      f"--detect-tv {reachable:.3g} or more, or a smaller problem (fewer sequences)")
+        reach = (f"it detects only a TV of {result.detectable_tv:.3g} or more" if result.detectable_tv <= 1 else
+                 "it cannot detect even the largest TV (1)")
+        return Verdict.INCONCLUSIVE, (f"the test did not reject, but with {result.samples} runs {reach} "
+                                      f"(--detect-tv {self.detect_tv:g} was asked); {advice}")
+
+    # --- a given problem ----------------------------------------------------------------------------------------
+
+    def given(self, problem: Problem) -> CheckReport:
+        scope = "on the given problem"
+        if self.mode in ("auto", "exact"):
+            try:
+                result = analyze(problem, self.drafter, self.verifier)
+            except NotPiecewiseConstantError as error:
+                if self.mode == "exact":
+                    raise
+                self.add_note(f"exact mode refused, so black-box mode was used: {error}")
+                self.mode = "blackbox"
+            else:
+                self.mode, self.tried = "exact", 1
+                lossy = float(result.tv_distance) > self.threshold
+                return self.report(Verdict.LOSSY if lossy else Verdict.LOSSLESS, scope, problem=problem,
+                                   source="given", exact=result)
+        result = self.powered_test(problem, self.alpha, self.seed)
+        self.tried = 1
+        verdict, next_step = self.blackbox_verdict(result, problem)
+        return self.report(verdict, scope, problem=problem, source="given", blackbox=result, next_step=next_step)
+
+    # --- no problem: the search (and the canonical suite) ---------------------------------------------------------
+
+    def search(self) -> CheckReport:
+        from verispec.hunt import canonical_problems, hunt  # imports hypothesis; only a search needs it
+
+        if self.mode == "auto":
+            # exact until a candidate shows the function is not of threshold form (the search then switches)
+            self.mode = "exact"
+        elif self.mode == "blackbox":  # a configuration error shows here, before the search could swallow it
+            blackbox_test(_pilot_problem(self.max_vocab), self.drafter, self.verifier,
+                          samples=min(self.samples or 1000, 1000), alpha=self.alpha, seed=self.seed, test=self.test)
+        suite = canonical_problems(self.drafter.depth, self.max_vocab, self.context_free)
+        self.suite_total = len(suite)
+        suite_checked: list = []
+        if self.mode == "blackbox" and self.suite is not None:
+            found = self.blackbox_suite(suite, suite_checked)
+            if found is not None:
+                return found
+
+        def judge(candidate: Problem, deadline=None) -> float:
+            text = json.dumps(problem_to_json(candidate, self.drafter.depth), sort_keys=True, default=str)
+            screen = blackbox_test(candidate, self.drafter, self.verifier, samples=SCREEN_SAMPLES,
+                                   alpha=SCREEN_ALPHA, seed=zlib.crc32(text.encode()), test="bernstein")
+            return screen.tv_estimate if screen.rejected else 0.0
+
+        def run_hunt(canonical: bool):
+            return hunt(self.verifier, self.drafter, max_vocab=self.max_vocab, max_examples=self.max_examples,
+                        threshold=self.threshold, context_free=self.context_free, progress=self.progress,
+                        time_budget=max(0.0, self.deadline - time.monotonic()),
+                        judge=judge if self.mode == "blackbox" else None, canonical=canonical)
+
+        canonical = not suite_checked
+        try:
+            hunted = run_hunt(canonical)
+        except NotPiecewiseConstantError as error:
+            if self.requested == "exact":
+                raise
+            # the first candidates were of threshold form but a later one is not: search again as a black box
+            self.add_note(f"exact mode refused on a candidate, so black-box mode was used: {error}")
+            self.mode = "blackbox"
+            if self.suite is not None:
+                found = self.blackbox_suite(suite, suite_checked)
+                if found is not None:
+                    return found
+            hunted = run_hunt(canonical=self.suite is None)
+        if hunted.witness is not None:
+            return self.witness(hunted)
+        return self.no_witness(hunted, suite, suite_checked)
+
+    def blackbox_suite(self, suite, checked: list) -> CheckReport | None:
+        """Powered tests on every canonical problem (alpha / (2 n) each); a report if one is lossy."""
+        from verispec.hunt import build_problem
+
+        share = self.alpha / (2 * max(1, len(suite)))
+        for index, member in enumerate(suite):
+            problem = build_problem(member.candidate)
+            try:
+                result = self.powered_test(problem, share, self.seed + index)
+            except (AnalysisTimeoutError, VerifierError):  # out of time, or the function itself failed
+                raise
+            except VerispecError as error:  # the tree cannot be drawn on this problem
+                checked.append((member, None, str(error)))
+                continue
+            self.tried += 1
+            checked.append((member, result, ""))
+            if result.rejected:
+                return self.report(Verdict.LOSSY, f"on the canonical problem '{member.label}'", problem=problem,
+                                   source="search", blackbox=result, label=member.label)
+        return None
+
+    def witness(self, hunted) -> CheckReport:
+        witness = hunted.witness
+        found = problem_from_json(witness.problem_json)
+        scope = "witness found by the search"
+        if self.mode == "exact":
+            try:
+                result = analyze(found, self.drafter, self.verifier)
+            except AnalysisTimeoutError:  # the search's exact TV stands; only the details are missing
+                return self.report(Verdict.LOSSY, scope, problem=witness.problem_json, source="search",
+                                   tv_distance=witness.tv_distance, hunted=hunted, label=witness.label)
+            return self.report(Verdict.LOSSY, scope, problem=witness.problem_json, source="search", exact=result,
+                               hunted=hunted, label=witness.label)
+        # with the suite's tests (alpha / 2 in all) beside it, the confirmation gets the other half
+        confirm_alpha = self.alpha if self.suite is None else self.alpha / 2
+        confirmation = self.powered_test(found, confirm_alpha, self.seed + 1)
+        if confirmation.rejected:
+            self.add_note("the witness was confirmed by a fresh test")
+            return self.report(Verdict.LOSSY, scope, problem=witness.problem_json, source="search",
+                               blackbox=confirmation, hunted=hunted, label=witness.label)
+        return self.report(Verdict.INCONCLUSIVE, "a search", problem=witness.problem_json, source="search",
+                           blackbox=confirmation, hunted=hunted, label=witness.label,
+                           tried=f"{hunted.describe()}; the screening test's candidate was NOT confirmed by a fresh "
+                                 f"test at alpha = {confirm_alpha:g}",
+                           next_step="check the candidate with more runs: --problem FILE (see --output) --samples N")
+
+    def no_witness(self, hunted, suite, suite_checked: list) -> CheckReport:
+        from verispec.hunt import next_search
+
+        tried = hunted.describe()
+        if self.suite is None:
+            return self.report(Verdict.INCONCLUSIVE, "a search", hunted=hunted, tried=tried,
+                               next_step="a search that finds nothing proves nothing: check given problems with "
+                                         "--problem FILE, ask for the verdict on the canonical suite with --suite "
+                                         f"canonical, or search further ("
+                                         f"{next_search(hunted, self.max_examples, self.time_budget)})")
+        scope = f"the canonical suite ({len(suite)} problems)"
+        if self.mode == "exact":
+            complete = hunted.canonical_complete
+            skipped = [check for check in hunted.canonical if check.skipped]
+        else:
+            complete = len(suite_checked) == len(suite)
+            skipped = [entry for entry in suite_checked if entry[1] is None]
+            weak = [entry for entry in suite_checked if entry[1] is not None
+                    and entry[1].detectable_tv > self.detect_tv]
+            if complete and weak:
+                worst = max(entry[1].detectable_tv for entry in weak)
+                return self.report(Verdict.INCONCLUSIVE, scope, hunted=hunted, tried=tried,
+                                   next_step=f"{len(weak)} canonical problems were tested without the power to detect "
+                                             f"a TV of {self.detect_tv:g} (the weakest detects {worst:.3g}): leave "
+                                             "--samples out, or raise --detect-tv")
+        if not complete:
+            return self.report(Verdict.INCONCLUSIVE, scope, hunted=hunted, tried=tried,
+                               next_step=f"the canonical suite was not finished: {self.more_time()}")
+        if len(skipped) == len(suite):
+            reason = skipped[0].skipped if self.mode == "exact" else skipped[0][2]
+            return self.report(Verdict.INCONCLUSIVE, scope, hunted=hunted, tried=tried,
+                               next_step=f"no canonical problem could be checked ({reason}): check a problem of "
+                                         "your own with --problem FILE")
+        if skipped:
+            self.add_note(f"{len(skipped)} canonical problems cannot be drawn for {self.drafter.spec} and were left "
+                          "out")
+        verdict_scope = scope if self.mode == "exact" else f"{scope}, each by a powered test"
+        report = self.report(Verdict.LOSSLESS, verdict_scope, hunted=hunted, tried=tried)
+        if self.mode == "blackbox":
+            tested = [entry[1] for entry in suite_checked if entry[1] is not None]
+            weakest = max(tested, key=lambda result: result.detectable_tv)
+            report.blackbox = weakest
+            report.tv_estimate = weakest.tv_estimate
+            report.block_efficiency = None
+            report.discrepancies = None
+        return report
+
+
 def check_external(function, layout: str, tree: str | Drafter, *, problem: Problem | str | None = None,
                    mode: str = "auto", arrays: str = "numpy", device: str = "cpu", name: str | None = None,
-                   samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA, seed: int = 0,
-                   test: str = "bernstein",
+                   samples: int | None = None, detect_tv: float = DEFAULT_DETECT_TV, power: float = DEFAULT_POWER,
+                   alpha: float = DEFAULT_ALPHA, seed: int = 0, test: str = "bernstein",
                    threshold: float = DEFAULT_THRESHOLD, max_vocab: int = 3, max_examples: int = 300,
-                   time_budget: float = 60.0, context_free: bool | None = None, progress=None) -> CheckReport:
+                   time_budget: float = 60.0, context_free: bool | None = None, suite: str | None = None,
+                   progress=None, **verifier_options) -> CheckReport:
     """Check ``function`` (a production-shape verification function in ``layout``) on ``tree``; see the module
-    docstring. ``problem`` may be a Problem or a problem file."""
-    start = time.monotonic()
+    docstring. ``problem`` may be a Problem or a problem file. ``verifier_options`` go to ``ExternalVerifier``
+    (``rng``, ``per_row``, ``call_timeout``, ...)."""
     if mode not in MODES:
         raise VerispecError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    requested = mode
+    if suite is not None and suite not in SUITES:
+        raise VerispecError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
+    if suite is not None and problem is not None:
+        raise VerispecError("give either a problem or --suite canonical, not both")
+    if not (isinstance(time_budget, (int, float)) and math.isfinite(time_budget) and time_budget > 0):
+        raise VerispecError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
     drafter = parse_tree(tree) if isinstance(tree, str) else tree
     if isinstance(problem, str):
         problem = load_problem(problem)
-    verifier = ExternalVerifier(function, layout, name=name, arrays=arrays, device=device)
-    note = ""
-    pilot = problem if problem is not None else _pilot_problem(max_vocab)
-    if mode in ("auto", "exact"):
-        try:
-            pilot_result = analyze(pilot, drafter, verifier)
-        except NotPiecewiseConstantError as error:
-            if mode == "exact":
-                raise
-            note, mode = f"exact mode refused, so black-box mode was used: {error}", "blackbox"
-        else:
-            mode = "exact"
-    elif problem is None:  # with a problem, its own test shows any configuration error
-        blackbox_test(pilot, drafter, verifier, samples=min(samples, 1000), alpha=alpha, seed=seed, test=test)
-    common = dict(function=verifier.name, layout=verifier.layout.name, tree=drafter.spec, mode=mode)
-    if problem is not None:
-        if mode == "exact":
-            result = pilot_result
-            return CheckReport(**common, lossless=float(result.tv_distance) <= threshold,
-                               tv_distance=float(result.tv_distance), block_efficiency=float(result.block_efficiency),
-                               problem=_json(problem, drafter), problem_source="given",
-                               seconds=time.monotonic() - start, uniforms=_uses(verifier),
-                               evaluations=verifier.stats.evaluations, note=note)
-        result = blackbox_test(problem, drafter, verifier, samples=samples, alpha=alpha, seed=seed, test=test)
-        return CheckReport(**common, lossless=not result.rejected, tv_distance=result.tv_estimate,
-                           block_efficiency=result.block_efficiency_estimate, problem=_json(problem, drafter),
-                           problem_source="given", seconds=time.monotonic() - start, blackbox=result, note=note)
-    from verispec.hunt import hunt  # imports hypothesis; only a search needs it
-
-    def judge(candidate: Problem, deadline=None) -> float:
-        text = json.dumps(problem_to_json(candidate, drafter.depth), sort_keys=True, default=str)
-        screen = blackbox_test(candidate, drafter, verifier, samples=SCREEN_SAMPLES, alpha=SCREEN_ALPHA,
-                               seed=zlib.crc32(text.encode()))
-        return screen.tv_estimate if screen.rejected else 0.0
-
-    tried = 0
-
-    def counted(count: int) -> None:
-        nonlocal tried
-        tried = count
-        if progress is not None:
-            progress(count)
-
-    search = dict(max_vocab=max_vocab, max_examples=max_examples, threshold=threshold, context_free=context_free,
-                  progress=counted)
+    verifier = ExternalVerifier(function, layout, name=name, arrays=arrays, device=device, **verifier_options)
+    if verifier.layout.self_drafting:  # it draws its own drafts, so it cannot be run on sampled draft trees
+        if mode == "blackbox":
+            raise VerispecError(f"layout {verifier.layout.name!r} runs a whole block that drafts its own tokens, which "
+                                "black-box mode cannot run on given draft trees; use --mode exact (or auto)")
+        mode = "exact"
+    check = _Check(verifier, drafter, mode=mode, samples=samples, detect_tv=detect_tv, power=power, alpha=alpha,
+                   seed=seed, test=test, threshold=threshold, max_vocab=max_vocab, max_examples=max_examples,
+                   time_budget=time_budget, context_free=context_free, suite=suite, progress=progress)
+    # the phases keep check.deadline; the hard timer allows a moment more to write up what they found
+    grace = min(1.0, 0.05 * time_budget)
     try:
-        witness = hunt(verifier, drafter, time_budget=time_budget, judge=judge if mode == "blackbox" else None,
-                       **search)
-    except NotPiecewiseConstantError as error:
-        if requested == "exact":
-            raise
-        # the pilot problem was of threshold form but a candidate is not: search again as a black box
-        note, mode = f"exact mode refused on a candidate, so black-box mode was used: {error}", "blackbox"
-        common["mode"] = mode
-        witness = hunt(verifier, drafter, time_budget=max(1.0, time_budget - (time.monotonic() - start)),
-                       judge=judge, **search)
-    if witness is None:
-        return CheckReport(**common, lossless=True, tv_distance=None, block_efficiency=None, problem=None,
-                           problem_source="none", seconds=time.monotonic() - start,
-                           problems_tried=tried, uniforms=_uses(verifier) if mode == "exact" else [],
-                           evaluations=verifier.stats.evaluations,
-                           note=(note + "; " if note else "") + f"searched vocabularies up to {max_vocab}; no lossy "
-                           "problem is not a proof of losslessness")
-    found = problem_from_json(witness.problem_json)
-    if mode == "exact":
-        result = analyze(found, drafter, verifier)
-        return CheckReport(**common, lossless=False, tv_distance=float(result.tv_distance),
-                           block_efficiency=float(result.block_efficiency), problem=witness.problem_json,
-                           problem_source="search", seconds=time.monotonic() - start,
-                           problems_tried=witness.examples_tried, uniforms=_uses(verifier),
-                           evaluations=verifier.stats.evaluations, note=note)
-    confirmation = blackbox_test(found, drafter, verifier, samples=samples, alpha=alpha, seed=seed + 1, test=test)
-    confirmed = confirmation.rejected
-    return CheckReport(**common, lossless=not confirmed, tv_distance=confirmation.tv_estimate,
-                       block_efficiency=confirmation.block_efficiency_estimate, problem=witness.problem_json,
-                       problem_source="search", seconds=time.monotonic() - start,
-                       problems_tried=witness.examples_tried, blackbox=confirmation,
-                       note=(note + "; " if note else "") + ("the witness was confirmed by a fresh test" if confirmed
-                                                            else "the search's witness was NOT confirmed by a fresh "
-                                                            "test, so no lossiness is claimed"))
+        with budget.time_budget(check.deadline + grace, hard=True, what=f"the check of {verifier.name}"), \
+                budget.time_budget(check.deadline):
+            return check.given(problem) if problem is not None else check.search()
+    except AnalysisTimeoutError:
+        scope = "on the given problem" if problem is not None else "a search"
+        return check.report(Verdict.INCONCLUSIVE, scope, problem=problem,
+                            source="given" if problem is not None else "none",
+                            tried=f"the time budget of {time_budget:g} s ran out before a verdict",
+                            next_step=check.more_time())
 
 
 def _json(problem: Problem, drafter: Drafter) -> dict:
@@ -205,4 +487,3 @@ def _json(problem: Problem, drafter: Drafter) -> dict:
 
 def _uses(verifier: ExternalVerifier) -> list[str]:
     return [use.describe() for use in verifier.stats.uses]
-
