@@ -9,12 +9,12 @@
    (examples/external/global_rng.py), and transformers' own ``_speculative_sampling``, unmodified, on chain:3 at
    V = 3 (27 draft trees).
 3. The time to refuse an exponential race (vLLM's recovered-token sampler, examples/external/vllm_rejection.py,
-   ragged layout, chain:2): with the bounds on boxes alone (before) and with the breakpoint check (after), in one
-   run.
+   ragged layout, chain:2), both with today's code in one run: without the breakpoint check
+   (``check_races=False``: the bounds on boxes alone) and with it.
 4. Every gallery bug checked from scratch as ``verispec check-external`` does it (witness search, then the
    verdict), and every correct version on one problem.
 
-Writes results/bench_external.md.
+Writes docs/bench_external.md (--output to write elsewhere).
 
     python benchmarks/bench_external.py [--quick]
 """
@@ -127,9 +127,10 @@ def race_refusal(limit: float) -> list[str]:
 
     vllm = load_function(f"{GALLERY / 'vllm_rejection.py'}:rejection_sample")
     lines = ["### Refusing an exponential race in exact mode, chain:2", "",
-             "Before: the bounds on boxes alone (1024 per tree); after: the breakpoint check. Runs stopped at "
-             f"{limit:g} s.",
-             "", "| function | problem | before: seconds | evaluations | after: seconds | evaluations |",
+             "Both with today's code: without the breakpoint check (check_races=False: the bounds on boxes alone, "
+             f"1024 per tree) and with it. Runs stopped at {limit:g} s.",
+             "", "| function | problem | without the breakpoint check: seconds | evaluations | with it: seconds "
+             "| evaluations |",
              "|---|---|---|---|---|---|"]
     cases = [("vllm_rejection.py:rejection_sample (ragged, numpy, batched)", vllm, "ragged", {},
               "context-free (0.5, 0.3, 0.2) / (0.2, 0.2, 0.6)", ContextFreeProblem([0.5, 0.3, 0.2], [0.2, 0.2, 0.6])),
@@ -188,8 +189,9 @@ def gallery() -> list[str]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="without the gallery")
-    parser.add_argument("--race-limit", type=float, default=120.0, help="seconds a race refusal may run (before)")
-    parser.add_argument("--output", default="results/bench_external.md")
+    parser.add_argument("--race-limit", type=float, default=120.0,
+                        help="seconds a race refusal may run (without the breakpoint check)")
+    parser.add_argument("--output", default="docs/bench_external.md")
     args = parser.parse_args(argv)
     lines = [f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", ""] + chain_at_v4_l4()
     print("\n".join(lines), flush=True)

@@ -258,6 +258,13 @@ def test_the_cli_lists_every_layout():
     assert tuple(LAYOUTS) == EXTERNAL_LAYOUTS
 
 
+def test_the_cli_caps_samples_where_the_test_does():
+    from verispec.cli import MAX_BLACKBOX_SAMPLES
+    from verispec.external.blackbox import MAX_SAMPLES
+
+    assert MAX_BLACKBOX_SAMPLES == MAX_SAMPLES
+
+
 # --------------------------------------------------------------------------------------------------
 # Drafts not drawn from the q handed over (trap 8)
 

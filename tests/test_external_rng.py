@@ -20,7 +20,7 @@ import pytest
 from tests import external_rules as rules
 from verispec.errors import VerifierError, VerispecError
 from verispec.external.adapter import ExternalVerifier, NondeterministicError, load_function
-from verispec.external.exact import NotPiecewiseConstantError
+from verispec.external.exact import NotPiecewiseConstantError, integrate
 from verispec.external.rng import Capture, CaptureRefusal, GlobalRandomnessError, Tape
 from verispec.simulator.drafters import parse_tree
 from verispec.simulator.engine import analyze
@@ -49,11 +49,6 @@ def _same_law_as_naive(verifier, tree: str, problem) -> float:
 
 # --------------------------------------------------------------------------------------------------
 # Rules written against global generators (chain layout without the uniforms), each Leviathan et al.'s rule
-
-
-def _inverse_cdf_row(law, u):
-    cumulative = np.cumsum(law)
-    return int(min(np.sum(cumulative <= u * cumulative[-1]), np.flatnonzero(law > 0)[-1]))
 
 
 def _one_sequence(draft_tokens, draft_probs, target_probs, uniform, categorical):
@@ -114,18 +109,70 @@ def torch_exponential_race(draft_tokens, draft_probs, target_probs):
 
 
 def _race_then(extra):
+    """The root token by argmax(p / E); ``extra``: None (a pure race), 'before' / 'after' (another use of E before
+    or after the race), 'overwrite' (w written into after the division)."""
     def rule(draft_tokens, draft_probs, target_probs):
-        law = target_probs[:, 0]
+        law = target_probs[:, 0].clone()
         noise = torch.empty_like(law).exponential_()
         if extra == "before":
             noise = noise * 1.0  # a use of the noise other than the race
-        last = torch.argmax(law / noise, dim=-1)
+        score = law / noise
+        if extra == "overwrite":
+            law.zero_()  # the weights' memory reused after the division: the race has already read them
+        last = torch.argmax(score, dim=-1)
         if extra == "after":
             last = last + (noise.sum() * 0).long()  # reads the noise after the race
         out = torch.full((len(law), draft_tokens.shape[1] + 1), -1, dtype=torch.int64)
         out[:, 0] = last
         return out
     return rule
+
+
+def _token_level_torch(draft_tokens, draft_probs, target_probs, extra_draw=None):
+    """Leviathan et al.'s rule on a batch of chains on torch's global RNG: ``torch.rand`` tests the drafts,
+    ``torch.multinomial`` draws the correction or bonus token. ``extra_draw(u, accepted)`` -> whether to make one
+    more (unused) draw before that token, given every row's tests (the whole batch's: the defect under test)."""
+    count, length = draft_tokens.shape
+    rows = torch.arange(count)
+    q = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1)  # [B, L]
+    p = target_probs[:, :length].gather(-1, draft_tokens[..., None]).squeeze(-1)  # [B, L]
+    u = torch.rand(count, length, dtype=torch.float64)
+    accepted = torch.cumprod((u * q < p).long(), dim=1).sum(dim=1)  # [B]
+    if extra_draw is not None and extra_draw(u, accepted):
+        torch.rand(count, 1)
+    at = target_probs[rows, accepted]  # [B, V]
+    residual = (at - draft_probs[rows, accepted.clamp(max=length - 1)]).clamp(min=0)
+    law = torch.where((accepted < length)[:, None], residual, at)
+    last = torch.multinomial(law, 1)[:, 0]
+    out = torch.full((count, length + 1), -1, dtype=torch.int64)
+    for i in range(length):
+        out[:, i] = torch.where(accepted > i, draft_tokens[:, i], out[:, i])
+    out[rows, accepted] = last
+    return out
+
+
+def correction_only_when_some_row_rejects(draft_tokens, draft_probs, target_probs):
+    """Leviathan et al.'s rule, batched, that draws the corrections only ``if rejected.any()`` and the bonus
+    tokens after them: alone, a row that accepts everything takes its bonus token from its L-th uniform; beside a
+    row that rejects, from its (L+1)-th."""
+    count, length = draft_tokens.shape
+    rows = torch.arange(count)
+    q = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1)
+    p = target_probs[:, :length].gather(-1, draft_tokens[..., None]).squeeze(-1)
+    accepted = torch.cumprod((torch.rand(count, length, dtype=torch.float64) * q < p).long(), dim=1).sum(dim=1)
+    out = torch.full((count, length + 1), -1, dtype=torch.int64)
+    for i in range(length):
+        out[:, i] = torch.where(accepted > i, draft_tokens[:, i], out[:, i])
+    rejected = accepted < length
+    if rejected.any():
+        at = accepted.clamp(max=length - 1)
+        residual = (target_probs[rows, at] - draft_probs[rows, at]).clamp(min=0)
+        residual = torch.where(rejected[:, None], residual, torch.ones_like(residual))
+        correction = torch.multinomial(residual, 1)[:, 0]
+        out[rows[rejected], accepted[rejected]] = correction[rejected]
+    bonus = torch.multinomial(target_probs[:, length], 1)[:, 0]
+    out[rows[~rejected], length] = bonus[~rejected]
+    return out
 
 
 def _emit_at_root(tokens, width):
@@ -210,22 +257,63 @@ def test_a_race_whose_noise_is_used_otherwise_is_refused_fast(extra, message):
     verifier = ExternalVerifier(_race_then(extra), "chain", arrays="torch", rng="capture")
     with pytest.raises(NotPiecewiseConstantError, match=message):
         analyze(problem, "chain:1", verifier)
-    assert verifier.stats.evaluations < 5_000
+    assert verifier.stats.rounds > 0 and verifier.stats.evaluations < 5_000  # the refused integration is counted
+
+
+def test_the_race_reads_its_weights_when_the_division_runs():
+    """``score = w / E; w.zero_(); argmax(score)``: the race ran on w = p, so the root token has law p (the race's
+    closed form w / sum w); reading w at the argmax gave a point mass on token 0."""
+    p = [0.5, 0.3, 0.2]
+    tree = DraftTree.from_paths(ContextFreeProblem(p, [0.2, 0.2, 0.6]), [[0]])
+    for per_row in (False, True):
+        verifier = ExternalVerifier(_race_then("overwrite"), "chain", arrays="torch", rng="capture", per_row=per_row)
+        law = verifier.emission_law(tree)[0]
+        assert np.abs(law[:3] - p).max() < 1e-15 and law[3:].sum() == 0 and verifier.races_read > 0
+
+
+def test_a_race_on_noise_in_numpy_memory_is_not_replaced():
+    """Noise E = torch.from_numpy(buffer): the function reads the buffer after the race, which torch cannot see,
+    and emits token 2 where the buffer's race disagrees with torch's argmax. Replacing the argmax by one draw
+    made them disagree (a law with extra mass on token 2, and no error); the real race, which exact mode
+    refuses, never disagrees."""
+    def rule(draft_tokens, draft_probs, target_probs):
+        law = target_probs[:, 0]
+        buffer = np.empty(tuple(law.shape))
+        noise = torch.from_numpy(buffer)
+        noise.exponential_()
+        last = torch.argmax(law / noise, dim=-1).numpy()
+        agree = last == np.argmax(law.numpy() / buffer, axis=-1)
+        out = np.full((len(last), draft_tokens.shape[1] + 1), -1, dtype=np.int64)
+        out[:, 0] = np.where(agree, last, 2)
+        return torch.from_numpy(out)
+
+    verifier = ExternalVerifier(rule, "chain", arrays="torch", rng="capture")
+    with pytest.raises(NotPiecewiseConstantError, match="moves when uniform"):
+        analyze(ContextFreeProblem([0.5, 0.3, 0.2], [0.2, 0.2, 0.6]), "chain:1", verifier)
+    assert verifier.races_read == 0
 
 
 def test_sampling_a_race_runs_the_real_race():
-    """Black-box sampling runs the real exponentials (no race rule): the root token of ``_race_then('before')``,
-    argmax(p / E), has law p. Each of the 3 frequencies over n = 60,000 runs is within
-    sqrt(log(6 / 1e-6) / (2 n)) of p (Hoeffding, union bound over 3 tokens and 2 sides): false-failure rate
-    below 1e-6."""
+    """Black-box sampling runs the real exponentials (no race rule): on a pure race argmax(p / E) no race is read
+    as one draw, and every one of the 3 uniforms of the noise is read, where the race rule reads only the first
+    (checked too, so that the check can fail). The root token has law p: each of the 3 frequencies over n =
+    60,000 runs is within sqrt(log(6 / 1e-6) / (2 n)) of p (Hoeffding, union bound over 3 tokens and 2 sides):
+    false-failure rate below 1e-6."""
     p = np.array([0.5, 0.3, 0.2])
     problem = ContextFreeProblem(p, [0.2, 0.2, 0.6])
-    tree = DraftTree.from_paths(problem, [[0]])
-    verifier = ExternalVerifier(_race_then("before"), "chain", arrays="torch", rng="capture")
+    batch = DraftTree.from_paths(problem, [[0]]).as_batch()
+    verifier = ExternalVerifier(_race_then(None), "chain", arrays="torch", rng="capture")
     runs = 60_000
-    codes = verifier.sample_codes(tree.as_batch(), np.zeros(runs, dtype=np.int64), np.random.default_rng(1))
+    codes = verifier.sample_codes(batch, np.zeros(runs, dtype=np.int64), np.random.default_rng(1))
+    assert verifier.races_read == 0
     frequencies = np.bincount(codes, minlength=3)[:3] / runs  # node 0: code = token
     assert np.abs(frequencies - p).max() < math.sqrt(math.log(6 / 1e-6) / (2 * runs))
+    runner = verifier._runner(batch)
+    uniforms = np.random.default_rng(2).random((4, runner.width_uniforms))
+    for races, read in ((False, [True, True, True]), (True, [True, False, False])):
+        with runner.session():
+            _, used = runner.run(np.zeros(4, dtype=np.int64), uniforms, races=races)
+        assert runner.width_uniforms == 3 and used.tolist() == [read] * 4
 
 
 def test_a_row_that_draws_more_on_a_rare_path_grows_the_tape():
@@ -241,8 +329,27 @@ def test_a_row_that_draws_more_on_a_rare_path_grows_the_tape():
     tree = DraftTree.from_paths(ContextFreeProblem(uniform, uniform), [[0]])
     verifier = ExternalVerifier(rule, "chain", rng="capture", per_row=True)
     law = verifier.emission_law(tree)[0]
+    # reading u0 again for the second draw would give (0, a, 1 - a): the law shows each draw had its own uniform
     assert np.allclose(law, [a * (1 - b), a * b, 1 - a], rtol=0, atol=1e-15)
-    assert list(verifier._tapes.values()) == [2]
+    assert [use.describe() for use in verifier.stats.uses[:2]] == ["threshold test, up to 2 pieces on a line"] * 2
+    # only the attempt that completed is counted: as many evaluations as one integration with that tape from the
+    # start (the abandoned attempt with the probe's tape of 1 evaluated too, and is not counted)
+    fresh = ExternalVerifier(rule, "chain", rng="capture", per_row=True)
+    fresh._runner(tree.as_batch()).tape = verifier._runner(tree.as_batch()).tape
+    assert np.array_equal(fresh.emission_law(tree)[0], law)
+    assert fresh.stats.evaluations == verifier.stats.evaluations > 0
+
+
+def test_the_probe_refuses_a_function_that_draws_more_than_max_uniforms():
+    """12 uniforms a call against max_uniforms = 10: the probe's first tape (8) runs out, and a longer one must
+    not pass the cap (it used to become 16, and the function was integrated over 12 uniforms: 12 threshold
+    tests, law (1 - 0.9^12, 0.9^12), and no refusal)."""
+    def rule(draft_tokens, draft_probs, target_probs):
+        return _emit_at_root([int(max(np.random.random() for _ in range(12)) < 0.9)], 2)
+
+    tree = DraftTree.from_paths(ContextFreeProblem([0.5, 0.5], [0.5, 0.5]), [[0]])
+    with pytest.raises(CaptureRefusal, match="more than 10 uniforms"):
+        ExternalVerifier(rule, "chain", rng="capture", per_row=True, max_uniforms=10).emission_law(tree)
 
 
 def test_a_loop_without_bound_is_refused_when_it_outgrows_its_tape():
@@ -306,6 +413,53 @@ def test_a_batched_call_whose_rows_depend_on_each_other_is_refused():
         analyze(random_problem(3, 1, 0), "chain:1", ExternalVerifier(rule, "chain", arrays="torch", rng="capture"))
 
 
+def test_a_batched_call_that_mixes_rows_symmetrically_is_refused_by_the_calls_alone():
+    """Every row tests its drafts with the batch's mean uniforms: reversing the rows changes nothing, and every
+    call draws alike, but a row called alone gets another outcome."""
+    def rule(draft_tokens, draft_probs, target_probs):
+        count, length = draft_tokens.shape
+        uniforms = torch.rand(count, length + 1, dtype=torch.float64).mean(dim=0, keepdim=True)
+        return _batched(draft_tokens, draft_probs, target_probs, uniforms.expand(count, length + 1).numpy())
+
+    with pytest.raises(CaptureRefusal, match="when called on that tree alone"):
+        analyze(random_problem(3, 1, 0), "chain:1", ExternalVerifier(rule, "chain", arrays="torch", rng="capture"))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_batched_call_whose_draws_depend_on_the_other_rows_is_refused_and_is_right_row_by_row(seed):
+    """``correction_only_when_some_row_rejects``: batched, a row's bonus token takes another uniform when a row
+    beside it rejects, so its outcome is no function of its own tree and uniforms (this was integrated into a
+    wrong law, TV 1.1e-4 on seed 0, with no error). Row by row it is Leviathan et al.'s rule."""
+    problem = random_problem(3, 2, seed)
+    batched = ExternalVerifier(correction_only_when_some_row_rejects, "chain", arrays="torch", rng="capture")
+    with pytest.raises(CaptureRefusal, match="--per-row") as error:
+        analyze(problem, "chain:2", batched)
+    assert "\n" not in str(error.value)
+    one_by_one = ExternalVerifier(correction_only_when_some_row_rejects, "chain", arrays="torch", rng="capture",
+                                  per_row=True)
+    assert _same_law_as_naive(one_by_one, "chain:2", problem) < 1e-12
+
+
+def test_every_batched_call_must_draw_as_the_first_did():
+    """A draw made only when some row of the batch drew u_0 < 1e-9, before the token draw (which then takes the
+    next uniform, in every row): the probe's uniforms (random, and (k + 1/2) / count) never go that low, the
+    integration's first scan (which starts at u_0 = 0) does, and that call is refused by the check every batched
+    call gets, before any law is formed from calls that drew differently."""
+    def rule(draft_tokens, draft_probs, target_probs):
+        return _token_level_torch(draft_tokens, draft_probs, target_probs,
+                                  extra_draw=lambda u, accepted: bool((u[:, 0] < 1e-9).any()))
+
+    problem = random_problem(3, 2, 0)
+    verifier = ExternalVerifier(rule, "chain", arrays="torch", rng="capture")
+    with pytest.raises(CaptureRefusal, match=r"torch.rand of 1 per row .* as draw #2 of a batched call where an "
+                                             r"earlier call on the same tree shape drew torch.multinomial"):
+        analyze(problem, "chain:2", verifier)
+    assert verifier.stats.rounds == 1  # in the first round of the integration
+    # the same rule without the extra draw is Leviathan et al.'s rule, batched
+    assert _same_law_as_naive(ExternalVerifier(_token_level_torch, "chain", arrays="torch", rng="capture"),
+                              "chain:2", problem) < 1e-12
+
+
 def test_a_function_that_writes_into_its_arguments_is_noted_and_its_law_is_right():
     def rule(draft_tokens, draft_probs, target_probs, uniforms):
         out = rules.token_level(draft_tokens, draft_probs, target_probs, uniforms)
@@ -326,6 +480,11 @@ def test_a_call_that_never_returns_is_stopped_by_the_call_timeout():
     with pytest.raises(VerifierError, match="call timeout of 0.3 s"):
         analyze(random_problem(3, 1, 0), "chain:1", ExternalVerifier(rule, "chain", call_timeout=0.3))
     assert time.monotonic() - start < 5
+
+
+def test_a_call_timeout_lets_a_function_that_returns_in_time_pass():
+    verifier = ExternalVerifier(rules.token_level, "chain", call_timeout=5.0)
+    assert _same_law_as_naive(verifier, "chain:2", random_problem(3, 2, 1)) < 1e-12
 
 
 @pytest.mark.parametrize("options,message", [
@@ -354,8 +513,24 @@ def test_the_vllm_race_is_refused_in_the_first_rounds():
     start = time.monotonic()
     with pytest.raises(NotPiecewiseConstantError, match="moves when uniform"):
         analyze(ContextFreeProblem([0.5, 0.3, 0.2], [0.2, 0.2, 0.6]), "chain:2", verifier)
-    # today's bound alone (1024 boxes of one tree) took 1,368,734 evaluations here (docs/bench_external.md)
-    assert verifier.stats.evaluations < 50_000 and time.monotonic() - start < 10
+    # without the breakpoint check, the bounds on boxes alone refuse it only after more than a million
+    # evaluations (docs/bench_external.md, "without the breakpoint check")
+    assert verifier.stats.rounds > 0 and verifier.stats.evaluations < 50_000 and time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("limit", [31, 32])
+def test_the_bound_on_boxes_over_the_batch_holds_exactly(limit):
+    """floor(8 u) on each of 4 rows: 8 cells a row, 32 boxes in all (each row's bound, 100, is far). With
+    max_total_boxes = 32 the law is 1/8 on each outcome; with 31 the batch is refused."""
+    def evaluate(rows, points):
+        return np.floor(points[:, 0] * 8).astype(np.int64)
+
+    if limit == 31:
+        with pytest.raises(NotPiecewiseConstantError, match="4 draft trees needed more than 31 boxes together"):
+            integrate(evaluate, 4, 1, 8, max_boxes=100, max_total_boxes=limit)
+    else:
+        law = integrate(evaluate, 4, 1, 8, max_boxes=100, max_total_boxes=limit)
+        assert np.array_equal(law, np.full((4, 8), 1 / 8))
 
 
 @pytest.mark.parametrize("rule,length,size", [(rules.summed_uniforms, 1, 2), (rules.exponential_race, 2, 3)])
@@ -365,7 +540,7 @@ def test_combined_uniforms_are_refused_by_the_breakpoint_check(rule, length, siz
     verifier = ExternalVerifier(rule, "chain")
     with pytest.raises(NotPiecewiseConstantError, match="moves when uniform"):
         verifier.emission_law(tree)
-    assert verifier.stats.evaluations < 5_000
+    assert verifier.stats.rounds > 0 and verifier.stats.evaluations < 5_000  # the refused integration is counted
 
 
 # --------------------------------------------------------------------------------------------------
@@ -537,6 +712,86 @@ def test_each_primitive_follows_its_stated_rule():
         assert drawn < 1.0
 
 
+def test_numpy_exponential_with_an_array_of_scales_takes_a_uniform_per_element():
+    """scale [1, 2] and no size: two draws, -log(0.25) * 1 and -log(0.5) * 2 (one uniform reused for both gave
+    -log(0.25) * [1, 2] and left the tape's cursor at 1)."""
+    scales = np.array([1.0, 2.0])
+    expected = [-math.log(0.25), -2 * math.log(0.5)]
+    for draw in (lambda: np.random.exponential(scale=scales), lambda: np.random.default_rng().exponential(scales)):
+        drawn, tape = _fed([0.25, 0.5], draw)
+        assert drawn.tolist() == expected and tape.cursor == 2
+    with pytest.raises(ValueError, match="scale < 0"):
+        np.random.exponential(scale=-1.0)  # numpy's own refusal, outside any capture ...
+    with pytest.raises(ValueError, match="scale < 0"):
+        _fed([0.5], lambda: np.random.exponential(scale=-1.0))  # ... and the captured one's
+
+
+@pytest.mark.parametrize("arguments", [
+    dict(a=3, p=[0.5, 0.3, 0.3]),  # sums to 1.1
+    dict(a=3, p=[0.5, 0.6, -0.1]),  # sums to 1, one negative entry
+    dict(a=3, p=[0.5, float("nan"), 0.5]),
+    dict(a=3, p=[[0.5, 0.5]]),  # p of two dimensions
+    dict(a=3, p=[1.0, 0.0, 0.0], size=2, replace=False),  # fewer non-zero entries than draws
+    dict(a=0),
+])
+@pytest.mark.parametrize("interface", ["numpy.random", "Generator"])
+def test_numpy_choice_refuses_what_numpy_refuses_with_a_value_error(arguments, interface):
+    """What numpy refuses (checked on numpy itself, outside any capture) the captured choice refuses with
+    numpy's kind of error; p = [0.5, 0.3, 0.3] used to be drawn from as if normalised, and a negative entry gave
+    torch's RuntimeError."""
+    def choose(generator):
+        return generator.choice(**arguments)
+
+    with pytest.raises(ValueError):
+        choose(np.random if interface == "numpy.random" else np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        _fed([0.5, 0.5], lambda: choose(np.random if interface == "numpy.random" else np.random.default_rng()))
+
+
+def test_numpy_choice_keeps_numpys_tolerance_and_its_two_dimensional_populations():
+    """numpy accepts p whose total is within sqrt(eps) of 1 (1 + 1e-9 passes, 1 + 1e-7 does not), and
+    Generator.choice draws rows of a 2-D population where np.random.choice refuses it."""
+    close, far = [0.5, 0.5 + 1e-9], [0.5, 0.5 + 1e-7]
+    assert int(np.random.default_rng(0).choice(2, p=close)) in (0, 1)
+    with pytest.raises(ValueError):
+        np.random.default_rng(0).choice(2, p=far)
+    assert _fed([0.75], lambda: int(np.random.choice(2, p=close)))[0] == 1  # 0.75 of the total: past 0.5
+    with pytest.raises(ValueError):
+        _fed([0.75], lambda: np.random.choice(2, p=far))
+    rows = np.array([[1, 2], [3, 4]])
+    assert _fed([0.75], lambda: np.random.default_rng().choice(rows).tolist())[0] == [3, 4]
+    with pytest.raises(ValueError):
+        _fed([0.75], lambda: np.random.choice(rows))
+
+
+def test_generator_choice_without_shuffling_is_refused():
+    """Generator.choice(replace=False, shuffle=False) returns the chosen set in numpy's own order, which the
+    sequential rule (a random order) does not give: refused, not fed."""
+    def rule(draft_tokens, draft_probs, target_probs):
+        return _emit_at_root([int(np.random.default_rng().choice(3, 2, replace=False, shuffle=False)[0])], 2)
+
+    tree = DraftTree.from_paths(ContextFreeProblem([1 / 3] * 3, [1 / 3] * 3), [[0]])
+    with pytest.raises(CaptureRefusal, match="shuffle=False"):
+        ExternalVerifier(rule, "chain", rng="capture", per_row=True).emission_law(tree)
+
+
+def test_random_choices_refuses_what_cpython_refuses():
+    """CPython raises ValueError for weights of total 0 or not finite, and so does the captured choices; negative
+    weights with a positive total CPython bisects as they are (no categorical law), which capture refuses."""
+    for weights in ([0.0, 0.0], [1.0, float("inf")]):
+        with pytest.raises(ValueError):
+            random.choices("ab", weights=weights)
+        with pytest.raises(ValueError):
+            _fed([0.5], lambda weights=weights: random.choices("ab", weights=weights))
+
+    def rule(draft_tokens, draft_probs, target_probs):
+        return _emit_at_root([random.choices([0, 1], weights=[2.0, -0.5])[0]], 2)
+
+    tree = DraftTree.from_paths(ContextFreeProblem([0.5, 0.5], [0.5, 0.5]), [[0]])
+    with pytest.raises(CaptureRefusal, match="negative weight"):
+        ExternalVerifier(rule, "chain", rng="capture", per_row=True).emission_law(tree)
+
+
 def test_a_capture_restores_every_generator_also_after_an_error():
     originals = (torch.rand, torch.multinomial, np.random.random, np.random.default_rng, random.random)
     with pytest.raises(ZeroDivisionError):
@@ -564,3 +819,21 @@ def test_a_wrapper_imports_its_siblings_and_leaves_nothing_behind(tmp_path):
     assert load_function(f"{tmp_path / 'one' / 'wrapper.py'}:value")() == 1
     assert load_function(f"{tmp_path / 'two' / 'wrapper.py'}:value")() == 2  # its own sibling, not the first's
     assert sys.path == path_before and "verispec_sibling_helper" not in sys.modules
+
+
+def test_a_module_importable_without_the_wrappers_folder_stays_one_module(tmp_path, monkeypatch):
+    """The wrapper's folder is on sys.path already, so its package was importable anyway: taking it out of
+    sys.modules after the load made the next import of it a second module object."""
+    package = tmp_path / "verispec_test_shared_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("MARK = object()\n")
+    (tmp_path / "wrapper.py").write_text("import verispec_test_shared_package\n"
+                                         "def package():\n    return verispec_test_shared_package\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        loaded = load_function(f"{tmp_path / 'wrapper.py'}:package")()
+        import verispec_test_shared_package
+
+        assert verispec_test_shared_package is loaded and sys.modules["verispec_test_shared_package"] is loaded
+    finally:
+        sys.modules.pop("verispec_test_shared_package", None)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from fractions import Fraction
 
 import pytest
 
+import verispec.sweep as sweep
 from verispec.cli import main
-from verispec.sweep import read_table
+from verispec.sweep import cell_key, read_table
 from verispec.verifiers import REGISTRY, TopDownVerifier
 from verispec.verifiers.specinfer import SpecInferSolver
 
@@ -17,11 +21,30 @@ SECTIONS = ["## 1. Every verifier", "## 2. Acceptance by depth", "## 3. The dela
             "## 4. GBV against block verification", "## 5. Published orderings"]
 
 
+#: The umask of the quick report's run: 0666 & ~022 = 0644 differs from mkstemp's 0600, so the permissions test
+#: can fail (under a umask of 077 both are 0600).
+UMASK = 0o022
+
+
 @pytest.fixture(scope="module")
-def quick_report(tmp_path_factory):
+def quick_run(tmp_path_factory):
+    """The quick report, run serially with a spy on ``run_cell``: (its folder, the key of every cell computed)."""
     out = tmp_path_factory.mktemp("report")
-    assert main(["report", "--quick", "--out", str(out), "--backend", "serial"]) == 0
-    return out
+    computed = []
+    original = sweep.run_cell
+    mask = os.umask(UMASK)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sweep, "run_cell", lambda cell: computed.append(cell_key(cell)) or original(cell))
+            assert main(["report", "--quick", "--out", str(out), "--backend", "serial"]) == 0
+    finally:
+        os.umask(mask)
+    return out, computed
+
+
+@pytest.fixture(scope="module")
+def quick_report(quick_run):
+    return quick_run[0]
 
 
 def test_the_quick_report_has_every_study_its_figures_and_data(quick_report):
@@ -34,6 +57,25 @@ def test_the_quick_report_has_every_study_its_figures_and_data(quick_report):
         assert read_table(quick_report / "data" / f"{study}.csv")
 
 
+def test_no_cell_is_computed_twice(quick_run):
+    """The studies share one store: the gaps study's cells at divergence 0.5 are study 1's, and each is computed
+    once (the spy saw every key once), while both tables hold them; K = 1 of the paths study is one tree."""
+    out, computed = quick_run
+    assert len(computed) == len(set(computed))
+    tables = {study: read_table(out / "data" / f"{study}.csv") for study in STUDY_FILES}
+    keys = {study: {cell_key({name: row[name] for name in CELL_FIELDS}) for row in rows}
+            for study, rows in tables.items()}
+    shared = keys["verifiers"] & keys["gaps"]
+    # 2 seeds x (13 verifiers on chain:3 + 8 on iid:2,2), context-free at divergence 0.5
+    assert len(shared) == 2 * (13 + 8)
+    assert set(computed) == set().union(*keys.values())
+    stored = json.loads((out / "data" / "cells.json").read_text())["rows"]
+    assert len(stored) == len(set(computed)) == sum(len(rows) for rows in tables.values()) - len(shared)
+    one_path = [row for row in tables["paths"] if row["tree"] in ("chain:3", "iid:1,3")]
+    assert {row["tree"] for row in one_path} == {"iid:1,3"}
+    assert len(one_path) == len({(row["verifier"], row["seed"]) for row in one_path})
+
+
 def test_the_ordering_finding_is_the_data(quick_report):
     """Recomputed from the CSV rows: bv - naive on every chain cell the studies share."""
     cells = {}
@@ -44,18 +86,27 @@ def test_the_ordering_finding_is_the_data(quick_report):
                 cells.setdefault(key, {})[row["verifier"]] = row["block_efficiency"]
     differences = [cell["bv"] - cell["naive"] for cell in cells.values() if len(cell) == 2]
     text = (quick_report / "report.md").read_text()
-    assert f"on one path in {len(differences)} exact cells" in text
+    assert f"on one path in the {len(differences)} exact cells of this run" in text
     assert min(differences) >= -1e-12  # block verification is optimal on one path (Sun et al. 2024)
 
 
 def test_the_depth_finding_is_the_data(quick_report):
-    rows = [row for row in read_table(quick_report / "data" / "depth.csv") if row["status"] == "ok"]
-    curves = {}
-    for row in rows:
-        curves.setdefault(row["verifier"], []).append(row["acceptance_by_depth"][0])
-    best_ot = max(sum(v) / len(v) for name, v in curves.items() if name in ("specinfer", "spectr", "otlp", "khisti"))
-    best_path = max(sum(v) / len(v) for name, v in curves.items() if name in ("traversal-iid", "gbv"))
-    assert f"(at d = 1: {best_ot:.4f} against {best_path:.4f}" in (quick_report / "report.md").read_text()
+    """P(tau >= d) of every verifier averaged over the seeds all of them have; the depths where the best OT solver
+    is ahead of, or behind, the best of Traversal and GBV by more than 1e-9."""
+    rows = read_table(quick_report / "data" / "depth.csv")
+    by_verifier, shared = _same_cells(rows, lambda r: r["verifier"])
+    assert len(shared) == 2  # the quick scale's two seeds, all ok
+    depth = 4  # iid:2,4
+    mean = {name: [sum(r["acceptance_by_depth"][d] for r in chosen) / len(chosen) for d in range(depth)]
+            for name, chosen in by_verifier.items()}
+    best_ot = [max(mean[n][d] for n in ("specinfer", "spectr", "otlp", "khisti")) for d in range(depth)]
+    best_path = [max(mean[n][d] for n in ("traversal-iid", "gbv")) for d in range(depth)]
+    ahead = [d + 1 for d in range(depth) if best_ot[d] > best_path[d] + 1e-9]
+    behind = [d + 1 for d in range(depth) if best_ot[d] < best_path[d] - 1e-9]
+    text = (quick_report / "report.md").read_text()
+    assert (f"ahead of Traversal/GBV at depths {ahead or 'none'} and behind at depths {behind or 'none'} (at d = 1: "
+            f"{best_ot[0]:.4f} against {best_path[0]:.4f}; at d = 4: {best_ot[3]:.4f} against {best_path[3]:.4f})"
+            ) in text
 
 
 def test_a_new_verifier_appears_with_no_other_edit(tmp_path, monkeypatch):
@@ -98,21 +149,22 @@ def test_with_a_pair_study_6_derives_and_certifies_real_contexts(tmp_path, monke
 
 STUDY_FILES = ("verifiers", "depth", "delay", "paths", "gaps")
 STRUCTURE_TREES = ("chain:3", "iid:2,2", "delayed:2,1,2", "branch:2,2")
+#: A row's cell parameters (a seeded family's: no file_sha256).
+CELL_FIELDS = ("family", "vocab", "divergence", "temperature", "concentration", "seed", "tree", "verifier", "method",
+               "lp_optimum", "cell_timeout", "latency")
 
 
-def _tidy_rows(out):
-    return [row for study in STUDY_FILES for row in read_table(out / "data" / f"{study}.csv")]
+def _tidy_rows(out, studies=STUDY_FILES):
+    return [row for study in studies for row in read_table(out / "data" / f"{study}.csv")]
 
 
 def _recompute_winners(rows) -> dict:
     """Written apart from verispec.report: {(tree, divergence): (cells, winners, mean)} with each verifier's
-    mean over the problems that every verifier of the regime has an ok row for, a problem computed in two
-    studies counted once, and winners within 1e-9 of the best."""
+    mean over the problems that every verifier of the regime has an ok row for, a cell in two studies' tables
+    counted once, and winners within 1e-9 of the best."""
     values = {}  # (tree, divergence) -> verifier -> problem -> E[tau+1]
     for row in rows:
         if row["status"] != "ok" or row["divergence"] is None:
-            continue
-        if row["tree"].startswith("delayed:") and row["tree"] not in STRUCTURE_TREES:
             continue
         problem = (row["family"], row["vocab"], row["temperature"], row["concentration"], row["seed"])
         cell = values.setdefault((row["tree"], row["divergence"]), {}).setdefault(row["verifier"], {})
@@ -147,11 +199,20 @@ def _mismatches(recomputed, shown) -> list:
     return wrong + [regime for regime in shown if regime not in recomputed]
 
 
+#: The studies of the winner table: every one but the delay study, whose delayed trees have section 3.
+WINNER_STUDIES = tuple(study for study in STUDY_FILES if study != "delay")
+
+
 def test_the_winner_table_is_the_data_and_a_changed_row_changes_it(quick_report):
-    rows = _tidy_rows(quick_report)
+    rows = _tidy_rows(quick_report, WINNER_STUDIES)
     text = (quick_report / "report.md").read_text()
     recomputed, shown = _recompute_winners(rows), _report_winners(text)
     assert len(shown) >= 10 and _mismatches(recomputed, shown) == []
+    # the delay study's rows are left out: delayed:2,1,2 is a regime of study 1 only (divergence 0.5, 7 verifiers)
+    assert [regime for regime in shown if regime[0] == "delayed:2,1,2"] == [("delayed:2,1,2", 0.5)]
+    assert "Rows of study 3 (delay) are left out" in text
+    with_delay = _recompute_winners(_tidy_rows(quick_report))  # negative control: study 3's rows let in
+    assert ("delayed:2,1,2", 0.2) in with_delay and _mismatches(with_delay, shown) != []
     # On one path the block-level rules are one law (the exact engine, below): they tie in every chain regime,
     # so Traversal cannot win over GBV there.
     for (tree, divergence), (_, winners, _) in recomputed.items():
@@ -166,13 +227,37 @@ def test_the_winner_table_is_the_data_and_a_changed_row_changes_it(quick_report)
     changed = _recompute_winners(altered)
     assert changed[("chain:3", 0.5)][1] == ["traversal"]
     assert _mismatches(changed, shown) == [("chain:3", 0.5)]
-    # negative control: averaging each verifier over its own cells (the old table) names another winner
-    own_cells = {}
-    for row in rows:
-        if row["status"] == "ok" and row["tree"] == "chain:3" and row["divergence"] == 0.5:
-            own_cells.setdefault(row["verifier"], []).append(row["block_efficiency"])
-    means = {name: sum(v) / len(v) for name, v in own_cells.items()}
-    assert max(means, key=means.get) != "bv" and abs(means["traversal"] - means["gbv"]) > 1e-9
+
+
+
+def test_the_winner_table_uses_the_cells_every_verifier_has(quick_report):
+    """The same-cells rule on the report's own rows: with traversal's cell of one problem removed from the
+    chain:3 regime at divergence 0.5, winner_table averages every verifier over the remaining problems only.
+    Negative control: averaging each verifier over its own rows would put gbv (all 6 problems) and traversal
+    (5) apart although they have one law of tau on every cell."""
+    from verispec.report import winner_table
+
+    rows = [row for row in _tidy_rows(quick_report, ("verifiers",)) if row["tree"] == "chain:3"]
+    problem = (rows[0]["family"], rows[0]["seed"])
+    kept = [row for row in rows if not (row["verifier"] == "traversal" and (row["family"], row["seed"]) == problem)]
+    (entry,) = winner_table(kept)
+    others = [row for row in kept if (row["family"], row["seed"]) != problem and row["verifier"] == "bv"]
+    assert entry["cells"] == 5 == len(others)
+    assert entry["value"] == pytest.approx(sum(row["block_efficiency"] for row in others) / 5, abs=1e-12)
+    assert entry["winners"] == ["bv", "gbv", "traversal", "traversal-iid"]
+    own = {name: [row["block_efficiency"] for row in kept if row["verifier"] == name] for name in ("gbv", "traversal")}
+    assert (len(own["gbv"]), len(own["traversal"])) == (6, 5)
+    assert abs(sum(own["gbv"]) / 6 - sum(own["traversal"]) / 5) > 1e-9
+
+
+def test_common_cells_refuses_a_cell_given_twice():
+    """One store, one row per cell: a second row of one item on one cell would weigh that cell twice."""
+    from verispec.report import common_cells
+
+    row = {"status": "ok", "verifier": "bv", "seed": 0, "block_efficiency": 2.0}
+    assert common_cells([row], lambda r: r["verifier"], lambda r: r["seed"])[1] == [0]
+    with pytest.raises(ValueError, match="two rows of 'bv'"):
+        common_cells([row, dict(row)], lambda r: r["verifier"], lambda r: r["seed"])
 
 
 def test_the_winner_table_averages_every_verifier_over_the_same_cells():
@@ -222,46 +307,86 @@ def test_the_rules_that_coincide_on_one_path_are_those_of_the_exact_engine(quick
 
 
 def test_the_gbv_fall_with_k_is_stated_from_the_numbers(quick_report):
-    rows = [row for row in read_table(quick_report / "data" / "paths.csv") if row["status"] == "ok"
-            and row["verifier"] == "gbv"]
-    by_k = {}
-    for row in rows:
-        k = 1 if row["tree"].startswith("chain") else int(row["tree"].split(":")[1].split(",")[0])
-        by_k.setdefault(k, {}).setdefault(row["seed"], row["block_efficiency"])
+    """GBV's mean E[tau+1] by K over the problems where every (verifier, K) of the paths study has a row, and the
+    problems on which it falls."""
+    rows = read_table(quick_report / "data" / "paths.csv")
+
+    def item(row):
+        return row["verifier"], int(row["tree"].split(":")[1].split(",")[0])
+
+    by_item, shared = _same_cells(rows, item)
+    assert len(shared) == 2
+    by_k = {k: {(r["family"], r["seed"]): r["block_efficiency"] for r in chosen}
+            for (verifier, k), chosen in by_item.items() if verifier == "gbv"}
     means = {k: sum(v.values()) / len(v) for k, v in by_k.items()}
     text = (quick_report / "report.md").read_text()
     falls = [(a, b) for a, b in zip(sorted(means), sorted(means)[1:]) if means[b] < means[a] - 1e-9]
     for a, b in falls:
-        lower = sum(1 for seed in by_k[a] if by_k[b][seed] < by_k[a][seed] - 1e-9)
+        lower = sum(1 for problem in by_k[a] if by_k[b][problem] < by_k[a][problem] - 1e-9)
         assert (f"from K = {a} to K = {b} ({means[a]:.4f} to {means[b]:.4f}; lower in {lower} of "
-                f"{len(by_k[a])} seeds)") in text
+                f"{len(by_k[a])} problems)") in text
     assert bool(falls) == ("GBV's mean E[tau+1] falls" in text)
+    gbv_rows = [r for (verifier, _), chosen in by_item.items() if verifier == "gbv" for r in chosen]
+    if falls:
+        assert f"GBV's output law is the target's in all {len(gbv_rows)} of its cells here" in text
+        assert max(r["tv_distance"] for r in gbv_rows) < 1e-12
 
 
-def test_the_gbv_example_is_the_closed_form():
+def _closed_form(k: int) -> tuple[Fraction, Fraction]:
     """p = (9/10, 1/10), q = (19/20, 1/20), iid:K,1. GBV selects token 1 (larger p/q) when any path drew it:
     E[tau+1] = 1 + min(9/10, (19/20)^K) + min(1/10, 1 - (19/20)^K). The LP optimum of any valid verifier is the
     coupling bound 1 + sum_t min(p_t, P(t among the K draws)), which it reaches here."""
-    from fractions import Fraction
+    p, q = (Fraction(9, 10), Fraction(1, 10)), (Fraction(19, 20), Fraction(1, 20))
+    gbv = 1 + min(p[0], q[0] ** k) + min(p[1], 1 - q[0] ** k)
+    bound = 1 + sum(min(p[t], 1 - (1 - q[t]) ** k) for t in (0, 1))
+    return gbv, bound
 
+
+def test_the_gbv_example_is_the_closed_form(quick_report):
     from verispec.report import gbv_toy
 
-    p, q = (Fraction(9, 10), Fraction(1, 10)), (Fraction(19, 20), Fraction(1, 20))
     for k, gbv, optimum in gbv_toy(4):
-        closed = 1 + min(p[0], q[0] ** k) + min(p[1], 1 - q[0] ** k)
-        bound = 1 + sum(min(p[t], 1 - (1 - q[t]) ** k) for t in (0, 1))
+        closed, bound = _closed_form(k)
         assert gbv == pytest.approx(float(closed), abs=1e-12) and optimum == pytest.approx(float(bound), abs=1e-9)
-    assert [closed for closed in (Fraction(39, 20), Fraction(799, 400), Fraction(15659, 8000))] == \
-        [1 + min(p[0], q[0] ** k) + min(p[1], 1 - q[0] ** k) for k in (1, 2, 3)]
+    # the report's sentence: its numbers are the closed form's, and the fall it names is the closed form's
+    text = (quick_report / "report.md").read_text()
+    match = re.search(r"probability 1 - \(19/20\)\^K = ([0-9., ]+) for K = ([0-9, ]+), against the target's 1/10; "
+                      r"GBV's E\[tau\+1\] is ([0-9., ]+) and the LP optimum of any valid verifier ([0-9., ]+): "
+                      r"(.*?)\.$", text, re.MULTILINE)
+    assert match, "the two-token example is missing"
+    ks = [int(k) for k in match.group(2).split(", ")]
+    chances, gbvs, optima = ([float(x) for x in match.group(i).split(", ")] for i in (1, 3, 4))
+    assert ks == [1, 2, 3]
+    for k, chance, gbv, optimum in zip(ks, chances, gbvs, optima):
+        closed, bound = _closed_form(k)
+        assert chance == pytest.approx(float(1 - Fraction(19, 20) ** k), abs=5.1e-5)
+        assert gbv == pytest.approx(float(closed), abs=5.1e-5) and optimum == pytest.approx(float(bound), abs=5.1e-5)
+    fall = _closed_form(2)[0] - _closed_form(3)[0]  # 799/400 - 15659/8000 = 321/8000
+    rise = _closed_form(3)[1] - _closed_form(2)[1]
+    assert fall > 0 and rise > 0
+    assert match.group(5) == (f"from K = 2 to K = 3 GBV falls by {float(fall):.4f} while the optimum rises by "
+                              f"{float(rise):.4f}")
 
 
 def test_units_are_named_and_no_value_prints_as_minus_zero(quick_report):
+    """What it guards: every throughput figure names its unit, and the unit is what the numbers are. The delay
+    table's E[tau+1]/T must equal its E[tau+1] divided by T = (L1 + L2) + 4 in units of t_q (the report's cost
+    ratio t_p/t_q = 4, a tree costing no more), so its header must name tokens per t_q; no value prints as a
+    signed zero."""
     from verispec.report import fixed, signed
 
     text = (quick_report / "report.md").read_text()
     assert "-0.0000" not in text and "+0.0000" not in text
-    assert "tokens per draft step" not in text and "E[tau+1]/T (tokens per t_q)" in text
-    assert "T counts the L1 + L2 draft steps AND the target's forward" in text
+    assert "cost ratio t_p/t_q = 4, per node 0" in text  # the latency model the numbers below are checked under
+    header = "| verifier | divergence | best (K, L1, L2)"
+    (header_line,) = [line for line in text.splitlines() if line.startswith(header)]
+    assert "| E[tau+1]/T (tokens per t_q) |" in header_line
+    table = _markdown_table(text, header)
+    assert table
+    for _, _, best, throughput, efficiency, _ in table:
+        for configuration, value in zip(best.split(" = "), efficiency.split(" = ")):
+            _, trunk, tail = (int(x) for x in configuration.strip("()").split(", "))
+            assert float(throughput) == pytest.approx(float(value) / (trunk + tail + 4), abs=1e-4)
     assert fixed(-1e-15) == "0.0000" and fixed(-0.0002) == "-0.0002" and fixed(float("-inf")) == "-inf"
     assert signed(-3e-16) == "0.0000" and signed(0.1461) == "+0.1461" and signed(-0.07) == "-0.0700"
     gaps = [row["gap"] for study in ("verifiers",) for row in read_table(quick_report / "data" / f"{study}.csv")
@@ -270,13 +395,15 @@ def test_units_are_named_and_no_value_prints_as_minus_zero(quick_report):
 
 
 def test_report_files_get_the_permissions_open_gives(quick_report):
-    import os
+    """The quick report ran under umask 022 (``quick_run``): every file it wrote is 0666 & ~022 = 0644, as
+    open() gives; mkstemp's own 0600 would fail this."""
     import stat
 
-    mask = os.umask(0o022)
-    os.umask(mask)
-    expected = 0o666 & ~mask
-    for path in [quick_report / "report.md", *quick_report.glob("*.png"), *(quick_report / "data").iterdir()]:
+    expected = 0o666 & ~UMASK
+    assert expected == 0o644 != 0o600
+    paths = [quick_report / "report.md", *quick_report.glob("*.png"), *(quick_report / "data").iterdir()]
+    assert len(paths) >= 12
+    for path in paths:
         assert stat.S_IMODE(path.stat().st_mode) == expected, path
 
 
@@ -352,3 +479,45 @@ def test_the_paths_table_is_the_data(quick_report):
                 chosen = by_item[(verifier, k)]
                 assert float(cell) == pytest.approx(sum(r["block_efficiency"] for r in chosen) / len(chosen),
                                                     abs=5.1e-5)
+
+
+def test_study_6_reruns_with_another_pair_never_reuse_the_first_pairs_rows(tmp_path, monkeypatch):
+    """Study 6 with stand-ins for the pair, the derivation and the certified walk (no model is loaded): the
+    pairs 'first' and 'second' derive different problems for the same HumanEval context, and a rerun in the
+    same folder with the second must sweep the second's problem, not read back the first's rows (the derived
+    file was once rewritten at one path, and the sweep keyed file cells on the path)."""
+    import verispec.models
+    import verispec.models.derive
+    import verispec.models.problem
+    import verispec.models.prompts
+    import verispec.report as report_module
+    import verispec.simulator.certified
+    from verispec.report import LIVE_TREE, LIVE_VOCAB, Report
+    from verispec.simulator import analyze, random_problem
+
+    class Pair:
+        def __init__(self, name):
+            self.name = name
+
+    class Interval:
+        lower, upper, reached = 1.0, 2.0, True
+
+    problems = {"first": random_problem(LIVE_VOCAB, 2, 0), "second": random_problem(LIVE_VOCAB, 2, 1)}
+    monkeypatch.setattr(report_module, "check_pair_ready", lambda pair, device: None)
+    monkeypatch.setattr(verispec.models, "load_pair", lambda name, device: Pair(name))
+    monkeypatch.setattr(verispec.models.prompts, "humaneval_prompts", lambda count: [("HumanEval/0", "def f():")])
+    monkeypatch.setattr(verispec.models.problem, "ModelProblem", lambda pair, prompt, sampling, horizon: pair.name)
+    monkeypatch.setattr(verispec.models.derive, "derive_problem", lambda name, vocab, depth: (problems[name], {}))
+    monkeypatch.setattr(verispec.simulator.certified, "certify", lambda *args, **kwargs: Interval())
+    for study in ("study_verifiers", "study_depth", "study_delay", "study_paths", "study_orderings"):
+        monkeypatch.setattr(Report, study, lambda self: None)
+    for name in ("first", "second"):
+        Report(tmp_path, quick=True, backend="serial", progress=False, pair=name).build()
+        rows = [row for row in read_table(tmp_path / "data" / "live.csv") if row["tree"] == LIVE_TREE]
+        assert rows and {row["family"] for row in rows} == {f"file:{tmp_path / 'data'}/derived_{name}_HumanEval_0.json"}
+        for row in rows:
+            expected = float(analyze(problems[name], LIVE_TREE, REGISTRY[row["verifier"]]).block_efficiency)
+            assert row["block_efficiency"] == pytest.approx(expected, abs=1e-12), (name, row["verifier"])
+    first = analyze(problems["first"], LIVE_TREE, REGISTRY["specinfer"]).block_efficiency
+    second = analyze(problems["second"], LIVE_TREE, REGISTRY["specinfer"]).block_efficiency
+    assert abs(float(first) - float(second)) > 1e-6  # the two pairs' rows differ, so reuse would be seen

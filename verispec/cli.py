@@ -71,7 +71,8 @@ BUILTIN_PROBLEMS = {
 #: ties them).
 EXTERNAL_LAYOUTS = ("chain", "padded", "ragged", "tree-parent", "tree-sibling", "transformers", "gpt-fast")
 
-#: Largest --samples of 'check-external' (the runs' tree indices and outcomes are held in memory, 16 bytes each).
+#: Largest --samples of 'check-external' (verispec.external.blackbox.MAX_SAMPLES, repeated so the parser stays light; a
+#: test ties them).
 MAX_BLACKBOX_SAMPLES = 20_000_000
 
 #: Largest --context-file read: the pairs verispec installs take at most 32,768 tokens of context (Qwen2.5's
@@ -338,8 +339,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--cell-timeout", type=_number_option(minimum=0, strict=True, what="a positive number"),
                        default=None, help="seconds one cell may take before it is recorded as refused")
     sweep.add_argument("--out", default="results/sweep.csv", metavar="FILE",
-                       help="tidy table, .csv or .parquet (default results/sweep.csv); rows are kept in "
-                            "FILE.cells.json and a rerun resumes")
+                       help="tidy table, .csv or .parquet (default results/sweep.csv) of this grid's cells; every "
+                            "row computed is kept in FILE.cells.json (rows of other grids too) and a rerun resumes")
     sweep.add_argument("--overwrite", action="store_true",
                        help="replace an existing FILE (and FILE.cells.json) that is not a sweep's, and start over")
     _add_backend_options(sweep)
@@ -470,9 +471,10 @@ def _add_backend_options(parser) -> None:
     parser.add_argument("--backend", default="local", choices=["serial", "local", "dask", "ray"],
                         help="serial, local processes (default), or a dask / ray cluster (--address)")
     parser.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                        help="local processes (default and at most: all cores)")
+                        help="local processes (default and at most: the cores this process may use)")
     parser.add_argument("--address", default=None,
-                        help="the cluster's scheduler address (dask: tcp://host:8786, or local:N worker processes)")
+                        help="the cluster's scheduler address (dask: tcp://host:8786, or local:N for N worker "
+                             "processes started here, by default and at most the cores)")
 
 
 def _add_device_options(parser) -> None:
@@ -1054,23 +1056,20 @@ def _run_latency(args) -> int:
     return 0
 
 
-def _note_capped_jobs(args) -> None:
-    """One line on stderr when --jobs asks for more local processes than there are cores (run_sweep caps it)."""
-    from verispec.sweep import local_workers
-
-    if args.backend == "local":
-        _, note = local_workers(args.jobs)
-        if note:
-            print(f"verispec: note: {note}", file=sys.stderr)
+def _note_capped_jobs(note: str) -> None:
+    """The one line on stderr when --jobs, or the N of --address local:N, asks for more processes than there are
+    cores: sweep and report cap it (``verispec.sweep.worker_processes``) and call this once their outputs have
+    passed their checks, so a refusal stays one line."""
+    print(f"verispec: note: {note}", file=sys.stderr)
 
 
 def _run_report(args) -> int:
     from verispec.report import build_report
 
     start = time.perf_counter()
-    _note_capped_jobs(args)
     path = build_report(args.out, quick=args.quick, backend=args.backend, jobs=args.jobs, address=args.address,
-                        progress=sys.stderr.isatty(), pair=args.pair, device=args.device, overwrite=args.overwrite)
+                        progress=sys.stderr.isatty(), pair=args.pair, device=args.device, overwrite=args.overwrite,
+                        note=_note_capped_jobs)
     print(f"wrote {path} ({time.perf_counter() - start:.1f} s)")
     return 0
 
@@ -1089,14 +1088,16 @@ def _run_sweep(args) -> int:
         verifiers=tuple(part.strip() for part in args.verifiers.split(",") if part.strip()),
         methods=tuple(part.strip() for part in args.methods.split(",") if part.strip()),
         gap=args.gap, cell_timeout=args.cell_timeout, latency=_latency_model(args))
-    cells, skipped = grid.cells()
     start = time.perf_counter()
-    _note_capped_jobs(args)
     rows = run_sweep(grid, args.out, backend=args.backend, jobs=args.jobs, address=args.address,
-                     progress=sys.stderr.isatty(), overwrite=args.overwrite)
+                     progress=sys.stderr.isatty(), overwrite=args.overwrite, note=_note_capped_jobs)
     refused = [row for row in rows if row["status"] != "ok"]
-    print(f"{len(rows)} cells in {args.out} ({len(refused)} refused; {skipped} (verifier, tree) pairs left out as "
-          f"invalid for the verifier's draft law), {time.perf_counter() - start:.1f} s")
+    # the table holds this grid's cells only: rows of earlier grids are said to stay in the store
+    elsewhere = f"; {rows.elsewhere} rows of other grids kept in {args.out}.cells.json only, not in the table" \
+        if rows.elsewhere else ""
+    print(f"{len(rows)} cells in {args.out} ({len(refused)} refused; {rows.computed} computed now, {rows.reused} "
+          f"from the row store; {rows.skipped} cells left out, their verifier invalid for the tree's draft "
+          f"law{elsewhere}), {time.perf_counter() - start:.1f} s")
     for row in refused[:5]:
         print(f"  refused: {row['family']} V={row['vocab']} seed={row['seed']} {row['tree']} {row['verifier']}: "
               f"{row['reason']}")

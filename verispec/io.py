@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -62,19 +63,28 @@ def atomic_write_json(path: str | Path, data) -> None:
 @contextlib.contextmanager
 def atomic_output(path: str | Path, *, suffix: str = ".tmp"):
     """A temporary file beside ``path`` for a writer that takes a file name (a figure, a Parquet table). When the
-    block ends without error the file is synced to disk and renamed over ``path`` in one step, so readers see
-    the old file or the whole new one and an interrupted write leaves no half file; on an error it is removed.
+    block ends without error the file is synced to disk and renamed over ``path`` in one step, then the folder
+    is synced (so that the new name survives a crash), so readers see the old file or the whole new one and an
+    interrupted write leaves no half file; on an error it is removed.
 
-    The new file gets the permissions a plain ``open(path, "w")`` would give: an existing file's own mode, else
-    0666 less the umask (``mkstemp`` makes its files 0600, which would hide a report from the user's group).
-    Missing parent folders are created. Any ``OSError`` on the way (a read-only folder, a full disk, a path
-    through a regular file) becomes a one-line ``OutputError`` naming ``path``."""
-    path = Path(path)
+    The result is what a plain ``open(path, "w")`` would leave, in these respects: the permissions (an existing
+    file's own mode, else 0666 less the umask; ``mkstemp`` makes its files 0600, which would hide a report from
+    the user's group); a symbolic link at ``path`` (or on the way to it) is written through, the file it points
+    to replaced and the link kept; an existing read-only file is refused. Missing parent folders are created.
+    What differs, because the new content is a new file renamed into place rather than the old file truncated:
+    the file's owner and group become the writer's, and its ACLs, extended attributes and inode number are not
+    carried over (only the permission bits are); other hard links to the old file keep the old content, and a
+    process holding the old file open keeps reading it. Any ``OSError`` on the way (a read-only folder, a full
+    disk, a path through a regular file, a loop of links) becomes a one-line ``OutputError`` naming ``path``."""
+    shown = repr(str(path))
     temporary = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mode = _open_mode(path)
-        handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+        target = Path(os.path.realpath(path))  # where open() would write: through every link
+        if target.is_symlink():
+            raise OutputError(f"cannot write {shown}: its symbolic links form a loop; give another path")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        mode = _open_mode(target, shown)
+        handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
         os.close(handle)
         temporary = Path(name)
         yield temporary
@@ -84,28 +94,56 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp"):
             os.fsync(handle)
         finally:
             os.close(handle)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
         temporary = None
+        _sync_folder(target.parent)
     except OutputError:
         raise
     except OSError as error:
-        raise OutputError(f"cannot write {str(path)!r} ({error.strerror or error}); choose a writable location") \
-            from None
+        raise OutputError(f"cannot write {shown} ({error.strerror or error}); choose a writable location") from None
     finally:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
 
 
-def _open_mode(path: Path) -> int:
+#: Errors of opening or syncing a folder that mean the system does not offer it (a folder we may write but
+#: not read, a file system without directory sync): the rename is done, only its durability is best effort.
+_FOLDER_SYNC_UNSUPPORTED = {errno.EACCES, errno.EPERM, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync ``folder``, so that a rename into it is on disk (skipped where the system does not offer it)."""
+    try:
+        handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as error:
+        if error.errno in _FOLDER_SYNC_UNSUPPORTED:
+            return
+        raise
+    try:
+        os.fsync(handle)
+    except OSError as error:
+        if error.errno not in _FOLDER_SYNC_UNSUPPORTED:
+            raise
+    finally:
+        os.close(handle)
+
+
+def _open_mode(path: Path, shown: str) -> int:
     """The permission bits ``open(path, "w")`` leaves ``path`` with: an existing file keeps its own (and one we may
     not write is refused, as ``open`` would refuse it), a new one gets 0666 less the umask."""
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
         return 0o666 & ~current_umask()
-    if path.is_file() and not os.access(path, os.W_OK):
-        raise OutputError(f"{str(path)!r} exists and is read-only; make it writable or choose another path")
+    _refuse_read_only(path, shown)
     return mode
+
+
+def _refuse_read_only(path: Path, label: str) -> None:
+    """Refuse an existing regular file this process may not write, as ``open(path, "w")`` would (``label`` names
+    it in the one-line ``OutputError``)."""
+    if path.is_file() and not os.access(path, os.W_OK):
+        raise OutputError(f"{label} exists and is read-only; make it writable or choose another path")
 
 
 def current_umask() -> int:
@@ -124,25 +162,20 @@ def current_umask() -> int:
 
 def check_output_file(path: str | Path, what: str = "--output", example: str | None = None) -> None:
     """Refuse, before any work, a file path that ``atomic_output`` could not write: a directory, something that
-    is not a regular file, a path through a regular file, a read-only file or folder. ``what`` names the option
-    in the one-line ``OutputError``; ``example`` is a file name to suggest inside a directory given by mistake."""
-    target = Path(path)
+    is not a regular file, a path through a regular file, a read-only file or folder (symbolic links followed,
+    as the writer follows them). ``what`` names the option in the one-line ``OutputError``; ``example`` is a
+    file name to suggest inside a directory given by mistake."""
     shown = repr(str(path))
-    try:
+    with _refusing(what, shown):
+        target = Path(os.path.realpath(path))
         if target.is_dir():
             hint = f"give a file name such as {os.path.join(str(path), example)!r}" if example else \
                 "give a file name"
             raise OutputError(f"{what} {shown} is a directory; {hint}")
         if target.exists() and not target.is_file():
             raise OutputError(f"{what} {shown} exists and is not a regular file; give another file name")
-        if target.is_file() and not os.access(target, os.W_OK):
-            raise OutputError(f"{what} {shown} exists and is read-only; make it writable or choose another path")
+        _refuse_read_only(target, f"{what} {shown}")
         _check_folder_writable(target.parent, what, shown)
-    except OSError as error:
-        if isinstance(error, OutputError):
-            raise
-        raise OutputError(f"{what} {shown} cannot be written ({error.strerror or error}); give a path in a "
-                          "writable folder") from None
 
 
 def check_output_dir(path: str | Path, what: str = "--out") -> None:
@@ -150,13 +183,21 @@ def check_output_dir(path: str | Path, what: str = "--out") -> None:
     regular file, a read-only place (the one-line ``OutputError`` names ``what``)."""
     target = Path(path)
     shown = repr(str(path))
-    try:
+    with _refusing(what, shown):
         if target.exists() and not target.is_dir():
             raise OutputError(f"{what} {shown} is a file, not a folder; give a directory")
         _check_folder_writable(target, what, shown)
+
+
+@contextlib.contextmanager
+def _refusing(what: str, shown: str):
+    """Turn any other ``OSError`` of a check (a path under /proc, a name too long) into the one-line
+    ``OutputError`` of the output check."""
+    try:
+        yield
+    except OutputError:
+        raise
     except OSError as error:
-        if isinstance(error, OutputError):
-            raise
         raise OutputError(f"{what} {shown} cannot be written ({error.strerror or error}); give a path in a "
                           "writable folder") from None
 
@@ -183,7 +224,9 @@ class ResultStore:
     ``parameters`` (a JSON-able dict) are everything the rows depend on besides their keys: the problem
     (kind, vocabulary, seed, divergence ...), the verifier, the method. They are recorded in the file with
     the verispec version, and reopening the file with different parameters raises ``ResultStoreError``
-    naming what differs, so a run never resumes from, or mixes with, rows computed for another setting.
+    naming what differs, so a run never resumes from, or mixes with, rows computed for another setting. A file
+    that records no parameters (an older format, or any JSON object of someone else's, rows or not) is refused
+    too when ``parameters`` are given: the first ``add`` would replace it.
 
     With ``overwrite`` the file's rows are ignored without reading it, and the first ``add`` replaces it: the
     run starts over (the file is only replaced, atomically, once a row exists to replace it with).
@@ -223,12 +266,13 @@ class ResultStore:
     def _check_parameters(self, stored) -> None:
         if self.parameters is None or stored == self.parameters:
             return
-        if stored is None:
-            if not self.rows:
-                return
-            raise ResultStoreError(f"{str(self.path)!r} holds {len(self.rows)} rows with no recorded parameters "
-                                   "(an older format), so they may belong to another setting; delete it or "
-                                   "choose another output file")
+        if not isinstance(stored, dict):
+            # any JSON object passes _read ({"my": "settings"}, {"rows": []}): without parameters it is not a
+            # file this store wrote, and the first add would replace it
+            held = f"holds {len(self.rows)} row(s) with no recorded parameters (an older format), so they may " \
+                "belong to another setting" if self.rows else "has no recorded parameters, so it is not a result " \
+                "file of this run"
+            raise ResultStoreError(f"{str(self.path)!r} {held}; delete it or choose another output file")
         names = sorted(set(stored) | set(self.parameters), key=str)
         differences = ", ".join(f"{name}: {_shown(stored, name)} in the file, {_shown(self.parameters, name)} now"
                                 for name in names if stored.get(name, _MISSING) != self.parameters.get(name, _MISSING))

@@ -6,7 +6,8 @@ A grid (``SweepGrid``) is the product of
   pair per prefix, to the tree's depth), ``markov`` (order-1 Markov rows), each drawn with the knobs of
   ``verispec.simulator.problems`` (vocabulary size V, ``divergence`` of the draft from the target,
   ``temperature`` applied to both laws, Dirichlet ``concentration``) and a seed; or ``file:PATH``, a problem
-  file (a derived problem from ``verispec derive``, say), for which the knobs do not apply;
+  file (a derived problem from ``verispec derive``, say), for which the knobs do not apply and whose cells are
+  keyed on the SHA-256 of its content (``file_sha256``), so that an edited file is a new problem;
 * tree specifications, verifiers (a verifier is paired only with the trees it is valid for) and methods.
 
 Every cell is a pure function of its parameters (``run_cell``): the seeded problem is rebuilt in the worker,
@@ -18,10 +19,13 @@ or past ``cell_timeout``) gives a row with ``status`` 'refused' and the one-line
 the sweep.
 
 ``run_sweep`` executes the cells through an existing engine, never a home-made pool: serially,
-``concurrent.futures.ProcessPoolExecutor`` on local cores (never more processes than cores: ``local_workers``),
-a Dask cluster (``distributed.Client``) or a Ray cluster, and keeps them in a ``ResultStore`` keyed on every
-parameter of the cell: an interrupted or extended sweep computes only the cells it has not finished. The tidy
-table (CSV, or Parquet with pyarrow) is rewritten atomically as rows arrive.
+``concurrent.futures.ProcessPoolExecutor`` on local cores, a Dask cluster (``distributed.Client``; 'local:N'
+starts one here) or a Ray cluster, never starting more processes here than there are cores
+(``worker_processes``), and keeps them in a ``ResultStore`` keyed on every parameter of the cell: an
+interrupted or extended sweep computes only the cells it has not finished, and several sweeps may share one
+store (the report's studies do), so that no cell is computed twice. The tidy table (CSV, or Parquet with
+pyarrow) holds the cells of the grid just run, in grid order, and is rewritten atomically as rows arrive;
+rows of other grids stay in the store only (``SweepRows.elsewhere`` counts them).
 
 Outputs never destroy data: before any cell runs, ``check_sweep_output`` refuses an output that is not this
 tool's (a table whose header is not the sweep's columns, a table without its row store, a row store of
@@ -33,13 +37,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import itertools
 import json
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +67,11 @@ MAX_CELLS = 1_000_000
 #: Most prefixes a random per-prefix problem may tabulate (1 + V + .. + V^L; 2 [V] laws each).
 MAX_RANDOM_PREFIXES = 100_000
 
-#: Seconds between rewrites of the result files while cells arrive (and after the last).
+#: Seconds between rewrites of the result files while cells arrive (and after the last); at least
+#: ``SAVE_SHARE`` times the last rewrite took, so that rewriting a large store (the report's studies share one)
+#: takes at most about 1/SAVE_SHARE of the time.
 SAVE_EVERY = 2.0
+SAVE_SHARE = 10
 
 
 class SweepError(VerispecError):
@@ -138,12 +146,14 @@ class SweepGrid:
         return list(dict.fromkeys(names + [name for name in self.verifiers if name != "all"]))
 
     def problem_settings(self) -> list[dict]:
-        """The distinct problems: a seeded family for every knob combination, a file once."""
+        """The distinct problems: a seeded family for every knob combination, a file once with the SHA-256 of its
+        content (``file_sha256``), so that a row of the file as it was is never taken for one of the file as it
+        is now."""
         settings = []
         for family in dict.fromkeys(self.families):
             if family.startswith("file:"):
                 settings.append({"family": family, "vocab": None, "divergence": None, "temperature": None,
-                                 "concentration": None, "seed": None})
+                                 "concentration": None, "seed": None, "file_sha256": file_sha256(family[5:])})
                 continue
             for vocab, divergence, temperature, concentration, seed in itertools.product(
                     dict.fromkeys(self.vocab_sizes), dict.fromkeys(self.divergences),
@@ -181,11 +191,11 @@ class SweepGrid:
                 except IncompatibleDraftError:
                     skipped += 1
         latency = self.latency.as_dict()
+        problems = self.problem_settings()
         cells = [{**problem, "tree": spec, "verifier": name, "method": method, "lp_optimum": self.gap,
                   "cell_timeout": self.cell_timeout, "latency": latency}
-                 for problem in self.problem_settings() for spec, name in pairs
-                 for method in dict.fromkeys(self.methods)]
-        return cells, skipped * len(self.problem_settings()) * len(set(self.methods))
+                 for problem in problems for spec, name in pairs for method in dict.fromkeys(self.methods)]
+        return cells, skipped * len(problems) * len(set(self.methods))
 
 
 def cell_key(cell: dict) -> str:
@@ -193,14 +203,35 @@ def cell_key(cell: dict) -> str:
     return json.dumps(cell, sort_keys=True, separators=(",", ":"))
 
 
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 (hex) of a problem file's content, read with ``load_problem``'s bound: a longer file is refused
+    when it is loaded, so its first bytes are enough to key it."""
+    from verispec.simulator.problems import MAX_PROBLEM_FILE_BYTES
+
+    digest, remaining = hashlib.sha256(), MAX_PROBLEM_FILE_BYTES + 1
+    try:
+        with open(path, "rb") as stream:
+            while remaining > 0 and (chunk := stream.read(min(1 << 20, remaining))):
+                digest.update(chunk)
+                remaining -= len(chunk)
+    except OSError as error:
+        raise SweepError(f"cannot read problem file {str(path)!r}: {error.strerror or error}") from None
+    return digest.hexdigest()
+
+
 def build_problem(cell: dict, depth: int):
-    """The problem of one cell (seeded families are rebuilt identically in every process)."""
+    """The problem of one cell (seeded families are rebuilt identically in every process; a problem file is
+    refused where its content is no longer the one the cell's ``file_sha256`` names)."""
     from verispec.simulator import random_context_free_problem, random_markov_problem, random_problem
     from verispec.simulator.problems import load_problem
 
     family = cell["family"]
     if family.startswith("file:"):
-        return load_problem(family[5:])
+        problem = load_problem(family[5:])
+        if "file_sha256" in cell and file_sha256(family[5:]) != cell["file_sha256"]:
+            raise SweepError(f"problem file {family[5:]!r} changed after the sweep read it (its SHA-256 is not "
+                             "the one its cells are keyed on); run the sweep again")
+        return problem
     knobs = {"divergence": cell["divergence"], "temperature": cell["temperature"],
              "concentration": cell["concentration"]}
     if family == "context-free":
@@ -226,8 +257,8 @@ _OPTIMA: dict[str, float] = {}
 def _optimum(cell: dict, problem, drafter) -> float:
     from verispec.lp_analysis.multistep import optimal_block_efficiency
 
-    key = cell_key({name: cell[name] for name in ("family", "vocab", "divergence", "temperature", "concentration",
-                                                  "seed", "tree")})
+    key = cell_key({name: cell.get(name) for name in ("family", "vocab", "divergence", "temperature",
+                                                      "concentration", "seed", "file_sha256", "tree")})
     if key not in _OPTIMA:
         if len(_OPTIMA) > 4096:
             _OPTIMA.clear()
@@ -281,14 +312,8 @@ def dask_client(address):
     if not isinstance(address, str):
         yield address
         return
-    if address.startswith("local"):
-        _, _, count = address.partition(":")
-        try:
-            workers = int(count or os.cpu_count() or 1)
-            if workers < 1:
-                raise ValueError
-        except ValueError:
-            raise SweepError(f"a local Dask cluster is 'local:N' with N >= 1 workers, got {address!r}") from None
+    if is_local_cluster(address):
+        workers, _ = local_cluster_workers(address)
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as \
                 cluster, Client(cluster) as client:
             yield client
@@ -325,14 +350,50 @@ def available_cores() -> int:
 def local_workers(jobs: int | None) -> tuple[int, str | None]:
     """(local worker processes for ``jobs``, a one-line note when ``jobs`` was capped, else None). Never more
     processes than cores: cells are CPU-bound, so extra processes only queue behind each other, and each costs
-    a process start and a copy of the interpreter (``--jobs 10000`` once started 1,117). A Dask or Ray cluster
-    keeps the workers it has."""
+    a process start and a copy of the interpreter (``--jobs 10000`` once started 1,117)."""
     cores = available_cores()
     if jobs is None:
         return cores, None
     if jobs > cores:
         return cores, f"--jobs {jobs} is more than the {cores} cores here; running {cores} local processes"
     return jobs, None
+
+
+def is_local_cluster(address) -> bool:
+    """Whether a Dask ``address`` asks for a cluster started here: 'local' or 'local:N' ('localhost:8786' is a
+    scheduler's address)."""
+    return isinstance(address, str) and (address == "local" or address.startswith("local:"))
+
+
+def local_cluster_workers(address: str) -> tuple[int, str | None]:
+    """(worker processes of the Dask cluster 'local:N' started here, a one-line note when N was capped, else
+    None): N, by default and at most the cores here, as for local processes (``local_workers``)."""
+    _, _, count = address.partition(":")
+    try:
+        workers = int(count) if count else None
+        if workers is not None and workers < 1:
+            raise ValueError
+    except ValueError:
+        raise SweepError(f"a local Dask cluster is 'local:N' with N >= 1 workers, got {address!r}") from None
+    cores = available_cores()
+    if workers is None:
+        return cores, None
+    if workers > cores:
+        return cores, (f"--address {address} asks for {workers} worker processes, more than the {cores} cores "
+                       f"here; starting {cores}")
+    return workers, None
+
+
+def worker_processes(backend: str, jobs: int | None, address) -> tuple[int | None, str | None]:
+    """(the worker processes ``run_sweep`` starts here, a one-line note when the request was capped at the
+    cores): ``jobs`` local processes, or the N workers of a Dask cluster 'local:N', at most the cores either
+    way. None where it starts none: serial runs in this process, and a cluster at an address (or Ray) keeps the
+    workers it has."""
+    if backend == "local":
+        return local_workers(jobs)
+    if backend == "dask" and is_local_cluster(address):
+        return local_cluster_workers(address)
+    return None, None
 
 
 def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | None) -> Iterable[list[dict]]:
@@ -375,16 +436,36 @@ def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | N
         raise SweepError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
-def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jobs: int | None = None,
-              address=None, progress: bool = True, overwrite: bool = False) -> list[dict]:
-    """Run every cell of ``grid`` not yet in ``output``'s store and return all rows in grid order.
+class SweepRows(list):
+    """The rows of a sweep's grid in grid order (a list), with what the run did: ``skipped`` cells left out
+    because the (verifier, tree) pair is invalid for the verifier's draft law, ``computed`` cells run now,
+    ``reused`` rows read back from the store, and ``elsewhere`` rows of the store that are not cells of this grid
+    (earlier grids, or other sweeps sharing the store): kept in the store, not in the table. ``keys``: the
+    store's key of each row (``cell_key``), in the same order."""
 
-    ``output`` ends in .csv or .parquet; the rows are kept in ``<output>.cells.json`` (a ``ResultStore``)
-    so that a later run with this or a larger grid resumes; the table holds the rows of ``grid`` (the store
-    keeps every row computed). ``backend``: 'serial', 'local' (``jobs`` processes, default and at most the
-    cores here), 'dask' (``address`` of a scheduler, or a ``distributed.Client``) or 'ray' (``address`` of a
-    cluster, or None for a local one). An existing output that is not a sweep's is refused before any cell
-    runs (``check_sweep_output``); ``overwrite`` replaces it and starts over."""
+    keys: list[str]
+    skipped: int = 0
+    computed: int = 0
+    reused: int = 0
+    elsewhere: int = 0
+
+
+def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jobs: int | None = None,
+              address=None, progress: bool = True, overwrite: bool = False, store: ResultStore | None = None,
+              note: Callable[[str], None] | None = None) -> SweepRows:
+    """Run every cell of ``grid`` not yet in the row store and return the grid's rows in grid order.
+
+    ``output`` ends in .csv or .parquet and holds the cells of ``grid`` only, rewritten on every run; the rows
+    are kept in a ``ResultStore``, by default ``<output>.cells.json``, or ``store`` (one opened by
+    ``open_sweep_store``, which several sweeps may share), so that a later run with this or another grid
+    resumes: rows of other grids stay in the store, not in the table (``SweepRows.elsewhere`` counts them).
+    ``backend``: 'serial', 'local' (``jobs`` processes, default and at most the cores here), 'dask' (``address``
+    of a scheduler, 'local:N' for N worker processes here, at most the cores, or a ``distributed.Client``) or
+    'ray' (``address`` of a cluster, or None for a local one). An existing output that is not a sweep's is
+    refused before any cell runs (``check_sweep_output``); ``overwrite`` replaces it and starts over (with
+    ``store``, the table only: the store was opened with its own). ``note`` is called with a one-line note
+    when the processes asked for are capped at the cores, once the outputs have passed their checks and before
+    any cell runs."""
     from tqdm import tqdm
 
     output = Path(output)
@@ -395,25 +476,38 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
                          "cluster of N worker processes started here)")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise SweepError(f"jobs must be a positive integer, got {jobs!r}")
-    cells, _ = grid.cells()
+    _, capped = worker_processes(backend, jobs, address)  # refuses a malformed 'local:N' before any check
+    cells, skipped = grid.cells()
     if not cells:
         raise SweepError("the grid has no cell: no verifier given is valid for any tree given")
-    names = list(cells[0])
-    store, table_format = check_sweep_output(output, overwrite=overwrite)
+    if store is None:
+        store, table_format = check_sweep_output(output, overwrite=overwrite)
+    else:
+        table_format = check_sweep_table(output, store.path, overwrite=overwrite)
+    if capped and note is not None:
+        note(capped)
+    # a row holds its cell's parameters and the results; a file's cell has one parameter more (file_sha256)
+    parameters = set().union(*cells)
     keys = [cell_key(cell) for cell in cells]
     todo = [cell for cell, key in zip(cells, keys) if not store.done(key)]
     pending: dict[str, dict] = {}
-    last = time.monotonic()
+    last, interval = time.monotonic(), SAVE_EVERY
     with tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress) as bar:
         for rows in _execute(todo, backend, jobs, address):
             for row in rows:
-                pending[cell_key({name: row[name] for name in names})] = row
+                pending[cell_key({name: value for name, value in row.items() if name in parameters})] = row
             bar.update(len(rows))
-            if time.monotonic() - last >= SAVE_EVERY:
+            if time.monotonic() - last >= interval:
+                began = time.monotonic()
                 _save(store, pending, output, keys, table_format)
                 pending, last = {}, time.monotonic()
+                interval = max(SAVE_EVERY, SAVE_SHARE * (last - began))
     _save(store, pending, output, keys, table_format)
-    return [_stored(store.rows[key]) for key in keys]
+    result = SweepRows(_stored(store.rows[key]) for key in keys)
+    result.keys = keys
+    result.skipped, result.computed, result.reused = skipped, len(todo), len(cells) - len(todo)
+    result.elsewhere = len(store.rows) - len(set(keys))
+    return result
 
 
 def _stored(row: dict) -> dict:
@@ -435,24 +529,41 @@ def check_sweep_output(output: str | Path, *, overwrite: bool = False) -> tuple[
     This tool's output is a table whose header is the sweep's columns (in ``write_table``'s order) beside its
     row store ``OUTPUT.cells.json`` (a ``ResultStore`` of kind 'verispec sweep'), either of them absent on a
     first run. Anything else at either path (a file of the user's, a table whose store was deleted, so that a
-    rerun would replace its rows) is refused unless ``overwrite``, which starts over."""
+    rerun would replace its rows, any JSON that is not a sweep's row store) is refused unless ``overwrite``,
+    which starts over."""
+    output = Path(output)
+    table_format = check_sweep_table(output, store_path(output), overwrite=overwrite)
+    return open_sweep_store(store_path(output), overwrite=overwrite), table_format
+
+
+def check_sweep_table(output: str | Path, store: str | Path, *, overwrite: bool = False) -> str:
+    """The table format of ``output``, after refusing on one line an output that cannot be written, and, unless
+    ``overwrite``, an existing file that is not a sweep table (read: its header only) or a sweep table whose row
+    store ``store`` is missing."""
     output = Path(output)
     table_format = output_format(output)
-    store = store_path(output)
     check_output_file(output, "output", example="sweep.csv")
-    check_output_file(store, "the row store of output")
-    if overwrite:
-        return ResultStore(store, parameters=STORE_PARAMETERS, overwrite=True), table_format
+    if overwrite or not output.exists():
+        return table_format
     shown = repr(str(output))
-    if output.exists() and not is_sweep_table(output, table_format):
+    if not is_sweep_table(output, table_format):
         raise SweepError(f"output {shown} exists and is not a verispec sweep table (its header is not the "
                          "sweep's columns); choose another output, or pass --overwrite to replace it")
-    if output.exists() and not store.exists():
+    if not Path(store).exists():
         raise SweepError(f"output {shown} is a sweep table without its row store {str(store)!r}, so a rerun cannot "
                          "resume it and would replace its rows; pass --overwrite to replace it, or choose another "
                          "output")
+    return table_format
+
+
+def open_sweep_store(path: str | Path, *, overwrite: bool = False) -> ResultStore:
+    """The sweep row store at ``path`` (a ``ResultStore`` of kind 'verispec sweep', read once; several tables may
+    share it), after refusing on one line a path that cannot be written and, unless ``overwrite`` (which starts
+    it over), an existing file that is not a sweep's row store: one whose recorded parameters are not the
+    sweep's, or that records none (a file of the user's, ``{"rows": []}``)."""
+    check_output_file(path, "the row store")
     try:
-        return ResultStore(store, parameters=STORE_PARAMETERS), table_format
+        return ResultStore(path, parameters=STORE_PARAMETERS, overwrite=overwrite)
     except ResultStoreError as error:
         raise SweepError(f"{error} (or pass --overwrite to replace it)") from None
 
@@ -476,7 +587,7 @@ def is_sweep_table(path: str | Path, table_format: str | None = None) -> bool:
     extras = names[len(known):]
     return (set(REQUIRED_COLUMNS) <= set(names) and names[:len(known)] == known
             and known == sorted(known, key=COLUMNS.index) and extras == sorted(extras)
-            and not set(extras) & set(COLUMNS) and len(set(names)) == len(names))
+            and len(set(names)) == len(names))
 
 
 def _parquet_columns(path: Path) -> list[str] | None:
@@ -511,8 +622,8 @@ def _save(store: ResultStore, rows: dict, output: Path, keys: Sequence[str], tab
 
 
 #: Columns first in every table (then any others, sorted).
-COLUMNS = ("family", "vocab", "vocab_size", "divergence", "temperature", "concentration", "seed", "tree", "depth",
-           "verifier",
+COLUMNS = ("family", "vocab", "vocab_size", "divergence", "temperature", "concentration", "seed", "file_sha256", "tree",
+           "depth", "verifier",
            "method", "lp_optimum", "cell_timeout", "status", "reason", "method_used", "block_efficiency",
            "expected_accepted", "tau_law", "acceptance_by_depth", "tv_distance", "lossless", "nodes", "block_time",
            "throughput", "speedup", "optimum", "gap", "optimum_throughput", "latency", "seconds")
@@ -604,6 +715,7 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(seeds))
 
 
-__all__ = ["BACKENDS", "FAMILIES", "SweepError", "SweepGrid", "available_cores", "cell_key", "check_sweep_output",
-           "is_sweep_table", "local_workers", "parse_seeds", "read_table", "run_cell", "run_cells", "run_sweep",
-           "write_table"]
+__all__ = ["BACKENDS", "FAMILIES", "SweepError", "SweepGrid", "SweepRows", "available_cores", "cell_key",
+           "check_sweep_output", "check_sweep_table", "file_sha256", "is_local_cluster", "is_sweep_table",
+           "local_cluster_workers", "local_workers", "open_sweep_store", "parse_seeds", "read_table", "run_cell",
+           "run_cells", "run_sweep", "worker_processes", "write_table"]

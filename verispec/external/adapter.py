@@ -16,19 +16,34 @@ Where the randomness comes from (``rng``):
   ``_speculative_sampling``, gpt-fast, most research code); the layout's uniform arguments are left out and
   every draw is fed from the row's uniforms (``verispec.external.rng`` states the rule of each primitive).
   How many uniforms a row draws is found by probing; a row that draws more than expected on some path makes
-  the integration start again with a longer tape (``UniformsExhausted``), never reuse or invent randomness.
+  the integration start again with a longer tape (``UniformsExhausted``; the tape at least doubles, up to
+  ``max_uniforms``, and what the abandoned attempt counted is dropped from ``stats``), never reuse or invent
+  randomness.
   The integration is told which uniforms each run read, and does not scan along the others.
+
+One ``Capture`` is entered around each integration and each ``sample_codes`` (not around each call): the
+global generators are restored when it ends, also on an exception, and compared with their state on entry.
 
 ``per_row``: call the function on one tree at a time (batch size 1) and stack the results: the batch helper
 for functions written for one sequence (layouts marked ``one_sequence``, like ``transformers``, always are).
 The layout's arguments are still built for all rows at once, and the function gets views of one row.
 
 Before a batch topology is integrated the function is *probed*: called twice on the same arguments and
-uniforms, the outputs must agree (``NondeterministicError`` otherwise, with what to do); in a batched capture
-call it is also called with the rows reversed, and each row's outcome must follow it (otherwise a row's output
-depends on the other rows, or a draw was attributed to the wrong row: use ``per_row``); and its arguments are
+uniforms, the outputs must agree (``NondeterministicError`` otherwise, with what to do), and its arguments are
 compared with copies taken before the call. A function that writes into its arguments is reported in
 ``notes``; every call gets freshly built arguments (and uniforms), so such writes cannot change the law.
+
+Batched capture (not ``per_row``): what makes each row's outcome a function of its own tree and uniforms,
+and how much of it is checked (``verispec.external.rng``, "Rows"):
+
+* on EVERY call: every draw has the batch as its first dimension, and the call makes the same draws, in the
+  same order, as the probe's first call (so a row's draws take the same uniforms whatever rows it is batched
+  with); otherwise ``CaptureRefusal``, which advises ``per_row``;
+* at the probe's points ONLY: each row's outcome is the one it gets called alone, and with the batch's rows
+  reversed, on the same uniforms (random ones, and ones sorted by row, so that rows which accept and rows
+  which reject sit in one batch); otherwise ``CaptureRefusal``. A function that reads another row's values or
+  draws only on paths the probe does not reach is not caught, and its exact law is then wrong; ``per_row``
+  assumes nothing of the kind (each call sees one row) and is the check to run where that matters.
 
 ``call_timeout``: seconds one call of the function may take, enforced by a hard time budget
 (``verispec.budget``); a call past it raises a one-line ``VerifierError`` naming the function and the limit.
@@ -38,6 +53,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -83,8 +99,9 @@ class ExternalVerifier(Verifier):
     ``call_timeout``: see the module docstring. ``scan``, ``probes``, ``max_boxes``, ``max_breaks`` and
     ``check_races`` (off only to measure what the breakpoint check saves) tune exact integration
     (``verispec.external.exact.integrate``); ``max_uniforms`` bounds what one row may draw in capture mode.
-    ``stats`` accumulates what integration saw (evaluations, cells, how each uniform was used); ``notes`` what
-    the probes found (arguments written into, what was captured)."""
+    ``stats`` accumulates what each integration saw (evaluations, cells, how each uniform was used), also one
+    that ended in a refusal, but not an attempt abandoned for a longer tape; ``notes`` what the probes found
+    (arguments written into, what was captured)."""
 
     valid_for = frozenset(DraftLaw)
 
@@ -113,7 +130,7 @@ class ExternalVerifier(Verifier):
         if rng == "explicit" and not self.layout.uniform_arguments:
             raise VerispecError(f"the {self.layout.name} layout hands the function no uniforms (it draws its own): "
                                 "check it with rng='capture' (--rng capture)")
-        if rng == "capture" and not (per_row or self.layout.one_sequence or self.layout.batched_capture):
+        if rng == "capture" and not (per_row or self.layout.one_sequence or self.layout.rows_first):
             raise VerispecError(f"in the {self.layout.name} layout a batched call's draws run over draft tokens, not "
                                 "over trees, so they cannot be fed row by row: add per_row=True (--per-row)")
         self.arrays = arrays
@@ -142,35 +159,12 @@ class ExternalVerifier(Verifier):
         #: Draws captured, by primitive (capture mode), and exponential races read as one categorical draw.
         self.draws: dict[str, int] = {}
         self.races_read = 0
-        self._tapes: dict = {}
+        #: (vocabulary, topology) -> its probed runner (which holds the tape length and the draws of a call).
+        self._runners: dict = {}
         #: torch draws are followed through a TorchFunctionMode throughout (``verispec.external.rng.Capture``).
         self._torch_full = False
 
     # -- what the black-box test and exact integration call
-
-    def num_uniforms(self, batch: TreeBatch) -> int:
-        """Uniforms one row of ``batch`` takes: the layout's, or (capture) the layout's own plus the longest tape a
-        probe saw (a row may draw more on another path; ``sample_codes`` and the integration grow it then)."""
-        return self._runner(batch).width_uniforms
-
-    def evaluator(self, batch: TreeBatch):
-        """``evaluate(rows, uniforms [M, num_uniforms(batch)]) -> codes`` (node * V + token) for the rows of
-        ``batch``. In capture mode a row that draws past the uniforms given raises VerifierError: sample with
-        ``sample_codes`` instead, which extends them."""
-        runner = self._runner(batch)
-        if isinstance(runner, _SelfDraftingRunner):
-            raise VerifierError(f"external function {self.name} drafts its own tokens, so it cannot be run on a given "
-                                "draft tree: check it in exact mode (--mode exact)")
-
-        def evaluate(rows, uniforms):
-            try:
-                return runner.run(rows, uniforms, races=False)[0]
-            except UniformsExhausted as exhausted:
-                raise VerifierError(f"external function {self.name} drew {exhausted.needed} uniforms on one row, more "
-                                    f"than the {uniforms.shape[1] - runner.own} it was given; sample it with "
-                                    "ExternalVerifier.sample_codes, which gives each row as many as it draws") from None
-
-        return evaluate
 
     def sample_codes(self, batch: TreeBatch, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One run of the function on each of ``rows`` with fresh uniforms from ``rng`` (as many as each run draws:
@@ -184,27 +178,42 @@ class ExternalVerifier(Verifier):
         uniforms = rng.random((len(rows), runner.width_uniforms))
         while True:
             try:
-                return runner.run(rows, uniforms, races=False)[0]
+                with runner.session():
+                    return runner.run(rows, uniforms, races=False)[0]
             except UniformsExhausted as exhausted:
                 extra = self._grow(runner, exhausted.needed) - (uniforms.shape[1] - runner.own)
                 uniforms = np.concatenate([uniforms, rng.random((len(rows), extra))], axis=1)
+            except TorchEscape:  # a torch draw through a name bound before the call: follow every operation
+                self._torch_full = True
 
     def emission_laws(self, batch: TreeBatch):
         runner = self._runner(batch)
         codes = batch.num_nodes * batch.vocab_size
         self_drafting = isinstance(runner, _SelfDraftingRunner)
         while True:
+            stats = IntegrationStats()  # this attempt's: dropped if it is abandoned for another, else kept
+            abandoned = False
             try:
-                if self_drafting:  # one integration of the whole block, split below by the drafts it made
-                    joint = integrate(runner.integrand, 1, runner.width_uniforms, batch.num_rows * codes + 1,
-                                      name=self.name, stats=self.stats, **self.options)[0]
-                    law = runner.split_by_drafts(joint)
-                else:
-                    law = integrate(runner.integrand, batch.num_rows, runner.width_uniforms, codes, name=self.name,
-                                    stats=self.stats, **self.options)
-                break
+                with runner.session():
+                    if self_drafting:  # one integration of the whole block, split below by the drafts it made
+                        law = integrate(runner.integrand, 1, runner.width_uniforms, batch.num_rows * codes + 1,
+                                        name=self.name, stats=stats, **self.options)[0]
+                    else:
+                        law = integrate(runner.integrand, batch.num_rows, runner.width_uniforms, codes,
+                                        name=self.name, stats=stats, **self.options)
             except UniformsExhausted as exhausted:  # a path draws more than the probes saw: start again, longer
                 self._grow(runner, exhausted.needed)
+                abandoned = True
+            except TorchEscape:
+                self._torch_full = True
+                abandoned = True
+            finally:  # a completed integration, or the one that ended in a refusal (what it cost is reported)
+                if not abandoned:
+                    self.stats.merge(stats)
+            if not abandoned:
+                break
+        if self_drafting:
+            law = runner.split_by_drafts(law)
         self._note_capture()
         return law.reshape(batch.num_rows, batch.num_nodes, batch.vocab_size)
 
@@ -220,6 +229,7 @@ class ExternalVerifier(Verifier):
     # -- internals
 
     def _runner(self, batch: TreeBatch) -> _Runner:
+        """The runner of ``batch``'s topology, probed on its first batch and kept (bound to ``batch``)."""
         if batch.exact:
             raise VerispecError(f"external function {self.name} runs in float64; analyse a float problem "
                                 "(leave out --exact), its breakpoints are float64 numbers")
@@ -229,18 +239,23 @@ class ExternalVerifier(Verifier):
                                 "hopeless (run the function itself in your engine instead)")
         self.layout.check_batch(batch)
         key = (batch.vocab_size, batch.child_lists)
-        runner = (_SelfDraftingRunner if self.layout.self_drafting else _Runner)(self, batch)
-        if key not in self._tapes:
-            self._tapes[key] = runner.probe()
-        runner.tape = self._tapes[key]
-        runner.key = key
+        runner = self._runners.get(key)
+        if runner is None:
+            runner = (_SelfDraftingRunner if self.layout.self_drafting else _Runner)(self, batch)
+            runner.probe()
+            self._runners[key] = runner
+        elif runner.trees.batch is not batch:
+            runner.bind(batch)
         return runner
 
     def _grow(self, runner: _Runner, needed: int) -> int:
+        """Lengthen ``runner``'s tape to hold ``needed`` uniforms a row: at least doubled (so that a rule that
+        draws more and more is rerun few times; unread uniforms cost no scanning), at most ``max_uniforms``,
+        past which CaptureRefusal."""
         if needed > self.max_uniforms:
             raise CaptureRefusal(f"external function {self.name} drew more than {self.max_uniforms} uniforms on one "
                                  "row; raise max_uniforms if that is right")
-        runner.tape = self._tapes[runner.key] = max(needed, runner.tape)
+        runner.tape = min(max(needed, 2 * runner.tape), self.max_uniforms)
         return runner.tape
 
     def _note(self, line: str) -> None:
@@ -259,39 +274,68 @@ class ExternalVerifier(Verifier):
 
 class _Runner:
     """Calls the function on rows of one batch (see the module docstring): builds the arguments, feeds or
-    watches the draws, enforces the call timeout, decodes the outcome."""
+    watches the draws, enforces the call timeout, decodes the outcome. Kept per topology by the verifier and
+    bound to the batch at hand (``bind``)."""
 
     def __init__(self, verifier: ExternalVerifier, batch: TreeBatch):
         self.verifier = verifier
         self.layout = verifier.layout
-        self.trees = TreeArrays(batch)
-        self.width = self.layout.width(self.trees)
         self.capture = verifier.rng == "capture"
-        self.own = self.layout.own_uniforms(batch) if self.capture else self.layout.num_uniforms(batch)
+        #: Uniforms a row's tape holds (capture mode), after the layout's own.
         self.tape = 0
-        self.key = None
+        #: The draws every batched capture call must make: those of the probe's first call (``rng.Tape``).
+        self.trace: tuple | None = None
         #: The most uniforms one call drew (capture mode), over the calls since it was last reset.
         self.max_cursor = 0
+        self.caught_by_mode = 0
+        self._session: Capture | None = None
+        self.bind(batch)
+
+    def bind(self, batch: TreeBatch) -> None:
+        """Run on ``batch`` (of the topology probed) from now on."""
+        self.trees = TreeArrays(batch)
+        self.width = self.layout.width(self.trees)
+        self.own = self.layout.own_uniforms(batch) if self.capture else self.layout.num_uniforms(batch)
 
     @property
     def width_uniforms(self) -> int:
         return self.own + self.tape
+
+    @contextmanager
+    def session(self):
+        """One Capture around a run of calls (an integration, a batch of samples): the calls inside feed from
+        it (or are watched by it) instead of entering one each. Raises TorchEscape on leaving where a torch draw
+        escaped the replaced attributes: the caller runs the calls again (``_torch_full`` is then set)."""
+        verifier = self.verifier
+        capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=verifier._torch_full)
+        self._session = capture
+        try:
+            with capture:
+                yield
+        except _Signal as signal:
+            raise signal.error from None
+        finally:
+            self._session = None
+        _add_counts(verifier, capture)
 
     def integrand(self, rows: np.ndarray, points: np.ndarray):
         """What exact integration evaluates: codes, and in capture mode which uniforms each run read."""
         codes, used = self.run(rows, points, races=True)
         return codes if used is None else (codes, used)
 
-    def run(self, rows: np.ndarray, uniforms: np.ndarray, *, races: bool, inspect: bool = False):
+    def run(self, rows: np.ndarray, uniforms: np.ndarray, *, races: bool, inspect: bool = False,
+            one_by_one: bool | None = None):
         """Run the function on ``rows`` [M] with ``uniforms`` [M, own + tape] -> (codes [M], used [M, own + tape]
-        or None in explicit mode). ``inspect``: also return the names of the arguments it wrote into."""
+        or None in explicit mode). ``inspect``: also return the names of the arguments it wrote into.
+        ``one_by_one``: call it one row at a time (default: ``per_row``)."""
+        one_by_one = self.verifier.per_row if one_by_one is None else one_by_one
         try:
-            return self._run(rows, uniforms, races, inspect, self.verifier._torch_full)
+            return self._run(rows, uniforms, races, inspect, self.verifier._torch_full, one_by_one)
         except TorchEscape:  # a torch draw through a name bound before the call: follow every operation from now on
             self.verifier._torch_full = True
-            return self._run(rows, uniforms, races, inspect, True)
+            return self._run(rows, uniforms, races, inspect, True, one_by_one)
 
-    def _run(self, rows, uniforms, races, inspect, full):
+    def _run(self, rows, uniforms, races, inspect, full, one_by_one):
         verifier, layout, trees = self.verifier, self.layout, self.trees
         count = len(rows)
         uniforms = np.array(uniforms, dtype=np.float64)  # a copy: the function may write into what it is handed
@@ -307,66 +351,77 @@ class _Runner:
                 return layout.capture_arguments(trees, some_rows, some_own)
             return layout.arguments(trees, some_rows, some_own)
 
-        if verifier.per_row and not layout.sliceable:  # built row by row (a flattened layout)
+        if one_by_one and not layout.rows_first:  # built row by row (a flattened layout)
             batched = None
             per_row = [self._convert(build(rows[index:index + 1], own[index:index + 1])) for index in range(count)]
         else:
             batched = self._convert(build(rows, own))
-            per_row = _split_rows(layout, batched, count) if verifier.per_row else None
-        before = _snapshot(batched if batched is not None else [a for args in per_row for a in args]) if inspect \
-            else None
-        results, used = self._calls(per_row if verifier.per_row else batched, tape, uniforms.shape, races, full)
-        if verifier.per_row:
+            per_row = [layout.row_arguments(batched, index) for index in range(count)] if one_by_one else None
+        arrays = batched if batched is not None else [a for args in per_row for a in args]
+        before = _snapshot(arrays) if inspect else None
+        results, used = self._calls(per_row if one_by_one else batched, tape, uniforms.shape, races, full)
+        if one_by_one:
             emitted = np.concatenate([layout.row_matrix(result, verifier.name, self.width) for result in results])
         else:
             emitted = layout.own_rows(_as_int_matrix(results, verifier.name, (layout.output_rows(count), self.width)))
-        written = set()
-        if inspect:
-            written = _written(batched if batched is not None else [a for args in per_row for a in args], before)
-            if batched is None:  # positions in the flattened list of every row's arguments
-                written = {index % len(names) for index in written}
         codes = decode(emitted, trees, rows, verifier.name, layout.drafted_paths(trees, rows))
-        if inspect:
-            return codes, used, sorted(names[index] if index < len(names) else f"#{index}" for index in written)
-        return codes, used
+        if not inspect:
+            return codes, used
+        written = _written(arrays, before)
+        if batched is None:  # positions in the flattened list of every row's arguments
+            written = {index % len(names) for index in written}
+        return codes, used, sorted(names[index] if index < len(names) else f"#{index}" for index in written)
 
     def _calls(self, arguments, tape, shape: tuple, races: bool, full: bool):
         """Call the function on ``arguments`` (a list of one tuple per row, or one batched tuple), feeding (or in
-        explicit mode watching) its draws: -> (results, used [M, own + tape] or None)."""
+        explicit mode watching) its draws, inside the session's Capture or one of its own: -> (results, used
+        [M, own + tape] or None)."""
         verifier = self.verifier
         one_by_one = isinstance(arguments, list)
         used = np.ones(shape, dtype=bool) if self.capture else None
-        capture = Capture(verifier.name, "capture" if self.capture else "forbid", races=races, torch_full=full)
+        session = self._session
+        capture = session or Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=full)
+        capture.races = races
+        batch_tape = None
         try:
-            with capture:
+            with nullcontext() if session is not None else capture:
                 if one_by_one:
                     results = []
                     for index, row_arguments in enumerate(arguments):
                         if index % 64 == 0:
                             budget.check(f"running external function {verifier.name}")
                         row_tape = Tape(tape[index:index + 1]) if self.capture else None
-                        capture.start(row_tape)
-                        results.append(self._call(row_arguments))
-                        capture.start(None)
+                        results.append(self._fed(capture, row_tape, row_arguments))
                         if row_tape is not None:
                             used[index, self.own:] = row_tape.used
                             self.max_cursor = max(self.max_cursor, row_tape.cursor)
                 else:
-                    batch_tape = Tape(tape) if self.capture else None
-                    capture.start(batch_tape)
-                    results = self._call(arguments)
-                    capture.start(None)
+                    batch_tape = Tape(tape, self.trace) if self.capture else None
+                    results = self._fed(capture, batch_tape, arguments)
                     if batch_tape is not None:
                         used[:, self.own:] = batch_tape.used[None, :]
                         self.max_cursor = max(self.max_cursor, batch_tape.cursor)
         except _Signal as signal:
             raise signal.error from None
         finally:
-            for what, times in capture.counts.items():
-                verifier.draws[what] = verifier.draws.get(what, 0) + times
-            verifier.races_read += capture.races_read
-            self.caught_by_mode = capture.caught_by_mode
+            if session is None:
+                _add_counts(verifier, capture)
+                self.caught_by_mode = capture.caught_by_mode
+        if batch_tape is not None and self.trace is None:  # the first complete batched call sets the draws
+            self.trace = tuple(batch_tape.draws)
         return results, used
+
+    def _fed(self, capture: Capture, tape: Tape | None, arguments: tuple):
+        """One call with its draws fed from ``tape`` (None in explicit mode)."""
+        capture.start(tape)
+        try:
+            result = self._call(arguments)
+        finally:
+            capture.start(None)
+        capture.end_call()
+        if tape is not None:
+            tape.finish(self.verifier.name)
+        return result
 
     def _convert(self, arguments: tuple) -> tuple:
         if self.verifier.arrays != "torch":
@@ -407,34 +462,34 @@ class _Runner:
                              f"{limit:g} s (a loop that does not end, or a call too slow to integrate): raise "
                              "--call-timeout, or find the loop")
 
-    def probe(self) -> int:
-        """The probes of the module docstring; returns the tape length the probe calls drew (0 in explicit mode)."""
+    def probe(self) -> None:
+        """The probes of the module docstring; sets ``tape`` to the longest a probe call drew (capture mode)."""
         verifier = self.verifier
         batch = self.trees.batch
         rng = np.random.default_rng(PROBE_SEED)
         count = PROBE_ROWS if verifier.per_row else max(3, batch.vocab_size + batch.num_nodes + self.width + 1)
         rows = np.arange(count, dtype=np.int64) % batch.num_rows
-        self.tape = FIRST_TAPE if self.capture else 0
-        reversing = self.capture and not verifier.per_row
+        self.tape = min(FIRST_TAPE, verifier.max_uniforms) if self.capture else 0
+        batched = self.capture and not verifier.per_row
         while True:
             uniforms = rng.random((count, self.width_uniforms))
-            # for the reversal: uniforms sorted by row (row k all (k + 1/2) / count), so that a row reading another
-            # row's draws meets very different values
+            # uniforms sorted by row (row k all (k + 1/2) / count): rows that accept everything and rows that
+            # reject at once in one batch, and a row reading another row's draws meets very different values
             sorted_rows = np.broadcast_to(((np.arange(count) + 0.5) / count)[:, None], uniforms.shape).copy()
             self.max_cursor = 0
             try:
-                first, _, written = self._run(rows, uniforms, False, True, True)
+                first, _, written = self._run(rows, uniforms, False, True, True, verifier.per_row)
                 if self.caught_by_mode:  # draws through names bound before the call: the mode must stay on
                     verifier._torch_full = True
                 second, _ = self.run(rows, uniforms, races=False)
-                if reversing:
-                    forwards = [first, self.run(rows, sorted_rows, races=False)[0]]
-                    backwards = [self.run(rows[::-1], some[::-1], races=False)[0] for some in (uniforms, sorted_rows)]
+                if batched:
+                    together = [first, self.run(rows, sorted_rows, races=False)[0]]
+                    reversed_ = [self.run(rows[::-1], some[::-1], races=False)[0][::-1]
+                                 for some in (uniforms, sorted_rows)]
+                    alone = [self.run(rows, some, races=False, one_by_one=True)[0] for some in (uniforms, sorted_rows)]
                 break
             except UniformsExhausted as exhausted:
-                if exhausted.needed > verifier.max_uniforms:
-                    verifier._grow(self, exhausted.needed)
-                self.tape = max(2 * self.tape, exhausted.needed)
+                verifier._grow(self, exhausted.needed)
         if not np.array_equal(first, second):
             row = int(np.flatnonzero(first != second)[0])
             size = batch.vocab_size
@@ -447,18 +502,22 @@ class _Runner:
                    "ones" if self.capture else
                    "if it draws from torch, numpy or random global generators check it with --rng capture; "
                    "randomness from elsewhere (a Generator created before the call, the time) cannot be checked"))
-        if reversing and not all(np.array_equal(b, f[::-1]) for f, b in zip(forwards, backwards)):
-            raise CaptureRefusal(
-                f"external function {verifier.name} gave a tree another outcome when the rows of its batch were "
-                "reversed (same uniforms), so a row's output depends on the other rows, or a draw without the "
-                "batch dimension was fed to the wrong row: call it one row at a time (--per-row)")
+        if batched:
+            for other, how in ((reversed_, "when the rows of its batch were reversed"),
+                               (alone, "when called on that tree alone")):
+                if not all(np.array_equal(a, b) for a, b in zip(together, other)):
+                    raise CaptureRefusal(
+                        f"external function {verifier.name} gave a tree another outcome {how} (same uniforms), so a "
+                        "row's output depends on the other rows of its batch (values or draws read across rows, or "
+                        "a draw without the batch dimension fed to the wrong row): call it one row at a time "
+                        "(--per-row)")
         if written:
             verifier._note(f"{verifier.name} writes into its argument{'s' if len(written) > 1 else ''} "
                            f"{', '.join(written)}; verispec hands it fresh arrays on every call, so the law is "
                            "right, but a caller that reuses them would see them changed")
         if self.capture and self.max_cursor == 0:
             verifier._note(f"{verifier.name} drew nothing from a captured generator in the probe calls")
-        return self.max_cursor if self.capture else 0
+        self.tape = self.max_cursor if self.capture else 0
 
 
 class _SelfDraftingRunner(_Runner):
@@ -466,19 +525,19 @@ class _SelfDraftingRunner(_Runner):
     of every chain: each call gets fresh models backed by the batch's conditionals, and its outcome is coded by
     (the draft tree it drew, node, token), or ``other`` for drafts no row of the batch holds."""
 
-    def __init__(self, verifier: ExternalVerifier, batch: TreeBatch):
-        super().__init__(verifier, batch)
+    def bind(self, batch: TreeBatch) -> None:
+        super().bind(batch)
         self.chain = self.layout._chain(self.trees)
-        self.laws = self.layout.laws(self.trees)
         self.row_of = {tuple(int(t) for t in self.trees.tokens[row, self.chain[1:]]): row
                        for row in range(batch.num_rows)}
         self.other = batch.num_rows * batch.num_nodes * batch.vocab_size
 
-    def _run(self, rows, uniforms, races, inspect, full):
+    def _run(self, rows, uniforms, races, inspect, full, one_by_one):
         layout, batch, name = self.layout, self.trees.batch, self.verifier.name
         uniforms = np.array(uniforms, dtype=np.float64)
-        calls = [self._convert(layout.call_arguments(self.laws, len(self.chain) - 1, batch.vocab_size))
-                 for _ in range(len(rows))]
+        calls = [self._convert(layout.capture_arguments(self.trees, rows[index:index + 1], uniforms[index:index + 1,
+                                                                                                    :self.own]))
+                 for index in range(len(rows))]
         results, used = self._calls(calls, uniforms, uniforms.shape, races, full)
         codes = np.empty(len(rows), dtype=np.int64)
         for index, (result, arguments) in enumerate(zip(results, calls)):
@@ -514,19 +573,11 @@ class _SelfDraftingRunner(_Runner):
         return by_tree / drafted[:, None]
 
 
-def _split_rows(layout: Layout, arguments: tuple, count: int) -> list[tuple]:
-    """Every row's arguments as a batch of one: views of the batched ones (torch's ``split``: one call for all)."""
-    if type(layout).row_arguments is not Layout.row_arguments:
-        return [layout.row_arguments(arguments, index) for index in range(count)]
-    columns = []
-    for argument in arguments:
-        if hasattr(argument, "split") and hasattr(argument, "detach") and argument.dim():
-            columns.append(argument.split(1))
-        elif isinstance(argument, np.ndarray) and argument.ndim:
-            columns.append([argument[index:index + 1] for index in range(count)])
-        else:
-            columns.append([argument] * count)
-    return list(zip(*columns))
+def _add_counts(verifier: ExternalVerifier, capture: Capture) -> None:
+    """Add what ``capture`` fed (draws by primitive, races read) to the verifier's counts."""
+    for what, times in capture.counts.items():
+        verifier.draws[what] = verifier.draws.get(what, 0) + times
+    verifier.races_read += capture.races_read
 
 
 def _snapshot(arguments) -> list:

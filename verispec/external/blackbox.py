@@ -56,8 +56,6 @@ from verispec.simulator.problems import Problem, target_law
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.statistics import DEFAULT_ALPHA
 
-#: Runs of one black-box test when the caller gives neither ``samples`` nor a reachable ``detect_tv``.
-DEFAULT_SAMPLES = 200_000
 #: Largest number of runs of one test (the runs' tree indices and outcomes are held in memory, 16 bytes each).
 MAX_SAMPLES = 20_000_000
 #: The smallest TV a lossless verdict must have been able to detect, and with what probability.

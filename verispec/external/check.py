@@ -208,12 +208,12 @@ class _Check:
     def report(self, verdict: Verdict, scope: str, *, problem: Problem | dict | None = None, source: str = "none",
                exact: ExactResult | None = None, blackbox: BlackBoxResult | None = None, tv_distance=None,
                tried: str = "", next_step: str = "", hunted=None, label: str = "") -> CheckReport:
+        checked = problem if isinstance(problem, Problem) or problem is None else problem_from_json(problem)
         if isinstance(problem, Problem):
             problem = _json(problem, self.drafter)
         differences = None
         if exact is not None:
             tv_distance = float(exact.tv_distance)
-            checked = problem_from_json(problem)
             law = exact.output_law.continued_with_target(checked)  # (V,)*(L+1)
             differences = discrepancies(np.asarray(law, dtype=np.float64),
                                         np.asarray(target_law(checked, self.drafter.depth + 1), dtype=np.float64))

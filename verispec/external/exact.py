@@ -86,6 +86,17 @@ class IntegrationStats:
     rounds: int = 0
     uses: list[UniformUse] = field(default_factory=list)
 
+    def merge(self, other: IntegrationStats) -> None:
+        """Add what ``other`` (another integration) saw: counts summed, each uniform's uses combined."""
+        self.evaluations += other.evaluations
+        self.cells += other.cells
+        self.rounds += other.rounds
+        self.uses.extend(UniformUse() for _ in range(len(other.uses) - len(self.uses)))
+        for mine, theirs in zip(self.uses, other.uses):
+            mine.most_pieces = max(mine.most_pieces, theirs.most_pieces)
+            mine.categorical = mine.categorical or theirs.categorical
+            mine.splits += theirs.splits
+
 
 def _next_down(values: np.ndarray) -> np.ndarray:
     return np.nextafter(values, -np.inf)
@@ -213,14 +224,17 @@ def _codes(evaluate, rows, points, stats) -> np.ndarray:
 
 
 def _find_breaks(evaluate, rows, lo, hi, anchor, used, scan, stats, max_breaks, name,
-                 hints=None) -> list[dict[int, list]]:
+                 hints: list[dict]) -> list[dict[int, list]]:
     """breaks[coordinate][box] = [(breakpoint, outcome just below it, outcome at it), ...] found along
     ``coordinate`` on the box's anchor line (lines along uniforms the anchor's run did not read are skipped).
 
     ``hints[box][coordinate]``: breakpoints found on the line of the box it was split from. Between two scan
     points whose outcomes differ (l, then r), a hint b with outcome l just below b and r at b is taken without
-    bisection (two evaluations instead of about fifty): the two halves it leaves have equal outcomes at their
-    ends, which is where bisection would stop as well. Otherwise the interval is bisected."""
+    bisection (two evaluations instead of about fifty), and the two halves it leaves, whose ends have equal
+    outcomes, are not searched. So a piece hidden inside one of them (l | x | l | r) is missed where bisection
+    might have found it (when one of its midpoints lands in x). That is no new assumption: a piece narrower
+    than the scan spacing between equal outcomes is what the module docstring already says can be missed, and
+    bisection misses it too whenever no midpoint lands in it. Otherwise the interval is bisected."""
     count, dims = lo.shape
     fractions = (np.arange(scan) + 0.5) / scan
     breaks: list[dict[int, list]] = [dict() for _ in range(dims)]
@@ -252,7 +266,7 @@ def _find_breaks(evaluate, rows, lo, hi, anchor, used, scan, stats, max_breaks, 
     coordinate = np.concatenate(task_coordinate)
     a, b = np.concatenate(task_a), np.concatenate(task_b)
     hinted = _take_hints(evaluate, rows, anchor, box, coordinate, a, b, np.concatenate(task_code_a),
-                         np.concatenate(task_code_b), hints, stats) if hints is not None else []
+                         np.concatenate(task_code_b), hints, stats)
     bisected = np.ones(len(box), dtype=bool)
     for task, _, _, _ in hinted:
         bisected[task] = False

@@ -133,6 +133,27 @@ class TreeArrays:
     def depth(self) -> int:
         return max(self.batch.depth)
 
+    @cached_property
+    def laws_by_path(self) -> tuple[dict, dict]:
+        """(target law, draft law) at each node, keyed by the tokens drafted on the path from the root to it,
+        over every row (the draft law only where the node has children; it is NaN at leaves)."""
+        batch = self.batch
+        paths: dict[int, tuple[int, ...]] = {0: ()}  # node -> the nodes below the root on its path
+        waiting = [0]
+        while waiting:
+            node = waiting.pop()
+            for child in dict.fromkeys(batch.child_lists[node]):
+                paths[child] = paths[node] + (child,)
+                waiting.append(child)
+        target, draft = {}, {}
+        for row in range(batch.num_rows):
+            for node, path in paths.items():
+                key = tuple(int(t) for t in self.tokens[row, list(path)])
+                target.setdefault(key, self.p[row, node])
+                if batch.child_lists[node]:
+                    draft.setdefault(key, self.q[row, node])
+        return target, draft
+
 
 class Layout(ABC):
     """One production layout: builds a function's arguments and decodes its result."""
@@ -145,11 +166,10 @@ class Layout(ABC):
     uniform_arguments: tuple[int, ...] = ()
     #: The function takes one sequence per call (batch size 1), so it is always called row by row.
     one_sequence: bool = False
-    #: Whether a batched call's draws run over the trees' rows first (not so in a flattened layout, whose draws
-    #: run over draft tokens), which RNG capture needs to feed each row from its own uniforms.
-    batched_capture: bool = True
-    #: Whether every argument array has the trees' rows as its first dimension (so one row is a slice).
-    sliceable: bool = True
+    #: Whether every argument array has the trees' rows as its first dimension: one row is then a slice
+    #: (``row_arguments``), and a batched call's draws run over the rows first, which RNG capture needs to feed
+    #: each row from its own uniforms (not so in a flattened layout, whose arrays and draws run over drafts).
+    rows_first: bool = True
     #: The function drafts its own tokens from models it is handed (``gpt-fast``); see ``GptFastLayout``.
     self_drafting: bool = False
 
@@ -162,7 +182,8 @@ class Layout(ABC):
         """How many uniforms one tree of this topology is handed (the dimension integrated over)."""
 
     def own_uniforms(self, batch: TreeBatch) -> int:
-        """Uniforms the layout itself draws for one tree when the function draws its own (RNG capture)."""
+        """Uniforms the layout itself draws for one tree when the function draws its own (RNG capture): the last
+        ``own_uniforms`` of its ``num_uniforms`` (see ``capture_arguments``)."""
         return 0
 
     @abstractmethod
@@ -171,8 +192,11 @@ class Layout(ABC):
 
     def capture_arguments(self, trees: TreeArrays, rows: np.ndarray, own: np.ndarray) -> tuple:
         """The arguments without the uniform ones, for a function that draws its own randomness; ``own``
-        [M, own_uniforms] are the uniforms the layout draws itself."""
+        [M, own_uniforms] are the uniforms the layout draws itself, the last of its uniform vector (the others,
+        which only the left-out arguments carry, are zeros)."""
         placeholder = np.zeros((len(rows), self.num_uniforms(trees.batch)))
+        if own.shape[1]:
+            placeholder[:, -own.shape[1]:] = own
         arguments = self.arguments(trees, rows, placeholder)
         return tuple(argument for index, argument in enumerate(arguments) if index not in self.uniform_arguments)
 
@@ -324,21 +348,14 @@ class RaggedLayout(ChainLayout):
     argument_names = ("draft_token_ids", "cu_num_draft_tokens", "draft_probs", "target_probs", "bonus_token_ids",
                       "uniform_probs", "recovered_uniforms")
     uniform_arguments = (5, 6)
-    batched_capture = False
-    sliceable = False
+    rows_first = False
 
     def num_uniforms(self, batch):
         length = len(_chain_nodes(batch)) - 1
         return length + length * batch.vocab_size + 1
 
     def own_uniforms(self, batch):
-        return 1  # the bonus token, drawn by the engine's sampler before the function runs
-
-    def capture_arguments(self, trees, rows, own):
-        placeholder = np.zeros((len(rows), self.num_uniforms(trees.batch)))
-        placeholder[:, -1] = own[:, 0]
-        arguments = self.arguments(trees, rows, placeholder)
-        return tuple(argument for index, argument in enumerate(arguments) if index not in self.uniform_arguments)
+        return 1  # the bonus token (the last uniform), drawn by the engine's sampler before the function runs
 
     def output_rows(self, count):
         return 2 * count
@@ -485,9 +502,6 @@ class TransformersLayout(ChainLayout):
         with np.errstate(divide="ignore"):  # log 0 = -inf: softmax gives it probability 0 again
             return (np.concatenate([prompt, tokens], axis=1), np.log(draft), tokens.shape[1], np.log(target))
 
-    def capture_arguments(self, trees, rows, own):
-        return self.arguments(trees, rows, np.zeros((len(rows), 0)))
-
     def row_matrix(self, result, name, width):
         if not (isinstance(result, tuple) and len(result) == 2):
             raise VerifierError(f"external function {name} returned {type(result).__name__}; the transformers layout "
@@ -566,32 +580,15 @@ class GptFastLayout(ChainLayout):
     def num_uniforms(self, batch):
         return 0  # it is handed none: every draw, its drafting included, is its own
 
-    def laws(self, trees: TreeArrays) -> tuple[dict, dict]:
-        """(target law, draft law) by block prefix, from every row of the batch (the draft law is missing at
-        leaves)."""
-        chain = self._chain(trees)
-        target, draft = {}, {}
-        for row in range(trees.batch.num_rows):
-            path = tuple(int(t) for t in trees.tokens[row, chain[1:]])
-            for depth, node in enumerate(chain):
-                target.setdefault(path[:depth], trees.p[row, node])
-                if depth < len(chain) - 1:
-                    draft.setdefault(path[:depth], trees.q[row, node])
-        return target, draft
-
     def arguments(self, trees, rows, uniforms):
-        return self.call_arguments(self.laws(trees), len(self._chain(trees)) - 1, trees.batch.vocab_size)
-
-    def capture_arguments(self, trees, rows, own):
-        return self.arguments(trees, rows, own)
-
-    def call_arguments(self, laws: tuple[dict, dict], length: int, size: int) -> tuple:
-        """Fresh arguments for one call: two models with empty caches, the current token, its position, K."""
+        """Fresh arguments for ONE call (whatever ``rows``: the models hold every row's laws): two models with
+        empty caches, the current token, its position, K."""
         import torch
 
-        target, draft = laws
+        target, draft = trees.laws_by_path
+        size = trees.batch.vocab_size
         return (PrefixModel(target, GPT_FAST_START, size), PrefixModel(draft, GPT_FAST_START, size),
-                torch.tensor(0, dtype=torch.int64), GPT_FAST_START, length)
+                torch.tensor(0, dtype=torch.int64), GPT_FAST_START, len(self._chain(trees)) - 1)
 
     def drafts_and_emitted(self, result, arguments: tuple, name: str) -> tuple[tuple, tuple]:
         """(the K tokens the function scored with the target model, the tokens it emitted)."""

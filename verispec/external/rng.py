@@ -37,34 +37,52 @@ Rows. In a call of ONE row (``per_row``, or a batch of one) every draw belongs t
 of M rows a draw whose first dimension is M gives row i the elements [i, ...], taken from row i's tape; every
 other draw (a scalar, ``random.random()``, a draw of shape [K], a 1-D law passed to ``multinomial``) cannot be
 attributed to a row and is refused with that reason (``CaptureRefusal``): call the function one row at a time.
-All rows of a batched call draw in lockstep, so the tape's cursor is shared. A draw whose first dimension
-equals the batch size by coincidence cannot be told from a per-row one: the adapter's probe calls a batch
-larger than every dimension of the arguments (and with its rows reversed), but a function that draws over
-another dimension only on paths the probe does not reach should be checked one row at a time.
+The rows of a batched call share the tape's cursor, so the columns a row's draw takes depend on every draw made
+before it in the call, whichever row needed it. What is guaranteed, and how:
+
+* checked on every batched call: the call makes the same draws (primitive and size per row, in order) as the
+  first batched call on that tree shape (``Tape.expected``), so each row's draws take the same tape columns
+  whatever rows it is batched with. A call that draws otherwise (a correction drawn only when some row of the
+  batch rejects, a loop that draws until every row is done) is refused with ``CaptureRefusal``;
+* checked by the adapter's probe only, at its points: each row's outcome is the one it gets when called alone
+  and when the rows are reversed (same uniforms). That catches a function that reads other rows' values or
+  draws, and a draw whose first dimension equals the batch size by coincidence (the probe's batch is larger
+  than every dimension of the arguments); on paths the probe does not reach it is NOT checked, and exact
+  results then rest on it. One row at a time (``per_row``) nothing is assumed: each call sees one row.
 
 Running out. How many uniforms a row needs is not known in advance (a rule may draw more after a rejection):
 a row that draws past its tape raises ``UniformsExhausted`` (a ``BaseException``, so the function's own
 ``except Exception`` does not swallow it) with the count it needed; the adapter grows the tape and starts
-again. No draw ever reuses or invents randomness.
+again. No draw ever reuses or invents randomness: each element of each draw takes a column of its own.
 
 Exponential races. ``argmax(w / E)`` over independent E_v ~ Exp(1) picks v with probability w_v / sum w (the
 race of gpt-fast's ``multinomial_sample_one_no_sync`` and vLLM's recovered-token sampler). With ``races``
 on, a ``TorchFunctionMode`` follows each noise tensor E filled by ``exponential_``: when E (a tensor of its
-own storage, not a view) is used exactly once, as the divisor of an out-of-place division ``w / E`` of the
-same shape with w finite and >= 0, and the quotient exactly once, by ``argmax`` along a dimension that is
-not the batch's, the argmax is returned as ONE inverse-CDF draw from w along that dimension, taken from the
-first of the uniforms the slice's noise took. That is the same joint law (both are functions of the slice's
-own uniforms, with the same law given w, and nothing else reads them), and it is piecewise constant in one
+own storage, not a view, allocated by torch) is used exactly once, as the divisor of an out-of-place division
+``w / E`` of the same shape with w finite and >= 0 (w is copied when the division runs, so writing into w
+afterwards changes nothing), and the quotient exactly once, by ``argmax`` along a dimension that is not the
+batch's, the argmax is returned as ONE inverse-CDF draw from w along that dimension, taken from the first of
+the uniforms the slice's noise took. That is the same joint law (both are functions of the slice's own
+uniforms, with the same law given w, and nothing else reads them), and it is piecewise constant in one
 uniform, which exact mode can integrate; the slice's other uniforms are reported unused. Any other use of E
 or the quotient before the argmax leaves the real race in place (exact mode then refuses it fast and
 black-box mode runs it); any use after it raises ``NotPiecewiseConstantError``, since the replaced argmax
 would then disagree with what the code reads. Black-box mode runs with ``races`` off: real exponentials.
 
+Shared memory. "Nothing else reads them" is checked through torch: every torch operation on E is seen, and E
+must hold its storage alone. Memory torch shares with numpy is not seen: E made by ``torch.from_numpy(a)`` (or
+DLPack) could be read through ``a`` after the race, so such a tensor (its storage is not resizable: torch did
+not allocate it) is never replaced, and its race runs for real. One case remains: a numpy view of E taken
+BEFORE ``exponential_`` fills it (``E.numpy()``, ``np.asarray(E)``; after it, the mode sees them) and read
+after the argmax reads the real exponentials while the argmax was replaced. The race rule assumes E is not
+read that way.
+
 What is not captured (never silently: each is refused, or caught by the determinism probe):
 
 * names bound before the call from numpy or ``random`` (``from numpy.random import rand``, ``from random
   import random``) and other primitives of those modules (``shuffle``, ``permutation``, ``poisson``, ...):
-  they move the global state, which is compared before and after every call, and refused;
+  they move the global state, which is compared on entering and leaving the capture (around a run of calls),
+  and refused;
 * numpy ``Generator`` objects created before the call (a module-level ``default_rng(0)``): their draws make
   the output differ between two identical calls, which the adapter's determinism probe refuses.
   ``default_rng()`` called inside the function without a seed IS captured (its methods above; any other
@@ -87,6 +105,7 @@ from any primitive above raises ``GlobalRandomnessError``, with the hint to use 
 from __future__ import annotations
 
 import math
+import operator
 import os
 import random as _random
 import sys
@@ -145,15 +164,20 @@ def _site() -> str:
 
 
 class Tape:
-    """The uniforms [M, U] of one call's rows, handed out in order of drawing (one cursor: rows draw in lockstep).
+    """The uniforms [M, U] of one call's rows, handed out in order of drawing (one cursor shared by the rows).
 
-    ``used[j]`` says whether column j was drawn (and not left unread by a replaced race)."""
+    ``used[j]`` says whether column j was drawn (and not left unread by a replaced race); ``draws`` lists the
+    draws made, (primitive, uniforms per row), in order. ``expected``: the draws a batched call must make (those
+    of the first batched call on the same tree shape; see "Rows" in the module docstring): a call that draws
+    otherwise is refused at its first differing draw, or by ``finish`` when it draws less."""
 
-    def __init__(self, values: np.ndarray):
+    def __init__(self, values: np.ndarray, expected: tuple | None = None):
         self.values = values  # [M, U]
         self.rows, self.size = values.shape
         self.cursor = 0
         self.used = np.zeros(self.size, dtype=bool)  # [U]
+        self.draws: list[tuple[str, int]] = []
+        self.expected = expected
 
     def take(self, shape, what: str, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The next uniforms for a draw of ``shape``: (values of that shape, their tape columns, of the per-row
@@ -169,6 +193,11 @@ class Tape:
                 f"{self.rows} rows; verispec feeds a draw from each row's uniforms only when its first dimension is "
                 "the batch's, and this one has none: call the function one row at a time (--per-row)"))
         count = math.prod(per_row)
+        if self.expected is not None:
+            index = len(self.draws)
+            if index >= len(self.expected) or self.expected[index] != (what, count):
+                raise _Signal(self._differs(name, f"{what} of {count} per row at {_site()}"))
+        self.draws.append((what, count))
         if self.cursor + count > self.size:
             raise UniformsExhausted(self.cursor + count)
         columns = np.arange(self.cursor, self.cursor + count)
@@ -176,6 +205,22 @@ class Tape:
         self.used[self.cursor:self.cursor + count] = True
         self.cursor += count
         return values, columns.reshape(per_row)
+
+    def finish(self, name: str) -> None:
+        """After the call: refuse one that made fewer draws than ``expected``."""
+        if self.expected is not None and len(self.draws) < len(self.expected):
+            missing = self.expected[len(self.draws)]
+            raise self._differs(name, f"no {missing[0]} of {missing[1]} per row")
+
+    def _differs(self, name: str, what: str) -> CaptureRefusal:
+        index = len(self.draws)
+        before = (f"{self.expected[index][0]} of {self.expected[index][1]} per row"
+                  if index < len(self.expected) else "nothing more")
+        return CaptureRefusal(
+            f"external function {name} drew {what} as draw #{index + 1} of a batched call where an earlier call on "
+            f"the same tree shape drew {before}, so its draws depend on the batch's data (e.g. a correction drawn "
+            "only when some row rejects) and a row's draws would take other uniforms depending on the rows beside "
+            "it: call it one row at a time (--per-row)")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -220,7 +265,7 @@ def _categorical(weights: np.ndarray, u: np.ndarray, replacement: bool) -> np.nd
 
 
 def _check_weights(weights: np.ndarray, draws: int, replacement: bool, what: str) -> None:
-    """Refuse what the library refuses, with its kind of error (a RuntimeError / ValueError the function sees)."""
+    """Refuse what ``torch.multinomial`` refuses, with its kind of error (the RuntimeError the function sees)."""
     totals = weights.sum(axis=-1)
     if not (np.isfinite(totals).all() and weights.min() >= 0):  # a NaN fails both, an inf the first
         raise RuntimeError(f"{what}: probability tensor contains either inf, nan or element < 0")
@@ -248,9 +293,11 @@ class _Noise:
 
 @dataclass
 class _Score:
+    """The quotient w / E of a followed noise E; ``weights``: w as it was when the division ran (float64, a copy)."""
+
     tensor: object
     noise: _Noise
-    weights: object
+    weights: np.ndarray
     state: str = "fresh"
 
 
@@ -258,9 +305,10 @@ class _Score:
 class Capture:
     """Feeds (``capture``) or forbids (``forbid``) the draws of the function named ``name`` while entered.
 
-    Enter once around a run of calls; give each call its tape with ``start(tape)``. On leaving, everything is
-    restored (also on an exception), and the global states of numpy, ``random`` and torch are compared with
-    those on entry: a change means a draw no rule above fed, which raises ``CaptureRefusal``.
+    Enter once around a run of calls; give each call its tape with ``start(tape)``, then ``start(None)`` and,
+    when it returned, ``end_call()``. A draw while no tape is given (between calls) is refused. On leaving,
+    everything is restored (also on an exception), and the global states of numpy, ``random`` and torch are
+    compared with those on entry: a change means a draw no rule above fed, which raises ``CaptureRefusal``.
 
     torch's primitives are replaced as attributes (``torch.rand``, ``Tensor.exponential_``, ...), which costs
     nothing per tensor operation; a ``TorchFunctionMode`` (about 2 microseconds per operation) is pushed only
@@ -357,12 +405,7 @@ class Capture:
                     "primitive verispec does not feed (a name imported before the call, e.g. 'from numpy.random "
                     "import rand', or shuffle, permutation, poisson, ...): call the module's function "
                     "(np.random.rand, random.random) or a captured primitive (verispec.external.rng lists them)")
-        for generator, state in self._generators:
-            if generator.bit_generator.state != state:
-                raise CaptureRefusal(
-                    f"external function {self.name} drew from a numpy Generator through a method verispec does not "
-                    "feed; use random, uniform, choice, integers, exponential, standard_exponential, normal or "
-                    "standard_normal")
+        self.end_call()
 
     def start(self, tape: Tape | None) -> None:
         """Feed the next call from ``tape`` (forget the previous call's noise tensors); None between calls."""
@@ -370,6 +413,17 @@ class Capture:
         self._tracked.clear()
         if not self.torch_full:
             self._disengage()
+
+    def end_call(self) -> None:
+        """After a call that returned: refuse a draw no rule fed from a Generator the call created, and forget
+        those generators (a capture entered around many calls keeps none of them alive)."""
+        generators, self._generators = self._generators, []
+        for generator, state in generators:
+            if generator.bit_generator.state != state:
+                raise CaptureRefusal(
+                    f"external function {self.name} drew from a numpy Generator through a method verispec does not "
+                    "feed; use random, uniform, choice, integers, exponential, standard_exponential, normal or "
+                    "standard_normal")
 
     # -- taking uniforms
 
@@ -490,7 +544,7 @@ def _numpy_functions(capture: Capture) -> dict:
                                                     np.asarray(high, float))), size)
 
     def choice(a, size=None, replace=True, p=None):
-        return _numpy_choice(capture, "numpy.random.choice", a, size, replace, p)
+        return _numpy_choice(capture, "numpy.random.choice", a, size, replace, p, legacy=True)
 
     def randint(low, high=None, size=None, dtype=int):
         low, high = (0, low) if high is None else (low, high)
@@ -498,14 +552,15 @@ def _numpy_functions(capture: Capture) -> dict:
         return _scalar_or_array(values, size)
 
     def exponential(scale=1.0, size=None):
-        return _scalar_or_array(np.asarray(_exponential(take("exponential", size)) * scale), size)
+        shape = size if size is not None else np.shape(scale)
+        return _scalar_or_array(np.asarray(_exponential(take("exponential", shape)) * _scale(scale)), size)
 
     def standard_exponential(size=None):
         return _scalar_or_array(_exponential(take("standard_exponential", size)), size)
 
     def normal(loc=0.0, scale=1.0, size=None):
         shape = size if size is not None else np.broadcast_shapes(np.shape(loc), np.shape(scale))
-        return _scalar_or_array(np.asarray(_normal(take("normal", shape), loc, scale)), size)
+        return _scalar_or_array(np.asarray(_normal(take("normal", shape), loc, _scale(scale))), size)
 
     def standard_normal(size=None):
         return _scalar_or_array(np.asarray(_normal(take("standard_normal", size))), size)
@@ -524,24 +579,64 @@ def _numpy_functions(capture: Capture) -> dict:
             "seed": capture.seeding("numpy.random.seed")}
 
 
-def _numpy_choice(capture: Capture, what: str, a, size, replace, p):
-    population = np.arange(a) if isinstance(a, (int, np.integer)) else np.asarray(a)
-    count = len(population)
-    weights = np.full(count, 1.0) if p is None else np.asarray(p, dtype=np.float64)
-    if weights.shape != (count,):
-        raise ValueError("a and p must have same size")
+def _scale(scale):
+    """A numpy ``scale`` argument as float64, refused as numpy refuses it (ValueError)."""
+    scale = np.asarray(scale, dtype=np.float64)
+    if np.any(scale < 0):
+        raise ValueError("scale < 0")
+    return scale
+
+
+#: numpy's tolerance on the total of ``choice``'s ``p``.
+_CHOICE_ATOL = math.sqrt(np.finfo(np.float64).eps)
+
+
+def _numpy_choice(capture: Capture, what: str, a, size, replace, p, legacy: bool):
+    """``choice`` with numpy's own checks and errors (ValueError; ``legacy``: ``np.random.choice``, whose ``a``
+    must be 1-D, else ``Generator.choice``, which draws along axis 0), its draws by the categorical rule."""
     shape = _size_shape(size)
     draws = math.prod(shape)
-    _check_weights(weights[None, :], draws, bool(replace), what)
-    if replace:
-        u = capture.draw(what, shape)[0].reshape(1, -1)
-        index = _categorical(weights[None, :], u, True)
+    population = np.asarray(a)
+    if population.ndim == 0:
+        try:
+            size_of_a = operator.index(population.item())
+        except TypeError:
+            raise ValueError("a must be 1-dimensional or an integer") from None
+        if size_of_a <= 0 and draws:
+            raise ValueError("a must be a positive integer unless no samples are taken")
+        population = np.arange(size_of_a)
+    elif population.ndim != 1 and legacy:
+        raise ValueError("a must be 1-dimensional")
+    elif len(population) == 0 and draws:
+        raise ValueError("a cannot be empty unless no samples are taken")
+    count = len(population)
+    if p is None:
+        weights = np.full(count, 1.0)
     else:
-        if not shape or capture.tape is None or capture.tape.rows == 1:
-            u = capture.draw(what, shape)[0].reshape(1, -1)
-            index = _categorical(weights[None, :], u, False)
-        else:  # a batch of draws without replacement from one population is not one draw per row
-            capture.refuse(f"{what}(replace=False) over a batch")
+        tolerance = _CHOICE_ATOL
+        if isinstance(p, np.ndarray) and np.issubdtype(p.dtype, np.floating):
+            tolerance = max(tolerance, math.sqrt(np.finfo(p.dtype).eps))
+        weights = np.asarray(p, dtype=np.float64)
+        if weights.ndim != 1:
+            raise ValueError("p must be 1-dimensional")
+        if weights.shape != (count,):
+            raise ValueError("a and p must have same size")
+        total = math.fsum(weights)
+        if math.isnan(total):
+            raise ValueError("probabilities contain NaN")
+        if np.any(weights < 0):
+            raise ValueError("probabilities are not non-negative")
+        if not abs(total - 1.0) <= tolerance:
+            raise ValueError("probabilities do not sum to 1")
+    if not replace:
+        if draws > count:
+            raise ValueError("Cannot take a larger sample than population when 'replace=False'")
+        if np.count_nonzero(weights > 0) < draws:
+            raise ValueError("Fewer non-zero entries in p than size")
+        if shape and capture.tape is not None and capture.tape.rows > 1:
+            capture.refuse(f"{what}(replace=False) over a batch")  # a batch of draws from one population
+    u = capture.draw(what, shape)[0].reshape(1, -1)
+    index = _categorical(weights[None, :], u, bool(replace))
     chosen = population[index.reshape(shape)]
     return chosen if size is not None else chosen.item() if chosen.ndim == 0 else chosen
 
@@ -577,7 +672,9 @@ class _CapturedGenerator(np.random.Generator):
             return super().choice(a, size, replace, p, axis, shuffle)
         if axis != 0:
             capture.refuse("Generator.choice(axis != 0)")
-        return _numpy_choice(capture, "numpy.Generator.choice", a, size, replace, p)
+        if not replace and not shuffle:  # numpy's own order of the chosen set, which the rule does not follow
+            capture.refuse("Generator.choice(replace=False, shuffle=False)")
+        return _numpy_choice(capture, "numpy.Generator.choice", a, size, replace, p, legacy=False)
 
     def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False):
         if self._capture() is None:
@@ -589,7 +686,8 @@ class _CapturedGenerator(np.random.Generator):
     def exponential(self, scale=1.0, size=None):
         if self._capture() is None:
             return super().exponential(scale, size)
-        return _scalar_or_array(np.asarray(_exponential(self._take("exponential", size)) * scale), size)
+        shape = size if size is not None else np.shape(scale)
+        return _scalar_or_array(np.asarray(_exponential(self._take("exponential", shape)) * _scale(scale)), size)
 
     def standard_exponential(self, size=None, dtype=np.float64, method="zig", out=None):
         if self._capture() is None:
@@ -600,7 +698,7 @@ class _CapturedGenerator(np.random.Generator):
         if self._capture() is None:
             return super().normal(loc, scale, size)
         shape = size if size is not None else np.broadcast_shapes(np.shape(loc), np.shape(scale))
-        return _scalar_or_array(np.asarray(_normal(self._take("normal", shape), loc, scale)), size)
+        return _scalar_or_array(np.asarray(_normal(self._take("normal", shape), loc, _scale(scale))), size)
 
     def standard_normal(self, size=None, dtype=np.float64, out=None):
         if self._capture() is None:
@@ -627,7 +725,13 @@ def _random_functions(capture: Capture) -> dict:
             weights_array = np.full(count, 1.0) if weights is None else np.asarray(weights, dtype=np.float64)
         if weights_array.shape != (count,):
             raise ValueError("The number of weights does not match the population")
-        _check_weights(weights_array[None, :], 1, True, "random.choices")
+        total = float(np.sum(weights_array))
+        if total <= 0.0:  # CPython's checks, in its order
+            raise ValueError("Total of weights must be greater than zero")
+        if not math.isfinite(total):
+            raise ValueError("Total of weights must be finite")
+        if weights_array.min() < 0:  # CPython bisects cumulative weights that are not monotone: no categorical law
+            capture.refuse("random.choices with a negative weight")
         u = capture.draw("random.choices", (k,))[0].reshape(1, -1)
         return [population[int(i)] for i in _categorical(weights_array[None, :], u, True)[0]]
 
@@ -900,8 +1004,9 @@ def _build_torch_mode():
                 if isinstance(noise, _Noise) and noise.state == "fresh" and len(involved) == 1:
                     result = func(*args)
                     noise.state = "divided"
-                    if tuple(result.shape) == tuple(noise.tensor.shape):
-                        tracked[id(result)] = _Score(result, noise, args[0])
+                    weights = weights_at_division(args[0], tuple(noise.tensor.shape))
+                    if tuple(result.shape) == tuple(noise.tensor.shape) and weights is not None:
+                        tracked[id(result)] = _Score(result, noise, weights)
                     else:
                         noise.state = "impure"
                     return result
@@ -936,16 +1041,6 @@ def _build_torch_mode():
             if batched and dim == 0:
                 return None
             weights = score.weights
-            weights = (weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor)
-                       else np.asarray(weights, dtype=np.float64))
-            if weights.shape != shape:
-                try:
-                    weights = np.broadcast_to(weights, shape)
-                except ValueError:
-                    return None
-            weights = weights if weights.dtype == np.float64 else weights.astype(np.float64)
-            if not (np.isfinite(weights).all() and weights.min() >= 0):
-                return None
             if len(shape) == 1:  # one slice: the common case of a row at a time
                 flat, first, columns = weights[None, :], noise.uniforms[:1], noise.columns[1:]
             else:
@@ -963,6 +1058,21 @@ def _build_torch_mode():
             capture.races_read += 1
             return torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)).to(score.tensor.device)
 
+    def weights_at_division(weights, shape: tuple):
+        """w of ``w / E`` as it is now (a float64 copy of shape ``shape``: later writes into w must not reach the
+        race), or None where the race rule does not hold (w not finite and >= 0, or not of E's shape)."""
+        if isinstance(weights, torch.Tensor):
+            weights = weights.detach().cpu().numpy()
+        weights = np.array(weights, dtype=np.float64)  # a copy, also of a CPU tensor's memory
+        if weights.shape != shape:
+            try:
+                weights = np.broadcast_to(weights, shape).copy()
+            except ValueError:
+                return None
+        if weights.size and not (np.isfinite(weights).all() and weights.min() >= 0):
+            return None
+        return weights
+
     def table(feed: FeedMode) -> list:
         """(owner, attribute, replacement) for every primitive: module functions, and Tensor methods as plain
         functions (so that the tensor is passed as the first argument)."""
@@ -973,11 +1083,11 @@ def _build_torch_mode():
         for func, what in refused.items():
             owner = (tensor if func.__qualname__.startswith("TensorBase.") else torch.nn.functional
                      if "dropout" in what else torch)
-            replacement = _refusing(feed, func, what)
+            replacement = _refusing(feed, func)
             entries.append((owner, func.__name__, replacement if owner is not tensor else _method(replacement)))
         return entries
 
-    def _refusing(feed, func, what):
+    def _refusing(feed, func):
         def replacement(*args, **kwargs):
             return feed.__torch_function__(func, (), args, kwargs)
         return replacement
@@ -1013,12 +1123,13 @@ _BASELINE_USES = None
 
 
 def _own_storage(tensor) -> bool:
-    """Whether no other tensor shares ``tensor``'s storage (so reading its values goes through it alone)."""
+    """Whether no other tensor shares ``tensor``'s storage, and torch allocated it (so reading its values goes
+    through torch and this tensor alone; see "Shared memory" in the module docstring)."""
     global _BASELINE_USES
     import torch
 
-    if tensor._base is not None:
-        return False
+    if tensor._base is not None or not tensor.untyped_storage().resizable():  # a view, or memory torch did not
+        return False  # allocate (torch.from_numpy, DLPack), which may be read without torch
     count = getattr(torch._C, "_storage_Use_Count", None)
     if count is None:
         return False

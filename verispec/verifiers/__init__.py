@@ -67,8 +67,10 @@ def load_attribute(spec: str, what: str):
     can import the modules beside it (``import model`` in a wrapper next to gpt-fast's ``model.py``). Then the
     folder is taken off ``sys.path`` again, and the modules imported from it by their own names are taken out of
     ``sys.modules`` (the loaded file keeps its references to them): nothing from that folder shadows a module
-    imported later, and another file's sibling of the same name is its own. So a sibling imported inside a
-    function when it is called is not found; import siblings at the top of the file."""
+    imported later, and another file's sibling of the same name is its own. Modules the import system finds in
+    that folder without the insertion (the folder was on ``sys.path`` already) stay: a later import gets the same
+    module object. A sibling imported inside a function when it is called is not found; import siblings at the
+    top of the file."""
     if not isinstance(spec, str) or ":" not in spec:
         raise UnknownVerifierError(f"give the {what} as FILE.py:NAME, got {spec!r}")
     location, _, attribute = spec.rpartition(":")
@@ -95,7 +97,9 @@ def load_attribute(spec: str, what: str):
 @contextmanager
 def _folder_on_path(folder: Path):
     """``folder`` first on sys.path for the block; afterwards off it, and the modules imported from it by their own
-    top-level names (``folder/NAME.py``, ``folder/NAME/``) out of sys.modules (see ``load_attribute``)."""
+    top-level names (``folder/NAME.py``, ``folder/NAME/``) out of sys.modules, unless the import system finds them
+    there without the insertion (the folder was on sys.path already, or an installed path finder finds it): those
+    were importable anyway, and taking them out would give a later import a second module object."""
     entry = str(folder)
     before = set(sys.modules)
     sys.path.insert(0, entry)
@@ -104,13 +108,37 @@ def _folder_on_path(folder: Path):
     finally:
         if entry in sys.path:
             sys.path.remove(entry)  # the first occurrence: the one inserted above
+        elsewhere: dict[str, bool] = {}
         for name in set(sys.modules) - before:
             top = name.partition(".")[0]
             if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
                 module = sys.modules.get(name)
                 origin = getattr(getattr(module, "__spec__", None), "origin", None) or ""
-                if origin.startswith(entry + os.sep):
+                if not origin.startswith(entry + os.sep):
+                    continue
+                if top not in elsewhere:
+                    elsewhere[top] = _found_without_insertion(top, folder)
+                if not elsewhere[top]:
                     del sys.modules[name]
+
+
+def _found_without_insertion(top: str, folder: Path) -> bool:
+    """Whether the import system, as it stands (the inserted entry removed), finds top-level module ``top`` in
+    ``folder``; checked with the finders themselves (not sys.modules), so a module imported above is not
+    mistaken for one importable anyway."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            spec = find_spec(top, None)
+        except Exception:  # a third-party finder may fail in any way; it then finds nothing
+            continue
+        if spec is None:
+            continue
+        places = [spec.origin] if spec.origin else list(spec.submodule_search_locations or ())
+        return any(os.path.realpath(place).startswith(os.path.realpath(folder) + os.sep) for place in places)
+    return False
 
 
 def load_verifier(spec: str) -> Verifier:
