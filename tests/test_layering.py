@@ -31,6 +31,7 @@ LAYERS = [
     {"verispec.verifiers"},
     {"verispec.models"},
     {"verispec.hunt", "verispec.external", "verispec.testing", "verispec.api", "verispec.cli", "verispec.__main__",
+     "verispec.policy", "verispec.selector",
      "verispec"},
 ]
 

@@ -18,7 +18,7 @@ from verispec.verifiers.specinfer import SpecInferSolver
 pytest.importorskip("matplotlib")
 
 SECTIONS = ["## 1. Every verifier", "## 2. Acceptance by depth", "## 3. The delayed-tree action space",
-            "## 4. GBV against block verification", "## 5. Published orderings"]
+            "## 4. GBV against block verification", "## 5. Published orderings", "## 7. Delay selector"]
 
 
 #: The umask of the quick report's run: 0666 & ~022 = 0644 differs from mkstemp's 0600, so the permissions test
@@ -521,3 +521,27 @@ def test_study_6_reruns_with_another_pair_never_reuse_the_first_pairs_rows(tmp_p
     first = analyze(problems["first"], LIVE_TREE, REGISTRY["specinfer"]).block_efficiency
     second = analyze(problems["second"], LIVE_TREE, REGISTRY["specinfer"]).block_efficiency
     assert abs(float(first) - float(second)) > 1e-6  # the two pairs' rows differ, so reuse would be seen
+
+
+def test_the_delay_selector_section_is_the_data(quick_report):
+    """The static row of the selector table, recomputed from data/selector_dataset.npz and the regime's latency
+    formula T = (L1 + L2) + 20 (cost ratio 20, tree size free): the best mean E / T on the training seeds (the
+    split of 75% of the groups, recomputed by the dataset's own split), then sum E / sum T on the held-out ones."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from verispec.report import SELECTOR_DATASET, SELECTOR_TEST_FRACTION
+    from verispec.selector.dataset import Dataset
+
+    dataset = Dataset.load(quick_report / "data" / SELECTOR_DATASET)
+    train, test = dataset.split(SELECTOR_TEST_FRACTION, 0)
+    assert set(train.group.tolist()).isdisjoint(test.group.tolist())
+    actions = dataset.grid.actions
+    times = np.array([action.l1 + action.l2 + 20.0 for action in actions])
+    text = (quick_report / "report.md").read_text()
+    for verifier in ("specinfer", "traversal-iid"):
+        columns = [i for i, action in enumerate(actions) if action.verifier == verifier]
+        static = columns[int(np.argmax(train.efficiency[:, columns].mean(0) / times[columns]))]
+        throughput = test.efficiency[:, static].sum() / (times[static] * len(test))
+        row = next(line for line in text.splitlines() if line.startswith(f"| {verifier} mlp | static |"))
+        assert f"| {throughput:.4f} [" in row and actions[static].name in row, row

@@ -8,10 +8,13 @@
     verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--restriction selected-path] [--json]
                                                                                  LP optimum and gaps
     verispec list                                                    verifiers and tree kinds
-    verispec decode  (--pair NAME | --target MODEL --draft MODEL) (--prompt TEXT | --prompts FILE) --tree TREE
-                     --verifier NAME [--temperature T] [--top-p P] [--top-k K] [--max-new-tokens N] [--seed S]
-                     [--device D] [--dtype D] [--json]                real speculative decoding
+    verispec decode  (--pair NAME | --target MODEL --draft MODEL) (--prompt TEXT | --prompts FILE)
+                     (--tree TREE --verifier NAME | --selector FILE | --plain) [--temperature T] [--top-p P]
+                     [--top-k K] [--max-new-tokens N] [--seed S] [--device D] [--dtype D] [--json]
+                                                      real speculative decoding (or plain sampling)
+    verispec decode  ... --plain | --selector FILE                   plain sampling; a tree chosen per block
     verispec models  install NAME | list                             the real model pairs (qwen-coder)
+    verispec selector dataset | train | evaluate                     the delay selector (verispec.selector.command)
     verispec predict (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
                      --tree TREE --verifier NAME [--epsilon E] [--temperature T] [--top-p P] [--top-k K] [--json]
     verispec predict --problem FILE --tree TREE --verifier NAME [--epsilon E] [--json]
@@ -280,8 +283,12 @@ def _build_parser() -> argparse.ArgumentParser:
     prompts.add_argument("--prompt", metavar="TEXT", help="one prompt")
     prompts.add_argument("--prompts", metavar="FILE", help="prompts: a .jsonl file (a string or an object with "
                          "'prompt' per line) or a text file with one prompt per line")
-    decode.add_argument("--tree", required=True, help="draft tree, as for 'exact' (e.g. delayed:4,2,2)")
-    decode.add_argument("--verifier", required=True, help="verifier name (see 'verispec list'), or FILE.py:NAME")
+    decode.add_argument("--tree", help="draft tree, as for 'exact' (e.g. delayed:4,2,2; chain:0 runs no draft model)")
+    decode.add_argument("--verifier", help="verifier name (see 'verispec list'), or FILE.py:NAME")
+    decode.add_argument("--selector", metavar="FILE", help="a trained selector ('verispec selector train'): it chooses "
+                        "every block's tree and verifier (instead of --tree and --verifier)")
+    decode.add_argument("--plain", action="store_true",
+                        help="plain sampling from the target alone, one forward per token (the baseline)")
     _add_sampling_options(decode)
     decode.add_argument("--max-new-tokens", type=_integer_option(minimum=1, what="a positive integer"),
                         default=64, help="tokens to generate per prompt (default 64)")
@@ -381,6 +388,10 @@ def _build_parser() -> argparse.ArgumentParser:
     install.add_argument("--keep-gguf", action="store_true", help="keep the joined GGUF files")
     listing = models_actions.add_parser("list", help="known pairs and whether they are installed")
     listing.add_argument("--cache", metavar="DIR", help="cache directory")
+    from verispec.selector.command import add_parser as add_selector_parser
+
+    add_selector_parser(commands, {"integer": _integer_option, "number": _number_option,
+                                   "backend": _add_backend_options, "device": _add_device_options})
     return parser
 
 
@@ -883,30 +894,70 @@ def _load_pair(args):
     return pair, Sampling(args.temperature, args.top_k, args.top_p)
 
 
+def _decode_mode(args) -> str:
+    """'plain', 'selector' or 'tree', with one-line errors for options that do not go together."""
+    static = [name for name, value in (("--tree", args.tree), ("--verifier", args.verifier)) if value is not None]
+    if args.plain:
+        given = static + (["--selector"] if args.selector is not None else [])
+        if given:
+            raise VerispecError(f"--plain samples from the target alone; drop {' and '.join(given)}")
+        return "plain"
+    if args.selector is not None:
+        if static:
+            raise VerispecError(f"--selector chooses every block's tree and verifier; drop {' and '.join(static)}")
+        return "selector"
+    if args.tree is None or args.verifier is None:
+        raise VerispecError("give --tree TREE and --verifier NAME, or --selector FILE, or --plain")
+    return "tree"
+
+
 def _run_decode(args) -> int:
     _check_pair_args(args)
-    drafter = parse_tree(args.tree)
-    verifier = get_verifier(args.verifier)
-    check_compatible(verifier, drafter)
+    mode = _decode_mode(args)
+    drafter = verifier = policy = None
+    if mode == "tree":
+        drafter = parse_tree(args.tree)
+        verifier = get_verifier(args.verifier)
+        check_compatible(verifier, drafter)
     prompts = _read_prompts(args)
-    from verispec.models.decoding import check_decode_tree
+    if mode == "tree":
+        from verispec.models.decoding import check_decode_tree
 
-    check_decode_tree(drafter)  # the node limit before any model is loaded; the vocabulary's once it is
+        check_decode_tree(drafter)  # the node limit before any model is loaded; the vocabulary's once it is
+    selector = None
+    if mode == "selector":
+        from verispec.selector import Selector, SelectorPolicy  # only here: models never import the selector
+
+        selector = Selector.load(args.selector)  # before the pair: a bad file costs no model load
     pair, sampling = _load_pair(args)
+    if selector is not None:
+        selector.check_fits(pair=pair.name, vocab_size=pair.vocab_size, sampling=sampling)
+        policy = SelectorPolicy(selector)
     from tqdm import tqdm
 
-    from verispec.models import generate
+    from verispec.models import generate, sample_target
 
+    what = {"plain": "plain sampling", "tree": f"{getattr(verifier, 'name', '')} on {getattr(drafter, 'spec', '')}",
+            "selector": f"selector {args.selector}"}[mode]
     with tqdm(total=args.max_new_tokens * len(prompts), desc="tokens", unit=" tok", disable=not sys.stderr.isatty(),
               leave=False) as bar:
         for index, prompt in enumerate(prompts):
-            generation = generate(pair, prompt, drafter, verifier, args.max_new_tokens, sampling,
-                                  args.seed + index, static_cache=args.static_cache, graphs=args.graphs,
-                                  progress=bar)
+            options = {"static_cache": args.static_cache, "graphs": args.graphs, "progress": bar}
+            if mode == "plain":
+                generation = sample_target(pair, prompt, args.max_new_tokens, sampling, args.seed + index, **options)
+            else:
+                generation = generate(pair, prompt, drafter, verifier, args.max_new_tokens, sampling,
+                                      args.seed + index, selector=policy, **options)
             summary = generation.summary()
             if args.json:
-                print(json.dumps({"prompt": prompt, "pair": pair.name, "tree": drafter.spec, "verifier": verifier.name,
-                                  "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
+                row = {"prompt": prompt, "pair": pair.name, "mode": mode,
+                       "tree": drafter.spec if drafter is not None else None,
+                       "verifier": verifier.name if verifier is not None else None}
+                if policy is not None:
+                    row["selector"] = args.selector
+                    row["actions"] = [f"{tree} {name}" for tree, name in policy.actions()]
+                print(json.dumps({**row, "device": str(pair.device),
+                                  "dtype": str(pair.target.dtype).removeprefix("torch."),
                                   "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
                                   "seed": args.seed + index, **summary}))
             else:
@@ -914,7 +965,7 @@ def _run_decode(args) -> int:
                 rate = f"{summary['tokens_per_s']:.2f}" if summary["tokens_per_s"] else "n/a"
                 print(f"# {summary['new_tokens']} tokens in {summary['blocks']} blocks: "
                       f"{summary['tokens_per_target_call']:.3f} tokens per target call, {rate} tokens/s "
-                      f"({verifier.name} on {drafter.spec}, {pair.device})", file=sys.stderr)
+                      f"({what}, {pair.device})", file=sys.stderr)
     return 0
 
 
@@ -1104,6 +1155,12 @@ def _run_sweep(args) -> int:
     return 0
 
 
+def _run_selector(args) -> int:
+    from verispec.selector.command import run
+
+    return run(args, _load_pair)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:
@@ -1113,7 +1170,7 @@ def main(argv: list[str] | None = None) -> int:
                 "optimum": _run_optimum, "bound": _run_bound, "list": _run_list, "decode": _run_decode,
                 "models": _run_models, "predict": _run_predict,
                 "derive": _run_derive, "sweep": _run_sweep, "latency": _run_latency,
-                "report": _run_report}[args.command](args)
+                "report": _run_report, "selector": _run_selector}[args.command](args)
     except _Done as done:
         return done.status
     except AnalysisTimeoutError as error:  # no answer within --time-budget: not bad input

@@ -149,9 +149,32 @@ DIVERGENCE = 0.5
 GBV_TOY_TARGET = (Fraction(9, 10), Fraction(1, 10))
 GBV_TOY_DRAFT = (Fraction(19, 20), Fraction(1, 20))
 
+@dataclass(frozen=True)
+class SelectorScale:
+    """Section 7 (the delay selector): synthetic roots, the action grid, training epochs."""
+
+    seeds: int
+    ks: str
+    l1s: str
+    l2s: str
+    epochs: int
+
+
+QUICK_SELECTOR = SelectorScale(seeds=40, ks="1-2", l1s="0-1", l2s="0-2", epochs=150)
+FULL_SELECTOR = SelectorScale(seeds=160, ks="1-3", l1s="0-2", l2s="0-3", epochs=300)
+#: The selector's synthetic family: context-free pairs whose draft diverges from the target by these amounts
+#: (cycled over the seeds), so that the best tree depends on how far q is from p, which the features see.
+SELECTOR_FAMILY = "context-free"
+SELECTOR_DIVERGENCES = (0.05, 0.3, 0.6, 1.0)
+SELECTOR_VERIFIERS = ("specinfer", "traversal-iid")
+#: The regime where speculation pays: a target forward costs 20 draft steps, whatever the tree's size.
+SELECTOR_LATENCY = LatencyModel.from_ratio(20.0)
+SELECTOR_TEST_FRACTION = 0.25
+SELECTOR_DATASET = "selector_dataset.npz"
+
 #: The files the report writes in ``--out`` besides ``data/``.
 REPORT_FILE = "report.md"
-FIGURES = ("verifiers.png", "depth.png", "delay_heatmaps.png", "delay_best_l1.png", "paths.png")
+FIGURES = ("verifiers.png", "depth.png", "delay_heatmaps.png", "delay_best_l1.png", "paths.png", "selector.png")
 
 #: Written into ``--out`` before the first study: marks the folder as a verispec report, so that a rerun (an
 #: interrupted report resumes from its sweeps' store) is let in and any other folder is not.
@@ -419,6 +442,7 @@ class Report:
         for name in (REPORT_FILE, MARKER, *FIGURES):
             check_output_file(out / name, "--out")
         check_output_dir(out / "data", "--out")
+        check_output_file(out / "data" / SELECTOR_DATASET, "--out")
         store = out / "data" / STORE_FILE
         for study in self.studies():
             check_sweep_table(out / "data" / f"{study}.csv", store, overwrite=overwrite)
@@ -872,6 +896,106 @@ class Report:
                 f"live value, over {_plural(len(offsets), '(context, verifier) pair')}.")
         self.sections.append("\n".join(lines))
 
+    # --- 7. the delay selector -----------------------------------------------------------------------------------
+
+    def study_selector(self) -> None:
+        """The DDTE paper's selector (Thomas et al. 2026, arXiv 2602.16994, Sec. 6) on a synthetic family with exact
+        labels: a dataset of roots (``verispec.selector.dataset``, resumable in ``data/``), selectors trained per
+        verifier on 75% of the roots, static / selector / oracle on the rest (``verispec.selector.evaluate``)."""
+        lines = ["## 7. Delay selector", ""]
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            lines.append("Not run: the selector is a torch network (pip install 'torch==2.13.0' -e '.[torch]').")
+            self.sections.append("\n".join(lines))
+            return
+        from verispec.selector.actions import ActionGrid
+        from verispec.selector.dataset import build_dataset, synthetic_roots
+        from verispec.selector.evaluate import compare_selected, evaluate
+        from verispec.selector.train import train_selector
+
+        start = time.perf_counter()
+        scale = QUICK_SELECTOR if self.quick else FULL_SELECTOR
+        grid = ActionGrid.parse(ks=scale.ks, l1s=scale.l1s, l2s=scale.l2s, verifiers=",".join(SELECTOR_VERIFIERS))
+        roots = synthetic_roots(SELECTOR_FAMILY, self.scale.vocab, range(scale.seeds),
+                                divergence=list(SELECTOR_DIVERGENCES))
+        dataset = build_dataset(roots, grid, method="exact", out=self.out / "data" / SELECTOR_DATASET,
+                                latency=SELECTOR_LATENCY, backend=self.run_options["backend"],
+                                jobs=self.run_options["jobs"], address=self.run_options["address"],
+                                progress=self.run_options["progress"], overwrite=self.run_options["overwrite"])
+        train, test = dataset.split(SELECTOR_TEST_FRACTION, 0)
+        selectors = {}
+        for verifier in SELECTOR_VERIFIERS:
+            sub = ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=(verifier,))
+            columns = [grid.index(action) for action in sub.actions]
+            times = [SELECTOR_LATENCY.block_time(action.depth, action.nodes) for action in sub.actions]
+            plain = next(index for index, action in enumerate(sub.actions) if action.depth == 0)
+            for kind in ("mlp", "linear", "lookup") if verifier == SELECTOR_VERIFIERS[0] else ("mlp",):
+                selectors[f"{verifier} {kind}"] = train_selector(
+                    train.features, train.efficiency[:, columns], times, sub, kind=kind, base=plain, seed=0,
+                    epochs=scale.epochs, metadata={"latency": SELECTOR_LATENCY, "samplings": dataset.samplings})
+        report = evaluate(test, train, selectors, per_setting=False)
+        first, second = f"{SELECTOR_VERIFIERS[0]} mlp", f"{SELECTOR_VERIFIERS[1]} mlp"
+        comparison = compare_selected(test, (first, selectors[first]), (second, selectors[second]), train)
+        self.seconds["selector (dataset, train, evaluate)"] = time.perf_counter() - start
+        unit = throughput_unit(SELECTOR_LATENCY)
+        lines += [f"{len(dataset)} roots of the {SELECTOR_FAMILY} family (V = {self.scale.vocab}, draft divergence "
+                  f"{', '.join(f'{d:g}' for d in SELECTOR_DIVERGENCES)} cycled over the seeds), each labelled with "
+                  f"the exact E[tau+1] of every action: delayed trees K in {scale.ks}, L1 in {scale.l1s}, L2 in "
+                  f"{scale.l2s} with {' and '.join(SELECTOR_VERIFIERS)} ({len(grid)} actions, "
+                  f"`data/{SELECTOR_DATASET}`). Selectors trained on {len(train)} roots with the paper's objective "
+                  f"(its Eq. 12; base: plain decoding), evaluated on the {len(test)} held-out roots (other seeds). "
+                  f"Latency model: {SELECTOR_LATENCY.source} (throughput in {unit}). Static: the best single action on "
+                  "the training roots; oracle: each held-out root's best labelled action. 95% intervals: bootstrap "
+                  "over roots.", "",
+                  "| selector | policy | tokens per target call | throughput | x static | action |",
+                  "|---|---|---|---|---|---|"]
+        bars = []
+        for name, entry in report["selectors"].items():
+            table = entry["settings"]["all"]
+            for policy in ("static", "selector", "oracle"):
+                row = table[policy]
+                action = row.get("action", "")
+                if policy == "selector":
+                    action = f"{len(row['actions'])} distinct; agrees with the oracle at " \
+                        f"{row['agrees_with_oracle']:.0%} of roots"
+                lines.append(f"| {name} | {policy} | {fixed(row['tokens_per_target_call'], 3)} "
+                             f"[{fixed(row['tokens_per_target_call_ci'][0], 3)}, "
+                             f"{fixed(row['tokens_per_target_call_ci'][1], 3)}] | {fixed(row['throughput'])} "
+                             f"[{fixed(row['throughput_ci'][0])}, {fixed(row['throughput_ci'][1])}] | "
+                             f"{fixed(row['ratio_to_static'], 3)} | {action} |")
+            bars.append((name, table))
+        lines.append("")
+        for label, value in comparison.items():
+            if label != "latency":
+                lines.append(f"- {label}: x{fixed(value['ratio'], 3)} [{fixed(value['ratio_ci'][0], 3)}, "
+                             f"{fixed(value['ratio_ci'][1], 3)}]")
+        lead = report["selectors"][first]["settings"]["all"]["selector"]
+        versus = next(value for label, value in comparison.items() if label.endswith("selector") and
+                      label != "latency")
+        self.findings.append(
+            f"Delay selector (synthetic, {SELECTOR_LATENCY.source}): the {first} selector runs "
+            f"x{fixed(lead['ratio_to_static'], 3)} the throughput of {SELECTOR_VERIFIERS[0]}'s best static tree "
+            f"(regret {lead['regret_to_oracle']:.1%} to the per-root oracle); against {SELECTOR_VERIFIERS[1]} with "
+            f"a selector of its own it runs x{fixed(versus['ratio'], 3)} [{fixed(versus['ratio_ci'][0], 3)}, "
+            f"{fixed(versus['ratio_ci'][1], 3)}].")
+        plt = _plt()
+        figure, axis = plt.subplots(figsize=(7, 3.5))
+        for offset, policy in enumerate(("selector", "oracle")):
+            values = [table[policy]["ratio_to_static"] for _, table in bars]
+            errors = [[v - table[policy]["ratio_to_static_ci"][0] for v, (_, table) in zip(values, bars)],
+                      [table[policy]["ratio_to_static_ci"][1] - v for v, (_, table) in zip(values, bars)]]
+            axis.bar([i + 0.4 * offset for i in range(len(bars))], values, 0.4, yerr=errors, label=policy,
+                     capsize=3)
+        axis.axhline(1.0, color="black", linewidth=0.8)
+        axis.set_xticks([i + 0.2 for i in range(len(bars))], [name for name, _ in bars])
+        axis.set_ylabel("throughput / best static")
+        axis.set_title(f"Delay selector on held-out roots ({SELECTOR_LATENCY.source})")
+        axis.legend()
+        name = _save(figure, self.out / "selector.png")
+        lines += ["", f"![throughput of the selector and the oracle over the best static action]({name})"]
+        self.sections.append("\n".join(lines))
+
     # --- the report ------------------------------------------------------------------------------------------------
 
     def build(self) -> Path:
@@ -891,7 +1015,7 @@ class Report:
                 # one client (and, for local:N, one cluster) for every study, not one per sweep
                 self.run_options["address"] = stack.enter_context(dask_client(self.run_options["address"]))
             for study in (self.study_verifiers, self.study_depth, self.study_delay, self.study_paths,
-                          self.study_orderings, self.study_live):
+                          self.study_orderings, self.study_live, self.study_selector):
                 study()
         total = time.perf_counter() - start
         refused = sum(1 for row in self.rows.values() if row["status"] != "ok")

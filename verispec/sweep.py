@@ -396,19 +396,23 @@ def worker_processes(backend: str, jobs: int | None, address) -> tuple[int | Non
     return None, None
 
 
-def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | None) -> Iterable[list[dict]]:
-    """Rows of ``cells`` in batches, as the batches finish, in any order."""
-    if not cells:
+def execute(tasks: list, backend: str, jobs: int | None, address: str | None,
+            run_chunk: Callable[[list], list[dict]] = run_cells) -> Iterable[list[dict]]:
+    """Results of ``tasks`` in batches, as the batches finish, in any order: ``run_chunk`` (a module-level
+    function, so that it travels to processes and clusters) maps a chunk of tasks to their rows, serially in
+    this process, on a pool of local processes capped at the cores, on a Dask cluster or on Ray. Sweep cells by
+    default; the selector's dataset labels its roots through it too."""
+    if not tasks:
         return
     if backend == "serial":
-        for cell in cells:
-            yield [run_cell(cell)]
+        for task in tasks:
+            yield run_chunk([task])
     elif backend == "local":
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         workers, _ = local_workers(jobs)
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            for future in as_completed([pool.submit(run_cells, chunk) for chunk in _chunks(cells, workers)]):
+            for future in as_completed([pool.submit(run_chunk, chunk) for chunk in _chunks(tasks, workers)]):
                 yield future.result()
     elif backend == "dask":
         try:
@@ -417,7 +421,7 @@ def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | N
             raise SweepError("--backend dask needs dask's scheduler: pip install 'dask[distributed]'") from None
         with dask_client(address) as client:
             workers = max(1, len(client.scheduler_info().get("workers", {})))
-            futures = client.map(run_cells, _chunks(cells, workers), pure=False)
+            futures = client.map(run_chunk, _chunks(tasks, workers), pure=False)
             for future in as_completed(futures):
                 yield future.result()
     elif backend == "ray":
@@ -426,9 +430,9 @@ def _execute(cells: list[dict], backend: str, jobs: int | None, address: str | N
         except ImportError:
             raise SweepError("--backend ray needs Ray: pip install ray") from None
         ray.init(address=address, ignore_reinit_error=True)
-        remote = ray.remote(run_cells)
+        remote = ray.remote(run_chunk)
         workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        pending = [remote.remote(chunk) for chunk in _chunks(cells, workers)]
+        pending = [remote.remote(chunk) for chunk in _chunks(tasks, workers)]
         while pending:
             finished, pending = ray.wait(pending, num_returns=1)
             yield ray.get(finished[0])
@@ -493,7 +497,7 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
     pending: dict[str, dict] = {}
     last, interval = time.monotonic(), SAVE_EVERY
     with tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress) as bar:
-        for rows in _execute(todo, backend, jobs, address):
+        for rows in execute(todo, backend, jobs, address):
             for row in rows:
                 pending[cell_key({name: value for name, value in row.items() if name in parameters})] = row
             bar.update(len(rows))

@@ -9,14 +9,23 @@
 * ``ModelProblem``: the pair's p and q at every prefix after a real context, batched and cached, as a
   ``Problem`` the exact engine analyses;
 * ``generate``: real speculative decoding with any drafter and registered verifier (the verifier's law
-  runs on torch tensors on the models' device), and ``sample_target``: plain sampling, the reference.
+  runs on torch tensors on the models' device), or with a ``BlockPolicy`` choosing each block's (tree,
+  verifier) from a ``BlockContext``; ``sample_target``: plain sampling, the reference.
 """
 
-from verispec.models.decoding import BlockRecord, Generation, SpeculativeDecoder, generate, sample_target
+from verispec.models.decoding import (
+    BlockContext,
+    BlockPolicy,
+    BlockRecord,
+    Generation,
+    SpeculativeDecoder,
+    generate,
+    sample_target,
+)
 from verispec.models.pair import ModelPair, load_pair
 from verispec.models.problem import ModelProblem
 from verispec.models.sampling import Sampling
 from verispec.models.tree_forward import CachedModel
 
-__all__ = ["BlockRecord", "CachedModel", "Generation", "ModelPair", "ModelProblem", "Sampling", "SpeculativeDecoder",
-           "generate", "load_pair", "sample_target"]
+__all__ = ["BlockContext", "BlockPolicy", "BlockRecord", "CachedModel", "Generation", "ModelPair", "ModelProblem",
+           "Sampling", "SpeculativeDecoder", "generate", "load_pair", "sample_target"]

@@ -32,10 +32,17 @@ from verispec.errors import VerispecError
 class CachedModel:
     """A causal LM (a transformers ``...ForCausalLM``) with its KV cache over committed and pending tokens."""
 
-    def __init__(self, model, max_length: int | None = None, *, graphs: bool = False):
+    def __init__(self, model, max_length: int | None = None, *, graphs: bool = False, hidden: bool = False):
         from transformers import DynamicCache, StaticCache
 
         self.model = model
+        #: hidden: every forward also keeps the last layer's hidden states of its new tokens in ``last_hidden``
+        #: ([n, H], for a policy that reads them); eager forwards only (a CUDA graph records the logits alone)
+        self.hidden = bool(hidden)
+        self.last_hidden = None
+        if self.hidden and graphs:
+            raise VerispecError("hidden states are kept by eager forwards only; they are not available with "
+                                "graphs=True")
         #: None: a DynamicCache that grows; else a StaticCache of this many slots, allocated once, whose
         #: tensors keep their addresses (what torch.compile and CUDA graphs need on a GPU).
         self.max_length = max_length
@@ -108,7 +115,9 @@ class CachedModel:
         with torch.no_grad():
             output = self.model(torch.tensor([tokens], device=self.device), past_key_values=self.cache,
                                 attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
-                                use_cache=True)
+                                use_cache=True, output_hidden_states=self.hidden)
+        if self.hidden:
+            self.last_hidden = output.hidden_states[-1][0]  # [n, H]: the last entry of transformers' hidden_states
         return output.logits[0]
 
     def commit(self, path: list[int]) -> None:

@@ -88,6 +88,44 @@ class Problem(ABC):
         return itertools.product(range(self.vocab_size), repeat=length)
 
 
+class ShiftedProblem(Problem):
+    """``base`` continued after a fixed ``prefix`` s: ``target(u)`` = p(. | s + u), ``draft(u)`` = q(. | s + u),
+    the state and the batched preparation likewise (a model-backed problem still computes a level in one forward
+    pass); the horizon shrinks by len(s). What a block that starts after s sees: the selector's roots and the
+    exact law of blockwise policies (``verispec.policy``) both analyse blocks on it."""
+
+    def __init__(self, base: Problem, prefix: Prefix):
+        self.base = base
+        self.prefix = tuple(int(token) for token in prefix)
+        self.vocab_size = base.vocab_size
+        self.exact = base.exact
+        self.horizon = None if base.horizon is None else base.horizon - len(self.prefix)
+        if self.horizon is not None and self.horizon < 0:
+            raise InvalidProblemError(f"a prefix of length {len(self.prefix)} is beyond the problem's horizon "
+                                      f"{base.horizon}")
+        if hasattr(base, "prepare"):  # a model-backed problem: batched p and q, and a bounded law cache
+            self.prepare = self._prepare
+            self.cache_capacity = base.cache_capacity
+
+    def target(self, prefix: Prefix) -> np.ndarray:
+        return self.base.target(self.prefix + tuple(prefix))
+
+    def draft(self, prefix: Prefix) -> np.ndarray:
+        return self.base.draft(self.prefix + tuple(prefix))
+
+    def _prepare(self, prefixes) -> None:
+        self.base.prepare([self.prefix + tuple(prefix) for prefix in prefixes])
+
+    def prepare_drafts(self, prefixes) -> None:
+        self.base.prepare_drafts([self.prefix + tuple(prefix) for prefix in prefixes])
+
+    def state(self, prefix: Prefix) -> Hashable:
+        return self.base.state(self.prefix + tuple(prefix))
+
+    def log_state_count(self, length: int) -> float:
+        return min(self.base.log_state_count(len(self.prefix) + length), length * math.log(self.vocab_size))
+
+
 def target_conditionals(problem: Problem, length: int) -> np.ndarray:
     """p(. | prefix) for every prefix of the given length, shape (V,)*length + (V,)."""
     size = problem.vocab_size

@@ -1,0 +1,138 @@
+"""The selector commands (verispec selector dataset | train | evaluate) and verispec.selector.evaluate.
+
+* The policy statistics against hand computations: the best static action, the per-root oracle, tokens per target
+  call and throughput (sum E / sum T), and the paired ratio of a policy to itself (exactly 1, interval [1, 1]).
+* End to end on a synthetic family: the dataset's file, a selector per verifier, and 'evaluate --json' whose static
+  and oracle figures are recomputed here from the dataset's own arrays and the latency formula
+  T = (L1 + L2) t_q + t_p, independently of the evaluator.
+* Bad input exits with status 2 and one line: both root sources or none, a malformed sampling setting, a dataset
+  that is truncated, a selector evaluated on a dataset it was not trained on, an unknown --compare name.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from verispec.cli import main
+
+pytest.importorskip("torch")
+
+from verispec.selector.evaluate import (
+    best_static,
+    evaluate_policies,
+    oracle_choice,
+    paired_ratio,
+    policy_totals,
+)
+
+
+def test_static_oracle_and_throughput_by_hand():
+    efficiency = np.array([[1.0, 3.0, 2.0], [1.0, 1.5, 4.0]])  # [N=2, A=3]
+    times = np.array([1.0, 2.0, 3.0])
+    # static: mean E / T per action = 1/1, 2.25/2, 3/3 -> action 1 (1.125)
+    assert best_static(efficiency, times, [0, 1, 2]) == 1
+    assert best_static(efficiency, times, [0, 2]) == 0  # ties (1.0 and 1.0) go to the first
+    # oracle: root 0: 1, 1.5, 0.667 -> 1; root 1: 1, 0.75, 1.333 -> 2
+    assert oracle_choice(efficiency, times, [0, 1, 2]).tolist() == [1, 2]
+    tokens, spent = policy_totals(efficiency, times, np.array([1, 2]))
+    assert tokens.tolist() == [3.0, 4.0] and spent.tolist() == [2.0, 3.0]
+    table = evaluate_policies(efficiency, times, {"static": np.array([1, 1]), "oracle": np.array([1, 2])},
+                              np.array([0, 1]), resamples=200)
+    assert table["static"]["throughput"] == pytest.approx((3.0 + 1.5) / 4.0, abs=1e-12)
+    assert table["oracle"]["throughput"] == pytest.approx(7.0 / 5.0, abs=1e-12)
+    assert table["oracle"]["tokens_per_target_call"] == pytest.approx(3.5, abs=1e-12)
+    assert table["oracle"]["ratio_to_static"] == pytest.approx((7 / 5) / (4.5 / 4), abs=1e-12)
+    low, high = table["oracle"]["throughput_ci"]
+    assert low <= table["oracle"]["throughput"] <= high
+
+
+def test_a_policy_against_itself_is_exactly_one():
+    rng = np.random.default_rng(0)
+    efficiency = 1 + rng.random((30, 4))
+    times = np.array([1.0, 2.0, 3.0, 4.0])
+    choice = rng.integers(0, 4, 30)
+    result = paired_ratio(efficiency, times, choice, efficiency, times, choice, rng.integers(0, 6, 30), resamples=300)
+    assert result["ratio"] == pytest.approx(1.0, abs=1e-12)
+    assert result["ratio_ci"] == pytest.approx([1.0, 1.0], abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("selector")
+    dataset = folder / "d.npz"
+    assert main(["selector", "dataset", "--family", "context-free", "--vocab", "2", "--seeds", "0-15", "--ks", "1-2",
+                 "--l1s", "0-1", "--l2s", "0-1", "--verifiers", "specinfer,traversal-iid", "--backend", "serial",
+                 "--out", str(dataset)]) == 0
+    for verifier in ("specinfer", "traversal-iid"):
+        assert main(["selector", "train", "--dataset", str(dataset), "--verifiers", verifier, "--epochs", "30",
+                     "--out", str(folder / f"{verifier}.pt")]) == 0
+    return folder
+
+
+def test_evaluate_recomputes_static_and_oracle_from_the_dataset(trained, capsys):
+    capsys.readouterr()
+    assert main(["selector", "evaluate", "--dataset", str(trained / "d.npz"), "--selector",
+                 str(trained / "specinfer.pt"), "--selector", str(trained / "traversal-iid.pt"),
+                 "--compare", "specinfer,traversal-iid", "--json", "--bootstrap", "200"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    from verispec.selector.dataset import Dataset
+
+    data = np.load(trained / "d.npz")
+    meta = json.loads(str(data["metadata"]))
+    grid = meta["grid"]
+    actions = [(v, k, l1, l2) for v in grid["verifiers"] for k in grid["ks"] for l1 in grid["l1s"]
+               for l2 in grid["l2s"]]
+    assert len(actions) == data["efficiency"].shape[1]  # every pair valid here: delayed trees, i.i.d. paths
+    # the cost ratio 20 regime, tree size free: T = (L1 + L2) + 20
+    times = np.array([l1 + l2 + 20.0 for _, _, l1, l2 in actions])
+    train, test = Dataset.load(trained / "d.npz").split(0.25, 0)
+    rows = np.isin(data["group"], test.group)
+    train_rows = ~rows
+    for name in ("specinfer", "traversal-iid"):
+        columns = [i for i, action in enumerate(actions) if action[0] == name]
+        entry = report["selectors"][name]["settings"]["all"]
+        rate = data["efficiency"][train_rows][:, columns].mean(0) / times[columns]
+        static = columns[int(np.argmax(rate))]
+        efficiency = data["efficiency"][rows]
+        expected = efficiency[:, static].sum() / (times[static] * rows.sum())
+        assert entry["static"]["throughput"] == pytest.approx(expected, abs=1e-12)
+        best = np.array(columns)[np.argmax(efficiency[:, columns] / times[columns], 1)]
+        oracle = efficiency[np.arange(len(best)), best].sum() / times[best].sum()
+        assert entry["oracle"]["throughput"] == pytest.approx(oracle, abs=1e-12)
+        assert 0 <= entry["selector"]["agrees_with_oracle"] <= 1
+    assert set(report["comparison"]) >= {"latency"} and len(report["comparison"]) == 3
+
+
+def _refused(argv, capsys, needle: str) -> None:
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_bad_input_is_one_line_with_status_2(trained, tmp_path, capsys):
+    _refused(["selector", "dataset", "--out", str(tmp_path / "x.npz")], capsys, "give the roots")
+    _refused(["selector", "dataset", "--family", "markov", "--pair", "qwen-coder", "--out", str(tmp_path / "x.npz")],
+             capsys, "give the roots")
+    from verispec.errors import VerispecError
+    from verispec.selector.command import parse_setting
+
+    with pytest.raises(VerispecError, match="cannot read"):
+        parse_setting("temperature=0.7,topk20")
+    truncated = tmp_path / "t.npz"
+    truncated.write_bytes((trained / "d.npz").read_bytes()[:200])
+    _refused(["selector", "evaluate", "--dataset", str(truncated), "--selector", str(trained / "specinfer.pt")],
+             capsys, "truncated")
+    other = tmp_path / "other.npz"
+    assert main(["selector", "dataset", "--family", "context-free", "--vocab", "2", "--seeds", "20-27", "--ks", "1-2",
+                 "--l1s", "0-1", "--l2s", "0-1", "--verifiers", "specinfer,traversal-iid", "--backend", "serial",
+                 "--out", str(other)]) == 0
+    _refused(["selector", "evaluate", "--dataset", str(other), "--selector", str(trained / "specinfer.pt")], capsys,
+             "trained on other roots")
+    _refused(["selector", "evaluate", "--dataset", str(trained / "d.npz"), "--selector", str(trained / "specinfer.pt"),
+              "--compare", "specinfer,nope"], capsys, "--compare")
+    _refused(["selector", "train", "--dataset", str(trained / "d.npz"), "--verifiers", "gbv", "--out",
+              str(tmp_path / "g.pt")], capsys, "labels the verifiers")

@@ -1,0 +1,43 @@
+"""The delay selector: choose each block's draft tree (and verifier) from features of its root.
+
+After the DDTE paper (Thomas et al. 2026, arXiv 2602.16994, Sec. 5): an action is a delayed tree (K, L1, L2)
+(``actions``); the features are scalars of p and q before the block's draws (``features``, its Appendix E);
+the model is the paper's network or a baseline (``network``), trained to maximise the expected throughput
+ratio to a static action (``train``, its Eq. 12); ``Selector`` holds a trained model and its file, and
+``SelectorPolicy`` lets the decoder ask it for an action per block.
+
+Importing this package, ``actions`` or ``features`` does not import torch; the torch-backed names
+(``Selector``, ``SelectorPolicy``, ``SelectorNetwork``, ``LinearSelector``, ``LookupSelector``,
+``throughput_loss``, ``train_selector``) load on first use.
+"""
+
+from __future__ import annotations
+
+from verispec.selector.actions import PAPER_GRID, Action, ActionGrid, SelectorError, action_times, max_action_tree
+from verispec.selector.features import SCALAR_FEATURES, scalar_features, scalar_features_batch
+
+_LAZY = {
+    "Selector": "verispec.selector.selector",
+    "SelectorPolicy": "verispec.selector.selector",
+    "SelectorNetwork": "verispec.selector.network",
+    "LinearSelector": "verispec.selector.network",
+    "LookupSelector": "verispec.selector.network",
+    "throughput_loss": "verispec.selector.train",
+    "train_selector": "verispec.selector.train",
+    "best_static": "verispec.selector.train",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'verispec.selector' has no attribute {name!r}")
+
+
+__all__ = ["PAPER_GRID", "SCALAR_FEATURES", "Action", "ActionGrid", "LinearSelector", "LookupSelector", "Selector",
+           "SelectorError", "SelectorNetwork", "SelectorPolicy", "action_times", "best_static", "max_action_tree",
+           "scalar_features", "scalar_features_batch", "throughput_loss", "train_selector"]

@@ -1,0 +1,587 @@
+"""Labelled roots for the delay selector: features at a block's root and E[tau + 1] of every action there.
+
+The DDTE paper (Thomas et al. 2026, arXiv 2602.16994, Sec. 6 and Appendix E) trains its selector on roots taken
+every 16 tokens of offline decoding traces, each labelled with its Eq. 3 estimate for every action. Here:
+
+* A *root* (``Root``) is a context whose last token is the root of the next block: token ids of a model pair's
+  trace (``trace_roots``: plain target sampling, ``verispec.models.sample_target``, a root every ``every``
+  tokens), or a prefix of a seeded synthetic problem of the sweep families (``synthetic_roots``). Each root has
+  a *group* (its prompt, or its problem's seed: the train/test split is by group, since the roots of one trace
+  are not independent) and a sampling setting.
+* Its *features* are the paper's scalars (``verispec.selector.features``) from p_prev and q_prev (the target's
+  and draft's laws before the root token: after ``context[:-1]``) and q_root (the draft's law after the root).
+* Its *labels* (``verispec.selector.labels``) are computed on the problem continued after the whole context
+  (for a pair: a ``ModelProblem``; for a synthetic root: the problem shifted by its prefix).
+
+``build_dataset`` runs through the sweep machinery: every root's row is kept in a ``ResultStore``
+(``OUT.roots.json``) keyed on the root and recording every other parameter (grid, method, samples, seed,
+epsilon, latency, features), so an interrupted or extended build computes only the roots it lacks and never
+holds a root twice. Synthetic roots run serially, on local processes, or on a Dask or Ray cluster; roots of a
+pair run in this process (the pair is loaded once). The dataset itself (``Dataset.save``) is one ``.npz`` file,
+written atomically:
+
+    metadata        0-d unicode array: JSON of {"format", "version", "grid", "feature_names", "pair",
+                    "tokenizer", "vocab_size", "samplings", "method", "samples", "seed", "epsilon", "latency",
+                    "verispec", "roots"}
+    features        [N, F] float64     (F = len(feature_names))
+    efficiency      [N, A] float64     E[tau + 1] per root and action (A = len(grid))
+    stderr          [N, A] float64     standard error (0 for exact and certified labels; NaN for one sample)
+    lower, upper    [N, A] float64     (see ``verispec.selector.labels.LabelSet``)
+    group           [N] unicode        prompt or problem of the root (split by group)
+    setting         [N] int64          index into metadata["samplings"]
+    context_length  [N] int64          tokens of the context, root included
+    label_method    [N] unicode        how each root was labelled ("exact", "certified", "conditional")
+    key             [N] unicode        the root's store key (its JSON description)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from verispec.errors import ProblemTooLargeError, ResultStoreError, VerispecError, describe
+from verispec.io import ResultStore, atomic_output, check_output_file
+from verispec.models.sampling import Sampling
+from verispec.simulator.problems import Problem, ShiftedProblem
+
+#: The ``format`` recorded in a dataset file's metadata, and its version.
+DATASET_FORMAT = "verispec selector dataset"
+DATASET_VERSION = 1
+
+#: Label methods ``build_dataset`` accepts ("auto": exact for synthetic roots, falling back to conditional where
+#: the exact engine refuses, and conditional for the roots of a pair).
+BUILD_METHODS = ("auto", "exact", "certified", "conditional")
+
+#: The arrays of a dataset file, with their ranks.
+ARRAYS = {"features": 2, "efficiency": 2, "stderr": 2, "lower": 2, "upper": 2, "group": 1, "setting": 1,
+          "context_length": 1, "label_method": 1, "key": 1}
+
+#: Seconds between saves of the row store while roots arrive (and always at the end, or on an interruption).
+SAVE_EVERY = 2.0
+
+
+class DatasetError(VerispecError):
+    """A dataset that cannot be built, read or used as asked (one line; the CLI exits with status 2)."""
+
+
+# --- roots ------------------------------------------------------------------------------------------------------
+
+
+def _sampling_dict(sampling: Sampling) -> dict:
+    return {"temperature": float(sampling.temperature), "top_k": sampling.top_k,
+            "top_p": None if sampling.top_p is None else float(sampling.top_p)}
+
+
+@dataclass(frozen=True)
+class Root:
+    """One root: ``context`` (token ids, the last one is the block's root; at least 2 tokens), its ``group``
+    and ``sampling``, and where its laws come from: ``pair`` (a model pair's name) or ``problem`` (a synthetic
+    family's parameters: family, vocab, divergence, temperature, concentration, seed)."""
+
+    context: tuple[int, ...]
+    group: str
+    sampling: Sampling = field(default_factory=Sampling)
+    pair: str | None = None
+    problem: Mapping | None = None
+
+    def __post_init__(self):
+        context = tuple(int(token) for token in self.context)
+        if len(context) < 2:
+            raise DatasetError(f"a root needs a context of at least 2 tokens (the previous one and the root), got "
+                               f"{len(context)}")
+        object.__setattr__(self, "context", context)
+        if (self.pair is None) == (self.problem is None):
+            raise DatasetError("a root comes from a pair (pair=NAME) or from a synthetic problem (problem=...), "
+                               "exactly one of them")
+        if not isinstance(self.sampling, Sampling):
+            raise DatasetError(f"a root's sampling is a Sampling, got {type(self.sampling).__name__}")
+        object.__setattr__(self, "group", str(self.group))
+        if self.problem is not None:
+            object.__setattr__(self, "problem", dict(self.problem))
+
+    @property
+    def kind(self) -> str:
+        return "model" if self.pair is not None else "synthetic"
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "context": list(self.context), "group": self.group,
+                "sampling": _sampling_dict(self.sampling), "pair": self.pair,
+                "problem": None if self.problem is None else dict(self.problem)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Root:
+        sampling = data["sampling"]
+        return cls(tuple(data["context"]), data["group"],
+                   Sampling(sampling["temperature"], sampling["top_k"], sampling["top_p"]),
+                   data.get("pair"), data.get("problem"))
+
+    def key(self) -> str:
+        """The root's store key: its description as canonical JSON."""
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def _check_samplings(samplings) -> list[Sampling]:
+    if isinstance(samplings, Sampling):
+        samplings = [samplings]
+    samplings = list(samplings)
+    if not samplings:
+        raise DatasetError("the sampling settings are empty; give at least one (e.g. Sampling(1.0))")
+    for sampling in samplings:
+        if not isinstance(sampling, Sampling):
+            raise DatasetError(f"a sampling setting is a verispec.models.Sampling, got {type(sampling).__name__}")
+    return samplings
+
+
+def _named_prompts(prompts) -> list[tuple[str, object]]:
+    """(group, prompt) pairs from a mapping, a sequence of (group, prompt) pairs, or a sequence of prompts."""
+    if isinstance(prompts, Mapping):
+        named = [(str(name), prompt) for name, prompt in prompts.items()]
+    elif isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__iter__"):
+        raise DatasetError(f"prompts must be a sequence of prompts (text or token ids), got {describe(prompts)}"[:200])
+    else:
+        named = []
+        for index, item in enumerate(prompts):
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                named.append(item)
+            else:
+                named.append((f"prompt:{index}", item))
+    if not named:
+        raise DatasetError("the prompt set is empty; give at least one prompt")
+    return named
+
+
+def _derived_seed(*parts) -> int:
+    """A seed in [0, 2^63) derived from ``parts`` (stable across processes and runs)."""
+    digest = hashlib.sha256(json.dumps(list(parts), sort_keys=True, default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: int, seed: int = 0) -> list[Root]:
+    """Roots every ``every`` tokens of plain target sampling (``sample_target``) from each prompt under each
+    sampling setting: the contexts prompt + the first 0, every, 2 every, .. sampled tokens (a context ending in
+    an end token is left out: no block follows it). ``prompts``: texts or token-id lists, (group, prompt) pairs,
+    or a mapping group -> prompt (the group of unnamed prompts is 'prompt:i'). Each trace is seeded from
+    (seed, prompt group, setting), so adding prompts or settings leaves the others' roots unchanged."""
+    from verispec.models.decoding import sample_target
+
+    named = _named_prompts(prompts)
+    samplings = _check_samplings(samplings)
+    for name, value in (("every", every), ("max_new_tokens", max_new_tokens), ("seed", seed)):
+        least = 0 if name == "seed" else 1
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise DatasetError(f"{name} must be an integer >= {least}, got {describe(value)}")
+    stops = pair.eos_token_ids
+    roots = []
+    for group, prompt in named:
+        for index, sampling in enumerate(samplings):
+            trace_seed = _derived_seed("trace", int(seed), group, index)
+            generation = sample_target(pair, prompt, int(max_new_tokens), sampling, seed=trace_seed)
+            tokens = list(generation.prompt_tokens) + list(generation.tokens)
+            start = len(generation.prompt_tokens)
+            for position in range(start, len(tokens) + 1, every):
+                context = tokens[:position]
+                if len(context) < 2 or context[-1] in stops:
+                    continue
+                roots.append(Root(tuple(context), group, sampling, pair=pair.name))
+    if not roots:
+        raise DatasetError("the traces hold no root (every prompt is a single token, or ended at once); give longer "
+                           "prompts or more tokens")
+    return roots
+
+
+def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperature: float = 1.0,
+                    concentration: float = 1.0, prefix_length: int = 2, roots_per_seed: int = 1) -> list[Root]:
+    """Roots of the sweep's synthetic families (``verispec.sweep.FAMILIES``): for each seed, the problem of
+    ``verispec.sweep.build_problem`` with these knobs (``divergence`` may be a sequence, cycled over the seeds),
+    and ``roots_per_seed`` prefixes of ``prefix_length`` tokens drawn from its target law (a stream derived from
+    the seed). The group of a root is its problem ('family/V=3/seed=7'); its sampling is the temperature knob."""
+    from verispec.sweep import FAMILIES, SweepError, build_problem
+
+    if family not in FAMILIES:
+        raise DatasetError(f"unknown synthetic family {family!r}; use one of {', '.join(FAMILIES)}")
+    seeds = list(seeds)
+    if not seeds:
+        raise DatasetError("the seed set is empty; give at least one seed")
+    divergences = list(divergence) if isinstance(divergence, (list, tuple)) else [divergence]
+    if not divergences:
+        raise DatasetError("the divergences are empty; give at least one")
+    for name, value, least in (("prefix_length", prefix_length, 2), ("roots_per_seed", roots_per_seed, 1),
+                               ("vocab", vocab, 2)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise DatasetError(f"{name} must be an integer >= {least}, got {describe(value)}")
+    roots = []
+    for index, seed in enumerate(seeds):
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise DatasetError(f"a seed must be a non-negative integer, got {describe(seed)}")
+        cell = {"family": family, "vocab": int(vocab), "divergence": float(divergences[index % len(divergences)]),
+                "temperature": float(temperature), "concentration": float(concentration), "seed": int(seed)}
+        try:
+            problem = build_problem(cell, prefix_length)
+        except (SweepError, VerispecError) as error:
+            raise DatasetError(f"synthetic roots of {family} seed {seed}: {error}") from None
+        rng = np.random.default_rng(_derived_seed("synthetic roots", cell))
+        for _ in range(roots_per_seed):
+            prefix: list[int] = []
+            for _ in range(prefix_length):
+                law = np.asarray(problem.target(tuple(prefix)), dtype=np.float64)
+                prefix.append(int(rng.choice(len(law), p=law / law.sum())))
+            roots.append(Root(tuple(prefix), f"{family}/V={vocab}/seed={seed}", Sampling(float(temperature)),
+                              problem=cell))
+    return roots
+
+
+# --- one root -------------------------------------------------------------------------------------------------
+
+
+def root_problem(root: Root, depth: int, pair=None) -> tuple[Problem, np.ndarray, np.ndarray, np.ndarray]:
+    """(the problem after the root's whole context, p_prev, q_prev, q_root) of one root; ``depth`` is the
+    deepest tree to be labelled (the table depth of a random per-prefix problem)."""
+    if root.pair is not None:
+        from verispec.models.problem import ModelProblem
+
+        if pair is None or pair.name != root.pair:
+            raise DatasetError(f"the root of group {root.group!r} comes from the pair {root.pair!r}; pass that pair "
+                               f"(got {'none' if pair is None else repr(pair.name)})")
+        base = ModelProblem(pair, list(root.context[:-1]), root.sampling)
+        last = (root.context[-1],)
+        base.prepare([(), last])
+        return (ShiftedProblem(base, last), np.asarray(base.target(())), np.asarray(base.draft(())),
+                np.asarray(base.draft(last)))
+    from verispec.sweep import build_problem
+
+    prefix = root.context
+    base = build_problem(dict(root.problem), len(prefix) + depth)
+    return (ShiftedProblem(base, prefix), np.asarray(base.target(prefix[:-1]), dtype=np.float64),
+            np.asarray(base.draft(prefix[:-1]), dtype=np.float64), np.asarray(base.draft(prefix), dtype=np.float64))
+
+
+def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilon: float, latency,
+               pair=None) -> dict:
+    """The row of one root: its features, its labels for every action of ``grid`` and how they were computed.
+    The conditional estimator's seed is derived from ``seed`` and the root, so a root gets the same labels
+    whichever other roots are built with it."""
+    from verispec.selector.actions import SelectorError
+    from verispec.selector.features import scalar_features
+    from verispec.selector.labels import certified_labels, conditional_exact_labels, exact_labels
+
+    start = time.perf_counter()
+    problem, p_prev, q_prev, q_root = root_problem(root, grid.max_depth, pair)
+    try:
+        features = scalar_features(p_prev, q_prev, q_root, context_length=len(root.context), sampling=root.sampling,
+                                   latency=latency)
+    except SelectorError as error:
+        raise DatasetError(f"root of group {root.group!r} at context length {len(root.context)}: {error}") from None
+    wanted = method
+    if method == "auto":
+        wanted = "exact" if root.kind == "synthetic" else "conditional"
+    labels = None
+    if wanted == "exact":
+        try:
+            labels = exact_labels(problem, grid)
+        except ProblemTooLargeError:
+            if method != "auto":
+                raise
+            wanted = "conditional"
+    if wanted == "certified":
+        labels = certified_labels(problem, grid, epsilon)
+    if wanted == "conditional":
+        labels = conditional_exact_labels(problem, grid, samples=samples,
+                                          seed=_derived_seed("labels", int(seed), root.key()))
+    if not np.isfinite(labels.efficiency).all():
+        raise DatasetError(f"root of group {root.group!r}: a label is not finite (NaN laws at the root?)")
+    return {"features": features.tolist(), "efficiency": labels.efficiency.tolist(),
+            "stderr": labels.stderr.tolist(), "lower": labels.lower.tolist(), "upper": labels.upper.tolist(),
+            "label_method": labels.method, "context_length": len(root.context), "group": root.group,
+            "seconds": time.perf_counter() - start}
+
+
+def _label_task(task: dict) -> dict:
+    """One root of a worker (plain data in, plain data out: it travels to processes and clusters)."""
+    from verispec.latency import LatencyModel
+    from verispec.selector.actions import ActionGrid
+
+    row = label_root(Root.from_dict(task["root"]), ActionGrid.from_dict(task["grid"]), method=task["method"],
+                     samples=task["samples"], seed=task["seed"], epsilon=task["epsilon"],
+                     latency=LatencyModel.from_dict(task["latency"]))
+    return {"key": task["key"], **row}
+
+
+def label_tasks(tasks: list[dict]) -> list[dict]:
+    """The rows of a chunk of roots, in order (one task of a pool or cluster)."""
+    return [_label_task(task) for task in tasks]
+
+
+# --- the dataset ----------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Dataset:
+    """Labelled roots (arrays as in the module docstring) and the metadata of their build."""
+
+    features: np.ndarray
+    efficiency: np.ndarray
+    stderr: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    group: np.ndarray
+    setting: np.ndarray
+    context_length: np.ndarray
+    label_method: np.ndarray
+    key: np.ndarray
+    metadata: dict
+
+    def __post_init__(self):
+        for name in ("features", "efficiency", "stderr", "lower", "upper"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
+        for name in ("setting", "context_length"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64))
+        for name in ("group", "label_method", "key"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=str))
+        count = len(self.key)
+        if count == 0:
+            raise DatasetError("the dataset is empty (no root); build it from at least one root")
+        for name, rank in ARRAYS.items():
+            array = getattr(self, name)
+            if array.ndim != rank or array.shape[0] != count:
+                raise DatasetError(f"dataset array {name!r} has shape {array.shape}; expected {rank} dimension(s) "
+                                   f"with {count} rows")
+        actions, names = len(self.grid), self.metadata.get("feature_names") or []
+        if self.features.shape[1] != len(names):
+            raise DatasetError(f"the dataset has {self.features.shape[1]} feature columns for {len(names)} feature "
+                               "names")
+        for name in ("efficiency", "stderr", "lower", "upper"):
+            if getattr(self, name).shape[1] != actions:
+                raise DatasetError(f"dataset array {name!r} has {getattr(self, name).shape[1]} columns for the "
+                                   f"{actions} actions of its grid")
+        bad = ~np.isfinite(self.features).all(axis=1)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise DatasetError(f"the dataset holds NaN or infinite features (root {row} of group "
+                               f"{self.group[row]!r}; an all-masked top-k row gives NaN)")
+        if not np.isfinite(self.efficiency).all():
+            raise DatasetError("the dataset holds NaN or infinite labels")
+        if len(set(self.key.tolist())) != count:
+            raise DatasetError("the dataset holds a root twice")
+        samplings = self.metadata.get("samplings") or []
+        if ((self.setting < 0) | (self.setting >= len(samplings))).any():
+            raise DatasetError(f"a root's setting index is outside the {len(samplings)} sampling settings")
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    @property
+    def grid(self):
+        """The action grid of the labels (``ActionGrid``)."""
+        from verispec.selector.actions import ActionGrid, SelectorError
+
+        try:
+            return ActionGrid.from_dict(self.metadata.get("grid"))
+        except SelectorError as error:
+            raise DatasetError(f"the dataset's grid cannot be read: {error}") from None
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(self.metadata["feature_names"])
+
+    @property
+    def samplings(self) -> list[dict]:
+        return list(self.metadata.get("samplings") or [])
+
+    def subset(self, rows) -> Dataset:
+        """The roots selected by ``rows`` (a boolean mask or indices), with the same metadata (root count
+        updated)."""
+        rows = np.asarray(rows)
+        arrays = {name: getattr(self, name)[rows] for name in ARRAYS}
+        return Dataset(**arrays, metadata={**self.metadata, "roots": int(len(arrays["key"]))})
+
+    def split(self, test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
+        """(train, test): whole groups (prompts, problems) go to one side, the groups shuffled with
+        ``numpy.random.default_rng(seed)``; the test side gets round(test_fraction G) groups, at least one and at
+        most G - 1 (G the groups)."""
+        if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or \
+                not 0 < test_fraction < 1:
+            raise DatasetError(f"test_fraction must lie in (0, 1), got {describe(test_fraction)}")
+        groups = np.unique(self.group)
+        if len(groups) < 2:
+            raise DatasetError(f"a split by group needs at least two groups; the dataset has {len(groups)} "
+                               f"({describe(groups.tolist()[:3])})")
+        order = np.random.default_rng(seed).permutation(len(groups))
+        count = min(len(groups) - 1, max(1, int(round(test_fraction * len(groups)))))
+        held = np.isin(self.group, groups[order[:count]])
+        return self.subset(~held), self.subset(held)
+
+    def save(self, path: str | Path) -> None:
+        """Write the dataset to ``path`` (.npz) atomically."""
+        arrays = {name: getattr(self, name) for name in ARRAYS}
+        check_output_file(path, "the dataset", example="dataset.npz")
+        with atomic_output(path) as temporary, open(temporary, "wb") as stream:
+            np.savez(stream, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays)
+
+    @classmethod
+    def load(cls, path: str | Path, grid=None) -> Dataset:
+        """Read a dataset file; refuse on one line (``DatasetError``) a missing, truncated or foreign file, an
+        empty dataset, NaN features, and, given ``grid``, a dataset labelled for another action grid."""
+        shown = repr(str(path))
+        try:
+            loaded = np.load(path, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise DatasetError(f"{shown} is not a verispec selector dataset (a single array, not an .npz archive)")
+            with loaded as data:
+                names = set(data.files)
+                missing = sorted(({"metadata"} | set(ARRAYS)) - names)
+                if missing:
+                    raise DatasetError(f"{shown} is not a verispec selector dataset (no {', '.join(missing)})")
+                metadata = json.loads(str(data["metadata"]))
+                arrays = {name: data[name] for name in ARRAYS}
+        except DatasetError:
+            raise
+        except FileNotFoundError:
+            raise DatasetError(f"dataset file {shown} does not exist") from None
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile) as error:
+            raise DatasetError(f"cannot read the dataset {shown}: the file is truncated or not a verispec dataset "
+                               f"({type(error).__name__})") from None
+        if not isinstance(metadata, dict) or metadata.get("format") != DATASET_FORMAT:
+            raise DatasetError(f"{shown} is not a verispec selector dataset (its metadata names no "
+                               f"{DATASET_FORMAT!r} format)")
+        if metadata.get("version") != DATASET_VERSION:
+            raise DatasetError(f"{shown} is a dataset of format version {metadata.get('version')!r}; this verispec "
+                               f"reads version {DATASET_VERSION}")
+        try:
+            dataset = cls(**arrays, metadata=metadata)
+        except DatasetError as error:
+            raise DatasetError(f"dataset {shown}: {error}") from None
+        if grid is not None and grid.as_dict() != metadata.get("grid"):
+            raise DatasetError(f"dataset {shown} was labelled for the action grid {dataset.grid.describe()}, not "
+                               f"{grid.describe()}; build a dataset for this grid")
+        return dataset
+
+
+def store_path(out: str | Path) -> Path:
+    """Where ``build_dataset`` keeps the rows of ``out`` while it runs: ``OUT.roots.json``."""
+    out = Path(out)
+    return out.with_name(out.name + ".roots.json")
+
+
+def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples: int = 4, epsilon: float = 0.01,
+                  out: str | Path, latency, pair=None, backend: str = "serial", jobs: int | None = None,
+                  address=None, progress: bool = False, overwrite: bool = False, seed: int = 0) -> Dataset:
+    """Label every root (``label_root``) for every action of ``grid`` and write the dataset to ``out``.
+
+    Rows are kept in the row store ``OUT.roots.json`` (a ``ResultStore`` keyed on each root, recording every
+    other parameter), saved every few seconds and on any interruption, so a rerun computes only the roots it
+    lacks: each root appears once in the file whatever was interrupted (a root given twice is labelled once).
+    ``out`` itself is rewritten atomically at the end, its roots in the order given. Synthetic roots run on
+    ``backend`` ('serial', 'local' with ``jobs`` processes at most the cores, 'dask' at ``address`` or
+    'local:N', 'ray'); roots of a pair run in this process on ``pair``. An existing ``out`` without its row
+    store is refused unless ``overwrite``, which starts over. ``latency`` prices the latency features."""
+    from tqdm import tqdm
+
+    from verispec.selector.actions import ActionGrid
+    from verispec.selector.features import SCALAR_FEATURES
+    from verispec.version import package_version
+
+    roots = list(roots)
+    if not roots:
+        raise DatasetError("the root set is empty; give at least one root (trace_roots or synthetic_roots)")
+    for root in roots:
+        if not isinstance(root, Root):
+            raise DatasetError(f"a root is a verispec.selector.dataset.Root, got {type(root).__name__}")
+    if not isinstance(grid, ActionGrid):
+        raise DatasetError(f"grid must be an ActionGrid, got {type(grid).__name__}")
+    if method not in BUILD_METHODS:
+        raise DatasetError(f"unknown label method {method!r}; choose one of {', '.join(BUILD_METHODS)}")
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
+        raise DatasetError(f"samples must be a positive integer, got {describe(samples)}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise DatasetError(f"seed must be a non-negative integer, got {describe(seed)}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
+        raise DatasetError(f"epsilon must be a positive number, got {describe(epsilon)}")
+    if not (hasattr(latency, "as_dict") and hasattr(latency, "target_time")):
+        raise DatasetError(f"latency must be a verispec.latency.LatencyModel, got {type(latency).__name__}")
+    pairs = sorted({root.pair for root in roots if root.pair is not None})
+    if pairs and (pair is None or pairs != [pair.name]):
+        raise DatasetError(f"the roots come from the pair(s) {', '.join(pairs)}; pass that one pair (got "
+                           f"{'none' if pair is None else repr(pair.name)})")
+    out = Path(out)
+    check_output_file(out, "the dataset", example="dataset.npz")
+    store_file = store_path(out)
+    check_output_file(store_file, "the dataset's row store")
+    if out.exists() and not store_file.exists() and not overwrite:
+        raise DatasetError(f"{str(out)!r} exists without its row store {str(store_file)!r}, so a rerun cannot resume "
+                           "it; pass overwrite (--overwrite) to replace it, or choose another output")
+    parameters = {"kind": DATASET_FORMAT, "grid": grid.as_dict(), "method": method, "samples": int(samples),
+                  "seed": int(seed), "epsilon": float(epsilon), "latency": latency.as_dict(),
+                  "feature_names": list(SCALAR_FEATURES)}
+    try:
+        store = ResultStore(store_file, parameters=parameters, overwrite=overwrite)
+    except ResultStoreError as error:
+        raise DatasetError(f"{error} (or pass overwrite to start over)") from None
+
+    keyed = dict((root.key(), root) for root in reversed(roots))  # the first of equal roots is kept, in order
+    keys = list(dict.fromkeys(root.key() for root in roots))
+    todo = [key for key in keys if not store.done(key)]
+    tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "method": method,
+              "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon), "latency": latency.as_dict()}
+             for key in todo if keyed[key].kind == "synthetic"]
+    in_process = [key for key in todo if keyed[key].kind == "model"]
+    pending: dict[str, dict] = {}
+    last = time.monotonic()
+    with tqdm(total=len(keys), initial=len(keys) - len(todo), desc="dataset roots", disable=not progress,
+              file=sys.stderr) as bar:
+        def arrived(rows):
+            nonlocal pending, last
+            for row in rows:
+                pending[row["key"]] = {name: value for name, value in row.items() if name != "key"}
+            bar.update(len(rows))
+            if time.monotonic() - last >= SAVE_EVERY:
+                store.add_many(pending)
+                pending, last = {}, time.monotonic()
+
+        from verispec.sweep import execute
+
+        try:
+            for key in in_process:
+                row = label_root(keyed[key], grid, method=method, samples=int(samples), seed=int(seed),
+                                 epsilon=float(epsilon), latency=latency, pair=pair)
+                arrived([{"key": key, **row}])
+            for rows in execute(tasks, backend, jobs, address, label_tasks):
+                arrived(rows)
+        finally:
+            if pending:
+                store.add_many(pending)
+    samplings: list[dict] = []
+    for key in keys:
+        setting = _sampling_dict(keyed[key].sampling)
+        if setting not in samplings:
+            samplings.append(setting)
+    rows = [store.rows[key] for key in keys]
+    vocab_sizes = sorted({pair.vocab_size} if pairs else {int(keyed[key].problem["vocab"]) for key in keys})
+    tokenizer = getattr(getattr(pair, "tokenizer", None), "name_or_path", None) if pairs else None
+    metadata = {"format": DATASET_FORMAT, "version": DATASET_VERSION, "grid": grid.as_dict(),
+                "feature_names": list(SCALAR_FEATURES), "pair": pairs[0] if pairs else None, "tokenizer": tokenizer,
+                "vocab_size": vocab_sizes[0] if len(vocab_sizes) == 1 else None, "samplings": samplings,
+                "method": method, "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon),
+                "latency": latency.as_dict(), "verispec": package_version(), "roots": len(keys),
+                "families": sorted({keyed[key].problem["family"] for key in keys if keyed[key].problem}),
+                "label_seconds": float(sum(row.get("seconds", 0.0) for row in rows))}
+    dataset = Dataset(features=[row["features"] for row in rows], efficiency=[row["efficiency"] for row in rows],
+                      stderr=[row["stderr"] for row in rows], lower=[row["lower"] for row in rows],
+                      upper=[row["upper"] for row in rows], group=[row["group"] for row in rows],
+                      setting=[samplings.index(_sampling_dict(keyed[key].sampling)) for key in keys],
+                      context_length=[row["context_length"] for row in rows],
+                      label_method=[row["label_method"] for row in rows], key=keys, metadata=metadata)
+    dataset.save(out)
+    return dataset
+
+
+__all__ = ["BUILD_METHODS", "DATASET_FORMAT", "Dataset", "DatasetError", "Root", "ShiftedProblem", "build_dataset",
+          "label_root", "label_tasks", "root_problem", "store_path", "synthetic_roots", "trace_roots"]

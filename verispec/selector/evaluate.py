@@ -1,0 +1,269 @@
+"""Evaluation of delay selectors on held-out roots: static, selector and oracle policies from exact labels.
+
+A labelled dataset (``verispec.selector.dataset``) gives, at each root b and for each action a of its grid, the
+expected tokens of one block E_ba = E[tau + 1] (exact, certified or conditional-exact), and a latency model gives
+the block's time T_a (``verispec.latency``: T = (L1 + L2) t_q + t_p(1 + L1 + K L2); the DDTE paper's Eq. 11). A
+policy chooses one action per root; over a set of roots (each root one block) it runs
+
+    tokens per target call = mean_b E_b,pi(b)         (one target forward per block, chain:0 included),
+    throughput             = sum_b E_b,pi(b) / sum_b T_pi(b)     (tokens per unit of the latency model's time),
+
+the throughput of the DDTE paper (Thomas et al. 2026, arXiv 2602.16994, Sec. 5: TP = sum E / sum T). Three
+policies per verifier:
+
+* ``static``: the one action of highest throughput on the TRAINING roots (the paper's static baseline, chosen
+  per verifier and sampling setting when ``per_setting``), then applied to the held-out roots;
+* ``selector``: a trained ``Selector``, which sees only the root's features;
+* ``oracle``: at every held-out root the labelled action of largest E_ba / T_a (the per-root best action: the
+  bound a selector of these labels can reach; it is not in the paper).
+
+95% intervals come from a bootstrap over groups (prompts for real roots, seeds for synthetic ones): a group's
+roots share a trace, so they are not independent. Paired quantities (a selector's gain over static, its regret
+against the oracle, selector-driven SpecInfer against Traversal) are bootstrapped on the same resamples, so
+their intervals are those of the difference, not of two separate figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from verispec.latency import LatencyModel
+from verispec.selector.actions import ActionGrid, SelectorError, action_times
+
+#: Bootstrap resamples of the groups for the 95% intervals.
+DEFAULT_BOOTSTRAP = 2000
+
+
+def best_static(efficiency: np.ndarray, times: np.ndarray, allowed: Sequence[int]) -> int:
+    """The action (an index among ``allowed``) of highest throughput sum_b E_ba / (N T_a) over the roots of
+    ``efficiency`` [N, A]; ties go to the first, the cheaper-to-draft order of the grid."""
+    allowed = np.asarray(allowed, dtype=np.int64)
+    if efficiency.shape[0] == 0 or allowed.size == 0:
+        raise SelectorError("no roots or no actions to choose a static action from")
+    rate = efficiency[:, allowed].mean(axis=0) / times[allowed]  # [len(allowed)]
+    return int(allowed[int(np.argmax(rate))])
+
+
+def oracle_choice(efficiency: np.ndarray, times: np.ndarray, allowed: Sequence[int]) -> np.ndarray:
+    """At every root the allowed action of largest E_ba / T_a (its labelled best)."""
+    allowed = np.asarray(allowed, dtype=np.int64)
+    return allowed[np.argmax(efficiency[:, allowed] / times[allowed], axis=1)]  # [N]
+
+
+def policy_totals(efficiency: np.ndarray, times: np.ndarray, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per root, the tokens E_b,pi(b) and the time T_pi(b) of the chosen action."""
+    rows = np.arange(efficiency.shape[0])
+    return efficiency[rows, choice], times[choice]  # [N], [N]
+
+
+def _group_sums(values: np.ndarray, group_index: np.ndarray, groups: int) -> np.ndarray:
+    return np.bincount(group_index, weights=values, minlength=groups)
+
+
+class _Bootstrap:
+    """Resampled group weights: each resample draws the groups with replacement, and a root counts as many
+    times as its group was drawn. Every statistic is a ratio of weighted sums, so one weight matrix serves all."""
+
+    def __init__(self, groups: np.ndarray, resamples: int, seed: int):
+        _, self.index = np.unique(groups, return_inverse=True)
+        count = int(self.index.max()) + 1 if self.index.size else 0
+        rng = np.random.default_rng(seed)
+        draws = rng.integers(0, count, size=(resamples, count))  # [R, G]
+        self.weights = np.zeros((resamples, count))
+        np.add.at(self.weights, (np.arange(resamples)[:, None], draws), 1.0)
+        self.groups = count
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Resampled sums of per-root ``values`` [N] -> [R]."""
+        return self.weights @ _group_sums(values, self.index, self.groups)
+
+
+def _interval(samples: np.ndarray) -> list[float]:
+    low, high = np.quantile(samples, [0.025, 0.975])
+    return [float(low), float(high)]
+
+
+def evaluate_policies(efficiency: np.ndarray, times: np.ndarray, choices: Mapping[str, np.ndarray],
+                      groups: np.ndarray, *, resamples: int = DEFAULT_BOOTSTRAP, seed: int = 0,
+                      baseline: str = "static") -> dict:
+    """Tokens per target call and throughput of each policy in ``choices`` (name -> [N] action index) on the
+    roots of ``efficiency`` [N, A], with 95% group-bootstrap intervals, and each policy's throughput ratio to
+    ``baseline`` (paired, on the same resamples)."""
+    if efficiency.shape[0] == 0:
+        raise SelectorError("no held-out roots to evaluate on; give a test set with at least one root")
+    boot = _Bootstrap(np.asarray(groups), resamples, seed)
+    count = boot.sums(np.ones(efficiency.shape[0]))  # [R] roots per resample
+    results, rates = {}, {}
+    for name, choice in choices.items():
+        tokens, time = policy_totals(efficiency, times, np.asarray(choice, dtype=np.int64))
+        token_sums, time_sums = boot.sums(tokens), boot.sums(time)
+        rates[name] = token_sums / time_sums
+        results[name] = {
+            "tokens_per_target_call": float(tokens.mean()),
+            "tokens_per_target_call_ci": _interval(token_sums / count),
+            "throughput": float(tokens.sum() / time.sum()),
+            "throughput_ci": _interval(rates[name]),
+        }
+    if baseline in choices:
+        for name in choices:
+            reference = results[baseline]["throughput"]
+            results[name]["ratio_to_" + baseline] = results[name]["throughput"] / reference
+            results[name]["ratio_to_" + baseline + "_ci"] = _interval(rates[name] / rates[baseline])
+    return results
+
+
+def paired_ratio(efficiency_a: np.ndarray, times_a: np.ndarray, choice_a: np.ndarray,
+                 efficiency_b: np.ndarray, times_b: np.ndarray, choice_b: np.ndarray, groups: np.ndarray, *,
+                 resamples: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict:
+    """Throughput of policy a over policy b on the same roots, with a paired 95% group-bootstrap interval."""
+    boot = _Bootstrap(np.asarray(groups), resamples, seed)
+    tokens_a, time_a = policy_totals(efficiency_a, times_a, choice_a)
+    tokens_b, time_b = policy_totals(efficiency_b, times_b, choice_b)
+    ratio = (tokens_a.sum() / time_a.sum()) / (tokens_b.sum() / time_b.sum())
+    samples = (boot.sums(tokens_a) / boot.sums(time_a)) / (boot.sums(tokens_b) / boot.sums(time_b))
+    return {"ratio": float(ratio), "ratio_ci": _interval(samples)}
+
+
+def verifier_actions(grid: ActionGrid, verifier: str) -> list[int]:
+    """Indices of ``grid``'s actions verified by ``verifier``."""
+    return [index for index, action in enumerate(grid.actions) if action.verifier == verifier]
+
+
+def selector_choice(selector, dataset) -> np.ndarray:
+    """The selector's action at every root of ``dataset``, as indices into the DATASET's grid (a selector
+    trained on a sub-grid, one verifier's actions say, is mapped by action)."""
+    chosen = np.asarray(selector.choose_batch(dataset.features), dtype=np.int64)  # [N] in the selector's grid
+    mapping = np.array([dataset.grid.index(action) for action in selector.grid.actions], dtype=np.int64)
+    return mapping[chosen]
+
+
+def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool = True,
+             resamples: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict:
+    """The issue's table: for each selector (named; each trained for one verifier's actions, or several), on the
+    held-out roots of ``test``: static (chosen on ``train``), selector and oracle, under the selector's own
+    latency model (the one it was trained for), overall and per sampling setting. JSON-ready."""
+    if not selectors:
+        raise SelectorError("no selector to evaluate; give at least one --selector FILE")
+    report = {"roots": {"train": int(train.features.shape[0]), "test": int(test.features.shape[0])},
+              "groups": {"train": int(len(np.unique(train.group))), "test": int(len(np.unique(test.group)))},
+              "bootstrap": {"resamples": resamples, "seed": seed, "level": 0.95, "over": "groups"},
+              "selectors": {}}
+    for name, selector in selectors.items():
+        latency = LatencyModel.from_dict(selector.metadata["latency"])
+        times = action_times(test.grid, latency)
+        allowed = [test.grid.index(action) for action in selector.grid.actions]
+        chosen = selector_choice(selector, test)
+        entry = {"verifiers": sorted({action.verifier for action in selector.grid.actions}),
+                 "kind": selector.metadata.get("kind"), "latency": latency.as_dict(),
+                 "throughput_unit": f"tokens per {latency.unit}", "settings": {}}
+        settings = sorted(set(np.asarray(test.setting).tolist()))
+        for setting in ([None] + settings if per_setting and len(settings) > 1 else [None]):
+            rows = np.ones(test.features.shape[0], dtype=bool) if setting is None else \
+                np.asarray(test.setting) == setting
+            train_rows = np.ones(train.features.shape[0], dtype=bool) if setting is None or not per_setting \
+                else np.asarray(train.setting) == setting
+            if not rows.any() or not train_rows.any():
+                continue
+            static = best_static(train.efficiency[train_rows], times, allowed)
+            efficiency = test.efficiency[rows]
+            choices = {"static": np.full(int(rows.sum()), static), "selector": chosen[rows],
+                       "oracle": oracle_choice(efficiency, times, allowed)}
+            table = evaluate_policies(efficiency, times, choices, np.asarray(test.group)[rows],
+                                      resamples=resamples, seed=seed)
+            table["static"]["action"] = test.grid.actions[static].name
+            picked, counts = np.unique(chosen[rows], return_counts=True)
+            table["selector"]["actions"] = {test.grid.actions[i].name: int(c) for i, c in zip(picked, counts)}
+            table["selector"]["agrees_with_oracle"] = float(np.mean(chosen[rows] == choices["oracle"]))
+            table["selector"]["regret_to_oracle"] = 1.0 - table["selector"]["throughput"] / \
+                table["oracle"]["throughput"]
+            table["selector"]["gain_over_static"] = table["selector"]["ratio_to_static"] - 1.0
+            entry["settings"]["all" if setting is None else _setting_name(test, setting)] = table
+        report["selectors"][name] = entry
+    return report
+
+
+def _setting_name(dataset, setting) -> str:
+    samplings = dataset.metadata.get("samplings") or []
+    if isinstance(setting, (int, np.integer)) and 0 <= setting < len(samplings):
+        return _sampling_text(samplings[int(setting)])
+    return str(setting)
+
+
+def _sampling_text(sampling) -> str:
+    if isinstance(sampling, Mapping):
+        parts = [f"T={sampling.get('temperature', 1.0):g}"]
+        if sampling.get("top_k"):
+            parts.append(f"top-k={sampling['top_k']}")
+        if sampling.get("top_p") not in (None, 1.0):
+            parts.append(f"top-p={sampling['top_p']:g}")
+        return " ".join(parts)
+    return str(sampling)
+
+
+def compare_selected(test, first: tuple[str, object], second: tuple[str, object], train, *,
+                     resamples: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict:
+    """The paper's comparison and the one it skipped, on the same held-out roots and one latency model:
+    ``first`` (name, selector), e.g. selector-driven SpecInfer, against the second selector's verifier at its
+    best static action (chosen on ``train``) AND against that verifier with its own selector."""
+    (name_a, selector_a), (name_b, selector_b) = first, second
+    latency = LatencyModel.from_dict(selector_a.metadata["latency"])
+    if LatencyModel.from_dict(selector_b.metadata["latency"]) != latency:
+        raise SelectorError(f"selectors {name_a!r} and {name_b!r} were trained for different latency models; "
+                            "compare selectors trained for the same one")
+    times = action_times(test.grid, latency)
+    allowed_b = [test.grid.index(action) for action in selector_b.grid.actions]
+    static_b = best_static(train.efficiency, times, allowed_b)
+    choice_a = selector_choice(selector_a, test)
+    choice_b = selector_choice(selector_b, test)
+    groups = np.asarray(test.group)
+    return {
+        "latency": latency.as_dict(),
+        f"{name_a} selector / {name_b} best static ({test.grid.actions[static_b].name})": paired_ratio(
+            test.efficiency, times, choice_a, test.efficiency, times,
+            np.full(test.features.shape[0], static_b), groups, resamples=resamples, seed=seed),
+        f"{name_a} selector / {name_b} selector": paired_ratio(
+            test.efficiency, times, choice_a, test.efficiency, times, choice_b, groups, resamples=resamples,
+            seed=seed),
+    }
+
+
+def label_quality(estimated: np.ndarray, reference: np.ndarray, reference_width: np.ndarray | None = None,
+                  times: np.ndarray | None = None) -> dict:
+    """Conditional-exact labels ``estimated`` [N, A] against exact or certified ``reference`` [N, A] at the same
+    roots: bias (mean of estimated - reference), spread (its standard deviation), the largest certified width,
+    and how often the estimated labels pick the reference's best action (by E, or by E / T given ``times``)."""
+    if estimated.shape != reference.shape or estimated.size == 0:
+        raise SelectorError(f"label sets of shapes {estimated.shape} and {reference.shape} do not cover the same "
+                            "roots and actions")
+    error = estimated - reference
+    score = (lambda e: e / times) if times is not None else (lambda e: e)
+    result = {"bias": float(error.mean()), "spread": float(error.std()),
+              "max_abs_error": float(np.abs(error).max()),
+              "rank_agreement": float(np.mean(np.argmax(score(estimated), 1) == np.argmax(score(reference), 1))),
+              "roots": int(estimated.shape[0]), "actions": int(estimated.shape[1])}
+    if reference_width is not None:
+        result["max_reference_width"] = float(np.max(reference_width))
+    result["regret_of_estimated_best"] = float(np.mean(
+        1 - score(reference)[np.arange(len(reference)), np.argmax(score(estimated), 1)]
+        / np.max(score(reference), 1)))
+    return result
+
+
+def is_finite_table(report: dict) -> bool:
+    """Whether every number of an evaluation is finite (what a JSON writer must be given)."""
+    def walk(value) -> bool:
+        if isinstance(value, float):
+            return math.isfinite(value)
+        if isinstance(value, Mapping):
+            return all(walk(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return all(walk(v) for v in value)
+        return True
+    return walk(report)
+
+
+__all__ = ["DEFAULT_BOOTSTRAP", "action_times", "best_static", "compare_selected", "evaluate", "evaluate_policies",
+           "label_quality", "oracle_choice", "paired_ratio", "policy_totals", "selector_choice", "verifier_actions"]

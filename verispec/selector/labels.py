@@ -1,0 +1,462 @@
+"""Labels of the delay selector: E[tau + 1] of every action of a grid at one root.
+
+The DDTE paper (Thomas et al. 2026, arXiv 2602.16994, Sec. 6, Eq. 3) labels a (root, action) pair with a
+Monte-Carlo estimate of the block efficiency E[tau + 1]: the sum over the nodes of a sampled draft tree of the
+products of branching (acceptance) probabilities on the path to the node, averaged over 4 sampled trees.
+verispec labels the same quantity three ways (``LabelSet.method``):
+
+* ``exact_labels``: ``verispec.analyze`` per action (every draft tree with its probability; small problems).
+* ``certified_labels``: ``verispec.certify`` per action, an interval certified to contain the exact value;
+  the label is its midpoint.
+* ``conditional_exact_labels``: the *conditional-exact* estimator. For each of m sampled draft trees T, the
+  exact E[tau + 1 | T] = sum over nodes n of P(the verifier stops at n | T) (depth(n) + 1), from the verifier's
+  batched emission law (``Verifier.emission_laws``: law[n, y] = P(accept the path to n, then emit y)); the
+  label is the mean over the m trees, with its standard error. It has no verification noise, only draft noise.
+
+Glossary of the comb (one sample serves every action of the grid):
+
+* *trunk*: M1 = max(l1s) tokens drawn one after another from q, ``trunk[:l1]`` is a delayed tree's trunk;
+* *branch point*: every distinct L1 of the grid; at branch point l1, K = max(ks) i.i.d. *paths* of
+  M2 = max(l2s) tokens are drawn from q after ``trunk[:l1]``;
+* action (k, l1, l2)'s tree is ``trunk[:l1]`` followed by the first k paths of branch point l1, each cut to its
+  first l2 tokens (just the trunk when l2 = 0: ``chain:l1``). Its law is exactly that of ``delayed:k,l1,l2``
+  (DDTE Definition 5.2): the trunk is a q-chain, and given the trunk the first k paths are k i.i.d. q-paths of
+  which the first l2 tokens are again i.i.d. q-paths. Each action's label is therefore unbiased; labels of
+  different actions at one root share their randomness (correlated, which a selector comparing actions
+  welcomes). ``tests/test_selector_labels.py`` proves the unbiasedness by enumerating every comb.
+
+The estimator is split as the style guide asks: ``sample_combs`` draws combs from an explicit Generator and
+``comb_values`` maps combs to the exact conditional values [S, A] deterministically, so the test can
+enumerate combs with their probabilities and feed them to the same ``comb_values``.
+
+Vectorised: the trees of all samples and actions are deduplicated (one value per distinct (verifier, tree)),
+grouped by topology, and each group's rows go through the verifier's batched ``emission_laws`` in chunks.
+p and q at every comb node are asked for once, through ``Problem.prepare`` where the problem has it (a
+``ModelProblem``: batched forward passes over the context's KV cache) and ``prepare_drafts`` per level while
+sampling. The vocabulary of a chunk is cut to the union of the supports of p and q at its nodes: tokens with
+p = q = 0 at every node of a tree are never drafted nor emitted and take no part in any registered rule (the
+test holds compressed and full laws equal), which makes top-k and top-p laws at V = 151,936 cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from verispec import backend
+from verispec.errors import VerispecError
+from verispec.simulator.chooser import RandomChooser
+from verispec.simulator.laws import check_emission_laws
+from verispec.simulator.problems import Problem
+from verispec.simulator.trees import TreeBatch, TreeBuilder, TreeShape, shape_paths
+
+#: The ways a label is computed (``LabelSet.method``).
+LABEL_METHODS = ("exact", "certified", "conditional")
+
+#: Float64 entries of one [rows, nodes, V] array handed to a verifier at once (p, q and the law each hold one).
+CHUNK_ELEMENTS = 1 << 24
+
+#: Float64 entries of the p and q laws ``comb_values`` holds at once (about 1 GiB): combs are taken in groups that
+#: fit.
+LAW_ENTRIES = 1 << 27
+
+#: Normal quantile of the two-sided 95% interval stored beside a conditional label (lower, upper).
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True, eq=False)
+class LabelSet:
+    """The labels of every action of a grid at one root (arrays in grid order, float64).
+
+    efficiency  [A]  E[tau + 1]: exact, the certified interval's midpoint, or the conditional-exact mean
+    stderr      [A]  standard error of the mean (0 for exact and certified; NaN for one sample)
+    lower/upper [A]  the value itself (exact); the certified interval (certified); for conditional, the normal
+                     95% interval mean -/+ 1.96 stderr clipped to [1, depth + 1] (NOT certified; the sure bounds
+                     [1, depth + 1] when stderr is NaN)
+    method           "exact", "certified" or "conditional"
+    samples          sampled combs (0 unless conditional)
+    per_sample  [S, A] (conditional only) the exact conditional value of every sampled comb, so that label
+                     quality studies can subsample m trees of the same roots
+    """
+
+    efficiency: np.ndarray
+    stderr: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    method: str
+    samples: int = 0
+    per_sample: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.method not in LABEL_METHODS:
+            raise VerispecError(f"label method must be one of {', '.join(LABEL_METHODS)}, got {self.method!r}")
+        for name in ("efficiency", "stderr", "lower", "upper"):
+            array = np.asarray(getattr(self, name), dtype=np.float64)
+            array.setflags(write=False)
+            object.__setattr__(self, name, array)
+
+    def __len__(self) -> int:
+        return len(self.efficiency)
+
+
+# --- the comb -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Combs:
+    """S sampled combs of one grid (see the module docstring).
+
+    trunk  [S, M1]        int64 tokens of the trunk
+    paths  [S, P, K, M2]  int64 tokens of the K paths at each of the P branch points ``points`` (sorted L1s)
+    """
+
+    trunk: np.ndarray
+    paths: np.ndarray
+    points: tuple[int, ...]
+
+    @property
+    def samples(self) -> int:
+        return int(self.trunk.shape[0])
+
+
+def comb_layout(grid) -> tuple[int, tuple[int, ...], int, int]:
+    """(M1 = max L1, the branch points = sorted distinct L1s, K = max K, M2 = max L2) of a grid's actions."""
+    actions = grid.actions
+    if not actions:
+        raise VerispecError("the action grid has no action")
+    points = tuple(sorted({action.l1 for action in actions}))
+    return (max(points), points, max(action.k for action in actions), max(action.l2 for action in actions))
+
+
+def sample_combs(problem: Problem, grid, samples: int, rng: np.random.Generator) -> Combs:
+    """``samples`` combs drawn from the problem's draft law with ``rng`` (every decision through a
+    ``RandomChooser``). Drawn level by level (prefix length 0, 1, ..): the draft conditionals of one level of
+    every comb are announced at once (``prepare_drafts``: one batched forward of a model-backed problem)."""
+    trunk_length, points, branches, tail = comb_layout(grid)
+    trunk = np.zeros((samples, trunk_length), dtype=np.int64)                        # [S, M1]
+    paths = np.zeros((samples, len(points), branches, tail), dtype=np.int64)         # [S, P, K, M2]
+    chooser = RandomChooser(rng)
+    problem.require_depth(max(point + tail for point in points) if tail else trunk_length)
+    for level in range(trunk_length + tail):
+        slots = []  # (prefix, where to write the drawn token)
+        for s in range(samples):
+            if level < trunk_length:
+                slots.append((tuple(trunk[s, :level].tolist()), (s, level)))
+            for index, point in enumerate(points):
+                step = level - point
+                if 0 <= step < tail:
+                    base = tuple(trunk[s, :point].tolist())
+                    for j in range(branches):
+                        slots.append((base + tuple(paths[s, index, j, :step].tolist()), (s, index, j, step)))
+        problem.prepare_drafts(list(dict.fromkeys(prefix for prefix, _ in slots)))
+        for prefix, where in slots:
+            token = chooser.categorical(np.asarray(problem.draft(prefix), dtype=np.float64))
+            if len(where) == 2:
+                trunk[where] = token
+            else:
+                paths[where] = token
+    return Combs(trunk, paths, points)
+
+
+def action_shape(combs: Combs, sample: int, k: int, l1: int, l2: int) -> TreeShape:
+    """The tree of action (k, l1, l2) in one comb: ``trunk[:l1]``, then the first k paths of branch point l1 cut
+    to l2 tokens (the child lists in path order, as ``DelayedDrafter.draw`` builds them)."""
+    builder, node = TreeBuilder(), 0
+    for token in combs.trunk[sample, :l1].tolist():
+        node = builder.add_child(node, token)
+    if l2 > 0:
+        point = combs.points.index(l1)
+        for j in range(k):
+            child = node
+            for token in combs.paths[sample, point, j, :l2].tolist():
+                child = builder.add_child(child, token)
+    return builder.shape()
+
+
+def _topology(shape: TreeShape):
+    """(node paths, parent, depth, tokens, child lists as node ids) of a canonical shape (breadth first)."""
+    paths = shape_paths(shape)
+    index = {path: node for node, path in enumerate(paths)}
+    parent = (-1,) + tuple(index[path[:-1]] for path in paths[1:])
+    child_lists = tuple(tuple(index[paths[node] + (int(token),)] for token in children)
+                        for node, children in enumerate(shape))
+    tokens = (-1,) + tuple(path[-1] for path in paths[1:])
+    return paths, parent, tuple(len(path) for path in paths), tokens, child_lists
+
+
+def _stored(law) -> tuple[np.ndarray | None, np.ndarray]:
+    """A probability vector as (support, values), float64; (None, the whole vector) when over half of it is
+    positive (a dense law is kept as is, without an index array)."""
+    law = np.asarray(law, dtype=np.float64)
+    support = np.flatnonzero(law)
+    if 2 * len(support) > len(law):
+        return None, law
+    return support, law[support]
+
+
+def _collect_laws(problem: Problem, target_prefixes, draft_prefixes) -> dict:
+    """prefix -> (p, q or None) as ``_stored`` pairs: p at every node, q at the internal ones. Asked for through
+    ``Problem.prepare`` (or ``prepare_drafts``) in batches no larger than half a model problem's law cache, so
+    nothing is evicted before it is read."""
+    prepare = getattr(problem, "prepare", None) or problem.prepare_drafts
+    capacity = getattr(problem, "cache_capacity", None)
+    prefixes = list(dict.fromkeys(target_prefixes))
+    internal = set(draft_prefixes)
+    batch = max(1, capacity // 2) if capacity else max(1, len(prefixes))
+    laws = {}
+    for start in range(0, len(prefixes), batch):
+        chunk = prefixes[start:start + batch]
+        prepare(chunk)
+        for prefix in chunk:
+            laws[prefix] = (_stored(problem.target(prefix)),
+                            _stored(problem.draft(prefix)) if prefix in internal else None)
+    return laws
+
+
+def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) -> np.ndarray:
+    """The exact E[tau + 1 | tree] of every action's tree in every comb, [S, A] float64 (grid order).
+
+    Deterministic: the same combs give the same values. Trees are deduplicated per (verifier, shape), grouped
+    by topology and evaluated with the verifier's batched ``emission_laws`` (DDTE Eq. 3 with the verifier's
+    exact law in place of the product of acceptance probabilities). ``compress`` cuts each chunk's vocabulary
+    to the union of the supports of p and q at its nodes (see the module docstring). Combs are taken a few at a
+    time, so that the laws held at once stay under ``LAW_ENTRIES`` float64 entries (one comb at a time at
+    Qwen's dense V = 151,936 on the paper's grid); a tree seen in an earlier comb is not evaluated again."""
+    actions = grid.actions
+    values = np.full((combs.samples, len(actions)), np.nan)                          # [S, A]
+    _, points, branches, tail = comb_layout(grid)
+    comb_nodes = 1 + max(points) + len(points) * branches * tail                     # most nodes of one comb
+    step = max(1, LAW_ENTRIES // (2 * comb_nodes * problem.vocab_size))
+    known: dict[tuple, float] = {}    # (verifier, shape) -> value
+    for first in range(0, combs.samples, step):
+        members: dict[tuple, list[tuple[int, int]]] = {}  # (verifier, shape) -> [(sample, action)]
+        for s in range(first, min(first + step, combs.samples)):
+            for a, action in enumerate(actions):
+                shape = action_shape(combs, s, action.k, action.l1, action.l2)
+                members.setdefault((action.verifier, shape), []).append((s, a))
+        _evaluate(problem, [key for key in members if key not in known], known, compress)
+        for key, where in members.items():
+            for s, a in where:
+                values[s, a] = known[key]
+    return values
+
+
+def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) -> None:
+    """known[(verifier, shape)] = E[tau + 1 | tree] for every key, batched per (verifier, topology)."""
+    from verispec.verifiers import get_verifier
+
+    groups: dict[tuple, list] = {}    # (verifier, topology) -> [(key, node paths, tokens)]
+    target_prefixes, draft_prefixes = [], []
+    for key in keys:
+        verifier, shape = key
+        paths, parent, depth, tokens, child_lists = _topology(shape)
+        groups.setdefault((verifier, parent, depth, child_lists), []).append((key, paths, tokens))
+        target_prefixes.extend(paths)
+        draft_prefixes.extend(path for path, children in zip(paths, child_lists) if children)
+    laws = _collect_laws(problem, target_prefixes, draft_prefixes)
+    size = problem.vocab_size
+    for (name, parent, depth, child_lists), rows in groups.items():
+        verifier = get_verifier(name)
+        nodes = len(parent)
+        weights = np.asarray(depth, dtype=np.float64) + 1.0                           # [n] tau + 1 at each node
+        per_chunk = max(1, CHUNK_ELEMENTS // (nodes * size))
+        for start in range(0, len(rows), per_chunk):
+            chunk = rows[start:start + per_chunk]
+            batch = _batch(chunk, laws, size, parent, depth, child_lists, compress)
+            emitted = verifier.emission_laws(batch)                                   # [N, n, V']
+            check_emission_laws(verifier.name, batch, emitted)
+            mass = np.asarray(backend.to_numpy(emitted), dtype=np.float64).sum(axis=-1)   # [N, n]
+            for (key, _, _), value in zip(chunk, mass @ weights):
+                known[key] = float(value)
+
+
+def _batch(rows, laws: dict, size: int, parent, depth, child_lists, compress: bool) -> TreeBatch:
+    """A ``TreeBatch`` of one topology from (key, node paths, tokens) rows, p and q gathered from ``laws``."""
+    internal = [bool(children) for children in child_lists]
+    distinct = list(dict.fromkeys(path for _, paths, _ in rows for path in paths))
+    stored = [laws[path][0] for path in distinct] + [laws[path][1] for path in distinct if laws[path][1] is not None]
+    if compress and all(support is not None for support, _ in stored):
+        support = np.unique(np.concatenate([support for support, _ in stored]))      # [V'] kept tokens
+    else:
+        support = np.arange(size)
+    column = np.full(size, -1, dtype=np.int64)
+    column[support] = np.arange(len(support))
+    width, count, nodes = len(support), len(rows), len(parent)
+    context_id = {path: index for index, path in enumerate(distinct)}
+    p = np.zeros((count, nodes, width))                                               # [N, n, V']
+    q = np.full((count, nodes, width), np.nan)                                        # [N, n, V'] NaN at leaves
+    tokens = np.empty((count, nodes), dtype=np.int64)                                 # [N, n]
+    contexts = np.empty((count, nodes), dtype=np.int64)                               # [N, n]
+
+    def put(target, law):
+        where, values = law
+        if where is None:
+            target[:] = values  # a dense law forces the whole vocabulary
+        else:
+            target[:] = 0.0
+            target[column[where]] = values
+
+    for row, (_, paths, node_tokens) in enumerate(rows):
+        for node, path in enumerate(paths):
+            target_law, draft_law = laws[path]
+            put(p[row, node], target_law)
+            if internal[node]:
+                put(q[row, node], draft_law)
+            contexts[row, node] = context_id[path]
+        tokens[row] = [-1] + [int(column[t]) for t in node_tokens[1:]]
+    return TreeBatch(vocab_size=width, parent=parent, depth=depth, child_lists=child_lists, tokens=tokens, p=p,
+                     q=q, contexts=contexts)
+
+
+# --- the three labellers --------------------------------------------------------------------------------------
+
+
+def _check_grid(grid) -> None:
+    if not hasattr(grid, "actions") or not grid.actions:
+        raise VerispecError(f"expected an ActionGrid with at least one action, got {type(grid).__name__}")
+
+
+def conditional_exact_labels(problem: Problem, grid, *, samples: int, seed: int) -> LabelSet:
+    """The conditional-exact labels (module docstring; DDTE Eq. 3, averaged over ``samples`` sampled combs
+    drawn from ``numpy.random.default_rng(seed)``): mean over combs of the exact E[tau + 1 | tree], its
+    standard error (std with ddof 1 over sqrt(samples); NaN for one sample) and a normal 95% interval."""
+    _check_grid(grid)
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
+        raise VerispecError(f"samples must be a positive integer (sampled trees per root), got {samples!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise VerispecError(f"seed must be a non-negative integer, got {seed!r}")
+    combs = sample_combs(problem, grid, int(samples), np.random.default_rng(int(seed)))
+    per_sample = comb_values(problem, grid, combs)                                   # [S, A]
+    mean = per_sample.mean(axis=0)                                                    # [A]
+    if samples > 1:
+        stderr = per_sample.std(axis=0, ddof=1) / math.sqrt(samples)
+    else:
+        stderr = np.full(len(mean), np.nan)
+    top = np.array([action.depth + 1.0 for action in grid.actions])                  # [A] most tokens a block emits
+    half = np.where(np.isnan(stderr), np.inf, Z95 * stderr)
+    lower = np.clip(mean - half, 1.0, top)
+    upper = np.clip(mean + half, 1.0, top)
+    per_sample.setflags(write=False)
+    return LabelSet(mean, stderr, lower, upper, "conditional", int(samples), per_sample)
+
+
+def exact_labels(problem: Problem, grid, **options) -> LabelSet:
+    """Exact E[tau + 1] of every action (``verispec.analyze``; node-solver verifiers through the walk DP without
+    the output law). ``options`` go to analyze (deadline, ...). Raises what analyze raises where a tree is too
+    large for it (``ProblemTooLargeError``)."""
+    from verispec.api import analyze
+    from verispec.simulator.engine import dp_applies
+    from verispec.verifiers import get_verifier
+
+    _check_grid(grid)
+    requested = options.pop("method", None)
+    known: dict[tuple[str, str], float] = {}
+    values = []
+    for action in grid.actions:
+        key = (action.verifier, action.tree)
+        if key not in known:
+            verifier = get_verifier(action.verifier)
+            method = requested or ("dp-metrics" if dp_applies(action.drafter(), verifier) else "auto")
+            result = analyze(problem, action.tree, verifier, method=method, **options)
+            known[key] = float(result.block_efficiency)
+        values.append(known[key])
+    efficiency = np.array(values)
+    return LabelSet(efficiency, np.zeros(len(values)), efficiency, efficiency, "exact")
+
+
+def certified_labels(problem: Problem, grid, epsilon: float, **options) -> LabelSet:
+    """Certified intervals of width at most ``epsilon`` (``verispec.certify``) for every action; the label is the
+    midpoint, ``lower``/``upper`` the interval (wider than epsilon only where certify ran out of its budget and
+    says so). ``options`` go to certify (max_rows, deadline, ...)."""
+    from verispec.api import certify
+
+    _check_grid(grid)
+    known: dict[tuple[str, str], tuple[float, float]] = {}
+    lower, upper = [], []
+    for action in grid.actions:
+        key = (action.verifier, action.tree)
+        if key not in known:
+            result = certify(problem, action.tree, action.verifier, epsilon, **options)
+            known[key] = (float(result.lower), float(result.upper))
+        lower.append(known[key][0])
+        upper.append(known[key][1])
+    lower, upper = np.array(lower), np.array(upper)
+    return LabelSet((lower + upper) / 2, np.zeros(len(lower)), lower, upper, "certified")
+
+
+def label_quality(conditional, reference, *, times=None, trees=(1, 2, 4, 8, 16, 32), repeats: int = 20,
+                  seed: int = 0) -> dict:
+    """How good conditional-exact labels are, on roots that also have exact or certified labels (the issue's
+    "label quality"): ``conditional`` and ``reference`` are sequences of ``LabelSet`` of one grid, root by root
+    (the conditional ones with ``per_sample``).
+
+    Returns a JSON-ready dict:
+      bias, spread      mean and standard deviation over (root, action) of conditional mean - reference value
+      z_within_95       fraction of (root, action) whose |difference| <= 1.96 stderr + half the reference's
+                        interval width (about 0.95 when the standard errors are right; stderr 0 rows excluded)
+      ranking           for each m in ``trees`` (at most the samples): labels from m of the sampled trees
+                        (``repeats`` random subsets per root, ``numpy.random.default_rng(seed)``) against the
+                        reference: ``best_agrees`` (fraction of (root, subset) whose best action, by E / T with
+                        ``times`` [A] or by E without, is the reference's best), ``regret`` (mean 1 - reference
+                        score of the chosen action / the reference's best score) and ``spearman`` (mean rank
+                        correlation of the scores over actions)
+    """
+    conditional, reference = list(conditional), list(reference)
+    if not conditional or len(conditional) != len(reference):
+        raise VerispecError(f"label_quality needs one reference per conditional label set, got {len(conditional)} "
+                            f"and {len(reference)}")
+    if any(labels.per_sample is None for labels in conditional):
+        raise VerispecError("label_quality needs conditional labels with their per-sample values")
+    value = np.stack([labels.efficiency for labels in reference])                    # [R, A]
+    half = np.stack([(labels.upper - labels.lower) / 2 for labels in reference])     # [R, A]
+    mean = np.stack([labels.efficiency for labels in conditional])                   # [R, A]
+    stderr = np.stack([labels.stderr for labels in conditional])                     # [R, A]
+    if mean.shape != value.shape:
+        raise VerispecError(f"label_quality: conditional labels {mean.shape} and references {value.shape} differ")
+    difference = mean - value
+    random = stderr > 0
+    within = np.abs(difference[random]) <= Z95 * stderr[random] + half[random]
+    cost = np.ones(value.shape[1]) if times is None else np.asarray(times, dtype=np.float64)   # [A]
+    score = value / cost                                                              # [R, A]
+    best = score.argmax(axis=1)                                                       # [R]
+    rng = np.random.default_rng(seed)
+    ranking = []
+    available = min(labels.per_sample.shape[0] for labels in conditional)
+    for m in sorted({int(t) for t in trees if 1 <= t <= available}):
+        agree, regret, spearman = [], [], []
+        for root, labels in enumerate(conditional):
+            for _ in range(repeats if m < available else 1):
+                rows = rng.choice(labels.per_sample.shape[0], size=m, replace=False)
+                estimate = labels.per_sample[rows].mean(axis=0) / cost                # [A]
+                chosen = int(estimate.argmax())
+                agree.append(chosen == best[root])
+                regret.append(1.0 - score[root, chosen] / score[root, best[root]])
+                spearman.append(_spearman(estimate, score[root]))
+        ranking.append({"trees": m, "best_agrees": float(np.mean(agree)), "regret": float(np.mean(regret)),
+                        "spearman": float(np.nanmean(spearman))})
+    return {"roots": len(conditional), "actions": int(value.shape[1]), "bias": float(difference.mean()),
+            "spread": float(difference.std()), "z_within_95": float(within.mean()) if within.size else None,
+            "ranking": ranking}
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties); NaN when either side is constant."""
+    def ranks(values):
+        order = np.argsort(values, kind="stable")
+        ranked = np.empty(len(values))
+        ranked[order] = np.arange(len(values), dtype=np.float64)
+        for tied in np.unique(values):  # average the ranks of equal values
+            where = values == tied
+            ranked[where] = ranked[where].mean()
+        return ranked
+
+    a, b = ranks(x), ranks(y)
+    if a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+__all__ = ["CHUNK_ELEMENTS", "LABEL_METHODS", "LAW_ENTRIES", "Combs", "LabelSet", "action_shape", "certified_labels",
+           "comb_layout", "comb_values", "conditional_exact_labels", "exact_labels", "label_quality", "sample_combs"]
