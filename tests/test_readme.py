@@ -43,7 +43,10 @@ def readme_commands(text: str = README) -> list[list[str]]:
     return commands
 
 
-COMMANDS = readme_commands()
+#: The delay selector's steps build on each other's files (dataset, then train, then evaluate): they run in order
+#: in one folder (``test_the_readme_selector_steps_run_in_order``); every other command runs alone.
+SELECTOR_COMMANDS = [argv for argv in readme_commands() if argv[0] == "selector"]
+COMMANDS = [argv for argv in readme_commands() if argv[0] != "selector"]
 
 
 def test_the_readme_parser_finds_the_commands():
@@ -155,3 +158,15 @@ def test_readme_problem_files_are_valid():
     for data in problems:
         assert problem_from_json(data, exact=True).horizon >= 1
     assert load_problem(EXAMPLES / "problem.json", exact=True).horizon == 3
+
+
+def test_the_readme_selector_steps_run_in_order(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    assert [argv[1] for argv in SELECTOR_COMMANDS] == ["dataset", "train", "train", "evaluate"]
+    workdir = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, workdir)
+    monkeypatch.chdir(workdir)
+    for argv in SELECTOR_COMMANDS:
+        code = main(list(argv))
+        _, err = capsys.readouterr()
+        assert code == 0 and "Traceback" not in err, f"{' '.join(argv)}: {err}"
