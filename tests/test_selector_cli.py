@@ -118,6 +118,9 @@ def test_bad_input_is_one_line_with_status_2(trained, tmp_path, capsys):
     _refused(["selector", "dataset", "--family", "markov", "--pair", "qwen-coder", "--out", str(tmp_path / "x.npz")],
              capsys, "give the roots")
     from verispec.errors import VerispecError
+    # a comb too large is refused before any pair is loaded (this pair does not exist: its error would come later)
+    _refused(["selector", "dataset", "--pair", "no-such-pair", "--prompts", "prose", "--ks", "1-16", "--l2s", "0-32",
+              "--out", str(tmp_path / "x.npz")], capsys, "4,617 nodes")
     from verispec.selector.command import parse_setting
 
     with pytest.raises(VerispecError, match="cannot read"):

@@ -255,3 +255,26 @@ def test_label_quality_against_exact_references():
     assert label_quality(conditional, shifted, times=times, trees=(64,))["z_within_95"] < 0.2
     assert _spearman(np.array([1.0, 3.0, 2.0]), np.array([10.0, 30.0, 20.0])) == 1.0
     assert _spearman(np.array([1.0, 3.0, 2.0]), np.array([3.0, 1.0, 2.0])) == -1.0
+
+
+def test_a_comb_beyond_the_node_limit_is_refused_before_any_draw():
+    """One comb has 1 + max L1 + |L1s| K L2 nodes (counted by hand here): the paper's grid 1 + 8 + 9 * 4 * 8 = 297
+    passes, and K up to 16 with L2 up to 32 at 9 trunk positions (1 + 8 + 9 * 16 * 32 = 4,617 > 4,096) is refused
+    by name, before the problem is asked for anything."""
+    from verispec.errors import ProblemTooLargeError
+    from verispec.selector.actions import PAPER_GRID, ActionGrid
+    from verispec.selector.labels import MAX_COMB_NODES, check_comb_size, comb_nodes
+
+    assert comb_nodes(PAPER_GRID) == 297 and MAX_COMB_NODES == 4096
+    check_comb_size(PAPER_GRID)
+    wide = ActionGrid.parse(ks="1-16", l1s="0-8", l2s="0-32")
+    assert comb_nodes(wide) == 1 + 8 + 9 * 16 * 32
+
+    class Untouchable:
+        vocab_size = 3
+
+        def __getattr__(self, name):
+            raise AssertionError(f"the problem was asked for {name}")
+
+    with pytest.raises(ProblemTooLargeError, match="4,617 nodes"):
+        conditional_exact_labels(Untouchable(), wide, samples=1, seed=0)

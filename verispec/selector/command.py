@@ -201,6 +201,10 @@ def _run_dataset(args, load_pair) -> int:
     from verispec.sweep import parse_seeds
 
     grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
+    if args.method in ("auto", "conditional"):
+        from verispec.selector.labels import check_comb_size
+
+        check_comb_size(grid)  # before a pair is loaded or a trace sampled
     latency = latency_from(args, LatencyModel.from_ratio(20.0))
     start = time.perf_counter()
     from_pair = args.pair is not None or args.target is not None or args.draft is not None

@@ -497,6 +497,10 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
             raise DatasetError(f"a root is a verispec.selector.dataset.Root, got {type(root).__name__}")
     if not isinstance(grid, ActionGrid):
         raise DatasetError(f"grid must be an ActionGrid, got {type(grid).__name__}")
+    if method in ("auto", "conditional"):
+        from verispec.selector.labels import check_comb_size
+
+        check_comb_size(grid)  # before any root is labelled
     if method not in BUILD_METHODS:
         raise DatasetError(f"unknown label method {method!r}; choose one of {', '.join(BUILD_METHODS)}")
     if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:

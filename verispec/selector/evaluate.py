@@ -38,13 +38,14 @@ DEFAULT_BOOTSTRAP = 2000
 
 
 def best_static(efficiency: np.ndarray, times: np.ndarray, allowed: Sequence[int]) -> int:
-    """The action (an index among ``allowed``) of highest throughput sum_b E_ba / (N T_a) over the roots of
-    ``efficiency`` [N, A]; ties go to the first, the cheaper-to-draft order of the grid."""
+    """The action (an index among ``allowed``) of highest throughput over the roots of ``efficiency`` [N, A]
+    (``verispec.selector.train.best_static`` on those actions' columns); ties go to the first."""
+    from verispec.selector.train import best_static as best_among
+
     allowed = np.asarray(allowed, dtype=np.int64)
     if efficiency.shape[0] == 0 or allowed.size == 0:
         raise SelectorError("no roots or no actions to choose a static action from")
-    rate = efficiency[:, allowed].mean(axis=0) / times[allowed]  # [len(allowed)]
-    return int(allowed[int(np.argmax(rate))])
+    return int(allowed[best_among(efficiency[:, allowed], times[allowed])])
 
 
 def oracle_choice(efficiency: np.ndarray, times: np.ndarray, allowed: Sequence[int]) -> np.ndarray:

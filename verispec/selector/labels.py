@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verispec import backend
-from verispec.errors import VerispecError
+from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.simulator.chooser import RandomChooser
 from verispec.simulator.laws import check_emission_laws
 from verispec.simulator.problems import Problem
@@ -128,6 +128,27 @@ def comb_layout(grid) -> tuple[int, tuple[int, ...], int, int]:
         raise VerispecError("the action grid has no action")
     points = tuple(sorted({action.l1 for action in actions}))
     return (max(points), points, max(action.k for action in actions), max(action.l2 for action in actions))
+
+
+#: Most nodes (root included) of one comb: the limit of a decoded tree (verispec.models.decoding.MAX_DECODE_NODES,
+#: repeated so that labels do not import torch), for the same reason: a model problem feeds the whole comb to the
+#: target in one forward pass with an n x n mask. The paper's grid needs 1 + 8 + 9 x 4 x 8 = 297 nodes.
+MAX_COMB_NODES = 4096
+
+
+def comb_nodes(grid) -> int:
+    """Nodes (root included) of one comb of ``grid``: the trunk, and K paths of max L2 tokens at every L1."""
+    trunk, points, branches, tail = comb_layout(grid)
+    return 1 + trunk + len(points) * branches * tail
+
+
+def check_comb_size(grid) -> None:
+    """ProblemTooLargeError, before anything is drawn, when one comb of ``grid`` exceeds MAX_COMB_NODES."""
+    nodes = comb_nodes(grid)
+    if nodes > MAX_COMB_NODES:
+        raise ProblemTooLargeError(f"one sampled comb of the grid {grid.describe()} has {nodes:,} nodes (a trunk of "
+                                   "max L1 tokens and max K paths of max L2 tokens at every L1), above the limit "
+                                   f"of {MAX_COMB_NODES:,}; use fewer or smaller K, L1 or L2 values")
 
 
 def sample_combs(problem: Problem, grid, samples: int, rng: np.random.Generator) -> Combs:
@@ -226,9 +247,7 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
     Qwen's dense V = 151,936 on the paper's grid); a tree seen in an earlier comb is not evaluated again."""
     actions = grid.actions
     values = np.full((combs.samples, len(actions)), np.nan)                          # [S, A]
-    _, points, branches, tail = comb_layout(grid)
-    comb_nodes = 1 + max(points) + len(points) * branches * tail                     # most nodes of one comb
-    step = max(1, LAW_ENTRIES // (2 * comb_nodes * problem.vocab_size))
+    step = max(1, LAW_ENTRIES // (2 * comb_nodes(grid) * problem.vocab_size))
     known: dict[tuple, float] = {}    # (verifier, shape) -> value
     for first in range(0, combs.samples, step):
         members: dict[tuple, list[tuple[int, int]]] = {}  # (verifier, shape) -> [(sample, action)]
@@ -327,6 +346,7 @@ def conditional_exact_labels(problem: Problem, grid, *, samples: int, seed: int)
         raise VerispecError(f"samples must be a positive integer (sampled trees per root), got {samples!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise VerispecError(f"seed must be a non-negative integer, got {seed!r}")
+    check_comb_size(grid)
     combs = sample_combs(problem, grid, int(samples), np.random.default_rng(int(seed)))
     per_sample = comb_values(problem, grid, combs)                                   # [S, A]
     mean = per_sample.mean(axis=0)                                                    # [A]
