@@ -22,6 +22,7 @@ pytest.importorskip("torch")
 
 from verispec.selector.evaluate import (
     best_static,
+    crossfit_oracle_totals,
     evaluate_policies,
     oracle_choice,
     paired_ratio,
@@ -47,6 +48,42 @@ def test_static_oracle_and_throughput_by_hand():
     assert table["oracle"]["ratio_to_static"] == pytest.approx((7 / 5) / (4.5 / 4), abs=1e-12)
     low, high = table["oracle"]["throughput_ci"]
     assert low <= table["oracle"]["throughput"] <= high
+
+
+def test_crossfit_oracle_by_hand():
+    """Root 0 has 4 sampled trees over 2 actions (times 1, 2): the first half (trees 1-2) means E/T = (2, 1.25)
+    -> action 0, scored on trees 3-4: mean E of action 0 = 1.5; the second half means (1.5, 1.75) -> action 1,
+    scored on trees 1-2: 2.5. Tokens 0.5 (1.5 + 2.5) = 2, time 0.5 (1 + 2) = 1.5. Root 1 is exact (NaN trees):
+    its own best (E/T 3 vs 2 -> action 0, tokens 3, time 1). The in-sample oracle at root 0 takes E/T of the
+    4-tree mean (1.75, 1.5) -> action 0 with tokens 1.75."""
+    per_sample = np.array([[[2.0, 2.0], [2.0, 3.0], [1.0, 3.0], [2.0, 4.0]],
+                           [[np.nan] * 2] * 4])  # [N=2, S=4, A=2]
+    efficiency = np.array([[1.75, 3.0], [3.0, 4.0]])
+    times = np.array([1.0, 2.0])
+    tokens, spent = crossfit_oracle_totals(per_sample, efficiency, times, [0, 1])
+    assert tokens.tolist() == pytest.approx([2.0, 3.0], abs=1e-12)
+    assert spent.tolist() == pytest.approx([1.5, 1.0], abs=1e-12)
+    assert crossfit_oracle_totals(per_sample[:, :1], efficiency, times, [0, 1]) is None  # one tree: no split
+    table = evaluate_policies(efficiency, times, {"static": np.array([0, 0])}, np.array([0, 1]), resamples=100,
+                              totals={"oracle_crossfit": (tokens, spent)})
+    assert table["oracle_crossfit"]["throughput"] == pytest.approx(5.0 / 2.5, abs=1e-12)
+    assert table["oracle_crossfit"]["ratio_to_static"] == pytest.approx(2.0 / (4.75 / 2), abs=1e-12)
+
+
+def test_crossfit_oracle_removes_the_winners_curse():
+    """Ten actions of equal true value 1, each tree's estimate 1 + noise (Gaussian, sd 0.5): the in-sample
+    oracle (best of the 4-tree means) exceeds 1 by about sd/sqrt(4) E[max of 10 normals] = 0.25 x 1.54 = 0.38;
+    the cross-fitted one's scores are means of independent trees, so over 20,000 roots their mean is 1 within
+    5 standard errors (sd 0.5/sqrt(2) per root: 5 x 0.354/sqrt(20,000) = 0.0125; false failure < 1e-6)."""
+    rng = np.random.default_rng(0)
+    roots, trees, actions = 20_000, 4, 10
+    per_sample = 1 + 0.5 * rng.standard_normal((roots, trees, actions))
+    efficiency = per_sample.mean(1)
+    times = np.ones(actions)
+    biased = efficiency.max(1).mean()
+    tokens, _ = crossfit_oracle_totals(per_sample, efficiency, times, range(actions))
+    assert biased > 1.3
+    assert abs(tokens.mean() - 1.0) < 0.0125
 
 
 def test_a_policy_against_itself_is_exactly_one():
@@ -103,6 +140,7 @@ def test_evaluate_recomputes_static_and_oracle_from_the_dataset(trained, capsys)
         oracle = efficiency[np.arange(len(best)), best].sum() / times[best].sum()
         assert entry["oracle"]["throughput"] == pytest.approx(oracle, abs=1e-12)
         assert 0 <= entry["selector"]["agrees_with_oracle"] <= 1
+        assert entry["oracle"]["biased_upward"] is False and "oracle_crossfit" not in entry  # exact labels
     assert set(report["comparison"]) >= {"latency"} and len(report["comparison"]) == 3
 
 
@@ -111,6 +149,18 @@ def _refused(argv, capsys, needle: str) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_prose_prompt_specs():
+    from verispec.errors import VerispecError
+    from verispec.selector.command import PROSE_PROMPTS, read_prompt_specs
+
+    lines = [line.strip() for line in PROSE_PROMPTS.read_text().splitlines() if line.strip()]
+    assert read_prompt_specs(["prose"]) == [(f"prose:{i}", line) for i, line in enumerate(lines)]
+    assert read_prompt_specs(["prose:3"]) == [(f"prose:{i}", line) for i, line in enumerate(lines[:3])]
+    for bad in ("prose:0", "prose:x"):
+        with pytest.raises(VerispecError, match="prose:N"):
+            read_prompt_specs([bad])
 
 
 def test_bad_input_is_one_line_with_status_2(trained, tmp_path, capsys):

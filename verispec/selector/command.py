@@ -50,7 +50,9 @@ def add_parser(commands, options) -> None:
     source.add_argument("--target", default=None, help="target model directory (with --draft)")
     source.add_argument("--draft", default=None, help="draft model directory (with --target)")
     source.add_argument("--prompts", action="append", default=None, metavar="SPEC",
-                        help="humaneval:N, prose (English prose prompts) or FILE (one prompt per line); repeatable")
+                        help="humaneval:N, prose or prose:N (the first N of verispec's 12 English prose prompts) "
+                             "or FILE "
+                        "(one prompt per line); repeatable")
     source.add_argument("--sampling", action="append", default=None, metavar="SETTING",
                         help="a sampling setting, e.g. temperature=0.7,top_k=20,top_p=0.8; repeatable (default: "
                              + " and ".join(DEFAULT_SAMPLINGS) + ")")
@@ -180,10 +182,19 @@ def read_prompt_specs(specs: list[str] | None) -> list[tuple[str, str]]:
 
             prompts += [(task, text) for task, text in humaneval_prompts(count)]
             continue
-        path = PROSE_PROMPTS if spec == "prose" else Path(spec)
+        prose = spec == "prose" or spec.startswith("prose:")
+        count = None
+        if spec.startswith("prose:"):
+            try:
+                count = int(spec.partition(":")[2])
+            except ValueError:
+                count = 0
+            if count < 1:
+                raise VerispecError(f"--prompts {spec!r}: give prose:N with N a positive integer (or prose for all)")
+        path = PROSE_PROMPTS if prose else Path(spec)
         text = read_user_file(path, limit=64 << 20, what="--prompts", why="a prompts file is text, one per line")
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        prompts += [(f"{'prose' if spec == 'prose' else path.name}:{index}", line) for index, line in enumerate(lines)]
+        lines = [line.strip() for line in text.splitlines() if line.strip()][:count]
+        prompts += [(f"{'prose' if prose else path.name}:{index}", line) for index, line in enumerate(lines)]
     if not prompts:
         raise VerispecError(f"--prompts {', '.join(specs)} holds no prompt; give at least one non-empty line")
     return prompts
@@ -195,9 +206,11 @@ def run(args, load_pair) -> int:
 
 
 def _run_dataset(args, load_pair) -> int:
+    from verispec.errors import ResultStoreError
+    from verispec.io import ResultStore
     from verispec.latency import LatencyModel
     from verispec.selector.actions import ActionGrid
-    from verispec.selector.dataset import build_dataset, synthetic_roots, trace_roots
+    from verispec.selector.dataset import build_dataset, synthetic_roots, trace_roots, trace_store_path
     from verispec.sweep import parse_seeds
 
     grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
@@ -228,8 +241,13 @@ def _run_dataset(args, load_pair) -> int:
         pair, _ = load_pair(args)
         _stderr(f"verispec: tracing {len(prompts)} prompts x {len(samplings)} settings, {args.trace_tokens} "
                 f"tokens each ({pair.name} on {pair.device})")
+        try:
+            traces = ResultStore(trace_store_path(args.out), parameters={"pair": pair.name, "seed": args.seed},
+                                 overwrite=args.overwrite)
+        except ResultStoreError as error:
+            raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
         roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,
-                            seed=args.seed)
+                            seed=args.seed, store=traces, progress=sys.stderr.isatty())
     dataset = build_dataset(roots, grid, method=args.method, samples=args.samples, epsilon=args.epsilon,
                             out=args.out, latency=latency, pair=pair, backend=args.backend, jobs=args.jobs,
                             address=args.address, progress=sys.stderr.isatty(), overwrite=args.overwrite,
@@ -359,16 +377,23 @@ def _run_evaluate(args, load_pair) -> int:
               f", throughput in {entry['throughput_unit']})")
         for setting, table in entry["settings"].items():
             print(f"  {setting}:")
-            for policy in ("static", "selector", "oracle"):
+            for policy in ("static", "selector", "oracle", "oracle_crossfit"):
+                if policy not in table:
+                    continue
                 row = table[policy]
-                extra = f" [{row['action']}]" if policy == "static" else ""
-                print(f"    {policy:9s} tokens/call {row['tokens_per_target_call']:.3f} "
+                extra = f" [{row['action']}]" if policy == "static" else \
+                    " (in-sample: biased upward)" if row.get("biased_upward") else \
+                    " (chosen on half the trees, scored on the rest)" if policy == "oracle_crossfit" else ""
+                shown = "oracle-cf" if policy == "oracle_crossfit" else policy
+                print(f"    {shown:9s} tokens/call {row['tokens_per_target_call']:.3f} "
                       f"[{row['tokens_per_target_call_ci'][0]:.3f}, {row['tokens_per_target_call_ci'][1]:.3f}]  "
                       f"throughput {row['throughput']:.4f} [{row['throughput_ci'][0]:.4f}, "
                       f"{row['throughput_ci'][1]:.4f}]  x{row['ratio_to_static']:.3f} of static{extra}")
             print(f"    selector: gain over static {table['selector']['gain_over_static']:+.2%}, regret to oracle "
                   f"{table['selector']['regret_to_oracle']:.2%}, agrees with the oracle at "
-                  f"{table['selector']['agrees_with_oracle']:.0%} of roots")
+                  f"{table['selector']['agrees_with_oracle']:.0%} of roots"
+                  + (f", regret to the cross-fitted oracle {table['selector']['regret_to_crossfit_oracle']:.2%}"
+                     if "regret_to_crossfit_oracle" in table["selector"] else ""))
     for label, value in report.get("comparison", {}).items():
         if label != "latency":
             print(f"{label}: x{value['ratio']:.3f} [{value['ratio_ci'][0]:.3f}, {value['ratio_ci'][1]:.3f}]")

@@ -32,6 +32,11 @@ written atomically:
     context_length  [N] int64          tokens of the context, root included
     label_method    [N] unicode        how each root was labelled ("exact", "certified", "conditional")
     key             [N] unicode        the root's store key (its JSON description)
+    per_sample      [N, S, A] float64  optional: the conditional estimator's value of each of its S sampled trees
+                                       (NaN rows for exact and certified roots); what lets an evaluation choose
+                                       an action on some trees and score it on the others (the cross-fitted
+                                       oracle), since the best of noisy labels, scored on themselves, is biased
+                                       upward
 """
 
 from __future__ import annotations
@@ -165,12 +170,19 @@ def _derived_seed(*parts) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: int, seed: int = 0) -> list[Root]:
+def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: int, seed: int = 0,
+                store: ResultStore | None = None, progress: bool = False) -> list[Root]:
     """Roots every ``every`` tokens of plain target sampling (``sample_target``) from each prompt under each
     sampling setting: the contexts prompt + the first 0, every, 2 every, .. sampled tokens (a context ending in
     an end token is left out: no block follows it). ``prompts``: texts or token-id lists, (group, prompt) pairs,
     or a mapping group -> prompt (the group of unnamed prompts is 'prompt:i'). Each trace is seeded from
-    (seed, prompt group, setting), so adding prompts or settings leaves the others' roots unchanged."""
+    (seed, prompt group, setting), so adding prompts or settings leaves the others' roots unchanged.
+
+    ``store``: a ``ResultStore`` (``verispec selector dataset`` keeps ``OUT.traces.json``) holding finished
+    traces, keyed on the pair, prompt text, setting, seed and length: a resumed build reuses them instead of
+    decoding again (a trace of the 1.5B target on a CPU is about 0.5 s a token). ``progress``: a tqdm bar."""
+    from tqdm import tqdm
+
     from verispec.models.decoding import sample_target
 
     named = _named_prompts(prompts)
@@ -181,17 +193,25 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
             raise DatasetError(f"{name} must be an integer >= {least}, got {describe(value)}")
     stops = pair.eos_token_ids
     roots = []
-    for group, prompt in named:
-        for index, sampling in enumerate(samplings):
-            trace_seed = _derived_seed("trace", int(seed), group, index)
+    cells = [(group, prompt, index, sampling) for group, prompt in named for index, sampling in enumerate(samplings)]
+    for group, prompt, index, sampling in tqdm(cells, desc="traces", disable=not progress, file=sys.stderr):
+        trace_seed = _derived_seed("trace", int(seed), group, index)
+        key = json.dumps({"pair": pair.name, "group": group, "prompt": prompt if isinstance(prompt, str) else
+                          [int(token) for token in prompt], "sampling": _sampling_dict(sampling), "seed": trace_seed,
+                          "max_new_tokens": int(max_new_tokens)}, sort_keys=True)
+        if store is not None and store.done(key):
+            prompt_length, tokens = store.rows[key]["prompt_length"], list(store.rows[key]["tokens"])
+        else:
             generation = sample_target(pair, prompt, int(max_new_tokens), sampling, seed=trace_seed)
             tokens = list(generation.prompt_tokens) + list(generation.tokens)
-            start = len(generation.prompt_tokens)
-            for position in range(start, len(tokens) + 1, every):
-                context = tokens[:position]
-                if len(context) < 2 or context[-1] in stops:
-                    continue
-                roots.append(Root(tuple(context), group, sampling, pair=pair.name))
+            prompt_length = len(generation.prompt_tokens)
+            if store is not None:
+                store.add(key, {"prompt_length": prompt_length, "tokens": tokens})
+        for position in range(prompt_length, len(tokens) + 1, every):
+            context = tokens[:position]
+            if len(context) < 2 or context[-1] in stops:
+                continue
+            roots.append(Root(tuple(context), group, sampling, pair=pair.name))
     if not roots:
         raise DatasetError("the traces hold no root (every prompt is a single token, or ended at once); give longer "
                            "prompts or more tokens")
@@ -301,6 +321,7 @@ def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilo
     return {"features": features.tolist(), "efficiency": labels.efficiency.tolist(),
             "stderr": labels.stderr.tolist(), "lower": labels.lower.tolist(), "upper": labels.upper.tolist(),
             "label_method": labels.method, "context_length": len(root.context), "group": root.group,
+            "per_sample": None if labels.per_sample is None else labels.per_sample.tolist(),
             "seconds": time.perf_counter() - start}
 
 
@@ -338,6 +359,7 @@ class Dataset:
     label_method: np.ndarray
     key: np.ndarray
     metadata: dict
+    per_sample: np.ndarray | None = None
 
     def __post_init__(self):
         for name in ("features", "efficiency", "stderr", "lower", "upper"):
@@ -369,6 +391,11 @@ class Dataset:
                                f"{self.group[row]!r}; an all-masked top-k row gives NaN)")
         if not np.isfinite(self.efficiency).all():
             raise DatasetError("the dataset holds NaN or infinite labels")
+        if self.per_sample is not None:
+            self.per_sample = np.asarray(self.per_sample, dtype=np.float64)
+            if self.per_sample.ndim != 3 or self.per_sample.shape[0] != count or self.per_sample.shape[2] != actions:
+                raise DatasetError(f"dataset array 'per_sample' has shape {self.per_sample.shape}; expected [{count}, "
+                                   f"S, {actions}]")
         if len(set(self.key.tolist())) != count:
             raise DatasetError("the dataset holds a root twice")
         samplings = self.metadata.get("samplings") or []
@@ -401,7 +428,8 @@ class Dataset:
         updated)."""
         rows = np.asarray(rows)
         arrays = {name: getattr(self, name)[rows] for name in ARRAYS}
-        return Dataset(**arrays, metadata={**self.metadata, "roots": int(len(arrays["key"]))})
+        per_sample = None if self.per_sample is None else self.per_sample[rows]
+        return Dataset(**arrays, metadata={**self.metadata, "roots": int(len(arrays["key"]))}, per_sample=per_sample)
 
     def split(self, test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
         """(train, test): whole groups (prompts, problems) go to one side, the groups shuffled with
@@ -422,6 +450,8 @@ class Dataset:
     def save(self, path: str | Path) -> None:
         """Write the dataset to ``path`` (.npz) atomically."""
         arrays = {name: getattr(self, name) for name in ARRAYS}
+        if self.per_sample is not None:
+            arrays["per_sample"] = self.per_sample
         check_output_file(path, "the dataset", example="dataset.npz")
         with atomic_output(path) as temporary, open(temporary, "wb") as stream:
             np.savez(stream, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays)
@@ -442,6 +472,8 @@ class Dataset:
                     raise DatasetError(f"{shown} is not a verispec selector dataset (no {', '.join(missing)})")
                 metadata = json.loads(str(data["metadata"]))
                 arrays = {name: data[name] for name in ARRAYS}
+                if "per_sample" in names:
+                    arrays["per_sample"] = data["per_sample"]
         except DatasetError:
             raise
         except FileNotFoundError:
@@ -463,6 +495,12 @@ class Dataset:
             raise DatasetError(f"dataset {shown} was labelled for the action grid {dataset.grid.describe()}, not "
                                f"{grid.describe()}; build a dataset for this grid")
         return dataset
+
+
+def trace_store_path(out: str | Path) -> Path:
+    """Where ``verispec selector dataset`` keeps the finished traces of ``out``: ``OUT.traces.json``."""
+    out = Path(out)
+    return out.with_name(out.name + ".traces.json")
 
 
 def store_path(out: str | Path) -> Path:
@@ -582,10 +620,25 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
                       upper=[row["upper"] for row in rows], group=[row["group"] for row in rows],
                       setting=[samplings.index(_sampling_dict(keyed[key].sampling)) for key in keys],
                       context_length=[row["context_length"] for row in rows],
-                      label_method=[row["label_method"] for row in rows], key=keys, metadata=metadata)
+                      label_method=[row["label_method"] for row in rows], key=keys, metadata=metadata,
+                      per_sample=_per_sample(rows, len(grid)))
     dataset.save(out)
     return dataset
 
 
+def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
+    """[N, S, A] of the rows' per-tree values (NaN where a root has fewer trees or exact labels); None when no
+    root has two trees (nothing to cross-fit)."""
+    counts = [len(row.get("per_sample") or ()) for row in rows]
+    if max(counts) < 2:
+        return None
+    out = np.full((len(rows), max(counts), actions), np.nan)
+    for index, row in enumerate(rows):
+        if counts[index]:
+            out[index, :counts[index]] = row["per_sample"]
+    return out
+
+
 __all__ = ["BUILD_METHODS", "DATASET_FORMAT", "Dataset", "DatasetError", "Root", "ShiftedProblem", "build_dataset",
-          "label_root", "label_tasks", "root_problem", "store_path", "synthetic_roots", "trace_roots"]
+          "label_root", "label_tasks", "root_problem", "store_path", "synthetic_roots", "trace_roots",
+          "trace_store_path"]

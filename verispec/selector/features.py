@@ -16,8 +16,15 @@ draft's law after the root (the draft catches up on the root before choosing). F
 * the latencies ``draft_time`` = t_q and ``target_time`` = t_p(1) of the latency model.
 
 The laws are numpy or torch 1-D arrays over the vocabulary (``scalar_features``) or [B, V] rows
-(``scalar_features_batch``). Torch inputs are reduced on their own device in float64 and only the scalars come
-to the host, so a GPU decoder moves a few numbers per block, not three vocabulary rows. This module does not
+(``scalar_features_batch``), in any float dtype. The six law features are computed in float32, by one kernel for
+every input: the network reads its inputs in float32, so float64 would buy digits it drops, and at Qwen's
+vocabulary (V = 151,936) float64 passes cost 3.5 ms a block on one CPU thread against 0.6 ms (memory-bound
+passes over 1.2 instead of 0.6 MB a law; ``benchmarks/bench_selector_features.py``). The features agree with
+float64 arithmetic to about 1e-6 relative (tested against closed forms); a probability below float32's
+smallest subnormal (1.4e-45) counts as 0, in training and in decoding alike since both go through this kernel.
+Numpy inputs and torch tensors on the CPU are reduced by numpy (a torch CPU tensor is read without a copy:
+numpy's per-call cost is a tenth of torch's, which matters at a dozen reductions a block); a tensor on an
+accelerator is reduced by torch on its device and only the scalars come to the host. This module does not
 import torch (a torch input means torch is already loaded).
 """
 
@@ -44,8 +51,8 @@ MASS_TOLERANCE = 1e-4
 
 _LAW_NAMES = ("p_prev", "q_prev", "q_root")
 
-#: Probabilities are clamped to this before their log (0 log 0 = 0).
-_TINY = 1e-300
+#: Probabilities are clamped to this (float32's smallest subnormal) before their log, so 0 log 0 = 0.
+_TINY = float(np.finfo(np.float32).smallest_subnormal)
 
 
 def _is_torch(value) -> bool:
@@ -53,16 +60,21 @@ def _is_torch(value) -> bool:
 
 
 def _rows(values, name: str, *, batched: bool):
-    """The law as float64 rows [B, V] (numpy, or torch on its own device), with its namespace."""
+    """The law as float32 rows [B, V] with the namespace that reduces them: numpy for numpy inputs and CPU
+    tensors (read in place when already float32), torch for tensors on an accelerator."""
     if values is None:
         raise SelectorError(f"the feature input {name} is missing (the decoder computed no law there)")
     if _is_torch(values):
         import torch
 
-        rows, xp = values.detach().to(torch.float64), torch
+        values = values.detach()
+        if values.device.type == "cpu":
+            rows, xp = values.numpy().astype(np.float32, copy=False), np
+        else:
+            rows, xp = values.to(torch.float32), torch
     else:
         try:
-            rows, xp = np.asarray(values, dtype=np.float64), np
+            rows, xp = np.asarray(values, dtype=np.float32), np
         except (TypeError, ValueError):
             raise SelectorError(f"the feature input {name} is not an array of numbers") from None
     wanted = 2 if batched else 1
@@ -76,9 +88,10 @@ def _check_rows(rows, xp, name: str) -> bool:
     """Refuse NaN, infinite, negative or massless rows, and rows whose total is more than ``MASS_TOLERANCE``
     from one (two reductions per row: the total, NaN or infinite when any entry is, and the minimum). True when
     some entry is 0 (a filtered law)."""
-    total = rows.sum(-1)  # [B]
-    low = rows.min(-1) if xp is np else rows.amin(-1)  # [B]
-    total, low = (total, low) if xp is np else (total.cpu().numpy(), low.cpu().numpy())
+    if xp is np:
+        total, low = rows.sum(-1), rows.min(-1)  # [B], [B]
+    else:
+        total, low = (column.cpu().numpy() for column in (rows.sum(-1), rows.amin(-1)))
     if not np.isfinite(total).all():
         raise SelectorError(f"the feature input {name} holds NaN or infinite values (an all-masked top-k or top-p "
                             "row gives NaN)")
@@ -93,30 +106,37 @@ def _check_rows(rows, xp, name: str) -> bool:
 
 
 def _law_features(p, q, r, xp, zeros=(True, True, True)):
-    """H(p), H(q), H(r), KL(p||q), KL(q||p), L1(p, q) per row [B, 6] (numpy, or torch on the rows' device).
+    """H(p), H(q), H(r), KL(p||q), KL(q||p), L1(p, q) per row [B, 6] (float64 numpy), from float32 rows [B, V]
+    (numpy, or torch on their device).
 
-    One log per law, of the law clamped to ``_TINY`` (so 0 log 0 = 0 exactly, and the log of a positive
-    number below 1e-300, beyond any sampling law's precision, reads as that of 1e-300), and sums of products as
+    One log per law (over its support when it holds a 0, so 0 log 0 = 0) and sums of products as
     dot products; KL(x || y) is set to +inf where x > 0 = y somewhere, then capped at ``KL_CAP``. ``zeros``
     says which laws may hold a 0 (the others skip the clamp and the support test: a dense law costs less)."""
     if xp is np:
-        logs = [np.log(np.maximum(law, _TINY) if zero else law) for law, zero in zip((p, q, r), zeros)]  # [B, V]
-
-        def dot(x, y):
-            return np.einsum("bv,bv->b", x, y)  # [B]
+        # a filtered law's log only over its support (0 elsewhere, where the law is 0): half a clamp's cost
+        logs = [np.log(law, out=np.zeros_like(law), where=law > 0) if zero else np.log(law)
+                for law, zero in zip((p, q, r), zeros)]  # [B, V] each
+        dot = np.vecdot  # [B]; BLAS, a tenth of einsum's cost in float32
     else:
-        logs = [xp.log(law.clamp_min(_TINY) if zero else law) for law, zero in zip((p, q, r), zeros)]  # [B, V]
+        logs = [xp.log(law.clamp_min(_TINY)) if zero else xp.log(law) for law, zero in zip((p, q, r), zeros)]
         dot = xp.linalg.vecdot
-    lp, lq, lr = logs
-    plp, qlq = dot(p, lp), dot(q, lq)  # [B]
-    kl_pq, kl_qp = plp - dot(p, lq), qlq - dot(q, lp)  # [B]
-    if zeros[1]:
-        kl_pq = xp.where(((p > 0) & (q == 0)).any(-1), xp.full_like(kl_pq, KL_CAP), kl_pq)
-    if zeros[0]:
-        kl_qp = xp.where(((q > 0) & (p == 0)).any(-1), xp.full_like(kl_qp, KL_CAP), kl_qp)
-    columns = [-plp, -qlq, -dot(r, lr), kl_pq, kl_qp, xp.abs(p - q).sum(-1)]
-    out = xp.stack(columns, 1)  # [B, 6]
-    out[:, 3:5] = out[:, 3:5].clip(0.0, KL_CAP) if xp is np else out[:, 3:5].clamp(0.0, KL_CAP)
+    lp, lq, lr = logs  # [B, V] each
+    columns = [dot(p, lp), dot(q, lq), dot(r, lr), dot(p, lq), dot(q, lp), xp.abs(p - q).sum(-1)]  # [B] each
+    if xp is not np:
+        columns = [column.cpu().numpy() for column in xp.stack(columns).unsqueeze(1)]  # one transfer
+        p_outside_q = ((p > 0) & (q == 0)).any(-1).cpu().numpy() if zeros[1] else None
+        q_outside_p = ((q > 0) & (p == 0)).any(-1).cpu().numpy() if zeros[0] else None
+    else:
+        p_outside_q = ((p > 0) & (q == 0)).any(-1) if zeros[1] else None
+        q_outside_p = ((q > 0) & (p == 0)).any(-1) if zeros[0] else None
+    plp, qlq, rlr, plq, qlp, l1 = (np.asarray(column, dtype=np.float64).reshape(-1) for column in columns)
+    kl_pq, kl_qp = plp - plq, qlq - qlp  # [B]
+    if p_outside_q is not None:
+        kl_pq = np.where(p_outside_q, KL_CAP, kl_pq)
+    if q_outside_p is not None:
+        kl_qp = np.where(q_outside_p, KL_CAP, kl_qp)
+    out = np.stack([-plp, -qlq, -rlr, kl_pq, kl_qp, l1], 1)  # [B, 6]
+    out[:, 3:5] = out[:, 3:5].clip(0.0, KL_CAP)
     return out
 
 
@@ -141,9 +161,13 @@ def scalar_features_batch(p_prev, q_prev, q_root, *, context_length, sampling, l
     each on its own device); ``context_length`` an int or [B] ints; ``sampling`` one ``Sampling`` or one per
     row; ``latency`` a ``LatencyModel``. A NaN, negative or massless row is a one-line SelectorError naming
     its input."""
+    return _features((p_prev, q_prev, q_root), True, context_length, sampling, latency)
+
+
+def _features(inputs, batched: bool, context_length, sampling, latency) -> np.ndarray:
     laws, zeros = [], []
-    for values, name in zip((p_prev, q_prev, q_root), _LAW_NAMES):
-        rows, xp = _rows(values, name, batched=True)
+    for values, name in zip(inputs, _LAW_NAMES):
+        rows, xp = _rows(values, name, batched=batched)
         zeros.append(_check_rows(rows, xp, name))
         laws.append((rows, xp))
     (p, xp_p), (q, xp_q), (r, xp_r) = laws
@@ -153,10 +177,7 @@ def scalar_features_batch(p_prev, q_prev, q_root, *, context_length, sampling, l
     if not (xp_p is xp_q is xp_r) or (xp_p is not np and not (p.device == q.device == r.device)):
         raise SelectorError("the feature inputs p_prev, q_prev, q_root must be all numpy or all torch on one device")
     xp, count = xp_p, p.shape[0]
-    if xp is np:
-        law_features = _law_features(p, q, r, np, zeros)  # [B, 6]
-    else:
-        law_features = _law_features(p, q, r, xp, zeros).cpu().numpy()  # [B, 6], one transfer
+    law_features = _law_features(p, q, r, xp, zeros)  # [B, 6]
 
     lengths = np.broadcast_to(np.asarray(context_length), (count,)) if np.ndim(context_length) == 0 else \
         np.asarray(context_length)
@@ -183,13 +204,9 @@ def scalar_features_batch(p_prev, q_prev, q_root, *, context_length, sampling, l
 def scalar_features(p_prev, q_prev, q_root, *, context_length: int, sampling, latency) -> np.ndarray:
     """The ``SCALAR_FEATURES`` of one root [F] (float64), from p_prev, q_prev, q_root [V] (numpy or torch).
     See ``scalar_features_batch``."""
-    for values, name in zip((p_prev, q_prev, q_root), _LAW_NAMES):
-        _rows(values, name, batched=False)  # the shape check, with the [V] wording
     if isinstance(context_length, bool) or not isinstance(context_length, (int, np.integer)):
         raise SelectorError(f"context_length must be a non-negative integer, got {context_length!r}")
-    rows = [values[None] if _is_torch(values) else np.asarray(values, dtype=np.float64)[None]
-            for values in (p_prev, q_prev, q_root)]
-    return scalar_features_batch(*rows, context_length=int(context_length), sampling=sampling, latency=latency)[0]
+    return _features((p_prev, q_prev, q_root), False, int(context_length), sampling, latency)[0]
 
 
 def feature_index(name: str, names=SCALAR_FEATURES) -> int:

@@ -1,0 +1,219 @@
+"""Wall-clock decoding with the delay selector on prompts held out from its training, side by side with the same
+verifier at its best static action and with plain sampling from the target, in one run on one machine.
+
+    verispec selector dataset --pair qwen-coder --prompts humaneval:8 --prompts prose:8 --out qwen.npz ...
+    verispec selector train --dataset qwen.npz --verifiers specinfer --out specinfer.pt
+    verispec selector train --dataset qwen.npz --verifiers traversal-iid --out traversal-iid.pt
+    python experiments/selector_decoding.py --pair qwen-coder --dataset qwen.npz \\
+        --selector specinfer.pt --selector traversal-iid.pt --prompts humaneval:8 --prompts prose:8 \\
+        --max-new-tokens 48 --threads 2 --output results/selector_decoding.json
+
+The held-out prompts are the groups of the dataset the selectors did not train on (the split recorded in the
+first selector; every selector must have been trained on the same split). ``--prompts`` must name the prompts the
+dataset was traced from (the same specs as ``verispec selector dataset``), so each held-out group has its text.
+For every held-out prompt and every sampling setting of the dataset, the methods are:
+
+* ``plain``: plain sampling from the target (``sample_target``), one target forward per token;
+* ``NAME static``: NAME's verifier on its best static action, chosen on the training roots of the setting under
+  the selector's latency model (``verispec.selector.evaluate.best_static``: the largest sum E[tau+1] / sum T(a));
+* ``NAME selector``: ``generate(..., selector=SelectorPolicy(selector))``: every block's action chosen from
+  the block's features; the seconds spent choosing are part of the decoding time.
+
+Each (method, prompt, setting) cell is one row of a ``ResultStore`` keyed on them, with the pair, token budget,
+seed, device, dtype, threads and the selectors' file hashes as the file's parameters (an interrupted run
+resumes; a file from other settings is refused). The load average is recorded with every row: torch under load
+runs 50-100x slower, and a row timed under load says so. The summary gives per setting and method the tokens
+per target call, tokens/s (total tokens over total decode seconds, prefill excluded), the ratio to plain, the
+paired ratio of selector to static per prompt (mean and range), and the selector's seconds per block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from verispec.errors import VerispecError
+from verispec.io import ResultStore, atomic_write_text
+
+
+def _file_hash(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def _setting_name(sampling: dict) -> str:
+    parts = [f"T={sampling['temperature']:g}"]
+    if sampling.get("top_k"):
+        parts.append(f"top-k={sampling['top_k']}")
+    if sampling.get("top_p") not in (None, 1.0):
+        parts.append(f"top-p={sampling['top_p']:g}")
+    return " ".join(parts)
+
+
+def decode_cell(pair, prompt: str, method: str, plan: dict, setting: int, sampling, max_new_tokens: int,
+                seed: int) -> dict:
+    """One timed generation: plain, a static action (the setting's), or a selector policy."""
+    from verispec.models import generate, sample_target
+
+    if method == "plain":
+        generation = sample_target(pair, prompt, max_new_tokens, sampling, seed)
+    elif plan["kind"] == "static":
+        action = plan["actions"][setting]
+        generation = generate(pair, prompt, action.tree, action.verifier, max_new_tokens, sampling, seed)
+    else:
+        generation = generate(pair, prompt, None, None, max_new_tokens, sampling, seed, selector=plan["policy"])
+    summary = generation.summary()
+    row = {key: summary[key] for key in ("new_tokens", "decode_s", "prefill_s", "target_calls", "draft_calls",
+                                         "tokens_per_target_call", "blocks", "drafting_s", "target_s", "verify_s",
+                                         "cache_s", "select_s")}
+    actions = [block.action for block in generation.blocks if block.action is not None]
+    row["actions"] = {str(action): actions.count(action) for action in sorted(set(actions))}  # grid index -> blocks
+    return row
+
+
+def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]:
+    table = []
+    for setting in settings:
+        cells = {method: {key.split("|")[1]: row for key, row in rows.items()
+                          if key.split("|")[0] == method and key.split("|")[2] == setting} for method in methods}
+        plain = cells.get("plain") or {}
+        plain_rate = (sum(r["new_tokens"] for r in plain.values()) / sum(r["decode_s"] for r in plain.values())
+                      if plain else None)
+        for method in methods:
+            done = cells[method]
+            if not done:
+                continue
+            tokens = sum(row["new_tokens"] for row in done.values())
+            seconds = sum(row["decode_s"] for row in done.values())
+            calls = sum(row["target_calls"] for row in done.values())
+            entry = {"setting": setting, "method": method, "prompts": len(done), "tokens": tokens,
+                     "tokens_per_s": tokens / seconds, "tokens_per_target_call": tokens / calls,
+                     "load_average_max": max(row["load_average"] for row in done.values())}
+            if plain_rate:
+                entry["vs_plain"] = entry["tokens_per_s"] / plain_rate
+            if method.endswith(" selector"):
+                static = cells.get(method.removesuffix(" selector") + " static") or {}
+                paired = [(row["new_tokens"] / row["decode_s"]) / (static[p]["new_tokens"] / static[p]["decode_s"])
+                          for p, row in done.items() if p in static]
+                if paired:
+                    entry["vs_static_per_prompt"] = {"mean": float(np.mean(paired)), "min": float(np.min(paired)),
+                                                     "max": float(np.max(paired)), "prompts": len(paired)}
+                blocks = sum(row["blocks"] for row in done.values())
+                entry["select_ms_per_block"] = 1e3 * sum(row["select_s"] for row in done.values()) / max(blocks, 1)
+            table.append(entry)
+    return table
+
+
+def markdown(table: list[dict], parameters: dict) -> str:
+    lines = [f"# Selector decoding: {parameters['pair']} on {parameters['device']} ({parameters['dtype']}, "
+             f"{parameters['threads']} threads), {parameters['max_new_tokens']} new tokens, held-out prompts", "",
+             "| setting | method | prompts | tokens/target call | tokens/s | vs plain | selector / static per prompt "
+             "(mean, range) | choosing, ms/block | max load |", "|---|---|---|---|---|---|---|---|---|"]
+    for e in table:
+        paired = e.get("vs_static_per_prompt")
+        paired_text = f"{paired['mean']:.3f} ({paired['min']:.3f}-{paired['max']:.3f})" if paired else "-"
+        choose = f"{e['select_ms_per_block']:.2f}" if "select_ms_per_block" in e else "-"
+        vs_plain = f"{e['vs_plain']:.3f}" if "vs_plain" in e else "-"
+        lines.append(f"| {e['setting']} | {e['method']} | {e['prompts']} | {e['tokens_per_target_call']:.2f} | "
+                     f"{e['tokens_per_s']:.3f} | {vs_plain} | {paired_text} | {choose} | {e['load_average_max']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="qwen-coder", help="installed pair (default qwen-coder)")
+    parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
+    parser.add_argument("--draft", help="draft model directory")
+    parser.add_argument("--dataset", required=True, help="the dataset the selectors were trained on")
+    parser.add_argument("--selector", action="append", required=True, help="a selector file (repeatable)")
+    parser.add_argument("--prompts", action="append", required=True,
+                        help="the dataset's prompt specs (humaneval:N, prose, prose:N, FILE); repeatable")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--max-prompts", type=int, default=None, help="at most this many held-out prompts")
+    parser.add_argument("--output", default="results/selector_decoding.json")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import torch
+
+        from verispec.latency import LatencyModel
+        from verispec.models import Sampling, load_pair
+        from verispec.selector.actions import action_times
+        from verispec.selector.command import held_out, read_prompt_specs
+        from verispec.selector.dataset import Dataset
+        from verispec.selector.evaluate import best_static
+        from verispec.selector.selector import Selector, SelectorPolicy
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        dataset = Dataset.load(args.dataset)
+        selectors = {Path(path).stem: Selector.load(path) for path in args.selector}
+        splits = {name: held_out(dataset, selector) for name, selector in selectors.items()}
+        train, test = next(iter(splits.values()))
+        groups = sorted(set(test.group.tolist()))
+        if any(sorted(set(t.group.tolist())) != groups for _, t in splits.values()):
+            raise VerispecError("the selectors were trained on different splits; train them on one split")
+        texts = dict(read_prompt_specs(args.prompts))
+        missing = [group for group in groups if group not in texts]
+        if missing:
+            raise VerispecError(f"--prompts has no text for the held-out groups {', '.join(missing[:3])}; give the "
+                                "specs the dataset was traced from")
+        groups = groups[:args.max_prompts] if args.max_prompts else groups
+        samplings = dataset.samplings
+        if any(not (train.setting == index).any() for index in range(len(samplings))):
+            raise VerispecError("a sampling setting of the dataset has no training root; build more roots")
+        plans = {"plain": {"kind": "plain"}}
+        for name, selector in selectors.items():
+            latency = LatencyModel.from_dict(selector.metadata["latency"])
+            allowed = [dataset.grid.index(action) for action in selector.grid.actions]
+            times = action_times(dataset.grid, latency)
+            statics = [dataset.grid.actions[best_static(train.efficiency[train.setting == index], times, allowed)]
+                       for index in range(len(samplings))]  # per setting, as 'verispec selector evaluate' does
+            plans[f"{name} static"] = {"kind": "static", "actions": statics}
+            plans[f"{name} selector"] = {"kind": "selector", "policy": SelectorPolicy(selector)}
+        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
+                else load_pair(args.pair, device=args.device, dtype=args.dtype))
+        for selector in selectors.values():
+            selector.check_fits(pair=pair, vocab_size=pair.vocab_size)
+        parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                      "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
+                      "threads": torch.get_num_threads(), "dataset": _file_hash(args.dataset),
+                      "selectors": {name: _file_hash(path) for name, path in zip(selectors, args.selector)},
+                      "static": {name: [action.name for action in plan["actions"]] for name, plan in plans.items()
+                                 if plan["kind"] == "static"}}
+        store = ResultStore(args.output, parameters=parameters)
+    except VerispecError as error:
+        print(f"selector_decoding: error: {error}", file=sys.stderr)
+        return 2
+    settings = [_setting_name(sampling) for sampling in samplings]
+    cells = [(method, group, index) for index in range(len(samplings)) for group in groups for method in plans]
+    for method, group, index in tqdm(cells, desc="cells"):
+        key = f"{method}|{group}|{settings[index]}"
+        if store.done(key):
+            continue
+        sampling = Sampling(samplings[index]["temperature"], samplings[index]["top_k"], samplings[index]["top_p"])
+        seed = args.seed + 1000 * index + groups.index(group)  # every method of a cell draws from the same seed
+        row = decode_cell(pair, texts[group], method, plans[method], index, sampling, args.max_new_tokens, seed)
+        row["load_average"] = os.getloadavg()[0]
+        store.add(key, row)
+    table = summarize(dict(store.rows), list(plans), settings)
+    text = markdown(table, parameters)
+    output = Path(args.output)
+    atomic_write_text(output.with_suffix(".md"), text)
+    atomic_write_text(output.with_suffix(".summary.json"), json.dumps(table, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
