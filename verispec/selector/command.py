@@ -73,6 +73,9 @@ def add_parser(commands, options) -> None:
     dataset.add_argument("--seed", type=integer(minimum=0, what="a non-negative integer"), default=0)
     dataset.add_argument("--out", required=True, metavar="FILE", help="the dataset to write (resumable)")
     dataset.add_argument("--overwrite", action="store_true", help="start over, replacing FILE and its row store")
+    dataset.add_argument("--hidden", action="store_true",
+                         help="also keep each root's last-layer hidden states (target_prev, draft_prev, draft_root; "
+                              "a pair's roots only), for 'selector train --hidden'")
     options["backend"](dataset)
     options["device"](dataset)
 
@@ -94,6 +97,10 @@ def add_parser(commands, options) -> None:
                        help="the worst fraction of roots the penalty averages over (default 0.1)")
     train.add_argument("--seed", type=integer(minimum=0, what="a non-negative integer"), default=0)
     train.add_argument("--device", default="cpu", help="torch device for training (cpu, cuda)")
+    train.add_argument("--hidden", default=None, metavar="NAMES",
+                       help="the network also reads these hidden states of the dataset (comma-separated, e.g. "
+                            "target_prev,draft_root; 'all' for every one it holds), each projected to 128 and "
+                            "layer-normed (mlp only)")
     _add_latency_options(train, number, default_text="the dataset's")
     train.add_argument("--json", action="store_true")
 
@@ -251,7 +258,7 @@ def _run_dataset(args, load_pair) -> int:
     dataset = build_dataset(roots, grid, method=args.method, samples=args.samples, epsilon=args.epsilon,
                             out=args.out, latency=latency, pair=pair, backend=args.backend, jobs=args.jobs,
                             address=args.address, progress=sys.stderr.isatty(), overwrite=args.overwrite,
-                            seed=args.seed)
+                            seed=args.seed, hidden=args.hidden)
     methods = sorted(set(dataset.label_method.tolist()))
     print(f"wrote {args.out}: {len(dataset)} roots in {len(set(dataset.group.tolist()))} groups, {len(grid)} "
           f"actions, labels {'/'.join(methods)} ({_elapsed(start)})")
@@ -298,9 +305,19 @@ def _run_train(args, load_pair) -> int:
                             "verispec's; rebuild the dataset")
     times = action_times(sub, latency)  # [A']
     plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
+    hidden = None
+    if args.hidden:
+        held = sorted(dataset.hidden or {})
+        names = held if args.hidden.strip() == "all" else [n.strip() for n in args.hidden.split(",") if n.strip()]
+        missing = [name for name in names if name not in held]
+        if not held or missing or not names:
+            raise VerispecError(f"--hidden {args.hidden}: {args.dataset!r} holds the hidden states "
+                                f"{', '.join(held) or 'none'} (build it with 'selector dataset --hidden')")
+        hidden = {name: train.hidden[name] for name in names}
     start = time.perf_counter()
     selector = train_selector(
         features, train.efficiency[:, columns], times, sub, kind=args.kind, base=plain[0] if plain else None,
+        hidden=hidden,
         seed=args.seed, epochs=args.epochs, device=args.device, penalty=args.penalty, alpha=args.alpha,
         metadata={"pair": dataset.metadata.get("pair"), "tokenizer": dataset.metadata.get("tokenizer"),
                   "vocab_size": dataset.metadata.get("vocab_size"), "samplings": dataset.metadata.get("samplings"),
@@ -309,7 +326,8 @@ def _run_train(args, load_pair) -> int:
                   "train_groups": sorted(set(train.group.tolist())),
                   "label_method": dataset.metadata.get("method")})
     selector.save(args.out)
-    chosen = selector.choose_batch(test.features) if len(test) else []
+    chosen = selector.choose_batch(test.features, None if hidden is None else
+                                   {name: test.hidden[name] for name in hidden}) if len(test) else []
     summary = {"out": args.out, "kind": args.kind, "verifiers": list(verifiers), "actions": len(sub),
                "train_roots": len(train), "test_roots": len(test), "latency": latency.as_dict(),
                "seconds": time.perf_counter() - start,

@@ -37,6 +37,10 @@ written atomically:
                                        an action on some trees and score it on the others (the cross-fitted
                                        oracle), since the best of noisy labels, scored on themselves, is biased
                                        upward
+    hidden.NAME     [N, d] float32     optional (``build_dataset(hidden=True)``, a pair's roots): the last layer's
+                                       hidden states at the root, named as decoding's ``BlockContext.hidden``:
+                                       target_prev (the target at the token before the root), draft_prev and
+                                       draft_root (the draft there and at the root)
 """
 
 from __future__ import annotations
@@ -284,6 +288,33 @@ def root_problem(root: Root, depth: int, pair=None) -> tuple[Problem, np.ndarray
             np.asarray(base.draft(prefix[:-1]), dtype=np.float64), np.asarray(base.draft(prefix), dtype=np.float64))
 
 
+#: The hidden states a dataset may hold, as ``verispec.models.decoding.BlockContext.hidden`` names them.
+HIDDEN_NAMES = ("target_prev", "draft_prev", "draft_root")
+
+
+def root_hidden(root: Root, pair) -> dict[str, np.ndarray]:
+    """The last layer's hidden states [d] (float32 numpy) at a pair's root, as decoding gives a policy that reads
+    them: ``target_prev``, the target after feeding the context up to the token before the root (the state
+    whose logits gave p_prev); ``draft_prev`` and ``draft_root``, the draft at that token and at the root."""
+    import torch
+
+    from verispec.models.tree_forward import CachedModel
+
+    if root.pair is None or pair is None or pair.name != root.pair:
+        raise DatasetError(f"hidden states come from the root's model pair; the root of group {root.group!r} comes "
+                           f"from {root.pair or 'a synthetic problem'!r}")
+    context = list(root.context)
+    with torch.inference_mode():
+        target = CachedModel(pair.target, hidden=True)
+        target.prefill(context[:-1])
+        target_prev = target.last_hidden[-1]  # [d_target]
+        draft = CachedModel(pair.draft, hidden=True)
+        draft.prefill(context)
+        draft_prev, draft_root = draft.last_hidden[-2], draft.last_hidden[-1]  # [d_draft] each
+    return {name: value.detach().float().cpu().numpy() for name, value in
+            zip(HIDDEN_NAMES, (target_prev, draft_prev, draft_root))}
+
+
 def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilon: float, latency,
                pair=None) -> dict:
     """The row of one root: its features, its labels for every action of ``grid`` and how they were computed.
@@ -360,6 +391,7 @@ class Dataset:
     key: np.ndarray
     metadata: dict
     per_sample: np.ndarray | None = None
+    hidden: dict[str, np.ndarray] | None = None
 
     def __post_init__(self):
         for name in ("features", "efficiency", "stderr", "lower", "upper"):
@@ -391,6 +423,14 @@ class Dataset:
                                f"{self.group[row]!r}; an all-masked top-k row gives NaN)")
         if not np.isfinite(self.efficiency).all():
             raise DatasetError("the dataset holds NaN or infinite labels")
+        if self.hidden is not None:
+            self.hidden = {str(name): np.asarray(block, dtype=np.float32) for name, block in self.hidden.items()}
+            for name, block in self.hidden.items():
+                if block.ndim != 2 or block.shape[0] != count:
+                    raise DatasetError(f"dataset hidden states {name!r} have shape {block.shape}; expected "
+                                       f"[{count}, d]")
+                if not np.isfinite(block).all():
+                    raise DatasetError(f"dataset hidden states {name!r} hold NaN or infinite values")
         if self.per_sample is not None:
             self.per_sample = np.asarray(self.per_sample, dtype=np.float64)
             if self.per_sample.ndim != 3 or self.per_sample.shape[0] != count or self.per_sample.shape[2] != actions:
@@ -429,7 +469,9 @@ class Dataset:
         rows = np.asarray(rows)
         arrays = {name: getattr(self, name)[rows] for name in ARRAYS}
         per_sample = None if self.per_sample is None else self.per_sample[rows]
-        return Dataset(**arrays, metadata={**self.metadata, "roots": int(len(arrays["key"]))}, per_sample=per_sample)
+        hidden = None if self.hidden is None else {name: block[rows] for name, block in self.hidden.items()}
+        return Dataset(**arrays, metadata={**self.metadata, "roots": int(len(arrays["key"]))}, per_sample=per_sample,
+                       hidden=hidden)
 
     def split(self, test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
         """(train, test): whole groups (prompts, problems) go to one side, the groups shuffled with
@@ -452,6 +494,8 @@ class Dataset:
         arrays = {name: getattr(self, name) for name in ARRAYS}
         if self.per_sample is not None:
             arrays["per_sample"] = self.per_sample
+        for name, block in (self.hidden or {}).items():
+            arrays[f"hidden.{name}"] = block
         check_output_file(path, "the dataset", example="dataset.npz")
         with atomic_output(path) as temporary, open(temporary, "wb") as stream:
             np.savez(stream, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays)
@@ -474,6 +518,10 @@ class Dataset:
                 arrays = {name: data[name] for name in ARRAYS}
                 if "per_sample" in names:
                     arrays["per_sample"] = data["per_sample"]
+                hidden = {name.removeprefix("hidden."): data[name] for name in sorted(names)
+                          if name.startswith("hidden.")}
+                if hidden:
+                    arrays["hidden"] = hidden
         except DatasetError:
             raise
         except FileNotFoundError:
@@ -511,7 +559,8 @@ def store_path(out: str | Path) -> Path:
 
 def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples: int = 4, epsilon: float = 0.01,
                   out: str | Path, latency, pair=None, backend: str = "serial", jobs: int | None = None,
-                  address=None, progress: bool = False, overwrite: bool = False, seed: int = 0) -> Dataset:
+                  address=None, progress: bool = False, overwrite: bool = False, seed: int = 0,
+                  hidden: bool = False) -> Dataset:
     """Label every root (``label_root``) for every action of ``grid`` and write the dataset to ``out``.
 
     Rows are kept in the row store ``OUT.roots.json`` (a ``ResultStore`` keyed on each root, recording every
@@ -520,7 +569,9 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     ``out`` itself is rewritten atomically at the end, its roots in the order given. Synthetic roots run on
     ``backend`` ('serial', 'local' with ``jobs`` processes at most the cores, 'dask' at ``address`` or
     'local:N', 'ray'); roots of a pair run in this process on ``pair``. An existing ``out`` without its row
-    store is refused unless ``overwrite``, which starts over. ``latency`` prices the latency features."""
+    store is refused unless ``overwrite``, which starts over. ``latency`` prices the latency features.
+    ``hidden``: also keep each root's hidden states (``root_hidden``; a pair's roots only), in their own row
+    store ``OUT.hidden.json`` (so a labelled build gains them without labelling again)."""
     from tqdm import tqdm
 
     from verispec.selector.actions import ActionGrid
@@ -550,6 +601,8 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     if not (hasattr(latency, "as_dict") and hasattr(latency, "target_time")):
         raise DatasetError(f"latency must be a verispec.latency.LatencyModel, got {type(latency).__name__}")
     pairs = sorted({root.pair for root in roots if root.pair is not None})
+    if hidden and (not pairs or any(root.pair is None for root in roots)):
+        raise DatasetError("hidden states come from a model pair; synthetic roots have none (leave hidden off)")
     if pairs and (pair is None or pairs != [pair.name]):
         raise DatasetError(f"the roots come from the pair(s) {', '.join(pairs)}; pass that one pair (got "
                            f"{'none' if pair is None else repr(pair.name)})")
@@ -606,6 +659,7 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
         if setting not in samplings:
             samplings.append(setting)
     rows = [store.rows[key] for key in keys]
+    states = _hidden_states(keys, keyed, pair, out, overwrite, progress) if hidden else None
     vocab_sizes = sorted({pair.vocab_size} if pairs else {int(keyed[key].problem["vocab"]) for key in keys})
     tokenizer = getattr(getattr(pair, "tokenizer", None), "name_or_path", None) if pairs else None
     metadata = {"format": DATASET_FORMAT, "version": DATASET_VERSION, "grid": grid.as_dict(),
@@ -621,9 +675,24 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
                       setting=[samplings.index(_sampling_dict(keyed[key].sampling)) for key in keys],
                       context_length=[row["context_length"] for row in rows],
                       label_method=[row["label_method"] for row in rows], key=keys, metadata=metadata,
-                      per_sample=_per_sample(rows, len(grid)))
+                      per_sample=_per_sample(rows, len(grid)), hidden=states)
     dataset.save(out)
     return dataset
+
+
+def _hidden_states(keys: list[str], keyed: dict, pair, out: Path, overwrite: bool, progress: bool) -> dict:
+    """{name: [N, d]} of the roots' hidden states, computed where ``OUT.hidden.json`` does not hold them yet."""
+    from tqdm import tqdm
+
+    try:
+        store = ResultStore(out.with_name(out.name + ".hidden.json"), parameters={"pair": pair.name},
+                            overwrite=overwrite)
+    except ResultStoreError as error:
+        raise DatasetError(f"{error} (or pass overwrite to start over)") from None
+    for key in tqdm([key for key in keys if not store.done(key)], desc="hidden states", disable=not progress,
+                    file=sys.stderr):
+        store.add(key, {name: block.tolist() for name, block in root_hidden(keyed[key], pair).items()})
+    return {name: np.array([store.rows[key][name] for key in keys], dtype=np.float32) for name in HIDDEN_NAMES}
 
 
 def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
@@ -639,6 +708,6 @@ def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
     return out
 
 
-__all__ = ["BUILD_METHODS", "DATASET_FORMAT", "Dataset", "DatasetError", "Root", "ShiftedProblem", "build_dataset",
-          "label_root", "label_tasks", "root_problem", "store_path", "synthetic_roots", "trace_roots",
-          "trace_store_path"]
+__all__ = ["BUILD_METHODS", "DATASET_FORMAT", "HIDDEN_NAMES", "Dataset", "DatasetError", "Root", "ShiftedProblem",
+           "build_dataset", "label_root", "label_tasks", "root_hidden", "root_problem", "store_path", "synthetic_roots",
+           "trace_roots", "trace_store_path"]

@@ -172,7 +172,15 @@ def verifier_actions(grid: ActionGrid, verifier: str) -> list[int]:
 def selector_choice(selector, dataset) -> np.ndarray:
     """The selector's action at every root of ``dataset``, as indices into the DATASET's grid (a selector
     trained on a sub-grid, one verifier's actions say, is mapped by action)."""
-    chosen = np.asarray(selector.choose_batch(dataset.features), dtype=np.int64)  # [N] in the selector's grid
+    hidden = None
+    if selector.uses_hidden:
+        held = dataset.hidden or {}
+        missing = [name for name in selector.hidden_names if name not in held]
+        if missing:
+            raise SelectorError(f"the selector reads the hidden states {', '.join(missing)}, which the dataset does "
+                                "not hold (build it with 'selector dataset --hidden')")
+        hidden = {name: held[name] for name in selector.hidden_names}
+    chosen = np.asarray(selector.choose_batch(dataset.features, hidden), dtype=np.int64)  # [N], selector's grid
     mapping = np.array([dataset.grid.index(action) for action in selector.grid.actions], dtype=np.int64)
     return mapping[chosen]
 
