@@ -322,7 +322,7 @@ class DraftSide(Problem):
     exact = False
 
     def __init__(self, model: CachedModel, root_logits, root_node: int, sampling: Sampling, horizon: int,
-                 law_for_drafting=None, root_hidden=None):
+                 law_for_drafting=None, root_hidden=None, root_law=None):
         self.model = model
         self.sampling = sampling
         self.horizon = horizon
@@ -334,10 +334,12 @@ class DraftSide(Problem):
         self.host: dict[Prefix, np.ndarray] = {}        # prefix -> the drafter's q on the host [V]
         self.hidden: dict[Prefix, Any] = {}             # prefix -> the draft's hidden state [H] (model.hidden only)
         self.forward_calls = 0
-        self._store([()], root_logits[None], None if root_hidden is None else root_hidden[None])
+        self._store([()], root_logits[None], None if root_hidden is None else root_hidden[None],
+                    None if root_law is None else root_law[None])
 
-    def _store(self, prefixes, logits, hidden=None) -> None:
-        laws = self.sampling.probabilities(logits)  # [n, V] float64
+    def _store(self, prefixes, logits, hidden=None, laws=None) -> None:
+        """``laws``: the sampling laws of ``logits`` when the caller has them already (the policy's q_root)."""
+        laws = self.sampling.probabilities(logits) if laws is None else laws  # [n, V] float64
         drafting = laws if self._law_for_drafting is None else self._law_for_drafting(logits)
         host = drafting.cpu().numpy()
         host.setflags(write=False)  # on a CPU it shares memory with the q the verifier is handed
@@ -561,8 +563,9 @@ class SpeculativeDecoder:
         logits = draft.extend(unseen, list(range(-1, len(unseen) - 1)))
         return logits, (draft.last_hidden if self.needs_hidden else None)
 
-    def _choose(self, state: _Sequence, caught_up) -> int:
-        """The policy's action for this block, from what exists before its draws."""
+    def _choose(self, state: _Sequence, caught_up) -> tuple[int, Any]:
+        """The policy's action for this block, from what exists before its draws, and q at the root when the
+        policy needed it (drafting reuses it: one sampling law less per block, a top-p sort at Qwen's V)."""
         q_prev = q_root = None
         hidden = None
         if caught_up is not None:
@@ -581,7 +584,7 @@ class SpeculativeDecoder:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < len(self.actions):
             raise VerispecError(f"policy {type(self.policy).__name__}.choose returned {index!r:.60}; expected an "
                                 f"action index in 0..{len(self.actions) - 1}")
-        return int(index)
+        return int(index), q_root
 
     def _block(self, target: CachedModel, draft: CachedModel, state: _Sequence):
         """One block from ``state`` (updated to the next block's): the emitted tokens and the block's record."""
@@ -589,7 +592,7 @@ class SpeculativeDecoder:
 
         device = self.pair.device
         begin = time.perf_counter()
-        draft_calls, caught_up, select_s, index = 0, None, 0.0, None
+        draft_calls, caught_up, select_s, index, root_law = 0, None, 0.0, None, None
         # 0. the policy's choice, from what exists before the draws (the draft catches up first if it reads q)
         if self.policy is not None:
             if self.needs_draft or self.needs_hidden:
@@ -597,7 +600,7 @@ class SpeculativeDecoder:
                 draft_calls += 1
                 _synchronize(device)
             chosen = time.perf_counter()
-            index = self._choose(state, caught_up)
+            index, root_law = self._choose(state, caught_up)
             select_s = time.perf_counter() - chosen
         action = self.actions[0 if index is None else index]
         times = [time.perf_counter()]
@@ -610,7 +613,7 @@ class SpeculativeDecoder:
                 draft_calls += 1
             logits, states = caught_up
             side = DraftSide(draft, logits[-1], len(state.draft_unseen) - 1, self.sampling, action.drafter.depth,
-                             self._law_for_drafting, None if states is None else states[-1])
+                             self._law_for_drafting, None if states is None else states[-1], root_law)
             action.drafter.check_problem(side)
             shape = action.drafter.draw(side, RandomChooser(self.rng, max_choices=MAX_CHOICES_PER_TRACE,
                                                             name=action.drafter.spec))

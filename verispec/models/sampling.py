@@ -58,14 +58,26 @@ class Sampling:
             return torch.zeros_like(scores).scatter_(-1, best, 1.0)
         scores = scores / self.temperature
         removed = torch.zeros_like(scores, dtype=torch.bool)
+        top = None
         if self.top_k is not None:
-            kth = torch.topk(scores, min(self.top_k, scores.shape[-1]), dim=-1).values[..., -1:]
-            removed |= scores < kth
+            k = min(self.top_k, scores.shape[-1])
+            top = torch.topk(scores, k, dim=-1)  # [..., k], largest first
+            removed |= scores < top.values[..., -1:]
+            if k < scores.shape[-1] and bool(((~removed).sum(-1) != k).any()):
+                top = None  # ties at the k-th value keep more than k tokens: sort the whole vocabulary below
         if self.top_p is not None and self.top_p < 1:
-            masked = scores.masked_fill(removed, -math.inf)
-            ordered, order = torch.sort(masked, dim=-1, stable=True)  # least likely first
+            if top is not None:
+                # top-k kept exactly the k tokens of ``top``: sort those instead of the whole vocabulary (a sort of
+                # 151,936 scores per row costs 6 ms on a CPU, 86 ms for a 20-node tree). Ordered as the stable sort
+                # of the masked vocabulary orders them: by score, ties by token id.
+                ids, by_id = torch.sort(top.indices, dim=-1)  # [..., k]
+                ordered, within = torch.sort(torch.gather(top.values, -1, by_id), dim=-1, stable=True)
+                order = torch.gather(ids, -1, within)  # [..., k] token ids, least likely first
+            else:
+                masked = scores.masked_fill(removed, -math.inf)
+                ordered, order = torch.sort(masked, dim=-1, stable=True)  # least likely first
             cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
             drop = cumulative <= 1 - self.top_p
             drop[..., -1] = False  # the most likely token always stays
-            removed |= torch.zeros_like(drop).scatter(-1, order, drop)
+            removed = removed.scatter(-1, order, drop | removed.gather(-1, order))
         return torch.softmax(scores.masked_fill(removed, -math.inf), dim=-1)
