@@ -21,8 +21,8 @@ from verispec.selector.selector import Selector, SelectorPolicy  # noqa: E402
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from verispec.models import load_pair
     from tests.tiny_models import save_tiny_pair
+    from verispec.models import load_pair
 
     folder = tmp_path_factory.mktemp("hidden")
     target, draft = save_tiny_pair(folder / "pair")
