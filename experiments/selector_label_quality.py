@@ -14,7 +14,10 @@ i.i.d.-structured trees: specinfer, spectr, khisti, naivetree on delayed trees).
 label_quality`` then gives the bias and spread of the conditional means against the certified midpoints, the
 fraction inside their 95% intervals, and for m = 1, 2, 4, ... sampled trees (random subsets of the stored
 ones) how often the estimated best action (by E / T under the latency model) is the certified best, its regret
-and the rank correlation. Each root is one row of a ``ResultStore`` (resumable; load average recorded).
+and the rank correlation. Each root is one row of a ``ResultStore`` (resumable; load average recorded). A root
+where certify gives no interval within its budget (full-vocabulary laws at temperature 1 spread the walk over
+many tokens) is kept out of the comparison and listed under ``skipped_roots``; if every root is, the script
+says so and exits 3 (nothing measured).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from verispec.errors import VerispecError
+from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
 from verispec.io import ResultStore, atomic_write_text
 
 
@@ -95,15 +98,25 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         conditional = conditional_exact_labels(problem, grid, samples=args.samples, seed=args.seed + index)
         middle = time.perf_counter()
-        certified = certified_labels(problem, grid, args.epsilon, deadline=time.monotonic() + args.deadline)
+        try:
+            certified = certified_labels(problem, grid, args.epsilon, deadline=time.monotonic() + args.deadline)
+            bounds, skipped = {"lower": certified.lower.tolist(), "upper": certified.upper.tolist()}, None
+        except (AnalysisTimeoutError, ProblemTooLargeError) as error:  # certify gave no interval in its budget
+            bounds, skipped = None, str(error).splitlines()[0]
         end = time.perf_counter()
         store.add(key, {"conditional": {"efficiency": conditional.efficiency.tolist(),
                                         "stderr": conditional.stderr.tolist(),
                                         "per_sample": conditional.per_sample.tolist()},
-                        "certified": {"lower": certified.lower.tolist(), "upper": certified.upper.tolist()},
+                        "certified": bounds, "skipped": skipped, "setting": root.sampling.__repr__(),
                         "conditional_s": middle - start, "certified_s": end - middle,
                         "load_average": os.getloadavg()[0]})
-    rows = [store.rows[root.key()] for root in chosen]
+    every = [store.rows[root.key()] for root in chosen]
+    rows = [row for row in every if row["certified"] is not None]
+    if not rows:
+        print(f"selector_label_quality: error: certify gave no interval at any of the {len(every)} roots within "
+              f"--deadline {args.deadline:g} s per action ({every[0]['skipped']}); raise --deadline or --epsilon, "
+              "or take a smaller grid", file=sys.stderr)
+        return 3
     conditional = [LabelSet(np.array(r["conditional"]["efficiency"]), np.array(r["conditional"]["stderr"]),
                             np.array(r["conditional"]["efficiency"]), np.array(r["conditional"]["efficiency"]),
                             "conditional", args.samples, np.array(r["conditional"]["per_sample"])) for r in rows]
@@ -115,6 +128,8 @@ def main(argv=None) -> int:
     quality["max_certified_width"] = float(max((c.upper - c.lower).max() for c in certified))
     quality["seconds_per_root"] = {"conditional": float(np.mean([r["conditional_s"] for r in rows])),
                                    "certified": float(np.mean([r["certified_s"] for r in rows]))}
+    quality["skipped_roots"] = [{"setting": row["setting"], "why": row["skipped"]} for row in every
+                                if row["certified"] is None]
     quality["grid"] = grid.describe()
     quality["latency"] = latency.as_dict()
     atomic_write_text(Path(args.output).with_suffix(".summary.json"), json.dumps(quality, indent=1) + "\n")

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-def test_label_quality_experiment_runs_and_resumes(tmp_path, monkeypatch):
+def test_label_quality_experiment_runs_and_resumes(tmp_path, monkeypatch, capsys):
     from verispec.cli import main
 
     target, draft = save_tiny_pair(tmp_path / "pair")
@@ -47,6 +47,18 @@ def test_label_quality_experiment_runs_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr("verispec.selector.labels.certified_labels", refuse)
     monkeypatch.setattr("verispec.selector.labels.conditional_exact_labels", refuse)
     assert script.main(arguments) == 0
+    monkeypatch.undo()
+
+    # certify out of budget at every root: the roots are listed as skipped and the run says nothing was measured
+    from verispec.errors import AnalysisTimeoutError
+
+    def timeout(*_args, **_kwargs):
+        raise AnalysisTimeoutError("the certified walk ran past its time budget")
+
+    monkeypatch.setattr("verispec.selector.labels.certified_labels", timeout)
+    assert script.main(arguments[:-1] + [str(tmp_path / "none.json")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "certify gave no interval at any of the 2 roots" in err and "--deadline" in err
 
 
 def test_a_synthetic_dataset_is_refused_in_one_line(tmp_path, capsys):
