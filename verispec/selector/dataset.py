@@ -45,6 +45,7 @@ written atomically:
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -648,6 +649,10 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
                 row = label_root(keyed[key], grid, method=method, samples=int(samples), seed=int(seed),
                                  epsilon=float(epsilon), latency=latency, pair=pair)
                 arrived([{"key": key, **row}])
+                # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
+                # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
+                # grew to 24 GB and was killed without this
+                gc.collect()
             for rows in execute(tasks, backend, jobs, address, label_tasks):
                 arrived(rows)
         finally:
