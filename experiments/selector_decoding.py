@@ -47,15 +47,6 @@ def _file_hash(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _setting_name(sampling: dict) -> str:
-    parts = [f"T={sampling['temperature']:g}"]
-    if sampling.get("top_k"):
-        parts.append(f"top-k={sampling['top_k']}")
-    if sampling.get("top_p") not in (None, 1.0):
-        parts.append(f"top-p={sampling['top_p']:g}")
-    return " ".join(parts)
-
-
 def decode_cell(pair, prompt: str, method: str, plan: dict, setting: int, sampling, max_new_tokens: int,
                 seed: int) -> dict:
     """One timed generation: plain, a static action (the setting's), or a selector policy."""
@@ -195,7 +186,9 @@ def main(argv=None) -> int:
     except VerispecError as error:
         print(f"selector_decoding: error: {error}", file=sys.stderr)
         return 2
-    settings = [_setting_name(sampling) for sampling in samplings]
+    from verispec.selector.dataset import sampling_text
+
+    settings = [sampling_text(sampling) for sampling in samplings]
     cells = [(method, group, index) for index in range(len(samplings)) for group in groups for method in plans]
     for method, group, index in tqdm(cells, desc="cells"):
         key = f"{method}|{group}|{settings[index]}"

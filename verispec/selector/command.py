@@ -177,27 +177,20 @@ def read_prompt_specs(specs: list[str] | None) -> list[tuple[str, str]]:
     if not specs:
         raise VerispecError("give the prompts of the traces: --prompts humaneval:N, --prompts prose or --prompts FILE")
     prompts: list[tuple[str, str]] = []
+    def count_of(spec: str, hint: str = "") -> int:
+        text = spec.partition(":")[2]
+        if not text.isdigit() or int(text) < 1:
+            raise VerispecError(f"--prompts {spec!r}: give {spec.partition(':')[0]}:N with N a positive integer{hint}")
+        return int(text)
+
     for spec in specs:
         if spec.startswith("humaneval:"):
-            try:
-                count = int(spec.partition(":")[2])
-            except ValueError:
-                count = 0
-            if count < 1:
-                raise VerispecError(f"--prompts {spec!r}: give humaneval:N with N a positive integer")
             from verispec.models.prompts import humaneval_prompts
 
-            prompts += [(task, text) for task, text in humaneval_prompts(count)]
+            prompts += [(task, text) for task, text in humaneval_prompts(count_of(spec))]
             continue
         prose = spec == "prose" or spec.startswith("prose:")
-        count = None
-        if spec.startswith("prose:"):
-            try:
-                count = int(spec.partition(":")[2])
-            except ValueError:
-                count = 0
-            if count < 1:
-                raise VerispecError(f"--prompts {spec!r}: give prose:N with N a positive integer (or prose for all)")
+        count = count_of(spec, " (or prose for all)") if spec.startswith("prose:") else None
         path = PROSE_PROMPTS if prose else Path(spec)
         text = read_user_file(path, limit=64 << 20, what="--prompts", why="a prompts file is text, one per line")
         lines = [line.strip() for line in text.splitlines() if line.strip()][:count]
@@ -249,8 +242,8 @@ def _run_dataset(args, load_pair) -> int:
         _stderr(f"verispec: tracing {len(prompts)} prompts x {len(samplings)} settings, {args.trace_tokens} "
                 f"tokens each ({pair.name} on {pair.device})")
         try:
-            traces = ResultStore(trace_store_path(args.out), parameters={"pair": pair.name, "seed": args.seed},
-                                 overwrite=args.overwrite)
+            recorded = {"pair": pair.name, "seed": args.seed, "dtype": str(pair.target.dtype)}  # traces depend on all
+            traces = ResultStore(trace_store_path(args.out), parameters=recorded, overwrite=args.overwrite)
         except ResultStoreError as error:
             raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
         roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,

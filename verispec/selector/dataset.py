@@ -139,6 +139,17 @@ class Root:
         return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
 
 
+def sampling_text(sampling: Mapping) -> str:
+    """A sampling setting as recorded in datasets and selectors ({"temperature", "top_k", "top_p"}) in one line,
+    e.g. 'T=0.7 top-k=20 top-p=0.8' (filters that are off are left out)."""
+    parts = [f"T={sampling.get('temperature', 1.0):g}"]
+    if sampling.get("top_k"):
+        parts.append(f"top-k={sampling['top_k']}")
+    if sampling.get("top_p") not in (None, 1.0):
+        parts.append(f"top-p={sampling['top_p']:g}")
+    return " ".join(parts)
+
+
 def _check_samplings(samplings) -> list[Sampling]:
     if isinstance(samplings, Sampling):
         samplings = [samplings]
@@ -690,8 +701,8 @@ def _hidden_states(keys: list[str], keyed: dict, pair, out: Path, overwrite: boo
     from tqdm import tqdm
 
     try:
-        store = ResultStore(out.with_name(out.name + ".hidden.json"), parameters={"pair": pair.name},
-                            overwrite=overwrite)
+        store = ResultStore(out.with_name(out.name + ".hidden.json"),
+                            parameters={"pair": pair.name, "dtype": str(pair.target.dtype)}, overwrite=overwrite)
     except ResultStoreError as error:
         raise DatasetError(f"{error} (or pass overwrite to start over)") from None
     for key in tqdm([key for key in keys if not store.done(key)], desc="hidden states", disable=not progress,
@@ -714,5 +725,5 @@ def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
 
 
 __all__ = ["BUILD_METHODS", "DATASET_FORMAT", "HIDDEN_NAMES", "Dataset", "DatasetError", "Root", "ShiftedProblem",
-           "build_dataset", "label_root", "label_tasks", "root_hidden", "root_problem", "store_path", "synthetic_roots",
-           "trace_roots", "trace_store_path"]
+           "build_dataset", "label_root", "label_tasks", "root_hidden", "root_problem", "sampling_text", "store_path",
+           "synthetic_roots", "trace_roots", "trace_store_path"]

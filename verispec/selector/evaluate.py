@@ -32,6 +32,7 @@ import numpy as np
 
 from verispec.latency import LatencyModel
 from verispec.selector.actions import ActionGrid, SelectorError, action_times
+from verispec.selector.dataset import sampling_text
 
 #: Bootstrap resamples of the groups for the 95% intervals.
 DEFAULT_BOOTSTRAP = 2000
@@ -241,19 +242,8 @@ def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool 
 def _setting_name(dataset, setting) -> str:
     samplings = dataset.metadata.get("samplings") or []
     if isinstance(setting, (int, np.integer)) and 0 <= setting < len(samplings):
-        return _sampling_text(samplings[int(setting)])
+        return sampling_text(samplings[int(setting)])
     return str(setting)
-
-
-def _sampling_text(sampling) -> str:
-    if isinstance(sampling, Mapping):
-        parts = [f"T={sampling.get('temperature', 1.0):g}"]
-        if sampling.get("top_k"):
-            parts.append(f"top-k={sampling['top_k']}")
-        if sampling.get("top_p") not in (None, 1.0):
-            parts.append(f"top-p={sampling['top_p']:g}")
-        return " ".join(parts)
-    return str(sampling)
 
 
 def compare_selected(test, first: tuple[str, object], second: tuple[str, object], train, *,

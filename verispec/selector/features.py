@@ -17,9 +17,10 @@ draft's law after the root (the draft catches up on the root before choosing). F
 
 The laws are numpy or torch 1-D arrays over the vocabulary (``scalar_features``) or [B, V] rows
 (``scalar_features_batch``), in any float dtype. The six law features are computed in float32, by one kernel for
-every input: the network reads its inputs in float32, so float64 would buy digits it drops, and at Qwen's
-vocabulary (V = 151,936) float64 passes cost 3.5 ms a block on one CPU thread against 0.6 ms (memory-bound
-passes over 1.2 instead of 0.6 MB a law; ``benchmarks/bench_selector_features.py``). The features agree with
+every input: the network reads its inputs in float32, so float64 would buy digits it drops, and the passes are
+memory-bound (0.6 instead of 1.2 MB a law at Qwen's V = 151,936). On one CPU thread the kernel costs 1.2-1.5 ms
+a block there, about 1.4x less than the same arithmetic in float64, and 3x less than the previous float64 torch
+path (3.5-4.9 ms; ``benchmarks/bench_selector_features.py`` times both side by side). The features agree with
 float64 arithmetic to about 1e-6 relative (tested against closed forms); a probability below float32's
 smallest subnormal (1.4e-45) counts as 0, in training and in decoding alike since both go through this kernel.
 Numpy inputs and torch tensors on the CPU are reduced by numpy (a torch CPU tensor is read without a copy:

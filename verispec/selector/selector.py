@@ -25,6 +25,7 @@ import torch
 from verispec.errors import VerispecError, describe
 from verispec.io import atomic_output
 from verispec.selector.actions import Action, ActionGrid, SelectorError
+from verispec.selector.dataset import sampling_text
 from verispec.selector.features import DRAFT_FEATURES, SCALAR_FEATURES, scalar_features
 from verispec.selector.network import MODELS, build_model
 
@@ -43,15 +44,6 @@ def sampling_dict(sampling) -> dict:
                 "top_p": None if sampling.get("top_p") is None else float(sampling["top_p"])}
     return {"temperature": float(sampling.temperature), "top_k": sampling.top_k,
             "top_p": None if sampling.top_p is None else float(sampling.top_p)}
-
-
-def _sampling_text(data: dict) -> str:
-    text = f"T={data['temperature']:g}"
-    if data.get("top_k") is not None:
-        text += f" top-k={data['top_k']}"
-    if data.get("top_p") is not None:
-        text += f" top-p={data['top_p']:g}"
-    return text
 
 
 def plain_metadata(value, where: str = "metadata"):
@@ -180,8 +172,8 @@ class Selector:
             given = sampling_dict(sampling)
             trained = meta.get("samplings") or []
             if given not in [sampling_dict(s) for s in trained]:
-                refuse("sampling", _sampling_text(given),
-                       "; ".join(_sampling_text(sampling_dict(s)) for s in trained) or "no sampling (not recorded)")
+                refuse("sampling", sampling_text(given),
+                       "; ".join(sampling_text(sampling_dict(s)) for s in trained) or "no sampling (not recorded)")
         if latency is not None:
             given = plain_metadata(latency.as_dict())
             trained = meta.get("latency")
