@@ -162,5 +162,5 @@ def test_khisti_refuses_a_pair_matrix_beyond_memory_before_allocating_it():
     rng = np.random.default_rng(0)
     problem = ContextFreeProblem(rng.dirichlet(np.ones(size)), rng.dirichlet(np.ones(size)))
     tree = parse_tree("iid:2,1").sample(problem, rng)
-    with pytest.raises(ProblemTooLargeError, match=r"V = 10000 .*\(V <= 8192\)"):
+    with pytest.raises(ProblemTooLargeError, match=r"S = 10000 .*\(S <= 8192\)"):
         REGISTRY["khisti"].emission_law(tree)

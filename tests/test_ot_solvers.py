@@ -240,3 +240,75 @@ def test_node_optimal_couplings_can_differ_in_depth():
     assert root == pytest.approx(analyze(problem, parse_tree("iid:3,1"), TopDownVerifier(LPCoupling()))
                                  .acceptance_by_depth[0], abs=1e-9)
     assert abs(flow.block_efficiency - lp.block_efficiency) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------------
+# Khisti solved on the laws' support (filtered laws at a real vocabulary)
+
+def _sparse_node(seed: int, size: int, p_support: int, q_support: int):
+    """p and q on random supports of a V-token vocabulary, overlapping in part, with q above p on some tokens
+    (negative ranks p - q q, so tokens outside both supports compete for the truncated scheme's top slots)."""
+    rng = np.random.default_rng(seed)
+    p, q = np.zeros(size), np.zeros(size)
+    p_tokens = rng.choice(size, p_support, replace=False)
+    q_tokens = np.concatenate([p_tokens[: q_support // 2], rng.choice(size, q_support - q_support // 2)])
+    p[p_tokens] = rng.dirichlet(np.full(p_support, 0.5))
+    np.add.at(q, q_tokens, rng.dirichlet(np.full(len(q_tokens), 0.5)))
+    return p, q
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("num_drafts,truncation,exact_limit", [(2, 1, 0), (2, 2, 0), (3, 4, 0), (2, 5, 20_000)])
+def test_khisti_on_the_support_takes_the_full_size_rules_decisions(seed, num_drafts, truncation, exact_limit):
+    """The truncated tournament solved on the union of the supports (plus the outside tokens that can take a
+    top-s slot) gives the same step-1 law, row for row, as the tournament solved at full size. The optimal
+    weights come from a maximum flow, whose optimal solutions are not unique (README, "Ties"): there the two
+    reach the same optimum sum min(p, p_I), the OT acceptance alpha*."""
+    from verispec.verifiers.khisti import SupportSelection, exact_selection, tournament_selection
+
+    p, q = _sparse_node(seed, 40, 6, 5)
+    solver = KhistiSolver(exact_limit=exact_limit, truncation=truncation)
+    selection = solver.selection(p, q, num_drafts)
+    assert isinstance(selection, SupportSelection) and len(selection.tokens) < 40
+    full = (exact_selection(p, q, num_drafts) if exact_limit else
+            tournament_selection(p, q, num_drafts, truncation))
+    drafted = np.flatnonzero(q)
+    children = np.array(list(itertools.product(drafted, repeat=num_drafts)))
+    if exact_limit:
+        accepted = np.minimum(p, selection.intermediate).sum()
+        assert accepted == pytest.approx(np.minimum(p, full.intermediate).sum(), abs=1e-12)
+        union = np.flatnonzero((p > 0) | (q > 0))
+        assert accepted == pytest.approx(brute_force_alpha(p[union], q[union], num_drafts), abs=1e-12)
+        laws = selection.laws(children)  # [R, V] each row a law on the row's drafts
+        np.testing.assert_allclose(laws.sum(axis=1), 1.0, atol=1e-12)
+        np.testing.assert_allclose(q[children].prod(axis=1) @ laws, selection.intermediate, atol=1e-12)
+    else:
+        np.testing.assert_allclose(selection.laws(children), full.laws(children), atol=1e-12)
+        np.testing.assert_allclose(selection.intermediate, full.intermediate, atol=1e-12)
+
+
+def test_khisti_on_the_support_is_exact_in_rationals():
+    p = np.array([Fraction(0)] * 7 + [Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)], dtype=object)
+    q = np.array([Fraction(0)] * 6 + [Fraction(1, 5), Fraction(0), Fraction(1, 5), Fraction(3, 5)], dtype=object)
+    problem = ContextFreeProblem(p, q, exact=True)
+    for spec in ("iid:3,1", "delayed:2,1,1"):
+        result = analyze(problem, parse_tree(spec), TRUNCATED[1])
+        assert result.tv_distance == 0 and isinstance(result.block_efficiency, Fraction)
+
+
+def test_khisti_runs_at_qwens_vocabulary_on_filtered_laws_and_keeps_the_target_law():
+    """V = 151,936 with top-k style laws (10 and 8 tokens): the node's output law, summed over every ordered
+    pair of drafts, equals p to 1e-12, and the sampling twin emits only tokens of p's support."""
+    from verispec.simulator.chooser import RandomChooser
+
+    size = 151_936
+    p, q = _sparse_node(3, size, 10, 8)
+    solver = KhistiSolver()
+    drafted = np.flatnonzero(q)
+    children = np.array(list(itertools.product(drafted, repeat=2)))  # [64, 2]
+    weights = q[children].prod(axis=1)                                 # [64]
+    laws = solver.output_laws(np.tile(p, (len(children), 1)), np.tile(q, (len(children), 1)), children)
+    np.testing.assert_allclose(weights @ laws, p, atol=1e-12)
+    chooser = RandomChooser(np.random.default_rng(0))
+    for row in children[:16]:
+        assert p[solver.sample(p, q, tuple(int(t) for t in row), chooser)] > 0

@@ -133,9 +133,10 @@ def tournament_selection(p: np.ndarray, q: np.ndarray, num_drafts: int, truncati
     size = len(p)
     if size * size > MAX_PAIR_MATRIX_ENTRIES:
         raise ProblemTooLargeError(
-            f"khisti's truncated tournament stores a [V, V] pair matrix per round; V = {size} needs "
-            f"{size * size * 8 / 2**30:.0f} GiB, above the limit of {MAX_PAIR_MATRIX_ENTRIES:,} entries "
-            f"(V <= {int(MAX_PAIR_MATRIX_ENTRIES ** 0.5)}); use another verifier at this vocabulary size")
+            f"khisti's truncated tournament stores a [S, S] pair matrix per round over the S tokens that p or q "
+            f"gives mass to; S = {size} needs {size * size * 8 / 2**30:.0f} GiB, above the limit of "
+            f"{MAX_PAIR_MATRIX_ENTRIES:,} entries (S <= {int(MAX_PAIR_MATRIX_ENTRIES ** 0.5)}); filter the laws "
+            f"(--top-k / --top-p) or use another verifier")
     winner_law, rounds = q.copy(), []
     for _ in range(num_drafts - 1):
         selection = truncated_pair_weights(p, winner_law, q, truncation)
@@ -143,6 +144,40 @@ def tournament_selection(p: np.ndarray, q: np.ndarray, num_drafts: int, truncati
         rounds.append(first_wins)
         winner_law = _merged_law(first_wins, winner_law, q)
     return TournamentSelection(rounds=tuple(rounds), intermediate=winner_law)
+
+
+@dataclass(frozen=True, eq=False)
+class SupportSelection:
+    """A step-1 rule solved on a subset of the vocabulary (``tokens``, ascending), read at full size.
+
+    Tokens outside the union of p's and q's supports are never drafted and never emitted, so the rule is solved
+    on that union plus the ``truncation`` lowest-numbered tokens outside it: the truncated scheme ranks tokens
+    by p - q1 q2 with ties broken by token id, and those are the only outside tokens (rank value 0) that can
+    take a top-s slot. The compressed rule therefore takes the same decisions as the rule at full size, and
+    a top-k/top-p filtered node at V = 151,936 costs what its few kept tokens cost.
+    """
+
+    tokens: np.ndarray  # [S] vocabulary ids kept, ascending
+    inner: ExactSelection | TournamentSelection  # the rule on the S kept tokens
+    intermediate: np.ndarray  # [V] p_I at full size
+
+    def laws(self, children: np.ndarray) -> np.ndarray:
+        compressed = self.inner.laws(np.searchsorted(self.tokens, children))  # [R, S]
+        full = np.full((len(children), len(self.intermediate)), 0 * self.intermediate[0],
+                       dtype=self.intermediate.dtype)  # [R, V]
+        full[:, self.tokens] = compressed
+        return full
+
+    def sample(self, children: tuple[int, ...], chooser: Chooser) -> int:
+        compressed = tuple(int(i) for i in np.searchsorted(self.tokens, children))
+        return int(self.tokens[self.inner.sample(compressed, chooser)])
+
+
+def kept_tokens(p: np.ndarray, q: np.ndarray, truncation: int) -> np.ndarray:
+    """The tokens a step-1 rule is solved on (see ``SupportSelection``), ascending."""
+    nonzero = np.array([bool(a) or bool(b) for a, b in zip(p, q)]) if p.dtype == object else (p > 0) | (q > 0)
+    outside = np.flatnonzero(~nonzero)[:truncation]
+    return np.sort(np.concatenate([np.flatnonzero(nonzero), outside]))
 
 
 def _exact_lp_variables(q: np.ndarray, num_drafts: int) -> int:
@@ -163,10 +198,19 @@ class KhistiSolver(NodeSolver):
     def selection(self, p: np.ndarray, q: np.ndarray, num_drafts: int):
         """The (cached) step-1 rule at a node (host arrays): optimal weights when small enough, else the
         tournament."""
+        def solve(p_kept, q_kept):
+            if _exact_lp_variables(q_kept, num_drafts) <= self.exact_limit:
+                return exact_selection(p_kept, q_kept, num_drafts)
+            return tournament_selection(p_kept, q_kept, num_drafts, self.truncation)
+
         def build():
-            if _exact_lp_variables(q, num_drafts) <= self.exact_limit:
-                return exact_selection(p, q, num_drafts)
-            return tournament_selection(p, q, num_drafts, self.truncation)
+            tokens = kept_tokens(p, q, self.truncation)
+            if len(tokens) == len(p):
+                return solve(p, q)
+            inner = solve(p[tokens], q[tokens])
+            intermediate = np.full(len(p), 0 * p[0], dtype=p.dtype)  # [V]
+            intermediate[tokens] = inner.intermediate
+            return SupportSelection(tokens=tokens, inner=inner, intermediate=intermediate)
         return self._cache.get_or_build(node_key(p, q, num_drafts) + (self.exact_limit, self.truncation), build)
 
     def step_one(self, p, q, children):
