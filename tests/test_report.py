@@ -524,9 +524,10 @@ def test_study_6_reruns_with_another_pair_never_reuse_the_first_pairs_rows(tmp_p
 
 
 def test_the_delay_selector_section_is_the_data(quick_report):
-    """The static row of the selector table, recomputed from data/selector_dataset.npz and the regime's latency
-    formula T = (L1 + L2) + 20 (cost ratio 20, tree size free): the best mean E / T on the training seeds (the
-    split of 75% of the groups, recomputed by the dataset's own split), then sum E / sum T on the held-out ones."""
+    """The static rows of the selector tables, recomputed from data/selector_dataset.npz and each regime's latency
+    formula: T = (L1 + L2) + 20 (cost ratio 20, tree size free), and T = (L1 + L2) + 5 (1 + 0.1 (n - 1)) with
+    n = 1 + L1 + K L2 tree nodes (dear trees). Static: the best mean E / T on the training seeds (the split of 75%
+    of the groups, recomputed by the dataset's own split), then sum E / sum T on the held-out ones."""
     pytest.importorskip("torch")
     import numpy as np
 
@@ -537,11 +538,19 @@ def test_the_delay_selector_section_is_the_data(quick_report):
     train, test = dataset.split(SELECTOR_TEST_FRACTION, 0)
     assert set(train.group.tolist()).isdisjoint(test.group.tolist())
     actions = dataset.grid.actions
-    times = np.array([action.l1 + action.l2 + 20.0 for action in actions])
+    regimes = {"cost ratio t_p/t_q = 20, per node 0": [a.l1 + a.l2 + 20.0 for a in actions],
+               "cost ratio t_p/t_q = 5, per node 0.1": [a.l1 + a.l2 + 5 * (1 + 0.1 * (a.l1 + a.k * a.l2))
+                                                        for a in actions]}
     text = (quick_report / "report.md").read_text()
-    for verifier in ("specinfer", "traversal-iid"):
-        columns = [i for i, action in enumerate(actions) if action.verifier == verifier]
-        static = columns[int(np.argmax(train.efficiency[:, columns].mean(0) / times[columns]))]
-        throughput = test.efficiency[:, static].sum() / (times[static] * len(test))
-        row = next(line for line in text.splitlines() if line.startswith(f"| {verifier} mlp | static |"))
-        assert f"| {throughput:.4f} [" in row and actions[static].name in row, row
+    statics = set()
+    for heading, formula in regimes.items():
+        times = np.array(formula)
+        section = text.split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
+        for verifier in ("specinfer", "traversal-iid"):
+            columns = [i for i, action in enumerate(actions) if action.verifier == verifier]
+            static = columns[int(np.argmax(train.efficiency[:, columns].mean(0) / times[columns]))]
+            statics.add((verifier, static))
+            throughput = test.efficiency[:, static].sum() / (times[static] * len(test))
+            row = next(line for line in section.splitlines() if line.startswith(f"| {verifier} mlp | static |"))
+            assert f"| {throughput:.4f} [" in row and actions[static].name in row, (heading, row)
+    assert len(statics) > 2  # the regimes choose differently, so a table of one regime would fail the other

@@ -169,6 +169,8 @@ SELECTOR_DIVERGENCES = (0.05, 0.3, 0.6, 1.0)
 SELECTOR_VERIFIERS = ("specinfer", "traversal-iid")
 #: The regime where speculation pays: a target forward costs 20 draft steps, whatever the tree's size.
 SELECTOR_LATENCY = LatencyModel.from_ratio(20.0)
+#: The regimes the selectors are trained and compared in: tree size free, and dear trees.
+SELECTOR_LATENCIES = (SELECTOR_LATENCY, LatencyModel.from_ratio(5.0, per_node=0.1))
 SELECTOR_TEST_FRACTION = 0.25
 SELECTOR_DATASET = "selector_dataset.npz"
 
@@ -924,74 +926,83 @@ class Report:
                                 jobs=self.run_options["jobs"], address=self.run_options["address"],
                                 progress=self.run_options["progress"], overwrite=self.run_options["overwrite"])
         train, test = dataset.split(SELECTOR_TEST_FRACTION, 0)
-        selectors = {}
-        for verifier in SELECTOR_VERIFIERS:
-            sub = ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=(verifier,))
-            columns = [grid.index(action) for action in sub.actions]
-            times = [SELECTOR_LATENCY.block_time(action.depth, action.nodes) for action in sub.actions]
-            plain = next(index for index, action in enumerate(sub.actions) if action.depth == 0)
-            for kind in ("mlp", "linear", "lookup") if verifier == SELECTOR_VERIFIERS[0] else ("mlp",):
-                selectors[f"{verifier} {kind}"] = train_selector(
-                    train.features, train.efficiency[:, columns], times, sub, kind=kind, base=plain, seed=0,
-                    epochs=scale.epochs, metadata={"latency": SELECTOR_LATENCY, "samplings": dataset.samplings})
-        report = evaluate(test, train, selectors, per_setting=False)
-        first, second = f"{SELECTOR_VERIFIERS[0]} mlp", f"{SELECTOR_VERIFIERS[1]} mlp"
-        comparison = compare_selected(test, (first, selectors[first]), (second, selectors[second]), train)
-        self.seconds["selector (dataset, train, evaluate)"] = time.perf_counter() - start
-        unit = throughput_unit(SELECTOR_LATENCY)
         lines += [f"{len(dataset)} roots of the {SELECTOR_FAMILY} family (V = {self.scale.vocab}, draft divergence "
                   f"{', '.join(f'{d:g}' for d in SELECTOR_DIVERGENCES)} cycled over the seeds), each labelled with "
                   f"the exact E[tau+1] of every action: delayed trees K in {scale.ks}, L1 in {scale.l1s}, L2 in "
                   f"{scale.l2s} with {' and '.join(SELECTOR_VERIFIERS)} ({len(grid)} actions, "
-                  f"`data/{SELECTOR_DATASET}`). Selectors trained on {len(train)} roots with the paper's objective "
-                  f"(its Eq. 12; base: plain decoding), evaluated on the {len(test)} held-out roots (other seeds). "
-                  f"Latency model: {SELECTOR_LATENCY.source} (throughput in {unit}). Static: the best single action on "
-                  "the training roots; oracle: each held-out root's best labelled action. 95% intervals: bootstrap "
-                  "over roots.", "",
-                  "| selector | policy | tokens per target call | throughput | x static | action |",
-                  "|---|---|---|---|---|---|"]
-        bars = []
-        for name, entry in report["selectors"].items():
-            table = entry["settings"]["all"]
-            for policy in ("static", "selector", "oracle"):
-                row = table[policy]
-                action = row.get("action", "")
-                if policy == "selector":
-                    action = f"{len(row['actions'])} distinct; agrees with the oracle at " \
-                        f"{row['agrees_with_oracle']:.0%} of roots"
-                lines.append(f"| {name} | {policy} | {fixed(row['tokens_per_target_call'], 3)} "
-                             f"[{fixed(row['tokens_per_target_call_ci'][0], 3)}, "
-                             f"{fixed(row['tokens_per_target_call_ci'][1], 3)}] | {fixed(row['throughput'])} "
-                             f"[{fixed(row['throughput_ci'][0])}, {fixed(row['throughput_ci'][1])}] | "
-                             f"{fixed(row['ratio_to_static'], 3)} | {action} |")
-            bars.append((name, table))
-        lines.append("")
-        for label, value in comparison.items():
-            if label != "latency":
-                lines.append(f"- {label}: x{fixed(value['ratio'], 3)} [{fixed(value['ratio_ci'][0], 3)}, "
-                             f"{fixed(value['ratio_ci'][1], 3)}]")
-        lead = report["selectors"][first]["settings"]["all"]["selector"]
-        versus = next(value for label, value in comparison.items() if label.endswith("selector") and
-                      label != "latency")
-        self.findings.append(
-            f"Delay selector (synthetic, {SELECTOR_LATENCY.source}): the {first} selector runs "
-            f"x{fixed(lead['ratio_to_static'], 3)} the throughput of {SELECTOR_VERIFIERS[0]}'s best static tree "
-            f"(regret {lead['regret_to_oracle']:.1%} to the per-root oracle); against {SELECTOR_VERIFIERS[1]} with "
-            f"a selector of its own it runs x{fixed(versus['ratio'], 3)} [{fixed(versus['ratio_ci'][0], 3)}, "
-            f"{fixed(versus['ratio_ci'][1], 3)}].")
+                  f"`data/{SELECTOR_DATASET}`). In each latency regime, selectors are trained on {len(train)} roots "
+                  f"with the paper's objective (its Eq. 12; base: plain decoding) and evaluated on the {len(test)} "
+                  "held-out roots (other seeds). Static: the best single action on the training roots; oracle: each "
+                  "held-out root's best labelled action. 95% intervals: bootstrap over roots. The regimes: a target "
+                  "forward worth 20 draft steps whatever the tree's size (a GPU's memory-bound regime), and one worth "
+                  "5 draft steps with each tree node adding a tenth of it (dear trees), where the best static tree "
+                  "is small and the context decides more."]
+        panels = []
+        for latency in SELECTOR_LATENCIES:
+            unit = throughput_unit(latency)
+            selectors = {}
+            for verifier in SELECTOR_VERIFIERS:
+                sub = ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=(verifier,))
+                columns = [grid.index(action) for action in sub.actions]
+                times = [latency.block_time(action.depth, action.nodes) for action in sub.actions]
+                plain = next(index for index, action in enumerate(sub.actions) if action.depth == 0)
+                for kind in ("mlp", "linear", "lookup") if verifier == SELECTOR_VERIFIERS[0] else ("mlp",):
+                    selectors[f"{verifier} {kind}"] = train_selector(
+                        train.features, train.efficiency[:, columns], times, sub, kind=kind, base=plain, seed=0,
+                        epochs=scale.epochs, metadata={"latency": latency, "samplings": dataset.samplings})
+            report = evaluate(test, train, selectors, per_setting=False)
+            first, second = f"{SELECTOR_VERIFIERS[0]} mlp", f"{SELECTOR_VERIFIERS[1]} mlp"
+            comparison = compare_selected(test, (first, selectors[first]), (second, selectors[second]), train)
+            lines += ["", f"### {latency.source}", "", f"Throughput in {unit}.", "",
+                      "| selector | policy | tokens per target call | throughput | x static | action |",
+                      "|---|---|---|---|---|---|"]
+            bars = []
+            for name, entry in report["selectors"].items():
+                table = entry["settings"]["all"]
+                for policy in ("static", "selector", "oracle"):
+                    row = table[policy]
+                    action = row.get("action", "")
+                    if policy == "selector":
+                        action = f"{len(row['actions'])} distinct; agrees with the oracle at " \
+                            f"{row['agrees_with_oracle']:.0%} of roots"
+                    lines.append(f"| {name} | {policy} | {fixed(row['tokens_per_target_call'], 3)} "
+                                 f"[{fixed(row['tokens_per_target_call_ci'][0], 3)}, "
+                                 f"{fixed(row['tokens_per_target_call_ci'][1], 3)}] | {fixed(row['throughput'])} "
+                                 f"[{fixed(row['throughput_ci'][0])}, {fixed(row['throughput_ci'][1])}] | "
+                                 f"{fixed(row['ratio_to_static'], 3)} | {action} |")
+                bars.append((name, table))
+            lines.append("")
+            for label, value in comparison.items():
+                if label != "latency":
+                    lines.append(f"- {label}: x{fixed(value['ratio'], 3)} [{fixed(value['ratio_ci'][0], 3)}, "
+                                 f"{fixed(value['ratio_ci'][1], 3)}]")
+            lead = report["selectors"][first]["settings"]["all"]["selector"]
+            versus = next(value for label, value in comparison.items() if label.endswith("selector") and
+                          label != "latency")
+            self.findings.append(
+                f"Delay selector (synthetic, {latency.source}): the {first} selector runs "
+                f"x{fixed(lead['ratio_to_static'], 3)} the throughput of {SELECTOR_VERIFIERS[0]}'s best static tree "
+                f"(regret {lead['regret_to_oracle']:.1%} to the per-root oracle); against {SELECTOR_VERIFIERS[1]} "
+                f"with a selector of its own it runs x{fixed(versus['ratio'], 3)} [{fixed(versus['ratio_ci'][0], 3)}, "
+                f"{fixed(versus['ratio_ci'][1], 3)}].")
+            panels.append((latency, bars))
+        self.seconds["selector (dataset, train, evaluate)"] = time.perf_counter() - start
         plt = _plt()
-        figure, axis = plt.subplots(figsize=(7, 3.5))
-        for offset, policy in enumerate(("selector", "oracle")):
-            values = [table[policy]["ratio_to_static"] for _, table in bars]
-            errors = [[v - table[policy]["ratio_to_static_ci"][0] for v, (_, table) in zip(values, bars)],
-                      [table[policy]["ratio_to_static_ci"][1] - v for v, (_, table) in zip(values, bars)]]
-            axis.bar([i + 0.4 * offset for i in range(len(bars))], values, 0.4, yerr=errors, label=policy,
-                     capsize=3)
-        axis.axhline(1.0, color="black", linewidth=0.8)
-        axis.set_xticks([i + 0.2 for i in range(len(bars))], [name for name, _ in bars])
-        axis.set_ylabel("throughput / best static")
-        axis.set_title(f"Delay selector on held-out roots ({SELECTOR_LATENCY.source})")
-        axis.legend()
+        figure, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.5), squeeze=False)
+        for axis, (latency, bars) in zip(axes[0], panels):
+            for offset, policy in enumerate(("selector", "oracle")):
+                values = [table[policy]["ratio_to_static"] for _, table in bars]
+                errors = [[v - table[policy]["ratio_to_static_ci"][0] for v, (_, table) in zip(values, bars)],
+                          [table[policy]["ratio_to_static_ci"][1] - v for v, (_, table) in zip(values, bars)]]
+                axis.bar([i + 0.4 * offset for i in range(len(bars))], values, 0.4, yerr=errors, label=policy,
+                         capsize=3)
+            axis.axhline(1.0, color="black", linewidth=0.8)
+            axis.set_xticks([i + 0.2 for i in range(len(bars))], [name for name, _ in bars], fontsize=8)
+            axis.set_ylabel("throughput / best static")
+            axis.set_title(latency.source, fontsize=9)
+            axis.legend()
+        figure.suptitle("Delay selector on held-out roots")
+        figure.tight_layout()
         name = _save(figure, self.out / "selector.png")
         lines += ["", f"![throughput of the selector and the oracle over the best static action]({name})"]
         self.sections.append("\n".join(lines))
