@@ -55,7 +55,7 @@ from verispec.simulator.drafters import MAX_TREE_PARAMETER, TREE_KINDS, ChainDra
 from verispec.simulator.engine import MAX_LAW_ENTRIES, METHODS, analyze, check_compatible, choose_method
 from verispec.simulator.problems import ContextFreeProblem, Problem, load_problem, random_problem, sun_toy_problem
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_LOSSY, Verdict
-from verispec.verifiers import REGISTRY, get_verifier
+from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY, get_verifier
 
 DEFAULT_THRESHOLD = 1e-9  # verispec.hunt.DEFAULT_THRESHOLD, repeated so 'exact' does not import hypothesis
 #: verispec.lp_analysis.multistep.RESTRICTIONS, repeated so the parser does not import scipy (a test ties them)
@@ -824,6 +824,10 @@ def _run_list(args) -> int:
     for name, verifier in sorted(REGISTRY.items()):
         laws = ", ".join(sorted(law.value for law in verifier.valid_for))
         print(f"  {name:<12} valid for: {laws}")
+    print("lossy by design (named explicitly, never in 'all'):")
+    for name, verifier in sorted(LOSSY_BY_DESIGN.items()):
+        print(f"  {name:<12} runs on every tree; typical(epsilon=E,alpha=A) sets its parameters "
+              f"(default {verifier.epsilon:g}, {verifier.alpha:g}: Medusa's)")
     print("tree kinds:")
     for form, _ in TREE_KINDS.values():
         print(f"  {form}")
@@ -1189,7 +1193,7 @@ def main(argv: list[str] | None = None) -> int:
         # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
         # Anything else is a bug in verispec and keeps its traceback.
         user_rule = getattr(args, "verifier", None) or getattr(args, "function", None)
-        if user_rule is None or user_rule in REGISTRY:
+        if user_rule is None or user_rule in REGISTRY or str(user_rule).startswith("typical"):
             raise
         message = " ".join(f"{type(error).__name__}: {error}".split())
         print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)

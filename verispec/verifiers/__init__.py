@@ -26,6 +26,7 @@ from verispec.verifiers.specinfer import SpecInferSolver
 from verispec.verifiers.spectr import SpecTrSolver
 from verispec.verifiers.traversal import TraversalIIDVerifier, TraversalVerifier
 from verispec.verifiers.tree_walk import ProcedureSolver, TopDownVerifier
+from verispec.verifiers.typical import TypicalVerifier
 
 REGISTRY: dict[str, Verifier] = {
     verifier.name: verifier
@@ -48,15 +49,26 @@ REGISTRY: dict[str, Verifier] = {
 }
 
 
+#: Rules that are lossy by design, kept to measure what they cost (exact TV, gain in block efficiency). They are
+#: not in ``REGISTRY`` (whose rules claim losslessness: "all" in sweeps, and every registry-wide test); they are
+#: reached by name, and ``typical(epsilon=E,alpha=A)`` sets typical acceptance's parameters.
+LOSSY_BY_DESIGN: dict[str, Verifier] = {verifier.name: verifier for verifier in (TypicalVerifier(),)}
+
+
 def get_verifier(name: str) -> Verifier:
-    """The registered verifier called ``name``, or a user's rule given as ``FILE.py:NAME`` or
-    ``package.module:NAME`` (see ``load_verifier``). UnknownVerifierError lists the valid names."""
+    """The registered verifier called ``name``, a lossy-by-design rule (``LOSSY_BY_DESIGN``, e.g. ``typical`` or
+    ``typical(epsilon=0.05,alpha=0.2)``), or a user's rule given as ``FILE.py:NAME`` or ``package.module:NAME``
+    (see ``load_verifier``). UnknownVerifierError lists the valid names."""
     if name in REGISTRY:
         return REGISTRY[name]
+    if name in LOSSY_BY_DESIGN:
+        return LOSSY_BY_DESIGN[name]
+    if name.startswith("typical("):
+        return TypicalVerifier.parse(name)
     if ":" in name:
         return load_verifier(name)
-    raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))} "
-                               "(or FILE.py:NAME for your own rule)")
+    raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))}; lossy by "
+                               f"design: {', '.join(sorted(LOSSY_BY_DESIGN))} (or FILE.py:NAME for your own rule)")
 
 
 def load_attribute(spec: str, what: str):
@@ -160,6 +172,6 @@ def load_verifier(spec: str) -> Verifier:
 
 
 __all__ = [
-    "REGISTRY", "NodeSolver", "ProcedureSolver", "ProcedureVerifier", "TopDownVerifier", "Verifier",
-    "emission_law_of_procedure", "get_verifier", "load_attribute", "load_verifier",
+    "LOSSY_BY_DESIGN", "REGISTRY", "NodeSolver", "ProcedureSolver", "ProcedureVerifier", "TopDownVerifier",
+    "TypicalVerifier", "Verifier", "emission_law_of_procedure", "get_verifier", "load_attribute", "load_verifier",
 ]
