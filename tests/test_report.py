@@ -18,7 +18,8 @@ from verispec.verifiers.specinfer import SpecInferSolver
 pytest.importorskip("matplotlib")
 
 SECTIONS = ["## 1. Every verifier", "## 2. Acceptance by depth", "## 3. The delayed-tree action space",
-            "## 4. GBV against block verification", "## 5. Published orderings", "## 7. Delay selector"]
+            "## 4. GBV against block verification", "## 5. Published orderings", "## 7. Delay selector",
+            "## 8. Typical acceptance (lossy by design)"]
 
 
 #: The umask of the quick report's run: 0666 & ~022 = 0644 differs from mkstemp's 0600, so the permissions test
@@ -62,12 +63,14 @@ def test_no_cell_is_computed_twice(quick_run):
     once (the spy saw every key once), while both tables hold them; K = 1 of the paths study is one tree."""
     out, computed = quick_run
     assert len(computed) == len(set(computed))
-    tables = {study: read_table(out / "data" / f"{study}.csv") for study in STUDY_FILES}
+    tables = {study: read_table(out / "data" / f"{study}.csv") for study in (*STUDY_FILES, "typical")}
     keys = {study: {cell_key({name: row[name] for name in CELL_FIELDS}) for row in rows}
             for study, rows in tables.items()}
     shared = keys["verifiers"] & keys["gaps"]
     # 2 seeds x (13 verifiers on chain:3 + 8 on iid:2,2), context-free at divergence 0.5
     assert len(shared) == 2 * (13 + 8)
+    # the typical study's lossless rows (naive on chain:3, specinfer on iid:2,2, random family, no LP) are its own
+    assert not keys["typical"] & set().union(*(keys[study] for study in STUDY_FILES))
     assert set(computed) == set().union(*keys.values())
     stored = json.loads((out / "data" / "cells.json").read_text())["rows"]
     assert len(stored) == len(set(computed)) == sum(len(rows) for rows in tables.values()) - len(shared)
@@ -554,3 +557,27 @@ def test_the_delay_selector_section_is_the_data(quick_report):
             row = next(line for line in section.splitlines() if line.startswith(f"| {verifier} mlp | static |"))
             assert f"| {throughput:.4f} [" in row and actions[static].name in row, (heading, row)
     assert len(statics) > 2  # the regimes choose differently, so a table of one regime would fail the other
+
+
+def test_the_typical_section_is_the_data(quick_report):
+    """Each row of the typical-acceptance table, recomputed from data/typical.csv: the mean TV and the mean ratio
+    of E[tau+1] to the lossless rule's on the same problem; and Medusa's defaults are lossy there (TV > 0)."""
+    from verispec.report import TYPICAL_TREES
+
+    rows = [row for row in read_table(quick_report / "data" / "typical.csv") if row["status"] == "ok"]
+    text = (quick_report / "report.md").read_text().split("## 8. Typical acceptance", 1)[1]
+    checked = 0
+    for tree, lossless in TYPICAL_TREES.items():
+        base = {row["seed"]: row["block_efficiency"] for row in rows if row["tree"] == tree and
+                row["verifier"] == lossless}
+        for name in {row["verifier"] for row in rows} - set(TYPICAL_TREES.values()):
+            chosen = [row for row in rows if row["tree"] == tree and row["verifier"] == name]
+            tv = sum(row["tv_distance"] for row in chosen) / len(chosen)
+            ratio = sum(row["block_efficiency"] / base[row["seed"]] for row in chosen) / len(chosen)
+            line = next(line for line in text.splitlines() if line.startswith(f"| random ({len(base)}) | {tree} | "
+                                                                               f"{name} |"))
+            assert f"| {tv:.4f} |" in line and line.endswith(f"| {ratio:.4f} |"), line
+            if name == "typical":
+                assert tv > 1e-3
+            checked += 1
+    assert checked == 2 * 5

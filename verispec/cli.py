@@ -55,7 +55,7 @@ from verispec.simulator.drafters import MAX_TREE_PARAMETER, TREE_KINDS, ChainDra
 from verispec.simulator.engine import MAX_LAW_ENTRIES, METHODS, analyze, check_compatible, choose_method
 from verispec.simulator.problems import ContextFreeProblem, Problem, load_problem, random_problem, sun_toy_problem
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_LOSSY, Verdict
-from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY, get_verifier
+from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY, get_verifier, split_names
 
 DEFAULT_THRESHOLD = 1e-9  # verispec.hunt.DEFAULT_THRESHOLD, repeated so 'exact' does not import hypothesis
 #: verispec.lp_analysis.multistep.RESTRICTIONS, repeated so the parser does not import scipy (a test ties them)
@@ -1140,7 +1140,7 @@ def _run_sweep(args) -> int:
         concentrations=_list_option(args.concentration, float, "a concentration"),
         seeds=parse_seeds(args.seeds),
         trees=tuple(part.strip() for part in args.trees.split(";") if part.strip()),
-        verifiers=tuple(part.strip() for part in args.verifiers.split(",") if part.strip()),
+        verifiers=split_names(args.verifiers),
         methods=tuple(part.strip() for part in args.methods.split(",") if part.strip()),
         gap=args.gap, cell_timeout=args.cell_timeout, latency=_latency_model(args))
     start = time.perf_counter()

@@ -133,7 +133,7 @@ SAME_LAW = 1e-12
 GAP_ALARM = -1e-7
 
 #: The sweeps of the report (``data/NAME.csv``), and the one added with a pair.
-STUDIES = ("verifiers", "depth", "delay", "paths", "gaps")
+STUDIES = ("verifiers", "depth", "delay", "paths", "gaps", "typical")
 LIVE_STUDY = "live"
 
 #: The row store every study shares (``data/cells.json``): a cell is computed once, whichever studies ask for it.
@@ -176,7 +176,14 @@ SELECTOR_DATASET = "selector_dataset.npz"
 
 #: The files the report writes in ``--out`` besides ``data/``.
 REPORT_FILE = "report.md"
-FIGURES = ("verifiers.png", "depth.png", "delay_heatmaps.png", "delay_best_l1.png", "paths.png", "selector.png")
+FIGURES = ("verifiers.png", "depth.png", "delay_heatmaps.png", "delay_best_l1.png", "paths.png", "selector.png",
+           "typical.png")
+
+#: Study 8: Medusa's typical acceptance (lossy by design) at these (epsilon, alpha): Medusa's defaults first,
+#: then epsilon around them with alpha about sqrt(epsilon) (Medusa's "recommended to be sqrt(posterior_threshold)").
+TYPICAL_SETTINGS = ((0.09, 0.3), (0.01, 0.1), (0.03, 0.17), (0.2, 0.45), (0.5, 0.7))
+#: Its trees, and the lossless rule each is compared with on the same tree.
+TYPICAL_TREES = {"chain:3": "naive", "iid:2,2": "specinfer"}
 
 #: Written into ``--out`` before the first study: marks the folder as a verispec report, so that a rerun (an
 #: interrupted report resumes from its sweeps' store) is let in and any other folder is not.
@@ -425,9 +432,10 @@ class Report:
         self.sections: list[str] = []
         self.findings: list[str] = []
         self.seconds: dict[str, float] = {}
+        self.live_files: list[str] = []  # the derived problem files of study 6 (file:PATH), for study 8
 
     def studies(self) -> tuple[str, ...]:
-        return STUDIES + ((LIVE_STUDY,) if self.pair is not None else ())
+        return STUDIES + ((LIVE_STUDY, "typical_live") if self.pair is not None else ())
 
     def check(self) -> None:
         """Every refusal that does not need a study's numbers, before the first study runs: the folder is new,
@@ -868,6 +876,7 @@ class Report:
                           {"pair": pair.name, "context": task, "sampling": str(sampling), "vocab": LIVE_VOCAB,
                            "depth": LIVE_DEPTH})
             files.append(f"file:{path}")
+            self.live_files.append(f"file:{path}")
             for verifier in LIVE_VERIFIERS:
                 result = certify(problem, LIVE_TREE, get_verifier(verifier), LIVE_EPSILON, max_rows=LIVE_MAX_ROWS)
                 certified[(f"file:{path}", verifier)] = (task, result)
@@ -1007,6 +1016,75 @@ class Report:
         lines += ["", f"![throughput of the selector and the oracle over the best static action]({name})"]
         self.sections.append("\n".join(lines))
 
+    # --- 8. typical acceptance ----------------------------------------------------------------------------------
+
+    def study_typical(self) -> None:
+        """Medusa's typical acceptance (Cai et al. 2024, arXiv 2401.10774; ``verispec.verifiers.typical``), lossy
+        by design: its exact TV to the target and its block efficiency against a lossless rule on the same tree,
+        for several (epsilon, alpha), on the random family and, with a pair, on the derived live problems."""
+        from verispec.verifiers.typical import TypicalVerifier
+
+        names = [TypicalVerifier(epsilon, alpha).name for epsilon, alpha in TYPICAL_SETTINGS]
+        families = [("random", ("random",))]
+        if self.live_files:
+            families.append((f"derived from {self.pair}", tuple(self.live_files)))
+        lines = ["## 8. Typical acceptance (lossy by design)", "",
+                 "Medusa's rule (Cai et al. 2024) accepts a drafted token x when p(x) > min(epsilon, alpha exp(-H(p))) "
+                 "and emits the next token from p restricted to the tokens above that threshold; it never reads q. "
+                 "Exact TV to the target law of the block (followed by target sampling) and E[tau+1] as a ratio to "
+                 f"a lossless rule on the same tree ({', '.join(f'{v} on {t}' for t, v in TYPICAL_TREES.items())}), "
+                 f"mean over the problems; alpha about sqrt(epsilon) but for Medusa's defaults ({names[0]}: epsilon "
+                 "0.09, alpha 0.3).", "",
+                 "| problems | tree | rule | TV to the target | E[tau+1] | x lossless |", "|---|---|---|---|---|---|"]
+        points = defaultdict(list)
+        for label, family in families:
+            verifiers = tuple(dict.fromkeys((*TYPICAL_TREES.values(), *names)))
+            grid = SweepGrid(families=family, vocab_sizes=(self.scale.vocab,), divergences=(DIVERGENCE,),
+                             seeds=self.seeds(), trees=tuple(TYPICAL_TREES), verifiers=verifiers) \
+                if family == ("random",) else SweepGrid(families=family, trees=tuple(TYPICAL_TREES),
+                                                        verifiers=verifiers)
+            rows = self.sweep("typical" if family == ("random",) else "typical_live", grid)
+            for tree, lossless in TYPICAL_TREES.items():
+                chosen, cells = common_cells((row for row in rows if row["tree"] == tree), lambda row: row["verifier"],
+                                             problem_key)
+                if lossless not in chosen:
+                    continue
+                base = [row["block_efficiency"] for row in chosen[lossless]]
+                lines.append(f"| {label} ({len(cells)}) | {tree} | {lossless} (lossless) | "
+                             f"{fixed(_mean(row['tv_distance'] for row in chosen[lossless]))} | {fixed(_mean(base))} "
+                             "| 1.0000 |")
+                for name in names:
+                    if name not in chosen:
+                        continue
+                    tv = _mean(row["tv_distance"] for row in chosen[name])
+                    ratio = _mean(row["block_efficiency"] / b for row, b in zip(chosen[name], base))
+                    lines.append(f"| {label} ({len(cells)}) | {tree} | {name} | {fixed(tv)} | "
+                                 f"{fixed(_mean(row['block_efficiency'] for row in chosen[name]))} | {fixed(ratio)} |")
+                    points[(label, tree)].append((name, tv, ratio))
+        for (label, tree), values in points.items():
+            name, tv, ratio = values[0]
+            self.findings.append(
+                f"Typical acceptance at Medusa's defaults ({name}) on {tree}, {label} problems: exact TV "
+                f"{fixed(tv)} to the target for x{fixed(ratio, 3)} the block efficiency of "
+                f"{TYPICAL_TREES[tree]} (lossless).")
+        plt = _plt()
+        figure, axis = plt.subplots(figsize=(7, 4))
+        for index, ((label, tree), values) in enumerate(points.items()):
+            axis.plot([tv for _, tv, _ in values], [ratio - 1 for _, _, ratio in values],
+                      marker=MARKERS[index % len(MARKERS)], linestyle="none", label=f"{tree}, {label}")
+            for (epsilon, _), (_, tv, ratio) in zip(TYPICAL_SETTINGS, values):
+                axis.annotate(f"{epsilon:g}", (tv, ratio - 1), textcoords="offset points", xytext=(5, 4), fontsize=7)
+            axis.scatter([values[0][1]], [values[0][2] - 1], s=140, facecolors="none", edgecolors="black")
+        axis.axhline(0.0, color="black", linewidth=0.8)
+        axis.set_xlabel("exact TV to the target")
+        axis.set_ylabel("block-efficiency gain over the lossless rule")
+        axis.set_title("Typical acceptance: what the gain costs (labels: epsilon; circled: Medusa's defaults)",
+                       fontsize=9)
+        axis.legend(fontsize=8)
+        name = _save(figure, self.out / "typical.png")
+        lines += ["", f"![TV against the block-efficiency gain of typical acceptance]({name})"]
+        self.sections.append("\n".join(lines))
+
     # --- the report ------------------------------------------------------------------------------------------------
 
     def build(self) -> Path:
@@ -1026,7 +1104,7 @@ class Report:
                 # one client (and, for local:N, one cluster) for every study, not one per sweep
                 self.run_options["address"] = stack.enter_context(dask_client(self.run_options["address"]))
             for study in (self.study_verifiers, self.study_depth, self.study_delay, self.study_paths,
-                          self.study_orderings, self.study_live, self.study_selector):
+                          self.study_orderings, self.study_live, self.study_selector, self.study_typical):
                 study()
         total = time.perf_counter() - start
         refused = sum(1 for row in self.rows.values() if row["status"] != "ok")

@@ -221,7 +221,9 @@ class ActionGrid:
         """A grid from command-line strings: integers as '1,2,4' or '0-8' (or '0-3,6'), verifiers comma
         separated ('specinfer,traversal')."""
         if isinstance(verifiers, str):
-            verifiers = tuple(name.strip() for name in verifiers.split(","))
+            from verispec.verifiers import split_names
+
+            verifiers = split_names(verifiers)
         grid = cls(_parse_values(ks, "K"), _parse_values(l1s, "L1"), _parse_values(l2s, "L2"), verifiers)
         grid.actions  # noqa: B018 - resolve the verifiers at the edge
         return grid

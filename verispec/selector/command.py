@@ -278,8 +278,9 @@ def _run_train(args, load_pair) -> int:
         raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
     train, test = dataset.split(args.test_fraction, args.split_seed)
     grid = dataset.grid
-    verifiers = grid.verifiers if args.verifiers is None else \
-        tuple(name.strip() for name in args.verifiers.split(",") if name.strip())
+    from verispec.verifiers import split_names
+
+    verifiers = grid.verifiers if args.verifiers is None else split_names(args.verifiers)
     unknown = [name for name in verifiers if name not in grid.verifiers]
     if unknown or not verifiers:
         raise VerispecError(f"--verifiers {args.verifiers!r}: the dataset labels the verifiers "

@@ -55,6 +55,19 @@ REGISTRY: dict[str, Verifier] = {
 LOSSY_BY_DESIGN: dict[str, Verifier] = {verifier.name: verifier for verifier in (TypicalVerifier(),)}
 
 
+def split_names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of verifier names, split at the commas outside parentheses (so that
+    ``specinfer,typical(epsilon=0.05,alpha=0.2)`` is two names), blanks dropped."""
+    names, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            names.append(text[start:index])
+            start = index + 1
+    names.append(text[start:])
+    return tuple(name.strip() for name in names if name.strip())
+
+
 def get_verifier(name: str) -> Verifier:
     """The registered verifier called ``name``, a lossy-by-design rule (``LOSSY_BY_DESIGN``, e.g. ``typical`` or
     ``typical(epsilon=0.05,alpha=0.2)``), or a user's rule given as ``FILE.py:NAME`` or ``package.module:NAME``
@@ -174,4 +187,5 @@ def load_verifier(spec: str) -> Verifier:
 __all__ = [
     "LOSSY_BY_DESIGN", "REGISTRY", "NodeSolver", "ProcedureSolver", "ProcedureVerifier", "TopDownVerifier",
     "TypicalVerifier", "Verifier", "emission_law_of_procedure", "get_verifier", "load_attribute", "load_verifier",
+    "split_names",
 ]
