@@ -32,6 +32,7 @@ STAT_CASES: dict[str, tuple[str, Sampling]] = {
     "spectr": ("iid:2,2", Sampling(1.2)),
     "otlp": ("iid:2,1", Sampling(1.0)),
     "khisti": ("iid:2,1", Sampling(1.0, top_k=10)),
+    "globalres": ("iid:2,2", Sampling(1.0)),
     "traversal": ("branch:2,2", Sampling(1.0)),
     "traversal-iid": ("iid:2,2", Sampling(0.9)),
     "gbv": ("iid:2,2", Sampling(1.0)),

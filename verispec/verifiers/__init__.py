@@ -14,6 +14,7 @@ from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.base import NodeSolver, ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
 from verispec.verifiers.gbv import GreedyBlockVerifier
+from verispec.verifiers.globalres import GlobalResolutionSolver
 from verispec.verifiers.greedy import GreedySolver
 from verispec.verifiers.khisti import KhistiSolver
 from verispec.verifiers.naive import NaiveVerifier
@@ -39,6 +40,7 @@ REGISTRY: dict[str, Verifier] = {
         TopDownVerifier(SpecTrSolver()),
         TopDownVerifier(OTLPSolver()),
         TopDownVerifier(KhistiSolver()),
+        TopDownVerifier(GlobalResolutionSolver()),
         TraversalVerifier(),
         TraversalIIDVerifier(),
         GreedyBlockVerifier(),

@@ -3,6 +3,8 @@ outcome that shares a node context, so each LP is solved once per distinct node.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
@@ -10,31 +12,51 @@ import numpy as np
 
 #: Entries kept per solver instance (least recently used evicted first).
 DEFAULT_CACHE_SIZE = 4096
+#: Bytes of arrays kept per solver instance: at a real vocabulary one node's rule holds [V] laws (1.2 MB at
+#: V = 151,936), so the entry count alone would let a long decoding run hold gigabytes.
+DEFAULT_CACHE_BYTES = 256 << 20
 
 
 def node_key(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Hashable:
-    """Equal keys mean equal (p, q, K): the raw bytes in float64, the Fractions themselves in exact mode."""
+    """Equal keys mean equal (p, q, K): a BLAKE2b digest of the float64 bytes (32 bytes, not 2.4 MB a node at a
+    real vocabulary; a collision is as likely as guessing a 256-bit key), the Fractions themselves in exact
+    mode."""
     if p.dtype == object:
         return ("exact", tuple(p), tuple(q), num_drafts)
-    return ("float", np.ascontiguousarray(p, dtype=np.float64).tobytes(),
-            np.ascontiguousarray(q, dtype=np.float64).tobytes(), num_drafts)
+    digest = hashlib.blake2b(np.ascontiguousarray(p, dtype=np.float64).tobytes(), digest_size=32)
+    digest.update(np.ascontiguousarray(q, dtype=np.float64).tobytes())
+    return ("float", digest.digest(), len(p), num_drafts)
+
+
+def _nbytes(value, depth: int = 0) -> int:
+    """The bytes of the arrays a cached value holds (its fields, two levels down)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if depth > 2:
+        return 0
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(item, depth + 1) for item in value)
+    if dataclasses.is_dataclass(value):
+        return sum(_nbytes(getattr(value, field.name), depth + 1) for field in dataclasses.fields(value))
+    return 0
 
 
 class NodeCache:
-    """get_or_build(key, build) with least-recently-used eviction."""
+    """get_or_build(key, build) with least-recently-used eviction, by entries and by the bytes of their arrays."""
 
-    def __init__(self, size: int = DEFAULT_CACHE_SIZE):
+    def __init__(self, size: int = DEFAULT_CACHE_SIZE, max_bytes: int = DEFAULT_CACHE_BYTES):
         self._size = size
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._entries: OrderedDict[Hashable, object] = OrderedDict()
+        self._sizes: dict[Hashable, int] = {}
 
     def get_or_build(self, key: Hashable, build: Callable[[], object]):
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
         value = build()
-        self._entries[key] = value
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
+        self.put(key, value)
         return value
 
     def __contains__(self, key: Hashable) -> bool:
@@ -46,6 +68,12 @@ class NodeCache:
         return self._entries[key]
 
     def put(self, key: Hashable, value) -> None:
+        if key in self._entries:
+            self._bytes -= self._sizes.pop(key)
         self._entries[key] = value
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
+        self._entries.move_to_end(key)
+        self._sizes[key] = _nbytes(value)
+        self._bytes += self._sizes[key]
+        while len(self._entries) > 1 and (len(self._entries) > self._size or self._bytes > self._max_bytes):
+            old, _ = self._entries.popitem(last=False)
+            self._bytes -= self._sizes.pop(old)
