@@ -154,6 +154,10 @@ def _build_parser() -> argparse.ArgumentParser:
     source.add_argument("--problem", metavar="FILE", help="JSON problem file with per-prefix conditionals")
     exact.add_argument("--tree", required=True, help="draft tree: " + ", ".join(f for f, _ in TREE_KINDS.values()))
     exact.add_argument("--verifier", required=True, help="verifier name (see 'verispec list')")
+    exact.add_argument("--drafts", metavar="RULE", default=None,
+                       help="deterministic drafts handed their own law: argmax (point mass at q's mode, as EAGLE or "
+                            "a greedy assistant with q = 1), ngram:N (prompt lookup within the block, else argmax), "
+                            "top:K (uniform over q's top K, for branch:K trees)")
     exact.add_argument("--json", action="store_true", help="print one JSON object")
     exact.add_argument("--exact", action="store_true", help="exact rational arithmetic (Fractions); tolerance 0")
     exact.add_argument("--method", choices=METHODS, default="auto",
@@ -497,6 +501,15 @@ def _add_device_options(parser) -> None:
 
 
 def _problem_from_args(args) -> Problem:
+    problem = _base_problem_from_args(args)
+    if getattr(args, "drafts", None) is not None:
+        from verispec.simulator.deterministic import DeterministicDrafts
+
+        return DeterministicDrafts(problem, args.drafts)
+    return problem
+
+
+def _base_problem_from_args(args) -> Problem:
     if args.problem is not None:
         if args.target is not None or args.draft is not None:
             raise VerispecError("give either --problem or --target/--draft, not both")
