@@ -252,23 +252,40 @@ class Resolution:
         return out
 
 
-def ratio_groups(p: np.ndarray, q: np.ndarray, drafted: np.ndarray, count: int) -> np.ndarray:
-    """The group (0..count-1) of each drafted token [D]: cuts in log(p / q) at quantiles of the q mass and on an
-    even grid of the log ratio, so that each group holds tokens of close ratio (p = 0 tokens form one group).
-    Tokens of one ratio lose nothing by sharing a group (the optimal H* is a union of ratio classes and the group's
-    chosen mass then splits as p does); the spread of the ratio in a group is what lumping costs."""
+def ratio_groups(p: np.ndarray, q: np.ndarray, drafted: np.ndarray, count: int, num_drafts: int) -> np.ndarray:
+    """The group (0..count-1) of each drafted token [D] (float64 laws): tokens sorted by p / q, the optimal set H*
+    (the prefix minimising p(H) - q(H)^K) kept apart from the rest, and each side cut at quantiles of its q mass
+    and on an even grid of its log ratio, so that a group holds tokens of close ratio on one side of H*.
+    Tokens of one ratio lose nothing by sharing a group (H* is a union of ratio classes, and the group's chosen
+    mass then splits as p does); the spread of the ratio inside a group is what grouping costs."""
     ratio = np.log(np.maximum(p[drafted], 1e-300)) - np.log(q[drafted])  # [D]
-    positive = p[drafted] > 0
-    order = np.argsort(ratio, kind="stable")
-    cumulative = np.cumsum(q[drafted][order])
-    halves = max((count - 1) // 2, 1)
-    mass_cuts = ratio[order][np.minimum(np.searchsorted(cumulative, np.arange(1, halves + 1) / (halves + 1)),
-                                        len(order) - 1)]
-    finite = ratio[positive]
-    grid = np.linspace(finite.min(), finite.max(), count - halves)[1:-1] if finite.size else np.empty(0)
-    edges = np.unique(np.concatenate([mass_cuts, grid]))[: count - 2]
-    groups = np.searchsorted(edges, ratio, side="right") + 1
-    return np.where(positive, groups, 0)
+    ratio[p[drafted] <= 0] = -np.inf
+    order = np.argsort(ratio, kind="stable")                           # H* is a prefix of this order
+    psi = np.concatenate([[0.0], np.cumsum(p[drafted][order]) - np.cumsum(q[drafted][order]) ** num_drafts])
+    boundary = int(np.argmin(psi))                                      # |H*|
+    groups = np.empty(len(drafted), dtype=np.int64)
+    sides = [order[:boundary], order[boundary:]]
+    masses = [float(q[drafted][side].sum()) for side in sides]
+    shares = [0 if len(side) == 0 else max(1, round(count * mass / max(sum(masses), 1e-300)))
+              for side, mass in zip(sides, masses)]
+    while sum(shares) > count:
+        shares[int(np.argmax(shares))] -= 1
+    offset = 0
+    for side, share in zip(sides, shares):
+        if len(side) == 0:
+            continue
+        values = ratio[side]
+        finite = values[np.isfinite(values)]
+        mass = np.cumsum(q[drafted][side])
+        halves = max(share // 2, 1)
+        cuts = values[np.minimum(np.searchsorted(mass, mass[-1] * np.arange(1, halves) / halves), len(side) - 1)]
+        grid = np.linspace(finite.min(), finite.max(), share - halves + 1)[1:-1] if finite.size else np.empty(0)
+        edges = np.unique(np.concatenate([cuts, grid]))
+        edges = edges[np.isfinite(edges)][: max(share - 1, 0)]
+        local = np.searchsorted(edges, values, side="right")
+        groups[side] = offset + local
+        offset += len(edges) + 1
+    return groups
 
 
 def resolve(p: np.ndarray, q: np.ndarray, num_drafts: int, *, max_multisets: int = MAX_MULTISETS,
@@ -289,7 +306,7 @@ def resolve(p: np.ndarray, q: np.ndarray, num_drafts: int, *, max_multisets: int
         size = 2
         while size < MAX_SUPPORT and multiset_count(size + 1, num_drafts) <= max_multisets:
             size += 1
-        raw = ratio_groups(p, q, drafted, size)
+        raw = ratio_groups(p, q, drafted, size, num_drafts)
         used, entries = np.unique(raw, return_inverse=True)
         size = len(used)
     group = np.full(len(p), -1, dtype=np.int32)
