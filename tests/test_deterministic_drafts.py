@@ -61,7 +61,7 @@ def test_deterministic_drafts_give_up_acceptance_against_sampled_drafts():
         sampled = analyze(base, parse_tree("chain:3"), REGISTRY["bv"])
         assert point.tv_distance < 1e-12 and sampled.tv_distance < 1e-12
         gaps.append(sampled.block_efficiency - point.block_efficiency)
-    assert np.mean(gaps) > 0.05
+    assert np.mean(gaps) > 0.5 and min(gaps) > 0
 
 
 def test_ngram_rule_continues_the_most_recent_match_and_falls_back_to_the_mode():
