@@ -253,3 +253,18 @@ def test_on_cuda_graphed_decoding_matches_eager_decoding():
         graphed = generate(gpu_pair, CONTEXT, spec, name, 20, Sampling(1.0), seed=4, graphs=True)
         assert graphed.tokens == eager.tokens
     assert gpu_pair.target.__dict__["_verispec_graphed_forwards"]  # the runner (and its graphs) stayed on the model
+
+
+def test_a_law_too_large_to_compute_refuses_before_any_decoding(pair, monkeypatch):
+    """The exact law is sized by the sequences of positive mass (a top-k filter keeps a real vocabulary's law
+    small), and decoding_fit computes it first, so a law too large refuses at once, not after the runs."""
+    from verispec.errors import VerispecError
+    from verispec.models import checks
+
+    monkeypatch.setattr(checks, "MAX_SEQUENCES", 3)
+    assert len(sequence_law(pair, CONTEXT, 2, Sampling(1.0, top_k=3))) <= 9  # 3 prefixes: allowed
+    with pytest.raises(VerispecError, match="forward passes or more"):
+        sequence_law(pair, CONTEXT, 2, Sampling(1.0, top_k=4))
+    monkeypatch.setattr(checks, "SpeculativeDecoder", None)  # any decoding would fail with a TypeError
+    with pytest.raises(VerispecError, match="forward passes or more"):
+        decoding_fit(pair, "iid:2,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=5)

@@ -49,11 +49,12 @@ def sequence_law(pair: ModelPair, context: list[int], length: int, sampling: Sam
     """{(x_1..x_length): P_target(x_1..x_length | context)} by uncached forward passes."""
     import torch
 
-    if pair.vocab_size ** max(length - 1, 0) > MAX_SEQUENCES:
-        raise VerispecError(f"the exact law of {length} tokens over {pair.vocab_size} needs up to "
-                            f"{pair.vocab_size ** (length - 1)} forward passes; use a tiny pair or fewer tokens")
     law = {(): 1.0}
     for _ in range(length):
+        if len(law) > MAX_SEQUENCES:  # the sequences of positive mass so far: one forward pass each
+            raise VerispecError(f"the exact law of {length} tokens after this context needs {len(law):,} forward "
+                                f"passes or more (over {MAX_SEQUENCES:,}); use a tiny pair, a top-k filter or "
+                                "fewer tokens")
         grown = {}
         for prefix, mass in law.items():
             with torch.no_grad():
@@ -70,6 +71,7 @@ def decoding_fit(pair: ModelPair, drafter: str | None, verifier: str | None, sam
                  law_for_drafting=None, progress=None) -> FitResult:
     """Decode ``length`` tokens ``runs`` times (seed = run index) and test the sequences against the target's
     exact law. ``drafter``/``verifier`` None: plain sampling from the target (the reference itself)."""
+    law = sequence_law(pair, context, length, sampling)  # first: a law too large to compute refuses at once
     counts: Counter = Counter()
     for seed in range(runs):
         if drafter is None:
@@ -81,4 +83,4 @@ def decoding_fit(pair: ModelPair, drafter: str | None, verifier: str | None, sam
         counts[tuple(generation.tokens)] += 1
         if progress is not None:
             progress.update(1)
-    return exact_binomial_test(counts, sequence_law(pair, context, length, sampling), alpha=alpha)
+    return exact_binomial_test(counts, law, alpha=alpha)
