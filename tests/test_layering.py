@@ -37,8 +37,8 @@ LAYERS = [
 
 #: Modules of the simulator in flow order; a module may import only modules listed before it.
 SIMULATOR_FLOW = [
-    "distributions", "ranking", "slots", "chooser", "problems", "deterministic", "trees", "prefix_tables", "selection", "drafters",
-    "interfaces", "laws", "slot_enumeration", "topology", "dp", "fast_enumeration", "engine",
+    "distributions", "ranking", "slots", "chooser", "problems", "deterministic", "trees", "prefix_tables",
+    "selection", "drafters", "interfaces", "laws", "slot_enumeration", "topology", "dp", "fast_enumeration", "engine",
     "certified",
 ]
 

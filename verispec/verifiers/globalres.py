@@ -49,6 +49,9 @@ class GlobalResolutionSolver(NodeSolver):
 
     def step_one(self, p, q, children):
         """(law of the step-1 token given the drafts [N, V], sub-stochastic; p_I [N, V]) in the backend of p."""
+        if children.shape[1] == 1:  # one draft: take it, p_I = q; step 2 is then the token-level rule, whose
+            # acceptance sum min(p, q) is alpha* for K = 1 (no program to solve)
+            return backend.where(backend.one_hot(children[:, 0], p.shape[-1]), backend.one(p), backend.zero(p)), q
         host_p, host_q, host_children = (backend.to_numpy(array) for array in (p, q, children))
         first, inverse = backend.unique_value_rows(host_p, host_q)
         chosen = np.empty(host_p.shape, dtype=host_p.dtype)
@@ -66,6 +69,11 @@ class GlobalResolutionSolver(NodeSolver):
         return kept + (1 - backend.total(kept))[:, None] * residual(p, intermediate)
 
     def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
+        if len(children) == 1:
+            token = children[0]
+            if chooser.bernoulli(ratio_min_one(p[token], q[token])):
+                return token
+            return chooser.categorical(residual(p, q))
         resolution = self.resolution(p, q, len(children))
         picks = resolution.choice(np.asarray(children, dtype=np.int64))
         probabilities = [probability for _, probability in picks]
