@@ -180,3 +180,18 @@ def test_node_caches_evict_by_the_bytes_of_their_arrays():
     p = np.array([0.5, 0.5])
     assert node_key(p, p, 2) == node_key(p.copy(), p.copy(), 2)
     assert node_key(p, p, 2) != node_key(np.nextafter(p, 1), p, 2) != node_key(p, p, 3)
+
+
+def test_a_drafted_token_of_zero_target_mass_is_in_h_star_whatever_the_rounding():
+    """p = (0, 1, 0), q = (1, 1e-11, 2e-25): token 2 has p = 0 and q > 0, so adding it to any H lowers
+    p(H) - q(H)^K and the exact H* holds it, although q(H) + 2e-25 rounds to q(H) in floats. Every pair of
+    drafts then has something to pick or rejects (no NaN), and the node is lossless: its output law, summed over
+    the pairs of drafts, is p."""
+    p, q = np.array([0.0, 1.0, 0.0]), np.array([1.0, 1.13e-11, 2.12e-25])
+    q = q / q.sum()
+    solver = GlobalResolutionSolver()
+    assert solver.resolution(p, q, 2).inner[2]
+    children = np.array(list(itertools.product(range(3), repeat=2)))
+    laws = solver.output_laws(np.tile(p, (9, 1)), np.tile(q, (9, 1)), children)
+    assert np.isfinite(laws).all()
+    np.testing.assert_allclose(q[children].prod(axis=1) @ laws, p, atol=1e-12)

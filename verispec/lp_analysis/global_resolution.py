@@ -241,6 +241,15 @@ class Resolution:
         total = sum((self.weights[e] for e in pool), reject * (self.weights[0] * 0 + 1))
         return [(first[entry], self.weights[entry] / total) for entry in pool]
 
+    def sample(self, children, chooser):
+        """The chosen token for one row of drafts, or None when the rule rejects (``chooser`` decides)."""
+        picks = self.choice(np.asarray(children, dtype=np.int64))
+        probabilities = [probability for _, probability in picks]
+        left = 1 - sum(probabilities, 0 * self.intermediate[0])  # the reject mass
+        probabilities.append(left if self.intermediate.dtype == object else max(float(left), 0.0))
+        index = chooser.categorical(probabilities)
+        return picks[index][0] if index < len(picks) else None
+
     def laws(self, children: np.ndarray) -> np.ndarray:
         """The law of the chosen token for every row of drafts [R, K], [R, V] (sub-stochastic: the reject mass
         is missing)."""
@@ -324,7 +333,10 @@ def resolve(p: np.ndarray, q: np.ndarray, num_drafts: int, *, max_multisets: int
     never = 1 - sum(support_p, zero)
     full_p = np.array([*support_p, never if exact else max(float(never), 0.0)], dtype=p.dtype)
     full_q = np.array([*support_q, zero], dtype=p.dtype)
-    inner = optimal_set(full_p, full_q, num_drafts)[:-1]
+    # a drafted entry with p = 0 lowers psi when added to H (q(H)^K grows), so the exact H* holds it; the float
+    # scan can miss it when its q is below the rounding of q(H) (q = 2e-25 beside 1.0), and an outer tuple whose
+    # outer drafts all have p = 0 would then have nothing to pick
+    inner = optimal_set(full_p, full_q, num_drafts)[:-1] | np.array([not value for value in support_p], dtype=bool)
     float_p = np.asarray(support_p, dtype=np.float64)
     sets = Multisets.of(np.asarray(support_q, dtype=np.float64), num_drafts)
     outer_rows = (sets.members & ~inner[None, :]).any(axis=1)

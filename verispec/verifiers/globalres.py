@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from verispec import backend
 from verispec.lp_analysis.global_resolution import MAX_MULTISETS, Resolution, resolve
-from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.interfaces import NodeSolver
 from verispec.verifiers.node_cache import NodeCache, node_key
+from verispec.verifiers.two_step import TwoStepSolver
 
 
-class GlobalResolutionSolver(NodeSolver):
+class GlobalResolutionSolver(TwoStepSolver):
     name = "globalres"
     valid_for = frozenset({DraftLaw.IID_CHILDREN})
 
@@ -47,41 +44,4 @@ class GlobalResolutionSolver(NodeSolver):
         return self._cache.get_or_build(node_key(p, q, num_drafts) + (self.max_multisets,),
                                         lambda: resolve(p, q, num_drafts, max_multisets=self.max_multisets))
 
-    def step_one(self, p, q, children):
-        """(law of the step-1 token given the drafts [N, V], sub-stochastic; p_I [N, V]) in the backend of p."""
-        if children.shape[1] == 1:  # one draft: take it, p_I = q; step 2 is then the token-level rule, whose
-            # acceptance sum min(p, q) is alpha* for K = 1 (no program to solve)
-            return backend.where(backend.one_hot(children[:, 0], p.shape[-1]), backend.one(p), backend.zero(p)), q
-        host_p, host_q, host_children = (backend.to_numpy(array) for array in (p, q, children))
-        first, inverse = backend.unique_value_rows(host_p, host_q)
-        chosen = np.empty(host_p.shape, dtype=host_p.dtype)
-        intermediate = np.empty(host_p.shape, dtype=host_p.dtype)
-        for row, rows in zip(first, backend.rows_by_group(inverse, len(first))):
-            resolution = self.resolution(host_p[row], host_q[row], host_children.shape[1])
-            chosen[rows] = resolution.laws(host_children[rows])
-            intermediate[rows] = resolution.intermediate
-        return backend.asarray(chosen, p), backend.asarray(intermediate, p)
-
-    def output_laws(self, p, q, children):
-        chosen, intermediate = self.step_one(p, q, children)
-        accept = backend.minimum_one(backend.divide(p, intermediate, where_zero=backend.one(p)))  # [N, V]
-        kept = chosen * accept
-        return kept + (1 - backend.total(kept))[:, None] * residual(p, intermediate)
-
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
-        if len(children) == 1:
-            token = children[0]
-            if chooser.bernoulli(ratio_min_one(p[token], q[token])):
-                return token
-            return chooser.categorical(residual(p, q))
-        resolution = self.resolution(p, q, len(children))
-        picks = resolution.choice(np.asarray(children, dtype=np.int64))
-        probabilities = [probability for _, probability in picks]
-        left = 1 - sum(probabilities, 0 * p[0])  # step-1 rejection
-        probabilities.append(left if p.dtype == object else max(float(left), 0.0))
-        index = chooser.categorical(probabilities)
-        if index < len(picks):
-            token = picks[index][0]
-            if chooser.bernoulli(ratio_min_one(p[token], resolution.intermediate[token])):
-                return token
-        return chooser.categorical(residual(p, resolution.intermediate))
+    rule = resolution

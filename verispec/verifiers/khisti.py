@@ -43,10 +43,9 @@ from verispec.errors import ProblemTooLargeError
 from verispec.lp_analysis.draft_laws import iid_draft_law
 from verispec.lp_analysis.importance import PairSelection, flow_weights, truncated_pair_weights
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.interfaces import NodeSolver
 from verispec.verifiers.node_cache import NodeCache, node_key
+from verispec.verifiers.two_step import TwoStepSolver
 
 #: Largest exact weight LP (variables) solved per node before falling back to the truncated scheme.
 EXACT_WEIGHT_LP_MAX_VARIABLES = 20_000
@@ -185,7 +184,7 @@ def _exact_lp_variables(q: np.ndarray, num_drafts: int) -> int:
     return support ** num_drafts * min(num_drafts, support) + len(q)
 
 
-class KhistiSolver(NodeSolver):
+class KhistiSolver(TwoStepSolver):
     valid_for = frozenset({DraftLaw.IID_CHILDREN})
 
     def __init__(self, *, exact_limit: int = EXACT_WEIGHT_LP_MAX_VARIABLES, truncation: int = DEFAULT_TRUNCATION,
@@ -213,35 +212,4 @@ class KhistiSolver(NodeSolver):
             return SupportSelection(tokens=tokens, inner=inner, intermediate=intermediate)
         return self._cache.get_or_build(node_key(p, q, num_drafts) + (self.exact_limit, self.truncation), build)
 
-    def step_one(self, p, q, children):
-        """Step 1 for every row: (law of Y' given the drafts [N, V], p_I [N, V]) in the backend of p; the
-        weights are solved on the host once per distinct (p, q, K)."""
-        count = children.shape[1]
-        if count == 1:  # Y' = x_1, p_I = q
-            return backend.where(backend.one_hot(children[:, 0], p.shape[-1]), backend.one(p), backend.zero(p)), q
-        host_p, host_q, host_children = (backend.to_numpy(array) for array in (p, q, children))
-        first, inverse = backend.unique_value_rows(host_p, host_q)
-        chosen = np.empty(host_p.shape, dtype=host_p.dtype)
-        intermediate = np.empty(host_p.shape, dtype=host_p.dtype)
-        for row, rows in zip(first, backend.rows_by_group(inverse, len(first))):
-            selection = self.selection(host_p[row], host_q[row], count)
-            chosen[rows] = selection.laws(host_children[rows])
-            intermediate[rows] = selection.intermediate
-        return backend.asarray(chosen, p), backend.asarray(intermediate, p)
-
-    def output_laws(self, p, q, children):
-        chosen, intermediate = self.step_one(p, q, children)
-        # Step 2: single-draft speculative sampling of Y' against p with proposal p_I.
-        accept = backend.minimum_one(backend.divide(p, intermediate, where_zero=backend.one(p)))  # [N, V]
-        rejected = backend.total(chosen * (1 - accept))
-        return chosen * accept + rejected[:, None] * residual(p, intermediate)
-
-    def sample(self, p: np.ndarray, q: np.ndarray, children: tuple[int, ...], chooser: Chooser) -> int:
-        if len(children) == 1:
-            intermediate, token = q, children[0]
-        else:
-            selection = self.selection(p, q, len(children))
-            intermediate, token = selection.intermediate, selection.sample(children, chooser)
-        if chooser.bernoulli(ratio_min_one(p[token], intermediate[token])):
-            return token
-        return chooser.categorical(residual(p, intermediate))
+    rule = selection
