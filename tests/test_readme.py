@@ -151,6 +151,12 @@ def test_examples_my_rules_is_the_readme_rule():
         _function_source(_python_example(), "my_rule")
 
 
+def test_examples_my_class_is_the_readme_class():
+    block = next(block for block in fenced_blocks(README, "python") if "def shallow_off_path" in block)
+    assert _function_source((EXAMPLES / "my_class.py").read_text(), "shallow_off_path") == \
+        _function_source(block, "shallow_off_path")
+
+
 def test_readme_problem_files_are_valid():
     blocks = [json.loads(block) for block in fenced_blocks(README, "json")]
     problems = [block for block in blocks if isinstance(block, dict) and "vocab_size" in block]

@@ -5,7 +5,8 @@
     verispec compare [--problem NAME|FILE] [--depths 1,2,3]        the chain verifiers side by side
     verispec hunt    --verifier NAME --tree TREE [--output FILE]     simplest problem where a rule is lossy
     verispec optimum --target P --draft Q --k K [--without-replacement] [--json]   alpha*
-    verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--restriction selected-path] [--json]
+    verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--restriction selected-path|FILE.py:NAME]
+                     [--certify] [--json]
                                                                                  LP optimum and gaps
     verispec list                                                    verifiers and tree kinds
     verispec decode  (--pair NAME | --target MODEL --draft MODEL) (--prompt TEXT | --prompts FILE)
@@ -124,6 +125,15 @@ def _number_option(*, minimum: float, strict: bool, what: str):
         return value
 
     return convert
+
+
+def _restriction_option(text: str) -> str:
+    """An argparse type: a built-in class of the multi-step LP or FILE.py:NAME."""
+    if text in RESTRICTIONS or ":" in text:
+        return text
+    shown = text if len(text) <= 30 else f"{text[:20]}..."
+    raise argparse.ArgumentTypeError(f"must be one of {', '.join(RESTRICTIONS)} or FILE.py:NAME (a class of your own), "
+                                     f"got {shown!r}")
 
 
 def _integer_option(*, minimum: int, maximum: int | None = None, what: str):
@@ -273,9 +283,16 @@ def _build_parser() -> argparse.ArgumentParser:
     bound.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
     bound.add_argument("--max-variables", type=_integer_option(minimum=1, what="a positive integer"), default=None,
                        help="largest LP accepted (a positive integer)")
-    bound.add_argument("--restriction", choices=RESTRICTIONS, default=None,
-                       help="compare with the optimum of a restricted class of verifiers (selected-path: "
-                            "accept a prefix of GBV's greedily selected path) instead of every valid verifier")
+    bound.add_argument("--restriction", type=_restriction_option, default=None, metavar="CLASS",
+                       help="compare with the optimum of a restricted class of verifiers instead of every valid "
+                            "verifier: selected-path (accept a prefix of GBV's greedily selected path), or "
+                            "FILE.py:NAME, a function of the LP's variables returning cvxpy constraints "
+                            "(docs/verifier_classes.md)")
+    bound.add_argument("--solver", default=None, metavar="NAME",
+                       help="cvxpy solver for a class FILE.py:NAME (default HIGHS, then CLARABEL)")
+    bound.add_argument("--certify", action="store_true",
+                       help="prove the optimum in exact rationals (a primal and a dual solution, checked exactly) "
+                            "on the problem's own numbers: read exactly (fractions stay fractions)")
     _add_time_budget_option(bound, "the linear programs and the analyses")
     bound.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -819,16 +836,44 @@ def _bound(args) -> int:
     from verispec.lp_analysis.gaps import gap_report
     from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
 
-    args.exact = False
+    args.exact = args.certify
     problem = _problem_from_args(args)
     drafter = parse_tree(args.tree)
     drafter.check_problem(problem)
-    report = gap_report(problem, drafter, REGISTRY.values(), limit=args.max_variables or DEFAULT_MAX_VARIABLES,
-                        restriction=args.restriction)
+    limit = args.max_variables or DEFAULT_MAX_VARIABLES
+    if args.restriction is not None and args.restriction not in RESTRICTIONS:
+        return _bound_user_class(args, problem, drafter, limit)
+    if args.solver is not None:
+        raise VerispecError("--solver chooses the cvxpy solver of a class FILE.py:NAME; the built-in classes are "
+                            "solved by HiGHS through scipy: drop --solver or give --restriction FILE.py:NAME")
+    report = gap_report(problem, drafter, REGISTRY.values(), limit=limit, restriction=args.restriction,
+                        certify=args.certify)
     if args.json:
         _print_json(report.to_json())
     else:
         print(report.table())
+    return 0
+
+
+def _bound_user_class(args, problem, drafter, limit: int) -> int:
+    """``bound --restriction FILE.py:NAME``: the user's class through cvxpy (verispec.lp_analysis.classes)."""
+    from verispec.lp_analysis.classes import optimize_class
+    from verispec.verifiers import load_attribute
+
+    if args.certify:
+        raise VerispecError("--certify proves the built-in LPs (every valid verifier, selected-path); a class "
+                            "FILE.py:NAME is checked by running its optimal verifier through the exact engine instead: "
+                            "drop --certify")
+    constraints = load_attribute(args.restriction, "verifier class")
+    if not callable(constraints):
+        raise VerispecError(f"{args.restriction} is a {type(constraints).__name__}, not a function; a class is a "
+                            "function of the LP's variables returning a list of cvxpy constraints")
+    result = optimize_class(problem, drafter, constraints, name=args.restriction, solver=args.solver,
+                            verifiers=REGISTRY.values(), limit=limit)
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        print(result.table())
     return 0
 
 

@@ -35,6 +35,7 @@ class GapReport:
     lp_seconds: float
     restriction: str | None = None
     class_optima: dict[str, float] = field(default_factory=dict)
+    certificate: object = None  # RationalCertificate of the optimum, when asked for
 
     def to_json(self) -> dict:
         return {
@@ -46,6 +47,7 @@ class GapReport:
             "lp_variables": self.lp_variables,
             "lp_seconds": self.lp_seconds,
             "verifiers": [row.__dict__ for row in self.rows],
+            **({"certificate": self.certificate.to_json()} if self.certificate is not None else {}),
         }
 
     def table(self) -> str:
@@ -64,15 +66,17 @@ class GapReport:
         if self.restriction is not None:
             lines.append("(a ratio above 1 is a verifier outside the class)")
         lines.append(f"(coupling bound, not attainable in general: {self.coupling_bound:.6f})")
+        if self.certificate is not None:
+            lines.append(f"(optimum proved exactly by a rational primal-dual certificate: {self.certificate.optimum})")
         return "\n".join(lines)
 
 
 def gap_report(problem: Problem, drafter: Drafter, verifiers, *, limit: int = DEFAULT_MAX_VARIABLES,
-               restriction: str | None = None) -> GapReport:
+               restriction: str | None = None, certify: bool = False) -> GapReport:
     """Block efficiency of every verifier valid for ``drafter`` and the multi-step LP optimum (of the class
     ``restriction`` when given; without one, the optima of the restricted classes are added for reference,
     each an LP no larger than the unrestricted one)."""
-    optimum = optimal_block_efficiency(problem, drafter, limit=limit, restriction=restriction)
+    optimum = optimal_block_efficiency(problem, drafter, limit=limit, restriction=restriction, certify=certify)
     best = optimum.block_efficiency
     class_optima = {}
     if restriction is None:
@@ -91,4 +95,4 @@ def gap_report(problem: Problem, drafter: Drafter, verifiers, *, limit: int = DE
     return GapReport(tree=drafter.spec, optimal_block_efficiency=best,
                      coupling_bound=coupling_bound(problem, drafter), rows=tuple(rows),
                      lp_variables=optimum.num_variables, lp_seconds=optimum.seconds, restriction=restriction,
-                     class_optima=class_optima)
+                     class_optima=class_optima, certificate=optimum.certificate)

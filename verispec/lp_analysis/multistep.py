@@ -56,6 +56,11 @@ conditionals, not a finite LP. The unrestricted optimum is an upper bound for th
 class optimum wherever an on-path verifier attains it: on a single path (block verification) and at one
 position, where the optimum is 1 + alpha* of the OT LP (tests/test_lp_classes.py) and the node-local OT
 verifier attains it. For deeper trees the gap between the two is not determined by this module.
+
+Classes of the user's own, and two relaxations over the same variables (the coupling program, and an
+information-agnostic LP over the law of the emitted block alone, exact on a single path), are stated in cvxpy in
+``verispec.lp_analysis.classes`` on the ``MultiStepLP`` built here; ``verispec.lp_analysis.certificate`` proves an
+optimum of this LP in exact rationals.
 """
 
 from __future__ import annotations
@@ -136,6 +141,7 @@ class MultiStepOptimum:
     seconds: float
     num_nonzeros: int = 0
     restriction: str | None = None
+    certificate: object = None  # a RationalCertificate when asked for (certify=True)
 
 
 def _check_restriction(restriction: str | None) -> None:
@@ -168,16 +174,70 @@ def _flat(sequence, size: int) -> int:
     return index
 
 
-def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int = DEFAULT_MAX_VARIABLES,
-                             restriction: str | None = None,
-                             max_nonzeros: int = DEFAULT_MAX_NONZEROS) -> MultiStepOptimum:
-    """Maximise E[tau + 1] over every valid verifier for trees drawn by ``drafter`` on ``problem``, or over
-    the verifiers of a restricted class (``restriction``, one of ``RESTRICTIONS``; see the module docstring).
+@dataclass(frozen=True, eq=False)
+class MultiStepLP:
+    """The multi-step LP of one (problem, drafter, restriction), built once and solved by any path: HiGHS
+    (``optimal_block_efficiency``), cvxpy (``verispec.lp_analysis.classes``) or checked in exact rationals
+    (``verispec.lp_analysis.certificate``).
 
-    ProblemTooLargeError when the LP would have more than ``limit`` variables or ``max_nonzeros`` nonzero
-    coefficients."""
+    maximise objective @ x subject to a_eq x = b_eq, x >= 0, where x = [z, F]: the joint emission masses
+    z(n, y, D) = Q(D) pi(n, y | D) of the emitting nodes of every outcome (outcome by outcome, node by node,
+    token by token) and then the flow variables F(u) of the output prefixes of lengths 1..L. The entries of
+    ``values`` and ``b_eq`` keep the problem's number type (Fractions for an exact problem, floats otherwise).
+    """
+
+    what: str
+    vocab_size: int
+    depth: int
+    outcomes: list  # [(DraftTree, Q(D))]
+    nodes_of: list  # emitting nodes of each outcome, increasing ids
+    first_column: np.ndarray  # [num_outcomes + 1] column of each outcome's first emission variable (last: end)
+    num_emissions: int
+    num_flows: int
+    rows: np.ndarray  # [nonzeros] of a_eq
+    cols: np.ndarray  # [nonzeros]
+    values: np.ndarray  # [nonzeros] (object dtype for an exact problem)
+    b_eq: np.ndarray  # [num_rows]
+    objective: np.ndarray  # [num_columns] integer: depth(n) + 1 on z, 0 on F
+    restriction: str | None = None
+
+    @property
+    def num_columns(self) -> int:
+        return self.num_emissions + self.num_flows
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.b_eq)
+
+    def float_matrix(self) -> sparse.csr_matrix:
+        """a_eq in float64 (CSR)."""
+        return sparse.csr_matrix((self.values.astype(np.float64), (self.rows, self.cols)),
+                                 shape=(self.num_rows, self.num_columns))
+
+    def groups(self) -> list[tuple[np.ndarray, float]]:
+        """Each outcome's emission columns and its probability Q(D), for ``solve_lp``'s renormalisation."""
+        return [(np.arange(self.first_column[i], self.first_column[i + 1]), float(probability))
+                for i, (_, probability) in enumerate(self.outcomes)]
+
+    def laws(self, emissions: np.ndarray) -> dict:
+        """Tree shape -> emission law [num_nodes, V] from the emission masses z (nodes outside the class emit
+        nothing); each outcome's masses are normalised to sum to one."""
+        laws = {}
+        for index, ((tree, _), nodes) in enumerate(zip(self.outcomes, self.nodes_of)):
+            start, stop = self.first_column[index], self.first_column[index + 1]
+            law = np.zeros((tree.num_nodes, self.vocab_size))
+            law[nodes] = np.asarray(emissions[start:stop], dtype=np.float64).reshape(len(nodes), self.vocab_size)
+            total = law.sum()
+            laws[tree.shape] = law / total if total > 0 else np.full_like(law, 1.0 / law.size)
+        return laws
+
+
+def build_multistep_lp(problem: Problem, drafter: Drafter, *, limit: int = DEFAULT_MAX_VARIABLES,
+                       restriction: str | None = None,
+                       max_nonzeros: int = DEFAULT_MAX_NONZEROS) -> MultiStepLP:
+    """The multi-step LP for trees drawn by ``drafter`` on ``problem`` (of the class ``restriction`` when given),
+    its size estimated and refused (ProblemTooLargeError) before any draft outcome is enumerated."""
     _check_restriction(restriction)
-    start = time.monotonic()
     size, depth = problem.vocab_size, drafter.depth
     what = f"multi-step LP for {drafter.spec} at V={size}" + (f" ({restriction})" if restriction else "")
     problem.require_depth(depth)
@@ -208,10 +268,10 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
     # rows: prefix rows of length 1..L+1 (offset as the flow columns, length L+1 after them), then outcomes
     prefix_rows = num_flows + size ** (depth + 1)
     rows, cols, values = [], [], []
-    objective = np.zeros(num_columns)
-    groups, totals = [], []
+    objective = np.zeros(num_columns, dtype=np.int64)
+    first_column = [0]
     column = 0
-    for index, ((tree, probability), nodes) in enumerate(zip(outcomes, nodes_of)):
+    for index, ((tree, _), nodes) in enumerate(zip(outcomes, nodes_of)):
         first = column
         for node in nodes:
             path = tree.paths[node]
@@ -219,47 +279,75 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
             row_base = offsets[length - 1] + _flat(path, size) * size
             rows.append(row_base + np.arange(size))
             cols.append(column + np.arange(size))
-            values.append(np.full(size, -1.0 if length <= depth else 1.0))  # -M in flow rows, +M in final
+            values.append(np.full(size, -1 if length <= depth else 1, dtype=object))  # -M in flow rows, +M final
             objective[column:column + size] = length
             column += size
         rows.append(np.full(column - first, prefix_rows + index))
         cols.append(np.arange(first, column))
-        values.append(np.ones(column - first))
-        groups.append((np.arange(first, column), float(probability)))
-        totals.append(float(probability))
-    b_eq = np.zeros(prefix_rows + len(outcomes))
-    b_eq[num_flows:prefix_rows] = np.asarray(target_law(problem, depth + 1), dtype=np.float64).ravel()
-    b_eq[prefix_rows:] = totals
+        values.append(np.ones(column - first, dtype=object))
+        first_column.append(column)
+    exact = problem.exact
+    number = (lambda value: value) if exact else float
+    b_eq = np.zeros(prefix_rows + len(outcomes), dtype=object)
+    b_eq[num_flows:prefix_rows] = np.asarray(target_law(problem, depth + 1), dtype=object).ravel()
+    b_eq[prefix_rows:] = [number(probability) for _, probability in outcomes]
     for length in range(1, depth + 1):
         flows = num_variables + offsets[length - 1] + np.arange(size ** length)
         rows.append(offsets[length - 1] + np.arange(size ** length))  # +F(u) in its own row
         cols.append(flows)
-        values.append(np.ones(size ** length))
-        conditional = np.asarray(target_conditionals(problem, length), dtype=np.float64).reshape(-1, size)
+        values.append(np.ones(size ** length, dtype=object))
+        conditional = np.asarray(target_conditionals(problem, length), dtype=object).reshape(-1, size)
         child_rows = offsets[length] + np.arange(size ** (length + 1))  # rows of u t (offsets[L] = finals)
         rows.append(child_rows)
         cols.append(np.repeat(flows, size))
         values.append(-conditional.ravel() if length < depth else conditional.ravel())
-    a_eq = sparse.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
-                             shape=(prefix_rows + len(outcomes), num_columns))
+    rows, cols, values = np.concatenate(rows), np.concatenate(cols), np.concatenate(values)
     # The final rows sum to the outcome rows (both total one, through the flow rows), so one is implied;
     # leaving it in makes the system inconsistent at rounding level and HiGHS may call it infeasible.
-    keep = np.delete(np.arange(a_eq.shape[0]), num_flows)
-    a_eq, b_eq = a_eq[keep].tocsr(), b_eq[keep]
-    solution = solve_lp(objective, what=what, maximize=True, a_eq=a_eq, b_eq=b_eq, groups=groups, limit=limit)
-    laws = {}
-    column = 0
-    for (tree, _), nodes in zip(outcomes, nodes_of):
-        count = len(nodes) * size
-        law = np.zeros((tree.num_nodes, size))  # nodes outside the class emit nothing
-        law[nodes] = solution.x[column:column + count].reshape(len(nodes), size)
-        laws[tree.shape] = law / law.sum()
-        column += count
+    dropped = num_flows
+    keep = rows != dropped
+    rows, cols, values = rows[keep], cols[keep], values[keep]
+    rows = rows - (rows > dropped)
+    b_eq = np.delete(b_eq, dropped)
+    if not exact:
+        values, b_eq = values.astype(np.float64), b_eq.astype(np.float64)
+    return MultiStepLP(what=what, vocab_size=size, depth=depth, outcomes=outcomes, nodes_of=nodes_of,
+                       first_column=np.asarray(first_column), num_emissions=num_variables, num_flows=num_flows,
+                       rows=rows, cols=cols, values=values, b_eq=b_eq, objective=objective, restriction=restriction)
+
+
+def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int = DEFAULT_MAX_VARIABLES,
+                             restriction: str | None = None, max_nonzeros: int = DEFAULT_MAX_NONZEROS,
+                             certify: bool = False) -> MultiStepOptimum:
+    """Maximise E[tau + 1] over every valid verifier for trees drawn by ``drafter`` on ``problem``, or over
+    the verifiers of a restricted class (``restriction``, one of ``RESTRICTIONS``; see the module docstring).
+
+    ``certify``: also prove the optimum in exact rationals (``verispec.lp_analysis.certificate``: a primal and a
+    dual solution, both checked exactly, with equal objectives) on an exact problem's own Fractions (a float
+    problem's joint laws are products rounded to float64, not exactly consistent with its conditionals, so its
+    LP has no exact solution to certify: VerispecError); CertificateError when none is found.
+
+    ProblemTooLargeError when the LP would have more than ``limit`` variables or ``max_nonzeros`` nonzero
+    coefficients."""
+    start = time.monotonic()
+    if certify and not problem.exact:
+        raise VerispecError("a rational certificate needs an exact problem (rational conditionals, exact=True): a "
+                            "float problem's joint laws are rounded products, so its LP has no exact solution")
+    lp = build_multistep_lp(problem, drafter, limit=limit, restriction=restriction, max_nonzeros=max_nonzeros)
+    a_eq = lp.float_matrix()
+    solution = solve_lp(lp.objective.astype(np.float64), what=lp.what, maximize=True, a_eq=a_eq,
+                        b_eq=lp.b_eq.astype(np.float64), groups=lp.groups(), limit=limit)
+    certificate = None
+    if certify:
+        from verispec.lp_analysis.certificate import certify_optimum
+
+        certificate = certify_optimum(lp, solution)
     label = drafter.spec if restriction is None else f"{drafter.spec},{restriction}"
-    verifier = TabulatedVerifier(f"lp-optimal[{label}]", laws, drafter.draft_laws)
-    return MultiStepOptimum(block_efficiency=solution.objective, verifier=verifier, num_variables=num_columns,
-                            num_constraints=a_eq.shape[0], num_draft_outcomes=len(outcomes),
-                            seconds=time.monotonic() - start, num_nonzeros=a_eq.nnz, restriction=restriction)
+    verifier = TabulatedVerifier(f"lp-optimal[{label}]", lp.laws(solution.x[:lp.num_emissions]), drafter.draft_laws)
+    return MultiStepOptimum(block_efficiency=solution.objective, verifier=verifier, num_variables=lp.num_columns,
+                            num_constraints=lp.num_rows, num_draft_outcomes=len(lp.outcomes),
+                            seconds=time.monotonic() - start, num_nonzeros=a_eq.nnz, restriction=restriction,
+                            certificate=certificate)
 
 
 def estimate_lp_size(problem: Problem, drafter: Drafter, *, what: str, limit: int = DEFAULT_MAX_VARIABLES,

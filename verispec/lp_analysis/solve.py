@@ -61,6 +61,9 @@ class LPSolution:
 
     x: np.ndarray  # [num_variables]
     objective: float
+    # HiGHS's dual values of the equality rows in the caller's sense (the objective's derivative with respect to
+    # b_eq, maximised or minimised as asked): the starting point of a rational certificate
+    eq_duals: np.ndarray | None = None  # [num_equality_rows]
 
 
 def check_size(num_variables: int, *, what: str, limit: int = DEFAULT_MAX_VARIABLES) -> None:
@@ -101,7 +104,10 @@ def solve_lp(c: np.ndarray, *, what: str, maximize: bool = False,
         except SolverError as error:
             failure = str(error)
             continue
-        return LPSolution(x=x, objective=float(c @ x))
+        duals = None
+        if a_eq is not None and getattr(result, "eqlin", None) is not None:
+            duals = np.asarray(result.eqlin.marginals, dtype=np.float64) * (-1.0 if maximize else 1.0)
+        return LPSolution(x=x, objective=float(c @ x), eq_duals=duals)
     raise SolverError(f"{what}: {failure}")
 
 
