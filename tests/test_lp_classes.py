@@ -149,13 +149,21 @@ def test_lp_size_by_hand():
     # and in the V = 2 final rows of its children (6): 22 before the drop, which removes the entries of
     # F(0) (coefficient p(0 | 0) > 0) and of the leaf z that emits (0, 0): 20.
     # The selected-path class on a chain keeps every node, so it is the same LP.
+    # The single-path form (form="auto" on a chain, chain_lp.py) has one variable F(u) per prefix of length
+    # 1..L and one row per edge u -> u t with |u| >= 1, two nonzeros each: chain:1 at V = 2 has 2 variables and
+    # no row, chain:2 has 2 + 4 variables and 4 rows (8 nonzeros).
     problem = build_problem(dict(vocab_size=2, depth=1, seed=3))
     for restriction in (None, "selected-path"):
-        optimum = optimal_block_efficiency(problem, parse_tree("chain:1"), restriction=restriction)
+        optimum = optimal_block_efficiency(problem, parse_tree("chain:1"), restriction=restriction, form="full")
         assert (optimum.num_variables, optimum.num_constraints, optimum.num_nonzeros) == (10, 7, 20)
         assert optimum.num_draft_outcomes == 2
+        single = optimal_block_efficiency(problem, parse_tree("chain:1"), restriction=restriction)
+        assert (single.num_variables, single.num_constraints, single.num_nonzeros) == (2, 0, 0)
+    deeper = build_problem(dict(vocab_size=2, depth=2, seed=3))
+    single = optimal_block_efficiency(deeper, parse_tree("chain:2"))
+    assert (single.num_variables, single.num_constraints, single.num_nonzeros) == (6, 4, 8)
     with pytest.raises(ProblemTooLargeError, match="22 nonzero coefficients"):
-        optimal_block_efficiency(problem, parse_tree("chain:1"), max_nonzeros=21)
+        optimal_block_efficiency(problem, parse_tree("chain:1"), max_nonzeros=21, form="full")
 
 
 def test_unknown_restriction_is_a_clear_error():

@@ -76,7 +76,7 @@ from verispec import backend
 from verispec.errors import InvalidTreeError, ProblemTooLargeError, VerispecError
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.drafters import Drafter
+from verispec.simulator.drafters import ChainDrafter, Drafter
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.problems import (
     Problem,
@@ -316,9 +316,14 @@ def build_multistep_lp(problem: Problem, drafter: Drafter, *, limit: int = DEFAU
                        rows=rows, cols=cols, values=values, b_eq=b_eq, objective=objective, restriction=restriction)
 
 
+#: Forms of the multi-step LP: "auto" takes the single-path form on a chain (``chain_lp``), the full LP elsewhere;
+#: "full" always builds the LP over every draft outcome (the tests compare the two).
+FORMS = ("auto", "full")
+
+
 def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int = DEFAULT_MAX_VARIABLES,
                              restriction: str | None = None, max_nonzeros: int = DEFAULT_MAX_NONZEROS,
-                             certify: bool = False) -> MultiStepOptimum:
+                             certify: bool = False, form: str = "auto") -> MultiStepOptimum:
     """Maximise E[tau + 1] over every valid verifier for trees drawn by ``drafter`` on ``problem``, or over
     the verifiers of a restricted class (``restriction``, one of ``RESTRICTIONS``; see the module docstring).
 
@@ -330,9 +335,14 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
     ProblemTooLargeError when the LP would have more than ``limit`` variables or ``max_nonzeros`` nonzero
     coefficients."""
     start = time.monotonic()
+    if form not in FORMS:
+        raise VerispecError(f"unknown form {form!r} of the multi-step LP; known: {', '.join(FORMS)}")
     if certify and not problem.exact:
         raise VerispecError("a rational certificate needs an exact problem (rational conditionals, exact=True): a "
                             "float problem's joint laws are rounded products, so its LP has no exact solution")
+    _check_restriction(restriction)
+    if form == "auto" and type(drafter) is ChainDrafter:  # on one path the selected path is the path
+        return _chain_optimum(problem, drafter, limit=limit, restriction=restriction, certify=certify, start=start)
     lp = build_multistep_lp(problem, drafter, limit=limit, restriction=restriction, max_nonzeros=max_nonzeros)
     a_eq = lp.float_matrix()
     solution = solve_lp(lp.objective.astype(np.float64), what=lp.what, maximize=True, a_eq=a_eq,
@@ -347,6 +357,28 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
     return MultiStepOptimum(block_efficiency=solution.objective, verifier=verifier, num_variables=lp.num_columns,
                             num_constraints=lp.num_rows, num_draft_outcomes=len(lp.outcomes),
                             seconds=time.monotonic() - start, num_nonzeros=a_eq.nnz, restriction=restriction,
+                            certificate=certificate)
+
+
+def _chain_optimum(problem: Problem, drafter: ChainDrafter, *, limit: int, restriction: str | None, certify: bool,
+                   start: float) -> MultiStepOptimum:
+    """The multi-step LP on a single path in its single-path form (``verispec.lp_analysis.chain_lp``)."""
+    from verispec.lp_analysis.chain_lp import certify_chain, chain_laws, solve_chain_lp
+
+    depth, size = drafter.depth, problem.vocab_size
+    problem.require_depth(depth)
+    drafter.check_problem(problem)
+    efficiency, flows, target, draft, conditional = solve_chain_lp(problem, depth, limit=limit)
+    certificate = certify_chain(problem, depth) if certify else None
+    label = drafter.spec if restriction is None else f"{drafter.spec},{restriction}"
+    verifier = TabulatedVerifier(f"lp-optimal[{label}]", chain_laws(flows, target, draft, conditional, size, depth),
+                                 drafter.draft_laws)
+    num_variables = sum(size ** length for length in range(1, depth + 1))
+    num_edges = num_variables - size
+    return MultiStepOptimum(block_efficiency=efficiency, verifier=verifier, num_variables=num_variables,
+                            num_constraints=num_edges, num_draft_outcomes=int(np.count_nonzero(
+                                np.asarray(draft[-1], dtype=np.float64) > 0)),
+                            seconds=time.monotonic() - start, num_nonzeros=2 * num_edges, restriction=restriction,
                             certificate=certificate)
 
 

@@ -1,0 +1,77 @@
+"""The multi-step LP on a single path: the single-path form (verispec.lp_analysis.chain_lp, one variable per
+output prefix) against the full LP over every draft outcome (form="full"), side by side in one run.
+
+For chain:L at V = 3 (a seeded random context-dependent problem) it times ``optimal_block_efficiency`` in both
+forms (the optimal verifier's table included), checks they agree to 1e-9, and reports the ratio; past
+``--full-up-to`` only the single-path form runs (the full LP of chain:8 took 73 s). CPU seconds (process time,
+one thread) and the load average are recorded with each row.
+
+    python benchmarks/bench_chain_lp.py                 # results/bench_chain_lp.json + .md
+    python benchmarks/bench_chain_lp.py --lengths 4,5,6 --full-up-to 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from verispec.io import ResultStore, atomic_write_text
+from verispec.lp_analysis.multistep import optimal_block_efficiency
+from verispec.simulator import parse_tree, random_problem
+
+
+def timed(problem, drafter, form: str, limit: int) -> tuple[float, float, int]:
+    start = time.process_time()
+    optimum = optimal_block_efficiency(problem, drafter, form=form, limit=limit)
+    return time.process_time() - start, optimum.block_efficiency, optimum.num_variables
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="results/bench_chain_lp.json")
+    parser.add_argument("--lengths", default="4,5,6,7,8,9,10")
+    parser.add_argument("--full-up-to", type=int, default=7)
+    parser.add_argument("--vocab", type=int, default=3)
+    parser.add_argument("--max-variables", type=int, default=400_000)
+    parser.add_argument("--fresh", action="store_true")
+    args = parser.parse_args(argv)
+    path = Path(args.output)
+    if args.fresh and path.exists():
+        path.unlink()
+    store = ResultStore(path, parameters={"benchmark": "bench_chain_lp", "problem": "random_problem", "seed": 0,
+                                          "divergence": 0.7, "vocab": args.vocab, "limit": args.max_variables})
+    for length in tqdm([int(x) for x in args.lengths.split(",")], desc="lengths"):
+        key = f"chain:{length}|full={length <= args.full_up_to}"
+        if store.done(key):
+            continue
+        problem = random_problem(args.vocab, length, 0, divergence=0.7)
+        drafter = parse_tree(f"chain:{length}")
+        single_seconds, single_value, single_variables = timed(problem, drafter, "auto", args.max_variables)
+        row = {"tree": drafter.spec, "V": args.vocab, "single_seconds": single_seconds, "single_variables":
+               single_variables, "block_efficiency": single_value, "load": os.getloadavg()[0]}
+        if length <= args.full_up_to:
+            full_seconds, full_value, full_variables = timed(problem, drafter, "full", args.max_variables)
+            assert abs(full_value - single_value) <= 1e-9, (full_value, single_value)
+            row.update(full_seconds=full_seconds, full_variables=full_variables, ratio=full_seconds / single_seconds)
+        store.add(key, row)
+    lines = [f"Multi-step LP on chain:L at V = {args.vocab}: CPU seconds, single-path form against the full LP "
+             "(same run, one thread)", "",
+             "| tree | single-path variables | seconds | full LP variables | seconds | full / single | E[tau+1] "
+             "| load |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in store.rows.values():
+        full = (f"{row['full_variables']:,} | {row['full_seconds']:.2f} | x{row['ratio']:.0f}" if "ratio" in row
+                else "- | - | -")
+        lines.append(f"| {row['tree']} | {row['single_variables']:,} | {row['single_seconds']:.2f} | {full} | "
+                     f"{row['block_efficiency']:.6f} | {row['load']:.2f} |")
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(path.with_suffix(".md"), text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
