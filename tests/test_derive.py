@@ -87,5 +87,13 @@ def test_derive_writes_a_file_every_command_reads(tmp_path, capsys):
     problem = load_problem(output)
     assert problem.vocab_size == 5
     assert main(["exact", "--problem", str(output), "--tree", "delayed:2,1,1", "--verifier", "specinfer"]) == 0
+    binary = tmp_path / "derived.npz"  # the binary form: the same problem, its provenance kept as metadata
+    assert main(["derive", "--target", str(target), "--draft", str(draft), "--context", " ".join(WORDS[2:6]),
+                 "--vocab", "5", "--depth", "2", "--top-k", "8", "--output", str(binary)]) == 0
+    again = load_problem(binary)
+    for prefix, row in problem.target_table.items():
+        assert np.allclose(again.target(prefix), row, rtol=0, atol=1e-15)
+    metadata = json.loads(str(np.load(binary)["metadata"]))
+    assert metadata["derived"]["top_k"] == 8 and len(metadata["derived"]["prefixes"]) == 31
     assert main(["derive", "--target", str(target), "--draft", str(draft), "--context", "x", "--vocab", "99",
                  "--depth", "1", "--output", str(output)]) == 2

@@ -203,7 +203,8 @@ def _build_parser() -> argparse.ArgumentParser:
     hunt.add_argument("--threshold", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
                       default=DEFAULT_THRESHOLD, help="TV distance above which a problem is a witness (default 1e-9)")
     hunt.add_argument("--context-free", action="store_true", help="search context-free problems only")
-    hunt.add_argument("--output", metavar="FILE", help="write the witness problem here instead of stdout")
+    hunt.add_argument("--output", metavar="FILE",
+                      help="write the witness problem here instead of stdout (JSON; FILE.npz: the binary form)")
 
     check = commands.add_parser(
         "check-external", help="check a verification function written elsewhere, in a production layout")
@@ -346,7 +347,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="derived vocabulary: the top V-1 tokens at each prefix and one 'other' bucket")
     derive.add_argument("--depth", type=_integer_option(minimum=1, what="a positive integer"), required=True,
                         help="target conditionals to this depth (draft to depth - 1)")
-    derive.add_argument("--output", required=True, metavar="FILE", help="the problem file to write (atomically)")
+    derive.add_argument("--output", required=True, metavar="FILE",
+                        help="the problem file to write (atomically): JSON, or the binary form when FILE ends in .npz")
     _add_sampling_options(derive)
     _add_device_options(derive)
 
@@ -739,7 +741,13 @@ def _run_hunt(args) -> int:
     text = json.dumps(problem_json)
     if args.output:
         try:
-            atomic_write_text(args.output, text + "\n")
+            if args.output.endswith(".npz"):  # the binary form; the witness's rationals as integer pairs
+                from verispec.simulator.problems import problem_from_json, problem_to_npz
+
+                problem_to_npz(problem_from_json(problem_json, exact=True), drafter.depth, args.output,
+                               metadata={"description": f"hunt witness for {args.verifier} on {drafter.spec}"})
+            else:
+                atomic_write_text(args.output, text + "\n")
         except OSError as error:
             print(text)
             raise VerispecError(f"cannot write --output {args.output!r} ({error.strerror or error}); the witness "

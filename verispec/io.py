@@ -14,12 +14,12 @@ from verispec.errors import OutputError, ResultStoreError, VerispecError
 
 
 def read_user_file(path: str | Path, *, limit: int, what: str, error: type[VerispecError] = VerispecError,
-                   why: str = "") -> str:
+                   why: str = "", binary: bool = False) -> str | bytes:
     """The UTF-8 text of a file a user named (a problem, prompts, a context, a latency model), read with a
     bound: at most ``limit`` + 1 bytes are read, so a device or a huge file (``/dev/zero``) is refused at once
     instead of filling memory. Every failure is ``error`` on one line naming ``what`` and the path: a missing
     or unreadable file, text that is not UTF-8, or more than ``limit`` bytes (``why`` says where the limit
-    comes from)."""
+    comes from). ``binary``: the bytes, undecoded (a file that may be JSON text or a binary form)."""
     shown = repr(str(path))
     try:
         with open(path, "rb") as stream:
@@ -30,6 +30,8 @@ def read_user_file(path: str | Path, *, limit: int, what: str, error: type[Veris
         reason = f" ({why})" if why else ""
         raise error(f"{what} {shown} holds more than {_size_text(limit)}, the most verispec reads for it{reason}; "
                     "give a smaller file")
+    if binary:
+        return data
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -54,6 +56,12 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     gets the permissions ``open(path, "w")`` would give it (see ``atomic_output``)."""
     with atomic_output(path) as temporary, open(temporary, "w", encoding="utf-8") as stream:
         stream.write(text)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """``atomic_write_text`` for bytes (a binary problem file)."""
+    with atomic_output(path) as temporary, open(temporary, "wb") as stream:
+        stream.write(data)
 
 
 def atomic_write_json(path: str | Path, data) -> None:

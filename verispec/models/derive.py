@@ -28,7 +28,7 @@ import numpy as np
 
 from verispec.errors import VerispecError
 from verispec.io import atomic_write_text
-from verispec.simulator.problems import Prefix, TabularProblem, problem_to_json
+from verispec.simulator.problems import Prefix, TabularProblem, problem_to_json, problem_to_npz
 
 #: Most derived prefixes (target rows) a derivation computes: each costs the models' conditionals there.
 MAX_DERIVED_PREFIXES = 200_000
@@ -97,7 +97,12 @@ def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -
 
 
 def write_derived(path, table: TabularProblem, depth: int, provenance: dict, description: str, settings: dict) -> None:
-    """A problem file (``load_problem`` reads it) with the derivation's settings and provenance beside it."""
+    """A problem file (``load_problem`` reads it) with the derivation's settings and provenance beside it: JSON, or
+    the binary form (``problem_to_npz``) when ``path`` ends in .npz."""
+    if str(path).endswith(".npz"):
+        problem_to_npz(table, depth, path, metadata={"description": description,
+                                                     "derived": {**settings, "prefixes": provenance}})
+        return
     data = problem_to_json(table, depth)
     data["description"] = description
     data["derived"] = {**settings, "prefixes": provenance}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
@@ -257,6 +258,9 @@ class TabularProblem(Problem):
             raise InvalidProblemError(f"vocab_size must be a positive integer, got {describe(self.vocab_size)}")
         tables = {}
         for name, table in (("target", self.target_table), ("draft", self.draft_table)):
+            if isinstance(table, _CheckedRows):  # validated in bulk by ``_checked_rows`` (float problem files)
+                tables[name] = dict(table)
+                continue
             checked = {}
             for prefix, values in table.items():
                 prefix = _check_prefix(prefix, size)
@@ -480,6 +484,40 @@ NOTE_KEYS = ("comment", "description")
 METADATA_KEYS = ("derived",)
 
 
+class _CheckedRows(dict):
+    """Prefix -> read-only float64 row, every row already a valid distribution (``_checked_rows``)."""
+
+
+def _checked_rows(prefixes: list, rows, size: int) -> _CheckedRows | None:
+    """Float mode in bulk: ``rows`` (lists of JSON numbers, or a [n, V] array) as one [n, V] float64 matrix,
+    checked at once (finite, non-negative, each row's sum within SUM_TOLERANCE of one, then divided by it) and
+    handed out as read-only row views. None when a row has another length, an entry is not a number (a string
+    such as "1/3", a bool, null) or a check fails: the per-vector path (``as_distribution``) then reads the table
+    and names the first problem, so the errors are the same as before."""
+    if isinstance(rows, np.ndarray):
+        matrix = rows
+        if matrix.ndim != 2 or matrix.shape[1] != size or matrix.dtype.kind not in "fiu":
+            return None
+        matrix = matrix.astype(np.float64)
+    else:
+        if any(type(row) is not list or len(row) != size for row in rows):
+            return None
+        if not {type(value) for row in rows for value in row} <= {float, int}:
+            return None
+        matrix = np.array(rows, dtype=np.float64).reshape(len(rows), size)
+    if matrix.size and not (np.isfinite(matrix).all() and (matrix >= 0).all()):
+        return None
+    totals = matrix.sum(axis=1)
+    if (np.abs(totals - 1.0) > SUM_TOLERANCE).any() or (totals <= 0).any():
+        return None
+    matrix = matrix / totals[:, None]
+    matrix.setflags(write=False)
+    tokens = [prefix for prefix in prefixes if prefix]
+    if tokens and (max(map(max, tokens)) >= size or min(map(min, tokens)) < 0):
+        return None
+    return _CheckedRows(zip(prefixes, matrix))
+
+
 def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
     """Build a TabularProblem from the JSON layout documented in the README.
 
@@ -523,14 +561,24 @@ def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
         raw = data[name]
         if not isinstance(raw, Mapping):
             raise InvalidProblemError(f"problem JSON key {name!r} must map prefixes to probability lists")
-        table, keys = {}, {}
-        for key, values in raw.items():
-            prefix = _parse_prefix_key(key, name)
+        keys = {}
+        try:  # all at once; a key that does not parse is named by _parse_prefix_key below
+            parsed = [tuple(map(int, key.split(","))) if key.strip() else () for key in raw]
+        except (ValueError, AttributeError):
+            parsed = [_parse_prefix_key(key, name) for key in raw]
+        for key, prefix in zip(raw, parsed):
             if prefix in keys:
                 raise InvalidProblemError(
                     f"{name}: prefix keys {keys[prefix]!r} and {key!r} both name the prefix '{_label(prefix)}'; "
                     "keep one")
             keys[prefix] = key
+        bulk = None if exact else _checked_rows(list(keys), list(raw.values()), size)
+        if bulk is not None:  # float mode, every row a valid distribution: checked at once
+            tables[name] = bulk
+            continue
+        table = {}
+        for prefix, key in keys.items():
+            values = raw[key]
             if not isinstance(values, list):
                 raise InvalidDistributionError(f"{name} at prefix '{key}': expected a list of probabilities")
             try:
@@ -571,7 +619,7 @@ def _parse_prefix_key(key: str, name: str) -> Prefix:
     if key.strip() == "":
         return ()
     try:
-        return tuple(int(part) for part in key.split(","))
+        return tuple(map(int, key.split(",")))
     except ValueError:
         raise InvalidProblemError(f"{name}: prefix key {key!r} is not comma-joined token ids") from None
 
@@ -587,14 +635,30 @@ def _refuse_duplicate_keys(pairs: list) -> dict:
 
 
 def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
-    """Read a JSON problem file (see ``problem_from_json`` for the layout and the exact-mode rule).
+    """Read a problem file: JSON (see ``problem_from_json`` for the layout and the exact-mode rule) or the binary
+    ``.npz`` form (``problem_to_npz``), told apart by their first bytes, whatever the file is called.
 
-    A key repeated within one JSON object is refused. JSON numbers with a fraction or an exponent are read
-    as the decimals written in the file.
+    A key repeated within one JSON object is refused. In exact mode JSON numbers with a fraction or an exponent are
+    read as the decimals written in the file; in float mode they are read as floats (the same values, correctly
+    rounded) and every table is checked at once (``_checked_rows``), at about a million numbers a second; a file
+    that fails a check is read again the exact way, so that the error names the first problem as before.
     """
     text = read_user_file(path, limit=MAX_PROBLEM_FILE_BYTES, what="problem file", error=InvalidProblemError,
                           why=f"a file of the largest table verispec generates, {MAX_TABLE_ENTRIES:,} probabilities "
-                              "per law, takes under 200 MiB")
+                              "per law, takes under 200 MiB", binary=True)
+    if text[:4] == NPZ_MAGIC:
+        return problem_from_npz(text, exact=exact, name=str(path))
+    try:
+        text = text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidProblemError(f"problem file {str(path)!r} is neither JSON (it is not UTF-8 text) nor verispec's "
+                                  ".npz problem form; write one with problem_to_json or problem_to_npz") from None
+    if not exact and not _EXTREME_NUMBER.search(text):
+        try:
+            data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
+            return problem_from_json(data, exact=False)
+        except (json.JSONDecodeError, RecursionError, InvalidProblemError, InvalidDistributionError):
+            pass  # read again the exact way below, for the canonical message
     try:
         data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_float=Decimal)
     except json.JSONDecodeError as error:
@@ -606,6 +670,118 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
     except InvalidProblemError as error:
         raise InvalidProblemError(f"problem file {str(path)!r}: {error}") from None
     return problem_from_json(data, exact=exact)
+
+
+#: A JSON number whose exponent may pass ``MAX_EXPONENT`` (5 or more exponent digits, or a run of 5,000 digits):
+#: read as a float it would silently become 0 or infinity, so such a file takes the exact reading, which refuses it
+#: as before (float and exact mode decide alike).
+_EXTREME_NUMBER = re.compile(r"[eE][+-]?\d{5,}|\d{5000,}")
+
+#: The first bytes of a .npz file (a zip archive).
+NPZ_MAGIC = b"PK\x03\x04"
+
+#: Arrays of the .npz problem form: the vocabulary, then per law the prefixes (lengths and tokens, padded with -1)
+#: and the rows, as float64 "values" or as int64 "numerators" and "denominators" (an exact problem).
+NPZ_FORMAT = "verispec-problem-1"
+
+
+def _prefix_arrays(prefixes: list) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.asarray([len(prefix) for prefix in prefixes], dtype=np.int64)
+    tokens = np.full((len(prefixes), int(lengths.max(initial=0))), -1, dtype=np.int64)
+    for row, prefix in enumerate(prefixes):
+        tokens[row, :len(prefix)] = prefix
+    return lengths, tokens
+
+
+def problem_to_npz(problem: Problem, depth: int, path: str | Path, *, metadata: Mapping | None = None) -> None:
+    """Write ``problem`` (prefixes of length <= depth; draft <= depth - 1) in the binary .npz form, atomically.
+
+    A float problem stores float64 rows; an exact one stores each row as int64 numerators and denominators, and
+    refuses (InvalidProblemError) an entry whose numerator or denominator does not fit (write JSON instead).
+    ``metadata`` (JSON-serialisable: a description, ``verispec derive``'s provenance) is kept as JSON text."""
+    import io
+
+    from verispec.io import atomic_write_bytes
+
+    problem.require_depth(depth)
+    arrays = {"format": np.asarray(NPZ_FORMAT), "vocab_size": np.asarray(problem.vocab_size, dtype=np.int64),
+              "metadata": np.asarray(json.dumps(dict(metadata or {}), default=str))}
+    for name, last, law in (("target", depth, problem.target), ("draft", depth - 1, problem.draft)):
+        prefixes = [prefix for length in range(last + 1) for prefix in problem.prefixes(length)]
+        arrays[f"{name}_lengths"], arrays[f"{name}_tokens"] = _prefix_arrays(prefixes)
+        rows = [law(prefix) for prefix in prefixes]
+        if problem.exact:
+            fractions = [Fraction(value) for row in rows for value in row]
+            if any(abs(f.numerator) >= 2 ** 63 or f.denominator >= 2 ** 63 for f in fractions):
+                raise InvalidProblemError("an exact probability's numerator or denominator does not fit in 64 bits; "
+                                          "write this problem as JSON (problem_to_json), which keeps any rational")
+            shape = (len(prefixes), problem.vocab_size)
+            arrays[f"{name}_numerators"] = np.asarray([f.numerator for f in fractions], dtype=np.int64).reshape(shape)
+            arrays[f"{name}_denominators"] = np.asarray([f.denominator for f in fractions],
+                                                        dtype=np.int64).reshape(shape)
+        else:
+            arrays[f"{name}_values"] = np.asarray(rows, dtype=np.float64).reshape(len(prefixes), problem.vocab_size)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def problem_from_npz(content: bytes, *, exact: bool = False, name: str = "problem file") -> TabularProblem:
+    """A problem from the bytes of a .npz file (``problem_to_npz``), validated as a JSON file is: shapes, NaN,
+    negative entries and sums, with one-line errors; a .npz that is not a verispec problem is named as such."""
+    import io
+    import zipfile
+
+    try:
+        archive = np.load(io.BytesIO(content), allow_pickle=False)
+        arrays = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise InvalidProblemError(f"problem file {name!r} is a zip archive but not a readable .npz ({error}); write "
+                                  "one with problem_to_npz") from None
+    if "format" not in arrays or str(arrays["format"]) != NPZ_FORMAT:
+        raise InvalidProblemError(f"problem file {name!r} is a .npz file but not a verispec problem (no format "
+                                  f"{NPZ_FORMAT!r}; found arrays: {', '.join(sorted(arrays)) or 'none'})")
+    try:
+        size = int(arrays["vocab_size"])
+        tables = {}
+        for law in ("target", "draft"):
+            lengths, tokens = arrays[f"{law}_lengths"], arrays[f"{law}_tokens"]
+            if lengths.ndim != 1 or tokens.ndim != 2 or tokens.shape[0] != lengths.size or (
+                    lengths.size and (lengths.min() < 0 or lengths.max() > tokens.shape[1])):
+                raise InvalidProblemError(f"{law}: the prefix arrays have inconsistent shapes "
+                                          f"{lengths.shape} and {tokens.shape}")
+            prefixes = [tuple(int(t) for t in row[:length]) for row, length in zip(tokens, lengths)]
+            if len(set(prefixes)) != len(prefixes):
+                raise InvalidProblemError(f"{law}: a prefix appears twice")
+            if f"{law}_values" in arrays:
+                rows = arrays[f"{law}_values"]
+                if rows.ndim != 2 or rows.shape != (len(prefixes), size):
+                    raise InvalidProblemError(f"{law}: rows of shape {rows.shape}, expected ({len(prefixes)}, {size})")
+                if exact:
+                    tables[law] = {prefix: _read_vector([float(v) for v in row], True)
+                                   for prefix, row in zip(prefixes, rows)}
+                    continue
+                bulk = _checked_rows(prefixes, rows, size)
+                tables[law] = bulk if bulk is not None else dict(zip(prefixes, (list(row) for row in rows)))
+            else:
+                numerators, denominators = arrays[f"{law}_numerators"], arrays[f"{law}_denominators"]
+                if numerators.shape != (len(prefixes), size) or denominators.shape != numerators.shape:
+                    raise InvalidProblemError(f"{law}: rational rows of shapes {numerators.shape} and "
+                                              f"{denominators.shape}, expected ({len(prefixes)}, {size})")
+                if (denominators <= 0).any():
+                    raise InvalidProblemError(f"{law}: a denominator is not positive")
+                rows = [[Fraction(int(a), int(b)) for a, b in zip(top, bottom)]
+                        for top, bottom in zip(numerators, denominators)]
+                tables[law] = dict(zip(prefixes, rows if exact else ([float(v) for v in row] for row in rows)))
+    except KeyError as error:
+        raise InvalidProblemError(f"problem file {name!r} lacks the array {error.args[0]!r} of the .npz problem "
+                                  "form") from None
+    except (InvalidProblemError, InvalidDistributionError) as error:
+        raise type(error)(f"problem file {name!r}: {error}") from None
+    try:
+        return TabularProblem(size, tables["target"], tables["draft"], exact=exact)
+    except (InvalidProblemError, InvalidDistributionError) as error:
+        raise type(error)(f"problem file {name!r}: {error}") from None
 
 
 def problem_to_json(problem: Problem, depth: int) -> dict:

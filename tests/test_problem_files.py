@@ -1,0 +1,159 @@
+"""Problem files: the float reading in bulk (``_checked_rows``) takes the same values and the same decisions as the
+per-vector reading, and the binary .npz form (``problem_to_npz``) reads back what was written, validated like JSON.
+
+* Float mode: every row equals the per-vector reading (JSON numbers as Decimals, ``as_distribution``) to 1e-15;
+  a file the bulk path cannot take (strings such as "1/3", a bad row) goes the per-vector way, with its messages.
+* .npz: float rows round-trip to 1e-15, exact rows (int64 numerator and denominator pairs) exactly; NaN, negative
+  entries, bad sums and shapes are one-line errors naming the file; a .npz that is not a problem, a corrupt
+  archive and a binary file that is neither form are named as such.
+* ``derive`` and ``hunt`` write .npz; ``exact --problem FILE.npz`` gives the JSON file's answer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from tests.conftest import build_problem, problem_args
+from verispec.cli import main
+from verispec.errors import InvalidDistributionError, InvalidProblemError
+from verispec.simulator.problems import (
+    NPZ_FORMAT,
+    load_problem,
+    problem_from_json,
+    problem_to_json,
+    problem_to_npz,
+    random_problem,
+)
+
+
+def _rows(problem):
+    return {**{("t",) + k: v for k, v in problem.target_table.items()},
+            **{("d",) + k: v for k, v in problem.draft_table.items()}}
+
+
+@given(args=problem_args(vocab=(2, 5), depth=(1, 3)))
+@settings(max_examples=15)
+def test_bulk_float_reading_equals_the_per_vector_reading(args, tmp_path_factory):
+    problem = build_problem(args)
+    text = json.dumps(problem_to_json(problem, args["depth"]))
+    path = tmp_path_factory.mktemp("files") / "p.json"
+    path.write_text(text)
+    bulk = load_problem(path)
+    per_vector = problem_from_json(json.loads(text, parse_float=Decimal), exact=False)  # Decimals: no bulk path
+    assert bulk.horizon == per_vector.horizon
+    expected = _rows(per_vector)
+    got = _rows(bulk)
+    assert got.keys() == expected.keys()
+    for key, row in expected.items():
+        np.testing.assert_allclose(got[key], row, rtol=0, atol=1e-15)
+        assert not got[key].flags.writeable
+
+
+def test_strings_and_bad_rows_take_the_per_vector_path(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"vocab_size": 2, "target": {"": ["1/3", "2/3"]}, "draft": {"": [0.5, 0.5]}}')
+    assert load_problem(path).target(())[0] == pytest.approx(1 / 3, abs=1e-16)
+    for entry, message in (("-0.5", "negative"), ("0.7", "sum"), ("true", "cannot read")):
+        path.write_text('{"vocab_size": 2, "target": {"": [' + entry + ', 0.5]}, "draft": {"": [0.5, 0.5]}}')
+        with pytest.raises(InvalidDistributionError, match=message):
+            load_problem(path)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_npz_round_trip(tmp_path, exact):
+    problem = random_problem(3, 3, 4)
+    if exact:
+        problem = problem_from_json(json.loads(json.dumps(problem_to_json(problem, 3))), exact=True)
+    path = tmp_path / "p.npz"
+    problem_to_npz(problem, 3, path, metadata={"description": "a test"})
+    back = load_problem(path, exact=exact)
+    assert back.horizon == 3 and back.exact == exact
+    written = _rows(back)
+    assert len(written) == sum(3 ** k for k in range(4)) + sum(3 ** k for k in range(3))  # target to 3, draft to 2
+    original = _rows(problem)
+    for key, row in written.items():
+        if exact:
+            assert list(row) == list(original[key]) and isinstance(row[0], Fraction)
+        else:
+            np.testing.assert_allclose(row, original[key], rtol=0, atol=1e-15)
+    assert np.load(path)["format"] == NPZ_FORMAT
+
+
+def _npz(tmp_path, **changes):
+    problem = random_problem(2, 1, 0)
+    path = tmp_path / "good.npz"
+    problem_to_npz(problem, 1, path)
+    arrays = dict(np.load(path))
+    arrays.update(changes)
+    arrays = {key: value for key, value in arrays.items() if value is not None}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(buffer.getvalue())
+    return bad
+
+
+@pytest.mark.parametrize("changes,error,message", [
+    (dict(target_values=np.array([[np.nan, 1.0], [0.5, 0.5], [0.5, 0.5]])), InvalidDistributionError, "finite|NaN"),
+    (dict(target_values=np.array([[-0.5, 1.5], [0.5, 0.5], [0.5, 0.5]])), InvalidDistributionError, "negative"),
+    (dict(target_values=np.array([[0.5, 0.7], [0.5, 0.5], [0.5, 0.5]])), InvalidDistributionError, "sum"),
+    (dict(target_values=np.array([[0.5, 0.5]])), InvalidProblemError, "rows of shape"),
+    (dict(draft_lengths=None), InvalidProblemError, "lacks the array 'draft_lengths'"),
+    (dict(format=np.asarray("something-else")), InvalidProblemError, "not a verispec problem"),
+])
+def test_npz_validation(tmp_path, changes, error, message):
+    with pytest.raises(error, match=message) as caught:
+        load_problem(_npz(tmp_path, **changes))
+    assert "bad.npz" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_files_of_the_wrong_kind_are_named(tmp_path):
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(b"PK\x03\x04" + b"\x00" * 64)
+    with pytest.raises(InvalidProblemError, match="not a readable .npz"):
+        load_problem(corrupt)
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(InvalidProblemError, match="neither JSON"):
+        load_problem(binary)
+    other = tmp_path / "other.npz"
+    np.savez(other, weights=np.zeros(3))
+    with pytest.raises(InvalidProblemError, match="not a verispec problem .*found arrays: weights"):
+        load_problem(other)
+
+
+def test_exact_problem_too_fine_for_int64_is_refused(tmp_path):
+    from verispec.simulator import ContextFreeProblem
+
+    tiny = Fraction(1, 2 ** 70)
+    problem = ContextFreeProblem([tiny, 1 - tiny], [Fraction(1, 2), Fraction(1, 2)], exact=True)
+    with pytest.raises(InvalidProblemError, match="write this problem as JSON"):
+        problem_to_npz(problem, 1, tmp_path / "p.npz")
+
+
+def test_commands_read_and_write_npz(tmp_path, capsys):
+    problem = random_problem(3, 2, 1)
+    json_path, npz_path = tmp_path / "p.json", tmp_path / "p.npz"
+    json_path.write_text(json.dumps(problem_to_json(problem, 2)))
+    problem_to_npz(problem, 2, npz_path)
+    answers = []
+    for path in (json_path, npz_path):
+        assert main(["exact", "--problem", str(path), "--tree", "iid:2,2", "--verifier", "specinfer", "--json"]) == 0
+        answers.append(json.loads(capsys.readouterr().out)["block_efficiency"])
+    assert answers[0] == pytest.approx(answers[1], abs=1e-12)
+    witness = tmp_path / "witness.npz"
+    code = main(["hunt", "--verifier", "tests/broken.py:naive_correction_from_target", "--tree", "chain:1",
+                 "--output", str(witness)])
+    capsys.readouterr()
+    assert code == 1
+    found = load_problem(witness, exact=True)
+    assert main(["exact", "--problem", str(witness), "--tree", "chain:1", "--verifier",
+                 "tests/broken.py:naive_correction_from_target", "--exact", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lossless"] is False and found.vocab_size >= 2
