@@ -12,6 +12,13 @@ import os
 # Nothing in the tests may reach a model hub: models are built from configs.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# One thread for torch (and the BLAS under numpy) in every test process, set before anything imports torch: a thread
+# pool sized to the machine fights any other load (the traversal real-decoding test took 18 s on a quiet box and
+# 1,709 s at load 100), and the tests' tensors are tiny. A variable the caller set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -28,6 +35,10 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 
 
 def pytest_configure(config):
+    import sys
+
+    if "torch" in sys.modules:  # imported before this file (a plugin): pin it the direct way
+        sys.modules["torch"].set_num_threads(1)
     # The fast loop (pytest -m "not slow") runs every property test on 10 derandomised examples instead of
     # 40; the full run (CI, the README's test command) keeps 40.
     if "not slow" in (config.option.markexpr or "") and not os.environ.get("HYPOTHESIS_PROFILE"):

@@ -20,6 +20,7 @@ import itertools
 import json
 import textwrap
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ from verispec.lp_analysis.multistep import build_multistep_lp, coupling_bound, o
 from verispec.simulator import ContextFreeProblem, analyze, parse_tree
 from verispec.simulator.problems import sun_toy_problem
 from verispec.simulator.selection import greedy_path
-from verispec.verifiers import REGISTRY, get_verifier
+from verispec.verifiers import REGISTRY, get_verifier, load_attribute
 
 F = Fraction
 
@@ -51,14 +52,9 @@ smooth_problems = st.fixed_dictionaries(dict(
 P3, Q3 = [0.5, 0.3, 0.2], [0.2, 0.6, 0.2]
 
 
-def shallow_off_path(v):
-    """The README's class: at most one token accepted off GBV's greedy path."""
-    columns = []
-    for index, (tree, _) in enumerate(v.outcomes):
-        on_path = set(greedy_path(tree))
-        deep_off = [n for n in range(tree.num_nodes) if len(tree.paths[n]) > 1 and n not in on_path]
-        columns.extend(v.columns(index, deep_off))
-    return [v.z[columns] == 0] if columns else []
+#: The README's class (at most one token accepted off GBV's greedy path), from the examples folder.
+MY_CLASS = f"{Path(__file__).resolve().parents[1] / 'examples' / 'my_class.py'}:shallow_off_path"
+shallow_off_path = load_attribute(MY_CLASS, "verifier class")
 
 
 # --- the cvxpy path against the scipy path ------------------------------------------------------------------
@@ -240,16 +236,6 @@ def test_solve_rational_by_hand():
 def class_file(tmp_path):
     path = tmp_path / "classes.py"
     path.write_text(textwrap.dedent('''
-        from verispec.simulator.selection import greedy_path
-
-        def shallow_off_path(v):
-            columns = []
-            for index, (tree, _) in enumerate(v.outcomes):
-                on_path = set(greedy_path(tree))
-                deep_off = [n for n in range(tree.num_nodes) if len(tree.paths[n]) > 1 and n not in on_path]
-                columns.extend(v.columns(index, deep_off))
-            return [v.z[columns] == 0] if columns else []
-
         def empty(v):
             return [v.z == 0]
 
@@ -275,7 +261,7 @@ def _bound(capsys, *extra, tree="iid:3,2"):
 
 
 def test_bound_with_a_users_class(capsys, class_file):
-    code, out, _ = _bound(capsys, "--restriction", f"{class_file}:shallow_off_path", "--json")
+    code, out, _ = _bound(capsys, "--restriction", MY_CLASS, "--json")
     assert code == 0
     data = json.loads(out)
     gbv = next(row for row in data["verifiers"] if row["verifier"] == "gbv")
@@ -298,8 +284,8 @@ def test_bound_certify(capsys):
     (["--restriction", "{file}:non_convex"], "non-convex"),
     (["--restriction", "{file}:NOT_A_FUNCTION"], "not a function"),
     (["--restriction", "{file}:missing"], "has no attribute"),
-    (["--restriction", "{file}:shallow_off_path", "--solver", "gurobi-nope"], "is not installed"),
-    (["--restriction", "{file}:shallow_off_path", "--certify"], "drop --certify"),
+    (["--restriction", MY_CLASS, "--solver", "gurobi-nope"], "is not installed"),
+    (["--restriction", MY_CLASS, "--certify"], "drop --certify"),
     (["--restriction", "selected-path", "--solver", "HIGHS"], "drop --solver"),
     (["--restriction", "nonsense"], "must be one of selected-path or FILE.py:NAME"),
 ])

@@ -53,6 +53,7 @@ import numpy as np
 from scipy import sparse
 
 from verispec.errors import SolverError, VerispecError
+from verispec.lp_analysis.gaps import GapRow, verifier_gaps
 from verispec.lp_analysis.multistep import (
     DEFAULT_MAX_NONZEROS,
     MultiStepLP,
@@ -154,15 +155,6 @@ def selected_path(v: LPVariables) -> list:
 CLASSES: dict[str, ClassConstraints] = {"every-valid": every_valid, "selected-path": selected_path}
 
 
-@dataclass(frozen=True)
-class ClassGap:
-    verifier: str
-    block_efficiency: float
-    ratio: float  # block_efficiency / class optimum (above 1: a rule outside the class)
-    gap: float
-    lossless: bool | None
-
-
 @dataclass(frozen=True, eq=False)
 class ClassOptimum:
     """A class's optimum (``block_efficiency``), its optimal verifier (valid at this problem and drafter; the
@@ -179,7 +171,7 @@ class ClassOptimum:
     num_variables: int
     tv_distance: float  # the optimal verifier's exact TV distance to the target (the exact engine)
     tolerance: float  # the TV accepted: the engine's float tolerance after a vertex solver, else INTERIOR_TOLERANCE
-    rows: tuple[ClassGap, ...] = ()
+    rows: tuple[GapRow, ...] = ()  # ratio above 1: a rule outside the class
     references: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -357,16 +349,7 @@ def optimize_class(problem: Problem, drafter: Drafter, constraints: ClassConstra
                           f"{float(check.tv_distance):.2g} > {check.tolerance:g}, E[tau+1] "
                           f"{float(check.block_efficiency):.12g} against {optimum:.12g}); the solver's answer is "
                           "inaccurate: name another solver (SCIPY or HIGHS for a linear class)")
-    rows = []
-    for rule in verifiers:
-        if not drafter.draft_laws & rule.valid_for:
-            continue
-        result = analyze(problem, drafter, rule)
-        efficiency = float(result.block_efficiency)
-        rows.append(ClassGap(verifier=rule.name, block_efficiency=efficiency, ratio=efficiency / optimum,
-                             gap=optimum - efficiency,
-                             lossless=None if result.lossless is None else bool(result.lossless)))
-    rows.sort(key=lambda row: -row.block_efficiency)
+    rows = verifier_gaps(problem, drafter, verifiers, optimum)
     refs = {}
     if references:
         refs["every valid verifier"] = optimal_block_efficiency(problem, drafter, limit=limit).block_efficiency
@@ -471,6 +454,6 @@ def information_agnostic_program(problem: Problem, drafter: Drafter, *, solver: 
 
 
 __all__ = [
-    "CLASSES", "ClassGap", "ClassOptimum", "LPVariables", "coupling_bound", "coupling_program", "every_valid",
+    "CLASSES", "ClassOptimum", "LPVariables", "coupling_bound", "coupling_program", "every_valid",
     "information_agnostic_program", "optimize_class", "selected_path",
 ]

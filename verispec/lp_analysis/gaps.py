@@ -71,6 +71,19 @@ class GapReport:
         return "\n".join(lines)
 
 
+def verifier_gaps(problem: Problem, drafter: Drafter, verifiers, best: float) -> tuple[GapRow, ...]:
+    """Each verifier valid for ``drafter``, analysed exactly and compared with the optimum ``best``, best first."""
+    rows = []
+    for verifier in verifiers:
+        if not drafter.draft_laws & verifier.valid_for:
+            continue
+        result = analyze(problem, drafter, verifier)
+        efficiency = float(result.block_efficiency)
+        rows.append(GapRow(verifier=verifier.name, block_efficiency=efficiency, ratio=efficiency / best,
+                           gap=best - efficiency, lossless=None if result.lossless is None else bool(result.lossless)))
+    return tuple(sorted(rows, key=lambda row: -row.block_efficiency))
+
+
 def gap_report(problem: Problem, drafter: Drafter, verifiers, *, limit: int = DEFAULT_MAX_VARIABLES,
                restriction: str | None = None, certify: bool = False) -> GapReport:
     """Block efficiency of every verifier valid for ``drafter`` and the multi-step LP optimum (of the class
@@ -83,16 +96,7 @@ def gap_report(problem: Problem, drafter: Drafter, verifiers, *, limit: int = DE
         for name in RESTRICTIONS:
             class_optima[name] = optimal_block_efficiency(problem, drafter, limit=limit,
                                                           restriction=name).block_efficiency
-    rows = []
-    for verifier in verifiers:
-        if not drafter.draft_laws & verifier.valid_for:
-            continue
-        result = analyze(problem, drafter, verifier)
-        efficiency = float(result.block_efficiency)
-        rows.append(GapRow(verifier=verifier.name, block_efficiency=efficiency, ratio=efficiency / best,
-                           gap=best - efficiency, lossless=None if result.lossless is None else bool(result.lossless)))
-    rows.sort(key=lambda row: -row.block_efficiency)
-    return GapReport(tree=drafter.spec, optimal_block_efficiency=best,
-                     coupling_bound=coupling_bound(problem, drafter), rows=tuple(rows),
+    return GapReport(tree=drafter.spec, optimal_block_efficiency=best, coupling_bound=coupling_bound(problem, drafter),
+                     rows=verifier_gaps(problem, drafter, verifiers, best),
                      lp_variables=optimum.num_variables, lp_seconds=optimum.seconds, restriction=restriction,
                      class_optima=class_optima, certificate=optimum.certificate)
