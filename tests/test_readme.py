@@ -24,13 +24,20 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 EXAMPLES = ROOT / "examples"
 
+#: The guides the README links to: their commands and Python blocks run like the README's.
+GUIDES = ("verifiers", "exact_engine", "cli", "real_models", "sweeps_and_report", "selector", "rules_2025_26",
+          "verifier_classes", "writing_a_rule", "check_external", "experiments", "layout")
+GUIDE_TEXTS = {name: (ROOT / "docs" / f"{name}.md").read_text() for name in GUIDES}
+#: The README and its guides, one text (each document's blocks in turn).
+DOCUMENTS = "\n".join([README, *GUIDE_TEXTS.values()])
+
 
 def fenced_blocks(text: str, language: str) -> list[str]:
     """The bodies of the ```language fenced blocks of a markdown text."""
     return [match.group(1) for match in re.finditer(rf"^```{language}[ \t]*\n(.*?)^```", text, re.M | re.S)]
 
 
-def readme_commands(text: str = README) -> list[list[str]]:
+def readme_commands(text: str = DOCUMENTS) -> list[list[str]]:
     """argv (without the program name) of every 'verispec ...' line in the README's bash blocks."""
     commands = []
     for block in fenced_blocks(text, "bash"):
@@ -135,9 +142,9 @@ def test_readme_python_example_prints_lossless(capsys):
     assert capsys.readouterr().out.split()[0] == "True"
 
 
-@pytest.mark.parametrize("index", range(len(fenced_blocks(README, "python"))))
+@pytest.mark.parametrize("index", range(len(fenced_blocks(DOCUMENTS, "python"))))
 def test_every_readme_python_block_runs(index, capsys, request):
-    block = fenced_blocks(README, "python")[index]
+    block = fenced_blocks(DOCUMENTS, "python")[index]
     if "import torch" in block:
         pytest.importorskip("torch")
     if "verispec.models" in block:
@@ -152,13 +159,19 @@ def test_examples_my_rules_is_the_readme_rule():
 
 
 def test_examples_my_class_is_the_readme_class():
-    block = next(block for block in fenced_blocks(README, "python") if "def shallow_off_path" in block)
+    block = next(block for block in fenced_blocks(DOCUMENTS, "python") if "def shallow_off_path" in block)
     assert _function_source((EXAMPLES / "my_class.py").read_text(), "shallow_off_path") == \
         _function_source(block, "shallow_off_path")
 
 
+def test_the_readme_is_a_front_page_that_links_every_guide():
+    assert len(README.splitlines()) <= 250
+    for name in GUIDES:
+        assert f"docs/{name}.md" in README, name
+
+
 def test_readme_problem_files_are_valid():
-    blocks = [json.loads(block) for block in fenced_blocks(README, "json")]
+    blocks = [json.loads(block) for block in fenced_blocks(DOCUMENTS, "json")]
     problems = [block for block in blocks if isinstance(block, dict) and "vocab_size" in block]
     assert problems
     for data in problems:

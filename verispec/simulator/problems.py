@@ -519,7 +519,7 @@ def _checked_rows(prefixes: list, rows, size: int) -> _CheckedRows | None:
 
 
 def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
-    """Build a TabularProblem from the JSON layout documented in the README.
+    """Build a TabularProblem from the JSON layout documented in docs/cli.md (the README links it).
 
     The object has exactly the keys "vocab_size", "target" and "draft", plus optionally "comment" and/or
     "description" (free text, ignored) and "derived" (an object, ignored: ``verispec derive``'s provenance);
