@@ -47,16 +47,64 @@ import time
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verispec import package_version
 from verispec.errors import AnalysisTimeoutError, InvalidProblemError, VerispecError
 from verispec.io import atomic_write_text
-from verispec.simulator.distributions import parse_distribution
-from verispec.simulator.drafters import MAX_TREE_PARAMETER, TREE_KINDS, ChainDrafter, DraftLaw, parse_tree
-from verispec.simulator.engine import MAX_LAW_ENTRIES, METHODS, analyze, check_compatible, choose_method
-from verispec.simulator.problems import ContextFreeProblem, Problem, load_problem, random_problem, sun_toy_problem
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_LOSSY, Verdict
-from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY, get_verifier, split_names
+
+if TYPE_CHECKING:
+    from verispec.simulator.problems import Problem
+
+# The parser and --help import nothing heavier than the standard library (numpy, scipy and the verifiers cost
+# 0.6 s of start-up): the names below load their module on first call, and the constants the parser needs are
+# repeated here, tied to their sources by tests/test_cli.py.
+
+#: verispec.simulator.drafters.MAX_TREE_PARAMETER
+MAX_TREE_PARAMETER = 10**6
+#: verispec.simulator.engine.METHODS
+METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration")
+#: The forms of verispec.simulator.drafters.TREE_KINDS, in its order
+TREE_FORMS = ("chain:L", "iid:K,L", "delayed:K,L1,L2", "branch:b1,b2,...", "branch-iid:b1,b2,...", "hub",
+              "hub-tree:L", "greedy:K", "greedy-tree:K,L", "dyspec:N", "argmax-chain:L", "topk-chain:k,L")
+
+
+def _lazy(module: str, name: str):
+    """A stand-in for ``module.name`` that imports the module at its first call."""
+
+    def call(*args, **kwargs):
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+parse_distribution = _lazy("verispec.simulator.distributions", "parse_distribution")
+parse_tree = _lazy("verispec.simulator.drafters", "parse_tree")
+analyze = _lazy("verispec.simulator.engine", "analyze")
+check_compatible = _lazy("verispec.simulator.engine", "check_compatible")
+choose_method = _lazy("verispec.simulator.engine", "choose_method")
+ContextFreeProblem = _lazy("verispec.simulator.problems", "ContextFreeProblem")
+load_problem = _lazy("verispec.simulator.problems", "load_problem")
+random_problem = _lazy("verispec.simulator.problems", "random_problem")
+sun_toy_problem = _lazy("verispec.simulator.problems", "sun_toy_problem")
+get_verifier = _lazy("verispec.verifiers", "get_verifier")
+split_names = _lazy("verispec.verifiers", "split_names")
+
+
+def _engine_limit() -> int:
+    from verispec.simulator.engine import MAX_LAW_ENTRIES
+
+    return MAX_LAW_ENTRIES
+
+
+def _registry() -> dict:
+    from verispec.verifiers import REGISTRY
+
+    return REGISTRY
 
 DEFAULT_THRESHOLD = 1e-9  # verispec.hunt.DEFAULT_THRESHOLD, repeated so 'exact' does not import hypothesis
 #: verispec.lp_analysis.multistep.RESTRICTIONS, repeated so the parser does not import scipy (a test ties them)
@@ -162,7 +210,7 @@ def _build_parser() -> argparse.ArgumentParser:
     source.add_argument("--target", metavar="P", help="comma-separated target probabilities, e.g. 1/3,2/3")
     source.add_argument("--draft", metavar="Q", help="comma-separated draft probabilities (context-free)")
     source.add_argument("--problem", metavar="FILE", help="JSON problem file with per-prefix conditionals")
-    exact.add_argument("--tree", required=True, help="draft tree: " + ", ".join(f for f, _ in TREE_KINDS.values()))
+    exact.add_argument("--tree", required=True, help="draft tree: " + ", ".join(TREE_FORMS))
     exact.add_argument("--verifier", required=True, help="verifier name (see 'verispec list')")
     exact.add_argument("--drafts", metavar="RULE", default=None,
                        help="deterministic drafts handed their own law: argmax (point mass at q's mode, as EAGLE or "
@@ -459,7 +507,7 @@ def _command_budget(args, what: str):
     (exit 3)."""
     seconds, note = getattr(args, "time_budget", None), ""
     rule = getattr(args, "verifier", None)
-    if seconds is None and rule is not None and rule not in REGISTRY:
+    if seconds is None and rule is not None and rule not in _registry():
         seconds, note = DEFAULT_USER_RULE_BUDGET, ", the default for a rule of your own"
     if seconds is None:
         yield
@@ -604,7 +652,7 @@ def _exact(args) -> int:
             entries, memory = _output_law_size(problem, drafter)
             raise VerispecError(
                 f"--fail-if-lossy cannot be checked: --method auto chose dp-metrics because the output law would "
-                f"have {entries} entries (more than {MAX_LAW_ENTRIES:,}), and dp-metrics keeps only the law of tau, "
+                f"have {entries} entries (more than {_engine_limit():,}), and dp-metrics keeps only the law of tau, "
                 f"not the output law; use a smaller tree, or --method dp if you have the memory ({memory})")
         raise VerispecError("--fail-if-lossy cannot be checked with --method dp-metrics, which keeps only the law of "
                             "tau, not the output law; use --method dp or --method auto")
@@ -666,11 +714,13 @@ def _run_compare(args) -> int:
         depths = [int(d) for d in args.depths.split(",")]
     except ValueError:
         raise VerispecError(f"--depths must be comma-separated integers, got {args.depths!r}") from None
+    from verispec.simulator.drafters import ChainDrafter, DraftLaw
+
     if args.tree:
-        pairs = [(drafter, [v for v in REGISTRY.values() if drafter.draft_laws & v.valid_for])
+        pairs = [(drafter, [v for v in _registry().values() if drafter.draft_laws & v.valid_for])
                  for drafter in map(parse_tree, args.tree)]
     else:
-        chain_verifiers = [v for v in REGISTRY.values() if DraftLaw.SINGLE_PATH in v.valid_for]
+        chain_verifiers = [v for v in _registry().values() if DraftLaw.SINGLE_PATH in v.valid_for]
         pairs = [(ChainDrafter(depth), chain_verifiers) for depth in depths]
     header = ("problem", "tree", "verifier", "E[tau+1]", "E[tau]", "TV distance", "lossless")
     rows = []
@@ -854,7 +904,7 @@ def _bound(args) -> int:
     if args.solver is not None:
         raise VerispecError("--solver chooses the cvxpy solver of a class FILE.py:NAME; the built-in classes are "
                             "solved by HiGHS through scipy: drop --solver or give --restriction FILE.py:NAME")
-    report = gap_report(problem, drafter, REGISTRY.values(), limit=limit, restriction=args.restriction,
+    report = gap_report(problem, drafter, _registry().values(), limit=limit, restriction=args.restriction,
                         certify=args.certify)
     if args.json:
         _print_json(report.to_json())
@@ -877,7 +927,7 @@ def _bound_user_class(args, problem, drafter, limit: int) -> int:
         raise VerispecError(f"{args.restriction} is a {type(constraints).__name__}, not a function; a class is a "
                             "function of the LP's variables returning a list of cvxpy constraints")
     result = optimize_class(problem, drafter, constraints, name=args.restriction, solver=args.solver,
-                            verifiers=REGISTRY.values(), limit=limit)
+                            verifiers=_registry().values(), limit=limit)
     if args.json:
         _print_json(result.to_json())
     else:
@@ -886,6 +936,8 @@ def _bound_user_class(args, problem, drafter, limit: int) -> int:
 
 
 def _run_list(args) -> int:
+    from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY
+
     print("verifiers:")
     for name, verifier in sorted(REGISTRY.items()):
         laws = ", ".join(sorted(law.value for law in verifier.valid_for))
@@ -895,7 +947,7 @@ def _run_list(args) -> int:
         print(f"  {name:<12} runs on every tree; typical(epsilon=E,alpha=A) sets its parameters "
               f"(default {verifier.epsilon:g}, {verifier.alpha:g}: Medusa's)")
     print("tree kinds:")
-    for form, _ in TREE_KINDS.values():
+    for form in TREE_FORMS:
         print(f"  {form}")
     print("layouts of check-external:")
     print(f"  {', '.join(EXTERNAL_LAYOUTS)}")
@@ -1259,7 +1311,7 @@ def main(argv: list[str] | None = None) -> int:
         # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
         # Anything else is a bug in verispec and keeps its traceback.
         user_rule = getattr(args, "verifier", None) or getattr(args, "function", None)
-        if user_rule is None or user_rule in REGISTRY or str(user_rule).startswith("typical"):
+        if user_rule is None or user_rule in _registry() or str(user_rule).startswith("typical"):
             raise
         message = " ".join(f"{type(error).__name__}: {error}".split())
         print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)

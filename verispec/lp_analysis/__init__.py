@@ -1,24 +1,32 @@
-"""Linear programs and closed forms for optimality analysis (HiGHS through scipy; one checked LP helper)."""
+"""Linear programs and closed forms for optimality analysis (HiGHS through scipy; one checked LP helper).
 
-from verispec.lp_analysis.draft_laws import (
-    greedy_draft_law,
-    hub_draft_law,
-    iid_draft_law,
-    set_law,
-    without_replacement_draft_law,
-)
-from verispec.lp_analysis.ot import OTCoupling, ot_coupling, repair_marginals
-from verispec.lp_analysis.single_position import (
-    SinglePositionOptimum,
-    iid_ot_optimum,
-    set_law_ot_optimum,
-    without_replacement_ot_optimum,
-)
-from verispec.lp_analysis.solve import LPSolution, check_size, solve_lp
+The names below are loaded on first use (PEP 562): importing a submodule that needs no LP (the closed forms of
+Global Resolution, say) does not import scipy.optimize, which costs a quarter of a second of start-up.
+"""
 
-__all__ = [
-    "LPSolution", "OTCoupling", "SinglePositionOptimum", "check_size", "greedy_draft_law", "hub_draft_law",
-    "iid_draft_law", "iid_ot_optimum",
-    "ot_coupling", "repair_marginals", "set_law", "set_law_ot_optimum", "solve_lp",
-    "without_replacement_draft_law", "without_replacement_ot_optimum",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "greedy_draft_law": "draft_laws", "hub_draft_law": "draft_laws", "iid_draft_law": "draft_laws",
+    "set_law": "draft_laws", "without_replacement_draft_law": "draft_laws",
+    "OTCoupling": "ot", "ot_coupling": "ot", "repair_marginals": "ot",
+    "SinglePositionOptimum": "single_position", "iid_ot_optimum": "single_position",
+    "set_law_ot_optimum": "single_position", "without_replacement_ot_optimum": "single_position",
+    "LPSolution": "solve", "check_size": "solve", "solve_lp": "solve",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'verispec.lp_analysis' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"verispec.lp_analysis.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

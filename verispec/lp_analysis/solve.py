@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linprog
 
 from verispec import budget
 from verispec.errors import ProblemTooLargeError, SolverError
@@ -84,6 +83,8 @@ def solve_lp(c: np.ndarray, *, what: str, maximize: bool = False,
     ``groups``: (variable indices, exact total) pairs; after cleaning each group is rescaled to its total.
     ``what`` names the LP in every error message.
     """
+    from scipy.optimize import linprog  # a quarter of a second to import: only when an LP is solved
+
     c = np.asarray(c, dtype=np.float64)
     check_size(c.size, what=what, limit=limit)
     objective = -c if maximize else c

@@ -6,17 +6,20 @@ the model is the paper's network or a baseline (``network``), trained to maximis
 ratio to a static action (``train``, its Eq. 12); ``Selector`` holds a trained model and its file, and
 ``SelectorPolicy`` lets the decoder ask it for an action per block.
 
-Importing this package, ``actions`` or ``features`` does not import torch; the torch-backed names
+Importing this package imports nothing heavy (every name loads its module on first use); ``actions`` and
+``features`` do not import torch; the torch-backed names
 (``Selector``, ``SelectorPolicy``, ``SelectorNetwork``, ``LinearSelector``, ``LookupSelector``,
 ``throughput_loss``, ``train_selector``) load on first use.
 """
 
 from __future__ import annotations
 
-from verispec.selector.actions import PAPER_GRID, Action, ActionGrid, SelectorError, action_times, max_action_tree
-from verispec.selector.features import SCALAR_FEATURES, scalar_features, scalar_features_batch
-
 _LAZY = {
+    # numpy-backed: loaded on first use too, so that the command line's parser (verispec.selector.command) starts
+    # without numpy
+    **dict.fromkeys(("PAPER_GRID", "Action", "ActionGrid", "SelectorError", "action_times", "max_action_tree"),
+                    "verispec.selector.actions"),
+    **dict.fromkeys(("SCALAR_FEATURES", "scalar_features", "scalar_features_batch"), "verispec.selector.features"),
     "Selector": "verispec.selector.selector",
     "SelectorPolicy": "verispec.selector.selector",
     "SelectorNetwork": "verispec.selector.network",
