@@ -157,3 +157,13 @@ def test_commands_read_and_write_npz(tmp_path, capsys):
     assert main(["exact", "--problem", str(witness), "--tree", "chain:1", "--verifier",
                  "tests/broken.py:naive_correction_from_target", "--exact", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["lossless"] is False and found.vocab_size >= 2
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_numbers_past_the_exponent_limit_are_refused_in_both_modes(tmp_path, exact):
+    # 0.000...01 with 10,001 zeros: a float would read it as 0, the exact reading refuses it; both modes must refuse
+    path = tmp_path / "p.json"
+    tiny = "0." + "0" * 10_001 + "1"
+    path.write_text('{"vocab_size": 2, "target": {"": [' + tiny + ', 1]}, "draft": {"": [0.5, 0.5]}}')
+    with pytest.raises(InvalidDistributionError, match="exponent"):
+        load_problem(path, exact=exact)

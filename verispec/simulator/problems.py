@@ -653,11 +653,11 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
     except UnicodeDecodeError:
         raise InvalidProblemError(f"problem file {str(path)!r} is neither JSON (it is not UTF-8 text) nor verispec's "
                                   ".npz problem form; write one with problem_to_json or problem_to_npz") from None
-    if not exact and not _EXTREME_NUMBER.search(text):
+    if not exact:
         try:
-            data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
+            data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_float=_plain_float)
             return problem_from_json(data, exact=False)
-        except (json.JSONDecodeError, RecursionError, InvalidProblemError, InvalidDistributionError):
+        except (json.JSONDecodeError, RecursionError, InvalidProblemError, InvalidDistributionError, _ReadExactly):
             pass  # read again the exact way below, for the canonical message
     try:
         data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_float=Decimal)
@@ -672,10 +672,22 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
     return problem_from_json(data, exact=exact)
 
 
-#: A JSON number whose exponent may pass ``MAX_EXPONENT`` (5 or more exponent digits, or a run of 5,000 digits):
-#: read as a float it would silently become 0 or infinity, so such a file takes the exact reading, which refuses it
-#: as before (float and exact mode decide alike).
-_EXTREME_NUMBER = re.compile(r"[eE][+-]?\d{5,}|\d{5000,}")
+class _ReadExactly(Exception):
+    """A JSON number the float reading must not take (``_plain_float``)."""
+
+
+#: Exponents of 5 or more digits: beyond MAX_EXPONENT the exact reading refuses the number.
+_LONG_EXPONENT = re.compile(r"[eE][+-]?\d{5,}")
+
+
+def _plain_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent, as a float; ``_ReadExactly`` for one whose decimal exponent may
+    pass ``MAX_EXPONENT`` (a long exponent, or more digits than any float's shortest form) and that the float reading
+    would silently turn into 0 or infinity: such a file is read the exact way, which refuses it as before (float and
+    exact mode decide alike)."""
+    if len(text) > 40 or (("e" in text or "E" in text) and _LONG_EXPONENT.search(text)):
+        raise _ReadExactly(text)
+    return float(text)
 
 #: The first bytes of a .npz file (a zip archive).
 NPZ_MAGIC = b"PK\x03\x04"
