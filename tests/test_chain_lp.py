@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import build_problem
 from verispec import cli
+from verispec.errors import ProblemTooLargeError
 from verispec.lp_analysis.certificate import CertificateError
-from verispec.lp_analysis.chain_lp import _check_chain, _conditionals, _joint, certify_chain, least_flows
+from verispec.lp_analysis.chain_lp import _check_chain, certify_chain, chain_tables, least_flows
 from verispec.lp_analysis.multistep import optimal_block_efficiency
 from verispec.simulator import ContextFreeProblem, analyze, parse_tree, sun_toy_problem
 from verispec.simulator.problems import problem_from_json, problem_to_json
@@ -81,9 +82,8 @@ def test_least_flows_at_one_position_by_hand():
 
 def test_corrupted_chain_certificates_are_refused():
     problem = _exact(build_problem(dict(vocab_size=3, depth=3, seed=7, divergence=0.8)), 3)
-    target, draft = _joint(problem, 3, problem.target), _joint(problem, 3, problem.draft)
-    conditional = _conditionals(problem, 3)
-    certificate = certify_chain(problem, 3)
+    target, draft, conditional = chain_tables(problem, 3)
+    certificate = certify_chain(target, draft, conditional, 3)
     offsets = np.cumsum([0, 3, 9, 27])
 
     def split(values):
@@ -112,3 +112,11 @@ def test_bound_on_chain8_is_block_verification(capsys):
     assert code == 0 and data["lp_variables"] == 3 + 9 + 27 + 81 + 243 + 729 + 2187 + 6561
     block = next(row for row in data["verifiers"] if row["verifier"] == "bv")
     assert data["optimal_block_efficiency"] == pytest.approx(block["block_efficiency"], abs=1e-9)
+
+
+def test_a_chain_past_the_limit_is_refused_before_anything_is_built():
+    # chain:20 at V = 3: 3 + ... + 3^20 = 5.2e9 prefixes; chain:12 at V = 3: 797,160 > 200,000 (exact count)
+    problem = ContextFreeProblem([0.5, 0.3, 0.2], [0.2, 0.6, 0.2])
+    for depth in (12, 20):
+        with pytest.raises(ProblemTooLargeError, match="one per output prefix"):
+            optimal_block_efficiency(problem, parse_tree(f"chain:{depth}"))

@@ -32,8 +32,15 @@ import numpy as np
 from scipy import sparse
 
 from verispec.errors import ProblemTooLargeError, SolverError
-from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, MARGINAL_TOLERANCE, check_size, solve_lp
-from verispec.simulator.problems import Problem, log_prefix_count, readable_count
+from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, MARGINAL_TOLERANCE, solve_lp
+from verispec.simulator.problems import (
+    Problem,
+    draft_law,
+    log_prefix_count,
+    readable_count,
+    target_conditionals,
+    target_law,
+)
 
 #: Largest number of prefixes (V + ... + V^L) whose optimal verifier is tabulated: its law per draft outcome has
 #: V^L x (L + 1) x V entries.
@@ -55,24 +62,13 @@ class ChainCertificate:
                 "dual_rows": 2 * len(self.flows), "form": "single path, flows only"}
 
 
-def _joint(problem: Problem, depth: int, conditional) -> list[np.ndarray]:
-    """[law of prefixes of length k, flat, for k = 1..depth] from a conditional (prefix -> [V])."""
-    exact = problem.exact
-    dtype = object if exact else np.float64
-    laws, previous = [], np.ones(1, dtype=dtype)
-    for length in range(depth):
-        rows = np.stack([np.asarray(conditional(prefix), dtype=dtype) for prefix in problem.prefixes(length)])
-        previous = (previous[:, None] * rows).ravel()
-        laws.append(previous)
-    return laws
-
-
-def _conditionals(problem: Problem, depth: int) -> list[np.ndarray]:
-    """[p(t | u) for |u| = k, flat over u t, for k = 1..depth]: the edge coefficients (k < L) and the conditionals
-    after a full path (k = L), which split the final blocks."""
-    dtype = object if problem.exact else np.float64
-    return [np.stack([np.asarray(problem.target(prefix), dtype=dtype) for prefix in problem.prefixes(length)]).ravel()
-            for length in range(1, depth + 1)]
+def chain_tables(problem: Problem, depth: int) -> tuple[list, list, list]:
+    """(p(u), Q(u), p(t | u)) flat by level: the joint laws of the prefixes of lengths 1..L, and the conditionals
+    after prefixes of lengths 1..L (the edge coefficients, k < L, and after a full path, k = L, which split the
+    final blocks), in the problem's number type."""
+    levels = range(1, depth + 1)
+    return ([target_law(problem, k).ravel() for k in levels], [draft_law(problem, k).ravel() for k in levels],
+            [target_conditionals(problem, k).ravel() for k in levels])
 
 
 def least_flows(target: list, draft: list, conditional: list, size: int) -> list:
@@ -91,7 +87,7 @@ def estimate_chain_lp(problem: Problem, depth: int, *, limit: int) -> int:
     """The reduced LP's variables (V + ... + V^L), refused past ``limit`` before anything is built."""
     size = problem.vocab_size
     log_count = log_prefix_count(size, 1, depth)
-    if log_count > np.log(limit):
+    if log_count > np.log(limit) or sum(size ** length for length in range(1, depth + 1)) > limit:
         raise ProblemTooLargeError(f"the multi-step LP on chain:{depth} at V={size} would have "
                                    f"{readable_count(log_count)} variables (one per output prefix of length "
                                    f"1..{depth}), above the limit of {limit:,}; use a smaller vocabulary or a shorter "
@@ -103,11 +99,8 @@ def solve_chain_lp(problem: Problem, depth: int, *, limit: int = DEFAULT_MAX_VAR
     """(E[tau + 1], F by level, the target and draft prefix laws by level) of the reduced single-path LP, solved by
     HiGHS and checked against the least feasible point."""
     size = problem.vocab_size
-    count = estimate_chain_lp(problem, depth, limit=limit)
-    check_size(count, what=f"multi-step LP on chain:{depth}", limit=limit)
-    target = _joint(problem, depth, problem.target)
-    draft = _joint(problem, depth, problem.draft)
-    conditional = _conditionals(problem, depth)
+    count = estimate_chain_lp(problem, depth, limit=limit)  # in logs first: V^L may be astronomically large
+    target, draft, conditional = chain_tables(problem, depth)
     p = np.concatenate(target).astype(np.float64)
     q = np.concatenate(draft).astype(np.float64)
     offsets = np.cumsum([0] + [size ** length for length in range(1, depth + 1)])
@@ -137,14 +130,12 @@ def solve_chain_lp(problem: Problem, depth: int, *, limit: int = DEFAULT_MAX_VAR
     return efficiency, flows, target, draft, conditional
 
 
-def certify_chain(problem: Problem, depth: int) -> ChainCertificate:
+def certify_chain(target: list, draft: list, conditional: list, size: int) -> ChainCertificate:
     """The exact optimum on a single path of an exact problem, proved by a primal point and a dual solution that
     meet every constraint exactly and have equal objectives (module docstring): the dual value of a prefix's row
-    that holds F(u) at its value (its lower bound, else its parent's edge) is 1 + sum_t p(t | u) mu(u t)."""
-    size = problem.vocab_size
-    target = _joint(problem, depth, problem.target)
-    draft = _joint(problem, depth, problem.draft)
-    conditional = _conditionals(problem, depth)
+    that holds F(u) at its value (its lower bound, else its parent's edge) is 1 + sum_t p(t | u) mu(u t).
+    ``target``, ``draft``, ``conditional``: ``chain_tables`` of the exact problem."""
+    depth = len(target)
     flows = least_flows(target, draft, conditional, size)
     zero = Fraction(0)
     bound_duals, edge_duals = [None] * depth, [None] * depth

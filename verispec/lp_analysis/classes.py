@@ -61,8 +61,9 @@ from verispec.lp_analysis.multistep import (
     build_multistep_lp,
     coupling_bound,
     optimal_block_efficiency,
+    path_probabilities,
 )
-from verispec.lp_analysis.solve import CLEAN_TOLERANCE, DEFAULT_MAX_VARIABLES, MARGINAL_TOLERANCE
+from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, checked_solution
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.problems import Problem, target_law
 from verispec.simulator.selection import greedy_path
@@ -284,28 +285,6 @@ def _solve(problem, solver: str | None, what: str) -> str:
     raise SolverError(f"{what}: {failure}")
 
 
-def _checked_emissions(lp: MultiStepLP, z: np.ndarray, flows: np.ndarray, what: str) -> np.ndarray:
-    """Clean the solver's emission masses (tiny negatives, each outcome's total Q(D)) and re-check the multi-step
-    LP's constraints, as ``solve_lp`` does; SolverError when they fail."""
-    if z is None or not np.isfinite(z).all():
-        raise SolverError(f"{what}: the solver returned no finite solution")
-    if z.size and z.min() < -CLEAN_TOLERANCE:
-        raise SolverError(f"{what}: the solver returned a clearly negative emission mass ({z.min():.3g})")
-    z = np.maximum(z, 0.0)
-    for columns, total in lp.groups():
-        mass = z[columns].sum()
-        if mass > 0:
-            z[columns] *= total / mass
-        else:
-            z[columns] = total / len(columns)
-    x = np.concatenate([z, np.maximum(flows, 0.0)])
-    violation = np.abs(lp.float_matrix() @ x - lp.b_eq.astype(np.float64)).max(initial=0.0)
-    if violation > MARGINAL_TOLERANCE:
-        raise SolverError(f"{what}: the solution violates the losslessness of the multi-step LP by {violation:.3g} "
-                          f"> {MARGINAL_TOLERANCE:g}: the solver's answer is inaccurate; name another solver")
-    return z
-
-
 def optimize_class(problem: Problem, drafter: Drafter, constraints: ClassConstraints | str = every_valid, *,
                    name: str | None = None, solver: str | None = None, verifiers: Iterable = (),
                    limit: int = DEFAULT_MAX_VARIABLES, max_nonzeros: int = DEFAULT_MAX_NONZEROS,
@@ -338,8 +317,14 @@ def optimize_class(problem: Problem, drafter: Drafter, constraints: ClassConstra
         if violation > CLASS_TOLERANCE:
             raise SolverError(f"{what}: {used} returned a point that violates the class's constraint "
                               f"{str(constraint)[:60]!r} by {violation:.3g}; name another solver")
-    z = _checked_emissions(lp, np.array(variables.z.value, dtype=np.float64),
-                           np.array(variables.flows.value, dtype=np.float64), what)
+    if variables.z.value is None or variables.flows.value is None:
+        raise SolverError(f"{what}: {used} returned no solution; name another solver")
+    try:  # the multi-step LP's own check: tiny negatives cleaned, each outcome's total Q(D), every row to 1e-9
+        x = checked_solution(np.concatenate([variables.z.value, variables.flows.value]).astype(np.float64),
+                             lp.float_matrix(), lp.b_eq.astype(np.float64), None, None, lp.groups())
+    except SolverError as error:
+        raise SolverError(f"{what}: {error}: {used}'s answer is inaccurate; name another solver") from None
+    z = x[:lp.num_emissions]
     optimum = float(lp.objective[:lp.num_emissions] @ z)
     verifier = TabulatedVerifier(f"class-optimal[{name},{drafter.spec}]", lp.laws(z), drafter.draft_laws)
     tolerance = None if used in VERTEX_SOLVERS else INTERIOR_TOLERANCE
@@ -361,22 +346,27 @@ def optimize_class(problem: Problem, drafter: Drafter, constraints: ClassConstra
                         references=refs)
 
 
-def _prefix_masses(lp: MultiStepLP) -> tuple[dict, sparse.csr_matrix]:
-    """The accepted prefixes u (paths of emitting nodes, the empty one included) and the 0/1 matrix whose row u
-    sums the emission masses at nodes whose path extends u (the mass of blocks that accept at least u)."""
+def _extension_rows(entries, size: int, num_columns: int) -> tuple[dict, sparse.csr_matrix]:
+    """For ``entries`` (accepted path, first of its V columns), the prefixes u of the paths (the empty one included)
+    and the 0/1 matrix whose row u sums the columns of every path that extends u: the mass of blocks that accept at
+    least u. One pass over the paths and their prefixes."""
     index, rows, cols = {}, [], []
-    size = lp.vocab_size
-    for outcome, ((tree, _), nodes) in enumerate(zip(lp.outcomes, lp.nodes_of)):
-        for position, node in enumerate(nodes):
-            path = tree.paths[node]
-            columns = lp.first_column[outcome] + position * size + np.arange(size)
-            for length in range(len(path) + 1):
-                row = index.setdefault(path[:length], len(index))
-                rows.append(np.full(size, row))
-                cols.append(columns)
+    for path, first in entries:
+        columns = first + np.arange(size)
+        for length in range(len(path) + 1):
+            rows.append(np.full(size, index.setdefault(path[:length], len(index))))
+            cols.append(columns)
     rows, cols = np.concatenate(rows), np.concatenate(cols)
-    matrix = sparse.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(len(index), lp.num_emissions))
-    return index, matrix
+    return index, sparse.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(len(index), num_columns))
+
+
+def _prefix_masses(lp: MultiStepLP) -> tuple[dict, sparse.csr_matrix]:
+    """``_extension_rows`` over the emission masses z of every outcome's emitting nodes."""
+    size = lp.vocab_size
+    entries = ((tree.paths[node], lp.first_column[outcome] + position * size)
+               for outcome, ((tree, _), nodes) in enumerate(zip(lp.outcomes, lp.nodes_of))
+               for position, node in enumerate(nodes))
+    return _extension_rows(entries, size, lp.num_emissions)
 
 
 def coupling_program(problem: Problem, drafter: Drafter, *, solver: str | None = None,
@@ -412,10 +402,7 @@ def information_agnostic_program(problem: Problem, drafter: Drafter, *, solver: 
     size = lp.vocab_size
     # block s = (accepted path, token): one column per distinct block; z columns merge into it
     block_of, merge = {}, np.empty(lp.num_emissions, dtype=np.int64)
-    contains: dict[tuple, float] = {}
-    for outcome, ((tree, probability), nodes) in enumerate(zip(lp.outcomes, lp.nodes_of)):
-        for path in set(tree.paths):
-            contains[path] = contains.get(path, 0.0) + float(probability)
+    for outcome, ((tree, _), nodes) in enumerate(zip(lp.outcomes, lp.nodes_of)):
         for position, node in enumerate(nodes):
             path = tree.paths[node]
             base = block_of.setdefault(path, len(block_of))
@@ -432,17 +419,9 @@ def information_agnostic_program(problem: Problem, drafter: Drafter, *, solver: 
     flow_part = a_eq[:, lp.num_emissions:].tocsr()[:num_prefix_rows]
     b_prefix = lp.b_eq[:num_prefix_rows].astype(np.float64)
     paths = list(block_of)
-    cap_rows, cap_cols, caps = [], [], []
-    for prefix in sorted(contains, key=len):
-        extending = [block_of[path] for path in paths if path[:len(prefix)] == prefix]
-        if not extending:
-            continue
-        for block in extending:
-            cap_rows.append(np.full(size, len(caps)))
-            cap_cols.append(block * size + np.arange(size))
-        caps.append(contains[prefix])
-    capacity = sparse.csr_matrix((np.ones(sum(len(c) for c in cap_cols)),
-                                  (np.concatenate(cap_rows), np.concatenate(cap_cols))), shape=(len(caps), num_blocks))
+    prefixes, capacity = _extension_rows(((path, block * size) for path, block in block_of.items()), size, num_blocks)
+    contains = path_probabilities(lp.outcomes)
+    caps = [contains[prefix] for prefix in prefixes]  # every prefix of an emitting path is a path of its tree
     lengths = np.asarray([len(path) + 1 for path in paths for _ in range(size)], dtype=np.float64)
     blocks = cp.Variable(num_blocks, nonneg=True, name="M")
     flows = cp.Variable(lp.num_flows, nonneg=True, name="F")

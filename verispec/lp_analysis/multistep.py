@@ -267,6 +267,7 @@ def build_multistep_lp(problem: Problem, drafter: Drafter, *, limit: int = DEFAU
             f"or raise max_nonzeros explicitly")
     # rows: prefix rows of length 1..L+1 (offset as the flow columns, length L+1 after them), then outcomes
     prefix_rows = num_flows + size ** (depth + 1)
+    dtype = object if problem.exact else np.float64  # Fractions stay Fractions; floats are never boxed
     rows, cols, values = [], [], []
     objective = np.zeros(num_columns, dtype=np.int64)
     first_column = [0]
@@ -279,24 +280,23 @@ def build_multistep_lp(problem: Problem, drafter: Drafter, *, limit: int = DEFAU
             row_base = offsets[length - 1] + _flat(path, size) * size
             rows.append(row_base + np.arange(size))
             cols.append(column + np.arange(size))
-            values.append(np.full(size, -1 if length <= depth else 1, dtype=object))  # -M in flow rows, +M final
+            values.append(np.full(size, -1 if length <= depth else 1, dtype=dtype))  # -M in flow rows, +M final
             objective[column:column + size] = length
             column += size
         rows.append(np.full(column - first, prefix_rows + index))
         cols.append(np.arange(first, column))
-        values.append(np.ones(column - first, dtype=object))
+        values.append(np.ones(column - first, dtype=dtype))
         first_column.append(column)
-    exact = problem.exact
-    number = (lambda value: value) if exact else float
-    b_eq = np.zeros(prefix_rows + len(outcomes), dtype=object)
-    b_eq[num_flows:prefix_rows] = np.asarray(target_law(problem, depth + 1), dtype=object).ravel()
+    number = (lambda value: value) if problem.exact else float
+    b_eq = np.zeros(prefix_rows + len(outcomes), dtype=dtype)
+    b_eq[num_flows:prefix_rows] = np.asarray(target_law(problem, depth + 1), dtype=dtype).ravel()
     b_eq[prefix_rows:] = [number(probability) for _, probability in outcomes]
     for length in range(1, depth + 1):
         flows = num_variables + offsets[length - 1] + np.arange(size ** length)
         rows.append(offsets[length - 1] + np.arange(size ** length))  # +F(u) in its own row
         cols.append(flows)
-        values.append(np.ones(size ** length, dtype=object))
-        conditional = np.asarray(target_conditionals(problem, length), dtype=object).reshape(-1, size)
+        values.append(np.ones(size ** length, dtype=dtype))
+        conditional = np.asarray(target_conditionals(problem, length), dtype=dtype).reshape(-1, size)
         child_rows = offsets[length] + np.arange(size ** (length + 1))  # rows of u t (offsets[L] = finals)
         rows.append(child_rows)
         cols.append(np.repeat(flows, size))
@@ -309,8 +309,6 @@ def build_multistep_lp(problem: Problem, drafter: Drafter, *, limit: int = DEFAU
     rows, cols, values = rows[keep], cols[keep], values[keep]
     rows = rows - (rows > dropped)
     b_eq = np.delete(b_eq, dropped)
-    if not exact:
-        values, b_eq = values.astype(np.float64), b_eq.astype(np.float64)
     return MultiStepLP(what=what, vocab_size=size, depth=depth, outcomes=outcomes, nodes_of=nodes_of,
                        first_column=np.asarray(first_column), num_emissions=num_variables, num_flows=num_flows,
                        rows=rows, cols=cols, values=values, b_eq=b_eq, objective=objective, restriction=restriction)
@@ -369,7 +367,7 @@ def _chain_optimum(problem: Problem, drafter: ChainDrafter, *, limit: int, restr
     problem.require_depth(depth)
     drafter.check_problem(problem)
     efficiency, flows, target, draft, conditional = solve_chain_lp(problem, depth, limit=limit)
-    certificate = certify_chain(problem, depth) if certify else None
+    certificate = certify_chain(target, draft, conditional, size) if certify else None
     label = drafter.spec if restriction is None else f"{drafter.spec},{restriction}"
     verifier = TabulatedVerifier(f"lp-optimal[{label}]", chain_laws(flows, target, draft, conditional, size, depth),
                                  drafter.draft_laws)
@@ -422,13 +420,16 @@ def coupling_bound(problem: Problem, drafter: Drafter) -> float:
     their toy). The bounds for different lengths are not attainable together: a valid verifier must also
     place the emitted corrections, and ``optimal_block_efficiency`` is the attainable optimum.
     """
-    depth = drafter.depth
-    contains = [dict() for _ in range(depth + 1)]
-    for tree, probability in drafter.outcomes(problem):
-        for path in set(tree.paths[1:]):
-            contains[len(path)][path] = contains[len(path)].get(path, 0) + float(probability)
-    total = 1.0
-    for length in range(1, depth + 1):
-        joint = np.asarray(target_law(problem, length), dtype=np.float64)
-        total += sum(min(joint[path], mass) for path, mass in contains[length].items())
-    return total
+    contains = path_probabilities(drafter.outcomes(problem))
+    joint = {length: np.asarray(target_law(problem, length), dtype=np.float64)
+             for length in range(1, drafter.depth + 1)}
+    return 1.0 + sum(min(joint[len(path)][path], mass) for path, mass in contains.items() if path)
+
+
+def path_probabilities(outcomes) -> dict[tuple, float]:
+    """P(the draft tree contains the path u) for every path u of some outcome (the empty path included: 1)."""
+    contains: dict[tuple, float] = {}
+    for tree, probability in outcomes:
+        for path in set(tree.paths):
+            contains[path] = contains.get(path, 0.0) + float(probability)
+    return contains

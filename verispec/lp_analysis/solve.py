@@ -101,7 +101,7 @@ def solve_lp(c: np.ndarray, *, what: str, maximize: bool = False,
             failure = f"HiGHS did not reach an optimum (status {result.status}: {result.message})"
             continue
         try:
-            x = _checked(np.array(result.x, dtype=np.float64), a_eq, b_eq, a_ub, b_ub, groups)
+            x = checked_solution(np.array(result.x, dtype=np.float64), a_eq, b_eq, a_ub, b_ub, groups)
         except SolverError as error:
             failure = str(error)
             continue
@@ -112,12 +112,13 @@ def solve_lp(c: np.ndarray, *, what: str, maximize: bool = False,
     raise SolverError(f"{what}: {failure}")
 
 
-def _checked(x: np.ndarray, a_eq, b_eq, a_ub, b_ub, groups) -> np.ndarray:
-    """Clean a raw solution (tiny negatives, group totals) and verify every constraint; SolverError if not."""
+def checked_solution(x: np.ndarray, a_eq, b_eq, a_ub, b_ub, groups) -> np.ndarray:
+    """Clean a raw solution (tiny negatives, group totals) and verify every constraint; SolverError if not. Every
+    LP solution verispec uses goes through here, whichever solver found it (HiGHS through scipy, or cvxpy)."""
     if not np.isfinite(x).all():
-        raise SolverError("HiGHS returned non-finite values")
+        raise SolverError("the solver returned non-finite values")
     if x.size and x.min() < -CLEAN_TOLERANCE:
-        raise SolverError(f"HiGHS returned a clearly negative variable ({x.min():.3g})")
+        raise SolverError(f"the solver returned a clearly negative variable ({x.min():.3g})")
     x = np.maximum(x, 0.0)
     for indices, total in groups:
         mass = x[indices].sum()

@@ -142,9 +142,21 @@ def as_distribution(
             raise InvalidDistributionError(
                 f"{name}: probabilities sum to {describe(total)}, not 1 (tolerance {SUM_TOLERANCE:g}); "
                 "normalise the input")
-        vector = vector / total
+        vector = float_rows(vector[None, :])[0]
     vector.setflags(write=False)
     return vector
+
+
+def float_rows(matrix: np.ndarray) -> np.ndarray | None:
+    """The float rule of ``as_distribution`` on every row of a [n, V] float64 matrix at once: finite, non-negative,
+    each row's sum within SUM_TOLERANCE of one, then divided by it; None when any row fails (``as_distribution``
+    then names the failure). Problem files check their tables with it in bulk."""
+    if matrix.size and not (np.isfinite(matrix).all() and (matrix >= 0).all()):
+        return None
+    totals = matrix.sum(axis=1)
+    if (np.abs(totals - 1.0) > SUM_TOLERANCE).any():
+        return None
+    return matrix / totals[:, None]
 
 
 def _fraction_of_float(value: float, name: str) -> Fraction:

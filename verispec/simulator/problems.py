@@ -25,7 +25,7 @@ import numpy as np
 
 from verispec.errors import InvalidDistributionError, InvalidProblemError, ProblemTooLargeError, describe
 from verispec.io import read_user_file
-from verispec.simulator.distributions import SUM_TOLERANCE, as_distribution, parse_number
+from verispec.simulator.distributions import SUM_TOLERANCE, as_distribution, float_rows, parse_number
 
 Prefix = tuple[int, ...]
 
@@ -129,18 +129,36 @@ class ShiftedProblem(Problem):
 
 def target_conditionals(problem: Problem, length: int) -> np.ndarray:
     """p(. | prefix) for every prefix of the given length, shape (V,)*length + (V,)."""
-    size = problem.vocab_size
-    table = np.empty((size,) * length + (size,), dtype=object if problem.exact else np.float64)
-    for prefix in problem.prefixes(length):
-        table[prefix] = problem.target(prefix)
-    return table
+    return _conditionals(problem, length, problem.target)
+
+
+def draft_conditionals(problem: Problem, length: int) -> np.ndarray:
+    """q(. | prefix) for every prefix of the given length, shape (V,)*length + (V,)."""
+    return _conditionals(problem, length, problem.draft)
 
 
 def target_law(problem: Problem, length: int) -> np.ndarray:
     """The target's joint law of the first ``length`` tokens, shape (V,)*length."""
-    joint = target_conditionals(problem, 0)
+    return _joint(problem, length, target_conditionals)
+
+
+def draft_law(problem: Problem, length: int) -> np.ndarray:
+    """The draft's joint law of the first ``length`` tokens (a single draft path), shape (V,)*length."""
+    return _joint(problem, length, draft_conditionals)
+
+
+def _conditionals(problem: Problem, length: int, law) -> np.ndarray:
+    size = problem.vocab_size
+    table = np.empty((size,) * length + (size,), dtype=object if problem.exact else np.float64)
+    for prefix in problem.prefixes(length):
+        table[prefix] = law(prefix)
+    return table
+
+
+def _joint(problem: Problem, length: int, conditionals) -> np.ndarray:
+    joint = conditionals(problem, 0)
     for depth in range(1, length):
-        joint = joint[..., None] * target_conditionals(problem, depth)
+        joint = joint[..., None] * conditionals(problem, depth)
     return joint
 
 
@@ -490,7 +508,7 @@ class _CheckedRows(dict):
 
 def _checked_rows(prefixes: list, rows, size: int) -> _CheckedRows | None:
     """Float mode in bulk: ``rows`` (lists of JSON numbers, or a [n, V] array) as one [n, V] float64 matrix,
-    checked at once (finite, non-negative, each row's sum within SUM_TOLERANCE of one, then divided by it) and
+    checked at once by ``float_rows`` (``as_distribution``'s float rule, batched) and
     handed out as read-only row views. None when a row has another length, an entry is not a number (a string
     such as "1/3", a bool, null) or a check fails: the per-vector path (``as_distribution``) then reads the table
     and names the first problem, so the errors are the same as before."""
@@ -505,12 +523,9 @@ def _checked_rows(prefixes: list, rows, size: int) -> _CheckedRows | None:
         if not {type(value) for row in rows for value in row} <= {float, int}:
             return None
         matrix = np.array(rows, dtype=np.float64).reshape(len(rows), size)
-    if matrix.size and not (np.isfinite(matrix).all() and (matrix >= 0).all()):
+    matrix = float_rows(matrix)
+    if matrix is None:
         return None
-    totals = matrix.sum(axis=1)
-    if (np.abs(totals - 1.0) > SUM_TOLERANCE).any() or (totals <= 0).any():
-        return None
-    matrix = matrix / totals[:, None]
     matrix.setflags(write=False)
     tokens = [prefix for prefix in prefixes if prefix]
     if tokens and (max(map(max, tokens)) >= size or min(map(min, tokens)) < 0):
