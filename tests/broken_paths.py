@@ -12,10 +12,12 @@ import itertools
 
 import numpy as np
 
-from verispec.simulator.distributions import normalize, positive_part, ratio_min_one
+from verispec import backend
+from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, stop_probability
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers import ProcedureVerifier
 from verispec.verifiers.block import block_law
+from verispec.verifiers.traversal import TraversalIIDVerifier, TraversalVerifier, deletion_update
 
 WITHOUT_REPLACEMENT = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
 IID = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
@@ -137,6 +139,34 @@ def gbv_tied_ranking(tree, chooser):
     return flat[chooser.categorical([law[0, token] for law in path_law for token in range(tree.vocab_size)])]
 
 
+class TraversalIIDUpdateOneMinusQ(TraversalIIDVerifier):
+    """Trap 4 as a subclass of the shipped rule: after a deletion the parent's weight is min(1, S / (1 - q(x_a)))
+    instead of S / (S + 1 - w). Its law and the post-order DP both run it (they share ``deletion_update``), so
+    the DP must analyse the broken rule as written, not the rule it assumes."""
+
+    name = "traversal-iid-update-one-minus-q"
+
+    @staticmethod
+    def deletion_update(weight, p, q, token):
+        _, target, draft = deletion_update(weight, p, q, token)
+        excess = backend.total(backend.positive_part(backend.per_row(weight, p) * p - q))
+        # 1 when q(x_a) = 1 (no sibling can follow): the mistake is the formula, not a division by zero
+        rest = 1 - backend.take(q, token)
+        return backend.minimum_one(backend.divide(excess, rest, where_zero=backend.one(rest))), target, draft
+
+
+class TraversalKeepTarget(TraversalVerifier):
+    """Trap 4's third mistake as a subclass: the parent keeps its original p after a deletion (the weight and
+    q are updated as in the paper), so later children's weights and the emission use the wrong law."""
+
+    name = "traversal-keep-target"
+
+    @staticmethod
+    def deletion_update(weight, p, q, token):
+        _, _, draft = deletion_update(weight, p, q, token)
+        return stop_probability(weight, p, q), p, draft
+
+
 BROKEN_PATH_VERIFIERS = {
     "traversal-update-one-minus-q": (
         ProcedureVerifier("traversal-update-one-minus-q",
@@ -154,6 +184,9 @@ BROKEN_PATH_VERIFIERS = {
         ProcedureVerifier("traversal-iid-token-order",
                           lambda tree, chooser: traversal(tree, chooser, order=_by_token_id), IID), "iid:2,1"),
     "gbv-tied-ranking": (ProcedureVerifier("gbv-tied-ranking", gbv_tied_ranking, IID), "iid:2,1"),
+    # analysed by the post-order DP (method 'rule-dp', which 'auto' takes for them)
+    "traversal-iid-update-one-minus-q": (TraversalIIDUpdateOneMinusQ(), "delayed:2,1,1"),
+    "traversal-keep-target": (TraversalKeepTarget(), "branch:2,2"),
 }
 
 #: The same procedure with no mistake: must be lossless (so each broken variant isolates one mistake).

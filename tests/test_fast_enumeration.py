@@ -198,8 +198,10 @@ def test_order_free_check_detects_an_order_dependent_rule():
 
 def test_method_choice_and_applicability():
     problem = random_problem(3, 3, 0)
-    assert choose_method(problem, parse_tree("iid:3,3"), REGISTRY["gbv"]) == "fast-enumeration"
-    assert choose_method(problem, parse_tree("branch:2,2,2"), REGISTRY["traversal"]) == "fast-enumeration"
+    # gbv and traversal have their own method (tests/test_rule_dp.py), taken first
+    assert choose_method(problem, parse_tree("iid:3,3"), REGISTRY["gbv"]) == "rule-dp"
+    assert choose_method(problem, parse_tree("iid:3,3"), REGISTRY["bv"]) == "fast-enumeration"
+    assert choose_method(problem, parse_tree("branch:2,2,2"), REGISTRY["traversal"]) == "rule-dp"
     assert choose_method(problem, parse_tree("branch:2,2"), REGISTRY["rrsw"]) == "fast-enumeration"
     assert choose_method(problem, parse_tree("iid:2,2"), REGISTRY["specinfer"]) == "dp"  # DP first
     assert choose_method(problem, parse_tree("hub"), REGISTRY["spechub"]) == "closed-form"
@@ -215,7 +217,7 @@ def test_exact_problems_and_redrawing_subclasses_use_the_oracle():
     from verispec.simulator import ContextFreeProblem
 
     exact = ContextFreeProblem([Fraction(1, 2), Fraction(1, 2)], [Fraction(1, 3), Fraction(2, 3)], exact=True)
-    assert choose_method(exact, parse_tree("branch:2,1"), REGISTRY["traversal"]) == "closed-form"
+    assert choose_method(exact, parse_tree("branch:2,1"), REGISTRY["rrsw"]) == "closed-form"
     problem = random_problem(2, 2, 0)
     assert choose_method(problem, SharpenedDraftChain(2), REGISTRY["bv"]) == "closed-form"
     assert choose_method(problem, KCopiesTrunkDrafter(2, 1, 1), REGISTRY["traversal-iid"]) == "closed-form"
@@ -263,4 +265,4 @@ def test_too_large_enumeration_is_refused_up_front():
     from verispec.verifiers import get_verifier
 
     with pytest.raises(ProblemTooLargeError, match="GiB"):
-        analyze(random_problem(4, 3, 0), parse_tree("branch:2,2,2"), get_verifier("traversal"))
+        analyze(random_problem(4, 3, 0), parse_tree("branch:2,2,2"), get_verifier("rrsw"))

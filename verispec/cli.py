@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 #: verispec.simulator.drafters.MAX_TREE_PARAMETER
 MAX_TREE_PARAMETER = 10**6
 #: verispec.simulator.engine.METHODS
-METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration")
+METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration", "rule-dp")
 #: The forms of verispec.simulator.drafters.TREE_KINDS, in its order
 TREE_FORMS = ("chain:L", "iid:K,L", "delayed:K,L1,L2", "branch:b1,b2,...", "branch-iid:b1,b2,...", "hub",
               "hub-tree:L", "greedy:K", "greedy-tree:K,L", "dyspec:N", "argmax-chain:L", "topk-chain:k,L")
@@ -220,7 +220,8 @@ def _build_parser() -> argparse.ArgumentParser:
     exact.add_argument("--exact", action="store_true", help="exact rational arithmetic (Fractions); tolerance 0")
     exact.add_argument("--method", choices=METHODS, default="auto",
                        help="auto (fastest exact method), closed-form (per-tree laws), enumerate (sampling procedure), "
-                            "dp / dp-metrics (walk DP), fast-enumeration (batched whole-tree enumeration)")
+                            "dp / dp-metrics (walk DP), fast-enumeration (batched whole-tree enumeration), "
+                            "rule-dp (gbv's and traversal's own exact methods)")
     exact.add_argument("--tolerance", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
                        default=None, help="TV distance below which 'lossless' holds (a finite number >= 0)")
     exact.add_argument("--fail-if-lossy", action="store_true", help="exit with status 1 when not lossless")

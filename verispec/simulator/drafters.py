@@ -84,6 +84,12 @@ class Drafter(ABC):
         (chain, root i.i.d., delayed, branch-iid); None otherwise. Enables the dynamic-programming engine."""
         return None
 
+    @property
+    def without_replacement_branching(self) -> tuple[int, ...] | None:
+        """(b_1..b_L) when every node at depth d-1 gets b_d children drawn one after another without
+        replacement from q (fewer when q's support runs out) (``branch``); None otherwise."""
+        return None
+
     def slot_plan(self) -> SlotPlan | None:
         """The drafter's slot plan (verispec.simulator.slots) when its trees can be enumerated as arrays of
         draws; None otherwise. Fast enumeration enumerates from it instead of running ``draw``."""
@@ -107,6 +113,9 @@ class Drafter(ABC):
         if "draw" in cls.__dict__:
             if "iid_branching" not in cls.__dict__:
                 cls.iid_branching = property(lambda self: None, doc=Drafter.iid_branching.__doc__)
+            if "without_replacement_branching" not in cls.__dict__:
+                cls.without_replacement_branching = property(
+                    lambda self: None, doc=Drafter.without_replacement_branching.__doc__)
             if "slot_plan" not in cls.__dict__:
                 cls.slot_plan = lambda self: None
 
@@ -410,6 +419,10 @@ class BranchingDrafter(Drafter):
     @property
     def iid_branching(self) -> tuple[int, ...] | None:
         return self.branching if self.replacement else None
+
+    @property
+    def without_replacement_branching(self) -> tuple[int, ...] | None:
+        return None if self.replacement else self.branching
 
     def _log_level_sizes(self) -> list[float]:
         """log of the number of draws at each depth (b_1 b_2 .. b_d)."""

@@ -10,9 +10,10 @@ Methods (``analyze(method=...)``, ``choose_method``): 'closed-form' (the referen
 with its exact probability, the verifier's law per tree as a one-row batch), 'enumerate' (the same, each law
 from the verifier's sampling procedure by the generic enumerator), 'fast-enumeration' (the same trees as
 arrays, laws batched over trees of one topology; fast_enumeration.py), 'dp' and 'dp-metrics' (the walk
-dynamic program for top-down node solvers on i.i.d.-structured trees; dp.py). Tests hold every fast method
-to the oracle at 1e-12. Every method estimates its size first (in logs) and refuses clearly when it cannot
-finish; ``deadline`` stops any of them at a time budget.
+dynamic program for top-down node solvers on i.i.d.-structured trees; dp.py) and 'rule-dp' (a whole-tree
+rule's own method, ``Verifier.rule_dp``: GBV's selected-path sum, Traversal's post-order DP). Tests hold
+every fast method to the oracle at 1e-12. Every method estimates its size first (in logs) and refuses
+clearly when it cannot finish; ``deadline`` stops any of them at a time budget.
 
 The engine works on any object with the verifier interface of verispec.simulator.interfaces; it never
 imports the concrete rules (verispec.verifiers sits above it). ``verispec.analyze`` also takes names.
@@ -46,7 +47,7 @@ from verispec.simulator.trees import TreeBatch
 
 DEFAULT_TOLERANCE = 1e-12
 
-METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration")
+METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration", "rule-dp")
 
 #: 'auto' keeps the full output law (and so checks losslessness) while it has at most this many entries.
 MAX_LAW_ENTRIES = 1 << 22
@@ -170,6 +171,11 @@ def dp_applies(drafter: Drafter, verifier: Verifier) -> bool:
     return verifier.node_solver is not None and drafter.iid_branching is not None
 
 
+def rule_dp_applies(drafter: Drafter, verifier: Verifier) -> bool:
+    """The verifier has its own exact method (``Verifier.rule_dp``) and it covers the drafter's trees."""
+    return verifier.rule_dp is not None and verifier.rule_dp.applies(drafter)
+
+
 def _log_law_entries(size: int, depth: int) -> float:
     """log of V^(L+1), the entries of the output law's longest block."""
     return (depth + 1) * math.log(size)
@@ -201,8 +207,9 @@ def _check_closed_form_size(problem: Problem, drafter: Drafter) -> None:
 def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method: str = "auto", *,
                   need_output_law: bool = False) -> str:
     """The fastest correct method that fits: the walk DP where it applies (keeping the output law while it
-    has at most MAX_LAW_ENTRIES entries, or whenever ``need_output_law``; else only the law of tau), else
-    fast enumeration where the drafter declares a slot plan, whole-tree enumeration otherwise. Sizes are
+    has at most MAX_LAW_ENTRIES entries, or whenever ``need_output_law``; else only the law of tau), else the
+    rule's own method (``Verifier.rule_dp``) where it covers the tree, else fast enumeration where the
+    drafter declares a slot plan, whole-tree enumeration otherwise. Sizes are
     estimated first; a method that cannot finish is refused with ProblemTooLargeError."""
     if method not in METHODS:
         raise VerispecError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -221,6 +228,14 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
                 f"{drafter.spec} on this problem is not one")
         _check_output_law_size(problem, drafter)
         fast_enumeration.check_size(problem, drafter, fast_enumeration.uses_multisets(drafter, verifier))
+    elif method == "rule-dp":
+        if not rule_dp_applies(drafter, verifier):
+            raise IncompatibleDraftError(
+                f"method 'rule-dp' needs a verifier with its own exact method covering the tree (gbv on iid:K,L; "
+                f"traversal on branch trees; traversal-iid on chain, iid, delayed and branch-iid trees); "
+                f"'{verifier.name}' on {drafter.spec} is not one")
+        _check_output_law_size(problem, drafter)
+        verifier.rule_dp.check_size(problem, drafter)
     elif method in ("closed-form", "enumerate"):
         _check_closed_form_size(problem, drafter)
     if method != "auto":
@@ -234,6 +249,10 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
         if keep_law:
             check_walk_size(size, drafter.iid_branching, "law", verifier.node_solver, problem=problem)
         return "dp" if keep_law else "dp-metrics"
+    if rule_dp_applies(drafter, verifier):
+        _check_output_law_size(problem, drafter)
+        verifier.rule_dp.check_size(problem, drafter)
+        return "rule-dp"
     outcomes = drafter.log_num_outcomes(size)
     if outcomes > math.log(MAX_ENUMERATED_TREES):  # before any slot plan is built
         raise ProblemTooLargeError(
@@ -342,6 +361,10 @@ def _analyze(problem, drafter, verifier, used, requested, tolerance, kernel_cach
                                tv_distance=None, tolerance=tolerance, tau_law=_numbers(walk.tau_law, exact),
                                num_draft_outcomes=None, exact=exact, extras=extras, note=note)
         emitted, num_outcomes = list(walk.emitted), None
+    elif used == "rule-dp":
+        law = verifier.rule_dp.output_law(problem, drafter, progress=progress)
+        emitted, num_outcomes = list(law.emitted), None
+        extras = {"rule_dp": verifier.rule_dp.name, **law.details}
     elif used == "fast-enumeration":
         fast = fast_enumeration.fast_output_law(problem, drafter, verifier)
         emitted, num_outcomes = list(fast.emitted), fast.num_rows

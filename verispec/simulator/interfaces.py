@@ -21,14 +21,18 @@ Capabilities the engines rely on are declared here, on the base classes:
   dynamic program (verispec.simulator.dp) applies exactly when it is set.
 * ``Verifier.order_free``: the law, keyed by token paths, is the same for every order of the K i.i.d.
   root paths, so fast enumeration may enumerate the paths as multisets.
+* ``Verifier.rule_dp``: the rule's own exact method over draft outcomes (a ``RuleDP``), or None: a whole-tree
+  rule whose structure lets its output law be summed without enumerating trees (GBV: one term per selected
+  path; Traversal: a dynamic program over the post-order's states, docs/whole_tree_rules.md).
 
-A subclass that redefines ``emission_laws`` no longer inherits ``node_solver`` or ``order_free`` (an
-engine would otherwise analyse the parent's rule through the DP); it may restate them.
+A subclass that redefines ``emission_laws`` no longer inherits ``node_solver``, ``order_free`` or
+``rule_dp`` (an engine would otherwise analyse the parent's rule through them); it may restate them.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -112,6 +116,40 @@ class NodeSolver(ABC):
         return f"<node solver {self.name}>"
 
 
+@dataclass(frozen=True, eq=False)
+class RuleLaw:
+    """What a ``RuleDP`` returns: ``emitted[l - 1]`` [V]*l = P(emitted block = s) for blocks of length
+    l = 1..L+1 (the ``OutputLaw`` arrays), and ``details`` (counts for the result's extras)."""
+
+    emitted: tuple
+    details: dict
+
+
+class RuleDP(ABC):
+    """A verifier's own exact method: its output law summed over every draft outcome of an i.i.d.-structured
+    drafter by a dynamic program that uses the rule's structure, never enumerating trees. It must compute the
+    law of the rule as written (``emission_laws``), assuming only how the drafter draws, so that the engine's
+    losslessness check stays a check; tests hold it to whole-tree enumeration at 1e-12."""
+
+    #: Shown in the engine's note, e.g. 'selected-path sum'.
+    name: str
+
+    @abstractmethod
+    def applies(self, drafter) -> bool:
+        """Whether this method covers the drafter's trees."""
+
+    @abstractmethod
+    def check_size(self, problem, drafter) -> None:
+        """ProblemTooLargeError, before any work, when the method cannot finish."""
+
+    @abstractmethod
+    def output_law(self, problem, drafter, *, progress: bool = False) -> RuleLaw:
+        """The law of the emitted block over every draft outcome."""
+
+    def __repr__(self) -> str:
+        return f"<rule DP {self.name}>"
+
+
 class Verifier(ABC):
     """Base class: subclasses set ``name`` and ``valid_for`` and write ``emission_laws`` and ``procedure``."""
 
@@ -123,6 +161,9 @@ class Verifier(ABC):
     node_solver: NodeSolver | None = None
     #: True when the law, keyed by token paths, does not depend on the order of the K i.i.d. root paths.
     order_free: bool = False
+    #: The rule's own exact method over draft outcomes (a ``RuleDP``), else None; subclasses may make it a
+    #: property built from ``self``, so that a variant overriding the rule's parts is analysed as written.
+    rule_dp: RuleDP | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -135,6 +176,8 @@ class Verifier(ABC):
                 cls.node_solver = None
             if "order_free" not in cls.__dict__:
                 cls.order_free = False
+            if "rule_dp" not in cls.__dict__:
+                cls.rule_dp = None
 
     @abstractmethod
     def emission_laws(self, batch: TreeBatch):

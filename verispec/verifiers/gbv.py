@@ -22,14 +22,22 @@ Draft law: K i.i.d. draft paths of length L from the root (``iid:K,L``). Glossar
 The selected path is distributed as a single path drawn from the conditionals q_skew, so block
 verification (Sun et al. 2024, arXiv 2403.10444) with q replaced by q_skew on the selected path is
 lossless; the other paths only influence which path is selected. K = 1 is plain block verification.
+Summed over draft outcomes, the law is one term per selected path (``SelectedPathSum``, the ``rule_dp``).
 """
 
 from __future__ import annotations
 
-from verispec import backend
+import math
+
+import numpy as np
+from tqdm import tqdm
+
+from verispec import backend, budget
+from verispec.errors import ProblemTooLargeError
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
-from verispec.simulator.interfaces import Verifier
+from verispec.simulator.interfaces import RuleDP, RuleLaw, Verifier
+from verispec.simulator.problems import draft_conditionals, readable_count, target_conditionals
 from verispec.simulator.selection import greedy_path, mass_ranked_below, selected_path
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.verifiers.block import block_law, block_procedure_on_path
@@ -40,24 +48,48 @@ def _power_difference_quotient(high, low, power: int):
     return sum(high ** j * low ** (power - 1 - j) for j in range(power))
 
 
+def lexicographic_masses(targets: list, drafts: list, tokens):
+    """The draft masses behind the lexicographic order of paths, along N paths at once (module docstring):
+    ``prefix[i]`` [N] = x, the draft probability of the path's length-i prefix u; ``below[i]`` [N] = A, the
+    draft mass of the length-i prefixes ranked below u (i = 0..L); ``low[i]`` [N, V] = A + x below(t), the mass
+    of the length-(i+1) prefixes ranked below u t (i < L). ``targets[i]``, ``drafts[i]`` are p and q at path
+    position i ([N, V], i < L), ``tokens`` [N, L]."""
+    prefix = [backend.ones((tokens.shape[0],), drafts[0][:, 0])] if drafts else []
+    below = [prefix[0] * 0] if drafts else []
+    low = []
+    for level, (p, q) in enumerate(zip(targets, drafts)):
+        low.append(below[level][:, None] + prefix[level][:, None] * mass_ranked_below(p, q))
+        token = tokens[:, level]
+        below.append(backend.take(low[level], token))
+        prefix.append(prefix[level] * backend.take(q, token))
+    return prefix, below, low
+
+
 def skewed_drafts(targets: list, drafts: list, tokens, paths: int) -> list:
     """q_skew(. | u_i) along N selected paths at once (see the module docstring): ``targets[i]`` and
     ``drafts[i]`` are p and q at path position i ([N, V], i < L), ``tokens[:, i]`` the token x_{i+1}
     ([N, L]), ``paths`` = K. Returns L arrays [N, V]."""
-    mass = backend.ones((tokens.shape[0],), drafts[0][:, 0]) if drafts else None  # x: draft prob. of the prefix
-    below_path = mass * 0 if drafts else None  # A: draft mass of same-length prefixes ranked below it
+    return _skewed(drafts, lexicographic_masses(targets, drafts, tokens), paths)
+
+
+def _skewed(drafts: list, masses: tuple, paths: int) -> list:
+    """``skewed_drafts`` from the paths' ``lexicographic_masses``."""
+    prefix, below, low = masses
     skewed = []
-    for level, (p, q) in enumerate(zip(targets, drafts)):
-        low = below_path[:, None] + mass[:, None] * mass_ranked_below(p, q)
-        high = low + mass[:, None] * q
+    for level, q in enumerate(drafts):
+        high = low[level] + prefix[level][:, None] * q
         # a^K - b^K = (a - b) sum_j a^j b^(K-1-j): with a - b = x q(t) this form has no cancellation
         # (a draft token of q = 1e-12 next to a ranked-below mass of 1 would lose half its digits).
-        skewed.append(q * _power_difference_quotient(high, low, paths)
-                      / _power_difference_quotient(below_path + mass, below_path, paths)[:, None])
-        token = tokens[:, level]
-        below_path = backend.take(low, token)
-        mass = mass * backend.take(q, token)
+        skewed.append(q * _power_difference_quotient(high, low[level], paths)
+                      / _power_difference_quotient(below[level] + prefix[level], below[level], paths)[:, None])
     return skewed
+
+
+def selection_probability(prefix, below, paths: int):
+    """P(the lexicographic maximum of K i.i.d. paths is the path u) = (A + x)^K - A^K, from the order
+    statistics of K draws (all paths <= u, minus all < u), written without cancellation; x = q(u) and A = the
+    draft mass of the paths ranked below u ([N] each)."""
+    return prefix * _power_difference_quotient(below + prefix, below, paths)
 
 
 def path_skewed_drafts(tree: DraftTree, nodes: list[int]) -> list:
@@ -74,6 +106,88 @@ def number_of_paths(batch: TreeBatch) -> int:
     return len(batch.child_lists[0])
 
 
+#: Most paths V^L the selected-path sum visits: a few hundred array elements each (iid:4,6 at V = 16, 1.7e7
+#: paths, is about a minute of one core; V^(L+1) is also the output law's size, bounded by the engine).
+MAX_SELECTED_PATHS = 1 << 24
+
+#: Paths per batch of the selected-path sum (a few MB of arrays per level).
+PATH_CHUNK = 1 << 14
+
+
+class SelectedPathSum(RuleDP):
+    """GBV's exact law over every draft outcome of ``iid:K,L``, one term per path u of length L.
+
+    GBV's law on a tree reads only its selected path (p, q and the rank keys at the path's nodes) and K, so
+    summing over trees is summing over the selected path u:
+
+        law = sum_u P(selected path = u) * block_law(u; p, q_skew),  P(selected path = u) = F(u)^K - F<(u)^K,
+
+    F(u) (F<(u)) the draft mass of the paths ranked at most (strictly) below u: the lexicographic maximum of K
+    i.i.d. paths is at most u exactly when all K are. That is V^L terms instead of V^(K L) trees, and the
+    selection probability comes from the order statistics, not from the q_skew factorisation that makes
+    GBV lossless, so the engine's losslessness check still tests that claim (docs/whole_tree_rules.md).
+    """
+
+    name = "selected-path sum"
+
+    def applies(self, drafter) -> bool:
+        branching = drafter.iid_branching
+        return bool(branching) and all(b == 1 for b in branching[1:])
+
+    def check_size(self, problem, drafter) -> None:
+        log_paths = drafter.depth * math.log(problem.vocab_size)
+        if log_paths > math.log(MAX_SELECTED_PATHS):
+            raise ProblemTooLargeError(
+                f"gbv's selected-path sum on {drafter.spec} at V={problem.vocab_size} visits V^L = "
+                f"{readable_count(log_paths)} paths, above its limit of {MAX_SELECTED_PATHS:,}; use a shorter "
+                "tree or a smaller vocabulary")
+
+    def output_law(self, problem, drafter, *, progress: bool = False) -> RuleLaw:
+        size, depth, paths = problem.vocab_size, drafter.depth, drafter.iid_branching[0]
+        # p and q of every prefix by flat index (lexicographic, token 0 first): [V^i, V] per length i
+        targets = [target_conditionals(problem, i).reshape(size ** i, size) for i in range(depth + 1)]
+        drafts = [draft_conditionals(problem, i).reshape(size ** i, size) for i in range(depth)]
+        emitted = [_zeros(size ** (length + 1), targets[0]) for length in range(depth + 1)]
+        total, drafted = size ** depth, 0
+        for start in tqdm(range(0, total, PATH_CHUNK), desc="gbv selected paths", disable=not progress,
+                          leave=False):
+            budget.check("gbv's selected-path sum")
+            rows = np.arange(start, min(total, start + PATH_CHUNK))
+            prefixes = [rows // size ** (depth - i) for i in range(depth + 1)]  # flat prefix index per length
+            tokens = np.stack([prefixes[i + 1] % size for i in range(depth)], axis=1)      # [N, L]
+            path_targets = [table[index] for table, index in zip(targets, prefixes)]         # L + 1 x [N, V]
+            path_drafts = [table[index] for table, index in zip(drafts, prefixes)]           # L x [N, V]
+            masses = lexicographic_masses(path_targets[:-1], path_drafts, tokens)
+            keep = np.flatnonzero(np.asarray(masses[0][-1] != 0, dtype=bool))  # paths that can be drafted
+            drafted += len(keep)
+            prefixes, tokens = [index[keep] for index in prefixes], tokens[keep]
+            path_targets, path_drafts = [a[keep] for a in path_targets], [a[keep] for a in path_drafts]
+            masses = tuple([a[keep] for a in part] for part in masses)
+            selected = selection_probability(masses[0][-1], masses[1][-1], paths)           # [N]
+            law = block_law(path_targets, _skewed(path_drafts, masses, paths), tokens)
+            for length, values in enumerate(law):
+                _accumulate(emitted[length], prefixes[length], selected[:, None] * values, size)
+        shaped = tuple(array.reshape((size,) * (length + 1)) for length, array in enumerate(emitted))
+        return RuleLaw(emitted=shaped, details={"selected_paths": drafted})
+
+
+def _zeros(count: int, like) -> np.ndarray:
+    """A flat zero array of ``like``'s number type (float64, or Fractions in exact mode)."""
+    array = np.zeros(count, dtype=like.dtype)
+    if like.dtype == object:
+        array[...] = 0 * like.flat[0]
+    return array
+
+
+def _accumulate(flat, prefix, values, size: int) -> None:
+    """flat[prefix[n] * V + y] += values[n, y] (prefix [N], values [N, V])."""
+    index = (prefix[:, None] * size + np.arange(size)).ravel()
+    if flat.dtype == object:
+        np.add.at(flat, index, values.ravel())
+    else:
+        flat += np.bincount(index, weights=values.ravel(), minlength=len(flat))
+
+
 class GreedyBlockVerifier(Verifier):
     name = "gbv"
     valid_for = frozenset({DraftLaw.ROOT_IID_PATHS})
@@ -81,6 +195,7 @@ class GreedyBlockVerifier(Verifier):
     #: lexicographic maximum, whatever the order of the paths) and K: any order of the paths gives the
     #: same law. tests/test_fast_enumeration.py proves it by permuting the paths of random trees.
     order_free = True
+    rule_dp = SelectedPathSum()
 
     def emission_laws(self, batch: TreeBatch):
         selected = selected_path(batch)  # [N] node ids per depth 0..L

@@ -26,7 +26,9 @@ the state after a rejection does not depend on how the subtree below was rejecte
 visited in one fixed order (post-order, a node counted when its last child is deleted), each with a
 deterministic state: the emission law is a product of rejection probabilities along that order, computed
 in one post-order recursion in O(num_nodes * V), batched over trees of one topology. The sampling
-procedure (the parity twin) runs Alg. 1 as written, on a mutable tree.
+procedure (the parity twin) runs Alg. 1 as written, on a mutable tree. Summed over draft outcomes without
+enumerating trees: the post-order DP of verispec.verifiers.traversal_dp (``rule_dp``), which runs this
+class's ``child_weight`` and ``deletion_update``.
 
 Draft law. The rule needs each node's children to be drawn one after another without replacement from
 q(. | node), in child-list order, each child's subtree independent of its later siblings. On i.i.d. child
@@ -42,6 +44,7 @@ from verispec.simulator.distributions import normalize, ratio_min_one, stop_prob
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.trees import DraftTree, TreeBatch
+from verispec.verifiers.traversal_dp import PostOrderDP
 
 
 def child_weight(weight, p, q, token):
@@ -69,6 +72,15 @@ class TraversalVerifier(Verifier):
 
     name = "traversal"
     valid_for = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
+    #: The rule's two parts, used by the law and by the post-order DP (a variant overriding one is analysed as
+    #: written by both); the sampling procedure states Alg. 1 on its own.
+    child_weight = staticmethod(child_weight)
+    deletion_update = staticmethod(deletion_update)
+
+    @property
+    def rule_dp(self) -> PostOrderDP:
+        """The post-order DP over every draft outcome (verispec.verifiers.traversal_dp)."""
+        return PostOrderDP(self)
 
     def emission_laws(self, batch: TreeBatch):
         """One post-order recursion over the topology (module docstring), batched over the rows."""
@@ -81,8 +93,8 @@ class TraversalVerifier(Verifier):
             p, q = batch.p[:, node], batch.q[:, node]
             for child in batch.child_nodes[node]:
                 token = batch.tokens[:, child]
-                reach = visit(child, child_weight(weight, p, q, token), reach)
-                weight, p, q = deletion_update(weight, p, q, token)
+                reach = visit(child, self.child_weight(weight, p, q, token), reach)
+                weight, p, q = self.deletion_update(weight, p, q, token)
             if node == 0:  # the root, once a leaf, always emits
                 laws[node] = reach[:, None] * p
                 return reach * 0
