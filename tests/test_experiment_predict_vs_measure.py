@@ -46,6 +46,7 @@ def test_the_measured_interval_covers_the_mean_at_least_as_often_as_it_claims():
     assert low == 1.0 and high > 1.0
 
 
+@pytest.mark.slow  # 12 s: the experiment end to end
 def test_prediction_and_measurement_agree_and_a_broken_drafter_is_caught():
     """The comparison at a false-failure rate of 1e-6 (the measured interval at confidence 1 - 1e-6), over 1500
     first blocks: the honest decoder agrees with the certified interval, the broken one does not."""

@@ -77,8 +77,8 @@ def _first_block_taus(pair, spec, name, runs, **options):
     return counts
 
 
-@pytest.mark.parametrize("name,spec", [("specinfer", "delayed:2,1,1"), pytest.param("bv", "chain:2",
-                                                                                    marks=pytest.mark.slow)])
+@pytest.mark.slow  # 11-12 s each; the fast loop checks real decoding's law in tests/test_decoding.py
+@pytest.mark.parametrize("name,spec", [("specinfer", "delayed:2,1,1"), ("bv", "chain:2")])
 def test_real_decoding_accepts_as_the_exact_engine_predicts(pair, name, spec):
     """The first block's tau over 600 seeded real runs follows the tau law the exact engine computes for the
     same context (exact binomial test, false-failure rate 1e-6); a top-2 filtered draft does not."""

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.broken_own_draft_laws import BROKEN_HUB_VERIFIERS, BROKEN_RRSW_VERIFIERS
@@ -55,18 +55,21 @@ def _ranked(q):
 def spechub_acceptance(p, q):
     """p(a) + sum_{i != a} min(p(i), q(i) / (1 - q(a))), a = argmax q (smallest id on ties); the sum is
     empty when q(a) = 1. This is also the marginal upper bound sum_y min(p(y), P(y is drafted)) for ANY
-    verifier of the hub law (a is always drafted, i with probability q(i) / (1 - q(a))), hence optimal."""
+    verifier of the hub law (a is always drafted, i with probability q(i) / (1 - q(a))), hence optimal.
+    1 - q(a) is summed over the other tokens, as the drafter does: q = (1 - 1e-18, 1e-18) rounds q(a) to 1.0 in
+    float, yet the second token is still drawn (a hypothesis example found the difference)."""
     a = _ranked(q)[0]
-    if q[a] == 1:
+    rest = sum(q[i] for i in range(len(q)) if i != a)
+    if rest == 0:
         return p[a]
-    return p[a] + sum(min(p[i], q[i] / (1 - q[a])) for i in range(len(q)) if i != a)
+    return p[a] + sum(min(p[i], q[i] / rest) for i in range(len(q)) if i != a)
 
 
 def greedy_acceptance(p, q, k):
     """p(G) + sum_{i not in G} min(p(i), q(i) / (1 - q(G))), G = top k-1 tokens of q (whole support if
     smaller; then nothing else is drafted and the sum is empty)."""
     greedy = _ranked(q)[:k - 1]
-    rest = 1 - sum(q[i] for i in greedy)
+    rest = sum(q[i] for i in range(len(q)) if i not in greedy)  # summed, not 1 - q(G) (see spechub_acceptance)
     accepted = sum(p[i] for i in greedy)
     if rest == 0:
         return accepted
@@ -98,6 +101,8 @@ def test_spechub_acceptance_is_the_closed_form_exactly(problem):
     assert result.acceptance_by_depth[0] == spechub_acceptance(problem.p, problem.q)
 
 
+@example(args={"vocab_size": 2, "depth": 1, "seed": 249, "concentration": 0.2, "divergence": 1.0,
+               "temperature": 0.5, "zero_fraction": 0.0})  # q = (1 - 9.8e-19, 9.8e-19): q(a) is 1.0 in float
 @given(args=problem_args(vocab=(2, 5), depth=(1, 1)))
 def test_spechub_acceptance_on_random_problems(args):
     problem = build_problem(args)

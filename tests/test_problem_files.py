@@ -7,6 +7,9 @@ per-vector reading, and the binary .npz form (``problem_to_npz``) reads back wha
   entries, bad sums and shapes are one-line errors naming the file; a .npz that is not a problem, a corrupt
   archive and a binary file that is neither form are named as such.
 * ``derive`` and ``hunt`` write .npz; ``exact --problem FILE.npz`` gives the JSON file's answer.
+* The fast paths of the float reading take the same decisions as the slow ones: prefix keys parsed in bulk equal
+  the per-key reading (any other spelling goes that way), and the scan of the file's numbers flags exactly the
+  numbers that the one-by-one float reading refers to the exact reading.
 """
 
 from __future__ import annotations
@@ -19,12 +22,17 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import build_problem, problem_args
 from verispec.cli import main
 from verispec.errors import InvalidDistributionError, InvalidProblemError
 from verispec.simulator.problems import (
     NPZ_FORMAT,
+    _canonical_prefix_keys,
+    _floats_read_plainly,
+    _plain_float,
+    _ReadExactly,
     load_problem,
     problem_from_json,
     problem_to_json,
@@ -167,3 +175,64 @@ def test_numbers_past_the_exponent_limit_are_refused_in_both_modes(tmp_path, exa
     path.write_text('{"vocab_size": 2, "target": {"": [' + tiny + ', 1]}, "draft": {"": [0.5, 0.5]}}')
     with pytest.raises(InvalidDistributionError, match="exponent"):
         load_problem(path, exact=exact)
+
+
+def _per_key(keys):
+    return [tuple(map(int, key.split(","))) if key.strip() else () for key in keys]
+
+
+@given(keys=st.lists(st.lists(st.integers(0, 10**4), max_size=4).map(lambda p: ",".join(map(str, p))), min_size=1,
+                     max_size=40))
+def test_prefix_keys_in_bulk_are_the_per_key_reading(keys):
+    parsed, largest, _ = _canonical_prefix_keys(keys, 10**5)
+    assert parsed == _per_key(keys)
+    assert largest == max((max(p) for p in parsed if p), default=-1)
+
+
+@pytest.mark.parametrize("keys", [[" 1"], ["+1"], ["1,,2"], [",1"], ["1,"], ["0/1", "2"], ["1" * 19], ["x"], [1]])
+def test_prefix_keys_written_another_way_are_left_to_the_per_key_reading(keys):
+    assert _canonical_prefix_keys(keys, 10) is None
+
+
+def test_key_layouts_read_alike(tmp_path):
+    # problem_to_json's layout (every prefix in lexicographic order), a shuffled one and one with spaces: one problem
+    problem = random_problem(3, 2, 5)
+    data = problem_to_json(problem, 2)
+    canonical = load_problem(_written(tmp_path / "a.json", data))
+    for name, change in (("shuffled", lambda table: dict(reversed(list(table.items())))),
+                         ("spaced", lambda table: {key.replace(",", ", "): row for key, row in table.items()})):
+        changed = dict(data, target=change(data["target"]), draft=change(data["draft"]))
+        other = load_problem(_written(tmp_path / f"{name}.json", changed))
+        assert _rows(other).keys() == _rows(canonical).keys() and other.horizon == canonical.horizon == 2
+        for key, row in _rows(canonical).items():
+            assert np.array_equal(_rows(other)[key], row)
+    incomplete = dict(data, target={key: row for key, row in data["target"].items() if key != "2,2"})
+    assert load_problem(_written(tmp_path / "short.json", incomplete)).horizon == 1
+    doubled = dict(data, target={**data["target"], "01": data["target"]["1"]})
+    with pytest.raises(InvalidProblemError, match="'1' and '01' both name the prefix '1'"):
+        load_problem(_written(tmp_path / "twice.json", doubled))
+
+
+def _written(path, data):
+    path.write_text(json.dumps(data))
+    return path
+
+
+@given(numbers=st.lists(st.one_of(
+    st.floats(min_value=0, max_value=1).map(repr),
+    st.builds(lambda m, e: f"{m}e{e}", st.integers(1, 9), st.integers(-99_999, 99_999)),
+    st.builds(lambda zeros: "0." + "0" * zeros + "1", st.integers(0, 60))), min_size=1, max_size=8))
+def test_the_number_scan_flags_every_number_the_float_reading_refers_to_the_exact_one(numbers):
+    text = "[" + ", ".join(numbers) + "]"
+    referred = []
+    for number in numbers:
+        try:
+            _plain_float(number)
+        except _ReadExactly:
+            referred.append(number)
+    assert _floats_read_plainly(text.encode()) == (not referred)
+
+
+def test_an_ordinary_problem_file_needs_no_number_by_number_reading():
+    text = json.dumps(problem_to_json(random_problem(4, 3, 0, zero_fraction=0.3, temperature=0.3), 3))
+    assert _floats_read_plainly(text.encode())

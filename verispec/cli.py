@@ -422,6 +422,9 @@ def _build_parser() -> argparse.ArgumentParser:
                             "row computed is kept in FILE.cells.json (rows of other grids too) and a rerun resumes")
     sweep.add_argument("--overwrite", action="store_true",
                        help="replace an existing FILE (and FILE.cells.json) that is not a sweep's, and start over")
+    sweep.add_argument("--save-problems", metavar="DIR", default=None,
+                       help="also write every seeded problem of the grid to DIR in the binary .npz form (one file per "
+                            "problem, named by its family and knobs), for 'verispec exact --problem'")
     _add_backend_options(sweep)
     price = sweep.add_argument_group("latency model of the throughput columns (default: --cost-ratio 4)")
     price.add_argument("--cost-ratio", type=_number_option(minimum=0, strict=True, what="a positive number"),
@@ -1249,7 +1252,7 @@ def _run_report(args) -> int:
 
 
 def _run_sweep(args) -> int:
-    from verispec.sweep import SweepGrid, parse_seeds, run_sweep
+    from verispec.sweep import SweepGrid, parse_seeds, run_sweep, write_problems
 
     grid = SweepGrid(
         families=tuple(part.strip() for part in args.families.split(",") if part.strip()),
@@ -1263,6 +1266,8 @@ def _run_sweep(args) -> int:
         methods=tuple(part.strip() for part in args.methods.split(",") if part.strip()),
         gap=args.gap, cell_timeout=args.cell_timeout, latency=_latency_model(args))
     start = time.perf_counter()
+    # the problems are the sweep's inputs: written (or refused, before any cell runs) first
+    written = None if args.save_problems is None else write_problems(grid, args.save_problems)
     rows = run_sweep(grid, args.out, backend=args.backend, jobs=args.jobs, address=args.address,
                      progress=sys.stderr.isatty(), overwrite=args.overwrite, note=_note_capped_jobs)
     refused = [row for row in rows if row["status"] != "ok"]
@@ -1275,6 +1280,8 @@ def _run_sweep(args) -> int:
     for row in refused[:5]:
         print(f"  refused: {row['family']} V={row['vocab']} seed={row['seed']} {row['tree']} {row['verifier']}: "
               f"{row['reason']}")
+    if written is not None:
+        print(f"{len(written)} problems written to {args.save_problems} (.npz; 'verispec exact --problem FILE')")
     return 0
 
 

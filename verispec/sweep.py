@@ -246,6 +246,41 @@ def build_problem(cell: dict, depth: int):
     return random_problem(cell["vocab"], depth, cell["seed"], **knobs)
 
 
+def problem_file_name(setting: dict) -> str:
+    """The file name ``write_problems`` gives a seeded problem: its family and every knob, e.g.
+    'random-V3-div0.5-temp1-conc1-seed0.npz'."""
+    return (f"{setting['family']}-V{setting['vocab']}-div{setting['divergence']:g}-temp{setting['temperature']:g}"
+            f"-conc{setting['concentration']:g}-seed{setting['seed']}.npz")
+
+
+def write_problems(grid: SweepGrid, directory: str | Path) -> list[Path]:
+    """Write every seeded problem of ``grid`` to ``directory`` in the binary .npz form (``problem_to_npz``), to
+    the depth of the grid's deepest tree, one file per problem (``problem_file_name``), atomically; problem files
+    of the grid (``file:PATH``) are already files and are skipped. ``verispec exact --problem FILE`` then reproduces
+    any cell. Returns the paths written. A table beyond verispec's limits is refused before anything is written."""
+    from verispec.simulator import parse_tree
+    from verispec.simulator.problems import check_table_size, problem_to_npz
+
+    directory = Path(directory)
+    depth = max(parse_tree(spec).depth for spec in grid.trees)
+    settings = [setting for setting in grid.problem_settings() if not setting["family"].startswith("file:")]
+    for setting in settings:
+        check_table_size(setting["vocab"], depth, f"--save-problems ({problem_file_name(setting)})")
+    if settings:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise SweepError(f"cannot create the problems folder {str(directory)!r} "
+                             f"({error.strerror or error})") from None
+    written = []
+    for setting in settings:
+        path = directory / problem_file_name(setting)
+        problem_to_npz(build_problem(setting, depth), depth, path,
+                       metadata={"description": f"verispec sweep problem {setting}"})
+        written.append(path)
+    return written
+
+
 def _number(value):
     return None if value is None else float(value)
 

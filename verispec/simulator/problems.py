@@ -274,10 +274,10 @@ class TabularProblem(Problem):
             size = 0
         if size < 1 or size != self.vocab_size:
             raise InvalidProblemError(f"vocab_size must be a positive integer, got {describe(self.vocab_size)}")
-        tables = {}
+        tables, depths = {}, {}
         for name, table in (("target", self.target_table), ("draft", self.draft_table)):
             if isinstance(table, _CheckedRows):  # validated in bulk by ``_checked_rows`` (float problem files)
-                tables[name] = dict(table)
+                tables[name], depths[name] = dict(table), table.depth
                 continue
             checked = {}
             for prefix, values in table.items():
@@ -286,10 +286,14 @@ class TabularProblem(Problem):
                 vector = as_distribution(values, exact=self.exact, name=f"{name} at prefix '{label}'", size=size)
                 checked[prefix] = vector
             tables[name] = checked
-        horizon = _complete_depth(tables["target"], size)
+        horizon = depths.get("target")
+        if horizon is None:
+            horizon = _complete_depth(tables["target"], size)
         if horizon < 0:
             raise InvalidProblemError("the target table has no entry for the root prefix ''")
-        draft_depth = _complete_depth(tables["draft"], size)
+        draft_depth = depths.get("draft")
+        if draft_depth is None:
+            draft_depth = _complete_depth(tables["draft"], size)
         # The draft must cover one level less than the target: horizon = min(target depth, draft depth + 1).
         horizon = min(horizon, draft_depth + 1)
         requested = self.horizon
@@ -503,34 +507,57 @@ METADATA_KEYS = ("derived",)
 
 
 class _CheckedRows(dict):
-    """Prefix -> read-only float64 row, every row already a valid distribution (``_checked_rows``)."""
+    """Prefix -> read-only float64 row, every row already a valid distribution (``_checked_rows``); ``depth``: the
+    table holds exactly every prefix of length 0..depth when known (a file in ``problem_to_json``'s layout)."""
+
+    depth: int | None = None
 
 
-def _checked_rows(prefixes: list, rows, size: int) -> _CheckedRows | None:
+def _checked_rows(prefixes: list, rows, size: int, largest_token: int | None = None, *, numbers_only: bool = False,
+                  depth: int | None = None) -> _CheckedRows | None:
     """Float mode in bulk: ``rows`` (lists of JSON numbers, or a [n, V] array) as one [n, V] float64 matrix,
     checked at once by ``float_rows`` (``as_distribution``'s float rule, batched) and
     handed out as read-only row views. None when a row has another length, an entry is not a number (a string
     such as "1/3", a bool, null) or a check fails: the per-vector path (``as_distribution``) then reads the table
-    and names the first problem, so the errors are the same as before."""
+    and names the first problem, so the errors are the same as before. ``largest_token``: the prefixes' largest
+    token when the caller knows it (non-negative tokens); else it is found here. ``numbers_only``: the caller
+    knows no entry is a bool (a JSON file without the literals true and false), so numpy's conversion, which
+    leaves strings as strings and None as an object, tells the rest apart without a Python pass. ``depth``: the
+    complete depth, when the caller knows the layout (``_CheckedRows.depth``)."""
     if isinstance(rows, np.ndarray):
         matrix = rows
         if matrix.ndim != 2 or matrix.shape[1] != size or matrix.dtype.kind not in "fiu":
             return None
         matrix = matrix.astype(np.float64)
     else:
-        if any(type(row) is not list or len(row) != size for row in rows):
-            return None
-        if not {type(value) for row in rows for value in row} <= {float, int}:
-            return None
-        matrix = np.array(rows, dtype=np.float64).reshape(len(rows), size)
+        if numbers_only:  # numpy tells rows of V numbers from anything else (ragged, nested, strings, null)
+            try:
+                matrix = np.array(rows)
+            except ValueError:  # ragged rows
+                return None
+            if matrix.shape != (len(rows), size) or matrix.dtype.kind not in "fi":
+                return None
+            matrix = matrix.astype(np.float64, copy=False)
+        else:
+            if any(type(row) is not list or len(row) != size for row in rows):
+                return None
+            if not {type(value) for row in rows for value in row} <= {float, int}:
+                return None
+            matrix = np.array(rows, dtype=np.float64).reshape(len(rows), size)
     matrix = float_rows(matrix)
     if matrix is None:
         return None
     matrix.setflags(write=False)
-    tokens = [prefix for prefix in prefixes if prefix]
-    if tokens and (max(map(max, tokens)) >= size or min(map(min, tokens)) < 0):
+    if largest_token is None:
+        tokens = [prefix for prefix in prefixes if prefix]
+        if tokens and min(map(min, tokens)) < 0:
+            return None
+        largest_token = max(map(max, tokens), default=-1)
+    if largest_token >= size:
         return None
-    return _CheckedRows(zip(prefixes, matrix))
+    table = _CheckedRows(zip(prefixes, matrix))
+    table.depth = depth
+    return table
 
 
 def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
@@ -552,6 +579,11 @@ def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
     readable in exact mode, within about 1e-16 of the float values. Float mode renormalises every vector
     whose sum is within ``SUM_TOLERANCE`` of 1.
     """
+    return _problem_from_json(data, exact=exact)
+
+
+def _problem_from_json(data: Mapping, *, exact: bool = False, numbers_only: bool = False) -> TabularProblem:
+    """``problem_from_json``; ``numbers_only``: the file holds no JSON true or false (``_checked_rows``)."""
     if not isinstance(data, Mapping):
         raise InvalidProblemError(f"a problem file must hold a JSON object, got {type(data).__name__}")
     for key in REQUIRED_KEYS:
@@ -576,18 +608,26 @@ def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
         raw = data[name]
         if not isinstance(raw, Mapping):
             raise InvalidProblemError(f"problem JSON key {name!r} must map prefixes to probability lists")
-        keys = {}
-        try:  # all at once; a key that does not parse is named by _parse_prefix_key below
-            parsed = [tuple(map(int, key.split(","))) if key.strip() else () for key in raw]
-        except (ValueError, AttributeError):
-            parsed = [_parse_prefix_key(key, name) for key in raw]
-        for key, prefix in zip(raw, parsed):
-            if prefix in keys:
-                raise InvalidProblemError(
-                    f"{name}: prefix keys {keys[prefix]!r} and {key!r} both name the prefix '{_label(prefix)}'; "
-                    "keep one")
-            keys[prefix] = key
-        bulk = None if exact else _checked_rows(list(keys), list(raw.values()), size)
+        canonical = _canonical_prefix_keys(list(raw), size)  # digits and commas only: in bulk
+        if canonical is not None:
+            parsed, largest, depth = canonical
+            keys = dict(zip(parsed, raw))
+        else:
+            keys, largest, depth = {}, None, None
+            try:  # all at once; a key that does not parse is named by _parse_prefix_key below
+                parsed = [tuple(map(int, key.split(","))) if key.strip() else () for key in raw]
+            except (ValueError, AttributeError):
+                parsed = [_parse_prefix_key(key, name) for key in raw]
+        if len(keys) != len(raw):  # two keys naming one prefix ("0,1" and "0, 1"): name them
+            keys = {}
+            for key, prefix in zip(raw, parsed):
+                if prefix in keys:
+                    raise InvalidProblemError(
+                        f"{name}: prefix keys {keys[prefix]!r} and {key!r} both name the prefix '{_label(prefix)}'; "
+                        "keep one")
+                keys[prefix] = key
+        bulk = None if exact else _checked_rows(list(keys), list(raw.values()), size, largest,
+                                                numbers_only=numbers_only, depth=depth)
         if bulk is not None:  # float mode, every row a valid distribution: checked at once
             tables[name] = bulk
             continue
@@ -628,6 +668,108 @@ def _read_vector(values: list, exact: bool) -> list:
     return entries
 
 
+#: Bytes of a canonical prefix key: ASCII digits and commas; "/" separates keys in ``_canonical_prefix_keys``.
+_KEY_BYTES = np.zeros(256, dtype=bool)
+_KEY_BYTES[[*range(ord("0"), ord("9") + 1), ord(","), ord("/")]] = True
+
+
+def _canonical_prefix_keys(keys: list, size: int) -> tuple[list[Prefix], int, int | None] | None:
+    """Prefix keys written as ASCII digits joined by single commas ("" the root; what ``problem_to_json``
+    writes), parsed all at once: (the prefixes, the largest token or -1, the depth L when the keys are every
+    prefix of length 0..L in lexicographic order, else None). None when any key is written
+    another way (spaces, signs, an empty token, more than 18 digits, not a string): the per-key reading then
+    takes every key, with its own rules and messages. Distinct keys of this form name distinct prefixes except
+    for leading zeros ("01" and "1"), which the caller still checks. Keys that list every prefix of length
+    0..L in lexicographic order (``problem_to_json``'s layout) become tuples at C speed (itertools.product)."""
+    layout = _lexicographic_keys(len(keys), size)
+    if layout is not None and keys == layout[0]:  # problem_to_json's own layout: one list comparison
+        depth = layout[1]
+        return list(itertools.chain.from_iterable(itertools.product(range(size), repeat=length)
+                                                  for length in range(depth + 1))), (size - 1 if depth else -1), depth
+    try:
+        joined = "/".join(keys).encode("ascii")
+    except (TypeError, UnicodeEncodeError):  # a key that is not a string, or not ASCII
+        return None
+    if not keys:
+        return None
+    chars = np.frombuffer(joined, dtype=np.uint8)
+    separators = chars == ord("/")
+    if not _KEY_BYTES[chars].all() or int(separators.sum()) != len(keys) - 1:  # a "/" inside a key
+        return None
+    digit = (chars >= ord("0")) & (chars <= ord("9"))
+    commas = np.flatnonzero(chars == ord(","))
+    padded = np.concatenate(([False], digit, [False]))
+    if len(commas) and not (padded[commas] & padded[commas + 2]).all():  # a digit on both sides of every comma
+        return None
+    starts = np.flatnonzero(digit & ~padded[:-2])                 # first digit of every token
+    ends = np.flatnonzero(digit & ~padded[2:]) + 1                 # one past its last digit
+    widths = ends - starts
+    if len(starts) and widths.max() > 18:                          # int64 holds 18 digits
+        return None
+    if widths.max(initial=1) == 1:  # one-digit tokens (V <= 10): no place values
+        values = chars[starts].astype(np.int64) - ord("0")
+    else:
+        opens = np.zeros(len(chars), dtype=np.int64)
+        opens[starts] = 1
+        token_of = np.cumsum(opens) - 1
+        places = np.where(digit, 10 ** np.clip(ends[np.maximum(token_of, 0)] - 1 - np.arange(len(chars)), 0, 18), 0)
+        values = np.add.reduceat((chars.astype(np.int64) - ord("0")) * places, starts)
+    key_of = np.cumsum(separators)[starts] if len(starts) else np.zeros(0, dtype=np.int64)
+    lengths = np.bincount(key_of, minlength=len(keys))
+    tokens = np.full((len(keys), int(lengths.max(initial=0))), -1, dtype=np.int64)
+    tokens[key_of, np.arange(len(starts)) - (np.cumsum(lengths) - lengths)[key_of]] = values
+    largest = int(values.max(initial=-1))
+    if largest < size and _lexicographic_layout(lengths, tokens, size):
+        depth = int(lengths[-1])
+        return list(itertools.chain.from_iterable(itertools.product(range(size), repeat=length)
+                                                  for length in range(depth + 1))), largest, depth
+    return _prefix_tuples(lengths, tokens), largest, None
+
+
+def _lexicographic_keys(count: int, size: int) -> tuple[list[str], int] | None:
+    """(the keys problem_to_json writes for every prefix of length 0..L in lexicographic order, L) when ``count``
+    is the number of such prefixes for some L, else None."""
+    total, depth = 1, 0
+    while total < count and depth < 64:
+        depth += 1
+        total += size ** depth
+    if total != count or size < 1:
+        return None
+    level, keys = [""], [""]
+    for length in range(1, depth + 1):
+        digits = [str(token) for token in range(size)]
+        level = digits if length == 1 else [f"{key},{digit}" for key in level for digit in digits]
+        keys += level
+    return keys, depth
+
+
+def _lexicographic_layout(lengths: np.ndarray, tokens: np.ndarray, size: int) -> bool:
+    """Whether the prefixes (lengths [n], tokens [n, longest] padded, every token < V) are exactly every prefix of
+    length 0..L, by length and then lexicographically."""
+    depth = int(lengths[-1])
+    if depth > 64 or len(lengths) != sum(size ** length for length in range(depth + 1)):
+        return False
+    expected = np.repeat(np.arange(depth + 1), [size ** length for length in range(depth + 1)])
+    if not np.array_equal(lengths, expected):
+        return False
+    powers = np.where(np.arange(tokens.shape[1]) < lengths[:, None],
+                      size ** np.maximum(lengths[:, None] - 1 - np.arange(tokens.shape[1]), 0), 0)
+    rank = (np.maximum(tokens, 0) * powers).sum(axis=1)           # position within its length
+    first = np.concatenate(([0], np.cumsum([size ** length for length in range(depth + 1)])[:-1]))
+    return bool(np.array_equal(rank, np.arange(len(lengths)) - first[lengths]))
+
+
+def _prefix_tuples(lengths: np.ndarray, tokens: np.ndarray) -> list[Prefix]:
+    """The prefixes as tuples of Python ints from their lengths [n] and tokens [n, longest] (padded), grouped by
+    length so that each group converts in one call."""
+    prefixes: list = [None] * len(lengths)
+    for length in np.unique(lengths).tolist():
+        rows = np.flatnonzero(lengths == length)
+        for row, prefix in zip(rows.tolist(), map(tuple, tokens[rows, :length].tolist())):
+            prefixes[row] = prefix
+    return prefixes
+
+
 def _parse_prefix_key(key: str, name: str) -> Prefix:
     if not isinstance(key, str):
         raise InvalidProblemError(f"{name}: prefix key {describe(key)} is not a string of comma-joined token ids")
@@ -641,6 +783,9 @@ def _parse_prefix_key(key: str, name: str) -> Prefix:
 
 def _refuse_duplicate_keys(pairs: list) -> dict:
     """object_pairs_hook for json.loads: a key given twice in one object is an error, not 'last one wins'."""
+    data = dict(pairs)
+    if len(data) == len(pairs):
+        return data
     data = {}
     for key, value in pairs:
         if key in data:
@@ -658,20 +803,23 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
     rounded) and every table is checked at once (``_checked_rows``), at about a million numbers a second; a file
     that fails a check is read again the exact way, so that the error names the first problem as before.
     """
-    text = read_user_file(path, limit=MAX_PROBLEM_FILE_BYTES, what="problem file", error=InvalidProblemError,
-                          why=f"a file of the largest table verispec generates, {MAX_TABLE_ENTRIES:,} probabilities "
-                              "per law, takes under 200 MiB", binary=True)
-    if text[:4] == NPZ_MAGIC:
-        return problem_from_npz(text, exact=exact, name=str(path))
+    content = read_user_file(path, limit=MAX_PROBLEM_FILE_BYTES, what="problem file", error=InvalidProblemError,
+                             why=f"a file of the largest table verispec generates, {MAX_TABLE_ENTRIES:,} probabilities "
+                                 "per law, takes under 200 MiB", binary=True)
+    if content[:4] == NPZ_MAGIC:
+        return problem_from_npz(content, exact=exact, name=str(path))
     try:
-        text = text.decode("utf-8")
+        text = content.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidProblemError(f"problem file {str(path)!r} is neither JSON (it is not UTF-8 text) nor verispec's "
                                   ".npz problem form; write one with problem_to_json or problem_to_npz") from None
     if not exact:
         try:
-            data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_float=_plain_float)
-            return problem_from_json(data, exact=False)
+            # json's own float reading (C) when no number can pass the exponent limit; else one call per number
+            reading = {} if _floats_read_plainly(content) else {"parse_float": _plain_float}
+            data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, **reading)
+            return _problem_from_json(data, exact=False, numbers_only=b"true" not in content
+                                      and b"false" not in content)
         except (json.JSONDecodeError, RecursionError, InvalidProblemError, InvalidDistributionError, _ReadExactly):
             pass  # read again the exact way below, for the canonical message
     try:
@@ -685,6 +833,29 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
     except InvalidProblemError as error:
         raise InvalidProblemError(f"problem file {str(path)!r}: {error}") from None
     return problem_from_json(data, exact=exact)
+
+
+def _floats_read_plainly(content: bytes) -> bool:
+    """Whether no JSON number in ``content`` (UTF-8) is one that ``_plain_float`` refers to the exact reading (more
+    than 40 characters, or an exponent of 5 or more digits), found by a few vectorised passes over the bytes (runs
+    of number bytes anywhere, strings included: a false alarm only costs the slower reading)."""
+    chars = np.frombuffer(content, dtype=np.uint8)
+    exponent = (chars | 32) == ord("e")                             # e or E
+    # + - . and digits are bytes 43..57 except ',' (44) and '/' (47)
+    number = (((chars - np.uint8(43)) < 15) & (chars != ord(",")) & (chars != ord("/"))) | exponent
+    # a run of 41 number bytes: doubling windows (run[i] = bytes i..i+w-1 all number bytes, w = 2, 4, 8, 16, 32)
+    if len(chars) > 40:
+        runs = {1: number}
+        for width in (2, 4, 8, 16, 32):
+            half = runs[width // 2]
+            runs[width] = half[:-(width // 2)] & half[width // 2:]
+        if (runs[32][:len(chars) - 40] & runs[8][32:len(chars) - 8] & number[40:]).any():
+            return False
+    positions = np.flatnonzero(exponent)
+    padded = np.concatenate((chars, np.zeros(7, dtype=np.uint8)))
+    after = positions + 1 + ((padded[positions + 1] == ord("+")) | (padded[positions + 1] == ord("-")))
+    digits = [(padded[after + k] - np.uint8(48)) < 10 for k in range(5)]  # 5 exponent digits in a row
+    return not np.logical_and.reduce(digits).any() if len(positions) else True
 
 
 class _ReadExactly(Exception):
@@ -777,7 +948,7 @@ def problem_from_npz(content: bytes, *, exact: bool = False, name: str = "proble
                     lengths.size and (lengths.min() < 0 or lengths.max() > tokens.shape[1])):
                 raise InvalidProblemError(f"{law}: the prefix arrays have inconsistent shapes "
                                           f"{lengths.shape} and {tokens.shape}")
-            prefixes = [tuple(int(t) for t in row[:length]) for row, length in zip(tokens, lengths)]
+            prefixes = _prefix_tuples(lengths, tokens.astype(np.int64, copy=False))
             if len(set(prefixes)) != len(prefixes):
                 raise InvalidProblemError(f"{law}: a prefix appears twice")
             if f"{law}_values" in arrays:

@@ -30,8 +30,9 @@ weight (1 at the root), from its final p. Three passes over the depths:
 * down: the probability of reaching every state, and the emitted law.
 
 The work is per state and outcome, not per tree: delayed:4,4,4 at V = 4 has 10^12 ordered draft outcomes
-and about 4 * 10^5 states (5 s; benchmarks/bench_rule_dp.py). ``T(u, m, w) = w`` holds for the correct rule (that is Traversal's invariant, checked by the
-tests), but the program never assumes it: a variant with a broken update is analysed as written.
+and about 4 * 10^5 states (5 s; benchmarks/bench_rule_dp.py). ``T(u, m, w) = w`` holds for the correct
+rule (Traversal's invariant, checked by the tests), but the program never assumes it: a variant with a
+broken update is analysed as written.
 """
 
 from __future__ import annotations

@@ -1,0 +1,81 @@
+"""Reading problem files: CPU seconds of ``load_problem`` (float mode) on the JSON and .npz files of a seeded
+random problem, numbers per second, and, with ``--baseline DIR`` (another checkout of verispec, e.g. a git
+worktree of an older commit), the same measurement of that checkout's code on the same files, side by side.
+
+Each reading runs in a fresh process (one thread; the median of ``--repeats`` readings after one warm-up), so the
+two checkouts never share an import. The load average is recorded with the table.
+
+    python benchmarks/bench_problem_files.py                          # V = 4, depth 8 (delayed:4,4,4's table)
+    python benchmarks/bench_problem_files.py --baseline /tmp/old      # and the old code, same run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MEASURE = """
+import json, statistics, sys, time
+from verispec.simulator.problems import load_problem
+path, repeats = sys.argv[1], int(sys.argv[2])
+load_problem(path)
+times = []
+for _ in range(repeats):
+    start = time.process_time()
+    load_problem(path)
+    times.append(time.process_time() - start)
+print(json.dumps(statistics.median(times)))
+"""
+
+
+def measure(checkout: Path, path: Path, repeats: int) -> float:
+    environment = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "1"}
+    output = subprocess.run([sys.executable, "-c", MEASURE, str(path), str(repeats)], env=environment, check=True,
+                            capture_output=True, text=True, cwd=checkout).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, default=4)
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, help="another checkout of verispec, measured on the same files")
+    parser.add_argument("--output", default="results/bench_problem_files.md")
+    args = parser.parse_args(argv)
+    from verispec.io import atomic_write_text
+    from verispec.simulator.problems import problem_to_json, problem_to_npz, random_problem
+
+    here = Path(__file__).resolve().parents[1]
+    problem = random_problem(args.vocab, args.depth, 0)
+    numbers = args.vocab * sum(args.vocab ** length for length in range(args.depth + 1)) \
+        + args.vocab * sum(args.vocab ** length for length in range(args.depth))
+    with tempfile.TemporaryDirectory() as folder:
+        files = {"JSON": Path(folder) / "problem.json", ".npz": Path(folder) / "problem.npz"}
+        files["JSON"].write_text(json.dumps(problem_to_json(problem, args.depth)))
+        problem_to_npz(problem, args.depth, files[".npz"])
+        rows = []
+        for form, path in files.items():
+            seconds = measure(here, path, args.repeats)
+            row = [form, f"{path.stat().st_size / 2**20:.1f} MiB", f"{seconds:.3f}", f"{numbers / seconds / 1e6:.2f}"]
+            if args.baseline:
+                old = measure(args.baseline.resolve(), path, args.repeats)
+                row += [f"{old:.3f}", f"x{old / seconds:.2f}"]
+            rows.append(row)
+    header = "| form | size | seconds | M numbers/s |" + (" baseline seconds | speed-up |" if args.baseline else "")
+    lines = [f"load_problem, float mode: random_problem({args.vocab}, {args.depth}, 0), {numbers:,} numbers; CPU s, "
+             f"median of {args.repeats}, one thread, load {os.getloadavg()[0]:.2f}", "", header,
+             "|" + "---|" * (header.count("|") - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(Path(args.output), text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
