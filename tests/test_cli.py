@@ -271,9 +271,9 @@ BIG_TREE = ["--target", "0.5,0.3,0.2", "--draft", "0.2,0.2,0.6", "--tree", "iid:
     (["exact", *TOY, "--tree", "iid:2,2", "--verifier", "specinfer", "--method", "dp-metrics"], "--method dp-metrics"),
 ])
 def test_fail_if_lossy_refuses_a_method_that_cannot_check_it(capsys, monkeypatch, argv, message):
-    import verispec.cli
+    import verispec.cli.exact
 
-    monkeypatch.setattr(verispec.cli, "analyze", lambda *a, **k: pytest.fail("analysed although refused"))
+    monkeypatch.setattr(verispec.cli.exact, "analyze", lambda *a, **k: pytest.fail("analysed although refused"))
     argv = argv if argv[0] == "exact" else ["exact", *argv]
     code, out, err = run(capsys, *argv, "--fail-if-lossy")
     lines = err.strip().splitlines()
@@ -320,6 +320,7 @@ def _assert_plain(value, where="$"):
     ["hunt", "--verifier", "tests/broken.py:bv_first_failure", "--tree", "chain:2"],
 ])
 def test_json_output_holds_only_plain_types(capsys, monkeypatch, argv):
+    import importlib
     import types
 
     import verispec.cli
@@ -331,7 +332,10 @@ def test_json_output_holds_only_plain_types(capsys, monkeypatch, argv):
         serialised.append(value)
         return json.dumps(value, **kwargs)
 
-    monkeypatch.setattr(verispec.cli, "json", types.SimpleNamespace(dumps=checking_dumps, loads=json.loads))
+    for module in {module for module, _ in verispec.cli.COMMANDS.values()} | {"common"}:  # every module printing JSON
+        module = importlib.import_module(f"verispec.cli.{module}")
+        if hasattr(module, "json"):
+            monkeypatch.setattr(module, "json", types.SimpleNamespace(dumps=checking_dumps, loads=json.loads))
     code, out, err = run(capsys, *argv)
     assert code == (1 if argv[0] == "hunt" else 0), err  # hunt's witness: exit 1, lossy
     lines = out.strip().splitlines()
@@ -361,7 +365,7 @@ def test_a_failing_user_rule_is_one_line(capsys, tmp_path, command):
 
 
 def test_the_parsers_constants_are_their_sources():
-    # repeated in verispec/cli.py so that --help imports no numpy; each must equal its source
+    # repeated in verispec/cli/options.py so that --help imports no numpy; each must equal its source
     from verispec import cli
     from verispec.simulator.drafters import MAX_TREE_PARAMETER, TREE_KINDS
     from verispec.simulator.engine import METHODS
@@ -381,3 +385,34 @@ def test_help_imports_nothing_heavy():
             "if m in sys.modules)\nprint('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out, out[-300:]
+
+
+def test_every_command_has_its_module_and_function():
+    # the parser's commands are exactly the dispatch table's, each a function of a module of verispec.cli
+    import argparse
+
+    from verispec.cli import COMMANDS, command_function
+    from verispec.cli.parser import _build_parser
+
+    parser = _build_parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    assert set(commands.choices) == set(COMMANDS)
+    for command in COMMANDS:
+        assert callable(command_function(command))
+
+
+@pytest.mark.parametrize("argv, light", [
+    (["list"], ("scipy", "torch", "tqdm", "verispec.simulator.engine")),
+    (["exact", "--target", "0.5,0.3,0.2", "--draft", "0.2,0.6,0.2", "--tree", "chain:2", "--verifier", "bv"],
+     ("scipy", "torch", "array_api_compat.numpy")),
+])
+def test_a_command_imports_only_what_it_runs(argv, light):
+    # start-up (issue 23): 'list' needs the verifiers, not the engine, tqdm, scipy or torch; a small exact analysis
+    # needs the engine but not scipy, torch or array-api-compat's copy of numpy (0.1 s of imports)
+    import subprocess
+    import sys
+
+    code = (f"import sys, io, contextlib\nfrom verispec import cli\nwith contextlib.redirect_stdout(io.StringIO()):"
+            f"\n    assert cli.main({argv!r}) == 0\nprint('LOADED', sorted(m for m in {light!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "LOADED []" in out, out[-300:]

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 import verispec
+import verispec.cli.options
 from verispec import cli
 from verispec.cli import main
 from verispec.errors import (
@@ -271,7 +272,7 @@ def test_exact_stops_a_user_rule_stuck_in_a_loop(rules, rule, capsys):
 
 
 def test_a_user_rule_gets_a_default_budget(rules, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "DEFAULT_USER_RULE_BUDGET", 1.0)
+    monkeypatch.setattr(cli.options, "DEFAULT_USER_RULE_BUDGET", 1.0)
     status, seconds = _timed(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{rules}:spin"])
     line = _assert_within_budget(status, seconds, 1, capsys)
     assert "the default for a rule of your own" in line

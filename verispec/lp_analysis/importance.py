@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
 
 from verispec.lp_analysis.maxflow import set_flow
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
@@ -92,6 +91,8 @@ def importance_weights(p: np.ndarray, draft_law: Mapping[tuple[int, ...], object
         token.extend(tokens)
     owner, token = np.array(owner, dtype=int), np.array(token, dtype=int)
     objective = np.concatenate([np.zeros(num_weights), np.ones(size)])
+    from scipy import sparse  # imported when an LP is built: the verifiers' import stays light
+
     a_eq = sparse.csr_matrix((np.ones(num_weights), (owner, np.arange(num_weights))),
                              shape=(len(outcomes), num_weights + size))
     # t_y - sum_x Q(x) beta_y(x) <= 0

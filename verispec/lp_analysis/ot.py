@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy import sparse
 
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
 
@@ -92,6 +91,8 @@ def ot_coupling(p: np.ndarray, draft_law: Mapping[tuple[int, ...], object], *,
     # are checked to 1e-9, so the last column holds to V * 1e-9 as well, before the repair.
     columns = variables[variables % size != size - 1]
     rows = np.concatenate([variables // size, count + columns % size])
+    from scipy import sparse  # imported when an LP is built: the verifiers' import stays light
+
     constraints = sparse.csr_matrix(
         (np.ones(len(rows)), (rows, np.concatenate([variables, columns]))), shape=(count + size - 1, count * size))
     solution = solve_lp(objective, maximize=True, a_eq=constraints,

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from verispec import budget
 from verispec.errors import ProblemTooLargeError, SolverError
+
+if TYPE_CHECKING:  # scipy is imported when an LP is solved
+    from scipy import sparse
 
 #: Default largest number of LP variables an exact analysis builds (a few seconds of HiGHS at most).
 DEFAULT_MAX_VARIABLES = 200_000

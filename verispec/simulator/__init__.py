@@ -1,43 +1,38 @@
-"""Problems, draft trees, drafters, the generic enumerator and the exact engine."""
+"""Problems, draft trees, drafters, the generic enumerator and the exact engine.
 
-from verispec.simulator.chooser import Chooser, RandomChooser, enumerate_law
-from verispec.simulator.drafters import (
-    BranchingDrafter,
-    ChainDrafter,
-    DelayedDrafter,
-    Drafter,
-    DraftLaw,
-    DySpecDrafter,
-    GreedyDrafter,
-    HubDrafter,
-    RootIIDDrafter,
-    parse_tree,
-)
-from verispec.simulator.engine import DEFAULT_TOLERANCE, ExactResult, analyze
-from verispec.simulator.interfaces import NodeSolver, Verifier
-from verispec.simulator.laws import OutputLaw
-from verispec.simulator.problems import (
-    ContextFreeProblem,
-    MarkovProblem,
-    Problem,
-    TabularProblem,
-    load_problem,
-    problem_from_json,
-    problem_to_json,
-    random_context_free_problem,
-    random_markov_problem,
-    random_problem,
-    sun_toy_problem,
-    target_law,
-)
-from verispec.simulator.trees import DraftTree, TreeBatch, TreeBuilder, shape_from_paths
+The names below are loaded on first use (PEP 562): a module that needs only the drafters or the problems (every
+verifier, 'verispec list') does not import the engine and what it brings (tqdm, the enumerators, the DP).
+"""
 
-__all__ = [
-    "BranchingDrafter", "ChainDrafter", "Chooser", "ContextFreeProblem", "DEFAULT_TOLERANCE", "DelayedDrafter",
-    "DraftLaw", "DraftTree", "Drafter", "DySpecDrafter", "ExactResult", "GreedyDrafter", "HubDrafter",
-    "MarkovProblem", "NodeSolver", "OutputLaw", "Problem", "RandomChooser", "RootIIDDrafter", "TabularProblem",
-    "TreeBatch", "TreeBuilder", "Verifier",
-    "analyze", "enumerate_law", "load_problem", "parse_tree", "problem_from_json", "problem_to_json",
-    "random_context_free_problem", "random_markov_problem", "random_problem", "shape_from_paths",
-    "sun_toy_problem", "target_law",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Chooser": "chooser", "RandomChooser": "chooser", "enumerate_law": "chooser",
+    "BranchingDrafter": "drafters", "ChainDrafter": "drafters", "DelayedDrafter": "drafters", "Drafter": "drafters",
+    "DraftLaw": "drafters", "DySpecDrafter": "drafters", "GreedyDrafter": "drafters", "HubDrafter": "drafters",
+    "RootIIDDrafter": "drafters", "parse_tree": "drafters",
+    "DEFAULT_TOLERANCE": "engine", "ExactResult": "engine", "analyze": "engine",
+    "NodeSolver": "interfaces", "Verifier": "interfaces",
+    "OutputLaw": "laws",
+    "ContextFreeProblem": "problems", "MarkovProblem": "problems", "Problem": "problems", "TabularProblem": "problems",
+    "load_problem": "problems", "problem_from_json": "problems", "problem_to_json": "problems",
+    "random_context_free_problem": "problems", "random_markov_problem": "problems", "random_problem": "problems",
+    "sun_toy_problem": "problems", "target_law": "problems",
+    "DraftTree": "trees", "TreeBatch": "trees", "TreeBuilder": "trees", "shape_from_paths": "trees",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'verispec.simulator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"verispec.simulator.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

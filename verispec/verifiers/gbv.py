@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from tqdm import tqdm
 
 from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
@@ -143,6 +142,8 @@ class SelectedPathSum(RuleDP):
                 "tree or a smaller vocabulary")
 
     def output_law(self, problem, drafter, *, progress: bool = False) -> RuleLaw:
+        from tqdm import tqdm  # only when a law is computed: importing the verifiers stays light
+
         size, depth, paths = problem.vocab_size, drafter.depth, drafter.iid_branching[0]
         # p and q of every prefix by flat index (lexicographic, token 0 first): [V^i, V] per length i
         targets = [target_conditionals(problem, i).reshape(size ** i, size) for i in range(depth + 1)]

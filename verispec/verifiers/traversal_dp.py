@@ -42,7 +42,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
@@ -135,6 +134,8 @@ class PostOrderDP(RuleDP):
                 f"{readable_count(MAX_LOG_HISTORIES)}; use a smaller tree or vocabulary")
 
     def output_law(self, problem, drafter, *, progress: bool = False) -> RuleLaw:
+        from tqdm import tqdm  # only when a law is computed: importing the verifiers stays light
+
         draws, size = tree_draws(drafter), problem.vocab_size
         depth = len(draws.branching)
         targets = [target_conditionals(problem, d).reshape(size ** d, size) for d in range(depth + 1)]

@@ -1,0 +1,83 @@
+"""Start-up of the ``verispec`` command: whole-process CPU seconds (user + system, median of ``--repeats``) of
+``--help``, ``list`` and a small ``exact``, for this checkout and, with ``--baseline DIR`` (another checkout, e.g. a
+git worktree of an older commit), for that one side by side, in the same run.
+
+Both with Python's bytecode cache (the ordinary case: ``__pycache__`` written at the first run) and without it for
+verispec's own modules (a copy of the package without ``__pycache__``, run with ``PYTHONDONTWRITEBYTECODE=1``: every
+verispec module compiled at every start, as where the cache cannot be written). The load average is recorded with
+the table.
+
+    python benchmarks/bench_startup.py --baseline /tmp/old
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+COMMANDS = {
+    "--help": ["--help"],
+    "list": ["list"],
+    "small exact": ["exact", "--target", "0.5,0.3,0.2", "--draft", "0.2,0.6,0.2", "--tree", "chain:2", "--verifier",
+                    "bv"],
+}
+
+
+def cpu_seconds(source: Path, argv: list[str], cached: bool) -> float:
+    """User + system CPU seconds of one ``python -m verispec ARGV`` run with ``source`` (the folder holding the
+    ``verispec`` package) first on the path."""
+    environment = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1"}
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
+    if not cached:
+        environment["PYTHONDONTWRITEBYTECODE"] = "1"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-m", "verispec", *argv], env=environment, cwd=source, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def median_seconds(checkout: Path, argv: list[str], cached: bool, repeats: int) -> float:
+    if cached:
+        cpu_seconds(checkout, argv, cached)  # warm-up: writes the bytecode cache
+        return statistics.median(cpu_seconds(checkout, argv, cached) for _ in range(repeats))
+    with tempfile.TemporaryDirectory() as folder:  # the package without its bytecode cache
+        shutil.copytree(checkout / "verispec", Path(folder) / "verispec",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        return statistics.median(cpu_seconds(Path(folder), argv, cached) for _ in range(repeats))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, help="another checkout of verispec, measured in the same run")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--output", default="results/bench_startup.md")
+    args = parser.parse_args(argv)
+    from verispec.io import atomic_write_text
+
+    here = Path(__file__).resolve().parents[1]
+    header = "| command | bytecode cache | seconds |" + (" baseline seconds | ratio |" if args.baseline else "")
+    lines = [f"Whole-process CPU seconds (user + system), median of {args.repeats}, one thread, load "
+             f"{os.getloadavg()[0]:.2f}", "", header, "|" + "---|" * (header.count("|") - 1)]
+    for cached in (True, False):
+        for name, command in COMMANDS.items():
+            seconds = median_seconds(here, command, cached, args.repeats)
+            row = f"| {name} | {'yes' if cached else 'no'} | {seconds:.2f} |"
+            if args.baseline:
+                old = median_seconds(args.baseline.resolve(), command, cached, args.repeats)
+                row += f" {old:.2f} | x{old / seconds:.1f} |"
+            lines.append(row)
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(Path(args.output), text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The ``verispec`` command.
+
+    verispec exact   --target P --draft Q --tree TREE --verifier NAME [--json]   one exact analysis
+    verispec exact   --problem FILE --tree TREE --verifier NAME [--json]
+    verispec compare [--problem NAME|FILE] [--depths 1,2,3]        the chain verifiers side by side
+    verispec hunt    --verifier NAME --tree TREE [--output FILE]     simplest problem where a rule is lossy
+    verispec optimum --target P --draft Q --k K [--without-replacement] [--json]   alpha*
+    verispec bound   (--target P --draft Q | --problem FILE) --tree TREE [--restriction selected-path|FILE.py:NAME]
+                     [--certify] [--json]
+                                                                                 LP optimum and gaps
+    verispec list                                                    verifiers and tree kinds
+    verispec decode  (--pair NAME | --target MODEL --draft MODEL) (--prompt TEXT | --prompts FILE)
+                     (--tree TREE --verifier NAME | --selector FILE | --plain) [--temperature T] [--top-p P]
+                     [--top-k K] [--max-new-tokens N] [--seed S] [--device D] [--dtype D] [--json]
+                                                      real speculative decoding (or plain sampling)
+    verispec decode  ... --plain | --selector FILE                   plain sampling; a tree chosen per block
+    verispec models  install NAME | list                             the real model pairs (qwen-coder)
+    verispec selector dataset | train | evaluate                     the delay selector (verispec.selector.command)
+    verispec predict (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
+                     --tree TREE --verifier NAME [--epsilon E] [--temperature T] [--top-p P] [--top-k K] [--json]
+    verispec predict --problem FILE --tree TREE --verifier NAME [--epsilon E] [--json]
+                                                      certified interval on E[tau+1] (any vocabulary size)
+    verispec derive  (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
+                     --vocab V --depth L --output FILE [--temperature T] [--top-p P] [--top-k K]
+                                                      a real context as a V-token problem file
+    verispec check-external FILE.py:FUNCTION --layout LAYOUT --tree TREE [--target P --draft Q | --problem FILE]
+                     [--mode auto|exact|blackbox] [--json]         check verification code written elsewhere
+                                                      (exit 1 lossy, 0 lossless, 2 bad input)
+    verispec --version                                               'verispec VERSION'
+
+Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
+cannot check losslessness (dp-metrics), rather than guessing a verdict. exact, bound and predict take
+'--time-budget SECONDS' (hard; 600 s by default for a rule of your own): past it they exit with status 3, and
+so does predict when its interval is still wider than --epsilon.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from verispec.cli.common import _registry, plain_json
+from verispec.cli.options import (
+    DEFAULT_THRESHOLD,
+    EXTERNAL_LAYOUTS,
+    MAX_BLACKBOX_SAMPLES,
+    MAX_TREE_PARAMETER,
+    METHODS,
+    RESTRICTIONS,
+    TREE_FORMS,
+    _Done,
+)
+from verispec.cli.parser import _build_parser
+from verispec.errors import AnalysisTimeoutError, VerispecError
+from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
+
+#: Each command's module in this package and its function (args -> exit status); a module is imported only when
+#: its command runs, so one command's imports (numpy, scipy, torch, the verifiers) never slow another's start.
+COMMANDS = {
+    "exact": ("exact", "_run_exact"), "compare": ("exact", "_run_compare"), "hunt": ("hunt", "_run_hunt"),
+    "check-external": ("external", "_run_check_external"), "optimum": ("lp", "_run_optimum"),
+    "bound": ("lp", "_run_bound"), "list": ("listing", "_run_list"), "decode": ("models", "_run_decode"),
+    "models": ("models", "_run_models"), "predict": ("models", "_run_predict"), "derive": ("models", "_run_derive"),
+    "latency": ("models", "_run_latency"), "sweep": ("study", "_run_sweep"), "report": ("study", "_run_report"),
+    "selector": ("selector", "_run_selector"),
+}
+
+__all__ = ["COMMANDS", "DEFAULT_THRESHOLD", "EXTERNAL_LAYOUTS", "MAX_BLACKBOX_SAMPLES", "MAX_TREE_PARAMETER", "METHODS",
+           "RESTRICTIONS", "TREE_FORMS", "entry_point", "main", "plain_json"]
+
+
+def command_function(command: str):
+    """The function that runs ``command`` (importing its module)."""
+    module, name = COMMANDS[command]
+    return getattr(importlib.import_module(f"verispec.cli.{module}"), name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = None
+    try:
+        args = _build_parser().parse_args(argv)
+        return command_function(args.command)(args)
+    except _Done as done:
+        return done.status
+    except AnalysisTimeoutError as error:  # no answer within --time-budget: not bad input
+        message = " ".join(str(error).split())
+        print(f"verispec: {Verdict.INCONCLUSIVE.word}: {message}; run again with a larger --time-budget",
+              file=sys.stderr)
+        return EXIT_INCONCLUSIVE
+    except VerispecError as error:
+        message = " ".join(str(error).split())
+        print(f"verispec: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("verispec: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
+        # Anything else is a bug in verispec and keeps its traceback.
+        user_rule = getattr(args, "verifier", None) or getattr(args, "function", None)
+        if user_rule is None or user_rule in _registry() or str(user_rule).startswith("typical"):
+            raise
+        message = " ".join(f"{type(error).__name__}: {error}".split())
+        print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def entry_point() -> None:
+    sys.exit(main())
