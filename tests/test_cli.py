@@ -367,12 +367,14 @@ def test_a_failing_user_rule_is_one_line(capsys, tmp_path, command):
 def test_the_parsers_constants_are_their_sources():
     # repeated in verispec/cli/options.py so that --help imports no numpy; each must equal its source
     from verispec import cli
+    from verispec.hunt import DEFAULT_THRESHOLD
     from verispec.simulator.drafters import MAX_TREE_PARAMETER, TREE_KINDS
     from verispec.simulator.engine import METHODS
 
     assert cli.MAX_TREE_PARAMETER == MAX_TREE_PARAMETER
     assert cli.METHODS == METHODS
     assert cli.TREE_FORMS == tuple(form for form, _ in TREE_KINDS.values())
+    assert cli.DEFAULT_THRESHOLD == DEFAULT_THRESHOLD
 
 
 def test_help_imports_nothing_heavy():
@@ -381,8 +383,9 @@ def test_help_imports_nothing_heavy():
     import sys
 
     code = ("import sys\nfrom verispec import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in ('numpy', 'scipy', 'torch', 'verispec.verifiers', 'verispec.simulator') "
-            "if m in sys.modules)\nprint('HEAVY', heavy)")
+            "heavy = sorted(m for m in ('numpy', 'scipy', 'torch', 'verispec.verifiers', 'verispec.simulator', "
+            "*(f'verispec.cli.{module}' for module, _ in cli.COMMANDS.values())) if m in sys.modules)\n"
+            "print('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out, out[-300:]
 

@@ -3,8 +3,8 @@
 Read from the source (every ``import`` statement, lazy ones inside functions included):
 * no import cycle between verispec modules;
 * each package imports only from its own layer or the layers below it:
-      errors, io, backend, budget, version, statistics, latency, verdict  <  simulator  <  lp_analysis  <  verifiers
-      <  models  <  hunt, external, testing, api, cli;
+      errors, io, backend, budget, version, statistics, latency, verdict, lazy_names  <  simulator  <  lp_analysis
+      <  verifiers  <  models  <  hunt, external, testing, api, cli;
   the simulator (problems, draft trees, drafters, the verifier contract, the exact engine) never imports a
   concrete verifier, and the linear programs never import the verifiers built on them;
 * inside the simulator the flow runs one way: problems < trees < drafters < verifier contract < engines;
@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "verispec"
 #: Package-level layers, lowest first.
 LAYERS = [
     {"verispec.errors", "verispec.io", "verispec.backend", "verispec.budget", "verispec.version",
-     "verispec.statistics", "verispec.latency", "verispec.verdict"},
+     "verispec.statistics", "verispec.latency", "verispec.verdict", "verispec.lazy_names"},
     {"verispec.simulator"},
     {"verispec.lp_analysis"},
     {"verispec.verifiers"},

@@ -6,7 +6,7 @@ Global Resolution, say) does not import scipy.optimize, which costs a quarter of
 
 from __future__ import annotations
 
-import importlib
+from verispec.lazy_names import lazy_names
 
 _EXPORTS = {
     "greedy_draft_law": "draft_laws", "hub_draft_law": "draft_laws", "iid_draft_law": "draft_laws",
@@ -20,13 +20,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'verispec.lp_analysis' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"verispec.lp_analysis.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()})

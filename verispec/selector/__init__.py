@@ -14,6 +14,8 @@ Importing this package imports nothing heavy (every name loads its module on fir
 
 from __future__ import annotations
 
+from verispec.lazy_names import lazy_names
+
 _LAZY = {
     # numpy-backed: loaded on first use too, so that the command line's parser (verispec.selector.command) starts
     # without numpy
@@ -31,15 +33,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'verispec.selector' has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 __all__ = ["PAPER_GRID", "SCALAR_FEATURES", "Action", "ActionGrid", "LinearSelector", "LookupSelector", "Selector",
            "SelectorError", "SelectorNetwork", "SelectorPolicy", "action_times", "best_static", "max_action_tree",

@@ -6,7 +6,7 @@ verifier, 'verispec list') does not import the engine and what it brings (tqdm, 
 
 from __future__ import annotations
 
-import importlib
+from verispec.lazy_names import lazy_names
 
 _EXPORTS = {
     "Chooser": "chooser", "RandomChooser": "chooser", "enumerate_law": "chooser",
@@ -26,13 +26,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'verispec.simulator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"verispec.simulator.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()})

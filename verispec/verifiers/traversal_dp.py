@@ -198,9 +198,9 @@ class PostOrderDP(RuleDP):
         # sequences of deleted children, level by level: row = (state, c_1..c_j)
         rows = {"state": np.arange(count), "parent": np.full(count, -1), "token": np.full(count, -1),
                 "weight": level.weight, "p": target[level.context], "q": draft[level.context],
-                "used": np.zeros((count, size), dtype=bool),
-                # q mass of the tokens not yet drawn, summed (1 - q(drawn) would cancel: q = (1 - 1e-12, 1e-12))
-                "rest": backend.total(draft[level.context])}
+                "used": np.zeros((count, size), dtype=bool)}
+        if not draws.iid:  # q mass of the tokens not yet drawn, summed (1 - q(drawn) cancels: q = (1 - 1e-12, 1e-12))
+            rows["rest"] = backend.total(draft[level.context])
         sequences = [rows]
         child_weights = [None]
         for j in range(1, int(longest.max(initial=0)) + 1):
@@ -216,10 +216,11 @@ class PostOrderDP(RuleDP):
             used = previous["used"][parent].copy()
             used[np.arange(len(token)), token] = True
             state = previous["state"][parent]
-            original = draft[level.context[state]]
             sequences.append({"state": state, "parent": parent, "token": token, "weight": new_weight, "p": new_p,
-                              "q": new_q, "used": used,
-                              "rest": backend.total(backend.where(used, backend.zero(original), original))})
+                              "q": new_q, "used": used})
+            if not draws.iid:
+                original = draft[level.context[state]]
+                sequences[-1]["rest"] = backend.total(backend.where(used, backend.zero(original), original))
         last = d + 1 == len(draws.branching)
         children = _child_states(sequences, child_weights, level.context, draw_count, size, iid=draws.iid, last=last)
         outcomes = []
