@@ -17,9 +17,10 @@ import os
 import time
 from pathlib import Path
 
+from measure import publish_table  # benchmarks/measure.py
 from tqdm import tqdm
 
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore
 from verispec.lp_analysis.multistep import optimal_block_efficiency
 from verispec.simulator import parse_tree, random_problem
 
@@ -58,20 +59,17 @@ def main(argv=None) -> None:
             assert abs(full_value - single_value) <= 1e-9, (full_value, single_value)
             row.update(full_seconds=full_seconds, full_variables=full_variables, ratio=full_seconds / single_seconds)
         store.add(key, row)
-    lines = [f"Multi-step LP on chain:L at V = {args.vocab}: CPU seconds, single-path form against the full LP "
-             "(same run, one thread)", "",
-             "| tree | single-path variables | seconds | full LP variables | seconds | full / single | E[tau+1] "
-             "| load |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for row in store.rows.values():
-        full = (f"{row['full_variables']:,} | {row['full_seconds']:.2f} | x{row['ratio']:.0f}" if "ratio" in row
-                else "- | - | -")
-        lines.append(f"| {row['tree']} | {row['single_variables']:,} | {row['single_seconds']:.2f} | {full} | "
-                     f"{row['block_efficiency']:.6f} | {row['load']:.2f} |")
-    text = "\n".join(lines) + "\n"
-    atomic_write_text(path.with_suffix(".md"), text)
-    print(text)
-
+        full = ([f"{row['full_variables']:,}", f"{row['full_seconds']:.2f}", f"x{row['ratio']:.0f}"] if "ratio" in row
+                else ["-", "-", "-"])
+        rows.append([row["tree"], f"{row['single_variables']:,}", f"{row['single_seconds']:.2f}", *full,
+                     f"{row['block_efficiency']:.6f}", f"{row['load']:.2f}"])
+    publish_table(path.with_suffix(".md"),
+                  f"Multi-step LP on chain:L at V = {args.vocab}: CPU seconds, single-path form against the full LP "
+                  "(same run, one thread)",
+                  ["tree", "single-path variables", "seconds", "full LP variables", "seconds", "full / single",
+                   "E[tau+1]", "load"], rows)
 
 if __name__ == "__main__":
     main()

@@ -48,7 +48,8 @@ def main(argv=None) -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout of verispec, measured on the same files")
     parser.add_argument("--output", default="results/bench_problem_files.md")
     args = parser.parse_args(argv)
-    from verispec.io import atomic_write_text
+    from measure import publish_table  # benchmarks/measure.py
+
     from verispec.simulator.problems import problem_to_json, problem_to_npz, random_problem
 
     here = Path(__file__).resolve().parents[1]
@@ -67,15 +68,10 @@ def main(argv=None) -> None:
                 old = measure(args.baseline.resolve(), path, args.repeats)
                 row += [f"{old:.3f}", f"x{old / seconds:.2f}"]
             rows.append(row)
-    header = "| form | size | seconds | M numbers/s |" + (" baseline seconds | speed-up |" if args.baseline else "")
-    lines = [f"load_problem, float mode: random_problem({args.vocab}, {args.depth}, 0), {numbers:,} numbers; CPU s, "
-             f"median of {args.repeats}, one thread, load {os.getloadavg()[0]:.2f}", "", header,
-             "|" + "---|" * (header.count("|") - 1)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    text = "\n".join(lines) + "\n"
-    atomic_write_text(Path(args.output), text)
-    print(text)
-
+    columns = ["form", "size", "seconds", "M numbers/s"] + (["baseline seconds", "speed-up"] if args.baseline else [])
+    publish_table(args.output, f"load_problem, float mode: random_problem({args.vocab}, {args.depth}, 0), {numbers:,} "
+                  f"numbers; CPU s, median of {args.repeats}, one thread, load {os.getloadavg()[0]:.2f} (at the end)",
+                  columns, rows)
 
 if __name__ == "__main__":
     main()

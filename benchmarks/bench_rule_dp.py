@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from measure import publish_table  # benchmarks/measure.py
 from tqdm import tqdm
 
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore
 from verispec.simulator import analyze, parse_tree, random_problem
 from verispec.verifiers import get_verifier
 
@@ -84,24 +85,20 @@ def main(argv=None) -> None:
             assert difference <= 1e-12, (key, difference)
             row.update(enumeration_seconds=old_seconds, ratio=old_seconds / seconds, difference=difference)
         store.add(key, row)
-    lines = ["Whole-tree rules exact: 'rule-dp' against whole-tree enumeration ('fast-enumeration'), CPU seconds, "
-             "one thread, same run; random context-dependent problems (seed 0, divergence 0.7)", "",
-             "| verifier | tree | V | draft trees | rule-dp s | states / paths | enumeration s | ratio | max law "
-             "difference | E[tau+1] | TV | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for row in store.rows.values():
         details = row["details"]
         size = (f"{details['dp_states']:,} states" if "dp_states" in details
                 else f"{details.get('selected_paths', 0):,} paths")
-        old = (f"{row['enumeration_seconds']:.2f} | x{row['ratio']:,.0f} | {row['difference']:.1e}" if "ratio" in row
-               else "- | - | -")
-        lines.append(f"| {row['verifier']} | {row['tree']} | {row['V']} | 10^{row['log10_trees']:.1f} | "
-                     f"{row['seconds']:.2f} | {size} | {old} | {row['block_efficiency']:.6f} | {row['tv']:.1e} | "
-                     f"{row['load']:.2f} |")
-    text = "\n".join(lines) + "\n"
-    atomic_write_text(path.with_suffix(".md"), text)
-    print(text)
-
+        old = ([f"{row['enumeration_seconds']:.2f}", f"x{row['ratio']:,.0f}", f"{row['difference']:.1e}"]
+               if "ratio" in row else ["-", "-", "-"])
+        rows.append([row["verifier"], row["tree"], row["V"], f"10^{row['log10_trees']:.1f}", f"{row['seconds']:.2f}",
+                     size, *old, f"{row['block_efficiency']:.6f}", f"{row['tv']:.1e}", f"{row['load']:.2f}"])
+    publish_table(path.with_suffix(".md"),
+                  "Whole-tree rules exact: 'rule-dp' against whole-tree enumeration ('fast-enumeration'), CPU "
+                  "seconds, one thread, same run; random context-dependent problems (seed 0, divergence 0.7)",
+                  ["verifier", "tree", "V", "draft trees", "rule-dp s", "states / paths", "enumeration s", "ratio",
+                   "max law difference", "E[tau+1]", "TV", "load"], rows)
 
 if __name__ == "__main__":
     main()

@@ -60,24 +60,21 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--output", default="results/bench_startup.md")
     args = parser.parse_args(argv)
-    from verispec.io import atomic_write_text
+    from measure import publish_table  # benchmarks/measure.py
 
     here = Path(__file__).resolve().parents[1]
-    header = "| command | bytecode cache | seconds |" + (" baseline seconds | ratio |" if args.baseline else "")
-    lines = [f"Whole-process CPU seconds (user + system), median of {args.repeats}, one thread, load "
-             f"{os.getloadavg()[0]:.2f}", "", header, "|" + "---|" * (header.count("|") - 1)]
+    rows = []
     for cached in (True, False):
         for name, command in COMMANDS.items():
             seconds = median_seconds(here, command, cached, args.repeats)
-            row = f"| {name} | {'yes' if cached else 'no'} | {seconds:.2f} |"
+            row = [name, "yes" if cached else "no", f"{seconds:.2f}"]
             if args.baseline:
                 old = median_seconds(args.baseline.resolve(), command, cached, args.repeats)
-                row += f" {old:.2f} | x{old / seconds:.1f} |"
-            lines.append(row)
-    text = "\n".join(lines) + "\n"
-    atomic_write_text(Path(args.output), text)
-    print(text)
-
+                row += [f"{old:.2f}", f"x{old / seconds:.1f}"]
+            rows.append(row)
+    columns = ["command", "bytecode cache", "seconds"] + (["baseline seconds", "ratio"] if args.baseline else [])
+    publish_table(args.output, f"Whole-process CPU seconds (user + system), median of {args.repeats}, one thread, "
+                  f"load {os.getloadavg()[0]:.2f} (at the end)", columns, rows)
 
 if __name__ == "__main__":
     main()

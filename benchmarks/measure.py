@@ -43,3 +43,16 @@ def peak_memory_of_analysis(*args, **kwargs) -> int:
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+def publish_table(path, caption: str, columns: list[str], rows: list[list]) -> str:
+    """A markdown table (``caption``, a blank line, the header and one line per row of formatted cells), written
+    atomically to ``path`` and printed; returns its text."""
+    from verispec.io import atomic_write_text
+
+    lines = [caption, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(Path(path), text)
+    print(text)
+    return text

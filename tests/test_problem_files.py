@@ -7,9 +7,10 @@ per-vector reading, and the binary .npz form (``problem_to_npz``) reads back wha
   entries, bad sums and shapes are one-line errors naming the file; a .npz that is not a problem, a corrupt
   archive and a binary file that is neither form are named as such.
 * ``derive`` and ``hunt`` write .npz; ``exact --problem FILE.npz`` gives the JSON file's answer.
-* The fast paths of the float reading take the same decisions as the slow ones: prefix keys parsed in bulk equal
-  the per-key reading (any other spelling goes that way), and the scan of the file's numbers flags exactly the
-  numbers that the one-by-one float reading refers to the exact reading.
+* The fast paths of the float reading take the same decisions as the slow ones: problem_to_json's key layout,
+  recognised by one comparison, reads as the per-key reading does (any other layout or spelling goes that way),
+  and the scan of the file's numbers flags exactly the numbers that the one-by-one float reading refers to the
+  exact reading.
 """
 
 from __future__ import annotations
@@ -29,14 +30,15 @@ from verispec.cli import main
 from verispec.errors import InvalidDistributionError, InvalidProblemError
 from verispec.simulator.problems import (
     NPZ_FORMAT,
-    _canonical_prefix_keys,
     _floats_read_plainly,
+    _lexicographic_layout,
     _plain_float,
     _ReadExactly,
     load_problem,
     problem_from_json,
     problem_to_json,
     problem_to_npz,
+    random_context_free_problem,
     random_problem,
 )
 
@@ -181,17 +183,19 @@ def _per_key(keys):
     return [tuple(map(int, key.split(","))) if key.strip() else () for key in keys]
 
 
-@given(keys=st.lists(st.lists(st.integers(0, 10**4), max_size=4).map(lambda p: ",".join(map(str, p))), min_size=1,
-                     max_size=40))
-def test_prefix_keys_in_bulk_are_the_per_key_reading(keys):
-    parsed, largest, _ = _canonical_prefix_keys(keys, 10**5)
-    assert parsed == _per_key(keys)
-    assert largest == max((max(p) for p in parsed if p), default=-1)
-
-
-@pytest.mark.parametrize("keys", [[" 1"], ["+1"], ["1,,2"], [",1"], ["1,"], ["0/1", "2"], ["1" * 19], ["x"], [1]])
-def test_prefix_keys_written_another_way_are_left_to_the_per_key_reading(keys):
-    assert _canonical_prefix_keys(keys, 10) is None
+@pytest.mark.parametrize("size, depth", [(1, 0), (1, 3), (2, 3), (3, 2), (11, 2)])
+def test_problem_to_json_layout_is_recognised_and_read_as_the_per_key_reading(size, depth):
+    keys = list(problem_to_json(random_context_free_problem(size, 0), depth)["target"])
+    parsed, found_depth = _lexicographic_layout(keys, size)
+    assert parsed == _per_key(keys) and found_depth == depth
+    # any other list of keys is left to the per-key reading, or (at V = 1, one key more or fewer) is the layout of
+    # another depth and read as such
+    for other in (keys[::-1], [key.replace(",", ", ") for key in keys], keys[:-1], keys + ["0"],
+                  [("0" + key if key else key) for key in keys]):
+        found = _lexicographic_layout(other, size)
+        assert found is None or found[0] == _per_key(other)
+    if size > 1 and depth > 0:
+        assert _lexicographic_layout(keys[::-1], size) is None and _lexicographic_layout(keys[:-1], size) is None
 
 
 def test_key_layouts_read_alike(tmp_path):
@@ -236,3 +240,13 @@ def test_the_number_scan_flags_every_number_the_float_reading_refers_to_the_exac
 def test_an_ordinary_problem_file_needs_no_number_by_number_reading():
     text = json.dumps(problem_to_json(random_problem(4, 3, 0, zero_fraction=0.3, temperature=0.3), 3))
     assert _floats_read_plainly(text.encode())
+
+
+def test_window_scan_is_the_direct_one():
+    from verispec.simulator.problems import _all_in_window
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        mask, width = rng.random(int(rng.integers(0, 60))) < 0.9, int(rng.integers(1, 45))
+        direct = np.array([mask[i:i + width].all() for i in range(len(mask) - width + 1)], dtype=bool)
+        assert np.array_equal(_all_in_window(mask, width), direct)

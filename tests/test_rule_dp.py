@@ -207,3 +207,29 @@ def test_pass_one_refuses_a_depth_that_would_not_fit(monkeypatch):
 def test_the_deadline_holds():
     with pytest.raises(AnalysisTimeoutError):
         analyze(random_problem(4, 6, 1), "delayed:4,3,3", get_verifier("traversal-iid"), deadline=time.monotonic())
+
+
+@pytest.mark.parametrize("draws", range(1, 6))
+@pytest.mark.parametrize("tokens", range(1, 5))
+def test_the_size_counts_are_the_brute_force_counts(draws, tokens):
+    # deletion sequences (ordered distinct tokens, 1..r of them) and i.i.d. outcomes (distinct first-appearance
+    # orders with multiplicities), counted by listing every draw list
+    from verispec.verifiers.traversal_dp import _log_outcomes, _log_sequences
+
+    longest = min(draws, tokens)
+    sequences = sum(1 for length in range(1, longest + 1) for _ in itertools.permutations(range(tokens), length))
+    outcomes = set()
+    for draw_list in itertools.product(range(tokens), repeat=draws):
+        order = tuple(dict.fromkeys(draw_list))
+        outcomes.add((order, tuple(draw_list.count(token) for token in order)))
+    assert math.exp(_log_sequences(tokens, longest)) == pytest.approx(sequences, rel=1e-12)
+    assert math.exp(_log_outcomes(tokens, draws, True)) == pytest.approx(len(outcomes), rel=1e-12)
+    assert math.exp(_log_outcomes(tokens, draws, False)) == pytest.approx(math.perm(tokens, longest), rel=1e-12)
+
+
+def test_a_node_with_a_million_draws_is_refused_at_once():
+    # its 10^6 first-appearance patterns would each be a pass of pass one
+    start = time.process_time()
+    with pytest.raises(ProblemTooLargeError, match="first-appearance patterns"):
+        analyze(ContextFreeProblem([0.5, 0.5], [0.4, 0.6]), "iid:1000000,2", get_verifier("traversal-iid"))
+    assert time.process_time() - start < 2

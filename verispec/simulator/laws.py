@@ -58,6 +58,23 @@ class OutputLaw:
         return f"OutputLaw(V={self.vocab_size}, depth={self.depth})"
 
 
+def add_at(target: np.ndarray, index: np.ndarray, values) -> None:
+    """target[index[n]] += values[n] for every n, repeated indices summed, in place: one bincount in float64,
+    ``np.add.at`` on exact rationals (numpy arrays only: the exact engines' accumulators)."""
+    if target.dtype == object:
+        np.add.at(target, index, values)
+    else:
+        target += np.bincount(index, weights=values, minlength=len(target))
+
+
+def add_blocks(flat: np.ndarray, prefix: np.ndarray, values) -> None:
+    """Add block laws to one level of an output law kept flat (V^l entries, lexicographic):
+    flat[prefix[n] * V + y] += values[n, y], with prefix [N] the flat index of each block's first l - 1 tokens
+    and values [N, V]."""
+    size = values.shape[1]
+    add_at(flat, (prefix[:, None] * size + np.arange(size)).ravel(), values.ravel())
+
+
 def check_emission_laws(name: str, batch: TreeBatch, laws) -> None:
     """Raise VerifierError unless ``laws`` has shape [N, num_nodes, V] and every row is a probability law
     (exactly in exact mode, within EMISSION_SUM_TOLERANCE in float)."""

@@ -608,10 +608,10 @@ def _problem_from_json(data: Mapping, *, exact: bool = False, numbers_only: bool
         raw = data[name]
         if not isinstance(raw, Mapping):
             raise InvalidProblemError(f"problem JSON key {name!r} must map prefixes to probability lists")
-        canonical = _canonical_prefix_keys(list(raw), size)  # digits and commas only: in bulk
-        if canonical is not None:
-            parsed, largest, depth = canonical
-            keys = dict(zip(parsed, raw))
+        layout = _lexicographic_layout(list(raw), size)
+        if layout is not None:  # problem_to_json's own layout: every prefix of length 0..L, in order
+            parsed, depth = layout
+            largest, keys = (size - 1 if depth else -1), dict(zip(parsed, raw))
         else:
             keys, largest, depth = {}, None, None
             try:  # all at once; a key that does not parse is named by _parse_prefix_key below
@@ -668,95 +668,25 @@ def _read_vector(values: list, exact: bool) -> list:
     return entries
 
 
-#: Bytes of a canonical prefix key: ASCII digits and commas; "/" separates keys in ``_canonical_prefix_keys``.
-_KEY_BYTES = np.zeros(256, dtype=bool)
-_KEY_BYTES[[*range(ord("0"), ord("9") + 1), ord(","), ord("/")]] = True
-
-
-def _canonical_prefix_keys(keys: list, size: int) -> tuple[list[Prefix], int, int | None] | None:
-    """Prefix keys written as ASCII digits joined by single commas ("" the root; what ``problem_to_json``
-    writes), parsed all at once: (the prefixes, the largest token or -1, the depth L when the keys are every
-    prefix of length 0..L in lexicographic order, else None). None when any key is written
-    another way (spaces, signs, an empty token, more than 18 digits, not a string): the per-key reading then
-    takes every key, with its own rules and messages. Distinct keys of this form name distinct prefixes except
-    for leading zeros ("01" and "1"), which the caller still checks. Keys that list every prefix of length
-    0..L in lexicographic order (``problem_to_json``'s layout) become tuples at C speed (itertools.product)."""
-    layout = _lexicographic_keys(len(keys), size)
-    if layout is not None and keys == layout[0]:  # problem_to_json's own layout: one list comparison
-        depth = layout[1]
-        return list(itertools.chain.from_iterable(itertools.product(range(size), repeat=length)
-                                                  for length in range(depth + 1))), (size - 1 if depth else -1), depth
-    try:
-        joined = "/".join(keys).encode("ascii")
-    except (TypeError, UnicodeEncodeError):  # a key that is not a string, or not ASCII
-        return None
-    if not keys:
-        return None
-    chars = np.frombuffer(joined, dtype=np.uint8)
-    separators = chars == ord("/")
-    if not _KEY_BYTES[chars].all() or int(separators.sum()) != len(keys) - 1:  # a "/" inside a key
-        return None
-    digit = (chars >= ord("0")) & (chars <= ord("9"))
-    commas = np.flatnonzero(chars == ord(","))
-    padded = np.concatenate(([False], digit, [False]))
-    if len(commas) and not (padded[commas] & padded[commas + 2]).all():  # a digit on both sides of every comma
-        return None
-    starts = np.flatnonzero(digit & ~padded[:-2])                 # first digit of every token
-    ends = np.flatnonzero(digit & ~padded[2:]) + 1                 # one past its last digit
-    widths = ends - starts
-    if len(starts) and widths.max() > 18:                          # int64 holds 18 digits
-        return None
-    if widths.max(initial=1) == 1:  # one-digit tokens (V <= 10): no place values
-        values = chars[starts].astype(np.int64) - ord("0")
-    else:
-        opens = np.zeros(len(chars), dtype=np.int64)
-        opens[starts] = 1
-        token_of = np.cumsum(opens) - 1
-        places = np.where(digit, 10 ** np.clip(ends[np.maximum(token_of, 0)] - 1 - np.arange(len(chars)), 0, 18), 0)
-        values = np.add.reduceat((chars.astype(np.int64) - ord("0")) * places, starts)
-    key_of = np.cumsum(separators)[starts] if len(starts) else np.zeros(0, dtype=np.int64)
-    lengths = np.bincount(key_of, minlength=len(keys))
-    tokens = np.full((len(keys), int(lengths.max(initial=0))), -1, dtype=np.int64)
-    tokens[key_of, np.arange(len(starts)) - (np.cumsum(lengths) - lengths)[key_of]] = values
-    largest = int(values.max(initial=-1))
-    if largest < size and _lexicographic_layout(lengths, tokens, size):
-        depth = int(lengths[-1])
-        return list(itertools.chain.from_iterable(itertools.product(range(size), repeat=length)
-                                                  for length in range(depth + 1))), largest, depth
-    return _prefix_tuples(lengths, tokens), largest, None
-
-
-def _lexicographic_keys(count: int, size: int) -> tuple[list[str], int] | None:
-    """(the keys problem_to_json writes for every prefix of length 0..L in lexicographic order, L) when ``count``
-    is the number of such prefixes for some L, else None."""
+def _lexicographic_layout(keys: list, size: int) -> tuple[list[Prefix], int] | None:
+    """(the prefixes, L) when ``keys`` are exactly the keys ``problem_to_json`` writes, every prefix of length 0..L
+    in lexicographic order ("", "0", "1", "0,0", ...), found by one list comparison and turned into tuples by
+    itertools.product at C speed; else None, and the caller parses the keys one by one."""
     total, depth = 1, 0
-    while total < count and depth < 64:
+    while total < len(keys) and depth < 64:
         depth += 1
         total += size ** depth
-    if total != count or size < 1:
+    if total != len(keys):
         return None
-    level, keys = [""], [""]
+    digits = [str(token) for token in range(size)]
+    level, expected = [""], [""]
     for length in range(1, depth + 1):
-        digits = [str(token) for token in range(size)]
         level = digits if length == 1 else [f"{key},{digit}" for key in level for digit in digits]
-        keys += level
-    return keys, depth
-
-
-def _lexicographic_layout(lengths: np.ndarray, tokens: np.ndarray, size: int) -> bool:
-    """Whether the prefixes (lengths [n], tokens [n, longest] padded, every token < V) are exactly every prefix of
-    length 0..L, by length and then lexicographically."""
-    depth = int(lengths[-1])
-    if depth > 64 or len(lengths) != sum(size ** length for length in range(depth + 1)):
-        return False
-    expected = np.repeat(np.arange(depth + 1), [size ** length for length in range(depth + 1)])
-    if not np.array_equal(lengths, expected):
-        return False
-    powers = np.where(np.arange(tokens.shape[1]) < lengths[:, None],
-                      size ** np.maximum(lengths[:, None] - 1 - np.arange(tokens.shape[1]), 0), 0)
-    rank = (np.maximum(tokens, 0) * powers).sum(axis=1)           # position within its length
-    first = np.concatenate(([0], np.cumsum([size ** length for length in range(depth + 1)])[:-1]))
-    return bool(np.array_equal(rank, np.arange(len(lengths)) - first[lengths]))
+        expected += level
+    if keys != expected:
+        return None
+    return list(itertools.chain.from_iterable(itertools.product(range(size), repeat=length)
+                                              for length in range(depth + 1))), depth
 
 
 def _prefix_tuples(lengths: np.ndarray, tokens: np.ndarray) -> list[Prefix]:
@@ -835,45 +765,60 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
     return problem_from_json(data, exact=exact)
 
 
-def _floats_read_plainly(content: bytes) -> bool:
-    """Whether no JSON number in ``content`` (UTF-8) is one that ``_plain_float`` refers to the exact reading (more
-    than 40 characters, or an exponent of 5 or more digits), found by a few vectorised passes over the bytes (runs
-    of number bytes anywhere, strings included: a false alarm only costs the slower reading)."""
-    chars = np.frombuffer(content, dtype=np.uint8)
-    exponent = (chars | 32) == ord("e")                             # e or E
-    # + - . and digits are bytes 43..57 except ',' (44) and '/' (47)
-    number = (((chars - np.uint8(43)) < 15) & (chars != ord(",")) & (chars != ord("/"))) | exponent
-    # a run of 41 number bytes: doubling windows (run[i] = bytes i..i+w-1 all number bytes, w = 2, 4, 8, 16, 32)
-    if len(chars) > 40:
-        runs = {1: number}
-        for width in (2, 4, 8, 16, 32):
-            half = runs[width // 2]
-            runs[width] = half[:-(width // 2)] & half[width // 2:]
-        if (runs[32][:len(chars) - 40] & runs[8][32:len(chars) - 8] & number[40:]).any():
-            return False
-    positions = np.flatnonzero(exponent)
-    padded = np.concatenate((chars, np.zeros(7, dtype=np.uint8)))
-    after = positions + 1 + ((padded[positions + 1] == ord("+")) | (padded[positions + 1] == ord("-")))
-    digits = [(padded[after + k] - np.uint8(48)) < 10 for k in range(5)]  # 5 exponent digits in a row
-    return not np.logical_and.reduce(digits).any() if len(positions) else True
+#: The float reading of a problem file refers to the exact one any JSON number longer than this (more digits than
+#: any float's shortest form) or with an exponent of at least ``_EXPONENT_DIGITS`` digits: such a number may pass
+#: MAX_EXPONENT, which the exact reading refuses, where a float would silently become 0 or infinity.
+_LONGEST_PLAIN_NUMBER = 40
+_EXPONENT_DIGITS = 5
+_LONG_EXPONENT = re.compile(rf"[eE][+-]?\d{{{_EXPONENT_DIGITS},}}")
 
 
 class _ReadExactly(Exception):
     """A JSON number the float reading must not take (``_plain_float``)."""
 
 
-#: Exponents of 5 or more digits: beyond MAX_EXPONENT the exact reading refuses the number.
-_LONG_EXPONENT = re.compile(r"[eE][+-]?\d{5,}")
-
-
 def _plain_float(text: str) -> float:
-    """A JSON number with a fraction or an exponent, as a float; ``_ReadExactly`` for one whose decimal exponent may
-    pass ``MAX_EXPONENT`` (a long exponent, or more digits than any float's shortest form) and that the float reading
-    would silently turn into 0 or infinity: such a file is read the exact way, which refuses it as before (float and
+    """A JSON number with a fraction or an exponent, as a float; ``_ReadExactly`` for one the float reading must
+    not take (``_LONGEST_PLAIN_NUMBER``): such a file is read the exact way, which refuses it as before (float and
     exact mode decide alike)."""
-    if len(text) > 40 or (("e" in text or "E" in text) and _LONG_EXPONENT.search(text)):
+    if len(text) > _LONGEST_PLAIN_NUMBER or (("e" in text or "E" in text) and _LONG_EXPONENT.search(text)):
         raise _ReadExactly(text)
     return float(text)
+
+
+def _floats_read_plainly(content: bytes) -> bool:
+    """Whether no JSON number in ``content`` (UTF-8) is one that ``_plain_float`` refers to the exact reading, found
+    by a few vectorised passes over the bytes (runs of number bytes anywhere, strings included: a false alarm only
+    costs the slower reading); then json's own float parser reads the file."""
+    chars = np.frombuffer(content, dtype=np.uint8)
+    exponent = (chars | 32) == ord("e")                             # e or E
+    # + - . and digits are bytes 43..57 except ',' (44) and '/' (47)
+    number = (((chars - np.uint8(43)) < 15) & (chars != ord(",")) & (chars != ord("/"))) | exponent
+    if _all_in_window(number, _LONGEST_PLAIN_NUMBER + 1).any():
+        return False
+    positions = np.flatnonzero(exponent)
+    padded = np.concatenate((chars, np.zeros(_EXPONENT_DIGITS + 2, dtype=np.uint8)))
+    after = positions + 1 + ((padded[positions + 1] == ord("+")) | (padded[positions + 1] == ord("-")))
+    digits = [(padded[after + k] - np.uint8(48)) < 10 for k in range(_EXPONENT_DIGITS)]
+    return not np.logical_and.reduce(digits).any() if len(positions) else True
+
+
+def _all_in_window(mask: np.ndarray, width: int) -> np.ndarray:
+    """windows[i] = mask[i:i + width].all() for every full window, by doubling (blocks of 1, 2, 4, .. combined
+    along the binary digits of ``width``): O(n log width) instead of O(n width)."""
+    count = len(mask) - width + 1
+    if count <= 0:
+        return np.zeros(0, dtype=bool)
+    windows, block, size, offset, remaining = np.ones(count, dtype=bool), mask, 1, 0, width
+    while remaining:
+        if remaining & 1:
+            windows &= block[offset:offset + count]
+            offset += size
+        remaining >>= 1
+        if remaining:
+            block = block[:-size] & block[size:]
+            size *= 2
+    return windows
 
 #: The first bytes of a .npz file (a zip archive).
 NPZ_MAGIC = b"PK\x03\x04"

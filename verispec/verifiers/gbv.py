@@ -36,6 +36,7 @@ from verispec.errors import ProblemTooLargeError
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import RuleDP, RuleLaw, Verifier
+from verispec.simulator.laws import add_blocks
 from verispec.simulator.problems import draft_conditionals, readable_count, target_conditionals
 from verispec.simulator.selection import greedy_path, mass_ranked_below, selected_path
 from verispec.simulator.trees import DraftTree, TreeBatch
@@ -148,7 +149,7 @@ class SelectedPathSum(RuleDP):
         # p and q of every prefix by flat index (lexicographic, token 0 first): [V^i, V] per length i
         targets = [target_conditionals(problem, i).reshape(size ** i, size) for i in range(depth + 1)]
         drafts = [draft_conditionals(problem, i).reshape(size ** i, size) for i in range(depth)]
-        emitted = [_zeros(size ** (length + 1), targets[0]) for length in range(depth + 1)]
+        emitted = [backend.zeros((size ** (length + 1),), targets[0]) for length in range(depth + 1)]
         total, drafted = size ** depth, 0
         for start in tqdm(range(0, total, PATH_CHUNK), desc="gbv selected paths", disable=not progress,
                           leave=False):
@@ -167,26 +168,9 @@ class SelectedPathSum(RuleDP):
             selected = selection_probability(masses[0][-1], masses[1][-1], paths)           # [N]
             law = block_law(path_targets, _skewed(path_drafts, masses, paths), tokens)
             for length, values in enumerate(law):
-                _accumulate(emitted[length], prefixes[length], selected[:, None] * values, size)
+                add_blocks(emitted[length], prefixes[length], selected[:, None] * values)
         shaped = tuple(array.reshape((size,) * (length + 1)) for length, array in enumerate(emitted))
         return RuleLaw(emitted=shaped, details={"selected_paths": drafted})
-
-
-def _zeros(count: int, like) -> np.ndarray:
-    """A flat zero array of ``like``'s number type (float64, or Fractions in exact mode)."""
-    array = np.zeros(count, dtype=like.dtype)
-    if like.dtype == object:
-        array[...] = 0 * like.flat[0]
-    return array
-
-
-def _accumulate(flat, prefix, values, size: int) -> None:
-    """flat[prefix[n] * V + y] += values[n, y] (prefix [N], values [N, V])."""
-    index = (prefix[:, None] * size + np.arange(size)).ravel()
-    if flat.dtype == object:
-        np.add.at(flat, index, values.ravel())
-    else:
-        flat += np.bincount(index, weights=values.ravel(), minlength=len(flat))
 
 
 class GreedyBlockVerifier(Verifier):

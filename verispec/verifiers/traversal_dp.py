@@ -46,16 +46,25 @@ import numpy as np
 from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
 from verispec.simulator.interfaces import RuleDP, RuleLaw
-from verispec.simulator.problems import draft_conditionals, readable_count, target_conditionals
+from verispec.simulator.laws import add_at, add_blocks
+from verispec.simulator.problems import draft_conditionals, log_add, readable_count, target_conditionals
 
-#: Most entries (deletion sequences x V) pass one may hold at one depth: each sequence keeps p, q and the
-#: tokens used ([V] each), so about 1.5 GiB at the limit (delayed:4,4,4 at V = 4 peaks at 1.3 GB).
-MAX_SEQUENCE_ENTRIES = 1 << 25
+#: Most entries ((deletion sequences + outcomes) x V) pass one may hold at one depth: a sequence keeps p, q and
+#: the tokens used, an outcome its final law ([V] each). delayed:4,4,4 at V = 4 reaches 10^7.5 entries at its
+#: deepest level and peaks at 1.2 GB (under 40 bytes an entry), so the limit is about 2.7 GB.
+MAX_SEQUENCE_ENTRIES = 1 << 26
 
-#: Refused up front: more post-order histories (rows before merging, an upper bound) than this. Merging by
-#: entry weight saves four to seven orders of magnitude on the cases measured (delayed:4,4,4 at V = 4:
-#: 10^10.1 histories, 4 * 10^5 states; iid:4,6: 10^11.4 and 5 * 10^4), so the bound alone cannot tell; pass
-#: one checks each depth's real size before building it (MAX_SEQUENCE_ENTRIES).
+#: Counts of sequences and outcomes are computed exactly up to this many terms, above it bounded in logs.
+EXACT_COUNT_TERMS = 64
+
+#: Most first-appearance patterns (orders of multiplicities) of the draws at one depth: pass one makes one
+#: vectorised pass per pattern, tens of microseconds each (n = 4 draws: 8 patterns; iid:1000000,2: a million).
+MAX_PATTERNS_PER_DEPTH = 1 << 16
+
+#: Refused up front: more post-order rows than this by ``_log_histories`` (an upper bound before merging).
+#: Merging by entry weight saves six to ten orders of magnitude on the cases measured (delayed:4,4,4 at V = 4:
+#: a bound of 10^11.9, 4 * 10^5 states; iid:4,6: 10^14.3 and 5 * 10^4), so the bound alone cannot tell; pass
+#: one checks each depth's real size before building it (MAX_PATTERNS_PER_DEPTH, MAX_SEQUENCE_ENTRIES).
 MAX_LOG_HISTORIES = math.log(1e18)
 
 
@@ -130,7 +139,7 @@ class PostOrderDP(RuleDP):
         if log_rows > MAX_LOG_HISTORIES:
             raise ProblemTooLargeError(
                 f"{self.verifier.name}'s post-order DP on {drafter.spec} at V={problem.vocab_size} would follow up "
-                f"to {readable_count(log_rows)} post-order histories, above its limit of "
+                f"to {readable_count(log_rows)} post-order rows (an upper bound before merging), above its limit of "
                 f"{readable_count(MAX_LOG_HISTORIES)}; use a smaller tree or vocabulary")
 
     def output_law(self, problem, drafter, *, progress: bool = False) -> RuleLaw:
@@ -140,9 +149,9 @@ class PostOrderDP(RuleDP):
         depth = len(draws.branching)
         targets = [target_conditionals(problem, d).reshape(size ** d, size) for d in range(depth + 1)]
         drafts = [draft_conditionals(problem, d).reshape(size ** d, size) for d in range(depth)]
-        one = 1 + 0 * targets[0][0, 0]
+        like = targets[0]  # float64, or Fractions in exact mode
         levels = [_Depth(context=np.zeros(1, dtype=np.int64), paths=np.ones(1, dtype=np.int64),
-                         weight=np.array([one], dtype=targets[0].dtype), outcomes=[])]
+                         weight=backend.ones((1,), like), outcomes=[])]
         for d in tqdm(range(depth), desc="post-order DP, states", disable=not progress, leave=False):
             budget.check("the post-order DP")
             levels.append(self._expand(levels[d], d, draws, targets[d], drafts[d]))
@@ -151,31 +160,30 @@ class PostOrderDP(RuleDP):
         emits[depth] = levels[depth].weight
         for d in range(depth - 1, -1, -1):
             budget.check("the post-order DP")
-            emits[d] = _zeros(len(levels[d].context), one)
+            emits[d] = backend.zeros((len(levels[d].context),), like)
             for state, probability, children, final_weight, _ in levels[d].outcomes:
                 survive, emitted = probability, probability * 0
                 for column in range(children.shape[1]):
                     child = emits[d + 1][children[:, column]]
                     emitted = emitted + survive * child
                     survive = survive * (1 - child)
-                _add_at(emits[d], state, emitted + survive * final_weight)
+                add_at(emits[d], state, emitted + survive * final_weight)
         # down: the probability of entering every state, and the emitted law
-        emitted_law = [_zeros(size ** (d + 1), one) for d in range(depth + 1)]
-        reach = np.array([one], dtype=targets[0].dtype)
+        emitted_law = [backend.zeros((size ** (d + 1),), like) for d in range(depth + 1)]
+        reach = backend.ones((1,), like)
         for d in range(depth):
             budget.check("the post-order DP")
-            below = _zeros(len(levels[d + 1].context), one)
+            below = backend.zeros((len(levels[d + 1].context),), like)
             for state, probability, children, final_weight, final_law in levels[d].outcomes:
                 entered = reach[state] * probability
                 for column in range(children.shape[1]):
-                    _add_at(below, children[:, column], entered)
+                    add_at(below, children[:, column], entered)
                     entered = entered * (1 - emits[d + 1][children[:, column]])
-                _add_rows(emitted_law[d], levels[d].context[state], (entered * final_weight)[:, None] * final_law,
-                          size)
+                add_blocks(emitted_law[d], levels[d].context[state], (entered * final_weight)[:, None] * final_law)
             reach = below
         leaves = levels[depth]
-        _add_rows(emitted_law[depth], leaves.context, (reach * leaves.weight)[:, None] * targets[depth][leaves.context],
-                  size)
+        leaf_laws = (reach * leaves.weight)[:, None] * targets[depth][leaves.context]
+        add_blocks(emitted_law[depth], leaves.context, leaf_laws)
         shaped = tuple(array.reshape((size,) * (d + 1)) for d, array in enumerate(emitted_law))
         # Traversal's invariant, T(u, m, w) = w: reported, never assumed (a broken variant breaks it)
         gap = max((float(abs(emits[d] - levels[d].weight).max()) for d in range(1, depth + 1)
@@ -194,7 +202,7 @@ class PostOrderDP(RuleDP):
         tokens_of = available.sum(axis=1)
         draw_count = level.paths * draws.branching[d] if draws.iid else np.full(count, draws.branching[d])
         longest = np.minimum(draw_count, tokens_of)                                           # most distinct children
-        _check_rows(count, tokens_of, longest, size, d)
+        _check_rows(count, tokens_of, draw_count, draws, size, d)
         # sequences of deleted children, level by level: row = (state, c_1..c_j)
         rows = {"state": np.arange(count), "parent": np.full(count, -1), "token": np.full(count, -1),
                 "weight": level.weight, "p": target[level.context], "q": draft[level.context],
@@ -227,6 +235,7 @@ class PostOrderDP(RuleDP):
         if draws.iid:
             for n in np.unique(draw_count).tolist():
                 for parts, ways in first_appearance_patterns(n, size):
+                    budget.check("the post-order DP")
                     r = len(parts)
                     if r >= len(sequences):  # more distinct children than any state's q can draw
                         continue
@@ -234,7 +243,7 @@ class PostOrderDP(RuleDP):
                     members = np.flatnonzero(draw_count[final["state"]] == n)
                     if len(members) == 0:
                         continue
-                    probability = _zeros(len(members), level.weight.flat[0]) + ways
+                    probability = backend.full((len(members),), ways, draft)
                     columns = []
                     for i, (row, times) in enumerate(zip(_ancestors(sequences, r, members), parts), start=1):
                         token = sequences[i]["token"][row]
@@ -248,7 +257,7 @@ class PostOrderDP(RuleDP):
                 members = np.flatnonzero(r == longest[final["state"]])
                 if len(members) == 0:
                     continue
-                probability = _zeros(len(members), level.weight.flat[0]) + 1
+                probability = backend.ones((len(members),), draft)
                 columns = []
                 for i, row in enumerate(_ancestors(sequences, r, members), start=1):
                     token, state = sequences[i]["token"][row], sequences[i]["state"][row]
@@ -338,59 +347,74 @@ def _ancestors(sequences: list, r: int, members: np.ndarray) -> list:
     return rows[::-1]
 
 
-def _check_rows(count: int, tokens_of: np.ndarray, longest: np.ndarray, size: int, d: int) -> None:
-    """ProblemTooLargeError before pass one at depth d would hold more than MAX_SEQUENCE_ENTRIES: a state with
-    a tokens of positive draft probability and at most r distinct children has sum_(j <= r) a!/(a-j)!
-    deletion sequences."""
-    pairs, members = np.unique(np.stack([tokens_of, longest], axis=1), axis=0, return_counts=True)
-    rows = sum(int(n) * sum(math.perm(int(a), j) for j in range(1, int(r) + 1))
-               for (a, r), n in zip(pairs.tolist(), members.tolist()))
-    if rows * size > MAX_SEQUENCE_ENTRIES:
-        raise ProblemTooLargeError(
-            f"the post-order DP reached {count:,} distinct states at depth {d}, with {rows:,} deletion sequences "
-            f"below them ({rows * size:,} entries at V={size}), above its limit of {MAX_SEQUENCE_ENTRIES:,}; use a "
-            "smaller tree or vocabulary")
+def _log_sequences(tokens: int, longest: int) -> float:
+    """log of sum_(j <= r) a!/(a-j)!, the deletion sequences of a node with a drawable tokens and at most r
+    distinct children: exact for r <= EXACT_COUNT_TERMS, else the upper bound r a!/(a-r)! (from log-gamma, so
+    that r = 16,384 tokens costs nothing); -inf when r = 0."""
+    if longest <= 0:
+        return -math.inf
+    if longest > EXACT_COUNT_TERMS:
+        return math.log(longest) + math.lgamma(tokens + 1) - math.lgamma(tokens - longest + 1)
+    return math.log(sum(math.perm(tokens, j) for j in range(1, longest + 1)))
 
 
-def _log_histories(draws: _Draws, size: int) -> float:
-    """log of an upper bound on the rows of the whole program before merging: a state with n draws has at most
-    sum_j V!/(V-j)! (j <= min(n, V)) deletion sequences and passes m paths on to each child it enters."""
-    total, reached = -math.inf, {1: 0.0}  # paths m -> log of the number of states reached with m
-    for b in draws.branching:
-        next_reached: dict[int, float] = {}
-        for m, log_states in reached.items():
-            n = m * b if draws.iid else b
-            sequences = sum(math.perm(size, j) for j in range(1, min(n, size) + 1))
-            total = _log_add(total, log_states + math.log(max(sequences, 1)))
-            for k in (range(1, n + 1) if draws.iid else (1,)):
-                next_reached[k] = _log_add(next_reached.get(k, -math.inf), log_states + math.log(max(sequences, 1)))
-        reached = next_reached
+def _log_outcomes(tokens: int, draws: int, iid: bool) -> float:
+    """log of (an upper bound on) a node's outcomes: i.i.d., sum_(j <= r) C(n - 1, j - 1) a!/(a-j)! (the
+    first-appearance patterns of n draws into j blocks times the token sequences), exact for r <= EXACT_COUNT_TERMS,
+    else min(a^n, 2^(n-1) a!/(a-r)!); without replacement, the sequences of the r = min(n, a) children."""
+    longest = min(draws, tokens)
+    if not iid:  # the complete sequences: a!/(a-r)!
+        return math.lgamma(tokens + 1) - math.lgamma(tokens - longest + 1) if longest else -math.inf
+    if longest <= 0:
+        return -math.inf
+    if longest > EXACT_COUNT_TERMS:
+        return min(draws * math.log(tokens), (draws - 1) * math.log(2) + _log_sequences(tokens, longest))
+    return math.log(sum(math.comb(draws - 1, j - 1) * math.perm(tokens, j) for j in range(1, longest + 1)))
+
+
+def _pattern_count(draws: int, longest: int) -> int:
+    """How many first-appearance patterns ``first_appearance_patterns`` lists for n draws into at most r blocks:
+    sum_(j <= r) C(n - 1, j - 1) (capped at MAX_PATTERNS_PER_DEPTH + 1 to stay cheap)."""
+    total = 0
+    for blocks in range(1, longest + 1):
+        total += math.comb(draws - 1, blocks - 1)
+        if total > MAX_PATTERNS_PER_DEPTH:
+            return MAX_PATTERNS_PER_DEPTH + 1
     return total
 
 
-def _log_add(a: float, b: float) -> float:
-    if a == -math.inf:
-        return b
-    high, low = max(a, b), min(a, b)
-    return high + math.log1p(math.exp(low - high))
+def _check_rows(count: int, tokens_of: np.ndarray, draw_count: np.ndarray, draws: _Draws, size: int, d: int) -> None:
+    """ProblemTooLargeError before pass one at depth d would hold more than MAX_SEQUENCE_ENTRIES (deletion
+    sequences and outcomes, x V; ``_log_sequences`` and ``_log_outcomes`` per state)."""
+    pairs, members = np.unique(np.stack([tokens_of, draw_count], axis=1), axis=0, return_counts=True)
+    if draws.iid:  # one vectorised pass per pattern: their number bounds the Python-level work
+        patterns = sum(_pattern_count(n, min(n, size)) for n in np.unique(draw_count).tolist())
+        if patterns > MAX_PATTERNS_PER_DEPTH:
+            raise ProblemTooLargeError(
+                f"the post-order DP would visit more than {MAX_PATTERNS_PER_DEPTH:,} first-appearance patterns of "
+                f"the draws at depth {d} (up to {int(draw_count.max()):,} i.i.d. draws at a node); use fewer paths")
+    log_rows = -math.inf
+    for (tokens, drawn), states in zip(pairs.tolist(), members.tolist()):
+        rows = log_add(_log_sequences(tokens, min(tokens, drawn)), _log_outcomes(tokens, drawn, draws.iid))
+        log_rows = log_add(log_rows, math.log(states) + rows)
+    if log_rows + math.log(size) > math.log(MAX_SEQUENCE_ENTRIES):
+        raise ProblemTooLargeError(
+            f"the post-order DP reached {count:,} distinct states at depth {d}, with {readable_count(log_rows)} "
+            f"deletion sequences and outcomes below them (x V = {size}), above its limit of "
+            f"{MAX_SEQUENCE_ENTRIES:,} entries; "
+            "use a smaller tree or vocabulary")
 
 
-def _zeros(count: int, like) -> np.ndarray:
-    """A zero array of ``like``'s number type (float64, or Fractions)."""
-    if isinstance(like, (float, np.floating)):
-        return np.zeros(count)
-    array = np.empty(count, dtype=object)
-    array[...] = 0 * like
-    return array
-
-
-def _add_at(target: np.ndarray, index: np.ndarray, values) -> None:
-    if target.dtype == object:
-        np.add.at(target, index, values)
-    else:
-        target += np.bincount(index, weights=values, minlength=len(target))
-
-
-def _add_rows(flat: np.ndarray, context: np.ndarray, values, size: int) -> None:
-    """flat[context[n] * V + y] += values[n, y]."""
-    _add_at(flat, (context[:, None] * size + np.arange(size)).ravel(), values.ravel())
+def _log_histories(draws: _Draws, size: int) -> float:
+    """log of an upper bound on the rows of the whole program before merging, in O(depth): a node at depth d
+    receives at most n_d draws (b_1 .. b_(d+1) for i.i.d. children, b_(d+1) without replacement), has at most
+    ``_log_sequences(V, min(n_d, V))`` deletion sequences, and enters each child with one of at most n_d
+    multiplicities."""
+    total, log_states, paths = -math.inf, 0.0, 1
+    for b in draws.branching:
+        draws_here = min(paths * b, 1 << 62) if draws.iid else b
+        sequences = _log_sequences(size, min(draws_here, size))
+        total = log_add(total, log_states + log_add(sequences, _log_outcomes(size, draws_here, draws.iid)))
+        log_states += sequences + (math.log(draws_here) if draws.iid else 0.0)
+        paths = draws_here if draws.iid else 1
+    return total
