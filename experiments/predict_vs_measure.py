@@ -40,7 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore, atomic_output, atomic_write_text
 
 #: The OT verifiers at K = 1..4 draft paths and a delayed configuration (tau+1 is at most depth + 1).
 DEFAULT_CASES = ["specinfer=chain:3", "specinfer=iid:2,3", "specinfer=iid:3,3", "specinfer=iid:4,3",
@@ -158,7 +158,8 @@ def plot(rows: dict, path: Path) -> None:
     axes.set_title("Prediction against measurement, tokens per target call")
     axes.legend(loc="upper left")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    with atomic_output(path, suffix=".png") as temporary:
+        figure.savefig(temporary, dpi=120, format="png")
     plt.close(figure)
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore, atomic_output, atomic_write_text
 from verispec.models.prompts import humaneval_prompts
 
 #: transformers' own decoders: plain sampling, with a static KV cache, and assisted generation.
@@ -183,8 +183,8 @@ def _plot(table: list[dict], parameters: dict, path: Path) -> None:
     axis.set_title(f"{parameters['pair']} on {parameters['device']}: {parameters['prompts']} HumanEval prompts, "
                    f"T = {parameters['temperature']}")
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    with atomic_output(path, suffix=".png") as temporary:
+        figure.savefig(temporary, dpi=120, format="png")
     plt.close(figure)
 
 

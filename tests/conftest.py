@@ -19,6 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,20 @@ settings.register_profile(
 settings.register_profile(
     "fast", max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for every Ray test of a test process: starting it is most of their time (about 10 s here),
+    so it starts once, with two CPUs and no dashboard, and is shut down at the end of the session. A build given
+    --backend ray keeps a Ray its process already runs (``verispec.sweep.ray_session``). Ray is in the sweep extra
+    that the test command installs, so these tests run rather than skip."""
+    import logging
+
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    yield ray
+    ray.shutdown()
 
 
 def pytest_configure(config):

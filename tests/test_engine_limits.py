@@ -164,3 +164,38 @@ def test_khisti_refuses_a_pair_matrix_beyond_memory_before_allocating_it():
     tree = parse_tree("iid:2,1").sample(problem, rng)
     with pytest.raises(ProblemTooLargeError, match=r"S = 10000 .*\(S <= 8192\)"):
         REGISTRY["khisti"].emission_law(tree)
+
+
+def test_a_deadline_stops_the_tabulation_of_a_deep_chain():
+    """traversal on chain:16 at V = 3 first fills conditional tables one prefix at a time (3^16 = 43 million
+    calls, minutes); a deadline used to wait for the whole table (chain:16 under a 20 s deadline ran past 100 s)."""
+    problem = random_markov_problem(3, 0)
+    start = time.monotonic()
+    with pytest.raises(AnalysisTimeoutError, match="time budget"):
+        analyze(problem, "chain:16", get_verifier("traversal"), deadline=start + 0.3)
+    assert time.monotonic() - start < 1.5
+
+
+def test_the_estimate_of_an_analysis_counts_its_output_law_and_refuses_what_the_engine_refuses():
+    """``estimate_analysis`` (what a build checks before its first cell): a law-keeping method holds an output law
+    of V + V^2 + .. + V^(L+1) entries, counted here by hand, at LAW_ENTRY_BYTES each; a problem's shape (its size
+    and states, nothing drawn) gives the estimate of the problem itself; larger trees cost more; and what the
+    engine refuses is refused by the estimate, with the engine's own error."""
+    from verispec.simulator.engine import LAW_ENTRY_BYTES, ProblemShape, estimate_analysis
+    from verispec.sweep import family_shape
+
+    entries = sum(3 ** length for length in range(1, 18))  # blocks of 1..17 tokens at V = 3: 193,710,243
+    estimate = estimate_analysis(family_shape("markov", 3), "chain:16", get_verifier("traversal"))
+    assert estimate.method == "rule-dp" and estimate.bytes == pytest.approx(LAW_ENTRY_BYTES * entries)
+    assert estimate.seconds > 60  # minutes: a build refuses it
+    for family, problem in (("markov", random_markov_problem(3, 0)), ("random", random_problem(3, 4, 0))):
+        for verifier, tree in (("traversal", "chain:4"), ("specinfer", "iid:3,2"), ("bv", "chain:3")):
+            real = estimate_analysis(problem, tree, get_verifier(verifier))
+            shaped = estimate_analysis(family_shape(family, 3), tree, get_verifier(verifier))
+            assert (real.method, real.seconds, real.bytes) == (shaped.method, shaped.seconds, shaped.bytes)
+    smaller = estimate_analysis(family_shape("markov", 3), "chain:12", get_verifier("traversal"))
+    assert smaller.seconds < estimate.seconds / 50 and smaller.bytes < estimate.bytes / 50  # 3^4 = 81 times
+    with pytest.raises(ProblemTooLargeError, match="selected-path sum"):
+        estimate_analysis(ProblemShape(3), "chain:16", get_verifier("gbv"))
+    with pytest.raises(VerispecError, match="laws"):
+        ProblemShape(3).target(())

@@ -415,6 +415,7 @@ def test_a_local_dask_cluster_is_capped_at_the_cores(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(distributed, "LocalCluster", _Cluster)
     monkeypatch.setattr(distributed, "Client", _Cluster)
+    monkeypatch.setattr(sweep, "_probe", lambda *args, **options: None)  # no scheduler listens at localhost:8786
     _Cluster.started.clear()
     for address in ("local:10000", "local", "local:1"):
         with sweep.dask_client(address):
@@ -456,7 +457,7 @@ class _InlineExecutor:
 
     created: list[int] = []
 
-    def __init__(self, max_workers):
+    def __init__(self, max_workers, initializer=None, initargs=()):
         self.created.append(max_workers)
 
     def __enter__(self):
@@ -464,6 +465,9 @@ class _InlineExecutor:
 
     def __exit__(self, *exc):
         return False
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
 
     def submit(self, function, *args):
         future = concurrent.futures.Future()

@@ -8,6 +8,7 @@ root or prompt set, NaN features (an all-masked row)."""
 from __future__ import annotations
 
 import json
+import time
 import zipfile
 
 import numpy as np
@@ -157,6 +158,47 @@ def test_dask_local_cluster_gives_the_serial_rows(tmp_path):
     serial = _build(roots, tmp_path / "serial.npz")
     dask = _build(roots, tmp_path / "dask.npz", backend="dask", address="local:1")
     assert np.array_equal(serial.efficiency, dask.efficiency)
+
+
+def test_a_ray_cluster_gives_the_serial_rows(tmp_path, ray_cluster):
+    """Synthetic roots go through the sweep's executor, Ray included (the session's local Ray, ``ray_cluster``);
+    the roots of a model pair are labelled in the build's own process, the pair loaded once, whatever the
+    backend."""
+    roots = synthetic_roots("markov", 3, range(4))
+    serial = _build(roots, tmp_path / "serial.npz")
+    clustered = _build(roots, tmp_path / "ray.npz", backend="ray")
+    for name in ("features", "efficiency", "stderr", "group", "key", "label_method"):
+        assert np.array_equal(getattr(serial, name), getattr(clustered, name)), name
+
+
+def test_exact_labels_out_of_a_builds_reach_are_refused_or_made_conditional_before_the_first_root(tmp_path):
+    """The default grid (K 1-4, L1 and L2 0-8) with traversal, whose exact labels need chains up to 16 at V = 3
+    (an output law of 3 + .. + 3^17 entries: minutes and tens of GB a root), ran past two minutes at 2.8 GB
+    without a word. Before the first root: 'exact' is refused naming the costliest action and the options,
+    'auto' labels conditional-exact at once with a one-line note (its rows equal a 'conditional' build's), and a
+    grid within reach stays exact (the negative control)."""
+    from verispec.selector.actions import PAPER_GRID
+
+    grid = ActionGrid(PAPER_GRID.ks, PAPER_GRID.l1s, PAPER_GRID.l2s, ("traversal",))
+    roots = synthetic_roots("markov", 3, range(2))
+    start = time.perf_counter()
+    with pytest.raises(DatasetError, match=r"markov roots at V=3 .*traversal on delayed:1,8,8.* --method conditional"):
+        _build(roots, tmp_path / "exact.npz", grid=grid, method="exact")
+    assert time.perf_counter() - start < 2 and not store_path(tmp_path / "exact.npz").exists()
+    # certified labels search the 3^16 trees of delayed:1,8,8 best-first at about 0.6 ms a tree (chain:12 at V = 3
+    # searched 200,000 trees for 147 s before it refused)
+    with pytest.raises(DatasetError, match=r"certified labels of markov roots at V=3 .* or a larger --epsilon"):
+        _build(roots, tmp_path / "certified.npz", grid=grid, method="certified")
+    notes = []
+    auto = _build(roots, tmp_path / "auto.npz", grid=grid, method="auto", note=notes.append)
+    assert time.perf_counter() - start < 20 and len(notes) == 1 and "conditional-exact" in notes[0]
+    assert set(auto.label_method) == {"conditional"}
+    conditional = _build(roots, tmp_path / "conditional.npz", grid=grid, method="conditional")
+    assert np.array_equal(auto.efficiency, conditional.efficiency)
+    small = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("traversal",))
+    notes.clear()
+    assert set(_build(roots, tmp_path / "small.npz", grid=small, note=notes.append).label_method) == {"exact"}
+    assert notes == []
 
 
 def test_save_load_round_trip_and_split_by_group(tmp_path):

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
 
 import pytest
 
@@ -177,16 +183,105 @@ def test_a_local_dask_cluster_is_named_local_n():
             pass
 
 
-def test_a_ray_cluster_gives_the_serial_rows(tmp_path):
-    """Runs where Ray is installed (pip install ray; CI does not install it): a local Ray cluster started by
-    ray.init, compared row for row with the serial run."""
-    ray = pytest.importorskip("ray")
+def test_a_ray_cluster_gives_the_serial_rows(tmp_path, ray_cluster):
+    """A local Ray (the session's, ``ray_cluster``; Ray is in the sweep extra, so this runs wherever the suite's
+    install does), compared row for row with the serial run; the sweep keeps a Ray it did not start."""
     serial = run_sweep(SMALL, tmp_path / "serial.csv", backend="serial", progress=False)
-    try:
-        clustered = run_sweep(SMALL, tmp_path / "ray.csv", backend="ray", progress=False)
-    finally:
-        ray.shutdown()
+    clustered = run_sweep(SMALL, tmp_path / "ray.csv", backend="ray", progress=False)
     assert _without_time(clustered) == _without_time(serial)
+    assert ray_cluster.is_initialized()
+
+
+def test_a_cell_too_large_for_a_build_is_refused_before_the_first_cell(tmp_path):
+    """traversal on chain:16 at V = 3 keeps an output law of 3 + 9 + .. + 3^17 = 193,710,243 entries beside
+    tables of 3^16 prefixes filled one by one: minutes and tens of GB, which the engine alone would start (the
+    selector's default grid ran past two minutes at 2.8 GB without a word). The sweep names the cell and refuses
+    before any cell runs: no table, no row store; the same grid without that tree runs."""
+    grid = SweepGrid(families=("markov",), vocab_sizes=(3,), trees=("chain:2", "chain:16"),
+                     verifiers=("traversal",))
+    out = tmp_path / "deep.csv"
+    start = time.perf_counter()
+    with pytest.raises(SweepError, match=r"traversal on chain:16 at V=3 \(markov\) is estimated at .* GiB.* smaller "
+                                         r"tree or --vocab"):
+        run_sweep(grid, out, backend="serial", progress=False)
+    assert time.perf_counter() - start < 2
+    assert not out.exists() and not out.with_name(out.name + ".cells.json").exists()
+    rows = run_sweep(replace(grid, trees=("chain:2",)), out, backend="serial", progress=False)
+    assert [row["status"] for row in rows] == ["ok"]
+
+
+def test_a_cell_past_a_minute_needs_a_cell_timeout(tmp_path):
+    """specinfer's walk DP on iid:1200,2 at V = 3 (1,200 i.i.d. draws at the root) is estimated at about two
+    minutes of one core in a few hundred MB: refused without --cell-timeout, which the message names; with one,
+    the cell runs and is stopped at it, a refused row."""
+    grid = SweepGrid(families=("markov",), vocab_sizes=(3,), trees=("iid:1200,2",), verifiers=("specinfer",))
+    with pytest.raises(SweepError, match=r"specinfer on iid:1200,2 .* above the 60 s .*--cell-timeout"):
+        run_sweep(grid, tmp_path / "slow.csv", backend="serial", progress=False)
+    (row,) = run_sweep(replace(grid, cell_timeout=0.2), tmp_path / "slow.csv", backend="serial", progress=False)
+    assert row["status"] == "refused" and "Timeout" in row["reason"] and row["seconds"] < 2
+
+
+def _closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_cluster_that_is_not_there_is_named_on_one_line_at_once(tmp_path):
+    """--backend dask at a closed port waited 30 s for an OSError traceback, and --backend ray retried for
+    minutes: now one line naming the address and how to start a scheduler, exit status 2, in about the time to
+    connect (each in a process of its own, as a user runs it: a Ray this test process runs would be kept)."""
+    pytest.importorskip("distributed")
+    port = _closed_port()
+    for backend, address, start_one in (("dask", f"tcp://127.0.0.1:{port}", "dask scheduler --port"),
+                                        ("ray", f"127.0.0.1:{port}", "ray start --head --port")):
+        if backend == "ray" and importlib.util.find_spec("ray") is None:
+            continue
+        began = time.perf_counter()
+        finished = subprocess.run([sys.executable, "-m", "verispec", "sweep", "--backend", backend, "--address",
+                                   address, "--trees", "chain:1", "--verifiers", "bv", "--out",
+                                   str(tmp_path / "x.csv")], capture_output=True, text=True, timeout=60)
+        error = finished.stderr.strip()
+        assert finished.returncode == 2 and len(error.splitlines()) == 1, error
+        assert address in error and "connection refused" in error and start_one in error, error
+        assert time.perf_counter() - began < 8  # start-up included; the refusal itself is immediate
+        assert not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.parametrize("backend,address,message", [
+    ("dask", "tcp://127.0.0.1", "HOST:PORT with a port in 1..65535"),
+    ("dask", "tcp://127.0.0.1:99999", "HOST:PORT with a port in 1..65535"),
+    ("dask", "http://127.0.0.1:8786", "http:// is not an address of a Dask scheduler"),
+    ("dask", "tcp://no-such-host.invalid:8786", "cannot be resolved"),
+    ("ray", "127.0.0.1", "HOST:PORT with a port in 1..65535"),
+    ("ray", "http://127.0.0.1:6379", "http:// is not an address of a Ray cluster"),
+    ("local", "tcp://127.0.0.1:8786", "--backend local runs here"),
+    ("serial", "local:2", "--backend serial runs here"),
+])
+def test_a_cluster_address_that_cannot_be_one_is_refused(tmp_path, backend, address, message):
+    pytest.importorskip({"dask": "distributed", "ray": "ray"}.get(backend, "verispec"))
+    with pytest.raises(SweepError, match=message):
+        run_sweep(SMALL, tmp_path / "a.csv", backend=backend, address=address, progress=False)
+    assert not (tmp_path / "a.csv").exists()
+
+
+def test_a_port_that_answers_but_is_no_scheduler_is_refused_within_the_connect_timeout(tmp_path, monkeypatch):
+    """A port that accepts connections and stays silent (a Dask scheduler sends its handshake at once):
+    distributed's client waited on it for ever whatever its timeout; now one line at CONNECT_TIMEOUT (1 s here)."""
+    pytest.importorskip("distributed")
+    import verispec.sweep as sweep
+
+    monkeypatch.setattr(sweep, "CONNECT_TIMEOUT", 1.0)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        began = time.perf_counter()
+        with pytest.raises(SweepError, match=f"no Dask scheduler answers at {address} .*sent no Dask scheduler's "
+                                             "handshake within 1 s"):
+            run_sweep(SMALL, tmp_path / "a.csv", backend="dask", address=address, progress=False)
+        assert time.perf_counter() - began < 5
 
 
 def test_write_problems_saves_every_seeded_problem_and_reproduces_its_cells(tmp_path):

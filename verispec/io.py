@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from verispec.errors import OutputError, ResultStoreError, VerispecError
+from verispec.errors import OutputError, ResultStoreError, VerispecError, describe
 
 
 def read_user_file(path: str | Path, *, limit: int, what: str, error: type[VerispecError] = VerispecError,
@@ -23,10 +25,10 @@ def read_user_file(path: str | Path, *, limit: int, what: str, error: type[Veris
     shown = repr(str(path))
     try:
         with open(path, "rb") as stream:
-            data = stream.read(limit + 1)
+            data = _read_within(stream, limit)
     except OSError as failure:
         raise error(f"cannot read {what} {shown}: {failure.strerror or failure}") from None
-    if len(data) > limit:
+    if data is None:
         reason = f" ({why})" if why else ""
         raise error(f"{what} {shown} holds more than {_size_text(limit)}, the most verispec reads for it{reason}; "
                     "give a smaller file")
@@ -36,6 +38,28 @@ def read_user_file(path: str | Path, *, limit: int, what: str, error: type[Veris
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"{what} {shown} is not UTF-8 text") from None
+
+
+def _read_within(stream, limit: int) -> bytes | None:
+    """The bytes of ``stream`` when it holds at most ``limit`` of them, else None, holding no more memory than the
+    bytes read (``read(limit + 1)`` sets aside all of them at once: 256 MiB for an 81-byte problem file). A
+    regular file is read in one call of its size (a short read is its end); a device or a pipe, whose size reads
+    0, and a file that grew since its size was read, in chunks of 1 MiB."""
+    size = os.fstat(stream.fileno()).st_size
+    request = min(size, limit) + 1 if size else 1 << 20
+    parts, total = [], 0
+    while total <= limit:
+        chunk = stream.read(min(request, limit + 1 - total))
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+        if size and len(chunk) < request:
+            break
+        request = 1 << 20
+    if total > limit:
+        return None
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 #: Largest result store read back (``ResultStore``): a sweep row takes about 1.6 KB (measured), so some 650,000
@@ -195,6 +219,91 @@ def check_output_dir(path: str | Path, what: str = "--out") -> None:
         if target.exists() and not target.is_dir():
             raise OutputError(f"{what} {shown} is a file, not a folder; give a directory")
         _check_folder_writable(target, what, shown)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputKind:
+    """A kind of file a command writes at a path the user names (a problem file, a selector, a latency model, a
+    sweep table): ``name`` in words for the refusal ('verispec problem file'), ``recognise(path)`` telling whether
+    an existing file is this tool's output of that kind (a format check that reads a bounded amount, never
+    raising), and ``example``, a file name to suggest when a directory is given."""
+
+    name: str
+    recognise: Callable[[Path], bool]
+    example: str = "output"
+
+
+def check_output(path: str | Path, kind: OutputKind, *, what: str, overwrite: bool = False,
+                 error: type[VerispecError] = OutputError) -> None:
+    """The one guard of every file a command writes, called before any work: refuse a path ``atomic_output``
+    could not write (``check_output_file``) and, unless ``overwrite``, an existing file that ``kind`` does not
+    recognise as this tool's (a file of the user's, another kind of verispec file), so that it is never replaced
+    by accident. Missing parent folders are allowed: every writer creates them (``atomic_output``). ``what``
+    names the option in the one-line ``error``."""
+    check_output_file(path, what, example=kind.example)
+    target = Path(os.path.realpath(path))
+    if overwrite or not target.exists():
+        return
+    try:
+        recognised = bool(kind.recognise(target))
+    except Exception:  # a file the recogniser cannot read is not this tool's
+        recognised = False
+    if not recognised:
+        raise error(f"{what} {str(path)!r} exists and is not a {kind.name}; choose another path, or pass --overwrite "
+                    "to replace it")
+
+
+def check_zip_sizes(source, *, limit: int, what: str, error: type[VerispecError] = VerispecError) -> None:
+    """Refuse a zip archive (a .npz, a torch file) whose members declare more than ``limit`` bytes uncompressed,
+    or a .npy member whose header declares a shape its stored bytes do not hold, from the archive's directory
+    and each member's header alone: nothing proportional to a declared size is decompressed or allocated (a
+    few-MB .npz of zeros expanding to gigabytes, a header declaring 10^12 entries over 16 bytes). ``source``:
+    a path or a binary file object. Anything that is not a readable zip archive passes, for the caller's reader
+    to name in its own words. ``what`` names the file in the one-line ``error``."""
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(source)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return
+    with archive:
+        members = archive.infolist()
+        declared = sum(member.file_size for member in members)
+        if declared > limit:
+            largest = max(members, key=lambda member: member.file_size)
+            raise error(f"{what} expands to {_size_text(declared)} uncompressed ({largest.filename!r} alone "
+                        f"{_size_text(largest.file_size)}), above the {_size_text(limit)} verispec reads; give a "
+                        "smaller file")
+        for member in members:
+            if member.filename.endswith(".npy"):
+                _check_npy_header(archive, member, what, error)
+
+
+def _check_npy_header(archive, member, what: str, error: type[VerispecError]) -> None:
+    """Refuse a .npy member whose header's shape and dtype need other than the bytes it stores (reading its
+    first bytes only); a member without a readable header is left to numpy's reader."""
+    import math
+
+    import numpy as np
+
+    with archive.open(member) as stream:
+        try:
+            version = np.lib.format.read_magic(stream)
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read_header is None:
+                return
+            shape, _, dtype = read_header(stream)
+            stored = member.file_size - stream.tell()
+        except (ValueError, EOFError, OSError, SyntaxError, TypeError):
+            return
+    if dtype.hasobject:
+        return  # numpy refuses pickled objects itself (allow_pickle=False)
+    needed = math.prod(shape) * dtype.itemsize
+    if needed != stored:
+        shown = describe(tuple(shape)) if len(shape) <= 8 else f"of {len(shape)} dimensions"
+        raise error(f"{what}: its array {member.filename[:-4]!r} declares shape {shown} of {dtype} "
+                    f"({_size_text(needed)}) but stores {_size_text(stored)}; the file is damaged or not verispec's")
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verispec.errors import VerispecError
-from verispec.io import read_user_file
+from verispec.io import OutputKind, read_user_file
 
 #: Largest latency model file read ('verispec latency --out' writes a few hundred bytes).
 MAX_LATENCY_FILE_BYTES = 1 << 20
@@ -126,4 +126,16 @@ class LatencyModel:
                                f"{error if isinstance(error, json.JSONDecodeError) else 'nested too deeply'}") from None
 
 
-__all__ = ["LatencyError", "LatencyModel"]
+def is_latency_file(path: str | Path) -> bool:
+    """Whether ``path`` holds a latency model ``LatencyModel.load`` reads ('verispec latency --out' wrote it)."""
+    try:
+        LatencyModel.load(path)
+    except LatencyError:
+        return False
+    return True
+
+
+#: What 'verispec latency --out' writes (``verispec.io.check_output``).
+LATENCY_FILE = OutputKind("verispec latency model", is_latency_file, "latency.json")
+
+__all__ = ["LATENCY_FILE", "LatencyError", "LatencyModel", "is_latency_file"]

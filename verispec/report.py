@@ -1091,18 +1091,19 @@ class Report:
         import contextlib
 
         from verispec import package_version
-        from verispec.sweep import available_cores, dask_client
+        from verispec.sweep import available_cores, cluster_session
 
         start = time.perf_counter()
         self.check()
         if self.capped and self.note is not None:  # after every check passed: a refusal stays one line
             self.note(self.capped)
-        self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.out / MARKER, {"kind": "verispec report", "verispec": package_version()})
         with contextlib.ExitStack() as stack:
-            if self.run_options["backend"] == "dask" and isinstance(self.run_options["address"], str):
-                # one client (and, for local:N, one cluster) for every study, not one per sweep
-                self.run_options["address"] = stack.enter_context(dask_client(self.run_options["address"]))
+            # one connection for every study, not one per sweep (a Dask client, and for local:N one cluster; Ray
+            # initialised once), made before anything is written: an address that answers nothing is refused first
+            self.run_options["address"] = stack.enter_context(cluster_session(self.run_options["backend"],
+                                                                              self.run_options["address"]))
+            self.out.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.out / MARKER, {"kind": "verispec report", "verispec": package_version()})
             for study in (self.study_verifiers, self.study_depth, self.study_delay, self.study_paths,
                           self.study_orderings, self.study_live, self.study_selector, self.study_typical):
                 study()

@@ -48,8 +48,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from verispec.errors import ResultStoreError, VerispecError
-from verispec.io import ResultStore, atomic_output, atomic_write_text, check_output_file
+from verispec.errors import ResultStoreError, VerispecError, describe
+from verispec.io import OutputKind, ResultStore, atomic_output, atomic_write_text, check_output, check_output_file
 from verispec.latency import LatencyModel
 
 #: The sweep's default price of a block: t_q = 1, t_p(n) = 4 whatever the tree size.
@@ -66,6 +66,14 @@ MAX_CELLS = 1_000_000
 
 #: Most prefixes a random per-prefix problem may tabulate (1 + V + .. + V^L; 2 [V] laws each).
 MAX_RANDOM_PREFIXES = 100_000
+
+#: The largest cell a build of many cells runs, by the engine's estimate (``estimate_analysis``), checked for every
+#: distinct cell before the first one runs: a cell estimated above MAX_CELL_SECONDS of one core needs a time limit
+#: per cell (``cell_timeout``, --cell-timeout), and one estimated above MAX_CELL_BYTES is refused whatever the
+#: limit (a time limit does not bound memory, and every local worker may hold such a cell at once). A sweep of
+#: quick cells that met one slow cell would otherwise run on for hours, or swap, without a word.
+MAX_CELL_SECONDS = 60.0
+MAX_CELL_BYTES = 4 << 30
 
 #: Seconds between rewrites of the result files while cells arrive (and after the last); at least
 #: ``SAVE_SHARE`` times the last rewrite took, so that rewriting a large store (the report's studies share one)
@@ -99,7 +107,7 @@ class SweepGrid:
     def __post_init__(self):
         from verispec.simulator import parse_tree
         from verispec.simulator.engine import METHODS
-        from verispec.simulator.problems import check_knobs
+        from verispec.simulator.problems import check_knobs, check_vocab_size
         from verispec.verifiers import get_verifier
 
         for name, values in self._axes().items():
@@ -113,6 +121,9 @@ class SweepGrid:
         for vocab in self.vocab_sizes:
             if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 2:
                 raise SweepError(f"vocabulary size {vocab!r} must be an integer >= 2")
+            # the seeded families' tables, before any is built: one vector of V per law, V + 1 for a Markov problem
+            if any(not family.startswith("file:") for family in self.families):
+                check_vocab_size(vocab, f"--vocab {vocab}", markov="markov" in self.families)
         for seed in self.seeds:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                 raise SweepError(f"seed {seed!r} must be a non-negative integer")
@@ -246,6 +257,73 @@ def build_problem(cell: dict, depth: int):
     return random_problem(cell["vocab"], depth, cell["seed"], **knobs)
 
 
+def family_shape(family: str, vocab_size: int):
+    """The size of a seeded family's problem at V = ``vocab_size`` (``ProblemShape``: what the engine's estimates
+    read), without drawing its tables (a Markov problem at V = 20,000 holds 6.4 GB, a random one takes up to a
+    minute to generate): one state for context-free, V for Markov (the last token), every prefix for random."""
+    from verispec.simulator.engine import ProblemShape
+
+    log_size = math.log(vocab_size)
+    states = {"context-free": lambda length: 0.0, "markov": lambda length: min(length, 1) * log_size}
+    return ProblemShape(vocab_size, states.get(family, lambda length: length * log_size))
+
+
+def cell_estimate(cell: dict, problem=None):
+    """The engine's estimate of one cell (``estimate_analysis``: method, seconds, bytes) on ``problem`` (by default
+    the cell's family shape, or its problem file), or the ProblemTooLargeError, IncompatibleDraftError or other
+    VerispecError by which the cell refuses itself at once when it runs."""
+    from verispec.simulator.engine import estimate_analysis
+    from verispec.simulator.problems import load_problem
+    from verispec.verifiers import get_verifier
+
+    if problem is None:
+        family = cell["family"]
+        problem = load_problem(family[5:]) if family.startswith("file:") else family_shape(family, cell["vocab"])
+    return estimate_analysis(problem, cell["tree"], get_verifier(cell["verifier"]), cell["method"])
+
+
+def check_cell_costs(cells: list[dict]) -> None:
+    """Refuse on one line, before the first cell runs, a grid whose largest cell would not finish in reasonable
+    time or memory by the engine's estimate (``cell_estimate``): estimated above ``MAX_CELL_BYTES``, or above
+    ``MAX_CELL_SECONDS`` without a ``cell_timeout``. Each distinct shape (family, V, tree, verifier, method) is
+    estimated once; a cell the engine refuses outright is left to refuse itself at once on its own row."""
+    shapes: dict[tuple, dict] = {}
+    for cell in cells:
+        shapes.setdefault((cell["family"], cell.get("vocab"), cell["tree"], cell["verifier"], cell["method"]), cell)
+    from verispec.simulator.problems import load_problem
+
+    costly = []
+    problems: dict[str, object] = {}  # each problem file, loaded once (None: it refuses its cells itself)
+    for cell in shapes.values():
+        family = cell["family"]
+        if family.startswith("file:") and family not in problems:
+            try:
+                problems[family] = load_problem(family[5:])
+            except VerispecError:
+                problems[family] = None
+        if family.startswith("file:") and problems[family] is None:
+            continue
+        try:
+            estimate = cell_estimate(cell, problems.get(family))
+        except VerispecError:
+            continue
+        limit = cell["cell_timeout"] is None and estimate.seconds > MAX_CELL_SECONDS
+        if estimate.bytes > MAX_CELL_BYTES or limit:
+            costly.append((estimate.bytes > MAX_CELL_BYTES, estimate.bytes, estimate.seconds, cell, estimate))
+    if not costly:
+        return
+    memory, _, _, cell, estimate = max(costly, key=lambda item: item[:3])
+    where = cell["family"] if cell["family"].startswith("file:") else f"V={cell['vocab']} ({cell['family']})"
+    named = f"the cell {cell['verifier']} on {cell['tree']} at {where} is estimated at {estimate.describe()}"
+    others = f" ({len(costly) - 1} other cell shape{'s' if len(costly) > 2 else ''} too)" if len(costly) > 1 else ""
+    if memory:
+        raise SweepError(f"{named}{others}, above the {MAX_CELL_BYTES / 2**30:g} GiB a cell of a sweep may hold; "
+                         "sweep a smaller tree or --vocab (or analyse that cell alone with 'verispec exact')")
+    raise SweepError(f"{named}{others}, above the {MAX_CELL_SECONDS:g} s a cell may take without a time limit; "
+                     "sweep a smaller tree or --vocab, or give --cell-timeout SECONDS (a cell past it is a refused "
+                     "row)")
+
+
 def problem_file_name(setting: dict) -> str:
     """The file name ``write_problems`` gives a seeded problem: its family and every knob, e.g.
     'random-V3-div0.5-temp1-conc1-seed0.npz'."""
@@ -253,13 +331,16 @@ def problem_file_name(setting: dict) -> str:
             f"-conc{setting['concentration']:g}-seed{setting['seed']}.npz")
 
 
-def write_problems(grid: SweepGrid, directory: str | Path) -> list[Path]:
+def write_problems(grid: SweepGrid, directory: str | Path, *, overwrite: bool = False) -> list[Path]:
     """Write every seeded problem of ``grid`` to ``directory`` in the binary .npz form (``problem_to_npz``), to
     the depth of the grid's deepest tree, one file per problem (``problem_file_name``), atomically; problem files
     of the grid (``file:PATH``) are already files and are skipped. ``verispec exact --problem FILE`` then reproduces
-    any cell. Returns the paths written. A table beyond verispec's limits is refused before anything is written."""
+    any cell. Returns the paths written. Before anything is written, a table beyond verispec's limits is refused,
+    and so is a folder that cannot be written or a file of one of those names that is not a problem file
+    (``verispec.io.check_output``), unless ``overwrite``."""
+    from verispec.io import check_output, check_output_dir
     from verispec.simulator import parse_tree
-    from verispec.simulator.problems import check_table_size, problem_to_npz
+    from verispec.simulator.problems import PROBLEM_FILE, check_table_size, problem_to_npz
 
     directory = Path(directory)
     depth = max(parse_tree(spec).depth for spec in grid.trees)
@@ -267,11 +348,9 @@ def write_problems(grid: SweepGrid, directory: str | Path) -> list[Path]:
     for setting in settings:
         check_table_size(setting["vocab"], depth, f"--save-problems ({problem_file_name(setting)})")
     if settings:
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise SweepError(f"cannot create the problems folder {str(directory)!r} "
-                             f"({error.strerror or error})") from None
+        check_output_dir(directory, "--save-problems")
+    for setting in settings:
+        check_output(directory / problem_file_name(setting), PROBLEM_FILE, what="--save-problems", overwrite=overwrite)
     written = []
     for setting in settings:
         path = directory / problem_file_name(setting)
@@ -336,10 +415,85 @@ def run_cell(cell: dict) -> dict:
 
 # --- execution --------------------------------------------------------------------------------------------------
 
+#: Seconds a cluster named by --address has to answer, first a TCP connection to its port, then the Dask
+#: scheduler's or Ray's own handshake, before the build is refused on one line: a closed port, a host that does
+#: not answer or a port that is no scheduler's is named within this time, not after distributed's 30 s of retries
+#: or Ray's endless ones.
+CONNECT_TIMEOUT = 10.0
+
+#: Address schemes of a Dask scheduler (``distributed``'s comms; ``tcp`` when none is written); those over TCP
+#: (all but inproc and ucx) are probed before connecting.
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "inproc", "ucx")
+
+
+def _split_address(address: str, what: str, schemes: tuple[str, ...], example: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a cluster address 'SCHEME://HOST:PORT' or 'HOST:PORT' ('[::1]:8786' for IPv6);
+    one line naming the address where it is not one (no port, a port outside 1..65535, another scheme)."""
+    scheme, separator, rest = address.partition("://")
+    if not separator:
+        scheme, rest = "", address
+    if scheme and scheme not in schemes:
+        raise SweepError(f"--address {address[:80]!r}: {scheme}:// is not an address of {what}; write "
+                         f"{example}")
+    if scheme in ("inproc", "ucx"):
+        return scheme, rest, None
+    host, colon, port_text = rest.rpartition(":")
+    port = int(port_text) if port_text.isascii() and port_text.isdigit() and len(port_text) <= 5 else 0
+    if not colon or not host.strip("[]") or not 1 <= port <= 65535:
+        raise SweepError(f"--address {address[:80]!r} is not HOST:PORT with a port in 1..65535; write {example}")
+    return scheme, host.strip("[]"), port
+
+
+def _probe(host: str, port: int, address: str, what: str, hint: str, *, speaks_first: bool = False) -> None:
+    """One TCP connection to (host, port) within CONNECT_TIMEOUT, or a one-line SweepError naming ``address`` (as
+    given, with where it came from), why none came (a name that does not resolve, nothing listening, no answer)
+    and ``hint``, how to start one. ``speaks_first``: the server sends the first bytes (a Dask scheduler's
+    handshake does, at once), so a port that accepts and stays silent is no such server; distributed's own
+    client waits on it for ever, whatever its timeout."""
+    import socket
+
+    began = time.monotonic()
+    try:
+        connection = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+    except socket.gaierror:
+        why = f"the host {host!r} cannot be resolved"
+    except ConnectionRefusedError:
+        why = f"connection refused: nothing listens on port {port} there"
+    except TimeoutError:
+        why = f"no answer within {CONNECT_TIMEOUT:g} s"
+    except OSError as error:
+        why = error.strerror or str(error)
+    else:
+        with connection:
+            if not speaks_first:
+                return
+            connection.settimeout(max(0.1, CONNECT_TIMEOUT - (time.monotonic() - began)))
+            try:
+                if connection.recv(1):
+                    return
+                why = "the port accepted and closed the connection without a word"
+            except TimeoutError:
+                why = f"the port accepts connections but sent no {what}'s handshake within {CONNECT_TIMEOUT:g} s"
+            except OSError as error:
+                why = error.strerror or str(error)
+    raise SweepError(f"no {what} answers at {address[:120]} ({why}); {hint}")
+
+
+def _dask_hint(port: int | None) -> str:
+    return (f"start one with 'dask scheduler --port {port or 8786}' and workers with 'dask worker HOST:"
+            f"{port or 8786}', or give --address local:N for N worker processes here")
+
+
+def _first_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return (text[:200] + "...") if len(text) > 200 else text or type(error).__name__
+
+
 @contextlib.contextmanager
 def dask_client(address):
     """A ``distributed.Client``: ``address`` itself when it is one, a new client of the scheduler at ``address``
-    (tcp://host:8786), or, for 'local:N', a cluster of N single-threaded worker processes started here."""
+    (tcp://host:8786; refused on one line within ``CONNECT_TIMEOUT`` where no scheduler answers), or, for
+    'local:N', a cluster of N single-threaded worker processes started here."""
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -349,12 +503,269 @@ def dask_client(address):
         return
     if is_local_cluster(address):
         workers, _ = local_cluster_workers(address)
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as \
-                cluster, Client(cluster) as client:
+        import logging
+
+        # warnings only past ERROR: an interrupted build's cancelled tasks and killed workers are expected
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
             yield client
         return
-    with Client(address) as client:
+    scheme, host, port = _split_address(address, "a Dask scheduler", DASK_SCHEMES,
+                                        "tcp://HOST:PORT (a scheduler) or local:N (N worker processes here)")
+    if scheme not in ("inproc", "ucx"):
+        _probe(host, port, address, "Dask scheduler", _dask_hint(port), speaks_first=scheme in ("", "tcp"))
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT)
+    except Exception as error:  # a port that answers but is no scheduler's fails in many ways
+        # (OSError, TimeoutError; a web server's reply read as a frame length asked numpy for 3 EiB)
+        raise SweepError(f"cannot connect to a Dask scheduler at {address!r} within {CONNECT_TIMEOUT:g} s "
+                         f"({_first_line(error)}); is it a scheduler's address? {_dask_hint(port)}") from None
+    with client:
         yield client
+
+
+def _ray_address(address) -> tuple[str | None, str]:
+    """(the address ray.init will use, where it comes from): --address, else the RAY_ADDRESS variable (which
+    ray.init reads itself when given none), else None: a Ray started here."""
+    if address is None and os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    return address, "--address"
+
+
+@contextlib.contextmanager
+def ray_session(address):
+    """Ray, initialised for the block: kept as it is where this process already initialised it (a caller's
+    session, or the report's for all its studies), else ``ray.init(address)`` (None: a Ray started here, as many
+    CPUs as cores, no dashboard) and ``ray.shutdown()`` after the block, which stops a Ray started here with
+    every process of it. An address that answers nothing is refused on one line within ``CONNECT_TIMEOUT``."""
+    try:
+        import ray
+    except ImportError:
+        raise SweepError("--backend ray needs Ray: pip install ray (or pip install -e '.[sweep]')") from None
+    target, origin = _ray_address(address)
+    where = None  # (host, port) of a cluster elsewhere
+    if target not in (None, "local", "auto"):
+        if not isinstance(target, str):
+            raise SweepError(f"--backend ray takes an address HOST:PORT (or ray://HOST:PORT), got {describe(target)}")
+        _, host, port = _split_address(target, "a Ray cluster", ("ray",), "HOST:PORT of a Ray head node (ray start "
+                                       "--head --port PORT), ray://HOST:PORT, or no --address")
+        where = (host, port)
+    if ray.is_initialized():
+        yield
+        return
+    if where is not None:
+        _probe(*where, target + (" (RAY_ADDRESS)" if origin == "RAY_ADDRESS" else ""), "Ray cluster",
+               f"start one with 'ray start --head --port {where[1]}' on that host, or "
+               + ("unset RAY_ADDRESS" if origin == "RAY_ADDRESS" else "leave --address out") + " to start Ray here")
+    options = {"num_cpus": available_cores(), "include_dashboard": False} if target in (None, "local") else {}
+    started = _descendants() if options else []
+    _ray_init(ray, address, options, target, origin)
+    # a Ray started here: its processes end with this one even when it is killed outright (SIGKILL), when Ray's own
+    # fate sharing leaves its agents running for minutes
+    reaper = _start_reaper(sorted(set(_descendants()) - set(started))) if options else None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if reaper is not None:
+            reaper.terminate()
+            reaper.wait()
+
+
+def _descendants() -> list[tuple[int, float]]:
+    """(pid, start time) of every process below this one (psutil: Ray depends on it), or [] where it cannot tell."""
+    try:
+        import psutil
+
+        return [(child.pid, child.create_time()) for child in psutil.Process().children(recursive=True)]
+    except Exception:  # no psutil, or a process that ended while listed: nothing to watch
+        return []
+
+
+#: The reaper of a Ray started here (``_start_reaper``): it reads its standard input, a pipe from the build's
+#: process, until the end of file that the build's end (however it ends) gives, then kills the processes named on
+#: its command line (pid:start time, so that a reused pid is left alone) and exits. SIGINT is ignored: Ctrl-C
+#: reaches the whole process group, and the build's process shuts Ray down itself.
+_REAPER = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+while sys.stdin.buffer.read(1 << 16):
+    pass
+import psutil
+for item in sys.argv[1:]:
+    pid, started = item.split(":")
+    try:
+        process = psutil.Process(int(pid))
+        if abs(process.create_time() - float(started)) < 0.01:
+            process.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+def _start_reaper(processes: list[tuple[int, float]]):
+    """A small process that kills ``processes`` (pid, start time) once this process has ended, unless it is
+    terminated first (``ray_session`` does, after ``ray.shutdown``): Ray's processes started here must not outlive
+    a build killed outright. None where there is nothing to watch."""
+    import subprocess
+    import sys
+
+    if not processes:
+        return None
+    return subprocess.Popen([sys.executable, "-c", _REAPER, *(f"{pid}:{started!r}" for pid, started in processes)],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _ray_init(ray, address, options: dict, target, origin: str) -> None:
+    """``ray.init``: in this thread for a Ray started here (its SIGTERM handler, which exits the process, is taken
+    back off so that the build's own handler stops it cleanly), in a helper thread for a cluster elsewhere, given
+    ``CONNECT_TIMEOUT`` to connect: Ray retries a port that answers but is no Ray's for minutes, then ends the
+    process."""
+    import logging
+    import signal
+    import threading
+
+    if not options:
+        outcome: dict = {}
+
+        def connect():
+            try:
+                ray.init(address=address, logging_level=logging.ERROR)
+                outcome["done"] = True
+            except Exception as error:  # every failure of Ray's is named on one line below
+                outcome["error"] = error
+
+        logging.getLogger("ray").setLevel(logging.ERROR)  # "SIGTERM handler is not set ... not the main thread"
+        thread = threading.Thread(target=connect, name="ray.init", daemon=True)
+        thread.start()
+        thread.join(CONNECT_TIMEOUT)
+        if "done" not in outcome:
+            why = (_first_line(outcome["error"]) if "error" in outcome else
+                   f"no Ray handshake within {CONNECT_TIMEOUT:g} s: is it a Ray head node's GCS port?")
+            raise SweepError(f"cannot connect to a Ray cluster at {target!r}"
+                             + (" (RAY_ADDRESS)" if origin == "RAY_ADDRESS" else "") + f" ({why}); start one with "
+                             "'ray start --head --port PORT' and give HOST:PORT, or leave --address out to start "
+                             "Ray here")
+        return
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        ray.init(address=address, logging_level=logging.ERROR, **options)
+    except Exception as error:  # Ray raises RuntimeError, ValueError, ConnectionError ...
+        raise SweepError(f"cannot start Ray here ({_first_line(error)})") from None
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+# --- workers that end with their build ---------------------------------------------------------------------------
+
+#: Seconds between a local worker's checks that the build's process is still alive (the fallback where the
+#: kernel's parent-death signal is not available).
+PARENT_POLL_SECONDS = 0.5
+
+#: prctl(2) option: the signal a process receives when the thread that created it ends (Linux).
+_PR_SET_PDEATHSIG = 1
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's (the pid was reused): the build's process is gone
+        return False
+    return True
+
+
+def watch_parent(parent: int) -> None:
+    """Initializer of a local worker process: it ends when the build's process ``parent`` ends, however that ends
+    (SIGKILL included), rather than computing on as an orphan. On Linux the kernel sends it SIGKILL when its parent
+    dies (prctl PR_SET_PDEATHSIG); everywhere a daemon thread checks every ``PARENT_POLL_SECONDS`` that its parent
+    is the same and ``parent`` alive, and exits otherwise. SIGINT is ignored (Ctrl-C reaches the whole process
+    group, and the build's process stops its workers itself) and SIGTERM restored to its default (a forked worker
+    inherits the build's handler, which would make it raise in its task instead of ending)."""
+    import signal
+    import sys
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    started_under = os.getppid()
+    if not _process_alive(parent):  # it ended before the signal was asked for
+        os._exit(1)
+
+    def watch():
+        while os.getppid() == started_under and _process_alive(parent):
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="verispec parent watch", daemon=True).start()
+
+
+def _stop_pool(pool) -> None:
+    """End a pool of local processes now, its running tasks included (an interrupted build): queued tasks are
+    cancelled and every worker is sent SIGTERM, then SIGKILL if it has not ended within 5 s."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join(1)
+
+
+class BuildInterrupted(KeyboardInterrupt):
+    """A build stopped by SIGTERM or Ctrl-C (SIGINT), raised in its main thread (``interrupt_on_signals``): the
+    executor stops its workers, the rows finished so far are saved, and the CLI exits with 128 + the signal's
+    number after one line saying that a rerun resumes."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.exit_status = 128 + signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}: the finished cells are kept in the row "
+                         "store; run the same command again to resume")
+
+
+@contextlib.contextmanager
+def interrupt_on_signals():
+    """For the block, SIGTERM and SIGINT raise ``BuildInterrupted`` in the main thread (elsewhere the block runs
+    as it is), so that a build ends whole, workers and all, with its store saved, rather than dying with its
+    workers orphaned (SIGTERM's default) or waiting for every running task (a pool's exit on Ctrl-C)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    received: list[int] = []
+
+    def interrupt(signum, frame):
+        received.append(signum)
+        raise BuildInterrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except KeyboardInterrupt as error:
+        if received and not isinstance(error, BuildInterrupted):  # Ray's wait turns it into a KeyboardInterrupt
+            raise BuildInterrupted(received[0]) from None
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 #: Tasks handed to each worker of a pool or cluster: cells are milliseconds each, so they travel in chunks
@@ -424,6 +835,9 @@ def worker_processes(backend: str, jobs: int | None, address) -> tuple[int | Non
     cores): ``jobs`` local processes, or the N workers of a Dask cluster 'local:N', at most the cores either
     way. None where it starts none: serial runs in this process, and a cluster at an address (or Ray) keeps the
     workers it has."""
+    if backend in ("serial", "local") and address is not None:
+        raise SweepError(f"--address {str(address)[:80]!r} names a cluster, which --backend dask or ray uses; "
+                         f"--backend {backend} runs here (leave --address out)")
     if backend == "local":
         return local_workers(jobs)
     if backend == "dask" and is_local_cluster(address):
@@ -436,7 +850,13 @@ def execute(tasks: list, backend: str, jobs: int | None, address: str | None,
     """Results of ``tasks`` in batches, as the batches finish, in any order: ``run_chunk`` (a module-level
     function, so that it travels to processes and clusters) maps a chunk of tasks to their rows, serially in
     this process, on a pool of local processes capped at the cores, on a Dask cluster or on Ray. Sweep cells by
-    default; the selector's dataset labels its roots through it too."""
+    default; the selector's dataset labels its roots through it too.
+
+    A generator: close it (``contextlib.closing``) when the loop over it ends early. Ended by an exception (a
+    ``BuildInterrupted`` from SIGTERM or Ctrl-C included) or closed, it stops the work it started: a local pool's
+    workers are ended, their running tasks too (``_stop_pool``), a Dask client's futures and Ray's tasks are
+    cancelled, and a cluster started here (Dask's local:N, a local Ray) is shut down with its processes. Local
+    workers also end on their own when this process dies (``watch_parent``)."""
     if not tasks:
         return
     if backend == "serial":
@@ -446,9 +866,14 @@ def execute(tasks: list, backend: str, jobs: int | None, address: str | None,
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         workers, _ = local_workers(jobs)
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=watch_parent, initargs=(os.getpid(),))
+        try:
             for future in as_completed([pool.submit(run_chunk, chunk) for chunk in _chunks(tasks, workers)]):
                 yield future.result()
+        except BaseException:
+            _stop_pool(pool)
+            raise
+        pool.shutdown()
     elif backend == "dask":
         try:
             from distributed import as_completed
@@ -457,22 +882,44 @@ def execute(tasks: list, backend: str, jobs: int | None, address: str | None,
         with dask_client(address) as client:
             workers = max(1, len(client.scheduler_info().get("workers", {})))
             futures = client.map(run_chunk, _chunks(tasks, workers), pure=False)
-            for future in as_completed(futures):
-                yield future.result()
+            try:
+                for future in as_completed(futures):
+                    yield future.result()
+            except BaseException:
+                client.cancel(futures)
+                raise
     elif backend == "ray":
-        try:
+        with ray_session(address):
             import ray
-        except ImportError:
-            raise SweepError("--backend ray needs Ray: pip install ray") from None
-        ray.init(address=address, ignore_reinit_error=True)
-        remote = ray.remote(run_chunk)
-        workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        pending = [remote.remote(chunk) for chunk in _chunks(tasks, workers)]
-        while pending:
-            finished, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(finished[0])
+
+            remote = ray.remote(run_chunk)
+            workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            pending = [remote.remote(chunk) for chunk in _chunks(tasks, workers)]
+            try:
+                while pending:
+                    finished, pending = ray.wait(pending, num_returns=1)
+                    yield ray.get(finished[0])
+            except BaseException:
+                for reference in pending:
+                    ray.cancel(reference, force=True)
+                raise
     else:
         raise SweepError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+@contextlib.contextmanager
+def cluster_session(backend: str, address):
+    """One connection for several builds (the report's studies): for Dask at an address or 'local:N', a client
+    (and the local cluster) whose ``distributed.Client`` is yielded to pass on as their address; for Ray, Ray
+    initialised once (``ray_session``); otherwise ``address`` unchanged."""
+    if backend == "dask" and isinstance(address, str):
+        with dask_client(address) as client:
+            yield client
+    elif backend == "ray":
+        with ray_session(address):
+            yield address
+    else:
+        yield address
 
 
 class SweepRows(list):
@@ -529,18 +976,25 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
     parameters = set().union(*cells)
     keys = [cell_key(cell) for cell in cells]
     todo = [cell for cell, key in zip(cells, keys) if not store.done(key)]
+    check_cell_costs(todo)  # the largest cell, before the first one runs
     pending: dict[str, dict] = {}
     last, interval = time.monotonic(), SAVE_EVERY
-    with tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress) as bar:
-        for rows in execute(todo, backend, jobs, address):
-            for row in rows:
-                pending[cell_key({name: value for name, value in row.items() if name in parameters})] = row
-            bar.update(len(rows))
-            if time.monotonic() - last >= interval:
-                began = time.monotonic()
-                _save(store, pending, output, keys, table_format)
-                pending, last = {}, time.monotonic()
-                interval = max(SAVE_EVERY, SAVE_SHARE * (last - began))
+    try:
+        with tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress) as \
+                bar, contextlib.closing(execute(todo, backend, jobs, address)) as batches:
+            for rows in batches:
+                for row in rows:
+                    pending[cell_key({name: value for name, value in row.items() if name in parameters})] = row
+                bar.update(len(rows))
+                if time.monotonic() - last >= interval:
+                    began = time.monotonic()
+                    _save(store, pending, output, keys, table_format)
+                    pending, last = {}, time.monotonic()
+                    interval = max(SAVE_EVERY, SAVE_SHARE * (last - began))
+    except BaseException:  # interrupted (SIGTERM, Ctrl-C) or failed: the rows that arrived are kept, to resume
+        if pending:
+            _save(store, pending, output, keys, table_format)
+        raise
     _save(store, pending, output, keys, table_format)
     result = SweepRows(_stored(store.rows[key]) for key in keys)
     result.keys = keys
@@ -581,13 +1035,10 @@ def check_sweep_table(output: str | Path, store: str | Path, *, overwrite: bool 
     store ``store`` is missing."""
     output = Path(output)
     table_format = output_format(output)
-    check_output_file(output, "output", example="sweep.csv")
+    check_output(output, SWEEP_TABLE, what="output", overwrite=overwrite, error=SweepError)
     if overwrite or not output.exists():
         return table_format
     shown = repr(str(output))
-    if not is_sweep_table(output, table_format):
-        raise SweepError(f"output {shown} exists and is not a verispec sweep table (its header is not the "
-                         "sweep's columns); choose another output, or pass --overwrite to replace it")
     if not Path(store).exists():
         raise SweepError(f"output {shown} is a sweep table without its row store {str(store)!r}, so a rerun cannot "
                          "resume it and would replace its rows; pass --overwrite to replace it, or choose another "
@@ -627,6 +1078,10 @@ def is_sweep_table(path: str | Path, table_format: str | None = None) -> bool:
     return (set(REQUIRED_COLUMNS) <= set(names) and names[:len(known)] == known
             and known == sorted(known, key=COLUMNS.index) and extras == sorted(extras)
             and len(set(names)) == len(names))
+
+
+#: What 'verispec sweep --out' writes (``verispec.io.check_output``; the table's row store is a ``ResultStore``).
+SWEEP_TABLE = OutputKind("verispec sweep table (its header is not the sweep's columns)", is_sweep_table, "sweep.csv")
 
 
 def _parquet_columns(path: Path) -> list[str] | None:
@@ -735,23 +1190,35 @@ def _from_csv(text: str):
     return text
 
 
+#: Most seeds one --seeds names (ranges counted before they are expanded): every seed is at least one cell of a
+#: sweep (MAX_CELLS) and one root of a selector dataset.
+MAX_SEEDS = MAX_CELLS
+
+
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """'0-4' or '1,3,5' (or both: '0-2,7') -> seeds."""
-    seeds = []
+    """'0-4' or '1,3,5' (or both: '0-2,7') -> seeds; more than MAX_SEEDS of them is refused by counting the ranges,
+    before any is expanded."""
+    spans = []
     for part in text.split(","):
         part = part.strip()
         low, dash, high = part.partition("-")
         try:
-            if dash:
-                if int(high) < int(low):
-                    raise ValueError
-                seeds.extend(range(int(low), int(high) + 1))
-            else:
-                seeds.append(int(part))
+            span = (int(low), int(high)) if dash else (int(part), int(part))
+            if span[1] < span[0]:
+                raise ValueError
         except ValueError:
-            raise SweepError(f"cannot read seeds {text!r}: write a list such as 0,1,2 or a range such as 0-9") \
-                from None
-    return tuple(dict.fromkeys(seeds))
+            raise SweepError(f"cannot read seeds {_shortened(text)!r}: write a list such as 0,1,2 or a range such "
+                             "as 0-9") from None
+        spans.append(span)
+    count = sum(high - low + 1 for low, high in spans)
+    if count > MAX_SEEDS:
+        raise SweepError(f"--seeds {_shortened(text)!r} names {count:,} seeds, above the limit of {MAX_SEEDS:,}; give "
+                         "fewer seeds")
+    return tuple(dict.fromkeys(seed for low, high in spans for seed in range(low, high + 1)))
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:40]}..."
 
 
 __all__ = ["BACKENDS", "FAMILIES", "SweepError", "SweepGrid", "SweepRows", "available_cores", "cell_key",

@@ -9,9 +9,9 @@ One line in a project's own pytest suite::
 
 ``assert_lossless`` passes only on a LOSSLESS verdict (``verispec.verdict``): proven by the function's exact
 law, or powered by a black-box test that states the TV it would have detected. LOSSY and INCONCLUSIVE both
-fail, with the evidence in the message: the witness problem as JSON (ready for ``verispec check-external
---problem``), the sequences the function over- and under-produces there against the target, and what was
-tried.
+fail, and so does RAISES (the function raised on a problem), with the evidence in the message: the witness
+problem as JSON (ready for ``verispec check-external --problem``), the sequences the function over- and
+under-produces there against the target (or the exception and the line it raised at), and what was tried.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def assert_lossless(function, layout: str, tree: str, *, problems: Iterable[Prob
 
 def _message(report: CheckReport) -> str:
     lines = [f"verispec.testing.assert_lossless: {report.verdict.word}", report.describe()]
-    if report.problem is not None and report.verdict is Verdict.LOSSY:
+    if report.problem is not None and report.verdict in (Verdict.LOSSY, Verdict.RAISES):
         lines.append(f"  witness problem (save it and run verispec check-external ... --problem FILE): "
                      f"{json.dumps(report.problem)}")
     return "\n".join(lines)

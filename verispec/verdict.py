@@ -10,8 +10,16 @@ A check can end three ways, and only one of them passes a script that reads the 
 * ``INCONCLUSIVE`` (exit 3): anything else - a search that found no witness, a time budget spent before the
   planned problems were checked, a black-box test without the power to detect the TV asked for. The report
   says what was tried and what to run next.
+* ``RAISES`` (exit 4, ``check-external`` only): the code under check raised an exception on a problem of the
+  scope (``torch.multinomial`` on an all-zero residual, say); the report gives that problem, the exception and
+  the line that raised it. Its own status rather than LOSSY, because it is not a statement about the law: there
+  is no TV to report, and the raising inputs may have probability zero under continuous uniforms (u = 0.0
+  exactly) while a real generator still meets them (torch's float32 uniforms are 0.0 with probability 2^-24).
+  A search that finds both kinds ends LOSSY (the property checked is the law) and lists the raise beside it.
 
-Exit status 2 is bad input (one line on stderr), as for every command. Commands that are not checks (``exact``
+Exit status 2 is bad input (one line on stderr), as for every command: what verispec can refuse without running
+the code on a problem (a file that does not exist, a function whose signature cannot take the layout's
+arguments, options out of range). Commands that are not checks (``exact``
 without ``--fail-if-lossy``, ``bound``, ``predict``) exit 3 when their ``--time-budget`` ends before an answer
 with the precision asked for.
 """
@@ -25,6 +33,7 @@ EXIT_LOSSLESS = 0
 EXIT_LOSSY = 1
 EXIT_BAD_INPUT = 2
 EXIT_INCONCLUSIVE = 3
+EXIT_RAISES = 4
 
 
 class Verdict(enum.StrEnum):
@@ -33,13 +42,14 @@ class Verdict(enum.StrEnum):
     LOSSLESS = "lossless"
     LOSSY = "lossy"
     INCONCLUSIVE = "inconclusive"
+    RAISES = "raises"
 
     @property
     def exit_status(self) -> int:
         return {Verdict.LOSSLESS: EXIT_LOSSLESS, Verdict.LOSSY: EXIT_LOSSY,
-                Verdict.INCONCLUSIVE: EXIT_INCONCLUSIVE}[self]
+                Verdict.INCONCLUSIVE: EXIT_INCONCLUSIVE, Verdict.RAISES: EXIT_RAISES}[self]
 
     @property
     def word(self) -> str:
-        """How reports print it: LOSSLESS, LOSSY, INCONCLUSIVE."""
+        """How reports print it: LOSSLESS, LOSSY, INCONCLUSIVE, RAISES."""
         return self.value.upper()

@@ -31,7 +31,10 @@
 Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
 cannot check losslessness (dp-metrics), rather than guessing a verdict. exact, bound and predict take
 '--time-budget SECONDS' (hard; 600 s by default for a rule of your own): past it they exit with status 3, and
-so does predict when its interval is still wider than --epsilon.
+so does predict when its interval is still wider than --epsilon. exact, hunt, bound, predict, decode and
+check-external take '--call-timeout SECONDS' (60 s by default): the longest one call into your own code
+(FILE.py:NAME) may take, loading the file included; past it they exit with status 3. Every time limit ends the
+same way, wherever it lands: one INCONCLUSIVE line on stderr and status 3.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from verispec import budget
 from verispec.cli.common import _registry, plain_json
 from verispec.cli.options import (
     DEFAULT_THRESHOLD,
@@ -79,21 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         args = _build_parser().parse_args(argv)
-        return command_function(args.command)(args)
+        with budget.CommandGuard(getattr(args, "call_timeout", None), on_stuck=_stop_stuck_command):
+            return command_function(args.command)(args)
     except _Done as done:
         return done.status
-    except AnalysisTimeoutError as error:  # no answer within --time-budget: not bad input
-        message = " ".join(str(error).split())
-        print(f"verispec: {Verdict.INCONCLUSIVE.word}: {message}; run again with a larger --time-budget",
-              file=sys.stderr)
-        return EXIT_INCONCLUSIVE
+    except (AnalysisTimeoutError, budget.HardTimeout, budget.CallTimeout) as error:
+        # no answer within --time-budget or --call-timeout: not bad input. A HardTimeout or CallTimeout gets here
+        # when its block was left without turning it into the typed error (a budget inside a generator)
+        return _inconclusive(error)
     except VerispecError as error:
         message = " ".join(str(error).split())
         print(f"verispec: error: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("verispec: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as error:  # Ctrl-C; a build's SIGTERM too (verispec.sweep.BuildInterrupted)
+        print(f"verispec: {' '.join(str(error).split()) or 'interrupted'}", file=sys.stderr)
+        return getattr(error, "exit_status", 130)
     except Exception as error:
         # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
         # Anything else is a bug in verispec and keeps its traceback.
@@ -103,6 +107,25 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(f"{type(error).__name__}: {error}".split())
         print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _inconclusive(error: BaseException) -> int:
+    """The one INCONCLUSIVE line of a time limit that ran out, naming the option that raises it."""
+    option = "--call-timeout" if isinstance(error, (budget.CallTimeoutError, budget.CallTimeout)) else "--time-budget"
+    print(f"verispec: {Verdict.INCONCLUSIVE.word}: {_time_limit_line(str(error), option)}", file=sys.stderr)
+    return EXIT_INCONCLUSIVE
+
+
+def _time_limit_line(message: str, option: str) -> str:
+    advice = ", or find the loop" if option == "--call-timeout" else ""
+    return f"{' '.join(message.split())}; run again with a larger {option}{advice}"
+
+
+def _stop_stuck_command(message: str, option: str) -> None:
+    """The guard's last resort (verispec.budget.CommandGuard): code that did not stop when its time limit
+    interrupted it. The same INCONCLUSIVE line, and the process ends with status 3 at once."""
+    budget.end_process(f"verispec: {Verdict.INCONCLUSIVE.word}: {_time_limit_line(message, option)}",
+                       EXIT_INCONCLUSIVE)
 
 
 def entry_point() -> None:

@@ -6,7 +6,7 @@ import json
 import sys
 
 from verispec.cli.common import _problem_from_args, plain_json
-from verispec.cli.options import _check_output_path
+from verispec.cli.options import _check_problem_output
 from verispec.errors import VerispecError
 from verispec.io import atomic_write_text
 from verispec.verdict import Verdict
@@ -28,11 +28,11 @@ def _run_check_external(args) -> int:
         args.exact = False
         problem = _problem_from_args(args)
     if args.output:
-        _check_output_path(args.output)
+        _check_problem_output(args.output, overwrite=args.overwrite)
     from tqdm import tqdm
 
-    options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row),
-                                               ("call_timeout", args.call_timeout))
+    # --call-timeout is the command's guard's (verispec.budget.CommandGuard), as for every command running your code
+    options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row))
                if value not in (None, False, "explicit")}
     with tqdm(desc="problems tried", unit=" problems", disable=problem is not None or not sys.stderr.isatty(),
               leave=False) as bar:
@@ -51,7 +51,11 @@ def _run_check_external(args) -> int:
         print(report.describe())
         if found and report.verdict is not Verdict.LOSSLESS:
             where = args.output or "FILE (see --output)"
-            print(f"  {'witness' if report.verdict is Verdict.LOSSY else 'candidate'}: {json.dumps(report.problem)}")
-            print(f"  reproduce: verispec check-external {args.function} --layout {args.layout} --tree {args.tree} "
-                  f"--problem {where} --mode {report.mode}")
+            print(f"  {'candidate' if report.verdict is Verdict.INCONCLUSIVE else 'witness'}: "
+                  f"{json.dumps(report.problem)}")
+            options = "".join(f" {option}" for option, given in (
+                (f"--arrays {args.arrays}", args.arrays != "numpy"), (f"--rng {args.rng}", args.rng == "capture"),
+                ("--per-row", args.per_row)) if given)
+            print(f"  reproduce: verispec check-external {args.function} --layout {args.layout} --tree {args.tree}"
+                  f"{options} --problem {where} --mode {report.mode}")
     return report.exit_status

@@ -6,7 +6,7 @@ import json
 import sys
 
 from verispec.cli.common import ContextFreeProblem, get_verifier, parse_tree, plain_json
-from verispec.cli.options import _check_output_path
+from verispec.cli.options import _check_problem_output
 from verispec.errors import VerispecError
 from verispec.io import atomic_write_text
 from verispec.verdict import EXIT_INCONCLUSIVE, EXIT_LOSSY, Verdict
@@ -18,7 +18,7 @@ def _run_hunt(args) -> int:
     drafter = parse_tree(args.tree)
     verifier = get_verifier(args.verifier)
     if args.output:
-        _check_output_path(args.output)
+        _check_problem_output(args.output, overwrite=args.overwrite)
     largest = ContextFreeProblem([1] + [0] * (args.max_vocab - 1), [1] + [0] * (args.max_vocab - 1))
     try:
         drafter.check_problem(largest)

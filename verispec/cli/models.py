@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 
 from verispec.cli.common import check_compatible, get_verifier, load_problem, parse_tree
-from verispec.cli.options import MAX_CONTEXT_FILE_BYTES, MAX_PROMPTS_FILE_BYTES, _command_budget, _list_option
+from verispec.cli.options import (
+    MAX_CONTEXT_FILE_BYTES,
+    MAX_DECODE_NODES,
+    MAX_PROMPTS_FILE_BYTES,
+    _check_problem_output,
+    _command_budget,
+    _list_option,
+)
 from verispec.errors import VerispecError
 from verispec.verdict import EXIT_INCONCLUSIVE
 
@@ -192,6 +199,7 @@ def _run_derive(args) -> int:
     from verispec.models.derive import check_derive_size, derive_problem, write_derived
 
     check_derive_size(args.vocab, args.depth)  # before the models are loaded
+    _check_problem_output(args.output, overwrite=args.overwrite)
     problem, settings = _model_problem(args, args.depth)
     if args.vocab > problem.vocab_size:
         raise VerispecError(f"--vocab {args.vocab} exceeds the pair's vocabulary of {problem.vocab_size} tokens")
@@ -249,11 +257,17 @@ def _predict(args) -> int:
 
 
 def _run_latency(args) -> int:
-    from verispec.io import atomic_write_json
+    from verispec.io import atomic_write_json, check_output
+    from verispec.latency import LATENCY_FILE
     from verispec.models.latency import measure_latency
 
     _check_pair_args(args)
     sizes = _list_option(args.sizes, int, "a tree size")
+    wrong = [size for size in sizes if not 1 <= size <= MAX_DECODE_NODES]
+    if wrong:
+        raise VerispecError(f"--sizes {args.sizes!r}: a tree size must be an integer from 1 to {MAX_DECODE_NODES} (the "
+                            f"most nodes a decoded tree has), got {wrong[0]}")
+    check_output(args.out, LATENCY_FILE, what="--out", overwrite=args.overwrite)
     args.temperature, args.top_k, args.top_p = 1.0, None, None  # no sampling here
     pair, _ = _load_pair(args)
     model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats)

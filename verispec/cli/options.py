@@ -46,6 +46,26 @@ MAX_PROMPTS_FILE_BYTES = 64 << 20
 #: candidate is analysed exactly.
 MAX_HUNT_VOCAB = 10
 
+#: Largest token count of a context the models see (decode --max-new-tokens, latency --context-length): Qwen2.5's
+#: max_position_embeddings, the longest context of the pairs verispec installs. A static cache holds this many
+#: slots per layer, allocated at once (--max-new-tokens 10^12 asked for a terabyte).
+MAX_CONTEXT_TOKENS = 32_768
+
+#: Largest tree size of 'latency --sizes' (verispec.models.decoding.MAX_DECODE_NODES, repeated so the parser stays
+#: light; a test ties them): each size is one forward of that many new tokens, as a decoded block's tree.
+MAX_DECODE_NODES = 4096
+
+#: Largest --repeats of 'latency': each repeat is one timed forward per size; the median of a thousand is as
+#: steady as a median gets.
+MAX_LATENCY_REPEATS = 1000
+
+#: Largest --threads: torch sets up per-thread state for every thread asked for at once (--threads 10^9 asked for
+#: 88 GB); no machine verispec runs on has more cores than this.
+MAX_THREADS = 1024
+
+#: Largest --max-variables of 'bound': HiGHS indexes an LP's columns with 32-bit integers.
+MAX_LP_VARIABLES = 2**31 - 1
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage block
@@ -134,6 +154,19 @@ def _add_time_budget_option(parser, what: str) -> None:
                              f"{DEFAULT_USER_RULE_BUDGET:g} for a rule of your own, FILE.py:NAME)")
 
 
+#: --call-timeout of every command that runs code of the user's own (FILE.py:NAME): the longest one call into it
+#: may take (loading the file, one call of the rule, class or function) before the command stops with status 3.
+#: A watchdog thread looks at the running stack (verispec.budget.CommandGuard), so a call costs nothing extra.
+DEFAULT_CALL_TIMEOUT = 60.0
+
+
+def _add_call_timeout_option(parser) -> None:
+    parser.add_argument("--call-timeout", type=_time_budget_option, default=DEFAULT_CALL_TIMEOUT, metavar="SECONDS",
+                        help="seconds one call into your own code (FILE.py:NAME) may take: loading the file, and each "
+                             "call of the rule, class or function in it (hard: a loop is stopped too); past it the "
+                             f"command exits with status 3 (default {DEFAULT_CALL_TIMEOUT:g})")
+
+
 #: The hard timer of --time-budget fires this fraction of the budget after the deadline that verispec's own loops
 #: stop at: work that ends at the deadline with a partial answer (predict's interval so far) prints it and
 #: leaves first, while code that never returns to verispec (a user's rule in a loop) is still stopped within
@@ -205,7 +238,8 @@ def _add_device_options(parser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="auto", help="model weights: auto (float32 on cpu, bfloat16 on a GPU), "
                         "float32, float64, bfloat16, float16")
-    parser.add_argument("--threads", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+    parser.add_argument("--threads", type=_integer_option(minimum=1, maximum=MAX_THREADS,
+                                                          what=f"an integer from 1 to {MAX_THREADS}"), default=None,
                         help="CPU threads for torch (default: torch's choice)")
 
 
@@ -220,10 +254,18 @@ def _list_option(text: str, kind, what: str) -> tuple:
     return tuple(values)
 
 
-def _check_output_path(path: str, option: str = "--output") -> None:
-    """Refuse, before any work, an output path that cannot be written the way ``atomic_write_text`` writes
-    it (a temporary file beside it, then a rename; missing parent folders are created): the check is
-    ``verispec.io.check_output_file``, shared with sweep and report."""
-    from verispec.io import check_output_file
+def _check_problem_output(path: str, option: str = "--output", *, overwrite: bool = False) -> None:
+    """Refuse, before any work, a path where a problem file (a witness, a derived problem) cannot be written the way
+    ``atomic_output`` writes it (a temporary file beside it, then a rename; missing parent folders are created),
+    or an existing file there that is not a problem file, unless ``overwrite``: ``verispec.io.check_output``, the
+    guard of every writer."""
+    from verispec.io import check_output
+    from verispec.simulator.problems import PROBLEM_FILE
 
-    check_output_file(path, option, example="witness.json")
+    check_output(path, PROBLEM_FILE, what=option, overwrite=overwrite)
+
+
+def _add_overwrite_option(parser, what: str) -> None:
+    """--overwrite of a command that writes a file: replace an existing file that is not this tool's ``what``."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace an existing file that is not {what} (by default it is refused, untouched)")

@@ -9,13 +9,19 @@ from verispec.cli.options import (
     DEFAULT_THRESHOLD,
     EXTERNAL_LAYOUTS,
     MAX_BLACKBOX_SAMPLES,
+    MAX_CONTEXT_TOKENS,
+    MAX_DECODE_NODES,
     MAX_HUNT_VOCAB,
+    MAX_LATENCY_REPEATS,
+    MAX_LP_VARIABLES,
     MAX_TREE_PARAMETER,
     METHODS,
     TREE_FORMS,
     _add_backend_options,
+    _add_call_timeout_option,
     _add_context_options,
     _add_device_options,
+    _add_overwrite_option,
     _add_pair_options,
     _add_sampling_options,
     _add_time_budget_option,
@@ -53,6 +59,7 @@ def _build_parser() -> argparse.ArgumentParser:
                        default=None, help="TV distance below which 'lossless' holds (a finite number >= 0)")
     exact.add_argument("--fail-if-lossy", action="store_true", help="exit with status 1 when not lossless")
     _add_time_budget_option(exact, "the analysis")
+    _add_call_timeout_option(exact)
 
     compare = commands.add_parser("compare", help="compare the chain verifiers exactly (the main job)")
     compare.add_argument("--problem", action="append", metavar="NAME|FILE",
@@ -81,6 +88,8 @@ def _build_parser() -> argparse.ArgumentParser:
     hunt.add_argument("--context-free", action="store_true", help="search context-free problems only")
     hunt.add_argument("--output", metavar="FILE",
                       help="write the witness problem here instead of stdout (JSON; FILE.npz: the binary form)")
+    _add_overwrite_option(hunt, "a problem file")
+    _add_call_timeout_option(hunt)
 
     check = commands.add_parser(
         "check-external", help="check a verification function written elsewhere, in a production layout")
@@ -136,9 +145,9 @@ def _build_parser() -> argparse.ArgumentParser:
                             "from torch's, numpy's and Python's global RNGs are fed from the checker's uniforms")
     check.add_argument("--per-row", action="store_true",
                        help="call the function one row (batch size 1) at a time, for functions of one sequence")
-    check.add_argument("--call-timeout", type=_number_option(minimum=0, strict=True, what="a positive number"),
-                       default=None, help="seconds one call of the function may take")
+    _add_call_timeout_option(check)
     check.add_argument("--output", metavar="FILE", help="write the witness problem (JSON) here")
+    _add_overwrite_option(check, "a problem file")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
     optimum = commands.add_parser("optimum", help="best single-position acceptance alpha* with K drafts")
@@ -158,8 +167,9 @@ def _build_parser() -> argparse.ArgumentParser:
     bound_source.add_argument("--draft", metavar="Q")
     bound_source.add_argument("--problem", metavar="FILE")
     bound.add_argument("--tree", required=True, help="draft tree, as for 'exact'")
-    bound.add_argument("--max-variables", type=_integer_option(minimum=1, what="a positive integer"), default=None,
-                       help="largest LP accepted (a positive integer)")
+    bound.add_argument("--max-variables", type=_integer_option(minimum=1, maximum=MAX_LP_VARIABLES,
+                                                               what=f"an integer from 1 to {MAX_LP_VARIABLES}"),
+                       default=None, help="largest LP accepted (a positive integer)")
     bound.add_argument("--restriction", type=_restriction_option, default=None, metavar="CLASS",
                        help="compare with the optimum of a restricted class of verifiers instead of every valid "
                             "verifier: selected-path (accept a prefix of GBV's greedily selected path), or "
@@ -171,6 +181,7 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="prove the optimum in exact rationals (a primal and a dual solution, checked exactly) "
                             "on the problem's own numbers: read exactly (fractions stay fractions)")
     _add_time_budget_option(bound, "the linear programs and the analyses")
+    _add_call_timeout_option(bound)
     bound.add_argument("--json", action="store_true", help="print one JSON object")
 
     commands.add_parser("list", help="list verifiers (with their valid draft laws) and tree kinds")
@@ -188,8 +199,9 @@ def _build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--plain", action="store_true",
                         help="plain sampling from the target alone, one forward per token (the baseline)")
     _add_sampling_options(decode)
-    decode.add_argument("--max-new-tokens", type=_integer_option(minimum=1, what="a positive integer"),
-                        default=64, help="tokens to generate per prompt (default 64)")
+    decode.add_argument("--max-new-tokens", type=_integer_option(minimum=1, maximum=MAX_CONTEXT_TOKENS,
+                                                                what=f"an integer from 1 to {MAX_CONTEXT_TOKENS}"),
+                        default=64, help=f"tokens to generate per prompt (default 64, at most {MAX_CONTEXT_TOKENS})")
     decode.add_argument("--seed", type=_integer_option(minimum=0, what="an integer >= 0"), default=0,
                         help="seed of the generator every random decision comes from (default 0)")
     _add_device_options(decode)
@@ -199,6 +211,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="replay one CUDA graph per forward width over static caches (the fast path on a GPU; "
                              "implies --static-cache)")
     decode.add_argument("--json", action="store_true", help="print one JSON object per prompt")
+    _add_call_timeout_option(decode)
 
     predict = commands.add_parser("predict", help="certified interval on E[tau+1] at a real context (or any problem)")
     _add_pair_options(predict, "source (--pair NAME, --target MODEL --draft MODEL, or --problem FILE)").add_argument(
@@ -213,6 +226,7 @@ def _build_parser() -> argparse.ArgumentParser:
                          help="most (node, draw tuple) rows the certified walk evaluates (default 2,000,000); when "
                               "they run out first, the interval certified so far is printed and the exit status is 3")
     _add_time_budget_option(predict, "the prediction (loading the models included)")
+    _add_call_timeout_option(predict)
     _add_device_options(predict)
     predict.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -225,6 +239,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="target conditionals to this depth (draft to depth - 1)")
     derive.add_argument("--output", required=True, metavar="FILE",
                         help="the problem file to write (atomically): JSON, or the binary form when FILE ends in .npz")
+    _add_overwrite_option(derive, "a problem file")
     _add_sampling_options(derive)
     _add_device_options(derive)
 
@@ -248,7 +263,8 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="tidy table, .csv or .parquet (default results/sweep.csv) of this grid's cells; every "
                             "row computed is kept in FILE.cells.json (rows of other grids too) and a rerun resumes")
     sweep.add_argument("--overwrite", action="store_true",
-                       help="replace an existing FILE (and FILE.cells.json) that is not a sweep's, and start over")
+                       help="replace an existing FILE (and FILE.cells.json) that is not a sweep's, and start over; "
+                            "and files in --save-problems DIR of the names it writes that are not problem files")
     sweep.add_argument("--save-problems", metavar="DIR", default=None,
                        help="also write every seeded problem of the grid to DIR in the binary .npz form (one file per "
                             "problem, named by its family and knobs), for 'verispec exact --problem'")
@@ -274,11 +290,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
     latency = commands.add_parser("latency", help="measure a pair's draft step and target forward times (JSON)")
     _add_pair_options(latency)
-    latency.add_argument("--sizes", default="1,2,4,8,16,32", help="tree sizes n at which t_p(n) is measured")
-    latency.add_argument("--repeats", type=_integer_option(minimum=1, what="a positive integer"), default=5)
-    latency.add_argument("--context-length", type=_integer_option(minimum=1, what="a positive integer"), default=200,
-                         help="committed tokens before each timed forward (default 200)")
+    latency.add_argument("--sizes", default="1,2,4,8,16,32",
+                         help=f"tree sizes n at which t_p(n) is measured (each at most {MAX_DECODE_NODES})")
+    latency.add_argument("--repeats", type=_integer_option(minimum=1, maximum=MAX_LATENCY_REPEATS,
+                                                           what=f"an integer from 1 to {MAX_LATENCY_REPEATS}"),
+                         default=5)
+    latency.add_argument("--context-length", type=_integer_option(minimum=1, maximum=MAX_CONTEXT_TOKENS,
+                                                                  what=f"an integer from 1 to {MAX_CONTEXT_TOKENS}"),
+                         default=200, help="committed tokens before each timed forward (default 200)")
     latency.add_argument("--out", required=True, metavar="FILE", help="the latency model to write (atomically)")
+    _add_overwrite_option(latency, "a latency model")
     _add_device_options(latency)
 
     models_command = commands.add_parser("models", help="install and list real model pairs")

@@ -11,17 +11,19 @@ from verispec.cli.options import _list_option
 
 def _run_report(args) -> int:
     from verispec.report import build_report
+    from verispec.sweep import interrupt_on_signals
 
     start = time.perf_counter()
-    path = build_report(args.out, quick=args.quick, backend=args.backend, jobs=args.jobs, address=args.address,
-                        progress=sys.stderr.isatty(), pair=args.pair, device=args.device, overwrite=args.overwrite,
-                        note=_note_capped_jobs)
+    with interrupt_on_signals():  # SIGTERM and Ctrl-C end the report and its workers, its store saved
+        path = build_report(args.out, quick=args.quick, backend=args.backend, jobs=args.jobs, address=args.address,
+                            progress=sys.stderr.isatty(), pair=args.pair, device=args.device,
+                            overwrite=args.overwrite, note=_note_capped_jobs)
     print(f"wrote {path} ({time.perf_counter() - start:.1f} s)")
     return 0
 
 
 def _run_sweep(args) -> int:
-    from verispec.sweep import SweepGrid, parse_seeds, run_sweep, write_problems
+    from verispec.sweep import SweepGrid, interrupt_on_signals, parse_seeds, run_sweep, write_problems
 
     grid = SweepGrid(
         families=tuple(part.strip() for part in args.families.split(",") if part.strip()),
@@ -36,9 +38,11 @@ def _run_sweep(args) -> int:
         gap=args.gap, cell_timeout=args.cell_timeout, latency=_latency_model(args))
     start = time.perf_counter()
     # the problems are the sweep's inputs: written (or refused, before any cell runs) first
-    written = None if args.save_problems is None else write_problems(grid, args.save_problems)
-    rows = run_sweep(grid, args.out, backend=args.backend, jobs=args.jobs, address=args.address,
-                     progress=sys.stderr.isatty(), overwrite=args.overwrite, note=_note_capped_jobs)
+    written = None if args.save_problems is None else write_problems(grid, args.save_problems,
+                                                                     overwrite=args.overwrite)
+    with interrupt_on_signals():  # SIGTERM and Ctrl-C end the sweep and its workers, its store saved
+        rows = run_sweep(grid, args.out, backend=args.backend, jobs=args.jobs, address=args.address,
+                         progress=sys.stderr.isatty(), overwrite=args.overwrite, note=_note_capped_jobs)
     refused = [row for row in rows if row["status"] != "ok"]
     # the table holds this grid's cells only: rows of earlier grids are said to stay in the store
     elsewhere = f"; {rows.elsewhere} rows of other grids kept in {args.out}.cells.json only, not in the table" \

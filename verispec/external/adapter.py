@@ -19,7 +19,17 @@ Where the randomness comes from (``rng``):
   the integration start again with a longer tape (``UniformsExhausted``; the tape at least doubles, up to
   ``max_uniforms``, and what the abandoned attempt counted is dropped from ``stats``), never reuse or invent
   randomness.
-  The integration is told which uniforms each run read, and does not scan along the others.
+  The integration is told which uniforms each run read, and does not scan along the others, and each run's
+  path (the draws it made, and the results of its discrete draws; ``_Runner.integrand`` says why).
+* ``explicit+capture``: both, for a function handed its uniforms that also draws from a global generator (it
+  may ignore the uniforms): the layout's uniform arguments are handed and integrated, and the draws are fed
+  from a tape after them. ``check_external`` turns to it when explicit mode sees such a draw.
+
+``unfed``: the function's randomness is not fed by verispec at all (``os.urandom``, a generator created before
+the call, CUDA's generator): its outputs are not a function of the uniforms, so it has no law to integrate
+(``emission_laws`` raises ``NondeterministicError``) and only black-box runs can test it. Each run is one call
+on one tree (``per_row``), handed fresh uniforms where the layout has them, with nothing captured or forbidden,
+so the runs are independent as long as the function's own generator gives independent draws from call to call.
 
 One ``Capture`` is entered around each integration and each ``sample_codes`` (not around each call): the
 global generators are restored when it ends, also on an exception, and compared with their state on entry.
@@ -47,10 +57,17 @@ and how much of it is checked (``verispec.external.rng``, "Rows"):
 
 ``call_timeout``: seconds one call of the function may take, enforced by a hard time budget
 (``verispec.budget``); a call past it raises a one-line ``VerifierError`` naming the function and the limit.
+
+What is bad input and what is a finding. A function that cannot take the layout's arguments (its signature,
+read before any call) is refused at once (``VerispecError``): a wrong ``--layout`` or ``--rng``. An exception
+raised inside a call is the function's own failure on that problem, ``FunctionRaised``: the exception, the
+line that raised it, and for a call on one tree the draft tree and the uniforms, which ``check_external``
+reports as a witness (verdict RAISES).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from contextlib import contextmanager, nullcontext
@@ -61,14 +78,23 @@ from verispec import budget
 from verispec.errors import AnalysisTimeoutError, UnknownVerifierError, VerifierError, VerispecError
 from verispec.external.exact import IntegrationStats, integrate
 from verispec.external.layouts import ARRAY_KINDS, Layout, TreeArrays, _as_int_matrix, decode, get_layout
-from verispec.external.rng import Capture, CaptureRefusal, Tape, TorchEscape, UniformsExhausted, _Signal
+from verispec.external.rng import (
+    Capture,
+    CaptureRefusal,
+    RowByRowRefusal,
+    Tape,
+    TorchEscape,
+    UniformsExhausted,
+    _Signal,
+    raise_site,
+)
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.verifiers import load_attribute
 
-RNG_MODES = ("explicit", "capture")
+RNG_MODES = ("explicit", "capture", "explicit+capture")
 #: Most uniforms one row may draw in capture mode.
 MAX_UNIFORMS = 4096
 #: Tape of the first probe call in capture mode (doubled until the function's draws fit).
@@ -77,10 +103,32 @@ FIRST_TAPE = 8
 PROBE_SEED = 20_240_607
 #: Rows of a per-row probe.
 PROBE_ROWS = 4
+#: Rows of a batched call that raised which are called one at a time to find the tree that raises.
+RAISE_ROWS = 256
 
 
 class NondeterministicError(VerifierError):
     """The function's output is not a function of its arguments and uniforms (two identical calls differ)."""
+
+
+class FunctionRaised(VerifierError):
+    """The function under check raised inside a call: a finding about the function on that problem, not bad input
+    to verispec (``check_external`` reports it as a witness, verdict RAISES). ``exception`` (its type's name),
+    ``detail`` (its message's first line) and ``line`` (file:line, ``rng.raise_site``); for a call on one tree,
+    ``draft_paths`` (the tree's root-to-leaf token paths) and ``uniforms`` (what the call was handed and fed)."""
+
+    def __init__(self, message: str, *, exception: str = "", detail: str = "", line: str = "?"):
+        super().__init__(message)
+        self.exception, self.detail, self.line = exception, detail, line
+        self.draft_paths: list[list[int]] | None = None
+        self.uniforms: list[float] | None = None
+        #: Position of the raising call among the rows of a run (set while it propagates; None: a batched call).
+        self.row: int | None = None
+        self.drawn = 0
+
+    def to_json(self) -> dict:
+        return {"exception": self.exception, "message": self.detail, "line": self.line,
+                "draft_paths": self.draft_paths, "uniforms": self.uniforms}
 
 
 def load_function(spec: str):
@@ -95,8 +143,8 @@ def load_function(spec: str):
 class ExternalVerifier(Verifier):
     """A production-shape verification function (see ``verispec.external.layouts``) as a verifier.
 
-    ``arrays``: 'numpy' or 'torch' (float64 tensors on ``device``, the CPU by default). ``rng``, ``per_row`` and
-    ``call_timeout``: see the module docstring. ``scan``, ``probes``, ``max_boxes``, ``max_breaks`` and
+    ``arrays``: 'numpy' or 'torch' (float64 tensors on ``device``, the CPU by default). ``rng``, ``per_row``,
+    ``unfed`` and ``call_timeout``: see the module docstring. ``scan``, ``probes``, ``max_boxes``, ``max_breaks`` and
     ``check_races`` (off only to measure what the breakpoint check saves) tune exact integration
     (``verispec.external.exact.integrate``); ``max_uniforms`` bounds what one row may draw in capture mode.
     ``stats`` accumulates what each integration saw (evaluations, cells, how each uniform was used), also one
@@ -108,7 +156,8 @@ class ExternalVerifier(Verifier):
     def __init__(self, function, layout: str | Layout, *, name: str | None = None, arrays: str = "numpy",
                  device: str = "cpu", rng: str = "explicit", per_row: bool = False,
                  call_timeout: float | None = None, scan: int = 16, probes: int = 4, max_boxes: int = 1024,
-                 max_breaks: int = 512, check_races: bool = True, max_uniforms: int = MAX_UNIFORMS):
+                 max_breaks: int = 512, check_races: bool = True, max_uniforms: int = MAX_UNIFORMS,
+                 unfed: bool = False):
         if not callable(function):
             raise VerispecError(f"an external verifier needs a function, got {type(function).__name__}")
         if arrays not in ARRAY_KINDS:
@@ -117,6 +166,8 @@ class ExternalVerifier(Verifier):
             raise VerispecError(f"rng must be one of {', '.join(RNG_MODES)}, got {rng!r}")
         if not isinstance(per_row, bool):
             raise VerispecError(f"per_row must be True or False, got {per_row!r}")
+        if not isinstance(unfed, bool):
+            raise VerispecError(f"unfed must be True or False, got {unfed!r}")
         if call_timeout is not None and not (isinstance(call_timeout, (int, float))
                                              and not isinstance(call_timeout, bool)
                                              and math.isfinite(call_timeout) and call_timeout > 0):
@@ -127,16 +178,17 @@ class ExternalVerifier(Verifier):
         self.layout = get_layout(layout) if isinstance(layout, str) else layout
         self.name = name or getattr(function, "__name__", None) or getattr(getattr(function, "func", None),
                                                                             "__name__", "external")
-        if rng == "explicit" and not self.layout.uniform_arguments:
+        if rng != "capture" and not self.layout.uniform_arguments:
             raise VerispecError(f"the {self.layout.name} layout hands the function no uniforms (it draws its own): "
                                 "check it with rng='capture' (--rng capture)")
-        if rng == "capture" and not (per_row or self.layout.one_sequence or self.layout.rows_first):
+        if rng != "explicit" and not unfed and not (per_row or self.layout.one_sequence or self.layout.rows_first):
             raise VerispecError(f"in the {self.layout.name} layout a batched call's draws run over draft tokens, not "
                                 "over trees, so they cannot be fed row by row: add per_row=True (--per-row)")
         self.arrays = arrays
         self.device = device
         self.rng = rng
-        self.per_row = per_row or self.layout.one_sequence
+        self.unfed = unfed
+        self.per_row = per_row or self.layout.one_sequence or unfed  # unfed: independent runs, one call each
         self.call_timeout = None if call_timeout is None else float(call_timeout)
         self.max_uniforms = max_uniforms
         if arrays == "torch" or self.layout.one_sequence:
@@ -159,10 +211,41 @@ class ExternalVerifier(Verifier):
         #: Draws captured, by primitive (capture mode), and exponential races read as one categorical draw.
         self.draws: dict[str, int] = {}
         self.races_read = 0
+        self.float32_draws = 0
         #: (vocabulary, topology) -> its probed runner (which holds the tape length and the draws of a call).
         self._runners: dict = {}
         #: torch draws are followed through a TorchFunctionMode throughout (``verispec.external.rng.Capture``).
         self._torch_full = False
+        self._check_signature()
+
+    def _check_signature(self) -> None:
+        """Refuse, before any call, a function that cannot take the layout's arguments as this mode hands them:
+        bad input (a wrong --layout or --rng), where an exception inside a call is a finding (FunctionRaised)."""
+        handed = self.layout.argument_names
+        given = handed if self.rng != "capture" else self.layout.capture_argument_names()
+        try:
+            signature = inspect.signature(self.function)
+        except (TypeError, ValueError):  # no readable signature (a builtin, say): its calls will tell
+            return
+
+        def takes(names) -> bool:
+            try:
+                signature.bind(*names)
+            except TypeError:
+                return False
+            return True
+
+        if takes(given):
+            return
+        if self.rng == "capture" and takes(handed):
+            hint = ("it takes the uniform arguments too: leave out --rng capture (auto mode captures the draws of a "
+                    "function that is handed uniforms and also draws from a global generator)")
+        elif self.rng != "capture" and takes(self.layout.capture_argument_names()):
+            hint = "it takes no uniform arguments, so it draws its own randomness: check it with --rng capture"
+        else:
+            hint = "check --layout (verispec.external.layouts states each layout's arguments)"
+        raise VerispecError(f"external function {self.name}{signature} cannot take the {len(given)} arguments the "
+                            f"{self.layout.name} layout hands it ({', '.join(given)}): {hint}")
 
     # -- what the black-box test and exact integration call
 
@@ -175,6 +258,8 @@ class ExternalVerifier(Verifier):
             raise VerifierError(f"external function {self.name} drafts its own tokens, so it cannot be run on a given "
                                 "draft tree: check it in exact mode (--mode exact)")
         rows = np.asarray(rows, dtype=np.int64)
+        if self.unfed:  # one call per run, fresh uniforms handed; the function's own randomness does the rest
+            return runner.run(rows, rng.random((len(rows), runner.width_uniforms)), races=False)[0]
         uniforms = rng.random((len(rows), runner.width_uniforms))
         while True:
             try:
@@ -187,6 +272,10 @@ class ExternalVerifier(Verifier):
                 self._torch_full = True
 
     def emission_laws(self, batch: TreeBatch):
+        if self.unfed:
+            raise NondeterministicError(f"external function {self.name} draws randomness verispec does not feed, so "
+                                        "it has no law over verispec's uniforms to integrate: check it in black-box "
+                                        "mode (--mode blackbox)")
         runner = self._runner(batch)
         codes = batch.num_nodes * batch.vocab_size
         self_drafting = isinstance(runner, _SelfDraftingRunner)
@@ -263,13 +352,18 @@ class ExternalVerifier(Verifier):
             self.notes.append(line)
 
     def _note_capture(self) -> None:
-        if self.rng != "capture":
+        if self.rng == "explicit":
             return
         if self.draws:
             listed = ", ".join(sorted(self.draws))
             self.notes[:] = [line for line in self.notes if not line.startswith("draws captured:")]
             self.notes.append(f"draws captured: {listed}" + (
                 f"; exponential races read as one categorical draw: {self.races_read}" if self.races_read else ""))
+        if self.float32_draws:
+            self._note(f"{self.name} draws float32 uniforms, fed as its generator draws them (multiples of 2^-24): "
+                       "a test u < t then accepts with probability ceil(t 2^24) 2^-24, up to 6e-8 more than t, so "
+                       "its exact law may differ from a lossless rule's by about that much per test (draw in "
+                       "float64 to check the rule itself)")
 
 
 class _Runner:
@@ -280,7 +374,10 @@ class _Runner:
     def __init__(self, verifier: ExternalVerifier, batch: TreeBatch):
         self.verifier = verifier
         self.layout = verifier.layout
-        self.capture = verifier.rng == "capture"
+        #: Draws from the global generators are fed from a tape (else forbidden, or for ``unfed`` left alone).
+        self.capture = verifier.rng != "explicit" and not verifier.unfed
+        #: The layout's uniform arguments are handed to the function (else left out).
+        self.handed = verifier.rng != "capture"
         #: Uniforms a row's tape holds (capture mode), after the layout's own.
         self.tape = 0
         #: The draws every batched capture call must make: those of the probe's first call (``rng.Tape``).
@@ -289,13 +386,18 @@ class _Runner:
         self.max_cursor = 0
         self.caught_by_mode = 0
         self._session: Capture | None = None
+        #: The path label of each row of the last run (capture mode, ``_labels``), and the label of each path seen.
+        self.last_paths: np.ndarray | None = None
+        self.path_ids: dict[bytes, int] = {}
         self.bind(batch)
 
     def bind(self, batch: TreeBatch) -> None:
         """Run on ``batch`` (of the topology probed) from now on."""
         self.trees = TreeArrays(batch)
         self.width = self.layout.width(self.trees)
-        self.own = self.layout.own_uniforms(batch) if self.capture else self.layout.num_uniforms(batch)
+        self.own = self.layout.num_uniforms(batch) if self.handed else self.layout.own_uniforms(batch)
+        #: Outcome codes of this batch (integration adds a path label in multiples of it: ``integrand``).
+        self.code_count = batch.num_nodes * batch.vocab_size
 
     @property
     def width_uniforms(self) -> int:
@@ -307,6 +409,9 @@ class _Runner:
         it (or are watched by it) instead of entering one each. Raises TorchEscape on leaving where a torch draw
         escaped the replaced attributes: the caller runs the calls again (``_torch_full`` is then set)."""
         verifier = self.verifier
+        if verifier.unfed:  # nothing to feed or forbid: the function draws from its own generators
+            yield
+            return
         capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=verifier._torch_full)
         self._session = capture
         try:
@@ -319,9 +424,26 @@ class _Runner:
         _add_counts(verifier, capture)
 
     def integrand(self, rows: np.ndarray, points: np.ndarray):
-        """What exact integration evaluates: codes, and in capture mode which uniforms each run read."""
+        """What exact integration evaluates: codes, and in capture mode which uniforms each run read, with each
+        run's path as a label (code + code_count * label; ``integrate`` adds the volume to code % code_count).
+
+        Why the label: in capture mode which column of the tape feeds which draw depends on the path (a loop
+        that draws once per draft and stops at the first acceptance, a rejection that draws a residual where an
+        acceptance draws the next test). Two paths may end in the same outcome on every line the integration
+        scans through a box's anchor, while on the rest of the box they read other columns with other
+        thresholds: with outcomes alone, only the random probes could see that, and a box was taken as one cell
+        where it was not (mass misplaced between outcomes). Labelled by path - the draws made, in order, and the
+        results of the discrete ones - a box holding two paths changes label along the uniform whose piece
+        chooses between them, and is split there like any outcome change."""
         codes, used = self.run(rows, points, races=True)
-        return codes if used is None else (codes, used)
+        if used is None:
+            return codes
+        return codes + self.code_count * self.last_paths, used
+
+    def _labels(self, tape: Tape) -> np.ndarray:
+        """Small integers for the paths of ``tape``'s rows [M] (equal paths, equal labels, over the runner's life)."""
+        keys, inverse = tape.paths()
+        return np.array([self.path_ids.setdefault(key, len(self.path_ids)) for key in keys], dtype=np.int64)[inverse]
 
     def run(self, rows: np.ndarray, uniforms: np.ndarray, *, races: bool, inspect: bool = False,
             one_by_one: bool | None = None):
@@ -341,15 +463,14 @@ class _Runner:
         uniforms = np.array(uniforms, dtype=np.float64)  # a copy: the function may write into what it is handed
         if self.capture:
             own, tape = uniforms[:, :self.own], uniforms[:, self.own:]
-            names = layout.capture_argument_names()
         else:
             own, tape = uniforms, None
-            names = layout.argument_names
+        names = layout.argument_names if self.handed else layout.capture_argument_names()
 
         def build(some_rows, some_own):
-            if self.capture:
-                return layout.capture_arguments(trees, some_rows, some_own)
-            return layout.arguments(trees, some_rows, some_own)
+            if self.handed:
+                return layout.arguments(trees, some_rows, some_own)
+            return layout.capture_arguments(trees, some_rows, some_own)
 
         if one_by_one and not layout.rows_first:  # built row by row (a flattened layout)
             batched = None
@@ -359,7 +480,20 @@ class _Runner:
             per_row = [layout.row_arguments(batched, index) for index in range(count)] if one_by_one else None
         arrays = batched if batched is not None else [a for args in per_row for a in args]
         before = _snapshot(arrays) if inspect else None
-        results, used = self._calls(per_row if one_by_one else batched, tape, uniforms.shape, races, full)
+        try:
+            results, used = self._calls(per_row if one_by_one else batched, tape, uniforms.shape, races, full)
+        except FunctionRaised as error:  # the witness: which tree, which uniforms (a call on one tree)
+            if error.row is None and count > 1 and not verifier.unfed:  # find the row: its uniforms are at hand
+                try:
+                    self._run(rows[:RAISE_ROWS], uniforms[:RAISE_ROWS], races, False, full, True)
+                except FunctionRaised as alone:
+                    raise alone from None
+            if error.row is not None and error.draft_paths is None:
+                row = int(rows[error.row])
+                tree = trees.batch.tree(row)
+                error.draft_paths = [list(path) for node, path in enumerate(tree.paths) if tree.is_leaf(node)]
+                error.uniforms = uniforms[error.row, :self.own + error.drawn].tolist()
+            raise
         if one_by_one:
             emitted = np.concatenate([layout.row_matrix(result, verifier.name, self.width) for result in results])
         else:
@@ -374,45 +508,63 @@ class _Runner:
 
     def _calls(self, arguments, tape, shape: tuple, races: bool, full: bool):
         """Call the function on ``arguments`` (a list of one tuple per row, or one batched tuple), feeding (or in
-        explicit mode watching) its draws, inside the session's Capture or one of its own: -> (results, used
-        [M, own + tape] or None)."""
+        explicit mode watching; ``unfed``: leaving alone) its draws, inside the session's Capture or one of its
+        own: -> (results, used [M, own + tape] or None). Sets ``last_paths`` (capture mode: each row's path label)."""
         verifier = self.verifier
         one_by_one = isinstance(arguments, list)
         used = np.ones(shape, dtype=bool) if self.capture else None
         session = self._session
-        capture = session or Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=full)
-        capture.races = races
+        capture = session
+        if session is None and not verifier.unfed:
+            capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=full)
+        if capture is not None:
+            capture.races = races
         batch_tape = None
+        paths = np.zeros(shape[0], dtype=np.int64) if self.capture else None
         try:
-            with nullcontext() if session is not None else capture:
+            with capture if capture is not None and session is None else nullcontext():
                 if one_by_one:
                     results = []
                     for index, row_arguments in enumerate(arguments):
                         if index % 64 == 0:
                             budget.check(f"running external function {verifier.name}")
                         row_tape = Tape(tape[index:index + 1]) if self.capture else None
-                        results.append(self._fed(capture, row_tape, row_arguments))
+                        try:
+                            results.append(self._fed(capture, row_tape, row_arguments))
+                        except FunctionRaised as error:
+                            error.row, error.drawn = index, 0 if row_tape is None else row_tape.cursor
+                            raise
                         if row_tape is not None:
                             used[index, self.own:] = row_tape.used
+                            paths[index] = self._labels(row_tape)[0]
                             self.max_cursor = max(self.max_cursor, row_tape.cursor)
                 else:
                     batch_tape = Tape(tape, self.trace) if self.capture else None
-                    results = self._fed(capture, batch_tape, arguments)
+                    try:
+                        results = self._fed(capture, batch_tape, arguments)
+                    except FunctionRaised as error:
+                        if shape[0] == 1:  # a batch of one tree is a call on one tree
+                            error.row, error.drawn = 0, 0 if batch_tape is None else batch_tape.cursor
+                        raise
                     if batch_tape is not None:
                         used[:, self.own:] = batch_tape.used[None, :]
+                        paths[:] = self._labels(batch_tape)
                         self.max_cursor = max(self.max_cursor, batch_tape.cursor)
         except _Signal as signal:
             raise signal.error from None
         finally:
-            if session is None:
+            if session is None and capture is not None:
                 _add_counts(verifier, capture)
                 self.caught_by_mode = capture.caught_by_mode
         if batch_tape is not None and self.trace is None:  # the first complete batched call sets the draws
             self.trace = tuple(batch_tape.draws)
+        self.last_paths = paths
         return results, used
 
-    def _fed(self, capture: Capture, tape: Tape | None, arguments: tuple):
-        """One call with its draws fed from ``tape`` (None in explicit mode)."""
+    def _fed(self, capture: Capture | None, tape: Tape | None, arguments: tuple):
+        """One call with its draws fed from ``tape`` (None in explicit mode; ``capture`` None: ``unfed``)."""
+        if capture is None:
+            return self._call(arguments)
         capture.start(tape)
         try:
             result = self._call(arguments)
@@ -453,9 +605,11 @@ class _Runner:
             return result
         except VerispecError:
             raise
-        except Exception as error:  # a user's function may fail in any way; report it on one line
-            raise VerifierError(f"external function {verifier.name} raised {type(error).__name__}: "
-                                f"{str(error).splitlines()[0] if str(error) else ''}") from None
+        except Exception as error:  # the function failed on this input: a finding, reported on one line
+            detail = str(error).splitlines()[0] if str(error) else ""
+            line = raise_site(error)
+            raise FunctionRaised(f"external function {verifier.name} raised {type(error).__name__}: {detail} (at "
+                                 f"{line})", exception=type(error).__name__, detail=detail, line=line) from None
 
     def _too_slow(self, limit: float) -> VerifierError:
         return VerifierError(f"one call of external function {self.verifier.name} ran past its call timeout of "
@@ -471,6 +625,12 @@ class _Runner:
         rows = np.arange(count, dtype=np.int64) % batch.num_rows
         self.tape = min(FIRST_TAPE, verifier.max_uniforms) if self.capture else 0
         batched = self.capture and not verifier.per_row
+        if verifier.unfed:  # two calls would differ by design: one call, for the output's form and written arguments
+            written = self._run(rows, rng.random((count, self.width_uniforms)), False, True, False, True)[2]
+            self._note_written(written)
+            verifier._note(f"{verifier.name} draws randomness verispec does not feed: black-box runs only, one call "
+                           "per run on one tree, its own generator supplying fresh randomness to each call")
+            return
         while True:
             uniforms = rng.random((count, self.width_uniforms))
             # uniforms sorted by row (row k all (k + 1/2) / count): rows that accept everything and rows that
@@ -498,26 +658,33 @@ class _Runner:
                 f"{first[row] % size}, then node {second[row] // size} token {second[row] % size}) for the same "
                 "arguments and uniforms, so its output is not a function of its inputs and uniforms: "
                 + ("it draws randomness verispec does not feed (a numpy Generator or torch state created before the "
-                   "call, os.urandom, the time); create its generators inside the call or draw through the global "
-                   "ones" if self.capture else
+                   "call, os.urandom, the time), so exact mode cannot integrate it: black-box mode tests it as it is "
+                   "(--mode blackbox, which auto mode falls back to), or create its generators inside the call or "
+                   "draw through the global ones" if self.capture else
                    "if it draws from torch, numpy or random global generators check it with --rng capture; "
-                   "randomness from elsewhere (a Generator created before the call, the time) cannot be checked"))
+                   "randomness from elsewhere (a Generator created before the call, the time) cannot be integrated, "
+                   "and black-box mode tests it as it is (--mode blackbox, which auto mode falls back to)"))
         if batched:
             for other, how in ((reversed_, "when the rows of its batch were reversed"),
                                (alone, "when called on that tree alone")):
                 if not all(np.array_equal(a, b) for a, b in zip(together, other)):
-                    raise CaptureRefusal(
+                    raise RowByRowRefusal(
                         f"external function {verifier.name} gave a tree another outcome {how} (same uniforms), so a "
                         "row's output depends on the other rows of its batch (values or draws read across rows, or "
                         "a draw without the batch dimension fed to the wrong row): call it one row at a time "
                         "(--per-row)")
-        if written:
-            verifier._note(f"{verifier.name} writes into its argument{'s' if len(written) > 1 else ''} "
-                           f"{', '.join(written)}; verispec hands it fresh arrays on every call, so the law is "
-                           "right, but a caller that reuses them would see them changed")
+        self._note_written(written)
         if self.capture and self.max_cursor == 0:
             verifier._note(f"{verifier.name} drew nothing from a captured generator in the probe calls")
         self.tape = self.max_cursor if self.capture else 0
+
+
+    def _note_written(self, written: list[str]) -> None:
+        if written:
+            name = self.verifier.name
+            self.verifier._note(f"{name} writes into its argument{'s' if len(written) > 1 else ''} "
+                                f"{', '.join(written)}; verispec hands it fresh arrays on every call, so the law is "
+                                "right, but a caller that reuses them would see them changed")
 
 
 class _SelfDraftingRunner(_Runner):
@@ -531,6 +698,7 @@ class _SelfDraftingRunner(_Runner):
         self.row_of = {tuple(int(t) for t in self.trees.tokens[row, self.chain[1:]]): row
                        for row in range(batch.num_rows)}
         self.other = batch.num_rows * batch.num_nodes * batch.vocab_size
+        self.code_count = self.other + 1
 
     def _run(self, rows, uniforms, races, inspect, full, one_by_one):
         layout, batch, name = self.layout, self.trees.batch, self.verifier.name
@@ -538,7 +706,12 @@ class _SelfDraftingRunner(_Runner):
         calls = [self._convert(layout.capture_arguments(self.trees, rows[index:index + 1], uniforms[index:index + 1,
                                                                                                     :self.own]))
                  for index in range(len(rows))]
-        results, used = self._calls(calls, uniforms, uniforms.shape, races, full)
+        try:
+            results, used = self._calls(calls, uniforms, uniforms.shape, races, full)
+        except FunctionRaised as error:  # the block drafts its own tree: the witness is the uniforms it was fed
+            if error.row is not None:
+                error.uniforms = uniforms[error.row, :self.own + error.drawn].tolist()
+            raise
         codes = np.empty(len(rows), dtype=np.int64)
         for index, (result, arguments) in enumerate(zip(results, calls)):
             drafts, emitted = layout.drafts_and_emitted(result, arguments, name)
@@ -578,6 +751,7 @@ def _add_counts(verifier: ExternalVerifier, capture: Capture) -> None:
     for what, times in capture.counts.items():
         verifier.draws[what] = verifier.draws.get(what, 0) + times
     verifier.races_read += capture.races_read
+    verifier.float32_draws += capture.float32_draws
 
 
 def _snapshot(arguments) -> list:

@@ -6,7 +6,9 @@
   within ``threshold`` of the target's - or *powered* - a black-box test that did not reject and that would
   have detected every TV of ``detect_tv`` or more with probability ``power``;
 * LOSSY (exit 1) with a witness problem: found exactly, or confirmed by a test at false-failure rate ``alpha``;
-* INCONCLUSIVE (exit 3) otherwise, with what was tried (``tried``) and what to run next (``next_step``).
+* INCONCLUSIVE (exit 3) otherwise, with what was tried (``tried``) and what to run next (``next_step``);
+* RAISES (exit 4) when the function raised on a problem of the scope and no lossy witness was found: the
+  problem, the exception and the line (``raised``; ``verispec.verdict`` says why this is its own status).
 
 Scopes. With ``problem`` the verdict is about that problem. Without one the search of ``verispec.hunt`` looks
 for a witness, the canonical suite first and random problems after it; a search that finds nothing proves
@@ -30,9 +32,23 @@ seeded by the candidate, so the search is deterministic); its witness is then co
 ``alpha / (2 n)`` and the confirmation ``alpha / 2``. The screening tests decide nothing, so the stated
 false-failure rate ``alpha`` holds for the verdict.
 
+Randomness the function draws itself (``_Check.refit``). Explicit mode forbids draws from the global
+generators; a function that makes them anyway (and may ignore the uniforms it is handed) is checked with those
+draws captured (``rng="explicit+capture"``), exactly. A batched call whose draws cannot be fed row by row is
+called one tree at a time. Where nothing feeds the function's randomness (``os.urandom``, a generator created
+before the call, CUDA's; two identical calls differ), exact mode is impossible: ``auto`` and ``blackbox`` then
+test it as it is (``ExternalVerifier(unfed=True)``: one call per run on one tree, fresh randomness per call,
+the same powered tests, whose validity needs only independent runs: they stratify by draft tree, never by
+uniforms), and ``exact`` refuses with the reason. Each switch is said in the report's note.
+
+Raises. An exception inside the function is a finding (``adapter.FunctionRaised``), not bad input: a search
+records the first problem it raised on and goes on looking for a lossy witness; the verdict is LOSSY if one is
+found (the raise listed beside it), else RAISES. Bad input stays exit 2: what is refused before the function
+runs on a problem (its signature against the layout's arguments, the options).
+
 Everything, search and tests, runs under one hard time budget (``time_budget`` seconds, ``verispec.budget``):
-when it ends, the verdict is whatever the evidence so far supports - LOSSY if a witness was found, else
-INCONCLUSIVE.
+when it ends, the verdict is whatever the evidence so far supports - LOSSY if a witness was found, RAISES if
+the function raised, else INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -47,7 +63,7 @@ import numpy as np
 
 from verispec import budget
 from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
-from verispec.external.adapter import ExternalVerifier
+from verispec.external.adapter import ExternalVerifier, FunctionRaised, NondeterministicError
 from verispec.external.blackbox import (
     DEFAULT_DETECT_TV,
     DEFAULT_POWER,
@@ -58,6 +74,7 @@ from verispec.external.blackbox import (
     samples_for_power,
 )
 from verispec.external.exact import NotPiecewiseConstantError
+from verispec.external.rng import CaptureRefusal, GlobalRandomnessError, RowByRowRefusal
 from verispec.simulator.drafters import Drafter, parse_tree
 from verispec.simulator.engine import ExactResult, analyze
 from verispec.simulator.problems import (
@@ -78,6 +95,8 @@ DEFAULT_THRESHOLD = 1e-9
 #: Screening test of black-box witness search.
 SCREEN_SAMPLES = 20_000
 SCREEN_ALPHA = 1e-5
+#: What says a verifier cannot feed the function's randomness as configured (``_Check.refit`` tries the next).
+RANDOMNESS_ERRORS = (NondeterministicError, CaptureRefusal, GlobalRandomnessError)
 
 
 @dataclass
@@ -115,11 +134,13 @@ class CheckReport:
     note: str = ""
     #: The name of the canonical problem that is the witness, if it is one.
     witness_label: str = ""
+    #: The first raise of the function: {problem, witness_label, exception, message, line, draft_paths, uniforms}.
+    raised: dict | None = None
 
     @property
     def lossless(self) -> bool | None:
-        """True for LOSSLESS, False for LOSSY, None for INCONCLUSIVE."""
-        return {Verdict.LOSSLESS: True, Verdict.LOSSY: False}.get(self.verdict)
+        """True for LOSSLESS, False for LOSSY and RAISES, None for INCONCLUSIVE."""
+        return {Verdict.LOSSLESS: True, Verdict.LOSSY: False, Verdict.RAISES: False}.get(self.verdict)
 
     @property
     def exit_status(self) -> int:
@@ -144,7 +165,7 @@ class CheckReport:
                 "canonical": {"checked": self.canonical_checked, "total": self.canonical_total},
                 "seconds": round(self.seconds, 3), "function_evaluations": self.evaluations,
                 "uniforms": self.uniforms, "blackbox": None if self.blackbox is None else self.blackbox.to_json(),
-                "tried": self.tried, "next": self.next_step, "note": self.note}
+                "tried": self.tried, "next": self.next_step, "note": self.note, "raised": self.raised}
 
     def describe(self) -> str:
         lines = [f"{self.function} ({self.layout} layout, {self.tree}): {self.verdict.word} - {self.mode} mode, "
@@ -164,6 +185,14 @@ class CheckReport:
             lines.append(f"  {self.blackbox.describe()}")
         if self.witness_label:
             lines.append(f"  the witness is the canonical problem '{self.witness_label}'")
+        if self.raised is not None:
+            raised = self.raised
+            where = (f" on draft tree {raised['draft_paths']} with uniforms {raised['uniforms']}"
+                     if raised["draft_paths"] is not None else "")
+            lines.append(f"  raised {raised['exception']}: {raised['message']} (at {raised['line']}){where}")
+            if self.verdict is not Verdict.RAISES:  # the raise is a second witness, on a problem of its own
+                label = f" (canonical problem '{raised['witness_label']}')" if raised["witness_label"] else ""
+                lines.append(f"  it raised on the problem{label} {json.dumps(raised['problem'])}")
         for kind in ("overproduced", "underproduced"):
             for entry in (self.discrepancies or {}).get(kind, []):
                 lines.append(f"  {kind} {entry['sequence']}: {entry['rule']:.6g} against the target's "
@@ -188,8 +217,10 @@ def _pilot_problem(max_vocab: int) -> Problem:
 class _Check:
     """One run of ``check_external``: the options, the clock, and the report being built."""
 
-    def __init__(self, verifier: ExternalVerifier, drafter: Drafter, *, mode, samples, detect_tv, power, alpha,
-                 seed, test, threshold, max_vocab, max_examples, time_budget, context_free, suite, progress):
+    def __init__(self, verifier: ExternalVerifier, build, drafter: Drafter, *, mode, samples, detect_tv, power,
+                 alpha, seed, test, threshold, max_vocab, max_examples, time_budget, context_free, suite, progress):
+        #: ``build(**changes)``: the function's ExternalVerifier with some options changed (``refit``).
+        self.build = build
         self.verifier, self.drafter = verifier, drafter
         self.mode = self.requested = mode
         self.samples, self.detect_tv, self.power, self.alpha = samples, detect_tv, power, alpha
@@ -202,6 +233,66 @@ class _Check:
         self.note = ""
         self.tried = 0
         self.suite_total = 0
+        #: The first raise of the function (CheckReport.raised), and the canonical problems' labels by problem.
+        self.raised: dict | None = None
+        self.labels: dict[str, str] = {}
+
+    # --- randomness and raises ----------------------------------------------------------------------------------
+
+    def refit(self, error: VerispecError) -> bool:
+        """Go on with a verifier that can run the function, where ``error`` (one of RANDOMNESS_ERRORS) says this one
+        cannot feed its randomness; False where none is left (see the module docstring, 'Randomness')."""
+        verifier = self.verifier
+        if isinstance(error, GlobalRandomnessError) and verifier.rng == "explicit":
+            # a flattened layout's draws run over draft tokens: fed one tree a call
+            self.verifier = self.build(rng="explicit+capture",
+                                       per_row=verifier.per_row or not verifier.layout.rows_first)
+            self.add_note("it draws from a global random generator besides the uniforms it is handed, so its draws "
+                          "were captured (fed from verispec's uniforms, after the handed ones) and both integrated")
+            return True
+        if isinstance(error, RowByRowRefusal) and not verifier.per_row:
+            self.verifier = self.build(rng=verifier.rng, per_row=True)
+            self.add_note(f"called one tree at a time, since {error}")
+            return True
+        if verifier.unfed or verifier.layout.self_drafting or self.requested == "exact":
+            return False
+        self.verifier = self.build(rng=verifier.rng, per_row=True, unfed=True)
+        self.add_note(f"exact mode is impossible ({error}), so black-box mode tested the function as it is: one "
+                      "call per run on one tree, with fresh randomness from its own generator in every call")
+        self.mode = "blackbox"
+        return True
+
+    def record_raise(self, error: FunctionRaised, problem: Problem | dict, label: str = "") -> None:
+        """Keep the first raise (the simplest problem: a search meets the canonical suite first)."""
+        if self.raised is not None:
+            return
+        problem = _json(problem, self.drafter) if isinstance(problem, Problem) else problem
+        if not label:
+            label = self.labels.get(json.dumps(problem, sort_keys=True), "")
+        self.raised = {"problem": problem, "witness_label": label, **error.to_json()}
+
+    def raises_report(self, scope: str, **details) -> CheckReport:
+        """The RAISES verdict on the recorded raise."""
+        raised = self.raised
+        label = raised["witness_label"]
+        if label:
+            scope = f"on the canonical problem '{label}'"
+        report = self.report(Verdict.RAISES, scope, problem=raised["problem"], label=label,
+                             next_step=details.pop("next_step", "") or
+                             f"the function raised {raised['exception']} at {raised['line']}: fix that, or guard "
+                             "the case, and check again", **details)
+        return report
+
+    def without_raises(self, judge):
+        """``judge`` (problem, deadline) -> distance, recording a raise of the function and calling the problem not
+        lossy, so that a search goes on past it (for a lossy witness, or to the end)."""
+        def judged(candidate: Problem, deadline=None) -> float:
+            try:
+                return judge(candidate, deadline)
+            except FunctionRaised as error:
+                self.record_raise(error, candidate)
+                return 0.0
+        return judged
 
     # --- the report ---------------------------------------------------------------------------------------------
 
@@ -222,6 +313,7 @@ class _Check:
         if verdict is Verdict.LOSSLESS:
             differences = None  # nothing is over- or under-produced beyond rounding or noise
         exact_mode = self.mode == "exact"
+        raised = None if self.raised is None else dict(self.raised)
         return CheckReport(
             function=self.verifier.name, layout=self.verifier.layout.name, tree=self.drafter.spec, mode=self.mode,
             verdict=verdict, scope=scope, tv_distance=tv_distance,
@@ -236,7 +328,7 @@ class _Check:
             uniforms=_uses(self.verifier) if exact_mode else [], evaluations=self.verifier.stats.evaluations,
             tried=tried, next_step=next_step, note="; ".join([self.note, *self.verifier.notes] if self.note
                                                              else self.verifier.notes),
-            witness_label=label)
+            witness_label=label, raised=raised)
 
     def add_note(self, text: str) -> None:
         self.note = f"{self.note}; {text}" if self.note else text
@@ -275,6 +367,19 @@ class _Check:
     # --- a given problem ----------------------------------------------------------------------------------------
 
     def given(self, problem: Problem) -> CheckReport:
+        while True:
+            try:
+                return self._given(problem)
+            except FunctionRaised as error:
+                self.tried = 1
+                self.mode = "exact" if self.mode == "auto" else self.mode  # it raised in the exact attempt
+                self.record_raise(error, problem)
+                return self.raises_report("on the given problem", source="given")
+            except RANDOMNESS_ERRORS as error:
+                if not self.refit(error):
+                    raise
+
+    def _given(self, problem: Problem) -> CheckReport:
         scope = "on the given problem"
         if self.mode in ("auto", "exact"):
             try:
@@ -297,15 +402,29 @@ class _Check:
     # --- no problem: the search (and the canonical suite) ---------------------------------------------------------
 
     def search(self) -> CheckReport:
-        from verispec.hunt import canonical_problems, hunt  # imports hypothesis; only a search needs it
+        while True:
+            try:
+                return self._search()
+            except RANDOMNESS_ERRORS as error:  # (the hunt re-raises the verifier's error as its own class)
+                if not self.refit(error):
+                    raise
+
+    def _search(self) -> CheckReport:
+        from verispec.hunt import build_problem, canonical_problems, hunt  # hypothesis; only a search needs it
 
         if self.mode == "auto":
             # exact until a candidate shows the function is not of threshold form (the search then switches)
             self.mode = "exact"
         elif self.mode == "blackbox":  # a configuration error shows here, before the search could swallow it
-            blackbox_test(_pilot_problem(self.max_vocab), self.drafter, self.verifier,
-                          samples=min(self.samples or 1000, 1000), alpha=self.alpha, seed=self.seed, test=self.test)
+            pilot = _pilot_problem(self.max_vocab)
+            try:
+                blackbox_test(pilot, self.drafter, self.verifier, samples=min(self.samples or 1000, 1000),
+                              alpha=self.alpha, seed=self.seed, test=self.test)
+            except FunctionRaised as error:
+                self.record_raise(error, pilot)
         suite = canonical_problems(self.drafter.depth, self.max_vocab, self.context_free)
+        self.labels = {json.dumps(_json(build_problem(member.candidate), self.drafter), sort_keys=True): member.label
+                       for member in suite}
         self.suite_total = len(suite)
         suite_checked: list = []
         if self.mode == "blackbox" and self.suite is not None:
@@ -313,17 +432,27 @@ class _Check:
             if found is not None:
                 return found
 
-        def judge(candidate: Problem, deadline=None) -> float:
+        screened: dict[str, float] = {}
+
+        def screen(candidate: Problem, deadline=None) -> float:
+            # remembered: a search must see one answer per candidate, and code on randomness verispec does not
+            # feed (``unfed``) would give another on a second test, which the search's shrinking takes for flakiness
             text = json.dumps(problem_to_json(candidate, self.drafter.depth), sort_keys=True, default=str)
-            screen = blackbox_test(candidate, self.drafter, self.verifier, samples=SCREEN_SAMPLES,
-                                   alpha=SCREEN_ALPHA, seed=zlib.crc32(text.encode()), test="bernstein")
-            return screen.tv_estimate if screen.rejected else 0.0
+            if text not in screened:
+                result = blackbox_test(candidate, self.drafter, self.verifier, samples=SCREEN_SAMPLES,
+                                       alpha=SCREEN_ALPHA, seed=zlib.crc32(text.encode()), test="bernstein")
+                screened[text] = result.tv_estimate if result.rejected else 0.0
+            return screened[text]
+
+        def exact_distance(candidate: Problem, deadline=None) -> float:  # hunt's own measure, as a judge
+            return float(analyze(candidate, self.drafter, self.verifier, deadline=deadline).tv_distance)
 
         def run_hunt(canonical: bool):
+            judge = screen if self.mode == "blackbox" else exact_distance
             return hunt(self.verifier, self.drafter, max_vocab=self.max_vocab, max_examples=self.max_examples,
                         threshold=self.threshold, context_free=self.context_free, progress=self.progress,
                         time_budget=max(0.0, self.deadline - time.monotonic()),
-                        judge=judge if self.mode == "blackbox" else None, canonical=canonical)
+                        judge=self.without_raises(judge), canonical=canonical)
 
         canonical = not suite_checked
         try:
@@ -352,6 +481,10 @@ class _Check:
             problem = build_problem(member.candidate)
             try:
                 result = self.powered_test(problem, share, self.seed + index)
+            except FunctionRaised as error:  # a finding: recorded, and the suite goes on
+                self.record_raise(error, problem, member.label)
+                checked.append((member, None, f"the function raised {error.exception}"))
+                continue
             except (AnalysisTimeoutError, VerifierError):  # out of time, or the function itself failed
                 raise
             except VerispecError as error:  # the tree cannot be drawn on this problem
@@ -378,7 +511,11 @@ class _Check:
                                hunted=hunted, label=witness.label)
         # with the suite's tests (alpha / 2 in all) beside it, the confirmation gets the other half
         confirm_alpha = self.alpha if self.suite is None else self.alpha / 2
-        confirmation = self.powered_test(found, confirm_alpha, self.seed + 1)
+        try:
+            confirmation = self.powered_test(found, confirm_alpha, self.seed + 1)
+        except FunctionRaised as error:  # the candidate is not confirmed; the raise is a witness of its own
+            self.record_raise(error, witness.problem_json, witness.label)
+            return self.raises_report("a search", source="search", hunted=hunted, tried=hunted.describe())
         if confirmation.rejected:
             self.add_note("the witness was confirmed by a fresh test")
             return self.report(Verdict.LOSSY, scope, problem=witness.problem_json, source="search",
@@ -393,6 +530,8 @@ class _Check:
         from verispec.hunt import next_search
 
         tried = hunted.describe()
+        if self.raised is not None:  # no lossy witness, but the function raised
+            return self.raises_report("a problem found by the search", source="search", hunted=hunted, tried=tried)
         if self.suite is None:
             return self.report(Verdict.INCONCLUSIVE, "a search", hunted=hunted, tried=tried,
                                next_step="a search that finds nothing proves nothing: check given problems with "
@@ -458,13 +597,17 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
     drafter = parse_tree(tree) if isinstance(tree, str) else tree
     if isinstance(problem, str):
         problem = load_problem(problem)
-    verifier = ExternalVerifier(function, layout, name=name, arrays=arrays, device=device, **verifier_options)
+    def build(**changes) -> ExternalVerifier:
+        return ExternalVerifier(function, layout, name=name, arrays=arrays, device=device,
+                                **{**verifier_options, **changes})
+
+    verifier = build()  # refused here, before any call: a signature that cannot take the layout's arguments
     if verifier.layout.self_drafting:  # it draws its own drafts, so it cannot be run on sampled draft trees
         if mode == "blackbox":
             raise VerispecError(f"layout {verifier.layout.name!r} runs a whole block that drafts its own tokens, which "
                                 "black-box mode cannot run on given draft trees; use --mode exact (or auto)")
         mode = "exact"
-    check = _Check(verifier, drafter, mode=mode, samples=samples, detect_tv=detect_tv, power=power, alpha=alpha,
+    check = _Check(verifier, build, drafter, mode=mode, samples=samples, detect_tv=detect_tv, power=power, alpha=alpha,
                    seed=seed, test=test, threshold=threshold, max_vocab=max_vocab, max_examples=max_examples,
                    time_budget=time_budget, context_free=context_free, suite=suite, progress=progress)
     # the phases keep check.deadline; the hard timer allows a moment more to write up what they found
@@ -475,6 +618,9 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
             return check.given(problem) if problem is not None else check.search()
     except AnalysisTimeoutError:
         scope = "on the given problem" if problem is not None else "a search"
+        if check.raised is not None:  # the raise found so far stands
+            return check.raises_report(scope, source="given" if problem is not None else "search",
+                                       tried=f"the time budget of {time_budget:g} s ran out")
         return check.report(Verdict.INCONCLUSIVE, scope, problem=problem,
                             source="given" if problem is not None else "none",
                             tried=f"the time budget of {time_budget:g} s ran out before a verdict",

@@ -20,7 +20,12 @@ The partition is found adaptively, batched over every draft tree and every open 
 
 What it assumes, and when it refuses: a piece narrower than the scan spacing whose neighbours on both sides
 have the same outcome can be missed (monotone uses - threshold tests and inverse-CDF draws - are never
-missed, since their outcomes differ across every breakpoint). The partition assumes that a breakpoint along
+missed on a line, since their outcomes differ across every breakpoint). Off the anchor's lines, a uniform's
+piece may choose between two paths that end in the same outcome on every scanned line but read the other
+uniforms differently elsewhere in the box; only the random probes would see that. Where ``evaluate`` labels
+each point with its path (RNG capture does: the draws made and their discrete results, see ``integrate``),
+the label changes along that uniform and the box is split there; a function handed its uniforms shows no
+path, and the assumption stands. The partition assumes that a breakpoint along
 one uniform depends on the others only through which of their pieces they lie in, and every split checks it
 (``_check_breakpoints_hold``): each breakpoint is read again with each other uniform moved by tiny amounts
 either way; one that moves with them at every scale is a race or a sum of uniforms, refused in the first
@@ -111,13 +116,15 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
 
     ``evaluate`` may also return ``(codes, used)`` with ``used`` [M, U] bool: the uniforms each point's run read
     (a function fed through RNG capture reads its uniforms in order, so its run, and outcome, cannot change with
-    one it did not read); lines along unread uniforms are then not scanned."""
+    one it did not read); lines along unread uniforms are then not scanned. A code may carry a label in
+    multiples of ``num_codes`` (code + num_codes * label: the run's path, ``adapter._Runner.integrand``): the
+    partition keeps different labels apart, and the law counts code % num_codes."""
     stats = stats if stats is not None else IntegrationStats()
     stats.uses.extend(UniformUse() for _ in range(num_uniforms - len(stats.uses)))
     law = np.zeros((num_rows, num_codes))
     if num_uniforms == 0:
         codes, _ = _evaluate(evaluate, np.arange(num_rows), np.zeros((num_rows, 0)), stats)
-        law[np.arange(num_rows), codes] = 1.0
+        law[np.arange(num_rows), codes % num_codes] = 1.0
         return law
     rng = np.random.default_rng(seed)
     rows = np.arange(num_rows, dtype=np.int64)
@@ -421,7 +428,7 @@ def _settle(evaluate, rows, lo, hi, anchor, codes, probes, rng, law, stats) -> n
     agree = (probed == codes[:, None]).all(axis=1)
     cells = np.flatnonzero(agree)
     volume = np.prod(hi[cells] - lo[cells], axis=1)
-    np.add.at(law, (rows[cells], codes[cells]), volume)
+    np.add.at(law, (rows[cells], codes[cells] % law.shape[1]), volume)  # a code's label above num_codes dropped
     stats.cells += len(cells)
     reopened = np.full((count, dims), -1.0)
     for index in np.flatnonzero(~agree):

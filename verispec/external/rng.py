@@ -29,9 +29,15 @@ Rules, per primitive (u: the row's next uniform; every element of a draw takes i
   ``randn``, ``standard_normal`` (both interfaces), ``random.gauss`` / ``normalvariate``: mean + std
   Phi^-1(u). A continuous use of u: exact mode refuses it (with the reason), black-box mode runs it.
 
-Where a draw is narrower than float64 (``torch.rand(..., dtype=torch.float32)``), u is rounded DOWN to that
-type, so it stays below 1 and stays monotone in u (threshold structure is kept); u = 0 is read as the smallest
-positive float where a logarithm or Phi^-1 would be infinite.
+Precision of uniform draws. A float32 uniform (``torch.rand``'s default dtype, numpy's ``random(dtype=
+np.float32)``) is fed as floor(u 2^24) 2^-24: torch's CPU generator and numpy's draw exactly that law (each of
+the 2^24 values k 2^-24 with probability 2^-24), so exact mode gives the code's law under the real generator,
+with every threshold's breakpoint at a multiple of 2^-24 (not the law of a continuous uniform: a test
+``u < t`` accepts with probability ceil(t 2^24) 2^-24, up to 6e-8 more than t). float64 draws are fed u
+itself (the generators' grid of 2^-53 moves a mass by at most 2^-53 per breakpoint). Half-precision draws
+(float16, bfloat16) are fed u rounded DOWN to the type: below 1 and monotone in u, but not the law of torch's
+generator for them (which rounds a float32 draw), so masses may differ from it by up to the type's spacing at
+each breakpoint. u = 0 is read as the smallest positive float where a logarithm or Phi^-1 would be infinite.
 
 Rows. In a call of ONE row (``per_row``, or a batch of one) every draw belongs to that row. In a batched call
 of M rows a draw whose first dimension is M gives row i the elements [i, ...], taken from row i's tape; every
@@ -109,6 +115,7 @@ import operator
 import os
 import random as _random
 import sys
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,6 +132,11 @@ _TINY = float(np.nextafter(0.0, 1.0))
 
 class CaptureRefusal(VerifierError):
     """A function's draws cannot be fed from the uniforms (no batch dimension, an uncaptured primitive)."""
+
+
+class RowByRowRefusal(CaptureRefusal):
+    """A batched call's draws cannot be fed row by row (no batch dimension, draws that depend on the batch, rows
+    that read each other); calling the function one row at a time (``per_row``) can."""
 
 
 class GlobalRandomnessError(VerifierError):
@@ -151,15 +163,33 @@ class _Signal(BaseException):
         self.error = error
 
 
+def _libraries(own: str) -> tuple[str, ...]:
+    """Path prefixes of the code around a user's function: ``own`` (a file or folder of verispec), numpy, torch
+    and ``random``."""
+    return (os.path.dirname(np.__file__) + os.sep, own, _random.__file__) + (
+        (os.path.dirname(sys.modules["torch"].__file__) + os.sep,) if "torch" in sys.modules else ())
+
+
 def _site() -> str:
     """file:line of the innermost frame outside this module, torch, numpy and ``random`` (the user's draw)."""
-    skipped = (os.path.dirname(np.__file__), __file__, _random.__file__) + (
-        (os.path.dirname(sys.modules["torch"].__file__),) if "torch" in sys.modules else ())
+    skipped = _libraries(__file__)
     frame = sys._getframe(1)
     while frame is not None:
         if not frame.f_code.co_filename.startswith(skipped):
             return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
+    return "?"
+
+
+def raise_site(error: BaseException) -> str:
+    """file:line where a user's function raised ``error``: the innermost frame of its traceback outside verispec,
+    numpy, torch and ``random`` (for an error raised inside a library call - ``torch.multinomial`` on an all-zero
+    law, or verispec's captured version of it - the user's line that made the call); '?' if there is none."""
+    skipped = _libraries(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    for frame in reversed(frames):
+        if not frame.f_code.co_filename.startswith(skipped):
+            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
     return "?"
 
 
@@ -178,6 +208,8 @@ class Tape:
         self.used = np.zeros(self.size, dtype=bool)  # [U]
         self.draws: list[tuple[str, int]] = []
         self.expected = expected
+        #: The results of the discrete draws (categorical, integers, Bernoulli), each [M, k] int64, in order.
+        self.choices: list[np.ndarray] = []
 
     def take(self, shape, what: str, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The next uniforms for a draw of ``shape``: (values of that shape, their tape columns, of the per-row
@@ -188,7 +220,7 @@ class Tape:
         elif shape and shape[0] == self.rows:
             per_row = shape[1:]
         else:
-            raise _Signal(CaptureRefusal(
+            raise _Signal(RowByRowRefusal(
                 f"external function {name} draws {what} of shape {list(shape)} at {_site()} in a batched call of "
                 f"{self.rows} rows; verispec feeds a draw from each row's uniforms only when its first dimension is "
                 "the batch's, and this one has none: call the function one row at a time (--per-row)"))
@@ -206,6 +238,25 @@ class Tape:
         self.cursor += count
         return values, columns.reshape(per_row)
 
+    def note(self, results) -> None:
+        """Record the results of a discrete draw just made (first dimension the batch's in a batched call)."""
+        self.choices.append(np.asarray(results).astype(np.int64, copy=False).reshape(self.rows, -1))
+
+    def paths(self) -> tuple[list[bytes], np.ndarray]:
+        """The rows' paths through the code: (the distinct paths, as bytes; the index of each row's [M]). A path is
+        the draws made (primitive and size, in order; a batched call's are the same for every row) and the
+        results of the discrete draws. Exact integration keeps points of different paths apart
+        (``verispec.external.adapter._Runner.integrand``): which column feeds which draw depends on the path."""
+        trace = repr(self.draws).encode()
+        if not self.choices:
+            return [trace], np.zeros(self.rows, dtype=np.int64)
+        chosen = np.concatenate(self.choices, axis=1)  # [M, k]
+        if self.rows == 1:  # a call on one tree (the common case of path-dependent draws): no sorting
+            return [trace + chosen.tobytes()], np.zeros(1, dtype=np.int64)
+        distinct, inverse = np.unique(chosen, axis=0, return_inverse=True)
+        return ([trace + np.ascontiguousarray(row).tobytes() for row in distinct],
+                np.asarray(inverse, dtype=np.int64).reshape(-1))
+
     def finish(self, name: str) -> None:
         """After the call: refuse one that made fewer draws than ``expected``."""
         if self.expected is not None and len(self.draws) < len(self.expected):
@@ -216,7 +267,7 @@ class Tape:
         index = len(self.draws)
         before = (f"{self.expected[index][0]} of {self.expected[index][1]} per row"
                   if index < len(self.expected) else "nothing more")
-        return CaptureRefusal(
+        return RowByRowRefusal(
             f"external function {name} drew {what} as draw #{index + 1} of a batched call where an earlier call on "
             f"the same tree shape drew {before}, so its draws depend on the batch's data (e.g. a correction drawn "
             "only when some row rejects) and a row's draws would take other uniforms depending on the rows beside "
@@ -326,6 +377,8 @@ class Capture:
     counts: dict = field(default_factory=dict)
     #: Races read as one inverse-CDF draw.
     races_read: int = 0
+    #: Uniform draws made in float32 (fed on the generators' grid of 2^-24, ``_on_grid``).
+    float32_draws: int = 0
     _saved: list = field(default_factory=list)
     #: id of a followed tensor -> its _Noise or _Score (the race rule).
     _tracked: dict = field(default_factory=dict)
@@ -441,6 +494,12 @@ class Capture:
             raise _Signal(CaptureRefusal(f"external function {self.name} drew {what} outside a call"))
         return self.tape.take(shape, what, self.name)
 
+    def chose(self, results):
+        """Record the results of a discrete draw (``Tape.note``) and return them."""
+        if self.tape is not None and self.mode == "capture":
+            self.tape.note(results)
+        return results
+
     def refuse(self, what: str) -> None:
         raise _Signal(CaptureRefusal(
             f"external function {self.name} draws with {what} at {_site()}, which verispec does not feed from the "
@@ -548,7 +607,7 @@ def _numpy_functions(capture: Capture) -> dict:
 
     def randint(low, high=None, size=None, dtype=int):
         low, high = (0, low) if high is None else (low, high)
-        values = _integers(take("randint", size), int(low), int(high)).astype(dtype)
+        values = capture.chose(_integers(take("randint", size), int(low), int(high))).astype(dtype)
         return _scalar_or_array(values, size)
 
     def exponential(scale=1.0, size=None):
@@ -636,7 +695,7 @@ def _numpy_choice(capture: Capture, what: str, a, size, replace, p, legacy: bool
         if shape and capture.tape is not None and capture.tape.rows > 1:
             capture.refuse(f"{what}(replace=False) over a batch")  # a batch of draws from one population
     u = capture.draw(what, shape)[0].reshape(1, -1)
-    index = _categorical(weights[None, :], u, bool(replace))
+    index = capture.chose(_categorical(weights[None, :], u, bool(replace)))
     chosen = population[index.reshape(shape)]
     return chosen if size is not None else chosen.item() if chosen.ndim == 0 else chosen
 
@@ -653,7 +712,12 @@ class _CapturedGenerator(np.random.Generator):
     def random(self, size=None, dtype=np.float64, out=None):
         if self._capture() is None:
             return super().random(size, dtype, out)
-        values = self._take("random", size).astype(dtype)
+        values = self._take("random", size)
+        if np.dtype(dtype) == np.float32:
+            values = _on_grid(values, np.float32)
+            self._capture().float32_draws += 1
+        else:
+            values = values.astype(dtype)
         if out is not None:
             out[...] = values
             return out
@@ -681,7 +745,8 @@ class _CapturedGenerator(np.random.Generator):
             return super().integers(low, high, size, dtype, endpoint)
         low, high = (0, low) if high is None else (low, high)
         high = int(high) + (1 if endpoint else 0)
-        return _scalar_or_array(_integers(self._take("integers", size), int(low), high).astype(dtype), size)
+        drawn = self._capture().chose(_integers(self._take("integers", size), int(low), high))
+        return _scalar_or_array(drawn.astype(dtype), size)
 
     def exponential(self, scale=1.0, size=None):
         if self._capture() is None:
@@ -733,22 +798,22 @@ def _random_functions(capture: Capture) -> dict:
         if weights_array.min() < 0:  # CPython bisects cumulative weights that are not monotone: no categorical law
             capture.refuse("random.choices with a negative weight")
         u = capture.draw("random.choices", (k,))[0].reshape(1, -1)
-        return [population[int(i)] for i in _categorical(weights_array[None, :], u, True)[0]]
+        return [population[int(i)] for i in capture.chose(_categorical(weights_array[None, :], u, True))[0]]
 
     def choice(seq):
         if not len(seq):
             raise IndexError("Cannot choose from an empty sequence")
-        return seq[int(_integers(np.asarray(one("choice")), 0, len(seq)))]
+        return seq[int(capture.chose(_integers(np.asarray(one("choice")), 0, len(seq))))]
 
     def randrange(start, stop=None, step=1):
         start, stop = (0, start) if stop is None else (start, stop)
         count = len(range(start, stop, step))
         if count <= 0:
             raise ValueError(f"empty range in randrange({start}, {stop}, {step})")
-        return start + step * int(_integers(np.asarray(one("randrange")), 0, count))
+        return start + step * int(capture.chose(_integers(np.asarray(one("randrange")), 0, count)))
 
     def randint(a, b):
-        return a + int(_integers(np.asarray(one("randint")), 0, b - a + 1))
+        return a + int(capture.chose(_integers(np.asarray(one("randint")), 0, b - a + 1)))
 
     def expovariate(lambd=1.0):
         return float(_exponential(np.asarray(one("expovariate")), lambd))
@@ -798,7 +863,10 @@ def _build_torch_mode():
                torch.nn.functional.alpha_dropout: "torch.nn.functional.alpha_dropout"}
 
     def uniform_like(values: np.ndarray, dtype, device):
-        """float64 uniforms as a tensor of ``dtype`` (rounded down, so they stay below 1)."""
+        """float64 uniforms as a tensor of ``dtype``: on the CPU generator's grid for float32 (``_on_grid``), else
+        rounded down (so they stay below 1)."""
+        if dtype == torch.float32:
+            return torch.from_numpy(_on_grid(values, np.float32)).to(device=device)
         return _as_tensor(values, dtype, device, down=True)
 
     def _as_tensor(values, dtype, device, down=False):
@@ -874,16 +942,21 @@ def _build_torch_mode():
             values = self.capture.draw("torch.rand", shape)[0]
             dtype = kwargs.get("dtype") or (kwargs["out"].dtype if kwargs.get("out") is not None
                                             else torch.get_default_dtype())
+            self.capture.float32_draws += dtype == torch.float32
             return finish(uniform_like(values, dtype, kwargs.get("device")), kwargs)
 
         def rand_like(self, input, **kwargs):
             values = self.capture.draw("torch.rand_like", tuple(input.shape))[0]
             dtype, device = kwargs.get("dtype") or input.dtype, kwargs.get("device") or input.device
+            self.capture.float32_draws += dtype == torch.float32
             return finish(uniform_like(values, dtype, device), kwargs)
 
         def uniform_(self, self_tensor, a=0.0, b=1.0, **kwargs):
             a, b = kwargs.get("from", a), kwargs.get("to", b)
             values = self.capture.draw("Tensor.uniform_", tuple(self_tensor.shape))[0]
+            if self_tensor.dtype == torch.float32:  # the generator's float32 draw, then scaled (rounded down)
+                values = _on_grid(values, np.float64)
+                self.capture.float32_draws += 1
             with torch.no_grad():
                 self_tensor.copy_(_as_tensor(_uniform(values, a, b), self_tensor.dtype, self_tensor.device, down=True))
             return self_tensor
@@ -934,7 +1007,7 @@ def _build_torch_mode():
                      else np.asarray(probabilities, float))
             if np.any((probs < 0) | (probs > 1)) or not np.all(np.isfinite(probs)):
                 raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true")
-            result = _as_tensor((values < probs).astype(np.float64), input.dtype, input.device)
+            result = _as_tensor(self.capture.chose(values < probs).astype(np.float64), input.dtype, input.device)
             return finish(result, kwargs)
 
         def bernoulli_(self, self_tensor, p=0.5, **kwargs):
@@ -954,7 +1027,7 @@ def _build_torch_mode():
             _check_weights(rows, int(num_samples), bool(replacement), "torch.multinomial")
             shape = weights.shape[:-1] + (int(num_samples),)
             u = self.capture.draw("torch.multinomial", shape)[0].reshape(len(rows), int(num_samples))
-            drawn = _categorical(rows, u, bool(replacement)).reshape(shape)
+            drawn = self.capture.chose(_categorical(rows, u, bool(replacement)).reshape(shape))
             return finish(torch.from_numpy(drawn).to(device=input.device), kwargs)
 
         def randint(self, *args, **kwargs):
@@ -966,12 +1039,14 @@ def _build_torch_mode():
             shape = size_of(args, kwargs, start=len(numbers))
             values = self.capture.draw("torch.randint", shape)[0]
             dtype = kwargs.get("dtype") or torch.int64
-            return finish(_as_tensor(_integers(values, int(low), int(high)), dtype, kwargs.get("device")), kwargs)
+            drawn = self.capture.chose(_integers(values, int(low), int(high)))
+            return finish(_as_tensor(drawn, dtype, kwargs.get("device")), kwargs)
 
         def randint_like(self, input, low=0, high=None, **kwargs):
             low, high = (0, low) if high is None else (low, high)
             values = self.capture.draw("torch.randint_like", tuple(input.shape))[0]
-            return finish(_as_tensor(_integers(values, int(low), int(high)), kwargs.get("dtype") or input.dtype,
+            return finish(_as_tensor(self.capture.chose(_integers(values, int(low), int(high))),
+                                     kwargs.get("dtype") or input.dtype,
                                      kwargs.get("device") or input.device), kwargs)
 
         def random_(self, self_tensor, *args, **kwargs):
@@ -981,7 +1056,8 @@ def _build_torch_mode():
             low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
             values = self.capture.draw("Tensor.random_", tuple(self_tensor.shape))[0]
             with torch.no_grad():
-                self_tensor.copy_(_as_tensor(_integers(values, int(low), int(high)), self_tensor.dtype,
+                self_tensor.copy_(_as_tensor(self.capture.chose(_integers(values, int(low), int(high))),
+                                             self_tensor.dtype,
                                              self_tensor.device))
             return self_tensor
 
@@ -989,6 +1065,7 @@ def _build_torch_mode():
             n = int(n)
             u = self.capture.draw("torch.randperm", (n,))[0].reshape(1, n)
             drawn = _categorical(np.ones((1, n)), u, False)[0] if n else np.zeros(0, dtype=np.int64)
+            self.capture.chose(drawn)
             return finish(_as_tensor(drawn, kwargs.get("dtype") or torch.int64, kwargs.get("device")), kwargs)
 
         # -- exponential races
@@ -1048,11 +1125,12 @@ def _build_torch_mode():
                 flat = moved.reshape(-1, shape[dim])
                 first = np.moveaxis(noise.uniforms, dim, -1)[..., 0].reshape(-1)
                 columns = np.moveaxis(noise.columns, dim - 1 if batched else dim, -1)[..., 1:]
-            tokens = inverse_cdf(flat, first)
+            tokens = inverse_cdf(flat, first)  # [slices]
             tokens[flat.sum(axis=1) <= 0] = 0  # argmax of all-zero scores is the first index
             tokens = tokens.reshape(shape[:dim] + shape[dim + 1:])
             if keepdim:
                 tokens = np.expand_dims(tokens, dim)
+            capture.chose(tokens)
             capture.tape.used[columns.reshape(-1)] = False
             noise.state = score.state = "raced"
             capture.races_read += 1
@@ -1139,6 +1217,19 @@ def _own_storage(tensor) -> bool:
         _BASELINE_USES = count(fresh_storage._cdata)
     storage = tensor.untyped_storage()
     return count(storage._cdata) <= _BASELINE_USES
+
+
+#: Bits of a float32 uniform drawn by torch's CPU generator and numpy's (k 2^-24, k = 0 .. 2^24 - 1).
+FLOAT32_UNIFORM_BITS = 24
+
+
+def _on_grid(values: np.ndarray, dtype) -> np.ndarray:
+    """float64 uniforms u in [0, 1) as the float32 uniforms torch's CPU generator and numpy's ``random(dtype=
+    float32)`` draw: floor(u 2^24) 2^-24, each of the 2^24 values with probability 2^-24 when u is uniform, which
+    is those generators' own law (so exact mode integrates the code's law under them exactly: a threshold on such
+    a draw has its breakpoint at a multiple of 2^-24, and its mass is one)."""
+    scale = float(2 ** FLOAT32_UNIFORM_BITS)
+    return np.array(np.floor(np.asarray(values, dtype=np.float64) * scale) / scale, dtype=dtype)  # a copy, any shape
 
 
 def _round_down(values: np.ndarray, dtype) -> np.ndarray:

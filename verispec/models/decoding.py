@@ -549,8 +549,9 @@ class SpeculativeDecoder:
         return checked_outcome(outcome, tree, action.verifier.name)
 
     def _rule_call(self, action: _Action):
-        """A hard limit of USER_RULE_CALL_SECONDS around one call of a user's rule (nothing for registered ones)."""
-        if not action.user_rule:
+        """A hard limit of USER_RULE_CALL_SECONDS around one call of a user's rule (nothing for registered ones, nor
+        where the command line's --call-timeout limits every call into the user's code already)."""
+        if not action.user_rule or budget.calls_limited():
             return contextlib.nullcontext()
         return budget.time_budget(time.monotonic() + USER_RULE_CALL_SECONDS, hard=True,
                                   what=f"one call of the rule '{action.verifier.name}' (at most "

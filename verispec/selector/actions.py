@@ -28,6 +28,11 @@ from verispec.errors import VerispecError, describe
 #: The largest K, L1 or L2 a grid may hold (a tree of depth 2 x 64 is far beyond any useful draft).
 MAX_GRID_PARAMETER = 64
 
+#: Most (verifier, K, L1, L2) combinations a grid may name, counted before its actions are listed: every root of a
+#: dataset is labelled for each action and the network has one logit per action. The paper's grid is 324; with
+#: every verifier of the registry, some 5,000.
+MAX_ACTIONS = 10_000
+
 
 class SelectorError(VerispecError):
     """A selector, its action grid or its features cannot be built, read or used as asked."""
@@ -148,6 +153,11 @@ class ActionGrid:
         if len(set(verifiers)) != len(verifiers):
             raise SelectorError(f"a verifier is named twice in {describe(list(verifiers))}")
         object.__setattr__(self, "verifiers", verifiers)
+        count = len(self.ks) * len(self.l1s) * len(self.l2s) * len(verifiers)
+        if count > MAX_ACTIONS:
+            raise SelectorError(f"the action grid {self.describe()} names {count:,} actions ({len(self.ks)} K x "
+                                f"{len(self.l1s)} L1 x {len(self.l2s)} L2 x {len(verifiers)} verifiers), above the "
+                                f"limit of {MAX_ACTIONS:,}; give fewer values")
 
     @cached_property
     def actions(self) -> tuple[Action, ...]:

@@ -82,6 +82,8 @@ def add_parser(commands, options) -> None:
     train = steps.add_parser("train", help="train a selector on a dataset's training roots")
     train.add_argument("--dataset", required=True, metavar="FILE")
     train.add_argument("--out", required=True, metavar="FILE", help="the selector file to write")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace an existing FILE that is not a selector (by default it is refused, untouched)")
     train.add_argument("--kind", choices=("mlp", "linear", "lookup"), default="mlp",
                        help="the paper's network (mlp), or a baseline: linear model, lookup on one feature")
     train.add_argument("--verifiers", default=None,
@@ -179,21 +181,30 @@ def read_prompt_specs(specs: list[str] | None) -> list[tuple[str, str]]:
     prompts: list[tuple[str, str]] = []
     def count_of(spec: str, hint: str = "") -> int:
         text = spec.partition(":")[2]
-        if not text.isdigit() or int(text) < 1:
-            raise VerispecError(f"--prompts {spec!r}: give {spec.partition(':')[0]}:N with N a positive integer{hint}")
-        return int(text)
+        if not (text.isascii() and text.isdigit()) or int(text[:19]) < 1:  # 19 digits: more than any set holds
+            raise VerispecError(f"--prompts {spec[:40]!r}: give {spec.partition(':')[0]}:N with N a positive "
+                                f"integer{hint}")
+        return int(text[:19])
+
+    def first(found: list, count: int | None, spec: str) -> list:
+        """The first ``count`` of ``found``; a count beyond them is refused rather than silently cut."""
+        if count is not None and count > len(found):
+            raise VerispecError(f"--prompts {spec[:40]!r} asks for {count:,} prompts but {spec.partition(':')[0]} "
+                                f"holds {len(found)}; give N <= {len(found)}")
+        return found[:count]
 
     for spec in specs:
         if spec.startswith("humaneval:"):
             from verispec.models.prompts import humaneval_prompts
 
-            prompts += [(task, text) for task, text in humaneval_prompts(count_of(spec))]
+            count = count_of(spec)
+            prompts += first(humaneval_prompts(count), count, spec)
             continue
         prose = spec == "prose" or spec.startswith("prose:")
         count = count_of(spec, " (or prose for all)") if spec.startswith("prose:") else None
         path = PROSE_PROMPTS if prose else Path(spec)
         text = read_user_file(path, limit=64 << 20, what="--prompts", why="a prompts file is text, one per line")
-        lines = [line.strip() for line in text.splitlines() if line.strip()][:count]
+        lines = first([line.strip() for line in text.splitlines() if line.strip()], count, spec)
         prompts += [(f"{'prose' if prose else path.name}:{index}", line) for index, line in enumerate(lines)]
     if not prompts:
         raise VerispecError(f"--prompts {', '.join(specs)} holds no prompt; give at least one non-empty line")
@@ -202,7 +213,13 @@ def read_prompt_specs(specs: list[str] | None) -> list[tuple[str, str]]:
 
 def run(args, load_pair) -> int:
     """Dispatch a step; ``load_pair(args)`` is the CLI's offline pair loader."""
-    return {"dataset": _run_dataset, "train": _run_train, "evaluate": _run_evaluate}[args.step](args, load_pair)
+    step = {"dataset": _run_dataset, "train": _run_train, "evaluate": _run_evaluate}[args.step]
+    if args.step != "dataset":
+        return step(args, load_pair)
+    from verispec.sweep import interrupt_on_signals
+
+    with interrupt_on_signals():  # SIGTERM and Ctrl-C end the build and its workers, its row stores saved
+        return step(args, load_pair)
 
 
 def _run_dataset(args, load_pair) -> int:
@@ -210,9 +227,16 @@ def _run_dataset(args, load_pair) -> int:
     from verispec.io import ResultStore
     from verispec.latency import LatencyModel
     from verispec.selector.actions import ActionGrid
-    from verispec.selector.dataset import build_dataset, synthetic_roots, trace_roots, trace_store_path
+    from verispec.selector.dataset import (
+        build_dataset,
+        check_dataset_output,
+        synthetic_roots,
+        trace_roots,
+        trace_store_path,
+    )
     from verispec.sweep import parse_seeds
 
+    check_dataset_output(args.out, overwrite=args.overwrite)  # before a pair is loaded or a root labelled
     grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
     if args.method in ("auto", "conditional"):
         from verispec.selector.labels import check_comb_size
@@ -251,7 +275,7 @@ def _run_dataset(args, load_pair) -> int:
     dataset = build_dataset(roots, grid, method=args.method, samples=args.samples, epsilon=args.epsilon,
                             out=args.out, latency=latency, pair=pair, backend=args.backend, jobs=args.jobs,
                             address=args.address, progress=sys.stderr.isatty(), overwrite=args.overwrite,
-                            seed=args.seed, hidden=args.hidden)
+                            seed=args.seed, hidden=args.hidden, note=lambda text: _stderr(f"verispec: note: {text}"))
     methods = sorted(set(dataset.label_method.tolist()))
     print(f"wrote {args.out}: {len(dataset)} roots in {len(set(dataset.group.tolist()))} groups, {len(grid)} "
           f"actions, labels {'/'.join(methods)} ({_elapsed(start)})")
@@ -267,12 +291,15 @@ def _float(text: str, option: str) -> float:
 
 
 def _run_train(args, load_pair) -> int:
+    from verispec.io import check_output
     from verispec.latency import LatencyModel
     from verispec.selector.actions import ActionGrid, action_times
     from verispec.selector.dataset import Dataset
     from verispec.selector.features import SCALAR_FEATURES
+    from verispec.selector.selector import SELECTOR_FILE
     from verispec.selector.train import train_selector
 
+    check_output(args.out, SELECTOR_FILE, what="--out", overwrite=args.overwrite)  # before any work
     dataset = Dataset.load(args.dataset)
     if not 0 < args.test_fraction < 1:
         raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")

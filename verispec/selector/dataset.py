@@ -45,6 +45,7 @@ written atomically:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -59,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import ProblemTooLargeError, ResultStoreError, VerispecError, describe
-from verispec.io import ResultStore, atomic_output, check_output_file
+from verispec.io import OutputKind, ResultStore, atomic_output, check_output, check_output_file, check_zip_sizes
 from verispec.models.sampling import Sampling
 from verispec.simulator.problems import Problem, ShiftedProblem
 
@@ -74,6 +75,11 @@ BUILD_METHODS = ("auto", "exact", "certified", "conditional")
 #: The arrays of a dataset file, with their ranks.
 ARRAYS = {"features": 2, "efficiency": 2, "stderr": 2, "lower": 2, "upper": 2, "group": 1, "setting": 1,
           "context_length": 1, "label_method": 1, "key": 1}
+
+#: Most bytes a dataset file's arrays may take uncompressed, checked from the archive before anything is read:
+#: the paper's scale (10^4 roots, 324 actions: four label arrays and per-tree labels) with Qwen's hidden states
+#: takes some 0.4 GB.
+MAX_DATASET_BYTES = 2 << 30
 
 #: Seconds between saves of the row store while roots arrive (and always at the end, or on an interruption).
 SAVE_EVERY = 2.0
@@ -518,6 +524,7 @@ class Dataset:
         empty dataset, NaN features, and, given ``grid``, a dataset labelled for another action grid."""
         shown = repr(str(path))
         try:
+            check_zip_sizes(path, limit=MAX_DATASET_BYTES, what=f"the dataset {shown}", error=DatasetError)
             loaded = np.load(path, allow_pickle=False)
             if not isinstance(loaded, np.lib.npyio.NpzFile):
                 raise DatasetError(f"{shown} is not a verispec selector dataset (a single array, not an .npz archive)")
@@ -557,6 +564,34 @@ class Dataset:
         return dataset
 
 
+def is_dataset_file(path: str | Path) -> bool:
+    """Whether ``path`` holds a selector dataset ('verispec selector dataset' wrote it): its metadata's format."""
+    try:
+        check_zip_sizes(path, limit=MAX_DATASET_BYTES, what="the dataset", error=DatasetError)
+        with np.load(path, allow_pickle=False) as data:
+            return json.loads(str(data["metadata"])).get("format") == DATASET_FORMAT
+    except Exception:  # numpy and zipfile raise many kinds on a file that is not a dataset
+        return False
+
+
+#: What 'verispec selector dataset --out' writes (``verispec.io.check_output``).
+DATASET_FILE = OutputKind("verispec selector dataset", is_dataset_file, "dataset.npz")
+
+
+def check_dataset_output(out: str | Path, *, overwrite: bool = False) -> Path:
+    """The row store of the dataset ``out``, after refusing on one line, before any work, an output that cannot be
+    written or that is not this tool's: a file without its row store (a rerun could not resume it) or one that
+    is not a dataset (``DATASET_FILE``), unless ``overwrite``."""
+    out = Path(out)
+    store_file = store_path(out)
+    check_output_file(store_file, "the dataset's row store")
+    if out.exists() and not store_file.exists() and not overwrite:
+        raise DatasetError(f"{str(out)!r} exists without its row store {str(store_file)!r}, so a rerun cannot resume "
+                           "it; pass overwrite (--overwrite) to replace it, or choose another output")
+    check_output(out, DATASET_FILE, what="the dataset", overwrite=overwrite, error=DatasetError)
+    return store_file
+
+
 def trace_store_path(out: str | Path) -> Path:
     """Where ``verispec selector dataset`` keeps the finished traces of ``out``: ``OUT.traces.json``."""
     out = Path(out)
@@ -569,10 +604,71 @@ def store_path(out: str | Path) -> Path:
     return out.with_name(out.name + ".roots.json")
 
 
+def check_label_costs(roots: Sequence[Root], grid, method: str, *, pair=None, samples: int = 4,
+                      note=None) -> set[tuple]:
+    """Before the first root is labelled, what its labels cost at each kind of root (a synthetic family at its V,
+    or a pair's vocabulary: ``ProblemShape``), by the engine's estimate of every action, summed
+    (``label_estimates``), against what one root (a cell of the build) may take, ``MAX_CELL_SECONDS`` and
+    ``MAX_CELL_BYTES`` (``verispec.sweep``). Where it is out of reach, 'exact' and 'certified' are refused on one
+    line naming the costliest action and the options to change, and 'auto' labels those roots conditional-exact
+    at once (as it does where the engine refuses a tree) with a one-line ``note``: the default grid's deep chains
+    at V = 3 ran for minutes and gigabytes a root before falling back, and certified labels of traversal on them
+    for hours. Returns the kinds (family, V) or (pair, V) to label conditional-exact. At a pair's roots the model
+    forwards are not counted, and certified labels not estimated (their search stops where the pair's mass is,
+    which no bound before it tells); 'auto' labels a pair's roots conditional-exact in any case."""
+    from verispec.errors import ProblemTooLargeError
+    from verispec.selector.labels import label_estimates
+    from verispec.simulator.engine import ProblemShape, readable_cost
+    from verispec.sweep import MAX_CELL_BYTES, MAX_CELL_SECONDS, family_shape
+
+    if method not in ("exact", "auto", "certified"):
+        return set()
+    kind_of_labels = "certified" if method == "certified" else "exact"
+    kinds = {}
+    for root in roots:
+        if root.pair is not None:
+            if method == "exact":
+                kinds.setdefault((root.pair, pair.vocab_size), ProblemShape(pair.vocab_size))
+        else:
+            family, vocab = root.problem["family"], int(root.problem["vocab"])
+            kinds.setdefault((family, vocab), family_shape(family, vocab))
+    conditional = set()
+    for (name, vocab), shape in kinds.items():
+        where = f"{kind_of_labels} labels of {name} roots at V={vocab}"
+        options = ("use --method conditional (or auto), or smaller --ks, --l1s, --l2s"
+                   + ("" if name in {root.pair for root in roots} else " or --vocab")
+                   + (", or a larger --epsilon" if method == "certified" else ""))
+        try:
+            estimates = label_estimates(shape, grid, kind_of_labels)
+        except ProblemTooLargeError as error:
+            if method != "auto":
+                raise DatasetError(f"{where} cannot be computed: {' '.join(str(error).split())}; {options}") from None
+            conditional.add((name, vocab))
+            if note is not None:
+                note(f"{where} are out of the engine's reach ({' '.join(str(error).split())}); labelling them "
+                     f"conditional-exact ({samples} sampled trees a root), as --method auto does")
+            continue
+        seconds = sum(estimate.seconds for _, estimate in estimates)
+        memory = max(estimate.bytes for _, estimate in estimates)
+        if seconds <= MAX_CELL_SECONDS and memory <= MAX_CELL_BYTES:
+            continue
+        action, estimate = max(estimates, key=lambda item: (item[1].bytes > MAX_CELL_BYTES, item[1].seconds))
+        cost = (f"about {readable_cost(seconds, memory)} a root (the costliest action: "
+                f"{action.verifier} on {action.tree}, {estimate.describe()}), above the {MAX_CELL_SECONDS:g} s and "
+                f"{MAX_CELL_BYTES / 2**30:g} GiB a root of a build may take")
+        if method != "auto":
+            raise DatasetError(f"{where} are estimated at {cost}; {options}")
+        conditional.add((name, vocab))
+        if note is not None:
+            note(f"{where} would take {cost}; labelling them conditional-exact ({samples} sampled trees a root), "
+                 "as --method auto does where exact labels are out of reach")
+    return conditional
+
+
 def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples: int = 4, epsilon: float = 0.01,
                   out: str | Path, latency, pair=None, backend: str = "serial", jobs: int | None = None,
                   address=None, progress: bool = False, overwrite: bool = False, seed: int = 0,
-                  hidden: bool = False) -> Dataset:
+                  hidden: bool = False, note=None) -> Dataset:
     """Label every root (``label_root``) for every action of ``grid`` and write the dataset to ``out``.
 
     Rows are kept in the row store ``OUT.roots.json`` (a ``ResultStore`` keyed on each root, recording every
@@ -583,11 +679,14 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     'local:N', 'ray'); roots of a pair run in this process on ``pair``. An existing ``out`` without its row
     store is refused unless ``overwrite``, which starts over. ``latency`` prices the latency features.
     ``hidden``: also keep each root's hidden states (``root_hidden``; a pair's roots only), in their own row
-    store ``OUT.hidden.json`` (so a labelled build gains them without labelling again)."""
+    store ``OUT.hidden.json`` (so a labelled build gains them without labelling again). Before the first root,
+    exact labels out of a build's reach are refused ('exact') or labelled conditional-exact ('auto', with a
+    one-line ``note``): ``check_label_costs``."""
     from tqdm import tqdm
 
     from verispec.selector.actions import ActionGrid
     from verispec.selector.features import SCALAR_FEATURES
+    from verispec.sweep import execute, worker_processes
     from verispec.version import package_version
 
     roots = list(roots)
@@ -619,12 +718,7 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
         raise DatasetError(f"the roots come from the pair(s) {', '.join(pairs)}; pass that one pair (got "
                            f"{'none' if pair is None else repr(pair.name)})")
     out = Path(out)
-    check_output_file(out, "the dataset", example="dataset.npz")
-    store_file = store_path(out)
-    check_output_file(store_file, "the dataset's row store")
-    if out.exists() and not store_file.exists() and not overwrite:
-        raise DatasetError(f"{str(out)!r} exists without its row store {str(store_file)!r}, so a rerun cannot resume "
-                           "it; pass overwrite (--overwrite) to replace it, or choose another output")
+    store_file = check_dataset_output(out, overwrite=overwrite)
     parameters = {"kind": DATASET_FORMAT, "grid": grid.as_dict(), "method": method, "samples": int(samples),
                   "seed": int(seed), "epsilon": float(epsilon), "latency": latency.as_dict(),
                   "feature_names": list(SCALAR_FEATURES)}
@@ -636,9 +730,20 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     keyed = dict((root.key(), root) for root in reversed(roots))  # the first of equal roots is kept, in order
     keys = list(dict.fromkeys(root.key() for root in roots))
     todo = [key for key in keys if not store.done(key)]
-    tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "method": method,
+    # the costliest root, before the first one is labelled: 'exact' refused, 'auto' conditional where out of reach
+    conditional = check_label_costs([keyed[key] for key in todo], grid, method, pair=pair, samples=int(samples),
+                                    note=note)
+
+    def method_of(root: Root) -> str:
+        kind = (root.pair, pair.vocab_size) if root.pair is not None else (root.problem["family"],
+                                                                            int(root.problem["vocab"]))
+        return "conditional" if kind in conditional else method
+
+    tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "method": method_of(keyed[key]),
               "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon), "latency": latency.as_dict()}
              for key in todo if keyed[key].kind == "synthetic"]
+    if tasks:
+        worker_processes(backend, jobs, address)  # refuses --address with a backend that runs here
     in_process = [key for key in todo if keyed[key].kind == "model"]
     pending: dict[str, dict] = {}
     last = time.monotonic()
@@ -653,19 +758,18 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
                 store.add_many(pending)
                 pending, last = {}, time.monotonic()
 
-        from verispec.sweep import execute
-
         try:
             for key in in_process:
-                row = label_root(keyed[key], grid, method=method, samples=int(samples), seed=int(seed),
-                                 epsilon=float(epsilon), latency=latency, pair=pair)
+                row = label_root(keyed[key], grid, method=method_of(keyed[key]), samples=int(samples),
+                                 seed=int(seed), epsilon=float(epsilon), latency=latency, pair=pair)
                 arrived([{"key": key, **row}])
                 # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
                 # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
                 # grew to 24 GB and was killed without this
                 gc.collect()
-            for rows in execute(tasks, backend, jobs, address, label_tasks):
-                arrived(rows)
+            with contextlib.closing(execute(tasks, backend, jobs, address, label_tasks)) as batches:
+                for rows in batches:
+                    arrived(rows)
         finally:
             if pending:
                 store.add_many(pending)
@@ -725,5 +829,5 @@ def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
 
 
 __all__ = ["BUILD_METHODS", "DATASET_FORMAT", "HIDDEN_NAMES", "Dataset", "DatasetError", "Root", "ShiftedProblem",
-           "build_dataset", "label_root", "label_tasks", "root_hidden", "root_problem", "sampling_text", "store_path",
-           "synthetic_roots", "trace_roots", "trace_store_path"]
+           "build_dataset", "check_label_costs", "label_root", "label_tasks", "root_hidden", "root_problem",
+           "sampling_text", "store_path", "synthetic_roots", "trace_roots", "trace_store_path"]

@@ -362,12 +362,40 @@ def conditional_exact_labels(problem: Problem, grid, *, samples: int, seed: int)
     return LabelSet(mean, stderr, lower, upper, "conditional", int(samples), per_sample)
 
 
+def exact_label_method(action) -> str:
+    """The engine method of an action's exact label: the walk DP without the output law for a node solver on an
+    i.i.d. tree (the label needs E[tau + 1] only), else 'auto'."""
+    from verispec.simulator.engine import dp_applies
+    from verispec.verifiers import get_verifier
+
+    return "dp-metrics" if dp_applies(action.drafter(), get_verifier(action.verifier)) else "auto"
+
+
+def label_estimates(problem: Problem, grid, method: str = "exact") -> list[tuple[object, object]]:
+    """(action, the engine's estimate of its label: ``estimate_analysis``, or ``estimate_certify`` for 'certified')
+    for each distinct (verifier, tree) of ``grid`` on ``problem`` (a problem, or a ``ProblemShape`` of one);
+    raises what the engine raises where an action cannot be labelled exactly at all (``ProblemTooLargeError``).
+    What a build checks before its first root: a root's labels cost the sum over these."""
+    from verispec.simulator.certified import estimate_certify
+    from verispec.simulator.engine import estimate_analysis
+    from verispec.verifiers import get_verifier
+
+    _check_grid(grid)
+    estimates = {}
+    for action in grid.actions:
+        if (action.verifier, action.tree) not in estimates:
+            verifier = get_verifier(action.verifier)
+            estimate = estimate_certify(problem, action.tree, verifier) if method == "certified" else \
+                estimate_analysis(problem, action.tree, verifier, exact_label_method(action))
+            estimates[(action.verifier, action.tree)] = (action, estimate)
+    return list(estimates.values())
+
+
 def exact_labels(problem: Problem, grid, **options) -> LabelSet:
     """Exact E[tau + 1] of every action (``verispec.analyze``; node-solver verifiers through the walk DP without
-    the output law). ``options`` go to analyze (deadline, ...). Raises what analyze raises where a tree is too
-    large for it (``ProblemTooLargeError``)."""
+    the output law: ``exact_label_method``). ``options`` go to analyze (deadline, ...). Raises what analyze raises
+    where a tree is too large for it (``ProblemTooLargeError``)."""
     from verispec.api import analyze
-    from verispec.simulator.engine import dp_applies
     from verispec.verifiers import get_verifier
 
     _check_grid(grid)
@@ -378,7 +406,7 @@ def exact_labels(problem: Problem, grid, **options) -> LabelSet:
         key = (action.verifier, action.tree)
         if key not in known:
             verifier = get_verifier(action.verifier)
-            method = requested or ("dp-metrics" if dp_applies(action.drafter(), verifier) else "auto")
+            method = requested or exact_label_method(action)
             result = analyze(problem, action.tree, verifier, method=method, **options)
             known[key] = float(result.block_efficiency)
         values.append(known[key])
@@ -479,4 +507,5 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 __all__ = ["CHUNK_ELEMENTS", "LABEL_METHODS", "LAW_ENTRIES", "Combs", "LabelSet", "action_shape", "certified_labels",
-           "comb_layout", "comb_values", "conditional_exact_labels", "exact_labels", "label_quality", "sample_combs"]
+           "comb_layout", "comb_values", "conditional_exact_labels", "exact_label_method", "exact_labels",
+           "label_estimates", "label_quality", "sample_combs"]

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from verispec.errors import VerispecError, describe
-from verispec.io import atomic_output
+from verispec.io import OutputKind, atomic_output
 from verispec.selector.actions import Action, ActionGrid, SelectorError
 from verispec.selector.dataset import sampling_text
 from verispec.selector.features import DRAFT_FEATURES, SCALAR_FEATURES, scalar_features
@@ -32,6 +32,11 @@ from verispec.selector.network import MODELS, build_model
 #: The file's format tag and version.
 FORMAT = "verispec-selector"
 FORMAT_VERSION = 1
+
+#: Largest selector file read, and the most its archive's members may take uncompressed (checked before torch
+#: reads it): a selector is a small network; an MLP over 324 actions with three 128-wide projections of
+#: 8,192-wide hidden states takes about 13 MB.
+MAX_SELECTOR_FILE_BYTES = 256 << 20
 
 #: The metadata keys ``check_fits`` compares (a missing key: the selector was not trained for any such thing).
 FIT_KEYS = ("pair", "tokenizer", "vocab_size", "verifiers", "grid", "samplings", "latency")
@@ -200,13 +205,15 @@ class Selector:
         """Read a selector file; a missing, truncated or foreign file is a one-line SelectorError."""
         shown = repr(str(path))
         try:
-            data = torch.load(path, map_location="cpu", weights_only=True)
+            data = _read_state(path, shown)
         except FileNotFoundError:
             raise SelectorError(f"cannot read the selector {shown}: no such file") from None
         except IsADirectoryError:
             raise SelectorError(f"cannot read the selector {shown}: it is a folder") from None
         except PermissionError:
             raise SelectorError(f"cannot read the selector {shown}: permission denied") from None
+        except SelectorError:
+            raise
         except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on a bad file
             raise SelectorError(f"cannot read the selector {shown}: not a verispec selector file, or truncated "
                                 f"({type(error).__name__})") from None
@@ -227,6 +234,32 @@ class Selector:
             reason = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
             raise SelectorError(f"the selector {shown} is damaged: {reason}") from None
         return selector.to(device)
+
+
+def _read_state(path: str | Path, shown: str):
+    """The content of a selector file (``torch.load`` with ``weights_only``), after refusing a file or an archive
+    that declares more than MAX_SELECTOR_FILE_BYTES, before torch reads or decompresses anything."""
+    from verispec.io import check_zip_sizes
+
+    size = Path(path).stat().st_size  # FileNotFoundError, IsADirectoryError... for the caller to name
+    if size > MAX_SELECTOR_FILE_BYTES:
+        raise SelectorError(f"the selector {shown} holds {size:,} bytes, more than the {MAX_SELECTOR_FILE_BYTES:,} "
+                            "verispec reads for a selector (a small network); give a selector file")
+    check_zip_sizes(path, limit=MAX_SELECTOR_FILE_BYTES, what=f"the selector {shown}", error=SelectorError)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def is_selector_file(path: str | Path) -> bool:
+    """Whether ``path`` holds a selector file ('verispec selector train' wrote it): its format tag, read back."""
+    try:
+        data = _read_state(path, repr(str(path)))
+    except Exception:  # torch raises many kinds on a file that is not its own
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+#: What 'verispec selector train --out' writes (``verispec.io.check_output``).
+SELECTOR_FILE = OutputKind("verispec selector file", is_selector_file, "selector.pt")
 
 
 class SelectorPolicy:
@@ -272,4 +305,5 @@ class SelectorPolicy:
         return self.selector.choose(self.features(context), hidden)
 
 
-__all__ = ["FIT_KEYS", "FORMAT", "Selector", "SelectorPolicy", "plain_metadata", "sampling_dict"]
+__all__ = ["FIT_KEYS", "FORMAT", "SELECTOR_FILE", "Selector", "SelectorPolicy", "is_selector_file", "plain_metadata",
+           "sampling_dict"]

@@ -38,7 +38,7 @@ from verispec import budget
 from verispec.errors import IncompatibleDraftError, ProblemTooLargeError, VerispecError, describe
 from verispec.simulator import fast_enumeration
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES
-from verispec.simulator.dp import MAX_LAW_MODE_ENTRIES, check_walk_size, walk_dp
+from verispec.simulator.dp import MAX_LAW_MODE_ENTRIES, check_walk_size, estimate_walk, walk_dp
 from verispec.simulator.drafters import Drafter, parse_tree
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.laws import OutputLaw, check_emission_laws
@@ -265,6 +265,112 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
         return "fast-enumeration"
     _check_closed_form_size(problem, drafter)
     return "closed-form"
+
+
+#: Rough costs of an analysis on one core, for ``estimate_analysis`` (measured here, 2 cores under load, on chains
+#: and trees of V = 3 to 64; each within a factor of about 3 of the cases measured):
+#: seconds per prefix (of length 0..L) of the conditional tables a law-keeping method fills one prefix at a time
+#: (3-18 us: the rule DPs' tables, the losslessness check's target law, fast enumeration's prefix tables) ...
+PREFIX_SECONDS = 6e-6
+#: ... and per entry of the output law (V + .. + V^(L+1) entries, 0.3-1 us with its continuation by the target);
+LAW_ENTRY_SECONDS = 3e-7
+#: bytes held per entry of the output law at the peak (40-440 measured: the law, its continuation by the target,
+#: the target's law, the conditional tables, and the method's own arrays of the same order, such as the walk's
+#: per-depth states or the post-order DP's deletion sequences);
+LAW_ENTRY_BYTES = 256
+#: seconds per byte of fast enumeration's working arrays (``fast_enumeration.log_bytes``: 4-5 ns);
+FAST_BYTE_SECONDS = 3e-9
+#: seconds per node of each draft tree of whole-tree enumeration, one tree at a time (0.1-1 of this: the count of
+#: trees is an upper bound);
+TREE_NODE_SECONDS = 1e-5
+#: seconds per element operation of the walk DP (``dp.estimate_walk`` counts them; about 1.5 ns).
+WALK_OPERATION_SECONDS = 1.5e-9
+
+
+class ProblemShape(Problem):
+    """A problem known by its size only: its vocabulary, whether its laws are exact, and the log of how many
+    distinct states its prefixes of each length have (``log_states``; every prefix by default), which is all that
+    ``choose_method`` and ``estimate_analysis`` read. It lets a build estimate its cells before their problems
+    are drawn (``verispec.sweep.family_shape``); its laws are never asked for."""
+
+    horizon = None
+
+    def __init__(self, vocab_size: int, log_states=None, *, exact: bool = False):
+        self.vocab_size, self.exact, self._log_states = int(vocab_size), bool(exact), log_states
+
+    def target(self, prefix):
+        raise VerispecError("a ProblemShape holds sizes, not laws: analyse the problem itself")
+
+    draft = target
+
+    def log_state_count(self, length: int) -> float:
+        return super().log_state_count(length) if self._log_states is None else self._log_states(length)
+
+
+@dataclass(frozen=True)
+class AnalysisEstimate:
+    """What ``analyze`` would do and roughly what it would cost (``estimate_analysis``): the ``method`` it
+    would use, ``seconds`` of one core and peak ``bytes`` of working memory, each an order-of-magnitude figure
+    (within a few times of what was measured), for deciding before a build whether its cells can run."""
+
+    method: str
+    seconds: float
+    bytes: float
+
+    def describe(self) -> str:
+        """'about 12 min and 47 GiB with rule-dp'."""
+        return f"about {readable_cost(self.seconds, self.bytes)} with {self.method}"
+
+
+def readable_cost(seconds: float, count: float) -> str:
+    """'12 min and 47.0 GiB': a time on one core and a memory size (none where ``count`` is 0), for messages."""
+    if seconds < 120:
+        time_text = f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    elif seconds < 7200:
+        time_text = f"{seconds / 60:.0f} min"
+    else:
+        hours = seconds / 3600
+        time_text = f"{hours:.3g} h" if hours < 1e6 else f"10^{math.log10(hours):.1f} h"
+    if count <= 0:  # not estimated
+        return time_text
+    size_text = f"{count / 2**20:.0f} MiB" if count < 2**30 else fast_enumeration.readable_bytes(math.log(count))
+    return f"{time_text} and {size_text}"
+
+
+def estimate_analysis(problem: Problem, drafter: Drafter | str, verifier: Verifier, method: str = "auto", *,
+                      need_output_law: bool = False) -> AnalysisEstimate:
+    """The method ``analyze`` would use (``choose_method``, which refuses with ProblemTooLargeError what cannot
+    finish at all) and a rough estimate of its time and memory, computed in logs without building anything.
+
+    The engine's own limits admit analyses of minutes and gigabytes, which one ``verispec exact`` may well
+    spend; a build of many cells (``verispec sweep``, ``selector dataset``) checks this estimate of its largest
+    cell before the first one runs. Costs counted: the output law and the conditional tables a law-keeping
+    method fills prefix by prefix (every method but 'dp-metrics'), the walk DP's element operations
+    (``estimate_walk``), fast enumeration's arrays, whole-tree enumeration's trees. The rule DPs' own work
+    beyond their tables is not counted (Traversal's post-order DP merges states, so no bound before it runs is
+    tight); their limits per depth still refuse the hopeless ones while they run."""
+    problem, drafter, verifier = _as_problem(problem), _as_drafter(drafter), _as_verifier(verifier)
+    check_compatible(verifier, drafter)
+    used = choose_method(problem, drafter, verifier, method, need_output_law=need_output_law)
+    size, depth = problem.vocab_size, drafter.depth
+    seconds = law_bytes = work_bytes = 0.0
+    if used != "dp-metrics":
+        prefixes = math.exp(min(log_prefix_count(size, 0, depth), 700.0))
+        entries = math.exp(min(log_prefix_count(size, 1, depth + 1), 700.0))
+        seconds += PREFIX_SECONDS * prefixes + LAW_ENTRY_SECONDS * entries
+        law_bytes = LAW_ENTRY_BYTES * entries
+    if used in ("dp", "dp-metrics"):
+        walk = estimate_walk(size, drafter.iid_branching, "law" if used == "dp" else "metrics",
+                             verifier.node_solver.has_sequential_tests, problem)
+        seconds += WALK_OPERATION_SECONDS * math.exp(min(walk.log_operations, 700.0))
+        work_bytes = 3 * 8.0 * math.exp(min(walk.log_state_entries, 700.0))  # masses, moves and their products
+    elif used == "fast-enumeration":
+        work_bytes = math.exp(min(fast_enumeration.log_bytes(size, drafter, fast_enumeration.uses_multisets(
+            drafter, verifier)), 700.0))
+        seconds += FAST_BYTE_SECONDS * work_bytes
+    elif used in ("closed-form", "enumerate"):
+        seconds += TREE_NODE_SECONDS * drafter.max_nodes * math.exp(min(drafter.log_num_outcomes(size), 700.0))
+    return AnalysisEstimate(method=used, seconds=seconds, bytes=law_bytes + work_bytes)
 
 
 def _method_note(requested: str, used: str, size: int, depth: int) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import InvalidDistributionError, InvalidProblemError, ProblemTooLargeError, describe
-from verispec.io import read_user_file
+from verispec.io import OutputKind, read_user_file
 from verispec.simulator.distributions import SUM_TOLERANCE, as_distribution, float_rows, parse_number
 
 Prefix = tuple[int, ...]
@@ -148,9 +148,15 @@ def draft_law(problem: Problem, length: int) -> np.ndarray:
 
 
 def _conditionals(problem: Problem, length: int, law) -> np.ndarray:
+    """Every prefix's law, one call each (a few microseconds apiece: 3^16 prefixes are minutes), so the time
+    budget (``verispec.budget``: a sweep's --cell-timeout) is checked every 4,096 prefixes."""
+    from verispec import budget
+
     size = problem.vocab_size
     table = np.empty((size,) * length + (size,), dtype=object if problem.exact else np.float64)
-    for prefix in problem.prefixes(length):
+    for index, prefix in enumerate(problem.prefixes(length)):
+        if not index & 4095:
+            budget.check("tabulating the problem's laws")
         table[prefix] = law(prefix)
     return table
 
@@ -274,6 +280,7 @@ class TabularProblem(Problem):
             size = 0
         if size < 1 or size != self.vocab_size:
             raise InvalidProblemError(f"vocab_size must be a positive integer, got {describe(self.vocab_size)}")
+        check_vocab_size(size, "vocab_size")
         tables, depths = {}, {}
         for name, table in (("target", self.target_table), ("draft", self.draft_table)):
             if isinstance(table, _CheckedRows):  # validated in bulk by ``_checked_rows`` (float problem files)
@@ -386,6 +393,7 @@ def check_knobs(size: int, concentration: float, divergence: float, temperature:
     """InvalidProblemError unless the knobs of the random problem generators (below) are usable."""
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise InvalidProblemError(f"vocab_size must be a positive integer, got {describe(size)}")
+    check_vocab_size(int(size), "the problem generator")
     for name, value in (("concentration", concentration), ("divergence", divergence), ("temperature", temperature),
                         ("zero_fraction", zero_fraction)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -415,6 +423,20 @@ def check_table_size(vocab_size: int, depth, what: str) -> None:
             f"prefixes and {readable_count(log_entries)} probabilities per law, above the limits of "
             f"{MAX_TABLE_PREFIXES:,} prefixes and {MAX_TABLE_ENTRIES:,} probabilities; use a smaller vocabulary or "
             "depth, or a context-free or Markov problem (any depth)")
+
+
+def check_vocab_size(size: int, what: str, *, markov: bool = False) -> None:
+    """ProblemTooLargeError, before anything of size V is built, when the probability vectors a problem of this
+    vocabulary holds at least (one per law; V + 1 for a Markov problem: the root and a row per token) exceed
+    MAX_TABLE_ENTRIES entries: a problem file declaring a vocabulary of 10^9 is refused at once instead of
+    allocating gigabytes for it."""
+    rows = size + 1 if markov else 1
+    if size * rows > MAX_TABLE_ENTRIES:
+        largest = (math.isqrt(4 * MAX_TABLE_ENTRIES + 1) - 1) // 2 if markov else MAX_TABLE_ENTRIES  # V (V + 1)
+        tables = f"{rows:,} probability vectors" if markov else "one probability vector"
+        raise ProblemTooLargeError(
+            f"{what}: a vocabulary of {size:,} tokens needs {tables} of {size:,} entries per law, above the limit of "
+            f"{MAX_TABLE_ENTRIES:,} probabilities; use a vocabulary of at most {largest:,} tokens")
 
 
 def log_prefix_count(size: int, first: int, last: int) -> float:
@@ -487,6 +509,7 @@ def random_markov_problem(vocab_size: int, seed: int | np.random.Generator, *, c
                           zero_fraction: float = 0.0) -> MarkovProblem:
     """An order-1 Markov problem with Dirichlet rows; knobs as in ``random_problem``."""
     check_knobs(vocab_size, concentration, divergence, temperature, zero_fraction)
+    check_vocab_size(int(vocab_size), "random_markov_problem", markov=True)
     rng = np.random.default_rng(seed)
     p0, q0 = _dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction)
     rows = [_dirichlet_pair(rng, vocab_size, concentration, divergence, temperature, zero_fraction)
@@ -603,6 +626,7 @@ def _problem_from_json(data: Mapping, *, exact: bool = False, numbers_only: bool
     size = data["vocab_size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise InvalidProblemError(f"vocab_size must be a positive integer, got {_json_text(size)}")
+    check_vocab_size(size, "vocab_size")
     tables = {}
     for name in ("target", "draft"):
         raw = data[name]
@@ -678,7 +702,7 @@ def _lexicographic_layout(keys: list, size: int) -> tuple[list[Prefix], int] | N
         total += size ** depth
     if total != len(keys):
         return None
-    digits = [str(token) for token in range(size)]
+    digits = [str(token) for token in range(size)] if depth else []  # depth >= 1: at most len(keys) of them
     level, expected = [""], [""]
     for length in range(1, depth + 1):
         level = digits if length == 1 else [f"{key},{digit}" for key in level for digit in digits]
@@ -750,6 +774,8 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
             data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, **reading)
             return _problem_from_json(data, exact=False, numbers_only=b"true" not in content
                                       and b"false" not in content)
+        except ProblemTooLargeError as error:
+            raise ProblemTooLargeError(f"problem file {str(path)!r}: {error}") from None
         except (json.JSONDecodeError, RecursionError, InvalidProblemError, InvalidDistributionError, _ReadExactly):
             pass  # read again the exact way below, for the canonical message
     try:
@@ -762,7 +788,10 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
                                   "problem (a problem nests three levels: object, prefix table, list)") from None
     except InvalidProblemError as error:
         raise InvalidProblemError(f"problem file {str(path)!r}: {error}") from None
-    return problem_from_json(data, exact=exact)
+    try:
+        return problem_from_json(data, exact=exact)
+    except ProblemTooLargeError as error:
+        raise ProblemTooLargeError(f"problem file {str(path)!r}: {error}") from None
 
 
 #: The float reading of a problem file refers to the exact one any JSON number longer than this (more digits than
@@ -823,6 +852,12 @@ def _all_in_window(mask: np.ndarray, width: int) -> np.ndarray:
 #: The first bytes of a .npz file (a zip archive).
 NPZ_MAGIC = b"PK\x03\x04"
 
+#: Most bytes the arrays of a .npz problem file may take uncompressed, checked from the archive's directory and
+#: the arrays' headers before anything is decompressed: twice what the largest table verispec generates takes
+#: (random_problem(2, 19): 2^20 - 1 target and 2^19 - 1 draft prefixes, their lengths, tokens padded to 19 and 18
+#: columns and rows, 8 bytes each, some 260 MiB).
+MAX_NPZ_ARRAY_BYTES = 512 << 20
+
 #: Arrays of the .npz problem form: the vocabulary, then per law the prefixes (lengths and tokens, padded with -1)
 #: and the rows, as float64 "values" or as int64 "numerators" and "denominators" (an exact problem).
 NPZ_FORMAT = "verispec-problem-1"
@@ -875,17 +910,23 @@ def problem_from_npz(content: bytes, *, exact: bool = False, name: str = "proble
     import io
     import zipfile
 
+    from verispec.io import check_zip_sizes
+
+    check_zip_sizes(io.BytesIO(content), limit=MAX_NPZ_ARRAY_BYTES, what=f"problem file {name!r}",
+                    error=InvalidProblemError)  # before anything is decompressed
     try:
         archive = np.load(io.BytesIO(content), allow_pickle=False)
-        arrays = {key: archive[key] for key in archive.files}
+        found = "format" in archive.files and str(archive["format"]) == NPZ_FORMAT
+        arrays = {key: archive[key] for key in archive.files} if found else dict.fromkeys(archive.files)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
         raise InvalidProblemError(f"problem file {name!r} is a zip archive but not a readable .npz ({error}); write "
                                   "one with problem_to_npz") from None
-    if "format" not in arrays or str(arrays["format"]) != NPZ_FORMAT:
+    if not found:
         raise InvalidProblemError(f"problem file {name!r} is a .npz file but not a verispec problem (no format "
                                   f"{NPZ_FORMAT!r}; found arrays: {', '.join(sorted(arrays)) or 'none'})")
     try:
         size = int(arrays["vocab_size"])
+        check_vocab_size(size, "vocab_size")
         tables = {}
         for law in ("target", "draft"):
             lengths, tokens = arrays[f"{law}_lengths"], arrays[f"{law}_tokens"]
@@ -925,6 +966,35 @@ def problem_from_npz(content: bytes, *, exact: bool = False, name: str = "proble
         return TabularProblem(size, tables["target"], tables["draft"], exact=exact)
     except (InvalidProblemError, InvalidDistributionError) as error:
         raise type(error)(f"problem file {name!r}: {error}") from None
+
+
+def is_problem_file(path: str | Path) -> bool:
+    """Whether ``path`` holds a problem file in one of the forms ``load_problem`` reads: a .npz whose format array
+    names NPZ_FORMAT, or a JSON object whose keys are those of the layout (vocab_size, target, draft and the
+    optional notes and metadata); the tables themselves are not checked. What the commands that write problem
+    files (hunt, check-external, derive, sweep --save-problems) may replace without --overwrite."""
+    import io
+    import zipfile
+
+    from verispec.io import check_zip_sizes
+
+    try:
+        content = read_user_file(path, limit=MAX_PROBLEM_FILE_BYTES, what="problem file", error=InvalidProblemError,
+                                 binary=True)
+        if content[:4] == NPZ_MAGIC:
+            check_zip_sizes(io.BytesIO(content), limit=MAX_NPZ_ARRAY_BYTES, what="problem file",
+                            error=InvalidProblemError)
+            with np.load(io.BytesIO(content), allow_pickle=False) as archive:
+                return "format" in archive.files and str(archive["format"]) == NPZ_FORMAT
+        data = json.loads(content)
+    except (InvalidProblemError, OSError, ValueError, EOFError, RecursionError, zipfile.BadZipFile):
+        return False
+    allowed = set(REQUIRED_KEYS) | set(NOTE_KEYS) | set(METADATA_KEYS)
+    return isinstance(data, dict) and set(REQUIRED_KEYS) <= set(data) <= allowed
+
+
+#: What the commands that write problem files write (``verispec.io.check_output``).
+PROBLEM_FILE = OutputKind("verispec problem file (JSON or .npz)", is_problem_file, "problem.json")
 
 
 def problem_to_json(problem: Problem, depth: int) -> dict:

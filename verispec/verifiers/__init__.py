@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
 import sys
+import sysconfig
+import types
 from contextlib import contextmanager
 from pathlib import Path
 
+from verispec import budget
 from verispec.errors import UnknownVerifierError
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.base import NodeSolver, ProcedureVerifier, Verifier, emission_law_of_procedure
@@ -97,28 +101,62 @@ def load_attribute(spec: str, what: str):
     imported later, and another file's sibling of the same name is its own. Modules the import system finds in
     that folder without the insertion (the folder was on ``sys.path`` already) stay: a later import gets the same
     module object. A sibling imported inside a function when it is called is not found; import siblings at the
-    top of the file."""
+    top of the file.
+
+    Loading runs the user's code, and so does every call of what it returns: loading is one call for the command
+    line's ``--call-timeout`` (``budget.user_call``), and the files of the module and of the object's code are
+    handed to its watchdog (``budget.watch_user_code``), which then limits each call into them."""
     if not isinstance(spec, str) or ":" not in spec:
         raise UnknownVerifierError(f"give the {what} as FILE.py:NAME, got {spec!r}")
     location, _, attribute = spec.rpartition(":")
     try:
-        if location.endswith(".py"):
-            path = Path(location)
-            if not path.is_file():
-                raise UnknownVerifierError(f"{what} file {location!r} does not exist")
-            module_spec = importlib.util.spec_from_file_location(f"verispec_user_{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            with _folder_on_path(path.resolve().parent):
-                module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(location)
+        with budget.user_call(f"loading {location}"):
+            if location.endswith(".py"):
+                path = Path(location)
+                if not path.is_file():
+                    raise UnknownVerifierError(f"{what} file {location!r} does not exist")
+                module_spec = importlib.util.spec_from_file_location(f"verispec_user_{path.stem}", path)
+                module = importlib.util.module_from_spec(module_spec)
+                with _folder_on_path(path.resolve().parent):
+                    module_spec.loader.exec_module(module)
+            else:
+                module = importlib.import_module(location)
+            found = hasattr(module, attribute)
+            target = getattr(module, attribute) if found else None
     except UnknownVerifierError:
         raise
     except Exception as error:  # a user's file may fail in any way; report it on one line
         raise UnknownVerifierError(f"cannot load {location!r}: {type(error).__name__}: {error}") from None
-    if not hasattr(module, attribute):
+    if not found:
         raise UnknownVerifierError(f"{location!r} has no attribute {attribute!r}")
-    return getattr(module, attribute)
+    budget.watch_user_code(_code_files(module, target))
+    return target
+
+
+def _code_files(module, target) -> set[str]:
+    """The files (as code objects name them, ``co_filename``) of a loaded module and of the code of ``target``: a
+    function, or the methods of a class or an instance's class and of its bases written by the user (not
+    verispec's, the standard library's or an installed package's: their frames are not a call into the user's
+    code, and verispec runs them for its own work too)."""
+    found = {getattr(module, "__file__", None)}
+    if isinstance(target, functools.partial):
+        target = target.func
+    code = getattr(target, "__code__", None)
+    if code is not None:
+        found.add(code.co_filename)
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the verispec package
+    libraries = (own, *{os.path.abspath(sysconfig.get_paths()[key]) + os.sep
+                        for key in ("stdlib", "platstdlib", "purelib", "platlib")})
+    for klass in (target if isinstance(target, type) else type(target)).__mro__:
+        for member in vars(klass).values():
+            if isinstance(member, (classmethod, staticmethod)):
+                member = member.__func__
+            elif isinstance(member, property):
+                member = member.fget
+            if isinstance(member, types.FunctionType) \
+                    and not os.path.abspath(member.__code__.co_filename).startswith(libraries):
+                found.add(member.__code__.co_filename)
+    return {name for name in found if name and not name.startswith("<") and not os.path.abspath(name).startswith(own)}
 
 
 @contextmanager
