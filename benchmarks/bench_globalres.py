@@ -1,16 +1,18 @@
-"""Global Resolution's cost per tree node against the vocabulary size V and the number of drafts K, beside
-SpecInfer's node law measured in the same run (both as the exact engine and real decoding call them: the node's
-output law for one row of K drafted children, float64 numpy).
+"""Global Resolution per tree node: acceptance minus alpha* and milliseconds a node, against the vocabulary size V,
+the number of drafts K, with and without top-k, for this tree's code and, in the same run, an older checkout's.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_globalres.py
-    python benchmarks/bench_globalres.py --quick          # V up to 16,384, fewer repeats
+    OMP_NUM_THREADS=1 python benchmarks/bench_globalres.py --before /work/before
+    python benchmarks/bench_globalres.py --quick          # V up to 16,384, two repeats, no 'before'
 
-The laws are softmaxes of Gaussian logits (scale 2.5; the draft's logits are the target's plus Gaussian noise
-of scale 1), dense over the whole vocabulary (temperature 1, no top-k), and with q filtered to its top 20
-(Qwen's recommended top-k). Each node is new (the solver's per-node cache is cleared), so a call pays for
-the step-1 rule's programs; medians of ``--repeats`` calls, in milliseconds, with the load average before and
-after. The acceptance of the rule (sum min(p, p_I)) is printed beside alpha*, the OT optimum (below it only where
-the support was grouped), and beside SpecInfer's acceptance at the same node (closed form).
+Each side runs in its own process (the older one with PYTHONPATH=<before>, so that ``import verispec`` finds
+that checkout), one thread. Laws: "dense" are softmaxes of Gaussian logits (scale 2.5; the draft's logits are the
+target's plus Gaussian noise of scale 1), "zipf" a Zipf-like target (p ~ rank^-1.1, ranks shuffled) with a
+tempered, noisy draft (logit 0.8 log p + N(0, 0.5^2)); without top-k the whole vocabulary is drafted, with it q
+keeps its top 20 (Qwen's recommended top-k). Each node is new (a fresh solver), so a call pays for the step-1
+rule's programs and the node's output law for one row of K drafted children (float64 numpy), as the exact engine
+and real decoding call it. Reported: alpha* (a sorted-prefix scan over the whole vocabulary, written here),
+acceptance sum min(p, p_I) minus alpha*, and the median of ``--repeats`` calls in wall-clock ms and in CPU ms
+(process time, which a loaded machine inflates less), with the load average around each side.
 """
 
 from __future__ import annotations
@@ -19,15 +21,27 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
 
+from measure import publish_table  # benchmarks/measure.py
 
-def laws(vocab: int, seed: int, top_k: int | None):
+VOCABULARIES = (1024, 16_384, 151_936)
+DRAFTS = (2, 4, 8)
+TOP_K = 20
+
+
+def laws(vocab: int, seed: int, top_k: int | None, family: str):
     rng = np.random.default_rng(seed)
-    logits = rng.standard_normal(vocab) * 2.5
-    draft = logits + rng.standard_normal(vocab)
+    if family == "dense":
+        logits = rng.standard_normal(vocab) * 2.5
+        draft = logits + rng.standard_normal(vocab)
+    else:
+        logits = -1.1 * np.log(rng.permutation(vocab) + 1.0)
+        draft = 0.8 * logits + 0.5 * rng.standard_normal(vocab)
     p = np.exp(logits - logits.max())
     q = np.exp(draft - draft.max())
     if top_k is not None:
@@ -35,67 +49,121 @@ def laws(vocab: int, seed: int, top_k: int | None):
     return p / p.sum(), q / q.sum()
 
 
-def specinfer_acceptance(p, q, num_drafts: int) -> float:
-    """SpecInfer's node acceptance in closed form: its residual after a rejection, norm((r - q)+), does not depend
-    on which draft was rejected, so P(all K rejected) = prod_i (1 - sum min(r_i, q)) with r_0 = p."""
-    residual, rejected = p, 1.0
-    for _ in range(num_drafts):
-        accepted = np.minimum(residual, q).sum()
-        rejected *= 1 - accepted
-        left = np.maximum(residual - q, 0.0)
-        if left.sum() <= 0:
-            break
-        residual = left / left.sum()
-    return 1 - rejected
+def alpha_star(p, q, num_drafts: int) -> float:
+    """1 + min over prefixes of the drafted tokens sorted by p/q (p = 0 first) of p(T) - q(T)^K."""
+    drafted = np.flatnonzero(q > 0)
+    ratio = np.where(p[drafted] > 0, p[drafted] / q[drafted], -1.0)
+    order = drafted[np.argsort(ratio, kind="stable")]
+    psi = np.cumsum(p[order]) - np.cumsum(q[order]) ** num_drafts
+    return 1 + min(0.0, float(psi.min(initial=0.0)))
+
+
+def cases(quick: bool):
+    for family in ("dense", "zipf"):
+        for vocab in VOCABULARIES[:2] if quick else VOCABULARIES:
+            for top_k in (None, TOP_K):
+                for num_drafts in DRAFTS:
+                    yield family, vocab, top_k, num_drafts
+
+
+def worker(quick: bool, repeats: int) -> list[dict]:
+    """Time the verispec that ``import verispec`` finds (this process's path decides which checkout)."""
+    import verispec
+    from verispec.verifiers.globalres import GlobalResolutionSolver
+
+    rows = []
+    for family, vocab, top_k, num_drafts in cases(quick):
+        p, q = laws(vocab, 0, top_k, family)
+        children = np.random.default_rng(0).choice(vocab, num_drafts, p=q)[None, :]
+        wall, cpu, error = [], [], None
+        for repeat in range(repeats + 1):  # the first call warms caches of shapes, not of nodes
+            solver = GlobalResolutionSolver()
+            start, start_cpu = time.perf_counter(), time.process_time()
+            try:
+                solver.output_laws(p[None, :], q[None, :], children)
+            except Exception as exc:  # the older code may refuse a node: reported, not fatal
+                error = f"{type(exc).__name__}: {exc}"[:80]
+                break
+            if repeat:
+                wall.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - start_cpu)
+        row = {"law": family, "V": vocab, "top_k": top_k, "K": num_drafts, "error": error}
+        if error is None:
+            accepted = float(np.minimum(p, solver.resolution(p, q, num_drafts).intermediate).sum())
+            row.update(acceptance=accepted, wall_ms=statistics.median(wall) * 1e3,
+                       cpu_ms=statistics.median(cpu) * 1e3)
+        rows.append(row)
+    return [{"source": os.path.dirname(os.path.dirname(verispec.__file__)), **row} for row in rows]
+
+
+def run_side(path: str | None, quick: bool, repeats: int) -> tuple[list[dict], float, float]:
+    """The worker in a child process, one thread, the older checkout first on the path when ``path`` is given."""
+    environment = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    environment.pop("PYTHONPATH", None)
+    if path:
+        environment["PYTHONPATH"] = path
+    command = [sys.executable, os.path.abspath(__file__), "--worker", "--repeats", str(repeats)]
+    if quick:
+        command.append("--quick")
+    load_before = os.getloadavg()[0]
+    output = subprocess.run(command, env=environment, cwd="/tmp", check=True, capture_output=True, text=True)
+    return json.loads(output.stdout), load_before, os.getloadavg()[0]
+
+
+def fmt_gap(row: dict | None) -> str:
+    if row is None:
+        return "-"
+    if row.get("error"):
+        return "refused"
+    return f"{row['acceptance'] - row['alpha']:+.1e}"
+
+
+def fmt_ms(row: dict | None) -> str:
+    if row is None or row.get("error"):
+        return "-"
+    return f"{row['wall_ms']:.1f} / {row['cpu_ms']:.1f}"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="V up to 16,384 and 3 repeats")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="V up to 16,384, two repeats")
+    parser.add_argument("--before", help="an older checkout to time in the same run (its root folder)")
+    parser.add_argument("--output", default="bench_globalres.md", help="the markdown table (also printed)")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from verispec.lp_analysis.single_position import iid_ot_optimum
-    from verispec.verifiers.globalres import GlobalResolutionSolver
-    from verispec.verifiers.specinfer import SpecInferSolver
-
-    vocabularies = (64, 1024, 16_384) if args.quick else (64, 1024, 16_384, 151_936)
-    repeats = 3 if args.quick else args.repeats
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
-    rows = []
-    for vocab in vocabularies:
-        for top_k in (None, 20):
-            for num_drafts in (2, 4, 6, 8):
-                timings = {"globalres": [], "specinfer": []}
-                accepted = alpha = baseline = 0.0
-                for repeat in range(repeats + 1):  # the first call warms caches of shapes, not of nodes
-                    p, q = laws(vocab, repeat, top_k)
-                    children = np.random.default_rng(repeat).choice(vocab, num_drafts, p=q)[None, :]
-                    for name, solver in (("globalres", GlobalResolutionSolver()), ("specinfer", SpecInferSolver())):
-                        start = time.perf_counter()
-                        solver.output_laws(p[None, :], q[None, :], children)
-                        elapsed = time.perf_counter() - start
-                        if repeat:
-                            timings[name].append(elapsed)
-                        if name == "globalres" and repeat:
-                            accepted += np.minimum(p, solver.resolution(p, q, num_drafts).intermediate).sum()
-                            alpha += iid_ot_optimum(p, q, num_drafts).alpha
-                            baseline += specinfer_acceptance(p, q, num_drafts)
-                row = {"V": vocab, "top_k": top_k, "K": num_drafts,
-                       "globalres_ms": statistics.median(timings["globalres"]) * 1e3,
-                       "specinfer_ms": statistics.median(timings["specinfer"]) * 1e3,
-                       "acceptance": accepted / repeats, "alpha_star": alpha / repeats,
-                       "specinfer_acceptance": baseline / repeats}
-                row["ratio"] = row["globalres_ms"] / row["specinfer_ms"]
-                rows.append(row)
-                print(f"V={vocab:>7} top_k={str(top_k):>4} K={num_drafts}: globalres {row['globalres_ms']:8.2f} ms, "
-                      f"specinfer {row['specinfer_ms']:7.2f} ms (x{row['ratio']:.1f}); acceptance "
-                      f"{row['acceptance']:.4f}, alpha* {row['alpha_star']:.4f}, specinfer "
-                      f"{row['specinfer_acceptance']:.4f}", flush=True)
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    repeats = 2 if args.quick else args.repeats
+    if args.worker:
+        json.dump(worker(args.quick, repeats), sys.stdout)
+        return 0
+    sides, notes = {}, []
+    for label, path in (("before", args.before), ("after", None)):
+        if label == "before" and not path:
+            continue
+        rows, load_before, load_after = run_side(path, args.quick, repeats)
+        sides[label] = {(r["law"], r["V"], r["top_k"], r["K"]): r for r in rows}
+        notes.append(f"{label}: {rows[0]['source']} (load average {load_before:.2f} -> {load_after:.2f})")
+        print(notes[-1], flush=True)
+    table, lines = [], []
+    for key in cases(args.quick):
+        family, vocab, top_k, num_drafts = key
+        alpha = alpha_star(*laws(vocab, 0, top_k, family), num_drafts)
+        before, after = (sides.get(label, {}).get(key) for label in ("before", "after"))
+        for row in (before, after):
+            if row is not None:
+                row["alpha"] = alpha
+        lines.append([family, f"{vocab:,}", top_k or "none", num_drafts, f"{alpha:.4f}", fmt_gap(before),
+                      fmt_gap(after), fmt_ms(before), fmt_ms(after)])
+        table.append({"key": list(key), "alpha": alpha, "before": before, "after": after})
+    caption = (f"Global Resolution per node, one thread, median of {repeats}; " + "; ".join(notes)
+               + f"; {time.strftime('%Y-%m-%d %H:%M')}")
+    publish_table(args.output, caption, ["law", "V", "top-k", "K", "alpha*", "before: acceptance - alpha*",
+                                         "after", "before: ms a node (wall / CPU)", "after"], lines)
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=1)
+        from verispec.io import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(table, indent=1))
     return 0
 
 

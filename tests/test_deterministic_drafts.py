@@ -28,7 +28,7 @@ def test_argmax_path_handed_a_point_mass_accepts_p_of_the_mode_at_every_rule(len
     problem = DeterministicDrafts(ContextFreeProblem(p, q), "argmax")
     expected = sum(0.2 ** depth for depth in range(length + 1))  # x* = 2, p(x*) = 0.2
     names = _valid(f"chain:{length}")
-    assert len(names) == 14
+    assert len(names) == 15
     for name in names:
         result = analyze(problem, parse_tree(f"chain:{length}"), REGISTRY[name])
         assert result.tv_distance < 1e-12, name

@@ -72,7 +72,7 @@ def test_no_cell_is_computed_twice(quick_run):
 
     valid = {spec: sum(1 for verifier in REGISTRY.values() if parse_tree(spec).draft_laws & verifier.valid_for)
              for spec in ("chain:3", "iid:2,2")}
-    assert valid == {"chain:3": 14, "iid:2,2": 9}  # with globalres
+    assert valid == {"chain:3": 15, "iid:2,2": 10}  # with globalres and psbv
     assert len(shared) == 2 * (valid["chain:3"] + valid["iid:2,2"])
     # the typical study's lossless rows (naive on chain:3, specinfer on iid:2,2, random family, no LP) are its own
     assert not keys["typical"] & set().union(*(keys[study] for study in STUDY_FILES))
@@ -225,7 +225,7 @@ def test_the_winner_table_is_the_data_and_a_changed_row_changes_it(quick_report)
     # so Traversal cannot win over GBV there.
     for (tree, divergence), (_, winners, _) in recomputed.items():
         if tree == "chain:3":
-            assert winners == ["bv", "gbv", "traversal", "traversal-iid"], divergence
+            assert winners == ["bv", "gbv", "psbv", "traversal", "traversal-iid"], divergence
     # negative control: one cell of traversal raised by 0.05 makes it the sole winner of its regime, and the
     # report's table no longer matches the data
     altered = [dict(row) for row in rows]
@@ -252,7 +252,7 @@ def test_the_winner_table_uses_the_cells_every_verifier_has(quick_report):
     others = [row for row in kept if (row["family"], row["seed"]) != problem and row["verifier"] == "bv"]
     assert entry["cells"] == 5 == len(others)
     assert entry["value"] == pytest.approx(sum(row["block_efficiency"] for row in others) / 5, abs=1e-12)
-    assert entry["winners"] == ["bv", "gbv", "traversal", "traversal-iid"]
+    assert entry["winners"] == ["bv", "gbv", "psbv", "traversal", "traversal-iid"]
     own = {name: [row["block_efficiency"] for row in kept if row["verifier"] == name] for name in ("gbv", "traversal")}
     assert (len(own["gbv"]), len(own["traversal"])) == (6, 5)
     assert abs(sum(own["gbv"]) / 6 - sum(own["traversal"]) / 5) > 1e-9
@@ -311,7 +311,7 @@ def test_the_rules_that_coincide_on_one_path_are_those_of_the_exact_engine(quick
         home = next((members for members in classes if equal[(members[0], name)]), None)
         home.append(name) if home else classes.append([name])
     assert sorted(members for members in classes if len(members) > 1) == shown
-    assert ["bv", "gbv", "traversal", "traversal-iid"] in shown
+    assert ["bv", "gbv", "psbv", "traversal", "traversal-iid"] in shown
 
 
 def test_the_gbv_fall_with_k_is_stated_from_the_numbers(quick_report):

@@ -36,6 +36,7 @@ STAT_CASES: dict[str, tuple[str, Sampling]] = {
     "traversal": ("branch:2,2", Sampling(1.0)),
     "traversal-iid": ("iid:2,2", Sampling(0.9)),
     "gbv": ("iid:2,2", Sampling(1.0)),
+    "psbv": ("iid:2,2", Sampling(1.0)),
     "rrsw": ("branch:2,1", Sampling(1.0)),
     "spechub": ("hub-tree:2", Sampling(1.0)),
     "greedy": ("greedy-tree:3,2", Sampling(1.0)),

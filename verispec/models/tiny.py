@@ -15,28 +15,29 @@ VOCAB = 16
 WORDS = ["<eos>", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "<unk>"]
 
 
-def tiny_causal_lm(seed: int, *, layers: int = 1, scale: float = 0.5):
-    """A Qwen2 causal LM with a 16-token vocabulary, float64, weights N(0, scale^2), seeded."""
+def tiny_causal_lm(seed: int, *, layers: int = 1, scale: float = 0.5, vocab: int = VOCAB):
+    """A Qwen2 causal LM with a 16-token vocabulary (or ``vocab``: 151,936 is Qwen's), float64, weights
+    N(0, scale^2), seeded."""
     import torch
     import transformers
 
     torch.manual_seed(seed)
-    config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+    config = transformers.Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                                       tie_word_embeddings=False, initializer_range=scale, eos_token_id=None,
                                       bos_token_id=None, pad_token_id=None)
     return transformers.Qwen2ForCausalLM(config).eval().double()
 
 
-def tiny_pair(seed: int = 0, *, noise: float = 0.1, layers: int = 1, device="cpu"):
+def tiny_pair(seed: int = 0, *, noise: float = 0.1, layers: int = 1, device="cpu", vocab: int = VOCAB):
     """A ModelPair on ``device``: a tiny target and a draft equal to it plus N(0, noise^2) on every weight."""
     import torch
 
     from verispec.models.pair import ModelPair, resolve_device
 
     device = resolve_device(device)
-    target = tiny_causal_lm(seed, layers=layers)
-    draft = tiny_causal_lm(seed, layers=layers)
+    target = tiny_causal_lm(seed, layers=layers, vocab=vocab)
+    draft = tiny_causal_lm(seed, layers=layers, vocab=vocab)
     generator = torch.Generator().manual_seed(seed + 1000)
     with torch.no_grad():
         for parameter in draft.parameters():

@@ -25,6 +25,7 @@ from verispec.verifiers.naive import NaiveVerifier
 from verispec.verifiers.naivetree import NaiveTreeSolver
 from verispec.verifiers.nss import NaiveSamplingSolver
 from verispec.verifiers.otlp import OTLPSolver
+from verispec.verifiers.psbv import PositionSharingBlockVerifier
 from verispec.verifiers.rrsw import RRSWSolver
 from verispec.verifiers.spechub import SpecHubSolver
 from verispec.verifiers.specinfer import SpecInferSolver
@@ -48,6 +49,7 @@ REGISTRY: dict[str, Verifier] = {
         TraversalVerifier(),
         TraversalIIDVerifier(),
         GreedyBlockVerifier(),
+        PositionSharingBlockVerifier(),
         TopDownVerifier(RRSWSolver()),
         TopDownVerifier(SpecHubSolver()),
         TopDownVerifier(GreedySolver()),

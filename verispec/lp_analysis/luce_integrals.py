@@ -1,0 +1,259 @@
+"""Luce choices among K i.i.d. drafts as one-dimensional integrals: Global Resolution's two programs at any
+vocabulary, without enumerating draft multisets.
+
+The identity. A Luce choice among the K drafts picks draft position i with weight w(x_i) (the count-weighted
+rule: token x weighs c_x w_x, where c_x counts its drafts), so with S = sum_y c_y w_y and b the reject weight,
+token x is chosen with probability c_x w_x / (b + S). Since 1/(b + S) = int_0^inf e^(-t(b + S)) dt and the
+counts are multinomial, whose generating function is E[prod_y z_y^(c_y)] = (sum_y q_y z_y)^K,
+
+    E[c_x e^(-tS)] = K q_x e^(-t w_x) G(t)^(K-1),     G(t) = sum_y q_y e^(-t w_y),
+
+and every quantity of the programs is one integral over t of O(V) sums:
+
+* inner system (all K drafts in H*, reject weight b = 1): G(t) = c0 + sum_(y in H*, p_y > 0) q_y e^(-t w_y), with
+  c0 = q(H* tokens of p = 0, weight 0);
+* outer system (some draft outside H*, choice among the outer drafts, b = 0): G(t) = c0 + sum_(y outside H*) q_y
+  e^(-t w_y), with c0 = q(H*) (an inner draft counts in no sum).
+
+The chosen law of token x is m_x = q_x Phi(w_x) with
+
+    Phi(w) = lo + K w int_0^inf e^(-t(b + w)) D(t) dt,   D = G^(K-1) (b = 1),  D = G^(K-1) - c0^(K-1) (b = 0),
+
+lo = 0 (inner) or K c0^(K-1) (outer: the chance that x is the only outer draft), rising to hi = K G(0)^(K-1). So
+the programs' optimum (m_x = p_x on the inner tokens and on the outer tokens of weight below 1, by the KKT
+conditions) is a fixed point in the one function G: w_x = Phi_G^(-1)(p_x / q_x), G = c0 + sum_x q_x e^(-t w_x).
+The weight depends on the token only through its ratio r = p/q. The reject mass of the inner system is
+int_0^inf e^(-t) G(t)^K dt, the objectives are Frullani integrals (log X = int (e^(-t) - e^(-tX))/t dt), and the
+Hessian uses 1/(b + S)^2 = int t e^(-t(b + S)) dt with E[c_x c_z e^(-tS)] = K(K-1) q_x q_z e^(-t(w_x + w_z))
+G^(K-2) + [x = z] K q_x e^(-t w_x) G^(K-1).
+
+Quadrature and its error. In s = log t the integrand of Phi - lo, f(s) = K w e^s e^(-e^s (b + w)) D(e^s), is
+analytic in the strip |Im s| < pi/2, and |G(e^(s+iy))| <= G(e^s cos y) (D likewise: a polynomial in G - c0 with
+positive coefficients), so int |f(s + iy)| ds <= (Phi - lo) / cos y. The trapezoid rule with step h then errs by at
+most 2 (Phi - lo) / (cos a (e^(2 pi a / h) - 1)) for every a < pi/2 (Trefethen & Weideman, SIAM Review 2014,
+Thm 5.1): at h = ``STEP`` = 0.25 the minimum over a is 9.8e-16 of Phi - lo. The sum is cut where its tails are
+below 2e-17 K in absolute terms: t >= 2^-56 / max(1, w_max) on the left (the integrand is at most K w t there) and
+t (b + w_min) <= 45 on the right (at most K tau e^-tau beyond). G itself is summed exactly at the nodes.
+
+The sums over the vocabulary. G(t_l) at T nodes over V tokens, and Phi at V tokens over T nodes, would cost V T
+exponentials. Tokens are grouped instead by log weight into clusters of width eta = ``STEP`` / ``REFINE`` centred on
+w_c = e^(c eta), and e^(-t w) = e^(-t w_c) sum_(k < n) (-t w_c eps)^k / k! + R_n with eps = w / w_c - 1,
+|eps| <= e^(eta/2) - 1: |R_n| <= e^(-tau(1 - |eps|)) (tau |eps|)^n / n! (tau = t w_c), at most
+(|eps| / (1 - |eps|))^n / sqrt(2 pi n) over all tau. With eta = 1/16 that ratio is 0.0328, so n = ``TERMS`` = 11
+terms err by 1e-17 per unit mass in G and by at most 2 K D(0) 0.0328^11 / (1 - |eps|) < 1e-16 K in Phi. The cost
+is V n for the cluster moments sum_(x in c) q_x eps_x^k and for the per-token series, and (clusters x nodes x n)
+for the tables, whose tau = t_l w_c lie on one geometric grid (both grids are powers of e^eta).
+
+Solving. The fixed point is found in three stages (``global_resolution.solve_system``): the convex program on a
+compressed measure (the tokens' q and p mass binned by the logit y = log((r - lo) / (hi - r)) of their ratio;
+lumping tokens of equal weight is exact for the count-weighted rule), solved by Newton with these integrals; chord
+steps on G at the nodes whose Jacobian comes from bins of the current weights, every token's weight read off the
+inverse of y(log w) (solved at the tokens themselves when they are few, else on a grid in y and interpolated by
+cubic Hermite); and the p_I of the weights finally used, computed with ``TERMS`` terms from the G of those
+weights. Only acceptance depends on how well the fixed point is met; p_I is always the law of the weights used.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Trapezoid step in s = log t (relative discretisation error below 1e-15; see the module docstring).
+STEP = 0.25
+#: Clusters per quadrature step: cluster width eta = STEP / REFINE in log weight.
+REFINE = 4
+CLUSTER_WIDTH = STEP / REFINE
+#: Taylor terms per cluster for the final p_I (error below 1e-16 K) and while solving (below 1e-10).
+TERMS = 11
+SOLVE_TERMS = 6
+#: The quadrature's tails: t (b + w_min) <= TAIL on the right, t <= HEAD / max(1, w_max) on the left.
+TAIL = 45.0
+HEAD = 2.0 ** -56
+#: Largest inner log weight (a face of the polytope sends weights to infinity; e^60 is past float precision).
+INNER_CEILING = 60.0
+#: Smallest outer log weight relative to the largest (1): a token whose ratio sits at the outer threshold.
+OUTER_FLOOR = -60.0
+#: Bins of the compressed measure the convex program is solved on, and of the chord's Jacobian.
+BINS = 48
+JACOBIAN_BINS = 96
+#: Tokens solved one by one up to this many; beyond, on a grid in y of this many points at most.
+GRID_POINTS = 2048
+GRID_STEP = 0.02
+#: Chord steps on G at most, and the residual max |G_true - G| (absolute) at which they stop: solving at the
+#: tokens, and on a grid (whose interpolation costs acceptance near 1e-10 anyway).
+ROUNDS = 40
+ROUND_TOLERANCE = 1e-14
+GRID_TOLERANCE = 1e-10
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Trapezoid nodes t_l = e^((first + l) STEP) and weights STEP t_l (dt = t ds)."""
+
+    first: int
+    t: np.ndarray       # [T]
+    weight: np.ndarray  # [T]
+
+    @classmethod
+    def covering(cls, smallest: float, largest: float, reject: int) -> Nodes:
+        """Nodes for log weights in [smallest, largest] (see the module docstring for the tails)."""
+        low = math.log(HEAD) - max(largest, 0.0)
+        high = math.log(TAIL) - (0.0 if reject else smallest)
+        first = math.floor(low / STEP)
+        count = math.ceil(high / STEP) - first + 1
+        s = (first + np.arange(count)) * STEP
+        t = np.exp(s)
+        return cls(first=first, t=t, weight=STEP * t)
+
+    @property
+    def size(self) -> int:
+        return len(self.t)
+
+
+@dataclass(frozen=True)
+class Located:
+    """Tokens placed in clusters: index [n] (0..C-1) and eps = w / w_c - 1 [n]."""
+
+    index: np.ndarray
+    eps: np.ndarray
+
+
+class Expansion:
+    """e^(-t_l w) for every node and every w in [e^lower, e^upper], as Taylor series around the cluster centres.
+
+    tables [k][l, c] = e^(-tau) (-tau)^k / k! with tau = t_l w_c: a slice of one sequence over the geometric grid
+    tau = e^(m eta), m = REFINE * (nodes.first + l) + c_first + c. Their size is bounded by the ranges the systems
+    allow: log weights in [-42, 60] (inner) or [-60, 0] (outer), at most 411 nodes: 60 MB at most, about 10 MB for
+    the laws of ``benchmarks/bench_globalres.py``.
+    """
+
+    def __init__(self, nodes: Nodes, lower: float, upper: float, terms: int = TERMS):
+        self.nodes = nodes
+        self.first = math.floor(lower / CLUSTER_WIDTH) - 1
+        self.size = math.ceil(upper / CLUSTER_WIDTH) + 1 - self.first + 1
+        offset = REFINE * nodes.first + self.first
+        tau = np.exp((offset + np.arange(REFINE * (nodes.size - 1) + self.size)) * CLUSTER_WIDTH)
+        sequence = np.empty((terms, len(tau)))
+        sequence[0] = np.exp(-tau)
+        for k in range(1, terms):
+            sequence[k] = sequence[k - 1] * (-tau / k)
+        windows = np.lib.stride_tricks.sliding_window_view(sequence, self.size, axis=1)  # [terms, M - C + 1, C]
+        self.tables = np.ascontiguousarray(windows[:, ::REFINE][:, : nodes.size])          # [terms, T, C]
+        self.centres = (self.first + np.arange(self.size)) * CLUSTER_WIDTH
+
+    def locate(self, log_weight: np.ndarray) -> Located:
+        """The cluster of each log weight (which must lie in [lower, upper]) and its eps."""
+        index = np.rint(log_weight * (1 / CLUSTER_WIDTH)).astype(np.int64) - self.first
+        np.clip(index, 0, self.size - 1, out=index)
+        return Located(index, np.expm1(log_weight - self.centres[index]))
+
+    def sums(self, located: Located, mass: np.ndarray, terms: int) -> np.ndarray:
+        """sum_x mass_x e^(-t_l w_x) at every node [T]."""
+        power = np.array(mass, dtype=np.float64)
+        total = np.zeros(self.nodes.size)
+        for k in range(terms):
+            moment = np.bincount(located.index, power, minlength=self.size)
+            total += self.tables[k] @ moment
+            if k + 1 < terms:
+                power *= located.eps
+        return total
+
+    def coefficients(self, node_vector: np.ndarray, terms: int) -> np.ndarray:
+        """B [C, terms] with sum_l a_l e^(-t_l w) = sum_k eps^k B[c, k] for w in cluster c (a [T])."""
+        return np.stack([node_vector @ self.tables[k] for k in range(terms)], axis=1)
+
+    @staticmethod
+    def evaluate(coefficients: np.ndarray, located: Located, derivative: bool = False):
+        """sum_k eps^k B[index, k] per token, and its derivative in log w when asked."""
+        terms = coefficients.shape[1]
+        value = coefficients[located.index, terms - 1]
+        slope = np.zeros_like(value)
+        for k in range(terms - 2, -1, -1):
+            if derivative:
+                slope = slope * located.eps + value
+            value = value * located.eps + coefficients[located.index, k]
+        return (value, slope * (1 + located.eps)) if derivative else value
+
+
+def positive_binomial_tail(fixed: float, free: np.ndarray, power: int) -> np.ndarray:
+    """(fixed + free)^power - fixed^power as a sum of positive terms (no cancellation; free >= 0)."""
+    out = np.zeros_like(free)
+    for i in range(1, power + 1):
+        out += math.comb(power, i) * fixed ** (power - i) * free ** i
+    return out
+
+
+@dataclass(frozen=True)
+class ChoiceSystem:
+    """One of Global Resolution's two systems: its free tokens (mass q and ratio r = p / q), K, the reject weight
+    b (1 inner, 0 outer), the mass c0 that stays in G at every t, and the bounds on log weights."""
+
+    mass: np.ndarray    # [n] q of the free tokens
+    ratio: np.ndarray   # [n] p / q
+    drafts: int
+    reject: int
+    fixed: float
+    lower: float
+    upper: float
+
+    @functools.cached_property
+    def low(self) -> float:
+        """Phi at weight 0+ (outer: the chance that the token is the only outer draft)."""
+        return 0.0 if self.reject else self.drafts * self.fixed ** (self.drafts - 1)
+
+    @functools.cached_property
+    def high(self) -> float:
+        """Phi at infinite weight: K G(0)^(K-1)."""
+        return self.drafts * (self.fixed + float(self.mass.sum())) ** (self.drafts - 1)
+
+    def logit(self, ratio: np.ndarray) -> np.ndarray:
+        """y = log((r - lo) / (hi - r)), +-inf outside (lo, hi)."""
+        low, high = self.low, self.high
+        with np.errstate(divide="ignore", invalid="ignore"):
+            value = np.log(ratio - low) - np.log(high - ratio)
+        return np.where(ratio <= low, -np.inf, np.where(ratio >= high, np.inf, value))
+
+    def kernel(self, nodes: Nodes, free: np.ndarray) -> np.ndarray:
+        """a_l = weight_l e^(-b t_l) D(t_l) from G - c0 at the nodes, so that Phi(w) = lo + K w sum_l a_l e^(-t_l w)."""
+        power = self.drafts - 1
+        if self.reject:
+            tail = (self.fixed + free) ** power
+        else:
+            tail = positive_binomial_tail(self.fixed, free, power)
+        return nodes.weight * np.exp(-self.reject * nodes.t) * tail
+
+    def curve(self, log_weight: np.ndarray, value: np.ndarray, slope: np.ndarray):
+        """(y, dy/du) at u = log w from J = sum a e^(-tw) and dJ/du."""
+        chosen = self.drafts * np.exp(log_weight) * value  # Phi - lo
+        span = self.high - self.low
+        rest = np.maximum(span - chosen, span * 1e-300)
+        return np.log(chosen) - np.log(rest), (1 + slope / value) * span / rest
+
+    def program(self, nodes: Nodes, mass: np.ndarray, target: np.ndarray):
+        """The convex program on a measure of bins (their q ``mass`` and p ``target``): a -> (objective, gradient
+        without the target, Hessian) of E[log(b + S); rows], by the integrals (the Newton solver's moments)."""
+        K, b, c0, t = self.drafts, self.reject, self.fixed, nodes.t
+        decay = np.exp(-b * t)
+        total = (c0 + float(mass.sum())) ** K - (0.0 if b else c0 ** K)
+
+        def moments(log_weight):
+            weight = np.exp(log_weight)
+            table = np.exp(-np.outer(weight, t))        # [B, T]
+            free = mass @ table                         # G - c0
+            whole = c0 + free
+            if b:
+                integrand = np.exp(-t) * (total - whole ** K)
+            else:
+                integrand = np.exp(-t) * total - positive_binomial_tail(c0, free, K)
+            objective = STEP * float(integrand.sum())
+            chosen = mass * (self.low + K * weight * (table @ self.kernel(nodes, free)))
+            spread = (mass * weight)[:, None] * table    # [B, T]
+            cross = nodes.weight * t * decay * K * (K - 1) * whole ** (K - 2)
+            own = K * mass * weight ** 2 * (table @ (nodes.weight * t * decay * whole ** (K - 1)))
+            hessian = np.diag(chosen - own) - (spread * cross) @ spread.T
+            return objective, chosen, hessian
+
+        return moments

@@ -1,0 +1,283 @@
+"""The multi-path optimum as select-then-verify: a smaller exact LP for ``iid:K,L``, per-depth bounds, and the
+program that shows why no rule that sees only the drafted nodes reaches the optimum (the analysis and
+the numbers are in docs/rules_2025_26.md).
+
+**Select-then-verify is optimal.** For K i.i.d. draft paths of length L, let B be the set of *selection laws*:
+the laws g on paths of length L of one path picked (with any randomisation, looking at all K) from the K drafts.
+Then
+
+    max over valid verifiers of E[tau + 1]  =  max over g in B of BV(p, g),
+
+BV(p, g) being block verification's efficiency on one path drawn from g (the single-path optimum, which
+block verification attains; docs/multistep_optimum.md). ">=": select a path with law g, verify it by block
+verification with draft g; the selection only decides which path is read, so the output has the target's law.
+"<=": given any valid verifier, emitting block (a, y) on tree D, pick uniformly one of D's paths that extends the
+accepted part a. That path's law g is a selection law, and the pair (path, block) transports g to the verifier's
+block law M with every block's accepted part a prefix of its path, which is exactly Hall's condition for M to be
+producible on a single path drawn from g (docs/verifier_classes.md); so E[tau + 1] <= BV(p, g). B is also the
+base polytope of the polymatroid f(C) = 1 - (1 - q(C))^K (C a set of paths; Hall again), whose vertices are the
+maxima of orders of the paths: GBV's selection (the lexicographic maximum) is one vertex, and GBV is block
+verification with that vertex's law.
+
+With r(u) = min over prefixes v of u of g(v) p(u | v) (g(empty) = 1), BV(p, g) = 1 + sum_u r(u), the mass
+accepting at least u (docs/verifier_classes.md's least feasible flows). That makes the optimum an LP over a
+selection from each MULTISET of K paths (exchangeability: averaging a selection over the orders of the draws keeps
+its law) with variables s(S, x) >= 0 for every multiset S and path x in S, sum_x s(S, x) = P(S), g(v) = the s of
+paths through v, and r(u) <= g(u), r(u t) <= p(t | u) r(u), r(t) <= p(t): C(V^L + K - 1, K) K + (prefixes)
+variables instead of the multi-step LP's V^(K L) (tree nodes) V (``selection_optimum``; equal to the multi-step
+LP to 1e-9 in the tests, and it reaches iid:3,3 at V = 4, about 1.4e5 variables, where the multi-step LP would need
+1e7).
+
+**Depths trade off.** P(tau >= d) <= alpha*_d = 1 + min_H [p(H) - q(H)^K] over sets H of length-d sequences
+(the K-draft OT value of the length-d laws; the output's first d tokens follow p, and tau >= d needs them to be a
+drafted prefix), so E[tau + 1] <= 1 + sum_d alpha*_d (``depth_bounds``). The bounds are not attained together,
+already on one path (K = 1: Sun et al.'s toy, 11/9 against 12/9, docs/multistep_optimum.md), and a deeper one is
+not attained even alone: P(tau >= d) needs the first d - 1 tokens accepted on the same path, which the selection
+LP's r(u) <= p(t | u') r(u') charges and the OT value of the length-d laws does not.
+
+**What drafted-node rules cannot do** (``drafted_node_program``). A rule that sees only p and q at the nodes of
+the drafted tree must give equal emission laws to a tree in two problems that agree at all its nodes. Stacking the
+multi-step LPs of problems P_1..P_n with those equalities (one per tree and pair of problems, cvxpy constraints
+z_i[tree] == z_j[tree]) bounds every such rule: its efficiencies satisfy sum_i E_i <= the stacked optimum. When
+that is below sum_i OPT_i, no drafted-node rule is optimal on all of them; ``certify=True`` proves both sides in
+exact rationals (``verispec.lp_analysis.certificate``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+from scipy import sparse
+
+from verispec import budget
+from verispec.errors import ProblemTooLargeError, VerispecError
+from verispec.lp_analysis.multistep import build_multistep_lp, optimal_block_efficiency
+from verispec.lp_analysis.single_position import iid_ot_optimum
+from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, solve_lp
+from verispec.simulator.drafters import DelayedDrafter, Drafter
+from verispec.simulator.problems import Problem, draft_law, target_law
+
+
+def _root_iid(drafter: Drafter) -> tuple[int, int]:
+    """(K, L) of a root-i.i.d. drafter (``iid:K,L``; a chain is K = 1), else VerispecError."""
+    if isinstance(drafter, DelayedDrafter) and drafter.trunk == 0:
+        return drafter.branches, drafter.tail
+    branching = drafter.iid_branching
+    if branching and all(b == 1 for b in branching):
+        return 1, len(branching)
+    raise VerispecError(f"the selection LP covers K i.i.d. paths from the root (iid:K,L or a chain), not "
+                        f"{drafter.spec}")
+
+
+@dataclass(frozen=True, eq=False)
+class SelectionOptimum:
+    """The multi-path optimum from the selection LP: ``block_efficiency`` = 1 + sum_d ``acceptance[d-1]``
+    (P(tau >= d) of the optimal rule), an optimal selection law ``selection`` {path: g(path)}, the LP's size."""
+
+    block_efficiency: float
+    acceptance: tuple[float, ...]
+    selection: dict = field(repr=False)
+    num_variables: int = 0
+    num_multisets: int = 0
+    seconds: float = 0.0
+
+
+def selection_lp_size(num_paths: int, paths: int) -> int:
+    """Columns of the selection LP before prefixes: C(P + K - 1, K) multisets times at most K distinct paths."""
+    return math.comb(num_paths + paths - 1, paths) * min(paths, num_paths)
+
+
+def selection_optimum(problem: Problem, drafter: Drafter, *, depth_weights=None,
+                      limit: int = DEFAULT_MAX_VARIABLES) -> SelectionOptimum:
+    """The best E[tau + 1] of any valid verifier for ``iid:K,L`` trees on ``problem``, from the selection LP (module
+    docstring). ``depth_weights`` (w_1..w_L, default ones) maximises sum_d w_d P(tau >= d) instead, to see the
+    depths trade off (``block_efficiency`` is still 1 + sum_d P(tau >= d) of the maximiser). ProblemTooLargeError
+    before anything is built when it would exceed ``limit`` variables."""
+    start = time.monotonic()
+    paths, depth = _root_iid(drafter)
+    weights = [1.0] * depth if depth_weights is None else [float(w) for w in depth_weights]
+    if len(weights) != depth or not all(w >= 0 for w in weights):
+        raise VerispecError(f"depth_weights must be {depth} non-negative numbers, got {depth_weights!r}")
+    problem.require_depth(depth)
+    size = problem.vocab_size
+    joint_q = np.asarray(draft_law(problem, depth), dtype=np.float64).ravel()
+    support = np.flatnonzero(joint_q > 0)
+    what = f"the selection LP for {drafter.spec} at V={size}"
+    estimate = selection_lp_size(len(support), paths)
+    if estimate > limit:
+        raise ProblemTooLargeError(f"{what}: about {estimate:,} variables (C({len(support)} + {paths} - 1, {paths}) "
+                                   f"multisets of drafted paths), above the limit of {limit:,}; use a smaller "
+                                   "vocabulary or tree, or raise the limit explicitly")
+    prefixes = [u for length in range(1, depth + 1) for u in itertools.product(range(size), repeat=length)]
+    prefix_index = {u: i for i, u in enumerate(prefixes)}
+    sequence = [tuple(int(t) for t in np.unravel_index(int(flat), (size,) * depth)) for flat in support]
+    columns, multisets, groups = [], 0, []  # columns: (multiset id, path position in support)
+    probabilities = []
+    for combo in itertools.combinations_with_replacement(range(len(support)), paths):
+        budget.check(what)
+        counts = {}
+        for index in combo:
+            counts[index] = counts.get(index, 0) + 1
+        weight = math.factorial(paths)
+        for count in counts.values():
+            weight //= math.factorial(count)
+        probability = weight * float(np.prod([joint_q[support[i]] ** c for i, c in counts.items()]))
+        first = len(columns)
+        columns.extend((multisets, index) for index in counts)
+        groups.append((np.arange(first, len(columns)), probability))
+        probabilities.append(probability)
+        multisets += 1
+    num_s, num_r = len(columns), len(prefixes)
+    # rows: multiset totals (equalities); r(u) - g(u) <= 0; r(u t) - p(t|u) r(u) <= 0 and r(t) <= p(t)
+    eq_rows = np.asarray([m for m, _ in columns])
+    a_eq = sparse.csr_matrix((np.ones(num_s), (eq_rows, np.arange(num_s))), shape=(multisets, num_s + num_r))
+    rows, cols, vals = [], [], []
+    for i in range(num_r):
+        rows.append(i), cols.append(num_s + i), vals.append(1.0)
+    for column, (_, index) in enumerate(columns):
+        path = sequence[index]
+        for length in range(1, depth + 1):
+            rows.append(prefix_index[path[:length]]), cols.append(column), vals.append(-1.0)
+    b_ub = [0.0] * num_r
+    conditional_rows = num_r
+    target = {length: np.asarray(target_law(problem, length), dtype=np.float64) for length in range(1, depth + 1)}
+    for i, u in enumerate(prefixes):
+        row = conditional_rows + i
+        rows.append(row), cols.append(num_s + i), vals.append(1.0)
+        if len(u) == 1:
+            b_ub.append(float(target[1][u]))
+        else:
+            parent = float(target[len(u) - 1][u[:-1]])
+            step = float(target[len(u)][u]) / parent if parent > 0 else 0.0
+            rows.append(row), cols.append(num_s + prefix_index[u[:-1]]), vals.append(-step)
+            b_ub.append(0.0)
+    a_ub = sparse.csr_matrix((vals, (rows, cols)), shape=(2 * num_r, num_s + num_r))
+    objective = np.concatenate([np.zeros(num_s), [weights[len(u) - 1] for u in prefixes]])
+    solution = solve_lp(objective, what=what, maximize=True, a_eq=a_eq, b_eq=np.asarray(probabilities),
+                        a_ub=a_ub, b_ub=np.asarray(b_ub), groups=groups, limit=max(limit, num_s + num_r))
+    r = solution.x[num_s:]
+    acceptance = tuple(float(sum(r[prefix_index[u]] for u in prefixes if len(u) == length))
+                       for length in range(1, depth + 1))
+    selection = {}
+    for column, (_, index) in enumerate(columns):
+        selection[sequence[index]] = selection.get(sequence[index], 0.0) + float(solution.x[column])
+    return SelectionOptimum(block_efficiency=1.0 + sum(acceptance), acceptance=acceptance, selection=selection,
+                            num_variables=num_s + num_r, num_multisets=multisets, seconds=time.monotonic() - start)
+
+
+def depth_bounds(problem: Problem, drafter: Drafter) -> tuple:
+    """alpha*_d for d = 1..L: the K-draft OT value between the target's and the draft's laws of length-d sequences,
+    a bound on P(tau >= d) for every valid verifier (module docstring). Exact for an exact problem."""
+    paths, depth = _root_iid(drafter)
+    return tuple(iid_ot_optimum(np.asarray(target_law(problem, length)).ravel(),
+                                np.asarray(draft_law(problem, length)).ravel(), paths).alpha
+                 for length in range(1, depth + 1))
+
+
+@dataclass(frozen=True, eq=False)
+class DraftedNodeBound:
+    """The stacked program over ``problems`` (module docstring): ``joint`` = the largest sum of E[tau + 1] of a rule
+    that sees only drafted nodes, ``efficiencies`` its terms at that optimum, ``optima`` each problem's own
+    multi-step optimum, ``tied_trees`` the equalities' count; with ``certify``, ``exact`` holds the three proved
+    in rationals (joint, optima)."""
+
+    joint: float
+    efficiencies: tuple[float, ...]
+    optima: tuple[float, ...]
+    tied_trees: int
+    exact: dict | None = None
+
+    @property
+    def shortfall(self) -> float:
+        """sum_i OPT_i - joint: at least this much of the optima is out of reach of every drafted-node rule."""
+        return sum(self.optima) - self.joint
+
+
+def _same_conditionals(first, second) -> bool:
+    """Equal p and q at every node (leaves' undefined q included) of two DraftTrees of one shape."""
+    if first.exact != second.exact:
+        return False
+    if first.exact:
+        return (first.p == second.p).all() and all(a == b for a, b in zip(first.q.ravel(), second.q.ravel()))
+    return np.array_equal(first.p, second.p) and np.array_equal(first.q, second.q, equal_nan=True)
+
+
+@dataclass(frozen=True, eq=False)
+class _StackedLP:
+    """The stacked multi-step LPs with the ties, in ``MultiStepLP``'s form (for ``certify_optimum``)."""
+
+    what: str
+    rows: np.ndarray
+    cols: np.ndarray
+    values: np.ndarray
+    b_eq: np.ndarray
+    objective: np.ndarray
+    num_columns: int
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.b_eq)
+
+
+def drafted_node_program(problems: list[Problem], drafter: Drafter, *, certify: bool = False,
+                         limit: int = DEFAULT_MAX_VARIABLES) -> DraftedNodeBound:
+    """The largest sum over ``problems`` of E[tau + 1] of one rule whose law on a tree may depend only on p and q at
+    the tree's nodes (module docstring): the problems' multi-step LPs side by side, a tree's emission masses tied
+    across two problems that agree at all its nodes (its probability Q(D) is then the same in both, so equal masses
+    are equal laws). With ``certify`` (exact problems), the joint optimum and each problem's optimum are proved in
+    rationals."""
+    if len(problems) < 2:
+        raise VerispecError("the drafted-node program compares at least two problems")
+    lps = [build_multistep_lp(problem, drafter, limit=limit) for problem in problems]
+    offsets = np.cumsum([0] + [lp.num_columns for lp in lps])
+    row_offsets = np.cumsum([0] + [lp.num_rows for lp in lps])
+    exact = all(problem.exact for problem in problems)
+    dtype = object if exact else np.float64
+    rows = [lp.rows + row_offsets[i] for i, lp in enumerate(lps)]
+    cols = [lp.cols + offsets[i] for i, lp in enumerate(lps)]
+    values = [np.asarray(lp.values, dtype=dtype) for lp in lps]
+    b_eq = [np.asarray(lp.b_eq, dtype=dtype) for lp in lps]
+    next_row, ties = row_offsets[-1], 0
+    for i, j in itertools.combinations(range(len(lps)), 2):
+        others = {tree.shape: (index, tree) for index, (tree, _) in enumerate(lps[j].outcomes)}
+        for index, (tree, _) in enumerate(lps[i].outcomes):
+            match = others.get(tree.shape)
+            if match is None or not _same_conditionals(tree, match[1]):
+                continue
+            first = np.arange(lps[i].first_column[index], lps[i].first_column[index + 1]) + offsets[i]
+            second = np.arange(lps[j].first_column[match[0]], lps[j].first_column[match[0] + 1]) + offsets[j]
+            count = len(first)
+            tie_rows = next_row + np.arange(count)
+            rows += [tie_rows, tie_rows]
+            cols += [first, second]
+            values += [np.ones(count, dtype=dtype), -np.ones(count, dtype=dtype)]
+            b_eq.append(np.zeros(count, dtype=dtype) if not exact else np.asarray([Fraction(0)] * count, dtype=object))
+            next_row += count
+            ties += 1
+    stacked = _StackedLP(what=f"the drafted-node program over {len(problems)} problems on {drafter.spec}",
+                         rows=np.concatenate(rows), cols=np.concatenate(cols), values=np.concatenate(values),
+                         b_eq=np.concatenate(b_eq), objective=np.concatenate([lp.objective for lp in lps]),
+                         num_columns=int(offsets[-1]))
+    matrix = sparse.csr_matrix((stacked.values.astype(np.float64), (stacked.rows, stacked.cols)),
+                               shape=(stacked.num_rows, stacked.num_columns))
+    solution = solve_lp(stacked.objective.astype(np.float64), what=stacked.what, maximize=True, a_eq=matrix,
+                        b_eq=stacked.b_eq.astype(np.float64), limit=max(limit, stacked.num_columns))
+    efficiencies = tuple(float(lp.objective @ solution.x[offsets[i]:offsets[i + 1]]) for i, lp in enumerate(lps))
+    optima = [optimal_block_efficiency(problem, drafter, limit=limit, certify=certify) for problem in problems]
+    proved = None
+    if certify:
+        from verispec.lp_analysis.certificate import certify_optimum
+
+        joint = certify_optimum(stacked, solution)
+        proved = {"joint": joint.optimum, "optima": tuple(optimum.certificate.optimum for optimum in optima)}
+    return DraftedNodeBound(joint=solution.objective, efficiencies=efficiencies,
+                            optima=tuple(optimum.block_efficiency for optimum in optima), tied_trees=ties,
+                            exact=proved)
+
+
+__all__ = ["DraftedNodeBound", "SelectionOptimum", "depth_bounds", "drafted_node_program", "selection_optimum"]
