@@ -24,7 +24,12 @@ import verispec.verifiers.psbv as psbv_module
 from verispec.hunt import build_problem as build_candidate
 from verispec.hunt import canonical_problems, hunt
 from verispec.lp_analysis.multistep import optimal_block_efficiency
-from verispec.lp_analysis.path_selection import depth_bounds, drafted_node_program, selection_optimum
+from verispec.lp_analysis.path_selection import (
+    depth_bounds,
+    drafted_node_cvxpy,
+    drafted_node_program,
+    selection_optimum,
+)
 from verispec.simulator import ContextFreeProblem, TabularProblem, analyze, parse_tree, random_problem
 from verispec.simulator.problems import draft_law, random_context_free_problem, target_law
 from verispec.verifiers import get_verifier
@@ -239,6 +244,15 @@ def test_no_drafted_node_rule_reaches_the_optimum_on_both_problems():
     efficiencies = [analyze(problem, drafter, PSBV).block_efficiency for problem in (first, second)]
     assert all(e <= o for e, o in zip(efficiencies, optima))
     assert sum(efficiencies) == joint  # psbv is the best drafted-node rule on this pair (exact engine)
+
+
+def test_the_drafted_node_class_in_cvxpy_has_the_certified_optimum():
+    # the same class as cvxpy constraints: the rational optimum of docs/rules_2025_26.md to cvxpy's tolerance, and
+    # without the ties (negative control) the sum of the two problems' own certified optima
+    pair = list(_pair_differing_in_q_at_one_prefix())
+    drafter = parse_tree("iid:2,2")
+    assert drafted_node_cvxpy(pair, drafter) == pytest.approx(22181 / 5000, abs=1e-6)
+    assert drafted_node_cvxpy(pair, drafter, tied=False) == pytest.approx(23981 / 10000 + 20581 / 10000, abs=1e-6)
 
 
 def test_the_drafted_node_program_is_the_optimum_when_nothing_differs():

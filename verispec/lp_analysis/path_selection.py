@@ -38,9 +38,9 @@ LP's r(u) <= p(t | u') r(u') charges and the OT value of the length-d laws does 
 **What drafted-node rules cannot do** (``drafted_node_program``). A rule that sees only p and q at the nodes of
 the drafted tree must give equal emission laws to a tree in two problems that agree at all its nodes. Stacking the
 multi-step LPs of problems P_1..P_n with those equalities (one per tree and pair of problems, cvxpy constraints
-z_i[tree] == z_j[tree]) bounds every such rule: its efficiencies satisfy sum_i E_i <= the stacked optimum. When
-that is below sum_i OPT_i, no drafted-node rule is optimal on all of them; ``certify=True`` proves both sides in
-exact rationals (``verispec.lp_analysis.certificate``).
+z_i[tree] == z_j[tree] in ``drafted_node_cvxpy``) bounds every such rule: its efficiencies satisfy sum_i E_i <= the
+stacked optimum. When that is below sum_i OPT_i, no drafted-node rule is optimal on all of them; ``certify=True``
+proves both sides in exact rationals (``verispec.lp_analysis.certificate``).
 """
 
 from __future__ import annotations
@@ -224,6 +224,22 @@ class _StackedLP:
         return len(self.b_eq)
 
 
+def _tied_columns(lps: list, offsets) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ties of the drafted-node program: for every pair of problems and every tree that looks the same at all
+    its nodes in both, its emission columns in the first and in the second (columns of the stacked LPs, ``offsets``
+    being each LP's first), whose masses must be equal."""
+    tied = []
+    for i, j in itertools.combinations(range(len(lps)), 2):
+        others = {tree.shape: (index, tree) for index, (tree, _) in enumerate(lps[j].outcomes)}
+        for index, (tree, _) in enumerate(lps[i].outcomes):
+            match = others.get(tree.shape)
+            if match is None or not _same_conditionals(tree, match[1]):
+                continue
+            tied.append((np.arange(lps[i].first_column[index], lps[i].first_column[index + 1]) + offsets[i],
+                         np.arange(lps[j].first_column[match[0]], lps[j].first_column[match[0] + 1]) + offsets[j]))
+    return tied
+
+
 def drafted_node_program(problems: list[Problem], drafter: Drafter, *, certify: bool = False,
                          limit: int = DEFAULT_MAX_VARIABLES) -> DraftedNodeBound:
     """The largest sum over ``problems`` of E[tau + 1] of one rule whose law on a tree may depend only on p and q at
@@ -242,23 +258,16 @@ def drafted_node_program(problems: list[Problem], drafter: Drafter, *, certify: 
     cols = [lp.cols + offsets[i] for i, lp in enumerate(lps)]
     values = [np.asarray(lp.values, dtype=dtype) for lp in lps]
     b_eq = [np.asarray(lp.b_eq, dtype=dtype) for lp in lps]
-    next_row, ties = row_offsets[-1], 0
-    for i, j in itertools.combinations(range(len(lps)), 2):
-        others = {tree.shape: (index, tree) for index, (tree, _) in enumerate(lps[j].outcomes)}
-        for index, (tree, _) in enumerate(lps[i].outcomes):
-            match = others.get(tree.shape)
-            if match is None or not _same_conditionals(tree, match[1]):
-                continue
-            first = np.arange(lps[i].first_column[index], lps[i].first_column[index + 1]) + offsets[i]
-            second = np.arange(lps[j].first_column[match[0]], lps[j].first_column[match[0] + 1]) + offsets[j]
-            count = len(first)
-            tie_rows = next_row + np.arange(count)
-            rows += [tie_rows, tie_rows]
-            cols += [first, second]
-            values += [np.ones(count, dtype=dtype), -np.ones(count, dtype=dtype)]
-            b_eq.append(np.zeros(count, dtype=dtype) if not exact else np.asarray([Fraction(0)] * count, dtype=object))
-            next_row += count
-            ties += 1
+    tied = _tied_columns(lps, offsets)
+    next_row = row_offsets[-1]
+    for first, second in tied:
+        count = len(first)
+        tie_rows = next_row + np.arange(count)
+        rows += [tie_rows, tie_rows]
+        cols += [first, second]
+        values += [np.ones(count, dtype=dtype), -np.ones(count, dtype=dtype)]
+        b_eq.append(np.zeros(count, dtype=dtype) if not exact else np.asarray([Fraction(0)] * count, dtype=object))
+        next_row += count
     stacked = _StackedLP(what=f"the drafted-node program over {len(problems)} problems on {drafter.spec}",
                          rows=np.concatenate(rows), cols=np.concatenate(cols), values=np.concatenate(values),
                          b_eq=np.concatenate(b_eq), objective=np.concatenate([lp.objective for lp in lps]),
@@ -276,8 +285,37 @@ def drafted_node_program(problems: list[Problem], drafter: Drafter, *, certify: 
         joint = certify_optimum(stacked, solution)
         proved = {"joint": joint.optimum, "optima": tuple(optimum.certificate.optimum for optimum in optima)}
     return DraftedNodeBound(joint=solution.objective, efficiencies=efficiencies,
-                            optima=tuple(optimum.block_efficiency for optimum in optima), tied_trees=ties,
+                            optima=tuple(optimum.block_efficiency for optimum in optima), tied_trees=len(tied),
                             exact=proved)
 
 
-__all__ = ["DraftedNodeBound", "SelectionOptimum", "depth_bounds", "drafted_node_program", "selection_optimum"]
+def drafted_node_cvxpy(problems: list[Problem], drafter: Drafter, *, tied: bool = True, solver: str | None = None,
+                       limit: int = DEFAULT_MAX_VARIABLES) -> float:
+    """``drafted_node_program``'s optimum stated in cvxpy (the modelling layer of verifier classes,
+    ``verispec.lp_analysis.classes``): one variable vector per problem over its multi-step LP, the ties
+    z_i[tree] == z_j[tree] as cvxpy constraints, solved by ``classes``' solver chain (HiGHS first). The class is not a
+    ``ClassConstraints`` of one LP because it ties several problems' LPs. ``tied=False`` drops the ties: the sum of
+    the problems' own optima."""
+    if len(problems) < 2:
+        raise VerispecError("the drafted-node program compares at least two problems")
+    from verispec.lp_analysis.classes import _cvxpy, _solve
+
+    cp = _cvxpy()
+    lps = [build_multistep_lp(problem, drafter, limit=limit) for problem in problems]
+    offsets = np.cumsum([0] + [lp.num_columns for lp in lps])
+    x = cp.Variable(int(offsets[-1]), nonneg=True, name="x")  # [z_1, F_1, z_2, F_2, ...]
+    constraints = [lp.float_matrix() @ x[offsets[i]:offsets[i + 1]] == lp.b_eq.astype(np.float64)
+                   for i, lp in enumerate(lps)]
+    if tied:
+        pairs = _tied_columns(lps, offsets)
+        if pairs:
+            first, second = (np.concatenate(side) for side in zip(*pairs))
+            constraints.append(x[first] == x[second])
+    objective = np.concatenate([lp.objective for lp in lps]).astype(np.float64)
+    program = cp.Problem(cp.Maximize(objective @ x), constraints)
+    _solve(program, solver, f"the drafted-node program over {len(problems)} problems on {drafter.spec} in cvxpy")
+    return float(program.value)
+
+
+__all__ = ["DraftedNodeBound", "SelectionOptimum", "depth_bounds", "drafted_node_cvxpy", "drafted_node_program",
+           "selection_optimum"]
