@@ -137,5 +137,6 @@ def test_command_line_exit_statuses_for_unfed_randomness(capsys):
 
 @pytest.mark.slow
 def test_a_search_finds_the_witness_of_a_lossy_function_on_unfed_randomness():
-    report = check_external(generator_at_import_resampling, "chain", "chain:1", max_vocab=2, time_budget=120)
+    report = check_external(generator_at_import_resampling, "chain", "chain:1", max_vocab=2, time_budget=120,
+                            detect_tv=0.05)
     assert report.verdict is Verdict.LOSSY and report.mode == "blackbox" and report.problem_source == "search"
