@@ -50,21 +50,9 @@ import signal
 import time
 
 from tests.external_rules import token_level as external_ok
+from tests.test_user_verifier import my_token_level_rule as token_level
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.base import Verifier
-
-
-def token_level(tree, chooser):
-    node = 0
-    while tree.child_tokens[node]:
-        child = tree.child_nodes[node][0]
-        x = tree.token[child]
-        if chooser.bernoulli(min(1.0, tree.p[node, x] / tree.q[node, x])):
-            node = child
-            continue
-        leftover = [max(a - b, 0.0) for a, b in zip(tree.p[node], tree.q[node])]
-        return node, chooser.categorical([v / sum(leftover) for v in leftover])
-    return node, chooser.categorical(tree.p[node])
 
 
 def no_draw(tree, chooser):
