@@ -1,4 +1,4 @@
-"""The multi-step LP on a single path: the single-path form (verispec.lp_analysis.chain_lp, one variable per
+"""The multi-step LP on a single path: the single-path form (verispec.bounds.chain_lp, one variable per
 output prefix) against the full LP over every draft outcome (form="full"), side by side in one run.
 
 For chain:L at V = 3 (a seeded random context-dependent problem) it times ``optimal_block_efficiency`` in both
@@ -20,8 +20,8 @@ from pathlib import Path
 from measure import publish_table  # benchmarks/measure.py
 from tqdm import tqdm
 
+from verispec.bounds.multistep import optimal_block_efficiency
 from verispec.io import ResultStore
-from verispec.lp_analysis.multistep import optimal_block_efficiency
 from verispec.simulator import parse_tree, random_problem
 
 

@@ -9,12 +9,12 @@
    (examples/external/global_rng.py), and transformers' own ``_speculative_sampling``, unmodified, on chain:3 at
    V = 3 (27 draft trees).
 3. The time to refuse an exponential race (vLLM's recovered-token sampler, examples/external/vllm_rejection.py,
-   ragged layout, chain:2), both with today's code in one run: without the breakpoint check
+   ragged layout, chain:2), both in one run of the same code: without the breakpoint check
    (``check_races=False``: the bounds on boxes alone) and with it.
 4. Every gallery bug checked from scratch as ``verispec check-external`` does it (witness search, then the
    verdict), and every correct version on one problem.
 
-Writes docs/bench_external.md (--output to write elsewhere).
+Writes docs/results/bench_external.md (--output to write elsewhere).
 
     python benchmarks/bench_external.py [--quick]
 """
@@ -191,7 +191,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="without the gallery")
     parser.add_argument("--race-limit", type=float, default=120.0,
                         help="seconds a race refusal may run (without the breakpoint check)")
-    parser.add_argument("--output", default="docs/bench_external.md")
+    parser.add_argument("--output", default="docs/results/bench_external.md")
     args = parser.parse_args(argv)
     lines = [f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", ""] + chain_at_v4_l4()
     print("\n".join(lines), flush=True)

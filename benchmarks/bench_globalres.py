@@ -26,7 +26,6 @@ import sys
 import time
 
 import numpy as np
-
 from measure import publish_table  # benchmarks/measure.py
 
 VOCABULARIES = (1024, 16_384, 151_936)

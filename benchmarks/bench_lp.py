@@ -1,4 +1,4 @@
-"""Size and solve time of the multi-step LP (verispec.lp_analysis.multistep) for growing (V, K, L).
+"""Size and solve time of the multi-step LP (verispec.bounds.multistep) for growing (V, K, L).
 
 For each (tree, V, restriction) in the grid it builds and solves the LP of ``optimal_block_efficiency`` on
 a seeded random problem and records the draft outcomes, variables, equality constraints, nonzeros of the
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from verispec.bounds.multistep import DEFAULT_MAX_NONZEROS, optimal_block_efficiency
 from verispec.errors import EnumerationTooLargeError, ProblemTooLargeError
 from verispec.io import ResultStore, atomic_write_text
-from verispec.lp_analysis.multistep import DEFAULT_MAX_NONZEROS, optimal_block_efficiency
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
 from verispec.simulator import parse_tree, random_problem
 

@@ -50,7 +50,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     from measure import publish_table  # benchmarks/measure.py
 
-    from verispec.simulator.problems import problem_to_json, problem_to_npz, random_problem
+    from verispec.simulator.generators import random_problem
+    from verispec.simulator.problem_files import problem_to_json, problem_to_npz
 
     here = Path(__file__).resolve().parents[1]
     problem = random_problem(args.vocab, args.depth, 0)

@@ -5,7 +5,7 @@ for ``iid:K,L`` stays below the best valid verifier, by K, L, V and the draft's 
     python experiments/multipath_gap.py --seeds 2 --out /tmp/gap   # a smaller run
 
 For each cell (K, L, V, divergence, seed): a random context-dependent problem (``random_problem``, concentration 1),
-the optimum of every valid verifier from the selection LP (``verispec.lp_analysis.path_selection``, equal to the
+the optimum of every valid verifier from the selection LP (``verispec.bounds.path_selection``, equal to the
 multi-step LP), and every registry rule's exact E[tau + 1] (the exact engine, float64). iid:3,3 at V = 4 is left
 out: its selection LP has 1.4e5 variables and takes about 100 s a problem here. Writes ``<out>.md`` (means by K, L,
 V and divergence; psbv's share of the gap that the best other rule leaves, median over the seeds; and the issue's
@@ -40,7 +40,7 @@ def valid_rules(spec: str) -> list[str]:
 
 def cell_rows(problem, spec: str, labels: dict) -> list[dict]:
     """One row per valid rule on one problem: its E[tau + 1], the optimum, the gap."""
-    from verispec.lp_analysis.path_selection import selection_optimum
+    from verispec.bounds.path_selection import selection_optimum
     from verispec.simulator import analyze, parse_tree
     from verispec.verifiers import get_verifier
 

@@ -137,11 +137,11 @@ def main(argv=None) -> int:
     try:
         import torch
 
+        from verispec.cli.selector import held_out, read_prompt_specs
         from verispec.latency import LatencyModel
         from verispec.models import Sampling, load_pair
         from verispec.selector.actions import action_times
-        from verispec.selector.command import held_out, read_prompt_specs
-        from verispec.selector.dataset import Dataset
+        from verispec.selector.dataset_file import Dataset
         from verispec.selector.evaluate import best_static
         from verispec.selector.selector import Selector, SelectorPolicy
 

@@ -64,7 +64,8 @@ def main(argv=None) -> int:
         from verispec.latency import LatencyModel
         from verispec.models import load_pair
         from verispec.selector.actions import ActionGrid, action_times
-        from verispec.selector.dataset import Dataset, Root, root_problem
+        from verispec.selector.dataset import Root, root_problem
+        from verispec.selector.dataset_file import Dataset
         from verispec.selector.labels import LabelSet, certified_labels, conditional_exact_labels, label_quality
 
         if args.threads:

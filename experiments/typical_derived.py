@@ -38,7 +38,7 @@ def samplings():
 
 def analyse(problem, label: str, task: str) -> list[dict]:
     """Exact rows of the lossless rules and every typical setting on one derived problem."""
-    from verispec.report import TYPICAL_SETTINGS, TYPICAL_TREES
+    from verispec.report.typical import TYPICAL_SETTINGS, TYPICAL_TREES
     from verispec.simulator import analyze, parse_tree
     from verispec.verifiers import get_verifier
     from verispec.verifiers.typical import TypicalVerifier

@@ -1,4 +1,4 @@
-"""Deliberately broken verifiers: the traps of ../shared/reference/verifiers.md, as sampling procedures.
+"""Deliberately broken verifiers: the traps of docs/reference.md, as sampling procedures.
 
 Every entry must be flagged lossy by the exact engine (negative controls); a checker that passes any of
 them is not checking anything. Each is written as the buggy public code reads, against a Chooser.
@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verispec.simulator.distributions import normalize, positive_part, ratio_min_one, residual, stop_probability
-from verispec.simulator.drafters import ChainDrafter, DelayedDrafter, DraftLaw, _draw_path, parse_tree
+from verispec.simulator.drafters import ChainDrafter, DelayedDrafter, DraftLaw, _draw_path
+from verispec.simulator.tree_specs import parse_tree
 from verispec.simulator.trees import TreeBuilder
 from verispec.verifiers import ProcedureSolver, ProcedureVerifier, TopDownVerifier, get_verifier
 

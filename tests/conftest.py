@@ -39,7 +39,7 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 def ray_cluster():
     """One local Ray for every Ray test of a test process: starting it is most of their time (about 10 s here),
     so it starts once, with two CPUs and no dashboard, and is shut down at the end of the session. A build given
-    --backend ray keeps a Ray its process already runs (``verispec.sweep.ray_session``). Ray is in the sweep extra
+    --backend ray keeps a Ray its process already runs (``verispec.study.clusters.ray_session``). Ray is in the sweep extra
     that the test command installs, so these tests run rather than skip."""
     import logging
 

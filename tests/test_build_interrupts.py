@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from verispec.sweep import SweepGrid, cell_key, run_cell, run_sweep
+from verispec.study.cells import run_cell
+from verispec.study.grid import SweepGrid, cell_key
+from verispec.study.sweep import run_sweep
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc")]

@@ -1,4 +1,4 @@
-"""The multi-step LP on a single path in its single-path form (verispec/lp_analysis/chain_lp.py): one variable per
+"""The multi-step LP on a single path in its single-path form (verispec/bounds/chain_lp.py): one variable per
 output prefix instead of one per (draft outcome, node, token).
 
 * It equals the full LP over every draft outcome (form="full") to 1e-9 on context-dependent problems, and block
@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import build_problem
 from verispec import cli
+from verispec.bounds.certificate import CertificateError
+from verispec.bounds.chain_lp import _check_chain, certify_chain, chain_tables, least_flows
+from verispec.bounds.multistep import optimal_block_efficiency
 from verispec.errors import ProblemTooLargeError
-from verispec.lp_analysis.certificate import CertificateError
-from verispec.lp_analysis.chain_lp import _check_chain, certify_chain, chain_tables, least_flows
-from verispec.lp_analysis.multistep import optimal_block_efficiency
 from verispec.simulator import ContextFreeProblem, analyze, parse_tree, sun_toy_problem
-from verispec.simulator.problems import problem_from_json, problem_to_json
+from verispec.simulator.problem_files import problem_from_json, problem_to_json
 from verispec.verifiers import get_verifier
 
 chain_problems = st.fixed_dictionaries(dict(

@@ -182,7 +182,7 @@ def test_the_estimate_of_an_analysis_counts_its_output_law_and_refuses_what_the_
     and states, nothing drawn) gives the estimate of the problem itself; larger trees cost more; and what the
     engine refuses is refused by the estimate, with the engine's own error."""
     from verispec.simulator.engine import LAW_ENTRY_BYTES, ProblemShape, estimate_analysis
-    from verispec.sweep import family_shape
+    from verispec.study.cells import family_shape
 
     entries = sum(3 ** length for length in range(1, 18))  # blocks of 1..17 tokens at V = 3: 193,710,243
     estimate = estimate_analysis(family_shape("markov", 3), "chain:16", get_verifier("traversal"))

@@ -18,10 +18,12 @@ from verispec.external.adapter import ExternalVerifier, load_function
 from verispec.external.blackbox import blackbox_test
 from verispec.external.check import check_external
 from verispec.external.exact import NotPiecewiseConstantError, integrate
-from verispec.external.layouts import LAYOUTS, ExpandedTree, TreeArrays, get_layout, inverse_cdf
-from verispec.simulator.drafters import parse_tree
+from verispec.external.layouts import ExpandedTree, get_layout
+from verispec.external.tree_arrays import TreeArrays, inverse_cdf
 from verispec.simulator.engine import analyze, check_compatible
-from verispec.simulator.problems import ContextFreeProblem, random_problem
+from verispec.simulator.generators import random_problem
+from verispec.simulator.problems import ContextFreeProblem
+from verispec.simulator.tree_specs import parse_tree
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.verdict import Verdict
 from verispec.verifiers import get_verifier
@@ -250,19 +252,6 @@ def test_chain_layouts_refuse_trees():
     problem = random_problem(3, 2, 7)
     with pytest.raises(InvalidTreeError, match="tree-parent"):
         analyze(problem, "iid:2,1", ExternalVerifier(rules.token_level, "chain"))
-
-
-def test_the_cli_lists_every_layout():
-    from verispec.cli import EXTERNAL_LAYOUTS
-
-    assert tuple(LAYOUTS) == EXTERNAL_LAYOUTS
-
-
-def test_the_cli_caps_samples_where_the_test_does():
-    from verispec.cli import MAX_BLACKBOX_SAMPLES
-    from verispec.external.blackbox import MAX_SAMPLES
-
-    assert MAX_BLACKBOX_SAMPLES == MAX_SAMPLES
 
 
 # --------------------------------------------------------------------------------------------------

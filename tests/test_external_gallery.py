@@ -16,9 +16,11 @@ import pytest
 from verispec.cli import main
 from verispec.external.adapter import ExternalVerifier, load_function
 from verispec.external.check import check_external
-from verispec.simulator.drafters import parse_tree
 from verispec.simulator.engine import analyze
-from verispec.simulator.problems import ContextFreeProblem, problem_from_json, random_problem
+from verispec.simulator.generators import random_problem
+from verispec.simulator.problem_files import problem_from_json
+from verispec.simulator.problems import ContextFreeProblem
+from verispec.simulator.tree_specs import parse_tree
 from verispec.simulator.trees import TreeBatch
 from verispec.verdict import Verdict
 from verispec.verifiers import get_verifier

@@ -17,11 +17,13 @@ import pytest
 
 from verispec.external.adapter import ExternalVerifier
 from verispec.external.exact import integrate
-from verispec.external.layouts import TreeArrays, get_layout
+from verispec.external.layouts import get_layout
 from verispec.external.rng import Capture, Tape
+from verispec.external.tree_arrays import TreeArrays
 from verispec.simulator.chooser import enumerate_law
-from verispec.simulator.drafters import parse_tree
-from verispec.simulator.problems import ContextFreeProblem, random_problem
+from verispec.simulator.generators import random_problem
+from verispec.simulator.problems import ContextFreeProblem
+from verispec.simulator.tree_specs import parse_tree
 from verispec.simulator.trees import DraftTree, TreeBatch
 
 torch = pytest.importorskip("torch")

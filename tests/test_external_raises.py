@@ -18,8 +18,9 @@ import pytest
 from tests import external_rules as rules
 from verispec.cli import main
 from verispec.errors import VerifierError, VerispecError
-from verispec.external.adapter import ExternalVerifier, FunctionRaised
+from verispec.external.adapter import ExternalVerifier
 from verispec.external.check import check_external
+from verispec.external.runner import FunctionRaised
 from verispec.hunt import canonical_problems
 from verispec.simulator.engine import analyze
 from verispec.simulator.problems import ContextFreeProblem

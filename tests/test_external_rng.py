@@ -19,12 +19,14 @@ import pytest
 
 from tests import external_rules as rules
 from verispec.errors import VerifierError, VerispecError
-from verispec.external.adapter import ExternalVerifier, NondeterministicError, load_function
+from verispec.external.adapter import ExternalVerifier, load_function
 from verispec.external.exact import NotPiecewiseConstantError, integrate
 from verispec.external.rng import Capture, CaptureRefusal, GlobalRandomnessError, Tape
-from verispec.simulator.drafters import parse_tree
+from verispec.external.runner import NondeterministicError
 from verispec.simulator.engine import analyze
-from verispec.simulator.problems import ContextFreeProblem, random_problem
+from verispec.simulator.generators import random_problem
+from verispec.simulator.problems import ContextFreeProblem
+from verispec.simulator.tree_specs import parse_tree
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.verifiers import get_verifier
 
@@ -514,7 +516,7 @@ def test_the_vllm_race_is_refused_in_the_first_rounds():
     with pytest.raises(NotPiecewiseConstantError, match="moves when uniform"):
         analyze(ContextFreeProblem([0.5, 0.3, 0.2], [0.2, 0.2, 0.6]), "chain:2", verifier)
     # without the breakpoint check, the bounds on boxes alone refuse it only after more than a million
-    # evaluations (docs/bench_external.md, "without the breakpoint check")
+    # evaluations (docs/results/bench_external.md, "without the breakpoint check")
     assert verifier.stats.rounds > 0 and verifier.stats.evaluations < 50_000 and time.monotonic() - start < 10
 
 

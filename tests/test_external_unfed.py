@@ -16,8 +16,8 @@ import pytest
 
 from tests import external_rules as rules
 from verispec.cli import main
-from verispec.external.adapter import NondeterministicError
 from verispec.external.check import check_external
+from verispec.external.runner import NondeterministicError
 from verispec.simulator.problems import ContextFreeProblem
 from verispec.verdict import EXIT_INCONCLUSIVE, EXIT_LOSSLESS, EXIT_LOSSY, Verdict
 

@@ -43,14 +43,9 @@ from verispec.io import read_user_file
 from verispec.simulator import ContextFreeProblem, DraftLaw, analyze, parse_tree, random_context_free_problem
 from verispec.simulator.chooser import MAX_CHOICES_PER_TRACE, RandomChooser
 from verispec.simulator.dp import MAX_WALK_OPERATIONS, check_closed_kernel_size, check_walk_size
-from verispec.simulator.problems import (
-    MAX_PROBLEM_FILE_BYTES,
-    MAX_TABLE_ENTRIES,
-    MAX_TABLE_PREFIXES,
-    check_table_size,
-    problem_to_json,
-    random_problem,
-)
+from verispec.simulator.generators import random_problem
+from verispec.simulator.problem_files import MAX_PROBLEM_FILE_BYTES, problem_to_json
+from verispec.sizes import MAX_TABLE_ENTRIES, MAX_TABLE_PREFIXES, check_table_size
 from verispec.verifiers import REGISTRY, ProcedureVerifier
 
 #: Seconds allowed beyond 1.1 x budget in-process: a C call in flight when the deadline passes, and the
@@ -181,7 +176,7 @@ def test_bound_refuses_before_enumerating_a_draft_outcome(capsys):
 
 @pytest.mark.parametrize("tree", ["chain:2", "iid:2,2", "branch:2,1", "hub", "greedy:2", "dyspec:3"])
 def test_the_lp_estimate_never_undercounts(tree):
-    from verispec.lp_analysis.multistep import estimate_lp_size, optimal_block_efficiency
+    from verispec.bounds.multistep import estimate_lp_size, optimal_block_efficiency
 
     problem = random_problem(3, parse_tree(tree).depth, 1)
     optimum = optimal_block_efficiency(problem, parse_tree(tree))

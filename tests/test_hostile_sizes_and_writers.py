@@ -26,18 +26,14 @@ import numpy as np
 import pytest
 
 import verispec.selector.dataset as dataset_module
-import verispec.simulator.problems as problems_module
-from verispec.cli import command_function, main
+import verispec.selector.dataset_file as dataset_file_module
+import verispec.simulator.problem_files as problem_files_module
+from verispec.cli import main
 from verispec.errors import ProblemTooLargeError, VerispecError
-from verispec.simulator.problems import (
-    MAX_NPZ_ARRAY_BYTES,
-    MAX_TABLE_ENTRIES,
-    check_vocab_size,
-    is_problem_file,
-    problem_to_npz,
-    random_problem,
-)
-from verispec.sweep import SweepGrid, parse_seeds
+from verispec.simulator.generators import random_problem
+from verispec.simulator.problem_files import MAX_NPZ_ARRAY_BYTES, is_problem_file, problem_to_npz
+from verispec.sizes import MAX_TABLE_ENTRIES, check_vocab_size
+from verispec.study.grid import SweepGrid, parse_seeds
 
 MIB = 1 << 20
 FOREIGN = "my notes, not verispec's\n"
@@ -47,11 +43,8 @@ TOY = ["--target", "0.5,0.5", "--draft", "0.5,0.5"]
 @pytest.fixture(scope="module", autouse=True)
 def _warm():
     """Import what the commands run, so that the timed, traced runs below measure the refusal, not imports."""
-    for command in ("exact", "predict", "bound", "sweep", "hunt", "check-external", "derive", "latency", "decode"):
-        command_function(command)
-    import verispec.lp_analysis.gaps  # noqa: F401
-    import verispec.selector.actions  # noqa: F401
-    import verispec.selector.command  # noqa: F401
+    import verispec.bounds.gaps
+    import verispec.selector.actions
     import verispec.simulator.engine  # noqa: F401
     from verispec.verifiers import REGISTRY  # noqa: F401 - the registry loads every verifier module
 
@@ -102,7 +95,7 @@ def _zero_bomb(path: Path, member: str, megabytes: int, extra: dict | None = Non
                 stream.write(bytes(MIB))
 
 
-VERISPEC_NPZ = {"format": np.asarray(problems_module.NPZ_FORMAT), "vocab_size": np.asarray(2, dtype=np.int64)}
+VERISPEC_NPZ = {"format": np.asarray(problem_files_module.NPZ_FORMAT), "vocab_size": np.asarray(2, dtype=np.int64)}
 
 
 # --- class 1: declared sizes ------------------------------------------------------------------------------------
@@ -168,7 +161,7 @@ def test_a_zip_bomb_problem_is_refused_from_the_archive_directory(capsys, tmp_pa
     path = tmp_path / "bomb.npz"
     _zero_bomb(path, "target_values", 64, VERISPEC_NPZ)
     assert path.stat().st_size < 2 * MIB
-    monkeypatch.setattr(problems_module, "MAX_NPZ_ARRAY_BYTES", MIB)
+    monkeypatch.setattr(problem_files_module, "MAX_NPZ_ARRAY_BYTES", MIB)
     line = _refused(capsys, ["exact", "--problem", path, "--tree", "chain:1", "--verifier", "specinfer"], megabytes=8)
     # 64 MiB of rows and the array's header (128 bytes): '64.0001 MiB' and, with the small arrays, '64.0004 MiB'
     assert re.search(r"expands to 64\.000\d MiB uncompressed \('target_values.npy' alone 64\.0001 MiB\)", line)
@@ -204,12 +197,12 @@ def test_the_npz_limit_admits_the_largest_generated_table(tmp_path):
 
 def test_a_dataset_bomb_is_refused_before_training(capsys, tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    import verispec.selector.selector  # noqa: F401 - the command's imports, before the traced run
+    import verispec.selector.selector
     import verispec.selector.train  # noqa: F401
 
     path = tmp_path / "bomb.npz"
     _zero_bomb(path, "features", 64, {"metadata": np.asarray("{}")})
-    monkeypatch.setattr(dataset_module, "MAX_DATASET_BYTES", MIB)
+    monkeypatch.setattr(dataset_file_module, "MAX_DATASET_BYTES", MIB)
     line = _refused(capsys, ["selector", "train", "--dataset", path, "--out", tmp_path / "s.pt"],
                     megabytes=8)
     assert re.search(r"expands to 64\.000\d MiB uncompressed", line) and not (tmp_path / "s.pt").exists()
@@ -268,13 +261,6 @@ def test_model_and_solver_counts_are_bounded_before_anything_loads(capsys, tmp_p
     monkeypatch.chdir(tmp_path)
     assert message in _refused(capsys, argv)
     assert not (tmp_path / "l.json").exists()
-
-
-def test_the_latency_size_limit_is_the_decoded_tree_limit():
-    from verispec.cli.options import MAX_DECODE_NODES
-    from verispec.models.decoding import MAX_DECODE_NODES as decoding_limit
-
-    assert MAX_DECODE_NODES == decoding_limit
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -339,7 +325,7 @@ def test_witness_writers_follow_the_rule(capsys, tmp_path, argv, name, status):
 
 def test_sweep_save_problems_follows_the_rule(capsys, tmp_path):
     """--save-problems (and --out, whose refusals tests/test_outputs.py covers) under the one rule."""
-    from verispec.sweep import is_sweep_table
+    from verispec.study.tables import is_sweep_table
 
     folder = tmp_path / "new" / "problems"
     table = tmp_path / "other" / "deeper" / "s.csv"
@@ -373,11 +359,11 @@ def test_selector_dataset_refuses_a_foreign_file_beside_a_row_store(capsys, tmp_
     argv = ["selector", "dataset", "--family", "context-free", "--vocab", "2", "--seeds", "0", "--ks", "1", "--l1s",
             "0", "--l2s", "0-1", "--backend", "serial", "--out"]
     assert main([str(part) for part in [*argv, out]]) == 0
-    assert dataset_module.is_dataset_file(out) and dataset_module.store_path(out).exists()
+    assert dataset_file_module.is_dataset_file(out) and dataset_module.store_path(out).exists()
     assert main([str(part) for part in [*argv, out]]) == 0  # its own dataset: a rerun
     _guard_refuses(capsys, [*argv, out], out)
     nested = tmp_path / "new" / "deeper" / "d.npz"
-    assert main([str(part) for part in [*argv, nested]]) == 0 and dataset_module.is_dataset_file(nested)
+    assert main([str(part) for part in [*argv, nested]]) == 0 and dataset_file_module.is_dataset_file(nested)
 
 
 @pytest.mark.parametrize("argv, name", [

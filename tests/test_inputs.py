@@ -20,7 +20,7 @@ from verispec.simulator import (
 )
 from verispec.simulator.chooser import RandomChooser
 from verispec.simulator.distributions import as_distribution, parse_distribution
-from verispec.simulator.problems import random_markov_problem
+from verispec.simulator.generators import random_markov_problem
 
 
 def _depth_one(**extra) -> dict:

@@ -9,7 +9,9 @@ import pytest
 from verispec.cli import main
 from verispec.latency import LatencyError, LatencyModel
 from verispec.simulator import parse_tree
-from verispec.sweep import SweepGrid, read_table, run_sweep
+from verispec.study.grid import SweepGrid
+from verispec.study.sweep import run_sweep
+from verispec.study.tables import read_table
 
 
 @pytest.mark.parametrize("spec,depth,nodes", [("chain:3", 3, 4), ("iid:2,3", 3, 7), ("delayed:4,3,5", 8, 24),

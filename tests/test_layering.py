@@ -2,11 +2,14 @@
 
 Read from the source (every ``import`` statement, lazy ones inside functions included):
 * no import cycle between verispec modules;
-* each package imports only from its own layer or the layers below it:
-      errors, io, backend, budget, version, statistics, latency, verdict, lazy_names  <  simulator  <  lp_analysis
-      <  verifiers  <  models  <  hunt, external, testing, api, cli;
+* every module belongs to one layer, and imports only from its own layer or the layers below it
+  (``LAYERS``, the same order ``docs/layout.md`` states, which a test here reads back):
+      ground floor  <  simulator  <  lp_analysis  <  verifiers  <  bounds  <  models
+      <  api, hunt, external, study  <  selector, report, testing, policy  <  cli;
   the simulator (problems, draft trees, drafters, the verifier contract, the exact engine) never imports a
-  concrete verifier, and the linear programs never import the verifiers built on them;
+  concrete verifier, the couplings never import the verifiers built on them, and the verifiers never import the
+  bounds that judge them;
+* the ground floor (standard library, numpy and each other only) runs one way too: ``GROUND_FLOOR``;
 * inside the simulator the flow runs one way: problems < trees < drafters < verifier contract < engines;
 * the exact core works without torch installed (torch is an optional extra).
 """
@@ -22,24 +25,29 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "verispec"
 
-#: Package-level layers, lowest first.
-LAYERS = [
-    {"verispec.errors", "verispec.io", "verispec.backend", "verispec.budget", "verispec.version",
-     "verispec.statistics", "verispec.latency", "verispec.verdict", "verispec.lazy_names"},
-    {"verispec.simulator"},
-    {"verispec.lp_analysis"},
-    {"verispec.verifiers"},
-    {"verispec.models"},
-    {"verispec.hunt", "verispec.external", "verispec.testing", "verispec.api", "verispec.cli", "verispec.__main__",
-     "verispec.policy", "verispec.selector",
-     "verispec"},
+#: The ground floor's modules in order; each imports only modules listed before it.
+GROUND_FLOOR = ["errors", "version", "limits", "lazy_names", "backend", "verdict", "budget", "sizes", "statistics",
+                "io", "latency", "user_code"]
+
+#: Package-level layers, lowest first (names after ``verispec.``; "" is the top package itself).
+LAYER_NAMES = [
+    GROUND_FLOOR,
+    ["simulator"],
+    ["lp_analysis"],
+    ["verifiers"],
+    ["bounds"],
+    ["models"],
+    ["api", "hunt", "external", "study"],
+    ["selector", "report", "testing", "policy"],
+    ["cli", "__main__", ""],
 ]
+LAYERS = [{f"verispec.{name}" if name else "verispec" for name in layer} for layer in LAYER_NAMES]
 
 #: Modules of the simulator in flow order; a module may import only modules listed before it.
 SIMULATOR_FLOW = [
-    "distributions", "ranking", "slots", "chooser", "problems", "deterministic", "trees", "prefix_tables",
-    "selection", "drafters", "interfaces", "laws", "slot_enumeration", "topology", "dp", "fast_enumeration", "engine",
-    "certified",
+    "distributions", "ranking", "slots", "chooser", "problems", "generators", "problem_files", "deterministic", "trees",
+    "prefix_tables", "selection", "drafters", "own_law_drafters", "tree_specs", "interfaces", "laws",
+    "slot_enumeration", "topology", "dp", "fast_enumeration", "engine", "certified",
 ]
 
 
@@ -67,12 +75,12 @@ def _imports() -> dict[str, set[str]]:
     return graph
 
 
-def _layer(module: str) -> int:
+def _layer(module: str) -> int | None:
     for index, layer in enumerate(LAYERS):
         for prefix in layer:
             if module == prefix or (prefix != "verispec" and module.startswith(prefix + ".")):
                 return index
-    return len(LAYERS) - 1  # top-level modules such as verispec.api
+    return None
 
 
 GRAPH = _imports()
@@ -103,8 +111,29 @@ def test_there_is_no_import_cycle():
 
 @pytest.mark.parametrize("module", sorted(GRAPH))
 def test_nothing_imports_from_a_layer_above(module):
-    above = sorted(target for target in GRAPH[module] if _layer(target) > _layer(module))
+    above = sorted(target for target in GRAPH[module] if (_layer(target) or 0) > (_layer(module) or 0))
     assert not above, f"{module} (layer {_layer(module)}) imports {above} from a layer above"
+
+
+def test_every_module_belongs_to_a_layer():
+    unplaced = sorted(module for module in GRAPH if _layer(module) is None)
+    assert not unplaced, f"{unplaced} belong to no layer: add them to LAYER_NAMES (and to docs/layout.md)"
+
+
+def test_the_ground_floor_flows_one_way():
+    position = {f"verispec.{name}": index for index, name in enumerate(GROUND_FLOOR)}
+    for module, index in position.items():
+        later = sorted(target for target in GRAPH[module] if position.get(target, -1) >= index)
+        assert not later, f"{module} imports {later}, which come after it on the ground floor"
+
+
+def test_docs_layout_states_the_same_order():
+    """docs/layout.md's order line (between its ``layers:`` markers) names the layers of LAYER_NAMES, in order."""
+    text = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    stated = text.split("<!-- layers:start -->")[1].split("<!-- layers:end -->")[0]
+    layers = [[name.strip(" `\n") for name in layer.replace("\n", " ").split(",")] for layer in stated.split("<")]
+    expected = [[name or "verispec" for name in layer if name != "__main__"] for layer in LAYER_NAMES]
+    assert [sorted(name for name in layer if name) for layer in layers] == [sorted(layer) for layer in expected]
 
 
 def test_the_simulator_flows_one_way():

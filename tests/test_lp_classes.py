@@ -4,7 +4,7 @@
   GBV <= class optimum <= unrestricted optimum, equality on a single path, the class's optimal verifier is
   lossless, emits only on the selected path (selected here independently of the code: the
   lexicographically largest root-to-leaf path under the keys (p/q, token id)), and GBV attains the class
-  optimum (the averaging argument in verispec/lp_analysis/multistep.py).
+  optimum (the averaging argument in verispec/bounds/multistep.py).
 * SpecHub (``hub``) and Hu et al.'s greedy drafts (``greedy:K``) reach the single-position OT optimum of their
   own draft laws, and the multi-step LP on those trees equals their block efficiency.
 """
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import build_problem, problem_args
 from verispec import cli
+from verispec.bounds.multistep import optimal_block_efficiency
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.lp_analysis import (
     greedy_draft_law,
@@ -30,7 +31,6 @@ from verispec.lp_analysis import (
     set_law,
     set_law_ot_optimum,
 )
-from verispec.lp_analysis.multistep import RESTRICTIONS, optimal_block_efficiency
 from verispec.simulator import ContextFreeProblem, GreedyDrafter, HubDrafter, analyze, parse_tree
 from verispec.verifiers import REGISTRY, get_verifier
 
@@ -252,7 +252,3 @@ def test_bound_without_restriction_lists_the_class_optimum(capsys):
     assert data["class_optima"]["selected-path"] == pytest.approx(7 / 4, abs=1e-9)
     assert cli.main(["bound", "--target", "1/2,1/2", "--draft", "1/2,1/2", "--tree", "iid:2,1"]) == 0
     assert "LP optimum (selected-path class)" in capsys.readouterr().out
-
-
-def test_cli_restriction_choices_match_the_lp():
-    assert cli.RESTRICTIONS == RESTRICTIONS

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import build_problem, problem_args
+from verispec.bounds.multistep import coupling_bound, optimal_block_efficiency
 from verispec.errors import ProblemTooLargeError, SolverError
-from verispec.lp_analysis.multistep import coupling_bound, optimal_block_efficiency
 from verispec.simulator import analyze, parse_tree, sun_toy_problem
 from verispec.verifiers import REGISTRY, get_verifier
 

@@ -1,5 +1,5 @@
 """The multi-path optimum of K i.i.d. draft paths (issue 34) and psbv, the position-sharing rule
-(verispec.verifiers.psbv, verispec.lp_analysis.path_selection, docs/rules_2025_26.md).
+(verispec.verifiers.psbv, verispec.bounds.path_selection, docs/rules_2025_26.md).
 
 * The selection LP (select a path, verify it by block verification) is the multi-step LP's optimum (1e-9), on the
   issue's example the certified 44067/15625 of docs/verifier_classes.md.
@@ -21,17 +21,18 @@ import numpy as np
 import pytest
 
 import verispec.verifiers.psbv as psbv_module
-from verispec.hunt import build_problem as build_candidate
-from verispec.hunt import canonical_problems, hunt
-from verispec.lp_analysis.multistep import optimal_block_efficiency
-from verispec.lp_analysis.path_selection import (
+from verispec.bounds.multistep import optimal_block_efficiency
+from verispec.bounds.path_selection import (
     depth_bounds,
     drafted_node_cvxpy,
     drafted_node_program,
     selection_optimum,
 )
+from verispec.hunt import build_problem as build_candidate
+from verispec.hunt import canonical_problems, hunt
 from verispec.simulator import ContextFreeProblem, TabularProblem, analyze, parse_tree, random_problem
-from verispec.simulator.problems import draft_law, random_context_free_problem, target_law
+from verispec.simulator.generators import random_context_free_problem
+from verispec.simulator.problems import draft_law, target_law
 from verispec.verifiers import get_verifier
 
 PSBV = get_verifier("psbv")

@@ -13,13 +13,18 @@ import sys
 import pytest
 
 import verispec.report as report_module
-import verispec.sweep as sweep
+import verispec.study.cells as cells
+import verispec.study.clusters as clusters
+import verispec.study.workers as study_workers
 from verispec.cli import main
 from verispec.errors import OutputError, ResultStoreError, VerispecError
 from verispec.io import ResultStore, atomic_output, atomic_write_text, check_output_dir, check_output_file
 from verispec.simulator import analyze, random_problem
-from verispec.simulator.problems import problem_to_json
-from verispec.sweep import SweepError, SweepGrid, is_sweep_table, local_workers, read_table, run_sweep
+from verispec.simulator.problem_files import problem_to_json
+from verispec.study.grid import SweepError, SweepGrid, file_sha256
+from verispec.study.sweep import run_sweep
+from verispec.study.tables import is_sweep_table, read_table
+from verispec.study.workers import local_workers
 from verispec.verifiers import REGISTRY
 
 TINY = ["--trees", "chain:1", "--verifiers", "bv", "--backend", "serial"]
@@ -151,7 +156,7 @@ def _unwritable_cases(tmp_path):
 
 def test_unwritable_sweep_outputs_are_one_line_errors_before_any_cell(tmp_path, capsys, monkeypatch):
     calls = []
-    monkeypatch.setattr(sweep, "run_cell", lambda cell: calls.append(cell))
+    monkeypatch.setattr(cells, "run_cell", lambda cell: calls.append(cell))
     for case, path, message in _unwritable_cases(tmp_path):
         assert main(["sweep", *TINY, "--out", str(path)]) == 2, case
         assert message in _one_line(capsys), case
@@ -161,7 +166,7 @@ def test_unwritable_sweep_outputs_are_one_line_errors_before_any_cell(tmp_path, 
 
 
 def test_unwritable_report_folders_are_one_line_errors_before_any_study(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(report_module.Report, "study_verifiers", lambda self: pytest.fail("a study ran"))
+    monkeypatch.setattr(report_module.verifiers, "run", lambda report: pytest.fail("a study ran"))
     (tmp_path / "file.txt").write_text("a file")
     cases = [(tmp_path / "file.txt", "is a file, not a folder"),
              (tmp_path / "file.txt" / "report", "is a file, not a folder"),
@@ -185,8 +190,8 @@ def test_sweep_refuses_a_file_that_is_not_its_table_and_computes_nothing(tmp_pat
     output = tmp_path / "results.csv"
     output.write_text("name,score\nalice,3\n")
     calls = []
-    original = sweep.run_cell
-    monkeypatch.setattr(sweep, "run_cell", lambda cell: calls.append(cell) or original(cell))
+    original = cells.run_cell
+    monkeypatch.setattr(cells, "run_cell", lambda cell: calls.append(cell) or original(cell))
     assert main(["sweep", *TINY, "--out", str(output)]) == 2
     error = _one_line(capsys)
     assert "is not a verispec sweep table" in error and "--overwrite" in error
@@ -219,7 +224,7 @@ def test_a_foreign_store_without_parameters_is_refused_and_kept(tmp_path, capsys
     """Any JSON object reads as a result file; one that records no parameters is not a sweep's row store, and a
     sweep at OUT.cells.json must not replace it without --overwrite (it once did)."""
     calls = []
-    monkeypatch.setattr(sweep, "run_cell", lambda cell: calls.append(cell))
+    monkeypatch.setattr(cells, "run_cell", lambda cell: calls.append(cell))
     out = tmp_path / "mine.csv"
     store = tmp_path / "mine.csv.cells.json"
     store.write_text(foreign)
@@ -237,7 +242,7 @@ def test_a_legitimate_resume_still_reads_its_store(tmp_path, monkeypatch):
     grid = SweepGrid(trees=("chain:1",), verifiers=("bv",))
     first = run_sweep(grid, out, backend="serial", progress=False)
     calls = []
-    monkeypatch.setattr(sweep, "run_cell", lambda cell: calls.append(cell))
+    monkeypatch.setattr(cells, "run_cell", lambda cell: calls.append(cell))
     again = run_sweep(grid, out, backend="serial", progress=False)
     assert again == first and calls == [] and again.reused == 1 and again.computed == 0
     assert json.loads(out.with_name("t.csv.cells.json").read_text())["parameters"]["kind"] == "verispec sweep"
@@ -261,14 +266,14 @@ def test_an_edited_problem_file_is_a_new_problem_on_resume(tmp_path, monkeypatch
     for row in after:
         expected = analyze(random_problem(3, 2, 1), "chain:2", REGISTRY[row["verifier"]]).block_efficiency
         assert row["block_efficiency"] == pytest.approx(float(expected), abs=1e-12)
-        assert row["file_sha256"] == sweep.file_sha256(problem) != before[0]["file_sha256"]
+        assert row["file_sha256"] == file_sha256(problem) != before[0]["file_sha256"]
     assert [row["block_efficiency"] for row in read_table(out)] == [row["block_efficiency"] for row in after]
     assert abs(before[0]["block_efficiency"] - after[0]["block_efficiency"]) > 1e-6  # reuse would be seen
     # unchanged: read back; and a file that changes after the grid was read is refused in its cells
     assert run_sweep(grid, out, backend="serial", progress=False).computed == 0
     cell = grid.cells()[0][0]
     _problem_file(problem, 2)
-    row = sweep.run_cell(cell)
+    row = cells.run_cell(cell)
     assert row["status"] == "refused" and "changed after the sweep read it" in row["reason"]
 
 
@@ -307,8 +312,8 @@ def test_parquet_that_is_not_a_sweep_table_is_refused(tmp_path):
 
 
 def _no_studies(monkeypatch, ran):
-    for name in ("study_verifiers", "study_depth", "study_delay", "study_paths", "study_orderings", "study_live"):
-        monkeypatch.setattr(report_module.Report, name, lambda self, name=name: ran.append(name))
+    for name in ("verifiers", "depth", "delay", "paths", "orderings", "live"):
+        monkeypatch.setattr(getattr(report_module, name), "run", lambda report, name=name: ran.append(name))
 
 
 def test_a_copied_report_md_does_not_make_a_folder_a_report(tmp_path, capsys, monkeypatch):
@@ -384,7 +389,7 @@ def test_report_pair_not_installed_is_refused_at_once(tmp_path, capsys, monkeypa
 
 
 def test_jobs_are_capped_at_the_cores(monkeypatch):
-    monkeypatch.setattr(sweep, "available_cores", lambda: 2)
+    monkeypatch.setattr(study_workers, "available_cores", lambda: 2)
     assert local_workers(None) == (2, None) and local_workers(1) == (1, None) and local_workers(2) == (2, None)
     workers, note = local_workers(10_000)
     assert workers == 2 and note == "--jobs 10000 is more than the 2 cores here; running 2 local processes"
@@ -411,22 +416,22 @@ def test_a_local_dask_cluster_is_capped_at_the_cores(monkeypatch):
     by default the cores this process may use (os.cpu_count() counts the machine's); 'localhost:8786' is a
     scheduler's address, not a local cluster of 8786 workers."""
     distributed = pytest.importorskip("distributed")
-    monkeypatch.setattr(sweep, "available_cores", lambda: 2)
+    monkeypatch.setattr(study_workers, "available_cores", lambda: 2)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(distributed, "LocalCluster", _Cluster)
     monkeypatch.setattr(distributed, "Client", _Cluster)
-    monkeypatch.setattr(sweep, "_probe", lambda *args, **options: None)  # no scheduler listens at localhost:8786
+    monkeypatch.setattr(clusters, "_probe", lambda *args, **options: None)  # no scheduler listens at localhost:8786
     _Cluster.started.clear()
     for address in ("local:10000", "local", "local:1"):
-        with sweep.dask_client(address):
+        with clusters.dask_client(address):
             pass
     assert _Cluster.started == [2, 2, 1]
-    assert sweep.worker_processes("dask", None, "local:10000") == (
+    assert study_workers.worker_processes("dask", None, "local:10000") == (
         2, "--address local:10000 asks for 10000 worker processes, more than the 2 cores here; starting 2")
-    assert sweep.worker_processes("dask", None, "local") == (2, None)
-    assert sweep.worker_processes("dask", None, "localhost:8786") == (None, None)
-    assert sweep.worker_processes("dask", None, "tcp://host:8786") == (None, None)
-    with sweep.dask_client("localhost:8786"):  # a scheduler's address: a client of it, no cluster here
+    assert study_workers.worker_processes("dask", None, "local") == (2, None)
+    assert study_workers.worker_processes("dask", None, "localhost:8786") == (None, None)
+    assert study_workers.worker_processes("dask", None, "tcp://host:8786") == (None, None)
+    with clusters.dask_client("localhost:8786"):  # a scheduler's address: a client of it, no cluster here
         pass
     assert _Cluster.started == [2, 2, 1]
 
@@ -435,7 +440,7 @@ def test_the_capped_note_comes_after_the_output_checks(tmp_path, capsys, monkeyp
     """A refusal is one line, without the note (it was printed first); the note comes once the checks pass."""
     ran = []
     _no_studies(monkeypatch, ran)
-    monkeypatch.setattr(sweep, "available_cores", lambda: 2)
+    monkeypatch.setattr(study_workers, "available_cores", lambda: 2)
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", _InlineExecutor)
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -476,7 +481,7 @@ class _InlineExecutor:
 
 
 def test_sweep_jobs_10000_starts_only_as_many_processes_as_cores(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(sweep, "available_cores", lambda: 2)
+    monkeypatch.setattr(study_workers, "available_cores", lambda: 2)
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", _InlineExecutor)
     _InlineExecutor.created.clear()
     assert main(["sweep", "--trees", "chain:1;chain:2", "--verifiers", "bv,naive", "--seeds", "0-3",

@@ -58,7 +58,7 @@ def test_traversal_is_block_verification_on_a_chain(args):
 
 
 def _rrs_without_replacement_law(p, q, children):
-    """Output law of RRS without replacement (reference, "RRS without replacement"), written here."""
+    """Output law of RRS without replacement (docs/reference.md, "RRS without replacement"), written here."""
     law, rejected, current, remaining = np.zeros_like(p), 1.0, p.copy(), q.copy()
     for token in children:
         conditional = remaining / remaining.sum()
@@ -164,7 +164,7 @@ def test_gbv_worked_example_on_sun_toy():
     # K = 2, L = 1 on Sun's toy: key p/q is 1/2 for a, 2 for b, so b is selected whenever drafted:
     # q_skew = (q(a)^2, 1 - q(a)^2) = (4/9, 5/9). Token-level rule against q_skew: accept a w.p.
     # (1/3)/(4/9) = 3/4, b w.p. 1: acceptance 1/3 + 5/9 = 8/9 = 1 + min_T [p(T) - q(T)^2] (T = {a}), the
-    # optimum for two i.i.d. drafts (reference, "OT optimum"). E[tau + 1] = 17/9.
+    # optimum for two i.i.d. drafts (docs/reference.md, "OT optimum"). E[tau + 1] = 17/9.
     result = analyze(sun_toy_problem(exact=True), RootIIDDrafter(2, 1), GBV)
     assert result.tv_distance == 0 and result.block_efficiency == Fraction(17, 9)
 

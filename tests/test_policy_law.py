@@ -22,13 +22,13 @@ from verispec import analyze
 from verispec.errors import InvalidProblemError, VerispecError
 from verispec.policy import PeekingVerifier, ShiftedProblem, policy_output_law
 from verispec.simulator import parse_tree
-from verispec.simulator.problems import (
+from verispec.simulator.generators import (
     random_context_free_problem,
     random_markov_problem,
     random_problem,
     sun_toy_problem,
-    target_law,
 )
+from verispec.simulator.problems import target_law
 from verispec.verifiers import get_verifier
 
 LENGTH = 3

@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from tests.conftest import build_problem, problem_args
 from verispec.cli import main
 from verispec.errors import InvalidDistributionError, InvalidProblemError
-from verispec.simulator.problems import (
+from verispec.simulator.generators import random_context_free_problem, random_problem
+from verispec.simulator.problem_files import (
     NPZ_FORMAT,
     _floats_read_plainly,
     _lexicographic_layout,
@@ -38,8 +39,6 @@ from verispec.simulator.problems import (
     problem_from_json,
     problem_to_json,
     problem_to_npz,
-    random_context_free_problem,
-    random_problem,
 )
 
 
@@ -243,7 +242,7 @@ def test_an_ordinary_problem_file_needs_no_number_by_number_reading():
 
 
 def test_window_scan_is_the_direct_one():
-    from verispec.simulator.problems import _all_in_window
+    from verispec.simulator.problem_files import _all_in_window
 
     rng = np.random.default_rng(0)
     for _ in range(300):

@@ -1,8 +1,10 @@
 """Every registered verifier, on every tree kind it declares valid: lossless, and its closed-form law
-equals the law the generic enumerator derives from its sampling procedure. New verifiers are picked up
-from the registry automatically."""
+equals the law the generic enumerator derives from its sampling procedure; and every rule carries the summary and
+citation the generated lists show. New verifiers are picked up from the registry automatically (``valid_pairs``)."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from tests.conftest import build_problem, problem_args
 from verispec.errors import IncompatibleDraftError, UnknownTreeError
 from verispec.simulator import TreeBatch, analyze, parse_tree
 from verispec.simulator.engine import check_compatible
-from verispec.verifiers import REGISTRY
+from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY
 
 #: Tree specifications exercised for every verifier valid for them (depth <= 3 keeps enumeration small).
 TREE_SPECS = ["chain:0", "chain:1", "chain:2", "chain:3", "iid:1,2", "delayed:1,1,2", "branch:1,1,1",
@@ -33,7 +35,9 @@ def _assert_law_matches_procedure(verifier, trees) -> None:
                                        err_msg=f"{verifier.name} law != enumerated procedure on {trees[index]}")
 
 
-def _valid_pairs():
+def valid_pairs():
+    """(name, tree spec) for every registered verifier and every tree of ``TREE_SPECS`` it is valid for: the
+    parameters of the registry-wide tests below (a rule registered with ``register`` is in them at once)."""
     for name, verifier in sorted(REGISTRY.items()):
         for spec in TREE_SPECS:
             drafter = parse_tree(spec)
@@ -41,7 +45,7 @@ def _valid_pairs():
                 yield name, spec
 
 
-PAIRS = list(_valid_pairs())
+PAIRS = list(valid_pairs())
 
 
 def _assume_tree_fits(drafter, problem) -> None:
@@ -54,6 +58,16 @@ def _assume_tree_fits(drafter, problem) -> None:
 
 def test_every_verifier_has_a_valid_tree():
     assert {name for name, _ in PAIRS} == set(REGISTRY)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY) + sorted(LOSSY_BY_DESIGN))
+def test_every_rule_carries_a_summary_and_its_citation(name):
+    # the generated lists (verispec list, the README's and docs/verifiers.md's tables) show both
+    verifier = REGISTRY.get(name) or LOSSY_BY_DESIGN[name]
+    for text in (verifier.summary, verifier.citation):
+        assert isinstance(text, str) and text.strip() and "\n" not in text and "|" not in text, (name, text)
+    assert re.search(r"\b20\d\d\b", verifier.citation) and ("arXiv" in verifier.citation
+                                                            or verifier.citation.startswith("verispec")), name
 
 
 @pytest.mark.slow

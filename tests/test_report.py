@@ -9,9 +9,10 @@ from fractions import Fraction
 
 import pytest
 
-import verispec.sweep as sweep
+import verispec.study.cells as study_cells
 from verispec.cli import main
-from verispec.sweep import cell_key, read_table
+from verispec.study.grid import cell_key
+from verispec.study.tables import read_table
 from verispec.verifiers import REGISTRY, TopDownVerifier
 from verispec.verifiers.specinfer import SpecInferSolver
 
@@ -32,11 +33,11 @@ def quick_run(tmp_path_factory):
     """The quick report, run serially with a spy on ``run_cell``: (its folder, the key of every cell computed)."""
     out = tmp_path_factory.mktemp("report")
     computed = []
-    original = sweep.run_cell
+    original = study_cells.run_cell
     mask = os.umask(UMASK)
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(sweep, "run_cell", lambda cell: computed.append(cell_key(cell)) or original(cell))
+            patch.setattr(study_cells, "run_cell", lambda cell: computed.append(cell_key(cell)) or original(cell))
             assert main(["report", "--quick", "--out", str(out), "--backend", "serial"]) == 0
     finally:
         os.umask(mask)
@@ -243,7 +244,7 @@ def test_the_winner_table_uses_the_cells_every_verifier_has(quick_report):
     chain:3 regime at divergence 0.5, winner_table averages every verifier over the remaining problems only.
     Negative control: averaging each verifier over its own rows would put gbv (all 6 problems) and traversal
     (5) apart although they have one law of tau on every cell."""
-    from verispec.report import winner_table
+    from verispec.report.orderings import winner_table
 
     rows = [row for row in _tidy_rows(quick_report, ("verifiers",)) if row["tree"] == "chain:3"]
     problem = (rows[0]["family"], rows[0]["seed"])
@@ -260,7 +261,7 @@ def test_the_winner_table_uses_the_cells_every_verifier_has(quick_report):
 
 def test_common_cells_refuses_a_cell_given_twice():
     """One store, one row per cell: a second row of one item on one cell would weigh that cell twice."""
-    from verispec.report import common_cells
+    from verispec.report.common import common_cells
 
     row = {"status": "ok", "verifier": "bv", "seed": 0, "block_efficiency": 2.0}
     assert common_cells([row], lambda r: r["verifier"], lambda r: r["seed"])[1] == [0]
@@ -270,7 +271,7 @@ def test_common_cells_refuses_a_cell_given_twice():
 
 def test_the_winner_table_averages_every_verifier_over_the_same_cells():
     """Hand-made rows: a beats b on the two problems both have; b's third problem must not count."""
-    from verispec.report import winner_table
+    from verispec.report.orderings import winner_table
 
     def row(verifier, seed, value, family="markov"):
         return {"status": "ok", "tree": "iid:2,2", "divergence": 0.5, "verifier": verifier, "family": family,
@@ -289,7 +290,7 @@ def test_the_rules_that_coincide_on_one_path_are_those_of_the_exact_engine(quick
     import numpy as np
 
     from verispec.simulator import parse_tree
-    from verispec.sweep import build_problem
+    from verispec.study.cells import build_problem
 
     text = (quick_report / "report.md").read_text()
     line = next(line for line in text.splitlines() if line.startswith("| chain:3 |") and "=" in line
@@ -351,7 +352,7 @@ def _closed_form(k: int) -> tuple[Fraction, Fraction]:
 
 
 def test_the_gbv_example_is_the_closed_form(quick_report):
-    from verispec.report import gbv_toy
+    from verispec.report.paths import gbv_toy
 
     for k, gbv, optimum in gbv_toy(4):
         closed, bound = _closed_form(k)
@@ -381,7 +382,7 @@ def test_units_are_named_and_no_value_prints_as_minus_zero(quick_report):
     table's E[tau+1]/T must equal its E[tau+1] divided by T = (L1 + L2) + 4 in units of t_q (the report's cost
     ratio t_p/t_q = 4, a tree costing no more), so its header must name tokens per t_q; no value prints as a
     signed zero."""
-    from verispec.report import fixed, signed
+    from verispec.report.common import fixed, signed
 
     text = (quick_report / "report.md").read_text()
     assert "-0.0000" not in text and "+0.0000" not in text
@@ -498,9 +499,11 @@ def test_study_6_reruns_with_another_pair_never_reuse_the_first_pairs_rows(tmp_p
     import verispec.models.derive
     import verispec.models.problem
     import verispec.models.prompts
-    import verispec.report as report_module
+    import verispec.report
+    import verispec.report.live as live
     import verispec.simulator.certified
-    from verispec.report import LIVE_TREE, LIVE_VOCAB, Report
+    from verispec.report import Report
+    from verispec.report.live import LIVE_TREE, LIVE_VOCAB
     from verispec.simulator import analyze, random_problem
 
     class Pair:
@@ -511,14 +514,14 @@ def test_study_6_reruns_with_another_pair_never_reuse_the_first_pairs_rows(tmp_p
         lower, upper, reached = 1.0, 2.0, True
 
     problems = {"first": random_problem(LIVE_VOCAB, 2, 0), "second": random_problem(LIVE_VOCAB, 2, 1)}
-    monkeypatch.setattr(report_module, "check_pair_ready", lambda pair, device: None)
+    monkeypatch.setattr(live, "check_pair_ready", lambda pair, device: None)
     monkeypatch.setattr(verispec.models, "load_pair", lambda name, device: Pair(name))
     monkeypatch.setattr(verispec.models.prompts, "humaneval_prompts", lambda count: [("HumanEval/0", "def f():")])
     monkeypatch.setattr(verispec.models.problem, "ModelProblem", lambda pair, prompt, sampling, horizon: pair.name)
     monkeypatch.setattr(verispec.models.derive, "derive_problem", lambda name, vocab, depth: (problems[name], {}))
     monkeypatch.setattr(verispec.simulator.certified, "certify", lambda *args, **kwargs: Interval())
-    for study in ("study_verifiers", "study_depth", "study_delay", "study_paths", "study_orderings"):
-        monkeypatch.setattr(Report, study, lambda self: None)
+    for study in ("verifiers", "depth", "delay", "paths", "orderings"):
+        monkeypatch.setattr(getattr(verispec.report, study), "run", lambda report: None)
     for name in ("first", "second"):
         Report(tmp_path, quick=True, backend="serial", progress=False, pair=name).build()
         rows = [row for row in read_table(tmp_path / "data" / "live.csv") if row["tree"] == LIVE_TREE]
@@ -539,8 +542,8 @@ def test_the_delay_selector_section_is_the_data(quick_report):
     pytest.importorskip("torch")
     import numpy as np
 
-    from verispec.report import SELECTOR_DATASET, SELECTOR_TEST_FRACTION
-    from verispec.selector.dataset import Dataset
+    from verispec.report.selector import SELECTOR_DATASET, SELECTOR_TEST_FRACTION
+    from verispec.selector.dataset_file import Dataset
 
     dataset = Dataset.load(quick_report / "data" / SELECTOR_DATASET)
     train, test = dataset.split(SELECTOR_TEST_FRACTION, 0)
@@ -567,7 +570,7 @@ def test_the_delay_selector_section_is_the_data(quick_report):
 def test_the_typical_section_is_the_data(quick_report):
     """Each row of the typical-acceptance table, recomputed from data/typical.csv: the mean TV and the mean ratio
     of E[tau+1] to the lossless rule's on the same problem; and Medusa's defaults are lossy there (TV > 0)."""
-    from verispec.report import TYPICAL_TREES
+    from verispec.report.typical import TYPICAL_TREES
 
     rows = [row for row in read_table(quick_report / "data" / "typical.csv") if row["status"] == "ok"]
     text = (quick_report / "report.md").read_text().split("## 8. Typical acceptance", 1)[1]

@@ -115,7 +115,7 @@ def test_evaluate_recomputes_static_and_oracle_from_the_dataset(trained, capsys)
                  str(trained / "specinfer.pt"), "--selector", str(trained / "traversal-iid.pt"),
                  "--compare", "specinfer,traversal-iid", "--json", "--bootstrap", "200"]) == 0
     report = json.loads(capsys.readouterr().out)
-    from verispec.selector.dataset import Dataset
+    from verispec.selector.dataset_file import Dataset
 
     data = np.load(trained / "d.npz")
     meta = json.loads(str(data["metadata"]))
@@ -152,8 +152,8 @@ def _refused(argv, capsys, needle: str) -> None:
 
 
 def test_prose_prompt_specs():
+    from verispec.cli.selector import PROSE_PROMPTS, read_prompt_specs
     from verispec.errors import VerispecError
-    from verispec.selector.command import PROSE_PROMPTS, read_prompt_specs
 
     lines = [line.strip() for line in PROSE_PROMPTS.read_text().splitlines() if line.strip()]
     assert read_prompt_specs(["prose"]) == [(f"prose:{i}", line) for i, line in enumerate(lines)]
@@ -171,7 +171,7 @@ def test_bad_input_is_one_line_with_status_2(trained, tmp_path, capsys):
     # a comb too large is refused before any pair is loaded (this pair does not exist: its error would come later)
     _refused(["selector", "dataset", "--pair", "no-such-pair", "--prompts", "prose", "--ks", "1-16", "--l2s", "0-32",
               "--out", str(tmp_path / "x.npz")], capsys, "4,617 nodes")
-    from verispec.selector.command import parse_setting
+    from verispec.cli.selector import parse_setting
 
     with pytest.raises(VerispecError, match="cannot read"):
         parse_setting("temperature=0.7,topk20")

@@ -36,8 +36,8 @@ from verispec.selector.features import KL_CAP
 from verispec.selector.network import LookupSelector
 from verispec.selector.selector import Selector, SelectorPolicy
 from verispec.selector.train import throughput_loss, train_selector
-from verispec.simulator.drafters import parse_tree
 from verispec.simulator.engine import check_compatible
+from verispec.simulator.tree_specs import parse_tree
 from verispec.verifiers import get_verifier
 
 

@@ -19,8 +19,6 @@ from verispec.latency import LatencyModel
 from verispec.models.sampling import Sampling
 from verispec.selector.actions import ActionGrid
 from verispec.selector.dataset import (
-    Dataset,
-    DatasetError,
     Root,
     build_dataset,
     root_problem,
@@ -28,6 +26,7 @@ from verispec.selector.dataset import (
     synthetic_roots,
     trace_roots,
 )
+from verispec.selector.dataset_file import Dataset, DatasetError
 from verispec.selector.features import SCALAR_FEATURES
 from verispec.simulator import MarkovProblem, random_context_free_problem, random_markov_problem
 
@@ -336,7 +335,7 @@ def test_trace_roots_are_prefixes_of_target_traces(pair):
 
 def test_traces_kept_in_a_store_are_reused(pair, tmp_path, monkeypatch):
     """A resumed build reads its finished traces back instead of decoding them again, and gets the same roots."""
-    import verispec.models.decoding as decoding
+    import verispec.models.generation as generation
     from verispec.io import ResultStore
 
     samplings = [Sampling(1.0), Sampling(0.7, top_k=3)]
@@ -348,7 +347,7 @@ def test_traces_kept_in_a_store_are_reused(pair, tmp_path, monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("a stored trace was decoded again")
 
-    monkeypatch.setattr(decoding, "sample_target", refuse)
+    monkeypatch.setattr(generation, "sample_target", refuse)
     reread = ResultStore(tmp_path / "traces.json", parameters={"pair": pair.name, "seed": 0})
     again = trace_roots(pair, prompts, samplings, every=4, max_new_tokens=10, seed=0, store=reread)
     assert [root.key() for root in again] == [root.key() for root in first]

@@ -15,7 +15,8 @@ pytest.importorskip("transformers")
 from verispec.cli import main  # noqa: E402
 from verispec.models import generate  # noqa: E402
 from verispec.models.sampling import Sampling  # noqa: E402
-from verispec.selector.dataset import HIDDEN_NAMES, Dataset, DatasetError, Root, build_dataset, root_hidden  # noqa: E402
+from verispec.selector.dataset import HIDDEN_NAMES, Root, build_dataset, root_hidden  # noqa: E402
+from verispec.selector.dataset_file import Dataset, DatasetError  # noqa: E402
 from verispec.selector.selector import Selector, SelectorPolicy  # noqa: E402
 
 

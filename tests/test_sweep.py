@@ -16,7 +16,9 @@ from verispec.cli import main
 from verispec.errors import IncompatibleDraftError, VerispecError
 from verispec.simulator import analyze, parse_tree, random_markov_problem
 from verispec.simulator.engine import check_compatible
-from verispec.sweep import SweepError, SweepGrid, cell_key, parse_seeds, read_table, run_sweep
+from verispec.study.grid import SweepError, SweepGrid, cell_key, parse_seeds
+from verispec.study.sweep import run_sweep
+from verispec.study.tables import read_table
 from verispec.verifiers import REGISTRY
 
 SMALL = SweepGrid(families=("context-free", "markov"), vocab_sizes=(3,), seeds=(0, 1), trees=("chain:2", "iid:2,2"),
@@ -68,13 +70,13 @@ def test_rows_are_the_engine_results_of_the_seeded_problems(tmp_path):
 
 
 def test_a_rerun_computes_only_the_cells_it_has_not_finished(tmp_path, monkeypatch):
-    import verispec.sweep as sweep
+    import verispec.study.cells as cells
 
     output = tmp_path / "resume.csv"
     first = run_sweep(SMALL, output, backend="serial", progress=False)
     calls = []
-    original = sweep.run_cell
-    monkeypatch.setattr(sweep, "run_cell", lambda cell: calls.append(cell) or original(cell))
+    original = cells.run_cell
+    monkeypatch.setattr(cells, "run_cell", lambda cell: calls.append(cell) or original(cell))
     larger = SweepGrid(**{**SMALL.__dict__, "seeds": (0, 1, 2)})
     rows = run_sweep(larger, output, backend="serial", progress=False)
     assert len(calls) == len(larger.cells()[0]) - len(first) and all(cell["seed"] == 2 for cell in calls)
@@ -176,7 +178,7 @@ def test_the_command_line_writes_the_table_and_refuses_bad_input(tmp_path, capsy
 
 def test_a_local_dask_cluster_is_named_local_n():
     pytest.importorskip("distributed")
-    from verispec.sweep import dask_client
+    from verispec.study.clusters import dask_client
 
     for address in ("local:0", "local:x"):
         with pytest.raises(SweepError, match="local:N"), dask_client(address):
@@ -270,9 +272,9 @@ def test_a_port_that_answers_but_is_no_scheduler_is_refused_within_the_connect_t
     """A port that accepts connections and stays silent (a Dask scheduler sends its handshake at once):
     distributed's client waited on it for ever whatever its timeout; now one line at CONNECT_TIMEOUT (1 s here)."""
     pytest.importorskip("distributed")
-    import verispec.sweep as sweep
+    import verispec.study.clusters as clusters
 
-    monkeypatch.setattr(sweep, "CONNECT_TIMEOUT", 1.0)
+    monkeypatch.setattr(clusters, "CONNECT_TIMEOUT", 1.0)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
@@ -285,8 +287,8 @@ def test_a_port_that_answers_but_is_no_scheduler_is_refused_within_the_connect_t
 
 
 def test_write_problems_saves_every_seeded_problem_and_reproduces_its_cells(tmp_path):
-    from verispec.simulator.problems import load_problem
-    from verispec.sweep import problem_file_name, run_cell, write_problems
+    from verispec.simulator.problem_files import load_problem
+    from verispec.study.cells import problem_file_name, run_cell, write_problems
 
     grid = SweepGrid(families=("context-free", "random", "markov"), vocab_sizes=(3,), seeds=(0, 1),
                      trees=("chain:2", "iid:2,3"), verifiers=("specinfer", "bv"))
@@ -302,7 +304,7 @@ def test_write_problems_saves_every_seeded_problem_and_reproduces_its_cells(tmp_
 
 
 def test_sweep_save_problems_through_the_cli(tmp_path, capsys):
-    from verispec.sweep import problem_file_name
+    from verispec.study.cells import problem_file_name
 
     out, folder = tmp_path / "s.csv", tmp_path / "problems"
     code = main(["sweep", "--families", "random,context-free", "--vocab", "3", "--seeds", "0-1", "--trees", "chain:2",

@@ -33,9 +33,10 @@ import pytest
 from verispec import budget, cli
 from verispec.cli import main
 from verispec.cli.options import DEFAULT_CALL_TIMEOUT
-from verispec.cli.parser import _build_parser
+from verispec.cli.parser import build_parser
 from verispec.errors import AnalysisTimeoutError
-from verispec.simulator.problems import problem_to_json, random_problem
+from verispec.simulator.generators import random_problem
+from verispec.simulator.problem_files import problem_to_json
 
 #: Seconds allowed beyond the limit's own precision in-process (see the module docstring).
 JITTER = 0.6
@@ -255,7 +256,7 @@ def test_verispec_s_own_work_is_not_a_call_into_user_code(capsys):
 
 @pytest.mark.parametrize("command", ["exact", "hunt", "bound", "predict", "decode", "check-external"])
 def test_every_command_running_user_code_states_its_call_timeout(command):
-    parser = _build_parser()
+    parser = build_parser()
     subparser = parser._subparsers._group_actions[0].choices[command]
     option = next(action for action in subparser._actions if "--call-timeout" in action.option_strings)
     assert option.default == DEFAULT_CALL_TIMEOUT == 60.0
@@ -298,7 +299,7 @@ def test_a_timeout_that_escapes_its_block_is_the_inconclusive_line(raised, monke
     def run(args):
         raise raised
 
-    monkeypatch.setattr(cli, "command_function", lambda command: run)
+    monkeypatch.setattr(cli.exact, "run", run)
     assert main(["exact", *TOY, "--tree", "chain:1", "--verifier", "bv"]) == 3
     line = _one_line(capsys)
     assert line.startswith("verispec: INCONCLUSIVE: ") and str(raised) in line

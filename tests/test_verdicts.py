@@ -21,9 +21,12 @@ from verispec.external.adapter import ExternalVerifier
 from verispec.external.blackbox import blackbox_test
 from verispec.external.check import check_external
 from verispec.hunt import build_problem, canonical_problems, hunt
-from verispec.simulator.drafters import DraftLaw, parse_tree
+from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.engine import analyze
-from verispec.simulator.problems import ContextFreeProblem, problem_from_json, random_problem
+from verispec.simulator.generators import random_problem
+from verispec.simulator.problem_files import problem_from_json
+from verispec.simulator.problems import ContextFreeProblem
+from verispec.simulator.tree_specs import parse_tree
 from verispec.testing import LosslessnessAssertionError, assert_lossless
 from verispec.verdict import EXIT_INCONCLUSIVE, EXIT_LOSSLESS, EXIT_LOSSY, Verdict
 from verispec.verifiers import ProcedureVerifier

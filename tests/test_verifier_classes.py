@@ -1,5 +1,5 @@
-"""Verifier classes in cvxpy (verispec/lp_analysis/classes.py) and the rational certificate of the multi-step LP
-(verispec/lp_analysis/certificate.py).
+"""Verifier classes in cvxpy (verispec/bounds/classes.py) and the rational certificate of the multi-step LP
+(verispec/bounds/certificate.py).
 
 * The cvxpy path (HiGHS through scipy and through highspy) agrees with the scipy/HiGHS path to 1e-9 on every
   case: every valid verifier and GBV's selected-path class; Clarabel (interior point) to its accuracy.
@@ -29,19 +29,20 @@ from hypothesis import strategies as st
 
 from tests.conftest import build_problem
 from verispec import cli
-from verispec.errors import ProblemTooLargeError, SolverError, VerispecError
-from verispec.lp_analysis.certificate import CertificateError, RationalCertificate, _check, solve_rational
-from verispec.lp_analysis.classes import (
+from verispec.bounds.certificate import CertificateError, RationalCertificate, _check, solve_rational
+from verispec.bounds.classes import (
     CLASSES,
     coupling_program,
     information_agnostic_program,
     optimize_class,
 )
-from verispec.lp_analysis.multistep import build_multistep_lp, coupling_bound, optimal_block_efficiency
+from verispec.bounds.multistep import build_multistep_lp, coupling_bound, optimal_block_efficiency
+from verispec.errors import ProblemTooLargeError, SolverError, VerispecError
 from verispec.simulator import ContextFreeProblem, analyze, parse_tree
-from verispec.simulator.problems import sun_toy_problem
+from verispec.simulator.generators import sun_toy_problem
 from verispec.simulator.selection import greedy_path
-from verispec.verifiers import REGISTRY, get_verifier, load_attribute
+from verispec.user_code import load_attribute
+from verispec.verifiers import REGISTRY, get_verifier
 
 F = Fraction
 

@@ -31,11 +31,11 @@ from hypothesis.errors import Flaky, NoSuchExample
 
 from verispec import budget
 from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
+from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import analyze, check_compatible
-from verispec.simulator.problems import ContextFreeProblem, TabularProblem, problem_to_json
-
-DEFAULT_THRESHOLD = 1e-9
+from verispec.simulator.problem_files import problem_to_json
+from verispec.simulator.problems import ContextFreeProblem, TabularProblem
 
 #: Context-dependent canonical problems are tabulated over every prefix: at most this many conditionals.
 MAX_CANONICAL_PREFIXES = 4096
@@ -243,6 +243,83 @@ def build_problem(candidate, *, exact: bool = False):
                           {k: _probabilities(v) for k, v in draft.items()}, exact=exact)
 
 
+class _Search:
+    """One run of ``hunt``: how a candidate is judged, and everything tried so far (what ``HuntResult`` reports)."""
+
+    def __init__(self, verifier, drafter: Drafter, suite: list[CanonicalProblem], *, threshold: float, start: float,
+                 deadline: float, judge, progress):
+        self.verifier, self.drafter, self.suite = verifier, drafter, suite
+        self.threshold, self.start, self.deadline = threshold, start, deadline
+        self.judge, self.progress = judge, progress
+        self.checks: list[CanonicalCheck] = []
+        self.tried = 0
+        self.random_tried = 0
+        #: (candidate, distance) of the simplest random witness so far
+        self.simplest: tuple | None = None
+        #: the rule's own error, when it failed on a candidate
+        self.failure: VerifierError | None = None
+
+    def distance(self, candidate) -> float:
+        problem = build_problem(candidate)
+        if self.judge is not None:
+            return float(self.judge(problem, self.deadline))
+        return float(analyze(problem, self.drafter, self.verifier, deadline=self.deadline).tv_distance)
+
+    def evaluate(self, candidate) -> float | str:
+        """The candidate's distance, or why it cannot be analysed (a str). Raises _OutOfTime / _RuleFailed."""
+        if time.monotonic() > self.deadline:
+            raise _OutOfTime
+        self.tried += 1
+        if self.progress is not None:
+            self.progress(self.tried)
+        try:
+            return self.distance(candidate)
+        except (AnalysisTimeoutError, budget.HardTimeout):  # the budget holds inside one analysis too
+            raise _OutOfTime from None
+        except VerifierError as error:  # the rule failed (raised, returned nonsense, looped): not a verdict
+            self.failure = self.failure or error
+            raise _RuleFailed from None
+        except VerispecError as error:  # a candidate the tree cannot be analysed on (e.g. too large)
+            return str(error)
+
+    def lossy(self, candidate) -> bool:
+        """hypothesis's condition: whether a random candidate is a witness."""
+        self.random_tried += 1
+        found = self.evaluate(candidate)
+        if isinstance(found, str) or not found > self.threshold:
+            return False
+        self.simplest = (candidate, found)  # hypothesis only reports candidates simpler than the last witness
+        return True
+
+    def canonical_witness(self) -> HuntResult | None:
+        """The canonical suite, in order: the result at its first witness, else None (every check recorded)."""
+        for problem in self.suite:
+            found = self.evaluate(problem.candidate)
+            skipped = found if isinstance(found, str) else ""
+            self.checks.append(CanonicalCheck(problem.label, problem.vocab_size, problem.context_free,
+                                              None if skipped else found, skipped))
+            if not skipped and found > self.threshold:
+                return self.result(self.witness_of(problem.candidate, found, problem.label), "witness")
+        return None
+
+    def random_witness(self, max_examples: int, max_vocab: int, context_free: bool | None):
+        """The simplest random witness hypothesis finds and shrinks (NoSuchExample when there is none)."""
+        config = settings(max_examples=max_examples, deadline=None, database=None, derandomize=True,
+                          suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink])
+        strategy = candidate_problems(self.drafter.depth, max_vocab, context_free=context_free, deadline=self.deadline)
+        return find(strategy, self.lossy, settings=config)
+
+    def witness_of(self, candidate, tv_distance: float, label: str = "") -> Witness:
+        exact_problem = build_problem(candidate, exact=True)
+        return Witness(problem_json=problem_to_json(exact_problem, self.drafter.depth), tv_distance=tv_distance,
+                       vocab_size=candidate[0], context_free=candidate[1], examples_tried=self.tried,
+                       seconds=time.monotonic() - self.start, label=label)
+
+    def result(self, witness: Witness | None, stopped: str) -> HuntResult:
+        return HuntResult(witness=witness, canonical=tuple(self.checks), canonical_total=len(self.suite),
+                          random_tried=self.random_tried, seconds=time.monotonic() - self.start, stopped=stopped)
+
+
 def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 3000,
          threshold: float = DEFAULT_THRESHOLD, time_budget: float = 60.0, context_free: bool | None = None,
          progress=None, judge=None, canonical: bool = True) -> HuntResult:
@@ -259,83 +336,28 @@ def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 
     """
     check_compatible(verifier, drafter)
     start = time.monotonic()
-    deadline = start + time_budget
     suite = canonical_problems(drafter.depth, max_vocab, context_free) if canonical else []
-    checks: list[CanonicalCheck] = []
-    tried = 0
-    random_tried = 0
-    simplest: list = []  # [(candidate, distance)] of the simplest random witness so far
-    failure: list[VerifierError] = []
-
-    def distance(candidate) -> float:
-        problem = build_problem(candidate)
-        if judge is not None:
-            return float(judge(problem, deadline))
-        return float(analyze(problem, drafter, verifier, deadline=deadline).tv_distance)
-
-    def evaluate(candidate) -> float | str:
-        """The candidate's distance, or why it cannot be analysed (a str). Raises _OutOfTime / _RuleFailed."""
-        nonlocal tried
-        if time.monotonic() > deadline:
-            raise _OutOfTime
-        tried += 1
-        if progress is not None:
-            progress(tried)
+    search = _Search(verifier, drafter, suite, threshold=threshold, start=start, deadline=start + time_budget,
+                     judge=judge, progress=progress)
+    with budget.time_budget(search.deadline, hard=True, what="the witness search"):
         try:
-            return distance(candidate)
-        except (AnalysisTimeoutError, budget.HardTimeout):  # the budget holds inside one analysis too
-            raise _OutOfTime from None
-        except VerifierError as error:  # the rule failed (raised, returned nonsense, looped): not a verdict
-            failure.append(error)
-            raise _RuleFailed from None
-        except VerispecError as error:  # a candidate the tree cannot be analysed on (e.g. too large)
-            return str(error)
-
-    def lossy(candidate) -> bool:
-        nonlocal random_tried
-        random_tried += 1
-        found = evaluate(candidate)
-        if isinstance(found, str) or not found > threshold:
-            return False
-        simplest[:] = [(candidate, found)]  # hypothesis only reports candidates simpler than the last witness
-        return True
-
-    def result(witness: Witness | None, stopped: str) -> HuntResult:
-        return HuntResult(witness=witness, canonical=tuple(checks), canonical_total=len(suite),
-                          random_tried=random_tried, seconds=time.monotonic() - start, stopped=stopped)
-
-    def witness_of(candidate, tv_distance: float, label: str = "") -> Witness:
-        exact_problem = build_problem(candidate, exact=True)
-        return Witness(problem_json=problem_to_json(exact_problem, drafter.depth), tv_distance=tv_distance,
-                       vocab_size=candidate[0], context_free=candidate[1], examples_tried=tried,
-                       seconds=time.monotonic() - start, label=label)
-
-    with budget.time_budget(deadline, hard=True, what="the witness search"):
-        try:
-            for problem in suite:
-                found = evaluate(problem.candidate)
-                skipped = found if isinstance(found, str) else ""
-                checks.append(CanonicalCheck(problem.label, problem.vocab_size, problem.context_free,
-                                             None if skipped else found, skipped))
-                if not skipped and found > threshold:
-                    return result(witness_of(problem.candidate, found, problem.label), "witness")
-            config = settings(max_examples=max_examples, deadline=None, database=None, derandomize=True,
-                              suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink])
-            strategy = candidate_problems(drafter.depth, max_vocab, context_free=context_free, deadline=deadline)
-            candidate = find(strategy, lossy, settings=config)
+            found = search.canonical_witness()
+            if found is not None:
+                return found
+            candidate = search.random_witness(max_examples, max_vocab, context_free)
         except NoSuchExample:
-            return result(None, "max examples")
+            return search.result(None, "max examples")
         except _RuleFailed:
             # the rule's own error class (a subclass of VerifierError) tells callers what went wrong
-            raise type(failure[0])(f"hunt stopped after {tried} problems: {failure[0]}") from None
+            raise type(search.failure)(f"hunt stopped after {search.tried} problems: {search.failure}") from None
         except (_OutOfTime, Flaky, budget.HardTimeout) as stopped:
             # Flaky: hypothesis saw the data generation change, as it does when drawing stops at the deadline
-            if isinstance(stopped, Flaky) and time.monotonic() <= deadline:
+            if isinstance(stopped, Flaky) and time.monotonic() <= search.deadline:
                 raise
-            if not simplest:
-                return result(None, "time budget")
-            candidate = simplest[0][0]
-        return result(witness_of(candidate, simplest[0][1]), "witness")
+            if search.simplest is None:
+                return search.result(None, "time budget")
+            candidate = search.simplest[0]
+        return search.result(search.witness_of(candidate, search.simplest[1]), "witness")
 
 
 def next_search(result: HuntResult, max_examples: int, time_budget: float) -> str:

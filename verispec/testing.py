@@ -21,7 +21,8 @@ import time
 from collections.abc import Iterable
 
 from verispec.errors import VerispecError
-from verispec.external.check import CheckReport, check_external
+from verispec.external.check import check_external
+from verispec.external.check_report import CheckReport
 from verispec.simulator.problems import Problem
 from verispec.verdict import Verdict
 

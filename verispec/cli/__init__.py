@@ -15,7 +15,7 @@
                                                       real speculative decoding (or plain sampling)
     verispec decode  ... --plain | --selector FILE                   plain sampling; a tree chosen per block
     verispec models  install NAME | list                             the real model pairs (qwen-coder)
-    verispec selector dataset | train | evaluate                     the delay selector (verispec.selector.command)
+    verispec selector dataset | train | evaluate                     the delay selector (verispec.cli.selector)
     verispec predict (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
                      --tree TREE --verifier NAME [--epsilon E] [--temperature T] [--top-p P] [--top-k K] [--json]
     verispec predict --problem FILE --tree TREE --verifier NAME [--epsilon E] [--json]
@@ -39,53 +39,25 @@ same way, wherever it lands: one INCONCLUSIVE line on stderr and status 3.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from verispec import budget
-from verispec.cli.common import _registry, plain_json
-from verispec.cli.options import (
-    DEFAULT_THRESHOLD,
-    EXTERNAL_LAYOUTS,
-    MAX_BLACKBOX_SAMPLES,
-    MAX_TREE_PARAMETER,
-    METHODS,
-    RESTRICTIONS,
-    TREE_FORMS,
-    _Done,
-)
-from verispec.cli.parser import _build_parser
+from verispec.cli.common import plain_json
+from verispec.cli.options import Done
+from verispec.cli.parser import COMMANDS, build_parser
 from verispec.errors import AnalysisTimeoutError, VerispecError
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
 
-#: Each command's module in this package and its function (args -> exit status); a module is imported only when
-#: its command runs, so one command's imports (numpy, scipy, torch, the verifiers) never slow another's start.
-COMMANDS = {
-    "exact": ("exact", "_run_exact"), "compare": ("exact", "_run_compare"), "hunt": ("hunt", "_run_hunt"),
-    "check-external": ("external", "_run_check_external"), "optimum": ("lp", "_run_optimum"),
-    "bound": ("lp", "_run_bound"), "list": ("listing", "_run_list"), "decode": ("models", "_run_decode"),
-    "models": ("models", "_run_models"), "predict": ("models", "_run_predict"), "derive": ("models", "_run_derive"),
-    "latency": ("models", "_run_latency"), "sweep": ("study", "_run_sweep"), "report": ("study", "_run_report"),
-    "selector": ("selector", "_run_selector"),
-}
-
-__all__ = ["COMMANDS", "DEFAULT_THRESHOLD", "EXTERNAL_LAYOUTS", "MAX_BLACKBOX_SAMPLES", "MAX_TREE_PARAMETER", "METHODS",
-           "RESTRICTIONS", "TREE_FORMS", "entry_point", "main", "plain_json"]
-
-
-def command_function(command: str):
-    """The function that runs ``command`` (importing its module)."""
-    module, name = COMMANDS[command]
-    return getattr(importlib.import_module(f"verispec.cli.{module}"), name)
+__all__ = ["entry_point", "main", "plain_json"]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:
-        args = _build_parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
         with budget.CommandGuard(getattr(args, "call_timeout", None), on_stuck=_stop_stuck_command):
-            return command_function(args.command)(args)
-    except _Done as done:
+            return COMMANDS[args.command].run(args)
+    except Done as done:
         return done.status
     except (AnalysisTimeoutError, budget.HardTimeout, budget.CallTimeout) as error:
         # no answer within --time-budget or --call-timeout: not bad input. A HardTimeout or CallTimeout gets here
@@ -95,14 +67,16 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(error).split())
         print(f"verispec: error: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt as error:  # Ctrl-C; a build's SIGTERM too (verispec.sweep.BuildInterrupted)
+    except KeyboardInterrupt as error:  # Ctrl-C; a build's SIGTERM too (verispec.study.workers.BuildInterrupted)
         print(f"verispec: {' '.join(str(error).split()) or 'interrupted'}", file=sys.stderr)
         return getattr(error, "exit_status", 130)
     except Exception as error:
         # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
         # Anything else is a bug in verispec and keeps its traceback.
         user_rule = getattr(args, "verifier", None) or getattr(args, "function", None)
-        if user_rule is None or user_rule in _registry() or str(user_rule).startswith("typical"):
+        from verispec.verifiers import is_registered
+
+        if user_rule is None or is_registered(str(user_rule)):
             raise
         message = " ".join(f"{type(error).__name__}: {error}".split())
         print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)

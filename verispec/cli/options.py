@@ -1,5 +1,6 @@
-"""The command line's shared argument types and option groups, and the constants its parser needs (repeated
-from their sources so that --help imports no numpy; tests/test_cli.py ties each to its source)."""
+"""The command line's shared argument types and option groups (standard library only: every command's parser is
+built from them at each start, --help included), and the readers of the groups whose meaning spans options
+(--time-budget, the latency model)."""
 
 from __future__ import annotations
 
@@ -8,71 +9,20 @@ import contextlib
 import math
 import time
 
-from verispec import package_version
-from verispec.cli.common import _registry
+from verispec.cli.common import registry
 from verispec.errors import AnalysisTimeoutError, VerispecError
-
-#: verispec.simulator.drafters.MAX_TREE_PARAMETER
-MAX_TREE_PARAMETER = 10**6
-
-#: verispec.simulator.engine.METHODS
-METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration", "rule-dp")
-
-#: The forms of verispec.simulator.drafters.TREE_KINDS, in its order
-TREE_FORMS = ("chain:L", "iid:K,L", "delayed:K,L1,L2", "branch:b1,b2,...", "branch-iid:b1,b2,...", "hub",
-              "hub-tree:L", "greedy:K", "greedy-tree:K,L", "dyspec:N", "argmax-chain:L", "topk-chain:k,L")
-
-DEFAULT_THRESHOLD = 1e-9  # verispec.hunt.DEFAULT_THRESHOLD, repeated so 'exact' does not import hypothesis
-
-#: verispec.lp_analysis.multistep.RESTRICTIONS, repeated so the parser does not import scipy (a test ties them)
-RESTRICTIONS = ("selected-path",)
-
-#: Layouts of 'check-external' (verispec.external.layouts.LAYOUTS, repeated so the parser stays light; a test
-#: ties them).
-EXTERNAL_LAYOUTS = ("chain", "padded", "ragged", "tree-parent", "tree-sibling", "transformers", "gpt-fast")
-
-#: Largest --samples of 'check-external' (verispec.external.blackbox.MAX_SAMPLES, repeated so the parser stays light; a
-#: test ties them).
-MAX_BLACKBOX_SAMPLES = 20_000_000
-
-#: Largest --context-file read: the pairs verispec installs take at most 32,768 tokens of context (Qwen2.5's
-#: max_position_embeddings), about 128 KiB of text at 4 bytes a token; 4 MiB leaves room for any tokenizer.
-MAX_CONTEXT_FILE_BYTES = 4 << 20
-
-#: Largest --prompts file read: 16 prompts of the longest context, or thousands of ordinary ones.
-MAX_PROMPTS_FILE_BYTES = 64 << 20
-
-#: Largest --max-vocab of 'hunt': context-dependent candidates have V^(L+1) conditionals each, and every
-#: candidate is analysed exactly.
-MAX_HUNT_VOCAB = 10
-
-#: Largest token count of a context the models see (decode --max-new-tokens, latency --context-length): Qwen2.5's
-#: max_position_embeddings, the longest context of the pairs verispec installs. A static cache holds this many
-#: slots per layer, allocated at once (--max-new-tokens 10^12 asked for a terabyte).
-MAX_CONTEXT_TOKENS = 32_768
-
-#: Largest tree size of 'latency --sizes' (verispec.models.decoding.MAX_DECODE_NODES, repeated so the parser stays
-#: light; a test ties them): each size is one forward of that many new tokens, as a decoded block's tree.
-MAX_DECODE_NODES = 4096
-
-#: Largest --repeats of 'latency': each repeat is one timed forward per size; the median of a thousand is as
-#: steady as a median gets.
-MAX_LATENCY_REPEATS = 1000
-
-#: Largest --threads: torch sets up per-thread state for every thread asked for at once (--threads 10^9 asked for
-#: 88 GB); no machine verispec runs on has more cores than this.
-MAX_THREADS = 1024
-
-#: Largest --max-variables of 'bound': HiGHS indexes an LP's columns with 32-bit integers.
-MAX_LP_VARIABLES = 2**31 - 1
+from verispec.limits import BACKENDS, MAX_THREADS
+from verispec.version import package_version
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage block
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``VerispecError``, exit status 2), with no usage block."""
+
+    def error(self, message):
         raise VerispecError(message)
 
 
-class _Done(Exception):
+class Done(Exception):
     """Raised by an option that has finished the command (--version); carries the exit status."""
 
     def __init__(self, status: int):
@@ -80,16 +30,18 @@ class _Done(Exception):
         self.status = status
 
 
-class _VersionAction(argparse.Action):
+class VersionAction(argparse.Action):
+    """--version: print 'verispec VERSION' and finish with status 0."""
+
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"verispec {package_version()}")
-        raise _Done(0)
+        raise Done(0)
 
 
-def _number_option(*, minimum: float, strict: bool, what: str):
+def number_option(*, minimum: float, strict: bool, what: str):
     """An argparse type: a finite float >= minimum (> minimum when ``strict``)."""
 
     def convert(text: str) -> float:
@@ -104,16 +56,7 @@ def _number_option(*, minimum: float, strict: bool, what: str):
     return convert
 
 
-def _restriction_option(text: str) -> str:
-    """An argparse type: a built-in class of the multi-step LP or FILE.py:NAME."""
-    if text in RESTRICTIONS or ":" in text:
-        return text
-    shown = text if len(text) <= 30 else f"{text[:20]}..."
-    raise argparse.ArgumentTypeError(f"must be one of {', '.join(RESTRICTIONS)} or FILE.py:NAME (a class of your own), "
-                                     f"got {shown!r}")
-
-
-def _integer_option(*, minimum: int, maximum: int | None = None, what: str):
+def integer_option(*, minimum: int, maximum: int | None = None, what: str):
     """An argparse type: an integer in [minimum, maximum]."""
 
     def convert(text: str) -> int:
@@ -141,13 +84,14 @@ MAX_TIME_BUDGET = 365 * 24 * 3600.0
 
 
 def _time_budget_option(text: str) -> float:
-    seconds = _number_option(minimum=0, strict=True, what="a positive number of seconds")(text)
+    seconds = number_option(minimum=0, strict=True, what="a positive number of seconds")(text)
     if seconds > MAX_TIME_BUDGET:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_TIME_BUDGET:.0f} seconds (a year), got {text!r}")
     return seconds
 
 
-def _add_time_budget_option(parser, what: str) -> None:
+def add_time_budget_option(parser, what: str) -> None:
+    """--time-budget of exact, bound and predict (read by ``command_budget``)."""
     parser.add_argument("--time-budget", type=_time_budget_option, default=None, metavar="SECONDS",
                         help=f"seconds {what} may take (wall clock, hard: a rule stuck in a loop is stopped too); "
                              "past it the command exits with status 3 (default: none; "
@@ -160,7 +104,8 @@ def _add_time_budget_option(parser, what: str) -> None:
 DEFAULT_CALL_TIMEOUT = 60.0
 
 
-def _add_call_timeout_option(parser) -> None:
+def add_call_timeout_option(parser) -> None:
+    """--call-timeout of every command that runs code of the user's own (read by ``verispec.cli.main``)."""
     parser.add_argument("--call-timeout", type=_time_budget_option, default=DEFAULT_CALL_TIMEOUT, metavar="SECONDS",
                         help="seconds one call into your own code (FILE.py:NAME) may take: loading the file, and each "
                              "call of the rule, class or function in it (hard: a loop is stopped too); past it the "
@@ -175,14 +120,14 @@ HARD_BUDGET_GRACE = 0.05
 
 
 @contextlib.contextmanager
-def _command_budget(args, what: str):
+def command_budget(args, what: str):
     """The command's --time-budget around the block (the default for a user's rule when none is given):
     verispec's loops stop at the deadline (``budget.check``), and a hard timer (verispec.budget) interrupts any
     other code ``HARD_BUDGET_GRACE`` of the budget later. Past it, AnalysisTimeoutError names the budget
     (exit 3)."""
     seconds, note = getattr(args, "time_budget", None), ""
     rule = getattr(args, "verifier", None)
-    if seconds is None and rule is not None and rule not in _registry():
+    if seconds is None and rule is not None and rule not in registry():
         seconds, note = DEFAULT_USER_RULE_BUDGET, ", the default for a rule of your own"
     if seconds is None:
         yield
@@ -198,8 +143,8 @@ def _command_budget(args, what: str):
         raise AnalysisTimeoutError(f"{error} (--time-budget {seconds:g} s{note})") from None
 
 
-def _add_pair_options(parser, title: str = "models (--pair NAME, or --target MODEL --draft MODEL)"):
-    """--pair, or --target and --draft: the model pair of decode, predict and derive."""
+def add_pair_options(parser, title: str = "models (--pair NAME, or --target MODEL --draft MODEL)"):
+    """--pair, or --target and --draft: the model pair of decode, predict, derive and latency."""
     group = parser.add_argument_group(title)
     group.add_argument("--pair", metavar="NAME", help="an installed pair (verispec models install qwen-coder)")
     group.add_argument("--target", metavar="MODEL", help="target model: a local directory or a cached model id")
@@ -207,43 +152,80 @@ def _add_pair_options(parser, title: str = "models (--pair NAME, or --target MOD
     return group
 
 
-def _add_context_options(parser) -> None:
+def add_context_options(parser) -> None:
+    """--context or --context-file: the text a block starts after (predict, derive)."""
     contexts = parser.add_mutually_exclusive_group()
     contexts.add_argument("--context", metavar="TEXT", help="the text the block starts after (with a model pair)")
     contexts.add_argument("--context-file", metavar="FILE", help="read the context from a file")
 
 
-def _add_sampling_options(parser) -> None:
+def add_sampling_options(parser) -> None:
     """One sampling law for target and draft alike (verispec.models.Sampling)."""
-    parser.add_argument("--temperature", type=_number_option(minimum=0, strict=False, what="a finite number >= 0"),
+    parser.add_argument("--temperature", type=number_option(minimum=0, strict=False, what="a finite number >= 0"),
                         default=1.0, help="sampling temperature for target and draft alike (0: greedy; default 1)")
-    parser.add_argument("--top-p", type=_number_option(minimum=0, strict=True, what="a number in (0, 1]"),
+    parser.add_argument("--top-p", type=number_option(minimum=0, strict=True, what="a number in (0, 1]"),
                         default=None, help="nucleus sampling, applied to target and draft alike")
-    parser.add_argument("--top-k", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+    parser.add_argument("--top-k", type=integer_option(minimum=1, what="a positive integer"), default=None,
                         help="top-k sampling, applied to target and draft alike")
 
 
-def _add_backend_options(parser) -> None:
-    """--backend, --jobs, --address: how sweep and report run their cells (verispec.sweep.run_sweep)."""
-    parser.add_argument("--backend", default="local", choices=["serial", "local", "dask", "ray"],
+def add_backend_options(parser) -> None:
+    """--backend, --jobs, --address: how sweep, report and selector dataset run their cells."""
+    parser.add_argument("--backend", default="local", choices=BACKENDS,
                         help="serial, local processes (default), or a dask / ray cluster (--address)")
-    parser.add_argument("--jobs", type=_integer_option(minimum=1, what="a positive integer"), default=None,
+    parser.add_argument("--jobs", type=integer_option(minimum=1, what="a positive integer"), default=None,
                         help="local processes (default and at most: the cores this process may use)")
     parser.add_argument("--address", default=None,
                         help="the cluster's scheduler address (dask: tcp://host:8786, or local:N for N worker "
                              "processes started here, by default and at most the cores)")
 
 
-def _add_device_options(parser) -> None:
+def add_device_options(parser) -> None:
+    """--device, --dtype, --threads: where and how a model pair runs."""
     parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="auto", help="model weights: auto (float32 on cpu, bfloat16 on a GPU), "
                         "float32, float64, bfloat16, float16")
-    parser.add_argument("--threads", type=_integer_option(minimum=1, maximum=MAX_THREADS,
-                                                          what=f"an integer from 1 to {MAX_THREADS}"), default=None,
+    parser.add_argument("--threads", type=integer_option(minimum=1, maximum=MAX_THREADS,
+                                                         what=f"an integer from 1 to {MAX_THREADS}"), default=None,
                         help="CPU threads for torch (default: torch's choice)")
 
 
-def _list_option(text: str, kind, what: str) -> tuple:
+def add_latency_options(parser, what: str, default: str) -> None:
+    """--cost-ratio, --per-node and --latency: the latency model T = depth t_q + t_p(nodes) that prices a block
+    (verispec.latency), for every command that reports or optimises throughput; read by ``latency_model``.
+    ``default``: the model used when none is given, in words."""
+    price = parser.add_argument_group(f"latency model {what} (default: {default})")
+    price.add_argument("--cost-ratio", type=number_option(minimum=0, strict=True, what="a positive number"),
+                       default=None, help="t_p / t_q: one target forward in draft steps")
+    price.add_argument("--per-node", type=number_option(minimum=0, strict=False, what="a number >= 0"),
+                       default=0.0, help="with a cost ratio (--cost-ratio, or the default one): each tree node beyond "
+                                         "the first adds this fraction of t_p (default 0)")
+    price.add_argument("--latency", metavar="FILE", default=None,
+                       help="a latency model measured on a pair ('verispec latency --out FILE'), instead of a "
+                            "cost ratio")
+
+
+def latency_model(args, default):
+    """The latency model of ``add_latency_options``: --latency FILE, else the cost ratio --cost-ratio with
+    --per-node (``LatencyModel.from_ratio``), else ``default``: the command's cost ratio (a number, which
+    --per-node applies to as well) or its model (a ``LatencyModel``, which --per-node cannot change)."""
+    from verispec.latency import LatencyModel
+
+    if args.latency is not None:
+        if args.cost_ratio is not None:
+            raise VerispecError("give either --latency FILE or --cost-ratio, not both")
+        return LatencyModel.load(args.latency)
+    if args.cost_ratio is not None:
+        return LatencyModel.from_ratio(args.cost_ratio, args.per_node)
+    if not isinstance(default, LatencyModel):
+        return LatencyModel.from_ratio(default, args.per_node)
+    if args.per_node:
+        raise VerispecError("--per-node goes with --cost-ratio")
+    return default
+
+
+def list_option(text: str, kind, what: str) -> tuple:
+    """The values of a comma-separated option, each read by ``kind``; one line naming the one that is not."""
     values = []
     for part in text.split(","):
         try:
@@ -254,18 +236,18 @@ def _list_option(text: str, kind, what: str) -> tuple:
     return tuple(values)
 
 
-def _check_problem_output(path: str, option: str = "--output", *, overwrite: bool = False) -> None:
+def check_problem_output(path: str, option: str = "--output", *, overwrite: bool = False) -> None:
     """Refuse, before any work, a path where a problem file (a witness, a derived problem) cannot be written the way
     ``atomic_output`` writes it (a temporary file beside it, then a rename; missing parent folders are created),
     or an existing file there that is not a problem file, unless ``overwrite``: ``verispec.io.check_output``, the
     guard of every writer."""
     from verispec.io import check_output
-    from verispec.simulator.problems import PROBLEM_FILE
+    from verispec.simulator.problem_files import PROBLEM_FILE
 
     check_output(path, PROBLEM_FILE, what=option, overwrite=overwrite)
 
 
-def _add_overwrite_option(parser, what: str) -> None:
+def add_overwrite_option(parser, what: str) -> None:
     """--overwrite of a command that writes a file: replace an existing file that is not this tool's ``what``."""
     parser.add_argument("--overwrite", action="store_true",
                         help=f"replace an existing file that is not {what} (by default it is refused, untouched)")

@@ -1,11 +1,443 @@
-"""``verispec selector``: the delay selector's steps (verispec.selector.command)."""
+"""``verispec selector dataset | train | evaluate``: one command per step of the delay selector
+(``verispec.selector``), each reproducible from its seed.
+
+    verispec selector dataset --family context-free --vocab 3 --seeds 0-59 --out data.npz          synthetic roots
+    verispec selector dataset --pair qwen-coder --prompts humaneval:8 --prompts prose \\
+                              --sampling temperature=1 --sampling temperature=0.7,top_k=20,top_p=0.8 --out d.npz
+    verispec selector train --dataset d.npz --verifiers specinfer --out specinfer.pt [--kind mlp|linear|lookup]
+    verispec selector evaluate --dataset d.npz --selector specinfer.pt --selector traversal.pt [--json]
+
+Each step imports torch and the models only when it runs.
+"""
 
 from __future__ import annotations
 
-from verispec.cli.models import _load_pair
+import sys
+import time
+from pathlib import Path
+
+from verispec.cli.common import print_json
+from verispec.cli.options import (
+    Parser,
+    add_backend_options,
+    add_device_options,
+    add_latency_options,
+    integer_option,
+    latency_model,
+    number_option,
+)
+from verispec.cli.pair import load_pair
+from verispec.errors import ResultStoreError, VerispecError
+from verispec.limits import MAX_PROMPTS_FILE_BYTES
+
+#: Qwen2.5's recommended sampling (its generation_config: temperature 0.7, top-k 20, top-p 0.8) and plain
+#: sampling at temperature 1: the default settings of a dataset built on a pair.
+DEFAULT_SAMPLINGS = ("temperature=1", "temperature=0.7,top_k=20,top_p=0.8")
+
+#: Where the English prose prompts live (one per line; written for verispec, nothing downloaded).
+PROSE_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prose_prompts.txt"
+
+#: t_p / t_q of a dataset's labels when no latency model is given: the DDTE paper's large-model regime.
+DATASET_COST_RATIO = 20.0
 
 
-def _run_selector(args) -> int:
-    from verispec.selector.command import run
+def add_parser(subparsers) -> None:
+    selector = subparsers.add_parser("selector", help="the delay selector: dataset, train, evaluate")
+    steps = selector.add_subparsers(dest="step", required=True, parser_class=Parser)
+    _add_dataset_parser(steps)
+    _add_train_parser(steps)
+    _add_evaluate_parser(steps)
 
-    return run(args, _load_pair)
+
+def _add_dataset_parser(steps) -> None:
+    dataset = steps.add_parser("dataset", help="label roots with E[tau+1] of every action (exact where possible)")
+    source = dataset.add_argument_group("roots: a synthetic family, or traces of a model pair")
+    source.add_argument("--family", choices=("context-free", "markov", "random"), default=None,
+                        help="synthetic problem family (one root per seed)")
+    source.add_argument("--vocab", type=integer_option(minimum=2, maximum=64, what="an integer in [2, 64]"), default=3,
+                        help="vocabulary size of the synthetic family (default 3)")
+    source.add_argument("--seeds", default="0-39", help="seeds of the synthetic roots, e.g. 0-39 or 1,5,9")
+    source.add_argument("--divergences", default="0.1,0.3,1.0",
+                        help="draft divergences of the synthetic family, cycled over the seeds (default 0.1,0.3,1.0)")
+    source.add_argument("--temperatures", default="1",
+                        help="temperatures of the synthetic family, one sampling setting each (default 1)")
+    source.add_argument("--pair", default=None, help="an installed pair (e.g. qwen-coder): roots from its traces")
+    source.add_argument("--target", default=None, help="target model directory (with --draft)")
+    source.add_argument("--draft", default=None, help="draft model directory (with --target)")
+    source.add_argument("--prompts", action="append", default=None, metavar="SPEC",
+                        help="humaneval:N, prose or prose:N (the first N of verispec's 12 English prose prompts) "
+                             "or FILE "
+                        "(one prompt per line); repeatable")
+    source.add_argument("--sampling", action="append", default=None, metavar="SETTING",
+                        help="a sampling setting, e.g. temperature=0.7,top_k=20,top_p=0.8; repeatable (default: "
+                             + " and ".join(DEFAULT_SAMPLINGS) + ")")
+    source.add_argument("--every", type=integer_option(minimum=1, what="a positive integer"), default=16,
+                        help="a root every N tokens of a trace (default 16, the paper's)")
+    source.add_argument("--trace-tokens", type=integer_option(minimum=1, maximum=4096, what="an integer in [1, 4096]"),
+                        default=64, help="tokens sampled from the target per prompt and setting (default 64)")
+    _add_grid_options(dataset)
+    labels = dataset.add_argument_group("labels")
+    labels.add_argument("--method", choices=("auto", "exact", "certified", "conditional"), default="auto",
+                        help="exact (small problems), certified (verispec.certify) or conditional-exact (sampled "
+                             "trees, exact given each); auto: exact for synthetic roots, conditional for a pair")
+    labels.add_argument("--samples", type=integer_option(minimum=1, maximum=4096, what="an integer in [1, 4096]"),
+                        default=4, help="sampled draft trees per root for conditional-exact labels (default 4, the "
+                                        "paper's)")
+    labels.add_argument("--epsilon", type=number_option(minimum=0, strict=True, what="a positive number"), default=0.01,
+                        help="largest width of a certified label's interval (default 0.01)")
+    add_latency_options(dataset, "T(a)", f"--cost-ratio {DATASET_COST_RATIO:g}")
+    dataset.add_argument("--seed", type=integer_option(minimum=0, what="a non-negative integer"), default=0)
+    dataset.add_argument("--out", required=True, metavar="FILE", help="the dataset to write (resumable)")
+    dataset.add_argument("--overwrite", action="store_true", help="start over, replacing FILE and its row store")
+    dataset.add_argument("--hidden", action="store_true",
+                         help="also keep each root's last-layer hidden states (target_prev, draft_prev, draft_root; "
+                              "a pair's roots only), for 'selector train --hidden'")
+    add_backend_options(dataset)
+    add_device_options(dataset)
+
+
+def _add_grid_options(parser) -> None:
+    grid = parser.add_argument_group("actions: delayed trees (K, L1, L2), the paper's grid by default")
+    grid.add_argument("--ks", default="1-4", help="K values (default 1-4)")
+    grid.add_argument("--l1s", default="0-8", help="L1 values (default 0-8)")
+    grid.add_argument("--l2s", default="0-8", help="L2 values (default 0-8)")
+    grid.add_argument("--verifiers", default="specinfer",
+                      help="verifiers, each paired with the trees it is valid for (default specinfer)")
+
+
+def _add_train_parser(steps) -> None:
+    train = steps.add_parser("train", help="train a selector on a dataset's training roots")
+    train.add_argument("--dataset", required=True, metavar="FILE")
+    train.add_argument("--out", required=True, metavar="FILE", help="the selector file to write")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace an existing FILE that is not a selector (by default it is refused, untouched)")
+    train.add_argument("--kind", choices=("mlp", "linear", "lookup"), default="mlp",
+                       help="the paper's network (mlp), or a baseline: linear model, lookup on one feature")
+    train.add_argument("--verifiers", default=None,
+                       help="the verifiers whose actions it chooses among (default: all of the dataset's)")
+    train.add_argument("--test-fraction", type=number_option(minimum=0, strict=True, what="a number in (0, 1)"),
+                       default=0.25, help="groups (prompts, seeds) held out for evaluation (default 0.25)")
+    train.add_argument("--split-seed", type=integer_option(minimum=0, what="a non-negative integer"), default=0)
+    train.add_argument("--epochs", type=integer_option(minimum=1, maximum=100_000, what="an integer in [1, 100000]"),
+                       default=300)
+    train.add_argument("--penalty", type=number_option(minimum=0, strict=False, what="a number >= 0"), default=1.0,
+                       help="lambda of the regression penalty (the paper's Eq. 12)")
+    train.add_argument("--alpha", type=number_option(minimum=0, strict=True, what="a number in (0, 1]"), default=0.1,
+                       help="the worst fraction of roots the penalty averages over (default 0.1)")
+    train.add_argument("--seed", type=integer_option(minimum=0, what="a non-negative integer"), default=0)
+    train.add_argument("--device", default="cpu", help="torch device for training (cpu, cuda)")
+    train.add_argument("--hidden", default=None, metavar="NAMES",
+                       help="the network also reads these hidden states of the dataset (comma-separated, e.g. "
+                            "target_prev,draft_root; 'all' for every one it holds), each projected to 128 and "
+                            "layer-normed (mlp only)")
+    add_latency_options(train, "T(a)", "the dataset's")
+    train.add_argument("--json", action="store_true")
+
+
+def _add_evaluate_parser(steps) -> None:
+    evaluate = steps.add_parser("evaluate", help="static, selector and oracle on the held-out roots")
+    evaluate.add_argument("--dataset", required=True, metavar="FILE")
+    evaluate.add_argument("--selector", action="append", required=True, metavar="FILE",
+                          help="a selector file (repeatable; named by its file name)")
+    evaluate.add_argument("--compare", default=None, metavar="A,B",
+                          help="selector A against B's verifier at its best static action and with selector B")
+    evaluate.add_argument("--bootstrap", type=integer_option(minimum=100, maximum=100_000,
+                                                             what="an integer in [100, 1e5]"),
+                          default=2000, help="group-bootstrap resamples of the 95%% intervals (default 2000)")
+    evaluate.add_argument("--seed", type=integer_option(minimum=0, what="a non-negative integer"), default=0)
+    evaluate.add_argument("--json", action="store_true")
+
+
+def run(args) -> int:
+    step = {"dataset": _run_dataset, "train": _run_train, "evaluate": _run_evaluate}[args.step]
+    if args.step != "dataset":
+        return step(args)
+    from verispec.study.workers import interrupt_on_signals
+
+    with interrupt_on_signals():  # SIGTERM and Ctrl-C end the build and its workers, its row stores saved
+        return step(args)
+
+
+def parse_setting(text: str):
+    """A sampling setting 'temperature=0.7,top_k=20,top_p=0.8' (also 'T=0.7,k=20,p=0.8')."""
+    from verispec.models.sampling import Sampling
+
+    names = {"temperature": "temperature", "t": "temperature", "top_k": "top_k", "top-k": "top_k", "k": "top_k",
+             "top_p": "top_p", "top-p": "top_p", "p": "top_p"}
+    values: dict = {}
+    for part in text.split(","):
+        key, _, value = part.strip().partition("=")
+        name = names.get(key.strip().lower())
+        if name is None or not value.strip():
+            raise VerispecError(f"cannot read {part.strip()!r} of the sampling setting {text!r}; write e.g. "
+                                "temperature=0.7,top_k=20,top_p=0.8")
+        try:
+            values[name] = int(value) if name == "top_k" else float(value)
+        except ValueError:
+            raise VerispecError(f"{key.strip()} must be a number in the sampling setting {text!r}, got "
+                                f"{value.strip()!r}") from None
+    return Sampling(values.get("temperature", 1.0), values.get("top_k"), values.get("top_p"))
+
+
+def read_prompt_specs(specs: list[str] | None) -> list[tuple[str, str]]:
+    """(group name, prompt text) for each prompt of the --prompts specs (humaneval:N, prose, FILE)."""
+    from verispec.io import read_user_file
+
+    if not specs:
+        raise VerispecError("give the prompts of the traces: --prompts humaneval:N, --prompts prose or --prompts FILE")
+    prompts: list[tuple[str, str]] = []
+
+    def count_of(spec: str, hint: str = "") -> int:
+        text = spec.partition(":")[2]
+        if not (text.isascii() and text.isdigit()) or int(text[:19]) < 1:  # 19 digits: more than any set holds
+            raise VerispecError(f"--prompts {spec[:40]!r}: give {spec.partition(':')[0]}:N with N a positive "
+                                f"integer{hint}")
+        return int(text[:19])
+
+    def first(found: list, count: int | None, spec: str) -> list:
+        """The first ``count`` of ``found``; a count beyond them is refused rather than silently cut."""
+        if count is not None and count > len(found):
+            raise VerispecError(f"--prompts {spec[:40]!r} asks for {count:,} prompts but {spec.partition(':')[0]} "
+                                f"holds {len(found)}; give N <= {len(found)}")
+        return found[:count]
+
+    for spec in specs:
+        if spec.startswith("humaneval:"):
+            from verispec.models.prompts import humaneval_prompts
+
+            count = count_of(spec)
+            prompts += first(humaneval_prompts(count), count, spec)
+            continue
+        prose = spec == "prose" or spec.startswith("prose:")
+        count = count_of(spec, " (or prose for all)") if spec.startswith("prose:") else None
+        path = PROSE_PROMPTS if prose else Path(spec)
+        text = read_user_file(path, limit=MAX_PROMPTS_FILE_BYTES, what="--prompts",
+                              why="a prompts file is text, one per line")
+        lines = first([line.strip() for line in text.splitlines() if line.strip()], count, spec)
+        prompts += [(f"{'prose' if prose else path.name}:{index}", line) for index, line in enumerate(lines)]
+    if not prompts:
+        raise VerispecError(f"--prompts {', '.join(specs)} holds no prompt; give at least one non-empty line")
+    return prompts
+
+
+def _run_dataset(args) -> int:
+    from verispec.io import ResultStore
+    from verispec.selector.actions import ActionGrid
+    from verispec.selector.dataset import (
+        build_dataset,
+        check_dataset_output,
+        synthetic_roots,
+        trace_roots,
+        trace_store_path,
+    )
+    from verispec.study.grid import parse_seeds
+
+    check_dataset_output(args.out, overwrite=args.overwrite)  # before a pair is loaded or a root labelled
+    grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
+    if args.method in ("auto", "conditional"):
+        from verispec.selector.labels import check_comb_size
+
+        check_comb_size(grid)  # before a pair is loaded or a trace sampled
+    latency = latency_model(args, DATASET_COST_RATIO)
+    start = time.perf_counter()
+    from_pair = args.pair is not None or args.target is not None or args.draft is not None
+    if from_pair == (args.family is not None):
+        raise VerispecError("give the roots: --family F (synthetic) or --pair NAME (traces of a model pair), one "
+                            "of them")
+    pair = None
+    if args.family is not None:
+        divergences = [_float(part, "--divergences") for part in args.divergences.split(",") if part.strip()]
+        temperatures = [_float(part, "--temperatures") for part in args.temperatures.split(",") if part.strip()]
+        if not divergences or not temperatures:
+            raise VerispecError("--divergences and --temperatures need at least one value each")
+        seeds = parse_seeds(args.seeds)
+        roots = [root for temperature in temperatures
+                 for root in synthetic_roots(args.family, args.vocab, seeds, divergence=divergences,
+                                             temperature=temperature)]
+    else:
+        prompts = read_prompt_specs(args.prompts)
+        samplings = [parse_setting(text) for text in (args.sampling or DEFAULT_SAMPLINGS)]
+        args.temperature, args.top_k, args.top_p = 1.0, None, None  # settings come from --sampling
+        pair, _ = load_pair(args)
+        _stderr(f"verispec: tracing {len(prompts)} prompts x {len(samplings)} settings, {args.trace_tokens} "
+                f"tokens each ({pair.name} on {pair.device})")
+        try:
+            recorded = {"pair": pair.name, "seed": args.seed, "dtype": str(pair.target.dtype)}  # traces depend on all
+            traces = ResultStore(trace_store_path(args.out), parameters=recorded, overwrite=args.overwrite)
+        except ResultStoreError as error:
+            raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
+        roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,
+                            seed=args.seed, store=traces, progress=sys.stderr.isatty())
+    dataset = build_dataset(roots, grid, method=args.method, samples=args.samples, epsilon=args.epsilon,
+                            out=args.out, latency=latency, pair=pair, backend=args.backend, jobs=args.jobs,
+                            address=args.address, progress=sys.stderr.isatty(), overwrite=args.overwrite,
+                            seed=args.seed, hidden=args.hidden, note=lambda text: _stderr(f"verispec: note: {text}"))
+    methods = sorted(set(dataset.label_method.tolist()))
+    print(f"wrote {args.out}: {len(dataset)} roots in {len(set(dataset.group.tolist()))} groups, {len(grid)} "
+          f"actions, labels {'/'.join(methods)} ({_elapsed(start)})")
+    return 0
+
+
+def _float(text: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise VerispecError(f"{option}: cannot read {text.strip()!r} as a number; give a comma-separated list") \
+            from None
+
+
+def _run_train(args) -> int:
+    from verispec.io import check_output
+    from verispec.latency import LatencyModel
+    from verispec.selector.actions import ActionGrid, action_times
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.features import SCALAR_FEATURES
+    from verispec.selector.selector import SELECTOR_FILE
+    from verispec.selector.train import train_selector
+
+    check_output(args.out, SELECTOR_FILE, what="--out", overwrite=args.overwrite)  # before any work
+    dataset = Dataset.load(args.dataset)
+    if not 0 < args.test_fraction < 1:
+        raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
+    train, test = dataset.split(args.test_fraction, args.split_seed)
+    grid = dataset.grid
+    from verispec.verifiers import split_names
+
+    verifiers = grid.verifiers if args.verifiers is None else split_names(args.verifiers)
+    unknown = [name for name in verifiers if name not in grid.verifiers]
+    if unknown or not verifiers:
+        raise VerispecError(f"--verifiers {args.verifiers!r}: the dataset labels the verifiers "
+                            f"{', '.join(grid.verifiers)} only")
+    sub = ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=tuple(verifiers))
+    columns = [grid.index(action) for action in sub.actions]
+    recorded = LatencyModel.from_dict(dataset.metadata["latency"])
+    latency = latency_model(args, recorded)
+    features = train.features.copy()  # [N, F]
+    if latency != recorded:  # the latency features are the model's, constant over the roots
+        names = list(dataset.feature_names)
+        features[:, names.index("draft_time")] = latency.draft_step
+        features[:, names.index("target_time")] = latency.target_time(1)
+    if tuple(dataset.feature_names) != tuple(SCALAR_FEATURES):
+        raise VerispecError(f"{args.dataset!r} holds the features {', '.join(dataset.feature_names)}, not this "
+                            "verispec's; rebuild the dataset")
+    times = action_times(sub, latency)  # [A']
+    plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
+    hidden = None
+    if args.hidden:
+        held = sorted(dataset.hidden or {})
+        names = held if args.hidden.strip() == "all" else [n.strip() for n in args.hidden.split(",") if n.strip()]
+        missing = [name for name in names if name not in held]
+        if not held or missing or not names:
+            raise VerispecError(f"--hidden {args.hidden}: {args.dataset!r} holds the hidden states "
+                                f"{', '.join(held) or 'none'} (build it with 'selector dataset --hidden')")
+        hidden = {name: train.hidden[name] for name in names}
+    start = time.perf_counter()
+    selector = train_selector(
+        features, train.efficiency[:, columns], times, sub, kind=args.kind, base=plain[0] if plain else None,
+        hidden=hidden,
+        seed=args.seed, epochs=args.epochs, device=args.device, penalty=args.penalty, alpha=args.alpha,
+        metadata={"pair": dataset.metadata.get("pair"), "tokenizer": dataset.metadata.get("tokenizer"),
+                  "vocab_size": dataset.metadata.get("vocab_size"), "samplings": dataset.metadata.get("samplings"),
+                  "latency": latency, "dataset": str(args.dataset), "dataset_roots": len(dataset),
+                  "test_fraction": args.test_fraction, "split_seed": args.split_seed,
+                  "train_groups": sorted(set(train.group.tolist())),
+                  "label_method": dataset.metadata.get("method")})
+    selector.save(args.out)
+    chosen = selector.choose_batch(test.features, None if hidden is None else
+                                   {name: test.hidden[name] for name in hidden}) if len(test) else []
+    summary = {"out": args.out, "kind": args.kind, "verifiers": list(verifiers), "actions": len(sub),
+               "train_roots": len(train), "test_roots": len(test), "latency": latency.as_dict(),
+               "seconds": time.perf_counter() - start,
+               "test_actions": sorted({sub.actions[int(i)].name for i in chosen})}
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"wrote {args.out}: {args.kind} selector over {len(sub)} actions ({', '.join(verifiers)}), trained on "
+              f"{len(train)} roots ({len(test)} held out), {_elapsed(start)}")
+    return 0
+
+
+def held_out(dataset, selector):
+    """The roots of ``dataset`` a selector did not train on: the split recorded in it, checked against its
+    training groups (a selector trained on another dataset, or another split, is refused)."""
+    from verispec.selector.actions import SelectorError
+
+    meta = selector.metadata
+    if "test_fraction" not in meta or "train_groups" not in meta:
+        raise SelectorError("the selector records no train/test split; train it with 'verispec selector train'")
+    train, test = dataset.split(float(meta["test_fraction"]), int(meta["split_seed"]))
+    if sorted(set(train.group.tolist())) != list(meta["train_groups"]):
+        raise SelectorError(f"the selector was trained on other roots than this dataset's training split (trained "
+                            f"on {meta.get('dataset')!r}); evaluate it on the dataset it was trained on")
+    return train, test
+
+
+def _run_evaluate(args) -> int:
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.evaluate import compare_selected, evaluate
+    from verispec.selector.selector import Selector
+
+    dataset = Dataset.load(args.dataset)
+    selectors = {}
+    for path in args.selector:
+        name = Path(path).stem
+        if name in selectors:
+            raise VerispecError(f"two selectors named {name!r}; give files of different names")
+        selectors[name] = Selector.load(path)
+    splits = {name: held_out(dataset, selector) for name, selector in selectors.items()}
+    first = next(iter(splits.values()))
+    for name, (train, _) in splits.items():
+        if list(train.group) != list(first[0].group):
+            raise VerispecError(f"selector {name!r} was trained on another split than {next(iter(splits))!r}; "
+                                "evaluate selectors of one split together")
+    train, test = first
+    for name, selector in selectors.items():
+        if not all(action in dataset.grid.actions for action in selector.grid.actions):
+            raise VerispecError(f"selector {name!r} chooses among actions the dataset does not label")
+    report = evaluate(test, train, selectors, resamples=args.bootstrap, seed=args.seed)
+    if args.compare is not None:
+        names = [part.strip() for part in args.compare.split(",")]
+        if len(names) != 2 or any(name not in selectors for name in names):
+            raise VerispecError(f"--compare {args.compare!r}: give two selector names among {', '.join(selectors)}")
+        report["comparison"] = compare_selected(test, (names[0], selectors[names[0]]),
+                                                (names[1], selectors[names[1]]), train,
+                                                resamples=args.bootstrap, seed=args.seed)
+    if args.json:
+        print_json(report)
+        return 0
+    print(f"held-out roots: {report['roots']['test']} in {report['groups']['test']} groups (trained on "
+          f"{report['roots']['train']}); 95% intervals: group bootstrap, {args.bootstrap} resamples")
+    for name, entry in report["selectors"].items():
+        print(f"\n{name} ({entry['kind']}, {', '.join(entry['verifiers'])}; {entry['latency']['source'] or 'measured'}"
+              f", throughput in {entry['throughput_unit']})")
+        for setting, table in entry["settings"].items():
+            print(f"  {setting}:")
+            for policy in ("static", "selector", "oracle", "oracle_crossfit"):
+                if policy not in table:
+                    continue
+                row = table[policy]
+                extra = f" [{row['action']}]" if policy == "static" else \
+                    " (in-sample: biased upward)" if row.get("biased_upward") else \
+                    " (chosen on half the trees, scored on the rest)" if policy == "oracle_crossfit" else ""
+                shown = "oracle-cf" if policy == "oracle_crossfit" else policy
+                print(f"    {shown:9s} tokens/call {row['tokens_per_target_call']:.3f} "
+                      f"[{row['tokens_per_target_call_ci'][0]:.3f}, {row['tokens_per_target_call_ci'][1]:.3f}]  "
+                      f"throughput {row['throughput']:.4f} [{row['throughput_ci'][0]:.4f}, "
+                      f"{row['throughput_ci'][1]:.4f}]  x{row['ratio_to_static']:.3f} of static{extra}")
+            print(f"    selector: gain over static {table['selector']['gain_over_static']:+.2%}, regret to oracle "
+                  f"{table['selector']['regret_to_oracle']:.2%}, agrees with the oracle at "
+                  f"{table['selector']['agrees_with_oracle']:.0%} of roots"
+                  + (f", regret to the cross-fitted oracle {table['selector']['regret_to_crossfit_oracle']:.2%}"
+                     if "regret_to_crossfit_oracle" in table["selector"] else ""))
+    for label, value in report.get("comparison", {}).items():
+        if label != "latency":
+            print(f"{label}: x{value['ratio']:.3f} [{value['ratio_ci'][0]:.3f}, {value['ratio_ci'][1]:.3f}]")
+    return 0
+
+
+def _elapsed(start: float) -> str:
+    return f"{time.perf_counter() - start:.1f} s"
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)

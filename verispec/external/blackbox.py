@@ -1,7 +1,7 @@
 """Black-box test of an external verification function: stratified sampling with a guaranteed false-failure rate.
 
 For rules exact mode cannot integrate (uniforms raced against each other, used continuously), the block law
-is estimated and tested against the target's, by the definition of losslessness in the reference: emit the
+is estimated and tested against the target's, by the definition of losslessness in docs/reference.md: emit the
 block, continue with the target, and the first L+1 tokens x must have law p(x).
 
 Estimator. The draft trees are stratified: when the drafter has at most ``max_strata`` outcomes, each tree D
@@ -49,6 +49,7 @@ import numpy as np
 
 from verispec import budget
 from verispec.errors import VerispecError
+from verispec.limits import MAX_BLACKBOX_SAMPLES as MAX_SAMPLES  # the largest test's runs
 from verispec.simulator.chooser import RandomChooser
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.laws import OutputLaw
@@ -56,8 +57,6 @@ from verispec.simulator.problems import Problem, target_law
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.statistics import DEFAULT_ALPHA
 
-#: Largest number of runs of one test (the runs' tree indices and outcomes are held in memory, 16 bytes each).
-MAX_SAMPLES = 20_000_000
 #: The smallest TV a lossless verdict must have been able to detect, and with what probability.
 DEFAULT_DETECT_TV = 0.01
 DEFAULT_POWER = 0.99

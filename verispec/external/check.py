@@ -41,7 +41,7 @@ test it as it is (``ExternalVerifier(unfed=True)``: one call per run on one tree
 the same powered tests, whose validity needs only independent runs: they stratify by draft tree, never by
 uniforms), and ``exact`` refuses with the reason. Each switch is said in the report's note.
 
-Raises. An exception inside the function is a finding (``adapter.FunctionRaised``), not bad input: a search
+Raises. An exception inside the function is a finding (``runner.FunctionRaised``), not bad input: a search
 records the first problem it raised on and goes on looking for a lossy witness; the verdict is LOSSY if one is
 found (the raise listed beside it), else RAISES. Bad input stays exit 2: what is refused before the function
 runs on a problem (its signature against the layout's arguments, the options).
@@ -57,13 +57,12 @@ import json
 import math
 import time
 import zlib
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from verispec import budget
 from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
-from verispec.external.adapter import ExternalVerifier, FunctionRaised, NondeterministicError
+from verispec.external.adapter import ExternalVerifier
 from verispec.external.blackbox import (
     DEFAULT_DETECT_TV,
     DEFAULT_POWER,
@@ -73,139 +72,27 @@ from verispec.external.blackbox import (
     discrepancies,
     samples_for_power,
 )
+from verispec.external.check_report import CheckReport
 from verispec.external.exact import NotPiecewiseConstantError
 from verispec.external.rng import CaptureRefusal, GlobalRandomnessError, RowByRowRefusal
-from verispec.simulator.drafters import Drafter, parse_tree
+from verispec.external.runner import FunctionRaised, NondeterministicError
+from verispec.limits import DEFAULT_THRESHOLD
+from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import ExactResult, analyze
-from verispec.simulator.problems import (
-    Problem,
-    load_problem,
-    problem_from_json,
-    problem_to_json,
-    random_context_free_problem,
-    target_law,
-)
+from verispec.simulator.generators import random_context_free_problem
+from verispec.simulator.problem_files import load_problem, problem_from_json, problem_to_json
+from verispec.simulator.problems import Problem, target_law
+from verispec.simulator.tree_specs import parse_tree
 from verispec.statistics import DEFAULT_ALPHA
 from verispec.verdict import Verdict
 
 MODES = ("auto", "exact", "blackbox")
 SUITES = ("canonical",)
-#: TV distance above which an exact result counts as lossy (hunt's default).
-DEFAULT_THRESHOLD = 1e-9
 #: Screening test of black-box witness search.
 SCREEN_SAMPLES = 20_000
 SCREEN_ALPHA = 1e-5
 #: What says a verifier cannot feed the function's randomness as configured (``_Check.refit`` tries the next).
 RANDOMNESS_ERRORS = (NondeterministicError, CaptureRefusal, GlobalRandomnessError)
-
-
-@dataclass
-class CheckReport:
-    """The verdict of one check, with what it rests on (see the module docstring)."""
-
-    function: str
-    layout: str
-    tree: str
-    mode: str
-    verdict: Verdict
-    #: What the verdict is about: 'the given problem', 'the canonical suite (n problems)', or 'a search'.
-    scope: str
-    #: Exact TV distance on ``problem`` (exact mode only; None otherwise).
-    tv_distance: float | None
-    #: The black-box test's estimate of the TV distance on ``problem`` (black-box mode only).
-    tv_estimate: float | None
-    block_efficiency: float | None
-    #: The problem the verdict rests on (given, or the witness found), as problem JSON.
-    problem: dict | None
-    #: 'given', 'search' (a witness found by the search) or 'none'.
-    problem_source: str
-    seconds: float
-    problems_tried: int = 0
-    canonical_checked: int = 0
-    canonical_total: int = 0
-    blackbox: BlackBoxResult | None = None
-    #: The sequences the function over- and under-produces most on ``problem`` (see blackbox.discrepancies).
-    discrepancies: dict | None = None
-    uniforms: list[str] = field(default_factory=list)
-    evaluations: int = 0
-    #: What was tried (for an inconclusive verdict above all) and what to run next.
-    tried: str = ""
-    next_step: str = ""
-    note: str = ""
-    #: The name of the canonical problem that is the witness, if it is one.
-    witness_label: str = ""
-    #: The first raise of the function: {problem, witness_label, exception, message, line, draft_paths, uniforms}.
-    raised: dict | None = None
-
-    @property
-    def lossless(self) -> bool | None:
-        """True for LOSSLESS, False for LOSSY and RAISES, None for INCONCLUSIVE."""
-        return {Verdict.LOSSLESS: True, Verdict.LOSSY: False, Verdict.RAISES: False}.get(self.verdict)
-
-    @property
-    def exit_status(self) -> int:
-        return self.verdict.exit_status
-
-    def power(self) -> dict | None:
-        """The power statement of a black-box verdict (None in exact mode)."""
-        if self.blackbox is None:
-            return None
-        result = self.blackbox
-        verdict = f"lossless at alpha = {result.alpha:g}; " if self.verdict is Verdict.LOSSLESS else ""
-        return {"alpha": result.alpha, "detectable_tv": result.detectable_tv, "probability": result.power,
-                "samples": result.samples, "statement": verdict + result.power_statement()}
-
-    def to_json(self) -> dict:
-        return {"function": self.function, "layout": self.layout, "tree": self.tree, "mode": self.mode,
-                "verdict": self.verdict.value, "lossless": self.lossless, "scope": self.scope,
-                "tv_distance": self.tv_distance, "tv_estimate": self.tv_estimate, "power": self.power(),
-                "block_efficiency": self.block_efficiency, "problem_source": self.problem_source,
-                "problem": self.problem, "witness_label": self.witness_label,
-                "discrepancies": self.discrepancies, "problems_tried": self.problems_tried,
-                "canonical": {"checked": self.canonical_checked, "total": self.canonical_total},
-                "seconds": round(self.seconds, 3), "function_evaluations": self.evaluations,
-                "uniforms": self.uniforms, "blackbox": None if self.blackbox is None else self.blackbox.to_json(),
-                "tried": self.tried, "next": self.next_step, "note": self.note, "raised": self.raised}
-
-    def describe(self) -> str:
-        lines = [f"{self.function} ({self.layout} layout, {self.tree}): {self.verdict.word} - {self.mode} mode, "
-                 f"{self.scope}, {self.seconds:.1f} s"]
-        if self.verdict is Verdict.LOSSLESS:
-            if self.blackbox is not None:
-                lines.append(f"  {self.power()['statement']}")
-            else:
-                where = f"on every problem of {self.scope}" if "suite" in self.scope else self.scope
-                lines.append(f"  proven: the function's exact law is within {DEFAULT_THRESHOLD:g} of the target's "
-                             f"{where}")
-        if self.tv_distance is not None:
-            efficiency = "" if self.block_efficiency is None else f"; E[tau+1] = {self.block_efficiency:.6g}"
-            lines.append(f"  exact TV distance {self.tv_distance:.6g} (lossy above {DEFAULT_THRESHOLD:g})"
-                         f"{efficiency}; {self.evaluations} function evaluations")
-        if self.blackbox is not None:
-            lines.append(f"  {self.blackbox.describe()}")
-        if self.witness_label:
-            lines.append(f"  the witness is the canonical problem '{self.witness_label}'")
-        if self.raised is not None:
-            raised = self.raised
-            where = (f" on draft tree {raised['draft_paths']} with uniforms {raised['uniforms']}"
-                     if raised["draft_paths"] is not None else "")
-            lines.append(f"  raised {raised['exception']}: {raised['message']} (at {raised['line']}){where}")
-            if self.verdict is not Verdict.RAISES:  # the raise is a second witness, on a problem of its own
-                label = f" (canonical problem '{raised['witness_label']}')" if raised["witness_label"] else ""
-                lines.append(f"  it raised on the problem{label} {json.dumps(raised['problem'])}")
-        for kind in ("overproduced", "underproduced"):
-            for entry in (self.discrepancies or {}).get(kind, []):
-                lines.append(f"  {kind} {entry['sequence']}: {entry['rule']:.6g} against the target's "
-                             f"{entry['target']:.6g}")
-        for index, use in enumerate(self.uniforms):
-            lines.append(f"  uniform {index}: {use}")
-        if self.tried:
-            lines.append(f"  tried: {self.tried}")
-        if self.next_step:
-            lines.append(f"  next: {self.next_step}")
-        if self.note:
-            lines.append(f"  note: {self.note}")
-        return "\n".join(lines)
 
 
 def _pilot_problem(max_vocab: int) -> Problem:

@@ -107,6 +107,39 @@ def _next_down(values: np.ndarray) -> np.ndarray:
     return np.nextafter(values, -np.inf)
 
 
+@dataclass
+class _Boxes:
+    """The open boxes of one round, over every draft tree of the batch."""
+
+    rows: np.ndarray  # [B] int64: the draft tree of each box
+    lo: np.ndarray  # [B, U]
+    hi: np.ndarray  # [B, U]
+    anchor: np.ndarray  # [B, U]: the point whose lines are scanned
+    retries: np.ndarray  # [B] int64: times the box was reopened by a disagreeing probe
+    hints: list[dict]  # [B]: breakpoints inherited from the box it was split from (``_find_breaks``)
+
+
+@dataclass
+class _NextBoxes:
+    """The boxes of the next round, gathered one at a time: split pieces first, then reopened boxes."""
+
+    rows: list = field(default_factory=list)
+    lo: list = field(default_factory=list)
+    hi: list = field(default_factory=list)
+    anchor: list = field(default_factory=list)
+    retries: list = field(default_factory=list)
+    hints: list = field(default_factory=list)
+
+    def add(self, row, lo, hi, anchor, retries, hints) -> None:
+        for values, value in ((self.rows, row), (self.lo, lo), (self.hi, hi), (self.anchor, anchor),
+                              (self.retries, retries), (self.hints, hints)):
+            values.append(value)
+
+    def boxes(self) -> _Boxes:
+        return _Boxes(np.array(self.rows, dtype=np.int64), np.array(self.lo), np.array(self.hi),
+                      np.array(self.anchor), np.array(self.retries, dtype=np.int64), self.hints)
+
+
 def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, scan: int = 16, probes: int = 4,
               max_boxes: int = 4096, max_breaks: int = 512, max_total_boxes: int = MAX_TOTAL_BOXES,
               check_races: bool = True, seed: int = 0, name: str = "function",
@@ -117,7 +150,7 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
     ``evaluate`` may also return ``(codes, used)`` with ``used`` [M, U] bool: the uniforms each point's run read
     (a function fed through RNG capture reads its uniforms in order, so its run, and outcome, cannot change with
     one it did not read); lines along unread uniforms are then not scanned. A code may carry a label in
-    multiples of ``num_codes`` (code + num_codes * label: the run's path, ``adapter._Runner.integrand``): the
+    multiples of ``num_codes`` (code + num_codes * label: the run's path, ``runner.Runner.integrand``): the
     partition keeps different labels apart, and the law counts code % num_codes."""
     stats = stats if stats is not None else IntegrationStats()
     stats.uses.extend(UniformUse() for _ in range(num_uniforms - len(stats.uses)))
@@ -127,87 +160,101 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
         law[np.arange(num_rows), codes % num_codes] = 1.0
         return law
     rng = np.random.default_rng(seed)
-    rows = np.arange(num_rows, dtype=np.int64)
-    lo = np.zeros((num_rows, num_uniforms))
-    hi = np.ones((num_rows, num_uniforms))
-    anchor = np.full((num_rows, num_uniforms), 0.5)
-    retries = np.zeros(num_rows, dtype=np.int64)
-    hints: list[dict] = [{} for _ in range(num_rows)]
+    # the whole cube of each draft tree, anchored at its centre
+    boxes = _Boxes(np.arange(num_rows, dtype=np.int64), np.zeros((num_rows, num_uniforms)),
+                   np.ones((num_rows, num_uniforms)), np.full((num_rows, num_uniforms), 0.5),
+                   np.zeros(num_rows, dtype=np.int64), [{} for _ in range(num_rows)])
     boxes_per_row = np.ones(num_rows, dtype=np.int64)
-    while len(rows):
+    while len(boxes.rows):
         budget.check("exact integration of an external function")
         stats.rounds += 1
-        anchor_codes, used = _evaluate(evaluate, rows, anchor, stats)
-        used = np.ones(lo.shape, dtype=bool) if used is None else used
-        breaks = _find_breaks(evaluate, rows, lo, hi, anchor, used, scan, stats, max_breaks, name, hints)
-        split = np.zeros(len(rows), dtype=bool)
-        split_along = np.full(len(rows), -1, dtype=np.int64)
-        for coordinate in range(num_uniforms):
-            for box in breaks[coordinate]:
-                if split_along[box] < 0:
-                    split_along[box] = coordinate
+        anchor_codes, used = _evaluate(evaluate, boxes.rows, boxes.anchor, stats)
+        used = np.ones(boxes.lo.shape, dtype=bool) if used is None else used
+        breaks = _find_breaks(evaluate, boxes.rows, boxes.lo, boxes.hi, boxes.anchor, used, scan, stats, max_breaks,
+                              name, boxes.hints)
+        split_along = _split_coordinates(breaks, len(boxes.rows))
         if check_races:
-            _check_breakpoints_hold(evaluate, rows, lo, hi, anchor, used, breaks, split_along, stats, name)
-        new_rows, new_lo, new_hi, new_anchor, new_retries, new_hints = [], [], [], [], [], []
-        for coordinate in range(num_uniforms):
-            boxes = np.flatnonzero(split_along == coordinate)
-            if not len(boxes):
-                continue
-            split[boxes] = True
-            stats.uses[coordinate].splits += len(boxes)
-            for box in boxes:  # few boxes split per round, each into few pieces
-                points = np.array(sorted({point for point, _, _ in breaks[coordinate][box]}))
-                # the breakpoints found along the other uniforms, for the pieces' own lines (_find_breaks)
-                inherited = {other: found[box] for other, found in enumerate(breaks)
-                             if other != coordinate and box in found}
-                edges = np.concatenate([[lo[box, coordinate]], points, [hi[box, coordinate]]])
-                for start, end in zip(edges[:-1], edges[1:]):
-                    if not end > start:
-                        continue
-                    box_lo, box_hi, box_anchor = lo[box].copy(), hi[box].copy(), anchor[box].copy()
-                    box_lo[coordinate], box_hi[coordinate] = start, end
-                    # inside the half-open [start, end): the rounded midpoint of adjacent floats may be end
-                    box_anchor[coordinate] = min(start + (end - start) / 2, np.nextafter(end, -np.inf))
-                    new_rows.append(rows[box])
-                    new_lo.append(box_lo)
-                    new_hi.append(box_hi)
-                    new_anchor.append(box_anchor)
-                    new_retries.append(0)
-                    new_hints.append(inherited)
-                boxes_per_row[rows[box]] += len(edges) - 2
-        settled = np.flatnonzero(~split)
-        if len(settled):
-            reopened = _settle(evaluate, rows[settled], lo[settled], hi[settled], anchor[settled],
-                               anchor_codes[settled], probes, rng, law, stats)
-            for index in np.flatnonzero(reopened[:, 0] >= 0):
-                box = settled[index]
-                if retries[box] >= 3:
-                    raise NotPiecewiseConstantError(
-                        f"exact mode cannot integrate {name}: on draft tree #{int(rows[box])} its outcome changes "
-                        "inside a box where no single uniform changes it; the uniforms are combined (e.g. summed or "
-                        "raced against each other), not compared with thresholds: use --mode blackbox")
-                new_rows.append(rows[box])
-                new_lo.append(lo[box])
-                new_hi.append(hi[box])
-                new_anchor.append(reopened[index])
-                new_retries.append(retries[box] + 1)
-                new_hints.append(hints[box])
-        if np.any(boxes_per_row > max_boxes) or boxes_per_row.sum() > max_total_boxes:
-            row = int(np.argmax(boxes_per_row))
-            busiest = sorted(range(num_uniforms), key=lambda i: -stats.uses[i].splits)[:3]
-            where = (f"draft tree #{row} needed more than {max_boxes} boxes" if boxes_per_row[row] > max_boxes else
-                     f"the {num_rows} draft trees needed more than {max_total_boxes} boxes together")
-            raise NotPiecewiseConstantError(
-                f"exact mode cannot integrate {name}: {where}, so its breakpoints move continuously with the "
-                f"other uniforms (most splits along uniforms {', '.join(map(str, sorted(busiest)))}; an "
-                "exponential or Gumbel race over several uniforms does this): use --mode blackbox")
-        if not new_rows:
+            _check_breakpoints_hold(evaluate, boxes.rows, boxes.lo, boxes.hi, boxes.anchor, used, breaks, split_along,
+                                    stats, name)
+        following = _NextBoxes()
+        _split(boxes, breaks, split_along, following, boxes_per_row, stats)
+        _settle_or_reopen(evaluate, boxes, np.flatnonzero(split_along < 0), anchor_codes, probes, rng, law, stats,
+                          following, name)
+        _check_box_counts(boxes_per_row, max_boxes, max_total_boxes, stats.uses[:num_uniforms], name)
+        if not following.rows:
             break
-        rows = np.array(new_rows, dtype=np.int64)
-        lo, hi, anchor = np.array(new_lo), np.array(new_hi), np.array(new_anchor)
-        retries = np.array(new_retries, dtype=np.int64)
-        hints = new_hints
+        boxes = following.boxes()
     return law
+
+
+def _split_coordinates(breaks: list[dict[int, list]], count: int) -> np.ndarray:
+    """[B] int64: the lowest coordinate along which each box's anchor line changed outcome (-1: none)."""
+    split_along = np.full(count, -1, dtype=np.int64)
+    for coordinate in range(len(breaks)):
+        for box in breaks[coordinate]:
+            if split_along[box] < 0:
+                split_along[box] = coordinate
+    return split_along
+
+
+def _split(boxes: _Boxes, breaks, split_along: np.ndarray, following: _NextBoxes, boxes_per_row: np.ndarray,
+           stats: IntegrationStats) -> None:
+    """Split each box with a change along ``split_along`` at the breakpoints found there; the pieces go to
+    ``following``, each anchored at its centre along that coordinate and inheriting the other breakpoints."""
+    for coordinate in range(len(breaks)):
+        split = np.flatnonzero(split_along == coordinate)
+        if not len(split):
+            continue
+        stats.uses[coordinate].splits += len(split)
+        for box in split:  # few boxes split per round, each into few pieces
+            points = np.array(sorted({point for point, _, _ in breaks[coordinate][box]}))
+            # the breakpoints found along the other uniforms, for the pieces' own lines (_find_breaks)
+            inherited = {other: found[box] for other, found in enumerate(breaks)
+                         if other != coordinate and box in found}
+            edges = np.concatenate([[boxes.lo[box, coordinate]], points, [boxes.hi[box, coordinate]]])
+            for start, end in zip(edges[:-1], edges[1:]):
+                if not end > start:
+                    continue
+                box_lo, box_hi, box_anchor = boxes.lo[box].copy(), boxes.hi[box].copy(), boxes.anchor[box].copy()
+                box_lo[coordinate], box_hi[coordinate] = start, end
+                # inside the half-open [start, end): the rounded midpoint of adjacent floats may be end
+                box_anchor[coordinate] = min(start + (end - start) / 2, np.nextafter(end, -np.inf))
+                following.add(boxes.rows[box], box_lo, box_hi, box_anchor, 0, inherited)
+            boxes_per_row[boxes.rows[box]] += len(edges) - 2
+
+
+def _settle_or_reopen(evaluate, boxes: _Boxes, settled: np.ndarray, anchor_codes: np.ndarray, probes: int, rng,
+                      law: np.ndarray, stats: IntegrationStats, following: _NextBoxes, name: str) -> None:
+    """Probe the ``settled`` boxes (no change along their anchor lines): the constant ones are added to ``law`` as
+    cells (``_settle``), the others go to ``following`` anchored at a disagreeing probe; refused past 3 retries."""
+    if not len(settled):
+        return
+    reopened = _settle(evaluate, boxes.rows[settled], boxes.lo[settled], boxes.hi[settled], boxes.anchor[settled],
+                       anchor_codes[settled], probes, rng, law, stats)
+    for index in np.flatnonzero(reopened[:, 0] >= 0):
+        box = settled[index]
+        if boxes.retries[box] >= 3:
+            raise NotPiecewiseConstantError(
+                f"exact mode cannot integrate {name}: on draft tree #{int(boxes.rows[box])} its outcome changes "
+                "inside a box where no single uniform changes it; the uniforms are combined (e.g. summed or "
+                "raced against each other), not compared with thresholds: use --mode blackbox")
+        following.add(boxes.rows[box], boxes.lo[box], boxes.hi[box], reopened[index], boxes.retries[box] + 1,
+                      boxes.hints[box])
+
+
+def _check_box_counts(boxes_per_row: np.ndarray, max_boxes: int, max_total_boxes: int, uses: list[UniformUse],
+                      name: str) -> None:
+    """Refuse a partition past ``max_boxes`` boxes for one draft tree or ``max_total_boxes`` for the batch (the
+    message names the uniforms of ``uses`` split along most)."""
+    if np.any(boxes_per_row > max_boxes) or boxes_per_row.sum() > max_total_boxes:
+        row = int(np.argmax(boxes_per_row))
+        busiest = sorted(range(len(uses)), key=lambda i: -uses[i].splits)[:3]
+        where = (f"draft tree #{row} needed more than {max_boxes} boxes" if boxes_per_row[row] > max_boxes else
+                 f"the {len(boxes_per_row)} draft trees needed more than {max_total_boxes} boxes together")
+        raise NotPiecewiseConstantError(
+            f"exact mode cannot integrate {name}: {where}, so its breakpoints move continuously with the "
+            f"other uniforms (most splits along uniforms {', '.join(map(str, sorted(busiest)))}; an "
+            "exponential or Gumbel race over several uniforms does this): use --mode blackbox")
 
 
 def _evaluate(evaluate, rows: np.ndarray, points: np.ndarray, stats: IntegrationStats):

@@ -77,11 +77,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
 from verispec.errors import InvalidTreeError, VerifierError, VerispecError
+from verispec.external.tree_arrays import TreeArrays, as_int_matrix, inverse_cdf
+from verispec.limits import EXTERNAL_LAYOUTS
 from verispec.simulator.trees import TreeBatch
 
 #: What the ``padded`` layout writes into padding: one junk column of candidate token 0 with a uniform draft
@@ -89,70 +91,6 @@ from verispec.simulator.trees import TreeBatch
 PADDING = 1
 
 ARRAY_KINDS = ("numpy", "torch")
-
-
-def inverse_cdf(law: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
-    """Categorical draws by inverse CDF: the first token t with cumsum(law)[t] > u * sum(law), clipped to the
-    last token of positive mass (law [M, V] >= 0, uniforms [M]) -> [M] int64."""
-    cumulative = np.cumsum(law, axis=-1)  # [M, V]
-    tokens = np.sum(cumulative <= (uniforms * cumulative[:, -1])[:, None], axis=-1)
-    last = law.shape[-1] - 1 - np.argmax((law > 0)[:, ::-1], axis=-1)
-    return np.minimum(tokens, last).astype(np.int64)
-
-
-@dataclass(frozen=True)
-class TreeArrays:
-    """The canonical rows of a batch: verispec's merged tree plus the token-walk table used to decode."""
-
-    batch: TreeBatch
-
-    @cached_property
-    def tokens(self) -> np.ndarray:  # [N, n]
-        return np.asarray(self.batch.tokens, dtype=np.int64)
-
-    @cached_property
-    def p(self) -> np.ndarray:  # [N, n, V]
-        return np.asarray(self.batch.p, dtype=np.float64)
-
-    @cached_property
-    def q(self) -> np.ndarray:  # [N, n, V]; NaN at leaves
-        return np.asarray(self.batch.q, dtype=np.float64)
-
-    @cached_property
-    def child_by_token(self) -> np.ndarray:
-        """[N, n, V] int64: the (merged) child of each node reached by each token, -1 where there is none."""
-        batch = self.batch
-        table = np.full((batch.num_rows, batch.num_nodes, batch.vocab_size), -1, dtype=np.int64)
-        rows = np.arange(batch.num_rows)
-        for node, children in enumerate(batch.child_nodes):
-            for child in children:
-                table[rows, node, self.tokens[:, child]] = child
-        return table
-
-    @property
-    def depth(self) -> int:
-        return max(self.batch.depth)
-
-    @cached_property
-    def laws_by_path(self) -> tuple[dict, dict]:
-        """(target law, draft law) at each node, keyed by the tokens drafted on the path from the root to it,
-        over every row (the draft law only where the node has children; it is NaN at leaves)."""
-        batch = self.batch
-        paths: dict[int, tuple[int, ...]] = {0: ()}  # node -> the nodes below the root on its path
-        waiting = [0]
-        while waiting:
-            node = waiting.pop()
-            for child in dict.fromkeys(batch.child_lists[node]):
-                paths[child] = paths[node] + (child,)
-                waiting.append(child)
-        target, draft = {}, {}
-        for row in range(batch.num_rows):
-            for node, path in paths.items():
-                key = tuple(int(t) for t in self.tokens[row, list(path)])
-                target.setdefault(key, self.p[row, node])
-                if batch.child_lists[node]:
-                    draft.setdefault(key, self.q[row, node])
-        return target, draft
 
 
 class Layout(ABC):
@@ -210,7 +148,7 @@ class Layout(ABC):
 
     def row_matrix(self, result, name: str, width: int) -> np.ndarray:
         """The emitted tokens [1, width] of a call on one tree."""
-        return self.own_rows(_as_int_matrix(result, name, (self.output_rows(1), width)))
+        return self.own_rows(as_int_matrix(result, name, (self.output_rows(1), width)))
 
     @abstractmethod
     def width(self, trees: TreeArrays) -> int:
@@ -227,58 +165,6 @@ class Layout(ABC):
     def drafted_paths(self, trees: TreeArrays, rows: np.ndarray) -> np.ndarray | None:
         """For messages: [M, D] tokens drafted along a chain (None for trees)."""
         return None
-
-
-def _as_int_matrix(result, name: str, shape: tuple[int, int]) -> np.ndarray:
-    if hasattr(result, "detach"):  # a torch tensor, on any device
-        result = result.detach().cpu().numpy()
-    try:
-        emitted = np.asarray(result)
-    except Exception:
-        emitted = np.asarray(None, dtype=object)
-    if emitted.dtype.kind not in "iu":
-        raise VerifierError(f"external function {name} returned {type(result).__name__} of dtype {emitted.dtype}; "
-                            f"it must return int64 emitted tokens of shape {list(shape)}, padded with -1")
-    if emitted.shape != shape:
-        raise VerifierError(f"external function {name} returned shape {list(emitted.shape)}; expected {list(shape)} "
-                            "(one row per batch entry: emitted tokens padded with -1)")
-    return emitted.astype(np.int64)
-
-
-def decode(emitted: np.ndarray, trees: TreeArrays, rows: np.ndarray, name: str, drafted=None) -> np.ndarray:
-    """Emitted tokens [M, W] (left-aligned, -1 padded) -> codes node * V + token [M]; a VerifierError names the
-    first row that is not an accepted draft path followed by one token."""
-    size = trees.batch.vocab_size
-    valid = emitted >= 0
-    length = valid.sum(axis=1)  # [M]
-    contiguous = (valid == (np.arange(emitted.shape[1])[None, :] < length[:, None])).all(axis=1)
-    in_range = ((emitted >= -1) & (emitted < size)).all(axis=1)
-    node = np.zeros(len(rows), dtype=np.int64)
-    on_tree = np.ones(len(rows), dtype=bool)
-    width = emitted.shape[1]
-    for position in range(width - 1):
-        moving = on_tree & (position < length - 1)
-        token = np.clip(emitted[:, position], 0, size - 1)
-        child = trees.child_by_token[rows, node, token]
-        on_tree &= ~moving | (child >= 0)
-        node = np.where(moving & (child >= 0), child, node)
-    good = contiguous & in_range & (length >= 1) & on_tree
-    if not good.all():
-        bad = int(np.flatnonzero(~good)[0])
-        shown = [int(t) for t in emitted[bad]]
-        if not in_range[bad]:
-            why = f"a token outside -1..{size - 1}"
-        elif length[bad] < 1:
-            why = "no token at all (a block emits at least one)"
-        elif not contiguous[bad]:
-            why = "a -1 before a token (emitted tokens must be left-aligned)"
-        else:
-            why = "tokens before the last one that are not an accepted draft path"
-        context = "" if drafted is None else f" for draft tokens {[int(t) for t in drafted[bad]]}"
-        raise VerifierError(f"external function {name} emitted {shown}{context}: {why}; it must return the "
-                            "accepted draft tokens then one more token, padded with -1")
-    last = emitted[np.arange(len(rows)), length - 1]
-    return node * size + last
 
 
 def _chain_nodes(batch: TreeBatch) -> list[int]:
@@ -615,9 +501,13 @@ def _as_int_row(result, name: str) -> np.ndarray:
     return emitted.reshape(-1).astype(np.int64)
 
 
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
+_BY_NAME = {layout.name: layout for layout in (
     ChainLayout(), PaddedLayout(), RaggedLayout(), TreeParentLayout(), TreeSiblingLayout(), TransformersLayout(),
     GptFastLayout())}
+
+#: Every layout by its name, in the order of the names the command line offers (``verispec.limits``, which --help
+#: reads without importing numpy).
+LAYOUTS: dict[str, Layout] = {name: _BY_NAME[name] for name in EXTERNAL_LAYOUTS}
 
 
 def get_layout(name: str) -> Layout:

@@ -1,4 +1,6 @@
-"""Linear programs and closed forms for optimality analysis (HiGHS through scipy; one checked LP helper).
+"""The couplings verifiers are built on: draft laws, single-position optimal transport and its closed forms, the
+maximum-flow couplings and importance weights, Global Resolution's Luce programs, and the one checked LP helper
+(HiGHS through scipy). What judges verifiers (the multi-step LP, class optima, gaps) is ``verispec.bounds``.
 
 The names below are loaded on first use (PEP 562): importing a submodule that needs no LP (the closed forms of
 Global Resolution, say) does not import scipy.optimize, which costs a quarter of a second of start-up.

@@ -30,12 +30,12 @@ Two derivations of the same rule. Where the node's draft multisets can be enumer
 ``MAX_MULTISETS`` over at most ``MAX_SUPPORT`` drafted tokens, and always in exact mode), the programs are sums
 over the multisets with their multinomial probabilities (``Multisets``, ``luce_moments``). At any vocabulary they
 are integrals over t (``luce_integrals``): the optimum is a fixed point in the one function G, solved in stages
-(``solve_system``) and the chosen law p_I computed for the weights used to about 1e-16 per unit mass. The tests
-hold the two to each other where both run. ``minimise_luce`` is the projected damped Newton method both use (the
-exact Hessian; quadratic convergence to 1e-15 in a few dozen steps); ``solve_luce_cvxpy`` states the enumerated
-program in cvxpy (log-sum-exp atoms, exponential cone) as the tests' second solver. verispec's verifier
-(``verifiers/globalres.py``) uses the weights in Khisti et al.'s two-step frame, which is lossless for any weights,
-so a solver's tolerance costs acceptance, never exactness.
+(``luce_solver.solve_system``) and the chosen law p_I computed for the weights used to about 1e-16 per unit mass.
+The tests hold the two to each other where both run. ``luce_solver.minimise_luce`` is the projected damped Newton
+method both use (the exact Hessian; quadratic convergence to 1e-15 in a few dozen steps); ``solve_luce_cvxpy``
+states the enumerated program in cvxpy (log-sum-exp atoms, exponential cone) as the tests' second solver.
+verispec's verifier (``verifiers/globalres.py``) uses the weights in Khisti et al.'s two-step frame, which is
+lossless for any weights, so a solver's tolerance costs acceptance, never exactness.
 """
 
 from __future__ import annotations
@@ -49,22 +49,8 @@ from fractions import Fraction
 import numpy as np
 
 from verispec.errors import ProblemTooLargeError
-from verispec.lp_analysis.luce_integrals import (
-    BINS,
-    GRID_POINTS,
-    GRID_STEP,
-    GRID_TOLERANCE,
-    INNER_CEILING,
-    JACOBIAN_BINS,
-    OUTER_FLOOR,
-    ROUND_TOLERANCE,
-    ROUNDS,
-    SOLVE_TERMS,
-    TERMS,
-    ChoiceSystem,
-    Expansion,
-    Nodes,
-)
+from verispec.lp_analysis.luce_integrals import INNER_CEILING, OUTER_FLOOR, ChoiceSystem
+from verispec.lp_analysis.luce_solver import LOWEST_EXPONENT, minimise_luce, solve_system
 
 #: Largest number of draft multisets a node's programs are enumerated over (both systems together).
 MAX_MULTISETS = 20_000
@@ -72,19 +58,6 @@ MAX_MULTISETS = 20_000
 MAX_SUPPORT = 64
 #: Bound on the inner exponents: a face of the polytope sends weights to infinity; e^60 is past float precision.
 WEIGHT_BOUND = INNER_CEILING
-#: Lower bound on the inner exponents of the enumerated programs (a target of 1e-300 still has a weight above it).
-LOWEST_EXPONENT = -700.0
-#: Newton stops when every gradient entry is below this (over multisets; on bins, which only seed the chord
-#: steps and whose integrals carry rounding near 1e-15, at the second).
-GRADIENT_TOLERANCE = 1e-15
-BINNED_TOLERANCE = 1e-12
-NEWTON_STEPS = 200
-#: The cubic Lagrange weights of points k-1, k, k+1, k+2 as polynomials in theta (coefficients of 1, theta,
-#: theta^2, theta^3) for a token at y_k + theta * step.
-LAGRANGE = ((0.0, -1 / 3, 1 / 2, -1 / 6), (1.0, -1 / 2, -1.0, 1 / 2), (0.0, 1.0, 1 / 2, -1 / 2),
-            (0.0, -1 / 6, 0.0, 1 / 6))
-#: Margin (in log weight) beyond the binned solution's extrapolated range that the quadrature and clusters cover.
-RANGE_MARGIN = 4.0
 #: Buckets of log(p/q) the vocabulary-scale scan for H* sorts within (only buckets that may hold the minimum).
 SCAN_BUCKETS = 2048
 
@@ -226,72 +199,6 @@ def luce_moments(exponents: np.ndarray, counts: np.ndarray, probability: np.ndar
     marginal = probability @ chosen                                  # [n]
     hessian = np.diag(marginal) - chosen.T @ (probability[:, None] * chosen)
     return objective, marginal, hessian
-
-
-def minimise_luce(moments, target: np.ndarray, start: np.ndarray, lower: float, upper: float,
-                  tolerance: float = GRADIENT_TOLERANCE, patience: int | None = None) -> np.ndarray:
-    """The exponents a minimising f(a) - target . a with lower <= a <= upper, where ``moments(a)`` gives
-    (f, grad f, Hessian of f) of a convex f: projected damped Newton with backtracking on the objective (a step
-    that keeps the full length is tried longer too: on a face the minimum lies far out). It stops when the free
-    gradient is below ``tolerance``, the Newton step below 1e-12, or (given a ``patience``) that many steps in a
-    row were cut below 1/1000 (the objective's rounding hides what is left)."""
-    size = len(target)
-    exponents = np.clip(np.asarray(start, dtype=np.float64), lower, upper)
-    if size == 0:
-        return exponents
-
-    def value(a):
-        objective, marginal, hessian = moments(a)
-        return objective - float(target @ a), marginal - target, hessian
-
-    current, gradient, hessian = value(exponents)
-    stalled = 0
-    for _ in range(NEWTON_STEPS):
-        # a bound is active when the exponent sits on it (within 1e-9) and the descent direction points out
-        free = ~(((exponents >= upper - 1e-9) & (gradient < 0)) | ((exponents <= lower + 1e-9) & (gradient > 0)))
-        if np.abs(gradient[free]).max(initial=0.0) < tolerance:
-            break
-        newton = np.zeros(size)
-        block = hessian[np.ix_(free, free)]
-        ridge = 1e-12 * max(np.trace(block), 1e-300)
-        newton[free] = np.linalg.solve(block + ridge * np.eye(int(free.sum())), -gradient[free])
-        if np.abs(newton).max(initial=0.0) < 1e-12:
-            break
-        accepted = None
-        for step in (newton, np.where(free, -gradient, 0.0)):  # Newton, else projected steepest descent
-            scale = 1.0
-            while scale > 1e-12:
-                trial = np.clip(exponents + scale * step, lower, upper)
-                candidate, new_gradient, new_hessian = value(trial)
-                if candidate <= current + 1e-4 * float(gradient @ (trial - exponents)) + 1e-15 * abs(current):
-                    accepted = (trial, candidate, new_gradient, new_hessian)
-                    break
-                scale /= 2
-            if accepted is not None:
-                break
-        if accepted is None:  # near the minimum the objective's rounding hides the decrease: judge the gradient
-            trial = np.clip(exponents + newton, lower, upper)
-            candidate, new_gradient, new_hessian = value(trial)
-            if np.abs(new_gradient[free]).max(initial=0.0) < np.abs(gradient[free]).max(initial=0.0) / 2:
-                accepted, scale, step = (trial, candidate, new_gradient, new_hessian), 1.0, newton
-        if accepted is None:
-            break
-        far = np.abs(step).max(initial=0.0) >= 1.0  # a long full step: on a face, where the minimum lies far out
-        while far and scale >= 1.0:  # then try 2x, 4x, ... further
-            longer = np.clip(exponents + 2 * scale * step, lower, upper)
-            if np.array_equal(longer, accepted[0]):
-                break
-            value_longer = value(longer)
-            if value_longer[0] >= accepted[1]:
-                break
-            accepted, scale = (longer, *value_longer), 2 * scale
-        if np.array_equal(accepted[0], exponents):
-            break
-        stalled = stalled + 1 if scale < 1e-3 else 0
-        if patience is not None and stalled >= patience:
-            break
-        exponents, current, gradient, hessian = accepted
-    return exponents
 
 
 def solve_luce(counts: np.ndarray, probability: np.ndarray, target: np.ndarray, reject: float,
@@ -480,17 +387,6 @@ def _marginals(counts: np.ndarray, probability: np.ndarray, weights: np.ndarray,
     return out
 
 
-@dataclass(frozen=True, eq=False)
-class SystemSolution:
-    """A system's log weights [n] and chosen law q Phi(w) [n], with the quadrature state the tests inspect."""
-
-    log_weights: np.ndarray
-    intermediate: np.ndarray
-    nodes: Nodes
-    free: np.ndarray   # G - c0 at the nodes, from the weights used (TERMS terms)
-    residual: float    # max |G_true - G| of the last chord step
-
-
 def _resolve_by_integrals(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Resolution:
     drafted = q > 0
     inner, _ = optimal_split(p, q, num_drafts)
@@ -516,236 +412,3 @@ def _resolve_by_integrals(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Reso
             weights[members] = np.exp(solution.log_weights)
             intermediate[members] = solution.intermediate
     return Resolution(drafted=drafted, inner=inner, weights=weights, intermediate=intermediate, method="integrals")
-
-
-def solve_system(system: ChoiceSystem) -> SystemSolution:
-    """One system's weights and chosen law by the integrals of ``luce_integrals`` (see its docstring):
-
-    1. the convex program on ``BINS`` bins of the tokens' logit y (each token its own bin when they are few),
-       solved by ``minimise_luce`` with the integrals' moments;
-    2. chord steps on g = G - c0 at the nodes, g <- g + (I - A)^(-1) (G_true(g) - g), with A the Jacobian of the
-       fixed-point map on a measure of ``JACOBIAN_BINS`` bins of the current weights (first the binned solution;
-       low rank: Woodbury). G_true sums the tokens' own weights, read off the inverse of y(log w) under the current
-       g at the tokens themselves (at most ``GRID_POINTS`` of them), or else at grid points in y (the tokens' mass
-       carried to the grid by cubic Lagrange weights, their weights interpolated by cubic Hermite; on a grid
-       coarser than ``GRID_STEP`` one pass over the tokens measures what the carrying misses, which further steps
-       add back). The steps keep the state of smallest residual: near a face of the polytope the fixed point is
-       flat in one direction;
-    3. p_I = q Phi(w) for the weights used, from the G of exactly those weights (``TERMS`` terms).
-
-    Inner tokens whose weight is below e^(lower) at every node (t w <= 2^-55) are solved in closed form,
-    w = r / (K J(0)), which makes their p_I equal p; they count in G as their mass. In the outer system the token
-    of largest ratio is held at weight 1, which the optimum satisfies (weights rise with the ratio, the largest is
-    1) and which fixes the scale of a choice that has none when no outer token needs the cap (alpha* = 1)."""
-    K, b = system.drafts, system.reject
-    mass, count = system.mass, len(system.mass)
-    y = system.logit(system.ratio)
-    low, span = system.low, system.high - system.low
-    # 1. the binned program, on nodes covering every weight the bounds allow
-    clipped = np.clip(y, -60.0, 60.0)
-    if count <= BINS:
-        bin_of = np.arange(count)
-    else:
-        bottom, top = float(clipped.min()), float(clipped.max())
-        scale = BINS / (top - bottom) if top > bottom else 0.0
-        bin_of = np.minimum(((clipped - bottom) * scale).astype(np.int64), BINS - 1)
-    bin_q = np.bincount(bin_of, mass)
-    bin_p = np.bincount(bin_of, mass * system.ratio)
-    used = bin_q > 0
-    bin_q, bin_p = bin_q[used], bin_p[used]
-    bin_y = np.clip(system.logit(bin_p / bin_q), -60.0, 60.0)
-    program_lower = max(system.lower, LOWEST_EXPONENT)
-    wide = Nodes.covering(program_lower if b == 0 else 0.0, system.upper, b)
-    bin_u = minimise_luce(system.program(wide, bin_q, bin_p), bin_p, np.clip(bin_y, program_lower, system.upper),
-                          program_lower, system.upper, BINNED_TOLERANCE, patience=3)
-    if not b:
-        bin_u = np.clip(bin_u - bin_u.max(), program_lower, system.upper)
-    # the range of the tokens' weights: y - u is about constant at both ends
-    order = np.argsort(bin_y, kind="stable")
-    bin_y, bin_u, bin_q, bin_p = bin_y[order], bin_u[order], bin_q[order], bin_p[order]
-    finite = y[np.isfinite(y)]
-    y_top = float(finite.max()) if finite.size else float(bin_y[-1])
-    y_bottom = float(finite.min()) if finite.size else float(bin_y[0])
-    upper = min(system.upper, float(bin_u[-1] + max(y_top - bin_y[-1], 0.0)) + RANGE_MARGIN)
-    if np.isposinf(y).any() or not b:
-        upper = system.upper
-    lower = max(system.lower, float(bin_u[0] - max(bin_y[0] - y_bottom, 0.0)) - RANGE_MARGIN)
-    if b:
-        nodes = Nodes.covering(0.0, upper, b)
-        negligible = math.log(2.0 ** -55) - float(math.log(nodes.t[-1]))  # t w <= 2^-55 at every node below
-        lower = min(max(lower, negligible), upper)
-    else:
-        negligible = -math.inf
-        nodes = Nodes.covering(lower, upper, b)
-    expansion = Expansion(nodes, lower, upper)
-    # 2. chord steps: A = dG_true/dg = diag(t) X^T diag(d) X diag(v) on a measure of weights (X = e^(-t w),
-    # d = mass K (K-1) w / Phi'(w), v = weight e^(-bt) G^(K-2)), of rank the number of bins: Woodbury
-    bin_w = np.exp(bin_u)
-    table = np.exp(-np.outer(bin_w, nodes.t))                       # [B, T]
-    free = bin_q @ table
-    kernel = system.kernel(nodes, free)
-    value = table @ kernel
-    slope = -(table * nodes.t) @ kernel * bin_w                     # dJ/du
-    moving = (bin_u < upper - 1e-9) & (bin_u > lower + 1e-9)
-
-    def chord_for(log_w, derivative, g_now):
-        table = np.exp(-np.outer(np.exp(log_w), nodes.t))           # [B, T]
-        columns = nodes.weight * np.exp(-b * nodes.t) * (system.fixed + g_now) ** (K - 2)
-        left = (nodes.t[:, None] * table.T) * derivative[None, :]   # [T, B]
-        right = table * columns[None, :]                            # [B, T]
-        small = np.eye(len(log_w)) - right @ left
-        return lambda residual: residual + left @ np.linalg.solve(small, right @ residual)
-
-    def response(log_w, mass_of, value, slope):
-        """d = mass K (K-1) w / Phi'(w), with Phi'(w) = K (J + dJ/du) (J = sum_l a_l e^(-t_l w), u = log w)."""
-        return mass_of * K * (K - 1) * np.exp(log_w) / np.maximum(K * (value + slope), 1e-300)
-
-    chord = chord_for(bin_u[moving], response(bin_u, bin_q, value, slope)[moving], free)
-
-    # the tokens: closed-form tiny ones (inner), capped ones, and the rest solved at points in y
-    if b:
-        zero_value = kernel.sum()
-        tiny = y < negligible + math.log(K * zero_value / span) - 1.0
-    else:
-        tiny = np.zeros(count, dtype=bool)
-    tiny_mass = float(mass[tiny].sum())
-    capped_high = np.isposinf(y)
-    if not b:  # the outer token of largest ratio has weight 1 (see the docstring)
-        capped_high |= system.ratio == system.ratio.max()
-    capped_low = np.isneginf(y) & ~tiny
-    solved = ~(tiny | capped_high | capped_low)
-    solved_y = y[solved]
-    direct = int(solved.sum()) <= GRID_POINTS
-    if direct:
-        points = solved_y
-        carried = mass[solved]
-    else:
-        bottom, top = float(solved_y.min()), float(solved_y.max())
-        grid_step = max(GRID_STEP, (top - bottom) / (GRID_POINTS - 4))
-        points = bottom - grid_step + grid_step * np.arange(math.ceil((top - bottom) / grid_step) + 3)
-        cell = np.minimum(((solved_y - points[0]) / grid_step).astype(np.int64), len(points) - 3)
-        cell = np.maximum(cell, 1)
-        theta = (solved_y - points[cell]) / grid_step
-        square = theta * theta
-        cube = square * theta
-        # cubic Hermite basis interpolating u at the tokens: u = u_k + h01 (u_(k+1) - u_k) + h10 u'_k + h11 u'_(k+1)
-        hermite = (3 * square - 2 * cube, (theta - 2 * square + cube) * grid_step, (cube - square) * grid_step)
-        # cubic Lagrange weights on points k-1..k+2 carry the tokens' mass: from the cell moments sum q theta^j
-        moments = [np.bincount(cell, mass[solved] * power, minlength=len(points))
-                   for power in (1.0, theta, square, cube)]
-        carried = np.zeros(len(points))
-        for shift, row in zip((-1, 0, 1, 2), LAGRANGE):
-            carried[1 + shift: len(points) - 2 + shift] += sum(c * m for c, m in zip(row, moments))[1:-2]
-    guess = np.interp(points, bin_y, bin_u)
-    guess += np.where(points > bin_y[-1], points - bin_y[-1], 0.0) + np.where(points < bin_y[0], points - bin_y[0], 0.0)
-    point_u = np.clip(guess, lower, upper)
-    g = free.copy()
-    correction = np.zeros(nodes.size)
-
-    terms, step_tolerance, residual_limit = (TERMS, 1e-12, ROUND_TOLERANCE) if direct else \
-        (SOLVE_TERMS, 1e-10, GRID_TOLERANCE)
-
-    def invert(point_u):
-        """log weights at the points under g (safeguarded Newton on the monotone y(u)), and du/dy there."""
-        coefficients = expansion.coefficients(system.kernel(nodes, g), terms)
-        bracket_low, bracket_high = np.full(len(points), lower), np.full(len(points), upper)
-        ends = np.array([lower, upper])
-        end_value, end_slope = expansion.evaluate(coefficients, expansion.locate(ends), derivative=True)
-        end_y, _ = system.curve(ends, end_value, end_slope)
-        bracket_high[points <= end_y[0]] = lower  # pinned at a bound: nothing to solve
-        bracket_low[points >= end_y[1]] = upper
-        u = np.clip(point_u, bracket_low, bracket_high)
-        for _ in range(60):
-            located = expansion.locate(u)
-            value, slope = expansion.evaluate(coefficients, located, derivative=True)
-            current, rate = system.curve(u, value, slope)
-            above = current > points
-            bracket_high = np.where(above, np.minimum(bracket_high, u), bracket_high)
-            bracket_low = np.where(above, bracket_low, np.maximum(bracket_low, u))
-            target = u - (current - points) / rate
-            outside = (target < bracket_low) | (target > bracket_high)
-            target = np.where(outside, 0.5 * (bracket_low + bracket_high), target)
-            done = np.abs(target - u).max(initial=0.0) < step_tolerance
-            u = target
-            if done:
-                break
-        located = expansion.locate(u)
-        value, slope = expansion.evaluate(coefficients, located, derivative=True)
-        _, rate = system.curve(u, value, slope)
-        pinned = (u <= lower + 1e-12) | (u >= upper - 1e-12)
-        return u, np.where(pinned, 0.0, 1 / rate), response(u, np.where(pinned, 0.0, carried), value, slope)
-
-    def token_log_weights(point_u, point_du):
-        u = np.empty(count)
-        u[capped_high], u[capped_low] = upper, lower
-        if direct:
-            u[solved] = point_u
-        else:
-            rise = np.diff(point_u)
-            u[solved] = (point_u[cell] + hermite[0] * rise[cell] + hermite[1] * point_du[cell]
-                         + hermite[2] * point_du[cell + 1])
-            np.clip(u, lower, upper, out=u)
-        u[tiny] = lower  # their G terms are their mass; their weights are set from the final G
-        return u
-
-    total_mass = float(mass.sum())
-
-    def lumped(point_u, derivative):
-        """The points' responses lumped into at most JACOBIAN_BINS bins of log weight (their d-weighted mean)."""
-        live = derivative != 0
-        if live.sum() <= JACOBIAN_BINS:
-            return point_u[live], derivative[live]
-        u, d = point_u[live], derivative[live]
-        bottom, top = float(u.min()), float(u.max())
-        index = np.minimum(((u - bottom) * (JACOBIAN_BINS / max(top - bottom, 1e-300))).astype(np.int64),
-                           JACOBIAN_BINS - 1)
-        size = np.bincount(index, np.abs(d), minlength=JACOBIAN_BINS)
-        keep = size > 0
-        centre = np.bincount(index, np.abs(d) * u, minlength=JACOBIAN_BINS)[keep] / size[keep]
-        return centre, np.bincount(index, d, minlength=JACOBIAN_BINS)[keep]
-
-    def settle(point_u, residual_limit):
-        """Chord steps until the compressed fixed point holds, keeping the state of the smallest residual (near a
-        face of the polytope the fixed point is flat in one direction and the steps stop helping: then the best
-        state stands, which costs acceptance only); returns (point u, du/dy, compressed G)."""
-        nonlocal g, chord
-        best, worse = None, 0
-        for _ in range(ROUNDS):
-            point_u, point_du, derivative = invert(point_u)
-            compressed = expansion.sums(expansion.locate(point_u), carried, terms) + tiny_mass
-            if capped_high.any() or capped_low.any():
-                held = capped_high | capped_low
-                held_u = np.where(capped_high, upper, lower)[held]
-                compressed += expansion.sums(expansion.locate(held_u), mass[held], terms)
-            difference = compressed + correction - g
-            residual = float(np.abs(difference).max())
-            if best is None or residual < best[-1]:
-                best, worse = (g, point_u, point_du, compressed, residual), 0
-            else:
-                worse += 1
-            if worse >= 2 or not residual > residual_limit:  # stalled, met, or not a number
-                break
-            chord = chord_for(*lumped(point_u, derivative), g)
-            g = np.clip(g + chord(difference), 0.0, total_mass)
-        g = best[0]
-        return best[1:4]
-
-    point_u, point_du, compressed = settle(point_u, residual_limit)
-    if not direct and grid_step > GRID_STEP:  # what carrying the mass to a coarse grid misses, measured once
-        u = token_log_weights(point_u, point_du)
-        measured = expansion.sums(expansion.locate(u), np.where(tiny, 0.0, mass), SOLVE_TERMS) + tiny_mass
-        correction = measured - compressed
-        point_u, point_du, compressed = settle(point_u, residual_limit)
-    # 3. p_I for the weights used, from their own G
-    u = token_log_weights(point_u, point_du)
-    located = expansion.locate(u)
-    final = expansion.sums(located, np.where(tiny, 0.0, mass), TERMS) + tiny_mass
-    kernel = system.kernel(nodes, final)
-    value = expansion.evaluate(expansion.coefficients(kernel, TERMS), located)
-    chosen = low + K * np.exp(u) * value
-    if tiny.any():  # J(w) = J(0) to 2^-55 below ``lower``: the weight that meets r exactly
-        zero_value = kernel.sum()
-        u[tiny] = np.log(system.ratio[tiny] - low) - math.log(K * zero_value)
-        chosen[tiny] = low + K * np.exp(u[tiny]) * zero_value
-    return SystemSolution(log_weights=u, intermediate=mass * chosen, nodes=nodes, free=final,
-                          residual=float(np.abs(final - g).max()))

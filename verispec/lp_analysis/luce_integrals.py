@@ -44,7 +44,7 @@ terms err by 1e-17 per unit mass in G and by at most 2 K D(0) 0.0328^11 / (1 - |
 is V n for the cluster moments sum_(x in c) q_x eps_x^k and for the per-token series, and (clusters x nodes x n)
 for the tables, whose tau = t_l w_c lie on one geometric grid (both grids are powers of e^eta).
 
-Solving. The fixed point is found in three stages (``global_resolution.solve_system``): the convex program on a
+Solving. The fixed point is found in three stages (``luce_solver.solve_system``): the convex program on a
 compressed measure (the tokens' q and p mass binned by the logit y = log((r - lo) / (hi - r)) of their ratio;
 lumping tokens of equal weight is exact for the count-weighted rule), solved by Newton with these integrals; chord
 steps on G at the nodes whose Jacobian comes from bins of the current weights, every token's weight read off the

@@ -1,4 +1,4 @@
-"""The one helper every linear program of verispec goes through (STYLE.md, "One LP helper").
+"""The one helper every linear program of verispec goes through.
 
 ``solve_lp`` calls HiGHS through ``scipy.optimize.linprog(method="highs")`` and only returns a solution it
 has checked:

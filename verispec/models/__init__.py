@@ -13,15 +13,8 @@
   verifier) from a ``BlockContext``; ``sample_target``: plain sampling, the reference.
 """
 
-from verispec.models.decoding import (
-    BlockContext,
-    BlockPolicy,
-    BlockRecord,
-    Generation,
-    SpeculativeDecoder,
-    generate,
-    sample_target,
-)
+from verispec.models.decoding import BlockContext, BlockPolicy, SpeculativeDecoder, generate
+from verispec.models.generation import BlockRecord, Generation, sample_target
 from verispec.models.pair import ModelPair, load_pair
 from verispec.models.problem import ModelProblem
 from verispec.models.sampling import Sampling

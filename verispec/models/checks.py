@@ -18,7 +18,8 @@ from collections import Counter
 import numpy as np
 
 from verispec.errors import VerispecError
-from verispec.models.decoding import SpeculativeDecoder, sample_target
+from verispec.models.decoding import SpeculativeDecoder
+from verispec.models.generation import sample_target
 from verispec.models.pair import ModelPair
 from verispec.models.sampling import Sampling
 from verispec.statistics import DEFAULT_ALPHA, FitResult, exact_binomial_test

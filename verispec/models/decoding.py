@@ -1,6 +1,6 @@
 """Real speculative decoding: verispec's drafters and verifiers on a (target, draft) pair of language models.
 
-One block (the reference's "one step of speculative decoding"):
+One block of speculative decoding:
 
 1. *Drafting.* The draft model feeds the tokens the target has accepted that it has not seen yet (the last of
    them is the tree's root) and the drafter draws a tree through ``DraftSide``, a ``Problem`` whose draft
@@ -19,7 +19,7 @@ One block (the reference's "one step of speculative decoding"):
 4. *Cache update.* Both caches keep the accepted path and drop the rest of the tree (``CachedModel.commit``).
 
 p and q are the same ``Sampling`` law (temperature, top-k, top-p) of each model's logits in float64, and
-drafting samples from exactly the q the verifier is handed (the reference's trap 8).
+drafting samples from exactly the q the verifier is handed (trap 8 of docs/reference.md).
 
 *Policies* (the delay selector of Thomas et al. 2026, arXiv 2602.16994, DDTE Sec. 6 and Appendix E): with
 ``selector=policy`` (a ``BlockPolicy``) every block first asks the policy which of its actions, a (tree,
@@ -37,8 +37,11 @@ at all: the target's one forward and its draw are plain sampling (the same unifo
 one-node tree draws no node), and the draft catches up on every token it has not seen in one forward when a
 later block drafts (or when the policy reads q).
 
-``sample_target`` is the reference: plain sampling from the target with the same settings, one target
-forward per token, over the same cache machinery.
+``sample_target`` (``verispec.models.generation``) is the reference: plain sampling from the target with the
+same settings, one target forward per token, over the same cache machinery.
+
+``SpeculativeDecoder._block`` runs the block as named steps (``_select``, ``_draft``, ``_score``, ``_verify``,
+``_commit``) and times each one by phase (``generation.StepClock``); the steps themselves hold no timing.
 """
 
 from __future__ import annotations
@@ -47,28 +50,34 @@ import contextlib
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from verispec import budget
-from verispec.errors import ModelError, ProblemTooLargeError, VerifierError, VerispecError
+from verispec.errors import ProblemTooLargeError, VerispecError
+from verispec.limits import MAX_DECODE_NODES
+from verispec.models.block_tree import DraftSide, TreeLayout
+from verispec.models.generation import (
+    BlockRecord,
+    Generation,
+    StepClock,
+    categorical,
+    check_max_new_tokens,
+    synchronize,
+)
 from verispec.models.pair import ModelPair
 from verispec.models.sampling import Sampling
 from verispec.models.tree_forward import CachedModel
 from verispec.simulator.chooser import MAX_CHOICES_PER_TRACE, RandomChooser
-from verispec.simulator.drafters import Drafter, parse_tree
+from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import check_compatible
 from verispec.simulator.interfaces import Verifier, checked_outcome
 from verispec.simulator.laws import check_emission_laws
-from verispec.simulator.problems import Prefix, Problem, readable_count
-from verispec.simulator.trees import DraftTree, TreeBatch, TreeBuilder, TreeShape, shape_paths
-
-#: Most nodes (root included) of a tree decoded: every target forward feeds the whole tree with an n x (context + n)
-#: attention mask, and the verifier's law holds n x V float64 entries. Sequoia's and DySpec's largest trees have
-#: 768 nodes; iid:99999,2 (200,000 nodes) was built and forwarded with no estimate.
-MAX_DECODE_NODES = 4096
+from verispec.simulator.tree_specs import parse_tree
+from verispec.simulator.trees import DraftTree, TreeBatch, TreeBuilder
+from verispec.sizes import readable_count
 
 #: Most float64 entries (nodes x V) of one tree's conditionals: p, q and the verifier's law each hold one such
 #: array (2 GiB at this limit); at Qwen's V = 151,936 the limit allows 1,766 nodes.
@@ -95,79 +104,6 @@ def check_decode_tree(drafter: Drafter, vocab_size: int | None = None) -> None:
                "GiB per array)" if vocab_size else "n x V float64 conditionals")
             + f", above the limits of {MAX_DECODE_NODES:,} nodes and {MAX_TREE_LAW_ENTRIES:,} entries; use a "
               "smaller tree")
-
-
-def _synchronize(device) -> None:
-    """Wait for queued GPU work, so a wall-clock split charges each phase its own time."""
-    if device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)
-
-
-@dataclass
-class BlockRecord:
-    """One block of speculative decoding (or one token of plain sampling)."""
-
-    #: Draft tokens accepted (tau); the block emitted tau + 1 tokens (fewer when the generation ended).
-    accepted: int
-    #: Tokens this block added to the output (after truncation at max_new_tokens or an end token).
-    emitted: int
-    #: Drafted nodes in the tree (the root excluded).
-    tree_size: int
-    #: Forward passes of the target (1 per block) and of the draft (one per tree level, plus catch-up).
-    target_calls: int
-    draft_calls: int
-    #: Wall time in seconds, split by phase.
-    drafting_s: float
-    target_s: float
-    verify_s: float
-    cache_s: float
-    #: The index of the policy's action this block ran (None without a policy).
-    action: int | None = None
-    #: Seconds the policy spent choosing (its features and its model; 0 without a policy).
-    select_s: float = 0.0
-
-    @property
-    def total_s(self) -> float:
-        return self.drafting_s + self.target_s + self.verify_s + self.cache_s + self.select_s
-
-
-@dataclass
-class Generation:
-    """A decoded continuation: its tokens and text, and one record per block."""
-
-    prompt_tokens: list[int]
-    tokens: list[int]
-    text: str
-    blocks: list[BlockRecord] = field(default_factory=list)
-    #: Seconds spent feeding the prompt (excluded from the per-block times).
-    prefill_s: float = 0.0
-
-    @property
-    def target_calls(self) -> int:
-        return sum(block.target_calls for block in self.blocks)
-
-    @property
-    def tokens_per_target_call(self) -> float:
-        return len(self.tokens) / max(self.target_calls, 1)
-
-    @property
-    def decode_s(self) -> float:
-        return sum(block.total_s for block in self.blocks)
-
-    def summary(self) -> dict:
-        """JSON-ready totals and the per-block records."""
-        phases = {name: sum(getattr(block, name) for block in self.blocks)
-                  for name in ("drafting_s", "target_s", "verify_s", "cache_s", "select_s")}
-        return {"new_tokens": len(self.tokens), "text": self.text, "tokens": self.tokens,
-                "blocks": len(self.blocks), "target_calls": self.target_calls,
-                "draft_calls": sum(block.draft_calls for block in self.blocks),
-                "tokens_per_target_call": self.tokens_per_target_call,
-                "mean_accepted": (float(np.mean([b.accepted for b in self.blocks])) if self.blocks else 0.0),
-                "decode_s": self.decode_s, "prefill_s": self.prefill_s,
-                "tokens_per_s": len(self.tokens) / self.decode_s if self.decode_s > 0 else None,
-                **phases, "records": [asdict(block) for block in self.blocks]}
 
 
 @dataclass(frozen=True)
@@ -310,106 +246,29 @@ class _Sequence:
     draft_hidden: Any = None
 
 
-class DraftSide(Problem):
-    """The draft half of a problem for one block, backed by the draft model: ``draft(prefix)`` is q(. | the
-    tokens before the root, root, prefix), computed by the draft model over its KV cache.
+@dataclass
+class _Block:
+    """One block's work as its steps fill it in (``SpeculativeDecoder._block``)."""
 
-    Every prefix the drafter asks about extends one it asked about before (a child is drawn from its
-    parent's q), so each new prefix is one new token under an already fed node. ``prepare_drafts`` feeds a
-    whole level in one forward pass. ``target`` is not available here: the target scores the finished tree
-    in one pass instead."""
-
-    exact = False
-
-    def __init__(self, model: CachedModel, root_logits, root_node: int, sampling: Sampling, horizon: int,
-                 law_for_drafting=None, root_hidden=None, root_law=None):
-        self.model = model
-        self.sampling = sampling
-        self.horizon = horizon
-        self.vocab_size = int(root_logits.shape[-1])
-        #: q for the drafter, optionally different from the verifier's (only the broken controls in tests)
-        self._law_for_drafting = law_for_drafting
-        self.node: dict[Prefix, int] = {(): root_node}  # prefix -> its pending index in the draft cache
-        self.law: dict[Prefix, Any] = {}                # prefix -> q on the device, float64 [V]
-        self.host: dict[Prefix, np.ndarray] = {}        # prefix -> the drafter's q on the host [V]
-        self.hidden: dict[Prefix, Any] = {}             # prefix -> the draft's hidden state [H] (model.hidden only)
-        self.forward_calls = 0
-        self._store([()], root_logits[None], None if root_hidden is None else root_hidden[None],
-                    None if root_law is None else root_law[None])
-
-    def _store(self, prefixes, logits, hidden=None, laws=None) -> None:
-        """``laws``: the sampling laws of ``logits`` when the caller has them already (the policy's q_root)."""
-        laws = self.sampling.probabilities(logits) if laws is None else laws  # [n, V] float64
-        drafting = laws if self._law_for_drafting is None else self._law_for_drafting(logits)
-        host = drafting.cpu().numpy()
-        host.setflags(write=False)  # on a CPU it shares memory with the q the verifier is handed
-        for row, prefix in enumerate(prefixes):
-            self.law[prefix] = laws[row]
-            self.host[prefix] = host[row]
-            if hidden is not None:
-                self.hidden[prefix] = hidden[row]
-
-    def prepare_drafts(self, prefixes) -> None:
-        missing = [prefix for prefix in dict.fromkeys(tuple(p) for p in prefixes) if prefix not in self.law]
-        if not missing:
-            return
-        for prefix in missing:
-            if prefix[:-1] not in self.node:
-                raise VerispecError(f"the drafter asked for q after {prefix} before drawing its parent's child")
-        first = self.model.pending
-        logits = self.model.extend([prefix[-1] for prefix in missing], [self.node[prefix[:-1]] for prefix in missing])
-        self.forward_calls += 1
-        for offset, prefix in enumerate(missing):
-            self.node[prefix] = first + offset
-        self._store(missing, logits, self.model.last_hidden if self.model.hidden else None)
-
-    def draft(self, prefix: Prefix) -> np.ndarray:
-        prefix = tuple(prefix)
-        if prefix not in self.law:
-            self.prepare_drafts([prefix])
-        return self.host[prefix]
-
-    def target(self, prefix: Prefix) -> np.ndarray:
-        raise VerispecError("the draft side of a block has no target law; the target scores the whole tree at once")
-
-
-@dataclass(frozen=True)
-class TreeLayout:
-    """A drawn shape as node arrays in its canonical (breadth-first) order: what TreeBatch and the target's
-    tree forward need."""
-
-    paths: tuple[tuple[int, ...], ...]
-    parent: tuple[int, ...]
-    depth: tuple[int, ...]
-    tokens: tuple[int, ...]
-    child_lists: tuple[tuple[int, ...], ...]
-
-    @classmethod
-    def of_shape(cls, shape: TreeShape) -> TreeLayout:
-        paths = shape_paths(shape)
-        index = {path: node for node, path in enumerate(paths)}
-        parent = (-1,) + tuple(index[path[:-1]] for path in paths[1:])
-        child_lists = tuple(tuple(index[paths[node] + (int(token),)] for token in children)
-                            for node, children in enumerate(shape))
-        return cls(tuple(paths), parent, tuple(len(path) for path in paths),
-                   (-1,) + tuple(path[-1] for path in paths[1:]), child_lists)
-
-    def path_to(self, node: int) -> list[int]:
-        """Node ids from the root's first child down to ``node`` (empty for the root)."""
-        path = []
-        while node > 0:
-            path.append(node)
-            node = self.parent[node]
-        return path[::-1]
-
-
-def _categorical(rng: np.random.Generator, weights: np.ndarray, what: str) -> int:
-    """Index i with probability weights[i] / sum(weights) (tiny negative rounding clipped)."""
-    weights = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
-    total = weights.sum()
-    if not total > 0:
-        raise VerifierError(f"{what}: the law has no positive mass")
-    return RandomChooser(rng).categorical(weights / total)
+    #: the (drafter, verifier) the block runs, and its index among the policy's actions (None without a policy)
+    action: _Action
+    index: int | None = None
+    #: forward passes of the draft so far
+    draft_calls: int = 0
+    #: the draft's catch-up forward: (logits [u, V], hidden states [u, H] or None), when it ran
+    caught_up: Any = None
+    #: q at the root when the policy computed it (drafting reuses it)
+    root_law: Any = None
+    #: the drawn tree: its draft side (None when the tree is the root alone) and its node arrays
+    side: DraftSide | None = None
+    layout: TreeLayout | None = None
+    #: tokens the target fed before the tree, and its law at every node [n, V] (torch, on the device)
+    unseen: int = 0
+    p: Any = None
+    #: the drawn (node, token) and the accepted path to the node (node ids, the root excluded)
+    node: int = 0
+    token: int = 0
+    path: list[int] = field(default_factory=list)
 
 
 class SpeculativeDecoder:
@@ -484,12 +343,12 @@ class SpeculativeDecoder:
         return state
 
     def run(self, prompt, max_new_tokens: int, progress=None) -> Generation:
-        _check_budget(max_new_tokens)
+        check_max_new_tokens(max_new_tokens)
         prompt_tokens = self.pair.encode(prompt)
         target, draft = self._models(len(prompt_tokens) + max_new_tokens)
         start = time.perf_counter()
         state = self._prefill(target, draft, prompt_tokens)
-        _synchronize(self.pair.device)
+        synchronize(self.pair.device)
         generation = Generation(prompt_tokens, [], "", prefill_s=time.perf_counter() - start)
         while len(generation.tokens) < max_new_tokens:
             emitted, record = self._block(target, draft, state)
@@ -588,56 +447,71 @@ class SpeculativeDecoder:
         return int(index), q_root
 
     def _block(self, target: CachedModel, draft: CachedModel, state: _Sequence):
-        """One block from ``state`` (updated to the next block's): the emitted tokens and the block's record."""
+        """One block from ``state`` (updated to the next block's): its named steps, each timed here by phase (a
+        step's time runs to the end of the GPU work it queued), then the emitted tokens and the block's record."""
+        clock = StepClock(self.pair.device)
+        block = _Block(self.actions[0])
+        if self.policy is not None:
+            # the policy's choice, from what exists before the draws (the draft catches up first if it reads q)
+            if self.needs_draft or self.needs_hidden:
+                clock.time("drafting_s", self._catch_up_for_policy, draft, state, block)
+            clock.time("select_s", self._select, state, block)
+        clock.time("drafting_s", self._draft, draft, state, block)
+        clock.time("target_s", self._score, target, state, block)
+        clock.time("verify_s", self._verify, block)
+        emitted = clock.time("cache_s", self._commit, target, draft, state, block)
+        record = BlockRecord(accepted=len(block.path), emitted=len(emitted), tree_size=len(block.layout.parent) - 1,
+                             target_calls=1, draft_calls=block.draft_calls, action=block.index, **clock.seconds)
+        return emitted, record
+
+    def _catch_up_for_policy(self, draft: CachedModel, state: _Sequence, block: _Block) -> None:
+        """The draft's catch-up forward before the policy chooses (it reads q or the draft's hidden states)."""
+        block.caught_up = self._catch_up(draft, state)
+        block.draft_calls += 1
+
+    def _select(self, state: _Sequence, block: _Block) -> None:
+        """The policy's action for this block (``_choose``)."""
+        block.index, block.root_law = self._choose(state, block.caught_up)
+        block.action = self.actions[block.index]
+
+    def _draft(self, draft: CachedModel, state: _Sequence, block: _Block) -> None:
+        """Drafting: catch the draft up on the accepted tokens it has not seen (the last one is the root), then draw
+        the tree and lay it out; a tree of the root alone runs no draft forward."""
+        action = block.action
+        if not action.drafts:
+            block.layout = TreeLayout.of_shape(TreeBuilder().shape())
+            return
+        if block.caught_up is None:
+            block.caught_up = self._catch_up(draft, state)
+            block.draft_calls += 1
+        logits, states = block.caught_up
+        side = DraftSide(draft, logits[-1], len(state.draft_unseen) - 1, self.sampling, action.drafter.depth,
+                         self._law_for_drafting, None if states is None else states[-1], block.root_law)
+        action.drafter.check_problem(side)
+        shape = action.drafter.draw(side, RandomChooser(self.rng, max_choices=MAX_CHOICES_PER_TRACE,
+                                                        name=action.drafter.spec))
+        block.draft_calls += side.forward_calls
+        block.side, block.layout = side, TreeLayout.of_shape(shape)
+
+    def _score(self, target: CachedModel, state: _Sequence, block: _Block) -> None:
+        """The target: its unseen tokens, then every drafted node, in one forward pass; p at every node."""
+        unseen = len(state.target_unseen)
+        parents = list(range(-1, unseen - 1)) + [unseen - 1 + parent for parent in block.layout.parent[1:]]
+        logits = target.extend(state.target_unseen + list(block.layout.tokens[1:]), parents)[unseen - 1:]  # [n, V]
+        block.unseen, block.p = unseen, self.sampling.probabilities(logits)
+
+    def _verify(self, block: _Block) -> None:
+        """The verifier's law on the device, then (node, token) drawn from it with the run's generator (a rule
+        written only as a sampling procedure runs as written instead); the accepted path ends at the node."""
         import torch
 
-        device = self.pair.device
-        begin = time.perf_counter()
-        draft_calls, caught_up, select_s, index, root_law = 0, None, 0.0, None, None
-        # 0. the policy's choice, from what exists before the draws (the draft catches up first if it reads q)
-        if self.policy is not None:
-            if self.needs_draft or self.needs_hidden:
-                caught_up = self._catch_up(draft, state)
-                draft_calls += 1
-                _synchronize(device)
-            chosen = time.perf_counter()
-            index, root_law = self._choose(state, caught_up)
-            select_s = time.perf_counter() - chosen
-        action = self.actions[0 if index is None else index]
-        times = [time.perf_counter()]
-        # 1. drafting: catch the draft up on the accepted tokens it has not seen (the last one is the root), then
-        # draw the tree; a tree of the root alone runs no draft forward
-        side = None
-        if action.drafts:
-            if caught_up is None:
-                caught_up = self._catch_up(draft, state)
-                draft_calls += 1
-            logits, states = caught_up
-            side = DraftSide(draft, logits[-1], len(state.draft_unseen) - 1, self.sampling, action.drafter.depth,
-                             self._law_for_drafting, None if states is None else states[-1], root_law)
-            action.drafter.check_problem(side)
-            shape = action.drafter.draw(side, RandomChooser(self.rng, max_choices=MAX_CHOICES_PER_TRACE,
-                                                            name=action.drafter.spec))
-            draft_calls += side.forward_calls
-        else:
-            shape = TreeBuilder().shape()
-        layout = TreeLayout.of_shape(shape)
-        _synchronize(device)
-        times.append(time.perf_counter())
-        # 2. the target: its unseen tokens, then every drafted node, in one forward pass
-        unseen = len(state.target_unseen)
-        parents = list(range(-1, unseen - 1)) + [unseen - 1 + parent for parent in layout.parent[1:]]
-        logits = target.extend(state.target_unseen + list(layout.tokens[1:]), parents)[unseen - 1:]  # [n, V]
-        p = self.sampling.probabilities(logits)
-        _synchronize(device)
-        times.append(time.perf_counter())
-        # 3. the verifier's law on the device, then (node, token) drawn from it with the run's generator
+        action, layout, p, device = block.action, block.layout, block.p, self.pair.device
         nodes = len(layout.parent)
         q = torch.full_like(p, float("nan"))
-        if side is not None:
+        if block.side is not None:
             for node, children in enumerate(layout.child_lists):
                 if children:
-                    q[node] = side.law[layout.paths[node]]
+                    q[node] = block.side.law[layout.paths[node]]
         batch = TreeBatch(vocab_size=int(p.shape[-1]), parent=layout.parent, depth=layout.depth,
                           child_lists=layout.child_lists,
                           tokens=torch.tensor([layout.tokens], dtype=torch.int64, device=device),
@@ -651,18 +525,21 @@ class SpeculativeDecoder:
             check_emission_laws(name, batch, laws)  # the exact engine's check, on the device
             law = laws[0]
             # a one-node tree (chain:0) draws no node: its token takes the first uniform, as plain sampling's does
-            node = 0 if nodes == 1 else _categorical(self.rng, law.sum(dim=-1).cpu().numpy(), f"verifier '{name}'")
-            token = _categorical(self.rng, law[node].cpu().numpy(), f"verifier '{name}' at node {node}")
-        times.append(time.perf_counter())
-        # 4. caches: keep the accepted path, drop the rest of the tree
-        path = layout.path_to(node)
+            node = 0 if nodes == 1 else categorical(self.rng, law.sum(dim=-1).cpu().numpy(), f"verifier '{name}'")
+            token = categorical(self.rng, law[node].cpu().numpy(), f"verifier '{name}' at node {node}")
+        block.node, block.token, block.path = node, token, layout.path_to(node)
+
+    def _commit(self, target: CachedModel, draft: CachedModel, state: _Sequence, block: _Block) -> list[int]:
+        """Caches: keep the accepted path, drop the rest of the tree; ``state`` becomes the next block's. Returns the
+        emitted tokens (the accepted drafts, then the drawn token)."""
+        layout, side, path, unseen, token = block.layout, block.side, block.path, block.unseen, block.token
         target.commit(list(range(unseen)) + [unseen - 1 + n for n in path])
         accepted = [layout.tokens[n] for n in path]
         emitted = accepted + [token]
         if self.policy is not None:  # the next block's p_prev: the target's law at the accepted node
-            state.p_prev = p[node].clone()  # a copy: a view would keep the whole tree's p alive
+            state.p_prev = block.p[block.node].clone()  # a copy: a view would keep the whole tree's p alive
             if self.needs_hidden:
-                state.target_hidden = target.last_hidden[unseen - 1 + node].clone()
+                state.target_hidden = target.last_hidden[unseen - 1 + block.node].clone()
         if side is not None:
             fed = [n for n in path if layout.paths[n] in side.node]  # leaves were never fed to the draft
             draft.commit(list(range(len(state.draft_unseen))) + [side.node[layout.paths[n]] for n in fed])
@@ -670,9 +547,9 @@ class SpeculativeDecoder:
             state.q_tail = side.law[last].clone() if self.needs_draft else None
             state.draft_hidden = side.hidden[last].clone() if self.needs_hidden else None
             state.draft_unseen = accepted[len(fed):] + [token]
-        elif caught_up is not None:  # chain:0 after a catch-up for the policy: the draft has fed the root
+        elif block.caught_up is not None:  # chain:0 after a catch-up for the policy: the draft has fed the root
             draft.commit(list(range(len(state.draft_unseen))))
-            logits, states = caught_up
+            logits, states = block.caught_up
             state.q_tail = self.sampling.probabilities(logits[-1]) if self.needs_draft else None
             state.draft_hidden = None if states is None else states[-1]
             state.draft_unseen = [token]
@@ -680,13 +557,7 @@ class SpeculativeDecoder:
             state.draft_unseen = state.draft_unseen + accepted + [token]
         state.target_unseen = [emitted[-1]]
         state.tokens.extend(emitted)
-        _synchronize(device)
-        times.append(time.perf_counter())
-        record = BlockRecord(accepted=len(path), emitted=len(emitted), tree_size=nodes - 1, target_calls=1,
-                             draft_calls=draft_calls, drafting_s=times[1] - begin - select_s,
-                             target_s=times[2] - times[1], verify_s=times[3] - times[2],
-                             cache_s=times[4] - times[3], action=index, select_s=select_s)
-        return emitted, record
+        return emitted
 
 
 def _user_rule(verifier: Verifier) -> bool:
@@ -700,11 +571,6 @@ def _procedure_only(verifier: Verifier) -> bool:
     from verispec.verifiers import ProcedureSolver, ProcedureVerifier
 
     return isinstance(verifier, ProcedureVerifier) or isinstance(verifier.node_solver, ProcedureSolver)
-
-
-def _check_budget(max_new_tokens) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise VerispecError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
 
 
 def generate(pair: ModelPair, prompt: str | Sequence[int], drafter: Drafter | str | None,
@@ -725,46 +591,4 @@ def generate(pair: ModelPair, prompt: str | Sequence[int], drafter: Drafter | st
     return decoder.run(prompt, max_new_tokens, progress)
 
 
-def sample_target(pair: ModelPair, prompt: str | Sequence[int], max_new_tokens: int,
-                  sampling: Sampling | None = None, seed: int = 0, *, stop_at_eos: bool = True,
-                  static_cache: bool = False, graphs: bool = False, progress=None) -> Generation:
-    """Plain sampling from the target with ``sampling`` (the reference speculative decoding must match): one
-    target forward per token over its KV cache; one ``BlockRecord`` per token (accepted 0, tree size 0).
-    ``static_cache`` and ``graphs`` as in ``generate``."""
-    _check_budget(max_new_tokens)
-    sampling = sampling or Sampling()
-    rng = np.random.default_rng(int(seed))
-    stop_tokens = pair.eos_token_ids if stop_at_eos else frozenset()
-    prompt_tokens = pair.encode(prompt)
-    slots = len(prompt_tokens) + max_new_tokens + 1 if static_cache or graphs else None
-    target = CachedModel(pair.target, slots, graphs=graphs)
-    start = time.perf_counter()
-    if len(prompt_tokens) > 1:
-        target.prefill(prompt_tokens[:-1])
-    _synchronize(pair.device)
-    generation = Generation(prompt_tokens, [], "", prefill_s=time.perf_counter() - start)
-    last = prompt_tokens[-1]
-    while len(generation.tokens) < max_new_tokens:
-        begin = time.perf_counter()
-        logits = target.extend([last], [-1])[0]
-        law = sampling.probabilities(logits).cpu().numpy()
-        _synchronize(pair.device)
-        forward = time.perf_counter()
-        last = _categorical(rng, law, "the target's sampling law")
-        drawn = time.perf_counter()
-        target.commit([0])
-        _synchronize(pair.device)
-        generation.tokens.append(last)
-        generation.blocks.append(BlockRecord(accepted=0, emitted=1, tree_size=0, target_calls=1, draft_calls=0,
-                                             drafting_s=0.0, target_s=forward - begin, verify_s=drawn - forward,
-                                             cache_s=time.perf_counter() - drawn))
-        if progress is not None:
-            progress.update(1)
-        if last in stop_tokens:
-            break
-    generation.text = pair.decode(generation.tokens)
-    return generation
-
-
-__all__ = ["BlockContext", "BlockPolicy", "BlockRecord", "DraftSide", "Generation", "ModelError", "SpeculativeDecoder",
-           "TreeLayout", "generate", "sample_target"]
+__all__ = ["BlockContext", "BlockPolicy", "SpeculativeDecoder", "generate"]

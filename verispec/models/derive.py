@@ -28,7 +28,8 @@ import numpy as np
 
 from verispec.errors import VerispecError
 from verispec.io import atomic_write_text
-from verispec.simulator.problems import Prefix, TabularProblem, problem_to_json, problem_to_npz
+from verispec.simulator.problem_files import problem_to_json, problem_to_npz
+from verispec.simulator.problems import Prefix, TabularProblem
 
 #: Most derived prefixes (target rows) a derivation computes: each costs the models' conditionals there.
 MAX_DERIVED_PREFIXES = 200_000

@@ -277,7 +277,7 @@ def join_parts(parts: Sequence[Path | str | tuple[Path | str, str]], out_path: P
 # --- conversion ----------------------------------------------------------------------------------------------------
 
 #: How the missing-package message spells a package for pip (an unpinned torch pulls a multi-GB CUDA build).
-_PIP_NAMES = {"torch": "'torch==2.13.0'"}
+PIP_NAMES = {"torch": "'torch==2.13.0'"}
 
 
 def _require_conversion_packages() -> None:
@@ -286,7 +286,7 @@ def _require_conversion_packages() -> None:
                if importlib.util.find_spec(name) is None]
     if missing:
         raise VerispecError(f"converting a GGUF model needs {', '.join(missing)}, not installed: "
-                            f"pip install {' '.join(_PIP_NAMES.get(name, name) for name in missing)}")
+                            f"pip install {' '.join(PIP_NAMES.get(name, name) for name in missing)}")
 
 
 def _check_logits(model, tokenizer):

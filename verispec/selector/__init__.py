@@ -17,7 +17,7 @@ from __future__ import annotations
 from verispec.lazy_names import lazy_names
 
 _LAZY = {
-    # numpy-backed: loaded on first use too, so that the command line's parser (verispec.selector.command) starts
+    # numpy-backed: loaded on first use too, so that the command line's parser (verispec.cli.selector) starts
     # without numpy
     **dict.fromkeys(("PAPER_GRID", "Action", "ActionGrid", "SelectorError", "action_times", "max_action_tree"),
                     "verispec.selector.actions"),

@@ -46,7 +46,7 @@ def _count(value, what: str, *, least: int) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _drafter(spec: str):
-    from verispec.simulator.drafters import parse_tree
+    from verispec.simulator.tree_specs import parse_tree
 
     return parse_tree(spec)
 

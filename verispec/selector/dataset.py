@@ -13,46 +13,22 @@ every 16 tokens of offline decoding traces, each labelled with its Eq. 3 estimat
 * Its *labels* (``verispec.selector.labels``) are computed on the problem continued after the whole context
   (for a pair: a ``ModelProblem``; for a synthetic root: the problem shifted by its prefix).
 
-``build_dataset`` runs through the sweep machinery: every root's row is kept in a ``ResultStore``
-(``OUT.roots.json``) keyed on the root and recording every other parameter (grid, method, samples, seed,
-epsilon, latency, features), so an interrupted or extended build computes only the roots it lacks and never
-holds a root twice. Synthetic roots run serially, on local processes, or on a Dask or Ray cluster; roots of a
-pair run in this process (the pair is loaded once). The dataset itself (``Dataset.save``) is one ``.npz`` file,
-written atomically:
-
-    metadata        0-d unicode array: JSON of {"format", "version", "grid", "feature_names", "pair",
-                    "tokenizer", "vocab_size", "samplings", "method", "samples", "seed", "epsilon", "latency",
-                    "verispec", "roots"}
-    features        [N, F] float64     (F = len(feature_names))
-    efficiency      [N, A] float64     E[tau + 1] per root and action (A = len(grid))
-    stderr          [N, A] float64     standard error (0 for exact and certified labels; NaN for one sample)
-    lower, upper    [N, A] float64     (see ``verispec.selector.labels.LabelSet``)
-    group           [N] unicode        prompt or problem of the root (split by group)
-    setting         [N] int64          index into metadata["samplings"]
-    context_length  [N] int64          tokens of the context, root included
-    label_method    [N] unicode        how each root was labelled ("exact", "certified", "conditional")
-    key             [N] unicode        the root's store key (its JSON description)
-    per_sample      [N, S, A] float64  optional: the conditional estimator's value of each of its S sampled trees
-                                       (NaN rows for exact and certified roots); what lets an evaluation choose
-                                       an action on some trees and score it on the others (the cross-fitted
-                                       oracle), since the best of noisy labels, scored on themselves, is biased
-                                       upward
-    hidden.NAME     [N, d] float32     optional (``build_dataset(hidden=True)``, a pair's roots): the last layer's
-                                       hidden states at the root, named as decoding's ``BlockContext.hidden``:
-                                       target_prev (the target at the token before the root), draft_prev and
-                                       draft_root (the draft there and at the root)
+``build_dataset`` runs through the study's executor and save loop (``verispec.study.executor``): every root's
+row is kept in a ``ResultStore`` (``OUT.roots.json``) keyed on the root and recording every other parameter
+(grid, method, samples, seed, epsilon, latency, features), so an interrupted or extended build computes only the
+roots it lacks and never holds a root twice. Synthetic roots run serially, on local processes, or on a Dask or
+Ray cluster; roots of a pair run in this process (the pair is loaded once). The dataset is one ``.npz`` file
+(``verispec.selector.dataset_file``), written atomically.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import hashlib
 import json
 import math
 import sys
 import time
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,34 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import ProblemTooLargeError, ResultStoreError, VerispecError, describe
-from verispec.io import OutputKind, ResultStore, atomic_output, check_output, check_output_file, check_zip_sizes
+from verispec.io import ResultStore, check_output, check_output_file
 from verispec.models.sampling import Sampling
+from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
 from verispec.simulator.problems import Problem, ShiftedProblem
-
-#: The ``format`` recorded in a dataset file's metadata, and its version.
-DATASET_FORMAT = "verispec selector dataset"
-DATASET_VERSION = 1
 
 #: Label methods ``build_dataset`` accepts ("auto": exact for synthetic roots, falling back to conditional where
 #: the exact engine refuses, and conditional for the roots of a pair).
 BUILD_METHODS = ("auto", "exact", "certified", "conditional")
-
-#: The arrays of a dataset file, with their ranks.
-ARRAYS = {"features": 2, "efficiency": 2, "stderr": 2, "lower": 2, "upper": 2, "group": 1, "setting": 1,
-          "context_length": 1, "label_method": 1, "key": 1}
-
-#: Most bytes a dataset file's arrays may take uncompressed, checked from the archive before anything is read:
-#: the paper's scale (10^4 roots, 324 actions: four label arrays and per-tree labels) with Qwen's hidden states
-#: takes some 0.4 GB.
-MAX_DATASET_BYTES = 2 << 30
-
-#: Seconds between saves of the row store while roots arrive (and always at the end, or on an interruption).
-SAVE_EVERY = 2.0
-
-
-class DatasetError(VerispecError):
-    """A dataset that cannot be built, read or used as asked (one line; the CLI exits with status 2)."""
-
 
 # --- roots ------------------------------------------------------------------------------------------------------
 
@@ -205,7 +161,7 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
     decoding again (a trace of the 1.5B target on a CPU is about 0.5 s a token). ``progress``: a tqdm bar."""
     from tqdm import tqdm
 
-    from verispec.models.decoding import sample_target
+    from verispec.models.generation import sample_target
 
     named = _named_prompts(prompts)
     samplings = _check_samplings(samplings)
@@ -242,11 +198,12 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
 
 def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperature: float = 1.0,
                     concentration: float = 1.0, prefix_length: int = 2, roots_per_seed: int = 1) -> list[Root]:
-    """Roots of the sweep's synthetic families (``verispec.sweep.FAMILIES``): for each seed, the problem of
-    ``verispec.sweep.build_problem`` with these knobs (``divergence`` may be a sequence, cycled over the seeds),
+    """Roots of the sweep's synthetic families (``verispec.study.grid.FAMILIES``): for each seed, the problem of
+    ``verispec.study.cells.build_problem`` with these knobs (``divergence`` may be a sequence, cycled over the seeds),
     and ``roots_per_seed`` prefixes of ``prefix_length`` tokens drawn from its target law (a stream derived from
     the seed). The group of a root is its problem ('family/V=3/seed=7'); its sampling is the temperature knob."""
-    from verispec.sweep import FAMILIES, SweepError, build_problem
+    from verispec.study.cells import build_problem
+    from verispec.study.grid import FAMILIES
 
     if family not in FAMILIES:
         raise DatasetError(f"unknown synthetic family {family!r}; use one of {', '.join(FAMILIES)}")
@@ -268,7 +225,7 @@ def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperatu
                 "temperature": float(temperature), "concentration": float(concentration), "seed": int(seed)}
         try:
             problem = build_problem(cell, prefix_length)
-        except (SweepError, VerispecError) as error:
+        except VerispecError as error:  # SweepError included
             raise DatasetError(f"synthetic roots of {family} seed {seed}: {error}") from None
         rng = np.random.default_rng(_derived_seed("synthetic roots", cell))
         for _ in range(roots_per_seed):
@@ -298,7 +255,7 @@ def root_problem(root: Root, depth: int, pair=None) -> tuple[Problem, np.ndarray
         base.prepare([(), last])
         return (ShiftedProblem(base, last), np.asarray(base.target(())), np.asarray(base.draft(())),
                 np.asarray(base.draft(last)))
-    from verispec.sweep import build_problem
+    from verispec.study.cells import build_problem
 
     prefix = root.context
     base = build_problem(dict(root.problem), len(prefix) + depth)
@@ -390,194 +347,6 @@ def label_tasks(tasks: list[dict]) -> list[dict]:
     return [_label_task(task) for task in tasks]
 
 
-# --- the dataset ----------------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Dataset:
-    """Labelled roots (arrays as in the module docstring) and the metadata of their build."""
-
-    features: np.ndarray
-    efficiency: np.ndarray
-    stderr: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    group: np.ndarray
-    setting: np.ndarray
-    context_length: np.ndarray
-    label_method: np.ndarray
-    key: np.ndarray
-    metadata: dict
-    per_sample: np.ndarray | None = None
-    hidden: dict[str, np.ndarray] | None = None
-
-    def __post_init__(self):
-        for name in ("features", "efficiency", "stderr", "lower", "upper"):
-            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
-        for name in ("setting", "context_length"):
-            setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64))
-        for name in ("group", "label_method", "key"):
-            setattr(self, name, np.asarray(getattr(self, name), dtype=str))
-        count = len(self.key)
-        if count == 0:
-            raise DatasetError("the dataset is empty (no root); build it from at least one root")
-        for name, rank in ARRAYS.items():
-            array = getattr(self, name)
-            if array.ndim != rank or array.shape[0] != count:
-                raise DatasetError(f"dataset array {name!r} has shape {array.shape}; expected {rank} dimension(s) "
-                                   f"with {count} rows")
-        actions, names = len(self.grid), self.metadata.get("feature_names") or []
-        if self.features.shape[1] != len(names):
-            raise DatasetError(f"the dataset has {self.features.shape[1]} feature columns for {len(names)} feature "
-                               "names")
-        for name in ("efficiency", "stderr", "lower", "upper"):
-            if getattr(self, name).shape[1] != actions:
-                raise DatasetError(f"dataset array {name!r} has {getattr(self, name).shape[1]} columns for the "
-                                   f"{actions} actions of its grid")
-        bad = ~np.isfinite(self.features).all(axis=1)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise DatasetError(f"the dataset holds NaN or infinite features (root {row} of group "
-                               f"{self.group[row]!r}; an all-masked top-k row gives NaN)")
-        if not np.isfinite(self.efficiency).all():
-            raise DatasetError("the dataset holds NaN or infinite labels")
-        if self.hidden is not None:
-            self.hidden = {str(name): np.asarray(block, dtype=np.float32) for name, block in self.hidden.items()}
-            for name, block in self.hidden.items():
-                if block.ndim != 2 or block.shape[0] != count:
-                    raise DatasetError(f"dataset hidden states {name!r} have shape {block.shape}; expected "
-                                       f"[{count}, d]")
-                if not np.isfinite(block).all():
-                    raise DatasetError(f"dataset hidden states {name!r} hold NaN or infinite values")
-        if self.per_sample is not None:
-            self.per_sample = np.asarray(self.per_sample, dtype=np.float64)
-            if self.per_sample.ndim != 3 or self.per_sample.shape[0] != count or self.per_sample.shape[2] != actions:
-                raise DatasetError(f"dataset array 'per_sample' has shape {self.per_sample.shape}; expected [{count}, "
-                                   f"S, {actions}]")
-        if len(set(self.key.tolist())) != count:
-            raise DatasetError("the dataset holds a root twice")
-        samplings = self.metadata.get("samplings") or []
-        if ((self.setting < 0) | (self.setting >= len(samplings))).any():
-            raise DatasetError(f"a root's setting index is outside the {len(samplings)} sampling settings")
-
-    def __len__(self) -> int:
-        return len(self.key)
-
-    @property
-    def grid(self):
-        """The action grid of the labels (``ActionGrid``)."""
-        from verispec.selector.actions import ActionGrid, SelectorError
-
-        try:
-            return ActionGrid.from_dict(self.metadata.get("grid"))
-        except SelectorError as error:
-            raise DatasetError(f"the dataset's grid cannot be read: {error}") from None
-
-    @property
-    def feature_names(self) -> tuple[str, ...]:
-        return tuple(self.metadata["feature_names"])
-
-    @property
-    def samplings(self) -> list[dict]:
-        return list(self.metadata.get("samplings") or [])
-
-    def subset(self, rows) -> Dataset:
-        """The roots selected by ``rows`` (a boolean mask or indices), with the same metadata (root count
-        updated)."""
-        rows = np.asarray(rows)
-        arrays = {name: getattr(self, name)[rows] for name in ARRAYS}
-        per_sample = None if self.per_sample is None else self.per_sample[rows]
-        hidden = None if self.hidden is None else {name: block[rows] for name, block in self.hidden.items()}
-        return Dataset(**arrays, metadata={**self.metadata, "roots": int(len(arrays["key"]))}, per_sample=per_sample,
-                       hidden=hidden)
-
-    def split(self, test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
-        """(train, test): whole groups (prompts, problems) go to one side, the groups shuffled with
-        ``numpy.random.default_rng(seed)``; the test side gets round(test_fraction G) groups, at least one and at
-        most G - 1 (G the groups)."""
-        if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or \
-                not 0 < test_fraction < 1:
-            raise DatasetError(f"test_fraction must lie in (0, 1), got {describe(test_fraction)}")
-        groups = np.unique(self.group)
-        if len(groups) < 2:
-            raise DatasetError(f"a split by group needs at least two groups; the dataset has {len(groups)} "
-                               f"({describe(groups.tolist()[:3])})")
-        order = np.random.default_rng(seed).permutation(len(groups))
-        count = min(len(groups) - 1, max(1, int(round(test_fraction * len(groups)))))
-        held = np.isin(self.group, groups[order[:count]])
-        return self.subset(~held), self.subset(held)
-
-    def save(self, path: str | Path) -> None:
-        """Write the dataset to ``path`` (.npz) atomically."""
-        arrays = {name: getattr(self, name) for name in ARRAYS}
-        if self.per_sample is not None:
-            arrays["per_sample"] = self.per_sample
-        for name, block in (self.hidden or {}).items():
-            arrays[f"hidden.{name}"] = block
-        check_output_file(path, "the dataset", example="dataset.npz")
-        with atomic_output(path) as temporary, open(temporary, "wb") as stream:
-            np.savez(stream, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays)
-
-    @classmethod
-    def load(cls, path: str | Path, grid=None) -> Dataset:
-        """Read a dataset file; refuse on one line (``DatasetError``) a missing, truncated or foreign file, an
-        empty dataset, NaN features, and, given ``grid``, a dataset labelled for another action grid."""
-        shown = repr(str(path))
-        try:
-            check_zip_sizes(path, limit=MAX_DATASET_BYTES, what=f"the dataset {shown}", error=DatasetError)
-            loaded = np.load(path, allow_pickle=False)
-            if not isinstance(loaded, np.lib.npyio.NpzFile):
-                raise DatasetError(f"{shown} is not a verispec selector dataset (a single array, not an .npz archive)")
-            with loaded as data:
-                names = set(data.files)
-                missing = sorted(({"metadata"} | set(ARRAYS)) - names)
-                if missing:
-                    raise DatasetError(f"{shown} is not a verispec selector dataset (no {', '.join(missing)})")
-                metadata = json.loads(str(data["metadata"]))
-                arrays = {name: data[name] for name in ARRAYS}
-                if "per_sample" in names:
-                    arrays["per_sample"] = data["per_sample"]
-                hidden = {name.removeprefix("hidden."): data[name] for name in sorted(names)
-                          if name.startswith("hidden.")}
-                if hidden:
-                    arrays["hidden"] = hidden
-        except DatasetError:
-            raise
-        except FileNotFoundError:
-            raise DatasetError(f"dataset file {shown} does not exist") from None
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile) as error:
-            raise DatasetError(f"cannot read the dataset {shown}: the file is truncated or not a verispec dataset "
-                               f"({type(error).__name__})") from None
-        if not isinstance(metadata, dict) or metadata.get("format") != DATASET_FORMAT:
-            raise DatasetError(f"{shown} is not a verispec selector dataset (its metadata names no "
-                               f"{DATASET_FORMAT!r} format)")
-        if metadata.get("version") != DATASET_VERSION:
-            raise DatasetError(f"{shown} is a dataset of format version {metadata.get('version')!r}; this verispec "
-                               f"reads version {DATASET_VERSION}")
-        try:
-            dataset = cls(**arrays, metadata=metadata)
-        except DatasetError as error:
-            raise DatasetError(f"dataset {shown}: {error}") from None
-        if grid is not None and grid.as_dict() != metadata.get("grid"):
-            raise DatasetError(f"dataset {shown} was labelled for the action grid {dataset.grid.describe()}, not "
-                               f"{grid.describe()}; build a dataset for this grid")
-        return dataset
-
-
-def is_dataset_file(path: str | Path) -> bool:
-    """Whether ``path`` holds a selector dataset ('verispec selector dataset' wrote it): its metadata's format."""
-    try:
-        check_zip_sizes(path, limit=MAX_DATASET_BYTES, what="the dataset", error=DatasetError)
-        with np.load(path, allow_pickle=False) as data:
-            return json.loads(str(data["metadata"])).get("format") == DATASET_FORMAT
-    except Exception:  # numpy and zipfile raise many kinds on a file that is not a dataset
-        return False
-
-
-#: What 'verispec selector dataset --out' writes (``verispec.io.check_output``).
-DATASET_FILE = OutputKind("verispec selector dataset", is_dataset_file, "dataset.npz")
-
-
 def check_dataset_output(out: str | Path, *, overwrite: bool = False) -> Path:
     """The row store of the dataset ``out``, after refusing on one line, before any work, an output that cannot be
     written or that is not this tool's: a file without its row store (a rerun could not resume it) or one that
@@ -594,14 +363,12 @@ def check_dataset_output(out: str | Path, *, overwrite: bool = False) -> Path:
 
 def trace_store_path(out: str | Path) -> Path:
     """Where ``verispec selector dataset`` keeps the finished traces of ``out``: ``OUT.traces.json``."""
-    out = Path(out)
-    return out.with_name(out.name + ".traces.json")
+    return Path(out).with_name(Path(out).name + ".traces.json")
 
 
 def store_path(out: str | Path) -> Path:
     """Where ``build_dataset`` keeps the rows of ``out`` while it runs: ``OUT.roots.json``."""
-    out = Path(out)
-    return out.with_name(out.name + ".roots.json")
+    return Path(out).with_name(Path(out).name + ".roots.json")
 
 
 def check_label_costs(roots: Sequence[Root], grid, method: str, *, pair=None, samples: int = 4,
@@ -609,7 +376,7 @@ def check_label_costs(roots: Sequence[Root], grid, method: str, *, pair=None, sa
     """Before the first root is labelled, what its labels cost at each kind of root (a synthetic family at its V,
     or a pair's vocabulary: ``ProblemShape``), by the engine's estimate of every action, summed
     (``label_estimates``), against what one root (a cell of the build) may take, ``MAX_CELL_SECONDS`` and
-    ``MAX_CELL_BYTES`` (``verispec.sweep``). Where it is out of reach, 'exact' and 'certified' are refused on one
+    ``MAX_CELL_BYTES`` (``verispec.study.cells``). Where it is out of reach, 'exact' and 'certified' are refused on one
     line naming the costliest action and the options to change, and 'auto' labels those roots conditional-exact
     at once (as it does where the engine refuses a tree) with a one-line ``note``: the default grid's deep chains
     at V = 3 ran for minutes and gigabytes a root before falling back, and certified labels of traversal on them
@@ -619,7 +386,7 @@ def check_label_costs(roots: Sequence[Root], grid, method: str, *, pair=None, sa
     from verispec.errors import ProblemTooLargeError
     from verispec.selector.labels import label_estimates
     from verispec.simulator.engine import ProblemShape, readable_cost
-    from verispec.sweep import MAX_CELL_BYTES, MAX_CELL_SECONDS, family_shape
+    from verispec.study.cells import MAX_CELL_BYTES, MAX_CELL_SECONDS, family_shape
 
     if method not in ("exact", "auto", "certified"):
         return set()
@@ -681,15 +448,67 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     ``hidden``: also keep each root's hidden states (``root_hidden``; a pair's roots only), in their own row
     store ``OUT.hidden.json`` (so a labelled build gains them without labelling again). Before the first root,
     exact labels out of a build's reach are refused ('exact') or labelled conditional-exact ('auto', with a
-    one-line ``note``): ``check_label_costs``."""
-    from tqdm import tqdm
-
-    from verispec.selector.actions import ActionGrid
+    one-line ``note``): ``check_label_costs``. The roots run through the study's executor and its one save loop
+    (``verispec.study.executor``: ``execute``, ``save_as_they_arrive``)."""
     from verispec.selector.features import SCALAR_FEATURES
-    from verispec.sweep import execute, worker_processes
-    from verispec.version import package_version
+    from verispec.study.executor import execute, save_as_they_arrive
+    from verispec.study.workers import worker_processes
 
     roots = list(roots)
+    _check_build(roots, grid, method, samples, seed, epsilon, latency, pair, hidden)
+    out = Path(out)
+    store_file = check_dataset_output(out, overwrite=overwrite)
+    settings = {"method": method, "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon),
+                "latency": latency.as_dict()}
+    parameters = {"kind": DATASET_FORMAT, "grid": grid.as_dict(), **settings, "feature_names": list(SCALAR_FEATURES)}
+    try:
+        store = ResultStore(store_file, parameters=parameters, overwrite=overwrite)
+    except ResultStoreError as error:
+        raise DatasetError(f"{error} (or pass overwrite to start over)") from None
+
+    keyed = dict((root.key(), root) for root in reversed(roots))  # the first of equal roots is kept, in order
+    keys = list(dict.fromkeys(root.key() for root in roots))
+    todo = [key for key in keys if not store.done(key)]
+    # the costliest root, before the first one is labelled: 'exact' refused, 'auto' conditional where out of reach
+    conditional = check_label_costs([keyed[key] for key in todo], grid, method, pair=pair, samples=int(samples),
+                                    note=note)
+
+    def method_of(root: Root) -> str:
+        kind = (root.pair, pair.vocab_size) if root.pair is not None else (root.problem["family"],
+                                                                            int(root.problem["vocab"]))
+        return "conditional" if kind in conditional else method
+
+    tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "method": method_of(keyed[key]),
+              **{name: value for name, value in settings.items() if name != "method"}}
+             for key in todo if keyed[key].kind == "synthetic"]
+    if tasks:
+        worker_processes(backend, jobs, address)  # refuses --address with a backend that runs here
+
+    def batches():
+        """The rows of the pair's roots, one at a time in this process, then the synthetic roots' batches."""
+        for key in todo:
+            if keyed[key].kind == "model":
+                row = label_root(keyed[key], grid, method=method_of(keyed[key]), samples=int(samples), seed=int(seed),
+                                 epsilon=float(epsilon), latency=latency, pair=pair)
+                yield [{"key": key, **row}]
+                # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
+                # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
+                # grew to 24 GB and was killed without this
+                gc.collect()
+        yield from execute(tasks, backend, jobs, address, label_tasks)
+
+    save_as_they_arrive(batches(), lambda row: row["key"], store.add_many, total=len(keys),
+                        done=len(keys) - len(todo), desc="dataset roots", progress=progress)
+    states = _hidden_states(keys, keyed, pair, out, overwrite, progress) if hidden else None
+    dataset = _dataset(keys, keyed, [store.rows[key] for key in keys], grid, settings, pair, states)
+    dataset.save(out)
+    return dataset
+
+
+def _check_build(roots: list[Root], grid, method: str, samples, seed, epsilon, latency, pair, hidden: bool) -> None:
+    """Refuse on one line, before anything is built, arguments of ``build_dataset`` it cannot use."""
+    from verispec.selector.actions import ActionGrid
+
     if not roots:
         raise DatasetError("the root set is empty; give at least one root (trace_roots or synthetic_roots)")
     for root in roots:
@@ -717,87 +536,35 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     if pairs and (pair is None or pairs != [pair.name]):
         raise DatasetError(f"the roots come from the pair(s) {', '.join(pairs)}; pass that one pair (got "
                            f"{'none' if pair is None else repr(pair.name)})")
-    out = Path(out)
-    store_file = check_dataset_output(out, overwrite=overwrite)
-    parameters = {"kind": DATASET_FORMAT, "grid": grid.as_dict(), "method": method, "samples": int(samples),
-                  "seed": int(seed), "epsilon": float(epsilon), "latency": latency.as_dict(),
-                  "feature_names": list(SCALAR_FEATURES)}
-    try:
-        store = ResultStore(store_file, parameters=parameters, overwrite=overwrite)
-    except ResultStoreError as error:
-        raise DatasetError(f"{error} (or pass overwrite to start over)") from None
 
-    keyed = dict((root.key(), root) for root in reversed(roots))  # the first of equal roots is kept, in order
-    keys = list(dict.fromkeys(root.key() for root in roots))
-    todo = [key for key in keys if not store.done(key)]
-    # the costliest root, before the first one is labelled: 'exact' refused, 'auto' conditional where out of reach
-    conditional = check_label_costs([keyed[key] for key in todo], grid, method, pair=pair, samples=int(samples),
-                                    note=note)
 
-    def method_of(root: Root) -> str:
-        kind = (root.pair, pair.vocab_size) if root.pair is not None else (root.problem["family"],
-                                                                            int(root.problem["vocab"]))
-        return "conditional" if kind in conditional else method
+def _dataset(keys: list[str], keyed: dict, rows: list[dict], grid, settings: dict, pair, states) -> Dataset:
+    """The dataset of the stored ``rows`` of the roots ``keys`` (in that order), with the metadata of its build:
+    ``settings`` (method, samples, seed, epsilon, latency), the pair's name and tokenizer, the sampling settings."""
+    from verispec.selector.features import SCALAR_FEATURES
+    from verispec.version import package_version
 
-    tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "method": method_of(keyed[key]),
-              "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon), "latency": latency.as_dict()}
-             for key in todo if keyed[key].kind == "synthetic"]
-    if tasks:
-        worker_processes(backend, jobs, address)  # refuses --address with a backend that runs here
-    in_process = [key for key in todo if keyed[key].kind == "model"]
-    pending: dict[str, dict] = {}
-    last = time.monotonic()
-    with tqdm(total=len(keys), initial=len(keys) - len(todo), desc="dataset roots", disable=not progress,
-              file=sys.stderr) as bar:
-        def arrived(rows):
-            nonlocal pending, last
-            for row in rows:
-                pending[row["key"]] = {name: value for name, value in row.items() if name != "key"}
-            bar.update(len(rows))
-            if time.monotonic() - last >= SAVE_EVERY:
-                store.add_many(pending)
-                pending, last = {}, time.monotonic()
-
-        try:
-            for key in in_process:
-                row = label_root(keyed[key], grid, method=method_of(keyed[key]), samples=int(samples),
-                                 seed=int(seed), epsilon=float(epsilon), latency=latency, pair=pair)
-                arrived([{"key": key, **row}])
-                # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
-                # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
-                # grew to 24 GB and was killed without this
-                gc.collect()
-            with contextlib.closing(execute(tasks, backend, jobs, address, label_tasks)) as batches:
-                for rows in batches:
-                    arrived(rows)
-        finally:
-            if pending:
-                store.add_many(pending)
     samplings: list[dict] = []
     for key in keys:
         setting = _sampling_dict(keyed[key].sampling)
         if setting not in samplings:
             samplings.append(setting)
-    rows = [store.rows[key] for key in keys]
-    states = _hidden_states(keys, keyed, pair, out, overwrite, progress) if hidden else None
-    vocab_sizes = sorted({pair.vocab_size} if pairs else {int(keyed[key].problem["vocab"]) for key in keys})
-    tokenizer = getattr(getattr(pair, "tokenizer", None), "name_or_path", None) if pairs else None
+    from_pair = any(keyed[key].pair is not None for key in keys)
+    vocab_sizes = sorted({pair.vocab_size} if from_pair else {int(keyed[key].problem["vocab"]) for key in keys})
+    tokenizer = getattr(getattr(pair, "tokenizer", None), "name_or_path", None) if from_pair else None
     metadata = {"format": DATASET_FORMAT, "version": DATASET_VERSION, "grid": grid.as_dict(),
-                "feature_names": list(SCALAR_FEATURES), "pair": pairs[0] if pairs else None, "tokenizer": tokenizer,
-                "vocab_size": vocab_sizes[0] if len(vocab_sizes) == 1 else None, "samplings": samplings,
-                "method": method, "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon),
-                "latency": latency.as_dict(), "verispec": package_version(), "roots": len(keys),
+                "feature_names": list(SCALAR_FEATURES), "pair": pair.name if from_pair else None,
+                "tokenizer": tokenizer, "vocab_size": vocab_sizes[0] if len(vocab_sizes) == 1 else None,
+                "samplings": samplings, **settings, "verispec": package_version(), "roots": len(keys),
                 "families": sorted({keyed[key].problem["family"] for key in keys if keyed[key].problem}),
                 "label_seconds": float(sum(row.get("seconds", 0.0) for row in rows))}
-    dataset = Dataset(features=[row["features"] for row in rows], efficiency=[row["efficiency"] for row in rows],
-                      stderr=[row["stderr"] for row in rows], lower=[row["lower"] for row in rows],
-                      upper=[row["upper"] for row in rows], group=[row["group"] for row in rows],
-                      setting=[samplings.index(_sampling_dict(keyed[key].sampling)) for key in keys],
-                      context_length=[row["context_length"] for row in rows],
-                      label_method=[row["label_method"] for row in rows], key=keys, metadata=metadata,
-                      per_sample=_per_sample(rows, len(grid)), hidden=states)
-    dataset.save(out)
-    return dataset
+    return Dataset(features=[row["features"] for row in rows], efficiency=[row["efficiency"] for row in rows],
+                   stderr=[row["stderr"] for row in rows], lower=[row["lower"] for row in rows],
+                   upper=[row["upper"] for row in rows], group=[row["group"] for row in rows],
+                   setting=[samplings.index(_sampling_dict(keyed[key].sampling)) for key in keys],
+                   context_length=[row["context_length"] for row in rows],
+                   label_method=[row["label_method"] for row in rows], key=keys, metadata=metadata,
+                   per_sample=_per_sample(rows, len(grid)), hidden=states)
 
 
 def _hidden_states(keys: list[str], keyed: dict, pair, out: Path, overwrite: bool, progress: bool) -> dict:
@@ -828,6 +595,6 @@ def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
     return out
 
 
-__all__ = ["BUILD_METHODS", "DATASET_FORMAT", "HIDDEN_NAMES", "Dataset", "DatasetError", "Root", "ShiftedProblem",
-           "build_dataset", "check_label_costs", "label_root", "label_tasks", "root_hidden", "root_problem",
-           "sampling_text", "store_path", "synthetic_roots", "trace_roots", "trace_store_path"]
+__all__ = ["BUILD_METHODS", "HIDDEN_NAMES", "Root", "build_dataset", "check_dataset_output", "check_label_costs",
+           "label_root", "label_tasks", "root_hidden", "root_problem", "sampling_text", "store_path", "synthetic_roots",
+           "trace_roots", "trace_store_path"]

@@ -47,6 +47,7 @@ import numpy as np
 
 from verispec import backend
 from verispec.errors import ProblemTooLargeError, VerispecError
+from verispec.limits import MAX_DECODE_NODES
 from verispec.simulator.chooser import RandomChooser
 from verispec.simulator.laws import check_emission_laws
 from verispec.simulator.problems import Problem
@@ -130,10 +131,10 @@ def comb_layout(grid) -> tuple[int, tuple[int, ...], int, int]:
     return (max(points), points, max(action.k for action in actions), max(action.l2 for action in actions))
 
 
-#: Most nodes (root included) of one comb: the limit of a decoded tree (verispec.models.decoding.MAX_DECODE_NODES,
-#: repeated so that labels do not import torch), for the same reason: a model problem feeds the whole comb to the
-#: target in one forward pass with an n x n mask. The paper's grid needs 1 + 8 + 9 x 4 x 8 = 297 nodes.
-MAX_COMB_NODES = 4096
+#: Most nodes (root included) of one comb: the limit of a decoded tree, for the same reason: a model problem feeds
+#: the whole comb to the target in one forward pass with an n x n mask. The paper's grid needs 1 + 8 + 9 x 4 x 8 =
+#: 297 nodes.
+MAX_COMB_NODES = MAX_DECODE_NODES
 
 
 def comb_nodes(grid) -> int:

@@ -11,15 +11,17 @@ from verispec.lazy_names import lazy_names
 _EXPORTS = {
     "Chooser": "chooser", "RandomChooser": "chooser", "enumerate_law": "chooser",
     "BranchingDrafter": "drafters", "ChainDrafter": "drafters", "DelayedDrafter": "drafters", "Drafter": "drafters",
-    "DraftLaw": "drafters", "DySpecDrafter": "drafters", "GreedyDrafter": "drafters", "HubDrafter": "drafters",
-    "RootIIDDrafter": "drafters", "parse_tree": "drafters",
+    "DraftLaw": "drafters", "RootIIDDrafter": "drafters",
+    "DySpecDrafter": "own_law_drafters", "GreedyDrafter": "own_law_drafters", "HubDrafter": "own_law_drafters",
+    "parse_tree": "tree_specs",
     "DEFAULT_TOLERANCE": "engine", "ExactResult": "engine", "analyze": "engine",
     "NodeSolver": "interfaces", "Verifier": "interfaces",
     "OutputLaw": "laws",
+    "random_context_free_problem": "generators", "random_markov_problem": "generators", "random_problem": "generators",
+    "sun_toy_problem": "generators",
+    "load_problem": "problem_files", "problem_from_json": "problem_files", "problem_to_json": "problem_files",
     "ContextFreeProblem": "problems", "MarkovProblem": "problems", "Problem": "problems", "TabularProblem": "problems",
-    "load_problem": "problems", "problem_from_json": "problems", "problem_to_json": "problems",
-    "random_context_free_problem": "problems", "random_markov_problem": "problems", "random_problem": "problems",
-    "sun_toy_problem": "problems", "target_law": "problems",
+    "target_law": "problems",
     "DraftTree": "trees", "TreeBatch": "trees", "TreeBuilder": "trees", "shape_from_paths": "trees",
 }
 

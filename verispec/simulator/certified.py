@@ -352,10 +352,10 @@ def certify(problem: Problem, drafter, verifier: Verifier, epsilon: float, *, ma
     epsilon: ``reached`` is False and ``note`` says why); before that a ``ProblemTooLargeError`` or
     ``AnalysisTimeoutError`` says so. The whole-tree search returns its bounds so far at the deadline (they hold
     at any moment) and refuses past ``max_outcomes``."""
-    from verispec.simulator.engine import _as_drafter, _as_problem, _as_verifier, check_compatible, check_deadline
+    from verispec.simulator.engine import as_drafter, as_problem, as_verifier, check_compatible, check_deadline
 
-    problem, drafter = _as_problem(problem), _as_drafter(drafter)
-    verifier = _as_verifier(verifier)  # names are resolved a layer up: verispec.certify
+    problem, drafter = as_problem(problem), as_drafter(drafter)
+    verifier = as_verifier(verifier)  # names are resolved a layer up: verispec.certify
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
         raise VerispecError(f"epsilon must be a positive number, got {epsilon!r}")
     for name, value in (("max_rows", max_rows), ("max_outcomes", max_outcomes)):
@@ -387,9 +387,9 @@ def estimate_certify(problem: Problem, drafter, verifier: Verifier, *, max_outco
     draft outcome, and at most ``max_outcomes`` of them (at ``WHOLE_TREE_SECONDS`` each), fewer where the
     draft's mass sits on a few trees. Raises what the exact walk's size checks raise (the certified walk may
     still run: it explores by mass)."""
-    from verispec.simulator.engine import AnalysisEstimate, _as_drafter, estimate_analysis
+    from verispec.simulator.engine import AnalysisEstimate, as_drafter, estimate_analysis
 
-    drafter = _as_drafter(drafter)
+    drafter = as_drafter(drafter)
     if verifier.node_solver is not None and drafter.iid_branching is not None:
         estimate = estimate_analysis(problem, drafter, verifier, "dp-metrics")
         return AnalysisEstimate("certified walk", estimate.seconds, estimate.bytes)
@@ -468,16 +468,11 @@ class _Replay:
         return self.categorical(np.array([1.0 - prob, prob])) == 1
 
 
-def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: float, *,
-                        max_outcomes: int = 200_000, progress: bool = False) -> CertifiedResult:
-    """Best-first enumeration of complete draft trees (see the module docstring)."""
-    from verispec.simulator.laws import check_emission_laws
-    from verispec.simulator.trees import DraftTree
+def _check_replay_cost(drafter, max_outcomes: int) -> None:
+    """ProblemTooLargeError when the whole-tree search could replay more than ``MAX_REPLAYED_DECISIONS`` draws.
 
-    start = time.perf_counter()
-    depth = drafter.depth
-    # Each step replays the drafter from the root up to its next choice, so the first complete tree alone costs
-    # about D^2 / 2 replayed decisions, D <= max_nodes the decisions of one tree (every draw adds a node).
+    Each step replays the drafter from the root up to its next choice, so the first complete tree alone costs
+    about D^2 / 2 replayed decisions, D <= max_nodes the decisions of one tree (every draw adds a node)."""
     decisions = drafter.max_nodes
     replayed = decisions * decisions / 2 + max_outcomes * decisions
     if replayed > MAX_REPLAYED_DECISIONS:
@@ -487,6 +482,26 @@ def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: 
             f"its first tree, {decisions:,} for each later one of up to {max_outcomes:,}), above the limit of "
             f"10^{math.log10(MAX_REPLAYED_DECISIONS):.0f}; use a smaller tree or fewer max_outcomes, or a "
             "node-solver verifier on an i.i.d. tree (the certified walk)")
+
+
+def _node_masses(problem: Problem, shape, verifier: Verifier) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's depth [n] and the mass the verifier emits at it [n] on the complete draft tree ``shape``, its
+    emission laws checked first."""
+    from verispec.simulator.laws import check_emission_laws
+    from verispec.simulator.trees import DraftTree
+
+    batch = DraftTree.from_shape(problem, shape).as_batch()
+    laws = verifier.emission_laws(batch)
+    check_emission_laws(verifier.name, batch, laws)
+    return np.asarray(batch.depth), np.asarray(laws, dtype=np.float64)[0].sum(axis=-1)
+
+
+def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: float, *,
+                        max_outcomes: int = 200_000, progress: bool = False) -> CertifiedResult:
+    """Best-first enumeration of complete draft trees (see the module docstring)."""
+    start = time.perf_counter()
+    depth = drafter.depth
+    _check_replay_cost(drafter, max_outcomes)
     tau = np.zeros(depth + 1)
     explored = 0.0
     outcomes = 0
@@ -529,11 +544,8 @@ def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: 
                 raise ProblemTooLargeError(f"the certified tree search needs over {max_outcomes:,} draft trees for "
                                            f"width {epsilon:g}; use a node-solver verifier on an i.i.d. tree, a "
                                            "smaller tree, or a larger epsilon")
-            batch = DraftTree.from_shape(problem, shape).as_batch()
-            laws = verifier.emission_laws(batch)
-            check_emission_laws(verifier.name, batch, laws)
-            node_mass = np.asarray(laws, dtype=np.float64)[0].sum(axis=-1)              # [n]
-            np.add.at(tau, np.asarray(batch.depth), mass * node_mass)
+            node_depth, node_mass = _node_masses(problem, shape, verifier)              # [n], [n]
+            np.add.at(tau, node_depth, mass * node_mass)
             explored += mass
             continue
         # a parent holding children: expand its rank-th child, and keep the parent for the next one

@@ -11,7 +11,7 @@ A *procedure* is an ordinary Python function that makes every random decision th
 ``enumerate_law`` runs the procedure once for every sequence of decisions with positive probability
 (its *choice traces*) and sums the probability of each returned outcome. This is the exhaustive check a
 researcher gets for a new rule without deriving its law by hand, and the independent second derivation
-that every shipped closed-form law is tested against (see ../DESIGN.md, "Generic enumeration").
+that every shipped closed-form law is tested against.
 
 The procedure must be deterministic given its decisions (no other source of randomness, no state that
 survives between calls): the enumerator replays it from the start for every trace.

@@ -1,7 +1,7 @@
 """Dynamic programming for top-down walks of node-local solvers on i.i.d.-structured draft trees.
 
-Whole-tree enumeration costs V^(draws) outcomes. For a top-down walk (reference, "Trees") the law
-factorises (DESIGN.md, "Scale"): a node with context u reached by m i.i.d. paths gets a child list of
+Whole-tree enumeration costs V^(draws) outcomes. For a top-down walk (docs/reference.md, "Trees") the law
+factorises: a node with context u reached by m i.i.d. paths gets a child list of
 n = m * b_(depth+1) i.i.d. draws from q(.|u), and the subtree under a child t drawn k times depends only on
 (u t, k). So the walk is a Markov chain on states (context, multiplicity):
 
@@ -40,7 +40,8 @@ from tqdm import tqdm
 from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
 from verispec.simulator.interfaces import NodeSolver
-from verispec.simulator.problems import Problem, log_add, log_prefix_count, readable_count
+from verispec.simulator.problems import Problem
+from verispec.sizes import log_add, log_prefix_count, readable_count
 
 #: Rows (kernel, draw tuple) handed to the solver at once; bounds the DP's working memory. Chunks of a few
 #: MB stay in cache: 2^15 rows ran the Markov benchmark (V = 16) in 0.55 s where 2^18 took 0.85 s.

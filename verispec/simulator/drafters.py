@@ -4,17 +4,21 @@ Each drafter is written once as a sampling procedure against a ``Chooser`` (``dr
 with an explicit numpy Generator and ``outcomes`` enumerates every tree with its exact probability
 (identical trees merged), through the generic enumerator of ``verispec.simulator.chooser``.
 
-Tree specifications (``parse_tree``): ``chain:L``, ``iid:K,L``, ``delayed:K,L1,L2``, ``branch:b1,..,bD``
-(siblings drawn without replacement), ``branch-iid:b1,..,bD`` (siblings i.i.d.), ``hub`` and ``hub-tree:L``
-(SpecHub's hub pairs), ``greedy:K`` and ``greedy-tree:K,L`` (Hu et al.'s greedy drafts), ``dyspec:N``
-(DySpec's dynamic tree of N drafted nodes), and two paths whose tokens are NOT drawn from the q handed to the
-verifier, as production code often does (trap 8 of the reference): ``argmax-chain:L`` (each token is the argmax
-of q, a greedy assistant) and ``topk-chain:k,L`` (each token is drawn from q restricted to its k best tokens and
-renormalised). No built-in rule is valid for those two; they exist to check verification code written elsewhere
-(``verispec check-external``), which may or may not account for how its drafts were drawn.
+Tree specifications (``parse_tree``, in ``verispec.simulator.tree_specs``): ``chain:L``, ``iid:K,L``,
+``delayed:K,L1,L2``, ``branch:b1,..,bD`` (siblings drawn without replacement), ``branch-iid:b1,..,bD`` (siblings
+i.i.d.), ``hub`` and ``hub-tree:L`` (SpecHub's hub pairs), ``greedy:K`` and ``greedy-tree:K,L`` (Hu et al.'s greedy
+drafts), ``dyspec:N`` (DySpec's dynamic tree of N drafted nodes), and two paths whose tokens are NOT drawn from the
+q handed to the verifier, as production code often does (trap 8 of docs/reference.md): ``argmax-chain:L`` (each
+token is the argmax of q, a greedy assistant) and ``topk-chain:k,L`` (each token is drawn from q restricted to its k
+best tokens and renormalised). No built-in rule is valid for those two; they exist to check verification code
+written elsewhere (``verispec check-external``), which may or may not account for how its drafts were drawn.
 
 Each drafter declares the *draft laws* it satisfies; verifiers declare the laws they are valid for, and
 pairing a verifier with a drafter outside them is an ``IncompatibleDraftError``.
+
+Here: the draft laws, the ``Drafter`` contract and the drafters of paths, delayed trees and branching trees; the
+drafters with draft laws of their own (hub pairs, greedy drafts, DySpec) are in
+``verispec.simulator.own_law_drafters``.
 """
 
 from __future__ import annotations
@@ -22,15 +26,15 @@ from __future__ import annotations
 import enum
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from verispec.errors import UnknownTreeError, describe
+from verispec.limits import MAX_TREE_PARAMETER
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES, Chooser, RandomChooser, enumerate_law
 from verispec.simulator.problems import Problem
-from verispec.simulator.ranking import best_index_with_ties, hub_token, top_tokens, without_tokens
+from verispec.simulator.ranking import top_tokens, without_tokens
 from verispec.simulator.slots import SlotPlan
 from verispec.simulator.trees import DraftTree, TreeBuilder, TreeShape
 
@@ -149,7 +153,7 @@ class Drafter(ABC):
 SIZE_CAP = 10**18
 
 
-def _exp(value: float) -> float:
+def exp_or_inf(value: float) -> float:
     """exp(value), inf instead of OverflowError (size estimates of absurd trees)."""
     return math.exp(value) if value < 700 else math.inf
 
@@ -163,12 +167,9 @@ def _draw_path(problem: Problem, chooser: Chooser, builder: TreeBuilder, node: i
     return node, prefix
 
 
-#: Largest tree parameter (and depth) accepted: far beyond any tree an exact analysis can handle, small
-#: enough that sizes computed from it stay ordinary integers.
-MAX_TREE_PARAMETER = 10**6
-
-
-def _check_counts(kind: str, **counts: int):
+def check_tree_parameters(kind: str, **counts: int):
+    """UnknownTreeError unless every named parameter of a ``kind`` tree is an integer from its minimum (1 for K and
+    b, else 0) to MAX_TREE_PARAMETER."""
     for name, value in counts.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
             raise UnknownTreeError(f"{kind}: {name} must be an integer, got {describe(value)}")
@@ -187,7 +188,7 @@ class ChainDrafter(Drafter):
     length: int
 
     def __post_init__(self):
-        _check_counts("chain", L=self.length)
+        check_tree_parameters("chain", L=self.length)
 
     @property
     def spec(self) -> str:
@@ -255,7 +256,7 @@ class TopKChainDrafter(ChainDrafter):
     k: int = 1
 
     def __post_init__(self):
-        _check_counts("topk-chain", K=self.k, L=self.length)
+        check_tree_parameters("topk-chain", K=self.k, L=self.length)
 
     @property
     def spec(self) -> str:
@@ -282,7 +283,7 @@ class TopKChainDrafter(ChainDrafter):
 @dataclass(frozen=True)
 class DelayedDrafter(Drafter):
     """Delayed tree expansion (Thomas et al. 2026, arXiv 2602.16994): one trunk of L1 tokens drawn from q,
-    then K i.i.d. paths of L2 tokens from the trunk's end. Trunk nodes have exactly one child (reference,
+    then K i.i.d. paths of L2 tokens from the trunk's end. Trunk nodes have exactly one child (docs/reference.md,
     trap 7). ``iid:K,L`` is ``delayed:K,0,L``."""
 
     branches: int
@@ -291,8 +292,8 @@ class DelayedDrafter(Drafter):
 
     def __post_init__(self):
         if self.trunk == 0:  # the spec reads iid:K,L
-            _check_counts("iid", K=self.branches, L=self.tail)
-        _check_counts("delayed", K=self.branches, L1=self.trunk, L2=self.tail)
+            check_tree_parameters("iid", K=self.branches, L=self.tail)
+        check_tree_parameters("delayed", K=self.branches, L1=self.trunk, L2=self.tail)
 
     @property
     def spec(self) -> str:
@@ -387,7 +388,7 @@ class BranchingDrafter(Drafter):
             raise UnknownTreeError(f"{kind}: depth {len(self.branching)} is absurdly large; the limit is "
                                    f"{MAX_TREE_PARAMETER}")
         for value in self.branching:
-            _check_counts(kind, b=value)
+            check_tree_parameters(kind, b=value)
 
     def check_problem(self, problem: Problem) -> None:
         """Without replacement, a node cannot get more distinct children than there are tokens."""
@@ -449,7 +450,7 @@ class BranchingDrafter(Drafter):
         else:
             per_parent = [math.log(math.perm(vocab_size, min(b, vocab_size)) + 1) for b in self.branching]
         parents = [0.0] + self._log_level_sizes()[:-1]
-        return sum(_exp(count) * choice for count, choice in zip(parents, per_parent))
+        return sum(exp_or_inf(count) * choice for count, choice in zip(parents, per_parent))
 
     def slot_plan(self) -> SlotPlan:
         levels, frontier = [], [0]
@@ -492,278 +493,3 @@ def _draw_without_replacement(chooser: Chooser, q: np.ndarray, count: int) -> li
         tokens.append(token)
         remaining[token] = 0 * remaining[token]
     return tokens
-
-
-# --------------------------------------------------------------------------------------------------
-# Drafters with their own draft laws: SpecHub's hub pairs, Hu et al.'s greedy drafts, DySpec's dynamic tree
-
-
-def _draw_hub_pair(chooser: Chooser, q: np.ndarray) -> tuple[int, ...]:
-    """SpecHub's pair (Sun et al. 2024, arXiv 2411.05289, Sec. 4): hub a = argmax q (ties: smallest id);
-    X_1 ~ q; if X_1 = a then X_2 ~ q(. | != a), else X_2 = a. When q(a) = 1 there is no second token to
-    draw and the pair is just (a,)."""
-    hub = hub_token(q)
-    first = chooser.categorical(q)
-    if first != hub:
-        return (first, hub)
-    rest = without_tokens(q, (hub,))
-    mass = rest.sum()
-    if mass == 0:
-        return (hub,)
-    return (hub, chooser.categorical(rest / mass))
-
-
-def _draw_greedy(chooser: Chooser, q: np.ndarray, count: int) -> tuple[int, ...]:
-    """Hu et al.'s greedy draft (arXiv 2502.18779): G = the top count-1 tokens of q (ranked by q, ties by
-    smallest id), always drafted, best first; then X ~ q / (1 - q(G)) on V \\ G. If q's support has at
-    most count-1 tokens, G is the whole support and there is no X (nothing left to draw)."""
-    greedy = top_tokens(q, count - 1)
-    rest = without_tokens(q, greedy)
-    mass = rest.sum()
-    if mass == 0:
-        return greedy
-    return greedy + (chooser.categorical(rest / mass),)
-
-
-def _draw_per_node(problem: Problem, chooser: Chooser, depth: int, draw_children) -> TreeShape:
-    """Every node at depth < ``depth`` gets its own child list ``draw_children(chooser, q(.|node))``."""
-    builder = TreeBuilder()
-    level = [(0, ())]
-    for _ in range(depth):
-        problem.prepare_drafts([prefix for _, prefix in level])
-        next_level = []
-        for node, prefix in level:
-            for token in draw_children(chooser, problem.draft(prefix)):
-                next_level.append((builder.add_child(node, token), prefix + (token,)))
-        level = next_level
-    return builder.shape()
-
-
-@dataclass(frozen=True)
-class HubDrafter(Drafter):
-    """SpecHub's hub pairs (Sun et al. 2024, arXiv 2411.05289): every node at depth < L gets a hub pair
-    drawn from its own q(.|node), so every node's child list follows the HUB law given the node (what a
-    top-down walk needs). ``hub`` is one position (L = 1), ``hub-tree:L`` the full tree of depth L."""
-
-    length: int = 1
-
-    def __post_init__(self):
-        _check_counts("hub" if self.length == 1 else "hub-tree", L=self.length)
-
-    @property
-    def spec(self) -> str:
-        return "hub" if self.length == 1 else f"hub-tree:{self.length}"
-
-    @property
-    def depth(self) -> int:
-        return self.length
-
-    @property
-    def draft_laws(self) -> frozenset[DraftLaw]:
-        if self.length == 0:
-            return CHAIN_LAWS | {DraftLaw.HUB}
-        return frozenset({DraftLaw.HUB})
-
-    @property
-    def max_nodes(self) -> int:
-        return min(2 ** min(self.length + 1, 64) - 1, SIZE_CAP)
-
-    def log_num_outcomes(self, vocab_size: int) -> float:
-        internal = _exp(self.length * math.log(2))  # a pair per internal node: at most 2V choices
-        return internal * math.log(2 * vocab_size)
-
-    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
-        return _draw_per_node(problem, chooser, self.length, _draw_hub_pair)
-
-
-@dataclass(frozen=True)
-class GreedyDrafter(Drafter):
-    """Hu et al.'s greedy drafts (arXiv 2502.18779): every node at depth < L gets the top K-1 tokens of its
-    q(.|node) plus one X ~ q restricted to the rest. ``greedy:K`` is one position (L = 1),
-    ``greedy-tree:K,L`` the full tree of depth L. K = 1 is a chain of L tokens drawn from q."""
-
-    branches: int
-    length: int = 1
-
-    def __post_init__(self):
-        if self.length == 1:
-            _check_counts("greedy", K=self.branches)
-        _check_counts("greedy-tree", K=self.branches, L=self.length)
-
-    @property
-    def spec(self) -> str:
-        return f"greedy:{self.branches}" if self.length == 1 else f"greedy-tree:{self.branches},{self.length}"
-
-    @property
-    def depth(self) -> int:
-        return self.length
-
-    @property
-    def draft_laws(self) -> frozenset[DraftLaw]:
-        if self.branches == 1 or self.length == 0:
-            return CHAIN_LAWS
-        return frozenset({DraftLaw.GREEDY})
-
-    @property
-    def max_nodes(self) -> int:
-        return int(min(float(SIZE_CAP), _exp((self.length + 1) * math.log(self.branches)) + self.length + 1))
-
-    def log_num_outcomes(self, vocab_size: int) -> float:
-        internal = (self.length if self.branches == 1
-                    else _exp(self.length * math.log(self.branches)))  # at most K^L internal nodes
-        return internal * math.log(vocab_size)  # the last draft of each internal node: one of V tokens
-
-    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
-        return _draw_per_node(problem, chooser, self.length,
-                              lambda chooser_, q: _draw_greedy(chooser_, q, self.branches))
-
-
-@dataclass(frozen=True)
-class DySpecDrafter(Drafter):
-    """DySpec's dynamic draft tree (Xiong et al. 2024, arXiv 2410.11744, Sec. 3 and Alg. 1), N drafted nodes.
-
-    A heap holds the expandable nodes keyed by their estimated reach probability v (root: v = 1). Pop the
-    node with the largest v, draw one more child t from its draft law without replacement (the children
-    already drawn there are excluded: q~(t) = q(t) / (1 - q(children so far))), give the child
-    v_child = v * q~(t) and the node v * (1 - q~(t)), push both; stop after N children have been drawn.
-    A node whose draft support is used up (v becomes 0) is not pushed back.
-
-    Tie-break (not fixed by the paper): equal values go to the node created first (the parent before the
-    child it just drew); with node creation order as second key the heap order is a strict total order,
-    so the tree is a deterministic function of the draws. "Equal" is the tie rule of
-    verispec.simulator.ranking (relative gap at most 1e-12), applied to floats and to exact rationals alike,
-    so a float run expands the same nodes as the exact run of the same problem: products that are equal as
-    rationals but differ in their last float bits no longer split the two modes.
-
-    Draft law: at every node the children are drawn one after another without replacement from q(.|node),
-    in sampling order (WITHOUT_REPLACEMENT), but how many a node gets depends on the tokens drawn
-    elsewhere (the budget goes to the largest estimated reach). Top-down recursive rejection sampling
-    without replacement stays lossless under such adaptive stopping (the decision to draw another child
-    never looks at that child); the tests check it with the exact engine. ``depth`` is N: all N nodes may
-    form one path.
-    """
-
-    budget: int
-
-    def __post_init__(self):
-        _check_counts("dyspec", N=self.budget)
-
-    @property
-    def spec(self) -> str:
-        return f"dyspec:{self.budget}"
-
-    @property
-    def depth(self) -> int:
-        return self.budget
-
-    @property
-    def draft_laws(self) -> frozenset[DraftLaw]:
-        if self.budget <= 1:
-            return CHAIN_LAWS
-        return frozenset({DraftLaw.WITHOUT_REPLACEMENT})
-
-    @property
-    def max_nodes(self) -> int:
-        return self.budget + 1
-
-    def log_num_outcomes(self, vocab_size: int) -> float:
-        return self.budget * math.log(vocab_size)
-
-    def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
-        builder = TreeBuilder()
-        if self.budget == 0:
-            return builder.shape()
-        prefixes = {0: ()}
-        remaining: dict[int, np.ndarray] = {}  # node -> q(.|node) with its drawn children zeroed
-        one = 1 + 0 * problem.draft(())[0]     # 1 in the problem's number system
-        heap = {0: one}                         # expandable node (= creation id) -> estimated reach value
-        for drawn in range(1, self.budget + 1):
-            candidates = sorted(heap)           # creation order: among tied values the oldest wins
-            node = candidates[best_index_with_ties([heap[c] for c in candidates])]
-            value = heap.pop(node)
-            if node not in remaining:
-                remaining[node] = problem.draft(prefixes[node]).copy()
-            left = remaining[node]
-            mass = left.sum()
-            token = chooser.categorical(left / mass)
-            conditional = left[token] / mass   # q~(t), the without-replacement conditional
-            child = builder.add_child(node, token)
-            prefixes[child] = prefixes[node] + (token,)
-            left[token] = 0 * left[token]
-            if drawn == self.budget:
-                break
-            heap[child] = value * conditional
-            if left.sum() > 0:
-                heap[node] = value * (1 - conditional)
-        return builder.shape()
-
-
-# --------------------------------------------------------------------------------------------------
-# Specification strings
-
-
-def _ints(kind: str, text: str, names: tuple[str, ...] | None) -> list[int]:
-    """The comma-separated parameters of ``kind:text``, checked under their names (``names`` None: any
-    number of branching factors b)."""
-    form = TREE_KINDS[kind][0]
-    shown = text if len(text) <= 40 else f"{text[:20]}...{text[-10:]}"
-    values = []
-    for part in text.split(","):
-        try:
-            values.append(int(part))
-        except ValueError:
-            digits = part.strip().lstrip("+-")
-            problem = "is absurdly large" if digits.isdigit() else "is not an integer"
-            part = part.strip() if len(part.strip()) <= 40 else f"{part.strip()[:20]}..."
-            raise UnknownTreeError(f"tree '{kind}:{shown}': parameter {part!r} {problem}; "
-                                   f"expected {form} with small non-negative integers") from None
-    if names is not None and len(values) != len(names):
-        raise UnknownTreeError(f"tree kind '{kind}' takes {len(names)} parameter(s), got {len(values)} in "
-                               f"'{kind}:{shown}'; expected {form}")
-    if names is None and len(values) > MAX_TREE_PARAMETER:
-        raise UnknownTreeError(f"tree '{kind}:...': {len(values)} branching factors is absurdly many; the limit "
-                               f"is {MAX_TREE_PARAMETER}")
-    for index, value in enumerate(values):
-        _check_counts(kind, **{names[index] if names is not None else "b": value})
-    return values
-
-
-TREE_KINDS: dict[str, tuple[str, Callable[[str], Drafter]]] = {
-    "chain": ("chain:L", lambda text: ChainDrafter(*_ints("chain", text, ("L",)))),
-    "iid": ("iid:K,L", lambda text: RootIIDDrafter(*_ints("iid", text, ("K", "L")))),
-    "delayed": ("delayed:K,L1,L2", lambda text: DelayedDrafter(*_ints("delayed", text, ("K", "L1", "L2")))),
-    "branch": ("branch:b1,b2,...", lambda text: BranchingDrafter(tuple(_ints("branch", text, None)), False)),
-    "branch-iid": ("branch-iid:b1,b2,...",
-                   lambda text: BranchingDrafter(tuple(_ints("branch-iid", text, None)), True)),
-    "hub": ("hub", lambda text: HubDrafter(1)),
-    "hub-tree": ("hub-tree:L", lambda text: HubDrafter(*_ints("hub-tree", text, ("L",)))),
-    "greedy": ("greedy:K", lambda text: GreedyDrafter(*_ints("greedy", text, ("K",)))),
-    "greedy-tree": ("greedy-tree:K,L", lambda text: GreedyDrafter(*_ints("greedy-tree", text, ("K", "L")))),
-    "dyspec": ("dyspec:N", lambda text: DySpecDrafter(*_ints("dyspec", text, ("N",)))),
-    "argmax-chain": ("argmax-chain:L", lambda text: ArgmaxChainDrafter(*_ints("argmax-chain", text, ("L",)))),
-    "topk-chain": ("topk-chain:k,L",
-                   lambda text: TopKChainDrafter(*reversed(_ints("topk-chain", text, ("K", "L"))))),
-}
-
-
-def parse_tree(spec: str) -> Drafter:
-    """Parse a tree specification such as 'chain:3', 'delayed:2,1,2' or 'hub' into a drafter."""
-    if not isinstance(spec, str):
-        raise UnknownTreeError(f"a tree specification is a string such as 'chain:3', got {describe(spec)}")
-    kind, sep, params = spec.strip().partition(":")
-    if kind not in TREE_KINDS:
-        forms = ", ".join(form for form, _ in TREE_KINDS.values())
-        shown = spec if len(spec) <= 60 else f"{spec[:40]}..."
-        raise UnknownTreeError(f"unknown tree kind {kind[:40]!r} in {shown!r}; known kinds: {forms}")
-    form, factory = TREE_KINDS[kind]
-    if ":" not in form:  # a kind without parameters, e.g. 'hub'
-        if sep:
-            raise UnknownTreeError(f"tree kind {kind!r} takes no parameters, got {spec!r}; expected {form}")
-        return factory("")
-    if not sep or not params.strip():
-        raise UnknownTreeError(f"tree {spec!r} is missing its parameters; expected {form}")
-    drafter = factory(params)
-    if drafter.depth > MAX_TREE_PARAMETER:
-        raise UnknownTreeError(f"tree {drafter.spec[:40]!r} has depth {drafter.depth}, absurdly deep; the limit is "
-                               f"{MAX_TREE_PARAMETER}")
-    return drafter

@@ -3,7 +3,7 @@
 For every draft tree the drafter can produce (with its exact probability) the verifier's emission law
 says, for each node n and token y, the probability of accepting the path to n and emitting y. Summing
 over trees gives the law of the emitted sequence (x_1..x_tau, y), an ``OutputLaw`` (laws.py), on which
-losslessness is checked by the reference's definition; ``tv_distance`` is the total-variation distance to
+losslessness is checked by the definition of docs/reference.md; ``tv_distance`` is the total-variation distance to
 the target's law.
 
 Methods (``analyze(method=...)``, ``choose_method``): 'closed-form' (the reference oracle: every draft tree
@@ -36,18 +36,19 @@ from tqdm import tqdm
 
 from verispec import budget
 from verispec.errors import IncompatibleDraftError, ProblemTooLargeError, VerispecError, describe
+from verispec.limits import METHODS
 from verispec.simulator import fast_enumeration
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES
 from verispec.simulator.dp import MAX_LAW_MODE_ENTRIES, check_walk_size, estimate_walk, walk_dp
-from verispec.simulator.drafters import Drafter, parse_tree
+from verispec.simulator.drafters import Drafter
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.laws import OutputLaw, check_emission_laws
-from verispec.simulator.problems import Problem, log_prefix_count, readable_count, target_law
+from verispec.simulator.problems import Problem, target_law
+from verispec.simulator.tree_specs import parse_tree
 from verispec.simulator.trees import TreeBatch
+from verispec.sizes import log_prefix_count, readable_count
 
 DEFAULT_TOLERANCE = 1e-12
-
-METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumeration", "rule-dp")
 
 #: 'auto' keeps the full output law (and so checks losslessness) while it has at most this many entries.
 MAX_LAW_ENTRIES = 1 << 22
@@ -291,7 +292,7 @@ class ProblemShape(Problem):
     """A problem known by its size only: its vocabulary, whether its laws are exact, and the log of how many
     distinct states its prefixes of each length have (``log_states``; every prefix by default), which is all that
     ``choose_method`` and ``estimate_analysis`` read. It lets a build estimate its cells before their problems
-    are drawn (``verispec.sweep.family_shape``); its laws are never asked for."""
+    are drawn (``verispec.study.cells.family_shape``); its laws are never asked for."""
 
     horizon = None
 
@@ -349,7 +350,7 @@ def estimate_analysis(problem: Problem, drafter: Drafter | str, verifier: Verifi
     (``estimate_walk``), fast enumeration's arrays, whole-tree enumeration's trees. The rule DPs' own work
     beyond their tables is not counted (Traversal's post-order DP merges states, so no bound before it runs is
     tight); their limits per depth still refuse the hopeless ones while they run."""
-    problem, drafter, verifier = _as_problem(problem), _as_drafter(drafter), _as_verifier(verifier)
+    problem, drafter, verifier = as_problem(problem), as_drafter(drafter), as_verifier(verifier)
     check_compatible(verifier, drafter)
     used = choose_method(problem, drafter, verifier, method, need_output_law=need_output_law)
     size, depth = problem.vocab_size, drafter.depth
@@ -388,7 +389,8 @@ def _numbers(values, exact: bool) -> list:
     return [Fraction(v) if exact else float(v) for v in values]
 
 
-def _as_drafter(drafter) -> Drafter:
+def as_drafter(drafter) -> Drafter:
+    """``drafter`` itself, or the drafter of a tree specification ('iid:2,3'); else a one-line VerispecError."""
     if isinstance(drafter, str):
         return parse_tree(drafter)
     if not isinstance(drafter, Drafter):
@@ -397,7 +399,7 @@ def _as_drafter(drafter) -> Drafter:
     return drafter
 
 
-def _as_problem(problem) -> Problem:
+def as_problem(problem) -> Problem:
     """``problem`` itself when it is a verispec Problem; else a one-line VerispecError saying what to pass."""
     if not isinstance(problem, Problem):
         hint = (f"; for a problem file use verispec.simulator.load_problem({str(problem)!r})"
@@ -416,7 +418,9 @@ def check_deadline(deadline) -> None:
                             f" got {describe(deadline)}")
 
 
-def _as_verifier(verifier) -> Verifier:
+def as_verifier(verifier) -> Verifier:
+    """``verifier`` itself when it is a verispec Verifier; else a one-line VerispecError (names are resolved a
+    layer up, by ``verispec.analyze``)."""
     if isinstance(verifier, str):
         raise VerispecError(f"verifier given by name {verifier!r}: use verispec.analyze, which resolves names, or "
                             f"pass verispec.verifiers.get_verifier({verifier!r})")
@@ -437,7 +441,7 @@ def analyze(problem: Problem, drafter: Drafter | str, verifier: Verifier, *, met
     calls on the same problem and verifier. ``progress`` shows progress bars. ``deadline`` (a
     ``time.monotonic()`` value) stops the analysis with AnalysisTimeoutError once passed.
     """
-    problem, drafter, verifier = _as_problem(problem), _as_drafter(drafter), _as_verifier(verifier)
+    problem, drafter, verifier = as_problem(problem), as_drafter(drafter), as_verifier(verifier)
     check_deadline(deadline)
     if kernel_cache is not None and not isinstance(kernel_cache, dict):
         raise VerispecError(f"kernel_cache must be a dict (shared between DP calls) or None, got "

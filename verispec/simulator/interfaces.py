@@ -7,7 +7,7 @@ one-row case (``emission_law``), never a second copy. Real decoding samples (nod
 exact engine sums it over draft outcomes.
 
 Every verifier also writes its rule as the paper's sampling algorithm against a ``Chooser``
-(``procedure``): the independent parity twin of the law (STYLE.md, "Two entry points"). The generic
+(``procedure``): the independent parity twin of the law. The generic
 enumerator runs it over every choice trace (``enumerated_emission_law``), and the tests hold the two equal.
 
 A *node solver* is the node-local kind of rule (an "OTLP solver", DDTE arXiv 2602.16994, Sec. 2): given

@@ -2,8 +2,8 @@
 
 One enumerated draft is one row of ``tokens[row, slot]`` (-1 at the root and at *absent* slots: a
 without-replacement node whose draft support ran out gets fewer children, as in ``BranchingDrafter``), with
-``contexts[row, slot]`` its flat prefix index and ``weight[row]`` its probability. Exchangeability
-(DESIGN.md, "Scale"): for verifiers whose law does not depend on the order of the plan's exchangeable paths,
+``contexts[row, slot]`` its flat prefix index and ``weight[row]`` its probability. Exchangeability:
+for verifiers whose law does not depend on the order of the plan's exchangeable paths,
 the paths are enumerated as multisets with multinomial weights, C(V^L + K - 1, K) rows instead of V^(K L).
 """
 

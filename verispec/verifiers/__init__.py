@@ -1,20 +1,12 @@
-"""Verifiers by name. A new verifier is one module plus one line in ``REGISTRY``; the tests pick it up."""
+"""Verifiers by name: the registry. A new verifier is one module plus one ``register(...)`` line below; ``verispec
+list``, the verifier tables of the README and docs/verifiers.md (``verispec.verifiers.catalog``), the registry-wide
+tests and ``all`` in sweeps pick it up from ``REGISTRY``."""
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
-import os
-import sys
-import sysconfig
-import types
-from contextlib import contextmanager
-from pathlib import Path
-
-from verispec import budget
 from verispec.errors import UnknownVerifierError
 from verispec.simulator.drafters import DraftLaw
+from verispec.user_code import load_attribute
 from verispec.verifiers.base import NodeSolver, ProcedureVerifier, Verifier, emission_law_of_procedure
 from verispec.verifiers.block import BlockVerifier
 from verispec.verifiers.gbv import GreedyBlockVerifier
@@ -34,33 +26,58 @@ from verispec.verifiers.traversal import TraversalIIDVerifier, TraversalVerifier
 from verispec.verifiers.tree_walk import ProcedureSolver, TopDownVerifier
 from verispec.verifiers.typical import TypicalVerifier
 
-REGISTRY: dict[str, Verifier] = {
-    verifier.name: verifier
-    for verifier in (
-        NaiveVerifier(),
-        BlockVerifier(),
-        TopDownVerifier(NaiveSamplingSolver()),
-        TopDownVerifier(NaiveTreeSolver()),
-        TopDownVerifier(SpecInferSolver()),
-        TopDownVerifier(SpecTrSolver()),
-        TopDownVerifier(OTLPSolver()),
-        TopDownVerifier(KhistiSolver()),
-        TopDownVerifier(GlobalResolutionSolver()),
-        TraversalVerifier(),
-        TraversalIIDVerifier(),
-        GreedyBlockVerifier(),
-        PositionSharingBlockVerifier(),
-        TopDownVerifier(RRSWSolver()),
-        TopDownVerifier(SpecHubSolver()),
-        TopDownVerifier(GreedySolver()),
-    )
-}
-
-
+#: The rules that claim losslessness on every draft law of their ``valid_for``: "all" in sweeps, and every
+#: registry-wide test.
+REGISTRY: dict[str, Verifier] = {}
 #: Rules that are lossy by design, kept to measure what they cost (exact TV, gain in block efficiency). They are
-#: not in ``REGISTRY`` (whose rules claim losslessness: "all" in sweeps, and every registry-wide test); they are
-#: reached by name, and ``typical(epsilon=E,alpha=A)`` sets typical acceptance's parameters.
-LOSSY_BY_DESIGN: dict[str, Verifier] = {verifier.name: verifier for verifier in (TypicalVerifier(),)}
+#: reached by name only, never in "all"; ``typical(epsilon=E,alpha=A)`` sets typical acceptance's parameters.
+LOSSY_BY_DESIGN: dict[str, Verifier] = {}
+
+
+def register(rule: Verifier | NodeSolver) -> Verifier:
+    """Add ``rule`` to the registry under its ``name`` and return its verifier (a ``NodeSolver`` is walked down
+    the tree by ``TopDownVerifier``): to ``LOSSY_BY_DESIGN`` when it sets ``lossy_by_design = True``, else to
+    ``REGISTRY``. The rule carries a one-line ``summary`` and its ``citation`` (paper, year, arXiv or venue,
+    algorithm or equation), which ``verispec list`` and the generated tables show. A rule whose class names
+    keyword ``parameters`` (attributes of the registered instance) is reached as ``name(key=value,...)`` too.
+    TypeError or ValueError naming what is missing."""
+    verifier = TopDownVerifier(rule) if isinstance(rule, NodeSolver) else rule
+    if not isinstance(verifier, Verifier):
+        raise TypeError(f"register takes a Verifier or a NodeSolver, got {type(rule).__name__}")
+    name = getattr(verifier, "name", None)
+    if not isinstance(name, str) or not name or any(char in name for char in "(),: |"):
+        raise ValueError(f"register: a rule's name is a word without spaces or any of '(),:|', got {name!r}")
+    if name in REGISTRY or name in LOSSY_BY_DESIGN:
+        raise ValueError(f"register: the name {name!r} is taken")
+    for field in ("summary", "citation"):
+        text = getattr(verifier, field, None)
+        if not isinstance(text, str) or not text.strip() or "\n" in text or "|" in text:
+            raise ValueError(f"register: {name!r} needs a one-line {field} without '|' (for 'verispec list' and the "
+                             f"tables), got {text!r}")
+    missing = [key for key in getattr(verifier, "parameters", ()) if not hasattr(verifier, key)]
+    if missing:
+        raise ValueError(f"register: {name!r} names parameters {missing} that it does not have as attributes")
+    (LOSSY_BY_DESIGN if getattr(verifier, "lossy_by_design", False) else REGISTRY)[name] = verifier
+    return verifier
+
+
+register(NaiveVerifier())
+register(BlockVerifier())
+register(NaiveSamplingSolver())
+register(NaiveTreeSolver())
+register(SpecInferSolver())
+register(SpecTrSolver())
+register(OTLPSolver())
+register(KhistiSolver())
+register(GlobalResolutionSolver())
+register(TraversalVerifier())
+register(TraversalIIDVerifier())
+register(GreedyBlockVerifier())
+register(PositionSharingBlockVerifier())
+register(RRSWSolver())
+register(SpecHubSolver())
+register(GreedySolver())
+register(TypicalVerifier())
 
 
 def split_names(text: str) -> tuple[str, ...]:
@@ -77,135 +94,56 @@ def split_names(text: str) -> tuple[str, ...]:
 
 
 def get_verifier(name: str) -> Verifier:
-    """The registered verifier called ``name``, a lossy-by-design rule (``LOSSY_BY_DESIGN``, e.g. ``typical`` or
-    ``typical(epsilon=0.05,alpha=0.2)``), or a user's rule given as ``FILE.py:NAME`` or ``package.module:NAME``
-    (see ``load_verifier``). UnknownVerifierError lists the valid names."""
+    """The registered verifier called ``name``, a lossy-by-design rule (``LOSSY_BY_DESIGN``, e.g. ``typical``), a
+    rule with parameters (``typical(epsilon=0.05,alpha=0.2)``, see ``with_parameters``), or a user's rule given as
+    ``FILE.py:NAME`` or ``package.module:NAME`` (see ``load_verifier``). UnknownVerifierError lists the valid
+    names."""
     if name in REGISTRY:
         return REGISTRY[name]
     if name in LOSSY_BY_DESIGN:
         return LOSSY_BY_DESIGN[name]
-    if name.startswith("typical("):
-        return TypicalVerifier.parse(name)
+    if takes_parameters(name):
+        return with_parameters(name)
     if ":" in name:
         return load_verifier(name)
     raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))}; lossy by "
                                f"design: {', '.join(sorted(LOSSY_BY_DESIGN))} (or FILE.py:NAME for your own rule)")
 
 
-def load_attribute(spec: str, what: str):
-    """The object named by ``FILE.py:NAME`` or ``package.module:NAME`` (a user's rule or function);
-    UnknownVerifierError on one line when it cannot be loaded (``what`` names it in messages).
-
-    A file is imported with its own folder first on ``sys.path``, as ``python FILE.py`` would run it, so that it
-    can import the modules beside it (``import model`` in a wrapper next to gpt-fast's ``model.py``). Then the
-    folder is taken off ``sys.path`` again, and the modules imported from it by their own names are taken out of
-    ``sys.modules`` (the loaded file keeps its references to them): nothing from that folder shadows a module
-    imported later, and another file's sibling of the same name is its own. Modules the import system finds in
-    that folder without the insertion (the folder was on ``sys.path`` already) stay: a later import gets the same
-    module object. A sibling imported inside a function when it is called is not found; import siblings at the
-    top of the file.
-
-    Loading runs the user's code, and so does every call of what it returns: loading is one call for the command
-    line's ``--call-timeout`` (``budget.user_call``), and the files of the module and of the object's code are
-    handed to its watchdog (``budget.watch_user_code``), which then limits each call into them."""
-    if not isinstance(spec, str) or ":" not in spec:
-        raise UnknownVerifierError(f"give the {what} as FILE.py:NAME, got {spec!r}")
-    location, _, attribute = spec.rpartition(":")
-    try:
-        with budget.user_call(f"loading {location}"):
-            if location.endswith(".py"):
-                path = Path(location)
-                if not path.is_file():
-                    raise UnknownVerifierError(f"{what} file {location!r} does not exist")
-                module_spec = importlib.util.spec_from_file_location(f"verispec_user_{path.stem}", path)
-                module = importlib.util.module_from_spec(module_spec)
-                with _folder_on_path(path.resolve().parent):
-                    module_spec.loader.exec_module(module)
-            else:
-                module = importlib.import_module(location)
-            found = hasattr(module, attribute)
-            target = getattr(module, attribute) if found else None
-    except UnknownVerifierError:
-        raise
-    except Exception as error:  # a user's file may fail in any way; report it on one line
-        raise UnknownVerifierError(f"cannot load {location!r}: {type(error).__name__}: {error}") from None
-    if not found:
-        raise UnknownVerifierError(f"{location!r} has no attribute {attribute!r}")
-    budget.watch_user_code(_code_files(module, target))
-    return target
+def is_registered(name: str) -> bool:
+    """Whether ``name`` names a rule of the registry, with or without parameters, rather than a user's rule."""
+    return name in REGISTRY or name in LOSSY_BY_DESIGN or takes_parameters(name)
 
 
-def _code_files(module, target) -> set[str]:
-    """The files (as code objects name them, ``co_filename``) of a loaded module and of the code of ``target``: a
-    function, or the methods of a class or an instance's class and of its bases written by the user (not
-    verispec's, the standard library's or an installed package's: their frames are not a call into the user's
-    code, and verispec runs them for its own work too)."""
-    found = {getattr(module, "__file__", None)}
-    if isinstance(target, functools.partial):
-        target = target.func
-    code = getattr(target, "__code__", None)
-    if code is not None:
-        found.add(code.co_filename)
-    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the verispec package
-    libraries = (own, *{os.path.abspath(sysconfig.get_paths()[key]) + os.sep
-                        for key in ("stdlib", "platstdlib", "purelib", "platlib")})
-    for klass in (target if isinstance(target, type) else type(target)).__mro__:
-        for member in vars(klass).values():
-            if isinstance(member, (classmethod, staticmethod)):
-                member = member.__func__
-            elif isinstance(member, property):
-                member = member.fget
-            if isinstance(member, types.FunctionType) \
-                    and not os.path.abspath(member.__code__.co_filename).startswith(libraries):
-                found.add(member.__code__.co_filename)
-    return {name for name in found if name and not name.startswith("<") and not os.path.abspath(name).startswith(own)}
+def takes_parameters(name: str) -> bool:
+    """Whether ``name`` is written ``base(...)`` for a registered rule whose class names ``parameters``."""
+    base, parenthesis, _ = name.partition("(")
+    return bool(parenthesis) and bool(getattr(REGISTRY.get(base) or LOSSY_BY_DESIGN.get(base), "parameters", ()))
 
 
-@contextmanager
-def _folder_on_path(folder: Path):
-    """``folder`` first on sys.path for the block; afterwards off it, and the modules imported from it by their own
-    top-level names (``folder/NAME.py``, ``folder/NAME/``) out of sys.modules, unless the import system finds them
-    there without the insertion (the folder was on sys.path already, or an installed path finder finds it): those
-    were importable anyway, and taking them out would give a later import a second module object."""
-    entry = str(folder)
-    before = set(sys.modules)
-    sys.path.insert(0, entry)
-    try:
-        yield
-    finally:
-        if entry in sys.path:
-            sys.path.remove(entry)  # the first occurrence: the one inserted above
-        elsewhere: dict[str, bool] = {}
-        for name in set(sys.modules) - before:
-            top = name.partition(".")[0]
-            if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
-                module = sys.modules.get(name)
-                origin = getattr(getattr(module, "__spec__", None), "origin", None) or ""
-                if not origin.startswith(entry + os.sep):
-                    continue
-                if top not in elsewhere:
-                    elsewhere[top] = _found_without_insertion(top, folder)
-                if not elsewhere[top]:
-                    del sys.modules[name]
-
-
-def _found_without_insertion(top: str, folder: Path) -> bool:
-    """Whether the import system, as it stands (the inserted entry removed), finds top-level module ``top`` in
-    ``folder``; checked with the finders themselves (not sys.modules), so a module imported above is not
-    mistaken for one importable anyway."""
-    for finder in sys.meta_path:
-        find_spec = getattr(finder, "find_spec", None)
-        if find_spec is None:
-            continue
+def with_parameters(name: str) -> Verifier:
+    """The rule ``base(key=value,...)`` (``takes_parameters``): the registered rule's class built with the values
+    given (numbers; blanks ignored, any key may be left out) and the others as the registered instance has them.
+    UnknownVerifierError on one line for text it cannot read, a key it does not take or one given twice, or a
+    value that is not a number; the class checks the values' range."""
+    base = name.partition("(")[0]
+    registered = REGISTRY.get(base) or LOSSY_BY_DESIGN[base]
+    keys = registered.parameters
+    compact = name.replace(" ", "")
+    if not compact.endswith(")"):
+        example = ",".join(f"{key}={getattr(registered, key):g}" for key in keys)
+        raise UnknownVerifierError(f"cannot read {name!r}; write {base} or {base}({example})")
+    values = {}
+    for item in filter(None, compact[len(base) + 1:-1].split(",")):
+        key, _, text = item.partition("=")
+        if key not in keys or key in values:
+            raise UnknownVerifierError(f"{base} takes {' and '.join(f'{keyword}=' for keyword in keys)} once each, got "
+                                       f"{item!r} in {name!r}")
         try:
-            spec = find_spec(top, None)
-        except Exception:  # a third-party finder may fail in any way; it then finds nothing
-            continue
-        if spec is None:
-            continue
-        places = [spec.origin] if spec.origin else list(spec.submodule_search_locations or ())
-        return any(os.path.realpath(place).startswith(os.path.realpath(folder) + os.sep) for place in places)
-    return False
+            values[key] = float(text)
+        except ValueError:
+            raise UnknownVerifierError(f"{base}'s {key} must be a number, got {text!r} in {name!r}") from None
+    return type(registered)(**{key: getattr(registered, key) for key in keys} | values)
 
 
 def load_verifier(spec: str) -> Verifier:
@@ -228,6 +166,6 @@ def load_verifier(spec: str) -> Verifier:
 
 __all__ = [
     "LOSSY_BY_DESIGN", "REGISTRY", "NodeSolver", "ProcedureSolver", "ProcedureVerifier", "TopDownVerifier",
-    "TypicalVerifier", "Verifier", "emission_law_of_procedure", "get_verifier", "load_attribute", "load_verifier",
-    "split_names",
+    "TypicalVerifier", "Verifier", "emission_law_of_procedure", "get_verifier", "is_registered",
+    "load_verifier", "register", "split_names", "takes_parameters", "with_parameters",
 ]

@@ -63,6 +63,8 @@ def block_procedure_on_path(tree: DraftTree, nodes: list[int], drafts: list, cho
 
 class BlockVerifier(Verifier):
     name = "bv"
+    summary = "block verification"
+    citation = "Sun et al. 2024, arXiv 2403.10444, Alg. 2"
     valid_for = frozenset({DraftLaw.SINGLE_PATH})
 
     def emission_laws(self, batch: TreeBatch):

@@ -6,7 +6,7 @@ Draft law: K i.i.d. draft paths of length L from the root (``iid:K,L``). Glossar
   under the tie rule of verispec.simulator.ranking counting as equal in float and exact mode alike (tokens
   with q(t|u) = 0 are never drafted and rank above every drafted one; they carry no draft mass, so where
   they sit changes nothing). ONE order serves both the greedy descent and the CDFs below: breaking ties
-  differently in the two places is lossy (reference, trap 6; tests/broken_paths.py). The order and the
+  differently in the two places is lossy (docs/reference.md, trap 6; tests/broken_paths.py). The order and the
   descent live in verispec.simulator.selection.
 * *selected path*: from the root, repeatedly move to the child with the largest key. Since every path has
   length L, this is the lexicographically largest of the K paths under the per-node orders.
@@ -37,9 +37,10 @@ from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import RuleDP, RuleLaw, Verifier
 from verispec.simulator.laws import add_blocks
-from verispec.simulator.problems import draft_conditionals, readable_count, target_conditionals
+from verispec.simulator.problems import draft_conditionals, target_conditionals
 from verispec.simulator.selection import greedy_path, mass_ranked_below, selected_path
 from verispec.simulator.trees import DraftTree, TreeBatch
+from verispec.sizes import readable_count
 from verispec.verifiers.block import block_law, block_procedure_on_path
 
 
@@ -175,6 +176,8 @@ class SelectedPathSum(RuleDP):
 
 class GreedyBlockVerifier(Verifier):
     name = "gbv"
+    summary = "greedy multi-path block verification with one strict ranking"
+    citation = "Thomas & Pal 2026, arXiv 2602.16961"
     valid_for = frozenset({DraftLaw.ROOT_IID_PATHS})
     #: The law, keyed by token paths, depends on the K paths only through the selected path (the
     #: lexicographic maximum, whatever the order of the paths) and K: any order of the paths gives the

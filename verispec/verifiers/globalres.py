@@ -35,6 +35,9 @@ class GlobalResolutionSolver(TwoStepSolver):
     tests hold the two derivations to each other)."""
 
     name = "globalres"
+    summary = ("Global Resolution: the OT-optimal Luce choice among a node's drafts from two convex programs, in "
+               "Khisti's two-step frame (lossless for any weights)")
+    citation = "Thomas & Pal 2026, arXiv 2511.15898, ICLR 2026"
     valid_for = frozenset({DraftLaw.IID_CHILDREN})
 
     def __init__(self, *, max_multisets: int = MAX_MULTISETS, method: str = "auto", name: str = "globalres"):

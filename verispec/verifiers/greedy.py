@@ -52,6 +52,8 @@ def _check_greedy_lists(q, children) -> None:
 
 class GreedySolver(NodeSolver):
     name = "greedy"
+    summary = "greedy drafts (the top K-1 tokens of q, then one sampled) verified against their own law"
+    citation = "Hu et al. 2025, arXiv 2502.18779"
     valid_for = frozenset({DraftLaw.GREEDY})
 
     def output_laws(self, p, q, children):

@@ -1,5 +1,5 @@
 """Khisti et al. 2025's two-step importance-sampling node solver ("Multi-Draft Speculative Sampling: Canonical
-Decomposition and Theoretical Limits", arXiv 2410.18234; reference, "Single position, K drafts").
+Decomposition and Theoretical Limits", arXiv 2410.18234; docs/reference.md, "Single position, K drafts").
 
 Step 1 picks one intermediate token Y' among the node's drafts x = (x_1..x_K) with weights beta_y(x); under
 K i.i.d. drafts from q, Y' has law p_I(y) = sum_x Q(x) beta_y(x). Step 2 is single-draft speculative
@@ -186,6 +186,10 @@ def _exact_lp_variables(q: np.ndarray, num_drafts: int) -> int:
 
 class KhistiSolver(TwoStepSolver):
     valid_for = frozenset({DraftLaw.IID_CHILDREN})
+    summary = ("two-step importance sampling; optimal weights (by max flow) when small, the truncated pairwise LP "
+               "(s = 5) otherwise")
+    citation = ("Khisti et al. 2025, arXiv 2410.18234: Thm. 1 for the optimal weights, Sec. 4 and App. I for the "
+                "truncated scheme")
 
     def __init__(self, *, exact_limit: int = EXACT_WEIGHT_LP_MAX_VARIABLES, truncation: int = DEFAULT_TRUNCATION,
                  name: str = "khisti"):

@@ -18,6 +18,8 @@ from verispec.simulator.trees import DraftTree, TreeBatch
 
 class NaiveVerifier(Verifier):
     name = "naive"
+    summary = "token-level verification"
+    citation = "Leviathan et al. 2023, arXiv 2211.17192, Alg. 1; Chen et al. 2023, arXiv 2302.01318"
     valid_for = frozenset({DraftLaw.SINGLE_PATH})
 
     def emission_laws(self, batch: TreeBatch):

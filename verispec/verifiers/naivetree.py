@@ -15,6 +15,8 @@ from verispec.simulator.interfaces import NodeSolver
 
 class NaiveTreeSolver(NodeSolver):
     name = "naivetree"
+    summary = "token-level rule on the first child"
+    citation = "Thomas et al. 2026, DDTE, arXiv 2602.16994, Sec. 2"
     valid_for = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.WITHOUT_REPLACEMENT})
 
     def output_laws(self, p, q, children):

@@ -11,6 +11,8 @@ from verispec.simulator.interfaces import NodeSolver
 
 class NaiveSamplingSolver(NodeSolver):
     name = "nss"
+    summary = "naive sampling: Y ~ p, accepted if it is a draft"
+    citation = "Miao et al. 2024, arXiv 2305.09781, Sec. 4"
     # Y ~ p whatever the children are, so any draft law is fine.
     valid_for = frozenset(DraftLaw)
 

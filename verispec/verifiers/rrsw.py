@@ -9,7 +9,7 @@ in that sampling order with the conditional draft law of each draw,
 
 r_1 = p; accept x_j with probability min(1, r_j(x_j) / q_j(x_j)); on rejection r_{j+1} = norm((r_j - q_j)+).
 If every child is rejected, emit Y ~ r_{m+1}. Using q instead of q_j in the ratio or in the residual, or
-verifying in another order, is trap 2 of the reference and is lossy (tests/broken_own_draft_laws.py).
+verifying in another order, is trap 2 of docs/reference.md and is lossy (tests/broken_own_draft_laws.py).
 
 After x_j is tested, r_{j+1}(x_j) = 0 unless x_j was accepted with probability one, so Y = x_j happens
 only through the test of x_j: whether x_j is accepted never depends on the children drawn after it.
@@ -47,6 +47,8 @@ def _check_distinct(children) -> None:
 
 class RRSWSolver(NodeSolver):
     name = "rrsw"
+    summary = "recursive rejection sampling without replacement (the rule of Sequoia and EAGLE-1)"
+    citation = "Jeon et al. 2024, arXiv 2402.14160, Sec. 3"
     valid_for = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
 
     def output_laws(self, p, q, children):

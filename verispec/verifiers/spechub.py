@@ -118,6 +118,8 @@ def _check_hub_pairs(plan: HubPlan, children) -> None:
 
 class SpecHubSolver(NodeSolver):
     name = "spechub"
+    summary = "SpecHub: hub pairs verified by the closed-form LP"
+    citation = "Sun et al. 2024, arXiv 2411.05289, Sec. 4"
     valid_for = frozenset({DraftLaw.HUB})
 
     def output_laws(self, p, q, children):

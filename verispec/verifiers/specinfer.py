@@ -2,7 +2,7 @@
 
 Drafts x_1..x_m i.i.d. from q. r_1 = p. For j = 1..m: accept x_j with probability min(1, r_j(x_j) / q(x_j));
 on rejection r_{j+1} = norm((r_j - q)+). If every draft is rejected, emit Y ~ r_{m+1}. A repeated draft
-token is tested again against the updated residual (skipping duplicates is trap 1 of the reference and
+token is tested again against the updated residual (skipping duplicates is trap 1 of docs/reference.md and
 is lossy).
 """
 
@@ -16,6 +16,8 @@ from verispec.simulator.interfaces import NodeSolver
 
 class SpecInferSolver(NodeSolver):
     name = "specinfer"
+    summary = "recursive rejection sampling with replacement"
+    citation = "Miao et al. 2024, arXiv 2305.09781, Alg. 2"
 
     def output_laws(self, p, q, children):
         # r_(j+1) = norm((r_j - q)+) does not depend on which tokens were rejected, so the chain r_1..r_(m+1)

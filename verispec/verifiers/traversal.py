@@ -17,7 +17,7 @@ its parent b with the OLD values on the right:
 
 then recompute p for every remaining descendant of b with the init formula. On a chain it is block
 verification (Sun et al. 2024). Getting the update S / (S + 1 - p_b), the recomputation or the residual
-at emission wrong is lossy (reference, trap 4; tests/broken_paths.py).
+at emission wrong is lossy (docs/reference.md, trap 4; tests/broken_paths.py).
 
 Glossary: *weight* = p_a above; *state* of a node = (weight, current target p, current draft q).
 
@@ -71,6 +71,8 @@ class TraversalVerifier(Verifier):
     """Traversal Verification on trees whose siblings are drawn without replacement (``branch:...``)."""
 
     name = "traversal"
+    summary = "Traversal Verification, leaf to root"
+    citation = "Weng et al. 2025, arXiv 2505.12398, Alg. 1"
     valid_for = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
     #: The rule's two parts, used by the law and by the post-order DP (a variant overriding one is analysed as
     #: written by both); the sampling procedure states Alg. 1 on its own.
@@ -153,4 +155,6 @@ class TraversalIIDVerifier(TraversalVerifier):
     """
 
     name = "traversal-iid"
+    summary = "Traversal on i.i.d. rollouts, its distinct children in order of first appearance (lossless)"
+    citation = "verispec, docs/traversal_iid.md; the rule of Weng et al. 2025, arXiv 2505.12398, Alg. 1"
     valid_for = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})

@@ -47,7 +47,8 @@ from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
 from verispec.simulator.interfaces import RuleDP, RuleLaw
 from verispec.simulator.laws import add_at, add_blocks
-from verispec.simulator.problems import draft_conditionals, log_add, readable_count, target_conditionals
+from verispec.simulator.problems import draft_conditionals, target_conditionals
+from verispec.sizes import log_add, readable_count
 
 #: Most entries ((deletion sequences + outcomes) x V) pass one may hold at one depth: a sequence keeps p, q and
 #: the tokens used, an outcome its final law ([V] each). delayed:4,4,4 at V = 4 reaches 10^7.5 entries at its

@@ -25,7 +25,6 @@ them (a name that cannot be read as ``FILE.py:NAME``).
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
@@ -41,8 +40,6 @@ MEDUSA_EPSILON = 0.09
 MEDUSA_ALPHA = 0.3
 #: The smoothing inside Medusa's entropy, log(p + 1e-5).
 ENTROPY_SMOOTHING = 1e-5
-
-_PARAMETERS = re.compile(r"^typical\((.*)\)$")
 
 
 def _host(values) -> np.ndarray:
@@ -62,9 +59,14 @@ def thresholds(p) -> np.ndarray:
 class TypicalVerifier(Verifier):
     """Typical acceptance with parameters ``epsilon`` and ``alpha`` (see the module docstring)."""
 
+    summary = "Medusa's typical acceptance: accept a draft when p(x) > min(epsilon, alpha exp(-H(p)))"
+    citation = "Cai et al. 2024, arXiv 2401.10774, Sec. 2.3.1"
     #: Lossy by design: ``valid_for`` names the drafts it runs on (all: it never reads q), not a claim.
     lossy_by_design = True
     valid_for = frozenset(DraftLaw)
+    #: The registry's hook for rules with parameters: ``typical(epsilon=E,alpha=A)`` is this class built with
+    #: those keywords, the others taken from the registered instance (``verispec.verifiers.get_verifier``).
+    parameters = ("epsilon", "alpha")
 
     def __init__(self, epsilon: float = MEDUSA_EPSILON, alpha: float = MEDUSA_ALPHA, name: str | None = None):
         for value, what in ((epsilon, "epsilon"), (alpha, "alpha")):
@@ -74,26 +76,6 @@ class TypicalVerifier(Verifier):
         self.epsilon, self.alpha = float(epsilon), float(alpha)
         default = (self.epsilon, self.alpha) == (MEDUSA_EPSILON, MEDUSA_ALPHA)
         self.name = name or ("typical" if default else f"typical(epsilon={self.epsilon:g},alpha={self.alpha:g})")
-
-    @classmethod
-    def parse(cls, name: str) -> TypicalVerifier:
-        """``typical`` or ``typical(epsilon=E,alpha=A)`` (either key may be left out); a one-line error
-        otherwise."""
-        if name == "typical":
-            return cls()
-        match = _PARAMETERS.match(name.replace(" ", ""))
-        if not match:
-            raise UnknownVerifierError(f"cannot read {name!r}; write typical or typical(epsilon=0.09,alpha=0.3)")
-        values = {}
-        for item in filter(None, match.group(1).split(",")):
-            key, _, text = item.partition("=")
-            if key not in ("epsilon", "alpha") or key in values:
-                raise UnknownVerifierError(f"typical takes epsilon= and alpha= once each, got {item!r} in {name!r}")
-            try:
-                values[key] = float(text)
-            except ValueError:
-                raise UnknownVerifierError(f"typical's {key} must be a number, got {text!r} in {name!r}") from None
-        return cls(values.get("epsilon", MEDUSA_EPSILON), values.get("alpha", MEDUSA_ALPHA))
 
     def threshold(self, p) -> np.ndarray:
         """min(epsilon, alpha exp(-H(p))) per row of p [..., V], float64 host [...]."""

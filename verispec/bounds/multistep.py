@@ -2,7 +2,7 @@
 
 Variables pi(n, y | D) >= 0 for every draft outcome D (a draft tree with probability Q(D)), every node n of
 D and every token y: the probability of accepting the path to n and emitting y (an emission law, as every
-verifier in verispec returns). Constraints (reference, "Optimality analysis"):
+verifier in verispec returns). Constraints (docs/reference.md, "Optimality analysis"):
 
     sum_{n, y} pi(n, y | D) = 1                                  for every D;
     sum_D Q(D) sum_{s = path(n) y prefix of x} pi(n, y | D) p(x_rest | s) = p(x)   for every x in V^(L+1),
@@ -59,7 +59,7 @@ verifier attains it. For deeper trees the gap between the two is not determined 
 
 Classes of the user's own, and two relaxations over the same variables (the coupling program, and an
 information-agnostic LP over the law of the emitted block alone, exact on a single path), are stated in cvxpy in
-``verispec.lp_analysis.classes`` on the ``MultiStepLP`` built here; ``verispec.lp_analysis.certificate`` proves an
+``verispec.bounds.classes`` on the ``MultiStepLP`` built here; ``verispec.bounds.certificate`` proves an
 optimum of this LP in exact rationals.
 """
 
@@ -74,23 +74,15 @@ from scipy import sparse
 
 from verispec import backend
 from verispec.errors import InvalidTreeError, ProblemTooLargeError, VerispecError
+from verispec.limits import RESTRICTIONS
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import ChainDrafter, Drafter
 from verispec.simulator.interfaces import Verifier
-from verispec.simulator.problems import (
-    Problem,
-    log_add,
-    log_prefix_count,
-    readable_count,
-    target_conditionals,
-    target_law,
-)
+from verispec.simulator.problems import Problem, target_conditionals, target_law
 from verispec.simulator.selection import greedy_path
 from verispec.simulator.trees import DraftTree, TreeBatch, shape_paths
-
-#: Restricted classes of verifiers the multi-step LP can optimise over (None: every valid verifier).
-RESTRICTIONS = ("selected-path",)
+from verispec.sizes import log_add, log_prefix_count, readable_count
 
 #: Largest number of nonzero coefficients the multi-step LP builds. An emission at depth d meets V^(L-d)
 #: validity rows (every continuation of its block), so the matrix grows as (draft outcomes) * V^(L+1) and
@@ -177,8 +169,8 @@ def _flat(sequence, size: int) -> int:
 @dataclass(frozen=True, eq=False)
 class MultiStepLP:
     """The multi-step LP of one (problem, drafter, restriction), built once and solved by any path: HiGHS
-    (``optimal_block_efficiency``), cvxpy (``verispec.lp_analysis.classes``) or checked in exact rationals
-    (``verispec.lp_analysis.certificate``).
+    (``optimal_block_efficiency``), cvxpy (``verispec.bounds.classes``) or checked in exact rationals
+    (``verispec.bounds.certificate``).
 
     maximise objective @ x subject to a_eq x = b_eq, x >= 0, where x = [z, F]: the joint emission masses
     z(n, y, D) = Q(D) pi(n, y | D) of the emitting nodes of every outcome (outcome by outcome, node by node,
@@ -325,7 +317,7 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
     """Maximise E[tau + 1] over every valid verifier for trees drawn by ``drafter`` on ``problem``, or over
     the verifiers of a restricted class (``restriction``, one of ``RESTRICTIONS``; see the module docstring).
 
-    ``certify``: also prove the optimum in exact rationals (``verispec.lp_analysis.certificate``: a primal and a
+    ``certify``: also prove the optimum in exact rationals (``verispec.bounds.certificate``: a primal and a
     dual solution, both checked exactly, with equal objectives) on an exact problem's own Fractions (a float
     problem's joint laws are products rounded to float64, not exactly consistent with its conditionals, so its
     LP has no exact solution to certify: VerispecError); CertificateError when none is found.
@@ -347,7 +339,7 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
                         b_eq=lp.b_eq.astype(np.float64), groups=lp.groups(), limit=limit)
     certificate = None
     if certify:
-        from verispec.lp_analysis.certificate import certify_optimum
+        from verispec.bounds.certificate import certify_optimum
 
         certificate = certify_optimum(lp, solution)
     label = drafter.spec if restriction is None else f"{drafter.spec},{restriction}"
@@ -360,8 +352,8 @@ def optimal_block_efficiency(problem: Problem, drafter: Drafter, *, limit: int =
 
 def _chain_optimum(problem: Problem, drafter: ChainDrafter, *, limit: int, restriction: str | None, certify: bool,
                    start: float) -> MultiStepOptimum:
-    """The multi-step LP on a single path in its single-path form (``verispec.lp_analysis.chain_lp``)."""
-    from verispec.lp_analysis.chain_lp import certify_chain, chain_laws, solve_chain_lp
+    """The multi-step LP on a single path in its single-path form (``verispec.bounds.chain_lp``)."""
+    from verispec.bounds.chain_lp import certify_chain, chain_laws, solve_chain_lp
 
     depth, size = drafter.depth, problem.vocab_size
     problem.require_depth(depth)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verispec.lp_analysis.multistep import RESTRICTIONS, coupling_bound, optimal_block_efficiency
+from verispec.bounds.multistep import RESTRICTIONS, coupling_bound, optimal_block_efficiency
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import analyze

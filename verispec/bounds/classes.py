@@ -1,7 +1,7 @@
 """Verifier classes as cvxpy programs over the multi-step LP's variables: write a class as constraints, get its
 optimum, its optimal verifier and the gap of every built-in rule.
 
-The variables (``LPVariables``) are those of ``verispec.lp_analysis.multistep``: the joint emission masses
+The variables (``LPVariables``) are those of ``verispec.bounds.multistep``: the joint emission masses
 z(n, y, D) = Q(D) pi(n, y | D) of every node n of every draft outcome D (``v.z``, one cvxpy vector, outcome by
 outcome, node by node, token by token; ``v.masses(i)`` is outcome i's [num_nodes, V] block) and the flow
 variables F(u) of the output prefixes (``v.flows``). Every program here holds the multi-step LP's own constraints
@@ -52,9 +52,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from verispec.errors import SolverError, VerispecError
-from verispec.lp_analysis.gaps import GapRow, verifier_gaps
-from verispec.lp_analysis.multistep import (
+from verispec.bounds.gaps import GapRow, verifier_gaps
+from verispec.bounds.multistep import (
     DEFAULT_MAX_NONZEROS,
     MultiStepLP,
     TabulatedVerifier,
@@ -63,6 +62,7 @@ from verispec.lp_analysis.multistep import (
     optimal_block_efficiency,
     path_probabilities,
 )
+from verispec.errors import SolverError, VerispecError
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, checked_solution
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.problems import Problem, target_law
@@ -93,7 +93,8 @@ INTERIOR_TOLERANCE = 1e-8
 ClassConstraints = Callable[["LPVariables"], Iterable]
 
 
-def _cvxpy():
+def require_cvxpy():
+    """The cvxpy module, imported on first use rather than with this module; SolverError when it is missing."""
     try:
         import cvxpy
     except ImportError:  # a declared dependency, but an environment may lack it
@@ -132,7 +133,7 @@ class LPVariables:
 
     def masses(self, outcome: int):
         """Outcome ``outcome``'s emission masses as a [num_nodes, V] cvxpy expression (rows: nodes)."""
-        cp = _cvxpy()
+        cp = require_cvxpy()
         tree = self.lp.outcomes[outcome][0]
         start = self.lp.first_column[outcome]
         return cp.reshape(self.z[start:start + tree.num_nodes * self.vocab_size], (tree.num_nodes, self.vocab_size),
@@ -200,7 +201,7 @@ class ClassOptimum:
 
 
 def _variables(problem: Problem, drafter: Drafter, limit: int, max_nonzeros: int):
-    cp = _cvxpy()
+    cp = require_cvxpy()
     lp = build_multistep_lp(problem, drafter, limit=limit, max_nonzeros=max_nonzeros)
     z = cp.Variable(lp.num_emissions, nonneg=True, name="z")
     flows = cp.Variable(lp.num_flows, nonneg=True, name="F")
@@ -208,7 +209,7 @@ def _variables(problem: Problem, drafter: Drafter, limit: int, max_nonzeros: int
 
 
 def _class_constraints(constraints: ClassConstraints, variables: LPVariables, name: str) -> list:
-    cp = _cvxpy()
+    cp = require_cvxpy()
     try:
         produced = constraints(variables)
         produced = [] if produced is None else list(produced)
@@ -247,9 +248,9 @@ def _stdout_to_stderr():
         os.close(saved)
 
 
-def _solve(problem, solver: str | None, what: str) -> str:
+def solve_program(problem, solver: str | None, what: str) -> str:
     """Solve a cvxpy problem with ``solver`` (or the first default that supports it); the solver's name."""
-    cp = _cvxpy()
+    cp = require_cvxpy()
     installed = set(cp.installed_solvers())
     if solver is not None:
         solver = solver.upper()
@@ -297,7 +298,7 @@ def optimize_class(problem: Problem, drafter: Drafter, constraints: ClassConstra
     only; ``references`` adds the multi-step and selected-path optima of the scipy/HiGHS path."""
     from verispec.simulator.engine import analyze
 
-    cp = _cvxpy()
+    cp = require_cvxpy()
     if isinstance(constraints, str):
         if constraints not in CLASSES:
             raise VerispecError(f"unknown verifier class {constraints!r}; known: {', '.join(CLASSES)}, or a function "
@@ -311,7 +312,7 @@ def optimize_class(problem: Problem, drafter: Drafter, constraints: ClassConstra
     x = cp.hstack([variables.z, variables.flows])
     program = cp.Problem(cp.Maximize(lp.objective.astype(np.float64) @ x),
                          [lp.float_matrix() @ x == lp.b_eq.astype(np.float64), *extra])
-    used = _solve(program, solver, what)
+    used = solve_program(program, solver, what)
     for constraint in extra:
         violation = float(np.max(constraint.violation(), initial=0.0))
         if violation > CLASS_TOLERANCE:
@@ -374,7 +375,7 @@ def coupling_program(problem: Problem, drafter: Drafter, *, solver: str | None =
     """The coupling relaxation over the multi-step LP's emission masses (module docstring): each outcome emits
     its probability, and the mass of blocks accepting at least the prefix u is at most p(u). Its optimum is
     >= the multi-step optimum, <= ``coupling_bound``, and equal to it on a single path."""
-    cp = _cvxpy()
+    cp = require_cvxpy()
     lp, variables = _variables(problem, drafter, limit, DEFAULT_MAX_NONZEROS)
     prefixes, accepted = _prefix_masses(lp)
     depth = lp.depth
@@ -387,7 +388,7 @@ def coupling_program(problem: Problem, drafter: Drafter, *, solver: str | None =
     z = variables.z
     program = cp.Problem(cp.Maximize(lp.objective[:lp.num_emissions].astype(np.float64) @ z),
                          [groups @ z == totals, accepted @ z <= caps])
-    _solve(program, solver, f"the coupling program on {drafter.spec} at V={problem.vocab_size}")
+    solve_program(program, solver, f"the coupling program on {drafter.spec} at V={problem.vocab_size}")
     return float(program.value)
 
 
@@ -397,7 +398,7 @@ def information_agnostic_program(problem: Problem, drafter: Drafter, *, solver: 
     multi-step LP's emission masses summed over outcomes), and the same flows F(u); losslessness as in the
     multi-step LP, total mass one, and the mass of blocks accepting at least u at most P(the tree contains u).
     Equal to the multi-step optimum on a single path; an upper bound on every valid verifier on trees."""
-    cp = _cvxpy()
+    cp = require_cvxpy()
     lp = build_multistep_lp(problem, drafter, limit=limit)
     size = lp.vocab_size
     # block s = (accepted path, token): one column per distinct block; z columns merge into it
@@ -428,7 +429,7 @@ def information_agnostic_program(problem: Problem, drafter: Drafter, *, solver: 
     program = cp.Problem(cp.Maximize(lengths @ blocks),
                          [emitted @ blocks + flow_part @ flows == b_prefix, cp.sum(blocks) == 1,
                           capacity @ blocks <= np.asarray(caps)])
-    _solve(program, solver, f"the information-agnostic LP on {drafter.spec} at V={problem.vocab_size}")
+    solve_program(program, solver, f"the information-agnostic LP on {drafter.spec} at V={problem.vocab_size}")
     return float(program.value)
 
 

@@ -33,14 +33,8 @@ from scipy import sparse
 
 from verispec.errors import ProblemTooLargeError, SolverError
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, MARGINAL_TOLERANCE, solve_lp
-from verispec.simulator.problems import (
-    Problem,
-    draft_law,
-    log_prefix_count,
-    readable_count,
-    target_conditionals,
-    target_law,
-)
+from verispec.simulator.problems import Problem, draft_law, target_conditionals, target_law
+from verispec.sizes import log_prefix_count, readable_count
 
 #: Largest number of prefixes (V + ... + V^L) whose optimal verifier is tabulated: its law per draft outcome has
 #: V^L x (L + 1) x V entries.
@@ -162,7 +156,7 @@ def certify_chain(target: list, draft: list, conditional: list, size: int) -> Ch
 
 def _check_chain(target, draft, conditional, flows, bound_duals, edge_duals, size) -> None:
     """Every condition of the single-path certificate, exactly; CertificateError naming the first that fails."""
-    from verispec.lp_analysis.certificate import CertificateError
+    from verispec.bounds.certificate import CertificateError
 
     zero = Fraction(0)
     depth = len(target)

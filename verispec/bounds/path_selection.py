@@ -40,7 +40,7 @@ the drafted tree must give equal emission laws to a tree in two problems that ag
 multi-step LPs of problems P_1..P_n with those equalities (one per tree and pair of problems, cvxpy constraints
 z_i[tree] == z_j[tree] in ``drafted_node_cvxpy``) bounds every such rule: its efficiencies satisfy sum_i E_i <= the
 stacked optimum. When that is below sum_i OPT_i, no drafted-node rule is optimal on all of them; ``certify=True``
-proves both sides in exact rationals (``verispec.lp_analysis.certificate``).
+proves both sides in exact rationals (``verispec.bounds.certificate``).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ import numpy as np
 from scipy import sparse
 
 from verispec import budget
+from verispec.bounds.multistep import build_multistep_lp, optimal_block_efficiency
 from verispec.errors import ProblemTooLargeError, VerispecError
-from verispec.lp_analysis.multistep import build_multistep_lp, optimal_block_efficiency
 from verispec.lp_analysis.single_position import iid_ot_optimum
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, solve_lp
 from verispec.simulator.drafters import DelayedDrafter, Drafter
@@ -280,7 +280,7 @@ def drafted_node_program(problems: list[Problem], drafter: Drafter, *, certify: 
     optima = [optimal_block_efficiency(problem, drafter, limit=limit, certify=certify) for problem in problems]
     proved = None
     if certify:
-        from verispec.lp_analysis.certificate import certify_optimum
+        from verispec.bounds.certificate import certify_optimum
 
         joint = certify_optimum(stacked, solution)
         proved = {"joint": joint.optimum, "optima": tuple(optimum.certificate.optimum for optimum in optima)}
@@ -292,15 +292,15 @@ def drafted_node_program(problems: list[Problem], drafter: Drafter, *, certify: 
 def drafted_node_cvxpy(problems: list[Problem], drafter: Drafter, *, tied: bool = True, solver: str | None = None,
                        limit: int = DEFAULT_MAX_VARIABLES) -> float:
     """``drafted_node_program``'s optimum stated in cvxpy (the modelling layer of verifier classes,
-    ``verispec.lp_analysis.classes``): one variable vector per problem over its multi-step LP, the ties
+    ``verispec.bounds.classes``): one variable vector per problem over its multi-step LP, the ties
     z_i[tree] == z_j[tree] as cvxpy constraints, solved by ``classes``' solver chain (HiGHS first). The class is not a
     ``ClassConstraints`` of one LP because it ties several problems' LPs. ``tied=False`` drops the ties: the sum of
     the problems' own optima."""
     if len(problems) < 2:
         raise VerispecError("the drafted-node program compares at least two problems")
-    from verispec.lp_analysis.classes import _cvxpy, _solve
+    from verispec.bounds.classes import require_cvxpy, solve_program
 
-    cp = _cvxpy()
+    cp = require_cvxpy()
     lps = [build_multistep_lp(problem, drafter, limit=limit) for problem in problems]
     offsets = np.cumsum([0] + [lp.num_columns for lp in lps])
     x = cp.Variable(int(offsets[-1]), nonneg=True, name="x")  # [z_1, F_1, z_2, F_2, ...]
@@ -313,7 +313,7 @@ def drafted_node_cvxpy(problems: list[Problem], drafter: Drafter, *, tied: bool 
             constraints.append(x[first] == x[second])
     objective = np.concatenate([lp.objective for lp in lps]).astype(np.float64)
     program = cp.Problem(cp.Maximize(objective @ x), constraints)
-    _solve(program, solver, f"the drafted-node program over {len(problems)} problems on {drafter.spec} in cvxpy")
+    solve_program(program, solver, f"the drafted-node program over {len(problems)} problems on {drafter.spec} in cvxpy")
     return float(program.value)
 
 

@@ -1,0 +1,54 @@
+"""``verispec latency``: measure a pair's draft step and target forward times, the latency model of throughput."""
+
+from __future__ import annotations
+
+import os
+
+from verispec.cli.options import (
+    add_device_options,
+    add_overwrite_option,
+    add_pair_options,
+    integer_option,
+    list_option,
+)
+from verispec.cli.pair import check_pair_args, load_pair
+from verispec.errors import VerispecError
+from verispec.limits import MAX_CONTEXT_TOKENS, MAX_DECODE_NODES, MAX_LATENCY_REPEATS
+
+
+def add_parser(subparsers) -> None:
+    latency = subparsers.add_parser("latency", help="measure a pair's draft step and target forward times (JSON)")
+    add_pair_options(latency)
+    latency.add_argument("--sizes", default="1,2,4,8,16,32",
+                         help=f"tree sizes n at which t_p(n) is measured (each at most {MAX_DECODE_NODES})")
+    latency.add_argument("--repeats", type=integer_option(minimum=1, maximum=MAX_LATENCY_REPEATS,
+                                                          what=f"an integer from 1 to {MAX_LATENCY_REPEATS}"),
+                         default=5)
+    latency.add_argument("--context-length", type=integer_option(minimum=1, maximum=MAX_CONTEXT_TOKENS,
+                                                                 what=f"an integer from 1 to {MAX_CONTEXT_TOKENS}"),
+                         default=200, help="committed tokens before each timed forward (default 200)")
+    latency.add_argument("--out", required=True, metavar="FILE", help="the latency model to write (atomically)")
+    add_overwrite_option(latency, "a latency model")
+    add_device_options(latency)
+
+
+def run(args) -> int:
+    from verispec.io import atomic_write_json, check_output
+    from verispec.latency import LATENCY_FILE
+    from verispec.models.latency import measure_latency
+
+    check_pair_args(args)
+    sizes = list_option(args.sizes, int, "a tree size")
+    wrong = [size for size in sizes if not 1 <= size <= MAX_DECODE_NODES]
+    if wrong:
+        raise VerispecError(f"--sizes {args.sizes!r}: a tree size must be an integer from 1 to {MAX_DECODE_NODES} (the "
+                            f"most nodes a decoded tree has), got {wrong[0]}")
+    check_output(args.out, LATENCY_FILE, what="--out", overwrite=args.overwrite)
+    args.temperature, args.top_k, args.top_p = 1.0, None, None  # no sampling here
+    pair, _ = load_pair(args)
+    model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats)
+    atomic_write_json(args.out, {**model.as_dict(), "load_average": os.getloadavg()[0]})
+    print(f"t_q = {model.draft_step:.3f} ms; t_p(n) = " + ", ".join(
+        f"{n}: {time_:.3f}" for n, time_ in zip(model.target_sizes, model.target_times))
+        + f" ms; {model.source}; wrote {args.out}")
+    return 0

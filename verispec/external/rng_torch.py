@@ -1,0 +1,423 @@
+"""RNG capture of torch's generators: ``FeedMode`` feeds every torch draw from an ``rng.Capture``.
+
+Imported by ``rng.Capture`` only when torch is already loaded (so numpy-only runs never import torch). Its
+handlers replace torch's random primitives as attributes (``table``: ``torch.rand``, ``Tensor.exponential_``,
+...), each drawing from the capture by the rules of ``rng_rules``; torch's other random primitives are refused
+by name. Pushed as a ``TorchFunctionMode`` it also catches names bound before the call, and follows exponential
+noise for the race rule: ``argmax(w / E)`` read as one inverse-CDF draw from w (``docs/check_external.md``,
+"Glossary of RNG capture", states when, and why the law is the same).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+from verispec.external import rng_rules as rules
+from verispec.external.exact import NotPiecewiseConstantError
+from verispec.external.tree_arrays import inverse_cdf
+
+_DIVISIONS = {Tensor.div, torch.div, Tensor.true_divide, torch.true_divide, Tensor.__truediv__}
+_ARGMAXES = {Tensor.argmax, torch.argmax}
+#: Tensor methods that read no values.
+_METADATA = {Tensor.size, Tensor.dim, Tensor.__len__, Tensor.numel, Tensor.stride, Tensor.is_contiguous,
+             Tensor.is_floating_point, Tensor.element_size, Tensor.nelement, Tensor.ndimension}
+#: Tensor attributes whose reading does not read the values.
+_METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "is_cuda", "ndim", "requires_grad", "layout",
+                                  "is_sparse", "names", "is_leaf", "grad_fn"})
+#: torch's random primitives that are not fed: refused by name.
+_REFUSED = {torch.poisson: "torch.poisson", Tensor.cauchy_: "Tensor.cauchy_",
+            Tensor.geometric_: "Tensor.geometric_", Tensor.log_normal_: "Tensor.log_normal_",
+            torch.binomial: "torch.binomial", torch._standard_gamma: "torch._standard_gamma",
+            torch.nn.functional.dropout: "torch.nn.functional.dropout",
+            torch.nn.functional.alpha_dropout: "torch.nn.functional.alpha_dropout"}
+
+
+@dataclass
+class _Noise:
+    """Exponential noise E filled by ``exponential_``, followed for the race rule."""
+
+    tensor: object
+    uniforms: np.ndarray  # E.shape: the u of each element
+    columns: np.ndarray  # per-row shape: tape column of each element
+    site: str
+    state: str = "fresh"  # fresh -> divided -> raced; or impure
+
+
+@dataclass
+class _Score:
+    """The quotient w / E of a followed noise E; ``weights``: w as it was when the division ran (float64, a copy)."""
+
+    tensor: object
+    noise: _Noise
+    weights: np.ndarray
+    state: str = "fresh"
+
+
+class FeedMode(TorchFunctionMode):
+    """Feeds torch's draws from ``capture`` (an entered ``rng.Capture``): its handlers replace torch's
+    primitives as attributes (``table``), and while pushed as a TorchFunctionMode it also catches names bound
+    before the call and follows exponential noise for the race rule (see ``rng.Capture``)."""
+
+    def __init__(self, capture):
+        super().__init__()
+        self.capture = capture
+        self.handlers = {
+            torch.rand: self.rand, torch.rand_like: self.rand_like, Tensor.uniform_: self.uniform_,
+            torch.randn: self.randn, torch.randn_like: self.randn_like, Tensor.normal_: self.normal_,
+            torch.normal: self.normal, Tensor.exponential_: self.exponential_,
+            torch.bernoulli: self.bernoulli, Tensor.bernoulli: self.bernoulli, Tensor.bernoulli_: self.bernoulli_,
+            torch.multinomial: self.multinomial, Tensor.multinomial: self.multinomial,
+            torch.randint: self.randint, torch.randint_like: self.randint_like, Tensor.random_: self.random_,
+            torch.randperm: self.randperm,
+        }
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = self.handlers.get(func)
+        if handler is not None:
+            self.capture.caught_by_mode += 1
+            return handler(*args, **kwargs)
+        if func in _REFUSED:
+            if func in (torch.nn.functional.dropout, torch.nn.functional.alpha_dropout) and not (
+                    kwargs.get("training", args[2] if len(args) > 2 else True)
+                    and float(kwargs.get("p", args[1] if len(args) > 1 else 0.5)) > 0):
+                return func(*args, **kwargs)
+            if self.capture.mode == "forbid":
+                self.capture.draw(_REFUSED[func], ())
+            self.capture.refuse(_REFUSED[func])
+        if self.capture.tracked:
+            return self.follow(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    # -- uniform, normal, exponential, Bernoulli
+
+    def rand(self, *args, **kwargs):
+        shape = _size_of(args, kwargs)
+        values = self.capture.draw("torch.rand", shape)[0]
+        dtype = kwargs.get("dtype") or (kwargs["out"].dtype if kwargs.get("out") is not None
+                                        else torch.get_default_dtype())
+        self.capture.float32_draws += dtype == torch.float32
+        return _finish(_uniform_like(values, dtype, kwargs.get("device")), kwargs)
+
+    def rand_like(self, input, **kwargs):
+        values = self.capture.draw("torch.rand_like", tuple(input.shape))[0]
+        dtype, device = kwargs.get("dtype") or input.dtype, kwargs.get("device") or input.device
+        self.capture.float32_draws += dtype == torch.float32
+        return _finish(_uniform_like(values, dtype, device), kwargs)
+
+    def uniform_(self, self_tensor, a=0.0, b=1.0, **kwargs):
+        a, b = kwargs.get("from", a), kwargs.get("to", b)
+        values = self.capture.draw("Tensor.uniform_", tuple(self_tensor.shape))[0]
+        if self_tensor.dtype == torch.float32:  # the generator's float32 draw, then scaled (rounded down)
+            values = rules.on_grid(values, np.float64)
+            self.capture.float32_draws += 1
+        with torch.no_grad():
+            self_tensor.copy_(_as_tensor(rules.uniform(values, a, b), self_tensor.dtype, self_tensor.device, down=True))
+        return self_tensor
+
+    def randn(self, *args, **kwargs):
+        shape = _size_of(args, kwargs)
+        values = self.capture.draw("torch.randn", shape)[0]
+        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+        return _finish(_as_tensor(rules.normal(values), dtype, kwargs.get("device")), kwargs)
+
+    def randn_like(self, input, **kwargs):
+        values = self.capture.draw("torch.randn_like", tuple(input.shape))[0]
+        return _finish(_as_tensor(rules.normal(values), kwargs.get("dtype") or input.dtype,
+                                 kwargs.get("device") or input.device), kwargs)
+
+    def normal_(self, self_tensor, mean=0.0, std=1.0, **kwargs):
+        values = self.capture.draw("Tensor.normal_", tuple(self_tensor.shape))[0]
+        with torch.no_grad():
+            self_tensor.copy_(_as_tensor(rules.normal(values, mean, std), self_tensor.dtype, self_tensor.device))
+        return self_tensor
+
+    def normal(self, mean=0.0, std=1.0, size=None, **kwargs):
+        means = mean.detach().cpu().numpy() if isinstance(mean, torch.Tensor) else np.asarray(mean, float)
+        stds = std.detach().cpu().numpy() if isinstance(std, torch.Tensor) else np.asarray(std, float)
+        shape = tuple(size) if size is not None else np.broadcast_shapes(means.shape, stds.shape)
+        values = self.capture.draw("torch.normal", shape)[0]
+        like = next((t for t in (mean, std) if isinstance(t, torch.Tensor)), None)
+        dtype = kwargs.get("dtype") or (like.dtype if like is not None else torch.get_default_dtype())
+        device = kwargs.get("device") or (like.device if like is not None else None)
+        return _finish(_as_tensor(rules.normal(values, means, stds), dtype, device), kwargs)
+
+    def exponential_(self, self_tensor, lambd=1.0, **kwargs):
+        values, columns = self.capture.draw("Tensor.exponential_", tuple(self_tensor.shape))
+        with torch.no_grad():
+            self_tensor.copy_(_as_tensor(rules.exponential(values, float(lambd)), self_tensor.dtype,
+                                         self_tensor.device))
+        if self.capture.races and _own_storage(self_tensor) and (self.capture.tape.rows == 1
+                                                                   or self_tensor.dim() >= 2):
+            self.capture.tracked[id(self_tensor)] = _Noise(self_tensor, np.array(values, copy=True), columns,
+                                                           rules.site())
+            self.capture.engage()  # follow what is done with the noise
+        return self_tensor
+
+    def bernoulli(self, input, p=None, **kwargs):
+        probabilities = input if p is None else p
+        values = self.capture.draw("torch.bernoulli", tuple(input.shape))[0]
+        probs = (probabilities.detach().cpu().numpy() if isinstance(probabilities, torch.Tensor)
+                 else np.asarray(probabilities, float))
+        if np.any((probs < 0) | (probs > 1)) or not np.all(np.isfinite(probs)):
+            raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true")
+        result = _as_tensor(self.capture.chose(values < probs).astype(np.float64), input.dtype, input.device)
+        return _finish(result, kwargs)
+
+    def bernoulli_(self, self_tensor, p=0.5, **kwargs):
+        result = self.bernoulli(self_tensor, p)
+        with torch.no_grad():
+            self_tensor.copy_(result)
+        return self_tensor
+
+    # -- categorical and integers
+
+    def multinomial(self, input, num_samples, replacement=False, **kwargs):
+        weights = input.detach().cpu().numpy()
+        weights = weights if weights.dtype == np.float64 else weights.astype(np.float64)
+        if weights.ndim not in (1, 2):
+            raise RuntimeError("prob_dist must be 1 or 2 dim")
+        rows = weights.reshape(-1, weights.shape[-1])  # [R, V]
+        rules.check_weights(rows, int(num_samples), bool(replacement), "torch.multinomial")
+        shape = weights.shape[:-1] + (int(num_samples),)
+        u = self.capture.draw("torch.multinomial", shape)[0].reshape(len(rows), int(num_samples))
+        drawn = self.capture.chose(rules.categorical(rows, u, bool(replacement)).reshape(shape))
+        return _finish(torch.from_numpy(drawn).to(device=input.device), kwargs)
+
+    def randint(self, *args, **kwargs):
+        numbers = [a for a in args if isinstance(a, (int, np.integer))]
+        low, high = (0, numbers[0]) if len(numbers) == 1 else (numbers[0], numbers[1]) if numbers else (
+            kwargs.get("low", 0), kwargs["high"])
+        if "low" in kwargs or "high" in kwargs:
+            low, high = kwargs.get("low", low), kwargs.get("high", high)
+        shape = _size_of(args, kwargs, start=len(numbers))
+        values = self.capture.draw("torch.randint", shape)[0]
+        dtype = kwargs.get("dtype") or torch.int64
+        drawn = self.capture.chose(rules.integers(values, int(low), int(high)))
+        return _finish(_as_tensor(drawn, dtype, kwargs.get("device")), kwargs)
+
+    def randint_like(self, input, low=0, high=None, **kwargs):
+        low, high = (0, low) if high is None else (low, high)
+        values = self.capture.draw("torch.randint_like", tuple(input.shape))[0]
+        return _finish(_as_tensor(self.capture.chose(rules.integers(values, int(low), int(high))),
+                                 kwargs.get("dtype") or input.dtype,
+                                 kwargs.get("device") or input.device), kwargs)
+
+    def random_(self, self_tensor, *args, **kwargs):
+        bounds = list(args) + [kwargs[k] for k in ("from", "to") if k in kwargs]
+        if not bounds:
+            self.capture.refuse("Tensor.random_() without bounds")
+        low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
+        values = self.capture.draw("Tensor.random_", tuple(self_tensor.shape))[0]
+        with torch.no_grad():
+            self_tensor.copy_(_as_tensor(self.capture.chose(rules.integers(values, int(low), int(high))),
+                                         self_tensor.dtype,
+                                         self_tensor.device))
+        return self_tensor
+
+    def randperm(self, n, **kwargs):
+        n = int(n)
+        u = self.capture.draw("torch.randperm", (n,))[0].reshape(1, n)
+        drawn = rules.categorical(np.ones((1, n)), u, False)[0] if n else np.zeros(0, dtype=np.int64)
+        self.capture.chose(drawn)
+        return _finish(_as_tensor(drawn, kwargs.get("dtype") or torch.int64, kwargs.get("device")), kwargs)
+
+    # -- exponential races
+
+    def follow(self, func, args, kwargs):
+        capture = self.capture
+        tracked = capture.tracked
+        involved = [tracked[id(a)] for a in _flat(args, kwargs) if id(a) in tracked]
+        if not involved or func in _METADATA or _harmless_attribute(func):
+            return func(*args, **kwargs)
+        if func in _DIVISIONS and len(args) == 2 and not kwargs:
+            noise = tracked.get(id(args[1]))
+            if isinstance(noise, _Noise) and noise.state == "fresh" and len(involved) == 1:
+                result = func(*args)
+                noise.state = "divided"
+                weights = _weights_at_division(args[0], tuple(noise.tensor.shape))
+                if tuple(result.shape) == tuple(noise.tensor.shape) and weights is not None:
+                    tracked[id(result)] = _Score(result, noise, weights)
+                else:
+                    noise.state = "impure"
+                return result
+        if func in _ARGMAXES and len(involved) == 1 and isinstance(involved[0], _Score):
+            score = involved[0]
+            if score.state == "fresh" and score.noise.state == "divided" and args[0] is score.tensor:
+                dim = args[1] if len(args) > 1 else kwargs.get("dim")
+                keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+                drawn = self.race(score, dim, bool(keepdim))
+                if drawn is not None:
+                    return drawn
+        for item in involved:
+            if item.state == "raced":
+                noise = item.noise if isinstance(item, _Score) else item
+                raise rules.Signal(NotPiecewiseConstantError(
+                    f"exact mode cannot integrate {capture.name}: the exponential noise drawn at {noise.site} is "
+                    "raced by argmax and then read again, so its race cannot be read as one categorical draw: "
+                    "use --mode blackbox"))
+            item.state = "impure"
+            if isinstance(item, _Score):
+                item.noise.state = "impure"
+        return func(*args, **kwargs)
+
+    def race(self, score: _Score, dim, keepdim: bool):
+        """argmax(w / E, dim) as one inverse-CDF draw from w along ``dim`` (None where the rule does not hold)."""
+        capture, noise = self.capture, score.noise
+        shape = tuple(noise.tensor.shape)
+        if dim is None or not shape:
+            return None
+        dim = int(dim) % len(shape)
+        batched = capture.tape.rows > 1
+        if batched and dim == 0:
+            return None
+        weights = score.weights
+        if len(shape) == 1:  # one slice: the common case of a row at a time
+            flat, first, columns = weights[None, :], noise.uniforms[:1], noise.columns[1:]
+        else:
+            moved = np.moveaxis(weights, dim, -1)  # [..., V]
+            flat = moved.reshape(-1, shape[dim])
+            first = np.moveaxis(noise.uniforms, dim, -1)[..., 0].reshape(-1)
+            columns = np.moveaxis(noise.columns, dim - 1 if batched else dim, -1)[..., 1:]
+        tokens = inverse_cdf(flat, first)  # [slices]
+        tokens[flat.sum(axis=1) <= 0] = 0  # argmax of all-zero scores is the first index
+        tokens = tokens.reshape(shape[:dim] + shape[dim + 1:])
+        if keepdim:
+            tokens = np.expand_dims(tokens, dim)
+        capture.chose(tokens)
+        capture.tape.used[columns.reshape(-1)] = False
+        noise.state = score.state = "raced"
+        capture.races_read += 1
+        return torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)).to(score.tensor.device)
+
+
+def table(feed: FeedMode) -> list:
+    """(owner, attribute, replacement) for every primitive: module functions, and Tensor methods as plain
+    functions (so that the tensor is passed as the first argument)."""
+    entries = []
+    for func, handler in feed.handlers.items():
+        owner = Tensor if func.__qualname__.startswith("TensorBase.") else torch
+        entries.append((owner, func.__name__, handler if owner is torch else _method(handler)))
+    for func, what in _REFUSED.items():
+        owner = (Tensor if func.__qualname__.startswith("TensorBase.") else torch.nn.functional
+                 if "dropout" in what else torch)
+        replacement = _refusing(feed, func)
+        entries.append((owner, func.__name__, replacement if owner is not Tensor else _method(replacement)))
+    return entries
+
+
+def _refusing(feed, func):
+    def replacement(*args, **kwargs):
+        return feed.__torch_function__(func, (), args, kwargs)
+    return replacement
+
+
+def _method(handler):
+    def method(self, *args, **kwargs):
+        return handler(self, *args, **kwargs)
+    return method
+
+
+def _uniform_like(values: np.ndarray, dtype, device):
+    """float64 uniforms as a tensor of ``dtype``: on the CPU generator's grid for float32 (``rules.on_grid``), else
+    rounded down (so they stay below 1)."""
+    if dtype == torch.float32:
+        return torch.from_numpy(rules.on_grid(values, np.float32)).to(device=device)
+    return _as_tensor(values, dtype, device, down=True)
+
+
+def _as_tensor(values, dtype, device, down=False):
+    values = np.asarray(values)
+    if dtype == torch.float64 or not dtype.is_floating_point:
+        out = torch.from_numpy(np.ascontiguousarray(values.astype(np.float64) if dtype.is_floating_point
+                                                    else values))
+        return out.to(dtype=dtype, device=device)
+    if not down:
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)).to(dtype=dtype, device=device)
+    if dtype == torch.float16:
+        return torch.from_numpy(rules.round_down(values, np.float16)).to(device=device)
+    single = rules.round_down(values, np.float32)
+    if dtype == torch.bfloat16:  # truncating a float32's low 16 bits rounds a non-negative value down
+        single = (single.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    return torch.from_numpy(single).to(dtype=dtype, device=device)
+
+
+def _size_of(args, kwargs, start=0):
+    if "size" in kwargs:
+        size = kwargs["size"]
+    elif len(args) > start and isinstance(args[start], (tuple, list, torch.Size)):
+        size = args[start]
+    else:
+        size = args[start:]
+    return tuple(int(s) for s in size)
+
+
+def _finish(result, kwargs):
+    out = kwargs.get("out")
+    if out is not None:
+        out.resize_(result.shape)
+        out.copy_(result)
+        return out
+    if kwargs.get("requires_grad"):
+        result.requires_grad_()
+    return result
+
+
+def _weights_at_division(weights, shape: tuple):
+    """w of ``w / E`` as it is now (a float64 copy of shape ``shape``: later writes into w must not reach the
+    race), or None where the race rule does not hold (w not finite and >= 0, or not of E's shape)."""
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().cpu().numpy()
+    weights = np.array(weights, dtype=np.float64)  # a copy, also of a CPU tensor's memory
+    if weights.shape != shape:
+        try:
+            weights = np.broadcast_to(weights, shape).copy()
+        except ValueError:
+            return None
+    if weights.size and not (np.isfinite(weights).all() and weights.min() >= 0):
+        return None
+    return weights
+
+
+def _harmless_attribute(func) -> bool:
+    owner = getattr(func, "__self__", None)
+    return getattr(func, "__name__", "") == "__get__" and getattr(owner, "__name__", "") in _METADATA_ATTRIBUTES
+
+
+def _flat(args, kwargs):
+    for value in args:
+        if type(value) in (tuple, list):
+            yield from value
+        else:
+            yield value
+    for value in kwargs.values():
+        if type(value) in (tuple, list):
+            yield from value
+        else:
+            yield value
+
+
+_BASELINE_USES = None
+
+
+def _own_storage(tensor) -> bool:
+    """Whether no other tensor shares ``tensor``'s storage, and torch allocated it (so reading its values goes
+    through torch and this tensor alone; see "Shared memory" in ``docs/check_external.md``'s glossary)."""
+    global _BASELINE_USES
+
+    if tensor._base is not None or not tensor.untyped_storage().resizable():  # a view, or memory torch did not
+        return False  # allocate (torch.from_numpy, DLPack), which may be read without torch
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None:
+        return False
+    if _BASELINE_USES is None:  # a fresh tensor's count (references held while counting)
+        fresh = torch.empty(1)
+        fresh_storage = fresh.untyped_storage()
+        _BASELINE_USES = count(fresh_storage._cdata)
+    storage = tensor.untyped_storage()
+    return count(storage._cdata) <= _BASELINE_USES

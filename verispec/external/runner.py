@@ -1,0 +1,470 @@
+"""Calls of an external verification function on rows of a batch: arguments, fed draws, timeouts, outcomes.
+
+``Runner`` is what ``adapter.ExternalVerifier`` runs for one batch topology: it builds the layout's arguments,
+calls the function (batched or one tree at a time) inside a ``rng.Capture`` that feeds, forbids or leaves
+alone its draws, enforces the call timeout, decodes the emitted tokens, and probes the function before a
+topology is integrated. ``SelfDraftingRunner`` runs a block that drafts its own tokens (the ``gpt-fast``
+layout). What each mode does and what the probes check: ``adapter``'s module docstring.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager, nullcontext
+
+import numpy as np
+
+from verispec import budget
+from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
+from verispec.external.rng import Capture, RowByRowRefusal, Tape, TorchEscape, UniformsExhausted
+from verispec.external.rng_rules import Signal, raise_site
+from verispec.external.tree_arrays import TreeArrays, as_int_matrix, decode
+from verispec.simulator.trees import TreeBatch
+
+#: Tape of the first probe call in capture mode (doubled until the function's draws fit).
+FIRST_TAPE = 8
+#: Seed of the probe's uniforms.
+PROBE_SEED = 20_240_607
+#: Rows of a per-row probe.
+PROBE_ROWS = 4
+#: Rows of a batched call that raised which are called one at a time to find the tree that raises.
+RAISE_ROWS = 256
+
+
+class NondeterministicError(VerifierError):
+    """The function's output is not a function of its arguments and uniforms (two identical calls differ)."""
+
+
+class FunctionRaised(VerifierError):
+    """The function under check raised inside a call: a finding about the function on that problem, not bad input
+    to verispec (``check_external`` reports it as a witness, verdict RAISES). ``exception`` (its type's name),
+    ``detail`` (its message's first line) and ``line`` (file:line, ``rng_rules.raise_site``); for a call on one tree,
+    ``draft_paths`` (the tree's root-to-leaf token paths) and ``uniforms`` (what the call was handed and fed)."""
+
+    def __init__(self, message: str, *, exception: str = "", detail: str = "", line: str = "?"):
+        super().__init__(message)
+        self.exception, self.detail, self.line = exception, detail, line
+        self.draft_paths: list[list[int]] | None = None
+        self.uniforms: list[float] | None = None
+        #: Position of the raising call among the rows of a run (set while it propagates; None: a batched call).
+        self.row: int | None = None
+        self.drawn = 0
+
+    def to_json(self) -> dict:
+        return {"exception": self.exception, "message": self.detail, "line": self.line,
+                "draft_paths": self.draft_paths, "uniforms": self.uniforms}
+
+
+class Runner:
+    """Calls the function on rows of one batch (see ``adapter``'s module docstring): builds the arguments, feeds or
+    watches the draws, enforces the call timeout, decodes the outcome. Kept per topology by the verifier and
+    bound to the batch at hand (``bind``)."""
+
+    def __init__(self, verifier, batch: TreeBatch):
+        #: The ``adapter.ExternalVerifier`` whose function is called.
+        self.verifier = verifier
+        self.layout = verifier.layout
+        #: Draws from the global generators are fed from a tape (else forbidden, or for ``unfed`` left alone).
+        self.capture = verifier.rng != "explicit" and not verifier.unfed
+        #: The layout's uniform arguments are handed to the function (else left out).
+        self.handed = verifier.rng != "capture"
+        #: Uniforms a row's tape holds (capture mode), after the layout's own.
+        self.tape = 0
+        #: The draws every batched capture call must make: those of the probe's first call (``rng.Tape``).
+        self.trace: tuple | None = None
+        #: The most uniforms one call drew (capture mode), over the calls since it was last reset.
+        self.max_cursor = 0
+        self.caught_by_mode = 0
+        self._session: Capture | None = None
+        #: The path label of each row of the last run (capture mode, ``_labels``), and the label of each path seen.
+        self.last_paths: np.ndarray | None = None
+        self.path_ids: dict[bytes, int] = {}
+        self.bind(batch)
+
+    def bind(self, batch: TreeBatch) -> None:
+        """Run on ``batch`` (of the topology probed) from now on."""
+        self.trees = TreeArrays(batch)
+        self.width = self.layout.width(self.trees)
+        self.own = self.layout.num_uniforms(batch) if self.handed else self.layout.own_uniforms(batch)
+        #: Outcome codes of this batch (integration adds a path label in multiples of it: ``integrand``).
+        self.code_count = batch.num_nodes * batch.vocab_size
+
+    @property
+    def width_uniforms(self) -> int:
+        return self.own + self.tape
+
+    @contextmanager
+    def session(self):
+        """One Capture around a run of calls (an integration, a batch of samples): the calls inside feed from
+        it (or are watched by it) instead of entering one each. Raises TorchEscape on leaving where a torch draw
+        escaped the replaced attributes: the caller runs the calls again (``torch_full`` is then set)."""
+        verifier = self.verifier
+        if verifier.unfed:  # nothing to feed or forbid: the function draws from its own generators
+            yield
+            return
+        capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=verifier.torch_full)
+        self._session = capture
+        try:
+            with capture:
+                yield
+        except Signal as signal:
+            raise signal.error from None
+        finally:
+            self._session = None
+        _add_counts(verifier, capture)
+
+    def integrand(self, rows: np.ndarray, points: np.ndarray):
+        """What exact integration evaluates: codes, and in capture mode which uniforms each run read, with each
+        run's path as a label (code + code_count * label; ``integrate`` adds the volume to code % code_count).
+
+        Why the label: in capture mode which column of the tape feeds which draw depends on the path (a loop
+        that draws once per draft and stops at the first acceptance, a rejection that draws a residual where an
+        acceptance draws the next test). Two paths may end in the same outcome on every line the integration
+        scans through a box's anchor, while on the rest of the box they read other columns with other
+        thresholds: with outcomes alone, only the random probes could see that, and a box was taken as one cell
+        where it was not (mass misplaced between outcomes). Labelled by path - the draws made, in order, and the
+        results of the discrete ones - a box holding two paths changes label along the uniform whose piece
+        chooses between them, and is split there like any outcome change."""
+        codes, used = self.run(rows, points, races=True)
+        if used is None:
+            return codes
+        return codes + self.code_count * self.last_paths, used
+
+    def _labels(self, tape: Tape) -> np.ndarray:
+        """Small integers for the paths of ``tape``'s rows [M] (equal paths, equal labels, over the runner's life)."""
+        keys, inverse = tape.paths()
+        return np.array([self.path_ids.setdefault(key, len(self.path_ids)) for key in keys], dtype=np.int64)[inverse]
+
+    def run(self, rows: np.ndarray, uniforms: np.ndarray, *, races: bool, inspect: bool = False,
+            one_by_one: bool | None = None):
+        """Run the function on ``rows`` [M] with ``uniforms`` [M, own + tape] -> (codes [M], used [M, own + tape]
+        or None in explicit mode). ``inspect``: also return the names of the arguments it wrote into.
+        ``one_by_one``: call it one row at a time (default: ``per_row``)."""
+        one_by_one = self.verifier.per_row if one_by_one is None else one_by_one
+        try:
+            return self._run(rows, uniforms, races, inspect, self.verifier.torch_full, one_by_one)
+        except TorchEscape:  # a torch draw through a name bound before the call: follow every operation from now on
+            self.verifier.torch_full = True
+            return self._run(rows, uniforms, races, inspect, True, one_by_one)
+
+    def _run(self, rows, uniforms, races, inspect, full, one_by_one):
+        verifier, layout, trees = self.verifier, self.layout, self.trees
+        count = len(rows)
+        uniforms = np.array(uniforms, dtype=np.float64)  # a copy: the function may write into what it is handed
+        if self.capture:
+            own, tape = uniforms[:, :self.own], uniforms[:, self.own:]
+        else:
+            own, tape = uniforms, None
+        names = layout.argument_names if self.handed else layout.capture_argument_names()
+
+        def build(some_rows, some_own):
+            if self.handed:
+                return layout.arguments(trees, some_rows, some_own)
+            return layout.capture_arguments(trees, some_rows, some_own)
+
+        if one_by_one and not layout.rows_first:  # built row by row (a flattened layout)
+            batched = None
+            per_row = [self._convert(build(rows[index:index + 1], own[index:index + 1])) for index in range(count)]
+        else:
+            batched = self._convert(build(rows, own))
+            per_row = [layout.row_arguments(batched, index) for index in range(count)] if one_by_one else None
+        arrays = batched if batched is not None else [a for args in per_row for a in args]
+        before = _snapshot(arrays) if inspect else None
+        try:
+            results, used = self._calls(per_row if one_by_one else batched, tape, uniforms.shape, races, full)
+        except FunctionRaised as error:  # the witness: which tree, which uniforms (a call on one tree)
+            if error.row is None and count > 1 and not verifier.unfed:  # find the row: its uniforms are at hand
+                try:
+                    self._run(rows[:RAISE_ROWS], uniforms[:RAISE_ROWS], races, False, full, True)
+                except FunctionRaised as alone:
+                    raise alone from None
+            if error.row is not None and error.draft_paths is None:
+                row = int(rows[error.row])
+                tree = trees.batch.tree(row)
+                error.draft_paths = [list(path) for node, path in enumerate(tree.paths) if tree.is_leaf(node)]
+                error.uniforms = uniforms[error.row, :self.own + error.drawn].tolist()
+            raise
+        if one_by_one:
+            emitted = np.concatenate([layout.row_matrix(result, verifier.name, self.width) for result in results])
+        else:
+            emitted = layout.own_rows(as_int_matrix(results, verifier.name, (layout.output_rows(count), self.width)))
+        codes = decode(emitted, trees, rows, verifier.name, layout.drafted_paths(trees, rows))
+        if not inspect:
+            return codes, used
+        written = _written(arrays, before)
+        if batched is None:  # positions in the flattened list of every row's arguments
+            written = {index % len(names) for index in written}
+        return codes, used, sorted(names[index] if index < len(names) else f"#{index}" for index in written)
+
+    def _calls(self, arguments, tape, shape: tuple, races: bool, full: bool):
+        """Call the function on ``arguments`` (a list of one tuple per row, or one batched tuple), feeding (or in
+        explicit mode watching; ``unfed``: leaving alone) its draws, inside the session's Capture or one of its
+        own: -> (results, used [M, own + tape] or None). Sets ``last_paths`` (capture mode: each row's path label)."""
+        verifier = self.verifier
+        one_by_one = isinstance(arguments, list)
+        used = np.ones(shape, dtype=bool) if self.capture else None
+        session = self._session
+        capture = session
+        if session is None and not verifier.unfed:
+            capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=full)
+        if capture is not None:
+            capture.races = races
+        batch_tape = None
+        paths = np.zeros(shape[0], dtype=np.int64) if self.capture else None
+        try:
+            with capture if capture is not None and session is None else nullcontext():
+                if one_by_one:
+                    results = []
+                    for index, row_arguments in enumerate(arguments):
+                        if index % 64 == 0:
+                            budget.check(f"running external function {verifier.name}")
+                        row_tape = Tape(tape[index:index + 1]) if self.capture else None
+                        try:
+                            results.append(self._fed(capture, row_tape, row_arguments))
+                        except FunctionRaised as error:
+                            error.row, error.drawn = index, 0 if row_tape is None else row_tape.cursor
+                            raise
+                        if row_tape is not None:
+                            used[index, self.own:] = row_tape.used
+                            paths[index] = self._labels(row_tape)[0]
+                            self.max_cursor = max(self.max_cursor, row_tape.cursor)
+                else:
+                    batch_tape = Tape(tape, self.trace) if self.capture else None
+                    try:
+                        results = self._fed(capture, batch_tape, arguments)
+                    except FunctionRaised as error:
+                        if shape[0] == 1:  # a batch of one tree is a call on one tree
+                            error.row, error.drawn = 0, 0 if batch_tape is None else batch_tape.cursor
+                        raise
+                    if batch_tape is not None:
+                        used[:, self.own:] = batch_tape.used[None, :]
+                        paths[:] = self._labels(batch_tape)
+                        self.max_cursor = max(self.max_cursor, batch_tape.cursor)
+        except Signal as signal:
+            raise signal.error from None
+        finally:
+            if session is None and capture is not None:
+                _add_counts(verifier, capture)
+                self.caught_by_mode = capture.caught_by_mode
+        if batch_tape is not None and self.trace is None:  # the first complete batched call sets the draws
+            self.trace = tuple(batch_tape.draws)
+        self.last_paths = paths
+        return results, used
+
+    def _fed(self, capture: Capture | None, tape: Tape | None, arguments: tuple):
+        """One call with its draws fed from ``tape`` (None in explicit mode; ``capture`` None: ``unfed``)."""
+        if capture is None:
+            return self._call(arguments)
+        capture.start(tape)
+        try:
+            result = self._call(arguments)
+        finally:
+            capture.start(None)
+        capture.end_call()
+        if tape is not None:
+            tape.finish(self.verifier.name)
+        return result
+
+    def _convert(self, arguments: tuple) -> tuple:
+        if self.verifier.arrays != "torch":
+            return arguments
+        import torch
+
+        device = self.verifier.device
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device) if isinstance(a, np.ndarray) else a
+                     for a in arguments)
+
+    def _call(self, arguments: tuple):
+        """One call of the function: its own errors on one line, the call timeout enforced."""
+        verifier = self.verifier
+        limit = verifier.call_timeout
+        start = time.monotonic()
+        try:
+            if limit is None:
+                return verifier.function(*arguments)
+            try:
+                with budget.time_budget(start + limit, hard=True,
+                                        what=f"one call of external function {verifier.name}"):
+                    result = verifier.function(*arguments)
+            except AnalysisTimeoutError:
+                if time.monotonic() - start >= limit:
+                    raise self._too_slow(limit) from None
+                raise
+            if time.monotonic() - start > limit:  # where no hard budget can interrupt (not the main thread)
+                raise self._too_slow(limit)
+            return result
+        except VerispecError:
+            raise
+        except Exception as error:  # the function failed on this input: a finding, reported on one line
+            detail = str(error).splitlines()[0] if str(error) else ""
+            line = raise_site(error)
+            raise FunctionRaised(f"external function {verifier.name} raised {type(error).__name__}: {detail} (at "
+                                 f"{line})", exception=type(error).__name__, detail=detail, line=line) from None
+
+    def _too_slow(self, limit: float) -> VerifierError:
+        return VerifierError(f"one call of external function {self.verifier.name} ran past its call timeout of "
+                             f"{limit:g} s (a loop that does not end, or a call too slow to integrate): raise "
+                             "--call-timeout, or find the loop")
+
+    def probe(self) -> None:
+        """The probes of ``adapter``'s module docstring; sets ``tape`` to the longest a probe call drew (capture
+        mode)."""
+        verifier = self.verifier
+        batch = self.trees.batch
+        rng = np.random.default_rng(PROBE_SEED)
+        count = PROBE_ROWS if verifier.per_row else max(3, batch.vocab_size + batch.num_nodes + self.width + 1)
+        rows = np.arange(count, dtype=np.int64) % batch.num_rows
+        self.tape = min(FIRST_TAPE, verifier.max_uniforms) if self.capture else 0
+        batched = self.capture and not verifier.per_row
+        if verifier.unfed:  # two calls would differ by design: one call, for the output's form and written arguments
+            written = self._run(rows, rng.random((count, self.width_uniforms)), False, True, False, True)[2]
+            self._note_written(written)
+            verifier.note(f"{verifier.name} draws randomness verispec does not feed: black-box runs only, one call "
+                           "per run on one tree, its own generator supplying fresh randomness to each call")
+            return
+        while True:
+            uniforms = rng.random((count, self.width_uniforms))
+            # uniforms sorted by row (row k all (k + 1/2) / count): rows that accept everything and rows that
+            # reject at once in one batch, and a row reading another row's draws meets very different values
+            sorted_rows = np.broadcast_to(((np.arange(count) + 0.5) / count)[:, None], uniforms.shape).copy()
+            self.max_cursor = 0
+            try:
+                first, _, written = self._run(rows, uniforms, False, True, True, verifier.per_row)
+                if self.caught_by_mode:  # draws through names bound before the call: the mode must stay on
+                    verifier.torch_full = True
+                second, _ = self.run(rows, uniforms, races=False)
+                if batched:
+                    together = [first, self.run(rows, sorted_rows, races=False)[0]]
+                    reversed_ = [self.run(rows[::-1], some[::-1], races=False)[0][::-1]
+                                 for some in (uniforms, sorted_rows)]
+                    alone = [self.run(rows, some, races=False, one_by_one=True)[0] for some in (uniforms, sorted_rows)]
+                break
+            except UniformsExhausted as exhausted:
+                verifier.grow(self, exhausted.needed)
+        if not np.array_equal(first, second):
+            row = int(np.flatnonzero(first != second)[0])
+            size = batch.vocab_size
+            raise NondeterministicError(
+                f"external function {verifier.name} gave two different outcomes (node {first[row] // size} token "
+                f"{first[row] % size}, then node {second[row] // size} token {second[row] % size}) for the same "
+                "arguments and uniforms, so its output is not a function of its inputs and uniforms: "
+                + ("it draws randomness verispec does not feed (a numpy Generator or torch state created before the "
+                   "call, os.urandom, the time), so exact mode cannot integrate it: black-box mode tests it as it is "
+                   "(--mode blackbox, which auto mode falls back to), or create its generators inside the call or "
+                   "draw through the global ones" if self.capture else
+                   "if it draws from torch, numpy or random global generators check it with --rng capture; "
+                   "randomness from elsewhere (a Generator created before the call, the time) cannot be integrated, "
+                   "and black-box mode tests it as it is (--mode blackbox, which auto mode falls back to)"))
+        if batched:
+            for other, how in ((reversed_, "when the rows of its batch were reversed"),
+                               (alone, "when called on that tree alone")):
+                if not all(np.array_equal(a, b) for a, b in zip(together, other)):
+                    raise RowByRowRefusal(
+                        f"external function {verifier.name} gave a tree another outcome {how} (same uniforms), so a "
+                        "row's output depends on the other rows of its batch (values or draws read across rows, or "
+                        "a draw without the batch dimension fed to the wrong row): call it one row at a time "
+                        "(--per-row)")
+        self._note_written(written)
+        if self.capture and self.max_cursor == 0:
+            verifier.note(f"{verifier.name} drew nothing from a captured generator in the probe calls")
+        self.tape = self.max_cursor if self.capture else 0
+
+
+    def _note_written(self, written: list[str]) -> None:
+        if written:
+            name = self.verifier.name
+            self.verifier.note(f"{name} writes into its argument{'s' if len(written) > 1 else ''} "
+                                f"{', '.join(written)}; verispec hands it fresh arrays on every call, so the law is "
+                                "right, but a caller that reuses them would see them changed")
+
+
+class SelfDraftingRunner(Runner):
+    """Runs a function that drafts its own block (``layouts.GptFastLayout``) on the whole problem held by a batch
+    of every chain: each call gets fresh models backed by the batch's conditionals, and its outcome is coded by
+    (the draft tree it drew, node, token), or ``other`` for drafts no row of the batch holds."""
+
+    def bind(self, batch: TreeBatch) -> None:
+        super().bind(batch)
+        self.chain = self.layout._chain(self.trees)
+        self.row_of = {tuple(int(t) for t in self.trees.tokens[row, self.chain[1:]]): row
+                       for row in range(batch.num_rows)}
+        self.other = batch.num_rows * batch.num_nodes * batch.vocab_size
+        self.code_count = self.other + 1
+
+    def _run(self, rows, uniforms, races, inspect, full, one_by_one):
+        layout, batch, name = self.layout, self.trees.batch, self.verifier.name
+        uniforms = np.array(uniforms, dtype=np.float64)
+        calls = [self._convert(layout.capture_arguments(self.trees, rows[index:index + 1], uniforms[index:index + 1,
+                                                                                                    :self.own]))
+                 for index in range(len(rows))]
+        try:
+            results, used = self._calls(calls, uniforms, uniforms.shape, races, full)
+        except FunctionRaised as error:  # the block drafts its own tree: the witness is the uniforms it was fed
+            if error.row is not None:
+                error.uniforms = uniforms[error.row, :self.own + error.drawn].tolist()
+            raise
+        codes = np.empty(len(rows), dtype=np.int64)
+        for index, (result, arguments) in enumerate(zip(results, calls)):
+            drafts, emitted = layout.drafts_and_emitted(result, arguments, name)
+            size = batch.vocab_size
+            if not 0 <= emitted[-1] < size:
+                raise VerifierError(f"external function {name} emitted token {emitted[-1]}, outside 0..{size - 1}")
+            row = self.row_of.get(drafts)
+            node = self.chain[len(emitted) - 1]
+            codes[index] = self.other if row is None else (row * batch.num_nodes + node) * size + emitted[-1]
+        return (codes, used, []) if inspect else (codes, used)
+
+    def split_by_drafts(self, joint: np.ndarray) -> np.ndarray:
+        """law[D] = P(D, outcome) / P(D) from the joint law [N n V + 1] of (draft tree, outcome); refused where the
+        function's drafting law P(D) is not the draft model's Q(D) (the engine would weigh its trees by Q)."""
+        batch, trees, name = self.trees.batch, self.trees, self.verifier.name
+        by_tree = joint[:-1].reshape(batch.num_rows, batch.num_nodes * batch.vocab_size)  # [N, n V]
+        drafted = by_tree.sum(axis=1)  # [N]
+        rows = np.arange(batch.num_rows)
+        expected = np.prod([trees.q[rows, node, trees.tokens[rows, child]]
+                            for node, child in zip(self.chain[:-1], self.chain[1:])], axis=0)  # [N] Q(D)
+        if joint[-1] > 1e-12:
+            raise VerifierError(f"external function {name} drafted, with probability {joint[-1]:.3g}, draft paths of "
+                                "probability 0 under the draft model (or this batch does not hold every draft tree "
+                                "of the problem)")
+        worst = int(np.argmax(np.abs(drafted - expected)))
+        if abs(drafted[worst] - expected[worst]) > 1e-9:
+            path = [int(t) for t in trees.tokens[worst, self.chain[1:]]]
+            raise VerifierError(f"external function {name} drafts {path} with probability {drafted[worst]:.6g}, but "
+                                f"the draft model gives it {expected[worst]:.6g}: it does not draft from the draft "
+                                "model's conditionals (it filters or rescales them), so its law is not a sum over "
+                                "verispec's draft trees and the gpt-fast layout cannot check it")
+        return by_tree / drafted[:, None]
+
+
+def _add_counts(verifier, capture: Capture) -> None:
+    """Add what ``capture`` fed (draws by primitive, races read) to the verifier's counts."""
+    for what, times in capture.counts.items():
+        verifier.draws[what] = verifier.draws.get(what, 0) + times
+    verifier.races_read += capture.races_read
+    verifier.float32_draws += capture.float32_draws
+
+
+def _snapshot(arguments) -> list:
+    copies = []
+    for argument in arguments:
+        if hasattr(argument, "clone"):
+            copies.append(argument.clone())
+        elif isinstance(argument, np.ndarray):
+            copies.append(argument.copy())
+        else:
+            copies.append(None)
+    return copies
+
+
+def _written(arguments, before: list) -> set[int]:
+    """Positions of the array arguments whose contents differ from ``before`` (NaN equal to NaN)."""
+    changed = set()
+    for index, (argument, copy) in enumerate(zip(arguments, before)):
+        if copy is None:
+            continue
+        now = argument.detach().cpu().numpy() if hasattr(argument, "detach") else argument
+        then = copy.detach().cpu().numpy() if hasattr(copy, "detach") else copy
+        if now.shape != then.shape or not np.array_equal(now, then, equal_nan=now.dtype.kind == "f"):
+            changed.add(index)
+    return changed

@@ -1,0 +1,113 @@
+"""The registry as text: ``verispec list``'s verifier lines and the verifier tables of the README and
+docs/verifiers.md, generated from ``REGISTRY`` and ``LOSSY_BY_DESIGN`` (each rule's name, one-line ``summary``,
+``citation``, the draft laws it is valid for and the tree kinds whose drafts follow them).
+
+The tables sit in their files between ``TABLE_START`` and ``TABLE_END``; ``with_tables`` rewrites that region,
+``docs/verifier_tables.py`` applies it to the files, and a test fails when a file's region is not the text
+generated now (a rule missing, renamed or described differently)."""
+
+from __future__ import annotations
+
+from verispec.limits import TREE_FORMS
+from verispec.simulator.drafters import DraftLaw
+from verispec.simulator.interfaces import Verifier
+from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY
+
+TABLE_START = "<!-- verifier-table:start (generated from the registry by docs/verifier_tables.py; do not edit) -->"
+TABLE_END = "<!-- verifier-table:end -->"
+FORMATS = ("markdown", "text")
+
+
+def draft_laws(verifier: Verifier) -> str:
+    """The draft laws ``verifier`` is valid for, by name in alphabetical order (as ``verispec list`` has always
+    printed them)."""
+    return ", ".join(sorted(law.value for law in verifier.valid_for))
+
+
+def tree_kinds(verifier: Verifier) -> tuple[str, ...]:
+    """The tree kinds (their forms, ``chain:L``...) whose drafts follow a draft law ``verifier`` is valid for, read
+    from each kind's drafter with every parameter 2 (two drafts, two levels)."""
+    from verispec.simulator import parse_tree
+
+    kinds = []
+    for form in TREE_FORMS:
+        kind, _, parameters = form.partition(":")
+        count = len([name for name in parameters.split(",") if name and name != "..."])
+        spec = f"{kind}:{','.join(['2'] * count)}" if count else kind
+        if parse_tree(spec).draft_laws & verifier.valid_for:
+            kinds.append(form)
+    return tuple(kinds)
+
+
+def parameters_form(verifier: Verifier) -> str:
+    """How a rule with parameters is named with them: ``typical(epsilon=E,alpha=A)`` (each key's initial)."""
+    return f"{verifier.name}({','.join(f'{key}={key[0].upper()}' for key in verifier.parameters)})"
+
+
+def _markdown_row(verifier: Verifier, *cells: str) -> str:
+    return "| " + " | ".join((f"`{verifier.name}`", f"{verifier.summary} ({verifier.citation})", *cells)) + " |"
+
+
+def _runs_on(verifier: Verifier) -> str:
+    """The third column: draft laws and tree kinds, or 'every tree kind' for a rule valid for every draft law."""
+    if verifier.valid_for == frozenset(DraftLaw):
+        return "any draft law (every tree kind)"
+    return f"{draft_laws(verifier)} ({', '.join(f'`{form}`' for form in tree_kinds(verifier))})"
+
+
+def _markdown() -> list[str]:
+    lines = ["| name | rule | valid draft law (tree kinds) |", "|---|---|---|"]
+    lines += [_markdown_row(verifier, _runs_on(verifier)) for verifier in REGISTRY.values()]
+    if LOSSY_BY_DESIGN:
+        lines += ["", "Lossy by design, kept to measure what they cost and never part of `all`:", "",
+                  "| name | rule | runs on | parameters (default) |", "|---|---|---|---|"]
+        for verifier in LOSSY_BY_DESIGN.values():
+            keys = getattr(verifier, "parameters", ())
+            defaults = ", ".join(f"{key} = {getattr(verifier, key):g}" for key in keys)
+            setting = f"`{parameters_form(verifier)}` ({defaults})" if keys else "none"
+            lines.append(_markdown_row(verifier, _runs_on(verifier), setting))
+    return lines
+
+
+def _text() -> list[str]:
+    """``verispec list``'s verifier lines: each rule's line as it has always been, then its summary and citation
+    on an indented line."""
+    lines = ["verifiers:"]
+    for name, verifier in sorted(REGISTRY.items()):
+        lines += [f"  {name:<12} valid for: {draft_laws(verifier)}", f"      {verifier.summary} ({verifier.citation})"]
+    lines.append("lossy by design (named explicitly, never in 'all'):")
+    for name, verifier in sorted(LOSSY_BY_DESIGN.items()):
+        runs_on = "runs on every tree" if verifier.valid_for == frozenset(DraftLaw) else \
+            f"valid for: {draft_laws(verifier)}"
+        keys = getattr(verifier, "parameters", ())
+        defaults = ", ".join(f"{getattr(verifier, key):g}" for key in keys)
+        setting = f"; {parameters_form(verifier)} sets its parameters (default {defaults})" if keys else ""
+        lines += [f"  {name:<12} {runs_on}{setting}", f"      {verifier.summary} ({verifier.citation})"]
+    return lines
+
+
+def verifier_table(format: str = "markdown") -> str:
+    """The registry's rules as text: ``markdown``, the table of the README and docs/verifiers.md (rules in
+    registration order, then the lossy-by-design ones); ``text``, the verifier lines of ``verispec list``
+    (sorted by name)."""
+    if format not in FORMATS:
+        raise ValueError(f"verifier_table: format is one of {', '.join(FORMATS)}, got {format!r}")
+    return "\n".join(_markdown() if format == "markdown" else _text())
+
+
+def with_tables(text: str) -> str:
+    """``text`` (a markdown file) with the region between each ``TABLE_START`` and ``TABLE_END`` replaced by the
+    markdown table generated now; ValueError when the markers are missing or unpaired."""
+    pieces = text.split(TABLE_START)
+    if len(pieces) < 2:
+        raise ValueError(f"no generated verifier table: the line {TABLE_START!r} is missing")
+    rebuilt = [pieces[0]]
+    for piece in pieces[1:]:
+        if piece.count(TABLE_END) != 1:
+            raise ValueError(f"each {TABLE_START!r} needs one {TABLE_END!r} after it, before the next table")
+        rebuilt.append(f"{TABLE_START}\n{verifier_table('markdown')}\n{TABLE_END}{piece.split(TABLE_END, 1)[1]}")
+    return "".join(rebuilt)
+
+
+__all__ = ["FORMATS", "TABLE_END", "TABLE_START", "draft_laws", "parameters_form", "tree_kinds", "verifier_table",
+           "with_tables"]
