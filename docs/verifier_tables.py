@@ -5,7 +5,7 @@
 
 The table is ``verispec.verifiers.catalog.verifier_table("markdown")``: one row per registered rule (its name,
 summary, citation, draft laws and tree kinds), so a rule registered with ``verispec.verifiers.register`` appears
-here with no other edit. tests/test_generated_lists.py runs the check.
+here with no other edit. tests/verifiers/test_generated_lists.py runs the check.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The rule of the README's "Prototyping a rule" section, for `verispec ... --verifier my_rules.py:my_rule`.
 
 `my_rule` has no `valid_for` attribute, so the command line takes it to be a single-path rule (chain trees).
-tests/test_readme.py checks that it stays identical to the README's copy.
+tests/cli/test_readme.py checks that it stays identical to the README's copy.
 """
 
 

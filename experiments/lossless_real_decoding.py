@@ -1,5 +1,5 @@
 """Losslessness of real speculative decoding, per verifier, on a tiny pair on any device: the p-values of the
-statistical check that tests/test_decoding.py runs in CI, and its negative control.
+statistical check that tests/models/test_decoding.py runs in CI, and its negative control.
 
     python experiments/lossless_real_decoding.py                     # CPU, 600 runs per verifier
     python experiments/lossless_real_decoding.py --device cuda --runs 3000

@@ -1,8 +1,9 @@
-"""Shared test settings and hypothesis strategies.
+"""Settings and fixtures every test folder shares.
 
-Random problems are drawn through their seed and knobs (the generators are seeded and deterministic),
-so hypothesis explores vocabularies, depths, divergences, temperatures and sparsity; a failing example
-prints the exact arguments that rebuild the problem.
+Hypothesis profiles: ``default`` (40 examples) for the README's test command and ``ci`` (40, derandomised) under
+CI; the fast loop names its profile on the command line, ``pytest -m "not slow" --hypothesis-profile=fast``
+(10 derandomised examples). Fixtures: ``pair``, the tiny config-built model pair (one per test process), and
+``ray_cluster``. Strategies of random problems are in ``tests/support/strategies.py``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-
-from verispec.simulator import random_problem
 
 settings.register_profile(
     "default", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False)
@@ -39,8 +37,8 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 def ray_cluster():
     """One local Ray for every Ray test of a test process: starting it is most of their time (about 10 s here),
     so it starts once, with two CPUs and no dashboard, and is shut down at the end of the session. A build given
-    --backend ray keeps a Ray its process already runs (``verispec.study.clusters.ray_session``). Ray is in the sweep extra
-    that the test command installs, so these tests run rather than skip."""
+    --backend ray keeps a Ray its process already runs (``verispec.study.clusters.ray_session``). Ray is in the sweep
+    extra that the test command installs, so these tests run rather than skip."""
     import logging
 
     ray = pytest.importorskip("ray")
@@ -54,29 +52,26 @@ def pytest_configure(config):
 
     if "torch" in sys.modules:  # imported before this file (a plugin): pin it the direct way
         sys.modules["torch"].set_num_threads(1)
-    # The fast loop (pytest -m "not slow") runs every property test on 10 derandomised examples instead of
-    # 40; the full run (CI, the README's test command) keeps 40.
-    if "not slow" in (config.option.markexpr or "") and not os.environ.get("HYPOTHESIS_PROFILE"):
-        settings.load_profile("fast")
 
 
-@st.composite
-def problem_args(draw, vocab=(2, 4), depth=(1, 4), max_size=512):
-    """Keyword arguments of ``random_problem`` (V^depth kept below ``max_size`` prefixes)."""
-    size = draw(st.integers(*vocab))
-    length = draw(st.integers(*depth))
-    while size ** length > max_size and length > depth[0]:
-        length -= 1
-    return dict(
-        vocab_size=size,
-        depth=length,
-        seed=draw(st.integers(0, 2**32 - 1)),
-        concentration=draw(st.sampled_from([0.2, 0.5, 1.0, 3.0])),
-        divergence=draw(st.sampled_from([0.0, 0.2, 0.5, 0.9, 1.0])),
-        temperature=draw(st.sampled_from([0.5, 1.0, 2.0])),
-        zero_fraction=draw(st.sampled_from([0.0, 0.0, 0.3])),
-    )
+@pytest.fixture(scope="session")
+def pair():
+    """The tiny config-built (target, draft) pair of the model tests (``tests.support.tiny_models.tiny_pair(0)``),
+    built once per test process."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.support.tiny_models import tiny_pair
+
+    return tiny_pair(0)
 
 
-def build_problem(args: dict):
-    return random_problem(**args)
+@pytest.fixture(scope="session")
+def pair_seed2():
+    """``tiny_pair(2)``: the pair the model-problem and derive tests were written against. With it the negative
+    control of real decoding against the exact engine has power (a top-2 filtered draft's tau law is rejected in
+    600 runs); with ``tiny_pair(0)`` it is not told apart."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.support.tiny_models import tiny_pair
+
+    return tiny_pair(2)

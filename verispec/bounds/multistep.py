@@ -43,7 +43,7 @@ implemented:
   pi(. | S, R) over R given S yields a verifier that sees S alone, with the same efficiency and output law.
   The class optimum is therefore the single-path optimum for S's law, the skewed draft q_skew of
   ``gbv.py``, and on a single path the optimum is block verification (above), which with q_skew is GBV.
-  tests/test_lp_classes.py confirms GBV = class optimum to 1e-9 on random problems.
+  tests/bounds/test_lp_classes.py confirms GBV = class optimum to 1e-9 on random problems.
 
 The "on-path information" class (the law for an outcome D may depend only on the conditionals at D's own
 nodes, and must be valid for every problem consistent with them) is NOT computed here, because the
@@ -54,7 +54,7 @@ simultaneously for the continuum of problems that agree on D's nodes but differ 
 changes the draft laws of the other outcomes); that is a semi-infinite program over functions of real
 conditionals, not a finite LP. The unrestricted optimum is an upper bound for that class, and it is the
 class optimum wherever an on-path verifier attains it: on a single path (block verification) and at one
-position, where the optimum is 1 + alpha* of the OT LP (tests/test_lp_classes.py) and the node-local OT
+position, where the optimum is 1 + alpha* of the OT LP (tests/bounds/test_lp_classes.py) and the node-local OT
 verifier attains it. For deeper trees the gap between the two is not determined by this module.
 
 Classes of the user's own, and two relaxations over the same variables (the coupling program, and an

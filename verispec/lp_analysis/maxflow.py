@@ -13,7 +13,7 @@ columns p, and its acceptance is the max-flow value, which equals alpha* = 1 + m
 (max-flow / min-cut), the LP optimum.
 
 Edmonds-Karp (shortest augmenting paths) on at most 2^V + V + 2 nodes; it runs in the number system of its
-inputs, so with Fractions the coupling and its acceptance are exact. tests/test_maxflow_coupling.py holds it
+inputs, so with Fractions the coupling and its acceptance are exact. tests/lp_analysis/test_maxflow_coupling.py holds it
 to the LP (``ot_coupling``) and to the closed form.
 """
 

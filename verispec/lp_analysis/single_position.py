@@ -18,7 +18,7 @@ side a token set U and every S contained in it, so (docs/reference.md, "Optimali
   It is exhaustive and refuses V above ``MAX_EXHAUSTIVE_VOCAB`` with ProblemTooLargeError.
   For K draws without replacement (``without_replacement_ot_optimum``) Q(S inside U) is not a function of
   q(U) alone and the exchange argument above does not carry over. Empirically a prefix of the q/p order
-  still attained the exhaustive minimum on every problem tried (tests/test_lp_single_position.py::
+  still attained the exhaustive minimum on every problem tried (tests/lp_analysis/test_lp_single_position.py::
   test_without_replacement_sorted_prefix_attains_minimum on hypothesis-random problems; 20,000 further
   random problems with V <= 5, zeros in p and q, and a local search for a counterexample during
   development), but without a proof the exhaustive search is what this module uses.

@@ -9,7 +9,7 @@ output and the verifier receives the same array.
 
 Semantics follow transformers' logits warpers in their generation order (``TemperatureLogitsWarper``,
 ``TopKLogitsWarper``, ``TopPLogitsWarper``), so plain sampling here has the law of ``generate(do_sample=True)``
-with the same settings (tests/test_models.py holds them equal): top-k keeps every token whose logit is at
+with the same settings (tests/models/test_models.py holds them equal): top-k keeps every token whose logit is at
 least the k-th largest (ties at the threshold are kept); top-p sorts the tokens by probability, drops those
 whose cumulative probability from the least likely up is at most 1 - top_p, and always keeps the most likely
 token. Temperature 0 is greedy decoding: all mass on the largest logit (the smallest token id among tied

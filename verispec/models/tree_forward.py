@@ -5,7 +5,7 @@ token) plus *pending* tokens: nodes of a draft tree fed but not yet accepted. ``
 feeds any number of new tree nodes in one forward pass. Each new token attends to the committed sequence
 and to its own ancestors among the pending tokens only (a 4D attention mask over the cache), and sits at
 position committed length + depth - 1, so its logits are the model's conditional after the root-to-node path,
-exactly as if the path had been fed alone (tests/test_models.py holds the two equal in float64).
+exactly as if the path had been fed alone (tests/models/test_models.py holds the two equal in float64).
 ``commit(path)`` keeps the pending tokens of the accepted path, in order, and drops the rest of the tree
 from the cache, so the next block starts from the committed sequence without recomputing it.
 
@@ -19,7 +19,7 @@ graphs=True)`` therefore runs every forward through a ``GraphedForward``: a Stat
 buffers (token ids, positions, the 4D mask) whose width is a *bucket* (1, 2, 4, ... new tokens), with one CUDA
 graph captured per bucket on first use and replayed after. An extension of n tokens is padded to the
 smallest bucket >= n; each padding row attends to its own slot only, and no real row attends to it, so the
-real rows' logits are those of the unpadded forward (tests/test_models.py checks it on the CPU, where the
+real rows' logits are those of the unpadded forward (tests/models/test_models.py checks it on the CPU, where the
 same buffers run eagerly, and on a GPU). The runner is kept on the model, keyed by its cache length, so
 successive runs reuse the captured graphs instead of capturing them again.
 """

@@ -23,7 +23,7 @@ Glossary of the comb (one sample serves every action of the grid):
   (DDTE Definition 5.2): the trunk is a q-chain, and given the trunk the first k paths are k i.i.d. q-paths of
   which the first l2 tokens are again i.i.d. q-paths. Each action's label is therefore unbiased; labels of
   different actions at one root share their randomness (correlated, which a selector comparing actions
-  welcomes). ``tests/test_selector_labels.py`` proves the unbiasedness by enumerating every comb.
+  welcomes). ``tests/selector/test_selector_labels.py`` proves the unbiasedness by enumerating every comb.
 
 The estimator is split as the style guide asks: ``sample_combs`` draws combs from an explicit Generator and
 ``comb_values`` maps combs to the exact conditional values [S, A] deterministically, so the test can

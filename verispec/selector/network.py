@@ -129,7 +129,7 @@ class LinearSelector(_Standardised):
     """Multinomial linear model: logits = W standardise(x) + b [B, A]. It starts at W = 0, b = 0, the uniform
     policy, as multinomial logistic regression does (no randomness): from a random start the ratio loss of
     Eq. 12 leaves a linear model stuck with a never-best action dominating a whole range (observed on the
-    synthetic families of tests/test_selector_core.py: 63-73% accuracy against 91-96% from zero)."""
+    synthetic families of tests/selector/test_selector_core.py: 63-73% accuracy against 91-96% from zero)."""
 
     def __init__(self, num_scalars: int, num_actions: int):
         super().__init__(num_scalars)

@@ -6,7 +6,7 @@ with arrays (engine method 'fast-enumeration'): the drafter's declared slot plan
 (slot_enumeration.py), rows are grouped into batches of one topology (topology.py), each batch goes through
 the verifier's ONE batched law (``Verifier.emission_laws``; node solvers through the top-down walk), and the
 weighted laws are summed into the law of the emitted block by flat (prefix, token) index. 'closed-form'
-stays the oracle it is tested against (tests/test_fast_enumeration.py).
+stays the oracle it is tested against (tests/simulator/test_fast_enumeration.py).
 
 Sizes are estimated in logs before anything is built, and a run estimated above ``MAX_FAST_BYTES`` of
 working memory is refused with a readable size. Float64 only: exact problems use 'closed-form'.

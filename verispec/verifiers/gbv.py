@@ -6,7 +6,7 @@ Draft law: K i.i.d. draft paths of length L from the root (``iid:K,L``). Glossar
   under the tie rule of verispec.simulator.ranking counting as equal in float and exact mode alike (tokens
   with q(t|u) = 0 are never drafted and rank above every drafted one; they carry no draft mass, so where
   they sit changes nothing). ONE order serves both the greedy descent and the CDFs below: breaking ties
-  differently in the two places is lossy (docs/reference.md, trap 6; tests/broken_paths.py). The order and the
+  differently in the two places is lossy (docs/reference.md, trap 6; tests/support/broken_paths.py). The order and the
   descent live in verispec.simulator.selection.
 * *selected path*: from the root, repeatedly move to the child with the largest key. Since every path has
   length L, this is the lexicographically largest of the K paths under the per-node orders.
@@ -181,7 +181,7 @@ class GreedyBlockVerifier(Verifier):
     valid_for = frozenset({DraftLaw.ROOT_IID_PATHS})
     #: The law, keyed by token paths, depends on the K paths only through the selected path (the
     #: lexicographic maximum, whatever the order of the paths) and K: any order of the paths gives the
-    #: same law. tests/test_fast_enumeration.py proves it by permuting the paths of random trees.
+    #: same law. tests/simulator/test_fast_enumeration.py proves it by permuting the paths of random trees.
     order_free = True
     rule_dp = SelectedPathSum()
 

@@ -9,7 +9,7 @@ any verifier for this draft law, so the walk is node-wise optimal.
 The coupling comes from a maximum flow (``verispec.lp_analysis.maxflow``), not from the LP: it is optimal
 by max-flow / min-cut, its marginals hold to rounding in float64 and exactly with Fractions (so the rule is
 exactly lossless and exactly optimal in exact mode), and it costs no solver call. K = 1 is the token-level
-maximal coupling in closed form. tests/test_maxflow_coupling.py holds the flow to the OT LP of
+maximal coupling in closed form. tests/lp_analysis/test_maxflow_coupling.py holds the flow to the OT LP of
 ``verispec.lp_analysis.ot`` and to the closed form.
 
 Each (p, q, K) is built once per solver instance (``NodeCache``): tree outcomes that share a node context

@@ -499,7 +499,7 @@ class PositionSharingBlockVerifier(Verifier):
     citation = "verispec, docs/rules_2025_26.md; block verification of Sun et al. 2024, arXiv 2403.10444"
     valid_for = frozenset({DraftLaw.ROOT_IID_PATHS})
     #: The selection treats the K paths alike and the verification reads only the selected path: any order of the
-    #: paths gives the same law (tests/test_fast_enumeration.py checks the declaration by permuting paths).
+    #: paths gives the same law (tests/simulator/test_fast_enumeration.py checks the declaration by permuting paths).
     order_free = True
     rule_dp = PositionSelectionSum()
 

@@ -17,7 +17,7 @@ its parent b with the OLD values on the right:
 
 then recompute p for every remaining descendant of b with the init formula. On a chain it is block
 verification (Sun et al. 2024). Getting the update S / (S + 1 - p_b), the recomputation or the residual
-at emission wrong is lossy (docs/reference.md, trap 4; tests/broken_paths.py).
+at emission wrong is lossy (docs/reference.md, trap 4; tests/support/broken_paths.py).
 
 Glossary: *weight* = p_a above; *state* of a node = (weight, current target p, current draft q).
 

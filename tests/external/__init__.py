@@ -1,0 +1,2 @@
+"""Verification code written elsewhere: layouts, exact integration, black-box tests, RNG capture
+(verispec.external)."""

@@ -1,0 +1,2 @@
+"""The couplings verifiers are built on: optimal transport, maximum flow, single-position optima
+(verispec.lp_analysis)."""

@@ -1,0 +1,265 @@
+"""Real speculative decoding (verispec.models.generate) on tiny random models built from a config.
+
+* Every drafter with every verifier valid for it decodes, and every emitted token is one the target's
+  sampling law allows at its prefix (checked by an uncached forward of the target, independently of the
+  decoder's caches and tree masks).
+* Temperature 0 gives exactly the target's greedy decoding by transformers' own ``generate``.
+* Losslessness in real decoding: for each verifier, the first two tokens emitted from a fixed context over
+  many seeded runs follow the target's exact law (computed from uncached forwards of the same target), by
+  exact binomial tests with a Bonferroni correction at false-failure rate 1e-6 (verispec.statistics).
+* Negative control: drafting from a top-k filtered q while the verifier is handed the unfiltered q (the
+  trap that made transformers' assisted generation lossy) is rejected by the same test.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from tests.support.tiny_models import VOCAB, tiny_pair
+from verispec.errors import IncompatibleDraftError, VerispecError
+from verispec.simulator import parse_tree
+from verispec.statistics import DEFAULT_ALPHA, exact_binomial_test
+from verispec.verifiers import REGISTRY
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from verispec.models import Sampling, SpeculativeDecoder, generate, sample_target  # noqa: E402
+from verispec.models.checks import STAT_CASES, decoding_fit, sequence_law  # noqa: E402
+
+CONTEXT = [1, 2, 3]
+
+#: One tree of every drafter kind (with branching where the kind has it).
+DRAFTER_SPECS = ["chain:3", "iid:2,2", "delayed:2,1,2", "branch:2,2", "branch-iid:2,2", "hub-tree:2",
+                 "greedy-tree:3,2", "dyspec:4"]
+
+#: Seeded runs per verifier. With the Bonferroni exact test at 1e-6 this catches the negative control with
+#: a wide margin (its adjusted p-value is below 1e-20 at this size).
+RUNS = 600
+FAST_VERIFIERS = {"specinfer", "traversal"}
+
+
+def _target_law(pair, prefix, sampling):
+    """The target's sampling law after ``prefix`` from one uncached forward pass (no tree, no cache)."""
+    with torch.no_grad():
+        logits = pair.target(torch.tensor([list(prefix)], device=pair.device)).logits[0, -1]
+    return sampling.probabilities(logits).cpu().numpy()
+
+
+def _two_token_law(pair, sampling):
+    first = _target_law(pair, CONTEXT, sampling)
+    law = {}
+    for x1 in np.flatnonzero(first > 0):
+        second = _target_law(pair, CONTEXT + [int(x1)], sampling)
+        for x2 in np.flatnonzero(second > 0):
+            law[(int(x1), int(x2))] = float(first[x1] * second[x2])
+    return law
+
+
+def _two_token_counts(decode_one, runs):
+    return Counter(tuple(decode_one(seed).tokens) for seed in range(runs))
+
+
+def test_every_drafter_with_every_valid_verifier_decodes(pair):
+    sampling = Sampling(1.0, top_k=5)
+    pairs = [(spec, name) for spec in DRAFTER_SPECS for name, verifier in sorted(REGISTRY.items())
+             if parse_tree(spec).draft_laws & verifier.valid_for]
+    assert {name for _, name in pairs} == set(REGISTRY)  # every verifier runs on some drafter
+    assert {spec for spec, _ in pairs} == set(DRAFTER_SPECS)
+    for spec, name in pairs:
+        generation = generate(pair, CONTEXT, spec, name, 7, sampling, seed=3)
+        drafter = parse_tree(spec)
+        assert len(generation.tokens) == 7 == sum(block.emitted for block in generation.blocks)
+        for block in generation.blocks:
+            assert 0 <= block.accepted <= drafter.depth and block.tree_size <= drafter.max_nodes - 1
+            assert block.target_calls == 1 and block.draft_calls >= 1
+        assert generation.target_calls == len(generation.blocks)
+        # each emitted token is in the target's top 5 at its prefix: caches, positions and masks were right
+        prefix = list(CONTEXT)
+        for token in generation.tokens:
+            assert _target_law(pair, prefix, sampling)[token] > 0, (spec, name, prefix, token)
+            prefix.append(token)
+
+
+@pytest.mark.parametrize("spec,name", [("chain:4", "naive"), ("chain:4", "bv"), ("delayed:3,1,2", "specinfer"),
+                                       ("branch:2,2", "traversal"), ("iid:3,2", "gbv"), ("hub-tree:2", "spechub"),
+                                       ("greedy-tree:2,3", "greedy"), ("iid:2,2", "khisti")])
+def test_temperature_zero_is_the_targets_greedy_decoding(pair, spec, name):
+    _greedy_matches_transformers(pair, spec, name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here (GPU sessions run it)")
+def test_on_cuda_decoding_runs_and_greedy_matches_transformers():
+    """The same decoder on a GPU: the verifier's law runs on CUDA tensors, caches live on the device."""
+    gpu_pair = tiny_pair(0, device="cuda")
+    for spec, name in (("delayed:3,1,2", "specinfer"), ("iid:2,2", "gbv"), ("branch:2,2", "traversal")):
+        _greedy_matches_transformers(gpu_pair, spec, name)
+        generation = generate(gpu_pair, CONTEXT, spec, name, 7, Sampling(1.0, top_k=5), seed=3)
+        prefix = list(CONTEXT)
+        for token in generation.tokens:
+            assert _target_law(gpu_pair, prefix, Sampling(1.0, top_k=5))[token] > 0
+            prefix.append(token)
+
+
+def _greedy_matches_transformers(pair, spec, name):
+    generation = generate(pair, CONTEXT, spec, name, 16, Sampling(0.0), seed=0)
+    with torch.no_grad():
+        greedy = pair.target.generate(torch.tensor([CONTEXT], device=pair.device), do_sample=False, max_new_tokens=16,
+                                      min_new_tokens=16, pad_token_id=0)[0, len(CONTEXT):].tolist()
+    assert generation.tokens == greedy
+    assert generation.tokens_per_target_call > 1  # the greedy drafts are accepted at least sometimes
+
+
+@pytest.mark.parametrize("spec,name", [("delayed:2,1,2", "specinfer"), ("dyspec:4", "traversal"), ("chain:3", "bv"),
+                                       ("hub-tree:2", "spechub")])
+def test_a_static_cache_decodes_the_same_tokens(pair, spec, name):
+    """Same seed, same law: the static cache (fixed addresses, for graph capture on a GPU) changes nothing."""
+    sampling = Sampling(1.0, top_p=0.95)
+    for seed in range(3):
+        dynamic = generate(pair, CONTEXT, spec, name, 12, sampling, seed)
+        static = generate(pair, CONTEXT, spec, name, 12, sampling, seed, static_cache=True)
+        assert static.tokens == dynamic.tokens
+        assert [b.accepted for b in static.blocks] == [b.accepted for b in dynamic.blocks]
+    assert sample_target(pair, CONTEXT, 12, sampling, 5, static_cache=True).tokens == \
+        sample_target(pair, CONTEXT, 12, sampling, 5).tokens
+
+
+def test_plain_sampling_follows_the_targets_law(pair):
+    sampling = Sampling(1.0)
+    counts = _two_token_counts(lambda seed: sample_target(pair, CONTEXT, 2, sampling, seed), RUNS)
+    result = exact_binomial_test(counts, _two_token_law(pair, sampling))
+    assert not result.rejected, result.describe()
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=() if name in FAST_VERIFIERS else pytest.mark.slow)
+                                  for name in sorted(STAT_CASES)])
+def test_real_decoding_is_lossless(pair, name):
+    spec, sampling = STAT_CASES[name]
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, spec, name, 2, sampling, seed), RUNS)
+    result = exact_binomial_test(counts, _two_token_law(pair, sampling), alpha=DEFAULT_ALPHA)
+    assert not result.rejected, f"{name} on {spec}: {result.describe()}"
+
+
+def test_every_registered_verifier_has_a_statistical_case():
+    assert set(STAT_CASES) == set(REGISTRY)
+    for name, (spec, _) in STAT_CASES.items():
+        assert parse_tree(spec).draft_laws & REGISTRY[name].valid_for
+
+
+def test_the_checks_law_and_fit_agree_with_the_tests_own(pair):
+    """verispec.models.checks (used by experiments/lossless_real_decoding.py on any device) computes the same
+    exact law as this file's own derivation, and its fit passes a lossless decoder and rejects the control."""
+    sampling = Sampling(0.9, top_p=0.95)
+    ours, theirs = _two_token_law(pair, sampling), sequence_law(pair, CONTEXT, 2, sampling)
+    assert ours.keys() == theirs.keys()
+    assert max(abs(ours[key] - theirs[key]) for key in ours) < 1e-12
+    assert not decoding_fit(pair, "iid:2,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=200).rejected
+    assert decoding_fit(pair, "delayed:2,1,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=RUNS,
+                        law_for_drafting=Sampling(1.0, top_k=2).probabilities).rejected
+
+
+def test_a_top_k_filtered_draft_is_caught(pair):
+    """The verifier is handed the unfiltered q, but the drafter samples from q filtered to its top 2."""
+    sampling, filtered = Sampling(1.0), Sampling(1.0, top_k=2)
+
+    def decode_one(seed):
+        decoder = SpeculativeDecoder(pair, "delayed:2,1,2", "specinfer", sampling, seed,
+                                     law_for_drafting=filtered.probabilities)
+        return decoder.run(CONTEXT, 2)
+
+    result = exact_binomial_test(_two_token_counts(decode_one, RUNS), _two_token_law(pair, sampling))
+    assert result.rejected, result.describe()
+
+
+def test_bad_arguments_are_one_line_errors(pair):
+    with pytest.raises(IncompatibleDraftError, match="specinfer"):
+        generate(pair, CONTEXT, "dyspec:3", "specinfer", 4)
+    with pytest.raises(VerispecError, match="max_new_tokens"):
+        generate(pair, CONTEXT, "chain:2", "naive", 0)
+    with pytest.raises(VerispecError, match="outside the vocabulary"):
+        generate(pair, [VOCAB + 3], "chain:2", "naive", 2)
+    with pytest.raises(VerispecError, match="token ids"):
+        generate(pair, "text needs a tokenizer", "chain:2", "naive", 2)
+    with pytest.raises(VerispecError, match="seed"):
+        generate(pair, CONTEXT, "chain:2", "naive", 2, seed=-1)
+
+
+def test_a_rule_written_only_as_a_procedure_runs_as_written(pair, monkeypatch):
+    """A researcher's prototype (the README's my_rule: a procedure, no law) decodes by running the procedure
+    with the run's generator, never by enumerating its choices, and keeps the target's law; the published
+    trap of correcting a rejection from p instead of (p - q)+ (tests/support/broken.py) is caught in real decoding."""
+    from pathlib import Path
+
+    from tests.support.broken import BROKEN_CHAIN_VERIFIERS
+    from verispec.verifiers import ProcedureVerifier, get_verifier
+
+    def never(*_args):
+        raise AssertionError("real decoding enumerated a procedure's law")
+
+    monkeypatch.setattr(ProcedureVerifier, "emission_laws", never)
+    rule = get_verifier(f"{Path(__file__).resolve().parents[2] / 'examples' / 'my_rules.py'}:my_rule")
+    sampling = Sampling(1.0)
+    law = _two_token_law(pair, sampling)
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", rule, 2, sampling, seed), RUNS)
+    assert not exact_binomial_test(counts, law).rejected
+    broken = BROKEN_CHAIN_VERIFIERS["naive-correction-from-target"]
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", broken, 2, sampling, seed), RUNS)
+    assert exact_binomial_test(counts, law).rejected
+
+
+def test_a_verifier_whose_law_is_not_a_law_is_stopped(pair):
+    """Real decoding runs the exact engine's check on every block's law: a rule that returns a signed
+    'law' summing to one is a VerifierError, not a silently skewed sample."""
+    from verispec.errors import VerifierError
+    from verispec.verifiers.naive import NaiveVerifier
+
+    class Signed(NaiveVerifier):
+        name = "signed"
+
+        def emission_laws(self, batch):
+            law = super().emission_laws(batch).clone()
+            law[..., 0, 0] += 2.0
+            law[..., 0, 1] -= 2.0
+            return law
+
+    with pytest.raises(VerifierError, match="signed"):
+        generate(pair, CONTEXT, "chain:2", Signed(), 4)
+
+
+@pytest.mark.parametrize("spec,name", [("delayed:2,1,2", "specinfer"), ("iid:2,2", "gbv"), ("chain:3", "bv")])
+def test_graphed_forwards_decode_the_same_tokens(pair, spec, name):
+    """Same seed, same law: graphed forwards (padded buckets; CUDA graphs on a GPU) change nothing."""
+    sampling = Sampling(1.0, top_p=0.95)
+    plain = generate(pair, CONTEXT, spec, name, 24, sampling, seed=5)
+    graphed = generate(pair, CONTEXT, spec, name, 24, sampling, seed=5, graphs=True)
+    assert graphed.tokens == plain.tokens
+    assert sample_target(pair, CONTEXT, 12, sampling, seed=2, graphs=True).tokens == \
+        sample_target(pair, CONTEXT, 12, sampling, seed=2).tokens
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here (GPU sessions run it)")
+def test_on_cuda_graphed_decoding_matches_eager_decoding():
+    gpu_pair = tiny_pair(0, device="cuda")
+    for spec, name in (("delayed:3,1,2", "specinfer"), ("branch:2,2", "traversal")):
+        eager = generate(gpu_pair, CONTEXT, spec, name, 20, Sampling(1.0), seed=4)
+        graphed = generate(gpu_pair, CONTEXT, spec, name, 20, Sampling(1.0), seed=4, graphs=True)
+        assert graphed.tokens == eager.tokens
+    assert gpu_pair.target.__dict__["_verispec_graphed_forwards"]  # the runner (and its graphs) stayed on the model
+
+
+def test_a_law_too_large_to_compute_refuses_before_any_decoding(pair, monkeypatch):
+    """The exact law is sized by the sequences of positive mass (a top-k filter keeps a real vocabulary's law
+    small), and decoding_fit computes it first, so a law too large refuses at once, not after the runs."""
+    from verispec.errors import VerispecError
+    from verispec.models import checks
+
+    monkeypatch.setattr(checks, "MAX_SEQUENCES", 3)
+    assert len(sequence_law(pair, CONTEXT, 2, Sampling(1.0, top_k=3))) <= 9  # 3 prefixes: allowed
+    with pytest.raises(VerispecError, match="forward passes or more"):
+        sequence_law(pair, CONTEXT, 2, Sampling(1.0, top_k=4))
+    monkeypatch.setattr(checks, "SpeculativeDecoder", None)  # any decoding would fail with a TypeError
+    with pytest.raises(VerispecError, match="forward passes or more"):
+        decoding_fit(pair, "iid:2,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=5)

@@ -1,0 +1,1 @@
+"""DDTE's delay selector: actions, features, labels, datasets, training and evaluation (verispec.selector)."""

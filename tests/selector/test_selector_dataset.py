@@ -1,0 +1,385 @@
+"""The selector's datasets (verispec.selector.dataset): synthetic and trace roots, labels equal to the exact
+engine's on the problem after the root (built here without the dataset's shifting), features from the laws before
+and after the root (recomputed from the model's forward), a resumable build that never duplicates or drops a root
+(a build of a prefix of the roots, then the whole; and a build interrupted mid-way), the same rows on local
+processes, progress, atomic files, and the one-line refusals: a truncated or foreign file, another grid, an empty
+root or prompt set, NaN features (an all-masked row)."""
+
+from __future__ import annotations
+
+import json
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+import verispec
+from verispec.latency import LatencyModel
+from verispec.models.sampling import Sampling
+from verispec.selector.actions import ActionGrid
+from verispec.selector.dataset import (
+    Root,
+    build_dataset,
+    root_problem,
+    store_path,
+    synthetic_roots,
+    trace_roots,
+)
+from verispec.selector.dataset_file import Dataset, DatasetError
+from verispec.selector.features import SCALAR_FEATURES
+from verispec.simulator import MarkovProblem, random_context_free_problem, random_markov_problem
+
+GRID = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("specinfer", "traversal-iid"))
+LATENCY = LatencyModel.from_ratio(20.0)
+
+
+def _entropy(law) -> float:
+    law = np.asarray(law, dtype=np.float64)
+    return float(-(law[law > 0] * np.log(law[law > 0])).sum())
+
+
+def _build(roots, out, **options):
+    return build_dataset(roots, options.pop("grid", GRID), out=out, latency=LATENCY, **options)
+
+
+def test_context_free_roots_are_labelled_by_the_exact_engine(tmp_path):
+    """A context-free problem is the same after any prefix: each root's labels are analyze() on the seed's problem,
+    and its law features are the entropies of that problem's p and q."""
+    roots = synthetic_roots("context-free", 3, [0, 1, 2], divergence=[0.2, 0.9])
+    data = _build(roots, tmp_path / "cf.npz")
+    assert len(data) == 3 and set(data.label_method) == {"exact"}
+    for row, seed in enumerate([0, 1, 2]):
+        problem = random_context_free_problem(3, seed, divergence=[0.2, 0.9][seed % 2])
+        expected = [float(verispec.analyze(problem, action.tree, action.verifier).block_efficiency)
+                    for action in GRID.actions]
+        assert np.abs(data.efficiency[row] - expected).max() < 1e-12
+        features = dict(zip(SCALAR_FEATURES, data.features[row]))
+        assert abs(features["entropy_p_prev"] - _entropy(problem.p)) < 1e-6  # the float32 kernel
+        assert abs(features["entropy_q_root"] - _entropy(problem.q)) < 1e-6  # the float32 kernel
+        assert features["context_length"] == 2 and features["target_time"] == 20.0
+    assert data.group.tolist() == [f"context-free/V=3/seed={seed}" for seed in (0, 1, 2)]
+
+
+def test_markov_roots_use_the_problem_after_their_prefix(tmp_path):
+    """After a prefix ending in token a, a Markov problem is the Markov problem started from row a: the labels
+    equal analyze() on that problem, built here directly."""
+    roots = synthetic_roots("markov", 3, [4, 5], roots_per_seed=2, prefix_length=3)
+    data = _build(roots, tmp_path / "markov.npz")
+    unique = list({root.key(): root for root in roots}.values())
+    assert data.key.tolist() == [root.key() for root in unique]
+    for row, root in enumerate(unique):
+        base = random_markov_problem(3, root.problem["seed"], divergence=0.5)
+        last, before = root.context[-1], root.context[-2]
+        after = MarkovProblem(base.target_transition[last], base.draft_transition[last], base.target_transition,
+                              base.draft_transition)
+        expected = [float(verispec.analyze(after, action.tree, action.verifier).block_efficiency)
+                    for action in GRID.actions]
+        assert np.abs(data.efficiency[row] - expected).max() < 1e-12
+        features = dict(zip(SCALAR_FEATURES, data.features[row]))
+        assert abs(features["entropy_p_prev"] - _entropy(base.target_transition[before])) < 1e-6  # the float32 kernel
+        assert abs(features["entropy_q_root"] - _entropy(base.draft_transition[last])) < 1e-6  # the float32 kernel
+
+
+def test_resumed_build_computes_only_the_missing_roots(tmp_path, monkeypatch):
+    """Build a prefix of the roots, then all of them: the second run labels only the rest, the file holds every
+    root once in the order given, and its rows equal those of one uninterrupted build (the conditional
+    estimator's seed is derived from the root, not from its position)."""
+    import verispec.selector.dataset as module
+
+    roots = synthetic_roots("markov", 3, range(6), divergence=[0.1, 0.9])
+    calls = []
+    original = module.label_root
+    monkeypatch.setattr(module, "label_root", lambda root, *a, **k: calls.append(root.key()) or original(root, *a, **k))
+    out = tmp_path / "resumed.npz"
+    options = {"method": "conditional", "samples": 3, "seed": 7}
+    first = _build(roots[:2], out, **options)
+    assert len(first) == 2 and len(calls) == 2
+    whole = _build(roots + roots[:1], out, **options)  # a root given twice is labelled and kept once
+    assert len(calls) == 6 and calls[2:] == [root.key() for root in roots[2:]]
+    again = Dataset.load(out, grid=GRID)
+    assert again.key.tolist() == [root.key() for root in roots]
+    assert len(set(again.key.tolist())) == len(roots)
+    once = _build(roots, tmp_path / "once.npz", **options)
+    for name in ("features", "efficiency", "stderr", "lower", "upper"):
+        assert np.array_equal(getattr(whole, name), getattr(once, name))
+    assert np.array_equal(again.efficiency, once.efficiency)
+    # each root's sampled trees are kept: their mean is its label, and they survive save, load and subset
+    assert again.per_sample.shape == (6, 3, len(GRID))
+    np.testing.assert_allclose(again.per_sample.mean(1), again.efficiency, rtol=0, atol=1e-12)
+    assert np.array_equal(again.subset([1, 4]).per_sample, again.per_sample[[1, 4]])
+    # a third run computes nothing
+    _build(roots, out, **options)
+    assert len(calls) == 6 + 6  # the uninterrupted build of 'once' labelled its own 6
+
+
+def test_interrupted_build_keeps_what_it_finished(tmp_path, monkeypatch):
+    """An interruption after three roots (KeyboardInterrupt in the fourth) leaves those three in the row store; the
+    rerun labels the other three, and no root is duplicated or dropped."""
+    import verispec.selector.dataset as module
+
+    roots = synthetic_roots("context-free", 3, range(6))
+    original, calls = module.label_root, []
+
+    def flaky(root, *args, **kwargs):
+        calls.append(root.key())
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return original(root, *args, **kwargs)
+
+    monkeypatch.setattr(module, "label_root", flaky)
+    out = tmp_path / "interrupted.npz"
+    with pytest.raises(KeyboardInterrupt):
+        _build(roots, out)
+    assert not out.exists()
+    stored = json.loads(store_path(out).read_text())["rows"]
+    assert [row["key"] for row in stored] == [root.key() for root in roots[:3]]
+    data = _build(roots, out)
+    assert calls[4:] == [root.key() for root in roots[3:]]
+    assert data.key.tolist() == [root.key() for root in roots]
+
+
+def test_local_processes_give_the_serial_rows(tmp_path, capsys):
+    roots = synthetic_roots("markov", 3, range(4))
+    serial = _build(roots, tmp_path / "serial.npz", progress=True)
+    assert "dataset roots" in capsys.readouterr().err
+    local = _build(roots, tmp_path / "local.npz", backend="local", jobs=2)
+    for name in ("features", "efficiency", "group", "key"):
+        assert np.array_equal(getattr(serial, name), getattr(local, name))
+    leftovers = [path.name for path in tmp_path.iterdir() if path.name.startswith(".")]
+    assert leftovers == []  # atomic writes leave no temporary file
+
+
+@pytest.mark.slow
+def test_dask_local_cluster_gives_the_serial_rows(tmp_path):
+    pytest.importorskip("distributed")
+    roots = synthetic_roots("context-free", 3, range(3))
+    serial = _build(roots, tmp_path / "serial.npz")
+    dask = _build(roots, tmp_path / "dask.npz", backend="dask", address="local:1")
+    assert np.array_equal(serial.efficiency, dask.efficiency)
+
+
+def test_a_ray_cluster_gives_the_serial_rows(tmp_path, ray_cluster):
+    """Synthetic roots go through the sweep's executor, Ray included (the session's local Ray, ``ray_cluster``);
+    the roots of a model pair are labelled in the build's own process, the pair loaded once, whatever the
+    backend."""
+    roots = synthetic_roots("markov", 3, range(4))
+    serial = _build(roots, tmp_path / "serial.npz")
+    clustered = _build(roots, tmp_path / "ray.npz", backend="ray")
+    for name in ("features", "efficiency", "stderr", "group", "key", "label_method"):
+        assert np.array_equal(getattr(serial, name), getattr(clustered, name)), name
+
+
+def test_exact_labels_out_of_a_builds_reach_are_refused_or_made_conditional_before_the_first_root(tmp_path):
+    """The default grid (K 1-4, L1 and L2 0-8) with traversal, whose exact labels need chains up to 16 at V = 3
+    (an output law of 3 + .. + 3^17 entries: minutes and tens of GB a root), ran past two minutes at 2.8 GB
+    without a word. Before the first root: 'exact' is refused naming the costliest action and the options,
+    'auto' labels conditional-exact at once with a one-line note (its rows equal a 'conditional' build's), and a
+    grid within reach stays exact (the negative control)."""
+    from verispec.selector.actions import PAPER_GRID
+
+    grid = ActionGrid(PAPER_GRID.ks, PAPER_GRID.l1s, PAPER_GRID.l2s, ("traversal",))
+    roots = synthetic_roots("markov", 3, range(2))
+    start = time.perf_counter()
+    with pytest.raises(DatasetError, match=r"markov roots at V=3 .*traversal on delayed:1,8,8.* --method conditional"):
+        _build(roots, tmp_path / "exact.npz", grid=grid, method="exact")
+    assert time.perf_counter() - start < 2 and not store_path(tmp_path / "exact.npz").exists()
+    # certified labels search the 3^16 trees of delayed:1,8,8 best-first at about 0.6 ms a tree (chain:12 at V = 3
+    # searched 200,000 trees for 147 s before it refused)
+    with pytest.raises(DatasetError, match=r"certified labels of markov roots at V=3 .* or a larger --epsilon"):
+        _build(roots, tmp_path / "certified.npz", grid=grid, method="certified")
+    notes = []
+    auto = _build(roots, tmp_path / "auto.npz", grid=grid, method="auto", note=notes.append)
+    assert time.perf_counter() - start < 20 and len(notes) == 1 and "conditional-exact" in notes[0]
+    assert set(auto.label_method) == {"conditional"}
+    conditional = _build(roots, tmp_path / "conditional.npz", grid=grid, method="conditional")
+    assert np.array_equal(auto.efficiency, conditional.efficiency)
+    small = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("traversal",))
+    notes.clear()
+    assert set(_build(roots, tmp_path / "small.npz", grid=small, note=notes.append).label_method) == {"exact"}
+    assert notes == []
+
+
+def test_save_load_round_trip_and_split_by_group(tmp_path):
+    roots = synthetic_roots("context-free", 3, range(8))
+    data = _build(roots, tmp_path / "data.npz")
+    loaded = Dataset.load(tmp_path / "data.npz", grid=GRID)
+    assert loaded.metadata == data.metadata
+    assert loaded.metadata["grid"] == GRID.as_dict() and loaded.metadata["roots"] == 8
+    assert loaded.metadata["feature_names"] == list(SCALAR_FEATURES) and loaded.metadata["vocab_size"] == 3
+    for name in ("features", "efficiency", "stderr", "lower", "upper", "group", "setting", "context_length", "key"):
+        assert np.array_equal(getattr(loaded, name), getattr(data, name))
+    assert loaded.grid == GRID
+    train, test = loaded.split(0.25, seed=1)
+    assert len(train) + len(test) == 8 and len(test) == 2
+    assert not set(train.group) & set(test.group)
+    assert sorted(train.key.tolist() + test.key.tolist()) == sorted(loaded.key.tolist())
+    assert loaded.split(0.25, seed=1)[1].key.tolist() == test.key.tolist()
+    with pytest.raises(DatasetError, match="at least two groups"):
+        loaded.subset(loaded.group == loaded.group[0]).split(0.5)
+    with pytest.raises(DatasetError, match="test_fraction"):
+        loaded.split(1.0)
+
+
+def _one_line(error) -> str:
+    text = str(error.value)
+    assert "\n" not in text
+    return text
+
+
+def test_truncated_and_foreign_files_are_refused(tmp_path):
+    path = tmp_path / "data.npz"
+    _build(synthetic_roots("context-free", 3, range(2)), path)
+    content = path.read_bytes()
+    for cut in (len(content) // 2, len(content) - 10, 20):
+        truncated = tmp_path / f"cut{cut}.npz"
+        truncated.write_bytes(content[:cut])
+        with pytest.raises(DatasetError, match="truncated") as error:
+            Dataset.load(truncated)
+        _one_line(error)
+    foreign = tmp_path / "foreign.npz"
+    foreign.write_text("not a dataset\n")
+    with pytest.raises(DatasetError):
+        Dataset.load(foreign)
+    other = tmp_path / "other.npz"
+    np.savez(other, x=np.zeros(3))
+    with pytest.raises(DatasetError, match="not a verispec selector dataset"):
+        Dataset.load(other)
+    single = tmp_path / "single.npy"
+    np.save(single, np.zeros(3))
+    with pytest.raises(DatasetError, match="not a verispec selector dataset"):
+        Dataset.load(single)
+    with pytest.raises(DatasetError, match="does not exist"):
+        Dataset.load(tmp_path / "missing.npz")
+
+
+def test_another_grid_is_refused(tmp_path):
+    path = tmp_path / "data.npz"
+    _build(synthetic_roots("context-free", 3, range(2)), path)
+    other = ActionGrid((1, 2, 3), (0, 1), (0, 1, 2), ("specinfer", "traversal-iid"))
+    with pytest.raises(DatasetError, match="labelled for the action grid") as error:
+        Dataset.load(path, grid=other)
+    _one_line(error)
+    with pytest.raises(DatasetError, match="other parameters") as error:
+        _build(synthetic_roots("context-free", 3, range(2)), path, grid=other)
+    _one_line(error)
+    rebuilt = _build(synthetic_roots("context-free", 3, range(2)), path, grid=other, overwrite=True)
+    assert Dataset.load(path, grid=other).efficiency.shape == rebuilt.efficiency.shape == (2, len(other))
+
+
+def test_output_without_its_row_store_is_refused(tmp_path):
+    path = tmp_path / "data.npz"
+    path.write_text("mine\n")
+    with pytest.raises(DatasetError, match="without its row store"):
+        _build(synthetic_roots("context-free", 3, range(1)), path)
+    assert path.read_text() == "mine\n"
+
+
+def test_empty_inputs_and_nan_features_are_refused(tmp_path):
+    with pytest.raises(DatasetError, match="root set is empty"):
+        _build([], tmp_path / "empty.npz")
+    with pytest.raises(DatasetError, match="seed set is empty"):
+        synthetic_roots("markov", 3, [])
+    data = _build(synthetic_roots("context-free", 3, range(2)), tmp_path / "data.npz")
+    with pytest.raises(DatasetError, match="empty"):
+        data.subset(np.zeros(len(data), dtype=bool))
+    arrays = {name: getattr(data, name) for name in ("efficiency", "stderr", "lower", "upper", "group", "setting",
+                                                     "context_length", "label_method", "key")}
+    features = data.features.copy()
+    features[1, 0] = np.nan
+    with pytest.raises(DatasetError, match="NaN") as error:
+        Dataset(features=features, **arrays, metadata=data.metadata)
+    _one_line(error)
+    nan_file = tmp_path / "nan.npz"
+    np.savez(nan_file, metadata=np.array(json.dumps(data.metadata)), features=features, **arrays)
+    with pytest.raises(DatasetError, match="NaN"):
+        Dataset.load(nan_file)
+    with zipfile.ZipFile(tmp_path / "data.npz") as archive:
+        assert sorted(archive.namelist()) == sorted(f"{name}.npy" for name in ["metadata", "features", *arrays])
+
+
+# --- roots of a model pair ----------------------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+SMALL = ActionGrid((1, 2), (0, 1), (0, 1), ("specinfer",))
+
+
+def test_trace_roots_are_prefixes_of_target_traces(pair):
+    samplings = [Sampling(1.0), Sampling(0.7, top_k=3)]
+    roots = trace_roots(pair, {"a": [1, 2, 3], "b": [4, 5]}, samplings, every=4, max_new_tokens=10, seed=0)
+    for group, prompt in (("a", [1, 2, 3]), ("b", [4, 5])):
+        for sampling in samplings:
+            mine = [root for root in roots if root.group == group and root.sampling == sampling]
+            lengths = [len(root.context) for root in mine]
+            assert lengths == list(range(len(prompt), len(prompt) + 11, 4))[:len(mine)] and len(mine) >= 1
+            assert all(list(root.context[:len(prompt)]) == prompt for root in mine)
+            assert all(mine[-1].context[:len(root.context)] == root.context for root in mine)
+    assert {root.pair for root in roots} == {pair.name}
+    again = trace_roots(pair, {"a": [1, 2, 3], "b": [4, 5]}, samplings, every=4, max_new_tokens=10, seed=0)
+    assert [root.key() for root in again] == [root.key() for root in roots]
+    with pytest.raises(DatasetError, match="prompt set is empty"):
+        trace_roots(pair, [], samplings, max_new_tokens=4)
+    with pytest.raises(DatasetError, match="sampling settings are empty"):
+        trace_roots(pair, [[1, 2]], [], max_new_tokens=4)
+
+
+def test_traces_kept_in_a_store_are_reused(pair, tmp_path, monkeypatch):
+    """A resumed build reads its finished traces back instead of decoding them again, and gets the same roots."""
+    import verispec.models.generation as generation
+    from verispec.io import ResultStore
+
+    samplings = [Sampling(1.0), Sampling(0.7, top_k=3)]
+    prompts = {"a": [1, 2, 3], "b": [4, 5]}
+    store = ResultStore(tmp_path / "traces.json", parameters={"pair": pair.name, "seed": 0})
+    first = trace_roots(pair, prompts, samplings, every=4, max_new_tokens=10, seed=0, store=store)
+    assert len(store.rows) == 4
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a stored trace was decoded again")
+
+    monkeypatch.setattr(generation, "sample_target", refuse)
+    reread = ResultStore(tmp_path / "traces.json", parameters={"pair": pair.name, "seed": 0})
+    again = trace_roots(pair, prompts, samplings, every=4, max_new_tokens=10, seed=0, store=reread)
+    assert [root.key() for root in again] == [root.key() for root in first]
+
+
+def test_model_root_features_and_problem_come_from_the_models(pair, tmp_path):
+    """p_prev is the target's law after context[:-1] (recomputed here by a plain forward of the model), and the
+    root's problem gives the laws of a ModelProblem over the whole context."""
+    from verispec.models import ModelProblem
+
+    sampling = Sampling(1.0, top_k=3)
+    root = Root((1, 5, 2, 7), "g", sampling, pair=pair.name)
+    data = _build([root], tmp_path / "model.npz", grid=SMALL, pair=pair, method="conditional", samples=5)
+    assert data.label_method.tolist() == ["conditional"] and data.metadata["pair"] == pair.name
+    assert data.metadata["vocab_size"] == pair.vocab_size
+    with torch.no_grad():
+        logits = pair.target(input_ids=torch.tensor([[1, 5, 2]])).logits[0, -1]
+    p_prev = sampling.probabilities(logits).numpy()
+    features = dict(zip(SCALAR_FEATURES, data.features[0]))
+    assert abs(features["entropy_p_prev"] - _entropy(p_prev)) < 1e-6
+    assert features["top_k"] == 3 and features["context_length"] == 4
+    problem, *_ = root_problem(root, SMALL.max_depth, pair)
+    whole = ModelProblem(pair, [1, 5, 2, 7], sampling)
+    for prefix in [(), (3,), (3, 4)]:
+        assert np.abs(problem.target(prefix) - whole.target(prefix)).max() < 1e-12
+        assert np.abs(problem.draft(prefix) - whole.draft(prefix)).max() < 1e-12
+    with pytest.raises(DatasetError, match="pass that one pair"):
+        _build([root], tmp_path / "nopair.npz", grid=SMALL)
+
+
+def test_nan_laws_at_a_root_are_refused(pair, tmp_path):
+    """A target whose logits are NaN (every token masked: the top-k row has no mass) gives NaN features: refused
+    on one line, naming the root."""
+    from tests.support.tiny_models import tiny_pair
+
+    broken = tiny_pair(0)
+    with torch.no_grad():
+        broken.target.lm_head.weight.fill_(float("nan"))
+    root = Root((1, 5, 2), "prompt:3", Sampling(1.0, top_k=3), pair=broken.name)
+    with pytest.raises(DatasetError, match="NaN") as error:
+        _build([root], tmp_path / "nan.npz", grid=SMALL, pair=broken)
+    assert "prompt:3" in _one_line(error)

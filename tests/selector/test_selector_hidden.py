@@ -1,0 +1,108 @@
+"""The hidden-state selector end to end on a tiny pair: a dataset that keeps each root's hidden states (checked
+against transformers' own forward of the whole context), a network trained on them, evaluation, and decoding
+in which the policy sees exactly the states the dataset stored for the same context (no train/serve skew)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from verispec.cli import main  # noqa: E402
+from verispec.models import generate  # noqa: E402
+from verispec.models.sampling import Sampling  # noqa: E402
+from verispec.selector.dataset import HIDDEN_NAMES, Root, build_dataset, root_hidden  # noqa: E402
+from verispec.selector.dataset_file import Dataset, DatasetError  # noqa: E402
+from verispec.selector.selector import Selector, SelectorPolicy  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from tests.support.tiny_models import save_tiny_pair
+    from verispec.models import load_pair
+
+    folder = tmp_path_factory.mktemp("hidden")
+    target, draft = save_tiny_pair(folder / "pair")
+    prompts = folder / "prompts.txt"
+    prompts.write_text("\n".join(f"prompt {i} for the hidden state test" for i in range(4)) + "\n")
+    dataset = folder / "d.npz"
+    assert main(["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts),
+                 "--sampling", "temperature=1", "--every", "3", "--trace-tokens", "6", "--ks", "1-2", "--l1s", "0-1",
+                 "--l2s", "0-1", "--verifiers", "specinfer", "--samples", "2", "--hidden", "--out", str(dataset),
+                 "--threads", "1"]) == 0
+    return folder, load_pair(target, draft), dataset
+
+
+def _direct_hidden(model, tokens) -> np.ndarray:
+    """The last layer's hidden states of every position, by one plain transformers forward (a second route)."""
+    with torch.inference_mode():
+        output = model(torch.tensor([tokens]), output_hidden_states=True)
+    return output.hidden_states[-1][0].float().numpy()  # [n, d]
+
+
+def test_stored_hidden_states_are_the_models_own(built):
+    folder, pair, path = built
+    data = Dataset.load(path)
+    assert sorted(data.hidden) == sorted(HIDDEN_NAMES)
+    for row, key in enumerate(data.key.tolist()[:3]):
+        context = json.loads(key)["context"]
+        target = _direct_hidden(pair.target, context[:-1])
+        draft = _direct_hidden(pair.draft, context)
+        np.testing.assert_allclose(data.hidden["target_prev"][row], target[-1], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(data.hidden["draft_prev"][row], draft[-2], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(data.hidden["draft_root"][row], draft[-1], rtol=1e-4, atol=1e-5)
+    subset = data.subset([0, 2])
+    assert np.array_equal(subset.hidden["draft_root"], data.hidden["draft_root"][[0, 2]])
+
+
+def test_a_hidden_state_selector_trains_evaluates_and_decodes(built, capsys):
+    folder, pair, path = built
+    out = folder / "hidden.pt"
+    assert main(["selector", "train", "--dataset", str(path), "--hidden", "all", "--epochs", "5", "--out",
+                 str(out)]) == 0
+    selector = Selector.load(out)
+    assert selector.uses_hidden and set(selector.hidden_names) == set(HIDDEN_NAMES)
+    capsys.readouterr()
+    assert main(["selector", "evaluate", "--dataset", str(path), "--selector", str(out), "--json",
+                 "--bootstrap", "100"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["selectors"]["hidden"]["settings"]["all"]["selector"]["throughput"] > 0
+
+    seen = []
+
+    class Recording(SelectorPolicy):
+        def choose(self, context):
+            seen.append((context.tokens, {name: value.float().cpu().numpy() for name, value in context.hidden.items()}))
+            return super().choose(context)
+
+    generation = generate(pair, "prompt 1 for the hidden state test", None, None, 8, Sampling(1.0), seed=3,
+                          selector=Recording(selector))
+    assert len(generation.tokens) >= 1 and seen
+    for tokens, hidden in seen[:3]:  # the decoder's states are the ones the dataset stores for that context
+        stored = root_hidden(Root(tokens, "g", Sampling(1.0), pair=pair.name), pair)
+        for name in HIDDEN_NAMES:
+            if name in hidden:
+                np.testing.assert_allclose(hidden[name], stored[name], rtol=1e-4, atol=1e-5)
+
+
+def test_hidden_states_are_refused_without_a_pair_or_in_the_dataset(built, tmp_path, capsys):
+    from verispec.latency import LatencyModel
+    from verispec.selector import ActionGrid
+    from verispec.selector.dataset import synthetic_roots
+
+    with pytest.raises(DatasetError, match="hidden states come from a model pair"):
+        build_dataset(synthetic_roots("context-free", 2, [0]), ActionGrid((1,), (0,), (0, 1), ("specinfer",)),
+                      out=tmp_path / "s.npz", latency=LatencyModel.from_ratio(20), hidden=True)
+    plain = tmp_path / "plain.npz"
+    assert main(["selector", "dataset", "--family", "context-free", "--vocab", "2", "--seeds", "0-3", "--ks", "1",
+                 "--l1s", "0", "--l2s", "0-1", "--verifiers", "specinfer", "--backend", "serial", "--out",
+                 str(plain)]) == 0
+    capsys.readouterr()
+    assert main(["selector", "train", "--dataset", str(plain), "--hidden", "all", "--out",
+                 str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds the hidden states none" in err

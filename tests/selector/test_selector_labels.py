@@ -1,0 +1,280 @@
+"""The selector's labels (verispec.selector.labels): the comb-reuse conditional-exact estimator is unbiased for
+every action, proved by enumerating every comb outcome with its probability; the sampled estimator agrees with
+the exact value within a stated z bound; a comb that is not i.i.d. (every path a copy of the first) is biased and
+caught, exactly and by the same z test; certified labels bracket the exact value (tabular) and the
+conditional-exact mean (a tiny model pair with top-k sampling).
+
+Every reference number comes from another algorithm: ``verispec.analyze`` (the exact engine) or
+``verispec.certify``; the comb enumeration below computes its probabilities from ``problem.draft`` itself, not
+through the sampler.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import verispec
+from verispec.errors import VerispecError
+from verispec.selector.actions import ActionGrid
+from verispec.selector.labels import (
+    Combs,
+    LabelSet,
+    certified_labels,
+    comb_values,
+    conditional_exact_labels,
+    exact_labels,
+    sample_combs,
+)
+from verispec.simulator import random_markov_problem, random_problem
+
+#: Two-sided z bound of the Monte-Carlo checks: P(|Z| > 4.5) = 6.8e-6 per action, so under 3e-4 over the ~35
+#: actions of a grid (Bonferroni); the seeds are fixed, so the tests are deterministic.
+Z_BOUND = 4.5
+
+VERIFIERS = ("specinfer", "traversal-iid", "gbv")
+
+
+def enumerate_combs(problem, grid) -> tuple[Combs, np.ndarray]:
+    """Every comb of ``grid`` with its probability, straight from the problem's draft conditionals: the trunk
+    (max L1 tokens) and, at each distinct L1, max K paths of max L2 tokens, each token drawn from q given its
+    own prefix. Combs of probability zero are left out."""
+    trunk_length, branches, tail = max(grid.l1s), max(grid.ks), max(grid.l2s)
+    points = tuple(sorted(grid.l1s))
+    size = problem.vocab_size
+    trunks, all_paths, probabilities = [], [], []
+    for trunk in itertools.product(range(size), repeat=trunk_length):
+        chance = math.prod(float(problem.draft(trunk[:d])[trunk[d]]) for d in range(trunk_length))
+        for flat in itertools.product(range(size), repeat=len(points) * branches * tail):
+            paths = np.array(flat, dtype=np.int64).reshape(len(points), branches, tail)
+            weight = chance
+            for index, point in enumerate(points):
+                for j in range(branches):
+                    path = tuple(int(t) for t in paths[index, j])
+                    prefix = trunk[:point]
+                    for step in range(tail):
+                        weight *= float(problem.draft(prefix + path[:step])[path[step]])
+            if weight > 0:
+                trunks.append(trunk)
+                all_paths.append(paths)
+                probabilities.append(weight)
+    combs = Combs(np.array(trunks, dtype=np.int64).reshape(len(trunks), trunk_length), np.stack(all_paths), points)
+    return combs, np.array(probabilities)
+
+
+def copied_paths(combs: Combs) -> Combs:
+    """The negative control: every path of a branch point replaced by its first path (K copies, not i.i.d.)."""
+    paths = combs.paths.copy()
+    paths[:, :, 1:, :] = paths[:, :, :1, :]
+    return Combs(combs.trunk, paths, combs.points)
+
+
+def reference(problem, grid) -> np.ndarray:
+    """E[tau + 1] of every action by the exact engine, [A]."""
+    return np.array([float(verispec.analyze(problem, action.tree, action.verifier).block_efficiency)
+                     for action in grid.actions])
+
+
+CASES = [
+    # (problem, grid): V = 2 with a two-token tail, V = 3 with a two-token trunk; context-dependent and Markov
+    (random_problem(2, 3, 11, divergence=0.8), ActionGrid((1, 2), (0, 1), (0, 1, 2), VERIFIERS)),
+    (random_problem(3, 3, 5, divergence=0.8), ActionGrid((1, 2), (0, 2), (0, 1), VERIFIERS)),
+    (random_markov_problem(3, 2, divergence=0.9), ActionGrid((1, 2), (0, 1), (0, 1), VERIFIERS)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_comb_reuse_is_unbiased_for_every_action(case):
+    """Over ALL comb outcomes, the expectation of the comb-derived conditional-exact value equals the exact
+    E[tau + 1] of every action (specinfer, traversal-iid, gbv on its valid actions) to 1e-12."""
+    problem, grid = CASES[case]
+    combs, probabilities = enumerate_combs(problem, grid)
+    assert abs(probabilities.sum() - 1) < 1e-12
+    values = comb_values(problem, grid, combs)                                        # [C, A]
+    expectation = probabilities @ values
+    exact = reference(problem, grid)
+    assert {action.verifier for action in grid.actions} == set(VERIFIERS)
+    assert all(action.l1 == 0 or action.l2 == 0 or action.k == 1
+               for action in grid.actions if action.verifier == "gbv")
+    worst = np.abs(expectation - exact)
+    assert worst.max() < 1e-12, (grid.actions[int(worst.argmax())].name, expectation[worst.argmax()],
+                                 exact[worst.argmax()])
+
+
+def test_copied_paths_are_biased_exactly():
+    """Negative control: K copies of one path instead of K i.i.d. paths. Its exact expectation over all combs
+    misses the exact value by more than 0.01 where K = 2 and L2 > 0, and only there."""
+    problem, grid = CASES[0]
+    combs, probabilities = enumerate_combs(problem, grid)
+    bias = probabilities @ comb_values(problem, grid, copied_paths(combs)) - reference(problem, grid)
+    branching = np.array([action.k > 1 and action.l2 > 0 for action in grid.actions])
+    assert np.abs(bias[~branching]).max() < 1e-12
+    assert np.abs(bias[branching]).max() > 0.01, bias
+
+
+def test_sampled_labels_agree_with_exact_within_z_bound_and_catch_the_control():
+    """1,500 sampled combs: every action's conditional-exact mean lies within 4.5 standard errors of the exact
+    value; the copied-path control on the very same combs lies outside for some action."""
+    problem = random_problem(3, 3, 0, divergence=0.9)
+    grid = ActionGrid((1, 2), (0, 1), (0, 2), VERIFIERS)
+    exact = reference(problem, grid)
+    labels = conditional_exact_labels(problem, grid, samples=1500, seed=0)
+    assert labels.method == "conditional" and labels.samples == 1500
+    assert labels.per_sample.shape == (1500, len(grid))
+    deterministic = labels.stderr == 0                                                # chain:0 emits one token
+    assert np.abs(labels.efficiency[deterministic] - exact[deterministic]).max() < 1e-12
+    z = np.abs(labels.efficiency - exact)[~deterministic] / labels.stderr[~deterministic]
+    assert z.max() < Z_BOUND, f"largest z {z.max():.2f} (bound {Z_BOUND})"
+    # the control, on the same combs (same seed, same sampler)
+    combs = sample_combs(problem, grid, 1500, np.random.default_rng(0))
+    assert np.allclose(comb_values(problem, grid, combs).mean(axis=0), labels.efficiency, rtol=0, atol=1e-12)
+    broken = comb_values(problem, grid, copied_paths(combs))
+    spread = broken.std(axis=0, ddof=1) / math.sqrt(1500)
+    z_broken = np.abs(broken.mean(axis=0) - exact)[spread > 0] / spread[spread > 0]
+    assert z_broken.max() > Z_BOUND, f"the copied-path control was not caught (largest z {z_broken.max():.2f})"
+
+
+def test_labels_intervals_and_reproducibility():
+    problem = random_problem(3, 3, 2)
+    grid = ActionGrid((1, 2), (0, 1), (0, 1), ("specinfer",))
+    first = conditional_exact_labels(problem, grid, samples=50, seed=3)
+    again = conditional_exact_labels(problem, grid, samples=50, seed=3)
+    other = conditional_exact_labels(problem, grid, samples=50, seed=4)
+    assert np.array_equal(first.efficiency, again.efficiency)
+    assert not np.array_equal(first.efficiency, other.efficiency)
+    depth = np.array([action.depth + 1.0 for action in grid.actions])
+    assert np.all(first.lower <= first.efficiency) and np.all(first.efficiency <= first.upper)
+    assert np.all(first.lower >= 1) and np.all(first.upper <= depth)
+    single = conditional_exact_labels(problem, grid, samples=1, seed=0)
+    assert np.isnan(single.stderr).all()
+    assert np.array_equal(single.lower, np.ones(len(grid))) and np.array_equal(single.upper, depth)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_conditional_labels_refuse_bad_samples(bad):
+    grid = ActionGrid((1,), (0,), (1,), ("specinfer",))
+    with pytest.raises(VerispecError, match="samples"):
+        conditional_exact_labels(random_problem(2, 1, 0), grid, samples=bad, seed=0)
+
+
+def test_label_set_refuses_unknown_method():
+    with pytest.raises(VerispecError, match="label method"):
+        LabelSet(np.ones(1), np.zeros(1), np.ones(1), np.ones(1), "guess")
+
+
+def test_vocabulary_compression_and_chunking_change_no_value(monkeypatch):
+    """Cutting each chunk's vocabulary to the union of the supports of p and q (tokens of probability zero under
+    both are neither drafted nor emitted) leaves every verifier's conditional value unchanged, on a problem where
+    40% of the entries of p and q are zero; so does taking the combs one at a time (as at a large vocabulary)."""
+    import verispec.selector.labels as labels
+    from verispec.verifiers import REGISTRY
+
+    problem = random_problem(5, 3, 1, zero_fraction=0.4)
+    names = tuple(name for name in sorted(REGISTRY) if name != "otlp" and _valid(name))
+    assert {"specinfer", "spectr", "khisti", "naivetree", "nss", "traversal-iid", "gbv"} <= set(names)
+    grid = ActionGrid((1, 2), (0, 1), (0, 2), names)
+    combs = sample_combs(problem, grid, 40, np.random.default_rng(5))
+    compressed = comb_values(problem, grid, combs)
+    full = comb_values(problem, grid, combs, compress=False)
+    assert np.abs(compressed - full).max() < 1e-12
+    monkeypatch.setattr(labels, "LAW_ENTRIES", 1)
+    assert np.abs(comb_values(problem, grid, combs) - compressed).max() < 1e-12
+
+
+def _valid(name: str) -> bool:
+    try:
+        return bool(ActionGrid((2,), (0, 1), (2,), (name,)).actions)
+    except VerispecError:
+        return False
+
+
+def test_exact_labels_match_the_engine_and_certified_labels_bracket_them():
+    problem = random_problem(3, 3, 7)
+    grid = ActionGrid((1, 2), (0, 1), (0, 2), VERIFIERS)
+    exact = exact_labels(problem, grid)
+    assert exact.method == "exact" and np.array_equal(exact.lower, exact.efficiency)
+    assert np.abs(exact.efficiency - reference(problem, grid)).max() < 1e-12
+    certified = certified_labels(problem, grid, 1e-3)
+    assert certified.method == "certified"
+    assert np.all(certified.lower <= exact.efficiency) and np.all(exact.efficiency <= certified.upper)
+    assert (certified.upper - certified.lower).max() <= 1e-3 + 1e-11
+
+
+def test_certified_labels_bracket_conditional_labels_on_a_tiny_pair():
+    """A tiny model pair under top-k 3 sampling: certified intervals (width <= 0.01) contain the conditional-exact
+    mean of 300 sampled combs within 4.5 standard errors, for every action."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.support.tiny_models import tiny_pair
+    from verispec.models import ModelProblem, Sampling
+
+    pair = tiny_pair(0)
+    problem = ModelProblem(pair, [1, 5, 2, 7], Sampling(1.0, top_k=3))
+    grid = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("specinfer",))
+    certified = certified_labels(problem, grid, 0.01)
+    before = problem.forward_passes
+    conditional = conditional_exact_labels(problem, grid, samples=300, seed=0)
+    # the combs' conditionals come in batched forwards: one per level (3 here) and one for the rest
+    assert problem.forward_passes - before <= 4
+    assert (certified.upper - certified.lower).max() <= 0.01 + 1e-11
+    slack = Z_BOUND * conditional.stderr + 1e-12
+    assert np.all(conditional.efficiency >= certified.lower - slack), (conditional.efficiency, certified.lower)
+    assert np.all(conditional.efficiency <= certified.upper + slack), (conditional.efficiency, certified.upper)
+
+
+def test_label_quality_against_exact_references():
+    """Bias, coverage and ranking of conditional labels against exact ones on five Markov roots; the full-sample row
+    of the ranking is recomputed here from the means, and a shifted reference (a negative control) is flagged by
+    the coverage."""
+    from verispec.latency import LatencyModel
+    from verispec.selector.actions import action_times
+    from verispec.selector.labels import _spearman, label_quality
+
+    grid = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("specinfer",))
+    times = action_times(grid, LatencyModel.from_ratio(3.0))
+    problems = [random_markov_problem(3, seed, divergence=0.7) for seed in range(5)]
+    exact = [exact_labels(problem, grid) for problem in problems]
+    conditional = [conditional_exact_labels(problem, grid, samples=64, seed=seed)
+                   for seed, problem in enumerate(problems)]
+    quality = label_quality(conditional, exact, times=times, trees=(1, 4, 64), repeats=5, seed=0)
+    difference = np.stack([c.efficiency - e.efficiency for c, e in zip(conditional, exact)])
+    assert abs(quality["bias"] - difference.mean()) < 1e-12 and abs(quality["spread"] - difference.std()) < 1e-12
+    assert quality["z_within_95"] >= 0.8
+    assert [row["trees"] for row in quality["ranking"]] == [1, 4, 64]
+    full = quality["ranking"][-1]
+    chosen = [int((c.efficiency / times).argmax()) for c in conditional]
+    best = [int((e.efficiency / times).argmax()) for e in exact]
+    assert full["best_agrees"] == np.mean([a == b for a, b in zip(chosen, best)])
+    regret = np.mean([1 - (e.efficiency / times)[a] / (e.efficiency / times)[b]
+                      for e, a, b in zip(exact, chosen, best)])
+    assert abs(full["regret"] - regret) < 1e-12
+    shifted = [LabelSet(e.efficiency + 0.3, e.stderr, e.lower + 0.3, e.upper + 0.3, "exact") for e in exact]
+    assert label_quality(conditional, shifted, times=times, trees=(64,))["z_within_95"] < 0.2
+    assert _spearman(np.array([1.0, 3.0, 2.0]), np.array([10.0, 30.0, 20.0])) == 1.0
+    assert _spearman(np.array([1.0, 3.0, 2.0]), np.array([3.0, 1.0, 2.0])) == -1.0
+
+
+def test_a_comb_beyond_the_node_limit_is_refused_before_any_draw():
+    """One comb has 1 + max L1 + |L1s| K L2 nodes (counted by hand here): the paper's grid 1 + 8 + 9 * 4 * 8 = 297
+    passes, and K up to 16 with L2 up to 32 at 9 trunk positions (1 + 8 + 9 * 16 * 32 = 4,617 > 4,096) is refused
+    by name, before the problem is asked for anything."""
+    from verispec.errors import ProblemTooLargeError
+    from verispec.selector.actions import PAPER_GRID, ActionGrid
+    from verispec.selector.labels import MAX_COMB_NODES, check_comb_size, comb_nodes
+
+    assert comb_nodes(PAPER_GRID) == 297 and MAX_COMB_NODES == 4096
+    check_comb_size(PAPER_GRID)
+    wide = ActionGrid.parse(ks="1-16", l1s="0-8", l2s="0-32")
+    assert comb_nodes(wide) == 1 + 8 + 9 * 16 * 32
+
+    class Untouchable:
+        vocab_size = 3
+
+        def __getattr__(self, name):
+            raise AssertionError(f"the problem was asked for {name}")
+
+    with pytest.raises(ProblemTooLargeError, match="4,617 nodes"):
+        conditional_exact_labels(Untouchable(), wide, samples=1, seed=0)

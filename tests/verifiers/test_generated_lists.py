@@ -1,0 +1,152 @@
+"""The lists generated from the registry and the path of a new rule into it.
+
+``verispec list`` and the verifier tables of README.md and docs/verifiers.md come from the registry (a missing or
+stale row fails here); rules with parameters go through one hook; ``register`` refuses what the lists cannot show;
+and the worked example of docs/writing_a_rule.md (a node-local rule in a temporary package plus its registry
+line) is seen by the list, the tables, the registry-wide tests and a sweep, and found lossless."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_readme import fenced_blocks
+from tests.verifiers import test_registry_verifiers
+from verispec.cli import main
+from verispec.simulator import DraftLaw, analyze, parse_tree, random_problem
+from verispec.verifiers import (
+    LOSSY_BY_DESIGN,
+    REGISTRY,
+    TopDownVerifier,
+    get_verifier,
+    is_registered,
+    register,
+    takes_parameters,
+)
+from verispec.verifiers.catalog import verifier_table, with_tables
+from verispec.verifiers.nss import NaiveSamplingSolver
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = (ROOT / "docs" / "writing_a_rule.md").read_text()
+
+
+def test_the_tables_of_the_readme_and_docs_are_the_generated_ones():
+    completed = subprocess.run([sys.executable, str(ROOT / "docs" / "verifier_tables.py"), "--check"],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_a_missing_or_stale_row_is_not_the_generated_text():
+    text = (ROOT / "README.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `specinfer` |"))
+    assert with_tables(text) == text
+    assert with_tables(text.replace(row + "\n", "")) == text
+    assert with_tables(text.replace("recursive rejection sampling with replacement", "rejection sampling")) == text
+    with pytest.raises(ValueError, match="missing"):
+        with_tables("# a file without a generated table\n")
+    with pytest.raises(ValueError, match="format"):
+        verifier_table("html")
+
+
+def test_list_shows_every_rule_with_its_summary_and_citation(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name, verifier in {**REGISTRY, **LOSSY_BY_DESIGN}.items():
+        assert f"\n  {name:<12} " in out and f"      {verifier.summary} ({verifier.citation})\n" in out, name
+    assert ("  typical      runs on every tree; typical(epsilon=E,alpha=A) sets its parameters "
+            "(default 0.09, 0.3)") in out
+
+
+def test_rules_with_parameters_go_through_one_hook():
+    assert all(is_registered(name) for name in ("bv", "typical", "typical(epsilon=0.05)", "typical(eps=1)"))
+    assert not any(is_registered(name) for name in ("my_rules.py:my_rule", "bv(x=1)", "typical[0.1]"))
+    assert takes_parameters("typical(alpha=0.5)") and not takes_parameters("typical")
+    assert not takes_parameters("specinfer(k=2)")  # specinfer names no parameters
+    verifier = get_verifier("typical(alpha=0.5)")
+    assert (verifier.epsilon, verifier.alpha, verifier.name) == (0.09, 0.5, "typical(epsilon=0.09,alpha=0.5)")
+
+
+def test_register_refuses_what_the_lists_cannot_show():
+    class Unsummarised(NaiveSamplingSolver):
+        name, summary = "unsummarised", ""
+
+    class Parenthesised(NaiveSamplingSolver):
+        name = "nss(2)"
+
+    before = (dict(REGISTRY), dict(LOSSY_BY_DESIGN))
+    with pytest.raises(ValueError, match="taken"):
+        register(NaiveSamplingSolver())
+    with pytest.raises(ValueError, match="one-line summary"):
+        register(Unsummarised())
+    with pytest.raises(ValueError, match="name"):
+        register(Parenthesised())
+    with pytest.raises(TypeError, match="Verifier or a NodeSolver"):
+        register(object())
+    assert (REGISTRY, LOSSY_BY_DESIGN) == before
+
+
+@pytest.fixture
+def worked_example(tmp_path, monkeypatch):
+    """The module of docs/writing_a_rule.md in a temporary package, its registry line run; afterwards the
+    registry and the import system as they were."""
+    block = next(block for block in fenced_blocks(GUIDE, "python") if "class LastChildSolver" in block)
+    line = next(line.strip() for line in GUIDE.splitlines() if line.strip().startswith("register(LastChildSolver"))
+    package = tmp_path / "throwaway"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "lastchild.py").write_text(block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    saved = dict(REGISTRY)
+    module = importlib.import_module("throwaway.lastchild")
+    try:
+        exec(line, {"register": register, "LastChildSolver": module.LastChildSolver})
+        yield module
+    finally:
+        REGISTRY.clear()
+        REGISTRY.update(saved)
+        for name in ("throwaway.lastchild", "throwaway"):
+            sys.modules.pop(name, None)
+
+
+def test_the_worked_example_is_picked_up_everywhere(worked_example, tmp_path, capsys):
+    from verispec.study.grid import SweepGrid
+    from verispec.study.sweep import run_sweep
+
+    assert "lastchild" in REGISTRY
+    # verispec list, and every command by name
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "  lastchild    valid for: i.i.d. children\n      token-level rule on the last child (Leviathan" in out
+    assert main(["exact", "--target", "0.5,0.3,0.2", "--draft", "0.2,0.2,0.6", "--tree", "delayed:2,1,2",
+                 "--verifier", "lastchild", "--fail-if-lossy"]) == 0
+    capsys.readouterr()
+    # the generated table: its row, so the README is stale until the table is rewritten
+    assert ("| `lastchild` | token-level rule on the last child (Leviathan et al. 2023, arXiv 2211.17192, Alg. 1, on "
+            "one child (docs/writing_a_rule.md)) | i.i.d. children (`chain:L`, `iid:K,L`, `delayed:K,L1,L2`, "
+            "`branch-iid:b1,b2,...`) |") in verifier_table("markdown")
+    readme = (ROOT / "README.md").read_text()
+    assert with_tables(readme) != readme
+    # the registry-wide tests' parameters, and their bodies run on it: lossless, law == enumerated procedure
+    specs = [spec for name, spec in test_registry_verifiers.valid_pairs() if name == "lastchild"]
+    assert {"iid:2,2", "delayed:2,1,2", "branch-iid:2,1"} <= set(specs) and "branch:2,1" not in specs
+    for spec in specs:
+        test_registry_verifiers.test_lossless_and_procedure_matches_closed_form_on_one_problem("lastchild", spec)
+    test_registry_verifiers.test_exact_rational_mode_is_exactly_lossless("lastchild")
+    # a sweep over 'all' runs it where it is valid and skips it elsewhere
+    rows = run_sweep(SweepGrid(trees=("iid:2,2", "branch:2,1"), verifiers=("all",)), tmp_path / "sweep.csv",
+                     backend="serial", progress=False)
+    mine = [row for row in rows if row["verifier"] == "lastchild"]
+    assert [(row["tree"], row["lossless"]) for row in mine] == [("iid:2,2", True)]
+    # the engine tells the claim apart: the same rule on draws without replacement is lossy
+    problem = random_problem(3, 2, seed=0)
+    assert analyze(problem, parse_tree("iid:3,2"), get_verifier("lastchild")).lossless
+
+    class ClaimsWithoutReplacement(worked_example.LastChildSolver):
+        valid_for = frozenset({DraftLaw.WITHOUT_REPLACEMENT})
+
+    result = analyze(problem, parse_tree("branch:2,1"), TopDownVerifier(ClaimsWithoutReplacement()))
+    assert not result.lossless and result.tv_distance > 1e-3
