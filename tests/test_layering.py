@@ -156,3 +156,17 @@ def test_the_exact_core_works_without_torch():
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "/" in run.stdout  # an exact fraction
+
+
+def test_no_package_file_is_ignored_by_git():
+    """Every module of the package ships: none matches a .gitignore pattern (``report/``, the default report folder,
+    once hid ``verispec/report/`` from every clone)."""
+    files = [str(path.relative_to(PACKAGE.parent)) for path in PACKAGE.rglob("*.py")]
+    try:
+        run = subprocess.run(["git", "check-ignore", "--no-index", *files], cwd=PACKAGE.parent, capture_output=True,
+                             text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if run.returncode == 128:
+        pytest.skip(f"not a git checkout: {run.stderr.strip()}")
+    assert run.stdout == "", f"ignored by git: {run.stdout.split()}"
