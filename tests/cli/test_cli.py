@@ -410,3 +410,37 @@ def test_a_command_imports_only_what_it_runs(argv, light):
             f"\n    assert cli.main({argv!r}) == 0\nprint('LOADED', sorted(m for m in {light!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "LOADED []" in out, out[-300:]
+
+
+# --- the one latency option group (sweep, selector dataset, selector train) ---------------------------------------
+
+
+def _latency(argv: list[str], default):
+    from verispec.cli.options import latency_model
+    from verispec.cli.parser import build_parser
+
+    return latency_model(build_parser().parse_args(argv), default)
+
+
+@pytest.mark.parametrize("prefix,default", [(["sweep"], 4.0), (["selector", "dataset", "--out", "d.npz"], 20.0)])
+def test_per_node_means_one_thing_with_or_without_a_cost_ratio(prefix, default):
+    """t_p(n) = C (1 + S (n - 1)) in draft steps: C from --cost-ratio, else the command's default ratio."""
+    with_ratio = _latency([*prefix, "--cost-ratio", "8", "--per-node", "0.25"], default)
+    assert with_ratio.draft_step == 1 and with_ratio.target_time(5) == pytest.approx(8 * (1 + 0.25 * 4), abs=1e-12)
+    alone = _latency([*prefix, "--per-node", "0.5"], default)
+    assert alone.target_time(3) == pytest.approx(default * (1 + 0.5 * 2), abs=1e-12)
+    assert _latency(prefix, default).target_time(7) == pytest.approx(default, abs=1e-12)
+
+
+def test_per_node_is_refused_where_it_would_be_ignored(tmp_path):
+    from verispec.errors import VerispecError
+    from verispec.latency import LatencyModel
+
+    measured = LatencyModel(1.0, (1, 8), (3.0, 5.0))
+    with pytest.raises(VerispecError, match="--per-node goes with --cost-ratio"):
+        _latency(["sweep", "--latency", str(tmp_path / "l.json"), "--per-node", "0.5"], 4.0)
+    with pytest.raises(VerispecError, match="either --latency FILE or --cost-ratio"):
+        _latency(["sweep", "--latency", str(tmp_path / "l.json"), "--cost-ratio", "2"], 4.0)
+    with pytest.raises(VerispecError, match="--per-node goes with --cost-ratio"):
+        _latency(["selector", "train", "--dataset", "d.npz", "--out", "s.pt", "--per-node", "0.5"], measured)
+    assert _latency(["selector", "train", "--dataset", "d.npz", "--out", "s.pt"], measured) is measured

@@ -214,6 +214,8 @@ def latency_model(args, default):
     if args.latency is not None:
         if args.cost_ratio is not None:
             raise VerispecError("give either --latency FILE or --cost-ratio, not both")
+        if args.per_node:
+            raise VerispecError("--per-node goes with --cost-ratio; a --latency FILE holds its own time per tree size")
         return LatencyModel.load(args.latency)
     if args.cost_ratio is not None:
         return LatencyModel.from_ratio(args.cost_ratio, args.per_node)

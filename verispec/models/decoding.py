@@ -455,10 +455,10 @@ class SpeculativeDecoder:
             # the policy's choice, from what exists before the draws (the draft catches up first if it reads q)
             if self.needs_draft or self.needs_hidden:
                 clock.time("drafting_s", self._catch_up_for_policy, draft, state, block)
-            clock.time("select_s", self._select, state, block)
+            clock.time("select_s", self._select, state, block, wait=False)
         clock.time("drafting_s", self._draft, draft, state, block)
         clock.time("target_s", self._score, target, state, block)
-        clock.time("verify_s", self._verify, block)
+        clock.time("verify_s", self._verify, block, wait=False)
         emitted = clock.time("cache_s", self._commit, target, draft, state, block)
         record = BlockRecord(accepted=len(block.path), emitted=len(emitted), tree_size=len(block.layout.parent) - 1,
                              target_calls=1, draft_calls=block.draft_calls, action=block.index, **clock.seconds)

@@ -173,9 +173,9 @@ class Report:
         ``report.md``: a header of what ran, the findings, then each study's section; returns its path."""
         import contextlib
 
-        from verispec.version import package_version
         from verispec.study.clusters import cluster_session
         from verispec.study.workers import available_cores
+        from verispec.version import package_version
 
         start = time.perf_counter()
         self.check()

@@ -136,4 +136,4 @@ def save_as_they_arrive(batches: Generator[list[dict], None, None], key: Callabl
     save(pending)
 
 
-__all__ = ["BACKENDS", "execute", "save_as_they_arrive"]
+__all__ = ["execute", "save_as_they_arrive"]

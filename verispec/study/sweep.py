@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from verispec.io import ResultStore
+from verispec.limits import BACKENDS
 from verispec.study.cells import check_cell_costs, run_cells
-from verispec.study.executor import BACKENDS, execute, save_as_they_arrive
+from verispec.study.executor import execute, save_as_they_arrive
 from verispec.study.grid import SweepError, SweepGrid, cell_key
 from verispec.study.tables import check_sweep_output, check_sweep_table, write_table
 from verispec.study.workers import worker_processes
