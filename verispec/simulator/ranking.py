@@ -49,38 +49,104 @@ def tie_tolerance(values) -> float:
 def tie_classes(values):
     """class_of[..., t]: the tie class of each value, 0 for the smallest, increasing with the value
     (see the module docstring); values [..., V]."""
+    order, classes = _ascending_classes(values)
+    return backend.unpermute(classes, order)
+
+
+def _ascending_classes(values):
+    """(order, classes): an order sorting ``values`` [..., V] ascending (equal values in any order) and the tie
+    class at each of its positions [..., V]: 0 first, non-decreasing, each class a run of neighbours. The classes
+    do not depend on how equal values are ordered: the tie test reads only the values of neighbours."""
     xp = backend.namespace(values)
-    order = backend.argsort(values)
-    ordered = xp.take_along_axis(values, order, axis=-1)
+    order = backend.ascending_order(values)
+    ordered = backend.take_along_last(values, order)
     low, high = ordered[..., :-1], ordered[..., 1:]
-    scale = xp.maximum(xp.abs(low), xp.abs(high))
+    scale = xp.maximum(high, -low)  # = max(|low|, |high|) as low <= high (NaN, sorted last, propagates in both)
     tied = (high == low) | (high - low <= tie_tolerance(values) * scale)
-    steps = xp.astype(~tied, xp.int64)
-    zero = xp.zeros(steps.shape[:-1] + (1,), dtype=xp.int64, device=backend.device(order))
-    class_sorted = backend.cumulative_sum(xp.concat([zero, steps], axis=-1))
-    inverse = backend.argsort(order)
-    return xp.take_along_axis(class_sorted, inverse, axis=-1)
+    classes = xp.zeros(order.shape, dtype=xp.int64, device=backend.device(order))
+    classes[..., 1:] = backend.cumulative_sum(xp.astype(~tied, xp.int64))
+    return order, classes
 
 
 def order_with_ties(values, *, descending: bool, larger_id_first: bool = False, tier=None):
     """Token order [..., V] by ``values`` with the tie rule: ascending (or descending) by tie class, and
     within a class by token id (ascending, or descending when ``larger_id_first``). ``tier`` [..., V]
-    (optional, integers >= 0) dominates everything: lower tiers come first."""
+    (optional, integers >= 0) dominates everything: lower tiers come first.
+
+    One sort of the values, then O(V) passes: the classes are runs of the ascending order, so ordering each run
+    by id (only runs that are not already in id order are sorted), reversing the runs or the whole order and a
+    stable partition by tier give the order of the key (tier, class, id) without sorting it."""
     xp = backend.namespace(values)
-    size = values.shape[-1]
-    classes = tie_classes(values)
+    if values.shape[-1] < 2:
+        return backend.argsort(values)
+    order, classes = _ascending_classes(values)
+    order = _ids_ascending_in_classes(order, classes)
+    if larger_id_first != descending:  # reversing the whole order below reverses each class as well
+        order = _reversed_in_classes(order, classes)
     if descending:
-        classes = xp.max(classes, axis=-1, keepdims=True) - classes
-    ids = backend.arange(size, classes)
-    key = classes * size + (size - 1 - ids if larger_id_first else ids)
-    if tier is not None:
-        key = tier * size * size + key
-    return backend.argsort(key)
+        order = xp.flip(order, axis=-1)
+    return order if tier is None else _by_tier(order, tier)
+
+
+def _global_classes(classes):
+    """Class ids [R * V] unique across the R = prod(leading) rows of ``classes`` [..., V] (row r's class c is
+    r * V + c), in the flattened positions; non-decreasing where each row's classes are."""
+    xp = backend.namespace(classes)
+    size = classes.shape[-1]
+    rows = xp.reshape(classes, (-1, size))
+    offsets = backend.arange(rows.shape[0], rows)[:, None] * size
+    return xp.reshape(rows + offsets, (-1,))
+
+
+def _ids_ascending_in_classes(order, classes):
+    """``order`` [..., V] with the tokens of each class (a run of ``classes`` [..., V], non-decreasing) in
+    ascending id. A stable sort leaves equal values in id order, so only classes that hold unequal values (near
+    ties) or come from an unstable sort can be out of order; only those are sorted."""
+    xp = backend.namespace(order)
+    size = order.shape[-1]
+    misordered = (classes[..., 1:] == classes[..., :-1]) & (order[..., 1:] < order[..., :-1])  # [..., V - 1]
+    if not bool(xp.any(misordered)):
+        return order
+    flat_classes = _global_classes(classes)                                                  # [R * V]
+    starts = xp.reshape(flat_classes, (-1, size))[:, 1:][xp.reshape(misordered, (-1, size - 1))]
+    marked = xp.zeros(flat_classes.shape, dtype=xp.bool, device=backend.device(order))
+    marked[starts] = True                                                                    # classes to sort
+    positions = xp.nonzero(marked[flat_classes])[0]  # ascending: their runs, in class order
+    flat = xp.reshape(order, (-1,))
+    tokens = flat[positions]
+    by_class_and_id = backend.argsort(flat_classes[positions] * size + tokens)
+    flat[positions] = tokens[by_class_and_id]
+    return xp.reshape(flat, order.shape)
+
+
+def _reversed_in_classes(order, classes):
+    """``order`` [..., V] with the tokens of each class (a run of ``classes`` [..., V]) in reverse order; O(V)."""
+    xp = backend.namespace(order)
+    flat_classes = _global_classes(classes)                                                  # [R * V]
+    count = flat_classes.shape[0]
+    first = xp.concat([xp.ones((1,), dtype=xp.bool, device=backend.device(order)),
+                       flat_classes[1:] != flat_classes[:-1]])                               # a run starts here
+    starts = xp.nonzero(first)[0]                                                            # [runs]
+    ends = xp.concat([starts[1:], backend.index_array([count], starts)])
+    run = backend.cumulative_sum(xp.astype(first, xp.int64)) - 1                             # [R * V]
+    source = (starts + ends - 1)[run] - backend.arange(count, run)  # position i of [s, e) takes s + e - 1 - i
+    return xp.reshape(xp.reshape(order, (-1,))[source], order.shape)
+
+
+def _by_tier(order, tier):
+    """``order`` [..., V] stably partitioned by ``tier`` [..., V] (integers >= 0, lower first)."""
+    xp = backend.namespace(order)
+    if bool(xp.all(tier == tier[..., :1])):
+        return order
+    ranked = backend.take_along_last(tier, order)
+    if isinstance(ranked, np.ndarray) and 0 <= int(ranked.min()) and int(ranked.max()) < 1 << 15:
+        ranked = ranked.astype(np.int16)  # numpy's stable sort of 16-bit keys is a counting sort: O(V)
+    return backend.take_along_last(order, backend.argsort(ranked))
 
 
 def ranks_from_order(order):
     """rank[..., t] = position of token t in ``order`` (the inverse permutation)."""
-    return backend.argsort(order)
+    return backend.inverse_permutation(order)
 
 
 def ranked_support(q) -> list[int]:

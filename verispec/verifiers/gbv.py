@@ -38,28 +38,43 @@ from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import RuleDP, RuleLaw, Verifier
 from verispec.simulator.laws import add_blocks
 from verispec.simulator.problems import draft_conditionals, target_conditionals
-from verispec.simulator.selection import greedy_path, mass_ranked_below, selected_path
+from verispec.simulator.selection import greedy_path, mass_ranked_below, ranked_selected_path
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.sizes import readable_count
 from verispec.verifiers.block import block_law, block_procedure_on_path
 
 
 def _power_difference_quotient(high, low, power: int):
-    """(high^K - low^K) / (high - low) = sum_{j<K} high^j low^(K-1-j), a sum of non-negative terms."""
-    return sum(high ** j * low ** (power - 1 - j) for j in range(power))
+    """(high^K - low^K) / (high - low) = sum_{j<K} high^j low^(K-1-j), a sum of non-negative terms, summed in that
+    order; the factors x^0 = 1 and x^1 = x are exact, so they are not computed."""
+    def raised(values, exponent: int):
+        return values if exponent == 1 else values ** exponent
+
+    total = None
+    for j in range(power):
+        if j == 0:
+            term = raised(low, power - 1)
+        elif j == power - 1:
+            term = raised(high, j)
+        else:
+            term = raised(high, j) * raised(low, power - 1 - j)
+        total = term if total is None else total + term
+    return total
 
 
-def lexicographic_masses(targets: list, drafts: list, tokens):
+def lexicographic_masses(targets: list, drafts: list, tokens, ranked_below: list | None = None):
     """The draft masses behind the lexicographic order of paths, along N paths at once (module docstring):
     ``prefix[i]`` [N] = x, the draft probability of the path's length-i prefix u; ``below[i]`` [N] = A, the
     draft mass of the length-i prefixes ranked below u (i = 0..L); ``low[i]`` [N, V] = A + x below(t), the mass
     of the length-(i+1) prefixes ranked below u t (i < L). ``targets[i]``, ``drafts[i]`` are p and q at path
-    position i ([N, V], i < L), ``tokens`` [N, L]."""
+    position i ([N, V], i < L), ``tokens`` [N, L]; ``ranked_below[i]`` [N, V] is ``mass_ranked_below`` there when the
+    caller has it."""
     prefix = [backend.ones((tokens.shape[0],), drafts[0][:, 0])] if drafts else []
     below = [prefix[0] * 0] if drafts else []
     low = []
     for level, (p, q) in enumerate(zip(targets, drafts)):
-        low.append(below[level][:, None] + prefix[level][:, None] * mass_ranked_below(p, q))
+        masses = mass_ranked_below(p, q) if ranked_below is None else ranked_below[level]
+        low.append(below[level][:, None] + prefix[level][:, None] * masses)
         token = tokens[:, level]
         below.append(backend.take(low[level], token))
         prefix.append(prefix[level] * backend.take(q, token))
@@ -186,16 +201,22 @@ class GreedyBlockVerifier(Verifier):
     rule_dp = SelectedPathSum()
 
     def emission_laws(self, batch: TreeBatch):
-        selected = selected_path(batch)  # [N] node ids per depth 0..L
+        selected, rankings = ranked_selected_path(batch)  # [N] node ids per depth 0..L; the rank orders there
         rows = backend.arange(batch.num_rows, batch.tokens)
         targets = [batch.p[rows, nodes] for nodes in selected]
         drafts = [batch.q[rows, nodes] for nodes in selected[:-1]]
         tokens = batch.tokens[:, []] if len(selected) == 1 else backend.stack(
             [batch.tokens[rows, nodes] for nodes in selected[1:]], axis=1)  # [N, L]
-        path_law = block_law(targets, skewed_drafts(targets[:-1], drafts, tokens, number_of_paths(batch)), tokens)
-        law = backend.scatter_rows(path_law[0], selected[0], batch.num_nodes)
-        for nodes, values in zip(selected[1:], path_law[1:]):
-            law = law + backend.scatter_rows(values, nodes, batch.num_nodes)
+        paths = number_of_paths(batch)
+        if paths == 1:  # q_skew = q: no ranking needed (the selection had one child to choose from)
+            skewed = drafts
+        else:
+            masses = lexicographic_masses(targets[:-1], drafts, tokens, [ranking.mass_below() for ranking in rankings])
+            skewed = _skewed(drafts, masses, paths)
+        path_law = block_law(targets, skewed, tokens)
+        law = backend.zeros((batch.num_rows, batch.num_nodes, path_law[0].shape[-1]), path_law[0])  # [N, n, V]
+        for nodes, values in zip(selected, path_law):
+            law[rows, nodes] += values  # 0 + value: what adding one zero-padded array per depth gave, -0.0 included
         return law
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
