@@ -37,6 +37,7 @@ class DraftSide(Problem):
         self._law_for_drafting = law_for_drafting
         self.node: dict[Prefix, int] = {(): root_node}  # prefix -> its pending index in the draft cache
         self.law: dict[Prefix, Any] = {}                # prefix -> q on the device, float64 [V]
+        self.logits: dict[Prefix, Any] = {}             # prefix -> the draft's logits there [V]
         self.host: dict[Prefix, np.ndarray] = {}        # prefix -> the drafter's q on the host [V]
         self.hidden: dict[Prefix, Any] = {}             # prefix -> the draft's hidden state [H] (model.hidden only)
         self.forward_calls = 0
@@ -51,6 +52,7 @@ class DraftSide(Problem):
         host.setflags(write=False)  # on a CPU it shares memory with the q the verifier is handed
         for row, prefix in enumerate(prefixes):
             self.law[prefix] = laws[row]
+            self.logits[prefix] = logits[row]
             self.host[prefix] = host[row]
             if hidden is not None:
                 self.hidden[prefix] = hidden[row]

@@ -58,6 +58,7 @@ import numpy as np
 from verispec import budget
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.limits import MAX_DECODE_NODES
+from verispec.models.block_context import BlockContext, PositionLaw, position_law
 from verispec.models.block_tree import DraftSide, TreeLayout
 from verispec.models.generation import (
     BlockRecord,
@@ -104,31 +105,6 @@ def check_decode_tree(drafter: Drafter, vocab_size: int | None = None) -> None:
                "GiB per array)" if vocab_size else "n x V float64 conditionals")
             + f", above the limits of {MAX_DECODE_NODES:,} nodes and {MAX_TREE_LAW_ENTRIES:,} entries; use a "
               "smaller tree")
-
-
-@dataclass(frozen=True)
-class BlockContext:
-    """What a policy may read before a block's draws (DDTE, arXiv 2602.16994, Appendix E: its features are all
-    computed before the block drafts). The root is the last token of ``tokens``; "prev" is the position before
-    it, whose law produced the root.
-
-    Laws are ``Sampling``'s law of the model's logits, torch float64 [V] on the models' device, or None where
-    not computed: ``p_prev`` (the target's law of the root token: from the previous block's verify forward at
-    its accepted node, or from the prompt's prefill; None for a one-token prompt), ``q_prev`` (the draft's law
-    there) and ``q_root`` (the draft's law after the root, from the draft's catch-up forward): both only when the
-    policy ``needs_draft`` (and ``q_prev`` None for a one-token prompt). ``hidden`` (only when the policy
-    ``needs_hidden``): the last layer's hidden states [H], ``"target_prev"`` (the target at the token before
-    the root; the target has not fed the root yet), ``"draft_prev"`` and ``"draft_root"``; an entry is absent
-    where the position does not exist (a one-token prompt)."""
-
-    #: The whole sequence so far, prompt included; the last token is the root of the block's tree.
-    tokens: tuple[int, ...]
-    context_length: int
-    p_prev: Any
-    q_prev: Any
-    q_root: Any
-    hidden: dict[str, Any] | None
-    sampling: Sampling
 
 
 @runtime_checkable
@@ -237,11 +213,11 @@ class _Sequence:
     #: Tokens in the sequence that a model has not fed yet; the last one is the next tree's root.
     target_unseen: list[int]
     draft_unseen: list[int]
-    #: The target's law after its last fed token (the law of the next root), and its hidden state there.
+    #: The target's law after its last fed token (the law of the next root, a PositionLaw), and its hidden state.
     p_prev: Any = None
     target_hidden: Any = None
-    #: The draft's law after its last committed token, and its hidden state there (q_prev when it has fed
-    #: every token but the root).
+    #: The draft's law after its last committed token (a PositionLaw), and its hidden state there (q_prev when it
+    #: has fed every token but the root).
     q_tail: Any = None
     draft_hidden: Any = None
 
@@ -257,14 +233,15 @@ class _Block:
     draft_calls: int = 0
     #: the draft's catch-up forward: (logits [u, V], hidden states [u, H] or None), when it ran
     caught_up: Any = None
-    #: q at the root when the policy computed it (drafting reuses it)
+    #: q at the root (a PositionLaw) when the policy read it (drafting reuses its law if the policy computed it)
     root_law: Any = None
     #: the drawn tree: its draft side (None when the tree is the root alone) and its node arrays
     side: DraftSide | None = None
     layout: TreeLayout | None = None
-    #: tokens the target fed before the tree, and its law at every node [n, V] (torch, on the device)
+    #: tokens the target fed before the tree, its law and its logits at every node [n, V] (torch, on the device)
     unseen: int = 0
     p: Any = None
+    logits: Any = None
     #: the drawn (node, token) and the accepted path to the node (node ids, the root excluded)
     node: int = 0
     token: int = 0
@@ -331,12 +308,12 @@ class SpeculativeDecoder:
         if len(tokens) > 1:
             logits = target.prefill(tokens[:-1])
             if self.policy is not None:
-                state.p_prev = self.sampling.probabilities(logits)
+                state.p_prev = PositionLaw(self.sampling, logits=logits)
                 state.target_hidden = target.last_hidden[-1] if self.needs_hidden else None
             if self.uses_draft:
                 logits = draft.prefill(tokens[:-1])
                 if self.needs_draft:
-                    state.q_tail = self.sampling.probabilities(logits)
+                    state.q_tail = PositionLaw(self.sampling, logits=logits)
                 state.draft_hidden = draft.last_hidden[-1] if self.needs_hidden else None
             else:
                 state.draft_unseen = list(tokens)
@@ -424,15 +401,16 @@ class SpeculativeDecoder:
         return logits, (draft.last_hidden if self.needs_hidden else None)
 
     def _choose(self, state: _Sequence, caught_up) -> tuple[int, Any]:
-        """The policy's action for this block, from what exists before its draws, and q at the root when the
-        policy needed it (drafting reuses it: one sampling law less per block, a top-p sort at Qwen's V)."""
+        """The policy's action for this block, from what exists before its draws, and q at the root (a PositionLaw)
+        when the policy may read it (drafting reuses its law if the policy computed it: one sampling law less per
+        block). The laws are computed only as far as the policy reads them (``block_context``)."""
         q_prev = q_root = None
         hidden = None
         if caught_up is not None:
             logits, states = caught_up
             if self.needs_draft:
-                q_root = self.sampling.probabilities(logits[-1])
-                q_prev = self.sampling.probabilities(logits[-2]) if len(logits) > 1 else state.q_tail
+                q_root = PositionLaw(self.sampling, logits=logits[-1])
+                q_prev = PositionLaw(self.sampling, logits=logits[-2]) if len(logits) > 1 else state.q_tail
             if self.needs_hidden:
                 previous = states[-2] if len(states) > 1 else state.draft_hidden
                 hidden = {name: value for name, value in (("target_prev", state.target_hidden),
@@ -486,7 +464,8 @@ class SpeculativeDecoder:
             block.draft_calls += 1
         logits, states = block.caught_up
         side = DraftSide(draft, logits[-1], len(state.draft_unseen) - 1, self.sampling, action.drafter.depth,
-                         self._law_for_drafting, None if states is None else states[-1], block.root_law)
+                         self._law_for_drafting, None if states is None else states[-1],
+                         None if block.root_law is None else block.root_law.law())
         action.drafter.check_problem(side)
         shape = action.drafter.draw(side, RandomChooser(self.rng, max_choices=MAX_CHOICES_PER_TRACE,
                                                         name=action.drafter.spec))
@@ -498,7 +477,7 @@ class SpeculativeDecoder:
         unseen = len(state.target_unseen)
         parents = list(range(-1, unseen - 1)) + [unseen - 1 + parent for parent in block.layout.parent[1:]]
         logits = target.extend(state.target_unseen + list(block.layout.tokens[1:]), parents)[unseen - 1:]  # [n, V]
-        block.unseen, block.p = unseen, self.sampling.probabilities(logits)
+        block.unseen, block.p, block.logits = unseen, self.sampling.probabilities(logits), logits
 
     def _verify(self, block: _Block) -> None:
         """The verifier's law on the device, then (node, token) drawn from it with the run's generator (a rule
@@ -537,20 +516,20 @@ class SpeculativeDecoder:
         accepted = [layout.tokens[n] for n in path]
         emitted = accepted + [token]
         if self.policy is not None:  # the next block's p_prev: the target's law at the accepted node
-            state.p_prev = block.p[block.node].clone()  # a copy: a view would keep the whole tree's p alive
+            state.p_prev = position_law(self.sampling, block.p[block.node], block.logits[block.node])
             if self.needs_hidden:
                 state.target_hidden = target.last_hidden[unseen - 1 + block.node].clone()
         if side is not None:
             fed = [n for n in path if layout.paths[n] in side.node]  # leaves were never fed to the draft
             draft.commit(list(range(len(state.draft_unseen))) + [side.node[layout.paths[n]] for n in fed])
             last = layout.paths[fed[-1]] if fed else ()
-            state.q_tail = side.law[last].clone() if self.needs_draft else None
+            state.q_tail = position_law(self.sampling, side.law[last], side.logits[last]) if self.needs_draft else None
             state.draft_hidden = side.hidden[last].clone() if self.needs_hidden else None
             state.draft_unseen = accepted[len(fed):] + [token]
         elif block.caught_up is not None:  # chain:0 after a catch-up for the policy: the draft has fed the root
             draft.commit(list(range(len(state.draft_unseen))))
             logits, states = block.caught_up
-            state.q_tail = self.sampling.probabilities(logits[-1]) if self.needs_draft else None
+            state.q_tail = block.root_law if self.needs_draft else None  # q at the root, computed once if read
             state.draft_hidden = None if states is None else states[-1]
             state.draft_unseen = [token]
         else:  # the draft did not run: it will catch up on these in one forward when a block drafts

@@ -56,7 +56,10 @@ class Sampling:
         if self.greedy:
             best = torch.argmax(scores, dim=-1, keepdim=True)  # the first maximum: the smallest id
             return torch.zeros_like(scores).scatter_(-1, best, 1.0)
-        scores = scores / self.temperature
+        if self.temperature != 1:
+            scores = scores / self.temperature  # (x / 1 is x exactly: a pass over the vocabulary saved)
+        if not self.filters:
+            return torch.softmax(scores, dim=-1)  # nothing removed: the masked softmax below, without the mask
         removed = torch.zeros_like(scores, dtype=torch.bool)
         top = None
         if self.top_k is not None:
@@ -68,16 +71,106 @@ class Sampling:
         if self.top_p is not None and self.top_p < 1:
             if top is not None:
                 # top-k kept exactly the k tokens of ``top``: sort those instead of the whole vocabulary (a sort of
-                # 151,936 scores per row costs 6 ms on a CPU, 86 ms for a 20-node tree). Ordered as the stable sort
-                # of the masked vocabulary orders them: by score, ties by token id.
-                ids, by_id = torch.sort(top.indices, dim=-1)  # [..., k]
-                ordered, within = torch.sort(torch.gather(top.values, -1, by_id), dim=-1, stable=True)
-                order = torch.gather(ids, -1, within)  # [..., k] token ids, least likely first
+                # 151,936 scores per row costs 6 ms on a CPU, 86 ms for a 20-node tree)
+                ordered, order = _by_score(top.values, top.indices)
             else:
                 masked = scores.masked_fill(removed, -math.inf)
                 ordered, order = torch.sort(masked, dim=-1, stable=True)  # least likely first
-            cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
-            drop = cumulative <= 1 - self.top_p
-            drop[..., -1] = False  # the most likely token always stays
+            drop = self._top_p_drop(ordered)
             removed = removed.scatter(-1, order, drop | removed.gather(-1, order))
         return torch.softmax(scores.masked_fill(removed, -math.inf), dim=-1)
+
+    def _top_p_drop(self, ordered):
+        """Which of the scores ``ordered`` [..., n] (least likely first) top-p drops: those whose cumulative
+        probability from the least likely up is at most 1 - top_p; the most likely always stays."""
+        import torch
+
+        drop = torch.softmax(ordered, dim=-1).cumsum(dim=-1) <= 1 - self.top_p
+        drop[..., -1] = False
+        return drop
+
+    @property
+    def filters(self) -> bool:
+        """Whether the law may leave tokens out (greedy, top-k, or top-p below 1): its support may be small."""
+        return self.greedy or self.top_k is not None or (self.top_p is not None and self.top_p < 1)
+
+    def support(self, logits):
+        """The support of the law of one row of logits [V] and its probabilities, without a full-vocabulary law:
+        (token ids ascending, probabilities) as Python lists (a few tokens, which readers sum over on the host), or
+        None where that would take more than one pass over the vocabulary (no top-k: top-p alone sorts it, or no
+        filter at all; ties at the k-th score, which keep more than k tokens).
+
+        The kept tokens are exactly those of ``probabilities(logits)``: the same scores (computed by the same
+        torch operation on the same device), the same top-k, and top-p's cumulative sums by the same torch
+        softmax over the same ordered scores (a sort is exact, so the k kept scores are ordered in Python). Their
+        probabilities are a softmax over the kept scores, in float64 on the host: equal to the full law's to
+        rounding (the full softmax sums the vocabulary in another order). The k + 1 largest logits come from one
+        reduction over the vocabulary (``largest``) instead of ``torch.topk`` over all of it."""
+        import torch
+
+        if logits.ndim != 1:
+            raise VerispecError(f"Sampling.support takes one row of logits [V], got shape {tuple(logits.shape)}")
+        if self.greedy:
+            return [int(torch.argmax(logits.to(torch.float64)))], [1.0]  # the first maximum, as ``probabilities``
+        if self.top_k is None or self.top_k >= logits.shape[-1]:
+            return None
+        values, ids = largest(logits, self.top_k + 1, listed=True)  # [k + 1] each, largest first; ids a list
+        scores = values if values.dtype == torch.float64 else values.to(torch.float64)
+        if self.temperature != 1:
+            scores = scores / self.temperature  # the very scores ``probabilities`` compares (x / 1 is x)
+        scores = scores.tolist()
+        if scores[-1] == scores[-2]:
+            return None  # a tie at the k-th score: top-k keeps every tied token
+        kept = sorted(zip(scores[:-1], ids[:-1]))  # least likely first, ties by token id (a stable sort's order)
+        if self.top_p is not None and self.top_p < 1:
+            ordered = torch.tensor([score for score, _ in kept], dtype=torch.float64, device=logits.device)
+            drop = self._top_p_drop(ordered).tolist()
+            kept = [pair for pair, dropped in zip(kept, drop) if not dropped]
+        kept.sort(key=lambda pair: pair[1])
+        top = max(score for score, _ in kept)
+        weights = [math.exp(score - top) for score, _ in kept]
+        total = math.fsum(weights)
+        return [token for _, token in kept], [weight / total for weight in weights]
+
+
+#: Entries per block in ``largest``'s one reduction (the block maxima of Qwen's V = 151,936 are 1,187 values).
+LARGEST_BLOCK = 128
+
+
+def largest(row, count: int, *, listed: bool = False):
+    """The ``count`` largest entries of a row [V] and their ids, largest first, as ``torch.topk(row, count)``
+    gives them (equal entries may come with other ids; ``listed``: the ids as a Python list), from one reduction
+    over the row: its block maxima (blocks of ``LARGEST_BLOCK`` entries), then ``topk`` over the ``count`` blocks
+    with the largest maxima and the tail. Exact: if a block holding one of the ``count`` largest entries is not
+    among those blocks, each of them has a maximum at least as large, so the candidates hold ``count`` entries at
+    least that large either way."""
+    import torch
+
+    vocab = row.shape[-1]
+    blocks = vocab // LARGEST_BLOCK
+    if blocks < 4 * count:
+        values, ids = torch.topk(row, count)
+        return values, (ids.tolist() if listed else ids)
+    split = blocks * LARGEST_BLOCK
+    main = row[:split].reshape(blocks, LARGEST_BLOCK)  # [blocks, width]
+    chosen = torch.topk(main.amax(dim=1), count).indices  # [count] blocks
+    candidates = main[chosen].view(-1)  # [count * width]
+    if split < vocab:  # the tail after the last whole block
+        candidates = torch.cat([candidates, row[split:]])
+    values, at = torch.topk(candidates, count)
+    # a candidate's id from its place (a few Python integers: cheaper than the tensor operations)
+    blocks_of = chosen.tolist()
+    reach = count * LARGEST_BLOCK
+    ids = [blocks_of[place // LARGEST_BLOCK] * LARGEST_BLOCK + place % LARGEST_BLOCK if place < reach
+           else split + place - reach for place in at.tolist()]
+    return values, (ids if listed else torch.tensor(ids, dtype=torch.int64, device=row.device))
+
+
+def _by_score(values, ids):
+    """(scores, token ids) [..., k] of the kept tokens, least likely first, in the order the stable sort of the
+    masked vocabulary gives them: by score, ties by token id."""
+    import torch
+
+    ids, by_id = torch.sort(ids, dim=-1)  # [..., k]
+    ordered, within = torch.sort(torch.gather(values, -1, by_id), dim=-1, stable=True)
+    return ordered, torch.gather(ids, -1, within)

@@ -27,9 +27,22 @@ Numpy inputs and torch tensors on the CPU are reduced by numpy (a torch CPU tens
 numpy's per-call cost is a tenth of torch's, which matters at a dozen reductions a block); a tensor on an
 accelerator is reduced by torch on its device and only the scalars come to the host. This module does not
 import torch (a torch input means torch is already loaded).
+
+In decoding (``context_features``, what ``SelectorPolicy`` reads) the same six features come by cheaper routes
+with the same conventions, tested equal to the kernel on the full laws to its rounding: with top-k (or top-p, or
+greedy) the laws are zero outside a few tokens, so ``support_law_features`` sums over the union of their
+supports in float64 (the supports come from one reduction over the logits or the law, ``verispec.models.
+block_context``: no [V] array is made); without a filter, ``_logit_law_features`` reads the logits the laws are
+the softmax of (log x = z / T - lse: dot products, no log over the vocabulary). At Qwen's V on one CPU thread,
+inside decoding (caches cold after the models' forwards, load average 2-3), the supports' sums cost about 0.15 ms a
+block (after the root's support, 0.3 ms: one reduction over its logits) and the logits' dot products 0.4-0.6 ms,
+against about 1 ms for the kernel at the same point (``benchmarks/bench_selector_decoding.py`` times the whole
+choice in decoding).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -177,9 +190,12 @@ def _features(inputs, batched: bool, context_length, sampling, latency) -> np.nd
                             f"q_root {tuple(r.shape)}")
     if not (xp_p is xp_q is xp_r) or (xp_p is not np and not (p.device == q.device == r.device)):
         raise SelectorError("the feature inputs p_prev, q_prev, q_root must be all numpy or all torch on one device")
-    xp, count = xp_p, p.shape[0]
-    law_features = _law_features(p, q, r, xp, zeros)  # [B, 6]
+    return _with_scalars(_law_features(p, q, r, xp_p, zeros), context_length, sampling, latency)
 
+
+def _with_scalars(law_features, context_length, sampling, latency) -> np.ndarray:
+    """The feature rows [B, F] from the six law features [B, 6] and the root's other scalars."""
+    count = law_features.shape[0]
     lengths = np.broadcast_to(np.asarray(context_length), (count,)) if np.ndim(context_length) == 0 else \
         np.asarray(context_length)
     if lengths.shape != (count,) or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
@@ -210,6 +226,171 @@ def scalar_features(p_prev, q_prev, q_root, *, context_length: int, sampling, la
     return _features((p_prev, q_prev, q_root), False, int(context_length), sampling, latency)[0]
 
 
+# -- decoding: the laws' supports, or their logits ----------------------------------------------------------------
+
+#: A float64 probability at or below 2^-150 rounds to 0 in float32 (half the smallest subnormal rounds to even):
+#: the kernel's zeros, which the other routes count as zeros too.
+_FLOAT32_ZERO = 2.0 ** -150
+
+
+#: The most support entries (the three laws together) ``context_features`` sums over; beyond it (top-p alone over a
+#: flat law) it uses the kernel on the full laws. Top-k 20 gives at most 60.
+MAX_SUPPORT_ENTRIES = 3072
+
+
+def _support_maps(supports) -> list[dict[int, float]]:
+    """Each support (token ids [s], probabilities [s]: Python lists, numpy or torch) as {token id: probability} on
+    the host, float32's zeros left out. Refused like the kernel's rows."""
+    maps = []
+    for (ids, values), name in zip(supports, _LAW_NAMES):
+        ids, values = _listed(ids, name, "token ids"), _listed(values, name, "probabilities")
+        if len(ids) != len(values) or not all(type(token) is int for token in ids):
+            raise SelectorError(f"the support of {name} must be token ids [s] (integers) and probabilities [s]")
+        try:
+            total = math.fsum(values)
+        except (TypeError, ValueError):
+            raise SelectorError(f"the support of {name} holds probabilities that are not numbers") from None
+        if not math.isfinite(total):
+            raise SelectorError(f"the feature input {name} holds NaN or infinite values")
+        if values and min(values) < 0:
+            raise SelectorError(f"the feature input {name} holds negative probabilities")
+        if abs(total - 1) > MASS_TOLERANCE:
+            raise SelectorError(f"the feature input {name} is not a probability law: its support sums to {total:.6g}")
+        law = dict(zip(ids, values))
+        if len(law) != len(ids):
+            raise SelectorError(f"the support of {name} names a token twice")
+        maps.append({token: value for token, value in law.items() if value > _FLOAT32_ZERO})
+    return maps
+
+
+def _listed(values, name: str, what: str) -> list:
+    """A support's token ids or probabilities as a flat Python list (lists pass as they are)."""
+    if isinstance(values, list):
+        return values
+    if _is_torch(values):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise SelectorError(f"the support of {name} must hold its {what} as a vector [s], got shape {array.shape}")
+    if what == "token ids" and array.size and array.dtype.kind not in "iu":
+        raise SelectorError(f"the support of {name} must be token ids [s] (integers), got {array.dtype} values")
+    return array.astype(np.int64 if what == "token ids" else np.float64).tolist()
+
+
+def support_law_features(p_support, q_support, r_support) -> np.ndarray:
+    """H(p), H(q), H(r), KL(p||q), KL(q||p), L1(p, q) [6] (float64) from the three laws' supports, each (token ids
+    [s], probabilities [s]; Python lists, numpy or torch; in any order): the laws are zero elsewhere, so the sums
+    over the union of the supports are the full vocabulary's. The conventions are the kernel's (``scalar_features``): a
+    probability at or below 2^-150 (0 in float32) is 0, and KL(x || y) is ``KL_CAP`` where x puts mass outside y's
+    support. Summed in float64 by Python over the supports' few entries (microseconds for top-k 20, less than
+    the numpy or torch calls it would take); agrees with the float32 kernel on the full laws to its rounding
+    (tested)."""
+    p, q, r = _support_maps((p_support, q_support, r_support))
+    log_p = {token: math.log(value) for token, value in p.items()}
+    log_q = {token: math.log(value) for token, value in q.items()}
+    entropies = [-sum(value * log_p[token] for token, value in p.items()),
+                 -sum(value * log_q[token] for token, value in q.items()),
+                 -sum(value * math.log(value) for value in r.values())]
+    kl_pq = sum(value * (log_p[token] - log_q[token]) for token, value in p.items()) if p.keys() <= q.keys() \
+        else KL_CAP
+    kl_qp = sum(value * (log_q[token] - log_p[token]) for token, value in q.items()) if q.keys() <= p.keys() \
+        else KL_CAP
+    l1 = sum(abs(value - q.get(token, 0.0)) for token, value in p.items()) + sum(
+        value for token, value in q.items() if token not in p)
+    return np.array([*entropies, min(max(kl_pq, 0.0), KL_CAP), min(max(kl_qp, 0.0), KL_CAP), l1])  # [6]
+
+
+def _float64_logits(law):
+    """A law's logits row in float64 (no copy when it is float64), as numpy on the host for CPU tensors."""
+    import torch
+
+    logits = law.logits.detach().to(torch.float64)
+    return logits.numpy() if logits.device.type == "cpu" else logits
+
+
+def _logit_law_features(p, q, r, temperature: float):
+    """The six law features [6] of dense laws (``PositionLaw``s holding the full law x and the logits z it is the
+    softmax of, z / T), by log x_v = z_v / T - lse with lse = z_j / T - log x_j (any j with x_j > 0: token 0, else
+    the most likely): H(x) = lse - x.z / T, KL(p||q) = (p.z_p - p.z_q) / T - lse_p + lse_q, and L1 = 2 - 2 sum_v
+    min(p_v, q_v) (the laws sum to one): dot products and one elementwise minimum, no log over the vocabulary.
+    float32's zeros (at or below 2^-150) change nothing but KL's cap, read as the kernel reads it at the tokens
+    where the minimum is one (x log x there is below 1e-42). None (use the kernel) where a value is not finite."""
+    laws = [law.law() for law in (p, q, r)]
+    logits = [_float64_logits(law) for law in (p, q, r)]
+    if logits[0].__class__ is np.ndarray:
+        laws = [law.numpy() for law in laws]
+        low = np.minimum(laws[0], laws[1])  # [V]
+    else:
+        import torch
+
+        low = torch.minimum(laws[0], laws[1])  # [V]
+    (P, Q, R), (zp, zq, zr) = laws, logits
+    values = _host_scalars([low.min(), low.sum(), P @ zp, Q @ zq, R @ zr, P @ zq, Q @ zp, P[0], Q[0], R[0], zp[0],
+                            zq[0], zr[0]])
+    if not np.isfinite(values).all():
+        return None
+    least, shared, pzp, qzq, rzr, pzq, qzp = values[:7]
+    lse = []
+    for law, z, x_j, z_j in zip(laws, logits, values[7:10], values[10:]):  # lse = z_j / T - log x_j
+        if x_j <= _FLOAT32_ZERO:  # token 0 is (nearly) impossible: the most likely token instead
+            j = int(law.argmax())
+            x_j, z_j = _host_scalars([law[j], z[j]])
+        lse.append(z_j / temperature - math.log(x_j))
+    caps = [False, False]
+    if least <= _FLOAT32_ZERO:  # a float32 zero in p or q: KL is capped where the other law is not zero there
+        zero = low <= _FLOAT32_ZERO
+        p_zero, q_zero = P[zero] <= _FLOAT32_ZERO, Q[zero] <= _FLOAT32_ZERO  # [t] each
+        caps = [bool((q_zero & ~p_zero).any()), bool((p_zero & ~q_zero).any())]
+    lse_p, lse_q, lse_r = lse
+    kl_pq, kl_qp = (pzp - pzq) / temperature - lse_p + lse_q, (qzq - qzp) / temperature - lse_q + lse_p
+    return np.array([lse_p - pzp / temperature, lse_q - qzq / temperature, lse_r - rzr / temperature,
+                     KL_CAP if caps[0] else min(max(kl_pq, 0.0), KL_CAP),
+                     KL_CAP if caps[1] else min(max(kl_qp, 0.0), KL_CAP), 2 - 2 * shared])  # [6]
+
+
+def _host_scalars(values) -> np.ndarray:
+    """0-d numpy or torch values as float64 host numbers (torch ones on a device in one transfer)."""
+    if _is_torch(values[0]):
+        import torch
+
+        return torch.stack(values).double().cpu().numpy()
+    return np.array(values, dtype=np.float64)
+
+
+def context_features(context, *, latency) -> np.ndarray:
+    """The ``SCALAR_FEATURES`` [F] of a decoding ``BlockContext`` (``verispec.models.block_context``), by the
+    cheapest route its laws allow, all equal to ``scalar_features`` of the full laws to the kernel's rounding:
+
+    * the sampling filters (top-k, top-p, greedy) and every law's support is small: ``support_law_features`` over
+      the supports (from the logits by one reduction for a law not computed yet, ``Sampling.support``; from the
+      law by block maxima otherwise), no [V] array made;
+    * no filter, and every law has its logits: ``_logit_law_features``, dot products with the logits;
+    * otherwise (a context of plain tensors, a float32 zero in a dense law): ``scalar_features`` of the full laws.
+    """
+    laws = getattr(context, "laws", None)
+    values = None
+    if laws is not None and all(laws.get(name) is not None for name in _LAW_NAMES):
+        p, q, r = (laws[name] for name in _LAW_NAMES)
+        if context.sampling.filters:
+            supports = [law.support() for law in (p, q, r)]
+            if all(support is not None for support in supports) and sum(
+                    len(ids) for ids, _ in supports) <= MAX_SUPPORT_ENTRIES:
+                values = support_law_features(*supports)
+        elif all(law.logits is not None for law in (p, q, r)):
+            values = _logit_law_features(p, q, r, float(context.sampling.temperature))
+    if values is None:
+        return scalar_features(context.p_prev, context.q_prev, context.q_root, context_length=context.context_length,
+                               sampling=context.sampling, latency=latency)
+    length = context.context_length
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
+        raise SelectorError(f"context_length must be a non-negative integer, got {length!r}")
+    # one root's row in SCALAR_FEATURES order, as _with_scalars lays out rows (a handful of calls, not a batch's)
+    out = np.array([*values, length, *_setting(context.sampling), *_latencies(latency)], dtype=np.float64)  # [F]
+    if not np.isfinite(out).all():
+        raise SelectorError("a scalar feature is not finite (check the latency model and the sampling setting)")
+    return out
+
+
 def feature_index(name: str, names=SCALAR_FEATURES) -> int:
     try:
         return list(names).index(name)
@@ -217,5 +398,5 @@ def feature_index(name: str, names=SCALAR_FEATURES) -> int:
         raise SelectorError(f"unknown feature {name!r}; features: {', '.join(names)}") from None
 
 
-__all__ = ["DRAFT_FEATURES", "KL_CAP", "SCALAR_FEATURES", "feature_index", "scalar_features",
-           "scalar_features_batch"]
+__all__ = ["DRAFT_FEATURES", "KL_CAP", "SCALAR_FEATURES", "context_features", "feature_index", "scalar_features",
+           "scalar_features_batch", "support_law_features"]

@@ -26,7 +26,7 @@ from verispec.errors import VerispecError, describe
 from verispec.io import OutputKind, atomic_output
 from verispec.selector.actions import Action, ActionGrid, SelectorError
 from verispec.selector.dataset import sampling_text
-from verispec.selector.features import DRAFT_FEATURES, SCALAR_FEATURES, scalar_features
+from verispec.selector.features import DRAFT_FEATURES, SCALAR_FEATURES, context_features
 from verispec.selector.network import MODELS, build_model
 
 #: The file's format tag and version.
@@ -116,10 +116,10 @@ class Selector:
             if missing:
                 raise SelectorError(f"hidden states missing: {', '.join(missing)}")
             hidden = [hidden[name] for name in self.hidden_names]
-        blocks = []
+        blocks, device = [], self.device
         for block in hidden:
-            block = torch.as_tensor(block).to(self.device, torch.float32)
-            blocks.append(block.reshape(count, -1))  # [B, d]
+            block = torch.as_tensor(block, dtype=torch.float32, device=device)  # one conversion, none when it is so
+            blocks.append(block if block.ndim == 2 and block.shape[0] == count else block.reshape(count, -1))  # [B, d]
         return blocks
 
     def logits(self, features, hidden=None) -> np.ndarray:
@@ -139,11 +139,19 @@ class Selector:
         return np.argmax(self.logits(features, hidden), axis=1).astype(np.int64)
 
     def choose(self, features, hidden=None) -> int:
-        """The argmax action index for one root's features [F] (hidden blocks [d_i])."""
+        """The argmax action index for one root's features [F] (hidden blocks [d_i]): ``choose_batch`` of one row,
+        with the argmax taken by torch (the first maximum too) and no copy of the logits to numpy."""
         array = np.asarray(features, dtype=np.float64)
         if array.ndim != 1:
             raise SelectorError(f"choose() takes one root's features [F], got shape {array.shape}")
-        return int(self.choose_batch(array[None], hidden)[0])
+        if array.shape[0] != len(self.feature_names):
+            raise SelectorError(f"the selector reads features [N, {len(self.feature_names)}], got shape "
+                                f"{(1, *array.shape)}")
+        if not np.isfinite(array).all():
+            raise SelectorError("the selector's features hold NaN or infinite values")
+        with torch.inference_mode():
+            scalars = torch.as_tensor(array[None], dtype=torch.float32, device=self.device)
+            return int(self.model(scalars, self._hidden(hidden, 1))[0].argmax())
 
     def action(self, features, hidden=None) -> Action:
         return self.grid.actions[self.choose(features, hidden)]
@@ -296,8 +304,7 @@ class SelectorPolicy:
 
     def features(self, context) -> np.ndarray:
         """The scalar features [F] of a block's context."""
-        return scalar_features(context.p_prev, context.q_prev, context.q_root, context_length=context.context_length,
-                               sampling=context.sampling, latency=self.latency)
+        return context_features(context, latency=self.latency)
 
     def choose(self, context) -> int:
         """The index into ``actions()`` for the block whose context is ``context``."""

@@ -1,0 +1,138 @@
+"""The delay selector's cost per block INSIDE decoding (``BlockRecord.select_s``: the features of the block's root,
+the draft's sampling laws they read, and the network's choice), at Qwen's vocabulary V = 151,936, without and with
+hidden states, at T = 0.7 top-k 20 top-p 0.8 (Qwen's recommended setting) and at T = 1.
+
+    python benchmarks/bench_selector_decoding.py --threads 1
+    python benchmarks/bench_selector_decoding.py --quick          # fewer tokens
+    python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 100    # an installed pair
+
+The pair is by default the tiny config-built one (``verispec.models.tiny.tiny_pair(vocab=151936)``: random
+weights, a one-layer Qwen2 of width 32, fine for timing the selector since its cost does not depend on the
+models); ``--pair NAME`` runs an installed pair instead (``verispec.models.install``). The selector is the paper's
+MLP over a small grid (K 1-2, L1 0-2, L2 0-2, SpecInfer), trained for a few epochs on synthetic features (its
+choices only decide which trees run; their draws do not enter ``select_s``). Prints the mean, the median, the 90th
+percentile and the largest ``select_s`` over the blocks after each decode's first (which pays one-time costs), in
+milliseconds, with the load average before and after: with more runnable processes than cores a block now and then
+waits out another process's time slice (a few ms), which lifts the mean and the tail but not the median.
+``--threads`` also caps the BLAS under numpy (set before numpy loads, unless the caller set OMP_NUM_THREADS):
+numpy's default pool fights any other load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+VOCAB = 151_936
+PROMPT = [11, 7, 3, 5, 13, 2, 17, 19]
+SAMPLINGS = {"T=0.7 top-k 20 top-p 0.8": (0.7, 20, 0.8), "T=1": (1.0, None, None)}
+
+
+def build_policy(hidden_dims: dict[str, int], latency, seed: int = 0):
+    """A ``SelectorPolicy`` over a small grid, trained briefly on synthetic features (and hidden states)."""
+    import numpy as np
+
+    from verispec.selector import SCALAR_FEATURES, ActionGrid, action_times
+    from verispec.selector.selector import SelectorPolicy
+    from verispec.selector.train import train_selector
+
+    rng = np.random.default_rng(seed)
+    grid = ActionGrid(ks=(1, 2), l1s=(0, 1, 2), l2s=(0, 1, 2))
+    count = 256
+    features = rng.normal(size=(count, len(SCALAR_FEATURES)))  # [N, F]
+    efficiency = 1 + rng.uniform(size=(count, len(grid)))  # [N, A]
+    hidden = {name: rng.normal(size=(count, dim)) for name, dim in hidden_dims.items()} or None
+    selector = train_selector(features, efficiency, action_times(grid, latency), grid, hidden=hidden, seed=seed,
+                              epochs=2, metadata={"latency": latency})
+    return SelectorPolicy(selector, latency)
+
+
+def measure(pair, policy, sampling, tokens: int, seeds) -> dict:
+    """``select_s`` of every block of one decode per seed, pooled, in milliseconds (each decode's first block left
+    out)."""
+    import numpy as np
+
+    from verispec.models.decoding import generate
+
+    blocks = []
+    for seed in seeds:
+        generation = generate(pair, PROMPT, None, None, tokens, sampling, seed, selector=policy, stop_at_eos=False)
+        blocks += generation.blocks[1:]
+    select = np.array([block.select_s for block in blocks]) * 1e3  # [blocks] ms
+    total = np.array([block.total_s for block in blocks]) * 1e3
+    return {"blocks": int(select.size), "select_mean_ms": float(select.mean()),
+            "select_median_ms": float(np.median(select)),
+            "select_p90_ms": float(np.percentile(select, 90)), "select_max_ms": float(select.max()),
+            "block_mean_ms": float(total.mean())}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--tokens", type=int, default=200, help="new tokens per decode (default 200)")
+    parser.add_argument("--quick", action="store_true", help="60 tokens")
+    parser.add_argument("--pair", help="an installed pair's name instead of the tiny vocab-151,936 pair")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decodes", type=int, default=2, help="decodes per setting, seeds from --seed (default 2)")
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(variable, str(args.threads))
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' notice on past_key_values
+
+    from verispec.latency import LatencyModel
+    from verispec.models.sampling import Sampling
+
+    torch.set_num_threads(args.threads)
+    tokens = 60 if args.quick else args.tokens
+    if args.pair:
+        from verispec.models.pair import load_pair
+
+        pair = load_pair(args.pair, device=args.device)
+    else:
+        from verispec.models.tiny import tiny_pair
+
+        pair = tiny_pair(vocab=VOCAB, device=args.device)
+    width = pair.target.config.hidden_size, pair.draft.config.hidden_size
+    latency = LatencyModel.from_ratio(20)
+    load_before = os.getloadavg()
+    rows = []
+    for hidden_label, dims in (("no hidden states", {}),
+                               ("with hidden states", {"target_prev": width[0], "draft_prev": width[1],
+                                                       "draft_root": width[1]})):
+        policy = build_policy(dims, latency, args.seed)
+        for label, (temperature, top_k, top_p) in SAMPLINGS.items():
+            start = time.perf_counter()
+            row = measure(pair, policy, Sampling(temperature, top_k, top_p), tokens,
+                          range(args.seed, args.seed + args.decodes))
+            rows.append({"hidden": hidden_label, "sampling": label, **row,
+                         "wall_s": time.perf_counter() - start})
+    load_after = os.getloadavg()
+    print(f"{pair.name}, V = {pair.vocab_size:,}, {args.threads} torch thread(s), {args.decodes} decodes of {tokens} "
+          f"tokens a setting; load average "
+          f"(1, 5, 15 min) {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} before, "
+          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after")
+    print(f"{'hidden states':20s} {'sampling':26s} {'blocks':>6s} {'select mean':>12s} {'median':>7s} {'p90':>7s} "
+          f"{'max':>7s} {'block mean':>11s}  (ms)")
+    for row in rows:
+        print(f"{row['hidden']:20s} {row['sampling']:26s} {row['blocks']:6d} {row['select_mean_ms']:12.3f} "
+              f"{row['select_median_ms']:7.3f} {row['select_p90_ms']:7.3f} {row['select_max_ms']:7.3f} "
+              f"{row['block_mean_ms']:11.2f}")
+    if args.json:
+        from verispec.io import atomic_write_text
+
+        record = {"pair": pair.name, "vocab": pair.vocab_size, "threads": args.threads, "tokens": tokens,
+                  "decodes": args.decodes, "load_average": [load_before, load_after], "rows": rows}
+        atomic_write_text(args.json, json.dumps(record, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
