@@ -1,11 +1,11 @@
 """Wall-clock decoding with the delay selector on prompts held out from its training, side by side with the same
 verifier at its best static action and with plain sampling from the target, in one run on one machine.
 
-    verispec selector dataset --pair qwen-coder --prompts humaneval:8 --prompts prose:8 --out qwen.npz ...
+    verispec selector dataset --pair qwen-coder --prompts humaneval:8 --prompts prose-small:8 --out qwen.npz ...
     verispec selector train --dataset qwen.npz --verifiers specinfer --out specinfer.pt
     verispec selector train --dataset qwen.npz --verifiers traversal-iid --out traversal-iid.pt
     python experiments/selector_decoding.py --pair qwen-coder --dataset qwen.npz \\
-        --selector specinfer.pt --selector traversal-iid.pt --prompts humaneval:8 --prompts prose:8 \\
+        --selector specinfer.pt --selector traversal-iid.pt --prompts humaneval:8 --prompts prose-small:8 \\
         --max-new-tokens 48 --threads 2 --output results/selector_decoding.json
 
 The held-out prompts are the groups of the dataset the selectors did not train on (the split recorded in the
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", required=True, help="the dataset the selectors were trained on")
     parser.add_argument("--selector", action="append", required=True, help="a selector file (repeatable)")
     parser.add_argument("--prompts", action="append", required=True,
-                        help="the dataset's prompt specs (humaneval:N, prose, prose:N, FILE); repeatable")
+                        help="the dataset's prompt specs (humaneval[:N], prose[:N], prose-small[:N], FILE); repeatable")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")

@@ -50,7 +50,14 @@ def main(argv=None) -> int:
     parser.add_argument("--verifiers", default="specinfer")
     parser.add_argument("--epsilon", type=float, default=0.02, help="certified interval width (default 0.02)")
     parser.add_argument("--deadline", type=float, default=300.0, help="seconds of certify per action (default 300)")
-    parser.add_argument("--cost-ratio", type=float, default=20.0, help="t_p / t_q of the ranking's T(a)")
+    parser.add_argument("--cost-ratio", type=float, default=20.0,
+                        help="t_p / t_q of regime (a), tree size free (default 20); 'ranking' is ranked by it")
+    parser.add_argument("--latency", default=None, metavar="FILE",
+                        help="regime (b): a latency model measured on this machine (verispec latency --out FILE); "
+                             "regime (c), the H100 model of verispec.selector.regimes, is always ranked too")
+    parser.add_argument("--reuse-dataset-trees", action="store_true",
+                        help="take each root's sampled trees from the dataset (its per-sample values of the "
+                             "grid's actions) instead of sampling --samples new ones: certify is all that runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
@@ -80,7 +87,11 @@ def main(argv=None) -> int:
                                 "traced from a model pair)")
         step = max(1, len(roots) // args.roots)
         chosen = roots[::step][:args.roots]
-        latency = LatencyModel.from_ratio(args.cost_ratio)
+        from verispec.selector.regimes import regime_models
+
+        regimes = regime_models(args.latency)
+        regimes["gpu-large"] = latency = LatencyModel.from_ratio(args.cost_ratio)
+        columns = dataset_columns(dataset, grid) if args.reuse_dataset_trees else None
         pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
                 else load_pair(args.pair, device=args.device, dtype=args.dtype))
         if pair.name != roots[0].pair:
@@ -97,7 +108,10 @@ def main(argv=None) -> int:
             continue
         problem = root_problem(root, grid.max_depth, pair)[0]
         start = time.perf_counter()
-        conditional = conditional_exact_labels(problem, grid, samples=args.samples, seed=args.seed + index)
+        if columns is None:
+            conditional = conditional_exact_labels(problem, grid, samples=args.samples, seed=args.seed + index)
+        else:
+            conditional = stored_labels(dataset, key, columns)
         middle = time.perf_counter()
         try:
             certified = certified_labels(problem, grid, args.epsilon, deadline=time.monotonic() + args.deadline)
@@ -118,14 +132,19 @@ def main(argv=None) -> int:
               f"--deadline {args.deadline:g} s per action ({every[0]['skipped']}); raise --deadline or --epsilon, "
               "or take a smaller grid", file=sys.stderr)
         return 3
-    conditional = [LabelSet(np.array(r["conditional"]["efficiency"]), np.array(r["conditional"]["stderr"]),
-                            np.array(r["conditional"]["efficiency"]), np.array(r["conditional"]["efficiency"]),
-                            "conditional", args.samples, np.array(r["conditional"]["per_sample"])) for r in rows]
+    conditional = []
+    for r in rows:
+        mean, trees = np.array(r["conditional"]["efficiency"]), np.array(r["conditional"]["per_sample"])
+        conditional.append(LabelSet(mean, np.array(r["conditional"]["stderr"]), mean, mean, "conditional", len(trees),
+                                    trees))
     certified = []
     for row in rows:
         lower, upper = np.array(row["certified"]["lower"]), np.array(row["certified"]["upper"])
         certified.append(LabelSet((lower + upper) / 2, np.zeros(len(lower)), lower, upper, "certified"))
     quality = label_quality(conditional, certified, times=action_times(grid, latency), seed=args.seed)
+    quality["ranking_by_regime"] = {name: label_quality(conditional, certified, times=action_times(grid, model),
+                                                        seed=args.seed)["ranking"] for name, model in regimes.items()}
+    quality["latency_by_regime"] = {name: model.as_dict() for name, model in regimes.items()}
     quality["max_certified_width"] = float(max((c.upper - c.lower).max() for c in certified))
     quality["seconds_per_root"] = {"conditional": float(np.mean([r["conditional_s"] for r in rows])),
                                    "certified": float(np.mean([r["certified_s"] for r in rows]))}
@@ -136,6 +155,31 @@ def main(argv=None) -> int:
     atomic_write_text(Path(args.output).with_suffix(".summary.json"), json.dumps(quality, indent=1) + "\n")
     print(json.dumps(quality, indent=1))
     return 0
+
+
+def dataset_columns(dataset, grid) -> list[int]:
+    """The dataset's action column of every action of ``grid`` (all must be in the dataset's grid)."""
+    from verispec.selector.actions import ActionGrid
+
+    stored = ActionGrid.from_dict(dataset.metadata["grid"]).actions
+    index = {(action.verifier, action.k, action.l1, action.l2): column for column, action in enumerate(stored)}
+    missing = [action for action in grid.actions if (action.verifier, action.k, action.l1, action.l2) not in index]
+    if missing or dataset.per_sample is None:
+        raise VerispecError(f"--reuse-dataset-trees needs the dataset's per-sample values of every action of the grid; "
+                            f"{'it has none' if dataset.per_sample is None else f'{len(missing)} are not in its grid'}")
+    return [index[(action.verifier, action.k, action.l1, action.l2)] for action in grid.actions]
+
+
+def stored_labels(dataset, key: str, columns: list[int]):
+    """The conditional labels of one root of the dataset, restricted to ``columns``, from its stored sampled trees."""
+    from verispec.selector.labels import LabelSet
+
+    row = dataset.key.tolist().index(key)
+    per_sample = dataset.per_sample[row][:, columns]                                  # [S, A]
+    per_sample = per_sample[~np.isnan(per_sample).any(axis=1)]
+    mean = per_sample.mean(axis=0)
+    stderr = per_sample.std(axis=0, ddof=1) / np.sqrt(len(per_sample))
+    return LabelSet(mean, stderr, mean, mean, "conditional", len(per_sample), per_sample)
 
 
 if __name__ == "__main__":

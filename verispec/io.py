@@ -425,3 +425,43 @@ def _json_round_trip(parameters: dict) -> dict:
         return json.loads(json.dumps(parameters))
     except (TypeError, ValueError) as error:
         raise ResultStoreError(f"result-store parameters must be JSON values: {error}") from None
+
+
+#: The key of a float64 array packed into a JSON row (``pack_floats``).
+PACKED_FLOATS = "float64_zlib_b64"
+
+
+def pack_floats(values) -> dict:
+    """A float64 array as a JSON value a row store keeps compactly: its little-endian bytes, zlib-compressed and
+    base64-encoded, with its shape (every bit kept; about 11 characters a value at worst, against about 19 in a
+    JSON list, and far fewer where values repeat, as a root's equal sampled trees make them)."""
+    import base64
+    import zlib
+
+    import numpy as np
+
+    array = np.ascontiguousarray(values, dtype="<f8")
+    return {PACKED_FLOATS: base64.b64encode(zlib.compress(array.tobytes(), 6)).decode("ascii"),
+            "shape": list(array.shape)}
+
+
+def unpack_floats(value):
+    """The float64 array of a ``pack_floats`` value, or of a plain (nested) list of numbers as older rows hold."""
+    import base64
+    import math
+    import zlib
+
+    import numpy as np
+
+    if not isinstance(value, dict):
+        return np.asarray(value, dtype=np.float64)
+    try:
+        shape = tuple(int(size) for size in value["shape"])
+        raw = zlib.decompress(base64.b64decode(value[PACKED_FLOATS]), bufsize=8 * max(1, math.prod(shape)))
+        if len(raw) != 8 * math.prod(shape):
+            raise ValueError(f"{len(raw)} bytes for the shape {shape}")
+        return np.frombuffer(raw, dtype="<f8").reshape(shape).astype(np.float64)
+    except (KeyError, TypeError, ValueError, zlib.error) as error:
+        raise ResultStoreError(f"a packed array of a result row cannot be read ({error}); the row store is damaged: "
+                               "delete it to recompute its rows") from None
+

@@ -264,9 +264,10 @@ def test_model_and_solver_counts_are_bounded_before_anything_loads(capsys, tmp_p
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("prose:13", "asks for 13 prompts but prose holds 12"),
-    ("prose:" + "9" * 5000, "prompts but prose holds 12"),
+    ("prose-small:13", "asks for 13 prompts but prose-small holds 12"),
+    ("prose-small:" + "9" * 5000, "prompts but prose-small holds 12"),
     ("prose:²", "N a positive integer"),
+    ("prose:" + "9" * 5000, "prompts but prose holds"),
 ])
 def test_prompt_counts_beyond_the_set_are_refused(capsys, tmp_path, spec, message):
     prose = Path(__file__).resolve().parents[2] / "examples" / "prose_prompts.txt"

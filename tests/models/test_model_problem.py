@@ -106,13 +106,44 @@ def test_a_small_cache_drops_old_laws_and_recomputes_them_equal(pair_seed2):
     prefixes = [(), (1,), (2,), (3,), (1, 2)]
     for problem in (roomy, tight):
         problem.prepare(prefixes)
-    assert len(tight._laws) == 3 and len(roomy._laws) == 5
+    assert [len(laws) for laws in tight._laws] == [3, 3] and [len(laws) for laws in roomy._laws] == [5, 5]
     passes = tight.forward_passes
     for prefix in prefixes:
         # recomputed in a smaller batch: equal up to float64 rounding of a different batch's kernels
         np.testing.assert_allclose(tight.draft(prefix), roomy.draft(prefix), rtol=0, atol=1e-12)
         np.testing.assert_allclose(tight.target(prefix), roomy.target(prefix), rtol=0, atol=1e-12)
-    assert tight.forward_passes > passes and len(tight._laws) == 3
+    assert tight.forward_passes > passes and [len(laws) for laws in tight._laws] == [3, 3]
+
+
+def test_drafts_extended_level_by_level_equal_prepared_laws_and_feed_each_node_once(pair_seed2):
+    """``extend_drafts`` keeps the draft's tree across calls: a tree asked for level by level feeds each node once
+    (the draft's forwarded tokens equal the distinct nodes, the root included), runs no target forward, and
+    gives the laws a one-shot ``prepare`` gives."""
+    levels = [[()], [(3,), (9,)], [(3, 1), (3, 2), (9, 9)], [(3, 1, 4), (9, 9, 0)]]
+    extended = ModelProblem(pair_seed2, CONTEXT, SAMPLING, horizon=4)
+    for level in levels:
+        extended.extend_drafts(level)
+    nodes = {prefix for level in levels for prefix in level}
+    assert extended.forwarded_tokens == [0, len(nodes)] and extended.passes == [0, len(levels)]
+    prepared = ModelProblem(pair_seed2, CONTEXT, SAMPLING, horizon=3)
+    prepared.prepare(nodes, target=False)
+    assert prepared.passes == [0, 1]
+    for prefix in nodes:
+        np.testing.assert_allclose(extended.draft(prefix), prepared.draft(prefix), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(extended.draft(prefix), _alone(pair_seed2.draft, CONTEXT + list(prefix)), rtol=0,
+                                   atol=1e-12)
+    # a one-shot draft forward drops the kept tree; extending afterwards starts a new one, still right
+    extended.prepare([(5,)])
+    extended.extend_drafts([(5, 5), (3, 1, 4, 2)])
+    for prefix in [(5, 5), (3, 1, 4, 2)]:
+        np.testing.assert_allclose(extended.draft(prefix), _alone(pair_seed2.draft, CONTEXT + list(prefix)), rtol=0,
+                                   atol=1e-12)
+    # the control: a level fed under the wrong parents (the kept tree's indices off by one) gives other laws
+    broken = ModelProblem(pair_seed2, CONTEXT, SAMPLING, horizon=3)
+    broken.extend_drafts([(), (3,)])
+    broken._draft_pending[(3,)] = 0  # (3, 1) now hangs under the root, not under 3
+    broken.extend_drafts([(3, 1)])
+    assert np.abs(broken.draft((3, 1)) - _alone(pair_seed2.draft, CONTEXT + [3, 1])).max() > 1e-3
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic-cache", "static-cache"])
@@ -124,3 +155,34 @@ def test_first_block_taus_roll_back_to_the_context_and_match_whole_runs_seed_for
     whole = [SpeculativeDecoder(pair_seed2, "delayed:2,1,2", "specinfer", SAMPLING, seed, stop_at_eos=False)
              .run(CONTEXT, 4).blocks[0].accepted for seed in seeds]
     assert rolled == whole and len(set(rolled)) > 1
+
+
+def test_problems_on_a_shared_context_feed_only_new_tokens_and_give_the_fresh_laws(pair_seed2):
+    """Successive problems on one ``SharedContext`` keep the caches over their common context prefix: the second
+    context (the first plus 3 tokens) prefills 3 tokens, a third that leaves the first's path after 2 tokens
+    prefills only its own suffix, and each gives the laws a problem with its own caches gives (float64, 1e-12).
+    A problem whose caches a later one took is refused, not answered from the wrong context."""
+    from verispec.models.problem import SharedContext
+
+    shared = SharedContext(pair_seed2)
+    contexts = [[4, 1, 7, 2], [4, 1, 7, 2, 9, 9, 3], [4, 1, 5, 6, 8]]
+    prefilled = []
+    problems = []
+    for context in contexts:
+        before = shared.prefilled_tokens
+        problem = ModelProblem(pair_seed2, context, SAMPLING, shared=shared)
+        prefilled.append(shared.prefilled_tokens - before)
+        fresh = ModelProblem(pair_seed2, context, SAMPLING)
+        problem.extend_drafts([(), (3,), (3, 1)])
+        problem.prepare([(), (3,)], draft=False)
+        for prefix in [(), (3,)]:
+            np.testing.assert_allclose(problem.target(prefix), fresh.target(prefix), rtol=0, atol=1e-12)
+        for prefix in [(), (3,), (3, 1)]:
+            np.testing.assert_allclose(problem.draft(prefix), fresh.draft(prefix), rtol=0, atol=1e-12)
+        problems.append(problem)
+    # committed: context[:-1]; the first 3 tokens, then 3 more, then back to [4, 1] and 2 new ones
+    assert prefilled == [3, 3, 2]
+    with pytest.raises(VerispecError, match="another context"):
+        problems[0].target((5,))
+    with pytest.raises(VerispecError, match="SharedContext"):
+        ModelProblem(pair_seed2, [1, 2], SAMPLING, shared=object())

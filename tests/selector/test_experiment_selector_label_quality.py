@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.support.scripts import load_script
@@ -40,6 +41,21 @@ def test_label_quality_experiment_runs_and_resumes(tmp_path, monkeypatch, capsys
     # their 95% intervals most of the time (a biased estimator would not)
     assert summary["z_within_95"] >= 0.6
     assert abs(summary["bias"]) < 0.2
+
+    assert set(summary["ranking_by_regime"]) == {"gpu-large", "h100"}  # no --latency FILE: no cpu regime
+    assert summary["ranking_by_regime"]["gpu-large"] == summary["ranking"]
+    # the dataset's own sampled trees (2 a root) instead of new ones: the conditional labels are the dataset's
+    from verispec.selector.dataset_file import Dataset
+
+    reused = tmp_path / "reused.json"
+    assert script.main(arguments[:-1] + [str(reused), "--reuse-dataset-trees"]) == 0
+    stored = Dataset.load(dataset)
+    rows = json.loads(reused.read_text())["rows"]
+    for row in rows:
+        index = stored.key.tolist().index(row["key"])
+        assert np.abs(np.array(row["conditional"]["efficiency"]) - stored.efficiency[index]).max() < 1e-12
+    assert [entry["trees"] for entry in json.loads(reused.with_suffix(".summary.json").read_text())["ranking"]] \
+        == [1, 2]
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a finished root was labelled again")

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from verispec.cli import main
+from verispec.errors import VerispecError
 
 pytest.importorskip("torch")
 
@@ -144,6 +145,38 @@ def test_evaluate_recomputes_static_and_oracle_from_the_dataset(trained, capsys)
     assert set(report["comparison"]) >= {"latency"} and len(report["comparison"]) == 3
 
 
+def test_a_selector_evaluated_on_roots_it_was_not_trained_for_is_refused_in_one_line(trained, capsys):
+    """Another pair (a synthetic selector on a pair's roots), a sampling setting it never saw, another grid."""
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.evaluate import check_dataset_fits
+    from verispec.selector.selector import Selector
+
+    selector = Selector.load(trained / "specinfer.pt")
+    dataset = Dataset.load(trained / "d.npz")
+    check_dataset_fits(selector, dataset)  # its own dataset fits
+    for metadata, needle in [({"pair": "qwen-coder"}, "synthetic problems"),
+                             ({"grid": {**dataset.metadata["grid"], "ks": [1]}}, "not in the dataset's grid")]:
+        other = _with_metadata(dataset, metadata)
+        with pytest.raises(VerispecError, match=needle) as error:
+            check_dataset_fits(selector, other)
+        assert "\n" not in str(error.value)
+    paired = _with_metadata(dataset, {"pair": "qwen-coder"})
+    selector.metadata["pair"], selector.metadata["vocab_size"] = "qwen-coder", paired.metadata["vocab_size"]
+    selector.metadata["samplings"] = [{"temperature": 1.0, "top_k": None, "top_p": None}]
+    unseen = _with_metadata(paired, {"samplings": [{"temperature": 0.7, "top_k": 20, "top_p": 0.8}]})
+    with pytest.raises(VerispecError, match="sampling T=0.7 top-k=20 top-p=0.8"):
+        check_dataset_fits(selector, unseen)
+
+
+def _with_metadata(dataset, changes: dict):
+    """A copy of ``dataset`` whose metadata has ``changes`` (its arrays shared)."""
+    import copy
+
+    other = copy.copy(dataset)
+    object.__setattr__(other, "metadata", {**dataset.metadata, **changes})
+    return other
+
+
 def _refused(argv, capsys, needle: str) -> None:
     capsys.readouterr()
     assert main(argv) == 2
@@ -156,10 +189,11 @@ def test_prose_prompt_specs():
     from verispec.errors import VerispecError
 
     lines = [line.strip() for line in PROSE_PROMPTS.read_text().splitlines() if line.strip()]
-    assert read_prompt_specs(["prose"]) == [(f"prose:{i}", line) for i, line in enumerate(lines)]
-    assert read_prompt_specs(["prose:3"]) == [(f"prose:{i}", line) for i, line in enumerate(lines[:3])]
-    for bad in ("prose:0", "prose:x"):
-        with pytest.raises(VerispecError, match="prose:N"):
+    # the 12 hand-written prompts keep the groups they had as the 'prose' set (traces are seeded from the group)
+    assert read_prompt_specs(["prose-small"]) == [(f"prose:{i}", line) for i, line in enumerate(lines)]
+    assert read_prompt_specs(["prose-small:3"]) == [(f"prose:{i}", line) for i, line in enumerate(lines[:3])]
+    for bad in ("prose-small:0", "prose-small:x"):
+        with pytest.raises(VerispecError, match="prose-small:N"):
             read_prompt_specs([bad])
 
 

@@ -328,7 +328,7 @@ def test_trace_roots_are_prefixes_of_target_traces(pair):
 
 def test_traces_kept_in_a_store_are_reused(pair, tmp_path, monkeypatch):
     """A resumed build reads its finished traces back instead of decoding them again, and gets the same roots."""
-    import verispec.models.generation as generation
+    import verispec.models.batched as batched
     from verispec.io import ResultStore
 
     samplings = [Sampling(1.0), Sampling(0.7, top_k=3)]
@@ -340,7 +340,7 @@ def test_traces_kept_in_a_store_are_reused(pair, tmp_path, monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("a stored trace was decoded again")
 
-    monkeypatch.setattr(generation, "sample_target", refuse)
+    monkeypatch.setattr(batched, "sample_target_batch", refuse)
     reread = ResultStore(tmp_path / "traces.json", parameters={"pair": pair.name, "seed": 0})
     again = trace_roots(pair, prompts, samplings, every=4, max_new_tokens=10, seed=0, store=reread)
     assert [root.key() for root in again] == [root.key() for root in first]

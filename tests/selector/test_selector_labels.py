@@ -248,6 +248,13 @@ def test_label_quality_against_exact_references():
     chosen = [int((c.efficiency / times).argmax()) for c in conditional]
     best = [int((e.efficiency / times).argmax()) for e in exact]
     assert full["best_agrees"] == np.mean([a == b for a, b in zip(chosen, best)])
+    assert full["not_excluded"] == full["best_agrees"]  # exact references: no interval leaves a tie open
+    # intervals around the exact values: a chosen action is not excluded when its upper score reaches the best's lower
+    widened = [LabelSet(e.efficiency, e.stderr, e.efficiency - 0.05, e.efficiency + 0.05, "certified") for e in exact]
+    open_ties = np.mean([((e.efficiency + 0.05) / times)[a] >= ((e.efficiency - 0.05) / times).max()
+                         for e, a in zip(exact, chosen)])
+    widened_row = label_quality(conditional, widened, times=times, trees=(64,))["ranking"][-1]
+    assert widened_row["not_excluded"] == open_ties >= full["best_agrees"]
     regret = np.mean([1 - (e.efficiency / times)[a] / (e.efficiency / times)[b]
                       for e, a, b in zip(exact, chosen, best)])
     assert abs(full["regret"] - regret) < 1e-12
@@ -278,3 +285,60 @@ def test_a_comb_beyond_the_node_limit_is_refused_before_any_draw():
 
     with pytest.raises(ProblemTooLargeError, match="4,617 nodes"):
         conditional_exact_labels(Untouchable(), wide, samples=1, seed=0)
+
+
+def _stopping_mass(rule, shape, p, q):
+    """[n] P(the rule stops at each node) of one tree: its emission law summed over the emitted token."""
+    from verispec.selector.labels import _topology
+    from verispec.simulator.trees import TreeBatch
+
+    _, parent, depth, tokens, child_lists = _topology(shape)
+    batch = TreeBatch(vocab_size=p.shape[-1], parent=parent, depth=depth, child_lists=child_lists,
+                      tokens=np.array([tokens]), p=p[None], q=q[None], contexts=np.arange(len(parent))[None])
+    return np.asarray(rule.emission_laws(batch), dtype=np.float64)[0].sum(axis=-1)
+
+
+def test_no_registered_rule_reads_p_at_a_leaf_for_its_stopping_mass():
+    """What lets a label skip the target's forward at a comb's leaves: for every registered rule, the probability
+    of stopping at each node is unchanged when p at the leaves is replaced by other laws (p there only sets the
+    bonus token). Every registered rule a grid takes is checked (``labels._evaluate`` skips leaves for registered
+    rules only). The control: replacing p at the internal nodes does change it (on some tree for every rule: a weight of
+    block verification can saturate at 1 on one), so the comparison can fail."""
+    from verispec.selector.labels import _topology
+    from verispec.simulator.trees import TreeBuilder
+    from verispec.verifiers import REGISTRY
+
+    rng = np.random.default_rng(3)
+    size = 4
+    shapes = []
+    for trunk, branches, tail in [(0, 1, 3), (1, 1, 2), (0, 3, 2), (2, 2, 1), (1, 4, 2)]:
+        builder, node = TreeBuilder(), 0
+        for token in rng.integers(0, size, trunk):
+            node = builder.add_child(node, int(token))
+        for _ in range(branches):
+            child = node
+            for token in rng.integers(0, size, tail):
+                child = builder.add_child(child, int(token))
+        shapes.append(builder.shape())
+    checked, moved = set(), set()  # rules checked; rules whose mass the control moved on some tree
+    gridded = {name for name in REGISTRY if _valid(name)}  # the rules an action grid takes (delayed trees)
+    for name in sorted(gridded):
+        rule = REGISTRY[name]
+        for shape in shapes:
+            leaves = np.array([not children for children in _topology(shape)[4]])
+            p = rng.dirichlet(np.full(size, 0.7), size=len(leaves))                 # [n, V]
+            q = rng.dirichlet(np.full(size, 0.7), size=len(leaves))                 # [n, V]
+            q[leaves] = np.nan
+            try:
+                mass = _stopping_mass(rule, shape, p, q)
+            except VerispecError:  # a tree this rule does not take (a chain rule on a branching tree)
+                continue
+            other = p.copy()
+            other[leaves] = rng.dirichlet(np.full(size, 0.7), size=int(leaves.sum()))
+            assert np.abs(_stopping_mass(rule, shape, other, q) - mass).max() < 1e-12, (name, shape)
+            checked.add(name)
+            internal = p.copy()
+            internal[~leaves] = rng.dirichlet(np.full(size, 0.7), size=int((~leaves).sum()))
+            if np.abs(_stopping_mass(rule, shape, internal, q) - mass).max() > 1e-6:
+                moved.add(name)
+    assert checked == gridded and moved == checked and len(gridded) >= 7

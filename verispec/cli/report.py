@@ -20,6 +20,14 @@ def add_parser(subparsers) -> None:
     report.add_argument("--pair", default=None, metavar="NAME",
                         help="an installed pair: study 6 derives and certifies problems at real contexts")
     report.add_argument("--device", default="cpu", help="torch device of the pair (default cpu)")
+    report.add_argument("--selector-dataset", action="append", default=None, metavar="FILE",
+                        help="a stored selector dataset of the pair ('verispec selector dataset --pair NAME'); "
+                             "repeatable: section 9, the delay selector on the pair in three latency regimes, from the "
+                             "datasets alone (no model loaded: with it, a --pair that is not installed skips study 6 "
+                             "instead of refusing the report)")
+    report.add_argument("--latency", default=None, metavar="FILE",
+                        help="with --selector-dataset: the pair's latency model on this CPU ('verispec latency --out "
+                             "FILE'), section 9's cpu regime")
 
 
 def run(args) -> int:
@@ -30,6 +38,7 @@ def run(args) -> int:
     with interrupt_on_signals():  # SIGTERM and Ctrl-C end the report and its workers, its store saved
         path = build_report(args.out, quick=args.quick, backend=args.backend, jobs=args.jobs, address=args.address,
                             progress=sys.stderr.isatty(), pair=args.pair, device=args.device,
-                            overwrite=args.overwrite, note=note_capped_jobs)
+                            overwrite=args.overwrite, note=note_capped_jobs,
+                            selector_datasets=args.selector_dataset or (), selector_latency=args.latency)
     print(f"wrote {path} ({time.perf_counter() - start:.1f} s)")
     return 0

@@ -1,11 +1,13 @@
-"""``verispec selector dataset | train | evaluate``: one command per step of the delay selector
+"""``verispec selector dataset | train | evaluate | study``: one command per step of the delay selector
 (``verispec.selector``), each reproducible from its seed.
 
     verispec selector dataset --family context-free --vocab 3 --seeds 0-59 --out data.npz          synthetic roots
-    verispec selector dataset --pair qwen-coder --prompts humaneval:8 --prompts prose \\
+    verispec selector dataset --pair qwen-coder --prompts humaneval:8 --prompts prose-small \\
                               --sampling temperature=1 --sampling temperature=0.7,top_k=20,top_p=0.8 --out d.npz
     verispec selector train --dataset d.npz --verifiers specinfer --out specinfer.pt [--kind mlp|linear|lookup]
     verispec selector evaluate --dataset d.npz --selector specinfer.pt --selector traversal.pt [--json]
+    verispec selector study --dataset d.npz [--dataset d2.npz] [--latency cpu.json] --out DIR   (no model loaded;
+                            verispec.cli.selector_study)
 
 Each step imports torch and the models only when it runs.
 """
@@ -22,11 +24,14 @@ from verispec.cli.options import (
     add_backend_options,
     add_device_options,
     add_latency_options,
+    add_time_budget_option,
+    command_budget,
     integer_option,
     latency_model,
     number_option,
 )
 from verispec.cli.pair import load_pair
+from verispec.cli.selector_study import add_study_parser, run_study_command
 from verispec.errors import ResultStoreError, VerispecError
 from verispec.limits import MAX_PROMPTS_FILE_BYTES
 
@@ -34,7 +39,7 @@ from verispec.limits import MAX_PROMPTS_FILE_BYTES
 #: sampling at temperature 1: the default settings of a dataset built on a pair.
 DEFAULT_SAMPLINGS = ("temperature=1", "temperature=0.7,top_k=20,top_p=0.8")
 
-#: Where the English prose prompts live (one per line; written for verispec, nothing downloaded).
+#: Where verispec's 12 hand-written English prose prompts live (one per line; ``--prompts prose-small``).
 PROSE_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prose_prompts.txt"
 
 #: t_p / t_q of a dataset's labels when no latency model is given: the DDTE paper's large-model regime.
@@ -42,11 +47,12 @@ DATASET_COST_RATIO = 20.0
 
 
 def add_parser(subparsers) -> None:
-    selector = subparsers.add_parser("selector", help="the delay selector: dataset, train, evaluate")
+    selector = subparsers.add_parser("selector", help="the delay selector: dataset, train, evaluate, study")
     steps = selector.add_subparsers(dest="step", required=True, parser_class=Parser)
     _add_dataset_parser(steps)
     _add_train_parser(steps)
     _add_evaluate_parser(steps)
+    add_study_parser(steps)
 
 
 def _add_dataset_parser(steps) -> None:
@@ -65,9 +71,10 @@ def _add_dataset_parser(steps) -> None:
     source.add_argument("--target", default=None, help="target model directory (with --draft)")
     source.add_argument("--draft", default=None, help="draft model directory (with --target)")
     source.add_argument("--prompts", action="append", default=None, metavar="SPEC",
-                        help="humaneval:N, prose or prose:N (the first N of verispec's 12 English prose prompts) "
-                             "or FILE "
-                        "(one prompt per line); repeatable")
+                        help="humaneval (all 164 HumanEval prompts) or humaneval:N (the first N); prose (about "
+                             "150 English prose prompts from Python's own documentation; the set depends on the "
+                             "Python version) or prose:N; prose-small or prose-small:N (verispec's 12 hand-written "
+                             "prose prompts); or FILE (one prompt per line); repeatable")
     source.add_argument("--sampling", action="append", default=None, metavar="SETTING",
                         help="a sampling setting, e.g. temperature=0.7,top_k=20,top_p=0.8; repeatable (default: "
                              + " and ".join(DEFAULT_SAMPLINGS) + ")")
@@ -75,7 +82,13 @@ def _add_dataset_parser(steps) -> None:
                         help="a root every N tokens of a trace (default 16, the paper's)")
     source.add_argument("--trace-tokens", type=integer_option(minimum=1, maximum=4096, what="an integer in [1, 4096]"),
                         default=64, help="tokens sampled from the target per prompt and setting (default 64)")
+    source.add_argument("--trace-batch", type=integer_option(minimum=1, maximum=256, what="an integer in [1, 256]"),
+                        default=8, metavar="N", help="traces decoded together, one target forward per token for "
+                                                     "all N, each from its own seed (default 8)")
     _add_grid_options(dataset)
+    add_time_budget_option(dataset, "the build (traces and labels)")
+    dataset.add_argument("--progress", action="store_true",
+                         help="progress bars on stderr even when it is not a terminal (a build run in the background)")
     labels = dataset.add_argument_group("labels")
     labels.add_argument("--method", choices=("auto", "exact", "certified", "conditional"), default="auto",
                         help="exact (small problems), certified (verispec.certify) or conditional-exact (sampled "
@@ -149,7 +162,8 @@ def _add_evaluate_parser(steps) -> None:
 
 
 def run(args) -> int:
-    step = {"dataset": _run_dataset, "train": _run_train, "evaluate": _run_evaluate}[args.step]
+    step = {"dataset": _run_dataset, "train": _run_train, "evaluate": _run_evaluate,
+            "study": run_study_command}[args.step]
     if args.step != "dataset":
         return step(args)
     from verispec.study.workers import interrupt_on_signals
@@ -180,47 +194,67 @@ def parse_setting(text: str):
 
 
 def read_prompt_specs(specs: list[str] | None) -> list[tuple[str, str]]:
-    """(group name, prompt text) for each prompt of the --prompts specs (humaneval:N, prose, FILE)."""
+    """(group name, prompt text) for each prompt of the --prompts specs, in order: ``humaneval`` (the 164 HumanEval
+    prompts, groups their task ids) or ``humaneval:N`` (the first N); ``prose`` or ``prose:N`` (the English prose of
+    ``verispec.models.prompts.prose_prompts``, cut from Python's own documentation, groups 'prose:SOURCE#i');
+    ``prose-small`` or ``prose-small:N`` (verispec's 12 hand-written prompts, ``PROSE_PROMPTS``, groups 'prose:i' as
+    when they were the ``prose`` set, so traces and splits of datasets built then are the same); or FILE (one
+    prompt per line, groups 'NAME:i'). A count beyond its set is refused with the set's size."""
     from verispec.io import read_user_file
+    from verispec.models.prompts import humaneval_prompts, prose_prompts
 
     if not specs:
-        raise VerispecError("give the prompts of the traces: --prompts humaneval:N, --prompts prose or --prompts FILE")
-    prompts: list[tuple[str, str]] = []
+        raise VerispecError("give the prompts of the traces: --prompts humaneval[:N], prose[:N], prose-small[:N] or "
+                            "FILE")
 
-    def count_of(spec: str, hint: str = "") -> int:
-        text = spec.partition(":")[2]
-        if not (text.isascii() and text.isdigit()) or int(text[:19]) < 1:  # 19 digits: more than any set holds
-            raise VerispecError(f"--prompts {spec[:40]!r}: give {spec.partition(':')[0]}:N with N a positive "
-                                f"integer{hint}")
-        return int(text[:19])
-
-    def first(found: list, count: int | None, spec: str) -> list:
-        """The first ``count`` of ``found``; a count beyond them is refused rather than silently cut."""
-        if count is not None and count > len(found):
-            raise VerispecError(f"--prompts {spec[:40]!r} asks for {count:,} prompts but {spec.partition(':')[0]} "
-                                f"holds {len(found)}; give N <= {len(found)}")
-        return found[:count]
-
-    for spec in specs:
-        if spec.startswith("humaneval:"):
-            from verispec.models.prompts import humaneval_prompts
-
-            count = count_of(spec)
-            prompts += first(humaneval_prompts(count), count, spec)
-            continue
-        prose = spec == "prose" or spec.startswith("prose:")
-        count = count_of(spec, " (or prose for all)") if spec.startswith("prose:") else None
-        path = PROSE_PROMPTS if prose else Path(spec)
-        text = read_user_file(path, limit=MAX_PROMPTS_FILE_BYTES, what="--prompts",
+    def small() -> list[tuple[str, str]]:
+        text = read_user_file(PROSE_PROMPTS, limit=MAX_PROMPTS_FILE_BYTES, what="--prompts",
                               why="a prompts file is text, one per line")
-        lines = first([line.strip() for line in text.splitlines() if line.strip()], count, spec)
-        prompts += [(f"{'prose' if prose else path.name}:{index}", line) for index, line in enumerate(lines)]
+        return [(f"prose:{index}", line) for index, line in enumerate(_lines(text))]
+
+    sets = {"humaneval": humaneval_prompts, "prose": prose_prompts, "prose-small": small}
+    prompts: list[tuple[str, str]] = []
+    for spec in specs:
+        name, colon, text = spec.partition(":")
+        if name not in sets:
+            path = Path(spec)
+            text = read_user_file(path, limit=MAX_PROMPTS_FILE_BYTES, what="--prompts",
+                                  why="a prompts file is text, one per line")
+            prompts += [(f"{path.name}:{index}", line) for index, line in enumerate(_lines(text))]
+            continue
+        if colon and (not (text.isascii() and text.isdigit()) or int(text[:19]) < 1):  # 19 digits: beyond any set
+            raise VerispecError(f"--prompts {spec[:40]!r}: give {name}:N with N a positive integer (or {name} for "
+                                "all)")
+        found = sets[name]()
+        count = int(text[:19]) if colon else len(found)
+        if count > len(found):  # refused rather than silently cut
+            raise VerispecError(f"--prompts {spec[:40]!r} asks for {count:,} prompts but {name} holds {len(found)}; "
+                                f"give {name}:N with N <= {len(found)}, or {name} for all")
+        prompts += found[:count]
     if not prompts:
         raise VerispecError(f"--prompts {', '.join(specs)} holds no prompt; give at least one non-empty line")
     return prompts
 
 
+def _lines(text: str) -> list[str]:
+    """The non-empty lines of a prompts file, stripped: one prompt each."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def _run_dataset(args) -> int:
+    """The build within its --time-budget: past it, the finished traces and roots are saved and the command exits 3
+    (the same command resumes)."""
+    from verispec.errors import AnalysisTimeoutError
+
+    try:
+        with command_budget(args, "the dataset build"):
+            return _build(args)
+    except AnalysisTimeoutError as error:
+        raise AnalysisTimeoutError(f"{error}; every finished trace and root is saved: run the same command again to "
+                                   "continue") from None
+
+
+def _build(args) -> int:
     from verispec.io import ResultStore
     from verispec.selector.actions import ActionGrid
     from verispec.selector.dataset import (
@@ -232,6 +266,7 @@ def _run_dataset(args) -> int:
     )
     from verispec.study.grid import parse_seeds
 
+    progress = sys.stderr.isatty() or args.progress
     check_dataset_output(args.out, overwrite=args.overwrite)  # before a pair is loaded or a root labelled
     grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
     if args.method in ("auto", "conditional"):
@@ -259,18 +294,20 @@ def _run_dataset(args) -> int:
         samplings = [parse_setting(text) for text in (args.sampling or DEFAULT_SAMPLINGS)]
         args.temperature, args.top_k, args.top_p = 1.0, None, None  # settings come from --sampling
         pair, _ = load_pair(args)
-        _stderr(f"verispec: tracing {len(prompts)} prompts x {len(samplings)} settings, {args.trace_tokens} "
-                f"tokens each ({pair.name} on {pair.device})")
+        from verispec.models.prompts import prompt_set_digest
+
+        _stderr(f"verispec: tracing {len(prompts)} prompts (texts sha256 {prompt_set_digest(prompts)[:12]}) x "
+                f"{len(samplings)} settings, {args.trace_tokens} tokens each ({pair.name} on {pair.device})")
         try:
             recorded = {"pair": pair.name, "seed": args.seed, "dtype": str(pair.target.dtype)}  # traces depend on all
             traces = ResultStore(trace_store_path(args.out), parameters=recorded, overwrite=args.overwrite)
         except ResultStoreError as error:
             raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
         roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,
-                            seed=args.seed, store=traces, progress=sys.stderr.isatty())
+                            seed=args.seed, store=traces, batch_size=args.trace_batch, progress=progress)
     dataset = build_dataset(roots, grid, method=args.method, samples=args.samples, epsilon=args.epsilon,
                             out=args.out, latency=latency, pair=pair, backend=args.backend, jobs=args.jobs,
-                            address=args.address, progress=sys.stderr.isatty(), overwrite=args.overwrite,
+                            address=args.address, progress=progress, overwrite=args.overwrite,
                             seed=args.seed, hidden=args.hidden, note=lambda text: _stderr(f"verispec: note: {text}"))
     methods = sorted(set(dataset.label_method.tolist()))
     print(f"wrote {args.out}: {len(dataset)} roots in {len(set(dataset.group.tolist()))} groups, {len(grid)} "

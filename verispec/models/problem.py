@@ -8,7 +8,12 @@ real decoding block at that context, which real runs must reproduce.
 
 Conditionals are computed in batches: ``prepare(prefixes)`` feeds the trie of many prefixes to each model in
 one forward pass over the context's KV cache (shared, computed once), reads the laws at the requested nodes,
-then drops the trie from the cache. ``target``/``draft`` of a prefix not yet computed prepare it alone;
+then drops the trie from the cache; ``prepare(prefixes, target=False)`` (or ``draft=False``) runs one model.
+``shared=SharedContext(pair)`` lets successive problems reuse the caches over their common context prefix.
+``extend_drafts(prefixes)`` is the drafter's path through a tree drawn level by level: the draft keeps the tree
+fed so far and is fed only the new nodes, one draft token a node (the selector's labels draw their combs this
+way, then ask the target for the whole comb in one pass). ``target``/``draft`` of a prefix not yet computed
+prepare it alone;
 ``prefetch(depth)`` prepares every prefix up to a depth (V^depth of them). Every law is cached, keyed on the
 prefix (the pair, context and sampling are fixed per problem).
 """
@@ -33,8 +38,51 @@ DEFAULT_NODES_PER_FORWARD = 512
 #: used prefixes are dropped past it and recomputed when asked for again.
 DEFAULT_CACHE_BYTES = 2 << 30
 
+#: Most draft-tree nodes ``extend_drafts`` keeps fed in the draft's cache (each attends to the context and its
+#: ancestors; a key and value a layer each).
+MAX_PENDING_DRAFT_NODES = 8192
+
 #: Most prefixes ``prefetch`` accepts (each holds two [V] float64 laws).
 MAX_PREFETCH = 1 << 20
+
+
+class SharedContext:
+    """The two models' KV caches over one committed sequence, handed from one ``ModelProblem`` to the next: a
+    problem whose context shares a prefix with the previous one's (the roots of one trace, or of one prompt under
+    two sampling settings) prefills only the tokens after the common prefix (``CachedModel.rollback``, then
+    ``prefill``). One problem owns it at a time; an earlier problem that asks for a new law after the caches moved on
+    is refused."""
+
+    def __init__(self, pair: ModelPair):
+        self.pair = pair
+        self.models = (CachedModel(pair.target), CachedModel(pair.draft))
+        self.tokens: list[int] = []    # the committed sequence, the same in both caches
+        self.owner = None
+        #: Tokens prefilled so far (each model): what sharing saves is the sum of the contexts minus this.
+        self.prefilled_tokens = 0
+
+    def take(self, owner, tokens: list[int]) -> tuple[CachedModel, CachedModel]:
+        """Commit exactly ``tokens`` in both caches (keeping their longest common prefix with the sequence now
+        held) and make ``owner`` the one problem that may run the models."""
+        tokens = [int(token) for token in tokens]
+        common = 0
+        for held, token in zip(self.tokens, tokens):
+            if held != token:
+                break
+            common += 1
+        for model in self.models:
+            model.rollback(common)  # drops any pending tree too
+            if len(tokens) > common:
+                model.prefill(tokens[common:])
+        self.prefilled_tokens += len(tokens) - common
+        self.tokens, self.owner = tokens, owner
+        return self.models
+
+    def check_owner(self, problem) -> None:
+        if self.owner is not problem:
+            raise VerispecError("this ModelProblem's shared KV caches now hold another context (a later problem "
+                                "took them); compute its laws before creating the next problem on the same "
+                                "SharedContext")
 
 
 class ModelProblem(Problem):
@@ -43,7 +91,8 @@ class ModelProblem(Problem):
     exact = False
 
     def __init__(self, pair: ModelPair, context, sampling: Sampling | None = None, horizon: int | None = None, *,
-                 nodes_per_forward: int = DEFAULT_NODES_PER_FORWARD, cache_bytes: int = DEFAULT_CACHE_BYTES):
+                 nodes_per_forward: int = DEFAULT_NODES_PER_FORWARD, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 shared: SharedContext | None = None):
         if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 0):
             raise InvalidProblemError(f"horizon must be a non-negative integer or None, got {horizon!r}")
         if isinstance(nodes_per_forward, bool) or not isinstance(nodes_per_forward, int) or nodes_per_forward < 2:
@@ -54,15 +103,26 @@ class ModelProblem(Problem):
         self.horizon = horizon
         self.vocab_size = pair.vocab_size
         self.nodes_per_forward = nodes_per_forward
-        self._models = (CachedModel(pair.target), CachedModel(pair.draft))
-        for model in self._models:
-            if len(self.context) > 1:
-                model.prefill(self.context[:-1])
-        #: prefix -> (p, q), least recently used first; at most cache_bytes of them (one prefix at least)
-        self._laws: OrderedDict[Prefix, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        if shared is None:
+            shared = SharedContext(pair)
+        elif not isinstance(shared, SharedContext) or shared.pair is not pair:
+            raise VerispecError("shared must be a SharedContext of the same pair (SharedContext(pair))")
+        self._shared = shared
+        self._models = shared.take(self, self.context[:-1])
+        #: per model (target, draft): prefix -> law, least recently used first; at most cache_bytes of laws in all
+        self._laws: tuple[OrderedDict[Prefix, np.ndarray], OrderedDict[Prefix, np.ndarray]] = (OrderedDict(),
+                                                                                              OrderedDict())
         self._cache_size = max(1, int(cache_bytes) // (16 * self.vocab_size))
-        #: Forward passes so far, of each model (the context's prefill not counted).
-        self.forward_passes = 0
+        #: the draft's pending tree kept by ``extend_drafts`` across calls: prefix -> its pending index
+        self._draft_pending: dict[Prefix, int] = {}
+        #: Forward passes (target, draft) and tokens fed to each model so far, the context's prefill not counted.
+        self.passes = [0, 0]
+        self.forwarded_tokens = [0, 0]
+
+    @property
+    def forward_passes(self) -> int:
+        """Forward passes so far of the model that ran more often (``prepare`` runs each once a trie)."""
+        return max(self.passes)
 
     @property
     def cache_capacity(self) -> int:
@@ -82,44 +142,98 @@ class ModelProblem(Problem):
                                           f"0..{self.vocab_size - 1}")
         return prefix
 
-    def prepare(self, prefixes: Iterable) -> None:
-        """Compute p and q at every prefix not yet cached, in batched forward passes (a trie per pass)."""
-        missing = sorted({self._check(prefix) for prefix in prefixes} - self._laws.keys(), key=lambda t: (len(t), t))
+    def prepare(self, prefixes: Iterable, *, target: bool = True, draft: bool = True) -> None:
+        """Compute p (``target``) and q (``draft``) at every prefix not yet cached, in batched forward passes (a
+        trie per pass, dropped from the cache after it)."""
+        wanted = {self._check(prefix) for prefix in prefixes}
+        for index, asked in enumerate((target, draft)):
+            missing = sorted(wanted - self._laws[index].keys(), key=lambda t: (len(t), t))
+            if asked and missing:
+                self._prepare_model(index, missing)
+
+    def prepare_drafts(self, prefixes) -> None:
+        """A drafter's hint (the level it is about to draw): p and q there, as ``prepare`` computes them (the
+        engines that draft on a model problem read both)."""
+        self.prepare(prefixes)
+
+    def _prepare_model(self, index: int, missing: list[Prefix]) -> None:
+        """One model's laws at ``missing`` (sorted by length), tries of at most ``nodes_per_forward`` nodes."""
         chunk: dict[Prefix, None] = {}  # trie nodes of this pass, a parent before its children
         wanted: list[Prefix] = []
         for prefix in missing:
             nodes = [prefix[:length] for length in range(len(prefix) + 1) if prefix[:length] not in chunk]
             if chunk and len(chunk) + len(nodes) > self.nodes_per_forward:
-                self._forward(list(chunk), wanted)
+                self._forward(index, list(chunk), wanted)
                 chunk, wanted = {}, []
                 nodes = [prefix[:length] for length in range(len(prefix) + 1)]
             chunk.update(dict.fromkeys(nodes))
             wanted.append(prefix)
         if wanted:
-            self._forward(list(chunk), wanted)
+            self._forward(index, list(chunk), wanted)
 
-    prepare_drafts = prepare  # a drafter's hint: the level it is about to draw
-
-    def _forward(self, trie: list[Prefix], wanted: list[Prefix]) -> None:
-        index = {prefix: node for node, prefix in enumerate(trie)}
-        # node 0 is the empty prefix: the context's last token, under the committed context
-        tokens = [self.context[-1]] + [prefix[-1] for prefix in trie[1:]]
-        parents = [-1] + [index[prefix[:-1]] for prefix in trie[1:]]
-        rows = [index[prefix] for prefix in wanted]
-        laws = []
-        for model in self._models:
-            logits = model.extend(tokens, parents)[rows]
+    def _forward(self, index: int, trie: list[Prefix], wanted: list[Prefix]) -> None:
+        """Feed ``trie`` (node 0 the empty prefix: the context's last token) to model ``index`` in one pass, keep
+        the laws at ``wanted``, and drop the trie from the model's cache."""
+        self._shared.check_owner(self)
+        model = self._models[index]
+        if index == 1 and self._draft_pending:  # the tree ``extend_drafts`` keeps goes: parents count from 0
             model.discard()
-            laws.append(self.sampling.probabilities(logits).cpu().numpy())
-        self.forward_passes += 1
+            self._draft_pending = {}
+        position = {prefix: node for node, prefix in enumerate(trie)}
+        tokens = [self.context[-1]] + [prefix[-1] for prefix in trie[1:]]
+        parents = [-1] + [position[prefix[:-1]] for prefix in trie[1:]]
+        logits = model.extend(tokens, parents)
+        model.discard()
+        self._store(index, wanted, logits[[position[prefix] for prefix in wanted]])
+        self.passes[index] += 1
+        self.forwarded_tokens[index] += len(tokens)
+
+    def _store(self, index: int, wanted: list[Prefix], logits) -> None:
+        laws = self.sampling.probabilities(logits).cpu().numpy()                      # [len(wanted), V] float64
+        cache = self._laws[index]
         for row, prefix in enumerate(wanted):
-            target, draft = laws[0][row], laws[1][row]
-            target.setflags(write=False)
-            draft.setflags(write=False)
-            self._laws[prefix] = (target, draft)
-            self._laws.move_to_end(prefix)
-            while len(self._laws) > self._cache_size:
-                self._laws.popitem(last=False)
+            law = laws[row]
+            law.setflags(write=False)
+            cache[prefix] = law
+            cache.move_to_end(prefix)
+            while len(cache) > self._cache_size:
+                cache.popitem(last=False)
+
+    def extend_drafts(self, prefixes) -> None:
+        """q at ``prefixes`` (p is not computed), feeding the draft only the nodes it has not been fed since the
+        last call: the draft's tree is kept in its cache across calls, so a tree drawn level by level costs one
+        draft token a node (``prepare_drafts`` feeds every ancestor again and runs the target too). Up to
+        ``MAX_PENDING_DRAFT_NODES`` nodes are kept; past them the tree starts over."""
+        missing = sorted({self._check(prefix) for prefix in prefixes} - self._laws[1].keys(),
+                         key=lambda t: (len(t), t))
+        fed = [prefix for prefix in missing if prefix in self._draft_pending]
+        if fed:  # fed once, its law since evicted: a node cannot be fed twice, so compute it apart
+            self._prepare_model(1, fed)
+            missing = [prefix for prefix in missing if prefix not in fed]
+        new: dict[Prefix, None] = {}
+        for prefix in missing:
+            new.update(dict.fromkeys(prefix[:length] for length in range(len(prefix) + 1)
+                                     if prefix[:length] not in self._draft_pending))
+        if not new:
+            return
+        self._shared.check_owner(self)
+        if len(self._draft_pending) + len(new) > MAX_PENDING_DRAFT_NODES:
+            self._models[1].discard()
+            self._draft_pending = {}
+            return self.extend_drafts(missing)
+        trie, asked = list(new), set(missing)
+        for start in range(0, len(trie), self.nodes_per_forward):
+            chunk = trie[start:start + self.nodes_per_forward]
+            base = len(self._draft_pending)
+            for offset, prefix in enumerate(chunk):
+                self._draft_pending[prefix] = base + offset
+            tokens = [prefix[-1] if prefix else self.context[-1] for prefix in chunk]
+            parents = [self._draft_pending[prefix[:-1]] if prefix else -1 for prefix in chunk]
+            logits = self._models[1].extend(tokens, parents)
+            rows = [offset for offset, prefix in enumerate(chunk) if prefix in asked]
+            self._store(1, [chunk[row] for row in rows], logits[rows])
+            self.passes[1] += 1
+            self.forwarded_tokens[1] += len(tokens)
 
     def prefetch(self, depth: int) -> None:
         """Compute every prefix of length 0..depth (V^depth of them, refused past MAX_PREFETCH)."""
@@ -136,15 +250,17 @@ class ModelProblem(Problem):
             self.prepare(self.prefixes(length))
 
     def target(self, prefix: Prefix) -> np.ndarray:
-        prefix = self._check(prefix)
-        return self._law(prefix)[0]
+        return self._law(0, self._check(prefix))
 
     def draft(self, prefix: Prefix) -> np.ndarray:
-        prefix = self._check(prefix)
-        return self._law(prefix)[1]
+        return self._law(1, self._check(prefix))
 
-    def _law(self, prefix: Prefix) -> tuple[np.ndarray, np.ndarray]:
-        if prefix not in self._laws:
-            self.prepare([prefix])
-        self._laws.move_to_end(prefix)
-        return self._laws[prefix]
+    def _law(self, index: int, prefix: Prefix) -> np.ndarray:
+        cache = self._laws[index]
+        if prefix not in cache:
+            if index == 1 and prefix not in self._draft_pending and prefix[:-1] in self._draft_pending:
+                self.extend_drafts([prefix])
+            else:
+                self.prepare([prefix], target=index == 0, draft=index == 1)
+        cache.move_to_end(prefix)
+        return cache[prefix]

@@ -21,6 +21,10 @@ from those numbers, and ``DIR/data/*.csv`` the tidy rows. One module per study, 
    selectors trained and evaluated on held-out roots, in two latency regimes; needs torch).
 8. ``typical``: Medusa's typical acceptance, lossy by design: its exact TV against its block-efficiency gain
    over a lossless rule, for several (epsilon, alpha) (on the derived problems of study 6 too, with a pair).
+9. ``pair_section`` (with ``--selector-dataset FILE``): the delay selector on a model pair's stored datasets, in
+   the three latency regimes of ``verispec.selector.regimes``, with no model loaded (``verispec selector study``
+   runs it alone). With datasets given, a ``--pair`` that cannot be loaded skips study 6 (its section says why)
+   rather than refusing the report: section 9 needs only the datasets, which must be of that pair.
 
 Each study module has ``run(report)``, which adds its section, findings and figures to the ``Report``, and names
 its sweep tables (``TABLES``; ``PAIR_TABLES`` with a pair) and figures (``FIGURES``); ``Report.build`` runs them
@@ -55,7 +59,7 @@ from pathlib import Path
 
 from verispec.errors import OutputError, VerispecError
 from verispec.io import atomic_write_json, atomic_write_text, check_output_dir, check_output_file, read_user_file
-from verispec.report import delay, depth, live, orderings, paths, selector, typical, verifiers
+from verispec.report import delay, depth, live, orderings, pair_section, paths, selector, typical, verifiers
 from verispec.report.common import FULL, QUICK, REPORT_LATENCY, plural
 from verispec.study.grid import SweepGrid
 from verispec.study.sweep import run_sweep
@@ -63,7 +67,7 @@ from verispec.study.tables import check_sweep_table, open_sweep_store
 from verispec.study.workers import worker_processes
 
 #: The studies, in the order they run and their sections appear (each module's ``run(report)``).
-STUDIES = (verifiers, depth, delay, paths, orderings, live, selector, typical)
+STUDIES = (verifiers, depth, delay, paths, orderings, live, selector, typical, pair_section)
 
 #: The row store every study shares (``data/cells.json``): a cell is computed once, whichever studies ask for it.
 STORE_FILE = "cells.json"
@@ -96,9 +100,14 @@ class Report:
 
     def __init__(self, out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
                  address=None, progress: bool = True, pair: str | None = None, device: str = "cpu",
-                 overwrite: bool = False, note: Callable[[str], None] | None = None):
+                 overwrite: bool = False, note: Callable[[str], None] | None = None,
+                 selector_datasets: Iterable[str] = (), selector_latency: str | None = None):
         self.out = Path(out)
         self.pair, self.device = pair, device
+        self.pair_unready: str | None = None  # why a --pair given with selector datasets cannot run study 6
+        self.selector_datasets = tuple(str(path) for path in selector_datasets)
+        self.selector_latency = selector_latency
+        self.selector_inputs = None  # section 9's datasets and regimes, loaded by check()
         self.scale = QUICK if quick else FULL
         self.quick = quick
         self.run_options = {"backend": backend, "jobs": jobs, "address": address, "progress": progress,
@@ -129,8 +138,9 @@ class Report:
         """Every refusal that does not need a study's numbers, before the first study runs: the folder is new,
         empty or a verispec report (its marker; else ``overwrite``), every file the report writes can be written,
         every sweep table in ``data/`` is a sweep's (``check_sweep_table``: its header only), a pair can run
-        (``live.check_pair_ready``), and last the shared row store is a sweep's (``open_sweep_store``: read once,
-        and kept for every study)."""
+        (``live.check_pair_ready``; with selector datasets a pair that cannot is noted for study 6 instead), the
+        selector datasets and latency model of section 9 (``pair_section.check``), and last the shared row store is
+        a sweep's (``open_sweep_store``: read once, and kept for every study)."""
         out, overwrite = self.out, self.run_options["overwrite"]
         check_output_dir(out, "--out")
         if out.is_dir() and not overwrite and not is_report_dir(out) and any(out.iterdir()):
@@ -145,7 +155,13 @@ class Report:
         for table in self.tables():
             check_sweep_table(out / "data" / f"{table}.csv", store, overwrite=overwrite)
         if self.pair is not None:
-            live.check_pair_ready(self.pair, self.device)
+            try:
+                live.check_pair_ready(self.pair, self.device)
+            except VerispecError as error:
+                if not self.selector_datasets:
+                    raise
+                self.pair_unready = str(error)  # section 9 runs from the datasets; study 6 says why it did not
+        self.selector_inputs = pair_section.check(self)
         self.store = open_sweep_store(store, overwrite=overwrite)
 
     def sweep(self, name: str, grid: SweepGrid) -> list[dict]:
@@ -210,14 +226,17 @@ class Report:
 
 def build_report(out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
                  address=None, progress: bool = True, pair: str | None = None, device: str = "cpu",
-                 overwrite: bool = False, note: Callable[[str], None] | None = None) -> Path:
+                 overwrite: bool = False, note: Callable[[str], None] | None = None,
+                 selector_datasets: Iterable[str] = (), selector_latency: str | None = None) -> Path:
     """Run the study and write ``out/report.md`` (see the module docstring); returns its path. With ``pair`` (an
     installed pair's name) study 6 runs on real contexts too. Refuses, before any study, a ``--out`` that is not
     new, empty or a verispec report unless ``overwrite`` (``Report.check``). ``note`` is called with a one-line
     note when the processes asked for (``jobs``, or N of a Dask 'local:N') are capped at the cores, once every
-    check has passed."""
+    check has passed. ``selector_datasets`` (a pair's stored selector datasets) and ``selector_latency`` (the CPU
+    latency model's file) add section 9 (``pair_section``)."""
     return Report(out, quick=quick, backend=backend, jobs=jobs, address=address, progress=progress, pair=pair,
-                  device=device, overwrite=overwrite, note=note).build()
+                  device=device, overwrite=overwrite, note=note, selector_datasets=selector_datasets,
+                  selector_latency=selector_latency).build()
 
 
 __all__ = ["FIGURES", "MARKER", "STUDIES", "Report", "build_report", "is_report_dir"]

@@ -66,6 +66,10 @@ def run(report) -> None:
                      "install qwen-coder`).")
         report.sections.append("\n".join(lines))
         return
+    if getattr(report, "pair_unready", None):
+        lines.append(f"Not run: {report.pair_unready} (section 9 needs no model: it reads the stored datasets).")
+        report.sections.append("\n".join(lines))
+        return
     from verispec.models import Sampling, load_pair
     from verispec.models.derive import derive_problem, write_derived
     from verispec.models.problem import ModelProblem

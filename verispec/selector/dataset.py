@@ -27,7 +27,6 @@ import gc
 import hashlib
 import json
 import math
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,10 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
+from verispec import budget
 from verispec.errors import ProblemTooLargeError, ResultStoreError, VerispecError, describe
-from verispec.io import ResultStore, check_output, check_output_file
+from verispec.io import ResultStore, check_output, check_output_file, pack_floats, unpack_floats
 from verispec.models.sampling import Sampling
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
+from verispec.selector.hidden_states import HIDDEN_NAMES, collect_hidden_states, root_hidden
 from verispec.simulator.problems import Problem, ShiftedProblem
 
 #: Label methods ``build_dataset`` accepts ("auto": exact for synthetic roots, falling back to conditional where
@@ -149,7 +150,7 @@ def _derived_seed(*parts) -> int:
 
 
 def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: int, seed: int = 0,
-                store: ResultStore | None = None, progress: bool = False) -> list[Root]:
+                store: ResultStore | None = None, batch_size: int = 8, progress: bool = False) -> list[Root]:
     """Roots every ``every`` tokens of plain target sampling (``sample_target``) from each prompt under each
     sampling setting: the contexts prompt + the first 0, every, 2 every, .. sampled tokens (a context ending in
     an end token is left out: no block follows it). ``prompts``: texts or token-id lists, (group, prompt) pairs,
@@ -158,33 +159,29 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
 
     ``store``: a ``ResultStore`` (``verispec selector dataset`` keeps ``OUT.traces.json``) holding finished
     traces, keyed on the pair, prompt text, setting, seed and length: a resumed build reuses them instead of
-    decoding again (a trace of the 1.5B target on a CPU is about 0.5 s a token). ``progress``: a tqdm bar."""
-    from tqdm import tqdm
+    decoding again (a trace of the 1.5B target on a CPU is about 0.5 s a token). The missing traces are decoded
+    ``batch_size`` prompts at a time, each from its own seed (``verispec.selector.traces.sampled_traces``: the same
+    tokens as ``sample_target``), and stored as each batch finishes. ``progress``: a tqdm bar."""
+    from verispec.models.prompts import check_prompt_lengths
+    from verispec.selector.traces import sampled_traces
 
-    from verispec.models.generation import sample_target
-
-    named = _named_prompts(prompts)
     samplings = _check_samplings(samplings)
-    for name, value in (("every", every), ("max_new_tokens", max_new_tokens), ("seed", seed)):
-        least = 0 if name == "seed" else 1
+    for name, value, least in (("every", every, 1), ("max_new_tokens", max_new_tokens, 1), ("seed", seed, 0),
+                               ("batch_size", batch_size, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise DatasetError(f"{name} must be an integer >= {least}, got {describe(value)}")
-    stops = pair.eos_token_ids
-    roots = []
+    named = check_prompt_lengths(pair, _named_prompts(prompts), int(max_new_tokens))  # refused before any decoding
+    stops, roots, keyed = pair.eos_token_ids, [], []
     cells = [(group, prompt, index, sampling) for group, prompt in named for index, sampling in enumerate(samplings)]
-    for group, prompt, index, sampling in tqdm(cells, desc="traces", disable=not progress, file=sys.stderr):
+    for group, prompt, index, sampling in cells:
         trace_seed = _derived_seed("trace", int(seed), group, index)
         key = json.dumps({"pair": pair.name, "group": group, "prompt": prompt if isinstance(prompt, str) else
                           [int(token) for token in prompt], "sampling": _sampling_dict(sampling), "seed": trace_seed,
                           "max_new_tokens": int(max_new_tokens)}, sort_keys=True)
-        if store is not None and store.done(key):
-            prompt_length, tokens = store.rows[key]["prompt_length"], list(store.rows[key]["tokens"])
-        else:
-            generation = sample_target(pair, prompt, int(max_new_tokens), sampling, seed=trace_seed)
-            tokens = list(generation.prompt_tokens) + list(generation.tokens)
-            prompt_length = len(generation.prompt_tokens)
-            if store is not None:
-                store.add(key, {"prompt_length": prompt_length, "tokens": tokens})
+        keyed.append((key, prompt, sampling, trace_seed))
+    traces = sampled_traces(pair, keyed, int(max_new_tokens), store=store, batch_size=int(batch_size),
+                            progress=progress)
+    for (group, _, _, sampling), (prompt_length, tokens) in zip(cells, traces):
         for position in range(prompt_length, len(tokens) + 1, every):
             context = tokens[:position]
             if len(context) < 2 or context[-1] in stops:
@@ -241,18 +238,20 @@ def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperatu
 # --- one root -------------------------------------------------------------------------------------------------
 
 
-def root_problem(root: Root, depth: int, pair=None) -> tuple[Problem, np.ndarray, np.ndarray, np.ndarray]:
+def root_problem(root: Root, depth: int, pair=None, shared=None) -> tuple[Problem, np.ndarray, np.ndarray, np.ndarray]:
     """(the problem after the root's whole context, p_prev, q_prev, q_root) of one root; ``depth`` is the
-    deepest tree to be labelled (the table depth of a random per-prefix problem)."""
+    deepest tree to be labelled (the table depth of a random per-prefix problem). ``shared``: a pair's
+    ``SharedContext``, whose caches the problem takes over (the previous root's context prefix not fed again)."""
     if root.pair is not None:
         from verispec.models.problem import ModelProblem
 
         if pair is None or pair.name != root.pair:
             raise DatasetError(f"the root of group {root.group!r} comes from the pair {root.pair!r}; pass that pair "
                                f"(got {'none' if pair is None else repr(pair.name)})")
-        base = ModelProblem(pair, list(root.context[:-1]), root.sampling)
+        base = ModelProblem(pair, list(root.context[:-1]), root.sampling, shared=shared)
         last = (root.context[-1],)
-        base.prepare([(), last])
+        base.extend_drafts([(), last])  # the draft keeps both nodes: its combs grow from the root
+        base.prepare([()], draft=False)
         return (ShiftedProblem(base, last), np.asarray(base.target(())), np.asarray(base.draft(())),
                 np.asarray(base.draft(last)))
     from verispec.study.cells import build_problem
@@ -263,35 +262,8 @@ def root_problem(root: Root, depth: int, pair=None) -> tuple[Problem, np.ndarray
             np.asarray(base.draft(prefix[:-1]), dtype=np.float64), np.asarray(base.draft(prefix), dtype=np.float64))
 
 
-#: The hidden states a dataset may hold, as ``verispec.models.decoding.BlockContext.hidden`` names them.
-HIDDEN_NAMES = ("target_prev", "draft_prev", "draft_root")
-
-
-def root_hidden(root: Root, pair) -> dict[str, np.ndarray]:
-    """The last layer's hidden states [d] (float32 numpy) at a pair's root, as decoding gives a policy that reads
-    them: ``target_prev``, the target after feeding the context up to the token before the root (the state
-    whose logits gave p_prev); ``draft_prev`` and ``draft_root``, the draft at that token and at the root."""
-    import torch
-
-    from verispec.models.tree_forward import CachedModel
-
-    if root.pair is None or pair is None or pair.name != root.pair:
-        raise DatasetError(f"hidden states come from the root's model pair; the root of group {root.group!r} comes "
-                           f"from {root.pair or 'a synthetic problem'!r}")
-    context = list(root.context)
-    with torch.inference_mode():
-        target = CachedModel(pair.target, hidden=True)
-        target.prefill(context[:-1])
-        target_prev = target.last_hidden[-1]  # [d_target]
-        draft = CachedModel(pair.draft, hidden=True)
-        draft.prefill(context)
-        draft_prev, draft_root = draft.last_hidden[-2], draft.last_hidden[-1]  # [d_draft] each
-    return {name: value.detach().float().cpu().numpy() for name, value in
-            zip(HIDDEN_NAMES, (target_prev, draft_prev, draft_root))}
-
-
 def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilon: float, latency,
-               pair=None) -> dict:
+               pair=None, shared=None) -> dict:
     """The row of one root: its features, its labels for every action of ``grid`` and how they were computed.
     The conditional estimator's seed is derived from ``seed`` and the root, so a root gets the same labels
     whichever other roots are built with it."""
@@ -300,7 +272,7 @@ def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilo
     from verispec.selector.labels import certified_labels, conditional_exact_labels, exact_labels
 
     start = time.perf_counter()
-    problem, p_prev, q_prev, q_root = root_problem(root, grid.max_depth, pair)
+    problem, p_prev, q_prev, q_root = root_problem(root, grid.max_depth, pair, shared)
     try:
         features = scalar_features(p_prev, q_prev, q_root, context_length=len(root.context), sampling=root.sampling,
                                    latency=latency)
@@ -324,10 +296,11 @@ def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilo
                                           seed=_derived_seed("labels", int(seed), root.key()))
     if not np.isfinite(labels.efficiency).all():
         raise DatasetError(f"root of group {root.group!r}: a label is not finite (NaN laws at the root?)")
-    return {"features": features.tolist(), "efficiency": labels.efficiency.tolist(),
-            "stderr": labels.stderr.tolist(), "lower": labels.lower.tolist(), "upper": labels.upper.tolist(),
+    # arrays packed (every bit kept): a root of 7 rules' grid holds 476 actions x (4 + m) values
+    return {"features": features.tolist(), **{name: pack_floats(getattr(labels, name)) for name in
+                                              ("efficiency", "stderr", "lower", "upper")},
             "label_method": labels.method, "context_length": len(root.context), "group": root.group,
-            "per_sample": None if labels.per_sample is None else labels.per_sample.tolist(),
+            "per_sample": None if labels.per_sample is None else pack_floats(labels.per_sample),
             "seconds": time.perf_counter() - start}
 
 
@@ -485,11 +458,16 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
         worker_processes(backend, jobs, address)  # refuses --address with a backend that runs here
 
     def batches():
-        """The rows of the pair's roots, one at a time in this process, then the synthetic roots' batches."""
-        for key in todo:
+        """The rows of the pair's roots, one at a time in this process (ordered by context, so that roots sharing
+        a prompt follow each other and the models' caches keep their common prefix), then the synthetic roots'."""
+        from verispec.models.problem import SharedContext
+
+        shared = SharedContext(pair) if pair is not None else None
+        for key in sorted(todo, key=lambda key: keyed[key].context):
             if keyed[key].kind == "model":
+                budget.check("the dataset build")  # --time-budget: the rows so far are saved, a rerun resumes
                 row = label_root(keyed[key], grid, method=method_of(keyed[key]), samples=int(samples), seed=int(seed),
-                                 epsilon=float(epsilon), latency=latency, pair=pair)
+                                 epsilon=float(epsilon), latency=latency, pair=pair, shared=shared)
                 yield [{"key": key, **row}]
                 # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
                 # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
@@ -499,7 +477,7 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
 
     save_as_they_arrive(batches(), lambda row: row["key"], store.add_many, total=len(keys),
                         done=len(keys) - len(todo), desc="dataset roots", progress=progress)
-    states = _hidden_states(keys, keyed, pair, out, overwrite, progress) if hidden else None
+    states = collect_hidden_states(keys, keyed, pair, out, overwrite, progress) if hidden else None
     dataset = _dataset(keys, keyed, [store.rows[key] for key in keys], grid, settings, pair, states)
     dataset.save(out)
     return dataset
@@ -558,40 +536,29 @@ def _dataset(keys: list[str], keyed: dict, rows: list[dict], grid, settings: dic
                 "samplings": samplings, **settings, "verispec": package_version(), "roots": len(keys),
                 "families": sorted({keyed[key].problem["family"] for key in keys if keyed[key].problem}),
                 "label_seconds": float(sum(row.get("seconds", 0.0) for row in rows))}
-    return Dataset(features=[row["features"] for row in rows], efficiency=[row["efficiency"] for row in rows],
-                   stderr=[row["stderr"] for row in rows], lower=[row["lower"] for row in rows],
-                   upper=[row["upper"] for row in rows], group=[row["group"] for row in rows],
+    def arrays(name: str) -> list:
+        return [unpack_floats(row[name]) for row in rows]
+
+    return Dataset(features=[row["features"] for row in rows], efficiency=arrays("efficiency"),
+                   stderr=arrays("stderr"), lower=arrays("lower"), upper=arrays("upper"),
+                   group=[row["group"] for row in rows],
                    setting=[samplings.index(_sampling_dict(keyed[key].sampling)) for key in keys],
                    context_length=[row["context_length"] for row in rows],
                    label_method=[row["label_method"] for row in rows], key=keys, metadata=metadata,
                    per_sample=_per_sample(rows, len(grid)), hidden=states)
 
 
-def _hidden_states(keys: list[str], keyed: dict, pair, out: Path, overwrite: bool, progress: bool) -> dict:
-    """{name: [N, d]} of the roots' hidden states, computed where ``OUT.hidden.json`` does not hold them yet."""
-    from tqdm import tqdm
-
-    try:
-        store = ResultStore(out.with_name(out.name + ".hidden.json"),
-                            parameters={"pair": pair.name, "dtype": str(pair.target.dtype)}, overwrite=overwrite)
-    except ResultStoreError as error:
-        raise DatasetError(f"{error} (or pass overwrite to start over)") from None
-    for key in tqdm([key for key in keys if not store.done(key)], desc="hidden states", disable=not progress,
-                    file=sys.stderr):
-        store.add(key, {name: block.tolist() for name, block in root_hidden(keyed[key], pair).items()})
-    return {name: np.array([store.rows[key][name] for key in keys], dtype=np.float32) for name in HIDDEN_NAMES}
-
-
 def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
     """[N, S, A] of the rows' per-tree values (NaN where a root has fewer trees or exact labels); None when no
     root has two trees (nothing to cross-fit)."""
-    counts = [len(row.get("per_sample") or ()) for row in rows]
+    values = [None if row.get("per_sample") is None else unpack_floats(row["per_sample"]) for row in rows]
+    counts = [0 if value is None else len(value) for value in values]
     if max(counts) < 2:
         return None
     out = np.full((len(rows), max(counts), actions), np.nan)
-    for index, row in enumerate(rows):
+    for index, value in enumerate(values):
         if counts[index]:
-            out[index, :counts[index]] = row["per_sample"]
+            out[index, :counts[index]] = value
     return out
 
 

@@ -165,6 +165,25 @@ def paired_ratio(efficiency_a: np.ndarray, times_a: np.ndarray, choice_a: np.nda
     return {"ratio": float(ratio), "ratio_ci": _interval(samples)}
 
 
+def paired_policy_ratios(efficiency: np.ndarray, times: np.ndarray, choices: Mapping[str, np.ndarray],
+                         groups: np.ndarray, pairs: Sequence[tuple[str, str]], *,
+                         totals: Mapping[str, tuple] | None = None, resamples: int = DEFAULT_BOOTSTRAP,
+                         seed: int = 0) -> dict:
+    """{(a, b): {"ratio", "ratio_ci"}}: the throughput of policy a over policy b for each pair of ``pairs``, on the
+    roots of ``efficiency`` [N, A], with a paired 95% group-bootstrap interval (one weight matrix for every pair,
+    the resamples of ``evaluate_policies`` at the same seed). Policies are named in ``choices`` (name -> [N] action
+    index) or ``totals`` (name -> per-root tokens [N] and time [N])."""
+    boot = _Bootstrap(np.asarray(groups), resamples, seed)
+    given = {name: policy_totals(efficiency, times, np.asarray(choice, dtype=np.int64))
+             for name, choice in choices.items()} | dict(totals or {})
+    missing = sorted({name for pair in pairs for name in pair} - set(given))
+    if missing:
+        raise SelectorError(f"no policy named {', '.join(missing)} to compare")
+    rates = {name: boot.sums(tokens) / boot.sums(time) for name, (tokens, time) in given.items()}  # [R] each
+    point = {name: float(tokens.sum() / time.sum()) for name, (tokens, time) in given.items()}
+    return {(a, b): {"ratio": point[a] / point[b], "ratio_ci": _interval(rates[a] / rates[b])} for a, b in pairs}
+
+
 def verifier_actions(grid: ActionGrid, verifier: str) -> list[int]:
     """Indices of ``grid``'s actions verified by ``verifier``."""
     return [index for index, action in enumerate(grid.actions) if action.verifier == verifier]
@@ -186,6 +205,27 @@ def selector_choice(selector, dataset) -> np.ndarray:
     return mapping[chosen]
 
 
+def check_dataset_fits(selector, dataset) -> None:
+    """Refuse on one line (``Selector.check_fits``) a selector evaluated on roots it was not trained for: another
+    pair or vocabulary (a synthetic dataset for a pair's selector, or the reverse), a sampling setting it never
+    saw, or actions outside the dataset's grid."""
+    pair, trained_pair = dataset.metadata.get("pair"), selector.metadata.get("pair")
+    if (pair or None) != (trained_pair or None):
+        raise SelectorError(f"the selector does not fit: the dataset's roots come from "
+                            f"{repr(pair) if pair else 'synthetic problems'}, but it was trained on "
+                            f"{repr(trained_pair) if trained_pair else 'synthetic problems'}")
+    if pair:
+        selector.check_fits(vocab_size=dataset.metadata.get("vocab_size"))
+        from verispec.models.sampling import Sampling
+
+        for setting in dataset.metadata.get("samplings") or []:
+            selector.check_fits(sampling=Sampling(setting["temperature"], setting.get("top_k"), setting.get("top_p")))
+    outside = [action.name for action in selector.grid.actions if action not in dataset.grid.actions]
+    if outside:
+        raise SelectorError(f"the selector does not fit: its action {outside[0]} ({len(outside)} in all) is not in the "
+                            f"dataset's grid {dataset.grid.describe()}; evaluate it on a dataset of its grid")
+
+
 def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool = True,
              resamples: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict:
     """The issue's table: for each selector (named; each trained for one verifier's actions, or several), on the
@@ -198,6 +238,7 @@ def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool 
               "bootstrap": {"resamples": resamples, "seed": seed, "level": 0.95, "over": "groups"},
               "selectors": {}}
     for name, selector in selectors.items():
+        check_dataset_fits(selector, test)
         latency = LatencyModel.from_dict(selector.metadata["latency"])
         times = action_times(test.grid, latency)
         allowed = [test.grid.index(action) for action in selector.grid.actions]
@@ -309,5 +350,5 @@ def is_finite_table(report: dict) -> bool:
 
 
 __all__ = ["DEFAULT_BOOTSTRAP", "action_times", "best_static", "compare_selected", "crossfit_oracle_totals",
-           "evaluate", "evaluate_policies",
-           "label_quality", "oracle_choice", "paired_ratio", "policy_totals", "selector_choice", "verifier_actions"]
+           "evaluate", "evaluate_policies", "label_quality", "oracle_choice", "paired_policy_ratios", "paired_ratio",
+           "policy_totals", "selector_choice", "verifier_actions"]

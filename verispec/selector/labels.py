@@ -155,11 +155,14 @@ def check_comb_size(grid) -> None:
 def sample_combs(problem: Problem, grid, samples: int, rng: np.random.Generator) -> Combs:
     """``samples`` combs drawn from the problem's draft law with ``rng`` (every decision through a
     ``RandomChooser``). Drawn level by level (prefix length 0, 1, ..): the draft conditionals of one level of
-    every comb are announced at once (``prepare_drafts``: one batched forward of a model-backed problem)."""
+    every comb are announced at once (``extend_drafts`` of a model-backed problem: one draft forward of the level's
+    new nodes; ``prepare_drafts`` elsewhere)."""
     trunk_length, points, branches, tail = comb_layout(grid)
     trunk = np.zeros((samples, trunk_length), dtype=np.int64)                        # [S, M1]
     paths = np.zeros((samples, len(points), branches, tail), dtype=np.int64)         # [S, P, K, M2]
     chooser = RandomChooser(rng)
+    # a model problem feeds its draft only the level's new nodes (its tree kept across levels), p left for later
+    announce = getattr(problem, "extend_drafts", None) or problem.prepare_drafts
     problem.require_depth(max(point + tail for point in points) if tail else trunk_length)
     for level in range(trunk_length + tail):
         slots = []  # (prefix, where to write the drawn token)
@@ -172,7 +175,7 @@ def sample_combs(problem: Problem, grid, samples: int, rng: np.random.Generator)
                     base = tuple(trunk[s, :point].tolist())
                     for j in range(branches):
                         slots.append((base + tuple(paths[s, index, j, :step].tolist()), (s, index, j, step)))
-        problem.prepare_drafts(list(dict.fromkeys(prefix for prefix, _ in slots)))
+        announce(list(dict.fromkeys(prefix for prefix, _ in slots)))
         for prefix, where in slots:
             token = chooser.categorical(np.asarray(problem.draft(prefix), dtype=np.float64))
             if len(where) == 2:
@@ -219,20 +222,25 @@ def _stored(law) -> tuple[np.ndarray | None, np.ndarray]:
 
 
 def _collect_laws(problem: Problem, target_prefixes, draft_prefixes) -> dict:
-    """prefix -> (p, q or None) as ``_stored`` pairs: p at every node, q at the internal ones. Asked for through
-    ``Problem.prepare`` (or ``prepare_drafts``) in batches no larger than half a model problem's law cache, so
-    nothing is evicted before it is read."""
-    prepare = getattr(problem, "prepare", None) or problem.prepare_drafts
+    """prefix -> (p or None, q or None) as ``_stored`` pairs: p at ``target_prefixes``, q at ``draft_prefixes``.
+    Asked for through ``Problem.prepare`` (the target alone where the problem can: the draft's laws at a comb's
+    internal nodes were computed while it was drawn) or ``prepare_drafts``, in batches no larger than half a model
+    problem's law cache, so nothing is evicted before it is read."""
+    model_prepare = getattr(problem, "prepare", None)
     capacity = getattr(problem, "cache_capacity", None)
-    prefixes = list(dict.fromkeys(target_prefixes))
+    targets = set(target_prefixes)
     internal = set(draft_prefixes)
+    prefixes = list(dict.fromkeys(list(target_prefixes) + list(draft_prefixes)))
     batch = max(1, capacity // 2) if capacity else max(1, len(prefixes))
     laws = {}
     for start in range(0, len(prefixes), batch):
         chunk = prefixes[start:start + batch]
-        prepare(chunk)
+        if model_prepare is not None:
+            model_prepare([prefix for prefix in chunk if prefix in targets], draft=False)
+        else:
+            problem.prepare_drafts(chunk)
         for prefix in chunk:
-            laws[prefix] = (_stored(problem.target(prefix)),
+            laws[prefix] = (_stored(problem.target(prefix)) if prefix in targets else None,
                             _stored(problem.draft(prefix)) if prefix in internal else None)
     return laws
 
@@ -265,7 +273,7 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
 
 def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) -> None:
     """known[(verifier, shape)] = E[tau + 1 | tree] for every key, batched per (verifier, topology)."""
-    from verispec.verifiers import get_verifier
+    from verispec.verifiers import REGISTRY, get_verifier
 
     groups: dict[tuple, list] = {}    # (verifier, topology) -> [(key, node paths, tokens)]
     target_prefixes, draft_prefixes = [], []
@@ -273,7 +281,10 @@ def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) 
         verifier, shape = key
         paths, parent, depth, tokens, child_lists = _topology(shape)
         groups.setdefault((verifier, parent, depth, child_lists), []).append((key, paths, tokens))
-        target_prefixes.extend(paths)
+        # p at a leaf only sets the bonus token's law, never the mass of stopping there, for every registered rule
+        # (tests/selector/test_selector_labels.py holds it): the target is not run at a leaf of every tree
+        leaf_free = verifier in REGISTRY
+        target_prefixes.extend(path for path, children in zip(paths, child_lists) if children or not leaf_free)
         draft_prefixes.extend(path for path, children in zip(paths, child_lists) if children)
     laws = _collect_laws(problem, target_prefixes, draft_prefixes)
     size = problem.vocab_size
@@ -292,11 +303,15 @@ def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) 
                 known[key] = float(value)
 
 
+#: The laws of a node that is a leaf of every tree asked for (p unused, q undefined).
+NO_LAWS = (None, None)
+
+
 def _batch(rows, laws: dict, size: int, parent, depth, child_lists, compress: bool) -> TreeBatch:
     """A ``TreeBatch`` of one topology from (key, node paths, tokens) rows, p and q gathered from ``laws``."""
     internal = [bool(children) for children in child_lists]
     distinct = list(dict.fromkeys(path for _, paths, _ in rows for path in paths))
-    stored = [laws[path][0] for path in distinct] + [laws[path][1] for path in distinct if laws[path][1] is not None]
+    stored = [law for path in distinct for law in laws.get(path, NO_LAWS) if law is not None]
     if compress and all(support is not None for support, _ in stored):
         support = np.unique(np.concatenate([support for support, _ in stored]))      # [V'] kept tokens
     else:
@@ -311,6 +326,10 @@ def _batch(rows, laws: dict, size: int, parent, depth, child_lists, compress: bo
     contexts = np.empty((count, nodes), dtype=np.int64)                               # [N, n]
 
     def put(target, law):
+        if law is None:  # a leaf's p, which no registered rule's stopping mass reads: any law will do
+            target[:] = 0.0
+            target[0] = 1.0
+            return
         where, values = law
         if where is None:
             target[:] = values  # a dense law forces the whole vocabulary
@@ -320,7 +339,7 @@ def _batch(rows, laws: dict, size: int, parent, depth, child_lists, compress: bo
 
     for row, (_, paths, node_tokens) in enumerate(rows):
         for node, path in enumerate(paths):
-            target_law, draft_law = laws[path]
+            target_law, draft_law = laws.get(path, NO_LAWS)
             put(p[row, node], target_law)
             if internal[node]:
                 put(q[row, node], draft_law)
@@ -448,7 +467,10 @@ def label_quality(conditional, reference, *, times=None, trees=(1, 2, 4, 8, 16, 
       ranking           for each m in ``trees`` (at most the samples): labels from m of the sampled trees
                         (``repeats`` random subsets per root, ``numpy.random.default_rng(seed)``) against the
                         reference: ``best_agrees`` (fraction of (root, subset) whose best action, by E / T with
-                        ``times`` [A] or by E without, is the reference's best), ``regret`` (mean 1 - reference
+                        ``times`` [A] or by E without, is the reference's best), ``not_excluded`` (fraction whose
+                        chosen action the reference's intervals do not exclude from being the best: its upper
+                        score at least every action's lower score; equal to best_agrees for exact references,
+                        and the share a certified tie leaves open otherwise), ``regret`` (mean 1 - reference
                         score of the chosen action / the reference's best score) and ``spearman`` (mean rank
                         correlation of the scores over actions)
     """
@@ -470,20 +492,25 @@ def label_quality(conditional, reference, *, times=None, trees=(1, 2, 4, 8, 16, 
     cost = np.ones(value.shape[1]) if times is None else np.asarray(times, dtype=np.float64)   # [A]
     score = value / cost                                                              # [R, A]
     best = score.argmax(axis=1)                                                       # [R]
+    reference_low = np.stack([labels.lower for labels in reference]) / cost          # [R, A]
+    reference_high = np.stack([labels.upper for labels in reference]) / cost         # [R, A]
+    best_low = reference_low.max(axis=1)                                              # [R]
     rng = np.random.default_rng(seed)
     ranking = []
     available = min(labels.per_sample.shape[0] for labels in conditional)
     for m in sorted({int(t) for t in trees if 1 <= t <= available}):
-        agree, regret, spearman = [], [], []
+        agree, possible, regret, spearman = [], [], [], []
         for root, labels in enumerate(conditional):
             for _ in range(repeats if m < available else 1):
                 rows = rng.choice(labels.per_sample.shape[0], size=m, replace=False)
                 estimate = labels.per_sample[rows].mean(axis=0) / cost                # [A]
                 chosen = int(estimate.argmax())
                 agree.append(chosen == best[root])
+                possible.append(reference_high[root, chosen] >= best_low[root])
                 regret.append(1.0 - score[root, chosen] / score[root, best[root]])
                 spearman.append(_spearman(estimate, score[root]))
-        ranking.append({"trees": m, "best_agrees": float(np.mean(agree)), "regret": float(np.mean(regret)),
+        ranking.append({"trees": m, "best_agrees": float(np.mean(agree)), "not_excluded": float(np.mean(possible)),
+                        "regret": float(np.mean(regret)),
                         "spearman": float(np.nanmean(spearman))})
     return {"roots": len(conditional), "actions": int(value.shape[1]), "bias": float(difference.mean()),
             "spread": float(difference.std()), "z_within_95": float(within.mean()) if within.size else None,

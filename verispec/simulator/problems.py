@@ -94,6 +94,8 @@ class ShiftedProblem(Problem):
         if hasattr(base, "prepare"):  # a model-backed problem: batched p and q, and a bounded law cache
             self.prepare = self._prepare
             self.cache_capacity = base.cache_capacity
+        if hasattr(base, "extend_drafts"):  # q alone, the draft fed only the nodes it has not seen
+            self.extend_drafts = self._extend_drafts
 
     def target(self, prefix: Prefix) -> np.ndarray:
         return self.base.target(self.prefix + tuple(prefix))
@@ -101,8 +103,11 @@ class ShiftedProblem(Problem):
     def draft(self, prefix: Prefix) -> np.ndarray:
         return self.base.draft(self.prefix + tuple(prefix))
 
-    def _prepare(self, prefixes) -> None:
-        self.base.prepare([self.prefix + tuple(prefix) for prefix in prefixes])
+    def _prepare(self, prefixes, **models) -> None:
+        self.base.prepare([self.prefix + tuple(prefix) for prefix in prefixes], **models)
+
+    def _extend_drafts(self, prefixes) -> None:
+        self.base.extend_drafts([self.prefix + tuple(prefix) for prefix in prefixes])
 
     def prepare_drafts(self, prefixes) -> None:
         self.base.prepare_drafts([self.prefix + tuple(prefix) for prefix in prefixes])

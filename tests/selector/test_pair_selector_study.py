@@ -1,0 +1,257 @@
+"""The delay selector's study on a pair's stored datasets (``verispec.report.pair_selector``, ``verispec selector
+study``, ``verispec report --selector-dataset``): the split is by prompt and one for every rule, the static and
+oracle rows and the DDTE ratios recompute by hand from the labels and each regime's latency formula, and bad input
+is refused on one line. The datasets are pair-shaped (conditional-exact labels from sampled trees, prompts as
+groups, one sampling setting each) and built here from a seeded generator."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from verispec.cli import main
+from verispec.selector.actions import ActionGrid
+from verispec.selector.dataset_file import DATASET_FORMAT, DATASET_VERSION, Dataset
+from verispec.selector.features import SCALAR_FEATURES
+
+pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+
+RULES = ("specinfer", "traversal", "traversal-iid")
+T07 = {"temperature": 0.7, "top_k": 20, "top_p": 0.8}
+T1 = {"temperature": 1.0, "top_k": None, "top_p": None}
+
+
+def pair_dataset(sampling: dict, *, rules=RULES, prompts: int = 12, roots: int = 2, trees: int = 4, seed: int = 0,
+                 pair: str = "tiny", ks=(1, 2)) -> Dataset:
+    """``prompts`` prompts of ``roots`` roots each, labelled for K in ``ks``, L1 and L2 in 0..1 with ``rules``:
+    E of each sampled tree is 1 + depth x (the root's acceptance x noise), chain:0 exactly 1."""
+    grid = ActionGrid(ks, (0, 1), (0, 1), tuple(rules))
+    rng = np.random.default_rng(seed)
+    count, actions = prompts * roots, len(grid)
+    depth = np.array([action.depth for action in grid.actions], dtype=float)  # [A]
+    accept = rng.uniform(0.1, 0.9, size=(count, 1, 1))  # [N, 1, 1]
+    per_sample = 1 + depth * accept * rng.uniform(0.4, 1.0, size=(count, trees, actions))  # [N, S, A]
+    efficiency = per_sample.mean(1)  # [N, A]
+    features = rng.normal(size=(count, len(SCALAR_FEATURES)))  # [N, F]
+    features[:, SCALAR_FEATURES.index("l1_p_q_prev")] = 2 * (1 - accept[:, 0, 0])
+    metadata = {"format": DATASET_FORMAT, "version": DATASET_VERSION, "grid": grid.as_dict(),
+                "feature_names": list(SCALAR_FEATURES), "pair": pair, "tokenizer": None, "vocab_size": 32,
+                "samplings": [sampling], "method": "conditional", "samples": trees, "seed": seed}
+    zeros = np.zeros((count, actions))
+    label = f"T{sampling['temperature']:g}"
+    return Dataset(features=features, efficiency=efficiency, stderr=zeros, lower=efficiency, upper=efficiency,
+                   group=np.repeat([f"HumanEval/{i}" for i in range(prompts)], roots), setting=np.zeros(count, int),
+                   context_length=np.full(count, 16), label_method=np.full(count, "conditional"),
+                   key=[f"{label}-{i}" for i in range(count)], metadata=metadata, per_sample=per_sample)
+
+
+@pytest.fixture(scope="module")
+def study():
+    """The study of two settings (T=0.7 with three rules, T=1 with two) in the gpu-large and h100 regimes."""
+    from verispec.report.pair_selector import run_study
+    from verispec.selector.regimes import regime_models
+
+    datasets = [("t07.npz", pair_dataset(T07, seed=1)), ("t1.npz", pair_dataset(T1, rules=RULES[:2], seed=2))]
+    return datasets, run_study(datasets, regime_models(None), seed=3, epochs=3, test_fraction=0.25, resamples=200)
+
+
+def _times(grid: ActionGrid, regime: str) -> np.ndarray:
+    """T(a) by each regime's formula: gpu-large (L1 + L2) + 20; h100 in ms, (L1 + L2) 3.3 + 5.4 (1 + 0.003 (n - 1))
+    with n = 1 + L1 + K L2 tree nodes."""
+    if regime == "gpu-large":
+        return np.array([a.l1 + a.l2 + 20.0 for a in grid.actions])
+    return np.array([(a.l1 + a.l2) * 3.3 + 5.4 * (1 + 0.003 * (a.l1 + a.k * a.l2)) for a in grid.actions])
+
+
+def test_the_split_is_by_prompt_and_the_same_for_every_setting_regime_and_rule(study):
+    datasets, result = study
+    groups = sorted({f"HumanEval/{i}" for i in range(12)})
+    order = np.random.default_rng(3).permutation(len(groups))
+    held = sorted(groups[i] for i in order[:3])  # round(0.25 x 12) = 3
+    assert result["split"]["held_out"] == held and result["split"]["held_out_prompts"] == 3
+    # one dataset of one setting: the split of 'selector train --test-fraction 0.25 --split-seed 3'
+    assert sorted(set(datasets[0][1].split(0.25, 3)[1].group.tolist())) == held
+    for setting in result["settings"].values():
+        assert (setting["held_out_prompts"], setting["held_out_roots"], setting["train_roots"]) == (3, 6, 18)
+    assert len(result["tables"]) == 4
+    for table in result["tables"]:
+        assert (table["held_out_prompts"], table["held_out_roots"]) == (3, 6)
+
+
+def test_held_out_count_keeps_64_prompts_from_256():
+    from verispec.report.pair_selector import held_out_count
+
+    assert held_out_count(256, 0.1) == 64 and held_out_count(1000, 0.1) == 100
+    assert held_out_count(255, 0.1) == 26 and held_out_count(100, 0.25) == 25
+    assert held_out_count(2, 0.9) == 1 and held_out_count(2, 0.01) == 1
+
+
+def test_static_and_oracle_rows_recompute_from_the_labels(study):
+    datasets, result = study
+    held = result["split"]["held_out"]
+    for (_, data), setting in zip(datasets, ("T=0.7 top-k=20 top-p=0.8", "T=1")):
+        rows = np.isin(data.group, held)
+        for table in (t for t in result["tables"] if t["setting"] == setting):
+            times = _times(data.grid, table["regime"])
+            for rule, entry in table["rules"].items():
+                columns = [i for i, action in enumerate(data.grid.actions) if action.verifier == rule]
+                static = columns[int(np.argmax(data.efficiency[~rows][:, columns].mean(0) / times[columns]))]
+                test = data.efficiency[rows]  # [6, A]
+                row = entry["policies"]["static"]
+                assert row["action"] == data.grid.actions[static].name
+                assert row["tokens_per_target_call"] == pytest.approx(test[:, static].mean(), abs=1e-12)
+                assert row["throughput"] == pytest.approx(test[:, static].sum() / (6 * times[static]), abs=1e-12)
+                best = [max(columns, key=lambda a: test[b, a] / times[a]) for b in range(6)]
+                oracle = sum(test[b, best[b]] for b in range(6)) / sum(times[a] for a in best)
+                assert entry["policies"]["oracle"]["throughput"] == pytest.approx(oracle, abs=1e-12)
+                assert entry["policies"]["oracle"]["biased_upward"] is True
+                tokens = time = 0.0  # cross-fitted: chosen on trees 1-2, scored on 3-4, and the other way round
+                for b in np.flatnonzero(rows):
+                    trees = data.per_sample[b]  # [4, A]
+                    for choose, score in ((slice(0, 2), slice(2, 4)), (slice(2, 4), slice(0, 2))):
+                        pick = max(columns, key=lambda a: trees[choose, a].mean() / times[a])
+                        tokens += trees[score, pick].mean() / 2
+                        time += times[pick] / 2
+                crossfit = entry["policies"]["oracle_crossfit"]
+                assert crossfit["throughput"] == pytest.approx(tokens / time, abs=1e-12)
+                mlp = entry["policies"]["mlp"]
+                assert entry["gain_over_static"]["estimate"] == pytest.approx(
+                    mlp["throughput"] / row["throughput"] - 1, abs=1e-12)
+                assert entry["regret_to_crossfit_oracle"]["estimate"] == pytest.approx(
+                    1 - mlp["throughput"] / crossfit["throughput"], abs=1e-12)
+                low, high = entry["versus_baselines"]["linear"]["ratio_ci"]
+                verdict = "better" if low > 1 else "worse" if high < 1 else "not shown"
+                assert entry["versus_baselines"]["linear"]["verdict"] == verdict
+
+
+def test_the_ddte_ratios_are_those_of_the_rows(study):
+    datasets, result = study
+    from verispec.report.pair_selector import TARGET_HALF_WIDTH
+
+    for table in result["tables"]:
+        rules = table["rules"]
+        expected = [(rival, policy) for rival in RULES[1:] if rival in rules for policy in ("best static", "selector")]
+        assert [(row["rival"], row["rival_policy"]) for row in table["ddte"]] == expected
+        assert table["ddte_rules_missing"] == [rule for rule in RULES if rule not in rules]
+        lead = rules["specinfer"]["policies"]["mlp"]["throughput"]
+        for row in table["ddte"]:
+            key = "static" if row["rival_policy"] == "best static" else "mlp"
+            assert row["ratio"] == pytest.approx(lead / rules[row["rival"]]["policies"][key]["throughput"], abs=1e-12)
+            if key == "static":
+                assert row["rival_action"] == rules[row["rival"]]["policies"]["static"]["action"]
+            low, high = row["ratio_ci"]
+            assert row["half_width"] == pytest.approx((high - low) / 2, abs=1e-15)
+            needed = math.ceil(3 * (row["half_width"] / TARGET_HALF_WIDTH) ** 2 - 1e-9)
+            assert row["prompts_for_target"] == (needed if row["half_width"] > TARGET_HALF_WIDTH else None)
+
+
+def test_prompts_for_a_half_width_of_two_percent():
+    from verispec.report.pair_selector import prompts_for_half_width
+
+    # n (hw / 0.02)^2: 64 x 2^2 = 256 exactly; 64 x 1.5^2 = 144; 64 x 1.05^2 = 70.56 -> 71
+    assert prompts_for_half_width(64, 0.04) == 256
+    assert prompts_for_half_width(64, 0.03) == 144
+    assert prompts_for_half_width(64, 0.021) == 71
+    assert prompts_for_half_width(64, 0.02) is None and prompts_for_half_width(64, 0.001) is None
+
+
+def test_no_draft_is_counted(study):
+    _, result = study
+    for table in result["tables"]:
+        for entry in table["rules"].values():
+            row = entry["policies"]["mlp"]
+            assert row["no_draft_fraction"] == pytest.approx(row["no_draft_roots"] / 6, abs=1e-15)
+            assert entry["policies"]["static"]["no_draft"] == (
+                entry["policies"]["static"]["action"].endswith("L1=0 L2=0"))
+
+
+def _write(tmp_path, name: str, data: Dataset) -> str:
+    path = tmp_path / name
+    data.save(path)
+    return str(path)
+
+
+def _refused(argv, capsys, needle: str) -> None:
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_the_study_command_writes_its_files_and_refuses_bad_input(tmp_path, capsys):
+    from verispec.latency import LatencyModel
+    from verispec.selector.regimes import REGIME_TITLES
+
+    t07 = _write(tmp_path, "t07.npz", pair_dataset(T07, prompts=8, seed=1))
+    t1 = _write(tmp_path, "t1.npz", pair_dataset(T1, rules=RULES[:2], prompts=8, seed=2))
+    latency = tmp_path / "cpu.json"
+    latency.write_text(json.dumps(LatencyModel(30.0, (1, 8, 32), (60.0, 90.0, 200.0), "ms", "test CPU").as_dict()))
+    out = tmp_path / "study"
+    argv = ["selector", "study", "--dataset", t07, "--dataset", t1, "--latency", str(latency), "--out", str(out),
+            "--epochs", "2", "--bootstrap", "100"]
+    assert main(argv) == 0
+    result = json.loads((out / "pair_selector.json").read_text())
+    assert [(t["setting"], t["regime"]) for t in result["tables"]] == [
+        (s, r) for s in ("T=0.7 top-k=20 top-p=0.8", "T=1") for r in ("gpu-large", "cpu", "h100")]
+    text = (out / "pair_selector.md").read_text()
+    for title in REGIME_TITLES.values():  # every table titled with its regime: 3 tables x 2 settings (2 without DDTE)
+        assert text.count(f"**Policies: {title};") == 2 and text.count(f"**DDTE comparisons: {title};") == 2
+    assert "No draft (chain:0) here" in text
+    assert (out / "pair_selector.png").read_bytes().startswith(b"\x89PNG")
+    other_pair = _write(tmp_path, "other.npz", pair_dataset(T1, pair="other", prompts=4))
+    other_grid = _write(tmp_path, "grid.npz", pair_dataset(T1, ks=(1,), prompts=4))
+    one_prompt = _write(tmp_path, "one.npz", pair_dataset(T1, prompts=1))
+    base = ["selector", "study", "--out", str(tmp_path / "refused"), "--dataset", t07]
+    _refused(base + ["--dataset", other_pair], capsys, "of the pair 'other'")
+    _refused(base + ["--pair", "qwen-coder"], capsys, "not of --pair qwen-coder")
+    _refused(base + ["--dataset", other_grid], capsys, "one tree grid")
+    _refused(base + ["--dataset", t07], capsys, "in both")
+    _refused(base[:-1] + [one_prompt], capsys, "needs at least 2")
+    _refused(base + ["--latency", str(tmp_path / "missing.json")], capsys, "missing.json")
+    _refused(base + ["--dataset", str(tmp_path / "missing.npz")], capsys, "does not exist")
+    assert not (tmp_path / "refused").exists()
+
+
+def test_the_report_adds_the_section_without_the_pair(tmp_path, monkeypatch, capsys):
+    """``verispec report --pair tiny --selector-dataset F``, tiny not an installed pair: study 6 says why it did not
+    run and section 9 runs from the dataset (the other studies stubbed out: they are the report's own tests)."""
+    import verispec.report
+    import verispec.report.pair_section as pair_section
+
+    for study in ("verifiers", "depth", "delay", "paths", "orderings", "selector", "typical"):
+        monkeypatch.setattr(getattr(verispec.report, study), "run", lambda report: None)
+    monkeypatch.setattr(pair_section, "QUICK_EPOCHS", 2)
+    data = _write(tmp_path, "t07.npz", pair_dataset(T07, prompts=6, seed=4))
+    out = tmp_path / "report"
+    assert main(["report", "--quick", "--backend", "serial", "--out", str(out), "--pair", "tiny",
+                 "--selector-dataset", data]) == 0
+    text = (out / "report.md").read_text()
+    assert "## 9. Delay selector on a model pair" in text and "### T=0.7 top-k=20 top-p=0.8: (a)" in text
+    assert "## 6. Derived and certified problems from a real pair\n\nNot run: " in text
+    assert json.loads((out / "pair_selector.json").read_text())["pair"] == "tiny"
+    _refused(["report", "--quick", "--out", str(tmp_path / "r2"), "--latency", str(tmp_path / "x.json")], capsys,
+             "goes with --selector-dataset")
+    _refused(["report", "--quick", "--out", str(tmp_path / "r3"), "--pair", "no-such-pair"], capsys, "no-such-pair")
+    _refused(["report", "--quick", "--out", str(tmp_path / "r4"), "--pair", "no-such-pair", "--selector-dataset", data],
+             capsys, "not of --pair no-such-pair")
+
+
+def test_paired_policy_ratios_agree_with_paired_ratio():
+    """The many-pair bootstrap gives paired_ratio's numbers on the same resamples, and a policy over itself is
+    exactly 1."""
+    from verispec.selector.evaluate import paired_policy_ratios, paired_ratio
+
+    rng = np.random.default_rng(5)
+    efficiency, times = 1 + rng.uniform(0, 2, size=(30, 4)), np.array([1.0, 2.0, 3.0, 4.0])  # [N, A], [A]
+    groups = np.repeat(np.arange(10), 3)
+    choices = {"a": rng.integers(0, 4, 30), "b": rng.integers(0, 4, 30)}
+    ratios = paired_policy_ratios(efficiency, times, choices, groups, [("a", "b"), ("a", "a")], resamples=300, seed=7)
+    single = paired_ratio(efficiency, times, choices["a"], efficiency, times, choices["b"], groups, resamples=300,
+                          seed=7)
+    assert ratios[("a", "b")]["ratio"] == pytest.approx(single["ratio"], abs=1e-12)
+    assert ratios[("a", "b")]["ratio_ci"] == pytest.approx(single["ratio_ci"], abs=1e-12)
+    assert ratios[("a", "a")] == {"ratio": 1.0, "ratio_ci": [1.0, 1.0]}

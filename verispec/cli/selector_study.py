@@ -1,0 +1,63 @@
+"""``verispec selector study``: the delay selector's study on a model pair's stored datasets, no model loaded
+(``verispec.report.pair_selector``; ``verispec report --selector-dataset FILE`` adds the same study as its
+section 9).
+
+    verispec selector study --dataset data/selector/qwen-t07.npz --dataset data/selector/qwen-t1.npz \\
+                            --latency data/selector/latency-cpu.json --out study/
+
+writes ``pair_selector.json`` (every number), ``pair_selector.md`` (one section of tables per sampling setting and
+latency regime, each table titled with the regime's full name) and ``pair_selector.png`` into DIR.
+"""
+
+from __future__ import annotations
+
+import time
+
+from verispec.cli.options import integer_option, number_option
+
+
+def add_study_parser(steps) -> None:
+    study = steps.add_parser("study", help="the selector study on a pair's stored datasets, in three latency regimes "
+                                           "(tables, JSON, a figure; no model loaded)")
+    study.add_argument("--dataset", action="append", required=True, metavar="FILE",
+                       help="a dataset of the pair ('selector dataset --pair NAME'), one sampling setting or several; "
+                            "repeatable (one pair, one tree grid; each setting in one dataset)")
+    study.add_argument("--latency", default=None, metavar="FILE",
+                       help="the pair's latency model on this CPU ('verispec latency --pair NAME --out FILE'): the "
+                            "cpu regime (left out without it)")
+    study.add_argument("--pair", default=None, metavar="NAME",
+                       help="refuse datasets of any other pair (default: the first dataset's)")
+    study.add_argument("--out", required=True, metavar="DIR", help="the folder of the study's three files")
+    study.add_argument("--seed", type=integer_option(minimum=0, what="a non-negative integer"), default=0,
+                       help="the split's, the selectors' and the bootstrap's seed (default 0)")
+    study.add_argument("--epochs", type=integer_option(minimum=1, maximum=100_000, what="an integer in [1, 100000]"),
+                       default=300, help="training epochs of the mlp and linear selectors (default 300)")
+    study.add_argument("--test-fraction", type=number_option(minimum=0, strict=True, what="a number in (0, 1)"),
+                       default=0.25, help="prompts held out (default 0.25; at least 64 from 256 prompts)")
+    study.add_argument("--bootstrap", type=integer_option(minimum=100, maximum=100_000,
+                                                          what="an integer in [100, 1e5]"),
+                       default=2000, help="group-bootstrap resamples of the 95%% intervals (default 2000)")
+
+
+def run_study_command(args) -> int:
+    from verispec.errors import VerispecError
+    from verispec.report.pair_selector import check_study_outputs, load_inputs, run_study
+
+    if not 0 < args.test_fraction < 1:
+        raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
+    check_study_outputs(args.out)  # before any file is read or selector trained
+    datasets, regimes = load_inputs(args.dataset, args.latency, args.pair)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
+    from verispec.report.pair_section import write_study
+
+    start = time.perf_counter()
+    result = run_study(datasets, regimes, seed=args.seed, epochs=args.epochs, test_fraction=args.test_fraction,
+                       resamples=args.bootstrap, pair=args.pair)
+    write_study(result, args.out)
+    print(f"wrote the selector study of {result['pair']} into {args.out} ({len(result['settings'])} settings x "
+          f"{len(result['regimes'])} regimes, {result['split']['held_out_prompts']} held-out prompts; "
+          f"{time.perf_counter() - start:.1f} s)")
+    return 0

@@ -1,0 +1,370 @@
+"""The delay selector's study on a model pair's stored datasets (issue 33): tables and a figure, no model loaded.
+
+Input: one pair's labelled datasets (``verispec selector dataset --pair``: one per sampling setting, or several
+settings in one file) and latency regimes (``verispec.selector.regimes``: (a) gpu-large, (b) this CPU as
+measured, (c) the H100). In every (setting, regime) and for every lossless rule (verifier) a dataset labels, on
+the held-out prompts:
+
+* tokens per target call and throughput of the best static action (chosen on the training prompts), the
+  selector (the DDTE paper's network, Thomas et al. 2026, arXiv 2602.16994, Sec. 6, trained with its Eq. 12), its
+  linear and lookup baselines (``verispec.selector.train``), the cross-fitted oracle and the in-sample oracle
+  (biased upward on conditional-exact labels), each with a 95% group-bootstrap interval
+  (``verispec.selector.evaluate``: groups are prompts, whose roots share a trace);
+* the selector's gain over the best static action and its regret to the cross-fitted oracle, with paired
+  intervals, and whether it beats its linear and lookup baselines: it does when the paired interval of its
+  throughput ratio to the baseline excludes 1 from above;
+* the DDTE comparisons (the paper's, and the one it skipped): selector-driven SpecInfer over Traversal and over
+  Traversal-iid, each at its best static tree and with its own selector, with the interval's half-width
+  hw = (high - low) / 2 in ratio units and, where hw exceeds 2%, the held-out prompts that would bring it to 2%:
+  n (hw / 0.02)^2, rounded up (a half-width shrinks as 1 / sqrt(prompts));
+* how often the best static action and the selector choose chain:0 (no draft), which the H100 regime may favour.
+
+The split is by prompt (a dataset's ``group``), never by root, and one split serves every setting, regime and
+rule: the distinct prompts of all the datasets, sorted, are shuffled by ``numpy.random.default_rng(seed)`` and the
+first ``held_out_count`` are held out, in every setting they appear in. That is ``Dataset.split``'s rule, so one
+dataset of one setting splits as ``verispec selector train --test-fraction F --split-seed SEED`` does, with one
+change: at least ``MIN_HELD_OUT`` prompts are held out when there are ``FLOOR_PROMPTS`` or more.
+
+The selectors read the scalar features only (hidden states a dataset may hold are not read), the latency features
+(draft_time, target_time) set to each regime's model, as ``verispec selector train --latency`` does; every
+selector is trained with the study's seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from verispec.errors import VerispecError, describe
+from verispec.io import check_output_dir, check_output_file
+from verispec.latency import LatencyModel
+from verispec.report.common import plural, throughput_unit
+from verispec.selector.actions import ActionGrid, action_times
+from verispec.selector.dataset import sampling_text
+from verispec.selector.dataset_file import Dataset, DatasetError
+from verispec.selector.evaluate import (
+    DEFAULT_BOOTSTRAP,
+    best_static,
+    crossfit_oracle_totals,
+    evaluate_policies,
+    oracle_choice,
+    paired_policy_ratios,
+    verifier_actions,
+)
+from verispec.selector.regimes import REGIME_TITLES
+
+#: Held-out prompts the split keeps at least, once the datasets hold ``FLOOR_PROMPTS`` prompts or more.
+MIN_HELD_OUT = 64
+FLOOR_PROMPTS = 256
+#: The half-width of a DDTE ratio's interval the study asks for (ratio units: 0.02 is 2%).
+TARGET_HALF_WIDTH = 0.02
+#: The selector (the paper's network) and its two baselines, trained for every rule and regime.
+KINDS = ("mlp", "linear", "lookup")
+#: The DDTE comparison: the lead rule driven by its selector, against each rival at its best static tree and
+#: with its own selector.
+LEAD = "specinfer"
+RIVALS = ("traversal", "traversal-iid")
+NO_DRAFT = "chain:0"
+DEFAULT_EPOCHS = 300
+DEFAULT_TEST_FRACTION = 0.25
+
+#: What the study writes into its folder (atomically).
+JSON_FILE, MARKDOWN_FILE, FIGURE_FILE = "pair_selector.json", "pair_selector.md", "pair_selector.png"
+OUTPUTS = (JSON_FILE, MARKDOWN_FILE, FIGURE_FILE)
+STUDY_FORMAT = "verispec pair selector study"
+
+#: The policies of a rule's table, in order, with their names in the markdown.
+POLICY_NAMES = {"static": "best static", "mlp": "selector (mlp)", "linear": "linear baseline",
+                "lookup": "lookup baseline", "oracle_crossfit": "oracle, cross-fitted",
+                "oracle": "oracle, in-sample"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One sampling setting's roots (``name``: 'T=0.7 top-k=20 top-p=0.8'), from the dataset ``source``."""
+
+    name: str
+    source: str
+    data: Dataset
+
+
+def held_out_count(prompts: int, fraction: float) -> int:
+    """Prompts held out of ``prompts``: round(fraction prompts), at least ``MIN_HELD_OUT`` when there are
+    ``FLOOR_PROMPTS`` or more, and always at least 1 and at most prompts - 1."""
+    count = int(round(fraction * prompts))
+    if prompts >= FLOOR_PROMPTS:
+        count = max(count, MIN_HELD_OUT)
+    return min(prompts - 1, max(1, count))
+
+
+def split_prompts(groups, fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """(training prompts, held-out prompts), each sorted: the distinct ``groups`` sorted, shuffled by
+    ``numpy.random.default_rng(seed)``, the first ``held_out_count`` held out (the module docstring's rule)."""
+    distinct = np.unique(np.asarray(groups, dtype=str))  # sorted
+    if len(distinct) < 2:
+        raise DatasetError(f"a split by prompt needs at least two prompts; the datasets hold {len(distinct)}")
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    held = set(distinct[order[:held_out_count(len(distinct), fraction)]].tolist())
+    return sorted(set(distinct.tolist()) - held), sorted(held)
+
+
+def prompts_for_half_width(prompts: int, half_width: float, target: float = TARGET_HALF_WIDTH) -> int | None:
+    """Held-out prompts that would bring an interval of half-width ``half_width`` over ``prompts`` prompts to
+    ``target``: n (hw / target)^2 rounded up (a half-width scales as 1 / sqrt(prompts)); None when it is
+    already there."""
+    if half_width <= target:
+        return None
+    return int(math.ceil(round(prompts * (half_width / target) ** 2, 9)))
+
+
+def _trees(grid: ActionGrid) -> tuple:
+    return grid.ks, grid.l1s, grid.l2s
+
+
+def pair_settings(datasets: Sequence[tuple[str, Dataset]], pair: str | None = None) -> list[Setting]:
+    """The sampling settings of ``datasets`` ((label, dataset) pairs), each checked, or a one-line
+    ``DatasetError``: every dataset of one pair (``pair`` when given), of one tree grid (K, L1, L2; the rules may
+    differ) and of the same features; a sampling setting in one dataset only; at least two prompts a setting."""
+    if not datasets:
+        raise DatasetError("give at least one dataset of the pair (--selector-dataset / --dataset FILE)")
+    first_label, first = datasets[0]
+    pairs = {label: data.metadata.get("pair") for label, data in datasets}
+    expected = first.metadata.get("pair") if pair is None else pair
+    for label, data in datasets:
+        if pairs[label] != expected:
+            against = f"--pair {pair}" if pair is not None else f"{first_label!r} (pair {expected!r})"
+            raise DatasetError(f"dataset {label!r} holds roots of the pair {pairs[label]!r}, not of {against}; give "
+                               "datasets of one pair")
+        if _trees(data.grid) != _trees(first.grid):
+            raise DatasetError(f"dataset {label!r} labels the trees of {data.grid.describe()}, {first_label!r} those "
+                               f"of {first.grid.describe()}; give datasets of one tree grid (K, L1, L2)")
+        if data.feature_names != first.feature_names:
+            raise DatasetError(f"dataset {label!r} holds other features than {first_label!r}; rebuild it")
+    settings: list[Setting] = []
+    for label, data in datasets:
+        for index, sampling in enumerate(data.samplings):
+            rows = data.setting == index
+            if not rows.any():
+                continue
+            name = sampling_text(sampling)
+            clash = next((setting for setting in settings if setting.name == name), None)
+            if clash is not None:
+                raise DatasetError(f"the sampling setting {name} is in both {clash.source!r} and {label!r}; give each "
+                                   "setting in one dataset")
+            subset = data.subset(rows)
+            prompts = len(np.unique(subset.group))
+            if prompts < 2:
+                raise DatasetError(f"dataset {label!r} holds {plural(prompts, 'prompt')} at {name}; the study "
+                                   "splits by prompt and needs at least 2")
+            settings.append(Setting(name, label, subset))
+    return settings
+
+
+def regime_features(data: Dataset, latency: LatencyModel) -> np.ndarray:
+    """The features [N, F] with draft_time and target_time set to ``latency``'s t_q and t_p(1) (what ``verispec
+    selector train --latency`` does: they are the regime's, constant over the roots)."""
+    features = data.features.copy()  # [N, F]
+    names = list(data.feature_names)
+    for name, value in (("draft_time", latency.draft_step), ("target_time", latency.target_time(1))):
+        if name in names:
+            features[:, names.index(name)] = value
+    return features
+
+
+def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyModel, *, seed: int,
+                 epochs: int) -> dict[str, np.ndarray]:
+    """{kind: [N_test] action index into the dataset's grid} of the selectors of ``KINDS`` trained on ``train``
+    over ``verifier``'s actions under ``latency`` (Eq. 12 against plain decoding, as ``selector train`` does)."""
+    from verispec.selector.train import train_selector
+
+    grid = train.grid
+    sub = ActionGrid(grid.ks, grid.l1s, grid.l2s, (verifier,))
+    columns = np.array([grid.index(action) for action in sub.actions], dtype=np.int64)  # [A']
+    times = action_times(sub, latency)  # [A']
+    plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
+    train_x, test_x = regime_features(train, latency), regime_features(test, latency)  # [N, F], [N_test, F]
+    chosen = {}
+    for kind in KINDS:
+        selector = train_selector(train_x, train.efficiency[:, columns], times, sub, kind=kind,
+                                  base=plain[0] if plain else None, seed=seed, epochs=epochs,
+                                  feature_names=train.feature_names,
+                                  metadata={"latency": latency.as_dict(), "samplings": train.samplings})
+        chosen[kind] = columns[selector.choose_batch(test_x)]  # [N_test]
+    return chosen
+
+
+def _with_ci(entry: dict, shift: float = 0.0, sign: float = 1.0) -> dict:
+    """{"estimate", "ci"} of sign (ratio - shift) from a paired ratio ``entry`` (a gain: shift 1; a regret:
+    shift 1, sign -1, the interval's ends swapped)."""
+    low, high = sorted(sign * (value - shift) for value in entry["ratio_ci"])
+    return {"estimate": sign * (entry["ratio"] - shift), "ci": [low, high]}
+
+
+def verdict(interval: Sequence[float]) -> str:
+    """'better' when a ratio's interval lies above 1, 'worse' below it, else 'not shown' (it holds 1)."""
+    return "better" if interval[0] > 1 else "worse" if interval[1] < 1 else "not shown"
+
+
+def rule_entry(test: Dataset, times: np.ndarray, verifier: str, choices: Mapping[str, np.ndarray],
+               totals: Mapping[str, tuple], *, resamples: int, seed: int) -> dict:
+    """One rule's rows: every policy's tokens per target call and throughput (with ``ratio_to_static``), the
+    selector's gain, regret and ratios to its baselines (paired intervals), and its choices of chain:0."""
+    grid = test.grid
+    mine = {policy: choices[f"{verifier} {policy}"] for policy in ("static", *KINDS, "oracle")}
+    extra = {"oracle_crossfit": totals[f"{verifier} oracle_crossfit"]} if f"{verifier} oracle_crossfit" in totals \
+        else {}
+    policies = evaluate_policies(test.efficiency, times, mine, test.group, resamples=resamples, seed=seed,
+                                 baseline="static", totals=extra)
+    pairs = [("mlp", "linear"), ("mlp", "lookup"), ("mlp", "oracle"), *(("mlp", name) for name in extra)]
+    ratios = paired_policy_ratios(test.efficiency, times, mine, test.group, pairs, totals=extra,
+                                  resamples=resamples, seed=seed)
+    static = int(mine["static"][0])
+    policies["static"].update(action=grid.actions[static].name, no_draft=grid.actions[static].tree == NO_DRAFT)
+    policies["oracle"]["biased_upward"] = bool(np.any(test.label_method == "conditional"))
+    no_draft = np.array([action.tree == NO_DRAFT for action in grid.actions])  # [A]
+    for kind in KINDS:
+        chosen = mine[kind]
+        policies[kind].update(distinct_actions=int(len(np.unique(chosen))),
+                              no_draft_roots=int(no_draft[chosen].sum()),
+                              no_draft_fraction=float(no_draft[chosen].mean()),
+                              agrees_with_oracle=float(np.mean(chosen == mine["oracle"])))
+    gain = {"ratio": policies["mlp"]["ratio_to_static"], "ratio_ci": policies["mlp"]["ratio_to_static_ci"]}
+    crossfit = ratios.get(("mlp", "oracle_crossfit"))
+    return {
+        "policies": policies,
+        "gain_over_static": _with_ci(gain, 1.0),
+        "regret_to_crossfit_oracle": None if crossfit is None else _with_ci(crossfit, 1.0, -1.0),
+        "regret_to_oracle": _with_ci(ratios[("mlp", "oracle")], 1.0, -1.0),
+        "versus_baselines": {name: {**ratios[("mlp", name)], "verdict": verdict(ratios[("mlp", name)]["ratio_ci"])}
+                             for name in ("linear", "lookup")},
+    }
+
+
+def ddte_comparisons(test: Dataset, times: np.ndarray, choices: Mapping[str, np.ndarray], prompts: int, *,
+                     resamples: int, seed: int) -> list[dict]:
+    """Selector-driven ``LEAD`` over each rival of ``RIVALS`` the grid labels, at the rival's best static tree and
+    with its own selector: the throughput ratio with its paired interval, the half-width, and the held-out prompts
+    a half-width of ``TARGET_HALF_WIDTH`` would take (None when it is met)."""
+    grid = test.grid
+    if LEAD not in grid.verifiers:
+        return []
+    pairs = [(f"{LEAD} mlp", f"{rival} {policy}") for rival in RIVALS if rival in grid.verifiers
+             for policy in ("static", "mlp")]
+    ratios = paired_policy_ratios(test.efficiency, times, choices, test.group, pairs, resamples=resamples, seed=seed)
+    rows = []
+    for lead, rival in pairs:
+        name, policy = rival.rsplit(" ", 1)
+        entry = ratios[(lead, rival)]
+        half_width = (entry["ratio_ci"][1] - entry["ratio_ci"][0]) / 2
+        rows.append({"lead": LEAD, "rival": name, "rival_policy": "best static" if policy == "static" else "selector",
+                     "rival_action": grid.actions[int(choices[rival][0])].name if policy == "static" else None,
+                     **entry, "half_width": half_width, "held_out_prompts": prompts,
+                     "prompts_for_target": prompts_for_half_width(prompts, half_width)})
+    return rows
+
+
+def regime_table(setting: Setting, held: Sequence[str], regime: str, latency: LatencyModel, *, seed: int,
+                 epochs: int, resamples: int) -> dict:
+    """The (setting, regime) table: every rule's entry (``rule_entry``), the DDTE comparisons, on the roots of
+    the held-out prompts ``held``, the static actions and the selectors fitted on the others."""
+    data = setting.data
+    rows = np.isin(data.group, list(held))  # [N]
+    train, test = data.subset(~rows), data.subset(rows)
+    grid, times = data.grid, action_times(data.grid, latency)  # [A]
+    choices, totals = {}, {}
+    for verifier in grid.verifiers:
+        allowed = verifier_actions(grid, verifier)
+        choices[f"{verifier} static"] = np.full(len(test), best_static(train.efficiency, times, allowed))
+        for kind, chosen in rule_choices(train, test, verifier, latency, seed=seed, epochs=epochs).items():
+            choices[f"{verifier} {kind}"] = chosen
+        choices[f"{verifier} oracle"] = oracle_choice(test.efficiency, times, allowed)
+        crossfit = None if test.per_sample is None else \
+            crossfit_oracle_totals(test.per_sample, test.efficiency, times, allowed)
+        if crossfit is not None:
+            totals[f"{verifier} oracle_crossfit"] = crossfit
+    prompts = len(np.unique(test.group))
+    return {"setting": setting.name, "regime": regime, "title": REGIME_TITLES.get(regime, latency.source),
+            "throughput_unit": throughput_unit(latency), "held_out_prompts": prompts, "held_out_roots": len(test),
+            "rules": {verifier: rule_entry(test, times, verifier, choices, totals, resamples=resamples, seed=seed)
+                      for verifier in grid.verifiers},
+            "ddte": ddte_comparisons(test, times, choices, prompts, resamples=resamples, seed=seed),
+            "ddte_rules_missing": [name for name in (LEAD, *RIVALS) if name not in grid.verifiers]}
+
+
+def _check_numbers(regimes, seed, epochs, test_fraction, resamples) -> None:
+    if not isinstance(regimes, Mapping) or not regimes or \
+            not all(isinstance(model, LatencyModel) for model in regimes.values()):
+        raise VerispecError(f"the study needs latency regimes {{name: LatencyModel}}, got {describe(regimes)}")
+    for value, what, least in ((seed, "the seed", 0), (epochs, "epochs", 1), (resamples, "bootstrap resamples", 100)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise VerispecError(f"{what} must be an integer >= {least}, got {describe(value)}")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
+        raise VerispecError(f"the held-out fraction must lie in (0, 1), got {describe(test_fraction)}")
+
+
+def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, LatencyModel], *, seed: int = 0,
+              epochs: int = DEFAULT_EPOCHS, test_fraction: float = DEFAULT_TEST_FRACTION,
+              resamples: int = DEFAULT_BOOTSTRAP, pair: str | None = None) -> dict:
+    """The study (module docstring) of ``datasets`` ((label, Dataset) pairs of one pair) in each regime of
+    ``regimes`` ({name: LatencyModel}, e.g. ``regime_models(cpu_file)``): JSON-ready, every number in it."""
+    _check_numbers(regimes, seed, epochs, test_fraction, resamples)
+    settings = pair_settings(datasets, pair)
+    train_prompts, held = split_prompts(np.concatenate([setting.data.group for setting in settings]),
+                                        test_fraction, seed)
+    result = {"format": STUDY_FORMAT, "pair": settings[0].data.metadata.get("pair"), "seed": int(seed),
+              "epochs": int(epochs), "test_fraction": float(test_fraction), "kinds": list(KINDS),
+              "bootstrap": {"resamples": int(resamples), "seed": int(seed), "level": 0.95, "over": "prompts"},
+              "split": {"rule": f"distinct prompts sorted, shuffled by numpy.random.default_rng({seed}), the first "
+                                f"{len(held)} held out (round({test_fraction:g} x {len(held) + len(train_prompts)}), "
+                                f"at least {MIN_HELD_OUT} from {FLOOR_PROMPTS} prompts)",
+                        "prompts": len(held) + len(train_prompts), "held_out_prompts": len(held),
+                        "held_out": held},
+              "regimes": {name: {"title": REGIME_TITLES.get(name, model.source), "latency": model.as_dict()}
+                          for name, model in regimes.items()},
+              "settings": {}, "tables": []}
+    held_set = set(held)
+    for setting in settings:
+        data = setting.data
+        groups = set(np.unique(data.group).tolist())
+        held_here = sorted(groups & held_set)
+        if not held_here or held_here == sorted(groups):
+            raise DatasetError(f"the split holds out {plural(len(held_here), 'prompt')} of the {len(groups)} of "
+                               f"{setting.name} ({setting.source!r}); give another seed or held-out fraction")
+        rows = np.isin(data.group, held_here)
+        result["settings"][setting.name] = {
+            "dataset": setting.source, "rules": list(data.grid.verifiers), "grid": data.grid.describe(),
+            "actions": len(data.grid), "label_methods": sorted(set(data.label_method.tolist())),
+            "prompts": len(groups), "roots": len(data), "train_prompts": len(groups) - len(held_here),
+            "held_out_prompts": len(held_here), "train_roots": int((~rows).sum()), "held_out_roots": int(rows.sum())}
+        for name, latency in regimes.items():
+            result["tables"].append(regime_table(setting, held_here, name, latency, seed=seed, epochs=epochs,
+                                                 resamples=resamples))
+    return result
+
+
+def load_inputs(paths: Sequence[str], latency_file: str | None, pair: str | None = None
+                ) -> tuple[list[tuple[str, Dataset]], dict[str, LatencyModel]]:
+    """(the datasets as (path, Dataset), the regimes of ``regime_models(latency_file)``), every refusal on one
+    line before any training: a missing or foreign file, datasets that do not agree (``pair_settings``)."""
+    from verispec.selector.regimes import regime_models
+
+    datasets = [(str(path), Dataset.load(path)) for path in paths]
+    pair_settings(datasets, pair)
+    return datasets, regime_models(latency_file)
+
+
+def check_study_outputs(out: str | Path, what: str = "--out") -> None:
+    """Refuse, before any work, a folder that cannot take the study's files (``OUTPUTS``)."""
+    check_output_dir(out, what)
+    for name in OUTPUTS:
+        check_output_file(Path(out) / name, what)
+
+
+__all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FLOOR_PROMPTS", "KINDS", "LEAD", "MIN_HELD_OUT", "OUTPUTS",
+           "RIVALS", "STUDY_FORMAT", "TARGET_HALF_WIDTH", "Setting", "check_study_outputs", "ddte_comparisons",
+           "held_out_count", "load_inputs", "pair_settings", "prompts_for_half_width", "regime_features",
+           "regime_table", "rule_choices", "rule_entry", "run_study", "split_prompts", "verdict"]
