@@ -55,7 +55,7 @@ def label_one_root(pair, context: list[int], grid, samples: int, seed: int, samp
     shared.take(None, list(context[:-2]))  # the root's context, cached as a build caches it (not timed)
     start = time.perf_counter()
     cpu = time.process_time()
-    problem, _, _, _ = root_problem(root, max(action.depth for action in grid.actions), pair, shared)
+    problem, _ = root_problem(root, max(action.depth for action in grid.actions), pair, shared)
     labels = conditional_exact_labels(problem, grid, samples=samples, seed=seed)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     base = problem.base

@@ -383,3 +383,60 @@ def test_nan_laws_at_a_root_are_refused(pair, tmp_path):
     with pytest.raises(DatasetError, match="NaN") as error:
         _build([root], tmp_path / "nan.npz", grid=SMALL, pair=broken)
     assert "prompt:3" in _one_line(error)
+
+
+def test_roots_of_one_prompt_share_the_models_caches_and_keep_their_labels(pair, tmp_path, monkeypatch):
+    """A build labels a pair's roots in context order through one ``SharedContext``: the roots of one trace (and of
+    one prompt under two settings) prefill only what their contexts add, and every row equals the row of a build
+    of that root alone (float64 tiny pair, 1e-12)."""
+    from verispec.models.problem import SharedContext
+
+    prefilled = []
+    original = SharedContext.take
+
+    def take(self, owner, tokens):
+        before = self.prefilled_tokens
+        models = original(self, owner, tokens)
+        prefilled.append(self.prefilled_tokens - before)
+        return models
+
+    monkeypatch.setattr(SharedContext, "take", take)
+    top3, top2 = Sampling(1.0, top_k=3), Sampling(0.8, top_k=2)
+    roots = [Root((1, 5, 2, 7, 3, 3), "g", top3, pair=pair.name), Root((1, 5, 2, 7), "g", top3, pair=pair.name),
+             Root((1, 5, 2, 7), "g", top2, pair=pair.name), Root((4, 4, 9), "h", top3, pair=pair.name)]
+    options = {"grid": SMALL, "pair": pair, "method": "conditional", "samples": 3}
+    together = _build(roots, tmp_path / "together.npz", **options)
+    # the caches hold a root's context but its last two tokens (the one before the root is fed with each tree):
+    # in context order (1,5,2,7) twice (1,5 prefilled, then nothing), (1,5,2,7,3,3) (2,7 more), (4,4,9) (4, anew)
+    assert prefilled == [2, 0, 2, 1]
+    assert together.key.tolist() == [root.key() for root in roots]  # the file keeps the order given
+    for index, root in enumerate(roots):
+        alone = _build([root], tmp_path / f"alone{index}.npz", **options)
+        for name in ("features", "efficiency", "stderr"):
+            np.testing.assert_allclose(getattr(together, name)[index], getattr(alone, name)[0], rtol=0, atol=1e-12)
+
+
+def test_a_build_past_its_time_budget_stops_saved_and_resumes(tmp_path, capsys):
+    """``selector dataset --time-budget`` on a tiny saved pair: a budget that ends before the first trace stops the
+    build with exit 3 and one line saying how to continue; the same command without the budget then finishes, and
+    its dataset equals one built in one go."""
+    from tests.support.tiny_models import save_tiny_pair
+    from verispec.cli import main
+
+    target, draft = save_tiny_pair(tmp_path / "pair")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a b c d\ne f g\n")
+    command = ["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts), "--sampling",
+               "temperature=1,top_k=3", "--every", "2", "--trace-tokens", "4", "--ks", "1-2", "--l1s", "0-1", "--l2s",
+               "0-1", "--verifiers", "specinfer", "--samples", "2", "--threads", "1"]
+    out, whole = tmp_path / "budget.npz", tmp_path / "whole.npz"
+    capsys.readouterr()
+    assert main(command + ["--out", str(out), "--time-budget", "1e-6"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "time budget" in err[-1] and "run the same command again to continue" in err[-1]
+    assert not out.exists()
+    assert main(command + ["--out", str(out)]) == 0
+    assert main(command + ["--out", str(whole)]) == 0
+    resumed, once = Dataset.load(out), Dataset.load(whole)
+    assert resumed.key.tolist() == once.key.tolist() and len(set(resumed.key.tolist())) == len(resumed)
+    np.testing.assert_array_equal(resumed.efficiency, once.efficiency)

@@ -342,3 +342,21 @@ def test_no_registered_rule_reads_p_at_a_leaf_for_its_stopping_mass():
             if np.abs(_stopping_mass(rule, shape, internal, q) - mass).max() > 1e-6:
                 moved.add(name)
     assert checked == gridded and moved == checked and len(gridded) >= 7
+
+
+def test_comb_internal_prefixes_are_the_internal_nodes_of_every_actions_tree():
+    """What a model problem forwards the target over before the groups: the distinct internal nodes of the combs,
+    equal to the union over every action's tree (read from ``action_shape``, a second route) of its internal nodes,
+    for grids with and without a path tail."""
+    from verispec.selector.labels import _topology, action_shape, comb_internal_prefixes
+
+    problem = random_problem(3, 4, 2, divergence=0.8)
+    for grid in (ActionGrid((1, 3), (0, 2), (0, 2), ("specinfer",)), ActionGrid((2,), (1, 3), (0,), ("specinfer",))):
+        combs = sample_combs(problem, grid, 5, np.random.default_rng(1))
+        expected = set()
+        for s in range(combs.samples):
+            for action in grid.actions:
+                paths, _, _, _, child_lists = _topology(action_shape(combs, s, action.k, action.l1, action.l2))
+                expected |= {path for path, children in zip(paths, child_lists) if children}
+        found = comb_internal_prefixes(combs)
+        assert len(found) == len(set(found)) and set(found) == expected

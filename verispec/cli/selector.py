@@ -244,14 +244,15 @@ def _lines(text: str) -> list[str]:
 def _run_dataset(args) -> int:
     """The build within its --time-budget: past it, the finished traces and roots are saved and the command exits 3
     (the same command resumes)."""
+    from verispec import budget
     from verispec.errors import AnalysisTimeoutError
 
     try:
         with command_budget(args, "the dataset build"):
             return _build(args)
-    except AnalysisTimeoutError as error:
-        raise AnalysisTimeoutError(f"{error}; every finished trace and root is saved: run the same command again to "
-                                   "continue") from None
+    except (AnalysisTimeoutError, budget.HardTimeout) as error:  # the hard timer fires inside a forward
+        raise AnalysisTimeoutError(f"{' '.join(str(error).split())}; every finished trace and root is saved: run the "
+                                   "same command again to continue") from None
 
 
 def _build(args) -> int:

@@ -115,6 +115,8 @@ class ModelProblem(Problem):
         self._cache_size = max(1, int(cache_bytes) // (16 * self.vocab_size))
         #: the draft's pending tree kept by ``extend_drafts`` across calls: prefix -> its pending index
         self._draft_pending: dict[Prefix, int] = {}
+        #: target prefixes to compute with the target's next forward (``defer``)
+        self._deferred: set[Prefix] = set()
         #: Forward passes (target, draft) and tokens fed to each model so far, the context's prefill not counted.
         self.passes = [0, 0]
         self.forwarded_tokens = [0, 0]
@@ -146,10 +148,18 @@ class ModelProblem(Problem):
         """Compute p (``target``) and q (``draft``) at every prefix not yet cached, in batched forward passes (a
         trie per pass, dropped from the cache after it)."""
         wanted = {self._check(prefix) for prefix in prefixes}
+        if target and self._deferred:  # laws asked for ahead ride along with the target's next forward
+            wanted |= self._deferred
+            self._deferred = set()
         for index, asked in enumerate((target, draft)):
             missing = sorted(wanted - self._laws[index].keys(), key=lambda t: (len(t), t))
             if asked and missing:
                 self._prepare_model(index, missing)
+
+    def defer(self, prefixes) -> None:
+        """p at ``prefixes`` is wanted, but not yet: it is computed with the target's next forward (a root's p_prev
+        with its combs), or when read."""
+        self._deferred |= {self._check(prefix) for prefix in prefixes} - self._laws[0].keys()
 
     def prepare_drafts(self, prefixes) -> None:
         """A drafter's hint (the level it is about to draw): p and q there, as ``prepare`` computes them (the

@@ -28,14 +28,14 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from verispec import budget
-from verispec.errors import ProblemTooLargeError, ResultStoreError, VerispecError, describe
+from verispec.errors import ProblemTooLargeError, ResultStoreError, VerifierError, VerispecError, describe
 from verispec.io import ResultStore, check_output, check_output_file, pack_floats, unpack_floats
 from verispec.models.sampling import Sampling
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
@@ -238,10 +238,12 @@ def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperatu
 # --- one root -------------------------------------------------------------------------------------------------
 
 
-def root_problem(root: Root, depth: int, pair=None, shared=None) -> tuple[Problem, np.ndarray, np.ndarray, np.ndarray]:
-    """(the problem after the root's whole context, p_prev, q_prev, q_root) of one root; ``depth`` is the
-    deepest tree to be labelled (the table depth of a random per-prefix problem). ``shared``: a pair's
-    ``SharedContext``, whose caches the problem takes over (the previous root's context prefix not fed again)."""
+def root_problem(root: Root, depth: int, pair=None, shared=None) -> tuple[Problem, Callable[[], tuple]]:
+    """(the problem after the root's whole context, ``laws``) of one root, where ``laws()`` gives (p_prev, q_prev,
+    q_root) [V] each; ``depth`` is the deepest tree to be labelled (the table depth of a random per-prefix
+    problem). At a pair's root p_prev is computed with the target's first forward over the labels' combs (read
+    ``laws()`` after labelling to save a forward), and ``shared`` (a ``SharedContext``) hands the problem the
+    previous root's caches (their common context prefix is not fed again)."""
     if root.pair is not None:
         from verispec.models.problem import ModelProblem
 
@@ -251,15 +253,16 @@ def root_problem(root: Root, depth: int, pair=None, shared=None) -> tuple[Proble
         base = ModelProblem(pair, list(root.context[:-1]), root.sampling, shared=shared)
         last = (root.context[-1],)
         base.extend_drafts([(), last])  # the draft keeps both nodes: its combs grow from the root
-        base.prepare([()], draft=False)
-        return (ShiftedProblem(base, last), np.asarray(base.target(())), np.asarray(base.draft(())),
-                np.asarray(base.draft(last)))
+        base.defer([()])
+        return ShiftedProblem(base, last), lambda: (np.asarray(base.target(())), np.asarray(base.draft(())),
+                                                    np.asarray(base.draft(last)))
     from verispec.study.cells import build_problem
 
     prefix = root.context
     base = build_problem(dict(root.problem), len(prefix) + depth)
-    return (ShiftedProblem(base, prefix), np.asarray(base.target(prefix[:-1]), dtype=np.float64),
-            np.asarray(base.draft(prefix[:-1]), dtype=np.float64), np.asarray(base.draft(prefix), dtype=np.float64))
+    laws = (np.asarray(base.target(prefix[:-1]), dtype=np.float64), np.asarray(base.draft(prefix[:-1]),
+            dtype=np.float64), np.asarray(base.draft(prefix), dtype=np.float64))
+    return ShiftedProblem(base, prefix), lambda: laws
 
 
 def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilon: float, latency,
@@ -269,15 +272,38 @@ def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilo
     whichever other roots are built with it."""
     from verispec.selector.actions import SelectorError
     from verispec.selector.features import scalar_features
-    from verispec.selector.labels import certified_labels, conditional_exact_labels, exact_labels
+
+    def features():
+        try:
+            return scalar_features(*laws(), context_length=len(root.context), sampling=root.sampling,
+                                   latency=latency)
+        except SelectorError as error:
+            raise DatasetError(f"root of group {root.group!r} at context length {len(root.context)}: {error}") \
+                from None
 
     start = time.perf_counter()
-    problem, p_prev, q_prev, q_root = root_problem(root, grid.max_depth, pair, shared)
+    problem, laws = root_problem(root, grid.max_depth, pair, shared)
     try:
-        features = scalar_features(p_prev, q_prev, q_root, context_length=len(root.context), sampling=root.sampling,
-                                   latency=latency)
-    except SelectorError as error:
-        raise DatasetError(f"root of group {root.group!r} at context length {len(root.context)}: {error}") from None
+        labels = _labels(problem, root, grid, method, samples, seed, epsilon)
+    except VerifierError:  # NaN laws (a filter with no mass left) break a rule first: the features name them
+        features()
+        raise
+    row = features().tolist()  # after the labels: a pair's p_prev came with their first target forward
+    if not np.isfinite(labels.efficiency).all():
+        raise DatasetError(f"root of group {root.group!r}: a label is not finite (NaN laws at the root?)")
+    # arrays packed (every bit kept): a root of 7 rules' grid holds 476 actions x (4 + m) values
+    return {"features": row, **{name: pack_floats(getattr(labels, name)) for name in
+                                ("efficiency", "stderr", "lower", "upper")},
+            "label_method": labels.method, "context_length": len(root.context), "group": root.group,
+            "per_sample": None if labels.per_sample is None else pack_floats(labels.per_sample),
+            "seconds": time.perf_counter() - start}
+
+
+def _labels(problem, root: Root, grid, method: str, samples: int, seed: int, epsilon: float):
+    """The root's labels by ``method`` ('auto': exact for a synthetic root where the engine takes it, else
+    conditional-exact)."""
+    from verispec.selector.labels import certified_labels, conditional_exact_labels, exact_labels
+
     wanted = method
     if method == "auto":
         wanted = "exact" if root.kind == "synthetic" else "conditional"
@@ -294,14 +320,7 @@ def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilo
     if wanted == "conditional":
         labels = conditional_exact_labels(problem, grid, samples=samples,
                                           seed=_derived_seed("labels", int(seed), root.key()))
-    if not np.isfinite(labels.efficiency).all():
-        raise DatasetError(f"root of group {root.group!r}: a label is not finite (NaN laws at the root?)")
-    # arrays packed (every bit kept): a root of 7 rules' grid holds 476 actions x (4 + m) values
-    return {"features": features.tolist(), **{name: pack_floats(getattr(labels, name)) for name in
-                                              ("efficiency", "stderr", "lower", "upper")},
-            "label_method": labels.method, "context_length": len(root.context), "group": root.group,
-            "per_sample": None if labels.per_sample is None else pack_floats(labels.per_sample),
-            "seconds": time.perf_counter() - start}
+    return labels
 
 
 def _label_task(task: dict) -> dict:

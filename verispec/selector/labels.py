@@ -245,6 +245,21 @@ def _collect_laws(problem: Problem, target_prefixes, draft_prefixes) -> dict:
     return laws
 
 
+def comb_internal_prefixes(combs: Combs) -> list[tuple[int, ...]]:
+    """The distinct internal nodes of the combs (prefixes with a child in some comb): the trunk's prefixes but its
+    whole self unless paths hang from it, and each path's proper prefixes under its branch point. Every node a
+    registered rule needs p at (no registered rule reads p at a leaf: ``_evaluate``)."""
+    trunk_length, tail = combs.trunk.shape[1], combs.paths.shape[-1]
+    internal: dict[tuple[int, ...], None] = {}
+    for s in range(combs.samples):
+        trunk = tuple(combs.trunk[s].tolist())
+        internal.update(dict.fromkeys(trunk[:length] for length in range(trunk_length)))
+        for index, point in enumerate(combs.points):
+            for path in combs.paths[s, index].tolist():
+                internal.update(dict.fromkeys(trunk[:point] + tuple(path[:step]) for step in range(tail)))
+    return list(internal)
+
+
 def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) -> np.ndarray:
     """The exact E[tau + 1 | tree] of every action's tree in every comb, [S, A] float64 (grid order).
 
@@ -253,9 +268,15 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
     exact law in place of the product of acceptance probabilities). ``compress`` cuts each chunk's vocabulary
     to the union of the supports of p and q at its nodes (see the module docstring). Combs are taken a few at a
     time, so that the laws held at once stay under ``LAW_ENTRIES`` float64 entries (one comb at a time at
-    Qwen's dense V = 151,936 on the paper's grid); a tree seen in an earlier comb is not evaluated again."""
+    Qwen's dense V = 151,936 on the paper's grid); a tree seen in an earlier comb is not evaluated again. A model
+    problem computes the target's laws at every comb's internal nodes first, in one batch (where they fit in half
+    its law cache), so the groups find them cached."""
     actions = grid.actions
     values = np.full((combs.samples, len(actions)), np.nan)                          # [S, A]
+    prepare, capacity = getattr(problem, "prepare", None), getattr(problem, "cache_capacity", None)
+    internal = comb_internal_prefixes(combs)
+    if prepare is not None and capacity and len(internal) <= capacity // 2:
+        prepare(internal, draft=False)  # the target once over every comb (in forwards of up to 512 nodes)
     step = max(1, LAW_ENTRIES // (2 * comb_nodes(grid) * problem.vocab_size))
     known: dict[tuple, float] = {}    # (verifier, shape) -> value
     for first in range(0, combs.samples, step):
@@ -535,5 +556,5 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 __all__ = ["CHUNK_ELEMENTS", "LABEL_METHODS", "LAW_ENTRIES", "Combs", "LabelSet", "action_shape", "certified_labels",
-           "comb_layout", "comb_values", "conditional_exact_labels", "exact_label_method", "exact_labels",
-           "label_estimates", "label_quality", "sample_combs"]
+           "comb_internal_prefixes", "comb_layout", "comb_values", "conditional_exact_labels", "exact_label_method",
+           "exact_labels", "label_estimates", "label_quality", "sample_combs"]
