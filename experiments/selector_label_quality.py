@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
-        dataset = Dataset.load(args.dataset)
+        dataset = StoredRoots.load(args.dataset) if args.dataset.endswith(".roots.json") else Dataset.load(args.dataset)
         if args.roots < 1 or args.samples < 2:
             raise VerispecError(f"give --roots >= 1 and --samples >= 2, got {args.roots} and {args.samples}")
         roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
@@ -155,6 +155,30 @@ def main(argv=None) -> int:
     atomic_write_text(Path(args.output).with_suffix(".summary.json"), json.dumps(quality, indent=1) + "\n")
     print(json.dumps(quality, indent=1))
     return 0
+
+
+class StoredRoots:
+    """The roots of a build's row store (``OUT.roots.json``) read as a dataset for this script: a build stopped at its
+    --time-budget has no ``OUT`` yet, and its finished roots can be studied already. Holds ``key``, ``per_sample``
+    [N, S, A], ``efficiency`` [N, A] and ``metadata`` (the grid)."""
+
+    def __init__(self, keys: list[str], per_sample: list, grid: dict):
+        self.key = np.array(keys, dtype=object)
+        self.per_sample = np.stack(per_sample) if per_sample and per_sample[0] is not None else None
+        self.efficiency = self.per_sample.mean(axis=1) if self.per_sample is not None else None
+        self.metadata = {"grid": grid}
+
+    @classmethod
+    def load(cls, path: str):
+        from verispec.io import unpack_floats
+
+        parameters = json.loads(Path(path).read_text()).get("parameters") or {}
+        rows = list(ResultStore(path).rows.values())
+        if "grid" not in parameters or not rows:
+            raise VerispecError(f"{path!r} holds no roots of a selector dataset build (OUT.roots.json)")
+        return cls([row["key"] for row in rows], [None if row.get("per_sample") is None else
+                                                  unpack_floats(row["per_sample"]) for row in rows],
+                   parameters["grid"])
 
 
 def dataset_columns(dataset, grid) -> list[int]:

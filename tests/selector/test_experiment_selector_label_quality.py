@@ -56,6 +56,14 @@ def test_label_quality_experiment_runs_and_resumes(tmp_path, monkeypatch, capsys
         assert np.abs(np.array(row["conditional"]["efficiency"]) - stored.efficiency[index]).max() < 1e-12
     assert [entry["trees"] for entry in json.loads(reused.with_suffix(".summary.json").read_text())["ranking"]] \
         == [1, 2]
+    # a build's row store (what a build stopped at its --time-budget has) serves as well, with the same roots
+    from_store = tmp_path / "from_store.json"
+    arguments_store = [str(dataset) + ".roots.json" if item == str(dataset) else item for item in arguments[:-1]]
+    assert script.main(arguments_store + [str(from_store), "--reuse-dataset-trees"]) == 0
+    again = {row["key"]: row for row in json.loads(from_store.read_text())["rows"]}
+    for row in rows:
+        assert again[row["key"]]["conditional"] == row["conditional"]
+        assert again[row["key"]]["certified"] == row["certified"]
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a finished root was labelled again")
