@@ -52,7 +52,9 @@ def label_one_root(pair, context: list[int], grid, samples: int, seed: int, samp
 
     root = Root(tuple(context), "bench", sampling, pair=pair.name)
     shared = SharedContext(pair)
-    shared.take(None, list(context[:-2]))  # the root's context, cached as a build caches it (not timed)
+    start = time.perf_counter()
+    shared.take(None, list(context[:-2]))  # the root's context, cached as a build caches it (timed apart)
+    prefill = time.perf_counter() - start
     start = time.perf_counter()
     cpu = time.process_time()
     problem, _ = root_problem(root, max(action.depth for action in grid.actions), pair, shared)
@@ -63,7 +65,7 @@ def label_one_root(pair, context: list[int], grid, samples: int, seed: int, samp
     width = max(1, min(DEFAULT_NODES_PER_FORWARD, target_tokens))
     per_token = time_target_tokens(pair, list(context[:-2]), width, repeats) / width
     floor = target_tokens * per_token
-    return {"context": len(context), "seconds": seconds, "cpu_seconds": cpu_seconds,
+    return {"context": len(context), "seconds": seconds, "cpu_seconds": cpu_seconds, "prefill_seconds": prefill,
             "target_tokens": target_tokens, "draft_tokens": draft_tokens, "target_passes": base.passes[0],
             "draft_passes": base.passes[1], "batch": width, "ms_per_target_token": 1000 * per_token,
             "floor_seconds": floor, "ratio_to_floor": seconds / floor if floor else float("nan"),
@@ -111,7 +113,8 @@ def main(argv=None) -> int:
         row = label_one_root(pair, context, grid, args.samples, index, sampling, args.repeats)
         row["load_average"] = os.getloadavg()[0]
         rows.append(row)
-        print(f"root {index}: {row['seconds']:.2f} s ({row['cpu_seconds']:.1f} s CPU), target {row['target_tokens']} "
+        print(f"root {index}: {row['seconds']:.2f} s ({row['cpu_seconds']:.1f} s CPU; its context's prefill "
+              f"{row['prefill_seconds']:.2f} s apart), target {row['target_tokens']} "
               f"tokens in {row['target_passes']} passes, draft {row['draft_tokens']} in {row['draft_passes']}; "
               f"{row['ms_per_target_token']:.1f} ms a target token at n = {row['batch']}: floor "
               f"{row['floor_seconds']:.2f} s, ratio {row['ratio_to_floor']:.2f} (load {row['load_average']:.2f})")

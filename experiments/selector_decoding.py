@@ -23,8 +23,10 @@ Each (method, prompt, setting) cell is one row of a ``ResultStore`` keyed on the
 seed, device, dtype, threads and the selectors' file hashes as the file's parameters (an interrupted run
 resumes; a file from other settings is refused). The load average is recorded with every row: torch under load
 runs 50-100x slower, and a row timed under load says so. The summary gives per setting and method the tokens
-per target call, tokens/s (total tokens over total decode seconds, prefill excluded), the ratio to plain, the
-paired ratio of selector to static per prompt (mean and range), and the selector's seconds per block.
+per target call, tokens/s (total tokens over total decode seconds, prefill excluded), the ratio to plain and the
+selector's ratio to its static action, each with a paired 95% interval from a bootstrap over the prompts (the
+methods run interleaved on each prompt: plain, static, selector, with one seed scheme), the per-prompt ratios
+(mean and range), and the selector's seconds per block.
 """
 
 from __future__ import annotations
@@ -68,6 +70,32 @@ def decode_cell(pair, prompt: str, method: str, plan: dict, setting: int, sampli
     return row
 
 
+#: Bootstrap resamples of the prompts for the paired 95% intervals of the wall-clock ratios.
+BOOTSTRAP = 2000
+
+
+def paired_rate_ratio(rows: dict, base: dict, prompts=None) -> float | None:
+    """(tokens / decode seconds of ``rows``) over the same of ``base``, summed over ``prompts`` (default: the
+    prompts both hold; a prompt drawn twice by the bootstrap counts twice)."""
+    prompts = [p for p in rows if p in base] if prompts is None else prompts
+    if not prompts:
+        return None
+    rate = sum(rows[p]["new_tokens"] for p in prompts) / sum(rows[p]["decode_s"] for p in prompts)
+    return rate / (sum(base[p]["new_tokens"] for p in prompts) / sum(base[p]["decode_s"] for p in prompts))
+
+
+def paired_rate_interval(rows: dict, base: dict, *, resamples: int = BOOTSTRAP, seed: int = 0) -> list | None:
+    """The 95% interval of ``paired_rate_ratio`` from a bootstrap over the prompts both hold (the methods ran
+    interleaved on each prompt, so the pairs share the machine's state); None below two prompts."""
+    prompts = sorted(p for p in rows if p in base)
+    if len(prompts) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    draws = [paired_rate_ratio(rows, base, [prompts[i] for i in rng.integers(0, len(prompts), len(prompts))])
+             for _ in range(resamples)]
+    return [float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))]
+
+
 def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]:
     table = []
     for setting in settings:
@@ -88,8 +116,11 @@ def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]
                      "load_average_max": max(row["load_average"] for row in done.values())}
             if plain_rate:
                 entry["vs_plain"] = entry["tokens_per_s"] / plain_rate
+                entry["vs_plain_ci"] = paired_rate_interval(done, plain)
             if method.endswith(" selector"):
                 static = cells.get(method.removesuffix(" selector") + " static") or {}
+                entry["vs_static"], entry["vs_static_ci"] = paired_rate_ratio(done, static), \
+                    paired_rate_interval(done, static)
                 paired = [(row["new_tokens"] / row["decode_s"]) / (static[p]["new_tokens"] / static[p]["decode_s"])
                           for p, row in done.items() if p in static]
                 if paired:
@@ -104,15 +135,23 @@ def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]
 def markdown(table: list[dict], parameters: dict) -> str:
     lines = [f"# Selector decoding: {parameters['pair']} on {parameters['device']} ({parameters['dtype']}, "
              f"{parameters['threads']} threads), {parameters['max_new_tokens']} new tokens, held-out prompts", "",
-             "| setting | method | prompts | tokens/target call | tokens/s | vs plain | selector / static per prompt "
-             "(mean, range) | choosing, ms/block | max load |", "|---|---|---|---|---|---|---|---|---|"]
+             "| setting | method | prompts | tokens/target call | tokens/s | vs plain [95%] | selector / static [95%] "
+             "| selector / static per prompt (mean, range) | choosing, ms/block | max load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def ratio(value, interval) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.3f}" + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+
     for e in table:
         paired = e.get("vs_static_per_prompt")
         paired_text = f"{paired['mean']:.3f} ({paired['min']:.3f}-{paired['max']:.3f})" if paired else "-"
         choose = f"{e['select_ms_per_block']:.2f}" if "select_ms_per_block" in e else "-"
-        vs_plain = f"{e['vs_plain']:.3f}" if "vs_plain" in e else "-"
         lines.append(f"| {e['setting']} | {e['method']} | {e['prompts']} | {e['tokens_per_target_call']:.2f} | "
-                     f"{e['tokens_per_s']:.3f} | {vs_plain} | {paired_text} | {choose} | {e['load_average_max']:.1f} |")
+                     f"{e['tokens_per_s']:.3f} | {ratio(e.get('vs_plain'), e.get('vs_plain_ci'))} | "
+                     f"{ratio(e.get('vs_static'), e.get('vs_static_ci'))} | {paired_text} | {choose} | "
+                     f"{e['load_average_max']:.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -59,3 +59,16 @@ def test_prompts_that_miss_a_held_out_group_are_one_line(tmp_path, capsys):
     script = load_script("experiments/selector_decoding.py")
     assert script.main(["--dataset", str(tmp_path / "none.npz"), "--selector", "x.pt", "--prompts", "prose"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_wall_clock_ratios_and_their_paired_intervals_by_hand():
+    """The ratio of rates over prompts both methods ran (total tokens over total seconds, each), and its bootstrap
+    interval over prompts: with two prompts the resamples are {1, 1}, {2, 2} and {1, 2}, ratios 2, 1 and 1.2."""
+    script = load_script("experiments/selector_decoding.py")
+    method = {"a": {"new_tokens": 10, "decode_s": 1.0}, "b": {"new_tokens": 20, "decode_s": 4.0}}
+    base = {"a": {"new_tokens": 10, "decode_s": 2.0}, "b": {"new_tokens": 10, "decode_s": 2.0},
+            "c": {"new_tokens": 5, "decode_s": 1.0}}  # c: the method did not run it, so it is left out
+    assert abs(script.paired_rate_ratio(method, base) - (30 / 5) / (20 / 4)) < 1e-12
+    low, high = script.paired_rate_interval(method, base, resamples=400, seed=1)
+    assert (low, high) == (1.0, 2.0)
+    assert script.paired_rate_interval({"a": method["a"]}, base) is None  # one prompt: no interval

@@ -31,9 +31,13 @@ enumerate combs with their probabilities and feed them to the same ``comb_values
 
 Vectorised: the trees of all samples and actions are deduplicated (one value per distinct (verifier, tree)),
 grouped by topology, and each group's rows go through the verifier's batched ``emission_laws`` in chunks.
-p and q at every comb node are asked for once, through ``Problem.prepare`` where the problem has it (a
-``ModelProblem``: batched forward passes over the context's KV cache) and ``prepare_drafts`` per level while
-sampling. The vocabulary of a chunk is cut to the union of the supports of p and q at its nodes: tokens with
+On a model problem a root costs what its combs' tokens cost the models: q is computed while the combs are drawn,
+level by level, the draft fed only each level's new nodes (``ModelProblem.extend_drafts``: its tree stays in its
+cache); p is computed once, in one target forward of up to 512 nodes over the combs' internal nodes
+(``comb_internal_prefixes``) on the context's KV cache. p at a leaf is never computed: it only sets the law of the
+bonus token emitted after the leaf, never the probability of stopping there, for every registered rule (a
+registry-wide test moves p at the leaves and holds that mass to 1e-12); a rule outside the registry gets p at
+its leaves as well. The vocabulary of a chunk is cut to the union of the supports of p and q at its nodes: tokens with
 p = q = 0 at every node of a tree are never drafted nor emitted and take no part in any registered rule (the
 test holds compressed and full laws equal), which makes top-k and top-p laws at V = 151,936 cheap.
 """
