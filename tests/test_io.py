@@ -24,6 +24,8 @@ def test_packed_floats_keep_every_bit_and_refuse_damage():
     repeated = np.tile(rng.normal(size=476), (16, 1))  # 16 equal sampled trees of one root
     assert len(json.dumps(pack_floats(repeated))) < len(json.dumps(repeated.tolist())) / 10
     packed = pack_floats(values)
-    for damaged in ({**packed, "shape": [3, 23]}, {**packed, "float64_zlib_b64": "AAAA"}, {"shape": [1]}):
+    huge = {**packed, "shape": [10**12]}  # refused from its declared size, before any buffer of that size
+    for damaged in ({**packed, "shape": [3, 23]}, {**packed, "shape": [2, 22]}, {**packed, "float64_zlib_b64": "AAAA"},
+                    {"shape": [1]}, huge):
         with pytest.raises(ResultStoreError, match="packed array"):
             unpack_floats(damaged)

@@ -427,6 +427,9 @@ def _json_round_trip(parameters: dict) -> dict:
         raise ResultStoreError(f"result-store parameters must be JSON values: {error}") from None
 
 
+#: Most bytes one packed array of a row may declare (a root's labels of the largest grid are far below it).
+MAX_PACKED_BYTES = 1 << 28
+
 #: The key of a float64 array packed into a JSON row (``pack_floats``).
 PACKED_FLOATS = "float64_zlib_b64"
 
@@ -457,9 +460,13 @@ def unpack_floats(value):
         return np.asarray(value, dtype=np.float64)
     try:
         shape = tuple(int(size) for size in value["shape"])
-        raw = zlib.decompress(base64.b64decode(value[PACKED_FLOATS]), bufsize=8 * max(1, math.prod(shape)))
-        if len(raw) != 8 * math.prod(shape):
-            raise ValueError(f"{len(raw)} bytes for the shape {shape}")
+        expected = 8 * math.prod(shape)
+        if any(size < 0 for size in shape) or expected > MAX_PACKED_BYTES:  # before anything that size is made
+            raise ValueError(f"the shape {shape} declares {expected:,} bytes, above {MAX_PACKED_BYTES:,}")
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(value[PACKED_FLOATS]), expected + 1)  # at most one byte too many
+        if len(raw) != expected or inflate.unconsumed_tail:
+            raise ValueError(f"{len(raw):,}{'+' if inflate.unconsumed_tail else ''} bytes for the shape {shape}")
         return np.frombuffer(raw, dtype="<f8").reshape(shape).astype(np.float64)
     except (KeyError, TypeError, ValueError, zlib.error) as error:
         raise ResultStoreError(f"a packed array of a result row cannot be read ({error}); the row store is damaged: "

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.law_features import reference_law_features
 from verispec.latency import LatencyModel
 from verispec.models.sampling import Sampling
 from verispec.selector import (
@@ -186,16 +187,7 @@ def test_torch_numpy_and_batch_inputs_agree():
 
 def _float64_features(p, q, r):
     """H(p), H(q), H(r), KL(p||q), KL(q||p), L1 in float64, term by term (a second route to the kernel's)."""
-    def entropy(x):
-        x = x[x > 0]
-        return float(-(x * np.log(x)).sum())
-
-    def kl(x, y):
-        if ((x > 0) & (y == 0)).any():
-            return KL_CAP
-        keep = x > 0
-        return min(KL_CAP, max(0.0, float((x[keep] * np.log(x[keep] / y[keep])).sum())))
-    return [entropy(p), entropy(q), entropy(r), kl(p, q), kl(q, p), float(np.abs(p - q).sum())]
+    return reference_law_features(p, q, r)
 
 
 @pytest.mark.parametrize("filtered", [False, True])

@@ -25,6 +25,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.support.law_features import reference_law_features  # noqa: E402
 from verispec.latency import LatencyModel  # noqa: E402
 from verispec.models.block_context import BlockContext, PositionLaw, law_support  # noqa: E402
 from verispec.models.sampling import Sampling  # noqa: E402
@@ -40,17 +41,7 @@ def _reference(p, q, r) -> list[float]:
     """H(p), H(q), H(r), KL(p||q), KL(q||p), L1 over the whole vocabulary, term by term in float64, a value at or
     below 2^-150 counted as 0 (the kernel's float32 convention) and a KL whose x puts mass where y has none capped."""
     p, q, r = (np.where(x > FLOAT32_ZERO, x, 0.0) for x in (np.asarray(p), np.asarray(q), np.asarray(r)))
-
-    def entropy(x):
-        x = x[x > 0]
-        return float(-(x * np.log(x)).sum())
-
-    def kl(x, y):
-        if ((x > 0) & (y == 0)).any():
-            return KL_CAP
-        keep = x > 0
-        return min(KL_CAP, max(0.0, float((x[keep] * np.log(x[keep] / y[keep])).sum())))
-    return [entropy(p), entropy(q), entropy(r), kl(p, q), kl(q, p), float(np.abs(p - q).sum())]
+    return reference_law_features(p, q, r)
 
 
 def _law(logits, keep: int, temperature: float = 1.0):
