@@ -416,25 +416,39 @@ def test_roots_of_one_prompt_share_the_models_caches_and_keep_their_labels(pair,
             np.testing.assert_allclose(getattr(together, name)[index], getattr(alone, name)[0], rtol=0, atol=1e-12)
 
 
-def test_a_build_past_its_time_budget_stops_saved_and_resumes(tmp_path, capsys):
-    """``selector dataset --time-budget`` on a tiny saved pair: a budget that ends before the first trace stops the
-    build with exit 3 and one line saying how to continue; the same command without the budget then finishes, and
-    its dataset equals one built in one go."""
+def test_a_build_past_its_time_budget_stops_saved_and_resumes(tmp_path, capsys, monkeypatch):
+    """``selector dataset --time-budget`` on a tiny saved pair: the budget runs out after the first trace (the soft
+    check between trace batches, made to fire there: a real budget small enough to fire before the first batch
+    would also hit the command's set-up at a random point), so the build exits 3 with one line saying how to
+    continue and that trace saved; the same command without the budget then decodes only the other trace and
+    finishes, and its dataset equals one built in one go."""
     from tests.support.tiny_models import save_tiny_pair
+    from verispec import budget
     from verispec.cli import main
+    from verispec.errors import AnalysisTimeoutError
 
     target, draft = save_tiny_pair(tmp_path / "pair")
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a b c d\ne f g\n")
     command = ["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts), "--sampling",
                "temperature=1,top_k=3", "--every", "2", "--trace-tokens", "4", "--ks", "1-2", "--l1s", "0-1", "--l2s",
-               "0-1", "--verifiers", "specinfer", "--samples", "2", "--threads", "1"]
+               "0-1", "--verifiers", "specinfer", "--samples", "2", "--threads", "1", "--trace-batch", "1"]
     out, whole = tmp_path / "budget.npz", tmp_path / "whole.npz"
+    calls = []
+
+    def check(what):
+        calls.append(what)
+        if len(calls) == 2:  # before the second trace batch
+            raise AnalysisTimeoutError(f"{what} ran past its time budget")
+
+    monkeypatch.setattr(budget, "check", check)
     capsys.readouterr()
-    assert main(command + ["--out", str(out), "--time-budget", "1e-6"]) == 3
+    assert main(command + ["--out", str(out), "--time-budget", "600"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert "time budget" in err[-1] and "run the same command again to continue" in err[-1]
-    assert not out.exists()
+    assert len(err[-1].splitlines()) == 1 and "time budget" in err[-1]
+    assert "run the same command again to continue" in err[-1]
+    assert not out.exists() and len(json.loads((tmp_path / "budget.npz.traces.json").read_text())["rows"]) == 1
+    monkeypatch.undo()
     assert main(command + ["--out", str(out)]) == 0
     assert main(command + ["--out", str(whole)]) == 0
     resumed, once = Dataset.load(out), Dataset.load(whole)

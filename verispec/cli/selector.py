@@ -251,8 +251,10 @@ def _run_dataset(args) -> int:
         with command_budget(args, "the dataset build"):
             return _build(args)
     except (AnalysisTimeoutError, budget.HardTimeout) as error:  # the hard timer fires inside a forward
-        raise AnalysisTimeoutError(f"{' '.join(str(error).split())}; every finished trace and root is saved: run the "
-                                   "same command again to continue") from None
+        where = " ".join(str(error).split()).removesuffix(" ran past its time budget")
+        where = "" if where == "the dataset build" else f" (it stopped in: {where})"
+        raise AnalysisTimeoutError(f"the dataset build ran past its time budget{where}; every finished trace and root "
+                                   "is saved: run the same command again to continue") from None
 
 
 def _build(args) -> int:
