@@ -169,7 +169,9 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--max-prompts", type=int, default=None, help="at most this many held-out prompts")
+    parser.add_argument("--max-prompts", type=int, default=None,
+                        help="at most this many held-out prompts, evenly spaced over the sorted held-out groups "
+                             "(so code and prose prompts both come in)")
     parser.add_argument("--output", default="results/selector_decoding.json")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -198,7 +200,8 @@ def main(argv=None) -> int:
         if missing:
             raise VerispecError(f"--prompts has no text for the held-out groups {', '.join(missing[:3])}; give the "
                                 "specs the dataset was traced from")
-        groups = groups[:args.max_prompts] if args.max_prompts else groups
+        if args.max_prompts and args.max_prompts < len(groups):  # spread over the sorted groups: code and prose
+            groups = [groups[int(i)] for i in np.linspace(0, len(groups) - 1, args.max_prompts).round()]
         samplings = dataset.samplings
         if any(not (train.setting == index).any() for index in range(len(samplings))):
             raise VerispecError("a sampling setting of the dataset has no training root; build more roots")

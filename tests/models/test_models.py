@@ -138,6 +138,21 @@ def test_tree_forward_equals_each_path_alone(tiny_model, max_length):
 
 
 @pytest.mark.parametrize("max_length", [None, 32], ids=["dynamic-cache", "static-cache"])
+def test_last_only_gives_the_last_row_and_the_same_cache(tiny_model, max_length):
+    """``extend(..., last_only=True)`` (a prefill) returns [1, V], the full extension's last row, and leaves the
+    cache as the full extension does (the output layer is the only part cut)."""
+    full, cut = CachedModel(tiny_model, max_length), CachedModel(tiny_model, max_length)
+    prompt = [5, 1, 4, 2, 8, 3]
+    everything = full.extend(prompt, list(range(-1, len(prompt) - 1)))
+    last = cut.extend(prompt, list(range(-1, len(prompt) - 1)), last_only=True)
+    assert tuple(last.shape) == (1, everything.shape[-1])
+    torch.testing.assert_close(last[0], everything[-1], rtol=0, atol=1e-12)
+    for model in (full, cut):
+        model.commit(list(range(len(prompt))))
+    torch.testing.assert_close(cut.extend([7, 6], [-1, -1]), full.extend([7, 6], [-1, -1]), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("max_length", [None, 32], ids=["dynamic-cache", "static-cache"])
 def test_nodes_fed_one_at_a_time_on_top_of_pending_ones(tiny_model, max_length):
     # how the draft model is asked: each new node hangs under an earlier pending one
     cached = CachedModel(tiny_model, max_length)

@@ -228,9 +228,10 @@ def test_the_report_adds_the_section_without_the_pair(tmp_path, monkeypatch, cap
     data = _write(tmp_path, "t07.npz", pair_dataset(T07, prompts=6, seed=4))
     out = tmp_path / "report"
     assert main(["report", "--quick", "--backend", "serial", "--out", str(out), "--pair", "tiny",
-                 "--selector-dataset", data]) == 0
+                 "--selector-dataset", data, "--selector-folds", "2"]) == 0
     text = (out / "report.md").read_text()
     assert "## 9. Delay selector on a model pair" in text and "### T=0.7 top-k=20 top-p=0.8: (a)" in text
+    assert "6 held-out prompts (12 roots, each in one of 2 folds)" in text
     assert "## 6. Derived and certified problems from a real pair\n\nNot run: " in text
     assert json.loads((out / "pair_selector.json").read_text())["pair"] == "tiny"
     _refused(["report", "--quick", "--out", str(tmp_path / "r2"), "--latency", str(tmp_path / "x.json")], capsys,
@@ -255,3 +256,87 @@ def test_paired_policy_ratios_agree_with_paired_ratio():
     assert ratios[("a", "b")]["ratio"] == pytest.approx(single["ratio"], abs=1e-12)
     assert ratios[("a", "b")]["ratio_ci"] == pytest.approx(single["ratio_ci"], abs=1e-12)
     assert ratios[("a", "a")] == {"ratio": 1.0, "ratio_ci": [1.0, 1.0]}
+
+
+def test_cross_fitting_holds_every_prompt_out_once_with_policies_fitted_on_the_other_folds(monkeypatch, tmp_path,
+                                                                                           capsys):
+    """``folds=3``: the shuffled prompts cut into 3 folds, each held out once; every selector is fitted on roots of
+    the other folds only and chooses for its own fold's roots; the static row recomputes by hand from a per-fold
+    static action; the command and the report pass ``--folds`` / ``--selector-folds`` through and refuse more folds
+    than prompts on one line."""
+    import verispec.report.pair_selector as pair_selector
+    from verispec.selector.regimes import regime_models
+
+    data = pair_dataset(T07, prompts=12, seed=5)
+    seen = []
+    original = pair_selector.rule_choices
+
+    def recording(train, test, verifier, latency, **options):
+        seen.append((set(train.group.tolist()), set(test.group.tolist())))
+        return original(train, test, verifier, latency, **options)
+
+    monkeypatch.setattr(pair_selector, "rule_choices", recording)
+    regimes = {"gpu-large": regime_models(None)["gpu-large"]}
+    result = pair_selector.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200, folds=3)
+    groups = sorted({f"HumanEval/{i}" for i in range(12)})
+    order = np.random.default_rng(3).permutation(12)
+    folds = [sorted(groups[i] for i in order[start:start + 4]) for start in (0, 4, 8)]
+    assert result["split"]["folds"] == folds and result["split"]["held_out_prompts"] == 12
+    assert len(seen) == 3 * len(RULES)
+    for train_groups, test_groups in seen:  # a fold's policies never saw its prompts
+        assert sorted(test_groups) in folds and train_groups == set(groups) - test_groups
+    (table,) = result["tables"]
+    assert (table["held_out_prompts"], table["held_out_roots"], table["folds"]) == (12, 24, 3)
+    times = _times(data.grid, "gpu-large")
+    for rule, entry in table["rules"].items():
+        columns = [i for i, action in enumerate(data.grid.actions) if action.verifier == rule]
+        tokens = time = 0.0
+        names = set()
+        for fold in folds:
+            rows = np.isin(data.group, fold)
+            static = columns[int(np.argmax(data.efficiency[~rows][:, columns].mean(0) / times[columns]))]
+            names.add(data.grid.actions[static].name)
+            tokens += data.efficiency[rows, static].sum()
+            time += rows.sum() * times[static]
+        row = entry["policies"]["static"]
+        assert row["throughput"] == pytest.approx(tokens / time, abs=1e-12)
+        assert all(name in row["action"] for name in names)
+    assert "each in one of 3 folds" in pair_selector_markdown(result)
+    path = _write(tmp_path, "t07.npz", data)
+    out = tmp_path / "study"
+    assert main(["selector", "study", "--dataset", path, "--out", str(out), "--epochs", "2", "--bootstrap", "100",
+                 "--folds", "4"]) == 0
+    assert json.loads((out / "pair_selector.json").read_text())["split"]["held_out_prompts"] == 12
+    _refused(["selector", "study", "--dataset", path, "--out", str(tmp_path / "r"), "--folds", "13"], capsys,
+             "13 folds need at least 13 prompts")
+
+
+def test_a_selector_that_drafts_nothing_still_pays_the_draft_step(monkeypatch):
+    """Selectors forced to chain:0 at every root: throughput 1 / (t_p + t_q) under (a) (E = 1 exactly there), the
+    draft step the features cost included; the static chain:0 would be 1 / t_p, and the DDTE ratios price each
+    side's selector the same way."""
+    import verispec.report.pair_selector as pair_selector
+    from verispec.selector.regimes import regime_models
+
+    data = pair_dataset(T07, prompts=12, seed=6)
+    no_draft = [i for i, action in enumerate(data.grid.actions) if action.depth == 0]
+
+    def undrafted(train, test, verifier, latency, **options):
+        index = next(i for i in no_draft if data.grid.actions[i].verifier == verifier)
+        return {kind: np.full(len(test), index) for kind in pair_selector.KINDS}
+
+    monkeypatch.setattr(pair_selector, "rule_choices", undrafted)
+    regimes = {"gpu-large": regime_models(None)["gpu-large"]}
+    result = pair_selector.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200)
+    (table,) = result["tables"]
+    for entry in table["rules"].values():
+        for kind in pair_selector.KINDS:
+            assert entry["policies"][kind]["throughput"] == pytest.approx(1 / 21, abs=1e-12)
+    ratios = {(row["rival"], row["rival_policy"]): row["ratio"] for row in table["ddte"]}
+    assert ratios[("traversal", "selector")] == pytest.approx(1.0, abs=1e-12)
+
+
+def pair_selector_markdown(result: dict) -> str:
+    from verispec.report.pair_section import study_markdown
+
+    return study_markdown(result, "study")

@@ -142,6 +142,14 @@ def test_evaluate_recomputes_static_and_oracle_from_the_dataset(trained, capsys)
         assert entry["oracle"]["throughput"] == pytest.approx(oracle, abs=1e-12)
         assert 0 <= entry["selector"]["agrees_with_oracle"] <= 1
         assert entry["oracle"]["biased_upward"] is False and "oracle_crossfit" not in entry  # exact labels
+        # the selector reads the draft to choose, so a block it leaves undrafted costs t_q (1 here) + t_p
+        from verispec.selector.evaluate import selector_choice
+        from verispec.selector.selector import Selector
+
+        chosen = selector_choice(Selector.load(trained / f"{name}.pt"), test)
+        paid = times + np.array([l1 + l2 == 0 for _, _, l1, l2 in actions])
+        expected = efficiency[np.arange(len(chosen)), chosen].sum() / paid[chosen].sum()
+        assert entry["selector"]["throughput"] == pytest.approx(expected, abs=1e-12)
     assert set(report["comparison"]) >= {"latency"} and len(report["comparison"]) == 3
 
 

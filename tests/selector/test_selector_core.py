@@ -124,6 +124,20 @@ def test_action_times_follow_eq_11():
         assert time == pytest.approx(depth * 1.0 + 10.0 * (1 + 0.05 * (nodes - 1)), rel=1e-12)
 
 
+def test_a_selector_pays_the_draft_step_on_undrafted_blocks():
+    """policy_action_times: Eq. 11's T(a), plus t_q on the depth-0 actions when the policy reads the draft's laws
+    (every scalar feature set does); without draft features it is Eq. 11's."""
+    from verispec.selector.actions import policy_action_times
+    from verispec.selector.features import SCALAR_FEATURES, reads_draft
+
+    latency = LatencyModel.from_ratio(10.0, 0.05)
+    assert reads_draft(SCALAR_FEATURES) and not reads_draft(("context_length", "temperature"))
+    plain, paid = action_times(PAPER_GRID, latency), policy_action_times(PAPER_GRID, latency, reads_draft=True)
+    for action, before, after in zip(PAPER_GRID, plain, paid):
+        assert after == (before + 1.0 if action.l1 + action.l2 == 0 else before)
+    assert np.array_equal(policy_action_times(PAPER_GRID, latency, reads_draft=False), plain)
+
+
 def test_importing_actions_and_features_leaves_torch_unloaded():
     code = ("import sys, verispec.selector, verispec.selector.actions, verispec.selector.features;"
             "from verispec.selector import PAPER_GRID, scalar_features;"
@@ -252,6 +266,11 @@ def test_throughput_loss_by_hand():
     other = [10 / 7 / 1.5, 4 / 3 / 1, 2 / 3 / 0.5]
     assert float(throughput_loss(logits, efficiency, times, 1, penalty=0.0)) == \
         pytest.approx(-sum(math.log(r) for r in other) / 3, rel=1e-12)
+    # base action 0 run at base_time 0.5 (plain decoding, while the selector's chain:0 costs 1): its throughputs
+    # 2, 4, 2 halve every ratio of the first case
+    halved = [r / 2 for r in ratios]
+    assert float(throughput_loss(logits, efficiency, times, 0, penalty=0.0, base_time=0.5)) == \
+        pytest.approx(-sum(math.log(r) for r in halved) / 3, rel=1e-12)
     with pytest.raises(SelectorError):
         throughput_loss(logits, efficiency, times, 0, alpha=1.5)
 

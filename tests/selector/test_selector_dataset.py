@@ -320,6 +320,20 @@ def test_trace_roots_are_prefixes_of_target_traces(pair):
     assert {root.pair for root in roots} == {pair.name}
     again = trace_roots(pair, {"a": [1, 2, 3], "b": [4, 5]}, samplings, every=4, max_new_tokens=10, seed=0)
     assert [root.key() for root in again] == [root.key() for root in roots]
+    # the first root after 3 sampled tokens: the same traces (same seeds), cut at 3, 7 tokens
+    later = trace_roots(pair, {"a": [1, 2, 3], "b": [4, 5]}, samplings, every=4, max_new_tokens=10, seed=0,
+                        first_root=3)
+    for group, prompt in (("a", [1, 2, 3]), ("b", [4, 5])):
+        for sampling in samplings:
+            mine = [root for root in roots if root.group == group and root.sampling == sampling]
+            theirs = [root for root in later if root.group == group and root.sampling == sampling]
+            assert [len(root.context) for root in theirs] == \
+                list(range(len(prompt) + 3, len(prompt) + 11, 4))[:len(theirs)]
+            assert all(mine[-1].context[:len(root.context)] == root.context for root in theirs
+                       if len(root.context) <= len(mine[-1].context))
+    for wrong in (-1, 11, 2.5, True):
+        with pytest.raises(DatasetError, match="first_root must be an integer in"):
+            trace_roots(pair, {"a": [1, 2, 3]}, samplings, max_new_tokens=10, first_root=wrong)
     with pytest.raises(DatasetError, match="prompt set is empty"):
         trace_roots(pair, [], samplings, max_new_tokens=4)
     with pytest.raises(DatasetError, match="sampling settings are empty"):

@@ -86,8 +86,8 @@ def test_the_command_passes_trace_batch_through(tmp_path, monkeypatch, capsys):
     prompts.write_text("a b c\nd e\n")
     seen = []
 
-    def stop(*_args, batch_size, **_kwargs):
-        seen.append(batch_size)
+    def stop(*_args, batch_size, first_root, **_kwargs):
+        seen.append((batch_size, first_root))
         raise VerispecError("stopped after the traces' options")
 
     monkeypatch.setattr(dataset, "trace_roots", stop)
@@ -95,7 +95,13 @@ def test_the_command_passes_trace_batch_through(tmp_path, monkeypatch, capsys):
                "--l1s", "0", "--l2s", "0", "--verifiers", "specinfer", "--threads", "1"]
     assert main([*command, "--out", str(tmp_path / "a.npz"), "--trace-batch", "3"]) == 2
     assert main([*command, "--out", str(tmp_path / "b.npz")]) == 2
-    assert seen == [3, 8]
+    assert main([*command, "--out", str(tmp_path / "d.npz"), "--trace-tokens", "8", "--first-root", "8"]) == 2
+    assert seen == [(3, 0), (8, 0), (8, 8)]
     capsys.readouterr()
     assert main([*command, "--out", str(tmp_path / "c.npz"), "--trace-batch", "0"]) == 2
     assert "--trace-batch: must be an integer in [1, 256]" in capsys.readouterr().err
+    # a first root past the traces' end is refused in one line before any model loads
+    assert main([*command, "--out", str(tmp_path / "e.npz"), "--trace-tokens", "8", "--first-root", "9"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "--first-root 9 is past the traces' end (--trace-tokens 8)" in error and len(error.splitlines()) == 1
+    assert seen == [(3, 0), (8, 0), (8, 8)]

@@ -6,7 +6,7 @@ import sys
 import time
 
 from verispec.cli.common import note_capped_jobs
-from verispec.cli.options import add_backend_options
+from verispec.cli.options import add_backend_options, integer_option
 
 
 def add_parser(subparsers) -> None:
@@ -28,6 +28,10 @@ def add_parser(subparsers) -> None:
     report.add_argument("--latency", default=None, metavar="FILE",
                         help="with --selector-dataset: the pair's latency model on this CPU ('verispec latency --out "
                              "FILE'), section 9's cpu regime")
+    report.add_argument("--selector-folds", type=integer_option(minimum=1, maximum=100, what="an integer in [1, 100]"),
+                        default=1, metavar="K",
+                        help="with --selector-dataset: cross-fit section 9 over K folds of prompts, every prompt held "
+                             "out once (default 1: one split, a quarter of the prompts held out)")
 
 
 def run(args) -> int:
@@ -39,6 +43,7 @@ def run(args) -> int:
         path = build_report(args.out, quick=args.quick, backend=args.backend, jobs=args.jobs, address=args.address,
                             progress=sys.stderr.isatty(), pair=args.pair, device=args.device,
                             overwrite=args.overwrite, note=note_capped_jobs,
-                            selector_datasets=args.selector_dataset or (), selector_latency=args.latency)
+                            selector_datasets=args.selector_dataset or (), selector_latency=args.latency,
+                            selector_folds=args.selector_folds)
     print(f"wrote {path} ({time.perf_counter() - start:.1f} s)")
     return 0

@@ -80,6 +80,9 @@ def _add_dataset_parser(steps) -> None:
                              + " and ".join(DEFAULT_SAMPLINGS) + ")")
     source.add_argument("--every", type=integer_option(minimum=1, what="a positive integer"), default=16,
                         help="a root every N tokens of a trace (default 16, the paper's)")
+    source.add_argument("--first-root", type=integer_option(minimum=0, maximum=4096, what="an integer in [0, 4096]"),
+                        default=0, metavar="N", help="the first root after N sampled tokens, then every --every "
+                                                     "(default 0: at the prompt's end; at most --trace-tokens)")
     source.add_argument("--trace-tokens", type=integer_option(minimum=1, maximum=4096, what="an integer in [1, 4096]"),
                         default=64, help="tokens sampled from the target per prompt and setting (default 64)")
     source.add_argument("--trace-batch", type=integer_option(minimum=1, maximum=256, what="an integer in [1, 256]"),
@@ -293,6 +296,9 @@ def _build(args) -> int:
                  for root in synthetic_roots(args.family, args.vocab, seeds, divergence=divergences,
                                              temperature=temperature)]
     else:
+        if args.first_root > args.trace_tokens:
+            raise VerispecError(f"--first-root {args.first_root} is past the traces' end (--trace-tokens "
+                                f"{args.trace_tokens}); give --first-root at most {args.trace_tokens}")
         prompts = read_prompt_specs(args.prompts)
         samplings = [parse_setting(text) for text in (args.sampling or DEFAULT_SAMPLINGS)]
         args.temperature, args.top_k, args.top_p = 1.0, None, None  # settings come from --sampling
@@ -307,7 +313,8 @@ def _build(args) -> int:
         except ResultStoreError as error:
             raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
         roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,
-                            seed=args.seed, store=traces, batch_size=args.trace_batch, progress=progress)
+                            seed=args.seed, store=traces, batch_size=args.trace_batch, progress=progress,
+                            first_root=args.first_root)
     dataset = build_dataset(roots, grid, method=args.method, samples=args.samples, epsilon=args.epsilon,
                             out=args.out, latency=latency, pair=pair, backend=args.backend, jobs=args.jobs,
                             address=args.address, progress=progress, overwrite=args.overwrite,
@@ -329,9 +336,9 @@ def _float(text: str, option: str) -> float:
 def _run_train(args) -> int:
     from verispec.io import check_output
     from verispec.latency import LatencyModel
-    from verispec.selector.actions import ActionGrid, action_times
+    from verispec.selector.actions import ActionGrid, policy_action_times
     from verispec.selector.dataset_file import Dataset
-    from verispec.selector.features import SCALAR_FEATURES
+    from verispec.selector.features import SCALAR_FEATURES, reads_draft
     from verispec.selector.selector import SELECTOR_FILE
     from verispec.selector.train import train_selector
 
@@ -360,7 +367,8 @@ def _run_train(args) -> int:
     if tuple(dataset.feature_names) != tuple(SCALAR_FEATURES):
         raise VerispecError(f"{args.dataset!r} holds the features {', '.join(dataset.feature_names)}, not this "
                             "verispec's; rebuild the dataset")
-    times = action_times(sub, latency)  # [A']
+    # as it will decode: reading the draft's laws to choose, the selector pays a draft step on chain:0 too
+    times = policy_action_times(sub, latency, reads_draft=reads_draft(dataset.feature_names))  # [A']
     plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
     hidden = None
     if args.hidden:
@@ -374,7 +382,7 @@ def _run_train(args) -> int:
     start = time.perf_counter()
     selector = train_selector(
         features, train.efficiency[:, columns], times, sub, kind=args.kind, base=plain[0] if plain else None,
-        hidden=hidden,
+        hidden=hidden, base_time=latency.target_time(1) if plain else None,  # plain decoding runs no draft
         seed=args.seed, epochs=args.epochs, device=args.device, penalty=args.penalty, alpha=args.alpha,
         metadata={"pair": dataset.metadata.get("pair"), "tokenizer": dataset.metadata.get("tokenizer"),
                   "vocab_size": dataset.metadata.get("vocab_size"), "samplings": dataset.metadata.get("samplings"),

@@ -37,6 +37,10 @@ def add_study_parser(steps) -> None:
     study.add_argument("--bootstrap", type=integer_option(minimum=100, maximum=100_000,
                                                           what="an integer in [100, 1e5]"),
                        default=2000, help="group-bootstrap resamples of the 95%% intervals (default 2000)")
+    study.add_argument("--folds", type=integer_option(minimum=1, maximum=100, what="an integer in [1, 100]"),
+                       default=1, metavar="K",
+                       help="cross-fit over K folds of prompts: every prompt held out once, its roots' policies "
+                            "fitted on the other folds (default 1: one split, --test-fraction held out)")
 
 
 def run_study_command(args) -> int:
@@ -55,7 +59,7 @@ def run_study_command(args) -> int:
 
     start = time.perf_counter()
     result = run_study(datasets, regimes, seed=args.seed, epochs=args.epochs, test_fraction=args.test_fraction,
-                       resamples=args.bootstrap, pair=args.pair)
+                       resamples=args.bootstrap, pair=args.pair, folds=args.folds)
     write_study(result, args.out)
     print(f"wrote the selector study of {result['pair']} into {args.out} ({len(result['settings'])} settings x "
           f"{len(result['regimes'])} regimes, {result['split']['held_out_prompts']} held-out prompts; "

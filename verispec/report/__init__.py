@@ -101,12 +101,14 @@ class Report:
     def __init__(self, out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
                  address=None, progress: bool = True, pair: str | None = None, device: str = "cpu",
                  overwrite: bool = False, note: Callable[[str], None] | None = None,
-                 selector_datasets: Iterable[str] = (), selector_latency: str | None = None):
+                 selector_datasets: Iterable[str] = (), selector_latency: str | None = None,
+                 selector_folds: int = 1):
         self.out = Path(out)
         self.pair, self.device = pair, device
         self.pair_unready: str | None = None  # why a --pair given with selector datasets cannot run study 6
         self.selector_datasets = tuple(str(path) for path in selector_datasets)
         self.selector_latency = selector_latency
+        self.selector_folds = selector_folds  # section 9: one split (1) or cross-fitting over that many folds
         self.selector_inputs = None  # section 9's datasets and regimes, loaded by check()
         self.scale = QUICK if quick else FULL
         self.quick = quick
@@ -227,16 +229,18 @@ class Report:
 def build_report(out: str | Path, *, quick: bool = False, backend: str = "local", jobs: int | None = None,
                  address=None, progress: bool = True, pair: str | None = None, device: str = "cpu",
                  overwrite: bool = False, note: Callable[[str], None] | None = None,
-                 selector_datasets: Iterable[str] = (), selector_latency: str | None = None) -> Path:
+                 selector_datasets: Iterable[str] = (), selector_latency: str | None = None,
+                 selector_folds: int = 1) -> Path:
     """Run the study and write ``out/report.md`` (see the module docstring); returns its path. With ``pair`` (an
     installed pair's name) study 6 runs on real contexts too. Refuses, before any study, a ``--out`` that is not
     new, empty or a verispec report unless ``overwrite`` (``Report.check``). ``note`` is called with a one-line
     note when the processes asked for (``jobs``, or N of a Dask 'local:N') are capped at the cores, once every
     check has passed. ``selector_datasets`` (a pair's stored selector datasets) and ``selector_latency`` (the CPU
-    latency model's file) add section 9 (``pair_section``)."""
+    latency model's file) add section 9 (``pair_section``), cross-fitted over ``selector_folds`` folds of prompts
+    when that is 2 or more."""
     return Report(out, quick=quick, backend=backend, jobs=jobs, address=address, progress=progress, pair=pair,
                   device=device, overwrite=overwrite, note=note, selector_datasets=selector_datasets,
-                  selector_latency=selector_latency).build()
+                  selector_latency=selector_latency, selector_folds=selector_folds).build()
 
 
 __all__ = ["FIGURES", "MARKER", "STUDIES", "Report", "build_report", "is_report_dir"]

@@ -116,10 +116,12 @@ def table_markdown(table: dict, level: int) -> list[str]:
     """The (setting, regime) section: its policies, its selector against baselines and oracle, its DDTE
     comparisons, each table titled with the regime's full name."""
     title = table["title"]
+    folds = table.get("folds", 1)
+    where = "" if folds == 1 else f", each in one of {folds} folds"
     lines = ["", f"{'#' * level} {table['setting']}: {title}", "",
-             f"{plural(table['held_out_prompts'], 'held-out prompt')} ({plural(table['held_out_roots'], 'root')}); "
-             f"throughput in {table['throughput_unit']}; 95% intervals from a bootstrap over prompts, paired where "
-             "two policies are compared.", "", f"**Policies: {title}; {table['setting']}.**", ""]
+             f"{plural(table['held_out_prompts'], 'held-out prompt')} ({plural(table['held_out_roots'], 'root')}"
+             f"{where}); throughput in {table['throughput_unit']}; 95% intervals from a bootstrap over prompts, paired "
+             "where two policies are compared.", "", f"**Policies: {title}; {table['setting']}.**", ""]
     lines += _policy_rows(table)
     lines += ["", f"**The selector (mlp) against its baselines and the oracle: {title}; {table['setting']}.** A "
               "baseline is beaten when the paired interval of the ratio lies above 1.", ""]
@@ -136,6 +138,11 @@ def table_markdown(table: dict, level: int) -> list[str]:
     return lines
 
 
+def _fold_text(result: dict) -> str:
+    folds = result.get("folds", 1)
+    return "" if folds == 1 else f" (one a fold: the prompts of the other {folds - 1} folds)"
+
+
 def study_markdown(result: dict, heading: str, level: int = 1, figure: str | None = FIGURE_FILE) -> str:
     """The study in markdown under ``heading`` (a heading of ``level``): the settings and split, then one section
     of tables per (setting, regime), then the figure."""
@@ -144,8 +151,9 @@ def study_markdown(result: dict, heading: str, level: int = 1, figure: str | Non
              f"Pair {result['pair']}, no model loaded: every number comes from the stored datasets' labels. "
              f"Split by prompt, one split for every setting, regime and rule: {split['rule']}; "
              f"{split['held_out_prompts']} of {split['prompts']} prompts held out. For every rule, regime and setting: "
-             f"the best static action on the training prompts, the selector (the DDTE paper's network, its Eq. 12 "
-             f"against plain decoding, {result['epochs']} epochs, seed {result['seed']}) and its linear and lookup "
+             f"the best static action on the training prompts{_fold_text(result)}, the selector (the DDTE paper's "
+             f"network, its Eq. 12 against plain decoding, {result['epochs']} epochs, seed {result['seed']}) and its "
+             "linear and lookup "
              "baselines over that rule's actions, reading the scalar features only, the cross-fitted oracle (each "
              "root's action chosen on half of its sampled trees, scored on the others) and the in-sample oracle "
              "(biased upward on conditional-exact labels).", "",
@@ -259,7 +267,7 @@ def run(report) -> None:
     start = time.perf_counter()
     datasets, regimes = report.selector_inputs
     result = run_study(datasets, regimes, seed=0, epochs=QUICK_EPOCHS if report.quick else DEFAULT_EPOCHS,
-                       pair=report.pair)
+                       pair=report.pair, folds=getattr(report, "selector_folds", 1))
     report.sections.append(write_study(result, report.out, heading=SECTION, level=2).rstrip())
     report.findings.extend(study_findings(result))
     report.seconds["pair selector (train, evaluate)"] = time.perf_counter() - start

@@ -25,6 +25,15 @@ first ``held_out_count`` are held out, in every setting they appear in. That is 
 dataset of one setting splits as ``verispec selector train --test-fraction F --split-seed SEED`` does, with one
 change: at least ``MIN_HELD_OUT`` prompts are held out when there are ``FLOOR_PROMPTS`` or more.
 
+Cross-fitting (``folds`` K >= 2, ``verispec selector study --folds K``): the same shuffled prompts are cut into K
+folds of near-equal size (``numpy.array_split``), and every fold is held out once: its roots' static action and
+selectors are fitted on the other K - 1 folds. Every prompt is then a held-out prompt, so an interval's
+half-width is about sqrt(fraction) of one split's (half of it at fraction 0.25); the bootstrap resamples prompts
+with the K fitted policies held fixed (their dependence through shared training folds is not resampled).
+
+A selector reads the draft's laws at the root to choose, so it is trained and scored with chain:0 at t_q + t_p(1)
+(``verispec.selector.actions.policy_action_times``); the static actions and the oracles keep Eq. 11's prices.
+
 The selectors read the scalar features only (hidden states a dataset may hold are not read), the latency features
 (draft_time, target_time) set to each regime's model, as ``verispec selector train --latency`` does; every
 selector is trained with the study's seed.
@@ -43,7 +52,7 @@ from verispec.errors import VerispecError, describe
 from verispec.io import check_output_dir, check_output_file
 from verispec.latency import LatencyModel
 from verispec.report.common import plural, throughput_unit
-from verispec.selector.actions import ActionGrid, action_times
+from verispec.selector.actions import ActionGrid, action_times, policy_action_times
 from verispec.selector.dataset import sampling_text
 from verispec.selector.dataset_file import Dataset, DatasetError
 from verispec.selector.evaluate import (
@@ -55,6 +64,7 @@ from verispec.selector.evaluate import (
     paired_policy_ratios,
     verifier_actions,
 )
+from verispec.selector.features import reads_draft
 from verispec.selector.regimes import REGIME_TITLES
 
 #: Held-out prompts the split keeps at least, once the datasets hold ``FLOOR_PROMPTS`` prompts or more.
@@ -110,6 +120,20 @@ def split_prompts(groups, fraction: float, seed: int) -> tuple[list[str], list[s
     order = np.random.default_rng(seed).permutation(len(distinct))
     held = set(distinct[order[:held_out_count(len(distinct), fraction)]].tolist())
     return sorted(set(distinct.tolist()) - held), sorted(held)
+
+
+def fold_prompts(groups, folds: int, seed: int) -> list[list[str]]:
+    """The distinct ``groups`` sorted, shuffled by ``numpy.random.default_rng(seed)`` (``split_prompts``'s
+    order) and cut into ``folds`` near-equal folds (``numpy.array_split``), each sorted; a one-line
+    ``DatasetError`` when there are fewer prompts than folds."""
+    distinct = np.unique(np.asarray(groups, dtype=str))  # sorted
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
+        raise VerispecError(f"cross-fitting needs at least 2 folds, got {describe(folds)}")
+    if len(distinct) < folds:
+        raise DatasetError(f"{folds} folds need at least {folds} prompts; the datasets hold {len(distinct)}: give "
+                           "fewer folds")
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    return [sorted(distinct[part].tolist()) for part in np.array_split(order, folds)]
 
 
 def prompts_for_half_width(prompts: int, half_width: float, target: float = TARGET_HALF_WIDTH) -> int | None:
@@ -184,17 +208,28 @@ def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyM
     grid = train.grid
     sub = ActionGrid(grid.ks, grid.l1s, grid.l2s, (verifier,))
     columns = np.array([grid.index(action) for action in sub.actions], dtype=np.int64)  # [A']
-    times = action_times(sub, latency)  # [A']
+    times = policy_action_times(sub, latency, reads_draft=reads_draft(train.feature_names))  # [A'] as it decodes
     plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
     train_x, test_x = regime_features(train, latency), regime_features(test, latency)  # [N, F], [N_test, F]
     chosen = {}
     for kind in KINDS:
         selector = train_selector(train_x, train.efficiency[:, columns], times, sub, kind=kind,
-                                  base=plain[0] if plain else None, seed=seed, epochs=epochs,
+                                  base=plain[0] if plain else None,
+                                  base_time=latency.target_time(1) if plain else None, seed=seed, epochs=epochs,
                                   feature_names=train.feature_names,
                                   metadata={"latency": latency.as_dict(), "samplings": train.samplings})
         chosen[kind] = columns[selector.choose_batch(test_x)]  # [N_test]
     return chosen
+
+
+def static_names(grid: ActionGrid, chosen: np.ndarray) -> str:
+    """The static action(s) of ``chosen`` [N] (one a fold under cross-fitting): its name, or each name with the
+    share of roots it serves, most common first."""
+    actions, counts = np.unique(chosen, return_counts=True)
+    if len(actions) == 1:
+        return grid.actions[int(actions[0])].name
+    order = np.argsort(-counts, kind="stable")
+    return ", ".join(f"{grid.actions[int(actions[i])].name} ({counts[i] / counts.sum():.0%} of roots)" for i in order)
 
 
 def _with_ci(entry: dict, shift: float = 0.0, sign: float = 1.0) -> dict:
@@ -210,20 +245,24 @@ def verdict(interval: Sequence[float]) -> str:
 
 
 def rule_entry(test: Dataset, times: np.ndarray, verifier: str, choices: Mapping[str, np.ndarray],
-               totals: Mapping[str, tuple], *, resamples: int, seed: int) -> dict:
+               totals: Mapping[str, tuple], *, resamples: int, seed: int,
+               selector_times: np.ndarray | None = None) -> dict:
     """One rule's rows: every policy's tokens per target call and throughput (with ``ratio_to_static``), the
-    selector's gain, regret and ratios to its baselines (paired intervals), and its choices of chain:0."""
+    selector's gain, regret and ratios to its baselines (paired intervals), and its choices of chain:0. The
+    selectors (``KINDS``) are priced by ``selector_times`` [A] when given (``policy_action_times``)."""
     grid = test.grid
+    priced = {} if selector_times is None else dict.fromkeys(KINDS, selector_times)
     mine = {policy: choices[f"{verifier} {policy}"] for policy in ("static", *KINDS, "oracle")}
     extra = {"oracle_crossfit": totals[f"{verifier} oracle_crossfit"]} if f"{verifier} oracle_crossfit" in totals \
         else {}
     policies = evaluate_policies(test.efficiency, times, mine, test.group, resamples=resamples, seed=seed,
-                                 baseline="static", totals=extra)
+                                 baseline="static", totals=extra, policy_times=priced)
     pairs = [("mlp", "linear"), ("mlp", "lookup"), ("mlp", "oracle"), *(("mlp", name) for name in extra)]
     ratios = paired_policy_ratios(test.efficiency, times, mine, test.group, pairs, totals=extra,
-                                  resamples=resamples, seed=seed)
-    static = int(mine["static"][0])
-    policies["static"].update(action=grid.actions[static].name, no_draft=grid.actions[static].tree == NO_DRAFT)
+                                  resamples=resamples, seed=seed, policy_times=priced)
+    statics = np.unique(mine["static"])
+    policies["static"].update(action=static_names(grid, mine["static"]),
+                              no_draft=bool(all(grid.actions[int(a)].tree == NO_DRAFT for a in statics)))
     policies["oracle"]["biased_upward"] = bool(np.any(test.label_method == "conditional"))
     no_draft = np.array([action.tree == NO_DRAFT for action in grid.actions])  # [A]
     for kind in KINDS:
@@ -245,7 +284,7 @@ def rule_entry(test: Dataset, times: np.ndarray, verifier: str, choices: Mapping
 
 
 def ddte_comparisons(test: Dataset, times: np.ndarray, choices: Mapping[str, np.ndarray], prompts: int, *,
-                     resamples: int, seed: int) -> list[dict]:
+                     resamples: int, seed: int, selector_times: np.ndarray | None = None) -> list[dict]:
     """Selector-driven ``LEAD`` over each rival of ``RIVALS`` the grid labels, at the rival's best static tree and
     with its own selector: the throughput ratio with its paired interval, the half-width, and the held-out prompts
     a half-width of ``TARGET_HALF_WIDTH`` would take (None when it is met)."""
@@ -254,33 +293,47 @@ def ddte_comparisons(test: Dataset, times: np.ndarray, choices: Mapping[str, np.
         return []
     pairs = [(f"{LEAD} mlp", f"{rival} {policy}") for rival in RIVALS if rival in grid.verifiers
              for policy in ("static", "mlp")]
-    ratios = paired_policy_ratios(test.efficiency, times, choices, test.group, pairs, resamples=resamples, seed=seed)
+    priced = {} if selector_times is None else \
+        {name: selector_times for name in choices if name.rsplit(" ", 1)[-1] in KINDS}  # selectors pay the draft
+    ratios = paired_policy_ratios(test.efficiency, times, choices, test.group, pairs, resamples=resamples, seed=seed,
+                                  policy_times=priced)
     rows = []
     for lead, rival in pairs:
         name, policy = rival.rsplit(" ", 1)
         entry = ratios[(lead, rival)]
         half_width = (entry["ratio_ci"][1] - entry["ratio_ci"][0]) / 2
         rows.append({"lead": LEAD, "rival": name, "rival_policy": "best static" if policy == "static" else "selector",
-                     "rival_action": grid.actions[int(choices[rival][0])].name if policy == "static" else None,
+                     "rival_action": static_names(grid, choices[rival]) if policy == "static" else None,
                      **entry, "half_width": half_width, "held_out_prompts": prompts,
                      "prompts_for_target": prompts_for_half_width(prompts, half_width)})
     return rows
 
 
-def regime_table(setting: Setting, held: Sequence[str], regime: str, latency: LatencyModel, *, seed: int,
-                 epochs: int, resamples: int) -> dict:
+def regime_table(setting: Setting, held: Sequence[str] | Sequence[Sequence[str]], regime: str,
+                 latency: LatencyModel, *, seed: int, epochs: int, resamples: int) -> dict:
     """The (setting, regime) table: every rule's entry (``rule_entry``), the DDTE comparisons, on the roots of
-    the held-out prompts ``held``, the static actions and the selectors fitted on the others."""
+    the held-out prompts ``held``, the static actions and the selectors fitted on the others. ``held`` may be a
+    list of folds (lists of prompts): then each fold's roots are chosen for by the policies fitted on the rest,
+    and the table covers the roots of every fold."""
     data = setting.data
-    rows = np.isin(data.group, list(held))  # [N]
-    train, test = data.subset(~rows), data.subset(rows)
+    folds = [list(held)] if not held or isinstance(held[0], str) else [list(fold) for fold in held]
+    in_fold = [np.isin(data.group, fold) for fold in folds]  # [N] each
+    rows = np.logical_or.reduce(in_fold)  # [N]
+    test = data.subset(rows)
     grid, times = data.grid, action_times(data.grid, latency)  # [A]
+    selector_times = policy_action_times(grid, latency, reads_draft=reads_draft(data.feature_names))  # [A]
     choices, totals = {}, {}
     for verifier in grid.verifiers:
         allowed = verifier_actions(grid, verifier)
-        choices[f"{verifier} static"] = np.full(len(test), best_static(train.efficiency, times, allowed))
-        for kind, chosen in rule_choices(train, test, verifier, latency, seed=seed, epochs=epochs).items():
-            choices[f"{verifier} {kind}"] = chosen
+        choices[f"{verifier} static"] = np.empty(len(test), dtype=np.int64)
+        for kind in KINDS:
+            choices[f"{verifier} {kind}"] = np.empty(len(test), dtype=np.int64)
+        for fold in in_fold:
+            train, where = data.subset(~fold), np.flatnonzero(fold[rows])  # where: the fold's rows in ``test``
+            choices[f"{verifier} static"][where] = best_static(train.efficiency, times, allowed)
+            for kind, chosen in rule_choices(train, data.subset(fold), verifier, latency, seed=seed,
+                                             epochs=epochs).items():
+                choices[f"{verifier} {kind}"][where] = chosen
         choices[f"{verifier} oracle"] = oracle_choice(test.efficiency, times, allowed)
         crossfit = None if test.per_sample is None else \
             crossfit_oracle_totals(test.per_sample, test.efficiency, times, allowed)
@@ -289,17 +342,20 @@ def regime_table(setting: Setting, held: Sequence[str], regime: str, latency: La
     prompts = len(np.unique(test.group))
     return {"setting": setting.name, "regime": regime, "title": REGIME_TITLES.get(regime, latency.source),
             "throughput_unit": throughput_unit(latency), "held_out_prompts": prompts, "held_out_roots": len(test),
-            "rules": {verifier: rule_entry(test, times, verifier, choices, totals, resamples=resamples, seed=seed)
-                      for verifier in grid.verifiers},
-            "ddte": ddte_comparisons(test, times, choices, prompts, resamples=resamples, seed=seed),
+            "folds": len(folds),
+            "rules": {verifier: rule_entry(test, times, verifier, choices, totals, resamples=resamples, seed=seed,
+                                           selector_times=selector_times) for verifier in grid.verifiers},
+            "ddte": ddte_comparisons(test, times, choices, prompts, resamples=resamples, seed=seed,
+                                     selector_times=selector_times),
             "ddte_rules_missing": [name for name in (LEAD, *RIVALS) if name not in grid.verifiers]}
 
 
-def _check_numbers(regimes, seed, epochs, test_fraction, resamples) -> None:
+def _check_numbers(regimes, seed, epochs, test_fraction, resamples, folds=1) -> None:
     if not isinstance(regimes, Mapping) or not regimes or \
             not all(isinstance(model, LatencyModel) for model in regimes.values()):
         raise VerispecError(f"the study needs latency regimes {{name: LatencyModel}}, got {describe(regimes)}")
-    for value, what, least in ((seed, "the seed", 0), (epochs, "epochs", 1), (resamples, "bootstrap resamples", 100)):
+    for value, what, least in ((seed, "the seed", 0), (epochs, "epochs", 1), (resamples, "bootstrap resamples", 100),
+                               (folds, "the folds", 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise VerispecError(f"{what} must be an integer >= {least}, got {describe(value)}")
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
@@ -308,41 +364,59 @@ def _check_numbers(regimes, seed, epochs, test_fraction, resamples) -> None:
 
 def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, LatencyModel], *, seed: int = 0,
               epochs: int = DEFAULT_EPOCHS, test_fraction: float = DEFAULT_TEST_FRACTION,
-              resamples: int = DEFAULT_BOOTSTRAP, pair: str | None = None) -> dict:
+              resamples: int = DEFAULT_BOOTSTRAP, pair: str | None = None, folds: int = 1) -> dict:
     """The study (module docstring) of ``datasets`` ((label, Dataset) pairs of one pair) in each regime of
-    ``regimes`` ({name: LatencyModel}, e.g. ``regime_models(cpu_file)``): JSON-ready, every number in it."""
-    _check_numbers(regimes, seed, epochs, test_fraction, resamples)
+    ``regimes`` ({name: LatencyModel}, e.g. ``regime_models(cpu_file)``): JSON-ready, every number in it.
+    ``folds`` >= 2 cross-fits over that many folds of prompts instead of one split (``test_fraction`` unused)."""
+    _check_numbers(regimes, seed, epochs, test_fraction, resamples, folds)
     settings = pair_settings(datasets, pair)
-    train_prompts, held = split_prompts(np.concatenate([setting.data.group for setting in settings]),
-                                        test_fraction, seed)
+    groups = np.concatenate([setting.data.group for setting in settings])
     result = {"format": STUDY_FORMAT, "pair": settings[0].data.metadata.get("pair"), "seed": int(seed),
-              "epochs": int(epochs), "test_fraction": float(test_fraction), "kinds": list(KINDS),
+              "epochs": int(epochs), "kinds": list(KINDS), "folds": int(folds),
               "bootstrap": {"resamples": int(resamples), "seed": int(seed), "level": 0.95, "over": "prompts"},
-              "split": {"rule": f"distinct prompts sorted, shuffled by numpy.random.default_rng({seed}), the first "
-                                f"{len(held)} held out (round({test_fraction:g} x {len(held) + len(train_prompts)}), "
-                                f"at least {MIN_HELD_OUT} from {FLOOR_PROMPTS} prompts)",
-                        "prompts": len(held) + len(train_prompts), "held_out_prompts": len(held),
-                        "held_out": held},
               "regimes": {name: {"title": REGIME_TITLES.get(name, model.source), "latency": model.as_dict()}
                           for name, model in regimes.items()},
               "settings": {}, "tables": []}
-    held_set = set(held)
+    if folds == 1:
+        train_prompts, held = split_prompts(groups, test_fraction, seed)
+        plan, prompts = [held], len(held) + len(train_prompts)
+        result["test_fraction"] = float(test_fraction)
+        result["split"] = {"rule": f"distinct prompts sorted, shuffled by numpy.random.default_rng({seed}), the first "
+                                   f"{len(held)} held out (round({test_fraction:g} x {prompts}), at least "
+                                   f"{MIN_HELD_OUT} from {FLOOR_PROMPTS} prompts)",
+                           "prompts": prompts, "held_out_prompts": len(held), "held_out": held}
+        remedy = "give another seed or held-out fraction"
+    else:
+        plan = fold_prompts(groups, folds, seed)
+        prompts = sum(len(fold) for fold in plan)
+        result["split"] = {"rule": f"cross-fitted: distinct prompts sorted, shuffled by numpy.random.default_rng("
+                                   f"{seed}), cut into {folds} folds of {min(map(len, plan))}-{max(map(len, plan))} "
+                                   "prompts, each fold held out once, its roots' policies fitted on the other folds",
+                           "prompts": prompts, "held_out_prompts": prompts, "held_out": sorted(sum(plan, [])),
+                           "folds": plan}
+        remedy = "give fewer folds"
     for setting in settings:
         data = setting.data
         groups = set(np.unique(data.group).tolist())
-        held_here = sorted(groups & held_set)
-        if not held_here or held_here == sorted(groups):
-            raise DatasetError(f"the split holds out {plural(len(held_here), 'prompt')} of the {len(groups)} of "
-                               f"{setting.name} ({setting.source!r}); give another seed or held-out fraction")
-        rows = np.isin(data.group, held_here)
+        here = [sorted(groups & set(fold)) for fold in plan]
+        for fold in here:
+            if not fold or fold == sorted(groups):
+                raise DatasetError(f"the split holds out {plural(len(fold), 'prompt')} of the {len(groups)} of "
+                                   f"{setting.name} ({setting.source!r}) at once; {remedy}")
+        in_fold = [np.isin(data.group, fold) for fold in here]  # [N] each
+        held_rows = np.logical_or.reduce(in_fold)  # [N]
+        held_prompts = sum(len(fold) for fold in here)
         result["settings"][setting.name] = {
             "dataset": setting.source, "rules": list(data.grid.verifiers), "grid": data.grid.describe(),
             "actions": len(data.grid), "label_methods": sorted(set(data.label_method.tolist())),
-            "prompts": len(groups), "roots": len(data), "train_prompts": len(groups) - len(held_here),
-            "held_out_prompts": len(held_here), "train_roots": int((~rows).sum()), "held_out_roots": int(rows.sum())}
+            "prompts": len(groups), "roots": len(data),
+            "train_prompts": len(groups) - max(len(fold) for fold in here),  # the fewest a policy was fitted on
+            "held_out_prompts": held_prompts,
+            "train_roots": int(len(data) - max(int(rows.sum()) for rows in in_fold)),
+            "held_out_roots": int(held_rows.sum())}
         for name, latency in regimes.items():
-            result["tables"].append(regime_table(setting, held_here, name, latency, seed=seed, epochs=epochs,
-                                                 resamples=resamples))
+            result["tables"].append(regime_table(setting, here if folds != 1 else here[0], name, latency, seed=seed,
+                                                 epochs=epochs, resamples=resamples))
     return result
 
 
@@ -366,5 +440,6 @@ def check_study_outputs(out: str | Path, what: str = "--out") -> None:
 
 __all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FLOOR_PROMPTS", "KINDS", "LEAD", "MIN_HELD_OUT", "OUTPUTS",
            "RIVALS", "STUDY_FORMAT", "TARGET_HALF_WIDTH", "Setting", "check_study_outputs", "ddte_comparisons",
-           "held_out_count", "load_inputs", "pair_settings", "prompts_for_half_width", "regime_features",
-           "regime_table", "rule_choices", "rule_entry", "run_study", "split_prompts", "verdict"]
+           "fold_prompts", "held_out_count", "load_inputs", "pair_settings", "prompts_for_half_width",
+           "regime_features", "regime_table", "rule_choices", "rule_entry", "run_study", "split_prompts",
+           "static_names", "verdict"]

@@ -94,19 +94,22 @@ def run(report) -> None:
 def _train(grid, train, latency: LatencyModel, epochs: int, samplings: list[dict]) -> dict:
     """{'VERIFIER KIND': a selector trained on ``train`` under ``latency``} over each verifier's own actions of
     ``grid``: the paper's network for every verifier, and the linear and lookup baselines for the first."""
-    from verispec.selector.actions import ActionGrid
+    from verispec.selector.actions import ActionGrid, policy_action_times
+    from verispec.selector.features import reads_draft
     from verispec.selector.train import train_selector
 
     selectors = {}
     for verifier in SELECTOR_VERIFIERS:
         sub = ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=(verifier,))
         columns = [grid.index(action) for action in sub.actions]
-        times = [latency.block_time(action.depth, action.nodes) for action in sub.actions]
+        # as the selector decodes: it reads the draft to choose, so chain:0 pays t_q too (plain decoding does not)
+        times = policy_action_times(sub, latency, reads_draft=reads_draft(train.feature_names))
         plain = next(index for index, action in enumerate(sub.actions) if action.depth == 0)
         for kind in ("mlp", "linear", "lookup") if verifier == SELECTOR_VERIFIERS[0] else ("mlp",):
             selectors[f"{verifier} {kind}"] = train_selector(
                 train.features, train.efficiency[:, columns], times, sub, kind=kind, base=plain, seed=0,
-                epochs=epochs, metadata={"latency": latency, "samplings": samplings})
+                epochs=epochs, metadata={"latency": latency, "samplings": samplings},
+                base_time=latency.target_time(1))
     return selectors
 
 

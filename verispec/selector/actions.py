@@ -262,7 +262,23 @@ def action_times(grid: ActionGrid, latency):
                     dtype=np.float64)  # [A]
 
 
+def policy_action_times(grid: ActionGrid, latency, *, reads_draft: bool = True):
+    """T(a) [A] of each action when a policy chooses it from the block's features: ``action_times``, plus one draft
+    step t_q on the actions that draft nothing (depth 0) when the policy reads the draft's laws at the root
+    (``verispec.selector.features.DRAFT_FEATURES``). Decoding runs the draft on the root before choosing
+    (``needs_draft``, ``verispec.models.decoding``); a drafting action reuses that step as its first draw's, but a
+    block that drafts nothing still paid for it. (Eq. 11 of the DDTE paper prices chain:0 at t_p(1) alone, which
+    holds for a fixed tree, not for a selector that looks at the draft first.)"""
+    import numpy as np
+
+    times = action_times(grid, latency)  # [A]
+    if reads_draft:
+        times = times + latency.draft_step * np.array([action.depth == 0 for action in grid.actions])
+    return times  # [A]
+
+
 #: The paper's grid: K 1..4, L1 0..8, L2 0..8 with SpecInfer, 324 actions.
 PAPER_GRID = ActionGrid()
 
-__all__ = ["PAPER_GRID", "Action", "ActionGrid", "SelectorError", "action_times", "max_action_tree"]
+__all__ = ["PAPER_GRID", "Action", "ActionGrid", "SelectorError", "action_times", "max_action_tree",
+           "policy_action_times"]

@@ -150,10 +150,12 @@ def _derived_seed(*parts) -> int:
 
 
 def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: int, seed: int = 0,
-                store: ResultStore | None = None, batch_size: int = 8, progress: bool = False) -> list[Root]:
+                store: ResultStore | None = None, batch_size: int = 8, progress: bool = False,
+                first_root: int = 0) -> list[Root]:
     """Roots every ``every`` tokens of plain target sampling (``sample_target``) from each prompt under each
-    sampling setting: the contexts prompt + the first 0, every, 2 every, .. sampled tokens (a context ending in
-    an end token is left out: no block follows it). ``prompts``: texts or token-id lists, (group, prompt) pairs,
+    sampling setting: the contexts prompt + the first f, f + every, f + 2 every, .. sampled tokens, f =
+    ``first_root`` (at most ``max_new_tokens``; a context ending in an end token is left out: no block follows
+    it). ``prompts``: texts or token-id lists, (group, prompt) pairs,
     or a mapping group -> prompt (the group of unnamed prompts is 'prompt:i'). Each trace is seeded from
     (seed, prompt group, setting), so adding prompts or settings leaves the others' roots unchanged.
 
@@ -170,6 +172,10 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
                                ("batch_size", batch_size, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise DatasetError(f"{name} must be an integer >= {least}, got {describe(value)}")
+    if isinstance(first_root, bool) or not isinstance(first_root, (int, np.integer)) \
+            or not 0 <= first_root <= max_new_tokens:
+        raise DatasetError(f"first_root must be an integer in [0, max_new_tokens = {max_new_tokens}] (a root after "
+                           f"that many sampled tokens), got {describe(first_root)}")
     named = check_prompt_lengths(pair, _named_prompts(prompts), int(max_new_tokens))  # refused before any decoding
     stops, roots, keyed = pair.eos_token_ids, [], []
     cells = [(group, prompt, index, sampling) for group, prompt in named for index, sampling in enumerate(samplings)]
@@ -182,7 +188,7 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
     traces = sampled_traces(pair, keyed, int(max_new_tokens), store=store, batch_size=int(batch_size),
                             progress=progress)
     for (group, _, _, sampling), (prompt_length, tokens) in zip(cells, traces):
-        for position in range(prompt_length, len(tokens) + 1, every):
+        for position in range(prompt_length + int(first_root), len(tokens) + 1, every):
             context = tokens[:position]
             if len(context) < 2 or context[-1] in stops:
                 continue

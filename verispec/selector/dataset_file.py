@@ -171,7 +171,8 @@ class Dataset:
         return self.subset(~held), self.subset(held)
 
     def save(self, path: str | Path) -> None:
-        """Write the dataset to ``path`` (.npz) atomically."""
+        """Write the dataset to ``path`` (.npz, zip-deflated: labels of 620 roots x 476 actions x 16 trees fit in
+        about 5 MB instead of 52) atomically."""
         arrays = {name: getattr(self, name) for name in ARRAYS}
         if self.per_sample is not None:
             arrays["per_sample"] = self.per_sample
@@ -179,7 +180,7 @@ class Dataset:
             arrays[f"hidden.{name}"] = block
         check_output_file(path, "the dataset", example="dataset.npz")
         with atomic_output(path) as temporary, open(temporary, "wb") as stream:
-            np.savez(stream, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays)
+            np.savez_compressed(stream, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays)
 
     @classmethod
     def load(cls, path: str | Path, grid=None) -> Dataset:

@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from verispec.latency import LatencyModel
-from verispec.selector.actions import ActionGrid, SelectorError, action_times
+from verispec.selector.actions import ActionGrid, SelectorError, action_times, policy_action_times
 from verispec.selector.dataset import sampling_text
+from verispec.selector.features import reads_draft
 
 #: Bootstrap resamples of the groups for the 95% intervals.
 DEFAULT_BOOTSTRAP = 2000
@@ -122,20 +123,29 @@ def _interval(samples: np.ndarray) -> list[float]:
     return [float(low), float(high)]
 
 
+def _given(efficiency, times, choices, totals, policy_times) -> dict:
+    """name -> (tokens [N], time [N]) of each policy: ``choices`` priced by ``policy_times[name]`` where given
+    (a selector's, ``policy_action_times``), else by ``times``; then ``totals`` as given."""
+    policy_times = dict(policy_times or {})
+    return {name: policy_totals(efficiency, policy_times.get(name, times), np.asarray(choice, dtype=np.int64))
+            for name, choice in choices.items()} | dict(totals or {})
+
+
 def evaluate_policies(efficiency: np.ndarray, times: np.ndarray, choices: Mapping[str, np.ndarray],
                       groups: np.ndarray, *, resamples: int = DEFAULT_BOOTSTRAP, seed: int = 0,
-                      baseline: str = "static", totals: Mapping[str, tuple] | None = None) -> dict:
+                      baseline: str = "static", totals: Mapping[str, tuple] | None = None,
+                      policy_times: Mapping[str, np.ndarray] | None = None) -> dict:
     """Tokens per target call and throughput of each policy in ``choices`` (name -> [N] action index) on the
     roots of ``efficiency`` [N, A], and of each policy in ``totals`` (name -> its per-root tokens [N] and time
     [N], for a policy that is no single action per root, like the cross-fitted oracle), with 95% group-bootstrap
-    intervals, and each policy's throughput ratio to ``baseline`` (paired, on the same resamples)."""
+    intervals, and each policy's throughput ratio to ``baseline`` (paired, on the same resamples). A policy named
+    in ``policy_times`` (name -> [A]) is priced by those times instead of ``times``."""
     if efficiency.shape[0] == 0:
         raise SelectorError("no held-out roots to evaluate on; give a test set with at least one root")
     boot = _Bootstrap(np.asarray(groups), resamples, seed)
     count = boot.sums(np.ones(efficiency.shape[0]))  # [R] roots per resample
     results, rates = {}, {}
-    given = {name: policy_totals(efficiency, times, np.asarray(choice, dtype=np.int64))
-             for name, choice in choices.items()} | dict(totals or {})
+    given = _given(efficiency, times, choices, totals, policy_times)
     for name, (tokens, time) in given.items():
         token_sums, time_sums = boot.sums(tokens), boot.sums(time)
         rates[name] = token_sums / time_sums
@@ -168,14 +178,14 @@ def paired_ratio(efficiency_a: np.ndarray, times_a: np.ndarray, choice_a: np.nda
 def paired_policy_ratios(efficiency: np.ndarray, times: np.ndarray, choices: Mapping[str, np.ndarray],
                          groups: np.ndarray, pairs: Sequence[tuple[str, str]], *,
                          totals: Mapping[str, tuple] | None = None, resamples: int = DEFAULT_BOOTSTRAP,
-                         seed: int = 0) -> dict:
+                         seed: int = 0, policy_times: Mapping[str, np.ndarray] | None = None) -> dict:
     """{(a, b): {"ratio", "ratio_ci"}}: the throughput of policy a over policy b for each pair of ``pairs``, on the
     roots of ``efficiency`` [N, A], with a paired 95% group-bootstrap interval (one weight matrix for every pair,
     the resamples of ``evaluate_policies`` at the same seed). Policies are named in ``choices`` (name -> [N] action
-    index) or ``totals`` (name -> per-root tokens [N] and time [N])."""
+    index; priced by ``policy_times[name]`` where given, else ``times``) or ``totals`` (name -> per-root tokens
+    [N] and time [N])."""
     boot = _Bootstrap(np.asarray(groups), resamples, seed)
-    given = {name: policy_totals(efficiency, times, np.asarray(choice, dtype=np.int64))
-             for name, choice in choices.items()} | dict(totals or {})
+    given = _given(efficiency, times, choices, totals, policy_times)
     missing = sorted({name for pair in pairs for name in pair} - set(given))
     if missing:
         raise SelectorError(f"no policy named {', '.join(missing)} to compare")
@@ -241,6 +251,7 @@ def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool 
         check_dataset_fits(selector, test)
         latency = LatencyModel.from_dict(selector.metadata["latency"])
         times = action_times(test.grid, latency)
+        chosen_times = policy_action_times(test.grid, latency, reads_draft=reads_draft(selector.feature_names))
         allowed = [test.grid.index(action) for action in selector.grid.actions]
         chosen = selector_choice(selector, test)
         entry = {"verifiers": sorted({action.verifier for action in selector.grid.actions}),
@@ -262,7 +273,8 @@ def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool 
                 crossfit_oracle_totals(test.per_sample[rows], efficiency, times, allowed)
             table = evaluate_policies(efficiency, times, choices, np.asarray(test.group)[rows],
                                       resamples=resamples, seed=seed,
-                                      totals=None if crossfit is None else {"oracle_crossfit": crossfit})
+                                      totals=None if crossfit is None else {"oracle_crossfit": crossfit},
+                                      policy_times={"selector": chosen_times})
             noisy = bool(np.any(np.asarray(test.label_method)[rows] == "conditional"))
             table["oracle"]["biased_upward"] = noisy  # the best of noisy labels scored on themselves
             table["static"]["action"] = test.grid.actions[static].name
@@ -298,6 +310,8 @@ def compare_selected(test, first: tuple[str, object], second: tuple[str, object]
         raise SelectorError(f"selectors {name_a!r} and {name_b!r} were trained for different latency models; "
                             "compare selectors trained for the same one")
     times = action_times(test.grid, latency)
+    times_a, times_b = (policy_action_times(test.grid, latency, reads_draft=reads_draft(selector.feature_names))
+                        for selector in (selector_a, selector_b))  # a selector pays the draft at chain:0
     allowed_b = [test.grid.index(action) for action in selector_b.grid.actions]
     static_b = best_static(train.efficiency, times, allowed_b)
     choice_a = selector_choice(selector_a, test)
@@ -306,10 +320,10 @@ def compare_selected(test, first: tuple[str, object], second: tuple[str, object]
     return {
         "latency": latency.as_dict(),
         f"{name_a} selector / {name_b} best static ({test.grid.actions[static_b].name})": paired_ratio(
-            test.efficiency, times, choice_a, test.efficiency, times,
+            test.efficiency, times_a, choice_a, test.efficiency, times,
             np.full(test.features.shape[0], static_b), groups, resamples=resamples, seed=seed),
         f"{name_a} selector / {name_b} selector": paired_ratio(
-            test.efficiency, times, choice_a, test.efficiency, times, choice_b, groups, resamples=resamples,
+            test.efficiency, times_a, choice_a, test.efficiency, times_b, choice_b, groups, resamples=resamples,
             seed=seed),
     }
 

@@ -56,6 +56,14 @@ SCALAR_FEATURES: tuple[str, ...] = ("entropy_p_prev", "entropy_q_prev", "entropy
 #: Features that read the draft's laws: a policy using any of them needs the draft at the root before choosing.
 DRAFT_FEATURES = frozenset({"entropy_q_prev", "entropy_q_root", "kl_p_q_prev", "kl_q_p_prev", "l1_p_q_prev"})
 
+
+
+def reads_draft(feature_names) -> bool:
+    """Whether a selector reading ``feature_names`` needs the draft at the root (any of ``DRAFT_FEATURES``), and
+    so pays a draft step on a block that drafts nothing (``verispec.selector.actions.policy_action_times``)."""
+    return any(name in DRAFT_FEATURES for name in feature_names)
+
+
 #: The largest KL divergence reported, in nats (e^-30 is about 1e-13: beyond it the laws are disjoint in
 #: practice). +inf (support of x not inside that of y) is reported as this value.
 KL_CAP = 30.0
@@ -398,5 +406,5 @@ def feature_index(name: str, names=SCALAR_FEATURES) -> int:
         raise SelectorError(f"unknown feature {name!r}; features: {', '.join(names)}") from None
 
 
-__all__ = ["DRAFT_FEATURES", "KL_CAP", "SCALAR_FEATURES", "context_features", "feature_index", "scalar_features",
-           "scalar_features_batch", "support_law_features"]
+__all__ = ["DRAFT_FEATURES", "KL_CAP", "SCALAR_FEATURES", "context_features", "feature_index", "reads_draft",
+           "scalar_features", "scalar_features_batch", "support_law_features"]

@@ -26,7 +26,7 @@ from verispec.errors import VerispecError, describe
 from verispec.io import OutputKind, atomic_output
 from verispec.selector.actions import Action, ActionGrid, SelectorError
 from verispec.selector.dataset import sampling_text
-from verispec.selector.features import DRAFT_FEATURES, SCALAR_FEATURES, context_features
+from verispec.selector.features import SCALAR_FEATURES, context_features, reads_draft
 from verispec.selector.network import MODELS, build_model
 
 #: The file's format tag and version.
@@ -294,7 +294,7 @@ class SelectorPolicy:
                 raise SelectorError(f"the selector's latency model is unreadable: {error}") from None
         self.selector = selector
         self.latency = latency
-        self.needs_draft = any(name in DRAFT_FEATURES for name in selector.feature_names)
+        self.needs_draft = reads_draft(selector.feature_names)
         self.needs_hidden = selector.uses_hidden
         self._actions = tuple((action.tree, action.verifier) for action in selector.grid.actions)
 

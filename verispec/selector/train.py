@@ -34,11 +34,13 @@ DEFAULT_ALPHA = 0.1
 
 
 def throughput_loss(logits, efficiency, times, base: int, penalty: float = DEFAULT_PENALTY,
-                    alpha: float = DEFAULT_ALPHA):
+                    alpha: float = DEFAULT_ALPHA, base_time: float | None = None):
     """The loss of Eq. 12 (a scalar tensor) over a batch of B roots.
 
     logits [B, A]; efficiency [B, A] (E[tau + 1] of each action, > 0); times [A] or [B, A] (T of each action,
-    > 0); ``base`` the static baseline's action index; ``penalty`` >= 0 and ``alpha`` in [0, 1]."""
+    > 0); ``base`` the static baseline's action index, run at ``base_time`` when given (plain decoding at
+    t_p(1), while ``times`` prices the selector's own chain:0 with the draft step it pays), else at its entry of
+    ``times``; ``penalty`` >= 0 and ``alpha`` in [0, 1]."""
     if not 0 <= alpha <= 1 or not penalty >= 0:
         raise SelectorError(f"the loss needs alpha in [0, 1] and penalty >= 0, got alpha {alpha!r}, "
                             f"penalty {penalty!r}")
@@ -50,7 +52,7 @@ def throughput_loss(logits, efficiency, times, base: int, penalty: float = DEFAU
                             f"{tuple(logits.shape)}, {tuple(efficiency.shape)}, base {base}")
     policy = torch.softmax(logits, dim=1)  # [B, A]
     throughput = (policy * efficiency).sum(1) / (policy * times).sum(1)  # [B]
-    ratio = throughput / (efficiency[:, base] / times[:, base])  # [B]
+    ratio = throughput / (efficiency[:, base] / (times[:, base] if base_time is None else base_time))  # [B]
     loss = -torch.log(ratio).mean()
     worst = math.ceil(alpha * ratio.shape[0])
     if penalty > 0 and worst > 0:
@@ -90,13 +92,13 @@ def train_selector(features, efficiency, times, grid: ActionGrid, *, hidden=None
                    batch_size: int = 256, weight_decay: float = 1e-4, dropout: float = 0.1,
                    hidden_sizes=(512, 32), projection: int = 128, device="cpu", penalty: float = DEFAULT_PENALTY,
                    alpha: float = DEFAULT_ALPHA, feature_names=SCALAR_FEATURES, lookup_feature: str = "l1_p_q_prev",
-                   bins: int = 8, metadata: dict | None = None) -> Selector:
+                   bins: int = 8, metadata: dict | None = None, base_time: float | None = None) -> Selector:
     """A selector trained on N roots: ``features`` [N, F] (named ``feature_names``), ``efficiency`` [N, A] the
     labels E[tau + 1] of ``grid``'s actions, ``times`` [A] or [N, A] their block times; ``hidden`` optional
     hidden-state blocks (a dict name -> [N, d], or a list) for ``kind`` "mlp". ``base`` is the static baseline
-    of Eq. 12 (None: the best static action on these roots). The returned selector lives on the CPU and
-    records ``metadata`` (pair, tokenizer, vocab_size, samplings, latency: what ``check_fits`` compares) with
-    kind, seed, verispec version, number of roots and the training settings."""
+    of Eq. 12 (None: the best static action on these roots), at ``base_time`` if given. The selector lives on
+    the CPU and records ``metadata`` (pair, tokenizer, vocab_size, samplings, latency: what ``check_fits``
+    compares) with kind, seed, verispec version, number of roots and the training settings."""
     from verispec.version import package_version
 
     features = _array(features, "the features", 2)  # [N, F]
@@ -148,19 +150,19 @@ def train_selector(features, efficiency, times, grid: ActionGrid, *, hidden=None
     else:
         raise SelectorError(f"unknown selector kind {kind!r}; kinds: mlp, linear, lookup")
     model.set_standardisation(features)
-
     final_loss = None
     if kind == "lookup":
         model.fit(features, efficiency, times)
     else:
         final_loss = _fit(model, features, blocks, efficiency, times, base=int(base), device=device, epochs=epochs,
                           lr=lr, batch_size=batch_size, weight_decay=weight_decay, penalty=penalty, alpha=alpha,
-                          order_seed=order_seed, dropout_seed=dropout_seed)
+                          order_seed=order_seed, dropout_seed=dropout_seed, base_time=base_time)
     model = model.cpu().eval()
     record = dict(metadata or {})
     record.update({"kind": kind, "seed": int(seed), "verispec_version": package_version(),
                    "training_roots": int(count), "verifiers": list(grid.verifiers),
                    "training": {"base": int(base), "base_action": grid.actions[int(base)].name, "epochs": epochs,
+                                "base_time": None if base_time is None else float(base_time),
                                 "lr": lr, "batch_size": batch_size, "weight_decay": weight_decay,
                                 "dropout": dropout if kind == "mlp" else 0.0, "penalty": penalty, "alpha": alpha,
                                 "final_loss": final_loss, "device": str(device)}})
@@ -168,7 +170,7 @@ def train_selector(features, efficiency, times, grid: ActionGrid, *, hidden=None
 
 
 def _fit(model, features, blocks, efficiency, times, *, base, device, epochs, lr, batch_size, weight_decay, penalty,
-         alpha, order_seed, dropout_seed) -> float:
+         alpha, order_seed, dropout_seed, base_time=None) -> float:
     """Adam on the loss of Eq. 12, mini-batches in an order drawn from ``order_seed``; the last epoch's mean
     loss."""
     device = torch.device(device)
@@ -191,7 +193,7 @@ def _fit(model, features, blocks, efficiency, times, *, base, device, epochs, lr
                 rows = order[start:start + batch_size]
                 logits = model(scalars[rows], [block[rows] for block in hidden])
                 loss = throughput_loss(logits, labels[rows], block_times[rows] if per_root else block_times, base,
-                                       penalty, alpha)
+                                       penalty, alpha, base_time)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
