@@ -262,7 +262,7 @@ def action_times(grid: ActionGrid, latency):
                     dtype=np.float64)  # [A]
 
 
-def policy_action_times(grid: ActionGrid, latency, *, reads_draft: bool = True):
+def policy_action_times(grid: ActionGrid, latency, *, reads_draft: bool):
     """T(a) [A] of each action when a policy chooses it from the block's features: ``action_times``, plus one draft
     step t_q on the actions that draft nothing (depth 0) when the policy reads the draft's laws at the root
     (``verispec.selector.features.DRAFT_FEATURES``). Decoding runs the draft on the root before choosing
