@@ -461,6 +461,7 @@ def test_a_build_past_its_time_budget_stops_saved_and_resumes(tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err[-1].splitlines()) == 1 and "time budget" in err[-1]
     assert "run the same command again to continue" in err[-1]
+    assert err[-1].count("ran past its time budget") == 1  # the stage's own words are not repeated
     assert not out.exists() and len(json.loads((tmp_path / "budget.npz.traces.json").read_text())["rows"]) == 1
     monkeypatch.undo()
     assert main(command + ["--out", str(out)]) == 0

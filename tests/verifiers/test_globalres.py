@@ -489,6 +489,24 @@ def test_node_caches_evict_by_the_bytes_of_their_arrays():
     assert node_key(p, p, 2) != node_key(np.nextafter(p, 1), p, 2) != node_key(p, p, 3)
 
 
+def test_a_cached_view_counts_the_array_it_keeps_alive():
+    """A row cut from a [N, V] batch keeps all N rows alive: the cache counts the base array's bytes, so a cache of
+    views cannot hold N times its budget (SpecTR's cache once did: 270 MB of batches behind 256 MB of rows)."""
+    from verispec.verifiers.node_cache import NodeCache
+    from verispec.verifiers.spectr import SpecTrSolver
+
+    cache = NodeCache(size=100, max_bytes=10**9)
+    batch = np.zeros((50, 1_000))  # 400,000 bytes
+    cache.put("view", batch[3])
+    cache.put("owned", np.array(batch[4]))
+    assert cache._sizes == {"view": 400_000, "owned": 8_000}
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(7), size=5), rng.dirichlet(np.ones(7), size=5)
+    solver = SpecTrSolver()
+    solver.parameters(p, q, 2)
+    assert solver._cache._bytes == 5 * 7 * 8  # five owned rows, not five views of a [5, 7] array
+
+
 @pytest.mark.parametrize("method", ["enumeration", "integrals"])
 def test_a_drafted_token_of_zero_target_mass_is_in_h_star_whatever_the_rounding(method):
     """p = (0, 1, 0), q = (1, 1e-11, 2e-25): token 2 has p = 0 and q > 0, so adding it to any H lowers

@@ -34,6 +34,7 @@ from verispec.cli.pair import load_pair
 from verispec.cli.selector_study import add_study_parser, run_study_command
 from verispec.errors import ResultStoreError, VerispecError
 from verispec.limits import MAX_PROMPTS_FILE_BYTES
+from verispec.memory import peak_rss_bytes
 
 #: Qwen2.5's recommended sampling (its generation_config: temperature 0.7, top-k 20, top-p 0.8) and plain
 #: sampling at temperature 1: the default settings of a dataset built on a pair.
@@ -254,10 +255,10 @@ def _run_dataset(args) -> int:
         with command_budget(args, "the dataset build"):
             return _build(args)
     except (AnalysisTimeoutError, budget.HardTimeout) as error:  # the hard timer fires inside a forward
-        where = " ".join(str(error).split()).removesuffix(" ran past its time budget")
-        where = "" if where == "the dataset build" else f" (it stopped in: {where})"
-        raise AnalysisTimeoutError(f"the dataset build ran past its time budget{where}; every finished trace and root "
-                                   "is saved: run the same command again to continue") from None
+        stage, _, limit = " ".join(str(error).split()).partition(" ran past its time budget")
+        where = "" if stage == "the dataset build" else f", in {stage}"
+        raise AnalysisTimeoutError(f"the dataset build ran past its time budget{limit}{where}; every finished trace "
+                                   "and root is saved: run the same command again to continue") from None
 
 
 def _build(args) -> int:
@@ -321,7 +322,7 @@ def _build(args) -> int:
                             seed=args.seed, hidden=args.hidden, note=lambda text: _stderr(f"verispec: note: {text}"))
     methods = sorted(set(dataset.label_method.tolist()))
     print(f"wrote {args.out}: {len(dataset)} roots in {len(set(dataset.group.tolist()))} groups, {len(grid)} "
-          f"actions, labels {'/'.join(methods)} ({_elapsed(start)})")
+          f"actions, labels {'/'.join(methods)} ({_elapsed(start)}; peak memory {peak_rss_bytes() / 1e9:.1f} GB)")
     return 0
 
 

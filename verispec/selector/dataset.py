@@ -37,6 +37,7 @@ import numpy as np
 from verispec import budget
 from verispec.errors import ProblemTooLargeError, ResultStoreError, VerifierError, VerispecError, describe
 from verispec.io import ResultStore, check_output, check_output_file, pack_floats, unpack_floats
+from verispec.memory import trim_heap
 from verispec.models.sampling import Sampling
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
 from verispec.selector.hidden_states import HIDDEN_NAMES, collect_hidden_states, root_hidden
@@ -496,8 +497,9 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
                 yield [{"key": key, **row}]
                 # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
                 # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
-                # grew to 24 GB and was killed without this
+                # grew to 24 GB and was killed without this; the freed laws then leave the heap (2-3 GB a root)
                 gc.collect()
+                trim_heap()
         yield from execute(tasks, backend, jobs, address, label_tasks)
 
     save_as_they_arrive(batches(), lambda row: row["key"], store.add_many, total=len(keys),

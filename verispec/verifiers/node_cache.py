@@ -29,9 +29,10 @@ def node_key(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Hashable:
 
 
 def _nbytes(value, depth: int = 0) -> int:
-    """The bytes of the arrays a cached value holds (its fields, two levels down)."""
+    """The bytes of the arrays a cached value holds (its fields, two levels down). A view counts its whole base
+    array: the view keeps the base alive, so a row cut from a [N, V] batch holds N rows of memory."""
     if isinstance(value, np.ndarray):
-        return value.nbytes
+        return value.base.nbytes if isinstance(value.base, np.ndarray) else value.nbytes
     if depth > 2:
         return 0
     if isinstance(value, (tuple, list)):

@@ -133,7 +133,8 @@ class SpecTrSolver(NodeSolver):
             rho = kseq_rho(host_p[missing], host_q[missing], num_drafts)
             leftover = kseq_residual(host_p[missing], host_q[missing], rho, num_drafts)
             for index, u in enumerate(missing):
-                solved[u] = (rho[index], leftover[index])
+                # an owned row: a view would keep the whole [missing, V] batch alive in the cache
+                solved[u] = (rho[index], np.array(leftover[index]))
                 self._cache.put(keys[u], solved[u])
         rho = backend.asarray([value[0] for value in solved], p)
         leftover = backend.asarray(np.stack([value[1] for value in solved]), p)

@@ -105,6 +105,10 @@ class TraversalVerifier(Verifier):
 
         one = backend.ones((batch.num_rows,), batch.p[:, 0, 0])
         visit(0, one, one)
+        # visit's closure holds visit itself: the cycle would keep the batch and every node's law ([N, V] each)
+        # alive until a full collection, which big arrays do not trigger (a T = 1 Qwen label build held
+        # 1.3 GB of batches so)
+        visit = None
         return backend.stack(laws, axis=1)
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
@@ -115,10 +119,15 @@ class TraversalVerifier(Verifier):
         remaining = [list(children) for children in tree.child_nodes]
 
         def recompute_below(node: int):
-            for child in remaining[node]:
-                token = int(tree.token[child])
-                weight[child] = ratio_min_one(weight[node] * target[node][token], draft[node][token])
-                recompute_below(child)
+            # an explicit stack, not recursion: a self-referencing closure is a cycle that keeps the tree's laws
+            # alive until a full collection
+            stack = [node]
+            while stack:
+                above = stack.pop()
+                for child in remaining[above]:
+                    token = int(tree.token[child])
+                    weight[child] = ratio_min_one(weight[above] * target[above][token], draft[above][token])
+                    stack.append(child)
 
         weight[0] = 1 + 0 * tree.p[0, 0]
         recompute_below(0)
