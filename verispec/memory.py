@@ -29,7 +29,10 @@ def _malloc_trim():
 def trim_heap() -> bool:
     """Return the heap's free pages to the system; True where the C library could (glibc), False elsewhere."""
     trim = _malloc_trim()
-    return bool(trim is not None and trim(0) is not None)
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def peak_rss_bytes() -> int:

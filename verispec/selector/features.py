@@ -57,7 +57,6 @@ SCALAR_FEATURES: tuple[str, ...] = ("entropy_p_prev", "entropy_q_prev", "entropy
 DRAFT_FEATURES = frozenset({"entropy_q_prev", "entropy_q_root", "kl_p_q_prev", "kl_q_p_prev", "l1_p_q_prev"})
 
 
-
 def reads_draft(feature_names) -> bool:
     """Whether a selector reading ``feature_names`` needs the draft at the root (any of ``DRAFT_FEATURES``), and
     so pays a draft step on a block that drafts nothing (``verispec.selector.actions.policy_action_times``)."""

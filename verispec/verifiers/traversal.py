@@ -87,29 +87,26 @@ class TraversalVerifier(Verifier):
     def emission_laws(self, batch: TreeBatch):
         """One post-order recursion over the topology (module docstring), batched over the rows."""
         laws = [None] * batch.num_nodes
-
-        def visit(node: int, weight, reach):
-            """Process the subtree of ``node`` entered with probability ``reach`` [N] (everything earlier in
-            post-order rejected) and node weight ``weight`` [N]; return the probability that it is then
-            deleted, [N]."""
-            p, q = batch.p[:, node], batch.q[:, node]
-            for child in batch.child_nodes[node]:
-                token = batch.tokens[:, child]
-                reach = visit(child, self.child_weight(weight, p, q, token), reach)
-                weight, p, q = self.deletion_update(weight, p, q, token)
-            if node == 0:  # the root, once a leaf, always emits
-                laws[node] = reach[:, None] * p
-                return reach * 0
-            laws[node] = (reach * weight)[:, None] * p
-            return reach * (1 - weight)
-
         one = backend.ones((batch.num_rows,), batch.p[:, 0, 0])
-        visit(0, one, one)
-        # visit's closure holds visit itself: the cycle would keep the batch and every node's law ([N, V] each)
-        # alive until a full collection, which big arrays do not trigger (a T = 1 Qwen label build held
-        # 1.3 GB of batches so)
-        visit = None
+        self._visit(batch, laws, 0, one, one)
         return backend.stack(laws, axis=1)
+
+    def _visit(self, batch: TreeBatch, laws: list, node: int, weight, reach):
+        """Process the subtree of ``node`` entered with probability ``reach`` [N] (everything earlier in post-order
+        rejected) and node weight ``weight`` [N], writing each node's emission law [N, V] into ``laws``; return the
+        probability that the subtree is then deleted, [N]. A method, not a nested function: a closure that calls
+        itself is a reference cycle, which kept every batch and its laws alive until a full collection (1.3 GB of
+        dead batches in a T = 1 Qwen label build)."""
+        p, q = batch.p[:, node], batch.q[:, node]
+        for child in batch.child_nodes[node]:
+            token = batch.tokens[:, child]
+            reach = self._visit(batch, laws, child, self.child_weight(weight, p, q, token), reach)
+            weight, p, q = self.deletion_update(weight, p, q, token)
+        if node == 0:  # the root, once a leaf, always emits
+            laws[node] = reach[:, None] * p
+            return reach * 0
+        laws[node] = (reach * weight)[:, None] * p
+        return reach * (1 - weight)
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         """Weng et al., Alg. 1, as written: a mutable tree of states, one uniform per visited leaf."""
