@@ -7,11 +7,13 @@ tied to the full-vocabulary kernel (``scalar_features``) by parity and to an ind
   float32, so no KL cap; 1e-44 is not, so a cap), and it equals a term-by-term float64 sum over the whole
   vocabulary written here. The caps are exactly ``KL_CAP``. Supports given in any order, as lists, numpy or torch,
   give the same features; a bad support is a one-line SelectorError.
-* Unfiltered laws: the features from the logits (dot products) equal the kernel at T = 1 and T = 0.7; a law with a
-  float32 zero (a logit 300 below the rest) takes the kernel itself.
+* Unfiltered laws: the features from the logits (float32 like the kernel: a softmax's parts and dot products)
+  equal the kernel at T = 1 and T = 0.7 and the float64 reference to the kernel's tolerance, without the root's
+  full law; a law with a float32 zero (a logit 300 below the rest) or a probability within a nat of it takes the
+  kernel itself.
 * In decoding (a tiny pair with a 12,000-token vocabulary: whole blocks and a tail), the features a
-  ``SelectorPolicy`` computes from each block's context equal the kernel on the context's full laws, and with
-  top-k no full law of q at the root is computed for them.
+  ``SelectorPolicy`` computes from each block's context equal the kernel on the context's full laws, and no full
+  law of q at the root is computed for them.
 * One root's choice (``Selector.choose``) is the batch's (``choose_batch``), and the network's evaluation forward
   gives the module calls' logits bit for bit, with and without hidden states.
 """
@@ -116,19 +118,25 @@ def test_the_logit_route_equals_the_kernel_without_a_filter(temperature):
     laws = [PositionLaw(sampling, logits=row) for row in logits]
     context = BlockContext((1, 2, 3), 3, *laws, None, sampling)
     got = context_features(context, latency=LATENCY)
+    assert not any(law.materialised for law in laws)  # no float64 law for the features
     kernel = scalar_features(context.p_prev, context.q_prev, context.q_root, context_length=3, sampling=sampling,
                              latency=LATENCY)
     np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got[:6], _reference(*(law.law().numpy() for law in laws)), rtol=1e-10, atol=1e-10)
+    # float32 like the kernel, so to the kernel's tolerance against the float64 reference
+    np.testing.assert_allclose(got[:6], _reference(*(law.law().numpy() for law in laws)), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("zeros", ["q_prev's token 7", "both laws' token 7", "token 0 of every law"])
+@pytest.mark.parametrize("zeros", ["q_prev's token 7", "both laws' token 7", "token 0 of every law",
+                                   "q_prev's token 7 at 2^-149"])
 def test_the_logit_route_reads_float32_zeros_as_the_kernel_does(zeros):
-    """A logit 300 (or 400) below the rest gives a probability float32 counts as 0: KL is capped where the other
-    law is not zero there, as the kernel caps it, and lse comes from another token when token 0 is such a zero."""
+    """A logit 300 (or 400) below the rest gives a probability float32 counts as 0, and one of 2^-149 is float32's
+    smallest but one: in both the route leaves the laws to the kernel, whose zeros cap KL where the other law is
+    not zero there."""
     generator = torch.Generator().manual_seed(10)
     logits = [torch.randn(VOCAB, generator=generator, dtype=torch.float64) * 3 for _ in range(3)]
-    if zeros == "q_prev's token 7":
+    if zeros == "q_prev's token 7 at 2^-149":
+        logits[1][7] = torch.logsumexp(logits[1], 0) - 149 * math.log(2)  # q_7 = 2^-149 (to float64's rounding)
+    elif zeros == "q_prev's token 7":
         logits[1][7] = logits[1].min() - 300
     elif zeros == "both laws' token 7":
         logits[0][7] = logits[0].min() - 300
@@ -143,9 +151,9 @@ def test_the_logit_route_reads_float32_zeros_as_the_kernel_does(zeros):
     assert all(law.logits is not None for law in laws) and not sampling.filters  # the logit route
     kernel = scalar_features(context.p_prev, context.q_prev, context.q_root, context_length=3, sampling=sampling,
                              latency=LATENCY)
-    np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got, kernel)  # the kernel itself: its zeros and caps, entry by entry
     expected = _reference(*(law.law().numpy() for law in laws))
-    np.testing.assert_allclose(got[:6], expected, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got[:6], expected, rtol=1e-5, atol=1e-6)
     assert (got[3] == KL_CAP, got[4] == KL_CAP) == (zeros == "q_prev's token 7", False)  # p has mass where q has none
 
 
@@ -182,13 +190,12 @@ def test_a_selector_policys_features_in_decoding_equal_the_kernel(sampling):
                           stop_at_eos=False)
     assert len(checked) == len(generation.blocks) >= 6
     assert set({block.action for block in generation.blocks}) <= set(range(len(grid)))
-    if sampling.top_k is not None:
-        assert not any(checked)  # the features read the root's support, not its full law
+    assert not any(checked)  # the features read the root's support or its logits, not its full law
 
 
 def test_one_roots_choice_is_the_batchs_and_the_eval_forward_the_modules():
-    """``Selector.choose`` (torch's argmax of one row) picks what ``choose_batch`` picks, and the network's evaluation
-    forward (the layers' own forwards, no module calls) gives the module calls' logits bit for bit."""
+    """``Selector.choose`` (one row) picks what ``choose_batch`` picks, and the network's torch evaluation forward (the
+    layers' own forwards, no module calls) gives the module calls' logits bit for bit."""
     from verispec.selector.train import train_selector
 
     rng = np.random.default_rng(4)
@@ -199,13 +206,71 @@ def test_one_roots_choice_is_the_batchs_and_the_eval_forward_the_modules():
         selector = train_selector(features, 1 + rng.uniform(size=(64, len(grid))), action_times(grid, LATENCY), grid,
                                   hidden=blocks, seed=1, epochs=2, hidden_sizes=(16, 8), metadata={})
         batch = selector.choose_batch(features, blocks)
-        rows = [{name: block[row] for name, block in blocks.items()} if blocks else None for row in range(64)]
+        rows = [{name: torch.as_tensor(block[row]) for name, block in blocks.items()} if blocks else None
+                for row in range(64)]  # as decoding gives them: torch rows
         assert [selector.choose(features[row], rows[row]) for row in range(64)] == batch.tolist()
         model = selector.model
         scalars = torch.as_tensor(features, dtype=torch.float32)
-        blocks_in = selector._hidden(blocks, 64) or []
+        blocks_in = selector._hidden(blocks, 64, False) or []
         with torch.no_grad():
             parts = [model.standardise(scalars)] + [projection(block) for block, projection in
                                                     zip(blocks_in, model.projections)]
             by_modules = model.mlp(torch.cat(parts, dim=1))
             assert torch.equal(model(scalars, blocks_in), by_modules)
+
+
+def _trained(kind: str, hidden=None):
+    from verispec.selector.train import train_selector
+
+    rng = np.random.default_rng(7)
+    grid = ActionGrid(ks=(1, 2), l1s=(0, 1, 2), l2s=(0, 1, 2))
+    features = rng.normal(size=(96, len(SCALAR_FEATURES))) * rng.uniform(0.1, 10, size=len(SCALAR_FEATURES))
+    selector = train_selector(features, 1 + rng.uniform(size=(96, len(grid))), action_times(grid, LATENCY), grid,
+                              hidden=hidden, kind=kind, seed=2, epochs=3, hidden_sizes=(32, 8), metadata={})
+    return selector, features
+
+
+@pytest.mark.parametrize("kind,with_hidden", [("mlp", False), ("mlp", True), ("linear", False), ("lookup", False)])
+def test_the_host_forward_gives_the_modules_logits(kind, with_hidden):
+    """On the CPU a selector chooses through ``HostForward`` (numpy float32): its logits equal the torch modules' to
+    float32's rounding (1e-5), its choices are theirs wherever the two best logits are 1e-4 apart, and a host
+    forward that skips the feature standardisation, or a lookup's table shifted by one action (the controls), is
+    caught."""
+    from verispec.selector.network import HostForward
+
+    rng = np.random.default_rng(8)
+    hidden = {"target_prev": rng.normal(size=(96, 24)) * 3, "draft_root": rng.normal(size=(96, 16))} if with_hidden \
+        else None
+    selector, features = _trained(kind, hidden)
+    host = selector.logits(features, hidden)  # [N, A], the host forward
+    assert selector._host is not None
+    blocks = selector._hidden(hidden, 96, False)
+    with torch.no_grad():
+        modules = selector.model(torch.as_tensor(features, dtype=torch.float32), blocks).numpy()
+    np.testing.assert_allclose(host, modules, rtol=1e-5, atol=1e-5)
+    ordered = np.sort(modules, axis=1)
+    clear = ordered[:, -1] - ordered[:, -2] > 1e-4  # [N]
+    assert clear.sum() > 48
+    np.testing.assert_array_equal(host.argmax(1)[clear], modules.argmax(1)[clear])
+    broken = HostForward(selector.model)
+    if kind == "lookup":  # each bin's action shifted by one
+        feature, edges, table, actions = broken.lookup
+        broken.lookup = (feature, edges, (table + 1) % actions, actions)
+    else:
+        broken.mean, broken.scale = np.zeros_like(broken.mean), np.ones_like(broken.scale)
+    host_blocks = selector._hidden(hidden, 96, True) or ()
+    assert not np.allclose(broken(features, host_blocks), modules, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_logit_routes_torch_path_equals_its_numpy_path(temperature):
+    """The logit route's reductions on an accelerator run in torch (``_logit_parts`` given tensors); run here on CPU
+    tensors, they equal the host's numpy reductions to float32's rounding."""
+    from verispec.selector.features import _logit_parts
+
+    generator = torch.Generator().manual_seed(11)
+    rows = [torch.randn(VOCAB, generator=generator) * 3 for _ in range(3)]  # float32
+    by_torch = _logit_parts(rows, 1 / temperature)
+    by_numpy = _logit_parts([row.numpy() for row in rows], 1 / temperature)
+    assert by_torch.shape == by_numpy.shape == (12,)
+    np.testing.assert_allclose(by_torch, by_numpy, rtol=2e-5, atol=1e-6)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from scipy.special import erf
 from torch import nn
 
 from verispec.selector.actions import SelectorError
@@ -198,6 +199,59 @@ class LookupSelector(_Standardised):
         return logits  # [B, A]
 
 
+class HostForward:
+    """A model's evaluation forward in numpy float32 on the host, from a copy of its weights: logits [B, A] from
+    scalars [B, F] and hidden blocks [B, d_i] (numpy). The same layers as the module's forward (standardisation;
+    per hidden block a linear map and LayerNorm; linear layers and exact GELU, 0.5 x (1 + erf(x / sqrt 2)); a
+    lookup's bins), equal to its logits to float32's rounding (tested). Inside decoding, where the models' forwards
+    leave the caches cold, a dozen torch calls cost 0.3-0.7 ms a block on this CPU at Qwen's sizes and the same
+    arithmetic by numpy about 0.1-0.3 ms (``benchmarks/bench_selector_decoding.py``), so a selector on the CPU
+    chooses through this, in decoding and in evaluation alike (one forward, the same choices)."""
+
+    def __init__(self, model):
+        def host(tensor, dtype=np.float32):
+            return np.ascontiguousarray(tensor.detach().cpu().numpy(), dtype=dtype)
+
+        self.kind = type(model).__name__
+        self.mean, self.scale = host(model.scalar_mean), host(model.scalar_scale)  # [F] each
+        self.projections, self.layers, self.lookup = [], [], None
+        if isinstance(model, SelectorNetwork):
+            # weights transposed [in, out], so a row times them is one BLAS call
+            self.projections = [(host(linear.weight).T.copy(), host(linear.bias), host(norm.weight), host(norm.bias),
+                                 float(norm.eps)) for linear, norm in model.projections]
+            self.layers = [(host(layer.weight).T.copy(), host(layer.bias)) if isinstance(layer, nn.Linear) else "gelu"
+                           for layer in model.mlp if not isinstance(layer, SeededDropout)]
+            if any(isinstance(layer, nn.GELU) and layer.approximate != "none" for layer in model.mlp):
+                raise SelectorError("the host forward computes exact GELU; this network uses an approximation")
+        elif isinstance(model, LinearSelector):
+            self.layers = [(host(model.linear.weight).T.copy(), host(model.linear.bias))]
+        elif isinstance(model, LookupSelector):
+            self.lookup = (model.config["feature"], host(model.edges, np.float64), host(model.table, np.int64),
+                           model.config["num_actions"])
+        else:
+            raise SelectorError(f"no host forward for a {type(model).__name__}")
+
+    def __call__(self, scalars: np.ndarray, hidden=()) -> np.ndarray:
+        if self.lookup is not None:
+            feature, edges, table, actions = self.lookup
+            logits = np.full((scalars.shape[0], actions), -1.0, dtype=np.float32)  # [B, A]
+            logits[np.arange(scalars.shape[0]), table[np.searchsorted(edges, scalars[:, feature], side="right")]] = 0
+            return logits
+        parts = [(scalars.astype(np.float32) - self.mean) / self.scale]  # [B, F]
+        for block, (weight, bias, gain, shift, eps) in zip(hidden, self.projections):
+            projected = block.astype(np.float32, copy=False) @ weight + bias  # [B, 128]
+            centred = projected - projected.mean(axis=1, keepdims=True)
+            variance = (centred * centred).mean(axis=1, keepdims=True)  # biased, as LayerNorm's
+            parts.append(centred / np.sqrt(variance + np.float32(eps)) * gain + shift)
+        x = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]  # [B, F + 128 * blocks]
+        for layer in self.layers:
+            if layer == "gelu":
+                x = 0.5 * x * (1 + erf(x * np.float32(math.sqrt(0.5))))
+            else:
+                x = x @ layer[0] + layer[1]
+        return x  # [B, A]
+
+
 #: kind -> model class, for save and load.
 MODELS = {"mlp": SelectorNetwork, "linear": LinearSelector, "lookup": LookupSelector}
 
@@ -217,4 +271,5 @@ def build_model(kind: str, config: dict, generator: torch.Generator | None = Non
     return LookupSelector(num_scalars, num_actions, **config)
 
 
-__all__ = ["MODELS", "LinearSelector", "LookupSelector", "SeededDropout", "SelectorNetwork", "build_model"]
+__all__ = ["MODELS", "HostForward", "LinearSelector", "LookupSelector", "SeededDropout", "SelectorNetwork",
+           "build_model"]

@@ -27,7 +27,7 @@ from verispec.io import OutputKind, atomic_output
 from verispec.selector.actions import Action, ActionGrid, SelectorError
 from verispec.selector.dataset import sampling_text
 from verispec.selector.features import SCALAR_FEATURES, context_features, reads_draft
-from verispec.selector.network import MODELS, build_model
+from verispec.selector.network import MODELS, HostForward, build_model
 
 #: The file's format tag and version.
 FORMAT = "verispec-selector"
@@ -90,6 +90,7 @@ class Selector:
         self.feature_names = tuple(feature_names)
         self.hidden_names = tuple(hidden_names)
         self.metadata = plain_metadata(dict(metadata or {}))
+        self._host: HostForward | None = None
 
     @property
     def uses_hidden(self) -> bool:
@@ -101,10 +102,22 @@ class Selector:
 
     def to(self, device) -> Selector:
         self.model.to(device)
+        self._host = None
         return self
 
     # -- choosing ----------------------------------------------------------------------------------------------
-    def _hidden(self, hidden, count: int):
+    def _host_forward(self) -> HostForward | None:
+        """The model's forward in numpy (``HostForward``, built once) when the model is on the CPU; None on an
+        accelerator (the torch forward there)."""
+        if self.device.type != "cpu":
+            return None
+        if getattr(self, "_host", None) is None:
+            self._host = HostForward(self.model)
+        return self._host
+
+    def _hidden(self, hidden, count: int, host: bool):
+        """The hidden blocks in the selector's order, each [count, d_i]: float32 numpy for the host forward, torch on
+        the model's device otherwise (None when the selector reads none)."""
         if not self.uses_hidden:
             if hidden:
                 raise SelectorError("this selector reads no hidden states")
@@ -116,42 +129,53 @@ class Selector:
             if missing:
                 raise SelectorError(f"hidden states missing: {', '.join(missing)}")
             hidden = [hidden[name] for name in self.hidden_names]
-        blocks, device = [], self.device
+        blocks = []
         for block in hidden:
-            block = torch.as_tensor(block, dtype=torch.float32, device=device)  # one conversion, none when it is so
+            if host:
+                if isinstance(block, torch.Tensor):  # decoding's float32 CPU rows are read in place (one call)
+                    block = block.numpy() if block.device.type == "cpu" and not block.requires_grad else \
+                        block.detach().cpu().numpy()
+                block = np.asarray(block, dtype=np.float32)  # no copy when it is so
+            else:
+                block = torch.as_tensor(block, dtype=torch.float32, device=self.device)
             blocks.append(block if block.ndim == 2 and block.shape[0] == count else block.reshape(count, -1))  # [B, d]
         return blocks
 
-    def logits(self, features, hidden=None) -> np.ndarray:
-        """Logits [N, A] (float32) of features [N, F] (hidden: blocks [N, d_i], a list or a dict by name)."""
+    def _checked(self, features, batched: bool) -> np.ndarray:
         array = np.asarray(features, dtype=np.float64)
         width = len(self.feature_names)
-        if array.ndim != 2 or array.shape[1] != width:
-            raise SelectorError(f"the selector reads features [N, {width}], got shape {array.shape}")
+        if not batched and array.ndim != 1:
+            raise SelectorError(f"choose() takes one root's features [F], got shape {array.shape}")
+        shape = array.shape if batched else (1, *array.shape)
+        if len(shape) != 2 or shape[1] != width:
+            raise SelectorError(f"the selector reads features [N, {width}], got shape {shape}")
         if not np.isfinite(array).all():
             raise SelectorError("the selector's features hold NaN or infinite values")
+        return array.reshape(shape)
+
+    def _logits(self, array: np.ndarray, hidden):
+        """Logits [N, A] of checked features [N, F]: float32 numpy on the host, else a torch tensor on the device."""
+        host = self._host_forward()
+        if host is not None:
+            return host(array, self._hidden(hidden, array.shape[0], True) or ())
         with torch.inference_mode():
             scalars = torch.as_tensor(array, dtype=torch.float32, device=self.device)
-            return self.model(scalars, self._hidden(hidden, array.shape[0])).float().cpu().numpy()
+            return self.model(scalars, self._hidden(hidden, array.shape[0], False))
+
+    def logits(self, features, hidden=None) -> np.ndarray:
+        """Logits [N, A] (float32) of features [N, F] (hidden: blocks [N, d_i], a list or a dict by name)."""
+        logits = self._logits(self._checked(features, True), hidden)
+        return logits if isinstance(logits, np.ndarray) else logits.float().cpu().numpy()
 
     def choose_batch(self, features, hidden=None) -> np.ndarray:
         """The argmax action index of each root [N] (int64; ties go to the first action)."""
         return np.argmax(self.logits(features, hidden), axis=1).astype(np.int64)
 
     def choose(self, features, hidden=None) -> int:
-        """The argmax action index for one root's features [F] (hidden blocks [d_i]): ``choose_batch`` of one row,
-        with the argmax taken by torch (the first maximum too) and no copy of the logits to numpy."""
-        array = np.asarray(features, dtype=np.float64)
-        if array.ndim != 1:
-            raise SelectorError(f"choose() takes one root's features [F], got shape {array.shape}")
-        if array.shape[0] != len(self.feature_names):
-            raise SelectorError(f"the selector reads features [N, {len(self.feature_names)}], got shape "
-                                f"{(1, *array.shape)}")
-        if not np.isfinite(array).all():
-            raise SelectorError("the selector's features hold NaN or infinite values")
-        with torch.inference_mode():
-            scalars = torch.as_tensor(array[None], dtype=torch.float32, device=self.device)
-            return int(self.model(scalars, self._hidden(hidden, 1))[0].argmax())
+        """The argmax action index for one root's features [F] (hidden blocks [d_i]): ``choose_batch`` of one row
+        (the first maximum), with no copy of the logits to the host when the model is on an accelerator."""
+        logits = self._logits(self._checked(features, False), hidden)[0]
+        return int(logits.argmax())
 
     def action(self, features, hidden=None) -> Action:
         return self.grid.actions[self.choose(features, hidden)]
