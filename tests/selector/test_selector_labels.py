@@ -360,3 +360,61 @@ def test_comb_internal_prefixes_are_the_internal_nodes_of_every_actions_tree():
                 expected |= {path for path, children in zip(paths, child_lists) if children}
         found = comb_internal_prefixes(combs)
         assert len(found) == len(set(found)) and set(found) == expected
+
+
+def test_the_stopping_masses_route_gives_the_laws_values(monkeypatch):
+    """Labels of rules with a node-local solver come from ``TopDownVerifier.emission_masses`` (the solver once per
+    distinct node and child list of the combs, scalars cached across trees): every verifier's conditional values
+    equal those of the full emission laws summed over tokens (the route before it) to 1e-12, compressed or not;
+    and the route did reuse solver outputs (fewer solver rows than nodes asked)."""
+    import verispec.verifiers.tree_walk as tree_walk
+    from verispec.verifiers import REGISTRY
+
+    problem = random_problem(5, 3, 2, zero_fraction=0.3)
+    names = tuple(name for name in sorted(REGISTRY) if name != "otlp" and _valid(name))
+    grid = ActionGrid((1, 2, 3), (0, 1), (0, 2), names)
+    combs = sample_combs(problem, grid, 12, np.random.default_rng(8))
+    solved_rows, asked_rows = [], []
+    original = tree_walk.TopDownVerifier._node_scalars
+
+    def counting(self, batch, node, keys, cache):
+        before = len(cache)
+        result = original(self, batch, node, keys, cache)
+        solved_rows.append(len(cache) - before)
+        asked_rows.append(batch.num_rows)
+        return result
+
+    monkeypatch.setattr(tree_walk.TopDownVerifier, "_node_scalars", counting)
+    by_masses = {compress: comb_values(problem, grid, combs, compress=compress) for compress in (True, False)}
+    assert sum(solved_rows) < sum(asked_rows) / 2
+
+    def summed_laws(self, batch, node_keys=None, cache=None):
+        return np.asarray(self.emission_laws(batch), dtype=np.float64).sum(axis=-1)
+
+    monkeypatch.setattr(tree_walk.TopDownVerifier, "emission_masses", summed_laws)
+    for compress in (True, False):
+        by_laws = comb_values(problem, grid, combs, compress=compress)
+        assert np.abs(by_masses[compress] - by_laws).max() < 1e-12
+
+
+def test_a_broken_solvers_masses_are_caught_in_the_labels(monkeypatch):
+    """The control: a node-local solver whose output law loses 5% of its mass is refused by the masses' check."""
+    import verispec.verifiers as verifiers
+    from verispec.errors import VerifierError
+    from verispec.verifiers.tree_walk import TopDownVerifier
+
+    specinfer = verifiers.get_verifier("specinfer").node_solver
+
+    class Leaky(type(specinfer)):
+        name = "leaky"
+
+        def output_laws(self, p, q, children):
+            return 0.95 * super().output_laws(p, q, children)
+
+    problem = random_problem(4, 3, 3)
+    grid = ActionGrid((2,), (0,), (2,), ("specinfer",))
+    combs = sample_combs(problem, grid, 3, np.random.default_rng(1))
+    leaky, original = TopDownVerifier(Leaky()), verifiers.get_verifier
+    monkeypatch.setattr(verifiers, "get_verifier", lambda name: leaky if name == "specinfer" else original(name))
+    with pytest.raises(VerifierError, match="emission masses .* not a probability law"):
+        comb_values(problem, grid, combs)

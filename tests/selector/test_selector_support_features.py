@@ -260,6 +260,9 @@ def test_the_host_forward_gives_the_modules_logits(kind, with_hidden):
         broken.mean, broken.scale = np.zeros_like(broken.mean), np.ones_like(broken.scale)
     host_blocks = selector._hidden(hidden, 96, True) or ()
     assert not np.allclose(broken(features, host_blocks), modules, rtol=1e-5, atol=1e-5)
+    if with_hidden:
+        with pytest.raises(SelectorError, match="reads 2 hidden-state blocks, got 1"):
+            HostForward(selector.model)(features, host_blocks[:1])
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

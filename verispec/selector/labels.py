@@ -53,7 +53,7 @@ from verispec import backend
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.limits import MAX_DECODE_NODES
 from verispec.simulator.chooser import RandomChooser
-from verispec.simulator.laws import check_emission_laws
+from verispec.simulator.laws import check_emission_laws, check_emission_masses
 from verispec.simulator.problems import Problem
 from verispec.simulator.trees import TreeBatch, TreeBuilder, TreeShape, shape_paths
 
@@ -271,9 +271,11 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
 
     Deterministic: the same combs give the same values. Trees are deduplicated per (verifier, shape), grouped
     by topology and evaluated with the verifier's batched ``emission_laws`` (DDTE Eq. 3 with the verifier's
-    exact law in place of the product of acceptance probabilities). ``compress`` cuts each chunk's vocabulary
-    to the union of the supports of p and q at its nodes (see the module docstring). Combs are taken a few at a
-    time, so that the laws held at once stay under ``LAW_ENTRIES`` float64 entries (one comb at a time at
+    exact law in place of the product of acceptance probabilities); a rule with a node-local solver gives its
+    stopping masses instead (``TopDownVerifier.emission_masses``: its solver once per distinct node and child
+    list of the combs, whatever trees hold it; tested equal to the laws' totals). ``compress`` cuts each chunk's
+    vocabulary to the union of the supports of p and q at its nodes (see the module docstring). Combs are taken a
+    few at a time, so that the laws held at once stay under ``LAW_ENTRIES`` float64 entries (one comb at a time at
     Qwen's dense V = 151,936 on the paper's grid); a tree seen in an earlier comb is not evaluated again. A model
     problem computes the target's laws at every comb's internal nodes first, in one batch (where they fit in half
     its law cache), so the groups find them cached."""
@@ -301,6 +303,7 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
 def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) -> None:
     """known[(verifier, shape)] = E[tau + 1 | tree] for every key, batched per (verifier, topology)."""
     from verispec.verifiers import REGISTRY, get_verifier
+    from verispec.verifiers.tree_walk import TopDownVerifier
 
     groups: dict[tuple, list] = {}    # (verifier, topology) -> [(key, node paths, tokens)]
     target_prefixes, draft_prefixes = [], []
@@ -315,6 +318,9 @@ def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) 
         draft_prefixes.extend(path for path, children in zip(paths, child_lists) if children)
     laws = _collect_laws(problem, target_prefixes, draft_prefixes)
     size = problem.vocab_size
+    # a rule with a node-local solver (the tree walk) runs it once per distinct (node, child list) of these combs,
+    # whatever trees hold it, and gives the stopping masses without the [N, n, V] laws (emission_masses)
+    solved: dict[str, dict] = {}
     for (name, parent, depth, child_lists), rows in groups.items():
         verifier = get_verifier(name)
         nodes = len(parent)
@@ -323,11 +329,23 @@ def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) 
         for start in range(0, len(rows), per_chunk):
             chunk = rows[start:start + per_chunk]
             batch = _batch(chunk, laws, size, parent, depth, child_lists, compress)
-            emitted = verifier.emission_laws(batch)                                   # [N, n, V']
-            check_emission_laws(verifier.name, batch, emitted)
-            mass = np.asarray(backend.to_numpy(emitted), dtype=np.float64).sum(axis=-1)   # [N, n]
+            if isinstance(verifier, TopDownVerifier):
+                mass = verifier.emission_masses(batch, _node_keys(chunk, child_lists), solved.setdefault(name, {}))
+                check_emission_masses(verifier.name, batch, mass)                     # [N, n]
+            else:
+                emitted = verifier.emission_laws(batch)                               # [N, n, V']
+                check_emission_laws(verifier.name, batch, emitted)
+                mass = np.asarray(backend.to_numpy(emitted), dtype=np.float64).sum(axis=-1)   # [N, n]
             for (key, _, _), value in zip(chunk, mass @ weights):
                 known[key] = float(value)
+
+
+def _node_keys(rows, child_lists) -> list[list]:
+    """Per tree and node, what a node-local solver reads there: (the node's token path, its child list's tokens),
+    None at leaves. Paths name the laws within one problem, and tokens are the vocabulary's (not a chunk's
+    compressed columns), so keys compare across chunks."""
+    return [[(paths[node], tuple(paths[child][-1] for child in children)) if children else None
+             for node, children in enumerate(child_lists)] for _, paths, _ in rows]
 
 
 #: The laws of a node that is a leaf of every tree asked for (p unused, q undefined).

@@ -237,6 +237,8 @@ class HostForward:
             logits = np.full((scalars.shape[0], actions), -1.0, dtype=np.float32)  # [B, A]
             logits[np.arange(scalars.shape[0]), table[np.searchsorted(edges, scalars[:, feature], side="right")]] = 0
             return logits
+        if len(hidden) != len(self.projections):
+            raise SelectorError(f"the selector reads {len(self.projections)} hidden-state blocks, got {len(hidden)}")
         parts = [(scalars.astype(np.float32) - self.mean) / self.scale]  # [B, F]
         for block, (weight, bias, gain, shift, eps) in zip(hidden, self.projections):
             projected = block.astype(np.float32, copy=False) @ weight + bias  # [B, 128]

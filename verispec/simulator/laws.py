@@ -75,6 +75,22 @@ def add_blocks(flat: np.ndarray, prefix: np.ndarray, values) -> None:
     add_at(flat, (prefix[:, None] * size + np.arange(size)).ravel(), values.ravel())
 
 
+def check_emission_masses(name: str, batch: TreeBatch, masses) -> None:
+    """Raise VerifierError unless ``masses`` (float [N, num_nodes], the stopping mass at each node) has that shape
+    and every row is a probability law within EMISSION_SUM_TOLERANCE: ``check_emission_laws`` for a rule that
+    gives its laws' totals only (``TopDownVerifier.emission_masses``)."""
+    expected = (batch.num_rows, batch.num_nodes)
+    if tuple(getattr(masses, "shape", ())) != expected:
+        raise VerifierError(f"verifier '{name}' returned emission masses of shape {tuple(masses.shape)}, expected "
+                            f"{expected}")
+    totals, minima = masses.sum(axis=1), masses.min(axis=1)
+    bad = np.flatnonzero(~(np.abs(totals - 1.0) <= EMISSION_SUM_TOLERANCE) | ~(minima >= -EMISSION_SUM_TOLERANCE))
+    if len(bad):
+        row = int(bad[0])
+        raise VerifierError(f"verifier '{name}' emission masses on {batch.shape(row)} are not a probability law "
+                            f"(sum {float(totals[row])!r}, min {float(minima[row])!r})")
+
+
 def check_emission_laws(name: str, batch: TreeBatch, laws) -> None:
     """Raise VerifierError unless ``laws`` has shape [N, num_nodes, V] and every row is a probability law
     (exactly in exact mode, within EMISSION_SUM_TOLERANCE in float)."""

@@ -20,6 +20,8 @@ kernels over draft outcomes without enumerating trees.
 
 from __future__ import annotations
 
+import numpy as np
+
 from verispec import backend
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
@@ -77,6 +79,56 @@ class TopDownVerifier(Verifier):
             stop = backend.where(backend.membership(batch.children(node), size), backend.zero(output), output)
             laws.append(reach[node][:, None] * stop)
         return backend.stack(laws, axis=1)
+
+    def emission_masses(self, batch: TreeBatch, node_keys=None, cache: dict | None = None):
+        """The mass of stopping at each node, [N, n] float64: ``emission_laws(batch)`` summed over tokens (tested
+        equal to 1e-12), by the same walk on scalars: the solver's output law at a node gives its children's
+        acceptance masses and the stopping mass (the law outside the children); no [N, n, V] law is made.
+
+        ``node_keys[r][node]`` (optional, hashable; at internal nodes) names a node's (p, q, child list): equal keys
+        mean equal solver inputs, so the solver runs once per distinct key, and ``cache`` (a dict the caller owns,
+        in the same key space) carries its scalars across calls (a label build asks for the same nodes in many
+        trees). Float batches only; an exact batch takes ``emission_laws``."""
+        if batch.exact:
+            return backend.total(self.emission_laws(batch))  # [N, n] Fractions
+        rows = batch.num_rows
+        cache = {} if cache is None else cache
+        reach = np.zeros((rows, batch.num_nodes))  # [N, n]
+        reach[:, 0] = 1.0
+        masses = np.zeros((rows, batch.num_nodes))  # [N, n]
+        for node in range(batch.num_nodes):  # parents come before their children
+            if not batch.child_lists[node]:
+                masses[:, node] = reach[:, node] * backend.to_numpy(backend.total(batch.p[:, node]))
+                continue
+            keys = [node_keys[row][node] for row in range(rows)] if node_keys is not None else None
+            taken, stop = self._node_scalars(batch, node, keys, cache)  # [N, m], [N]
+            for child in batch.child_nodes[node]:
+                reach[:, child] = reach[:, node] * taken[:, batch.child_lists[node].index(child)]
+            masses[:, node] = reach[:, node] * stop
+        return masses
+
+    def _node_scalars(self, batch: TreeBatch, node: int, keys, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(the solver's output mass at each entry of the child list [N, m], the mass outside the children [N]) at
+        ``node``, computed for the rows whose key ``cache`` lacks (once per distinct key; every row without keys)."""
+        if keys is None:
+            keys = [(None, row) for row in range(batch.num_rows)]
+            cache = {}
+        todo = list(dict.fromkeys(key for key in keys if key not in cache))
+        if todo:
+            first = {}
+            for row, key in enumerate(keys):
+                first.setdefault(key, row)
+            picked = [first[key] for key in todo]
+            sub = batch.p[picked, node], batch.q[picked, node], batch.children(node)[picked]
+            output = self.solver.output_laws(*sub)  # [M, V]
+            children = sub[2]
+            taken = backend.to_numpy(backend.take_along_last(output, children))  # [M, m]
+            stop = backend.to_numpy(backend.total(backend.where(backend.membership(children, batch.vocab_size),
+                                                                backend.zero(output), output)))  # [M]
+            for index, key in enumerate(todo):
+                cache[key] = (np.asarray(taken[index], dtype=np.float64), float(stop[index]))
+        values = [cache[key] for key in keys]
+        return np.stack([value[0] for value in values]), np.array([value[1] for value in values])
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         node = 0
