@@ -107,8 +107,9 @@ class Selector:
 
     # -- choosing ----------------------------------------------------------------------------------------------
     def _host_forward(self) -> HostForward | None:
-        """The model's forward in numpy (``HostForward``, built once) when the model is on the CPU; None on an
-        accelerator (the torch forward there)."""
+        """The model's forward in numpy (``HostForward``, built once from the weights: a selector's model is fixed
+        once trained, and ``to`` builds it again) when the model is on the CPU; None on an accelerator (the torch
+        forward there)."""
         if self.device.type != "cpu":
             return None
         if getattr(self, "_host", None) is None:
