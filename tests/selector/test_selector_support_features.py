@@ -277,3 +277,27 @@ def test_the_logit_routes_torch_path_equals_its_numpy_path(temperature):
     by_numpy = _logit_parts([row.numpy() for row in rows], 1 / temperature)
     assert by_torch.shape == by_numpy.shape == (12,)
     np.testing.assert_allclose(by_torch, by_numpy, rtol=2e-5, atol=1e-6)
+
+
+def test_bad_logits_and_hidden_states_are_refused_in_one_line():
+    """Logits rows of different lengths (the logit route), and hidden states of the wrong width, count or number of
+    blocks: one-line SelectorErrors naming the input, not numpy's shape errors."""
+    sampling = Sampling(1.0)
+    rows = [torch.zeros(50), torch.zeros(50), torch.zeros(60)]
+    context = BlockContext((1, 2), 2, *(PositionLaw(sampling, logits=row) for row in rows), None, sampling)
+    with pytest.raises(SelectorError, match=r"q_root \(60,\)") as error:
+        context_features(context, latency=LATENCY)
+    assert "\n" not in str(error.value)
+    selector, _ = _trained("mlp", {"target_prev": np.zeros((96, 5)), "draft_root": np.ones((96, 3))})
+    features = np.zeros(len(SCALAR_FEATURES))
+    good = {"target_prev": np.zeros(5), "draft_root": np.zeros(3)}
+    assert 0 <= selector.choose(features, good) < len(selector.grid)
+    for bad, message in ((dict(good, target_prev=np.zeros(4)), "target_prev must be 5 values"),
+                         (dict(good, draft_root=np.zeros((2, 3))), "draft_root must be 3 values"),
+                         ([good["target_prev"]], "reads 2 hidden-state blocks")):
+        with pytest.raises(SelectorError, match=message) as error:
+            selector.choose(features, bad)
+        assert "\n" not in str(error.value)
+    with pytest.raises(SelectorError, match="target_prev must be 5 values a root \\(3 root"):
+        selector.choose_batch(np.zeros((3, len(SCALAR_FEATURES))), {"target_prev": np.zeros((3, 6)),
+                                                                    "draft_root": np.zeros((3, 3))})

@@ -390,7 +390,12 @@ def _logit_law_features(p, q, r, temperature: float):
     law (drafting computes that when it drafts). None (use the kernel) where a value is not finite or a law's
     smallest probability comes within a nat of float32's zero (2^-150), where the kernel's zeros and their KL caps
     would have to be matched entry by entry."""
-    values = _logit_parts([_float32_logits(law) for law in (p, q, r)], 1 / temperature).tolist()
+    logits = [_float32_logits(law) for law in (p, q, r)]
+    shapes = [tuple(row.shape) for row in logits]
+    if len(shapes[0]) != 1 or len(set(shapes)) != 1 or not shapes[0][0]:
+        raise SelectorError(f"the feature inputs' logits must be [V] rows of one V, got p_prev {shapes[0]}, q_prev "
+                            f"{shapes[1]}, q_root {shapes[2]}")
+    values = _logit_parts(logits, 1 / temperature).tolist()
     if not all(map(math.isfinite, values)):
         return None
     (sp, sq, sr), (epyp, eqyq, eryr, epyq, eqyp), shared, least = values[:3], values[3:8], values[8], values[9:]

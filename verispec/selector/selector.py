@@ -17,6 +17,7 @@ root: all known before the block's draws, so the choice keeps the target's law) 
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -130,8 +131,12 @@ class Selector:
             if missing:
                 raise SelectorError(f"hidden states missing: {', '.join(missing)}")
             hidden = [hidden[name] for name in self.hidden_names]
+        if len(hidden) != len(self.hidden_names):
+            raise SelectorError(f"this selector reads {len(self.hidden_names)} hidden-state blocks "
+                                f"({', '.join(self.hidden_names)}), got {len(hidden)}")
+        widths = self.model.config.get("hidden_dims", ())
         blocks = []
-        for block in hidden:
+        for block, name, width in zip(hidden, self.hidden_names, widths):
             if host:
                 if isinstance(block, torch.Tensor):  # decoding's float32 CPU rows are read in place (one call)
                     block = block.numpy() if block.device.type == "cpu" and not block.requires_grad else \
@@ -139,7 +144,10 @@ class Selector:
                 block = np.asarray(block, dtype=np.float32)  # no copy when it is so
             else:
                 block = torch.as_tensor(block, dtype=torch.float32, device=self.device)
-            blocks.append(block if block.ndim == 2 and block.shape[0] == count else block.reshape(count, -1))  # [B, d]
+            if block.ndim == 0 or block.shape[-1] != width or math.prod(block.shape) != count * width:
+                raise SelectorError(f"the hidden state {name} must be {width} values a root ({count} root(s)), got "
+                                    f"shape {tuple(block.shape)}")
+            blocks.append(block.reshape(count, width))  # [B, d]
         return blocks
 
     def _checked(self, features, batched: bool) -> np.ndarray:
