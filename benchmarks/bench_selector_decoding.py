@@ -5,6 +5,7 @@ hidden states, at T = 0.7 top-k 20 top-p 0.8 (Qwen's recommended setting) and at
     python benchmarks/bench_selector_decoding.py --threads 1
     python benchmarks/bench_selector_decoding.py --quick          # fewer tokens
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 100    # an installed pair
+    python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-torch-forward
 
 The pair is by default the tiny config-built one (``verispec.models.tiny.tiny_pair(vocab=151936)``: random
 weights, a one-layer Qwen2 of width 32, cast to float32 as Qwen runs on a CPU): quick, and it needs no install,
@@ -16,6 +17,9 @@ choices only decide which trees run; their draws do not enter ``select_s``). Pri
 percentile and the largest ``select_s`` over the blocks after each decode's first (which pays one-time costs), in
 milliseconds, with the load average before and after: with more runnable processes than cores a block now and then
 waits out another process's time slice (a few ms), which lifts the mean and the tail but not the median.
+``--compare-torch-forward`` also runs each decode with the selector choosing through its torch modules instead of
+its numpy forward (``verispec.selector.network.HostForward``), interleaved seed by seed, and prints the ratio of
+the medians.
 ``--threads`` also caps the BLAS under numpy (set before numpy loads, unless the caller set OMP_NUM_THREADS):
 numpy's default pool fights any other load.
 """
@@ -51,23 +55,44 @@ def build_policy(hidden_dims: dict[str, int], latency, seed: int = 0):
     return SelectorPolicy(selector, latency)
 
 
-def measure(pair, policy, sampling, tokens: int, seeds) -> dict:
-    """``select_s`` of every block of one decode per seed, pooled, in milliseconds (each decode's first block left
-    out)."""
+def torch_forward_policy(policy):
+    """The same selector choosing through its torch modules instead of ``HostForward`` (the comparison of
+    ``--compare-torch-forward``): the same weights, so the same choices but at near-ties."""
+    import copy
+
+    from verispec.selector.selector import Selector, SelectorPolicy
+
+    class TorchForwardSelector(Selector):
+        def _host_forward(self):
+            return None
+
+    twin = copy.copy(policy.selector)
+    twin.__class__ = TorchForwardSelector
+    return SelectorPolicy(twin, policy.latency)
+
+
+def measure(pair, policies: dict, sampling, tokens: int, seeds) -> dict[str, dict]:
+    """``select_s`` of every block of one decode per seed and policy (the policies interleaved seed by seed),
+    pooled per policy, in milliseconds (each decode's first block left out)."""
     import numpy as np
 
     from verispec.models.decoding import generate
 
-    blocks = []
+    blocks = {name: [] for name in policies}
     for seed in seeds:
-        generation = generate(pair, PROMPT, None, None, tokens, sampling, seed, selector=policy, stop_at_eos=False)
-        blocks += generation.blocks[1:]
-    select = np.array([block.select_s for block in blocks]) * 1e3  # [blocks] ms
-    total = np.array([block.total_s for block in blocks]) * 1e3
-    return {"blocks": int(select.size), "select_mean_ms": float(select.mean()),
-            "select_median_ms": float(np.median(select)),
-            "select_p90_ms": float(np.percentile(select, 90)), "select_max_ms": float(select.max()),
-            "block_mean_ms": float(total.mean())}
+        for name, policy in policies.items():
+            generation = generate(pair, PROMPT, None, None, tokens, sampling, seed, selector=policy,
+                                  stop_at_eos=False)
+            blocks[name] += generation.blocks[1:]
+    rows = {}
+    for name, pooled in blocks.items():
+        select = np.array([block.select_s for block in pooled]) * 1e3  # [blocks] ms
+        total = np.array([block.total_s for block in pooled]) * 1e3
+        rows[name] = {"blocks": int(select.size), "select_mean_ms": float(select.mean()),
+                      "select_median_ms": float(np.median(select)),
+                      "select_p90_ms": float(np.percentile(select, 90)), "select_max_ms": float(select.max()),
+                      "block_mean_ms": float(total.mean())}
+    return rows
 
 
 def main(argv=None) -> int:
@@ -79,6 +104,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--decodes", type=int, default=2, help="decodes per setting, seeds from --seed (default 2)")
+    parser.add_argument("--compare-torch-forward", action="store_true",
+                        help="also choose through the selector's torch modules, interleaved, side by side")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -111,23 +138,31 @@ def main(argv=None) -> int:
                                ("with hidden states", {"target_prev": width[0], "draft_prev": width[1],
                                                        "draft_root": width[1]})):
         policy = build_policy(dims, latency, args.seed)
+        policies = {"numpy": policy}
+        if args.compare_torch_forward:
+            policies["torch"] = torch_forward_policy(policy)
         for label, (temperature, top_k, top_p) in SAMPLINGS.items():
             start = time.perf_counter()
-            row = measure(pair, policy, Sampling(temperature, top_k, top_p), tokens,
-                          range(args.seed, args.seed + args.decodes))
-            rows.append({"hidden": hidden_label, "sampling": label, **row,
-                         "wall_s": time.perf_counter() - start})
+            measured = measure(pair, policies, Sampling(temperature, top_k, top_p), tokens,
+                               range(args.seed, args.seed + args.decodes))
+            for forward, row in measured.items():
+                rows.append({"hidden": hidden_label, "sampling": label, "forward": forward, **row,
+                             "wall_s": time.perf_counter() - start})
     load_after = os.getloadavg()
     print(f"{pair.name}, V = {pair.vocab_size:,}, {args.threads} torch thread(s), {args.decodes} decodes of {tokens} "
           f"tokens a setting; load average "
           f"(1, 5, 15 min) {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} before, "
           f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after")
-    print(f"{'hidden states':20s} {'sampling':26s} {'blocks':>6s} {'select mean':>12s} {'median':>7s} {'p90':>7s} "
-          f"{'max':>7s} {'block mean':>11s}  (ms)")
+    print(f"{'hidden states':20s} {'sampling':26s} {'forward':7s} {'blocks':>6s} {'select mean':>12s} {'median':>7s} "
+          f"{'p90':>7s} {'max':>7s} {'block mean':>11s}  (ms)")
     for row in rows:
-        print(f"{row['hidden']:20s} {row['sampling']:26s} {row['blocks']:6d} {row['select_mean_ms']:12.3f} "
-              f"{row['select_median_ms']:7.3f} {row['select_p90_ms']:7.3f} {row['select_max_ms']:7.3f} "
-              f"{row['block_mean_ms']:11.2f}")
+        print(f"{row['hidden']:20s} {row['sampling']:26s} {row['forward']:7s} {row['blocks']:6d} "
+              f"{row['select_mean_ms']:12.3f} {row['select_median_ms']:7.3f} {row['select_p90_ms']:7.3f} "
+              f"{row['select_max_ms']:7.3f} {row['block_mean_ms']:11.2f}")
+    if args.compare_torch_forward:
+        for host, twin in zip(rows[::2], rows[1::2]):
+            print(f"{host['hidden']}, {host['sampling']}: median select_s through torch / through numpy "
+                  f"x{twin['select_median_ms'] / host['select_median_ms']:.2f}")
     if args.json:
         from verispec.io import atomic_write_text
 
