@@ -65,7 +65,7 @@ def _keys(batch, shared_root: bool):
 
 @pytest.mark.parametrize("name", _walk_rules())
 @pytest.mark.parametrize("topology", range(len(TOPOLOGIES)))
-def test_masses_equal_the_laws_totals(name, topology):
+def test_masses_equal_the_laws_totals(name, topology, monkeypatch):
     verifier = get_verifier(name)
     batch = _batch(TOPOLOGIES[topology], 6, seed=topology, shared_root=True)
     try:
@@ -74,7 +74,13 @@ def test_masses_equal_the_laws_totals(name, topology):
         with pytest.raises(InvalidTreeError):  # and the masses refuse them alike
             verifier.emission_masses(batch)
         return
+    solved_rows = []
+    output_laws = verifier.solver.output_laws
+    monkeypatch.setattr(verifier.solver, "output_laws",
+                        lambda p, q, children: solved_rows.append(len(p)) or output_laws(p, q, children))
     assert np.abs(verifier.emission_masses(batch) - expected).max() < 1e-12
+    assert solved_rows[0] == 1  # the batch's context ids: the shared root solved once for its 6 rows
+    monkeypatch.undo()
     cache: dict = {}
     keyed = verifier.emission_masses(batch, _keys(batch, True), cache)
     assert np.abs(keyed - expected).max() < 1e-12

@@ -88,10 +88,16 @@ class TopDownVerifier(Verifier):
         ``node_keys[r][node]`` (optional, hashable; at internal nodes) names a node's (p, q, child list): equal keys
         mean equal solver inputs, so the solver runs once per distinct key, and ``cache`` (a dict the caller owns,
         in the same key space) carries its scalars across calls (a label build asks for the same nodes in many
-        trees). Float batches only; an exact batch takes ``emission_laws``."""
+        trees); without them the batch's own context ids serve, within this call. An exact batch gets its emission
+        laws' totals (Fractions, exact)."""
         if batch.exact:
             return backend.total(self.emission_laws(batch))  # [N, n] Fractions
         rows = batch.num_rows
+        if node_keys is None:  # equal context ids and child tokens mean equal solver inputs, within this batch
+            contexts, tokens = (backend.to_numpy(array).tolist() for array in (batch.contexts, batch.tokens))
+            node_keys = [[(contexts[row][node], tuple(tokens[row][child] for child in children))
+                          for node, children in enumerate(batch.child_lists)] for row in range(rows)]
+            cache = {}
         cache = {} if cache is None else cache
         reach = np.zeros((rows, batch.num_nodes))  # [N, n]
         reach[:, 0] = 1.0
@@ -100,7 +106,7 @@ class TopDownVerifier(Verifier):
             if not batch.child_lists[node]:
                 masses[:, node] = reach[:, node] * backend.to_numpy(backend.total(batch.p[:, node]))
                 continue
-            keys = [node_keys[row][node] for row in range(rows)] if node_keys is not None else None
+            keys = [node_keys[row][node] for row in range(rows)]
             taken, stop = self._node_scalars(batch, node, keys, cache)  # [N, m], [N]
             for child in batch.child_nodes[node]:
                 reach[:, child] = reach[:, node] * taken[:, batch.child_lists[node].index(child)]
@@ -109,10 +115,7 @@ class TopDownVerifier(Verifier):
 
     def _node_scalars(self, batch: TreeBatch, node: int, keys, cache: dict) -> tuple[np.ndarray, np.ndarray]:
         """(the solver's output mass at each entry of the child list [N, m], the mass outside the children [N]) at
-        ``node``, computed for the rows whose key ``cache`` lacks (once per distinct key; every row without keys)."""
-        if keys is None:
-            keys = [(None, row) for row in range(batch.num_rows)]
-            cache = {}
+        ``node``, computed for the rows whose key ``cache`` lacks, once per distinct key."""
         todo = list(dict.fromkeys(key for key in keys if key not in cache))
         if todo:
             first = {}
