@@ -35,9 +35,9 @@ supports in float64 (the supports come from one reduction over the logits or the
 block_context``: no [V] array is made); without a filter, ``_logit_law_features`` reads the float32 logits the
 laws are the softmax of (log x = y / T - log s with y = z - max z: one exponential a law and dot products, no log
 over the vocabulary, no float64 law at the root, into scratch arrays reused from block to block). Inside decoding
-on the Qwen pair at one CPU thread (the models' forwards leave the caches cold) the whole choice costs 0.69 ms
-a block at T = 0.7 top-k 20 top-p 0.8 and 0.85 ms at T = 1 (medians; 0.97 and 1.08 ms with hidden states),
-``benchmarks/bench_selector_decoding.py --pair qwen-coder``.
+on the Qwen pair at one CPU thread (the models' forwards leave the caches cold) the whole choice costs 0.67-0.72
+ms a block at T = 0.7 top-k 20 top-p 0.8 and 0.85-1.03 ms at T = 1 (medians of three runs; 0.97-1.11 and
+1.08-1.29 ms with hidden states), ``benchmarks/bench_selector_decoding.py --pair qwen-coder``.
 """
 
 from __future__ import annotations
