@@ -375,7 +375,7 @@ def test_the_stopping_masses_route_gives_the_laws_values(monkeypatch):
     grid = ActionGrid((1, 2, 3), (0, 1), (0, 2), names)
     combs = sample_combs(problem, grid, 12, np.random.default_rng(8))
     solved_rows, asked_rows = [], []
-    original = tree_walk.TopDownVerifier._node_scalars
+    original = tree_walk.TopDownVerifier._cached_scalars
 
     def counting(self, batch, node, keys, cache):
         before = len(cache)
@@ -384,7 +384,7 @@ def test_the_stopping_masses_route_gives_the_laws_values(monkeypatch):
         asked_rows.append(batch.num_rows)
         return result
 
-    monkeypatch.setattr(tree_walk.TopDownVerifier, "_node_scalars", counting)
+    monkeypatch.setattr(tree_walk.TopDownVerifier, "_cached_scalars", counting)
     by_masses = {compress: comb_values(problem, grid, combs, compress=compress) for compress in (True, False)}
     assert sum(solved_rows) < sum(asked_rows) / 2
 

@@ -315,21 +315,13 @@ _LOG_FLOAT32_ZERO = -150 * math.log(2)
 
 def _float32_logits(law):
     """A law's logits row [V] as float32: a numpy view of a float32 CPU tensor (no copy), a torch tensor on an
-    accelerator. (The common case, a float32 CPU row without autograd, takes three attribute reads and one call:
-    each torch call costs some 10 microseconds inside decoding, where the models' forwards leave caches cold.)"""
+    accelerator."""
+    import torch  # loaded already: the logits are a tensor
+
     logits = law.logits
-    if logits.device.type == "cpu" and not logits.requires_grad and logits.dtype == _torch_float32():
-        return logits.numpy()
-    import torch
-
-    logits = logits.detach().to(torch.float32)
+    if logits.dtype != torch.float32 or logits.requires_grad:
+        logits = logits.detach().to(torch.float32)
     return logits.numpy() if logits.device.type == "cpu" else logits
-
-
-def _torch_float32():
-    import torch
-
-    return torch.float32
 
 
 #: Scratch arrays of the logit route on the host, per thread, reused from block to block: three fresh [3, V]
@@ -385,9 +377,9 @@ def _logit_law_features(p, q, r, temperature: float):
     in float32 from the logits alone, the kernel's precision (``_law_features``), without the laws' float64 arrays:
     with y = z - max z, s = sum exp(y / T) and x = exp(y / T) / s, log x = y / T - log s, so H(x) = log s - x.y / T
     (two non-negative terms), KL(p||q) = (p.y_p - p.y_q) / T - log s_p + log s_q, and L1 = 2 - 2 sum_v min(p_v, q_v)
-    (the laws sum to one): a maximum, an exponential and a sum over the three rows at once, then their Gram matrix
-    (one matrix product) and one elementwise minimum; no log over the vocabulary, and q at the root needs no float64
-    law (drafting computes that when it drafts). None (use the kernel) where a value is not finite or a law's
+    (the laws sum to one): per law a maximum and an exponential, then dot products and one elementwise minimum
+    (``_logit_parts``); no log over the vocabulary, and q at the root needs no float64 law (drafting computes that
+    when it drafts). None (use the kernel) where a value is not finite or a law's
     smallest probability comes within a nat of float32's zero (2^-150), where the kernel's zeros and their KL caps
     would have to be matched entry by entry."""
     logits = [_float32_logits(law) for law in (p, q, r)]

@@ -113,7 +113,7 @@ class Selector:
         forward there)."""
         if self.device.type != "cpu":
             return None
-        if getattr(self, "_host", None) is None:
+        if self._host is None:
             self._host = HostForward(self.model)
         return self._host
 

@@ -84,11 +84,21 @@ def check_emission_masses(name: str, batch: TreeBatch, masses) -> None:
         raise VerifierError(f"verifier '{name}' returned emission masses of shape {tuple(masses.shape)}, expected "
                             f"{expected}")
     totals, minima = masses.sum(axis=1), masses.min(axis=1)
-    bad = np.flatnonzero(~(np.abs(totals - 1.0) <= EMISSION_SUM_TOLERANCE) | ~(minima >= -EMISSION_SUM_TOLERANCE))
+    _refuse(name, "emission masses on {} are", batch, _bad_float_rows(totals, minima), totals, minima)
+
+
+def _bad_float_rows(totals, minima):
+    """Rows whose float total is more than EMISSION_SUM_TOLERANCE from 1 or whose least entry is below
+    -EMISSION_SUM_TOLERANCE (totals and minima [N] on the host)."""
+    return np.flatnonzero(~(np.abs(totals - 1.0) <= EMISSION_SUM_TOLERANCE) | ~(minima >= -EMISSION_SUM_TOLERANCE))
+
+
+def _refuse(name: str, what: str, batch: TreeBatch, bad, totals, minima) -> None:
+    """VerifierError naming the first of the ``bad`` rows (``what`` holds '{}' for the row's tree shape)."""
     if len(bad):
         row = int(bad[0])
-        raise VerifierError(f"verifier '{name}' emission masses on {batch.shape(row)} are not a probability law "
-                            f"(sum {float(totals[row])!r}, min {float(minima[row])!r})")
+        raise VerifierError(f"verifier '{name}' {what.format(batch.shape(row))} not a probability law (sum "
+                            f"{float(totals[row])!r}, min {float(minima[row])!r})")
 
 
 def check_emission_laws(name: str, batch: TreeBatch, laws) -> None:
@@ -107,8 +117,5 @@ def check_emission_laws(name: str, batch: TreeBatch, laws) -> None:
         flat = backend.namespace(laws).reshape(laws, (expected[0], -1))
         totals, minima = (backend.to_numpy(backend.namespace(flat).sum(flat, axis=1)),
                           backend.to_numpy(backend.namespace(flat).min(flat, axis=1)))
-        bad = np.flatnonzero(~(np.abs(totals - 1.0) <= EMISSION_SUM_TOLERANCE) | ~(minima >= -EMISSION_SUM_TOLERANCE))
-    if len(bad):
-        row = int(bad[0])
-        raise VerifierError(f"verifier '{name}' emission law on {batch.shape(row)} is not a probability law "
-                            f"(sum {float(totals[row])!r}, min {float(minima[row])!r})")
+        bad = _bad_float_rows(totals, minima)
+    _refuse(name, "emission law on {} is", batch, bad, totals, minima)

@@ -43,6 +43,36 @@ def node_output_laws(solver: NodeSolver, batch: TreeBatch, node: int):
     return solver.output_laws(p[first], q[first], children[first])[inverse]
 
 
+def _stopping_law(output, children, size: int):
+    """The output law outside the child list [N, V] (what the walk emits when it stops at the node): ``output`` with
+    the children's tokens zeroed."""
+    return backend.where(backend.membership(children, size), backend.zero(output), output)
+
+
+def _node_scalars(output, children, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the output mass at each entry of the child list [N, m], the stopping mass [N]) as float64 host arrays."""
+    taken = backend.to_numpy(backend.take_along_last(output, children))
+    stop = backend.to_numpy(backend.total(_stopping_law(output, children, size)))
+    return np.asarray(taken, dtype=np.float64), np.asarray(stop, dtype=np.float64)
+
+
+def _walk(batch: TreeBatch, one, at_node, at_leaf) -> list[tuple]:
+    """The walk's reach (DDTE Eqs. 1-3), once for the laws and the masses: reach(root) = ``one`` [N], and
+    reach(child) = reach(node) K_node(child's token), with ``at_node(node)`` -> (K at each entry of the node's child
+    list [N, m], what the node emits when the walk stops there) and ``at_leaf(node)`` -> what a leaf emits. Returns
+    (reach [N], emission) per node; the caller weighs each emission by its reach."""
+    reach, steps = {0: one}, []
+    for node in range(batch.num_nodes):  # parents come before their children
+        if batch.child_lists[node]:
+            taken, emitted = at_node(node)
+            for child in batch.child_nodes[node]:
+                reach[child] = reach[node] * taken[:, batch.child_lists[node].index(child)]
+        else:
+            emitted = at_leaf(node)
+        steps.append((reach[node], emitted))
+    return steps
+
+
 class TopDownVerifier(Verifier):
     """The top-down walk of a node-local solver over a draft tree."""
 
@@ -66,70 +96,55 @@ class TopDownVerifier(Verifier):
         return self.solver.citation
 
     def emission_laws(self, batch: TreeBatch):
-        size, rows = batch.vocab_size, batch.num_rows
-        reach = {0: backend.ones((rows,), batch.p[:, 0, 0])}  # node -> [N]
-        laws = []
-        for node in range(batch.num_nodes):  # parents come before their children
-            if not batch.child_lists[node]:
-                laws.append(reach[node][:, None] * batch.p[:, node])
-                continue
+        def at_node(node: int):
             output = node_output_laws(self.solver, batch, node)  # [N, V]
-            for child in batch.child_nodes[node]:
-                reach[child] = reach[node] * backend.take(output, batch.tokens[:, child])
-            stop = backend.where(backend.membership(batch.children(node), size), backend.zero(output), output)
-            laws.append(reach[node][:, None] * stop)
-        return backend.stack(laws, axis=1)
+            children = batch.children(node)  # [N, m]
+            return backend.take_along_last(output, children), _stopping_law(output, children, batch.vocab_size)
+
+        steps = _walk(batch, backend.ones((batch.num_rows,), batch.p[:, 0, 0]), at_node,
+                      lambda node: batch.p[:, node])
+        return backend.stack([reach[:, None] * emitted for reach, emitted in steps], axis=1)
 
     def emission_masses(self, batch: TreeBatch, node_keys=None, cache: dict | None = None):
         """The mass of stopping at each node, [N, n] float64: ``emission_laws(batch)`` summed over tokens (tested
-        equal to 1e-12), by the same walk on scalars: the solver's output law at a node gives its children's
-        acceptance masses and the stopping mass (the law outside the children); no [N, n, V] law is made.
+        equal to 1e-12), by the same walk (``_walk``) on scalars: the solver's output law at a node gives its
+        children's acceptance masses and the stopping mass (the law outside the children); no [N, n, V] law is made.
 
         ``node_keys[r][node]`` (optional, hashable; at internal nodes) names a node's (p, q, child list): equal keys
         mean equal solver inputs, so the solver runs once per distinct key, and ``cache`` (a dict the caller owns,
         in the same key space) carries its scalars across calls (a label build asks for the same nodes in many
-        trees); without them the batch's own context ids serve, within this call. An exact batch gets its emission
-        laws' totals (Fractions, exact)."""
+        trees). Without keys the solver runs as in ``emission_laws`` (``node_output_laws``: once per distinct
+        context id and child list of the batch). An exact batch gets its emission laws' totals (Fractions)."""
         if batch.exact:
             return backend.total(self.emission_laws(batch))  # [N, n] Fractions
-        rows = batch.num_rows
-        if node_keys is None:  # equal context ids and child tokens mean equal solver inputs, within this batch
-            contexts, tokens = (backend.to_numpy(array).tolist() for array in (batch.contexts, batch.tokens))
-            node_keys = [[(contexts[row][node], tuple(tokens[row][child] for child in children))
-                          for node, children in enumerate(batch.child_lists)] for row in range(rows)]
-            cache = {}
-        cache = {} if cache is None else cache
-        reach = np.zeros((rows, batch.num_nodes))  # [N, n]
-        reach[:, 0] = 1.0
-        masses = np.zeros((rows, batch.num_nodes))  # [N, n]
-        for node in range(batch.num_nodes):  # parents come before their children
-            if not batch.child_lists[node]:
-                masses[:, node] = reach[:, node] * backend.to_numpy(backend.total(batch.p[:, node]))
-                continue
-            keys = [node_keys[row][node] for row in range(rows)]
-            taken, stop = self._node_scalars(batch, node, keys, cache)  # [N, m], [N]
-            for child in batch.child_nodes[node]:
-                reach[:, child] = reach[:, node] * taken[:, batch.child_lists[node].index(child)]
-            masses[:, node] = reach[:, node] * stop
-        return masses
+        if node_keys is None:
+            def at_node(node: int):
+                return _node_scalars(node_output_laws(self.solver, batch, node), batch.children(node),
+                                     batch.vocab_size)
+        else:
+            cache = {} if cache is None else cache
 
-    def _node_scalars(self, batch: TreeBatch, node: int, keys, cache: dict) -> tuple[np.ndarray, np.ndarray]:
-        """(the solver's output mass at each entry of the child list [N, m], the mass outside the children [N]) at
-        ``node``, computed for the rows whose key ``cache`` lacks, once per distinct key."""
+            def at_node(node: int):
+                return self._cached_scalars(batch, node, [row[node] for row in node_keys], cache)
+
+        steps = _walk(batch, np.ones(batch.num_rows), at_node,
+                      lambda node: backend.to_numpy(backend.total(batch.p[:, node])))
+        return np.stack([reach * emitted for reach, emitted in steps], axis=1)  # [N, n]
+
+    def _cached_scalars(self, batch: TreeBatch, node: int, keys, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+        """``_node_scalars`` at ``node`` for every row, the solver run only on the rows whose key ``cache`` lacks,
+        once per distinct key."""
         todo = list(dict.fromkeys(key for key in keys if key not in cache))
         if todo:
             first = {}
             for row, key in enumerate(keys):
                 first.setdefault(key, row)
             picked = [first[key] for key in todo]
-            sub = batch.p[picked, node], batch.q[picked, node], batch.children(node)[picked]
-            output = self.solver.output_laws(*sub)  # [M, V]
-            children = sub[2]
-            taken = backend.to_numpy(backend.take_along_last(output, children))  # [M, m]
-            stop = backend.to_numpy(backend.total(backend.where(backend.membership(children, batch.vocab_size),
-                                                                backend.zero(output), output)))  # [M]
+            children = batch.children(node)[picked]  # [M, m]
+            output = self.solver.output_laws(batch.p[picked, node], batch.q[picked, node], children)  # [M, V]
+            taken, stop = _node_scalars(output, children, batch.vocab_size)
             for index, key in enumerate(todo):
-                cache[key] = (np.asarray(taken[index], dtype=np.float64), float(stop[index]))
+                cache[key] = (taken[index], float(stop[index]))
         values = [cache[key] for key in keys]
         return np.stack([value[0] for value in values]), np.array([value[1] for value in values])
 
