@@ -6,13 +6,19 @@ comb's target-forwarded tokens times the target's time per token measured here, 
 size the labels forward at (one tree-masked forward of that many tokens over the root's cached context). The
 ratio label time / floor is what the draft, the verifiers and the bookkeeping add (the issue's goal: <= 1.5).
 
-For each root (a HumanEval prompt's first ``--context`` tokens, or fewer if the prompt is shorter), in one process,
-its context already in the models' caches (a build prefills a prompt once for all its roots: ``SharedContext``):
-  1. t_p(n): median of ``--repeats`` target forwards of n chain tokens after the root's context (n = the comb's
-     target tokens, at most the forward's chunk of 512), so ms a token at that batch size;
-  2. the labels of every action of the grid from ``--samples`` combs, timed, with the tokens each model was fed.
+``--root-batch B`` labels B roots together, as ``selector dataset --root-batch`` does (``label_roots``: one
+``ProblemPack``, each draft level of all their combs one draft pass, the target once over all their combs). Its
+floor is taken at the batch size the target then runs at: the group's target tokens in one forward (t_p of that
+many tokens, so a larger batch has a lower floor a token). Each group also reports the floor its roots would have
+one by one (each root's tokens at its own batch size), the reference of the earlier ratios.
 
-    python benchmarks/bench_labels.py --pair qwen-coder --threads 2 --roots 3 --samples 4
+For each group (roots from HumanEval prompts' first ``--context`` tokens, or fewer if a prompt is shorter), in one
+process: the labels of every action of the grid from ``--samples`` combs a root, timed without the contexts'
+prefill (timed apart: a build prefills a prompt once for all its roots), with the tokens each model was fed; then
+t_p(n), the median of ``--repeats`` target forwards of n chain tokens after the first root's context, at the
+group's batch size and at each root's own.
+
+    python benchmarks/bench_labels.py --pair qwen-coder --threads 2 --roots 8 --samples 16 --root-batch 8
     python benchmarks/bench_labels.py --tiny          # a tiny random pair: a smoke run anywhere
 """
 
@@ -45,31 +51,48 @@ def time_target_tokens(pair, context: list[int], count: int, repeats: int) -> fl
     return statistics.median(times[1:])
 
 
-def label_one_root(pair, context: list[int], grid, samples: int, seed: int, sampling, repeats: int) -> dict:
+def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, sampling, repeats: int) -> dict:
+    """Label one group of roots together (``label_roots``'s path) and measure its floors."""
     from verispec.models.problem import DEFAULT_NODES_PER_FORWARD, SharedContext
-    from verispec.selector.dataset import Root, root_problem
-    from verispec.selector.labels import conditional_exact_labels
+    from verispec.selector.dataset import Root, root_problems
+    from verispec.selector.labels import conditional_exact_labels_together
 
-    root = Root(tuple(context), "bench", sampling, pair=pair.name)
+    roots = [Root(tuple(context), "bench", sampling, pair=pair.name) for context in contexts]
     shared = SharedContext(pair)
-    start = time.perf_counter()
-    shared.take(None, list(context[:-2]))  # the root's context, cached as a build caches it (timed apart)
-    prefill = time.perf_counter() - start
-    start = time.perf_counter()
-    cpu = time.process_time()
-    problem, _ = root_problem(root, max(action.depth for action in grid.actions), pair, shared)
-    labels = conditional_exact_labels(problem, grid, samples=samples, seed=seed)
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-    base = problem.base
-    target_tokens, draft_tokens = base.forwarded_tokens
-    width = max(1, min(DEFAULT_NODES_PER_FORWARD, target_tokens))
-    per_token = time_target_tokens(pair, list(context[:-2]), width, repeats) / width
-    floor = target_tokens * per_token
-    return {"context": len(context), "seconds": seconds, "cpu_seconds": cpu_seconds, "prefill_seconds": prefill,
-            "target_tokens": target_tokens, "draft_tokens": draft_tokens, "target_passes": base.passes[0],
-            "draft_passes": base.passes[1], "batch": width, "ms_per_target_token": 1000 * per_token,
-            "floor_seconds": floor, "ratio_to_floor": seconds / floor if floor else float("nan"),
-            "mean_label": float(labels.efficiency.mean())}
+    prefill, original = [0.0], shared.take
+
+    def take(owner, tokens):  # the contexts' prefill, timed apart
+        start = time.perf_counter()
+        models = original(owner, tokens)
+        prefill[0] += time.perf_counter() - start
+        return models
+
+    shared.take = take
+    start, cpu = time.perf_counter(), time.process_time()
+    problems, together = root_problems(roots, max(action.depth for action in grid.actions), pair, shared)
+    labels = conditional_exact_labels_together([problem for problem, _ in problems], grid, samples=samples,
+                                               seeds=[seed + index for index in range(len(roots))], together=together)
+    seconds = time.perf_counter() - start - prefill[0]
+    cpu_seconds = time.process_time() - cpu
+    bases = [problem.base for problem, _ in problems]
+    own = [base.forwarded_tokens[0] for base in bases]
+    target_tokens, draft_tokens = sum(own), sum(base.forwarded_tokens[1] for base in bases)
+    limit = DEFAULT_NODES_PER_FORWARD * len(roots)  # a pack's pass holds up to 512 nodes a member
+    width = max(1, min(limit, target_tokens))
+    measured = {}
+    for count in {width, *(max(1, min(DEFAULT_NODES_PER_FORWARD, n)) for n in own)}:
+        measured[count] = time_target_tokens(pair, list(contexts[0][:-2]), count, repeats)
+    floor = target_tokens * measured[width] / width
+    alone = sum(n * measured[max(1, min(DEFAULT_NODES_PER_FORWARD, n))] / max(1, min(DEFAULT_NODES_PER_FORWARD, n))
+                for n in own)
+    return {"roots": len(roots), "contexts": [len(context) for context in contexts], "seconds": seconds,
+            "cpu_seconds": cpu_seconds, "prefill_seconds": prefill[0], "target_tokens": target_tokens,
+            "draft_tokens": draft_tokens, "target_passes": max(base.passes[0] for base in bases),
+            "draft_passes": max(base.passes[1] for base in bases), "batch": width,
+            "ms_per_target_token": 1000 * measured[width] / width, "floor_seconds": floor,
+            "ratio_to_floor": seconds / floor if floor else float("nan"), "floor_one_by_one_seconds": alone,
+            "ratio_to_one_by_one_floor": seconds / alone if alone else float("nan"),
+            "mean_label": float(sum(label.efficiency.mean() for label in labels) / len(labels))}
 
 
 def main(argv=None) -> int:
@@ -78,6 +101,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny random pair instead of an installed one")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--roots", type=int, default=3)
+    parser.add_argument("--root-batch", type=int, default=1, help="roots labelled together (selector dataset's "
+                                                                     "--root-batch)")
     parser.add_argument("--context", type=int, default=200, help="most context tokens a root keeps")
     parser.add_argument("--samples", type=int, default=4, help="sampled combs a root (m)")
     parser.add_argument("--ks", default="1-4")
@@ -109,22 +134,29 @@ def main(argv=None) -> int:
         pair = load_pair(args.pair)
         contexts = [pair.encode(text)[:args.context] for _, text in humaneval_prompts(args.roots)]
     rows = []
-    for index, context in enumerate(contexts):
-        row = label_one_root(pair, context, grid, args.samples, index, sampling, args.repeats)
+    for first in range(0, len(contexts), args.root_batch):
+        group = contexts[first:first + args.root_batch]
+        row = label_group(pair, group, grid, args.samples, first, sampling, args.repeats)
         row["load_average"] = os.getloadavg()[0]
         rows.append(row)
-        print(f"root {index}: {row['seconds']:.2f} s ({row['cpu_seconds']:.1f} s CPU; its context's prefill "
-              f"{row['prefill_seconds']:.2f} s apart), target {row['target_tokens']} "
-              f"tokens in {row['target_passes']} passes, draft {row['draft_tokens']} in {row['draft_passes']}; "
-              f"{row['ms_per_target_token']:.1f} ms a target token at n = {row['batch']}: floor "
-              f"{row['floor_seconds']:.2f} s, ratio {row['ratio_to_floor']:.2f} (load {row['load_average']:.2f})")
+        print(f"roots {first}-{first + len(group) - 1}: {row['seconds']:.2f} s, {row['seconds'] / len(group):.2f} s a "
+              f"root ({row['cpu_seconds']:.1f} s CPU, prefill included; the contexts' prefill {row['prefill_seconds']:.2f} s apart), "
+              f"target {row['target_tokens']} tokens in {row['target_passes']} passes, draft {row['draft_tokens']} "
+              f"in {row['draft_passes']}; {row['ms_per_target_token']:.1f} ms a target token at n = {row['batch']}: "
+              f"floor {row['floor_seconds']:.2f} s, ratio {row['ratio_to_floor']:.2f}; one by one the floor is "
+              f"{row['floor_one_by_one_seconds']:.2f} s, ratio {row['ratio_to_one_by_one_floor']:.2f} "
+              f"(load {row['load_average']:.2f})")
     total = sum(row["seconds"] for row in rows)
     floor = sum(row["floor_seconds"] for row in rows)
-    print(f"# {len(rows)} roots, {len(grid.actions)} actions, m = {args.samples}, threads {args.threads}: "
-          f"{total:.1f} s against a floor of {floor:.1f} s: ratio {total / floor:.2f}")
+    alone = sum(row["floor_one_by_one_seconds"] for row in rows)
+    print(f"# {len(contexts)} roots, {args.root_batch} a group, {len(grid.actions)} actions, m = {args.samples}, "
+          f"threads {args.threads}: {total:.1f} s ({total / len(contexts):.2f} s a root) against a floor of "
+          f"{floor:.1f} s at the group's batch size: ratio {total / floor:.2f}; against the roots' floors one by "
+          f"one ({alone:.1f} s): {total / alone:.2f}")
     if args.json:
         result = {"grid": grid.as_dict(), "samples": args.samples, "threads": args.threads,
-                  "sampling": args.sampling, "rows": rows, "ratio": total / floor}
+                  "root_batch": args.root_batch, "sampling": args.sampling, "rows": rows, "ratio": total / floor,
+                  "ratio_to_one_by_one_floor": total / alone, "seconds_a_root": total / len(contexts)}
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
     return 0
 

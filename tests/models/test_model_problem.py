@@ -186,3 +186,49 @@ def test_problems_on_a_shared_context_feed_only_new_tokens_and_give_the_fresh_la
         problems[0].target((5,))
     with pytest.raises(VerispecError, match="SharedContext"):
         ModelProblem(pair_seed2, [1, 2], SAMPLING, shared=object())
+
+
+def test_a_pack_runs_its_members_forwards_together_with_each_members_own_laws(pair_seed2):
+    """``ProblemPack``: three problems of other contexts (one sharing another's prefix, one a single token) and
+    samplings; inside ``together()`` a draft level of every member is one draft pass and the target over every
+    member's nodes (with a deferred law) one target pass; every law equals a forward over its own context alone."""
+    from verispec.models.problem import ProblemPack, SharedContext
+
+    contexts = [CONTEXT, CONTEXT + [2, 5], [6]]
+    samplings = [SAMPLING, Sampling(0.7, top_k=5), Sampling(1.0)]
+    pack = ProblemPack(pair_seed2, contexts, samplings, horizon=4, shared=SharedContext(pair_seed2))
+    levels = [[()], [(3,), (9,)], [(3, 1), (3, 2), (9, 9)]]
+    for depth, level in enumerate(levels):
+        with pack.together():
+            for member in pack.problems:
+                member.extend_drafts(level)
+        assert [member.passes[1] for member in pack.problems] == [depth + 1] * 3
+    targets = [(), (3,), (3, 1), (9,)]
+    with pack.together():
+        for member in pack.problems:
+            member.defer([(9, 9)])
+            member.prepare(targets, draft=False)
+    assert [member.passes for member in pack.problems] == [[1, 3]] * 3
+    assert [member.forwarded_tokens for member in pack.problems] == [[5, 6]] * 3
+    for member, context, sampling in zip(pack.problems, contexts, samplings):
+        for prefix in {prefix for level in levels for prefix in level}:
+            np.testing.assert_allclose(member.draft(prefix), _alone(pair_seed2.draft, context + list(prefix),
+                                                                    sampling), rtol=0, atol=1e-12)
+        for prefix in targets + [(9, 9)]:
+            np.testing.assert_allclose(member.target(prefix), _alone(pair_seed2.target, context + list(prefix),
+                                                                     sampling), rtol=0, atol=1e-12)
+    assert [member.passes for member in pack.problems] == [[1, 3]] * 3  # everything read was computed already
+    # a member alone on the pack (outside together) still works, and a read inside together is refused
+    np.testing.assert_allclose(pack.problems[2].target((5, 5)), _alone(pair_seed2.target, [6, 5, 5], samplings[2]),
+                               rtol=0, atol=1e-12)
+    with pytest.raises(VerispecError, match="inside together"), pack.together():
+        pack.problems[0].target((1, 1))
+
+
+def test_a_pack_is_refused_without_contexts_or_with_unequal_lists(pair_seed2):
+    from verispec.models.problem import ProblemPack
+
+    with pytest.raises(VerispecError, match="one sampling per context"):
+        ProblemPack(pair_seed2, [], [])
+    with pytest.raises(VerispecError, match="one sampling per context"):
+        ProblemPack(pair_seed2, [CONTEXT], [SAMPLING, SAMPLING])

@@ -469,3 +469,60 @@ def test_a_build_past_its_time_budget_stops_saved_and_resumes(tmp_path, capsys, 
     resumed, once = Dataset.load(out), Dataset.load(whole)
     assert resumed.key.tolist() == once.key.tolist() and len(set(resumed.key.tolist())) == len(resumed)
     np.testing.assert_array_equal(resumed.efficiency, once.efficiency)
+
+
+def _count_packed_passes(monkeypatch) -> list:
+    """Record every forward pass of a packed model (the labels' forwards; the contexts' prefills are not packed)."""
+    from verispec.models.tree_forward import CachedModel
+
+    passes, original = [], CachedModel.extend
+
+    def extend(self, tokens, parents, **options):
+        if self.segments is not None:
+            passes.append((len(self.segments), len(tokens)))
+        return original(self, tokens, parents, **options)
+
+    monkeypatch.setattr(CachedModel, "extend", extend)
+    return passes
+
+
+def test_roots_labelled_together_keep_their_labels_and_share_the_passes(pair, tmp_path, monkeypatch):
+    """``root_batch``: a pair's roots labelled together (one ``ProblemPack``, combs drawn in lockstep) give every
+    row the values of the roots labelled one by one (float64 tiny pair, 1e-12; each root draws from its own seed),
+    in a quarter of the forward passes when all four go together; a build stopped by its time budget after the first
+    group resumes to the very rows of an uninterrupted build (groups are cut from all the roots, not the rest)."""
+    from verispec import budget
+    from verispec.errors import AnalysisTimeoutError
+
+    top3, top2 = Sampling(1.0, top_k=3), Sampling(0.8, top_k=2)
+    roots = [Root((1, 5, 2, 7, 3, 3), "g", top3, pair=pair.name), Root((1, 5, 2, 7), "g", top3, pair=pair.name),
+             Root((1, 5, 2, 7), "g", top2, pair=pair.name), Root((4, 4, 9), "h", top3, pair=pair.name)]
+    options = {"grid": SMALL, "pair": pair, "method": "conditional", "samples": 3}
+    passes = _count_packed_passes(monkeypatch)
+    alone = _build(roots, tmp_path / "alone.npz", root_batch=1, **options)
+    alone_passes, passes[:] = len(passes), []
+    together = _build(roots, tmp_path / "together.npz", root_batch=4, **options)
+    assert {segments for segments, _ in passes} == {4} and len(passes) * 4 <= alone_passes
+    for name in ("features", "efficiency", "stderr", "lower", "upper", "per_sample"):
+        np.testing.assert_allclose(getattr(together, name), getattr(alone, name), rtol=0, atol=1e-12)
+
+    calls = []
+
+    def check(what):
+        calls.append(what)
+        if len(calls) == 2:  # before the second group of two
+            raise AnalysisTimeoutError(f"{what} ran past its time budget")
+
+    monkeypatch.setattr(budget, "check", check)
+    out = tmp_path / "resumed.npz"
+    with pytest.raises(AnalysisTimeoutError):
+        _build(roots, out, root_batch=2, **options)
+    assert len(json.loads(store_path(out).read_text())["rows"]) == 2
+    monkeypatch.setattr(budget, "check", lambda what: None)
+    resumed = _build(roots, out, root_batch=2, **options)
+    once = _build(roots, tmp_path / "once.npz", root_batch=2, **options)
+    assert resumed.key.tolist() == once.key.tolist() == [root.key() for root in roots]
+    for name in ("features", "efficiency", "per_sample"):
+        np.testing.assert_array_equal(getattr(resumed, name), getattr(once, name))
+    with pytest.raises(DatasetError, match="root_batch must be an integer from 1 to 64"):
+        _build(roots, tmp_path / "bad.npz", root_batch=0, **options)

@@ -102,6 +102,10 @@ def _add_dataset_parser(steps) -> None:
                                         "paper's)")
     labels.add_argument("--epsilon", type=number_option(minimum=0, strict=True, what="a positive number"), default=0.01,
                         help="largest width of a certified label's interval (default 0.01)")
+    labels.add_argument("--root-batch", type=integer_option(minimum=1, maximum=64, what="an integer in [1, 64]"),
+                        default=8, metavar="N",
+                        help="a pair's roots labelled together (default 8): each draft level of their combs is one "
+                             "draft pass and the target runs once over all their combs; 1 labels them one by one")
     add_latency_options(dataset, "T(a)", f"--cost-ratio {DATASET_COST_RATIO:g}")
     dataset.add_argument("--seed", type=integer_option(minimum=0, what="a non-negative integer"), default=0)
     dataset.add_argument("--out", required=True, metavar="FILE", help="the dataset to write (resumable)")
@@ -319,7 +323,8 @@ def _build(args) -> int:
     dataset = build_dataset(roots, grid, method=args.method, samples=args.samples, epsilon=args.epsilon,
                             out=args.out, latency=latency, pair=pair, backend=args.backend, jobs=args.jobs,
                             address=args.address, progress=progress, overwrite=args.overwrite,
-                            seed=args.seed, hidden=args.hidden, note=lambda text: _stderr(f"verispec: note: {text}"))
+                            seed=args.seed, hidden=args.hidden, note=lambda text: _stderr(f"verispec: note: {text}"),
+                            root_batch=args.root_batch)
     methods = sorted(set(dataset.label_method.tolist()))
     print(f"wrote {args.out}: {len(dataset)} roots in {len(set(dataset.group.tolist()))} groups, {len(grid)} "
           f"actions, labels {'/'.join(methods)} ({_elapsed(start)}; peak memory {peak_rss_bytes() / 1e9:.1f} GB)")

@@ -10,6 +10,7 @@ Conditionals are computed in batches: ``prepare(prefixes)`` feeds the trie of ma
 one forward pass over the context's KV cache (shared, computed once), reads the laws at the requested nodes,
 then drops the trie from the cache; ``prepare(prefixes, target=False)`` (or ``draft=False``) runs one model.
 ``shared=SharedContext(pair)`` lets successive problems reuse the caches over their common context prefix.
+``ProblemPack`` runs several problems' forwards together, their contexts packed side by side in one cache.
 ``extend_drafts(prefixes)`` is the drafter's path through a tree drawn level by level: the draft keeps the tree
 fed so far and is fed only the new nodes, one draft token a node (the selector's labels draw their combs this
 way, then ask the target for the whole comb in one pass). ``target``/``draft`` of a prefix not yet computed
@@ -23,6 +24,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -85,6 +88,48 @@ class SharedContext:
                                 "SharedContext")
 
 
+class ProblemPack:
+    """ModelProblems of one pair whose forwards run together (the selector's labels: a draft level of several roots,
+    or the target over several roots' combs, in one pass).
+
+    ``ProblemPack(pair, contexts, samplings)`` makes one ``ModelProblem`` a context (``problems``), each taking its
+    context on ``shared`` in turn (a prompt's roots prefill only what they do not share), then puts their committed
+    caches side by side in one packed cache per model (``CachedModel.packed``): member i's nodes grow under segment
+    i, at the positions they have in its context alone. Each member keeps its own laws, draft tree and counters and
+    is used as any ``ModelProblem``; inside ``together()`` the members' forwards are collected and run at its end in
+    as few passes as ``nodes_per_forward`` x members allows. On a CPU a pass of a few tokens costs about what one
+    token costs (the weights are read once), so a pack of B roots pays a draft level once instead of B times. A
+    member's laws equal its own problem's up to the rounding of the larger pass
+    (tests/models/test_model_problem.py)."""
+
+    def __init__(self, pair: ModelPair, contexts, samplings, horizon: int | None = None, *,
+                 shared: SharedContext | None = None, **options):
+        contexts, samplings = list(contexts), list(samplings)
+        if not contexts or len(contexts) != len(samplings):
+            raise VerispecError(f"a ProblemPack needs one sampling per context and at least one context, got "
+                                f"{len(contexts)} contexts and {len(samplings)} samplings")
+        shared = shared if shared is not None else SharedContext(pair)
+        self.problems: list[ModelProblem] = []
+        states: tuple[list, list] = ([], [])
+        for context, sampling in zip(contexts, samplings):
+            problem = ModelProblem(pair, context, sampling, horizon, shared=shared, **options)
+            for taken, model in zip(states, shared.models):
+                taken.append(model.snapshot())
+            self.problems.append(problem)
+        models = tuple(CachedModel.packed(model.model, taken) for model, taken in zip(shared.models, states))
+        self._forwards = _Forwards(models, self.problems, packed=True)
+        for problem in self.problems:
+            problem._forwards = self._forwards
+        shared.owner = None  # the shared caches move on to the next problems; these run on the pack
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def together(self):
+        """A context manager: the members' forwards asked for inside run together at its end."""
+        return self._forwards.together()
+
+
 class ModelProblem(Problem):
     """p(. | context, prefix) and q(. | context, prefix) from a model pair, computed on demand and cached."""
 
@@ -108,12 +153,15 @@ class ModelProblem(Problem):
         elif not isinstance(shared, SharedContext) or shared.pair is not pair:
             raise VerispecError("shared must be a SharedContext of the same pair (SharedContext(pair))")
         self._shared = shared
-        self._models = shared.take(self, self.context[:-1])
+        shared.take(self, self.context[:-1])
+        #: where this problem's forwards run: the shared caches alone, or a ProblemPack's packed caches
+        self._forwards = _Forwards(shared.models, [self], shared=shared)
         #: per model (target, draft): prefix -> law, least recently used first; at most cache_bytes of laws in all
         self._laws: tuple[OrderedDict[Prefix, np.ndarray], OrderedDict[Prefix, np.ndarray]] = (OrderedDict(),
                                                                                               OrderedDict())
         self._cache_size = max(1, int(cache_bytes) // (16 * self.vocab_size))
-        #: the draft's pending tree kept by ``extend_drafts`` across calls: prefix -> its pending index
+        #: the draft's pending tree kept by ``extend_drafts`` across calls: prefix -> its pending index (in the
+        #: packed draft's pending tokens when the problem is in a ProblemPack)
         self._draft_pending: dict[Prefix, int] = {}
         #: target prefixes to compute with the target's next forward (``defer``)
         self._deferred: set[Prefix] = set()
@@ -167,36 +215,20 @@ class ModelProblem(Problem):
         self.prepare(prefixes)
 
     def _prepare_model(self, index: int, missing: list[Prefix]) -> None:
-        """One model's laws at ``missing`` (sorted by length), tries of at most ``nodes_per_forward`` nodes."""
+        """One model's laws at ``missing`` (sorted by length), tries of at most ``nodes_per_forward`` nodes, each
+        fed (node 0 the empty prefix: the context's last token) and dropped from the model's cache after its pass."""
         chunk: dict[Prefix, None] = {}  # trie nodes of this pass, a parent before its children
         wanted: list[Prefix] = []
         for prefix in missing:
             nodes = [prefix[:length] for length in range(len(prefix) + 1) if prefix[:length] not in chunk]
             if chunk and len(chunk) + len(nodes) > self.nodes_per_forward:
-                self._forward(index, list(chunk), wanted)
+                self._forwards.submit(_Feed(self, index, list(chunk), wanted, keep=False))
                 chunk, wanted = {}, []
                 nodes = [prefix[:length] for length in range(len(prefix) + 1)]
             chunk.update(dict.fromkeys(nodes))
             wanted.append(prefix)
         if wanted:
-            self._forward(index, list(chunk), wanted)
-
-    def _forward(self, index: int, trie: list[Prefix], wanted: list[Prefix]) -> None:
-        """Feed ``trie`` (node 0 the empty prefix: the context's last token) to model ``index`` in one pass, keep
-        the laws at ``wanted``, and drop the trie from the model's cache."""
-        self._shared.check_owner(self)
-        model = self._models[index]
-        if index == 1 and self._draft_pending:  # the tree ``extend_drafts`` keeps goes: parents count from 0
-            model.discard()
-            self._draft_pending = {}
-        position = {prefix: node for node, prefix in enumerate(trie)}
-        tokens = [self.context[-1]] + [prefix[-1] for prefix in trie[1:]]
-        parents = [-1] + [position[prefix[:-1]] for prefix in trie[1:]]
-        logits = model.extend(tokens, parents)
-        model.discard()
-        self._store(index, wanted, logits[[position[prefix] for prefix in wanted]])
-        self.passes[index] += 1
-        self.forwarded_tokens[index] += len(tokens)
+            self._forwards.submit(_Feed(self, index, list(chunk), wanted, keep=False))
 
     def _store(self, index: int, wanted: list[Prefix], logits) -> None:
         laws = self.sampling.probabilities(logits).cpu().numpy()                      # [len(wanted), V] float64
@@ -226,24 +258,13 @@ class ModelProblem(Problem):
                                      if prefix[:length] not in self._draft_pending))
         if not new:
             return
-        self._shared.check_owner(self)
         if len(self._draft_pending) + len(new) > MAX_PENDING_DRAFT_NODES:
-            self._models[1].discard()
-            self._draft_pending = {}
+            self._forwards.drop_draft_trees()
             return self.extend_drafts(missing)
         trie, asked = list(new), set(missing)
         for start in range(0, len(trie), self.nodes_per_forward):
             chunk = trie[start:start + self.nodes_per_forward]
-            base = len(self._draft_pending)
-            for offset, prefix in enumerate(chunk):
-                self._draft_pending[prefix] = base + offset
-            tokens = [prefix[-1] if prefix else self.context[-1] for prefix in chunk]
-            parents = [self._draft_pending[prefix[:-1]] if prefix else -1 for prefix in chunk]
-            logits = self._models[1].extend(tokens, parents)
-            rows = [offset for offset, prefix in enumerate(chunk) if prefix in asked]
-            self._store(1, [chunk[row] for row in rows], logits[rows])
-            self.passes[1] += 1
-            self.forwarded_tokens[1] += len(tokens)
+            self._forwards.submit(_Feed(self, 1, chunk, [prefix for prefix in chunk if prefix in asked], keep=True))
 
     def prefetch(self, depth: int) -> None:
         """Compute every prefix of length 0..depth (V^depth of them, refused past MAX_PREFETCH)."""
@@ -267,6 +288,9 @@ class ModelProblem(Problem):
 
     def _law(self, index: int, prefix: Prefix) -> np.ndarray:
         cache = self._laws[index]
+        if prefix not in cache and self._forwards.collecting:
+            raise VerispecError("a law was read inside together(), before the forwards collected there ran: read it "
+                                "after the block")
         if prefix not in cache:
             if index == 1 and prefix not in self._draft_pending and prefix[:-1] in self._draft_pending:
                 self.extend_drafts([prefix])
@@ -274,3 +298,109 @@ class ModelProblem(Problem):
                 self.prepare([prefix], target=index == 0, draft=index == 1)
         cache.move_to_end(prefix)
         return cache[prefix]
+
+
+@dataclass(eq=False)
+class _Feed:
+    """Nodes of one problem fed to one model (``index``: 0 target, 1 draft) in a forward pass, a parent before its
+    children (the empty prefix is the context's last token); the laws at ``wanted`` are stored. ``keep``: the nodes
+    stay in the model's pending tree (the draft's tree grown level by level, ``extend_drafts``), their parents among
+    the problem's pending nodes or this feed; else a trie, dropped from the cache after its pass."""
+
+    problem: ModelProblem
+    index: int
+    prefixes: list
+    wanted: list
+    keep: bool
+
+
+class _Forwards:
+    """Runs feeds on the two models (target, draft) of one or several problems (``members``): on one problem's own
+    caches (``segments`` None, the ``SharedContext``'s models), or on a pack's packed caches, where member i's nodes
+    grow under segment i. Feeds run at once, or, inside ``together()``, are collected and run at its end in as few
+    passes as the nodes per forward allow: every member's level in one pass."""
+
+    def __init__(self, models, members: list, *, shared: SharedContext | None = None, packed: bool = False):
+        self.models = models
+        self.members = members
+        self.shared = shared
+        self.packed = packed
+        self._collected: list[_Feed] | None = None
+
+    @contextmanager
+    def together(self):
+        """Collect the feeds submitted inside, then run them together."""
+        if self._collected is not None:  # nested: the outer block runs them
+            yield
+            return
+        self._collected = []
+        try:
+            yield
+            feeds = self._collected
+        finally:
+            self._collected = None
+        self._run(feeds)
+
+    @property
+    def collecting(self) -> bool:
+        return self._collected is not None
+
+    def submit(self, feed: _Feed) -> None:
+        if self._collected is not None:
+            self._collected.append(feed)
+        else:
+            self._run([feed])
+
+    def drop_draft_trees(self) -> None:
+        """Drop the draft's pending tree (every member's, on a pack): each member feeds it anew when it next grows."""
+        self.models[1].discard()
+        for member in self.members:
+            member._draft_pending = {}
+
+    def _run(self, feeds: list[_Feed]) -> None:
+        if not feeds:
+            return
+        if self.shared is not None:
+            for feed in feeds:
+                self.shared.check_owner(feed.problem)
+        limit = min(feed.problem.nodes_per_forward for feed in feeds) * (len(self.members) if self.packed else 1)
+        for index in (1, 0):  # the draft's kept tree first: a draft trie drops it
+            for keep in (True, False):
+                batch = [feed for feed in feeds if feed.index == index and feed.keep == keep]
+                start, size = 0, 0
+                for end, feed in enumerate(batch + [None]):
+                    if feed is None or (end > start and size + len(feed.prefixes) > limit):
+                        if end > start:
+                            self._forward(index, batch[start:end])
+                        start, size = end, 0
+                    if feed is not None:
+                        size += len(feed.prefixes)
+
+    def _forward(self, index: int, feeds: list[_Feed]) -> None:
+        """One pass of ``model[index]`` over the feeds' nodes; each feed's wanted laws stored in its problem."""
+        model = self.models[index]
+        trie = not feeds[0].keep
+        if trie and index == 1 and any(member._draft_pending for member in self.members):
+            self.drop_draft_trees()  # a trie's nodes are counted from the committed end: the kept tree goes
+        tokens, parents, segments, stores = [], [], [], []
+        for feed in feeds:
+            problem = feed.problem
+            position = problem._draft_pending if feed.keep else {}
+            first = len(tokens)  # this feed's first row of the pass
+            for offset, prefix in enumerate(feed.prefixes):
+                position[prefix] = model.pending + first + offset
+            tokens += [prefix[-1] if prefix else problem.context[-1] for prefix in feed.prefixes]
+            parents += [position[prefix[:-1]] if prefix else -1 for prefix in feed.prefixes]
+            segments += [self.members.index(problem) if self.packed else 0] * len(feed.prefixes)
+            wanted = set(feed.wanted)
+            stores.append([(first + offset, prefix) for offset, prefix in enumerate(feed.prefixes) if prefix in wanted])
+        logits = model.extend(tokens, parents, segments=segments if self.packed else None)
+        if trie:
+            model.discard()
+        for feed, picked in zip(feeds, stores):
+            if picked:
+                feed.problem._store(index, [prefix for _, prefix in picked], logits[[row for row, _ in picked]])
+        for problem in dict.fromkeys(feed.problem for feed in feeds):
+            problem.passes[index] += 1
+        for feed in feeds:
+            feed.problem.forwarded_tokens[index] += len(feed.prefixes)

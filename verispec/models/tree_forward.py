@@ -13,6 +13,14 @@ The same object serves the target (the whole tree in one forward: the draft tree
 emitted by the previous block) and the draft (its conditionals as the drafter asks for them, each new node
 fed on top of the pending ones). Batch size one.
 
+Several contexts share one forward pass through a *packed* model (``CachedModel.packed``): the committed caches
+of several sequences (``snapshot``, kept by reference) side by side in one cache, each a *segment*. A pending
+token hanging from the committed end names its segment (``extend(..., segments=)``); it and its descendants
+attend to that segment's tokens and their own ancestors only, at the positions they would have in that sequence
+alone, so one forward serves trees grown under several contexts (the selector's labels: a draft level of several
+roots, or the target over several roots' combs, in one pass; tests/models/test_packed_contexts.py holds the
+logits equal to each context's own forward in float64).
+
 On a GPU a forward pass of a small model is mostly kernel launches (the reference measured 20-25 ms eager
 against 3.3 ms for the 0.5B draft with a static cache on an H100). ``CachedModel(model, max_length,
 graphs=True)`` therefore runs every forward through a ``GraphedForward``: a StaticCache and fixed input
@@ -26,7 +34,18 @@ successive runs reuse the captured graphs instead of capturing them again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from verispec.errors import VerispecError
+
+
+@dataclass(frozen=True, eq=False)
+class CommittedState:
+    """A committed sequence's KV cache (``CachedModel.snapshot``): per layer (keys, values), each [1, heads,
+    length, head_dim], held by reference; ``layers`` is empty when ``length`` is 0."""
+
+    layers: tuple
+    length: int
 
 
 class CachedModel:
@@ -64,6 +83,49 @@ class CachedModel:
         self.committed = 0                       # tokens in the cache that belong to the sequence
         self._parents: list[int] = []            # pending token i's parent among the pending (-1: committed end)
         self._depths: list[int] = []             # pending token i's depth below the committed end (>= 1)
+        #: a packed model's committed segments, (first slot, length) each; None: one sequence (every slot)
+        self.segments: tuple[tuple[int, int], ...] | None = None
+        self._segment_of: list[int] = []         # a packed model's pending token i's segment
+
+    @classmethod
+    def packed(cls, model, states) -> CachedModel:
+        """A model whose committed cache is the ``CommittedState`` s of several sequences side by side (segment i
+        is ``states[i]``), for one forward over trees grown under each (``extend(..., segments=)``). Nothing can be
+        committed to it; ``discard`` drops every pending token."""
+        import torch
+
+        states = list(states)
+        if not states or not all(isinstance(state, CommittedState) for state in states):
+            raise VerispecError("CachedModel.packed needs a non-empty list of CommittedState (CachedModel.snapshot)")
+        packed = cls(model)
+        spans, start = [], 0
+        for state in states:
+            spans.append((start, state.length))
+            start += state.length
+        for index in range(max(len(state.layers) for state in states)):
+            parts = [state.layers[index] for state in states if state.length]
+            if parts:
+                packed.cache.update(torch.cat([keys for keys, _ in parts], dim=-2),
+                                    torch.cat([values for _, values in parts], dim=-2), index)
+        packed.committed = start
+        packed.segments = tuple(spans)
+        return packed
+
+    def snapshot(self) -> CommittedState:
+        """The committed sequence's KV cache, kept by reference: a dynamic cache's layers are replaced (never
+        written in place) by later extensions, rollbacks and prefills, so the state stays what it is now."""
+        if self.max_length is not None or self.segments is not None or self.pending:
+            raise VerispecError("snapshot needs a dynamic cache of one sequence with no pending tokens")
+        layers = []
+        for layer in self.cache.layers:
+            keys = getattr(layer, "keys", None)
+            if keys is None or not keys.numel():
+                layers.append(None)
+            else:
+                layers.append((keys[..., : self.committed, :], layer.values[..., : self.committed, :]))
+        if self.committed and any(layer is None for layer in layers):
+            raise VerispecError("snapshot: a layer of the cache holds no committed tokens")
+        return CommittedState(tuple(layers) if self.committed else (), self.committed)
 
     @property
     def device(self):
@@ -73,9 +135,10 @@ class CachedModel:
     def pending(self) -> int:
         return len(self._parents)
 
-    def extend(self, tokens: list[int], parents: list[int], *, last_only: bool = False):
+    def extend(self, tokens: list[int], parents: list[int], *, last_only: bool = False, segments=None):
         """Feed new tokens in one forward pass; token i hangs under pending token ``parents[i]`` (an index
-        among the pending tokens, the new ones included, smaller than its own; -1 for the committed end).
+        among the pending tokens, the new ones included, smaller than its own; -1 for the committed end). A
+        packed model needs ``segments[i]``, the segment token i grows under (its parent's, where it has one).
         Returns the logits after each new token, [n, V] (the model's dtype, on its device); with ``last_only``
         (a prompt's prefill) those after the last new token only, [1, V]: the output layer then runs on one
         position instead of n (on a CPU a 500-token prompt's [500, 151,936] logits cost seconds and 300 MB)."""
@@ -85,11 +148,23 @@ class CachedModel:
         if len(tokens) != len(parents) or not tokens:
             raise VerispecError(f"extend needs one parent per token and at least one token, got {len(tokens)} "
                                 f"tokens and {len(parents)} parents")
+        if (segments is None) != (self.segments is None) or (segments is not None and len(segments) != len(tokens)):
+            raise VerispecError("extend takes one segment per token on a packed model (CachedModel.packed) and "
+                                f"none otherwise; got {'no' if segments is None else len(segments)} segments for "
+                                f"{len(tokens)} tokens")
         start = self.pending
         for offset, parent in enumerate(parents):
             if not -1 <= parent < start + offset:
+                del self._parents[start:], self._depths[start:], self._segment_of[start:]
                 raise VerispecError(f"token {offset} of the extension has parent {parent}; parents must be "
                                     f"-1 or an earlier pending token (0..{start + offset - 1})")
+            if segments is not None:
+                segment = int(segments[offset])
+                if not 0 <= segment < len(self.segments) or (parent != -1 and self._segment_of[parent] != segment):
+                    del self._parents[start:], self._depths[start:], self._segment_of[start:]
+                    raise VerispecError(f"token {offset} of the extension names segment {segments[offset]}; it must "
+                                        f"be 0..{len(self.segments) - 1} and its parent's segment")
+                self._segment_of.append(segment)
             self._parents.append(parent)
             self._depths.append(1 if parent == -1 else self._depths[parent] + 1)
         count, total = len(tokens), self.committed + self.pending
@@ -100,7 +175,16 @@ class CachedModel:
         width = total if self.max_length is None else self.max_length  # a static cache attends over every slot
         # Built on the host and moved once: element writes on a GPU tensor would be a kernel launch each.
         allowed = torch.zeros((count, width), dtype=torch.bool)
-        allowed[:, : self.committed] = True
+        if self.segments is None:
+            allowed[:, : self.committed] = True
+            lengths = [self.committed] * count
+        else:  # each token sees its own segment of the committed cache
+            own = [self._segment_of[start + row] for row in range(count)]
+            spans = np.zeros((len(self.segments), self.committed), dtype=bool)       # [segments, committed]
+            for index, (first, length) in enumerate(self.segments):
+                spans[index, first:first + length] = True
+            allowed[:, : self.committed] = torch.from_numpy(spans[own])
+            lengths = [self.segments[segment][1] for segment in own]
         ancestors = np.zeros((count, self.pending), dtype=bool)  # [n, pending]: the token itself and its ancestors
         for row in range(count):
             node, parent = start + row, self._parents[start + row]
@@ -112,7 +196,7 @@ class CachedModel:
                     parent = self._parents[parent]
             ancestors[row, node] = True
         allowed[:, self.committed: self.committed + self.pending] = torch.from_numpy(ancestors)
-        positions = [self.committed - 1 + self._depths[start + row] for row in range(count)]
+        positions = [lengths[row] - 1 + self._depths[start + row] for row in range(count)]
         if self.runner is not None:
             return self.runner.forward(tokens, positions, allowed, self.committed + start)
         dtype = self.model.dtype
@@ -135,6 +219,9 @@ class CachedModel:
         hanging from the committed end) as part of the sequence; drop every other pending token."""
         import torch
 
+        if self.segments is not None:
+            raise VerispecError("a packed model (several contexts side by side) commits nothing: discard its "
+                                "pending tokens instead")
         for index, node in enumerate(path):
             expected = -1 if index == 0 else path[index - 1]
             if not 0 <= node < self.pending or self._parents[node] != expected:
@@ -159,7 +246,7 @@ class CachedModel:
                         layer.values.index_copy_(-2, slots, layer.values.index_select(-2, kept))
             _set_cache_length(self.cache, self.committed + len(path))
         self.committed += len(path)
-        self._parents, self._depths = [], []
+        self._parents, self._depths, self._segment_of = [], [], []
 
     def discard(self) -> None:
         """Drop every pending token from the cache (the committed sequence stays)."""
@@ -171,6 +258,8 @@ class CachedModel:
         if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.committed:
             raise VerispecError(f"rollback needs a length in 0..{self.committed} (the committed tokens), "
                                 f"got {length!r}")
+        if self.segments is not None and length != self.committed:
+            raise VerispecError("a packed model's segments stay whole: it can only discard its pending tokens")
         self.committed = length
         if self.max_length is None:
             for layer in self.cache.layers:
@@ -179,7 +268,7 @@ class CachedModel:
                     layer.values = layer.values[..., : self.committed, :]
         if self.max_length is not None:
             _set_cache_length(self.cache, self.committed)
-        self._parents, self._depths = [], []
+        self._parents, self._depths, self._segment_of = [], [], []
 
     def prefill(self, tokens: list[int]):
         """Feed a prompt (or any tokens) as a chain and commit it; returns the logits after its last token."""

@@ -252,17 +252,8 @@ def root_problem(root: Root, depth: int, pair=None, shared=None) -> tuple[Proble
     ``laws()`` after labelling to save a forward), and ``shared`` (a ``SharedContext``) hands the problem the
     previous root's caches (their common context prefix is not fed again)."""
     if root.pair is not None:
-        from verispec.models.problem import ModelProblem
-
-        if pair is None or pair.name != root.pair:
-            raise DatasetError(f"the root of group {root.group!r} comes from the pair {root.pair!r}; pass that pair "
-                               f"(got {'none' if pair is None else repr(pair.name)})")
-        base = ModelProblem(pair, list(root.context[:-1]), root.sampling, shared=shared)
-        last = (root.context[-1],)
-        base.extend_drafts([(), last])  # the draft keeps both nodes: its combs grow from the root
-        base.defer([()])
-        return ShiftedProblem(base, last), lambda: (np.asarray(base.target(())), np.asarray(base.draft(())),
-                                                    np.asarray(base.draft(last)))
+        problems, _ = root_problems([root], depth, pair, shared)
+        return problems[0]
     from verispec.study.cells import build_problem
 
     prefix = root.context
@@ -272,30 +263,102 @@ def root_problem(root: Root, depth: int, pair=None, shared=None) -> tuple[Proble
     return ShiftedProblem(base, prefix), lambda: laws
 
 
+def root_problems(roots: Sequence[Root], depth: int, pair, shared=None):
+    """``root_problem`` of several roots of ``pair`` at once: ([(problem, laws)], together), the problems those of
+    one ``ProblemPack`` (their contexts side by side in one cache a model; ``shared`` prefills each context's
+    tokens that the previous one's lacks), so that the model forwards asked for inside ``together()`` run as one
+    pass for all of them. The draft is fed each root's last two context tokens in one pass (its combs grow from
+    the root), and p_prev rides with the target's first pass."""
+    from verispec.models.problem import ProblemPack
+
+    for root in roots:
+        if root.pair is None or pair is None or pair.name != root.pair:
+            raise DatasetError(f"the root of group {root.group!r} comes from the pair {root.pair!r}; pass that pair "
+                               f"(got {'none' if pair is None else repr(pair.name)})")
+    pack = ProblemPack(pair, [list(root.context[:-1]) for root in roots], [root.sampling for root in roots],
+                       shared=shared)
+    with pack.together():
+        for base, root in zip(pack.problems, roots):
+            base.extend_drafts([(), (root.context[-1],)])  # the draft keeps both nodes: its combs grow from the root
+            base.defer([()])
+    return [_pair_root_problem(base, root.context[-1]) for base, root in zip(pack.problems, roots)], pack.together
+
+
+def _pair_root_problem(base, last: int) -> tuple[Problem, Callable[[], tuple]]:
+    return ShiftedProblem(base, (last,)), lambda: (np.asarray(base.target(())), np.asarray(base.draft(())),
+                                                   np.asarray(base.draft((last,))))
+
+
 def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilon: float, latency,
                pair=None, shared=None) -> dict:
     """The row of one root: its features, its labels for every action of ``grid`` and how they were computed.
     The conditional estimator's seed is derived from ``seed`` and the root, so a root gets the same labels
     whichever other roots are built with it."""
+    if root.pair is not None:
+        return label_roots([root], grid, method=method, samples=samples, seed=seed, epsilon=epsilon, latency=latency,
+                           pair=pair, shared=shared)[0]
+    start = time.perf_counter()
+    problem, laws = root_problem(root, grid.max_depth)
+    return _row(root, laws, lambda: _labels(problem, root, grid, method, samples, seed, epsilon), latency, start)
+
+
+def label_roots(roots: Sequence[Root], grid, *, method: str, samples: int, seed: int, epsilon: float, latency, pair,
+                shared=None) -> list[dict]:
+    """The rows of several roots of ``pair`` (``label_root`` each), labelled together: their problems one
+    ``ProblemPack``, and conditional labels drawn level by level in lockstep, so each draft level of all their combs
+    is one draft pass and the target runs once over all their combs (``conditional_exact_labels_together``). Each
+    root draws from its own derived seed: its labels are those it gets alone, up to the rounding of the larger
+    passes. A row's ``seconds`` is the group's time shared equally, ``batch`` the group's size."""
+    from verispec.selector.labels import conditional_exact_labels_together
+
+    roots = list(roots)
+    start = time.perf_counter()
+    problems, together = root_problems(roots, grid.max_depth, pair, shared)
+    wanted = [_wanted_method(root, method) for root in roots]
+    if all(name == "conditional" for name in wanted):
+        try:
+            labels = conditional_exact_labels_together(
+                [problem for problem, _ in problems], grid, samples=samples,
+                seeds=[_derived_seed("labels", int(seed), root.key()) for root in roots], together=together)
+        except VerifierError:  # NaN laws (a filter with no mass left) break a rule first: the features name them
+            for root, (_, laws) in zip(roots, problems):
+                _features(root, laws, latency)
+            raise
+        computed = dict(zip((root.key() for root in roots), labels))
+    else:
+        computed = {}
+    def labelled(root: Root, problem):
+        if root.key() in computed:
+            return computed[root.key()]
+        return _labels(problem, root, grid, method, samples, seed, epsilon)
+
+    rows = [_row(root, laws, lambda root=root, problem=problem: labelled(root, problem), latency, start)
+            for root, (problem, laws) in zip(roots, problems)]
+    seconds = time.perf_counter() - start
+    for row in rows:
+        row["seconds"], row["batch"] = seconds / len(rows), len(rows)
+    return rows
+
+
+def _features(root: Root, laws, latency) -> np.ndarray:
     from verispec.selector.actions import SelectorError
     from verispec.selector.features import scalar_features
 
-    def features():
-        try:
-            return scalar_features(*laws(), context_length=len(root.context), sampling=root.sampling,
-                                   latency=latency)
-        except SelectorError as error:
-            raise DatasetError(f"root of group {root.group!r} at context length {len(root.context)}: {error}") \
-                from None
-
-    start = time.perf_counter()
-    problem, laws = root_problem(root, grid.max_depth, pair, shared)
     try:
-        labels = _labels(problem, root, grid, method, samples, seed, epsilon)
+        return scalar_features(*laws(), context_length=len(root.context), sampling=root.sampling, latency=latency)
+    except SelectorError as error:
+        raise DatasetError(f"root of group {root.group!r} at context length {len(root.context)}: {error}") from None
+
+
+def _row(root: Root, laws, labelled: Callable, latency, start: float) -> dict:
+    """A root's row from its labels (``labelled()``) and its features (read after the labels: a pair's p_prev came
+    with their first target forward)."""
+    try:
+        labels = labelled()
     except VerifierError:  # NaN laws (a filter with no mass left) break a rule first: the features name them
-        features()
+        _features(root, laws, latency)
         raise
-    row = features().tolist()  # after the labels: a pair's p_prev came with their first target forward
+    row = _features(root, laws, latency).tolist()
     if not np.isfinite(labels.efficiency).all():
         raise DatasetError(f"root of group {root.group!r}: a label is not finite (NaN laws at the root?)")
     # arrays packed (every bit kept): a root of 7 rules' grid holds 476 actions x (4 + m) values
@@ -306,14 +369,19 @@ def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilo
             "seconds": time.perf_counter() - start}
 
 
+def _wanted_method(root: Root, method: str) -> str:
+    """The method a root's labels are first tried with ('auto': exact for a synthetic root, else conditional)."""
+    if method == "auto":
+        return "exact" if root.kind == "synthetic" else "conditional"
+    return method
+
+
 def _labels(problem, root: Root, grid, method: str, samples: int, seed: int, epsilon: float):
     """The root's labels by ``method`` ('auto': exact for a synthetic root where the engine takes it, else
     conditional-exact)."""
     from verispec.selector.labels import certified_labels, conditional_exact_labels, exact_labels
 
-    wanted = method
-    if method == "auto":
-        wanted = "exact" if root.kind == "synthetic" else "conditional"
+    wanted = _wanted_method(root, method)
     labels = None
     if wanted == "exact":
         try:
@@ -434,7 +502,7 @@ def check_label_costs(roots: Sequence[Root], grid, method: str, *, pair=None, sa
 def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples: int = 4, epsilon: float = 0.01,
                   out: str | Path, latency, pair=None, backend: str = "serial", jobs: int | None = None,
                   address=None, progress: bool = False, overwrite: bool = False, seed: int = 0,
-                  hidden: bool = False, note=None) -> Dataset:
+                  hidden: bool = False, note=None, root_batch: int = 1) -> Dataset:
     """Label every root (``label_root``) for every action of ``grid`` and write the dataset to ``out``.
 
     Rows are kept in the row store ``OUT.roots.json`` (a ``ResultStore`` keyed on each root, recording every
@@ -454,7 +522,8 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     from verispec.study.workers import worker_processes
 
     roots = list(roots)
-    _check_build(roots, grid, method, samples, seed, epsilon, latency, pair, hidden)
+    _check_build(roots, grid, method, samples, seed, epsilon, latency, pair, hidden, root_batch)
+    root_batch = int(root_batch)
     out = Path(out)
     store_file = check_dataset_output(out, overwrite=overwrite)
     settings = {"method": method, "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon),
@@ -484,17 +553,22 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
         worker_processes(backend, jobs, address)  # refuses --address with a backend that runs here
 
     def batches():
-        """The rows of the pair's roots, one at a time in this process (ordered by context, so that roots sharing
-        a prompt follow each other and the models' caches keep their common prefix), then the synthetic roots'."""
+        """The rows of the pair's roots in this process, ``root_batch`` at a time (``label_roots``), ordered by
+        context so that roots sharing a prompt follow each other and the models' caches keep their common prefix;
+        then the synthetic roots'. The groups are cut from every root of the build, not from those left to do, so a
+        resumed build labels each root in the group an uninterrupted one would (a group's rows are saved together)."""
         from verispec.models.problem import SharedContext
 
         shared = SharedContext(pair) if pair is not None else None
-        for key in sorted(todo, key=lambda key: keyed[key].context):
-            if keyed[key].kind == "model":
+        ordered = sorted((key for key in keys if keyed[key].kind == "model"), key=lambda key: keyed[key].context)
+        for first in range(0, len(ordered), root_batch):
+            group = [key for key in ordered[first:first + root_batch] if not store.done(key)]
+            for name in dict.fromkeys(method_of(keyed[key]) for key in group):
+                members = [key for key in group if method_of(keyed[key]) == name]
                 budget.check("the dataset build")  # --time-budget: the rows so far are saved, a rerun resumes
-                row = label_root(keyed[key], grid, method=method_of(keyed[key]), samples=int(samples), seed=int(seed),
-                                 epsilon=float(epsilon), latency=latency, pair=pair, shared=shared)
-                yield [{"key": key, **row}]
+                rows = label_roots([keyed[key] for key in members], grid, method=name, samples=int(samples),
+                                   seed=int(seed), epsilon=float(epsilon), latency=latency, pair=pair, shared=shared)
+                yield [{"key": key, **row} for key, row in zip(members, rows)]
                 # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
                 # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
                 # grew to 24 GB and was killed without this; the freed laws then leave the heap (2-3 GB a root)
@@ -510,8 +584,12 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     return dataset
 
 
-def _check_build(roots: list[Root], grid, method: str, samples, seed, epsilon, latency, pair, hidden: bool) -> None:
+def _check_build(roots: list[Root], grid, method: str, samples, seed, epsilon, latency, pair, hidden: bool,
+                 root_batch=1) -> None:
     """Refuse on one line, before anything is built, arguments of ``build_dataset`` it cannot use."""
+    if isinstance(root_batch, bool) or not isinstance(root_batch, (int, np.integer)) or not 1 <= root_batch <= 64:
+        raise DatasetError(f"root_batch must be an integer from 1 to 64 (a pair's roots labelled together), got "
+                           f"{root_batch!r}")
     from verispec.selector.actions import ActionGrid
 
     if not roots:

@@ -45,6 +45,7 @@ test holds compressed and full laws equal), which makes top-k and top-p laws at 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,32 +164,46 @@ def sample_combs(problem: Problem, grid, samples: int, rng: np.random.Generator)
     ``RandomChooser``). Drawn level by level (prefix length 0, 1, ..): the draft conditionals of one level of
     every comb are announced at once (``extend_drafts`` of a model-backed problem: one draft forward of the level's
     new nodes; ``prepare_drafts`` elsewhere)."""
+    return sample_combs_together([problem], grid, samples, [rng])[0]
+
+
+def sample_combs_together(problems, grid, samples: int, rngs, together=nullcontext) -> list[Combs]:
+    """``sample_combs(problems[i], grid, samples, rngs[i])`` for every i, level by level in lockstep: each level of
+    every problem is announced inside one ``together()`` block (a ``ProblemPack`` runs the level of all its members
+    in one draft pass), then each problem draws its level with its own generator, as it would alone."""
     trunk_length, points, branches, tail = comb_layout(grid)
-    trunk = np.zeros((samples, trunk_length), dtype=np.int64)                        # [S, M1]
-    paths = np.zeros((samples, len(points), branches, tail), dtype=np.int64)         # [S, P, K, M2]
-    chooser = RandomChooser(rng)
-    # a model problem feeds its draft only the level's new nodes (its tree kept across levels), p left for later
-    announce = getattr(problem, "extend_drafts", None) or problem.prepare_drafts
-    problem.require_depth(max(point + tail for point in points) if tail else trunk_length)
+    trunks = [np.zeros((samples, trunk_length), dtype=np.int64) for _ in problems]            # [S, M1] each
+    paths = [np.zeros((samples, len(points), branches, tail), dtype=np.int64) for _ in problems]  # [S, P, K, M2]
+    choosers = [RandomChooser(rng) for rng in rngs]
+    for problem in problems:
+        problem.require_depth(max(point + tail for point in points) if tail else trunk_length)
     for level in range(trunk_length + tail):
-        slots = []  # (prefix, where to write the drawn token)
-        for s in range(samples):
-            if level < trunk_length:
-                slots.append((tuple(trunk[s, :level].tolist()), (s, level)))
-            for index, point in enumerate(points):
-                step = level - point
-                if 0 <= step < tail:
-                    base = tuple(trunk[s, :point].tolist())
-                    for j in range(branches):
-                        slots.append((base + tuple(paths[s, index, j, :step].tolist()), (s, index, j, step)))
-        announce(list(dict.fromkeys(prefix for prefix, _ in slots)))
-        for prefix, where in slots:
-            token = chooser.categorical(np.asarray(problem.draft(prefix), dtype=np.float64))
-            if len(where) == 2:
-                trunk[where] = token
-            else:
-                paths[where] = token
-    return Combs(trunk, paths, points)
+        levels = []  # per problem: (prefix, where to write the drawn token)
+        for trunk, path in zip(trunks, paths):
+            slots = []
+            for s in range(samples):
+                if level < trunk_length:
+                    slots.append((tuple(trunk[s, :level].tolist()), (s, level)))
+                for index, point in enumerate(points):
+                    step = level - point
+                    if 0 <= step < tail:
+                        base = tuple(trunk[s, :point].tolist())
+                        for j in range(branches):
+                            slots.append((base + tuple(path[s, index, j, :step].tolist()), (s, index, j, step)))
+            levels.append(slots)
+        with together():
+            for problem, slots in zip(problems, levels):
+                # a model problem feeds its draft only the level's new nodes (its tree kept across levels), p later
+                announce = getattr(problem, "extend_drafts", None) or problem.prepare_drafts
+                announce(list(dict.fromkeys(prefix for prefix, _ in slots)))
+        for problem, chooser, trunk, path, slots in zip(problems, choosers, trunks, paths, levels):
+            for prefix, where in slots:
+                token = chooser.categorical(np.asarray(problem.draft(prefix), dtype=np.float64))
+                if len(where) == 2:
+                    trunk[where] = token
+                else:
+                    path[where] = token
+    return [Combs(trunk, path, points) for trunk, path in zip(trunks, paths)]
 
 
 def action_shape(combs: Combs, sample: int, k: int, l1: int, l2: int) -> TreeShape:
@@ -281,10 +296,7 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
     its law cache), so the groups find them cached."""
     actions = grid.actions
     values = np.full((combs.samples, len(actions)), np.nan)                          # [S, A]
-    prepare, capacity = getattr(problem, "prepare", None), getattr(problem, "cache_capacity", None)
-    internal = comb_internal_prefixes(combs)
-    if prepare is not None and capacity and len(internal) <= capacity // 2:
-        prepare(internal, draft=False)  # the target once over every comb (in forwards of up to 512 nodes)
+    _prepare_comb_targets(problem, combs)
     step = max(1, LAW_ENTRIES // (2 * comb_nodes(grid) * problem.vocab_size))
     known: dict[tuple, float] = {}    # (verifier, shape) -> value
     for first in range(0, combs.samples, step):
@@ -298,6 +310,16 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
             for s, a in where:
                 values[s, a] = known[key]
     return values
+
+
+def _prepare_comb_targets(problem: Problem, combs: Combs) -> None:
+    """A model problem's target laws at every internal node of the combs in one batch (forwards of up to 512
+    nodes), where they fit in half its law cache; nothing where they are cached already or the problem is not
+    model-backed."""
+    prepare, capacity = getattr(problem, "prepare", None), getattr(problem, "cache_capacity", None)
+    internal = comb_internal_prefixes(combs)
+    if prepare is not None and capacity and len(internal) <= capacity // 2:
+        prepare(internal, draft=False)
 
 
 def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) -> None:
@@ -406,14 +428,36 @@ def conditional_exact_labels(problem: Problem, grid, *, samples: int, seed: int)
     """The conditional-exact labels (module docstring; DDTE Eq. 3, averaged over ``samples`` sampled combs
     drawn from ``numpy.random.default_rng(seed)``): mean over combs of the exact E[tau + 1 | tree], its
     standard error (std with ddof 1 over sqrt(samples); NaN for one sample) and a normal 95% interval."""
+    return conditional_exact_labels_together([problem], grid, samples=samples, seeds=[seed])[0]
+
+
+def conditional_exact_labels_together(problems, grid, *, samples: int, seeds, together=nullcontext) -> list[LabelSet]:
+    """``conditional_exact_labels(problems[i], grid, samples=samples, seed=seeds[i])`` for every i, the model
+    forwards of all of them together: each draft level of every problem's combs inside one ``together()`` block,
+    then the target over every problem's comb internal nodes inside another (a ``ProblemPack``'s ``together``: one
+    draft pass a level and one target pass for all its members). Each problem draws from its own generator, so its
+    labels are those it gets alone, up to the rounding of the larger passes."""
     _check_grid(grid)
     if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
         raise VerispecError(f"samples must be a positive integer (sampled trees per root), got {samples!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise VerispecError(f"seed must be a non-negative integer, got {seed!r}")
+    problems, seeds = list(problems), list(seeds)
+    if not problems or len(seeds) != len(problems):
+        raise VerispecError(f"give one seed per problem: {len(problems)} problems and {len(seeds)} seeds")
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise VerispecError(f"seed must be a non-negative integer, got {seed!r}")
     check_comb_size(grid)
-    combs = sample_combs(problem, grid, int(samples), np.random.default_rng(int(seed)))
-    per_sample = comb_values(problem, grid, combs)                                   # [S, A]
+    combs = sample_combs_together(problems, grid, int(samples), [np.random.default_rng(int(seed)) for seed in seeds],
+                                  together)
+    with together():  # the target once over every problem's combs (comb_values then finds the laws cached)
+        for problem, comb in zip(problems, combs):
+            _prepare_comb_targets(problem, comb)
+    return [_conditional_label_set(comb_values(problem, grid, comb), grid) for problem, comb in zip(problems, combs)]
+
+
+def _conditional_label_set(per_sample: np.ndarray, grid) -> LabelSet:
+    """The LabelSet of conditional values [S, A]: their mean, standard error and normal 95% interval."""
+    samples = per_sample.shape[0]
     mean = per_sample.mean(axis=0)                                                    # [A]
     if samples > 1:
         stderr = per_sample.std(axis=0, ddof=1) / math.sqrt(samples)
@@ -580,5 +624,6 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 __all__ = ["CHUNK_ELEMENTS", "LABEL_METHODS", "LAW_ENTRIES", "Combs", "LabelSet", "action_shape", "certified_labels",
-           "comb_internal_prefixes", "comb_layout", "comb_values", "conditional_exact_labels", "exact_label_method",
-           "exact_labels", "label_estimates", "label_quality", "sample_combs"]
+           "comb_internal_prefixes", "comb_layout", "comb_values", "conditional_exact_labels",
+           "conditional_exact_labels_together", "exact_label_method", "exact_labels", "label_estimates",
+           "label_quality", "sample_combs", "sample_combs_together"]
