@@ -267,3 +267,41 @@ def test_rollback_returns_to_an_earlier_length(tiny_model):
         torch.testing.assert_close(cached.extend([9], [-1])[0], _alone(tiny_model, [1, 2, 9]), rtol=0, atol=1e-10)
         with pytest.raises(VerispecError, match="rollback needs a length in 0..2"):
             cached.rollback(3)
+
+
+@pytest.mark.parametrize("top_k,top_p", [(20, 0.8), (20, None), (3, 0.5), (50, 0.95), (1, None)])
+def test_top_k_on_model_logits_takes_the_k_largest_alone(top_k, top_p):
+    """Float32 logits (a model's) with top-k take the short path (the law from the k largest logits, scattered into
+    zeros); it gives the whole-vocabulary law (the same logits in float64, which take the long path) to rounding
+    and the documented law (numpy reference), for tie-free rows; rows with ties at the k-th logit fall back to the
+    long path (equal bit for bit), and so do NaN rows."""
+    from verispec.models.sampling import Sampling
+
+    rng = np.random.default_rng(11)
+    logits = torch.tensor(rng.normal(0, 3, (6, 5000)), dtype=torch.float32)
+    logits[4, :60] = logits[4].max() + 1  # sixty tied maxima: a tie at the k-th logit
+    logits[5] = float("nan")
+    for temperature in (0.7, 1.0, 1.3):
+        sampling = Sampling(temperature, top_k, top_p)
+        calls = []
+        original = Sampling._top_k_law
+
+        def spy(self, rows):
+            calls.append(rows.shape)
+            return original(self, rows)
+
+        Sampling._top_k_law = spy
+        try:
+            short = sampling.probabilities(logits[:4])
+            tied = sampling.probabilities(logits[4:6])
+        finally:
+            Sampling._top_k_law = original
+        assert calls == [(4, 5000), (2, 5000)]  # both asked; the tied and NaN rows fell back
+        long = sampling.probabilities(logits[:4].to(torch.float64))
+        torch.testing.assert_close(short, long, rtol=0, atol=1e-15)
+        assert int((short > 0).sum()) <= 4 * top_k
+        for row in range(4):
+            np.testing.assert_allclose(short[row].numpy(), _reference_law(logits[row].double().numpy(), temperature,
+                                                                          top_k, top_p), rtol=0, atol=1e-12)
+        assert torch.equal(tied[0], sampling.probabilities(logits[4:5].to(torch.float64))[0])
+        assert bool(torch.isnan(tied[1]).all())

@@ -93,3 +93,43 @@ def test_random_chooser_is_reproducible():
     a = [RandomChooser(np.random.default_rng(7)).categorical([0.2, 0.3, 0.5]) for _ in range(5)]
     b = [RandomChooser(np.random.default_rng(7)).categorical([0.2, 0.3, 0.5]) for _ in range(5)]
     assert a == b
+
+
+def _full_vector_inverse_cdf(values: np.ndarray, uniform: float) -> int:
+    """The inverse-CDF draw over the whole vector (the rule before laws were prepared over their support), written
+    out here as the reference: the first index whose running sum exceeds uniform x total, stepping back off zeros."""
+    cumulative = np.cumsum(values)
+    index = min(int(np.searchsorted(cumulative, uniform * cumulative[-1], side="right")), len(values) - 1)
+    while values[index] == 0:
+        index -= 1
+    return index
+
+
+def test_a_prepared_law_draws_the_index_the_whole_vector_draws():
+    """``PreparedCategorical`` searches the running sums of the support only; for every uniform (random ones, those
+    exactly at each running sum, and the largest below 1) it picks the index the whole-vector inverse CDF picks,
+    on sparse vectors with zeros first, last and between, and a dense one."""
+    from verispec.simulator.chooser import PreparedCategorical
+
+    rng = np.random.default_rng(5)
+    vectors = []
+    for size, kept in [(50, 3), (1000, 20), (7, 7), (151_936, 20)]:
+        values = np.zeros(size)
+        where = rng.choice(size, kept, replace=False)
+        values[where] = rng.dirichlet(np.ones(kept))
+        vectors.append(values)
+    vectors.append(np.array([0.0, 0.0, 1.0]))
+    for values in vectors:
+        prepared = PreparedCategorical(values)
+        cumulative = np.cumsum(values)
+        uniforms = list(rng.random(2000)) + [float(c / cumulative[-1]) for c in np.unique(cumulative)
+                                             if c < cumulative[-1]] + [0.0, float(np.nextafter(1.0, 0.0))]
+        for uniform in uniforms:
+            assert prepared.index(uniform) == _full_vector_inverse_cdf(values, uniform)
+    # the chooser takes a prepared law and a plain one alike: the same draws from the same generator
+    plain = RandomChooser(np.random.default_rng(3))
+    prepared = RandomChooser(np.random.default_rng(3))
+    law = PreparedCategorical(vectors[1])
+    assert [plain.categorical(vectors[1]) for _ in range(300)] == [prepared.categorical(law) for _ in range(300)]
+    with pytest.raises(InvalidDistributionError, match="sum to"):
+        PreparedCategorical(np.zeros(4))

@@ -53,7 +53,7 @@ import numpy as np
 from verispec import backend
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.limits import MAX_DECODE_NODES
-from verispec.simulator.chooser import RandomChooser
+from verispec.simulator.chooser import PreparedCategorical, RandomChooser
 from verispec.simulator.laws import check_emission_laws, check_emission_masses
 from verispec.simulator.problems import Problem
 from verispec.simulator.trees import TreeBatch, TreeBuilder, TreeShape, shape_paths
@@ -197,8 +197,11 @@ def sample_combs_together(problems, grid, samples: int, rngs, together=nullconte
                 announce = getattr(problem, "extend_drafts", None) or problem.prepare_drafts
                 announce(list(dict.fromkeys(prefix for prefix, _ in slots)))
         for problem, chooser, trunk, path, slots in zip(problems, choosers, trunks, paths, levels):
+            laws = {}  # a prefix's law is drawn from by every comb that reaches it: prepared once
             for prefix, where in slots:
-                token = chooser.categorical(np.asarray(problem.draft(prefix), dtype=np.float64))
+                if prefix not in laws:
+                    laws[prefix] = PreparedCategorical(np.asarray(problem.draft(prefix), dtype=np.float64))
+                token = chooser.categorical(laws[prefix])
                 if len(where) == 2:
                     trunk[where] = token
                 else:
@@ -242,8 +245,10 @@ def _stored(law) -> tuple[np.ndarray | None, np.ndarray]:
     return support, law[support]
 
 
-def _collect_laws(problem: Problem, target_prefixes, draft_prefixes) -> dict:
-    """prefix -> (p or None, q or None) as ``_stored`` pairs: p at ``target_prefixes``, q at ``draft_prefixes``.
+def _collect_laws(problem: Problem, target_prefixes, draft_prefixes, stored: dict | None = None) -> dict:
+    """prefix -> (p or None, q or None) as ``_stored`` pairs: p at ``target_prefixes``, q at ``draft_prefixes``;
+    ``stored`` ((model, prefix) -> pair) keeps them from one call to the next (a law is scanned for its support
+    once a root, not once for each group of combs that reads it).
     Asked for through ``Problem.prepare`` (the target alone where the problem can: the draft's laws at a comb's
     internal nodes were computed while it was drawn) or ``prepare_drafts``, in batches no larger than half a model
     problem's law cache, so nothing is evicted before it is read."""
@@ -261,9 +266,19 @@ def _collect_laws(problem: Problem, target_prefixes, draft_prefixes) -> dict:
         else:
             problem.prepare_drafts(chunk)
         for prefix in chunk:
-            laws[prefix] = (_stored(problem.target(prefix)) if prefix in targets else None,
-                            _stored(problem.draft(prefix)) if prefix in internal else None)
+            laws[prefix] = (_stored_law(problem, 0, prefix, stored) if prefix in targets else None,
+                            _stored_law(problem, 1, prefix, stored) if prefix in internal else None)
     return laws
+
+
+def _stored_law(problem: Problem, model: int, prefix, stored: dict | None):
+    """``_stored`` of p (model 0) or q (model 1) at ``prefix``, kept in ``stored``."""
+    if stored is not None and (model, prefix) in stored:
+        return stored[(model, prefix)]
+    pair = _stored(problem.target(prefix) if model == 0 else problem.draft(prefix))
+    if stored is not None:
+        stored[(model, prefix)] = pair
+    return pair
 
 
 def comb_internal_prefixes(combs: Combs) -> list[tuple[int, ...]]:
@@ -299,13 +314,17 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
     _prepare_comb_targets(problem, combs)
     step = max(1, LAW_ENTRIES // (2 * comb_nodes(grid) * problem.vocab_size))
     known: dict[tuple, float] = {}    # (verifier, shape) -> value
+    stored: dict[tuple, tuple] = {}   # (model, prefix) -> a law as (support, values)
     for first in range(0, combs.samples, step):
         members: dict[tuple, list[tuple[int, int]]] = {}  # (verifier, shape) -> [(sample, action)]
         for s in range(first, min(first + step, combs.samples)):
+            shapes: dict[tuple[int, int, int], TreeShape] = {}  # the rules of a grid share its trees
             for a, action in enumerate(actions):
-                shape = action_shape(combs, s, action.k, action.l1, action.l2)
-                members.setdefault((action.verifier, shape), []).append((s, a))
-        _evaluate(problem, [key for key in members if key not in known], known, compress)
+                tree = (action.k, action.l1, action.l2)
+                if tree not in shapes:
+                    shapes[tree] = action_shape(combs, s, *tree)
+                members.setdefault((action.verifier, shapes[tree]), []).append((s, a))
+        _evaluate(problem, [key for key in members if key not in known], known, compress, stored)
         for key, where in members.items():
             for s, a in where:
                 values[s, a] = known[key]
@@ -322,7 +341,7 @@ def _prepare_comb_targets(problem: Problem, combs: Combs) -> None:
         prepare(internal, draft=False)
 
 
-def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) -> None:
+def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool, stored: dict | None = None) -> None:
     """known[(verifier, shape)] = E[tau + 1 | tree] for every key, batched per (verifier, topology)."""
     from verispec.verifiers import REGISTRY, get_verifier
     from verispec.verifiers.tree_walk import TopDownVerifier
@@ -338,7 +357,7 @@ def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) 
         leaf_free = verifier in REGISTRY
         target_prefixes.extend(path for path, children in zip(paths, child_lists) if children or not leaf_free)
         draft_prefixes.extend(path for path, children in zip(paths, child_lists) if children)
-    laws = _collect_laws(problem, target_prefixes, draft_prefixes)
+    laws = _collect_laws(problem, target_prefixes, draft_prefixes, stored)
     size = problem.vocab_size
     # a rule with a node-local solver (the tree walk) runs it once per distinct (node, child list) of these combs,
     # whatever trees hold it, and gives the stopping masses without the [N, n, V] laws (emission_masses)
@@ -350,11 +369,18 @@ def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool) 
         per_chunk = max(1, CHUNK_ELEMENTS // (nodes * size))
         for start in range(0, len(rows), per_chunk):
             chunk = rows[start:start + per_chunk]
-            batch = _batch(chunk, laws, size, parent, depth, child_lists, compress)
             if isinstance(verifier, TopDownVerifier):
-                mass = verifier.emission_masses(batch, _node_keys(chunk, child_lists), solved.setdefault(name, {}))
+                cache, keys = solved.setdefault(name, {}), _node_keys(chunk, child_lists)
+                fresh = _rows_with_new_nodes(keys, cache)
+                if fresh:  # the laws of rows bringing a node not solved yet: the solver runs there, once a node
+                    verifier.emission_masses(_batch([chunk[row] for row in fresh], laws, size, parent, depth,
+                                                    child_lists, compress), [keys[row] for row in fresh], cache)
+                # every node solved: the walk reads the cached scalars alone, and no [N, n, V] laws are gathered
+                batch = _topology_batch(chunk, parent, depth, child_lists)
+                mass = verifier.emission_masses(batch, keys, cache)
                 check_emission_masses(verifier.name, batch, mass)                     # [N, n]
             else:
+                batch = _batch(chunk, laws, size, parent, depth, child_lists, compress)
                 emitted = verifier.emission_laws(batch)                               # [N, n, V']
                 check_emission_laws(verifier.name, batch, emitted)
                 mass = np.asarray(backend.to_numpy(emitted), dtype=np.float64).sum(axis=-1)   # [N, n]
@@ -368,6 +394,29 @@ def _node_keys(rows, child_lists) -> list[list]:
     compressed columns), so keys compare across chunks."""
     return [[(paths[node], tuple(paths[child][-1] for child in children)) if children else None
              for node, children in enumerate(child_lists)] for _, paths, _ in rows]
+
+
+def _rows_with_new_nodes(keys: list[list], cache: dict) -> list[int]:
+    """The fewest rows, first come, that hold every internal node whose key ``cache`` lacks."""
+    rows, covered = [], set()
+    for row, row_keys in enumerate(keys):
+        new = {key for key in row_keys if key is not None and key not in cache and key not in covered}
+        if new:
+            rows.append(row)
+            covered |= new
+    return rows
+
+
+def _topology_batch(rows, parent, depth, child_lists) -> TreeBatch:
+    """A ``TreeBatch`` of the rows' topology and tokens without their laws, for a walk rule whose every node is
+    solved already (``TopDownVerifier.emission_masses`` with its cache then reads no law but p's total at a leaf,
+    which is 1: each leaf's p is given as the one-token law [1])."""
+    count, nodes = len(rows), len(parent)
+    tokens = np.array([[-1] + [int(token) for token in node_tokens[1:]] for _, _, node_tokens in rows],
+                      dtype=np.int64).reshape(count, nodes)                           # [N, n]
+    return TreeBatch(vocab_size=1, parent=parent, depth=depth, child_lists=child_lists, tokens=tokens,
+                     p=np.ones((count, nodes, 1)), q=np.full((count, nodes, 1), np.nan),
+                     contexts=np.zeros((count, nodes), dtype=np.int64))
 
 
 #: The laws of a node that is a leaf of every tree asked for (p unused, q undefined).
@@ -387,10 +436,11 @@ def _batch(rows, laws: dict, size: int, parent, depth, child_lists, compress: bo
     column[support] = np.arange(len(support))
     width, count, nodes = len(support), len(rows), len(parent)
     context_id = {path: index for index, path in enumerate(distinct)}
-    p = np.zeros((count, nodes, width))                                               # [N, n, V']
-    q = np.full((count, nodes, width), np.nan)                                        # [N, n, V'] NaN at leaves
-    tokens = np.empty((count, nodes), dtype=np.int64)                                 # [N, n]
-    contexts = np.empty((count, nodes), dtype=np.int64)                               # [N, n]
+    # each distinct node's laws once, then gathered into the rows in one indexing (a tree of n nodes per row shares
+    # most of its nodes with the other rows); q's last row is the NaN law of a leaf
+    target_rows = np.empty((len(distinct), width))                                    # [D, V']
+    draft_rows = np.empty((len(distinct) + 1, width))                                 # [D + 1, V']
+    draft_rows[-1] = np.nan
 
     def put(target, law):
         if law is None:  # a leaf's p, which no registered rule's stopping mass reads: any law will do
@@ -404,14 +454,17 @@ def _batch(rows, laws: dict, size: int, parent, depth, child_lists, compress: bo
             target[:] = 0.0
             target[column[where]] = values
 
-    for row, (_, paths, node_tokens) in enumerate(rows):
-        for node, path in enumerate(paths):
-            target_law, draft_law = laws.get(path, NO_LAWS)
-            put(p[row, node], target_law)
-            if internal[node]:
-                put(q[row, node], draft_law)
-            contexts[row, node] = context_id[path]
-        tokens[row] = [-1] + [int(column[t]) for t in node_tokens[1:]]
+    for index, path in enumerate(distinct):
+        target_law, draft_law = laws.get(path, NO_LAWS)
+        put(target_rows[index], target_law)
+        put(draft_rows[index], draft_law)
+    contexts = np.array([[context_id[path] for path in paths] for _, paths, _ in rows],
+                        dtype=np.int64).reshape(count, nodes)                         # [N, n]
+    leaf = ~np.array(internal)                                                        # [n]
+    p = target_rows[contexts]                                                         # [N, n, V']
+    q = draft_rows[np.where(leaf[None, :], len(distinct), contexts)]                  # [N, n, V'] NaN at leaves
+    tokens = np.array([[-1] + [int(column[t]) for t in node_tokens[1:]] for _, _, node_tokens in rows],
+                      dtype=np.int64).reshape(count, nodes)                           # [N, n]
     return TreeBatch(vocab_size=width, parent=parent, depth=depth, child_lists=child_lists, tokens=tokens, p=p,
                      q=q, contexts=contexts)
 

@@ -82,6 +82,24 @@ def _check_bernoulli(prob):
     return prob
 
 
+class PreparedCategorical:
+    """A probability vector checked once and made ready for many draws by ``RandomChooser.categorical``'s inverse
+    CDF: the running sum over its support only. Adding a zero changes no float, so the running sums at the support
+    are those over the whole vector, and a uniform picks the same index either way (a law of a few tokens at
+    V = 151,936 then costs one pass to prepare and a search of a few entries a draw, where a draw was a pass)."""
+
+    def __init__(self, probs):
+        values = np.asarray(_check_categorical(probs), dtype=np.float64)
+        self.support = np.flatnonzero(values)                                        # [n] indices of mass > 0
+        self.cumulative = np.cumsum(values[self.support])                            # [n] running sums
+
+    def index(self, uniform: float) -> int:
+        """The index drawn by ``uniform`` in [0, 1): the first whose running sum exceeds uniform x total (never a
+        zero-probability index, even where rounding puts the product at the total)."""
+        position = int(np.searchsorted(self.cumulative, uniform * self.cumulative[-1], side="right"))
+        return int(self.support[min(position, len(self.support) - 1)])
+
+
 class RandomChooser:
     """Draw decisions from an explicit generator; nothing reads global random state.
 
@@ -101,15 +119,11 @@ class RandomChooser:
             raise VerifierError(_too_many_choices(self.name, self.max_choices))
 
     def categorical(self, probs) -> int:
+        """An index drawn with probability probs[i] by inverse CDF from one uniform (``probs`` may be a
+        ``PreparedCategorical``, for a law drawn from many times)."""
         self._count()
-        values = np.asarray(_check_categorical(probs), dtype=np.float64)
-        cumulative = np.cumsum(values)
-        u = self.rng.random() * cumulative[-1]
-        index = int(np.searchsorted(cumulative, u, side="right"))
-        index = min(index, len(values) - 1)
-        while values[index] == 0:  # never return a zero-probability index (u at a cumulative boundary)
-            index -= 1
-        return index
+        law = probs if isinstance(probs, PreparedCategorical) else PreparedCategorical(probs)
+        return law.index(self.rng.random())
 
     def bernoulli(self, prob) -> bool:
         self._count()
