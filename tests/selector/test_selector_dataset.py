@@ -526,3 +526,17 @@ def test_roots_labelled_together_keep_their_labels_and_share_the_passes(pair, tm
         np.testing.assert_array_equal(getattr(resumed, name), getattr(once, name))
     with pytest.raises(DatasetError, match="root_batch must be an integer from 1 to 64"):
         _build(roots, tmp_path / "bad.npz", root_batch=0, **options)
+
+
+def test_roots_of_a_setting_without_a_filter_are_labelled_one_at_a_time(pair, tmp_path, monkeypatch):
+    """Dense laws (no top-k, no top-p) are labelled one root at a time whatever ``root_batch`` says (their laws, not
+    the forwards, are their cost, and several at once lift the peak memory); filtered roots go together."""
+    top3 = Sampling(1.0, top_k=3)
+    roots = [Root((1, 5, 2, 7), "g", top3, pair=pair.name), Root((4, 4, 9), "h", top3, pair=pair.name),
+             Root((1, 5, 2, 7), "g", Sampling(1.0), pair=pair.name), Root((4, 4, 9), "h", Sampling(0.9),
+                                                                              pair=pair.name)]
+    passes = _count_packed_passes(monkeypatch)
+    data = _build(roots, tmp_path / "mixed.npz", grid=SMALL, pair=pair, method="conditional", samples=2,
+                  root_batch=4)
+    assert data.key.tolist() == [root.key() for root in roots]
+    assert sorted({segments for segments, _ in passes}) == [1, 2]

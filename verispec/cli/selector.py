@@ -105,7 +105,8 @@ def _add_dataset_parser(steps) -> None:
     labels.add_argument("--root-batch", type=integer_option(minimum=1, maximum=64, what="an integer in [1, 64]"),
                         default=8, metavar="N",
                         help="a pair's roots labelled together (default 8): each draft level of their combs is one "
-                             "draft pass and the target runs once over all their combs; 1 labels them one by one")
+                             "draft pass and the target runs once over all their combs; 1 labels them one by one. "
+                             "Roots of a setting without top-k or top-p (dense laws) go one at a time")
     add_latency_options(dataset, "T(a)", f"--cost-ratio {DATASET_COST_RATIO:g}")
     dataset.add_argument("--seed", type=integer_option(minimum=0, what="a non-negative integer"), default=0)
     dataset.add_argument("--out", required=True, metavar="FILE", help="the dataset to write (resumable)")
