@@ -140,7 +140,8 @@ def main(argv=None) -> int:
         row["load_average"] = os.getloadavg()[0]
         rows.append(row)
         print(f"roots {first}-{first + len(group) - 1}: {row['seconds']:.2f} s, {row['seconds'] / len(group):.2f} s a "
-              f"root ({row['cpu_seconds']:.1f} s CPU, prefill included; the contexts' prefill {row['prefill_seconds']:.2f} s apart), "
+              f"root ({row['cpu_seconds']:.1f} s CPU, prefill included; the contexts' prefill "
+              f"{row['prefill_seconds']:.2f} s apart), "
               f"target {row['target_tokens']} tokens in {row['target_passes']} passes, draft {row['draft_tokens']} "
               f"in {row['draft_passes']}; {row['ms_per_target_token']:.1f} ms a target token at n = {row['batch']}: "
               f"floor {row['floor_seconds']:.2f} s, ratio {row['ratio_to_floor']:.2f}; one by one the floor is "

@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     except VerispecError as error:
         print(f"selector_decoding: error: {error}", file=sys.stderr)
         return 2
-    from verispec.selector.dataset import sampling_text
+    from verispec.selector.roots import sampling_text
 
     settings = [sampling_text(sampling) for sampling in samplings]
     cells = [(method, group, index) for index in range(len(samplings)) for group in groups for method in plans]

@@ -73,7 +73,8 @@ def main(argv=None) -> int:
         from verispec.selector.actions import ActionGrid, action_times
         from verispec.selector.dataset import Root, root_problem
         from verispec.selector.dataset_file import Dataset
-        from verispec.selector.labels import LabelSet, certified_labels, conditional_exact_labels, label_quality
+        from verispec.selector.label_quality import label_quality
+        from verispec.selector.labels import LabelSet, certified_labels, conditional_exact_labels
 
         if args.threads:
             torch.set_num_threads(args.threads)

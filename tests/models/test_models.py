@@ -286,7 +286,7 @@ def test_top_k_on_model_logits_takes_the_k_largest_alone(top_k, top_p):
         calls = []
         original = Sampling._top_k_law
 
-        def spy(self, rows):
+        def spy(self, rows, calls=calls, original=original):
             calls.append(rows.shape)
             return original(self, rows)
 

@@ -231,7 +231,7 @@ def test_label_quality_against_exact_references():
     the coverage."""
     from verispec.latency import LatencyModel
     from verispec.selector.actions import action_times
-    from verispec.selector.labels import _spearman, label_quality
+    from verispec.selector.label_quality import _spearman, label_quality
 
     grid = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("specinfer",))
     times = action_times(grid, LatencyModel.from_ratio(3.0))

@@ -53,7 +53,6 @@ from verispec.io import check_output_dir, check_output_file
 from verispec.latency import LatencyModel
 from verispec.report.common import plural, throughput_unit
 from verispec.selector.actions import ActionGrid, action_times, policy_action_times
-from verispec.selector.dataset import sampling_text
 from verispec.selector.dataset_file import Dataset, DatasetError
 from verispec.selector.evaluate import (
     DEFAULT_BOOTSTRAP,
@@ -66,6 +65,7 @@ from verispec.selector.evaluate import (
 )
 from verispec.selector.features import reads_draft
 from verispec.selector.regimes import REGIME_TITLES
+from verispec.selector.roots import sampling_text
 
 #: Held-out prompts the split keeps at least, once the datasets hold ``FLOOR_PROMPTS`` prompts or more.
 MIN_HELD_OUT = 64

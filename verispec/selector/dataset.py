@@ -24,223 +24,32 @@ Ray cluster; roots of a pair run in this process (the pair is loaded once). The 
 from __future__ import annotations
 
 import gc
-import hashlib
-import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from verispec import budget
-from verispec.errors import ProblemTooLargeError, ResultStoreError, VerifierError, VerispecError, describe
+from verispec.errors import ProblemTooLargeError, ResultStoreError, VerifierError, describe
 from verispec.io import ResultStore, check_output, check_output_file, pack_floats, unpack_floats
 from verispec.memory import trim_heap
-from verispec.models.sampling import Sampling
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
 from verispec.selector.hidden_states import HIDDEN_NAMES, collect_hidden_states, root_hidden
+from verispec.selector.roots import (
+    Root,
+    _derived_seed,
+    _sampling_dict,
+    sampling_text,
+    synthetic_roots,
+    trace_roots,
+)
 from verispec.simulator.problems import Problem, ShiftedProblem
 
 #: Label methods ``build_dataset`` accepts ("auto": exact for synthetic roots, falling back to conditional where
 #: the exact engine refuses, and conditional for the roots of a pair).
 BUILD_METHODS = ("auto", "exact", "certified", "conditional")
-
-# --- roots ------------------------------------------------------------------------------------------------------
-
-
-def _sampling_dict(sampling: Sampling) -> dict:
-    return {"temperature": float(sampling.temperature), "top_k": sampling.top_k,
-            "top_p": None if sampling.top_p is None else float(sampling.top_p)}
-
-
-@dataclass(frozen=True)
-class Root:
-    """One root: ``context`` (token ids, the last one is the block's root; at least 2 tokens), its ``group``
-    and ``sampling``, and where its laws come from: ``pair`` (a model pair's name) or ``problem`` (a synthetic
-    family's parameters: family, vocab, divergence, temperature, concentration, seed)."""
-
-    context: tuple[int, ...]
-    group: str
-    sampling: Sampling = field(default_factory=Sampling)
-    pair: str | None = None
-    problem: Mapping | None = None
-
-    def __post_init__(self):
-        context = tuple(int(token) for token in self.context)
-        if len(context) < 2:
-            raise DatasetError(f"a root needs a context of at least 2 tokens (the previous one and the root), got "
-                               f"{len(context)}")
-        object.__setattr__(self, "context", context)
-        if (self.pair is None) == (self.problem is None):
-            raise DatasetError("a root comes from a pair (pair=NAME) or from a synthetic problem (problem=...), "
-                               "exactly one of them")
-        if not isinstance(self.sampling, Sampling):
-            raise DatasetError(f"a root's sampling is a Sampling, got {type(self.sampling).__name__}")
-        object.__setattr__(self, "group", str(self.group))
-        if self.problem is not None:
-            object.__setattr__(self, "problem", dict(self.problem))
-
-    @property
-    def kind(self) -> str:
-        return "model" if self.pair is not None else "synthetic"
-
-    def as_dict(self) -> dict:
-        return {"kind": self.kind, "context": list(self.context), "group": self.group,
-                "sampling": _sampling_dict(self.sampling), "pair": self.pair,
-                "problem": None if self.problem is None else dict(self.problem)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> Root:
-        sampling = data["sampling"]
-        return cls(tuple(data["context"]), data["group"],
-                   Sampling(sampling["temperature"], sampling["top_k"], sampling["top_p"]),
-                   data.get("pair"), data.get("problem"))
-
-    def key(self) -> str:
-        """The root's store key: its description as canonical JSON."""
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
-
-
-def sampling_text(sampling: Mapping) -> str:
-    """A sampling setting as recorded in datasets and selectors ({"temperature", "top_k", "top_p"}) in one line,
-    e.g. 'T=0.7 top-k=20 top-p=0.8' (filters that are off are left out)."""
-    parts = [f"T={sampling.get('temperature', 1.0):g}"]
-    if sampling.get("top_k"):
-        parts.append(f"top-k={sampling['top_k']}")
-    if sampling.get("top_p") not in (None, 1.0):
-        parts.append(f"top-p={sampling['top_p']:g}")
-    return " ".join(parts)
-
-
-def _check_samplings(samplings) -> list[Sampling]:
-    if isinstance(samplings, Sampling):
-        samplings = [samplings]
-    samplings = list(samplings)
-    if not samplings:
-        raise DatasetError("the sampling settings are empty; give at least one (e.g. Sampling(1.0))")
-    for sampling in samplings:
-        if not isinstance(sampling, Sampling):
-            raise DatasetError(f"a sampling setting is a verispec.models.Sampling, got {type(sampling).__name__}")
-    return samplings
-
-
-def _named_prompts(prompts) -> list[tuple[str, object]]:
-    """(group, prompt) pairs from a mapping, a sequence of (group, prompt) pairs, or a sequence of prompts."""
-    if isinstance(prompts, Mapping):
-        named = [(str(name), prompt) for name, prompt in prompts.items()]
-    elif isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__iter__"):
-        raise DatasetError(f"prompts must be a sequence of prompts (text or token ids), got {describe(prompts)}"[:200])
-    else:
-        named = []
-        for index, item in enumerate(prompts):
-            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-                named.append(item)
-            else:
-                named.append((f"prompt:{index}", item))
-    if not named:
-        raise DatasetError("the prompt set is empty; give at least one prompt")
-    return named
-
-
-def _derived_seed(*parts) -> int:
-    """A seed in [0, 2^63) derived from ``parts`` (stable across processes and runs)."""
-    digest = hashlib.sha256(json.dumps(list(parts), sort_keys=True, default=str).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
-
-
-def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: int, seed: int = 0,
-                store: ResultStore | None = None, batch_size: int = 8, progress: bool = False,
-                first_root: int = 0) -> list[Root]:
-    """Roots every ``every`` tokens of plain target sampling (``sample_target``) from each prompt under each
-    sampling setting: the contexts prompt + the first f, f + every, f + 2 every, .. sampled tokens, f =
-    ``first_root`` (at most ``max_new_tokens``; a context ending in an end token is left out: no block follows
-    it). ``prompts``: texts or token-id lists, (group, prompt) pairs,
-    or a mapping group -> prompt (the group of unnamed prompts is 'prompt:i'). Each trace is seeded from
-    (seed, prompt group, setting), so adding prompts or settings leaves the others' roots unchanged.
-
-    ``store``: a ``ResultStore`` (``verispec selector dataset`` keeps ``OUT.traces.json``) holding finished
-    traces, keyed on the pair, prompt text, setting, seed and length: a resumed build reuses them instead of
-    decoding again (a trace of the 1.5B target on a CPU is about 0.5 s a token). The missing traces are decoded
-    ``batch_size`` prompts at a time, each from its own seed (``verispec.selector.traces.sampled_traces``: the same
-    tokens as ``sample_target``), and stored as each batch finishes. ``progress``: a tqdm bar."""
-    from verispec.models.prompts import check_prompt_lengths
-    from verispec.selector.traces import sampled_traces
-
-    samplings = _check_samplings(samplings)
-    for name, value, least in (("every", every, 1), ("max_new_tokens", max_new_tokens, 1), ("seed", seed, 0),
-                               ("batch_size", batch_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise DatasetError(f"{name} must be an integer >= {least}, got {describe(value)}")
-    if isinstance(first_root, bool) or not isinstance(first_root, (int, np.integer)) \
-            or not 0 <= first_root <= max_new_tokens:
-        raise DatasetError(f"first_root must be an integer in [0, max_new_tokens = {max_new_tokens}] (a root after "
-                           f"that many sampled tokens), got {describe(first_root)}")
-    named = check_prompt_lengths(pair, _named_prompts(prompts), int(max_new_tokens))  # refused before any decoding
-    stops, roots, keyed = pair.eos_token_ids, [], []
-    cells = [(group, prompt, index, sampling) for group, prompt in named for index, sampling in enumerate(samplings)]
-    for group, prompt, index, sampling in cells:
-        trace_seed = _derived_seed("trace", int(seed), group, index)
-        key = json.dumps({"pair": pair.name, "group": group, "prompt": prompt if isinstance(prompt, str) else
-                          [int(token) for token in prompt], "sampling": _sampling_dict(sampling), "seed": trace_seed,
-                          "max_new_tokens": int(max_new_tokens)}, sort_keys=True)
-        keyed.append((key, prompt, sampling, trace_seed))
-    traces = sampled_traces(pair, keyed, int(max_new_tokens), store=store, batch_size=int(batch_size),
-                            progress=progress)
-    for (group, _, _, sampling), (prompt_length, tokens) in zip(cells, traces):
-        for position in range(prompt_length + int(first_root), len(tokens) + 1, every):
-            context = tokens[:position]
-            if len(context) < 2 or context[-1] in stops:
-                continue
-            roots.append(Root(tuple(context), group, sampling, pair=pair.name))
-    if not roots:
-        raise DatasetError("the traces hold no root (every prompt is a single token, or ended at once); give longer "
-                           "prompts or more tokens")
-    return roots
-
-
-def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperature: float = 1.0,
-                    concentration: float = 1.0, prefix_length: int = 2, roots_per_seed: int = 1) -> list[Root]:
-    """Roots of the sweep's synthetic families (``verispec.study.grid.FAMILIES``): for each seed, the problem of
-    ``verispec.study.cells.build_problem`` with these knobs (``divergence`` may be a sequence, cycled over the seeds),
-    and ``roots_per_seed`` prefixes of ``prefix_length`` tokens drawn from its target law (a stream derived from
-    the seed). The group of a root is its problem ('family/V=3/seed=7'); its sampling is the temperature knob."""
-    from verispec.study.cells import build_problem
-    from verispec.study.grid import FAMILIES
-
-    if family not in FAMILIES:
-        raise DatasetError(f"unknown synthetic family {family!r}; use one of {', '.join(FAMILIES)}")
-    seeds = list(seeds)
-    if not seeds:
-        raise DatasetError("the seed set is empty; give at least one seed")
-    divergences = list(divergence) if isinstance(divergence, (list, tuple)) else [divergence]
-    if not divergences:
-        raise DatasetError("the divergences are empty; give at least one")
-    for name, value, least in (("prefix_length", prefix_length, 2), ("roots_per_seed", roots_per_seed, 1),
-                               ("vocab", vocab, 2)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise DatasetError(f"{name} must be an integer >= {least}, got {describe(value)}")
-    roots = []
-    for index, seed in enumerate(seeds):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise DatasetError(f"a seed must be a non-negative integer, got {describe(seed)}")
-        cell = {"family": family, "vocab": int(vocab), "divergence": float(divergences[index % len(divergences)]),
-                "temperature": float(temperature), "concentration": float(concentration), "seed": int(seed)}
-        try:
-            problem = build_problem(cell, prefix_length)
-        except VerispecError as error:  # SweepError included
-            raise DatasetError(f"synthetic roots of {family} seed {seed}: {error}") from None
-        rng = np.random.default_rng(_derived_seed("synthetic roots", cell))
-        for _ in range(roots_per_seed):
-            prefix: list[int] = []
-            for _ in range(prefix_length):
-                law = np.asarray(problem.target(tuple(prefix)), dtype=np.float64)
-                prefix.append(int(rng.choice(len(law), p=law / law.sum())))
-            roots.append(Root(tuple(prefix), f"{family}/V={vocab}/seed={seed}", Sampling(float(temperature)),
-                              problem=cell))
-    return roots
-
 
 # --- one root -------------------------------------------------------------------------------------------------
 
@@ -505,23 +314,18 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
                   hidden: bool = False, note=None, root_batch: int = 1) -> Dataset:
     """Label every root (``label_root``) for every action of ``grid`` and write the dataset to ``out``.
 
-    Rows are kept in the row store ``OUT.roots.json`` (a ``ResultStore`` keyed on each root, recording every
-    other parameter), saved every few seconds and on any interruption, so a rerun computes only the roots it
-    lacks: each root appears once in the file whatever was interrupted (a root given twice is labelled once).
-    ``out`` itself is rewritten atomically at the end, its roots in the order given. Synthetic roots run on
-    ``backend`` ('serial', 'local' with ``jobs`` processes at most the cores, 'dask' at ``address`` or
-    'local:N', 'ray'); roots of a pair run in this process on ``pair``. An existing ``out`` without its row
-    store is refused unless ``overwrite``, which starts over. ``latency`` prices the latency features.
-    ``root_batch``: a pair's roots labelled together (``label_roots``: each draft level of their combs one draft
-    pass, the target once over all their combs), for roots whose sampling filters (top-k, top-p below 1: sparse laws,
-    small combs); roots of unfiltered settings go one at a time, since their laws are dense [V] float64 (1.2 MB
-    each at Qwen's vocabulary) and the rules over them, not the forwards, are their cost (on the Qwen pair at T = 1,
-    4 roots together peaked at 12.3 GB and 8 at 12.7 GB, against 11.6 GB for the models' load, for 7-15% less time
-    a root). ``hidden``: also keep each root's hidden states (``root_hidden``; a pair's roots only), in their own row
-    store ``OUT.hidden.json`` (so a labelled build gains them without labelling again). Before the first root,
-    exact labels out of a build's reach are refused ('exact') or labelled conditional-exact ('auto', with a
-    one-line ``note``): ``check_label_costs``. The roots run through the study's executor and its one save loop
-    (``verispec.study.executor``: ``execute``, ``save_as_they_arrive``)."""
+    Rows are kept in the row store ``OUT.roots.json`` (a ``ResultStore`` keyed on each root, recording every other
+    parameter), saved every few seconds and on any interruption, so a rerun computes only the roots it lacks: each
+    root appears once in the file whatever was interrupted (a root given twice is labelled once). ``out`` itself is
+    rewritten atomically at the end, its roots in the order given. Synthetic roots run on ``backend`` ('serial',
+    'local' with ``jobs`` processes at most the cores, 'dask' at ``address`` or 'local:N', 'ray'); roots of a pair
+    run in this process on ``pair``. An existing ``out`` without its row store is refused unless ``overwrite``,
+    which starts over. ``latency`` prices the latency features. ``root_batch``: a pair's roots labelled together, in
+    ``pair_root_groups``. ``hidden``: also keep each root's hidden states (``root_hidden``; a pair's roots only), in
+    their own row store ``OUT.hidden.json`` (so a labelled build gains them without labelling again). Before the
+    first root, exact labels out of a build's reach are refused ('exact') or labelled conditional-exact ('auto',
+    with a one-line ``note``): ``check_label_costs``. The roots run through the study's executor and its one save
+    loop (``verispec.study.executor``: ``execute``, ``save_as_they_arrive``)."""
     from verispec.selector.features import SCALAR_FEATURES
     from verispec.study.executor import execute, save_as_they_arrive
     from verispec.study.workers import worker_processes
@@ -558,20 +362,12 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
         worker_processes(backend, jobs, address)  # refuses --address with a backend that runs here
 
     def batches():
-        """The rows of the pair's roots in this process, ``root_batch`` at a time (``label_roots``), ordered by
-        context so that roots sharing a prompt follow each other and the models' caches keep their common prefix;
-        then the synthetic roots'. The groups are cut from every root of the build, not from those left to do, so a
-        resumed build labels each root in the group an uninterrupted one would (a group's rows are saved together)."""
+        """The rows of the pair's roots in this process, a group at a time (``pair_root_groups``; a group's rows
+        are saved together), then the synthetic roots'."""
         from verispec.models.problem import SharedContext
 
         shared = SharedContext(pair) if pair is not None else None
-        ordered = sorted((key for key in keys if keyed[key].kind == "model"), key=lambda key: keyed[key].context)
-        groups = []
-        for sparse in (True, False):  # dense laws (no filter) one root at a time: see build_dataset
-            chosen = [key for key in ordered if keyed[key].sampling.filters == sparse]
-            size = root_batch if sparse else 1
-            groups += [chosen[first:first + size] for first in range(0, len(chosen), size)]
-        for whole in groups:
+        for whole in pair_root_groups(keys, keyed, root_batch):
             group = [key for key in whole if not store.done(key)]
             for name in dict.fromkeys(method_of(keyed[key]) for key in group):
                 members = [key for key in group if method_of(keyed[key]) == name]
@@ -592,6 +388,25 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     dataset = _dataset(keys, keyed, [store.rows[key] for key in keys], grid, settings, pair, states)
     dataset.save(out)
     return dataset
+
+
+def pair_root_groups(keys: list[str], keyed: dict, root_batch: int) -> list[list[str]]:
+    """The keys of a build's pair roots in the groups ``build_dataset`` labels together (``label_roots``: each draft
+    level of their combs one draft pass, the target once over all their combs), ordered by context so that roots
+    sharing a prompt follow each other and the models' caches keep their common prefix. The groups are cut from
+    every root of the build, not from those left to do, so a resumed build labels each root in the group an
+    uninterrupted one would. Roots whose sampling filters (top-k, top-p below 1: sparse laws, small combs) go
+    ``root_batch`` at a time; roots of unfiltered settings one at a time, since their laws are dense [V] float64
+    (1.2 MB each at Qwen's vocabulary) and the rules over them, not the forwards, are their cost (on the Qwen pair
+    at T = 1, 4 roots together peaked at 12.3 GB and 8 at 12.7 GB, against 11.6 GB for the models' load, for 7-15%
+    less time a root)."""
+    ordered = sorted((key for key in keys if keyed[key].kind == "model"), key=lambda key: keyed[key].context)
+    groups = []
+    for sparse in (True, False):
+        chosen = [key for key in ordered if keyed[key].sampling.filters == sparse]
+        size = int(root_batch) if sparse else 1
+        groups += [chosen[first:first + size] for first in range(0, len(chosen), size)]
+    return groups
 
 
 def _check_build(roots: list[Root], grid, method: str, samples, seed, epsilon, latency, pair, hidden: bool,
@@ -678,5 +493,5 @@ def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
 
 
 __all__ = ["BUILD_METHODS", "HIDDEN_NAMES", "Root", "build_dataset", "check_dataset_output", "check_label_costs",
-           "label_root", "label_tasks", "root_hidden", "root_problem", "sampling_text", "store_path", "synthetic_roots",
-           "trace_roots", "trace_store_path"]
+           "label_root", "label_roots", "label_tasks", "pair_root_groups", "root_hidden", "root_problem",
+           "root_problems", "sampling_text", "store_path", "synthetic_roots", "trace_roots", "trace_store_path"]

@@ -32,8 +32,8 @@ import numpy as np
 
 from verispec.latency import LatencyModel
 from verispec.selector.actions import ActionGrid, SelectorError, action_times, policy_action_times
-from verispec.selector.dataset import sampling_text
 from verispec.selector.features import reads_draft
+from verispec.selector.roots import sampling_text
 
 #: Bootstrap resamples of the groups for the 95% intervals.
 DEFAULT_BOOTSTRAP = 2000

@@ -26,9 +26,9 @@ import torch
 from verispec.errors import VerispecError, describe
 from verispec.io import OutputKind, atomic_output
 from verispec.selector.actions import Action, ActionGrid, SelectorError
-from verispec.selector.dataset import sampling_text
 from verispec.selector.features import SCALAR_FEATURES, context_features, reads_draft
 from verispec.selector.network import MODELS, HostForward, build_model
+from verispec.selector.roots import sampling_text
 
 #: The file's format tag and version.
 FORMAT = "verispec-selector"
