@@ -244,6 +244,15 @@ def test_label_quality_against_exact_references():
     assert abs(quality["bias"] - difference.mean()) < 1e-12 and abs(quality["spread"] - difference.std()) < 1e-12
     assert quality["z_within_95"] >= 0.8
     assert [row["trees"] for row in quality["ranking"]] == [1, 4, 64]
+    # by default every power of two below the samples, then all of them (64 here; 12 of them: 1, 2, 4, 8, 12)
+    default = label_quality(conditional, exact, times=times, repeats=1)["ranking"]
+    assert [row["trees"] for row in default] == [1, 2, 4, 8, 16, 32, 64]
+    last = quality["ranking"][-1]
+    assert default[-1]["best_agrees"] == last["best_agrees"] and abs(default[-1]["regret"] - last["regret"]) < 1e-12
+    twelve = [LabelSet(c.efficiency, c.stderr, c.lower, c.upper, "conditional", 12, c.per_sample[:12])
+              for c in conditional]
+    assert [row["trees"] for row in label_quality(twelve, exact, times=times, repeats=1)["ranking"]] == [1, 2, 4, 8,
+                                                                                                        12]
     full = quality["ranking"][-1]
     chosen = [int((c.efficiency / times).argmax()) for c in conditional]
     best = [int((e.efficiency / times).argmax()) for e in exact]

@@ -10,7 +10,7 @@ from verispec.errors import VerispecError
 from verispec.selector.labels import Z95
 
 
-def label_quality(conditional, reference, *, times=None, trees=(1, 2, 4, 8, 16, 32), repeats: int = 20,
+def label_quality(conditional, reference, *, times=None, trees=None, repeats: int = 20,
                   seed: int = 0) -> dict:
     """How good conditional-exact labels are, on roots that also have exact or certified labels (the issue's
     "label quality"): ``conditional`` and ``reference`` are sequences of ``LabelSet`` of one grid, root by root
@@ -20,7 +20,8 @@ def label_quality(conditional, reference, *, times=None, trees=(1, 2, 4, 8, 16, 
       bias, spread      mean and standard deviation over (root, action) of conditional mean - reference value
       z_within_95       fraction of (root, action) whose |difference| <= 1.96 stderr + half the reference's
                         interval width (about 0.95 when the standard errors are right; stderr 0 rows excluded)
-      ranking           for each m in ``trees`` (at most the samples): labels from m of the sampled trees
+      ranking           for each m in ``trees`` (at most the samples; None: 1, 2, 4, .. below the samples, and
+                        the samples themselves): labels from m of the sampled trees
                         (``repeats`` random subsets per root, ``numpy.random.default_rng(seed)``) against the
                         reference: ``best_agrees`` (fraction of (root, subset) whose best action, by E / T with
                         ``times`` [A] or by E without, is the reference's best), ``not_excluded`` (fraction whose
@@ -54,6 +55,8 @@ def label_quality(conditional, reference, *, times=None, trees=(1, 2, 4, 8, 16, 
     rng = np.random.default_rng(seed)
     ranking = []
     available = min(labels.per_sample.shape[0] for labels in conditional)
+    if trees is None:
+        trees = [2 ** power for power in range(available.bit_length()) if 2 ** power < available] + [available]
     for m in sorted({int(t) for t in trees if 1 <= t <= available}):
         agree, possible, regret, spearman = [], [], [], []
         for root, labels in enumerate(conditional):
