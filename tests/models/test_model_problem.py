@@ -232,3 +232,103 @@ def test_a_pack_is_refused_without_contexts_or_with_unequal_lists(pair_seed2):
         ProblemPack(pair_seed2, [], [])
     with pytest.raises(VerispecError, match="one sampling per context"):
         ProblemPack(pair_seed2, [CONTEXT], [SAMPLING, SAMPLING])
+
+
+def test_a_top_k_law_is_cached_as_its_support_and_read_back_whole():
+    """At top-k the cache keeps (support, values) of each law: target/draft read back the [V] vector of an uncached
+    forward, target_compact/draft_compact its positive entries, and the cache's bytes count 16 a kept token (plus
+    the arrays' headers) instead of 8 a vocabulary token, so a cache of a given size holds many more prefixes."""
+    from verispec.models.problem import SPARSE_LAW_OVERHEAD
+    from verispec.models.tiny import tiny_pair
+    from verispec.simulator.problems import compact_law
+
+    pair = tiny_pair(seed=3, vocab=256)
+    sampling = Sampling(0.8, top_k=4)
+    cache_bytes = 2 * 7 * (16 * 4 + SPARSE_LAW_OVERHEAD)  # a model's half: seven compact laws, one dense [256] law
+    assert cache_bytes // 2 < 2 * 8 * 256
+    problem = ModelProblem(pair, CONTEXT, sampling, horizon=2, cache_bytes=cache_bytes)
+    assert problem.cache_capacity == 7
+    prefixes = [(), (1,), (2,), (3,), (1, 2), (1, 3), (2, 5)]
+    problem.prepare(prefixes)
+    assert [len(laws) for laws in problem._laws] == [7, 7]  # all seven stay
+    for prefix in prefixes:
+        for law, compact, model in ((problem.target(prefix), problem.target_compact(prefix), pair.target),
+                                    (problem.draft(prefix), problem.draft_compact(prefix), pair.draft)):
+            alone = _alone(model, CONTEXT + list(prefix), sampling)
+            np.testing.assert_allclose(law, alone, rtol=0, atol=1e-12)
+            assert np.count_nonzero(law) == 4 and not law.flags.writeable
+            support, values = compact
+            np.testing.assert_array_equal(support, np.flatnonzero(alone))
+            np.testing.assert_array_equal(values, law[support])
+            assert [np.array_equal(a, b) for a, b in zip(compact_law(law), compact)] == [True, True]
+    assert problem._cache_used == [7 * (16 * 4 + SPARSE_LAW_OVERHEAD)] * 2
+
+
+def test_a_cache_full_of_compact_laws_drops_the_oldest_by_bytes():
+    from verispec.models.tiny import tiny_pair
+
+    pair = tiny_pair(seed=3, vocab=256)
+    sampling = Sampling(0.8, top_k=4)
+    roomy = ModelProblem(pair, CONTEXT, sampling, horizon=2)
+    tight = ModelProblem(pair, CONTEXT, sampling, horizon=2, cache_bytes=2 * 3 * (16 * 4 + 256))  # three laws a model
+    prefixes = [(), (1,), (2,), (3,), (1, 2)]
+    for problem in (roomy, tight):
+        problem.prepare(prefixes)
+    assert [len(laws) for laws in tight._laws] == [3, 3] and [list(laws) for laws in tight._laws] == [prefixes[2:]] * 2
+    for prefix in prefixes:  # the dropped ones are recomputed, equal
+        np.testing.assert_allclose(tight.target(prefix), roomy.target(prefix), rtol=0, atol=1e-12)
+    assert [len(laws) for laws in tight._laws] == [3, 3]
+
+
+def test_compact_and_expanded_laws_round_trip():
+    from verispec.simulator.problems import compact_law, expand_law
+
+    sparse = np.array([0.0, 0.25, 0.0, 0.0, 0.75, 0.0])
+    support, values = compact_law(sparse)
+    assert support.tolist() == [1, 4] and values.tolist() == [0.25, 0.75]
+    np.testing.assert_array_equal(expand_law((support, values), 6), sparse)
+    dense = np.array([0.1, 0.2, 0.3, 0.4])  # over half positive: kept whole
+    kept, whole = compact_law(dense)
+    assert kept is None and whole.tolist() == dense.tolist()
+    np.testing.assert_array_equal(expand_law((None, whole), 4), dense)
+
+
+def test_a_pack_splits_passes_past_its_node_limit_and_keeps_every_law(pair_seed2, monkeypatch):
+    """A pack's members share passes up to ``MAX_PACKED_PASS_NODES`` nodes (their transients, the [n, V] logits
+    above all, grow with a pass's nodes): three members of 4 nodes a forward under a limit of 6 run a 12-node level
+    in passes of at most 6 nodes (one pass of 12 under a limit of 12), and every law still equals a forward over its
+    own context alone."""
+    import verispec.models.problem as problem_module
+    from verispec.models.problem import ProblemPack, SharedContext
+    from verispec.models.tree_forward import CachedModel
+
+    monkeypatch.setattr(problem_module, "MAX_PACKED_PASS_NODES", 6)
+    sizes = []
+    extend = CachedModel.extend
+
+    def counted(self, tokens, parents, **options):
+        sizes.append(len(tokens))
+        return extend(self, tokens, parents, **options)
+
+    monkeypatch.setattr(CachedModel, "extend", counted)
+    contexts = [CONTEXT, CONTEXT + [2], [6, 5]]
+    pack = ProblemPack(pair_seed2, contexts, [SAMPLING] * 3, horizon=3, shared=SharedContext(pair_seed2),
+                       nodes_per_forward=4)
+    sizes.clear()
+    targets = [(), (1,), (2,), (1, 3)]  # a 4-node trie a member: 12 nodes
+    with pack.together():
+        for member in pack.problems:
+            member.prepare(targets, draft=False)
+    assert sizes == [4, 4, 4]  # a member's feed is not split: two of them would pass the limit
+    for member, context in zip(pack.problems, contexts):
+        for prefix in targets:
+            np.testing.assert_allclose(member.target(prefix), _alone(pair_seed2.target, context + list(prefix)),
+                                       rtol=0, atol=1e-12)
+    monkeypatch.setattr(problem_module, "MAX_PACKED_PASS_NODES", 12)
+    roomy = ProblemPack(pair_seed2, contexts, [SAMPLING] * 3, horizon=3, shared=SharedContext(pair_seed2),
+                        nodes_per_forward=4)
+    sizes.clear()
+    with roomy.together():
+        for member in roomy.problems:
+            member.prepare(targets, draft=False)
+    assert sizes == [12]

@@ -16,7 +16,9 @@ fed so far and is fed only the new nodes, one draft token a node (the selector's
 way, then ask the target for the whole comb in one pass). ``target``/``draft`` of a prefix not yet computed
 prepare it alone;
 ``prefetch(depth)`` prepares every prefix up to a depth (V^depth of them). Every law is cached, keyed on the
-prefix (the pair, context and sampling are fixed per problem).
+prefix (the pair, context and sampling are fixed per problem); a law that top-k or top-p cuts to a few tokens is
+kept as its support and values (``target_compact``/``draft_compact`` read it so, ``target``/``draft`` as the [V]
+vector), so the laws of a label build's combs take kilobytes instead of 1.2 MB each at V = 151,936.
 """
 
 from __future__ import annotations
@@ -33,13 +35,25 @@ from verispec.errors import InvalidProblemError, VerispecError
 from verispec.models.pair import ModelPair
 from verispec.models.sampling import Sampling
 from verispec.models.tree_forward import CachedModel
-from verispec.simulator.problems import Prefix, Problem
+from verispec.simulator.problems import CompactLaw, Prefix, Problem, compact_law, expand_law
 
 #: Most tree nodes fed in one forward pass by default.
 DEFAULT_NODES_PER_FORWARD = 512
-#: Default bytes of cached laws (two [V] float64 arrays per prefix: 2.4 MB at V = 151,936); the least recently
-#: used prefixes are dropped past it and recomputed when asked for again.
+#: Most nodes in one pass of a ``ProblemPack`` (its members' nodes together), the default of one problem: a pass's
+#: transients grow with its nodes (the [n, V] float32 logits, 0.3 GB at 512 nodes and V = 151,936; the attention
+#: scores of a layer), and past a few hundred nodes a pass costs about its tokens on a CPU, so more nodes save only
+#: the weights' reads (one t_p(1) a pass). 8 members at 512 each made 4,096-node passes whose 2.5 GB of logits
+#: lifted an m = 64 label build over 12 GB (1,024 nodes: 12.1 GB).
+MAX_PACKED_PASS_NODES = 512
+#: Default bytes of cached laws, half for each model (a dense law is a [V] float64 array, 1.2 MB at V = 151,936; a
+#: law that top-k or top-p cuts to a few tokens is kept as its support and values); the least recently used prefixes
+#: are dropped past it and recomputed when asked for again.
 DEFAULT_CACHE_BYTES = 2 << 30
+#: Bytes counted for a law kept as (support, values) on top of 16 a kept token: the two arrays' own headers.
+SPARSE_LAW_OVERHEAD = 256
+#: Rows of logits turned into float64 laws at once when a pass's laws are stored (a [rows, V] float64 block:
+#: 78 MB at V = 151,936, where a 512-node pass at once took 620 MB).
+STORE_ROWS = 64
 
 #: Most draft-tree nodes ``extend_drafts`` keeps fed in the draft's cache (each attends to the context and its
 #: ancestors; a key and value a layer each).
@@ -156,10 +170,12 @@ class ModelProblem(Problem):
         shared.take(self, self.context[:-1])
         #: where this problem's forwards run: the shared caches alone, or a ProblemPack's packed caches
         self._forwards = _Forwards(shared.models, [self], shared=shared)
-        #: per model (target, draft): prefix -> law, least recently used first; at most cache_bytes of laws in all
-        self._laws: tuple[OrderedDict[Prefix, np.ndarray], OrderedDict[Prefix, np.ndarray]] = (OrderedDict(),
-                                                                                              OrderedDict())
-        self._cache_size = max(1, int(cache_bytes) // (16 * self.vocab_size))
+        #: per model (target, draft): prefix -> its law, a dense [V] array or a (support, values) CompactLaw, least
+        #: recently used first; at most cache_bytes / 2 of laws a model (_law_bytes)
+        self._laws: tuple[OrderedDict[Prefix, object], OrderedDict[Prefix, object]] = (OrderedDict(), OrderedDict())
+        self._cache_budget = max(1, int(cache_bytes) // 2)
+        self._cache_used = [0, 0]
+        self._cache_size = max(1, self._cache_budget // self._largest_law_bytes())
         #: the draft's pending tree kept by ``extend_drafts`` across calls: prefix -> its pending index (in the
         #: packed draft's pending tokens when the problem is in a ProblemPack)
         self._draft_pending: dict[Prefix, int] = {}
@@ -176,8 +192,18 @@ class ModelProblem(Problem):
 
     @property
     def cache_capacity(self) -> int:
-        """Most prefixes whose laws the cache holds: callers prepare at most this many at once."""
+        """Most prefixes whose laws the cache holds (a model's half of cache_bytes over the largest a law of this
+        sampling can take: ties at the k-th logit may keep more than top-k tokens, and then fewer fit): callers
+        prepare at most this many at once."""
         return self._cache_size
+
+    def _largest_law_bytes(self) -> int:
+        dense = 8 * self.vocab_size
+        kept = 1 if self.sampling.greedy else self.sampling.top_k
+        return dense if kept is None else min(dense, 16 * kept + SPARSE_LAW_OVERHEAD)
+
+    def _law_bytes(self, law) -> int:
+        return 8 * self.vocab_size if isinstance(law, np.ndarray) else 16 * len(law[0]) + SPARSE_LAW_OVERHEAD
 
     def __repr__(self) -> str:
         return f"ModelProblem({self.pair.name}, context of {len(self.context)} tokens, {self.sampling})"
@@ -231,15 +257,25 @@ class ModelProblem(Problem):
             self._forwards.submit(_Feed(self, index, list(chunk), wanted, keep=False))
 
     def _store(self, index: int, wanted: list[Prefix], logits) -> None:
-        laws = self.sampling.probabilities(logits).cpu().numpy()                      # [len(wanted), V] float64
+        """The laws at ``wanted`` from their logits [len(wanted), V], a few rows at a time, each kept as its
+        ``compact_law`` where that takes fewer bytes than the [V] vector."""
         cache = self._laws[index]
-        for row, prefix in enumerate(wanted):
-            law = laws[row]
-            law.setflags(write=False)
-            cache[prefix] = law
-            cache.move_to_end(prefix)
-            while len(cache) > self._cache_size:
-                cache.popitem(last=False)
+        for first in range(0, len(wanted), STORE_ROWS):
+            laws = self.sampling.probabilities(logits[first:first + STORE_ROWS]).cpu().numpy()  # [rows, V] float64
+            for prefix, row in zip(wanted[first:first + STORE_ROWS], laws):
+                support, values = compact_law(row)
+                if support is not None and 16 * len(support) + SPARSE_LAW_OVERHEAD < 8 * self.vocab_size:
+                    law = (support, values)
+                else:
+                    law = np.array(row)  # its own copy: a view would keep the whole block alive
+                for array in (law if isinstance(law, tuple) else (law,)):
+                    array.setflags(write=False)
+                if prefix in cache:
+                    self._cache_used[index] -= self._law_bytes(cache.pop(prefix))
+                cache[prefix] = law
+                self._cache_used[index] += self._law_bytes(law)
+                while self._cache_used[index] > self._cache_budget and len(cache) > 1:
+                    self._cache_used[index] -= self._law_bytes(cache.popitem(last=False)[1])
 
     def extend_drafts(self, prefixes) -> None:
         """q at ``prefixes`` (p is not computed), feeding the draft only the nodes it has not been fed since the
@@ -281,12 +317,31 @@ class ModelProblem(Problem):
             self.prepare(self.prefixes(length))
 
     def target(self, prefix: Prefix) -> np.ndarray:
-        return self._law(0, self._check(prefix))
+        return self._dense(self._law(0, self._check(prefix)))
 
     def draft(self, prefix: Prefix) -> np.ndarray:
-        return self._law(1, self._check(prefix))
+        return self._dense(self._law(1, self._check(prefix)))
 
-    def _law(self, index: int, prefix: Prefix) -> np.ndarray:
+    def target_compact(self, prefix: Prefix) -> CompactLaw:
+        return self._compact(self._law(0, self._check(prefix)))
+
+    def draft_compact(self, prefix: Prefix) -> CompactLaw:
+        return self._compact(self._law(1, self._check(prefix)))
+
+    def _dense(self, law) -> np.ndarray:
+        if isinstance(law, np.ndarray):
+            return law
+        dense = expand_law(law, self.vocab_size)
+        dense.setflags(write=False)
+        return dense
+
+    @staticmethod
+    def _compact(law) -> CompactLaw:
+        # a law is kept dense only where compact_law keeps it dense or the support takes more bytes than the vector
+        return compact_law(law) if isinstance(law, np.ndarray) else law
+
+    def _law(self, index: int, prefix: Prefix):
+        """The cached law at ``prefix`` (computed first if need be), as stored: a [V] array or a CompactLaw."""
         cache = self._laws[index]
         if prefix not in cache and self._forwards.collecting:
             raise VerispecError("a law was read inside together(), before the forwards collected there ran: read it "
@@ -363,7 +418,9 @@ class _Forwards:
         if self.shared is not None:
             for feed in feeds:
                 self.shared.check_owner(feed.problem)
-        limit = min(feed.problem.nodes_per_forward for feed in feeds) * (len(self.members) if self.packed else 1)
+        limit = min(feed.problem.nodes_per_forward for feed in feeds)
+        if self.packed:  # the members' nodes share a pass, up to a size whose transients stay bounded
+            limit = max(limit, min(limit * len(self.members), MAX_PACKED_PASS_NODES))
         for index in (1, 0):  # the draft's kept tree first: a draft trie drops it
             for keep in (True, False):
                 batch = [feed for feed in feeds if feed.index == index and feed.keep == keep]

@@ -233,18 +233,8 @@ def _topology(shape: TreeShape):
     return paths, parent, tuple(len(path) for path in paths), tokens, child_lists
 
 
-def _stored(law) -> tuple[np.ndarray | None, np.ndarray]:
-    """A probability vector as (support, values), float64; (None, the whole vector) when over half of it is
-    positive (a dense law is kept as is, without an index array)."""
-    law = np.asarray(law, dtype=np.float64)
-    support = np.flatnonzero(law)
-    if 2 * len(support) > len(law):
-        return None, law
-    return support, law[support]
-
-
 def _collect_laws(problem: Problem, target_prefixes, draft_prefixes, stored: dict | None = None) -> dict:
-    """prefix -> (p or None, q or None) as ``_stored`` pairs: p at ``target_prefixes``, q at ``draft_prefixes``;
+    """prefix -> (p or None, q or None) as ``CompactLaw`` pairs: p at ``target_prefixes``, q at ``draft_prefixes``;
     ``stored`` ((model, prefix) -> pair) keeps them from one call to the next (a law is scanned for its support
     once a root, not once for each group of combs that reads it).
     Asked for through ``Problem.prepare`` (the target alone where the problem can: the draft's laws at a comb's
@@ -270,10 +260,10 @@ def _collect_laws(problem: Problem, target_prefixes, draft_prefixes, stored: dic
 
 
 def _stored_law(problem: Problem, model: int, prefix, stored: dict | None):
-    """``_stored`` of p (model 0) or q (model 1) at ``prefix``, kept in ``stored``."""
+    """p (model 0) or q (model 1) at ``prefix`` as a ``CompactLaw``, kept in ``stored``."""
     if stored is not None and (model, prefix) in stored:
         return stored[(model, prefix)]
-    pair = _stored(problem.target(prefix) if model == 0 else problem.draft(prefix))
+    pair = problem.target_compact(prefix) if model == 0 else problem.draft_compact(prefix)
     if stored is not None:
         stored[(model, prefix)] = pair
     return pair
