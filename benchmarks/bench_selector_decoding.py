@@ -6,6 +6,7 @@ hidden states, at T = 0.7 top-k 20 top-p 0.8 (Qwen's recommended setting) and at
     python benchmarks/bench_selector_decoding.py --quick          # fewer tokens
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 100    # an installed pair
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-torch-forward
+    python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-logit-route
 
 The pair is by default the tiny config-built one (``verispec.models.tiny.tiny_pair(vocab=151936)``: random
 weights, a one-layer Qwen2 of width 32, cast to float32 as Qwen runs on a CPU): quick, and it needs no install,
@@ -19,7 +20,9 @@ milliseconds, with the load average before and after: with more runnable process
 waits out another process's time slice (a few ms), which lifts the mean and the tail but not the median.
 ``--compare-torch-forward`` also runs each decode with the selector choosing through its torch modules instead of
 its numpy forward (``verispec.selector.network.HostForward``), interleaved seed by seed, and prints the ratio of
-the medians.
+the medians; ``--compare-logit-route`` likewise runs the features of unfiltered laws from their logits alone,
+ignoring the laws the decoder has computed (p_prev from the verify forward, q_prev from drafting), an exponential
+over the vocabulary for each.
 ``--threads`` also caps the BLAS under numpy (set before numpy loads, unless the caller set OMP_NUM_THREADS):
 numpy's default pool fights any other load.
 """
@@ -71,6 +74,25 @@ def torch_forward_policy(policy):
     return SelectorPolicy(twin, policy.latency)
 
 
+def logits_only_policy(policy):
+    """The same selector reading every unfiltered law from its logits alone (an exponential over the vocabulary for
+    each, as before the features used the laws the decoder has: ``--compare-logit-route``); the same features to
+    float32's rounding, so the same choices but at near-ties."""
+    from verispec.models.block_context import BlockContext, PositionLaw
+    from verispec.selector.selector import SelectorPolicy
+
+    class LogitsOnly(SelectorPolicy):
+        def features(self, context):
+            if context.sampling.filters:
+                return super().features(context)
+            laws = [None if law is None else PositionLaw(law.sampling, logits=law.logits) if law.logits is not None
+                    else law for law in (context.laws[name] for name in ("p_prev", "q_prev", "q_root"))]
+            return super().features(BlockContext(context.tokens, context.context_length, *laws, context.hidden,
+                                                 context.sampling))
+
+    return LogitsOnly(policy.selector, policy.latency)
+
+
 def measure(pair, policies: dict, sampling, tokens: int, seeds) -> dict[str, dict]:
     """``select_s`` of every block of one decode per seed and policy (the policies interleaved seed by seed),
     pooled per policy, in milliseconds (each decode's first block left out)."""
@@ -106,6 +128,9 @@ def main(argv=None) -> int:
     parser.add_argument("--decodes", type=int, default=2, help="decodes per setting, seeds from --seed (default 2)")
     parser.add_argument("--compare-torch-forward", action="store_true",
                         help="also choose through the selector's torch modules, interleaved, side by side")
+    parser.add_argument("--compare-logit-route", action="store_true",
+                        help="also read every unfiltered law from its logits alone (no law the decoder has), "
+                             "interleaved, side by side")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -141,6 +166,8 @@ def main(argv=None) -> int:
         policies = {"numpy": policy}
         if args.compare_torch_forward:
             policies["torch"] = torch_forward_policy(policy)
+        if args.compare_logit_route:
+            policies["logits"] = logits_only_policy(policy)
         for label, (temperature, top_k, top_p) in SAMPLINGS.items():
             start = time.perf_counter()
             measured = measure(pair, policies, Sampling(temperature, top_k, top_p), tokens,
@@ -159,10 +186,14 @@ def main(argv=None) -> int:
         print(f"{row['hidden']:20s} {row['sampling']:26s} {row['forward']:7s} {row['blocks']:6d} "
               f"{row['select_mean_ms']:12.3f} {row['select_median_ms']:7.3f} {row['select_p90_ms']:7.3f} "
               f"{row['select_max_ms']:7.3f} {row['block_mean_ms']:11.2f}")
-    if args.compare_torch_forward:
-        for host, twin in zip(rows[::2], rows[1::2]):
-            print(f"{host['hidden']}, {host['sampling']}: median select_s through torch / through numpy "
-                  f"x{twin['select_median_ms'] / host['select_median_ms']:.2f}")
+    for other, words in (("torch", "through torch / through numpy"),
+                         ("logits", "from the logits alone / with the decoder's laws")):
+        base = {(row["hidden"], row["sampling"]): row for row in rows if row["forward"] == "numpy"}
+        for row in rows:
+            if row["forward"] == other:
+                host = base[(row["hidden"], row["sampling"])]
+                print(f"{host['hidden']}, {host['sampling']}: median select_s {words} "
+                      f"x{row['select_median_ms'] / host['select_median_ms']:.2f}")
     if args.json:
         from verispec.io import atomic_write_text
 

@@ -126,6 +126,47 @@ def test_the_logit_route_equals_the_kernel_without_a_filter(temperature):
     np.testing.assert_allclose(got[:6], _reference(*(law.law().numpy() for law in laws)), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("given", ["p_prev", "p_prev and q_prev", "all three"])
+def test_the_logit_route_reads_the_laws_the_decoder_has(temperature, given):
+    """Where the decoder has computed a law already (p_prev from the verify forward, q_prev from drafting: a
+    PositionLaw with its law and its logits), the route casts that law instead of taking an exponential: the
+    features still equal the kernel and the float64 reference to the kernel's tolerance, and the route without the
+    laws to float32's rounding."""
+    generator = torch.Generator().manual_seed(12)
+    logits = [(torch.randn(VOCAB, generator=generator) * 3).to(torch.float32) for _ in range(3)]  # as Qwen gives them
+    sampling = Sampling(temperature)
+    count = {"p_prev": 1, "p_prev and q_prev": 2, "all three": 3}[given]
+    laws = [PositionLaw(sampling, logits=row, law=sampling.probabilities(row) if index < count else None)
+            for index, row in enumerate(logits)]
+    bare = [PositionLaw(sampling, logits=row) for row in logits]
+    got, without = (context_features(BlockContext((1, 2, 3), 3, *rows, None, sampling), latency=LATENCY)
+                    for rows in (laws, bare))
+    assert [law.materialised for law in laws] == [index < count for index in range(3)]  # none computed for them
+    np.testing.assert_allclose(got, without, rtol=2e-6, atol=2e-7)
+    kernel = scalar_features(*(law.law() for law in laws), context_length=3, sampling=sampling, latency=LATENCY)
+    np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[:6], _reference(*(law.law().numpy() for law in laws)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("wrong", ["another row's law", "the law at another temperature", "a shifted law"])
+def test_a_law_that_is_not_its_logits_softmax_is_refused(wrong):
+    """The route reads log x from the logits and x from a given law, so the two must agree: a law of other logits,
+    of another temperature, or moved by one token (the controls) is a one-line SelectorError naming the input,
+    not features of neither."""
+    generator = torch.Generator().manual_seed(13)
+    logits = [(torch.randn(VOCAB, generator=generator) * 3).to(torch.float32) for _ in range(3)]
+    sampling = Sampling(1.0)
+    law = {"another row's law": sampling.probabilities(logits[2]),
+           "the law at another temperature": Sampling(0.9).probabilities(logits[1]),
+           "a shifted law": torch.roll(sampling.probabilities(logits[1]), 1)}[wrong]
+    rows = [PositionLaw(sampling, logits=logits[0], law=sampling.probabilities(logits[0])),
+            PositionLaw(sampling, logits=logits[1], law=law), PositionLaw(sampling, logits=logits[2])]
+    with pytest.raises(SelectorError, match="q_prev's law is not the sampling law of its logits") as error:
+        context_features(BlockContext((1, 2, 3), 3, *rows, None, sampling), latency=LATENCY)
+    assert "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize("zeros", ["q_prev's token 7", "both laws' token 7", "token 0 of every law",
                                    "q_prev's token 7 at 2^-149"])
 def test_the_logit_route_reads_float32_zeros_as_the_kernel_does(zeros):

@@ -33,8 +33,10 @@ with the same conventions, tested equal to the kernel on the full laws to its ro
 greedy) the laws are zero outside a few tokens, so ``support_law_features`` sums over the union of their
 supports in float64 (the supports come from one reduction over the logits or the law, ``verispec.models.
 block_context``: no [V] array is made); without a filter, ``_logit_law_features`` reads the float32 logits the
-laws are the softmax of (log x = y / T - log s with y = z - max z: one exponential a law and dot products, no log
-over the vocabulary, no float64 law at the root, into scratch arrays reused from block to block). Inside decoding
+laws are the softmax of (log x = y / T - L with y = z - max z: dot products, no log over the vocabulary, no
+float64 law at the root, into scratch arrays reused from block to block), and x itself from the law the decoder
+has computed already where it has (p_prev from the verify forward, q_prev from drafting: a cast to float32), from
+one exponential of the logits elsewhere. Inside decoding
 on the Qwen pair at one CPU thread (the models' forwards leave the caches cold) the whole choice costs 0.67-0.72
 ms a block at T = 0.7 top-k 20 top-p 0.8 and 0.85-1.03 ms at T = 1 (medians of three runs; 0.97-1.11 and
 1.08-1.29 ms with hidden states), ``benchmarks/bench_selector_decoding.py --pair qwen-coder``.
@@ -340,26 +342,56 @@ def _host_workspace(vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return arrays
 
 
-def _logit_parts(logits, inverse_temperature: float) -> np.ndarray:
-    """For logits rows z_i [V] (float32; i = p, q, r), with y_i = z_i - max z_i and e_i = exp(y_i / T): the totals
-    s_i = sum_v e_i,v [3], the dot products e_p.y_p, e_q.y_q, e_r.y_r, e_p.y_q, e_q.y_p [5], sum_v min(e_p,v,
-    e_q,v s_p / s_q) [1] and min_v y_i,v [3], as float64 host numbers [12]. On the host into reused scratch
-    (``_host_workspace``): two passes over the logits, one exponential, then BLAS reductions (a row-by-row order,
-    or chunks of 32,768 tokens that stay in the core's cache, measured no faster in decoding's cold caches)."""
+def _logit_parts(logits, inverse_temperature: float, laws=(None, None, None)) -> np.ndarray:
+    """For logits rows z_i [V] (float32; i = p, q, r), with y_i = z_i - max z_i, x_i = exp(y_i / T - L_i) the law
+    and L_i = log sum_v exp(y_i,v / T): L_i [3], x_p.y_p, x_q.y_q, x_r.y_r, x_p.y_q, x_q.y_p [5], sum_v min(x_p,v,
+    x_q,v) [1] and min_v y_i,v [3], as float64 host numbers [12].
+
+    On the host into reused scratch (``_host_workspace``): a row whose law the decoder has already computed
+    (``laws[i]``, its [V] float64 numpy array: p_prev from the verify forward, q_prev from drafting) is cast to
+    float32, and L_i = -log x_i at the argmax, with no exponential over the vocabulary (the exponential is most of a
+    row's cost: 0.2-0.35 ms at Qwen's V on one CPU thread, against 0.04 ms for the cast); a row without one takes
+    its exponential e_i = exp(y_i / T) and s_i = sum e_i, so x_i = e_i / s_i and L_i = log s_i. Then BLAS
+    reductions (a row-by-row order, or chunks of 32,768 tokens that stay in the core's cache, measured no faster in
+    decoding's cold caches). A given law that is not the softmax of its logits / T (checked at the argmax and the
+    argmin, where x_i is exp(-L_i) and exp(min y_i / T - L_i)) is a one-line SelectorError."""
     if isinstance(logits[0], np.ndarray):
-        shifted, exponentials, row, ones = _host_workspace(logits[0].shape[0])
-        for z, y in zip(logits, shifted):
-            np.subtract(z, z.max(), out=y)
-        if inverse_temperature != 1:
-            np.exp(np.multiply(shifted, inverse_temperature, out=exponentials), out=exponentials)
-        else:
-            np.exp(shifted, out=exponentials)
-        (yp, yq, yr), (ep, eq, er) = shifted, exponentials
-        totals = exponentials @ ones  # [3]
-        dots = [ep @ yp, eq @ yq, er @ yr, ep @ yq, eq @ yp]
-        eq *= totals[0] / totals[1]
-        shared = np.minimum(ep, eq, out=row) @ ones
-        return np.array([*totals, *dots, shared, *shifted.min(axis=1)], dtype=np.float64)
+        shifted, weights, row, ones = _host_workspace(logits[0].shape[0])
+        peaks, lows = [], []
+        for z, y, weight, law in zip(logits, shifted, weights, laws):
+            top, bottom = int(z.argmax()), int(z.argmin())
+            np.subtract(z, z[top], out=y)
+            peaks.append(top)
+            lows.append(bottom)
+            if law is not None:
+                np.copyto(weight, law, casting="same_kind")  # float64 -> float32, the kernel's precision
+            elif inverse_temperature != 1:
+                np.exp(np.multiply(y, inverse_temperature, out=weight), out=weight)
+            else:
+                np.exp(y, out=weight)
+        totals = weights @ ones  # [3]: s_i, or about 1 for a given law
+        partitions = []
+        for index, (law, total, top, bottom) in enumerate(zip(laws, totals.tolist(), peaks, lows)):
+            if law is None:
+                partitions.append(math.log(total))
+                continue
+            partition = -math.log(law[top]) if law[top] > 0 else math.inf
+            expected = math.exp(float(shifted[index, bottom]) * inverse_temperature - partition)
+            # logits given wider than float32 were rounded to it: y_i off by up to 2^-24 (|max z| + |min z|) each
+            rounding = 2.0 ** -22 * (abs(float(logits[index][top])) + abs(float(logits[index][bottom])))
+            if not (abs(total - 1) <= MASS_TOLERANCE and math.isclose(
+                    law[bottom], expected, rel_tol=1e-6 + rounding * inverse_temperature, abs_tol=1e-300)):
+                raise SelectorError(f"the feature input {_LAW_NAMES[index]}'s law is not the sampling law of its "
+                                    "logits (the softmax of logits / T): give the law its own logits, or no law")
+            totals[index] = 1.0  # the law itself: its float32 rounding sums to 1 within 1e-6
+            partitions.append(partition)
+        (yp, yq, yr), (wp, wq, wr) = shifted, weights
+        dots = np.array([wp @ yp, wq @ yq, wr @ yr, wp @ yq, wq @ yp], dtype=np.float64)
+        dots /= totals[[0, 1, 2, 0, 1]]
+        wq *= np.float32(totals[0] / totals[1])
+        shared = float(np.minimum(wp, wq, out=row) @ ones) / totals[0]
+        least = [float(y[bottom]) for y, bottom in zip(shifted, lows)]
+        return np.array([*partitions, *dots, shared, *least], dtype=np.float64)
     import torch
 
     shifted = torch.stack(logits)  # [3, V] on the logits' device
@@ -367,38 +399,53 @@ def _logit_parts(logits, inverse_temperature: float) -> np.ndarray:
     exponentials = torch.exp(shifted * inverse_temperature)  # [3, V]
     (yp, yq, yr), (ep, eq, er) = shifted, exponentials
     totals = exponentials.sum(dim=1)  # [3]
-    dots = torch.stack([ep @ yp, eq @ yq, er @ yr, ep @ yq, eq @ yp])
-    shared = torch.minimum(ep, eq * (totals[0] / totals[1])).sum().reshape(1)
-    return torch.cat([totals, dots, shared, shifted.amin(dim=1)]).double().cpu().numpy()  # one transfer
+    dots = torch.stack([ep @ yp, eq @ yq, er @ yr, ep @ yq, eq @ yp]) / totals[[0, 1, 2, 0, 1]]
+    shared = (torch.minimum(ep, eq * (totals[0] / totals[1])).sum() / totals[0]).reshape(1)
+    return torch.cat([totals.log(), dots, shared, shifted.amin(dim=1)]).double().cpu().numpy()  # one transfer
+
+
+def _given_law(law):
+    """A ``PositionLaw``'s full law as a float64 numpy array on the host where the decoder has computed it already
+    (and the logits are on the host too), else None: the logit route then needs no exponential for that row."""
+    import torch  # loaded already: the logits are a tensor
+
+    if not law.materialised or law.logits is None or law.logits.device.type != "cpu":
+        return None
+    values = law.law()
+    if not isinstance(values, torch.Tensor) or values.dtype != torch.float64 or values.device.type != "cpu":
+        return None
+    return values.detach().numpy()
 
 
 def _logit_law_features(p, q, r, temperature: float):
     """The six law features [6] of dense laws (``PositionLaw``s with the logits z whose softmax of z / T the law is),
-    in float32 from the logits alone, the kernel's precision (``_law_features``), without the laws' float64 arrays:
-    with y = z - max z, s = sum exp(y / T) and x = exp(y / T) / s, log x = y / T - log s, so H(x) = log s - x.y / T
-    (two non-negative terms), KL(p||q) = (p.y_p - p.y_q) / T - log s_p + log s_q, and L1 = 2 - 2 sum_v min(p_v, q_v)
-    (the laws sum to one): per law a maximum and an exponential, then dot products and one elementwise minimum
+    in float32 from the logits, the kernel's precision (``_law_features``), without a float64 law the decoder has
+    not computed: with y = z - max z, L = log sum exp(y / T) and x = exp(y / T - L), log x = y / T - L, so
+    H(x) = L - x.y / T (two non-negative terms), KL(p||q) = (x_p.y_p - x_p.y_q) / T - L_p + L_q, and L1 = 2 - 2
+    sum_v min(p_v, q_v) (the laws sum to one): per law a maximum and, where the decoder has no law there yet (q at
+    the root, a first block's p_prev), an exponential, then dot products and one elementwise minimum
     (``_logit_parts``); no log over the vocabulary, and q at the root needs no float64 law (drafting computes that
-    when it drafts). None (use the kernel) where a value is not finite or a law's
-    smallest probability comes within a nat of float32's zero (2^-150), where the kernel's zeros and their KL caps
-    would have to be matched entry by entry."""
+    when it drafts). None (use the kernel) where a value is not finite or a law's smallest probability comes within
+    a nat of float32's zero (2^-150), where the kernel's zeros and their KL caps would have to be matched entry by
+    entry."""
     logits = [_float32_logits(law) for law in (p, q, r)]
     shapes = [tuple(row.shape) for row in logits]
     if len(shapes[0]) != 1 or len(set(shapes)) != 1 or not shapes[0][0]:
         raise SelectorError(f"the feature inputs' logits must be [V] rows of one V, got p_prev {shapes[0]}, q_prev "
                             f"{shapes[1]}, q_root {shapes[2]}")
-    values = _logit_parts(logits, 1 / temperature).tolist()
+    given = tuple(_given_law(law) for law in (p, q, r)) if isinstance(logits[0], np.ndarray) else (None,) * 3
+    values = _logit_parts(logits, 1 / temperature, given).tolist()
     if not all(map(math.isfinite, values)):
         return None
-    (sp, sq, sr), (epyp, eqyq, eryr, epyq, eqyp), shared, least = values[:3], values[3:8], values[8], values[9:]
+    partitions, (xpyp, xqyq, xryr, xpyq, xqyp), shared, least = values[:3], values[3:8], values[8], values[9:]
     inverse = 1 / temperature
-    log_sp, log_sq, log_sr = (math.log(total) for total in (sp, sq, sr))
-    if any(low * inverse - log_s <= _LOG_FLOAT32_ZERO + 1 for low, log_s in zip(least, (log_sp, log_sq, log_sr))):
+    log_p, log_q, log_r = partitions
+    if any(low * inverse - partition <= _LOG_FLOAT32_ZERO + 1 for low, partition in zip(least, partitions)):
         return None
-    kl_pq = (epyp - epyq) / sp * inverse - log_sp + log_sq
-    kl_qp = (eqyq - eqyp) / sq * inverse - log_sq + log_sp
-    return [log_sp - epyp / sp * inverse, log_sq - eqyq / sq * inverse, log_sr - eryr / sr * inverse,
-            min(max(kl_pq, 0.0), KL_CAP), min(max(kl_qp, 0.0), KL_CAP), 2 - 2 * shared / sp]  # [6]
+    kl_pq = (xpyp - xpyq) * inverse - log_p + log_q
+    kl_qp = (xqyq - xqyp) * inverse - log_q + log_p
+    return [log_p - xpyp * inverse, log_q - xqyq * inverse, log_r - xryr * inverse,
+            min(max(kl_pq, 0.0), KL_CAP), min(max(kl_qp, 0.0), KL_CAP), 2 - 2 * shared]  # [6]
 
 
 def _host_scalars(values) -> np.ndarray:
