@@ -77,6 +77,61 @@ def test_float32_logits_give_the_same_support():
     np.testing.assert_allclose(values, expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_top_p_decided_on_the_host_keeps_what_the_full_law_keeps(dtype):
+    """Top-p's decisions come from running sums on the host (``Sampling._top_p_drop_listed``), torch's softmax and
+    cumsum deciding only within ``TOP_P_MARGIN`` of the threshold: over 400 random rows of a 300-token vocabulary
+    (logit scales 0.3-6, temperatures 0.3-1.7, top-k 2-40, top-p 0.05-0.999) the support is the full law's nonzero
+    entries token for token, and torch was asked at none of them (a host sum lands that close only by design)."""
+    rng = np.random.default_rng(21)
+    asked = []
+    original = Sampling._top_p_drop
+
+    def spy(self, ordered):
+        asked.append(ordered)
+        return original(self, ordered)
+
+    Sampling._top_p_drop = spy
+    try:
+        for _ in range(400):
+            logits = torch.as_tensor(rng.normal(0, rng.uniform(0.3, 6), 300)).to(dtype)
+            sampling = Sampling(float(rng.uniform(0.3, 1.7)), int(rng.integers(2, 41)), float(rng.uniform(0.05, 0.999)))
+            support = sampling.support(logits)
+            assert asked == []
+            law = sampling.probabilities(logits)
+            asked.clear()  # probabilities' own top-p call is not the support's
+            assert support is not None and support[0] == _nonzero(law)[0]
+    finally:
+        Sampling._top_p_drop = original
+    assert asked == []
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_top_p_at_its_threshold_is_torchs_decision(temperature, monkeypatch):
+    """Two kept tokens of probabilities 1/4 and 3/4 under top-p 0.75: the less likely one's running sum is the
+    threshold 1 - top_p itself, where the host's sums and torch's may round either way, so torch's softmax and
+    cumsum decide (asked once, on the scores it divides itself), and the support is the full law's; with no
+    margin (the control) the host decides alone and torch is not asked."""
+    import verispec.models.sampling as sampling_module
+
+    logits = torch.full((64,), -60.0, dtype=torch.float64)
+    logits[9], logits[40] = temperature * math.log(1.0), temperature * math.log(3.0)
+    sampling = Sampling(temperature, 2, 0.75)
+    asked = []
+    original = Sampling._top_p_drop
+    monkeypatch.setattr(Sampling, "_top_p_drop", lambda self, ordered: asked.append(ordered) or original(self,
+                                                                                                        ordered))
+    ids, values = sampling.support(logits)
+    assert len(asked) == 1 and asked[0].dtype == torch.float64 and asked[0].shape == (2,)
+    law = sampling.probabilities(logits)
+    assert ids == _nonzero(law)[0]
+    np.testing.assert_allclose(values, _nonzero(law)[1], rtol=1e-12)
+    asked.clear()
+    monkeypatch.setattr(sampling_module, "TOP_P_MARGIN", -1.0)
+    sampling.support(logits)
+    assert asked == []
+
+
 def test_support_declines_what_would_take_more_than_one_pass():
     logits = _logits(QWEN_VOCAB, 5)
     order = torch.argsort(logits, descending=True)

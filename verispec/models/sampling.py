@@ -115,6 +115,31 @@ class Sampling:
         drop[..., -1] = False
         return drop
 
+    def _top_p_drop_listed(self, ordered: list[float], logits: list[float], device) -> list[bool]:
+        """``_top_p_drop`` of a few scores (least likely first) as Python floats: their softmax and running sums in
+        float64 on the host, which differ from torch's by a few ulps (k terms: under 1e-14), so every decision is
+        torch's unless a running sum comes within ``TOP_P_MARGIN`` of 1 - top_p; there torch decides, on the
+        scores it computes itself from those tokens' ``logits`` on their device, as ``probabilities`` does. On a CPU
+        after a model's forward the torch calls cost 0.1-0.2 ms a row (their code is cold); these sums,
+        microseconds."""
+        top = ordered[-1]
+        weights = [math.exp(score - top) for score in ordered]
+        total = math.fsum(weights)
+        threshold = 1 - self.top_p
+        drop, running = [], 0.0
+        for weight in weights:
+            running += weight / total
+            if abs(running - threshold) <= TOP_P_MARGIN:
+                import torch
+
+                scores = torch.tensor(logits, dtype=torch.float64, device=device)
+                if self.temperature != 1:
+                    scores = scores / self.temperature
+                return self._top_p_drop(scores).tolist()
+            drop.append(running <= threshold)
+        drop[-1] = False
+        return drop
+
     @property
     def filters(self) -> bool:
         """Whether the law may leave tokens out (greedy, top-k, or top-p below 1): its support may be small."""
@@ -126,9 +151,10 @@ class Sampling:
         None where that would take more than one pass over the vocabulary (no top-k: top-p alone sorts it, or no
         filter at all; ties at the k-th score, which keep more than k tokens).
 
-        The kept tokens are exactly those of ``probabilities(logits)``: the same scores (computed by the same
-        torch operation on the same device), the same top-k, and top-p's cumulative sums by the same torch
-        softmax over the same ordered scores (a sort is exact, so the k kept scores are ordered in Python). Their
+        The kept tokens are exactly those of ``probabilities(logits)``: the same top-k (the k largest logits; the
+        division by T keeps their order and their ties), and top-p's decisions, from running sums on the host that
+        are within 1e-14 of torch's and handed to torch's own softmax and cumsum where one comes within
+        ``TOP_P_MARGIN`` of the threshold (a sort is exact, so the k kept scores are ordered in Python). Their
         probabilities are a softmax over the kept scores, in float64 on the host: equal to the full law's to
         rounding (the full softmax sums the vocabulary in another order). The k + 1 largest logits come from one
         reduction over the vocabulary (``largest``) instead of ``torch.topk`` over all of it."""
@@ -141,16 +167,17 @@ class Sampling:
         if self.top_k is None or self.top_k >= logits.shape[-1]:
             return None
         values, ids = largest(logits, self.top_k + 1, listed=True)  # [k + 1] each, largest first; ids a list
-        scores = values if values.dtype == torch.float64 else values.to(torch.float64)
-        if self.temperature != 1:
-            scores = scores / self.temperature  # the very scores ``probabilities`` compares (x / 1 is x)
-        scores = scores.tolist()
-        if scores[-1] == scores[-2]:
+        values = values.tolist()  # the logits' own values as Python floats (float32 and float64 exactly)
+        if values[-1] == values[-2]:
             return None  # a tie at the k-th score: top-k keeps every tied token
+        # the scores ``probabilities`` compares, divided on the host (x / 1 is x); a division that rounds
+        # differently from torch's by an ulp moves no top-k decision (distinct logits stay ordered, equal stay equal)
+        scores = values if self.temperature == 1 else [value / self.temperature for value in values]
         kept = sorted(zip(scores[:-1], ids[:-1]))  # least likely first, ties by token id (a stable sort's order)
         if self.top_p is not None and self.top_p < 1:
-            ordered = torch.tensor([score for score, _ in kept], dtype=torch.float64, device=logits.device)
-            drop = self._top_p_drop(ordered).tolist()
+            raw = dict(zip(ids, values))
+            drop = self._top_p_drop_listed([score for score, _ in kept], [raw[token] for _, token in kept],
+                                           logits.device)
             kept = [pair for pair, dropped in zip(kept, drop) if not dropped]
         kept.sort(key=lambda pair: pair[1])
         top = max(score for score, _ in kept)
@@ -158,6 +185,10 @@ class Sampling:
         total = math.fsum(weights)
         return [token for _, token in kept], [weight / total for weight in weights]
 
+
+#: How close a running sum of a support's probabilities may come to 1 - top_p before ``Sampling.support`` asks
+#: torch's softmax and cumsum for top-p's decision (its own sums on the host are within 1e-14 of torch's).
+TOP_P_MARGIN = 1e-12
 
 #: Entries per block in ``largest``'s one reduction (the block maxima of Qwen's V = 151,936 are 1,187 values).
 LARGEST_BLOCK = 128
