@@ -350,11 +350,12 @@ def _logit_parts(logits, inverse_temperature: float, laws=(None, None, None)) ->
     On the host into reused scratch (``_host_workspace``): a row whose law the decoder has already computed
     (``laws[i]``, its [V] float64 numpy array: p_prev from the verify forward, q_prev from drafting) is cast to
     float32, and L_i = -log x_i at the argmax, with no exponential over the vocabulary (the exponential is most of a
-    row's cost: 0.2-0.35 ms at Qwen's V on one CPU thread, against 0.04 ms for the cast); a row without one takes
-    its exponential e_i = exp(y_i / T) and s_i = sum e_i, so x_i = e_i / s_i and L_i = log s_i. Then BLAS
-    reductions (a row-by-row order, or chunks of 32,768 tokens that stay in the core's cache, measured no faster in
-    decoding's cold caches). A given law that is not the softmax of its logits / T (checked at the argmax and the
-    argmin, where x_i is exp(-L_i) and exp(min y_i / T - L_i)) is a one-line SelectorError."""
+    row's cost: 0.2-0.28 ms at Qwen's V on one CPU thread, warm or inside decoding, against 0.04-0.11 ms for the
+    cast); a row without one takes its exponential e_i = exp(y_i / T) and s_i = sum e_i, so x_i = e_i / s_i and
+    L_i = log s_i. Then BLAS reductions (a row-by-row order, or chunks of 32,768 tokens that stay in the core's
+    cache, measured no faster in decoding's cold caches). A given law that is not the softmax of its logits / T
+    (checked at the argmax and the argmin, where x_i is exp(-L_i) and exp(min y_i / T - L_i)) is a one-line
+    SelectorError."""
     if isinstance(logits[0], np.ndarray):
         shifted, weights, row, ones = _host_workspace(logits[0].shape[0])
         peaks, lows = [], []
