@@ -222,9 +222,10 @@ class HostForward:
             if model.projections:
                 self.norm = tuple(np.stack([host(part)[None] for part in parts]) for parts in zip(
                     *((linear.bias, norm.weight, norm.bias) for linear, norm in model.projections)))
-                self.eps = [float(norm.eps) for _, norm in model.projections]
-                if len(set(self.eps)) != 1:
+                epsilons = {float(norm.eps) for _, norm in model.projections}
+                if len(epsilons) != 1:
                     raise SelectorError("the host forward norms every hidden block with one epsilon")
+                self.eps = np.float32(epsilons.pop())
             self.layers = [(host(layer.weight).T.copy(), host(layer.bias)) if isinstance(layer, nn.Linear) else "gelu"
                            for layer in model.mlp if not isinstance(layer, SeededDropout)]
             if any(isinstance(layer, nn.GELU) and layer.approximate != "none" for layer in model.mlp):
@@ -255,7 +256,7 @@ class HostForward:
             projected += bias
             projected -= projected.mean(axis=2, keepdims=True)
             variance = np.square(projected).mean(axis=2, keepdims=True)  # biased, as LayerNorm's
-            variance += np.float32(self.eps[0])
+            variance += self.eps
             projected /= np.sqrt(variance, out=variance)
             projected *= gain
             projected += shift
