@@ -305,3 +305,48 @@ def test_top_k_on_model_logits_takes_the_k_largest_alone(top_k, top_p):
                                                                           top_k, top_p), rtol=0, atol=1e-12)
         assert torch.equal(tied[0], sampling.probabilities(logits[4:5].to(torch.float64))[0])
         assert bool(torch.isnan(tied[1]).all())
+
+
+# --- the cache keyword across transformers releases ---------------------------------------------------------------
+
+def test_the_cache_goes_by_the_keyword_the_forward_takes(tiny_model):
+    """transformers renamed forward's ``past_key_values`` to ``cache`` (5.24 warns the old name goes in 5.40):
+    the keyword comes from the installed release's signature, and an older signature keeps the old name."""
+    import inspect
+
+    from verispec.models.tree_forward import cache_keyword
+
+    keyword = cache_keyword(tiny_model)
+    assert keyword in inspect.signature(type(tiny_model).forward).parameters
+
+    class OlderRelease(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, attention_mask=None):
+            return past_key_values
+
+    class NewerRelease(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, attention_mask=None, **kwargs):
+            return cache
+
+    assert cache_keyword(OlderRelease()) == "past_key_values"
+    assert cache_keyword(NewerRelease()) == "cache"
+
+
+def test_no_forward_passes_a_deprecated_cache_keyword(tiny_model):
+    """The tree forward, the graphed forward's buffers and the batched traces' forward each run without a
+    deprecation warning (turned into an error here), whatever the installed release calls the cache."""
+    import warnings
+
+    from transformers import DynamicCache
+
+    from verispec.models.batched import batch_forward, left_padded, positions_of
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        torch.testing.assert_close(CachedModel(tiny_model).prefill([7, 1]), _alone(tiny_model, [7, 1]),
+                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(CachedModel(tiny_model, 40, graphs=True).prefill([7, 1]),
+                                   _alone(tiny_model, [7, 1]), rtol=0, atol=1e-12)
+        ids, mask = left_padded([[7, 1]], tiny_model.device, 0)
+        torch.testing.assert_close(batch_forward(tiny_model, DynamicCache(), ids, mask, positions_of(mask))[0],
+                                   _alone(tiny_model, [7, 1]), rtol=0, atol=1e-12)

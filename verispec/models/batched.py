@@ -38,6 +38,7 @@ from verispec.models.generation import (
 )
 from verispec.models.pair import ModelPair
 from verispec.models.sampling import Sampling
+from verispec.models.tree_forward import cache_keyword
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -72,7 +73,7 @@ def batch_forward(model, cache, ids, mask, positions):
     import torch
 
     with torch.no_grad():
-        output = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+        output = model(input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_keyword(model): cache},
                        use_cache=True, logits_to_keep=1)
     return output.logits[:, -1]
 

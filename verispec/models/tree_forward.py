@@ -39,6 +39,25 @@ from dataclasses import dataclass
 from verispec.errors import VerispecError
 
 
+def cache_keyword(model) -> str:
+    """The keyword a transformers model's ``forward`` takes its KV cache by: ``cache`` in the releases that renamed
+    it (5.24 warns that ``past_key_values`` goes in 5.40), else ``past_key_values``. Read from the signature once
+    per model class, so both spellings work and no release's deprecation warning fires."""
+    import inspect
+
+    kind = type(model)
+    if kind not in _CACHE_KEYWORDS:
+        try:
+            parameters = inspect.signature(kind.forward).parameters
+        except (TypeError, ValueError, AttributeError):  # a forward without a signature: the long-standing name
+            parameters = {}
+        _CACHE_KEYWORDS[kind] = "cache" if "cache" in parameters else "past_key_values"
+    return _CACHE_KEYWORDS[kind]
+
+
+_CACHE_KEYWORDS: dict[type, str] = {}
+
+
 @dataclass(frozen=True, eq=False)
 class CommittedState:
     """A committed sequence's KV cache (``CachedModel.snapshot``): per layer (keys, values), each [1, heads,
@@ -206,7 +225,7 @@ class CachedModel:
         if self.max_length is not None:  # writes go to the slots after the committed and pending tokens
             _set_cache_length(self.cache, self.committed + start)
         with torch.no_grad():
-            output = self.model(torch.tensor([tokens], device=self.device), past_key_values=self.cache,
+            output = self.model(torch.tensor([tokens], device=self.device), **{cache_keyword(self.model): self.cache},
                                 attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
                                 use_cache=True, output_hidden_states=self.hidden,
                                 logits_to_keep=1 if last_only else 0)
@@ -354,7 +373,7 @@ class GraphedForward:
         import torch
 
         with torch.no_grad():
-            return self.model(buffers["ids"], past_key_values=self.cache, attention_mask=buffers["mask"],
+            return self.model(buffers["ids"], **{cache_keyword(self.model): self.cache}, attention_mask=buffers["mask"],
                               position_ids=buffers["positions"], use_cache=True).logits
 
     def forward(self, tokens: list[int], positions: list[int], allowed, start: int):
