@@ -41,4 +41,17 @@ def peak_rss_bytes() -> int:
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 
 
-__all__ = ["peak_rss_bytes", "trim_heap"]
+def available_memory_bytes() -> int | None:
+    """Memory the system could give new processes now without swapping (Linux's MemAvailable), in bytes; None
+    where the system does not say (no /proc/meminfo)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+__all__ = ["available_memory_bytes", "peak_rss_bytes", "trim_heap"]

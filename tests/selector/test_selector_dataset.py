@@ -85,7 +85,7 @@ def test_resumed_build_computes_only_the_missing_roots(tmp_path, monkeypatch):
     """Build a prefix of the roots, then all of them: the second run labels only the rest, the file holds every
     root once in the order given, and its rows equal those of one uninterrupted build (the conditional
     estimator's seed is derived from the root, not from its position)."""
-    import verispec.selector.dataset as module
+    import verispec.selector.labelling as module  # where the workers look label_root up
 
     roots = synthetic_roots("markov", 3, range(6), divergence=[0.1, 0.9])
     calls = []
@@ -116,7 +116,7 @@ def test_resumed_build_computes_only_the_missing_roots(tmp_path, monkeypatch):
 def test_interrupted_build_keeps_what_it_finished(tmp_path, monkeypatch):
     """An interruption after three roots (KeyboardInterrupt in the fourth) leaves those three in the row store; the
     rerun labels the other three, and no root is duplicated or dropped."""
-    import verispec.selector.dataset as module
+    import verispec.selector.labelling as module  # where the workers look label_root up
 
     roots = synthetic_roots("context-free", 3, range(6))
     original, calls = module.label_root, []

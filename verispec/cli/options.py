@@ -169,10 +169,13 @@ def add_sampling_options(parser) -> None:
                         help="top-k sampling, applied to target and draft alike")
 
 
-def add_backend_options(parser) -> None:
-    """--backend, --jobs, --address: how sweep, report and selector dataset run their cells."""
-    parser.add_argument("--backend", default="local", choices=BACKENDS,
-                        help="serial, local processes (default), or a dask / ray cluster (--address)")
+def add_backend_options(parser, *, default: str | None = "local", default_help: str | None = None) -> None:
+    """--backend, --jobs, --address: how sweep, report and selector dataset run their cells. ``default``: the
+    backend without --backend (None: the command decides, as ``default_help`` says)."""
+    parser.add_argument("--backend", default=default, choices=BACKENDS,
+                        help="serial, local processes (default), or a dask / ray cluster (--address)"
+                        if default_help is None else
+                        f"serial, local processes, or a dask / ray cluster (--address); default: {default_help}")
     parser.add_argument("--jobs", type=integer_option(minimum=1, what="a positive integer"), default=None,
                         help="local processes (default and at most: the cores this process may use)")
     parser.add_argument("--address", default=None,

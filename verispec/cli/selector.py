@@ -114,7 +114,9 @@ def _add_dataset_parser(steps) -> None:
     dataset.add_argument("--hidden", action="store_true",
                          help="also keep each root's last-layer hidden states (target_prev, draft_prev, draft_root; "
                               "a pair's roots only), for 'selector train --hidden'")
-    add_backend_options(dataset)
+    # a pair's roots label in this process by default (the pair loaded once); on workers, each loads its own copy
+    add_backend_options(dataset, default=None, default_help="local for synthetic roots, serial for a pair's roots "
+                        "(the pair loaded once, here; on workers each loads its own copy)")
     add_device_options(dataset)
 
 
@@ -291,6 +293,8 @@ def _build(args) -> int:
     if from_pair == (args.family is not None):
         raise VerispecError("give the roots: --family F (synthetic) or --pair NAME (traces of a model pair), one "
                             "of them")
+    if args.backend is None:
+        args.backend = "serial" if from_pair else "local"
     pair = None
     if args.family is not None:
         divergences = [_float(part, "--divergences") for part in args.divergences.split(",") if part.strip()]
@@ -309,6 +313,10 @@ def _build(args) -> int:
         samplings = [parse_setting(text) for text in (args.sampling or DEFAULT_SAMPLINGS)]
         args.temperature, args.top_k, args.top_p = 1.0, None, None  # settings come from --sampling
         pair, _ = load_pair(args)
+        if args.backend != "serial":  # workers that could not load the pair are refused before any trace
+            from verispec.selector.labelling import check_pair_workers
+
+            check_pair_workers(pair, args.backend, args.jobs, args.address)
         from verispec.models.prompts import prompt_set_digest
 
         _stderr(f"verispec: tracing {len(prompts)} prompts (texts sha256 {prompt_set_digest(prompts)[:12]}) x "

@@ -55,12 +55,15 @@ def output_width(model) -> int:
 
 @dataclass
 class ModelPair:
-    """A target and a draft causal LM on one device, and the tokenizer they share (None: token ids only)."""
+    """A target and a draft causal LM on one device, and the tokenizer they share (None: token ids only).
+    ``source``: how ``load_pair`` loaded it (a ``PairSource``), so that worker processes can load it again; None
+    for a pair built in memory."""
 
     target: Any
     draft: Any
     tokenizer: Any = None
     name: str = "pair"
+    source: PairSource | None = None
 
     def __post_init__(self):
         widths = output_width(self.target), output_width(self.draft)
@@ -76,6 +79,12 @@ class ModelPair:
     @property
     def vocab_size(self) -> int:
         return output_width(self.target)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of both models' parameters and buffers (what each process that loads the pair holds)."""
+        return sum(tensor.numel() * tensor.element_size() for model in (self.target, self.draft)
+                   for tensors in (model.parameters(), model.buffers()) for tensor in tensors)
 
     @property
     def device(self):
@@ -150,9 +159,26 @@ def _load_one(name: str, role: str, device, dtype):
     return tokenizer, model.to(device).eval()
 
 
+@dataclass(frozen=True)
+class PairSource:
+    """Where a pair comes from, as ``load_pair`` takes it: an installed pair's name (``draft`` None) or two local
+    model directories (or cached model ids), the device and the dtype, as text. Picklable: a worker process of a
+    dataset build loads the pair from it (``load``)."""
+
+    target: str
+    draft: str | None
+    device: str
+    dtype: str
+
+    def load(self) -> ModelPair:
+        return load_pair(self.target, self.draft, device=self.device, dtype=self.dtype)
+
+
 def load_pair(target: str, draft: str | None = None, *, device="cpu", dtype="auto") -> ModelPair:
     """Load a (target, draft) pair: ``load_pair("qwen-coder")`` for an installed pair, or
     ``load_pair(TARGET, DRAFT)`` with local directories or cached model ids. Never downloads."""
+    source = PairSource(str(target), None if draft is None else str(draft), str(device),
+                        dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch."))
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     name = target
@@ -166,4 +192,4 @@ def load_pair(target: str, draft: str | None = None, *, device="cpu", dtype="aut
     target_tokenizer, target_model = _load_one(target, "target", device, torch_dtype)
     draft_tokenizer, draft_model = _load_one(draft, "draft", device, torch_dtype)
     check_tokenizers(target_tokenizer, draft_tokenizer, target, draft)
-    return ModelPair(target_model, draft_model, target_tokenizer, name)
+    return ModelPair(target_model, draft_model, target_tokenizer, name, source)

@@ -17,211 +17,47 @@ every 16 tokens of offline decoding traces, each labelled with its Eq. 3 estimat
 row is kept in a ``ResultStore`` (``OUT.roots.json``) keyed on the root and recording every other parameter
 (grid, method, samples, seed, epsilon, latency, features), so an interrupted or extended build computes only the
 roots it lacks and never holds a root twice. Synthetic roots run serially, on local processes, or on a Dask or
-Ray cluster; roots of a pair run in this process (the pair is loaded once). The dataset is one ``.npz`` file
+Ray cluster, and so do a pair's roots, a group at a time, each worker loading the pair once (serially, in this
+process, where the pair is loaded already). The dataset is one ``.npz`` file
 (``verispec.selector.dataset_file``), written atomically.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from verispec import budget
-from verispec.errors import ProblemTooLargeError, ResultStoreError, VerifierError, describe
-from verispec.io import ResultStore, check_output, check_output_file, pack_floats, unpack_floats
+from verispec.errors import ProblemTooLargeError, ResultStoreError, describe
+from verispec.io import ResultStore, check_output, check_output_file, unpack_floats
 from verispec.memory import trim_heap
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
 from verispec.selector.hidden_states import HIDDEN_NAMES, collect_hidden_states, root_hidden
+from verispec.selector.labelling import (
+    check_pair_workers,
+    label_pair_tasks,
+    label_root,
+    label_roots,
+    label_tasks,
+    root_problem,
+    root_problems,
+)
 from verispec.selector.roots import (
     Root,
-    _derived_seed,
     _sampling_dict,
     sampling_text,
     synthetic_roots,
     trace_roots,
 )
-from verispec.simulator.problems import Problem, ShiftedProblem
 
 #: Label methods ``build_dataset`` accepts ("auto": exact for synthetic roots, falling back to conditional where
 #: the exact engine refuses, and conditional for the roots of a pair).
 BUILD_METHODS = ("auto", "exact", "certified", "conditional")
-
-# --- one root -------------------------------------------------------------------------------------------------
-
-
-def root_problem(root: Root, depth: int, pair=None, shared=None) -> tuple[Problem, Callable[[], tuple]]:
-    """(the problem after the root's whole context, ``laws``) of one root, where ``laws()`` gives (p_prev, q_prev,
-    q_root) [V] each; ``depth`` is the deepest tree to be labelled (the table depth of a random per-prefix
-    problem). At a pair's root p_prev is computed with the target's first forward over the labels' combs (read
-    ``laws()`` after labelling to save a forward), and ``shared`` (a ``SharedContext``) hands the problem the
-    previous root's caches (their common context prefix is not fed again)."""
-    if root.pair is not None:
-        problems, _ = root_problems([root], depth, pair, shared)
-        return problems[0]
-    from verispec.study.cells import build_problem
-
-    prefix = root.context
-    base = build_problem(dict(root.problem), len(prefix) + depth)
-    laws = (np.asarray(base.target(prefix[:-1]), dtype=np.float64), np.asarray(base.draft(prefix[:-1]),
-            dtype=np.float64), np.asarray(base.draft(prefix), dtype=np.float64))
-    return ShiftedProblem(base, prefix), lambda: laws
-
-
-def root_problems(roots: Sequence[Root], depth: int, pair, shared=None):
-    """``root_problem`` of several roots of ``pair`` at once: ([(problem, laws)], together), the problems those of
-    one ``ProblemPack`` (their contexts side by side in one cache a model; ``shared`` prefills each context's
-    tokens that the previous one's lacks), so that the model forwards asked for inside ``together()`` run as one
-    pass for all of them. The draft is fed each root's last two context tokens in one pass (its combs grow from
-    the root), and p_prev rides with the target's first pass."""
-    from verispec.models.problem import ProblemPack
-
-    for root in roots:
-        if root.pair is None or pair is None or pair.name != root.pair:
-            raise DatasetError(f"the root of group {root.group!r} comes from the pair {root.pair!r}; pass that pair "
-                               f"(got {'none' if pair is None else repr(pair.name)})")
-    pack = ProblemPack(pair, [list(root.context[:-1]) for root in roots], [root.sampling for root in roots],
-                       shared=shared)
-    with pack.together():
-        for base, root in zip(pack.problems, roots):
-            base.extend_drafts([(), (root.context[-1],)])  # the draft keeps both nodes: its combs grow from the root
-            base.defer([()])
-    return [_pair_root_problem(base, root.context[-1]) for base, root in zip(pack.problems, roots)], pack.together
-
-
-def _pair_root_problem(base, last: int) -> tuple[Problem, Callable[[], tuple]]:
-    return ShiftedProblem(base, (last,)), lambda: (np.asarray(base.target(())), np.asarray(base.draft(())),
-                                                   np.asarray(base.draft((last,))))
-
-
-def label_root(root: Root, grid, *, method: str, samples: int, seed: int, epsilon: float, latency,
-               pair=None, shared=None) -> dict:
-    """The row of one root: its features, its labels for every action of ``grid`` and how they were computed.
-    The conditional estimator's seed is derived from ``seed`` and the root, so a root gets the same labels
-    whichever other roots are built with it."""
-    if root.pair is not None:
-        return label_roots([root], grid, method=method, samples=samples, seed=seed, epsilon=epsilon, latency=latency,
-                           pair=pair, shared=shared)[0]
-    start = time.perf_counter()
-    problem, laws = root_problem(root, grid.max_depth)
-    return _row(root, laws, lambda: _labels(problem, root, grid, method, samples, seed, epsilon), latency, start)
-
-
-def label_roots(roots: Sequence[Root], grid, *, method: str, samples: int, seed: int, epsilon: float, latency, pair,
-                shared=None) -> list[dict]:
-    """The rows of several roots of ``pair`` (``label_root`` each), labelled together: their problems one
-    ``ProblemPack``, and conditional labels drawn level by level in lockstep, so each draft level of all their combs
-    is one draft pass and the target runs once over all their combs (``conditional_exact_labels_together``). Each
-    root draws from its own derived seed: its labels are those it gets alone, up to the rounding of the larger
-    passes. A row's ``seconds`` is the group's time shared equally, ``batch`` the group's size."""
-    from verispec.selector.labels import conditional_exact_labels_together
-
-    roots = list(roots)
-    start = time.perf_counter()
-    problems, together = root_problems(roots, grid.max_depth, pair, shared)
-    wanted = [_wanted_method(root, method) for root in roots]
-    if all(name == "conditional" for name in wanted):
-        try:
-            labels = conditional_exact_labels_together(
-                [problem for problem, _ in problems], grid, samples=samples,
-                seeds=[_derived_seed("labels", int(seed), root.key()) for root in roots], together=together)
-        except VerifierError:  # NaN laws (a filter with no mass left) break a rule first: the features name them
-            for root, (_, laws) in zip(roots, problems):
-                _features(root, laws, latency)
-            raise
-        computed = dict(zip((root.key() for root in roots), labels))
-    else:
-        computed = {}
-    def labelled(root: Root, problem):
-        if root.key() in computed:
-            return computed[root.key()]
-        return _labels(problem, root, grid, method, samples, seed, epsilon)
-
-    rows = [_row(root, laws, lambda root=root, problem=problem: labelled(root, problem), latency, start)
-            for root, (problem, laws) in zip(roots, problems)]
-    seconds = time.perf_counter() - start
-    for row in rows:
-        row["seconds"], row["batch"] = seconds / len(rows), len(rows)
-    return rows
-
-
-def _features(root: Root, laws, latency) -> np.ndarray:
-    from verispec.selector.actions import SelectorError
-    from verispec.selector.features import scalar_features
-
-    try:
-        return scalar_features(*laws(), context_length=len(root.context), sampling=root.sampling, latency=latency)
-    except SelectorError as error:
-        raise DatasetError(f"root of group {root.group!r} at context length {len(root.context)}: {error}") from None
-
-
-def _row(root: Root, laws, labelled: Callable, latency, start: float) -> dict:
-    """A root's row from its labels (``labelled()``) and its features (read after the labels: a pair's p_prev came
-    with their first target forward)."""
-    try:
-        labels = labelled()
-    except VerifierError:  # NaN laws (a filter with no mass left) break a rule first: the features name them
-        _features(root, laws, latency)
-        raise
-    row = _features(root, laws, latency).tolist()
-    if not np.isfinite(labels.efficiency).all():
-        raise DatasetError(f"root of group {root.group!r}: a label is not finite (NaN laws at the root?)")
-    # arrays packed (every bit kept): a root of 7 rules' grid holds 476 actions x (4 + m) values
-    return {"features": row, **{name: pack_floats(getattr(labels, name)) for name in
-                                ("efficiency", "stderr", "lower", "upper")},
-            "label_method": labels.method, "context_length": len(root.context), "group": root.group,
-            "per_sample": None if labels.per_sample is None else pack_floats(labels.per_sample),
-            "seconds": time.perf_counter() - start}
-
-
-def _wanted_method(root: Root, method: str) -> str:
-    """The method a root's labels are first tried with ('auto': exact for a synthetic root, else conditional)."""
-    if method == "auto":
-        return "exact" if root.kind == "synthetic" else "conditional"
-    return method
-
-
-def _labels(problem, root: Root, grid, method: str, samples: int, seed: int, epsilon: float):
-    """The root's labels by ``method`` ('auto': exact for a synthetic root where the engine takes it, else
-    conditional-exact)."""
-    from verispec.selector.labels import certified_labels, conditional_exact_labels, exact_labels
-
-    wanted = _wanted_method(root, method)
-    labels = None
-    if wanted == "exact":
-        try:
-            labels = exact_labels(problem, grid)
-        except ProblemTooLargeError:
-            if method != "auto":
-                raise
-            wanted = "conditional"
-    if wanted == "certified":
-        labels = certified_labels(problem, grid, epsilon)
-    if wanted == "conditional":
-        labels = conditional_exact_labels(problem, grid, samples=samples,
-                                          seed=_derived_seed("labels", int(seed), root.key()))
-    return labels
-
-
-def _label_task(task: dict) -> dict:
-    """One root of a worker (plain data in, plain data out: it travels to processes and clusters)."""
-    from verispec.latency import LatencyModel
-    from verispec.selector.actions import ActionGrid
-
-    row = label_root(Root.from_dict(task["root"]), ActionGrid.from_dict(task["grid"]), method=task["method"],
-                     samples=task["samples"], seed=task["seed"], epsilon=task["epsilon"],
-                     latency=LatencyModel.from_dict(task["latency"]))
-    return {"key": task["key"], **row}
-
-
-def label_tasks(tasks: list[dict]) -> list[dict]:
-    """The rows of a chunk of roots, in order (one task of a pool or cluster)."""
-    return [_label_task(task) for task in tasks]
-
 
 def check_dataset_output(out: str | Path, *, overwrite: bool = False) -> Path:
     """The row store of the dataset ``out``, after refusing on one line, before any work, an output that cannot be
@@ -259,7 +95,6 @@ def check_label_costs(roots: Sequence[Root], grid, method: str, *, pair=None, sa
     for hours. Returns the kinds (family, V) or (pair, V) to label conditional-exact. At a pair's roots the model
     forwards are not counted, and certified labels not estimated (their search stops where the pair's mass is,
     which no bound before it tells); 'auto' labels a pair's roots conditional-exact in any case."""
-    from verispec.errors import ProblemTooLargeError
     from verispec.selector.labels import label_estimates
     from verispec.simulator.engine import ProblemShape, readable_cost
     from verispec.study.cells import MAX_CELL_BYTES, MAX_CELL_SECONDS, family_shape
@@ -317,9 +152,11 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     Rows are kept in the row store ``OUT.roots.json`` (a ``ResultStore`` keyed on each root, recording every other
     parameter), saved every few seconds and on any interruption, so a rerun computes only the roots it lacks: each
     root appears once in the file whatever was interrupted (a root given twice is labelled once). ``out`` itself is
-    rewritten atomically at the end, its roots in the order given. Synthetic roots run on ``backend`` ('serial',
-    'local' with ``jobs`` processes at most the cores, 'dask' at ``address`` or 'local:N', 'ray'); roots of a pair
-    run in this process on ``pair``. An existing ``out`` without its row store is refused unless ``overwrite``,
+    rewritten atomically at the end, its roots in the order given. Roots run on ``backend`` ('serial', 'local' with
+    ``jobs`` processes at most the cores, 'dask' at ``address`` or 'local:N', 'ray'): a pair's roots in this
+    process on ``pair`` when serial, else a group a task on workers that each load the pair from ``pair.source``
+    once (``label_pair_tasks``; refused first where this machine's free memory cannot hold a copy a worker:
+    ``check_pair_workers``). An existing ``out`` without its row store is refused unless ``overwrite``,
     which starts over. ``latency`` prices the latency features. ``root_batch``: a pair's roots labelled together, in
     ``pair_root_groups``. ``hidden``: also keep each root's hidden states (``root_hidden``; a pair's roots only), in
     their own row store ``OUT.hidden.json`` (so a labelled build gains them without labelling again). Before the
@@ -355,31 +192,36 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
                                                                             int(root.problem["vocab"]))
         return "conditional" if kind in conditional else method
 
+    common = {name: value for name, value in settings.items() if name != "method"}
     tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "method": method_of(keyed[key]),
-              **{name: value for name, value in settings.items() if name != "method"}}
-             for key in todo if keyed[key].kind == "synthetic"]
-    if tasks:
+              **common} for key in todo if keyed[key].kind == "synthetic"]
+    groups = _pending_groups(pair_root_groups(keys, keyed, root_batch), store, lambda key: method_of(keyed[key]))
+    pair_tasks = []
+    if groups and backend != "serial":  # each worker loads the pair once and labels whole groups
+        threads = check_pair_workers(pair, backend, jobs, address)
+        source = dataclasses.asdict(pair.source)
+        pair_tasks = [{"keys": members, "roots": [keyed[key].as_dict() for key in members], "grid": grid.as_dict(),
+                       "method": name, **common, "pair": source, "threads": threads} for name, members in groups]
+    if tasks or pair_tasks:
         worker_processes(backend, jobs, address)  # refuses --address with a backend that runs here
 
     def batches():
-        """The rows of the pair's roots in this process, a group at a time (``pair_root_groups``; a group's rows
-        are saved together), then the synthetic roots'."""
+        """The rows of the pair's roots (in this process for 'serial', a group at a time, a group's rows saved
+        together; else on the backend's workers), then the synthetic roots'."""
         from verispec.models.problem import SharedContext
 
-        shared = SharedContext(pair) if pair is not None else None
-        for whole in pair_root_groups(keys, keyed, root_batch):
-            group = [key for key in whole if not store.done(key)]
-            for name in dict.fromkeys(method_of(keyed[key]) for key in group):
-                members = [key for key in group if method_of(keyed[key]) == name]
-                budget.check("the dataset build")  # --time-budget: the rows so far are saved, a rerun resumes
-                rows = label_roots([keyed[key] for key in members], grid, method=name, samples=int(samples),
-                                   seed=int(seed), epsilon=float(epsilon), latency=latency, pair=pair, shared=shared)
-                yield [{"key": key, **row} for key, row in zip(members, rows)]
-                # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
-                # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
-                # grew to 24 GB and was killed without this; the freed laws then leave the heap (2-3 GB a root)
-                gc.collect()
-                trim_heap()
+        shared = SharedContext(pair) if pair is not None and not pair_tasks else None
+        for name, members in groups if not pair_tasks else ():
+            budget.check("the dataset build")  # --time-budget: the rows so far are saved, a rerun resumes
+            rows = label_roots([keyed[key] for key in members], grid, method=name, samples=int(samples),
+                               seed=int(seed), epsilon=float(epsilon), latency=latency, pair=pair, shared=shared)
+            yield [{"key": key, **row} for key, row in zip(members, rows)]
+            # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
+            # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
+            # grew to 24 GB and was killed without this; the freed laws then leave the heap (2-3 GB a root)
+            gc.collect()
+            trim_heap()
+        yield from execute(pair_tasks, backend, jobs, address, label_pair_tasks)
         yield from execute(tasks, backend, jobs, address, label_tasks)
 
     save_as_they_arrive(batches(), lambda row: row["key"], store.add_many, total=len(keys),
@@ -388,6 +230,17 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     dataset = _dataset(keys, keyed, [store.rows[key] for key in keys], grid, settings, pair, states)
     dataset.save(out)
     return dataset
+
+
+def _pending_groups(groups: list[list[str]], store, method_of: Callable[[str], str]) -> list[tuple[str, list[str]]]:
+    """(method, keys) of the roots still to label, group by group of ``groups``, each group split by the method its
+    roots take: what one ``label_roots`` call labels together."""
+    pending = []
+    for whole in groups:
+        group = [key for key in whole if not store.done(key)]
+        for name in dict.fromkeys(method_of(key) for key in group):
+            pending.append((name, [key for key in group if method_of(key) == name]))
+    return pending
 
 
 def pair_root_groups(keys: list[str], keyed: dict, root_batch: int) -> list[list[str]]:
@@ -493,5 +346,6 @@ def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
 
 
 __all__ = ["BUILD_METHODS", "HIDDEN_NAMES", "Root", "build_dataset", "check_dataset_output", "check_label_costs",
-           "label_root", "label_roots", "label_tasks", "pair_root_groups", "root_hidden", "root_problem",
-           "root_problems", "sampling_text", "store_path", "synthetic_roots", "trace_roots", "trace_store_path"]
+           "check_pair_workers", "label_pair_tasks", "label_root", "label_roots", "label_tasks", "pair_root_groups",
+           "root_hidden", "root_problem", "root_problems", "sampling_text", "store_path", "synthetic_roots",
+           "trace_roots", "trace_store_path"]

@@ -45,7 +45,8 @@ def execute(tasks: list, backend: str, jobs: int | None, address, run_chunk: Cal
     """Results of ``tasks`` in batches, as the batches finish, in any order: ``run_chunk`` (a module-level
     function, so that it travels to processes and clusters) maps a chunk of tasks to their rows, serially in
     this process, on a pool of local processes capped at the cores, on a Dask cluster or on Ray: a sweep's cells
-    (``verispec.study.cells.run_cells``), a selector dataset's roots (``verispec.selector.dataset.label_tasks``).
+    (``verispec.study.cells.run_cells``), a selector dataset's roots (``verispec.selector.labelling.label_tasks``,
+    ``label_pair_tasks``).
 
     A generator: close it (``contextlib.closing``) when the loop over it ends early. Ended by an exception (a
     ``BuildInterrupted`` from SIGTERM or Ctrl-C included) or closed, it stops the work it started: a local pool's
