@@ -85,6 +85,25 @@ def test_local_workers_give_the_serial_rows(saved_pair, tmp_path, monkeypatch):
     np.testing.assert_allclose(workers.per_sample, serial.per_sample, rtol=0, atol=1e-12)
 
 
+def test_a_ray_cluster_gives_the_serial_rows(saved_pair, tmp_path, ray_cluster):
+    """The session's local Ray (``ray_cluster``): its workers load the pair themselves and give the serial rows."""
+    pair, roots = saved_pair
+    serial = _build(pair, roots, tmp_path / "serial.npz")
+    clustered = _build(pair, roots, tmp_path / "ray.npz", backend="ray")
+    assert clustered.key.tolist() == serial.key.tolist()
+    np.testing.assert_allclose(clustered.efficiency, serial.efficiency, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_a_dask_local_cluster_gives_the_serial_rows(saved_pair, tmp_path):
+    pytest.importorskip("distributed")
+    pair, roots = saved_pair
+    serial = _build(pair, roots[:4], tmp_path / "serial.npz")
+    clustered = _build(pair, roots[:4], tmp_path / "dask.npz", backend="dask", address="local:1")
+    assert clustered.key.tolist() == serial.key.tolist()
+    np.testing.assert_allclose(clustered.efficiency, serial.efficiency, rtol=0, atol=1e-12)
+
+
 def test_a_build_resumed_on_workers_labels_only_the_missing_roots(saved_pair, tmp_path):
     pair, roots = saved_pair
     out = tmp_path / "resumed.npz"

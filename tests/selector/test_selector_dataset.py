@@ -160,9 +160,8 @@ def test_dask_local_cluster_gives_the_serial_rows(tmp_path):
 
 
 def test_a_ray_cluster_gives_the_serial_rows(tmp_path, ray_cluster):
-    """Synthetic roots go through the sweep's executor, Ray included (the session's local Ray, ``ray_cluster``);
-    the roots of a model pair are labelled in the build's own process, the pair loaded once, whatever the
-    backend."""
+    """Synthetic roots go through the sweep's executor, Ray included (the session's local Ray, ``ray_cluster``; a
+    pair's roots on Ray: tests/selector/test_pair_workers.py)."""
     roots = synthetic_roots("markov", 3, range(4))
     serial = _build(roots, tmp_path / "serial.npz")
     clustered = _build(roots, tmp_path / "ray.npz", backend="ray")
