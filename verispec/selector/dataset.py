@@ -196,31 +196,15 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "method": method_of(keyed[key]),
               **common} for key in todo if keyed[key].kind == "synthetic"]
     groups = _pending_groups(pair_root_groups(keys, keyed, root_batch), store, lambda key: method_of(keyed[key]))
-    pair_tasks = []
-    if groups and backend != "serial":  # each worker loads the pair once and labels whole groups
-        threads = check_pair_workers(pair, backend, jobs, address)
-        source = dataclasses.asdict(pair.source)
-        pair_tasks = [{"keys": members, "roots": [keyed[key].as_dict() for key in members], "grid": grid.as_dict(),
-                       "method": name, **common, "pair": source, "threads": threads} for name, members in groups]
+    pair_tasks = _pair_tasks(groups, keyed, grid, common, pair, backend, jobs, address)
     if tasks or pair_tasks:
         worker_processes(backend, jobs, address)  # refuses --address with a backend that runs here
 
     def batches():
-        """The rows of the pair's roots (in this process for 'serial', a group at a time, a group's rows saved
-        together; else on the backend's workers), then the synthetic roots'."""
-        from verispec.models.problem import SharedContext
-
-        shared = SharedContext(pair) if pair is not None and not pair_tasks else None
-        for name, members in groups if not pair_tasks else ():
-            budget.check("the dataset build")  # --time-budget: the rows so far are saved, a rerun resumes
-            rows = label_roots([keyed[key] for key in members], grid, method=name, samples=int(samples),
-                               seed=int(seed), epsilon=float(epsilon), latency=latency, pair=pair, shared=shared)
-            yield [{"key": key, **row} for key, row in zip(members, rows)]
-            # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles
-            # that only a full collection frees, and big arrays do not trigger one: a 96-root Qwen build
-            # grew to 24 GB and was killed without this; the freed laws then leave the heap (2-3 GB a root)
-            gc.collect()
-            trim_heap()
+        """The rows of the pair's roots (here when serial, else on the backend's workers), then the synthetic
+        roots'."""
+        if not pair_tasks:
+            yield from _label_groups_here(groups, keyed, grid, settings, latency, pair)
         yield from execute(pair_tasks, backend, jobs, address, label_pair_tasks)
         yield from execute(tasks, backend, jobs, address, label_tasks)
 
@@ -230,6 +214,37 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     dataset = _dataset(keys, keyed, [store.rows[key] for key in keys], grid, settings, pair, states)
     dataset.save(out)
     return dataset
+
+
+def _pair_tasks(groups, keyed: dict, grid, common: dict, pair, backend: str, jobs, address) -> list[dict]:
+    """The tasks of a pair's pending ``groups`` on the backend's workers (none when serial: they label here), each
+    worker loading the pair once (``label_pair_tasks``); refused first where the workers could not load it
+    (``check_pair_workers``)."""
+    if not groups or backend == "serial":
+        return []
+    threads = check_pair_workers(pair, backend, jobs, address)
+    source = dataclasses.asdict(pair.source)
+    return [{"keys": members, "roots": [keyed[key].as_dict() for key in members], "grid": grid.as_dict(),
+             "method": name, **common, "pair": source, "threads": threads} for name, members in groups]
+
+
+def _label_groups_here(groups, keyed: dict, grid, settings: dict, latency, pair):
+    """The rows of a pair's pending ``groups`` labelled in this process, a group at a time (a group's rows saved
+    together), the prompts' shared prefixes prefilled once (``SharedContext``)."""
+    from verispec.models.problem import SharedContext
+
+    shared = SharedContext(pair) if groups else None
+    for name, members in groups:
+        budget.check("the dataset build")  # --time-budget: the rows so far are saved, a rerun resumes
+        rows = label_roots([keyed[key] for key in members], grid, method=name, samples=settings["samples"],
+                           seed=settings["seed"], epsilon=settings["epsilon"], latency=latency, pair=pair,
+                           shared=shared)
+        yield [{"key": key, **row} for key, row in zip(members, rows)]
+        # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles that only a
+        # full collection frees, and big arrays do not trigger one: a 96-root Qwen build grew to 24 GB and was
+        # killed without this; the freed laws then leave the heap (2-3 GB a root)
+        gc.collect()
+        trim_heap()
 
 
 def _pending_groups(groups: list[list[str]], store, method_of: Callable[[str], str]) -> list[tuple[str, list[str]]]:
