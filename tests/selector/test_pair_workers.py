@@ -151,25 +151,28 @@ def test_workers_beyond_free_memory_are_refused_before_any_starts(saved_pair, tm
 
 def test_the_command_labels_a_pair_on_local_workers(tmp_path, capsys, monkeypatch):
     """``selector dataset --backend local --jobs 2`` with --target/--draft: exit 0 and the rows of ``--backend
-    serial``; without --backend a pair's roots label in the command's own process (each copy of the pair costs its
-    memory), and workers beyond the free memory are refused in one line (exit 2) before any trace is decoded."""
+    serial``; --jobs alone asks for local workers and --address alone is refused (it names no cluster backend);
+    without either a pair's roots label in the command's own process (each copy of the pair costs its memory), and
+    workers beyond the free memory are refused in one line (exit 2) before any trace is decoded."""
     import verispec.memory
-    from tests.support.tiny_models import save_tiny_pair
+    from tests.support.tiny_models import tiny_dataset_command
     from verispec.cli import main
     from verispec.selector import dataset, labelling
 
-    target, draft = save_tiny_pair(tmp_path / "pair")
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("a b c d\ne f g\n")
-    command = ["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts), "--sampling",
-               "temperature=1,top_k=3", "--every", "2", "--trace-tokens", "4", "--ks", "1-2", "--l1s", "0-1", "--l2s",
-               "0-1", "--verifiers", "specinfer", "--samples", "2", "--threads", "2", "--dtype", "float64"]
+    command = tiny_dataset_command(tmp_path, "--threads", "2", "--dtype", "float64")
     assert main(command + ["--out", str(tmp_path / "serial.npz"), "--backend", "serial"]) == 0
     assert main(command + ["--out", str(tmp_path / "local.npz"), "--backend", "local", "--jobs", "2"]) == 0
     serial, local = Dataset.load(tmp_path / "serial.npz"), Dataset.load(tmp_path / "local.npz")
     assert local.key.tolist() == serial.key.tolist()
     np.testing.assert_allclose(local.efficiency, serial.efficiency, rtol=0, atol=1e-12)
     np.testing.assert_allclose(local.per_sample, serial.per_sample, rtol=0, atol=1e-12)
+
+    assert main(command + ["--out", str(tmp_path / "jobs.npz"), "--jobs", "2"]) == 0  # --jobs alone: local workers
+    np.testing.assert_allclose(Dataset.load(tmp_path / "jobs.npz").efficiency, serial.efficiency, rtol=0, atol=1e-12)
+    capsys.readouterr()
+    assert main(command + ["--out", str(tmp_path / "address.npz"), "--address", "local:2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--address" in err and "--backend dask or ray" in err, err
 
     started = []
     for module in (labelling, dataset):  # the workers' function, by either name

@@ -435,17 +435,12 @@ def test_a_build_past_its_time_budget_stops_saved_and_resumes(tmp_path, capsys, 
     would also hit the command's set-up at a random point), so the build exits 3 with one line saying how to
     continue and that trace saved; the same command without the budget then decodes only the other trace and
     finishes, and its dataset equals one built in one go."""
-    from tests.support.tiny_models import save_tiny_pair
+    from tests.support.tiny_models import tiny_dataset_command
     from verispec import budget
     from verispec.cli import main
     from verispec.errors import AnalysisTimeoutError
 
-    target, draft = save_tiny_pair(tmp_path / "pair")
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("a b c d\ne f g\n")
-    command = ["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts), "--sampling",
-               "temperature=1,top_k=3", "--every", "2", "--trace-tokens", "4", "--ks", "1-2", "--l1s", "0-1", "--l2s",
-               "0-1", "--verifiers", "specinfer", "--samples", "2", "--threads", "1", "--trace-batch", "1"]
+    command = tiny_dataset_command(tmp_path, "--threads", "1", "--trace-batch", "1")
     out, whole = tmp_path / "budget.npz", tmp_path / "whole.npz"
     calls = []
 

@@ -115,8 +115,8 @@ def _add_dataset_parser(steps) -> None:
                          help="also keep each root's last-layer hidden states (target_prev, draft_prev, draft_root; "
                               "a pair's roots only), for 'selector train --hidden'")
     # a pair's roots label in this process by default (the pair loaded once); on workers, each loads its own copy
-    add_backend_options(dataset, default=None, default_help="local for synthetic roots, serial for a pair's roots "
-                        "(the pair loaded once, here; on workers each loads its own copy)")
+    add_backend_options(dataset, default=None, default_help="local for synthetic roots; for a pair's roots serial "
+                        "(the pair loaded once, here), or local with --jobs (each worker loads its own copy)")
     add_device_options(dataset)
 
 
@@ -293,8 +293,11 @@ def _build(args) -> int:
     if from_pair == (args.family is not None):
         raise VerispecError("give the roots: --family F (synthetic) or --pair NAME (traces of a model pair), one "
                             "of them")
-    if args.backend is None:
-        args.backend = "serial" if from_pair else "local"
+    if args.backend is None:  # a pair's roots label here unless --jobs asks for workers
+        args.backend = "serial" if from_pair and args.jobs is None else "local"
+    from verispec.study.workers import worker_processes
+
+    worker_processes(args.backend, args.jobs, args.address)  # --address with a backend that runs here: refused
     pair = None
     if args.family is not None:
         divergences = [_float(part, "--divergences") for part in args.divergences.split(",") if part.strip()]
