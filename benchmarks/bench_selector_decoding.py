@@ -7,6 +7,7 @@ hidden states, at T = 0.7 top-k 20 top-p 0.8 (Qwen's recommended setting) and at
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 100    # an installed pair
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-torch-forward
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-logit-route
+    python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-projection 32
 
 The pair is by default the tiny config-built one (``verispec.models.tiny.tiny_pair(vocab=151936)``: random
 weights, a one-layer Qwen2 of width 32, cast to float32 as Qwen runs on a CPU): quick, and it needs no install,
@@ -22,7 +23,8 @@ waits out another process's time slice (a few ms), which lifts the mean and the 
 its numpy forward (``verispec.selector.network.HostForward``), interleaved seed by seed, and prints the ratio of
 the medians; ``--compare-logit-route`` likewise runs the features of unfiltered laws from their logits alone,
 ignoring the laws the decoder has computed (p_prev from the verify forward, q_prev from drafting), an exponential
-over the vocabulary for each.
+over the vocabulary for each; ``--compare-projection WIDTH`` runs the hidden-state decodes also with a network
+whose projections are WIDTH wide (``selector train --projection``), fewer weights to read a block.
 ``--threads`` also caps the BLAS under numpy (set before numpy loads, unless the caller set OMP_NUM_THREADS):
 numpy's default pool fights any other load.
 """
@@ -39,8 +41,9 @@ PROMPT = [11, 7, 3, 5, 13, 2, 17, 19]
 SAMPLINGS = {"T=0.7 top-k 20 top-p 0.8": (0.7, 20, 0.8), "T=1": (1.0, None, None)}
 
 
-def build_policy(hidden_dims: dict[str, int], latency, seed: int = 0):
-    """A ``SelectorPolicy`` over a small grid, trained briefly on synthetic features (and hidden states)."""
+def build_policy(hidden_dims: dict[str, int], latency, seed: int = 0, projection: int = 128):
+    """A ``SelectorPolicy`` over a small grid, trained briefly on synthetic features (and hidden states, each
+    projected to ``projection`` dimensions)."""
     import numpy as np
 
     from verispec.selector import SCALAR_FEATURES, ActionGrid, action_times
@@ -54,7 +57,7 @@ def build_policy(hidden_dims: dict[str, int], latency, seed: int = 0):
     efficiency = 1 + rng.uniform(size=(count, len(grid)))  # [N, A]
     hidden = {name: rng.normal(size=(count, dim)) for name, dim in hidden_dims.items()} or None
     selector = train_selector(features, efficiency, action_times(grid, latency), grid, hidden=hidden, seed=seed,
-                              epochs=2, metadata={"latency": latency})
+                              epochs=2, projection=projection, metadata={"latency": latency})
     return SelectorPolicy(selector, latency)
 
 
@@ -131,6 +134,10 @@ def main(argv=None) -> int:
     parser.add_argument("--compare-logit-route", action="store_true",
                         help="also read every unfiltered law from its logits alone (no law the decoder has), "
                              "interleaved, side by side")
+    parser.add_argument("--compare-projection", type=int, metavar="WIDTH",
+                        help="with hidden states, also choose through a network whose hidden-state projections are "
+                             "WIDTH wide instead of the paper's 128 ('selector train --projection'), interleaved, "
+                             "side by side")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -168,6 +175,9 @@ def main(argv=None) -> int:
             policies["torch"] = torch_forward_policy(policy)
         if args.compare_logit_route:
             policies["logits"] = logits_only_policy(policy)
+        if args.compare_projection and dims:
+            policies[f"proj{args.compare_projection}"] = build_policy(dims, latency, args.seed,
+                                                                       args.compare_projection)
         for label, (temperature, top_k, top_p) in SAMPLINGS.items():
             start = time.perf_counter()
             measured = measure(pair, policies, Sampling(temperature, top_k, top_p), tokens,
@@ -187,7 +197,8 @@ def main(argv=None) -> int:
               f"{row['select_mean_ms']:12.3f} {row['select_median_ms']:7.3f} {row['select_p90_ms']:7.3f} "
               f"{row['select_max_ms']:7.3f} {row['block_mean_ms']:11.2f}")
     for other, words in (("torch", "through torch / through numpy"),
-                         ("logits", "from the logits alone / with the decoder's laws")):
+                         ("logits", "from the logits alone / with the decoder's laws"),
+                         (f"proj{args.compare_projection}", f"projection {args.compare_projection} / 128")):
         base = {(row["hidden"], row["sampling"]): row for row in rows if row["forward"] == "numpy"}
         for row in rows:
             if row["forward"] == other:

@@ -45,10 +45,14 @@ def _direct_hidden(model, tokens) -> np.ndarray:
 
 
 def test_stored_hidden_states_are_the_models_own(built):
+    """Every root's stored states, computed one forward a prompt's trace (``chain_hidden``), against transformers'
+    forward of that root's own context."""
     folder, pair, path = built
     data = Dataset.load(path)
     assert sorted(data.hidden) == sorted(HIDDEN_NAMES)
-    for row, key in enumerate(data.key.tolist()[:3]):
+    contexts = [tuple(json.loads(key)["context"]) for key in data.key.tolist()]
+    assert any(a != b and b[:len(a)] == a for a in contexts for b in contexts)  # chains of several roots were cut
+    for row, key in enumerate(data.key.tolist()):
         context = json.loads(key)["context"]
         target = _direct_hidden(pair.target, context[:-1])
         draft = _direct_hidden(pair.draft, context)
@@ -106,3 +110,70 @@ def test_hidden_states_are_refused_without_a_pair_or_in_the_dataset(built, tmp_p
                  str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "holds the hidden states none" in err
+
+
+def test_a_narrower_projection_is_trained_and_chooses_through_its_host_forward(built, capsys):
+    from verispec.selector.network import HostForward
+
+    folder, pair, path = built
+    out = folder / "narrow.pt"
+    assert main(["selector", "train", "--dataset", str(path), "--hidden", "all", "--projection", "16", "--epochs", "3",
+                 "--out", str(out)]) == 0
+    selector = Selector.load(out)
+    model = selector.model
+    assert model.config["projection"] == 16
+    assert [linear.out_features for linear, _ in model.projections] == [16] * len(HIDDEN_NAMES)
+    assert model.mlp[0].in_features == model.num_scalars + 16 * len(HIDDEN_NAMES)
+    data = Dataset.load(path)
+    blocks = [data.hidden[name][:4].astype(np.float32) for name in selector.hidden_names]
+    with torch.no_grad():
+        expected = model(torch.as_tensor(data.features[:4], dtype=torch.float32),
+                         [torch.as_tensor(block) for block in blocks]).numpy()
+    np.testing.assert_allclose(HostForward(model)(data.features[:4], blocks), expected, rtol=1e-4, atol=1e-5)
+    generation = generate(pair, "prompt 2 for the hidden state test", None, None, 6, Sampling(1.0), seed=1,
+                          selector=SelectorPolicy(selector))
+    assert len(generation.tokens) >= 1
+
+
+@pytest.mark.parametrize("extra", [[], ["--kind", "linear", "--hidden", "all"]])
+def test_a_projection_without_hidden_states_is_refused_in_one_line(built, tmp_path, capsys, extra):
+    folder, pair, path = built
+    capsys.readouterr()
+    assert main(["selector", "train", "--dataset", str(path), "--projection", "16", *extra, "--out",
+                 str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--projection 16" in err
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_roots_are_cut_into_chains_of_prefixes():
+    from types import SimpleNamespace
+
+    from verispec.selector.hidden_states import hidden_chains
+
+    def root(context, pair="p"):
+        return SimpleNamespace(context=tuple(context), pair=pair)
+
+    roots = [root([1, 2, 3]), root([1, 2, 3, 4, 5]), root([1, 2, 9]), root([7, 8]), root([1, 2]), root([1, 2, 3], "o")]
+    chains = hidden_chains(roots)
+    assert sorted(sorted(chain) for chain in chains) == [[0, 1, 4], [2], [3], [5]]
+    for chain in chains:  # the head is the longest, and every member begins it
+        head = roots[chain[0]].context
+        assert all(head[:len(roots[i].context)] == roots[i].context for i in chain)
+        assert len(head) == max(len(roots[i].context) for i in chain)
+
+
+def test_a_chain_gives_each_root_its_own_states_and_refuses_roots_that_are_not_prefixes(built):
+    from verispec.selector.hidden_states import chain_hidden
+
+    folder, pair, path = built
+    roots = [Root((5, 6, 7, 8, 9, 10, 11), "g", Sampling(1.0), pair=pair.name),
+             Root((5, 6, 7), "g", Sampling(1.0), pair=pair.name)]
+    for root, states in zip(roots, chain_hidden(roots, pair)):
+        target, draft = _direct_hidden(pair.target, list(root.context[:-1])), _direct_hidden(pair.draft,
+                                                                                              list(root.context))
+        np.testing.assert_allclose(states["target_prev"], target[-1], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(states["draft_prev"], draft[-2], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(states["draft_root"], draft[-1], rtol=1e-4, atol=1e-5)
+    with pytest.raises(DatasetError, match="share their contexts' prefixes"):
+        chain_hidden([roots[0], Root((5, 6, 8), "g", Sampling(1.0), pair=pair.name)], pair)

@@ -152,8 +152,12 @@ def _add_train_parser(steps) -> None:
     train.add_argument("--device", default="cpu", help="torch device for training (cpu, cuda)")
     train.add_argument("--hidden", default=None, metavar="NAMES",
                        help="the network also reads these hidden states of the dataset (comma-separated, e.g. "
-                            "target_prev,draft_root; 'all' for every one it holds), each projected to 128 and "
-                            "layer-normed (mlp only)")
+                            "target_prev,draft_root; 'all' for every one it holds), each projected to --projection "
+                            "dimensions and layer-normed (mlp only)")
+    train.add_argument("--projection", type=integer_option(minimum=1, maximum=4096, what="an integer in [1, 4096]"),
+                       default=None, metavar="WIDTH",
+                       help="width of each hidden-state projection (default 128, the paper's; with --hidden only): "
+                            "a narrower one reads fewer weights a block in decoding (docs/selector.md)")
     add_latency_options(train, "T(a)", "the dataset's")
     train.add_argument("--json", action="store_true")
 
@@ -357,6 +361,7 @@ def _run_train(args) -> int:
     from verispec.selector.actions import ActionGrid, policy_action_times
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.features import SCALAR_FEATURES, reads_draft
+    from verispec.selector.network import PROJECTION
     from verispec.selector.selector import SELECTOR_FILE
     from verispec.selector.train import train_selector
 
@@ -397,11 +402,15 @@ def _run_train(args) -> int:
             raise VerispecError(f"--hidden {args.hidden}: {args.dataset!r} holds the hidden states "
                                 f"{', '.join(held) or 'none'} (build it with 'selector dataset --hidden')")
         hidden = {name: train.hidden[name] for name in names}
+    if args.projection is not None and (hidden is None or args.kind != "mlp"):
+        raise VerispecError(f"--projection {args.projection} sizes the hidden-state projections of the mlp "
+                            "selector: give --hidden too (and --kind mlp), or leave --projection out")
     start = time.perf_counter()
     selector = train_selector(
         features, train.efficiency[:, columns], times, sub, kind=args.kind, base=plain[0] if plain else None,
         hidden=hidden, base_time=latency.target_time(1) if plain else None,  # plain decoding runs no draft
         seed=args.seed, epochs=args.epochs, device=args.device, penalty=args.penalty, alpha=args.alpha,
+        projection=PROJECTION if args.projection is None else args.projection,
         metadata={"pair": dataset.metadata.get("pair"), "tokenizer": dataset.metadata.get("tokenizer"),
                   "vocab_size": dataset.metadata.get("vocab_size"), "samplings": dataset.metadata.get("samplings"),
                   "latency": latency, "dataset": str(args.dataset), "dataset_roots": len(dataset),

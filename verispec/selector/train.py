@@ -25,7 +25,7 @@ import torch
 
 from verispec.selector.actions import ActionGrid, SelectorError
 from verispec.selector.features import SCALAR_FEATURES, feature_index
-from verispec.selector.network import LinearSelector, LookupSelector, SelectorNetwork
+from verispec.selector.network import DROPOUT, HIDDEN_SIZES, PROJECTION, LinearSelector, LookupSelector, SelectorNetwork
 from verispec.selector.selector import Selector
 
 #: verispec's defaults for the regression penalty of Eq. 12 (the paper does not print its values).
@@ -89,10 +89,11 @@ def _streams(seed: int) -> tuple[int, int, int]:
 
 def train_selector(features, efficiency, times, grid: ActionGrid, *, hidden=None, kind: str = "mlp",
                    base: int | None = None, seed: int = 0, epochs: int = 200, lr: float = 1e-3,
-                   batch_size: int = 256, weight_decay: float = 1e-4, dropout: float = 0.1,
-                   hidden_sizes=(512, 32), projection: int = 128, device="cpu", penalty: float = DEFAULT_PENALTY,
-                   alpha: float = DEFAULT_ALPHA, feature_names=SCALAR_FEATURES, lookup_feature: str = "l1_p_q_prev",
-                   bins: int = 8, metadata: dict | None = None, base_time: float | None = None) -> Selector:
+                   batch_size: int = 256, weight_decay: float = 1e-4, dropout: float = DROPOUT,
+                   hidden_sizes=HIDDEN_SIZES, projection: int = PROJECTION, device="cpu",
+                   penalty: float = DEFAULT_PENALTY, alpha: float = DEFAULT_ALPHA, feature_names=SCALAR_FEATURES,
+                   lookup_feature: str = "l1_p_q_prev", bins: int = 8, metadata: dict | None = None,
+                   base_time: float | None = None) -> Selector:
     """A selector trained on N roots: ``features`` [N, F] (named ``feature_names``), ``efficiency`` [N, A] the
     labels E[tau + 1] of ``grid``'s actions, ``times`` [A] or [N, A] their block times; ``hidden`` optional
     hidden-state blocks (a dict name -> [N, d], or a list) for ``kind`` "mlp". ``base`` is the static baseline
@@ -137,7 +138,6 @@ def train_selector(features, efficiency, times, grid: ActionGrid, *, hidden=None
         for name, block in zip(hidden_names, blocks):
             if block.shape[0] != count:
                 raise SelectorError(f"the hidden states {name!r} have {block.shape[0]} rows, the labels {count}")
-
     generator = torch.Generator().manual_seed(init_seed)
     if kind == "mlp":
         model = SelectorNetwork(len(feature_names), actions, [block.shape[1] for block in blocks],
