@@ -41,6 +41,10 @@ def add_study_parser(steps) -> None:
                        default=1, metavar="K",
                        help="cross-fit over K folds of prompts: every prompt held out once, its roots' policies "
                             "fitted on the other folds (default 1: one split, --test-fraction held out)")
+    study.add_argument("--hidden", default=None, metavar="NAMES",
+                       help="also train the paper's network reading these hidden states of the datasets "
+                            "(comma-separated, or 'all' for every one they hold; 'selector dataset --hidden'): a "
+                            "fourth policy of every rule, against the scalar network, and in the DDTE comparisons")
 
 
 def run_study_command(args) -> int:
@@ -51,6 +55,14 @@ def run_study_command(args) -> int:
         raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
     check_study_outputs(args.out)  # before any file is read or selector trained
     datasets, regimes = load_inputs(args.dataset, args.latency, args.pair)
+    hidden = None if args.hidden is None else "all" if args.hidden.strip() == "all" else \
+        [name.strip() for name in args.hidden.split(",") if name.strip()]
+    if hidden is not None:
+        from verispec.report.pair_selector import check_hidden, pair_settings
+
+        if not hidden:
+            raise VerispecError(f"--hidden {args.hidden!r}: name the hidden states (comma-separated) or 'all'")
+        check_hidden(pair_settings(datasets, args.pair), hidden)  # before any training
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -59,7 +71,7 @@ def run_study_command(args) -> int:
 
     start = time.perf_counter()
     result = run_study(datasets, regimes, seed=args.seed, epochs=args.epochs, test_fraction=args.test_fraction,
-                       resamples=args.bootstrap, pair=args.pair, folds=args.folds)
+                       resamples=args.bootstrap, pair=args.pair, folds=args.folds, hidden=hidden)
     write_study(result, args.out)
     print(f"wrote the selector study of {result['pair']} into {args.out} ({len(result['settings'])} settings x "
           f"{len(result['regimes'])} regimes, {result['split']['held_out_prompts']} held-out prompts; "

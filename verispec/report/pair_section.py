@@ -17,6 +17,7 @@ from verispec.report.common import fixed, plural, pyplot, save_figure
 from verispec.report.pair_selector import (
     DEFAULT_EPOCHS,
     FIGURE_FILE,
+    HIDDEN_KIND,
     JSON_FILE,
     KINDS,
     LEAD,
@@ -50,7 +51,7 @@ def _percent(entry: dict | None) -> str:
 def _chosen(policy: str, row: dict) -> str:
     if policy == "static":
         return row["action"] + (" (no draft)" if row["no_draft"] else "")
-    if policy in KINDS:
+    if policy in KINDS or policy == HIDDEN_KIND:
         return f"{plural(row['distinct_actions'], 'action')}; chain:0 at {row['no_draft_fraction']:.0%} of roots"
     return "chosen on half of each root's trees, scored on the rest" if policy == "oracle_crossfit" else \
         "each root's best label"
@@ -88,15 +89,34 @@ def _baseline_rows(table: dict) -> list[str]:
     return lines
 
 
+def _hidden_rows(table: dict) -> list[str]:
+    """The network reading the hidden states too: its gain, and its ratios to the scalar network and the lookup."""
+    lines = ["| rule | its gain over best static | with hidden states / scalar mlp | earns its place | "
+             "with hidden states / lookup | beats lookup |", "|---|---|---|---|---|---|"]
+    for rule, entry in table["rules"].items():
+        hidden = entry["hidden_states"]
+        lines.append(f"| {rule} | {_percent(hidden['gain_over_static'])} | "
+                     f"{_ci(hidden['versus_mlp']['ratio'], hidden['versus_mlp']['ratio_ci'])} | "
+                     f"{VERDICTS[hidden['versus_mlp']['verdict']]} | "
+                     f"{_ci(hidden['versus_lookup']['ratio'], hidden['versus_lookup']['ratio_ci'])} | "
+                     f"{VERDICTS[hidden['versus_lookup']['verdict']]} |")
+    return lines
+
+
+def _selector_words(policy: str) -> str:
+    return "selector" if policy == "selector" else "hidden-state selector"
+
+
 def _ddte_rows(table: dict) -> list[str]:
     lines = ["| comparison | throughput ratio | half-width | held-out prompts for a half-width of 2% |",
              "|---|---|---|---|"]
     for row in table["ddte"]:
+        lead = _selector_words(row.get("lead_policy", "selector"))
         rival = f"{row['rival']} at its best static tree ({row['rival_action']})" if row["rival_action"] else \
-            f"{row['rival']} with its own selector"
+            f"{row['rival']} with its own {_selector_words(row['rival_policy'])}"
         needed = "met" if row["prompts_for_target"] is None else \
             f"{row['prompts_for_target']:,} (now {row['held_out_prompts']})"
-        lines.append(f"| {row['lead']} with its selector / {rival} | {_ci(row['ratio'], row['ratio_ci'])} | "
+        lines.append(f"| {row['lead']} with its {lead} / {rival} | {_ci(row['ratio'], row['ratio_ci'])} | "
                      f"{row['half_width']:.1%} | {needed} |")
     return lines
 
@@ -126,6 +146,11 @@ def table_markdown(table: dict, level: int) -> list[str]:
     lines += ["", f"**The selector (mlp) against its baselines and the oracle: {title}; {table['setting']}.** A "
               "baseline is beaten when the paired interval of the ratio lies above 1.", ""]
     lines += _baseline_rows(table)
+    if all("hidden_states" in entry for entry in table["rules"].values()) and table["rules"]:
+        lines += ["", f"**The selector reading the hidden states too (the paper's full network) against the scalar "
+                  f"one: {title}; {table['setting']}.** It earns its place when the paired interval of the ratio "
+                  "lies above 1.", ""]
+        lines += _hidden_rows(table)
     if table["ddte"]:
         lines += ["", f"**DDTE comparisons: {title}; {table['setting']}.** Half-width (high - low) / 2 of the ratio's "
                   "interval; where it exceeds 2%, the held-out prompts n (hw / 0.02)^2 that would bring it to 2%.", ""]
@@ -143,6 +168,12 @@ def _fold_text(result: dict) -> str:
     return "" if folds == 1 else f" (one a fold: the prompts of the other {folds - 1} folds)"
 
 
+def _hidden_text(result: dict) -> str:
+    names = result.get("hidden") or []
+    return " only" if not names else (f" (and the same network reading the hidden states {', '.join(names)} too, "
+                                      "each projected to 128 with LayerNorm: the paper's full network)")
+
+
 def study_markdown(result: dict, heading: str, level: int = 1, figure: str | None = FIGURE_FILE) -> str:
     """The study in markdown under ``heading`` (a heading of ``level``): the settings and split, then one section
     of tables per (setting, regime), then the figure."""
@@ -154,7 +185,8 @@ def study_markdown(result: dict, heading: str, level: int = 1, figure: str | Non
              f"the best static action on the training prompts{_fold_text(result)}, the selector (the DDTE paper's "
              f"network, its Eq. 12 against plain decoding, {result['epochs']} epochs, seed {result['seed']}) and its "
              "linear and lookup "
-             "baselines over that rule's actions, reading the scalar features only, the cross-fitted oracle (each "
+             "baselines over that rule's actions, reading the scalar features"
+             f"{_hidden_text(result)}, the cross-fitted oracle (each "
              "root's action chosen on half of its sampled trees, scored on the others) and the in-sample oracle "
              "(biased upward on conditional-exact labels).", "",
              "| setting | dataset | rules | actions | labels | prompts (held out) | roots (held out) |",
@@ -229,7 +261,7 @@ def study_findings(result: dict) -> list[str]:
                 f"{gain['estimate']:+.1%} [{gain['ci'][0]:+.1%}, {gain['ci'][1]:+.1%}] over its best static action "
                 f"on {table['held_out_prompts']} held-out prompts")
         for row in table["ddte"]:
-            if row["rival_policy"] == "selector":
+            if row["rival_policy"] == "selector" and row.get("lead_policy", "selector") == "selector":
                 text += f"; x{_ci(row['ratio'], row['ratio_ci'])} against {row['rival']} with its own selector"
         findings.append(text + ".")
     return findings

@@ -34,9 +34,13 @@ with the K fitted policies held fixed (their dependence through shared training 
 A selector reads the draft's laws at the root to choose, so it is trained and scored with chain:0 at t_q + t_p(1)
 (``verispec.selector.actions.policy_action_times``); the static actions and the oracles keep Eq. 11's prices.
 
-The selectors read the scalar features only (hidden states a dataset may hold are not read), the latency features
-(draft_time, target_time) set to each regime's model, as ``verispec selector train --latency`` does; every
-selector is trained with the study's seed.
+The selectors read the scalar features, the latency features (draft_time, target_time) set to each regime's model,
+as ``verispec selector train --latency`` does; every selector is trained with the study's seed. With ``hidden``
+(``verispec selector study --hidden NAMES``, datasets built with ``selector dataset --hidden``) the paper's network
+with the hidden states too (``HIDDEN_KIND``: each block projected to 128 with LayerNorm, as its Appendix E) is a
+fourth policy of every rule: its rows, its ratio to the scalar network (paired; it earns its place when the
+interval lies above 1), and the DDTE comparisons with it driving SpecInfer against each rival at its best static
+tree and with a hidden-state selector of its own.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ FLOOR_PROMPTS = 256
 TARGET_HALF_WIDTH = 0.02
 #: The selector (the paper's network) and its two baselines, trained for every rule and regime.
 KINDS = ("mlp", "linear", "lookup")
+#: The paper's network reading the hidden states as well (a study with ``hidden``).
+HIDDEN_KIND = "mlp_hidden"
 #: The DDTE comparison: the lead rule driven by its selector, against each rival at its best static tree and
 #: with its own selector.
 LEAD = "specinfer"
@@ -88,7 +94,8 @@ OUTPUTS = (JSON_FILE, MARKDOWN_FILE, FIGURE_FILE)
 STUDY_FORMAT = "verispec pair selector study"
 
 #: The policies of a rule's table, in order, with their names in the markdown.
-POLICY_NAMES = {"static": "best static", "mlp": "selector (mlp)", "linear": "linear baseline",
+POLICY_NAMES = {"static": "best static", "mlp": "selector (mlp)", HIDDEN_KIND: "selector (mlp, hidden states)",
+                "linear": "linear baseline",
                 "lookup": "lookup baseline", "oracle_crossfit": "oracle, cross-fitted",
                 "oracle": "oracle, in-sample"}
 
@@ -200,9 +207,10 @@ def regime_features(data: Dataset, latency: LatencyModel) -> np.ndarray:
 
 
 def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyModel, *, seed: int,
-                 epochs: int) -> dict[str, np.ndarray]:
+                 epochs: int, hidden: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """{kind: [N_test] action index into the dataset's grid} of the selectors of ``KINDS`` trained on ``train``
-    over ``verifier``'s actions under ``latency`` (Eq. 12 against plain decoding, as ``selector train`` does)."""
+    over ``verifier``'s actions under ``latency`` (Eq. 12 against plain decoding, as ``selector train`` does), and
+    of ``HIDDEN_KIND`` (the network reading the hidden states ``hidden`` too) when any are named."""
     from verispec.selector.train import train_selector
 
     grid = train.grid
@@ -212,13 +220,16 @@ def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyM
     plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
     train_x, test_x = regime_features(train, latency), regime_features(test, latency)  # [N, F], [N_test, F]
     chosen = {}
-    for kind in KINDS:
-        selector = train_selector(train_x, train.efficiency[:, columns], times, sub, kind=kind,
+    for kind in (*KINDS, HIDDEN_KIND) if hidden else KINDS:
+        reads = {name: train.hidden[name] for name in hidden} if kind == HIDDEN_KIND else None  # {name: [N, d]}
+        selector = train_selector(train_x, train.efficiency[:, columns], times, sub,
+                                  kind="mlp" if kind == HIDDEN_KIND else kind, hidden=reads,
                                   base=plain[0] if plain else None,
                                   base_time=latency.target_time(1) if plain else None, seed=seed, epochs=epochs,
                                   feature_names=train.feature_names,
                                   metadata={"latency": latency.as_dict(), "samplings": train.samplings})
-        chosen[kind] = columns[selector.choose_batch(test_x)]  # [N_test]
+        chosen[kind] = columns[selector.choose_batch(
+            test_x, None if reads is None else {name: test.hidden[name] for name in hidden})]  # [N_test]
     return chosen
 
 
@@ -251,13 +262,15 @@ def rule_entry(test: Dataset, times: np.ndarray, verifier: str, choices: Mapping
     selector's gain, regret and ratios to its baselines (paired intervals), and its choices of chain:0. The
     selectors (``KINDS``) are priced by ``selector_times`` [A] when given (``policy_action_times``)."""
     grid = test.grid
-    priced = {} if selector_times is None else dict.fromkeys(KINDS, selector_times)
-    mine = {policy: choices[f"{verifier} {policy}"] for policy in ("static", *KINDS, "oracle")}
+    kinds = (*KINDS, HIDDEN_KIND) if f"{verifier} {HIDDEN_KIND}" in choices else KINDS
+    priced = {} if selector_times is None else dict.fromkeys(kinds, selector_times)
+    mine = {policy: choices[f"{verifier} {policy}"] for policy in ("static", *kinds, "oracle")}
     extra = {"oracle_crossfit": totals[f"{verifier} oracle_crossfit"]} if f"{verifier} oracle_crossfit" in totals \
         else {}
     policies = evaluate_policies(test.efficiency, times, mine, test.group, resamples=resamples, seed=seed,
                                  baseline="static", totals=extra, policy_times=priced)
-    pairs = [("mlp", "linear"), ("mlp", "lookup"), ("mlp", "oracle"), *(("mlp", name) for name in extra)]
+    pairs = [("mlp", "linear"), ("mlp", "lookup"), ("mlp", "oracle"), *(("mlp", name) for name in extra),
+             *([(HIDDEN_KIND, "mlp"), (HIDDEN_KIND, "lookup")] if HIDDEN_KIND in kinds else [])]
     ratios = paired_policy_ratios(test.efficiency, times, mine, test.group, pairs, totals=extra,
                                   resamples=resamples, seed=seed, policy_times=priced)
     statics = np.unique(mine["static"])
@@ -265,7 +278,7 @@ def rule_entry(test: Dataset, times: np.ndarray, verifier: str, choices: Mapping
                               no_draft=bool(all(grid.actions[int(a)].tree == NO_DRAFT for a in statics)))
     policies["oracle"]["biased_upward"] = bool(np.any(test.label_method == "conditional"))
     no_draft = np.array([action.tree == NO_DRAFT for action in grid.actions])  # [A]
-    for kind in KINDS:
+    for kind in kinds:
         chosen = mine[kind]
         policies[kind].update(distinct_actions=int(len(np.unique(chosen))),
                               no_draft_roots=int(no_draft[chosen].sum()),
@@ -273,7 +286,15 @@ def rule_entry(test: Dataset, times: np.ndarray, verifier: str, choices: Mapping
                               agrees_with_oracle=float(np.mean(chosen == mine["oracle"])))
     gain = {"ratio": policies["mlp"]["ratio_to_static"], "ratio_ci": policies["mlp"]["ratio_to_static_ci"]}
     crossfit = ratios.get(("mlp", "oracle_crossfit"))
+    hidden = {}
+    if HIDDEN_KIND in kinds:  # the network with hidden states: its gain, and whether it beats the scalar one
+        row = policies[HIDDEN_KIND]
+        hidden = {"hidden_states": {
+            "gain_over_static": _with_ci({"ratio": row["ratio_to_static"], "ratio_ci": row["ratio_to_static_ci"]}, 1.0),
+            **{f"versus_{name}": {**ratios[(HIDDEN_KIND, name)], "verdict": verdict(ratios[(HIDDEN_KIND, name)][
+                "ratio_ci"])} for name in ("mlp", "lookup")}}}
     return {
+        **hidden,
         "policies": policies,
         "gain_over_static": _with_ci(gain, 1.0),
         "regret_to_crossfit_oracle": None if crossfit is None else _with_ci(crossfit, 1.0, -1.0),
@@ -291,10 +312,11 @@ def ddte_comparisons(test: Dataset, times: np.ndarray, choices: Mapping[str, np.
     grid = test.grid
     if LEAD not in grid.verifiers:
         return []
-    pairs = [(f"{LEAD} mlp", f"{rival} {policy}") for rival in RIVALS if rival in grid.verifiers
-             for policy in ("static", "mlp")]
+    leads = ("mlp", HIDDEN_KIND) if f"{LEAD} {HIDDEN_KIND}" in choices else ("mlp",)
+    pairs = [(f"{LEAD} {lead}", f"{rival} {policy}") for lead in leads for rival in RIVALS if rival in grid.verifiers
+             for policy in ("static", lead)]
     priced = {} if selector_times is None else \
-        {name: selector_times for name in choices if name.rsplit(" ", 1)[-1] in KINDS}  # selectors pay the draft
+        {name: selector_times for name in choices if name.rsplit(" ", 1)[-1] in (*KINDS, HIDDEN_KIND)}  # pay the draft
     ratios = paired_policy_ratios(test.efficiency, times, choices, test.group, pairs, resamples=resamples, seed=seed,
                                   policy_times=priced)
     rows = []
@@ -302,7 +324,9 @@ def ddte_comparisons(test: Dataset, times: np.ndarray, choices: Mapping[str, np.
         name, policy = rival.rsplit(" ", 1)
         entry = ratios[(lead, rival)]
         half_width = (entry["ratio_ci"][1] - entry["ratio_ci"][0]) / 2
-        rows.append({"lead": LEAD, "rival": name, "rival_policy": "best static" if policy == "static" else "selector",
+        lead_policy = "selector" if lead.endswith(" mlp") else "selector with hidden states"
+        rows.append({"lead": LEAD, "lead_policy": lead_policy, "rival": name,
+                     "rival_policy": "best static" if policy == "static" else lead_policy,
                      "rival_action": static_names(grid, choices[rival]) if policy == "static" else None,
                      **entry, "half_width": half_width, "held_out_prompts": prompts,
                      "prompts_for_target": prompts_for_half_width(prompts, half_width)})
@@ -310,7 +334,7 @@ def ddte_comparisons(test: Dataset, times: np.ndarray, choices: Mapping[str, np.
 
 
 def regime_table(setting: Setting, held: Sequence[str] | Sequence[Sequence[str]], regime: str,
-                 latency: LatencyModel, *, seed: int, epochs: int, resamples: int) -> dict:
+                 latency: LatencyModel, *, seed: int, epochs: int, resamples: int, hidden: Sequence[str] = ()) -> dict:
     """The (setting, regime) table: every rule's entry (``rule_entry``), the DDTE comparisons, on the roots of
     the held-out prompts ``held``, the static actions and the selectors fitted on the others. ``held`` may be a
     list of folds (lists of prompts): then each fold's roots are chosen for by the policies fitted on the rest,
@@ -326,13 +350,13 @@ def regime_table(setting: Setting, held: Sequence[str] | Sequence[Sequence[str]]
     for verifier in grid.verifiers:
         allowed = verifier_actions(grid, verifier)
         choices[f"{verifier} static"] = np.empty(len(test), dtype=np.int64)
-        for kind in KINDS:
+        for kind in (*KINDS, HIDDEN_KIND) if hidden else KINDS:
             choices[f"{verifier} {kind}"] = np.empty(len(test), dtype=np.int64)
         for fold in in_fold:
             train, where = data.subset(~fold), np.flatnonzero(fold[rows])  # where: the fold's rows in ``test``
             choices[f"{verifier} static"][where] = best_static(train.efficiency, times, allowed)
             for kind, chosen in rule_choices(train, data.subset(fold), verifier, latency, seed=seed,
-                                             epochs=epochs).items():
+                                             epochs=epochs, hidden=hidden).items():
                 choices[f"{verifier} {kind}"][where] = chosen
         choices[f"{verifier} oracle"] = oracle_choice(test.efficiency, times, allowed)
         crossfit = None if test.per_sample is None else \
@@ -364,15 +388,19 @@ def _check_numbers(regimes, seed, epochs, test_fraction, resamples, folds=1) -> 
 
 def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, LatencyModel], *, seed: int = 0,
               epochs: int = DEFAULT_EPOCHS, test_fraction: float = DEFAULT_TEST_FRACTION,
-              resamples: int = DEFAULT_BOOTSTRAP, pair: str | None = None, folds: int = 1) -> dict:
+              resamples: int = DEFAULT_BOOTSTRAP, pair: str | None = None, folds: int = 1,
+              hidden: Sequence[str] = ()) -> dict:
     """The study (module docstring) of ``datasets`` ((label, Dataset) pairs of one pair) in each regime of
     ``regimes`` ({name: LatencyModel}, e.g. ``regime_models(cpu_file)``): JSON-ready, every number in it.
-    ``folds`` >= 2 cross-fits over that many folds of prompts instead of one split (``test_fraction`` unused)."""
+    ``folds`` >= 2 cross-fits over that many folds of prompts instead of one split (``test_fraction`` unused).
+    ``hidden``: the hidden states the ``HIDDEN_KIND`` network reads as well (every dataset must hold them)."""
     _check_numbers(regimes, seed, epochs, test_fraction, resamples, folds)
     settings = pair_settings(datasets, pair)
+    hidden = check_hidden(settings, hidden)
     groups = np.concatenate([setting.data.group for setting in settings])
     result = {"format": STUDY_FORMAT, "pair": settings[0].data.metadata.get("pair"), "seed": int(seed),
-              "epochs": int(epochs), "kinds": list(KINDS), "folds": int(folds),
+              "epochs": int(epochs), "kinds": [*KINDS, *([HIDDEN_KIND] if hidden else [])],
+              "hidden": list(hidden), "folds": int(folds),
               "bootstrap": {"resamples": int(resamples), "seed": int(seed), "level": 0.95, "over": "prompts"},
               "regimes": {name: {"title": REGIME_TITLES.get(name, model.source), "latency": model.as_dict()}
                           for name, model in regimes.items()},
@@ -416,8 +444,23 @@ def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, Lat
             "held_out_roots": int(held_rows.sum())}
         for name, latency in regimes.items():
             result["tables"].append(regime_table(setting, here if folds != 1 else here[0], name, latency, seed=seed,
-                                                 epochs=epochs, resamples=resamples))
+                                                 epochs=epochs, resamples=resamples, hidden=hidden))
     return result
+
+
+def check_hidden(settings: Sequence[Setting], hidden: Sequence[str] | str | None) -> tuple[str, ...]:
+    """The hidden-state names a study reads (``hidden``: names, or "all" for those every dataset holds), refused in
+    one line where a dataset lacks one."""
+    if not hidden:
+        return ()
+    held = [set(setting.data.hidden or {}) for setting in settings]
+    names = sorted(set.intersection(*held)) if hidden == "all" else list(dict.fromkeys(hidden))
+    for setting, have in zip(settings, held):
+        missing = [name for name in names if name not in have]
+        if missing or not names:
+            raise DatasetError(f"the study's hidden states {', '.join(names) or '(none)'}: {setting.source!r} holds "
+                               f"{', '.join(sorted(have)) or 'none'} (build it with 'selector dataset --hidden')")
+    return tuple(names)
 
 
 def load_inputs(paths: Sequence[str], latency_file: str | None, pair: str | None = None
@@ -438,8 +481,8 @@ def check_study_outputs(out: str | Path, what: str = "--out") -> None:
         check_output_file(Path(out) / name, what)
 
 
-__all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FLOOR_PROMPTS", "KINDS", "LEAD", "MIN_HELD_OUT", "OUTPUTS",
-           "RIVALS", "STUDY_FORMAT", "TARGET_HALF_WIDTH", "Setting", "check_study_outputs", "ddte_comparisons",
-           "fold_prompts", "held_out_count", "load_inputs", "pair_settings", "prompts_for_half_width",
-           "regime_features", "regime_table", "rule_choices", "rule_entry", "run_study", "split_prompts",
-           "static_names", "verdict"]
+__all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FLOOR_PROMPTS", "HIDDEN_KIND", "KINDS", "LEAD", "MIN_HELD_OUT",
+           "OUTPUTS", "RIVALS", "STUDY_FORMAT", "Setting", "TARGET_HALF_WIDTH", "check_hidden", "check_study_outputs",
+           "ddte_comparisons", "fold_prompts", "held_out_count", "load_inputs", "pair_settings",
+           "prompts_for_half_width", "regime_features", "regime_table", "rule_choices", "rule_entry", "run_study",
+           "split_prompts", "static_names", "verdict"]
