@@ -177,3 +177,34 @@ def test_a_chain_gives_each_root_its_own_states_and_refuses_roots_that_are_not_p
         np.testing.assert_allclose(states["draft_root"], draft[-1], rtol=1e-4, atol=1e-5)
     with pytest.raises(DatasetError, match="share their contexts' prefixes"):
         chain_hidden([roots[0], Root((5, 6, 8), "g", Sampling(1.0), pair=pair.name)], pair)
+
+
+def test_a_labelled_build_gains_hidden_states_without_labelling_again(built, tmp_path, monkeypatch):
+    """The same build command again with --hidden: the row store of labels is left as it was (no root labelled
+    again), the dataset's labels are the same, and it now holds every root's hidden states."""
+    import verispec.selector.dataset as dataset_module
+
+    folder, pair, _ = built
+    target, draft = str(folder / "pair" / "target"), str(folder / "pair" / "draft")
+    prompts = folder / "prompts.txt"
+    out = tmp_path / "d.npz"
+    command = ["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts), "--sampling",
+               "temperature=1", "--every", "3", "--trace-tokens", "6", "--ks", "1-2", "--l1s", "0-1", "--l2s", "0-1",
+               "--verifiers", "specinfer", "--samples", "2", "--out", str(out), "--threads", "1"]
+    assert main(command) == 0
+    store = out.with_name(out.name + ".roots.json")
+    before, labels = store.read_bytes(), Dataset.load(out)
+    assert labels.hidden is None
+
+    def no_labelling(groups, *args, **options):
+        if list(groups):
+            raise AssertionError("a labelled root was labelled again")
+        yield from ()
+
+    monkeypatch.setattr(dataset_module, "_label_groups_here", no_labelling)
+    assert main([*command, "--hidden"]) == 0
+    assert store.read_bytes() == before
+    gained = Dataset.load(out)
+    assert np.array_equal(gained.efficiency, labels.efficiency) and list(gained.key) == list(labels.key)
+    assert sorted(gained.hidden) == sorted(HIDDEN_NAMES) and all(len(block) == len(labels) for block in
+                                                                 gained.hidden.values())
