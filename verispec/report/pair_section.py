@@ -75,17 +75,19 @@ def _policy_rows(table: dict) -> list[str]:
     return lines
 
 
+def _versus(entry: dict) -> str:
+    """A paired ratio's cells: the ratio with its interval, and whether it lies above 1."""
+    return f"{_ci(entry['ratio'], entry['ratio_ci'])} | {VERDICTS[entry['verdict']]}"
+
+
 def _baseline_rows(table: dict) -> list[str]:
     lines = ["| rule | selector's gain over best static | regret to the cross-fitted oracle | mlp / linear | "
              "beats linear | mlp / lookup | beats lookup |", "|---|---|---|---|---|---|---|"]
     for rule, entry in table["rules"].items():
         versus = entry["versus_baselines"]
         lines.append(f"| {rule} | {_percent(entry['gain_over_static'])} | "
-                     f"{_percent(entry['regret_to_crossfit_oracle'])} | "
-                     f"{_ci(versus['linear']['ratio'], versus['linear']['ratio_ci'])} | "
-                     f"{VERDICTS[versus['linear']['verdict']]} | "
-                     f"{_ci(versus['lookup']['ratio'], versus['lookup']['ratio_ci'])} | "
-                     f"{VERDICTS[versus['lookup']['verdict']]} |")
+                     f"{_percent(entry['regret_to_crossfit_oracle'])} | {_versus(versus['linear'])} | "
+                     f"{_versus(versus['lookup'])} |")
     return lines
 
 
@@ -95,11 +97,8 @@ def _hidden_rows(table: dict) -> list[str]:
              "with hidden states / lookup | beats lookup |", "|---|---|---|---|---|---|"]
     for rule, entry in table["rules"].items():
         hidden = entry["hidden_states"]
-        lines.append(f"| {rule} | {_percent(hidden['gain_over_static'])} | "
-                     f"{_ci(hidden['versus_mlp']['ratio'], hidden['versus_mlp']['ratio_ci'])} | "
-                     f"{VERDICTS[hidden['versus_mlp']['verdict']]} | "
-                     f"{_ci(hidden['versus_lookup']['ratio'], hidden['versus_lookup']['ratio_ci'])} | "
-                     f"{VERDICTS[hidden['versus_lookup']['verdict']]} |")
+        lines.append(f"| {rule} | {_percent(hidden['gain_over_static'])} | {_versus(hidden['versus_mlp'])} | "
+                     f"{_versus(hidden['versus_lookup'])} |")
     return lines
 
 
