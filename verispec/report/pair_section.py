@@ -169,8 +169,12 @@ def _fold_text(result: dict) -> str:
 
 def _hidden_text(result: dict) -> str:
     names = result.get("hidden") or []
-    return " only" if not names else (f" (and the same network reading the hidden states {', '.join(names)} too, "
-                                      "each projected to 128 with LayerNorm: the paper's full network)")
+    if not names:
+        return " only"
+    from verispec.selector.network import PROJECTION  # torch: a study with hidden states trained with it
+
+    return (f" (and the same network reading the hidden states {', '.join(names)} too, each projected to "
+            f"{PROJECTION} with LayerNorm: the paper's full network)")
 
 
 def study_markdown(result: dict, heading: str, level: int = 1, figure: str | None = FIGURE_FILE) -> str:

@@ -259,8 +259,10 @@ def rule_entry(test: Dataset, times: np.ndarray, verifier: str, choices: Mapping
                totals: Mapping[str, tuple], *, resamples: int, seed: int,
                selector_times: np.ndarray | None = None) -> dict:
     """One rule's rows: every policy's tokens per target call and throughput (with ``ratio_to_static``), the
-    selector's gain, regret and ratios to its baselines (paired intervals), and its choices of chain:0. The
-    selectors (``KINDS``) are priced by ``selector_times`` [A] when given (``policy_action_times``)."""
+    selector's gain, regret and ratios to its baselines (paired intervals), and its choices of chain:0; with the
+    choices of ``HIDDEN_KIND`` too, its gain and its paired ratios to the scalar network and the lookup. The
+    selectors (``KINDS`` and ``HIDDEN_KIND``) are priced by ``selector_times`` [A] when given
+    (``policy_action_times``)."""
     grid = test.grid
     kinds = (*KINDS, HIDDEN_KIND) if f"{verifier} {HIDDEN_KIND}" in choices else KINDS
     priced = {} if selector_times is None else dict.fromkeys(kinds, selector_times)
