@@ -8,6 +8,7 @@ hidden states, at T = 0.7 top-k 20 top-p 0.8 (Qwen's recommended setting) and at
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-torch-forward
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-logit-route
     python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-projection 32
+    python benchmarks/bench_selector_decoding.py --pair qwen-coder --tokens 64 --compare-kernel
 
 The pair is by default the tiny config-built one (``verispec.models.tiny.tiny_pair(vocab=151936)``: random
 weights, a one-layer Qwen2 of width 32, cast to float32 as Qwen runs on a CPU): quick, and it needs no install,
@@ -23,8 +24,10 @@ waits out another process's time slice (a few ms), which lifts the mean and the 
 its numpy forward (``verispec.selector.network.HostForward``), interleaved seed by seed, and prints the ratio of
 the medians; ``--compare-logit-route`` likewise runs the features of unfiltered laws from their logits alone,
 ignoring the laws the decoder has computed (p_prev from the verify forward, q_prev from drafting), an exponential
-over the vocabulary for each; ``--compare-projection WIDTH`` runs the hidden-state decodes also with a network
-whose projections are WIDTH wide (``selector train --projection``), fewer weights to read a block.
+over the vocabulary for each (a difference only on the numpy route: the compiled kernel reads the logits alone
+anyway); ``--compare-kernel`` computes the features of unfiltered laws by the numpy route instead of the compiled
+kernel (``verispec.selector.fused``); ``--compare-projection WIDTH`` runs the hidden-state decodes also with a
+network whose projections are WIDTH wide (``selector train --projection``), fewer weights to read a block.
 ``--threads`` also caps the BLAS under numpy (set before numpy loads, unless the caller set OMP_NUM_THREADS):
 numpy's default pool fights any other load.
 """
@@ -96,6 +99,20 @@ def logits_only_policy(policy):
     return LogitsOnly(policy.selector, policy.latency)
 
 
+def numpy_route_policy(policy):
+    """The same selector with the features of unfiltered laws by the numpy route instead of the compiled kernel
+    (``verispec.selector.fused.numpy_route``: ``--compare-kernel``); the same features to float32's rounding."""
+    from verispec.selector import fused
+    from verispec.selector.selector import SelectorPolicy
+
+    class NumpyRoute(SelectorPolicy):
+        def features(self, context):
+            with fused.numpy_route():
+                return super().features(context)
+
+    return NumpyRoute(policy.selector, policy.latency)
+
+
 def measure(pair, policies: dict, sampling, tokens: int, seeds) -> dict[str, dict]:
     """``select_s`` of every block of one decode per seed and policy (the policies interleaved seed by seed),
     pooled per policy, in milliseconds (each decode's first block left out)."""
@@ -134,6 +151,9 @@ def main(argv=None) -> int:
     parser.add_argument("--compare-logit-route", action="store_true",
                         help="also read every unfiltered law from its logits alone (no law the decoder has), "
                              "interleaved, side by side")
+    parser.add_argument("--compare-kernel", action="store_true",
+                        help="also compute the features of unfiltered laws by the numpy route instead of the compiled "
+                             "kernel, interleaved, side by side")
     parser.add_argument("--compare-projection", type=int, metavar="WIDTH",
                         help="with hidden states, also choose through a network whose hidden-state projections are "
                              "WIDTH wide instead of the paper's 128 ('selector train --projection'), interleaved, "
@@ -175,6 +195,8 @@ def main(argv=None) -> int:
             policies["torch"] = torch_forward_policy(policy)
         if args.compare_logit_route:
             policies["logits"] = logits_only_policy(policy)
+        if args.compare_kernel:
+            policies["nproute"] = numpy_route_policy(policy)
         if args.compare_projection and dims:
             policies[f"proj{args.compare_projection}"] = build_policy(dims, latency, args.seed,
                                                                        args.compare_projection)
@@ -186,6 +208,9 @@ def main(argv=None) -> int:
                 rows.append({"hidden": hidden_label, "sampling": label, "forward": forward, **row,
                              "wall_s": time.perf_counter() - start})
     load_after = os.getloadavg()
+    from verispec.selector.fused import kernel_status
+
+    print(f"logit route: {kernel_status()}")
     print(f"{pair.name}, V = {pair.vocab_size:,}, {args.threads} torch thread(s), {args.decodes} decodes of {tokens} "
           f"tokens a setting; load average "
           f"(1, 5, 15 min) {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} before, "
@@ -198,6 +223,7 @@ def main(argv=None) -> int:
               f"{row['select_max_ms']:7.3f} {row['block_mean_ms']:11.2f}")
     for other, words in (("torch", "through torch / through numpy"),
                          ("logits", "from the logits alone / with the decoder's laws"),
+                         ("nproute", "numpy route / compiled kernel"),
                          (f"proj{args.compare_projection}", f"projection {args.compare_projection} / 128")):
         base = {(row["hidden"], row["sampling"]): row for row in rows if row["forward"] == "numpy"}
         for row in rows:

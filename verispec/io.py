@@ -15,6 +15,13 @@ from pathlib import Path
 from verispec.errors import OutputError, ResultStoreError, VerispecError, describe
 
 
+def cache_root() -> Path:
+    """Where verispec keeps what it installs or builds (models, compiled kernels): ``$VERISPEC_CACHE`` if set, else
+    ``~/.cache/verispec``."""
+    configured = os.environ.get("VERISPEC_CACHE")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "verispec"
+
+
 def read_user_file(path: str | Path, *, limit: int, what: str, error: type[VerispecError] = VerispecError,
                    why: str = "", binary: bool = False) -> str | bytes:
     """The UTF-8 text of a file a user named (a problem, prompts, a context, a latency model), read with a

@@ -34,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 
 from verispec.errors import VerispecError
-from verispec.io import atomic_write_text
+from verispec.io import atomic_write_text, cache_root
 
 #: Name of the completion marker written last into an installed model's directory.
 MARKER = "verispec-install.json"
@@ -117,12 +117,6 @@ PAIRS: dict[str, PairSource] = {
 
 
 # --- where things live -------------------------------------------------------------------------------------------
-
-def cache_root() -> Path:
-    """``$VERISPEC_CACHE`` if set, else ``~/.cache/verispec``."""
-    configured = os.environ.get("VERISPEC_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "verispec"
-
 
 def _pair(name: str) -> PairSource:
     if name not in PAIRS:

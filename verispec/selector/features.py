@@ -34,9 +34,12 @@ greedy) the laws are zero outside a few tokens, so ``support_law_features`` sums
 supports in float64 (the supports come from one reduction over the logits or the law, ``verispec.models.
 block_context``: no [V] array is made); without a filter, ``_logit_law_features`` reads the float32 logits the
 laws are the softmax of (log x = y / T - L with y = z - max z: dot products, no log over the vocabulary, no
-float64 law at the root, into scratch arrays reused from block to block), and x itself from the law the decoder
+float64 law at the root). Where the machine has a C compiler that is one compiled pass over the three rows
+(``verispec.selector.fused``: each row read from memory once, three exponentials an entry, sums in double across
+blocks); elsewhere numpy passes into scratch arrays reused from block to block, x itself from the law the decoder
 has computed already where it has (p_prev from the verify forward, q_prev from drafting: a cast to float32), from
-one exponential of the logits elsewhere. Inside decoding
+one exponential of the logits elsewhere. A given law is checked against its logits at their argmax and argmin on
+either route. Inside decoding
 on the Qwen pair at one CPU thread (the models' forwards leave the caches cold) the whole choice costs 0.67-0.72
 ms a block at T = 0.7 top-k 20 top-p 0.8 and 0.85-1.03 ms at T = 1 (medians of three runs; 0.97-1.11 and
 1.08-1.29 ms with hidden states), ``benchmarks/bench_selector_decoding.py --pair qwen-coder``.
@@ -50,6 +53,7 @@ import threading
 import numpy as np
 
 from verispec.selector.actions import SelectorError
+from verispec.selector.fused import logit_moments
 
 #: The scalar features, in the order of a feature vector.
 SCALAR_FEATURES: tuple[str, ...] = ("entropy_p_prev", "entropy_q_prev", "entropy_q_root", "kl_p_q_prev",
@@ -347,7 +351,10 @@ def _logit_parts(logits, inverse_temperature: float, laws=(None, None, None)) ->
     and L_i = log sum_v exp(y_i,v / T): L_i [3], x_p.y_p, x_q.y_q, x_r.y_r, x_p.y_q, x_q.y_p [5], sum_v min(x_p,v,
     x_q,v) [1] and min_v y_i,v [3], as float64 host numbers [12].
 
-    On the host into reused scratch (``_host_workspace``): a row whose law the decoder has already computed
+    On the host by the compiled kernel (``verispec.selector.fused.logit_moments``: one read of each row, every
+    x_i from an exponential of its logits) where this process has it, a given law (``laws[i]``) then only checked
+    against the kernel's L_i at the row's argmax and argmin; else into reused scratch (``_host_workspace``): a row
+    whose law the decoder has already computed
     (``laws[i]``, its [V] float64 numpy array: p_prev from the verify forward, q_prev from drafting) is cast to
     float32, and L_i = -log x_i at the argmax, with no exponential over the vocabulary (the exponential is most of a
     row's cost: 0.2-0.28 ms at Qwen's V on one CPU thread, warm or inside decoding, against 0.04-0.11 ms for the
@@ -357,6 +364,14 @@ def _logit_parts(logits, inverse_temperature: float, laws=(None, None, None)) ->
     (checked at the argmax and the argmin, where x_i is exp(-L_i) and exp(min y_i / T - L_i)) is a one-line
     SelectorError."""
     if isinstance(logits[0], np.ndarray):
+        fused = logit_moments(logits, inverse_temperature)
+        if fused is not None:
+            values, (*peaks, _, _, _) = fused
+            for index, (law, top) in enumerate(zip(laws, peaks)):
+                if law is not None and not np.isnan(values[0]):
+                    _check_given_law(index, law, logits[index], values[index], values[9 + index], top,
+                                     fused[1][3 + index], inverse_temperature, 1.0)
+            return values
         shifted, weights, row, ones = _host_workspace(logits[0].shape[0])
         peaks, lows = [], []
         for z, y, weight, law in zip(logits, shifted, weights, laws):
@@ -377,13 +392,8 @@ def _logit_parts(logits, inverse_temperature: float, laws=(None, None, None)) ->
                 partitions.append(math.log(total))
                 continue
             partition = -math.log(law[top]) if law[top] > 0 else math.inf
-            expected = math.exp(float(shifted[index, bottom]) * inverse_temperature - partition)
-            # logits given wider than float32 were rounded to it: y_i off by up to 2^-24 (|max z| + |min z|) each
-            rounding = 2.0 ** -22 * (abs(float(logits[index][top])) + abs(float(logits[index][bottom])))
-            if not (abs(total - 1) <= MASS_TOLERANCE and math.isclose(
-                    law[bottom], expected, rel_tol=1e-6 + rounding * inverse_temperature, abs_tol=1e-300)):
-                raise SelectorError(f"the feature input {_LAW_NAMES[index]}'s law is not the sampling law of its "
-                                    "logits (the softmax of logits / T): give the law its own logits, or no law")
+            _check_given_law(index, law, logits[index], partition, float(shifted[index, bottom]), top, bottom,
+                             inverse_temperature, total)
             totals[index] = 1.0  # the law itself: its float32 rounding sums to 1 within 1e-6
             partitions.append(partition)
         (yp, yq, yr), (wp, wq, wr) = shifted, weights
@@ -403,6 +413,21 @@ def _logit_parts(logits, inverse_temperature: float, laws=(None, None, None)) ->
     dots = torch.stack([ep @ yp, eq @ yq, er @ yr, ep @ yq, eq @ yp]) / totals[[0, 1, 2, 0, 1]]
     shared = (torch.minimum(ep, eq * (totals[0] / totals[1])).sum() / totals[0]).reshape(1)
     return torch.cat([totals.log(), dots, shared, shifted.amin(dim=1)]).double().cpu().numpy()  # one transfer
+
+
+def _check_given_law(index: int, law, logits, partition: float, least: float, top: int, bottom: int,
+                     inverse_temperature: float, total: float) -> None:
+    """A one-line SelectorError unless the given law [V] is the softmax of its logits / T where it can be read
+    cheaply: at the argmax (exp(-L)) and the argmin (exp(min y / T - L)), and its mass ``total`` (1 where not
+    summed)."""
+    # logits given wider than float32 were rounded to it: y_i off by up to 2^-24 (|max z| + |min z|) each
+    rounding = 2.0 ** -22 * (abs(float(logits[top])) + abs(float(logits[bottom])))
+    tolerance = 1e-6 + rounding * inverse_temperature
+    if not (abs(total - 1) <= MASS_TOLERANCE and all(
+            math.isclose(law[at], math.exp(shift * inverse_temperature - partition), rel_tol=tolerance,
+                         abs_tol=1e-300) for at, shift in ((top, 0.0), (bottom, least)))):
+        raise SelectorError(f"the feature input {_LAW_NAMES[index]}'s law is not the sampling law of its "
+                            "logits (the softmax of logits / T): give the law its own logits, or no law")
 
 
 def _given_law(law):

@@ -1,0 +1,96 @@
+"""The logit route's moments at Qwen's vocabulary (what the selector's features read without a sampling filter), side
+by side in one run: the compiled kernel (``verispec.selector.fused``, one read of each row) against the numpy route
+(``features._logit_parts`` inside ``fused.numpy_route()``: a dozen passes over [V] rows), with the rows warm in the
+caches and cold (a 64 MB buffer touched before each call, as a model's forward leaves them), at T = 1 and T = 0.7,
+with no law given and with p_prev's law given (the decoder has it from the verify forward).
+
+    python benchmarks/bench_selector_logit_moments.py --threads 1
+    python benchmarks/bench_selector_logit_moments.py --quick     # fewer repeats
+
+Medians of ``--repeats`` calls in microseconds, the ratio numpy route / kernel, the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+VOCAB = 151_936
+
+
+def _median_us(call, repeats: int, evict=None) -> float:
+    call()
+    times = []
+    for _ in range(repeats):
+        if evict is not None:
+            evict()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1, help="BLAS threads under numpy (default 1)")
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="40 repeats")
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(variable, str(args.threads))
+    import numpy as np
+
+    from verispec.selector import fused
+    from verispec.selector.features import _logit_parts
+
+    repeats = 40 if args.quick else args.repeats
+    print(fused.kernel_status())
+    generator = np.random.default_rng(0)
+    rows = [(generator.normal(size=VOCAB) * 3).astype(np.float32) for _ in range(3)]
+    buffer = np.ones(64 * 2**20 // 8)  # [8 Mi] float64: 64 MB, twice a large L3
+
+    def evict():
+        buffer[::8] += 1.0  # one write a cache line
+
+    load_before = os.getloadavg()
+    results = []
+    for temperature in (1.0, 0.7):
+        shifted = rows[0].astype(np.float64) - rows[0].max()
+        law = np.exp(shifted / temperature)
+        law /= law.sum()  # [V] float64, p_prev's law as the decoder holds it
+        for given_label, given in (("no law given", (None, None, None)), ("p_prev's law given", (law, None, None))):
+            def kernel(inverse=1 / temperature, given=given):
+                return _logit_parts(rows, inverse, given)
+
+            def numpy_route(inverse=1 / temperature, given=given):
+                with fused.numpy_route():
+                    return _logit_parts(rows, inverse, given)
+
+            for caches, evicting in (("warm", None), ("cold", evict)):
+                times = {name: _median_us(call, repeats, evicting) for name, call in
+                         (("kernel", kernel), ("numpy", numpy_route))}  # one after the other, same conditions
+                results.append({"temperature": temperature, "laws": given_label, "caches": caches,
+                                "kernel_us": times["kernel"], "numpy_us": times["numpy"]})
+    load_after = os.getloadavg()
+    print(f"V = {VOCAB:,}, {args.threads} thread(s), {repeats} repeats; load average (1, 5, 15 min) "
+          f"{load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} before, "
+          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after")
+    print(f"{'T':>4s} {'laws':20s} {'caches':6s} {'kernel':>9s} {'numpy':>9s} {'numpy / kernel':>15s}  (us)")
+    for row in results:
+        print(f"{row['temperature']:4.1f} {row['laws']:20s} {row['caches']:6s} {row['kernel_us']:9.1f} "
+              f"{row['numpy_us']:9.1f} {row['numpy_us'] / row['kernel_us']:15.2f}")
+    if args.json:
+        from verispec.io import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({"vocab": VOCAB, "threads": args.threads, "repeats": repeats,
+                                                 "status": fused.kernel_status(), "rows": results,
+                                                 "load_average": [load_before, load_after]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,194 @@
+"""The compiled kernel of the logit route's moments (``verispec.selector.fused``, ``logit_moments.c``):
+
+* its moments equal a float64 reference written here (scipy's logsumexp, softmax laws, their dot products) to 1e-6
+  relative (2e-7 absolute near 0) at sizes around its block of 2,048 entries and at Qwen's V = 151,936, at three
+  temperatures; its argmax and argmin are numpy's first ones, ties across blocks included;
+* an infinite or NaN logit anywhere gives NaN moments, and the features then come from the kernel of the full laws;
+* the features through it equal the numpy route's (``numpy_route``) to float32's rounding, in decoding too;
+* a broken build (the controls: a cross term of the wrong row, a block's shift dropped) fails the self-check and is
+  not used; no compiler, a compiler that fails, or ``VERISPEC_KERNELS=0`` leave the numpy route with the reason;
+* a build is reused across processes (the cache file named by a digest of source, flags, compiler and CPU).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import logsumexp
+
+from verispec.latency import LatencyModel
+from verispec.models.block_context import BlockContext, PositionLaw
+from verispec.models.sampling import Sampling
+from verispec.selector import fused
+from verispec.selector.actions import SelectorError
+from verispec.selector.features import context_features, scalar_features
+
+LATENCY = LatencyModel.from_ratio(20)
+VOCAB = 151_936
+
+needs_kernel = pytest.mark.skipif(fused.kernel_status().startswith("numpy route"),
+                                  reason="no usable C compiler on this machine")
+
+
+def _expected(rows, inverse_temperature):
+    """The moments in float64, from the definitions: L = logsumexp(y / T), x = exp(y / T - L)."""
+    shifted = [row.astype(np.float64) - float(row.max()) for row in rows]
+    partitions = [float(logsumexp(y * inverse_temperature)) for y in shifted]
+    laws = [np.exp(y * inverse_temperature - partition) for y, partition in zip(shifted, partitions)]
+    (xp, xq, xr), (yp, yq, yr) = laws, shifted
+    return np.array([*partitions, xp @ yp, xq @ yq, xr @ yr, xp @ yq, xq @ yp, np.minimum(xp, xq).sum(),
+                     *(float(np.float32(row.min()) - np.float32(row.max())) for row in rows)])
+
+
+def _rows(size, seed, scale=3.0):
+    generator = np.random.default_rng(seed)
+    return [(generator.normal(size=size) * scale).astype(np.float32) for _ in range(3)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("size", [1, 5, 2047, 2048, 2049, 6000, VOCAB])
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.25])
+def test_the_kernel_equals_float64_moments(size, temperature):
+    rows = _rows(size, size)
+    values, where = fused.logit_moments(rows, 1 / temperature)
+    # float32 exponentials summed in float32 lanes within a block of 2,048 and in double across blocks: to 1e-6
+    # relative (a block's 128 terms a lane), and L = log s to a float32 ulp of s (1.2e-7) near 0
+    np.testing.assert_allclose(values, _expected(rows, 1 / temperature), rtol=1e-6, atol=2e-7)
+    assert where == [int(row.argmax()) for row in rows] + [int(row.argmin()) for row in rows]
+
+
+@needs_kernel
+def test_first_maxima_and_minima_across_blocks():
+    rows = _rows(10_000, 1)
+    for row, places in zip(rows, ((3000, 9999), (100, 2048), (4095, 4096))):
+        row[list(places)] = row.max() + 2
+    rows[0][[1, 7000]] = rows[0].min() - 2
+    rows[2][[9998, 9999]] = rows[2].min() - 2
+    _, where = fused.logit_moments(rows, 1.0)
+    assert where == [3000, 100, 4095, 1, int(rows[1].argmin()), 9998]
+
+
+@needs_kernel
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("row,place", [(0, 0), (1, 2048), (2, 5999)])
+def test_a_logit_that_is_not_finite_gives_nan_moments(value, row, place):
+    rows = _rows(6000, 2)
+    rows[row][place] = value
+    values, _ = fused.logit_moments(rows, 1.0)
+    assert np.isnan(values).all()
+
+
+@needs_kernel
+def test_features_with_a_non_finite_logit_come_from_the_full_laws():
+    sampling = Sampling(1.0)
+    logits = [torch.from_numpy(row) for row in _rows(VOCAB, 3)]
+    logits[1][11] = -math.inf  # a token the draft never takes: its law is 0 there
+    laws = [PositionLaw(sampling, logits=row) for row in logits]
+    context = BlockContext((1, 2, 3), 3, *laws, None, sampling)
+    got = context_features(context, latency=LATENCY)
+    kernel = scalar_features(context.p_prev, context.q_prev, context.q_root, context_length=3, sampling=sampling,
+                             latency=LATENCY)
+    np.testing.assert_array_equal(got, kernel)
+
+
+def _law_features(p, q, r):
+    """The six law features in float64 from float64 laws [V] (no zeros in these tests)."""
+    def entropy(x):
+        return float(-(x * np.log(x)).sum())
+
+    def divergence(x, y):
+        return float((x * (np.log(x) - np.log(y))).sum())
+
+    return np.array([entropy(p), entropy(q), entropy(r), divergence(p, q), divergence(q, p),
+                     float(np.abs(p - q).sum())])
+
+
+@needs_kernel
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("given", [0, 2])
+def test_features_through_the_kernel_equal_the_numpy_routes(temperature, given):
+    """Both routes equal the float64 features of the laws to the float32 kernel's tolerance (y / T rounded to
+    float32 moves log x by up to 2.4e-6 at |y / T| = 40), and each other to that tolerance too (the numpy route's
+    float32 BLAS sums lose up to 5e-6 of a KL of 15 nats here, the kernel's blocks summed in double 1e-7)."""
+    sampling = Sampling(temperature)
+    logits = [torch.from_numpy(row) for row in _rows(VOCAB, 4)]
+    laws = [PositionLaw(sampling, logits=row, law=sampling.probabilities(row) if index < given else None)
+            for index, row in enumerate(logits)]
+    context = BlockContext((1, 2, 3), 3, *laws, None, sampling)
+    got = context_features(context, latency=LATENCY)
+    with fused.numpy_route():
+        assert fused.logit_moments([row.numpy() for row in logits], 1.0) is None
+        numpy_route = context_features(context, latency=LATENCY)
+    expected = _law_features(*(sampling.probabilities(row).numpy() for row in logits))
+    np.testing.assert_allclose(got[:6], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(numpy_route[:6], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, numpy_route, rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(got, numpy_route)  # two computations, not one route twice
+
+
+@needs_kernel
+def test_the_kernel_checks_a_given_law_at_its_argmax_and_argmin():
+    sampling = Sampling(1.0)
+    logits = [torch.from_numpy(row) for row in _rows(VOCAB, 5)]
+    wrong = torch.roll(sampling.probabilities(logits[0]), 1)
+    rows = [PositionLaw(sampling, logits=logits[0], law=wrong), *(PositionLaw(sampling, logits=row)
+                                                                  for row in logits[1:])]
+    with pytest.raises(SelectorError, match="p_prev's law is not the sampling law of its logits"):
+        context_features(BlockContext((1, 2, 3), 3, *rows, None, sampling), latency=LATENCY)
+
+
+def _mutated(tmp_path: Path, old: str, new: str) -> Path:
+    source = fused.SOURCE.read_text()
+    assert source.count(old) == 1
+    path = tmp_path / "logit_moments.c"
+    path.write_text(source.replace(old, new))
+    return path
+
+
+@needs_kernel
+@pytest.mark.parametrize("old,new", [("apq += ep * yq", "apq += ep * yp"),  # x_p.y_q read as x_p.y_p
+                                     ("dots[0] += c[0] * (row[6] + shift[0] * row[3]);",
+                                      "dots[0] += c[0] * row[6];")],  # a block's shift to the global maximum dropped
+                         ids=["cross term", "block shift"])
+def test_a_broken_kernel_fails_its_self_check_and_is_not_used(tmp_path, monkeypatch, old, new):
+    monkeypatch.setattr(fused, "SOURCE", _mutated(tmp_path, old, new))
+    monkeypatch.setattr(fused, "_loaded", {})
+    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "cache"))
+    assert fused.logit_moments(_rows(10, 0), 1.0) is None
+    status = fused.kernel_status()
+    assert status.startswith("numpy route: the compiled kernel is not usable (the kernel's moment")
+    assert "\n" not in status
+
+
+@pytest.mark.parametrize("setting,reason", [({"VERISPEC_KERNELS": "0"}, "is off (VERISPEC_KERNELS=0)"),
+                                            ({"CC": "/nonexistent/cc"}, "no C compiler found"),
+                                            ({"CC": "false"}, "false failed")])
+def test_without_a_usable_compiler_the_features_take_the_numpy_route(tmp_path, monkeypatch, setting, reason):
+    monkeypatch.setattr(fused, "_loaded", {})
+    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
+    for name, value in setting.items():
+        monkeypatch.setenv(name, value)
+    assert fused.logit_moments(_rows(10, 0), 1.0) is None
+    assert reason in fused.kernel_status() and fused.kernel_status().startswith("numpy route")
+    sampling = Sampling(1.0)
+    laws = [PositionLaw(sampling, logits=torch.from_numpy(row)) for row in _rows(VOCAB, 6)]
+    context = BlockContext((1, 2, 3), 3, *laws, None, sampling)
+    kernel = scalar_features(context.p_prev, context.q_prev, context.q_root, context_length=3, sampling=sampling,
+                             latency=LATENCY)
+    np.testing.assert_allclose(context_features(context, latency=LATENCY), kernel, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
+def test_a_build_is_reused_and_a_new_source_builds_anew(tmp_path, monkeypatch):
+    compiler = fused._compiler()
+    first = fused._build(compiler, tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert fused._build(compiler, tmp_path) == first and first.stat().st_mtime_ns == stamp
+    monkeypatch.setattr(fused, "SOURCE", _mutated(tmp_path, "#define STATS 11", "#define STATS 11 /* edited */"))
+    second = fused._build(compiler, tmp_path)
+    assert second != first and sorted(path.name for path in tmp_path.glob("*.so")) == sorted([first.name,
+                                                                                               second.name])
