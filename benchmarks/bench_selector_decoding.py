@@ -26,7 +26,7 @@ the medians; ``--compare-logit-route`` likewise runs the features of unfiltered 
 ignoring the laws the decoder has computed (p_prev from the verify forward, q_prev from drafting), an exponential
 over the vocabulary for each (a difference only on the numpy route: the compiled kernel reads the logits alone
 anyway); ``--compare-kernel`` computes the features of unfiltered laws by the numpy route instead of the compiled
-kernel (``verispec.selector.fused``); ``--compare-projection WIDTH`` runs the hidden-state decodes also with a
+kernel (``verispec.native``); ``--compare-projection WIDTH`` runs the hidden-state decodes also with a
 network whose projections are WIDTH wide (``selector train --projection``), fewer weights to read a block.
 ``--threads`` also caps the BLAS under numpy (set before numpy loads, unless the caller set OMP_NUM_THREADS):
 numpy's default pool fights any other load.
@@ -101,13 +101,13 @@ def logits_only_policy(policy):
 
 def numpy_route_policy(policy):
     """The same selector with the features of unfiltered laws by the numpy route instead of the compiled kernel
-    (``verispec.selector.fused.numpy_route``: ``--compare-kernel``); the same features to float32's rounding."""
-    from verispec.selector import fused
+    (``verispec.native.kernels_off``: ``--compare-kernel``); the same features to float32's rounding."""
+    from verispec import native
     from verispec.selector.selector import SelectorPolicy
 
     class NumpyRoute(SelectorPolicy):
         def features(self, context):
-            with fused.numpy_route():
+            with native.kernels_off():
                 return super().features(context)
 
     return NumpyRoute(policy.selector, policy.latency)
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
                 rows.append({"hidden": hidden_label, "sampling": label, "forward": forward, **row,
                              "wall_s": time.perf_counter() - start})
     load_after = os.getloadavg()
-    from verispec.selector.fused import kernel_status
+    from verispec.native import kernel_status
 
     print(f"logit route: {kernel_status()}")
     print(f"{pair.name}, V = {pair.vocab_size:,}, {args.threads} torch thread(s), {args.decodes} decodes of {tokens} "

@@ -3,7 +3,8 @@ the lazily computed laws of a policy's context (``verispec.models.block_context`
 
 * ``largest`` (one reduction over the vocabulary, then ``topk`` over the blocks with the largest maxima) returns
   the very values ``torch.topk`` returns, with ids holding them, at Qwen's V = 151,936 and with a tail after the
-  last whole block (the largest entries put there and in one block on purpose).
+  last whole block (the largest entries put there and in one block on purpose); for float32 rows through the
+  compiled kernel and, with the kernels off, through torch; rows with an infinite or NaN entry through torch.
 * ``Sampling.support`` keeps exactly the tokens ``Sampling.probabilities`` keeps (the second route: the full law's
   nonzero entries), with its probabilities to 1e-12, for top-k, top-k with top-p, greedy and temperatures off 1;
   it declines (None) a tie at the k-th score (top-k then keeps every tied token), top-p alone and no filter.
@@ -14,6 +15,7 @@ the lazily computed laws of a policy's context (``verispec.models.block_context`
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -21,6 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from verispec import native  # noqa: E402
 from verispec.models.block_context import BlockContext, PositionLaw, law_support, position_law  # noqa: E402
 from verispec.models.sampling import LARGEST_BLOCK, Sampling, largest  # noqa: E402
 
@@ -52,6 +55,40 @@ def test_largest_returns_topks_values(vocab, count):
     assert listed == ids.tolist()
 
 
+@pytest.mark.parametrize("vocab", [QWEN_VOCAB, TAILED_VOCAB])
+@pytest.mark.parametrize("count", [1, 21, 41])
+@pytest.mark.parametrize("kernels", ["compiled", "off"])
+def test_largest_of_float32_rows_returns_topks_values(vocab, count, kernels):
+    """A float32 row on the CPU (a model's logits) goes through the compiled kernel where there is one
+    (``verispec.native.largest``) and through torch with the kernels off: the very values ``torch.topk`` returns
+    either way, ids holding them, ties across and within blocks and a maximum in the tail included."""
+    if kernels == "compiled" and native.kernel_status().startswith("numpy and torch routes"):
+        pytest.skip("no usable C compiler on this machine")
+    row = _logits(vocab, count).to(torch.float32)
+    row[-3] = 50.0
+    row[5 * LARGEST_BLOCK + 7] = row[5 * LARGEST_BLOCK + 9] = row[700] = 40.0  # a tie within a block and across
+    with contextlib.ExitStack() as stack:
+        if kernels == "off":
+            stack.enter_context(native.kernels_off())
+        assert (native.largest(row.numpy(), count, LARGEST_BLOCK) is None) == (kernels == "off")
+        values, ids = largest(row, count)
+        _, listed = largest(row, count, listed=True)
+    assert torch.equal(values, torch.topk(row, count).values)
+    assert torch.equal(row[ids], values) and len(set(ids.tolist())) == count and listed == ids.tolist()
+
+
+@pytest.mark.parametrize("value", [-math.inf, math.inf, math.nan])
+def test_largest_leaves_rows_with_non_finite_entries_to_torch(value):
+    """The kernel declines an infinite or NaN entry (torch orders NaN above every number); the result is torch's."""
+    row = _logits(TAILED_VOCAB, 7).to(torch.float32)
+    row[333] = value
+    assert native.largest(row.numpy(), 21, LARGEST_BLOCK) is None
+    values, ids = largest(row, 21)
+    expected = torch.topk(row, 21).values
+    assert torch.equal(values.isnan(), expected.isnan()) and torch.equal(values[~values.isnan()],
+                                                                          expected[~expected.isnan()])
+
+
 SETTINGS = [Sampling(1.0, 20), Sampling(0.7, 20, 0.8), Sampling(1.3, 5, 0.5), Sampling(0.5, 40, 0.99),
             Sampling(1.0, 1), Sampling(0.0), Sampling(0.0, 5, 0.5)]
 
@@ -68,13 +105,15 @@ def test_support_is_the_full_laws_nonzero_entries(vocab, sampling):
         assert math.fsum(values) == pytest.approx(1.0, abs=1e-14)
 
 
-def test_float32_logits_give_the_same_support():
-    logits = _logits(QWEN_VOCAB, 4).to(torch.float32)
-    sampling = Sampling(0.7, 20, 0.8)
-    ids, values = sampling.support(logits)
-    expected_ids, expected = _nonzero(sampling.probabilities(logits))
-    assert ids == expected_ids
-    np.testing.assert_allclose(values, expected, rtol=1e-12)
+@pytest.mark.parametrize("sampling", SETTINGS, ids=str)
+def test_float32_logits_give_the_same_support(sampling):
+    """Float32 logits (the compiled ``largest`` where there is one) keep the full law's tokens too."""
+    for seed in range(3):
+        logits = _logits(QWEN_VOCAB, 4 + seed, scale=1.0 + seed).to(torch.float32)
+        ids, values = sampling.support(logits)
+        expected_ids, expected = _nonzero(sampling.probabilities(logits))
+        assert ids == expected_ids
+        np.testing.assert_allclose(values, expected, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -200,7 +200,9 @@ def largest(row, count: int, *, listed: bool = False):
     over the row: its block maxima (blocks of ``LARGEST_BLOCK`` entries), then ``topk`` over the ``count`` blocks
     with the largest maxima and the tail. Exact: if a block holding one of the ``count`` largest entries is not
     among those blocks, each of them has a maximum at least as large, so the candidates hold ``count`` entries at
-    least that large either way."""
+    least that large either way. A float32 row on the CPU goes through the compiled kernel of the same
+    reduction (``verispec.native.largest``: one pass, 0.08 against 0.15 ms at Qwen's V with the row cold) where
+    this process has it."""
     import torch
 
     vocab = row.shape[-1]
@@ -208,6 +210,13 @@ def largest(row, count: int, *, listed: bool = False):
     if blocks < 4 * count:
         values, ids = torch.topk(row, count)
         return values, (ids.tolist() if listed else ids)
+    if row.device.type == "cpu" and row.dtype == torch.float32 and not row.requires_grad and row.ndim == 1:
+        from verispec.native import largest as native_largest
+
+        found = native_largest(row.numpy(), count, LARGEST_BLOCK)
+        if found is not None:
+            values, ids = found
+            return torch.from_numpy(values), (ids.tolist() if listed else torch.from_numpy(ids))
     split = blocks * LARGEST_BLOCK
     main = row[:split].reshape(blocks, LARGEST_BLOCK)  # [blocks, width]
     chosen = torch.topk(main.amax(dim=1), count).indices  # [count] blocks

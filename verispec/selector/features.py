@@ -35,7 +35,7 @@ supports in float64 (the supports come from one reduction over the logits or the
 block_context``: no [V] array is made); without a filter, ``_logit_law_features`` reads the float32 logits the
 laws are the softmax of (log x = y / T - L with y = z - max z: dot products, no log over the vocabulary, no
 float64 law at the root). Where the machine has a C compiler that is one compiled pass over the three rows
-(``verispec.selector.fused``: each row read from memory once, three exponentials an entry, sums in double across
+(``verispec.native``: each row read from memory once, three exponentials an entry, sums in double across
 blocks); elsewhere numpy passes into scratch arrays reused from block to block, x itself from the law the decoder
 has computed already where it has (p_prev from the verify forward, q_prev from drafting: a cast to float32), from
 one exponential of the logits elsewhere. A given law is checked against its logits at their argmax and argmin on
@@ -52,8 +52,8 @@ import threading
 
 import numpy as np
 
+from verispec.native import logit_moments
 from verispec.selector.actions import SelectorError
-from verispec.selector.fused import logit_moments
 
 #: The scalar features, in the order of a feature vector.
 SCALAR_FEATURES: tuple[str, ...] = ("entropy_p_prev", "entropy_q_prev", "entropy_q_root", "kl_p_q_prev",
@@ -351,7 +351,7 @@ def _logit_parts(logits, inverse_temperature: float, laws=(None, None, None)) ->
     and L_i = log sum_v exp(y_i,v / T): L_i [3], x_p.y_p, x_q.y_q, x_r.y_r, x_p.y_q, x_q.y_p [5], sum_v min(x_p,v,
     x_q,v) [1] and min_v y_i,v [3], as float64 host numbers [12].
 
-    On the host by the compiled kernel (``verispec.selector.fused.logit_moments``: one read of each row, every
+    On the host by the compiled kernel (``verispec.native.logit_moments``: one read of each row, every
     x_i from an exponential of its logits) where this process has it, a given law (``laws[i]``) then only checked
     against the kernel's L_i at the row's argmax and argmin; else into reused scratch (``_host_workspace``): a row
     whose law the decoder has already computed

@@ -25,9 +25,9 @@ import torch
 
 from verispec.errors import VerispecError, describe
 from verispec.io import OutputKind, atomic_output
+from verispec.native import kernel_status
 from verispec.selector.actions import Action, ActionGrid, SelectorError
 from verispec.selector.features import SCALAR_FEATURES, context_features, reads_draft
-from verispec.selector.fused import kernel_status
 from verispec.selector.network import MODELS, HostForward, build_model
 from verispec.selector.roots import sampling_text
 
@@ -330,7 +330,7 @@ class SelectorPolicy:
         self.latency = latency
         self.needs_draft = reads_draft(selector.feature_names)
         self.needs_hidden = selector.uses_hidden
-        kernel_status()  # the features' compiled kernel built (or refused) now, not inside a decoding block
+        kernel_status()  # the compiled kernels built (or refused) now, not inside a decoding block
         self._actions = tuple((action.tree, action.verifier) for action in selector.grid.actions)
 
     def actions(self) -> tuple[tuple[str, str], ...]:

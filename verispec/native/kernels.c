@@ -1,9 +1,11 @@
-/* The moments the delay selector's law features read from three rows of logits, in one pass over the rows.
+/* verispec's compiled kernels: single passes over a vocabulary-sized row where numpy and torch take several.
  *
- * verispec.selector.fused compiles this file on first use (with the machine's C compiler, for its own CPU) and
- * calls it through ctypes; verispec/selector/features.py says what the moments are and how the features follow from
- * them (H(x) = L - x.y / T, KL(p || q) = (x_p.y_p - x_p.y_q) / T - L_p + L_q, L1 = 2 - 2 sum min(p, q)).
+ * verispec.native compiles this file on first use (with the machine's C compiler, for its own CPU) and calls it
+ * through ctypes. Two kernels:
  *
+ * verispec_logit_moments: the moments the delay selector's law features read from three rows of logits, in one
+ * pass over the rows; verispec/selector/features.py says how the features follow from them (H(x) = L - x.y / T,
+ * KL(p || q) = (x_p.y_p - x_p.y_q) / T - L_p + L_q, L1 = 2 - 2 sum min(p, q)).
  * For rows z_i [n] (i = p, q, r), y_i = z_i - max z_i, e_i = exp(y_i / T), s_i = sum e_i and x_i = e_i / s_i:
  *   out[0:3]  L_i = log s_i
  *   out[3:8]  x_p.y_p, x_q.y_q, x_r.y_r, x_p.y_q, x_q.y_p
@@ -17,7 +19,10 @@
  * `stats`; the blocks' sums are put on the rows' global maxima in double at the end (e relative to the block maximum
  * m_b is e relative to the global maximum M times exp((m_b - M) / T), and y shifts by m_b - M). e_p and e_q stay in
  * `scratch` [2, n] (the core's L2 at Qwen's V) for the one sum that needs the totals first, sum min(x_p, x_q).
- * Three exponentials an entry, computed by exp_nonpositive (a polynomial the compiler vectorises), no libm call. */
+ * Three exponentials an entry, computed by exp_nonpositive (a polynomial the compiler vectorises), no libm call.
+ *
+ * verispec_largest: the k largest logits of a row and their ids from one pass (the top-k support of a sampling law,
+ * verispec.models.sampling.largest). */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -179,5 +184,66 @@ int verispec_logit_moments(const float *restrict zp, const float *restrict zq, c
     out[6] = dots[3] / s[0];
     out[7] = dots[4] / s[1];
     out[8] = shared;
+    return 0;
+}
+
+/* Insert (value, id) into `values`/`ids`, the `kept` largest so far in descending order (capacity `count`); the new
+ * number kept. Equal values keep their arrival order. */
+static int64_t keep_largest(float *restrict values, int64_t *restrict ids, int64_t kept, int64_t count, float value,
+                            int64_t id) {
+    if (kept == count && !(value > values[count - 1])) return kept;
+    int64_t at = kept < count ? kept : count - 1;
+    while (at > 0 && values[at - 1] < value) {
+        values[at] = values[at - 1];
+        ids[at] = ids[at - 1];
+        at--;
+    }
+    values[at] = value;
+    ids[at] = id;
+    return kept < count ? kept + 1 : kept;
+}
+
+/* The `count` largest entries of z [n] (count <= n / width), largest first, and their ids, as torch.topk gives them
+ * (equal entries may come with other ids): one pass over z for the maxima of its blocks of `width` entries (width a
+ * multiple of LANES) into `block_max` [n / width + count] (its last `count` for the chosen blocks' maxima), the
+ * `count` blocks with the largest maxima into `chosen` [count],
+ * then the largest among their entries and the tail after the last whole block. Exact: a block holding one of the
+ * `count` largest entries is chosen, or each chosen block has a maximum at least as large, so the candidates hold
+ * `count` entries at least that large either way. Returns 0, or 1 (nothing written but block_max) when an entry
+ * is infinite or NaN (torch's order for those is left to torch). */
+int verispec_largest(const float *restrict z, int64_t n, int64_t count, int64_t width, float *restrict block_max,
+                     int64_t *restrict chosen, float *restrict values, int64_t *restrict ids) {
+    const int64_t blocks = n / width;
+    lanes_f total = {0};
+    for (int64_t b = 0; b < blocks; b++) {
+        const float *row = z + b * width;
+        lanes_f high;
+        memcpy(&high, row, sizeof high);
+        total += high;
+        for (int64_t v = LANES; v + LANES <= width; v += LANES) {
+            lanes_f x;
+            memcpy(&x, row + v, sizeof x);
+            high = pick(x > high, x, high);
+            total += x;
+        }
+        float h = high[0];
+        for (int j = 1; j < LANES; j++) h = high[j] > h ? high[j] : h;
+        block_max[b] = h;
+    }
+    float sum = 0;
+    for (int j = 0; j < LANES; j++) sum += total[j];
+    for (int64_t v = blocks * width; v < n; v++) sum += z[v];
+    if (!(sum >= -FLT_MAX && sum <= FLT_MAX)) return 1;
+    float *maxima = block_max + blocks;  /* [count]: the chosen blocks' maxima */
+    int64_t kept = 0;
+    for (int64_t b = 0; b < blocks; b++) kept = keep_largest(maxima, chosen, kept, count, block_max[b], b);
+    int64_t found = 0;
+    for (int64_t c = 0; c < kept; c++) {
+        const float *row = z + chosen[c] * width;
+        for (int64_t v = 0; v < width; v++) {
+            found = keep_largest(values, ids, found, count, row[v], chosen[c] * width + v);
+        }
+    }
+    for (int64_t v = blocks * width; v < n; v++) found = keep_largest(values, ids, found, count, z[v], v);
     return 0;
 }

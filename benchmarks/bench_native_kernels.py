@@ -1,13 +1,18 @@
-"""The logit route's moments at Qwen's vocabulary (what the selector's features read without a sampling filter), side
-by side in one run: the compiled kernel (``verispec.selector.fused``, one read of each row) against the numpy route
-(``features._logit_parts`` inside ``fused.numpy_route()``: a dozen passes over [V] rows), with the rows warm in the
-caches and cold (a 64 MB buffer touched before each call, as a model's forward leaves them), at T = 1 and T = 0.7,
-with no law given and with p_prev's law given (the decoder has it from the verify forward).
+"""verispec's compiled kernels (``verispec.native``) against the routes they replace, side by side in one run at
+Qwen's vocabulary V = 151,936, with the rows warm in the caches and cold (a 64 MB buffer touched before each call,
+as a model's forward leaves them):
 
-    python benchmarks/bench_selector_logit_moments.py --threads 1
-    python benchmarks/bench_selector_logit_moments.py --quick     # fewer repeats
+* the logit route's moments (what the selector's features read without a sampling filter): the kernel, one read of
+  each row, against the numpy route (``features._logit_parts`` inside ``native.kernels_off()``: a dozen passes
+  over [V] rows), at T = 1 and T = 0.7, with no law given and with p_prev's law given (the decoder has it from the
+  verify forward);
+* the 21 largest logits of a float32 row (top-k 20's support, ``verispec.models.sampling.largest``): the kernel's
+  one pass against the torch route (block maxima, two ``topk`` calls).
 
-Medians of ``--repeats`` calls in microseconds, the ratio numpy route / kernel, the load average before and after.
+    python benchmarks/bench_native_kernels.py --threads 1
+    python benchmarks/bench_native_kernels.py --quick     # fewer repeats
+
+Medians of ``--repeats`` calls in microseconds, the ratio other route / kernel, the load average before and after.
 """
 
 from __future__ import annotations
@@ -44,11 +49,11 @@ def main(argv=None) -> int:
         os.environ.setdefault(variable, str(args.threads))
     import numpy as np
 
-    from verispec.selector import fused
+    from verispec import native
     from verispec.selector.features import _logit_parts
 
     repeats = 40 if args.quick else args.repeats
-    print(fused.kernel_status())
+    print(native.kernel_status())
     generator = np.random.default_rng(0)
     rows = [(generator.normal(size=VOCAB) * 3).astype(np.float32) for _ in range(3)]
     buffer = np.ones(64 * 2**20 // 8)  # [8 Mi] float64: 64 MB, twice a large L3
@@ -67,27 +72,44 @@ def main(argv=None) -> int:
                 return _logit_parts(rows, inverse, given)
 
             def numpy_route(inverse=1 / temperature, given=given):
-                with fused.numpy_route():
+                with native.kernels_off():
                     return _logit_parts(rows, inverse, given)
 
             for caches, evicting in (("warm", None), ("cold", evict)):
                 times = {name: _median_us(call, repeats, evicting) for name, call in
-                         (("kernel", kernel), ("numpy", numpy_route))}  # one after the other, same conditions
-                results.append({"temperature": temperature, "laws": given_label, "caches": caches,
-                                "kernel_us": times["kernel"], "numpy_us": times["numpy"]})
+                         (("kernel", kernel), ("other", numpy_route))}  # one after the other, same conditions
+                results.append({"measure": "logit moments", "temperature": temperature, "laws": given_label,
+                                "caches": caches, "kernel_us": times["kernel"], "other_us": times["other"]})
+    import torch
+
+    from verispec.models.sampling import largest
+
+    logits = torch.from_numpy(rows[0])  # [V] float32, a model's logits on the CPU
+
+    def torch_route():
+        with native.kernels_off():
+            return largest(logits, 21, listed=True)
+
+    for caches, evicting in (("warm", None), ("cold", evict)):
+        times = {name: _median_us(call, repeats, evicting) for name, call in
+                 (("kernel", lambda: largest(logits, 21, listed=True)), ("other", torch_route))}
+        results.append({"measure": "largest 21", "temperature": None, "laws": "-", "caches": caches,
+                        "kernel_us": times["kernel"], "other_us": times["other"]})
     load_after = os.getloadavg()
     print(f"V = {VOCAB:,}, {args.threads} thread(s), {repeats} repeats; load average (1, 5, 15 min) "
           f"{load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} before, "
           f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after")
-    print(f"{'T':>4s} {'laws':20s} {'caches':6s} {'kernel':>9s} {'numpy':>9s} {'numpy / kernel':>15s}  (us)")
+    print(f"{'measure':14s} {'T':>4s} {'laws':20s} {'caches':6s} {'kernel':>9s} {'other route':>12s} "
+          f"{'other / kernel':>15s}  (us; other: numpy for the moments, torch for largest)")
     for row in results:
-        print(f"{row['temperature']:4.1f} {row['laws']:20s} {row['caches']:6s} {row['kernel_us']:9.1f} "
-              f"{row['numpy_us']:9.1f} {row['numpy_us'] / row['kernel_us']:15.2f}")
+        temperature = "-" if row["temperature"] is None else f"{row['temperature']:.1f}"
+        print(f"{row['measure']:14s} {temperature:>4s} {row['laws']:20s} {row['caches']:6s} {row['kernel_us']:9.1f} "
+              f"{row['other_us']:12.1f} {row['other_us'] / row['kernel_us']:15.2f}")
     if args.json:
         from verispec.io import atomic_write_text
 
         atomic_write_text(args.json, json.dumps({"vocab": VOCAB, "threads": args.threads, "repeats": repeats,
-                                                 "status": fused.kernel_status(), "rows": results,
+                                                 "status": native.kernel_status(), "rows": results,
                                                  "load_average": [load_before, load_after]}, indent=1))
     return 0
 

@@ -1,12 +1,13 @@
-"""The compiled kernel of the logit route's moments (``verispec.selector.fused``, ``logit_moments.c``):
+"""The compiled kernel of the logit route's moments (``verispec.native``, ``kernels.c``):
 
 * its moments equal a float64 reference written here (scipy's logsumexp, softmax laws, their dot products) to 1e-6
   relative (2e-7 absolute near 0) at sizes around its block of 2,048 entries and at Qwen's V = 151,936, at three
   temperatures; its argmax and argmin are numpy's first ones, ties across blocks included;
 * an infinite or NaN logit anywhere gives NaN moments, and the features then come from the kernel of the full laws;
-* the features through it equal the numpy route's (``numpy_route``) to float32's rounding, in decoding too;
-* a broken build (the controls: a cross term of the wrong row, a block's shift dropped) fails the self-check and is
-  not used; no compiler, a compiler that fails, or ``VERISPEC_KERNELS=0`` leave the numpy route with the reason;
+* the features through it equal the numpy route's (``kernels_off``) to the float32 kernel's tolerance;
+* a broken build (the controls: a cross term of the wrong row, a block's shift dropped, ``largest`` keeping the
+  first entries it sees) fails the self-check and is not used; no compiler, a compiler that fails, or
+  ``VERISPEC_KERNELS=0`` leave the numpy and torch routes, with the reason;
 * a build is reused across processes (the cache file named by a digest of source, flags, compiler and CPU).
 """
 
@@ -20,17 +21,17 @@ import pytest
 import torch
 from scipy.special import logsumexp
 
+from verispec import native
 from verispec.latency import LatencyModel
 from verispec.models.block_context import BlockContext, PositionLaw
 from verispec.models.sampling import Sampling
-from verispec.selector import fused
 from verispec.selector.actions import SelectorError
 from verispec.selector.features import context_features, scalar_features
 
 LATENCY = LatencyModel.from_ratio(20)
 VOCAB = 151_936
 
-needs_kernel = pytest.mark.skipif(fused.kernel_status().startswith("numpy route"),
+needs_kernel = pytest.mark.skipif(native.kernel_status().startswith("numpy and torch routes"),
                                   reason="no usable C compiler on this machine")
 
 
@@ -54,7 +55,7 @@ def _rows(size, seed, scale=3.0):
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.25])
 def test_the_kernel_equals_float64_moments(size, temperature):
     rows = _rows(size, size)
-    values, where = fused.logit_moments(rows, 1 / temperature)
+    values, where = native.logit_moments(rows, 1 / temperature)
     # float32 exponentials summed in float32 lanes within a block of 2,048 and in double across blocks: to 1e-6
     # relative (a block's 128 terms a lane), and L = log s to a float32 ulp of s (1.2e-7) near 0
     np.testing.assert_allclose(values, _expected(rows, 1 / temperature), rtol=1e-6, atol=2e-7)
@@ -68,7 +69,7 @@ def test_first_maxima_and_minima_across_blocks():
         row[list(places)] = row.max() + 2
     rows[0][[1, 7000]] = rows[0].min() - 2
     rows[2][[9998, 9999]] = rows[2].min() - 2
-    _, where = fused.logit_moments(rows, 1.0)
+    _, where = native.logit_moments(rows, 1.0)
     assert where == [3000, 100, 4095, 1, int(rows[1].argmin()), 9998]
 
 
@@ -78,7 +79,7 @@ def test_first_maxima_and_minima_across_blocks():
 def test_a_logit_that_is_not_finite_gives_nan_moments(value, row, place):
     rows = _rows(6000, 2)
     rows[row][place] = value
-    values, _ = fused.logit_moments(rows, 1.0)
+    values, _ = native.logit_moments(rows, 1.0)
     assert np.isnan(values).all()
 
 
@@ -120,8 +121,8 @@ def test_features_through_the_kernel_equal_the_numpy_routes(temperature, given):
             for index, row in enumerate(logits)]
     context = BlockContext((1, 2, 3), 3, *laws, None, sampling)
     got = context_features(context, latency=LATENCY)
-    with fused.numpy_route():
-        assert fused.logit_moments([row.numpy() for row in logits], 1.0) is None
+    with native.kernels_off():
+        assert native.logit_moments([row.numpy() for row in logits], 1.0) is None
         numpy_route = context_features(context, latency=LATENCY)
     expected = _law_features(*(sampling.probabilities(row).numpy() for row in logits))
     np.testing.assert_allclose(got[:6], expected, rtol=1e-5, atol=1e-6)
@@ -142,7 +143,7 @@ def test_the_kernel_checks_a_given_law_at_its_argmax_and_argmin():
 
 
 def _mutated(tmp_path: Path, old: str, new: str) -> Path:
-    source = fused.SOURCE.read_text()
+    source = native.SOURCE.read_text()
     assert source.count(old) == 1
     path = tmp_path / "logit_moments.c"
     path.write_text(source.replace(old, new))
@@ -152,28 +153,30 @@ def _mutated(tmp_path: Path, old: str, new: str) -> Path:
 @needs_kernel
 @pytest.mark.parametrize("old,new", [("apq += ep * yq", "apq += ep * yp"),  # x_p.y_q read as x_p.y_p
                                      ("dots[0] += c[0] * (row[6] + shift[0] * row[3]);",
-                                      "dots[0] += c[0] * row[6];")],  # a block's shift to the global maximum dropped
-                         ids=["cross term", "block shift"])
+                                      "dots[0] += c[0] * row[6];"),  # a block's shift to the global maximum dropped
+                                     ("if (kept == count && !(value > values[count - 1])) return kept;",
+                                      "if (kept == count) return kept;")],  # largest: the first entries kept
+                         ids=["cross term", "block shift", "largest keeps the first"])
 def test_a_broken_kernel_fails_its_self_check_and_is_not_used(tmp_path, monkeypatch, old, new):
-    monkeypatch.setattr(fused, "SOURCE", _mutated(tmp_path, old, new))
-    monkeypatch.setattr(fused, "_loaded", {})
+    monkeypatch.setattr(native, "SOURCE", _mutated(tmp_path, old, new))
+    monkeypatch.setattr(native, "_loaded", {})
     monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "cache"))
-    assert fused.logit_moments(_rows(10, 0), 1.0) is None
-    status = fused.kernel_status()
-    assert status.startswith("numpy route: the compiled kernel is not usable (the kernel's moment")
+    assert native.logit_moments(_rows(10, 0), 1.0) is None
+    status = native.kernel_status()
+    assert status.startswith("numpy and torch routes: the compiled kernels are not usable (the kernel's ")
     assert "\n" not in status
 
 
-@pytest.mark.parametrize("setting,reason", [({"VERISPEC_KERNELS": "0"}, "is off (VERISPEC_KERNELS=0)"),
+@pytest.mark.parametrize("setting,reason", [({"VERISPEC_KERNELS": "0"}, "are off (VERISPEC_KERNELS=0)"),
                                             ({"CC": "/nonexistent/cc"}, "no C compiler found"),
                                             ({"CC": "false"}, "false failed")])
 def test_without_a_usable_compiler_the_features_take_the_numpy_route(tmp_path, monkeypatch, setting, reason):
-    monkeypatch.setattr(fused, "_loaded", {})
+    monkeypatch.setattr(native, "_loaded", {})
     monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
     for name, value in setting.items():
         monkeypatch.setenv(name, value)
-    assert fused.logit_moments(_rows(10, 0), 1.0) is None
-    assert reason in fused.kernel_status() and fused.kernel_status().startswith("numpy route")
+    assert native.logit_moments(_rows(10, 0), 1.0) is None
+    assert reason in native.kernel_status() and native.kernel_status().startswith("numpy and torch routes")
     sampling = Sampling(1.0)
     laws = [PositionLaw(sampling, logits=torch.from_numpy(row)) for row in _rows(VOCAB, 6)]
     context = BlockContext((1, 2, 3), 3, *laws, None, sampling)
@@ -184,11 +187,11 @@ def test_without_a_usable_compiler_the_features_take_the_numpy_route(tmp_path, m
 
 @needs_kernel
 def test_a_build_is_reused_and_a_new_source_builds_anew(tmp_path, monkeypatch):
-    compiler = fused._compiler()
-    first = fused._build(compiler, tmp_path)
+    compiler = native._compiler()
+    first = native._build(compiler, tmp_path)
     stamp = first.stat().st_mtime_ns
-    assert fused._build(compiler, tmp_path) == first and first.stat().st_mtime_ns == stamp
-    monkeypatch.setattr(fused, "SOURCE", _mutated(tmp_path, "#define STATS 11", "#define STATS 11 /* edited */"))
-    second = fused._build(compiler, tmp_path)
+    assert native._build(compiler, tmp_path) == first and first.stat().st_mtime_ns == stamp
+    monkeypatch.setattr(native, "SOURCE", _mutated(tmp_path, "#define STATS 11", "#define STATS 11 /* edited */"))
+    second = native._build(compiler, tmp_path)
     assert second != first and sorted(path.name for path in tmp_path.glob("*.so")) == sorted([first.name,
                                                                                                second.name])
