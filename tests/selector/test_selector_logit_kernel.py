@@ -145,7 +145,7 @@ def test_the_kernel_checks_a_given_law_at_its_argmax_and_argmin():
 def _mutated(tmp_path: Path, old: str, new: str) -> Path:
     source = native.SOURCE.read_text()
     assert source.count(old) == 1
-    path = tmp_path / "logit_moments.c"
+    path = tmp_path / "kernels.c"
     path.write_text(source.replace(old, new))
     return path
 

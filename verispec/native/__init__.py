@@ -14,7 +14,7 @@ cold passes over [V] rows that the models' forwards left out of the caches).
 
 On Qwen's V = 151,936 at one CPU thread, with the rows cold, the moments cost about 0.26 ms against 0.52-0.59 ms for
 the numpy route and the largest 21 entries about 0.08 ms against 0.15 ms for the torch route
-(``benchmarks/bench_selector_logit_moments.py``).
+(``benchmarks/bench_native_kernels.py``).
 
 The C file is compiled on first use in a process by the machine's C compiler (``$CC``, else ``cc``, ``gcc`` or
 ``clang``) with ``-O3 -march=native`` into ``<cache>/kernels/`` (``$VERISPEC_CACHE``, else ``~/.cache/verispec``),
