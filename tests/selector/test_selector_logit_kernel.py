@@ -8,7 +8,8 @@
 * a broken build (the controls: a cross term of the wrong row, a block's shift dropped, ``largest`` keeping the
   first entries it sees) fails the self-check and is not used; no compiler, a compiler that fails, or
   ``VERISPEC_KERNELS=0`` leave the numpy and torch routes, with the reason;
-* a build is reused across processes (the cache file named by a digest of source, flags, compiler and CPU).
+* a build is reused across processes (the cache file named by a digest of source, flags, compiler and CPU), and a
+  damaged cached build is compiled again.
 """
 
 from __future__ import annotations
@@ -168,7 +169,11 @@ def test_a_broken_kernel_fails_its_self_check_and_is_not_used(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("setting,reason", [({"VERISPEC_KERNELS": "0"}, "are off (VERISPEC_KERNELS=0)"),
-                                            ({"CC": "/nonexistent/cc"}, "no C compiler found"),
+                                            ({"VERISPEC_KERNELS": "Off"}, "are off (VERISPEC_KERNELS=off)"),
+                                            ({"VERISPEC_KERNELS": "maybe"},
+                                             "VERISPEC_KERNELS = 'maybe' is neither on (1) nor off (0)"),
+                                            ({"CC": "/nonexistent/cc"},
+                                             "$CC = '/nonexistent/cc' is not a program (set CC to a C compiler"),
                                             ({"CC": "false"}, "false failed")])
 def test_without_a_usable_compiler_the_features_take_the_numpy_route(tmp_path, monkeypatch, setting, reason):
     monkeypatch.setattr(native, "_loaded", {})
@@ -187,11 +192,34 @@ def test_without_a_usable_compiler_the_features_take_the_numpy_route(tmp_path, m
 
 @needs_kernel
 def test_a_build_is_reused_and_a_new_source_builds_anew(tmp_path, monkeypatch):
-    compiler = native._compiler()
-    first = native._build(compiler, tmp_path)
+    compiler, _ = native._compiler()
+    first, compiled = native._build(compiler, tmp_path)
     stamp = first.stat().st_mtime_ns
-    assert native._build(compiler, tmp_path) == first and first.stat().st_mtime_ns == stamp
+    assert compiled and native._build(compiler, tmp_path) == (first, False) and first.stat().st_mtime_ns == stamp
     monkeypatch.setattr(native, "SOURCE", _mutated(tmp_path, "#define STATS 11", "#define STATS 11 /* edited */"))
-    second = native._build(compiler, tmp_path)
-    assert second != first and sorted(path.name for path in tmp_path.glob("*.so")) == sorted([first.name,
-                                                                                               second.name])
+    second, compiled = native._build(compiler, tmp_path)
+    assert compiled and second != first
+    assert sorted(path.name for path in tmp_path.glob("*.so")) == sorted([first.name, second.name])
+
+
+@needs_kernel
+@pytest.mark.parametrize("damage", ["not a library", "a library that fails its check"])
+def test_a_damaged_cached_build_is_compiled_again(tmp_path, monkeypatch, damage):
+    """A cached build that does not load, or loads and fails the self-check (a file copied from elsewhere), is
+    replaced by a fresh build once, and the kernels are used."""
+    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
+    compiler, _ = native._compiler()
+    path, _ = native._build(compiler, tmp_path / "kernels")
+    if damage == "not a library":
+        path.write_bytes(b"not a shared library")
+    else:  # a build of a broken source under the good build's name
+        monkeypatch.setattr(native, "SOURCE", _mutated(tmp_path, "apq += ep * yq", "apq += ep * yp"))
+        broken, _ = native._build(compiler, tmp_path / "broken")
+        monkeypatch.undo()
+        monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
+        path.write_bytes(broken.read_bytes())
+    monkeypatch.setattr(native, "_loaded", {})
+    assert native.kernel_status() == f"compiled kernels {path}"
+    assert [entry.name for entry in (tmp_path / "kernels").iterdir()] == [path.name]  # no copy, no temporary left
+    values, _ = native.logit_moments(_rows(VOCAB, 8), 1.0)
+    np.testing.assert_allclose(values, _expected(_rows(VOCAB, 8), 1.0), rtol=1e-6, atol=2e-7)

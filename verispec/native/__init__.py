@@ -53,11 +53,14 @@ _loaded: dict[str, object] = {}
 _workspace = threading.local()
 
 
-def _compiler() -> str | None:
+def _compiler() -> tuple[str | None, str]:
+    """(the C compiler's path, or None; why not)."""
     configured = os.environ.get("CC")
     if configured:
-        return shutil.which(configured) or (configured if Path(configured).is_file() else None)
-    return next((found for found in map(shutil.which, ("cc", "gcc", "clang")) if found), None)
+        found = shutil.which(configured) or (configured if Path(configured).is_file() else None)
+        return found, f"$CC = {configured!r} is not a program (set CC to a C compiler, or unset it)"
+    found = next((found for found in map(shutil.which, ("cc", "gcc", "clang")) if found), None)
+    return found, "no C compiler found ($CC, cc, gcc, clang)"
 
 
 def _cpu_identity() -> str:
@@ -70,15 +73,15 @@ def _cpu_identity() -> str:
     return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
 
 
-def _build(compiler: str, folder: Path) -> Path:
-    """The compiled kernel's path under ``folder``, compiling it there first unless a build of this source, these
-    flags, this compiler and this CPU exists."""
+def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, bool]:
+    """(the compiled kernels' path under ``folder``, whether it was compiled now): compiled there unless a build of
+    this source, these flags, this compiler and this CPU exists (``again``: compiled even so, replacing it)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     digest = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version, platform.machine(),
                                        _cpu_identity()]).encode()).hexdigest()[:16]
     target = folder / f"kernels-{digest}.so"
-    if target.is_file():
-        return target
+    if target.is_file() and not again:
+        return target, False
     folder.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(handle)
@@ -92,7 +95,7 @@ def _build(compiler: str, folder: Path) -> Path:
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
-    return target
+    return target, True
 
 
 def _bind(path: Path) -> dict:
@@ -144,23 +147,54 @@ def _self_check(kernels: dict) -> None:
         raise OSError("the kernel took an infinite logit")
 
 
+#: VERISPEC_KERNELS values that turn the kernels off, and on.
+_OFF, _ON = ("0", "off", "false", "no"), ("", "1", "on", "true", "yes")
+
+
+def _load(compiler: str) -> tuple[dict, Path]:
+    """Build (or find), bind and check the kernels; a cached build that does not load or fails its check (copied
+    from another machine, or damaged) is compiled again once."""
+    from verispec.io import cache_root
+
+    folder = cache_root() / "kernels"
+    path, compiled = _build(compiler, folder)
+    try:
+        kernels = _bind(path)
+        _self_check(kernels)
+    except OSError:
+        if compiled:
+            raise
+        path, _ = _build(compiler, folder, again=True)
+        # the loader keeps the damaged library under its path's name for this process: load a copy of the new one
+        fresh = path.with_name(f".{path.stem}-{os.getpid()}-{threading.get_ident()}.so")
+        shutil.copyfile(path, fresh)
+        try:
+            kernels = _bind(fresh)
+        finally:
+            with contextlib.suppress(OSError):
+                fresh.unlink()  # mapped already; nothing left behind
+        _self_check(kernels)
+    return kernels, path
+
+
 def _library() -> dict | None:
     """The bound kernels, or None (with the reason in ``kernel_status``); built and checked once a process."""
     with _lock:
         if "kernels" in _loaded:
             return _loaded["kernels"]
         kernels, status = None, None
-        if os.environ.get("VERISPEC_KERNELS", "1") == "0":
-            status = "numpy and torch routes: the compiled kernels are off (VERISPEC_KERNELS=0)"
-        elif (compiler := _compiler()) is None:
-            status = "numpy and torch routes: no C compiler found ($CC, cc, gcc, clang)"
+        setting = os.environ.get("VERISPEC_KERNELS", "1").strip().lower()
+        compiler, missing = _compiler()
+        if setting in _OFF:
+            status = f"numpy and torch routes: the compiled kernels are off (VERISPEC_KERNELS={setting})"
+        elif setting not in _ON:
+            status = (f"numpy and torch routes: VERISPEC_KERNELS = {os.environ['VERISPEC_KERNELS']!r} is neither on "
+                      "(1) nor off (0)")
+        elif compiler is None:
+            status = f"numpy and torch routes: {missing}"
         else:
-            from verispec.io import cache_root
-
             try:
-                path = _build(compiler, cache_root() / "kernels")
-                kernels = _bind(path)
-                _self_check(kernels)
+                kernels, path = _load(compiler)
                 status = f"compiled kernels {path}"
             except (OSError, subprocess.SubprocessError, AttributeError) as error:
                 kernels, status = None, f"numpy and torch routes: the compiled kernels are not usable ({error})"
