@@ -20,22 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 VOCAB = 151_936
-
-
-def _median_us(call, repeats: int, evict=None) -> float:
-    call()
-    times = []
-    for _ in range(repeats):
-        if evict is not None:
-            evict()
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
 
 
 def main(argv=None) -> int:
@@ -48,6 +34,7 @@ def main(argv=None) -> int:
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(variable, str(args.threads))
     import numpy as np
+    from measure import median_us  # benchmarks/measure.py; after the thread caps: it loads numpy
 
     from verispec import native
     from verispec.selector.features import _logit_parts
@@ -76,7 +63,7 @@ def main(argv=None) -> int:
                     return _logit_parts(rows, inverse, given)
 
             for caches, evicting in (("warm", None), ("cold", evict)):
-                times = {name: _median_us(call, repeats, evicting) for name, call in
+                times = {name: median_us(call, repeats, evicting) for name, call in
                          (("kernel", kernel), ("other", numpy_route))}  # one after the other, same conditions
                 results.append({"measure": "logit moments", "temperature": temperature, "laws": given_label,
                                 "caches": caches, "kernel_us": times["kernel"], "other_us": times["other"]})
@@ -91,7 +78,7 @@ def main(argv=None) -> int:
             return largest(logits, 21, listed=True)
 
     for caches, evicting in (("warm", None), ("cold", evict)):
-        times = {name: _median_us(call, repeats, evicting) for name, call in
+        times = {name: median_us(call, repeats, evicting) for name, call in
                  (("kernel", lambda: largest(logits, 21, listed=True)), ("other", torch_route))}
         results.append({"measure": "largest 21", "temperature": None, "laws": "-", "caches": caches,
                         "kernel_us": times["kernel"], "other_us": times["other"]})

@@ -17,23 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 import numpy as np
 
 VOCAB = 151_936
 HIDDEN_DIMS = {"target_prev": 1536, "draft_root": 896}
-
-
-def _median_us(call, repeats: int) -> float:
-    call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
 
 
 def float64_law_features(p, q, r) -> list[float]:
@@ -53,6 +41,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     import torch
+    from measure import median_us  # benchmarks/measure.py
 
     from verispec.latency import LatencyModel
     from verispec.models.sampling import Sampling
@@ -72,8 +61,8 @@ def main(argv=None) -> int:
             logits = torch.randn(VOCAB, generator=generator, dtype=torch.float64) * 3
             laws.append(Sampling(1.0, top_k).probabilities(logits))  # [V] float64, as in decoding
         arrays = [law.numpy() for law in laws]
-        float64 = _median_us(lambda arrays=arrays: float64_law_features(*arrays), repeats)
-        kernel = _median_us(lambda laws=laws, top_k=top_k: scalar_features(*laws, context_length=100,
+        float64 = median_us(lambda arrays=arrays: float64_law_features(*arrays), repeats)
+        kernel = median_us(lambda laws=laws, top_k=top_k: scalar_features(*laws, context_length=100,
                                                                                  sampling=Sampling(1.0, top_k),
                                                     latency=latency), repeats)
         got = scalar_features(*laws, context_length=100, sampling=Sampling(1.0, top_k), latency=latency)[:6]
@@ -87,7 +76,7 @@ def main(argv=None) -> int:
                                   generator=torch.Generator().manual_seed(1))
         selector = Selector(network, PAPER_GRID, kind="mlp", hidden_names=tuple(dims))
         hidden = {key: torch.randn(size, generator=generator) for key, size in dims.items()} or None
-        forwards[name] = _median_us(lambda selector=selector, hidden=hidden: selector.choose(features[0], hidden),
+        forwards[name] = median_us(lambda selector=selector, hidden=hidden: selector.choose(features[0], hidden),
                                     repeats)
     load_after = os.getloadavg()[0]
     print(f"V = {VOCAB:,}, {args.threads} torch thread(s), medians of {repeats} calls; load average "

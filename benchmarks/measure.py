@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 import tracemalloc
 from pathlib import Path
@@ -26,6 +27,20 @@ def run_arguments(description: str, default_output: str, argv=None, parameters: 
         path.unlink()
     recorded = {"benchmark": Path(default_output).stem, **(parameters or {})}
     return args, path, ResultStore(path, parameters=recorded)
+
+
+def median_us(call, repeats: int, evict=None) -> float:
+    """The median of ``repeats`` timed calls of ``call`` after one untimed warm-up, in microseconds; ``evict``
+    (untimed) runs before each timed call, as a model's forward would leave the caches."""
+    call()
+    times = []
+    for _ in range(repeats):
+        if evict is not None:
+            evict()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
 
 
 def timed_analysis(*args, **kwargs):
