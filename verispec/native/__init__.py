@@ -100,12 +100,11 @@ def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, b
 
 def _bind(path: Path) -> dict:
     library = ctypes.CDLL(str(path))
-    floats, doubles, integers = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_double), \
-        ctypes.POINTER(ctypes.c_int64)
+    # every array goes in as its address (an int): data_as() pointers cost microseconds a call
+    address, size, real = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
     moments, largest_entries = library.verispec_logit_moments, library.verispec_largest
-    moments.argtypes = [floats, floats, floats, ctypes.c_int64, ctypes.c_double, floats, doubles, doubles, integers]
-    largest_entries.argtypes = [floats, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, floats, integers, floats,
-                                integers]
+    moments.argtypes = [address, address, address, size, real, address, address, address, address]
+    largest_entries.argtypes = [address, size, size, size, address, address, address, address]
     moments.restype = largest_entries.restype = ctypes.c_int
     return {"moments": moments, "largest": largest_entries}
 
@@ -225,25 +224,23 @@ def kernels_off():
 
 
 def _buffers(vocab: int):
-    """This thread's scratch [2, V] float32, statistics [blocks, 11], moments [12] and indices [6]."""
+    """This thread's scratch [2, V] float32, statistics [blocks, 11], moments [12] and indices [6], and their
+    addresses."""
     buffers = getattr(_workspace, "buffers", None)
     if buffers is None or buffers[0].shape[1] != vocab:
-        buffers = _workspace.buffers = (np.empty((2, vocab), np.float32),
-                                        np.empty((-(-vocab // BLOCK), STATS), np.float64),
-                                        np.empty(12, np.float64), np.empty(6, np.int64))
+        arrays = (np.empty((2, vocab), np.float32), np.empty((-(-vocab // BLOCK), STATS), np.float64),
+                  np.empty(12, np.float64), np.empty(6, np.int64))
+        buffers = _workspace.buffers = (*arrays, tuple(array.ctypes.data for array in arrays))
     return buffers
 
 
-_FLOATS, _DOUBLES, _INTEGERS = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_double), \
-    ctypes.POINTER(ctypes.c_int64)
-
-
 def _moments(function, rows, inverse_temperature: float):
-    rows = [np.ascontiguousarray(row, dtype=np.float32) for row in rows]
-    scratch, stats, out, where = _buffers(rows[0].shape[0])
-    status = function(*(row.ctypes.data_as(_FLOATS) for row in rows), rows[0].shape[0], inverse_temperature,
-                      scratch.ctypes.data_as(_FLOATS), stats.ctypes.data_as(_DOUBLES), out.ctypes.data_as(_DOUBLES),
-                      where.ctypes.data_as(_INTEGERS))
+    rows = [row if row.dtype == np.float32 and row.flags.c_contiguous else
+            np.ascontiguousarray(row, dtype=np.float32) for row in rows]
+    vocab = rows[0].shape[0]
+    _, _, out, where, addresses = _buffers(vocab)
+    status = function(rows[0].ctypes.data, rows[1].ctypes.data, rows[2].ctypes.data, vocab, inverse_temperature,
+                      *addresses)
     return None if status else (out.copy(), where.tolist())
 
 
@@ -260,11 +257,10 @@ def logit_moments(rows, inverse_temperature: float):
 
 
 def _largest(function, row: np.ndarray, count: int, width: int):
-    blocks = row.shape[0] // width
-    block_max = np.empty(blocks + count, np.float32)
+    block_max = np.empty(row.shape[0] // width + count, np.float32)
     chosen, values, ids = np.empty(count, np.int64), np.empty(count, np.float32), np.empty(count, np.int64)
-    status = function(row.ctypes.data_as(_FLOATS), row.shape[0], count, width, block_max.ctypes.data_as(_FLOATS),
-                      chosen.ctypes.data_as(_INTEGERS), values.ctypes.data_as(_FLOATS), ids.ctypes.data_as(_INTEGERS))
+    status = function(row.ctypes.data, row.shape[0], count, width, block_max.ctypes.data, chosen.ctypes.data,
+                      values.ctypes.data, ids.ctypes.data)
     return None if status else (values, ids)
 
 
