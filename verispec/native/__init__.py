@@ -66,7 +66,7 @@ def _compiler() -> tuple[str | None, str]:
 def _cpu_identity() -> str:
     """The CPU's model and feature flags (Linux), so a cache shared by machines never serves one another's build."""
     try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
     except OSError:
         return platform.processor()
     wanted = ("model name", "flags", "Features", "CPU part")
@@ -76,7 +76,8 @@ def _cpu_identity() -> str:
 def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, bool]:
     """(the compiled kernels' path under ``folder``, whether it was compiled now): compiled there unless a build of
     this source, these flags, this compiler and this CPU exists (``again``: compiled even so, replacing it)."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, errors="replace",
+                             timeout=30).stdout
     digest = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version, platform.machine(),
                                        _cpu_identity()]).encode()).hexdigest()[:16]
     target = folder / f"kernels-{digest}.so"
@@ -87,7 +88,7 @@ def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, b
     os.close(handle)
     try:
         result = subprocess.run([compiler, *FLAGS, "-o", temporary, str(SOURCE), "-lm"], capture_output=True,
-                                text=True, timeout=COMPILE_TIMEOUT_S)
+                                text=True, errors="replace", timeout=COMPILE_TIMEOUT_S)
         if result.returncode:
             message = (result.stderr.strip().splitlines() or ["no message"])[-1]
             raise OSError(f"{Path(compiler).name} failed ({message})")
