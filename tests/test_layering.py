@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "verispec"
 
 #: The ground floor's modules in order; each imports only modules listed before it.
 GROUND_FLOOR = ["errors", "version", "limits", "lazy_names", "backend", "verdict", "budget", "sizes", "statistics",
-                "io", "latency", "user_code", "memory"]
+                "io", "native", "latency", "user_code", "memory"]
 
 #: Package-level layers, lowest first (names after ``verispec.``; "" is the top package itself).
 LAYER_NAMES = [
