@@ -365,13 +365,13 @@ def _logit_parts(logits, inverse_temperature: float, laws=(None, None, None)) ->
     (checked at the argmax and the argmin, where x_i is exp(-L_i) and exp(min y_i / T - L_i)) is a one-line
     SelectorError."""
     if isinstance(logits[0], np.ndarray):
-        fused = logit_moments(logits, inverse_temperature)
-        if fused is not None:
-            values, (*peaks, _, _, _) = fused
-            for index, (law, top) in enumerate(zip(laws, peaks)):
+        compiled = logit_moments(logits, inverse_temperature)
+        if compiled is not None:
+            values, where = compiled  # [12], [argmax of each row, argmin of each row]
+            for index, law in enumerate(laws):
                 if law is not None and not np.isnan(values[0]):
-                    _check_given_law(index, law, logits[index], values[index], values[9 + index], top,
-                                     fused[1][3 + index], inverse_temperature, 1.0)
+                    _check_given_law(index, law, logits[index], values[index], values[9 + index], where[index],
+                                     where[3 + index], inverse_temperature, 1.0)
             return values
         shifted, weights, row, ones = _host_workspace(logits[0].shape[0])
         peaks, lows = [], []
