@@ -40,9 +40,9 @@ blocks); elsewhere numpy passes into scratch arrays reused from block to block, 
 has computed already where it has (p_prev from the verify forward, q_prev from drafting: a cast to float32), from
 one exponential of the logits elsewhere. A given law is checked against its logits at their argmax and argmin on
 either route. Inside decoding on the Qwen pair at one CPU thread (the models' forwards leave the caches cold) the
-whole choice costs 0.53-0.57 ms a block at T = 0.7 top-k 20 top-p 0.8 and 0.70 ms at T = 1 with the compiled
-kernels, 0.59-0.66 and 1.08-1.09 ms without them (0.84-0.86 and 0.96 ms, 0.94-0.97 and 1.29-1.34 ms with hidden
-states; medians of two runs on one box, ``benchmarks/bench_selector_decoding.py --pair qwen-coder
+whole choice costs 0.53-0.60 ms a block at T = 0.7 top-k 20 top-p 0.8 and 0.69-0.70 ms at T = 1 with the compiled
+kernels, 0.59-0.75 and 1.08-1.12 ms without them (0.78-0.86 and 0.94-0.96 ms, 0.87-0.97 and 1.29-1.35 ms with
+hidden states; medians of three runs on one box, ``benchmarks/bench_selector_decoding.py --pair qwen-coder
 --compare-kernel``).
 """
 
