@@ -216,6 +216,24 @@ def test_the_study_command_writes_its_files_and_refuses_bad_input(tmp_path, caps
     assert not (tmp_path / "refused").exists()
 
 
+def test_the_study_command_pins_torchs_threads(tmp_path, capsys):
+    """--threads N sets torch's threads for the training (two studies on one box must not fight for every core);
+    0 is refused in one line before anything runs."""
+    import torch
+
+    data = _write(tmp_path, "t1.npz", pair_dataset(T1, rules=RULES[:1], prompts=4, seed=3))
+    before = torch.get_num_threads()
+    try:
+        assert main(["selector", "study", "--dataset", data, "--out", str(tmp_path / "study"), "--epochs", "2",
+                     "--bootstrap", "100", "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    _refused(["selector", "study", "--dataset", data, "--out", str(tmp_path / "refused"), "--threads", "0"], capsys,
+             "--threads")
+    assert not (tmp_path / "refused").exists()
+
+
 def test_the_report_adds_the_section_without_the_pair(tmp_path, monkeypatch, capsys):
     """``verispec report --pair tiny --selector-dataset F``, tiny not an installed pair: study 6 says why it did not
     run and section 9 runs from the dataset (the other studies stubbed out: they are the report's own tests)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from verispec.cli.options import integer_option, number_option
+from verispec.limits import MAX_THREADS
 
 
 def add_study_parser(steps) -> None:
@@ -41,6 +42,10 @@ def add_study_parser(steps) -> None:
                        default=1, metavar="K",
                        help="cross-fit over K folds of prompts: every prompt held out once, its roots' policies "
                             "fitted on the other folds (default 1: one split, --test-fraction held out)")
+    study.add_argument("--threads", type=integer_option(minimum=1, maximum=MAX_THREADS,
+                                                        what=f"an integer from 1 to {MAX_THREADS}"), default=None,
+                       help="CPU threads for torch's training (default: torch's choice, every core: two studies, or "
+                            "a study beside a build, then slow each other down several times over)")
     study.add_argument("--hidden", default=None, metavar="NAMES",
                        help="also train the paper's network reading these hidden states of the datasets "
                             "(comma-separated, or 'all' for every one they hold; 'selector dataset --hidden'): a "
@@ -64,9 +69,11 @@ def run_study_command(args) -> int:
             raise VerispecError(f"--hidden {args.hidden!r}: name the hidden states (comma-separated) or 'all'")
         check_hidden(pair_settings(datasets, args.pair), hidden)  # before any training
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     from verispec.report.pair_section import write_study
 
     start = time.perf_counter()
