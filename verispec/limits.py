@@ -45,6 +45,10 @@ MAX_DECODE_NODES = 4096
 #: (``verispec.study.grid.DEFAULT_LATENCY``; sweep's --cost-ratio).
 DEFAULT_COST_RATIO = 4.0
 
+#: Widest hidden-state projection of a selector network ('selector train --projection', 'selector study
+#: --projection'): the paper's is 128, Qwen2.5 1.5B's states 1,536 wide.
+MAX_PROJECTION = 4096
+
 #: Largest --context-file read: the pairs verispec installs take at most 32,768 tokens of context (Qwen2.5's
 #: max_position_embeddings), about 128 KiB of text at 4 bytes a token; 4 MiB leaves room for any tokenizer.
 MAX_CONTEXT_FILE_BYTES = 4 << 20

@@ -132,3 +132,34 @@ def test_the_study_command_reads_hidden_states_and_refuses_datasets_without_them
     _refused(["selector", "study", "--dataset", path, "--out", str(tmp_path / "r2"), "--hidden", "target_prev"],
              capsys, "holds draft_root")
     assert not (tmp_path / "r1").exists() or not any((tmp_path / "r1").iterdir())
+
+
+def test_the_study_command_sets_the_projection_width(tmp_path, capsys, monkeypatch):
+    """--projection WIDTH trains the hidden-state network with projections that wide (and only it: the scalar
+    network has none), records it in the JSON and says it in the tables' text; without --hidden, or out of range,
+    it is refused in one line."""
+    import verispec.selector.train as train_module
+
+    widths = []
+    original = train_module.train_selector
+
+    def recording(*args, **kwargs):
+        selector = original(*args, **kwargs)
+        if kwargs.get("hidden"):
+            widths.append(selector.model.projections[0][0].out_features)
+        else:
+            assert "projection" not in kwargs
+        return selector
+
+    monkeypatch.setattr(train_module, "train_selector", recording)
+    path = _write(tmp_path, "t07.npz", with_hidden(pair_dataset(T07, prompts=12, seed=9), informative=False))
+    out = tmp_path / "study"
+    assert main(["selector", "study", "--dataset", path, "--out", str(out), "--epochs", "2", "--bootstrap", "100",
+                 "--hidden", "all", "--projection", "3"]) == 0
+    assert widths and set(widths) == {3}
+    assert json.loads((out / "pair_selector.json").read_text())["projection"] == 3
+    assert "each projected to 3 with LayerNorm" in (out / "pair_selector.md").read_text()
+    base = ["selector", "study", "--dataset", path, "--out", str(tmp_path / "refused")]
+    _refused(base + ["--projection", "3"], capsys, "--projection 3 sizes the hidden states' projections")
+    _refused(base + ["--hidden", "all", "--projection", "0"], capsys, "--projection")
+    assert not (tmp_path / "refused").exists()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from verispec.cli.options import integer_option, number_option
-from verispec.limits import MAX_THREADS
+from verispec.limits import MAX_PROJECTION, MAX_THREADS
 
 
 def add_study_parser(steps) -> None:
@@ -46,6 +46,11 @@ def add_study_parser(steps) -> None:
                                                         what=f"an integer from 1 to {MAX_THREADS}"), default=None,
                        help="CPU threads for torch's training (default: torch's choice, every core: two studies, or "
                             "a study beside a build, then slow each other down several times over)")
+    study.add_argument("--projection", type=integer_option(minimum=1, maximum=MAX_PROJECTION,
+                                                           what=f"an integer in [1, {MAX_PROJECTION}]"),
+                       default=None, metavar="WIDTH",
+                       help="with --hidden: each hidden state projected to WIDTH dimensions (default 128, the "
+                            "paper's; 'selector train --projection')")
     study.add_argument("--hidden", default=None, metavar="NAMES",
                        help="also train the paper's network reading these hidden states of the datasets "
                             "(comma-separated, or 'all' for every one they hold; 'selector dataset --hidden'): a "
@@ -62,6 +67,9 @@ def run_study_command(args) -> int:
     datasets, regimes = load_inputs(args.dataset, args.latency, args.pair)
     hidden = None if args.hidden is None else "all" if args.hidden.strip() == "all" else \
         [name.strip() for name in args.hidden.split(",") if name.strip()]
+    if args.projection is not None and hidden is None:
+        raise VerispecError(f"--projection {args.projection} sizes the hidden states' projections: give --hidden "
+                            "too, or leave --projection out")
     if hidden is not None:
         from verispec.report.pair_selector import check_hidden, pair_settings
 
@@ -78,7 +86,8 @@ def run_study_command(args) -> int:
 
     start = time.perf_counter()
     result = run_study(datasets, regimes, seed=args.seed, epochs=args.epochs, test_fraction=args.test_fraction,
-                       resamples=args.bootstrap, pair=args.pair, folds=args.folds, hidden=hidden)
+                       resamples=args.bootstrap, pair=args.pair, folds=args.folds, hidden=hidden,
+                       projection=args.projection)
     write_study(result, args.out)
     print(f"wrote the selector study of {result['pair']} into {args.out} ({len(result['settings'])} settings x "
           f"{len(result['regimes'])} regimes, {result['split']['held_out_prompts']} held-out prompts; "

@@ -171,10 +171,14 @@ def _hidden_text(result: dict) -> str:
     names = result.get("hidden") or []
     if not names:
         return " only"
-    from verispec.selector.network import PROJECTION  # torch: a study with hidden states trained with it
+    width = result.get("projection")
+    if width is None:
+        from verispec.selector.network import PROJECTION  # torch: a study with hidden states trained with it
 
-    return (f" (and the same network reading the hidden states {', '.join(names)} too, each projected to "
-            f"{PROJECTION} with LayerNorm: the paper's full network)")
+        return (f" (and the same network reading the hidden states {', '.join(names)} too, each projected to "
+                f"{PROJECTION} with LayerNorm: the paper's full network)")
+    return (f" (and the same network reading the hidden states {', '.join(names)} too, each projected to {width} "
+            "with LayerNorm: the paper's full network at another projection width)")
 
 
 def study_markdown(result: dict, heading: str, level: int = 1, figure: str | None = FIGURE_FILE) -> str:

@@ -55,6 +55,7 @@ import numpy as np
 from verispec.errors import VerispecError, describe
 from verispec.io import check_output_dir, check_output_file
 from verispec.latency import LatencyModel
+from verispec.limits import MAX_PROJECTION
 from verispec.report.common import plural, throughput_unit
 from verispec.selector.actions import ActionGrid, action_times, policy_action_times
 from verispec.selector.dataset_file import Dataset, DatasetError
@@ -207,10 +208,11 @@ def regime_features(data: Dataset, latency: LatencyModel) -> np.ndarray:
 
 
 def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyModel, *, seed: int,
-                 epochs: int, hidden: Sequence[str] = ()) -> dict[str, np.ndarray]:
+                 epochs: int, hidden: Sequence[str] = (), projection: int | None = None) -> dict[str, np.ndarray]:
     """{kind: [N_test] action index into the dataset's grid} of the selectors of ``KINDS`` trained on ``train``
     over ``verifier``'s actions under ``latency`` (Eq. 12 against plain decoding, as ``selector train`` does), and
-    of ``HIDDEN_KIND`` (the network reading the hidden states ``hidden`` too) when any are named."""
+    of ``HIDDEN_KIND`` (the network reading the hidden states ``hidden`` too, each projected to ``projection``
+    dimensions, the paper's 128 when None) when any are named."""
     from verispec.selector.train import train_selector
 
     grid = train.grid
@@ -222,12 +224,13 @@ def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyM
     chosen = {}
     for kind in (*KINDS, HIDDEN_KIND) if hidden else KINDS:
         reads = {name: train.hidden[name] for name in hidden} if kind == HIDDEN_KIND else None  # {name: [N, d]}
+        width = {} if reads is None or projection is None else {"projection": int(projection)}
         selector = train_selector(train_x, train.efficiency[:, columns], times, sub,
                                   kind="mlp" if kind == HIDDEN_KIND else kind, hidden=reads,
                                   base=plain[0] if plain else None,
                                   base_time=latency.target_time(1) if plain else None, seed=seed, epochs=epochs,
                                   feature_names=train.feature_names,
-                                  metadata={"latency": latency.as_dict(), "samplings": train.samplings})
+                                  metadata={"latency": latency.as_dict(), "samplings": train.samplings}, **width)
         chosen[kind] = columns[selector.choose_batch(
             test_x, None if reads is None else {name: test.hidden[name] for name in hidden})]  # [N_test]
     return chosen
@@ -336,7 +339,8 @@ def ddte_comparisons(test: Dataset, times: np.ndarray, choices: Mapping[str, np.
 
 
 def regime_table(setting: Setting, held: Sequence[str] | Sequence[Sequence[str]], regime: str,
-                 latency: LatencyModel, *, seed: int, epochs: int, resamples: int, hidden: Sequence[str] = ()) -> dict:
+                 latency: LatencyModel, *, seed: int, epochs: int, resamples: int, hidden: Sequence[str] = (),
+                 projection: int | None = None) -> dict:
     """The (setting, regime) table: every rule's entry (``rule_entry``), the DDTE comparisons, on the roots of
     the held-out prompts ``held``, the static actions and the selectors fitted on the others. ``held`` may be a
     list of folds (lists of prompts): then each fold's roots are chosen for by the policies fitted on the rest,
@@ -358,7 +362,7 @@ def regime_table(setting: Setting, held: Sequence[str] | Sequence[Sequence[str]]
             train, where = data.subset(~fold), np.flatnonzero(fold[rows])  # where: the fold's rows in ``test``
             choices[f"{verifier} static"][where] = best_static(train.efficiency, times, allowed)
             for kind, chosen in rule_choices(train, data.subset(fold), verifier, latency, seed=seed,
-                                             epochs=epochs, hidden=hidden).items():
+                                             epochs=epochs, hidden=hidden, projection=projection).items():
                 choices[f"{verifier} {kind}"][where] = chosen
         choices[f"{verifier} oracle"] = oracle_choice(test.efficiency, times, allowed)
         crossfit = None if test.per_sample is None else \
@@ -391,18 +395,24 @@ def _check_numbers(regimes, seed, epochs, test_fraction, resamples, folds=1) -> 
 def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, LatencyModel], *, seed: int = 0,
               epochs: int = DEFAULT_EPOCHS, test_fraction: float = DEFAULT_TEST_FRACTION,
               resamples: int = DEFAULT_BOOTSTRAP, pair: str | None = None, folds: int = 1,
-              hidden: Sequence[str] = ()) -> dict:
+              hidden: Sequence[str] = (), projection: int | None = None) -> dict:
     """The study (module docstring) of ``datasets`` ((label, Dataset) pairs of one pair) in each regime of
     ``regimes`` ({name: LatencyModel}, e.g. ``regime_models(cpu_file)``): JSON-ready, every number in it.
     ``folds`` >= 2 cross-fits over that many folds of prompts instead of one split (``test_fraction`` unused).
-    ``hidden``: the hidden states the ``HIDDEN_KIND`` network reads as well (every dataset must hold them)."""
+    ``hidden``: the hidden states the ``HIDDEN_KIND`` network reads as well (every dataset must hold them), each
+    projected to ``projection`` dimensions (None: the paper's 128)."""
     _check_numbers(regimes, seed, epochs, test_fraction, resamples, folds)
+    if projection is not None and (isinstance(projection, bool) or not isinstance(projection, int) or
+                                   not 1 <= projection <= MAX_PROJECTION):
+        raise DatasetError(f"the hidden states' projection width must be an integer from 1 to {MAX_PROJECTION}, "
+                           f"got {projection!r}")
     settings = pair_settings(datasets, pair)
     hidden = check_hidden(settings, hidden)
     groups = np.concatenate([setting.data.group for setting in settings])
     result = {"format": STUDY_FORMAT, "pair": settings[0].data.metadata.get("pair"), "seed": int(seed),
               "epochs": int(epochs), "kinds": [*KINDS, *([HIDDEN_KIND] if hidden else [])],
               "hidden": list(hidden), "folds": int(folds),
+              **({"projection": int(projection)} if hidden and projection is not None else {}),
               "bootstrap": {"resamples": int(resamples), "seed": int(seed), "level": 0.95, "over": "prompts"},
               "regimes": {name: {"title": REGIME_TITLES.get(name, model.source), "latency": model.as_dict()}
                           for name, model in regimes.items()},
@@ -446,7 +456,8 @@ def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, Lat
             "held_out_roots": int(held_rows.sum())}
         for name, latency in regimes.items():
             result["tables"].append(regime_table(setting, here if folds != 1 else here[0], name, latency, seed=seed,
-                                                 epochs=epochs, resamples=resamples, hidden=hidden))
+                                                 epochs=epochs, resamples=resamples, hidden=hidden,
+                                                 projection=projection))
     return result
 
 
