@@ -11,7 +11,7 @@ import time
 
 from verispec.cli.common import registry
 from verispec.errors import AnalysisTimeoutError, VerispecError
-from verispec.limits import BACKENDS, MAX_THREADS
+from verispec.limits import BACKENDS, MAX_PROJECTION, MAX_THREADS
 from verispec.version import package_version
 
 
@@ -188,9 +188,22 @@ def add_device_options(parser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="auto", help="model weights: auto (float32 on cpu, bfloat16 on a GPU), "
                         "float32, float64, bfloat16, float16")
+    add_threads_option(parser, "CPU threads for torch (default: torch's choice)")
+
+
+def add_threads_option(parser, help: str) -> None:
+    """--threads N: torch's CPU threads, 1 to MAX_THREADS (default None: torch's choice)."""
     parser.add_argument("--threads", type=integer_option(minimum=1, maximum=MAX_THREADS,
                                                          what=f"an integer from 1 to {MAX_THREADS}"), default=None,
-                        help="CPU threads for torch (default: torch's choice)")
+                        help=help)
+
+
+def add_projection_option(parser, help: str) -> None:
+    """--projection WIDTH: the selector network's hidden-state projection width, 1 to MAX_PROJECTION (default None:
+    the paper's 128)."""
+    parser.add_argument("--projection", type=integer_option(minimum=1, maximum=MAX_PROJECTION,
+                                                            what=f"an integer in [1, {MAX_PROJECTION}]"),
+                        default=None, metavar="WIDTH", help=help)
 
 
 def add_latency_options(parser, what: str, default: str) -> None:

@@ -24,6 +24,7 @@ from verispec.cli.options import (
     add_backend_options,
     add_device_options,
     add_latency_options,
+    add_projection_option,
     add_time_budget_option,
     command_budget,
     integer_option,
@@ -33,7 +34,7 @@ from verispec.cli.options import (
 from verispec.cli.pair import load_pair
 from verispec.cli.selector_study import add_study_parser, run_study_command
 from verispec.errors import ResultStoreError, VerispecError
-from verispec.limits import MAX_PROJECTION, MAX_PROMPTS_FILE_BYTES
+from verispec.limits import MAX_PROMPTS_FILE_BYTES
 from verispec.memory import peak_rss_bytes
 
 #: Qwen2.5's recommended sampling (its generation_config: temperature 0.7, top-k 20, top-p 0.8) and plain
@@ -154,11 +155,8 @@ def _add_train_parser(steps) -> None:
                        help="the network also reads these hidden states of the dataset (comma-separated, e.g. "
                             "target_prev,draft_root; 'all' for every one it holds), each projected to --projection "
                             "dimensions and layer-normed (mlp only)")
-    train.add_argument("--projection", type=integer_option(minimum=1, maximum=MAX_PROJECTION,
-                                                           what=f"an integer in [1, {MAX_PROJECTION}]"),
-                       default=None, metavar="WIDTH",
-                       help="width of each hidden-state projection (default 128, the paper's; with --hidden only): "
-                            "a narrower one reads fewer weights a block in decoding (docs/selector.md)")
+    add_projection_option(train, "width of each hidden-state projection (default 128, the paper's; with --hidden "
+                                 "only): a narrower one reads fewer weights a block in decoding (docs/selector.md)")
     add_latency_options(train, "T(a)", "the dataset's")
     train.add_argument("--json", action="store_true")
 

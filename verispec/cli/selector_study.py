@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import time
 
-from verispec.cli.options import integer_option, number_option
-from verispec.limits import MAX_PROJECTION, MAX_THREADS
+from verispec.cli.options import add_projection_option, add_threads_option, integer_option, number_option
 
 
 def add_study_parser(steps) -> None:
@@ -42,15 +41,10 @@ def add_study_parser(steps) -> None:
                        default=1, metavar="K",
                        help="cross-fit over K folds of prompts: every prompt held out once, its roots' policies "
                             "fitted on the other folds (default 1: one split, --test-fraction held out)")
-    study.add_argument("--threads", type=integer_option(minimum=1, maximum=MAX_THREADS,
-                                                        what=f"an integer from 1 to {MAX_THREADS}"), default=None,
-                       help="CPU threads for torch's training (default: torch's choice, every core: two studies, or "
-                            "a study beside a build, then slow each other down several times over)")
-    study.add_argument("--projection", type=integer_option(minimum=1, maximum=MAX_PROJECTION,
-                                                           what=f"an integer in [1, {MAX_PROJECTION}]"),
-                       default=None, metavar="WIDTH",
-                       help="with --hidden: each hidden state projected to WIDTH dimensions (default 128, the "
-                            "paper's; 'selector train --projection')")
+    add_threads_option(study, "CPU threads for torch's training (default: torch's choice, every core: two studies, or "
+                              "a study beside a build, then slow each other down several times over)")
+    add_projection_option(study, "with --hidden: each hidden state projected to WIDTH dimensions (default 128, the "
+                                 "paper's; 'selector train --projection')")
     study.add_argument("--hidden", default=None, metavar="NAMES",
                        help="also train the paper's network reading these hidden states of the datasets "
                             "(comma-separated, or 'all' for every one they hold; 'selector dataset --hidden'): a "

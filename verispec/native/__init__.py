@@ -19,7 +19,7 @@ the numpy route and the largest 21 entries about 0.08 ms against 0.15 ms for the
 The C file is compiled on first use in a process by the machine's C compiler (``$CC``, else ``cc``, ``gcc`` or
 ``clang``) with ``-O3 -march=native`` into ``<cache>/kernels/`` (``$VERISPEC_CACHE``, else ``~/.cache/verispec``),
 named by a digest of the source, the flags, the compiler's version and the CPU, written atomically (several
-processes may compile at once), and checked against numpy and torch on small inputs before it is used. Where any of
+processes may compile at once), and checked against numpy on small inputs before it is used. Where any of
 that fails (no compiler, a compile error, a failed check, ``VERISPEC_KERNELS=0``) the functions return None and the
 callers take their numpy or torch route, which give the same results to float32's rounding (the largest entries
 exactly); ``kernel_status()`` says which and why, and ``kernels_off()`` turns the kernels off in a thread for
@@ -122,8 +122,10 @@ def _reference(rows, inverse_temperature: float) -> np.ndarray:
 
 
 def _self_check(kernels: dict) -> None:
-    """The kernels against float64 numpy and torch on seeded inputs of 5,000 entries (two whole blocks of the
-    moments and a tail), and their refusal of an infinite logit; an OSError names the first disagreement."""
+    """The kernels against numpy on seeded inputs of 5,000 entries (two whole blocks of the moments and a tail): the
+    moments against float64 arithmetic to the tolerance the tests hold them to (1e-6 relative, 2e-7 absolute near
+    0), the largest entries against a sort; and their refusal of an infinite logit. An OSError names the first
+    disagreement."""
     rows = [(np.random.default_rng(seed).normal(size=5000) * 4).astype(np.float32) for seed in range(3)]
     rows[1][4999] = rows[1].max() + 1  # an argmax in the tail
     got = _moments(kernels["moments"], rows, 1 / 0.7)
@@ -131,7 +133,7 @@ def _self_check(kernels: dict) -> None:
         raise OSError("the kernel refused finite logits")
     values, where = got
     expected = _reference(rows, 1 / 0.7)
-    wrong = np.flatnonzero(~np.isclose(values, expected, rtol=1e-6, atol=1e-7))
+    wrong = np.flatnonzero(~np.isclose(values, expected, rtol=1e-6, atol=2e-7))
     if wrong.size:
         raise OSError(f"the kernel's moment {int(wrong[0])} is {values[wrong[0]]!r}, float64 gives "
                       f"{expected[wrong[0]]!r}")
