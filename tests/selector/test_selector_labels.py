@@ -169,7 +169,7 @@ def test_vocabulary_compression_and_chunking_change_no_value(monkeypatch):
     """Cutting each chunk's vocabulary to the union of the supports of p and q (tokens of probability zero under
     both are neither drafted nor emitted) leaves every verifier's conditional value unchanged, on a problem where
     40% of the entries of p and q are zero; so does taking the combs one at a time (as at a large vocabulary)."""
-    import verispec.selector.labels as labels
+    import verispec.selector.combs as combs_module
     from verispec.verifiers import REGISTRY
 
     problem = random_problem(5, 3, 1, zero_fraction=0.4)
@@ -180,7 +180,7 @@ def test_vocabulary_compression_and_chunking_change_no_value(monkeypatch):
     compressed = comb_values(problem, grid, combs)
     full = comb_values(problem, grid, combs, compress=False)
     assert np.abs(compressed - full).max() < 1e-12
-    monkeypatch.setattr(labels, "LAW_ENTRIES", 1)
+    monkeypatch.setattr(combs_module, "LAW_ENTRIES", 1)
     assert np.abs(comb_values(problem, grid, combs) - compressed).max() < 1e-12
 
 
@@ -298,7 +298,7 @@ def test_a_comb_beyond_the_node_limit_is_refused_before_any_draw():
 
 def _stopping_mass(rule, shape, p, q):
     """[n] P(the rule stops at each node) of one tree: its emission law summed over the emitted token."""
-    from verispec.selector.labels import _topology
+    from verispec.selector.combs import _topology
     from verispec.simulator.trees import TreeBatch
 
     _, parent, depth, tokens, child_lists = _topology(shape)
@@ -310,10 +310,10 @@ def _stopping_mass(rule, shape, p, q):
 def test_no_registered_rule_reads_p_at_a_leaf_for_its_stopping_mass():
     """What lets a label skip the target's forward at a comb's leaves: for every registered rule, the probability
     of stopping at each node is unchanged when p at the leaves is replaced by other laws (p there only sets the
-    bonus token). Every registered rule a grid takes is checked (``labels._evaluate`` skips leaves for registered
+    bonus token). Every registered rule a grid takes is checked (``combs._evaluate`` skips leaves for registered
     rules only). The control: replacing p at the internal nodes does change it (on some tree for every rule: a weight of
     block verification can saturate at 1 on one), so the comparison can fail."""
-    from verispec.selector.labels import _topology
+    from verispec.selector.combs import _topology
     from verispec.simulator.trees import TreeBuilder
     from verispec.verifiers import REGISTRY
 
@@ -357,7 +357,7 @@ def test_comb_internal_prefixes_are_the_internal_nodes_of_every_actions_tree():
     """What a model problem forwards the target over before the groups: the distinct internal nodes of the combs,
     equal to the union over every action's tree (read from ``action_shape``, a second route) of its internal nodes,
     for grids with and without a path tail."""
-    from verispec.selector.labels import _topology, action_shape, comb_internal_prefixes
+    from verispec.selector.combs import _topology, action_shape, comb_internal_prefixes
 
     problem = random_problem(3, 4, 2, divergence=0.8)
     for grid in (ActionGrid((1, 3), (0, 2), (0, 2), ("specinfer",)), ActionGrid((2,), (1, 3), (0,), ("specinfer",))):
@@ -372,31 +372,36 @@ def test_comb_internal_prefixes_are_the_internal_nodes_of_every_actions_tree():
 
 
 def test_the_stopping_masses_route_gives_the_laws_values(monkeypatch):
-    """Labels of rules with a node-local solver come from ``TopDownVerifier.emission_masses`` (the solver once per
-    distinct node and child list of the combs, scalars cached across trees): every verifier's conditional values
-    equal those of the full emission laws summed over tokens (the route before it) to 1e-12, compressed or not;
-    and the route did reuse solver outputs (fewer solver rows than nodes asked: trees whose every node is solved
-    gather no laws)."""
+    """Labels of rules with a node-local solver come from one walk over all their trees (``forest_masses``, the
+    solver's scalars once per distinct node and child list of the combs, whatever trees hold it): every verifier's
+    conditional values equal those of the full emission laws summed over tokens (the route before it) to 1e-12,
+    compressed or not; and each walk rule's solver ran on exactly one row per distinct (node, child list) of the
+    combs' trees, counted here from the trees themselves."""
     import verispec.verifiers.tree_walk as tree_walk
-    from verispec.verifiers import REGISTRY
+    from verispec.selector.combs import _topology, action_shape
+    from verispec.verifiers import REGISTRY, get_verifier
 
     problem = random_problem(5, 3, 2, zero_fraction=0.3)
     names = tuple(name for name in sorted(REGISTRY) if name != "otlp" and _valid(name))
     grid = ActionGrid((1, 2, 3), (0, 1), (0, 2), names)
     combs = sample_combs(problem, grid, 12, np.random.default_rng(8))
-    solved_rows, asked_rows = [], []
-    original = tree_walk.TopDownVerifier._cached_scalars
+    solved_rows: dict[str, int] = {}
+    original = tree_walk.TopDownVerifier.node_scalars
 
-    def counting(self, batch, node, keys, cache):
-        before = len(cache)
-        result = original(self, batch, node, keys, cache)
-        solved_rows.append(len(cache) - before)
-        asked_rows.append(batch.num_rows)
-        return result
+    def counting(self, p, q, children):
+        solved_rows[self.name] = solved_rows.get(self.name, 0) + len(p)
+        return original(self, p, q, children)
 
-    monkeypatch.setattr(tree_walk.TopDownVerifier, "_cached_scalars", counting)
+    monkeypatch.setattr(tree_walk.TopDownVerifier, "node_scalars", counting)
     by_masses = {compress: comb_values(problem, grid, combs, compress=compress) for compress in (True, False)}
-    assert sum(solved_rows) < sum(asked_rows) / 2
+    distinct = set()  # (token path, child list's tokens) at every internal node of every tree of the combs
+    for s in range(combs.samples):
+        for action in grid.actions:
+            paths, _, _, _, child_lists = _topology(action_shape(combs, s, action.k, action.l1, action.l2))
+            distinct |= {(paths[node], tuple(paths[child][-1] for child in children))
+                         for node, children in enumerate(child_lists) if children}
+    walks = [name for name in names if isinstance(get_verifier(name), tree_walk.TopDownVerifier)]
+    assert len(walks) >= 4 and solved_rows == {name: 2 * len(distinct) for name in walks}  # once a compress value
 
     # the route before it: every rule's [N, n, V] emission laws over gathered batches, summed over tokens (the labels
     # take it for any rule that is not a walk)

@@ -1,8 +1,8 @@
 """``TopDownVerifier.emission_masses``: the stopping mass at each node by the tree walk on scalars, for every
 registered rule with a node-local solver and a user's procedure-only solver, equals its emission laws summed over
-tokens to 1e-12 (random batches of three topologies, i.i.d. children that agree included); with node keys the
-solver runs once per distinct key and a cache carries its scalars across calls, and keys that lie (equal keys on
-different laws, the control) are caught by the same comparison."""
+tokens to 1e-12 (random batches of three topologies, i.i.d. children that agree included). The flat walk over many
+trees (``forest_masses``, the labels' route: the solver's scalars once per node key, ``node_scalars``) gives the same
+masses, and keys that lie (one key for roots whose laws differ, the control) are caught by the same comparison."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from verispec.errors import InvalidTreeError
 from verispec.simulator.trees import TreeBatch
 from verispec.verifiers import REGISTRY, get_verifier
-from verispec.verifiers.tree_walk import ProcedureSolver, TopDownVerifier
+from verispec.verifiers.tree_walk import Forest, ProcedureSolver, TopDownVerifier, forest_masses
 
 VOCAB = 9
 #: (parent, child lists): a root with three i.i.d. children of which two agree; a chain of 3; two levels of two.
@@ -57,10 +57,34 @@ def _laws_total(verifier, batch):
     return np.asarray(verifier.emission_laws(batch), dtype=np.float64).sum(axis=-1)  # [N, n]
 
 
-def _keys(batch, shared_root: bool):
-    """Per row and node a key naming (p, q, child list): the root's shared when the batch shares it."""
-    return [[("root",) if shared_root and node == 0 else (row, node) for node in range(batch.num_nodes)]
-            for row in range(batch.num_rows)]
+def _forest_masses(verifier, batch, shared_root: bool, lying: bool = False):
+    """The batch's rows as the trees of one ``Forest`` (flat, a row's nodes in order), a node key per (row, node) but
+    one for the roots where the batch shares its root (or, ``lying``, where it does not), the solver's scalars once a
+    key from that key's first row: the masses [N, n] by ``forest_masses``, and the solver rows it took."""
+    rows, nodes = batch.num_rows, batch.num_nodes
+    parent = np.array(batch.parent)
+    keys: dict = {}
+    key = np.full((rows, nodes), -1)                                                  # [N, n]
+    for row in range(rows):
+        for node in range(nodes):
+            if batch.child_lists[node]:
+                name = ("root",) if (shared_root or lying) and node == 0 else (row, node)
+                key[row, node] = keys.setdefault(name, len(keys))
+    first = {int(key[row, node]): (row, node) for row in reversed(range(rows)) for node in range(nodes)
+             if key[row, node] >= 0}
+    widest = max(len(children) for children in batch.child_lists)
+    taken, stop = np.zeros((len(keys), widest)), np.zeros(len(keys))
+    for index, (row, node) in sorted(first.items()):
+        children = batch.children(node)[row:row + 1]
+        row_taken, row_stop = verifier.node_scalars(batch.p[row:row + 1, node], batch.q[row:row + 1, node], children)
+        taken[index, :children.shape[1]], stop[index] = row_taken[0], row_stop[0]
+    slot = np.array([-1] + [batch.child_lists[up].index(node) for node, up in enumerate(batch.parent) if up >= 0])
+    flat_parent = np.tile(parent, rows)                                               # [N * n]
+    forest = Forest(tree=np.repeat(np.arange(rows), nodes),
+                    parent=np.where(flat_parent >= 0, flat_parent + np.repeat(np.arange(rows) * nodes, nodes), -1),
+                    slot=np.tile(slot, rows), depth=np.tile(np.array(batch.depth), rows), key=key.ravel(),
+                    num_trees=rows)
+    return forest_masses(forest, taken, stop).reshape(rows, nodes), len(first)
 
 
 @pytest.mark.parametrize("name", _walk_rules())
@@ -81,12 +105,10 @@ def test_masses_equal_the_laws_totals(name, topology, monkeypatch):
     assert np.abs(verifier.emission_masses(batch) - expected).max() < 1e-12
     assert solved_rows[0] == 1  # the batch's context ids: the shared root solved once for its 6 rows
     monkeypatch.undo()
-    cache: dict = {}
-    keyed = verifier.emission_masses(batch, _keys(batch, True), cache)
-    assert np.abs(keyed - expected).max() < 1e-12
-    assert len([key for key in cache if key == ("root",)]) == 1  # the shared root solved once
-    again = verifier.emission_masses(batch, _keys(batch, True), cache)  # every node from the cache
-    assert np.array_equal(again, keyed)
+    flat, solved = _forest_masses(verifier, batch, shared_root=True)
+    assert np.abs(flat - expected).max() < 1e-12
+    internal = sum(bool(children) for children in batch.child_lists)
+    assert solved == 1 + batch.num_rows * (internal - 1)  # the shared root solved once
 
 
 def test_a_procedure_only_solver_gives_the_same_masses():
@@ -107,8 +129,10 @@ def test_keys_that_lie_are_caught():
     scalars everywhere, which the comparison with the laws catches."""
     verifier = get_verifier("specinfer")
     batch = _batch(TOPOLOGIES[0], 6, seed=4)
-    lying = [[("root",) if node == 0 else (row, node) for node in range(batch.num_nodes)] for row in range(6)]
-    assert np.abs(verifier.emission_masses(batch, lying, {}) - _laws_total(verifier, batch)).max() > 1e-3
+    honest, _ = _forest_masses(verifier, batch, shared_root=False)
+    assert np.abs(honest - _laws_total(verifier, batch)).max() < 1e-12
+    lying, _ = _forest_masses(verifier, batch, shared_root=False, lying=True)
+    assert np.abs(lying - _laws_total(verifier, batch)).max() > 1e-3
 
 
 def test_an_exact_batch_gets_exact_totals():

@@ -197,10 +197,17 @@ class ModelProblem(Problem):
         prepare at most this many at once."""
         return self._cache_size
 
+    @property
+    def largest_law_entries(self) -> int:
+        """Most tokens a law of this sampling keeps (top-k's k, 1 when greedy, else V), ties at the k-th logit
+        aside: what a caller sizing arrays of many laws plans for."""
+        kept = 1 if self.sampling.greedy else self.sampling.top_k
+        return self.vocab_size if kept is None else min(self.vocab_size, kept)
+
     def _largest_law_bytes(self) -> int:
         dense = 8 * self.vocab_size
-        kept = 1 if self.sampling.greedy else self.sampling.top_k
-        return dense if kept is None else min(dense, 16 * kept + SPARSE_LAW_OVERHEAD)
+        kept = self.largest_law_entries
+        return dense if kept == self.vocab_size else min(dense, 16 * kept + SPARSE_LAW_OVERHEAD)
 
     def _law_bytes(self, law) -> int:
         return 8 * self.vocab_size if isinstance(law, np.ndarray) else 16 * len(law[0]) + SPARSE_LAW_OVERHEAD

@@ -87,6 +87,17 @@ def check_emission_masses(name: str, batch: TreeBatch, masses) -> None:
     _refuse(name, "emission masses on {} are", batch, _bad_float_rows(totals, minima), totals, minima)
 
 
+def check_stopping_masses(name: str, totals, minima, shape_of) -> None:
+    """Raise VerifierError unless every tree's stopping masses form a probability law within
+    EMISSION_SUM_TOLERANCE: ``totals`` and ``minima`` [T] float64, each tree's sum and least mass (many trees of
+    many topologies walked at once, ``verispec.verifiers.tree_walk.forest_masses``); ``shape_of(t)`` names tree t."""
+    bad = _bad_float_rows(totals, minima)
+    if len(bad):
+        tree = int(bad[0])
+        raise VerifierError(f"verifier '{name}' emission masses on {shape_of(tree)} are not a probability law (sum "
+                            f"{float(totals[tree])!r}, min {float(minima[tree])!r})")
+
+
 def _bad_float_rows(totals, minima):
     """Rows whose float total is more than EMISSION_SUM_TOLERANCE from 1 or whose least entry is below
     -EMISSION_SUM_TOLERANCE (totals and minima [N] on the host)."""

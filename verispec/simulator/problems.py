@@ -126,6 +126,8 @@ class ShiftedProblem(Problem):
         if hasattr(base, "prepare"):  # a model-backed problem: batched p and q, and a bounded law cache
             self.prepare = self._prepare
             self.cache_capacity = base.cache_capacity
+        if hasattr(base, "largest_law_entries"):
+            self.largest_law_entries = base.largest_law_entries
         if hasattr(base, "extend_drafts"):  # q alone, the draft fed only the nodes it has not seen
             self.extend_drafts = self._extend_drafts
 

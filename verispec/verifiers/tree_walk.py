@@ -20,6 +20,8 @@ kernels over draft outcomes without enumerating trees.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from verispec import backend
@@ -73,6 +75,44 @@ def _walk(batch: TreeBatch, one, at_node, at_leaf) -> list[tuple]:
     return steps
 
 
+@dataclass(frozen=True, eq=False)
+class Forest:
+    """Many trees' nodes in one flat table, so that one walk serves them all (a label build's root holds thousands
+    of small trees of hundreds of topologies; walking each topology apart costs Python per node and topology).
+    Within a tree a parent comes before its children.
+
+    tree   [F] int64  the tree each node is in (0 .. num_trees - 1)
+    parent [F] int64  the flat index of the node's parent, -1 at a tree's root
+    slot   [F] int64  the first place of the node's token in its parent's child list, -1 at a root
+    depth  [F] int64  tokens from the tree's root
+    key    [F] int64  the row of the solver's scalars at the node (``forest_masses``), -1 at a leaf
+    """
+
+    tree: np.ndarray
+    parent: np.ndarray
+    slot: np.ndarray
+    depth: np.ndarray
+    key: np.ndarray
+    num_trees: int
+
+
+def forest_masses(forest: Forest, taken: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """The stopping mass at every node of ``forest``, [F] float64: the walk's reach (DDTE Eqs. 1-3, as ``_walk``)
+    level by level over all trees at once, reach(child) = reach(node) K_node(child's token), times what the node
+    emits when the walk stops there: ``stop[key]`` at an internal node, p's total (1) at a leaf. ``taken`` [K, m]
+    holds K at each entry of key k's child list (zero-padded to the longest list), ``stop`` [K] the mass outside
+    it (``TopDownVerifier.node_scalars``)."""
+    reach = np.ones(len(forest.parent))                                               # [F]
+    order = np.argsort(forest.depth, kind="stable")
+    levels = np.searchsorted(forest.depth[order], np.arange(1, int(forest.depth.max(initial=0)) + 2))
+    for start, end in zip(levels[:-1], levels[1:]):  # depth 1, 2, ..: every parent's reach is final
+        nodes = order[start:end]
+        parents = forest.parent[nodes]
+        reach[nodes] = reach[parents] * taken[forest.key[parents], forest.slot[nodes]]
+    internal = forest.key >= 0
+    return reach * np.where(internal, stop[np.where(internal, forest.key, 0)], 1.0)
+
+
 class TopDownVerifier(Verifier):
     """The top-down walk of a node-local solver over a draft tree."""
 
@@ -105,48 +145,27 @@ class TopDownVerifier(Verifier):
                       lambda node: batch.p[:, node])
         return backend.stack([reach[:, None] * emitted for reach, emitted in steps], axis=1)
 
-    def emission_masses(self, batch: TreeBatch, node_keys=None, cache: dict | None = None):
+    def emission_masses(self, batch: TreeBatch):
         """The mass of stopping at each node, [N, n] float64: ``emission_laws(batch)`` summed over tokens (tested
         equal to 1e-12), by the same walk (``_walk``) on scalars: the solver's output law at a node gives its
         children's acceptance masses and the stopping mass (the law outside the children); no [N, n, V] law is made.
-
-        ``node_keys[r][node]`` (optional, hashable; at internal nodes) names a node's (p, q, child list): equal keys
-        mean equal solver inputs, so the solver runs once per distinct key, and ``cache`` (a dict the caller owns,
-        in the same key space) carries its scalars across calls (a label build asks for the same nodes in many
-        trees). Without keys the solver runs as in ``emission_laws`` (``node_output_laws``: once per distinct
-        context id and child list of the batch). An exact batch gets its emission laws' totals (Fractions)."""
+        The solver runs as in ``emission_laws`` (``node_output_laws``: once per distinct context id and child list
+        of the batch). An exact batch gets its emission laws' totals (Fractions). Many trees of many topologies whose
+        nodes repeat: ``node_scalars`` once per distinct node, then ``forest_masses``."""
         if batch.exact:
             return backend.total(self.emission_laws(batch))  # [N, n] Fractions
-        if node_keys is None:
-            def at_node(node: int):
-                return _node_scalars(node_output_laws(self.solver, batch, node), batch.children(node),
-                                     batch.vocab_size)
-        else:
-            cache = {} if cache is None else cache
 
-            def at_node(node: int):
-                return self._cached_scalars(batch, node, [row[node] for row in node_keys], cache)
+        def at_node(node: int):
+            return _node_scalars(node_output_laws(self.solver, batch, node), batch.children(node), batch.vocab_size)
 
         steps = _walk(batch, np.ones(batch.num_rows), at_node,
                       lambda node: backend.to_numpy(backend.total(batch.p[:, node])))
         return np.stack([reach * emitted for reach, emitted in steps], axis=1)  # [N, n]
 
-    def _cached_scalars(self, batch: TreeBatch, node: int, keys, cache: dict) -> tuple[np.ndarray, np.ndarray]:
-        """``_node_scalars`` at ``node`` for every row, the solver run only on the rows whose key ``cache`` lacks,
-        once per distinct key."""
-        todo = list(dict.fromkeys(key for key in keys if key not in cache))
-        if todo:
-            first = {}
-            for row, key in enumerate(keys):
-                first.setdefault(key, row)
-            picked = [first[key] for key in todo]
-            children = batch.children(node)[picked]  # [M, m]
-            output = self.solver.output_laws(batch.p[picked, node], batch.q[picked, node], children)  # [M, V]
-            taken, stop = _node_scalars(output, children, batch.vocab_size)
-            for index, key in enumerate(todo):
-                cache[key] = (taken[index], float(stop[index]))
-        values = [cache[key] for key in keys]
-        return np.stack([value[0] for value in values]), np.array([value[1] for value in values])
+    def node_scalars(self, p, q, children) -> tuple[np.ndarray, np.ndarray]:
+        """What the walk needs of the solver at M nodes, p and q [M, V] and child lists [M, m] (column indices): the
+        output mass at each entry of the child list [M, m] and the stopping mass [M], float64 on the host."""
+        return _node_scalars(self.solver.output_laws(p, q, children), children, p.shape[-1])
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         node = 0
@@ -178,4 +197,4 @@ class ProcedureSolver(NodeSolver):
         return backend.asarray(backend.stack(laws, axis=0), p)
 
 
-__all__ = ["NodeSolver", "ProcedureSolver", "TopDownVerifier", "node_output_laws"]
+__all__ = ["Forest", "NodeSolver", "ProcedureSolver", "TopDownVerifier", "forest_masses", "node_output_laws"]
