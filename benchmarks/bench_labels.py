@@ -12,7 +12,8 @@ floor is taken at the batch size the target then runs at: the group's target tok
 many tokens, so a larger batch has a lower floor a token). Each group also reports the floor its roots would have
 one by one (each root's tokens at its own batch size), the reference of the earlier ratios.
 
-For each group (roots from HumanEval prompts' first ``--context`` tokens, or fewer if a prompt is shorter), in one
+For each group (roots from HumanEval's or, ``--prompts prose``, the prose set's prompts: their first ``--context``
+tokens, or fewer if a prompt is shorter), in one
 process: the labels of every action of the grid from ``--samples`` combs a root, timed without the contexts'
 prefill (timed apart: a build prefills a prompt once for all its roots), with the tokens each model was fed; then
 t_p(n), the median of ``--repeats`` target forwards of n chain tokens after the first root's context, at the
@@ -104,6 +105,8 @@ def main(argv=None) -> int:
     parser.add_argument("--root-batch", type=int, default=1, help="roots labelled together (selector dataset's "
                                                                      "--root-batch)")
     parser.add_argument("--context", type=int, default=200, help="most context tokens a root keeps")
+    parser.add_argument("--prompts", choices=("humaneval", "prose"), default="humaneval",
+                        help="the roots' prompts: HumanEval's or the prose set's first ones")
     parser.add_argument("--samples", type=int, default=4, help="sampled combs a root (m)")
     parser.add_argument("--ks", default="1-4")
     parser.add_argument("--l1s", default="0-3")
@@ -129,10 +132,11 @@ def main(argv=None) -> int:
         pair = tiny_pair(0)
         contexts = [[1 + (5 * i + j) % 14 for j in range(12)] for i in range(args.roots)]
     else:
-        from verispec.models.prompts import humaneval_prompts
+        from verispec.models.prompts import humaneval_prompts, prose_prompts
 
         pair = load_pair(args.pair)
-        contexts = [pair.encode(text)[:args.context] for _, text in humaneval_prompts(args.roots)]
+        source = humaneval_prompts if args.prompts == "humaneval" else prose_prompts
+        contexts = [pair.encode(text)[:args.context] for _, text in source(args.roots)]
     rows = []
     for first in range(0, len(contexts), args.root_batch):
         group = contexts[first:first + args.root_batch]
@@ -155,7 +159,7 @@ def main(argv=None) -> int:
           f"{floor:.1f} s at the group's batch size: ratio {total / floor:.2f}; against the roots' floors one by "
           f"one ({alone:.1f} s): {total / alone:.2f}")
     if args.json:
-        result = {"grid": grid.as_dict(), "samples": args.samples, "threads": args.threads,
+        result = {"grid": grid.as_dict(), "samples": args.samples, "threads": args.threads, "prompts": args.prompts,
                   "root_batch": args.root_batch, "sampling": args.sampling, "rows": rows, "ratio": total / floor,
                   "ratio_to_one_by_one_floor": total / alone, "seconds_a_root": total / len(contexts)}
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")

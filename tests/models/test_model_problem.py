@@ -234,6 +234,36 @@ def test_a_pack_is_refused_without_contexts_or_with_unequal_lists(pair_seed2):
         ProblemPack(pair_seed2, [CONTEXT], [SAMPLING, SAMPLING])
 
 
+def test_a_float32_pairs_top_k_laws_are_stored_from_the_k_largest_logits(monkeypatch):
+    """On float32 models (the Qwen pair's dtype) a top-k law is stored from its k largest logits
+    (``Sampling.compact_probabilities``, no [rows, V] float64 law): the cached (support, values) equal, bit for bit,
+    those stored through the whole law (``probabilities`` then ``compact_law``, the route it replaces), and the
+    route was taken."""
+    from verispec.models.sampling import Sampling as SamplingClass
+    from verispec.models.tiny import tiny_pair
+
+    pair = tiny_pair(seed=4, vocab=256)
+    pair.target.float()
+    pair.draft.float()
+    sampling = Sampling(0.8, top_k=4, top_p=0.9)
+    prefixes = [(), (1,), (2,), (1, 2), (2, 5)]
+    calls = []
+    original = SamplingClass.compact_probabilities
+    monkeypatch.setattr(SamplingClass, "compact_probabilities",
+                        lambda self, rows: calls.append(len(rows)) or original(self, rows))
+    fast = ModelProblem(pair, CONTEXT, sampling, horizon=2)
+    fast.prepare(prefixes)
+    assert calls and all(isinstance(law, tuple) for cache in fast._laws for law in cache.values())
+    monkeypatch.setattr(SamplingClass, "compact_probabilities", lambda self, rows: None)
+    whole = ModelProblem(pair, CONTEXT, sampling, horizon=2)
+    whole.prepare(prefixes)
+    for prefix in prefixes:
+        for mine, theirs in ((fast.target_compact(prefix), whole.target_compact(prefix)),
+                             (fast.draft_compact(prefix), whole.draft_compact(prefix))):
+            np.testing.assert_array_equal(mine[0], theirs[0])
+            assert np.array_equal(mine[1], theirs[1])
+
+
 def test_a_top_k_law_is_cached_as_its_support_and_read_back_whole():
     """At top-k the cache keeps (support, values) of each law: target/draft read back the [V] vector of an uncached
     forward, target_compact/draft_compact its positive entries, and the cache's bytes count 16 a kept token (plus

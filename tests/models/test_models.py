@@ -307,6 +307,37 @@ def test_top_k_on_model_logits_takes_the_k_largest_alone(top_k, top_p):
         assert bool(torch.isnan(tied[1]).all())
 
 
+@pytest.mark.parametrize("top_k,top_p", [(20, 0.8), (20, None), (3, 0.5), (1, None)])
+def test_compact_probabilities_are_the_laws_nonzero_entries(top_k, top_p):
+    """``Sampling.compact_probabilities`` (the model problem's store at top-k: no [rows, V] float64 law) gives each
+    row's ``compact_law`` of ``probabilities``, bit for bit (the same softmax over the same k scores), on float32
+    logits at three temperatures; it declines (None, the caller then takes ``probabilities``) where that path does
+    not apply: ties at the k-th logit, NaN rows, float64 logits, no top-k, greedy, top-k of half the vocabulary."""
+    from verispec.models.sampling import Sampling
+    from verispec.simulator.problems import compact_law
+
+    rng = np.random.default_rng(12)
+    logits = torch.tensor(rng.normal(0, 3, (7, 5000)), dtype=torch.float32)
+    logits[5, :60] = logits[5].max() + 1  # a tie at the k-th logit
+    logits[6] = float("nan")
+    for temperature in (0.7, 1.0, 1.3):
+        sampling = Sampling(temperature, top_k, top_p)
+        compact = sampling.compact_probabilities(logits[:5])
+        whole = sampling.probabilities(logits[:5]).numpy()
+        assert len(compact) == 5
+        for (support, values), row in zip(compact, whole):
+            expected_support, expected_values = compact_law(row)
+            assert support.dtype == np.int64 and values.dtype == np.float64
+            np.testing.assert_array_equal(support, expected_support)
+            assert np.array_equal(values, expected_values)  # bit for bit
+        assert sampling.compact_probabilities(logits[4:6]) is None
+        assert sampling.compact_probabilities(logits[6:7]) is None
+        assert sampling.compact_probabilities(logits[:5].to(torch.float64)) is None
+    assert Sampling(0.7).compact_probabilities(logits[:5]) is None
+    assert Sampling(0.0, top_k=5).compact_probabilities(logits[:5]) is None
+    assert Sampling(0.7, top_k=2500).compact_probabilities(logits[:5]) is None
+
+
 # --- the cache keyword across transformers releases ---------------------------------------------------------------
 
 def test_the_cache_goes_by_the_keyword_the_forward_takes(tiny_model):

@@ -268,11 +268,17 @@ class ModelProblem(Problem):
         ``compact_law`` where that takes fewer bytes than the [V] vector."""
         cache = self._laws[index]
         for first in range(0, len(wanted), STORE_ROWS):
-            laws = self.sampling.probabilities(logits[first:first + STORE_ROWS]).cpu().numpy()  # [rows, V] float64
+            block = logits[first:first + STORE_ROWS]
+            # top-k's laws straight from the k largest logits (no [rows, V] float64 law), else the whole law a row
+            laws = self.sampling.compact_probabilities(block)
+            if laws is None:
+                laws = self.sampling.probabilities(block).cpu().numpy()               # [rows, V] float64
             for prefix, row in zip(wanted[first:first + STORE_ROWS], laws):
-                support, values = compact_law(row)
+                support, values = row if isinstance(row, tuple) else compact_law(row)
                 if support is not None and 16 * len(support) + SPARSE_LAW_OVERHEAD < 8 * self.vocab_size:
                     law = (support, values)
+                elif isinstance(row, tuple):
+                    law = expand_law(row, self.vocab_size)
                 else:
                     law = np.array(row)  # its own copy: a view would keep the whole block alive
                 for array in (law if isinstance(law, tuple) else (law,)):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from verispec.errors import VerispecError
 
 
@@ -94,6 +96,18 @@ class Sampling:
         of V; tests/models/test_models.py), in three passes over the vocabulary instead of about ten."""
         import torch
 
+        kept = self._top_k_kept(logits)
+        if kept is None:
+            return None
+        values, ids = kept
+        law = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device)
+        return law.scatter_(-1, ids, values)
+
+    def _top_k_kept(self, logits):
+        """(probabilities [..., k] float64, token ids [..., k]) of ``_top_k_law``'s k tokens, or None where ties at the
+        k-th logit keep more than k tokens."""
+        import torch
+
         top = torch.topk(logits, self.top_k, dim=-1)                                  # [..., k] largest first
         if bool(((logits >= top.values[..., -1:]).sum(-1) != self.top_k).any()):
             return None
@@ -103,8 +117,31 @@ class Sampling:
         if self.top_p is not None and self.top_p < 1:
             scores, ids = _by_score(scores, ids)  # least likely first, ties by id
             scores = scores.masked_fill(self._top_p_drop(scores), -math.inf)
-        law = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device)
-        return law.scatter_(-1, ids, torch.softmax(scores, dim=-1))
+        return torch.softmax(scores, dim=-1), ids
+
+    def compact_probabilities(self, logits):
+        """``probabilities(logits)`` of logits [rows, V] as one ``CompactLaw`` a row, (support, values): the tokens
+        of nonzero probability ascending and their probabilities, float64 host arrays, what
+        ``verispec.simulator.problems.compact_law`` gives of each row of ``probabilities`` (the same values: the same
+        softmax over the same k scores), without making the [rows, V] float64 law. Only on ``_top_k_law``'s path
+        (top-k below V/2 on logits of at most 24 significant bits, no ties at the k-th logit); None elsewhere, where
+        the caller takes ``probabilities``."""
+        import torch
+
+        narrow = logits.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        if self.top_k is None or 2 * self.top_k >= logits.shape[-1] or not narrow or self.greedy:
+            return None
+        kept = self._top_k_kept(logits)
+        if kept is None:
+            return None
+        values, ids = (array.cpu().numpy() for array in kept)                         # [rows, k] each
+        order = np.argsort(ids, axis=-1)
+        ids, values = np.take_along_axis(ids, order, -1), np.take_along_axis(values, order, -1)
+        laws = []
+        for row_ids, row_values in zip(ids, values):
+            nonzero = row_values != 0  # top-p's dropped tokens and any probability that underflowed
+            laws.append((row_ids[nonzero].astype(np.int64), row_values[nonzero]))
+        return laws
 
     def _top_p_drop(self, ordered):
         """Which of the scores ``ordered`` [..., n] (least likely first) top-p drops: those whose cumulative

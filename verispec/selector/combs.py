@@ -400,6 +400,15 @@ def _solve_node_keys(verifier, nodes: list[int], forms: _ShapeForms, laws: dict,
                      scalars: dict) -> None:
     """scalars[id] = the solver's (K at each child-list entry [m], stopping mass) at each node key id of ``nodes``,
     solved together per child-list length, their laws cut to the union of their supports (``_batch``'s cut)."""
+    outside = int(getattr(verifier.node_solver, "outside_tokens_read", 0))
+    if outside and compress:  # each node on the tokens it reads at full size, in their order (khisti)
+        for node in nodes:
+            path, children = forms.node_keys[node]
+            column, width = _own_columns(laws[path], size, outside)
+            p, q = (_law_rows([law], column, width) for law in laws[path])                           # [1, V'] each
+            taken, stopped = verifier.node_scalars(p, q, column[np.array([children], dtype=np.int64)])
+            scalars[node] = (taken[0], float(stopped[0]))
+        return
     by_length: dict[int, list[int]] = {}
     for node in nodes:
         by_length.setdefault(len(forms.node_keys[node][1]), []).append(node)
@@ -438,6 +447,20 @@ def _columns(stored: list, size: int, compress: bool) -> tuple[np.ndarray, int]:
         support = np.unique(np.concatenate([support for support, _ in present])) if present else np.zeros(1, np.int64)
     else:
         support = np.arange(size)
+    column = np.full(size, -1, dtype=np.int64)
+    column[support] = np.arange(len(support))
+    return column, len(support)
+
+
+def _own_columns(pair: tuple, size: int, outside: int) -> tuple[np.ndarray, int]:
+    """``_columns`` for one node whose rule reads ``outside`` zero-mass tokens (``NodeSolver.outside_tokens_read``):
+    the union of its p's and q's supports and the ``outside`` lowest-numbered tokens outside it, the columns its
+    rule keeps at full size, in vocabulary order; the whole vocabulary where a law is dense."""
+    if any(law is None or law[0] is None for law in pair):
+        return _columns(list(pair), size, False)
+    union = np.union1d(pair[0][0], pair[1][0])
+    lowest = np.setdiff1d(np.arange(min(size, len(union) + outside)), union)[:outside]
+    support = np.union1d(union, lowest)
     column = np.full(size, -1, dtype=np.int64)
     column[support] = np.arange(len(support))
     return column, len(support)

@@ -50,6 +50,12 @@ class NodeSolver(ABC):
     name: str
     #: Draft laws of a node's child list under which the output has law p.
     valid_for: frozenset[DraftLaw] = frozenset({DraftLaw.IID_CHILDREN})
+    #: How many of the lowest-numbered tokens outside the node's support (p = q = 0) the rule reads, beside the
+    #: support itself (khisti's truncated ranking: zero-mass tokens hold its top-s slots). 0: the rule's output at
+    #: the support does not depend on which zero-mass tokens the vocabulary holds, so a caller may cut the
+    #: vocabulary to any superset of the support; otherwise it must hand exactly the support and those tokens,
+    #: in vocabulary order (``verispec.selector.combs`` does).
+    outside_tokens_read: int = 0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

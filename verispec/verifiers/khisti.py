@@ -196,6 +196,9 @@ class KhistiSolver(TwoStepSolver):
         self.name = name
         self.exact_limit = exact_limit
         self.truncation = truncation
+        # kept_tokens: the support and the `truncation` lowest-numbered tokens outside it (their places among the
+        # support's tokens move the maximum flow's choice among optimal weights and the ranking's top-s slots)
+        self.outside_tokens_read = truncation
         self._cache = NodeCache()
 
     def selection(self, p: np.ndarray, q: np.ndarray, num_drafts: int):
