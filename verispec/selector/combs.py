@@ -28,8 +28,9 @@ nodes (``comb_internal_prefixes``) on the context's KV cache; several roots' com
 (``conditional_exact_labels_together``). p at a leaf is never computed: it only sets the law of the bonus token
 after the leaf, for every registered rule (a test over the registry moves p at the leaves and holds the stopping
 masses to 1e-12); a rule outside the registry gets it too. A chunk's vocabulary is cut to the union of p's and q's
-supports at its nodes (a token with p = q = 0 at every node takes part in no registered rule; tested): top-k and
-top-p laws at V = 151,936 are cheap.
+supports at its nodes (a token with p = q = 0 at every node takes part in no registered rule's law but khisti's,
+whose nodes get exactly the zero-mass tokens they read at full size: ``NodeSolver.outside_tokens_read``; tested):
+top-k and top-p laws at V = 151,936 are cheap.
 """
 
 from __future__ import annotations
@@ -441,7 +442,8 @@ def _group_width(rows, laws: dict, size: int, compress: bool) -> int:
 def _columns(stored: list, size: int, compress: bool) -> tuple[np.ndarray, int]:
     """(column [V] int64, width): the vocabulary cut to the union of the supports of the ``stored`` laws
     (``CompactLaw`` pairs or None), ``column[token]`` a token's place in it or -1; the whole vocabulary where a law is
-    dense or ``compress`` is off (a token with p = q = 0 at every node takes part in no registered rule)."""
+    dense or ``compress`` is off (a token with p = q = 0 at every node takes part in no registered rule's law but
+    khisti's: ``_own_columns``)."""
     present = [law for law in stored if law is not None]
     if compress and all(support is not None for support, _ in present):
         support = np.unique(np.concatenate([support for support, _ in present])) if present else np.zeros(1, np.int64)
