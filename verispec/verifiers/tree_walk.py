@@ -59,7 +59,8 @@ def _node_scalars(output, children, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _walk(batch: TreeBatch, one, at_node, at_leaf) -> list[tuple]:
-    """The walk's reach (DDTE Eqs. 1-3), once for the laws and the masses: reach(root) = ``one`` [N], and
+    """The walk's reach (DDTE Eqs. 1-3) over one topology's batch on any backend, for the laws (the masses, float64
+    scalars, walk many trees at once: ``forest_masses``): reach(root) = ``one`` [N], and
     reach(child) = reach(node) K_node(child's token), with ``at_node(node)`` -> (K at each entry of the node's child
     list [N, m], what the node emits when the walk stops there) and ``at_leaf(node)`` -> what a leaf emits. Returns
     (reach [N], emission) per node; the caller weighs each emission by its reach."""
@@ -96,12 +97,12 @@ class Forest:
     num_trees: int
 
 
-def forest_masses(forest: Forest, taken: np.ndarray, stop: np.ndarray) -> np.ndarray:
+def forest_masses(forest: Forest, taken: np.ndarray, stop: np.ndarray, leaf_total=None) -> np.ndarray:
     """The stopping mass at every node of ``forest``, [F] float64: the walk's reach (DDTE Eqs. 1-3, as ``_walk``)
     level by level over all trees at once, reach(child) = reach(node) K_node(child's token), times what the node
-    emits when the walk stops there: ``stop[key]`` at an internal node, p's total (1) at a leaf. ``taken`` [K, m]
-    holds K at each entry of key k's child list (zero-padded to the longest list), ``stop`` [K] the mass outside
-    it (``TopDownVerifier.node_scalars``)."""
+    emits when the walk stops there: ``stop[key]`` at an internal node, p's total at a leaf (``leaf_total`` [F],
+    read at leaves; 1 when None). ``taken`` [K, m] holds K at each entry of key k's child list (zero-padded to the
+    longest list), ``stop`` [K] the mass outside it (``TopDownVerifier.node_scalars``)."""
     reach = np.ones(len(forest.parent))                                               # [F]
     order = np.argsort(forest.depth, kind="stable")
     levels = np.searchsorted(forest.depth[order], np.arange(1, int(forest.depth.max(initial=0)) + 2))
@@ -110,7 +111,8 @@ def forest_masses(forest: Forest, taken: np.ndarray, stop: np.ndarray) -> np.nda
         parents = forest.parent[nodes]
         reach[nodes] = reach[parents] * taken[forest.key[parents], forest.slot[nodes]]
     internal = forest.key >= 0
-    return reach * np.where(internal, stop[np.where(internal, forest.key, 0)], 1.0)
+    at_leaf = 1.0 if leaf_total is None else leaf_total
+    return reach * np.where(internal, stop[np.where(internal, forest.key, 0)], at_leaf)
 
 
 class TopDownVerifier(Verifier):
@@ -147,20 +149,33 @@ class TopDownVerifier(Verifier):
 
     def emission_masses(self, batch: TreeBatch):
         """The mass of stopping at each node, [N, n] float64: ``emission_laws(batch)`` summed over tokens (tested
-        equal to 1e-12), by the same walk (``_walk``) on scalars: the solver's output law at a node gives its
+        equal to 1e-12), by the walk on scalars (``forest_masses``): the solver's output law at a node gives its
         children's acceptance masses and the stopping mass (the law outside the children); no [N, n, V] law is made.
         The solver runs as in ``emission_laws`` (``node_output_laws``: once per distinct context id and child list
         of the batch). An exact batch gets its emission laws' totals (Fractions). Many trees of many topologies whose
         nodes repeat: ``node_scalars`` once per distinct node, then ``forest_masses``."""
         if batch.exact:
             return backend.total(self.emission_laws(batch))  # [N, n] Fractions
-
-        def at_node(node: int):
-            return _node_scalars(node_output_laws(self.solver, batch, node), batch.children(node), batch.vocab_size)
-
-        steps = _walk(batch, np.ones(batch.num_rows), at_node,
-                      lambda node: backend.to_numpy(backend.total(batch.p[:, node])))
-        return np.stack([reach * emitted for reach, emitted in steps], axis=1)  # [N, n]
+        rows, nodes = batch.num_rows, batch.num_nodes
+        widest = max(len(children) for children in batch.child_lists)
+        taken, stop = np.zeros((rows, nodes, max(1, widest))), np.zeros((rows, nodes))  # key of (row, node): its place
+        leaf_total = np.ones((rows, nodes))
+        for node, children in enumerate(batch.child_lists):
+            if children:
+                taken[:, node, :len(children)], stop[:, node] = _node_scalars(
+                    node_output_laws(self.solver, batch, node), batch.children(node), batch.vocab_size)
+            else:
+                leaf_total[:, node] = backend.to_numpy(backend.total(batch.p[:, node]))
+        flat = np.arange(rows * nodes).reshape(rows, nodes)                              # [N, n]
+        parent = np.array(batch.parent)                                                  # [n]
+        slot = [-1] + [batch.child_lists[up].index(node) for node, up in enumerate(batch.parent) if up >= 0]
+        forest = Forest(tree=np.repeat(np.arange(rows), nodes),
+                        parent=np.where(parent >= 0, flat[:, np.maximum(parent, 0)], -1).ravel(),
+                        slot=np.tile(np.array(slot), rows), depth=np.tile(np.array(batch.depth), rows),
+                        key=np.where([bool(children) for children in batch.child_lists], flat, -1).ravel(),
+                        num_trees=rows)
+        return forest_masses(forest, taken.reshape(rows * nodes, -1), stop.ravel(), leaf_total.ravel()).reshape(
+            rows, nodes)  # [N, n]
 
     def node_scalars(self, p, q, children) -> tuple[np.ndarray, np.ndarray]:
         """What the walk needs of the solver at M nodes, p and q [M, V] and child lists [M, m] (column indices): the
