@@ -413,16 +413,16 @@ def test_the_stopping_masses_route_gives_the_laws_values(monkeypatch):
 
 def test_khisti_labels_do_not_depend_on_the_cut_vocabulary(monkeypatch):
     """Khisti's rule reads zero-mass tokens (its truncated ranking's top-s slots; their places move the maximum
-    flow's choice among optimal weights), so a vocabulary cut to a chunk's union of supports would change its
-    labels with the chunk. The labels hand each khisti node the tokens it keeps at full size
-    (``NodeSolver.outside_tokens_read``): its values with the cut equal those at full size to 1e-12 (sparse laws,
-    V = 12, up to 4 i.i.d. children), whatever the solver's chunks. The control: the same solver declaring that it
-    reads no outside token, solved one node a chunk (each node's own support, no zero-mass token), moves them."""
+    flow's choice among optimal weights), so a vocabulary cut to the union of the supports of the nodes solved
+    together would change its labels with the batch. The labels hand each khisti node the tokens it keeps at full
+    size (``NodeSolver.outside_tokens_read``): its values with the cut equal those at full size to 1e-12 (sparse
+    laws, V = 12, up to 4 i.i.d. children), whatever the solver's chunks. The control: the same solver declaring
+    that it reads no outside token, on trees of the root alone (each group of child lists then holds the root's
+    laws only, and its cut no zero-mass token), moves them."""
     import verispec.selector.combs as combs_module
     from verispec.verifiers import get_verifier
 
     grid = ActionGrid((2, 3, 4), (0, 1), (1,), ("khisti",))
-    solver = get_verifier("khisti").node_solver
     for seed in (3, 6):
         problem = random_problem(12, 2, seed, zero_fraction=0.5)
         combs = sample_combs(problem, grid, 16, np.random.default_rng(2))
@@ -431,8 +431,13 @@ def test_khisti_labels_do_not_depend_on_the_cut_vocabulary(monkeypatch):
         with monkeypatch.context() as patch:
             patch.setattr(combs_module, "SOLVER_ELEMENTS", 1)  # one node a chunk
             assert np.abs(comb_values(problem, grid, combs) - full).max() < 1e-12
-            patch.setattr(solver, "outside_tokens_read", 0)
-            assert np.abs(comb_values(problem, grid, combs) - full).max() > 1e-3
+    root_only = ActionGrid((2, 3, 4), (0,), (1,), ("khisti",))
+    problem = random_problem(12, 1, 6, zero_fraction=0.5)
+    combs = sample_combs(problem, root_only, 16, np.random.default_rng(2))
+    full = comb_values(problem, root_only, combs, compress=False)
+    assert np.abs(comb_values(problem, root_only, combs) - full).max() < 1e-12
+    monkeypatch.setattr(get_verifier("khisti").node_solver, "outside_tokens_read", 0)
+    assert np.abs(comb_values(problem, root_only, combs) - full).max() > 1e-3
 
 
 def test_a_broken_solvers_masses_are_caught_in_the_labels(monkeypatch):

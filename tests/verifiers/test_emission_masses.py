@@ -82,8 +82,7 @@ def _forest_masses(verifier, batch, shared_root: bool, lying: bool = False):
     flat_parent = np.tile(parent, rows)                                               # [N * n]
     forest = Forest(tree=np.repeat(np.arange(rows), nodes),
                     parent=np.where(flat_parent >= 0, flat_parent + np.repeat(np.arange(rows) * nodes, nodes), -1),
-                    slot=np.tile(slot, rows), depth=np.tile(np.array(batch.depth), rows), key=key.ravel(),
-                    num_trees=rows)
+                    slot=np.tile(slot, rows), depth=np.tile(np.array(batch.depth), rows), key=key.ravel())
     return forest_masses(forest, taken, stop).reshape(rows, nodes), len(first)
 
 

@@ -125,7 +125,8 @@ class Sampling:
         ``verispec.simulator.problems.compact_law`` gives of each row of ``probabilities`` (the same values: the same
         softmax over the same k scores), without making the [rows, V] float64 law. Only on ``_top_k_law``'s path
         (top-k below V/2 on logits of at most 24 significant bits, no ties at the k-th logit); None elsewhere, where
-        the caller takes ``probabilities``."""
+        the caller takes ``probabilities``. ``support`` gives one row's law without torch's top-k too, for the
+        selector's features, but equal to this one to rounding only; a stored law must be ``probabilities``'s."""
         import torch
 
         narrow = logits.dtype in (torch.float32, torch.bfloat16, torch.float16)

@@ -27,7 +27,7 @@ fed only each level's new nodes (``ModelProblem.extend_drafts``); p in one targe
 nodes (``comb_internal_prefixes``) on the context's KV cache; several roots' combs are drawn and forwarded together
 (``conditional_exact_labels_together``). p at a leaf is never computed: it only sets the law of the bonus token
 after the leaf, for every registered rule (a test over the registry moves p at the leaves and holds the stopping
-masses to 1e-12); a rule outside the registry gets it too. A chunk's vocabulary is cut to the union of p's and q's
+masses to 1e-12); a rule outside the registry gets it too. A group's vocabulary is cut to the union of p's and q's
 supports at its nodes (a token with p = q = 0 at every node takes part in no registered rule's law but khisti's,
 whose nodes get exactly the zero-mass tokens they read at full size: ``NodeSolver.outside_tokens_read``; tested):
 top-k and top-p laws at V = 151,936 are cheap.
@@ -246,7 +246,7 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
     exact law in place of the product of acceptance probabilities); a rule with a node-local solver gives its
     stopping masses instead (its solver once per distinct node and child list of the combs, whatever trees hold
     it, kept across groups of combs, then one walk over all its trees: ``forest_masses``; tested equal to the
-    laws' totals). ``compress`` cuts each chunk's vocabulary to the union of the supports of p and q at its nodes
+    laws' totals). ``compress`` cuts each group's vocabulary to the union of the supports of p and q at its nodes
     (see the module docstring). Combs are taken a few at a time, so that the laws held at once stay under
     ``LAW_ENTRIES`` float64 entries (one comb at a time at Qwen's dense V = 151,936 on the paper's grid, all of them
     at once under top-k 20: ``largest_law_entries``); a tree seen in an earlier comb is not evaluated again. A model
@@ -321,11 +321,13 @@ def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool, 
         verifier = get_verifier(name)
         nodes = len(parent)
         weights = np.asarray(depth, dtype=np.float64) + 1.0                           # [n] tau + 1 at each node
-        # chunked by the width the group's laws are cut to, not V: at top-k 20 a whole group is one batch
-        per_chunk = max(1, CHUNK_ELEMENTS // (nodes * _group_width(rows, laws, size, compress)))
+        # the group's laws cut once, its chunks sized by that width, not V: at top-k 20 a whole group is one batch
+        cut = _columns([law for path in dict.fromkeys(path for _, paths, _ in rows for path in paths)
+                        for law in laws.get(path, NO_LAWS)], size, compress)
+        per_chunk = max(1, CHUNK_ELEMENTS // (nodes * cut[1]))
         for start in range(0, len(rows), per_chunk):
             chunk = rows[start:start + per_chunk]
-            batch = _batch(chunk, laws, size, parent, depth, child_lists, compress)
+            batch = _batch(chunk, laws, parent, depth, child_lists, cut)
             emitted = verifier.emission_laws(batch)                                   # [N, n, V']
             check_emission_laws(verifier.name, batch, emitted)
             mass = np.asarray(backend.to_numpy(emitted), dtype=np.float64).sum(axis=-1)   # [N, n]
@@ -380,7 +382,7 @@ def _walk_values(verifier, shapes: list, forms: _ShapeForms, laws: dict, size: i
     offsets = np.repeat(np.cumsum(counts) - counts, counts)                          # [F] its tree's first node
     parent, slot, depth, key = (np.concatenate([flat[column] for flat in flats]) for column in range(4))
     forest = Forest(tree=np.repeat(np.arange(len(shapes)), counts), parent=np.where(parent >= 0, parent + offsets, -1),
-                    slot=slot, depth=depth, key=key, num_trees=len(shapes))
+                    slot=slot, depth=depth, key=key)
     used = np.unique(key[key >= 0]).tolist()
     _solve_node_keys(verifier, [node for node in used if node not in scalars], forms, laws, size, compress, scalars)
     widest = max((len(forms.node_keys[node][1]) for node in used), default=1)
@@ -414,12 +416,11 @@ def _solve_node_keys(verifier, nodes: list[int], forms: _ShapeForms, laws: dict,
     for node in nodes:
         by_length.setdefault(len(forms.node_keys[node][1]), []).append(node)
     for group in by_length.values():
-        paths = [forms.node_keys[node][0] for node in group]
-        rows = max(1, SOLVER_ELEMENTS // _group_width([(None, paths, None)], laws, size, compress))
+        group_laws = [laws[forms.node_keys[node][0]] for node in group]
+        column, width = _columns([law for pair in group_laws for law in pair], size, compress)  # cut once a group
+        rows = max(1, SOLVER_ELEMENTS // width)
         for start in range(0, len(group), rows):
-            chunk = group[start:start + rows]
-            chunk_laws = [laws[forms.node_keys[node][0]] for node in chunk]
-            column, width = _columns([law for pair in chunk_laws for law in pair], size, compress)
+            chunk, chunk_laws = group[start:start + rows], group_laws[start:start + rows]
             p = _law_rows([target for target, _ in chunk_laws], column, width)                # [M, V']
             q = _law_rows([draft for _, draft in chunk_laws], column, width)                  # [M, V']
             children = column[np.array([forms.node_keys[node][1] for node in chunk], dtype=np.int64)]  # [M, m]
@@ -430,13 +431,6 @@ def _solve_node_keys(verifier, nodes: list[int], forms: _ShapeForms, laws: dict,
 
 #: The laws of a node that is a leaf of every tree asked for (p unused, q undefined).
 NO_LAWS = (None, None)
-
-
-def _group_width(rows, laws: dict, size: int, compress: bool) -> int:
-    """The vocabulary width ``_batch`` cuts the rows' laws to at most (``_columns``): a chunk of these rows is no
-    wider."""
-    distinct = dict.fromkeys(path for _, paths, _ in rows for path in paths)
-    return _columns([law for path in distinct for law in laws.get(path, NO_LAWS)], size, compress)[1]
 
 
 def _columns(stored: list, size: int, compress: bool) -> tuple[np.ndarray, int]:
@@ -482,11 +476,12 @@ def _law_rows(stored: list, column: np.ndarray, width: int) -> np.ndarray:
     return rows
 
 
-def _batch(rows, laws: dict, size: int, parent, depth, child_lists, compress: bool) -> TreeBatch:
-    """A ``TreeBatch`` of one topology from (key, node paths, tokens) rows, p and q gathered from ``laws``."""
+def _batch(rows, laws: dict, parent, depth, child_lists, cut: tuple[np.ndarray, int]) -> TreeBatch:
+    """A ``TreeBatch`` of one topology from (key, node paths, tokens) rows, p and q gathered from ``laws`` onto the
+    vocabulary ``cut`` (``_columns`` of the rows' group: (column [V], width))."""
     internal = [bool(children) for children in child_lists]
     distinct = list(dict.fromkeys(path for _, paths, _ in rows for path in paths))
-    column, width = _columns([law for path in distinct for law in laws.get(path, NO_LAWS)], size, compress)
+    column, width = cut
     count, nodes = len(rows), len(parent)
     context_id = {path: index for index, path in enumerate(distinct)}
     # each distinct node's laws once, then gathered into the rows in one indexing (a tree of n nodes per row shares

@@ -75,18 +75,6 @@ def add_blocks(flat: np.ndarray, prefix: np.ndarray, values) -> None:
     add_at(flat, (prefix[:, None] * size + np.arange(size)).ravel(), values.ravel())
 
 
-def check_emission_masses(name: str, batch: TreeBatch, masses) -> None:
-    """Raise VerifierError unless ``masses`` (float [N, num_nodes], the stopping mass at each node) has that shape
-    and every row is a probability law within EMISSION_SUM_TOLERANCE: ``check_emission_laws`` for a rule that
-    gives its laws' totals only (``TopDownVerifier.emission_masses``)."""
-    expected = (batch.num_rows, batch.num_nodes)
-    if tuple(getattr(masses, "shape", ())) != expected:
-        raise VerifierError(f"verifier '{name}' returned emission masses of shape {tuple(masses.shape)}, expected "
-                            f"{expected}")
-    totals, minima = masses.sum(axis=1), masses.min(axis=1)
-    _refuse(name, "emission masses on {} are", batch, _bad_float_rows(totals, minima), totals, minima)
-
-
 def check_stopping_masses(name: str, totals, minima, shape_of) -> None:
     """Raise VerifierError unless every tree's stopping masses form a probability law within
     EMISSION_SUM_TOLERANCE: ``totals`` and ``minima`` [T] float64, each tree's sum and least mass (many trees of

@@ -82,7 +82,7 @@ class Forest:
     of small trees of hundreds of topologies; walking each topology apart costs Python per node and topology).
     Within a tree a parent comes before its children.
 
-    tree   [F] int64  the tree each node is in (0 .. num_trees - 1)
+    tree   [F] int64  the tree each node is in (0, 1, ..)
     parent [F] int64  the flat index of the node's parent, -1 at a tree's root
     slot   [F] int64  the first place of the node's token in its parent's child list, -1 at a root
     depth  [F] int64  tokens from the tree's root
@@ -94,7 +94,6 @@ class Forest:
     slot: np.ndarray
     depth: np.ndarray
     key: np.ndarray
-    num_trees: int
 
 
 def forest_masses(forest: Forest, taken: np.ndarray, stop: np.ndarray, leaf_total=None) -> np.ndarray:
@@ -172,8 +171,7 @@ class TopDownVerifier(Verifier):
         forest = Forest(tree=np.repeat(np.arange(rows), nodes),
                         parent=np.where(parent >= 0, flat[:, np.maximum(parent, 0)], -1).ravel(),
                         slot=np.tile(np.array(slot), rows), depth=np.tile(np.array(batch.depth), rows),
-                        key=np.where([bool(children) for children in batch.child_lists], flat, -1).ravel(),
-                        num_trees=rows)
+                        key=np.where([bool(children) for children in batch.child_lists], flat, -1).ravel())
         return forest_masses(forest, taken.reshape(rows * nodes, -1), stop.ravel(), leaf_total.ravel()).reshape(
             rows, nodes)  # [N, n]
 
