@@ -407,9 +407,7 @@ def _solve_node_keys(verifier, nodes: list[int], forms: _ShapeForms, laws: dict,
     if outside and compress:  # each node on the tokens it reads at full size, in their order (khisti)
         for node in nodes:
             path, children = forms.node_keys[node]
-            column, width = _own_columns(laws[path], size, outside)
-            p, q = (_law_rows([law], column, width) for law in laws[path])                           # [1, V'] each
-            taken, stopped = verifier.node_scalars(p, q, column[np.array([children], dtype=np.int64)])
+            taken, stopped = verifier.node_scalars(*_own_node(laws[path], children, size, outside))
             scalars[node] = (taken[0], float(stopped[0]))
         return
     by_length: dict[int, list[int]] = {}
@@ -437,7 +435,7 @@ def _columns(stored: list, size: int, compress: bool) -> tuple[np.ndarray, int]:
     """(column [V] int64, width): the vocabulary cut to the union of the supports of the ``stored`` laws
     (``CompactLaw`` pairs or None), ``column[token]`` a token's place in it or -1; the whole vocabulary where a law is
     dense or ``compress`` is off (a token with p = q = 0 at every node takes part in no registered rule's law but
-    khisti's: ``_own_columns``)."""
+    khisti's: ``_own_node``)."""
     present = [law for law in stored if law is not None]
     if compress and all(support is not None for support, _ in present):
         support = np.unique(np.concatenate([support for support, _ in present])) if present else np.zeros(1, np.int64)
@@ -448,18 +446,21 @@ def _columns(stored: list, size: int, compress: bool) -> tuple[np.ndarray, int]:
     return column, len(support)
 
 
-def _own_columns(pair: tuple, size: int, outside: int) -> tuple[np.ndarray, int]:
-    """``_columns`` for one node whose rule reads ``outside`` zero-mass tokens (``NodeSolver.outside_tokens_read``):
-    the union of its p's and q's supports and the ``outside`` lowest-numbered tokens outside it, the columns its
-    rule keeps at full size, in vocabulary order; the whole vocabulary where a law is dense."""
+def _own_node(pair: tuple, children: tuple, size: int, outside: int):
+    """(p, q [1, V'], the child list [1, m] as columns) of one node whose rule reads ``outside`` zero-mass tokens
+    (``NodeSolver.outside_tokens_read``): the union of its p's and q's supports and the ``outside`` lowest-numbered
+    tokens outside it, the columns its rule keeps at full size, in vocabulary order (no [V] index: a few tokens a
+    node); the whole vocabulary where a law is dense."""
     if any(law is None or law[0] is None for law in pair):
-        return _columns(list(pair), size, False)
+        column, width = _columns(list(pair), size, False)
+        return (*(_law_rows([law], column, width) for law in pair), column[np.array([children], dtype=np.int64)])
     union = np.union1d(pair[0][0], pair[1][0])
     lowest = np.setdiff1d(np.arange(min(size, len(union) + outside)), union)[:outside]
-    support = np.union1d(union, lowest)
-    column = np.full(size, -1, dtype=np.int64)
-    column[support] = np.arange(len(support))
-    return column, len(support)
+    support = np.union1d(union, lowest)                                               # [V'] ascending
+    p, q = np.zeros((1, len(support))), np.zeros((1, len(support)))
+    for row, (ids, values) in zip((p, q), pair):
+        row[0, np.searchsorted(support, ids)] = values
+    return p, q, np.searchsorted(support, np.array([children], dtype=np.int64))       # children: q > 0, kept
 
 
 def _law_rows(stored: list, column: np.ndarray, width: int) -> np.ndarray:
