@@ -115,6 +115,11 @@ def _add_dataset_parser(steps) -> None:
     dataset.add_argument("--hidden", action="store_true",
                          help="also keep each root's last-layer hidden states (target_prev, draft_prev, draft_root; "
                               "a pair's roots only), for 'selector train --hidden'")
+    dataset.add_argument("--relabel", default=None, metavar="VERIFIERS",
+                         help="label only these verifiers' actions again (comma-separated) at every root of the "
+                              "finished dataset FILE and replace them in FILE and its row store, every other label "
+                              "kept: give the command that built FILE plus this option (resumable: its rows wait in "
+                              "FILE.relabel.npz.roots.json; --overwrite restarts the relabel, never FILE's build)")
     # a pair's roots label in this process by default (the pair loaded once); on workers, each loads its own copy
     add_backend_options(dataset, default=None, default_help="local for synthetic roots; for a pair's roots serial "
                         "(the pair loaded once, here), or local with --jobs (each worker loads its own copy)")
@@ -272,20 +277,22 @@ def _run_dataset(args) -> int:
 
 
 def _build(args) -> int:
-    from verispec.io import ResultStore
     from verispec.selector.actions import ActionGrid
     from verispec.selector.dataset import (
         build_dataset,
         check_dataset_output,
         synthetic_roots,
-        trace_roots,
-        trace_store_path,
     )
     from verispec.study.grid import parse_seeds
 
     progress = sys.stderr.isatty() or args.progress
-    check_dataset_output(args.out, overwrite=args.overwrite)  # before a pair is loaded or a root labelled
+    relabel = args.relabel is not None
+    check_dataset_output(args.out, overwrite=args.overwrite and not relabel)  # before a pair is loaded or a root
     grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
+    if relabel:  # before a pair is loaded: what to relabel, and that FILE is a finished build to relabel
+        from verispec.selector.relabel import check_relabel
+
+        check_relabel(args.out, args.relabel, grid)
     if args.method in ("auto", "conditional"):
         from verispec.selector.labels import check_comb_size
 
@@ -312,38 +319,58 @@ def _build(args) -> int:
                  for root in synthetic_roots(args.family, args.vocab, seeds, divergence=divergences,
                                              temperature=temperature)]
     else:
-        if args.first_root > args.trace_tokens:
-            raise VerispecError(f"--first-root {args.first_root} is past the traces' end (--trace-tokens "
-                                f"{args.trace_tokens}); give --first-root at most {args.trace_tokens}")
-        prompts = read_prompt_specs(args.prompts)
-        samplings = [parse_setting(text) for text in (args.sampling or DEFAULT_SAMPLINGS)]
-        args.temperature, args.top_k, args.top_p = 1.0, None, None  # settings come from --sampling
-        pair, _ = load_pair(args)
-        if args.backend != "serial":  # workers that could not load the pair are refused before any trace
-            from verispec.selector.labelling import check_pair_workers
+        roots, pair = _pair_roots(args, relabel, progress)
+    common = {"method": args.method, "samples": args.samples, "epsilon": args.epsilon, "out": args.out,
+              "latency": latency, "pair": pair, "backend": args.backend, "jobs": args.jobs, "address": args.address,
+              "progress": progress, "overwrite": args.overwrite, "seed": args.seed,
+              "note": lambda text: _stderr(f"verispec: note: {text}"), "root_batch": args.root_batch}
+    if relabel:  # FILE's hidden states are kept: they do not depend on the rules
+        from verispec.selector.relabel import relabel_dataset
 
-            check_pair_workers(pair, args.backend, args.jobs, args.address)
-        from verispec.models.prompts import prompt_set_digest
-
-        _stderr(f"verispec: tracing {len(prompts)} prompts (texts sha256 {prompt_set_digest(prompts)[:12]}) x "
-                f"{len(samplings)} settings, {args.trace_tokens} tokens each ({pair.name} on {pair.device})")
-        try:
-            recorded = {"pair": pair.name, "seed": args.seed, "dtype": str(pair.target.dtype)}  # traces depend on all
-            traces = ResultStore(trace_store_path(args.out), parameters=recorded, overwrite=args.overwrite)
-        except ResultStoreError as error:
-            raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
-        roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,
-                            seed=args.seed, store=traces, batch_size=args.trace_batch, progress=progress,
-                            first_root=args.first_root)
-    dataset = build_dataset(roots, grid, method=args.method, samples=args.samples, epsilon=args.epsilon,
-                            out=args.out, latency=latency, pair=pair, backend=args.backend, jobs=args.jobs,
-                            address=args.address, progress=progress, overwrite=args.overwrite,
-                            seed=args.seed, hidden=args.hidden, note=lambda text: _stderr(f"verispec: note: {text}"),
-                            root_batch=args.root_batch)
+        dataset = relabel_dataset(roots, grid, args.relabel, **common)
+        record = dataset.metadata["relabelled"][-1]
+        print(f"relabelled {', '.join(record['verifiers'])} in {args.out}: {record['actions']} actions at "
+              f"{len(dataset)} roots, every other label kept ({_elapsed(start)}; peak memory "
+              f"{peak_rss_bytes() / 1e9:.1f} GB)")
+        return 0
+    dataset = build_dataset(roots, grid, hidden=args.hidden, **common)
     methods = sorted(set(dataset.label_method.tolist()))
     print(f"wrote {args.out}: {len(dataset)} roots in {len(set(dataset.group.tolist()))} groups, {len(grid)} "
           f"actions, labels {'/'.join(methods)} ({_elapsed(start)}; peak memory {peak_rss_bytes() / 1e9:.1f} GB)")
     return 0
+
+
+def _pair_roots(args, relabel: bool, progress: bool):
+    """(roots, pair): the pair loaded, its traces sampled (or read from FILE's trace store, which a relabel never
+    starts over), a root every --every tokens."""
+    from verispec.io import ResultStore
+    from verispec.selector.dataset import trace_roots, trace_store_path
+
+    if args.first_root > args.trace_tokens:
+        raise VerispecError(f"--first-root {args.first_root} is past the traces' end (--trace-tokens "
+                            f"{args.trace_tokens}); give --first-root at most {args.trace_tokens}")
+    prompts = read_prompt_specs(args.prompts)
+    samplings = [parse_setting(text) for text in (args.sampling or DEFAULT_SAMPLINGS)]
+    args.temperature, args.top_k, args.top_p = 1.0, None, None  # settings come from --sampling
+    pair, _ = load_pair(args)
+    if args.backend != "serial":  # workers that could not load the pair are refused before any trace
+        from verispec.selector.labelling import check_pair_workers
+
+        check_pair_workers(pair, args.backend, args.jobs, args.address)
+    from verispec.models.prompts import prompt_set_digest
+
+    _stderr(f"verispec: tracing {len(prompts)} prompts (texts sha256 {prompt_set_digest(prompts)[:12]}) x "
+            f"{len(samplings)} settings, {args.trace_tokens} tokens each ({pair.name} on {pair.device})")
+    try:
+        recorded = {"pair": pair.name, "seed": args.seed, "dtype": str(pair.target.dtype)}  # traces depend on all
+        traces = ResultStore(trace_store_path(args.out), parameters=recorded,
+                             overwrite=args.overwrite and not relabel)  # a relabel keeps FILE's traces
+    except ResultStoreError as error:
+        raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
+    roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,
+                        seed=args.seed, store=traces, batch_size=args.trace_batch, progress=progress,
+                        first_root=args.first_root)
+    return roots, pair
 
 
 def _float(text: str, option: str) -> float:
