@@ -61,8 +61,9 @@ def traversal(tree, chooser, *, parent_update="paper", recompute=True, emit_resi
         if parent_update == "paper":
             denominator = mass + (1 - weight[parent])
             weight[parent] = mass / denominator if denominator > 0 else denominator * 0 + 1
-        else:
-            weight[parent] = min(1.0, mass / (1 - draft[parent][token]))
+        else:  # 0 / 0 where the deleted child held all of q and no excess is left: NaN, and min keeps 1.0
+            with np.errstate(invalid="ignore", divide="ignore"):
+                weight[parent] = min(1.0, mass / (1 - draft[parent][token]))
         target[parent] = excess / mass if mass > 0 else target[parent]
         remaining = draft[parent].copy()
         remaining[token] = 0 * remaining[token]
