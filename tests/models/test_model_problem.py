@@ -294,6 +294,25 @@ def test_a_top_k_law_is_cached_as_its_support_and_read_back_whole():
     assert problem._cache_used == [7 * (16 * 4 + SPARSE_LAW_OVERHEAD)] * 2
 
 
+def test_a_shifted_model_problem_hands_out_its_compact_laws_without_the_whole_vector():
+    """The labels read a root's laws through ``ShiftedProblem`` (the problem after the root token): its
+    target_compact/draft_compact are the model problem's stored (support, values), bit for bit, and no [V] vector is
+    built for them (before, each was expanded to V entries and cut back)."""
+    from verispec.models.tiny import tiny_pair
+    from verispec.simulator.problems import ShiftedProblem
+
+    pair = tiny_pair(seed=3, vocab=256)
+    problem = ModelProblem(pair, CONTEXT, Sampling(0.8, top_k=4), horizon=3)
+    problem.prepare([(1,), (1, 2), (1, 3)])
+    shifted, built, dense = ShiftedProblem(problem, (1,)), [], problem._dense
+    problem._dense = lambda law: built.append(law) or dense(law)
+    for prefix in [(), (2,), (3,)]:
+        for mine, theirs in ((shifted.target_compact(prefix), problem.target_compact((1, *prefix))),
+                             (shifted.draft_compact(prefix), problem.draft_compact((1, *prefix)))):
+            assert mine[0] is not None and all(np.array_equal(a, b) for a, b in zip(mine, theirs))
+    assert built == []
+
+
 def test_a_cache_full_of_compact_laws_drops_the_oldest_by_bytes():
     from verispec.models.tiny import tiny_pair
 

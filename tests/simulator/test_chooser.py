@@ -133,3 +133,35 @@ def test_a_prepared_law_draws_the_index_the_whole_vector_draws():
     assert [plain.categorical(vectors[1]) for _ in range(300)] == [prepared.categorical(law) for _ in range(300)]
     with pytest.raises(InvalidDistributionError, match="sum to"):
         PreparedCategorical(np.zeros(4))
+
+
+def test_a_prepared_compact_law_draws_what_the_whole_vector_draws():
+    """``PreparedCategorical.from_compact`` (a law's support and values, no [V] vector) picks, for every uniform, the
+    index the whole vector's inverse CDF picks: on supports given in ascending order, shuffled, with a zero value
+    kept, and dense (support None); a support and values that do not pair up, an index named twice and a law
+    that does not sum to 1 are refused on one line."""
+    from verispec.simulator.chooser import PreparedCategorical
+
+    rng = np.random.default_rng(11)
+    for size, kept in [(50, 3), (1000, 20), (151_936, 20), (9, 9)]:
+        values = np.zeros(size)
+        where = np.sort(rng.choice(size, kept, replace=False))
+        values[where] = rng.dirichlet(np.ones(kept))
+        cumulative = np.cumsum(values)
+        uniforms = list(rng.random(500)) + [float(c / cumulative[-1]) for c in np.unique(cumulative)
+                                            if c < cumulative[-1]] + [0.0, float(np.nextafter(1.0, 0.0))]
+        shuffled = rng.permutation(kept)
+        with_zero = np.append(where, np.setdiff1d(np.arange(size), where)[:1])
+        for law in (PreparedCategorical.from_compact(where, values[where]),
+                    PreparedCategorical.from_compact(where[shuffled], values[where][shuffled]),
+                    PreparedCategorical.from_compact(with_zero, values[with_zero]),
+                    PreparedCategorical.from_compact(None, values)):
+            whole = PreparedCategorical(values)
+            assert np.array_equal(law.support, whole.support) and np.array_equal(law.cumulative, whole.cumulative)
+            for uniform in uniforms[:50]:
+                assert law.index(uniform) == _full_vector_inverse_cdf(values, uniform)
+    for support, values, words in (([1, 2], [1.0], "one length"), ([3, 3], [0.5, 0.5], "index twice"),
+                                   ([0, 4], [0.5, 0.25], "sum to")):
+        with pytest.raises(InvalidDistributionError, match=words) as error:
+            PreparedCategorical.from_compact(np.array(support), np.array(values))
+        assert "\n" not in str(error.value)

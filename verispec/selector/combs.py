@@ -152,7 +152,7 @@ def sample_combs_together(problems, grid, samples: int, rngs, together=nullconte
             laws = {}  # a prefix's law is drawn from by every comb that reaches it: prepared once
             for prefix, where in slots:
                 if prefix not in laws:
-                    laws[prefix] = PreparedCategorical(np.asarray(problem.draft(prefix), dtype=np.float64))
+                    laws[prefix] = PreparedCategorical.from_compact(*problem.draft_compact(prefix))
                 token = chooser.categorical(laws[prefix])
                 if len(where) == 2:
                     trunk[where] = token

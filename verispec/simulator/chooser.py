@@ -93,6 +93,30 @@ class PreparedCategorical:
         self.support = np.flatnonzero(values)                                        # [n] indices of mass > 0
         self.cumulative = np.cumsum(values[self.support])                            # [n] running sums
 
+    @classmethod
+    def from_compact(cls, support, values) -> PreparedCategorical:
+        """The same object as ``PreparedCategorical(expand_law((support, values), V))`` for a ``CompactLaw`` (the
+        support's indices and their values; support None: ``values`` is the whole vector), built from the few
+        entries without the [V] vector: the running sums are taken over the same nonzero entries in the same
+        (ascending index) order, so every draw picks the same index."""
+        if support is None:
+            return cls(np.asarray(values, dtype=np.float64))
+        support, values = np.asarray(support, dtype=np.int64), np.asarray(values, dtype=np.float64)
+        if support.ndim != 1 or support.shape != values.shape:
+            raise InvalidDistributionError(f"categorical: a compact law's support {support.shape} and values "
+                                           f"{values.shape} must be two vectors of one length")
+        if support.size > 1 and (np.diff(support) <= 0).any():  # ascending, as the dense vector's running sums go
+            order = np.argsort(support, kind="stable")
+            support, values = support[order], values[order]
+            if (np.diff(support) == 0).any():
+                raise InvalidDistributionError("categorical: a compact law names an index twice")
+        _check_categorical(values)
+        law = cls.__new__(cls)
+        kept = np.flatnonzero(values)
+        law.support = support[kept]                                                  # [n] indices of mass > 0
+        law.cumulative = np.cumsum(values[kept])                                     # [n] running sums
+        return law
+
     def index(self, uniform: float) -> int:
         """The index drawn by ``uniform`` in [0, 1): the first whose running sum exceeds uniform x total (never a
         zero-probability index, even where rounding puts the product at the total)."""

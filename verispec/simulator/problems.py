@@ -137,6 +137,12 @@ class ShiftedProblem(Problem):
     def draft(self, prefix: Prefix) -> np.ndarray:
         return self.base.draft(self.prefix + tuple(prefix))
 
+    def target_compact(self, prefix: Prefix) -> CompactLaw:  # a model problem's stored laws, never made [V]
+        return self.base.target_compact(self.prefix + tuple(prefix))
+
+    def draft_compact(self, prefix: Prefix) -> CompactLaw:
+        return self.base.draft_compact(self.prefix + tuple(prefix))
+
     def _prepare(self, prefixes, **models) -> None:
         self.base.prepare([self.prefix + tuple(prefix) for prefix in prefixes], **models)
 
