@@ -73,7 +73,8 @@ def minimise_luce(moments, target: np.ndarray, start: np.ndarray, lower: float, 
         for step in (newton, np.where(free, -gradient, 0.0)):  # Newton, else projected steepest descent
             scale = 1.0
             while scale > 1e-12:
-                trial = np.clip(exponents + scale * step, lower, upper)
+                with np.errstate(over="ignore"):  # as below: inf clipped to the bound
+                    trial = np.clip(exponents + scale * step, lower, upper)
                 candidate, new_gradient, new_hessian = value(trial)
                 if candidate <= current + 1e-4 * float(gradient @ (trial - exponents)) + 1e-15 * abs(current):
                     accepted = (trial, candidate, new_gradient, new_hessian)
@@ -90,7 +91,8 @@ def minimise_luce(moments, target: np.ndarray, start: np.ndarray, lower: float, 
             break
         far = np.abs(step).max(initial=0.0) >= 1.0  # a long full step: on a face, where the minimum lies far out
         while far and scale >= 1.0:  # then try 2x, 4x, ... further
-            longer = np.clip(exponents + 2 * scale * step, lower, upper)
+            with np.errstate(over="ignore"):  # a near-singular Newton step overflows to inf: clipped to the bound
+                longer = np.clip(exponents + 2 * scale * step, lower, upper)
             if np.array_equal(longer, accepted[0]):
                 break
             value_longer = value(longer)

@@ -67,9 +67,9 @@ def relabel_dataset(roots, grid, verifiers, *, out: str | Path, latency, method:
 def merge_labels(base: Dataset, part: Dataset) -> Dataset:
     """``base`` with the columns of ``part``'s actions (every label array, per-tree values included) taken from
     ``part``, every other column, the features and the hidden states kept; ``metadata['relabelled']`` records
-    what was replaced (once, where the same merge is done again). Refused on one line where the two datasets do not hold the same roots labelled the same way
-    (keys, label methods, samplings, sampled trees a root) or where an action of ``part`` is not one of ``base``'s
-    grid."""
+    what was replaced (once, where the same merge is done again). Refused on one line where the two datasets do
+    not hold the same roots labelled the same way (keys, label methods, samplings, sampled trees a root) or where
+    an action of ``part`` is not one of ``base``'s grid."""
     columns = _part_columns(base, part)
     if sorted(base.key.tolist()) != sorted(part.key.tolist()):
         missing = sorted(set(base.key.tolist()) ^ set(part.key.tolist()))
