@@ -54,11 +54,10 @@ def relabel_dataset(roots, grid, verifiers, *, out: str | Path, latency, method:
                          latency=latency, pair=pair, backend=backend, jobs=jobs, address=address,
                          progress=progress, overwrite=overwrite, seed=seed, note=note, root_batch=root_batch)
     base = Dataset.load(out, grid=grid)
-    merged = merge_labels(base, part)
-    _check_rows_match(base, base_store, kept=np.setdiff1d(np.arange(len(grid)), _part_columns(base, part)))
+    merged, columns = merge_labels(base, part), _part_columns(base, part)
+    _check_rows_match(base, base_store, kept=np.setdiff1d(np.arange(len(grid)), columns))
     merged.save(out)  # first the file, then the store: a relabel killed between them redoes the same merge
-    replaced = _merged_rows(base_store.rows, part, grid)
-    base_store.add_many(replaced)
+    base_store.add_many(_merged_rows(base_store.rows, part, columns))
     for path in (side, store_path(side)):
         path.unlink(missing_ok=True)
     return merged
@@ -190,10 +189,8 @@ def _check_rows_match(base: Dataset, store: ResultStore, kept: np.ndarray) -> No
                                "the file from its store (the same command without --relabel) before relabelling")
 
 
-def _merged_rows(rows: dict, part: Dataset, grid) -> dict:
-    """The row store's rows of ``part``'s roots with ``part``'s columns put in place."""
-    part_grid = part.grid
-    columns = np.array([grid.index(action) for action in part_grid.actions], dtype=np.int64)
+def _merged_rows(rows: dict, part: Dataset, columns: np.ndarray) -> dict:
+    """The row store's rows of ``part``'s roots with ``part``'s label columns put in place at ``columns``."""
     replaced = {}
     for index, key in enumerate(part.key.tolist()):
         row = dict(rows[key])
