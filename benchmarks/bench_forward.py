@@ -9,6 +9,12 @@ three modes' logits are checked equal first (bf16/float32 tolerance: they run di
 
     python benchmarks/bench_forward.py --pair qwen-coder --device cuda --json results/forward_cuda.json
     python benchmarks/bench_forward.py --tiny                   # tiny random pair: a smoke run anywhere
+    python benchmarks/bench_forward.py --configs benchmarks/configs/qwen2.5-coder-1.5b.json,\
+        benchmarks/configs/qwen2.5-coder-0.5b.json --device cuda  # the pair's shapes, random weights
+
+``--configs`` builds both models from their config files with random weights (N(0, 0.02^2), the configs'
+initializer range): a forward's time depends on the shapes, not the weights, so a GPU machine that cannot hold
+the installed weights still times the real pair's architecture.
 """
 
 from __future__ import annotations
@@ -37,12 +43,35 @@ def check_modes_agree(model, context: list[int]) -> float:
     return max(torch.max((other - outputs[0]).abs()).item() for other in outputs[1:]) / scale
 
 
+def config_pair(configs: str, device: str, dtype: str):
+    """A ModelPair of two models built from config files (``TARGET.json,DRAFT.json``), random weights, seeded."""
+    import torch
+    import transformers
+
+    from verispec.models.pair import ModelPair, resolve_device
+
+    paths = configs.split(",")
+    if len(paths) != 2:
+        raise SystemExit(f"--configs takes TARGET.json,DRAFT.json, got {configs!r}")
+    device = resolve_device(device)
+    dtype = (torch.bfloat16 if device.type == "cuda" else torch.float32) if dtype == "auto" else getattr(torch, dtype)
+    models = []
+    for seed, path in enumerate(paths):
+        torch.manual_seed(seed)
+        with open(path) as handle:
+            config = transformers.AutoConfig.for_model(**json.load(handle))
+        with torch.device(device):
+            models.append(transformers.AutoModelForCausalLM.from_config(config).to(dtype).eval())
+    return ModelPair(models[0], models[1], None, name=f"config-built {paths[0]} / {paths[1]}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
     parser.add_argument("--draft", help="draft model directory")
     parser.add_argument("--tiny", action="store_true", help="a tiny random pair instead of an installed one")
+    parser.add_argument("--configs", help="TARGET.json,DRAFT.json: models built from these configs, random weights")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--context", type=int, default=200, help="committed tokens before each forward")
@@ -60,7 +89,9 @@ def main(argv=None) -> int:
     from verispec.models import load_pair
     from verispec.models.tiny import tiny_pair
 
-    if args.tiny:
+    if args.configs:
+        pair = config_pair(args.configs, args.device, args.dtype)
+    elif args.tiny:
         pair = tiny_pair(0, device=args.device)
     elif args.target:
         pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
