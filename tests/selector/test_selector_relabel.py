@@ -199,4 +199,12 @@ def test_the_command_relabels_a_pairs_dataset_and_keeps_its_traces(tmp_path, cap
     np.testing.assert_array_equal(again.per_sample, once.per_sample)
     assert main(command + ["--out", str(out), "--relabel", "khisti"]) == 2
     assert "not a verifier of the dataset's grid" in capsys.readouterr().err.strip().splitlines()[-1]
+    more = tmp_path / "wider" / "prompts.txt"  # one prompt FILE was not built from: refused before it is traced
+    more.parent.mkdir()
+    more.write_text("a b c d\ne f g\nh i j\n")
+    widened = [more if part == str(tmp_path / "prompts.txt") else part for part in command]
+    assert main([str(part) for part in widened] + ["--out", str(out), "--relabel", "spectr"]) == 2
+    assert "1 of the command's 3 traces are not in the dataset's trace store" in \
+        capsys.readouterr().err.strip().splitlines()[-1]
+    assert (tmp_path / "data.npz.traces.json").read_text() == traces
 

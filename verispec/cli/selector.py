@@ -369,7 +369,7 @@ def _pair_roots(args, relabel: bool, progress: bool):
         raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
     roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,
                         seed=args.seed, store=traces, batch_size=args.trace_batch, progress=progress,
-                        first_root=args.first_root)
+                        first_root=args.first_root, stored_only=relabel)
     return roots, pair
 
 

@@ -120,7 +120,7 @@ def _derived_seed(*parts) -> int:
 
 def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: int, seed: int = 0,
                 store: ResultStore | None = None, batch_size: int = 8, progress: bool = False,
-                first_root: int = 0) -> list[Root]:
+                first_root: int = 0, stored_only: bool = False) -> list[Root]:
     """Roots every ``every`` tokens of plain target sampling (``sample_target``) from each prompt under each
     sampling setting: the contexts prompt + the first f, f + every, f + 2 every, .. sampled tokens, f =
     ``first_root`` (at most ``max_new_tokens``; a context ending in an end token is left out: no block follows
@@ -132,7 +132,9 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
     traces, keyed on the pair, prompt text, setting, seed and length: a resumed build reuses them instead of
     decoding again (a trace of the 1.5B target on a CPU is about 0.5 s a token). The missing traces are decoded
     ``batch_size`` prompts at a time, each from its own seed (``verispec.selector.traces.sampled_traces``: the same
-    tokens as ``sample_target``), and stored as each batch finishes. ``progress``: a tqdm bar."""
+    tokens as ``sample_target``), and stored as each batch finishes. ``progress``: a tqdm bar. ``stored_only``: every
+    trace must be in ``store`` already (a relabel reuses its dataset's traces): a missing one is refused before
+    any decoding."""
     from verispec.models.prompts import check_prompt_lengths
     from verispec.selector.traces import sampled_traces
 
@@ -154,6 +156,8 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
                           [int(token) for token in prompt], "sampling": _sampling_dict(sampling), "seed": trace_seed,
                           "max_new_tokens": int(max_new_tokens)}, sort_keys=True)
         keyed.append((key, prompt, sampling, trace_seed))
+    if stored_only:
+        _check_stored(keyed, cells, store)
     traces = sampled_traces(pair, keyed, int(max_new_tokens), store=store, batch_size=int(batch_size),
                             progress=progress)
     for (group, _, _, sampling), (prompt_length, tokens) in zip(cells, traces):
@@ -166,6 +170,15 @@ def trace_roots(pair, prompts, samplings, *, every: int = 16, max_new_tokens: in
         raise DatasetError("the traces hold no root (every prompt is a single token, or ended at once); give longer "
                            "prompts or more tokens")
     return roots
+
+
+def _check_stored(keyed, cells, store: ResultStore | None) -> None:
+    missing = [cell for (key, *_), cell in zip(keyed, cells) if store is None or not store.done(key)]
+    if missing:
+        group, _, _, sampling = missing[0]
+        raise DatasetError(f"{len(missing)} of the command's {len(cells)} traces are not in the dataset's trace store "
+                           f"(the first: {group} at {_sampling_dict(sampling)}); a relabel labels the roots the file "
+                           "was built from: give the prompts, --sampling, --trace-tokens and --seed it was built with")
 
 
 def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperature: float = 1.0,
