@@ -58,8 +58,12 @@ def config_pair(configs: str, device: str, dtype: str):
     models = []
     for seed, path in enumerate(paths):
         torch.manual_seed(seed)
-        with open(path) as handle:
-            config = transformers.AutoConfig.for_model(**json.load(handle))
+        try:
+            with open(path) as handle:
+                config = transformers.AutoConfig.for_model(**json.load(handle))
+        except (OSError, ValueError, KeyError, TypeError) as error:  # unreadable, not JSON, no (known) model_type
+            raise SystemExit(f"--configs: cannot build a model from {path!r}: {error}; give a transformers "
+                             "config.json (benchmarks/configs/ holds the Qwen pair's)") from None
         with torch.device(device):
             models.append(transformers.AutoModelForCausalLM.from_config(config).to(dtype).eval())
     return ModelPair(models[0], models[1], None, name=f"config-built {paths[0]} / {paths[1]}")
