@@ -48,13 +48,17 @@ def config_pair(configs: str, device: str, dtype: str):
     import torch
     import transformers
 
-    from verispec.models.pair import ModelPair, resolve_device
+    from verispec.errors import VerispecError
+    from verispec.models.pair import ModelPair, resolve_device, resolve_dtype
 
     paths = configs.split(",")
     if len(paths) != 2:
         raise SystemExit(f"--configs takes TARGET.json,DRAFT.json, got {configs!r}")
-    device = resolve_device(device)
-    dtype = (torch.bfloat16 if device.type == "cuda" else torch.float32) if dtype == "auto" else getattr(torch, dtype)
+    try:
+        device = resolve_device(device)
+        dtype = resolve_dtype(dtype, device)  # the --dtype names load_pair takes ("auto": bfloat16 on a GPU)
+    except VerispecError as error:
+        raise SystemExit(f"--configs: {error}") from None
     models = []
     for seed, path in enumerate(paths):
         torch.manual_seed(seed)

@@ -45,6 +45,9 @@ def test_bad_configs_are_refused_on_one_line(tmp_path):
         with pytest.raises(SystemExit) as caught:
             bench.config_pair(configs, "cpu", "auto")
         assert words in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(SystemExit) as caught:
+        bench.config_pair(f"{not_a_model},{not_a_model}", "cpu", "float8")
+    assert "dtype 'float8' is unknown" in str(caught.value)
 
 
 def test_the_committed_configs_hold_the_qwen_pairs_published_shapes():
