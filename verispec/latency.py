@@ -11,6 +11,16 @@ drawn tree has, root included (``Drafter.max_nodes``), and the expected throughp
 
     tokens per unit time = E[tau + 1] / T.
 
+Eq. 11 prices every draft forward at one token's t_q, but the forwards that feed a delayed tree's K paths feed
+up to K tokens at once, and a forward of K tokens is not free: on a 2-core CPU a forward of 2 tokens took about
+twice one token's (the one-token step runs matrix-vector kernels), on an H100 1.14x. A model that measured the
+draft at several widths (``draft_sizes`` -> ``draft_times``) prices each forward at its width,
+
+    T = sum_(j < depth) t_q(w_j) + t_p(nodes),
+
+w_j the most tokens the j-th draft forward feeds (``Drafter.draft_widths``); a model without them (one width,
+t_q(w) = t_q) is Eq. 11.
+
 ``LatencyModel`` holds t_q and t_p(n) in one unit: either a cost ratio (synthetic studies: t_q = 1 and
 t_p(n) = ratio (1 + per_node (n - 1)), ``from_ratio``) or times measured on a real pair
 (``verispec.models.latency.measure_latency``: median forward times by number of new tokens, t_p interpolated
@@ -44,25 +54,49 @@ def _positive(value, what: str, *, allow_zero: bool = False) -> float:
     return float(value)
 
 
+def _check_curve(sizes, times, name: str, what_sizes: str, what_time: str) -> None:
+    if not sizes or len(sizes) != len(times):
+        raise LatencyError(f"{name} needs one time per {what_sizes[:-1]}, and at least one {what_sizes[:-1]}")
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes) or list(sizes) != sorted(set(sizes)):
+        raise LatencyError(f"{what_sizes} must be increasing positive integers, got {list(sizes)}")
+    for value in times:
+        _positive(value, what_time)
+
+
+def _interpolate(sizes, times, n: int) -> float:
+    """Linear between measured sizes, extrapolated from the two nearest outside them, never below the smallest
+    measured time."""
+    if len(sizes) == 1:
+        return times[0]
+    index = min(max(bisect.bisect_left(sizes, n), 1), len(sizes) - 1)
+    low, high = index - 1, index
+    slope = (times[high] - times[low]) / (sizes[high] - sizes[low])
+    return max(min(times), times[low] + slope * (n - sizes[low]))
+
+
 @dataclass(frozen=True)
 class LatencyModel:
-    """t_q (``draft_step``) and t_p(n) (``target_sizes`` -> ``target_times``, n tree nodes) in one ``unit``."""
+    """t_q (``draft_step``: one draft forward of one token), t_p(n) (``target_sizes`` -> ``target_times``, n tree
+    nodes) and optionally t_q(w) (``draft_sizes`` -> ``draft_times``, a draft forward of w tokens; its first size
+    is 1 and its first time ``draft_step``), in one ``unit``."""
 
     draft_step: float
     target_sizes: tuple[int, ...]
     target_times: tuple[float, ...]
     unit: str = "draft step"
     source: str = ""
+    draft_sizes: tuple[int, ...] = (1,)
+    draft_times: tuple[float, ...] = ()
 
     def __post_init__(self):
         _positive(self.draft_step, "the draft step time t_q")
-        if not self.target_sizes or len(self.target_sizes) != len(self.target_times):
-            raise LatencyError("t_p needs one time per tree size, and at least one size")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.target_sizes) or \
-                list(self.target_sizes) != sorted(set(self.target_sizes)):
-            raise LatencyError(f"tree sizes must be increasing positive integers, got {list(self.target_sizes)}")
-        for value in self.target_times:
-            _positive(value, "a target forward time t_p(n)")
+        _check_curve(self.target_sizes, self.target_times, "t_p", "tree sizes", "a target forward time t_p(n)")
+        if not self.draft_times:  # Eq. 11: one width, t_q
+            object.__setattr__(self, "draft_times", (self.draft_step,) * len(self.draft_sizes))
+        _check_curve(self.draft_sizes, self.draft_times, "t_q(w)", "draft widths", "a draft forward time t_q(w)")
+        if self.draft_sizes[0] != 1 or self.draft_times[0] != self.draft_step:
+            raise LatencyError(f"t_q(w) must start at width 1 with t_q = {self.draft_step!r}, got width "
+                               f"{self.draft_sizes[0]!r} at {self.draft_times[0]!r}")
 
     @classmethod
     def from_ratio(cls, ratio: float, per_node: float = 0.0) -> LatencyModel:
@@ -79,20 +113,32 @@ class LatencyModel:
         below the smallest measured time)."""
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise LatencyError(f"a tree has at least one node, got {nodes!r}")
-        sizes, times = self.target_sizes, self.target_times
-        if len(sizes) == 1:
-            return times[0]
-        index = min(max(bisect.bisect_left(sizes, nodes), 1), len(sizes) - 1)
-        low, high = index - 1, index
-        slope = (times[high] - times[low]) / (sizes[high] - sizes[low])
-        return max(min(times), times[low] + slope * (nodes - sizes[low]))
+        return _interpolate(self.target_sizes, self.target_times, nodes)
 
-    def block_time(self, depth: int, nodes: int) -> float:
-        """T = depth t_q + t_p(nodes): one draft-and-verify block."""
-        return depth * self.draft_step + self.target_time(nodes)
+    def draft_time(self, width: int) -> float:
+        """t_q(w): one draft forward of w tokens, interpolated as t_p (t_q at every width when only one was
+        measured: Eq. 11)."""
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise LatencyError(f"a draft forward feeds at least one token, got {width!r}")
+        return _interpolate(self.draft_sizes, self.draft_times, width)
+
+    @property
+    def flat_draft(self) -> bool:
+        """Whether every draft forward costs t_q whatever its width (Eq. 11 as written)."""
+        return len(set(self.draft_times)) == 1
+
+    def block_time(self, depth: int, nodes: int, widths=None) -> float:
+        """T = sum_j t_q(w_j) + t_p(nodes): one draft-and-verify block of ``depth`` draft forwards feeding
+        ``widths`` tokens each (one each when not given: depth t_q + t_p, Eq. 11)."""
+        if widths is None:
+            return depth * self.draft_step + self.target_time(nodes)
+        widths = tuple(widths)
+        if len(widths) != depth:
+            raise LatencyError(f"a block of {depth} draft forwards needs {depth} widths, got {list(widths)}")
+        return sum(self.draft_time(width) for width in widths) + self.target_time(nodes)
 
     def drafter_time(self, drafter) -> float:
-        return self.block_time(drafter.depth, drafter.max_nodes)
+        return self.block_time(drafter.depth, drafter.max_nodes, drafter.draft_widths)
 
     def throughput(self, block_efficiency: float, drafter) -> float:
         """Expected tokens per unit time: E[tau + 1] / T."""
@@ -103,17 +149,27 @@ class LatencyModel:
         return 1.0 / self.target_time(1)
 
     def as_dict(self) -> dict:
-        return {"draft_step": self.draft_step, "target_sizes": list(self.target_sizes),
+        data = {"draft_step": self.draft_step, "target_sizes": list(self.target_sizes),
                 "target_times": list(self.target_times), "unit": self.unit, "source": self.source}
+        if not self.flat_draft or len(self.draft_sizes) > 1:
+            data.update(draft_sizes=list(self.draft_sizes), draft_times=list(self.draft_times))
+        return data
 
     @classmethod
     def from_dict(cls, data) -> LatencyModel:
+        """A model from ``as_dict``'s keys; a file without draft_sizes (written before widths were measured) is
+        Eq. 11's flat draft step."""
         try:
+            draft = {}
+            if "draft_sizes" in data or "draft_times" in data:
+                draft = {"draft_sizes": tuple(int(n) for n in data["draft_sizes"]),
+                         "draft_times": tuple(float(t) for t in data["draft_times"])}
             return cls(float(data["draft_step"]), tuple(int(n) for n in data["target_sizes"]),
                        tuple(float(t) for t in data["target_times"]), str(data.get("unit", "")),
-                       str(data.get("source", "")))
+                       str(data.get("source", "")), **draft)
         except (KeyError, TypeError, ValueError) as error:
-            raise LatencyError(f"not a latency model (draft_step, target_sizes, target_times): {error}") from None
+            raise LatencyError(f"not a latency model (draft_step, target_sizes, target_times, optionally "
+                               f"draft_sizes and draft_times): {error}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyModel:

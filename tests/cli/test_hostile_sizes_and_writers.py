@@ -254,6 +254,7 @@ def test_an_action_grid_is_counted_before_its_actions_are_listed(capsys, tmp_pat
     (["decode", *TOY, "--prompt", "x", "--plain", "--threads", "1000000000"], "--threads"),
     (["latency", *TOY, "--context-length", "1000000000", "--out", "l.json"], "--context-length"),
     (["latency", *TOY, "--sizes", "1,1000000000", "--out", "l.json"], "--sizes '1,1000000000'"),
+    (["latency", *TOY, "--draft-sizes", "2,0", "--out", "l.json"], "--draft-sizes '2,0'"),
     (["latency", *TOY, "--repeats", "1000000000000", "--out", "l.json"], "--repeats"),
     (["bound", *TOY, "--tree", "chain:1", "--max-variables", "10" + "0" * 30], "--max-variables"),
 ])

@@ -263,3 +263,39 @@ def test_a_law_too_large_to_compute_refuses_before_any_decoding(pair, monkeypatc
     monkeypatch.setattr(checks, "SpeculativeDecoder", None)  # any decoding would fail with a TypeError
     with pytest.raises(VerispecError, match="forward passes or more"):
         decoding_fit(pair, "iid:2,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=5)
+
+
+def test_each_draft_forward_feeds_at_most_the_drafters_stated_width(pair, monkeypatch):
+    """``Drafter.draft_widths`` (what a width-priced latency model charges a block) against the draft forwards
+    decoding runs: per block, one forward per depth; after the catch-up (which also feeds the accepted tokens the
+    draft never saw), forward j feeds at most the stated width, and the widest levels are reached."""
+    from verispec.models.tree_forward import CachedModel
+
+    widths = []
+    extend = CachedModel.extend
+
+    def recording(self, tokens, parents, **options):
+        if self.model is pair.draft:
+            widths.append(len(tokens))
+        return extend(self, tokens, parents, **options)
+
+    monkeypatch.setattr(CachedModel, "extend", recording)
+    for spec in DRAFTER_SPECS:
+        drafter = parse_tree(spec)
+        verifier = next(name for name, rule in sorted(REGISTRY.items()) if drafter.draft_laws & rule.valid_for)
+        reached = [0] * drafter.depth
+        for seed in range(4):
+            widths.clear()
+            generation = generate(pair, CONTEXT, spec, verifier, 6, Sampling(1.0), seed=seed)
+            start = len(widths) - sum(block.draft_calls for block in generation.blocks)
+            assert start in (0, 1), spec  # the prompt's prefill, if it runs through extend
+            for block in generation.blocks:
+                fed = widths[start:start + block.draft_calls]
+                start += block.draft_calls
+                # dyspec may grow several children of one node from one law: fewer forwards than its depth
+                assert 1 <= block.draft_calls <= drafter.depth and (spec == "dyspec:4" or
+                                                                    block.draft_calls == drafter.depth), spec
+                assert all(w <= stated for w, stated in zip(fed[1:], drafter.draft_widths[1:])), \
+                    (spec, fed, drafter.draft_widths)
+                reached = [max(r, w) for r, w in zip(reached, [1, *fed[1:]])]
+        assert reached == list(drafter.draft_widths) or spec == "dyspec:4", (spec, reached)

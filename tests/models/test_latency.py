@@ -34,11 +34,52 @@ def test_measured_target_times_are_interpolated_and_extrapolated_linearly():
     assert LatencyModel.from_dict(json.loads(json.dumps(model.as_dict()))) == model
 
 
+@pytest.mark.parametrize("spec,widths", [("chain:3", (1, 1, 1)), ("iid:2,3", (1, 2, 2)),
+                                         ("delayed:4,3,5", (1, 1, 1, 1, 4, 4, 4, 4)), ("delayed:3,2,0", (1, 1)),
+                                         ("branch:2,3", (1, 2)), ("branch-iid:2,3,1", (1, 2, 6)),
+                                         ("hub-tree:3", (1, 2, 4)), ("greedy-tree:3,2", (1, 3)),
+                                         ("dyspec:4", (1, 1, 1, 1)), ("chain:0", ())])
+def test_a_drafter_states_how_many_tokens_each_draft_forward_feeds(spec, widths):
+    """Forward j feeds the nodes at depth j (the leaves never): a trunk feeds one, K paths K (written out by hand
+    from each drafter's definition)."""
+    assert parse_tree(spec).draft_widths == widths
+
+
+def test_a_model_measured_at_several_draft_widths_prices_each_forward_at_its_width():
+    model = LatencyModel(1.0, (1,), (4.0,), "ms", draft_sizes=(1, 2, 4), draft_times=(1.0, 1.8, 2.5))
+    assert [model.draft_time(w) for w in (1, 2, 3, 4, 8)] == pytest.approx([1.0, 1.8, 2.15, 2.5, 3.9], abs=1e-12)
+    # delayed:4,3,5: four forwards of one token (the root and the trunk), then four of the K = 4 paths
+    assert model.drafter_time(parse_tree("delayed:4,3,5")) == pytest.approx(4 * 1.0 + 4 * 2.5 + 4.0, abs=1e-12)
+    assert model.drafter_time(parse_tree("iid:2,3")) == pytest.approx(1.0 + 2 * 1.8 + 4.0, abs=1e-12)
+    assert model.block_time(3, 1) == 7.0  # no widths: Eq. 11
+    assert LatencyModel.from_dict(json.loads(json.dumps(model.as_dict()))) == model
+    # a file written before widths were measured is Eq. 11: every forward costs t_q
+    flat = LatencyModel.from_dict({"draft_step": 2.0, "target_sizes": [1], "target_times": [5.0]})
+    assert flat.flat_draft and flat.drafter_time(parse_tree("delayed:4,3,5")) == 8 * 2.0 + 5.0
+    assert "draft_sizes" not in flat.as_dict() and not model.flat_draft
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(2, 4), draft_times=(1.0, 2.0)), "start at width 1"),
+    (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 2), draft_times=(1.5, 2.0)), "start at width 1"),
+    (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 2), draft_times=(1.0,)), "t_q\\(w\\) needs one time"),
+    (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 1), draft_times=(1.0, 1.0)), "draft widths"),
+    (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 2), draft_times=(1.0, -1.0)), "t_q\\(w\\)"),
+    (lambda: LatencyModel.from_dict({"draft_step": 1, "target_sizes": [1], "target_times": [2],
+                                     "draft_sizes": [1, 2]}), "not a latency model"),
+    (lambda: LatencyModel.from_ratio(2).draft_time(0), "at least one token"),
+    (lambda: LatencyModel.from_ratio(2).block_time(3, 4, (1, 2)), "needs 3 widths"),
+])
+def test_bad_draft_widths_are_refused(make, message):
+    with pytest.raises(LatencyError, match=message):
+        make()
+
+
 @pytest.mark.parametrize("make,message", [
     (lambda: LatencyModel.from_ratio(0), "cost ratio"),
     (lambda: LatencyModel.from_ratio(2, -1), "per-node"),
     (lambda: LatencyModel(1.0, (4, 2), (1.0, 2.0)), "increasing"),
-    (lambda: LatencyModel(1.0, (1, 2), (1.0,)), "one time per tree size"),
+    (lambda: LatencyModel(1.0, (1, 2), (1.0,)), "t_p needs one time per tree size"),
     (lambda: LatencyModel(float("nan"), (1,), (1.0,)), "draft step"),
     (lambda: LatencyModel.from_dict({"draft_step": 1}), "not a latency model"),
     (lambda: LatencyModel.from_ratio(2).target_time(0), "at least one node"),
@@ -83,6 +124,7 @@ def test_latency_is_measured_on_a_pair(tmp_path):
     from tests.support.tiny_models import tiny_pair
     from verispec.models.latency import measure_latency
 
-    model = measure_latency(tiny_pair(0), context_length=8, sizes=(1, 4), repeats=2)
+    model = measure_latency(tiny_pair(0), context_length=8, sizes=(1, 4), repeats=2, draft_sizes=(3, 2))
     assert model.unit == "ms" and model.target_sizes == (1, 4) and model.draft_step > 0
     assert all(time_ > 0 for time_ in model.target_times)
+    assert model.draft_sizes == (1, 2, 3) and model.draft_times[0] == model.draft_step

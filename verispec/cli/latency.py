@@ -21,6 +21,9 @@ def add_parser(subparsers) -> None:
     add_pair_options(latency)
     latency.add_argument("--sizes", default="1,2,4,8,16,32",
                          help=f"tree sizes n at which t_p(n) is measured (each at most {MAX_DECODE_NODES})")
+    latency.add_argument("--draft-sizes", default="1,2,4",
+                         help="widths w at which the draft forward t_q(w) is measured (1 always; a delayed tree's "
+                              f"path steps feed K tokens at once; each at most {MAX_DECODE_NODES}; default 1,2,4)")
     latency.add_argument("--repeats", type=integer_option(minimum=1, maximum=MAX_LATENCY_REPEATS,
                                                           what=f"an integer from 1 to {MAX_LATENCY_REPEATS}"),
                          default=5)
@@ -38,17 +41,24 @@ def run(args) -> int:
     from verispec.models.latency import measure_latency
 
     check_pair_args(args)
-    sizes = list_option(args.sizes, int, "a tree size")
-    wrong = [size for size in sizes if not 1 <= size <= MAX_DECODE_NODES]
-    if wrong:
-        raise VerispecError(f"--sizes {args.sizes!r}: a tree size must be an integer from 1 to {MAX_DECODE_NODES} (the "
-                            f"most nodes a decoded tree has), got {wrong[0]}")
+    sizes = _sizes(args.sizes, "--sizes", "a tree size")
+    draft_sizes = _sizes(args.draft_sizes, "--draft-sizes", "a draft width")
     check_output(args.out, LATENCY_FILE, what="--out", overwrite=args.overwrite)
     args.temperature, args.top_k, args.top_p = 1.0, None, None  # no sampling here
     pair, _ = load_pair(args)
-    model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats)
+    model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats,
+                            draft_sizes=draft_sizes)
     atomic_write_json(args.out, {**model.as_dict(), "load_average": os.getloadavg()[0]})
-    print(f"t_q = {model.draft_step:.3f} ms; t_p(n) = " + ", ".join(
-        f"{n}: {time_:.3f}" for n, time_ in zip(model.target_sizes, model.target_times))
-        + f" ms; {model.source}; wrote {args.out}")
+    draft = ", ".join(f"{w}: {time_:.3f}" for w, time_ in zip(model.draft_sizes, model.draft_times))
+    target = ", ".join(f"{n}: {time_:.3f}" for n, time_ in zip(model.target_sizes, model.target_times))
+    print(f"t_q(w) = {draft} ms; t_p(n) = {target} ms; {model.source}; wrote {args.out}")
     return 0
+
+
+def _sizes(text: str, option: str, what: str) -> list[int]:
+    sizes = list_option(text, int, what)
+    wrong = [size for size in sizes if not 1 <= size <= MAX_DECODE_NODES]
+    if wrong:
+        raise VerispecError(f"{option} {text!r}: {what} must be an integer from 1 to {MAX_DECODE_NODES} (the most "
+                            f"nodes a decoded tree has), got {wrong[0]}")
+    return sizes

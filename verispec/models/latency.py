@@ -1,8 +1,9 @@
 """Forward-pass times of a real pair, and the latency model they give (``verispec.latency.LatencyModel``).
 
-t_q is one draft forward of one new token, t_p(n) one target forward scoring n new tree nodes, both after a
-committed context, each the median of ``repeats`` runs after two warm-ups (allocations, graph capture). This
-is the warm-up microbenchmark of the sweep's throughput and ``benchmarks/bench_forward.py``'s measurement.
+t_q(w) is one draft forward of w new tokens (t_q = t_q(1); a delayed tree's last L2 - 1 forwards feed its K paths
+at once), t_p(n) one target forward scoring n new tree nodes, both after a committed context, each the median
+of ``repeats`` runs after two warm-ups (allocations, graph capture). This is the warm-up microbenchmark of the
+sweep's throughput and ``benchmarks/bench_forward.py``'s measurement.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from verispec.latency import LatencyModel
 
 #: Tree sizes (new tokens) at which t_p is measured by default.
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32)
+#: Widths (new tokens) at which the draft forward is measured by default: the K of the selector's grids.
+DEFAULT_DRAFT_SIZES = (1, 2, 4)
 
 
 def _sync(device) -> None:
@@ -58,20 +61,27 @@ def time_forwards(model, mode: str, context: list[int], widths, repeats: int) ->
     return timings
 
 
+def _sizes(values, what: str) -> tuple[int, ...]:
+    values = tuple(sorted(set(int(n) for n in values)))
+    if not values or values[0] < 1:
+        raise VerispecError(f"{what} must be positive integers, got {list(values)}")
+    return values
+
+
 def measure_latency(pair, *, context_length: int = 200, sizes=DEFAULT_SIZES, repeats: int = 5,
-                    mode: str = "dynamic") -> LatencyModel:
-    """The pair's latency model in milliseconds: t_q from one-token draft forwards, t_p(n) from target forwards
-    of n new tokens, after a synthetic context of ``context_length`` tokens."""
-    sizes = tuple(sorted(set(int(n) for n in sizes)))
-    if not sizes or sizes[0] < 1:
-        raise VerispecError(f"tree sizes must be positive integers, got {list(sizes)}")
+                    mode: str = "dynamic", draft_sizes=DEFAULT_DRAFT_SIZES) -> LatencyModel:
+    """The pair's latency model in milliseconds: t_q(w) from draft forwards of w new tokens (w = 1 always
+    measured: t_q), t_p(n) from target forwards of n new tokens, after a synthetic context of ``context_length``
+    tokens."""
+    sizes = _sizes(sizes, "tree sizes")
+    draft_sizes = _sizes((1, *draft_sizes), "draft widths")
     vocab = min(pair.target.config.vocab_size, 1000)
     context = [(13 * i + 1) % vocab for i in range(max(1, context_length))]
-    draft = time_forwards(pair.draft, mode, context, (1,), repeats)[1]
+    draft = time_forwards(pair.draft, mode, context, draft_sizes, repeats)
     target = time_forwards(pair.target, mode, context, sizes, repeats)
-    return LatencyModel(draft, sizes, tuple(target[n] for n in sizes), "ms",
+    return LatencyModel(draft[1], sizes, tuple(target[n] for n in sizes), "ms",
                         f"measured on {pair.name} ({pair.device}, {mode} cache, context {len(context)}, median of "
-                        f"{repeats})")
+                        f"{repeats})", draft_sizes, tuple(draft[w] for w in draft_sizes))
 
 
-__all__ = ["DEFAULT_SIZES", "cached_model", "measure_latency", "time_forwards"]
+__all__ = ["DEFAULT_DRAFT_SIZES", "DEFAULT_SIZES", "cached_model", "measure_latency", "time_forwards"]

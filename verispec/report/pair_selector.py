@@ -32,7 +32,8 @@ half-width is about sqrt(fraction) of one split's (half of it at fraction 0.25);
 with the K fitted policies held fixed (their dependence through shared training folds is not resampled).
 
 A selector reads the draft's laws at the root to choose, so it is trained and scored with chain:0 at t_q + t_p(1)
-(``verispec.selector.actions.policy_action_times``); the static actions and the oracles keep Eq. 11's prices.
+(``verispec.selector.actions.policy_action_times``); the static actions and the oracles keep
+``action_times``' prices (Eq. 11, each draft step at its width when the model measured the draft's widths).
 
 The selectors read the scalar features, the latency features (draft_time, target_time) set to each regime's model,
 as ``verispec selector train --latency`` does; every selector is trained with the study's seed. With ``hidden``

@@ -11,7 +11,9 @@ Glossary:
   ``delayed:K,L1,L2``. Several actions may share a tree (every K with L2 = 0 is the trunk chain:L1), which
   is why ``Action.name`` spells K, L1 and L2 out.
 * ``Action.depth`` = L1 + L2 draft forwards; ``Action.nodes`` = 1 + L1 + K L2 tree nodes, root included:
-  the block time of its Eq. 11 is ``latency.block_time(depth, nodes)`` (``action_times``).
+  the block time of its Eq. 11 is ``latency.block_time(depth, nodes)``. Eq. 11 prices each draft forward at one
+  token's t_q; ``action_times`` prices each at its width instead (``Drafter.draft_widths``: L1 + 1 forwards of
+  one token, then L2 - 1 forwards of K), which is Eq. 11 under a latency model with a flat draft step.
 
 This module imports neither torch nor the verifiers at import time (the verifiers are resolved when a grid's
 actions are first listed), so ``PAPER_GRID`` costs nothing to import.
@@ -254,12 +256,14 @@ def max_action_tree(grid: ActionGrid) -> str:
 
 
 def action_times(grid: ActionGrid, latency):
-    """T(a) for every action [A] (float64): ``latency.block_time(depth, nodes)`` = (L1 + L2) t_q +
-    t_p(1 + L1 + K L2), the paper's Eq. 11 at one context length."""
+    """T(a) for every action [A] (float64): ``latency.block_time(depth, nodes, widths)`` = the L1 + L2 draft
+    forwards, each at its width (``Drafter.draft_widths``: (L1 + 1) t_q(1) + (L2 - 1) t_q(K) when L2 > 0), plus
+    t_p(1 + L1 + K L2): the paper's Eq. 11 at one context length when the draft step's time does not depend on its
+    width, and the measured price of the K-wide steps when it does."""
     import numpy as np
 
-    return np.array([latency.block_time(action.depth, action.nodes) for action in grid.actions],
-                    dtype=np.float64)  # [A]
+    return np.array([latency.block_time(action.depth, action.nodes, action.drafter().draft_widths)
+                     for action in grid.actions], dtype=np.float64)  # [A]
 
 
 def policy_action_times(grid: ActionGrid, latency, *, reads_draft: bool):

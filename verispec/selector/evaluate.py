@@ -2,7 +2,8 @@
 
 A labelled dataset (``verispec.selector.dataset``) gives, at each root b and for each action a of its grid, the
 expected tokens of one block E_ba = E[tau + 1] (exact, certified or conditional-exact), and a latency model gives
-the block's time T_a (``verispec.latency``: T = (L1 + L2) t_q + t_p(1 + L1 + K L2); the DDTE paper's Eq. 11). A
+the block's time T_a (``verispec.selector.actions.action_times``: T = (L1 + L2) t_q + t_p(1 + L1 + K L2), the DDTE
+paper's Eq. 11, with the last L2 - 1 draft steps priced at t_q(K) when the model measured the draft's width). A
 policy chooses one action per root; over a set of roots (each root one block) it runs
 
     tokens per target call = mean_b E_b,pi(b)         (one target forward per block, chain:0 included),

@@ -15,7 +15,9 @@ tables it appears in:
   it 0.3-0.4% up to 64 nodes. There a forward runs at the next power of two (its graph's bucket); between the
   measured sizes the model interpolates linearly, at most 3% under that step. The same runs measured t_p(1) =
   4.67-4.69 ms and t_q = 3.20-3.30 ms (t_p = 1.45 t_q) with random weights; the issue's 5.4 and 3.3 ms stay the
-  regime's one-node times. Speculation may not pay here at all: the best action can be chain:0 (no draft), and the
+  regime's one-node times. A draft forward of w tokens (the forwards that feed a delayed tree's K paths) costs t_q x
+  ``H100_DRAFT_RATIOS`` from the same runs (the 0.5B draft's architecture: x1.137 at 2 tokens, x1.163 at 4).
+  Speculation may not pay here at all: the best action can be chain:0 (no draft), and the
   tables show it.
 """
 
@@ -33,15 +35,21 @@ H100_DRAFT_MS = 3.3
 H100_TARGET_RATIOS = ((1, 1.0), (2, 1.149), (4, 1.171), (8, 1.206), (16, 1.242), (32, 1.276), (64, 1.351),
                       (128, 1.414), (256, 1.573))
 
+#: t_q(w) / t_q(1) on an H100 for a draft forward of w tokens, from the same two runs (their mean; they differ by at
+#: most 0.024 at w <= 4, 0.094 at w = 8).
+H100_DRAFT_RATIOS = ((1, 1.0), (2, 1.137), (4, 1.163), (8, 1.243), (16, 1.228), (32, 1.311), (64, 1.363),
+                     (128, 1.45), (256, 1.591))
+
 #: The regimes' names, in table order.
 REGIME_NAMES = ("gpu-large", "cpu", "h100")
 
 REGIME_TITLES = {
     "gpu-large": "(a) t_p = 20 t_q, tree size free (a large target on a GPU)",
-    "cpu": "(b) this CPU, measured with verispec latency",
+    "cpu": "(b) this CPU, measured with verispec latency (t_p by tree size, the draft step by width)",
     "h100": f"(c) Qwen on an H100: t_p(1) = {H100_TARGET_MS} ms, t_q = {H100_DRAFT_MS} ms, "
             f"t_p(n) as measured there (x{dict(H100_TARGET_RATIOS)[2]:g} at 2 nodes, "
-            f"x{dict(H100_TARGET_RATIOS)[32]:g} at 32)",
+            f"x{dict(H100_TARGET_RATIOS)[32]:g} at 32), a draft step of K tokens as measured there "
+            f"(x{dict(H100_DRAFT_RATIOS)[2]:g} at 2, x{dict(H100_DRAFT_RATIOS)[4]:g} at 4)",
 }
 
 
@@ -50,9 +58,12 @@ def h100_latency() -> LatencyModel:
     (linear between measured sizes, as every ``LatencyModel``)."""
     sizes = tuple(n for n, _ in H100_TARGET_RATIOS)
     times = tuple(H100_TARGET_MS * ratio for _, ratio in H100_TARGET_RATIOS)
+    widths = tuple(w for w, _ in H100_DRAFT_RATIOS)
+    draft_times = tuple(H100_DRAFT_MS * ratio for _, ratio in H100_DRAFT_RATIOS)
     return LatencyModel(H100_DRAFT_MS, sizes, times, "ms",
                         f"Qwen2.5-Coder 1.5B/0.5B on an H100: t_p(1) {H100_TARGET_MS} ms, t_q {H100_DRAFT_MS} ms "
-                        "(measured at one node), t_p(n) / t_p(1) measured there (config-built, bf16, CUDA graphs)")
+                        "(measured at one node), t_p(n) / t_p(1) and t_q(w) / t_q(1) measured there (config-built, "
+                        "bf16, CUDA graphs)", widths, draft_times)
 
 
 def regime_models(cpu_latency=None) -> dict[str, LatencyModel]:
@@ -65,5 +76,5 @@ def regime_models(cpu_latency=None) -> dict[str, LatencyModel]:
     return models
 
 
-__all__ = ["H100_DRAFT_MS", "H100_TARGET_MS", "H100_TARGET_RATIOS", "REGIME_NAMES", "REGIME_TITLES", "h100_latency",
-           "regime_models"]
+__all__ = ["H100_DRAFT_MS", "H100_DRAFT_RATIOS", "H100_TARGET_MS", "H100_TARGET_RATIOS", "REGIME_NAMES",
+           "REGIME_TITLES", "h100_latency", "regime_models"]

@@ -72,6 +72,16 @@ CHAIN_LAWS = frozenset({DraftLaw.SINGLE_PATH, DraftLaw.IID_CHILDREN, DraftLaw.WI
                         DraftLaw.ROOT_IID_PATHS, DraftLaw.GREEDY})
 
 
+def level_widths(branching) -> tuple[int, ...]:
+    """The most nodes at depths 0 .. D-1 of a tree whose depth-d nodes get b_d children each: 1, b_1, b_1 b_2, ..
+    (capped at ``SIZE_CAP``)."""
+    widths, level = [], 1
+    for factor in branching:
+        widths.append(level)
+        level = min(level * factor, SIZE_CAP)
+    return tuple(widths)
+
+
 class Drafter(ABC):
     """Draws a draft tree for a problem."""
 
@@ -93,6 +103,17 @@ class Drafter(ABC):
         """(b_1..b_L) when every node at depth d-1 gets b_d children drawn one after another without
         replacement from q (fewer when q's support runs out) (``branch``); None otherwise."""
         return None
+
+    @property
+    def draft_widths(self) -> tuple[int, ...]:
+        """The most tokens each of a block's ``depth`` draft forwards feeds, one forward per depth: forward j
+        feeds the nodes at depth j (j = 0 the root), whose laws the next depth is drawn from; the leaves are never
+        fed. From ``iid_branching`` or ``without_replacement_branching`` when the drafter has one (a level of
+        b_1 .. b_j nodes), else one token a forward (a drafter that grows one node a forward; a drafter with
+        wider levels and no branching states its own). A latency model that measured the draft at several
+        widths prices a block from these (``verispec.latency``)."""
+        branching = self.iid_branching or self.without_replacement_branching
+        return level_widths(branching) if branching is not None else (1,) * self.depth
 
     def slot_plan(self) -> SlotPlan | None:
         """The drafter's slot plan (verispec.simulator.slots) when its trees can be enumerated as arrays of

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.drafters import CHAIN_LAWS, SIZE_CAP, Drafter, DraftLaw, check_tree_parameters, exp_or_inf
+from verispec.simulator.drafters import (
+    CHAIN_LAWS,
+    SIZE_CAP,
+    Drafter,
+    DraftLaw,
+    check_tree_parameters,
+    exp_or_inf,
+    level_widths,
+)
 from verispec.simulator.problems import Problem
 from verispec.simulator.ranking import best_index_with_ties, hub_token, top_tokens, without_tokens
 from verispec.simulator.trees import TreeBuilder, TreeShape
@@ -89,6 +97,11 @@ class HubDrafter(Drafter):
     def max_nodes(self) -> int:
         return min(2 ** min(self.length + 1, 64) - 1, SIZE_CAP)
 
+    @property
+    def draft_widths(self) -> tuple[int, ...]:
+        """Every node above depth L gets up to two children (its hub pair): levels 1, 2, 4, .."""
+        return level_widths((2,) * self.length)
+
     def log_num_outcomes(self, vocab_size: int) -> float:
         internal = exp_or_inf(self.length * math.log(2))  # a pair per internal node: at most 2V choices
         return internal * math.log(2 * vocab_size)
@@ -128,6 +141,11 @@ class GreedyDrafter(Drafter):
     @property
     def max_nodes(self) -> int:
         return int(min(float(SIZE_CAP), exp_or_inf((self.length + 1) * math.log(self.branches)) + self.length + 1))
+
+    @property
+    def draft_widths(self) -> tuple[int, ...]:
+        """Every node above depth L gets up to K children: levels 1, K, K^2, .."""
+        return level_widths((self.branches,) * self.length)
 
     def log_num_outcomes(self, vocab_size: int) -> float:
         internal = (self.length if self.branches == 1
