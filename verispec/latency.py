@@ -91,7 +91,7 @@ class LatencyModel:
     def __post_init__(self):
         _positive(self.draft_step, "the draft step time t_q")
         _check_curve(self.target_sizes, self.target_times, "t_p", "tree sizes", "a target forward time t_p(n)")
-        if not self.draft_times:  # Eq. 11: one width, t_q
+        if not self.draft_times and tuple(self.draft_sizes) == (1,):  # Eq. 11: one width, t_q
             object.__setattr__(self, "draft_times", (self.draft_step,) * len(self.draft_sizes))
         _check_curve(self.draft_sizes, self.draft_times, "t_q(w)", "draft widths", "a draft forward time t_q(w)")
         if self.draft_sizes[0] != 1 or self.draft_times[0] != self.draft_step:

@@ -63,6 +63,7 @@ def test_a_model_measured_at_several_draft_widths_prices_each_forward_at_its_wid
     (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(2, 4), draft_times=(1.0, 2.0)), "start at width 1"),
     (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 2), draft_times=(1.5, 2.0)), "start at width 1"),
     (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 2), draft_times=(1.0,)), "t_q\\(w\\) needs one time"),
+    (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 2)), "t_q\\(w\\) needs one time"),  # no silent flat
     (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 1), draft_times=(1.0, 1.0)), "draft widths"),
     (lambda: LatencyModel(1.0, (1,), (2.0,), draft_sizes=(1, 2), draft_times=(1.0, -1.0)), "t_q\\(w\\)"),
     (lambda: LatencyModel.from_dict({"draft_step": 1, "target_sizes": [1], "target_times": [2],
