@@ -307,6 +307,44 @@ def test_top_k_on_model_logits_takes_the_k_largest_alone(top_k, top_p):
         assert bool(torch.isnan(tied[1]).all())
 
 
+@pytest.mark.parametrize("top_k", [1, 2, 5, 20])
+def test_the_short_top_k_path_declines_exactly_the_rows_with_a_tie_at_the_kth_logit(top_k):
+    """The short path is taken exactly where the k largest logits are the only ones at or above the k-th (counted
+    here over the whole row with numpy): a tie between the k-th and (k+1)-th declines it, a tie among the k, one
+    just below them, or a -inf tail keeps it; a single NaN anywhere declines it."""
+    from verispec.models.sampling import Sampling
+
+    rng = np.random.default_rng(13)
+    base = rng.permutation(np.arange(400, dtype=np.float32)) / 8  # distinct, exact in float32
+    kth = np.sort(base)[::-1][top_k - 1]
+    rows = []
+    for variant in range(6):
+        row = base.copy()
+        ordered = np.argsort(-row)
+        if variant == 1:
+            row[ordered[top_k]] = kth  # (k+1)-th equals the k-th
+        elif variant == 2 and top_k > 1:
+            row[ordered[top_k - 2]] = kth  # (k-1)-th equals the k-th: a tie inside the k
+        elif variant == 3:
+            row[ordered[top_k + 1]] = row[ordered[top_k]]  # a tie just below the k
+        elif variant == 4:
+            row[ordered[top_k:]] = -np.inf
+        elif variant == 5:
+            row[ordered[200]] = np.nan
+        rows.append(row)
+    logits = torch.tensor(np.array(rows))
+    for temperature in (0.7, 1.0):
+        sampling = Sampling(temperature, top_k, None)
+        for row in logits:
+            numbers = row.numpy()
+            ranked = np.sort(numbers)[::-1]
+            short = not np.isnan(numbers).any() and int((numbers >= ranked[top_k - 1]).sum()) == top_k
+            assert (sampling._top_k_kept(row[None]) is not None) == short
+            if short:
+                kept = np.sort(np.argsort(-numbers, kind="stable")[:top_k])
+                assert np.array_equal(np.sort(sampling._top_k_kept(row[None])[1][0].numpy()), kept)
+
+
 @pytest.mark.parametrize("top_k,top_p", [(20, 0.8), (20, None), (3, 0.5), (1, None)])
 def test_compact_probabilities_are_the_laws_nonzero_entries(top_k, top_p):
     """``Sampling.compact_probabilities`` (the model problem's store at top-k: no [rows, V] float64 law) gives each
