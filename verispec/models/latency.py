@@ -77,11 +77,13 @@ def measure_latency(pair, *, context_length: int = 200, sizes=DEFAULT_SIZES, rep
     draft_sizes = _sizes((1, *draft_sizes), "draft widths")
     vocab = min(pair.target.config.vocab_size, 1000)
     context = [(13 * i + 1) % vocab for i in range(max(1, context_length))]
+    # the source names the CPU linear path when it is on (a different kernel, other times; files before it unchanged)
+    linears = ", small-batch linears" if pair.small_batch_linear else ""
     draft = time_forwards(pair.draft, mode, context, draft_sizes, repeats)
     target = time_forwards(pair.target, mode, context, sizes, repeats)
     return LatencyModel(draft[1], sizes, tuple(target[n] for n in sizes), "ms",
-                        f"measured on {pair.name} ({pair.device}, {mode} cache, context {len(context)}, median of "
-                        f"{repeats})", draft_sizes, tuple(draft[w] for w in draft_sizes))
+                        f"measured on {pair.name} ({pair.device}, {mode} cache{linears}, context {len(context)}, "
+                        f"median of {repeats})", draft_sizes, tuple(draft[w] for w in draft_sizes))
 
 
 __all__ = ["DEFAULT_DRAFT_SIZES", "DEFAULT_SIZES", "cached_model", "measure_latency", "time_forwards"]

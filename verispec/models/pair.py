@@ -91,6 +91,13 @@ class ModelPair:
         return self.target.device
 
     @property
+    def small_batch_linear(self) -> bool:
+        """Whether both models' linear layers take ``verispec.models.cpu_linear``'s path for a few rows."""
+        from verispec.models.cpu_linear import uses_small_batch_linears
+
+        return uses_small_batch_linears(self.target) and uses_small_batch_linears(self.draft)
+
+    @property
     def eos_token_ids(self) -> frozenset[int]:
         """Tokens that end a generation: the tokenizer's end of sequence and the target's generation config."""
         ids = set()
@@ -169,17 +176,26 @@ class PairSource:
     draft: str | None
     device: str
     dtype: str
+    small_batch_linear: bool = False
 
     def load(self) -> ModelPair:
-        return load_pair(self.target, self.draft, device=self.device, dtype=self.dtype)
+        return load_pair(self.target, self.draft, device=self.device, dtype=self.dtype,
+                         small_batch_linear=self.small_batch_linear)
 
 
-def load_pair(target: str, draft: str | None = None, *, device="cpu", dtype="auto") -> ModelPair:
+def load_pair(target: str, draft: str | None = None, *, device="cpu", dtype="auto",
+              small_batch_linear: bool | None = None) -> ModelPair:
     """Load a (target, draft) pair: ``load_pair("qwen-coder")`` for an installed pair, or
-    ``load_pair(TARGET, DRAFT)`` with local directories or cached model ids. Never downloads."""
-    source = PairSource(str(target), None if draft is None else str(draft), str(device),
-                        dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch."))
+    ``load_pair(TARGET, DRAFT)`` with local directories or cached model ids. Never downloads.
+    ``small_batch_linear``: on a CPU, both models' linear layers take ``verispec.models.cpu_linear``'s path for a few
+    rows (None: as ``VERISPEC_SMALL_BATCH_LINEAR`` says; off when unset); ignored on other devices."""
+    from verispec.models.cpu_linear import use_small_batch_linears, wanted
+
+    given_device = str(device)
     device = resolve_device(device)
+    small = wanted(small_batch_linear) and device.type == "cpu"
+    source = PairSource(str(target), None if draft is None else str(draft), given_device,
+                        dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch."), small)
     torch_dtype = resolve_dtype(dtype, device)
     name = target
     if draft is None:
@@ -192,4 +208,7 @@ def load_pair(target: str, draft: str | None = None, *, device="cpu", dtype="aut
     target_tokenizer, target_model = _load_one(target, "target", device, torch_dtype)
     draft_tokenizer, draft_model = _load_one(draft, "draft", device, torch_dtype)
     check_tokenizers(target_tokenizer, draft_tokenizer, target, draft)
+    if small:
+        use_small_batch_linears(target_model)
+        use_small_batch_linears(draft_model)
     return ModelPair(target_model, draft_model, target_tokenizer, name, source)

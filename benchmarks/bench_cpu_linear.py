@@ -1,0 +1,134 @@
+"""The CPU's small-batch linear path (``verispec.models.cpu_linear``) against torch's ``linear``, side by side.
+
+Two measurements in one process, each the median of ``--repeats`` runs with the two paths interleaved (off, on,
+off, on, ...) so that load drifts hit both alike:
+
+1. the pair's largest layers alone (the output layer, an MLP up and down projection of each model) at 1..8 rows;
+2. a whole forward of each model of n chained tokens after a committed context (``CachedModel.extend``, what a
+   decoding step and ``verispec latency`` time), the path given to and taken from the same loaded models, with the
+   largest logit difference between the two paths.
+
+Ratios are on / off (below 1: the path is faster). The load average is printed with each row.
+
+    python benchmarks/bench_cpu_linear.py --pair qwen-coder --threads 2 --json out.json
+    python benchmarks/bench_cpu_linear.py --tiny          # a tiny random pair: a smoke run anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from functools import partial
+
+from verispec.io import atomic_write_text
+
+
+def _median_pair(first, second, repeats: int) -> tuple[float, float]:
+    """Median milliseconds of ``first()`` and ``second()``, run alternately ``repeats`` times after one warm-up
+    each."""
+    times: tuple[list, list] = ([], [])
+    for repeat in range(repeats + 1):
+        for index, call in enumerate((first, second)):
+            start = time.perf_counter()
+            call()
+            if repeat:
+                times[index].append(1000 * (time.perf_counter() - start))
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def layer_rows(pair, rows, repeats: int) -> list[dict]:
+    """The largest linear layers of both models at each row count, torch's ``linear`` against the path."""
+    import torch
+
+    from verispec.models.cpu_linear import small_batch_linear
+
+    result = []
+    for role, model in (("target", pair.target), ("draft", pair.draft)):
+        layers = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+        chosen = {}
+        for module in layers:  # one layer a distinct weight shape, the largest three
+            chosen.setdefault(tuple(module.weight.shape), module)
+        for shape, module in sorted(chosen.items(), key=lambda item: -item[0][0] * item[0][1])[:3]:
+            for count in rows:
+                inputs = torch.randn(count, shape[1], dtype=module.weight.dtype)
+                with torch.no_grad():
+                    off, on = _median_pair(partial(torch.nn.functional.linear, inputs, module.weight, module.bias),
+                                           partial(small_batch_linear, module, inputs), repeats)
+                result.append({"model": role, "shape": list(shape), "rows": count, "torch_ms": off, "path_ms": on,
+                               "ratio": on / off, "load_average": os.getloadavg()[0]})
+                print(f"{role} layer {shape[0]}x{shape[1]}, {count} rows: torch {off:.2f} ms, path {on:.2f} ms, "
+                      f"x{on / off:.2f} (load {result[-1]['load_average']:.2f})", flush=True)
+    return result
+
+
+def _forward(model, cached, tokens, parents, on: bool, logits: dict) -> None:
+    """One timed forward with the path on or off (switched on the loaded model), its logits kept in ``logits``."""
+    from verispec.models.cpu_linear import use_small_batch_linears, use_torch_linears
+
+    (use_small_batch_linears if on else use_torch_linears)(model)
+    logits[on] = cached.extend(tokens, parents)
+    cached.discard()
+
+
+def forward_rows(pair, sizes, repeats: int, context_length: int) -> list[dict]:
+    """Whole forwards of n chained tokens after a committed context, the path off and on the same models."""
+    from verispec.models.cpu_linear import use_torch_linears
+    from verispec.models.tree_forward import CachedModel
+
+    vocab = min(pair.vocab_size, 1000)
+    context = [(13 * i + 1) % vocab for i in range(context_length)]
+    result = []
+    for role, model in (("target", pair.target), ("draft", pair.draft)):
+        cached = CachedModel(model)
+        cached.prefill(context)
+        for count in sizes:
+            tokens, parents = [(7 * i + 3) % vocab for i in range(count)], list(range(-1, count - 1))
+            logits = {}
+            try:
+                off, on = _median_pair(partial(_forward, model, cached, tokens, parents, False, logits),
+                                       partial(_forward, model, cached, tokens, parents, True, logits), repeats)
+            finally:
+                use_torch_linears(model)
+            difference = float((logits[True] - logits[False]).abs().max())
+            result.append({"model": role, "tokens": count, "torch_ms": off, "path_ms": on, "ratio": on / off,
+                           "max_logit_difference": difference, "load_average": os.getloadavg()[0]})
+            print(f"{role} forward of {count} tokens: torch {off:.1f} ms, path {on:.1f} ms, x{on / off:.2f}, "
+                  f"max |logit difference| {difference:.1e} (load {result[-1]['load_average']:.2f})", flush=True)
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="qwen-coder")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random pair instead of an installed one")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rows", default="1,2,3,4,5,6,8", help="row counts of the layer products")
+    parser.add_argument("--sizes", default="1,2,3,4,5,8,16", help="tokens of the whole forwards")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--context", type=int, default=200, help="committed tokens before each forward")
+    parser.add_argument("--json", default=None, help="write the rows here (atomically)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from verispec.models import load_pair
+    from verispec.models.tiny import tiny_pair
+
+    torch.set_num_threads(args.threads)
+    pair = tiny_pair(0) if args.tiny else load_pair(args.pair, small_batch_linear=False)
+    rows = [int(n) for n in args.rows.split(",")]
+    sizes = [int(n) for n in args.sizes.split(",")]
+    layers = layer_rows(pair, rows, args.repeats)
+    forwards = forward_rows(pair, sizes, args.repeats, args.context if not args.tiny else 8)
+    if args.json:
+        result = {"pair": pair.name, "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
+                  "layers": layers, "forwards": forwards}
+        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

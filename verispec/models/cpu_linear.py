@@ -1,0 +1,103 @@
+"""Linear layers of a few rows on a CPU, as ``(W @ x.T).T`` instead of torch's ``x @ W.T`` (opt-in).
+
+A decoding step feeds a model 1 to a few tokens, so every linear layer multiplies a [rows, in] input by its
+[out, in] weight for small ``rows``. On this project's 2-core CPU (AMD EPYC, torch 2.13's CPU build, float32)
+torch's ``linear`` runs that product for 2-4 rows at 2-3x the cost of one row, and a 2-row product taken as
+``W @ x.T`` (the input read column-major) costs less than torch's one-row product: Qwen2.5-Coder's 151,936 x 1,536
+output layer takes 45 ms for one row, 103 ms for two and 155 ms for three through ``linear``, and 27 ms for one or
+two rows and 33 ms for three this way (``benchmarks/bench_cpu_linear.py``, side by side). A whole forward of the
+1.5B target then costs 0.6x (1 token) to 0.4x (3 tokens) what it did; from 8 rows on torch's own path is as fast.
+
+``use_small_batch_linears(model)`` gives every ``torch.nn.Linear`` of a model this forward for float32 inputs of
+1 to ``MAX_ROWS`` rows on a CPU (a single row goes in twice: the 2-row product is the fast one); anything else
+(more rows, another dtype or device) takes torch's ``linear`` unchanged. The values are the same product summed
+in another order: they differ from torch's by float32 rounding (logits by about 1e-5 on Qwen), as two BLAS
+kernels do, so a forward's law is the model's to that tolerance, not bit for bit. It is off unless asked for
+(``load_pair(..., small_batch_linear=True)`` or ``VERISPEC_SMALL_BATCH_LINEAR=1``): every CPU time measured
+before it stays reproducible, and another CPU's BLAS may not gain.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+from verispec.errors import VerispecError
+
+#: Most rows a product takes this path at; from 5 rows on torch's ``linear`` is about as fast or faster.
+MAX_ROWS = 4
+
+#: The environment variable that turns the path on for every pair ``load_pair`` loads on a CPU ("1" on, "0" off).
+ENVIRONMENT_VARIABLE = "VERISPEC_SMALL_BATCH_LINEAR"
+
+
+def small_batch_linear(module, inputs):
+    """``module``'s output (an ``nn.Linear``) for ``inputs`` [..., in]: ``(W @ x.T).T`` for 1 to ``MAX_ROWS`` float32
+    rows on a CPU, torch's ``linear`` otherwise."""
+    import torch
+
+    weight, bias = module.weight, module.bias
+    width = inputs.shape[-1]
+    rows = inputs.numel() // width if width else 0
+    if (not 1 <= rows <= MAX_ROWS or inputs.device.type != "cpu" or inputs.dtype != torch.float32
+            or weight.dtype != torch.float32):
+        return torch.nn.functional.linear(inputs, weight, bias)
+    flat = inputs.reshape(rows, width)                                       # [rows, in]
+    if rows == 1:
+        flat = torch.cat([flat, flat])  # the 2-row product is the fast one; its second row is dropped
+    output = torch.mm(weight, flat.T).T[:rows]                               # [rows, out]
+    if bias is not None:
+        output = output + bias
+    return output.reshape(*inputs.shape[:-1], weight.shape[0])
+
+
+def use_small_batch_linears(model) -> int:
+    """Give every ``nn.Linear`` of ``model`` the ``small_batch_linear`` forward (on the instance, so the class and
+    other models keep torch's); returns how many layers took it."""
+    import torch
+
+    count = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = types.MethodType(small_batch_linear, module)
+            count += 1
+    return count
+
+
+def use_torch_linears(model) -> int:
+    """Undo ``use_small_batch_linears``: every ``nn.Linear`` of ``model`` takes its class's forward again; returns
+    how many layers had the path."""
+    import torch
+
+    count = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and "forward" in module.__dict__:
+            del module.__dict__["forward"]
+            count += 1
+    return count
+
+
+def uses_small_batch_linears(model) -> bool:
+    """Whether every ``nn.Linear`` of ``model`` (at least one) has the ``small_batch_linear`` forward."""
+    import torch
+
+    layers = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    return bool(layers) and all(getattr(module.forward, "__func__", None) is small_batch_linear for module in layers)
+
+
+def wanted(small_batch_linear: bool | None) -> bool:
+    """The choice for a load: ``small_batch_linear`` when given, else ``VERISPEC_SMALL_BATCH_LINEAR`` ("1" or "0";
+    unset is off); anything else is refused on one line."""
+    if small_batch_linear is not None:
+        if not isinstance(small_batch_linear, bool):
+            raise VerispecError(f"small_batch_linear must be True, False or None, got {small_batch_linear!r}")
+        return small_batch_linear
+    value = os.environ.get(ENVIRONMENT_VARIABLE, "0").strip()
+    if value not in ("0", "1"):
+        raise VerispecError(f"{ENVIRONMENT_VARIABLE}={value!r:.40}: set it to 1 (linear layers of a few rows as "
+                            "W @ x.T on a CPU) or 0 (torch's own), or unset it")
+    return value == "1"
+
+
+__all__ = ["ENVIRONMENT_VARIABLE", "MAX_ROWS", "small_batch_linear", "use_small_batch_linears", "use_torch_linears",
+           "uses_small_batch_linears", "wanted"]
