@@ -145,6 +145,7 @@ def _markdown(table: list[dict], parameters: dict) -> str:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
     lines = [f"# Real decoding: {parameters['pair']} on {parameters['device']} ({parameters['dtype']}, "
+             f"{'small-batch linears, ' if parameters.get('small_batch_linear') else ''}"
              f"{parameters['threads']} threads{', static KV caches' if parameters.get('static_cache') else ''})", "",
              f"{parameters['prompts']} HumanEval prompts, {parameters['max_new_tokens']} new tokens, temperature "
              f"{parameters['temperature']}, top-k {parameters['top_k']}, top-p {parameters['top_p']}, seed "
@@ -239,6 +240,8 @@ def main(argv=None) -> int:
                       "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
                       "threads": torch.get_num_threads(), "static_cache": args.static_cache, "graphs": args.graphs}
+        if pair.small_batch_linear:  # another CPU kernel, other times (keyed only when on: older files resume)
+            parameters["small_batch_linear"] = True
         store = ResultStore(output, parameters=parameters)
     except VerispecError as error:
         print(f"real_decoding: error: {error}", file=sys.stderr)

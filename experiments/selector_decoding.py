@@ -134,6 +134,7 @@ def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]
 
 def markdown(table: list[dict], parameters: dict) -> str:
     lines = [f"# Selector decoding: {parameters['pair']} on {parameters['device']} ({parameters['dtype']}, "
+             f"{'small-batch linears, ' if parameters.get('small_batch_linear') else ''}"
              f"{parameters['threads']} threads), {parameters['max_new_tokens']} new tokens, held-out prompts", "",
              "| setting | method | prompts | tokens/target call | tokens/s | vs plain [95%] | selector / static [95%] "
              "| selector / static per prompt (mean, range) | choosing, ms/block | max load |",
@@ -224,6 +225,8 @@ def main(argv=None) -> int:
                       "selectors": {name: _file_hash(path) for name, path in zip(selectors, args.selector)},
                       "static": {name: [action.name for action in plan["actions"]] for name, plan in plans.items()
                                  if plan["kind"] == "static"}}
+        if pair.small_batch_linear:  # another CPU kernel, other times (keyed only when on: older files resume)
+            parameters["small_batch_linear"] = True
         store = ResultStore(args.output, parameters=parameters)
     except VerispecError as error:
         print(f"selector_decoding: error: {error}", file=sys.stderr)
