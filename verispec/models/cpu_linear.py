@@ -4,14 +4,15 @@ A decoding step feeds a model 1 to a few tokens, so every linear layer multiplie
 [out, in] weight for small ``rows``. On this project's 2-core CPU (AMD EPYC, torch 2.13's CPU build, float32)
 torch's ``linear`` runs that product for 2-4 rows at 2-3x the cost of one row, and a 2-row product taken as
 ``W @ x.T`` (the input read column-major) costs less than torch's one-row product: Qwen2.5-Coder's 151,936 x 1,536
-output layer takes 45 ms for one row, 103 ms for two and 155 ms for three through ``linear``, and 27 ms for one or
-two rows and 33 ms for three this way (``benchmarks/bench_cpu_linear.py``, side by side). A whole forward of the
-1.5B target then costs 0.6x (1 token) to 0.4x (3 tokens) what it did; from 8 rows on torch's own path is as fast.
+output layer takes 51 ms for one row, 111 ms for two and 162 ms for three through ``linear``, and 36, 32 and 41 ms
+this way (``benchmarks/bench_cpu_linear.py``, side by side; ``data/latency/bench-cpu-linear.json``). A whole
+forward of the 1.5B target then costs 0.70x (1 token) to 0.44x (3 tokens) what it did, of the 0.5B draft 0.59x to
+0.37x; from 5 rows on torch's own path is as fast.
 
 ``use_small_batch_linears(model)`` gives every ``torch.nn.Linear`` of a model this forward for float32 inputs of
 1 to ``MAX_ROWS`` rows on a CPU (a single row goes in twice: the 2-row product is the fast one); anything else
 (more rows, another dtype or device) takes torch's ``linear`` unchanged. The values are the same product summed
-in another order: they differ from torch's by float32 rounding (logits by about 1e-5 on Qwen), as two BLAS
+in another order: they differ from torch's by float32 rounding (logits by at most 5e-5 on Qwen), as two BLAS
 kernels do, so a forward's law is the model's to that tolerance, not bit for bit. It is off unless asked for
 (``load_pair(..., small_batch_linear=True)`` or ``VERISPEC_SMALL_BATCH_LINEAR=1``): every CPU time measured
 before it stays reproducible, and another CPU's BLAS may not gain.
