@@ -43,6 +43,9 @@ def test_real_decoding_experiment_runs_and_resumes(tmp_path, monkeypatch, capsys
 
     monkeypatch.setattr(script, "run_cell", refuse)
     assert script.main(arguments) == 0  # every cell is already in the file
+    monkeypatch.setenv("VERISPEC_SMALL_BATCH_LINEAR", "1")  # other CPU kernels, other times: refused on this file
+    assert script.main(arguments) == 2
+    assert "small_batch_linear" not in json.loads((tmp_path / "rows.json").read_text())["parameters"]
 
 
 def test_an_unknown_method_is_a_one_line_error(tmp_path, capsys):

@@ -53,6 +53,13 @@ def test_selector_decoding_experiment_runs_and_resumes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(script, "decode_cell", refuse)
     assert script.main(arguments) == 0
+    # the CPU's small-batch linears time other kernels: the store is keyed on them, so a rerun with them is refused
+    monkeypatch.setenv("VERISPEC_SMALL_BATCH_LINEAR", "1")
+    assert script.main(arguments) == 2
+    parameters = json.loads(output.read_text())["parameters"]
+    assert "small_batch_linear" not in parameters  # keyed only when on: files written without it resume unchanged
+    title = script.markdown([], {**parameters, "small_batch_linear": True}).splitlines()[0]
+    assert "(float32, small-batch linears, 1 threads)" in title
 
 
 def test_prompts_that_miss_a_held_out_group_are_one_line(tmp_path, capsys):
