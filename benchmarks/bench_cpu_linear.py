@@ -26,12 +26,14 @@ from functools import partial
 from verispec.io import atomic_write_text
 
 
-def _median_pair(first, second, repeats: int) -> tuple[float, float]:
+def _median_pair(first, second, repeats: int, setups=(None, None)) -> tuple[float, float]:
     """Median milliseconds of ``first()`` and ``second()``, run alternately ``repeats`` times after one warm-up
-    each."""
+    each; ``setups``: a call run (untimed) before each of them."""
     times: tuple[list, list] = ([], [])
     for repeat in range(repeats + 1):
-        for index, call in enumerate((first, second)):
+        for index, (call, setup) in enumerate(zip((first, second), setups)):
+            if setup is not None:
+                setup()
             start = time.perf_counter()
             call()
             if repeat:
@@ -64,18 +66,15 @@ def layer_rows(pair, rows, repeats: int) -> list[dict]:
     return result
 
 
-def _forward(model, cached, tokens, parents, on: bool, logits: dict) -> None:
-    """One timed forward with the path on or off (switched on the loaded model), its logits kept in ``logits``."""
-    from verispec.models.cpu_linear import use_small_batch_linears, use_torch_linears
-
-    (use_small_batch_linears if on else use_torch_linears)(model)
+def _forward(cached, tokens, parents, on: bool, logits: dict) -> None:
+    """One timed forward, its logits kept in ``logits`` under ``on`` (whether the path was switched on)."""
     logits[on] = cached.extend(tokens, parents)
     cached.discard()
 
 
 def forward_rows(pair, sizes, repeats: int, context_length: int) -> list[dict]:
     """Whole forwards of n chained tokens after a committed context, the path off and on the same models."""
-    from verispec.models.cpu_linear import use_torch_linears
+    from verispec.models.cpu_linear import use_small_batch_linears, use_torch_linears
     from verispec.models.tree_forward import CachedModel
 
     vocab = min(pair.vocab_size, 1000)
@@ -88,8 +87,10 @@ def forward_rows(pair, sizes, repeats: int, context_length: int) -> list[dict]:
             tokens, parents = [(7 * i + 3) % vocab for i in range(count)], list(range(-1, count - 1))
             logits = {}
             try:
-                off, on = _median_pair(partial(_forward, model, cached, tokens, parents, False, logits),
-                                       partial(_forward, model, cached, tokens, parents, True, logits), repeats)
+                # the path is switched on the loaded model before each forward, outside the timed call
+                off, on = _median_pair(partial(_forward, cached, tokens, parents, False, logits),
+                                       partial(_forward, cached, tokens, parents, True, logits), repeats,
+                                       (partial(use_torch_linears, model), partial(use_small_batch_linears, model)))
             finally:
                 use_torch_linears(model)
             difference = float((logits[True] - logits[False]).abs().max())

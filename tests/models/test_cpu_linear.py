@@ -94,6 +94,10 @@ def test_a_model_given_the_path_keeps_its_logits_to_rounding_and_other_models_ke
         left, right = got.extend(tokens, parents), want.extend(tokens, parents)
         torch.testing.assert_close(left, right, rtol=1e-5, atol=1e-5)
     assert use_torch_linears(pair.target) == layers and not uses_small_batch_linears(pair.target)
+    other = next(module for module in pair.draft.modules() if isinstance(module, torch.nn.Linear))
+    other.forward = lambda inputs: torch.nn.functional.linear(inputs, other.weight, other.bias)  # not ours: kept
+    assert use_torch_linears(pair.draft) == 0 and "forward" in other.__dict__
+    del other.__dict__["forward"]
     back, want = CachedModel(pair.target), CachedModel(plain)
     back.prefill(context)
     want.prefill(context)

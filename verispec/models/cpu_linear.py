@@ -4,10 +4,10 @@ A decoding step feeds a model 1 to a few tokens, so every linear layer multiplie
 [out, in] weight for small ``rows``. On this project's 2-core CPU (AMD EPYC, torch 2.13's CPU build, float32)
 torch's ``linear`` runs that product for 2-4 rows at 2-3x the cost of one row, and a 2-row product taken as
 ``W @ x.T`` (the input read column-major) costs less than torch's one-row product: Qwen2.5-Coder's 151,936 x 1,536
-output layer takes 51 ms for one row, 111 ms for two and 162 ms for three through ``linear``, and 36, 32 and 41 ms
+output layer takes 44 ms for one row, 98 ms for two and 143 ms for three through ``linear``, and 25, 25 and 34 ms
 this way (``benchmarks/bench_cpu_linear.py``, side by side; ``data/latency/bench-cpu-linear.json``). A whole
-forward of the 1.5B target then costs 0.70x (1 token) to 0.44x (3 tokens) what it did, of the 0.5B draft 0.59x to
-0.37x; from 5 rows on torch's own path is as fast.
+forward of the 1.5B target then costs 0.64x (1 token) to 0.42x (3 tokens) what it did, of the 0.5B draft 0.54x to
+0.38x; from 5 rows on torch's own path is as fast.
 
 ``use_small_batch_linears(model)`` gives every ``torch.nn.Linear`` of a model this forward for float32 inputs of
 1 to ``MAX_ROWS`` rows on a CPU (a single row goes in twice: the 2-row product is the fast one); anything else
@@ -66,13 +66,14 @@ def use_small_batch_linears(model) -> int:
 
 
 def use_torch_linears(model) -> int:
-    """Undo ``use_small_batch_linears``: every ``nn.Linear`` of ``model`` takes its class's forward again; returns
-    how many layers had the path."""
+    """Undo ``use_small_batch_linears``: every ``nn.Linear`` of ``model`` that has the path takes its class's
+    forward again (a forward set on a layer by anything else stays); returns how many layers had the path."""
     import torch
 
     count = 0
     for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and "forward" in module.__dict__:
+        own = module.__dict__.get("forward")
+        if isinstance(module, torch.nn.Linear) and getattr(own, "__func__", None) is small_batch_linear:
             del module.__dict__["forward"]
             count += 1
     return count
