@@ -39,25 +39,29 @@ from verispec.io import atomic_write_text
 VERIFIERS = "specinfer,spectr,khisti,naivetree,traversal-iid,traversal,gbv"
 
 
-def time_target_tokens(pair, context: list[int], count: int, repeats: int, model=None) -> float:
+def time_target_tokens(pair, context: list[int], count: int, repeats: int, model=None, *, flat: bool = False) -> float:
     """Median seconds of one forward of ``count`` chain tokens after ``context`` (cache kept), of the target or of
-    ``model`` (the draft)."""
+    ``model`` (the draft); ``flat``: the tokens side by side instead, each a child of the context's end (each attends
+    to the context and itself: the least attention ``count`` tokens can cost, so the forward is its linear layers)."""
     from verispec.models.tree_forward import CachedModel
 
     model = CachedModel(pair.target if model is None else model)
     model.prefill(context)
     tokens = [(7 * i + 3) % min(1000, pair.vocab_size) for i in range(count)]
+    parents = [-1] * count if flat else list(range(-1, count - 1))
     times = []
     for _ in range(repeats + 1):  # the first is a warm-up
         start = time.perf_counter()
-        model.extend(tokens, list(range(-1, count - 1)))
+        model.extend(tokens, parents)
         times.append(time.perf_counter() - start)
         model.discard()
     return statistics.median(times[1:])
 
 
-def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, sampling, repeats: int) -> dict:
-    """Label one group of roots together (``label_roots``'s path) and measure its floors."""
+def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, sampling, repeats: int,
+                dense: bool = False) -> dict:
+    """Label one group of roots together (``label_roots``'s path) and measure its floors; ``dense``: the packed
+    forwards' attention dense over every context (``CachedModel.packed(by_segment=False)``), as before 2026-11-26."""
     from verispec.models.problem import DEFAULT_NODES_PER_FORWARD, SharedContext
     from verispec.models.tree_forward import CachedModel
     from verispec.selector.dataset import Root, root_problems
@@ -83,6 +87,10 @@ def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, 
         return extend(model, tokens, *args, **kwargs)
 
     CachedModel.extend = counted
+    packed = CachedModel.__dict__["packed"]
+    if dense:
+        CachedModel.packed = classmethod(lambda cls, model, states: packed.__func__(cls, model, states,
+                                                                                    by_segment=False))
     try:
         start, cpu = time.perf_counter(), time.process_time()
         problems, together = root_problems(roots, max(action.depth for action in grid.actions), pair, shared)
@@ -93,6 +101,7 @@ def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, 
         cpu_seconds = time.process_time() - cpu
     finally:
         CachedModel.extend = extend
+        CachedModel.packed = packed
     bases = [problem.base for problem, _ in problems]
     own = [base.forwarded_tokens[0] for base in bases]
     target_tokens, draft_tokens = sum(own), sum(base.forwarded_tokens[1] for base in bases)
@@ -102,6 +111,7 @@ def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, 
     for count in {width, *(max(1, min(DEFAULT_NODES_PER_FORWARD, n)) for n in own)}:
         measured[count] = time_target_tokens(pair, list(contexts[0][:-2]), count, repeats)
     floor = target_tokens * measured[width] / width
+    flat_floor = target_tokens * time_target_tokens(pair, list(contexts[0][:-2]), width, repeats, flat=True) / width
     alone = sum(n * measured[max(1, min(DEFAULT_NODES_PER_FORWARD, n))] / max(1, min(DEFAULT_NODES_PER_FORWARD, n))
                 for n in own)
     # the draft's floor: each of its passes at its own size (a level's tokens are drawn from the level before)
@@ -113,7 +123,9 @@ def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, 
             "draft_tokens": draft_tokens, "target_passes": max(base.passes[0] for base in bases),
             "draft_passes": max(base.passes[1] for base in bases), "batch": width,
             "ms_per_target_token": 1000 * measured[width] / width, "floor_seconds": floor,
-            "ratio_to_floor": seconds / floor if floor else float("nan"), "floor_one_by_one_seconds": alone,
+            "ratio_to_floor": seconds / floor if floor else float("nan"), "flat_floor_seconds": flat_floor,
+            "ratio_to_flat_floor": seconds / flat_floor if flat_floor else float("nan"), "dense_attention": dense,
+            "floor_one_by_one_seconds": alone,
             "ratio_to_one_by_one_floor": seconds / alone if alone else float("nan"),
             "draft_pass_tokens": draft_passes, "draft_floor_seconds": draft_floor,
             "forwards_floor_seconds": floor + draft_floor, "ratio_to_forwards_floor": seconds / (floor + draft_floor),
@@ -139,6 +151,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sampling", default="temperature=0.7,top_k=20,top_p=0.8")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None, help="write the rows here (atomically)")
+    parser.add_argument("--dense-attention", action="store_true",
+                        help="the packed forwards' attention dense over every context, as before segmented attention "
+                             "(to compare the two)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -164,7 +179,7 @@ def main(argv=None) -> int:
     rows = []
     for first in range(0, len(contexts), args.root_batch):
         group = contexts[first:first + args.root_batch]
-        row = label_group(pair, group, grid, args.samples, first, sampling, args.repeats)
+        row = label_group(pair, group, grid, args.samples, first, sampling, args.repeats, args.dense_attention)
         row["load_average"] = os.getloadavg()[0]
         rows.append(row)
         print(f"roots {first}-{first + len(group) - 1}: {row['seconds']:.2f} s, {row['seconds'] / len(group):.2f} s a "
@@ -172,7 +187,8 @@ def main(argv=None) -> int:
               f"{row['prefill_seconds']:.2f} s apart), "
               f"target {row['target_tokens']} tokens in {row['target_passes']} passes, draft {row['draft_tokens']} "
               f"in {row['draft_passes']}; {row['ms_per_target_token']:.1f} ms a target token at n = {row['batch']}: "
-              f"floor {row['floor_seconds']:.2f} s, ratio {row['ratio_to_floor']:.2f}; one by one the floor is "
+              f"floor {row['floor_seconds']:.2f} s, ratio {row['ratio_to_floor']:.2f} (its tokens side by side "
+              f"{row['flat_floor_seconds']:.2f} s, ratio {row['ratio_to_flat_floor']:.2f}); one by one the floor is "
               f"{row['floor_one_by_one_seconds']:.2f} s, ratio {row['ratio_to_one_by_one_floor']:.2f}; the draft's "
               f"passes at their sizes {row['draft_floor_seconds']:.2f} s, both models' floor "
               f"{row['forwards_floor_seconds']:.2f} s, ratio {row['ratio_to_forwards_floor']:.2f} "
@@ -181,14 +197,17 @@ def main(argv=None) -> int:
     floor = sum(row["floor_seconds"] for row in rows)
     alone = sum(row["floor_one_by_one_seconds"] for row in rows)
     both = sum(row["forwards_floor_seconds"] for row in rows)
+    flat = sum(row["flat_floor_seconds"] for row in rows)
     print(f"# {len(contexts)} roots, {args.root_batch} a group, {len(grid.actions)} actions, m = {args.samples}, "
           f"threads {args.threads}: {total:.1f} s ({total / len(contexts):.2f} s a root) against a floor of "
-          f"{floor:.1f} s at the group's batch size: ratio {total / floor:.2f}; against the roots' floors one by "
+          f"{floor:.1f} s at the group's batch size: ratio {total / floor:.2f} ({flat:.1f} s with its tokens side "
+          f"by side: {total / flat:.2f}); against the roots' floors one by "
           f"one ({alone:.1f} s): {total / alone:.2f}; against both models' forwards ({both:.1f} s: the target's at "
           f"the group's batch size, each draft pass at its own): {total / both:.2f}")
     if args.json:
         result = {"grid": grid.as_dict(), "samples": args.samples, "threads": args.threads, "prompts": args.prompts,
                   "root_batch": args.root_batch, "sampling": args.sampling, "rows": rows, "ratio": total / floor,
+                  "ratio_to_flat_floor": total / flat, "dense_attention": args.dense_attention,
                   "ratio_to_one_by_one_floor": total / alone, "ratio_to_forwards_floor": total / both,
                   "seconds_a_root": total / len(contexts)}
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")

@@ -110,3 +110,72 @@ def test_misuse_is_refused_in_one_line(model):
         CachedModel.packed(model, [CommittedState((), 0), "state"])
     with pytest.raises(VerispecError, match="no pending tokens"):
         packed.snapshot()
+
+
+def _packed_trees(model, by_segment=True):
+    packed = CachedModel.packed(model, states(model, CONTEXTS), by_segment=by_segment)
+    tokens, parents, segments = [], [], []
+    for segment, (tree_tokens, tree_parents) in enumerate(TREES):
+        base = len(tokens)
+        tokens += tree_tokens
+        parents += [-1 if parent == -1 else base + parent for parent in tree_parents]
+        segments += [segment] * len(tree_tokens)
+    return packed, tokens, parents, segments
+
+
+def test_attention_runs_per_segment_and_equals_the_dense_masked_forward(model, monkeypatch):
+    """The packed forward's attention goes segment by segment (each segment's queries against its own committed span
+    and its own pending nodes only: the key widths are counted), gives the dense masked forward's logits to 1e-12, and
+    leaves the model's attention implementation as it found it."""
+    from verispec.models import segmented_attention
+
+    widths = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def counted(query, key, value, *args, **kwargs):
+        widths.append((query.shape[2], key.shape[2]))
+        return original(query, key, value, *args, **kwargs)
+
+    before = model.config._attn_implementation
+    packed, tokens, parents, segments = _packed_trees(model)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counted)
+    fast = packed.extend(tokens, parents, segments=segments)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", original)
+    assert model.config._attn_implementation == before
+    # per layer, one call a segment: its tree's nodes against its context's slots plus its own tree's nodes
+    expected = [(len(tree), len(context) + len(tree)) for context, (tree, _) in zip(CONTEXTS, TREES)]
+    assert widths == expected * model.config.num_hidden_layers
+    dense_model, *_ = _packed_trees(model, by_segment=False)
+    dense = dense_model.extend(tokens, parents, segments=segments)
+    assert torch.allclose(fast, dense, rtol=0, atol=1e-12)
+    assert segmented_attention.ATTENTION_NAME != before
+
+
+def test_a_second_level_sees_the_first_levels_nodes_of_its_own_segment_only(model):
+    """The plan of a level fed after another: a node's columns are its context's span and the pending nodes of its
+    own segment (those of the other segments are never among them)."""
+    from verispec.models.segmented_attention import segment_plan
+
+    allowed = torch.ones((3, 20 + 5), dtype=torch.bool)
+    spans = ((0, 7), (7, 2), (9, 11))
+    pending = [0, 2, 0, 2, 0]  # two pending tokens before, three new: segments 2 and 0
+    plan = segment_plan(allowed, [2, 0, 0], spans, 20, pending, torch.float64, "cpu")
+    parts = {int(rows[0]): (rows.tolist(), columns.tolist()) for rows, columns, _ in plan.parts}
+    assert parts[1] == ([1, 2], list(range(0, 7)) + [20, 22, 24])
+    assert parts[0] == ([0], list(range(9, 20)) + [21, 23])
+
+
+def test_the_attention_implementation_is_restored_when_the_forward_fails(model, monkeypatch):
+    packed, tokens, parents, segments = _packed_trees(model)
+    before = model.config._attn_implementation
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a forward that fails")
+
+    monkeypatch.setattr(model, "forward", broken)
+    with pytest.raises(RuntimeError, match="fails"):
+        packed.extend(tokens, parents, segments=segments)
+    assert model.config._attn_implementation == before
+    from verispec.models.segmented_attention import _PLAN
+
+    assert _PLAN.get() is None

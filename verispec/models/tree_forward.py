@@ -34,6 +34,7 @@ successive runs reuse the captured graphs instead of capturing them again.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from verispec.errors import VerispecError
@@ -105,12 +106,16 @@ class CachedModel:
         #: a packed model's committed segments, (first slot, length) each; None: one sequence (every slot)
         self.segments: tuple[tuple[int, int], ...] | None = None
         self._segment_of: list[int] = []         # a packed model's pending token i's segment
+        self.by_segment = False                  # a packed model's attention per segment (``packed``)
 
     @classmethod
-    def packed(cls, model, states) -> CachedModel:
+    def packed(cls, model, states, *, by_segment: bool = True) -> CachedModel:
         """A model whose committed cache is the ``CommittedState`` s of several sequences side by side (segment i
         is ``states[i]``), for one forward over trees grown under each (``extend(..., segments=)``). Nothing can be
-        committed to it; ``discard`` drops every pending token."""
+        committed to it; ``discard`` drops every pending token. ``by_segment``: attention per segment
+        (``verispec.models.segmented_attention``: each segment's nodes against its own slots only); False, dense
+        masked attention over every slot (the same logits up to rounding, at the cost of every node against every
+        context: kept for the benchmark that compares them)."""
         import torch
 
         states = list(states)
@@ -128,6 +133,7 @@ class CachedModel:
                                     torch.cat([values for _, values in parts], dim=-2), index)
         packed.committed = start
         packed.segments = tuple(spans)
+        packed.by_segment = bool(by_segment)
         return packed
 
     def snapshot(self) -> CommittedState:
@@ -224,7 +230,7 @@ class CachedModel:
                            blocked)[None, None]  # [1, 1, count, width]
         if self.max_length is not None:  # writes go to the slots after the committed and pending tokens
             _set_cache_length(self.cache, self.committed + start)
-        with torch.no_grad():
+        with torch.no_grad(), self._attention(allowed, start):
             output = self.model(torch.tensor([tokens], device=self.device), **{cache_keyword(self.model): self.cache},
                                 attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
                                 use_cache=True, output_hidden_states=self.hidden,
@@ -232,6 +238,18 @@ class CachedModel:
         if self.hidden:
             self.last_hidden = output.hidden_states[-1][0]  # [n, H]: the last entry of transformers' hidden_states
         return output.logits[0]
+
+    def _attention(self, allowed, start: int):
+        """The context of a forward's attention: by segment on a packed model (``packed``'s ``by_segment``), from
+        the dense mask ``allowed`` [n, width] of the tokens fed from pending index ``start``; else as the model has
+        it."""
+        if self.segments is None or not self.by_segment:
+            return contextlib.nullcontext()
+        from verispec.models.segmented_attention import segment_plan, segmented
+
+        plan = segment_plan(allowed, self._segment_of[start:], self.segments, self.committed, self._segment_of,
+                            self.model.dtype, self.device)
+        return segmented(self.model, plan)
 
     def commit(self, path: list[int]) -> None:
         """Keep the pending tokens ``path`` (indices, root to node: each the parent of the next, the first
