@@ -38,7 +38,7 @@ def _reference(weight, bias, inputs):
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(1, 64), (2, 64), (3, 64), (4, 64), (5, 64), (1, 3, 64), (2, 2, 64), (3, 3, 64),
-                                   (0, 64)])
+                                   (4, 4, 64), (16, 64), (17, 64), (0, 64)])
 def test_the_product_is_the_layers_to_float32_rounding(shape, bias):
     generator = torch.Generator().manual_seed(sum(shape) + bias)
     layer = torch.nn.Linear(64, 300, bias=bias)
@@ -154,3 +154,26 @@ def test_the_benchmark_runs_both_paths_side_by_side_on_a_tiny_pair(tmp_path):
     for row in result["layers"] + result["forwards"]:
         assert row["ratio"] == row["path_ms"] / row["torch_ms"]
     assert all(row["max_logit_difference"] < 1e-4 for row in result["forwards"])
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, MAX_ROWS])
+def test_a_column_major_input_reaches_the_product_row_major(rows, monkeypatch):
+    """The path's own outputs are transposed views, so the next layer's input can be column-major (an MLP's act(gate)
+    * up of two of them); the product must still get W @ (a row-major x).T, the operand layout the fast kernel needs
+    (column-major it took 2.9x as long on Qwen's down projection), and the same values."""
+    layer = torch.nn.Linear(24, 40)
+    column_major = torch.randn(24, rows).T                                        # [rows, 24], strides (1, rows)
+    assert rows == 1 or not column_major.is_contiguous()
+    operands = []
+    original = torch.mm
+
+    def recorded(left, right):
+        operands.append(right)
+        return original(left, right)
+
+    monkeypatch.setattr(torch, "mm", recorded)
+    got = small_batch_linear(layer, column_major)
+    monkeypatch.setattr(torch, "mm", original)
+    assert len(operands) == 1 and operands[0].T.is_contiguous()
+    exact, bound = _reference(layer.weight, layer.bias, column_major)
+    assert np.all(np.abs(got.detach().double().numpy() - exact) <= bound)

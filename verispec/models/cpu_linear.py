@@ -2,17 +2,21 @@
 
 A decoding step feeds a model 1 to a few tokens, so every linear layer multiplies a [rows, in] input by its
 [out, in] weight for small ``rows``. On this project's 2-core CPU (AMD EPYC, torch 2.13's CPU build, float32)
-torch's ``linear`` runs that product for 2-4 rows at 2-3x the cost of one row, and a 2-row product taken as
-``W @ x.T`` (the input read column-major) costs less than torch's one-row product: Qwen2.5-Coder's 151,936 x 1,536
-output layer takes 44 ms for one row, 98 ms for two and 143 ms for three through ``linear``, and 25, 25 and 34 ms
-this way (``benchmarks/bench_cpu_linear.py``, side by side; ``data/latency/bench-cpu-linear.json``). A whole
-forward of the 1.5B target then costs 0.64x (1 token) to 0.42x (3 tokens) what it did, of the 0.5B draft 0.54x to
-0.38x; from 5 rows on torch's own path is as fast.
+torch's ``linear`` runs that product for 2-4 rows at 2-3x the cost of one row, and a product taken as ``W @ x.T``
+(x row-major, so the operand is read column-major) costs less than torch's one-row product up to a few rows and
+less than its own up to 16: Qwen2.5-Coder's 151,936 x 1,536 output layer takes 47 ms for one row, 101 for two, 151
+for three and 124 for sixteen through ``linear``, and 21, 25, 51 and 93 ms this way (``benchmarks/bench_cpu_linear.py``,
+side by side; ``data/latency/bench-cpu-linear.json``). A whole forward of the 1.5B target then costs 0.55x (1 token),
+0.29x (2), 0.27x (3), 0.44x (4), 0.73x (5), 0.71x (16) what it did and never more (x0.94-1.00 at 8 and 12), of the
+0.5B draft 0.52x, 0.29x, 0.26x, 0.39x, 0.51x and 0.75x (x0.85-0.95 at 8 and 12); from 17 rows torch's own path is
+taken. (Until 2026-11-26 the path stopped at 4 rows and took its input as it came: its own outputs are transposed
+views, so an MLP's act(gate) * up reached the down projection column-major, where the product took 2.9x as long,
+and a 2-token draft forward cost 94 ms against 61 for one; both measured again here.)
 
 ``use_small_batch_linears(model)`` gives every ``torch.nn.Linear`` of a model this forward for float32 inputs of
 1 to ``MAX_ROWS`` rows on a CPU (a single row goes in twice: the 2-row product is the fast one); anything else
 (more rows, another dtype or device) takes torch's ``linear`` unchanged. The values are the same product summed
-in another order: they differ from torch's by float32 rounding (logits by at most 5e-5 on Qwen), as two BLAS
+in another order: they differ from torch's by float32 rounding (logits by at most 2e-4 on Qwen), as two BLAS
 kernels do, so a forward's law is the model's to that tolerance, not bit for bit. It is off unless asked for
 (``load_pair(..., small_batch_linear=True)`` or ``VERISPEC_SMALL_BATCH_LINEAR=1``): every CPU time measured
 before it stays reproducible, and another CPU's BLAS may not gain.
@@ -25,8 +29,8 @@ import types
 
 from verispec.errors import VerispecError
 
-#: Most rows a product takes this path at; from 5 rows on torch's ``linear`` is about as fast or faster.
-MAX_ROWS = 4
+#: Most rows a product takes this path at (measured: at 17 and 24 tokens whole forwards gain nothing).
+MAX_ROWS = 16
 
 #: The environment variable that turns the path on for every pair ``load_pair`` loads on a CPU ("1" on, "0" off).
 ENVIRONMENT_VARIABLE = "VERISPEC_SMALL_BATCH_LINEAR"
@@ -43,7 +47,10 @@ def small_batch_linear(module, inputs):
     if (not 1 <= rows <= MAX_ROWS or inputs.device.type != "cpu" or inputs.dtype != torch.float32
             or weight.dtype != torch.float32):
         return torch.nn.functional.linear(inputs, weight, bias)
-    flat = inputs.reshape(rows, width)                                       # [rows, in]
+    # row-major, so that flat.T is the column-major operand the fast product needs: this path's own outputs are
+    # transposed views, and an MLP's act(gate) * up of two of them reached the down projection column-major, where
+    # the product took 2.9x as long (1.9 against 0.66 ms on Qwen's draft at 2 rows)
+    flat = inputs.reshape(rows, width).contiguous()                          # [rows, in]
     if rows == 1:
         flat = torch.cat([flat, flat])  # the 2-row product is the fast one; its second row is dropped
     output = torch.mm(weight, flat.T).T[:rows]                               # [rows, out]
