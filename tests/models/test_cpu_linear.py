@@ -38,7 +38,7 @@ def _reference(weight, bias, inputs):
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(1, 64), (2, 64), (3, 64), (4, 64), (5, 64), (1, 3, 64), (2, 2, 64), (3, 3, 64),
-                                   (4, 4, 64), (16, 64), (17, 64), (0, 64)])
+                                   (4, 4, 64), (8, 64), (9, 64), (12, 64), (15, 64), (16, 64), (17, 64), (0, 64)])
 def test_the_product_is_the_layers_to_float32_rounding(shape, bias):
     generator = torch.Generator().manual_seed(sum(shape) + bias)
     layer = torch.nn.Linear(64, 300, bias=bias)
@@ -177,3 +177,23 @@ def test_a_column_major_input_reaches_the_product_row_major(rows, monkeypatch):
     assert len(operands) == 1 and operands[0].T.is_contiguous()
     exact, bound = _reference(layer.weight, layer.bias, column_major)
     assert np.all(np.abs(got.detach().double().numpy() - exact) <= bound)
+
+
+def test_the_product_is_taken_at_two_rows_for_one_and_at_sixteen_for_nine_to_fifteen(monkeypatch):
+    """The operand's columns: one row as two, 9-15 rows as 16 (zero rows added), the other counts as they are; the
+    added rows never reach the output (the values are checked against the float64 product above)."""
+    from verispec.models.cpu_linear import product_rows
+
+    assert [product_rows(rows) for rows in range(1, MAX_ROWS + 1)] == [2] + list(range(2, 9)) + [16] * 8
+    layer = torch.nn.Linear(8, 5)
+    widths = []
+    original = torch.mm
+
+    def recorded(left, right):
+        widths.append(right.shape[1])
+        return original(left, right)
+
+    monkeypatch.setattr(torch, "mm", recorded)
+    for rows in range(1, MAX_ROWS + 1):
+        assert small_batch_linear(layer, torch.randn(rows, 8)).shape == (rows, 5)
+    assert widths == [product_rows(rows) for rows in range(1, MAX_ROWS + 1)]
