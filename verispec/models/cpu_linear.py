@@ -122,5 +122,5 @@ def wanted(small_batch_linear: bool | None) -> bool:
     return value == "1"
 
 
-__all__ = ["ENVIRONMENT_VARIABLE", "MAX_ROWS", "product_rows", "small_batch_linear", "use_small_batch_linears", "use_torch_linears",
-           "uses_small_batch_linears", "wanted"]
+__all__ = ["ENVIRONMENT_VARIABLE", "MAX_ROWS", "product_rows", "small_batch_linear", "use_small_batch_linears",
+           "use_torch_linears", "uses_small_batch_linears", "wanted"]
