@@ -4,11 +4,11 @@ A decoding step feeds a model 1 to a few tokens, so every linear layer multiplie
 [out, in] weight for small ``rows``. On this project's 2-core CPU (AMD EPYC, torch 2.13's CPU build, float32)
 torch's ``linear`` runs that product for 2-4 rows at 2-3x the cost of one row, and a product taken as ``W @ x.T``
 (x row-major, so the operand is read column-major) costs less than torch's one-row product up to a few rows and
-less than its own up to 16: Qwen2.5-Coder's 151,936 x 1,536 output layer takes 47 ms for one row, 101 for two, 151
-for three and 124 for sixteen through ``linear``, and 21, 25, 51 and 93 ms this way (``benchmarks/bench_cpu_linear.py``,
-side by side; ``data/latency/bench-cpu-linear.json``). A whole forward of the 1.5B target then costs 0.55x (1 token),
-0.29x (2), 0.27x (3), 0.44x (4), 0.73x (5), 0.71x (16) what it did and never more (x0.94-1.00 at 8 and 12), of the
-0.5B draft 0.52x, 0.29x, 0.26x, 0.39x, 0.51x and 0.75x (x0.85-0.95 at 8 and 12); from 17 rows torch's own path is
+less than its own up to 16: Qwen2.5-Coder's 151,936 x 1,536 output layer takes 47 ms for one row, 107 for two, 160
+for three and 134 for sixteen through ``linear``, and 30, 31, 37 and 94 ms this way (``benchmarks/bench_cpu_linear.py``,
+side by side; ``data/latency/bench-cpu-linear.json``). A whole forward of the 1.5B target then costs 0.66x (1 token),
+0.35x (2), 0.29x (3), 0.42x (4), 0.66x (5), 0.83x (16) what it did (x0.89-1.04 at 8, 12 and 13), of the 0.5B draft
+0.58x, 0.30x, 0.27x, 0.41x, 0.54x and 0.85x (x0.88-0.98 at 8, 12 and 13); from 17 rows torch's own path is
 taken. (Until 2026-11-26 the path stopped at 4 rows and took its input as it came: its own outputs are transposed
 views, so an MLP's act(gate) * up reached the down projection column-major, where the product took 2.9x as long,
 and a 2-token draft forward cost 94 ms against 61 for one; both measured again here.)
