@@ -72,10 +72,21 @@ def _forward(cached, tokens, parents, on: bool, logits: dict) -> None:
     cached.discard()
 
 
-def forward_rows(pair, sizes, repeats: int, context_length: int) -> list[dict]:
-    """Whole forwards of n chained tokens after a committed context, the path off and on the same models."""
+def forward_rows(pair, sizes, repeats: int, context_length: int, padded: bool = True) -> list[dict]:
+    """Whole forwards of n chained tokens after a committed context, the path off and on the same models;
+    ``padded`` False: the path with 9-15 rows taken as they come (``cpu_linear.product_rows`` before the padding, one
+    row still as two), to show what the padding gains."""
+    from verispec.models import cpu_linear
     from verispec.models.cpu_linear import use_small_batch_linears, use_torch_linears
     from verispec.models.tree_forward import CachedModel
+
+    if not padded:
+        shapes = cpu_linear.product_rows
+        cpu_linear.product_rows = lambda rows: 2 if rows == 1 else rows
+        try:
+            return [{**row, "padded": False} for row in forward_rows(pair, sizes, repeats, context_length)]
+        finally:
+            cpu_linear.product_rows = shapes
 
     vocab = min(pair.vocab_size, 1000)
     context = [(13 * i + 1) % vocab for i in range(context_length)]
@@ -96,7 +107,8 @@ def forward_rows(pair, sizes, repeats: int, context_length: int) -> list[dict]:
             difference = float((logits[True] - logits[False]).abs().max())
             result.append({"model": role, "tokens": count, "torch_ms": off, "path_ms": on, "ratio": on / off,
                            "max_logit_difference": difference, "load_average": os.getloadavg()[0]})
-            print(f"{role} forward of {count} tokens: torch {off:.1f} ms, path {on:.1f} ms, x{on / off:.2f}, "
+            variant = "path" if cpu_linear.product_rows(9) == 16 else "path unpadded"
+            print(f"{role} forward of {count} tokens: torch {off:.1f} ms, {variant} {on:.1f} ms, x{on / off:.2f}, "
                   f"max |logit difference| {difference:.1e} (load {result[-1]['load_average']:.2f})", flush=True)
     return result
 
@@ -111,6 +123,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--context", type=int, default=200, help="committed tokens before each forward")
     parser.add_argument("--json", default=None, help="write the rows here (atomically)")
+    parser.add_argument("--unpadded", action="store_true",
+                        help="also the whole forwards with 9-15 rows taken as they come, not padded to 16")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -124,6 +138,8 @@ def main(argv=None) -> int:
     sizes = [int(n) for n in args.sizes.split(",")]
     layers = layer_rows(pair, rows, args.repeats)
     forwards = forward_rows(pair, sizes, args.repeats, args.context if not args.tiny else 8)
+    if args.unpadded:
+        forwards += forward_rows(pair, sizes, args.repeats, args.context if not args.tiny else 8, padded=False)
     if args.json:
         result = {"pair": pair.name, "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
                   "layers": layers, "forwards": forwards}

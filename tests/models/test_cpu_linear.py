@@ -149,6 +149,13 @@ def test_the_benchmark_runs_both_paths_side_by_side_on_a_tiny_pair(tmp_path):
                         "--json", str(output)]) == 0
     result = json.loads(output.read_text())
     assert {row["rows"] for row in result["layers"]} == {1, 5}
+    from verispec.models import cpu_linear
+
+    assert module.main(["--tiny", "--repeats", "1", "--rows", "1", "--sizes", "10", "--threads", "1", "--unpadded",
+                        "--json", str(tmp_path / "padding.json")]) == 0
+    padding = json.loads((tmp_path / "padding.json").read_text())["forwards"]
+    assert [row.get("padded", True) for row in padding] == [True, True, False, False]
+    assert cpu_linear.product_rows(10) == 16  # the benchmark's unpadded rule undone
     assert [(row["model"], row["tokens"]) for row in result["forwards"]] == [("target", 2), ("target", 6),
                                                                               ("draft", 2), ("draft", 6)]
     for row in result["layers"] + result["forwards"]:

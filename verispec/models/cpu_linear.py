@@ -39,9 +39,10 @@ ENVIRONMENT_VARIABLE = "VERISPEC_SMALL_BATCH_LINEAR"
 
 def product_rows(rows: int) -> int:
     """The rows the product is taken at for ``rows`` input rows (1 to ``MAX_ROWS``): one row as two, 9 to 15 as
-    16, the others as they are. Measured on this project's CPU (whole Qwen forwards after a 200-token context, path
-    against torch, interleaved): a 2-row product costs no more than one of 1; products of 12-15 rows cost 1.1-1.6x
-    torch's own where one of 16 costs 0.8x, and 9-11 rows cost more than 16."""
+    16, the others as they are. Measured on this project's CPU (``benchmarks/bench_cpu_linear.py --unpadded``: whole
+    Qwen forwards after a 200-token context, path against torch, interleaved): a 2-row product costs no more than one
+    of 1; forwards of 12-15 tokens taken as they come cost 1.18-1.55x torch's own, padded to 16 0.83-0.98x, and at 9-11
+    tokens padding costs the same or less (x0.61-0.84 against x0.81-0.95)."""
     if rows == 1:
         return 2
     if 8 < rows < 16:
