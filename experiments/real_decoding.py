@@ -222,6 +222,7 @@ def main(argv=None) -> int:
         import transformers
 
         from verispec.models import Sampling, load_pair
+        from verispec.models.cpu_linear import store_key
 
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()
@@ -240,8 +241,7 @@ def main(argv=None) -> int:
                       "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
                       "threads": torch.get_num_threads(), "static_cache": args.static_cache, "graphs": args.graphs}
-        if pair.small_batch_linear:  # another CPU kernel, other times (keyed only when on: older files resume)
-            parameters["small_batch_linear"] = True
+        parameters.update(store_key(pair))  # the CPU linear path's version when on: other kernels, other times
         store = ResultStore(output, parameters=parameters)
     except VerispecError as error:
         print(f"real_decoding: error: {error}", file=sys.stderr)

@@ -182,6 +182,7 @@ def main(argv=None) -> int:
         from verispec.cli.selector import held_out, read_prompt_specs
         from verispec.latency import LatencyModel
         from verispec.models import Sampling, load_pair
+        from verispec.models.cpu_linear import store_key
         from verispec.selector.actions import action_times
         from verispec.selector.dataset_file import Dataset
         from verispec.selector.evaluate import best_static
@@ -225,8 +226,7 @@ def main(argv=None) -> int:
                       "selectors": {name: _file_hash(path) for name, path in zip(selectors, args.selector)},
                       "static": {name: [action.name for action in plan["actions"]] for name, plan in plans.items()
                                  if plan["kind"] == "static"}}
-        if pair.small_batch_linear:  # another CPU kernel, other times (keyed only when on: older files resume)
-            parameters["small_batch_linear"] = True
+        parameters.update(store_key(pair))  # the CPU linear path's version when on: other kernels, other times
         store = ResultStore(args.output, parameters=parameters)
     except VerispecError as error:
         print(f"selector_decoding: error: {error}", file=sys.stderr)

@@ -204,3 +204,21 @@ def test_the_product_is_taken_at_two_rows_for_one_and_at_sixteen_for_nine_to_fif
     for rows in range(1, MAX_ROWS + 1):
         assert small_batch_linear(layer, torch.randn(rows, 8)).shape == (rows, 5)
     assert widths == [product_rows(rows) for rows in range(1, MAX_ROWS + 1)]
+
+
+def test_result_stores_key_the_paths_version(tmp_path):
+    """A decoding store timed with the path keys its version (its timings change with it): a pair with the path adds
+    ``PATH_VERSION`` (2 since the input is made row-major and 16 rows are covered), one without adds nothing, and a
+    store written by the path's first version (keyed ``True``) is refused by a run with this one."""
+    from types import SimpleNamespace
+
+    from verispec.io import ResultStore, ResultStoreError
+
+    assert cpu_linear.PATH_VERSION == 2
+    assert cpu_linear.store_key(SimpleNamespace(small_batch_linear=True)) == {"small_batch_linear": 2}
+    assert cpu_linear.store_key(SimpleNamespace(small_batch_linear=False)) == {}
+    path = tmp_path / "rows.json"
+    ResultStore(path, parameters={"pair": "p", "small_batch_linear": True}).add("cell", {"tokens": 1})
+    with pytest.raises(ResultStoreError):
+        ResultStore(path, parameters={"pair": "p", **cpu_linear.store_key(SimpleNamespace(small_batch_linear=True))})
+    assert ResultStore(path, parameters={"pair": "p", "small_batch_linear": True}).done("cell")

@@ -179,3 +179,26 @@ def test_the_attention_implementation_is_restored_when_the_forward_fails(model, 
     from verispec.models.segmented_attention import _PLAN
 
     assert _PLAN.get() is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here (GPU sessions run it)")
+def test_packed_forwards_by_segment_on_cuda_equal_each_context_alone(model):
+    """The packed forward by segment on a GPU (the plan's index tensors and masks made on the model's device): each
+    tree's logits equal its own context's forward on the same device to 1e-10 (float64), for a first level and a second
+    one fed after it, and the dense packed forward agrees."""
+    import copy
+
+    cuda = copy.deepcopy(model).to("cuda")
+    packed, tokens, parents, segments = _packed_trees(cuda)
+    logits = packed.extend(tokens, parents, segments=segments)
+    assert logits.device.type == "cuda"
+    base = 0
+    for context, (tree_tokens, tree_parents) in zip(CONTEXTS, TREES):
+        expected = alone(cuda, context, tree_tokens, tree_parents)
+        assert torch.allclose(logits[base:base + len(tree_tokens)], expected, rtol=0, atol=1e-10)
+        base += len(tree_tokens)
+    dense, *_ = _packed_trees(cuda, by_segment=False)
+    assert torch.allclose(dense.extend(tokens, parents, segments=segments), logits, rtol=0, atol=1e-10)
+    second = packed.extend([6, 7], [0, 0], segments=[0, 0])  # children of the first tree's root, level two
+    expected = alone(cuda, CONTEXTS[0], TREES[0][0] + [6, 7], TREES[0][1] + [0, 0])
+    assert torch.allclose(second, expected[-2:], rtol=0, atol=1e-10)

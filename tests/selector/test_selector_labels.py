@@ -298,7 +298,7 @@ def test_a_comb_beyond_the_node_limit_is_refused_before_any_draw():
 
 def _stopping_mass(rule, shape, p, q):
     """[n] P(the rule stops at each node) of one tree: its emission law summed over the emitted token."""
-    from verispec.selector.combs import _topology
+    from verispec.selector.comb_trees import _topology
     from verispec.simulator.trees import TreeBatch
 
     _, parent, depth, tokens, child_lists = _topology(shape)
@@ -310,10 +310,10 @@ def _stopping_mass(rule, shape, p, q):
 def test_no_registered_rule_reads_p_at_a_leaf_for_its_stopping_mass():
     """What lets a label skip the target's forward at a comb's leaves: for every registered rule, the probability
     of stopping at each node is unchanged when p at the leaves is replaced by other laws (p there only sets the
-    bonus token). Every registered rule a grid takes is checked (``combs._evaluate`` skips leaves for registered
-    rules only). The control: replacing p at the internal nodes does change it (on some tree for every rule: a weight of
-    block verification can saturate at 1 on one), so the comparison can fail."""
-    from verispec.selector.combs import _topology
+    bonus token). Every registered rule a grid takes is checked (``comb_trees.evaluate_trees`` skips leaves for
+    registered rules only). The control: replacing p at the internal nodes does change it (on some tree for every
+    rule: a weight of block verification can saturate at 1 on one), so the comparison can fail."""
+    from verispec.selector.comb_trees import _topology
     from verispec.simulator.trees import TreeBuilder
     from verispec.verifiers import REGISTRY
 
@@ -357,7 +357,8 @@ def test_comb_internal_prefixes_are_the_internal_nodes_of_every_actions_tree():
     """What a model problem forwards the target over before the groups: the distinct internal nodes of the combs,
     equal to the union over every action's tree (read from ``action_shape``, a second route) of its internal nodes,
     for grids with and without a path tail."""
-    from verispec.selector.combs import _topology, action_shape, comb_internal_prefixes
+    from verispec.selector.comb_trees import _topology
+    from verispec.selector.combs import action_shape, comb_internal_prefixes
 
     problem = random_problem(3, 4, 2, divergence=0.8)
     for grid in (ActionGrid((1, 3), (0, 2), (0, 2), ("specinfer",)), ActionGrid((2,), (1, 3), (0,), ("specinfer",))):
@@ -378,7 +379,8 @@ def test_the_stopping_masses_route_gives_the_laws_values(monkeypatch):
     compressed or not; and each walk rule's solver ran on exactly one row per distinct (node, child list) of the
     combs' trees, counted here from the trees themselves."""
     import verispec.verifiers.tree_walk as tree_walk
-    from verispec.selector.combs import _topology, action_shape
+    from verispec.selector.comb_trees import _topology
+    from verispec.selector.combs import action_shape
     from verispec.verifiers import REGISTRY, get_verifier
 
     problem = random_problem(5, 3, 2, zero_fraction=0.3)
@@ -411,6 +413,47 @@ def test_the_stopping_masses_route_gives_the_laws_values(monkeypatch):
         assert np.abs(by_masses[compress] - by_laws).max() < 1e-12
 
 
+def test_the_forest_route_gives_the_laws_values(monkeypatch):
+    """Labels of the rules that read a ``LawForest`` (traversal, traversal-iid, gbv: their law on a tree is cheap per
+    node but not node-local) come from one forest of all their distinct trees a group of combs: equal to their
+    emission laws summed over tokens, in batches of one topology (the route before it), to 1e-12, compressed or not,
+    the combs taken all at once or one at a time, the trees in one forest or one a forest; the forest route is taken
+    once a group for each of them."""
+    import verispec.selector.comb_trees as comb_trees
+    import verispec.selector.combs as combs_module
+    from verispec.verifiers.gbv import GreedyBlockVerifier
+    from verispec.verifiers.traversal import TraversalVerifier
+
+    problem = random_problem(5, 4, 6, zero_fraction=0.3)
+    names = tuple(name for name in ("traversal", "traversal-iid", "gbv") if _valid(name))
+    grid = ActionGrid((1, 2, 4), (0, 1), (0, 1, 3), names)
+    combs = sample_combs(problem, grid, 16, np.random.default_rng(4))
+    read: dict[str, int] = {}
+
+    def counted(original):
+        def forest_stopping_masses(self, forest):
+            read[self.name] = read.get(self.name, 0) + 1
+            return original(self, forest)
+        return forest_stopping_masses
+
+    for rule in (TraversalVerifier, GreedyBlockVerifier):
+        monkeypatch.setattr(rule, "forest_stopping_masses", counted(rule.forest_stopping_masses))
+    by_forest = {compress: comb_values(problem, grid, combs, compress=compress) for compress in (True, False)}
+    assert set(read) == set(names) and len(names) >= 2 and set(read.values()) == {2}  # once per compress value
+    for module, setting in ((combs_module, "LAW_ENTRIES"), (comb_trees, "FOREST_LAW_ENTRIES")):  # one comb a group;
+        with monkeypatch.context() as patch:                                                 # one tree a forest
+            patch.setattr(module, setting, 1)
+            assert np.abs(comb_values(problem, grid, combs) - by_forest[True]).max() < 1e-12
+    assert min(read.values()) > 2 + combs.samples  # the trees went in several forests
+    for rule in (TraversalVerifier, GreedyBlockVerifier):
+        monkeypatch.setattr(rule, "reads_forest", False)
+    before = dict(read)
+    for compress in (True, False):
+        by_laws = comb_values(problem, grid, combs, compress=compress)
+        assert np.abs(by_forest[compress] - by_laws).max() < 1e-12
+    assert read == before  # the laws' route read no forest
+
+
 def test_khisti_labels_do_not_depend_on_the_cut_vocabulary(monkeypatch):
     """Khisti's rule reads zero-mass tokens (its truncated ranking's top-s slots; their places move the maximum
     flow's choice among optimal weights), so a vocabulary cut to the union of the supports of the nodes solved
@@ -419,7 +462,7 @@ def test_khisti_labels_do_not_depend_on_the_cut_vocabulary(monkeypatch):
     laws, V = 12, up to 4 i.i.d. children), whatever the solver's chunks. The control: the same solver declaring
     that it reads no outside token, on trees of the root alone (each group of child lists then holds the root's
     laws only, and its cut no zero-mass token), moves them."""
-    import verispec.selector.combs as combs_module
+    import verispec.selector.comb_trees as comb_trees
     from verispec.verifiers import get_verifier
 
     grid = ActionGrid((2, 3, 4), (0, 1), (1,), ("khisti",))
@@ -429,7 +472,7 @@ def test_khisti_labels_do_not_depend_on_the_cut_vocabulary(monkeypatch):
         full = comb_values(problem, grid, combs, compress=False)
         assert np.abs(comb_values(problem, grid, combs) - full).max() < 1e-12
         with monkeypatch.context() as patch:
-            patch.setattr(combs_module, "SOLVER_ELEMENTS", 1)  # one node a chunk
+            patch.setattr(comb_trees, "SOLVER_ELEMENTS", 1)  # one node a chunk
             assert np.abs(comb_values(problem, grid, combs) - full).max() < 1e-12
     root_only = ActionGrid((2, 3, 4), (0,), (1,), ("khisti",))
     problem = random_problem(12, 1, 6, zero_fraction=0.5)

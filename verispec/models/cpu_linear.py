@@ -36,6 +36,11 @@ MAX_ROWS = 16
 #: The environment variable that turns the path on for every pair ``load_pair`` loads on a CPU ("1" on, "0" off).
 ENVIRONMENT_VARIABLE = "VERISPEC_SMALL_BATCH_LINEAR"
 
+#: The path's version, in the key of every result store that times decoding with it (its timings change with it):
+#: 1 was its first form (2026-11-26: up to 4 rows, input taken as it came), 2 the input made row-major and 1-16 rows
+#: (9-15 padded to 16).
+PATH_VERSION = 2
+
 
 def product_rows(rows: int) -> int:
     """The rows the product is taken at for ``rows`` input rows (1 to ``MAX_ROWS``): one row as two, 9 to 15 as
@@ -109,6 +114,13 @@ def uses_small_batch_linears(model) -> bool:
     return bool(layers) and all(getattr(module.forward, "__func__", None) is small_batch_linear for module in layers)
 
 
+def store_key(pair) -> dict:
+    """What a result store that times ``pair``'s decoding adds to its parameters: ``{"small_batch_linear":
+    PATH_VERSION}`` when the pair's linears take the path, nothing otherwise (so files written without the path resume
+    unchanged, and one timed with another version of it is refused)."""
+    return {"small_batch_linear": PATH_VERSION} if getattr(pair, "small_batch_linear", False) else {}
+
+
 def wanted(small_batch_linear: bool | None) -> bool:
     """The choice for a load: ``small_batch_linear`` when given, else ``VERISPEC_SMALL_BATCH_LINEAR`` ("1" or "0";
     unset is off); anything else is refused on one line."""
@@ -123,5 +135,5 @@ def wanted(small_batch_linear: bool | None) -> bool:
     return value == "1"
 
 
-__all__ = ["ENVIRONMENT_VARIABLE", "MAX_ROWS", "product_rows", "small_batch_linear", "use_small_batch_linears",
-           "use_torch_linears", "uses_small_batch_linears", "wanted"]
+__all__ = ["ENVIRONMENT_VARIABLE", "MAX_ROWS", "PATH_VERSION", "product_rows", "small_batch_linear", "store_key",
+           "use_small_batch_linears", "use_torch_linears", "uses_small_batch_linears", "wanted"]

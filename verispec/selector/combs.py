@@ -17,13 +17,16 @@ The estimator is split as the style guide asks: ``sample_combs`` draws combs fro
 ``comb_values`` maps combs to the exact conditional values [S, A] deterministically, so the test can
 enumerate combs with their probabilities and feed them to the same ``comb_values``.
 
-Vectorised: the trees of all samples and actions are deduplicated (one value per distinct (verifier, tree)). A rule
+Vectorised: the trees of all samples and actions are deduplicated (one value per distinct (verifier, tree); combs
+that agree on an action's tokens give it one tree, found by one ``numpy.unique`` over the combs' token rows). A rule
 with a node-local solver (the tree walk) runs its solver once per distinct (node, child list) of the combs, whatever
-trees hold it, then walks every tree at once on the scalars (``verispec.verifiers.tree_walk.forest_masses``); any
-other rule's trees are grouped by topology and each group's rows go through its batched ``emission_laws`` in chunks
-as wide as the group's laws (top-k 20: a group is one batch). On a model problem
-a root costs what its combs' tokens cost the models: q comes while the combs are drawn, level by level, the draft
-fed only each level's new nodes (``ModelProblem.extend_drafts``); p in one target forward over the combs' internal
+trees hold it, then walks every tree at once on the scalars (``verispec.verifiers.tree_walk.forest_masses``); a rule
+that reads a ``LawForest`` (Traversal and GBV: ``forest_stopping_masses``) takes all its trees of a group of combs in
+one flat table, whatever their topologies; any other rule's trees are grouped by topology and each group's rows go
+through its batched ``emission_laws`` in chunks as wide as the group's laws (top-k 20: a group is one batch). Each
+route is tested equal to the emission laws' totals; the routes live in ``verispec.selector.comb_trees``. On a model
+problem a root costs what its combs' tokens cost the models: q comes while the combs are drawn, level by level, the
+draft fed only each level's new nodes (``ModelProblem.extend_drafts``); p in one target forward over the combs' internal
 nodes (``comb_internal_prefixes``) on the context's KV cache; several roots' combs are drawn and forwarded together
 (``conditional_exact_labels_together``). p at a leaf is never computed: it only sets the law of the bonus token
 after the leaf, for every registered rule (a test over the registry moves p at the leaves and holds the stopping
@@ -40,23 +43,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec import backend
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.limits import MAX_DECODE_NODES
+from verispec.selector.comb_trees import (  # the names stay importable from here, as before the split
+    CHUNK_ELEMENTS,
+    FOREST_LAW_ENTRIES,
+    SOLVER_ELEMENTS,
+    ShapeForms,
+    evaluate_trees,
+)
 from verispec.simulator.chooser import PreparedCategorical, RandomChooser
-from verispec.simulator.laws import check_emission_laws, check_stopping_masses
 from verispec.simulator.problems import Problem
-from verispec.simulator.trees import TreeBatch, TreeBuilder, TreeShape, shape_paths
-
-#: Float64 entries of one [rows, nodes, V] array handed to a verifier at once (p, q and the law each hold one; a
-#: rule's temporaries hold a dozen more). 2^22 (32 MiB) rather than 2^24: at Qwen's dense V = 151,936 (T = 1) the
-#: larger chunk's temporaries lifted a build's peak by 1.8 GB at the same speed (measured, 6 roots).
-CHUNK_ELEMENTS = 1 << 22
-
-#: Float64 entries of one [rows, V] law handed to a node-local solver at once (``_solve_node_keys``): its temporaries
-#: stay in cache. At Qwen's dense V = 151,936 that is 3 rows; 27 rows took 3-4x longer a row (measured on SpecInfer and
-#: SpecTr's solvers, 4 children).
-SOLVER_ELEMENTS = 1 << 19
+from verispec.simulator.trees import TreeBuilder, TreeShape
 
 #: Float64 entries of the p and q laws ``comb_values`` holds at once (about 1 GiB; combs go in groups that fit).
 LAW_ENTRIES = 1 << 27
@@ -176,57 +174,10 @@ def action_shape(combs: Combs, sample: int, k: int, l1: int, l2: int) -> TreeSha
     return builder.shape()
 
 
-def _topology(shape: TreeShape):
-    """(node paths, parent, depth, tokens, child lists as node ids) of a canonical shape (breadth first)."""
-    paths = shape_paths(shape)
-    index = {path: node for node, path in enumerate(paths)}
-    parent = (-1,) + tuple(index[path[:-1]] for path in paths[1:])
-    child_lists = tuple(tuple(index[paths[node] + (int(token),)] for token in children)
-                        for node, children in enumerate(shape))
-    tokens = (-1,) + tuple(path[-1] for path in paths[1:])
-    return paths, parent, tuple(len(path) for path in paths), tokens, child_lists
-
-
-def _collect_laws(problem: Problem, target_prefixes, draft_prefixes, stored: dict | None = None) -> dict:
-    """prefix -> (p or None, q or None) as ``CompactLaw`` pairs: p at ``target_prefixes``, q at ``draft_prefixes``;
-    ``stored`` ((model, prefix) -> pair) keeps them from one call to the next (a law is scanned for its support
-    once a root, not once for each group of combs that reads it).
-    Asked for through ``Problem.prepare`` (the target alone where the problem can: the draft's laws at a comb's
-    internal nodes were computed while it was drawn) or ``prepare_drafts``, in batches no larger than half a model
-    problem's law cache, so nothing is evicted before it is read."""
-    model_prepare = getattr(problem, "prepare", None)
-    capacity = getattr(problem, "cache_capacity", None)
-    targets = set(target_prefixes)
-    internal = set(draft_prefixes)
-    prefixes = list(dict.fromkeys(list(target_prefixes) + list(draft_prefixes)))
-    batch = max(1, capacity // 2) if capacity else max(1, len(prefixes))
-    laws = {}
-    for start in range(0, len(prefixes), batch):
-        chunk = prefixes[start:start + batch]
-        if model_prepare is not None:
-            model_prepare([prefix for prefix in chunk if prefix in targets], draft=False)
-        else:
-            problem.prepare_drafts(chunk)
-        for prefix in chunk:
-            laws[prefix] = (_stored_law(problem, 0, prefix, stored) if prefix in targets else None,
-                            _stored_law(problem, 1, prefix, stored) if prefix in internal else None)
-    return laws
-
-
-def _stored_law(problem: Problem, model: int, prefix, stored: dict | None):
-    """p (model 0) or q (model 1) at ``prefix`` as a ``CompactLaw``, kept in ``stored``."""
-    if stored is not None and (model, prefix) in stored:
-        return stored[(model, prefix)]
-    pair = problem.target_compact(prefix) if model == 0 else problem.draft_compact(prefix)
-    if stored is not None:
-        stored[(model, prefix)] = pair
-    return pair
-
-
 def comb_internal_prefixes(combs: Combs) -> list[tuple[int, ...]]:
     """The distinct internal nodes of the combs (prefixes with a child in some comb): the trunk's prefixes but its
     whole self unless paths hang from it, and each path's proper prefixes under its branch point. Every node a
-    registered rule needs p at (no registered rule reads p at a leaf: ``_evaluate``)."""
+    registered rule needs p at (no registered rule reads p at a leaf: ``comb_trees.evaluate_trees``)."""
     trunk_length, tail = combs.trunk.shape[1], combs.paths.shape[-1]
     internal: dict[tuple[int, ...], None] = {}
     for s in range(combs.samples):
@@ -245,8 +196,9 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
     by topology and evaluated with the verifier's batched ``emission_laws`` (DDTE Eq. 3 with the verifier's
     exact law in place of the product of acceptance probabilities); a rule with a node-local solver gives its
     stopping masses instead (its solver once per distinct node and child list of the combs, whatever trees hold
-    it, kept across groups of combs, then one walk over all its trees: ``forest_masses``; tested equal to the
-    laws' totals). ``compress`` cuts each group's vocabulary to the union of the supports of p and q at its nodes
+    it, kept across groups of combs, then one walk over all its trees: ``forest_masses``), and so does a rule that
+    reads a ``LawForest`` (all its trees of a group in one table: ``forest_stopping_masses``); both tested equal to
+    the laws' totals. ``compress`` cuts each group's vocabulary to the union of the supports of p and q at its nodes
     (see the module docstring). Combs are taken a few at a time, so that the laws held at once stay under
     ``LAW_ENTRIES`` float64 entries (one comb at a time at Qwen's dense V = 151,936 on the paper's grid, all of them
     at once under top-k 20: ``largest_law_entries``); a tree seen in an earlier comb is not evaluated again. A model
@@ -259,22 +211,49 @@ def comb_values(problem: Problem, grid, combs: Combs, *, compress: bool = True) 
     step = max(1, LAW_ENTRIES // (2 * comb_nodes(grid) * width))
     known: dict[tuple, float] = {}    # (verifier, shape) -> value
     stored: dict[tuple, tuple] = {}   # (model, prefix) -> a law as (support, values)
-    forms = _ShapeForms()             # each shape's topology and flat form, once for every rule
+    forms = ShapeForms()              # each shape's topology and flat form, once for every rule
     solved: dict[str, dict] = {}      # a walk rule's scalars at each node key id, across groups of combs
+    trees = _distinct_trees(combs, actions)
     for first in range(0, combs.samples, step):
-        members: dict[tuple, list[tuple[int, int]]] = {}  # (verifier, shape) -> [(sample, action)]
-        for s in range(first, min(first + step, combs.samples)):
-            shapes: dict[tuple[int, int, int], TreeShape] = {}  # the rules of a grid share its trees
-            for a, action in enumerate(actions):
-                tree = (action.k, action.l1, action.l2)
-                if tree not in shapes:
-                    shapes[tree] = action_shape(combs, s, *tree)
-                members.setdefault((action.verifier, shapes[tree]), []).append((s, a))
-        _evaluate(problem, [key for key in members if key not in known], known, compress, stored, forms, solved)
+        last = min(first + step, combs.samples)
+        members: dict[tuple, list[tuple[np.ndarray, int]]] = {}  # (verifier, shape) -> [(samples [s], action)]
+        for tree, (inverse, shapes, rules) in trees.items():
+            here = inverse[first:last]                                                # [s] distinct row a comb
+            for row in np.unique(here).tolist():
+                if shapes[row] is None:  # its tree built once, from the first comb that holds it
+                    shapes[row] = action_shape(combs, int(np.argmax(inverse == row)), *tree)
+                samples = first + np.flatnonzero(here == row)
+                for a, verifier in rules:
+                    members.setdefault((verifier, shapes[row]), []).append((samples, a))
+        evaluate_trees(problem, [key for key in members if key not in known], known, compress, stored, forms, solved)
         for key, where in members.items():
-            for s, a in where:
-                values[s, a] = known[key]
+            for samples, a in where:
+                values[samples, a] = known[key]
     return values
+
+
+def _distinct_trees(combs: Combs, actions) -> dict[tuple, tuple]:
+    """(k, l1, l2) -> (inverse [S]: the distinct token rows of that tree's combs, numbered; [None] a distinct row,
+    filled with its TreeShape when first met; [(action index, verifier)] of the actions with that tree). A tree's
+    tokens are ``trunk[:l1]`` and its k paths cut to l2 (``action_shape``): combs that agree there give one tree,
+    built and evaluated once (a code root's 64 combs often hold a handful of distinct trees)."""
+    trees: dict[tuple, tuple] = {}
+    for a, action in enumerate(actions):
+        tree = (action.k, action.l1, action.l2)
+        if tree not in trees:
+            tokens = [combs.trunk[:, :action.l1]]
+            if action.l2 > 0:
+                point = combs.points.index(action.l1)
+                tokens.append(combs.paths[:, point, :action.k, :action.l2].reshape(combs.samples, -1))
+            rows = np.concatenate(tokens, axis=1)                                     # [S, l1 + k l2]
+            if rows.shape[1]:
+                _, inverse = np.unique(rows, axis=0, return_inverse=True)
+            else:  # the root alone: one tree
+                inverse = np.zeros(combs.samples, dtype=np.int64)
+            inverse = inverse.reshape(-1)
+            trees[tree] = (inverse, [None] * (int(inverse.max()) + 1), [])
+        trees[tree][2].append((a, action.verifier))
+    return trees
 
 
 def prepare_comb_targets(problem: Problem, combs: Combs) -> None:
@@ -287,220 +266,6 @@ def prepare_comb_targets(problem: Problem, combs: Combs) -> None:
         prepare(internal, draft=False)
 
 
-def _evaluate(problem: Problem, keys: list[tuple], known: dict, compress: bool, stored: dict | None = None,
-              forms: _ShapeForms | None = None, solved: dict | None = None) -> None:
-    """known[(verifier, shape)] = E[tau + 1 | tree] for every key: a rule with a node-local solver by one walk over
-    all its trees (``_walk_values``), any other rule batched per topology through its emission laws."""
-    from verispec.verifiers import REGISTRY, get_verifier
-    from verispec.verifiers.tree_walk import TopDownVerifier
-
-    forms = _ShapeForms() if forms is None else forms
-    solved = {} if solved is None else solved
-    groups: dict[tuple, list] = {}    # (verifier, topology) -> [(key, node paths, tokens)]
-    walks: dict[str, list] = {}       # a walk rule -> the shapes of its trees
-    target_prefixes, draft_prefixes = [], []
-    for key in keys:
-        verifier, shape = key
-        paths, parent, depth, tokens, child_lists = forms.topology(shape)
-        if isinstance(get_verifier(verifier), TopDownVerifier):
-            walks.setdefault(verifier, []).append(shape)
-        else:
-            groups.setdefault((verifier, parent, depth, child_lists), []).append((key, paths, tokens))
-        # p at a leaf only sets the bonus token's law, never the mass of stopping there, for every registered rule
-        # (tests/selector/test_selector_labels.py holds it): the target is not run at a leaf of every tree
-        leaf_free = verifier in REGISTRY
-        target_prefixes.extend(path for path, children in zip(paths, child_lists) if children or not leaf_free)
-        draft_prefixes.extend(path for path, children in zip(paths, child_lists) if children)
-    laws = _collect_laws(problem, target_prefixes, draft_prefixes, stored)
-    size = problem.vocab_size
-    for name, shapes in walks.items():
-        values = _walk_values(get_verifier(name), shapes, forms, laws, size, compress, solved.setdefault(name, {}))
-        for shape, value in zip(shapes, values.tolist()):
-            known[(name, shape)] = value
-    for (name, parent, depth, child_lists), rows in groups.items():
-        verifier = get_verifier(name)
-        nodes = len(parent)
-        weights = np.asarray(depth, dtype=np.float64) + 1.0                           # [n] tau + 1 at each node
-        # the group's laws cut once, its chunks sized by that width, not V: at top-k 20 a whole group is one batch
-        cut = _columns([law for path in dict.fromkeys(path for _, paths, _ in rows for path in paths)
-                        for law in laws.get(path, NO_LAWS)], size, compress)
-        per_chunk = max(1, CHUNK_ELEMENTS // (nodes * cut[1]))
-        for start in range(0, len(rows), per_chunk):
-            chunk = rows[start:start + per_chunk]
-            batch = _batch(chunk, laws, parent, depth, child_lists, cut)
-            emitted = verifier.emission_laws(batch)                                   # [N, n, V']
-            check_emission_laws(verifier.name, batch, emitted)
-            mass = np.asarray(backend.to_numpy(emitted), dtype=np.float64).sum(axis=-1)   # [N, n]
-            for (key, _, _), value in zip(chunk, mass @ weights):
-                known[key] = float(value)
-
-
-class _ShapeForms:
-    """Each tree shape's topology (``_topology``) and flat form, computed once for every rule and group of combs
-    that meets it, and the ids of the walk's node keys: a node's (token path, child list's tokens), what a node-local
-    solver reads there. Paths name the laws within one problem, and tokens are the vocabulary's, so ids compare
-    across shapes and groups."""
-
-    def __init__(self):
-        self._topologies: dict[TreeShape, tuple] = {}
-        self._flat: dict[TreeShape, tuple] = {}
-        self.node_ids: dict[tuple, int] = {}
-        self.node_keys: list[tuple] = []  # id -> (token path, child list's tokens)
-
-    def topology(self, shape: TreeShape) -> tuple:
-        if shape not in self._topologies:
-            self._topologies[shape] = _topology(shape)
-        return self._topologies[shape]
-
-    def flat(self, shape: TreeShape) -> tuple:
-        """(parent, slot, depth, node key id), [n] int64 each: ``Forest``'s columns for one tree of this shape."""
-        if shape not in self._flat:
-            paths, parent, depth, _, child_lists = self.topology(shape)
-            slot, key = [-1] * len(parent), [-1] * len(parent)
-            for node, children in enumerate(child_lists):
-                if children:
-                    node_key = (paths[node], tuple(paths[child][-1] for child in children))
-                    if node_key not in self.node_ids:
-                        self.node_ids[node_key] = len(self.node_keys)
-                        self.node_keys.append(node_key)
-                    key[node] = self.node_ids[node_key]
-                    for child in dict.fromkeys(children):
-                        slot[child] = children.index(child)
-            self._flat[shape] = tuple(np.array(column, dtype=np.int64) for column in (parent, slot, depth, key))
-        return self._flat[shape]
-
-
-def _walk_values(verifier, shapes: list, forms: _ShapeForms, laws: dict, size: int, compress: bool,
-                 scalars: dict) -> np.ndarray:
-    """E[tau + 1 | tree] of a node-local rule's trees of ``shapes``, [T] float64: its solver once per node key id not
-    in ``scalars`` (id -> (K at each child-list entry, stopping mass), kept across calls), then one walk over every
-    tree (``forest_masses``), each tree's masses checked to be a probability law."""
-    from verispec.verifiers.tree_walk import Forest, forest_masses
-
-    flats = [forms.flat(shape) for shape in shapes]
-    counts = np.array([len(flat[0]) for flat in flats], dtype=np.int64)               # [T] nodes a tree
-    offsets = np.repeat(np.cumsum(counts) - counts, counts)                          # [F] its tree's first node
-    parent, slot, depth, key = (np.concatenate([flat[column] for flat in flats]) for column in range(4))
-    forest = Forest(tree=np.repeat(np.arange(len(shapes)), counts), parent=np.where(parent >= 0, parent + offsets, -1),
-                    slot=slot, depth=depth, key=key)
-    used = np.unique(key[key >= 0]).tolist()
-    _solve_node_keys(verifier, [node for node in used if node not in scalars], forms, laws, size, compress, scalars)
-    widest = max((len(forms.node_keys[node][1]) for node in used), default=1)
-    taken, stop = np.zeros((len(forms.node_keys), widest)), np.zeros(len(forms.node_keys))  # [K, m], [K]
-    for node in used:
-        row, stop[node] = scalars[node]
-        taken[node, :len(row)] = row
-    masses = forest_masses(forest, taken, stop)                                       # [F]
-    totals = np.bincount(forest.tree, masses, minlength=len(shapes))                  # [T]
-    minima = np.full(len(shapes), np.inf)
-    with np.errstate(invalid="ignore"):  # NaN masses (NaN laws) fail the check below, which names the tree
-        np.minimum.at(minima, forest.tree, masses)
-    check_stopping_masses(verifier.name, totals, minima, lambda tree: shapes[tree])
-    return np.bincount(forest.tree, masses * (depth + 1.0), minlength=len(shapes))
-
-
-def _solve_node_keys(verifier, nodes: list[int], forms: _ShapeForms, laws: dict, size: int, compress: bool,
-                     scalars: dict) -> None:
-    """scalars[id] = the solver's (K at each child-list entry [m], stopping mass) at each node key id of ``nodes``,
-    solved together per child-list length, their laws cut to the union of their supports (``_batch``'s cut)."""
-    outside = int(getattr(verifier.node_solver, "outside_tokens_read", 0))
-    if outside and compress:  # each node on the tokens it reads at full size, in their order (khisti)
-        for node in nodes:
-            path, children = forms.node_keys[node]
-            taken, stopped = verifier.node_scalars(*_own_node(laws[path], children, size, outside))
-            scalars[node] = (taken[0], float(stopped[0]))
-        return
-    by_length: dict[int, list[int]] = {}
-    for node in nodes:
-        by_length.setdefault(len(forms.node_keys[node][1]), []).append(node)
-    for group in by_length.values():
-        group_laws = [laws[forms.node_keys[node][0]] for node in group]
-        column, width = _columns([law for pair in group_laws for law in pair], size, compress)  # cut once a group
-        rows = max(1, SOLVER_ELEMENTS // width)
-        for start in range(0, len(group), rows):
-            chunk, chunk_laws = group[start:start + rows], group_laws[start:start + rows]
-            p = _law_rows([target for target, _ in chunk_laws], column, width)                # [M, V']
-            q = _law_rows([draft for _, draft in chunk_laws], column, width)                  # [M, V']
-            children = column[np.array([forms.node_keys[node][1] for node in chunk], dtype=np.int64)]  # [M, m]
-            taken, stopped = verifier.node_scalars(p, q, children)
-            for index, node in enumerate(chunk):
-                scalars[node] = (taken[index], float(stopped[index]))
-
-
-#: The laws of a node that is a leaf of every tree asked for (p unused, q undefined).
-NO_LAWS = (None, None)
-
-
-def _columns(stored: list, size: int, compress: bool) -> tuple[np.ndarray, int]:
-    """(column [V] int64, width): the vocabulary cut to the union of the supports of the ``stored`` laws
-    (``CompactLaw`` pairs or None), ``column[token]`` a token's place in it or -1; the whole vocabulary where a law is
-    dense or ``compress`` is off (a token with p = q = 0 at every node takes part in no registered rule's law but
-    khisti's: ``_own_node``)."""
-    present = [law for law in stored if law is not None]
-    if compress and all(support is not None for support, _ in present):
-        support = np.unique(np.concatenate([support for support, _ in present])) if present else np.zeros(1, np.int64)
-    else:
-        support = np.arange(size)
-    column = np.full(size, -1, dtype=np.int64)
-    column[support] = np.arange(len(support))
-    return column, len(support)
-
-
-def _own_node(pair: tuple, children: tuple, size: int, outside: int):
-    """(p, q [1, V'], the child list [1, m] as columns) of one node whose rule reads ``outside`` zero-mass tokens
-    (``NodeSolver.outside_tokens_read``): the union of its p's and q's supports and the ``outside`` lowest-numbered
-    tokens outside it, the columns its rule keeps at full size, in vocabulary order (no [V] index: a few tokens a
-    node); the whole vocabulary where a law is dense."""
-    if any(law is None or law[0] is None for law in pair):
-        column, width = _columns(list(pair), size, False)
-        return (*(_law_rows([law], column, width) for law in pair), column[np.array([children], dtype=np.int64)])
-    union = np.union1d(pair[0][0], pair[1][0])
-    lowest = np.setdiff1d(np.arange(min(size, len(union) + outside)), union)[:outside]
-    support = np.union1d(union, lowest)                                               # [V'] ascending
-    p, q = np.zeros((1, len(support))), np.zeros((1, len(support)))
-    for row, (ids, values) in zip((p, q), pair):
-        row[0, np.searchsorted(support, ids)] = values
-    return p, q, np.searchsorted(support, np.array([children], dtype=np.int64))       # children: q > 0, kept
-
-
-def _law_rows(stored: list, column: np.ndarray, width: int) -> np.ndarray:
-    """The ``stored`` laws (``CompactLaw`` pairs, or None for a leaf's p, which no registered rule's stopping mass
-    reads: any law will do) as rows over the cut vocabulary, [D, V'] float64."""
-    rows = np.zeros((len(stored), width))                                             # [D, V']
-    for row, law in zip(rows, stored):
-        if law is None:
-            row[0] = 1.0
-        elif law[0] is None:
-            row[:] = law[1]  # a dense law forces the whole vocabulary
-        else:
-            row[column[law[0]]] = law[1]
-    return rows
-
-
-def _batch(rows, laws: dict, parent, depth, child_lists, cut: tuple[np.ndarray, int]) -> TreeBatch:
-    """A ``TreeBatch`` of one topology from (key, node paths, tokens) rows, p and q gathered from ``laws`` onto the
-    vocabulary ``cut`` (``_columns`` of the rows' group: (column [V], width))."""
-    internal = [bool(children) for children in child_lists]
-    distinct = list(dict.fromkeys(path for _, paths, _ in rows for path in paths))
-    column, width = cut
-    count, nodes = len(rows), len(parent)
-    context_id = {path: index for index, path in enumerate(distinct)}
-    # each distinct node's laws once, then gathered into the rows in one indexing (a tree of n nodes per row shares
-    # most of its nodes with the other rows); q's last row is the NaN law of a leaf
-    target_rows = _law_rows([laws.get(path, NO_LAWS)[0] for path in distinct], column, width)          # [D, V']
-    draft_rows = np.concatenate([_law_rows([laws.get(path, NO_LAWS)[1] for path in distinct], column, width),
-                                 np.full((1, width), np.nan)])                                         # [D + 1, V']
-    contexts = np.array([[context_id[path] for path in paths] for _, paths, _ in rows],
-                        dtype=np.int64).reshape(count, nodes)                         # [N, n]
-    leaf = ~np.array(internal)                                                        # [n]
-    p = target_rows[contexts]                                                         # [N, n, V']
-    q = draft_rows[np.where(leaf[None, :], len(distinct), contexts)]                  # [N, n, V'] NaN at leaves
-    tokens = np.array([[-1] + [int(column[t]) for t in node_tokens[1:]] for _, _, node_tokens in rows],
-                      dtype=np.int64).reshape(count, nodes)                           # [N, n]
-    return TreeBatch(vocab_size=width, parent=parent, depth=depth, child_lists=child_lists, tokens=tokens, p=p,
-                     q=q, contexts=contexts)
-
-
-__all__ = ["CHUNK_ELEMENTS", "LAW_ENTRIES", "MAX_COMB_NODES", "SOLVER_ELEMENTS", "Combs", "action_shape",
-           "check_comb_size", "comb_internal_prefixes", "comb_layout", "comb_nodes", "comb_values",
+__all__ = ["CHUNK_ELEMENTS", "FOREST_LAW_ENTRIES", "LAW_ENTRIES", "MAX_COMB_NODES", "SOLVER_ELEMENTS", "Combs",
+           "action_shape", "check_comb_size", "comb_internal_prefixes", "comb_layout", "comb_nodes", "comb_values",
            "prepare_comb_targets", "sample_combs", "sample_combs_together"]

@@ -54,7 +54,7 @@ class NodeSolver(ABC):
     #: support itself (khisti's truncated ranking: zero-mass tokens hold its top-s slots). 0: the rule's output at
     #: the support does not depend on which zero-mass tokens the vocabulary holds, so a caller may cut the
     #: vocabulary to any superset of the support; otherwise it must hand exactly the support and those tokens,
-    #: in vocabulary order (``verispec.selector.combs`` does).
+    #: in vocabulary order (``verispec.selector.comb_trees`` does).
     outside_tokens_read: int = 0
 
     def __init_subclass__(cls, **kwargs):

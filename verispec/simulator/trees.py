@@ -356,3 +356,44 @@ class TreeBatch:
         return TreeBatch(vocab_size=self.vocab_size, parent=self.parent, depth=self.depth,
                          child_lists=self.child_lists, tokens=ints(self.tokens), p=floats(self.p),
                          q=floats(self.q), contexts=ints(self.contexts))
+
+
+@dataclass(frozen=True, eq=False)
+class LawForest:
+    """Many draft trees of many topologies in one flat table, with the laws their internal nodes read: what a
+    rule's ``forest_stopping_masses`` takes where its law on a tree reads p and q at a few nodes and is cheap per
+    node, so that thousands of small trees (a label build's root) cost a few array passes, not one batch per
+    topology. numpy float64 only (the labels' host arrays). Within a tree a parent comes before its children.
+
+    Each internal node's laws are one row of ``p`` and ``q`` over that row's own columns: the union of p's and q's
+    supports there (top-k laws at V = 151,936 stay a few dozen wide), ascending token ids, zero-padded to the widest
+    row; a node's ``token`` is its token's column in its PARENT's row. A token with p = q = 0 at a node takes part in
+    no rule that reads the forest (``forest_stopping_masses``); tokens keep their order, so rules ranking by token
+    id rank alike.
+
+    tree      [F]     int64  the tree each node is in (0, 1, ..)
+    parent    [F]     int64  the flat index of the node's parent, -1 at a tree's root
+    depth     [F]     int64  tokens from the tree's root
+    token     [F]     int64  the node's token as a column of its parent's law row, -1 at a root
+    law       [F]     int64  the node's row of ``p`` and ``q``, -1 at a leaf (p there only sets the bonus token's
+                             law: a leaf's p is taken to total 1)
+    children  [F, m]  int64  the node's distinct children (flat indices) in order of first appearance, -1 padded
+    draws     [F]     int64  the length of the node's child list, repeats counted (K at a root of K i.i.d. paths)
+    post      [T, n]  int64  each tree's nodes in post-order (children in the order of ``children``), -1 padded
+    p, q      [D, W]  float64  the law rows
+    """
+
+    tree: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+    token: np.ndarray
+    law: np.ndarray
+    children: np.ndarray
+    draws: np.ndarray
+    post: np.ndarray
+    p: np.ndarray
+    q: np.ndarray
+
+    @property
+    def num_trees(self) -> int:
+        return int(self.post.shape[0])

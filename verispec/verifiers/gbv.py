@@ -38,8 +38,9 @@ from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import RuleDP, RuleLaw, Verifier
 from verispec.simulator.laws import add_blocks
 from verispec.simulator.problems import draft_conditionals, target_conditionals
-from verispec.simulator.selection import greedy_path, mass_ranked_below, ranked_selected_path
-from verispec.simulator.trees import DraftTree, TreeBatch
+from verispec.simulator.ranking import ranks_from_order
+from verispec.simulator.selection import greedy_path, mass_ranked_below, rank_order, ranked_selected_path
+from verispec.simulator.trees import DraftTree, LawForest, TreeBatch
 from verispec.sizes import readable_count
 from verispec.verifiers.block import block_law, block_procedure_on_path
 
@@ -189,6 +190,46 @@ class SelectedPathSum(RuleDP):
         return RuleLaw(emitted=shaped, details={"selected_paths": drafted})
 
 
+class _RowOrders:
+    """The rank order (``rank_order``) of a ``LawForest``'s law rows, computed for a row when first read and kept
+    (at a dense vocabulary an order is a sort of 151,936 tokens: only the rows where a path is chosen or a CDF read)."""
+
+    def __init__(self, forest: LawForest):
+        self.forest = forest
+        self.orders: dict[int, np.ndarray] = {}
+
+    def _orders(self, rows) -> np.ndarray:
+        """The orders of law ``rows`` [n], [n, W]."""
+        missing = [row for row in dict.fromkeys(rows.tolist()) if row not in self.orders]
+        if missing:
+            index = np.array(missing, dtype=np.int64)
+            for row, order in zip(missing, rank_order(self.forest.p[index], self.forest.q[index])):
+                self.orders[row] = order
+        return np.stack([self.orders[row] for row in rows.tolist()]) if len(rows) else \
+            np.zeros((0, self.forest.p.shape[1]), dtype=np.int64)
+
+    def ranks(self, rows, columns) -> np.ndarray:
+        """The rank of ``columns[i, j]`` in law row ``rows[i]``'s order (0 = lowest), [n, m]."""
+        ranks = ranks_from_order(self._orders(rows))                                  # [n, W]
+        return np.take_along_axis(ranks, columns, axis=1)
+
+    def mass_below(self, rows) -> np.ndarray:
+        """``mass_ranked_below`` at law ``rows`` [n], [n, W]."""
+        return mass_ranked_below(self.forest.p[rows], self.forest.q[rows], self._orders(rows))
+
+
+def selected_path_law(targets: list, drafts: list, tokens, paths: int, ranked_below) -> list:
+    """GBV's emission law along N selected paths, L + 1 arrays [N, V]: block verification (``block_law``) with
+    q_skew in place of q (module docstring). ``targets[i]``, ``drafts[i]`` are p and q at path position i ([N, V];
+    i <= L and i < L), ``tokens`` [N, L] the path's tokens, ``paths`` = K, ``ranked_below()`` the list of
+    ``mass_ranked_below`` at positions i < L in the order that selected the path (called only when K > 1)."""
+    if paths == 1:  # q_skew = q: no ranking needed (the selection had one child to choose from)
+        skewed = drafts
+    else:
+        skewed = _skewed(drafts, lexicographic_masses(targets[:-1], drafts, tokens, ranked_below()), paths)
+    return block_law(targets, skewed, tokens)
+
+
 class GreedyBlockVerifier(Verifier):
     name = "gbv"
     summary = "greedy multi-path block verification with one strict ranking"
@@ -207,17 +248,55 @@ class GreedyBlockVerifier(Verifier):
         drafts = [batch.q[rows, nodes] for nodes in selected[:-1]]
         tokens = batch.tokens[:, []] if len(selected) == 1 else backend.stack(
             [batch.tokens[rows, nodes] for nodes in selected[1:]], axis=1)  # [N, L]
-        paths = number_of_paths(batch)
-        if paths == 1:  # q_skew = q: no ranking needed (the selection had one child to choose from)
-            skewed = drafts
-        else:
-            masses = lexicographic_masses(targets[:-1], drafts, tokens, [ranking.mass_below() for ranking in rankings])
-            skewed = _skewed(drafts, masses, paths)
-        path_law = block_law(targets, skewed, tokens)
+        path_law = selected_path_law(targets, drafts, tokens, number_of_paths(batch),
+                                     lambda: [ranking.mass_below() for ranking in rankings])
         law = backend.zeros((batch.num_rows, batch.num_nodes, path_law[0].shape[-1]), path_law[0])  # [N, n, V]
         for nodes, values in zip(selected, path_law):
             law[rows, nodes] += values  # 0 + value: what adding one zero-padded array per depth gave, -0.0 included
         return law
+
+    @property
+    def reads_forest(self) -> bool:
+        """Whether ``forest_stopping_masses`` is this rule's law (a subclass's own ``emission_laws`` is not)."""
+        return type(self).emission_laws is GreedyBlockVerifier.emission_laws
+
+    def forest_stopping_masses(self, forest: LawForest) -> np.ndarray:
+        """The stopping mass at every node of many trees of many topologies at once (``LawForest``), [F] float64:
+        the total of ``emission_laws`` at each node. The law reads a tree only through its selected path and K, so
+        each tree's selected path is found by the same descent (from the root, the child whose token ranks highest
+        there: ``token_ranks``, one strict order a law row, down to a leaf, as on a tree alone), then the paths of
+        one (K, length) go through ``selected_path_law`` together, whatever their trees' topologies."""
+        masses = np.zeros(len(forest.parent))
+        orders = _RowOrders(forest)
+        roots = np.flatnonzero(forest.parent < 0)                                     # [T] in tree order
+        path = np.full((len(roots), int(forest.depth.max(initial=0)) + 1), -1, dtype=np.int64)  # [T, L + 1]
+        path[:, 0] = roots
+        live = np.flatnonzero(forest.children[roots, 0] >= 0)  # trees whose selected node has children
+        for depth in range(1, path.shape[1]):
+            here = path[live, depth - 1]
+            children = forest.children[here]                                          # [N, m]
+            choice = np.zeros(len(here), dtype=np.int64)
+            several = np.flatnonzero(children[:, 1] >= 0) if children.shape[1] > 1 else np.zeros(0, dtype=np.int64)
+            if len(several):  # a node with one distinct child needs no ranking to choose it
+                kids = children[several]
+                scores = orders.ranks(forest.law[here[several]], forest.token[np.maximum(kids, 0)])  # [n, m]
+                choice[several] = np.argmax(np.where(kids >= 0, scores, -1), axis=1)
+            path[live, depth] = children[np.arange(len(here)), choice]
+            live = live[forest.children[path[live, depth], 0] >= 0]
+        lengths = (path >= 0).sum(axis=1) - 1                                         # [T] L of each selected path
+        for length, paths in sorted(set(zip(lengths.tolist(), forest.draws[roots].tolist()))):
+            trees = np.flatnonzero((lengths == length) & (forest.draws[roots] == paths))
+            selected = [path[trees, depth] for depth in range(length + 1)]           # [N] per depth 0..L
+            rows = [forest.law[nodes] for nodes in selected[:-1]]
+            leaf = np.zeros((len(trees), forest.p.shape[1]))
+            leaf[:, 0] = 1.0  # p at a leaf only sets the bonus token's law: any law of total 1
+            tokens = np.stack([forest.token[nodes] for nodes in selected[1:]], axis=1) if length else \
+                np.zeros((len(trees), 0), dtype=np.int64)                             # [N, L]
+            path_law = selected_path_law([forest.p[row] for row in rows] + [leaf], [forest.q[row] for row in rows],
+                                         tokens, paths, lambda rows=rows: [orders.mass_below(row) for row in rows])
+            for nodes, values in zip(selected, path_law):
+                masses[nodes] = values.sum(axis=-1)
+        return masses
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         # Select greedily, then block verification's sampling procedure with q_skew.

@@ -38,12 +38,14 @@ appearance; docs/traversal_iid.md explains why that is lossless too.
 
 from __future__ import annotations
 
+import numpy as np
+
 from verispec import backend
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.distributions import normalize, ratio_min_one, stop_probability, weighted_residual
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
-from verispec.simulator.trees import DraftTree, TreeBatch
+from verispec.simulator.trees import DraftTree, LawForest, TreeBatch
 from verispec.verifiers.traversal_dp import PostOrderDP
 
 
@@ -65,6 +67,10 @@ def deletion_update(weight, p, q, token):
     """
     remaining = backend.where(backend.one_hot(token, q.shape[-1]), backend.zero(q), q)
     return stop_probability(weight, p, q), weighted_residual(weight, p, q), normalize(remaining)
+
+
+#: Float64 entries of the [rows, W] states ``forest_stopping_masses`` updates at once.
+FOREST_ELEMENTS = 1 << 22
 
 
 class TraversalVerifier(Verifier):
@@ -107,6 +113,72 @@ class TraversalVerifier(Verifier):
             return reach * 0
         laws[node] = (reach * weight)[:, None] * p
         return reach * (1 - weight)
+
+    @property
+    def reads_forest(self) -> bool:
+        """Whether ``forest_stopping_masses`` is this rule's law: its recursion is Traversal's own (a variant may
+        change ``child_weight`` or ``deletion_update``, which both read, but not the recursion)."""
+        return type(self)._visit is TraversalVerifier._visit and \
+            type(self).emission_laws is TraversalVerifier.emission_laws
+
+    def forest_stopping_masses(self, forest: LawForest) -> np.ndarray:
+        """The stopping mass at every node of many trees of many topologies at once (``LawForest``), [F] float64:
+        the total of ``emission_laws`` at each node, from the same two parts in the two passes the post-order
+        recursion factors into. A node's states along its deletions read nothing below it and no reach: the weight
+        a child is entered with is ``child_weight`` of its parent's state after its earlier siblings' deletions.
+        (1) Top-down, depth by depth, every internal node's chain (``child_weight`` then ``deletion_update`` for
+        each distinct child in order), once per distinct (law row, entry weight, children): its children's entry
+        weights and its final state. (2) The reach of a node when it finishes is the product of (1 - final
+        weight) over the nodes finished before it in post-order; it stops there with reach x final weight x the
+        total of its final p (reach x the total at the root, which always emits)."""
+        entry = np.ones(len(forest.parent))                                          # [F] weight entered with
+        final = np.ones(len(forest.parent))                                          # [F] weight when finished
+        total = np.ones(len(forest.parent))                                          # [F] its final p's total
+        for depth in range(int(forest.depth.max(initial=0)) + 1):
+            nodes = np.flatnonzero((forest.depth == depth) & (forest.law >= 0))
+            if len(nodes):
+                self._forest_chains(forest, nodes, entry, final, total)
+        leaf = forest.law < 0
+        final[leaf] = entry[leaf]
+        post = forest.post                                                           # [T, n]
+        factor = np.where(post >= 0, 1 - final[post], 1.0)                           # [T, n]
+        reach = np.ones(post.shape)
+        for place in range(1, post.shape[1]):  # the recursion's own order of products
+            reach[:, place] = reach[:, place - 1] * factor[:, place - 1]
+        root = forest.parent[post] < 0
+        masses = np.zeros(len(forest.parent))
+        kept = post >= 0
+        masses[post[kept]] = (reach * np.where(root, 1.0, final[post]) * total[post])[kept]
+        return masses
+
+    def _forest_chains(self, forest: LawForest, nodes, entry, final, total) -> None:
+        """Pass (1) of ``forest_stopping_masses`` at the internal ``nodes`` of one depth (their entry weights final):
+        writes their children's ``entry`` and their own ``final`` weight and p ``total``."""
+        children = forest.children[nodes]                                            # [r, m]
+        tokens = np.where(children >= 0, forest.token[np.maximum(children, 0)], -1)  # [r, m] columns
+        keys = np.column_stack([forest.law[nodes], entry[nodes].view(np.int64), tokens])
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        width = forest.p.shape[1]
+        step = max(1, FOREST_ELEMENTS // width)
+        for start in range(0, len(first), step):
+            rows = first[start:start + step]                                         # distinct chains
+            weight = entry[nodes[rows]]
+            p, q = forest.p[forest.law[nodes[rows]]], forest.q[forest.law[nodes[rows]]]  # [u, W]
+            entered = np.zeros((len(rows), children.shape[1]))                       # [u, m]
+            for place in range(children.shape[1]):
+                live = np.flatnonzero(tokens[rows, place] >= 0)
+                if not len(live):
+                    break
+                token = tokens[rows[live], place]
+                held = (weight[live], p[live], q[live])
+                entered[live, place] = self.child_weight(*held, token)
+                weight[live], p[live], q[live] = self.deletion_update(*held, token)
+            mine = np.flatnonzero((inverse >= start) & (inverse < start + len(rows)))
+            where = inverse[mine] - start
+            final[nodes[mine]], total[nodes[mine]] = weight[where], p.sum(axis=-1)[where]
+            placed = children[mine] >= 0
+            entry[children[mine][placed]] = entered[where][placed]
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         """Weng et al., Alg. 1, as written: a mutable tree of states, one uniform per visited leaf."""
