@@ -71,20 +71,25 @@ def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, 
     shared = SharedContext(pair)
     prefill, original = [0.0], shared.take
 
-    def take(owner, tokens):  # the contexts' prefill, timed apart
-        start = time.perf_counter()
+    def take(owner, tokens):  # the contexts' prefill, timed apart (its forwards too)
+        start, before = time.perf_counter(), dict(in_passes)
         models = original(owner, tokens)
         prefill[0] += time.perf_counter() - start
+        in_passes.update(before)
         return models
 
     shared.take = take
     draft_passes = []  # tokens of each draft pass over the combs (its levels run one after another)
+    in_passes = {"target": 0.0, "draft": 0.0}  # seconds inside each model's passes, the prefill not counted
     extend = CachedModel.extend
 
     def counted(model, tokens, *args, **kwargs):
         if model.model is pair.draft and not kwargs.get("last_only"):
             draft_passes.append(len(tokens))
-        return extend(model, tokens, *args, **kwargs)
+        start = time.perf_counter()
+        logits = extend(model, tokens, *args, **kwargs)
+        in_passes["draft" if model.model is pair.draft else "target"] += time.perf_counter() - start
+        return logits
 
     CachedModel.extend = counted
     packed = CachedModel.__dict__["packed"]
@@ -129,6 +134,9 @@ def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, 
             "ratio_to_one_by_one_floor": seconds / alone if alone else float("nan"),
             "draft_pass_tokens": draft_passes, "draft_floor_seconds": draft_floor,
             "forwards_floor_seconds": floor + draft_floor, "ratio_to_forwards_floor": seconds / (floor + draft_floor),
+            # where the labels' time went: inside the models' passes as they ran (packed, tree-masked), the rest
+            "target_pass_seconds": in_passes["target"], "draft_pass_seconds": in_passes["draft"],
+            "outside_passes_seconds": seconds - in_passes["target"] - in_passes["draft"],
             "mean_label": float(sum(label.efficiency.mean() for label in labels) / len(labels))}
 
 
@@ -191,8 +199,9 @@ def main(argv=None) -> int:
               f"{row['flat_floor_seconds']:.2f} s, ratio {row['ratio_to_flat_floor']:.2f}); one by one the floor is "
               f"{row['floor_one_by_one_seconds']:.2f} s, ratio {row['ratio_to_one_by_one_floor']:.2f}; the draft's "
               f"passes at their sizes {row['draft_floor_seconds']:.2f} s, both models' floor "
-              f"{row['forwards_floor_seconds']:.2f} s, ratio {row['ratio_to_forwards_floor']:.2f} "
-              f"(load {row['load_average']:.2f})")
+              f"{row['forwards_floor_seconds']:.2f} s, ratio {row['ratio_to_forwards_floor']:.2f}; inside the passes as "
+              f"they ran: target {row['target_pass_seconds']:.2f} s, draft {row['draft_pass_seconds']:.2f} s, the "
+              f"rest {row['outside_passes_seconds']:.2f} s (load {row['load_average']:.2f})")
     total = sum(row["seconds"] for row in rows)
     floor = sum(row["floor_seconds"] for row in rows)
     alone = sum(row["floor_one_by_one_seconds"] for row in rows)
