@@ -199,8 +199,8 @@ def main(argv=None) -> int:
               f"{row['flat_floor_seconds']:.2f} s, ratio {row['ratio_to_flat_floor']:.2f}); one by one the floor is "
               f"{row['floor_one_by_one_seconds']:.2f} s, ratio {row['ratio_to_one_by_one_floor']:.2f}; the draft's "
               f"passes at their sizes {row['draft_floor_seconds']:.2f} s, both models' floor "
-              f"{row['forwards_floor_seconds']:.2f} s, ratio {row['ratio_to_forwards_floor']:.2f}; inside the passes as "
-              f"they ran: target {row['target_pass_seconds']:.2f} s, draft {row['draft_pass_seconds']:.2f} s, the "
+              f"{row['forwards_floor_seconds']:.2f} s, ratio {row['ratio_to_forwards_floor']:.2f}; inside the passes "
+              f"as they ran: target {row['target_pass_seconds']:.2f} s, draft {row['draft_pass_seconds']:.2f} s, the "
               f"rest {row['outside_passes_seconds']:.2f} s (load {row['load_average']:.2f})")
     total = sum(row["seconds"] for row in rows)
     floor = sum(row["floor_seconds"] for row in rows)
