@@ -393,7 +393,3 @@ class LawForest:
     post: np.ndarray
     p: np.ndarray
     q: np.ndarray
-
-    @property
-    def num_trees(self) -> int:
-        return int(self.post.shape[0])

@@ -264,7 +264,7 @@ class GreedyBlockVerifier(Verifier):
         """The stopping mass at every node of many trees of many topologies at once (``LawForest``), [F] float64:
         the total of ``emission_laws`` at each node. The law reads a tree only through its selected path and K, so
         each tree's selected path is found by the same descent (from the root, the child whose token ranks highest
-        there: ``token_ranks``, one strict order a law row, down to a leaf, as on a tree alone), then the paths of
+        there in the rank order, ``rank_order``, one a law row, down to a leaf, as on a tree alone), then the paths of
         one (K, length) go through ``selected_path_law`` together, whatever their trees' topologies."""
         masses = np.zeros(len(forest.parent))
         orders = _RowOrders(forest)
