@@ -504,3 +504,18 @@ def test_a_broken_solvers_masses_are_caught_in_the_labels(monkeypatch):
     monkeypatch.setattr(verifiers, "get_verifier", lambda name: leaky if name == "specinfer" else original(name))
     with pytest.raises(VerifierError, match="emission masses .* not a probability law"):
         comb_values(problem, grid, combs)
+
+
+def test_a_forest_rules_lost_mass_is_caught_in_the_labels(monkeypatch):
+    """The control of the forest route: a rule whose forest masses lose 5% is refused by the masses' check."""
+    from verispec.errors import VerifierError
+    from verispec.verifiers.traversal import TraversalVerifier
+
+    original = TraversalVerifier.forest_stopping_masses
+    monkeypatch.setattr(TraversalVerifier, "forest_stopping_masses",
+                        lambda self, forest: 0.95 * original(self, forest))
+    problem = random_problem(4, 3, 3)
+    grid = ActionGrid((2,), (0,), (2,), ("traversal-iid",))
+    combs = sample_combs(problem, grid, 3, np.random.default_rng(1))
+    with pytest.raises(VerifierError, match="emission masses .* not a probability law"):
+        comb_values(problem, grid, combs)

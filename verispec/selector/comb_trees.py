@@ -87,7 +87,7 @@ def _stored_law(problem: Problem, model: int, prefix, stored: dict | None):
 
 
 def evaluate_trees(problem: Problem, keys: list[tuple], known: dict, compress: bool, stored: dict | None = None,
-              forms: ShapeForms | None = None, solved: dict | None = None) -> None:
+                   forms: ShapeForms | None = None, solved: dict | None = None) -> None:
     """known[(verifier, shape)] = E[tau + 1 | tree] for every key: a rule with a node-local solver by one walk over
     all its trees (``_walk_values``), a rule that reads a ``LawForest`` by its forests (``_forest_values``), any
     other rule batched per topology through its emission laws."""
@@ -238,12 +238,7 @@ def _walk_values(verifier, shapes: list, forms: ShapeForms, laws: dict, size: in
         row, stop[node] = scalars[node]
         taken[node, :len(row)] = row
     masses = forest_masses(forest, taken, stop)                                       # [F]
-    totals = np.bincount(forest.tree, masses, minlength=len(shapes))                  # [T]
-    minima = np.full(len(shapes), np.inf)
-    with np.errstate(invalid="ignore"):  # NaN masses (NaN laws) fail the check below, which names the tree
-        np.minimum.at(minima, forest.tree, masses)
-    check_stopping_masses(verifier.name, totals, minima, lambda tree: shapes[tree])
-    return np.bincount(forest.tree, masses * (depth + 1.0), minlength=len(shapes))
+    return _checked_values(verifier.name, forest.tree, depth, masses, shapes)
 
 
 def _forest_values(verifier, shapes: list, forms: ShapeForms, laws: dict, size: int, compress: bool) -> np.ndarray:
@@ -256,13 +251,19 @@ def _forest_values(verifier, shapes: list, forms: ShapeForms, laws: dict, size: 
         chunk = [shapes[tree] for tree in trees]
         forest = _law_forest(chunk, forms, laws, size, compress)
         masses = verifier.forest_stopping_masses(forest)                              # [F]
-        totals = np.bincount(forest.tree, masses, minlength=len(chunk))               # [t]
-        minima = np.full(len(chunk), np.inf)
-        with np.errstate(invalid="ignore"):  # NaN masses (NaN laws) fail the check below, which names the tree
-            np.minimum.at(minima, forest.tree, masses)
-        check_stopping_masses(verifier.name, totals, minima, chunk.__getitem__)
-        values[trees] = np.bincount(forest.tree, masses * (forest.depth + 1.0), minlength=len(chunk))
+        values[trees] = _checked_values(verifier.name, forest.tree, forest.depth, masses, chunk)
     return values
+
+
+def _checked_values(name: str, tree, depth, masses, shapes: list) -> np.ndarray:
+    """E[tau + 1 | tree] of the trees of ``shapes`` from the stopping masses of their nodes, [T] float64 (``tree``,
+    ``depth`` and ``masses`` [F], a forest's nodes), each tree's masses first checked to be a probability law."""
+    totals = np.bincount(tree, masses, minlength=len(shapes))                         # [T]
+    minima = np.full(len(shapes), np.inf)
+    with np.errstate(invalid="ignore"):  # NaN masses (NaN laws) fail the check below, which names the tree
+        np.minimum.at(minima, tree, masses)
+    check_stopping_masses(name, totals, minima, shapes.__getitem__)
+    return np.bincount(tree, masses * (depth + 1.0), minlength=len(shapes))
 
 
 def _forest_chunks(shapes: list, forms: ShapeForms, laws: dict, size: int, compress: bool) -> list[list[int]]:
