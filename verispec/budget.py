@@ -478,6 +478,10 @@ def end_process(line: str, status: int) -> None:
     flusher = threading.Thread(target=flush, daemon=True)
     flusher.start()
     flusher.join(0.5)
+    from verispec import supervisor
+
+    if supervisor.in_worker():  # the supervisor prints the line (the code may have closed this process's stderr)
+        supervisor.report_and_end(status, line)
     try:
         os.write(2, (line + "\n").encode("utf-8", "replace"))
     finally:

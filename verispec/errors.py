@@ -91,3 +91,13 @@ def describe(value) -> str:
         inner = ", ".join(describe(item) for item in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
     return repr(value)
+
+
+class UserCodeExit(BaseException):
+    """The code under check tried to end verispec's process (os._exit, os.abort, a signal to itself); raised in its
+    place by the supervised worker (``verispec.supervisor``). A ``BaseException``, as ``SystemExit`` is, so the
+    code's own ``except Exception`` does not swallow it; the places that run the user's code report it like a raise."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what

@@ -48,13 +48,75 @@ from verispec.cli.parser import COMMANDS, build_parser
 from verispec.errors import AnalysisTimeoutError, VerispecError
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
 
-__all__ = ["entry_point", "main", "plain_json"]
+__all__ = ["entry_point", "main", "plain_json", "user_code_specs"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = None
+    """Run one command and return its exit status. A command that runs code of the user's own runs it in a
+    supervised worker process (``verispec.supervisor``): whatever that code does to the process, the status is
+    verispec's own."""
     try:
         args = build_parser().parse_args(argv)
+    except Done as done:
+        return done.status
+    except VerispecError as error:  # the parser's own one line (verispec.cli.options.Parser)
+        return _bad_input(error)
+    from verispec import supervisor
+
+    specs = user_code_specs(args)
+    if specs and supervisor.available():
+        return supervisor.run_supervised(lambda: _run(args), _supervision(args, specs))
+    return _run(args)
+
+
+def user_code_specs(args) -> list[str]:
+    """The code of the user's own a command will run: ``FILE.py:NAME`` or ``package.module:NAME`` given as a rule
+    (``--verifier``, ``--verifiers``), a class (``--restriction``) or a checked function (check-external's
+    argument); registered rules, with or without parameters, are not."""
+    found = []
+    for name in ("verifier", "function", "restriction", "verifiers"):
+        value = getattr(args, name, None)
+        if not isinstance(value, str) or ":" not in value:
+            continue
+        from verispec.verifiers import is_registered, split_names
+
+        for spec in (split_names(value) if name == "verifiers" else (value,)):
+            if ":" in spec and not is_registered(spec) and spec != "selected-path":
+                found.append(spec)
+    return found
+
+
+def _supervision(args, specs: list[str]):
+    """The supervisor's view of the command: what it checks, its longest run (its --time-budget, the default for a
+    rule of your own when it has none, with the hard budget's grace and one --call-timeout), its output form."""
+    from verispec import supervisor
+    from verispec.cli.options import DEFAULT_USER_RULE_BUDGET, HARD_BUDGET_GRACE
+
+    seconds = getattr(args, "time_budget", None)
+    if seconds is None and getattr(args, "command", None) in ("exact", "bound", "predict", "hunt"):
+        seconds = DEFAULT_USER_RULE_BUDGET
+    limit = None
+    if seconds is not None:
+        limit = seconds * (1 + HARD_BUDGET_GRACE) + (getattr(args, "call_timeout", None) or 0)
+    return supervisor.Supervision(command=f"verispec {args.command} with {', '.join(specs)}", time_limit=limit,
+                                  json_output=bool(getattr(args, "json", False)), checking=_checking(args))
+
+
+def _checking(args) -> str:
+    """What a command checks, in the words of its options (the supervisor's first note: ``--tree iid:2,2 on
+    --problem p.json``); a command that goes through several problems notes each as it comes to it."""
+    tree = getattr(args, "tree", None)
+    if getattr(args, "problem", None):
+        source = f"--problem {args.problem}"
+    elif isinstance(getattr(args, "target", None), str) and isinstance(getattr(args, "draft", None), str):
+        source = f"--target {args.target} --draft {args.draft}"
+    else:
+        source = ""
+    return " on ".join(part for part in (f"--tree {tree}" if tree else "", source) if part)
+
+
+def _run(args) -> int:
+    try:
         with budget.CommandGuard(getattr(args, "call_timeout", None), on_stuck=_stop_stuck_command):
             return COMMANDS[args.command].run(args)
     except Done as done:
@@ -64,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         # when its block was left without turning it into the typed error (a budget inside a generator)
         return _inconclusive(error)
     except VerispecError as error:
-        message = " ".join(str(error).split())
-        print(f"verispec: error: {message}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _bad_input(error)
     except KeyboardInterrupt as error:  # Ctrl-C; a build's SIGTERM too (verispec.study.workers.BuildInterrupted)
         print(f"verispec: {' '.join(str(error).split()) or 'interrupted'}", file=sys.stderr)
         return getattr(error, "exit_status", 130)
@@ -81,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(f"{type(error).__name__}: {error}".split())
         print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _bad_input(error: VerispecError) -> int:
+    print(f"verispec: error: {' '.join(str(error).split())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def _inconclusive(error: BaseException) -> int:

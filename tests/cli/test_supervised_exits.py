@@ -1,0 +1,291 @@
+"""Issue 54, classes 1 and 2: the code under check cannot fake an exit status, and nothing it starts outlives the
+command (``verispec.supervisor``).
+
+Each hostile behaviour runs in a lossy rule (or class, or checked function) whose honest verdict is known from its
+construction: the rule below accepts the drafted token x and emits x again, so on ``chain:1`` with p = (1/2, 1/2)
+at every prefix and q = (9/10, 1/10) its outputs are (0, 0) with probability 9/10 and (1, 1) with 1/10, against
+1/4 for each of the four pairs: TV (0.65 + 0.15 + 0.25 + 0.25) / 2 = 0.65 (LOSSY, exit 1). Before the
+supervisor, an exit inside the code ended ``verispec`` with that exit's status (0 for ``sys.exit(0)``) and no
+verdict; the negative controls run the same rules with supervision switched off (``VERISPEC_SUPERVISE=0``, the old
+single process) and are caught giving exit 0.
+
+Most cases call ``main`` in the test's process (the worker is a fork of it, so they cost a fork, not an
+interpreter); the controls that would end the test's own process, and one run of the installed entry point, run
+``python -m verispec`` in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from verispec import supervisor
+from verispec.cli import main
+
+pytestmark = pytest.mark.skipif(not supervisor.available(), reason="needs os.fork (the supervised worker)")
+
+TOY = ["--target", "1/2,1/2", "--draft", "9/10,1/10"]
+ROOT = Path(__file__).resolve().parents[2]
+
+RULES = '''
+import atexit, ctypes, io, os, signal, subprocess, sys, threading, time
+
+PIDS = os.environ.get("VERISPEC_TEST_PIDS")
+
+
+def lossy(tree, chooser):
+    """Accept the drafted token and emit it again (a lossy rule whatever the problem)."""
+    return 1, int(tree.token[1])
+
+
+def sys_exit_0(tree, chooser):
+    sys.exit(0)
+
+
+def system_exit_1(tree, chooser):
+    raise SystemExit(1)
+
+
+def os_exit_0(tree, chooser):
+    os._exit(0)
+
+
+def abort(tree, chooser):
+    os.abort()
+
+
+def sigterm_self(tree, chooser):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return lossy(tree, chooser)
+
+
+def raise_sigint(tree, chooser):
+    signal.raise_signal(signal.SIGINT)
+    return lossy(tree, chooser)
+
+
+def kill_parent(tree, chooser):
+    os.kill(os.getppid(), signal.SIGKILL)
+    return lossy(tree, chooser)
+
+
+def sigkill_by_ctypes(tree, chooser):
+    ctypes.CDLL(None).kill(os.getpid(), 9)
+    return lossy(tree, chooser)
+
+
+def segfault(tree, chooser):
+    ctypes.string_at(0)
+
+
+def close_stdout(tree, chooser):
+    try:
+        os.close(1)
+    except OSError:
+        pass
+    return lossy(tree, chooser)
+
+
+def replace_stdout(tree, chooser):
+    sys.stdout = io.StringIO()
+    return lossy(tree, chooser)
+
+
+def close_sys_stderr(tree, chooser):
+    sys.stderr.close()
+    return lossy(tree, chooser)
+
+
+def hooks(tree, chooser):
+    sys.excepthook = lambda *args: None
+    atexit.register(os._exit, 0)
+    return lossy(tree, chooser)
+
+
+def thread_forever(tree, chooser):
+    threading.Thread(target=time.sleep, args=(1000,)).start()
+    return lossy(tree, chooser)
+
+
+def child_forever(tree, chooser):
+    child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    with open(PIDS, "a") as file:
+        file.write(f"{child.pid}\\n")
+    return lossy(tree, chooser)
+
+
+def forks(tree, chooser):
+    if os.fork() == 0:
+        with open(PIDS, "a") as file:
+            file.write(f"{os.getpid()}\\n")
+    return lossy(tree, chooser)
+
+
+def holds_the_lock(tree, chooser):
+    sum(range(10 ** 12))  # one C call that never releases the GIL: the in-process watchdog cannot run
+
+
+def exit_in_class(v):
+    sys.exit(0)
+
+
+def exit_in_function(draft_tokens, draft_probs, target_probs, uniforms):
+    os._exit(0)
+'''
+
+
+@pytest.fixture
+def rules(tmp_path, monkeypatch):
+    path = tmp_path / "hostile_rules.py"
+    path.write_text(RULES)
+    monkeypatch.setenv("VERISPEC_TEST_PIDS", str(tmp_path / "pids.txt"))
+    return path
+
+
+def _exact(capsys, rules, name, *extra):
+    status = main(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{rules}:{name}", "--fail-if-lossy", *extra])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_the_honest_rule_is_lossy(capsys, rules):
+    status, _, err = _exact(capsys, rules, "lossy")
+    assert status == 1 and "LOSSY" in err and "TV 0.65" in err
+
+
+@pytest.mark.parametrize("name,did,line", [
+    ("sys_exit_0", "raised SystemExit(0)", "sys.exit(0)"),
+    ("system_exit_1", "raised SystemExit(1)", "raise SystemExit(1)"),
+    ("os_exit_0", "called os._exit(0)", "os._exit(0)"),
+    ("abort", "called os.abort()", "os.abort()"),
+    ("sigterm_self", "called os.kill(", "os.kill(os.getpid(), signal.SIGTERM)"),
+    ("raise_sigint", "called signal.raise_signal(SIGINT)", "signal.raise_signal(signal.SIGINT)"),
+    ("kill_parent", "called os.kill(", "os.kill(os.getppid(), signal.SIGKILL)"),
+])
+def test_an_exit_in_the_rule_is_a_finding_with_file_line_and_problem(capsys, rules, name, did, line):
+    status, _, err = _exact(capsys, rules, name)
+    assert status == 4, err
+    assert f"RAISES: the code under check {did}" in err
+    expected_line = RULES.splitlines().index(next(text for text in RULES.splitlines() if text.strip() == line)) + 1
+    assert f"hostile_rules.py, line {expected_line}, in {name}(tree=" in err
+    assert "while checking --tree chain:1 on --target 1/2,1/2 --draft 9/10,1/10" in err
+
+
+@pytest.mark.parametrize("name,how", [("sigkill_by_ctypes", "was killed by signal SIGKILL"),
+                                      ("segfault", "was killed by signal SIGSEGV at hostile_rules.py, line")])
+def test_a_death_of_the_process_is_a_finding(capsys, rules, name, how):
+    status, _, err = _exact(capsys, rules, name)
+    assert status == 4 and f"RAISES: the process running the code under check {how}" in err
+    assert "while checking --tree chain:1" in err
+
+
+def test_a_death_with_json_output_gives_one_json_object(capsys, rules):
+    status, out, _ = _exact(capsys, rules, "sigkill_by_ctypes", "--json")
+    assert status == 4 and json.loads(out)["verdict"] == "raises"
+
+
+@pytest.mark.parametrize("name,what", [("close_stdout", "closed file descriptor 1"),
+                                       ("replace_stdout", "replaced sys.stdout (with StringIO)"),
+                                       ("close_sys_stderr", "closed sys.stderr")])
+def test_output_taken_from_verispec_fails_the_command(capsys, rules, name, what):
+    status, _, err = _exact(capsys, rules, name)
+    assert status == 4 and f"RAISES: the code under check {what}" in err
+
+
+def test_hooks_threads_children_and_forks_keep_the_verdict_and_leave_nothing(capsys, rules, tmp_path):
+    pids = tmp_path / "pids.txt"
+    for name in ("hooks", "thread_forever", "child_forever", "forks"):
+        start = time.monotonic()
+        status, out, err = _exact(capsys, rules, name)
+        assert status == 1 and err.count("LOSSY") == 1, (name, err)
+        assert time.monotonic() - start < 20, name  # a thread sleeping 1000 s does not hold the command up
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert len(started) >= 2  # the children and the forked copies wrote their pids
+    assert not [pid for pid in started if _alive(pid)]
+
+
+def test_a_call_that_starves_the_watchdog_is_ended_at_the_outer_limit(capsys, rules, monkeypatch):
+    monkeypatch.setattr(supervisor, "OUTER_MARGIN_SECONDS", 1.0)
+    start = time.monotonic()
+    status, _, err = _exact(capsys, rules, "holds_the_lock", "--time-budget", "1", "--call-timeout", "1")
+    assert status == 3 and "INCONCLUSIVE" in err and "was ended by verispec" in err
+    assert time.monotonic() - start < 1 * 1.05 + 1 + 1 + 5
+
+
+def test_bound_class_and_checked_function_exits(capsys, rules):
+    status = main(["bound", *TOY, "--tree", "iid:2,1", "--restriction", f"{rules}:exit_in_class"])
+    err = capsys.readouterr().err
+    assert status == 4 and "raised SystemExit(0)" in err and "in exit_in_class(v=" in err
+    status = main(["check-external", f"{rules}:exit_in_function", "--layout", "chain", "--tree", "chain:1", *TOY])
+    captured = capsys.readouterr()
+    assert status == 4 and "os._exit(0)" in captured.out + captured.err
+
+
+def test_hunt_with_an_exiting_rule(capsys, rules):
+    status = main(["hunt", "--verifier", f"{rules}:sys_exit_0", "--tree", "chain:1", "--time-budget", "20"])
+    err = capsys.readouterr().err
+    assert status == 4 and "raised SystemExit(0)" in err and "while checking" in err
+
+
+def _command_line(rules: Path, name: str, supervise: bool, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, VERISPEC_SUPERVISE="1" if supervise else "0", VERISPEC_TEST_PIDS=str(tmp_path / "p.txt"),
+               PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "verispec", "exact", *TOY, "--tree", "chain:1", "--verifier",
+                           f"{rules}:{name}", "--fail-if-lossy"], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["sys_exit_0", "os_exit_0"])
+def test_negative_control_one_process_lets_the_rule_fake_a_pass(rules, tmp_path, name):
+    """The old behaviour, kept behind VERISPEC_SUPERVISE=0: the exit's own status and no verdict. The same command
+    supervised ends RAISES."""
+    unsupervised = _command_line(rules, name, False, tmp_path)
+    assert unsupervised.returncode == 0 and "LOSSY" not in unsupervised.stderr and "RAISES" not in unsupervised.stderr
+    supervised = _command_line(rules, name, True, tmp_path)
+    assert supervised.returncode == 4 and "RAISES" in supervised.stderr
+
+
+def test_negative_control_one_process_outlives_its_verdict(rules, tmp_path):
+    """Unsupervised, a non-daemon thread keeps the process alive after it printed its verdict; supervised, the
+    command ends with it."""
+    env = dict(os.environ, VERISPEC_SUPERVISE="0", PYTHONPATH=str(ROOT))
+    script = [sys.executable, "-m", "verispec", "exact", *TOY, "--tree", "chain:1", "--verifier",
+              f"{rules}:thread_forever", "--fail-if-lossy"]
+    with pytest.raises(subprocess.TimeoutExpired) as hung:
+        subprocess.run(script, env=env, capture_output=True, timeout=8)
+    assert b"LOSSY" in (hung.value.stderr or b"")  # the verdict was out, and the process still ran
+    env["VERISPEC_SUPERVISE"] = "1"
+    done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "LOSSY" in done.stderr
+
+
+def test_the_worker_reports_through_its_own_pipe_only():
+    """A status is taken only from the worker's own pid: a report line from anyone else is ignored."""
+    forged = json.dumps({"pid": 1, "status": 0, "line": None}).encode() + b"\n"
+    assert supervisor._parse_report(forged, pid=2) is None
+    assert supervisor._parse_report(forged, pid=1)["status"] == 0
+
+
+def test_registered_rules_run_in_one_process(monkeypatch, capsys):
+    """Supervision is for code of the user's own: a registered rule's command never forks."""
+    monkeypatch.setattr(supervisor, "run_supervised", lambda *args: pytest.fail("forked for a registered rule"))
+    assert main(["exact", *TOY, "--tree", "chain:1", "--verifier", "specinfer", "--fail-if-lossy"]) == 0
+    assert "LOSSLESS" in capsys.readouterr().err
+
+
+def test_supervision_is_documented():
+    text = (ROOT / "docs" / "cli.md").read_text()
+    assert "VERISPEC_SUPERVISE" in text and "supervised worker" in text

@@ -1,0 +1,124 @@
+"""The processes a supervised command leaves (``verispec.supervisor``): this process as the reaper of the worker's
+orphans for the command's duration, and the ending of every process descended from the worker, found through
+Linux's /proc (elsewhere only the worker itself is known). Standard library only."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+#: Linux prctl options: be the reaper of orphaned descendants, and read that setting back.
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+class Reaper:
+    """This process as the reaper of the worker's orphans for the command's duration (Linux), and the ending of
+    every process descended from the worker."""
+
+    def __init__(self, kill: Callable[[int, int], None], write: Callable[[str, str], None]):
+        """``kill``: ``os.kill`` as the interpreter has it; ``write(stream_name, text)``: how to tell the user."""
+        self.kill, self.write = kill, write
+        self.libc = None
+        self.previous = None
+        self.before = _children(os.getpid())
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            value = ctypes.c_int(0)
+            if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) == 0 and \
+                    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+                self.libc, self.previous = libc, value.value
+        except (OSError, AttributeError):
+            pass
+
+    def end_descendants(self, worker: int) -> int:
+        """End (SIGKILL) every process descended from the worker, or orphaned to this process since it started;
+        reap those that are this process's children. Returns how many were ended."""
+        ended: set[int] = set()
+        for _ in range(50):  # a process that forks as fast as it is ended is bounded too
+            roots = {worker} | (_children(os.getpid()) - self.before)
+            found = _descendants(roots) - {os.getpid()}
+            alive = {pid for pid in found if not _is_zombie(pid)}
+            for pid in alive:
+                try:
+                    self.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            ended |= alive - {worker}
+            for pid in found | {worker}:
+                if _parent(pid) == os.getpid() and pid not in self.before:
+                    try:
+                        os.waitpid(pid, 0 if pid in alive or _is_zombie(pid) else os.WNOHANG)
+                    except ChildProcessError:
+                        pass
+            if not alive:
+                break
+            time.sleep(0.01)
+        if ended:
+            self.write("stderr", f"verispec: note: ended {len(ended)} process{'es' if len(ended) > 1 else ''} that "
+                             "the code under check had started and left running\n")
+        return len(ended)
+
+    def close(self) -> None:
+        if self.libc is not None and not self.previous:
+            self.libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        self.libc = None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first), or None for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            text = file.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return text.rpartition(")")[2].split()
+
+
+def _parent(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def _is_zombie(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] in ("Z", "X")
+
+
+def _children(pid: int) -> set[int]:
+    return {child for child, parent in _parents().items() if parent == pid}
+
+
+def _parents() -> dict[int, int]:
+    """Every process's parent (Linux /proc; empty elsewhere)."""
+    found = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if name.isdigit():
+            parent = _parent(int(name))
+            if parent is not None:
+                found[int(name)] = parent
+    return found
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    parents = _parents()
+    found = set(roots) & set(parents)
+    grew = True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+__all__ = ["Reaper"]
