@@ -192,6 +192,10 @@ def main(argv=None) -> int:
             torch.set_num_threads(args.threads)
         dataset = Dataset.load(args.dataset)
         selectors = {Path(path).stem: Selector.load(path) for path in args.selector}
+        from verispec.selector.fits import check_dataset_fits, check_pair_fits
+
+        for name, selector in selectors.items():  # grid, pair, settings, features: named before the split
+            check_dataset_fits(selector, dataset, name=f"the selector {name!r}", source=f"the dataset {args.dataset!r}")
         splits = {name: held_out(dataset, selector) for name, selector in selectors.items()}
         train, test = next(iter(splits.values()))
         groups = sorted(set(test.group.tolist()))
@@ -218,8 +222,10 @@ def main(argv=None) -> int:
             plans[f"{name} selector"] = {"kind": "selector", "policy": SelectorPolicy(selector)}
         pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
                 else load_pair(args.pair, device=args.device, dtype=args.dtype))
-        for selector in selectors.values():
-            selector.check_fits(pair=pair, vocab_size=pair.vocab_size)
+        for name, selector in selectors.items():  # the pair, its tokenizer and hidden widths, at every setting
+            for setting in samplings:
+                check_pair_fits(selector, pair, Sampling(setting["temperature"], setting["top_k"], setting["top_p"]),
+                                name=f"the selector {name!r}")
         parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
                       "threads": torch.get_num_threads(), "dataset": _file_hash(args.dataset),

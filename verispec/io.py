@@ -82,25 +82,25 @@ def _size_text(count: int) -> str:
     return f"{count} bytes"
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+def atomic_write_text(path: str | Path, text: str, *, within: str | Path | None = None) -> None:
     """Write ``text`` (UTF-8) to ``path`` so that readers see either the old file or the whole new one; the file
-    gets the permissions ``open(path, "w")`` would give it (see ``atomic_output``)."""
-    with atomic_output(path) as temporary, open(temporary, "w", encoding="utf-8") as stream:
+    gets the permissions ``open(path, "w")`` would give it (see ``atomic_output``, and its ``within``)."""
+    with atomic_output(path, within=within) as temporary, open(temporary, "w", encoding="utf-8") as stream:
         stream.write(text)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, *, within: str | Path | None = None) -> None:
     """``atomic_write_text`` for bytes (a binary problem file)."""
-    with atomic_output(path) as temporary, open(temporary, "wb") as stream:
+    with atomic_output(path, within=within) as temporary, open(temporary, "wb") as stream:
         stream.write(data)
 
 
-def atomic_write_json(path: str | Path, data) -> None:
-    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+def atomic_write_json(path: str | Path, data, *, within: str | Path | None = None) -> None:
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n", within=within)
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | Path, *, suffix: str = ".tmp"):
+def atomic_output(path: str | Path, *, suffix: str = ".tmp", within: str | Path | None = None):
     """A temporary file beside ``path`` for a writer that takes a file name (a figure, a Parquet table). When the
     block ends without error the file is synced to disk and renamed over ``path`` in one step, then the folder
     is synced (so that the new name survives a crash), so readers see the old file or the whole new one and an
@@ -114,9 +114,17 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp"):
     the file's owner and group become the writer's, and its ACLs, extended attributes and inode number are not
     carried over (only the permission bits are); other hard links to the old file keep the old content, and a
     process holding the old file open keeps reading it. Any ``OSError`` on the way (a read-only folder, a full
-    disk, a path through a regular file, a loop of links) becomes a one-line ``OutputError`` naming ``path``."""
+    disk, a path through a regular file, a loop of links) becomes a one-line ``OutputError`` naming ``path``.
+
+    ``within``: the output folder ``path`` lies in (a report's ``--out``, ``--save-problems DIR``, the folder of a
+    row store beside its table), for a file the user did not name: a link at ``path``, or a path resolving
+    outside the folder, is refused instead of followed (``check_inside``), so no output leaves its folder. The
+    rename would replace such a link rather than write through it, but the user is told instead."""
     shown = repr(str(path))
     temporary = None
+    if within is not None:
+        with _refusing("the output", shown):
+            check_inside(within, path, "cannot write")
     try:
         target = Path(os.path.realpath(path))  # where open() would write: through every link
         if target.is_symlink():
@@ -231,33 +239,64 @@ def check_output_dir(path: str | Path, what: str = "--out") -> None:
 @dataclasses.dataclass(frozen=True)
 class OutputKind:
     """A kind of file a command writes at a path the user names (a problem file, a selector, a latency model, a
-    sweep table): ``name`` in words for the refusal ('verispec problem file'), ``recognise(path)`` telling whether
-    an existing file is this tool's output of that kind (a format check that reads a bounded amount, never
-    raising), and ``example``, a file name to suggest when a directory is given."""
+    sweep table): ``name`` in words for the refusal ('verispec problem file'); ``marked(path)``, whether an
+    existing file carries the marker verispec writes into files of this kind (``verispec.provenance``: a marker
+    it writes, not a format it reads, so a hand-written file of the same format is not taken for its own; never
+    raising); ``recognise(path)``, whether it is of the format at all (for the refusal's words only: a file of
+    the format without the marker was written by hand or by a verispec older than the marker); and
+    ``example``, a file name to suggest when a directory is given."""
 
     name: str
-    recognise: Callable[[Path], bool]
+    marked: Callable[[Path], bool]
+    recognise: Callable[[Path], bool] | None = None
     example: str = "output"
 
 
 def check_output(path: str | Path, kind: OutputKind, *, what: str, overwrite: bool = False,
                  error: type[VerispecError] = OutputError) -> None:
     """The one guard of every file a command writes, called before any work: refuse a path ``atomic_output``
-    could not write (``check_output_file``) and, unless ``overwrite``, an existing file that ``kind`` does not
-    recognise as this tool's (a file of the user's, another kind of verispec file), so that it is never replaced
-    by accident. Missing parent folders are allowed: every writer creates them (``atomic_output``). ``what``
-    names the option in the one-line ``error``."""
+    could not write (``check_output_file``) and, unless ``overwrite``, an existing file that does not carry
+    verispec's marker of ``kind`` (a file of the user's, even one of the same format; another kind of verispec
+    file; one written before the marker existed), so that it is never replaced by accident. Missing parent
+    folders are allowed: every writer creates them (``atomic_output``). ``what`` names the option in the
+    one-line ``error``."""
     check_output_file(path, what, example=kind.example)
     target = Path(os.path.realpath(path))
     if overwrite or not target.exists():
         return
+    if _never_raising(kind.marked, target):
+        return
+    shown = repr(str(path))
+    if kind.recognise is not None and _never_raising(kind.recognise, target):
+        raise error(f"{what} {shown} exists and is a {kind.name} without the written_by marker verispec writes (written by "
+                    "hand, or by a verispec older than the marker), so verispec cannot show it wrote it; choose "
+                    "another path, or pass --overwrite to replace it")
+    raise error(f"{what} {shown} exists and is not a {kind.name} that verispec wrote; choose another path, or pass "
+                "--overwrite to replace it")
+
+
+def _never_raising(check: Callable[[Path], bool], path: Path) -> bool:
     try:
-        recognised = bool(kind.recognise(target))
-    except Exception:  # a file the recogniser cannot read is not this tool's
-        recognised = False
-    if not recognised:
-        raise error(f"{what} {str(path)!r} exists and is not a {kind.name}; choose another path, or pass --overwrite "
-                    "to replace it")
+        return bool(check(path))
+    except Exception:  # a file the check cannot read is not this tool's
+        return False
+
+
+def check_inside(folder: str | Path, path: str | Path, what: str = "--out") -> None:
+    """Refuse on one line (``OutputError``) an output ``path`` inside the output folder ``folder`` that is a
+    symbolic link, or whose resolved path leaves the folder (through a linked subfolder): a writer that follows
+    it would write outside the folder the user named, over a file of theirs. The folder itself may be a link
+    (the user named it); what is inside it may not. Called by the folder's checks and again by each write."""
+    base = os.path.realpath(folder)
+    shown = repr(str(path))
+    if os.path.islink(path):
+        raise OutputError(f"{what}: {shown} is a symbolic link (to {os.readlink(path)!r}); verispec does not write "
+                          f"through a link inside its output folder {str(folder)!r}; remove the link, or choose "
+                          "another folder")
+    resolved = os.path.realpath(path)
+    if os.path.commonpath([base, resolved]) != base:
+        raise OutputError(f"{what}: {shown} resolves to {resolved!r}, outside the output folder {str(folder)!r} "
+                          "(a linked subfolder); remove the link, or choose another folder")
 
 
 def check_zip_sizes(source, *, limit: int, what: str, error: type[VerispecError] = VerispecError) -> None:
@@ -355,12 +394,23 @@ class ResultStore:
     With ``overwrite`` the file's rows are ignored without reading it, and the first ``add`` replaces it: the
     run starts over (the file is only replaced, atomically, once a row exists to replace it with).
 
+    The file carries verispec's ``written_by`` marker, and ``outputs``: for each file written from the rows (a
+    sweep's table), its path relative to the store's folder and the SHA-256 of its last two contents, so that a
+    rerun replaces only a table it can show it wrote (``add_many(outputs=...)``; ``verispec.study.tables``). One
+    writer at a time: a command holds ``verispec.store_lock.store_lock`` for its run, because each ``add`` rewrites
+    the whole file from this object's rows, and a second writer's rows would be lost.
+
+    ``within``: the output folder the file lies in, when the user named the folder, not the file (a report's):
+    a link at its path is refused, not followed (``atomic_output``).
+
     >>> store = ResultStore("results/bench.json", parameters={"verifier": "bv", "seed": 0})
     >>> if not store.done(key): store.add(key, row)
     """
 
-    def __init__(self, path: str | Path, parameters: dict | None = None, *, overwrite: bool = False):
+    def __init__(self, path: str | Path, parameters: dict | None = None, *, overwrite: bool = False,
+                 within: str | Path | None = None):
         self.path = Path(path)
+        self.within = within  # the output folder the file must stay in (atomic_output), if any
         self.parameters = None
         if parameters is not None:
             from verispec.version import package_version
@@ -368,9 +418,12 @@ class ResultStore:
             self.parameters = _json_round_trip({**parameters, "verispec": parameters.get("verispec",
                                                                                           package_version())})
         self.rows: dict[str, dict] = {}
+        self.outputs: dict[str, list[str]] = {}
         if self.path.exists() and not overwrite:
             data = self._read()
             self.rows = {row["key"]: row for row in data.get("rows", [])}
+            outputs = data.get("outputs")
+            self.outputs = dict(outputs) if isinstance(outputs, dict) else {}
             self._check_parameters(data.get("parameters"))
 
     def _read(self) -> dict:
@@ -409,14 +462,30 @@ class ResultStore:
     def add(self, key: str, row: dict) -> None:
         self.add_many({key: row})
 
-    def add_many(self, rows: dict[str, dict]) -> None:
-        """Add several rows (key -> row) and save once."""
+    def add_many(self, rows: dict[str, dict], *, outputs: dict[str, str] | None = None) -> None:
+        """Add several rows (key -> row) and save once. ``outputs``: files about to be written from the rows (path
+        -> SHA-256 of their new content), recorded before they are written (``wrote``)."""
+        from verispec.provenance import MARKER_KEY, RESULT_STORE, written_by
+
         for key, row in rows.items():
             self.rows[key] = {"key": key, **row}
-        data = {"rows": list(self.rows.values())}
+        for path, digest in (outputs or {}).items():
+            name = self._output_name(path)
+            self.outputs[name] = [digest, *[old for old in self.outputs.get(name, [])[:1] if old != digest]]
+        data = {MARKER_KEY: written_by(RESULT_STORE, "row store"), "outputs": self.outputs,
+                "rows": list(self.rows.values())}
         if self.parameters is not None:
             data = {"parameters": self.parameters, **data}
-        atomic_write_json(self.path, data)
+        atomic_write_json(self.path, data, within=self.within)
+
+    def wrote(self, path: str | Path, digest: str | None) -> bool:
+        """Whether ``digest`` (the SHA-256 of the file now at ``path``) is one of the last two contents this store
+        recorded for it: the file is one verispec wrote from these rows, not since edited or replaced (the
+        previous content counts too: a run stopped between saving the store and writing the file left it)."""
+        return digest is not None and digest in self.outputs.get(self._output_name(path), [])
+
+    def _output_name(self, path: str | Path) -> str:
+        return os.path.relpath(os.path.realpath(path), os.path.realpath(self.path.parent))
 
 
 _MISSING = object()
@@ -479,3 +548,31 @@ def unpack_floats(value):
         raise ResultStoreError(f"a packed array of a result row cannot be read ({error}); the row store is damaged: "
                                "delete it to recompute its rows") from None
 
+
+def json_marker(path: str | Path, limit: int | None = None):
+    """The ``written_by`` value of a JSON file whose top level is an object, else None (never raising: a file that
+    is not such JSON carries no marker)."""
+    from verispec.provenance import MARKER_KEY, MAX_MARKER_READ
+
+    try:
+        data = json.loads(read_user_file(path, limit=limit or MAX_MARKER_READ, what="the file"))
+    except (ValueError, RecursionError, OSError):
+        return None
+    return data.get(MARKER_KEY) if isinstance(data, dict) else None
+
+
+def npz_marker(path: str | Path, limit: int):
+    """The ``written_by`` member of a .npz archive, else None (never raising). ``limit``: the most bytes the
+    archive may declare uncompressed (checked from its directory first, as its loader does)."""
+    import numpy as np
+
+    from verispec.provenance import MARKER_KEY
+
+    try:
+        check_zip_sizes(path, limit=limit, what="the archive")
+        with np.load(path, allow_pickle=False) as archive:
+            if MARKER_KEY not in archive.files:
+                return None
+            return json.loads(str(archive[MARKER_KEY]))
+    except Exception:  # numpy and zipfile raise many kinds on a file that is not an archive of theirs
+        return None

@@ -191,7 +191,16 @@ def is_latency_file(path: str | Path) -> bool:
     return True
 
 
+def latency_file_marked(path: str | Path) -> bool:
+    """Whether ``path`` carries the ``written_by`` marker of a latency model 'verispec latency --out' wrote
+    (``verispec.provenance``): what it may replace without --overwrite."""
+    from verispec.io import json_marker
+    from verispec.provenance import LATENCY, is_marked
+
+    return is_marked(json_marker(path, MAX_LATENCY_FILE_BYTES), LATENCY)
+
+
 #: What 'verispec latency --out' writes (``verispec.io.check_output``).
-LATENCY_FILE = OutputKind("verispec latency model", is_latency_file, "latency.json")
+LATENCY_FILE = OutputKind("verispec latency model", latency_file_marked, is_latency_file, "latency.json")
 
 __all__ = ["LATENCY_FILE", "LatencyError", "LatencyModel", "is_latency_file"]

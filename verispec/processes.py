@@ -5,15 +5,21 @@ Linux's /proc (elsewhere only the worker itself is known). Standard library only
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import sys
+import sysconfig
 import time
 from collections.abc import Callable
 
 #: Linux prctl options: be the reaper of orphaned descendants, and read that setting back.
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
+#: verispec's, the standard library's and installed packages' folders: a frame there is not the user's line.
+LIBRARY_FOLDERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep,
+                   *{os.path.abspath(sysconfig.get_paths()[key]) + os.sep
+                     for key in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
 class Reaper:
@@ -121,4 +127,52 @@ def _descendants(roots: set[int]) -> set[int]:
     return found
 
 
-__all__ = ["Reaper"]
+def signal_name(sig) -> str:
+    try:
+        return signal.Signals(sig).name
+    except (ValueError, TypeError):
+        return str(sig)
+
+
+def parse_report(data: bytes, pid: int) -> dict | None:
+    """The worker's report (the last line sent by the worker's own pid), or None."""
+    found = None
+    for line in data.splitlines():
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict) and report.get("pid") == pid and isinstance(report.get("status"), int):
+            found = report
+    return found
+
+
+def how_it_ended(status: int | None) -> str:
+    if status is None:
+        return "ended"
+    if os.WIFSIGNALED(status):
+        return f"was killed by signal {signal_name(os.WTERMSIG(status))}"
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def crash_location(crash_file) -> str:
+    """' at FILE, line N, in NAME' from faulthandler's traceback (most recent call first): the first frame that is
+    not verispec's or the interpreter's own; '' without one."""
+    try:
+        crash_file.seek(0)
+        text = crash_file.read(65536).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("File "):
+            continue
+        path, _, rest = line[len('File "'):].partition('"')
+        if path.startswith("<") or os.path.abspath(path).startswith(LIBRARY_FOLDERS):
+            continue
+        lineno, _, name = rest.replace(", line ", "").strip().partition(" in ")
+        return f" at {os.path.basename(path)}, line {lineno}, in {name}"
+    return ""
+
+
+__all__ = ["LIBRARY_FOLDERS", "Reaper", "crash_location", "how_it_ended", "parse_report", "signal_name"]

@@ -50,7 +50,6 @@ import selectors
 import signal
 import struct
 import sys
-import sysconfig
 import tempfile
 import time
 import traceback
@@ -58,7 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from verispec.errors import UserCodeExit
-from verispec.processes import Reaper
+from verispec.processes import Reaper, crash_location, how_it_ended, parse_report, signal_name
 
 #: The environment variable that turns supervision off ("0"): the command runs in one process.
 SWITCH = "VERISPEC_SUPERVISE"
@@ -149,9 +148,6 @@ def _real(name: str):
 
 _ORIGINALS: dict[str, Callable] = {}
 _OWN_FOLDER = os.path.dirname(os.path.abspath(__file__)) + os.sep
-#: verispec's, the standard library's and installed packages' folders: a frame there is not the user's line.
-_LIBRARY_FOLDERS = (_OWN_FOLDER, *{os.path.abspath(sysconfig.get_paths()[key]) + os.sep
-                                   for key in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
 def _called_by_user_code() -> bool:
@@ -183,17 +179,17 @@ def _intercept_exits() -> None:
 
     def kill(pid, sig):
         if sig != 0 and _own_process(pid) and _called_by_user_code():
-            raise UserCodeExit(f"os.kill({pid}, {_signal_name(sig)}) on verispec's own process")
+            raise UserCodeExit(f"os.kill({pid}, {signal_name(sig)}) on verispec's own process")
         return _ORIGINALS["kill"](pid, sig)
 
     def killpg(pgid, sig):
         if sig != 0 and pgid in (0, os.getpgrp()) and _called_by_user_code():
-            raise UserCodeExit(f"os.killpg({pgid}, {_signal_name(sig)}) on verispec's own process group")
+            raise UserCodeExit(f"os.killpg({pgid}, {signal_name(sig)}) on verispec's own process group")
         return _ORIGINALS["killpg"](pgid, sig)
 
     def raise_signal(sig):
         if _called_by_user_code():
-            raise UserCodeExit(f"signal.raise_signal({_signal_name(sig)})")
+            raise UserCodeExit(f"signal.raise_signal({signal_name(sig)})")
         return _ORIGINALS["raise_signal"](sig)
 
     for module, name, replacement in ((os, "_exit", exit_now), (os, "abort", abort), (os, "kill", kill),
@@ -201,13 +197,6 @@ def _intercept_exits() -> None:
         if hasattr(module, name):
             _ORIGINALS[name] = getattr(module, name)
             setattr(module, name, replacement)
-
-
-def _signal_name(sig) -> str:
-    try:
-        return signal.Signals(sig).name
-    except (ValueError, TypeError):
-        return str(sig)
 
 
 def _after_fork_in_a_copy() -> None:
@@ -532,7 +521,7 @@ class _Watch:
         self.selector.close()
 
     def verdict(self, shared: mmap.mmap, crash_file) -> int:
-        report = _parse_report(self.report, self.pid)
+        report = parse_report(self.report, self.pid)
         if report is not None:
             if report.get("line"):
                 _write("stderr", report["line"] + "\n")
@@ -551,8 +540,8 @@ class _Watch:
                     "returns to verispec's watchdog); find the loop, or run again with a larger --time-budget")
             status, word = EXIT_INCONCLUSIVE, "inconclusive"
         else:
-            how = _how_it_ended(self.wait_status)
-            where = _crash_location(crash_file)
+            how = how_it_ended(self.wait_status)
+            where = crash_location(crash_file)
             line = (f"verispec: RAISES: the process running the code under check {how}{where}{while_doing}, "
                     "without verispec's verdict; the code must return, not end or crash the process")
             status, word = EXIT_RAISES, "raises"
@@ -560,47 +549,6 @@ class _Watch:
             _write("stdout", json.dumps({"verdict": word, "exit_status": status, "message": line}) + "\n")
         _write("stderr", line + "\n")
         return status
-
-
-def _parse_report(data: bytes, pid: int) -> dict | None:
-    """The worker's report (the last line sent by the worker's own pid), or None."""
-    found = None
-    for line in data.splitlines():
-        try:
-            report = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(report, dict) and report.get("pid") == pid and isinstance(report.get("status"), int):
-            found = report
-    return found
-
-
-def _how_it_ended(status: int | None) -> str:
-    if status is None:
-        return "ended"
-    if os.WIFSIGNALED(status):
-        return f"was killed by signal {_signal_name(os.WTERMSIG(status))}"
-    return f"exited with status {os.WEXITSTATUS(status)}"
-
-
-def _crash_location(crash_file) -> str:
-    """' at FILE, line N, in NAME' from faulthandler's traceback (most recent call first): the first frame that is
-    not verispec's or the interpreter's own; '' without one."""
-    try:
-        crash_file.seek(0)
-        text = crash_file.read(65536).decode("utf-8", "replace")
-    except (OSError, ValueError):
-        return ""
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("File "):
-            continue
-        path, _, rest = line[len('File "'):].partition('"')
-        if path.startswith("<") or os.path.abspath(path).startswith(_LIBRARY_FOLDERS):
-            continue
-        lineno, _, name = rest.replace(", line ", "").strip().partition(" in ")
-        return f" at {os.path.basename(path)}, line {lineno}, in {name}"
-    return ""
 
 
 def _write(name: str, text: str) -> None:

@@ -6,8 +6,9 @@ under a second, before anything proportional to it is allocated: the run is time
 and numpy's, through tracemalloc) are bounded far below the declared size; one case also runs under ``ulimit -v``.
 
 One rule for every file a command writes: an existing file that is not this tool's output of that kind is refused
-untouched unless --overwrite; with --overwrite it is replaced; the tool's own output of that kind is replaced on a
-rerun; missing parent folders are created for every writer.
+untouched unless --overwrite; with --overwrite it is replaced; the tool's own output of that kind (the file carries
+verispec's written_by marker, issue 54: being of the format is not enough) is replaced on a rerun; missing parent
+folders are created for every writer.
 """
 
 from __future__ import annotations
@@ -292,7 +293,8 @@ def _guard_refuses(capsys, argv, path: Path, content: bytes = FOREIGN.encode()) 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content)
     line = _refused(capsys, argv, seconds=5, megabytes=64)
-    assert str(path) in line and "is not a verispec" in line and "--overwrite" in line
+    assert str(path) in line and ("is not a verispec" in line or "without the written_by marker" in line) \
+        and "--overwrite" in line
     assert path.read_bytes() == content
 
 
@@ -319,9 +321,10 @@ def test_witness_writers_follow_the_rule(capsys, tmp_path, argv, name, status):
     path = tmp_path / name
     _guard_refuses(capsys, [*argv, path], path)
     assert main([*argv, str(path), "--overwrite"]) == status and is_problem_file(path)
+    assert main([*argv, str(path)]) == status and is_problem_file(path)  # its own output (its marker): replaced
     hand_written = json.dumps({"vocab_size": 2, "target": {"": [1, 0]}, "draft": {}})
-    path.write_text(hand_written)  # a problem file, so its kind: replaced without --overwrite
-    assert main([*argv, str(path)]) == status and is_problem_file(path) and path.read_bytes() != hand_written.encode()
+    # a problem file without verispec's marker (issue 54: it used to be replaced, being of the format): refused
+    _guard_refuses(capsys, [*argv, path], path, hand_written.encode())
     nested = tmp_path / "new" / "deeper" / name
     assert main([*argv, str(nested)]) == status and is_problem_file(nested)  # missing parents are created
 

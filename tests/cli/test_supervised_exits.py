@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from verispec import supervisor
+from verispec import processes, supervisor
 from verispec.cli import main
 
 pytestmark = pytest.mark.skipif(not supervisor.available(), reason="needs os.fork (the supervised worker)")
@@ -275,8 +275,8 @@ def test_negative_control_one_process_outlives_its_verdict(rules, tmp_path):
 def test_the_worker_reports_through_its_own_pipe_only():
     """A status is taken only from the worker's own pid: a report line from anyone else is ignored."""
     forged = json.dumps({"pid": 1, "status": 0, "line": None}).encode() + b"\n"
-    assert supervisor._parse_report(forged, pid=2) is None
-    assert supervisor._parse_report(forged, pid=1)["status"] == 0
+    assert processes.parse_report(forged, pid=2) is None
+    assert processes.parse_report(forged, pid=1)["status"] == 0
 
 
 def test_registered_rules_run_in_one_process(monkeypatch, capsys):

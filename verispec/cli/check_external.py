@@ -111,8 +111,11 @@ def run(args) -> int:
                                 time_budget=args.time_budget, context_free=True if args.context_free else None,
                                 suite=args.suite, progress=lambda count: bar.update(count - bar.n), **options)
     found = report.problem is not None and report.problem_source == "search"  # a witness, or a candidate
-    if args.output and found:
-        atomic_write_text(args.output, json.dumps(report.problem) + "\n")
+    if args.output and found:  # with its marker, so that a rerun may replace it (verispec.provenance)
+        from verispec.provenance import MARKER_KEY, PROBLEM, written_by
+
+        atomic_write_text(args.output, json.dumps({**report.problem, MARKER_KEY: written_by(PROBLEM, "check-external")})
+                          + "\n")
     if args.json:
         print(json.dumps(plain_json(report.to_json())))
     else:

@@ -121,7 +121,9 @@ def run(args) -> int:
         selector = Selector.load(args.selector)  # before the pair: a bad file costs no model load
     pair, sampling = load_pair(args)
     if selector is not None:
-        selector.check_fits(pair=pair.name, vocab_size=pair.vocab_size, sampling=sampling)
+        from verispec.selector.fits import check_pair_fits
+
+        check_pair_fits(selector, pair, sampling, name=f"the selector {args.selector!r}")
         policy = SelectorPolicy(selector)
     from tqdm import tqdm
 

@@ -81,12 +81,16 @@ def run(args) -> int:
 
 def _write_witness(args, drafter, problem_json: dict) -> None:
     """The witness to --output (JSON, or the binary form for FILE.npz), else on stdout; on stdout too when
-    --output cannot be written, so that the search is never lost."""
+    --output cannot be written, so that the search is never lost. The file carries the ``written_by`` marker
+    (``verispec.provenance``), so that a rerun may replace it; the witness printed carries none."""
     text = json.dumps(problem_json)
     if not args.output:
         print(text)
         return
     from verispec.io import atomic_write_text
+    from verispec.provenance import MARKER_KEY, PROBLEM, written_by
+
+    marker = written_by(PROBLEM, "hunt")
 
     try:
         if args.output.endswith(".npz"):  # the binary form; the witness's rationals as integer pairs
@@ -94,9 +98,10 @@ def _write_witness(args, drafter, problem_json: dict) -> None:
             from verispec.simulator.problem_files import problem_to_npz
 
             problem_to_npz(problem_from_json(problem_json, exact=True), drafter.depth, args.output,
-                           metadata={"description": f"hunt witness for {args.verifier} on {drafter.spec}"})
+                           metadata={"description": f"hunt witness for {args.verifier} on {drafter.spec}"},
+                           written_by=marker)
         else:
-            atomic_write_text(args.output, text + "\n")
+            atomic_write_text(args.output, json.dumps({**problem_json, MARKER_KEY: marker}) + "\n")
     except OSError as error:
         print(text)
         raise VerispecError(f"cannot write --output {args.output!r} ({error.strerror or error}); the witness "

@@ -48,7 +48,11 @@ def run(args) -> int:
     pair, _ = load_pair(args)
     model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats,
                             draft_sizes=draft_sizes)
-    atomic_write_json(args.out, {**model.as_dict(), "load_average": os.getloadavg()[0]})
+    from verispec.provenance import LATENCY, MARKER_KEY, written_by
+
+    # the marker lets a rerun replace the file (verispec.provenance); LatencyModel.load reads its own keys only
+    atomic_write_json(args.out, {**model.as_dict(), "load_average": os.getloadavg()[0],
+                                 MARKER_KEY: written_by(LATENCY, "latency")})
     draft = ", ".join(f"{w}: {time_:.3f}" for w, time_ in zip(model.draft_sizes, model.draft_times))
     target = ", ".join(f"{n}: {time_:.3f}" for n, time_ in zip(model.target_sizes, model.target_times))
     print(f"t_q(w) = {draft} ms; t_p(n) = {target} ms; {model.source}; wrote {args.out}")

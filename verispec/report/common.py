@@ -162,9 +162,10 @@ def pyplot():
 
 
 def save_figure(figure, path: Path) -> str:
-    """Write ``figure`` as PNG atomically (with the permissions of any other file written here)."""
+    """Write ``figure`` as PNG atomically (with the permissions of any other file written here), into the output
+    folder it is named in: a link at ``path`` is refused, not followed out of the folder (``within``)."""
     figure.tight_layout()
-    with atomic_output(path, suffix=".png") as temporary:
+    with atomic_output(path, suffix=".png", within=Path(path).parent) as temporary:
         figure.savefig(temporary, dpi=110, format="png")
     pyplot().close(figure)
     return path.name

@@ -248,10 +248,10 @@ def write_study(result: dict, out: str | Path, heading: str | None = None, level
     atomically; the markdown's text."""
     out = Path(out)
     check_study_outputs(out)
-    atomic_write_json(out / JSON_FILE, result)
+    atomic_write_json(out / JSON_FILE, result, within=out)
     study_figure(result, out / FIGURE_FILE)
     text = study_markdown(result, heading or f"Delay selector on {result['pair']}: stored datasets", level)
-    atomic_write_text(out / MARKDOWN_FILE, text)
+    atomic_write_text(out / MARKDOWN_FILE, text, within=out)
     return text
 
 

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import VerispecError, describe
-from verispec.io import check_output_dir, check_output_file
+from verispec.io import check_inside, check_output_dir, check_output_file
 from verispec.latency import LatencyModel
 from verispec.limits import MAX_PROJECTION
 from verispec.report.common import plural, throughput_unit
@@ -176,7 +176,14 @@ def pair_settings(datasets: Sequence[tuple[str, Dataset]], pair: str | None = No
             raise DatasetError(f"dataset {label!r} labels the trees of {data.grid.describe()}, {first_label!r} those "
                                f"of {first.grid.describe()}; give datasets of one tree grid (K, L1, L2)")
         if data.feature_names != first.feature_names:
-            raise DatasetError(f"dataset {label!r} holds other features than {first_label!r}; rebuild it")
+            raise DatasetError(f"dataset {label!r} holds the {len(data.feature_names)} features "
+                               f"{', '.join(data.feature_names)}, {first_label!r} the {len(first.feature_names)} "
+                               f"features {', '.join(first.feature_names)}; rebuild both with this verispec "
+                               "('verispec selector dataset')")
+        for key in ("tokenizer", "vocab_size"):  # one pair name over other models (--target/--draft reused)
+            if data.metadata.get(key) != first.metadata.get(key):
+                raise DatasetError(f"dataset {label!r} has the {key} {data.metadata.get(key)!r}, {first_label!r} "
+                                   f"{first.metadata.get(key)!r}; give datasets of one pair's models")
     settings: list[Setting] = []
     for label, data in datasets:
         for index, sampling in enumerate(data.samplings):
@@ -489,9 +496,11 @@ def load_inputs(paths: Sequence[str], latency_file: str | None, pair: str | None
 
 
 def check_study_outputs(out: str | Path, what: str = "--out") -> None:
-    """Refuse, before any work, a folder that cannot take the study's files (``OUTPUTS``)."""
+    """Refuse, before any work, a folder that cannot take the study's files (``OUTPUTS``), or where one of them is
+    a link (``check_inside``: no output follows a link out of its folder)."""
     check_output_dir(out, what)
     for name in OUTPUTS:
+        check_inside(out, Path(out) / name, what)
         check_output_file(Path(out) / name, what)
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from verispec import budget
 from verispec.errors import ProblemTooLargeError, ResultStoreError, describe
-from verispec.io import ResultStore, check_output, check_output_file, unpack_floats
+from verispec.io import ResultStore, check_inside, check_output, check_output_file, unpack_floats
 from verispec.memory import trim_heap
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
 from verispec.selector.hidden_states import HIDDEN_NAMES, collect_hidden_states, root_hidden
@@ -59,17 +59,22 @@ from verispec.selector.roots import (
 #: the exact engine refuses, and conditional for the roots of a pair).
 BUILD_METHODS = ("auto", "exact", "certified", "conditional")
 
-def check_dataset_output(out: str | Path, *, overwrite: bool = False) -> Path:
+def check_dataset_output(out: str | Path, *, overwrite: bool = False, in_place: bool = False) -> Path:
     """The row store of the dataset ``out``, after refusing on one line, before any work, an output that cannot be
     written or that is not this tool's: a file without its row store (a rerun could not resume it) or one that
-    is not a dataset (``DATASET_FILE``), unless ``overwrite``."""
+    is not a dataset verispec wrote (``DATASET_FILE``: no ``written_by`` marker), unless ``overwrite``; a link in
+    place of the row store (a file the user did not name) is refused even then. ``in_place`` (``--relabel``: the
+    command reads ``out`` and writes it back with some labels replaced, the user naming it as the file to
+    change): a dataset of the format suffices, so that datasets written before the marker can be relabelled."""
     out = Path(out)
     store_file = store_path(out)
+    check_inside(out.parent, store_file, "the dataset's row store")
     check_output_file(store_file, "the dataset's row store")
     if out.exists() and not store_file.exists() and not overwrite:
         raise DatasetError(f"{str(out)!r} exists without its row store {str(store_file)!r}, so a rerun cannot resume "
                            "it; pass overwrite (--overwrite) to replace it, or choose another output")
-    check_output(out, DATASET_FILE, what="the dataset", overwrite=overwrite, error=DatasetError)
+    kind = dataclasses.replace(DATASET_FILE, marked=DATASET_FILE.recognise) if in_place else DATASET_FILE
+    check_output(out, kind, what="the dataset", overwrite=overwrite, error=DatasetError)
     return store_file
 
 
@@ -162,16 +167,28 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     their own row store ``OUT.hidden.json`` (so a labelled build gains them without labelling again). Before the
     first root, exact labels out of a build's reach are refused ('exact') or labelled conditional-exact ('auto',
     with a one-line ``note``): ``check_label_costs``. The roots run through the study's executor and its one save
-    loop (``verispec.study.executor``: ``execute``, ``save_as_they_arrive``)."""
-    from verispec.selector.features import SCALAR_FEATURES
-    from verispec.study.executor import execute, save_as_they_arrive
-    from verispec.study.workers import worker_processes
+    loop (``verispec.study.executor``: ``execute``, ``save_as_they_arrive``). One writer per store: the build holds
+    the store's lock (``verispec.store_lock``), and a second build of ``out`` is refused at start."""
+    from verispec.store_lock import store_lock
 
     roots = list(roots)
     _check_build(roots, grid, method, samples, seed, epsilon, latency, pair, hidden, root_batch)
     root_batch = int(root_batch)
     out = Path(out)
     store_file = check_dataset_output(out, overwrite=overwrite)
+    with store_lock(store_file):  # one writer of the store: a second build of ``out`` is refused before any root
+        return _build_locked(roots, grid, method, samples, epsilon, out, store_file, latency, pair,
+                             (backend, jobs, address), progress, overwrite, seed, hidden, note, root_batch)
+
+
+def _build_locked(roots, grid, method, samples, epsilon, out, store_file, latency, pair, where, progress, overwrite,
+                  seed, hidden, note, root_batch) -> Dataset:
+    """``build_dataset`` once its outputs passed their checks and its row store is locked."""
+    from verispec.selector.features import SCALAR_FEATURES
+    from verispec.study.executor import execute, save_as_they_arrive
+    from verispec.study.workers import worker_processes
+
+    backend, jobs, address = where
     settings = {"method": method, "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon),
                 "latency": latency.as_dict()}
     parameters = {"kind": DATASET_FORMAT, "grid": grid.as_dict(), **settings, "feature_names": list(SCALAR_FEATURES)}

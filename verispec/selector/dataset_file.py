@@ -170,9 +170,12 @@ class Dataset:
         held = np.isin(self.group, groups[order[:count]])
         return self.subset(~held), self.subset(held)
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, *, command: str = "selector dataset") -> None:
         """Write the dataset to ``path`` (.npz, zip-deflated: labels of 620 roots x 476 actions x 16 trees fit in
-        about 5 MB instead of 52) atomically."""
+        about 5 MB instead of 52) atomically, with the ``written_by`` marker of ``verispec COMMAND`` (the member
+        that lets a rerun replace it: ``verispec.provenance``; ``load`` ignores it)."""
+        from verispec.provenance import DATASET, MARKER_KEY, npz_member, written_by
+
         arrays = {name: getattr(self, name) for name in ARRAYS}
         if self.per_sample is not None:
             arrays["per_sample"] = self.per_sample
@@ -180,7 +183,8 @@ class Dataset:
             arrays[f"hidden.{name}"] = block
         check_output_file(path, "the dataset", example="dataset.npz")
         with atomic_output(path) as temporary, open(temporary, "wb") as stream:
-            np.savez_compressed(stream, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays)
+            np.savez_compressed(stream, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays,
+                                **{MARKER_KEY: npz_member(written_by(DATASET, command))})
 
     @classmethod
     def load(cls, path: str | Path, grid=None) -> Dataset:
@@ -238,8 +242,17 @@ def is_dataset_file(path: str | Path) -> bool:
         return False
 
 
+def dataset_file_marked(path: str | Path) -> bool:
+    """Whether ``path`` carries the ``written_by`` marker of a selector dataset verispec wrote
+    (``verispec.provenance``): what 'verispec selector dataset' may replace without --overwrite."""
+    from verispec.io import npz_marker
+    from verispec.provenance import DATASET, is_marked
+
+    return is_marked(npz_marker(path, MAX_DATASET_BYTES), DATASET)
+
+
 #: What 'verispec selector dataset --out' writes (``verispec.io.check_output``).
-DATASET_FILE = OutputKind("verispec selector dataset", is_dataset_file, "dataset.npz")
+DATASET_FILE = OutputKind("verispec selector dataset", dataset_file_marked, is_dataset_file, "dataset.npz")
 
 
 __all__ = ["ARRAYS", "DATASET_FILE", "DATASET_FORMAT", "DATASET_VERSION", "MAX_DATASET_BYTES", "Dataset",

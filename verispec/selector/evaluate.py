@@ -216,25 +216,13 @@ def selector_choice(selector, dataset) -> np.ndarray:
     return mapping[chosen]
 
 
-def check_dataset_fits(selector, dataset) -> None:
-    """Refuse on one line (``Selector.check_fits``) a selector evaluated on roots it was not trained for: another
-    pair or vocabulary (a synthetic dataset for a pair's selector, or the reverse), a sampling setting it never
-    saw, or actions outside the dataset's grid."""
-    pair, trained_pair = dataset.metadata.get("pair"), selector.metadata.get("pair")
-    if (pair or None) != (trained_pair or None):
-        raise SelectorError(f"the selector does not fit: the dataset's roots come from "
-                            f"{repr(pair) if pair else 'synthetic problems'}, but it was trained on "
-                            f"{repr(trained_pair) if trained_pair else 'synthetic problems'}")
-    if pair:
-        selector.check_fits(vocab_size=dataset.metadata.get("vocab_size"))
-        from verispec.models.sampling import Sampling
+def check_dataset_fits(selector, dataset, *, name: str = "the selector", source: str = "the dataset") -> None:
+    """Refuse on one line a selector evaluated on roots it was not trained for (``verispec.selector.fits``):
+    another pair or vocabulary (a synthetic dataset for a pair's selector, or the reverse), other sampling
+    settings, another action grid, or other features."""
+    from verispec.selector.fits import check_dataset_fits as check
 
-        for setting in dataset.metadata.get("samplings") or []:
-            selector.check_fits(sampling=Sampling(setting["temperature"], setting.get("top_k"), setting.get("top_p")))
-    outside = [action.name for action in selector.grid.actions if action not in dataset.grid.actions]
-    if outside:
-        raise SelectorError(f"the selector does not fit: its action {outside[0]} ({len(outside)} in all) is not in the "
-                            f"dataset's grid {dataset.grid.describe()}; evaluate it on a dataset of its grid")
+    check(selector, dataset, name=name, source=source)
 
 
 def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool = True,
@@ -249,7 +237,7 @@ def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool 
               "bootstrap": {"resamples": resamples, "seed": seed, "level": 0.95, "over": "groups"},
               "selectors": {}}
     for name, selector in selectors.items():
-        check_dataset_fits(selector, test)
+        check_dataset_fits(selector, test, name=f"selector {name!r}")
         latency = LatencyModel.from_dict(selector.metadata["latency"])
         times = action_times(test.grid, latency)
         chosen_times = policy_action_times(test.grid, latency, reads_draft=reads_draft(selector.feature_names))

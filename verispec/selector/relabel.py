@@ -146,7 +146,7 @@ def check_relabel(out: str | Path, verifiers, grid) -> tuple[str, ...]:
     dataset with its row store."""
     names = _checked_verifiers(verifiers, grid)
     out = Path(out)
-    check_dataset_output(out)  # a file without its row store, or not a dataset: refused
+    check_dataset_output(out, in_place=True)  # a file without its row store, or not a dataset: refused
     if not out.exists():
         raise DatasetError(f"--relabel replaces labels of a finished dataset, and {str(out)!r} does not exist "
                            "(or its build has not finished); build it first with the same command without --relabel")

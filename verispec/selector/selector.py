@@ -199,7 +199,9 @@ class Selector:
         meta = self.metadata
 
         def refuse(what, given, trained):
-            raise SelectorError(f"the selector does not fit: {what} {given}, but it was trained for {trained}")
+            raise SelectorError(f"the selector does not fit: {what} {given}, but it was trained for {trained}; use a "
+                                f"selector trained for this {what} ('verispec selector dataset' with it, then "
+                                "'selector train')")
 
         if pair is not None:
             name = getattr(pair, "name", pair)
@@ -230,8 +232,12 @@ class Selector:
 
     # -- the file ----------------------------------------------------------------------------------------------
     def state(self) -> dict:
-        """The file's content: plain tensors, dicts, lists and strings."""
-        return {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
+        """The file's content: plain tensors, dicts, lists and strings; ``written_by``, the marker that lets a
+        rerun of 'verispec selector train' replace the file (``verispec.provenance``; ``load`` ignores it)."""
+        from verispec.provenance import MARKER_KEY, SELECTOR, written_by
+
+        return {MARKER_KEY: written_by(SELECTOR, "selector train"), "format": FORMAT, "format_version": FORMAT_VERSION,
+                "kind": self.kind,
                 "config": plain_metadata(self.model.config), "grid": self.grid.as_dict(),
                 "feature_names": list(self.feature_names), "hidden_names": list(self.hidden_names),
                 "metadata": self.metadata,
@@ -300,8 +306,20 @@ def is_selector_file(path: str | Path) -> bool:
     return isinstance(data, dict) and data.get("format") == FORMAT
 
 
+def selector_file_marked(path: str | Path) -> bool:
+    """Whether ``path`` carries the ``written_by`` marker of a selector file verispec wrote
+    (``verispec.provenance``): what 'verispec selector train' may replace without --overwrite."""
+    from verispec.provenance import MARKER_KEY, SELECTOR, is_marked
+
+    try:
+        data = _read_state(path, repr(str(path)))
+    except Exception:  # torch raises many kinds on a file that is not its own
+        return False
+    return isinstance(data, dict) and is_marked(data.get(MARKER_KEY), SELECTOR)
+
+
 #: What 'verispec selector train --out' writes (``verispec.io.check_output``).
-SELECTOR_FILE = OutputKind("verispec selector file", is_selector_file, "selector.pt")
+SELECTOR_FILE = OutputKind("verispec selector file", selector_file_marked, is_selector_file, "selector.pt")
 
 
 class SelectorPolicy:

@@ -36,8 +36,10 @@ MAX_PROBLEM_FILE_BYTES = 256 << 20
 REQUIRED_KEYS = ("vocab_size", "target", "draft")
 NOTE_KEYS = ("comment", "description")
 #: Optional keys holding JSON objects that readers ignore: "derived" is the provenance ``verispec derive``
-#: writes (the pair, context, settings and the real tokens behind every derived prefix).
-METADATA_KEYS = ("derived",)
+#: writes (the pair, context, settings and the real tokens behind every derived prefix); "written_by" the marker
+#: of the verispec command that wrote the file (``verispec.provenance``: only a file carrying it is replaced
+#: without --overwrite).
+METADATA_KEYS = ("derived", "written_by")
 
 
 def _checked_rows(prefixes: list, rows, size: int, largest_token: int | None = None, *, numbers_only: bool = False,
@@ -375,12 +377,15 @@ def _prefix_arrays(prefixes: list) -> tuple[np.ndarray, np.ndarray]:
     return lengths, tokens
 
 
-def problem_to_npz(problem: Problem, depth: int, path: str | Path, *, metadata: Mapping | None = None) -> None:
+def problem_to_npz(problem: Problem, depth: int, path: str | Path, *, metadata: Mapping | None = None,
+                   written_by: Mapping | None = None, within: str | Path | None = None) -> None:
     """Write ``problem`` (prefixes of length <= depth; draft <= depth - 1) in the binary .npz form, atomically.
 
     A float problem stores float64 rows; an exact one stores each row as int64 numerators and denominators, and
     refuses (InvalidProblemError) an entry whose numerator or denominator does not fit (write JSON instead).
-    ``metadata`` (JSON-serialisable: a description, ``verispec derive``'s provenance) is kept as JSON text."""
+    ``metadata`` (JSON-serialisable: a description, ``verispec derive``'s provenance) is kept as JSON text;
+    ``written_by`` (``verispec.provenance.written_by``), the marker of the command writing it, as the member
+    ``written_by``. ``within``: the output folder the file must stay in (``verispec.io.atomic_output``)."""
     import io
 
     from verispec.io import atomic_write_bytes
@@ -388,6 +393,10 @@ def problem_to_npz(problem: Problem, depth: int, path: str | Path, *, metadata: 
     problem.require_depth(depth)
     arrays = {"format": np.asarray(NPZ_FORMAT), "vocab_size": np.asarray(problem.vocab_size, dtype=np.int64),
               "metadata": np.asarray(json.dumps(dict(metadata or {}), default=str))}
+    if written_by is not None:
+        from verispec.provenance import npz_member
+
+        arrays["written_by"] = npz_member(dict(written_by))
     for name, last, law in (("target", depth, problem.target), ("draft", depth - 1, problem.draft)):
         prefixes = [prefix for length in range(last + 1) for prefix in problem.prefixes(length)]
         arrays[f"{name}_lengths"], arrays[f"{name}_tokens"] = _prefix_arrays(prefixes)
@@ -405,7 +414,7 @@ def problem_to_npz(problem: Problem, depth: int, path: str | Path, *, metadata: 
             arrays[f"{name}_values"] = np.asarray(rows, dtype=np.float64).reshape(len(prefixes), problem.vocab_size)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_bytes(path, buffer.getvalue(), within=within)
 
 
 def problem_from_npz(content: bytes, *, exact: bool = False, name: str = "problem file") -> TabularProblem:
@@ -476,7 +485,8 @@ def is_problem_file(path: str | Path) -> bool:
     """Whether ``path`` holds a problem file in one of the forms ``load_problem`` reads: a .npz whose format array
     names NPZ_FORMAT, or a JSON object whose keys are those of the layout (vocab_size, target, draft and the
     optional notes and metadata); the tables themselves are not checked. What the commands that write problem
-    files (hunt, check-external, derive, sweep --save-problems) may replace without --overwrite."""
+    files (hunt, check-external, derive, sweep --save-problems) name in their refusal: a problem file without the
+    marker (``problem_file_marked``) is not replaced without --overwrite."""
     import io
     import zipfile
 
@@ -497,8 +507,26 @@ def is_problem_file(path: str | Path) -> bool:
     return isinstance(data, dict) and set(REQUIRED_KEYS) <= set(data) <= allowed
 
 
+def problem_file_marked(path: str | Path) -> bool:
+    """Whether ``path`` carries the ``written_by`` marker of a problem file verispec wrote (``verispec.provenance``):
+    the member of a .npz, the key of a JSON object. What the commands that write problem files may replace
+    without --overwrite: a hand-written problem file, or one a verispec older than the marker wrote, has none."""
+    from verispec.io import json_marker, npz_marker
+    from verispec.provenance import PROBLEM, is_marked
+
+    try:
+        with open(path, "rb") as stream:
+            magic = stream.read(4)
+    except OSError:
+        return False
+    marker = npz_marker(path, MAX_NPZ_ARRAY_BYTES) if magic == NPZ_MAGIC else json_marker(path,
+                                                                                         MAX_PROBLEM_FILE_BYTES)
+    return is_marked(marker, PROBLEM)
+
+
 #: What the commands that write problem files write (``verispec.io.check_output``).
-PROBLEM_FILE = OutputKind("verispec problem file (JSON or .npz)", is_problem_file, "problem.json")
+PROBLEM_FILE = OutputKind("verispec problem file (JSON or .npz)", problem_file_marked, is_problem_file,
+                          "problem.json")
 
 
 def problem_to_json(problem: Problem, depth: int) -> dict:

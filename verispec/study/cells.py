@@ -136,8 +136,10 @@ def write_problems(grid: SweepGrid, directory: str | Path, *, overwrite: bool = 
     of the grid (``file:PATH``) are already files and are skipped. ``verispec exact --problem FILE`` then reproduces
     any cell. Returns the paths written. Before anything is written, a table beyond verispec's limits is refused,
     and so is a folder that cannot be written or a file of one of those names that is not a problem file
-    (``verispec.io.check_output``), unless ``overwrite``."""
-    from verispec.io import check_output, check_output_dir
+    (``verispec.io.check_output``: one without verispec's ``written_by`` marker), unless ``overwrite``; a link in
+    the folder is refused even then (``verispec.io.check_inside``: no output leaves its folder)."""
+    from verispec.io import check_inside, check_output, check_output_dir
+    from verispec.provenance import PROBLEM, written_by
     from verispec.simulator import parse_tree
     from verispec.simulator.problem_files import PROBLEM_FILE, problem_to_npz
     from verispec.sizes import check_table_size
@@ -150,11 +152,13 @@ def write_problems(grid: SweepGrid, directory: str | Path, *, overwrite: bool = 
     if settings:
         check_output_dir(directory, "--save-problems")
     for setting in settings:
+        check_inside(directory, directory / problem_file_name(setting), "--save-problems")
         check_output(directory / problem_file_name(setting), PROBLEM_FILE, what="--save-problems", overwrite=overwrite)
     written = []
+    marker = written_by(PROBLEM, "sweep --save-problems")
     for setting in settings:
         path = directory / problem_file_name(setting)
-        problem_to_npz(build_problem(setting, depth), depth, path,
+        problem_to_npz(build_problem(setting, depth), depth, path, within=directory, written_by=marker,
                        metadata={"description": f"verispec sweep problem {setting}"})
         written.append(path)
     return written

@@ -11,15 +11,17 @@ only (``SweepRows.elsewhere`` counts them).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from verispec.io import ResultStore
+from verispec.io import ResultStore, check_inside, check_output_file
 from verispec.limits import BACKENDS
 from verispec.study.cells import check_cell_costs, run_cells
 from verispec.study.executor import execute, save_as_they_arrive
 from verispec.study.grid import SweepError, SweepGrid, cell_key
-from verispec.study.tables import check_sweep_output, check_sweep_table, write_table
+from verispec.store_lock import store_lock
+from verispec.study.tables import check_sweep_output, check_sweep_table, output_format, store_path, write_table
 from verispec.study.workers import worker_processes
 
 
@@ -39,7 +41,7 @@ class SweepRows(list):
 
 def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jobs: int | None = None,
               address=None, progress: bool = True, overwrite: bool = False, store: ResultStore | None = None,
-              note: Callable[[str], None] | None = None) -> SweepRows:
+              note: Callable[[str], None] | None = None, within: str | Path | None = None) -> SweepRows:
     """Run every cell of ``grid`` not yet in the row store and return the grid's rows in grid order.
 
     ``output`` ends in .csv or .parquet and holds the cells of ``grid`` only, rewritten on every run; the rows
@@ -52,7 +54,11 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
     refused before any cell runs (``check_sweep_output``); ``overwrite`` replaces it and starts over (with
     ``store``, the table only: the store was opened with its own). ``note`` is called with a one-line note
     when the processes asked for are capped at the cores, once the outputs have passed their checks and before
-    any cell runs."""
+    any cell runs. ``within``: the output folder the table must stay in (a report's: a link is refused).
+
+    One writer per store: without ``store``, the run holds the lock of ``<output>.cells.json``
+    (``verispec.store_lock``) from before the store is read to the end, and a second sweep of the same store is
+    refused at start; with ``store``, its opener holds it (``Report``)."""
     output = Path(output)
     if backend not in BACKENDS:
         raise SweepError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -65,10 +71,25 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
     cells, skipped = grid.cells()
     if not cells:
         raise SweepError("the grid has no cell: no verifier given is valid for any tree given")
-    if store is None:
-        store, table_format = check_sweep_output(output, overwrite=overwrite)
-    else:
-        table_format = check_sweep_table(output, store.path, overwrite=overwrite)
+    with contextlib.ExitStack() as stack:
+        if store is None:
+            output_format(output)  # a wrong suffix, an unwritable path: refused before the lock file is made
+            check_output_file(output, "output", example="sweep.csv")
+            check_inside(output.parent, store_path(output), "the row store")
+            check_output_file(store_path(output), "the row store")
+            stack.enter_context(store_lock(store_path(output)))
+            store, table_format = check_sweep_output(output, overwrite=overwrite)
+        else:
+            table_format = check_sweep_table(output, store, overwrite=overwrite)
+        return _run(grid, output, store, table_format, cells, skipped, (backend, jobs, address), progress,
+                    (capped, note), within)
+
+
+def _run(grid: SweepGrid, output: Path, store: ResultStore, table_format: str, cells: list, skipped: int,
+         where: tuple, progress: bool, capped_note: tuple, within) -> SweepRows:
+    """``run_sweep`` once its outputs passed their checks (and its store is locked)."""
+    backend, jobs, address = where
+    capped, note = capped_note
     if capped and note is not None:
         note(capped)
     # a row holds its cell's parameters and the results; a file's cell has one parameter more (file_sha256)
@@ -81,7 +102,7 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
         return cell_key({name: value for name, value in row.items() if name in parameters})
 
     save_as_they_arrive(execute(todo, backend, jobs, address, run_cells), key_of,
-                        lambda rows: _save(store, rows, output, keys, table_format), total=len(cells),
+                        lambda rows: _save(store, rows, output, keys, table_format, within), total=len(cells),
                         done=len(cells) - len(todo), desc="sweep cells", progress=progress)
     result = SweepRows(_stored(store.rows[key]) for key in keys)
     result.keys = keys
@@ -94,10 +115,11 @@ def _stored(row: dict) -> dict:
     return {name: value for name, value in row.items() if name != "key"}
 
 
-def _save(store: ResultStore, rows: dict, output: Path, keys: Sequence[str], table_format: str) -> None:
-    store.add_many(rows)
-    finished = [_stored(store.rows[key]) for key in keys if key in store.rows]
-    write_table(finished, output, table_format)
+def _save(store: ResultStore, rows: dict, output: Path, keys: Sequence[str], table_format: str, within) -> None:
+    """The new ``rows`` into the store, with the digest of the table about to be written, then the table."""
+    merged = {**store.rows, **{key: {"key": key, **row} for key, row in rows.items()}}
+    finished = [_stored(merged[key]) for key in keys if key in merged]
+    write_table(finished, output, table_format, store=store, new_rows=rows, within=within)
 
 
 __all__ = ["SweepRows", "run_sweep"]

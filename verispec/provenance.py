@@ -1,0 +1,97 @@
+"""Who wrote a file: the ``written_by`` marker every verispec writer puts into what it writes.
+
+A command that writes a file at a path the user names replaces an existing file there only when it can show that
+verispec wrote it: the file carries the marker ``{"tool": "verispec", "kind": KIND, "command": ..., "version":
+...}`` of the same kind (a problem file, a latency model, a selector, a selector dataset, a report). Recognising
+the *format* is not enough: a hand-written problem file is a problem file, and replacing it because it parses
+destroys the user's work (issue 54). Files written by a verispec older than the marker carry none and are refused
+like any other file, unless ``--overwrite``.
+
+Where the marker lives, so that every reader of the format still reads the file (each loader ignores it): a JSON
+file's top-level key ``written_by``; a ``.npz`` archive's member ``written_by`` (a JSON string); a selector
+file's entry ``written_by``; a Markdown report's first line, an HTML comment (``MARKDOWN_MARKER``), which no
+renderer shows. A sweep table (CSV or Parquet) has no place for one that every CSV reader skips, so its row
+store, which verispec writes beside it, records the SHA-256 of the table it wrote (``verispec.study.tables``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+#: The key (JSON, selector file) or member (.npz) holding the marker.
+MARKER_KEY = "written_by"
+TOOL = "verispec"
+
+#: Kinds of output, as recorded in the marker: a writer replaces only a file whose marker names its kind.
+PROBLEM = "problem file"
+LATENCY = "latency model"
+SELECTOR = "selector"
+DATASET = "selector dataset"
+REPORT = "report"
+RESULT_STORE = "row store"
+
+#: The first line of a report verispec wrote: an HTML comment, invisible once rendered (``markdown_marker``).
+MARKDOWN_MARKER = "<!-- written by verispec"
+
+#: Most bytes read from a JSON file to find its marker (``verispec.io.json_marker``) (problem files and latency models are far smaller; a
+#: larger file is read only as far as its loader would).
+MAX_MARKER_READ = 1 << 30
+
+
+def written_by(kind: str, command: str) -> dict:
+    """The marker a writer puts into a file of ``kind`` that ``verispec COMMAND`` writes."""
+    from verispec.version import package_version
+
+    return {"tool": TOOL, "kind": kind, "command": command, "version": package_version()}
+
+
+def is_marked(marker, kind: str) -> bool:
+    """Whether ``marker`` (a file's ``written_by`` value, or None) shows verispec wrote a file of ``kind``."""
+    return isinstance(marker, Mapping) and marker.get("tool") == TOOL and marker.get("kind") == kind
+
+
+def npz_member(marker: dict):
+    """The marker as a .npz member (a 0-d string array), for ``np.savez``'s ``written_by=``."""
+    import numpy as np
+
+    return np.asarray(json.dumps(marker, sort_keys=True))
+
+
+def markdown_marker(command: str) -> str:
+    """The first line of a Markdown file verispec writes: the marker as an HTML comment."""
+    marker = written_by(REPORT, command)
+    return f"{MARKDOWN_MARKER} {marker['command']} {marker['version']} -->"
+
+
+def markdown_marked(path: str | Path) -> bool:
+    """Whether the Markdown file ``path`` begins with ``MARKDOWN_MARKER`` (its first 256 bytes are read)."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(256)
+    except OSError:
+        return False
+    return head.startswith(MARKDOWN_MARKER.encode())
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str | None:
+    """The SHA-256 of a file's bytes, read in chunks; None where it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+__all__ = ["DATASET", "LATENCY", "MARKDOWN_MARKER", "MARKER_KEY", "PROBLEM", "REPORT", "RESULT_STORE", "SELECTOR",
+           "is_marked", "markdown_marked", "markdown_marker", "npz_member",
+           "sha256_bytes", "sha256_file", "written_by"]

@@ -1,0 +1,119 @@
+"""One writer per row store: an exclusive advisory lock held for the whole run.
+
+A ``ResultStore`` keeps its rows in memory and rewrites the whole file on every save, so two runs writing one
+store (two ``verispec sweep`` started in one folder with the same ``--out``) each rewrite it with their own rows:
+the last save wins and the other run's rows are lost (issue 54: 64 of 128 kept). A journal of appends would keep
+both, but every reader and the resume logic would have to change; refusing the second writer at start keeps the
+file format and says at once what is wrong.
+
+``store_lock(store)`` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``STORE.lock`` beside the store and records the
+holder (pid, command, start time) in it; a second writer, in another process, is refused on one line naming the
+store, the holder and what to do. The operating system releases the lock when the holder's process ends however
+it ends (killed, crashed), so a lock is never stale and nothing has to be cleaned up; the lock file itself stays
+(removing it would let a third run lock a new file while a second still holds the old one). The lock is
+re-entrant within one process (a command that locks its store for the whole run, then calls the library
+function that locks it again). It is advisory: it guards verispec against verispec, on file systems where
+``flock`` works (local disks; not every network file system).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from verispec.errors import OutputError, ResultStoreError
+
+#: Locks this process holds: lock file (resolved) -> [descriptor, depth].
+_HELD: dict[str, list[int]] = {}
+
+#: Most bytes read from a lock file to name its holder.
+MAX_LOCK_BYTES = 4096
+
+
+def lock_path(store: str | Path) -> Path:
+    """The lock file of a row store: ``STORE.lock`` beside it."""
+    store = Path(store)
+    return store.with_name(store.name + ".lock")
+
+
+@contextlib.contextmanager
+def store_lock(store: str | Path, command: str | None = None):
+    """Hold the exclusive lock of the row store ``store`` for the block; refuse on one line
+    (``ResultStoreError``) when another process holds it. ``command`` is recorded for that refusal (by default
+    this process's command line)."""
+    key = acquire(store, command)
+    try:
+        yield
+    finally:
+        release(key)
+
+
+def acquire(store: str | Path, command: str | None = None) -> str:
+    """Take the lock of ``store`` (see ``store_lock``); returns the key ``release`` takes."""
+    path = lock_path(store)
+    shown = repr(str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(path)
+        if key in _HELD:
+            _HELD[key][1] += 1
+            return key
+        # O_NOFOLLOW: a link planted at the lock's name is refused, not followed out of the folder
+        handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+    except OSError as error:
+        raise OutputError(f"cannot create the lock file {shown} of the row store {str(store)!r} "
+                          f"({error.strerror or error}); remove what is at that path, or choose another output") \
+            from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(handle)
+        os.close(handle)
+        raise ResultStoreError(f"the row store {str(store)!r} is being written by another run ({holder}); wait for "
+                               f"it to finish or stop it, or give this run another output: two runs writing one "
+                               f"store would lose each other's rows (the lock {shown} is released when that process "
+                               "ends)") from None
+    except OSError as error:
+        os.close(handle)
+        raise OutputError(f"cannot lock {shown} ({error.strerror or error}); this file system does not offer "
+                          "flock: write the row store on a local disk") from None
+    record = {"pid": os.getpid(), "command": command or _command_line(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    os.ftruncate(handle, 0)
+    os.pwrite(handle, (json.dumps(record) + "\n").encode(), 0)
+    _HELD[key] = [handle, 1]
+    return key
+
+
+def release(key: str) -> None:
+    """Give back one hold of a lock ``acquire`` took; the last closes the file, which releases it."""
+    held = _HELD.get(key)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] == 0:
+        del _HELD[key]
+        os.close(held[0])  # closing the only descriptor of the open file releases the flock
+
+
+def _holder(handle: int) -> str:
+    """The holder recorded in a lock file, in words."""
+    try:
+        record = json.loads(os.pread(handle, MAX_LOCK_BYTES, 0).decode("utf-8", "replace"))
+        return f"pid {int(record['pid'])}: {str(record['command'])[:160]}, since {record['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its pid not recorded yet"
+
+
+def _command_line() -> str:
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if name in ("__main__.py", "-c", "-m", ""):
+        name = "verispec"
+    return " ".join([name, *sys.argv[1:]])
+
+
+__all__ = ["acquire", "lock_path", "release", "store_lock"]
