@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, NoSuchExample
 
-from verispec import budget
+from verispec import budget, supervisor
 from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.drafters import Drafter
@@ -260,6 +260,9 @@ class _Search:
         self.failure: VerifierError | None = None
 
     def distance(self, candidate) -> float:
+        size, context_free, target, draft = candidate
+        supervisor.note(f"hunt's problem #{self.tried}: vocabulary {size}, target weights {target}, draft weights "
+                        f"{draft}{' (context-free)' if context_free else ''}")
         problem = build_problem(candidate)
         if self.judge is not None:
             return float(self.judge(problem, self.deadline))

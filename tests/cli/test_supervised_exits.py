@@ -238,7 +238,7 @@ def test_bound_class_and_checked_function_exits(capsys, rules):
 def test_hunt_with_an_exiting_rule(capsys, rules):
     status = main(["hunt", "--verifier", f"{rules}:sys_exit_0", "--tree", "chain:1", "--time-budget", "20"])
     err = capsys.readouterr().err
-    assert status == 4 and "raised SystemExit(0)" in err and "while checking" in err
+    assert status == 4 and "raised SystemExit(0)" in err and "while checking hunt's problem #1: vocabulary 2" in err
 
 
 def _command_line(rules: Path, name: str, supervise: bool, tmp_path: Path) -> subprocess.CompletedProcess:

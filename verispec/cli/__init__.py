@@ -25,7 +25,7 @@
                                                       a real context as a V-token problem file
     verispec check-external FILE.py:FUNCTION --layout LAYOUT --tree TREE [--target P --draft Q | --problem FILE]
                      [--mode auto|exact|blackbox] [--json]         check verification code written elsewhere
-                                                      (exit 1 lossy, 0 lossless, 2 bad input)
+                                                      (0 lossless, 1 lossy, 2 bad input, 3 inconclusive, 4 raises)
     verispec --version                                               'verispec VERSION'
 
 Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
@@ -34,7 +34,9 @@ cannot check losslessness (dp-metrics), rather than guessing a verdict. exact, b
 so does predict when its interval is still wider than --epsilon. exact, hunt, bound, predict, decode and
 check-external take '--call-timeout SECONDS' (60 s by default): the longest one call into your own code
 (FILE.py:NAME) may take, loading the file included; past it they exit with status 3. Every time limit ends the
-same way, wherever it lands: one INCONCLUSIVE line on stderr and status 3.
+same way, wherever it lands: one INCONCLUSIVE line on stderr and status 3. A command that runs code of your own
+runs it in a supervised worker process (verispec.supervisor): code that exits, crashes, signals its own process or
+takes verispec's output ends the command RAISES (status 4), never 0, and nothing it started outlives the command.
 """
 
 from __future__ import annotations

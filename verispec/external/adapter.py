@@ -74,10 +74,10 @@ import math
 import numpy as np
 
 from verispec.errors import UnknownVerifierError, VerifierError, VerispecError
-from verispec.external.exact import IntegrationStats, integrate
+from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError, integrate
 from verispec.external.layouts import ARRAY_KINDS, Layout, get_layout
 from verispec.external.rng import CaptureRefusal, TorchEscape, UniformsExhausted
-from verispec.external.runner import NondeterministicError, Runner, SelfDraftingRunner
+from verispec.external.runner import RAISED, NondeterministicError, RaiseLog, Runner, SelfDraftingRunner
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
@@ -207,62 +207,91 @@ class ExternalVerifier(Verifier):
 
     # -- what the black-box test and exact integration call
 
-    def sample_codes(self, batch: TreeBatch, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample_codes(self, batch: TreeBatch, rows: np.ndarray, rng: np.random.Generator,
+                     raises: RaiseLog | None = None) -> np.ndarray:
         """One run of the function on each of ``rows`` with fresh uniforms from ``rng`` (as many as each run draws:
         a run that draws past its tape is run again with more fresh uniforms appended, the ones it read kept, so
-        the runs are independent draws of the function's law). -> codes [M] (node * V + token)."""
-        runner = self._runner(batch)
+        the runs are independent draws of the function's law). -> codes [M] (node * V + token). With ``raises``
+        the runs go on past raises (code ``runner.RAISED``, counted there); without, a raise ends them."""
+        runner = self._runner(batch, raises)
         if isinstance(runner, SelfDraftingRunner):
             raise VerifierError(f"external function {self.name} drafts its own tokens, so it cannot be run on a given "
                                 "draft tree: check it in exact mode (--mode exact)")
         rows = np.asarray(rows, dtype=np.int64)
-        if self.unfed:  # one call per run, fresh uniforms handed; the function's own randomness does the rest
-            return runner.run(rows, rng.random((len(rows), runner.width_uniforms)), races=False)[0]
-        uniforms = rng.random((len(rows), runner.width_uniforms))
-        while True:
-            try:
-                with runner.session():
-                    return runner.run(rows, uniforms, races=False)[0]
-            except UniformsExhausted as exhausted:
-                extra = self.grow(runner, exhausted.needed) - (uniforms.shape[1] - runner.own)
-                uniforms = np.concatenate([uniforms, rng.random((len(rows), extra))], axis=1)
-            except TorchEscape:  # a torch draw through a name bound before the call: follow every operation
-                self.torch_full = True
+        runner.raises = raises
+        try:
+            if self.unfed:  # one call per run, fresh uniforms handed; the function's own randomness does the rest
+                return runner.run(rows, rng.random((len(rows), runner.width_uniforms)), races=False)[0]
+            uniforms = rng.random((len(rows), runner.width_uniforms))
+            while True:
+                try:
+                    with runner.session():
+                        return runner.run(rows, uniforms, races=False)[0]
+                except UniformsExhausted as exhausted:
+                    extra = self.grow(runner, exhausted.needed) - (uniforms.shape[1] - runner.own)
+                    uniforms = np.concatenate([uniforms, rng.random((len(rows), extra))], axis=1)
+                except TorchEscape:  # a torch draw through a name bound before the call: follow every operation
+                    self.torch_full = True
+        finally:
+            runner.raises = None
 
     def emission_laws(self, batch: TreeBatch):
+        law, _ = self._integrated(batch, None)
+        return law
+
+    def laws_past_raises(self, batch: TreeBatch, log: RaiseLog):
+        """(laws [N, n, V], raised [N]): the law of the outcomes of the inputs on which the function does not raise
+        (mass 1 - raised[row] on each tree), and the mass of those on which it raises, each integrated exactly as
+        ``emission_laws`` integrates a function that never raises (the raise is one more outcome). What
+        ``verispec.external.raises.law_past_raises`` adds up; refused for a block that drafts its own tokens."""
+        if self.layout.self_drafting:
+            raise NotPiecewiseConstantError(f"external function {self.name} drafts its own tokens: its raises are "
+                                            "not integrated beside its outcomes")
+        return self._integrated(batch, log)
+
+    def _integrated(self, batch: TreeBatch, raises: RaiseLog | None):
+        """The emission laws of ``batch`` by exact integration, and with ``raises`` (going on past raises: the
+        runner's RAISED outcome integrated as one more code) the mass of the raising inputs of each tree [N]."""
         if self.unfed:
             raise NondeterministicError(f"external function {self.name} draws randomness verispec does not feed, so "
                                         "it has no law over verispec's uniforms to integrate: check it in black-box "
                                         "mode (--mode blackbox)")
-        runner = self._runner(batch)
+        runner = self._runner(batch, raises)
         codes = batch.num_nodes * batch.vocab_size
         self_drafting = isinstance(runner, SelfDraftingRunner)
-        while True:
-            stats = IntegrationStats()  # this attempt's: dropped if it is abandoned for another, else kept
-            abandoned = False
-            try:
-                with runner.session():
-                    if self_drafting:  # one integration of the whole block, split below by the drafts it made
-                        law = integrate(runner.integrand, 1, runner.width_uniforms, batch.num_rows * codes + 1,
-                                        name=self.name, stats=stats, **self.options)[0]
-                    else:
-                        law = integrate(runner.integrand, batch.num_rows, runner.width_uniforms, codes,
-                                        name=self.name, stats=stats, **self.options)
-            except UniformsExhausted as exhausted:  # a path draws more than the probes saw: start again, longer
-                self.grow(runner, exhausted.needed)
-                abandoned = True
-            except TorchEscape:
-                self.torch_full = True
-                abandoned = True
-            finally:  # a completed integration, or the one that ended in a refusal (what it cost is reported)
+        evaluate = runner.integrand if raises is None else _past_raises(runner, codes)
+        count = codes + (raises is not None)
+        runner.raises = raises
+        try:
+            while True:
+                stats = IntegrationStats()  # this attempt's: dropped if it is abandoned for another, else kept
+                abandoned = False
+                try:
+                    with runner.session():
+                        if self_drafting:  # one integration of the whole block, split below by the drafts it made
+                            law = integrate(runner.integrand, 1, runner.width_uniforms, batch.num_rows * codes + 1,
+                                            name=self.name, stats=stats, **self.options)[0]
+                        else:
+                            law = integrate(evaluate, batch.num_rows, runner.width_uniforms, count,
+                                            name=self.name, stats=stats, **self.options)
+                except UniformsExhausted as exhausted:  # a path draws more than the probes saw: start again, longer
+                    self.grow(runner, exhausted.needed)
+                    abandoned = True
+                except TorchEscape:
+                    self.torch_full = True
+                    abandoned = True
+                finally:  # a completed integration, or the one that ended in a refusal (what it cost is reported)
+                    if not abandoned:
+                        self.stats.merge(stats)
                 if not abandoned:
-                    self.stats.merge(stats)
-            if not abandoned:
-                break
+                    break
+        finally:
+            runner.raises = None
         if self_drafting:
             law = runner.split_by_drafts(law)
         self._note_capture()
-        return law.reshape(batch.num_rows, batch.num_nodes, batch.vocab_size)
+        raised = law[:, codes] if raises is not None else None
+        return law[:, :codes].reshape(batch.num_rows, batch.num_nodes, batch.vocab_size), raised
 
     def procedure(self, tree: DraftTree, chooser: Chooser) -> tuple[int, int]:
         """One outcome drawn from the integrated law (the function itself draws nothing from a chooser)."""
@@ -275,8 +304,9 @@ class ExternalVerifier(Verifier):
 
     # -- internals
 
-    def _runner(self, batch: TreeBatch) -> Runner:
-        """The runner of ``batch``'s topology, probed on its first batch and kept (bound to ``batch``)."""
+    def _runner(self, batch: TreeBatch, raises: RaiseLog | None = None) -> Runner:
+        """The runner of ``batch``'s topology, probed on its first batch and kept (bound to ``batch``); the probe
+        goes on past raises into ``raises`` where it is given."""
         if batch.exact:
             raise VerispecError(f"external function {self.name} runs in float64; analyse a float problem "
                                 "(leave out --exact), its breakpoints are float64 numbers")
@@ -289,7 +319,11 @@ class ExternalVerifier(Verifier):
         runner = self._runners.get(key)
         if runner is None:
             runner = (SelfDraftingRunner if self.layout.self_drafting else Runner)(self, batch)
-            runner.probe()
+            runner.raises = raises
+            try:
+                runner.probe()
+            finally:
+                runner.raises = None
             self._runners[key] = runner
         elif runner.trees.batch is not batch:
             runner.bind(batch)
@@ -323,3 +357,13 @@ class ExternalVerifier(Verifier):
                        "a test u < t then accepts with probability ceil(t 2^24) 2^-24, up to 6e-8 more than t, so "
                        "its exact law may differ from a lossless rule's by about that much per test (draw in "
                        "float64 to check the rule itself)")
+
+
+def _past_raises(runner: Runner, codes: int):
+    """``runner.integrand`` going on past raises: a run that raised is outcome ``codes`` (one past the last), and in
+    capture mode path labels count in multiples of ``codes + 1``."""
+    def evaluate(rows: np.ndarray, points: np.ndarray):
+        found, used = runner.run(rows, points, races=True)
+        found = np.where(found == RAISED, codes, found)
+        return found if used is None else (found + (codes + 1) * runner.last_paths, used)
+    return evaluate

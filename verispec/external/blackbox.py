@@ -31,6 +31,16 @@ sqrt(S log(1 / (1 - power)) / 2). That is the power statement a lossless verdict
 detectable_tv or more would have been detected with probability >= power"), and since b, S <= 1/N it tells the
 number of runs a requested ``detect_tv`` needs (``samples_for_power``).
 
+Runs that raise (``raises``, a ``runner.RaiseLog``: the runs go on past a raise). The law is then unknown on the
+raising inputs, and the null hypothesis is composite: SOME outputs there would make the rule lossless. Under it
+the runs that did not raise have E[T_x] <= p(x) for every x (the raising mass can only add), so each term still
+lies in [0, b] with Var(T_x) <= b p(x): the Bernstein maximum tests overproduction T_x - p(x) alone (one-sided;
+the two-sided threshold is kept), and the TV test becomes a test of the excess E^ = sum_x (T_x - p(x))+, which
+moves by at most w_i when one run changes (raising or not) and has E E^ <= 1/2 sum_x sqrt(Var T_x) <= m, so the
+same threshold and McDiarmid bound hold. A rejection is then a loss no outputs on the raising inputs could undo
+(``verispec.external.raises`` gives the exact counterpart), at false-failure rate ``alpha`` under the composite
+null; a test without raised runs is the two-sided test above, unchanged.
+
 A second test, ``test="binomial"``, is the plain multinomial one, independent of the above: N draft trees
 drawn i.i.d. from the drafter, the block continued by *sampling* the target, and the counts of the sequences
 x tested with ``verispec.statistics.exact_binomial_test`` (exact per-sequence binomial tests, Bonferroni, at
@@ -48,12 +58,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from verispec import budget
-from verispec.errors import VerispecError
+from verispec.errors import AnalysisTimeoutError, VerispecError
+from verispec.external.runner import RAISED, FunctionRaised
 from verispec.limits import MAX_BLACKBOX_SAMPLES as MAX_SAMPLES  # the largest test's runs
 from verispec.simulator.chooser import RandomChooser
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.laws import OutputLaw
-from verispec.simulator.problems import Problem, target_law
+from verispec.simulator.problems import Problem, target_conditionals, target_law
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.statistics import DEFAULT_ALPHA
 
@@ -62,8 +73,9 @@ DEFAULT_DETECT_TV = 0.01
 DEFAULT_POWER = 0.99
 #: Drafters with at most this many outcomes are stratified by draft tree.
 MAX_STRATA = 4096
-#: Rows per call of the function.
+#: Rows per call of the function, and once a run raised (``RaiseLog.cut``).
 CALL_ROWS = 1 << 16
+RAISING_ROWS = 1 << 11
 #: Over- and under-produced sequences a result lists.
 SHOWN_DISCREPANCIES = 3
 
@@ -131,6 +143,11 @@ class BlackBoxResult:
     worst_threshold: float
     #: The sequences the rule over- and under-produces most (estimated), see ``discrepancies``.
     discrepancies: dict | None = None
+    #: Runs that raised (left out: the test is then one-sided, see the module docstring; ``tv_estimate`` is the
+    #: estimated excess sum_x (T_x - p(x))+ of the runs that did not raise).
+    raised_runs: int = 0
+    #: The time budget ended the test after ``samples`` runs, past a raise: the maximum test alone judged them.
+    cut_short: bool = False
 
     @property
     def rejected(self) -> bool:
@@ -144,6 +161,15 @@ class BlackBoxResult:
 
     def describe(self) -> str:
         test = ("Bernstein test" if self.test == "bernstein" else "exact binomial tests (Bonferroni)")
+        if self.raised_runs:
+            tests = ("runs before the time budget ended the test, {} of which raised: the one-sided maximum test "
+                     "(Freedman's inequality, valid wherever the budget stopped the runs)" if self.cut_short else
+                     "runs, {} of which raised: one-sided Bernstein and excess tests").format(self.raised_runs)
+            return (f"{self.samples} {tests} on the others (what they overproduce, which no output of the raising "
+                    f"runs could undo): adjusted p = {self.adjusted_p:.3g} (lossy at <= {self.alpha:g}); worst "
+                    f"sequence {list(self.worst_sequence)}: estimated {self.worst_estimate:.6g} against target "
+                    f"{self.worst_target:.6g}; estimated excess {self.tv_estimate:.3g}"
+                    + ("" if self.cut_short else f" (noise alone stays below {self.tv_threshold:.3g})"))
         return (f"{self.samples} runs ({'stratified by draft tree' if self.stratified else 'sampled draft trees'}), "
                 f"{test} over {self.cells} sequences and a TV test: adjusted p = {self.adjusted_p:.3g} (lossy at <= "
                 f"{self.alpha:g}); worst {'sequence' if self.worst_sequence else 'bin'} "
@@ -162,7 +188,7 @@ class BlackBoxResult:
                 "worst_sequence": list(self.worst_sequence), "worst_estimate": self.worst_estimate,
                 "worst_target": self.worst_target,
                 "worst_threshold": self.worst_threshold if self.test == "bernstein" else None,
-                "discrepancies": self.discrepancies}
+                "discrepancies": self.discrepancies, "raised_runs": self.raised_runs, "cut_short": self.cut_short}
 
 
 TESTS = ("bernstein", "binomial")
@@ -186,11 +212,12 @@ def _check_options(samples, alpha: float, detect_tv: float, power: float) -> Non
 def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int | None = None,
                   alpha: float = DEFAULT_ALPHA, seed: int = 0, max_strata: int = MAX_STRATA,
                   test: str = "bernstein", detect_tv: float = DEFAULT_DETECT_TV,
-                  power: float = DEFAULT_POWER) -> BlackBoxResult:
+                  power: float = DEFAULT_POWER, raises=None) -> BlackBoxResult:
     """Test ``verifier`` (an ``ExternalVerifier``) on trees of ``drafter`` for ``problem`` (see the module
     docstring). ``samples`` None: as many runs as make every TV >= ``detect_tv`` detectable with probability
     ``power`` (capped at MAX_SAMPLES; the result's ``detectable_tv`` says what was reached). Deterministic given
-    ``seed``."""
+    ``seed``. ``raises`` (a ``runner.RaiseLog``): the runs go on past raises, logged there, and a test with raised
+    runs is one-sided (module docstring); None: a raise ends the test (``FunctionRaised``)."""
     _check_options(samples, alpha, detect_tv, power)
     if test not in TESTS:
         raise VerispecError(f"unknown black-box test {test!r}; choose one of {', '.join(TESTS)}")
@@ -207,7 +234,7 @@ def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int 
     if samples is None:
         samples = min(MAX_SAMPLES, samples_for_power(target, detect_tv, alpha, power))
     if test == "binomial":
-        return _binomial(problem, drafter, verifier, samples, alpha, power, rng, target)
+        return _binomial(problem, drafter, verifier, samples, alpha, power, rng, target, raises)
     stratified = drafter.log_num_outcomes(size) <= math.log(max_strata)
     if stratified:
         outcomes = [(tree, float(probability)) for tree, probability in drafter.outcomes(problem) if probability > 0]
@@ -218,13 +245,30 @@ def blackbox_test(problem: Problem, drafter: Drafter, verifier, *, samples: int 
         trees, counts = _sampled_trees(problem, drafter, samples, rng, max_strata)
         weights = [1.0 / samples] * len(trees)
     emitted = [np.zeros((size,) * length) for length in range(1, depth + 2)]
+    # tabulated before the runs where the budget may cut them (past a raise), so that the cut test is still computed
+    conditionals = None if raises is None else [target_conditionals(problem, length) for length in range(1, depth + 1)]
     for batch, members in TreeBatch.of_trees(trees):
+        if raises is not None and raises.cut:  # the runs not made count as made and raised (module docstring)
+            raises.unmade += int(sum(counts[i] for i in members))
+            continue
         _run_batch(verifier, batch, [trees[i] for i in members], np.array([counts[i] for i in members]),
-                   np.array([weights[i] for i in members]), rng, emitted)
-    estimate = OutputLaw(size, depth, tuple(emitted)).continued_with_target(problem)  # (V,)*(L+1)
+                   np.array([weights[i] for i in members]), rng, emitted, raises)
+    estimate = _continued(emitted, problem, conditionals)  # (V,)*(L+1)
     efficiency = float(sum(array.sum() * (length + 1) for length, array in enumerate(emitted)))
     squared = float(sum(count * weight ** 2 for count, weight in zip(counts, weights)))
-    return _bernstein(estimate, target, sum(counts), alpha, power, max(weights), squared, stratified, efficiency)
+    return _bernstein(estimate, target, sum(counts), alpha, power, max(weights), squared, stratified, efficiency,
+                      raises)
+
+
+def _continued(emitted: list, problem: Problem, conditionals: list | None) -> np.ndarray:
+    """The block law ``emitted`` continued with the target (``OutputLaw.continued_with_target``), from the target's
+    ``conditionals`` where they were tabulated beforehand."""
+    if conditionals is None:
+        return OutputLaw(problem.vocab_size, len(emitted) - 1, tuple(emitted)).continued_with_target(problem)
+    extended = emitted[0]
+    for length in range(1, len(emitted)):
+        extended = extended[..., None] * conditionals[length - 1] + emitted[length]
+    return extended
 
 
 def _tv_test(tv_estimate: float, target: np.ndarray, largest_weight: float, squared: float, alpha: float,
@@ -257,16 +301,43 @@ def _sampled_trees(problem, drafter, samples, rng, max_strata: int = MAX_STRATA)
     return [DraftTree.from_shape(problem, shape) for shape in shapes], list(shapes.values())
 
 
-def _emissions(verifier, batch: TreeBatch, trees, counts, rng):
+def _emissions(verifier, batch: TreeBatch, trees, counts, rng, raises=None):
     """Run the function ``counts[i]`` times on tree i with fresh uniforms: yields (emitted sequence, tree
-    index, number of runs that emitted it)."""
+    index, number of runs that emitted it); runs that raised (``raises`` given) are counted in ``raises.runs``."""
     size = batch.vocab_size
     rows = np.repeat(np.arange(len(trees)), counts)
     codes = np.empty(len(rows), dtype=np.int64)
-    for start in range(0, len(rows), CALL_ROWS):
-        budget.check("the black-box test's runs")
-        # as many fresh uniforms as each run draws (a function drawing its own randomness may draw more on one path)
-        codes[start:start + CALL_ROWS] = verifier.sample_codes(batch, rows[start:start + CALL_ROWS], rng)
+    start = 0
+    try:
+        while start < len(rows) and not (raises is not None and raises.cut):
+            budget.check("the black-box test's runs")
+            # as many fresh uniforms as each run draws (a function drawing its own randomness may draw more on one
+            # path)
+            if raises is None or raises.first is None:  # no raise yet: large calls, and a raise ends one
+                try:
+                    codes[start:start + CALL_ROWS] = verifier.sample_codes(batch, rows[start:start + CALL_ROWS], rng)
+                except FunctionRaised as error:  # these runs again, past raises, in small calls in random order
+                    if raises is None:
+                        raise
+                    raises.add(error, 0)
+                    rows[start:] = rng.permutation(rows[start:])
+                    continue
+                start += CALL_ROWS
+            else:  # small calls, so that the budget cuts the test at most RAISING_ROWS runs late
+                codes[start:start + RAISING_ROWS] = verifier.sample_codes(batch, rows[start:start + RAISING_ROWS],
+                                                                          rng, raises)
+                start += RAISING_ROWS
+    except AnalysisTimeoutError:  # the budget ended the test: past a raise, the runs made are tested
+        if raises is None or raises.first is None:
+            raise
+        raises.cut = True
+    if raises is not None:  # the runs that raised emitted nothing; those not made, nothing either
+        start = min(start, len(rows))
+        raises.unmade += len(rows) - start
+        rows, codes = rows[:start], codes[:start]
+        kept = codes != RAISED
+        raises.runs += int(len(codes) - kept.sum())
+        rows, codes = rows[kept], codes[kept]
     pairs, hits = np.unique(rows * (batch.num_nodes * size) + codes, return_counts=True)
     for pair, hit in zip(pairs.tolist(), hits.tolist()):
         row, code = divmod(pair, batch.num_nodes * size)
@@ -274,8 +345,9 @@ def _emissions(verifier, batch: TreeBatch, trees, counts, rng):
         yield trees[row].paths[node] + (token,), row, hit
 
 
-def _run_batch(verifier, batch: TreeBatch, trees, counts: np.ndarray, weights: np.ndarray, rng, emitted) -> None:
-    for path, row, hit in _emissions(verifier, batch, trees, counts, rng):
+def _run_batch(verifier, batch: TreeBatch, trees, counts: np.ndarray, weights: np.ndarray, rng, emitted,
+               raises=None) -> None:
+    for path, row, hit in _emissions(verifier, batch, trees, counts, rng, raises):
         emitted[len(path) - 1][path] += hit * weights[row]
 
 
@@ -293,15 +365,19 @@ def _continuations(problem: Problem, prefix: tuple, length: int) -> tuple[list[t
     return sequences, np.array(probabilities)
 
 
-def _binomial(problem, drafter, verifier, samples, alpha, power, rng, target) -> BlackBoxResult:
+def _binomial(problem, drafter, verifier, samples, alpha, power, rng, target, raises=None) -> BlackBoxResult:
     from verispec.statistics import exact_binomial_test
 
     depth = drafter.depth
     trees, counts = _sampled_trees(problem, drafter, samples, rng)
     emitted: Counter = Counter()
     for batch, members in TreeBatch.of_trees(trees):
+        if raises is not None and raises.cut:
+            raises.unmade += int(sum(counts[i] for i in members))
+            continue
         member_trees = [trees[i] for i in members]
-        for path, _, hit in _emissions(verifier, batch, member_trees, np.array([counts[i] for i in members]), rng):
+        for path, _, hit in _emissions(verifier, batch, member_trees, np.array([counts[i] for i in members]), rng,
+                                       raises):
             emitted[path] += hit
     observed: Counter = Counter()
     for path, hit in sorted(emitted.items()):  # every run continued by the target: one multinomial per block
@@ -311,6 +387,12 @@ def _binomial(problem, drafter, verifier, samples, alpha, power, rng, target) ->
             if count:
                 observed[sequence] += count
     accepted_total = sum(hit * len(path) for path, hit in emitted.items())
+    if raises is not None and (raises.runs or raises.unmade):  # each run weighs 1/N: the one-sided tests
+        frequencies = np.zeros_like(target)
+        for sequence, count in observed.items():
+            frequencies[sequence] = count / samples
+        return _bernstein(frequencies, target, samples, alpha, power, 1.0 / samples, 1.0 / samples, False,
+                          accepted_total / samples, raises)
     law = {tuple(int(i) for i in index): float(target[index]) for index in zip(*np.nonzero(target > 0))}
     fit = exact_binomial_test(observed, law, alpha=alpha / 2)
     frequencies = np.zeros_like(target)
@@ -328,13 +410,17 @@ def _binomial(problem, drafter, verifier, samples, alpha, power, rng, target) ->
 
 
 def _bernstein(estimate, target, samples, alpha, power, largest_weight, squared, stratified,
-               efficiency) -> BlackBoxResult:
-    """The maximum test (Bernstein, Bonferroni over the sequences, at alpha / 2) and the TV test (alpha / 2)."""
+               efficiency, raises=None) -> BlackBoxResult:
+    """The maximum test (Bernstein, Bonferroni over the sequences, at alpha / 2) and the TV test (alpha / 2); with
+    runs that raised (``raises``), both one-sided: overproduction, and the excess in place of the TV; on a test the
+    budget cut (``raises.cut``), the maximum test alone (module docstring)."""
+    raised_runs = 0 if raises is None else raises.runs + raises.unmade
+    cut = raises is not None and raises.cut
     positive = target > 0
     cells = int(positive.sum())
     log_term = math.log(2 * cells / (alpha / 2))
     b = largest_weight
-    deviation = np.abs(estimate - target)
+    deviation = np.maximum(estimate - target, 0.0) if raised_runs else np.abs(estimate - target)
     threshold = log_term * b / 3 + np.sqrt((log_term * b / 3) ** 2 + 2 * log_term * b * target)
     impossible = ~positive & (estimate > 0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -345,13 +431,19 @@ def _bernstein(estimate, target, samples, alpha, power, largest_weight, squared,
     ratio = np.where(impossible, np.inf, deviation / np.where(positive, threshold, np.inf))
     worst = np.unravel_index(int(np.argmax(ratio)), target.shape)
     maximum_p = 0.0 if impossible.any() else min(1.0, float(p_values.min()) * cells)
-    tv = float(deviation.sum() / 2)
+    tv = float(deviation.sum() / (1 if raised_runs else 2))  # the excess, or the TV
     p_tv, tv_threshold, detectable = _tv_test(tv, target, b, squared, alpha, power)
-    return BlackBoxResult(samples=int(samples), alpha=float(alpha), test="bernstein", cells=cells,
+    if cut:  # the excess at a stopping time the runs chose: no McDiarmid bound, the maximum (Freedman) alone
+        p_tv = 1.0
+    shown = discrepancies(estimate, target)
+    if raised_runs:  # what the raising runs leave out is missing, not shown to be underproduced
+        shown["underproduced"] = []
+    return BlackBoxResult(samples=int(samples) - (0 if raises is None else raises.unmade), alpha=float(alpha),
+                          test="bernstein", cells=cells,
                           stratified=stratified, largest_weight=float(b),
                           adjusted_p=min(1.0, 2 * min(maximum_p, p_tv)), tv_estimate=tv, tv_threshold=tv_threshold,
                           detectable_tv=detectable, power=float(power),
                           block_efficiency_estimate=efficiency, worst_sequence=tuple(int(t) for t in worst),
                           worst_estimate=float(estimate[worst]), worst_target=float(target[worst]),
                           worst_threshold=float(threshold[worst]) if positive[worst] else 0.0,
-                          discrepancies=discrepancies(estimate, target))
+                          discrepancies=shown, raised_runs=0 if raises is None else raises.runs, cut_short=cut)

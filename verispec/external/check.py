@@ -41,10 +41,16 @@ test it as it is (``ExternalVerifier(unfed=True)``: one call per run on one tree
 the same powered tests, whose validity needs only independent runs: they stratify by draft tree, never by
 uniforms), and ``exact`` refuses with the reason. Each switch is said in the report's note.
 
-Raises. An exception inside the function is a finding (``runner.FunctionRaised``), not bad input: a search
-records the first problem it raised on and goes on looking for a lossy witness; the verdict is LOSSY if one is
-found (the raise listed beside it), else RAISES. Bad input stays exit 2: what is refused before the function
-runs on a problem (its signature against the layout's arguments, the options).
+Raises. An exception inside the function (``SystemExit`` and ``errors.UserCodeExit`` included) is a finding
+(``runner.FunctionRaised``), not bad input, and one rule holds on every scope (``verispec.verdict``): LOSSY
+whenever a loss is established - on a problem it raised on, too: the calls that did not raise may show it
+(``verispec.external.raises``: exactly, the raise integrated as one more outcome; black-box, the runs go on past
+raises and a one-sided test judges the others) - with the first raise listed beside it; RAISES when it raised and
+no loss was shown. A search records the first problem the function raised on and goes on looking. A raise that
+does not repeat when the same call is made again at once, and state the function keeps across calls, are said
+(``raised['repeats']``, the note); state that changes on every call makes a LOSSLESS verdict INCONCLUSIVE. Bad
+input stays exit 2: what is refused before the function runs on a problem (its signature against the layout's
+arguments, the options).
 
 Everything, search and tests, runs under one hard time budget (``time_budget`` seconds, ``verispec.budget``):
 when it ends, the verdict is whatever the evidence so far supports - LOSSY if a witness was found, RAISES if
@@ -74,8 +80,9 @@ from verispec.external.blackbox import (
 )
 from verispec.external.check_report import CheckReport
 from verispec.external.exact import NotPiecewiseConstantError
+from verispec.external.raises import PastRaises, StateWatch, law_past_raises, say_state
 from verispec.external.rng import CaptureRefusal, GlobalRandomnessError, RowByRowRefusal
-from verispec.external.runner import FunctionRaised, NondeterministicError
+from verispec.external.runner import FunctionRaised, NondeterministicError, RaiseLog
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import ExactResult, analyze
@@ -157,6 +164,35 @@ class _Check:
         if not label:
             label = self.labels.get(json.dumps(problem, sort_keys=True), "")
         self.raised = {"problem": problem, "witness_label": label, **error.to_json()}
+        if error.repeats is False:
+            self.add_note("the raise did not repeat when the same call was made again at once: it depends on the "
+                          "call history (state kept across calls) or on randomness verispec does not feed, so the "
+                          "inputs listed may not reproduce it")
+
+    def past_raises(self, problem: Problem) -> PastRaises | None:
+        """What ``problem``'s calls that did not raise show, exactly (``raises.law_past_raises``; None where the
+        function cannot be integrated that way); the raise it meets first is recorded."""
+        try:
+            past = law_past_raises(problem, self.drafter, self.verifier)
+        except (NotPiecewiseConstantError, FunctionRaised, *RANDOMNESS_ERRORS):
+            return None
+        if past.first is not None:
+            self.record_raise(past.first, problem)
+        return past
+
+    def past_raises_report(self, past: PastRaises, problem, scope: str, source: str, **details) -> CheckReport:
+        """LOSSY where the calls that did not raise overproduce beyond the threshold, else RAISES (the one rule)."""
+        if past.excess <= self.threshold:
+            self.add_note(f"the calls that did not raise show no loss: they overproduce no sequence by more than "
+                          f"{self.threshold:g} in all (the raising inputs have probability {past.raised_mass:.3g})")
+            return self.raises_report(scope, source=source, **details)
+        self.add_note(f"the calls that did not raise already overproduce sequences by {past.excess:.6g} in all, which "
+                      f"no outputs of the raising inputs (probability {past.raised_mass:.3g}) could undo: "
+                      "tv_distance is that lower bound on the TV")
+        report = self.report(Verdict.LOSSY, scope, problem=problem, source=source, tv_distance=past.excess,
+                             **details)
+        report.discrepancies, report.tv_lower_bound = past.discrepancies, True
+        return report
 
     def raises_report(self, scope: str, **details) -> CheckReport:
         """The RAISES verdict on the recorded raise."""
@@ -171,14 +207,16 @@ class _Check:
         return report
 
     def without_raises(self, judge):
-        """``judge`` (problem, deadline) -> distance, recording a raise of the function and calling the problem not
-        lossy, so that a search goes on past it (for a lossy witness, or to the end)."""
+        """``judge`` (problem, deadline) -> distance, recording a raise of the function and taking as the distance
+        what the calls that did not raise show (``past_raises``: 0 where nothing), so that a search goes on past
+        it (for a lossy witness, or to the end)."""
         def judged(candidate: Problem, deadline=None) -> float:
             try:
                 return judge(candidate, deadline)
             except FunctionRaised as error:
                 self.record_raise(error, candidate)
-                return 0.0
+                past = self.past_raises(candidate)
+                return 0.0 if past is None else past.excess
         return judged
 
     # --- the report ---------------------------------------------------------------------------------------------
@@ -225,14 +263,22 @@ class _Check:
 
     # --- black-box tests ----------------------------------------------------------------------------------------
 
-    def powered_test(self, problem: Problem, alpha: float, seed: int) -> BlackBoxResult:
-        return blackbox_test(problem, self.drafter, self.verifier, samples=self.samples, alpha=alpha, seed=seed,
-                             test=self.test, detect_tv=self.detect_tv, power=self.power)
+    def powered_test(self, problem: Problem, alpha: float, seed: int, label: str = "") -> BlackBoxResult:
+        """The test on ``problem``, going on past raises (the first is recorded; the test is then one-sided)."""
+        log = RaiseLog()
+        try:
+            return blackbox_test(problem, self.drafter, self.verifier, samples=self.samples, alpha=alpha, seed=seed,
+                                 test=self.test, detect_tv=self.detect_tv, power=self.power, raises=log)
+        finally:  # out of time too: the raise stands
+            if log.first is not None:
+                self.record_raise(log.first, problem, label)
 
     def blackbox_verdict(self, result: BlackBoxResult, problem: Problem) -> tuple[Verdict, str]:
         """(verdict, next step) of one powered test."""
         if result.rejected:
             return Verdict.LOSSY, ""
+        if self.raised is not None:  # no loss shown, and it raised
+            return Verdict.RAISES, ""
         if result.detectable_tv <= self.detect_tv:
             return Verdict.LOSSLESS, ""
         target = np.asarray(target_law(problem, self.drafter.depth + 1), dtype=np.float64)
@@ -257,11 +303,18 @@ class _Check:
         while True:
             try:
                 return self._given(problem)
-            except FunctionRaised as error:
+            except FunctionRaised as error:  # in the exact attempt: integrated again past its raises
                 self.tried = 1
-                self.mode = "exact" if self.mode == "auto" else self.mode  # it raised in the exact attempt
                 self.record_raise(error, problem)
-                return self.raises_report("on the given problem", source="given")
+                past = self.past_raises(problem)
+                if past is None and self.mode == "auto":  # not of threshold form past its raises: tested instead
+                    self.add_note("exact integration past the raises was refused, so black-box mode was used")
+                    self.mode = "blackbox"
+                    continue
+                self.mode = "exact" if self.mode == "auto" else self.mode
+                if past is None:
+                    return self.raises_report("on the given problem", source="given")
+                return self.past_raises_report(past, problem, "on the given problem", "given")
             except RANDOMNESS_ERRORS as error:
                 if not self.refit(error):
                     raise
@@ -284,6 +337,8 @@ class _Check:
         result = self.powered_test(problem, self.alpha, self.seed)
         self.tried = 1
         verdict, next_step = self.blackbox_verdict(result, problem)
+        if verdict is Verdict.RAISES:
+            return self.raises_report(scope, source="given", blackbox=result)
         return self.report(verdict, scope, problem=problem, source="given", blackbox=result, next_step=next_step)
 
     # --- no problem: the search (and the canonical suite) ---------------------------------------------------------
@@ -325,9 +380,13 @@ class _Check:
             # remembered: a search must see one answer per candidate, and code on randomness verispec does not
             # feed (``unfed``) would give another on a second test, which the search's shrinking takes for flakiness
             text = json.dumps(problem_to_json(candidate, self.drafter.depth), sort_keys=True, default=str)
-            if text not in screened:
+            if text not in screened:  # going on past raises (the first recorded): one-sided where runs raised
+                log = RaiseLog()
                 result = blackbox_test(candidate, self.drafter, self.verifier, samples=SCREEN_SAMPLES,
-                                       alpha=SCREEN_ALPHA, seed=zlib.crc32(text.encode()), test="bernstein")
+                                       alpha=SCREEN_ALPHA, seed=zlib.crc32(text.encode()), test="bernstein",
+                                       raises=log)
+                if log.first is not None:
+                    self.record_raise(log.first, candidate)
                 screened[text] = result.tv_estimate if result.rejected else 0.0
             return screened[text]
 
@@ -367,21 +426,18 @@ class _Check:
         for index, member in enumerate(suite):
             problem = build_problem(member.candidate)
             try:
-                result = self.powered_test(problem, share, self.seed + index)
-            except FunctionRaised as error:  # a finding: recorded, and the suite goes on
-                self.record_raise(error, problem, member.label)
-                checked.append((member, None, f"the function raised {error.exception}"))
-                continue
+                result = self.powered_test(problem, share, self.seed + index, member.label)
             except (AnalysisTimeoutError, VerifierError):  # out of time, or the function itself failed
                 raise
             except VerispecError as error:  # the tree cannot be drawn on this problem
                 checked.append((member, None, str(error)))
                 continue
             self.tried += 1
-            checked.append((member, result, ""))
             if result.rejected:
                 return self.report(Verdict.LOSSY, f"on the canonical problem '{member.label}'", problem=problem,
                                    source="search", blackbox=result, label=member.label)
+            # a raise is a finding: recorded (powered_test), and the suite goes on
+            checked.append((member, None, "the function raised") if result.raised_runs else (member, result, ""))
         return None
 
     def witness(self, hunted) -> CheckReport:
@@ -391,6 +447,13 @@ class _Check:
         if self.mode == "exact":
             try:
                 result = analyze(found, self.drafter, self.verifier)
+            except FunctionRaised:  # a witness past its raises (``without_raises``): what they show, again
+                past = self.past_raises(found)
+                if past is not None:
+                    return self.past_raises_report(past, witness.problem_json, scope, "search", hunted=hunted,
+                                                   label=witness.label)
+                return self.report(Verdict.LOSSY, scope, problem=witness.problem_json, source="search",
+                                   tv_distance=witness.tv_distance, hunted=hunted, label=witness.label)
             except AnalysisTimeoutError:  # the search's exact TV stands; only the details are missing
                 return self.report(Verdict.LOSSY, scope, problem=witness.problem_json, source="search",
                                    tv_distance=witness.tv_distance, hunted=hunted, label=witness.label)
@@ -398,10 +461,8 @@ class _Check:
                                hunted=hunted, label=witness.label)
         # with the suite's tests (alpha / 2 in all) beside it, the confirmation gets the other half
         confirm_alpha = self.alpha if self.suite is None else self.alpha / 2
-        try:
-            confirmation = self.powered_test(found, confirm_alpha, self.seed + 1)
-        except FunctionRaised as error:  # the candidate is not confirmed; the raise is a witness of its own
-            self.record_raise(error, witness.problem_json, witness.label)
+        confirmation = self.powered_test(found, confirm_alpha, self.seed + 1, witness.label)
+        if not confirmation.rejected and confirmation.raised_runs:  # not confirmed; the raise is a witness of its own
             return self.raises_report("a search", source="search", hunted=hunted, tried=hunted.describe())
         if confirmation.rejected:
             self.add_note("the witness was confirmed by a fresh test")
@@ -499,10 +560,13 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
                    time_budget=time_budget, context_free=context_free, suite=suite, progress=progress)
     # the phases keep check.deadline; the hard timer allows a moment more to write up what they found
     grace = min(1.0, 0.05 * time_budget)
+    watch = StateWatch(function)  # the state it keeps across calls, said on the report (``raises.say_state``)
     try:
         with budget.time_budget(check.deadline + grace, hard=True, what=f"the check of {verifier.name}"), \
                 budget.time_budget(check.deadline):
-            return check.given(problem) if problem is not None else check.search()
+            report = check.given(problem) if problem is not None else check.search()
+            say_state(report, watch, check.verifier)
+            return report
     except AnalysisTimeoutError:
         scope = "on the given problem" if problem is not None else "a search"
         if check.raised is not None:  # the raise found so far stands

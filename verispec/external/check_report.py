@@ -49,8 +49,11 @@ class CheckReport:
     note: str = ""
     #: The name of the canonical problem that is the witness, if it is one.
     witness_label: str = ""
-    #: The first raise of the function: {problem, witness_label, exception, message, line, draft_paths, uniforms}.
+    #: The first raise of the function: {problem, witness_label, exception, message, line, draft_paths, uniforms,
+    #: repeats}.
     raised: dict | None = None
+    #: ``tv_distance`` is a lower bound: the excess the calls that did not raise show (``verispec.external.raises``).
+    tv_lower_bound: bool = False
 
     @property
     def lossless(self) -> bool | None:
@@ -80,7 +83,8 @@ class CheckReport:
                 "canonical": {"checked": self.canonical_checked, "total": self.canonical_total},
                 "seconds": round(self.seconds, 3), "function_evaluations": self.evaluations,
                 "uniforms": self.uniforms, "blackbox": None if self.blackbox is None else self.blackbox.to_json(),
-                "tried": self.tried, "next": self.next_step, "note": self.note, "raised": self.raised}
+                "tried": self.tried, "next": self.next_step, "note": self.note, "raised": self.raised,
+                "tv_distance_lower_bound": self.tv_lower_bound}
 
     def describe(self) -> str:
         lines = [f"{self.function} ({self.layout} layout, {self.tree}): {self.verdict.word} - {self.mode} mode, "
@@ -94,7 +98,8 @@ class CheckReport:
                              f"{where}")
         if self.tv_distance is not None:
             efficiency = "" if self.block_efficiency is None else f"; E[tau+1] = {self.block_efficiency:.6g}"
-            lines.append(f"  exact TV distance {self.tv_distance:.6g} (lossy above {DEFAULT_THRESHOLD:g})"
+            bound = " at least" if self.tv_lower_bound else ""
+            lines.append(f"  exact TV distance{bound} {self.tv_distance:.6g} (lossy above {DEFAULT_THRESHOLD:g})"
                          f"{efficiency}; {self.evaluations} function evaluations")
         if self.blackbox is not None:
             lines.append(f"  {self.blackbox.describe()}")
@@ -105,7 +110,7 @@ class CheckReport:
             where = (f" on draft tree {raised['draft_paths']} with uniforms {raised['uniforms']}"
                      if raised["draft_paths"] is not None else "")
             lines.append(f"  raised {raised['exception']}: {raised['message']} (at {raised['line']}){where}")
-            if self.verdict is not Verdict.RAISES:  # the raise is a second witness, on a problem of its own
+            if self.verdict is not Verdict.RAISES and raised["problem"] != self.problem:  # a problem of its own
                 label = f" (canonical problem '{raised['witness_label']}')" if raised["witness_label"] else ""
                 lines.append(f"  it raised on the problem{label} {json.dumps(raised['problem'])}")
         for kind in ("overproduced", "underproduced"):

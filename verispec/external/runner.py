@@ -15,7 +15,7 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 
 from verispec import budget
-from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
+from verispec.errors import AnalysisTimeoutError, UserCodeExit, VerifierError, VerispecError
 from verispec.external.rng import Capture, RowByRowRefusal, Tape, TorchEscape, UniformsExhausted
 from verispec.external.rng_rules import Signal, raise_site
 from verispec.external.tree_arrays import TreeArrays, as_int_matrix, decode
@@ -29,6 +29,8 @@ PROBE_SEED = 20_240_607
 PROBE_ROWS = 4
 #: Rows of a batched call that raised which are called one at a time to find the tree that raises.
 RAISE_ROWS = 256
+#: The code of a run that raised, where a runner goes on past raises (``Runner.raises``).
+RAISED = -1
 
 
 class NondeterministicError(VerifierError):
@@ -49,10 +51,37 @@ class FunctionRaised(VerifierError):
         #: Position of the raising call among the rows of a run (set while it propagates; None: a batched call).
         self.row: int | None = None
         self.drawn = 0
+        #: Whether the call raised again when made once more at once on the same inputs (None: not tried). False
+        #: says the raise depends on the call history (state kept across calls) or on randomness verispec does not
+        #: feed, so the inputs listed may not reproduce it.
+        self.repeats: bool | None = None
 
     def to_json(self) -> dict:
         return {"exception": self.exception, "message": self.detail, "line": self.line,
-                "draft_paths": self.draft_paths, "uniforms": self.uniforms}
+                "draft_paths": self.draft_paths, "uniforms": self.uniforms, "repeats": self.repeats}
+
+
+class RaiseLog:
+    """The raises a runner went on past (``Runner.raises``): the runs that raised count as outcome RAISED, so that
+    the calls that did not raise are still integrated or tested (the one rule of ``verispec.verdict``: a raise does
+    not hide the loss the other calls show)."""
+
+    def __init__(self):
+        #: The first raise located on one tree (its inputs, whether it repeats), or the first raise at all.
+        self.first: FunctionRaised | None = None
+        #: Runs (rows) that raised.
+        self.count = 0
+        #: Batched calls that raised while no part of them raised when called again (the raise did not repeat).
+        self.vanished = 0
+        #: Runs of a black-box test that raised, counted from their codes, and those the budget left unmade when it
+        #: ended the test past a raise (``cut``: the runs made are tested, ``blackbox``'s module docstring).
+        self.runs = self.unmade = 0
+        self.cut = False
+
+    def add(self, error: FunctionRaised, rows: int) -> None:
+        self.count += rows
+        if self.first is None or (self.first.draft_paths is None and error.draft_paths is not None):
+            self.first = error
 
 
 class Runner:
@@ -79,6 +108,10 @@ class Runner:
         #: The path label of each row of the last run (capture mode, ``_labels``), and the label of each path seen.
         self.last_paths: np.ndarray | None = None
         self.path_ids: dict[bytes, int] = {}
+        #: Where set, the runs that raise are outcome RAISED and the calls go on (``RaiseLog``); else a raise ends
+        #: the run.
+        self.raises: RaiseLog | None = None
+        self._again = False
         self.bind(batch)
 
     def bind(self, batch: TreeBatch) -> None:
@@ -173,28 +206,92 @@ class Runner:
         try:
             results, used = self._calls(per_row if one_by_one else batched, tape, uniforms.shape, races, full)
         except FunctionRaised as error:  # the witness: which tree, which uniforms (a call on one tree)
-            if error.row is None and count > 1 and not verifier.unfed:  # find the row: its uniforms are at hand
-                try:
-                    self._run(rows[:RAISE_ROWS], uniforms[:RAISE_ROWS], races, False, full, True)
-                except FunctionRaised as alone:
-                    raise alone from None
-            if error.row is not None and error.draft_paths is None:
-                row = int(rows[error.row])
-                tree = trees.batch.tree(row)
-                error.draft_paths = [list(path) for node, path in enumerate(tree.paths) if tree.is_leaf(node)]
-                error.uniforms = uniforms[error.row, :self.own + error.drawn].tolist()
-            raise
-        if one_by_one:
+            if self.raises is None:
+                raise self._located(error, rows, uniforms, races, full) from None
+            codes, used = self._past_raise(error, rows, uniforms, races, full)  # going on: the rows that raise
+            return (codes, used, []) if inspect else (codes, used)
+        raised = ([index for index, result in enumerate(results) if isinstance(result, FunctionRaised)]
+                  if one_by_one else [])
+        if raised:  # one row at a time, going on past raises: those rows' code is RAISED
+            for index in raised:
+                self._witness(results[index], rows[index:index + 1], uniforms[index:index + 1], races, full)
+            kept = np.setdiff1d(np.arange(count), raised)
+            codes = np.full(count, RAISED, dtype=np.int64)
+            if len(kept):
+                emitted = np.concatenate([layout.row_matrix(results[index], verifier.name, self.width)
+                                          for index in kept])
+                codes[kept] = decode(emitted, trees, rows[kept], verifier.name,
+                                     layout.drafted_paths(trees, rows[kept]))
+        elif one_by_one:
             emitted = np.concatenate([layout.row_matrix(result, verifier.name, self.width) for result in results])
         else:
             emitted = layout.own_rows(as_int_matrix(results, verifier.name, (layout.output_rows(count), self.width)))
-        codes = decode(emitted, trees, rows, verifier.name, layout.drafted_paths(trees, rows))
+        if not raised:
+            codes = decode(emitted, trees, rows, verifier.name, layout.drafted_paths(trees, rows))
         if not inspect:
             return codes, used
         written = _written(arrays, before)
         if batched is None:  # positions in the flattened list of every row's arguments
             written = {index % len(names) for index in written}
         return codes, used, sorted(names[index] if index < len(names) else f"#{index}" for index in written)
+
+    def _located(self, error: FunctionRaised, rows, uniforms, races: bool, full: bool) -> FunctionRaised:
+        """``error`` with the tree and uniforms it raised on: a batched call's rows (the first RAISE_ROWS) are called
+        one at a time to find them; the raise on one tree is made once more (``repeats``)."""
+        if error.row is None and len(rows) > 1 and not self.verifier.unfed:  # find the row: its uniforms are at hand
+            try:
+                self._run(rows[:RAISE_ROWS], uniforms[:RAISE_ROWS], races, False, full, True)
+            except FunctionRaised as alone:
+                return alone
+            if len(rows) <= RAISE_ROWS:  # every row of the call was called alone, and none raised
+                error.repeats = False
+            return error
+        if error.row is not None:
+            self._witness(error, rows[error.row:error.row + 1], uniforms[error.row:error.row + 1], races, full)
+        return error
+
+    def _witness(self, error: FunctionRaised, rows, uniforms, races: bool, full: bool) -> None:
+        """Give ``error``, raised by a call on the one tree of ``rows`` [1] with ``uniforms`` [1, ...], that tree's
+        paths and the uniforms it read, and (once per runner life where it goes on past raises) whether it repeats."""
+        if error.draft_paths is not None:
+            return
+        tree = self.trees.batch.tree(int(rows[0]))
+        error.draft_paths = [list(path) for node, path in enumerate(tree.paths) if tree.is_leaf(node)]
+        error.uniforms = uniforms[0, :self.own + error.drawn].tolist()
+        if self._again or (self.raises is not None and self.raises.first is not None
+                           and self.raises.first.repeats is not None):
+            return
+        raises, self.raises, self._again = self.raises, None, True
+        try:  # the same call at once: a raise that does not repeat depends on something besides the inputs
+            self._run(rows, uniforms, races, False, full, True)
+            error.repeats = False
+        except FunctionRaised:
+            error.repeats = True
+        finally:
+            self.raises, self._again = raises, False
+
+    def _past_raise(self, error: FunctionRaised, rows, uniforms, races: bool, full: bool):
+        """(codes, used) of ``rows`` where one batched call raised: each half called again, down to single rows,
+        whose code is RAISED where they raise (``raises`` counts them); a raise that no part repeats is counted
+        as vanished."""
+        budget.check(f"running external function {self.verifier.name}")
+        if len(rows) == 1:
+            self._witness(error, rows, uniforms, races, full)
+            self.raises.add(error, 1)
+            self.last_paths = np.zeros(1, dtype=np.int64) if self.capture else None
+            return np.full(1, RAISED, dtype=np.int64), np.ones(uniforms.shape, dtype=bool) if self.capture else None
+        half = len(rows) // 2
+        first = self._run(rows[:half], uniforms[:half], races, False, full, False)
+        first_paths = self.last_paths
+        second = self._run(rows[half:], uniforms[half:], races, False, full, False)
+        self.last_paths = None if first_paths is None else np.concatenate([first_paths, self.last_paths])
+        codes = np.concatenate([first[0], second[0]])
+        if not np.any(codes == RAISED):
+            self.raises.vanished += 1
+            if self.raises.first is None:
+                error.repeats = False
+                self.raises.first = error
+        return codes, None if first[1] is None else np.concatenate([first[1], second[1]])
 
     def _calls(self, arguments, tape, shape: tuple, races: bool, full: bool):
         """Call the function on ``arguments`` (a list of one tuple per row, or one batched tuple), feeding (or in
@@ -223,7 +320,12 @@ class Runner:
                             results.append(self._fed(capture, row_tape, row_arguments))
                         except FunctionRaised as error:
                             error.row, error.drawn = index, 0 if row_tape is None else row_tape.cursor
-                            raise
+                            if self.raises is None:
+                                raise
+                            error.__context__ = error.__traceback__ = None  # its frames held no longer (line kept)
+                            results.append(error)  # going on past it: the row's outcome is the raise
+                            self.raises.add(error, 1)
+                            continue
                         if row_tape is not None:
                             used[index, self.own:] = row_tape.used
                             paths[index] = self._labels(row_tape)[0]
@@ -258,6 +360,9 @@ class Runner:
         capture.start(tape)
         try:
             result = self._call(arguments)
+        except FunctionRaised:  # the call's own generators are not checked (end_call) after a call that raised
+            capture._generators = []
+            raise
         finally:
             capture.start(None)
         capture.end_call()
@@ -295,8 +400,12 @@ class Runner:
             return result
         except VerispecError:
             raise
-        except Exception as error:  # the function failed on this input: a finding, reported on one line
-            detail = str(error).splitlines()[0] if str(error) else ""
+        except (Exception, SystemExit, UserCodeExit) as error:  # the function failed on this input: a finding
+            # SystemExit (sys.exit) and UserCodeExit (os._exit and the like, in the supervised worker) included:
+            # code that tries to end verispec's process has failed on this input exactly as one that raised
+            text = (f"sys.exit({error.code!r})" if isinstance(error, SystemExit) else
+                    error.what if isinstance(error, UserCodeExit) else str(error))
+            detail = text.splitlines()[0] if text else ""
             line = raise_site(error)
             raise FunctionRaised(f"external function {verifier.name} raised {type(error).__name__}: {detail} (at "
                                  f"{line})", exception=type(error).__name__, detail=detail, line=line) from None
