@@ -42,6 +42,7 @@ places that run the code catch.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import io
 import json
 import mmap
@@ -61,6 +62,8 @@ from verispec.processes import Reaper, crash_location, how_it_ended, parse_repor
 
 #: The environment variable that turns supervision off ("0"): the command runs in one process.
 SWITCH = "VERISPEC_SUPERVISE"
+#: Linux prctl option: the signal a process gets when its parent ends.
+_PR_SET_PDEATHSIG = 1
 #: Exit statuses (``verispec.verdict``'s, repeated here so that this module imports nothing of verispec's but its
 #: errors: it runs before anything else of the command).
 EXIT_INCONCLUSIVE = 3
@@ -102,6 +105,7 @@ class _Worker:
     report_fd: int | None = None
     streams: tuple = ()
     stream_ids: tuple = ()
+    user_files: set[str] = set()
 
 
 def in_worker() -> bool:
@@ -199,9 +203,16 @@ def _intercept_exits() -> None:
             setattr(module, name, replacement)
 
 
+def watch_user_files(filenames) -> None:
+    """Count frames of code compiled from these files as the user's (``verispec.user_code`` registers what it
+    loads): a fork made with one of them on the stack is the user's (``_after_fork_in_a_copy``)."""
+    _Worker.user_files.update(name for name in filenames if name)
+
+
 def _after_fork_in_a_copy() -> None:
-    """A fork of the worker made by the code under check: it may go on running verispec's code, but its output
-    goes nowhere and it cannot report a status (the supervisor ends it with the command)."""
+    """A fork of the worker: it cannot report a status (the supervisor ends it with the command, if it has not
+    ended). One the code under check made (its code on the stack of the fork) may go on running verispec's code, so
+    its output goes nowhere; verispec's own forks (a sweep's worker processes) keep theirs."""
     if _Worker.pid is None or _Worker.pid == os.getpid():
         return
     if _Worker.report_fd is not None:
@@ -210,6 +221,11 @@ def _after_fork_in_a_copy() -> None:
         except OSError:
             pass
     _Worker.report_fd = None
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename not in _Worker.user_files:
+        frame = frame.f_back
+    if frame is None:
+        return
     try:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
@@ -336,11 +352,27 @@ def _work(run: Callable[[], int]) -> None:
     _ORIGINALS.get("_exit", os._exit)(status)
 
 
-def _start_worker(report_fd: int, out_fd: int, err_fd: int, shared: mmap.mmap, crash_file) -> None:
+def _die_with(parent: int) -> None:
+    """End the worker when the supervisor ends, however it ends (Linux: the kernel's parent-death signal)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it ended before the signal was asked for
+        _ORIGINALS.get("_exit", os._exit)(EXIT_INCONCLUSIVE)
+
+
+def _start_worker(report_fd: int, out_fd: int, err_fd: int, shared: mmap.mmap, crash_file, parent: int) -> None:
     """Set the worker up, in the child right after the fork."""
     import faulthandler
 
     _Worker.pid = os.getpid()
+    os.setpgid(0, 0)  # signals to the user's group reach the supervisor, which passes them on once
+    _die_with(parent)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # a background process group must not read the terminal (it would be stopped)
+    os.close(null)
     _Worker.note = shared
     _Worker.report_fd = report_fd
     outer_out, outer_err = sys.stdout, sys.stderr
@@ -371,18 +403,23 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
     shared = mmap.mmap(-1, NOTE_BYTES)
     crash_file = tempfile.TemporaryFile()
     reaper = Reaper(_real("kill"), _write)
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the worker: never returns into the caller, whatever happens
         try:
             for fd in (report_read, out_read, err_read):
                 os.close(fd)
-            _start_worker(report_write, out_write, err_write, shared, crash_file)
+            _start_worker(report_write, out_write, err_write, shared, crash_file, parent)
             note(supervision.checking)
             _work(run)
         finally:
             _ORIGINALS.get("_exit", os._exit)(EXIT_RAISES)
     for fd in (report_write, out_write, err_write):
         os.close(fd)
+    try:
+        os.setpgid(pid, pid)  # as the worker does itself: whichever runs first
+    except OSError:
+        pass
     try:
         watch = _Watch(pid, report_read, out_read, err_read, supervision)
         watch.wait()
@@ -418,7 +455,7 @@ class _Watch:
             self.decoders[fd] = codecs.getincrementaldecoder("utf-8")("replace")
         self.started = time.monotonic()
         self.interrupts: list[tuple[int, float]] = []
-        self.passed_on = False
+        self.passed_on = 0
 
     def wait(self) -> None:
         limit = self.supervision.time_limit
@@ -446,26 +483,28 @@ class _Watch:
                 signal.signal(sig, handler)
 
     def _hold_signals(self) -> dict:
-        """Ctrl-C and SIGTERM reach the worker, which ends the command its own way (a terminal's Ctrl-C reaches
-        both processes, a signal sent to this one is passed on); this process only waits for it."""
+        """Ctrl-C, SIGTERM and SIGHUP are passed on to the worker, which ends the command its own way (a build saves
+        what it has); this process only waits for it. The worker has a process group of its own, so a terminal's
+        Ctrl-C reaches it once, through this process."""
         previous = {}
         if sys.platform.startswith("win") or not _is_main_thread():
             return previous
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             previous[sig] = signal.signal(sig, lambda number, frame: self.interrupts.append((number,
                                                                                             time.monotonic())))
         return previous
 
     def _pass_interrupts(self) -> None:
-        """An interrupt the worker has not answered within half a second (one sent to this process alone) is
-        passed on once; one it has not answered within ``3 * GRACE_SECONDS`` ends it."""
-        number, when = self.interrupts[0]
-        waited = time.monotonic() - when
-        if waited > 3 * GRACE_SECONDS:
+        """Each interrupt is passed on as it comes; a worker that has not ended ``3 * GRACE_SECONDS`` after the first
+        is ended."""
+        while self.passed_on < len(self.interrupts):
+            try:
+                _real("kill")(self.pid, self.interrupts[self.passed_on][0])
+            except ProcessLookupError:
+                pass
+            self.passed_on += 1
+        if time.monotonic() - self.interrupts[0][1] > 3 * GRACE_SECONDS:
             self._end("it did not end after it was interrupted")
-        elif waited > 0.5 and not self.passed_on:
-            self.passed_on = True
-            _real("kill")(self.pid, number)
 
     def _end(self, why: str) -> None:
         self.ended_by_supervisor = why
@@ -569,4 +608,4 @@ def _is_main_thread() -> bool:
 
 
 __all__ = ["SWITCH", "Supervision", "available", "exit_finding", "in_worker", "note", "report_and_end",
-           "run_supervised"]
+           "run_supervised", "watch_user_files"]

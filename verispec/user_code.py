@@ -19,7 +19,7 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
-from verispec import budget
+from verispec import budget, supervisor
 from verispec.errors import UnknownVerifierError
 
 
@@ -62,7 +62,9 @@ def load_attribute(spec: str, what: str):
         raise UnknownVerifierError(f"cannot load {location!r}: {type(error).__name__}: {error}") from None
     if not found:
         raise UnknownVerifierError(f"{location!r} has no attribute {attribute!r}")
-    budget.watch_user_code(_code_files(module, target))
+    files = _code_files(module, target)
+    budget.watch_user_code(files)
+    supervisor.watch_user_files(files)
     return target
 
 

@@ -131,6 +131,10 @@ def holds_the_lock(tree, chooser):
     sum(range(10 ** 12))  # one C call that never releases the GIL: the in-process watchdog cannot run
 
 
+def sleeper(tree, chooser):
+    time.sleep(1000)
+
+
 def exit_in_class(v):
     sys.exit(0)
 
@@ -270,6 +274,56 @@ def test_negative_control_one_process_outlives_its_verdict(rules, tmp_path):
     env["VERISPEC_SUPERVISE"] = "1"
     done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "LOSSY" in done.stderr
+
+
+def _start_sleeper(rules: Path, tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """A real command whose rule sleeps, and its worker's pid once the worker runs."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), VERISPEC_TEST_PIDS=str(tmp_path / "p.txt"))
+    command = subprocess.Popen([sys.executable, "-m", "verispec", "exact", *TOY, "--tree", "chain:1", "--verifier",
+                                f"{rules}:sleeper", "--fail-if-lossy"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                   if _alive(pid) and _parent(pid) == command.pid]
+        if workers:
+            time.sleep(1.0)  # the worker is loading the rule
+            return command, workers[0]
+        time.sleep(0.05)
+    command.kill()
+    pytest.fail("the worker did not start")
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return int(file.read().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_interrupt_reaches_the_worker_once_and_ends_the_command(rules, tmp_path):
+    import signal
+
+    command, worker = _start_sleeper(rules, tmp_path)
+    command.send_signal(signal.SIGINT)
+    _, err = command.communicate(timeout=30)
+    assert command.returncode == 130 and "interrupted" in err, err
+    assert not _alive(worker)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and the parent-death signal")
+def test_the_worker_ends_with_a_killed_supervisor(rules, tmp_path):
+    import signal
+
+    command, worker = _start_sleeper(rules, tmp_path)
+    command.send_signal(signal.SIGKILL)
+    command.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(worker)
 
 
 def test_the_worker_reports_through_its_own_pipe_only():

@@ -66,7 +66,7 @@ import zlib
 
 import numpy as np
 
-from verispec import budget
+from verispec import budget, supervisor
 from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
 from verispec.external.adapter import ExternalVerifier
 from verispec.external.blackbox import (
@@ -425,6 +425,7 @@ class _Check:
         share = self.alpha / (2 * max(1, len(suite)))
         for index, member in enumerate(suite):
             problem = build_problem(member.candidate)
+            supervisor.note(f"the black-box test of the canonical problem '{member.label}'")
             try:
                 result = self.powered_test(problem, share, self.seed + index, member.label)
             except (AnalysisTimeoutError, VerifierError):  # out of time, or the function itself failed
