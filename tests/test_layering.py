@@ -11,7 +11,10 @@ Read from the source (every ``import`` statement, lazy ones inside functions inc
   bounds that judge them;
 * the ground floor (standard library, numpy and each other only) runs one way too: ``GROUND_FLOOR``;
 * inside the simulator the flow runs one way: problems < trees < drafters < verifier contract < engines;
-* the exact core works without torch installed (torch is an optional extra).
+* the exact core works without torch installed (torch is an optional extra);
+* the scripts under ``benchmarks/`` and ``experiments/`` never import ``verispec.cli``: the command line parses
+  options and calls the library, so what a script needs is a library function (``verispec.selector.split.held_out``,
+  not ``verispec.cli.selector.held_out``).
 """
 
 from __future__ import annotations
@@ -45,9 +48,9 @@ LAYERS = [{f"verispec.{name}" if name else "verispec" for name in layer} for lay
 
 #: Modules of the simulator in flow order; a module may import only modules listed before it.
 SIMULATOR_FLOW = [
-    "distributions", "ranking", "slots", "chooser", "problems", "generators", "problem_files", "deterministic", "trees",
-    "prefix_tables", "selection", "drafters", "own_law_drafters", "tree_specs", "interfaces", "laws",
-    "slot_enumeration", "topology", "dp", "fast_enumeration", "engine", "certified",
+    "distributions", "ranking", "slots", "chooser", "problems", "generators", "expansion", "problem_files",
+    "deterministic", "trees", "prefix_tables", "selection", "drafters", "own_law_drafters", "tree_specs",
+    "interfaces", "laws", "slot_enumeration", "topology", "dp", "fast_enumeration", "engine", "certified",
 ]
 
 
@@ -170,3 +173,47 @@ def test_no_package_file_is_ignored_by_git():
     if run.returncode == 128:
         pytest.skip(f"not a git checkout: {run.stderr.strip()}")
     assert run.stdout == "", f"ignored by git: {run.stdout.split()}"
+
+
+#: The folders of scripts that run on the library, never on the command line's modules.
+SCRIPT_FOLDERS = ("benchmarks", "experiments")
+
+
+def _command_line_imports(path: Path) -> list[str]:
+    """The imports of ``verispec.cli`` (or a module under it) in one script, lazy ones included, as written."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[:2] == ["verispec", "cli"]]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            parts = node.module.split(".")
+            if parts[:2] == ["verispec", "cli"]:
+                found.append(node.module)
+            elif parts == ["verispec"]:
+                found += [f"verispec.{alias.name}" for alias in node.names if alias.name == "cli"]
+    return found
+
+
+def _scripts_importing_the_command_line(root: Path) -> dict[str, list[str]]:
+    return {str(path.relative_to(root)): imports for folder in SCRIPT_FOLDERS
+            for path in sorted((root / folder).rglob("*.py")) if (imports := _command_line_imports(path))}
+
+
+def test_scripts_do_not_import_the_command_line():
+    found = _scripts_importing_the_command_line(PACKAGE.parent)
+    assert not found, f"scripts import the command line's modules (import the library's functions instead): {found}"
+
+
+def test_a_script_importing_the_command_line_is_caught(tmp_path):
+    """Negative control of the check above: each way of importing ``verispec.cli`` is found, lazy ones too, and a
+    script that imports only the library is not."""
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "benchmarks" / "deep").mkdir(parents=True)
+    (tmp_path / "experiments" / "from_module.py").write_text("from verispec.cli.selector import held_out\n")
+    (tmp_path / "experiments" / "library_only.py").write_text(
+        "import verispec.client_side\nfrom verispec.selector.split import held_out\nimport verispec\n")
+    (tmp_path / "benchmarks" / "deep" / "lazy.py").write_text(
+        "def main():\n    import verispec.cli.options as options\n    from verispec import cli, api\n")
+    assert _scripts_importing_the_command_line(tmp_path) == {
+        "benchmarks/deep/lazy.py": ["verispec.cli.options", "verispec.cli"],
+        "experiments/from_module.py": ["verispec.cli.selector"]}

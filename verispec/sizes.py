@@ -24,6 +24,29 @@ MAX_TABLE_PREFIXES = 1 << 20
 MAX_TABLE_ENTRIES = 1 << 22
 
 
+#: Most probabilities a problem read in exact mode holds, both laws together. Each becomes a Fraction, kept in a row
+#: list and again in the checked table: about EXACT_ENTRY_BYTES each with their integers, and 10 us (a rational
+#: .npz entry) to 40 us (a float entry, its row rescaled to sum to exactly 1) to read, so the limit reads in 3 to
+#: 10 s and under 150 MB. A 0.8 MB .npz of 16.8M rationals (numerators and denominators compress to nothing) took
+#: 4.7 GB and a minute before it was counted; a 576 KB .npz of 9M floats did not finish in 130 s.
+MAX_EXACT_ENTRIES = 1 << 18
+EXACT_ENTRY_BYTES = 512
+
+
+def check_exact_entries(entries: int, what: str, available: int | None = None) -> None:
+    """ProblemTooLargeError, before any Fraction is made, when reading ``entries`` probabilities exactly passes
+    MAX_EXACT_ENTRIES or would take more memory (EXACT_ENTRY_BYTES each) than ``available`` bytes (what the system
+    has available now, ``verispec.memory.available_memory_bytes``, which the callers pass: this floor is below
+    it)."""
+    needed = entries * EXACT_ENTRY_BYTES
+    if entries > MAX_EXACT_ENTRIES or (available is not None and needed > available):
+        room = "" if available is None else f", {available / 2**30:.1f} GiB available"
+        raise ProblemTooLargeError(
+            f"{what}: reading its {entries:,} probabilities exactly makes one Fraction each (about "
+            f"{needed / 2**20:,.0f} MiB{room}), above the limit of {MAX_EXACT_ENTRIES:,} exact probabilities; read "
+            "it without --exact (float64), or keep fewer prefixes or a smaller vocabulary for the exact check")
+
+
 def check_table_size(vocab_size: int, depth, what: str) -> None:
     """ProblemTooLargeError, before anything is built, when a table of every prefix of length 0..depth at this
     vocabulary exceeds MAX_TABLE_PREFIXES prefixes or MAX_TABLE_ENTRIES probabilities per law (sizes in logs,

@@ -22,21 +22,12 @@ or, when none came, says why in one line and returns its own:
   the in-process watchdog of ``verispec.budget`` cannot interrupt): it is ended, ``INCONCLUSIVE`` (exit 3).
 
 Whatever ends the command, nothing the code under check started outlives it: the worker ends with ``os._exit``
-once it has reported (a non-daemon thread does not hold it up; ``atexit`` handlers and ``sys.excepthook``, which
-the code may have replaced, are never run), and the supervisor, a child subreaper (Linux's
-``PR_SET_CHILD_SUBREAPER``) for the command's duration, ends every process descended from the worker - those that
-left its process group or session too - before it returns. A fork of the worker (``os.fork``,
-``multiprocessing``) can neither print into the command's output nor send a status.
-
-Why a process and not only intercepted exits: ``SystemExit`` and the ``os`` module's exits can be intercepted in
-one process, but a signal, a crash, ``os.close(1)`` or a thread that never ends cannot; a child process whose end
-is observed covers them all, and costs one ``fork`` (no new interpreter, no second import; measured in
-docs/check_external.md). What it does not cover: code that rewrites verispec's own objects in memory on purpose
-(it runs in verispec's interpreter); only an operating-system sandbox stops that, and such code is no verifier.
-
-Where ``os.fork`` does not exist (Windows), or with ``VERISPEC_SUPERVISE=0`` (to step through the user's code in
-a debugger), the command runs in one process as before; the report of the user's exits is then only what the
-places that run the code catch.
+once it has reported (threads, ``atexit`` handlers and a replaced ``sys.excepthook`` never hold it up), and the
+supervisor, Linux's child subreaper meanwhile, ends every process descended from the worker before it returns.
+The whole story, and why a process rather than intercepted exits alone (a signal, a crash, ``os.close(1)`` or a
+thread that never ends cannot be intercepted inside one process), is in docs/cli.md; the cost is one ``fork``.
+Code that rewrites verispec's own objects in memory on purpose is beyond it (only an operating-system sandbox stops
+that). Without ``os.fork``, or with ``VERISPEC_SUPERVISE=0`` (a debugger), the command runs in one process.
 """
 
 from __future__ import annotations
@@ -64,8 +55,7 @@ from verispec.processes import Reaper, crash_location, how_it_ended, parse_repor
 SWITCH = "VERISPEC_SUPERVISE"
 #: Linux prctl option: the signal a process gets when its parent ends.
 _PR_SET_PDEATHSIG = 1
-#: Exit statuses (``verispec.verdict``'s, repeated here so that this module imports nothing of verispec's but its
-#: errors: it runs before anything else of the command).
+#: Exit statuses (``verispec.verdict``'s; this module runs before anything else of the command).
 EXIT_INCONCLUSIVE = 3
 EXIT_RAISES = 4
 #: Bytes of the shared note (``note``): what the worker is doing, read by the supervisor if the worker dies.
@@ -73,9 +63,8 @@ NOTE_BYTES = 4096
 #: Seconds the supervisor waits for a worker that reported its status to end, and for the pipes' last bytes once
 #: it has ended, before it ends what is left itself.
 GRACE_SECONDS = 2.0
-#: Seconds past the command's own limits (its --time-budget with the hard budget's grace, and one --call-timeout)
-#: before the supervisor ends a worker that is still running: the in-process watchdog ends the command on its own
-#: long before (``verispec.budget``); this is the last resort for code that starves the watchdog.
+#: Seconds past the command's own limits (--time-budget with its grace, and one --call-timeout) before the
+#: supervisor ends a worker still running: the last resort for code that starves ``verispec.budget``'s watchdog.
 OUTER_MARGIN_SECONDS = 15.0
 
 

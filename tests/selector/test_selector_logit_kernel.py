@@ -193,11 +193,12 @@ def test_without_a_usable_compiler_the_features_take_the_numpy_route(tmp_path, m
 @needs_kernel
 def test_a_build_is_reused_and_a_new_source_builds_anew(tmp_path, monkeypatch):
     compiler, _ = native._compiler()
-    first, compiled = native._build(compiler, tmp_path)
+    first, content, compiled = native._build(compiler, tmp_path)
     stamp = first.stat().st_mtime_ns
-    assert compiled and native._build(compiler, tmp_path) == (first, False) and first.stat().st_mtime_ns == stamp
+    assert compiled and native._build(compiler, tmp_path) == (first, content, False)
+    assert first.stat().st_mtime_ns == stamp
     monkeypatch.setattr(native, "SOURCE", _mutated(tmp_path, "#define STATS 11", "#define STATS 11 /* edited */"))
-    second, compiled = native._build(compiler, tmp_path)
+    second, _, compiled = native._build(compiler, tmp_path)
     assert compiled and second != first
     assert sorted(path.name for path in tmp_path.glob("*.so")) == sorted([first.name, second.name])
 
@@ -209,17 +210,19 @@ def test_a_damaged_cached_build_is_compiled_again(tmp_path, monkeypatch, damage)
     replaced by a fresh build once, and the kernels are used."""
     monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
     compiler, _ = native._compiler()
-    path, _ = native._build(compiler, tmp_path / "kernels")
+    path, _, _ = native._build(compiler, tmp_path / "kernels")
     if damage == "not a library":
         path.write_bytes(b"not a shared library")
     else:  # a build of a broken source under the good build's name
         monkeypatch.setattr(native, "SOURCE", _mutated(tmp_path, "apq += ep * yq", "apq += ep * yp"))
-        broken, _ = native._build(compiler, tmp_path / "broken")
+        broken, _, _ = native._build(compiler, tmp_path / "broken")
         monkeypatch.undo()
         monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
         path.write_bytes(broken.read_bytes())
     monkeypatch.setattr(native, "_loaded", {})
-    assert native.kernel_status() == f"compiled kernels {path}"
-    assert [entry.name for entry in (tmp_path / "kernels").iterdir()] == [path.name]  # no copy, no temporary left
+    # the damaged bytes do not match the sha256 recorded at the build: compiled again before anything is loaded
+    assert native.kernel_status().startswith(f"compiled kernels {path} (compiled again")
+    names = sorted(entry.name for entry in (tmp_path / "kernels").iterdir())
+    assert names == sorted([path.name, path.with_suffix(".json").name])  # no copy, no temporary left
     values, _ = native.logit_moments(_rows(VOCAB, 8), 1.0)
     np.testing.assert_allclose(values, _expected(_rows(VOCAB, 8), 1.0), rtol=1e-6, atol=2e-7)

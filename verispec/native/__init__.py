@@ -18,9 +18,15 @@ the numpy route and the largest 21 entries about 0.08 ms against 0.15 ms for the
 
 The C file is compiled on first use in a process by the machine's C compiler (``$CC``, else ``cc``, ``gcc`` or
 ``clang``) with ``-O3 -march=native`` into ``<cache>/kernels/`` (``$VERISPEC_CACHE``, else ``~/.cache/verispec``),
-named by a digest of the source, the flags, the compiler's version and the CPU, written atomically (several
-processes may compile at once), and checked against numpy on small inputs before it is used. Where any of
-that fails (no compiler, a compile error, a failed check, ``VERISPEC_KERNELS=0``) the functions return None and the
+named by a digest of the source, the flags, the compiler's version and the CPU, and checked against numpy on small
+inputs before it is used. The cache is not trusted: the compiler writes to a temporary name that is renamed into
+place, and a record (``kernels-<digest>.json``, written atomically after the library) holds the library's sha256; a
+library is loaded only from bytes whose sha256 matches its record, copied to a private file first (so the bytes
+loaded are the bytes checked). A truncated library (a killed compile, a full disk: loading one ended the process
+with SIGBUS) or one planted under the expected name (its constructor ran when it was loaded) is never loaded: the
+kernels are compiled again, over it. The compiler runs in its own process group, ended whole when it passes its time
+limit (``COMPILE_TIMEOUT_S``; a ``$CC`` that hangs left its children behind holding the pipes). Where any of that
+fails (no compiler, a compile error, a failed check, ``VERISPEC_KERNELS=0``) the functions return None and the
 callers take their numpy or torch route, which give the same results to float32's rounding (the largest entries
 exactly); ``kernel_status()`` says which and why, and ``kernels_off()`` turns the kernels off in a thread for
 side-by-side comparisons."""
@@ -30,9 +36,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -46,10 +54,17 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fass
 #: Entries per block of the C kernel (its BLOCK): the [blocks, 11] statistics it keeps.
 BLOCK = 2048
 STATS = 11
-COMPILE_TIMEOUT_S = 120
+#: Seconds the compiler may take for the kernels (about 1 s here), and to print its version; past them its whole
+#: process group is ended and the callers take the numpy and torch routes.
+COMPILE_TIMEOUT_S = 60
+VERSION_TIMEOUT_S = 10
+#: Largest library or record read from the cache to be checked (the kernels take about 20 KB).
+MAX_CACHED_BYTES = 64 << 20
 
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}
+#: Libraries found in the cache that did not match their record, and were compiled again over (for the status).
+_replaced: dict[Path, bool] = {}
 _workspace = threading.local()
 
 
@@ -73,30 +88,126 @@ def _cpu_identity() -> str:
     return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
 
 
-def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, bool]:
-    """(the compiled kernels' path under ``folder``, whether it was compiled now): compiled there unless a build of
-    this source, these flags, this compiler and this CPU exists (``again``: compiled even so, replacing it)."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, errors="replace",
-                             timeout=30).stdout
-    digest = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version, platform.machine(),
-                                       _cpu_identity()]).encode()).hexdigest()[:16]
-    target = folder / f"kernels-{digest}.so"
-    if target.is_file() and not again:
-        return target, False
+def _run_bounded(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """``command`` with its output captured, in a process group of its own; past ``timeout`` seconds (or on any
+    interruption) the whole group is killed and reaped, so a compiler driver's children (cc1, as, ld, or a
+    script's sleep) do not outlive it holding the pipes open, and an OSError says so."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _end_group(process)
+        raise OSError(f"{Path(command[0]).name} did not finish in {timeout:g} s; its process group was ended") from None
+    except BaseException:
+        _end_group(process)
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """Kill ``process`` and everything in its process group, then reap it (a child that left the group and keeps
+    the pipes open is waited for 5 s at most)."""
+    with contextlib.suppress(OSError):
+        if hasattr(os, "killpg"):
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.communicate(timeout=5)
+    process.kill()
+    process.wait()
+
+
+def _read_bounded(path: Path) -> bytes | None:
+    """The bytes of a cache file, or None when it is missing, unreadable, not a regular file or over
+    MAX_CACHED_BYTES."""
+    try:
+        with open(path, "rb") as stream:
+            content = stream.read(MAX_CACHED_BYTES + 1)
+    except OSError:
+        return None
+    return content if len(content) <= MAX_CACHED_BYTES else None
+
+
+def _recorded(target: Path, key: str) -> bytes | None:
+    """The cached library's bytes when its record names ``key`` and their sha256; None otherwise (no record, a
+    library truncated or replaced since it was built)."""
+    record, content = _read_bounded(target.with_suffix(".json")), _read_bounded(target)
+    if record is None or content is None:
+        return None
+    try:
+        expected = json.loads(record)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(expected, dict) or expected.get("key") != key or \
+            expected.get("sha256") != hashlib.sha256(content).hexdigest():
+        return None
+    return content
+
+
+def _write_atomically(path: Path, content: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(content)
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def cache_entry(compiler: str, folder: Path) -> tuple[str, Path]:
+    """(the key of a build of this source, these flags, this compiler's version and this CPU; the library's path
+    under ``folder``, its record beside it with the suffix .json)."""
+    version = _run_bounded([compiler, "--version"], VERSION_TIMEOUT_S).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version, platform.machine(),
+                                    _cpu_identity()]).encode()).hexdigest()
+    return key, folder / f"kernels-{key[:16]}.so"
+
+
+def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, bytes, bool]:
+    """(the compiled kernels' path under ``folder``, their bytes, whether they were compiled now): compiled there
+    unless a build of this source, these flags, this compiler and this CPU is there and matches its record
+    (``again``: compiled even so, replacing it). The library is renamed into place, then its record written."""
+    key, target = cache_entry(compiler, folder)
+    content = None if again else _recorded(target, key)
+    if content is not None:
+        return target, content, False
+    _replaced[target] = target.exists() or target.is_symlink()
     folder.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(handle)
     try:
-        result = subprocess.run([compiler, *FLAGS, "-o", temporary, str(SOURCE), "-lm"], capture_output=True,
-                                text=True, errors="replace", timeout=COMPILE_TIMEOUT_S)
+        result = _run_bounded([compiler, *FLAGS, "-o", temporary, str(SOURCE), "-lm"], COMPILE_TIMEOUT_S)
         if result.returncode:
             message = (result.stderr.strip().splitlines() or ["no message"])[-1]
             raise OSError(f"{Path(compiler).name} failed ({message})")
-        os.replace(temporary, target)  # atomic: a process that compiled it too replaces it by the same bytes
+        content = _read_bounded(Path(temporary))
+        if content is None:
+            raise OSError(f"{Path(compiler).name} wrote no readable library")
+        os.replace(temporary, target)  # atomic: a process that compiled it too replaces it, and its record
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
-    return target, True
+    record = {"key": key, "sha256": hashlib.sha256(content).hexdigest(), "compiler": compiler, "flags": FLAGS,
+              "source_sha256": hashlib.sha256(SOURCE.read_bytes()).hexdigest()}
+    _write_atomically(target.with_suffix(".json"), json.dumps(record).encode())
+    return target, content, True
+
+
+def _bind_checked(content: bytes, folder: Path) -> dict:
+    """Bind the library whose bytes were checked, from a private copy of them (mode 0600, removed once mapped):
+    nothing swapped into the cache after the check is loaded, and a process that found a damaged library under
+    the cache's name never maps it."""
+    handle, private = tempfile.mkstemp(prefix=".kernels-", suffix=".so", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(content)
+        return _bind(Path(private))
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(private)
 
 
 def _bind(path: Path) -> dict:
@@ -153,30 +264,26 @@ def _self_check(kernels: dict) -> None:
 _OFF, _ON = ("0", "off", "false", "no"), ("", "1", "on", "true", "yes")
 
 
-def _load(compiler: str) -> tuple[dict, Path]:
-    """Build (or find), bind and check the kernels; a cached build that does not load or fails its check (copied
-    from another machine, or damaged) is compiled again once."""
+def _load(compiler: str) -> tuple[dict, Path, str]:
+    """Build (or find and verify), bind and check the kernels: (them, their path, a note on a rebuild). A cached
+    build that fails its check though it matches its record (copied from another machine) is compiled again once."""
     from verispec.io import cache_root
 
     folder = cache_root() / "kernels"
-    path, compiled = _build(compiler, folder)
+    path, content, compiled = _build(compiler, folder)
+    note = "" if not compiled or not _replaced.get(path) else \
+        " (compiled again: the cached library did not match the sha256 recorded when it was built)"
     try:
-        kernels = _bind(path)
+        kernels = _bind_checked(content, folder)
         _self_check(kernels)
-    except OSError:
+    except OSError as error:
         if compiled:
             raise
-        path, _ = _build(compiler, folder, again=True)
-        # the loader keeps the damaged library under its path's name for this process: load a copy of the new one
-        fresh = path.with_name(f".{path.stem}-{os.getpid()}-{threading.get_ident()}.so")
-        shutil.copyfile(path, fresh)
-        try:
-            kernels = _bind(fresh)
-        finally:
-            with contextlib.suppress(OSError):
-                fresh.unlink()  # mapped already; nothing left behind
+        path, content, _ = _build(compiler, folder, again=True)
+        kernels = _bind_checked(content, folder)
         _self_check(kernels)
-    return kernels, path
+        note = f" (compiled again: the cached build failed its check: {error})"
+    return kernels, path, note
 
 
 def _library() -> dict | None:
@@ -196,8 +303,8 @@ def _library() -> dict | None:
             status = f"numpy and torch routes: {missing}"
         else:
             try:
-                kernels, path = _load(compiler)
-                status = f"compiled kernels {path}"
+                kernels, path, note = _load(compiler)
+                status = f"compiled kernels {path}{note}"
             except (OSError, subprocess.SubprocessError, AttributeError) as error:
                 kernels, status = None, f"numpy and torch routes: the compiled kernels are not usable ({error})"
         _loaded.update(kernels=kernels, status=status)

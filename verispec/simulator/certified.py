@@ -64,6 +64,7 @@ from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, Verispec
 from verispec.simulator.dp import MAX_WALK_OPERATIONS, ROW_OPERATIONS, check_closed_kernel_size, sequential_kernels
 from verispec.simulator.interfaces import NodeSolver, Verifier
 from verispec.simulator.problems import Problem
+from verispec.sizes import readable_count
 
 #: Added to every width: float64 rounding of the sums (terms in [0, 1], a few million of them at most).
 ROUNDING = 1e-12
@@ -484,6 +485,30 @@ def _check_replay_cost(drafter, max_outcomes: int) -> None:
             "node-solver verifier on an i.i.d. tree (the certified walk)")
 
 
+def _check_trees_needed(drafter, epsilon: float, explored: float, log_mass: float, outcomes: int,
+                        max_outcomes: int) -> None:
+    """ProblemTooLargeError once the trees still needed for width ``epsilon`` surely pass ``max_outcomes``, not
+    after that many (psbv on iid:50,1 ran over an hour). ``log_mass`` bounds every uncounted tree's log mass: the
+    heap's top (entries leave it in decreasing mass; such trees extend one on it), or ``_largest_tree_mass``. The
+    width needs mass 1 - (epsilon - 2 ROUNDING) / depth (less 1e-9 for rounding: a search that can finish goes on)."""
+    needed = 1.0 - (epsilon - 2 * ROUNDING) / drafter.depth - explored - 1e-9
+    log_more = math.log(needed) - log_mass if needed > 0 else -math.inf
+    if log_more > math.log(max_outcomes - outcomes + 1):
+        raise ProblemTooLargeError(
+            f"the certified tree search of {drafter.spec} needs at least {readable_count(log_more)} more draft trees "
+            f"for width {epsilon:g} (none left has probability above 10^{log_mass / math.log(10):.1f}; {outcomes:,} "
+            f"so far), above the limit of {max_outcomes:,} trees; use a node-solver verifier on an i.i.d. tree, a "
+            "smaller tree, a larger epsilon, or 'verispec exact' on a problem file (exact, no search)")
+
+
+def _largest_tree_mass(problem: Problem, drafter) -> float:
+    """Log of a bound on every draft tree's mass, before the search: max q(root)^b_1 under i.i.d. branching (b_1
+    root draws from q(root)); 0 (no bound) for other drafters."""
+    branching = drafter.iid_branching
+    largest = float(np.max(np.asarray(problem.draft(()), dtype=np.float64))) if branching else 0.0
+    return branching[0] * math.log(largest) if largest > 0 else 0.0
+
+
 def _node_masses(problem: Problem, shape, verifier: Verifier) -> tuple[np.ndarray, np.ndarray]:
     """Each node's depth [n] and the mass the verifier emits at it [n] on the complete draft tree ``shape``, its
     emission laws checked first."""
@@ -502,6 +527,7 @@ def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: 
     start = time.perf_counter()
     depth = drafter.depth
     _check_replay_cost(drafter, max_outcomes)
+    _check_trees_needed(drafter, epsilon, 0.0, _largest_tree_mass(problem, drafter), 0, max_outcomes)
     tau = np.zeros(depth + 1)
     explored = 0.0
     outcomes = 0
@@ -521,6 +547,7 @@ def certify_whole_trees(problem: Problem, drafter, verifier: Verifier, epsilon: 
             break
         negative, _, choices, order, rank = heapq.heappop(heap)
         mass = -negative
+        _check_trees_needed(drafter, epsilon, explored, math.log(max(mass, 1e-320)), outcomes, max_outcomes)
         if order is None:  # not yet replayed: run the drafter to its next choice or to a complete tree
             chooser = _Replay(choices)
             try:

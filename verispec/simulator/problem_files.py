@@ -24,6 +24,7 @@ import numpy as np
 from verispec.errors import InvalidDistributionError, InvalidProblemError, ProblemTooLargeError, describe
 from verispec.io import OutputKind, read_user_file
 from verispec.simulator.distributions import SUM_TOLERANCE, float_rows, parse_number
+from verispec.simulator.expansion import check_json_exact_entries, check_npz_expansion, rational_floats
 from verispec.simulator.problems import CheckedRows, Prefix, Problem, TabularProblem, prefix_label
 from verispec.sizes import MAX_TABLE_ENTRIES, check_vocab_size
 
@@ -284,6 +285,8 @@ def load_problem(path: str | Path, *, exact: bool = False) -> TabularProblem:
             raise ProblemTooLargeError(f"problem file {str(path)!r}: {error}") from None
         except (json.JSONDecodeError, RecursionError, InvalidProblemError, InvalidDistributionError, _ReadExactly):
             pass  # read again the exact way below, for the canonical message
+    if exact:
+        check_json_exact_entries(content, text, str(path))
     try:
         data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_float=Decimal)
     except json.JSONDecodeError as error:
@@ -417,6 +420,58 @@ def problem_to_npz(problem: Problem, depth: int, path: str | Path, *, metadata: 
     atomic_write_bytes(path, buffer.getvalue(), within=within)
 
 
+def _npz_table(arrays: dict, law: str, size: int, exact: bool):
+    """One law's table of a .npz problem file (``problem_from_npz``): prefixes as tuples, rows as checked float
+    rows (float mode) or Fraction lists (exact mode)."""
+    lengths, tokens = arrays[f"{law}_lengths"], arrays[f"{law}_tokens"]
+    if lengths.ndim != 1 or tokens.ndim != 2 or tokens.shape[0] != lengths.size or (
+            lengths.size and (lengths.min() < 0 or lengths.max() > tokens.shape[1])):
+        raise InvalidProblemError(f"{law}: the prefix arrays have inconsistent shapes "
+                                  f"{lengths.shape} and {tokens.shape}")
+    prefixes = _prefix_tuples(lengths, tokens.astype(np.int64, copy=False))
+    if len(set(prefixes)) != len(prefixes):
+        raise InvalidProblemError(f"{law}: a prefix appears twice")
+    if f"{law}_values" in arrays:
+        rows = arrays[f"{law}_values"]
+        if rows.ndim != 2 or rows.shape != (len(prefixes), size):
+            raise InvalidProblemError(f"{law}: rows of shape {rows.shape}, expected ({len(prefixes)}, {size})")
+        if exact:
+            return {prefix: _read_vector(row, True) for prefix, row in zip(prefixes, rows.tolist())}
+    else:
+        numerators, denominators = arrays[f"{law}_numerators"], arrays[f"{law}_denominators"]
+        if numerators.shape != (len(prefixes), size) or denominators.shape != numerators.shape:
+            raise InvalidProblemError(f"{law}: rational rows of shapes {numerators.shape} and "
+                                      f"{denominators.shape}, expected ({len(prefixes)}, {size})")
+        if (denominators <= 0).any():
+            raise InvalidProblemError(f"{law}: a denominator is not positive")
+        if exact:
+            return {prefix: [Fraction(a, b) for a, b in zip(top, bottom)] for prefix, top, bottom in
+                    zip(prefixes, numerators.astype(np.int64).tolist(), denominators.astype(np.int64).tolist())}
+        rows = rational_floats(numerators, denominators)
+        bulk = _checked_rows(prefixes, rows, size)
+        return bulk if bulk is not None else dict(zip(prefixes, rows.tolist()))  # Python floats, as before
+    bulk = _checked_rows(prefixes, rows, size)
+    return bulk if bulk is not None else dict(zip(prefixes, (list(row) for row in rows)))
+
+
+def _unreadable_npz(name: str, error: Exception) -> InvalidProblemError:
+    return InvalidProblemError(f"problem file {name!r} is a zip archive but not a readable .npz ({error}); write one "
+                               "with problem_to_npz")
+
+
+def _npz_arrays(archive, keys, name: str) -> dict:
+    """The named arrays of an open .npz, decompressed now (KeyError for a missing one)."""
+    import zipfile
+
+    missing = [key for key in keys if key not in archive.files]
+    if missing:
+        raise KeyError(missing[0])
+    try:
+        return {key: archive[key] for key in keys}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise _unreadable_npz(name, error) from None
+
+
 def problem_from_npz(content: bytes, *, exact: bool = False, name: str = "problem file") -> TabularProblem:
     """A problem from the bytes of a .npz file (``problem_to_npz``), validated as a JSON file is: shapes, NaN,
     negative entries and sums, with one-line errors; a .npz that is not a verispec problem is named as such."""
@@ -430,50 +485,27 @@ def problem_from_npz(content: bytes, *, exact: bool = False, name: str = "proble
     try:
         archive = np.load(io.BytesIO(content), allow_pickle=False)
         found = "format" in archive.files and str(archive["format"]) == NPZ_FORMAT
-        arrays = {key: archive[key] for key in archive.files} if found else dict.fromkeys(archive.files)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        raise InvalidProblemError(f"problem file {name!r} is a zip archive but not a readable .npz ({error}); write "
-                                  "one with problem_to_npz") from None
+        raise _unreadable_npz(name, error) from None
     if not found:
         raise InvalidProblemError(f"problem file {name!r} is a .npz file but not a verispec problem (no format "
-                                  f"{NPZ_FORMAT!r}; found arrays: {', '.join(sorted(arrays)) or 'none'})")
+                                  f"{NPZ_FORMAT!r}; found arrays: {', '.join(sorted(archive.files)) or 'none'})")
+    arrays: dict = {}
     try:
+        # the vocabulary and the prefix lengths first (8 bytes a prefix): what the rest expands to is counted from
+        # them before the rows are decompressed
+        arrays.update(_npz_arrays(archive, ("vocab_size", "target_lengths", "draft_lengths"), name))
         size = int(arrays["vocab_size"])
         check_vocab_size(size, "vocab_size")
-        tables = {}
-        for law in ("target", "draft"):
-            lengths, tokens = arrays[f"{law}_lengths"], arrays[f"{law}_tokens"]
-            if lengths.ndim != 1 or tokens.ndim != 2 or tokens.shape[0] != lengths.size or (
-                    lengths.size and (lengths.min() < 0 or lengths.max() > tokens.shape[1])):
-                raise InvalidProblemError(f"{law}: the prefix arrays have inconsistent shapes "
-                                          f"{lengths.shape} and {tokens.shape}")
-            prefixes = _prefix_tuples(lengths, tokens.astype(np.int64, copy=False))
-            if len(set(prefixes)) != len(prefixes):
-                raise InvalidProblemError(f"{law}: a prefix appears twice")
-            if f"{law}_values" in arrays:
-                rows = arrays[f"{law}_values"]
-                if rows.ndim != 2 or rows.shape != (len(prefixes), size):
-                    raise InvalidProblemError(f"{law}: rows of shape {rows.shape}, expected ({len(prefixes)}, {size})")
-                if exact:
-                    tables[law] = {prefix: _read_vector([float(v) for v in row], True)
-                                   for prefix, row in zip(prefixes, rows)}
-                    continue
-                bulk = _checked_rows(prefixes, rows, size)
-                tables[law] = bulk if bulk is not None else dict(zip(prefixes, (list(row) for row in rows)))
-            else:
-                numerators, denominators = arrays[f"{law}_numerators"], arrays[f"{law}_denominators"]
-                if numerators.shape != (len(prefixes), size) or denominators.shape != numerators.shape:
-                    raise InvalidProblemError(f"{law}: rational rows of shapes {numerators.shape} and "
-                                              f"{denominators.shape}, expected ({len(prefixes)}, {size})")
-                if (denominators <= 0).any():
-                    raise InvalidProblemError(f"{law}: a denominator is not positive")
-                rows = [[Fraction(int(a), int(b)) for a, b in zip(top, bottom)]
-                        for top, bottom in zip(numerators, denominators)]
-                tables[law] = dict(zip(prefixes, rows if exact else ([float(v) for v in row] for row in rows)))
+        check_npz_expansion(arrays, size, exact)
+        arrays.update(_npz_arrays(archive, [key for key in archive.files if key not in arrays], name))
+        tables = {law: _npz_table(arrays, law, size, exact) for law in ("target", "draft")}
     except KeyError as error:
         raise InvalidProblemError(f"problem file {name!r} lacks the array {error.args[0]!r} of the .npz problem "
                                   "form") from None
-    except (InvalidProblemError, InvalidDistributionError) as error:
+    except (InvalidProblemError, InvalidDistributionError, ProblemTooLargeError) as error:
+        if str(error).startswith(f"problem file {name!r}"):
+            raise
         raise type(error)(f"problem file {name!r}: {error}") from None
     try:
         return TabularProblem(size, tables["target"], tables["draft"], exact=exact)
