@@ -14,7 +14,7 @@
 4. Every gallery bug checked from scratch as ``verispec check-external`` does it (witness search, then the
    verdict), and every correct version on one problem.
 
-Writes docs/results/bench_external.md (--output to write elsewhere).
+Writes data/latency/bench_external.md (--output to write elsewhere).
 
     python benchmarks/bench_external.py [--quick]
 """
@@ -191,7 +191,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="without the gallery")
     parser.add_argument("--race-limit", type=float, default=120.0,
                         help="seconds a race refusal may run (without the breakpoint check)")
-    parser.add_argument("--output", default="docs/results/bench_external.md")
+    parser.add_argument("--output", default="data/latency/bench_external.md")
     args = parser.parse_args(argv)
     lines = [f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", ""] + chain_at_v4_l4()
     print("\n".join(lines), flush=True)

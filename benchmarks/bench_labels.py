@@ -166,10 +166,10 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from verispec.cli.selector import parse_setting
     from verispec.models import load_pair
     from verispec.models.tiny import tiny_pair
     from verispec.selector.actions import ActionGrid, _parse_values
+    from verispec.selector.roots import parse_setting
 
     torch.set_num_threads(args.threads)
     grid = ActionGrid(_parse_values(args.ks, "K"), _parse_values(args.l1s, "L1"), _parse_values(args.l2s, "L2"),

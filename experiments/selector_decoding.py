@@ -179,14 +179,15 @@ def main(argv=None) -> int:
     try:
         import torch
 
-        from verispec.cli.selector import held_out, read_prompt_specs
         from verispec.latency import LatencyModel
         from verispec.models import Sampling, load_pair
         from verispec.models.cpu_linear import store_key
         from verispec.selector.actions import action_times
         from verispec.selector.dataset_file import Dataset
         from verispec.selector.evaluate import best_static
+        from verispec.selector.prompt_sets import read_prompt_specs
         from verispec.selector.selector import Selector, SelectorPolicy
+        from verispec.selector.split import held_out
 
         if args.threads:
             torch.set_num_threads(args.threads)

@@ -4,12 +4,13 @@ efficiency against a lossless rule on the same tree, for every (epsilon, alpha) 
     python experiments/typical_derived.py --pair qwen-coder --threads 2      # 8 contexts, two sampling laws
     python experiments/typical_derived.py --tiny                            # tiny random pair, seconds
 
-For each context (the first ``--humaneval`` HumanEval prompts and the first ``--prose`` prose prompts of
-``examples/prose_prompts.txt``) and each sampling law (T = 0.7 top-k 20 top-p 0.8, and T = 1 unfiltered), the
-context is derived into a V-token problem of depth 3 (``verispec derive``: the top V-1 tokens by p + q and an
-'other' bucket) and analysed exactly: the lossless rule of ``TYPICAL_TREES`` and typical acceptance at every
-setting of ``TYPICAL_SETTINGS`` on ``chain:3`` and ``iid:2,2``. Rows go to a resumable ``ResultStore`` keyed on
-(sampling, context) with every setting as its parameters; the summary (markdown) is rewritten after each context.
+For each context (the first ``--humaneval`` HumanEval prompts and the first ``--prose`` of verispec's small prose
+set, ``verispec.selector.prompt_sets.prose_small_prompts``) and each sampling law (T = 0.7 top-k 20 top-p 0.8, and
+T = 1 unfiltered), the context is derived into a V-token problem of depth 3 (``verispec derive``: the top V-1
+tokens by p + q and an 'other' bucket) and analysed exactly: the lossless rule of ``TYPICAL_TREES`` and typical
+acceptance at every setting of ``TYPICAL_SETTINGS`` on ``chain:3`` and ``iid:2,2``. Rows go to a resumable
+``ResultStore`` keyed on (sampling, context) with every setting as its parameters; the summary (markdown) is
+rewritten after each context.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from tqdm import tqdm
 from verispec.errors import VerispecError
 from verispec.io import ResultStore, atomic_write_text
 
-PROSE = Path(__file__).resolve().parents[1] / "examples" / "prose_prompts.txt"
 DEPTH = 3
 
 
@@ -92,14 +92,14 @@ def main(argv=None) -> int:
     from verispec.models.problem import ModelProblem
     from verispec.models.prompts import humaneval_prompts
     from verispec.models.tiny import tiny_pair
+    from verispec.selector.prompt_sets import prose_small_prompts
 
     try:
         pair = tiny_pair(0, device=args.device) if args.tiny else load_pair(args.pair, device=args.device)
     except VerispecError as error:
         print(f"typical_derived: error: {error}", file=sys.stderr)
         return 2
-    prose = PROSE.read_text().splitlines()[:args.prose]
-    contexts = humaneval_prompts(args.humaneval) + [(f"prose:{index}", text) for index, text in enumerate(prose)]
+    contexts = humaneval_prompts(args.humaneval) + prose_small_prompts()[:args.prose]
     if args.tiny:  # token ids only: the tiny pair has no tokenizer
         contexts = [(f"tiny:{index}", [1 + index, 2, 3]) for index in range(args.humaneval + args.prose)]
     dtype = str(getattr(pair.target, "dtype", "unknown"))

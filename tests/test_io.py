@@ -1,4 +1,4 @@
-"""verispec.io's packed float arrays: what row stores keep of a root's labels."""
+"""verispec.io's packed float arrays and row stores: what row stores keep of a root's labels, and how."""
 
 from __future__ import annotations
 
@@ -29,3 +29,24 @@ def test_packed_floats_keep_every_bit_and_refuse_damage():
                     {"shape": [1]}, huge):
         with pytest.raises(ResultStoreError, match="packed array"):
             unpack_floats(damaged)
+
+
+def test_a_row_store_is_written_compact_and_an_indented_one_still_resumes(tmp_path):
+    """``ResultStore`` writes one unindented JSON line (issue 55: the committed stores were indented); a store
+    written indented, as the older ones were, resumes with its rows and parameters."""
+    import json
+
+    from verispec.io import ResultStore
+
+    path = tmp_path / "store.json"
+    store = ResultStore(path, parameters={"verifier": "bv", "seed": 0})
+    store.add("a", {"value": 1.5})
+    text = path.read_text()
+    data = json.loads(text)
+    assert text == json.dumps(data, separators=(",", ":")) + "\n"
+    path.write_text(json.dumps(data, indent=1) + "\n")  # the older format
+    again = ResultStore(path, parameters={"verifier": "bv", "seed": 0})
+    assert again.done("a") and again.rows["a"]["value"] == 1.5
+    again.add("b", {"value": 2.5})
+    assert json.loads(path.read_text())["rows"] == [{"key": "a", "value": 1.5}, {"key": "b", "value": 2.5}]
+    assert path.read_text().count("\n") == 1

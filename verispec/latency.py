@@ -182,6 +182,12 @@ class LatencyModel:
                                f"{error if isinstance(error, json.JSONDecodeError) else 'nested too deeply'}") from None
 
 
+def throughput_unit(model: LatencyModel) -> str:
+    """The unit of E[tau+1]/T under ``model``: tokens per t_q where the model's times are in draft steps
+    (t_q = 1: T = 4.5 means four and a half draft steps' time), else tokens per the model's unit (ms)."""
+    return "tokens per t_q" if model.draft_step == 1 and model.unit == "draft step" else f"tokens per {model.unit}"
+
+
 def is_latency_file(path: str | Path) -> bool:
     """Whether ``path`` holds a latency model ``LatencyModel.load`` reads ('verispec latency --out' wrote it)."""
     try:
@@ -203,4 +209,4 @@ def latency_file_marked(path: str | Path) -> bool:
 #: What 'verispec latency --out' writes (``verispec.io.check_output``).
 LATENCY_FILE = OutputKind("verispec latency model", latency_file_marked, is_latency_file, "latency.json")
 
-__all__ = ["LATENCY_FILE", "LatencyError", "LatencyModel", "is_latency_file"]
+__all__ = ["LATENCY_FILE", "LatencyError", "LatencyModel", "is_latency_file", "throughput_unit"]

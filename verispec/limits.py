@@ -73,5 +73,8 @@ MAX_LATENCY_REPEATS = 1000
 #: 88 GB); no machine verispec runs on has more cores than this.
 MAX_THREADS = 1024
 
+#: torch's CPU threads of the selector study by default (``verispec.selector.study.study_threads``, which says why).
+STUDY_THREADS = 1
+
 #: Largest --max-variables of 'bound': HiGHS indexes an LP's columns with 32-bit integers.
 MAX_LP_VARIABLES = 2**31 - 1

@@ -18,7 +18,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -29,6 +28,7 @@ import pytest
 import verispec.selector.dataset as dataset_module
 import verispec.selector.dataset_file as dataset_file_module
 import verispec.simulator.problem_files as problem_files_module
+from tests.support.traced import traced_main
 from verispec.cli import main
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.simulator.generators import random_problem
@@ -53,16 +53,7 @@ def _warm():
 def _refused(capsys, argv, *, seconds: float = 1.0, megabytes: float = 32) -> str:
     """The one stderr line of ``verispec argv`` run in this process, after checking exit status 2, one line, that it
     took under ``seconds`` and that its traced allocations peaked under ``megabytes``."""
-    capsys.readouterr()
-    tracemalloc.start()
-    start = time.perf_counter()
-    try:
-        code = main([str(part) for part in argv])
-    finally:
-        elapsed = time.perf_counter() - start
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    out, err = capsys.readouterr()
+    code, _, err, elapsed, peak = traced_main(capsys, argv)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("verispec: error: "), err
     assert elapsed < seconds, f"refused after {elapsed:.2f} s: {lines[0]}"
@@ -272,8 +263,12 @@ def test_model_and_solver_counts_are_bounded_before_anything_loads(capsys, tmp_p
     ("prose:" + "9" * 5000, "prompts but prose holds"),
 ])
 def test_prompt_counts_beyond_the_set_are_refused(capsys, tmp_path, spec, message):
-    prose = Path(__file__).resolve().parents[2] / "examples" / "prose_prompts.txt"
-    assert sum(1 for line in prose.read_text().splitlines() if line.strip()) == 12
+    from importlib import resources
+
+    from verispec.selector.prompt_sets import PROSE_SMALL
+
+    prose = resources.files("verispec.selector").joinpath(*PROSE_SMALL)  # package data
+    assert sum(1 for line in prose.read_text(encoding="utf-8").splitlines() if line.strip()) == 12
     line = _refused(capsys, ["selector", "dataset", *TOY, "--prompts", spec, "--out", tmp_path / "d.npz"])
     assert message in line
 

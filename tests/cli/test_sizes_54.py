@@ -18,14 +18,13 @@ import math
 import subprocess
 import sys
 import time
-import tracemalloc
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import verispec.simulator.certified as certified_module
-from verispec.cli import main
+from tests.support.traced import traced_main
 from verispec.errors import ProblemTooLargeError
 from verispec.simulator.certified import certify_whole_trees
 from verispec.simulator.expansion import MAX_NPZ_PREFIX_TOKENS, rational_floats
@@ -49,16 +48,8 @@ def _warm():
 def _run(capsys, argv, *, seconds: float = 1.0, megabytes: float = 32):
     """(exit status, stderr lines, seconds) of ``verispec argv`` in this process; traced allocations must peak
     under ``megabytes``."""
-    capsys.readouterr()
-    tracemalloc.start()
-    start = time.perf_counter()
-    try:
-        code = main([str(part) for part in argv])
-    finally:
-        elapsed = time.perf_counter() - start
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    err = capsys.readouterr().err.strip().splitlines()
+    code, _, err, elapsed, peak = traced_main(capsys, argv)
+    err = err.strip().splitlines()
     assert peak < megabytes * MIB, f"peak {peak / MIB:.0f} MB: {err}"
     return code, err, elapsed
 

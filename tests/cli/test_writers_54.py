@@ -305,7 +305,7 @@ def test_atomic_output_within_a_folder_refuses_a_link_and_without_writes_through
 
 def test_the_selector_study_refuses_a_link_among_its_outputs(tmp_path):
     from verispec.errors import OutputError
-    from verispec.report.pair_selector import OUTPUTS, check_study_outputs
+    from verispec.selector.study import OUTPUTS, check_study_outputs
 
     outside = tmp_path / "precious.md"
     outside.write_bytes(FOREIGN)

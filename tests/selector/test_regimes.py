@@ -1,5 +1,6 @@
 """The H100 regime's t_p(n) curve against the measurements it was read from (data/latency/forward-h100-run*.json,
-written by benchmarks/bench_forward.py on an H100), and its one-node times against the issue's."""
+written by benchmarks/bench_forward.py on an H100; read here from their copies in tests/fixtures/latency/), and its
+one-node times against the issue's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from verispec.selector.actions import Action, ActionGrid, action_times
 from verispec.selector.regimes import H100_DRAFT_RATIOS, H100_TARGET_RATIOS, REGIME_TITLES, h100_latency
 
-RUNS = sorted((Path(__file__).resolve().parents[2] / "data" / "latency").glob("forward-h100-run*.json"))
+RUNS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "latency").glob("forward-h100-run*.json"))
 
 
 def test_the_ratios_are_the_mean_of_the_measured_runs_rounded():

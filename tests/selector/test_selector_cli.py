@@ -193,10 +193,13 @@ def _refused(argv, capsys, needle: str) -> None:
 
 
 def test_prose_prompt_specs():
-    from verispec.cli.selector import PROSE_PROMPTS, read_prompt_specs
-    from verispec.errors import VerispecError
+    from importlib import resources
 
-    lines = [line.strip() for line in PROSE_PROMPTS.read_text().splitlines() if line.strip()]
+    from verispec.errors import VerispecError
+    from verispec.selector.prompt_sets import PROSE_SMALL, read_prompt_specs
+
+    text = resources.files("verispec.selector").joinpath(*PROSE_SMALL).read_text(encoding="utf-8")  # package data
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     # the 12 hand-written prompts keep the groups they had as the 'prose' set (traces are seeded from the group)
     assert read_prompt_specs(["prose-small"]) == [(f"prose:{i}", line) for i, line in enumerate(lines)]
     assert read_prompt_specs(["prose-small:3"]) == [(f"prose:{i}", line) for i, line in enumerate(lines[:3])]
@@ -213,7 +216,7 @@ def test_bad_input_is_one_line_with_status_2(trained, tmp_path, capsys):
     # a comb too large is refused before any pair is loaded (this pair does not exist: its error would come later)
     _refused(["selector", "dataset", "--pair", "no-such-pair", "--prompts", "prose", "--ks", "1-16", "--l2s", "0-32",
               "--out", str(tmp_path / "x.npz")], capsys, "4,617 nodes")
-    from verispec.cli.selector import parse_setting
+    from verispec.selector.roots import parse_setting
 
     with pytest.raises(VerispecError, match="cannot read"):
         parse_setting("temperature=0.7,topk20")

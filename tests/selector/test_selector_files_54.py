@@ -263,8 +263,8 @@ def test_decode_command_refuses_a_selector_of_another_hidden_width(tmp_path, cap
 def test_the_study_refuses_one_pair_name_over_other_models(files):
     """'selector study': datasets named for one pair but of another tokenizer (its --target reused for other
     models) are refused naming both; the same tokenizer is let through (control)."""
-    from verispec.report.pair_selector import pair_settings
     from verispec.selector.dataset_file import DatasetError
+    from verispec.selector.study import pair_settings
 
     base = Dataset.load(files["own"])
     first = dataclasses.replace(base)

@@ -191,10 +191,10 @@ def add_device_options(parser) -> None:
     add_threads_option(parser, "CPU threads for torch (default: torch's choice)")
 
 
-def add_threads_option(parser, help: str) -> None:
-    """--threads N: torch's CPU threads, 1 to MAX_THREADS (default None: torch's choice)."""
+def add_threads_option(parser, help: str, default: int | None = None) -> None:
+    """--threads N: torch's CPU threads, 1 to MAX_THREADS (default ``default``; None: torch's choice)."""
     parser.add_argument("--threads", type=integer_option(minimum=1, maximum=MAX_THREADS,
-                                                         what=f"an integer from 1 to {MAX_THREADS}"), default=None,
+                                                         what=f"an integer from 1 to {MAX_THREADS}"), default=default,
                         help=help)
 
 

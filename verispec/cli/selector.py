@@ -9,7 +9,9 @@
     verispec selector study --dataset d.npz [--dataset d2.npz] [--latency cpu.json] --out DIR   (no model loaded;
                             verispec.cli.selector_study)
 
-Each step imports torch and the models only when it runs.
+Each step parses its options and calls the library (``verispec.selector``: the prompt sets in ``prompt_sets``,
+sampling settings in ``roots.parse_setting``, a trained selector's held-out roots in ``split.held_out``), importing
+torch and the models only when it runs.
 """
 
 from __future__ import annotations
@@ -34,15 +36,11 @@ from verispec.cli.options import (
 from verispec.cli.pair import load_pair
 from verispec.cli.selector_study import add_study_parser, run_study_command
 from verispec.errors import ResultStoreError, VerispecError
-from verispec.limits import MAX_PROMPTS_FILE_BYTES
 from verispec.memory import peak_rss_bytes
 
 #: Qwen2.5's recommended sampling (its generation_config: temperature 0.7, top-k 20, top-p 0.8) and plain
 #: sampling at temperature 1: the default settings of a dataset built on a pair.
 DEFAULT_SAMPLINGS = ("temperature=1", "temperature=0.7,top_k=20,top_p=0.8")
-
-#: Where verispec's 12 hand-written English prose prompts live (one per line; ``--prompts prose-small``).
-PROSE_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prose_prompts.txt"
 
 #: t_p / t_q of a dataset's labels when no latency model is given: the DDTE paper's large-model regime.
 DATASET_COST_RATIO = 20.0
@@ -191,75 +189,6 @@ def run(args) -> int:
         return step(args)
 
 
-def parse_setting(text: str):
-    """A sampling setting 'temperature=0.7,top_k=20,top_p=0.8' (also 'T=0.7,k=20,p=0.8')."""
-    from verispec.models.sampling import Sampling
-
-    names = {"temperature": "temperature", "t": "temperature", "top_k": "top_k", "top-k": "top_k", "k": "top_k",
-             "top_p": "top_p", "top-p": "top_p", "p": "top_p"}
-    values: dict = {}
-    for part in text.split(","):
-        key, _, value = part.strip().partition("=")
-        name = names.get(key.strip().lower())
-        if name is None or not value.strip():
-            raise VerispecError(f"cannot read {part.strip()!r} of the sampling setting {text!r}; write e.g. "
-                                "temperature=0.7,top_k=20,top_p=0.8")
-        try:
-            values[name] = int(value) if name == "top_k" else float(value)
-        except ValueError:
-            raise VerispecError(f"{key.strip()} must be a number in the sampling setting {text!r}, got "
-                                f"{value.strip()!r}") from None
-    return Sampling(values.get("temperature", 1.0), values.get("top_k"), values.get("top_p"))
-
-
-def read_prompt_specs(specs: list[str] | None) -> list[tuple[str, str]]:
-    """(group name, prompt text) for each prompt of the --prompts specs, in order: ``humaneval`` (the 164 HumanEval
-    prompts, groups their task ids) or ``humaneval:N`` (the first N); ``prose`` or ``prose:N`` (the English prose of
-    ``verispec.models.prompts.prose_prompts``, cut from Python's own documentation, groups 'prose:SOURCE#i');
-    ``prose-small`` or ``prose-small:N`` (verispec's 12 hand-written prompts, ``PROSE_PROMPTS``, groups 'prose:i' as
-    when they were the ``prose`` set, so traces and splits of datasets built then are the same); or FILE (one
-    prompt per line, groups 'NAME:i'). A count beyond its set is refused with the set's size."""
-    from verispec.io import read_user_file
-    from verispec.models.prompts import humaneval_prompts, prose_prompts
-
-    if not specs:
-        raise VerispecError("give the prompts of the traces: --prompts humaneval[:N], prose[:N], prose-small[:N] or "
-                            "FILE")
-
-    def small() -> list[tuple[str, str]]:
-        text = read_user_file(PROSE_PROMPTS, limit=MAX_PROMPTS_FILE_BYTES, what="--prompts",
-                              why="a prompts file is text, one per line")
-        return [(f"prose:{index}", line) for index, line in enumerate(_lines(text))]
-
-    sets = {"humaneval": humaneval_prompts, "prose": prose_prompts, "prose-small": small}
-    prompts: list[tuple[str, str]] = []
-    for spec in specs:
-        name, colon, text = spec.partition(":")
-        if name not in sets:
-            path = Path(spec)
-            text = read_user_file(path, limit=MAX_PROMPTS_FILE_BYTES, what="--prompts",
-                                  why="a prompts file is text, one per line")
-            prompts += [(f"{path.name}:{index}", line) for index, line in enumerate(_lines(text))]
-            continue
-        if colon and (not (text.isascii() and text.isdigit()) or int(text[:19]) < 1):  # 19 digits: beyond any set
-            raise VerispecError(f"--prompts {spec[:40]!r}: give {name}:N with N a positive integer (or {name} for "
-                                "all)")
-        found = sets[name]()
-        count = int(text[:19]) if colon else len(found)
-        if count > len(found):  # refused rather than silently cut
-            raise VerispecError(f"--prompts {spec[:40]!r} asks for {count:,} prompts but {name} holds {len(found)}; "
-                                f"give {name}:N with N <= {len(found)}, or {name} for all")
-        prompts += found[:count]
-    if not prompts:
-        raise VerispecError(f"--prompts {', '.join(specs)} holds no prompt; give at least one non-empty line")
-    return prompts
-
-
-def _lines(text: str) -> list[str]:
-    """The non-empty lines of a prompts file, stripped: one prompt each."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
 def _run_dataset(args) -> int:
     """The build within its --time-budget: past it, the finished traces and roots are saved and the command exits 3
     (the same command resumes)."""
@@ -354,6 +283,8 @@ def _pair_roots(args, relabel: bool, progress: bool):
     starts over), a root every --every tokens."""
     from verispec.io import ResultStore
     from verispec.selector.dataset import trace_roots, trace_store_path
+    from verispec.selector.prompt_sets import read_prompt_specs
+    from verispec.selector.roots import parse_setting
 
     if args.first_root > args.trace_tokens:
         raise VerispecError(f"--first-root {args.first_root} is past the traces' end (--trace-tokens "
@@ -396,6 +327,7 @@ def _run_train(args) -> int:
     from verispec.selector.actions import ActionGrid, policy_action_times
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.features import SCALAR_FEATURES, reads_draft
+    from verispec.selector.fits import training_record
     from verispec.selector.network import PROJECTION
     from verispec.selector.selector import SELECTOR_FILE
     from verispec.selector.train import train_selector
@@ -467,38 +399,12 @@ def _run_train(args) -> int:
     return 0
 
 
-def training_record(dataset, train) -> dict:
-    """What a selector records of its dataset beyond pair, sampling and split, for the checks at every later use
-    (``verispec.selector.fits``): the training roots' digest, the dataset's whole grid and its builder's version."""
-    from verispec.selector.fits import train_digest
-
-    return {"train_digest": train_digest(train), "dataset_grid": dataset.metadata.get("grid"),
-            "dataset_verispec": dataset.metadata.get("verispec")}
-
-
-def held_out(dataset, selector, *, name: str = "the selector", source: str = "the dataset"):
-    """The roots of ``dataset`` a selector did not train on: the split recorded in it, checked against its
-    training groups and, when it recorded them, its training roots (``verispec.selector.fits``: a selector
-    trained on another dataset, or another split, is refused)."""
-    from verispec.selector.actions import SelectorError
-    from verispec.selector.fits import DATASET_FIX, check_train_roots
-
-    meta = selector.metadata
-    if "test_fraction" not in meta or "train_groups" not in meta:
-        raise SelectorError("the selector records no train/test split; train it with 'verispec selector train'")
-    train, test = dataset.split(float(meta["test_fraction"]), int(meta["split_seed"]))
-    if sorted(set(train.group.tolist())) != list(meta["train_groups"]):
-        raise SelectorError(f"{name} was trained on other roots than the training split of {source} (other prompts "
-                            f"or seeds; it was trained on {meta.get('dataset')!r}); {DATASET_FIX}")
-    check_train_roots(selector, train, name=name, source=source)
-    return train, test
-
-
 def _run_evaluate(args) -> int:
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.evaluate import compare_selected, evaluate
     from verispec.selector.fits import check_dataset_fits
     from verispec.selector.selector import Selector
+    from verispec.selector.split import held_out
 
     dataset = Dataset.load(args.dataset)
     selectors, sources = {}, {}

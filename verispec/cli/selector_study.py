@@ -1,6 +1,6 @@
-"""``verispec selector study``: the delay selector's study on a model pair's stored datasets, no model loaded
-(``verispec.report.pair_selector``; ``verispec report --selector-dataset FILE`` adds the same study as its
-section 9).
+"""``verispec selector study``: the delay selector's study on a model pair's stored datasets, no model loaded: its
+options, then ``verispec.selector.study.run_study`` (``verispec report --selector-dataset FILE`` runs the same study
+as its section 9) and ``verispec.report.pair_section.write_study``.
 
     verispec selector study --dataset data/selector/qwen-t07.npz --dataset data/selector/qwen-t1.npz \\
                             --latency data/selector/latency-cpu.json --out study/
@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from verispec.cli.options import add_projection_option, add_threads_option, integer_option, number_option
+from verispec.limits import STUDY_THREADS
 
 
 def add_study_parser(steps) -> None:
@@ -41,8 +42,9 @@ def add_study_parser(steps) -> None:
                        default=1, metavar="K",
                        help="cross-fit over K folds of prompts: every prompt held out once, its roots' policies "
                             "fitted on the other folds (default 1: one split, --test-fraction held out)")
-    add_threads_option(study, "CPU threads for torch's training (default: torch's choice, every core: two studies, or "
-                              "a study beside a build, then slow each other down several times over)")
+    add_threads_option(study, f"CPU threads for torch's training (default {STUDY_THREADS}: the study's networks are "
+                              "too small to gain from more, and at every core a study on a shared box ran about 10x "
+                              "slower; the outputs are the same)", default=STUDY_THREADS)
     add_projection_option(study, "with --hidden: each hidden state projected to WIDTH dimensions (default 128, the "
                                  "paper's; 'selector train --projection')")
     study.add_argument("--hidden", default=None, metavar="NAMES",
@@ -53,7 +55,7 @@ def add_study_parser(steps) -> None:
 
 def run_study_command(args) -> int:
     from verispec.errors import VerispecError
-    from verispec.report.pair_selector import check_study_outputs, load_inputs, run_study
+    from verispec.selector.study import check_study_outputs, load_inputs, run_study
 
     if not 0 < args.test_fraction < 1:
         raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
@@ -65,23 +67,21 @@ def run_study_command(args) -> int:
         raise VerispecError(f"--projection {args.projection} sizes the hidden states' projections: give --hidden "
                             "too, or leave --projection out")
     if hidden is not None:
-        from verispec.report.pair_selector import check_hidden, pair_settings
+        from verispec.selector.study import check_hidden, pair_settings
 
         if not hidden:
             raise VerispecError(f"--hidden {args.hidden!r}: name the hidden states (comma-separated) or 'all'")
         check_hidden(pair_settings(datasets, args.pair), hidden)  # before any training
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError:
         raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     from verispec.report.pair_section import write_study
 
     start = time.perf_counter()
     result = run_study(datasets, regimes, seed=args.seed, epochs=args.epochs, test_fraction=args.test_fraction,
                        resamples=args.bootstrap, pair=args.pair, folds=args.folds, hidden=hidden,
-                       projection=args.projection)
+                       projection=args.projection, threads=args.threads)
     write_study(result, args.out)
     print(f"wrote the selector study of {result['pair']} into {args.out} ({len(result['settings'])} settings x "
           f"{len(result['regimes'])} regimes, {result['split']['held_out_prompts']} held-out prompts; "

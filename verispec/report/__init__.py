@@ -37,7 +37,7 @@ another, a winner, a best configuration) averages each compared item over the sa
 compared item has an ok row (``common_cells``), and items within ``TIE`` of the best are named as tied.
 Throughput is E[tau+1]/T under ``REPORT_LATENCY``, T = depth t_q + t_p(nodes) (``LatencyModel.block_time``):
 T counts the draft steps AND the target forward, and its unit is named from the model
-(``throughput_unit``).
+(``verispec.latency.throughput_unit``).
 
 A new verifier appears with no other edit in the studies that ask the sweep for ``all`` verifiers (1, the gaps
 of 4, 5 and 6), which pairs each registered verifier with the trees its draft law allows; studies 2, 3, the

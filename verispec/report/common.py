@@ -1,6 +1,6 @@
-"""What the report's studies share: how much to run (``Scale``), the latency model of throughput and its unit,
-numbers as text (``fixed``, ``signed``), comparisons over the same cells (``common_cells``, ``ranked``) and
-figures (``pyplot``, ``save_figure``)."""
+"""What the report's studies share: how much to run (``Scale``), the latency model of throughput (its unit is
+``verispec.latency.throughput_unit``), numbers as text (``fixed``, ``signed``), comparisons over the same cells
+(``common_cells``, ``ranked``) and figures (``pyplot``, ``save_figure``)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,6 @@ from verispec.study.grid import SweepGrid
 
 #: The latency model of the report's throughput figures: a target forward costs 4 draft steps, a tree no more.
 REPORT_LATENCY = LatencyModel.from_ratio(4.0)
-
-
-def throughput_unit(model: LatencyModel) -> str:
-    """The unit of E[tau+1]/T under ``model``: tokens per t_q where the model's times are in draft steps
-    (t_q = 1: T = 4.5 means four and a half draft steps' time), else tokens per the model's unit (ms)."""
-    return "tokens per t_q" if model.draft_step == 1 and model.unit == "draft step" else f"tokens per {model.unit}"
 
 
 def price_text(model: LatencyModel, depth: str, nodes: Iterable[int]) -> tuple[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from verispec.latency import throughput_unit
 from verispec.report.common import (
     MARKERS,
     REPORT_LATENCY,
@@ -23,7 +24,6 @@ from verispec.report.common import (
     pyplot,
     ranked,
     save_figure,
-    throughput_unit,
     tied,
 )
 from verispec.study.grid import SweepGrid

@@ -1,4 +1,4 @@
-"""Section 9 of the report: the delay selector on a model pair's stored datasets (``verispec.report.pair_selector``
+"""Section 9 of the report: the delay selector on a model pair's stored datasets (``verispec.selector.study``
 computes the numbers, with no model loaded). Here: the study as markdown (tables titled with each regime's full
 name), its figure (the selector's throughput over the best static action, one panel per regime), the writer of the
 study's three files (``verispec selector study`` calls it too), and the report's section (``check``, ``run``).
@@ -14,7 +14,7 @@ from pathlib import Path
 from verispec.errors import VerispecError
 from verispec.io import atomic_write_json, atomic_write_text
 from verispec.report.common import fixed, plural, pyplot, save_figure
-from verispec.report.pair_selector import (
+from verispec.selector.study import (
     DEFAULT_EPOCHS,
     FIGURE_FILE,
     HIDDEN_KIND,
@@ -22,7 +22,6 @@ from verispec.report.pair_selector import (
     KINDS,
     LEAD,
     MARKDOWN_FILE,
-    POLICY_NAMES,
     check_study_outputs,
     load_inputs,
     run_study,
@@ -36,6 +35,12 @@ QUICK_EPOCHS = 100
 TABLES = ()
 PAIR_TABLES = ()
 FIGURES = ()
+
+#: The policies of a rule's table, in order, with their names in the markdown.
+POLICY_NAMES = {"static": "best static", "mlp": "selector (mlp)", HIDDEN_KIND: "selector (mlp, hidden states)",
+                "linear": "linear baseline",
+                "lookup": "lookup baseline", "oracle_crossfit": "oracle, cross-fitted",
+                "oracle": "oracle, in-sample"}
 
 
 def _ci(value: float, interval: Sequence[float], digits: int = 3) -> str:
@@ -312,5 +317,5 @@ def run(report) -> None:
     report.seconds["pair selector (train, evaluate)"] = time.perf_counter() - start
 
 
-__all__ = ["FIGURES", "PAIR_TABLES", "QUICK_EPOCHS", "SECTION", "TABLES", "VERDICTS", "check", "run", "study_figure",
-           "study_findings", "study_markdown", "table_markdown", "write_study"]
+__all__ = ["FIGURES", "PAIR_TABLES", "POLICY_NAMES", "QUICK_EPOCHS", "SECTION", "TABLES", "VERDICTS", "check", "run",
+           "study_figure", "study_findings", "study_markdown", "table_markdown", "write_study"]

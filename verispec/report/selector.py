@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from verispec.latency import LatencyModel
-from verispec.report.common import fixed, pyplot, save_figure, throughput_unit
+from verispec.latency import LatencyModel, throughput_unit
+from verispec.report.common import fixed, pyplot, save_figure
 
 
 @dataclass(frozen=True)

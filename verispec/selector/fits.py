@@ -158,5 +158,12 @@ def check_pair_fits(selector, pair, sampling, *, name: str = "the selector") -> 
                                 "selector trained for this pair")
 
 
+def training_record(dataset, train) -> dict:
+    """What a selector records of its dataset beyond pair, sampling and split, for the checks at every later use
+    (this module's): the training roots' digest, the dataset's whole grid and its builder's version."""
+    return {"train_digest": train_digest(train), "dataset_grid": dataset.metadata.get("grid"),
+            "dataset_verispec": dataset.metadata.get("verispec")}
+
+
 __all__ = ["DATASET_FIX", "check_dataset_fits", "check_features_fit", "check_grid_fits", "check_pair_fits",
-           "check_train_roots", "train_digest"]
+           "check_train_roots", "train_digest", "training_record"]

@@ -1,5 +1,6 @@
 """The roots of the delay selector's datasets: ``Root`` (a context whose last token is a block's root, its group and
-sampling setting) and where roots come from: ``trace_roots`` (a model pair's plain-sampling traces, a root every
+sampling setting; ``parse_setting`` reads a setting's command-line text, ``sampling_text`` writes it in one line) and
+where roots come from: ``trace_roots`` (a model pair's plain-sampling traces, a root every
 ``every`` tokens) and ``synthetic_roots`` (prefixes of the sweep's seeded synthetic problems). Labelling them and
 the dataset built from them are ``verispec.selector.dataset``'s."""
 
@@ -80,6 +81,27 @@ def sampling_text(sampling: Mapping) -> str:
     if sampling.get("top_p") not in (None, 1.0):
         parts.append(f"top-p={sampling['top_p']:g}")
     return " ".join(parts)
+
+
+def parse_setting(text: str) -> Sampling:
+    """A sampling setting from its command-line text, 'temperature=0.7,top_k=20,top_p=0.8' (also
+    'T=0.7,k=20,p=0.8'; left-out filters are off, the temperature 1): what ``--sampling`` of ``selector dataset``
+    and the scripts that rebuild its settings read."""
+    names = {"temperature": "temperature", "t": "temperature", "top_k": "top_k", "top-k": "top_k", "k": "top_k",
+             "top_p": "top_p", "top-p": "top_p", "p": "top_p"}
+    values: dict = {}
+    for part in text.split(","):
+        key, _, value = part.strip().partition("=")
+        name = names.get(key.strip().lower())
+        if name is None or not value.strip():
+            raise VerispecError(f"cannot read {part.strip()!r} of the sampling setting {text!r}; write e.g. "
+                                "temperature=0.7,top_k=20,top_p=0.8")
+        try:
+            values[name] = int(value) if name == "top_k" else float(value)
+        except ValueError:
+            raise VerispecError(f"{key.strip()} must be a number in the sampling setting {text!r}, got "
+                                f"{value.strip()!r}") from None
+    return Sampling(values.get("temperature", 1.0), values.get("top_k"), values.get("top_p"))
 
 
 def _check_samplings(samplings) -> list[Sampling]:
@@ -223,4 +245,4 @@ def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperatu
     return roots
 
 
-__all__ = ["Root", "sampling_text", "synthetic_roots", "trace_roots"]
+__all__ = ["Root", "parse_setting", "sampling_text", "synthetic_roots", "trace_roots"]

@@ -1,4 +1,6 @@
-"""The delay selector's study on a model pair's stored datasets (issue 33): tables and a figure, no model loaded.
+"""The delay selector's study on a model pair's stored datasets (issue 33): every number of its tables, no model
+loaded. ``verispec selector study`` and section 9 of ``verispec report`` both run ``run_study`` and write its result
+with ``verispec.report.pair_section.write_study`` (the markdown and the figure).
 
 Input: one pair's labelled datasets (``verispec selector dataset --pair``: one per sampling setting, or several
 settings in one file) and latency regimes (``verispec.selector.regimes``: (a) gpu-large, (b) this CPU as
@@ -19,17 +21,9 @@ the held-out prompts:
   n (hw / 0.02)^2, rounded up (a half-width shrinks as 1 / sqrt(prompts));
 * how often the best static action and the selector choose chain:0 (no draft), which the H100 regime may favour.
 
-The split is by prompt (a dataset's ``group``), never by root, and one split serves every setting, regime and
-rule: the distinct prompts of all the datasets, sorted, are shuffled by ``numpy.random.default_rng(seed)`` and the
-first ``held_out_count`` are held out, in every setting they appear in. That is ``Dataset.split``'s rule, so one
-dataset of one setting splits as ``verispec selector train --test-fraction F --split-seed SEED`` does, with one
-change: at least ``MIN_HELD_OUT`` prompts are held out when there are ``FLOOR_PROMPTS`` or more.
-
-Cross-fitting (``folds`` K >= 2, ``verispec selector study --folds K``): the same shuffled prompts are cut into K
-folds of near-equal size (``numpy.array_split``), and every fold is held out once: its roots' static action and
-selectors are fitted on the other K - 1 folds. Every prompt is then a held-out prompt, so an interval's
-half-width is about sqrt(fraction) of one split's (half of it at fraction 0.25); the bootstrap resamples prompts
-with the K fitted policies held fixed (their dependence through shared training folds is not resampled).
+The split is by prompt (a dataset's ``group``), never by root, one for every setting, regime and rule, or
+cross-fitted over ``folds`` folds of prompts (``verispec selector study --folds K``): ``verispec.selector.split``
+states both rules.
 
 A selector reads the draft's laws at the root to choose, so it is trained and scored with chain:0 at t_q + t_p(1)
 (``verispec.selector.actions.policy_action_times``); the static actions and the oracles keep
@@ -48,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,9 +50,8 @@ import numpy as np
 
 from verispec.errors import VerispecError, describe
 from verispec.io import check_inside, check_output_dir, check_output_file
-from verispec.latency import LatencyModel
-from verispec.limits import MAX_PROJECTION
-from verispec.report.common import plural, throughput_unit
+from verispec.latency import LatencyModel, throughput_unit
+from verispec.limits import MAX_PROJECTION, MAX_THREADS, STUDY_THREADS
 from verispec.selector.actions import ActionGrid, action_times, policy_action_times
 from verispec.selector.dataset_file import Dataset, DatasetError
 from verispec.selector.evaluate import (
@@ -72,10 +66,8 @@ from verispec.selector.evaluate import (
 from verispec.selector.features import reads_draft
 from verispec.selector.regimes import REGIME_TITLES
 from verispec.selector.roots import sampling_text
+from verispec.selector.split import study_split
 
-#: Held-out prompts the split keeps at least, once the datasets hold ``FLOOR_PROMPTS`` prompts or more.
-MIN_HELD_OUT = 64
-FLOOR_PROMPTS = 256
 #: The half-width of a DDTE ratio's interval the study asks for (ratio units: 0.02 is 2%).
 TARGET_HALF_WIDTH = 0.02
 #: The selector (the paper's network) and its two baselines, trained for every rule and regime.
@@ -95,13 +87,6 @@ JSON_FILE, MARKDOWN_FILE, FIGURE_FILE = "pair_selector.json", "pair_selector.md"
 OUTPUTS = (JSON_FILE, MARKDOWN_FILE, FIGURE_FILE)
 STUDY_FORMAT = "verispec pair selector study"
 
-#: The policies of a rule's table, in order, with their names in the markdown.
-POLICY_NAMES = {"static": "best static", "mlp": "selector (mlp)", HIDDEN_KIND: "selector (mlp, hidden states)",
-                "linear": "linear baseline",
-                "lookup": "lookup baseline", "oracle_crossfit": "oracle, cross-fitted",
-                "oracle": "oracle, in-sample"}
-
-
 @dataclass(frozen=True)
 class Setting:
     """One sampling setting's roots (``name``: 'T=0.7 top-k=20 top-p=0.8'), from the dataset ``source``."""
@@ -109,40 +94,6 @@ class Setting:
     name: str
     source: str
     data: Dataset
-
-
-def held_out_count(prompts: int, fraction: float) -> int:
-    """Prompts held out of ``prompts``: round(fraction prompts), at least ``MIN_HELD_OUT`` when there are
-    ``FLOOR_PROMPTS`` or more, and always at least 1 and at most prompts - 1."""
-    count = int(round(fraction * prompts))
-    if prompts >= FLOOR_PROMPTS:
-        count = max(count, MIN_HELD_OUT)
-    return min(prompts - 1, max(1, count))
-
-
-def split_prompts(groups, fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    """(training prompts, held-out prompts), each sorted: the distinct ``groups`` sorted, shuffled by
-    ``numpy.random.default_rng(seed)``, the first ``held_out_count`` held out (the module docstring's rule)."""
-    distinct = np.unique(np.asarray(groups, dtype=str))  # sorted
-    if len(distinct) < 2:
-        raise DatasetError(f"a split by prompt needs at least two prompts; the datasets hold {len(distinct)}")
-    order = np.random.default_rng(seed).permutation(len(distinct))
-    held = set(distinct[order[:held_out_count(len(distinct), fraction)]].tolist())
-    return sorted(set(distinct.tolist()) - held), sorted(held)
-
-
-def fold_prompts(groups, folds: int, seed: int) -> list[list[str]]:
-    """The distinct ``groups`` sorted, shuffled by ``numpy.random.default_rng(seed)`` (``split_prompts``'s
-    order) and cut into ``folds`` near-equal folds (``numpy.array_split``), each sorted; a one-line
-    ``DatasetError`` when there are fewer prompts than folds."""
-    distinct = np.unique(np.asarray(groups, dtype=str))  # sorted
-    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
-        raise VerispecError(f"cross-fitting needs at least 2 folds, got {describe(folds)}")
-    if len(distinct) < folds:
-        raise DatasetError(f"{folds} folds need at least {folds} prompts; the datasets hold {len(distinct)}: give "
-                           "fewer folds")
-    order = np.random.default_rng(seed).permutation(len(distinct))
-    return [sorted(distinct[part].tolist()) for part in np.array_split(order, folds)]
 
 
 def prompts_for_half_width(prompts: int, half_width: float, target: float = TARGET_HALF_WIDTH) -> int | None:
@@ -198,7 +149,7 @@ def pair_settings(datasets: Sequence[tuple[str, Dataset]], pair: str | None = No
             subset = data.subset(rows)
             prompts = len(np.unique(subset.group))
             if prompts < 2:
-                raise DatasetError(f"dataset {label!r} holds {plural(prompts, 'prompt')} at {name}; the study "
+                raise DatasetError(f"dataset {label!r} holds {_prompts(prompts)} at {name}; the study "
                                    "splits by prompt and needs at least 2")
             settings.append(Setting(name, label, subset))
     return settings
@@ -403,12 +354,13 @@ def _check_numbers(regimes, seed, epochs, test_fraction, resamples, folds=1) -> 
 def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, LatencyModel], *, seed: int = 0,
               epochs: int = DEFAULT_EPOCHS, test_fraction: float = DEFAULT_TEST_FRACTION,
               resamples: int = DEFAULT_BOOTSTRAP, pair: str | None = None, folds: int = 1,
-              hidden: Sequence[str] = (), projection: int | None = None) -> dict:
+              hidden: Sequence[str] = (), projection: int | None = None, threads: int = STUDY_THREADS) -> dict:
     """The study (module docstring) of ``datasets`` ((label, Dataset) pairs of one pair) in each regime of
     ``regimes`` ({name: LatencyModel}, e.g. ``regime_models(cpu_file)``): JSON-ready, every number in it.
     ``folds`` >= 2 cross-fits over that many folds of prompts instead of one split (``test_fraction`` unused).
     ``hidden``: the hidden states the ``HIDDEN_KIND`` network reads as well (every dataset must hold them), each
-    projected to ``projection`` dimensions (None: the paper's 128)."""
+    projected to ``projection`` dimensions (None: the paper's 128). ``threads``: torch's CPU threads while it runs
+    (``study_threads``)."""
     _check_numbers(regimes, seed, epochs, test_fraction, resamples, folds)
     if projection is not None and (isinstance(projection, bool) or not isinstance(projection, int) or
                                    not 1 <= projection <= MAX_PROJECTION):
@@ -425,48 +377,70 @@ def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, Lat
               "regimes": {name: {"title": REGIME_TITLES.get(name, model.source), "latency": model.as_dict()}
                           for name, model in regimes.items()},
               "settings": {}, "tables": []}
+    plan, result_split, remedy = study_split(groups, folds=folds, fraction=test_fraction, seed=seed)
     if folds == 1:
-        train_prompts, held = split_prompts(groups, test_fraction, seed)
-        plan, prompts = [held], len(held) + len(train_prompts)
         result["test_fraction"] = float(test_fraction)
-        result["split"] = {"rule": f"distinct prompts sorted, shuffled by numpy.random.default_rng({seed}), the first "
-                                   f"{len(held)} held out (round({test_fraction:g} x {prompts}), at least "
-                                   f"{MIN_HELD_OUT} from {FLOOR_PROMPTS} prompts)",
-                           "prompts": prompts, "held_out_prompts": len(held), "held_out": held}
-        remedy = "give another seed or held-out fraction"
-    else:
-        plan = fold_prompts(groups, folds, seed)
-        prompts = sum(len(fold) for fold in plan)
-        result["split"] = {"rule": f"cross-fitted: distinct prompts sorted, shuffled by numpy.random.default_rng("
-                                   f"{seed}), cut into {folds} folds of {min(map(len, plan))}-{max(map(len, plan))} "
-                                   "prompts, each fold held out once, its roots' policies fitted on the other folds",
-                           "prompts": prompts, "held_out_prompts": prompts, "held_out": sorted(sum(plan, [])),
-                           "folds": plan}
-        remedy = "give fewer folds"
-    for setting in settings:
-        data = setting.data
-        groups = set(np.unique(data.group).tolist())
-        here = [sorted(groups & set(fold)) for fold in plan]
-        for fold in here:
-            if not fold or fold == sorted(groups):
-                raise DatasetError(f"the split holds out {plural(len(fold), 'prompt')} of the {len(groups)} of "
-                                   f"{setting.name} ({setting.source!r}) at once; {remedy}")
-        in_fold = [np.isin(data.group, fold) for fold in here]  # [N] each
-        held_rows = np.logical_or.reduce(in_fold)  # [N]
-        held_prompts = sum(len(fold) for fold in here)
-        result["settings"][setting.name] = {
-            "dataset": setting.source, "rules": list(data.grid.verifiers), "grid": data.grid.describe(),
+    result["split"] = result_split
+    with study_threads(threads):
+        for setting in settings:
+            here = _setting_folds(setting, plan, remedy)
+            result["settings"][setting.name] = _setting_record(setting, here)
+            for name, latency in regimes.items():
+                result["tables"].append(regime_table(setting, here if folds != 1 else here[0], name, latency,
+                                                     seed=seed, epochs=epochs, resamples=resamples, hidden=hidden,
+                                                     projection=projection))
+    return result
+
+
+def _setting_folds(setting: Setting, plan: Sequence[Sequence[str]], remedy: str) -> list[list[str]]:
+    """The held-out prompts of each fit of ``plan`` that ``setting`` holds, or a one-line ``DatasetError`` (naming
+    ``remedy``) when a fit would hold out none of its prompts or all of them."""
+    groups = set(np.unique(setting.data.group).tolist())
+    here = [sorted(groups & set(fold)) for fold in plan]
+    for fold in here:
+        if not fold or fold == sorted(groups):
+            raise DatasetError(f"the split holds out {_prompts(len(fold))} of the {len(groups)} of "
+                               f"{setting.name} ({setting.source!r}) at once; {remedy}")
+    return here
+
+
+def _setting_record(setting: Setting, here: Sequence[Sequence[str]]) -> dict:
+    """What the study's JSON says of one setting: its dataset, grid and labels, and its prompts and roots on each
+    side of the split (``here``: the held-out prompts of each fit)."""
+    data = setting.data
+    groups = set(np.unique(data.group).tolist())
+    in_fold = [np.isin(data.group, fold) for fold in here]  # [N] each
+    held_rows = np.logical_or.reduce(in_fold)  # [N]
+    return {"dataset": setting.source, "rules": list(data.grid.verifiers), "grid": data.grid.describe(),
             "actions": len(data.grid), "label_methods": sorted(set(data.label_method.tolist())),
             "prompts": len(groups), "roots": len(data),
             "train_prompts": len(groups) - max(len(fold) for fold in here),  # the fewest a policy was fitted on
-            "held_out_prompts": held_prompts,
+            "held_out_prompts": sum(len(fold) for fold in here),
             "train_roots": int(len(data) - max(int(rows.sum()) for rows in in_fold)),
             "held_out_roots": int(held_rows.sum())}
-        for name, latency in regimes.items():
-            result["tables"].append(regime_table(setting, here if folds != 1 else here[0], name, latency, seed=seed,
-                                                 epochs=epochs, resamples=resamples, hidden=hidden,
-                                                 projection=projection))
-    return result
+
+
+@contextmanager
+def study_threads(threads: int):
+    """torch's CPU threads pinned to ``threads`` for the block, then restored. Why: the study trains many small
+    networks, whose operations are too short to gain from threads; at torch's default (every core) each one waits
+    on every core, and on a box shared with other work a documented study ran about 10x slower than at 1 thread
+    (43 min against 4), with the same outputs byte for byte."""
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or not 1 <= threads <= MAX_THREADS:
+        raise VerispecError(f"the study's torch threads must be an integer from 1 to {MAX_THREADS}, got "
+                            f"{describe(threads)}")
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _prompts(count: int) -> str:
+    return f"{count} prompt" if count == 1 else f"{count} prompts"
 
 
 def check_hidden(settings: Sequence[Setting], hidden: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -504,8 +478,8 @@ def check_study_outputs(out: str | Path, what: str = "--out") -> None:
         check_output_file(Path(out) / name, what)
 
 
-__all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FLOOR_PROMPTS", "HIDDEN_KIND", "KINDS", "LEAD", "MIN_HELD_OUT",
-           "OUTPUTS", "RIVALS", "STUDY_FORMAT", "Setting", "TARGET_HALF_WIDTH", "check_hidden", "check_study_outputs",
-           "ddte_comparisons", "fold_prompts", "held_out_count", "load_inputs", "pair_settings",
+__all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FIGURE_FILE", "HIDDEN_KIND", "JSON_FILE", "KINDS", "LEAD",
+           "MARKDOWN_FILE", "NO_DRAFT", "OUTPUTS", "RIVALS", "STUDY_FORMAT", "Setting", "TARGET_HALF_WIDTH",
+           "check_hidden", "check_study_outputs", "ddte_comparisons", "load_inputs", "pair_settings",
            "prompts_for_half_width", "regime_features", "regime_table", "rule_choices", "rule_entry", "run_study",
-           "split_prompts", "static_names", "verdict"]
+           "static_names", "study_threads", "verdict"]
