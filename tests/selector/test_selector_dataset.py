@@ -294,7 +294,9 @@ def test_empty_inputs_and_nan_features_are_refused(tmp_path):
     with pytest.raises(DatasetError, match="NaN"):
         Dataset.load(nan_file)
     with zipfile.ZipFile(tmp_path / "data.npz") as archive:
-        assert sorted(archive.namelist()) == sorted(f"{name}.npy" for name in ["metadata", "features", *arrays])
+        # the arrays, and the marker that shows verispec wrote the file (verispec.provenance)
+        assert sorted(archive.namelist()) == sorted(f"{name}.npy" for name in ["metadata", "features", *arrays,
+                                                                               "written_by"])
 
 
 # --- roots of a model pair ----------------------------------------------------------------------------------------

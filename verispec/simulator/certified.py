@@ -487,10 +487,11 @@ def _check_replay_cost(drafter, max_outcomes: int) -> None:
 
 def _check_trees_needed(drafter, epsilon: float, explored: float, log_mass: float, outcomes: int,
                         max_outcomes: int) -> None:
-    """ProblemTooLargeError once the trees still needed for width ``epsilon`` surely pass ``max_outcomes``, not
-    after that many (psbv on iid:50,1 ran over an hour). ``log_mass`` bounds every uncounted tree's log mass: the
-    heap's top (entries leave it in decreasing mass; such trees extend one on it), or ``_largest_tree_mass``. The
-    width needs mass 1 - (epsilon - 2 ROUNDING) / depth (less 1e-9 for rounding: a search that can finish goes on)."""
+    """ProblemTooLargeError once the trees still needed for width ``epsilon`` (mass 1 - (epsilon - 2 ROUNDING) /
+    depth, less 1e-9: a search that can finish goes on) surely pass ``max_outcomes``. ``log_mass`` bounds every
+    uncounted tree's log mass: the heap's top, or ``_largest_tree_mass``. No draft (depth 0): nothing to bound."""
+    if drafter.depth == 0:
+        return
     needed = 1.0 - (epsilon - 2 * ROUNDING) / drafter.depth - explored - 1e-9
     log_more = math.log(needed) - log_mass if needed > 0 else -math.inf
     if log_more > math.log(max_outcomes - outcomes + 1):
