@@ -485,8 +485,7 @@ def _check_replay_cost(drafter, max_outcomes: int) -> None:
             "node-solver verifier on an i.i.d. tree (the certified walk)")
 
 
-def _check_trees_needed(drafter, epsilon: float, explored: float, log_mass: float, outcomes: int,
-                        max_outcomes: int) -> None:
+def _check_trees_needed(drafter, epsilon: float, explored: float, log_mass: float, outcomes: int, max_outcomes: int):
     """ProblemTooLargeError once the trees still needed for width ``epsilon`` (mass 1 - (epsilon - 2 ROUNDING) /
     depth, less 1e-9: a search that can finish goes on) surely pass ``max_outcomes``. ``log_mass`` bounds every
     uncounted tree's log mass: the heap's top, or ``_largest_tree_mass``. No draft (depth 0): nothing to bound."""
