@@ -16,6 +16,8 @@ from collections.abc import Callable
 #: Linux prctl options: be the reaper of orphaned descendants, and read that setting back.
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
+#: Linux prctl option: the signal a process gets when the thread that created it ends.
+_PR_SET_PDEATHSIG = 1
 #: verispec's, the standard library's and installed packages' folders: a frame there is not the user's line.
 LIBRARY_FOLDERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep,
                    *{os.path.abspath(sysconfig.get_paths()[key]) + os.sep
@@ -127,6 +129,17 @@ def _descendants(roots: set[int]) -> set[int]:
     return found
 
 
+def kill_me_with_my_parent() -> None:
+    """Ask the kernel for SIGKILL when this process's parent ends, however it ends (Linux; elsewhere nothing): a
+    worker process must not compute on as an orphan. The caller checks that its parent is still the one it had, in
+    case it ended before the request."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
 def signal_name(sig) -> str:
     try:
         return signal.Signals(sig).name
@@ -175,4 +188,5 @@ def crash_location(crash_file) -> str:
     return ""
 
 
-__all__ = ["LIBRARY_FOLDERS", "Reaper", "crash_location", "how_it_ended", "parse_report", "signal_name"]
+__all__ = ["LIBRARY_FOLDERS", "Reaper", "crash_location", "how_it_ended", "kill_me_with_my_parent", "parse_report",
+           "signal_name"]

@@ -33,7 +33,6 @@ that). Without ``os.fork``, or with ``VERISPEC_SUPERVISE=0`` (a debugger), the c
 from __future__ import annotations
 
 import codecs
-import ctypes
 import io
 import json
 import mmap
@@ -49,12 +48,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from verispec.errors import UserCodeExit
-from verispec.processes import Reaper, crash_location, how_it_ended, parse_report, signal_name
+from verispec.processes import Reaper, crash_location, how_it_ended, kill_me_with_my_parent, parse_report, signal_name
 
 #: The environment variable that turns supervision off ("0"): the command runs in one process.
 SWITCH = "VERISPEC_SUPERVISE"
-#: Linux prctl option: the signal a process gets when its parent ends.
-_PR_SET_PDEATHSIG = 1
 #: Exit statuses (``verispec.verdict``'s; this module runs before anything else of the command).
 EXIT_INCONCLUSIVE = 3
 EXIT_RAISES = 4
@@ -343,11 +340,7 @@ def _work(run: Callable[[], int]) -> None:
 
 def _die_with(parent: int) -> None:
     """End the worker when the supervisor ends, however it ends (Linux: the kernel's parent-death signal)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
+    kill_me_with_my_parent()
     if os.getppid() != parent:  # it ended before the signal was asked for
         _ORIGINALS.get("_exit", os._exit)(EXIT_INCONCLUSIVE)
 

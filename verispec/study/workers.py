@@ -79,8 +79,6 @@ def worker_processes(backend: str, jobs: int | None, address) -> tuple[int | Non
 #: kernel's parent-death signal is not available).
 PARENT_POLL_SECONDS = 0.5
 
-#: prctl(2) option: the signal a process receives when the thread that created it ends (Linux).
-_PR_SET_PDEATHSIG = 1
 
 
 def _process_alive(pid: int) -> bool:
@@ -101,18 +99,13 @@ def watch_parent(parent: int) -> None:
     group, and the build's process stops its workers itself) and SIGTERM restored to its default (a forked worker
     inherits the build's handler, which would make it raise in its task instead of ending)."""
     import signal
-    import sys
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform.startswith("linux"):
-        import ctypes
+    from verispec.processes import kill_me_with_my_parent
 
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
+    kill_me_with_my_parent()
     started_under = os.getppid()
     if not _process_alive(parent):  # it ended before the signal was asked for
         os._exit(1)
