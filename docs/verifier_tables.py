@@ -1,4 +1,4 @@
-"""Rewrite the verifier tables of README.md and docs/verifiers.md from the registry.
+"""Rewrite the verifier tables of README.md and docs/guides/verifiers.md from the registry.
 
     python docs/verifier_tables.py           # rewrite the region between the verifier-table markers
     python docs/verifier_tables.py --check   # rewrite nothing; exit 1 naming each file that is stale
@@ -18,7 +18,7 @@ from verispec.verifiers.catalog import with_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The files that hold the generated table.
-FILES = (ROOT / "README.md", ROOT / "docs" / "verifiers.md")
+FILES = (ROOT / "README.md", ROOT / "docs" / "guides" / "verifiers.md")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,7 +75,7 @@ def markdown(rows: list[dict], example: list[dict], seconds: float) -> str:
     rules = sorted({row["rule"] for row in rows})
     out = io.StringIO()
     out.write("# The i.i.d. multi-path optimum against every rule for i.i.d. paths\n\n")
-    out.write("Written by `python experiments/multipath_gap.py` (docs/rules_2025_26.md). Each row: random "
+    out.write("Written by `python experiments/multipath_gap.py` (docs/guides/rules_2025_26.md). Each row: random "
               "context-dependent problems (`random_problem`, one per seed), the optimum of every valid verifier "
               "(selection LP = multi-step LP), and each rule's mean gap to it (E[tau+1] below the optimum, exact "
               "engine). `psbv closes`: the median over seeds of psbv's share of the gap the best other rule leaves "

@@ -3,7 +3,7 @@
 Read from the source (every ``import`` statement, lazy ones inside functions included):
 * no import cycle between verispec modules;
 * every module belongs to one layer, and imports only from its own layer or the layers below it
-  (``LAYERS``, the same order ``docs/layout.md`` states, which a test here reads back):
+  (``LAYERS``, the same order ``docs/guides/layout.md`` states, which a test here reads back):
       ground floor  <  simulator  <  lp_analysis  <  verifiers  <  bounds  <  models
       <  api, hunt, external, study  <  selector, report, testing, policy  <  cli;
   the simulator (problems, draft trees, drafters, the verifier contract, the exact engine) never imports a
@@ -120,7 +120,7 @@ def test_nothing_imports_from_a_layer_above(module):
 
 def test_every_module_belongs_to_a_layer():
     unplaced = sorted(module for module in GRAPH if _layer(module) is None)
-    assert not unplaced, f"{unplaced} belong to no layer: add them to LAYER_NAMES (and to docs/layout.md)"
+    assert not unplaced, f"{unplaced} belong to no layer: add them to LAYER_NAMES (and to docs/guides/layout.md)"
 
 
 def test_the_ground_floor_flows_one_way():
@@ -131,8 +131,8 @@ def test_the_ground_floor_flows_one_way():
 
 
 def test_docs_layout_states_the_same_order():
-    """docs/layout.md's order line (between its ``layers:`` markers) names the layers of LAYER_NAMES, in order."""
-    text = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    """docs/guides/layout.md's order line (between its ``layers:`` markers) names the layers of LAYER_NAMES, in order."""
+    text = (PACKAGE.parent / "docs" / "guides" / "layout.md").read_text()
     stated = text.split("<!-- layers:start -->")[1].split("<!-- layers:end -->")[0]
     layers = [[name.strip(" `\n") for name in layer.replace("\n", " ").split(",")] for layer in stated.split("<")]
     expected = [[name or "verispec" for name in layer if name != "__main__"] for layer in LAYER_NAMES]

@@ -92,6 +92,52 @@ def sha256_file(path: str | Path) -> str | None:
     return digest.hexdigest()
 
 
+def _commit(root: Path) -> str:
+    """The checkout's commit, with ``-dirty`` when tracked files differ from it; ``unknown`` outside a checkout."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as stream:
+            for line in stream:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def run_record(command: str, inputs=(), *, threads: int | None = None, device: str = "cpu") -> dict:
+    """What a result file states about the run that made it (issue 55): the command line, the commit (``-dirty``
+    when the checkout had uncommitted changes), the date (UTC), the machine (cores, CPU, threads, device, the
+    one-minute load average at the start) and the SHA-256 of each input file.
+
+    ``threads``: the torch threads the run pinned (None: not a torch run). Call it before the work starts: the load
+    it records is the box's before the run adds its own."""
+    import datetime
+    import os
+    import platform
+
+    root = Path(__file__).resolve().parent.parent
+    return {"command": command, "commit": _commit(root),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "threads": threads, "device": device,
+                        "load": round(os.getloadavg()[0], 2), "python": platform.python_version()},
+            "inputs": {str(path): sha256_file(path) for path in inputs}}
+
+
 __all__ = ["DATASET", "LATENCY", "MARKDOWN_MARKER", "MARKER_KEY", "PROBLEM", "REPORT", "RESULT_STORE", "SELECTOR",
-           "is_marked", "markdown_marked", "markdown_marker", "npz_member",
+           "is_marked", "markdown_marked", "markdown_marker", "npz_member", "run_record",
            "sha256_bytes", "sha256_file", "written_by"]

@@ -25,7 +25,7 @@ Whatever ends the command, nothing the code under check started outlives it: the
 once it has reported (threads, ``atexit`` handlers and a replaced ``sys.excepthook`` never hold it up), and the
 supervisor, Linux's child subreaper meanwhile, ends every process descended from the worker before it returns.
 The whole story, and why a process rather than intercepted exits alone (a signal, a crash, ``os.close(1)`` or a
-thread that never ends cannot be intercepted inside one process), is in docs/cli.md; the cost is one ``fork``.
+thread that never ends cannot be intercepted inside one process), is in docs/guides/cli.md; the cost is one ``fork``.
 Code that rewrites verispec's own objects in memory on purpose is beyond it (only an operating-system sandbox stops
 that). Without ``os.fork``, or with ``VERISPEC_SUPERVISE=0`` (a debugger), the command runs in one process.
 """

@@ -1,8 +1,8 @@
 """The multi-path optimum of K i.i.d. draft paths (issue 34) and psbv, the position-sharing rule
-(verispec.verifiers.psbv, verispec.bounds.path_selection, docs/rules_2025_26.md).
+(verispec.verifiers.psbv, verispec.bounds.path_selection, docs/guides/rules_2025_26.md).
 
 * The selection LP (select a path, verify it by block verification) is the multi-step LP's optimum (1e-9), on the
-  issue's example the certified 44067/15625 of docs/verifier_classes.md.
+  issue's example the certified 44067/15625 of docs/guides/verifier_classes.md.
 * The per-depth bounds alpha*_d, against brute force over every set of sequences and the issue's 0.988 / 0.865264.
 * psbv: lossless exactly (rationals) on the hunt's canonical problems and in float on random ones (500 in the slow
   set); its first depth accepts alpha*_1 exactly (its node split is OT-optimal); it equals the optimum where the
@@ -96,7 +96,7 @@ def test_the_selection_lp_is_the_multistep_optimum(spec, size, seed):
 
 def test_the_selection_lp_on_the_issue_example_is_the_certified_optimum():
     optimum = selection_optimum(ContextFreeProblem(list(ISSUE_P), list(ISSUE_Q)), parse_tree("iid:3,2"))
-    assert optimum.block_efficiency == pytest.approx(44067 / 15625, abs=1e-9)  # docs/verifier_classes.md
+    assert optimum.block_efficiency == pytest.approx(44067 / 15625, abs=1e-9)  # docs/guides/verifier_classes.md
     assert sum(optimum.selection.values()) == pytest.approx(1.0, abs=1e-12)
 
 
@@ -220,7 +220,7 @@ def test_selecting_uniformly_is_lossy(monkeypatch):
 
 def _pair_differing_in_q_at_one_prefix():
     """Two problems at V = 3 equal everywhere but at prefix (1,), where the draft is the target's point mass in the
-    first and misses it in the second (docs/rules_2025_26.md)."""
+    first and misses it in the second (docs/guides/rules_2025_26.md)."""
     def vector(text):
         return [Fraction(x) for x in text.split()]
 
@@ -248,7 +248,7 @@ def test_no_drafted_node_rule_reaches_the_optimum_on_both_problems():
 
 
 def test_the_drafted_node_class_in_cvxpy_has_the_certified_optimum():
-    # the same class as cvxpy constraints: the rational optimum of docs/rules_2025_26.md to cvxpy's tolerance, and
+    # the same class as cvxpy constraints: the rational optimum of docs/guides/rules_2025_26.md to cvxpy's tolerance, and
     # without the ties (negative control) the sum of the two problems' own certified optima
     pair = list(_pair_differing_in_q_at_one_prefix())
     drafter = parse_tree("iid:2,2")

@@ -17,7 +17,7 @@ def run(capsys, *argv):
 
 
 def _alpha_by_all_subsets(p, q, k):
-    # alpha* = 1 + min over every token set T of p(T) - q(T)^K (docs/reference.md, "OT optimum"), by brute force
+    # alpha* = 1 + min over every token set T of p(T) - q(T)^K (docs/guides/reference.md, "OT optimum"), by brute force
     best = 0.0
     for size in range(len(p) + 1):
         for subset in itertools.combinations(range(len(p)), size):

@@ -27,7 +27,7 @@ EXAMPLES = ROOT / "examples"
 #: The guides the README links to: their commands and Python blocks run like the README's.
 GUIDES = ("verifiers", "exact_engine", "cli", "real_models", "sweeps_and_report", "selector", "rules_2025_26",
           "verifier_classes", "writing_a_rule", "check_external", "experiments", "layout")
-GUIDE_TEXTS = {name: (ROOT / "docs" / f"{name}.md").read_text() for name in GUIDES}
+GUIDE_TEXTS = {name: (ROOT / "docs" / "guides" / f"{name}.md").read_text() for name in GUIDES}
 #: The README and its guides, one text (each document's blocks in turn).
 DOCUMENTS = "\n".join([README, *GUIDE_TEXTS.values()])
 
@@ -168,7 +168,7 @@ def test_examples_my_class_is_the_readme_class():
 def test_the_readme_is_a_front_page_that_links_every_guide():
     assert len(README.splitlines()) <= 250
     for name in GUIDES:
-        assert f"docs/{name}.md" in README, name
+        assert f"docs/guides/{name}.md" in README, name
 
 
 def test_readme_problem_files_are_valid():

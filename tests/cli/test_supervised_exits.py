@@ -350,5 +350,5 @@ def test_registered_rules_run_in_one_process(monkeypatch, capsys):
 
 
 def test_supervision_is_documented():
-    text = (ROOT / "docs" / "cli.md").read_text()
+    text = (ROOT / "docs" / "guides" / "cli.md").read_text()
     assert "VERISPEC_SUPERVISE" in text and "supervised worker" in text

@@ -166,7 +166,7 @@ def test_the_digest_reads_keys_and_features_only():
 
 def test_an_old_file_is_checked_on_what_it_carries(files, capsys, tmp_path):
     """A selector of 'selector train' before issue 54 (no train_digest): its own dataset answers, another grid is
-    refused; a rebuild of its seeds is let through (it recorded nothing to tell; docs/selector.md)."""
+    refused; a rebuild of its seeds is let through (it recorded nothing to tell; docs/guides/selector.md)."""
     selector = Selector.load(files["selector"])
     for key in ("train_digest", "dataset_grid", "dataset_verispec"):
         selector.metadata.pop(key)

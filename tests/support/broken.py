@@ -1,4 +1,4 @@
-"""Deliberately broken verifiers: the traps of docs/reference.md, as sampling procedures.
+"""Deliberately broken verifiers: the traps of docs/guides/reference.md, as sampling procedures.
 
 Every entry must be flagged lossy by the exact engine (negative controls); a checker that passes any of
 them is not checking anything. Each is written as the buggy public code reads, against a Chooser.

@@ -1,7 +1,7 @@
 """Deliberately broken rules for drafters with their own draft laws, each written as the buggy code reads,
 as a top-down walk against a Chooser; every entry must be flagged lossy by the exact engine.
 
-* Trap 2 of docs/reference.md, recursive rejection sampling without replacement: "use the
+* Trap 2 of docs/guides/reference.md, recursive rejection sampling without replacement: "use the
   conditional law q_j both in the ratio and the residual, in sampling order" (negative controls for rrsw).
 * Trap 8 for SpecHub: the verifier breaks a tie for argmax q differently from the drafter (largest id
   instead of smallest), so it plans the transport for a draft law other than the one drafted.

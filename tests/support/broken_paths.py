@@ -1,4 +1,4 @@
-"""Deliberately broken path-level tree verifiers: traps 4 and 6 of docs/reference.md, and
+"""Deliberately broken path-level tree verifiers: traps 4 and 6 of docs/guides/reference.md, and
 Traversal on i.i.d. children in the wrong order. Each must be flagged lossy by the exact engine.
 
 The Traversal variants share one plain procedure (written here afresh, not imported from the shipped

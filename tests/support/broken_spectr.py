@@ -1,4 +1,4 @@
-"""Deliberately broken SpecTr K-SEQ variants (trap 5 of docs/reference.md).
+"""Deliberately broken SpecTr K-SEQ variants (trap 5 of docs/guides/reference.md).
 
 Both are node solvers walked top-down and wrapped as ProcedureVerifiers, so the engine derives their laws
 from the sampling procedure alone. Each must be flagged lossy on problems where the trap matters.

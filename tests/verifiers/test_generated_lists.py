@@ -1,8 +1,8 @@
 """The lists generated from the registry and the path of a new rule into it.
 
-``verispec list`` and the verifier tables of README.md and docs/verifiers.md come from the registry (a missing or
+``verispec list`` and the verifier tables of README.md and docs/guides/verifiers.md come from the registry (a missing or
 stale row fails here); rules with parameters go through one hook; ``register`` refuses what the lists cannot show;
-and the worked example of docs/writing_a_rule.md (a node-local rule in a temporary package plus its registry
+and the worked example of docs/guides/writing_a_rule.md (a node-local rule in a temporary package plus its registry
 line) is seen by the list, the tables, the registry-wide tests and a sweep, and found lossless."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from verispec.verifiers.catalog import verifier_table, with_tables
 from verispec.verifiers.nss import NaiveSamplingSolver
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDE = (ROOT / "docs" / "writing_a_rule.md").read_text()
+GUIDE = (ROOT / "docs" / "guides" / "writing_a_rule.md").read_text()
 
 
 def test_the_tables_of_the_readme_and_docs_are_the_generated_ones():
@@ -91,7 +91,7 @@ def test_register_refuses_what_the_lists_cannot_show():
 
 @pytest.fixture
 def worked_example(tmp_path, monkeypatch):
-    """The module of docs/writing_a_rule.md in a temporary package, its registry line run; afterwards the
+    """The module of docs/guides/writing_a_rule.md in a temporary package, its registry line run; afterwards the
     registry and the import system as they were."""
     block = next(block for block in fenced_blocks(GUIDE, "python") if "class LastChildSolver" in block)
     line = next(line.strip() for line in GUIDE.splitlines() if line.strip().startswith("register(LastChildSolver"))
@@ -126,7 +126,7 @@ def test_the_worked_example_is_picked_up_everywhere(worked_example, tmp_path, ca
     capsys.readouterr()
     # the generated table: its row, so the README is stale until the table is rewritten
     assert ("| `lastchild` | token-level rule on the last child (Leviathan et al. 2023, arXiv 2211.17192, Alg. 1, on "
-            "one child (docs/writing_a_rule.md)) | i.i.d. children (`chain:L`, `iid:K,L`, `delayed:K,L1,L2`, "
+            "one child (docs/guides/writing_a_rule.md)) | i.i.d. children (`chain:L`, `iid:K,L`, `delayed:K,L1,L2`, "
             "`branch-iid:b1,b2,...`) |") in verifier_table("markdown")
     readme = (ROOT / "README.md").read_text()
     assert with_tables(readme) != readme

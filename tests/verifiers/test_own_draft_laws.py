@@ -45,7 +45,7 @@ def _first_position_acceptance(problem, drafter, verifier):
     return analyze(problem, drafter, verifier).acceptance_by_depth[0]
 
 
-# --- independent closed forms (written from docs/reference.md, not from the code under test) ---------------
+# --- independent closed forms (written from docs/guides/reference.md, not from the code under test) ---------------
 
 def _ranked(q):
     """Tokens with q > 0, q decreasing, ties by smaller id (the documented tie rule)."""

@@ -34,7 +34,7 @@ from verispec.verifiers import get_verifier
 from verispec.verifiers.gbv import path_skewed_drafts
 
 BV, TRAVERSAL, TRAVERSAL_IID, GBV = (get_verifier(n) for n in ("bv", "traversal", "traversal-iid", "gbv"))
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "guides"
 
 
 def _assert_same_output_law(first, second):
@@ -58,7 +58,7 @@ def test_traversal_is_block_verification_on_a_chain(args):
 
 
 def _rrs_without_replacement_law(p, q, children):
-    """Output law of RRS without replacement (docs/reference.md, "RRS without replacement"), written here."""
+    """Output law of RRS without replacement (docs/guides/reference.md, "RRS without replacement"), written here."""
     law, rejected, current, remaining = np.zeros_like(p), 1.0, p.copy(), q.copy()
     for token in children:
         conditional = remaining / remaining.sum()
@@ -164,7 +164,7 @@ def test_gbv_worked_example_on_sun_toy():
     # K = 2, L = 1 on Sun's toy: key p/q is 1/2 for a, 2 for b, so b is selected whenever drafted:
     # q_skew = (q(a)^2, 1 - q(a)^2) = (4/9, 5/9). Token-level rule against q_skew: accept a w.p.
     # (1/3)/(4/9) = 3/4, b w.p. 1: acceptance 1/3 + 5/9 = 8/9 = 1 + min_T [p(T) - q(T)^2] (T = {a}), the
-    # optimum for two i.i.d. drafts (docs/reference.md, "OT optimum"). E[tau + 1] = 17/9.
+    # optimum for two i.i.d. drafts (docs/guides/reference.md, "OT optimum"). E[tau + 1] = 17/9.
     result = analyze(sun_toy_problem(exact=True), RootIIDDrafter(2, 1), GBV)
     assert result.tv_distance == 0 and result.block_efficiency == Fraction(17, 9)
 
@@ -199,7 +199,7 @@ def test_broken_module_reference_traversal_is_lossless(spec):
 @pytest.mark.parametrize("spec", ["iid:3,1", "iid:3,2", "iid:4,1"])
 def test_child_orders_that_read_the_draws_in_a_fixed_order_are_lossless(rule, spec):
     # Reading K i.i.d. draws in any fixed order of their positions leaves them i.i.d., so the first-
-    # appearance argument of docs/traversal_iid.md applies; read backwards it is "latest last appearance
+    # appearance argument of docs/guides/traversal_iid.md applies; read backwards it is "latest last appearance
     # first". Exactly lossless in rationals.
     problem = load_problem(DOCS / "traversal_iid_problem.json", exact=True)
     for candidate in (problem, sun_toy_problem(exact=True)):
@@ -240,7 +240,7 @@ def test_traversal_iid_token_order_worked_example():
     # Draws (b, b) 1/9: b. So P(first token a) = (4/9)(1/2) + (4/9)(1/2) = 4/9, not p(a) = 1/3: TV 1/9.
     # (First-appearance order tries b first after (b, a), giving a w.p. (4/9)(1/2) + (2/9)(1/2) = 1/3.)
     verifier, _ = BROKEN_PATH_VERIFIERS["traversal-iid-token-order"]
-    problem = load_problem(DOCS / "traversal_iid_sun_toy.json")  # the witness file of docs/traversal_iid.md
+    problem = load_problem(DOCS / "traversal_iid_sun_toy.json")  # the witness file of docs/guides/traversal_iid.md
     result = analyze(problem, RootIIDDrafter(2, 1), verifier)
     first = result.output_law.continued_with_target(problem).sum(axis=1)
     np.testing.assert_allclose(first, [4 / 9, 5 / 9], atol=1e-15)

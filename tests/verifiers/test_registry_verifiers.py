@@ -62,7 +62,7 @@ def test_every_verifier_has_a_valid_tree():
 
 @pytest.mark.parametrize("name", sorted(REGISTRY) + sorted(LOSSY_BY_DESIGN))
 def test_every_rule_carries_a_summary_and_its_citation(name):
-    # the generated lists (verispec list, the README's and docs/verifiers.md's tables) show both
+    # the generated lists (verispec list, the README's and docs/guides/verifiers.md's tables) show both
     verifier = REGISTRY.get(name) or LOSSY_BY_DESIGN[name]
     for text in (verifier.summary, verifier.citation):
         assert isinstance(text, str) and text.strip() and "\n" not in text and "|" not in text, (name, text)

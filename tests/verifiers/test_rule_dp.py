@@ -1,6 +1,6 @@
 """The whole-tree rules' own exact methods (method 'rule-dp'): GBV's selected-path sum and Traversal's
 post-order DP, against whole-tree enumeration (the oracle), in float and in exact rationals, with broken
-variants that each must analyse as written, and their size refusals (docs/whole_tree_rules.md)."""
+variants that each must analyse as written, and their size refusals (docs/guides/whole_tree_rules.md)."""
 
 from __future__ import annotations
 

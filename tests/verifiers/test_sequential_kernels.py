@@ -134,7 +134,7 @@ class NoResidualUpdate(SpecInferSolver):
 
 
 class DuplicatesSkipped(SpecInferSolver):
-    """Trap 1 of docs/reference.md: a repeated draft is not tested again. Redefines only the batched law."""
+    """Trap 1 of docs/guides/reference.md: a repeated draft is not tested again. Redefines only the batched law."""
 
     name = "duplicates-skipped"
 

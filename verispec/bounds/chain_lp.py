@@ -1,5 +1,5 @@
 """The multi-step LP on a single draft path, in its information-agnostic form with the block masses eliminated:
-one variable per output prefix, one row per edge of the prefix tree (docs/verifier_classes.md, "The multi-step
+one variable per output prefix, one row per edge of the prefix tree (docs/guides/verifier_classes.md, "The multi-step
 LP on a single path").
 
 On a single path the LP over every draft outcome (``multistep.build_multistep_lp``: V^L outcomes x (L+1) nodes x

@@ -23,7 +23,7 @@ The classes and programs defined here over those variables:
   P(the block starts with the accepted prefix x_1..x_i) <= p(x_1..x_i): the mass of emissions at nodes whose path
   extends x_1..x_i is at most p(x_1..x_i). Its optimum lies between the multi-step optimum and ``coupling_bound``
   (the closed form, which also drops the rule that an outcome emits at one node); on a single path the two
-  coincide (docs/verifier_classes.md).
+  coincide (docs/guides/verifier_classes.md).
 * ``information_agnostic_program``: the LP over the law of the emitted block alone, M(s) = sum_D z(., s, D) (the
   information a verifier uses does not enter; it is the form in which Thomas & Pal 2026, arXiv 2602.16961,
   prove block verification optimal even among verifiers that read off-path probabilities). The draft enters
@@ -32,7 +32,7 @@ The classes and programs defined here over those variables:
   on a single path the sets of outcomes that can emit a block are nested cones, so these capacities are Hall's
   condition in full and the program's optimum IS the multi-step optimum (with far fewer variables: one per
   block, not per outcome and block); on trees the sets overlap, the capacities are necessary only, and the
-  optimum is an upper bound on every valid verifier (docs/verifier_classes.md).
+  optimum is an upper bound on every valid verifier (docs/guides/verifier_classes.md).
 
 Bad input: a class function that raises or returns something other than cvxpy constraints, a program the solver
 reports infeasible (the class is empty at this problem), unbounded or inaccurate, a solver that is not installed:

@@ -2,7 +2,7 @@
 
 Variables pi(n, y | D) >= 0 for every draft outcome D (a draft tree with probability Q(D)), every node n of
 D and every token y: the probability of accepting the path to n and emitting y (an emission law, as every
-verifier in verispec returns). Constraints (docs/reference.md, "Optimality analysis"):
+verifier in verispec returns). Constraints (docs/guides/reference.md, "Optimality analysis"):
 
     sum_{n, y} pi(n, y | D) = 1                                  for every D;
     sum_D Q(D) sum_{s = path(n) y prefix of x} pi(n, y | D) p(x_rest | s) = p(x)   for every x in V^(L+1),

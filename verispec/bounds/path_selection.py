@@ -1,6 +1,6 @@
 """The multi-path optimum as select-then-verify: a smaller exact LP for ``iid:K,L``, per-depth bounds, and the
 program that shows why no rule that sees only the drafted nodes reaches the optimum (the analysis and
-the numbers are in docs/rules_2025_26.md).
+the numbers are in docs/guides/rules_2025_26.md).
 
 **Select-then-verify is optimal.** For K i.i.d. draft paths of length L, let B be the set of *selection laws*:
 the laws g on paths of length L of one path picked (with any randomisation, looking at all K) from the K drafts.
@@ -9,18 +9,18 @@ Then
     max over valid verifiers of E[tau + 1]  =  max over g in B of BV(p, g),
 
 BV(p, g) being block verification's efficiency on one path drawn from g (the single-path optimum, which
-block verification attains; docs/multistep_optimum.md). ">=": select a path with law g, verify it by block
+block verification attains; docs/guides/multistep_optimum.md). ">=": select a path with law g, verify it by block
 verification with draft g; the selection only decides which path is read, so the output has the target's law.
 "<=": given any valid verifier, emitting block (a, y) on tree D, pick uniformly one of D's paths that extends the
 accepted part a. That path's law g is a selection law, and the pair (path, block) transports g to the verifier's
 block law M with every block's accepted part a prefix of its path, which is exactly Hall's condition for M to be
-producible on a single path drawn from g (docs/verifier_classes.md); so E[tau + 1] <= BV(p, g). B is also the
+producible on a single path drawn from g (docs/guides/verifier_classes.md); so E[tau + 1] <= BV(p, g). B is also the
 base polytope of the polymatroid f(C) = 1 - (1 - q(C))^K (C a set of paths; Hall again), whose vertices are the
 maxima of orders of the paths: GBV's selection (the lexicographic maximum) is one vertex, and GBV is block
 verification with that vertex's law.
 
 With r(u) = min over prefixes v of u of g(v) p(u | v) (g(empty) = 1), BV(p, g) = 1 + sum_u r(u), the mass
-accepting at least u (docs/verifier_classes.md's least feasible flows). That makes the optimum an LP over a
+accepting at least u (docs/guides/verifier_classes.md's least feasible flows). That makes the optimum an LP over a
 selection from each MULTISET of K paths (exchangeability: averaging a selection over the orders of the draws keeps
 its law) with variables s(S, x) >= 0 for every multiset S and path x in S, sum_x s(S, x) = P(S), g(v) = the s of
 paths through v, and r(u) <= g(u), r(u t) <= p(t | u) r(u), r(t) <= p(t): C(V^L + K - 1, K) K + (prefixes)
@@ -31,7 +31,7 @@ LP to 1e-9 in the tests, and it reaches iid:3,3 at V = 4, about 1.4e5 variables,
 **Depths trade off.** P(tau >= d) <= alpha*_d = 1 + min_H [p(H) - q(H)^K] over sets H of length-d sequences
 (the K-draft OT value of the length-d laws; the output's first d tokens follow p, and tau >= d needs them to be a
 drafted prefix), so E[tau + 1] <= 1 + sum_d alpha*_d (``depth_bounds``). The bounds are not attained together,
-already on one path (K = 1: Sun et al.'s toy, 11/9 against 12/9, docs/multistep_optimum.md), and a deeper one is
+already on one path (K = 1: Sun et al.'s toy, 11/9 against 12/9, docs/guides/multistep_optimum.md), and a deeper one is
 not attained even alone: P(tau >= d) needs the first d - 1 tokens accepted on the same path, which the selection
 LP's r(u) <= p(t | u') r(u') charges and the OT value of the length-d laws does not.
 

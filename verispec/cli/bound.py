@@ -38,7 +38,7 @@ def add_parser(subparsers) -> None:
                        help="compare with the optimum of a restricted class of verifiers instead of every valid "
                             "verifier: selected-path (accept a prefix of GBV's greedily selected path), or "
                             "FILE.py:NAME, a function of the LP's variables returning cvxpy constraints "
-                            "(docs/verifier_classes.md)")
+                            "(docs/guides/verifier_classes.md)")
     bound.add_argument("--solver", default=None, metavar="NAME",
                        help="cvxpy solver for a class FILE.py:NAME (default HIGHS, then CLARABEL)")
     bound.add_argument("--certify", action="store_true",

@@ -3,9 +3,10 @@ options, then ``verispec.selector.study.run_study`` (``verispec report --selecto
 as its section 9) and ``verispec.report.pair_section.write_study``.
 
     verispec selector study --dataset data/selector/qwen-t07.npz --dataset data/selector/qwen-t1.npz \\
-                            --latency data/selector/latency-cpu.json --out study/
+                            --latency data/latency/latency-cpu.json --out study/
 
-writes ``pair_selector.json`` (every number), ``pair_selector.md`` (one section of tables per sampling setting and
+writes ``pair_selector.json`` (every number, and under ``record`` the command line, commit, date, machine and the
+SHA-256 of every input: ``verispec.provenance.run_record``), ``pair_selector.md`` (one section of tables per sampling setting and
 latency regime, each table titled with the regime's full name) and ``pair_selector.png`` into DIR.
 """
 
@@ -78,10 +79,18 @@ def run_study_command(args) -> int:
         raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
     from verispec.report.pair_section import write_study
 
+    import shlex
+    import sys
+
+    from verispec.provenance import run_record
+
+    inputs = list(args.dataset) + ([args.latency] if args.latency else [])
+    record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
     start = time.perf_counter()
     result = run_study(datasets, regimes, seed=args.seed, epochs=args.epochs, test_fraction=args.test_fraction,
                        resamples=args.bootstrap, pair=args.pair, folds=args.folds, hidden=hidden,
                        projection=args.projection, threads=args.threads)
+    result["record"] = {**record, "seconds": round(time.perf_counter() - start, 1)}
     write_study(result, args.out)
     print(f"wrote the selector study of {result['pair']} into {args.out} ({len(result['settings'])} settings x "
           f"{len(result['regimes'])} regimes, {result['split']['held_out_prompts']} held-out prompts; "

@@ -14,7 +14,7 @@ Where the randomness comes from (``rng``):
   in ``forbid`` mode): a draw from them is refused at once with the hint to use ``capture``.
 * ``capture``: the function draws its own randomness from those generators (transformers'
   ``_speculative_sampling``, gpt-fast, most research code); the layout's uniform arguments are left out and
-  every draw is fed from the row's uniforms (``docs/check_external.md``'s glossary states the rule of each
+  every draw is fed from the row's uniforms (``docs/guides/check_external.md``'s glossary states the rule of each
   primitive).
   How many uniforms a row draws is found by probing; a row that draws more than expected on some path makes
   the integration start again with a longer tape (``UniformsExhausted``; the tape at least doubles, up to
@@ -45,7 +45,7 @@ compared with copies taken before the call. A function that writes into its argu
 ``notes``; every call gets freshly built arguments (and uniforms), so such writes cannot change the law.
 
 Batched capture (not ``per_row``): what makes each row's outcome a function of its own tree and uniforms,
-and how much of it is checked ("Rows" in ``docs/check_external.md``'s glossary):
+and how much of it is checked ("Rows" in ``docs/guides/check_external.md``'s glossary):
 
 * on EVERY call: every draw has the batch as its first dimension, and the call makes the same draws, in the
   same order, as the probe's first call (so a row's draws take the same uniforms whatever rows it is batched

@@ -1,7 +1,7 @@
 """Black-box test of an external verification function: stratified sampling with a guaranteed false-failure rate.
 
 For rules exact mode cannot integrate (uniforms raced against each other, used continuously), the block law
-is estimated and tested against the target's, by the definition of losslessness in docs/reference.md: emit the
+is estimated and tested against the target's, by the definition of losslessness in docs/guides/reference.md: emit the
 block, continue with the target, and the first L+1 tokens x must have law p(x).
 
 Estimator. The draft trees are stratified: when the drafter has at most ``max_strata`` outcomes, each tree D

@@ -15,7 +15,7 @@ arguments, the tape), which exact integration and the black-box test need. The p
   ``gauss``, ``normalvariate`` (``rng_numpy``).
 
 Each primitive's rule, the precision of its draws, how rows of a batched call are fed, running out of tape,
-exponential races, and what is not captured: ``docs/check_external.md``, "Glossary of RNG capture". In explicit
+exponential races, and what is not captured: ``docs/guides/check_external.md``, "Glossary of RNG capture". In explicit
 mode (the function is handed its uniforms) a ``Capture`` runs in ``forbid`` mode: the first draw from any
 primitive above raises ``GlobalRandomnessError``, with the hint to use ``rng='capture'``.
 """
@@ -51,7 +51,7 @@ class GlobalRandomnessError(VerifierError):
 
 class UniformsExhausted(BaseException):
     """A row drew past the end of its tape; ``needed`` uniforms would have done (see "Running out" in
-    ``docs/check_external.md``'s glossary)."""
+    ``docs/guides/check_external.md``'s glossary)."""
 
     def __init__(self, needed: int):
         super().__init__(f"a row needed {needed} uniforms")
@@ -67,7 +67,7 @@ class Tape:
 
     ``used[j]`` says whether column j was drawn (and not left unread by a replaced race); ``draws`` lists the
     draws made, (primitive, uniforms per row), in order. ``expected``: the draws a batched call must make (those
-    of the first batched call on the same tree shape; see "Rows" in ``docs/check_external.md``'s glossary): a
+    of the first batched call on the same tree shape; see "Rows" in ``docs/guides/check_external.md``'s glossary): a
     call that draws otherwise is refused at its first differing draw, or by ``finish`` when it draws less."""
 
     def __init__(self, values: np.ndarray, expected: tuple | None = None):

@@ -2,7 +2,7 @@
 
 Each rule turns independent Uniform[0, 1) variables (numpy float64 in) into a draw with the primitive's own law
 (numpy out), so the law of a function over a random tape is its law under a fresh random generator
-(``docs/check_external.md``, "Glossary of RNG capture", states the rule of each primitive and its precision).
+(``docs/guides/check_external.md``, "Glossary of RNG capture", states the rule of each primitive and its precision).
 Beside them: the captures entered (``ACTIVE``), the user's line of a draw (``site``, ``raise_site``), and
 ``Signal``, which carries verispec's refusal out of the function under check.
 """

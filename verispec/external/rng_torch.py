@@ -4,7 +4,7 @@ Imported by ``rng.Capture`` only when torch is already loaded (so numpy-only run
 handlers replace torch's random primitives as attributes (``table``: ``torch.rand``, ``Tensor.exponential_``,
 ...), each drawing from the capture by the rules of ``rng_rules``; torch's other random primitives are refused
 by name. Pushed as a ``TorchFunctionMode`` it also catches names bound before the call, and follows exponential
-noise for the race rule: ``argmax(w / E)`` read as one inverse-CDF draw from w (``docs/check_external.md``,
+noise for the race rule: ``argmax(w / E)`` read as one inverse-CDF draw from w (``docs/guides/check_external.md``,
 "Glossary of RNG capture", states when, and why the law is the same).
 """
 
@@ -407,7 +407,7 @@ _BASELINE_USES = None
 
 def _own_storage(tensor) -> bool:
     """Whether no other tensor shares ``tensor``'s storage, and torch allocated it (so reading its values goes
-    through torch and this tensor alone; see "Shared memory" in ``docs/check_external.md``'s glossary)."""
+    through torch and this tensor alone; see "Shared memory" in ``docs/guides/check_external.md``'s glossary)."""
     global _BASELINE_USES
 
     if tensor._base is not None or not tensor.untyped_storage().resizable():  # a view, or memory torch did not

@@ -4,7 +4,7 @@ A draft law is a dict {ordered token tuple: probability}. Four are built in (tok
 q never appear, which keeps the tables small):
 
 * ``iid_draft_law``: K i.i.d. draws from q, Q(x) = prod_i q(x_i) (SpecInfer, SpecTr, the OT LP of the
-  docs/reference.md, "Single position, K drafts").
+  docs/guides/reference.md, "Single position, K drafts").
 * ``without_replacement_draft_law``: K draws one after another without replacement,
   Q(x) = prod_j q(x_j) / q(V minus {x_1..x_(j-1)}) (Jeon et al. 2024; Sequoia). If q has fewer than K
   tokens of positive probability the tuple is shorter, exactly as the simulator's drafter stops early.

@@ -1,5 +1,5 @@
 """The single-position optimal-transport LP ("OTLP"; SpecTr's OTM, Sun et al. 2023, arXiv 2310.15141, Sec. 3;
-docs/reference.md, "OT optimum").
+docs/guides/reference.md, "OT optimum").
 
 Variables pi(x, y) >= 0 for every draft outcome x (an ordered tuple with probability Q(x)) and every token y;
 

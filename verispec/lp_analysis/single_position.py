@@ -2,7 +2,7 @@
 
 The OT LP only rewards mass on pairs (x, y) with y in x, so it is a bipartite flow: source -> draft SET S
 (capacity Q(S)), S -> y for y in S (unbounded), y -> sink (capacity p(y)). A finite cut keeps on the source
-side a token set U and every S contained in it, so (docs/reference.md, "Optimality analysis")
+side a token set U and every S contained in it, so (docs/guides/reference.md, "Optimality analysis")
 
     alpha* = min_U [ Q(S not inside U) + p(U) ] = 1 + min_U [ p(U) - Q(S inside U) ].
 

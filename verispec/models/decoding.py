@@ -19,7 +19,7 @@ One block of speculative decoding:
 4. *Cache update.* Both caches keep the accepted path and drop the rest of the tree (``CachedModel.commit``).
 
 p and q are the same ``Sampling`` law (temperature, top-k, top-p) of each model's logits in float64, and
-drafting samples from exactly the q the verifier is handed (trap 8 of docs/reference.md).
+drafting samples from exactly the q the verifier is handed (trap 8 of docs/guides/reference.md).
 
 *Policies* (the delay selector of Thomas et al. 2026, arXiv 2602.16994, DDTE Sec. 6 and Appendix E): with
 ``selector=policy`` (a ``BlockPolicy``) every block first asks the policy which of its actions, a (tree,

@@ -1,7 +1,7 @@
 """The sampling law of a model's next token: temperature, then top-k, then top-p, as transformers samples.
 
 Speculative decoding is lossless only when the draft tokens are drawn from exactly the q the verifier is
-handed, and when the target law p the verifier preserves is the law plain sampling would use (docs/reference.md,
+handed, and when the target law p the verifier preserves is the law plain sampling would use (docs/guides/reference.md,
 trap 8: a draft filtered by top-k while the verifier sees the unfiltered q, or bf16 sampling against a
 float32 q, silently breaks losslessness). ``Sampling.probabilities`` is that one law, computed in float64
 from a model's logits and applied identically to the target and the draft; drafting samples from its

@@ -18,7 +18,7 @@ Old files stay loadable and are checked on everything they carry: the grid, pair
 sampling settings, features and hidden-state widths are in every file. Only the digest (which catches a dataset
 rebuilt with the same groups but other roots, e.g. other draft divergences, or features computed by another
 verispec) is missing from them; it is checked where recorded, and an old file evaluated on a rebuilt dataset is
-caught by the grid, pair, sampling, feature and training-group checks only (docs/selector.md).
+caught by the grid, pair, sampling, feature and training-group checks only (docs/guides/selector.md).
 
 Keys a selector built in process (``train_selector(metadata=...)``, e.g. ``verispec report``'s) does not record
 are not compared, except the pair: no recorded pair means synthetic problems.

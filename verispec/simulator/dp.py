@@ -1,6 +1,6 @@
 """Dynamic programming for top-down walks of node-local solvers on i.i.d.-structured draft trees.
 
-Whole-tree enumeration costs V^(draws) outcomes. For a top-down walk (docs/reference.md, "Trees") the law
+Whole-tree enumeration costs V^(draws) outcomes. For a top-down walk (docs/guides/reference.md, "Trees") the law
 factorises: a node with context u reached by m i.i.d. paths gets a child list of
 n = m * b_(depth+1) i.i.d. draws from q(.|u), and the subtree under a child t drawn k times depends only on
 (u t, k). So the walk is a Markov chain on states (context, multiplicity):

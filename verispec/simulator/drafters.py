@@ -8,7 +8,7 @@ Tree specifications (``parse_tree``, in ``verispec.simulator.tree_specs``): ``ch
 ``delayed:K,L1,L2``, ``branch:b1,..,bD`` (siblings drawn without replacement), ``branch-iid:b1,..,bD`` (siblings
 i.i.d.), ``hub`` and ``hub-tree:L`` (SpecHub's hub pairs), ``greedy:K`` and ``greedy-tree:K,L`` (Hu et al.'s greedy
 drafts), ``dyspec:N`` (DySpec's dynamic tree of N drafted nodes), and two paths whose tokens are NOT drawn from the
-q handed to the verifier, as production code often does (trap 8 of docs/reference.md): ``argmax-chain:L`` (each
+q handed to the verifier, as production code often does (trap 8 of docs/guides/reference.md): ``argmax-chain:L`` (each
 token is the argmax of q, a greedy assistant) and ``topk-chain:k,L`` (each token is drawn from q restricted to its k
 best tokens and renormalised). No built-in rule is valid for those two; they exist to check verification code
 written elsewhere (``verispec check-external``), which may or may not account for how its drafts were drawn.
@@ -304,7 +304,7 @@ class TopKChainDrafter(ChainDrafter):
 @dataclass(frozen=True)
 class DelayedDrafter(Drafter):
     """Delayed tree expansion (Thomas et al. 2026, arXiv 2602.16994): one trunk of L1 tokens drawn from q,
-    then K i.i.d. paths of L2 tokens from the trunk's end. Trunk nodes have exactly one child (docs/reference.md,
+    then K i.i.d. paths of L2 tokens from the trunk's end. Trunk nodes have exactly one child (docs/guides/reference.md,
     trap 7). ``iid:K,L`` is ``delayed:K,0,L``."""
 
     branches: int

@@ -23,7 +23,7 @@ Capabilities the engines rely on are declared here, on the base classes:
   root paths, so fast enumeration may enumerate the paths as multisets.
 * ``Verifier.rule_dp``: the rule's own exact method over draft outcomes (a ``RuleDP``), or None: a whole-tree
   rule whose structure lets its output law be summed without enumerating trees (GBV: one term per selected
-  path; Traversal: a dynamic program over the post-order's states, docs/whole_tree_rules.md).
+  path; Traversal: a dynamic program over the post-order's states, docs/guides/whole_tree_rules.md).
 
 A subclass that redefines ``emission_laws`` no longer inherits ``node_solver``, ``order_free`` or
 ``rule_dp`` (an engine would otherwise analyse the parent's rule through them); it may restate them.

@@ -1,7 +1,7 @@
 """The law of an emitted block, and the check every verifier's emission laws must pass.
 
 An ``OutputLaw`` is what the exact engines produce from (problem, drafter, verifier): the law of the
-emitted sequence (x_1..x_tau, y). Losslessness is checked on it by the definition in docs/reference.md ("What
+emitted sequence (x_1..x_tau, y). Losslessness is checked on it by the definition in docs/guides/reference.md ("What
 lossless means for a block"): emit the block, then continue with the target up to L+1 tokens; the result
 must have exactly the target's law over V^(L+1).
 """

@@ -4,7 +4,7 @@ is called; ``problem_from_json``, ``problem_from_npz``), with the limits that re
 costs memory.
 
 JSON: {"vocab_size": V, "target": {"": [...], "0": [...], "0,1": [...]}, "draft": {...}} (the layout of
-docs/cli.md). Float mode checks every table at once (``_checked_rows``), after a vectorised scan of the bytes has
+docs/guides/cli.md). Float mode checks every table at once (``_checked_rows``), after a vectorised scan of the bytes has
 found no number that only the exact reading may take (``_floats_read_plainly``); a file that fails is read again
 the exact way, so that the error names the first problem.
 """
@@ -91,7 +91,7 @@ def _checked_rows(prefixes: list, rows, size: int, largest_token: int | None = N
 
 
 def problem_from_json(data: Mapping, *, exact: bool = False) -> TabularProblem:
-    """Build a TabularProblem from the JSON layout documented in docs/cli.md (the README links it).
+    """Build a TabularProblem from the JSON layout documented in docs/guides/cli.md (the README links it).
 
     The object has exactly the keys "vocab_size", "target" and "draft", plus optionally "comment" and/or
     "description" (free text, ignored) and "derived" (an object, ignored: ``verispec derive``'s provenance);

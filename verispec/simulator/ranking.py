@@ -3,7 +3,7 @@
 Several rules rank tokens: SpecHub's hub (argmax q) and Hu et al.'s greedy drafts (top tokens of q), GBV's
 strict order (p/q, then token id), DySpec's heap (largest estimated reach, then the oldest node), Khisti's
 truncated LP (p - q1 q2). A drafter and the verifier that checks its drafts must rank identically (trap 8
-of docs/reference.md), and a float run must take the same decisions as the exact run of the same problem:
+of docs/guides/reference.md), and a float run must take the same decisions as the exact run of the same problem:
 values that are equal as rationals (p/q = 1/20 / (3/20) and 3/20 / (9/20)) can differ in their last bits
 in float64, and ordering by those bits would make float and exact mode draft or select different tokens.
 

@@ -5,7 +5,7 @@ verispec.simulator.ranking, the same in float and exact mode) by token id, the l
 tokens with q(t|u) = 0 are never drafted and rank above every drafted one (they carry no draft mass, so
 where they sit changes nothing). The *selected path* starts at the root and moves to the child with the
 largest key at every step. ONE order serves both the descent and GBV's CDFs: breaking ties differently in
-the two places is lossy (docs/reference.md, trap 6; tests/support/broken_paths.py).
+the two places is lossy (docs/guides/reference.md, trap 6; tests/support/broken_paths.py).
 
 GBV (verispec.verifiers.gbv) verifies the selected path; the multi-step LP's ``selected-path`` class
 (verispec.bounds.multistep) restricts verifiers to it. Both use these functions.

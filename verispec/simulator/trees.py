@@ -3,7 +3,7 @@
 Node 0 is the root (the empty draft). Every other node is a context: the root-to-node path of drafted
 tokens. Sibling nodes carry distinct tokens; the *ordered child list* of a node records every draw that
 produced a child, in drawing order, so it may repeat a token: when K i.i.d. paths agree on a prefix they
-share its nodes, and a node reached by m paths has a child list of m draws (see docs/reference.md,
+share its nodes, and a node reached by m paths has a child list of m draws (see docs/guides/reference.md,
 "Trees"). ``multiplicity[n]`` is how often node n's token appears in its parent's child list.
 
 A tree is determined by its *shape*: the tuple of ordered child lists in canonical order (breadth first,

@@ -1,5 +1,5 @@
 """The registry as text: ``verispec list``'s verifier lines and the verifier tables of the README and
-docs/verifiers.md, generated from ``REGISTRY`` and ``LOSSY_BY_DESIGN`` (each rule's name, one-line ``summary``,
+docs/guides/verifiers.md, generated from ``REGISTRY`` and ``LOSSY_BY_DESIGN`` (each rule's name, one-line ``summary``,
 ``citation``, the draft laws it is valid for and the tree kinds whose drafts follow them).
 
 The tables sit in their files between ``TABLE_START`` and ``TABLE_END``; ``with_tables`` rewrites that region,
@@ -87,7 +87,7 @@ def _text() -> list[str]:
 
 
 def verifier_table(format: str = "markdown") -> str:
-    """The registry's rules as text: ``markdown``, the table of the README and docs/verifiers.md (rules in
+    """The registry's rules as text: ``markdown``, the table of the README and docs/guides/verifiers.md (rules in
     registration order, then the lossy-by-design ones); ``text``, the verifier lines of ``verispec list``
     (sorted by name)."""
     if format not in FORMATS:

@@ -6,7 +6,7 @@ Draft law: K i.i.d. draft paths of length L from the root (``iid:K,L``). Glossar
   under the tie rule of verispec.simulator.ranking counting as equal in float and exact mode alike (tokens
   with q(t|u) = 0 are never drafted and rank above every drafted one; they carry no draft mass, so where
   they sit changes nothing). ONE order serves both the greedy descent and the CDFs below: breaking ties
-  differently in the two places is lossy (docs/reference.md, trap 6; tests/support/broken_paths.py). The order and the
+  differently in the two places is lossy (docs/guides/reference.md, trap 6; tests/support/broken_paths.py). The order and the
   descent live in verispec.simulator.selection.
 * *selected path*: from the root, repeatedly move to the child with the largest key. Since every path has
   length L, this is the lexicographically largest of the K paths under the per-node orders.
@@ -142,7 +142,7 @@ class SelectedPathSum(RuleDP):
     F(u) (F<(u)) the draft mass of the paths ranked at most (strictly) below u: the lexicographic maximum of K
     i.i.d. paths is at most u exactly when all K are. That is V^L terms instead of V^(K L) trees, and the
     selection probability comes from the order statistics, not from the q_skew factorisation that makes
-    GBV lossless, so the engine's losslessness check still tests that claim (docs/whole_tree_rules.md).
+    GBV lossless, so the engine's losslessness check still tests that claim (docs/guides/whole_tree_rules.md).
     """
 
     name = "selected-path sum"

@@ -1,5 +1,5 @@
 """Khisti et al. 2025's two-step importance-sampling node solver ("Multi-Draft Speculative Sampling: Canonical
-Decomposition and Theoretical Limits", arXiv 2410.18234; docs/reference.md, "Single position, K drafts").
+Decomposition and Theoretical Limits", arXiv 2410.18234; docs/guides/reference.md, "Single position, K drafts").
 
 Step 1 picks one intermediate token Y' among the node's drafts x = (x_1..x_K) with weights beta_y(x); under
 K i.i.d. drafts from q, Y' has law p_I(y) = sum_x Q(x) beta_y(x). Step 2 is single-draft speculative

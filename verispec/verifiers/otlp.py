@@ -1,5 +1,5 @@
 """The exact OT node solver: verify with an optimal coupling of the draft law and p (SpecTr's "OTM", Sun et al.
-2023, arXiv 2310.15141, Sec. 3, Eq. (3); docs/reference.md, "OT optimum").
+2023, arXiv 2310.15141, Sec. 3, Eq. (3); docs/guides/reference.md, "OT optimum").
 
 At a node with K i.i.d. children drawn from q, build an optimal coupling pi of the law of ordered K-tuples
 (Q(x) = prod q(x_i)) and p; given the node's ordered child tuple x, output y ~ pi(x, .) / Q(x). The

@@ -4,7 +4,7 @@ positions, then run block verification on it with the selected path's own law (v
 Draft law: K i.i.d. paths of length L from the root (``iid:K,L``), as GBV. Why this form: the best block
 efficiency of ANY valid verifier for these trees (the multi-step LP) is max over selection laws g of block
 verification's efficiency with g as the draft, where g ranges over the laws of one path selected from the K drafts
-(``verispec.bounds.path_selection``; docs/rules_2025_26.md). GBV is one such selection (the lexicographic
+(``verispec.bounds.path_selection``; docs/guides/rules_2025_26.md). GBV is one such selection (the lexicographic
 maximum); the optimal one depends on p and q at prefixes no drafted tree shows, so a rule that sees only the
 drafted nodes cannot reach it everywhere. This rule chooses, node by node, the selection that is best for the next
 depth whatever happens below, and carries the rest of the freedom down the tree. Glossary:
@@ -496,7 +496,7 @@ class PositionSharingBlockVerifier(Verifier):
     name = "psbv"
     summary = ("position-sharing block verification: the path with the smallest of K random positions (each node's "
                "split most nearly proportional to p), then block verification with its law")
-    citation = "verispec, docs/rules_2025_26.md; block verification of Sun et al. 2024, arXiv 2403.10444"
+    citation = "verispec, docs/guides/rules_2025_26.md; block verification of Sun et al. 2024, arXiv 2403.10444"
     valid_for = frozenset({DraftLaw.ROOT_IID_PATHS})
     #: The selection treats the K paths alike and the verification reads only the selected path: any order of the
     #: paths gives the same law (tests/simulator/test_fast_enumeration.py checks the declaration by permuting paths).

@@ -9,7 +9,7 @@ in that sampling order with the conditional draft law of each draw,
 
 r_1 = p; accept x_j with probability min(1, r_j(x_j) / q_j(x_j)); on rejection r_{j+1} = norm((r_j - q_j)+).
 If every child is rejected, emit Y ~ r_{m+1}. Using q instead of q_j in the ratio or in the residual, or
-verifying in another order, is trap 2 of docs/reference.md and is lossy (tests/support/broken_own_draft_laws.py).
+verifying in another order, is trap 2 of docs/guides/reference.md and is lossy (tests/support/broken_own_draft_laws.py).
 
 After x_j is tested, r_{j+1}(x_j) = 0 unless x_j was accepted with probability one, so Y = x_j happens
 only through the test of x_j: whether x_j is accepted never depends on the children drawn after it.

@@ -2,7 +2,7 @@
 
 Drafts x_1..x_m i.i.d. from q. r_1 = p. For j = 1..m: accept x_j with probability min(1, r_j(x_j) / q(x_j));
 on rejection r_{j+1} = norm((r_j - q)+). If every draft is rejected, emit Y ~ r_{m+1}. A repeated draft
-token is tested again against the updated residual (skipping duplicates is trap 1 of docs/reference.md and
+token is tested again against the updated residual (skipping duplicates is trap 1 of docs/guides/reference.md and
 is lossy).
 """
 

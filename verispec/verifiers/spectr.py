@@ -1,5 +1,5 @@
 """SpecTr's K-SEQ node solver (Sun et al. 2023, "SpecTr: Fast Speculative Decoding via Optimal Transport",
-arXiv 2310.15141, Alg. 3 "K-SEQ"; docs/reference.md, "Single position, K drafts").
+arXiv 2310.15141, Alg. 3 "K-SEQ"; docs/guides/reference.md, "Single position, K drafts").
 
 For K i.i.d. drafts x_1..x_K from q (K = the length of the node's child list):
 
@@ -13,7 +13,7 @@ p_acc / beta)+). Why this is lossless: the first accepted candidate has law min(
 candidate is accepted with probability p_acc, so P(Y = y, accepted) = min(q, p/rho)(y) p_acc / beta, which
 is at most p(y) exactly when p_acc(rho) <= rho beta(rho); the residual then carries the rest.
 
-Precision (trap 5 of docs/reference.md): any rho with p_acc(rho) <= rho beta(rho) is lossless and the root is
+Precision (trap 5 of docs/guides/reference.md): any rho with p_acc(rho) <= rho beta(rho) is lossless and the root is
 the smallest such rho (g(rho) = rho beta(rho) - p_acc(rho) is nondecreasing: rho beta = sum min(rho q, p)
 grows, p_acc shrinks). ``kseq_rho`` therefore returns the UPPER end of a bisection bracket (one bisection
 for all nodes of a batch, in the precision of the inputs), on which the computed g is >= 0; with the

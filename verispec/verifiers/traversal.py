@@ -17,7 +17,7 @@ its parent b with the OLD values on the right:
 
 then recompute p for every remaining descendant of b with the init formula. On a chain it is block
 verification (Sun et al. 2024). Getting the update S / (S + 1 - p_b), the recomputation or the residual
-at emission wrong is lossy (docs/reference.md, trap 4; tests/support/broken_paths.py).
+at emission wrong is lossy (docs/guides/reference.md, trap 4; tests/support/broken_paths.py).
 
 Glossary: *weight* = p_a above; *state* of a node = (weight, current target p, current draft q).
 
@@ -33,7 +33,7 @@ class's ``child_weight`` and ``deletion_update``.
 Draft law. The rule needs each node's children to be drawn one after another without replacement from
 q(. | node), in child-list order, each child's subtree independent of its later siblings. On i.i.d. child
 lists (duplicates) ``TraversalIIDVerifier`` runs the same rule on the DISTINCT children in order of first
-appearance; docs/traversal_iid.md explains why that is lossless too.
+appearance; docs/guides/traversal_iid.md explains why that is lossless too.
 """
 
 from __future__ import annotations
@@ -227,12 +227,12 @@ class TraversalIIDVerifier(TraversalVerifier):
     been drawn without replacement. That is exactly lossless: given the first distinct child c and its
     multiplicity m, c ~ q, c's subtree is drawn from m i.i.d. continuations, and the later siblings are
     i.i.d. draws from q(. | not c), independent of c's subtree; the induction behind Traversal needs only
-    that (docs/traversal_iid.md gives the argument and the exact checks). First appearance with the draws
+    that (docs/guides/traversal_iid.md gives the argument and the exact checks). First appearance with the draws
     read in another fixed order (e.g. backwards) is lossless too; ordering by token id is lossy, and so are
-    frequency orders and the reversed list from K = 3 paths on (docs/traversal_iid.md).
+    frequency orders and the reversed list from K = 3 paths on (docs/guides/traversal_iid.md).
     """
 
     name = "traversal-iid"
     summary = "Traversal on i.i.d. rollouts, its distinct children in order of first appearance (lossless)"
-    citation = "verispec, docs/traversal_iid.md; the rule of Weng et al. 2025, arXiv 2505.12398, Alg. 1"
+    citation = "verispec, docs/guides/traversal_iid.md; the rule of Weng et al. 2025, arXiv 2505.12398, Alg. 1"
     valid_for = frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})

@@ -1,5 +1,5 @@
 """Traversal Verification's exact law over every draft outcome, without enumerating trees: a dynamic
-program over the post-order (docs/whole_tree_rules.md gives the argument and the measurements).
+program over the post-order (docs/guides/whole_tree_rules.md gives the argument and the measurements).
 
 Traversal (verispec.verifiers.traversal) visits leaves in post-order. It uses three facts about its own
 mechanics, none of them its losslessness:
