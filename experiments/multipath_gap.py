@@ -9,7 +9,9 @@ the optimum of every valid verifier from the selection LP (``verispec.bounds.pat
 multi-step LP), and every registry rule's exact E[tau + 1] (the exact engine, float64). iid:3,3 at V = 4 is left
 out: its selection LP has 1.4e5 variables and takes about 100 s a problem here. Writes ``<out>.md`` (means by K, L,
 V and divergence; psbv's share of the gap that the best other rule leaves, median over the seeds; and the issue's
-example) and, with ``--csv``, ``<out>.csv`` (one row per cell and rule).
+example), ``<out>.json`` (the same numbers, with the run's record: command, commit, date, machine; the result file
+the README and docs/findings/multipath_optimum.md are generated from) and, with ``--csv``, ``<out>.csv`` (one row per
+cell and rule).
 """
 
 from __future__ import annotations
@@ -112,10 +114,37 @@ def markdown(rows: list[dict], example: list[dict], seconds: float) -> str:
     return out.getvalue()
 
 
+def summary(rows: list[dict], example: list[dict]) -> dict:
+    """The numbers the findings cite: over every problem, where psbv is at least the best other rule (to 1e-12),
+    its share of the gap the best other rule leaves, where it reaches the optimum; each rule's mean gap; the
+    issue's example."""
+    cells = defaultdict(list)
+    for row in rows:
+        cells[(row["K"], row["L"], row["V"], row["divergence"], row["seed"])].append(row)
+    best = sum(1 for cell in cells.values()
+               if next(r["block_efficiency"] for r in cell if r["rule"] == "psbv")
+               >= max(r["block_efficiency"] for r in cell if r["rule"] != "psbv") - 1e-12)
+    shares = [value for value in (gap_closed(cell) for cell in cells.values()) if value is not None]
+    at_optimum = sum(1 for cell in cells.values()
+                     if cell[0]["optimum"] - next(r["block_efficiency"] for r in cell if r["rule"] == "psbv") < 1e-9)
+    rules = sorted({row["rule"] for row in rows})
+    return {"problems": len(cells), "psbv_at_least_best_other": best, "psbv_at_optimum": at_optimum,
+            "psbv_share_closed_mean": statistics.fmean(shares), "psbv_share_closed_median": statistics.median(shares),
+            "mean_gap": {rule: statistics.fmean(r["gap"] for r in rows if r["rule"] == rule) for rule in rules},
+            "example": {"tree": "iid:3,2", "p": [0.5, 0.3, 0.2], "q": [0.2, 0.6, 0.2],
+                        "optimum": example[0]["optimum"],
+                        "rules": {row["rule"]: {"block_efficiency": row["block_efficiency"], "gap": row["gap"]}
+                                  for row in example}}}
+
+
 def run(seeds: int, out: Path, progress: bool = True, write_csv: bool = False) -> list[dict]:
-    from verispec.io import atomic_write_text
+    import shlex
+
+    from verispec.io import atomic_write_json, atomic_write_text
+    from verispec.provenance import run_record
     from verispec.simulator import ContextFreeProblem, random_problem
 
+    record = run_record(shlex.join(["python", "experiments/multipath_gap.py", *sys.argv[1:]]))
     start = time.monotonic()
     rows = []
     for paths, length in TREES:
@@ -140,7 +169,10 @@ def run(seeds: int, out: Path, progress: bool = True, write_csv: bool = False) -
         writer.writerows({key: f"{value:.9f}" if isinstance(value, float) else value for key, value in row.items()}
                          for row in rows + example)
         atomic_write_text(out.with_suffix(".csv"), buffer.getvalue())
-    atomic_write_text(out.with_suffix(".md"), markdown(rows, example, time.monotonic() - start))
+    seconds = time.monotonic() - start
+    atomic_write_text(out.with_suffix(".md"), markdown(rows, example, seconds))
+    atomic_write_json(out.with_suffix(".json"), {"record": {**record, "seconds": round(seconds, 1)},
+                                                 "seeds": seeds, **summary(rows, example)})
     return rows
 
 

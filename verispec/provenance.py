@@ -135,7 +135,16 @@ def run_record(command: str, inputs=(), *, threads: int | None = None, device: s
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "threads": threads, "device": device,
                         "load": round(os.getloadavg()[0], 2), "python": platform.python_version()},
-            "inputs": {str(path): sha256_file(path) for path in inputs}}
+            "inputs": {_shown(Path(path), root): sha256_file(path) for path in inputs}}
+
+
+def _shown(path: Path, root: Path) -> str:
+    """An input's name in a record: relative to the checkout when it lies inside, so records compare across
+    clones."""
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 __all__ = ["DATASET", "LATENCY", "MARKDOWN_MARKER", "MARKER_KEY", "PROBLEM", "REPORT", "RESULT_STORE", "SELECTOR",

@@ -42,6 +42,13 @@ def saved_pair(tmp_path_factory):
     return pair, roots
 
 
+@pytest.fixture(scope="module")
+def serial_build(saved_pair, tmp_path_factory):
+    """The serial build of every root, the reference each engine's rows are compared with (built once)."""
+    pair, roots = saved_pair
+    return _build(pair, roots, tmp_path_factory.mktemp("serial") / "serial.npz")
+
+
 def _build(pair, roots, out, **options):
     return build_dataset(roots, GRID, method="conditional", samples=2, seed=5, out=out, latency=LATENCY, pair=pair,
                          root_batch=2, **options)
@@ -56,7 +63,7 @@ def test_loading_records_where_the_pair_came_from(saved_pair):
     assert pair.weight_bytes >= expected  # float64 parameters, and any buffers besides
 
 
-def test_local_workers_give_the_serial_rows(saved_pair, tmp_path, monkeypatch):
+def test_local_workers_give_the_serial_rows(saved_pair, serial_build, tmp_path, monkeypatch):
     """The same rows, and none of them labelled in the build's own process (each call of ``label_roots`` writes its
     process id; forked workers inherit the recorder, a worker started afresh writes nothing)."""
     import os
@@ -65,7 +72,7 @@ def test_local_workers_give_the_serial_rows(saved_pair, tmp_path, monkeypatch):
 
     pair, roots = saved_pair
     assert len(roots) >= 8 and {root.sampling.filters for root in roots} == {True, False}
-    serial = _build(pair, roots, tmp_path / "serial.npz")
+    serial = serial_build
     calls, original = tmp_path / "calls.txt", labelling.label_roots
 
     def recorded(*args, **kwargs):
@@ -85,10 +92,10 @@ def test_local_workers_give_the_serial_rows(saved_pair, tmp_path, monkeypatch):
     np.testing.assert_allclose(workers.per_sample, serial.per_sample, rtol=0, atol=1e-12)
 
 
-def test_a_ray_cluster_gives_the_serial_rows(saved_pair, tmp_path, ray_cluster):
+def test_a_ray_cluster_gives_the_serial_rows(saved_pair, serial_build, tmp_path, ray_cluster):
     """The session's local Ray (``ray_cluster``): its workers load the pair themselves and give the serial rows."""
     pair, roots = saved_pair
-    serial = _build(pair, roots, tmp_path / "serial.npz")
+    serial = serial_build
     clustered = _build(pair, roots, tmp_path / "ray.npz", backend="ray")
     assert clustered.key.tolist() == serial.key.tolist()
     np.testing.assert_allclose(clustered.efficiency, serial.efficiency, rtol=0, atol=1e-12)
@@ -104,7 +111,7 @@ def test_a_dask_local_cluster_gives_the_serial_rows(saved_pair, tmp_path):
     np.testing.assert_allclose(clustered.efficiency, serial.efficiency, rtol=0, atol=1e-12)
 
 
-def test_a_build_resumed_on_workers_labels_only_the_missing_roots(saved_pair, tmp_path):
+def test_a_build_resumed_on_workers_labels_only_the_missing_roots(saved_pair, serial_build, tmp_path):
     pair, roots = saved_pair
     out = tmp_path / "resumed.npz"
     _build(pair, roots[:3], out)
@@ -115,7 +122,7 @@ def test_a_build_resumed_on_workers_labels_only_the_missing_roots(saved_pair, tm
     for row in after:
         if row["key"] in before:  # left as stored: not labelled again (its time would differ)
             assert row == before[row["key"]]
-    once = _build(pair, roots, tmp_path / "once.npz")
+    once = serial_build
     assert resumed.key.tolist() == once.key.tolist()
     np.testing.assert_allclose(resumed.efficiency, once.efficiency, rtol=0, atol=1e-12)
     assert Dataset.load(out).key.tolist() == once.key.tolist()

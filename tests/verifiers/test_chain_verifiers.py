@@ -57,7 +57,7 @@ def test_naive_matches_independent_closed_form(args, data):
 
 
 @given(st.lists(st.integers(0, 6), min_size=2, max_size=4), st.lists(st.integers(1, 6), min_size=4, max_size=4),
-       st.integers(0, 5))
+       st.integers(0, 4))
 def test_naive_geometric_law_exact(p_weights, q_weights, length):
     # Context-free problem: the acceptance per position is alpha = sum min(p, q) (Leviathan et al. 2023,
     # Thm. 3.8), so E[tau + 1] = (1 - alpha^(L+1)) / (1 - alpha); exact in rationals.

@@ -3,7 +3,7 @@ docs/guides/verifiers.md, generated from ``REGISTRY`` and ``LOSSY_BY_DESIGN`` (e
 ``citation``, the draft laws it is valid for and the tree kinds whose drafts follow them).
 
 The tables sit in their files between ``TABLE_START`` and ``TABLE_END``; ``with_tables`` rewrites that region,
-``docs/verifier_tables.py`` applies it to the files, and a test fails when a file's region is not the text
+``docs/generate.py`` applies it to the files, and a test fails when a file's region is not the text
 generated now (a rule missing, renamed or described differently)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
 from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY
 
-TABLE_START = "<!-- verifier-table:start (generated from the registry by docs/verifier_tables.py; do not edit) -->"
+TABLE_START = "<!-- verifier-table:start (generated from the registry by docs/generate.py; do not edit) -->"
 TABLE_END = "<!-- verifier-table:end -->"
-FORMATS = ("markdown", "text")
+FORMATS = ("markdown", "compact", "text")
 
 
 def draft_laws(verifier: Verifier) -> str:
@@ -69,6 +69,33 @@ def _markdown() -> list[str]:
     return lines
 
 
+def _arxiv_links(citation: str) -> str:
+    """The arXiv identifiers a citation names, as links (``[2403.10444](https://arxiv.org/abs/2403.10444)``), or
+    the citation itself when it names none (a rule of verispec's own names the page that derives it)."""
+    import re
+
+    found = list(dict.fromkeys(re.findall(r"arXiv (\d{4}\.\d{4,5})", citation)))
+    links = ", ".join(f"[{key}](https://arxiv.org/abs/{key})" for key in found)
+    if citation.startswith("verispec"):  # a rule of verispec's own: the paper it builds on
+        return f"verispec, on {links}" if links else "verispec"
+    return links or citation
+
+
+def _compact() -> list[str]:
+    """The README's table: each rule's name, summary, paper (arXiv links) and tree kinds; the lossy-by-design rules
+    in one line after it."""
+    lines = ["| name | rule | paper | tree kinds |", "|---|---|---|---|"]
+    for verifier in REGISTRY.values():
+        kinds = "every kind" if verifier.valid_for == frozenset(DraftLaw) else \
+            ", ".join(f"`{form.split(':')[0]}`" for form in tree_kinds(verifier))
+        lines.append(f"| `{verifier.name}` | {verifier.summary} | {_arxiv_links(verifier.citation)} | {kinds} |")
+    if LOSSY_BY_DESIGN:
+        lines += ["", "Lossy by design, to measure what they cost (never in `all`): " + "; ".join(
+            f"`{verifier.name}`, {verifier.summary} ({_arxiv_links(verifier.citation)})"
+            for verifier in LOSSY_BY_DESIGN.values()) + "."]
+    return lines
+
+
 def _text() -> list[str]:
     """``verispec list``'s verifier lines: each rule's line as it has always been, then its summary and citation
     on an indented line."""
@@ -87,12 +114,12 @@ def _text() -> list[str]:
 
 
 def verifier_table(format: str = "markdown") -> str:
-    """The registry's rules as text: ``markdown``, the table of the README and docs/guides/verifiers.md (rules in
-    registration order, then the lossy-by-design ones); ``text``, the verifier lines of ``verispec list``
-    (sorted by name)."""
+    """The registry's rules as text: ``markdown``, the table of docs/guides/verifiers.md (rules in registration
+    order, then the lossy-by-design ones); ``compact``, the README's (summary, arXiv links, tree kinds); ``text``,
+    the verifier lines of ``verispec list`` (sorted by name)."""
     if format not in FORMATS:
         raise ValueError(f"verifier_table: format is one of {', '.join(FORMATS)}, got {format!r}")
-    return "\n".join(_markdown() if format == "markdown" else _text())
+    return "\n".join({"markdown": _markdown, "compact": _compact, "text": _text}[format]())
 
 
 def with_tables(text: str) -> str:

@@ -1,0 +1,298 @@
+"""Rewrite every generated block of the README and the docs: the verifier tables from the registry, and every number
+of the findings and of "How fast" from the committed result files under docs/results/.
+
+    python docs/generate.py           # rewrite the blocks
+    python docs/generate.py --check   # rewrite nothing; exit 1 naming each stale block (tests/test_generated_docs.py)
+
+A number the docs state lives between markers (``verispec.report.generated_docs``): ``<!--v:KEY-->...<!--/v-->``
+inside a sentence, ``<!--table:KEY-->`` ... ``<!--/table-->`` for a block. Each KEY is a function below of the
+result files; a findings page states its claim between ``<!--claim-->`` and ``<!--/claim-->``, and the README's
+"Findings" list is those claims, generated from the pages in ``FINDINGS`` order. Each result file names the command
+that writes it (its ``record``); rerun that command, then this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the checkout's verispec, whatever is installed
+
+from verispec.report.generated_docs import (  # noqa: E402
+    GeneratedDocsError,
+    ResultFiles,
+    ratio,
+    render,
+    section,
+    stale_markers,
+    typed_numbers,
+)
+from verispec.verifiers.catalog import verifier_table, with_tables  # noqa: E402
+
+RESULTS = ROOT / "docs" / "results"
+FINDINGS_DIR = ROOT / "docs" / "findings"
+#: The findings pages, in the README's order (the headline first).
+FINDINGS = ("ddte", "single_path_optimum", "multipath_optimum", "gbv_commitment", "traversal_iid", "dyspec",
+            "typical_acceptance")
+CLAIM = re.compile(r"<!--claim-->(?P<body>.*?)<!--/claim-->", re.S)
+#: Parameters and names a findings text may state outside markers (they are settings, not results).
+ALLOWED = ("T = 0.7", "T = 1", "t_p = 20 t_q", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20", "95%")
+#: The study's regime of the DDTE verdict and its file.
+DDTE_STUDY, DDTE_REGIME = "ddte-study/pair_selector.json", "gpu-large"
+
+
+def pages() -> list[Path]:
+    """Every file this script rewrites."""
+    return [ROOT / "README.md", ROOT / "docs" / "guides" / "verifiers.md",
+            *(FINDINGS_DIR / f"{name}.md" for name in FINDINGS), ROOT / "docs" / "guides" / "performance.md"]
+
+
+# --- values ---------------------------------------------------------------------------------------------------------
+
+def _ninths(value: str | float) -> str:
+    """E[tau] written over 9 when it has that denominator (Sun et al.'s toy is stated in ninths)."""
+    fraction = Fraction(value).limit_denominator(1000)
+    return f"{fraction.numerator * (9 // fraction.denominator)}/9" if 9 % fraction.denominator == 0 else str(fraction)
+
+
+def _sun(results, key):
+    toy = results("exact-findings.json")["sun_toy"]
+    value = {"optimum_tau": Fraction(toy["optimum"]) - 1, "coupling_tau": Fraction(toy["coupling_bound"]) - 1,
+             "naive_tau": Fraction(toy["block_efficiency"]["naive"]) - 1}[key]
+    return _ninths(value)
+
+
+def _gbv(results, key):
+    entry = results("exact-findings.json")["gbv_commitment"]
+    value = entry["block_efficiency"]["gbv"] if key == "gbv" else entry[key]
+    return f"{value:.3f}"
+
+
+def _multipath(results, key):
+    gap = results("multipath_gap.json")
+    if key == "psbv_best":
+        return f"{gap['psbv_at_least_best_other']} of {gap['problems']}"
+    if key == "psbv_example_gap":
+        return f"{gap['example']['rules']['psbv']['gap']:.4f}"
+    if key == "next_example_gap":
+        rules = {name: row["gap"] for name, row in gap["example"]["rules"].items() if name != "psbv"}
+        best = min(rules, key=rules.get)
+        return f"{rules[best]:.3f} ({best})"
+    if key == "share_closed":
+        return f"{gap['psbv_share_closed_mean']:.0%}"
+    raise KeyError(key)
+
+
+def _typical(results, key):
+    cost = results("exact-findings.json")["typical_cost"]["chain:3"]
+    return f"{cost['tv_mean']:.2f}" if key == "tv" else f"x{cost['efficiency_ratio_mean']:.2f}"
+
+
+def _ddte_row(results, setting_prefix: str, rival: str, rival_policy: str) -> dict:
+    study = results(DDTE_STUDY)
+    for table in study["tables"]:
+        if table["regime"] == DDTE_REGIME and table["setting"].startswith(setting_prefix):
+            for row in table["ddte"]:
+                if row["rival"] == rival and row["rival_policy"] == rival_policy and row["lead_policy"] == "selector":
+                    return row
+    raise GeneratedDocsError(f"{DDTE_STUDY}: no DDTE row {setting_prefix} {rival} {rival_policy} in regime "
+                             f"{DDTE_REGIME}; rerun the study command its record names")
+
+
+DDTE_COLUMNS = (("traversal", "best static", "Traversal at its best static tree (as the paper ran it)"),
+                ("traversal", "selector", "Traversal with its own selector"),
+                ("traversal-iid", "selector", "traversal-iid with its own selector"))
+DDTE_SETTINGS = (("T=0.7", "T = 0.7, top-k 20, top-p 0.8"), ("T=1", "T = 1"))
+
+
+def _ddte(results, key):
+    setting, rival, policy = key.split("/")
+    return ratio(_ddte_row(results, setting, rival, {"static": "best static", "selector": "selector"}[policy]))
+
+
+def ddte_table(results) -> str:
+    """SpecInfer with DDTE's selector against each rival, both temperatures: ratio of throughput, 95% interval."""
+    study = results(DDTE_STUDY)
+    header = "| sampling | " + " | ".join(f"against {title}" for _, _, title in DDTE_COLUMNS) + " |"
+    lines = [header, "|---|" + "---|" * len(DDTE_COLUMNS)]
+    for prefix, label in DDTE_SETTINGS:
+        cells = [ratio(_ddte_row(results, prefix, rival, policy)) for rival, policy, _ in DDTE_COLUMNS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    prompts = {table["held_out_prompts"] for table in study["tables"] if table["regime"] == DDTE_REGIME}
+    lines += ["", f"Throughput ratios under t_p = 20 t_q, {', '.join(map(str, sorted(prompts)))} prompts, each held "
+                  f"out once in {study['split'].get('folds', 1)}-fold cross-fitting; 95% intervals from a paired "
+                  "bootstrap over prompts."]
+    return "\n".join(lines)
+
+
+def ddte_regimes_table(results) -> str:
+    """The same comparisons in every latency regime of the study."""
+    study = results(DDTE_STUDY)
+    lines = ["| sampling | latency regime | " + " | ".join(f"against {title}" for _, _, title in DDTE_COLUMNS) + " |",
+             "|---|---|" + "---|" * len(DDTE_COLUMNS)]
+    for table in study["tables"]:
+        rows = {(row["rival"], row["rival_policy"]): row for row in table["ddte"] if row["lead_policy"] == "selector"}
+        cells = [ratio(rows[(rival, policy)]) if (rival, policy) in rows else "-" for rival, policy, _ in DDTE_COLUMNS]
+        lines.append(f"| {table['setting']} | {table['title']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def record_line(results, name: str) -> str:
+    """Where a result came from: its command, commit, date and machine, one line."""
+    record = results(name)["record"]
+    machine = record["machine"]
+    threads = f", {machine['threads']} thread{'s' if machine['threads'] != 1 else ''}" if machine["threads"] else ""
+    return (f"`{record['command']}` at commit {record['commit'][:12]}, {record['date'][:10]}, "
+            f"{machine['cores']} cores ({machine.get('cpu', 'cpu')}{threads}, {machine['device']}, load "
+            f"{machine['load']:.1f})")
+
+
+def multipath_table(results) -> str:
+    gap = results("multipath_gap.json")
+    example = gap["example"]
+    lines = ["| rule | E[tau+1] | below the optimum |", "|---|---|---|",
+             f"| every valid verifier (the optimum) | {example['optimum']:.6f} | 0 |"]
+    for name, row in sorted(example["rules"].items(), key=lambda item: -item[1]["block_efficiency"]):
+        lines.append(f"| `{name}` | {row['block_efficiency']:.6f} | {row['gap']:.6f} |")
+    lines += ["", f"Over {gap['problems']} random problems (`iid:K,L`, K, L in 2-3, V in 2-4, two divergences): psbv "
+                  f"is at least the best other rule on {gap['psbv_at_least_best_other']}, reaches the optimum "
+                  f"(1e-9) on {gap['psbv_at_optimum']}, and closes {gap['psbv_share_closed_mean']:.0%} of the gap "
+                  f"the best other rule leaves (mean; median {gap['psbv_share_closed_median']:.0%})."]
+    return "\n".join(lines)
+
+
+def gbv_table(results) -> str:
+    entry = results("exact-findings.json")["gbv_commitment"]
+    lines = ["| program or rule | E[tau+1] |", "|---|---|",
+             f"| every valid verifier (multi-step LP) | {entry['optimum']:.6f} |",
+             f"| at most one token off GBV's path (`examples/my_class.py`) | {entry['one_off_path_optimum']:.6f} |",
+             f"| only along GBV's greedily selected path | {entry['selected_path_optimum']:.6f} |",
+             f"| `gbv` | {entry['block_efficiency']['gbv']:.6f} |"]
+    return "\n".join(lines)
+
+
+def sun_table(results) -> str:
+    toy = results("exact-findings.json")["sun_toy"]
+    lines = ["| quantity | E[tau] |", "|---|---|",
+             f"| every valid verifier (multi-step LP, proved in rationals) | {_ninths(Fraction(toy['optimum']) - 1)} |",
+             f"| block verification (`bv`) | {_ninths(Fraction(toy['block_efficiency']['bv']) - 1)} |",
+             f"| token-level verification (`naive`) | {_ninths(Fraction(toy['block_efficiency']['naive']) - 1)} |",
+             f"| the per-length coupling bound (the paper's oracle) | {_ninths(Fraction(toy['coupling_bound']) - 1)} |"]
+    return "\n".join(lines)
+
+
+def typical_table(results) -> str:
+    cost = results("exact-findings.json")["typical_cost"]
+    lines = ["| tree | lossless rule | exact TV to the target (mean, range) | E[tau+1] over the lossless rule |",
+             "|---|---|---|---|"]
+    for spec, entry in cost.items():
+        lines.append(f"| `{spec}` | `{entry['lossless_rule']}` | {entry['tv_mean']:.3f} ({entry['tv_min']:.3f}-"
+                     f"{entry['tv_max']:.3f}) | x{entry['efficiency_ratio_mean']:.3f} |")
+    return "\n".join(lines)
+
+
+VALUES = {
+    **{f"sun.{key}": (lambda key: lambda results: _sun(results, key))(key)
+       for key in ("optimum_tau", "coupling_tau", "naive_tau")},
+    **{f"gbv.{key}": (lambda key: lambda results: _gbv(results, key))(key)
+       for key in ("optimum", "selected_path_optimum", "one_off_path_optimum", "gbv")},
+    **{f"multipath.{key}": (lambda key: lambda results: _multipath(results, key))(key)
+       for key in ("psbv_best", "psbv_example_gap", "next_example_gap", "share_closed")},
+    **{f"typical.{key}": (lambda key: lambda results: _typical(results, key))(key) for key in ("tv", "ratio")},
+    **{f"ddte.{setting}/{rival}/{policy}": (lambda key: lambda results: _ddte(results, key))(
+        f"{setting}/{rival}/{policy}")
+       for setting in ("T=0.7", "T=1") for rival, policy in (("traversal", "static"), ("traversal", "selector"),
+                                                              ("traversal-iid", "selector"))},
+}
+
+TABLES = {
+    "verifiers": lambda results: verifier_table("compact"),
+    "ddte": ddte_table,
+    "ddte-regimes": ddte_regimes_table,
+    "ddte-record": lambda results: f"Made by {record_line(results, DDTE_STUDY)}.",
+    "multipath": multipath_table,
+    "multipath-record": lambda results: f"Made by {record_line(results, 'multipath_gap.json')}.",
+    "gbv": gbv_table,
+    "sun": sun_table,
+    "typical": typical_table,
+    "exact-record": lambda results: f"Made by {record_line(results, 'exact-findings.json')}.",
+}
+
+
+def claims(results) -> list[tuple[str, str]]:
+    """(page name, its claim rendered) for every findings page, in ``FINDINGS`` order."""
+    out = []
+    for name in FINDINGS:
+        path = FINDINGS_DIR / f"{name}.md"
+        match = CLAIM.search(path.read_text()) if path.exists() else None
+        if match is None:
+            raise GeneratedDocsError(f"{path.relative_to(ROOT)} states no claim between <!--claim--> and "
+                                     "<!--/claim-->")
+        text = render(match["body"], VALUES, {}, results, where=str(path.relative_to(ROOT)))
+        out.append((name, " ".join(text.split())))
+    return out
+
+
+def findings_list(results) -> str:
+    """The README's findings: each page's claim and its link; the DDTE table after the DDTE claim."""
+    lines = []
+    for name, claim in claims(results):
+        lines.append(f"- {claim} ([docs/findings/{name}.md](docs/findings/{name}.md))")
+        if name == "ddte":
+            lines += ["", *("  " + line if line else "" for line in ddte_table(results).splitlines()), ""]
+    return "\n".join(lines)
+
+
+TABLES["findings"] = findings_list
+
+
+def how_fast(results) -> str:
+    """The README's "How fast": one row per benchmark result file under docs/results/bench/ that states one."""
+    from importlib import import_module
+
+    sys.path.insert(0, str(ROOT / "docs"))
+    return import_module("performance_rows").how_fast_table(results)
+
+
+TABLES["how-fast"] = how_fast
+
+
+def generated(path: Path, results: ResultFiles) -> str:
+    text = path.read_text()
+    if "verifier-table:start" in text:
+        text = with_tables(text)
+    return render(text, VALUES, TABLES, results, where=str(path.relative_to(ROOT)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 naming each stale block; write nothing")
+    args = parser.parse_args(argv)
+    results, stale = ResultFiles(RESULTS), []
+    try:
+        for path in pages():
+            if not path.exists():
+                raise GeneratedDocsError(f"{path.relative_to(ROOT)} is missing")
+            text, fresh = path.read_text(), generated(path, results)
+            if fresh != text:
+                keys = stale_markers(text, fresh) or ["the verifier table"]
+                stale.append(f"{path.relative_to(ROOT)}: {', '.join(keys)}")
+                if not args.check:
+                    path.write_text(fresh)
+    except GeneratedDocsError as error:
+        print(f"docs/generate.py: {error}", file=sys.stderr)
+        return 2
+    for line in stale:
+        print(f"{line}: {'stale; run python docs/generate.py' if args.check else 'rewritten'}")
+    return 1 if stale and args.check else 0
+
+
+__all__ = ["ALLOWED", "FINDINGS", "TABLES", "VALUES", "claims", "generated", "main", "pages", "section",
+           "typed_numbers"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Every number of the README's findings and "How fast" and of the findings pages comes from a committed result file
+through ``docs/generate.py`` (issue 55): a stale block, a number edited by hand, a number typed outside any marker,
+a missing result file and one that states no run record are each caught; the README stays a front page (at most
+1,500 words, at most ten findings of at most 60 words each)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verispec.report.generated_docs import (
+    VALUE,
+    GeneratedDocsError,
+    ResultFiles,
+    load_result,
+    render,
+    section,
+    stale_markers,
+    typed_numbers,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GENERATE = _generator()
+
+
+def test_every_generated_block_is_fresh():
+    completed = subprocess.run([sys.executable, str(ROOT / "docs" / "generate.py"), "--check"],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_a_number_edited_by_hand_is_caught():
+    """The negative control: one value of the README's findings changed by hand no longer renders to itself, and
+    the check names its key."""
+    readme = (ROOT / "README.md").read_text()
+    match = next(match for match in VALUE.finditer(readme) if re.search(r"\d", match["body"]))
+    edited = readme[:match.start("body")] + re.sub(r"\d", lambda digit: str((int(digit[0]) + 1) % 10),
+                                                   match["body"], count=1) + readme[match.end("body"):]
+    assert edited != readme
+    fresh = render(edited, GENERATE.VALUES, GENERATE.TABLES, ResultFiles(RESULTS))
+    assert fresh == readme
+    assert stale_markers(edited, fresh) == [match["key"]]
+
+
+def test_a_table_edited_by_hand_is_caught():
+    page = (ROOT / "docs" / "findings" / "ddte.md").read_text()
+    cell = re.search(r"\| T = 0\.7[^|]*\| x(\d)\.(\d+)", page)
+    edited = page.replace(cell[0], cell[0][:-1] + str((int(cell[0][-1]) + 1) % 10), 1)
+    fresh = render(edited, GENERATE.VALUES, GENERATE.TABLES, ResultFiles(RESULTS))
+    assert fresh == page and stale_markers(edited, fresh) == ["ddte"]
+
+
+def test_a_number_typed_outside_a_marker_is_caught():
+    """No result-like number stands outside a marker in the README's findings and "How fast", nor on a findings
+    page; the control: one typed into a claim is found."""
+    readme = (ROOT / "README.md").read_text()
+    texts = {"README Findings": section(readme, "Findings"), "README How fast": section(readme, "How fast")}
+    texts.update({path.name: path.read_text() for path in (ROOT / "docs" / "findings").glob("*.md")})
+    for where, text in texts.items():
+        assert text.strip(), where
+        assert typed_numbers(text, GENERATE.ALLOWED) == [], where
+    claim = (ROOT / "docs" / "findings" / "typical_acceptance.md").read_text()
+    assert typed_numbers(claim.replace("from the target", "from the target (about 0.25)"), GENERATE.ALLOWED) == \
+        ["0.25"]
+    assert typed_numbers("SpecInfer runs x1.04 [1.03, 1.05] and 5% faster", GENERATE.ALLOWED) == \
+        ["x1.04", "1.03", "1.05", "5%"]
+
+
+def test_a_missing_result_file_or_one_without_a_record_is_refused(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    with pytest.raises(GeneratedDocsError, match="is missing: run the command that writes it"):
+        render(readme, GENERATE.VALUES, GENERATE.TABLES, ResultFiles(tmp_path))
+    unrecorded = tmp_path / "exact-findings.json"
+    unrecorded.write_text(json.dumps(json.loads((RESULTS / "exact-findings.json").read_text()) | {"record": {
+        "command": "python experiments/exact_findings.py", "commit": "0" * 40, "date": "2026-11-27",
+        "machine": {"cores": 2}, "inputs": {}}}))
+    with pytest.raises(GeneratedDocsError, match="machine.threads"):
+        load_result(unrecorded)
+    with pytest.raises(GeneratedDocsError, match="no generated value named 'nowhere'"):
+        render("<!--v:nowhere-->1<!--/v-->", GENERATE.VALUES, GENERATE.TABLES, ResultFiles(RESULTS))
+
+
+def test_every_result_file_states_its_run():
+    """Each JSON result the docs read names its command, commit, date, machine (cores, threads, device, load) and
+    the SHA-256 of its inputs; each input it names is the file the repository holds now (a data file's SHA-256 as
+    data/MANIFEST lists it, which tests/test_data_manifest.py checks against the file)."""
+    from tests.support import data_manifest
+    from verispec.provenance import sha256_file
+
+    manifest = data_manifest.read(ROOT)
+    results = ResultFiles(RESULTS)
+    for page in GENERATE.pages():
+        GENERATE.generated(page, results)
+    assert {"exact-findings.json", "multipath_gap.json", GENERATE.DDTE_STUDY} <= set(results.read)
+    for name in results.read:
+        record = results(name)["record"]
+        assert re.fullmatch(r"[0-9a-f]{40}", record["commit"]), (name, record["commit"])  # made from a commit
+        for path, digest in record["inputs"].items():
+            now = manifest[path].sha256 if path.startswith("data/") else sha256_file(ROOT / path)
+            assert now == digest, f"{name}: its input {path} changed since it was made"
+
+
+def test_the_readme_is_a_front_page():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.split()) <= 1500
+    claims = GENERATE.claims(ResultFiles(RESULTS))
+    assert 1 <= len(claims) <= 10
+    for name, claim in claims:
+        words = re.sub(r"<!--.*?-->", " ", claim).split()
+        assert len(words) <= 60, (name, len(words))
+        assert claim in readme, name
+    assert "docs/findings/ddte.md" in section(readme, "Findings").split("\n")[0]  # the headline first
+    how_fast = [line for line in section(readme, "How fast").splitlines() if line.startswith("| ")]
+    assert 2 <= len(how_fast) - 1 <= 11  # a header, a rule line and at most ten rows
+
+
+def test_no_docs_page_is_over_600_lines():
+    for path in (ROOT / "docs").rglob("*.md"):
+        assert len(path.read_text().splitlines()) <= 600, path
