@@ -182,7 +182,7 @@ def test_readme_problem_files_are_valid():
 
 def test_the_readme_selector_steps_run_in_order(tmp_path, monkeypatch, capsys):
     pytest.importorskip("torch")
-    assert [argv[1] for argv in SELECTOR_COMMANDS] == ["dataset", "train", "train", "evaluate"]
+    assert [argv[1] for argv in SELECTOR_COMMANDS] == ["dataset", "train", "train", "evaluate", "study"]
     workdir = tmp_path / "examples"
     shutil.copytree(EXAMPLES, workdir)
     monkeypatch.chdir(workdir)

@@ -128,6 +128,11 @@ def test_a_rule_with_its_own_recursion_is_not_read_from_a_forest():
     assert TraversalVerifier().reads_forest and TraversalIIDVerifier().reads_forest
     assert GreedyBlockVerifier().reads_forest and TraversalKeepTarget().reads_forest
     assert not OwnVisit().reads_forest and not OwnLaw().reads_forest
+    # declared by the interface: every other rule, built-in or a user's procedure, says False
+    from verispec.verifiers import REGISTRY, ProcedureVerifier
+
+    assert {name for name, rule in REGISTRY.items() if rule.reads_forest} == {"traversal", "traversal-iid", "gbv"}
+    assert ProcedureVerifier("mine", lambda tree, chooser: (0, 0), set()).reads_forest is False
 
 
 def test_gbv_on_paths_of_two_lengths_agrees_on_both_routes():

@@ -9,13 +9,17 @@
                      [--certify] [--json]
                                                                                  LP optimum and gaps
     verispec list                                                    verifiers and tree kinds
+    verispec sweep   --trees T1;T2 --verifiers all [--families F] [--vocab V] [--seeds S] --out FILE.csv
+                                                      exact analyses over a grid, one tidy row a cell, resumable
+    verispec report  [--quick] --out DIR [--selector-dataset FILE]     the comparison study: tables, figures, data
+    verispec latency --pair NAME --out FILE                          a pair's forward times on this machine
     verispec decode  (--pair NAME | --target MODEL --draft MODEL) (--prompt TEXT | --prompts FILE)
                      (--tree TREE --verifier NAME | --selector FILE | --plain) [--temperature T] [--top-p P]
                      [--top-k K] [--max-new-tokens N] [--seed S] [--device D] [--dtype D] [--json]
                                                       real speculative decoding (or plain sampling)
     verispec decode  ... --plain | --selector FILE                   plain sampling; a tree chosen per block
     verispec models  install NAME | list                             the real model pairs (qwen-coder)
-    verispec selector dataset | train | evaluate                     the delay selector (verispec.cli.selector)
+    verispec selector dataset | train | evaluate | study             the delay selector (verispec.cli.selector)
     verispec predict (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
                      --tree TREE --verifier NAME [--epsilon E] [--temperature T] [--top-p P] [--top-k K] [--json]
     verispec predict --problem FILE --tree TREE --verifier NAME [--epsilon E] [--json]
@@ -25,10 +29,11 @@
                                                       a real context as a V-token problem file
     verispec check-external FILE.py:FUNCTION --layout LAYOUT --tree TREE [--target P --draft Q | --problem FILE]
                      [--mode auto|exact|blackbox] [--json]         check verification code written elsewhere
-                                                      (0 lossless, 1 lossy, 2 bad input, 3 inconclusive, 4 raises)
     verispec --version                                               'verispec VERSION'
 
-Bad input exits with status 2 and one line on stderr. '--fail-if-lossy' refuses (status 2) a method that
+Exit statuses: 0 done (for a check: lossless, proven or powered), 1 lossy (a witness), 2 bad input (one line on
+stderr), 3 inconclusive (a search that found nothing, a time limit), 4 raises (code under check raised, exited or
+crashed), 141 the reader of the output went away (``| head``). '--fail-if-lossy' refuses (status 2) a method that
 cannot check losslessness (dp-metrics), rather than guessing a verdict. exact, bound and predict take
 '--time-budget SECONDS' (hard; 600 s by default for a rule of your own): past it they exit with status 3, and
 so does predict when its interval is still wider than --epsilon. exact, hunt, bound, predict, decode and

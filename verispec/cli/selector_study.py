@@ -92,7 +92,7 @@ def run_study_command(args) -> int:
                        projection=args.projection, threads=args.threads)
     result["record"] = {**record, "seconds": round(time.perf_counter() - start, 1)}
     write_study(result, args.out)
-    print(f"wrote the selector study of {result['pair']} into {args.out} ({len(result['settings'])} settings x "
+    print(f"wrote the selector study of {result['pair'] or 'the datasets'} into {args.out} ({len(result['settings'])} settings x "
           f"{len(result['regimes'])} regimes, {result['split']['held_out_prompts']} held-out prompts; "
           f"{time.perf_counter() - start:.1f} s)")
     return 0

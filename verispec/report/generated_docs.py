@@ -31,12 +31,15 @@ from verispec.errors import VerispecError
 RECORD_KEYS = ("command", "commit", "date", "machine", "inputs")
 MACHINE_KEYS = ("cores", "threads", "device", "load")
 
-VALUE = re.compile(r"<!--v:(?P<key>[\w./:+-]+)-->(?P<body>.*?)<!--/v-->", re.S)
-TABLE = re.compile(r"(?P<open><!--table:(?P<key>[\w./:+-]+)-->\n)(?P<body>.*?)(?P<close><!--/table-->)", re.S)
+VALUE = re.compile(r"<!--v:(?P<key>[\w./:+=-]+)-->(?P<body>.*?)<!--/v-->", re.S)
+TABLE = re.compile(r"(?P<open><!--table:(?P<key>[\w./:+=-]+)-->\n)(?P<body>.*?)(?P<close><!--/table-->)", re.S)
 
 #: Numbers as a page states results: decimals, fractions, percentages, ratios written x1.04.
 RESULT_NUMBER = re.compile(r"(?<![\w.])(?:x\d+(?:\.\d+)?|\d+\.\d+|\d+/\d+|\d+(?:\.\d+)?%)(?![\w])")
 CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+#: Numbers that state an input, not a result: arXiv identifiers, a problem's p = (...) and q = (...), and settings
+#: written ``name = value`` (divergence, epsilon, alpha, V, T).
+SETTING = re.compile(r"arXiv \d{4}\.\d{4,5}|\b[pq] = \([^)]*\)|\b(?:divergence|epsilon|alpha|V|T)(?: = | )[\d.]+")
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
 
 
@@ -107,12 +110,12 @@ def stale_markers(text: str, generated: str) -> list[str]:
 
 
 def typed_numbers(text: str, allowed: Iterable[str] = ()) -> list[str]:
-    """The result-like numbers ``text`` states outside markers, code and link targets, less the phrases of
-    ``allowed`` (parameters such as ``T = 0.7``, names such as ``Qwen2.5``)."""
+    """The result-like numbers ``text`` states outside markers, code and link targets, less the inputs ``SETTING``
+    matches and the phrases of ``allowed`` (names such as ``Qwen2.5``)."""
     for pattern in (VALUE, TABLE):
         text = pattern.sub(" ", text)
     text = LINK_TARGET.sub("]", CODE.sub(" ", text))
-    text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
+    text = SETTING.sub(" ", re.sub(r"<!--.*?-->", " ", text, flags=re.S))
     for phrase in sorted(allowed, key=len, reverse=True):
         text = text.replace(phrase, " ")
     return RESULT_NUMBER.findall(text)

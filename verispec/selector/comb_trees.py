@@ -106,7 +106,7 @@ def evaluate_trees(problem: Problem, keys: list[tuple], known: dict, compress: b
         if verifier not in kinds:
             rule = get_verifier(verifier)
             kinds[verifier] = "walk" if isinstance(rule, TopDownVerifier) else \
-                "forest" if getattr(rule, "reads_forest", False) else "laws"
+                "forest" if rule.reads_forest else "laws"
         if kinds[verifier] == "walk":
             walks.setdefault(verifier, []).append(shape)
         elif kinds[verifier] == "forest":

@@ -170,6 +170,10 @@ class Verifier(ABC):
     #: The rule's own exact method over draft outcomes (a ``RuleDP``), else None; subclasses may make it a
     #: property built from ``self``, so that a variant overriding the rule's parts is analysed as written.
     rule_dp: RuleDP | None = None
+    #: True when ``forest_stopping_masses(forest)`` (a ``LawForest``: many trees of many topologies at once) is this
+    #: rule's law, so that the selector's labels walk every tree of a root in one pass; a subclass may make it a
+    #: property that checks a variant left the recursion alone (Traversal, GBV).
+    reads_forest: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -184,6 +188,8 @@ class Verifier(ABC):
                 cls.order_free = False
             if "rule_dp" not in cls.__dict__:
                 cls.rule_dp = None
+            if "reads_forest" not in cls.__dict__:
+                cls.reads_forest = False
 
     @abstractmethod
     def emission_laws(self, batch: TreeBatch):
