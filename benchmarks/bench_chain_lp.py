@@ -8,6 +8,11 @@ one thread) and the load average are recorded with each row.
 
     python benchmarks/bench_chain_lp.py                 # results/bench_chain_lp.json + .md
     python benchmarks/bench_chain_lp.py --lengths 4,5,6 --full-up-to 6
+    python benchmarks/bench_chain_lp.py --lengths 8 --full-up-to 8 --result docs/results/bench/bench_chain_lp.json
+
+``--result FILE`` writes the rows of this run's lengths with the run's record (``measure.write_result``): ``now`` the
+single-path form's seconds, ``before`` the full LP's (None past ``--full-up-to``), ``ratio`` before / now; a row
+resumed from the store (measured by an earlier run) is marked ``"resumed": true``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from measure import publish_table  # benchmarks/measure.py
+from measure import comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 from tqdm import tqdm
 
 from verispec.bounds.multistep import optimal_block_efficiency
@@ -39,15 +44,19 @@ def main(argv=None) -> None:
     parser.add_argument("--vocab", type=int, default=3)
     parser.add_argument("--max-variables", type=int, default=400_000)
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--result", help="also write this run's rows and its record here (JSON)")
     args = parser.parse_args(argv)
+    started = start_record(__file__, argv) if args.result else None
     path = Path(args.output)
     if args.fresh and path.exists():
         path.unlink()
     store = ResultStore(path, parameters={"benchmark": "bench_chain_lp", "problem": "random_problem", "seed": 0,
                                           "divergence": 0.7, "vocab": args.vocab, "limit": args.max_variables})
-    for length in tqdm([int(x) for x in args.lengths.split(",")], desc="lengths"):
+    lengths, resumed = [int(x) for x in args.lengths.split(",")], set()
+    for length in tqdm(lengths, desc="lengths"):
         key = f"chain:{length}|full={length <= args.full_up_to}"
         if store.done(key):
+            resumed.add(key)
             continue
         problem = random_problem(args.vocab, length, 0, divergence=0.7)
         drafter = parse_tree(f"chain:{length}")
@@ -70,6 +79,24 @@ def main(argv=None) -> None:
                   "(same run, one thread)",
                   ["tree", "single-path variables", "seconds", "full LP variables", "seconds", "full / single",
                    "E[tau+1]", "load"], rows)
+    if started:
+        keys = [f"chain:{length}|full={length <= args.full_up_to}" for length in lengths]
+        write_result(args.result, started, result_values(store, keys, resumed, args.vocab))
+
+
+def result_values(store, keys: list[str], resumed: set, vocab: int) -> dict:
+    """The result file's values: one row per length of this run, the single-path form (now) against the full LP
+    (before)."""
+    rows = []
+    for key in keys:
+        row = store.rows[key]
+        rows.append(comparison(row["single_seconds"], row.get("full_seconds"), tree=row["tree"], V=row["V"],
+                               single_variables=row["single_variables"], full_variables=row.get("full_variables"),
+                               block_efficiency=row["block_efficiency"], load=row["load"], resumed=key in resumed))
+    return {"benchmark": "bench_chain_lp", "unit": "s CPU (process time, one call)",
+            "now": "optimal_block_efficiency, the single-path form (verispec.bounds.chain_lp; form='auto')",
+            "before": "the full LP over every draft outcome (form='full'), same run; None past --full-up-to",
+            "problem": f"random_problem({vocab}, L, 0, divergence=0.7)", "rows": rows}
 
 if __name__ == "__main__":
     main()

@@ -16,12 +16,17 @@ target a truncated support (many p = 0: one tie class of ~V tokens at ratio 0).
 
     nice -n 10 python benchmarks/bench_gbv_large_vocab.py                  # V = 151,936
     nice -n 10 python benchmarks/bench_gbv_large_vocab.py --vocab 4096 --rows 1,4
+    nice -n 10 python benchmarks/bench_gbv_large_vocab.py --rows 1 --result docs/results/bench/bench_gbv.json
+
+``--result FILE`` also writes the entries with the run's record (``measure.write_result``): ``now`` the ms a
+node-row of ``after``, ``before`` that of ``before`` (None with ``--no-before``), ``ratio`` before / now.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -221,7 +226,7 @@ def fastest(functions: dict, batch, repeats: int) -> tuple[dict, dict]:
     return seconds, results
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=QWEN_VOCAB)
     parser.add_argument("--rows", default="1,4,16", help="comma-separated row counts N")
@@ -230,7 +235,12 @@ def main() -> None:
     parser.add_argument("--sparse", action="store_true", help="p on its 2,000 largest tokens only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-before", action="store_true", help="time the current implementation only")
-    args = parser.parse_args()
+    parser.add_argument("--result", help="also write the entries and the run's record here (JSON)")
+    args = parser.parse_args(argv)
+    from measure import comparison, start_record, write_result  # benchmarks/measure.py
+
+    started = start_record(__file__, argv) if args.result else None
+    entries = []
     verifier = GreedyBlockVerifier()
     for tree in args.trees.split(","):
         paths, length = (int(part) for part in tree.split("x"))
@@ -251,6 +261,15 @@ def main() -> None:
                 entry["before_ms_per_node_row"] = round(1000 * seconds["before"] / node_rows, 3)
                 entry["speed_up"] = round(seconds["before"] / seconds["after"], 2)
             print(json.dumps(entry), flush=True)
+            entries.append(comparison(entry["after_ms_per_node_row"], entry.get("before_ms_per_node_row"),
+                                      V=args.vocab, **entry))
+    if started:
+        write_result(args.result, started, {
+            "benchmark": "bench_gbv_large_vocab", "unit": f"ms a node-row (fastest of {args.repeats}, interleaved)",
+            "now": "GreedyBlockVerifier().emission_laws (the O(V) ranking)",
+            "before": "the law as it was before the O(V) ranking (copied into this script), same run, laws equal "
+                      "bit for bit", "sparse": args.sparse, "seed": args.seed,
+            "load_at_end": round(os.getloadavg()[0], 2), "rows": entries})
 
 
 if __name__ == "__main__":

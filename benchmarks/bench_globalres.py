@@ -3,6 +3,8 @@ the number of drafts K, with and without top-k, for this tree's code and, in the
 
     OMP_NUM_THREADS=1 python benchmarks/bench_globalres.py --before /work/before
     python benchmarks/bench_globalres.py --quick          # V up to 16,384, two repeats, no 'before'
+    OMP_NUM_THREADS=1 python benchmarks/bench_globalres.py --before /work/before --vocabularies 151936 \
+        --result docs/results/bench/bench_globalres.json      # one vocabulary; a result file with the run's record
 
 Each side runs in its own process (the older one with PYTHONPATH=<before>, so that ``import verispec`` finds
 that checkout), one thread. Laws: "dense" are softmaxes of Gaussian logits (scale 2.5; the draft's logits are the
@@ -13,6 +15,10 @@ rule's programs and the node's output law for one row of K drafted children (flo
 and real decoding call it. Reported: alpha* (a sorted-prefix scan over the whole vocabulary, written here),
 acceptance sum min(p, p_I) minus alpha*, and the median of ``--repeats`` calls in wall-clock ms and in CPU ms
 (process time, which a loaded machine inflates less), with the load average around each side.
+
+``--result FILE`` writes the rows with the run's record (``measure.write_result``): ``now`` this checkout's wall ms a
+node, ``before`` the older checkout's (None without ``--before``, or where it refused the node), ``ratio`` before /
+now, with CPU ms and acceptance - alpha* of each side, and the older checkout's commit as ``before_commit``.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import sys
 import time
 
 import numpy as np
-from measure import publish_table  # benchmarks/measure.py
+from measure import checkout_commit, comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 
 VOCABULARIES = (1024, 16_384, 151_936)
 DRAFTS = (2, 4, 8)
@@ -57,21 +63,21 @@ def alpha_star(p, q, num_drafts: int) -> float:
     return 1 + min(0.0, float(psi.min(initial=0.0)))
 
 
-def cases(quick: bool):
+def cases(quick: bool, vocabularies=None):
     for family in ("dense", "zipf"):
-        for vocab in VOCABULARIES[:2] if quick else VOCABULARIES:
+        for vocab in vocabularies or (VOCABULARIES[:2] if quick else VOCABULARIES):
             for top_k in (None, TOP_K):
                 for num_drafts in DRAFTS:
                     yield family, vocab, top_k, num_drafts
 
 
-def worker(quick: bool, repeats: int) -> list[dict]:
+def worker(quick: bool, repeats: int, vocabularies=None) -> list[dict]:
     """Time the verispec that ``import verispec`` finds (this process's path decides which checkout)."""
     import verispec
     from verispec.verifiers.globalres import GlobalResolutionSolver
 
     rows = []
-    for family, vocab, top_k, num_drafts in cases(quick):
+    for family, vocab, top_k, num_drafts in cases(quick, vocabularies):
         p, q = laws(vocab, 0, top_k, family)
         children = np.random.default_rng(0).choice(vocab, num_drafts, p=q)[None, :]
         wall, cpu, error = [], [], None
@@ -95,7 +101,7 @@ def worker(quick: bool, repeats: int) -> list[dict]:
     return [{"source": os.path.dirname(os.path.dirname(verispec.__file__)), **row} for row in rows]
 
 
-def run_side(path: str | None, quick: bool, repeats: int) -> tuple[list[dict], float, float]:
+def run_side(path: str | None, quick: bool, repeats: int, vocabularies=None) -> tuple[list[dict], float, float]:
     """The worker in a child process, one thread, the older checkout first on the path when ``path`` is given."""
     environment = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     environment.pop("PYTHONPATH", None)
@@ -104,6 +110,8 @@ def run_side(path: str | None, quick: bool, repeats: int) -> tuple[list[dict], f
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--repeats", str(repeats)]
     if quick:
         command.append("--quick")
+    if vocabularies:
+        command += ["--vocabularies", ",".join(str(vocab) for vocab in vocabularies)]
     load_before = os.getloadavg()[0]
     output = subprocess.run(command, env=environment, cwd="/tmp", check=True, capture_output=True, text=True)
     return json.loads(output.stdout), load_before, os.getloadavg()[0]
@@ -130,22 +138,28 @@ def main(argv=None) -> int:
     parser.add_argument("--before", help="an older checkout to time in the same run (its root folder)")
     parser.add_argument("--output", default="bench_globalres.md", help="the markdown table (also printed)")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--vocabularies", help="comma-separated V to run instead of "
+                        f"{','.join(map(str, VOCABULARIES))} (or --quick's first two)")
+    parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     repeats = 2 if args.quick else args.repeats
+    vocabularies = [int(vocab) for vocab in args.vocabularies.split(",")] if args.vocabularies else None
     if args.worker:
-        json.dump(worker(args.quick, repeats), sys.stdout)
+        json.dump(worker(args.quick, repeats, vocabularies), sys.stdout)
         return 0
-    sides, notes = {}, []
+    started = start_record(__file__, argv, threads=1) if args.result else None
+    sides, notes, loads = {}, [], {}
     for label, path in (("before", args.before), ("after", None)):
         if label == "before" and not path:
             continue
-        rows, load_before, load_after = run_side(path, args.quick, repeats)
+        rows, load_before, load_after = run_side(path, args.quick, repeats, vocabularies)
+        loads[label] = [load_before, load_after]
         sides[label] = {(r["law"], r["V"], r["top_k"], r["K"]): r for r in rows}
         notes.append(f"{label}: {rows[0]['source']} (load average {load_before:.2f} -> {load_after:.2f})")
         print(notes[-1], flush=True)
     table, lines = [], []
-    for key in cases(args.quick):
+    for key in cases(args.quick, vocabularies):
         family, vocab, top_k, num_drafts = key
         alpha = alpha_star(*laws(vocab, 0, top_k, family), num_drafts)
         before, after = (sides.get(label, {}).get(key) for label in ("before", "after"))
@@ -163,7 +177,30 @@ def main(argv=None) -> int:
         from verispec.io import atomic_write_text
 
         atomic_write_text(args.json, json.dumps(table, indent=1))
+    if started:
+        write_result(args.result, started, result_values(table, args, repeats, loads))
     return 0
+
+
+def result_values(table: list[dict], args, repeats: int, loads: dict) -> dict:
+    """The result file's values: one row per node case, this checkout (now) against ``--before``."""
+    rows = []
+    for entry in table:
+        family, vocab, top_k, num_drafts = entry["key"]
+        before, after = entry["before"], entry["after"]
+        measured = {side: row for side, row in (("before", before), ("now", after))
+                    if row is not None and not row.get("error")}
+        rows.append(comparison(
+            measured["now"]["wall_ms"], measured["before"]["wall_ms"] if "before" in measured else None,
+            law=family, V=vocab, top_k=top_k, K=num_drafts, alpha=entry["alpha"],
+            **{f"{side}_cpu_ms": row["cpu_ms"] for side, row in measured.items()},
+            **{f"{side}_gap": row["acceptance"] - row["alpha"] for side, row in measured.items()},
+            before_error=before.get("error") if before else None))
+    return {"benchmark": "bench_globalres", "unit": f"ms wall a node (median of {repeats}, one thread, a fresh solver)",
+            "now": "this checkout's GlobalResolutionSolver.output_laws",
+            "before": "the --before checkout's, same run, each side in its own process",
+            "before_commit": checkout_commit(args.before) if args.before else None,
+            "gap": "acceptance sum min(p, p_I) minus alpha* (the optimum)", "loads": loads, "rows": rows}
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ as a model's forward leaves them):
     python benchmarks/bench_native_kernels.py --quick     # fewer repeats
 
 Medians of ``--repeats`` calls in microseconds, the ratio other route / kernel, the load average before and after.
+``--result FILE`` also writes the rows with the run's record (``measure.write_result``): ``now`` the kernel's us,
+``before`` the other route's, ``ratio`` before / now.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="40 repeats")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
     args = parser.parse_args(argv)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(variable, str(args.threads))
     import numpy as np
-    from measure import median_us  # benchmarks/measure.py; after the thread caps: it loads numpy
+    from measure import comparison, median_us, start_record, write_result  # benchmarks/measure.py; loads numpy
+
+    started = start_record(__file__, argv, threads=args.threads) if args.result else None
 
     from verispec import native
     from verispec.selector.features import _logit_parts
@@ -98,6 +103,13 @@ def main(argv=None) -> int:
         atomic_write_text(args.json, json.dumps({"vocab": VOCAB, "threads": args.threads, "repeats": repeats,
                                                  "status": native.kernel_status(), "rows": results,
                                                  "load_average": [load_before, load_after]}, indent=1))
+    if started:
+        write_result(args.result, started, {
+            "benchmark": "bench_native_kernels", "unit": f"us a call (median of {repeats})", "vocab": VOCAB,
+            "now": "the compiled kernel (verispec.native)",
+            "before": "the route it replaces, same run: numpy for the logit moments, torch for the largest 21",
+            "status": native.kernel_status(), "load_average": [load_before, load_after],
+            "rows": [comparison(row["kernel_us"], row["other_us"], V=VOCAB, **row) for row in results]})
     return 0
 
 

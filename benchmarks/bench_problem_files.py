@@ -7,6 +7,11 @@ two checkouts never share an import. The load average is recorded with the table
 
     python benchmarks/bench_problem_files.py                          # V = 4, depth 8 (delayed:4,4,4's table)
     python benchmarks/bench_problem_files.py --baseline /tmp/old      # and the old code, same run
+    python benchmarks/bench_problem_files.py --baseline /tmp/old --result docs/results/bench/bench_problem_files.json
+
+``--result FILE`` also writes the rows with the run's record (``measure.write_result``): ``now`` this checkout's
+median seconds, ``before`` the baseline's (None without ``--baseline``), ``ratio`` before / now, the file's size and
+SHA-256, and the baseline's commit as ``before_commit``.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ from pathlib import Path
 
 MEASURE = """
 import json, statistics, sys, time
-from verispec.simulator.problems import load_problem
+try:
+    from verispec.simulator.problem_files import load_problem
+except ImportError:  # a checkout before the problem files left problems.py
+    from verispec.simulator.problems import load_problem
 path, repeats = sys.argv[1], int(sys.argv[2])
 load_problem(path)
 times = []
@@ -47,9 +55,13 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another checkout of verispec, measured on the same files")
     parser.add_argument("--output", default="results/bench_problem_files.md")
+    parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
     args = parser.parse_args(argv)
-    from measure import publish_table  # benchmarks/measure.py
+    from measure import checkout_commit, comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 
+    started = start_record(__file__, argv, threads=1) if args.result else None
+
+    from verispec.provenance import sha256_file
     from verispec.simulator.generators import random_problem
     from verispec.simulator.problem_files import problem_to_json, problem_to_npz
 
@@ -61,18 +73,28 @@ def main(argv=None) -> None:
         files = {"JSON": Path(folder) / "problem.json", ".npz": Path(folder) / "problem.npz"}
         files["JSON"].write_text(json.dumps(problem_to_json(problem, args.depth)))
         problem_to_npz(problem, args.depth, files[".npz"])
-        rows = []
+        rows, measured = [], []
         for form, path in files.items():
             seconds = measure(here, path, args.repeats)
             row = [form, f"{path.stat().st_size / 2**20:.1f} MiB", f"{seconds:.3f}", f"{numbers / seconds / 1e6:.2f}"]
+            old = None
             if args.baseline:
                 old = measure(args.baseline.resolve(), path, args.repeats)
                 row += [f"{old:.3f}", f"x{old / seconds:.2f}"]
             rows.append(row)
+            measured.append(comparison(seconds, old, form=form, numbers=numbers, bytes=path.stat().st_size,
+                                       sha256=sha256_file(path), numbers_per_s=numbers / seconds))
     columns = ["form", "size", "seconds", "M numbers/s"] + (["baseline seconds", "speed-up"] if args.baseline else [])
     publish_table(args.output, f"load_problem, float mode: random_problem({args.vocab}, {args.depth}, 0), {numbers:,} "
                   f"numbers; CPU s, median of {args.repeats}, one thread, load {os.getloadavg()[0]:.2f} (at the end)",
                   columns, rows)
+    if started:
+        write_result(args.result, started, {
+            "benchmark": "bench_problem_files", "unit": f"s CPU (load_problem, float mode), median of {args.repeats}",
+            "now": "this checkout", "before": "the --baseline checkout on the same files, same run",
+            "before_commit": checkout_commit(args.baseline) if args.baseline else None,
+            "problem": f"random_problem({args.vocab}, {args.depth}, 0)", "repeats": args.repeats,
+            "load_at_end": round(os.getloadavg()[0], 2), "rows": measured})
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,12 @@ feasible (up to ``--enumerate-up-to`` ordered draft trees), times it too, checks
 
     python benchmarks/bench_rule_dp.py                  # results/bench_rule_dp.json + .md
     python benchmarks/bench_rule_dp.py --quick
+    python benchmarks/bench_rule_dp.py --case traversal-iid delayed:4,3,3 4 --case gbv iid:4,3 4 \
+        --result docs/results/bench/bench_rule_dp.json     # chosen cases; a result file with the run's record
+
+``--result FILE`` writes the rows of this run's cases (``measure.write_result``: the run's record, then ``rows``:
+``now`` the rule-dp seconds, ``before`` the enumeration's, None where enumeration is not attempted, ``ratio``
+before / now); a row resumed from the store (measured by an earlier run) is marked ``"resumed": true``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from measure import publish_table  # benchmarks/measure.py
+from measure import comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 from tqdm import tqdm
 
 from verispec.io import ResultStore
@@ -60,15 +66,22 @@ def main(argv=None) -> None:
                         help="time whole-tree enumeration too up to this many ordered draft trees")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--case", nargs=3, action="append", metavar=("VERIFIER", "TREE", "V"),
+                        help="run this case instead of the grid (repeatable)")
+    parser.add_argument("--result", help="also write this run's rows and its record here (JSON)")
     args = parser.parse_args(argv)
+    started = start_record(__file__, argv) if args.result else None
     path = Path(args.output)
     if args.fresh and path.exists():
         path.unlink()
     store = ResultStore(path, parameters={"benchmark": "bench_rule_dp", "problem": "random_problem", "seed": 0,
                                           "divergence": 0.7, "enumerate_up_to": args.enumerate_up_to})
-    for name, spec, size in tqdm(QUICK if args.quick else GRID, desc="cases"):
+    cases = [(name, spec, int(size)) for name, spec, size in args.case] if args.case else QUICK if args.quick else GRID
+    resumed = set()
+    for name, spec, size in tqdm(cases, desc="cases"):
         key = f"{name}|{spec}|{size}"
         if store.done(key):
+            resumed.add(key)
             continue
         drafter, verifier = parse_tree(spec), get_verifier(name)
         problem = random_problem(size, drafter.depth, 0, divergence=0.7)
@@ -99,6 +112,25 @@ def main(argv=None) -> None:
                   "seconds, one thread, same run; random context-dependent problems (seed 0, divergence 0.7)",
                   ["verifier", "tree", "V", "draft trees", "rule-dp s", "states / paths", "enumeration s", "ratio",
                    "max law difference", "E[tau+1]", "TV", "load"], rows)
+    if started:
+        write_result(args.result, started, result_values(store, cases, resumed, args.enumerate_up_to))
+
+
+def result_values(store, cases, resumed: set, enumerate_up_to: float) -> dict:
+    """The result file's values: one row per case of this run, rule-dp (now) against enumeration (before)."""
+    rows = []
+    for name, spec, size in cases:
+        key = f"{name}|{spec}|{size}"
+        row = store.rows[key]
+        rows.append(comparison(row["seconds"], row.get("enumeration_seconds"), verifier=name, tree=spec, V=size,
+                               log10_trees=row["log10_trees"], block_efficiency=row["block_efficiency"],
+                               tv=row["tv"], lossless=row["lossless"], difference=row.get("difference"),
+                               load=row["load"], resumed=key in resumed))
+    return {"benchmark": "bench_rule_dp", "unit": "s CPU (process time, one call)",
+            "now": "method 'rule-dp' (the rule's own DP)",
+            "before": f"whole-tree enumeration ('fast-enumeration'), same run, attempted up to {enumerate_up_to:g} "
+                      "ordered draft trees (None beyond)",
+            "problem": "random_problem(V, depth, 0, divergence=0.7)", "rows": rows}
 
 if __name__ == "__main__":
     main()

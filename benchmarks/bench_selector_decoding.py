@@ -30,6 +30,10 @@ kernel (``verispec.native``); ``--compare-projection WIDTH`` runs the hidden-sta
 network whose projections are WIDTH wide (``selector train --projection``), fewer weights to read a block.
 ``--threads`` also caps the BLAS under numpy (set before numpy loads, unless the caller set OMP_NUM_THREADS):
 numpy's default pool fights any other load.
+``--result FILE`` also writes the rows with the run's record (``measure.write_result``): each compared route's row
+carries ``now`` the median ``select_s`` (ms) of the selector as it runs (forward "numpy": host forward, compiled
+kernel), ``before`` the compared route's (``--compare-kernel``: the numpy route), ``ratio`` before / now; the
+selector's own rows carry ``before`` None.
 """
 
 from __future__ import annotations
@@ -159,9 +163,13 @@ def main(argv=None) -> int:
                              "WIDTH wide instead of the paper's 128 ('selector train --projection'), interleaved, "
                              "side by side")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
     args = parser.parse_args(argv)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(variable, str(args.threads))
+    from measure import start_record, write_result  # benchmarks/measure.py
+
+    started = start_record(__file__, argv, threads=args.threads) if args.result else None
     import warnings
 
     import torch
@@ -237,7 +245,31 @@ def main(argv=None) -> int:
         record = {"pair": pair.name, "vocab": pair.vocab_size, "threads": args.threads, "tokens": tokens,
                   "decodes": args.decodes, "load_average": [load_before, load_after], "rows": rows}
         atomic_write_text(args.json, json.dumps(record, indent=1))
+    if started:
+        write_result(args.result, started, result_values(pair, rows, args, tokens, [load_before, load_after]))
     return 0
+
+
+def result_values(pair, rows: list[dict], args, tokens: int, loads: list) -> dict:
+    """The result file's values: every row, those of a compared route with the selector as it runs (forward
+    "numpy") as ``now`` and the route as ``before``."""
+    from measure import comparison  # benchmarks/measure.py
+
+    base = {(row["hidden"], row["sampling"]): row for row in rows if row["forward"] == "numpy"}
+    measured = []
+    for row in rows:
+        host = base[(row["hidden"], row["sampling"])]
+        before = None if row["forward"] == "numpy" else row["select_median_ms"]
+        measured.append(comparison(host["select_median_ms"], before, V=pair.vocab_size, **row))
+    return {"benchmark": "bench_selector_decoding", "unit": "ms select_s a block (median over the blocks)",
+            "pair": pair.name, "vocab": pair.vocab_size, "tokens": tokens, "decodes": args.decodes,
+            "now": "the selector as it runs (forward 'numpy': host forward, compiled kernels)",
+            "before": {forward: words for forward, words in (
+                ("torch", "choosing through torch modules"), ("logits", "unfiltered laws from the logits alone"),
+                ("nproute", "the numpy route instead of the compiled kernel"),
+                (f"proj{args.compare_projection}", f"projection width {args.compare_projection} instead of 128"))
+                if any(row["forward"] == forward for row in rows)},
+            "load_average": loads, "rows": measured}
 
 
 if __name__ == "__main__":

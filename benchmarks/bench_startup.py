@@ -8,6 +8,11 @@ verispec module compiled at every start, as where the cache cannot be written). 
 the table.
 
     python benchmarks/bench_startup.py --baseline /tmp/old
+    python benchmarks/bench_startup.py --baseline /tmp/old --result docs/results/bench/bench_startup.json
+
+``--result FILE`` also writes the rows with the run's record (``measure.write_result``): ``now`` this checkout's
+median seconds, ``before`` the baseline's (None without ``--baseline``), ``ratio`` before / now, and the baseline's
+commit as ``before_commit``.
 """
 
 from __future__ import annotations
@@ -59,22 +64,32 @@ def main(argv=None) -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout of verispec, measured in the same run")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--output", default="results/bench_startup.md")
+    parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
     args = parser.parse_args(argv)
-    from measure import publish_table  # benchmarks/measure.py
+    from measure import checkout_commit, comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 
+    started = start_record(__file__, argv, threads=1) if args.result else None
     here = Path(__file__).resolve().parents[1]
-    rows = []
+    rows, measured = [], []
     for cached in (True, False):
         for name, command in COMMANDS.items():
             seconds = median_seconds(here, command, cached, args.repeats)
-            row = [name, "yes" if cached else "no", f"{seconds:.2f}"]
+            row, old = [name, "yes" if cached else "no", f"{seconds:.2f}"], None
             if args.baseline:
                 old = median_seconds(args.baseline.resolve(), command, cached, args.repeats)
                 row += [f"{old:.2f}", f"x{old / seconds:.1f}"]
             rows.append(row)
+            measured.append(comparison(seconds, old, command=name, argv=["verispec", *command],
+                                       bytecode_cache=cached))
     columns = ["command", "bytecode cache", "seconds"] + (["baseline seconds", "ratio"] if args.baseline else [])
     publish_table(args.output, f"Whole-process CPU seconds (user + system), median of {args.repeats}, one thread, "
                   f"load {os.getloadavg()[0]:.2f} (at the end)", columns, rows)
+    if started:
+        write_result(args.result, started, {
+            "benchmark": "bench_startup", "unit": f"s CPU (user + system, whole process), median of {args.repeats}",
+            "now": "this checkout", "before": "the --baseline checkout, same run",
+            "before_commit": checkout_commit(args.baseline) if args.baseline else None, "repeats": args.repeats,
+            "load_at_end": round(os.getloadavg()[0], 2), "rows": measured})
 
 if __name__ == "__main__":
     main()

@@ -71,3 +71,76 @@ def publish_table(path, caption: str, columns: list[str], rows: list[list]) -> s
     atomic_write_text(Path(path), text)
     print(text)
     return text
+
+
+# --- result files (issue 55: the README's "How fast" table is generated from them, no number typed by hand) -------
+
+#: The variables that cap the BLAS and OpenMP pools under numpy and torch: a result file records them.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class RunStart:
+    """What ``start_record`` saw when a benchmark began: the run's record and the clock (``write_result`` adds the
+    seconds since)."""
+
+    def __init__(self, record: dict, started: float):
+        self.record, self.started = record, started
+
+
+def start_record(script: str, argv=None, inputs=(), *, threads: int | None = None) -> RunStart:
+    """The record of a benchmark run, taken at its START (so the load average is the box's before the run adds its
+    own): ``verispec.provenance.run_record`` of the command ``python benchmarks/SCRIPT ARGV`` (``argv`` None: this
+    process's ``sys.argv[1:]``), ``inputs`` (files whose SHA-256 is recorded) and ``threads`` (the torch threads the
+    run pins; None: not a torch run), plus the thread caps in the environment (``THREAD_VARIABLES``).
+
+    Two steps, because the record must be taken before the work and the file written after it::
+
+        started = start_record("bench_x.py", argv) if args.result else None
+        ...  # the measurement
+        if started:
+            write_result(args.result, started, {"unit": "s", "rows": rows})
+    """
+    import os
+    import shlex
+    import sys
+
+    from verispec.provenance import run_record
+
+    argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]
+    record = run_record(f"python benchmarks/{Path(script).name} {shlex.join(argv)}".rstrip(), inputs,
+                        threads=threads)
+    record["thread_caps"] = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    return RunStart(record, time.perf_counter())
+
+
+def write_result(path, started: RunStart, values: dict) -> dict:
+    """Write the result file ``path`` atomically (``verispec.io.atomic_write_json``): ``{"record": the run's record
+    plus "seconds" (wall seconds since ``start_record``), **values}``; returns what it wrote.
+
+    By convention ``values`` holds ``benchmark`` (the script's stem), ``unit`` and ``rows``: one dict per measured
+    case with ``now``, ``before`` (None where this run measured no before), ``ratio`` (before / now, None likewise)
+    in ``unit``, the sizes that case measured, and, where "before" is an older checkout, ``before_commit``."""
+    from verispec.io import atomic_write_json
+
+    data = {"record": {**started.record, "seconds": round(time.perf_counter() - started.started, 3)}, **values}
+    atomic_write_json(Path(path), data)
+    print(f"result: {path}")
+    return data
+
+
+def comparison(now: float, before: float | None, **sizes) -> dict:
+    """One row of a result file: ``sizes`` (what was measured), then ``now``, ``before`` and ``ratio`` =
+    before / now (None without a before)."""
+    ratio = None if before is None or not now else before / now
+    return {**sizes, "now": now, "before": before, "ratio": ratio}
+
+
+def checkout_commit(folder) -> str | None:
+    """The commit a checkout (a git worktree of an older commit, a benchmark's baseline) is at; None outside git."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
