@@ -2,8 +2,8 @@
 options, then ``verispec.selector.study.run_study`` (``verispec report --selector-dataset FILE`` runs the same study
 as its section 9) and ``verispec.report.pair_section.write_study``.
 
-    verispec selector study --dataset data/selector/qwen-t07.npz --dataset data/selector/qwen-t1.npz \\
-                            --latency data/latency/latency-cpu.json --out study/
+    verispec selector study --dataset data/selector/qwen-t07-m64.npz --dataset data/selector/qwen-t1-r2.npz \\
+                            --latency data/latency/latency-cpu-by-size.json --out study/
 
 writes ``pair_selector.json`` (every number, and under ``record`` the command line, commit, date, machine and the
 SHA-256 of every input: ``verispec.provenance.run_record``), ``pair_selector.md`` (one section of tables per sampling setting and
