@@ -40,7 +40,8 @@ FINDINGS = ("ddte", "single_path_optimum", "multipath_optimum", "gbv_commitment"
             "typical_acceptance")
 CLAIM = re.compile(r"<!--claim-->(?P<body>.*?)<!--/claim-->", re.S)
 #: Parameters and names a findings text may state outside markers (they are settings, not results).
-ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20", "95%")
+ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20",
+           "95%")
 #: The study's regime of the DDTE verdict and its file.
 DDTE_STUDY, DDTE_REGIME = "ddte-study/pair_selector.json", "gpu-large"
 
@@ -204,20 +205,21 @@ def typical_table(results) -> str:
     return "\n".join(lines)
 
 
+def _bound(function, key: str):
+    """A value renderer of the result files: ``function(results, key)`` with ``key`` fixed."""
+    return lambda results: function(results, key)
+
+
 VALUES = {
-    **{f"sun.{key}": (lambda key: lambda results: _sun(results, key))(key)
-       for key in ("optimum_tau", "coupling_tau", "naive_tau")},
-    **{f"gbv.{key}": (lambda key: lambda results: _gbv(results, key))(key)
-       for key in ("optimum", "selected_path_optimum", "one_off_path_optimum", "gbv")},
-    **{f"multipath.{key}": (lambda key: lambda results: _multipath(results, key))(key)
+    **{f"sun.{key}": _bound(_sun, key) for key in ("optimum_tau", "coupling_tau", "naive_tau")},
+    **{f"gbv.{key}": _bound(_gbv, key) for key in ("optimum", "selected_path_optimum", "one_off_path_optimum", "gbv")},
+    **{f"multipath.{key}": _bound(_multipath, key)
        for key in ("psbv_best", "psbv_example_gap", "next_example_gap", "share_closed")},
-    **{f"typical.{key}": (lambda key: lambda results: _typical(results, key))(key) for key in ("tv", "ratio")},
-    **{f"ddte.{setting}/{rival}/{policy}": (lambda key: lambda results: _ddte(results, key))(
-        f"{setting}/{rival}/{policy}")
+    **{f"typical.{key}": _bound(_typical, key) for key in ("tv", "ratio")},
+    **{f"ddte.{setting}/{rival}/{policy}": _bound(_ddte, f"{setting}/{rival}/{policy}")
        for setting in ("T=0.7", "T=1") for rival, policy in (("traversal", "static"), ("traversal", "selector"),
                                                               ("traversal-iid", "selector"))},
-    **{f"ddte.{setting}/paper": (lambda key: lambda results: _ddte(results, key))(f"{setting}/paper")
-       for setting in ("T=0.7", "T=1")},
+    **{f"ddte.{setting}/paper": _bound(_ddte, f"{setting}/paper") for setting in ("T=0.7", "T=1")},
 }
 
 TABLES = {
@@ -301,7 +303,8 @@ HOW_FAST = (
      "enumeration"),
     ("`bound`, `chain:8`, V = 3", "bench_chain_lp", {"tree": "chain:8"}, _seconds, "the full LP"),
     ("reading a 436,904-number problem (JSON)", "bench_problem_files", {"form": "JSON"}, _seconds, "commit"),
-    ("`verispec list`, whole process", "bench_startup", {"command": "list", "bytecode_cache": True}, _seconds, "commit"),
+    ("`verispec list`, whole process", "bench_startup", {"command": "list", "bytecode_cache": True}, _seconds,
+     "commit"),
     ("globalres, a node at V = 151,936, K = 4", "bench_globalres",
      {"law": "dense", "V": 151936, "top_k": None, "K": 4}, lambda ms: f"{ms:.0f} ms", "commit"),
     ("gbv's law, a node at V = 151,936", "bench_gbv_large_vocab", {"tree": "iid:1,1", "rows": 1},

@@ -131,7 +131,8 @@ def test_the_ground_floor_flows_one_way():
 
 
 def test_docs_layout_states_the_same_order():
-    """docs/guides/layout.md's order line (between its ``layers:`` markers) names the layers of LAYER_NAMES, in order."""
+    """docs/guides/layout.md's order line (between its ``layers:`` markers) names the layers of LAYER_NAMES, in
+    order."""
     text = (PACKAGE.parent / "docs" / "guides" / "layout.md").read_text()
     stated = text.split("<!-- layers:start -->")[1].split("<!-- layers:end -->")[0]
     layers = [[name.strip(" `\n") for name in layer.replace("\n", " ").split(",")] for layer in stated.split("<")]

@@ -268,9 +268,9 @@ def check_output(path: str | Path, kind: OutputKind, *, what: str, overwrite: bo
         return
     shown = repr(str(path))
     if kind.recognise is not None and _never_raising(kind.recognise, target):
-        raise error(f"{what} {shown} exists and is a {kind.name} without the written_by marker verispec writes (written by "
-                    "hand, or by a verispec older than the marker), so verispec cannot show it wrote it; choose "
-                    "another path, or pass --overwrite to replace it")
+        raise error(f"{what} {shown} exists and is a {kind.name} without the written_by marker verispec writes "
+                    "(written by hand, or by a verispec older than the marker), so verispec cannot show it wrote it; "
+                    "choose another path, or pass --overwrite to replace it")
     raise error(f"{what} {shown} exists and is not a {kind.name} that verispec wrote; choose another path, or pass "
                 "--overwrite to replace it")
 

@@ -4,7 +4,8 @@ The delay selector of DDTE (Thomas et al. 2026, arXiv 2602.16994, Sec. 6 and App
 block's tree a = (K, L1, L2), and with it verispec's selector may choose the verifier, from features computed
 before the block's draws. Why that keeps the target's law: a block that starts after the prefix s and runs a
 lossless (drafter, verifier) emits (x_1..x_tau, y) such that, continued with the target, the sequence has the
-target's law given s (the definition of docs/guides/reference.md, verispec.simulator.laws). When the pair is a function of s
+target's law given s (the definition of docs/guides/reference.md, verispec.simulator.laws). When the pair is a
+function of s
 alone, the next block starts after s + block with the same property, so by induction over blocks the first n
 tokens have the target's law P_target(x_1..x_n) = prod_i p(x_i | x_<i) (the DDTE paper's losslessness of each
 block, its Eq. 1-3 per block, composed over blocks).

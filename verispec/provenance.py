@@ -36,7 +36,8 @@ RESULT_STORE = "row store"
 #: The first line of a report verispec wrote: an HTML comment, invisible once rendered (``markdown_marker``).
 MARKDOWN_MARKER = "<!-- written by verispec"
 
-#: Most bytes read from a JSON file to find its marker (``verispec.io.json_marker``) (problem files and latency models are far smaller; a
+#: Most bytes read from a JSON file to find its marker (``verispec.io.json_marker``) (problem files and latency models
+#: are far smaller; a
 #: larger file is read only as far as its loader would).
 MAX_MARKER_READ = 1 << 30
 
@@ -132,7 +133,7 @@ def run_record(command: str, inputs=(), *, threads: int | None = None, device: s
 
     root = Path(__file__).resolve().parent.parent
     return {"command": command, "commit": _commit(root),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "threads": threads, "device": device,
                         "load": round(os.getloadavg()[0], 2), "python": platform.python_version()},
             "inputs": {_shown(Path(path), root): sha256_file(path) for path in inputs}}

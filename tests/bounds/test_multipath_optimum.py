@@ -248,7 +248,8 @@ def test_no_drafted_node_rule_reaches_the_optimum_on_both_problems():
 
 
 def test_the_drafted_node_class_in_cvxpy_has_the_certified_optimum():
-    # the same class as cvxpy constraints: the rational optimum of docs/guides/rules_2025_26.md to cvxpy's tolerance, and
+    # the same class as cvxpy constraints: the rational optimum of docs/guides/rules_2025_26.md to cvxpy's tolerance,
+    # and
     # without the ties (negative control) the sum of the two problems' own certified optima
     pair = list(_pair_differing_in_q_at_one_prefix())
     drafter = parse_tree("iid:2,2")

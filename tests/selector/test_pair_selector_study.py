@@ -61,7 +61,8 @@ def study():
 
 def _times(grid: ActionGrid, regime: str) -> np.ndarray:
     """T(a) by each regime's formula: gpu-large (L1 + L2) + 20; h100 in ms, (L1 + L2) 3.3 + 5.4 r(n) with n = 1 + L1
-    + K L2 tree nodes and r the H100's t_p(n) / t_p(1) as docs/guides/selector.md states it, linear between its sizes."""
+    + K L2 tree nodes and r the H100's t_p(n) / t_p(1) as docs/guides/selector.md states it, linear between its
+    sizes."""
     if regime == "gpu-large":
         return np.array([a.l1 + a.l2 + 20.0 for a in grid.actions])
     sizes, ratios = [1, 2, 4, 8, 16, 32, 64], [1.0, 1.149, 1.171, 1.206, 1.242, 1.276, 1.351]

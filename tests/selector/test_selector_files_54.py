@@ -22,9 +22,9 @@ from verispec.errors import VerispecError
 
 pytest.importorskip("torch")
 
-from verispec.selector import fits  # noqa: E402
-from verispec.selector.dataset_file import Dataset  # noqa: E402
-from verispec.selector.selector import Selector  # noqa: E402
+from verispec.selector import fits
+from verispec.selector.dataset_file import Dataset
+from verispec.selector.selector import Selector
 
 SYNTHETIC = ["selector", "dataset", "--family", "context-free", "--vocab", "2", "--seeds", "0-15", "--l1s", "0-1",
              "--l2s", "0-1", "--verifiers", "specinfer,traversal-iid", "--backend", "serial"]

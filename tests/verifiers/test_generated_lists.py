@@ -1,7 +1,8 @@
 """The lists generated from the registry and the path of a new rule into it.
 
 ``verispec list`` and the verifier tables of README.md and docs/guides/verifiers.md come from the registry (a missing or
-stale row fails here and in tests/test_generated_docs.py); rules with parameters go through one hook; ``register`` refuses what the lists cannot show;
+stale row fails here and in tests/test_generated_docs.py); rules with parameters go through one hook; ``register``
+refuses what the lists cannot show;
 and the worked example of docs/guides/writing_a_rule.md (a node-local rule in a temporary package plus its registry
 line) is seen by the list, the tables, the registry-wide tests and a sweep, and found lossless."""
 

@@ -178,7 +178,7 @@ def entry_point() -> None:
     try:
         sys.exit(main())
     except BrokenPipeError:  # the reader went away (``verispec compare | head``): end quietly with the status a
-        import os           # shell gives a process its pipe's reader left (128 + SIGPIPE), never 1 (lossy)
+        import os  # shell gives a process its pipe's reader left (128 + SIGPIPE), never 1 (lossy)
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(141)

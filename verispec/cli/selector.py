@@ -159,7 +159,8 @@ def _add_train_parser(steps) -> None:
                             "target_prev,draft_root; 'all' for every one it holds), each projected to --projection "
                             "dimensions and layer-normed (mlp only)")
     add_projection_option(train, "width of each hidden-state projection (default 128, the paper's; with --hidden "
-                                 "only): a narrower one reads fewer weights a block in decoding (docs/guides/selector.md)")
+                                 "only): a narrower one reads fewer weights a block in decoding "
+                                 "(docs/guides/selector.md)")
     add_latency_options(train, "T(a)", "the dataset's")
     train.add_argument("--json", action="store_true")
 

@@ -6,7 +6,8 @@ as its section 9) and ``verispec.report.pair_section.write_study``.
                             --latency data/latency/latency-cpu-by-size.json --out study/
 
 writes ``pair_selector.json`` (every number, and under ``record`` the command line, commit, date, machine and the
-SHA-256 of every input: ``verispec.provenance.run_record``), ``pair_selector.md`` (one section of tables per sampling setting and
+SHA-256 of every input: ``verispec.provenance.run_record``), ``pair_selector.md`` (one section of tables per sampling
+setting and
 latency regime, each table titled with the regime's full name) and ``pair_selector.png`` into DIR.
 """
 
@@ -77,12 +78,11 @@ def run_study_command(args) -> int:
         import torch  # noqa: F401
     except ImportError:
         raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
-    from verispec.report.pair_section import write_study
-
     import shlex
     import sys
 
     from verispec.provenance import run_record
+    from verispec.report.pair_section import write_study
 
     inputs = list(args.dataset) + ([args.latency] if args.latency else [])
     record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
@@ -92,7 +92,8 @@ def run_study_command(args) -> int:
                        projection=args.projection, threads=args.threads)
     result["record"] = {**record, "seconds": round(time.perf_counter() - start, 1)}
     write_study(result, args.out)
-    print(f"wrote the selector study of {result['pair'] or 'the datasets'} into {args.out} ({len(result['settings'])} settings x "
+    print(f"wrote the selector study of {result['pair'] or 'the datasets'} into {args.out} "
+          f"({len(result['settings'])} settings x "
           f"{len(result['regimes'])} regimes, {result['split']['held_out_prompts']} held-out prompts; "
           f"{time.perf_counter() - start:.1f} s)")
     return 0

@@ -78,6 +78,7 @@ from verispec.external.blackbox import (
     discrepancies,
     samples_for_power,
 )
+from verispec.external.check_options import CheckOptions
 from verispec.external.check_report import CheckReport
 from verispec.external.exact import NotPiecewiseConstantError
 from verispec.external.raises import PastRaises, StateWatch, law_past_raises, say_state
@@ -111,19 +112,15 @@ def _pilot_problem(max_vocab: int) -> Problem:
 class _Check:
     """One run of ``check_external``: the options, the clock, and the report being built."""
 
-    def __init__(self, verifier: ExternalVerifier, build, drafter: Drafter, *, mode, samples, detect_tv, power,
-                 alpha, seed, test, threshold, max_vocab, max_examples, time_budget, context_free, suite, progress):
+    def __init__(self, verifier: ExternalVerifier, build, drafter: Drafter, options: CheckOptions, progress=None):
         #: ``build(**changes)``: the function's ExternalVerifier with some options changed (``refit``).
         self.build = build
         self.verifier, self.drafter = verifier, drafter
-        self.mode = self.requested = mode
-        self.samples, self.detect_tv, self.power, self.alpha = samples, detect_tv, power, alpha
-        self.seed, self.test, self.threshold = seed, test, threshold
-        self.max_vocab, self.max_examples, self.context_free = max_vocab, max_examples, context_free
-        self.suite, self.progress = suite, progress
-        self.time_budget = time_budget
+        self.options = options
+        self.mode = self.requested = options.mode  # the mode in force: "auto" becomes the one that ran
+        self.progress = progress
         self.start = time.monotonic()
-        self.deadline = self.start + time_budget
+        self.deadline = self.start + options.time_budget
         self.note = ""
         self.tried = 0
         self.suite_total = 0
@@ -182,9 +179,10 @@ class _Check:
 
     def past_raises_report(self, past: PastRaises, problem, scope: str, source: str, **details) -> CheckReport:
         """LOSSY where the calls that did not raise overproduce beyond the threshold, else RAISES (the one rule)."""
-        if past.excess <= self.threshold:
+        if past.excess <= self.options.threshold:
             self.add_note(f"the calls that did not raise show no loss: they overproduce no sequence by more than "
-                          f"{self.threshold:g} in all (the raising inputs have probability {past.raised_mass:.3g})")
+                          f"{self.options.threshold:g} in all (the raising inputs have probability "
+                          f"{past.raised_mass:.3g})")
             return self.raises_report(scope, source=source, **details)
         self.add_note(f"the calls that did not raise already overproduce sequences by {past.excess:.6g} in all, which "
                       f"no outputs of the raising inputs (probability {past.raised_mass:.3g}) could undo: "
@@ -259,7 +257,7 @@ class _Check:
         self.note = f"{self.note}; {text}" if self.note else text
 
     def more_time(self) -> str:
-        return f"run again with a larger --time-budget (it was {self.time_budget:g} s)"
+        return f"run again with a larger --time-budget (it was {self.options.time_budget:g} s)"
 
     # --- black-box tests ----------------------------------------------------------------------------------------
 
@@ -267,8 +265,9 @@ class _Check:
         """The test on ``problem``, going on past raises (the first is recorded; the test is then one-sided)."""
         log = RaiseLog()
         try:
-            return blackbox_test(problem, self.drafter, self.verifier, samples=self.samples, alpha=alpha, seed=seed,
-                                 test=self.test, detect_tv=self.detect_tv, power=self.power, raises=log)
+            options = self.options
+            return blackbox_test(problem, self.drafter, self.verifier, samples=options.samples, alpha=alpha, seed=seed,
+                                 test=options.test, detect_tv=options.detect_tv, power=options.power, raises=log)
         finally:  # out of time too: the raise stands
             if log.first is not None:
                 self.record_raise(log.first, problem, label)
@@ -279,15 +278,15 @@ class _Check:
             return Verdict.LOSSY, ""
         if self.raised is not None:  # no loss shown, and it raised
             return Verdict.RAISES, ""
-        if result.detectable_tv <= self.detect_tv:
+        if result.detectable_tv <= self.options.detect_tv:
             return Verdict.LOSSLESS, ""
         target = np.asarray(target_law(problem, self.drafter.depth + 1), dtype=np.float64)
-        needed = samples_for_power(target, self.detect_tv, result.alpha, result.power)
+        needed = samples_for_power(target, self.options.detect_tv, result.alpha, result.power)
         if needed <= MAX_SAMPLES:
             coarser = (f", or accept a coarser --detect-tv {result.detectable_tv:.3g}" if result.detectable_tv <= 1
                        else "")
             advice = (f"run with --samples {needed} (or leave --samples out), which detects a TV of "
-                      f"{self.detect_tv:g}{coarser}")
+                      f"{self.options.detect_tv:g}{coarser}")
         else:
             reachable = result.detectable_tv * math.sqrt(result.samples / MAX_SAMPLES)
             advice = (f"the largest test ({MAX_SAMPLES:,} runs) detects a TV of about {reachable:.3g}: use "
@@ -295,7 +294,7 @@ class _Check:
         reach = (f"it detects only a TV of {result.detectable_tv:.3g} or more" if result.detectable_tv <= 1 else
                  "it cannot detect even the largest TV (1)")
         return Verdict.INCONCLUSIVE, (f"the test did not reject, but with {result.samples} runs {reach} "
-                                      f"(--detect-tv {self.detect_tv:g} was asked); {advice}")
+                                      f"(--detect-tv {self.options.detect_tv:g} was asked); {advice}")
 
     # --- a given problem ----------------------------------------------------------------------------------------
 
@@ -331,10 +330,10 @@ class _Check:
                 self.mode = "blackbox"
             else:
                 self.mode, self.tried = "exact", 1
-                lossy = float(result.tv_distance) > self.threshold
+                lossy = float(result.tv_distance) > self.options.threshold
                 return self.report(Verdict.LOSSY if lossy else Verdict.LOSSLESS, scope, problem=problem,
                                    source="given", exact=result)
-        result = self.powered_test(problem, self.alpha, self.seed)
+        result = self.powered_test(problem, self.options.alpha, self.options.seed)
         self.tried = 1
         verdict, next_step = self.blackbox_verdict(result, problem)
         if verdict is Verdict.RAISES:
@@ -358,18 +357,18 @@ class _Check:
             # exact until a candidate shows the function is not of threshold form (the search then switches)
             self.mode = "exact"
         elif self.mode == "blackbox":  # a configuration error shows here, before the search could swallow it
-            pilot = _pilot_problem(self.max_vocab)
+            pilot = _pilot_problem(self.options.max_vocab)
             try:
-                blackbox_test(pilot, self.drafter, self.verifier, samples=min(self.samples or 1000, 1000),
-                              alpha=self.alpha, seed=self.seed, test=self.test)
+                blackbox_test(pilot, self.drafter, self.verifier, samples=min(self.options.samples or 1000, 1000),
+                              alpha=self.options.alpha, seed=self.options.seed, test=self.options.test)
             except FunctionRaised as error:
                 self.record_raise(error, pilot)
-        suite = canonical_problems(self.drafter.depth, self.max_vocab, self.context_free)
+        suite = canonical_problems(self.drafter.depth, self.options.max_vocab, self.options.context_free)
         self.labels = {json.dumps(_json(build_problem(member.candidate), self.drafter), sort_keys=True): member.label
                        for member in suite}
         self.suite_total = len(suite)
         suite_checked: list = []
-        if self.mode == "blackbox" and self.suite is not None:
+        if self.mode == "blackbox" and self.options.suite is not None:
             found = self.blackbox_suite(suite, suite_checked)
             if found is not None:
                 return found
@@ -395,8 +394,9 @@ class _Check:
 
         def run_hunt(canonical: bool):
             judge = screen if self.mode == "blackbox" else exact_distance
-            return hunt(self.verifier, self.drafter, max_vocab=self.max_vocab, max_examples=self.max_examples,
-                        threshold=self.threshold, context_free=self.context_free, progress=self.progress,
+            options = self.options
+            return hunt(self.verifier, self.drafter, max_vocab=options.max_vocab, max_examples=options.max_examples,
+                        threshold=options.threshold, context_free=options.context_free, progress=self.progress,
                         time_budget=max(0.0, self.deadline - time.monotonic()),
                         judge=self.without_raises(judge), canonical=canonical)
 
@@ -409,11 +409,11 @@ class _Check:
             # the first candidates were of threshold form but a later one is not: search again as a black box
             self.add_note(f"exact mode refused on a candidate, so black-box mode was used: {error}")
             self.mode = "blackbox"
-            if self.suite is not None:
+            if self.options.suite is not None:
                 found = self.blackbox_suite(suite, suite_checked)
                 if found is not None:
                     return found
-            hunted = run_hunt(canonical=self.suite is None)
+            hunted = run_hunt(canonical=self.options.suite is None)
         if hunted.witness is not None:
             return self.witness(hunted)
         return self.no_witness(hunted, suite, suite_checked)
@@ -422,12 +422,12 @@ class _Check:
         """Powered tests on every canonical problem (alpha / (2 n) each); a report if one is lossy."""
         from verispec.hunt import build_problem
 
-        share = self.alpha / (2 * max(1, len(suite)))
+        share = self.options.alpha / (2 * max(1, len(suite)))
         for index, member in enumerate(suite):
             problem = build_problem(member.candidate)
             supervisor.note(f"the black-box test of the canonical problem '{member.label}'")
             try:
-                result = self.powered_test(problem, share, self.seed + index, member.label)
+                result = self.powered_test(problem, share, self.options.seed + index, member.label)
             except (AnalysisTimeoutError, VerifierError):  # out of time, or the function itself failed
                 raise
             except VerispecError as error:  # the tree cannot be drawn on this problem
@@ -461,8 +461,8 @@ class _Check:
             return self.report(Verdict.LOSSY, scope, problem=witness.problem_json, source="search", exact=result,
                                hunted=hunted, label=witness.label)
         # with the suite's tests (alpha / 2 in all) beside it, the confirmation gets the other half
-        confirm_alpha = self.alpha if self.suite is None else self.alpha / 2
-        confirmation = self.powered_test(found, confirm_alpha, self.seed + 1, witness.label)
+        confirm_alpha = self.options.alpha if self.options.suite is None else self.options.alpha / 2
+        confirmation = self.powered_test(found, confirm_alpha, self.options.seed + 1, witness.label)
         if not confirmation.rejected and confirmation.raised_runs:  # not confirmed; the raise is a witness of its own
             return self.raises_report("a search", source="search", hunted=hunted, tried=hunted.describe())
         if confirmation.rejected:
@@ -481,12 +481,12 @@ class _Check:
         tried = hunted.describe()
         if self.raised is not None:  # no lossy witness, but the function raised
             return self.raises_report("a problem found by the search", source="search", hunted=hunted, tried=tried)
-        if self.suite is None:
+        if self.options.suite is None:
             return self.report(Verdict.INCONCLUSIVE, "a search", hunted=hunted, tried=tried,
                                next_step="a search that finds nothing proves nothing: check given problems with "
                                          "--problem FILE, ask for the verdict on the canonical suite with --suite "
                                          f"canonical, or search further ("
-                                         f"{next_search(hunted, self.max_examples, self.time_budget)})")
+                                         f"{next_search(hunted, self.options.max_examples, self.options.time_budget)})")
         scope = f"the canonical suite ({len(suite)} problems)"
         if self.mode == "exact":
             complete = hunted.canonical_complete
@@ -495,13 +495,13 @@ class _Check:
             complete = len(suite_checked) == len(suite)
             skipped = [entry for entry in suite_checked if entry[1] is None]
             weak = [entry for entry in suite_checked if entry[1] is not None
-                    and entry[1].detectable_tv > self.detect_tv]
+                    and entry[1].detectable_tv > self.options.detect_tv]
             if complete and weak:
                 worst = max(entry[1].detectable_tv for entry in weak)
                 return self.report(Verdict.INCONCLUSIVE, scope, hunted=hunted, tried=tried,
                                    next_step=f"{len(weak)} canonical problems were tested without the power to detect "
-                                             f"a TV of {self.detect_tv:g} (the weakest detects {worst:.3g}): leave "
-                                             "--samples out, or raise --detect-tv")
+                                             f"a TV of {self.options.detect_tv:g} (the weakest detects "
+                                             f"{worst:.3g}): leave --samples out, or raise --detect-tv")
         if not complete:
             return self.report(Verdict.INCONCLUSIVE, scope, hunted=hunted, tried=tried,
                                next_step=f"the canonical suite was not finished: {self.more_time()}")
@@ -556,9 +556,10 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
             raise VerispecError(f"layout {verifier.layout.name!r} runs a whole block that drafts its own tokens, which "
                                 "black-box mode cannot run on given draft trees; use --mode exact (or auto)")
         mode = "exact"
-    check = _Check(verifier, build, drafter, mode=mode, samples=samples, detect_tv=detect_tv, power=power, alpha=alpha,
-                   seed=seed, test=test, threshold=threshold, max_vocab=max_vocab, max_examples=max_examples,
-                   time_budget=time_budget, context_free=context_free, suite=suite, progress=progress)
+    options = CheckOptions(mode=mode, samples=samples, detect_tv=detect_tv, power=power, alpha=alpha, seed=seed,
+                           test=test, threshold=threshold, max_vocab=max_vocab, max_examples=max_examples,
+                           time_budget=time_budget, context_free=context_free, suite=suite)
+    check = _Check(verifier, build, drafter, options, progress)
     # the phases keep check.deadline; the hard timer allows a moment more to write up what they found
     grace = min(1.0, 0.05 * time_budget)
     watch = StateWatch(function)  # the state it keeps across calls, said on the report (``raises.say_state``)

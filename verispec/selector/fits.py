@@ -109,8 +109,8 @@ def check_features_fit(selector, dataset, *, name: str = "the selector", source:
         shown = [given[where] if where < len(given) else "(none)", read[where] if where < len(read) else "(none)"]
         raise SelectorError(f"the selector does not fit: {source} holds {len(given)} scalar features and {name} "
                             f"reads {len(read)}, but feature {where} is {shown[0]!r} in the dataset, {shown[1]!r} in "
-                            "the selector (another verispec's features); build the dataset with this verispec ('verispec "
-                            "selector dataset') and train the selector on it")
+                            "the selector (another verispec's features); build the dataset with this verispec "
+                            "('verispec selector dataset') and train the selector on it")
     held = dataset.hidden or {}
     widths = selector.model.config.get("hidden_dims", ())
     for hidden, width in zip(selector.hidden_names, widths):

@@ -3,7 +3,8 @@
 For every draft tree the drafter can produce (with its exact probability) the verifier's emission law
 says, for each node n and token y, the probability of accepting the path to n and emitting y. Summing
 over trees gives the law of the emitted sequence (x_1..x_tau, y), an ``OutputLaw`` (laws.py), on which
-losslessness is checked by the definition of docs/guides/reference.md; ``tv_distance`` is the total-variation distance to
+losslessness is checked by the definition of docs/guides/reference.md; ``tv_distance`` is the total-variation distance
+to
 the target's law.
 
 Methods (``analyze(method=...)``, ``choose_method``): 'closed-form' (the reference oracle: every draft tree

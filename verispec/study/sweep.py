@@ -17,10 +17,10 @@ from pathlib import Path
 
 from verispec.io import ResultStore, check_inside, check_output_file
 from verispec.limits import BACKENDS
+from verispec.store_lock import store_lock
 from verispec.study.cells import check_cell_costs, run_cells
 from verispec.study.executor import execute, save_as_they_arrive
 from verispec.study.grid import SweepError, SweepGrid, cell_key
-from verispec.store_lock import store_lock
 from verispec.study.tables import check_sweep_output, check_sweep_table, output_format, store_path, write_table
 from verispec.study.workers import worker_processes
 

@@ -1,5 +1,6 @@
 """Verifiers by name: the registry. A new verifier is one module plus one ``register(...)`` line below; ``verispec
-list``, the verifier tables of the README and docs/guides/verifiers.md (``verispec.verifiers.catalog``), the registry-wide
+list``, the verifier tables of the README and docs/guides/verifiers.md (``verispec.verifiers.catalog``), the
+registry-wide
 tests and ``all`` in sweeps pick it up from ``REGISTRY``."""
 
 from __future__ import annotations

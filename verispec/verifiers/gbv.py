@@ -6,8 +6,8 @@ Draft law: K i.i.d. draft paths of length L from the root (``iid:K,L``). Glossar
   under the tie rule of verispec.simulator.ranking counting as equal in float and exact mode alike (tokens
   with q(t|u) = 0 are never drafted and rank above every drafted one; they carry no draft mass, so where
   they sit changes nothing). ONE order serves both the greedy descent and the CDFs below: breaking ties
-  differently in the two places is lossy (docs/guides/reference.md, trap 6; tests/support/broken_paths.py). The order and the
-  descent live in verispec.simulator.selection.
+  differently in the two places is lossy (docs/guides/reference.md, trap 6; tests/support/broken_paths.py). The
+  order and the descent live in verispec.simulator.selection.
 * *selected path*: from the root, repeatedly move to the child with the largest key. Since every path has
   length L, this is the lexicographically largest of the K paths under the per-node orders.
 * *skewed draft* q_skew(. | u): the law of the next token of the lexicographically largest of K i.i.d.
@@ -17,7 +17,8 @@ Draft law: K i.i.d. draft paths of length L from the root (``iid:K,L``). Glossar
       q_skew(t | u) = [(A + x below(t) + x q(t|u))^K - (A + x below(t))^K] / [(A + x)^K - A^K]
 
   (the max prefix is <= ut minus the max prefix is < ut, given the max prefix is u); along the path
-  x <- x q(t|u) and A <- A + x below(t). For K = 1, q_skew = q.
+  x <- x q(t|u) and A <- A + x below(t). For K = 1, q_skew = q. Both differences are laws of the largest of K
+  i.i.d. uniforms (``verispec.lp_analysis.order_statistics``, shared with psbv's smallest of K).
 
 The selected path is distributed as a single path drawn from the conditionals q_skew, so block
 verification (Sun et al. 2024, arXiv 2403.10444) with q replaced by q_skew on the selected path is
@@ -33,6 +34,7 @@ import numpy as np
 
 from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
+from verispec.lp_analysis.order_statistics import largest_of_uniforms_mass, power_difference_quotient
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import RuleDP, RuleLaw, Verifier
@@ -43,24 +45,6 @@ from verispec.simulator.selection import greedy_path, mass_ranked_below, rank_or
 from verispec.simulator.trees import DraftTree, LawForest, TreeBatch
 from verispec.sizes import readable_count
 from verispec.verifiers.block import block_law, block_procedure_on_path
-
-
-def _power_difference_quotient(high, low, power: int):
-    """(high^K - low^K) / (high - low) = sum_{j<K} high^j low^(K-1-j), a sum of non-negative terms, summed in that
-    order; the factors x^0 = 1 and x^1 = x are exact, so they are not computed."""
-    def raised(values, exponent: int):
-        return values if exponent == 1 else values ** exponent
-
-    total = None
-    for j in range(power):
-        if j == 0:
-            term = raised(low, power - 1)
-        elif j == power - 1:
-            term = raised(high, j)
-        else:
-            term = raised(high, j) * raised(low, power - 1 - j)
-        total = term if total is None else total + term
-    return total
 
 
 def lexicographic_masses(targets: list, drafts: list, tokens, ranked_below: list | None = None):
@@ -95,18 +79,21 @@ def _skewed(drafts: list, masses: tuple, paths: int) -> list:
     skewed = []
     for level, q in enumerate(drafts):
         high = low[level] + prefix[level][:, None] * q
-        # a^K - b^K = (a - b) sum_j a^j b^(K-1-j): with a - b = x q(t) this form has no cancellation
-        # (a draft token of q = 1e-12 next to a ranked-below mass of 1 would lose half its digits).
-        skewed.append(q * _power_difference_quotient(high, low[level], paths)
-                      / _power_difference_quotient(below[level] + prefix[level], below[level], paths)[:, None])
+        # q_skew = [(low + x q)^K - low^K] / [(A + x)^K - A^K] = x q Q(low + x q, low) / (x Q(A + x, A)), Q the
+        # power_difference_quotient (a^K - b^K = (a - b) Q(a, b)): x cancels and no width is recovered from a
+        # difference, so nothing cancels (a draft token of q = 1e-12 next to a ranked-below mass of 1 would lose
+        # half its digits in (low + x q)^K - low^K).
+        skewed.append(q * power_difference_quotient(high, low[level], paths)
+                      / power_difference_quotient(below[level] + prefix[level], below[level], paths)[:, None])
     return skewed
 
 
 def selection_probability(prefix, below, paths: int):
     """P(the lexicographic maximum of K i.i.d. paths is the path u) = (A + x)^K - A^K, from the order
-    statistics of K draws (all paths <= u, minus all < u), written without cancellation; x = q(u) and A = the
-    draft mass of the paths ranked below u ([N] each)."""
-    return prefix * _power_difference_quotient(below + prefix, below, paths)
+    statistics of K draws (all paths <= u, minus all < u): the paths laid out on [0, 1] in rank order, u is
+    [A, A + x) and the largest of K uniforms falls in it; x = q(u) and A = the draft mass of the paths ranked
+    below u ([N] each)."""
+    return largest_of_uniforms_mass(below, prefix, paths)
 
 
 def path_skewed_drafts(tree: DraftTree, nodes: list[int]) -> list:

@@ -5,7 +5,8 @@ A *solver* (an "OTLP solver" in the DDTE paper, arXiv 2602.16994, Sec. 2; interf
 and the ordered child list (x_1..x_m) drafted at one node, it outputs one token Y with Y ~ p whenever the
 children follow the solver's draft law. The draft is accepted at that node iff Y is one of the children.
 
-The walk (DDTE Eqs. 1-3; docs/guides/reference.md, "Trees"): at node c apply the solver with p(.|c), q(.|c) and c's child
+The walk (DDTE Eqs. 1-3; docs/guides/reference.md, "Trees"): at node c apply the solver with p(.|c), q(.|c) and c's
+child
 list; if the output t is a child, move to it; otherwise stop and emit t. At a leaf emit a bonus token
 from p(.|leaf). Its emission law is therefore
 
