@@ -10,8 +10,9 @@
                             verispec.cli.selector_study)
 
 Each step parses its options and calls the library (``verispec.selector``: the prompt sets in ``prompt_sets``,
-sampling settings in ``roots.parse_setting``, a trained selector's held-out roots in ``split.held_out``), importing
-torch and the models only when it runs.
+sampling settings in ``roots.parse_setting``, training on a dataset in ``train.train_on_dataset``, the held-out
+evaluation of one split's selectors in ``evaluate.evaluate_held_out``), importing torch and the models only when
+it runs.
 """
 
 from __future__ import annotations
@@ -325,87 +326,33 @@ def _float(text: str, option: str) -> float:
 def _run_train(args) -> int:
     from verispec.io import check_output
     from verispec.latency import LatencyModel
-    from verispec.selector.actions import ActionGrid, policy_action_times
     from verispec.selector.dataset_file import Dataset
-    from verispec.selector.features import SCALAR_FEATURES, reads_draft
-    from verispec.selector.fits import training_record
-    from verispec.selector.network import PROJECTION
     from verispec.selector.selector import SELECTOR_FILE
-    from verispec.selector.train import train_selector
+    from verispec.selector.train import train_on_dataset
 
     check_output(args.out, SELECTOR_FILE, what="--out", overwrite=args.overwrite)  # before any work
     dataset = Dataset.load(args.dataset)
-    if not 0 < args.test_fraction < 1:
-        raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
-    train, test = dataset.split(args.test_fraction, args.split_seed)
-    grid = dataset.grid
-    from verispec.verifiers import split_names
-
-    verifiers = grid.verifiers if args.verifiers is None else split_names(args.verifiers)
-    unknown = [name for name in verifiers if name not in grid.verifiers]
-    if unknown or not verifiers:
-        raise VerispecError(f"--verifiers {args.verifiers!r}: the dataset labels the verifiers "
-                            f"{', '.join(grid.verifiers)} only")
-    sub = ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=tuple(verifiers))
-    columns = [grid.index(action) for action in sub.actions]
-    recorded = LatencyModel.from_dict(dataset.metadata["latency"])
-    latency = latency_model(args, recorded)
-    features = train.features.copy()  # [N, F]
-    if latency != recorded:  # the latency features are the model's, constant over the roots
-        names = list(dataset.feature_names)
-        features[:, names.index("draft_time")] = latency.draft_step
-        features[:, names.index("target_time")] = latency.target_time(1)
-    if tuple(dataset.feature_names) != tuple(SCALAR_FEATURES):
-        raise VerispecError(f"{args.dataset!r} holds the features {', '.join(dataset.feature_names)}, not this "
-                            "verispec's; rebuild the dataset")
-    # as it will decode: reading the draft's laws to choose, the selector pays a draft step on chain:0 too
-    times = policy_action_times(sub, latency, reads_draft=reads_draft(dataset.feature_names))  # [A']
-    plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
-    hidden = None
-    if args.hidden:
-        held = sorted(dataset.hidden or {})
-        names = held if args.hidden.strip() == "all" else [n.strip() for n in args.hidden.split(",") if n.strip()]
-        missing = [name for name in names if name not in held]
-        if not held or missing or not names:
-            raise VerispecError(f"--hidden {args.hidden}: {args.dataset!r} holds the hidden states "
-                                f"{', '.join(held) or 'none'} (build it with 'selector dataset --hidden')")
-        hidden = {name: train.hidden[name] for name in names}
-    if args.projection is not None and (hidden is None or args.kind != "mlp"):
-        raise VerispecError(f"--projection {args.projection} sizes the hidden-state projections of the mlp "
-                            "selector: give --hidden too (and --kind mlp), or leave --projection out")
+    latency = latency_model(args, LatencyModel.from_dict(dataset.metadata["latency"]))
     start = time.perf_counter()
-    selector = train_selector(
-        features, train.efficiency[:, columns], times, sub, kind=args.kind, base=plain[0] if plain else None,
-        hidden=hidden, base_time=latency.target_time(1) if plain else None,  # plain decoding runs no draft
-        seed=args.seed, epochs=args.epochs, device=args.device, penalty=args.penalty, alpha=args.alpha,
-        projection=PROJECTION if args.projection is None else args.projection,
-        metadata={"pair": dataset.metadata.get("pair"), "tokenizer": dataset.metadata.get("tokenizer"),
-                  "vocab_size": dataset.metadata.get("vocab_size"), "samplings": dataset.metadata.get("samplings"),
-                  "latency": latency, "dataset": str(args.dataset), "dataset_roots": len(dataset),
-                  "test_fraction": args.test_fraction, "split_seed": args.split_seed,
-                  "train_groups": sorted(set(train.group.tolist())),
-                  "label_method": dataset.metadata.get("method"), **training_record(dataset, train)})
-    selector.save(args.out)
-    chosen = selector.choose_batch(test.features, None if hidden is None else
-                                   {name: test.hidden[name] for name in hidden}) if len(test) else []
-    summary = {"out": args.out, "kind": args.kind, "verifiers": list(verifiers), "actions": len(sub),
-               "train_roots": len(train), "test_roots": len(test), "latency": latency.as_dict(),
-               "seconds": time.perf_counter() - start,
-               "test_actions": sorted({sub.actions[int(i)].name for i in chosen})}
-    if args.json:
-        print_json(summary)
+    trained = train_on_dataset(
+        dataset, dataset_name=args.dataset, verifiers=args.verifiers, latency=latency, kind=args.kind,
+        test_fraction=args.test_fraction, split_seed=args.split_seed, hidden=args.hidden, projection=args.projection,
+        seed=args.seed, epochs=args.epochs, device=args.device, penalty=args.penalty, alpha=args.alpha)
+    trained.selector.save(args.out)
+    if args.json:  # "seconds" in its place, counting the save as well
+        print_json({"out": args.out, **trained.summary, "seconds": time.perf_counter() - start})
     else:
-        print(f"wrote {args.out}: {args.kind} selector over {len(sub)} actions ({', '.join(verifiers)}), trained on "
-              f"{len(train)} roots ({len(test)} held out), {_elapsed(start)}")
+        print(f"wrote {args.out}: {args.kind} selector over {len(trained.grid)} actions "
+              f"({', '.join(trained.grid.verifiers)}), trained on {trained.train_roots} roots ({trained.test_roots} "
+              f"held out), {_elapsed(start)}")
     return 0
 
 
 def _run_evaluate(args) -> int:
     from verispec.selector.dataset_file import Dataset
-    from verispec.selector.evaluate import compare_selected, evaluate
+    from verispec.selector.evaluate import evaluate_held_out
     from verispec.selector.fits import check_dataset_fits
     from verispec.selector.selector import Selector
-    from verispec.selector.split import held_out
 
     dataset = Dataset.load(args.dataset)
     selectors, sources = {}, {}
@@ -416,22 +363,8 @@ def _run_evaluate(args) -> int:
         selectors[name], sources[name] = Selector.load(path), f"the selector {str(path)!r}"
         # grid, pair, sampling and features before the split: each mismatch named, not 'other roots'
         check_dataset_fits(selectors[name], dataset, name=sources[name], source=f"the dataset {args.dataset!r}")
-    splits = {name: held_out(dataset, selector, name=sources[name], source=f"the dataset {args.dataset!r}")
-              for name, selector in selectors.items()}
-    first = next(iter(splits.values()))
-    for name, (train, _) in splits.items():
-        if list(train.group) != list(first[0].group):
-            raise VerispecError(f"selector {name!r} was trained on another split than {next(iter(splits))!r}; "
-                                "evaluate selectors of one split together")
-    train, test = first
-    report = evaluate(test, train, selectors, resamples=args.bootstrap, seed=args.seed)
-    if args.compare is not None:
-        names = [part.strip() for part in args.compare.split(",")]
-        if len(names) != 2 or any(name not in selectors for name in names):
-            raise VerispecError(f"--compare {args.compare!r}: give two selector names among {', '.join(selectors)}")
-        report["comparison"] = compare_selected(test, (names[0], selectors[names[0]]),
-                                                (names[1], selectors[names[1]]), train,
-                                                resamples=args.bootstrap, seed=args.seed)
+    report = evaluate_held_out(dataset, selectors, sources=sources, source=f"the dataset {args.dataset!r}",
+                               compare=args.compare, resamples=args.bootstrap, seed=args.seed)
     if args.json:
         print_json(report)
         return 0

@@ -317,6 +317,39 @@ def compare_selected(test, first: tuple[str, object], second: tuple[str, object]
     }
 
 
+def evaluate_held_out(dataset, selectors: Mapping[str, object], *, sources: Mapping[str, str] | None = None,
+                      source: str = "the dataset", compare: str | Sequence[str] | None = None,
+                      resamples: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict:
+    """``evaluate`` of the named ``selectors`` on ``dataset``'s held-out roots (``verispec selector evaluate``): the
+    split each recorded (``verispec.selector.split.held_out``; ``sources`` names each selector's file in its
+    refusals, ``source`` the dataset), which must be one split for all of them; with ``compare`` (two selector
+    names, "A,B" or a pair) the report's "comparison" is ``compare_selected`` of A against B. Checking each
+    selector against the dataset (``check_dataset_fits``) is the caller's, as it loads them."""
+    from verispec.errors import VerispecError
+    from verispec.selector.split import held_out
+
+    if not selectors:
+        raise SelectorError("no selector to evaluate; give at least one --selector FILE")
+    sources = sources or {}
+    splits = {name: held_out(dataset, selector, name=sources.get(name, f"selector {name!r}"), source=source)
+              for name, selector in selectors.items()}
+    first = next(iter(splits.values()))
+    for name, (train, _) in splits.items():
+        if list(train.group) != list(first[0].group):
+            raise VerispecError(f"selector {name!r} was trained on another split than {next(iter(splits))!r}; "
+                                "evaluate selectors of one split together")
+    train, test = first
+    report = evaluate(test, train, selectors, resamples=resamples, seed=seed)
+    if compare is not None:
+        names = [part.strip() for part in compare.split(",")] if isinstance(compare, str) else list(compare)
+        if len(names) != 2 or any(name not in selectors for name in names):
+            raise VerispecError(f"--compare {compare!r}: give two selector names among {', '.join(selectors)}")
+        report["comparison"] = compare_selected(test, (names[0], selectors[names[0]]),
+                                                (names[1], selectors[names[1]]), train,
+                                                resamples=resamples, seed=seed)
+    return report
+
+
 def label_quality(estimated: np.ndarray, reference: np.ndarray, reference_width: np.ndarray | None = None,
                   times: np.ndarray | None = None) -> dict:
     """Conditional-exact labels ``estimated`` [N, A] against exact or certified ``reference`` [N, A] at the same
@@ -353,5 +386,5 @@ def is_finite_table(report: dict) -> bool:
 
 
 __all__ = ["DEFAULT_BOOTSTRAP", "action_times", "best_static", "compare_selected", "crossfit_oracle_totals",
-           "evaluate", "evaluate_policies", "label_quality", "oracle_choice", "paired_policy_ratios", "paired_ratio",
-           "policy_totals", "selector_choice", "verifier_actions"]
+           "evaluate", "evaluate_held_out", "evaluate_policies", "label_quality", "oracle_choice",
+           "paired_policy_ratios", "paired_ratio", "policy_totals", "selector_choice", "verifier_actions"]

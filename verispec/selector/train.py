@@ -10,6 +10,9 @@ the second term penalising the alpha-fraction of roots where the policy loses mo
 
 ``train_selector`` fits ``kind`` = "mlp" (the paper's network), "linear" (multinomial linear model, same loss) or
 "lookup" (bins of one feature, no gradient), from features [N, F], labels E [N, A] and times T [A] or [N, A].
+``train_on_dataset`` does the same on a labelled dataset's training roots (``verispec selector train``): the
+recorded split, the chosen verifiers' sub-grid, the latency model's times, the hidden states it reads, and the
+record a selector file carries (``verispec.selector.fits``).
 Randomness is explicit: the weights, the batch order and the dropout masks come from three streams derived
 from ``seed`` (``numpy.random.SeedSequence``), each a ``torch.Generator``; on the CPU the same seed gives the
 same weights bit for bit.
@@ -18,13 +21,18 @@ same weights bit for bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from verispec.selector.actions import ActionGrid, SelectorError
-from verispec.selector.features import SCALAR_FEATURES, feature_index
+from verispec.errors import VerispecError
+from verispec.latency import LatencyModel
+from verispec.selector.actions import ActionGrid, SelectorError, policy_action_times
+from verispec.selector.features import SCALAR_FEATURES, feature_index, reads_draft
+from verispec.selector.fits import training_record
 from verispec.selector.network import DROPOUT, HIDDEN_SIZES, PROJECTION, LinearSelector, LookupSelector, SelectorNetwork
 from verispec.selector.selector import Selector
 
@@ -205,4 +213,107 @@ def _fit(model, features, blocks, efficiency, times, *, base, device, epochs, lr
     return epoch_loss
 
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_PENALTY", "best_static", "throughput_loss", "train_selector"]
+@dataclass(frozen=True)
+class TrainedSelector:
+    """A selector trained on a labelled dataset (``train_on_dataset``), not yet saved: the ``selector``, the
+    sub-grid ``grid`` of the dataset's actions it chooses among, the split's ``train_roots`` and ``test_roots``,
+    and ``summary``, the JSON-ready record of ``verispec selector train --json`` less its "out": kind, verifiers,
+    actions, train_roots, test_roots, latency, seconds (training and the held-out choice) and test_actions (the
+    actions it chooses at the held-out roots)."""
+
+    selector: Selector
+    grid: ActionGrid
+    train_roots: int
+    test_roots: int
+    summary: dict
+
+
+def train_on_dataset(dataset, *, dataset_name: str, verifiers: str | Sequence[str] | None = None,
+                     latency: LatencyModel | None = None, kind: str = "mlp", test_fraction: float = 0.25,
+                     split_seed: int = 0, hidden: str | Sequence[str] | None = None, projection: int | None = None,
+                     seed: int = 0, epochs: int = 300, device: str = "cpu", penalty: float = DEFAULT_PENALTY,
+                     alpha: float = DEFAULT_ALPHA) -> TrainedSelector:
+    """A ``kind`` selector trained with the loss of Eq. 12 (DDTE, Thomas et al. 2026, arXiv 2602.16994) on the
+    training roots of ``dataset`` (a ``verispec.selector.dataset_file.Dataset``, named ``dataset_name`` in its
+    record and refusals): ``Dataset.split(test_fraction, split_seed)`` by group, its actions restricted to
+    ``verifiers`` (comma-separated names or a sequence; None: all of the dataset's), priced by ``latency`` (None:
+    the dataset's recorded model; another model replaces the draft_time and target_time features, constant over
+    the roots) with ``policy_action_times`` (a selector reading the draft's laws pays a draft step on chain:0 too),
+    against plain decoding at t_p(1) when the grid holds it. ``hidden`` names the dataset's hidden states the
+    network reads ("all", comma-separated names, or a sequence; mlp only), each projected to ``projection``
+    dimensions (default ``PROJECTION``). The selector records the dataset's pair, tokenizer, vocabulary, sampling
+    settings, latency model and split (``verispec.selector.fits.training_record``). A refusal is one
+    ``VerispecError`` line naming the ``verispec selector train`` option at fault."""
+    if not 0 < test_fraction < 1:
+        raise VerispecError(f"--test-fraction must lie in (0, 1), got {test_fraction:g}")
+    train, test = dataset.split(test_fraction, split_seed)
+    grid = _verifier_grid(dataset.grid, verifiers)
+    columns = [dataset.grid.index(action) for action in grid.actions]
+    recorded = LatencyModel.from_dict(dataset.metadata["latency"])
+    latency = recorded if latency is None else latency
+    features = train.features.copy()  # [N, F]
+    if latency != recorded:  # the latency features are the model's, constant over the roots
+        feature_names = list(dataset.feature_names)
+        features[:, feature_names.index("draft_time")] = latency.draft_step
+        features[:, feature_names.index("target_time")] = latency.target_time(1)
+    if tuple(dataset.feature_names) != tuple(SCALAR_FEATURES):
+        raise VerispecError(f"{str(dataset_name)!r} holds the features {', '.join(dataset.feature_names)}, not this "
+                            "verispec's; rebuild the dataset")
+    # as it will decode: reading the draft's laws to choose, the selector pays a draft step on chain:0 too
+    times = policy_action_times(grid, latency, reads_draft=reads_draft(dataset.feature_names))  # [A']
+    plain = [index for index, action in enumerate(grid.actions) if action.depth == 0]
+    names = _hidden_names(dataset, hidden, dataset_name)
+    blocks = None if names is None else {name: train.hidden[name] for name in names}
+    if projection is not None and (blocks is None or kind != "mlp"):
+        raise VerispecError(f"--projection {projection} sizes the hidden-state projections of the mlp "
+                            "selector: give --hidden too (and --kind mlp), or leave --projection out")
+    start = time.perf_counter()
+    selector = train_selector(
+        features, train.efficiency[:, columns], times, grid, kind=kind, base=plain[0] if plain else None,
+        hidden=blocks, base_time=latency.target_time(1) if plain else None,  # plain decoding runs no draft
+        seed=seed, epochs=epochs, device=device, penalty=penalty, alpha=alpha,
+        projection=PROJECTION if projection is None else projection,
+        metadata={"pair": dataset.metadata.get("pair"), "tokenizer": dataset.metadata.get("tokenizer"),
+                  "vocab_size": dataset.metadata.get("vocab_size"), "samplings": dataset.metadata.get("samplings"),
+                  "latency": latency, "dataset": str(dataset_name), "dataset_roots": len(dataset),
+                  "test_fraction": test_fraction, "split_seed": split_seed,
+                  "train_groups": sorted(set(train.group.tolist())),
+                  "label_method": dataset.metadata.get("method"), **training_record(dataset, train)})
+    chosen = selector.choose_batch(test.features, None if blocks is None else
+                                   {name: test.hidden[name] for name in blocks}) if len(test) else []
+    summary = {"kind": kind, "verifiers": list(grid.verifiers), "actions": len(grid), "train_roots": len(train),
+               "test_roots": len(test), "latency": latency.as_dict(), "seconds": time.perf_counter() - start,
+               "test_actions": sorted({grid.actions[int(i)].name for i in chosen})}
+    return TrainedSelector(selector, grid, len(train), len(test), summary)
+
+
+def _verifier_grid(grid: ActionGrid, verifiers: str | Sequence[str] | None) -> ActionGrid:
+    """``grid``'s trees under ``verifiers`` (None: all of its verifiers), each of which it must label."""
+    from verispec.verifiers import split_names
+
+    names = grid.verifiers if verifiers is None else \
+        split_names(verifiers) if isinstance(verifiers, str) else tuple(verifiers)
+    unknown = [name for name in names if name not in grid.verifiers]
+    if unknown or not names:
+        raise VerispecError(f"--verifiers {verifiers!r}: the dataset labels the verifiers "
+                            f"{', '.join(grid.verifiers)} only")
+    return ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=tuple(names))
+
+
+def _hidden_names(dataset, hidden: str | Sequence[str] | None, dataset_name: str) -> list[str] | None:
+    """The hidden states of ``dataset`` a selector reads: ``hidden`` "all" (every one it holds), comma-separated
+    names or a sequence of names; None (or empty text) for none."""
+    if not hidden:
+        return None
+    held = sorted(dataset.hidden or {})
+    text = hidden if isinstance(hidden, str) else ",".join(hidden)
+    names = held if text.strip() == "all" else [name.strip() for name in text.split(",") if name.strip()]
+    missing = [name for name in names if name not in held]
+    if not held or missing or not names:
+        raise VerispecError(f"--hidden {text}: {str(dataset_name)!r} holds the hidden states "
+                            f"{', '.join(held) or 'none'} (build it with 'selector dataset --hidden')")
+    return names
+
+
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_PENALTY", "TrainedSelector", "best_static", "throughput_loss",
+           "train_on_dataset", "train_selector"]
