@@ -175,34 +175,37 @@ def multipath_table(results) -> str:
     return "\n".join(lines)
 
 
+def _table(header: tuple[str, ...], rows) -> str:
+    """A Markdown table: the header, its rule line and one line per row of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
+
+
 def gbv_table(results) -> str:
     entry = results("exact-findings.json")["gbv_commitment"]
-    lines = ["| program or rule | E[tau+1] |", "|---|---|",
-             f"| every valid verifier (multi-step LP) | {entry['optimum']:.6f} |",
-             f"| at most one token off GBV's path (`examples/my_class.py`) | {entry['one_off_path_optimum']:.6f} |",
-             f"| only along GBV's greedily selected path | {entry['selected_path_optimum']:.6f} |",
-             f"| `gbv` | {entry['block_efficiency']['gbv']:.6f} |"]
-    return "\n".join(lines)
+    return _table(("program or rule", "E[tau+1]"), [
+        ("every valid verifier (multi-step LP)", f"{entry['optimum']:.6f}"),
+        ("at most one token off GBV's path (`examples/my_class.py`)", f"{entry['one_off_path_optimum']:.6f}"),
+        ("only along GBV's greedily selected path", f"{entry['selected_path_optimum']:.6f}"),
+        ("`gbv`", f"{entry['block_efficiency']['gbv']:.6f}")])
 
 
 def sun_table(results) -> str:
     toy = results("exact-findings.json")["sun_toy"]
-    lines = ["| quantity | E[tau] |", "|---|---|",
-             f"| every valid verifier (multi-step LP, proved in rationals) | {_ninths(Fraction(toy['optimum']) - 1)} |",
-             f"| block verification (`bv`) | {_ninths(Fraction(toy['block_efficiency']['bv']) - 1)} |",
-             f"| token-level verification (`naive`) | {_ninths(Fraction(toy['block_efficiency']['naive']) - 1)} |",
-             f"| the per-length coupling bound (the paper's oracle) | {_ninths(Fraction(toy['coupling_bound']) - 1)} |"]
-    return "\n".join(lines)
+    tau = {name: _ninths(Fraction(value) - 1) for name, value in
+           (("optimum", toy["optimum"]), ("coupling", toy["coupling_bound"]), *toy["block_efficiency"].items())}
+    return _table(("quantity", "E[tau]"), [
+        ("every valid verifier (multi-step LP, proved in rationals)", tau["optimum"]),
+        ("block verification (`bv`)", tau["bv"]), ("token-level verification (`naive`)", tau["naive"]),
+        ("the per-length coupling bound (the paper's oracle)", tau["coupling"])])
 
 
 def typical_table(results) -> str:
     cost = results("exact-findings.json")["typical_cost"]
-    lines = ["| tree | lossless rule | exact TV to the target (mean, range) | E[tau+1] over the lossless rule |",
-             "|---|---|---|---|"]
-    for spec, entry in cost.items():
-        lines.append(f"| `{spec}` | `{entry['lossless_rule']}` | {entry['tv_mean']:.3f} ({entry['tv_min']:.3f}-"
-                     f"{entry['tv_max']:.3f}) | x{entry['efficiency_ratio_mean']:.3f} |")
-    return "\n".join(lines)
+    return _table(("tree", "lossless rule", "exact TV to the target (mean, range)", "E[tau+1] over the lossless rule"),
+                  [(f"`{spec}`", f"`{entry['lossless_rule']}`",
+                    f"{entry['tv_mean']:.3f} ({entry['tv_min']:.3f}-{entry['tv_max']:.3f})",
+                    f"x{entry['efficiency_ratio_mean']:.3f}") for spec, entry in cost.items()])
 
 
 def _bound(function, key: str):
