@@ -87,7 +87,7 @@ from verispec.sizes import log_add, log_prefix_count, readable_count
 #: Largest number of nonzero coefficients the multi-step LP builds. An emission at depth d meets V^(L-d)
 #: validity rows (every continuation of its block), so the matrix grows as (draft outcomes) * V^(L+1) and
 #: reaches gigabytes long before the variable limit: chain:6 at V = 4 has 115k variables but 90M nonzeros,
-#: and building it took 13 GB of memory (benchmarks/bench_lp.py) before this limit existed.
+#: and building it took 13 GB of memory (experiments/lp_sizes.py) before this limit existed.
 DEFAULT_MAX_NONZEROS = 10_000_000
 
 

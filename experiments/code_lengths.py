@@ -2,9 +2,9 @@
 
 Usage::
 
-    python benchmarks/code_lengths.py                      # this checkout's verispec/
-    python benchmarks/code_lengths.py --ref 9ab7900        # a commit, read with `git show` (no checkout needed)
-    python benchmarks/code_lengths.py --ref 9ab7900 --ref HEAD   # side by side
+    python experiments/code_lengths.py                      # this checkout's verispec/
+    python experiments/code_lengths.py --ref 9ab7900        # a commit, read with `git show` (no checkout needed)
+    python experiments/code_lengths.py --ref 9ab7900 --ref HEAD   # side by side
 
 Lines are physical lines of the file (``wc -l``); a function's length runs from its ``def`` line (decorators
 excluded) to its last line, nested functions and classes included; methods count as functions. The limits and

@@ -7,9 +7,9 @@ above the variable limit or the nonzero limit is recorded with the counts ``Prob
 reported, one whose draft outcomes cannot even be enumerated likewise. Rows are saved after each point,
 so an interrupted run resumes; --fresh starts over.
 
-    python benchmarks/bench_lp.py                        # results/bench_lp.json + .md
-    python benchmarks/bench_lp.py --quick                # a small grid
-    python benchmarks/bench_lp.py --max-variables 600000 # a larger limit
+    python experiments/lp_sizes.py                        # results/lp_sizes.json + .md
+    python experiments/lp_sizes.py --quick                # a small grid
+    python experiments/lp_sizes.py --max-variables 600000 # a larger limit
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def table(rows) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="results/bench_lp.json")
+    parser.add_argument("--output", default="results/lp_sizes.json")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--max-variables", type=int, default=DEFAULT_MAX_VARIABLES)
@@ -93,7 +93,7 @@ def main(argv=None) -> None:
     if args.fresh and path.exists():
         path.unlink()
     # the LP limits are part of each row's key; the problem is fixed in measure()
-    store = ResultStore(path, parameters={"benchmark": "bench_lp", "problem": "random_problem", "seed": 0,
+    store = ResultStore(path, parameters={"benchmark": "lp_sizes", "problem": "random_problem", "seed": 0,
                                           "divergence": 0.7})
     for spec, size, restriction in tqdm(list(grid(args.quick)), desc="configurations"):
         key = f"{spec}|V={size}|{restriction or 'none'}|limits={args.max_variables},{args.max_nonzeros}"
