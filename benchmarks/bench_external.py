@@ -14,7 +14,8 @@
 4. Every gallery bug checked from scratch as ``verispec check-external`` does it (witness search, then the
    verdict), and every correct version on one problem.
 
-Writes data/latency/bench_external.md (--output to write elsewhere).
+Writes results/bench_external.md (--output to write elsewhere; the run the docs cite is
+docs/results/bench/earlier/bench_external.md).
 
     python benchmarks/bench_external.py [--quick]
 """
@@ -191,7 +192,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="without the gallery")
     parser.add_argument("--race-limit", type=float, default=120.0,
                         help="seconds a race refusal may run (without the breakpoint check)")
-    parser.add_argument("--output", default="data/latency/bench_external.md")
+    parser.add_argument("--output", default="results/bench_external.md")
     args = parser.parse_args(argv)
     lines = [f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", ""] + chain_at_v4_l4()
     print("\n".join(lines), flush=True)

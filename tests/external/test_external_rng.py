@@ -516,7 +516,7 @@ def test_the_vllm_race_is_refused_in_the_first_rounds():
     with pytest.raises(NotPiecewiseConstantError, match="moves when uniform"):
         analyze(ContextFreeProblem([0.5, 0.3, 0.2], [0.2, 0.2, 0.6]), "chain:2", verifier)
     # without the breakpoint check, the bounds on boxes alone refuse it only after more than a million
-    # evaluations (data/latency/bench_external.md, "without the breakpoint check")
+    # evaluations (docs/results/bench/earlier/bench_external.md, "without the breakpoint check")
     assert verifier.stats.rounds > 0 and verifier.stats.evaluations < 50_000 and time.monotonic() - start < 10
 
 
