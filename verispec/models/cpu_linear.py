@@ -1,17 +1,17 @@
 """Linear layers of a few rows on a CPU, as ``(W @ x.T).T`` instead of torch's ``x @ W.T`` (opt-in).
 
-A decoding step feeds a model 1 to a few tokens, so every linear layer multiplies a [rows, in] input by its
-[out, in] weight for small ``rows``. On this project's 2-core CPU (AMD EPYC, torch 2.13's CPU build, float32)
-torch's ``linear`` runs that product for 2-4 rows at 2-3x the cost of one row, and a product taken as ``W @ x.T``
-(x row-major, so the operand is read column-major) costs less than torch's one-row product up to a few rows and
-less than its own up to 16: Qwen2.5-Coder's 151,936 x 1,536 output layer takes 47 ms for one row, 107 for two, 160
-for three and 134 for sixteen through ``linear``, and 30, 31, 37 and 94 ms this way (``benchmarks/bench_cpu_linear.py``,
-side by side; ``docs/results/bench/earlier/bench-cpu-linear.json``). A whole forward of the 1.5B target then costs 0.66x (1 token),
+A decoding step feeds a model 1 to a few tokens, so every linear layer multiplies a [rows, in] input by its [out, in]
+weight for small ``rows``. On this project's 2-core CPU (AMD EPYC, torch 2.13's CPU build, float32) torch's ``linear``
+runs that product for 2-4 rows at 2-3x the cost of one row, and a product taken as ``W @ x.T`` (x row-major, so the
+operand is read column-major) costs less than torch's one-row product up to a few rows and less than its own up to 16:
+Qwen2.5-Coder's 151,936 x 1,536 output layer takes 47 ms for one row, 107 for two, 160 for three and 134 for sixteen
+through ``linear``, and 30, 31, 37 and 94 ms this way (``benchmarks/bench_cpu_linear.py``, side by side;
+``docs/results/bench/earlier/bench-cpu-linear.json``). A whole forward of the 1.5B target then costs 0.66x (1 token),
 0.35x (2), 0.29x (3), 0.42x (4), 0.66x (5), 0.83x (16) what it did (x0.89-1.04 at 8, 12 and 13), of the 0.5B draft
-0.58x, 0.30x, 0.27x, 0.41x, 0.54x and 0.85x (x0.88-0.98 at 8, 12 and 13); from 17 rows torch's own path is
-taken. (Until 2026-11-26 the path stopped at 4 rows and took its input as it came: its own outputs are transposed
-views, so an MLP's act(gate) * up reached the down projection column-major, where the product took 2.9x as long,
-and a 2-token draft forward cost 94 ms against 61 for one; both measured again here.)
+0.58x, 0.30x, 0.27x, 0.41x, 0.54x and 0.85x (x0.88-0.98 at 8, 12 and 13); from 17 rows torch's own path is taken.
+(Until 2026-11-26 the path stopped at 4 rows and took its input as it came: its own outputs are transposed views, so
+an MLP's act(gate) * up reached the down projection column-major, where the product took 2.9x as long, and a 2-token
+draft forward cost 94 ms against 61 for one; both measured again here.)
 
 ``use_small_batch_linears(model)`` gives every ``torch.nn.Linear`` of a model this forward for float32 inputs of
 1 to ``MAX_ROWS`` rows on a CPU (a single row goes in twice and 9-15 rows padded with zero rows to 16: the wider
