@@ -26,7 +26,6 @@ their intervals are those of the difference, not of two separate figures.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -370,19 +369,6 @@ def label_quality(estimated: np.ndarray, reference: np.ndarray, reference_width:
         1 - score(reference)[np.arange(len(reference)), np.argmax(score(estimated), 1)]
         / np.max(score(reference), 1)))
     return result
-
-
-def is_finite_table(report: dict) -> bool:
-    """Whether every number of an evaluation is finite (what a JSON writer must be given)."""
-    def walk(value) -> bool:
-        if isinstance(value, float):
-            return math.isfinite(value)
-        if isinstance(value, Mapping):
-            return all(walk(v) for v in value.values())
-        if isinstance(value, (list, tuple)):
-            return all(walk(v) for v in value)
-        return True
-    return walk(report)
 
 
 __all__ = ["DEFAULT_BOOTSTRAP", "action_times", "best_static", "compare_selected", "crossfit_oracle_totals",

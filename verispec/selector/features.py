@@ -475,15 +475,6 @@ def _logit_law_features(p, q, r, temperature: float):
             min(max(kl_pq, 0.0), KL_CAP), min(max(kl_qp, 0.0), KL_CAP), 2 - 2 * shared]  # [6]
 
 
-def _host_scalars(values) -> np.ndarray:
-    """0-d numpy or torch values as float64 host numbers (torch ones on a device in one transfer)."""
-    if _is_torch(values[0]):
-        import torch
-
-        return torch.stack(values).double().cpu().numpy()
-    return np.array(values, dtype=np.float64)
-
-
 def context_features(context, *, latency) -> np.ndarray:
     """The ``SCALAR_FEATURES`` [F] of a decoding ``BlockContext`` (``verispec.models.block_context``), by the
     cheapest route its laws allow, all equal to ``scalar_features`` of the full laws to the kernel's rounding:

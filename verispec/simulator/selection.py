@@ -31,11 +31,6 @@ def rank_order(p, q):
     return order_with_ties(ratio, descending=False, tier=tier)
 
 
-def token_ranks(p, q):
-    """rank[..., t]: position of token t in the rank-key order (0 = lowest), [..., V]."""
-    return ranks_from_order(rank_order(p, q))
-
-
 def mass_ranked_below(p, q, order=None):
     """below[..., t] = sum of q(s) over tokens s ranked strictly below t, [..., V]; ``order`` [..., V] is
     ``rank_order(p, q)`` when the caller has it."""
