@@ -64,8 +64,9 @@ def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, 
     forwards' attention dense over every context (``CachedModel.packed(by_segment=False)``), as before 2026-11-26."""
     from verispec.models.problem import DEFAULT_NODES_PER_FORWARD, SharedContext
     from verispec.models.tree_forward import CachedModel
-    from verispec.selector.dataset import Root, root_problems
+    from verispec.selector.labelling import root_problems
     from verispec.selector.labels import conditional_exact_labels_together
+    from verispec.selector.roots import Root
 
     roots = [Root(tuple(context), "bench", sampling, pair=pair.name) for context in contexts]
     shared = SharedContext(pair)

@@ -71,10 +71,11 @@ def main(argv=None) -> int:
         from verispec.latency import LatencyModel
         from verispec.models import load_pair
         from verispec.selector.actions import ActionGrid, action_times
-        from verispec.selector.dataset import Root, root_problem
         from verispec.selector.dataset_file import Dataset
         from verispec.selector.label_quality import label_quality
+        from verispec.selector.labelling import root_problem
         from verispec.selector.labels import LabelSet, certified_labels, conditional_exact_labels
+        from verispec.selector.roots import Root
 
         if args.threads:
             torch.set_num_threads(args.threads)

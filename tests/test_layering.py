@@ -218,3 +218,23 @@ def test_a_script_importing_the_command_line_is_caught(tmp_path):
     assert _scripts_importing_the_command_line(tmp_path) == {
         "benchmarks/deep/lazy.py": ["verispec.cli.options", "verispec.cli"],
         "experiments/from_module.py": ["verispec.cli.selector"]}
+
+
+def test_no_selector_module_re_exports_another_modules_names():
+    """Each name a module of verispec/selector lists in ``__all__`` is defined there (issue 55): a caller imports a
+    name from the module that defines it, so there is one place to look for each."""
+    import ast
+
+    offenders = {}
+    for path in sorted((PACKAGE / "selector").glob("*.py")):
+        if path.name == "__init__.py":  # the package's lazy names point at the defining modules
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                    for alias in node.names}
+        listed = [element.value for node in tree.body if isinstance(node, ast.Assign)
+                  and any(getattr(target, "id", None) == "__all__" for target in node.targets)
+                  for element in node.value.elts]
+        if [name for name in listed if name in imported]:
+            offenders[path.name] = [name for name in listed if name in imported]
+    assert not offenders, offenders

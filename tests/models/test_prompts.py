@@ -220,7 +220,7 @@ def test_a_prompt_past_the_context_is_refused_naming_group_tokens_and_room(tiny)
 
 def test_trace_roots_refuses_a_long_prompt_before_decoding(tiny, monkeypatch):
     from verispec.models.sampling import Sampling
-    from verispec.selector.dataset import trace_roots
+    from verispec.selector.roots import trace_roots
 
     def forward(*_args, **_kwargs):
         raise AssertionError("the target ran before the prompt lengths were checked")

@@ -14,8 +14,9 @@ import pytest
 from verispec.latency import LatencyModel
 from verispec.models.sampling import Sampling
 from verispec.selector.actions import ActionGrid
-from verispec.selector.dataset import build_dataset, store_path, trace_roots
+from verispec.selector.dataset import build_dataset, store_path
 from verispec.selector.dataset_file import Dataset, DatasetError
+from verispec.selector.roots import trace_roots
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

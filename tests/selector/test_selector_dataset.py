@@ -18,16 +18,11 @@ import verispec
 from verispec.latency import LatencyModel
 from verispec.models.sampling import Sampling
 from verispec.selector.actions import ActionGrid
-from verispec.selector.dataset import (
-    Root,
-    build_dataset,
-    root_problem,
-    store_path,
-    synthetic_roots,
-    trace_roots,
-)
+from verispec.selector.dataset import build_dataset, store_path
 from verispec.selector.dataset_file import Dataset, DatasetError
 from verispec.selector.features import SCALAR_FEATURES
+from verispec.selector.labelling import root_problem
+from verispec.selector.roots import Root, synthetic_roots, trace_roots
 from verispec.simulator import MarkovProblem, random_context_free_problem, random_markov_problem
 
 GRID = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("specinfer", "traversal-iid"))

@@ -15,8 +15,10 @@ pytest.importorskip("transformers")
 from verispec.cli import main  # noqa: E402
 from verispec.models import generate  # noqa: E402
 from verispec.models.sampling import Sampling  # noqa: E402
-from verispec.selector.dataset import HIDDEN_NAMES, Root, build_dataset, root_hidden  # noqa: E402
+from verispec.selector.dataset import build_dataset  # noqa: E402
 from verispec.selector.dataset_file import Dataset, DatasetError  # noqa: E402
+from verispec.selector.hidden_states import HIDDEN_NAMES, root_hidden  # noqa: E402
+from verispec.selector.roots import Root  # noqa: E402
 from verispec.selector.selector import Selector, SelectorPolicy  # noqa: E402
 
 
@@ -96,7 +98,7 @@ def test_a_hidden_state_selector_trains_evaluates_and_decodes(built, capsys):
 def test_hidden_states_are_refused_without_a_pair_or_in_the_dataset(built, tmp_path, capsys):
     from verispec.latency import LatencyModel
     from verispec.selector import ActionGrid
-    from verispec.selector.dataset import synthetic_roots
+    from verispec.selector.roots import synthetic_roots
 
     with pytest.raises(DatasetError, match="hidden states come from a model pair"):
         build_dataset(synthetic_roots("context-free", 2, [0]), ActionGrid((1,), (0,), (0, 1), ("specinfer",)),

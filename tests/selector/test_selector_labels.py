@@ -20,15 +20,8 @@ import pytest
 import verispec
 from verispec.errors import VerispecError
 from verispec.selector.actions import ActionGrid
-from verispec.selector.labels import (
-    Combs,
-    LabelSet,
-    certified_labels,
-    comb_values,
-    conditional_exact_labels,
-    exact_labels,
-    sample_combs,
-)
+from verispec.selector.combs import Combs, comb_values, sample_combs
+from verispec.selector.labels import LabelSet, certified_labels, conditional_exact_labels, exact_labels
 from verispec.simulator import random_markov_problem, random_problem
 
 #: Two-sided z bound of the Monte-Carlo checks: P(|Z| > 4.5) = 6.8e-6 per action, so under 3e-4 over the ~35
@@ -279,7 +272,7 @@ def test_a_comb_beyond_the_node_limit_is_refused_before_any_draw():
     by name, before the problem is asked for anything."""
     from verispec.errors import ProblemTooLargeError
     from verispec.selector.actions import PAPER_GRID, ActionGrid
-    from verispec.selector.labels import MAX_COMB_NODES, check_comb_size, comb_nodes
+    from verispec.selector.combs import MAX_COMB_NODES, check_comb_size, comb_nodes
 
     assert comb_nodes(PAPER_GRID) == 297 and MAX_COMB_NODES == 4096
     check_comb_size(PAPER_GRID)

@@ -15,9 +15,10 @@ import pytest
 from verispec.io import ResultStore, pack_floats, unpack_floats
 from verispec.latency import LatencyModel
 from verispec.selector.actions import ActionGrid
-from verispec.selector.dataset import build_dataset, store_path, synthetic_roots
+from verispec.selector.dataset import build_dataset, store_path
 from verispec.selector.dataset_file import Dataset, DatasetError
 from verispec.selector.relabel import LABEL_ARRAYS, merge_labels, relabel_dataset, relabel_path
+from verispec.selector.roots import synthetic_roots
 
 GRID = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("specinfer", "traversal-iid"))
 LATENCY = LatencyModel.from_ratio(20.0)

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from verispec.models.sampling import Sampling
-from verispec.selector.dataset import trace_roots
 from verispec.selector.dataset_file import DatasetError
+from verispec.selector.roots import trace_roots
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -76,7 +76,7 @@ def test_a_partial_store_decodes_only_the_missing_traces(pair, tmp_path, monkeyp
 
 def test_the_command_passes_trace_batch_through(tmp_path, monkeypatch, capsys):
     """``verispec selector dataset --trace-batch N`` hands N to trace_roots (8 when not given); 0 is refused."""
-    import verispec.selector.dataset as dataset
+    import verispec.selector.roots as roots_module
     from tests.support.tiny_models import save_tiny_pair
     from verispec.cli import main
     from verispec.errors import VerispecError
@@ -90,7 +90,7 @@ def test_the_command_passes_trace_batch_through(tmp_path, monkeypatch, capsys):
         seen.append((batch_size, first_root))
         raise VerispecError("stopped after the traces' options")
 
-    monkeypatch.setattr(dataset, "trace_roots", stop)
+    monkeypatch.setattr(roots_module, "trace_roots", stop)
     command = ["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts), "--ks", "1",
                "--l1s", "0", "--l2s", "0", "--verifiers", "specinfer", "--threads", "1"]
     assert main([*command, "--out", str(tmp_path / "a.npz"), "--trace-batch", "3"]) == 2

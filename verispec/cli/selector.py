@@ -225,7 +225,8 @@ def _build(args) -> int:
 def _build_locked(args, relabel: bool, progress: bool) -> int:
     """``_build`` once OUT's row store is locked (``verispec.store_lock``)."""
     from verispec.selector.actions import ActionGrid
-    from verispec.selector.dataset import build_dataset, synthetic_roots
+    from verispec.selector.dataset import build_dataset
+    from verispec.selector.roots import synthetic_roots
     from verispec.study.grid import parse_seeds
 
     grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
@@ -234,7 +235,7 @@ def _build_locked(args, relabel: bool, progress: bool) -> int:
 
         check_relabel(args.out, args.relabel, grid)
     if args.method in ("auto", "conditional"):
-        from verispec.selector.labels import check_comb_size
+        from verispec.selector.combs import check_comb_size
 
         check_comb_size(grid)  # before a pair is loaded or a trace sampled
     latency = latency_model(args, DATASET_COST_RATIO)
@@ -284,9 +285,9 @@ def _pair_roots(args, relabel: bool, progress: bool):
     """(roots, pair): the pair loaded, its traces sampled (or read from FILE's trace store, which a relabel never
     starts over), a root every --every tokens."""
     from verispec.io import ResultStore
-    from verispec.selector.dataset import trace_roots, trace_store_path
+    from verispec.selector.dataset import trace_store_path
     from verispec.selector.prompt_sets import read_prompt_specs
-    from verispec.selector.roots import parse_setting
+    from verispec.selector.roots import parse_setting, trace_roots
 
     if args.first_root > args.trace_tokens:
         raise VerispecError(f"--first-root {args.first_root} is past the traces' end (--trace-tokens "

@@ -58,7 +58,8 @@ def run(report) -> None:
         report.sections.append("\n".join(lines))
         return
     from verispec.selector.actions import ActionGrid
-    from verispec.selector.dataset import build_dataset, synthetic_roots
+    from verispec.selector.dataset import build_dataset
+    from verispec.selector.roots import synthetic_roots
 
     start = time.perf_counter()
     scale = QUICK_SELECTOR if report.quick else FULL_SELECTOR

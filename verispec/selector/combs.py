@@ -46,9 +46,6 @@ import numpy as np
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.limits import MAX_DECODE_NODES
 from verispec.selector.comb_trees import (  # the names stay importable from here, as before the split
-    CHUNK_ELEMENTS,
-    FOREST_LAW_ENTRIES,
-    SOLVER_ELEMENTS,
     ShapeForms,
     evaluate_trees,
 )
@@ -266,6 +263,6 @@ def prepare_comb_targets(problem: Problem, combs: Combs) -> None:
         prepare(internal, draft=False)
 
 
-__all__ = ["CHUNK_ELEMENTS", "FOREST_LAW_ENTRIES", "LAW_ENTRIES", "MAX_COMB_NODES", "SOLVER_ELEMENTS", "Combs",
-           "action_shape", "check_comb_size", "comb_internal_prefixes", "comb_layout", "comb_nodes", "comb_values",
-           "prepare_comb_targets", "sample_combs", "sample_combs_together"]
+__all__ = ["LAW_ENTRIES", "MAX_COMB_NODES", "Combs", "action_shape", "check_comb_size", "comb_internal_prefixes",
+           "comb_layout", "comb_nodes", "comb_values", "prepare_comb_targets", "sample_combs",
+           "sample_combs_together"]

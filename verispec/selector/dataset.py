@@ -37,22 +37,16 @@ from verispec.errors import ProblemTooLargeError, ResultStoreError, describe
 from verispec.io import ResultStore, check_inside, check_output, check_output_file, unpack_floats
 from verispec.memory import trim_heap
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
-from verispec.selector.hidden_states import HIDDEN_NAMES, collect_hidden_states, root_hidden
+from verispec.selector.hidden_states import collect_hidden_states
 from verispec.selector.labelling import (
     check_pair_workers,
     label_pair_tasks,
-    label_root,
     label_roots,
     label_tasks,
-    root_problem,
-    root_problems,
 )
 from verispec.selector.roots import (
     Root,
     _sampling_dict,
-    sampling_text,
-    synthetic_roots,
-    trace_roots,
 )
 
 #: Label methods ``build_dataset`` accepts ("auto": exact for synthetic roots, falling back to conditional where
@@ -310,7 +304,7 @@ def _check_build(roots: list[Root], grid, method: str, samples, seed, epsilon, l
     if not isinstance(grid, ActionGrid):
         raise DatasetError(f"grid must be an ActionGrid, got {type(grid).__name__}")
     if method in ("auto", "conditional"):
-        from verispec.selector.labels import check_comb_size
+        from verispec.selector.combs import check_comb_size
 
         check_comb_size(grid)  # before any root is labelled
     if method not in BUILD_METHODS:
@@ -377,7 +371,5 @@ def _per_sample(rows: list[dict], actions: int) -> np.ndarray | None:
     return out
 
 
-__all__ = ["BUILD_METHODS", "HIDDEN_NAMES", "Root", "build_dataset", "check_dataset_output", "check_label_costs",
-           "check_pair_workers", "label_pair_tasks", "label_root", "label_roots", "label_tasks", "pair_root_groups",
-           "root_hidden", "root_problem", "root_problems", "sampling_text", "store_path", "synthetic_roots",
-           "trace_roots", "trace_store_path"]
+__all__ = ["BUILD_METHODS", "build_dataset", "check_dataset_output", "check_label_costs", "pair_root_groups",
+           "store_path", "trace_store_path"]

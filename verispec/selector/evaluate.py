@@ -371,6 +371,6 @@ def label_quality(estimated: np.ndarray, reference: np.ndarray, reference_width:
     return result
 
 
-__all__ = ["DEFAULT_BOOTSTRAP", "action_times", "best_static", "compare_selected", "crossfit_oracle_totals",
-           "evaluate", "evaluate_held_out", "evaluate_policies", "label_quality", "oracle_choice",
-           "paired_policy_ratios", "paired_ratio", "policy_totals", "selector_choice", "verifier_actions"]
+__all__ = ["DEFAULT_BOOTSTRAP", "best_static", "compare_selected", "crossfit_oracle_totals", "evaluate",
+           "evaluate_held_out", "evaluate_policies", "label_quality", "oracle_choice", "paired_policy_ratios",
+           "paired_ratio", "policy_totals", "selector_choice", "verifier_actions"]

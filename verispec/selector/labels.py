@@ -26,19 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from verispec.errors import VerispecError
-from verispec.selector.combs import (  # the comb's names stay importable from here, as before the split
-    CHUNK_ELEMENTS,
-    LAW_ENTRIES,
-    MAX_COMB_NODES,
-    Combs,
-    action_shape,
+from verispec.selector.combs import (
     check_comb_size,
-    comb_internal_prefixes,
-    comb_layout,
-    comb_nodes,
     comb_values,
     prepare_comb_targets,
-    sample_combs,
     sample_combs_together,
 )
 from verispec.simulator.problems import Problem
@@ -212,7 +203,5 @@ def certified_labels(problem: Problem, grid, epsilon: float, **options) -> Label
     return LabelSet((lower + upper) / 2, np.zeros(len(lower)), lower, upper, "certified")
 
 
-__all__ = ["CHUNK_ELEMENTS", "LABEL_METHODS", "LAW_ENTRIES", "MAX_COMB_NODES", "Combs", "LabelSet", "action_shape",
-           "certified_labels", "check_comb_size", "comb_internal_prefixes", "comb_layout", "comb_nodes", "comb_values",
-           "conditional_exact_labels", "conditional_exact_labels_together", "exact_label_method", "exact_labels",
-           "label_estimates", "sample_combs", "sample_combs_together"]
+__all__ = ["LABEL_METHODS", "LabelSet", "certified_labels", "conditional_exact_labels",
+           "conditional_exact_labels_together", "exact_label_method", "exact_labels", "label_estimates"]
