@@ -153,12 +153,9 @@ def ddte_regimes_table(results) -> str:
 
 def record_line(results, name: str) -> str:
     """Where a result came from: its command, commit, date and machine, one line."""
-    record = results(name)["record"]
-    machine = record["machine"]
-    threads = f", {machine['threads']} thread{'s' if machine['threads'] != 1 else ''}" if machine["threads"] else ""
-    return (f"`{record['command']}` at commit {record['commit'][:12]}, {record['date'][:10]}, "
-            f"{machine['cores']} cores ({machine.get('cpu', 'cpu')}{threads}, {machine['device']}, load "
-            f"{machine['load']:.1f})")
+    from verispec.provenance import describe_record
+
+    return describe_record(results(name)["record"])
 
 
 def multipath_table(results) -> str:

@@ -67,7 +67,7 @@ def gap_closed(rows: list[dict]) -> float | None:
     return None if optimum - best_other < 1e-9 else (psbv - best_other) / (optimum - best_other)
 
 
-def markdown(rows: list[dict], example: list[dict], seconds: float) -> str:
+def markdown(rows: list[dict], example: list[dict], seconds: float, record: dict | None = None) -> str:
     cells = defaultdict(list)
     for row in rows:
         cells[(row["K"], row["L"], row["V"], row["divergence"], row["seed"])].append(row)
@@ -84,6 +84,10 @@ def markdown(rows: list[dict], example: list[dict], seconds: float) -> str:
               "(1 = the optimum; cells where that gap is below 1e-9 are not counted); `psbv best`: seeds where psbv "
               "is at least the best other rule (to 1e-12). iid:3,3 at V = 4 is left out (its LP takes about 100 s "
               f"a problem here). {len(cells)} problems, {seconds:.0f} s.\n\n")
+    if record is not None:
+        from verispec.provenance import describe_record
+
+        out.write(f"Made by {describe_record(record)}.\n\n")
     header = ["K", "L", "V", "divergence", "optimum"] + [f"{rule} gap" for rule in rules] + ["psbv closes", "psbv best"]
     out.write("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n")
     for key in sorted(groups):
@@ -170,7 +174,7 @@ def run(seeds: int, out: Path, progress: bool = True, write_csv: bool = False) -
                          for row in rows + example)
         atomic_write_text(out.with_suffix(".csv"), buffer.getvalue())
     seconds = time.monotonic() - start
-    atomic_write_text(out.with_suffix(".md"), markdown(rows, example, seconds))
+    atomic_write_text(out.with_suffix(".md"), markdown(rows, example, seconds, record))
     atomic_write_json(out.with_suffix(".json"), {"record": {**record, "seconds": round(seconds, 1)},
                                                  "seeds": seeds, **summary(rows, example)})
     return rows

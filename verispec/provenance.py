@@ -139,6 +139,16 @@ def run_record(command: str, inputs=(), *, threads: int | None = None, device: s
             "inputs": {_shown(Path(path), root): sha256_file(path) for path in inputs}}
 
 
+def describe_record(record: dict) -> str:
+    """A run record (``run_record``) in one line: its command, commit, date and machine (the inputs' SHA-256 stay in
+    the file)."""
+    machine = record["machine"]
+    threads = machine.get("threads")
+    threads = f", {threads} thread{'s' if threads != 1 else ''}" if threads else ""
+    return (f"`{record['command']}` at commit {record['commit'][:12]}, {record['date'][:10]}, {machine['cores']} "
+            f"cores ({machine.get('cpu', 'cpu')}{threads}, {machine['device']}, load {machine['load']:.1f})")
+
+
 def _shown(path: Path, root: Path) -> str:
     """An input's name in a record: relative to the checkout when it lies inside, so records compare across
     clones."""
@@ -149,5 +159,5 @@ def _shown(path: Path, root: Path) -> str:
 
 
 __all__ = ["DATASET", "LATENCY", "MARKDOWN_MARKER", "MARKER_KEY", "PROBLEM", "REPORT", "RESULT_STORE", "SELECTOR",
-           "is_marked", "markdown_marked", "markdown_marker", "npz_member", "run_record",
+           "describe_record", "is_marked", "markdown_marked", "markdown_marker", "npz_member", "run_record",
            "sha256_bytes", "sha256_file", "written_by"]

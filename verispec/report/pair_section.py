@@ -208,6 +208,10 @@ def study_markdown(result: dict, heading: str, level: int = 1, figure: str | Non
                      f"({setting['grid']}) | {'/'.join(setting['label_methods'])} | {setting['prompts']} "
                      f"({setting['held_out_prompts']}) | {setting['roots']} ({setting['held_out_roots']}) |")
     lines += ["", "Regimes: " + "; ".join(entry["title"] for entry in result["regimes"].values()) + "."]
+    if "record" in result:  # the run that made it (verispec.provenance.run_record); the inputs' SHA-256 in the JSON
+        from verispec.provenance import describe_record
+
+        lines += ["", f"Made by {describe_record(result['record'])}."]
     for table in result["tables"]:
         lines += table_markdown(table, level + 1)
     if figure is not None:
