@@ -131,7 +131,8 @@ def test_sample_matches_outcomes():
 
 def test_draft_laws_declared():
     assert DraftLaw.SINGLE_PATH in parse_tree("delayed:1,2,2").draft_laws
-    assert parse_tree("delayed:2,1,1").draft_laws == {DraftLaw.IID_CHILDREN}
+    assert parse_tree("delayed:2,1,1").draft_laws == {DraftLaw.IID_CHILDREN, DraftLaw.TRUNK_IID_PATHS}
+    assert parse_tree("branch-iid:2,2").draft_laws == {DraftLaw.IID_CHILDREN}
     assert DraftLaw.ROOT_IID_PATHS in parse_tree("iid:3,2").draft_laws
     assert parse_tree("branch:2,2").draft_laws == {DraftLaw.WITHOUT_REPLACEMENT}
     assert parse_tree("iid:2,3") == RootIIDDrafter(2, 3) == parse_tree("delayed:2,0,3")

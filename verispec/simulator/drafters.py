@@ -50,6 +50,9 @@ class DraftLaw(enum.StrEnum):
     WITHOUT_REPLACEMENT = "children without replacement"
     #: K i.i.d. paths of equal length from the root (GBV's draft law).
     ROOT_IID_PATHS = "i.i.d. paths from the root"
+    #: One trunk path drawn from q, then K i.i.d. paths of equal length from its end (delayed trees; a trunk of
+    #: length 0 is ROOT_IID_PATHS, which those trees declare instead).
+    TRUNK_IID_PATHS = "i.i.d. paths after a trunk"
     #: At every node, its child list is a SpecHub hub pair from q(.|node) (Sun et al. 2024, arXiv 2411.05289):
     #: hub a = argmax q; X_1 ~ q; X_2 ~ q(. | != a) if X_1 = a, else X_2 = a. Just (a,) when q(a) = 1.
     HUB = "hub pairs"
@@ -332,7 +335,7 @@ class DelayedDrafter(Drafter):
             return CHAIN_LAWS
         if self.trunk == 0:
             return frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
-        return frozenset({DraftLaw.IID_CHILDREN})
+        return frozenset({DraftLaw.IID_CHILDREN, DraftLaw.TRUNK_IID_PATHS})
 
     @property
     def iid_branching(self) -> tuple[int, ...]:
@@ -436,6 +439,8 @@ class BranchingDrafter(Drafter):
             return frozenset({DraftLaw.WITHOUT_REPLACEMENT})
         if all(b == 1 for b in self.branching[1:]):
             return frozenset({DraftLaw.IID_CHILDREN, DraftLaw.ROOT_IID_PATHS})
+        if sum(b != 1 for b in self.branching) == 1:  # branch-iid:1,..,1,K,1,..,1 is delayed:K,L1,L2
+            return frozenset({DraftLaw.IID_CHILDREN, DraftLaw.TRUNK_IID_PATHS})
         return frozenset({DraftLaw.IID_CHILDREN})
 
     @property

@@ -234,7 +234,8 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
         if not rule_dp_applies(drafter, verifier):
             raise IncompatibleDraftError(
                 f"method 'rule-dp' needs a verifier with its own exact method covering the tree (gbv on iid:K,L; "
-                f"traversal on branch trees; traversal-iid on chain, iid, delayed and branch-iid trees); "
+                f"psbv on chain, iid and delayed trees; traversal on branch trees; traversal-iid on chain, iid, "
+                f"delayed and branch-iid trees); "
                 f"'{verifier.name}' on {drafter.spec} is not one")
         _check_output_law_size(problem, drafter)
         verifier.rule_dp.check_size(problem, drafter)

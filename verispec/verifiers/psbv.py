@@ -1,7 +1,9 @@
 """Position-sharing block verification, psbv: select one of K i.i.d. draft paths by the smallest of K random
 positions, then run block verification on it with the selected path's own law (verispec's rule).
 
-Draft law: K i.i.d. paths of length L from the root (``iid:K,L``), as GBV. Why this form: the best block
+Draft law: K i.i.d. paths of length L from the root (``iid:K,L``), as GBV, and delayed trees
+(``delayed:K,L1,L2``: a trunk of L1 tokens drawn from q, then K i.i.d. paths of L2 tokens from its end; below). Why
+this form: the best block
 efficiency of ANY valid verifier for these trees (the multi-step LP) is max over selection laws g of block
 verification's efficiency with g as the draft, where g ranges over the laws of one path selected from the K drafts
 (``verispec.bounds.path_selection``; docs/guides/rules_2025_26.md). GBV is one such selection (the lexicographic
@@ -32,12 +34,21 @@ position measures, their values, tilings, realisation and the selection law, is 
 * *verification*: block verification (Sun et al. 2024; ``verispec.verifiers.block``) on the selected path with
   the draft conditionals g(u c) / g(u): the selected path is distributed as a path drawn from them, so the output
   has the target's law (the other paths only influenced which path was selected). K = 1 is block verification.
+* *delayed trees*: the trunk is one path drawn from q, so there is nothing to select on it: the K paths get their
+  positions relative to the trunk's end t (its measure is the uniform one, as the root's on ``iid:K,L``), the rule
+  selects one of them as above with t as the root, and block verification runs on the whole selected path with
+  the draft conditionals q along the trunk and g(u c) / g(u) below t. Given the trunk, the selected branch is
+  distributed as g's path law from t (the positions' lemma, conditionally on the trunk), so the selected path is
+  distributed as that law and block verification with it is lossless. ``delayed:K,0,L2`` is ``iid:K,L2``,
+  ``delayed:1,L1,L2`` block verification on ``chain:L1+L2``. The trunk's end is read off the tree: the first node
+  whose child list is not one draw (``branch_point``).
 
 The law of one tree sums, over its distinct leaves, P(selected = leaf) (``selection_probabilities``, an integral of
 piecewise polynomials, exact in rationals) times block verification's law on the leaf's path. The sampling procedure
 draws each path's position piece by piece (a Bernoulli per path and piece, lowest piece first, ties broken
 uniformly) and runs block verification's procedure. Summed over draft outcomes, the law is one term per path u of
-length L with weight g(u) (``PositionSelectionSum``): V^L terms instead of V^(K L) trees.
+length L with weight g(u) (``PositionSelectionSum``; on a delayed tree, q(trunk) times g relative to the trunk's
+end): V^L terms instead of V^(K L) trees.
 
 Cost per block in decoding: one split per drafted internal node (a sort of the n drafted-support tokens, the
 minorant, and the realisation of each block, O(n^2 P) for P pieces of the node's measure in this implementation),
@@ -145,19 +156,37 @@ class _NodeState:
     child_values: list | None
 
 
-def tree_states(tree: DraftTree, paths: int, cache: _SplitCache | None = None) -> dict[int, _NodeState]:
-    """The position measure and value of every node of ``tree`` (K = ``paths``), top down."""
+def branch_point(tree: DraftTree) -> int:
+    """The node where the K paths start: the end of the trunk, the first node whose child list is not one draw (the
+    root on ``iid:K,L``; on a chain, whose one path is K = 1 paths, the root too)."""
+    node = 0
+    while len(tree.child_tokens[node]) == 1:
+        node = tree.child_nodes[node][0]
+    return node if tree.child_tokens[node] else 0
+
+
+def tree_states(tree: DraftTree, paths: int, cache: _SplitCache | None = None,
+                start: int = 0) -> dict[int, _NodeState]:
+    """The position measure and value of every node of ``tree`` (K = ``paths`` from the node ``start``), top down.
+    Above ``start`` (the trunk of a delayed tree) there is nothing to select: those nodes get the uniform measure,
+    value 1 and their children's values q(. | node), and ``start`` the uniform measure, so that measures and values
+    below it are relative to the trunk (each tree has one trunk)."""
     exact = tree.exact
     one = Fraction(1) if exact else 1.0
     root = PositionMeasure.uniform(one)
     states = {0: _NodeState(root, one, None)}
     keys = {0: (paths, exact)}
+    trunk = set(_path_nodes(tree, start)[:-1])
     for node in range(tree.num_nodes):  # parents come before children
         children = tree.child_nodes[node]
         if not children:
             continue
         state = states[node]
         p, q = _numbers(tree.p[node], exact), _numbers(tree.q[node], exact)
+        if node in trunk:
+            states[node] = _NodeState(root, one, q)
+            states[children[0]], keys[children[0]] = _NodeState(root, one, None), (paths, exact)
+            continue
         key = keys[node] + ((tuple(p), tuple(q)),)
 
         def compute(measure=state.measure, p=p, q=q):
@@ -198,9 +227,13 @@ def _selected_drafts(states: dict, nodes: list[int]) -> list:
 
 
 class PositionSelectionSum(RuleDP):
-    """psbv's exact law over every draft outcome of ``iid:K,L``, one term per path u of length L:
+    """psbv's exact law over every draft outcome of ``iid:K,L`` and ``delayed:K,L1,L2``, one term per path u of
+    length L:
 
         law = sum_u g(u) * block_law(u; p, g-conditionals),   g(u) = the value of nu_u,
+
+    (on a delayed tree g(u) = q(trunk) times the value relative to the trunk's end, and the conditionals are q
+    along the trunk),
 
     the positions' lemma (module docstring) in place of enumerating the V^(K L) trees; it assumes that lemma and
     nothing about losslessness, and the tests hold it to whole-tree enumeration (which integrates the selection
@@ -209,8 +242,7 @@ class PositionSelectionSum(RuleDP):
     name = "position-selection sum"
 
     def applies(self, drafter) -> bool:
-        branching = drafter.iid_branching
-        return bool(branching) and all(b == 1 for b in branching[1:])
+        return delayed_shape(drafter.iid_branching) is not None
 
     def check_size(self, problem, drafter) -> None:
         size, depth = problem.vocab_size, drafter.depth
@@ -225,28 +257,13 @@ class PositionSelectionSum(RuleDP):
                 "vocabulary")
 
     def output_law(self, problem, drafter, *, progress: bool = False) -> RuleLaw:
-        size, depth, paths = problem.vocab_size, drafter.depth, drafter.iid_branching[0] if drafter.depth else 0
+        size, depth = problem.vocab_size, drafter.depth
+        trunk, paths = delayed_shape(drafter.iid_branching)
         exact = problem.exact
         targets = [np.asarray(target_conditionals(problem, i)).reshape(size ** i, size) for i in range(depth + 1)]
         drafts = [np.asarray(draft_conditionals(problem, i)).reshape(size ** i, size) for i in range(depth)]
-        one = Fraction(1) if exact else 1.0
-        # states by depth: flat prefix index -> (measure, value); conditionals of the selected path by depth
-        level = {0: (PositionMeasure.uniform(one), one)}
-        conditionals = []
-        for i in range(depth):
-            budget.check("psbv's position-selection sum")
-            following, table = {}, {}
-            for index, (measure, value) in level.items():
-                budget.check("psbv's position-selection sum")
-                if not value > 0:  # rounded away (float): never selected, nor anything below it
-                    continue
-                values, measures = split(measure, _numbers(targets[i][index], exact),
-                                         _numbers(drafts[i][index], exact), paths, exact)
-                table[index] = [v / value for v in values]
-                for token, child in measures.items():
-                    following[index * size + token] = (child, values[token])
-            conditionals.append(table)
-            level = following
+        level, conditionals = _selection_levels(targets, drafts, size, trunk, paths, exact)
+        level = {leaf: (measure, value * weight) for leaf, (measure, value, weight) in level.items()}
         emitted = [np.zeros(size ** (length + 1), dtype=object if exact else np.float64) for length in range(depth + 1)]
         if exact:
             for array in emitted:
@@ -267,6 +284,46 @@ class PositionSelectionSum(RuleDP):
         return RuleLaw(emitted=shaped, details={"selected_paths": len(leaves)})
 
 
+def delayed_shape(branching) -> tuple[int, int] | None:
+    """(L1, K) for the i.i.d. branching of a delayed tree (one entry K at depth L1, every other 1; a chain is
+    K = 1 paths from the root, depth 0 too), else None (and None for a drafter without i.i.d. branching)."""
+    if branching is None:
+        return None
+    wide = [depth for depth, factor in enumerate(branching) if factor != 1]
+    if len(wide) > 1:
+        return None
+    return (wide[0], branching[wide[0]]) if wide else (0, 1)
+
+
+def _selection_levels(targets: list, drafts: list, size: int, trunk: int, paths: int, exact: bool):
+    """The position-selection sum's states, depth by depth: {path of length L: (measure, value, weight)} (the
+    measure and value relative to the trunk's end, weight = q(trunk)) and, by depth, {prefix: the selected path's
+    draft conditionals [V]} (q along the trunk)."""
+    one = Fraction(1) if exact else 1.0
+    level = {0: (PositionMeasure.uniform(one), one, one)}
+    conditionals = []
+    for i in range(len(drafts)):
+        budget.check("psbv's position-selection sum")
+        following, table = {}, {}
+        for index, (measure, value, weight) in level.items():
+            budget.check("psbv's position-selection sum")
+            if not value * weight > 0:  # rounded away (float): never selected, nor anything below it
+                continue
+            q = _numbers(drafts[i][index], exact)
+            if i < trunk:  # one path drawn from q: nothing to select; the K paths start uniform at its end
+                table[index] = q
+                following.update({index * size + token: (measure, value, weight * q[token])
+                                  for token in range(size) if q[token] > 0})
+                continue
+            values, measures = split(measure, _numbers(targets[i][index], exact), q, paths, exact)
+            table[index] = [v / value for v in values]
+            for token, child in measures.items():
+                following[index * size + token] = (child, values[token], weight)
+        conditionals.append(table)
+        level = following
+    return level, conditionals
+
+
 #: Most paths V^L the position-selection sum visits, and most steps of its splits (prefixes shorter than L times
 #: V^2): iid:2,3 at V = 16 is 2^18 steps and a few seconds.
 MAX_SELECTED_PATHS = 1 << 16
@@ -278,14 +335,20 @@ class PositionSharingBlockVerifier(Verifier):
     summary = ("position-sharing block verification: the path with the smallest of K random positions (each node's "
                "split most nearly proportional to p), then block verification with its law")
     citation = "verispec, docs/guides/rules_2025_26.md; block verification of Sun et al. 2024, arXiv 2403.10444"
-    valid_for = frozenset({DraftLaw.ROOT_IID_PATHS})
+    valid_for = frozenset({DraftLaw.ROOT_IID_PATHS, DraftLaw.TRUNK_IID_PATHS})
     #: The selection treats the K paths alike and the verification reads only the selected path: any order of the
-    #: paths gives the same law (tests/simulator/test_fast_enumeration.py checks the declaration by permuting paths).
+    #: paths (from the root, or from a delayed tree's trunk) gives the same law (tests/simulator/
+    #: test_fast_enumeration.py checks the declaration by permuting paths).
     order_free = True
     rule_dp = PositionSelectionSum()
 
     def __init__(self):
         self._cache = _SplitCache(SPLIT_CACHE_SIZE)
+
+    def _states(self, tree: DraftTree) -> dict[int, _NodeState]:
+        """Every node's state, the K paths taken from the trunk's end (the root but on delayed trees)."""
+        start = branch_point(tree)
+        return tree_states(tree, len(tree.child_tokens[start]), self._cache, start)
 
     def emission_laws(self, batch: TreeBatch):
         laws = [self._tree_law(batch.tree(row)) for row in range(batch.num_rows)]
@@ -300,8 +363,7 @@ class PositionSharingBlockVerifier(Verifier):
         if not tree.child_nodes[0]:
             law[0] = tree.p[0]
             return law
-        paths = len(tree.child_tokens[0])
-        states = tree_states(tree, paths, self._cache)
+        states = self._states(tree)
         copies = _leaf_copies(tree)
         leaves = list(copies)
         chosen = selection_probabilities([states[leaf].measure for leaf in leaves], [copies[leaf] for leaf in leaves])
@@ -329,8 +391,7 @@ class PositionSharingBlockVerifier(Verifier):
         # to be lowest (their positions are uniform on it). Then block verification's procedure on that path.
         if not tree.child_nodes[0]:
             return 0, chooser.categorical(tree.p[0])
-        paths = len(tree.child_tokens[0])
-        states = tree_states(tree, paths, self._cache)
+        states = self._states(tree)
         copies = _leaf_copies(tree)
         drawn = [leaf for leaf, count in copies.items() for _ in range(count)]
         measures = [states[leaf].measure for leaf in drawn]
