@@ -84,6 +84,12 @@ def fixed(value: float, digits: int = 4) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
+def with_interval(value: float, interval, digits: int = 3) -> str:
+    """``value [low, high]`` to ``digits`` decimals (``fixed``): how the report and the docs write an estimate and its
+    95% interval."""
+    return f"{fixed(value, digits)} [{fixed(interval[0], digits)}, {fixed(interval[1], digits)}]"
+
+
 def signed(value: float, digits: int = 4) -> str:
     """``value`` with its sign to ``digits`` decimals; a value that rounds to zero prints as an unsigned zero."""
     text = f"{value:+.{digits}f}"

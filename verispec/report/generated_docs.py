@@ -129,8 +129,9 @@ def section(text: str, heading: str) -> str:
 
 def ratio(entry: Mapping, key: str = "ratio", ci: str = "ratio_ci") -> str:
     """A ratio and its 95% interval as the docs write them: ``x1.042 [1.030, 1.053]``."""
-    low, high = entry[ci]
-    return f"x{entry[key]:.3f} [{low:.3f}, {high:.3f}]"
+    from verispec.report.common import with_interval
+
+    return f"x{with_interval(entry[key], entry[ci])}"
 
 
 __all__ = ["GeneratedDocsError", "ResultFiles", "load_result", "ratio", "render", "section", "stale_markers",

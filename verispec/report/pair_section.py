@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from verispec.errors import VerispecError
 from verispec.io import atomic_write_json, atomic_write_text
-from verispec.report.common import fixed, plural, pyplot, save_figure
+from verispec.report.common import plural, pyplot, save_figure, with_interval
 from verispec.selector.study import (
     DEFAULT_EPOCHS,
     FIGURE_FILE,
@@ -43,10 +42,6 @@ POLICY_NAMES = {"static": "best static", "mlp": "selector (mlp)", HIDDEN_KIND: "
                 "oracle": "oracle, in-sample"}
 
 
-def _ci(value: float, interval: Sequence[float], digits: int = 3) -> str:
-    return f"{fixed(value, digits)} [{fixed(interval[0], digits)}, {fixed(interval[1], digits)}]"
-
-
 def _percent(entry: dict | None) -> str:
     if entry is None:
         return "n/a (no per-tree labels)"
@@ -74,15 +69,17 @@ def _policy_rows(table: dict) -> list[str]:
             if row is None:
                 continue
             label += " (biased upward)" if row.get("biased_upward") else ""
-            lines.append(f"| {rule} | {label} | {_ci(row['tokens_per_target_call'], row['tokens_per_target_call_ci'])} "
-                         f"| {_ci(row['throughput'], row['throughput_ci'], 4)} | "
-                         f"{_ci(row['ratio_to_static'], row['ratio_to_static_ci'])} | {_chosen(policy, row)} |")
+            calls = with_interval(row["tokens_per_target_call"], row["tokens_per_target_call_ci"])
+            throughput = with_interval(row["throughput"], row["throughput_ci"], 4)
+            lines.append(f"| {rule} | {label} | {calls} | {throughput} | "
+                         f"{with_interval(row['ratio_to_static'], row['ratio_to_static_ci'])} | "
+                         f"{_chosen(policy, row)} |")
     return lines
 
 
 def _versus(entry: dict) -> str:
     """A paired ratio's cells: the ratio with its interval, and whether it lies above 1."""
-    return f"{_ci(entry['ratio'], entry['ratio_ci'])} | {VERDICTS[entry['verdict']]}"
+    return f"{with_interval(entry['ratio'], entry['ratio_ci'])} | {VERDICTS[entry['verdict']]}"
 
 
 def _baseline_rows(table: dict) -> list[str]:
@@ -120,7 +117,7 @@ def _ddte_rows(table: dict) -> list[str]:
             f"{row['rival']} with its own {_selector_words(row['rival_policy'])}"
         needed = "met" if row["prompts_for_target"] is None else \
             f"{row['prompts_for_target']:,} (now {row['held_out_prompts']})"
-        lines.append(f"| {row['lead']} with its {lead} / {rival} | {_ci(row['ratio'], row['ratio_ci'])} | "
+        lines.append(f"| {row['lead']} with its {lead} / {rival} | {with_interval(row['ratio'], row['ratio_ci'])} | "
                      f"{row['half_width']:.1%} | {needed} |")
     return lines
 
@@ -278,7 +275,8 @@ def study_findings(result: dict) -> list[str]:
                 f"on {table['held_out_prompts']} held-out prompts")
         for row in table["ddte"]:
             if row["rival_policy"] == "selector" and row.get("lead_policy", "selector") == "selector":
-                text += f"; x{_ci(row['ratio'], row['ratio_ci'])} against {row['rival']} with its own selector"
+                text += (f"; x{with_interval(row['ratio'], row['ratio_ci'])} against {row['rival']} with its own "
+                         "selector")
         findings.append(text + ".")
     return findings
 
