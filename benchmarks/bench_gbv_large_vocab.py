@@ -239,7 +239,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     from measure import comparison, start_record, write_result  # benchmarks/measure.py
 
-    started = start_record(__file__, argv) if args.result else None
+    started = start_record(__file__, argv, result=args.result) if args.result else None
     entries = []
     verifier = GreedyBlockVerifier()
     for tree in args.trees.split(","):

@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     if args.worker:
         json.dump(worker(args.quick, repeats, vocabularies), sys.stdout)
         return 0
-    started = start_record(__file__, argv, threads=1) if args.result else None
+    started = start_record(__file__, argv, threads=1, result=args.result) if args.result else None
     sides, notes, loads = {}, [], {}
     for label, path in (("before", args.before), ("after", None)):
         if label == "before" and not path:

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     import numpy as np
     from measure import comparison, median_us, start_record, write_result  # benchmarks/measure.py; loads numpy
 
-    started = start_record(__file__, argv, threads=args.threads) if args.result else None
+    started = start_record(__file__, argv, threads=args.threads, result=args.result) if args.result else None
 
     from verispec import native
     from verispec.selector.features import _logit_parts

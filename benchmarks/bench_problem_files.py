@@ -59,7 +59,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     from measure import checkout_commit, comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 
-    started = start_record(__file__, argv, threads=1) if args.result else None
+    started = start_record(__file__, argv, threads=1, result=args.result) if args.result else None
 
     from verispec.provenance import sha256_file
     from verispec.simulator.generators import random_problem

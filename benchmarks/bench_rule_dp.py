@@ -70,7 +70,7 @@ def main(argv=None) -> None:
                         help="run this case instead of the grid (repeatable)")
     parser.add_argument("--result", help="also write this run's rows and its record here (JSON)")
     args = parser.parse_args(argv)
-    started = start_record(__file__, argv) if args.result else None
+    started = start_record(__file__, argv, result=args.result) if args.result else None
     path = Path(args.output)
     if args.fresh and path.exists():
         path.unlink()

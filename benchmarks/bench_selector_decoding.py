@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         os.environ.setdefault(variable, str(args.threads))
     from measure import start_record, write_result  # benchmarks/measure.py
 
-    started = start_record(__file__, argv, threads=args.threads) if args.result else None
+    started = start_record(__file__, argv, threads=args.threads, result=args.result) if args.result else None
     import warnings
 
     import torch

@@ -68,7 +68,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     from measure import checkout_commit, comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 
-    started = start_record(__file__, argv, threads=1) if args.result else None
+    started = start_record(__file__, argv, threads=1, result=args.result) if args.result else None
     here = Path(__file__).resolve().parents[1]
     rows, measured = [], []
     for cached in (True, False):

@@ -87,11 +87,13 @@ class RunStart:
         self.record, self.started = record, started
 
 
-def start_record(script: str, argv=None, inputs=(), *, threads: int | None = None) -> RunStart:
+def start_record(script: str, argv=None, inputs=(), *, threads: int | None = None, result=None) -> RunStart:
     """The record of a benchmark run, taken at its START (so the load average is the box's before the run adds its
     own): ``verispec.provenance.run_record`` of the command ``python benchmarks/SCRIPT ARGV`` (``argv`` None: this
     process's ``sys.argv[1:]``), ``inputs`` (files whose SHA-256 is recorded) and ``threads`` (the torch threads the
-    run pins; None: not a torch run), plus the thread caps in the environment (``THREAD_VARIABLES``).
+    run pins; None: not a torch run), plus the thread caps in the environment (``THREAD_VARIABLES``). ``result``: the
+    file ``write_result`` will write, refused here, before any work, when a file that is not a result file is there
+    (``verispec.provenance.check_result_output``).
 
     Two steps, because the record must be taken before the work and the file written after it::
 
@@ -104,8 +106,15 @@ def start_record(script: str, argv=None, inputs=(), *, threads: int | None = Non
     import shlex
     import sys
 
-    from verispec.provenance import run_record
+    from verispec.provenance import check_result_output, run_record
 
+    if result is not None:
+        from verispec.errors import VerispecError
+
+        try:
+            check_result_output(result)
+        except VerispecError as error:  # one line, as verispec's commands refuse
+            raise SystemExit(f"{Path(script).name}: --result {error}") from None
     argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]
     record = run_record(f"python benchmarks/{Path(script).name} {shlex.join(argv)}".rstrip(), inputs,
                         threads=threads)
@@ -137,10 +146,6 @@ def comparison(now: float, before: float | None, **sizes) -> dict:
 
 def checkout_commit(folder) -> str | None:
     """The commit a checkout (a git worktree of an older commit, a benchmark's baseline) is at; None outside git."""
-    import subprocess
+    from verispec.provenance import commit_of
 
-    try:
-        return subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return commit_of(folder, mark_dirty=False)

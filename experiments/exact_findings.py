@@ -91,12 +91,17 @@ def typical_cost(seeds: int = 20) -> dict:
 
 
 def main(argv=None) -> int:
+    from verispec.errors import VerispecError
     from verispec.io import atomic_write_json
-    from verispec.provenance import run_record
+    from verispec.provenance import check_result_output, run_record
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the result file (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
+    try:
+        check_result_output(args.out)  # never over a file that is not a result file
+    except VerispecError as error:
+        parser.error(str(error))
     record = run_record(shlex.join(["python", "experiments/exact_findings.py", *(argv or sys.argv[1:])]),
                         [CLASS_FILE])
     start = time.monotonic()

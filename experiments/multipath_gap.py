@@ -180,6 +180,24 @@ def run(seeds: int, out: Path, progress: bool = True, write_csv: bool = False) -
     return rows
 
 
+def refused_outputs(out: Path) -> str | None:
+    """Why this run may not write ``out``.{json,md,csv} (None: it may): each is replaced only where ``out``.json is
+    a result file (``verispec.provenance.check_result_output``), the run that wrote the others beside it."""
+    from verispec.errors import VerispecError
+    from verispec.provenance import check_result_output
+
+    try:
+        check_result_output(out.with_suffix(".json"))
+    except VerispecError as error:
+        return str(error)
+    if not out.with_suffix(".json").exists():
+        for other in (out.with_suffix(".md"), out.with_suffix(".csv")):
+            if other.exists() or other.is_symlink():
+                return (f"{str(other)!r} exists without its result file {out.with_suffix('.json').name}: choose "
+                        "another --out")
+    return None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=20, help="problems per (K, L, V, divergence) (default 20)")
@@ -188,6 +206,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be at least 1, got {args.seeds}")
+    refusal = refused_outputs(args.out)
+    if refusal:
+        parser.error(refusal)
     run(args.seeds, args.out, write_csv=args.csv)
     print(args.out.with_suffix(".md"))
     return 0

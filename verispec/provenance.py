@@ -93,18 +93,41 @@ def sha256_file(path: str | Path) -> str | None:
     return digest.hexdigest()
 
 
-def _commit(root: Path) -> str:
-    """The checkout's commit, with ``-dirty`` when tracked files differ from it; ``unknown`` outside a checkout."""
+def commit_of(folder: str | Path, *, mark_dirty: bool = True) -> str | None:
+    """The commit a checkout is at, with ``-dirty`` (``mark_dirty``) when its tracked files differ from it; None
+    outside a git checkout."""
     import subprocess
 
+    def git(*arguments: str) -> str:
+        return subprocess.run(["git", "-C", str(folder), *arguments], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        dirty = mark_dirty and bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return None
     return head + ("-dirty" if dirty else "")
+
+
+def check_result_output(path: str | Path) -> None:
+    """Refuse (``VerispecError``, one line) to write a result file over a file that is not one: a result file is
+    JSON with a ``record`` naming its command (``run_record``); anything else at ``path`` is the user's."""
+    import json
+
+    from verispec.errors import VerispecError
+
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    try:
+        ours = path.is_file() and not path.is_symlink() and isinstance(
+            json.loads(path.read_text()).get("record", {}).get("command"), str)
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        raise VerispecError(f"{str(path)!r} exists and is not a result file (JSON with a 'record' naming its "
+                            "command); choose another path, or move the file away")
 
 
 def _cpu_model() -> str:
@@ -132,7 +155,7 @@ def run_record(command: str, inputs=(), *, threads: int | None = None, device: s
     import platform
 
     root = Path(__file__).resolve().parent.parent
-    return {"command": command, "commit": _commit(root),
+    return {"command": command, "commit": commit_of(root) or "unknown",
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "threads": threads, "device": device,
                         "load": round(os.getloadavg()[0], 2), "python": platform.python_version()},
@@ -159,5 +182,5 @@ def _shown(path: Path, root: Path) -> str:
 
 
 __all__ = ["DATASET", "LATENCY", "MARKDOWN_MARKER", "MARKER_KEY", "PROBLEM", "REPORT", "RESULT_STORE", "SELECTOR",
-           "describe_record", "is_marked", "markdown_marked", "markdown_marker", "npz_member", "run_record",
-           "sha256_bytes", "sha256_file", "written_by"]
+           "check_result_output", "commit_of", "describe_record", "is_marked", "markdown_marked", "markdown_marker",
+           "npz_member", "run_record", "sha256_bytes", "sha256_file", "written_by"]

@@ -1,0 +1,52 @@
+"""Result files follow the one rule for writers: a script writes its result (``--out``, ``--result``) over a file
+only when that file is a result file itself (JSON with a ``record`` naming its command), and refuses in one line,
+before any work, anything else at that path (``verispec.provenance.check_result_output``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verispec.errors import VerispecError
+from verispec.provenance import check_result_output, run_record
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_only_a_result_file_may_be_replaced(tmp_path):
+    check_result_output(tmp_path / "absent.json")  # nothing there: written
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"record": run_record("python experiments/x.py"), "value": 1}))
+    check_result_output(result)
+    for name, content in (("user.json", '{"mine": 1}'), ("notes.txt", "not JSON"), ("list.json", "[1, 2]"),
+                          ("no-command.json", '{"record": {}}')):
+        (tmp_path / name).write_text(content)
+        with pytest.raises(VerispecError, match="is not a result file") as error:
+            check_result_output(tmp_path / name)
+        assert "\n" not in str(error.value)
+    (tmp_path / "link.json").symlink_to(result)  # never through a link, even to a result file
+    with pytest.raises(VerispecError, match="is not a result file"):
+        check_result_output(tmp_path / "link.json")
+
+
+@pytest.mark.parametrize("script", ["experiments/exact_findings.py", "experiments/multipath_gap.py"])
+def test_an_experiment_refuses_a_users_file_before_any_work_and_keeps_it(tmp_path, script):
+    """The control: the same file, once the output is a result file of the run, is replaced (exact_findings)."""
+    user = tmp_path / "out.json"
+    user.write_text('{"mine": 1}\n')
+    out = ["--out", str(user if "exact" in script else tmp_path / "out")]
+    seeds = ["--seeds", "1"] if "gap" in script else []
+    completed = subprocess.run([sys.executable, str(ROOT / script), *out, *seeds], capture_output=True, text=True,
+                               timeout=120)
+    assert completed.returncode == 2 and "is not a result file" in completed.stderr
+    assert user.read_text() == '{"mine": 1}\n'
+    assert not (tmp_path / "out.md").exists()
+    if "exact" in script:
+        user.write_text(json.dumps({"record": run_record("python experiments/exact_findings.py")}))
+        rerun = subprocess.run([sys.executable, str(ROOT / script), *out], capture_output=True, text=True, timeout=120)
+        assert rerun.returncode == 0, rerun.stderr
+        assert "sun_toy" in json.loads(user.read_text())
