@@ -318,11 +318,13 @@ HOW_FAST = (
 def how_fast(results) -> str:
     """The README's "How fast": each row read from a benchmark's result file under docs/results/bench/, "now"
     against the baseline measured in the same run; the machine stated once above the table."""
-    lines, machines = ["| what | now | before | speed-up | baseline, same run |", "|---|---|---|---|---|"], set()
+    lines = ["| what | now | before | speed-up | baseline, same run |", "|---|---|---|---|---|"]
+    machines, loads = set(), []
     for what, name, match, written, baseline in HOW_FAST:
         result, row = results(f"bench/{name}.json"), _bench_row(results, name, **match)
         machine = result["record"]["machine"]
         machines.add(f"{machine['cores']}-core {machine.get('cpu', 'CPU')}")
+        loads.append(machine["load"])
         if baseline == "commit":
             baseline = f"commit {result['before_commit'][:7]}"
         if row["before"] is None:
@@ -331,8 +333,9 @@ def how_fast(results) -> str:
             before, ratio = written(row["before"]), f"x{row['ratio']:.1f}" if row["ratio"] < 100 else \
                 f"x{row['ratio']:,.0f}"
         lines.append(f"| {what} | {written(row['now'])} | {before} | {ratio} | {baseline} (`{name}`) |")
-    header = (f"On a {' and a '.join(sorted(machines))}, one thread, float64, each row against its baseline in the "
-              "same run (`benchmarks/`; command, commit and load in `docs/results/bench/`).")
+    header = (f"On a {' and a '.join(sorted(machines))}, one thread, float64, load {min(loads):.1f}-{max(loads):.1f} "
+              "at each run's start, each row against its baseline in the same run (`benchmarks/`; command and commit "
+              "in `docs/results/bench/`).")
     return "\n".join([header, "", *lines])
 
 
