@@ -110,6 +110,11 @@ def commit_of(folder: str | Path, *, mark_dirty: bool = True) -> str | None:
     return head + ("-dirty" if dirty else "")
 
 
+#: The largest file ``check_result_output`` reads to see whether it is a result file (the largest verispec writes,
+#: the selector study's JSON, is about 0.2 MB).
+MAX_RESULT_BYTES = 1 << 26
+
+
 def check_result_output(path: str | Path) -> None:
     """Refuse (``VerispecError``, one line) to write a result file over a file that is not one: a result file is
     JSON with a ``record`` naming its command (``run_record``); anything else at ``path`` is the user's."""
@@ -120,8 +125,8 @@ def check_result_output(path: str | Path) -> None:
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return
-    try:
-        ours = path.is_file() and not path.is_symlink() and isinstance(
+    try:  # a result file is small; a large file is not one, and is not read to find out
+        ours = path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_RESULT_BYTES and isinstance(
             json.loads(path.read_text()).get("record", {}).get("command"), str)
     except (OSError, ValueError, AttributeError):
         ours = False
