@@ -76,5 +76,17 @@ def regime_models(cpu_latency=None) -> dict[str, LatencyModel]:
     return models
 
 
+def regime_features(data, latency: LatencyModel):
+    """``data``'s (a selector ``Dataset``) features [N, F] with draft_time and target_time set to ``latency``'s t_q
+    and t_p(1): they are the regime's, constant over the roots (``selector train --latency`` and the study's
+    regimes both read the features this way)."""
+    features = data.features.copy()  # [N, F]
+    names = list(data.feature_names)
+    for name, value in (("draft_time", latency.draft_step), ("target_time", latency.target_time(1))):
+        if name in names:
+            features[:, names.index(name)] = value
+    return features
+
+
 __all__ = ["H100_DRAFT_MS", "H100_DRAFT_RATIOS", "H100_TARGET_MS", "H100_TARGET_RATIOS", "REGIME_NAMES",
-           "REGIME_TITLES", "h100_latency", "regime_models"]
+           "REGIME_TITLES", "h100_latency", "regime_features", "regime_models"]

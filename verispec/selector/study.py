@@ -64,7 +64,7 @@ from verispec.selector.evaluate import (
     verifier_actions,
 )
 from verispec.selector.features import reads_draft
-from verispec.selector.regimes import REGIME_TITLES
+from verispec.selector.regimes import REGIME_TITLES, regime_features
 from verispec.selector.roots import sampling_text
 from verispec.selector.split import study_split
 
@@ -153,17 +153,6 @@ def pair_settings(datasets: Sequence[tuple[str, Dataset]], pair: str | None = No
                                    "splits by prompt and needs at least 2")
             settings.append(Setting(name, label, subset))
     return settings
-
-
-def regime_features(data: Dataset, latency: LatencyModel) -> np.ndarray:
-    """The features [N, F] with draft_time and target_time set to ``latency``'s t_q and t_p(1) (what ``verispec
-    selector train --latency`` does: they are the regime's, constant over the roots)."""
-    features = data.features.copy()  # [N, F]
-    names = list(data.feature_names)
-    for name, value in (("draft_time", latency.draft_step), ("target_time", latency.target_time(1))):
-        if name in names:
-            features[:, names.index(name)] = value
-    return features
 
 
 def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyModel, *, seed: int,
@@ -481,5 +470,5 @@ def check_study_outputs(out: str | Path, what: str = "--out") -> None:
 __all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FIGURE_FILE", "HIDDEN_KIND", "JSON_FILE", "KINDS", "LEAD",
            "MARKDOWN_FILE", "NO_DRAFT", "OUTPUTS", "RIVALS", "STUDY_FORMAT", "Setting", "TARGET_HALF_WIDTH",
            "check_hidden", "check_study_outputs", "ddte_comparisons", "load_inputs", "pair_settings",
-           "prompts_for_half_width", "regime_features", "regime_table", "rule_choices", "rule_entry", "run_study",
+           "prompts_for_half_width", "regime_table", "rule_choices", "rule_entry", "run_study",
            "static_names", "study_threads", "verdict"]

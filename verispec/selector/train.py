@@ -34,6 +34,7 @@ from verispec.selector.actions import ActionGrid, SelectorError, policy_action_t
 from verispec.selector.features import SCALAR_FEATURES, feature_index, reads_draft
 from verispec.selector.fits import training_record
 from verispec.selector.network import DROPOUT, HIDDEN_SIZES, PROJECTION, LinearSelector, LookupSelector, SelectorNetwork
+from verispec.selector.regimes import regime_features
 from verispec.selector.selector import Selector
 
 #: verispec's defaults for the regression penalty of Eq. 12 (the paper does not print its values).
@@ -251,11 +252,8 @@ def train_on_dataset(dataset, *, dataset_name: str, verifiers: str | Sequence[st
     columns = [dataset.grid.index(action) for action in grid.actions]
     recorded = LatencyModel.from_dict(dataset.metadata["latency"])
     latency = recorded if latency is None else latency
-    features = train.features.copy()  # [N, F]
-    if latency != recorded:  # the latency features are the model's, constant over the roots
-        feature_names = list(dataset.feature_names)
-        features[:, feature_names.index("draft_time")] = latency.draft_step
-        features[:, feature_names.index("target_time")] = latency.target_time(1)
+    # the latency features are the model's, constant over the roots
+    features = train.features.copy() if latency == recorded else regime_features(train, latency)  # [N, F]
     if tuple(dataset.feature_names) != tuple(SCALAR_FEATURES):
         raise VerispecError(f"{str(dataset_name)!r} holds the features {', '.join(dataset.feature_names)}, not this "
                             "verispec's; rebuild the dataset")
