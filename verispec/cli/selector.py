@@ -119,6 +119,11 @@ def _add_dataset_parser(steps) -> None:
                               "finished dataset FILE and replace them in FILE and its row store, every other label "
                               "kept: give the command that built FILE plus this option (resumable: its rows wait in "
                               "FILE.relabel.npz.roots.json; --overwrite restarts the relabel, never FILE's build)")
+    dataset.add_argument("--traces-of", default=None, metavar="DATASET",
+                         help="with --pair: the roots of another build of the pair, its traces read from "
+                              "DATASET.traces.json (never sampled or written; every trace this command names must "
+                              "be there): new rules labelled at the same roots, with the same combs, into a new FILE "
+                              "beside DATASET (join them with 'selector study --dataset DATASET --dataset FILE')")
     # a pair's roots label in this process by default (the pair loaded once); on workers, each loads its own copy
     add_backend_options(dataset, default=None, default_help="local for synthetic roots; for a pair's roots serial "
                         "(the pair loaded once, here), or local with --jobs (each worker loads its own copy)")
@@ -212,6 +217,9 @@ def _build(args) -> int:
 
     progress = sys.stderr.isatty() or args.progress
     relabel = args.relabel is not None
+    if getattr(args, "traces_of", None) is not None and (relabel or args.pair is None):
+        raise VerispecError("--traces-of reads the roots of another build of a pair: give it with --pair, and "
+                            "without --relabel (a relabel reads FILE's own traces)")
     # before a pair is loaded or a root; a relabel changes the FILE it names in place (one without the marker too)
     check_dataset_output(args.out, overwrite=args.overwrite and not relabel, in_place=relabel)
     from verispec.selector.dataset import store_path
@@ -304,16 +312,38 @@ def _pair_roots(args, relabel: bool, progress: bool):
 
     _stderr(f"verispec: tracing {len(prompts)} prompts (texts sha256 {prompt_set_digest(prompts)[:12]}) x "
             f"{len(samplings)} settings, {args.trace_tokens} tokens each ({pair.name} on {pair.device})")
-    try:
-        recorded = {"pair": pair.name, "seed": args.seed, "dtype": str(pair.target.dtype)}  # traces depend on all
-        traces = ResultStore(trace_store_path(args.out), parameters=recorded,
-                             overwrite=args.overwrite and not relabel)  # a relabel keeps FILE's traces
-    except ResultStoreError as error:
-        raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
+    recorded = {"pair": pair.name, "seed": args.seed, "dtype": str(pair.target.dtype)}  # traces depend on all
+    traces_of = getattr(args, "traces_of", None)
+    if traces_of is not None:
+        traces = _read_only_traces(traces_of, recorded)
+    else:
+        try:
+            traces = ResultStore(trace_store_path(args.out), parameters=recorded,
+                                 overwrite=args.overwrite and not relabel)  # a relabel keeps FILE's traces
+        except ResultStoreError as error:
+            raise VerispecError(f"{error} (or pass --overwrite to start over)") from None
     roots = trace_roots(pair, prompts, samplings, every=args.every, max_new_tokens=args.trace_tokens,
                         seed=args.seed, store=traces, batch_size=args.trace_batch, progress=progress,
-                        first_root=args.first_root, stored_only=relabel)
+                        first_root=args.first_root, stored_only=relabel or traces_of is not None)
     return roots, pair
+
+
+def _read_only_traces(dataset, recorded: dict):
+    """The trace store of another build (``--traces-of DATASET``), opened with this command's parameters and never
+    written: refused on one line where it is missing or was sampled with another pair, seed or dtype."""
+    from verispec.io import ResultStore
+    from verispec.selector.dataset import trace_store_path
+
+    path = trace_store_path(dataset)
+    if not path.is_file():
+        raise VerispecError(f"--traces-of {str(dataset)!r}: its trace store {str(path)!r} does not exist; name a "
+                            "dataset built with --pair (its FILE.traces.json beside it)")
+    try:
+        store = ResultStore(path, parameters=recorded)
+    except ResultStoreError as error:
+        raise VerispecError(f"--traces-of {str(dataset)!r}: {' '.join(str(error).split())}; give the --pair, "
+                            "--seed and --dtype of its build") from None
+    return store  # never written: every trace is there (stored_only), so none is decoded or added
 
 
 def _float(text: str, option: str) -> float:
