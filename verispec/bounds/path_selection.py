@@ -43,10 +43,9 @@ same E[tau + 1], its accepted part a prefix of that path (Hall's condition), so 
 single-path optimum. Only "every node lies on a full path of the tree" was used: the equality holds for any draft
 tree law whose leaves are all at depth L, the tree law deciding only what B is. A delayed tree is (t, multiset of
 branches), so the LP has variables s(t, S, x) >= 0 for every trunk t with q(t) > 0, multiset S of K branches drawn
-from q(. | t) and branch x in S, with
-sum_x s(t, S, x) = q(t) P(S | t), g(v) the s of full paths t x through v, and the same r(u) rows: about
-sum_t C(P_t + K - 1, K) K + (prefixes) variables (P_t branches of positive probability below t) instead of the
-multi-step LP's V^(L1 + K L2) V (1 + L1 + K L2). delayed:K,0,L2 is iid:K,L2 and delayed:1,L1,L2 (one path) is
+from q(. | t) and branch x in S, with sum_x s(t, S, x) = q(t) P(S | t), g(v) the s of full paths t x through v,
+and the same r(u) rows: about sum_t C(P_t + K - 1, K) K + (prefixes) variables (P_t branches of positive
+probability below t) instead of the multi-step LP's V^(L1 + K L2) V (1 + L1 + K L2). delayed:K,0,L2 is iid:K,L2 and delayed:1,L1,L2 (one path) is
 chain:L1+L2, whose optimum is block verification's; the tests (tests/bounds/test_selection_delayed.py) find this
 LP equal to the multi-step LP to 1e-9 on random context-dependent problems at V = 2..4.
 
