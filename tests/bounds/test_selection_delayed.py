@@ -9,6 +9,7 @@ branches) of verispec.bounds.path_selection against the independent multi-step L
 * The ends of the family: delayed:K,0,L2 is the multi-step optimum of iid:K,L2, delayed:1,L1,L2 (and the trunk
   alone, delayed:K,L1,0) block verification's exact efficiency on chain:L1+L2 (the single-path optimum), the same
   law spelled branch-iid:1,..,K,..,1 gives the same optimum, and p = q accepts every drafted token (1 + L1 + L2).
+* experiments/multipath_gap.py's delayed cells: every rule valid there is at most the optimum.
 * Refusals: an LP over the limit is a one-line ProblemTooLargeError naming its size and the fix, before the LP is
   built; a tree with two branching depths is a VerispecError.
 """
@@ -138,3 +139,16 @@ def test_an_lp_over_the_limit_is_refused_before_it_is_built():
 def test_a_tree_with_two_branching_depths_is_refused():
     with pytest.raises(VerispecError, match="K i.i.d. paths after a trunk"):
         selection_optimum(_problem(2, 2, 0), parse_tree("branch-iid:2,2"))
+
+
+def test_the_gap_script_bounds_every_rule_valid_on_a_delayed_tree():
+    # experiments/multipath_gap.py's cell on a delayed tree: every registered rule valid there (gbv is not) is lossless
+    # and at most the selection LP's optimum, which psbv comes closest to
+    from tests.support.scripts import load_script
+
+    module = load_script("experiments/multipath_gap.py")
+    rows = module.cell_rows(_problem(3, 3, 7), "delayed:2,1,2", {"V": 3})
+    assert {row["rule"] for row in rows} == set(module.valid_rules("delayed:2,1,2")) >= {"psbv", "khisti"}
+    assert "gbv" not in module.valid_rules("delayed:2,1,2")
+    assert all(row["gap"] >= -1e-9 for row in rows)
+    assert min(rows, key=lambda row: row["gap"])["rule"] == "psbv"

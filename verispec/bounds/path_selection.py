@@ -45,9 +45,10 @@ tree law whose leaves are all at depth L, the tree law deciding only what B is. 
 branches), so the LP has variables s(t, S, x) >= 0 for every trunk t with q(t) > 0, multiset S of K branches drawn
 from q(. | t) and branch x in S, with sum_x s(t, S, x) = q(t) P(S | t), g(v) the s of full paths t x through v,
 and the same r(u) rows: about sum_t C(P_t + K - 1, K) K + (prefixes) variables (P_t branches of positive
-probability below t) instead of the multi-step LP's V^(L1 + K L2) V (1 + L1 + K L2). delayed:K,0,L2 is iid:K,L2 and delayed:1,L1,L2 (one path) is
-chain:L1+L2, whose optimum is block verification's; the tests (tests/bounds/test_selection_delayed.py) find this
-LP equal to the multi-step LP to 1e-9 on random context-dependent problems at V = 2..4.
+probability below t) instead of the multi-step LP's V^(L1 + K L2) V (1 + L1 + K L2). delayed:K,0,L2 is iid:K,L2
+and delayed:1,L1,L2 (one path) is chain:L1+L2, whose optimum is block verification's; the tests
+(tests/bounds/test_selection_delayed.py) find this LP equal to the multi-step LP to 1e-9 on random
+context-dependent problems at V = 2..4.
 
 **Depths trade off.** P(tau >= d) <= alpha*_d = 1 + min_H [p(H) - q(H)^K] over sets H of length-d sequences
 (the K-draft OT value of the length-d laws; the output's first d tokens follow p, and tau >= d needs them to be a
