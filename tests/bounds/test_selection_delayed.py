@@ -4,8 +4,11 @@ branches) of verispec.bounds.path_selection against the independent multi-step L
 * The selection LP equals the multi-step LP (every valid verifier, verispec.bounds.multistep) to 1e-9 on random
   context-dependent problems at V = 2..4, K = 2, 3, L1 = 1, 2, L2 = 1, 2 (more problems and the largest trees in the
   slow set): select-then-verify is the optimum on delayed trees, as the module docstring argues.
-* psbv's exact E[tau + 1] is at most that optimum (1e-12); with one token per branch (L2 = 1) it reaches it (1e-9),
-  observed here on random problems (context-free, context-dependent, with zeros in the laws).
+* psbv's exact E[tau + 1] is at most that optimum (1e-12); with one token per branch (L2 = 1) it reaches it (1e-9)
+  on random problems (context-free, context-dependent, with zeros in the laws), as it must: on the trunk every
+  selection law is q, so r(u) there does not depend on the selection, and the last depth accepts
+  sum_x min(g(t x), r(t) p(x | t)) below each trunk t, which psbv's split (the lexicographically optimal base with
+  respect to p(. | t), verispec.verifiers.psbv) maximises for every value of r(t) at once.
 * The ends of the family: delayed:K,0,L2 is the multi-step optimum of iid:K,L2, delayed:1,L1,L2 (and the trunk
   alone, delayed:K,L1,0) block verification's exact efficiency on chain:L1+L2 (the single-path optimum), the same
   law spelled branch-iid:1,..,K,..,1 gives the same optimum, and p = q accepts every drafted token (1 + L1 + L2).
@@ -75,7 +78,7 @@ def test_the_selected_law_has_the_draft_law_on_the_trunk():
 
 @pytest.mark.parametrize("spec", ["delayed:2,1,1", "delayed:3,1,1", "delayed:2,2,1", "delayed:3,2,1"])
 def test_psbv_reaches_the_optimum_with_one_token_per_branch(spec):
-    # observed, not proved: with L2 = 1 psbv's selection below the trunk is optimal (the gap is the LP's tolerance)
+    # with L2 = 1 psbv's one split below the trunk is the best for the last depth whatever r(t) (module docstring)
     drafter = parse_tree(spec)
     for seed in range(8):
         rng = np.random.default_rng(seed)

@@ -48,7 +48,10 @@ and the same r(u) rows: about sum_t C(P_t + K - 1, K) K + (prefixes) variables (
 probability below t) instead of the multi-step LP's V^(L1 + K L2) V (1 + L1 + K L2). delayed:K,0,L2 is iid:K,L2
 and delayed:1,L1,L2 (one path) is chain:L1+L2, whose optimum is block verification's; the tests
 (tests/bounds/test_selection_delayed.py) find this LP equal to the multi-step LP to 1e-9 on random
-context-dependent problems at V = 2..4.
+context-dependent problems at V = 2..4. With one token per branch (L2 = 1) psbv attains the optimum: every
+selection law is q on the trunk, so r(u) there does not depend on g, and below a trunk t only the last depth's
+sum_x min(g(t x), r(t) p(x | t)) does, which psbv's split at t (the lexicographically optimal base with respect to
+p(. | t), ``verispec.verifiers.psbv``) maximises for every value of r(t) at once. With L2 >= 2 it is often below.
 
 **Depths trade off.** P(tau >= d) <= alpha*_d = 1 + min_H [p(H) - q(H)^K] over sets H of length-d sequences
 (the K-draft OT value of the length-d laws; the output's first d tokens follow p, and tau >= d needs them to be a
