@@ -271,15 +271,26 @@ def test_the_hunt_finds_no_witness_against_psbv():
 
 @pytest.mark.slow
 def test_the_gap_table_script_bounds_every_rule_by_the_optimum(tmp_path):
-    # experiments/multipath_gap.py with one problem per cell: every registered rule valid for iid trees is at most the
-    # selection LP's optimum (a check of that LP as an upper bound), and both tables are written
+    # experiments/multipath_gap.py with one problem per cell: every registered rule valid for iid trees, and for the
+    # delayed trees, is at most the selection LP's optimum (a check of that LP as an upper bound), and the tables are
+    # written
+    import json
+
     from tests.support.scripts import load_script
 
     module = load_script("experiments/multipath_gap.py")
     rows = module.run(1, tmp_path / "gap", progress=False, write_csv=True)
-    assert {row["rule"] for row in rows} == set(module.valid_rules("iid:2,2")) >= {"psbv", "gbv", "khisti"}
+    iid = [row for row in rows if row["L1"] == 0]
+    assert {row["rule"] for row in iid} == set(module.valid_rules("iid:2,2")) >= {"psbv", "gbv", "khisti"}
     assert all(row["gap"] >= -1e-9 for row in rows)
-    assert len(rows) == len(module.valid_rules("iid:2,2")) * (len(module.TREES) * len(module.VOCABS)
-                                                              - len(module.SKIPPED)) * len(module.DIVERGENCES)
+    assert len(iid) == len(module.valid_rules("iid:2,2")) * (len(module.TREES) * len(module.VOCABS)
+                                                             - len(module.SKIPPED)) * len(module.DIVERGENCES)
+    delayed_specs = [f"delayed:{k},{l1},{l2}" for k, l1, l2 in module.DELAYED_TREES]
+    assert len(rows) - len(iid) == sum(len(module.valid_rules(spec)) for spec in delayed_specs) * len(
+        module.DELAYED_VOCABS) * len(module.DIVERGENCES)
     table = (tmp_path / "gap.md").read_text()
     assert "| 3 | 3 | 3 | 1 |" in table and "psbv closes" in table and (tmp_path / "gap.csv").exists()
+    assert "## Delayed trees" in table and "| 3 | 2 | 1 | 4 | 1 |" in table
+    result = json.loads((tmp_path / "gap.json").read_text())
+    assert result["problems"] == len(iid) // len(module.valid_rules("iid:2,2"))
+    assert result["delayed"]["trees"] == sorted(delayed_specs)

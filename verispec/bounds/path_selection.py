@@ -28,6 +28,31 @@ variables instead of the multi-step LP's V^(K L) (tree nodes) V (``selection_opt
 LP to 1e-9 in the tests, and it reaches iid:3,3 at V = 4, about 1.4e5 variables, where the multi-step LP would need
 1e7).
 
+**Delayed trees: still select-then-verify.** On ``delayed:K,L1,L2`` (a trunk t of L1 tokens drawn from q, then K
+i.i.d. branches of L2 tokens from q(. | t); ``branch-iid:1,..,1,K,1,..,1`` is the same law) the equality above holds
+with B the laws of one full path (trunk + branch) picked, with any randomisation, from the tree. The proof above
+never used that the paths start at the root: ">=" selects a full path with law g and runs block verification with
+draft g (lossless for any law of one path; g's conditionals along the trunk are q's own, since every full path of
+a tree has that tree's trunk, so this is block verification with q on the trunk and the selection's law below it,
+the form psbv takes on delayed trees). "<=" picks, uniformly, one of the K full paths extending the accepted part a
+of the verifier's block: a is a node of the tree, on the trunk (then all K full paths extend it) or in a branch
+(then the branches through a do), so such a path exists, and because all K full paths share the trunk its law g is
+the law of a full path picked from the tree, a selection law. Drawing the block given the picked path alone (from
+the joint law of tree, path and block) is a verifier on one path drawn from g with the same output law and the
+same E[tau + 1], its accepted part a prefix of that path (Hall's condition), so E[tau + 1] <= BV(p, g), the
+single-path optimum. Only "every node lies on a full path of the tree" was used: the equality holds for any draft
+tree law whose leaves are all at depth L, the tree law deciding only what B is. A delayed tree is (t, multiset of
+branches), so the LP has variables s(t, S, x) >= 0 for every trunk t with q(t) > 0, multiset S of K branches drawn
+from q(. | t) and branch x in S, with sum_x s(t, S, x) = q(t) P(S | t), g(v) the s of full paths t x through v,
+and the same r(u) rows: about sum_t C(P_t + K - 1, K) K + (prefixes) variables (P_t branches of positive
+probability below t) instead of the multi-step LP's V^(L1 + K L2) V (1 + L1 + K L2). delayed:K,0,L2 is iid:K,L2
+and delayed:1,L1,L2 (one path) is chain:L1+L2, whose optimum is block verification's; the tests
+(tests/bounds/test_selection_delayed.py) find this LP equal to the multi-step LP to 1e-9 on random
+context-dependent problems at V = 2..4. With one token per branch (L2 = 1) psbv attains the optimum: every
+selection law is q on the trunk, so r(u) there does not depend on g, and below a trunk t only the last depth's
+sum_x min(g(t x), r(t) p(x | t)) does, which psbv's split at t (the lexicographically optimal base with respect to
+p(. | t), ``verispec.verifiers.psbv``) maximises for every value of r(t) at once. With L2 >= 2 it is often below.
+
 **Depths trade off.** P(tau >= d) <= alpha*_d = 1 + min_H [p(H) - q(H)^K] over sets H of length-d sequences
 (the K-draft OT value of the length-d laws; the output's first d tokens follow p, and tau >= d needs them to be a
 drafted prefix), so E[tau + 1] <= 1 + sum_d alpha*_d (``depth_bounds``). The bounds are not attained together,
@@ -74,6 +99,21 @@ def _root_iid(drafter: Drafter) -> tuple[int, int]:
                         f"{drafter.spec}")
 
 
+def _trunk_iid(drafter: Drafter) -> tuple[int, int, int]:
+    """(K, L1, L2) of a drafter whose trees are one trunk of L1 tokens then K i.i.d. branches of L2 tokens
+    (``delayed:K,L1,L2``, ``iid:K,L`` with L1 = 0, ``branch-iid`` with one branching depth; a chain or a one-branch
+    tree is (1, 0, L)), else VerispecError."""
+    branching = drafter.iid_branching
+    if branching and all(b >= 1 for b in branching):
+        wide = [depth for depth, b in enumerate(branching) if b > 1]
+        if not wide:
+            return 1, 0, len(branching)
+        if len(wide) == 1:
+            return branching[wide[0]], wide[0], len(branching) - wide[0]
+    raise VerispecError(f"the selection LP covers K i.i.d. paths after a trunk (delayed:K,L1,L2, iid:K,L or a "
+                        f"chain), not {drafter.spec}")
+
+
 @dataclass(frozen=True, eq=False)
 class SelectionOptimum:
     """The multi-path optimum from the selection LP: ``block_efficiency`` = 1 + sum_d ``acceptance[d-1]``
@@ -88,50 +128,68 @@ class SelectionOptimum:
 
 
 def selection_lp_size(num_paths: int, paths: int) -> int:
-    """Columns of the selection LP before prefixes: C(P + K - 1, K) multisets times at most K distinct paths."""
+    """Columns of the selection LP below one trunk before prefixes: C(P + K - 1, K) multisets of the P drafted
+    branches (paths for iid:K,L) times at most K distinct ones."""
     return math.comb(num_paths + paths - 1, paths) * min(paths, num_paths)
 
 
 def selection_optimum(problem: Problem, drafter: Drafter, *, depth_weights=None,
                       limit: int = DEFAULT_MAX_VARIABLES) -> SelectionOptimum:
-    """The best E[tau + 1] of any valid verifier for ``iid:K,L`` trees on ``problem``, from the selection LP (module
-    docstring). ``depth_weights`` (w_1..w_L, default ones) maximises sum_d w_d P(tau >= d) instead, to see the
-    depths trade off (``block_efficiency`` is still 1 + sum_d P(tau >= d) of the maximiser). ProblemTooLargeError
-    before anything is built when it would exceed ``limit`` variables."""
+    """The best E[tau + 1] of any valid verifier for ``iid:K,L`` or ``delayed:K,L1,L2`` trees (or a chain) on
+    ``problem``, from the selection LP (module docstring: select-then-verify is the optimum on both, the delayed
+    tree's selection being one per trunk and multiset of branches). ``depth_weights`` (w_1..w_L, L the tree's depth,
+    default ones) maximises sum_d w_d P(tau >= d) instead, to see the depths trade off (``block_efficiency`` is still
+    1 + sum_d P(tau >= d) of the maximiser). ProblemTooLargeError before the LP is built (and before the draft's
+    law of full paths is tabulated when the prefixes alone are too many) when it would exceed ``limit`` variables."""
     start = time.monotonic()
-    paths, depth = _root_iid(drafter)
+    paths, trunk, tail = _trunk_iid(drafter)
+    depth = trunk + tail
     weights = [1.0] * depth if depth_weights is None else [float(w) for w in depth_weights]
     if len(weights) != depth or not all(w >= 0 for w in weights):
         raise VerispecError(f"depth_weights must be {depth} non-negative numbers, got {depth_weights!r}")
     problem.require_depth(depth)
     size = problem.vocab_size
-    joint_q = np.asarray(draft_law(problem, depth), dtype=np.float64).ravel()
-    support = np.flatnonzero(joint_q > 0)
     what = f"the selection LP for {drafter.spec} at V={size}"
-    estimate = selection_lp_size(len(support), paths)
+    num_prefixes = sum(size ** length for length in range(1, depth + 1))
+    if num_prefixes > limit:
+        raise ProblemTooLargeError(f"{what}: at least {num_prefixes:,} variables (one per prefix of length "
+                                   f"1..{depth}), above the limit of {limit:,}; use a smaller vocabulary or tree, or "
+                                   "raise the limit explicitly")
+    joint_q = np.asarray(draft_law(problem, depth), dtype=np.float64).ravel()
+    trunk_q = np.asarray(draft_law(problem, trunk), dtype=np.float64).ravel() if trunk else np.ones(1)
+    support = np.flatnonzero(joint_q > 0)
+    branches_of = {}  # trunk's flat index -> positions in support of its full paths (increasing)
+    for position, flat in enumerate(support):
+        branches_of.setdefault(int(flat) // size ** tail, []).append(position)
+    estimate = sum(selection_lp_size(len(members), paths) for members in branches_of.values()) + num_prefixes
     if estimate > limit:
-        raise ProblemTooLargeError(f"{what}: about {estimate:,} variables (C({len(support)} + {paths} - 1, {paths}) "
-                                   f"multisets of drafted paths), above the limit of {limit:,}; use a smaller "
+        widest = max(len(members) for members in branches_of.values())
+        raise ProblemTooLargeError(f"{what}: about {estimate:,} variables ({len(branches_of)} trunks, each with up to "
+                                   f"C({widest} + {paths} - 1, {paths}) multisets of drafted branches, and "
+                                   f"{num_prefixes:,} prefixes), above the limit of {limit:,}; use a smaller "
                                    "vocabulary or tree, or raise the limit explicitly")
     prefixes = [u for length in range(1, depth + 1) for u in itertools.product(range(size), repeat=length)]
     prefix_index = {u: i for i, u in enumerate(prefixes)}
     sequence = [tuple(int(t) for t in np.unravel_index(int(flat), (size,) * depth)) for flat in support]
-    columns, multisets, groups = [], 0, []  # columns: (multiset id, path position in support)
+    columns, multisets, groups = [], 0, []  # columns: (multiset id, full path's position in support)
     probabilities = []
-    for combo in itertools.combinations_with_replacement(range(len(support)), paths):
-        budget.check(what)
-        counts = {}
-        for index in combo:
-            counts[index] = counts.get(index, 0) + 1
-        weight = math.factorial(paths)
-        for count in counts.values():
-            weight //= math.factorial(count)
-        probability = weight * float(np.prod([joint_q[support[i]] ** c for i, c in counts.items()]))
-        first = len(columns)
-        columns.extend((multisets, index) for index in counts)
-        groups.append((np.arange(first, len(columns)), probability))
-        probabilities.append(probability)
-        multisets += 1
+    for trunk_flat, members in branches_of.items():
+        trunk_mass = float(trunk_q[trunk_flat])
+        branch_q = {index: joint_q[support[index]] / trunk_mass for index in members}  # q(branch | trunk)
+        for combo in itertools.combinations_with_replacement(members, paths):
+            budget.check(what)
+            counts = {}
+            for index in combo:
+                counts[index] = counts.get(index, 0) + 1
+            weight = math.factorial(paths)
+            for count in counts.values():
+                weight //= math.factorial(count)
+            probability = trunk_mass * weight * float(np.prod([branch_q[i] ** c for i, c in counts.items()]))
+            first = len(columns)
+            columns.extend((multisets, index) for index in counts)
+            groups.append((np.arange(first, len(columns)), probability))
+            probabilities.append(probability)
+            multisets += 1
     num_s, num_r = len(columns), len(prefixes)
     # rows: multiset totals (equalities); r(u) - g(u) <= 0; r(u t) - p(t|u) r(u) <= 0 and r(t) <= p(t)
     eq_rows = np.asarray([m for m, _ in columns])
