@@ -217,9 +217,10 @@ def _build(args) -> int:
 
     progress = sys.stderr.isatty() or args.progress
     relabel = args.relabel is not None
-    if getattr(args, "traces_of", None) is not None and (relabel or args.pair is None):
-        raise VerispecError("--traces-of reads the roots of another build of a pair: give it with --pair, and "
-                            "without --relabel (a relabel reads FILE's own traces)")
+    if getattr(args, "traces_of", None) is not None and (relabel or args.family is not None):
+        raise VerispecError("--traces-of reads the roots of another build of a pair: give it with --pair (or "
+                            "--target and --draft), not --family, and without --relabel (a relabel reads FILE's own "
+                            "traces)")
     # before a pair is loaded or a root; a relabel changes the FILE it names in place (one without the marker too)
     check_dataset_output(args.out, overwrite=args.overwrite and not relabel, in_place=relabel)
     from verispec.selector.dataset import store_path

@@ -64,6 +64,7 @@ from verispec.selector.evaluate import (
     verifier_actions,
 )
 from verispec.selector.features import reads_draft
+from verispec.selector.join import join_datasets
 from verispec.selector.regimes import REGIME_TITLES, regime_features
 from verispec.selector.roots import sampling_text
 from verispec.selector.split import study_split
@@ -135,24 +136,37 @@ def pair_settings(datasets: Sequence[tuple[str, Dataset]], pair: str | None = No
             if data.metadata.get(key) != first.metadata.get(key):
                 raise DatasetError(f"dataset {label!r} has the {key} {data.metadata.get(key)!r}, {first_label!r} "
                                    f"{first.metadata.get(key)!r}; give datasets of one pair's models")
-    settings: list[Setting] = []
+    parts: dict[str, list[tuple[str, Dataset]]] = {}  # a setting's roots in each dataset that holds it
     for label, data in datasets:
         for index, sampling in enumerate(data.samplings):
             rows = data.setting == index
-            if not rows.any():
-                continue
-            name = sampling_text(sampling)
-            clash = next((setting for setting in settings if setting.name == name), None)
-            if clash is not None:
-                raise DatasetError(f"the sampling setting {name} is in both {clash.source!r} and {label!r}; give each "
-                                   "setting in one dataset")
-            subset = data.subset(rows)
-            prompts = len(np.unique(subset.group))
-            if prompts < 2:
-                raise DatasetError(f"dataset {label!r} holds {_prompts(prompts)} at {name}; the study "
-                                   "splits by prompt and needs at least 2")
-            settings.append(Setting(name, label, subset))
+            if rows.any():
+                parts.setdefault(sampling_text(sampling), []).append((label, data.subset(rows)))
+    settings: list[Setting] = []
+    for name, held in parts.items():
+        try:  # one setting in several datasets: the same roots labelled for other rules (--traces-of), side by side
+            subset = held[0][1] if len(held) == 1 else join_datasets([(label, _one_setting(data))
+                                                                      for label, data in held])
+        except DatasetError as error:
+            raise DatasetError(f"the sampling setting {name} is in {' and '.join(repr(label) for label, _ in held)}, "
+                               f"which cannot be joined: {error}") from None
+        source = " + ".join(label for label, _ in held)
+        prompts = len(np.unique(subset.group))
+        if prompts < 2:
+            raise DatasetError(f"dataset {source!r} holds {_prompts(prompts)} at {name}; the study "
+                               "splits by prompt and needs at least 2")
+        settings.append(Setting(name, source, subset))
     return settings
+
+
+def _one_setting(data: Dataset) -> Dataset:
+    """A dataset's roots of one sampling setting with that setting alone in its metadata (index 0), so that the
+    same setting's roots in two files, whatever its index in each, can be joined."""
+    index = int(data.setting[0])
+    return Dataset(**{name: getattr(data, name) for name in ("features", "efficiency", "stderr", "lower", "upper",
+                                                             "group", "context_length", "label_method", "key")},
+                   setting=np.zeros(len(data), dtype=np.int64), per_sample=data.per_sample, hidden=data.hidden,
+                   metadata={**data.metadata, "samplings": [data.samplings[index]]})
 
 
 def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyModel, *, seed: int,
