@@ -17,8 +17,8 @@ every 16 tokens of offline decoding traces, each labelled with its Eq. 3 estimat
 row is kept in a ``ResultStore`` (``OUT.roots.json``) keyed on the root and recording every other parameter
 (grid and its action list, method, samples, seed, epsilon, latency, features), so an interrupted or extended build
 computes only the roots it lacks and never holds a root twice. Synthetic roots run serially, on local processes, or
-on a Dask or Ray cluster, and so do a pair's roots, a group at a time, each worker loading the pair once (serially, in this
-process, where the pair is loaded already). The dataset is one ``.npz`` file
+on a Dask or Ray cluster, and so do a pair's roots, a group at a time, each worker loading the pair once (serially,
+in this process, where the pair is loaded already). The dataset is one ``.npz`` file
 (``verispec.selector.dataset_file``), written atomically.
 """
 
