@@ -257,8 +257,11 @@ def grid_of_metadata(metadata: dict):
         if metadata.get("version") == 1:
             return grid.under_format_1()
         actions = metadata.get("actions")
+        if actions is None:
+            raise SelectorError(f"a dataset of version {metadata.get('version')!r} records its action list "
+                                "(metadata 'actions'), and this one records none")
         if not isinstance(actions, list):
-            raise SelectorError(f"no action list is recorded (metadata 'actions': {describe(actions)})")
+            raise SelectorError(f"the recorded action list is not a list of action names: {describe(actions)}")
         return grid.with_actions(actions)
     except SelectorError as error:
         raise DatasetError(f"the dataset's grid cannot be read: {error}") from None
