@@ -192,3 +192,12 @@ def test_selector_files_record_their_actions(tmp_path):
     state.pop("actions")
     torch.save({**state, "format_version": 1}, tmp_path / "old.pt")
     assert Selector.load(tmp_path / "old.pt").grid == grid
+
+
+def test_an_unknown_version_is_refused_on_one_line(tmp_path):
+    data = _small_dataset(GBV_GRID)
+    data.metadata = {**data.metadata, "version": 3}
+    data.save(tmp_path / "v3.npz")
+    with pytest.raises(DatasetError) as refusal:
+        Dataset.load(tmp_path / "v3.npz")
+    assert "reads versions 1, 2" in str(refusal.value) and "\n" not in str(refusal.value)
