@@ -46,8 +46,11 @@ MAX_ACTIONS = 10_000
 #: the row stores of their builds). Such a file's columns are the grid's actions as validity was then: each drafter's
 #: declared laws without these (``under_format_1``). TRUNK_IID_PATHS came with psbv on delayed trees (2026-11-27);
 #: until then a delayed tree K > 1, L1 > 0, L2 > 0 (and branch-iid of that shape) declared i.i.d. children alone.
-#: Exact as long as no rule gains or loses reach by another change than a new law: a rule that does so must record
-#: the law it reads here, or the committed datasets' test (tests/selector/test_action_lists.py) fails.
+#: This reproduces format 1 while every change of a rule's reach since comes with a law named here; a change by other
+#: means (a rule's ``valid_for`` gaining a law that existed then) needs its own rule here, and the test of the
+#: committed datasets against an enumeration of format 1's validity (tests/selector/test_action_lists.py) fails
+#: until it has one. (A version-1 file written by the psbv-on-delayed-trees code of 2026-11-27, before version 2,
+#: would hold psbv's delayed columns too; none was committed.)
 LAWS_AFTER_FORMAT_1 = ("TRUNK_IID_PATHS",)
 
 #: ``Action.name``: 'specinfer K=2 L1=0 L2=3'.
