@@ -70,7 +70,7 @@ def main(argv=None) -> int:
 
         from verispec.latency import LatencyModel
         from verispec.models import load_pair
-        from verispec.selector.actions import ActionGrid, action_times
+        from verispec.selector.actions import ActionGrid, action_times, open_grid_store
         from verispec.selector.dataset_file import Dataset
         from verispec.selector.label_quality import label_quality
         from verispec.selector.labelling import root_problem
@@ -98,9 +98,9 @@ def main(argv=None) -> int:
                 else load_pair(args.pair, device=args.device, dtype=args.dtype))
         if pair.name != roots[0].pair:
             raise VerispecError(f"the dataset's roots come from {roots[0].pair!r}, not {pair.name!r}")
-        parameters = {"pair": pair.name, "grid": grid.as_dict(), "samples": args.samples, "epsilon": args.epsilon,
+        parameters = {"pair": pair.name, "samples": args.samples, "epsilon": args.epsilon,
                       "deadline": args.deadline, "seed": args.seed, "dtype": str(pair.target.dtype)}
-        store = ResultStore(args.output, parameters=parameters)
+        store = open_grid_store(args.output, parameters, grid)  # the rows' columns are the grid's actions
     except VerispecError as error:
         print(f"selector_label_quality: error: {error}", file=sys.stderr)
         return 2
@@ -162,13 +162,14 @@ def main(argv=None) -> int:
 class StoredRoots:
     """The roots of a build's row store (``OUT.roots.json``) read as a dataset for this script: a build stopped at its
     --time-budget has no ``OUT`` yet, and its finished roots can be studied already. Holds ``key``, ``per_sample``
-    [N, S, A], ``efficiency`` [N, A] and ``metadata`` (the grid)."""
+    [N, S, A], ``efficiency`` [N, A] and ``grid`` (its columns' actions: the store's recorded list, or a store of
+    format 1's, ``ActionGrid.under_format_1``)."""
 
-    def __init__(self, keys: list[str], per_sample: list, grid: dict):
+    def __init__(self, keys: list[str], per_sample: list, grid):
         self.key = np.array(keys, dtype=object)
         self.per_sample = np.stack(per_sample) if per_sample and per_sample[0] is not None else None
         self.efficiency = self.per_sample.mean(axis=1) if self.per_sample is not None else None
-        self.metadata = {"grid": grid}
+        self.grid = grid
 
     @classmethod
     def load(cls, path: str):
@@ -178,16 +179,17 @@ class StoredRoots:
         rows = list(ResultStore(path).rows.values())
         if "grid" not in parameters or not rows:
             raise VerispecError(f"{path!r} holds no roots of a selector dataset build (OUT.roots.json)")
+        from verispec.selector.actions import ActionGrid
+
+        grid = ActionGrid.from_dict(parameters["grid"], parameters["actions"]) if "actions" in parameters else \
+            ActionGrid.from_dict(parameters["grid"]).under_format_1()
         return cls([row["key"] for row in rows], [None if row.get("per_sample") is None else
-                                                  unpack_floats(row["per_sample"]) for row in rows],
-                   parameters["grid"])
+                                                  unpack_floats(row["per_sample"]) for row in rows], grid)
 
 
 def dataset_columns(dataset, grid) -> list[int]:
     """The dataset's action column of every action of ``grid`` (all must be in the dataset's grid)."""
-    from verispec.selector.actions import ActionGrid
-
-    stored = ActionGrid.from_dict(dataset.metadata["grid"]).actions
+    stored = dataset.grid.actions  # the columns' actions as the dataset or store recorded them
     index = {(action.verifier, action.k, action.l1, action.l2): column for column, action in enumerate(stored)}
     missing = [action for action in grid.actions if (action.verifier, action.k, action.l1, action.l2) not in index]
     if missing or dataset.per_sample is None:

@@ -492,8 +492,21 @@ class ResultStore:
 _MISSING = object()
 
 
+#: Most characters of one parameter's value a refusal quotes (an action list of 476 names is some 12,000).
+SHOWN_PARAMETER_CHARS = 160
+
+
 def _shown(parameters: dict, name: str) -> str:
-    return json.dumps(parameters[name]) if name in parameters else "(absent)"
+    """A parameter's value as a refusal quotes it: its JSON, cut after ``SHOWN_PARAMETER_CHARS`` characters (a list
+    with its length), so the refusal stays a readable line."""
+    if name not in parameters:
+        return "(absent)"
+    value = parameters[name]
+    text = json.dumps(value)
+    if len(text) <= SHOWN_PARAMETER_CHARS:
+        return text
+    size = f" ({len(value)} items)" if isinstance(value, (list, dict)) else ""
+    return f"{text[:SHOWN_PARAMETER_CHARS]}...{size}"
 
 
 def _json_round_trip(parameters: dict) -> dict:

@@ -39,8 +39,8 @@ def pair_dataset(sampling: dict, *, rules=RULES, prompts: int = 12, roots: int =
     features = rng.normal(size=(count, len(SCALAR_FEATURES)))  # [N, F]
     features[:, SCALAR_FEATURES.index("l1_p_q_prev")] = 2 * (1 - accept[:, 0, 0])
     metadata = {"format": DATASET_FORMAT, "version": DATASET_VERSION, "grid": grid.as_dict(),
-                "feature_names": list(SCALAR_FEATURES), "pair": pair, "tokenizer": None, "vocab_size": 32,
-                "samplings": [sampling], "method": "conditional", "samples": trees, "seed": seed}
+                "actions": grid.action_names(), "feature_names": list(SCALAR_FEATURES), "pair": pair, "tokenizer": None,
+                "vocab_size": 32, "samplings": [sampling], "method": "conditional", "samples": trees, "seed": seed}
     zeros = np.zeros((count, actions))
     label = f"T{sampling['temperature']:g}"
     return Dataset(features=features, efficiency=efficiency, stderr=zeros, lower=efficiency, upper=efficiency,

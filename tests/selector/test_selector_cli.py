@@ -155,6 +155,7 @@ def test_evaluate_recomputes_static_and_oracle_from_the_dataset(trained, capsys)
 
 def test_a_selector_evaluated_on_roots_it_was_not_trained_for_is_refused_in_one_line(trained, capsys):
     """Another pair (a synthetic selector on a pair's roots), a sampling setting it never saw, another grid."""
+    from verispec.selector.actions import ActionGrid
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.evaluate import check_dataset_fits
     from verispec.selector.selector import Selector
@@ -162,8 +163,10 @@ def test_a_selector_evaluated_on_roots_it_was_not_trained_for_is_refused_in_one_
     selector = Selector.load(trained / "specinfer.pt")
     dataset = Dataset.load(trained / "d.npz")
     check_dataset_fits(selector, dataset)  # its own dataset fits
+    other_grid = ActionGrid.from_dict({**dataset.metadata["grid"], "ks": [1]})  # the grid and its recorded actions
     for metadata, needle in [({"pair": "qwen-coder"}, "synthetic problems"),
-                             ({"grid": {**dataset.metadata["grid"], "ks": [1]}}, "not in the dataset's grid")]:
+                             ({"grid": other_grid.as_dict(), "actions": other_grid.action_names()},
+                              "not in the dataset's grid")]:
         other = _with_metadata(dataset, metadata)
         with pytest.raises(VerispecError, match=needle) as error:
             check_dataset_fits(selector, other)

@@ -83,10 +83,15 @@ def test_validity_filtering_agrees_with_check_compatible_and_closed_counts():
     count = {name: sum(a.verifier == name for a in grid) for name in grid.verifiers}
     # Traversal needs children without replacement: one path (K = 1) or no paths after the trunk (L2 = 0).
     assert count["traversal"] == 9 * 9 + 3 * 9
-    # GBV also takes i.i.d. paths from the root (L1 = 0): all but K > 1, L1 > 0, L2 > 0.
-    assert count["gbv"] == 324 - 3 * 8 * 8
+    # GBV takes i.i.d. paths from the root (L1 = 0) and, since TRUNK_IID_PATHS, after a trunk: every tree.
+    assert count["gbv"] == 324
     assert count["specinfer"] == 324
-    assert len(grid) == 324 + 108 + 132
+    assert len(grid) == 324 + 108 + 324
+    # Under the classification of format 1 (no TRUNK_IID_PATHS) it had all but K > 1, L1 > 0, L2 > 0; the others
+    # are unchanged.
+    then = grid.under_format_1()
+    assert {name: sum(a.verifier == name for a in then) for name in grid.verifiers} == \
+        {**count, "gbv": 324 - 3 * 8 * 8}
 
 
 def test_grid_parse_round_trip_and_errors():

@@ -209,3 +209,53 @@ def test_the_command_relabels_a_pairs_dataset_and_keeps_its_traces(tmp_path, cap
         capsys.readouterr().err.strip().splitlines()[-1]
     assert (tmp_path / "data.npz.traces.json").read_text() == traces
 
+
+
+#: A grid whose derived actions changed after version 1: gbv gained delayed:2,1,1 (TRUNK_IID_PATHS).
+GBV_GRID = ActionGrid((1, 2), (0, 1), (0, 1), ("specinfer", "gbv"))
+
+
+def _as_version_1(out) -> None:
+    """Rewrite a finished build of ``GBV_GRID.under_format_1()`` as verispec wrote it before action lists were
+    recorded: version 1 with the grid's parameters alone, in the file and in its row store's parameters."""
+    data = Dataset.load(out)
+    data.metadata = {key: value for key, value in data.metadata.items() if key != "actions"} | {"version": 1}
+    data.save(out)
+    stored = json.loads(store_path(out).read_text())
+    stored["parameters"].pop("actions")
+    store_path(out).write_text(json.dumps(stored))
+
+
+def test_a_version_1_dataset_keeps_its_columns_through_a_relabel(tmp_path):
+    """A version-1 dataset labels gbv on the chains and iid trees only (15 columns, where the parameters derive 16
+    now). A relabel of gbv given the parameters (the command's grid, 16 actions) relabels its 7 gbv columns, keeps
+    the 15, records them (version 2) and leaves the row store in step; a build resumed on that store with the 16
+    actions is refused on one line."""
+    then = GBV_GRID.under_format_1()
+    assert (len(then), len(GBV_GRID)) == (15, 16)
+    roots = _roots()
+    fresh = build_dataset(roots, then, out=tmp_path / "fresh.npz", **OPTIONS)
+    out = tmp_path / "data.npz"
+    build_dataset(roots, then, out=out, **OPTIONS)
+    _as_version_1(out)
+    gbv = np.array([index for index, action in enumerate(then.actions) if action.verifier == "gbv"])
+    _tamper(out, gbv)
+    assert len(Dataset.load(out).grid) == 15
+    merged = relabel_dataset(roots, command_grid(GBV_GRID), ["gbv"], out=out, **OPTIONS)
+    again = Dataset.load(out)
+    for data in (merged, again):
+        assert data.metadata["version"] == 2 and data.metadata["actions"] == then.action_names()
+        assert data.grid == then
+        for name in LABEL_ARRAYS:
+            np.testing.assert_array_equal(getattr(data, name), getattr(fresh, name))
+        assert data.metadata["relabelled"][-1]["actions"] == len(gbv) == 7
+    np.testing.assert_array_equal(_store_arrays(out, "efficiency"), again.efficiency)
+    with pytest.raises(DatasetError) as refusal:
+        build_dataset(roots, GBV_GRID, out=out, **OPTIONS)
+    assert "actions: (absent) in the file" in _one_line(refusal)
+
+
+def command_grid(grid: ActionGrid) -> ActionGrid:
+    """The grid a command builds from its --ks, --l1s, --l2s and --verifiers: the parameters, actions derived now."""
+    return ActionGrid.parse(",".join(map(str, grid.ks)), ",".join(map(str, grid.l1s)), ",".join(map(str, grid.l2s)),
+                            ",".join(grid.verifiers))

@@ -95,13 +95,13 @@ def run(report) -> None:
 def _train(grid, train, latency: LatencyModel, epochs: int, samplings: list[dict]) -> dict:
     """{'VERIFIER KIND': a selector trained on ``train`` under ``latency``} over each verifier's own actions of
     ``grid``: the paper's network for every verifier, and the linear and lookup baselines for the first."""
-    from verispec.selector.actions import ActionGrid, policy_action_times
+    from verispec.selector.actions import policy_action_times
     from verispec.selector.features import reads_draft
     from verispec.selector.train import train_selector
 
     selectors = {}
     for verifier in SELECTOR_VERIFIERS:
-        sub = ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=(verifier,))
+        sub = grid.restricted((verifier,))
         columns = [grid.index(action) for action in sub.actions]
         # as the selector decodes: it reads the draft to choose, so chain:0 pays t_q too (plain decoding does not)
         times = policy_action_times(sub, latency, reads_draft=reads_draft(train.feature_names))

@@ -15,6 +15,11 @@ Glossary:
   token's t_q; ``action_times`` prices each at its width instead (``Drafter.draft_widths``: L1 + 1 forwards of
   one token, then L2 - 1 forwards of K), which is Eq. 11 under a latency model with a flat draft step.
 
+A grid's action list is derived from each verifier's validity (``valid_actions``), which changes when a rule gains
+reach (gbv on delayed trees, say): a file whose columns are a grid's actions therefore records the list itself
+(``with_actions`` reads it back), and files written before lists were recorded are read under the draft-law
+classification of their format (``under_format_1``, ``LAWS_AFTER_FORMAT_1``).
+
 This module imports neither torch nor the verifiers at import time (the verifiers are resolved when a grid's
 actions are first listed), so ``PAPER_GRID`` costs nothing to import.
 """
@@ -22,6 +27,7 @@ actions are first listed), so ``PAPER_GRID`` costs nothing to import.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -34,6 +40,21 @@ MAX_GRID_PARAMETER = 64
 #: dataset is labelled for each action and the network has one logit per action. The paper's grid is 324; with
 #: every verifier of the registry, some 5,000.
 MAX_ACTIONS = 10_000
+
+#: The draft laws (``verispec.simulator.drafters.DraftLaw`` member names) that did not exist when files recorded a
+#: grid's parameters but not its action list (selector datasets of version 1, selector files of format version 1,
+#: the row stores of their builds). Such a file's columns are the grid's actions as validity was then: each drafter's
+#: declared laws without these (``under_format_1``). TRUNK_IID_PATHS came with psbv on delayed trees (2026-11-27);
+#: until then a delayed tree K > 1, L1 > 0, L2 > 0 (and branch-iid of that shape) declared i.i.d. children alone.
+#: This reproduces format 1 while every change of a rule's reach since comes with a law named here; a change by other
+#: means (a rule's ``valid_for`` gaining a law that existed then) needs its own rule here, and the test of the
+#: committed datasets against an enumeration of format 1's validity (tests/selector/test_action_lists.py) fails
+#: until it has one. (A version-1 file written by the psbv-on-delayed-trees code of 2026-11-27, before version 2,
+#: would hold psbv's delayed columns too; none was committed.)
+LAWS_AFTER_FORMAT_1 = ("TRUNK_IID_PATHS",)
+
+#: ``Action.name``: 'specinfer K=2 L1=0 L2=3'.
+_ACTION_NAME = re.compile(r"(\S+) K=(\d+) L1=(\d+) L2=(\d+)")
 
 
 class SelectorError(VerispecError):
@@ -95,6 +116,15 @@ class Action:
     def as_dict(self) -> dict:
         return {"verifier": self.verifier, "k": self.k, "l1": self.l1, "l2": self.l2}
 
+    @classmethod
+    def from_name(cls, text) -> Action:
+        """The action ``name`` spells ('specinfer K=2 L1=0 L2=3'): how files record their action lists, readable
+        where a refusal quotes them. A one-line SelectorError for anything else."""
+        match = _ACTION_NAME.fullmatch(text) if isinstance(text, str) else None
+        if match is None:
+            raise SelectorError(f"not an action name such as 'specinfer K=2 L1=0 L2=3': {describe(text)}")
+        return cls(match[1], int(match[2]), int(match[3]), int(match[4]))
+
 
 def _values(values, what: str, *, least: int) -> tuple[int, ...]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
@@ -132,15 +162,20 @@ def _parse_values(text, what: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ActionGrid:
     """Every action (verifier, K, L1, L2) of the product grid that the exact engine accepts, in the order
-    verifier, K, L1, L2. The default is the paper's grid (K 1..4, L1 and L2 0..8, SpecInfer): 324 actions."""
+    verifier, K, L1, L2. The default is the paper's grid (K 1..4, L1 and L2 0..8, SpecInfer): 324 actions.
+
+    ``listed``: the action list a file recorded (``with_actions``), which the grid then holds instead of the one its
+    verifiers' validity derives now, so that a rule gaining reach later does not change what a file's columns mean.
+    Two grids are equal when their parameters and their actions are."""
 
     ks: tuple[int, ...] = (1, 2, 3, 4)
     l1s: tuple[int, ...] = tuple(range(9))
     l2s: tuple[int, ...] = tuple(range(9))
     verifiers: tuple[str, ...] = ("specinfer",)
+    listed: tuple[Action, ...] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "ks", _values(self.ks, "the K values", least=1))
@@ -160,19 +195,43 @@ class ActionGrid:
             raise SelectorError(f"the action grid {self.describe()} names {count:,} actions ({len(self.ks)} K x "
                                 f"{len(self.l1s)} L1 x {len(self.l2s)} L2 x {len(verifiers)} verifiers), above the "
                                 f"limit of {MAX_ACTIONS:,}; give fewer values")
+        if self.listed is not None:
+            object.__setattr__(self, "listed", self._checked_list(self.listed))
 
-    @cached_property
-    def actions(self) -> tuple[Action, ...]:
-        """The valid actions, verifier-major then K, L1, L2 (pairs ``check_compatible`` refuses are left out)."""
-        from verispec.simulator.engine import check_compatible
+    def _parameters(self) -> tuple:
+        return self.ks, self.l1s, self.l2s, self.verifiers
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, ActionGrid):
+            return NotImplemented
+        if self._parameters() != other._parameters():
+            return False
+        # two derived grids of equal parameters hold the same actions (computed only where one is listed)
+        return (self.listed is None and other.listed is None) or self.actions == other.actions
+
+    def __hash__(self) -> int:
+        return hash(self._parameters())
+
+    def _verifier(self, name: str):
         from verispec.verifiers import get_verifier
 
+        try:
+            return get_verifier(name)
+        except VerispecError as error:
+            raise SelectorError(f"the action grid names an unknown verifier: {error}") from None
+
+    def valid_actions(self, *, without_laws=()) -> tuple[Action, ...]:
+        """The product's actions the exact engine accepts now (``check_compatible``), verifier-major then K, L1,
+        L2: the grid's actions unless ``listed``. ``without_laws`` (``DraftLaw`` member names) are left out of each
+        drafter's declared laws when deciding, which reproduces the validity of a time before those laws existed
+        (``under_format_1``): an action is kept only where one of the drafter's other laws is the verifier's."""
+        from verispec.simulator.drafters import DraftLaw
+        from verispec.simulator.engine import check_compatible
+
+        unknown = frozenset(DraftLaw[name] for name in without_laws)
         actions = []
         for name in self.verifiers:
-            try:
-                verifier = get_verifier(name)
-            except VerispecError as error:
-                raise SelectorError(f"the action grid names an unknown verifier: {error}") from None
+            verifier = self._verifier(name)
             for k in self.ks:
                 for l1 in self.l1s:
                     for l2 in self.l2s:
@@ -181,10 +240,77 @@ class ActionGrid:
                             check_compatible(verifier, action.drafter())
                         except VerispecError:
                             continue
+                        if unknown and not (action.drafter().draft_laws - unknown) & verifier.valid_for:
+                            continue
                         actions.append(action)
+        return tuple(actions)
+
+    def _checked_list(self, listed) -> tuple[Action, ...]:
+        """``listed`` (actions or their names) as a grid's action list, refused on one line where an action is not
+        one of the product's, is named twice or out of the grid's order (verifier-major, then K, L1, L2), or is a
+        pair the exact engine refuses now (the file's labels would name a tree no rule verifies)."""
+        from verispec.simulator.engine import check_compatible
+
+        if isinstance(listed, (str, bytes)) or not hasattr(listed, "__iter__"):
+            raise SelectorError(f"an action list is a sequence of action names, got {describe(listed)}")
+        actions = tuple(item if isinstance(item, Action) else Action.from_name(item) for item in listed)
+        if not actions:
+            raise SelectorError(f"the action list of the grid {self.describe()} is empty")
+        order = {name: index for index, name in enumerate(self.verifiers)}
+        keys = []
+        for action in actions:
+            if action.verifier not in order or action.k not in self.ks or action.l1 not in self.l1s or \
+                    action.l2 not in self.l2s:
+                raise SelectorError(f"the listed action {action.name!r} is not in the grid {self.describe()}")
+            try:
+                check_compatible(self._verifier(action.verifier), action.drafter())
+            except VerispecError as error:
+                raise SelectorError(f"the listed action {action.name!r} is not valid: {error}") from None
+            keys.append((order[action.verifier], action.k, action.l1, action.l2))
+        if len(set(keys)) != len(keys):
+            raise SelectorError(f"the action list of the grid {self.describe()} names an action twice")
+        if keys != sorted(keys):
+            raise SelectorError(f"the action list of the grid {self.describe()} is not in the grid's order "
+                                "(verifier, then K, L1, L2)")
+        return actions
+
+    @cached_property
+    def actions(self) -> tuple[Action, ...]:
+        """The grid's actions, verifier-major then K, L1, L2: ``listed`` where a file recorded them, else the pairs
+        ``check_compatible`` accepts now (``valid_actions``)."""
+        if self.listed is not None:
+            return self.listed
+        actions = self.valid_actions()
         if not actions:
             raise SelectorError(f"the action grid {self.describe()} holds no tree its verifiers accept")
-        return tuple(actions)
+        return actions
+
+    def with_actions(self, actions) -> ActionGrid:
+        """This grid holding ``actions`` (``Action`` or their names, ``Action.name``) as its list: how a file's
+        recorded list is read back. A one-line SelectorError where the list does not fit (``listed``)."""
+        return ActionGrid(self.ks, self.l1s, self.l2s, self.verifiers, tuple(actions))
+
+    def under_format_1(self) -> ActionGrid:
+        """This grid's parameters with the actions files of format 1 meant by them: each verifier's validity with
+        ``LAWS_AFTER_FORMAT_1`` left out of every drafter's laws (a file then recorded the parameters alone and its
+        reader derived the list, as the writer had)."""
+        return self.with_actions(self.valid_actions(without_laws=LAWS_AFTER_FORMAT_1))
+
+    def restricted(self, verifiers) -> ActionGrid:
+        """The sub-grid of ``verifiers`` (names of this grid's, in the order given): this grid's actions of those
+        verifiers, listed where this grid's are (a sub-grid of a file's grid keeps the file's meaning)."""
+        names = tuple(verifiers)
+        outside = [name for name in names if name not in self.verifiers]
+        if outside or not names:
+            raise SelectorError(f"the grid {self.describe()} has no verifier {describe(outside or list(names))}")
+        grid = ActionGrid(self.ks, self.l1s, self.l2s, names)
+        if self.listed is None:
+            return grid
+        return grid.with_actions([action for name in names for action in self.actions if action.verifier == name])
+
+    def action_names(self) -> list[str]:
+        """``Action.name`` of each action, in order: the list files record (``with_actions`` reads it)."""
+        return [action.name for action in self.actions]
 
     @cached_property
     def _positions(self) -> dict[Action, int]:
@@ -219,12 +345,15 @@ class ActionGrid:
         return {"ks": list(self.ks), "l1s": list(self.l1s), "l2s": list(self.l2s), "verifiers": list(self.verifiers)}
 
     @classmethod
-    def from_dict(cls, data) -> ActionGrid:
-        """The grid ``as_dict`` wrote; its verifiers are resolved at once (a one-line SelectorError otherwise)."""
+    def from_dict(cls, data, actions=None) -> ActionGrid:
+        """The grid ``as_dict`` wrote (its parameters), holding ``actions`` (names, ``action_names``) where given;
+        its verifiers are resolved at once (a one-line SelectorError otherwise)."""
         if not isinstance(data, dict) or set(data) != {"ks", "l1s", "l2s", "verifiers"}:
             keys = sorted(data) if isinstance(data, dict) else type(data).__name__
             raise SelectorError(f"not an action grid (keys ks, l1s, l2s, verifiers), got {describe(keys)}")
         grid = cls(data["ks"], data["l1s"], data["l2s"], data["verifiers"])
+        if actions is not None:
+            return grid.with_actions(actions)
         grid.actions  # noqa: B018 - resolve the verifiers at the edge
         return grid
 
@@ -247,6 +376,39 @@ class ActionGrid:
     @property
     def max_nodes(self) -> int:
         return max(action.nodes for action in self.actions)
+
+
+def grid_record(grid: ActionGrid, *, format_1: bool = False) -> dict:
+    """What a row store's parameters record of the grid whose actions its rows' columns are: {"grid": parameters,
+    "actions": names}. ``format_1``: the record of a store written before lists were recorded ({"grid": parameters}
+    alone), which holds the format-1 actions of its grid; None where this grid's actions are not those (such a
+    store's rows are not this grid's). See ``open_grid_store``."""
+    if not format_1:
+        return {"grid": grid.as_dict(), "actions": grid.action_names()}
+    if grid.actions != grid.under_format_1().actions:
+        return None
+    return {"grid": grid.as_dict()}
+
+
+def open_grid_store(path, parameters: dict, grid: ActionGrid, *, overwrite: bool = False, **options):
+    """The ``ResultStore`` at ``path`` of rows labelled for ``grid``'s actions, with ``parameters`` and
+    ``grid_record(grid)``. A store written before action lists were recorded (its parameters name the grid alone)
+    opens too where its format-1 actions are ``grid``'s; otherwise the store's ``ResultStoreError`` is raised, as
+    for any other parameter that differs."""
+    from verispec.errors import ResultStoreError
+    from verispec.io import ResultStore
+
+    try:
+        return ResultStore(path, parameters={**parameters, **grid_record(grid)}, overwrite=overwrite, **options)
+    except ResultStoreError as error:
+        refusal = error
+    legacy = None if overwrite else grid_record(grid, format_1=True)
+    if legacy is not None:
+        try:
+            return ResultStore(path, parameters={**parameters, **legacy}, **options)
+        except ResultStoreError:
+            pass  # not a store of format 1 either: the refusal naming this grid's record says why
+    raise refusal
 
 
 def max_action_tree(grid: ActionGrid) -> str:
@@ -284,5 +446,5 @@ def policy_action_times(grid: ActionGrid, latency, *, reads_draft: bool):
 #: The paper's grid: K 1..4, L1 0..8, L2 0..8 with SpecInfer, 324 actions.
 PAPER_GRID = ActionGrid()
 
-__all__ = ["PAPER_GRID", "Action", "ActionGrid", "SelectorError", "action_times", "max_action_tree",
-           "policy_action_times"]
+__all__ = ["LAWS_AFTER_FORMAT_1", "PAPER_GRID", "Action", "ActionGrid", "SelectorError", "action_times",
+           "grid_record", "max_action_tree", "open_grid_store", "policy_action_times"]

@@ -15,10 +15,10 @@ every 16 tokens of offline decoding traces, each labelled with its Eq. 3 estimat
 
 ``build_dataset`` runs through the study's executor and save loop (``verispec.study.executor``): every root's
 row is kept in a ``ResultStore`` (``OUT.roots.json``) keyed on the root and recording every other parameter
-(grid, method, samples, seed, epsilon, latency, features), so an interrupted or extended build computes only the
-roots it lacks and never holds a root twice. Synthetic roots run serially, on local processes, or on a Dask or
-Ray cluster, and so do a pair's roots, a group at a time, each worker loading the pair once (serially, in this
-process, where the pair is loaded already). The dataset is one ``.npz`` file
+(grid and its action list, method, samples, seed, epsilon, latency, features), so an interrupted or extended build
+computes only the roots it lacks and never holds a root twice. Synthetic roots run serially, on local processes, or
+on a Dask or Ray cluster, and so do a pair's roots, a group at a time, each worker loading the pair once (serially,
+in this process, where the pair is loaded already). The dataset is one ``.npz`` file
 (``verispec.selector.dataset_file``), written atomically.
 """
 
@@ -34,8 +34,9 @@ import numpy as np
 
 from verispec import budget
 from verispec.errors import ProblemTooLargeError, ResultStoreError, describe
-from verispec.io import ResultStore, check_inside, check_output, check_output_file, unpack_floats
+from verispec.io import check_inside, check_output, check_output_file, unpack_floats
 from verispec.memory import trim_heap
+from verispec.selector.actions import open_grid_store
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
 from verispec.selector.hidden_states import collect_hidden_states
 from verispec.selector.labelling import (
@@ -185,9 +186,9 @@ def _build_locked(roots, grid, method, samples, epsilon, out, store_file, latenc
     backend, jobs, address = where
     settings = {"method": method, "samples": int(samples), "seed": int(seed), "epsilon": float(epsilon),
                 "latency": latency.as_dict()}
-    parameters = {"kind": DATASET_FORMAT, "grid": grid.as_dict(), **settings, "feature_names": list(SCALAR_FEATURES)}
-    try:
-        store = ResultStore(store_file, parameters=parameters, overwrite=overwrite)
+    parameters = {"kind": DATASET_FORMAT, **settings, "feature_names": list(SCALAR_FEATURES)}
+    try:  # the rows' columns are the grid's actions: the store records them (``open_grid_store``)
+        store = open_grid_store(store_file, parameters, grid, overwrite=overwrite)
     except ResultStoreError as error:
         raise DatasetError(f"{error} (or pass overwrite to start over)") from None
 
@@ -204,8 +205,8 @@ def _build_locked(roots, grid, method, samples, epsilon, out, store_file, latenc
         return "conditional" if kind in conditional else method
 
     common = {name: value for name, value in settings.items() if name != "method"}
-    tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "method": method_of(keyed[key]),
-              **common} for key in todo if keyed[key].kind == "synthetic"]
+    tasks = [{"key": key, "root": keyed[key].as_dict(), "grid": grid.as_dict(), "actions": grid.action_names(),
+              "method": method_of(keyed[key]), **common} for key in todo if keyed[key].kind == "synthetic"]
     groups = _pending_groups(pair_root_groups(keys, keyed, root_batch), store, lambda key: method_of(keyed[key]))
     pair_tasks = _pair_tasks(groups, keyed, grid, common, pair, backend, jobs, address)
     if tasks or pair_tasks:
@@ -236,7 +237,8 @@ def _pair_tasks(groups, keyed: dict, grid, common: dict, pair, backend: str, job
     threads = check_pair_workers(pair, backend, jobs, address)
     source = dataclasses.asdict(pair.source)
     return [{"keys": members, "roots": [keyed[key].as_dict() for key in members], "grid": grid.as_dict(),
-             "method": name, **common, "pair": source, "threads": threads} for name, members in groups]
+             "actions": grid.action_names(), "method": name, **common, "pair": source, "threads": threads}
+            for name, members in groups]
 
 
 def _label_groups_here(groups, keyed: dict, grid, settings: dict, latency, pair):
@@ -340,7 +342,8 @@ def _dataset(keys: list[str], keyed: dict, rows: list[dict], grid, settings: dic
     vocab_sizes = sorted({pair.vocab_size} if from_pair else {int(keyed[key].problem["vocab"]) for key in keys})
     tokenizer = getattr(getattr(pair, "tokenizer", None), "name_or_path", None) if from_pair else None
     metadata = {"format": DATASET_FORMAT, "version": DATASET_VERSION, "grid": grid.as_dict(),
-                "feature_names": list(SCALAR_FEATURES), "pair": pair.name if from_pair else None,
+                "actions": grid.action_names(), "feature_names": list(SCALAR_FEATURES),
+                "pair": pair.name if from_pair else None,
                 "tokenizer": tokenizer, "vocab_size": vocab_sizes[0] if len(vocab_sizes) == 1 else None,
                 "samplings": samplings, **settings, "verispec": package_version(), "roots": len(keys),
                 "families": sorted({keyed[key].problem["family"] for key in keys if keyed[key].problem}),

@@ -3,11 +3,11 @@ with every check (``Dataset.load``). ``verispec.selector.dataset`` builds it.
 
 The file (``Dataset.save``, written atomically) holds:
 
-    metadata        0-d unicode array: JSON of {"format", "version", "grid", "feature_names", "pair",
+    metadata        0-d unicode array: JSON of {"format", "version", "grid", "actions", "feature_names", "pair",
                     "tokenizer", "vocab_size", "samplings", "method", "samples", "seed", "epsilon", "latency",
                     "verispec", "roots"}
     features        [N, F] float64     (F = len(feature_names))
-    efficiency      [N, A] float64     E[tau + 1] per root and action (A = len(grid))
+    efficiency      [N, A] float64     E[tau + 1] per root and action (A = len(actions))
     stderr          [N, A] float64     standard error (0 for exact and certified labels; NaN for one sample)
     lower, upper    [N, A] float64     (see ``verispec.selector.labels.LabelSet``)
     group           [N] unicode        prompt or problem of the root (split by group)
@@ -24,6 +24,13 @@ The file (``Dataset.save``, written atomically) holds:
                                        hidden states at the root, named as decoding's ``BlockContext.hidden``:
                                        target_prev (the target at the token before the root), draft_prev and
                                        draft_root (the draft there and at the root)
+
+The label columns are the actions ``metadata["actions"]`` names (``Action.name``, in the grid's order), recorded
+since version 2: the grid's parameters (``metadata["grid"]``) alone do not fix them, since which (verifier, tree)
+pairs a grid holds follows each rule's validity, and a rule gaining reach (gbv on delayed trees) would give the
+same parameters more actions. A version-1 file records the parameters alone; its columns are the actions its
+writer derived, the grid's under the draft-law classification of that time (``ActionGrid.under_format_1``). Both
+versions are read; version 2 is written.
 """
 
 from __future__ import annotations
@@ -40,7 +47,10 @@ from verispec.io import OutputKind, atomic_output, check_output_file, check_zip_
 
 #: The ``format`` recorded in a dataset file's metadata, and its version.
 DATASET_FORMAT = "verispec selector dataset"
-DATASET_VERSION = 1
+DATASET_VERSION = 2
+
+#: The versions ``Dataset.load`` reads: 1 (no action list: ``ActionGrid.under_format_1``) and 2.
+READ_VERSIONS = (1, 2)
 
 #: The arrays of a dataset file, with their ranks.
 ARRAYS = {"features": 2, "efficiency": 2, "stderr": 2, "lower": 2, "upper": 2, "group": 1, "setting": 1,
@@ -128,13 +138,14 @@ class Dataset:
 
     @property
     def grid(self):
-        """The action grid of the labels (``ActionGrid``)."""
-        from verispec.selector.actions import ActionGrid, SelectorError
-
-        try:
-            return ActionGrid.from_dict(self.metadata.get("grid"))
-        except SelectorError as error:
-            raise DatasetError(f"the dataset's grid cannot be read: {error}") from None
+        """The action grid of the labels (``ActionGrid``), its actions those of the label columns: the recorded list
+        (``metadata["actions"]``), or a version-1 file's (``grid_of_metadata``). Read once per metadata."""
+        record = (self.metadata.get("version"), self.metadata.get("grid"), self.metadata.get("actions"))
+        cached = self.__dict__.get("_grid")
+        if cached is None or cached[0] != record:
+            cached = (record, grid_of_metadata(self.metadata))
+            self.__dict__["_grid"] = cached
+        return cached[1]
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -219,17 +230,41 @@ class Dataset:
         if not isinstance(metadata, dict) or metadata.get("format") != DATASET_FORMAT:
             raise DatasetError(f"{shown} is not a verispec selector dataset (its metadata names no "
                                f"{DATASET_FORMAT!r} format)")
-        if metadata.get("version") != DATASET_VERSION:
+        if metadata.get("version") not in READ_VERSIONS:
             raise DatasetError(f"{shown} is a dataset of format version {metadata.get('version')!r}; this verispec "
-                               f"reads version {DATASET_VERSION}")
+                               f"reads versions {', '.join(map(str, READ_VERSIONS))}")
         try:
             dataset = cls(**arrays, metadata=metadata)
         except DatasetError as error:
             raise DatasetError(f"dataset {shown}: {error}") from None
-        if grid is not None and grid.as_dict() != metadata.get("grid"):
-            raise DatasetError(f"dataset {shown} was labelled for the action grid {dataset.grid.describe()}, not "
-                               f"{grid.describe()}; build a dataset for this grid")
+        if grid is not None and grid != dataset.grid:
+            held = dataset.grid
+            detail = "" if held.as_dict() != grid.as_dict() else \
+                f" ({len(held)} actions recorded, {len(grid)} in the grid given)"
+            raise DatasetError(f"dataset {shown} was labelled for the action grid {held.describe()}, not "
+                               f"{grid.describe()}{detail}; build a dataset for this grid")
         return dataset
+
+
+def grid_of_metadata(metadata: dict):
+    """The ``ActionGrid`` of a dataset's label columns from its metadata: the grid's parameters holding the recorded
+    action list (version 2), or, in a version-1 file, the actions its parameters meant then
+    (``ActionGrid.under_format_1``). A one-line DatasetError where they cannot be read or do not fit."""
+    from verispec.selector.actions import ActionGrid, SelectorError
+
+    try:
+        grid = ActionGrid.from_dict(metadata.get("grid"))
+        if metadata.get("version") == 1:
+            return grid.under_format_1()
+        actions = metadata.get("actions")
+        if actions is None:
+            raise SelectorError(f"a dataset of version {metadata.get('version')!r} records its action list "
+                                "(metadata 'actions'), and this one records none")
+        if not isinstance(actions, list):
+            raise SelectorError(f"the recorded action list is not a list of action names: {describe(actions)}")
+        return grid.with_actions(actions)
+    except SelectorError as error:
+        raise DatasetError(f"the dataset's grid cannot be read: {error}") from None
 
 
 def is_dataset_file(path: str | Path) -> bool:
@@ -255,5 +290,5 @@ def dataset_file_marked(path: str | Path) -> bool:
 DATASET_FILE = OutputKind("verispec selector dataset", dataset_file_marked, is_dataset_file, "dataset.npz")
 
 
-__all__ = ["ARRAYS", "DATASET_FILE", "DATASET_FORMAT", "DATASET_VERSION", "MAX_DATASET_BYTES", "Dataset",
-           "DatasetError", "is_dataset_file"]
+__all__ = ["ARRAYS", "DATASET_FILE", "DATASET_FORMAT", "DATASET_VERSION", "MAX_DATASET_BYTES", "READ_VERSIONS",
+           "Dataset", "DatasetError", "grid_of_metadata", "is_dataset_file"]

@@ -179,9 +179,9 @@ def _label_task(task: dict) -> dict:
     from verispec.latency import LatencyModel
     from verispec.selector.actions import ActionGrid
 
-    row = label_root(Root.from_dict(task["root"]), ActionGrid.from_dict(task["grid"]), method=task["method"],
-                     samples=task["samples"], seed=task["seed"], epsilon=task["epsilon"],
-                     latency=LatencyModel.from_dict(task["latency"]))
+    grid = ActionGrid.from_dict(task["grid"], task["actions"])  # the build's actions, not a re-derivation
+    row = label_root(Root.from_dict(task["root"]), grid, method=task["method"], samples=task["samples"],
+                     seed=task["seed"], epsilon=task["epsilon"], latency=LatencyModel.from_dict(task["latency"]))
     return {"key": task["key"], **row}
 
 
@@ -228,9 +228,10 @@ def label_pair_tasks(tasks: list[dict]) -> list[dict]:
     for task in tasks:
         pair, shared = _worker_pair(task["pair"], task["threads"])
         roots = [Root.from_dict(root) for root in task["roots"]]
-        labelled = label_roots(roots, ActionGrid.from_dict(task["grid"]), method=task["method"],
-                               samples=task["samples"], seed=task["seed"], epsilon=task["epsilon"],
-                               latency=LatencyModel.from_dict(task["latency"]), pair=pair, shared=shared)
+        grid = ActionGrid.from_dict(task["grid"], task["actions"])  # the build's actions, not a re-derivation
+        labelled = label_roots(roots, grid, method=task["method"], samples=task["samples"], seed=task["seed"],
+                               epsilon=task["epsilon"], latency=LatencyModel.from_dict(task["latency"]), pair=pair,
+                               shared=shared)
         rows += [{"key": key, **row} for key, row in zip(task["keys"], labelled)]
         gc.collect()  # as the build's own process does after a group (see build_dataset)
         trim_heap()

@@ -8,6 +8,8 @@ same combs; its rows kept in the side store ``OUT.relabel.npz.roots.json`` while
 resumes, never labelling a root twice), then replaces those actions' columns in ``OUT`` and in its row store
 (``merge_labels``), both written atomically, and removes the side files. The dataset's own parameters (grid,
 method, samples, seed, epsilon, latency, features) must be those the command gives; its hidden states are kept.
+The columns are the dataset's recorded actions, not those the command's grid derives now: a version-1 dataset
+(``verispec.selector.dataset_file``) keeps its columns, and its merge records them (version 2).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import numpy as np
 
 from verispec.errors import ResultStoreError
 from verispec.io import ResultStore, pack_floats, unpack_floats
+from verispec.selector.actions import open_grid_store
 from verispec.selector.dataset import build_dataset, check_dataset_output, store_path
-from verispec.selector.dataset_file import Dataset, DatasetError
+from verispec.selector.dataset_file import DATASET_VERSION, Dataset, DatasetError
 
 #: The arrays of a row (and of a dataset) that hold one value an action, action on the last axis.
 LABEL_ARRAYS = ("efficiency", "stderr", "lower", "upper", "per_sample")
@@ -43,17 +46,19 @@ def relabel_dataset(roots, grid, verifiers, *, out: str | Path, latency, method:
     from what ``out`` records, where ``out`` is not finished (no file, no row store, a root of ``roots`` not in
     it), or where a verifier is not one of the grid's. ``overwrite`` starts the relabel's side build over; ``out``
     itself is only ever rewritten with its other columns unchanged."""
-    from verispec.selector.actions import ActionGrid
-
     out = Path(out)
     names = check_relabel(out, verifiers, grid)
+    base = Dataset.load(out)
+    if base.grid.as_dict() != grid.as_dict():
+        raise DatasetError(f"dataset {str(out)!r} was labelled for the action grid {base.grid.describe()}, not "
+                           f"{grid.describe()}; relabel with the command that built it")
+    grid = base.grid  # the recorded columns, whatever the rules' validity derives from the parameters now
     base_store = _finished_store(out, roots, grid, method, samples, seed, epsilon, latency)
-    part_grid = ActionGrid(grid.ks, grid.l1s, grid.l2s, names)
+    part_grid = grid.restricted(names)
     side = relabel_path(out)
     part = build_dataset(roots, part_grid, method=method, samples=samples, epsilon=epsilon, out=side,
                          latency=latency, pair=pair, backend=backend, jobs=jobs, address=address,
                          progress=progress, overwrite=overwrite, seed=seed, note=note, root_batch=root_batch)
-    base = Dataset.load(out, grid=grid)
     merged, columns = merge_labels(base, part), _part_columns(base, part)
     _check_rows_match(base, base_store, kept=np.setdiff1d(np.arange(len(grid)), columns))
     merged.save(out)  # first the file, then the store: a relabel killed between them redoes the same merge
@@ -66,9 +71,10 @@ def relabel_dataset(roots, grid, verifiers, *, out: str | Path, latency, method:
 def merge_labels(base: Dataset, part: Dataset) -> Dataset:
     """``base`` with the columns of ``part``'s actions (every label array, per-tree values included) taken from
     ``part``, every other column, the features and the hidden states kept; ``metadata['relabelled']`` records
-    what was replaced (once, where the same merge is done again). Refused on one line where the two datasets do
-    not hold the same roots labelled the same way (keys, label methods, samplings, sampled trees a root) or where
-    an action of ``part`` is not one of ``base``'s grid."""
+    what was replaced (once, where the same merge is done again), and the merge is written as the current version
+    with ``base``'s action list recorded (a version-1 base keeps its columns: ``Dataset.grid``). Refused on one line
+    where the two datasets do not hold the same roots labelled the same way (keys, label methods, samplings, sampled
+    trees a root) or where an action of ``part`` is not one of ``base``'s grid."""
     columns = _part_columns(base, part)
     if sorted(base.key.tolist()) != sorted(part.key.tolist()):
         missing = sorted(set(base.key.tolist()) ^ set(part.key.tolist()))
@@ -99,7 +105,8 @@ def merge_labels(base: Dataset, part: Dataset) -> Dataset:
     records = list(base.metadata.get("relabelled", []))
     if not records or records[-1] != record:  # the same merge done again (a relabel killed after the file) once
         records.append(record)
-    metadata = {**base.metadata, "relabelled": records}
+    metadata = {**base.metadata, "version": DATASET_VERSION, "actions": base.grid.action_names(),
+                "relabelled": records}
     kept = {name: getattr(base, name) for name in ("features", "group", "setting", "context_length", "label_method",
                                                    "key")}
     return Dataset(**kept, **arrays, metadata=metadata, hidden=base.hidden)
@@ -164,11 +171,11 @@ def _finished_store(out: Path, roots, grid, method, samples, seed, epsilon, late
         stored = json.loads(store_path(out).read_text()).get("parameters") or {}
     except (OSError, ValueError, AttributeError) as error:
         raise DatasetError(f"cannot read the row store of {str(out)!r} ({error})") from None
-    parameters = {"kind": DATASET_FORMAT, "grid": grid.as_dict(), "method": method, "samples": int(samples),
+    parameters = {"kind": DATASET_FORMAT, "method": method, "samples": int(samples),
                   "seed": int(seed), "epsilon": float(epsilon), "latency": latency.as_dict(),
                   "feature_names": list(SCALAR_FEATURES), "verispec": stored.get("verispec")}
-    try:
-        store = ResultStore(store_path(out), parameters=parameters)
+    try:  # a store of format 1 (no action list) opens where its columns are the grid's (``open_grid_store``)
+        store = open_grid_store(store_path(out), parameters, grid)
     except ResultStoreError as error:
         raise DatasetError(f"{' '.join(str(error).split())} (relabel with the command that built it)") from None
     missing = [root.key() for root in roots if not store.done(root.key())]

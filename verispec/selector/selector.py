@@ -33,7 +33,11 @@ from verispec.selector.roots import sampling_text
 
 #: The file's format tag and version.
 FORMAT = "verispec-selector"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+#: The format versions ``Selector.load`` reads: 1 (the grid's parameters alone; its actions those they meant then,
+#: ``ActionGrid.under_format_1``) and 2 (the action list recorded, "actions": the network's logits in order).
+READ_FORMAT_VERSIONS = (1, 2)
 
 #: Largest selector file read, and the most its archive's members may take uncompressed (checked before torch
 #: reads it): a selector is a small network; an MLP over 324 actions with three 128-wide projections of
@@ -239,6 +243,7 @@ class Selector:
         return {MARKER_KEY: written_by(SELECTOR, "selector train"), "format": FORMAT, "format_version": FORMAT_VERSION,
                 "kind": self.kind,
                 "config": plain_metadata(self.model.config), "grid": self.grid.as_dict(),
+                "actions": self.grid.action_names(),
                 "feature_names": list(self.feature_names), "hidden_names": list(self.hidden_names),
                 "metadata": self.metadata,
                 "state_dict": {name: tensor.detach().cpu().clone() for name, tensor in self.model.state_dict().items()}}
@@ -267,11 +272,13 @@ class Selector:
                                 f"({type(error).__name__})") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise SelectorError(f"{shown} is not a verispec selector file")
-        if data.get("format_version") != FORMAT_VERSION:
-            raise SelectorError(f"{shown} is a selector file of format version {describe(data.get('format_version'))}"
-                                f"; this verispec reads version {FORMAT_VERSION}")
-        try:
-            grid = ActionGrid.from_dict(data["grid"])
+        version = data.get("format_version")
+        if version not in READ_FORMAT_VERSIONS:
+            raise SelectorError(f"{shown} is a selector file of format version {describe(version)}; this verispec "
+                                f"reads versions {', '.join(map(str, READ_FORMAT_VERSIONS))}")
+        try:  # the logits are the recorded actions, not those the grid's parameters derive now
+            grid = ActionGrid.from_dict(data["grid"]).under_format_1() if version == 1 else \
+                ActionGrid.from_dict(data["grid"], data["actions"])
             model = build_model(data["kind"], data["config"])
             model.load_state_dict(data["state_dict"], strict=True)
             selector = cls(model, grid, kind=data["kind"], feature_names=tuple(data["feature_names"]),

@@ -178,7 +178,7 @@ def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyM
     from verispec.selector.train import train_selector
 
     grid = train.grid
-    sub = ActionGrid(grid.ks, grid.l1s, grid.l2s, (verifier,))
+    sub = grid.restricted((verifier,))  # the dataset's recorded actions of the verifier
     columns = np.array([grid.index(action) for action in sub.actions], dtype=np.int64)  # [A']
     times = policy_action_times(sub, latency, reads_draft=reads_draft(train.feature_names))  # [A'] as it decodes
     plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]

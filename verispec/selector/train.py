@@ -295,7 +295,7 @@ def _verifier_grid(grid: ActionGrid, verifiers: str | Sequence[str] | None) -> A
     if unknown or not names:
         raise VerispecError(f"--verifiers {verifiers!r}: the dataset labels the verifiers "
                             f"{', '.join(grid.verifiers)} only")
-    return ActionGrid(ks=grid.ks, l1s=grid.l1s, l2s=grid.l2s, verifiers=tuple(names))
+    return grid.restricted(names)  # the dataset's recorded actions of those verifiers
 
 
 def _hidden_names(dataset, hidden: str | Sequence[str] | None, dataset_name: str) -> list[str] | None:

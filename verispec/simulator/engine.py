@@ -233,7 +233,7 @@ def choose_method(problem: Problem, drafter: Drafter, verifier: Verifier, method
     elif method == "rule-dp":
         if not rule_dp_applies(drafter, verifier):
             raise IncompatibleDraftError(
-                f"method 'rule-dp' needs a verifier with its own exact method covering the tree (gbv on iid:K,L; "
+                f"method 'rule-dp' needs a verifier with its own exact method covering the tree (gbv and "
                 f"psbv on chain, iid and delayed trees; traversal on branch trees; traversal-iid on chain, iid, "
                 f"delayed and branch-iid trees); "
                 f"'{verifier.name}' on {drafter.spec} is not one")
