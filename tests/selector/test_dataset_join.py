@@ -30,7 +30,7 @@ def _rules_only(data: Dataset, rules, rows=None) -> Dataset:
                                                          "label_method", "key")}
     labels = {name: getattr(data, name)[rows][:, columns] for name in ARRAYS}
     return Dataset(**kept, **labels, per_sample=data.per_sample[rows][:, :, columns],
-                   metadata={**data.metadata, "grid": grid.as_dict()})
+                   metadata={**data.metadata, "grid": grid.as_dict(), "actions": grid.action_names()})
 
 
 def _one_line(error) -> str:

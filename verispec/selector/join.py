@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from verispec.selector.dataset_file import Dataset, DatasetError
+from verispec.selector.dataset_file import DATASET_VERSION, Dataset, DatasetError
 
 #: Metadata that says how the labels were made: equal in every file of a join.
 LABELLING_KEYS = ("method", "samples", "seed", "epsilon", "latency", "pair", "tokenizer", "vocab_size", "samplings",
@@ -67,7 +67,7 @@ def join_datasets(datasets: Sequence[tuple[str, Dataset]]) -> Dataset:
     grid = {**first.metadata["grid"], "verifiers": verifiers}
     sources = [{"label": label, "verifiers": list(data.grid.verifiers), "actions": len(data.grid)}
                for label, data in datasets]
-    metadata = {**first.metadata, "grid": grid, "actions": names, "joined": sources}
+    metadata = {**first.metadata, "version": DATASET_VERSION, "grid": grid, "actions": names, "joined": sources}
     kept = {name: getattr(first, name) for name in ("features", "group", "setting", "context_length",
                                                     "label_method", "key")}
     dataset = Dataset(**kept, **joined, metadata=metadata, hidden=first.hidden)
