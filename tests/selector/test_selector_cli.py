@@ -52,23 +52,25 @@ def test_static_oracle_and_throughput_by_hand():
 
 
 def test_crossfit_oracle_by_hand():
-    """Root 0 has 4 sampled trees over 2 actions (times 1, 2): the first half (trees 1-2) means E/T = (2, 1.25)
-    -> action 0, scored on trees 3-4: mean E of action 0 = 1.5; the second half means (1.5, 1.75) -> action 1,
-    scored on trees 1-2: 2.5. Tokens 0.5 (1.5 + 2.5) = 2, time 0.5 (1 + 2) = 1.5. Root 1 is exact (NaN trees):
-    its own best (E/T 3 vs 2 -> action 0, tokens 3, time 1). The in-sample oracle at root 0 takes E/T of the
-    4-tree mean (1.75, 1.5) -> action 0 with tokens 1.75."""
+    """Root 0 has 4 sampled trees over 2 actions (times 1, 2); root 1 is exact (NaN trees), labels (3, 6). The
+    first half's means at root 0 are (2, 2.5), so the choices over both roots have throughputs (2 + 3)/2 = 2.5,
+    (2 + 6)/3 = 2.67, (2.5 + 3)/3 = 1.83, (2.5 + 6)/4 = 2.125: the oracle of the first half takes (0, 1), and
+    root 0's action 0 is scored on trees 3-4: 1.5. The second half's means at root 0 are (1.5, 3.5): (1.5 + 3)/2 =
+    2.25, (1.5 + 6)/3 = 2.5, (3.5 + 3)/3 = 2.17, (3.5 + 6)/4 = 2.375: (0, 1) again, scored on trees 1-2: 2. Root 0:
+    tokens 0.5 (1.5 + 2) = 1.75, time 1; root 1: tokens 6, time 2 both times. (Per root, E / T would take root
+    0's action 1 on the second half, 1.75 > 1.5.)"""
     per_sample = np.array([[[2.0, 2.0], [2.0, 3.0], [1.0, 3.0], [2.0, 4.0]],
                            [[np.nan] * 2] * 4])  # [N=2, S=4, A=2]
-    efficiency = np.array([[1.75, 3.0], [3.0, 4.0]])
+    efficiency = np.array([[1.75, 3.0], [3.0, 6.0]])
     times = np.array([1.0, 2.0])
     tokens, spent = crossfit_oracle_totals(per_sample, efficiency, times, [0, 1])
-    assert tokens.tolist() == pytest.approx([2.0, 3.0], abs=1e-12)
-    assert spent.tolist() == pytest.approx([1.5, 1.0], abs=1e-12)
+    assert tokens.tolist() == pytest.approx([1.75, 6.0], abs=1e-12)
+    assert spent.tolist() == pytest.approx([1.0, 2.0], abs=1e-12)
     assert crossfit_oracle_totals(per_sample[:, :1], efficiency, times, [0, 1]) is None  # one tree: no split
     table = evaluate_policies(efficiency, times, {"static": np.array([0, 0])}, np.array([0, 1]), resamples=100,
                               totals={"oracle_crossfit": (tokens, spent)})
-    assert table["oracle_crossfit"]["throughput"] == pytest.approx(5.0 / 2.5, abs=1e-12)
-    assert table["oracle_crossfit"]["ratio_to_static"] == pytest.approx(2.0 / (4.75 / 2), abs=1e-12)
+    assert table["oracle_crossfit"]["throughput"] == pytest.approx(7.75 / 3.0, abs=1e-12)
+    assert table["oracle_crossfit"]["ratio_to_static"] == pytest.approx((7.75 / 3) / (4.75 / 2), abs=1e-12)
 
 
 def test_crossfit_oracle_removes_the_winners_curse():
@@ -138,8 +140,13 @@ def test_evaluate_recomputes_static_and_oracle_from_the_dataset(trained, capsys)
         expected = efficiency[:, static].sum() / (times[static] * rows.sum())
         assert entry["static"]["throughput"] == pytest.approx(expected, abs=1e-12)
         best = np.array(columns)[np.argmax(efficiency[:, columns] / times[columns], 1)]
-        oracle = efficiency[np.arange(len(best)), best].sum() / times[best].sum()
-        assert entry["oracle"]["throughput"] == pytest.approx(oracle, abs=1e-12)
+        per_root = efficiency[np.arange(len(best)), best].sum() / times[best].sum()
+        # the best total throughput lam* is the root of the decreasing max over choices of sum_b (E_b,a - lam T_a):
+        # the reported oracle's rate must be it, and at least the per-root best's
+        oracle = entry["oracle"]["throughput"]
+        slack = (efficiency[:, columns] - oracle * times[columns]).max(axis=1).sum()
+        assert slack == pytest.approx(0.0, abs=1e-9 * times[columns].max() * len(best))
+        assert oracle >= per_root * (1 - 1e-12)
         assert 0 <= entry["selector"]["agrees_with_oracle"] <= 1
         assert entry["oracle"]["biased_upward"] is False and "oracle_crossfit" not in entry  # exact labels
         # the selector reads the draft to choose, so a block it leaves undrafted costs t_q (1 here) + t_p
@@ -237,3 +244,40 @@ def test_bad_input_is_one_line_with_status_2(trained, tmp_path, capsys):
               "--compare", "specinfer,nope"], capsys, "--compare")
     _refused(["selector", "train", "--dataset", str(trained / "d.npz"), "--verifiers", "gbv", "--out",
               str(tmp_path / "g.pt")], capsys, "labels the verifiers")
+
+
+def _brute_force_best(efficiency: np.ndarray, times: np.ndarray, allowed) -> float:
+    """The largest sum E / sum T over every assignment of an allowed action to each root (enumerated)."""
+    import itertools
+
+    rows = np.arange(efficiency.shape[0])
+    return max(efficiency[rows, list(pick)].sum() / times[list(pick)].sum()
+               for pick in itertools.product(list(allowed), repeat=len(rows)))
+
+
+def test_the_oracle_is_the_best_total_throughput_not_the_per_root_best():
+    """Root 0: actions (E, T) = (1, 1) and (2.2, 2): E / T 1 < 1.1 picks the long one; root 1: (10, 1) and (10, 2):
+    the short one. Per root: (2.2 + 10) / (2 + 1) = 4.07; keeping root 0 short: (1 + 10) / (1 + 1) = 5.5, the best
+    total (the other two choices: (1 + 10) / 3 = 3.67, (2.2 + 10) / 4 = 3.05)."""
+    efficiency = np.array([[1.0, 2.2], [10.0, 10.0]])
+    times = np.array([1.0, 2.0])
+    assert np.argmax(efficiency / times, axis=1).tolist() == [1, 0]
+    choice = oracle_choice(efficiency, times, [0, 1])
+    assert choice.tolist() == [0, 0]
+    assert efficiency[np.arange(2), choice].sum() / times[choice].sum() == pytest.approx(11 / 2, abs=1e-12)
+
+
+def test_the_oracle_equals_brute_force_on_random_labels():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        roots, actions = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        efficiency = 1 + 4 * rng.random((roots, actions))
+        times = 1 + 3 * rng.random(actions)
+        allowed = sorted(rng.choice(actions, size=int(rng.integers(1, actions + 1)), replace=False).tolist())
+        choice = oracle_choice(efficiency, times, allowed)
+        assert set(choice.tolist()) <= set(allowed)
+        rows = np.arange(roots)
+        best = _brute_force_best(efficiency, times, allowed)
+        assert efficiency[rows, choice].sum() / times[choice].sum() == pytest.approx(best, rel=1e-12)
+        per_root = np.asarray(allowed)[np.argmax(efficiency[:, allowed] / times[allowed], axis=1)]
+        assert efficiency[rows, per_root].sum() / times[per_root].sum() <= best * (1 + 1e-12)
