@@ -19,7 +19,7 @@
                                                       real speculative decoding (or plain sampling)
     verispec decode  ... --plain | --selector FILE                   plain sampling; a tree chosen per block
     verispec models  install NAME | list                             the real model pairs (qwen-coder)
-    verispec selector dataset | train | evaluate | study             the delay selector (verispec.cli.selector)
+    verispec selector dataset | train | evaluate | study | verdict   the delay selector (verispec.cli.selector)
     verispec predict (--pair NAME | --target MODEL --draft MODEL) (--context TEXT | --context-file FILE)
                      --tree TREE --verifier NAME [--epsilon E] [--temperature T] [--top-p P] [--top-k K] [--json]
     verispec predict --problem FILE --tree TREE --verifier NAME [--epsilon E] [--json]

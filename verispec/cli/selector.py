@@ -1,4 +1,4 @@
-"""``verispec selector dataset | train | evaluate | study``: one command per step of the delay selector
+"""``verispec selector dataset | train | evaluate | study | verdict``: one command per step of the delay selector
 (``verispec.selector``), each reproducible from its seed.
 
     verispec selector dataset --family context-free --vocab 3 --seeds 0-59 --out data.npz          synthetic roots
@@ -8,6 +8,8 @@
     verispec selector evaluate --dataset d.npz --selector specinfer.pt --selector traversal.pt [--json]
     verispec selector study --dataset d.npz [--dataset d2.npz] [--latency cpu.json] --out DIR   (no model loaded;
                             verispec.cli.selector_study)
+    verispec selector verdict --dataset d.npz [--dataset d2.npz] --replicates 9 --folds 5 --out DIR   (no model;
+                              verispec.cli.selector_verdict)
 
 Each step parses its options and calls the library (``verispec.selector``: the prompt sets in ``prompt_sets``,
 sampling settings in ``roots.parse_setting``, training on a dataset in ``train.train_on_dataset``, the held-out
@@ -36,6 +38,7 @@ from verispec.cli.options import (
 )
 from verispec.cli.pair import load_pair
 from verispec.cli.selector_study import add_study_parser, run_study_command
+from verispec.cli.selector_verdict import add_verdict_parser, run_verdict_command
 from verispec.errors import ResultStoreError, VerispecError
 from verispec.memory import peak_rss_bytes
 
@@ -54,6 +57,7 @@ def add_parser(subparsers) -> None:
     _add_train_parser(steps)
     _add_evaluate_parser(steps)
     add_study_parser(steps)
+    add_verdict_parser(steps)
 
 
 def _add_dataset_parser(steps) -> None:
@@ -187,7 +191,7 @@ def _add_evaluate_parser(steps) -> None:
 
 def run(args) -> int:
     step = {"dataset": _run_dataset, "train": _run_train, "evaluate": _run_evaluate,
-            "study": run_study_command}[args.step]
+            "study": run_study_command, "verdict": run_verdict_command}[args.step]
     if args.step != "dataset":
         return step(args)
     from verispec.study.workers import interrupt_on_signals

@@ -122,7 +122,7 @@ def _group_sums(values: np.ndarray, group_index: np.ndarray, groups: int) -> np.
     return np.bincount(group_index, weights=values, minlength=groups)
 
 
-class _Bootstrap:
+class GroupBootstrap:
     """Resampled group weights: each resample draws the groups with replacement, and a root counts as many
     times as its group was drawn. Every statistic is a ratio of weighted sums, so one weight matrix serves all."""
 
@@ -164,7 +164,7 @@ def evaluate_policies(efficiency: np.ndarray, times: np.ndarray, choices: Mappin
     in ``policy_times`` (name -> [A]) is priced by those times instead of ``times``."""
     if efficiency.shape[0] == 0:
         raise SelectorError("no held-out roots to evaluate on; give a test set with at least one root")
-    boot = _Bootstrap(np.asarray(groups), resamples, seed)
+    boot = GroupBootstrap(np.asarray(groups), resamples, seed)
     count = boot.sums(np.ones(efficiency.shape[0]))  # [R] roots per resample
     results, rates = {}, {}
     given = _given(efficiency, times, choices, totals, policy_times)
@@ -189,7 +189,7 @@ def paired_ratio(efficiency_a: np.ndarray, times_a: np.ndarray, choice_a: np.nda
                  efficiency_b: np.ndarray, times_b: np.ndarray, choice_b: np.ndarray, groups: np.ndarray, *,
                  resamples: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict:
     """Throughput of policy a over policy b on the same roots, with a paired 95% group-bootstrap interval."""
-    boot = _Bootstrap(np.asarray(groups), resamples, seed)
+    boot = GroupBootstrap(np.asarray(groups), resamples, seed)
     tokens_a, time_a = policy_totals(efficiency_a, times_a, choice_a)
     tokens_b, time_b = policy_totals(efficiency_b, times_b, choice_b)
     ratio = (tokens_a.sum() / time_a.sum()) / (tokens_b.sum() / time_b.sum())
@@ -206,7 +206,7 @@ def paired_policy_ratios(efficiency: np.ndarray, times: np.ndarray, choices: Map
     the resamples of ``evaluate_policies`` at the same seed). Policies are named in ``choices`` (name -> [N] action
     index; priced by ``policy_times[name]`` where given, else ``times``) or ``totals`` (name -> per-root tokens
     [N] and time [N])."""
-    boot = _Bootstrap(np.asarray(groups), resamples, seed)
+    boot = GroupBootstrap(np.asarray(groups), resamples, seed)
     given = _given(efficiency, times, choices, totals, policy_times)
     missing = sorted({name for pair in pairs for name in pair} - set(given))
     if missing:
@@ -393,6 +393,7 @@ def label_quality(estimated: np.ndarray, reference: np.ndarray, reference_width:
     return result
 
 
-__all__ = ["DEFAULT_BOOTSTRAP", "best_static", "compare_selected", "crossfit_oracle_totals", "evaluate",
+__all__ = ["DEFAULT_BOOTSTRAP", "GroupBootstrap", "best_static", "compare_selected", "crossfit_oracle_totals",
+           "evaluate",
            "evaluate_held_out", "evaluate_policies", "label_quality", "oracle_choice", "paired_policy_ratios",
            "paired_ratio", "policy_totals", "selector_choice", "verifier_actions"]

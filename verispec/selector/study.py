@@ -170,11 +170,13 @@ def _one_setting(data: Dataset) -> Dataset:
 
 
 def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyModel, *, seed: int,
-                 epochs: int, hidden: Sequence[str] = (), projection: int | None = None) -> dict[str, np.ndarray]:
+                 epochs: int, hidden: Sequence[str] = (), projection: int | None = None,
+                 kinds: Sequence[str] = KINDS) -> dict[str, np.ndarray]:
     """{kind: [N_test] action index into the dataset's grid} of the selectors of ``KINDS`` trained on ``train``
     over ``verifier``'s actions under ``latency`` (Eq. 12 against plain decoding, as ``selector train`` does), and
     of ``HIDDEN_KIND`` (the network reading the hidden states ``hidden`` too, each projected to ``projection``
-    dimensions, the paper's 128 when None) when any are named."""
+    dimensions, the paper's 128 when None) when any are named. ``kinds``: the selectors to train (a subset of
+    ``KINDS``)."""
     from verispec.selector.train import train_selector
 
     grid = train.grid
@@ -184,7 +186,7 @@ def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyM
     plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
     train_x, test_x = regime_features(train, latency), regime_features(test, latency)  # [N, F], [N_test, F]
     chosen = {}
-    for kind in (*KINDS, HIDDEN_KIND) if hidden else KINDS:
+    for kind in (*kinds, HIDDEN_KIND) if hidden else kinds:
         reads = {name: train.hidden[name] for name in hidden} if kind == HIDDEN_KIND else None  # {name: [N, d]}
         width = {} if reads is None or projection is None else {"projection": int(projection)}
         selector = train_selector(train_x, train.efficiency[:, columns], times, sub,
@@ -386,7 +388,7 @@ def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, Lat
     result["split"] = result_split
     with study_threads(threads):
         for setting in settings:
-            here = _setting_folds(setting, plan, remedy)
+            here = setting_folds(setting, plan, remedy)
             result["settings"][setting.name] = _setting_record(setting, here)
             for name, latency in regimes.items():
                 result["tables"].append(regime_table(setting, here if folds != 1 else here[0], name, latency,
@@ -395,7 +397,7 @@ def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, Lat
     return result
 
 
-def _setting_folds(setting: Setting, plan: Sequence[Sequence[str]], remedy: str) -> list[list[str]]:
+def setting_folds(setting: Setting, plan: Sequence[Sequence[str]], remedy: str) -> list[list[str]]:
     """The held-out prompts of each fit of ``plan`` that ``setting`` holds, or a one-line ``DatasetError`` (naming
     ``remedy``) when a fit would hold out none of its prompts or all of them."""
     groups = set(np.unique(setting.data.group).tolist())
