@@ -145,13 +145,14 @@ def test_a_tree_with_two_branching_depths_is_refused():
 
 
 def test_the_gap_script_bounds_every_rule_valid_on_a_delayed_tree():
-    # experiments/multipath_gap.py's cell on a delayed tree: every registered rule valid there (gbv is not) is lossless
-    # and at most the selection LP's optimum, which psbv comes closest to
+    # experiments/multipath_gap.py's cell on a delayed tree: every registered rule valid there (gbv too, which selects
+    # among the branches after the trunk) is lossless and at most the selection LP's optimum, which psbv comes closest
+    # to
     from tests.support.scripts import load_script
 
     module = load_script("experiments/multipath_gap.py")
     rows = module.cell_rows(_problem(3, 3, 7), "delayed:2,1,2", {"V": 3})
-    assert {row["rule"] for row in rows} == set(module.valid_rules("delayed:2,1,2")) >= {"psbv", "khisti"}
-    assert "gbv" not in module.valid_rules("delayed:2,1,2")
+    assert {row["rule"] for row in rows} == set(module.valid_rules("delayed:2,1,2")) >= {"psbv", "khisti", "gbv"}
     assert all(row["gap"] >= -1e-9 for row in rows)
-    assert min(rows, key=lambda row: row["gap"])["rule"] == "psbv"
+    gaps = {row["rule"]: row["gap"] for row in rows}
+    assert gaps["psbv"] <= min(gaps.values()) + 1e-12  # gbv ties it here (to rounding): both pick the same paths
