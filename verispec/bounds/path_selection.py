@@ -133,6 +133,33 @@ def selection_lp_size(num_paths: int, paths: int) -> int:
     return math.comb(num_paths + paths - 1, paths) * min(paths, num_paths)
 
 
+def _drafted_branches(problem: Problem, trunk: int, tail: int):
+    """(the draft's law of full paths [V^depth] flat, of trunks [V^trunk] flat, the full paths of positive draft
+    probability (flat indices), trunk's flat index -> positions in that support of its full paths)."""
+    size = problem.vocab_size
+    joint_q = np.asarray(draft_law(problem, trunk + tail), dtype=np.float64).ravel()
+    trunk_q = np.asarray(draft_law(problem, trunk), dtype=np.float64).ravel() if trunk else np.ones(1)
+    support = np.flatnonzero(joint_q > 0)
+    branches_of: dict[int, list[int]] = {}  # positions increasing
+    for position, flat in enumerate(support):
+        branches_of.setdefault(int(flat) // size ** tail, []).append(position)
+    return joint_q, trunk_q, support, branches_of
+
+
+def selection_lp_estimate(problem: Problem, drafter: Drafter) -> int:
+    """The variables ``selection_optimum`` estimates for its LP on ``problem`` (the size it checks against its
+    limit): one per prefix of length 1..depth, and per trunk of positive draft probability the
+    ``selection_lp_size`` of its drafted branches. What a refused LP would need, without building it; it tabulates
+    the draft's law of full paths (V^depth entries), so call it on a problem small enough for that (a restriction
+    to the support, ``verispec.models.support``)."""
+    paths, trunk, tail = _trunk_iid(drafter)
+    depth = trunk + tail
+    problem.require_depth(depth)
+    num_prefixes = sum(problem.vocab_size ** length for length in range(1, depth + 1))
+    _, _, _, branches_of = _drafted_branches(problem, trunk, tail)
+    return sum(selection_lp_size(len(members), paths) for members in branches_of.values()) + num_prefixes
+
+
 def selection_optimum(problem: Problem, drafter: Drafter, *, depth_weights=None,
                       limit: int = DEFAULT_MAX_VARIABLES) -> SelectionOptimum:
     """The best E[tau + 1] of any valid verifier for ``iid:K,L`` or ``delayed:K,L1,L2`` trees (or a chain) on
@@ -155,12 +182,7 @@ def selection_optimum(problem: Problem, drafter: Drafter, *, depth_weights=None,
         raise ProblemTooLargeError(f"{what}: at least {num_prefixes:,} variables (one per prefix of length "
                                    f"1..{depth}), above the limit of {limit:,}; use a smaller vocabulary or tree, or "
                                    "raise the limit explicitly")
-    joint_q = np.asarray(draft_law(problem, depth), dtype=np.float64).ravel()
-    trunk_q = np.asarray(draft_law(problem, trunk), dtype=np.float64).ravel() if trunk else np.ones(1)
-    support = np.flatnonzero(joint_q > 0)
-    branches_of = {}  # trunk's flat index -> positions in support of its full paths (increasing)
-    for position, flat in enumerate(support):
-        branches_of.setdefault(int(flat) // size ** tail, []).append(position)
+    joint_q, trunk_q, support, branches_of = _drafted_branches(problem, trunk, tail)
     estimate = sum(selection_lp_size(len(members), paths) for members in branches_of.values()) + num_prefixes
     if estimate > limit:
         widest = max(len(members) for members in branches_of.values())
@@ -376,4 +398,4 @@ def drafted_node_cvxpy(problems: list[Problem], drafter: Drafter, *, tied: bool 
 
 
 __all__ = ["DraftedNodeBound", "SelectionOptimum", "depth_bounds", "drafted_node_cvxpy", "drafted_node_program",
-           "selection_optimum"]
+           "selection_lp_estimate", "selection_optimum"]

@@ -1,0 +1,363 @@
+"""What real contexts leave (issue 56, item 4): at real roots of a model pair, the optimum E[tau + 1] of any valid
+verifier on ``iid:K,L`` and ``delayed:K,L1,L2`` trees against psbv and the best published rule.
+
+    python experiments/real_context_gaps.py --dataset data/selector/qwen-t07-m64.npz --roots 100 \\
+        --trees iid:2,1,iid:4,1,iid:2,2,iid:3,2,delayed:2,1,1,delayed:3,1,1 --threads 2 \\
+        --out results/real-context-gaps.json
+
+The roots are a seeded sample (``--roots``, ``--seed``) of the dataset's (its ``key`` column holds each root's whole
+context, group and sampling: the roots its build traced, the contexts in its trace store ``FILE.traces.json``), the
+pair the dataset's (its metadata's installed pair, or ``--target``/``--draft`` directories whose pair name the roots
+carry). At each root and tree:
+
+* the problem after the root's context (``verispec.models.problem.ModelProblem``: p and q from the two models'
+  forwards under the root's sampling) restricted to its support to the tree's depth
+  (``verispec.models.support.restrict_to_support``: at top-k 20 each conditional keeps at most 20 tokens, so the
+  prefixes of positive mass are few and the restriction is an exact ``TabularProblem`` over V' tokens, where the
+  full vocabulary, 151,936 tokens, could never be tabulated);
+* the optimum of every valid verifier from the selection LP (``verispec.bounds.path_selection.selection_optimum``:
+  select-then-verify is optimal on both tree families; exact to the LP's 1e-9), or, where its estimated size
+  (``selection_lp_estimate``) passes ``--limit`` variables, that size;
+* the exact E[tau + 1] of every registry rule valid for the tree (``verispec.simulator.analyze``; each must be
+  lossless), psbv's and the best *published* rule's (a citation that is not verispec's own: psbv and traversal-iid
+  are not published) named, and the gaps optimum - psbv, optimum - best published.
+
+Rows go to a resumable row store (``OUT.rows.json``, a ``verispec.io.ResultStore`` keyed on the root and tree, its
+parameters everything a row depends on: the pair, dtype, LP limit, restriction limits and rule set; the load average
+recorded in each row). ``--time-budget`` stops between roots (exit 3: the same command continues). The result
+file ``OUT`` (JSON, written atomically, with the run's ``record``, ``verispec.provenance.run_record``) holds per tree:
+the roots solved and refused, the mean optimum, psbv and best-published efficiencies, the mean gaps with 95%
+intervals (percentile bootstrap over the prompts, the dataset's groups, resampled whole: a prompt's roots share
+a context, so they are not independent; and the t interval over roots beside it), the fraction of roots where psbv
+(and the best published rule) is within 1e-9 of the optimum, how often each rule is (tied for) the best published
+one, the
+restriction's sizes (V', reachable prefixes) and the LP sizes of the refused roots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: The trees of the issue: depth 1 and 2, K = 2..4 (delayed:K,1,1 is a trunk token, then K one-token branches).
+DEFAULT_TREES = "iid:2,1,iid:4,1,iid:2,2,iid:3,2,delayed:2,1,1,delayed:3,1,1"
+#: Gaps below this are the optimum reached (the selection LP's tolerance).
+TOLERANCE = 1e-9
+#: Bootstrap resamples of the prompts for the intervals.
+BOOTSTRAP = 2000
+
+
+def parse_trees(text: str) -> list[str]:
+    """Tree specifications from a comma list ('iid:2,2,delayed:2,1,1': a part that starts with a digit continues
+    the tree before it), each parsed and one the selection LP covers (``iid:K,L``, ``delayed:K,L1,L2``, a chain);
+    VerispecError (one line) otherwise."""
+    from verispec.bounds.path_selection import _trunk_iid
+    from verispec.errors import VerispecError
+    from verispec.simulator import parse_tree
+
+    specs: list[str] = []
+    for part in (piece.strip() for piece in text.split(",")):
+        if not part:
+            raise VerispecError(f"--trees {text!r}: an empty entry; give e.g. {DEFAULT_TREES}")
+        if part[0].isdigit() and specs:
+            specs[-1] += "," + part
+        else:
+            specs.append(part)
+    for spec in specs:
+        try:
+            _trunk_iid(parse_tree(spec))
+        except VerispecError as error:
+            raise VerispecError(f"--trees: {' '.join(str(error).split())}") from None
+    if len(set(specs)) != len(specs):
+        raise VerispecError(f"--trees {text!r} names a tree twice")
+    return specs
+
+
+def valid_rules(drafter) -> list[str]:
+    """The registry's rules valid for the drafter's trees (``check_compatible``'s test), by name."""
+    from verispec.verifiers import REGISTRY
+
+    return sorted(name for name, rule in REGISTRY.items() if drafter.draft_laws & rule.valid_for)
+
+
+def published(name: str) -> bool:
+    """A rule of a paper: its citation is not verispec's own (psbv, traversal-iid)."""
+    from verispec.verifiers import REGISTRY
+
+    return not REGISTRY[name].citation.lower().startswith("verispec")
+
+
+def sample_roots(roots: list, count: int, seed: int) -> list:
+    """``count`` of ``roots`` drawn without replacement from a generator seeded with ``seed``, in the dataset's
+    order (a prompt's roots next to each other: they share their context's KV caches)."""
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(len(roots), size=min(count, len(roots)), replace=False)
+    return [roots[i] for i in sorted(chosen.tolist())]
+
+
+def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int) -> dict:
+    """One root's row for one tree: the restriction to the support at the tree's depth, the optimum (or the LP size
+    it would need), every valid rule's exact E[tau + 1], psbv's and the best published rule's gaps."""
+    from verispec.bounds.path_selection import selection_lp_estimate, selection_optimum
+    from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
+    from verispec.models.support import restrict_to_support
+    from verispec.simulator import analyze, parse_tree
+    from verispec.verifiers import REGISTRY
+
+    drafter = parse_tree(spec)
+    start = time.perf_counter()
+    row: dict = {"tree": spec}
+    try:
+        restriction = restrict_to_support(problem, drafter.depth, max_reachable=max_reachable, max_table=max_table)
+    except ProblemTooLargeError as error:
+        return {**row, "refused": " ".join(str(error).split()), "lp_variables": None, "optimum": None,
+                "seconds": time.perf_counter() - start}
+    small = restriction.problem
+    row.update(tokens=restriction.vocab_size, reachable=[len(level) for level in restriction.reachable])
+    variables = selection_lp_estimate(small, drafter)
+    row["lp_variables"] = variables
+    if variables > limit:
+        row.update(refused=f"the selection LP needs about {variables:,} variables, above --limit {limit:,}",
+                   optimum=None)
+    else:
+        optimum = selection_optimum(small, drafter, limit=limit)
+        row.update(refused=None, optimum=optimum.block_efficiency, acceptance=list(optimum.acceptance),
+                   lp_seconds=optimum.seconds)
+    rules, rule_refused = {}, {}
+    for name in valid_rules(drafter):
+        try:
+            result = analyze(small, drafter, REGISTRY[name])
+        except (ProblemTooLargeError, AnalysisTimeoutError) as error:
+            rule_refused[name] = " ".join(str(error).split())
+            continue
+        if result.lossless is False:
+            raise VerispecError(f"{name} is lossy on {spec} at a real root (TV {float(result.tv_distance):.3g}): a "
+                                "registry rule must be lossless")
+        rules[name] = float(result.block_efficiency)
+    row.update(rules=rules, rule_refused=rule_refused, psbv=rules.get("psbv"))
+    candidates = {name: value for name, value in rules.items() if published(name)}
+    if candidates:
+        best = max(sorted(candidates), key=lambda name: candidates[name])
+        row.update(best_published=best, best_published_efficiency=candidates[best],
+                   best_published_tied=sorted(name for name, value in candidates.items()
+                                              if value >= candidates[best] - 1e-12))
+    if row["optimum"] is not None:
+        row["gap_psbv"] = None if row["psbv"] is None else row["optimum"] - row["psbv"]
+        row["gap_published"] = row["optimum"] - row["best_published_efficiency"] if candidates else None
+        row["max_excess"] = max((value - row["optimum"] for value in rules.values()), default=None)
+    row["seconds"] = time.perf_counter() - start
+    return row
+
+
+def bootstrap_interval(values: list[float], groups: list[str], seed: int, resamples: int = BOOTSTRAP) -> list:
+    """The percentile bootstrap 95% interval of the mean of ``values``, the groups (prompts) resampled whole."""
+    if not values:
+        return [None, None]
+    names = sorted(set(groups))
+    sums = np.zeros(len(names))
+    counts = np.zeros(len(names))
+    where = {name: i for i, name in enumerate(names)}
+    for value, group in zip(values, groups):
+        sums[where[group]] += value
+        counts[where[group]] += 1
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(names), size=(resamples, len(names)))
+    means = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    return [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))]
+
+
+def t_interval(values: list[float]) -> list:
+    """The t 95% interval of the mean over the rows (roots taken as independent)."""
+    if len(values) < 2:
+        return [None, None]
+    from scipy import stats
+
+    mean, spread = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * spread
+    return [mean - half, mean + half]
+
+
+def _spread(values: list) -> dict | None:
+    if not values:
+        return None
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def summarize(rows: list[dict], seed: int) -> dict:
+    """Per tree over its rows: the numbers of the module docstring."""
+    out = {}
+    for spec in dict.fromkeys(row["tree"] for row in rows):
+        mine = [row for row in rows if row["tree"] == spec]
+        solved = [row for row in mine if row["optimum"] is not None]
+        refused = [row for row in mine if row["optimum"] is None]
+        entry: dict = {"roots": len(mine), "solved": len(solved), "refused": len(refused),
+                       "tokens": _spread([row["tokens"] for row in mine if "tokens" in row]),
+                       "reachable_prefixes": _spread([sum(row["reachable"]) for row in mine if "reachable" in row]),
+                       "lp_variables_solved": _spread([row["lp_variables"] for row in solved]),
+                       "lp_variables_refused": sorted(row["lp_variables"] for row in refused
+                                                      if row["lp_variables"] is not None),
+                       "refusals": sorted({row["refused"] for row in refused})[:5]}
+        for name, field in (("psbv", "gap_psbv"), ("best_published", "gap_published")):
+            pairs = [(row[field], row["group"]) for row in solved if row.get(field) is not None]
+            values = [value for value, _ in pairs]
+            entry[f"gap_{name}"] = {
+                "mean": statistics.fmean(values) if values else None,
+                "bootstrap_95": bootstrap_interval(values, [group for _, group in pairs], seed),
+                "t_95": t_interval(values), "max": max(values) if values else None,
+                "within_1e-9": sum(value < TOLERANCE for value in values) / len(values) if values else None}
+        entry["mean_optimum"] = statistics.fmean(row["optimum"] for row in solved) if solved else None
+        entry["mean_psbv"] = statistics.fmean(row["psbv"] for row in mine if row.get("psbv") is not None) \
+            if any(row.get("psbv") is not None for row in mine) else None
+        entry["mean_best_published"] = statistics.fmean(row["best_published_efficiency"] for row in mine
+                                                        if "best_published_efficiency" in row) \
+            if any("best_published_efficiency" in row for row in mine) else None
+        winners: dict[str, int] = {}
+        for row in mine:
+            for name in row.get("best_published_tied", []):  # every rule tied (1e-12) for the best counts
+                winners[name] = winners.get(name, 0) + 1
+        entry["best_published_counts"] = dict(sorted(winners.items(), key=lambda item: (-item[1], item[0])))
+        entry["max_rule_excess"] = max((row["max_excess"] for row in solved if row.get("max_excess") is not None),
+                                       default=None)
+        entry["rules_refused"] = sum(len(row.get("rule_refused", {})) for row in mine)
+        entry["seconds_mean"] = statistics.fmean(row["seconds"] for row in mine)
+        out[spec] = entry
+    return out
+
+
+def rows_path(out: Path) -> Path:
+    """The row store beside the result file: ``OUT.rows.json``."""
+    return out.with_name(out.name + ".rows.json")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, help="a dataset of a pair's roots (verispec selector dataset)")
+    parser.add_argument("--pair", default=None, help="installed pair (default: the dataset's)")
+    parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
+    parser.add_argument("--draft", help="draft model directory")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--roots", type=int, default=100, help="roots sampled from the dataset (default 100)")
+    parser.add_argument("--seed", type=int, default=0, help="the roots' sample and the bootstrap (default 0)")
+    parser.add_argument("--trees", default=DEFAULT_TREES, help=f"comma list of trees (default {DEFAULT_TREES})")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="most variables of a selection LP (default verispec's 200,000); larger: the size "
+                             "is reported")
+    parser.add_argument("--max-reachable", type=int, default=None,
+                        help="most reachable prefixes of a restriction (default 65,536)")
+    parser.add_argument("--max-table", type=int, default=None,
+                        help="most table prefixes of a restriction (default 262,144)")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds; past it stop between roots (exit 3)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--out", type=Path, default=Path("results/real-context-gaps.json"),
+                        help="the result file (its rows in OUT.rows.json)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from tqdm import tqdm
+
+    from verispec.errors import VerispecError
+    from verispec.io import ResultStore, atomic_write_json
+    from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
+    from verispec.models import support
+    from verispec.provenance import check_result_output, run_record
+
+    limit = DEFAULT_MAX_VARIABLES if args.limit is None else args.limit
+    max_reachable = support.DEFAULT_MAX_REACHABLE if args.max_reachable is None else args.max_reachable
+    max_table = support.DEFAULT_MAX_TABLE if args.max_table is None else args.max_table
+    try:
+        for name, value in (("--roots", args.roots), ("--limit", limit), ("--max-reachable", max_reachable),
+                            ("--max-table", max_table), ("--threads", args.threads)):
+            if value < 1:
+                raise VerispecError(f"{name} must be at least 1, got {value}")
+        if args.time_budget is not None and not args.time_budget > 0:
+            raise VerispecError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
+        trees = parse_trees(args.trees)
+        check_result_output(args.out)  # never over a file that is not a result file
+        import torch
+
+        from verispec.models import load_pair
+        from verispec.models.problem import ModelProblem, SharedContext
+        from verispec.selector.dataset_file import Dataset
+        from verispec.selector.roots import Root, sampling_text
+        from verispec.simulator import parse_tree
+
+        torch.set_num_threads(args.threads)
+        dataset = Dataset.load(args.dataset)
+        roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
+        if any(root.kind != "model" for root in roots):
+            raise VerispecError(f"{args.dataset!r} holds synthetic roots; give a dataset traced from a model pair")
+        if (args.target is None) != (args.draft is None):
+            raise VerispecError("give --target and --draft together (or --pair, or neither: the dataset's pair)")
+        record = run_record(shlex.join(["python", "experiments/real_context_gaps.py",
+                                        *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
+                            threads=args.threads, device=str(args.device))
+        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
+                else load_pair(args.pair or dataset.metadata["pair"], device=args.device, dtype=args.dtype))
+        if pair.name != roots[0].pair:
+            raise VerispecError(f"the dataset's roots come from the pair {roots[0].pair!r}, not {pair.name!r}; give "
+                                "its --pair (or the --target and --draft it was built with)")
+        chosen = sample_roots(roots, args.roots, args.seed)
+        rules = sorted({name for spec in trees for name in valid_rules(parse_tree(spec))})
+        parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "limit": limit,
+                      "max_reachable": max_reachable, "max_table": max_table, "rules": rules}
+        store = ResultStore(rows_path(args.out), parameters=parameters)
+    except VerispecError as error:
+        print(f"real_context_gaps: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    print(f"real_context_gaps: {len(chosen)} roots of {len(roots)} x {len(trees)} trees, {pair.name}, "
+          f"{args.threads} threads, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    shared = SharedContext(pair)
+    stopped = False
+    for root in tqdm(chosen, desc="roots", disable=None):
+        keys = {spec: json.dumps({"root": root.key(), "tree": spec}, sort_keys=True) for spec in trees}
+        if all(store.done(key) for key in keys.values()):
+            continue
+        if args.time_budget is not None and time.monotonic() - start > args.time_budget:
+            stopped = True
+            break
+        forward = time.perf_counter()
+        problem = ModelProblem(pair, list(root.context), root.sampling, shared=shared)
+        found = {}
+        try:
+            for spec, key in keys.items():
+                if not store.done(key):
+                    found[key] = {**tree_row(problem, spec, limit, max_reachable, max_table), "group": root.group,
+                                  "context_length": len(root.context), "load_average": os.getloadavg()[0]}
+        except VerispecError as error:
+            print(f"real_context_gaps: error: at a root of {root.group!r}: {' '.join(str(error).split())}",
+                  file=sys.stderr)
+            return 2
+        for row in found.values():
+            row["root_seconds"] = time.perf_counter() - forward
+            row["forwards"] = list(problem.passes)
+        store.add_many(found)
+    keyed = [[json.dumps({"root": root.key(), "tree": spec}, sort_keys=True) for spec in trees] for root in chosen]
+    rows = [store.rows[key] for keys in keyed for key in keys if store.done(key)]
+    result = {"record": {**record, "seconds": round(time.monotonic() - start, 1)},
+              "dataset": str(args.dataset), "pair": pair.name, "roots": len(chosen),
+              "roots_done": sum(all(store.done(key) for key in keys) for keys in keyed), "trees": trees,
+              "limit": limit, "samplings": sorted({sampling_text(root.as_dict()["sampling"]) for root in chosen}),
+              "interval": f"95%: percentile bootstrap over the prompts (groups resampled whole, {BOOTSTRAP} "
+                          f"resamples, seed {args.seed}); t_95 over the roots as independent",
+              "complete": not stopped, "rows": str(rows_path(args.out)), "by_tree": summarize(rows, args.seed)}
+    atomic_write_json(args.out, result)
+    print(args.out)
+    if stopped:
+        print(f"real_context_gaps: --time-budget {args.time_budget:g} s reached after {len(rows)} rows; run the same "
+              "command again to continue", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,218 @@
+"""The optimum of any valid verifier at real roots (issue 56, item 4) on a tiny config-built pair under top-k sampling:
+the restriction of a model problem to its support (``verispec.models.support``) against the model problem itself,
+the selection LP's optimum on it against every valid rule and the multi-step LP, and
+experiments/real_context_gaps.py end to end (result file, resuming, refusals on one line)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from tests.support.scripts import load_script
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+CONTEXTS = [[1, 2, 3, 4], [5, 6, 7]]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from tests.support.tiny_models import tiny_pair
+
+    return tiny_pair(0)
+
+
+def model_problem(pair, context, top_k=3):
+    from verispec.models.problem import ModelProblem
+    from verispec.models.sampling import Sampling
+
+    return ModelProblem(pair, context, Sampling(1.0, top_k))
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_restriction_holds_the_model_problems_laws_on_its_support(pair, context, depth):
+    from verispec.models.support import restrict_to_support
+
+    restriction = restrict_to_support(model_problem(pair, context, top_k=2), depth)
+    fresh = model_problem(pair, context, top_k=2)  # its own forwards, asked prefix by prefix: an independent reading
+    tokens = np.asarray(restriction.tokens)
+    assert restriction.vocab_size < pair.vocab_size  # top-k 2 leaves tokens out, even over two levels
+    outside = np.setdiff1d(np.arange(pair.vocab_size), tokens)
+    for length, level in enumerate(restriction.reachable):
+        assert len(set(level)) == len(level)
+        joint = {"target": 0.0, "draft": 0.0}
+        for prefix in level:
+            for name in ("target", "draft"):
+                law = getattr(fresh, name)
+                joint[name] += float(np.prod([law(prefix[:i])[prefix[i]] for i in range(length)]))
+                if name == "draft" and length == depth:
+                    continue  # the draft is given to depth - 1, as Problem asks
+                full = np.asarray(law(prefix))
+                restricted = np.asarray(getattr(restriction.problem, name)(restriction.restricted(prefix)))
+                assert np.abs(full[tokens] - restricted).max() < 1e-12  # the model's law, read at S
+                assert full[outside].sum() == 0.0  # nothing outside S
+        # every prefix of positive mass under p or under q is reachable: the level carries all of both joint laws
+        assert joint["target"] == pytest.approx(1.0, abs=1e-9) and joint["draft"] == pytest.approx(1.0, abs=1e-9)
+        if length:  # and the restriction's joint laws put nothing on the placeholder prefixes
+            from verispec.simulator.problems import draft_law, target_law
+
+            reachable = {restriction.restricted(prefix) for prefix in level}
+            for law in (target_law(restriction.problem, length), draft_law(restriction.problem, length)):
+                law = np.asarray(law)
+                elsewhere = sum(law[index] for index in itertools.product(range(restriction.vocab_size),
+                                                                          repeat=length) if index not in reachable)
+                assert law.sum() == pytest.approx(1.0, abs=1e-9) and elsewhere == 0.0
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize("spec", ["iid:2,1", "iid:4,1", "iid:2,2", "iid:3,2", "delayed:2,1,1", "delayed:3,1,1"])
+def test_the_optimum_on_the_restriction_bounds_every_valid_rule(pair, context, spec):
+    from verispec.bounds.path_selection import selection_lp_estimate, selection_optimum
+    from verispec.models.support import restrict_to_support
+    from verispec.simulator import analyze, parse_tree
+    from verispec.verifiers import REGISTRY
+
+    drafter = parse_tree(spec)
+    restriction = restrict_to_support(model_problem(pair, context), drafter.depth)
+    optimum = selection_optimum(restriction.problem, drafter)
+    assert optimum.num_variables <= selection_lp_estimate(restriction.problem, drafter)
+    assert 1.0 <= optimum.block_efficiency <= 1 + drafter.depth + 1e-9
+    rules = [name for name, rule in REGISTRY.items() if drafter.draft_laws & rule.valid_for]
+    assert "psbv" in rules
+    for name in rules:
+        result = analyze(restriction.problem, drafter, REGISTRY[name])
+        assert result.lossless is not False
+        assert float(result.block_efficiency) <= optimum.block_efficiency + 1e-9, name
+
+
+@pytest.mark.parametrize("spec", ["iid:2,1", "delayed:2,1,1", "iid:2,2"])
+def test_the_optimum_on_the_restriction_is_the_full_problems(pair, spec):
+    """The selection LP on the restriction = the multi-step LP on the restriction = the multi-step LP on the full
+    16-token model problem, and a rule's exact E[tau + 1] is the same on both (the restriction is exact)."""
+    from verispec.bounds.multistep import optimal_block_efficiency
+    from verispec.bounds.path_selection import selection_optimum
+    from verispec.models.support import restrict_to_support
+    from verispec.simulator import analyze, parse_tree
+    from verispec.verifiers import REGISTRY
+
+    drafter = parse_tree(spec)
+    full = model_problem(pair, CONTEXTS[0])
+    restriction = restrict_to_support(full, drafter.depth)
+    selection = selection_optimum(restriction.problem, drafter).block_efficiency
+    assert optimal_block_efficiency(restriction.problem, drafter).block_efficiency == pytest.approx(selection,
+                                                                                                    abs=1e-9)
+    assert optimal_block_efficiency(full, drafter).block_efficiency == pytest.approx(selection, abs=1e-9)
+    for name in ("psbv", "specinfer", "khisti"):
+        assert float(analyze(restriction.problem, drafter, REGISTRY[name]).block_efficiency) == pytest.approx(
+            float(analyze(full, drafter, REGISTRY[name]).block_efficiency), abs=1e-12)
+
+
+def test_a_restriction_past_its_limits_is_refused_with_its_size(pair):
+    from verispec.errors import ProblemTooLargeError
+    from verispec.models.support import restrict_to_support
+
+    with pytest.raises(ProblemTooLargeError, match="reachable prefixes, above the limit of 3"):
+        restrict_to_support(model_problem(pair, CONTEXTS[0]), 2, max_reachable=3)
+    with pytest.raises(ProblemTooLargeError, match="table prefixes, above the limit of 5"):
+        restrict_to_support(model_problem(pair, CONTEXTS[0]), 2, max_table=5)
+
+
+def test_trees_are_read_from_a_comma_list():
+    from verispec.errors import VerispecError
+
+    script = load_script("experiments/real_context_gaps.py")
+    assert script.parse_trees("iid:2,1,iid:4,1,delayed:2,1,1,chain:2") == ["iid:2,1", "iid:4,1", "delayed:2,1,1",
+                                                                           "chain:2"]
+    for bad in ("iid:2,2,bogus:1", "hub", "iid:2,2,iid:2,2", "iid:2,,2"):
+        with pytest.raises(VerispecError):
+            script.parse_trees(bad)
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    """A selector dataset of a tiny saved pair (7 roots over 3 prompts at T = 1 top-k 3): (dataset, target, draft)."""
+    from tests.support.tiny_models import save_tiny_pair
+    from verispec.cli import main
+
+    folder = tmp_path_factory.mktemp("gaps")
+    target, draft = save_tiny_pair(folder / "pair")
+    prompts = folder / "prompts.txt"
+    prompts.write_text("a b c d\ne f g\nh i j\n")
+    dataset = folder / "d.npz"
+    assert main(["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts),
+                 "--sampling", "temperature=1,top_k=3", "--every", "2", "--trace-tokens", "4", "--ks", "1", "--l1s",
+                 "0", "--l2s", "0-1", "--verifiers", "specinfer", "--samples", "2", "--out", str(dataset),
+                 "--threads", "1"]) == 0
+    return dataset, target, draft
+
+
+def test_the_script_writes_its_result_file_and_resumes(tiny_dataset, tmp_path, monkeypatch):
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/real_context_gaps.py")
+    out = tmp_path / "gaps.json"
+    arguments = ["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "3", "--trees",
+                 "iid:2,1,iid:2,2,delayed:2,1,1", "--threads", "1", "--out", str(out)]
+    assert script.main(arguments) == 0
+    result = json.loads(out.read_text())
+    assert result["record"]["command"].startswith("python experiments/real_context_gaps.py --dataset")
+    assert result["roots"] == result["roots_done"] == 3 and result["complete"]
+    assert set(result["by_tree"]) == {"iid:2,1", "iid:2,2", "delayed:2,1,1"}
+    rows = list(json.loads(script.rows_path(out).read_text())["rows"])
+    assert len(rows) == 9
+    for row in rows:
+        assert row["optimum"] is not None and row["refused"] is None
+        assert row["gap_psbv"] >= -1e-9 and row["gap_published"] >= -1e-9 and row["max_excess"] <= 1e-9
+        assert row["best_published"] not in ("psbv", "traversal-iid") and row["load_average"] >= 0
+    for entry in result["by_tree"].values():
+        assert entry["solved"] == 3 and entry["refused"] == 0
+        low, high = entry["gap_psbv"]["bootstrap_95"]
+        assert low - 1e-12 <= entry["gap_psbv"]["mean"] <= high + 1e-12
+        assert 0 <= entry["gap_psbv"]["within_1e-9"] <= 1 and entry["max_rule_excess"] <= 1e-9
+    # psbv attains the optimum with one token a branch (path_selection's docstring)
+    assert result["by_tree"]["delayed:2,1,1"]["gap_psbv"]["within_1e-9"] == 1.0
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a finished root was computed again")
+
+    monkeypatch.setattr(script, "tree_row", refuse)
+    assert script.main(arguments) == 0  # every row is in the store
+    assert json.loads(out.read_text())["by_tree"] == result["by_tree"]
+
+
+def test_an_lp_past_the_limit_is_reported_by_its_size(tiny_dataset, tmp_path):
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/real_context_gaps.py")
+    out = tmp_path / "small-limit.json"
+    assert script.main(["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "2", "--trees",
+                        "iid:2,2", "--limit", "50", "--threads", "1", "--out", str(out)]) == 0
+    entry = json.loads(out.read_text())["by_tree"]["iid:2,2"]
+    assert entry["solved"] == 0 and entry["refused"] == 2
+    assert all(size > 50 for size in entry["lp_variables_refused"]) and len(entry["lp_variables_refused"]) == 2
+    assert entry["mean_psbv"] is not None  # the rules are still measured where the optimum is not
+    assert "above --limit 50" in entry["refusals"][0]
+
+
+def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/real_context_gaps.py")
+    common = ["--dataset", str(dataset), "--target", target, "--draft", draft, "--threads", "1"]
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"my": "notes"}')
+    cases = [(["--trees", "iid:2,2,bogus:3", "--out", str(tmp_path / "a.json")], "--trees"),
+             (["--out", str(mine)], "is not a result file"),
+             (["--roots", "0", "--out", str(tmp_path / "b.json")], "--roots must be at least 1")]
+    for extra, expected in cases:
+        assert script.main(common + extra) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith("real_context_gaps: error:") and expected in error[0]
+    assert mine.read_text() == '{"my": "notes"}'
+    # a time budget spent before the first root: nothing computed, the partial result written, exit 3
+    out = tmp_path / "budget.json"
+    assert script.main(common + ["--roots", "2", "--time-budget", "1e-9", "--out", str(out)]) == 3
+    result = json.loads(out.read_text())
+    assert not result["complete"] and result["roots_done"] == 0
