@@ -49,6 +49,74 @@ def _file_hash(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
+def held_out_plans(dataset_path: str, selector_paths: list[str], prompt_specs: list[str],
+                   max_prompts: int | None = None) -> dict:
+    """What a run decodes, before any model loads: ``{"dataset", "selectors" (name: Selector, by file stem),
+    "samplings" (the dataset's settings), "groups" (the held-out prompts, sorted; with ``max_prompts`` that many,
+    evenly spaced), "texts" (group: prompt text), "plans" (method: plan, in order: plain, then per selector NAME
+    static and NAME selector)}``. VerispecError (one line) on a selector that does not fit the dataset, selectors
+    trained on different splits, a held-out group without text, or a setting without a training root."""
+    from verispec.latency import LatencyModel
+    from verispec.selector.actions import action_times
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.evaluate import best_static
+    from verispec.selector.fits import check_dataset_fits
+    from verispec.selector.prompt_sets import read_prompt_specs
+    from verispec.selector.selector import Selector, SelectorPolicy
+    from verispec.selector.split import held_out
+
+    dataset = Dataset.load(dataset_path)
+    selectors = {Path(path).stem: Selector.load(path) for path in selector_paths}
+    for name, selector in selectors.items():  # grid, pair, settings, features: named before the split
+        check_dataset_fits(selector, dataset, name=f"the selector {name!r}", source=f"the dataset {dataset_path!r}")
+    splits = {name: held_out(dataset, selector) for name, selector in selectors.items()}
+    train, test = next(iter(splits.values()))
+    groups = sorted(set(test.group.tolist()))
+    if any(sorted(set(t.group.tolist())) != groups for _, t in splits.values()):
+        raise VerispecError("the selectors were trained on different splits; train them on one split")
+    texts = dict(read_prompt_specs(prompt_specs))
+    missing = [group for group in groups if group not in texts]
+    if missing:
+        raise VerispecError(f"--prompts has no text for the held-out groups {', '.join(missing[:3])}; give the "
+                            "specs the dataset was traced from")
+    if max_prompts and max_prompts < len(groups):  # spread over the sorted groups: code and prose
+        groups = [groups[int(i)] for i in np.linspace(0, len(groups) - 1, max_prompts).round()]
+    samplings = dataset.samplings
+    if any(not (train.setting == index).any() for index in range(len(samplings))):
+        raise VerispecError("a sampling setting of the dataset has no training root; build more roots")
+    plans = {"plain": {"kind": "plain"}}
+    for name, selector in selectors.items():
+        latency = LatencyModel.from_dict(selector.metadata["latency"])
+        allowed = [dataset.grid.index(action) for action in selector.grid.actions]
+        times = action_times(dataset.grid, latency)
+        statics = [dataset.grid.actions[best_static(train.efficiency[train.setting == index], times, allowed)]
+                   for index in range(len(samplings))]  # per setting, as 'verispec selector evaluate' does
+        plans[f"{name} static"] = {"kind": "static", "actions": statics}
+        plans[f"{name} selector"] = {"kind": "selector", "policy": SelectorPolicy(selector)}
+    return {"dataset": dataset, "selectors": selectors, "samplings": samplings, "groups": groups, "texts": texts,
+            "plans": plans}
+
+
+def check_pair(setup: dict, pair) -> None:
+    """VerispecError unless every selector of ``setup`` fits ``pair`` (its tokenizer and hidden widths) at every
+    sampling setting."""
+    from verispec.models import Sampling
+    from verispec.selector.fits import check_pair_fits
+
+    for name, selector in setup["selectors"].items():
+        for setting in setup["samplings"]:
+            check_pair_fits(selector, pair, Sampling(setting["temperature"], setting["top_k"], setting["top_p"]),
+                            name=f"the selector {name!r}")
+
+
+def plan_parameters(setup: dict, dataset_path: str, selector_paths: list[str]) -> dict:
+    """A result store's parameters for ``setup``: the dataset's and selectors' file hashes and the static actions."""
+    return {"dataset": _file_hash(dataset_path),
+            "selectors": {name: _file_hash(path) for name, path in zip(setup["selectors"], selector_paths)},
+            "static": {name: [action.name for action in plan["actions"]] for name, plan in setup["plans"].items()
+                       if plan["kind"] == "static"}}
+
+
 def decode_cell(pair, prompt: str, method: str, plan: dict, setting: int, sampling, max_new_tokens: int,
                 seed: int) -> dict:
     """One timed generation: plain, a static action (the setting's), or a selector policy."""
@@ -179,60 +247,18 @@ def main(argv=None) -> int:
     try:
         import torch
 
-        from verispec.latency import LatencyModel
         from verispec.models import Sampling, load_pair
         from verispec.models.cpu_linear import store_key
-        from verispec.selector.actions import action_times
-        from verispec.selector.dataset_file import Dataset
-        from verispec.selector.evaluate import best_static
-        from verispec.selector.prompt_sets import read_prompt_specs
-        from verispec.selector.selector import Selector, SelectorPolicy
-        from verispec.selector.split import held_out
 
         if args.threads:
             torch.set_num_threads(args.threads)
-        dataset = Dataset.load(args.dataset)
-        selectors = {Path(path).stem: Selector.load(path) for path in args.selector}
-        from verispec.selector.fits import check_dataset_fits, check_pair_fits
-
-        for name, selector in selectors.items():  # grid, pair, settings, features: named before the split
-            check_dataset_fits(selector, dataset, name=f"the selector {name!r}", source=f"the dataset {args.dataset!r}")
-        splits = {name: held_out(dataset, selector) for name, selector in selectors.items()}
-        train, test = next(iter(splits.values()))
-        groups = sorted(set(test.group.tolist()))
-        if any(sorted(set(t.group.tolist())) != groups for _, t in splits.values()):
-            raise VerispecError("the selectors were trained on different splits; train them on one split")
-        texts = dict(read_prompt_specs(args.prompts))
-        missing = [group for group in groups if group not in texts]
-        if missing:
-            raise VerispecError(f"--prompts has no text for the held-out groups {', '.join(missing[:3])}; give the "
-                                "specs the dataset was traced from")
-        if args.max_prompts and args.max_prompts < len(groups):  # spread over the sorted groups: code and prose
-            groups = [groups[int(i)] for i in np.linspace(0, len(groups) - 1, args.max_prompts).round()]
-        samplings = dataset.samplings
-        if any(not (train.setting == index).any() for index in range(len(samplings))):
-            raise VerispecError("a sampling setting of the dataset has no training root; build more roots")
-        plans = {"plain": {"kind": "plain"}}
-        for name, selector in selectors.items():
-            latency = LatencyModel.from_dict(selector.metadata["latency"])
-            allowed = [dataset.grid.index(action) for action in selector.grid.actions]
-            times = action_times(dataset.grid, latency)
-            statics = [dataset.grid.actions[best_static(train.efficiency[train.setting == index], times, allowed)]
-                       for index in range(len(samplings))]  # per setting, as 'verispec selector evaluate' does
-            plans[f"{name} static"] = {"kind": "static", "actions": statics}
-            plans[f"{name} selector"] = {"kind": "selector", "policy": SelectorPolicy(selector)}
+        setup = held_out_plans(args.dataset, args.selector, args.prompts, args.max_prompts)
         pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
                 else load_pair(args.pair, device=args.device, dtype=args.dtype))
-        for name, selector in selectors.items():  # the pair, its tokenizer and hidden widths, at every setting
-            for setting in samplings:
-                check_pair_fits(selector, pair, Sampling(setting["temperature"], setting["top_k"], setting["top_p"]),
-                                name=f"the selector {name!r}")
+        check_pair(setup, pair)
         parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
-                      "threads": torch.get_num_threads(), "dataset": _file_hash(args.dataset),
-                      "selectors": {name: _file_hash(path) for name, path in zip(selectors, args.selector)},
-                      "static": {name: [action.name for action in plan["actions"]] for name, plan in plans.items()
-                                 if plan["kind"] == "static"}}
+                      "threads": torch.get_num_threads(), **plan_parameters(setup, args.dataset, args.selector)}
         parameters.update(store_key(pair))  # the CPU linear path's version when on: other kernels, other times
         store = ResultStore(args.output, parameters=parameters)
     except VerispecError as error:
@@ -240,6 +266,7 @@ def main(argv=None) -> int:
         return 2
     from verispec.selector.roots import sampling_text
 
+    samplings, groups, texts, plans = setup["samplings"], setup["groups"], setup["texts"], setup["plans"]
     settings = [sampling_text(sampling) for sampling in samplings]
     cells = [(method, group, index) for index in range(len(samplings)) for group in groups for method in plans]
     for method, group, index in tqdm(cells, desc="cells"):

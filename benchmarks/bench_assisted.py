@@ -1,0 +1,342 @@
+"""transformers' own speculative decoding against verispec's, in one run on one machine (issue 56, item 5):
+``generate`` plain and with ``assistant_model`` (its default schedule), verispec's plain sampling, each selector's
+best static action and the delay selector, on the same pair, prompts, sampling, token budget, threads and kernels.
+
+    verispec selector train --dataset data/selector/qwen-t07-m64.npz --verifiers specinfer \\
+        --latency data/latency/latency-cpu-by-size.json --out specinfer-cpu.pt
+    python benchmarks/bench_assisted.py --pair qwen-coder --dataset data/selector/qwen-t07-m64.npz \\
+        --selector specinfer-cpu.pt --prompts humaneval --prompts prose --max-prompts 8 \\
+        --max-new-tokens 64 --threads 2 --linears small-batch --budget 3600 \\
+        --output results/bench_assisted.json --result docs/results/bench/bench-assisted.json
+
+The held-out prompts, the static actions and the selectors are ``experiments/selector_decoding.py``'s
+(``held_out_plans``: the groups of ``--dataset`` the selectors did not train on, ``--prompts`` naming the specs the
+dataset was traced from; every sampling setting of the dataset); transformers' decoders are
+``experiments/real_decoding.py``'s (``run_hf``: ``generate(do_sample=True)`` with the setting's temperature, top-k
+and top-p and no repetition penalty, and with ``assistant_model=pair.draft``, whose schedule is transformers'
+default, recorded in the file: ``num_assistant_tokens``, its schedule and the confidence threshold, which adapts
+only where scikit-learn is installed). Methods:
+
+* ``hf-plain``, ``hf-assisted``: transformers' ``generate`` without and with the draft as assistant;
+* ``plain``: verispec's plain sampling from the target; ``NAME static``: NAME's verifier on its best static
+  action; ``NAME selector``: the delay selector choosing every block's action (its choosing time counted).
+
+Interleaving: every (setting, prompt) runs every method back to back, in an order rotated by one place from one
+prompt to the next, so a drift in the machine's load hits every method and no method always runs first. Every
+method of a prompt draws from one seed. Before the first timed cell each method runs once untimed on a short fixed
+prompt (``--warmup`` tokens, default 2; 0: none), so that no method's first call (lazy imports, allocations) is
+timed. Kernels: ``--linears small-batch`` gives both models'
+``nn.Linear`` layers ``verispec.models.cpu_linear``'s path at load, on the module instances themselves, so
+transformers' ``generate`` (target and assistant) runs through the same kernels as verispec's decoders; ``torch``
+(the default) leaves torch's for all. Each row records the kernels the models had when it ran.
+
+Times: tokens/s is total new tokens over total decoding seconds over the prompts, prefill excluded. verispec
+times its prefill (the prompt's forwards before the first block) apart. transformers does not: assisted generation
+feeds the prompt to the target in the same forward as the first drafts. For the ``hf-`` methods the prefill is the
+same forwards verispec's prefill runs (the target's, and the draft's for ``hf-assisted``, on the prompt but its
+last token), timed just before the call, and subtracted from the call's wall time (``prefill_estimated``). The
+ratios with prefill included (each call's wall time) are given too. Intervals: 95%, percentile bootstrap over the
+prompts (2,000 resamples; ``selector_decoding.paired_rate_interval``), paired for the ratios to ``hf-assisted`` and
+``hf-plain`` (the same resampled prompts in numerator and denominator). Only prompts every method has run are
+summarized.
+
+Rows are a ``ResultStore`` (``--output``) keyed on method, prompt and setting, its parameters the pair, budget,
+seed, threads, kernels, transformers' version and schedule and the selectors' hashes (an interrupted run resumes;
+a file from other settings is refused). ``--budget SECONDS`` starts no prompt once the seconds spent so far plus
+the mean seconds of a prompt this run would pass it (rerun to go on). ``--result FILE`` writes the summary with the
+run's record (``measure.write_result``): one row per (setting, method) with ``now`` its seconds per token,
+``before`` hf-assisted's and ``ratio`` before / now (the speed-up over hf-assisted), and its intervals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "experiments")]
+import real_decoding  # noqa: E402  experiments/real_decoding.py: transformers' decoders
+import selector_decoding  # noqa: E402  experiments/selector_decoding.py: held-out prompts, plans, paired ratios
+from measure import start_record, write_result  # noqa: E402  benchmarks/measure.py
+
+from verispec.errors import VerispecError  # noqa: E402
+from verispec.io import ResultStore, atomic_write_text  # noqa: E402
+
+#: transformers' decoders this benchmark runs, and the baseline every ratio is taken against.
+HF_METHODS = ("hf-plain", "hf-assisted")
+BASELINE = "hf-assisted"
+LINEARS = ("torch", "small-batch")
+#: The untimed warm-up's prompt.
+WARMUP_PROMPT = "def add(a, b):\n    return"
+
+
+def method_order(methods: list[str], position: int) -> list[str]:
+    """The order the methods run in on the ``position``-th (setting, prompt): ``methods`` rotated left by
+    ``position`` places."""
+    shift = position % len(methods)
+    return methods[shift:] + methods[:shift]
+
+
+def schedule(methods: list[str], groups: list[str], settings: int) -> list[tuple[int, str, list[str]]]:
+    """(setting index, prompt, methods in their order) for every setting and prompt, in the order they run."""
+    cells = [(index, group) for index in range(settings) for group in groups]
+    return [(index, group, method_order(methods, position)) for position, (index, group) in enumerate(cells)]
+
+
+def linears_of(pair) -> str:
+    """The kernels both models' linear layers take: "small-batch" (verispec.models.cpu_linear's path), else
+    "torch"; "mixed" when the two models differ."""
+    from verispec.models.cpu_linear import uses_small_batch_linears
+
+    kinds = {"small-batch" if uses_small_batch_linears(model) else "torch" for model in (pair.target, pair.draft)}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def prefill_seconds(pair, prompt: str, with_draft: bool) -> float:
+    """Seconds of the forwards verispec's prefill runs for ``prompt`` (the target's, and the draft's when
+    ``with_draft``, over the prompt but its last token, into fresh KV caches)."""
+    from verispec.models.generation import synchronize
+    from verispec.models.tree_forward import CachedModel
+
+    tokens = pair.encode(prompt)
+    models = [CachedModel(pair.target)] + ([CachedModel(pair.draft)] if with_draft else [])
+    start = time.perf_counter()
+    if len(tokens) > 1:
+        for model in models:
+            model.prefill(tokens[:-1])
+    synchronize(pair.device)
+    return time.perf_counter() - start
+
+
+def run_method(pair, prompt: str, method: str, plan: dict | None, setting: int, sampling, max_new_tokens: int,
+               seed: int) -> dict:
+    """One timed generation of ``method``: a row with ``new_tokens``, ``decode_s`` (prefill excluded), ``prefill_s``
+    and ``wall_s`` (both)."""
+    if method in HF_METHODS:
+        prefill = prefill_seconds(pair, prompt, with_draft=method == "hf-assisted")
+        row = real_decoding.run_hf(pair, prompt, method, sampling, max_new_tokens, seed)
+        row.pop("text", None)
+        row.update(wall_s=row["decode_s"], prefill_s=prefill, decode_s=row["decode_s"] - prefill,
+                   prefill_estimated=True)
+        return row
+    row = selector_decoding.decode_cell(pair, prompt, method, plan, setting, sampling, max_new_tokens, seed)
+    row.update(wall_s=row["decode_s"] + row["prefill_s"], prefill_estimated=False)
+    return row
+
+
+def _rate(rows: dict, prompts: list[str], seconds: str = "decode_s") -> float:
+    return sum(rows[p]["new_tokens"] for p in prompts) / sum(rows[p][seconds] for p in prompts)
+
+
+def rate_interval(rows: dict, resamples: int = selector_decoding.BOOTSTRAP, seed: int = 0) -> list | None:
+    """The 95% percentile-bootstrap interval over prompts of total tokens / total decode seconds; None below two."""
+    prompts = sorted(rows)
+    if len(prompts) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    draws = [_rate(rows, [prompts[i] for i in rng.integers(0, len(prompts), len(prompts))])
+             for _ in range(resamples)]
+    return [float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))]
+
+
+def _with_prefill(rows: dict) -> dict:
+    return {p: {"new_tokens": row["new_tokens"], "decode_s": row["wall_s"]} for p, row in rows.items()}
+
+
+def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]:
+    """Per setting and method, over the prompts of that setting every method ran: prompts, tokens, tokens/s and its
+    interval, tokens per target call (verispec's methods), the ratios to hf-assisted and hf-plain with their paired
+    intervals, prefill excluded and (``*_with_prefill``) included, and the largest load average of its rows."""
+    ratio, interval = selector_decoding.paired_rate_ratio, selector_decoding.paired_rate_interval
+    table = []
+    for setting in settings:
+        cells = {method: {key.split("|")[1]: row for key, row in rows.items()
+                          if key.split("|")[0] == method and key.split("|")[2] == setting} for method in methods}
+        complete = sorted(set.intersection(*(set(cells[m]) for m in methods)))
+        if not complete:
+            continue
+        cells = {method: {p: cells[method][p] for p in complete} for method in methods}
+        for method in methods:
+            done = cells[method]
+            calls = [row["target_calls"] for row in done.values()]
+            entry = {"setting": setting, "method": method, "prompts": len(done),
+                     "tokens": sum(row["new_tokens"] for row in done.values()),
+                     "tokens_per_s": _rate(done, complete), "tokens_per_s_ci": rate_interval(done),
+                     "tokens_per_s_with_prefill": _rate(done, complete, "wall_s"),
+                     "tokens_per_target_call": (None if None in calls else
+                                                sum(row["new_tokens"] for row in done.values()) / sum(calls)),
+                     "linears": sorted({row["linears"] for row in done.values()}),
+                     "load_average_max": max(row["load_average"] for row in done.values())}
+            for base in (BASELINE, "hf-plain"):
+                entry[f"vs_{base}"] = ratio(done, cells[base])
+                entry[f"vs_{base}_ci"] = interval(done, cells[base])
+                entry[f"vs_{base}_with_prefill"] = ratio(_with_prefill(done), _with_prefill(cells[base]))
+                entry[f"vs_{base}_with_prefill_ci"] = interval(_with_prefill(done), _with_prefill(cells[base]))
+            table.append(entry)
+    return table
+
+
+def markdown(table: list[dict], parameters: dict) -> str:
+    def ratio(value, bounds) -> str:
+        return "-" if value is None else f"{value:.3f}" + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
+
+    assistant = parameters["hf_assistant"]
+    threshold = "adapted" if assistant["adaptive_threshold"] else "fixed"
+    lines = [f"# transformers' assisted generation against verispec: {parameters['pair']} on {parameters['device']} "
+             f"({parameters['dtype']}, {parameters['linears']} linears for every method, {parameters['threads']} "
+             f"threads), {parameters['max_new_tokens']} new tokens, held-out prompts", "",
+             f"transformers {parameters['transformers']}, assistant: {assistant['num_assistant_tokens']} tokens, "
+             f"schedule {assistant['num_assistant_tokens_schedule']}, confidence threshold "
+             f"{assistant['assistant_confidence_threshold']} ({threshold}). "
+             "tokens/s: total tokens over total decoding seconds, prefill excluded (transformers' estimated, see "
+             "the script); 95% intervals: percentile bootstrap over prompts, paired for ratios.", "",
+             "| setting | method | prompts | tokens/target call | tokens/s [95%] | vs hf-assisted [95%] | "
+             "vs hf-assisted, prefill incl. [95%] | vs hf-plain [95%] | max load |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for e in table:
+        per_call = "-" if e["tokens_per_target_call"] is None else f"{e['tokens_per_target_call']:.2f}"
+        lines.append(f"| {e['setting']} | {e['method']} | {e['prompts']} | {per_call} | "
+                     f"{ratio(e['tokens_per_s'], e['tokens_per_s_ci'])} | "
+                     f"{ratio(e['vs_hf-assisted'], e['vs_hf-assisted_ci'])} | "
+                     f"{ratio(e['vs_hf-assisted_with_prefill'], e['vs_hf-assisted_with_prefill_ci'])} | "
+                     f"{ratio(e['vs_hf-plain'], e['vs_hf-plain_ci'])} | {e['load_average_max']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def assistant_schedule(pair) -> dict:
+    """transformers' assisted-generation schedule for this draft: its generation config over transformers'
+    defaults, as ``AssistedCandidateGenerator`` reads it, and whether the threshold adapts (scikit-learn)."""
+    import copy
+    import importlib.util
+
+    config = copy.deepcopy(pair.draft.generation_config)
+    config.update(**config._get_default_generation_params(), defaults_only=True)
+    return {"num_assistant_tokens": config.num_assistant_tokens,
+            "num_assistant_tokens_schedule": config.num_assistant_tokens_schedule,
+            "assistant_confidence_threshold": config.assistant_confidence_threshold,
+            "adaptive_threshold": importlib.util.find_spec("sklearn") is not None}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="qwen-coder", help="installed pair (default qwen-coder)")
+    parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
+    parser.add_argument("--draft", help="draft model directory")
+    parser.add_argument("--dataset", required=True, help="the dataset the selectors were trained on")
+    parser.add_argument("--selector", action="append", required=True, help="a selector file (repeatable)")
+    parser.add_argument("--prompts", action="append", required=True,
+                        help="the dataset's prompt specs (humaneval[:N], prose[:N], prose-small[:N], FILE); repeatable")
+    parser.add_argument("--max-prompts", type=int, default=None,
+                        help="at most this many held-out prompts, evenly spaced over the sorted held-out groups")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--linears", default="torch",
+                        help="the linear kernels of both models for EVERY method: torch (default) or small-batch "
+                             "(verispec.models.cpu_linear's path, CPU only)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="tokens of one untimed generation per method on a short prompt before the first cell")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds: start no prompt that would end past them (rerun to go on)")
+    parser.add_argument("--output", default="results/bench_assisted.json", help="the rows (a resumable store)")
+    parser.add_argument("--result", default=None, help="also write the summary with the run's record here")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        if args.linears not in LINEARS:
+            raise VerispecError(f"--linears {args.linears!r}: choose torch or small-batch")
+        if args.linears == "small-batch" and args.device != "cpu":
+            raise VerispecError(f"--linears small-batch is a CPU path; --device is {args.device!r}")
+        if args.max_new_tokens < 1 or (args.threads is not None and args.threads < 1) or args.warmup < 0:
+            raise VerispecError("--max-new-tokens and --threads must be positive, --warmup at least 0")
+        if args.budget is not None and not args.budget > 0:
+            raise VerispecError(f"--budget {args.budget:g}: give positive seconds")
+        import torch
+        import transformers
+
+        from verispec.models import Sampling, load_pair
+        from verispec.models.cpu_linear import store_key
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        started = (start_record("bench_assisted.py", argv, [args.dataset, *args.selector],
+                                threads=torch.get_num_threads(), result=args.result) if args.result else None)
+        setup = selector_decoding.held_out_plans(args.dataset, args.selector, args.prompts, args.max_prompts)
+        small = args.linears == "small-batch"
+        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype, small_batch_linear=small)
+                if args.target else
+                load_pair(args.pair, device=args.device, dtype=args.dtype, small_batch_linear=small))
+        if linears_of(pair) != args.linears:
+            raise VerispecError(f"the pair loaded with {linears_of(pair)} linears, not {args.linears}")
+        selector_decoding.check_pair(setup, pair)
+        parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                      "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
+                      "threads": torch.get_num_threads(), "linears": args.linears,
+                      "transformers": transformers.__version__, "torch": torch.__version__,
+                      "hf_assistant": assistant_schedule(pair),
+                      **selector_decoding.plan_parameters(setup, args.dataset, args.selector)}
+        parameters.update(store_key(pair))
+        store = ResultStore(args.output, parameters=parameters)
+    except VerispecError as error:
+        print(f"bench_assisted: error: {error}", file=sys.stderr)
+        return 2
+    from verispec.selector.roots import sampling_text
+
+    samplings, groups, texts, plans = setup["samplings"], setup["groups"], setup["texts"], setup["plans"]
+    settings = [sampling_text(sampling) for sampling in samplings]
+    methods = [*HF_METHODS, *plans]
+    cells = schedule(methods, groups, len(samplings))
+    begin, spent, warm = time.perf_counter(), [], not args.warmup
+    for index, group, order in tqdm(cells, desc="prompts"):
+        keys = {method: f"{method}|{group}|{settings[index]}" for method in order}
+        if all(store.done(key) for key in keys.values()):
+            continue
+        elapsed = time.perf_counter() - begin
+        if args.budget is not None and spent and elapsed + float(np.mean(spent)) > args.budget:
+            print(f"bench_assisted: the budget of {args.budget:g} s is spent ({elapsed:.0f} s); rerun to go on",
+                  file=sys.stderr)
+            break
+        sampling = Sampling(samplings[index]["temperature"], samplings[index]["top_k"], samplings[index]["top_p"])
+        if not warm:  # first calls are not decoding: one untimed short generation per method
+            for method in methods:
+                run_method(pair, WARMUP_PROMPT, method, plans.get(method), index, sampling, args.warmup, args.seed)
+            warm = True
+        seed = args.seed + 1000 * index + groups.index(group)  # every method of a prompt draws from this seed
+        for position, method in enumerate(order):
+            if store.done(keys[method]):
+                continue
+            row = run_method(pair, texts[group], method, plans.get(method), index, sampling, args.max_new_tokens,
+                             seed)
+            row.update(load_average=os.getloadavg()[0], linears=linears_of(pair), position=position, seed=seed)
+            store.add(keys[method], row)
+        spent.append(time.perf_counter() - begin - elapsed)
+    table = summarize(dict(store.rows), methods, settings)
+    text = markdown(table, parameters)
+    output = Path(args.output)
+    atomic_write_text(output.with_suffix(".md"), text)
+    atomic_write_text(output.with_suffix(".summary.json"), json.dumps(table, indent=1) + "\n")
+    print(text)
+    if started:
+        rows = [{"setting": e["setting"], "method": e["method"], "prompts": e["prompts"],
+                 "now": 1 / e["tokens_per_s"],
+                 "before": 1 / next(b["tokens_per_s"] for b in table
+                                    if b["setting"] == e["setting"] and b["method"] == BASELINE),
+                 "ratio": e[f"vs_{BASELINE}"], **{k: v for k, v in e.items() if k not in ("setting", "method")}}
+                for e in table]
+        write_result(args.result, started, {"benchmark": "bench_assisted", "unit": "s per token (prefill excluded)",
+                                            "baseline": BASELINE, "parameters": parameters, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
