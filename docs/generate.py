@@ -44,6 +44,8 @@ ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Code
            "95%")
 #: The study's regime of the DDTE verdict and its file.
 DDTE_STUDY, DDTE_REGIME = "ddte-study/pair_selector.json", "gpu-large"
+#: The verdict over several training seeds (``verispec selector verdict``).
+VERDICT = "verdict/verdict.json"
 
 
 def pages() -> list[Path]:
@@ -184,6 +186,55 @@ def ddte_regimes_table(results) -> str:
     return "\n".join(lines)
 
 
+def _verdict_table(results, setting_prefix: str, regime: str = DDTE_REGIME) -> dict:
+    for table in results(VERDICT)["tables"]:
+        if table["regime"] == regime and table["setting"].startswith(setting_prefix):
+            return table
+    raise GeneratedDocsError(f"{VERDICT}: no table {setting_prefix} in regime {regime}; rerun the verdict command its "
+                             "record names")
+
+
+def _verdict(results, key):
+    """A value of the verdict: 'T=0.7/best' (the best rule with its own selector), 'T=0.7/traversal/static' (DDTE's
+    SpecInfer with a selector against that rival's policy), in the DDTE regime."""
+    parts = key.split("/")
+    table = _verdict_table(results, parts[0])
+    if parts[1] == "best":
+        return f"`{table['best']}`"
+    if parts[1] == "seeds":
+        return f"{results(VERDICT)['replicates']} training seeds"
+    rival, policy = parts[1], {"static": "best static", "selector": "selector"}[parts[2]]
+    row = next((row for row in table["ddte"] if row["rival"] == rival and row["rival_policy"] == policy), None)
+    if row is None:
+        raise GeneratedDocsError(f"{VERDICT}: no DDTE row {key}")
+    if len(parts) == 4 and parts[3] == "paper":
+        low, high = row["ratio_ci"]
+        where = "inside" if low <= PAPER_GAIN <= high else "above" if high < PAPER_GAIN else "below"
+        return f"the paper's 5% {where}"
+    return ratio(row)
+
+
+def verdict_table(results) -> str:
+    """Under each setting and regime, the best rule with its own selector and its ratio against each reference."""
+    verdict = results(VERDICT)
+    references = ("specinfer", "traversal", "traversal-iid")
+    lines = ["| sampling | latency regime | best, with its own selector | " +
+             " | ".join(f"against {name}, own selector" for name in references) + " |",
+             "|---|---|---|" + "---|" * len(references)]
+    for table in verdict["tables"]:
+        cells = []
+        for name in references:
+            entry = table["versus"].get(name)
+            low, high = (None, None) if entry is None else entry["replicate_range"]
+            cells.append("(itself)" if name == table["best"] else "-" if entry is None else
+                         f"{ratio(entry)} (one seed: {low:.3f}-{high:.3f})")
+        lines.append(f"| {table['setting']} | {table['regime']} | `{table['best']}` | " + " | ".join(cells) + " |")
+    lines += ["", f"Means over {verdict['replicates']} replicates, each a {verdict['folds']}-fold cross-fit with its "
+                  "own folds and training seeds; 95% intervals from a bootstrap over prompts and replicates together; "
+                  "in brackets the range a single trained selector gave."]
+    return "\n".join(lines)
+
+
 def record_line(results, name: str) -> str:
     """Where a result came from: its command, commit, date and machine, one line."""
     from verispec.provenance import describe_record
@@ -255,6 +306,9 @@ VALUES = {
        for setting in ("T=0.7", "T=1") for rival, policy in (("traversal", "static"), ("traversal", "selector"),
                                                               ("traversal-iid", "selector"))},
     **{f"ddte.{setting}/paper": _bound(_ddte, f"{setting}/paper") for setting in ("T=0.7", "T=1")},
+    **{f"verdict.{setting}/{what}": _bound(_verdict, f"{setting}/{what}") for setting in ("T=0.7", "T=1")
+       for what in ("best", "seeds", "traversal/static", "traversal/static/paper", "traversal/selector",
+                    "traversal-iid/static", "traversal-iid/selector")},
 }
 
 TABLES = {
@@ -262,6 +316,8 @@ TABLES = {
     "ddte": ddte_table,
     "ddte-regimes": ddte_regimes_table,
     "ddte-record": lambda results: f"Made by {record_line(results, DDTE_STUDY)}.",
+    "verdict": verdict_table,
+    "verdict-record": lambda results: f"Made by {record_line(results, VERDICT)}.",
     "multipath": multipath_table,
     "multipath-record": lambda results: f"Made by {record_line(results, 'multipath_gap.json')}.",
     "delayed": delayed_table,
