@@ -22,13 +22,14 @@ Numbers are floats or Fractions (exact mode) throughout; Fractions give every re
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
 
 from verispec.errors import VerifierError
 from verispec.lp_analysis.order_statistics import smallest_of_uniforms_mass
-from verispec.simulator.ranking import order_with_ties
+from verispec.simulator.ranking import TIE_RTOL, order_with_ties
 
 #: In float arithmetic, a tiling whose values are within this fraction of its segment's value of the targets is
 #: taken as it is (exact arithmetic uses 0); also the slack of the decomposition's minimum-ratio search. Positions
@@ -36,6 +37,14 @@ from verispec.simulator.ranking import order_with_ties
 #: search cannot settle, a float realisation keeps the tiling. Either way the rule stays lossless, because block
 #: verification uses the values the measures realise, not the targets.
 FLOAT_SLACK = 1e-9
+
+#: In float arithmetic, a decomposition step whose remaining part carries a weight w in its block (the product of
+#: the shares 1 / (1 + t) of the steps above it) takes its tiling as it is when w * (its largest gap) is within this
+#: fraction of its segment's value: what it would still move is below float resolution, and ray shooting in a large
+#: block peels about one child per step with w falling geometrically (about 1.7^-steps), so the steps stop after
+#: tens instead of one per child. The segments where it stops are disjoint, so the block's values move by at most
+#: this fraction of its value in all; the measures still partition the block's segment (a tiling does).
+FLOAT_DEPTH_SLACK = 1e-15
 
 #: Most iterations of the minimum-ratio search in one decomposition step (it converges in a few; a bound keeps a
 #: float corner from looping).
@@ -152,18 +161,46 @@ def realise(targets: dict, masses: dict, segment: PositionMeasure, paths: int, e
     through the targets leaves the polytope at z = v + t (v - y), t = min over sets C with d(C) > 0 of
     (Psi(m(C)) - v(C)) / d(C), d = v - y; for concave Psi of a modular mass, min_C Psi(m(C)) - w(C) is attained at a
     prefix of the order by w / m, so the minimum ratio comes from Dinkelbach's iteration over such prefixes. z lies on
-    the face where its tight set C takes the lowest m(C) of the segment: z is realised recursively on the two
-    sub-segments, and v = z / (1 + t) + y t / (1 + t)."""
-    children = list(targets)
+    the face where its tight set C takes the lowest m(C) of the segment: z is realised in turn on the two
+    sub-segments, and v = z / (1 + t) + y t / (1 + t).
+
+    The steps run from an explicit stack (a block of n children takes up to n - 1 of them): each child's measure is
+    the sum of its tilings, each weighted by the product of the shares 1 / (1 + t) above it times its own
+    t / (1 + t), and of its last segment. ``realise_float`` is the same in numpy, for float splits at large
+    vocabularies."""
+    parts = {c: [] for c in targets}  # child -> [(measure, coefficient)]
+    stack = [(list(targets), dict(targets), segment, segment.value(paths) * 0 + 1)]
+    while stack:
+        children, face, part, weight = stack.pop()
+        step = _ray_step(children, face, masses, part, paths, exact, weight)
+        if step is None:  # one child: the whole segment
+            parts[children[0]].append((part, weight))
+            continue
+        tiling, share, tight, rest, low_mass, face = step
+        for child in children:
+            parts[child].append((tiling[child], weight * (1 - share)))
+        if share == 0:  # the tiling realises the targets (to the float slack)
+            continue
+        stack.append((rest, {c: face[c] for c in rest}, part.window(low_mass, part.mass()), weight * share))
+        stack.append((tight, {c: face[c] for c in tight}, part.window(0, low_mass), weight * share))
+    return {c: sum_measures([m.scaled(w) for m, w in parts[c] if w > 0]) if len(parts[c]) > 1 else
+            parts[c][0][0].scaled(parts[c][0][1]) if parts[c][0][1] != 1 else parts[c][0][0] for c in targets}
+
+
+def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeasure, paths: int, exact: bool,
+              weight):
+    """One step of ``realise``: None for one child; else (the tiling, share = 1 / (1 + t), the tight set, the rest,
+    the tight set's mass, the face z), share 0 where the tiling is taken as it is."""
     if len(children) == 1:
-        return {children[0]: segment}
+        return None
     zero = segment.value(paths) * 0
     order = [children[i] for i in ordered_by_key([targets[c] / masses[c] for c in children], exact)]
     tiling = ordered_tiling(segment, order, masses)
     gap = {c: targets[c] - tiling[c].value(paths) for c in children}
     slack = 0 if exact else FLOAT_SLACK * max(abs(segment.value(paths)), 1e-300)
-    if max(abs(value) for value in gap.values()) <= slack:
-        return tiling
+    largest = max(abs(value) for value in gap.values())
+    if largest <= slack or (not exact and weight * largest <= FLOAT_DEPTH_SLACK * abs(segment.value(paths))):
+        return tiling, zero, None, None, None, None
     first = max(children, key=lambda c: gap[c])
     tight, ratio = [first], (segment.values_below([masses[first]], paths)[0] - targets[first]) / gap[first]
     for _ in range(MAX_RATIO_ITERATIONS):
@@ -188,16 +225,14 @@ def realise(targets: dict, masses: dict, segment: PositionMeasure, paths: int, e
         ratio = (psi[best_k] - sum((targets[c] for c in prefix), zero)) / sum((gap[c] for c in prefix), zero)
     else:
         if not exact:  # rounding noise of a small segment near position 1 (FLOAT_SLACK)
-            return tiling
+            return tiling, zero, None, None, None, None
         raise VerifierError("psbv: the decomposition's minimum-ratio search did not converge")
     ratio = max(ratio, zero)
     face = {c: targets[c] + ratio * gap[c] for c in children}
     low_mass = sum((masses[c] for c in tight), zero)
-    rest = [c for c in children if c not in tight]
-    part = realise({c: face[c] for c in tight}, masses, segment.window(0, low_mass), paths, exact)
-    part.update(realise({c: face[c] for c in rest}, masses, segment.window(low_mass, segment.mass()), paths, exact))
-    share = 1 / (1 + ratio)
-    return {c: sum_measures([part[c].scaled(share), tiling[c].scaled(1 - share)]) for c in children}
+    tight_set = set(tight)
+    rest = [c for c in children if c not in tight_set]
+    return tiling, 1 / (1 + ratio), tight, rest, low_mass, face
 
 
 def convex_minorant_blocks(weights: list, values: list, exact: bool) -> list[tuple[int, int]]:
@@ -256,3 +291,219 @@ def selection_probabilities(measures: list[PositionMeasure], copies: list[int]):
             totals[i] = totals[i] + sum((c * width ** (n + 1) / (n + 1) for n, c in enumerate(poly)), zero)
         survival = [s - r * width for s, r in zip(survival, rates)]
     return totals
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Float mode at large vocabularies: the same decomposition as ``realise``, vectorised over the children with numpy
+# and driven by an explicit stack (its depth never depends on the number of children), with the children's
+# measures built only for the children asked for. Exact mode keeps ``realise`` (Fractions); the tests hold the two
+# equal in float to 1e-12 (tests/verifiers/test_psbv_dense.py).
+
+
+#: Below this many windows (or children in a decomposition step), plain Python floats beat numpy's per-call cost.
+SMALL_TASK = 8
+
+#: From this many keys, ``order_with_ties``'s radix sort beats a stable comparison sort.
+RADIX_KEYS = 4096
+
+
+def descending_order(keys: np.ndarray) -> np.ndarray:
+    """``order_with_ties(keys, descending=True)`` (the tie rule of verispec.simulator.ranking: decreasing key, keys
+    within TIE_RTOL ordered by increasing index) for float keys: a stable sort of -keys where no two neighbours are
+    near-tied but unequal (exact ties are already in index order), else the tie rule itself."""
+    if len(keys) >= RADIX_KEYS:
+        return order_with_ties(keys, descending=True)
+    order = np.argsort(-keys, kind="stable")
+    ordered = keys[order]
+    high, low = ordered[:-1], ordered[1:]
+    if ((high - low <= TIE_RTOL * np.maximum(np.abs(high), np.abs(low))) & (high != low)).any():
+        return order_with_ties(keys, descending=True)
+    return order
+
+
+class MeasureArrays:
+    """A float measure as arrays: the pieces' starts, ends, densities, their cumulative masses and values (K =
+    ``paths``), for windows of many (low, length) at once with ``PositionMeasure.window``'s arithmetic."""
+
+    def __init__(self, measure: PositionMeasure, paths: int):
+        pieces = np.asarray(measure.pieces, dtype=np.float64).reshape(-1, 3)
+        self.measure, self.paths = measure, paths
+        self.starts, self.ends, self.densities = pieces[:, 0], pieces[:, 1], pieces[:, 2]
+        self.masses = self.densities * (self.ends - self.starts)
+        self.cumulative_mass = np.concatenate([[0.0], np.cumsum(self.masses)])
+        values = self.densities * smallest_of_uniforms_mass(self.starts, self.ends, paths) if len(pieces) else \
+            np.zeros(0)
+        self.cumulative_value = np.concatenate([[0.0], np.cumsum(values)])
+        self._lists = None
+
+    def _partial(self, index, skip, take):
+        """The value of mass ``take`` of piece ``index`` from mass ``skip`` into it (``window``'s positions)."""
+        d = self.densities[index]
+        available = self.masses[index] - skip
+        start = self.starts[index] + skip / d
+        stop = np.where(take >= available, self.ends[index], np.minimum(start + take / d, self.ends[index]))
+        return np.where(stop > start, d * smallest_of_uniforms_mass(start, np.maximum(stop, start), self.paths), 0.0)
+
+    def window_values(self, low, length) -> np.ndarray:
+        """The value of ``self.measure.window(low, length)`` for arrays ``low``, ``length`` (broadcast)."""
+        low, length = np.broadcast_arrays(np.asarray(low, dtype=np.float64), np.asarray(length, dtype=np.float64))
+        if low.size <= SMALL_TASK:
+            return np.asarray([self.window_value(a, b) for a, b in zip(low.tolist(), length.tolist())]).reshape(
+                low.shape)
+        count = len(self.masses)
+        out = np.zeros(low.shape)
+        if count == 0 or low.size == 0:
+            return out
+        first = np.searchsorted(self.cumulative_mass[1:], low, side="right")
+        live = (first < count) & (length > 0)
+        first_c = np.minimum(first, count - 1)
+        skip = np.maximum(low - self.cumulative_mass[first_c], 0.0)
+        take = np.minimum(length, self.masses[first_c] - skip)
+        out = np.where(live, self._partial(first_c, skip, np.maximum(take, 0.0)), 0.0)
+        remaining = np.where(live, length - take, 0.0)
+        more = remaining > 0
+        if more.any():
+            beyond = self.cumulative_mass[first_c + 1] + remaining  # where the window ends, in cumulative mass
+            last = np.maximum(np.searchsorted(self.cumulative_mass[1:], beyond, side="right"), first_c + 1)
+            full = self.cumulative_value[np.minimum(last, count)] - self.cumulative_value[first_c + 1]
+            rest = remaining - (self.cumulative_mass[np.minimum(last, count)] - self.cumulative_mass[first_c + 1])
+            last_c = np.minimum(last, count - 1)
+            tail = np.where((last < count) & (rest > 0), self._partial(last_c, 0.0, np.maximum(rest, 0.0)), 0.0)
+            out = np.where(more, out + full + tail, out)
+        return out
+
+    def window_value(self, low: float, length: float) -> float:
+        """``window_values`` for one window, in Python floats (the same steps, without numpy's per-call cost)."""
+        if self._lists is None:
+            self._lists = (self.cumulative_mass.tolist(), self.cumulative_value.tolist(), self.masses.tolist(),
+                           self.starts.tolist(), self.ends.tolist(), self.densities.tolist())
+        cumulative_mass, cumulative_value, masses, starts, ends, densities = self._lists
+        count = len(masses)
+        first = bisect.bisect_right(cumulative_mass, low, 1) - 1
+        if first >= count or not length > 0:
+            return 0.0
+
+        def partial(index, skip, take):
+            d = densities[index]
+            start = starts[index] + skip / d
+            stop = ends[index] if take >= masses[index] - skip else min(start + take / d, ends[index])
+            return d * smallest_of_uniforms_mass(start, stop, self.paths) if stop > start else 0.0
+
+        skip = max(low - cumulative_mass[first], 0.0)
+        take = min(length, masses[first] - skip)
+        out = partial(first, skip, max(take, 0.0))
+        remaining = length - take
+        if remaining > 0:
+            beyond = cumulative_mass[first + 1] + remaining
+            last = max(bisect.bisect_right(cumulative_mass, beyond, 1) - 1, first + 1)
+            end = min(last, count)
+            out += cumulative_value[end] - cumulative_value[first + 1]
+            rest = remaining - (cumulative_mass[end] - cumulative_mass[first + 1])
+            if last < count and rest > 0:
+                out += partial(last, 0.0, rest)
+        return out
+
+    def build(self, windows) -> PositionMeasure:
+        """The measure sum of coefficient * window(low, length) over ``windows`` = [(low, length, coefficient)]."""
+        return sum_measures([self.measure.window(low, length).scaled(coefficient)
+                             for low, length, coefficient in windows if coefficient > 0 and length > 0])
+
+
+class _RealiseCost:
+    """The work of one float decomposition, counted in child-steps (one child through one step of the search), so
+    that a decomposition that would run for minutes stops with a typed error (``MAX_DECOMPOSITION_STEPS``)."""
+
+    def __init__(self, limit: int, what: str):
+        self.limit, self.what, self.steps = limit, what, 0
+
+    def add(self, steps: int) -> None:
+        self.steps += steps
+        if self.steps > self.limit:
+            from verispec.errors import ProblemTooLargeError
+            raise ProblemTooLargeError(self.what)
+
+
+def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, masses: np.ndarray, low: float,
+                  length: float, values: np.ndarray, wanted: np.ndarray, windows: dict,
+                  cost: _RealiseCost | None = None) -> None:
+    """``realise`` in float on the segment ``arrays.measure.window(low, length)`` for the children ``ids`` (in the
+    order ``realise`` receives them) of targets ``targets`` and masses ``masses``: adds each child's value to
+    ``values[id]`` and, for the ids where the boolean array ``wanted`` is true, appends its windows (low, length,
+    coefficient) to ``windows[id]`` (``MeasureArrays.build`` makes its measure). The same steps as ``realise`` (its
+    docstring), one step of the ray shooting per stack entry, vectorised over the step's children; the values are
+    those of the windows, whichever children are wanted."""
+    stack = [(np.asarray(ids), np.asarray(targets, dtype=np.float64), np.asarray(masses, dtype=np.float64),
+              float(low), float(length), 1.0)]
+
+    def emit(child_ids, child_lows, child_lengths, child_values, coefficient):
+        values[child_ids] += coefficient * child_values  # the ids of one step are distinct
+        for position in np.flatnonzero(wanted[child_ids]):
+            windows.setdefault(int(child_ids[position]), []).append(
+                (float(child_lows[position]), float(child_lengths[position]), coefficient))
+
+    while stack:
+        ids, face, mass, low, length, coefficient = stack.pop()
+        n = len(ids)
+        if cost is not None:
+            cost.add(n)
+        if n == 1:
+            child = int(ids[0])
+            values[child] += coefficient * arrays.window_value(low, length)
+            if wanted[child]:
+                windows.setdefault(child, []).append((low, length, coefficient))
+            continue
+        order = descending_order(face / mass)
+        ordered_mass = mass[order]
+        offsets = np.concatenate([[0.0], np.cumsum(ordered_mass)[:-1]])
+        lengths = np.minimum(ordered_mass, np.maximum(length - offsets, 0.0))
+        tiling = np.empty(n)
+        tiling[order] = arrays.window_values(low + offsets, lengths)
+        tile_lows, tile_lengths = np.empty(n), np.empty(n)
+        tile_lows[order], tile_lengths[order] = low + offsets, lengths
+        gap = face - tiling
+        segment_value = arrays.window_value(low, length)
+        slack = FLOAT_SLACK * max(abs(segment_value), 1e-300)
+        largest = np.max(np.abs(gap))
+        if largest <= slack or coefficient * largest <= FLOAT_DEPTH_SLACK * abs(segment_value):
+            emit(ids, tile_lows, tile_lengths, tiling, coefficient)
+            continue
+        first = int(np.argmax(gap))
+        tight = np.asarray([first])
+        ratio = (arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first]
+        for _ in range(MAX_RATIO_ITERATIONS):
+            ratio = max(ratio, 0.0)
+            shifted = descending_order((face + ratio * gap) / mass)
+            cuts = np.cumsum(mass[shifted][:-1])
+            psi = arrays.window_values(low, np.minimum(cuts, length))
+            face_sums, gap_sums = np.cumsum(face[shifted][:-1]), np.cumsum(gap[shifted][:-1])
+            excess = psi - face_sums - ratio * gap_sums
+            best_k = int(np.argmin(excess))
+            if cost is not None:
+                cost.add(n)
+            if excess[best_k] >= -slack:
+                break
+            tight = shifted[:best_k + 1]
+            ratio = (psi[best_k] - face_sums[best_k]) / gap_sums[best_k]
+        else:  # rounding noise of a small segment near position 1 (FLOAT_SLACK): the tiling, as realise keeps it
+            emit(ids, tile_lows, tile_lengths, tiling, coefficient)
+            continue
+        ratio = max(ratio, 0.0)
+        face = face + ratio * gap
+        share = 1 / (1 + ratio)
+        emit(ids, tile_lows, tile_lengths, tiling, coefficient * (1 - share))
+        low_mass = float(np.cumsum(mass[tight])[-1])
+        rest = np.ones(n, dtype=bool)
+        rest[tight] = False
+        rest = np.flatnonzero(rest)
+        stack.append((ids[rest], face[rest], mass[rest], low + low_mass, length - low_mass, coefficient * share))
+        stack.append((ids[tight], face[tight], mass[tight], low, low_mass, coefficient * share))
+
+
+#: Most child-steps (``_RealiseCost``) of the float decompositions of one split: about a minute of numpy work.
+MAX_DECOMPOSITION_STEPS = 2_000_000_000
+
+
+def convex_minorant_blocks_float(weights: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
+    """``convex_minorant_blocks`` on float arrays (the same pool-adjacent rule, on Python floats)."""
+    return convex_minorant_blocks(np.asarray(weights, dtype=np.float64).tolist(),
+                                  np.asarray(values, dtype=np.float64).tolist(), False)

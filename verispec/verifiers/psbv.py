@@ -68,12 +68,18 @@ import numpy as np
 from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
 from verispec.lp_analysis.position_measures import (
+    MAX_DECOMPOSITION_STEPS,
+    MeasureArrays,
     PositionMeasure,
+    _RealiseCost,
     convex_minorant_blocks,
+    convex_minorant_blocks_float,
+    descending_order,
     elementary_intervals,
     ordered_by_key,
     ordered_tiling,
     realise,
+    realise_float,
     selection_probabilities,
 )
 from verispec.simulator.chooser import Chooser
@@ -86,10 +92,20 @@ from verispec.sizes import log_prefix_count, readable_count
 from verispec.verifiers.block import block_law, block_procedure_on_path
 
 
-def split(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool) -> tuple[list, dict]:
+def split(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool, wanted=None) -> tuple[list, dict]:
     """psbv's split of a node's position measure among its children (module docstring): (g(u c) for every token
     c, [V], 0 where q(c | u) = 0) and {c: nu_(u c)} for the children with q(c | u) > 0. ``p``, ``q``: the node's
-    conditionals as lists of Python numbers."""
+    conditionals as lists of Python numbers (or float arrays). In float mode, ``wanted`` (an iterable of tokens)
+    limits the measures built to those children (the drafted ones: no other measure is ever read); the values are
+    the same whichever measures are asked for (``split_float``)."""
+    if not exact:
+        return split_float(measure, p, q, paths, wanted)
+    return split_exact(measure, p, q, paths, exact)
+
+
+def split_exact(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool) -> tuple[list, dict]:
+    """``split`` by the reference implementation: Python numbers, one ``realise`` per block (exact mode, and the
+    float reference the tests hold ``split_float`` to)."""
     zero = measure.value(paths) * 0
     total = measure.mass()
     masses = {c: total * q[c] for c in range(len(q)) if q[c] > 0}
@@ -121,6 +137,53 @@ def split(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool) -
     for child, child_measure in measures.items():
         values[child] = child_measure.value(paths)
     return values, measures
+
+
+def split_float(measure: PositionMeasure, p, q, paths: int, wanted=None) -> tuple[list, dict]:
+    """``split`` in float, vectorised over the children (numpy sorts and cumulative sums, the convex minorant by one
+    stack pass, each block's decomposition by ``position_measures.realise_float``): the same children's values as
+    ``split_exact`` to rounding, and the measures of the children in ``wanted`` (all of them when None)."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    size = len(q)
+    arrays = MeasureArrays(measure, paths)
+    total = float(arrays.cumulative_mass[-1])
+    masses = total * q
+    live = np.flatnonzero((q > 0) & (masses > 0))  # float: a mass can round to 0 (never selected)
+    order = live[descending_order(p[live] / q[live])] if len(live) > 1 else live
+    wanted_mask = np.zeros(size, dtype=bool)
+    wanted_mask[order if wanted is None else np.asarray(list(wanted), dtype=np.int64)] = True
+    values, windows = np.zeros(size), {}
+    cumulative_mass = np.cumsum(masses[order])
+    bottom = np.concatenate([[0.0], cumulative_mass])
+    if paths == 1 or len(order) == 0:  # every split has the values m_c: the tiling in the order by p / q
+        lengths = masses[order]
+        values[order] = arrays.window_values(bottom[:-1], lengths)
+        for k in np.flatnonzero(wanted_mask[order]):
+            windows[int(order[k])] = [(float(bottom[k]), float(lengths[k]), 1.0)]
+        return values.tolist(), {c: arrays.build(w) for c, w in windows.items()}
+    weights = np.concatenate([[0.0], np.cumsum(p[order])])
+    psi = np.concatenate([[0.0], arrays.window_values(0.0, cumulative_mass)])
+    blocks = np.asarray(convex_minorant_blocks_float(weights, psi), dtype=np.int64).reshape(-1, 2)
+    starts, stops = blocks[:, 0], blocks[:, 1]
+    single = stops - starts == 1
+    block_mass = masses[order[starts]]  # a block's mass summed over its children (below, for the longer blocks)
+    for k in np.flatnonzero(~single):
+        block_mass[k] = np.cumsum(masses[order[starts[k]:stops[k]]])[-1]
+    lengths = np.where(stops < len(order), block_mass, total - bottom[starts])
+    # blocks of one child: it takes the whole segment
+    values[order[starts[single]]] = arrays.window_values(bottom[starts[single]], lengths[single])
+    for k in np.flatnonzero(single & wanted_mask[order[starts]]):
+        windows[int(order[starts[k]])] = [(float(bottom[starts[k]]), float(lengths[k]), 1.0)]
+    cost = _RealiseCost(MAX_DECOMPOSITION_STEPS, f"psbv: a split at V={size} with K={paths} needs more than "
+                        f"{MAX_DECOMPOSITION_STEPS:,} steps of decomposition; use fewer paths or a top-k vocabulary")
+    for k in np.flatnonzero(~single):
+        block = order[starts[k]:stops[k]]
+        worth = psi[stops[k]] - psi[starts[k]]
+        weight = float(np.cumsum(p[block])[-1])
+        share = p[block] / weight if weight > 0 else masses[block] / block_mass[k]
+        realise_float(arrays, block, worth * share, masses[block], float(bottom[starts[k]]), float(lengths[k]),
+                      values, wanted_mask, windows, cost)
+    return values.tolist(), {c: arrays.build(w) for c, w in windows.items()}
 
 
 #: Splits remembered across calls, keyed by (K, the path's tokens and conditionals): real decoding and the
