@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec.errors import VerifierError
+from verispec.errors import ProblemTooLargeError, VerifierError
 from verispec.lp_analysis.order_statistics import smallest_of_uniforms_mass
 from verispec.simulator.ranking import TIE_RTOL, order_with_ties
 
@@ -303,22 +303,35 @@ def selection_probabilities(measures: list[PositionMeasure], copies: list[int]):
 #: Below this many windows (or children in a decomposition step), plain Python floats beat numpy's per-call cost.
 SMALL_TASK = 8
 
-#: From this many keys, ``order_with_ties``'s radix sort beats a stable comparison sort.
-RADIX_KEYS = 4096
-
-
 def descending_order(keys: np.ndarray) -> np.ndarray:
     """``order_with_ties(keys, descending=True)`` (the tie rule of verispec.simulator.ranking: decreasing key, keys
-    within TIE_RTOL ordered by increasing index) for float keys: a stable sort of -keys where no two neighbours are
-    near-tied but unequal (exact ties are already in index order), else the tie rule itself."""
-    if len(keys) >= RADIX_KEYS:
-        return order_with_ties(keys, descending=True)
-    order = np.argsort(-keys, kind="stable")
+    within TIE_RTOL of a neighbour ordered by increasing index) for float keys, by one unstable sort of -keys: kept
+    where no two neighbours are tied; exact ties alone are put in index order by a lexicographic sort; near ties
+    (within TIE_RTOL but unequal) go to the tie rule itself."""
+    order = np.argsort(-keys)
     ordered = keys[order]
     high, low = ordered[:-1], ordered[1:]
-    if ((high - low <= TIE_RTOL * np.maximum(np.abs(high), np.abs(low))) & (high != low)).any():
+    tied = high - low <= TIE_RTOL * np.maximum(np.abs(high), np.abs(low))
+    if not tied.any():
+        return order
+    if (tied & (high != low)).any():
         return order_with_ties(keys, descending=True)
-    return order
+    return np.lexsort((np.arange(len(keys)), -keys))
+
+
+def _uniforms_mass(low: np.ndarray, high: np.ndarray, draws: int) -> np.ndarray:
+    """``smallest_of_uniforms_mass`` on float arrays, the powers by products: (high - low) times the sum over
+    j < K of (1 - low)^j (1 - high)^(K - 1 - j), summed in the same order."""
+    above, below = 1 - low, 1 - high
+    powers_above, powers_below = [None, above], [None, below]
+    for _ in range(2, draws):
+        powers_above.append(powers_above[-1] * above)
+        powers_below.append(powers_below[-1] * below)
+    total = powers_below[draws - 1] if draws > 1 else np.ones_like(low)
+    for j in range(1, draws):
+        term = powers_above[j] if j == draws - 1 else powers_above[j] * powers_below[draws - 1 - j]
+        total = total + term
+    return (high - low) * total
 
 
 class MeasureArrays:
@@ -342,7 +355,7 @@ class MeasureArrays:
         available = self.masses[index] - skip
         start = self.starts[index] + skip / d
         stop = np.where(take >= available, self.ends[index], np.minimum(start + take / d, self.ends[index]))
-        return np.where(stop > start, d * smallest_of_uniforms_mass(start, np.maximum(stop, start), self.paths), 0.0)
+        return np.where(stop > start, d * _uniforms_mass(start, np.maximum(stop, start), self.paths), 0.0)
 
     def window_values(self, low, length) -> np.ndarray:
         """The value of ``self.measure.window(low, length)`` for arrays ``low``, ``length`` (broadcast)."""
@@ -372,12 +385,49 @@ class MeasureArrays:
             out = np.where(more, out + full + tail, out)
         return out
 
-    def window_value(self, low: float, length: float) -> float:
-        """``window_values`` for one window, in Python floats (the same steps, without numpy's per-call cost)."""
+    def prefix_values(self, low: float, cuts: np.ndarray) -> np.ndarray:
+        """``window_values(low, cuts)`` for one ``low`` and cuts >= 0: Psi of the segment from ``low`` at each cut,
+        with the first piece's arithmetic done once."""
+        count = len(self.masses)
+        first = bisect.bisect_right(self._python()[0], low, 1) - 1
+        out = np.zeros(len(cuts))
+        if first >= count:
+            return out
+        d, end = self.densities[first], self.ends[first]
+        skip = max(low - self.cumulative_mass[first], 0.0)
+        available = self.masses[first] - skip
+        start = self.starts[first] + skip / d
+        whole = cuts >= available
+        stop = np.where(whole, end, np.minimum(start + cuts / d, end))
+        out = np.where(stop > start, d * _uniforms_mass(start, np.maximum(stop, start), self.paths), 0.0)
+        out[cuts <= 0] = 0.0
+        beyond = np.flatnonzero(cuts > available)
+        if len(beyond):
+            remaining = cuts[beyond] - available
+            position = self.cumulative_mass[first + 1] + remaining
+            last = np.maximum(np.searchsorted(self.cumulative_mass[1:], position, side="right"), first + 1)
+            bounded = np.minimum(last, count)
+            full = self.cumulative_value[bounded] - self.cumulative_value[first + 1]
+            rest = remaining - (self.cumulative_mass[bounded] - self.cumulative_mass[first + 1])
+            inside = np.flatnonzero((last < count) & (rest > 0))  # a part of piece `last`, from its start
+            if len(inside):
+                piece = last[inside]
+                d, begin = self.densities[piece], self.starts[piece]
+                stop = np.minimum(begin + rest[inside] / d, self.ends[piece])
+                full[inside] += np.where(stop > begin, d * _uniforms_mass(begin, np.maximum(stop, begin),
+                                                                          self.paths), 0.0)
+            out[beyond] += full
+        return out
+
+    def _python(self) -> tuple:
         if self._lists is None:
             self._lists = (self.cumulative_mass.tolist(), self.cumulative_value.tolist(), self.masses.tolist(),
                            self.starts.tolist(), self.ends.tolist(), self.densities.tolist())
-        cumulative_mass, cumulative_value, masses, starts, ends, densities = self._lists
+        return self._lists
+
+    def window_value(self, low: float, length: float) -> float:
+        """``window_values`` for one window, in Python floats (the same steps, without numpy's per-call cost)."""
+        cumulative_mass, cumulative_value, masses, starts, ends, densities = self._python()
         count = len(masses)
         first = bisect.bisect_right(cumulative_mass, low, 1) - 1
         if first >= count or not length > 0:
@@ -419,7 +469,6 @@ class _RealiseCost:
     def add(self, steps: int) -> None:
         self.steps += steps
         if self.steps > self.limit:
-            from verispec.errors import ProblemTooLargeError
             raise ProblemTooLargeError(self.what)
 
 
@@ -452,6 +501,17 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
             if wanted[child]:
                 windows.setdefault(child, []).append((low, length, coefficient))
             continue
+        if n <= SMALL_TASK:  # the same step in Python floats
+            tile_lows, tile_lengths, tiling, share, tight, rest, low_mass, face = _small_step(
+                arrays, face.tolist(), mass.tolist(), low, length, coefficient, cost)
+            emit(ids, np.asarray(tile_lows), np.asarray(tile_lengths), np.asarray(tiling),
+                 coefficient * (1 - share))
+            if share == 0:
+                continue
+            face = np.asarray(face)
+            stack.append((ids[rest], face[rest], mass[rest], low + low_mass, length - low_mass, coefficient * share))
+            stack.append((ids[tight], face[tight], mass[tight], low, low_mass, coefficient * share))
+            continue
         order = descending_order(face / mass)
         ordered_mass = mass[order]
         offsets = np.concatenate([[0.0], np.cumsum(ordered_mass)[:-1]])
@@ -474,7 +534,7 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
             ratio = max(ratio, 0.0)
             shifted = descending_order((face + ratio * gap) / mass)
             cuts = np.cumsum(mass[shifted][:-1])
-            psi = arrays.window_values(low, np.minimum(cuts, length))
+            psi = arrays.prefix_values(low, np.minimum(cuts, length))
             face_sums, gap_sums = np.cumsum(face[shifted][:-1]), np.cumsum(gap[shifted][:-1])
             excess = psi - face_sums - ratio * gap_sums
             best_k = int(np.argmin(excess))
@@ -499,11 +559,74 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
         stack.append((ids[tight], face[tight], mass[tight], low, low_mass, coefficient * share))
 
 
-#: Most child-steps (``_RealiseCost``) of the float decompositions of one split: about a minute of numpy work.
-MAX_DECOMPOSITION_STEPS = 2_000_000_000
+#: Most child-steps (one child through one pass of a decomposition step) of the float decompositions of one split:
+#: about a minute at 5 million steps a second (V = 151,936, K = 4 at a root: 100 million, 20 s on one core).
+#: psbv refuses a split predicted above it before starting, and stops one that runs past it (``_RealiseCost``).
+MAX_DECOMPOSITION_STEPS = 300_000_000
 
 
 def convex_minorant_blocks_float(weights: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
     """``convex_minorant_blocks`` on float arrays (the same pool-adjacent rule, on Python floats)."""
     return convex_minorant_blocks(np.asarray(weights, dtype=np.float64).tolist(),
                                   np.asarray(values, dtype=np.float64).tolist(), False)
+
+
+def _small_descending(keys: list) -> list:
+    """``descending_order`` of a few Python floats."""
+    order = sorted(range(len(keys)), key=lambda i: -keys[i])
+    for i, j in zip(order, order[1:]):
+        high, low = keys[i], keys[j]
+        if high != low and high - low <= TIE_RTOL * max(abs(high), abs(low)):
+            return order_with_ties(np.asarray(keys), descending=True).tolist()
+    return order
+
+
+def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, length: float, coefficient: float,
+                cost: _RealiseCost | None):
+    """One step of ``realise_float`` for a few children, in Python floats: (the tiling's windows' lows, lengths
+    and values, share = 1 / (1 + t) or 0 where the tiling is taken as it is, the tight set's and the rest's
+    positions, the tight set's mass, the face z)."""
+    n = len(face)
+    order = _small_descending([f / m for f, m in zip(face, mass)])
+    tile_lows, tile_lengths, tiling = [0.0] * n, [0.0] * n, [0.0] * n
+    offset = 0.0
+    for i in order:
+        tile_lows[i], tile_lengths[i] = low + offset, min(mass[i], max(length - offset, 0.0))
+        tiling[i] = arrays.window_value(tile_lows[i], tile_lengths[i])
+        offset += mass[i]
+    gap = [f - y for f, y in zip(face, tiling)]
+    segment_value = arrays.window_value(low, length)
+    slack = FLOAT_SLACK * max(abs(segment_value), 1e-300)
+    largest = max(abs(g) for g in gap)
+    if largest <= slack or coefficient * largest <= FLOAT_DEPTH_SLACK * abs(segment_value):
+        return tile_lows, tile_lengths, tiling, 0.0, None, None, None, None
+    first = max(range(n), key=lambda i: gap[i])
+    tight = [first]
+    ratio = (arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first]
+    for _ in range(MAX_RATIO_ITERATIONS):
+        ratio = max(ratio, 0.0)
+        shifted = _small_descending([(f + ratio * g) / m for f, g, m in zip(face, gap, mass)])
+        if cost is not None:
+            cost.add(n)
+        best, best_k, cut, value, difference = None, None, 0.0, 0.0, 0.0
+        psi_best = None
+        for k, i in enumerate(shifted[:-1]):
+            cut, value, difference = cut + mass[i], value + face[i], difference + gap[i]
+            psi = arrays.window_value(low, min(cut, length))
+            excess = psi - value - ratio * difference
+            if best is None or excess < best:
+                best, best_k, psi_best, best_value, best_difference = excess, k, psi, value, difference
+        if best >= -slack:
+            break
+        tight = shifted[:best_k + 1]
+        ratio = (psi_best - best_value) / best_difference
+    else:  # rounding noise of a small segment near position 1 (FLOAT_SLACK)
+        return tile_lows, tile_lengths, tiling, 0.0, None, None, None, None
+    ratio = max(ratio, 0.0)
+    face = [f + ratio * g for f, g in zip(face, gap)]
+    low_mass = 0.0
+    for i in tight:
+        low_mass += mass[i]
+    tight_set = set(tight)
+    return (tile_lows, tile_lengths, tiling, 1 / (1 + ratio), np.asarray(tight, dtype=np.int64),
+            np.asarray([i for i in range(n) if i not in tight_set], dtype=np.int64), low_mass, face)
