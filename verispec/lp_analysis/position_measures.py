@@ -14,6 +14,12 @@ docs/guides/rules_2025_26.md; ``verispec.verifiers.psbv``) stands on. Glossary:
   minimum ratio by Dinkelbach's iteration over prefixes). The lexicographically optimal base with respect to weights
   (Fujishige 1980) cuts the children, in decreasing weight / mass, into the blocks of the greatest convex minorant
   of (cumulative weight, Psi(cumulative mass)) (``convex_minorant_blocks``).
+* *float mode at large vocabularies* (``MeasureArrays``, ``realise_float``): the same decomposition vectorised
+  over the children with numpy, from an explicit stack, building measures only for the children asked for; a
+  step whose remaining weight in its block is below ``FLOAT_DEPTH_SLACK`` takes its tiling. Its results equal the
+  reference's (``realise``) to rounding; rounding itself is amplified along the long chains of ray shooting
+  (each face z = v + t (v - y)), so float measures deep in a large block carry relative errors well above 1e-16
+  whichever implementation sums them (tests/verifiers/test_psbv_dense.py).
 * *selection law*: P(the smallest of the drafted paths' positions is on leaf i), for leaves with any measures and
   any numbers of copies (``selection_probabilities``), an integral of piecewise polynomials, exact in rationals.
 
@@ -203,8 +209,13 @@ def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeas
         return tiling, zero, None, None, None, None
     first = max(children, key=lambda c: gap[c])
     tight, ratio = [first], (segment.values_below([masses[first]], paths)[0] - targets[first]) / gap[first]
+    seen, cycled = set(), False
     for _ in range(MAX_RATIO_ITERATIONS):
         ratio = max(ratio, zero)
+        if ratio in seen:  # each iteration is a function of the ratio: a repeat cycles without end (float noise)
+            cycled = True
+            break
+        seen.add(ratio)
         shifted = [children[i]
                    for i in ordered_by_key([(targets[c] + ratio * gap[c]) / masses[c] for c in children], exact)]
         cuts, mass = [], 0
@@ -224,6 +235,8 @@ def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeas
         tight = prefix
         ratio = (psi[best_k] - sum((targets[c] for c in prefix), zero)) / sum((gap[c] for c in prefix), zero)
     else:
+        cycled = True
+    if cycled:
         if not exact:  # rounding noise of a small segment near position 1 (FLOAT_SLACK)
             return tiling, zero, None, None, None, None
         raise VerifierError("psbv: the decomposition's minimum-ratio search did not converge")
@@ -530,8 +543,13 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
         first = int(np.argmax(gap))
         tight = np.asarray([first])
         ratio = (arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first]
+        seen, cycled = set(), False
         for _ in range(MAX_RATIO_ITERATIONS):
             ratio = max(ratio, 0.0)
+            if ratio in seen:  # a repeat cycles without end (``_ray_step``)
+                cycled = True
+                break
+            seen.add(ratio)
             shifted = descending_order((face + ratio * gap) / mass)
             cuts = np.cumsum(mass[shifted][:-1])
             psi = arrays.prefix_values(low, np.minimum(cuts, length))
@@ -543,8 +561,10 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
             if excess[best_k] >= -slack:
                 break
             tight = shifted[:best_k + 1]
-            ratio = (psi[best_k] - face_sums[best_k]) / gap_sums[best_k]
-        else:  # rounding noise of a small segment near position 1 (FLOAT_SLACK): the tiling, as realise keeps it
+            ratio = float(psi[best_k] - face_sums[best_k]) / float(gap_sums[best_k])
+        else:
+            cycled = True
+        if cycled:  # rounding noise of a small segment near position 1 (FLOAT_SLACK): the tiling, as realise keeps it
             emit(ids, tile_lows, tile_lengths, tiling, coefficient)
             continue
         ratio = max(ratio, 0.0)
@@ -603,8 +623,13 @@ def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, lengt
     first = max(range(n), key=lambda i: gap[i])
     tight = [first]
     ratio = (arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first]
+    seen, cycled = set(), False
     for _ in range(MAX_RATIO_ITERATIONS):
         ratio = max(ratio, 0.0)
+        if ratio in seen:  # a repeat cycles without end (``_ray_step``)
+            cycled = True
+            break
+        seen.add(ratio)
         shifted = _small_descending([(f + ratio * g) / m for f, g, m in zip(face, gap, mass)])
         if cost is not None:
             cost.add(n)
@@ -620,7 +645,9 @@ def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, lengt
             break
         tight = shifted[:best_k + 1]
         ratio = (psi_best - best_value) / best_difference
-    else:  # rounding noise of a small segment near position 1 (FLOAT_SLACK)
+    else:
+        cycled = True
+    if cycled:  # rounding noise of a small segment near position 1 (FLOAT_SLACK)
         return tile_lows, tile_lengths, tiling, 0.0, None, None, None, None
     ratio = max(ratio, 0.0)
     face = [f + ratio * g for f, g in zip(face, gap)]
