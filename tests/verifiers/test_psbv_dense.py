@@ -243,8 +243,9 @@ def test_the_measures_asked_for_do_not_change_the_values_or_each_other(paths):
         assert some[token].pieces == measures[token].pieces
 
 
-@pytest.mark.parametrize("spec,size", [("iid:2,2", 4), ("iid:3,2", 3), ("iid:4,2", 3), ("delayed:2,1,2", 3),
-                                       ("delayed:3,1,2", 3), ("delayed:4,2,1", 2)])
+@pytest.mark.parametrize("spec,size", [("iid:2,2", 4), ("iid:3,2", 3),
+                                       pytest.param("iid:4,2", 3, marks=pytest.mark.slow),
+                                       ("delayed:2,1,2", 3), ("delayed:3,1,2", 3), ("delayed:4,2,1", 2)])
 def test_trees_with_the_drafted_measures_only_agree_with_the_full_splits(spec, size):
     """In float, closed form and enumeration (tree_states: split_float with the drafted children's measures) agree
     with rule-dp (every child's measure) to 1e-12, and each is lossless."""

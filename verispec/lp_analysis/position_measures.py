@@ -514,16 +514,9 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
             if wanted[child]:
                 windows.setdefault(child, []).append((low, length, coefficient))
             continue
-        if n <= SMALL_TASK:  # the same step in Python floats
-            tile_lows, tile_lengths, tiling, share, tight, rest, low_mass, face = _small_step(
-                arrays, face.tolist(), mass.tolist(), low, length, coefficient, cost)
-            emit(ids, np.asarray(tile_lows), np.asarray(tile_lengths), np.asarray(tiling),
-                 coefficient * (1 - share))
-            if share == 0:
-                continue
-            face = np.asarray(face)
-            stack.append((ids[rest], face[rest], mass[rest], low + low_mass, length - low_mass, coefficient * share))
-            stack.append((ids[tight], face[tight], mass[tight], low, low_mass, coefficient * share))
+        if n <= SMALL_TASK:  # the same steps in Python floats
+            _realise_small(arrays, ids.tolist(), face.tolist(), mass.tolist(), low, length, coefficient, values,
+                           wanted, windows, cost)
             continue
         order = descending_order(face / mass)
         ordered_mass = mass[order]
@@ -591,6 +584,37 @@ def convex_minorant_blocks_float(weights: np.ndarray, values: np.ndarray) -> lis
                                   np.asarray(values, dtype=np.float64).tolist(), False)
 
 
+def _realise_small(arrays: MeasureArrays, ids: list, face: list, mass: list, low: float, length: float,
+                   coefficient: float, values: np.ndarray, wanted: np.ndarray, windows: dict,
+                   cost: _RealiseCost | None) -> None:
+    """``realise_float``'s steps for a few children, all in Python floats and lists (the same arithmetic)."""
+    stack = [(ids, face, mass, low, length, coefficient)]
+    while stack:
+        ids, face, mass, low, length, coefficient = stack.pop()
+        if len(ids) == 1:
+            child = ids[0]
+            values[child] += coefficient * arrays.window_value(low, length)
+            if wanted[child]:
+                windows.setdefault(child, []).append((low, length, coefficient))
+            continue
+        if cost is not None:
+            cost.add(len(ids))
+        tile_lows, tile_lengths, tiling, share, tight, rest, low_mass, face = _small_step(
+            arrays, face, mass, low, length, coefficient, cost)
+        weight = coefficient * (1 - share)
+        for i, child in enumerate(ids):
+            values[child] += weight * tiling[i]
+            if wanted[child]:
+                windows.setdefault(child, []).append((tile_lows[i], tile_lengths[i], weight))
+        if share == 0:
+            continue
+        share = coefficient * share
+        stack.append(([ids[i] for i in rest], [face[i] for i in rest], [mass[i] for i in rest], low + low_mass,
+                      length - low_mass, share))
+        stack.append(([ids[i] for i in tight], [face[i] for i in tight], [mass[i] for i in tight], low, low_mass,
+                      share))
+
+
 def _small_descending(keys: list) -> list:
     """``descending_order`` of a few Python floats."""
     order = sorted(range(len(keys)), key=lambda i: -keys[i])
@@ -655,5 +679,5 @@ def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, lengt
     for i in tight:
         low_mass += mass[i]
     tight_set = set(tight)
-    return (tile_lows, tile_lengths, tiling, 1 / (1 + ratio), np.asarray(tight, dtype=np.int64),
-            np.asarray([i for i in range(n) if i not in tight_set], dtype=np.int64), low_mass, face)
+    return tile_lows, tile_lengths, tiling, 1 / (1 + ratio), tight, [i for i in range(n) if i not in tight_set], \
+        low_mass, face
