@@ -266,15 +266,17 @@ def convex_minorant_blocks(weights: list, values: list, exact: bool) -> list[tup
 def elementary_intervals(measures: list[PositionMeasure]) -> list:
     """The common refinement of the measures' breakpoints: sorted (start, stop) with each measure's density there."""
     points = sorted({x for m in measures for a, b, _ in m.pieces for x in (a, b)})
+    starts = [[a for a, _, _ in m.pieces] for m in measures]
     intervals = []
     for start, stop in zip(points, points[1:]):
         densities = []
-        for m in measures:
+        for m, lows in zip(measures, starts):
             d = 0
-            for a, b, density in m.pieces:
+            index = bisect.bisect_right(lows, start) - 1  # the only piece that can hold [start, stop]: sorted, disjoint
+            if index >= 0:
+                a, b, density = m.pieces[index]
                 if a <= start and stop <= b:
                     d = density
-                    break
             densities.append(d)
         intervals.append((start, stop, densities))
     return intervals
