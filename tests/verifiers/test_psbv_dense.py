@@ -331,3 +331,42 @@ def test_the_descending_order_follows_the_tie_rule():
         near_ties = exact_ties * (1 + 1e-14 * rng.random(size))
         for values in (keys, exact_ties, near_ties, np.zeros(size)):
             assert descending_order(values).tolist() == order_with_ties(values, descending=True).tolist()
+
+
+def test_a_batch_splits_a_shared_node_once_and_gives_each_tree_its_own_law(monkeypatch):
+    """Trees of one batch at the same root (other drafted children): emission_laws splits the root once, for every
+    drafted child of every tree, and each tree's law is the one it gets alone from a fresh verifier (the values do
+    not depend on which measures are built): exactly equal arrays."""
+    import verispec.verifiers.psbv as psbv_module
+    from verispec.simulator.problems import ContextFreeProblem
+    from verispec.simulator.trees import DraftTree, TreeBatch
+
+    rng = np.random.default_rng(7)
+    size, paths, rows = 300, 3, 4
+    p, q = softmax_pair(rng, size)
+    problem = ContextFreeProblem(p, q)
+    trees = []
+    for _ in range(rows):  # distinct tokens: every tree has the shape of iid:3,2 without merges
+        first, second = rng.choice(size, paths, replace=False), rng.choice(size, paths, replace=False)
+        trees.append(DraftTree.from_paths(problem, [[int(a), int(b)] for a, b in zip(first, second)]))
+    single = [tree.as_batch() for tree in trees]
+    batch = TreeBatch(vocab_size=size, parent=single[0].parent, depth=single[0].depth,
+                      child_lists=single[0].child_lists,
+                      tokens=np.concatenate([b.tokens for b in single]), p=np.concatenate([b.p for b in single]),
+                      q=np.concatenate([b.q for b in single]),
+                      contexts=np.concatenate([b.contexts for b in single]))
+    calls = []
+    real_split_float = psbv_module.split_float
+
+    def counting(measure, *args):
+        calls.append(len(measure.pieces))
+        return real_split_float(measure, *args)
+
+    monkeypatch.setattr(psbv_module, "split_float", counting)
+    laws = np.asarray(psbv_module.PositionSharingBlockVerifier().emission_laws(batch))
+    assert len(calls) == 1 + rows * paths  # the root once, then each tree's K children
+    alone = [np.asarray(psbv_module.PositionSharingBlockVerifier().emission_laws(b))[0] for b in single]
+    assert len(calls) == 1 + rows * paths + rows * (1 + paths)
+    for row in range(rows):
+        assert np.array_equal(laws[row], alone[row])
+        assert laws[row].sum() == pytest.approx(1.0, abs=1e-12)

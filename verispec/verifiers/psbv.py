@@ -67,6 +67,7 @@ child-steps). A split predicted past
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -229,18 +230,38 @@ SPLIT_CACHE_SIZE = 4096
 
 
 class _SplitCache:
+    """Splits by node key, each with the children whose measures it built (None: every child, exact mode). A request
+    for children not built recomputes the split for the union (float splits build only what is asked for)."""
+
     def __init__(self, size: int):
         self.size, self.entries = size, OrderedDict()
 
-    def get(self, key, compute):
-        if key in self.entries:
-            self.entries.move_to_end(key)
-            return self.entries[key]
-        result = compute()
-        self.entries[key] = result
+    def get(self, key, drafted: frozenset, compute, complete: bool):
+        entry = self.entries.get(key)
+        wanted = drafted
+        if entry is not None:
+            built, result = entry
+            if built is None or drafted <= built:
+                self.entries.move_to_end(key)
+                return result
+            wanted = built | drafted
+        result = compute(wanted)
+        self.entries[key] = (None if complete else wanted, result)
+        self.entries.move_to_end(key)
         if len(self.entries) > self.size:
             self.entries.popitem(last=False)
         return result
+
+
+def _conditionals_key(p, q, exact: bool):
+    """A node's (p, q) for the split cache's keys: the rationals themselves (small vocabularies), or a 128-bit digest
+    of the float64 bytes (a tuple of V = 151,936 floats per node and ancestor would hold gigabytes in the cache)."""
+    if exact:
+        return tuple(p), tuple(q)
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.ascontiguousarray(p, dtype=np.float64).tobytes())
+    digest.update(np.ascontiguousarray(q, dtype=np.float64).tobytes())
+    return digest.digest()
 
 
 def _numbers(row, exact: bool) -> list:
@@ -265,42 +286,64 @@ def branch_point(tree: DraftTree) -> int:
     return node if tree.child_tokens[node] else 0
 
 
-def tree_states(tree: DraftTree, paths: int, cache: _SplitCache | None = None,
-                start: int = 0) -> dict[int, _NodeState]:
-    """The position measure and value of every node of ``tree`` (K = ``paths`` from the node ``start``), top down.
-    Above ``start`` (the trunk of a delayed tree) there is nothing to select: those nodes get the uniform measure,
-    value 1 and their children's values q(. | node), and ``start`` the uniform measure, so that measures and values
-    below it are relative to the trunk (each tree has one trunk)."""
+def split_requests(tree: DraftTree, paths: int, start: int = 0) -> dict:
+    """{node: (its split's cache key, its drafted children's tokens)} for the nodes of ``tree`` that ``tree_states``
+    splits (K = ``paths`` from the node ``start``): the key is K, the number type and, down from ``start``, each
+    node's conditionals and the token taken from it, so trees that share a prefix share its splits."""
     exact = tree.exact
-    one = Fraction(1) if exact else 1.0
-    root = PositionMeasure.uniform(one)
-    states = {0: _NodeState(root, one, None)}
-    keys = {0: (paths, exact)}
+    keys, requests = {0: (paths, exact)}, {}
     trunk = set(_path_nodes(tree, start)[:-1])
     for node in range(tree.num_nodes):  # parents come before children
         children = tree.child_nodes[node]
         if not children:
             continue
-        state = states[node]
-        p, q = _numbers(tree.p[node], exact), _numbers(tree.q[node], exact)
         if node in trunk:
-            states[node] = _NodeState(root, one, q)
-            states[children[0]], keys[children[0]] = _NodeState(root, one, None), (paths, exact)
+            keys[children[0]] = (paths, exact)
             continue
-        # only the drafted children's measures are ever read (their values are the same whichever are built)
-        drafted = tuple(sorted({int(tree.token[child]) for child in children}))
-        key = keys[node] + ((tuple(p), tuple(q), drafted),)
+        key = keys[node] + (_conditionals_key(tree.p[node], tree.q[node], exact),)
+        requests[node] = (key, frozenset(int(tree.token[child]) for child in children))
+        for child in children:
+            keys[child] = key + (int(tree.token[child]),)
+    return requests
 
-        def compute(measure=state.measure, p=p, q=q, drafted=drafted):
-            return split(measure, p, q, paths, exact, drafted)
 
-        values, measures = cache.get(key, compute) if cache is not None else compute()
+def tree_states(tree: DraftTree, paths: int, cache: _SplitCache | None = None,
+                start: int = 0, wanted: dict | None = None) -> dict[int, _NodeState]:
+    """The position measure and value of every node of ``tree`` (K = ``paths`` from the node ``start``), top down.
+    Above ``start`` (the trunk of a delayed tree) there is nothing to select: those nodes get the uniform measure,
+    value 1 and their children's values q(. | node), and ``start`` the uniform measure, so that measures and values
+    below it are relative to the trunk (each tree has one trunk). Float splits build the measures of the drafted
+    children only (no other is read), and of the children ``wanted`` ({key: tokens}, from ``split_requests`` of
+    other trees) asks for at the same node, so that trees of one batch share their splits through the cache."""
+    exact = tree.exact
+    one = Fraction(1) if exact else 1.0
+    root = PositionMeasure.uniform(one)
+    states = {0: _NodeState(root, one, None)}
+    requests = split_requests(tree, paths, start)
+    for node in range(tree.num_nodes):  # parents come before children
+        children = tree.child_nodes[node]
+        if not children:
+            continue
+        state = states[node]
+        if node not in requests:  # the trunk
+            states[node] = _NodeState(root, one, _numbers(tree.q[node], exact))
+            states[children[0]] = _NodeState(root, one, None)
+            continue
+        key, drafted = requests[node]
+        if wanted is not None and key in wanted:
+            drafted = drafted | wanted[key]
+
+        def compute(tokens, measure=state.measure, node=node):
+            p, q = (_numbers(tree.p[node], True), _numbers(tree.q[node], True)) if exact else (tree.p[node],
+                                                                                              tree.q[node])
+            return split(measure, p, q, paths, exact, sorted(tokens))
+
+        values, measures = cache.get(key, drafted, compute, exact) if cache is not None else compute(drafted)
         states[node] = _NodeState(state.measure, state.value, values)
         for child in children:
             token = int(tree.token[child])
             # a drafted child whose mass rounded to 0 (float) has no measure: it is never selected
             states[child] = _NodeState(measures.get(token, PositionMeasure(())), values[token], None)
-            keys[child] = key + (token,)
     return states
 
 
@@ -323,8 +366,9 @@ def _path_nodes(tree: DraftTree, leaf: int) -> list[int]:
 
 def _selected_drafts(states: dict, nodes: list[int]) -> list:
     """The selected path's draft conditionals g(u c) / g(u) at each internal node of ``nodes``: [V] each."""
-    return [np.asarray([v / states[node].value for v in states[node].child_values],
-                       dtype=object if isinstance(states[node].value, Fraction) else np.float64)
+    return [np.asarray([v / states[node].value for v in states[node].child_values], dtype=object)
+            if isinstance(states[node].value, Fraction) else
+            np.asarray(states[node].child_values, dtype=np.float64) / states[node].value
             for node in nodes[:-1]]
 
 
@@ -447,16 +491,25 @@ class PositionSharingBlockVerifier(Verifier):
     def __init__(self):
         self._cache = _SplitCache(SPLIT_CACHE_SIZE)
 
-    def _states(self, tree: DraftTree) -> dict[int, _NodeState]:
+    def _states(self, tree: DraftTree, wanted: dict | None = None) -> dict[int, _NodeState]:
         """Every node's state, the K paths taken from the trunk's end (the root but on delayed trees)."""
         start = branch_point(tree)
-        return tree_states(tree, len(tree.child_tokens[start]), self._cache, start)
+        return tree_states(tree, len(tree.child_tokens[start]), self._cache, start, wanted)
 
     def emission_laws(self, batch: TreeBatch):
-        laws = [self._tree_law(batch.tree(row)) for row in range(batch.num_rows)]
+        trees = [batch.tree(row) for row in range(batch.num_rows)]
+        # every tree's drafted children at each node, so that a node the trees share is split once (a float split
+        # builds only the measures asked for)
+        wanted = {}
+        for tree in trees:
+            if tree.child_nodes[0]:
+                start = branch_point(tree)
+                for key, drafted in split_requests(tree, len(tree.child_tokens[start]), start).values():
+                    wanted[key] = wanted.get(key, frozenset()) | drafted
+        laws = [self._tree_law(tree, wanted) for tree in trees]
         return backend.asarray(np.stack(laws), batch.p)
 
-    def _tree_law(self, tree: DraftTree) -> np.ndarray:
+    def _tree_law(self, tree: DraftTree, wanted: dict | None = None) -> np.ndarray:
         exact = tree.exact
         dtype = object if exact else np.float64
         law = np.zeros((tree.num_nodes, tree.vocab_size), dtype=dtype)
@@ -465,7 +518,7 @@ class PositionSharingBlockVerifier(Verifier):
         if not tree.child_nodes[0]:
             law[0] = tree.p[0]
             return law
-        states = self._states(tree)
+        states = self._states(tree, wanted)
         copies = _leaf_copies(tree)
         leaves = list(copies)
         chosen = selection_probabilities([states[leaf].measure for leaf in leaves], [copies[leaf] for leaf in leaves])
