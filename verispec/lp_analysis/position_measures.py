@@ -316,7 +316,7 @@ def selection_probabilities(measures: list[PositionMeasure], copies: list[int]):
 
 
 #: Below this many windows (or children in a decomposition step), plain Python floats beat numpy's per-call cost.
-SMALL_TASK = 8
+SMALL_TASK = 16
 
 def descending_order(keys: np.ndarray) -> np.ndarray:
     """``order_with_ties(keys, descending=True)`` (the tie rule of verispec.simulator.ranking: decreasing key, keys
