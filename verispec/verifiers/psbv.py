@@ -58,9 +58,9 @@ children with numpy and build measures only for the drafted children (no other i
 children are the same whichever are built); their cost is the decomposition of the long blocks of the minorant:
 ray shooting there peels about one child per step, each step a few passes of its minimum-ratio search over the
 block, until the step's remaining weight falls below ``position_measures.FLOAT_DEPTH_SLACK`` (tens to hundreds of
-steps). On one core, dense softmax pairs, K = 2 to 4, at a root and one level down: 0.001 to 0.2 s at V = 1,000,
-0.3 to 6.4 s at V = 20,000 and 0.5 to 14 s at V = 151,936 (a root's long tail block, K = 4: 100 million
-child-steps). A split predicted past
+steps). On one core, dense softmax pairs, K = 2 to 4, at a root and one level down: 0.001 to 0.1 s at V = 1,000,
+0.15 to 3.5 s at V = 20,000 and 0.25 to 7 s at V = 151,936 (a root's long tail block, K = 4: 100 million
+child-steps); the trees of one batch at a root share its split (``emission_laws``). A split predicted past
 ``MAX_DECOMPOSITION_STEPS`` is refused before its decomposition with a ``ProblemTooLargeError``
 (``check_decomposition_size``), and one that runs past it stops with the same error.
 """
