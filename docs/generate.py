@@ -36,8 +36,8 @@ from verispec.verifiers.catalog import verifier_table, with_tables  # noqa: E402
 RESULTS = ROOT / "docs" / "results"
 FINDINGS_DIR = ROOT / "docs" / "findings"
 #: The findings pages, in the README's order (the headline first).
-FINDINGS = ("ddte", "single_path_optimum", "multipath_optimum", "gbv_commitment", "traversal_iid", "dyspec",
-            "typical_acceptance")
+FINDINGS = ("ddte", "best_verifier", "single_path_optimum", "multipath_optimum", "gbv_commitment", "traversal_iid",
+            "dyspec", "typical_acceptance")
 CLAIM = re.compile(r"<!--claim-->(?P<body>.*?)<!--/claim-->", re.S)
 #: Parameters and names a findings text may state outside markers (they are settings, not results).
 ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20",
@@ -123,6 +123,31 @@ def delayed_table(results) -> str:
     return "\n".join(lines)
 
 
+def real_gaps_table(results) -> str:
+    """At real roots of the pair: per tree, the optimum of any valid verifier (where its LP fits) and the mean gaps of
+    psbv and of the best published rule, with their intervals over prompts."""
+    gaps = results("real_context_gaps.json")
+    lines = ["| tree | roots solved (refused) | mean optimum E[tau+1] | psbv below it | best published rule "
+             "below it | psbv at it |", "|---|---|---|---|---|---|"]
+
+    def gap(entry):
+        if entry["mean"] is None:
+            return "-"
+        low, high = entry["bootstrap_95"]
+        return f"{entry['mean']:.4f} [{low:.4f}, {high:.4f}]"
+
+    for spec, entry in gaps["by_tree"].items():
+        refused = entry["refused"]
+        sizes = f"; LPs of {min(entry['lp_variables_refused']):,}+ variables" if entry["lp_variables_refused"] else ""
+        optimum = "-" if entry["mean_optimum"] is None else f"{entry['mean_optimum']:.4f}"
+        within = entry["gap_psbv"]["within_1e-9"]
+        lines.append(f"| `{spec}` | {entry['solved']} ({refused}{sizes}) | {optimum} | {gap(entry['gap_psbv'])} | "
+                     f"{gap(entry['gap_best_published'])} | {'-' if within is None else format(within, '.0%')} |")
+    lines += ["", f"{gaps['roots_done']} of the {gaps['roots']} sampled roots of `{gaps['dataset']}` "
+                  f"({', '.join(gaps['samplings'])}); {gaps['interval']}."]
+    return "\n".join(lines)
+
+
 def _typical(results, key):
     cost = results("exact-findings.json")["typical_cost"]["chain:3"]
     return f"{cost['tv_mean']:.2f}" if key == "tv" else f"x{cost['efficiency_ratio_mean']:.2f}"
@@ -203,6 +228,12 @@ def _verdict(results, key):
         return f"`{table['best']}`"
     if parts[1] == "seeds":
         return f"{results(VERDICT)['replicates']} training seeds"
+    if parts[1] == "versus":
+        entry = table["versus"].get(parts[2])
+        if entry is None:
+            raise GeneratedDocsError(f"{VERDICT}: the best rule of {parts[0]} is {table['best']}, not measured "
+                                     f"against {parts[2]}")
+        return ratio(entry)
     rival, policy = parts[1], {"static": "best static", "selector": "selector"}[parts[2]]
     row = next((row for row in table["ddte"] if row["rival"] == rival and row["rival_policy"] == policy), None)
     if row is None:
@@ -308,7 +339,8 @@ VALUES = {
     **{f"ddte.{setting}/paper": _bound(_ddte, f"{setting}/paper") for setting in ("T=0.7", "T=1")},
     **{f"verdict.{setting}/{what}": _bound(_verdict, f"{setting}/{what}") for setting in ("T=0.7", "T=1")
        for what in ("best", "seeds", "traversal/static", "traversal/static/paper", "traversal/selector",
-                    "traversal-iid/static", "traversal-iid/selector")},
+                    "traversal-iid/static", "traversal-iid/selector", "versus/specinfer", "versus/traversal",
+                    "versus/traversal-iid")},
 }
 
 TABLES = {
@@ -321,6 +353,8 @@ TABLES = {
     "multipath": multipath_table,
     "multipath-record": lambda results: f"Made by {record_line(results, 'multipath_gap.json')}.",
     "delayed": delayed_table,
+    "real-gaps": real_gaps_table,
+    "real-gaps-record": lambda results: f"Made by {record_line(results, 'real_context_gaps.json')}.",
     "gbv": gbv_table,
     "sun": sun_table,
     "typical": typical_table,
@@ -343,13 +377,9 @@ def claims(results) -> list[tuple[str, str]]:
 
 
 def findings_list(results) -> str:
-    """The README's findings: each page's claim and its link; the DDTE table after the DDTE claim."""
-    lines = []
-    for name, claim in claims(results):
-        lines.append(f"- {claim} ([docs/findings/{name}.md](docs/findings/{name}.md))")
-        if name == "ddte":
-            lines += ["", *("  " + line if line else "" for line in ddte_table(results).splitlines()), ""]
-    return "\n".join(lines)
+    """The README's findings: each page's claim (one sentence) and its link."""
+    return "\n".join(f"- {claim} ([docs/findings/{name}.md](docs/findings/{name}.md))"
+                     for name, claim in claims(results))
 
 
 TABLES["findings"] = findings_list
