@@ -1,4 +1,4 @@
-"""psbv at dense vocabularies (``verispec.verifiers.psbv.split_float``, ``position_measures.realise_float``): the
+"""psbv at dense vocabularies (``verispec.verifiers.psbv.split_float``, ``position_arrays.realise_float``): the
 vectorised float split, which builds measures only for the children asked for, is the same split as the reference
 (``split_exact``, one ``realise`` per block), and the iterative ``realise`` is the recursive one it replaced.
 
@@ -321,7 +321,7 @@ def test_an_exact_split_of_too_many_children_is_refused():
 
 def test_the_descending_order_follows_the_tie_rule():
     """Exact ties and near ties (within TIE_RTOL) in index order, against order_with_ties."""
-    from verispec.lp_analysis.position_measures import descending_order
+    from verispec.lp_analysis.position_arrays import descending_order
     from verispec.simulator.ranking import order_with_ties
 
     rng = np.random.default_rng(0)

@@ -160,6 +160,31 @@ def selection_lp_estimate(problem: Problem, drafter: Drafter) -> int:
     return sum(selection_lp_size(len(members), paths) for members in branches_of.values()) + num_prefixes
 
 
+def _multiset_columns(branches_of: dict, trunk_q: np.ndarray, joint_q: np.ndarray, support: np.ndarray, paths: int,
+                      what: str) -> tuple[list, list, list]:
+    """(columns: (multiset id, full path's position in support), groups: (its columns, its probability) a multiset,
+    probabilities) of the selection LP: every multiset of ``paths`` branches drafted below each trunk, with its
+    probability q(trunk) x multinomial x prod q(branch | trunk)."""
+    columns, groups, probabilities = [], [], []
+    for trunk_flat, members in branches_of.items():
+        trunk_mass = float(trunk_q[trunk_flat])
+        branch_q = {index: joint_q[support[index]] / trunk_mass for index in members}  # q(branch | trunk)
+        for combo in itertools.combinations_with_replacement(members, paths):
+            budget.check(what)
+            counts = {}
+            for index in combo:
+                counts[index] = counts.get(index, 0) + 1
+            weight = math.factorial(paths)
+            for count in counts.values():
+                weight //= math.factorial(count)
+            probability = trunk_mass * weight * float(np.prod([branch_q[i] ** c for i, c in counts.items()]))
+            first = len(columns)
+            columns.extend((len(probabilities), index) for index in counts)
+            groups.append((np.arange(first, len(columns)), probability))
+            probabilities.append(probability)
+    return columns, groups, probabilities
+
+
 def selection_optimum(problem: Problem, drafter: Drafter, *, depth_weights=None,
                       limit: int = DEFAULT_MAX_VARIABLES) -> SelectionOptimum:
     """The best E[tau + 1] of any valid verifier for ``iid:K,L`` or ``delayed:K,L1,L2`` trees (or a chain) on
@@ -193,25 +218,8 @@ def selection_optimum(problem: Problem, drafter: Drafter, *, depth_weights=None,
     prefixes = [u for length in range(1, depth + 1) for u in itertools.product(range(size), repeat=length)]
     prefix_index = {u: i for i, u in enumerate(prefixes)}
     sequence = [tuple(int(t) for t in np.unravel_index(int(flat), (size,) * depth)) for flat in support]
-    columns, multisets, groups = [], 0, []  # columns: (multiset id, full path's position in support)
-    probabilities = []
-    for trunk_flat, members in branches_of.items():
-        trunk_mass = float(trunk_q[trunk_flat])
-        branch_q = {index: joint_q[support[index]] / trunk_mass for index in members}  # q(branch | trunk)
-        for combo in itertools.combinations_with_replacement(members, paths):
-            budget.check(what)
-            counts = {}
-            for index in combo:
-                counts[index] = counts.get(index, 0) + 1
-            weight = math.factorial(paths)
-            for count in counts.values():
-                weight //= math.factorial(count)
-            probability = trunk_mass * weight * float(np.prod([branch_q[i] ** c for i, c in counts.items()]))
-            first = len(columns)
-            columns.extend((multisets, index) for index in counts)
-            groups.append((np.arange(first, len(columns)), probability))
-            probabilities.append(probability)
-            multisets += 1
+    columns, groups, probabilities = _multiset_columns(branches_of, trunk_q, joint_q, support, paths, what)
+    multisets = len(probabilities)
     num_s, num_r = len(columns), len(prefixes)
     # rows: multiset totals (equalities); r(u) - g(u) <= 0; r(u t) - p(t|u) r(u) <= 0 and r(t) <= p(t)
     eq_rows = np.asarray([m for m, _ in columns])

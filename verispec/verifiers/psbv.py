@@ -77,19 +77,21 @@ import numpy as np
 
 from verispec import backend, budget
 from verispec.errors import ProblemTooLargeError
-from verispec.lp_analysis.position_measures import (
+from verispec.lp_analysis.position_arrays import (
     MAX_DECOMPOSITION_STEPS,
     MeasureArrays,
-    PositionMeasure,
     _RealiseCost,
-    convex_minorant_blocks,
     convex_minorant_blocks_float,
     descending_order,
+    realise_float,
+)
+from verispec.lp_analysis.position_measures import (
+    PositionMeasure,
+    convex_minorant_blocks,
     elementary_intervals,
     ordered_by_key,
     ordered_tiling,
     realise,
-    realise_float,
     selection_probabilities,
 )
 from verispec.simulator.chooser import Chooser
@@ -155,7 +157,7 @@ def split_exact(measure: PositionMeasure, p: list, q: list, paths: int, exact: b
 
 def split_float(measure: PositionMeasure, p, q, paths: int, wanted=None) -> tuple[list, dict]:
     """``split`` in float, vectorised over the children (numpy sorts and cumulative sums, the convex minorant by one
-    stack pass, each block's decomposition by ``position_measures.realise_float``): the same children's values as
+    stack pass, each block's decomposition by ``position_arrays.realise_float``): the same children's values as
     ``split_exact`` to rounding, and the measures of the children in ``wanted`` (all of them when None)."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     size = len(q)
