@@ -53,7 +53,7 @@ def join_datasets(datasets: Sequence[tuple[str, Dataset]]) -> Dataset:
         if shared:
             raise DatasetError(f"the rule {shared[0]!r} is labelled in both {first_label!r} and {label!r}; give each "
                                "rule in one dataset")
-        order = _row_order(data.key, first.key)
+        order = row_order(data.key, first.key)
         _check_same_roots(first_label, first, label, data, order)
         for name in ACTION_ARRAYS:
             arrays[name].append(None if getattr(data, name) is None else getattr(data, name)[order])
@@ -90,7 +90,7 @@ def _check_joinable(first_label: str, first: Dataset, label: str, data: Dataset)
                            f"{ours.describe()}; join datasets of one tree grid (K, L1, L2)")
 
 
-def _row_order(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+def row_order(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The positions in ``keys`` of each of ``wanted``; refused where the two are not the same set of keys."""
     where = {key: index for index, key in enumerate(keys.tolist())}
     missing = [key for key in wanted.tolist() if key not in where]

@@ -25,6 +25,7 @@ from verispec.io import ResultStore, pack_floats, unpack_floats
 from verispec.selector.actions import open_grid_store
 from verispec.selector.dataset import build_dataset, check_dataset_output, store_path
 from verispec.selector.dataset_file import DATASET_VERSION, Dataset, DatasetError
+from verispec.selector.join import row_order
 
 #: The arrays of a row (and of a dataset) that hold one value an action, action on the last axis.
 LABEL_ARRAYS = ("efficiency", "stderr", "lower", "upper", "per_sample")
@@ -80,7 +81,7 @@ def merge_labels(base: Dataset, part: Dataset) -> Dataset:
         missing = sorted(set(base.key.tolist()) ^ set(part.key.tolist()))
         raise DatasetError(f"the relabelled roots are not the dataset's: {len(missing)} root(s) in one and not the "
                            f"other (first {missing[0][:80]!r}); relabel with the command that built the dataset")
-    order = _row_order(part.key, base.key)  # part's row of each base row
+    order = row_order(part.key, base.key)  # part's row of each base row
     for name in ("label_method", "group", "context_length"):
         if not np.array_equal(getattr(base, name), getattr(part, name)[order]):
             raise DatasetError(f"the relabelled roots differ from the dataset's in their {name.replace('_', ' ')}; "
@@ -123,12 +124,6 @@ def _part_columns(base: Dataset, part: Dataset) -> np.ndarray:
     if outside:
         raise DatasetError(f"the relabelled action {outside[0]} is not in the dataset's grid {grid.describe()}")
     return np.array([grid.index(action) for action in part_grid.actions], dtype=np.int64)
-
-
-def _row_order(keys, wanted) -> np.ndarray:
-    """The positions in ``keys`` of each of ``wanted`` (the same keys in another order)."""
-    where = {key: index for index, key in enumerate(keys.tolist())}
-    return np.array([where[key] for key in wanted.tolist()], dtype=np.int64)
 
 
 def _checked_verifiers(verifiers, grid) -> tuple[str, ...]:

@@ -30,7 +30,6 @@ its time budget resumes, and a rule added later (another file joined) is fitted 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -50,7 +49,7 @@ from verispec.selector.evaluate import (
 )
 from verispec.selector.features import reads_draft
 from verispec.selector.split import study_split
-from verispec.selector.study import LEAD, RIVALS, Setting, rule_choices, setting_folds
+from verispec.selector.study import LEAD, RIVALS, Setting, prompts_for_half_width, rule_choices, setting_folds
 
 #: The verdict's format, recorded in its JSON.
 VERDICT_FORMAT = "verispec selector verdict"
@@ -138,11 +137,9 @@ class _Crossed:
         samples = (self.share * (boot_a / boot_b).T).sum(axis=1)  # [B] mean over the drawn replicates
         low, high = np.quantile(samples, [0.025, 0.975])
         half = float(high - low) / 2
-        prompts = self.prompts.groups
         return {"ratio": float(per_replicate.mean()), "ratio_ci": [float(low), float(high)],
                 "replicate_range": [float(per_replicate.min()), float(per_replicate.max())], "half_width": half,
-                "prompts_for_target": None if half <= TARGET_HALF_WIDTH else
-                int(math.ceil(round(prompts * (half / TARGET_HALF_WIDTH) ** 2, 9)))}
+                "prompts_for_target": prompts_for_half_width(self.prompts.groups, half, TARGET_HALF_WIDTH)}
 
     def rate(self, rates) -> dict:
         """A policy's throughput entry: the mean over replicates, its crossed interval, the range over them."""
