@@ -145,7 +145,11 @@ def membership(tokens, size: int) -> Array:
 def counts(tokens, size: int) -> Array:
     """Integer [N, size]: how often each token occurs in each row of ``tokens`` [N, m]."""
     xp = namespace(tokens)
-    return xp.sum(xp.astype(one_hot(tokens, size), xp.int64), axis=-2)
+    # one column at a time: a [N, m, size] one-hot would take m times the memory of the result
+    total = xp.astype(one_hot(tokens[..., 0], size), xp.int64)
+    for column in range(1, tokens.shape[-1]):
+        total = total + xp.astype(one_hot(tokens[..., column], size), xp.int64)
+    return total
 
 
 def _is_array(value) -> bool:

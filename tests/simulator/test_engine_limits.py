@@ -47,7 +47,7 @@ def test_walk_dp_refuses_a_kernel_it_cannot_hold():
     # iid:4,8 at V = 200: a node reached by all four paths has 200^4 = 1.6e9 ordered child lists; the DP was
     # killed at 23.6 GB before this refusal existed.
     # (khisti has no closed-form kernel; specinfer's sequential tests avoid the lists altogether, below)
-    with pytest.raises(ProblemTooLargeError, match=r"V\^n = 10\^9\.2"):
+    with pytest.raises(ProblemTooLargeError, match=r"s\^n = 10\^9\.2 lists of the s = 200 drafted tokens"):
         analyze(random_markov_problem(200, 0), parse_tree("iid:4,8"), get_verifier("khisti"),
                 method="dp-metrics", deadline=_soon())
 

@@ -30,7 +30,6 @@ delayed (1 x L1, K, 1 x (L2 - 1)); branch-iid (b_1..b_D). Sizes are checked befo
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -47,9 +46,11 @@ from verispec.sizes import log_add, log_prefix_count, readable_count
 #: MB stay in cache: 2^15 rows ran the Markov benchmark (V = 16) in 0.55 s where 2^18 took 0.85 s.
 KERNEL_CHUNK_ROWS = 1 << 15
 
-#: Largest number of ordered draw tuples of one node kernel (V^n) the DP accepts: beyond it one kernel
-#: alone means billions of solver evaluations (e.g. n = 4 draws at V = 200: 1.6e9 tuples).
-MAX_KERNEL_TUPLES = 1 << 24
+#: Largest (ordered draw tuple, token) table of one enumerated node kernel, s^n tuples x V tokens (s the
+#: drafted tokens of a node, n its draws), the DP accepts: its counts and their flat indices are arrays of that
+#: many 8-byte entries (1 GiB each at the limit). iid:4,1 at V = 51 with every token drafted is 3.5e8 and
+#: refused (it took 13.8 GB before the limit counted V); with 20 tokens drafted it is 8.2e6.
+MAX_KERNEL_TUPLE_ENTRIES = 1 << 27
 
 #: Largest output law (entries over all block lengths) the 'law' mode builds (8 bytes each in float64).
 MAX_LAW_MODE_ENTRIES = 1 << 28
@@ -116,22 +117,24 @@ def max_draws(branching: tuple[int, ...]) -> int:
 def check_walk_size(size: int, branching: tuple[int, ...], mode: str, solver: NodeSolver | None = None, *,
                     problem: Problem | None = None) -> float:
     """ProblemTooLargeError before any work when the walk cannot finish; else the natural log of its estimated
-    element operations (``estimate_walk``). Refused, in this order: one node kernel enumerated over V^n ordered
-    draw tuples (n the most draws at a node) above ``MAX_KERNEL_TUPLES``; one closed-form kernel above
+    element operations (``estimate_walk``). Refused, in this order: one node kernel enumerated over s^n ordered
+    draw tuples (n the most draws at a node, s the drafted tokens: ``Problem.draft_support_bound``, V without a
+    problem) of V tokens each above ``MAX_KERNEL_TUPLE_ENTRIES``; one closed-form kernel above
     ``MAX_KERNEL_ELEMENTS`` or ``MAX_KERNEL_OPERATIONS`` (``check_closed_kernel_size``); in law mode, an output
     law (V + .. + V^(L+1) entries) above ``MAX_LAW_MODE_ENTRIES``; the state arrays of one depth above
     ``MAX_STATE_ENTRIES``; the whole walk above ``MAX_WALK_OPERATIONS``.
     ``problem`` bounds the states of metrics mode (``Problem.log_state_count``); without it every prefix is
     taken to be its own state."""
     draws = max_draws(branching)
-    log_tuples = draws * math.log(size) if draws else 0.0
+    drafted = size if problem is None else max(1, min(size, problem.draft_support_bound()))
+    log_tuples = draws * math.log(drafted) if draws else 0.0
     closed_form = solver is not None and solver.has_sequential_tests
-    if log_tuples > math.log(MAX_KERNEL_TUPLES) and not closed_form:
+    if log_tuples + math.log(size) > math.log(MAX_KERNEL_TUPLE_ENTRIES) and not closed_form:
         raise ProblemTooLargeError(
             f"the walk DP needs the solver's output law for every ordered list of the n = {draws} i.i.d. draws "
-            f"at one node: V^n = 10^{log_tuples / math.log(10):.1f} lists at V={size}, above its limit of "
-            f"{MAX_KERNEL_TUPLES:,} (about {MAX_KERNEL_TUPLES * size * 8 * 6 / 2**30:.0f} GiB of arrays); use "
-            "fewer paths or a smaller vocabulary")
+            f"at one node: s^n = 10^{log_tuples / math.log(10):.1f} lists of the s = {drafted} drafted tokens, "
+            f"times V = {size} tokens, above its limit of {MAX_KERNEL_TUPLE_ENTRIES:,} entries (8 bytes each, a "
+            "few arrays of them); use fewer paths or a smaller vocabulary")
     if closed_form and draws:
         check_closed_kernel_size(draws, size, "the walk DP")
     if mode == "law":
@@ -142,7 +145,7 @@ def check_walk_size(size: int, branching: tuple[int, ...], mode: str, solver: No
                 f"10^{log_entries / math.log(10):.1f} entries, above {MAX_LAW_MODE_ENTRIES:,} "
                 f"({MAX_LAW_MODE_ENTRIES * 8 / 2**30:.0f} GiB); use method 'dp-metrics' (law of tau only)")
     estimate = estimate_walk(size, branching, mode, closed_form, problem,
-                             stop_above=math.log(MAX_WALK_OPERATIONS) + 1)
+                             stop_above=math.log(MAX_WALK_OPERATIONS) + 1, drafted=drafted)
     if estimate.log_state_entries > math.log(MAX_STATE_ENTRIES):
         raise ProblemTooLargeError(
             f"the walk DP on {_branching_text(branching)} at V={size} would hold "
@@ -195,7 +198,8 @@ class WalkEstimate:
 
 
 def estimate_walk(size: int, branching: tuple[int, ...], mode: str, closed_form: bool,
-                  problem: Problem | None = None, *, stop_above: float = math.inf) -> WalkEstimate:
+                  problem: Problem | None = None, *, stop_above: float = math.inf,
+                  drafted: int | None = None) -> WalkEstimate:
     """Upper bounds on the walk's work, computed in logs without building anything (the walk may end sooner:
     it stops at the first depth that no mass reaches).
 
@@ -204,13 +208,18 @@ def estimate_walk(size: int, branching: tuple[int, ...], mode: str, closed_form:
     each needs the kernel of n = m b_(d+1) draws. A closed-form kernel of n draws for U contexts costs about
     ``KERNEL_STEP_OPERATIONS`` n (Python-level steps) + ``KERNEL_ELEMENT_OPERATIONS`` n^2 U V (Horner's rule
     on coefficient arrays; ``sequential_kernels``); an enumerated one costs ``ROW_OPERATIONS`` V per ordered
-    draw tuple, V^n of them. Each depth also costs ``DEPTH_OPERATIONS``, ``STATE_OPERATIONS`` per state, and
+    draw tuple, s^n of them (s = ``drafted``, the most tokens a draft law puts mass on: ``problem``'s bound, or
+    V). Each
+    depth also costs ``DEPTH_OPERATIONS``, ``STATE_OPERATIONS`` per state, and
     ``PREFIX_OPERATIONS`` per token of the child prefixes (length d + 1) built for up to C_d V (context,
     token) pairs: quadratic in the depth, which is what a chain of 100,000 with p = q spends its 80 s on. One
     operation is about 1.5 ns on one core (measured: closed-form kernels at n = 1000..4000, khisti's
     enumerated kernels at V = 8 and 64, chains of 10,000 and 100,000). The sum stops early once it passes
     ``stop_above`` (a log), so refusing chain:1000000 costs no million-step loop."""
     log_size = math.log(size)
+    if drafted is None:
+        drafted = size if problem is None else max(1, min(size, problem.draft_support_bound()))
+    log_drafted = math.log(drafted)
     log_paths = 0.0                                            # log M_d
     operations, entries = [], []
     log_total = -math.inf
@@ -229,9 +238,9 @@ def estimate_walk(size: int, branching: tuple[int, ...], mode: str, closed_form:
             operations.append(log_add(math.log(KERNEL_STEP_OPERATIONS) + steps,
                                        math.log(KERNEL_ELEMENT_OPERATIONS) + elements))
         else:
-            # sum_(m <= M) V^(m b) <= V^(M b) V^b / (V^b - 1), or M when V = 1
-            per_context = (_exp_or_inf(log_paths) * factor * log_size - math.log1p(-math.exp(-factor * log_size))
-                           if size > 1 else log_paths)
+            # sum_(m <= M) s^(m b) <= s^(M b) s^b / (s^b - 1), or M when s = 1
+            per_context = (_exp_or_inf(log_paths) * factor * log_drafted
+                           - math.log1p(-math.exp(-factor * log_drafted)) if log_drafted > 0 else log_paths)
             operations.append(math.log(ROW_OPERATIONS) + log_size + log_contexts + per_context)
         operations.append(_log_sum([math.log(DEPTH_OPERATIONS),
                                     math.log(STATE_OPERATIONS) + log_contexts + log_paths,
@@ -264,9 +273,10 @@ def _branching_text(branching: tuple[int, ...]) -> str:
     return f"branching ({shown})"
 
 
-def _draw_tuples(size: int, count: int) -> np.ndarray:
-    """Every ordered tuple of ``count`` tokens, [V^count, count]."""
-    return np.array(list(itertools.product(range(size), repeat=count)), dtype=np.int64).reshape(-1, count)
+def _draw_tuples(tokens: np.ndarray, count: int) -> np.ndarray:
+    """Every ordered tuple of ``count`` of ``tokens`` (s of them), lexicographic, [s^count, count]."""
+    digits = np.unravel_index(np.arange(len(tokens) ** count, dtype=np.int64), (len(tokens),) * count)
+    return np.asarray(tokens, dtype=np.int64)[np.stack(digits, axis=-1).reshape(-1, count)]
 
 
 def node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, draws: int) -> list[NodeKernel]:
@@ -339,13 +349,15 @@ def sequential_kernels(q, accept: list, final):
 
 def enumerated_node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, draws: int) -> list[NodeKernel]:
     """The kernels of U nodes with ``draws`` i.i.d. children each (p, q [U, V]): the solver's output law
-    summed over every ordered draw tuple, one batched solver call per chunk of (node, tuple) rows."""
+    summed over every ordered draw tuple of the tokens some node drafts (a tuple holding any other token has
+    probability 0 at every node), one batched solver call per chunk of (node, tuple) rows."""
     count, size = len(p), p.shape[1]
     stop = backend.zeros((count, size), p)
     moves = backend.zeros((count, size, draws), p)
     if draws == 0:
         return [NodeKernel(stop=p[u], moves=moves[u]) for u in range(count)]
-    tuples = _draw_tuples(size, draws)                                   # [T, n]
+    drafted = np.flatnonzero(np.any(q != 0, axis=0))                     # [s]
+    tuples = _draw_tuples(drafted, draws)                                # [T, n]
     probability = q[:, tuples[:, 0]]
     for column in range(1, draws):
         probability = probability * q[:, tuples[:, column]]               # [U, T]

@@ -96,6 +96,12 @@ class Problem(ABC):
         with it before any work (``verispec.simulator.dp.check_walk_size``)."""
         return length * math.log(self.vocab_size)
 
+    def draft_support_bound(self) -> int:
+        """An upper bound on the tokens any draft conditional puts positive mass on (V by default): the walk DP
+        enumerates a node's draw lists over the drafted tokens only, and sizes that work with it before any work
+        (``verispec.simulator.dp.check_walk_size``)."""
+        return self.vocab_size
+
     def require_depth(self, depth: int) -> None:
         """Raise InvalidProblemError unless the problem covers draft trees of this depth."""
         if self.horizon is not None and depth > self.horizon:
@@ -157,6 +163,9 @@ class ShiftedProblem(Problem):
 
     def log_state_count(self, length: int) -> float:
         return min(self.base.log_state_count(len(self.prefix) + length), length * math.log(self.vocab_size))
+
+    def draft_support_bound(self) -> int:
+        return self.base.draft_support_bound()
 
 
 def target_conditionals(problem: Problem, length: int) -> np.ndarray:
@@ -239,6 +248,9 @@ class ContextFreeProblem(Problem):
 
     def log_state_count(self, length: int) -> float:
         return 0.0
+
+    def draft_support_bound(self) -> int:
+        return _positive_count(self.q)
 
 
 @dataclass(frozen=True, eq=False)
@@ -366,6 +378,13 @@ class TabularProblem(Problem):
             raise InvalidProblemError(
                 f"the problem has no draft distribution at prefix '{prefix_label(prefix)}'") from None
 
+    def draft_support_bound(self) -> int:
+        bound = self.__dict__.get("_draft_support_bound")
+        if bound is None:  # the tables are immutable: counted once
+            bound = max((_positive_count(row) for row in self.draft_table.values()), default=self.vocab_size)
+            object.__setattr__(self, "_draft_support_bound", bound)
+        return bound
+
     def require_depth(self, depth: int) -> None:
         if depth > self.horizon:
             target_missing = _missing_at(self.target_table, self.vocab_size, depth)
@@ -380,6 +399,11 @@ class TabularProblem(Problem):
 def prefix_label(prefix) -> str:
     """A prefix as problem files and messages write it: comma-joined token ids ("" for the root)."""
     return ",".join(map(str, prefix))
+
+
+def _positive_count(row) -> int:
+    """Entries of positive mass of a distribution vector (floats or exact rationals)."""
+    return int(np.count_nonzero(np.asarray(row) != 0))
 
 
 def _complete_depth(table: Mapping[Prefix, np.ndarray], size: int) -> int:
