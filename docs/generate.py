@@ -127,24 +127,35 @@ def real_gaps_table(results) -> str:
     """At real roots of the pair: per tree, the optimum of any valid verifier (where its LP fits) and the mean gaps of
     psbv and of the best published rule, with their intervals over prompts."""
     gaps = results("real_context_gaps.json")
-    lines = ["| tree | roots solved (refused) | mean optimum E[tau+1] | psbv below it | best published rule "
-             "below it | psbv at it |", "|---|---|---|---|---|---|"]
+    lines = ["| tree | roots solved (refused) | support V' median (max) | mean optimum E[tau+1] | psbv below it "
+             "| best published rule below it | at the optimum: psbv, best published |",
+             "|---|---|---|---|---|---|---|"]
 
     def gap(entry):
         if entry["mean"] is None:
             return "-"
+        if abs(entry["mean"]) < 1e-9 and entry["max"] < 1e-9:
+            return "0 (every root)"
         low, high = entry["bootstrap_95"]
-        return f"{entry['mean']:.4f} [{low:.4f}, {high:.4f}]"
+        return f"{entry['mean']:.4f} [{max(low, 0.0):.4f}, {high:.4f}]"
 
+    def share(entry):
+        return "-" if entry["within_1e-9"] is None else format(entry["within_1e-9"], ".0%")
+
+    largest = 0
     for spec, entry in gaps["by_tree"].items():
-        refused = entry["refused"]
         sizes = f"; LPs of {min(entry['lp_variables_refused']):,}+ variables" if entry["lp_variables_refused"] else ""
         optimum = "-" if entry["mean_optimum"] is None else f"{entry['mean_optimum']:.4f}"
-        within = entry["gap_psbv"]["within_1e-9"]
-        lines.append(f"| `{spec}` | {entry['solved']} ({refused}{sizes}) | {optimum} | {gap(entry['gap_psbv'])} | "
-                     f"{gap(entry['gap_best_published'])} | {'-' if within is None else format(within, '.0%')} |")
+        tokens = entry["tokens"]
+        largest = max([largest, *([entry["lp_variables_solved"]["max"]] if entry["lp_variables_solved"] else [])])
+        lines.append(f"| `{spec}` | {entry['solved']} ({entry['refused']}{sizes}) | {tokens['median']:g} "
+                     f"({tokens['max']}) | {optimum} | {gap(entry['gap_psbv'])} | {gap(entry['gap_best_published'])} "
+                     f"| {share(entry['gap_psbv'])}, {share(entry['gap_best_published'])} |")
+    refused = sum(entry["refused"] for entry in gaps["by_tree"].values())
     lines += ["", f"{gaps['roots_done']} of the {gaps['roots']} sampled roots of `{gaps['dataset']}` "
-                  f"({', '.join(gaps['samplings'])}); {gaps['interval']}."]
+                  f"({', '.join(gaps['samplings'])}); {gaps['interval']}; intervals clipped at 0. "
+                  + ("Every LP fitted" if not refused else f"{refused} (root, tree) LPs did not fit")
+                  + f" (the largest solved: {largest:,} variables)."]
     return "\n".join(lines)
 
 
