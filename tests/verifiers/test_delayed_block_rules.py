@@ -14,14 +14,14 @@ For each rule:
   twin caught by the same test (gbv: the greedy branch verified with q, the trunk's K ignored; psbv: a branch
   picked uniformly, verified with g);
 * validity: the delayed draft law is declared and accepted; trees the rule is not valid for are refused on one line.
-gbv's selected path also has the law of q then q_skew, by brute force over the draft outcomes.
+gbv's selected path has the law of q then q_skew: tests/verifiers/test_path_verifiers.py, by brute force.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from collections import Counter, defaultdict
+from collections import Counter
 from fractions import Fraction
 
 import numpy as np
@@ -35,7 +35,7 @@ from verispec.simulator.selection import greedy_path
 from verispec.statistics import exact_binomial_test
 from verispec.verifiers import REGISTRY
 from verispec.verifiers.block import block_procedure_on_path
-from verispec.verifiers.gbv import GreedyBlockVerifier, path_skewed_drafts
+from verispec.verifiers.gbv import GreedyBlockVerifier
 from verispec.verifiers.psbv import PositionSharingBlockVerifier, _leaf_copies, _path_nodes, _selected_drafts
 
 RULES = ["gbv", "psbv"]
@@ -133,22 +133,6 @@ def test_branch_iid_of_the_delayed_shape_is_the_delayed_tree(name):
     delayed = analyze(problem, "delayed:3,1,2", REGISTRY[name])
     branching = analyze(problem, "branch-iid:1,3,1", REGISTRY[name])
     assert delayed.block_efficiency == branching.block_efficiency and branching.tv_distance == 0
-
-
-@pytest.mark.parametrize("spec", ["delayed:2,1,1", "delayed:3,1,2", "delayed:2,2,1"])
-def test_the_greedy_path_has_the_law_of_q_then_q_skew(spec):
-    """Brute force: the draft probability of the trees by their greedy path equals the product, along that path, of
-    the conditionals gbv verifies it with (q on the trunk, q_skew below): the claim that makes it lossless."""
-    problem = random_problem(2, parse_tree(spec).depth, seed=4, divergence=0.7)
-    selected = defaultdict(float)
-    for tree, probability in parse_tree(spec).outcomes(problem):
-        selected[tree.paths[greedy_path(tree)[-1]]] += probability
-    for tree, _ in parse_tree(spec).outcomes(problem):
-        nodes = greedy_path(tree)
-        drafts = path_skewed_drafts(tree, nodes)
-        product = np.prod([drafts[i][tree.token[nodes[i + 1]]] for i in range(len(nodes) - 1)])
-        assert product == pytest.approx(selected[tree.paths[nodes[-1]]], abs=1e-14)
-    assert sum(selected.values()) == pytest.approx(1.0, abs=1e-14)
 
 
 class QAlongPathGBV(GreedyBlockVerifier):

@@ -144,10 +144,11 @@ def test_gbv_with_one_path_is_block_verification(args):
                             analyze(problem, ChainDrafter(args["depth"]), BV))
 
 
-@pytest.mark.parametrize("spec", ["iid:2,2", "iid:3,2", "iid:2,3"])
+@pytest.mark.parametrize("spec", ["iid:2,2", "iid:3,2", "iid:2,3", "delayed:2,1,1", "delayed:3,1,2", "delayed:2,2,1"])
 def test_skewed_drafts_are_the_law_of_the_selected_path(spec):
     # Brute force: sum the probabilities of the draft trees by their greedy path; it must equal the product
-    # of q_skew along that path (the claim that makes block verification on it lossless).
+    # of q_skew along that path (the claim that makes block verification on it lossless); on a delayed tree
+    # that is q along the trunk, then q_skew relative to the trunk's end.
     problem = random_problem(2, 3, seed=4, divergence=0.7)
     selected = defaultdict(float)
     for tree, probability in parse_tree(spec).outcomes(problem):
