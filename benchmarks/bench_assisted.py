@@ -225,20 +225,7 @@ def assistant_schedule(pair) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", default="qwen-coder", help="installed pair (default qwen-coder)")
-    parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
-    parser.add_argument("--draft", help="draft model directory")
-    parser.add_argument("--dataset", required=True, help="the dataset the selectors were trained on")
-    parser.add_argument("--selector", action="append", required=True, help="a selector file (repeatable)")
-    parser.add_argument("--prompts", action="append", required=True,
-                        help="the dataset's prompt specs (humaneval[:N], prose[:N], prose-small[:N], FILE); repeatable")
-    parser.add_argument("--max-prompts", type=int, default=None,
-                        help="at most this many held-out prompts, evenly spaced over the sorted held-out groups")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    selector_decoding.add_held_out_arguments(parser, max_new_tokens=64)
     parser.add_argument("--linears", default="torch",
                         help="the linear kernels of both models for EVERY method: torch (default) or small-batch "
                              "(verispec.models.cpu_linear's path, CPU only)")

@@ -224,8 +224,8 @@ def markdown(table: list[dict], parameters: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_held_out_arguments(parser: argparse.ArgumentParser, *, max_new_tokens: int) -> None:
+    """The options of a decoding run over a dataset's held-out prompts (this script, benchmarks/bench_assisted.py)."""
     parser.add_argument("--pair", default="qwen-coder", help="installed pair (default qwen-coder)")
     parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
     parser.add_argument("--draft", help="draft model directory")
@@ -233,14 +233,19 @@ def main(argv=None) -> int:
     parser.add_argument("--selector", action="append", required=True, help="a selector file (repeatable)")
     parser.add_argument("--prompts", action="append", required=True,
                         help="the dataset's prompt specs (humaneval[:N], prose[:N], prose-small[:N], FILE); repeatable")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--max-prompts", type=int, default=None,
                         help="at most this many held-out prompts, evenly spaced over the sorted held-out groups "
                              "(so code and prose prompts both come in)")
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_held_out_arguments(parser, max_new_tokens=48)
     parser.add_argument("--output", default="results/selector_decoding.json")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
