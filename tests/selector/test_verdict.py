@@ -148,3 +148,18 @@ def test_bad_verdict_input_is_refused_on_one_line(tmp_path, capsys):
     _refused(stem + ["--out", str(mine)], capsys, "verdict.json")
     assert (mine / "verdict.json").read_text() == '{"my": "notes"}'
     assert not (tmp_path / "a").exists()
+
+
+def test_fits_in_worker_processes_give_the_same_verdict(tmp_path, capsys):
+    """--jobs 2 fits in spawned processes; every fit is seeded, so the tables equal those of --jobs 1."""
+    base, _, t1, latency = _setup(tmp_path)
+    tables = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"verdict-{jobs}"
+        argv = ["selector", "verdict", "--dataset", base, "--dataset", t1, "--latency", latency, "--out", str(out),
+                "--replicates", "2", "--folds", "2", "--epochs", "2", "--bootstrap", "200", "--jobs", jobs]
+        assert main(argv) == 0
+        rows = json.loads((out / "verdict.rows.json").read_text())["rows"]
+        assert len(rows) == 2 * 3 * (2 + 2)
+        tables[jobs] = json.loads((out / "verdict.json").read_text())["tables"]
+    assert tables["1"] == tables["2"]
