@@ -36,12 +36,12 @@ from verispec.verifiers.catalog import verifier_table, with_tables  # noqa: E402
 RESULTS = ROOT / "docs" / "results"
 FINDINGS_DIR = ROOT / "docs" / "findings"
 #: The findings pages, in the README's order (the headline first).
-FINDINGS = ("ddte", "best_verifier", "single_path_optimum", "multipath_optimum", "gbv_commitment", "traversal_iid",
-            "dyspec", "typical_acceptance")
+FINDINGS = ("ddte", "best_verifier", "assisted_generation", "single_path_optimum", "multipath_optimum",
+            "gbv_commitment", "traversal_iid", "dyspec", "typical_acceptance")
 CLAIM = re.compile(r"<!--claim-->(?P<body>.*?)<!--/claim-->", re.S)
 #: Parameters and names a findings text may state outside markers (they are settings, not results).
 ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20",
-           "95%")
+           "95%", "x1.5", "2-core")
 #: The study's regime of the DDTE verdict and its file.
 DDTE_STUDY, DDTE_REGIME = "ddte-study/pair_selector.json", "gpu-large"
 #: The verdict over several training seeds (``verispec selector verdict``).
@@ -277,6 +277,53 @@ def verdict_table(results) -> str:
     return "\n".join(lines)
 
 
+ASSISTED = "bench/bench-assisted.json"
+
+
+def _assisted_row(results, method_suffix: str) -> dict:
+    rows = [row for row in results(ASSISTED)["rows"] if row["method"].endswith(method_suffix)]
+    if len(rows) != 1:
+        raise GeneratedDocsError(f"{ASSISTED}: {len(rows)} rows of a method ending {method_suffix!r}; rerun the "
+                                 "command its record names")
+    return rows[0]
+
+
+def _assisted(results, key):
+    """'selector' / 'static' / 'plain': the method's speed over transformers' assisted generation; 'selector/hf-plain'
+    over its plain generate; 'prompts': how many held-out prompts."""
+    if key == "prompts":
+        return f"{_assisted_row(results, 'selector')['prompts']} held-out prompts"
+    method, _, baseline = key.partition("/")
+    baseline = baseline or "hf-assisted"
+    return ratio(_assisted_row(results, method), f"vs_{baseline}", f"vs_{baseline}_ci")
+
+
+def assisted_table(results) -> str:
+    """Every method of the benchmark: tokens/s and its ratios to transformers' two decoders, with intervals."""
+    bench = results(ASSISTED)
+    parameters = bench["parameters"]
+    lines = ["| method | tokens per target call | tokens/s [95%] | vs assisted generation [95%] | same, prefill "
+             "included | vs plain `generate` [95%] |", "|---|---|---|---|---|---|"]
+    for row in bench["rows"]:
+        calls = row.get("tokens_per_target_call")
+        low, high = row["tokens_per_s_ci"]
+        lines.append(f"| {row['method']} | {'-' if calls is None else format(calls, '.2f')} | "
+                     f"{row['tokens_per_s']:.2f} [{low:.2f}, {high:.2f}] | "
+                     f"{ratio(row, 'vs_hf-assisted', 'vs_hf-assisted_ci')} | "
+                     f"{ratio(row, 'vs_hf-assisted_with_prefill', 'vs_hf-assisted_with_prefill_ci')} | "
+                     f"{ratio(row, 'vs_hf-plain', 'vs_hf-plain_ci')} |")
+    assistant = parameters["hf_assistant"]
+    static = "; ".join(f"{name}: {', '.join(actions)}" for name, actions in parameters["static"].items())
+    lines += ["", f"{bench['rows'][0]['setting']}, {bench['rows'][0]['prompts']} held-out prompts, "
+                  f"{parameters['max_new_tokens']} new tokens each, {parameters['threads']} threads, "
+                  f"{parameters['linears']} linear kernels for every method, {parameters['dtype']}; transformers "
+                  f"{parameters['transformers']} (assistant: {assistant['num_assistant_tokens']} tokens, schedule "
+                  f"{assistant['num_assistant_tokens_schedule']}, confidence threshold "
+                  f"{assistant['assistant_confidence_threshold']}); best static action ({static}). 95% intervals: "
+                  "percentile bootstrap over prompts, paired for the ratios."]
+    return "\n".join(lines)
+
+
 def record_line(results, name: str) -> str:
     """Where a result came from: its command, commit, date and machine, one line."""
     from verispec.provenance import describe_record
@@ -352,6 +399,8 @@ VALUES = {
        for what in ("best", "seeds", "traversal/static", "traversal/static/paper", "traversal/selector",
                     "traversal-iid/static", "traversal-iid/selector", "versus/specinfer", "versus/traversal",
                     "versus/traversal-iid")},
+    **{f"assisted.{key}": _bound(_assisted, key) for key in ("selector", "static", "plain", "selector/hf-plain",
+                                                             "prompts")},
 }
 
 TABLES = {
@@ -365,6 +414,8 @@ TABLES = {
     "multipath-record": lambda results: f"Made by {record_line(results, 'multipath_gap.json')}.",
     "delayed": delayed_table,
     "real-gaps": real_gaps_table,
+    "assisted": assisted_table,
+    "assisted-record": lambda results: f"Made by {record_line(results, ASSISTED)}.",
     "real-gaps-record": lambda results: f"Made by {record_line(results, 'real_context_gaps.json')}.",
     "gbv": gbv_table,
     "sun": sun_table,
