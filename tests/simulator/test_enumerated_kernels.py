@@ -123,3 +123,22 @@ def test_counts_equal_a_bincount_of_each_row(module):
     else:
         result = backend.counts(tokens, 7)
     np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("name", ENUMERATED)
+def test_nodes_drafting_different_tokens_each_enumerate_their_own(name, monkeypatch):
+    """Two nodes with disjoint drafted tokens: each kernel equals the loop over every list (the size check
+    counts one node's drafted tokens, so no node may enumerate the union's lists)."""
+    solver = REGISTRY[name].node_solver
+    p, q = _rows(size=6, drafted=3, rows=2, seed=9)
+    q[1] = np.roll(q[1], 3)  # tokens 3-5 for the second node, 0-2 for the first
+    stop, moves = _kernels_by_loop(solver, p, q, 2)
+    import verispec.simulator.dp as dp
+
+    enumerated, original = [], dp._draw_tuples
+    monkeypatch.setattr(dp, "_draw_tuples", lambda tokens, count: enumerated.append(len(tokens)) or
+                        original(tokens, count))
+    kernels = enumerated_node_kernels(solver, p, q, 2)
+    assert max(enumerated) <= max(np.count_nonzero(row) for row in q)  # never the union of the nodes' tokens
+    np.testing.assert_allclose(np.stack([k.stop for k in kernels]), stop, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.stack([k.moves for k in kernels]), moves, rtol=0, atol=1e-12)

@@ -114,6 +114,11 @@ def max_draws(branching: tuple[int, ...]) -> int:
     return most
 
 
+def _drafted_tokens(size: int, problem: Problem | None) -> int:
+    """s: the most tokens one draft law puts mass on (``Problem.draft_support_bound``; V without a problem)."""
+    return size if problem is None else max(1, min(size, problem.draft_support_bound()))
+
+
 def check_walk_size(size: int, branching: tuple[int, ...], mode: str, solver: NodeSolver | None = None, *,
                     problem: Problem | None = None) -> float:
     """ProblemTooLargeError before any work when the walk cannot finish; else the natural log of its estimated
@@ -126,7 +131,7 @@ def check_walk_size(size: int, branching: tuple[int, ...], mode: str, solver: No
     ``problem`` bounds the states of metrics mode (``Problem.log_state_count``); without it every prefix is
     taken to be its own state."""
     draws = max_draws(branching)
-    drafted = size if problem is None else max(1, min(size, problem.draft_support_bound()))
+    drafted = _drafted_tokens(size, problem)
     log_tuples = draws * math.log(drafted) if draws else 0.0
     closed_form = solver is not None and solver.has_sequential_tests
     if log_tuples + math.log(size) > math.log(MAX_KERNEL_TUPLE_ENTRIES) and not closed_form:
@@ -208,17 +213,16 @@ def estimate_walk(size: int, branching: tuple[int, ...], mode: str, closed_form:
     each needs the kernel of n = m b_(d+1) draws. A closed-form kernel of n draws for U contexts costs about
     ``KERNEL_STEP_OPERATIONS`` n (Python-level steps) + ``KERNEL_ELEMENT_OPERATIONS`` n^2 U V (Horner's rule
     on coefficient arrays; ``sequential_kernels``); an enumerated one costs ``ROW_OPERATIONS`` V per ordered
-    draw tuple, s^n of them (s = ``drafted``, the most tokens a draft law puts mass on: ``problem``'s bound, or
-    V). Each
-    depth also costs ``DEPTH_OPERATIONS``, ``STATE_OPERATIONS`` per state, and
-    ``PREFIX_OPERATIONS`` per token of the child prefixes (length d + 1) built for up to C_d V (context,
-    token) pairs: quadratic in the depth, which is what a chain of 100,000 with p = q spends its 80 s on. One
-    operation is about 1.5 ns on one core (measured: closed-form kernels at n = 1000..4000, khisti's
-    enumerated kernels at V = 8 and 64, chains of 10,000 and 100,000). The sum stops early once it passes
+    draw tuple, s^n of them (s = ``drafted``: ``_drafted_tokens``). Each depth also costs ``DEPTH_OPERATIONS``,
+    ``STATE_OPERATIONS`` per state, and ``PREFIX_OPERATIONS`` per token of the child prefixes (length d + 1)
+    built for up to C_d V (context, token) pairs: quadratic in the depth, which is what a chain of 100,000 with
+    p = q spends its 80 s on. One operation is about 1.5 ns on one core (measured: closed-form kernels at
+    n = 1000..4000, khisti's enumerated kernels at V = 8 and 64, chains of 10,000 and 100,000). The sum stops
+    early once it passes
     ``stop_above`` (a log), so refusing chain:1000000 costs no million-step loop."""
     log_size = math.log(size)
     if drafted is None:
-        drafted = size if problem is None else max(1, min(size, problem.draft_support_bound()))
+        drafted = _drafted_tokens(size, problem)
     log_drafted = math.log(drafted)
     log_paths = 0.0                                            # log M_d
     operations, entries = [], []
@@ -349,27 +353,42 @@ def sequential_kernels(q, accept: list, final):
 
 def enumerated_node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, draws: int) -> list[NodeKernel]:
     """The kernels of U nodes with ``draws`` i.i.d. children each (p, q [U, V]): the solver's output law
-    summed over every ordered draw tuple of the tokens some node drafts (a tuple holding any other token has
-    probability 0 at every node), one batched solver call per chunk of (node, tuple) rows."""
+    summed over every ordered draw tuple of the node's drafted tokens (a tuple holding any other token has
+    probability 0), nodes with the same drafted tokens together, so that no node enumerates more than
+    s^n tuples (s = its drafted tokens, the count ``check_walk_size`` sizes), one batched solver call per
+    chunk of (node, tuple) rows."""
     count, size = len(p), p.shape[1]
     stop = backend.zeros((count, size), p)
     moves = backend.zeros((count, size, draws), p)
     if draws == 0:
         return [NodeKernel(stop=p[u], moves=moves[u]) for u in range(count)]
-    drafted = np.flatnonzero(np.any(q != 0, axis=0))                     # [s]
-    tuples = _draw_tuples(drafted, draws)                                # [T, n]
-    probability = q[:, tuples[:, 0]]
+    drafted = np.asarray(q != 0, dtype=bool)                             # [U, V]
+    groups: dict[bytes, list[int]] = {}
+    for node in range(count):
+        groups.setdefault(drafted[node].tobytes(), []).append(node)
+    for members in groups.values():
+        _add_enumerated(solver, p, q, np.asarray(members), np.flatnonzero(drafted[members[0]]), draws, stop, moves)
+    return [NodeKernel(stop=stop[u], moves=moves[u]) for u in range(count)]
+
+
+def _add_enumerated(solver, p, q, members: np.ndarray, tokens: np.ndarray, draws: int, stop, moves) -> None:
+    """Adds to ``stop`` [U, V] and ``moves`` [U, V, n] the kernels of the nodes ``members``, which draft exactly
+    ``tokens``: the solver's law over every ordered tuple of ``draws`` of them, weighted by its probability."""
+    count, size = len(p), p.shape[1]
+    tuples = _draw_tuples(tokens, draws)                                 # [T, n]
+    probability = q[members][:, tuples[:, 0]]
     for column in range(1, draws):
-        probability = probability * q[:, tuples[:, column]]               # [U, T]
+        probability = probability * q[members][:, tuples[:, column]]    # [G, T]
     counts = backend.counts(tuples, size)                                 # [T, V]
     # flat index of (token, times drawn) in a kernel table [V, n + 1], per tuple: [T, V]
     within = np.arange(size) * (draws + 1) + counts
-    node_of, tuple_of = np.nonzero(probability != 0)                     # row-major: sorted by node
-    for start in range(0, len(node_of), KERNEL_CHUNK_ROWS):
+    member_of, tuple_of = np.nonzero(probability != 0)                   # row-major: sorted by node
+    for start in range(0, len(member_of), KERNEL_CHUNK_ROWS):
         budget.check("the walk DP")
-        nodes, which = node_of[start:start + KERNEL_CHUNK_ROWS], tuple_of[start:start + KERNEL_CHUNK_ROWS]
+        local, which = member_of[start:start + KERNEL_CHUNK_ROWS], tuple_of[start:start + KERNEL_CHUNK_ROWS]
+        nodes = members[local]
         laws = solver.output_laws(p[nodes], q[nodes], tuples[which])   # [R, V]
-        weighted = laws * probability[nodes, which][:, None]
+        weighted = laws * probability[local, which][:, None]
         if weighted.dtype == object:  # exact rationals: no bincount for objects
             drawn = counts[which]                                        # [R, V]: how often each token is drawn
             segments = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
@@ -383,7 +402,6 @@ def enumerated_node_kernels(solver: NodeSolver, p: np.ndarray, q: np.ndarray, dr
             table = table.reshape(count, size, draws + 1)
             stop += table[:, :, 0]
             moves += table[:, :, 1:]
-    return [NodeKernel(stop=stop[u], moves=moves[u]) for u in range(count)]
 
 
 def walk_dp(problem: Problem, branching: tuple[int, ...], solver: NodeSolver, *, mode: str = "law",
