@@ -1,0 +1,69 @@
+"""Global Resolution's integrals where alpha* is within ~1e-7 of 1: a peaked target and a draft close to it at
+Qwen's vocabulary (as at a model pair's easy tokens), K up to 8. The weights the optimum needs lie far beyond the
+binned solution's range, which a fixed margin of 4 cut off (0.07 of acceptance lost on one node of 30 here); the
+acceptance is held to alpha* by the sorted-prefix scan written in ``test_globalres``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.verifiers.test_globalres import sorted_prefix_alpha
+from verispec.lp_analysis.global_resolution import resolve
+from verispec.lp_analysis.luce_integrals import ChoiceSystem
+from verispec.lp_analysis.luce_solver import _response
+
+QWEN_VOCABULARY = 151_936
+
+
+def near_equal_pair(rng, size):
+    """A target with one boosted token over Zipf-like logits, and a draft of the same logits with small noise."""
+    logits = rng.standard_normal(size) * rng.uniform(1, 3) - 2.5 * np.log1p(rng.permutation(size))
+    logits[rng.integers(size)] += rng.uniform(2, 12)
+    p = np.exp(logits - logits.max())
+    q = np.exp(logits + rng.standard_normal(size) * rng.uniform(0.02, 0.5) - logits.max())
+    return p / p.sum(), q / q.sum()
+
+
+def near_equal_nodes(seed, count):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        p, q = near_equal_pair(rng, QWEN_VOCABULARY)
+        yield p, q, int(rng.integers(2, 9))
+
+
+def acceptance_gap(p, q, num_drafts):
+    resolution = resolve(p, q, num_drafts, method="integrals")
+    # p_I is the exact law of the weights used, so an excess over p costs nothing but a larger step 2; it stays
+    # tiny (4e-8 at most here), which bounds how far the solved weights sit from the optimum's
+    assert (resolution.intermediate <= p + 1e-7).all()
+    return sorted_prefix_alpha(p, q, num_drafts) - float(np.minimum(p, resolution.intermediate).sum())
+
+
+@pytest.mark.slow  # about 6 s
+def test_near_equal_laws_at_qwens_vocabulary_accept_alpha_star():
+    """30 nodes (seed 0 holds the three that a fixed margin lost 0.0137, 0.046 and 0.070 on): acceptance within
+    1e-6 of alpha* on each, and below 1e-9 on most."""
+    gaps = [acceptance_gap(p, q, num_drafts) for p, q, num_drafts in near_equal_nodes(0, 30)]
+    assert max(abs(gap) for gap in gaps) < 1e-6, max(gaps)
+    assert sum(abs(gap) < 1e-9 for gap in gaps) >= 27
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known: the chord steps stall (residual 5e-4) with a weight at the inner "
+                                       "ceiling e^60; 2.0e-5 of acceptance lost (1 node of 180 of this family)")
+def test_the_known_stalled_node_falls_short_of_alpha_star():
+    p, q, num_drafts = list(near_equal_nodes(1, 22))[-1]
+    assert abs(acceptance_gap(p, q, num_drafts)) < 1e-6
+
+
+def test_a_response_whose_phi_prime_rounds_to_zero_leaves_the_jacobian():
+    """Phi' = K (J + dJ/du) at or below 0 by rounding gave an infinite response, then a NaN chord step; such a
+    point now has response 0, and the others keep d = mass K (K-1) w / Phi'."""
+    system = ChoiceSystem(mass=np.array([0.5, 0.5]), ratio=np.array([1.0, 1.0]), drafts=3, reject=1, fixed=0.0,
+                          lower=-np.inf, upper=60.0)
+    log_w = np.array([50.0, 1.0])
+    value, slope = np.array([1e-30, 0.2]), np.array([-1e-30, 0.1])
+    response = _response(system, log_w, np.array([0.5, 0.5]), value, slope)
+    assert response[0] == 0.0
+    assert response[1] == pytest.approx(0.5 * 3 * 2 * np.e / (3 * 0.3), rel=1e-12)
