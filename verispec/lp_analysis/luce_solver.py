@@ -39,8 +39,8 @@ LAGRANGE = ((0.0, -1 / 3, 1 / 2, -1 / 6), (1.0, -1 / 2, -1.0, 1 / 2), (0.0, 1.0,
 #: Margins (in log weight) beyond the binned solution's extrapolated range that the quadrature and clusters cover,
 #: tried in turn while the solution falls short of its system's optimal mass by more than ``WIDEN_ABOVE``: where
 #: alpha* is within ~1e-7 of 1 (a draft close to a peaked target, K up to 8) the weights the optimum needs lay
-#: beyond a margin of 4, and pinning them there cost up to 0.07 of acceptance (tests/verifiers/test_globalres_near_equal.py,
-#: near-equal laws at V = 151,936).
+#: beyond a margin of 4, and pinning them there cost up to 0.07 of acceptance (near-equal laws at V = 151,936:
+#: tests/verifiers/test_globalres_near_equal.py).
 RANGE_MARGINS = (4.0, 16.0, 48.0)
 WIDEN_ABOVE = 1e-9
 
