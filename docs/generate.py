@@ -145,6 +145,8 @@ def real_gaps_table(results) -> str:
     largest = 0
     for spec, entry in gaps["by_tree"].items():
         sizes = f"; LPs of {min(entry['lp_variables_refused']):,}+ variables" if entry["lp_variables_refused"] else ""
+        if entry.get("table_prefixes_refused"):
+            sizes += f"; tables of {min(entry['table_prefixes_refused']):,}+ prefixes"
         optimum = "-" if entry["mean_optimum"] is None else f"{entry['mean_optimum']:.4f}"
         tokens = entry["tokens"]
         largest = max([largest, *([entry["lp_variables_solved"]["max"]] if entry["lp_variables_solved"] else [])])
@@ -154,7 +156,8 @@ def real_gaps_table(results) -> str:
     refused = sum(entry["refused"] for entry in gaps["by_tree"].values())
     lines += ["", f"{gaps['roots_done']} of the {gaps['roots']} sampled roots of `{gaps['dataset']}` "
                   f"({', '.join(gaps['samplings'])}); {gaps['interval']}; intervals clipped at 0. "
-                  + ("Every LP fitted" if not refused else f"{refused} (root, tree) LPs did not fit")
+                  + ("Every LP fitted" if not refused else f"{refused} (root, tree) pairs did not fit (the LP or the "
+                                                           "restriction's table, sizes in brackets)")
                   + f" (the largest solved: {largest:,} variables)."]
     return "\n".join(lines)
 

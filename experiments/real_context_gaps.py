@@ -31,7 +31,8 @@ intervals (percentile bootstrap over the prompts, the dataset's groups, resample
 a context, so they are not independent; and the t interval over roots beside it), the fraction of roots where psbv
 (and the best published rule) is within 1e-9 of the optimum, how often each rule is (tied for) the best published
 one, the
-restriction's sizes (V', reachable prefixes) and the LP sizes of the refused roots.
+restriction's sizes (V', reachable prefixes), and the sizes the refused roots would need: the LP's variables, or
+where the restriction itself is refused, its table's prefixes (sum of V'^l over lengths 0..depth).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int)
     it would need), every valid rule's exact E[tau + 1], psbv's and the best published rule's gaps."""
     from verispec.bounds.path_selection import selection_lp_estimate, selection_optimum
     from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
-    from verispec.models.support import restrict_to_support
+    from verispec.models.support import reachable_tree, restrict_to_support
     from verispec.simulator import analyze, parse_tree
     from verispec.verifiers import REGISTRY
 
@@ -119,8 +120,14 @@ def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int)
     try:
         restriction = restrict_to_support(problem, drafter.depth, max_reachable=max_reachable, max_table=max_table)
     except ProblemTooLargeError as error:
-        return {**row, "refused": " ".join(str(error).split()), "lp_variables": None, "optimum": None,
-                "seconds": time.perf_counter() - start}
+        row.update(refused=" ".join(str(error).split()), lp_variables=None, optimum=None)
+        try:  # the sizes it would need: V' and the table's prefixes (the model's laws are cached by now)
+            levels, tokens = reachable_tree(problem, drafter.depth, max_reachable=max_reachable)
+            row.update(tokens=len(tokens), reachable=[len(level) for level in levels],
+                       table_prefixes=sum(len(tokens) ** length for length in range(drafter.depth + 1)))
+        except ProblemTooLargeError:  # past max_reachable: the message holds what was counted
+            pass
+        return {**row, "seconds": time.perf_counter() - start}
     small = restriction.problem
     row.update(tokens=restriction.vocab_size, reachable=[len(level) for level in restriction.reachable])
     variables = selection_lp_estimate(small, drafter)
@@ -205,6 +212,8 @@ def summarize(rows: list[dict], seed: int) -> dict:
                        "lp_variables_solved": _spread([row["lp_variables"] for row in solved]),
                        "lp_variables_refused": sorted(row["lp_variables"] for row in refused
                                                       if row["lp_variables"] is not None),
+                       "table_prefixes_refused": sorted(row["table_prefixes"] for row in refused
+                                                        if row.get("table_prefixes") is not None),
                        "refusals": sorted({row["refused"] for row in refused})[:5]}
         for name, field in (("psbv", "gap_psbv"), ("best_published", "gap_published")):
             pairs = [(row[field], row["group"]) for row in solved if row.get(field) is not None]

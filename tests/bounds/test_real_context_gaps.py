@@ -197,6 +197,33 @@ def test_an_lp_past_the_limit_is_reported_by_its_size(tiny_dataset, tmp_path):
     assert "above --limit 50" in entry["refusals"][0]
 
 
+def test_a_restriction_past_its_table_limit_is_reported_by_its_size(tiny_dataset, tmp_path):
+    """Where the restriction's table passes --max-table, the row keeps V' and the table it would need: 1 + V' + V'^2
+    at depth 2, V' read off the restriction built without the limit."""
+    from verispec.models import load_pair
+    from verispec.models.problem import ModelProblem
+    from verispec.models.support import restrict_to_support
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.roots import Root
+
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/real_context_gaps.py")
+    out = tmp_path / "small-table.json"
+    assert script.main(["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "2", "--trees",
+                        "iid:2,2", "--max-table", "5", "--threads", "1", "--out", str(out)]) == 0
+    entry = json.loads(out.read_text())["by_tree"]["iid:2,2"]
+    assert entry["solved"] == 0 and entry["refused"] == 2 and "table prefixes" in entry["refusals"][0]
+    rows = json.loads(script.rows_path(out).read_text())["rows"]
+    roots = {root.key(): root for root in (Root.from_dict(json.loads(key)) for key in Dataset.load(dataset).key)}
+    models = load_pair(target, draft, device="cpu")
+    assert len(rows) == 2
+    for row in rows:
+        root = roots[json.loads(row["key"])["root"]]
+        size = restrict_to_support(ModelProblem(models, list(root.context), root.sampling), 2).vocab_size
+        assert row["tokens"] == size and row["table_prefixes"] == 1 + size + size ** 2 > 5
+    assert entry["table_prefixes_refused"] == sorted(row["table_prefixes"] for row in rows)
+
+
 def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     dataset, target, draft = tiny_dataset
     script = load_script("experiments/real_context_gaps.py")
