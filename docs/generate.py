@@ -156,9 +156,10 @@ def real_gaps_table(results) -> str:
     refused = sum(entry["refused"] for entry in gaps["by_tree"].values())
     lines += ["", f"{gaps['roots_done']} of the {gaps['roots']} sampled roots of `{gaps['dataset']}` "
                   f"({', '.join(gaps['samplings'])}); {gaps['interval']}; intervals clipped at 0. "
-                  + ("Every LP fitted" if not refused else f"{refused} (root, tree) pairs did not fit (the LP or the "
-                                                           "restriction's table, sizes in brackets)")
-                  + f" (the largest solved: {largest:,} variables)."]
+                  + ("Every LP fitted" if not refused else
+                     f"{refused} (root, tree) pairs did not fit, the LP or the restriction's table (the sizes they "
+                     "would need in brackets)")
+                  + f"; the largest LP solved: {largest:,} variables."]
     return "\n".join(lines)
 
 
