@@ -184,13 +184,17 @@ def test_the_script_writes_its_result_file_and_resumes(tiny_dataset, tmp_path, m
     assert json.loads(out.read_text())["by_tree"] == result["by_tree"]
 
 
-def test_an_lp_past_the_limit_is_reported_by_its_size(tiny_dataset, tmp_path):
+def run_two_roots_of_iid_2_2(tiny_dataset, out, *options):
+    """The script on 2 roots of the tiny dataset and ``iid:2,2`` with ``options``: (its rows, the tree's summary)."""
     dataset, target, draft = tiny_dataset
     script = load_script("experiments/real_context_gaps.py")
-    out = tmp_path / "small-limit.json"
     assert script.main(["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "2", "--trees",
-                        "iid:2,2", "--limit", "50", "--threads", "1", "--out", str(out)]) == 0
-    entry = json.loads(out.read_text())["by_tree"]["iid:2,2"]
+                        "iid:2,2", *options, "--threads", "1", "--out", str(out)]) == 0
+    return json.loads(script.rows_path(out).read_text())["rows"], json.loads(out.read_text())["by_tree"]["iid:2,2"]
+
+
+def test_an_lp_past_the_limit_is_reported_by_its_size(tiny_dataset, tmp_path):
+    _, entry = run_two_roots_of_iid_2_2(tiny_dataset, tmp_path / "small-limit.json", "--limit", "50")
     assert entry["solved"] == 0 and entry["refused"] == 2
     assert all(size > 50 for size in entry["lp_variables_refused"]) and len(entry["lp_variables_refused"]) == 2
     assert entry["mean_psbv"] is not None  # the rules are still measured where the optimum is not
@@ -207,13 +211,8 @@ def test_a_restriction_past_its_table_limit_is_reported_by_its_size(tiny_dataset
     from verispec.selector.roots import Root
 
     dataset, target, draft = tiny_dataset
-    script = load_script("experiments/real_context_gaps.py")
-    out = tmp_path / "small-table.json"
-    assert script.main(["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "2", "--trees",
-                        "iid:2,2", "--max-table", "5", "--threads", "1", "--out", str(out)]) == 0
-    entry = json.loads(out.read_text())["by_tree"]["iid:2,2"]
+    rows, entry = run_two_roots_of_iid_2_2(tiny_dataset, tmp_path / "small-table.json", "--max-table", "5")
     assert entry["solved"] == 0 and entry["refused"] == 2 and "table prefixes" in entry["refusals"][0]
-    rows = json.loads(script.rows_path(out).read_text())["rows"]
     roots = {root.key(): root for root in (Root.from_dict(json.loads(key)) for key in Dataset.load(dataset).key)}
     models = load_pair(target, draft, device="cpu")
     assert len(rows) == 2
