@@ -110,7 +110,7 @@ def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int)
     it would need), every valid rule's exact E[tau + 1], psbv's and the best published rule's gaps."""
     from verispec.bounds.path_selection import selection_lp_estimate, selection_optimum
     from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
-    from verispec.models.support import reachable_tree, restrict_to_support
+    from verispec.models.support import reachable_tree, restrict_to_support, table_prefixes
     from verispec.simulator import analyze, parse_tree
     from verispec.verifiers import REGISTRY
 
@@ -118,18 +118,16 @@ def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int)
     start = time.perf_counter()
     row: dict = {"tree": spec}
     try:
-        restriction = restrict_to_support(problem, drafter.depth, max_reachable=max_reachable, max_table=max_table)
+        levels, tokens = reachable_tree(problem, drafter.depth, max_reachable=max_reachable)
+        # the sizes a refused restriction would need: V' and its table's prefixes
+        row.update(tokens=len(tokens), reachable=[len(level) for level in levels],
+                   table_prefixes=table_prefixes(len(tokens), drafter.depth))
+        restriction = restrict_to_support(problem, drafter.depth, max_reachable=max_reachable, max_table=max_table,
+                                          reachable=(levels, tokens))
     except ProblemTooLargeError as error:
         row.update(refused=" ".join(str(error).split()), lp_variables=None, optimum=None)
-        try:  # the sizes it would need: V' and the table's prefixes (the model's laws are cached by now)
-            levels, tokens = reachable_tree(problem, drafter.depth, max_reachable=max_reachable)
-            row.update(tokens=len(tokens), reachable=[len(level) for level in levels],
-                       table_prefixes=sum(len(tokens) ** length for length in range(drafter.depth + 1)))
-        except ProblemTooLargeError:  # past max_reachable: the message holds what was counted
-            pass
         return {**row, "seconds": time.perf_counter() - start}
     small = restriction.problem
-    row.update(tokens=restriction.vocab_size, reachable=[len(level) for level in restriction.reachable])
     variables = selection_lp_estimate(small, drafter)
     row["lp_variables"] = variables
     if variables > limit:

@@ -108,15 +108,21 @@ def reachable_tree(problem: Problem, depth: int, *, max_reachable: int = DEFAULT
     return levels, sorted(tokens)
 
 
+def table_prefixes(size: int, depth: int) -> int:
+    """The prefixes of a restricted table over ``size`` tokens to ``depth``: sum of size^l over lengths 0..depth."""
+    return sum(size ** length for length in range(depth + 1))
+
+
 def restrict_to_support(problem: Problem, depth: int, *, max_reachable: int = DEFAULT_MAX_REACHABLE,
-                        max_table: int = DEFAULT_MAX_TABLE) -> SupportRestriction:
+                        max_table: int = DEFAULT_MAX_TABLE, reachable=None) -> SupportRestriction:
     """The exact tabular problem of ``problem`` over its support to ``depth`` (module docstring): the target at
     every prefix of length 0..depth and the draft at 0..depth-1 over V' tokens, the full problem's laws at the
     reachable prefixes, a placeholder elsewhere. ProblemTooLargeError (one line, the size) past ``max_reachable``
-    reachable prefixes or ``max_table`` table prefixes."""
-    levels, tokens = reachable_tree(problem, depth, max_reachable=max_reachable)
+    reachable prefixes or ``max_table`` table prefixes. ``reachable``: ``reachable_tree``'s (levels, tokens) for
+    this problem and depth, when the caller has them already."""
+    levels, tokens = reachable or reachable_tree(problem, depth, max_reachable=max_reachable)
     size = len(tokens)
-    table = sum(size ** length for length in range(depth + 1))
+    table = table_prefixes(size, depth)
     if table > max_table:
         raise ProblemTooLargeError(f"the restriction to the support at depth {depth}: {size} tokens, {table:,} table "
                                    f"prefixes, above the limit of {max_table:,}; use a narrower sampling or a smaller "
