@@ -14,6 +14,7 @@ from verispec.errors import ProblemTooLargeError
 from verispec.lp_analysis.order_statistics import smallest_of_uniforms_mass
 from verispec.lp_analysis.position_measures import (
     FLOAT_DEPTH_SLACK,
+    FLOAT_RATIO_SLACK,
     FLOAT_SLACK,
     MAX_RATIO_ITERATIONS,
     PositionMeasure,
@@ -197,18 +198,14 @@ class _RealiseCost:
 def _minimum_ratio(arrays: MeasureArrays, face: np.ndarray, mass: np.ndarray, gap: np.ndarray, low: float,
                    length: float, slack: float, cost: _RealiseCost | None):
     """(the tight set [k], the ratio t) of one ray-shooting step of ``realise_float`` by Dinkelbach's iteration over
-    prefixes of the order by (face + t gap) / mass (``realise``'s docstring), or None where the search cycles or does
-    not settle (float noise: the caller keeps the tiling)."""
+    prefixes of the order by (face + t gap) / mass (``realise``'s docstring), to ``slack`` (FLOAT_RATIO_SLACK of the
+    segment's value) or until rounding stops the ratio from falling, or None where it does not settle in
+    MAX_RATIO_ITERATIONS (float noise: the caller keeps the tiling)."""
     n = len(face)
     first = int(np.argmax(gap))
     tight = np.asarray([first])
-    ratio = (arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first]
-    seen = set()
+    ratio = max((arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first], 0.0)
     for _ in range(MAX_RATIO_ITERATIONS):
-        ratio = max(ratio, 0.0)
-        if ratio in seen:  # a repeat cycles without end (``_ray_step``)
-            return None
-        seen.add(ratio)
         shifted = descending_order((face + ratio * gap) / mass)
         cuts = np.cumsum(mass[shifted][:-1])
         psi = arrays.prefix_values(low, np.minimum(cuts, length))
@@ -219,8 +216,10 @@ def _minimum_ratio(arrays: MeasureArrays, face: np.ndarray, mass: np.ndarray, ga
             cost.add(n)
         if excess[best_k] >= -slack:
             return tight, ratio
-        tight = shifted[:best_k + 1]
-        ratio = float(psi[best_k] - face_sums[best_k]) / float(gap_sums[best_k])
+        lower = max(float(psi[best_k] - face_sums[best_k]) / float(gap_sums[best_k]), 0.0)
+        if not lower < ratio:  # rounding stopped the fall (``_ray_step``)
+            return tight, ratio
+        tight, ratio = shifted[:best_k + 1], lower
     return None
 
 
@@ -272,12 +271,12 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
         if largest <= slack or coefficient * largest <= FLOAT_DEPTH_SLACK * abs(segment_value):
             emit(ids, tile_lows, tile_lengths, tiling, coefficient)
             continue
-        found = _minimum_ratio(arrays, face, mass, gap, low, length, slack, cost)
+        found = _minimum_ratio(arrays, face, mass, gap, low, length,
+                               FLOAT_RATIO_SLACK * max(abs(segment_value), 1e-300), cost)
         if found is None:  # rounding noise of a small segment near position 1 (FLOAT_SLACK): keep the tiling
             emit(ids, tile_lows, tile_lengths, tiling, coefficient)
             continue
         tight, ratio = found
-        ratio = max(ratio, 0.0)
         face = face + ratio * gap
         share = 1 / (1 + ratio)
         emit(ids, tile_lows, tile_lengths, tiling, coefficient * (1 - share))
@@ -361,16 +360,12 @@ def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, lengt
     largest = max(abs(g) for g in gap)
     if largest <= slack or coefficient * largest <= FLOAT_DEPTH_SLACK * abs(segment_value):
         return tile_lows, tile_lengths, tiling, 0.0, None, None, None, None
+    search_slack = FLOAT_RATIO_SLACK * max(abs(segment_value), 1e-300)
     first = max(range(n), key=lambda i: gap[i])
     tight = [first]
-    ratio = (arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first]
-    seen, cycled = set(), False
+    ratio = max((arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first], 0.0)
+    cycled = False
     for _ in range(MAX_RATIO_ITERATIONS):
-        ratio = max(ratio, 0.0)
-        if ratio in seen:  # a repeat cycles without end (``_ray_step``)
-            cycled = True
-            break
-        seen.add(ratio)
         shifted = _small_descending([(f + ratio * g) / m for f, g, m in zip(face, gap, mass)])
         if cost is not None:
             cost.add(n)
@@ -382,15 +377,16 @@ def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, lengt
             excess = psi - value - ratio * difference
             if best is None or excess < best:
                 best, best_k, psi_best, best_value, best_difference = excess, k, psi, value, difference
-        if best >= -slack:
+        if best >= -search_slack:
             break
-        tight = shifted[:best_k + 1]
-        ratio = (psi_best - best_value) / best_difference
+        lower = max((psi_best - best_value) / best_difference, 0.0)
+        if not lower < ratio:  # rounding stopped the fall (``_ray_step``)
+            break
+        tight, ratio = shifted[:best_k + 1], lower
     else:
         cycled = True
     if cycled:  # rounding noise of a small segment near position 1 (FLOAT_SLACK)
         return tile_lows, tile_lengths, tiling, 0.0, None, None, None, None
-    ratio = max(ratio, 0.0)
     face = [f + ratio * g for f, g in zip(face, gap)]
     low_mass = 0.0
     for i in tight:

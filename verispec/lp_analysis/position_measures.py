@@ -38,11 +38,20 @@ from verispec.lp_analysis.order_statistics import smallest_of_uniforms_mass
 from verispec.simulator.ranking import order_with_ties
 
 #: In float arithmetic, a tiling whose values are within this fraction of its segment's value of the targets is
-#: taken as it is (exact arithmetic uses 0); also the slack of the decomposition's minimum-ratio search. Positions
-#: near 1 carry about 1e-16 absolute, so a small segment there knows its values to far fewer digits: where the
-#: search cannot settle, a float realisation keeps the tiling. Either way the rule stays lossless, because block
-#: verification uses the values the measures realise, not the targets.
+#: taken as it is (exact arithmetic uses 0). Positions near 1 carry about 1e-16 absolute, so a small segment there
+#: knows its values to far fewer digits: where the minimum-ratio search cannot settle, a float realisation keeps the
+#: tiling. Either way the rule stays lossless, because block verification uses the values the measures realise, not
+#: the targets.
 FLOAT_SLACK = 1e-9
+
+#: In float arithmetic, the minimum-ratio search (Dinkelbach's iteration) stops where no prefix falls below the
+#: current ratio by more than this fraction of the segment's value, or where the ratio stops decreasing (rounding).
+#: Not FLOAT_SLACK: a ratio that overshoots the minimum by 1e-9 of the segment leaves the face z outside the
+#: polytope by as much; children whose face is near 0 (a tail token at the top of the segment) then go negative,
+#: and every later step of the block finds a tight single child at t = 0 and peels it, one child per step at no
+#: decay. At real T = 1 roots of the Qwen pair (V = 151,936, K = 2) that took 350 to 530 million child-steps
+#: (20 s) and left the values 1e-9 (L1) off the targets; stopped here, 30 to 45 million and 1e-13.
+FLOAT_RATIO_SLACK = 1e-13
 
 #: In float arithmetic, a decomposition step whose remaining part carries a weight w in its block (the product of
 #: the shares 1 / (1 + t) of the steps above it) takes its tiling as it is when w * (its largest gap) is within this
@@ -207,15 +216,11 @@ def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeas
     largest = max(abs(value) for value in gap.values())
     if largest <= slack or (not exact and weight * largest <= FLOAT_DEPTH_SLACK * abs(segment.value(paths))):
         return tiling, zero, None, None, None, None
+    search_slack = 0 if exact else FLOAT_RATIO_SLACK * max(abs(segment.value(paths)), 1e-300)
     first = max(children, key=lambda c: gap[c])
     tight, ratio = [first], (segment.values_below([masses[first]], paths)[0] - targets[first]) / gap[first]
-    seen, cycled = set(), False
+    ratio, cycled = max(ratio, zero), False
     for _ in range(MAX_RATIO_ITERATIONS):
-        ratio = max(ratio, zero)
-        if ratio in seen:  # each iteration is a function of the ratio: a repeat cycles without end (float noise)
-            cycled = True
-            break
-        seen.add(ratio)
         shifted = [children[i]
                    for i in ordered_by_key([(targets[c] + ratio * gap[c]) / masses[c] for c in children], exact)]
         cuts, mass = [], 0
@@ -229,18 +234,20 @@ def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeas
             excess = psi[k] - value - ratio * difference
             if best is None or excess < best:
                 best, best_k = excess, k
-        if best >= -slack:
+        if best >= -search_slack:
             break
         prefix = shifted[:best_k + 1]
-        tight = prefix
-        ratio = (psi[best_k] - sum((targets[c] for c in prefix), zero)) / sum((gap[c] for c in prefix), zero)
+        lower = max((psi[best_k] - sum((targets[c] for c in prefix), zero)) / sum((gap[c] for c in prefix), zero),
+                    zero)
+        if not lower < ratio:  # exact: the ratio falls at every iteration; float: rounding stopped it, settled
+            break
+        tight, ratio = prefix, lower
     else:
         cycled = True
     if cycled:
         if not exact:  # rounding noise of a small segment near position 1 (FLOAT_SLACK)
             return tiling, zero, None, None, None, None
         raise VerifierError("psbv: the decomposition's minimum-ratio search did not converge")
-    ratio = max(ratio, zero)
     face = {c: targets[c] + ratio * gap[c] for c in children}
     low_mass = sum((masses[c] for c in tight), zero)
     tight_set = set(tight)
