@@ -18,6 +18,7 @@ from verispec.lp_analysis.position_measures import (
     FLOAT_SLACK,
     MAX_RATIO_ITERATIONS,
     PositionMeasure,
+    balanced_face,
     convex_minorant_blocks,
     sum_measures,
 )
@@ -256,6 +257,8 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
             _realise_small(arrays, ids.tolist(), face.tolist(), mass.tolist(), low, length, coefficient, values,
                            wanted, windows, cost)
             continue
+        segment_value = arrays.window_value(low, length)
+        face = face + (segment_value - float(np.sum(face))) / float(np.sum(mass)) * mass  # balanced_face, in numpy
         order = descending_order(face / mass)
         ordered_mass = mass[order]
         offsets = np.concatenate([[0.0], np.cumsum(ordered_mass)[:-1]])
@@ -265,7 +268,6 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
         tile_lows, tile_lengths = np.empty(n), np.empty(n)
         tile_lows[order], tile_lengths[order] = low + offsets, lengths
         gap = face - tiling
-        segment_value = arrays.window_value(low, length)
         slack = FLOAT_SLACK * max(abs(segment_value), 1e-300)
         largest = np.max(np.abs(gap))
         if largest <= slack or coefficient * largest <= FLOAT_DEPTH_SLACK * abs(segment_value):
@@ -347,6 +349,8 @@ def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, lengt
     and values, share = 1 / (1 + t) or 0 where the tiling is taken as it is, the tight set's and the rest's
     positions, the tight set's mass, the face z)."""
     n = len(face)
+    segment_value = arrays.window_value(low, length)
+    face = balanced_face(face, mass, segment_value)
     order = _small_descending([f / m for f, m in zip(face, mass)])
     tile_lows, tile_lengths, tiling = [0.0] * n, [0.0] * n, [0.0] * n
     offset = 0.0
@@ -355,7 +359,6 @@ def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, lengt
         tiling[i] = arrays.window_value(tile_lows[i], tile_lengths[i])
         offset += mass[i]
     gap = [f - y for f, y in zip(face, tiling)]
-    segment_value = arrays.window_value(low, length)
     slack = FLOAT_SLACK * max(abs(segment_value), 1e-300)
     largest = max(abs(g) for g in gap)
     if largest <= slack or coefficient * largest <= FLOAT_DEPTH_SLACK * abs(segment_value):

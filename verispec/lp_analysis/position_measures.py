@@ -202,6 +202,23 @@ def realise(targets: dict, masses: dict, segment: PositionMeasure, paths: int, e
             parts[c][0][0].scaled(parts[c][0][1]) if parts[c][0][1] != 1 else parts[c][0][0] for c in targets}
 
 
+def balanced_face(face: list, masses: list, segment_value: float) -> list:
+    """A float face moved to add up to its segment's value, the difference shared in proportion to mass (every
+    ratio face / mass moves by the same amount: the order, hence the tiling, stays). Exact faces add up already;
+    a float one is off by rounding, and each step's z = v + t (v - y) multiplies what its sub-steps inherit of
+    that by 1 + t (about 2), so along a block's long chain of steps the faces, unbalanced, drifted outside the
+    polytope (real T = 1 roots of the Qwen pair: a sum off by 36 times the segment's value, then one child peeled
+    per step at t = 0 for the rest of the block)."""
+    total = 0.0
+    for value in face:
+        total += value
+    mass_total = 0.0
+    for mass in masses:
+        mass_total += mass
+    shift = (segment_value - total) / mass_total
+    return [value + shift * mass for value, mass in zip(face, masses)]
+
+
 def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeasure, paths: int, exact: bool,
               weight):
     """One step of ``realise``: None for one child; else (the tiling, share = 1 / (1 + t), the tight set, the rest,
@@ -209,6 +226,10 @@ def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeas
     if len(children) == 1:
         return None
     zero = segment.value(paths) * 0
+    if not exact:
+        balanced = balanced_face([targets[c] for c in children], [masses[c] for c in children],
+                                 segment.value(paths))
+        targets = dict(zip(children, balanced))
     order = [children[i] for i in ordered_by_key([targets[c] / masses[c] for c in children], exact)]
     tiling = ordered_tiling(segment, order, masses)
     gap = {c: targets[c] - tiling[c].value(paths) for c in children}
