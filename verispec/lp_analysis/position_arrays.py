@@ -291,9 +291,10 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
 
 
 #: Most child-steps (one child through one pass of a decomposition step) of the float decompositions of one split:
-#: about a minute at 5 million steps a second (V = 151,936, K = 4 at a root: 100 million, 20 s on one core).
-#: psbv refuses a split predicted above it before starting, and stops one that runs past it (``_RealiseCost``).
-MAX_DECOMPOSITION_STEPS = 300_000_000
+#: about a minute at 15 million steps a second on one core (real T = 1 nodes of the Qwen pair, V = 151,936, K = 2
+#: to 4: 5 to 200 million, 0.3 to 15 s). psbv refuses a split predicted above it before starting, and stops one
+#: that runs past it (``_RealiseCost``).
+MAX_DECOMPOSITION_STEPS = 1_000_000_000
 
 
 def convex_minorant_blocks_float(weights: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
