@@ -1,0 +1,142 @@
+"""What a rule's conditional-exact labels cost at a pair's roots: measured at a seeded sample of a dataset's roots,
+projected onto all of them (issue 56: psbv at T = 1, where every node keeps the whole vocabulary).
+
+    python experiments/label_cost.py --dataset data/selector/qwen-t1-r2.npz --verifiers psbv --roots 2 \\
+        --threads 1 --out docs/results/psbv-t1-label-cost.json
+
+Each sampled root (``--roots``, ``--seed``; the dataset's ``key`` column holds each root's context and sampling) is
+labelled as ``verispec selector dataset --traces-of DATASET --verifiers ...`` would label it: the same function
+(``verispec.selector.labelling.label_roots``), the dataset's grid parameters (K, L1, L2) with these rules, its
+number of sampled combs and its seed (so the same combs), one root at a time. Its wall seconds and the load
+average before and after go to a resumable row store (``OUT.rows.json``, keyed on the root, its parameters the
+pair, dtype, rules, grid, samples, seed and threads); ``--time-budget`` stops between roots (exit 3: the same command
+continues). The result file ``OUT`` (JSON, written atomically, with the run's ``record``) holds the rows, the mean
+seconds a root and that mean times the dataset's roots: the wall time a build of the rules' labels at every root
+would take on this machine with these threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def sample_roots(roots: list, count: int, seed: int) -> list:
+    """``count`` of ``roots`` drawn without replacement from a generator seeded with ``seed``, in the dataset's
+    order."""
+    chosen = np.random.default_rng(seed).choice(len(roots), size=min(count, len(roots)), replace=False)
+    return [roots[i] for i in sorted(chosen.tolist())]
+
+
+def rows_path(out: Path) -> Path:
+    return out.with_name(out.name + ".rows.json")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, help="a dataset of a pair's roots (verispec selector dataset)")
+    parser.add_argument("--verifiers", required=True, help="the rules to label, comma separated (e.g. psbv)")
+    parser.add_argument("--pair", default=None, help="installed pair (default: the dataset's)")
+    parser.add_argument("--roots", type=int, default=2, help="roots sampled from the dataset (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="the roots' sample (default 0)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the label builds ran)")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds; past it stop between roots (exit 3)")
+    parser.add_argument("--out", type=Path, required=True, help="the result file (its rows in OUT.rows.json)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from verispec.errors import VerispecError
+    from verispec.io import ResultStore, atomic_write_json
+    from verispec.provenance import check_result_output, run_record
+
+    try:
+        for name, value in (("--roots", args.roots), ("--threads", args.threads)):
+            if value < 1:
+                raise VerispecError(f"{name} must be at least 1, got {value}")
+        if args.time_budget is not None and not args.time_budget > 0:
+            raise VerispecError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
+        check_result_output(args.out)  # never over a file that is not a result file
+        import torch
+
+        from verispec.models import load_pair
+        from verispec.models.problem import SharedContext
+        from verispec.selector.actions import ActionGrid
+        from verispec.selector.dataset_file import Dataset
+        from verispec.selector.roots import Root, sampling_text
+        from verispec.verifiers import split_names
+
+        torch.set_num_threads(args.threads)
+        dataset = Dataset.load(args.dataset)
+        roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
+        if any(root.kind != "model" for root in roots):
+            raise VerispecError(f"{args.dataset!r} holds synthetic roots; give a dataset traced from a model pair")
+        metadata = dataset.metadata
+        grid = ActionGrid(metadata["grid"]["ks"], metadata["grid"]["l1s"], metadata["grid"]["l2s"],
+                          tuple(split_names(args.verifiers)))
+        grid.actions  # noqa: B018 - an unknown rule fails here, on one line
+        record = run_record(shlex.join(["python", "experiments/label_cost.py",
+                                        *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
+                            threads=args.threads)
+        pair = load_pair(args.pair or metadata["pair"])
+        chosen = sample_roots(roots, args.roots, args.seed)
+        parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "grid": grid.as_dict(),
+                      "samples": metadata["samples"], "seed": metadata["seed"], "threads": args.threads}
+        store = ResultStore(rows_path(args.out), parameters=parameters)
+    except VerispecError as error:
+        print(f"label_cost: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    from tqdm import tqdm
+
+    from verispec.selector.labelling import label_roots
+
+    print(f"label_cost: {len(chosen)} roots of {len(roots)}, {grid.describe()}, {args.threads} threads, load "
+          f"average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    shared = SharedContext(pair)
+    stopped = False
+    for root in tqdm(chosen, desc="roots", disable=None):
+        if store.done(root.key()):
+            continue
+        if args.time_budget is not None and time.monotonic() - start > args.time_budget:
+            stopped = True
+            break
+        load_before, began = os.getloadavg()[0], time.perf_counter()
+        try:
+            row, = label_roots([root], grid, method="conditional", samples=metadata["samples"],
+                               seed=metadata["seed"], epsilon=metadata["epsilon"], latency=None, pair=pair,
+                               shared=shared)
+        except VerispecError as error:
+            print(f"label_cost: error: at a root of {root.group!r}: {' '.join(str(error).split())}",
+                  file=sys.stderr)
+            return 2
+        store.add(root.key(), {"group": root.group, "context_length": len(root.context),
+                               "seconds": time.perf_counter() - began, "load_before": load_before,
+                               "load_after": os.getloadavg()[0], "mean_label": float(np.mean(row["efficiency"]))})
+    rows = [store.rows[root.key()] for root in chosen if store.done(root.key())]
+    seconds = [row["seconds"] for row in rows]
+    result = {"record": {**record, "seconds": round(time.monotonic() - start, 1)},
+              "dataset": str(args.dataset), "pair": pair.name, "verifiers": list(grid.verifiers),
+              "grid": grid.as_dict(), "actions": len(grid.actions), "samples": metadata["samples"],
+              "samplings": sorted({sampling_text(root.as_dict()["sampling"]) for root in chosen}),
+              "threads": args.threads, "roots": len(chosen), "roots_done": len(rows), "dataset_roots": len(roots),
+              "complete": not stopped, "rows": rows,
+              "seconds_per_root": statistics.fmean(seconds) if seconds else None,
+              "projected_hours": statistics.fmean(seconds) * len(roots) / 3600 if seconds else None}
+    atomic_write_json(args.out, result)
+    print(args.out)
+    if stopped:
+        print(f"label_cost: --time-budget {args.time_budget:g} s reached after {len(rows)} roots; run the same command "
+              "again to continue", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
