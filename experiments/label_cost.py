@@ -45,6 +45,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", required=True, help="a dataset of a pair's roots (verispec selector dataset)")
     parser.add_argument("--verifiers", required=True, help="the rules to label, comma separated (e.g. psbv)")
     parser.add_argument("--pair", default=None, help="installed pair (default: the dataset's)")
+    parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
+    parser.add_argument("--draft", help="draft model directory")
     parser.add_argument("--roots", type=int, default=2, help="roots sampled from the dataset (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="the roots' sample (default 0)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the label builds ran)")
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     start = time.monotonic()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from verispec.errors import VerispecError
-    from verispec.io import ResultStore, atomic_write_json
+    from verispec.io import ResultStore, atomic_write_json, unpack_floats
     from verispec.provenance import check_result_output, run_record
 
     try:
@@ -66,6 +68,7 @@ def main(argv=None) -> int:
         check_result_output(args.out)  # never over a file that is not a result file
         import torch
 
+        from verispec.latency import LatencyModel
         from verispec.models import load_pair
         from verispec.models.problem import SharedContext
         from verispec.selector.actions import ActionGrid
@@ -82,10 +85,16 @@ def main(argv=None) -> int:
         grid = ActionGrid(metadata["grid"]["ks"], metadata["grid"]["l1s"], metadata["grid"]["l2s"],
                           tuple(split_names(args.verifiers)))
         grid.actions  # noqa: B018 - an unknown rule fails here, on one line
+        latency = LatencyModel.from_dict(metadata["latency"])  # the features' prices, as the build's
         record = run_record(shlex.join(["python", "experiments/label_cost.py",
                                         *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
                             threads=args.threads)
-        pair = load_pair(args.pair or metadata["pair"])
+        if (args.target is None) != (args.draft is None):
+            raise VerispecError("give --target and --draft together (or --pair, or neither: the dataset's pair)")
+        pair = load_pair(args.target, args.draft) if args.target else load_pair(args.pair or metadata["pair"])
+        if pair.name != roots[0].pair:
+            raise VerispecError(f"the dataset's roots come from the pair {roots[0].pair!r}, not {pair.name!r}; give "
+                                "its --pair (or the --target and --draft it was built with)")
         chosen = sample_roots(roots, args.roots, args.seed)
         parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "grid": grid.as_dict(),
                       "samples": metadata["samples"], "seed": metadata["seed"], "threads": args.threads}
@@ -110,15 +119,16 @@ def main(argv=None) -> int:
         load_before, began = os.getloadavg()[0], time.perf_counter()
         try:
             row, = label_roots([root], grid, method="conditional", samples=metadata["samples"],
-                               seed=metadata["seed"], epsilon=metadata["epsilon"], latency=None, pair=pair,
+                               seed=metadata["seed"], epsilon=metadata["epsilon"], latency=latency, pair=pair,
                                shared=shared)
         except VerispecError as error:
             print(f"label_cost: error: at a root of {root.group!r}: {' '.join(str(error).split())}",
                   file=sys.stderr)
             return 2
-        store.add(root.key(), {"group": root.group, "context_length": len(root.context),
+        store.add(root.key(), {"key": root.key(), "group": root.group, "context_length": len(root.context),
                                "seconds": time.perf_counter() - began, "load_before": load_before,
-                               "load_after": os.getloadavg()[0], "mean_label": float(np.mean(row["efficiency"]))})
+                               "load_after": os.getloadavg()[0],
+                               "mean_label": float(np.mean(unpack_floats(row["efficiency"])))})
     rows = [store.rows[root.key()] for root in chosen if store.done(root.key())]
     seconds = [row["seconds"] for row in rows]
     result = {"record": {**record, "seconds": round(time.monotonic() - start, 1)},

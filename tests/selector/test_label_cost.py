@@ -1,0 +1,102 @@
+"""experiments/label_cost.py on a tiny config-built pair: it labels the sampled roots as the dataset build did (the
+same rule, grid, combs and seed give the build's own labels, to 1e-12), its projection is its mean seconds times the
+dataset's roots, a rerun resumes from its rows, and bad input is refused on one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.support.scripts import load_script
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    """A selector dataset of a tiny saved pair (roots over 3 prompts at T = 1 top-k 3, SpecInfer's and GBV's labels
+    from 2 sampled combs a root): (dataset, target, draft)."""
+    from tests.support.tiny_models import save_tiny_pair
+    from verispec.cli import main
+
+    folder = tmp_path_factory.mktemp("cost")
+    target, draft = save_tiny_pair(folder / "pair")
+    prompts = folder / "prompts.txt"
+    prompts.write_text("a b c d\ne f g\nh i j\n")
+    dataset = folder / "d.npz"
+    assert main(["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts),
+                 "--sampling", "temperature=1,top_k=3", "--every", "2", "--trace-tokens", "4", "--ks", "1-2",
+                 "--l1s", "0-1", "--l2s", "0-1", "--verifiers", "specinfer,gbv", "--samples", "2", "--out",
+                 str(dataset), "--threads", "1", "--root-batch", "1"]) == 0
+    return dataset, target, draft
+
+
+def test_the_labels_are_the_builds_and_the_projection_its_mean(tiny_dataset, tmp_path, monkeypatch):
+    from verispec.selector.dataset_file import Dataset
+
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/label_cost.py")
+    out = tmp_path / "cost.json"
+    arguments = ["--dataset", str(dataset), "--target", target, "--draft", draft, "--verifiers", "gbv", "--roots",
+                 "3", "--out", str(out)]
+    assert script.main(arguments) == 0
+    result = json.loads(out.read_text())
+    assert result["record"]["command"].startswith("python experiments/label_cost.py --dataset")
+    built = Dataset.load(dataset)
+    assert result["roots"] == result["roots_done"] == 3 and result["complete"]
+    assert result["dataset_roots"] == len(built.key) and result["verifiers"] == ["gbv"]
+    seconds = [row["seconds"] for row in result["rows"]]
+    assert result["projected_hours"] == pytest.approx(np.mean(seconds) * len(built.key) / 3600, rel=1e-12)
+    # the build's own GBV labels at the same roots (its columns named by the actions)
+    columns = [i for i, name in enumerate(built.metadata["actions"]) if name.startswith("gbv ")]
+    # to float32 rounding (the build forwards a root's combs beside other rules' nodes, in wider passes); other
+    # combs (another seed) move a label by far more, so the tolerance tells the same combs from others
+    index = {key: i for i, key in enumerate(built.key.tolist())}
+    for row in result["rows"]:
+        assert row["mean_label"] == pytest.approx(float(np.mean(built.efficiency[index[row["key"]], columns])),
+                                                  rel=1e-5)
+    from verispec.io import unpack_floats
+    from verispec.latency import LatencyModel
+    from verispec.models import load_pair
+    from verispec.selector.actions import ActionGrid
+    from verispec.selector.labelling import label_roots
+    from verispec.selector.roots import Root
+
+    root = Root.from_dict(json.loads(result["rows"][0]["key"]))
+    grid = ActionGrid(built.metadata["grid"]["ks"], built.metadata["grid"]["l1s"], built.metadata["grid"]["l2s"],
+                      ("gbv",))
+    other, = label_roots([root], grid, method="conditional", samples=built.metadata["samples"],
+                         seed=built.metadata["seed"] + 1, epsilon=built.metadata["epsilon"],
+                         latency=LatencyModel.from_dict(built.metadata["latency"]), pair=load_pair(target, draft))
+    assert abs(float(np.mean(unpack_floats(other["efficiency"]))) - result["rows"][0]["mean_label"]) > 1e-3
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a finished root was labelled again")
+
+    import verispec.selector.labelling as labelling
+    monkeypatch.setattr(labelling, "label_roots", refuse)
+    assert script.main(arguments) == 0
+    assert json.loads(out.read_text())["rows"] == result["rows"]
+
+
+def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/label_cost.py")
+    common = ["--dataset", str(dataset), "--target", target, "--draft", draft]
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"my": "notes"}')
+    cases = [(["--verifiers", "bogus", "--out", str(tmp_path / "a.json")], "bogus"),
+             (["--verifiers", "gbv", "--out", str(mine)], "is not a result file"),
+             (["--verifiers", "gbv", "--roots", "0", "--out", str(tmp_path / "b.json")], "--roots must be at least 1")]
+    for extra, expected in cases:
+        assert script.main(common + extra) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith("label_cost: error:") and expected in error[0]
+    assert mine.read_text() == '{"my": "notes"}'
+    out = tmp_path / "budget.json"
+    assert script.main(common + ["--verifiers", "gbv", "--time-budget", "1e-9", "--out", str(out)]) == 3
+    result = json.loads(out.read_text())
+    assert not result["complete"] and result["roots_done"] == 0 and result["projected_hours"] is None
