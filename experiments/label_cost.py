@@ -8,11 +8,13 @@ Each sampled root (``--roots``, ``--seed``; the dataset's ``key`` column holds e
 labelled as ``verispec selector dataset --traces-of DATASET --verifiers ...`` would label it: the same function
 (``verispec.selector.labelling.label_roots``), the dataset's grid parameters (K, L1, L2) with these rules, its
 number of sampled combs and its seed (so the same combs), one root at a time. Its wall seconds and the load
-average before and after go to a resumable row store (``OUT.rows.json``, keyed on the root, its parameters the
-pair, dtype, rules, grid, samples, seed and threads); ``--time-budget`` stops between roots (exit 3: the same command
-continues). The result file ``OUT`` (JSON, written atomically, with the run's ``record``) holds the rows, the mean
-seconds a root and that mean times the dataset's roots: the wall time a build of the rules' labels at every root
-would take on this machine with these threads.
+average before and after (and, where the rule refused the root on its own size limit, a ``ProblemTooLargeError``,
+the refusal and the seconds until it) go to a resumable row store (``OUT.rows.json``, keyed on the root, its
+parameters the pair, dtype, rules, grid, samples, seed and threads); ``--time-budget`` stops between roots (exit 3:
+the same command continues). The result file ``OUT`` (JSON, written atomically, with the run's ``record``) holds
+the rows, how many roots were refused, the mean seconds of a labelled root and that mean times the dataset's
+roots: the wall time a build of the rules' labels at every root would take on this machine with these threads
+(None where every root was refused; a build stops at its first refusal).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     start = time.monotonic()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from verispec.errors import VerispecError
+    from verispec.errors import ProblemTooLargeError, VerispecError
     from verispec.io import ResultStore, atomic_write_json, unpack_floats
     from verispec.provenance import check_result_output, run_record
 
@@ -121,22 +123,24 @@ def main(argv=None) -> int:
             row, = label_roots([root], grid, method="conditional", samples=metadata["samples"],
                                seed=metadata["seed"], epsilon=metadata["epsilon"], latency=latency, pair=pair,
                                shared=shared)
+            refused, mean_label = None, float(np.mean(unpack_floats(row["efficiency"])))
+        except ProblemTooLargeError as error:  # the rule's own limit: a measured outcome, the next root goes on
+            refused, mean_label = " ".join(str(error).split()), None
         except VerispecError as error:
             print(f"label_cost: error: at a root of {root.group!r}: {' '.join(str(error).split())}",
                   file=sys.stderr)
             return 2
         store.add(root.key(), {"key": root.key(), "group": root.group, "context_length": len(root.context),
                                "seconds": time.perf_counter() - began, "load_before": load_before,
-                               "load_after": os.getloadavg()[0],
-                               "mean_label": float(np.mean(unpack_floats(row["efficiency"])))})
+                               "load_after": os.getloadavg()[0], "mean_label": mean_label, "refused": refused})
     rows = [store.rows[root.key()] for root in chosen if store.done(root.key())]
-    seconds = [row["seconds"] for row in rows]
+    seconds = [row["seconds"] for row in rows if row["refused"] is None]
     result = {"record": {**record, "seconds": round(time.monotonic() - start, 1)},
               "dataset": str(args.dataset), "pair": pair.name, "verifiers": list(grid.verifiers),
               "grid": grid.as_dict(), "actions": len(grid.actions), "samples": metadata["samples"],
               "samplings": sorted({sampling_text(root.as_dict()["sampling"]) for root in chosen}),
               "threads": args.threads, "roots": len(chosen), "roots_done": len(rows), "dataset_roots": len(roots),
-              "complete": not stopped, "rows": rows,
+              "complete": not stopped, "rows": rows, "refused": sum(row["refused"] is not None for row in rows),
               "seconds_per_root": statistics.fmean(seconds) if seconds else None,
               "projected_hours": statistics.fmean(seconds) * len(roots) / 3600 if seconds else None}
     atomic_write_json(args.out, result)

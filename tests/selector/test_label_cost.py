@@ -100,3 +100,33 @@ def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     assert script.main(common + ["--verifiers", "gbv", "--time-budget", "1e-9", "--out", str(out)]) == 3
     result = json.loads(out.read_text())
     assert not result["complete"] and result["roots_done"] == 0 and result["projected_hours"] is None
+
+
+def test_a_root_the_rule_refuses_is_recorded_and_the_next_goes_on(tiny_dataset, tmp_path, monkeypatch):
+    """A rule's own size limit (ProblemTooLargeError) at one root: that root's row holds the refusal and the seconds
+    until it, the other roots are labelled, and the projection is the labelled roots' mean."""
+    import verispec.selector.labelling as labelling
+    from verispec.errors import ProblemTooLargeError
+
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/label_cost.py")
+    real = labelling.label_roots
+    calls = []
+
+    def first_refused(roots, *args, **kwargs):
+        calls.append(roots[0].key())
+        if len(calls) == 1:
+            raise ProblemTooLargeError("psbv: a float split ran past its steps;\nuse a top-k vocabulary")
+        return real(roots, *args, **kwargs)
+
+    monkeypatch.setattr(labelling, "label_roots", first_refused)
+    out = tmp_path / "refused.json"
+    assert script.main(["--dataset", str(dataset), "--target", target, "--draft", draft, "--verifiers", "gbv",
+                        "--roots", "3", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["refused"] == 1 and result["roots_done"] == 3 and result["complete"]
+    refused = [row for row in result["rows"] if row["refused"] is not None]
+    assert len(refused) == 1 and refused[0]["key"] == calls[0] and refused[0]["mean_label"] is None
+    assert refused[0]["refused"] == "psbv: a float split ran past its steps; use a top-k vocabulary"
+    labelled = [row["seconds"] for row in result["rows"] if row["refused"] is None]
+    assert result["projected_hours"] == pytest.approx(np.mean(labelled) * result["dataset_roots"] / 3600, rel=1e-12)
