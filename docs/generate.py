@@ -286,6 +286,29 @@ ASSISTED = "bench/bench-assisted.json"
 ASSISTED_GOAL = 1.5
 
 
+#: What psbv's labels cost at T = 1 (experiments/label_cost.py).
+PSBV_T1_COST = "psbv-t1-label-cost.json"
+
+
+def _label_cost(results, key):
+    """psbv's T = 1 labels at the roots measured: 'outcome' (labelled in how long, refused after how long),
+    'projected' (hours for every root of the dataset at the labelled roots' mean, or that none was labelled)."""
+    cost = results(PSBV_T1_COST)
+    rows = cost["rows"]
+    if not rows:
+        raise GeneratedDocsError(f"{PSBV_T1_COST}: no root measured; rerun the command its record names")
+    if key == "projected":
+        if cost["projected_hours"] is None:
+            return f"no root labelled, so no projection for its {cost['dataset_roots']} roots"
+        return f"about {cost['projected_hours']:.0f} hours for its {cost['dataset_roots']} roots"
+    parts = []
+    for refused, words in ((False, "labelled in"), (True, "refused (a split past its step limit) after")):
+        minutes = sorted(row["seconds"] / 60 for row in rows if (row["refused"] is not None) == refused)
+        if minutes:
+            parts.append(f"{len(minutes)} {words} {', '.join(f'{m:.0f}' for m in minutes)} minutes")
+    return f"of {len(rows)} roots sampled, on {cost['threads']} core(s), {' and '.join(parts)}"
+
+
 def _assisted_row(results, method_suffix: str) -> dict:
     rows = [row for row in results(ASSISTED)["rows"] if row["method"].endswith(method_suffix)]
     if len(rows) != 1:
@@ -411,6 +434,7 @@ VALUES = {
        for what in ("best", "seeds", "traversal/static", "traversal/static/paper", "traversal/selector",
                     "traversal-iid/static", "traversal-iid/selector", "versus/specinfer", "versus/traversal",
                     "versus/traversal-iid")},
+    **{f"label_cost.{key}": _bound(_label_cost, key) for key in ("outcome", "projected")},
     **{f"assisted.{key}": _bound(_assisted, key) for key in ("selector", "static", "plain", "selector/hf-plain",
                                                              "prompts", "goal")},
 }
@@ -428,6 +452,7 @@ TABLES = {
     "real-gaps": real_gaps_table,
     "assisted": assisted_table,
     "assisted-record": lambda results: f"Made by {record_line(results, ASSISTED)}.",
+    "label-cost-record": lambda results: f"Measured by {record_line(results, PSBV_T1_COST)}.",
     "real-gaps-record": lambda results: f"Made by {record_line(results, 'real_context_gaps.json')}.",
     "gbv": gbv_table,
     "sun": sun_table,

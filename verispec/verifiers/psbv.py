@@ -56,13 +56,15 @@ verification on one path. Exact splits (rationals) run the reference implementat
 for the small vocabularies where the exact checks run. Float splits (``split_float``) are vectorised over the
 children with numpy and build measures only for the drafted children (no other is ever read; the values of all
 children are the same whichever are built); their cost is the decomposition of the long blocks of the minorant:
-ray shooting there peels about one child per step, each step a few passes of its minimum-ratio search over the
-block, until the step's remaining weight falls below ``position_measures.FLOAT_DEPTH_SLACK`` (tens to hundreds of
-steps). On one core, dense softmax pairs, K = 2 to 4, at a root and one level down: 0.001 to 0.1 s at V = 1,000,
-0.15 to 3.5 s at V = 20,000 and 0.25 to 7 s at V = 151,936 (a root's long tail block, K = 4: 100 million
-child-steps); the trees of one batch at a root share its split (``emission_laws``). A split predicted past
-``MAX_DECOMPOSITION_STEPS`` is refused before its decomposition with a ``ProblemTooLargeError``
-(``check_decomposition_size``), and one that runs past it stops with the same error.
+ray shooting there splits a block at each step, each step a few to tens of passes of its minimum-ratio search over
+the step's children, until a step's remaining weight falls below ``position_measures.FLOAT_DEPTH_SLACK`` (tens to
+hundreds of steps deep). On one core, dense softmax pairs, K = 2 to 4, at a root and one level down: 0.001 to 0.1 s
+at V = 1,000 and 0.15 to 3.5 s at V = 20,000; at real T = 1 nodes of the Qwen pair (V = 151,936, no top-k), 0.4 to
+6.4 s at K = 2, 0.8 to 8.5 s at K = 3 and 1.2 to 14 s at K = 4 (up to 200 million child-steps). A label of every
+delayed tree at a root splits some 480 such nodes (4 combs x 4 branch points x 30), so psbv's T = 1 labels cost
+tens of minutes a root (``experiments/label_cost.py``); the trees of one batch at a root share its split
+(``emission_laws``). A split predicted past ``MAX_DECOMPOSITION_STEPS`` is refused before its decomposition with a
+``ProblemTooLargeError`` (``check_decomposition_size``), and one that runs past it stops with the same error.
 """
 
 from __future__ import annotations
@@ -219,7 +221,8 @@ def check_decomposition_size(block_sizes, size: int, paths: int) -> None:
 
 
 #: Child-steps per child that a block of many children takes at most, about (``check_decomposition_size``;
-#: measured 200 to 1,600 on dense softmax pairs at V = 20,000 and 151,936, K = 2 to 4).
+#: measured 200 to 1,600 on dense softmax pairs at V = 20,000 and 151,936, K = 2 to 4, and up to 1,300 at real
+#: T = 1 nodes of the Qwen pair).
 STEPS_PER_CHILD = 2000
 
 #: Most exact (rational) children of one split: beyond it the rationals of a decomposition grow past any use.
