@@ -299,14 +299,14 @@ def _label_cost(results, key):
         raise GeneratedDocsError(f"{PSBV_T1_COST}: no root measured; rerun the command its record names")
     if key == "projected":
         if cost["projected_hours"] is None:
-            return f"no root labelled, so no projection for its {cost['dataset_roots']} roots"
-        return f"about {cost['projected_hours']:.0f} hours for its {cost['dataset_roots']} roots"
+            return f"no root labelled, so no projection to the dataset's {cost['dataset_roots']} roots"
+        return f"about {cost['projected_hours']:.0f} hours for the dataset's {cost['dataset_roots']} roots"
     parts = []
     for refused, words in ((False, "labelled in"), (True, "refused (a split past its step limit) after")):
         minutes = sorted(row["seconds"] / 60 for row in rows if (row["refused"] is not None) == refused)
         if minutes:
             parts.append(f"{len(minutes)} {words} {', '.join(f'{m:.0f}' for m in minutes)} minutes")
-    return f"of {len(rows)} roots sampled, on {cost['threads']} core(s), {' and '.join(parts)}"
+    return f"{len(rows)} roots sampled, {' and '.join(parts)} on {cost['threads']} core(s)"
 
 
 def _assisted_row(results, method_suffix: str) -> dict:

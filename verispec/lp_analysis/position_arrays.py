@@ -294,8 +294,8 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
 #: a minute or two on one core (15 million steps a second where the parent's measure is uniform, 10 where it has
 #: tens of pieces). Real T = 1 nodes of the Qwen pair (V = 151,936, K = 2 to 4) take 5 to 200 million at the
 #: branch point (0.4 to 14 s); deeper, a block whose every step found t near 0.03 (its weight falls 3% a step)
-#: and peeled a few children ran past the limit (over a thousand steps of 127,000 children). psbv refuses a split predicted
-#: above it before starting, and stops one that runs past it (``_RealiseCost``).
+#: and peeled a few children ran past the limit (over a thousand steps of 127,000 children). psbv refuses a split
+#: predicted above it before starting, and stops one that runs past it (``_RealiseCost``).
 MAX_DECOMPOSITION_STEPS = 1_000_000_000
 
 
