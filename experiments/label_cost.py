@@ -20,7 +20,6 @@ roots: the wall time a build of the rules' labels at every root would take on th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -29,13 +28,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-
-def sample_roots(roots: list, count: int, seed: int) -> list:
-    """``count`` of ``roots`` drawn without replacement from a generator seeded with ``seed``, in the dataset's
-    order."""
-    chosen = np.random.default_rng(seed).choice(len(roots), size=min(count, len(roots)), replace=False)
-    return [roots[i] for i in sorted(chosen.tolist())]
 
 
 def rows_path(out: Path) -> Path:
@@ -71,18 +63,13 @@ def main(argv=None) -> int:
         import torch
 
         from verispec.latency import LatencyModel
-        from verispec.models import load_pair
         from verispec.models.problem import SharedContext
         from verispec.selector.actions import ActionGrid
-        from verispec.selector.dataset_file import Dataset
-        from verispec.selector.roots import Root, sampling_text
+        from verispec.selector.roots import dataset_pair_roots, load_roots_pair, sample_roots, sampling_text
         from verispec.verifiers import split_names
 
         torch.set_num_threads(args.threads)
-        dataset = Dataset.load(args.dataset)
-        roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
-        if any(root.kind != "model" for root in roots):
-            raise VerispecError(f"{args.dataset!r} holds synthetic roots; give a dataset traced from a model pair")
+        dataset, roots = dataset_pair_roots(args.dataset)
         metadata = dataset.metadata
         grid = ActionGrid(metadata["grid"]["ks"], metadata["grid"]["l1s"], metadata["grid"]["l2s"],
                           tuple(split_names(args.verifiers)))
@@ -91,12 +78,7 @@ def main(argv=None) -> int:
         record = run_record(shlex.join(["python", "experiments/label_cost.py",
                                         *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
                             threads=args.threads)
-        if (args.target is None) != (args.draft is None):
-            raise VerispecError("give --target and --draft together (or --pair, or neither: the dataset's pair)")
-        pair = load_pair(args.target, args.draft) if args.target else load_pair(args.pair or metadata["pair"])
-        if pair.name != roots[0].pair:
-            raise VerispecError(f"the dataset's roots come from the pair {roots[0].pair!r}, not {pair.name!r}; give "
-                                "its --pair (or the --target and --draft it was built with)")
+        pair = load_roots_pair(roots, args.pair, args.target, args.draft, metadata["pair"])
         chosen = sample_roots(roots, args.roots, args.seed)
         parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "grid": grid.as_dict(),
                       "samples": metadata["samples"], "seed": metadata["seed"], "threads": args.threads}

@@ -97,14 +97,6 @@ def published(name: str) -> bool:
     return not REGISTRY[name].citation.lower().startswith("verispec")
 
 
-def sample_roots(roots: list, count: int, seed: int) -> list:
-    """``count`` of ``roots`` drawn without replacement from a generator seeded with ``seed``, in the dataset's
-    order (a prompt's roots next to each other: they share their context's KV caches)."""
-    rng = np.random.default_rng(seed)
-    chosen = rng.choice(len(roots), size=min(count, len(roots)), replace=False)
-    return [roots[i] for i in sorted(chosen.tolist())]
-
-
 def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int) -> dict:
     """One root's row for one tree: the restriction to the support at the tree's depth, the optimum (or the LP size
     it would need), every valid rule's exact E[tau + 1], psbv's and the best published rule's gaps."""
@@ -292,27 +284,17 @@ def main(argv=None) -> int:
         check_result_output(args.out)  # never over a file that is not a result file
         import torch
 
-        from verispec.models import load_pair
         from verispec.models.problem import ModelProblem, SharedContext
-        from verispec.selector.dataset_file import Dataset
-        from verispec.selector.roots import Root, sampling_text
+        from verispec.selector.roots import dataset_pair_roots, load_roots_pair, sample_roots, sampling_text
         from verispec.simulator import parse_tree
 
         torch.set_num_threads(args.threads)
-        dataset = Dataset.load(args.dataset)
-        roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
-        if any(root.kind != "model" for root in roots):
-            raise VerispecError(f"{args.dataset!r} holds synthetic roots; give a dataset traced from a model pair")
-        if (args.target is None) != (args.draft is None):
-            raise VerispecError("give --target and --draft together (or --pair, or neither: the dataset's pair)")
+        dataset, roots = dataset_pair_roots(args.dataset)
         record = run_record(shlex.join(["python", "experiments/real_context_gaps.py",
                                         *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
                             threads=args.threads, device=str(args.device))
-        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
-                else load_pair(args.pair or dataset.metadata["pair"], device=args.device, dtype=args.dtype))
-        if pair.name != roots[0].pair:
-            raise VerispecError(f"the dataset's roots come from the pair {roots[0].pair!r}, not {pair.name!r}; give "
-                                "its --pair (or the --target and --draft it was built with)")
+        pair = load_roots_pair(roots, args.pair, args.target, args.draft, dataset.metadata["pair"],
+                               device=args.device, dtype=args.dtype)
         chosen = sample_roots(roots, args.roots, args.seed)
         rules = sorted({name for spec in trees for name in valid_rules(parse_tree(spec))})
         parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "limit": limit,

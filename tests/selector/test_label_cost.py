@@ -17,21 +17,17 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def tiny_dataset(tmp_path_factory):
-    """A selector dataset of a tiny saved pair (roots over 3 prompts at T = 1 top-k 3, SpecInfer's and GBV's labels
-    from 2 sampled combs a root): (dataset, target, draft)."""
-    from tests.support.tiny_models import save_tiny_pair
+    """A selector dataset of a tiny saved pair (``tiny_dataset_command``'s roots, SpecInfer's and GBV's labels, each
+    root labelled alone): (dataset, target, draft)."""
+    from tests.support.tiny_models import tiny_dataset_command
     from verispec.cli import main
 
     folder = tmp_path_factory.mktemp("cost")
-    target, draft = save_tiny_pair(folder / "pair")
-    prompts = folder / "prompts.txt"
-    prompts.write_text("a b c d\ne f g\nh i j\n")
     dataset = folder / "d.npz"
-    assert main(["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts),
-                 "--sampling", "temperature=1,top_k=3", "--every", "2", "--trace-tokens", "4", "--ks", "1-2",
-                 "--l1s", "0-1", "--l2s", "0-1", "--verifiers", "specinfer,gbv", "--samples", "2", "--out",
-                 str(dataset), "--threads", "1", "--root-batch", "1"]) == 0
-    return dataset, target, draft
+    command = tiny_dataset_command(folder, "--verifiers", "specinfer,gbv", "--root-batch", "1", "--threads", "1",
+                                   "--out", str(dataset))
+    assert main(command) == 0
+    return dataset, command[command.index("--target") + 1], command[command.index("--draft") + 1]
 
 
 def test_the_labels_are_the_builds_and_the_projection_its_mean(tiny_dataset, tmp_path, monkeypatch):

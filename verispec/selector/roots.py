@@ -245,4 +245,40 @@ def synthetic_roots(family: str, vocab: int, seeds, *, divergence=0.5, temperatu
     return roots
 
 
-__all__ = ["Root", "parse_setting", "sampling_text", "synthetic_roots", "trace_roots"]
+def dataset_pair_roots(path) -> tuple:
+    """(the dataset at ``path``, its roots): a pair's roots, each with its whole context and sampling (the ``key``
+    column); a dataset of synthetic roots is refused on one line (what the experiments at a pair's roots read)."""
+    from verispec.selector.dataset_file import Dataset
+
+    dataset = Dataset.load(path)
+    roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
+    if any(root.kind != "model" for root in roots):
+        raise DatasetError(f"{str(path)!r} holds synthetic roots; give a dataset traced from a model pair")
+    return dataset, roots
+
+
+def load_roots_pair(roots: list, pair: str | None, target: str | None, draft: str | None, default: str,
+                    **options):
+    """The pair ``roots`` were traced from: ``target`` and ``draft`` directories together, or the installed ``pair``
+    (None: ``default``, the dataset's); its name must be the roots' (a one-line error otherwise). ``options`` go to
+    ``verispec.models.load_pair`` (device, dtype)."""
+    from verispec.models import load_pair
+
+    if (target is None) != (draft is None):
+        raise VerispecError("give --target and --draft together (or --pair, or neither: the dataset's pair)")
+    loaded = load_pair(target, draft, **options) if target else load_pair(pair or default, **options)
+    if loaded.name != roots[0].pair:
+        raise VerispecError(f"the dataset's roots come from the pair {roots[0].pair!r}, not {loaded.name!r}; give "
+                            "its --pair (or the --target and --draft it was built with)")
+    return loaded
+
+
+def sample_roots(roots: list, count: int, seed: int) -> list:
+    """``count`` of ``roots`` drawn without replacement from a generator seeded with ``seed``, in the dataset's
+    order (a prompt's roots next to each other: they share their context's KV caches)."""
+    chosen = np.random.default_rng(seed).choice(len(roots), size=min(count, len(roots)), replace=False)
+    return [roots[i] for i in sorted(chosen.tolist())]
+
+
+__all__ = ["Root", "dataset_pair_roots", "load_roots_pair", "parse_setting", "sample_roots", "sampling_text",
+           "synthetic_roots", "trace_roots"]
