@@ -61,8 +61,9 @@ the step's children, until a step's remaining weight falls below ``position_meas
 hundreds of steps deep). On one core, dense softmax pairs, K = 2 to 4, at a root and one level down: 0.001 to 0.1 s
 at V = 1,000 and 0.15 to 3.5 s at V = 20,000; at real T = 1 nodes of the Qwen pair (V = 151,936, no top-k), 0.4 to
 6.4 s at K = 2, 0.8 to 8.5 s at K = 3 and 1.2 to 14 s at K = 4 (up to 200 million child-steps). A label of every
-delayed tree at a root splits some 480 such nodes (4 combs x 4 branch points x 30), so psbv's T = 1 labels cost
-tens of minutes a root (``experiments/label_cost.py``); the trees of one batch at a root share its split
+delayed tree at a root splits some 480 such nodes (4 combs x 4 branch points x 30), and deeper nodes, whose
+measures have tens of pieces, can take minutes or pass the step limit below: psbv's T = 1 labels were refused at
+both roots measured (``experiments/label_cost.py``); the trees of one batch at a root share its split
 (``emission_laws``). A split predicted past ``MAX_DECOMPOSITION_STEPS`` is refused before its decomposition with a
 ``ProblemTooLargeError`` (``check_decomposition_size``), and one that runs past it stops with the same error.
 """
