@@ -128,8 +128,10 @@ def main(argv=None) -> int:
                 raise SystemExit(f"bench_block_overhead: {name}, {text}: {' '.join(str(error).split())}") from None
             rows.append({**block_row(name, text, generation), "wall_s": time.perf_counter() - began})
     load_after = os.getloadavg()
-    print(f"{pair.name}, V = {pair.vocab_size:,}, {args.device}, {args.threads} torch thread(s), {args.tokens} tokens "
-          f"a decode after {args.prompt_length}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
+    dtype = str(pair.target.dtype).removeprefix("torch.")
+    print(f"{pair.name}, V = {pair.vocab_size:,}, {args.device}, {dtype}, {args.threads} torch thread(s), "
+          f"{args.tokens} tokens a decode after {args.prompt_length}; load average {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after")
     print(f"{'sampling':34s} {'method':26s} {'blocks':>6s} {'target':>8s} {'verify':>8s} {'cache':>7s} "
           f"{'select':>7s}  {'overhead (median, of sums)':>26s}  ms")
     for row in rows:
@@ -140,6 +142,7 @@ def main(argv=None) -> int:
     if started:
         write_result(args.result, started, {"benchmark": "bench_block_overhead", "unit": "ms", "goal": GOAL,
                                             "pair": pair.name, "vocab": pair.vocab_size, "device": args.device,
+                                            "dtype": dtype,
                                             "graphs": args.graphs, "tokens": args.tokens,
                                             "load_average": [load_before, load_after], "rows": rows})
     return 0

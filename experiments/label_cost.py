@@ -10,8 +10,9 @@ labelled as ``verispec selector dataset --traces-of DATASET --verifiers ...`` wo
 number of sampled combs and its seed (so the same combs), one root at a time. Its wall seconds and the load
 average before and after (and, where the rule refused the root on its own size limit, a ``ProblemTooLargeError``,
 the refusal and the seconds until it) go to a resumable row store (``OUT.rows.json``, keyed on the root, its
-parameters the pair, dtype, rules, grid, samples, seed and threads); ``--time-budget`` stops between roots (exit 3:
-the same command continues). The result file ``OUT`` (JSON, written atomically, with the run's ``record``) holds
+parameters the pair, dtype, rules, grid, samples, seed and threads); ``--time-budget`` is hard (``verispec.budget``:
+it stops a root in the middle, and that root is labelled again by the next run), exit 3: the same command
+continues. The result file ``OUT`` (JSON, written atomically, with the run's ``record``) holds
 the rows, how many roots were refused, the mean seconds of a labelled root and that mean times the dataset's
 roots: the wall time a build of the rules' labels at every root would take on this machine with these threads
 (None where every root was refused; a build stops at its first refusal).
@@ -49,7 +50,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     start = time.monotonic()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from verispec.errors import ProblemTooLargeError, VerispecError
+    from verispec import budget
+    from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
     from verispec.io import ResultStore, atomic_write_json, unpack_floats
     from verispec.provenance import check_result_output, run_record
 
@@ -101,13 +103,18 @@ def main(argv=None) -> int:
             stopped = True
             break
         load_before, began = os.getloadavg()[0], time.perf_counter()
-        try:
-            row, = label_roots([root], grid, method="conditional", samples=metadata["samples"],
-                               seed=metadata["seed"], epsilon=metadata["epsilon"], latency=latency, pair=pair,
-                               shared=shared)
+        try:  # the budget holds inside a root too (a psbv root can run for many minutes): hard, as the build's
+            with budget.time_budget(None if args.time_budget is None else start + args.time_budget, hard=True,
+                                    what="label_cost's --time-budget"):
+                row, = label_roots([root], grid, method="conditional", samples=metadata["samples"],
+                                   seed=metadata["seed"], epsilon=metadata["epsilon"], latency=latency, pair=pair,
+                                   shared=shared)
             refused, mean_label = None, float(np.mean(unpack_floats(row["efficiency"])))
         except ProblemTooLargeError as error:  # the rule's own limit: a measured outcome, the next root goes on
             refused, mean_label = " ".join(str(error).split()), None
+        except AnalysisTimeoutError:  # the root stopped unfinished: not a row, the same command redoes it
+            stopped = True
+            break
         except VerispecError as error:
             print(f"label_cost: error: at a root of {root.group!r}: {' '.join(str(error).split())}",
                   file=sys.stderr)

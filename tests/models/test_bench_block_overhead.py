@@ -44,7 +44,7 @@ def test_a_tiny_run_writes_every_method_and_sampling(bench, tmp_path):
                        "--static", "globalres@iid:2,1", "--result", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["record"]["command"].startswith("python benchmarks/bench_block_overhead.py --tiny")
-    assert result["vocab"] == 151_936 and result["goal"] == 0.10
+    assert result["vocab"] == 151_936 and result["goal"] == 0.10 and result["dtype"] == "float32"
     methods = {(row["sampling"], row["method"]) for row in result["rows"]}
     assert methods == {(sampling, method) for sampling in bench.DEFAULT_SAMPLINGS
                        for method in ("specinfer chain:2", "globalres iid:2,1", "selector")}

@@ -126,3 +126,27 @@ def test_a_root_the_rule_refuses_is_recorded_and_the_next_goes_on(tiny_dataset, 
     assert refused[0]["refused"] == "psbv: a float split ran past its steps; use a top-k vocabulary"
     labelled = [row["seconds"] for row in result["rows"] if row["refused"] is None]
     assert result["projected_hours"] == pytest.approx(np.mean(labelled) * result["dataset_roots"] / 3600, rel=1e-12)
+
+
+def test_the_time_budget_stops_a_root_in_the_middle(tiny_dataset, tmp_path, monkeypatch):
+    """--time-budget is hard: a root still labelling at the deadline is stopped there (no row: the next run labels
+    it again), the partial result is written and the exit status is 3, within about the budget."""
+    import time
+
+    import verispec.selector.labelling as labelling
+
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/label_cost.py")
+
+    def slow(*_args, **_kwargs):
+        time.sleep(60)
+        raise AssertionError("the budget did not stop the root")
+
+    monkeypatch.setattr(labelling, "label_roots", slow)
+    out = tmp_path / "stopped.json"
+    began = time.monotonic()
+    assert script.main(["--dataset", str(dataset), "--target", target, "--draft", draft, "--verifiers", "gbv",
+                        "--roots", "2", "--time-budget", "3", "--out", str(out)]) == 3
+    assert time.monotonic() - began < 30
+    result = json.loads(out.read_text())
+    assert not result["complete"] and result["roots_done"] == 0 and result["rows"] == []

@@ -258,7 +258,7 @@ def realise_float(arrays: MeasureArrays, ids: np.ndarray, targets: np.ndarray, m
                            wanted, windows, cost)
             continue
         segment_value = arrays.window_value(low, length)
-        face = face + (segment_value - float(np.sum(face))) / float(np.sum(mass)) * mass  # balanced_face, in numpy
+        face = balanced_face(face, mass, segment_value)
         order = descending_order(face / mass)
         ordered_mass = mass[order]
         offsets = np.concatenate([[0.0], np.cumsum(ordered_mass)[:-1]])

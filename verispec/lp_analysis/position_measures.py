@@ -202,13 +202,16 @@ def realise(targets: dict, masses: dict, segment: PositionMeasure, paths: int, e
             parts[c][0][0].scaled(parts[c][0][1]) if parts[c][0][1] != 1 else parts[c][0][0] for c in targets}
 
 
-def balanced_face(face: list, masses: list, segment_value: float) -> list:
+def balanced_face(face, masses, segment_value: float):
     """A float face moved to add up to its segment's value, the difference shared in proportion to mass (every
     ratio face / mass moves by the same amount: the order, hence the tiling, stays). Exact faces add up already;
     a float one is off by rounding, and each step's z = v + t (v - y) multiplies what its sub-steps inherit of
     that by 1 + t (about 2), so along a block's long chain of steps the faces, unbalanced, drifted outside the
     polytope (real T = 1 roots of the Qwen pair: a sum off by 36 times the segment's value, then one child peeled
-    per step at t = 0 for the rest of the block)."""
+    per step at t = 0 for the rest of the block). Lists of Python floats (the reference and the few-children steps)
+    or float arrays (``realise_float``), either returned in kind."""
+    if isinstance(face, np.ndarray):
+        return face + (segment_value - float(np.sum(face))) / float(np.sum(masses)) * masses
     total = 0.0
     for value in face:
         total += value

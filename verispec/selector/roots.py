@@ -252,8 +252,9 @@ def dataset_pair_roots(path) -> tuple:
 
     dataset = Dataset.load(path)
     roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
-    if any(root.kind != "model" for root in roots):
-        raise DatasetError(f"{str(path)!r} holds synthetic roots; give a dataset traced from a model pair")
+    if not roots or any(root.kind != "model" for root in roots):
+        raise DatasetError(f"{str(path)!r} holds {'synthetic roots' if roots else 'no roots'}; give a dataset "
+                           "traced from a model pair")
     return dataset, roots
 
 
