@@ -45,7 +45,8 @@ def main(argv=None) -> int:
     parser.add_argument("--roots", type=int, default=2, help="roots sampled from the dataset (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="the roots' sample (default 0)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the label builds ran)")
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds; past it stop between roots (exit 3)")
+    parser.add_argument("--time-budget", type=float, default=None,
+                        help="seconds; at it stop, inside a root too (exit 3)")
     parser.add_argument("--out", type=Path, required=True, help="the result file (its rows in OUT.rows.json)")
     args = parser.parse_args(argv)
     start = time.monotonic()

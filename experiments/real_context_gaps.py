@@ -24,7 +24,8 @@ carry). At each root and tree:
 
 Rows go to a resumable row store (``OUT.rows.json``, a ``verispec.io.ResultStore`` keyed on the root and tree, its
 parameters everything a row depends on: the pair, dtype, LP limit, restriction limits and rule set; the load average
-recorded in each row). ``--time-budget`` stops between roots (exit 3: the same command continues). The result
+recorded in each row). ``--time-budget`` is hard (``verispec.budget``): a tree still running at the deadline stops
+there and is no row, the trees finished before it keep theirs, exit 3 (the same command continues). The result
 file ``OUT`` (JSON, written atomically, with the run's ``record``, ``verispec.provenance.run_record``) holds per tree:
 the roots solved and refused, the mean optimum, psbv and best-published efficiencies, the mean gaps with 95%
 intervals (percentile bootstrap over the prompts, the dataset's groups, resampled whole: a prompt's roots share
@@ -100,6 +101,7 @@ def published(name: str) -> bool:
 def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int) -> dict:
     """One root's row for one tree: the restriction to the support at the tree's depth, the optimum (or the LP size
     it would need), every valid rule's exact E[tau + 1], psbv's and the best published rule's gaps."""
+    from verispec import budget
     from verispec.bounds.path_selection import selection_lp_estimate, selection_optimum
     from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
     from verispec.models.support import reachable_tree, restrict_to_support, table_prefixes
@@ -134,6 +136,8 @@ def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int)
         try:
             result = analyze(small, drafter, REGISTRY[name])
         except (ProblemTooLargeError, AnalysisTimeoutError) as error:
+            if isinstance(error, AnalysisTimeoutError) and budget.remaining() == 0:
+                raise  # the run's --time-budget, not the rule's own limit: the tree is not finished
             rule_refused[name] = " ".join(str(error).split())
             continue
         if result.lossless is False:
@@ -255,7 +259,8 @@ def main(argv=None) -> int:
                         help="most reachable prefixes of a restriction (default 65,536)")
     parser.add_argument("--max-table", type=int, default=None,
                         help="most table prefixes of a restriction (default 262,144)")
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds; past it stop between roots (exit 3)")
+    parser.add_argument("--time-budget", type=float, default=None,
+                        help="seconds; at it stop, inside a root too (exit 3)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--out", type=Path, default=Path("results/real-context-gaps.json"),
                         help="the result file (its rows in OUT.rows.json)")
@@ -264,7 +269,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from tqdm import tqdm
 
-    from verispec.errors import VerispecError
+    from verispec import budget
+    from verispec.errors import AnalysisTimeoutError, VerispecError
     from verispec.io import ResultStore, atomic_write_json
     from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
     from verispec.models import support
@@ -315,21 +321,28 @@ def main(argv=None) -> int:
             stopped = True
             break
         forward = time.perf_counter()
-        problem = ModelProblem(pair, list(root.context), root.sampling, shared=shared)
-        found = {}
-        try:
-            for spec, key in keys.items():
-                if not store.done(key):
-                    found[key] = {**tree_row(problem, spec, limit, max_reachable, max_table), "group": root.group,
-                                  "context_length": len(root.context), "load_average": os.getloadavg()[0]}
+        found, problem = {}, None
+        try:  # hard inside a root too (an LP or a rule can run for minutes): a tree stopped unfinished is no row
+            with budget.time_budget(None if args.time_budget is None else start + args.time_budget, hard=True,
+                                    what="real_context_gaps's --time-budget"):
+                problem = ModelProblem(pair, list(root.context), root.sampling, shared=shared)
+                for spec, key in keys.items():
+                    if not store.done(key):
+                        found[key] = {**tree_row(problem, spec, limit, max_reachable, max_table),
+                                      "group": root.group, "context_length": len(root.context),
+                                      "load_average": os.getloadavg()[0]}
+        except AnalysisTimeoutError:
+            stopped = True
         except VerispecError as error:
             print(f"real_context_gaps: error: at a root of {root.group!r}: {' '.join(str(error).split())}",
                   file=sys.stderr)
             return 2
-        for row in found.values():
+        for row in found.values():  # the trees finished before a stop keep their rows
             row["root_seconds"] = time.perf_counter() - forward
             row["forwards"] = list(problem.passes)
         store.add_many(found)
+        if stopped:
+            break
     keyed = [[json.dumps({"root": root.key(), "tree": spec}, sort_keys=True) for spec in trees] for root in chosen]
     rows = [store.rows[key] for keys in keyed for key in keys if store.done(key)]
     result = {"record": {**record, "seconds": round(time.monotonic() - start, 1)},

@@ -242,3 +242,39 @@ def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     assert script.main(common + ["--roots", "2", "--time-budget", "1e-9", "--out", str(out)]) == 3
     result = json.loads(out.read_text())
     assert not result["complete"] and result["roots_done"] == 0
+
+
+def test_the_time_budget_stops_a_tree_in_the_middle(tiny_dataset, tmp_path, monkeypatch):
+    """--time-budget is hard: a tree still running at the deadline stops there (no row: the next run computes it),
+    the trees finished before it keep their rows, the partial result is written, exit 3 within about the budget;
+    the same command then finishes without computing a finished tree again."""
+    import time
+
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/real_context_gaps.py")
+    real_tree_row, calls = script.tree_row, []
+
+    def second_tree_hangs(problem, spec, *limits):
+        calls.append(spec)
+        if spec == "iid:2,2":
+            time.sleep(60)
+            raise AssertionError("the budget did not stop the tree")
+        return real_tree_row(problem, spec, *limits)
+
+    monkeypatch.setattr(script, "tree_row", second_tree_hangs)
+    out = tmp_path / "stopped.json"
+    arguments = ["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "2", "--trees",
+                 "iid:2,1,iid:2,2", "--threads", "1", "--out", str(out)]
+    began = time.monotonic()
+    assert script.main([*arguments, "--time-budget", "3"]) == 3
+    assert time.monotonic() - began < 30 and calls == ["iid:2,1", "iid:2,2"]
+    result = json.loads(out.read_text())
+    assert not result["complete"] and result["roots_done"] == 0
+    rows = json.loads(script.rows_path(out).read_text())["rows"]
+    assert [row["tree"] for row in rows] == ["iid:2,1"]  # the finished tree's row, not the stopped one's
+    calls.clear()
+    monkeypatch.setattr(script, "tree_row", lambda problem, spec, *limits: calls.append(spec) or real_tree_row(
+        problem, spec, *limits))
+    assert script.main(arguments) == 0
+    assert calls == ["iid:2,2", "iid:2,1", "iid:2,2"]  # the first root's missing tree, then the second root's two
+    assert json.loads(out.read_text())["roots_done"] == 2
