@@ -45,6 +45,10 @@ LAGRANGE = ((0.0, -1 / 3, 1 / 2, -1 / 6), (1.0, -1 / 2, -1.0, 1 / 2), (0.0, 1.0,
 #: instead was measured worse (8 of 180 such nodes over 1e-6 short, against 1 with the wider margins).
 RANGE_MARGINS = (4.0, 16.0, 48.0)
 WIDEN_ABOVE = 1e-9
+#: On the grid, the ``HEAVY_POINTS`` heaviest solved tokens of at least ``HEAVY_MASS`` q mass are points of their own
+#: (``_place_tokens``).
+HEAVY_MASS = 1e-5
+HEAVY_POINTS = 256
 
 
 def minimise_luce(moments, target: np.ndarray, start: np.ndarray, lower: float, upper: float,
@@ -137,7 +141,8 @@ def solve_system(system: ChoiceSystem) -> SystemSolution:
        fixed-point map on a measure of ``JACOBIAN_BINS`` bins of the current weights (first the binned solution;
        low rank: Woodbury). G_true sums the tokens' own weights, read off the inverse of y(log w) under the current
        g at the tokens themselves (at most ``GRID_POINTS`` of them), or else at grid points in y (the tokens' mass
-       carried to the grid by cubic Lagrange weights, their weights interpolated by cubic Hermite; on a grid
+       carried to the grid by cubic Lagrange weights, their weights interpolated by cubic Hermite; the heaviest
+       tokens, whose interpolation error weighs most in G, at points of their own beside the grid; on a grid
        coarser than ``GRID_STEP`` one pass over the tokens measures what the carrying misses, which further steps
        add back). The steps keep the state of smallest residual: near a face of the polytope the fixed point is
        flat in one direction;
@@ -281,8 +286,9 @@ def _binned_start(system: ChoiceSystem, nodes: Nodes, bin_u: np.ndarray, bin_q: 
 class _Tokens:
     """Where each token's weight comes from: closed form (``tiny``, inner tokens negligible at every node), a bound
     (``capped_high``, ``capped_low``), or the inverse of y(log w) (``solved``) at ``points`` in y: the solved tokens
-    themselves (``direct``) or a grid of step ``grid_step`` that their mass is carried to (``carried``) and their
-    weights interpolated from (``cell``, ``hermite``)."""
+    themselves (``direct``) or a grid of step ``grid_step`` (its first ``grid_size`` points) that the light solved
+    tokens' mass is carried to (``carried``) and their weights interpolated from (``cell``, ``hermite``), followed
+    by the ``heavy`` solved tokens' own points."""
 
     tiny: np.ndarray          # [n] bool
     capped_high: np.ndarray   # [n] bool
@@ -292,8 +298,10 @@ class _Tokens:
     points: np.ndarray        # [P]
     carried: np.ndarray       # [P] the q mass at each point
     grid_step: float = 0.0
-    cell: np.ndarray | None = None     # [solved] the grid cell k of each solved token (grid only)
-    hermite: tuple = ()                # three [solved] cubic Hermite basis values (grid only)
+    heavy: np.ndarray | None = None    # [n] bool, solved tokens at points of their own after the grid (grid only)
+    grid_size: int = 0
+    cell: np.ndarray | None = None     # [light] the grid cell k of each light solved token (grid only)
+    hermite: tuple = ()                # three [light] cubic Hermite basis values (grid only)
 
 
 def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_value: float) -> _Tokens:
@@ -309,9 +317,17 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
         capped_high |= system.ratio == system.ratio.max()
     capped_low = np.isneginf(y) & ~tiny
     solved = ~(tiny | capped_high | capped_low)
-    solved_y = y[solved]
     if int(solved.sum()) <= GRID_POINTS:
-        return _Tokens(tiny, capped_high, capped_low, solved, True, solved_y, mass[solved])
+        return _Tokens(tiny, capped_high, capped_low, solved, True, y[solved], mass[solved])
+    # a heavy token carried to the grid puts its interpolation error, times its mass, into G: the chord steps then
+    # stall (a draft token of mass 0.72 left G 5e-4 off and 2e-5 of acceptance); it gets a point of its own
+    candidates = np.flatnonzero(solved & (mass >= HEAVY_MASS))
+    if len(candidates) > HEAVY_POINTS:
+        candidates = candidates[np.argpartition(-mass[candidates], HEAVY_POINTS - 1)[:HEAVY_POINTS]]
+    heavy = np.zeros(count, dtype=bool)
+    heavy[candidates] = True
+    light = solved & ~heavy  # not empty: more than GRID_POINTS are solved, at most HEAVY_POINTS < GRID_POINTS heavy
+    solved_y = y[light]
     bottom, top = float(solved_y.min()), float(solved_y.max())
     grid_step = max(GRID_STEP, (top - bottom) / (GRID_POINTS - 4))
     points = bottom - grid_step + grid_step * np.arange(math.ceil((top - bottom) / grid_step) + 3)
@@ -323,11 +339,12 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
     # cubic Hermite basis interpolating u at the tokens: u = u_k + h01 (u_(k+1) - u_k) + h10 u'_k + h11 u'_(k+1)
     hermite = (3 * square - 2 * cube, (theta - 2 * square + cube) * grid_step, (cube - square) * grid_step)
     # cubic Lagrange weights on points k-1..k+2 carry the tokens' mass: from the cell moments sum q theta^j
-    moments = [np.bincount(cell, mass[solved] * power, minlength=len(points)) for power in (1.0, theta, square, cube)]
+    moments = [np.bincount(cell, mass[light] * power, minlength=len(points)) for power in (1.0, theta, square, cube)]
     carried = np.zeros(len(points))
     for shift, row in zip((-1, 0, 1, 2), LAGRANGE):
         carried[1 + shift: len(points) - 2 + shift] += sum(c * m for c, m in zip(row, moments))[1:-2]
-    return _Tokens(tiny, capped_high, capped_low, solved, False, points, carried, grid_step, cell, hermite)
+    return _Tokens(tiny, capped_high, capped_low, solved, False, np.concatenate([points, y[heavy]]),
+                   np.concatenate([carried, mass[heavy]]), grid_step, heavy, len(points), cell, hermite)
 
 
 class _ChordSteps:
@@ -388,10 +405,11 @@ class _ChordSteps:
         if tokens.direct:
             u[tokens.solved] = point_u
         else:
-            cell, hermite = tokens.cell, tokens.hermite
-            rise = np.diff(point_u)
-            u[tokens.solved] = (point_u[cell] + hermite[0] * rise[cell] + hermite[1] * point_du[cell]
-                                + hermite[2] * point_du[cell + 1])
+            cell, hermite, grid = tokens.cell, tokens.hermite, tokens.grid_size
+            rise = np.diff(point_u[:grid])
+            u[tokens.solved & ~tokens.heavy] = (point_u[cell] + hermite[0] * rise[cell] + hermite[1] * point_du[cell]
+                                                + hermite[2] * point_du[cell + 1])
+            u[tokens.heavy] = point_u[grid:]
             np.clip(u, self.lower, self.upper, out=u)
         u[tokens.tiny] = self.lower  # their G terms are their mass; their weights are set from the final G
         return u
