@@ -395,6 +395,26 @@ def test_nan_laws_at_a_root_are_refused(pair, tmp_path):
     assert "prompt:3" in _one_line(error)
 
 
+def test_a_rule_that_refuses_a_root_stops_the_build_naming_the_root(pair, tmp_path, monkeypatch):
+    """A rule's own limit at one root (psbv's decomposition, here lowered) ends the build on one line that names the
+    root, keeps the roots labelled before it and says what would let the build through; no dataset file."""
+    import verispec.verifiers.psbv as psbv
+
+    roots = [Root((1, 5, 2), "prompt:3", Sampling(1.0), pair=pair.name),
+             Root((4, 4), "prompt:7", Sampling(1.0), pair=pair.name)]
+    grid = ActionGrid((2,), (0,), (1,), ("psbv",))
+    out = tmp_path / "refused.npz"
+    first = _build(roots[:1], out, grid=grid, pair=pair)  # the first root labels at the real limit
+    monkeypatch.setattr(psbv, "MAX_DECOMPOSITION_STEPS", 1)
+    with pytest.raises(DatasetError) as error:
+        _build(roots, out, grid=grid, pair=pair)
+    line = _one_line(error)
+    assert "at a root of 'prompt:7' (2 context tokens)" in line and "psbv: a float split" in line
+    assert "the 1 root(s) labelled before it are saved" in line and "--verifiers" in line
+    assert not out.exists() or Dataset.load(out).key.tolist() == first.key.tolist()  # the first build's file stands
+    assert len(json.loads(store_path(out).read_text())["rows"]) == 1
+
+
 def test_roots_of_one_prompt_share_the_models_caches_and_keep_their_labels(pair, tmp_path, monkeypatch):
     """A build labels a pair's roots in context order through one ``SharedContext``: the roots of one trace (and of
     one prompt under two settings) prefill only what their contexts add, and every row equals the row of a build

@@ -220,8 +220,13 @@ def _build_locked(roots, grid, method, samples, epsilon, out, store_file, latenc
         yield from execute(pair_tasks, backend, jobs, address, label_pair_tasks)
         yield from execute(tasks, backend, jobs, address, label_tasks)
 
-    save_as_they_arrive(batches(), lambda row: row["key"], store.add_many, total=len(keys),
-                        done=len(keys) - len(todo), desc="dataset roots", progress=progress)
+    try:
+        save_as_they_arrive(batches(), lambda row: row["key"], store.add_many, total=len(keys),
+                            done=len(keys) - len(todo), desc="dataset roots", progress=progress)
+    except ProblemTooLargeError as error:  # a rule's own limit at one root: the same build stops there again
+        raise DatasetError(f"{' '.join(str(error).split())}; the {len(store.rows)} root(s) labelled before it are "
+                           f"saved in {store_file.name}, but the same build stops here again: leave that rule out "
+                           "of the grid's verifiers (--verifiers) or label a top-k sampling") from None
     states = collect_hidden_states(keys, keyed, pair, out, overwrite, progress) if hidden else None
     dataset = _dataset(keys, keyed, [store.rows[key] for key in keys], grid, settings, pair, states)
     dataset.save(out)
@@ -249,9 +254,15 @@ def _label_groups_here(groups, keyed: dict, grid, settings: dict, latency, pair)
     shared = SharedContext(pair) if groups else None
     for name, members in groups:
         budget.check("the dataset build")  # --time-budget: the rows so far are saved, a rerun resumes
-        rows = label_roots([keyed[key] for key in members], grid, method=name, samples=settings["samples"],
-                           seed=settings["seed"], epsilon=settings["epsilon"], latency=latency, pair=pair,
-                           shared=shared)
+        try:
+            rows = label_roots([keyed[key] for key in members], grid, method=name, samples=settings["samples"],
+                               seed=settings["seed"], epsilon=settings["epsilon"], latency=latency, pair=pair,
+                               shared=shared)
+        except ProblemTooLargeError as error:
+            first = keyed[members[0]]
+            together = f", one of {len(members)} labelled together" if len(members) > 1 else ""
+            raise ProblemTooLargeError(f"at a root of {first.group!r} ({len(first.context)} context tokens{together}): "
+                                       f"{' '.join(str(error).split())}") from None
         yield [{"key": key, **row} for key, row in zip(members, rows)]
         # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles that only a
         # full collection frees, and big arrays do not trigger one: a 96-root Qwen build grew to 24 GB and was
