@@ -1,8 +1,9 @@
 """psbv's position measures in float mode at large vocabularies (``verispec.lp_analysis.position_measures`` holds
 the exact algebra and its docstring): the same decomposition as ``position_measures.realise``, vectorised over the
 children with numpy and driven by an explicit stack (its depth never depends on the number of children), with the
-children's measures built only for the children asked for. Exact mode keeps ``realise`` (Fractions); the tests hold
-the two equal in float to 1e-12 (tests/verifiers/test_psbv_dense.py)."""
+children's measures built only for the children asked for; a block of at most ``SMALL_TASK`` children runs the
+reference's own steps (``position_measures.realise_steps``) on windows of the arrays. Exact mode keeps ``realise``
+(Fractions); the tests hold the two equal in float to 1e-12 (tests/verifiers/test_psbv_dense.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from verispec.lp_analysis.position_measures import (
     PositionMeasure,
     balanced_face,
     convex_minorant_blocks,
+    realise_steps,
     sum_measures,
 )
 from verispec.simulator.ranking import TIE_RTOL, order_with_ties
@@ -305,98 +307,41 @@ def convex_minorant_blocks_float(weights: np.ndarray, values: np.ndarray) -> lis
                                   np.asarray(values, dtype=np.float64).tolist(), False)
 
 
+class _Window:
+    """The window of mass ``length`` from cumulative mass ``low`` of a float measure held as ``MeasureArrays``: the
+    segment interface ``position_measures.realise_steps`` reads (``value``, ``values_below``, ``window``,
+    ``mass``), without building a measure."""
+
+    __slots__ = ("arrays", "low", "length", "_value")
+
+    def __init__(self, arrays: MeasureArrays, low: float, length: float):
+        self.arrays, self.low, self.length, self._value = arrays, low, length, None
+
+    def value(self, paths: int) -> float:
+        if self._value is None:
+            self._value = self.arrays.window_value(self.low, self.length)
+        return self._value
+
+    def values_below(self, cuts, paths: int) -> list:
+        return [self.arrays.window_value(self.low, min(cut, self.length)) for cut in cuts]
+
+    def window(self, start: float, mass: float) -> _Window:
+        return _Window(self.arrays, self.low + start, min(mass, max(self.length - start, 0.0)))
+
+    def mass(self) -> float:
+        return self.length
+
+
 def _realise_small(arrays: MeasureArrays, ids: list, face: list, mass: list, low: float, length: float,
                    coefficient: float, values: np.ndarray, wanted: np.ndarray, windows: dict,
                    cost: _RealiseCost | None) -> None:
-    """``realise_float``'s steps for a few children, all in Python floats and lists (the same arithmetic)."""
-    stack = [(ids, face, mass, low, length, coefficient)]
-    while stack:
-        ids, face, mass, low, length, coefficient = stack.pop()
-        if len(ids) == 1:
-            child = ids[0]
-            values[child] += coefficient * arrays.window_value(low, length)
-            if wanted[child]:
-                windows.setdefault(child, []).append((low, length, coefficient))
-            continue
-        if cost is not None:
-            cost.add(len(ids))
-        tile_lows, tile_lengths, tiling, share, tight, rest, low_mass, face = _small_step(
-            arrays, face, mass, low, length, coefficient, cost)
-        weight = coefficient * (1 - share)
-        for i, child in enumerate(ids):
-            values[child] += weight * tiling[i]
-            if wanted[child]:
-                windows.setdefault(child, []).append((tile_lows[i], tile_lengths[i], weight))
-        if share == 0:
-            continue
-        share = coefficient * share
-        stack.append(([ids[i] for i in rest], [face[i] for i in rest], [mass[i] for i in rest], low + low_mass,
-                      length - low_mass, share))
-        stack.append(([ids[i] for i in tight], [face[i] for i in tight], [mass[i] for i in tight], low, low_mass,
-                      share))
+    """``realise_float``'s steps for a few children: the reference's ray shooting (``realise_steps``) in Python
+    floats on windows of ``arrays``, each part's value added to ``values`` and, for wanted children, its window to
+    ``windows``."""
+    def emit(child, part: _Window, weight: float) -> None:
+        values[child] += weight * part.value(arrays.paths)
+        if wanted[child]:
+            windows.setdefault(child, []).append((part.low, part.length, weight))
 
-
-def _small_descending(keys: list) -> list:
-    """``descending_order`` of a few Python floats."""
-    order = sorted(range(len(keys)), key=lambda i: -keys[i])
-    for i, j in zip(order, order[1:]):
-        high, low = keys[i], keys[j]
-        if high != low and high - low <= TIE_RTOL * max(abs(high), abs(low)):
-            return order_with_ties(np.asarray(keys), descending=True).tolist()
-    return order
-
-
-def _small_step(arrays: MeasureArrays, face: list, mass: list, low: float, length: float, coefficient: float,
-                cost: _RealiseCost | None):
-    """One step of ``realise_float`` for a few children, in Python floats: (the tiling's windows' lows, lengths
-    and values, share = 1 / (1 + t) or 0 where the tiling is taken as it is, the tight set's and the rest's
-    positions, the tight set's mass, the face z)."""
-    n = len(face)
-    segment_value = arrays.window_value(low, length)
-    face = balanced_face(face, mass, segment_value)
-    order = _small_descending([f / m for f, m in zip(face, mass)])
-    tile_lows, tile_lengths, tiling = [0.0] * n, [0.0] * n, [0.0] * n
-    offset = 0.0
-    for i in order:
-        tile_lows[i], tile_lengths[i] = low + offset, min(mass[i], max(length - offset, 0.0))
-        tiling[i] = arrays.window_value(tile_lows[i], tile_lengths[i])
-        offset += mass[i]
-    gap = [f - y for f, y in zip(face, tiling)]
-    slack = FLOAT_SLACK * max(abs(segment_value), 1e-300)
-    largest = max(abs(g) for g in gap)
-    if largest <= slack or coefficient * largest <= FLOAT_DEPTH_SLACK * abs(segment_value):
-        return tile_lows, tile_lengths, tiling, 0.0, None, None, None, None
-    search_slack = FLOAT_RATIO_SLACK * max(abs(segment_value), 1e-300)
-    first = max(range(n), key=lambda i: gap[i])
-    tight = [first]
-    ratio = max((arrays.window_value(low, min(mass[first], length)) - face[first]) / gap[first], 0.0)
-    cycled = False
-    for _ in range(MAX_RATIO_ITERATIONS):
-        shifted = _small_descending([(f + ratio * g) / m for f, g, m in zip(face, gap, mass)])
-        if cost is not None:
-            cost.add(n)
-        best, best_k, cut, value, difference = None, None, 0.0, 0.0, 0.0
-        psi_best = None
-        for k, i in enumerate(shifted[:-1]):
-            cut, value, difference = cut + mass[i], value + face[i], difference + gap[i]
-            psi = arrays.window_value(low, min(cut, length))
-            excess = psi - value - ratio * difference
-            if best is None or excess < best:
-                best, best_k, psi_best, best_value, best_difference = excess, k, psi, value, difference
-        if best >= -search_slack:
-            break
-        lower = max((psi_best - best_value) / best_difference, 0.0)
-        if not lower < ratio:  # rounding stopped the fall (``_ray_step``)
-            break
-        tight, ratio = shifted[:best_k + 1], lower
-    else:
-        cycled = True
-    if cycled:  # rounding noise of a small segment near position 1 (FLOAT_SLACK)
-        return tile_lows, tile_lengths, tiling, 0.0, None, None, None, None
-    face = [f + ratio * g for f, g in zip(face, gap)]
-    low_mass = 0.0
-    for i in tight:
-        low_mass += mass[i]
-    tight_set = set(tight)
-    return tile_lows, tile_lengths, tiling, 1 / (1 + ratio), tight, [i for i in range(n) if i not in tight_set], \
-        low_mass, face
+    realise_steps(dict(zip(ids, face)), dict(zip(ids, mass)), _Window(arrays, low, length), arrays.paths, False,
+                  emit, weight=coefficient, cost=cost)

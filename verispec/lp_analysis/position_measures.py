@@ -35,7 +35,7 @@ import numpy as np
 
 from verispec.errors import VerifierError
 from verispec.lp_analysis.order_statistics import smallest_of_uniforms_mass
-from verispec.simulator.ranking import order_with_ties
+from verispec.simulator.ranking import TIE_RTOL, order_with_ties
 
 #: In float arithmetic, a tiling whose values are within this fraction of its segment's value of the targets is
 #: taken as it is (exact arithmetic uses 0). Positions near 1 carry about 1e-16 absolute, so a small segment there
@@ -150,12 +150,21 @@ def sum_measures(measures) -> PositionMeasure:
 
 
 def ordered_by_key(keys: list, exact: bool) -> list[int]:
-    """Indices of ``keys`` by decreasing key, ties (verispec.simulator.ranking's rule) by increasing index."""
+    """Indices of ``keys`` by decreasing key, ties (verispec.simulator.ranking's rule) by increasing index. Floats
+    are sorted in Python (a few keys: numpy's per-call cost would dominate), the tie rule itself taken only where
+    two neighbours are within its tolerance but unequal (equal keys already keep their index order: the sort is
+    stable)."""
     if len(keys) < 2:
         return list(range(len(keys)))
-    array = np.empty(len(keys), dtype=object) if exact else np.asarray(keys, dtype=np.float64)
-    if exact:
-        array[:] = keys
+    if not exact:
+        order = sorted(range(len(keys)), key=lambda i: -keys[i])
+        for i, j in zip(order, order[1:]):
+            high, low = keys[i], keys[j]
+            if high != low and high - low <= TIE_RTOL * max(abs(high), abs(low)):
+                return [int(k) for k in order_with_ties(np.asarray(keys, dtype=np.float64), descending=True)]
+        return order
+    array = np.empty(len(keys), dtype=object)
+    array[:] = keys
     return [int(i) for i in order_with_ties(array, descending=True)]
 
 
@@ -181,25 +190,35 @@ def realise(targets: dict, masses: dict, segment: PositionMeasure, paths: int, e
 
     The steps run from an explicit stack (a block of n children takes up to n - 1 of them): each child's measure is
     the sum of its tilings, each weighted by the product of the shares 1 / (1 + t) above it times its own
-    t / (1 + t), and of its last segment. ``realise_float`` is the same in numpy, for float splits at large
-    vocabularies."""
+    t / (1 + t), and of its last segment (``realise_steps``). ``realise_float`` is the same in numpy, for float splits
+    at large vocabularies."""
     parts = {c: [] for c in targets}  # child -> [(measure, coefficient)]
-    stack = [(list(targets), dict(targets), segment, segment.value(paths) * 0 + 1)]
+    realise_steps(targets, masses, segment, paths, exact, lambda child, part, w: parts[child].append((part, w)))
+    return {c: sum_measures([m.scaled(w) for m, w in parts[c] if w > 0]) if len(parts[c]) > 1 else
+            parts[c][0][0].scaled(parts[c][0][1]) if parts[c][0][1] != 1 else parts[c][0][0] for c in targets}
+
+
+def realise_steps(targets: dict, masses: dict, segment, paths: int, exact: bool, emit, weight=None,
+                  cost=None) -> None:
+    """``realise``'s ray shooting, handing each child's parts to ``emit(child, part, coefficient)``: its tilings'
+    windows and its last segment. ``segment`` is anything with ``value(paths)``, ``values_below(cuts, paths)``,
+    ``window(low, length)`` and ``mass()``: a ``PositionMeasure``, or a window of a float measure's arrays
+    (``position_arrays``, whose few-children blocks run here). ``weight``: the block's own coefficient (1 when
+    None); ``cost``: counts the child-steps (``position_arrays._RealiseCost``)."""
+    stack = [(list(targets), dict(targets), segment, segment.value(paths) * 0 + 1 if weight is None else weight)]
     while stack:
         children, face, part, weight = stack.pop()
-        step = _ray_step(children, face, masses, part, paths, exact, weight)
+        step = _ray_step(children, face, masses, part, paths, exact, weight, cost)
         if step is None:  # one child: the whole segment
-            parts[children[0]].append((part, weight))
+            emit(children[0], part, weight)
             continue
         tiling, share, tight, rest, low_mass, face = step
         for child in children:
-            parts[child].append((tiling[child], weight * (1 - share)))
+            emit(child, tiling[child], weight * (1 - share))
         if share == 0:  # the tiling realises the targets (to the float slack)
             continue
         stack.append((rest, {c: face[c] for c in rest}, part.window(low_mass, part.mass()), weight * share))
         stack.append((tight, {c: face[c] for c in tight}, part.window(0, low_mass), weight * share))
-    return {c: sum_measures([m.scaled(w) for m, w in parts[c] if w > 0]) if len(parts[c]) > 1 else
-            parts[c][0][0].scaled(parts[c][0][1]) if parts[c][0][1] != 1 else parts[c][0][0] for c in targets}
 
 
 def balanced_face(face, masses, segment_value: float):
@@ -208,8 +227,8 @@ def balanced_face(face, masses, segment_value: float):
     a float one is off by rounding, and each step's z = v + t (v - y) multiplies what its sub-steps inherit of
     that by 1 + t (about 2), so along a block's long chain of steps the faces, unbalanced, drifted outside the
     polytope (real T = 1 roots of the Qwen pair: a sum off by 36 times the segment's value, then one child peeled
-    per step at t = 0 for the rest of the block). Lists of Python floats (the reference and the few-children steps)
-    or float arrays (``realise_float``), either returned in kind."""
+    per step at t = 0 for the rest of the block). Lists of Python floats (the reference, which also runs the float
+    path's few-children blocks) or float arrays (``realise_float``), either returned in kind."""
     if isinstance(face, np.ndarray):
         return face + (segment_value - float(np.sum(face))) / float(np.sum(masses)) * masses
     total = 0.0
@@ -222,12 +241,13 @@ def balanced_face(face, masses, segment_value: float):
     return [value + shift * mass for value, mass in zip(face, masses)]
 
 
-def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeasure, paths: int, exact: bool,
-              weight):
+def _ray_step(children: list, targets: dict, masses: dict, segment, paths: int, exact: bool, weight, cost=None):
     """One step of ``realise``: None for one child; else (the tiling, share = 1 / (1 + t), the tight set, the rest,
     the tight set's mass, the face z), share 0 where the tiling is taken as it is."""
     if len(children) == 1:
         return None
+    if cost is not None:
+        cost.add(len(children))
     zero = segment.value(paths) * 0
     if not exact:
         balanced = balanced_face([targets[c] for c in children], [masses[c] for c in children],
@@ -247,6 +267,8 @@ def _ray_step(children: list, targets: dict, masses: dict, segment: PositionMeas
     for _ in range(MAX_RATIO_ITERATIONS):
         shifted = [children[i]
                    for i in ordered_by_key([(targets[c] + ratio * gap[c]) / masses[c] for c in children], exact)]
+        if cost is not None:
+            cost.add(len(children))
         cuts, mass = [], 0
         for child in shifted[:-1]:
             mass = mass + masses[child]
