@@ -278,3 +278,28 @@ def test_the_time_budget_stops_a_tree_in_the_middle(tiny_dataset, tmp_path, monk
     assert script.main(arguments) == 0
     assert calls == ["iid:2,2", "iid:2,1", "iid:2,2"]  # the first root's missing tree, then the second root's two
     assert json.loads(out.read_text())["roots_done"] == 2
+
+
+def test_a_rule_stopped_by_the_runs_deadline_is_not_recorded_as_refused(tiny_dataset, tmp_path, monkeypatch):
+    """A rule's analysis that ends with AnalysisTimeoutError because the run's --time-budget passed (the engine's
+    own deadline check) stops the tree, as the hard budget does: no row recording that rule as refused."""
+    import time
+
+    import verispec.simulator as simulator
+    from verispec import budget
+
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/real_context_gaps.py")
+
+    def past_the_deadline(*_args, **_kwargs):
+        while budget.remaining() > 0:  # the engine's loops call check until the run's deadline passes
+            time.sleep(0.01)
+        budget.check("the analysis")
+        raise AssertionError("check did not raise past the deadline")
+
+    monkeypatch.setattr(budget, "hard_budget_available", lambda: False)  # the soft path alone
+    monkeypatch.setattr(simulator, "analyze", past_the_deadline)
+    out = tmp_path / "soft.json"
+    assert script.main(["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "1", "--trees",
+                        "iid:2,1", "--threads", "1", "--time-budget", "3", "--out", str(out)]) == 3
+    assert json.loads(script.rows_path(out).read_text())["rows"] == []
