@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="V up to 16,384, two repeats")
     parser.add_argument("--before", help="an older checkout to time in the same run (its root folder)")
-    parser.add_argument("--output", default="bench_globalres.md", help="the markdown table (also printed)")
+    parser.add_argument("--output", default="results/bench_globalres.md", help="the markdown table (also printed)")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--vocabularies", help="comma-separated V to run instead of "
                         f"{','.join(map(str, VOCABULARIES))} (or --quick's first two)")

@@ -113,10 +113,11 @@ def main(argv=None) -> int:
             refused, mean_label = None, float(np.mean(unpack_floats(row["efficiency"])))
         except ProblemTooLargeError as error:  # the rule's own limit: a measured outcome, the next root goes on
             refused, mean_label = " ".join(str(error).split()), None
-        except AnalysisTimeoutError:  # the root stopped unfinished: not a row, the same command redoes it
-            stopped = True
-            break
         except VerispecError as error:
+            if isinstance(error, AnalysisTimeoutError) and args.time_budget is not None and \
+                    time.monotonic() - start >= args.time_budget:  # stopped unfinished: no row, the rerun redoes it
+                stopped = True
+                break
             print(f"label_cost: error: at a root of {root.group!r}: {' '.join(str(error).split())}",
                   file=sys.stderr)
             return 2

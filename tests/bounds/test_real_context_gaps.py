@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.support.scripts import load_script
+from tests.support.scripts import assert_one_line_refusals, load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -232,10 +232,7 @@ def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     cases = [(["--trees", "iid:2,2,bogus:3", "--out", str(tmp_path / "a.json")], "--trees"),
              (["--out", str(mine)], "is not a result file"),
              (["--roots", "0", "--out", str(tmp_path / "b.json")], "--roots must be at least 1")]
-    for extra, expected in cases:
-        assert script.main(common + extra) == 2
-        error = capsys.readouterr().err.strip().splitlines()
-        assert len(error) == 1 and error[0].startswith("real_context_gaps: error:") and expected in error[0]
+    assert_one_line_refusals(script.main, common, cases, "real_context_gaps: error:", capsys)
     assert mine.read_text() == '{"my": "notes"}'
     # a time budget spent before the first root: nothing computed, the partial result written, exit 3
     out = tmp_path / "budget.json"
@@ -303,3 +300,24 @@ def test_a_rule_stopped_by_the_runs_deadline_is_not_recorded_as_refused(tiny_dat
     assert script.main(["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "1", "--trees",
                         "iid:2,1", "--threads", "1", "--time-budget", "3", "--out", str(out)]) == 3
     assert json.loads(script.rows_path(out).read_text())["rows"] == []
+
+
+def test_a_timeout_that_is_not_the_runs_is_an_error(tiny_dataset, tmp_path, monkeypatch, capsys):
+    """An AnalysisTimeoutError with the run's --time-budget not spent (some other limit) is an error line, exit
+    2, not the budget's stop (exit 3, which a rerun would repeat for ever)."""
+    from verispec.errors import AnalysisTimeoutError
+
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/real_context_gaps.py")
+
+    def other_limit(*_args, **_kwargs):
+        raise AnalysisTimeoutError("the selection LP ran past its time budget")
+
+    monkeypatch.setattr(script, "tree_row", other_limit)
+    common = ["--dataset", str(dataset), "--target", target, "--draft", draft, "--roots", "1", "--trees", "iid:2,1",
+              "--threads", "1", "--out", str(tmp_path / "other.json")]
+    for budget_option in ([], ["--time-budget", "600"]):
+        assert script.main(common + budget_option) == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+        assert len(errors) == 1 and errors[0].startswith("real_context_gaps: error: at a root of ")
+        assert errors[0].endswith(": the selection LP ran past its time budget")

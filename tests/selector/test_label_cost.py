@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.support.scripts import load_script
+from tests.support.scripts import assert_one_line_refusals, load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -87,10 +87,7 @@ def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     cases = [(["--verifiers", "bogus", "--out", str(tmp_path / "a.json")], "bogus"),
              (["--verifiers", "gbv", "--out", str(mine)], "is not a result file"),
              (["--verifiers", "gbv", "--roots", "0", "--out", str(tmp_path / "b.json")], "--roots must be at least 1")]
-    for extra, expected in cases:
-        assert script.main(common + extra) == 2
-        error = capsys.readouterr().err.strip().splitlines()
-        assert len(error) == 1 and error[0].startswith("label_cost: error:") and expected in error[0]
+    assert_one_line_refusals(script.main, common, cases, "label_cost: error:", capsys)
     assert mine.read_text() == '{"my": "notes"}'
     out = tmp_path / "budget.json"
     assert script.main(common + ["--verifiers", "gbv", "--time-budget", "1e-9", "--out", str(out)]) == 3

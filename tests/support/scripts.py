@@ -15,3 +15,12 @@ def load_script(relative: str, name: str | None = None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def assert_one_line_refusals(main, common: list, cases: list, prefix: str, capsys) -> None:
+    """Each (extra arguments, expected words) of ``cases``: ``main(common + extra)`` exits 2 with one stderr line
+    that starts with ``prefix`` and holds the words."""
+    for extra, expected in cases:
+        assert main(common + extra) == 2, extra
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith(prefix) and expected in error[0], error

@@ -327,13 +327,13 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
     heavy = np.zeros(count, dtype=bool)
     heavy[candidates] = True
     light = solved & ~heavy  # not empty: more than GRID_POINTS are solved, at most HEAVY_POINTS < GRID_POINTS heavy
-    solved_y = y[light]
-    bottom, top = float(solved_y.min()), float(solved_y.max())
+    light_y = y[light]
+    bottom, top = float(light_y.min()), float(light_y.max())
     grid_step = max(GRID_STEP, (top - bottom) / (GRID_POINTS - 4))
     points = bottom - grid_step + grid_step * np.arange(math.ceil((top - bottom) / grid_step) + 3)
-    cell = np.minimum(((solved_y - points[0]) / grid_step).astype(np.int64), len(points) - 3)
+    cell = np.minimum(((light_y - points[0]) / grid_step).astype(np.int64), len(points) - 3)
     cell = np.maximum(cell, 1)
-    theta = (solved_y - points[cell]) / grid_step
+    theta = (light_y - points[cell]) / grid_step
     square = theta * theta
     cube = square * theta
     # cubic Hermite basis interpolating u at the tokens: u = u_k + h01 (u_(k+1) - u_k) + h10 u'_k + h11 u'_(k+1)
