@@ -7,8 +7,9 @@ commitment to one path costs on ``iid:3,2``, and what Medusa's typical acceptanc
    multi-step LP's optimum over every valid verifier, proved in rationals (``certify=True``), block verification's
    and token-level verification's exact E[tau + 1], and the per-length coupling bound the paper calls an oracle.
 2. ``iid:3,2``, p = (0.5, 0.3, 0.2), q = (0.2, 0.6, 0.2) at every prefix: the optimum of every valid verifier, of
-   the verifiers that accept only along GBV's greedily selected path (``selected-path``), of the class of
-   ``examples/my_class.py`` (at most one token off that path), and every rule's E[tau + 1].
+   the verifiers that accept only along GBV's greedily selected path (``selected-path``), of the two classes of
+   ``examples/my_class.py`` that let the block leave that path by one token (``shallow_off_path``: at depth 1
+   only; ``one_off_path``: at any depth), and every rule's E[tau + 1].
 3. Typical acceptance at Medusa's defaults on 20 random problems (V = 4, depth 3, divergence 0.5): its exact TV
    to the target and its E[tau + 1] over the lossless rule's on ``chain:3`` and ``iid:2,2``.
 
@@ -57,13 +58,15 @@ def gbv_commitment() -> dict:
     drafter = parse_tree("iid:3,2")
     valid = [rule for rule in REGISTRY.values() if drafter.draft_laws & rule.valid_for]
     report = gap_report(problem, drafter, valid)
-    shallow = optimize_class(problem, drafter, load_attribute(f"{CLASS_FILE}:shallow_off_path", "verifier class"),
-                             name="shallow_off_path", references=False)
+    off_path = {}
+    for where, name in (("depth_1", "shallow_off_path"), ("any_depth", "one_off_path")):
+        result = optimize_class(problem, drafter, load_attribute(f"{CLASS_FILE}:{name}", "verifier class"), name=name,
+                                references=False)
+        off_path.update({f"off_path_{where}_optimum": result.block_efficiency,
+                         f"off_path_{where}_tv": result.tv_distance})
     return {"tree": "iid:3,2", "p": [0.5, 0.3, 0.2], "q": [0.2, 0.6, 0.2],
             "optimum": report.optimal_block_efficiency,
-            "selected_path_optimum": report.class_optima["selected-path"],
-            "one_off_path_optimum": shallow.block_efficiency,
-            "one_off_path_tv": shallow.tv_distance,
+            "selected_path_optimum": report.class_optima["selected-path"], **off_path,
             "block_efficiency": {row.verifier: row.block_efficiency for row in report.rows}}
 
 
