@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's verispec, whatever is installed
 
+from verispec.errors import VerispecError  # noqa: E402
+from verispec.io import atomic_write_text  # noqa: E402
 from verispec.report.generated_docs import (  # noqa: E402
     GeneratedDocsError,
     ResultFiles,
@@ -466,7 +468,7 @@ def claims(results) -> list[tuple[str, str]]:
     out = []
     for name in FINDINGS:
         path = FINDINGS_DIR / f"{name}.md"
-        match = CLAIM.search(path.read_text()) if path.exists() else None
+        match = CLAIM.search(read_page(path)) if path.exists() else None
         if match is None:
             raise GeneratedDocsError(f"{path.relative_to(ROOT)} states no claim between <!--claim--> and "
                                      "<!--/claim-->")
@@ -492,7 +494,10 @@ def scripts_index(results) -> str:
     lines = []
     for folder in ("experiments", "benchmarks"):
         for path in sorted((ROOT / folder).glob("*.py")):
-            docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+            try:
+                docstring = ast.get_docstring(ast.parse(read_page(path))) or ""
+            except (SyntaxError, ValueError) as error:  # ValueError: a null byte in the source
+                raise GeneratedDocsError(f"{folder}/{path.name} cannot be parsed ({error}); fix the script") from None
             first = " ".join(docstring.split("\n\n")[0].split())
             if not first:
                 raise GeneratedDocsError(f"{folder}/{path.name} has no docstring: say in its first paragraph what "
@@ -563,8 +568,20 @@ def how_fast(results) -> str:
 TABLES["how-fast"] = how_fast
 
 
+#: Most bytes of a page (the README, a guide, a findings page) or a script this generator reads.
+MAX_PAGE_BYTES = 1 << 24
+
+
+def read_page(path: Path) -> str:
+    """A page or script this generator reads: a regular file of at most ``MAX_PAGE_BYTES`` (a FIFO or a device in
+    its place is refused on one line instead of hanging the generator or filling memory)."""
+    from verispec.io import read_user_file
+
+    return read_user_file(path, limit=MAX_PAGE_BYTES, what="the page", error=GeneratedDocsError, regular_only=True)
+
+
 def generated(path: Path, results: ResultFiles) -> str:
-    text = path.read_text()
+    text = read_page(path)
     if "verifier-table:start" in text:
         text = with_tables(text)
     return render(text, VALUES, TABLES, results, where=str(path.relative_to(ROOT)))
@@ -579,14 +596,16 @@ def main(argv: list[str] | None = None) -> int:
         for path in pages():
             if not path.exists():
                 raise GeneratedDocsError(f"{path.relative_to(ROOT)} is missing")
-            text, fresh = path.read_text(), generated(path, results)
+            text, fresh = read_page(path), generated(path, results)
             if fresh != text:
                 keys = stale_markers(text, fresh) or ["the verifier table"]
                 stale.append(f"{path.relative_to(ROOT)}: {', '.join(keys)}")
                 if not args.check:
-                    path.write_text(fresh)
-    except GeneratedDocsError as error:
-        print(f"docs/generate.py: {error}", file=sys.stderr)
+                    # a new file renamed over the page, never the page truncated and rewritten in place: on a full
+                    # disk that left README.md empty (issue 64); now the page stays whole and the run says why
+                    atomic_write_text(path, fresh)
+    except VerispecError as error:  # GeneratedDocsError, and OutputError from a write (a full disk, read-only)
+        print(f"docs/generate.py: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     for line in stale:
         print(f"{line}: {'stale; run python docs/generate.py' if args.check else 'rewritten'}")

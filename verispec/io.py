@@ -12,7 +12,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from verispec.errors import OutputError, ResultStoreError, VerispecError, describe
+from verispec.errors import OutputError, ResultStoreError, VerispecError
+from verispec.reading import (  # noqa: F401  (re-exported: the readers' home before issue 64)
+    check_zip_sizes,
+    file_type,
+    open_without_blocking,
+    read_user_file,
+    size_text,
+)
 
 
 def cache_root() -> Path:
@@ -22,64 +29,9 @@ def cache_root() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "verispec"
 
 
-def read_user_file(path: str | Path, *, limit: int, what: str, error: type[VerispecError] = VerispecError,
-                   why: str = "", binary: bool = False) -> str | bytes:
-    """The UTF-8 text of a file a user named (a problem, prompts, a context, a latency model), read with a
-    bound: at most ``limit`` + 1 bytes are read, so a device or a huge file (``/dev/zero``) is refused at once
-    instead of filling memory. Every failure is ``error`` on one line naming ``what`` and the path: a missing
-    or unreadable file, text that is not UTF-8, or more than ``limit`` bytes (``why`` says where the limit
-    comes from). ``binary``: the bytes, undecoded (a file that may be JSON text or a binary form)."""
-    shown = repr(str(path))
-    try:
-        with open(path, "rb") as stream:
-            data = _read_within(stream, limit)
-    except OSError as failure:
-        raise error(f"cannot read {what} {shown}: {failure.strerror or failure}") from None
-    if data is None:
-        reason = f" ({why})" if why else ""
-        raise error(f"{what} {shown} holds more than {_size_text(limit)}, the most verispec reads for it{reason}; "
-                    "give a smaller file")
-    if binary:
-        return data
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise error(f"{what} {shown} is not UTF-8 text") from None
-
-
-def _read_within(stream, limit: int) -> bytes | None:
-    """The bytes of ``stream`` when it holds at most ``limit`` of them, else None, holding no more memory than the
-    bytes read (``read(limit + 1)`` sets aside all of them at once: 256 MiB for an 81-byte problem file). A
-    regular file is read in one call of its size (a short read is its end); a device or a pipe, whose size reads
-    0, and a file that grew since its size was read, in chunks of 1 MiB."""
-    size = os.fstat(stream.fileno()).st_size
-    request = min(size, limit) + 1 if size else 1 << 20
-    parts, total = [], 0
-    while total <= limit:
-        chunk = stream.read(min(request, limit + 1 - total))
-        if not chunk:
-            break
-        parts.append(chunk)
-        total += len(chunk)
-        if size and len(chunk) < request:
-            break
-        request = 1 << 20
-    if total > limit:
-        return None
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
 #: Largest result store read back (``ResultStore``): a sweep row takes about 1.6 KB (measured), so some 650,000
 #: rows.
 MAX_RESULT_FILE_BYTES = 1 << 30
-
-
-def _size_text(count: int) -> str:
-    """A byte count in words: '256 MiB', '4 KiB', '17 bytes'."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= size:
-            return f"{count / size:g} {unit}"
-    return f"{count} bytes"
 
 
 def atomic_write_text(path: str | Path, text: str, *, within: str | Path | None = None) -> None:
@@ -131,7 +83,7 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp", within: str | Path 
             raise OutputError(f"cannot write {shown}: its symbolic links form a loop; give another path")
         target.parent.mkdir(parents=True, exist_ok=True)
         mode = _open_mode(target, shown)
-        handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
+        handle, name = tempfile.mkstemp(dir=target.parent, prefix=temporary_prefix(target.name), suffix=suffix)
         os.close(handle)
         temporary = Path(name)
         yield temporary
@@ -151,6 +103,25 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp", within: str | Path 
     finally:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
+
+
+#: Most bytes of the target's name a temporary file's name repeats (``temporary_prefix``).
+TEMPORARY_NAME_BYTES = 32
+
+
+def temporary_prefix(name: str) -> str:
+    """The prefix of a temporary file written beside the file ``name``: a dot, the name's first characters up to
+    ``TEMPORARY_NAME_BYTES`` bytes (enough to tell whose it is, should a crash leave it), a dot. The whole name
+    (``mkstemp`` adds 8 random characters and the suffix) must fit the file system's limit on one name (NAME_MAX,
+    255 bytes on Linux) wherever ``name`` does: the full name as prefix made a legal 255-byte name fail (issue 64).
+    Cut by whole characters, counted in the bytes the file system stores."""
+    kept, size = [], 0
+    for character in name:
+        size += len(os.fsencode(character))
+        if size > TEMPORARY_NAME_BYTES:
+            break
+        kept.append(character)
+    return f".{''.join(kept)}."
 
 
 #: Errors of opening or syncing a folder that mean the system does not offer it (a folder we may write but
@@ -297,59 +268,6 @@ def check_inside(folder: str | Path, path: str | Path, what: str = "--out") -> N
     if os.path.commonpath([base, resolved]) != base:
         raise OutputError(f"{what}: {shown} resolves to {resolved!r}, outside the output folder {str(folder)!r} "
                           "(a linked subfolder); remove the link, or choose another folder")
-
-
-def check_zip_sizes(source, *, limit: int, what: str, error: type[VerispecError] = VerispecError) -> None:
-    """Refuse a zip archive (a .npz, a torch file) whose members declare more than ``limit`` bytes uncompressed,
-    or a .npy member whose header declares a shape its stored bytes do not hold, from the archive's directory
-    and each member's header alone: nothing proportional to a declared size is decompressed or allocated (a
-    few-MB .npz of zeros expanding to gigabytes, a header declaring 10^12 entries over 16 bytes). ``source``:
-    a path or a binary file object. Anything that is not a readable zip archive passes, for the caller's reader
-    to name in its own words. ``what`` names the file in the one-line ``error``."""
-    import zipfile
-
-    try:
-        archive = zipfile.ZipFile(source)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return
-    with archive:
-        members = archive.infolist()
-        declared = sum(member.file_size for member in members)
-        if declared > limit:
-            largest = max(members, key=lambda member: member.file_size)
-            raise error(f"{what} expands to {_size_text(declared)} uncompressed ({largest.filename!r} alone "
-                        f"{_size_text(largest.file_size)}), above the {_size_text(limit)} verispec reads; give a "
-                        "smaller file")
-        for member in members:
-            if member.filename.endswith(".npy"):
-                _check_npy_header(archive, member, what, error)
-
-
-def _check_npy_header(archive, member, what: str, error: type[VerispecError]) -> None:
-    """Refuse a .npy member whose header's shape and dtype need other than the bytes it stores (reading its
-    first bytes only); a member without a readable header is left to numpy's reader."""
-    import math
-
-    import numpy as np
-
-    with archive.open(member) as stream:
-        try:
-            version = np.lib.format.read_magic(stream)
-            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-            if read_header is None:
-                return
-            shape, _, dtype = read_header(stream)
-            stored = member.file_size - stream.tell()
-        except (ValueError, EOFError, OSError, SyntaxError, TypeError):
-            return
-    if dtype.hasobject:
-        return  # numpy refuses pickled objects itself (allow_pickle=False)
-    needed = math.prod(shape) * dtype.itemsize
-    if needed != stored:
-        shown = describe(tuple(shape)) if len(shape) <= 8 else f"of {len(shape)} dimensions"
-        raise error(f"{what}: its array {member.filename[:-4]!r} declares shape {shown} of {dtype} "
-                    f"({_size_text(needed)}) but stores {_size_text(stored)}; the file is damaged or not verispec's")
 
 
 @contextlib.contextmanager
@@ -590,3 +508,82 @@ def npz_marker(path: str | Path, limit: int):
             return json.loads(str(archive[MARKER_KEY]))
     except Exception:  # numpy and zipfile raise many kinds on a file that is not an archive of theirs
         return None
+
+
+#: Most bytes of a PNG read to find its ``written_by`` text chunk: matplotlib writes its text chunks before the
+#: image data, within the first few hundred bytes.
+MAX_PNG_HEAD = 1 << 16
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_marker(path: str | Path):
+    """The ``written_by`` value of a PNG's text chunk of that key (``figure.savefig(metadata=...)``), else None
+    (never raising; only a regular file's first ``MAX_PNG_HEAD`` bytes are read, up to its image data)."""
+    from verispec.provenance import MARKER_KEY
+
+    try:
+        with open_without_blocking(path) as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                return None
+            head = stream.read(MAX_PNG_HEAD)
+    except OSError:
+        return None
+    if not head.startswith(PNG_SIGNATURE):
+        return None
+    at = len(PNG_SIGNATURE)
+    while at + 8 <= len(head):
+        length, kind = int.from_bytes(head[at:at + 4], "big"), head[at + 4:at + 8]
+        data = head[at + 8:at + 8 + length]
+        if kind == b"IDAT" or len(data) < length:
+            return None
+        key, _, value = data.partition(b"\0")
+        if kind == b"tEXt" and key == MARKER_KEY.encode():
+            try:
+                return json.loads(value.decode("latin-1"))
+            except ValueError:
+                return None
+        at += 12 + length  # length, type, data, CRC
+    return None
+
+
+def marked_json(kind: str) -> Callable[[Path], bool]:
+    """``OutputKind.marked`` of a JSON file verispec writes with the ``written_by`` marker of ``kind``."""
+    from verispec.provenance import is_marked
+
+    return lambda path: is_marked(json_marker(path), kind)
+
+
+def _markdown_marked(path: Path) -> bool:
+    from verispec.provenance import markdown_marked
+
+    return markdown_marked(path)
+
+
+def _png_marked(path: Path) -> bool:
+    from verispec.provenance import REPORT, is_marked
+
+    return is_marked(png_marker(path), REPORT)
+
+
+def _row_store_marked(path: Path) -> bool:
+    from verispec.provenance import RESULT_STORE, is_marked
+
+    return is_marked(json_marker(path), RESULT_STORE)
+
+
+#: A Markdown file verispec writes (a report, a table): its first line is the marker (``markdown_marker``).
+MARKDOWN_OUTPUT = OutputKind("Markdown file written by verispec (its first line the marker comment)",
+                             _markdown_marked, example="table.md")
+#: A figure verispec writes: a PNG whose ``written_by`` text chunk is the marker (``figure_metadata``).
+FIGURE_OUTPUT = OutputKind("figure written by verispec (a PNG carrying its written_by text)", _png_marked,
+                           example="figure.png")
+#: A row store (``ResultStore``): JSON carrying the row store's marker.
+ROW_STORE_OUTPUT = OutputKind("verispec row store", _row_store_marked, example="rows.json")
+
+
+def figure_metadata(command: str) -> dict:
+    """The PNG text chunks of a figure verispec writes (``savefig(metadata=...)``): its ``written_by`` marker
+    (kind report), so that a rerun can show it wrote the figure it replaces (``FIGURE_OUTPUT``)."""
+    from verispec.provenance import MARKER_KEY, REPORT, written_by
+
+    return {MARKER_KEY: json.dumps(written_by(REPORT, command), sort_keys=True)}

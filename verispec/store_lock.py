@@ -83,10 +83,25 @@ def acquire(store: str | Path, command: str | None = None) -> str:
         raise OutputError(f"cannot lock {shown} ({error.strerror or error}); this file system does not offer "
                           "flock: write the row store on a local disk") from None
     record = {"pid": os.getpid(), "command": command or _command_line(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-    os.ftruncate(handle, 0)
-    os.pwrite(handle, (json.dumps(record) + "\n").encode(), 0)
+    try:
+        _record_holder(handle, record, store, shown)
+    except BaseException:
+        os.close(handle)  # gives the lock back
+        raise
     _HELD[key] = [handle, 1]
     return key
+
+
+def _record_holder(handle: int, record: dict, store: str | Path, shown: str) -> None:
+    """Write the holder into the locked file, or refuse on one line (``OutputError``): on a full disk (ENOSPC), a
+    quota or an I/O error the run could not save its rows either, so it is refused now rather than after its
+    work (the bare ``OSError`` was a traceback, issue 64)."""
+    try:
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, (json.dumps(record) + "\n").encode(), 0)
+    except OSError as error:
+        raise OutputError(f"cannot write the lock file {shown} of the row store {str(store)!r} "
+                          f"({error.strerror or error}); free space there, or choose another output") from None
 
 
 def release(key: str) -> None:

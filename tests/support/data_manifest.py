@@ -47,21 +47,45 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+#: Most bytes of the manifest read (it is some 10 KB).
+MAX_MANIFEST_BYTES = 1 << 22
+
+
+class ManifestError(ValueError):
+    """The manifest cannot be read, or a line of it is malformed: one line naming the file (and line) and the fix."""
+
+
 def read(root: Path) -> dict[str, Entry]:
-    """The manifest's entries by path; a malformed line is a ``ValueError`` naming its number."""
+    """The manifest's entries by path; a malformed line is a ``ManifestError`` (a ``ValueError``) naming its
+    number. Read with a bound, and only as a regular file (a FIFO or a device in its place is refused, not waited
+    on or read for ever); every line's path must name a file under data/, its byte count be ASCII digits (``'²'``
+    passed ``str.isdigit`` and then failed ``int``: a traceback, issue 64)."""
+    from verispec.errors import VerispecError
+    from verispec.io import read_user_file
+
     entries: dict[str, Entry] = {}
-    lines = (Path(root) / MANIFEST).read_text(encoding="utf-8").splitlines()
+    try:
+        text = read_user_file(Path(root) / MANIFEST, limit=MAX_MANIFEST_BYTES, what="the manifest",
+                              regular_only=True)
+    except VerispecError as error:
+        raise ManifestError(str(error)) from None
+    lines = text.splitlines()
     body = [(number, line) for number, line in enumerate(lines, 1) if line and not line.startswith("#")]
     if not body or body[0][1] != HEADER:
-        raise ValueError(f"{MANIFEST}: the first line that is not a comment must be the header {HEADER!r}")
+        raise ManifestError(f"{MANIFEST}: the first line that is not a comment must be the header {HEADER!r}")
     for number, line in body[1:]:
         fields = line.split("\t")
-        if len(fields) != len(COLUMNS) or not fields[1].isdigit() or not re.fullmatch(r"[0-9a-f]{64}", fields[2]) \
-                or not re.fullmatch(r"[0-9a-f]{7,40}", fields[3]) or not fields[4].strip():
-            raise ValueError(f"{MANIFEST}:{number}: expected {len(COLUMNS)} tab-separated fields {COLUMNS} with a "
-                             f"byte count, a sha256, a commit and a command: {line[:120]!r}")
+        if len(fields) != len(COLUMNS) or not re.fullmatch(r"[0-9]+", fields[1]) \
+                or not re.fullmatch(r"[0-9a-f]{64}", fields[2]) or not re.fullmatch(r"[0-9a-f]{7,40}", fields[3]) \
+                or not fields[4].strip():
+            raise ManifestError(f"{MANIFEST}:{number}: expected {len(COLUMNS)} tab-separated fields {COLUMNS} with "
+                                f"a byte count, a sha256, a commit and a command: {line[:120]!r}; fix the line")
+        parts = fields[0].split("/")
+        if parts[0] != "data" or len(parts) < 2 or any(part in ("", ".", "..") for part in parts):
+            raise ManifestError(f"{MANIFEST}:{number}: the path {fields[0][:120]!r} is not a file under data/ "
+                                "(written data/NAME, no '..'); fix the line")
         if fields[0] in entries:
-            raise ValueError(f"{MANIFEST}:{number}: {fields[0]!r} is listed twice")
+            raise ManifestError(f"{MANIFEST}:{number}: {fields[0]!r} is listed twice")
         entries[fields[0]] = Entry(fields[0], int(fields[1]), *fields[2:])
     return entries
 
@@ -94,12 +118,14 @@ def refresh(root: Path) -> None:
     manifest = Path(root) / MANIFEST
     entries = read(root)
     out = []
-    for line in manifest.read_text(encoding="utf-8").splitlines():
+    for line in manifest.read_text(encoding="utf-8").splitlines():  # read() above checked it
         fields = line.split("\t")
         if fields[0] in entries and (Path(root) / fields[0]).is_file():
             fields[1:3] = [str((Path(root) / fields[0]).stat().st_size), sha256(Path(root) / fields[0])]
         out.append("\t".join(fields))
-    manifest.write_text("\n".join(out) + "\n", encoding="utf-8")
+    from verispec.io import atomic_write_text
+
+    atomic_write_text(manifest, "\n".join(out) + "\n")  # never the manifest truncated by a full disk
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=str(Path(__file__).resolve().parents[2]), help="the checkout")
     parser.add_argument("--refresh", action="store_true", help="rewrite the listed files' sizes and sha256")
     args = parser.parse_args(argv)
-    if args.refresh:
-        refresh(Path(args.root))
-    problems = check(Path(args.root))
+    try:
+        if args.refresh:
+            refresh(Path(args.root))
+        problems = check(Path(args.root))
+    except (ManifestError, OSError) as error:  # a malformed line, an unreadable data file: one line, status 2
+        print(f"data_manifest: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
     print("\n".join(problems) or f"{MANIFEST}: every file listed, every size and sha256 as listed")
     return 1 if problems else 0
 

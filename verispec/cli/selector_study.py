@@ -31,6 +31,9 @@ def add_study_parser(steps) -> None:
     study.add_argument("--pair", default=None, metavar="NAME",
                        help="refuse datasets of any other pair (default: the first dataset's)")
     study.add_argument("--out", required=True, metavar="DIR", help="the folder of the study's three files")
+    study.add_argument("--overwrite", action="store_true",
+                       help="replace files in DIR of the study's names that verispec cannot show it wrote (by default "
+                            "they are refused)")
     study.add_argument("--seed", type=integer_option(minimum=0, what="a non-negative integer"), default=0,
                        help="the split's, the selectors' and the bootstrap's seed (default 0)")
     study.add_argument("--epochs", type=integer_option(minimum=1, maximum=100_000, what="an integer in [1, 100000]"),
@@ -56,12 +59,16 @@ def add_study_parser(steps) -> None:
 
 
 def run_study_command(args) -> int:
+    from pathlib import Path
+
     from verispec.errors import VerispecError
-    from verispec.selector.study import check_study_outputs, load_inputs, run_study
+    from verispec.selector.study import JSON_FILE, check_study_owned, load_inputs
+    from verispec.store_lock import store_lock
 
     if not 0 < args.test_fraction < 1:
         raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
-    check_study_outputs(args.out)  # before any file is read or selector trained
+    # before any file is read or selector trained: a file of the user's at one of the study's names is refused
+    check_study_owned(args.out, overwrite=args.overwrite)
     datasets, regimes = load_inputs(args.dataset, args.latency, args.pair)
     hidden = None if args.hidden is None else "all" if args.hidden.strip() == "all" else \
         [name.strip() for name in args.hidden.split(",") if name.strip()]
@@ -82,10 +89,22 @@ def run_study_command(args) -> int:
     import sys
 
     from verispec.provenance import run_record
-    from verispec.report.pair_section import write_study
 
     inputs = list(args.dataset) + ([args.latency] if args.latency else [])
     record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
+    # one study into DIR at a time, from here (the inputs were refused first, leaving no folder behind): a second
+    # is refused at once, naming the first (verispec.store_lock); two at once would each write the three files,
+    # and DIR would end with a mix of both
+    with store_lock(Path(args.out) / JSON_FILE):
+        check_study_owned(args.out, overwrite=args.overwrite)  # as the holder of the lock finds it
+        return _write_study(args, datasets, regimes, hidden, record)
+
+
+def _write_study(args, datasets, regimes, hidden, record: dict) -> int:
+    """``run_study_command`` once its inputs are read and DIR is checked and locked."""
+    from verispec.report.pair_section import write_study
+    from verispec.selector.study import run_study
+
     start = time.perf_counter()
     result = run_study(datasets, regimes, seed=args.seed, epochs=args.epochs, test_fraction=args.test_fraction,
                        resamples=args.bootstrap, pair=args.pair, folds=args.folds, hidden=hidden,

@@ -32,6 +32,9 @@ def add_verdict_parser(steps) -> None:
                          help="the pair's latency model on this CPU: the cpu regime (left out without it)")
     verdict.add_argument("--pair", default=None, metavar="NAME", help="refuse datasets of any other pair")
     verdict.add_argument("--out", required=True, metavar="DIR", help="the folder of verdict.json and verdict.md")
+    verdict.add_argument("--overwrite", action="store_true",
+                         help="replace files in DIR of the verdict's names that verispec cannot show it wrote, and "
+                              "start its fits over (by default such files are refused)")
     verdict.add_argument("--replicates", type=integer_option(minimum=2, maximum=1000, what="an integer in [2, 1000]"),
                          default=9, help="cross-fits with seeds SEED, SEED+1, ..: their own folds and training seeds "
                                          "(default 9)")
@@ -53,15 +56,45 @@ def add_verdict_parser(steps) -> None:
     add_time_budget_option(verdict, "the replicates")
 
 
-def _outputs(out: Path):
-    from verispec.io import check_inside, check_output_dir, check_output_file
-    from verispec.provenance import check_result_output
+def _verdict_format(path: Path) -> bool:
+    """Whether ``path`` is JSON of the verdict's format (for the refusal's words: one without the marker was
+    written by a verispec older than it, or by hand)."""
+    import json
+
+    from verispec.io import MAX_RESULT_FILE_BYTES, read_user_file
+    from verispec.selector.verdict import VERDICT_FORMAT
+
+    try:
+        data = json.loads(read_user_file(path, limit=MAX_RESULT_FILE_BYTES, what="the file", regular_only=True))
+    except (ValueError, RecursionError, OSError):
+        return False
+    return isinstance(data, dict) and data.get("format") == VERDICT_FORMAT
+
+
+def _outputs(out: Path, overwrite: bool) -> None:
+    """Refuse on one line, before any work, a folder that cannot take the verdict's files, a link at one of their
+    names, and, unless ``overwrite``, a file there that verispec cannot show it wrote (its marker): the verdict
+    would replace a file of the user's (issue 64)."""
+    from verispec.io import (
+        MARKDOWN_OUTPUT,
+        ROW_STORE_OUTPUT,
+        OutputKind,
+        check_inside,
+        check_output,
+        check_output_dir,
+        marked_json,
+    )
+    from verispec.selector.verdict import VERDICT_KIND
+    from verispec.store_lock import lock_path
 
     check_output_dir(out, "--out")
-    for name in (JSON_NAME, MARKDOWN_NAME, STORE_NAME):
+    check_inside(out, lock_path(out / STORE_NAME), "--out")
+    kinds = {JSON_NAME: OutputKind("verispec selector verdict (JSON)", marked_json(VERDICT_KIND), _verdict_format,
+                                   JSON_NAME),
+             MARKDOWN_NAME: MARKDOWN_OUTPUT, STORE_NAME: ROW_STORE_OUTPUT}
+    for name, kind in kinds.items():
         check_inside(out, out / name, "--out")
-        check_output_file(out / name, "--out")
-    check_result_output(out / JSON_NAME)
+        check_output(out / name, kind, what="--out", overwrite=overwrite)
 
 
 def _fit(task, regimes, folds: int, epochs: int, groups, threads: int) -> tuple[str, dict]:
@@ -79,23 +112,15 @@ def run_verdict_command(args) -> int:
     import shlex
     import sys
 
-    from verispec.cli.options import command_budget
-    from verispec.errors import AnalysisTimeoutError, ResultStoreError, VerispecError
-    from verispec.io import ResultStore, atomic_write_json, atomic_write_text
-    from verispec.provenance import run_record, sha256_bytes
+    from verispec.errors import VerispecError
+    from verispec.provenance import run_record
     from verispec.selector.study import load_inputs, pair_settings
-    from verispec.selector.verdict import (
-        KIND,
-        VERDICT_FORMAT,
-        check_verdict_numbers,
-        verdict_sentence,
-        verdict_table,
-        verdict_tasks,
-    )
+    from verispec.selector.verdict import check_verdict_numbers
+    from verispec.store_lock import store_lock
 
     out = Path(args.out)
     check_verdict_numbers(args.replicates, args.folds)
-    _outputs(out)  # before any file is read or selector trained
+    _outputs(out, args.overwrite)  # before any file is read or selector trained
     datasets, regimes = load_inputs(args.dataset, args.latency, args.pair)
     settings = pair_settings(datasets, args.pair)
     try:
@@ -104,15 +129,38 @@ def run_verdict_command(args) -> int:
         raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
     inputs = list(args.dataset) + ([args.latency] if args.latency else [])
     record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
+    # one verdict into DIR at a time, from here (the inputs were refused first, leaving no folder behind): a second
+    # is refused at once, naming the first (verispec.store_lock); two at once each rewrote the row store from
+    # their own fits, and one run's fits were lost
+    with store_lock(out / STORE_NAME):
+        _outputs(out, args.overwrite)  # as the holder of the lock finds it
+        return _fit_and_write(args, out, settings, regimes, record)
+
+
+def _fit_and_write(args, out: Path, settings, regimes, record: dict) -> int:
+    """The verdict's fits (those its row store lacks) and its files, with DIR's row store locked."""
+    from verispec.cli.options import command_budget
+    from verispec.errors import AnalysisTimeoutError, ResultStoreError, VerispecError
+    from verispec.io import ResultStore, atomic_write_json, atomic_write_text
+    from verispec.provenance import MARKER_KEY, markdown_marker, sha256_bytes, written_by
+    from verispec.selector.verdict import KIND as SELECTOR_KIND
+    from verispec.selector.verdict import (
+        VERDICT_FORMAT,
+        VERDICT_KIND,
+        verdict_sentence,
+        verdict_table,
+        verdict_tasks,
+    )
+
     out.mkdir(parents=True, exist_ok=True)
     import numpy as np
 
     groups = np.concatenate([setting.data.group for setting in settings])  # the split's prompts, every setting's
-    parameters = {"folds": args.folds, "epochs": args.epochs, "kind": KIND,
+    parameters = {"folds": args.folds, "epochs": args.epochs, "kind": SELECTOR_KIND,
                   "regimes": {name: model.as_dict() for name, model in regimes.items()},
                   "prompts_sha256": sha256_bytes("\n".join(sorted(set(groups.tolist()))).encode())}
     try:
-        store = ResultStore(out / STORE_NAME, parameters=parameters)
+        store = ResultStore(out / STORE_NAME, parameters=parameters, overwrite=args.overwrite, within=out)
     except ResultStoreError as error:  # a store of other regimes, folds or prompts
         raise VerispecError(f"{' '.join(str(error).split())} (the fits in {out / STORE_NAME} were made with other "
                             "folds, epochs, latency or prompts; give another --out or remove that store)") from None
@@ -138,9 +186,11 @@ def run_verdict_command(args) -> int:
                                           "prompts": int(len(set(setting.data.group.tolist()))),
                                           "roots": len(setting.data)} for setting in settings},
               "tables": tables, "sentence": verdict_sentence(tables),
-              "record": {**record, "seconds": round(time.perf_counter() - start, 1)}}
+              "record": {**record, "seconds": round(time.perf_counter() - start, 1)},
+              MARKER_KEY: written_by(VERDICT_KIND, "selector verdict")}
     atomic_write_json(out / JSON_NAME, result, within=out)
-    atomic_write_text(out / MARKDOWN_NAME, verdict_markdown(result), within=out)
+    atomic_write_text(out / MARKDOWN_NAME, f"{markdown_marker('selector verdict')}\n{verdict_markdown(result)}",
+                      within=out)
     print(f"wrote the verdict of {result['pair'] or 'the datasets'} into {out} ({len(seeds)} replicates x "
           f"{args.folds} folds; {time.perf_counter() - start:.1f} s)")
     return 0

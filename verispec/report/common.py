@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verispec.errors import VerispecError
-from verispec.io import atomic_output
+from verispec.io import atomic_output, figure_metadata
 from verispec.latency import LatencyModel
 from verispec.study.grid import SweepGrid
 
@@ -166,7 +166,7 @@ def save_figure(figure, path: Path) -> str:
     folder it is named in: a link at ``path`` is refused, not followed out of the folder (``within``)."""
     figure.tight_layout()
     with atomic_output(path, suffix=".png", within=Path(path).parent) as temporary:
-        figure.savefig(temporary, dpi=110, format="png")
+        figure.savefig(temporary, dpi=110, format="png", metadata=figure_metadata("report"))  # its marker
     pyplot().close(figure)
     return path.name
 

@@ -65,15 +65,22 @@ class ResultFiles:
 
 
 def load_result(path: str | Path) -> dict:
-    """A result file (JSON) with a complete run record, or a one-line ``GeneratedDocsError``."""
+    """A result file (JSON) with a complete run record, or a one-line ``GeneratedDocsError``. Read with a bound
+    (``MAX_RESULT_BYTES``) and only when it is a regular file: a FIFO in its place hung the generator, and a link
+    to /dev/zero filled memory (issue 64). Every object in it is a ``ResultObject``: a key it lacks is refused on
+    one line naming the file and the key, not a KeyError."""
+    from verispec.io import read_user_file
+    from verispec.provenance import MAX_RESULT_BYTES
+
     path = Path(path)
-    try:
-        result = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise GeneratedDocsError(f"result file {path} is missing: run the command that writes it "
-                                 "(data/MANIFEST or the page that cites it names it), then python docs/generate.py"
-                                 ) from None
-    except (OSError, ValueError) as error:
+                                 "(data/MANIFEST or the page that cites it names it), then python docs/generate.py")
+    text = read_user_file(path, limit=MAX_RESULT_BYTES, what="result file", error=GeneratedDocsError,
+                          regular_only=True, why="the largest result file verispec writes is under 1 MB")
+    try:
+        result = _located(json.loads(text), str(path), "")
+    except (ValueError, RecursionError) as error:
         raise GeneratedDocsError(f"result file {path} cannot be read as JSON ({error}); rerun its command") from None
     record = result.get("record") if isinstance(result, dict) else None
     missing = [key for key in RECORD_KEYS if not isinstance(record, dict) or key not in record]
@@ -83,6 +90,31 @@ def load_result(path: str | Path) -> dict:
         raise GeneratedDocsError(f"result file {path} states no {', '.join(missing)} in its 'record': rerun its "
                                  "command with a verispec that records its runs (verispec.provenance.run_record)")
     return result
+
+
+class ResultObject(dict):
+    """A JSON object of a result file that knows where it lies: a key it lacks raises a one-line
+    ``GeneratedDocsError`` naming the file, the key's place and the fix (a result file without ``tables`` gave
+    a KeyError traceback, issue 64)."""
+
+    def __init__(self, items, file: str, place: str):
+        super().__init__(items)
+        self.file, self.place = file, place
+
+    def __missing__(self, key):
+        where = f"{self.place}.{key}" if self.place else str(key)
+        raise GeneratedDocsError(f"result file {self.file} has no {where!r}, which the docs read: it is from "
+                                 "another version or damaged; rerun the command its record names")
+
+
+def _located(value, file: str, place: str):
+    """``value`` (parsed JSON) with every object a ``ResultObject`` naming its place (``tables[0].ddte``)."""
+    if isinstance(value, dict):
+        return ResultObject({key: _located(item, file, f"{place}.{key}" if place else str(key))
+                             for key, item in value.items()}, file, place)
+    if isinstance(value, list):
+        return [_located(item, file, f"{place}[{index}]") for index, item in enumerate(value)]
+    return value
 
 
 Renderers = Mapping[str, Callable[[ResultFiles], str]]
@@ -95,7 +127,16 @@ def render(text: str, values: Renderers, tables: Renderers, results: ResultFiles
         if key not in renderers:
             raise GeneratedDocsError(f"{where or 'a page'}: no generated {kind} named {key!r} (known: "
                                      f"{', '.join(sorted(renderers))}); fix the marker or add it to docs/generate.py")
-        return renderers[key](results)
+        try:
+            return renderers[key](results)
+        except GeneratedDocsError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
+            # a value of the wrong type where the docs read one (a list for an object, null for a number)
+            raise GeneratedDocsError(f"{where or 'a page'}: the {kind} {key!r} cannot be made from the result files "
+                                     f"it reads ({', '.join(results.read) or 'none read'}): "
+                                     f"{type(error).__name__}: {' '.join(str(error).split())[:200]}; rerun the "
+                                     "command each file's record names") from None
 
     text = VALUE.sub(lambda match: f"<!--v:{match['key']}-->{one('value', values, match['key'])}<!--/v-->", text)
     return TABLE.sub(lambda match: f"{match['open']}{one('table', tables, match['key']).rstrip()}\n"
@@ -134,5 +175,5 @@ def ratio(entry: Mapping, key: str = "ratio", ci: str = "ratio_ci") -> str:
     return f"x{with_interval(entry[key], entry[ci])}"
 
 
-__all__ = ["GeneratedDocsError", "ResultFiles", "load_result", "ratio", "render", "section", "stale_markers",
-           "typed_numbers"]
+__all__ = ["GeneratedDocsError", "ResultFiles", "ResultObject", "load_result", "ratio", "render", "section",
+           "stale_markers", "typed_numbers"]

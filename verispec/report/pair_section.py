@@ -252,12 +252,16 @@ def study_figure(result: dict, path: Path) -> str:
 def write_study(result: dict, out: str | Path, heading: str | None = None, level: int = 1) -> str:
     """Write the study's JSON, figure and markdown (its heading ``heading`` of ``level``) into ``out``, each
     atomically; the markdown's text."""
+    from verispec.provenance import MARKER_KEY, markdown_marker, written_by
+    from verispec.selector.study import STUDY_KIND
+
     out = Path(out)
     check_study_outputs(out)
-    atomic_write_json(out / JSON_FILE, result, within=out)
+    # each file carries verispec's marker, so a rerun can show it wrote what it replaces (issue 64)
+    atomic_write_json(out / JSON_FILE, {**result, MARKER_KEY: written_by(STUDY_KIND, "selector study")}, within=out)
     study_figure(result, out / FIGURE_FILE)
     text = study_markdown(result, heading or f"Delay selector on {result['pair']}: stored datasets", level)
-    atomic_write_text(out / MARKDOWN_FILE, text, within=out)
+    atomic_write_text(out / MARKDOWN_FILE, f"{markdown_marker('selector study')}\n{text}", within=out)
     return text
 
 

@@ -49,7 +49,16 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import VerispecError, describe
-from verispec.io import check_inside, check_output_dir, check_output_file
+from verispec.io import (
+    FIGURE_OUTPUT,
+    MARKDOWN_OUTPUT,
+    OutputKind,
+    check_inside,
+    check_output,
+    check_output_dir,
+    check_output_file,
+    marked_json,
+)
 from verispec.latency import LatencyModel, throughput_unit
 from verispec.limits import MAX_PROJECTION, MAX_THREADS, STUDY_THREADS
 from verispec.selector.actions import ActionGrid, action_times, policy_action_times
@@ -87,6 +96,8 @@ DEFAULT_TEST_FRACTION = 0.25
 JSON_FILE, MARKDOWN_FILE, FIGURE_FILE = "pair_selector.json", "pair_selector.md", "pair_selector.png"
 OUTPUTS = (JSON_FILE, MARKDOWN_FILE, FIGURE_FILE)
 STUDY_FORMAT = "verispec pair selector study"
+#: The kind of the ``written_by`` marker of the study's JSON (``verispec.provenance``).
+STUDY_KIND = "selector study"
 
 @dataclass(frozen=True)
 class Setting:
@@ -483,8 +494,37 @@ def check_study_outputs(out: str | Path, what: str = "--out") -> None:
         check_output_file(Path(out) / name, what)
 
 
+
+def _study_format(path: Path) -> bool:
+    """Whether ``path`` is JSON of the study's format (for the refusal's words: one without the marker was
+    written by a verispec older than it, or by hand)."""
+    import json
+
+    from verispec.io import MAX_RESULT_FILE_BYTES, read_user_file
+
+    try:
+        data = json.loads(read_user_file(path, limit=MAX_RESULT_FILE_BYTES, what="the file", regular_only=True))
+    except (ValueError, RecursionError, OSError):
+        return False
+    return isinstance(data, dict) and data.get("format") == STUDY_FORMAT
+
+
+#: The study's JSON: carries the ``written_by`` marker of ``STUDY_KIND``.
+STUDY_JSON = OutputKind("verispec selector study (JSON)", marked_json(STUDY_KIND), _study_format, JSON_FILE)
+
+
+def check_study_owned(out: str | Path, *, overwrite: bool = False, what: str = "--out") -> None:
+    """Refuse on one line, before any work, a file in ``out`` of one of the study's names (``OUTPUTS``) that
+    verispec cannot show it wrote (its marker: ``STUDY_JSON``, ``MARKDOWN_OUTPUT``, ``FIGURE_OUTPUT``), unless
+    ``overwrite``: the study would replace a file of the user's (issue 64). Then ``check_study_outputs``."""
+    check_study_outputs(out, what)
+    for name, kind in ((JSON_FILE, STUDY_JSON), (MARKDOWN_FILE, MARKDOWN_OUTPUT), (FIGURE_FILE, FIGURE_OUTPUT)):
+        check_output(Path(out) / name, kind, what=what, overwrite=overwrite)
+
+
 __all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FIGURE_FILE", "HIDDEN_KIND", "JSON_FILE", "KINDS", "LEAD",
-           "MARKDOWN_FILE", "NO_DRAFT", "OUTPUTS", "RIVALS", "STUDY_FORMAT", "Setting", "TARGET_HALF_WIDTH",
-           "check_hidden", "check_study_outputs", "ddte_comparisons", "load_inputs", "pair_settings",
+           "MARKDOWN_FILE", "NO_DRAFT", "OUTPUTS", "RIVALS", "STUDY_FORMAT", "STUDY_JSON", "STUDY_KIND", "Setting",
+           "TARGET_HALF_WIDTH", "check_hidden", "check_study_outputs", "check_study_owned", "ddte_comparisons",
+           "load_inputs", "pair_settings",
            "prompts_for_half_width", "regime_table", "rule_choices", "rule_entry", "run_study",
            "static_names", "study_threads", "verdict"]

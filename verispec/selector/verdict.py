@@ -53,6 +53,8 @@ from verispec.selector.study import LEAD, RIVALS, Setting, prompts_for_half_widt
 
 #: The verdict's format, recorded in its JSON.
 VERDICT_FORMAT = "verispec selector verdict"
+#: The kind of the ``written_by`` marker of the verdict's JSON (``verispec.provenance``).
+VERDICT_KIND = "selector verdict"
 
 #: The half-width a ratio's interval should reach (issue 56: 1.5%), else the prompts it would take are named.
 TARGET_HALF_WIDTH = 0.015
@@ -219,5 +221,5 @@ def check_verdict_numbers(replicates: int, folds: int) -> None:
                            f"{folds!r}; give --folds 2 or more")
 
 
-__all__ = ["KIND", "REFERENCES", "TARGET_HALF_WIDTH", "VERDICT_FORMAT", "check_verdict_numbers", "fit_rule",
-           "label_digest", "task_key", "verdict_sentence", "verdict_table", "verdict_tasks"]
+__all__ = ["KIND", "REFERENCES", "TARGET_HALF_WIDTH", "VERDICT_FORMAT", "VERDICT_KIND", "check_verdict_numbers",
+           "fit_rule", "label_digest", "task_key", "verdict_sentence", "verdict_table", "verdict_tasks"]
