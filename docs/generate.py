@@ -125,13 +125,26 @@ def delayed_table(results) -> str:
     return "\n".join(lines)
 
 
+def _compared(entry: dict) -> dict | None:
+    """psbv against the best published rule over the same roots (``real_context_gaps.compared``). A result written
+    before that summary holds each rule's gap over the roots IT reached; those are the same roots only where no rule
+    refused a root (then every rule ran on every solved root), so only there they stand in; else None."""
+    if "compared" in entry:
+        return entry["compared"]
+    if entry["rules_refused"] == 0:
+        return {"roots": entry["solved"], "left_out": {}, "mean_optimum": entry["mean_optimum"],
+                "gap_psbv": entry["gap_psbv"], "gap_best_published": entry["gap_best_published"]}
+    return None
+
+
 def real_gaps_table(results) -> str:
     """At real roots of the pair: per tree, the optimum of any valid verifier (where its LP fits) and the mean gaps of
-    psbv and of the best published rule, with their intervals over prompts."""
+    psbv and of the best published rule over the SAME roots (both computed there), with their intervals over
+    prompts; the rules that refused roots, by name."""
     gaps = results("real_context_gaps.json")
-    lines = ["| tree | roots solved (refused) | support V' median (max) | mean optimum E[tau+1] | psbv below it "
-             "| best published rule below it | at the optimum: psbv, best published |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| tree | roots solved (refused) | roots compared (left out) | support V' median (max) | mean optimum "
+             "E[tau+1] | psbv below it | best published rule below it | at the optimum: psbv, best published |",
+             "|---|---|---|---|---|---|---|---|"]
 
     def gap(entry):
         if entry["mean"] is None:
@@ -144,24 +157,40 @@ def real_gaps_table(results) -> str:
     def share(entry):
         return "-" if entry["within_1e-9"] is None else format(entry["within_1e-9"], ".0%")
 
-    largest = 0
+    largest, unnamed, named = 0, [], []
     for spec, entry in gaps["by_tree"].items():
         sizes = f"; LPs of {min(entry['lp_variables_refused']):,}+ variables" if entry["lp_variables_refused"] else ""
         if entry.get("table_prefixes_refused"):
             sizes += f"; tables of {min(entry['table_prefixes_refused']):,}+ prefixes"
-        optimum = "-" if entry["mean_optimum"] is None else f"{entry['mean_optimum']:.4f}"
         tokens = entry["tokens"]
         largest = max([largest, *([entry["lp_variables_solved"]["max"]] if entry["lp_variables_solved"] else [])])
-        lines.append(f"| `{spec}` | {entry['solved']} ({entry['refused']}{sizes}) | {tokens['median']:g} "
-                     f"({tokens['max']}) | {optimum} | {gap(entry['gap_psbv'])} | {gap(entry['gap_best_published'])} "
-                     f"| {share(entry['gap_psbv'])}, {share(entry['gap_best_published'])} |")
+        if "rule_refusals" in entry:
+            named += [f"`{name}` {count} on `{spec}`" for name, count in entry["rule_refusals"].items()]
+        elif entry["rules_refused"]:
+            unnamed.append(f"{entry['rules_refused']} on `{spec}`")
+        compared = _compared(entry)
+        if compared is None:
+            cells = ["not compared (a rule refused roots; rerun)", "-", "-", "-", "-"]
+        else:
+            left = ", ".join(f"{name} {count}" for name, count in compared["left_out"].items())
+            optimum = "-" if compared["mean_optimum"] is None else f"{compared['mean_optimum']:.4f}"
+            cells = [f"{compared['roots']}" + (f" ({left})" if left else ""), optimum, gap(compared["gap_psbv"]),
+                     gap(compared["gap_best_published"]),
+                     f"{share(compared['gap_psbv'])}, {share(compared['gap_best_published'])}"]
+        lines.append(f"| `{spec}` | {entry['solved']} ({entry['refused']}{sizes}) | {cells[0]} | {tokens['median']:g} "
+                     f"({tokens['max']}) | " + " | ".join(cells[1:]) + " |")
     refused = sum(entry["refused"] for entry in gaps["by_tree"].values())
     lines += ["", f"{gaps['roots_done']} of the {gaps['roots']} sampled roots of `{gaps['dataset']}` "
-                  f"({', '.join(gaps['samplings'])}); {gaps['interval']}; intervals clipped at 0. "
+                  f"({', '.join(gaps['samplings'])}); {gaps['interval']}; intervals clipped at 0. psbv and the best "
+                  "published rule are compared over the same roots: those solved where psbv and every published rule "
+                  "ran (a root a rule refused is left out of both, in brackets by that rule). "
                   + ("Every LP fitted" if not refused else
                      f"{refused} (root, tree) pairs did not fit, the LP or the restriction's table (the sizes they "
                      "would need in brackets)")
-                  + f"; the largest LP solved: {largest:,} variables."]
+                  + f"; the largest LP solved: {largest:,} variables."
+                  + (f" Roots refused by a rule's own size limit: {'; '.join(named)}." if named else "")
+                  + (f" (Root, rule) refusals this result does not name the rules of: {'; '.join(unnamed)}; rerun "
+                     "its command to name them and compare those trees." if unnamed else "")]
     return "\n".join(lines)
 
 
@@ -392,7 +421,10 @@ def gbv_table(results) -> str:
     entry = results("exact-findings.json")["gbv_commitment"]
     return _table(("program or rule", "E[tau+1]"), [
         ("every valid verifier (multi-step LP)", f"{entry['optimum']:.6f}"),
-        ("at most one token off GBV's path (`examples/my_class.py`)", f"{entry['one_off_path_optimum']:.6f}"),
+        ("GBV's path, then at most one token off it, at any depth (`one_off_path`, `examples/my_class.py`)",
+         f"{entry['off_path_any_depth_optimum']:.6f}"),
+        ("GBV's path, or one token off it at depth 1 only (`shallow_off_path`, `examples/my_class.py`)",
+         f"{entry['off_path_depth_1_optimum']:.6f}"),
         ("only along GBV's greedily selected path", f"{entry['selected_path_optimum']:.6f}"),
         ("`gbv`", f"{entry['block_efficiency']['gbv']:.6f}")])
 
@@ -422,7 +454,8 @@ def _bound(function, key: str):
 
 VALUES = {
     **{f"sun.{key}": _bound(_sun, key) for key in ("optimum_tau", "coupling_tau", "naive_tau")},
-    **{f"gbv.{key}": _bound(_gbv, key) for key in ("optimum", "selected_path_optimum", "one_off_path_optimum", "gbv")},
+    **{f"gbv.{key}": _bound(_gbv, key) for key in ("optimum", "selected_path_optimum", "off_path_depth_1_optimum",
+                                                     "off_path_any_depth_optimum", "gbv")},
     **{f"multipath.{key}": _bound(_multipath, key)
        for key in ("psbv_best", "psbv_example_gap", "next_example_gap", "share_closed")},
     **{f"typical.{key}": _bound(_typical, key) for key in ("tv", "ratio")},

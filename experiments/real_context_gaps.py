@@ -30,8 +30,10 @@ file ``OUT`` (JSON, written atomically, with the run's ``record``, ``verispec.pr
 the roots solved and refused, the mean optimum, psbv and best-published efficiencies, the mean gaps with 95%
 intervals (percentile bootstrap over the prompts, the dataset's groups, resampled whole: a prompt's roots share
 a context, so they are not independent; and the t interval over roots beside it), the fraction of roots where psbv
-(and the best published rule) is within 1e-9 of the optimum, how often each rule is (tied for) the best published
-one, the
+(and the best published rule) is within 1e-9 of the optimum, each over the roots it is over; the same for psbv
+against the best published rule over the SAME roots (``compared``: those where the optimum, psbv and every
+published rule were computed, how many, and the roots each refusing rule left out), the roots each rule refused
+by name (``rule_refusals``), how often each rule is (tied for) the best published one, the
 restriction's sizes (V', reachable prefixes), and the sizes the refused roots would need: the LP's variables, or
 where the restriction itself is refused, its table's prefixes (sum of V'^l over lengths 0..depth).
 """
@@ -193,6 +195,49 @@ def _spread(values: list) -> dict | None:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
+def _gap_stats(rows: list[dict], field: str, seed: int) -> dict:
+    """The mean of ``field`` over ``rows``, its two 95% intervals, its maximum and the share within 1e-9, and the
+    number of roots it is over."""
+    values = [row[field] for row in rows]
+    return {"roots": len(values), "mean": statistics.fmean(values) if values else None,
+            "bootstrap_95": bootstrap_interval(values, [row["group"] for row in rows], seed),
+            "t_95": t_interval(values), "max": max(values) if values else None,
+            "within_1e-9": sum(value < TOLERANCE for value in values) / len(values) if values else None}
+
+
+def _refusal_counts(rows: list[dict]) -> dict[str, int]:
+    """Roots each rule refused (its own size limit), by rule, most first."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        for name in row.get("rule_refused", {}):
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def compared(solved: list[dict], seed: int) -> dict:
+    """psbv against the best published rule over the SAME roots: those where the optimum, psbv and every published
+    rule valid for the tree were computed (a root where psbv refused, or where a published rule did and the best
+    published would be the best of fewer rules, is left out of both sides, and counted by the rule that refused).
+    A mean over the roots psbv reaches against one over every root would compare unlike things: psbv refuses the
+    wider contexts (V' >= 41 at depth 3)."""
+    def left_out_by(row) -> list[str]:
+        return sorted(name for name in row.get("rule_refused", {}) if name == "psbv" or published(name))
+
+    common = [row for row in solved if not left_out_by(row) and row.get("psbv") is not None
+              and row.get("best_published_efficiency") is not None]
+    left_out: dict[str, int] = {}
+    for row in solved:
+        for name in left_out_by(row):
+            left_out[name] = left_out.get(name, 0) + 1
+    return {"roots": len(common), "left_out": dict(sorted(left_out.items(), key=lambda item: (-item[1], item[0]))),
+            "mean_optimum": statistics.fmean(row["optimum"] for row in common) if common else None,
+            "mean_psbv": statistics.fmean(row["psbv"] for row in common) if common else None,
+            "mean_best_published": statistics.fmean(row["best_published_efficiency"] for row in common)
+            if common else None,
+            "gap_psbv": _gap_stats(common, "gap_psbv", seed),
+            "gap_best_published": _gap_stats(common, "gap_published", seed)}
+
+
 def summarize(rows: list[dict], seed: int) -> dict:
     """Per tree over its rows: the numbers of the module docstring."""
     out = {}
@@ -209,14 +254,9 @@ def summarize(rows: list[dict], seed: int) -> dict:
                        "table_prefixes_refused": sorted(row["table_prefixes"] for row in refused
                                                         if row.get("table_prefixes") is not None),
                        "refusals": sorted({row["refused"] for row in refused})[:5]}
-        for name, field in (("psbv", "gap_psbv"), ("best_published", "gap_published")):
-            pairs = [(row[field], row["group"]) for row in solved if row.get(field) is not None]
-            values = [value for value, _ in pairs]
-            entry[f"gap_{name}"] = {
-                "mean": statistics.fmean(values) if values else None,
-                "bootstrap_95": bootstrap_interval(values, [group for _, group in pairs], seed),
-                "t_95": t_interval(values), "max": max(values) if values else None,
-                "within_1e-9": sum(value < TOLERANCE for value in values) / len(values) if values else None}
+        for name, field in (("psbv", "gap_psbv"), ("best_published", "gap_published")):  # each over its own roots
+            entry[f"gap_{name}"] = _gap_stats([row for row in solved if row.get(field) is not None], field, seed)
+        entry["compared"] = compared(solved, seed)
         entry["mean_optimum"] = statistics.fmean(row["optimum"] for row in solved) if solved else None
         entry["mean_psbv"] = statistics.fmean(row["psbv"] for row in mine if row.get("psbv") is not None) \
             if any(row.get("psbv") is not None for row in mine) else None
@@ -231,6 +271,7 @@ def summarize(rows: list[dict], seed: int) -> dict:
         entry["max_rule_excess"] = max((row["max_excess"] for row in solved if row.get("max_excess") is not None),
                                        default=None)
         entry["rules_refused"] = sum(len(row.get("rule_refused", {})) for row in mine)
+        entry["rule_refusals"] = _refusal_counts(mine)
         entry["seconds_mean"] = statistics.fmean(row["seconds"] for row in mine)
         out[spec] = entry
     return out
