@@ -361,14 +361,15 @@ def _float(text: str, option: str) -> float:
 
 def _run_train(args) -> int:
     from verispec.io import check_output
-    from verispec.latency import LatencyModel
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.selector import SELECTOR_FILE
-    from verispec.selector.train import train_on_dataset
+    from verispec.selector.train import recorded_latency, train_on_dataset
 
     check_output(args.out, SELECTOR_FILE, what="--out", overwrite=args.overwrite)  # before any work
     dataset = Dataset.load(args.dataset)
-    latency = latency_model(args, LatencyModel.from_dict(dataset.metadata["latency"]))
+    recorded = recorded_latency(dataset, args.dataset)  # None: train_on_dataset refuses unless a model is given
+    latency = latency_model(args, recorded) if recorded is not None or args.latency is not None or \
+        args.cost_ratio is not None else None
     start = time.perf_counter()
     trained = train_on_dataset(
         dataset, dataset_name=args.dataset, verifiers=args.verifiers, latency=latency, kind=args.kind,

@@ -251,11 +251,40 @@ def dataset_pair_roots(path) -> tuple:
     from verispec.selector.dataset_file import Dataset
 
     dataset = Dataset.load(path)
-    roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
+    roots = []
+    for key in dataset.key.tolist():
+        try:
+            roots.append(Root.from_dict(json.loads(key)))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # a key that is no root's
+            raise DatasetError(f"{str(path)!r}: its key column holds {describe(str(key)[:80])}, not a root's "
+                               "description; give a dataset that 'verispec selector dataset' built") from None
     if not roots or any(root.kind != "model" for root in roots):
         raise DatasetError(f"{str(path)!r} holds {'synthetic roots' if roots else 'no roots'}; give a dataset "
                            "traced from a model pair")
+    if roots and "pair" not in dataset.metadata:
+        raise DatasetError(f"the dataset {str(path)!r} records no pair in its metadata; give a dataset that "
+                           "'verispec selector dataset' built")
     return dataset, roots
+
+
+#: What a script that labels a dataset's roots again reads from its metadata (``labelling_settings``): the build's
+#: grid, latency model (the features' prices), pair, sampled combs, seed and certify width.
+LABELLING_SETTINGS = ("grid", "latency", "pair", "samples", "seed", "epsilon")
+
+
+def labelling_settings(dataset, path) -> dict:
+    """The metadata of ``dataset`` (read from ``path``) when it records every one of ``LABELLING_SETTINGS``, as
+    ``verispec selector dataset`` writes them; else a one-line DatasetError naming the dataset and what it lacks (a
+    dataset assembled by hand or by a test helper records no latency model, and was a KeyError)."""
+    missing = [name for name in LABELLING_SETTINGS if name not in dataset.metadata]
+    if missing:
+        raise DatasetError(f"the dataset {str(path)!r} records no {', '.join(missing)} in its metadata, which "
+                           "labelling its roots again needs; give a dataset that 'verispec selector dataset' built")
+    if not isinstance(dataset.metadata["grid"], Mapping) or any(
+            name not in dataset.metadata["grid"] for name in ("ks", "l1s", "l2s")):
+        raise DatasetError(f"the dataset {str(path)!r} records its grid as {describe(dataset.metadata['grid'])}, "
+                           "not its ks, l1s and l2s; give a dataset that 'verispec selector dataset' built")
+    return dataset.metadata
 
 
 def load_roots_pair(roots: list, pair: str | None, target: str | None, draft: str | None, default: str,
@@ -281,5 +310,6 @@ def sample_roots(roots: list, count: int, seed: int) -> list:
     return [roots[i] for i in sorted(chosen.tolist())]
 
 
-__all__ = ["Root", "dataset_pair_roots", "load_roots_pair", "parse_setting", "sample_roots", "sampling_text",
+__all__ = ["LABELLING_SETTINGS", "Root", "dataset_pair_roots", "labelling_settings", "load_roots_pair",
+           "parse_setting", "sample_roots", "sampling_text",
            "synthetic_roots", "trace_roots"]

@@ -229,6 +229,21 @@ class TrainedSelector:
     summary: dict
 
 
+def recorded_latency(dataset, dataset_name) -> LatencyModel | None:
+    """The latency model a dataset's build priced its features with (its metadata's ``latency``), None where it
+    records none (a dataset assembled by hand, or by the tests' helpers); one line naming the dataset where the
+    record cannot be read."""
+    record = dataset.metadata.get("latency")
+    if record is None:
+        return None
+    try:
+        return LatencyModel.from_dict(record)
+    except VerispecError as error:
+        raise VerispecError(f"the dataset {str(dataset_name)!r} records a latency model that cannot be read "
+                            f"({' '.join(str(error).split())}); give --cost-ratio or --latency FILE, or rebuild the "
+                            "dataset") from None
+
+
 def train_on_dataset(dataset, *, dataset_name: str, verifiers: str | Sequence[str] | None = None,
                      latency: LatencyModel | None = None, kind: str = "mlp", test_fraction: float = 0.25,
                      split_seed: int = 0, hidden: str | Sequence[str] | None = None, projection: int | None = None,
@@ -250,8 +265,14 @@ def train_on_dataset(dataset, *, dataset_name: str, verifiers: str | Sequence[st
     train, test = dataset.split(test_fraction, split_seed)
     grid = _verifier_grid(dataset.grid, verifiers)
     columns = [dataset.grid.index(action) for action in grid.actions]
-    recorded = LatencyModel.from_dict(dataset.metadata["latency"])
-    latency = recorded if latency is None else latency
+    recorded = recorded_latency(dataset, dataset_name)
+    if latency is None:
+        if recorded is None:
+            raise VerispecError(f"the dataset {str(dataset_name)!r} records no latency model (its metadata has no "
+                                "'latency'), so the prices its draft_time and target_time features hold are unknown; "
+                                "give the model to train with (--cost-ratio R, --latency FILE), or rebuild the "
+                                "dataset with 'verispec selector dataset'")
+        latency = recorded
     # the latency features are the model's, constant over the roots
     features = train.features.copy() if latency == recorded else regime_features(train, latency)  # [N, F]
     if tuple(dataset.feature_names) != tuple(SCALAR_FEATURES):
