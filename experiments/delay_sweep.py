@@ -18,20 +18,23 @@ version); resuming into a file written with other parameters is refused.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
-from verispec.errors import VerispecError
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore
 from verispec.latency import LatencyModel
 from verispec.simulator import DelayedDrafter, analyze, random_markov_problem
+from verispec.study.script_files import run_script
 from verispec.verifiers import get_verifier
 
+#: Largest K, L1 and L2 of the sweep (--max-k, --max-trunk, --max-tail): the DDTE paper's space is K 1..4, L1 and L2
+#: 0..8 (trees up to depth 16); each configuration is an exact analysis, and the list of them is built at once.
+MAX_K, MAX_LENGTH = 16, 16
 
-def main(argv=None) -> None:
+
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verifier", default="specinfer")
     parser.add_argument("--vocab", type=int, default=3)
@@ -46,20 +49,31 @@ def main(argv=None) -> None:
     parser.add_argument("--output", default=None,
                         help="default results/delay_sweep_<verifier>_V<v>_s<seed>_d<divergence>.json")
     args = parser.parse_args(argv)
+    return run_script("delay_sweep", lambda held: _run(args, held))
+
+
+def _run(args, held) -> int:
+    """Check every option and output before any work, then analyse the configurations not yet in the store."""
+    from verispec.study.script_files import RunOutputs, check_input, check_ranges
+
+    check_ranges([("--vocab", args.vocab, 2, None), ("--seed", args.seed, 0, 2**63 - 1),
+                  ("--divergence", args.divergence, 0, None), ("--max-k", args.max_k, 1, MAX_K),
+                  ("--max-trunk", args.max_trunk, 0, MAX_LENGTH), ("--max-tail", args.max_tail, 0, MAX_LENGTH),
+                  ("--cost-ratio", args.cost_ratio, 0, None), ("--per-node", args.per_node, 0, None)])
     output = Path(args.output or f"results/delay_sweep_{args.verifier}_V{args.vocab}_s{args.seed}"
                                  f"_d{args.divergence:g}.json")
-    try:
-        latency = (LatencyModel.load(args.latency) if args.latency
-                   else LatencyModel.from_ratio(args.cost_ratio, args.per_node))
-        problem = random_markov_problem(args.vocab, args.seed, divergence=args.divergence)
-        verifier = get_verifier(args.verifier)
-        # Everything a row depends on besides its (K, L1, L2) key; a file from another setting is refused.
-        store = ResultStore(output, parameters={
-            "verifier": args.verifier, "problem": "random_markov_problem", "vocab": args.vocab, "seed": args.seed,
-            "divergence": args.divergence, "method": "dp-metrics"})
-    except VerispecError as error:
-        print(f"delay_sweep: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    outputs = RunOutputs("--output", store=output, tables=[output.with_suffix(".md")])
+    outputs.claim(held)  # writable, room on the disk, the run's own files, one run at a time
+    if args.latency:
+        check_input(args.latency, "the latency model")
+    latency = (LatencyModel.load(args.latency) if args.latency
+               else LatencyModel.from_ratio(args.cost_ratio, args.per_node))
+    problem = random_markov_problem(args.vocab, args.seed, divergence=args.divergence)
+    verifier = get_verifier(args.verifier)
+    # Everything a row depends on besides its (K, L1, L2) key; a file from another setting is refused.
+    store = ResultStore(output, parameters={
+        "verifier": args.verifier, "problem": "random_markov_problem", "vocab": args.vocab, "seed": args.seed,
+        "divergence": args.divergence, "method": "dp-metrics"})
     cache: dict = {}
     configurations = [(k, l1, l2) for k in range(1, args.max_k + 1) for l1 in range(args.max_trunk + 1)
                       for l2 in range(args.max_tail + 1)]
@@ -89,9 +103,10 @@ def main(argv=None) -> None:
               f"{deepest[k]['block_efficiency']:.6f} at ({deepest[k]['L1']}, {deepest[k]['L2']}) |"
               for k, row in sorted(best.items())]
     table = "\n".join(lines) + "\n"
-    atomic_write_text(output.with_suffix(".md"), table)
+    outputs.write_text(store, output.with_suffix(".md"), table)
     print(table)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -94,17 +94,22 @@ def typical_cost(seeds: int = 20) -> dict:
 
 
 def main(argv=None) -> int:
-    from verispec.errors import VerispecError
-    from verispec.io import atomic_write_json
-    from verispec.provenance import check_result_output, run_record
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the result file (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
-    try:
-        check_result_output(args.out)  # never over a file that is not a result file
-    except VerispecError as error:
-        parser.error(str(error))
+    from verispec.study.script_files import run_script
+
+    return run_script("exact_findings", lambda held: _run(args, argv, held))
+
+
+def _run(args, argv, held) -> int:
+    """Check the result file before any work (writable, room on its disk, a result file if it exists, locked for
+    this run), compute the three findings, write it atomically."""
+    from verispec.io import atomic_write_json
+    from verispec.provenance import run_record
+    from verispec.study.script_files import RunOutputs
+
+    RunOutputs("--out", result=args.out).claim(held)  # never over a file that is not a result file
     record = run_record(shlex.join(["python", "experiments/exact_findings.py", *(argv or sys.argv[1:])]),
                         [CLASS_FILE])
     start = time.monotonic()

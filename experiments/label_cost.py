@@ -49,46 +49,66 @@ def main(argv=None) -> int:
                         help="seconds; at it stop, inside a root too (exit 3)")
     parser.add_argument("--out", type=Path, required=True, help="the result file (its rows in OUT.rows.json)")
     args = parser.parse_args(argv)
-    start = time.monotonic()
+    start = time.monotonic()  # the budget runs from here: reading the dataset and loading the pair count too
+    from verispec.study.script_files import run_script
+
+    return run_script("label_cost", lambda held: _run(args, argv, start, held))
+
+
+def _run(args, argv, start: float, held) -> int:
+    """The run of ``main``'s options: everything checked before the work (the options' ranges, the dataset a
+    regular file, the outputs writable, room on their disk, the run's own and locked for it), then the roots."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from verispec import budget
     from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
     from verispec.io import ResultStore, atomic_write_json, unpack_floats
-    from verispec.provenance import check_result_output, run_record
+    from verispec.limits import MAX_THREADS
+    from verispec.provenance import run_record
+    from verispec.study.script_files import MAX_SCRIPT_BUDGET, RunOutputs, check_input, check_ranges
 
-    try:
-        for name, value in (("--roots", args.roots), ("--threads", args.threads)):
-            if value < 1:
-                raise VerispecError(f"{name} must be at least 1, got {value}")
-        if args.time_budget is not None and not args.time_budget > 0:
-            raise VerispecError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
-        check_result_output(args.out)  # never over a file that is not a result file
-        import torch
+    check_ranges([("--roots", args.roots, 1, None), ("--seed", args.seed, 0, 2**63 - 1),
+                  ("--threads", args.threads, 1, MAX_THREADS),
+                  ("--time-budget", args.time_budget, 0, MAX_SCRIPT_BUDGET)])
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise VerispecError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
+    check_input(args.dataset, "the dataset")
+    RunOutputs("--out", store=rows_path(args.out), result=args.out).claim(held)  # never over a file not the run's
+    deadline = None if args.time_budget is None else start + args.time_budget
+    try:  # hard from the start: a dataset or a pair that takes long to read is inside the budget too
+        with budget.time_budget(deadline, hard=True, what="label_cost's --time-budget"):
+            import torch
 
-        from verispec.latency import LatencyModel
-        from verispec.models.problem import SharedContext
-        from verispec.selector.actions import ActionGrid
-        from verispec.selector.roots import dataset_pair_roots, load_roots_pair, sample_roots, sampling_text
-        from verispec.verifiers import split_names
+            from verispec.latency import LatencyModel
+            from verispec.models.problem import SharedContext
+            from verispec.selector.actions import ActionGrid
+            from verispec.selector.roots import (
+                dataset_pair_roots,
+                labelling_settings,
+                load_roots_pair,
+                sample_roots,
+                sampling_text,
+            )
+            from verispec.verifiers import split_names
 
-        torch.set_num_threads(args.threads)
-        dataset, roots = dataset_pair_roots(args.dataset)
-        metadata = dataset.metadata
-        grid = ActionGrid(metadata["grid"]["ks"], metadata["grid"]["l1s"], metadata["grid"]["l2s"],
-                          tuple(split_names(args.verifiers)))
-        grid.actions  # noqa: B018 - an unknown rule fails here, on one line
-        latency = LatencyModel.from_dict(metadata["latency"])  # the features' prices, as the build's
-        record = run_record(shlex.join(["python", "experiments/label_cost.py",
-                                        *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
-                            threads=args.threads)
-        pair = load_roots_pair(roots, args.pair, args.target, args.draft, metadata["pair"])
-        chosen = sample_roots(roots, args.roots, args.seed)
-        parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "grid": grid.as_dict(),
-                      "samples": metadata["samples"], "seed": metadata["seed"], "threads": args.threads}
-        store = ResultStore(rows_path(args.out), parameters=parameters)
-    except VerispecError as error:
-        print(f"label_cost: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+            torch.set_num_threads(args.threads)
+            dataset, roots = dataset_pair_roots(args.dataset)
+            metadata = labelling_settings(dataset, args.dataset)
+            grid = ActionGrid(metadata["grid"]["ks"], metadata["grid"]["l1s"], metadata["grid"]["l2s"],
+                              tuple(split_names(args.verifiers)))
+            grid.actions  # noqa: B018 - an unknown rule fails here, on one line
+            latency = LatencyModel.from_dict(metadata["latency"])  # the features' prices, as the build's
+            record = run_record(shlex.join(["python", "experiments/label_cost.py",
+                                            *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
+                                threads=args.threads)
+            pair = load_roots_pair(roots, args.pair, args.target, args.draft, metadata["pair"])
+            chosen = sample_roots(roots, args.roots, args.seed)
+            parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "grid": grid.as_dict(),
+                          "samples": metadata["samples"], "seed": metadata["seed"], "threads": args.threads}
+            store = ResultStore(rows_path(args.out), parameters=parameters)
+    except AnalysisTimeoutError:
+        print(f"label_cost: --time-budget {args.time_budget:g} s reached before the first root (reading the dataset "
+              "and loading the pair); give a larger budget", file=sys.stderr)
+        return 3
     from tqdm import tqdm
 
     from verispec.selector.labelling import label_roots

@@ -9,7 +9,8 @@ the first two tokens after a fixed context over RUNS seeded runs are tested agai
 (uncached forward passes): exact binomial tests per outcome bin with a Bonferroni correction, rejecting at
 false-failure rate 1e-6; Pearson's chi-square p-value over the same bins is printed beside it. The negative
 control drafts from a top-2 filtered q while the verifier sees the unfiltered q, and must be rejected. Writes a
-JSON table (--output) atomically.
+JSON table (--output) atomically, with the run's record (command, commit, machine): a result file, which a
+rerun replaces; any other file at --output is refused before the first run.
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ from tqdm import tqdm
 
 from verispec.errors import VerispecError
 from verispec.io import atomic_write_text
+from verispec.study.script_files import run_script
 
 CONTEXT = [1, 2, 3]
+
+
+#: Most --runs: each is a real decoding of two tokens (milliseconds on a CPU), and the runs' outcomes are held in
+#: memory; a million is hours of decoding and far past the power the test needs.
+MAX_RUNS = 1_000_000
 
 
 def main(argv=None) -> int:
@@ -35,20 +42,31 @@ def main(argv=None) -> int:
     parser.add_argument("--verifiers", default=None, help="comma-separated subset (default: all)")
     parser.add_argument("--output", default=None, help="JSON table (default results/lossless_real_<device>.json)")
     args = parser.parse_args(argv)
+    return run_script("lossless_real_decoding", lambda held: _run(args, argv, held))
+
+
+def _run(args, argv, held) -> int:
+    """Check the options and the result file before any work (writable, room on its disk, a result file of this
+    script if it exists, locked), then run every case."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import shlex
+
     from verispec.models import Sampling
     from verispec.models.checks import STAT_CASES, decoding_fit
     from verispec.models.tiny import tiny_pair
+    from verispec.provenance import run_record
+    from verispec.study.script_files import RunOutputs, check_ranges
 
-    try:
-        pair = tiny_pair(0, device=args.device)
-        names = args.verifiers.split(",") if args.verifiers else sorted(STAT_CASES)
-        unknown = [name for name in names if name not in STAT_CASES]
-        if unknown:
-            raise VerispecError(f"no statistical case for {unknown}; known: {', '.join(sorted(STAT_CASES))}")
-    except VerispecError as error:
-        print(f"lossless_real_decoding: error: {error}", file=sys.stderr)
-        return 2
+    check_ranges([("--runs", args.runs, 1, MAX_RUNS)])
+    output = args.output or f"results/lossless_real_{args.device.replace(':', '')}.json"
+    RunOutputs("--output", result=output).claim(held)
+    pair = tiny_pair(0, device=args.device)
+    names = args.verifiers.split(",") if args.verifiers else sorted(STAT_CASES)
+    unknown = [name for name in names if name not in STAT_CASES]
+    if unknown:
+        raise VerispecError(f"no statistical case for {unknown}; known: {', '.join(sorted(STAT_CASES))}")
+    record = run_record(shlex.join(["python", "experiments/lossless_real_decoding.py",
+                                    *(sys.argv[1:] if argv is None else argv)]), device=str(pair.device))
     cases = [("plain sampling (reference)", None, None, Sampling(1.0), None)]
     cases += [(name, STAT_CASES[name][0], name, STAT_CASES[name][1], None) for name in names]
     filtered = Sampling(1.0, top_k=2)
@@ -71,8 +89,9 @@ def main(argv=None) -> int:
         verdict = "REJECTED (lossy)" if row["rejected"] else "consistent with the target"
         print(f"| {row['case']} | {row['tree'] or '-'} | {row['bins']} | {row['adjusted_p']:.3g} | "
               f"{row['chi_square_p']:.3g} | {verdict} |")
-    output = args.output or f"results/lossless_real_{args.device.replace(':', '')}.json"
-    atomic_write_text(output, json.dumps({"device": str(pair.device), "runs": args.runs, "rows": rows}, indent=1))
+    # the run's record makes it a result file, which a rerun may replace (``check_result_output``)
+    atomic_write_text(output, json.dumps({"record": record, "device": str(pair.device), "runs": args.runs,
+                                          "rows": rows}, indent=1))
     control_caught = rows[-1]["rejected"]
     correct_pass = not any(row["rejected"] for row in rows[:-1])
     return 0 if control_caught and correct_pass else 1

@@ -5,7 +5,8 @@ a seeded random problem and records the draft outcomes, variables, equality cons
 constraint matrix, the wall time (enumerating the draft outcomes included) and the optimum. A grid point
 above the variable limit or the nonzero limit is recorded with the counts ``ProblemTooLargeError``
 reported, one whose draft outcomes cannot even be enumerated likewise. Rows are saved after each point,
-so an interrupted run resumes; --fresh starts over.
+so an interrupted run resumes; --fresh starts over (replacing the file only once a row exists, and only a
+row store this script wrote: a file of the user's at --output is refused, never deleted).
 
     python experiments/lp_sizes.py                        # results/lp_sizes.json + .md
     python experiments/lp_sizes.py --quick                # a small grid
@@ -24,9 +25,10 @@ from tqdm import tqdm
 
 from verispec.bounds.multistep import DEFAULT_MAX_NONZEROS, optimal_block_efficiency
 from verispec.errors import EnumerationTooLargeError, ProblemTooLargeError
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
 from verispec.simulator import parse_tree, random_problem
+from verispec.study.script_files import RunOutputs, check_ranges, run_script
 
 
 def grid(quick: bool):
@@ -81,29 +83,40 @@ def table(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="results/lp_sizes.json")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--fresh", action="store_true", help="start over: the rows in --output are not reused")
     parser.add_argument("--max-variables", type=int, default=DEFAULT_MAX_VARIABLES)
     parser.add_argument("--max-nonzeros", type=int, default=DEFAULT_MAX_NONZEROS)
     args = parser.parse_args(argv)
+    return run_script("lp_sizes", lambda held: _run(args, held))
+
+
+def _run(args, held) -> int:
+    """Check the limits and the outputs before any work, then measure the grid points not yet in the store."""
+    from verispec.limits import MAX_LP_VARIABLES
+
+    check_ranges([("--max-variables", args.max_variables, 1, MAX_LP_VARIABLES),
+                  ("--max-nonzeros", args.max_nonzeros, 1, None)])
     path = Path(args.output)
-    if args.fresh and path.exists():
-        path.unlink()
-    # the LP limits are part of each row's key; the problem is fixed in measure()
+    outputs = RunOutputs("--output", store=path, tables=[path.with_suffix(".md")])
+    outputs.claim(held)  # writable, room on the disk, the run's own files (a user's is never deleted), locked
+    # the LP limits are part of each row's key; the problem is fixed in measure(). --fresh: the store's rows are
+    # not read, and the first row replaces the file (atomically: an interrupted fresh run keeps the old one)
     store = ResultStore(path, parameters={"benchmark": "lp_sizes", "problem": "random_problem", "seed": 0,
-                                          "divergence": 0.7})
+                                          "divergence": 0.7}, overwrite=args.fresh)
     for spec, size, restriction in tqdm(list(grid(args.quick)), desc="configurations"):
         key = f"{spec}|V={size}|{restriction or 'none'}|limits={args.max_variables},{args.max_nonzeros}"
         if not store.done(key):
             store.add(key, measure(spec, size, restriction, args.max_variables, args.max_nonzeros))
     text = (f"Multi-step LP, limits: {args.max_variables:,} variables, {args.max_nonzeros:,} nonzeros\n\n"
             + table(store.rows.values()))
-    atomic_write_text(path.with_suffix(".md"), text)
+    outputs.write_text(store, path.with_suffix(".md"), text)
     print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

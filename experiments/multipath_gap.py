@@ -237,22 +237,18 @@ def run(seeds: int, out: Path, progress: bool = True, write_csv: bool = False) -
     return rows
 
 
-def refused_outputs(out: Path) -> str | None:
-    """Why this run may not write ``out``.{json,md,csv} (None: it may): each is replaced only where ``out``.json is
-    a result file (``verispec.provenance.check_result_output``), the run that wrote the others beside it."""
-    from verispec.errors import VerispecError
-    from verispec.provenance import check_result_output
+#: Most --seeds: the default 20 takes about 100 s; 10,000 would take a day, and every row is held in memory.
+MAX_SEEDS = 10_000
 
-    try:
-        check_result_output(out.with_suffix(".json"))
-    except VerispecError as error:
-        return str(error)
-    if not out.with_suffix(".json").exists():
-        for other in (out.with_suffix(".md"), out.with_suffix(".csv")):
-            if other.exists() or other.is_symlink():
-                return (f"{str(other)!r} exists without its result file {out.with_suffix('.json').name}: choose "
-                        "another --out")
-    return None
+
+def outputs(out: Path, write_csv: bool):
+    """The files this run writes (``verispec.study.script_files.RunOutputs``): ``out``.json, the result file, and beside
+    it ``out``.md (and .csv), each replaced only where ``out``.json is a result file (``check_result_output``), the
+    run that wrote them."""
+    from verispec.study.script_files import RunOutputs
+
+    tables = [out.with_suffix(".md")] + ([out.with_suffix(".csv")] if write_csv else [])
+    return RunOutputs("--out", result=out.with_suffix(".json"), tables=tables)
 
 
 def main(argv=None) -> int:
@@ -261,14 +257,16 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output path without suffix")
     parser.add_argument("--csv", action="store_true", help="also write every row to <out>.csv")
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error(f"--seeds must be at least 1, got {args.seeds}")
-    refusal = refused_outputs(args.out)
-    if refusal:
-        parser.error(refusal)
-    run(args.seeds, args.out, write_csv=args.csv)
-    print(args.out.with_suffix(".md"))
-    return 0
+    from verispec.study.script_files import check_ranges, run_script
+
+    def body(held) -> int:
+        check_ranges([("--seeds", args.seeds, 1, MAX_SEEDS)])
+        outputs(args.out, args.csv).claim(held)  # before any work: writable, room on the disk, the run's own, locked
+        run(args.seeds, args.out, write_csv=args.csv)
+        print(args.out.with_suffix(".md"))
+        return 0
+
+    return run_script("multipath_gap", body)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,14 @@ For each (context, verifier, tree):
 
 Rows go to a resumable ``ResultStore`` keyed on (context, verifier, tree) with every setting as its
 parameters; the summary (markdown table and JSON) and a plot of predicted against measured (PNG) are
-rewritten after each run. The tiny-pair mode needs no installed model and runs in CI's time.
+rewritten after each run, each only where the store recorded that it wrote it (a file of the user's there is
+refused before any work). The tiny-pair mode needs no installed model and runs in CI's time.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -40,7 +42,8 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import ResultStore, atomic_output, atomic_write_text
+from verispec.io import ResultStore
+from verispec.study.script_files import run_script
 
 #: The OT verifiers at K = 1..4 draft paths and a delayed configuration (tau+1 is at most depth + 1).
 DEFAULT_CASES = ["specinfer=chain:3", "specinfer=iid:2,3", "specinfer=iid:3,3", "specinfer=iid:4,3",
@@ -138,7 +141,8 @@ def summarize(rows: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: dict, path: Path) -> None:
+def plot(rows: dict) -> bytes:
+    """The PNG of predicted against measured E[tau+1], one point per cell."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,9 +162,10 @@ def plot(rows: dict, path: Path) -> None:
     axes.set_title("Prediction against measurement, tokens per target call")
     axes.legend(loc="upper left")
     figure.tight_layout()
-    with atomic_output(path, suffix=".png") as temporary:
-        figure.savefig(temporary, dpi=120, format="png")
+    image = io.BytesIO()
+    figure.savefig(image, dpi=120, format="png")
     plt.close(figure)
+    return image.getvalue()
 
 
 def main(argv=None) -> int:
@@ -188,45 +193,62 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", default=None, help="rows (default results/predict_vs_measure_<device>.json)")
     args = parser.parse_args(argv)
+    return run_script("predict_vs_measure", lambda held: _run(args, held))
+
+
+#: Most --runs of a cell: each is a real first block (milliseconds to a second), the taus held in memory.
+MAX_RUNS = 1_000_000
+
+
+def _run(args, held) -> int:
+    """Check every number and output before any work (writable, room on the disk, the run's own files, one run at a
+    time), then predict and measure the cells not yet in the store."""
+    from verispec.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
+    from verispec.study.script_files import RunOutputs, check_ranges
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        if args.runs < 2:
-            raise VerispecError(f"--runs must be at least 2 (a confidence interval), got {args.runs}")
-        import torch
-        import transformers
+    check_ranges([("--contexts", args.contexts, 1, None), ("--cut", args.cut, 0, MAX_CONTEXT_TOKENS),
+                  ("--runs", args.runs, 2, MAX_RUNS), ("--epsilon", args.epsilon, 0, None),
+                  ("--max-rows", args.max_rows, 1, None), ("--derived-vocab", args.derived_vocab, 0, None),
+                  ("--derived-max-prefixes", args.derived_max_prefixes, 1, None), ("--seed", args.seed, 0, 2**63 - 1),
+                  ("--threads", args.threads, 1, MAX_THREADS)])
+    if not args.epsilon > 0:
+        raise VerispecError(f"--epsilon must be a positive interval width, got {args.epsilon}")
+    output = Path(args.output or f"results/predict_vs_measure_{args.device.replace(':', '')}.json")
+    outputs = RunOutputs("--output", store=output, tables=[output.with_suffix(suffix) for suffix in
+                                                           (".md", ".summary.json", ".png")])
+    outputs.claim(held)
+    import torch
+    import transformers
 
-        from verispec.models import Sampling, load_pair
-        from verispec.models.tiny import VOCAB, tiny_pair
+    from verispec.models import Sampling, load_pair
+    from verispec.models.tiny import VOCAB, tiny_pair
 
-        transformers.utils.logging.set_verbosity_error()
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        sampling = Sampling(args.temperature, args.top_k, args.top_p)
-        cases = [case.strip().partition("=")[::2] for case in args.cases.split(";") if case.strip()]
-        if any(not verifier or not tree for verifier, tree in cases):
-            raise VerispecError(f"--cases must be ';'-separated VERIFIER=TREE, got {args.cases!r}")
-        if args.tiny:
-            pair = tiny_pair(2, device=args.device)
-            prompts = [(f"tiny/{index}", [(3 * index + offset) % VOCAB for offset in (4, 1, 7)])
-                       for index in range(args.contexts)]
-            name = "tiny"
-        else:
-            from verispec.models.prompts import humaneval_prompts
+    transformers.utils.logging.set_verbosity_error()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    cases = [case.strip().partition("=")[::2] for case in args.cases.split(";") if case.strip()]
+    if any(not verifier or not tree for verifier, tree in cases):
+        raise VerispecError(f"--cases must be ';'-separated VERIFIER=TREE, got {args.cases!r}")
+    if args.tiny:
+        pair = tiny_pair(2, device=args.device)
+        prompts = [(f"tiny/{index}", [(3 * index + offset) % VOCAB for offset in (4, 1, 7)])
+                   for index in range(args.contexts)]
+        name = "tiny"
+    else:
+        from verispec.models.prompts import humaneval_prompts
 
-            pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
-                    else load_pair(args.pair, device=args.device, dtype=args.dtype))
-            prompts, name = humaneval_prompts(args.contexts), pair.name
-        output = Path(args.output or f"results/predict_vs_measure_{args.device.replace(':', '')}.json")
-        parameters = {"pair": name, "contexts": args.contexts, "cut": args.cut, "runs": args.runs,
-                      "epsilon": args.epsilon, "max_rows": args.max_rows, "derived_vocab": args.derived_vocab,
-                      "derived_max_prefixes": args.derived_max_prefixes,
-                      "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
-                      "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch.")}
-        store = ResultStore(output, parameters=parameters)
-        contexts = trace_contexts(pair, prompts, args.cut, sampling, args.seed)
-    except VerispecError as error:
-        print(f"predict_vs_measure: error: {error}", file=sys.stderr)
-        return 2
+        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
+                else load_pair(args.pair, device=args.device, dtype=args.dtype))
+        prompts, name = humaneval_prompts(args.contexts), pair.name
+    parameters = {"pair": name, "contexts": args.contexts, "cut": args.cut, "runs": args.runs,
+                  "epsilon": args.epsilon, "max_rows": args.max_rows, "derived_vocab": args.derived_vocab,
+                  "derived_max_prefixes": args.derived_max_prefixes,
+                  "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+                  "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch.")}
+    store = ResultStore(output, parameters=parameters)
+    contexts = trace_contexts(pair, prompts, args.cut, sampling, args.seed)
     cells = [(task, context, verifier, tree) for task, context in contexts for verifier, tree in cases]
     for task, context, verifier, tree in tqdm(cells, desc="cells"):
         key = f"{task}|{verifier}|{tree}"
@@ -235,15 +257,14 @@ def main(argv=None) -> int:
         row = run_cell(pair, context, verifier, tree, sampling, args)
         row["load_average"] = os.getloadavg()[0]
         store.add(key, row)
-        rows = dict(store.rows)
-        atomic_write_text(output.with_suffix(".md"), summarize(rows))
+        outputs.write_text(store, output.with_suffix(".md"), summarize(dict(store.rows)))
     rows = dict(store.rows)
     text = summarize(rows)
-    atomic_write_text(output.with_suffix(".md"), text)
-    atomic_write_text(output.with_suffix(".summary.json"), json.dumps(rows, indent=1) + "\n")
+    outputs.write_text(store, output.with_suffix(".md"), text)
+    outputs.write_text(store, output.with_suffix(".summary.json"), json.dumps(rows, indent=1) + "\n")
     print(text)
     try:
-        plot(rows, output.with_suffix(".png"))
+        outputs.write_bytes(store, output.with_suffix(".png"), plot(rows))
     except ImportError:
         print("predict_vs_measure: matplotlib is not installed; no plot", file=sys.stderr)
     return 0

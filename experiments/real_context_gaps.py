@@ -306,50 +306,69 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/real-context-gaps.json"),
                         help="the result file (its rows in OUT.rows.json)")
     args = parser.parse_args(argv)
-    start = time.monotonic()
+    start = time.monotonic()  # the budget runs from here: reading the dataset and loading the pair count too
+    from verispec.study.script_files import run_script
+
+    return run_script("real_context_gaps", lambda held: _run(args, argv, start, held))
+
+
+#: Most prefixes of a restriction's reachable set or table (--max-reachable, --max-table): a table of 2^24 prefixes
+#: holds p and q over V' tokens at each, 11 GB at V' = 41, more than the machines these runs go on hold.
+MAX_PREFIXES = 1 << 24
+
+
+def _run(args, argv, start: float, held) -> int:
+    """The run of ``main``'s options: everything checked before the work (the options' ranges, the trees, the dataset
+    a regular file, the outputs writable, room on their disk, the run's own and locked for it), then the roots."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from tqdm import tqdm
 
     from verispec import budget
     from verispec.errors import AnalysisTimeoutError, VerispecError
     from verispec.io import ResultStore, atomic_write_json
+    from verispec.limits import MAX_LP_VARIABLES, MAX_THREADS
     from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
     from verispec.models import support
-    from verispec.provenance import check_result_output, run_record
+    from verispec.provenance import run_record
+    from verispec.study.script_files import MAX_SCRIPT_BUDGET, RunOutputs, check_input, check_ranges
 
     limit = DEFAULT_MAX_VARIABLES if args.limit is None else args.limit
     max_reachable = support.DEFAULT_MAX_REACHABLE if args.max_reachable is None else args.max_reachable
     max_table = support.DEFAULT_MAX_TABLE if args.max_table is None else args.max_table
-    try:
-        for name, value in (("--roots", args.roots), ("--limit", limit), ("--max-reachable", max_reachable),
-                            ("--max-table", max_table), ("--threads", args.threads)):
-            if value < 1:
-                raise VerispecError(f"{name} must be at least 1, got {value}")
-        if args.time_budget is not None and not args.time_budget > 0:
-            raise VerispecError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
-        trees = parse_trees(args.trees)
-        check_result_output(args.out)  # never over a file that is not a result file
-        import torch
+    check_ranges([("--roots", args.roots, 1, None), ("--seed", args.seed, 0, 2**63 - 1),
+                  ("--limit", limit, 1, MAX_LP_VARIABLES), ("--max-reachable", max_reachable, 1, MAX_PREFIXES),
+                  ("--max-table", max_table, 1, MAX_PREFIXES), ("--threads", args.threads, 1, MAX_THREADS),
+                  ("--time-budget", args.time_budget, 0, MAX_SCRIPT_BUDGET)])
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise VerispecError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
+    trees = parse_trees(args.trees)
+    check_input(args.dataset, "the dataset")
+    RunOutputs("--out", store=rows_path(args.out), result=args.out).claim(held)  # never over a file not the run's
+    deadline = None if args.time_budget is None else start + args.time_budget
+    try:  # hard from the start: a dataset or a pair that takes long to read is inside the budget too
+        with budget.time_budget(deadline, hard=True, what="real_context_gaps's --time-budget"):
+            import torch
 
-        from verispec.models.problem import ModelProblem, SharedContext
-        from verispec.selector.roots import dataset_pair_roots, load_roots_pair, sample_roots, sampling_text
-        from verispec.simulator import parse_tree
+            from verispec.models.problem import ModelProblem, SharedContext
+            from verispec.selector.roots import dataset_pair_roots, load_roots_pair, sample_roots, sampling_text
+            from verispec.simulator import parse_tree
 
-        torch.set_num_threads(args.threads)
-        dataset, roots = dataset_pair_roots(args.dataset)
-        record = run_record(shlex.join(["python", "experiments/real_context_gaps.py",
-                                        *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
-                            threads=args.threads, device=str(args.device))
-        pair = load_roots_pair(roots, args.pair, args.target, args.draft, dataset.metadata["pair"],
-                               device=args.device, dtype=args.dtype)
-        chosen = sample_roots(roots, args.roots, args.seed)
-        rules = sorted({name for spec in trees for name in valid_rules(parse_tree(spec))})
-        parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "limit": limit,
-                      "max_reachable": max_reachable, "max_table": max_table, "rules": rules}
-        store = ResultStore(rows_path(args.out), parameters=parameters)
-    except VerispecError as error:
-        print(f"real_context_gaps: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+            torch.set_num_threads(args.threads)
+            dataset, roots = dataset_pair_roots(args.dataset)
+            record = run_record(shlex.join(["python", "experiments/real_context_gaps.py",
+                                            *(sys.argv[1:] if argv is None else argv)]), [args.dataset],
+                                threads=args.threads, device=str(args.device))
+            pair = load_roots_pair(roots, args.pair, args.target, args.draft, dataset.metadata["pair"],
+                                   device=args.device, dtype=args.dtype)
+            chosen = sample_roots(roots, args.roots, args.seed)
+            rules = sorted({name for spec in trees for name in valid_rules(parse_tree(spec))})
+            parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "limit": limit,
+                          "max_reachable": max_reachable, "max_table": max_table, "rules": rules}
+            store = ResultStore(rows_path(args.out), parameters=parameters)
+    except AnalysisTimeoutError:
+        print(f"real_context_gaps: --time-budget {args.time_budget:g} s reached before the first root (reading the "
+              "dataset and loading the pair); give a larger budget", file=sys.stderr)
+        return 3
     print(f"real_context_gaps: {len(chosen)} roots of {len(roots)} x {len(trees)} trees, {pair.name}, "
           f"{args.threads} threads, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
     shared = SharedContext(pair)

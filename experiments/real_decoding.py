@@ -27,6 +27,7 @@ The load average is recorded with every row.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -38,8 +39,9 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import ResultStore, atomic_output, atomic_write_text
+from verispec.io import ResultStore
 from verispec.models.prompts import humaneval_prompts
+from verispec.study.script_files import run_script
 
 #: transformers' own decoders: plain sampling, with a static KV cache, and assisted generation.
 HF_METHODS = ("hf-plain", "hf-static", "hf-assisted")
@@ -164,7 +166,8 @@ def _markdown(table: list[dict], parameters: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(table: list[dict], parameters: dict, path: Path) -> None:
+def _plot(table: list[dict], parameters: dict) -> bytes:
+    """The PNG of tokens/s per method."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -184,9 +187,10 @@ def _plot(table: list[dict], parameters: dict, path: Path) -> None:
     axis.set_title(f"{parameters['pair']} on {parameters['device']}: {parameters['prompts']} HumanEval prompts, "
                    f"T = {parameters['temperature']}")
     figure.tight_layout()
-    with atomic_output(path, suffix=".png") as temporary:
-        figure.savefig(temporary, dpi=120, format="png")
+    image = io.BytesIO()
+    figure.savefig(image, dpi=120, format="png")
     plt.close(figure)
+    return image.getvalue()
 
 
 def main(argv=None) -> int:
@@ -216,36 +220,50 @@ def main(argv=None) -> int:
     parser.add_argument("--summary", default=None, help="markdown table (default next to --output)")
     parser.add_argument("--plot", default=None, help="PNG plot (default next to --output)")
     args = parser.parse_args(argv)
+    return run_script("real_decoding", lambda held: _run(args, held))
+
+
+def _run(args, held) -> int:
+    """Check every number and output before any work (writable, room on the disk, the run's own files, one run at a
+    time), then decode the cells not yet in the store."""
+    from verispec.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
+    from verispec.study.script_files import RunOutputs, check_ranges
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import torch
-        import transformers
+    check_ranges([("--prompts", args.prompts, 1, None),
+                  ("--max-new-tokens", args.max_new_tokens, 1, MAX_CONTEXT_TOKENS),
+                  ("--seed", args.seed, 0, 2**31 - 1), ("--threads", args.threads, 1, MAX_THREADS),
+                  ("--warmup", args.warmup, 0, MAX_CONTEXT_TOKENS)])
+    output = Path(args.output or f"results/real_decoding_{args.device.replace(':', '')}.json")
+    summary_path = Path(args.summary or output.with_suffix(".md"))
+    plot_path = Path(args.plot or output.with_suffix(".png"))
+    outputs = RunOutputs("--output", store=output,
+                         tables=[summary_path, summary_path.with_suffix(".summary.json"), plot_path])
+    outputs.claim(held)
+    import torch
+    import transformers
 
-        from verispec.models import Sampling, load_pair
-        from verispec.models.cpu_linear import store_key
+    from verispec.models import Sampling, load_pair
+    from verispec.models.cpu_linear import store_key
 
-        transformers.utils.logging.set_verbosity_error()
-        transformers.utils.logging.disable_progress_bar()
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        sampling = Sampling(args.temperature, args.top_k, args.top_p)
-        methods = [m.strip() for m in args.methods.split(";") if m.strip()]
-        for method in methods:
-            if method != "plain" and method not in HF_METHODS and "=" not in method:
-                raise VerispecError(f"method {method!r} is neither plain, {', '.join(HF_METHODS)} nor VERIFIER=TREE")
-        prompts = humaneval_prompts(args.prompts)
-        output = Path(args.output or f"results/real_decoding_{args.device.replace(':', '')}.json")
-        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
-                else load_pair(args.pair, device=args.device, dtype=args.dtype))
-        parameters = {"pair": pair.name, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
-                      "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
-                      "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
-                      "threads": torch.get_num_threads(), "static_cache": args.static_cache, "graphs": args.graphs}
-        parameters.update(store_key(pair))  # the CPU linear path's version when on: other kernels, other times
-        store = ResultStore(output, parameters=parameters)
-    except VerispecError as error:
-        print(f"real_decoding: error: {error}", file=sys.stderr)
-        return 2
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    methods = [m.strip() for m in args.methods.split(";") if m.strip()]
+    for method in methods:
+        if method != "plain" and method not in HF_METHODS and "=" not in method:
+            raise VerispecError(f"method {method!r} is neither plain, {', '.join(HF_METHODS)} nor VERIFIER=TREE")
+    prompts = humaneval_prompts(args.prompts)
+    pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
+            else load_pair(args.pair, device=args.device, dtype=args.dtype))
+    parameters = {"pair": pair.name, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
+                  "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+                  "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
+                  "threads": torch.get_num_threads(), "static_cache": args.static_cache, "graphs": args.graphs}
+    parameters.update(store_key(pair))  # the CPU linear path's version when on: other kernels, other times
+    store = ResultStore(output, parameters=parameters)
     cells = [(method, index, task, prompt) for index, (task, prompt) in enumerate(prompts) for method in methods]
     warmup = args.warmup if args.warmup is not None else (16 if pair.device.type == "cuda" else 0)
     warmed: set[str] = set()
@@ -262,12 +280,11 @@ def main(argv=None) -> int:
         store.add(key, row)
     rows = {key: row for key, row in store.rows.items()}
     table = summarize(rows, methods)
-    summary_path = Path(args.summary or output.with_suffix(".md"))
-    atomic_write_text(summary_path, _markdown(table, parameters))
-    atomic_write_text(summary_path.with_suffix(".summary.json"), json.dumps(table, indent=1) + "\n")
+    outputs.write_text(store, summary_path, _markdown(table, parameters))
+    outputs.write_text(store, summary_path.with_suffix(".summary.json"), json.dumps(table, indent=1) + "\n")
     print(_markdown(table, parameters))
     try:
-        _plot(table, parameters, Path(args.plot or output.with_suffix(".png")))
+        outputs.write_bytes(store, plot_path, _plot(table, parameters))
     except ImportError:
         print("real_decoding: matplotlib is not installed; no plot (pip install matplotlib)", file=sys.stderr)
     return 0

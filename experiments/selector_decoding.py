@@ -32,21 +32,22 @@ methods run interleaved on each prompt: plain, static, selector, with one seed s
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore
+from verispec.study.script_files import run_script
 
 
 def _file_hash(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    from verispec.provenance import sha256_file
+
+    return sha256_file(path)[:16]  # read in chunks: a dataset is up to a GB
 
 
 def held_out_plans(dataset_path: str, selector_paths: list[str], prompt_specs: list[str],
@@ -248,27 +249,50 @@ def main(argv=None) -> int:
     add_held_out_arguments(parser, max_new_tokens=48)
     parser.add_argument("--output", default="results/selector_decoding.json")
     args = parser.parse_args(argv)
+    return run_script("selector_decoding", lambda held: _run(args, held))
+
+
+def check_held_out_options(args) -> None:
+    """The numbers of ``add_held_out_arguments`` in their ranges and its input files regular files, before any work
+    (a selector or dataset that is a FIFO would block its reader for ever)."""
+    from verispec.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
+    from verispec.study.script_files import check_input, check_ranges
+
+    check_ranges([("--max-prompts", args.max_prompts, 1, None),
+                  ("--max-new-tokens", args.max_new_tokens, 1, MAX_CONTEXT_TOKENS),
+                  ("--seed", args.seed, 0, 2**31 - 1), ("--threads", args.threads, 1, MAX_THREADS)])
+    check_input(args.dataset, "the dataset")
+    for path in args.selector:
+        check_input(path, "the selector")
+
+
+def _run(args, held) -> int:
+    """Check every number, input and output before any work (writable, room on the disk, the run's own files, one
+    run at a time), then decode the cells not yet in the store."""
+    from verispec.study.script_files import RunOutputs
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import torch
+    check_held_out_options(args)
+    output = Path(args.output)
+    outputs = RunOutputs("--output", store=output, tables=[output.with_suffix(".md"),
+                                                           output.with_suffix(".summary.json")])
+    outputs.claim(held)
+    import torch
 
-        from verispec.models import Sampling, load_pair
-        from verispec.models.cpu_linear import store_key
+    from verispec.models import Sampling, load_pair
+    from verispec.models.cpu_linear import store_key
 
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        setup = held_out_plans(args.dataset, args.selector, args.prompts, args.max_prompts)
-        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
-                else load_pair(args.pair, device=args.device, dtype=args.dtype))
-        check_pair(setup, pair)
-        parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-                      "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
-                      "threads": torch.get_num_threads(), **plan_parameters(setup, args.dataset, args.selector)}
-        parameters.update(store_key(pair))  # the CPU linear path's version when on: other kernels, other times
-        store = ResultStore(args.output, parameters=parameters)
-    except VerispecError as error:
-        print(f"selector_decoding: error: {error}", file=sys.stderr)
-        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    setup = held_out_plans(args.dataset, args.selector, args.prompts, args.max_prompts)
+    pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
+            else load_pair(args.pair, device=args.device, dtype=args.dtype))
+    check_pair(setup, pair)
+    parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                  "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
+                  "threads": torch.get_num_threads(), **plan_parameters(setup, args.dataset, args.selector)}
+    parameters.update(store_key(pair))  # the CPU linear path's version when on: other kernels, other times
+    store = ResultStore(output, parameters=parameters)
     from verispec.selector.roots import sampling_text
 
     samplings, groups, texts, plans = setup["samplings"], setup["groups"], setup["texts"], setup["plans"]
@@ -285,9 +309,8 @@ def main(argv=None) -> int:
         store.add(key, row)
     table = summarize(dict(store.rows), list(plans), settings)
     text = markdown(table, parameters)
-    output = Path(args.output)
-    atomic_write_text(output.with_suffix(".md"), text)
-    atomic_write_text(output.with_suffix(".summary.json"), json.dumps(table, indent=1) + "\n")
+    outputs.write_text(store, output.with_suffix(".md"), text)
+    outputs.write_text(store, output.with_suffix(".summary.json"), json.dumps(table, indent=1) + "\n")
     print(text)
     return 0
 

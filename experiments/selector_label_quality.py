@@ -33,7 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore
 
 
 def main(argv=None) -> int:
@@ -64,46 +64,65 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", default="results/selector_label_quality.json")
     args = parser.parse_args(argv)
+    from verispec.study.script_files import run_script
+
+    return run_script("selector_label_quality", lambda held: _run(args, held))
+
+
+def _run(args, held) -> int:
+    """Check every number, input and output before any work (writable, room on the disk, the run's own files, one
+    run at a time), then label and certify the roots not yet in the store."""
+    from verispec.limits import MAX_THREADS
+    from verispec.study.script_files import MAX_SCRIPT_BUDGET, RunOutputs, check_input, check_ranges
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import torch
+    check_ranges([("--roots", args.roots, 1, None), ("--samples", args.samples, 2, None),
+                  ("--epsilon", args.epsilon, 0, None), ("--deadline", args.deadline, 0, MAX_SCRIPT_BUDGET),
+                  ("--cost-ratio", args.cost_ratio, 0, None), ("--seed", args.seed, 0, 2**63 - 1),
+                  ("--threads", args.threads, 1, MAX_THREADS)])
+    for option, value in (("--epsilon", args.epsilon), ("--deadline", args.deadline),
+                          ("--cost-ratio", args.cost_ratio)):
+        if not value > 0:
+            raise VerispecError(f"{option} must be positive, got {value}")
+    check_input(args.dataset, "the dataset")
+    if args.latency:
+        check_input(args.latency, "the latency model")
+    output = Path(args.output)
+    outputs = RunOutputs("--output", store=output, tables=[output.with_suffix(".summary.json")])
+    outputs.claim(held)
+    import torch
 
-        from verispec.latency import LatencyModel
-        from verispec.models import load_pair
-        from verispec.selector.actions import ActionGrid, action_times, open_grid_store
-        from verispec.selector.dataset_file import Dataset
-        from verispec.selector.label_quality import label_quality
-        from verispec.selector.labelling import root_problem
-        from verispec.selector.labels import LabelSet, certified_labels, conditional_exact_labels
-        from verispec.selector.roots import Root
+    from verispec.latency import LatencyModel
+    from verispec.models import load_pair
+    from verispec.selector.actions import ActionGrid, action_times, open_grid_store
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.label_quality import label_quality
+    from verispec.selector.labelling import root_problem
+    from verispec.selector.labels import LabelSet, certified_labels, conditional_exact_labels
+    from verispec.selector.roots import Root
 
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
-        dataset = StoredRoots.load(args.dataset) if args.dataset.endswith(".roots.json") else Dataset.load(args.dataset)
-        if args.roots < 1 or args.samples < 2:
-            raise VerispecError(f"give --roots >= 1 and --samples >= 2, got {args.roots} and {args.samples}")
-        roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
-        if any(root.kind != "model" for root in roots):
-            raise VerispecError("the dataset holds synthetic roots; their labels are exact already (give a dataset "
-                                "traced from a model pair)")
-        step = max(1, len(roots) // args.roots)
-        chosen = roots[::step][:args.roots]
-        from verispec.selector.regimes import regime_models
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    grid = ActionGrid.parse(ks=args.ks, l1s=args.l1s, l2s=args.l2s, verifiers=args.verifiers)
+    dataset = StoredRoots.load(args.dataset) if args.dataset.endswith(".roots.json") else Dataset.load(args.dataset)
+    roots = [Root.from_dict(json.loads(key)) for key in dataset.key.tolist()]
+    if any(root.kind != "model" for root in roots):
+        raise VerispecError("the dataset holds synthetic roots; their labels are exact already (give a dataset "
+                            "traced from a model pair)")
+    step = max(1, len(roots) // args.roots)
+    chosen = roots[::step][:args.roots]
+    from verispec.selector.regimes import regime_models
 
-        regimes = regime_models(args.latency)
-        regimes["gpu-large"] = latency = LatencyModel.from_ratio(args.cost_ratio)
-        columns = dataset_columns(dataset, grid) if args.reuse_dataset_trees else None
-        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
-                else load_pair(args.pair, device=args.device, dtype=args.dtype))
-        if pair.name != roots[0].pair:
-            raise VerispecError(f"the dataset's roots come from {roots[0].pair!r}, not {pair.name!r}")
-        parameters = {"pair": pair.name, "samples": args.samples, "epsilon": args.epsilon,
-                      "deadline": args.deadline, "seed": args.seed, "dtype": str(pair.target.dtype)}
-        store = open_grid_store(args.output, parameters, grid)  # the rows' columns are the grid's actions
-    except VerispecError as error:
-        print(f"selector_label_quality: error: {error}", file=sys.stderr)
-        return 2
+    regimes = regime_models(args.latency)
+    regimes["gpu-large"] = latency = LatencyModel.from_ratio(args.cost_ratio)
+    columns = dataset_columns(dataset, grid) if args.reuse_dataset_trees else None
+    pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype) if args.target
+            else load_pair(args.pair, device=args.device, dtype=args.dtype))
+    if pair.name != roots[0].pair:
+        raise VerispecError(f"the dataset's roots come from {roots[0].pair!r}, not {pair.name!r}")
+    parameters = {"pair": pair.name, "samples": args.samples, "epsilon": args.epsilon,
+                  "deadline": args.deadline, "seed": args.seed, "dtype": str(pair.target.dtype)}
+    store = open_grid_store(args.output, parameters, grid)  # the rows' columns are the grid's actions
     for index, root in enumerate(tqdm(chosen, desc="roots")):
         key = root.key()
         if store.done(key):
@@ -154,7 +173,7 @@ def main(argv=None) -> int:
                                 if row["certified"] is None]
     quality["grid"] = grid.describe()
     quality["latency"] = latency.as_dict()
-    atomic_write_text(Path(args.output).with_suffix(".summary.json"), json.dumps(quality, indent=1) + "\n")
+    outputs.write_text(store, output.with_suffix(".summary.json"), json.dumps(quality, indent=1) + "\n")
     print(json.dumps(quality, indent=1))
     return 0
 
@@ -173,9 +192,13 @@ class StoredRoots:
 
     @classmethod
     def load(cls, path: str):
-        from verispec.io import unpack_floats
+        from verispec.io import MAX_RESULT_FILE_BYTES, read_user_file, unpack_floats
 
-        parameters = json.loads(Path(path).read_text()).get("parameters") or {}
+        try:  # read with a bound (the store's own), as the store reads it
+            data = json.loads(read_user_file(path, limit=MAX_RESULT_FILE_BYTES, what="the row store"))
+        except (ValueError, RecursionError):
+            data = None
+        parameters = (data.get("parameters") if isinstance(data, dict) else None) or {}
         rows = list(ResultStore(path).rows.values())
         if "grid" not in parameters or not rows:
             raise VerispecError(f"{path!r} holds no roots of a selector dataset build (OUT.roots.json)")

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from verispec.errors import VerispecError
-from verispec.io import ResultStore, atomic_write_text
+from verispec.io import ResultStore
+from verispec.study.script_files import run_script
 
 DEPTH = 3
 
@@ -83,7 +83,25 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output", default="results/typical_derived.json")
     args = parser.parse_args(argv)
+    return run_script("typical_derived", lambda held: _run(args, held))
+
+
+#: Largest --vocab of the derived problem: analysed exactly to depth 3 (V^3 prefixes, every typical setting).
+MAX_VOCAB = 64
+
+
+def _run(args, held) -> int:
+    """Check every number and output before any work (writable, room on the disk, the run's own files, one run at a
+    time), then derive and analyse the contexts not yet in the store."""
+    from verispec.limits import MAX_THREADS
+    from verispec.study.script_files import RunOutputs, check_ranges
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_ranges([("--humaneval", args.humaneval, 0, None), ("--prose", args.prose, 0, None),
+                  ("--vocab", args.vocab, 2, MAX_VOCAB), ("--threads", args.threads, 1, MAX_THREADS)])
+    path = Path(args.output)
+    outputs = RunOutputs("--output", store=path, tables=[path.with_suffix(".md")])
+    outputs.claim(held)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -94,18 +112,13 @@ def main(argv=None) -> int:
     from verispec.models.tiny import tiny_pair
     from verispec.selector.prompt_sets import prose_small_prompts
 
-    try:
-        pair = tiny_pair(0, device=args.device) if args.tiny else load_pair(args.pair, device=args.device)
-    except VerispecError as error:
-        print(f"typical_derived: error: {error}", file=sys.stderr)
-        return 2
+    pair = tiny_pair(0, device=args.device) if args.tiny else load_pair(args.pair, device=args.device)
     contexts = humaneval_prompts(args.humaneval) + prose_small_prompts()[:args.prose]
     if args.tiny:  # token ids only: the tiny pair has no tokenizer
         contexts = [(f"tiny:{index}", [1 + index, 2, 3]) for index in range(args.humaneval + args.prose)]
     dtype = str(getattr(pair.target, "dtype", "unknown"))
-    store = ResultStore(Path(args.output), parameters={"experiment": "typical_derived", "pair": pair.name,
-                                                       "vocab": args.vocab, "depth": DEPTH, "dtype": dtype})
-    path = Path(args.output)
+    store = ResultStore(path, parameters={"experiment": "typical_derived", "pair": pair.name,
+                                          "vocab": args.vocab, "depth": DEPTH, "dtype": dtype})
     jobs = [(label, sampling, task, prompt) for label, sampling in samplings().items() for task, prompt in contexts]
     for label, sampling, task, prompt in tqdm(jobs, desc="contexts", disable=not sys.stderr.isatty()):
         key = f"{label}|{task}"
@@ -115,10 +128,10 @@ def main(argv=None) -> int:
         problem, _ = derive_problem(ModelProblem(pair, prompt, sampling, horizon=DEPTH), args.vocab, DEPTH)
         store.add(key, {"rows": analyse(problem, label, task), "seconds": time.perf_counter() - start,
                         "load": os.getloadavg()[0]})
-        atomic_write_text(path.with_suffix(".md"), summary(
+        outputs.write_text(store, path.with_suffix(".md"), summary(
             [row for entry in store.rows.values() for row in entry["rows"]]))
     text = summary([row for entry in store.rows.values() for row in entry["rows"]])
-    atomic_write_text(path.with_suffix(".md"), text)
+    outputs.write_text(store, path.with_suffix(".md"), text)
     print(text)
     return 0
 

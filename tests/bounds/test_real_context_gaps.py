@@ -231,14 +231,15 @@ def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     mine.write_text('{"my": "notes"}')
     cases = [(["--trees", "iid:2,2,bogus:3", "--out", str(tmp_path / "a.json")], "--trees"),
              (["--out", str(mine)], "is not a result file"),
-             (["--roots", "0", "--out", str(tmp_path / "b.json")], "--roots must be at least 1")]
+             (["--roots", "0", "--out", str(tmp_path / "b.json")], "--roots 0 is out of range: give a whole number of at least 1")]
     assert_one_line_refusals(script.main, common, cases, "real_context_gaps: error:", capsys)
     assert mine.read_text() == '{"my": "notes"}'
-    # a time budget spent before the first root: nothing computed, the partial result written, exit 3
+    # a time budget spent before the first root (it runs from the start: reading the dataset and the pair count
+    # too): exit 3 on one line, nothing computed, nothing written
     out = tmp_path / "budget.json"
     assert script.main(common + ["--roots", "2", "--time-budget", "1e-9", "--out", str(out)]) == 3
-    result = json.loads(out.read_text())
-    assert not result["complete"] and result["roots_done"] == 0
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "reached before the first root" in error[0] and not out.exists()
 
 
 def test_the_time_budget_stops_a_tree_in_the_middle(tiny_dataset, tmp_path, monkeypatch):

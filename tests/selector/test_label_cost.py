@@ -86,13 +86,15 @@ def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     mine.write_text('{"my": "notes"}')
     cases = [(["--verifiers", "bogus", "--out", str(tmp_path / "a.json")], "bogus"),
              (["--verifiers", "gbv", "--out", str(mine)], "is not a result file"),
-             (["--verifiers", "gbv", "--roots", "0", "--out", str(tmp_path / "b.json")], "--roots must be at least 1")]
+             (["--verifiers", "gbv", "--roots", "0", "--out", str(tmp_path / "b.json")], "--roots 0 is out of range: give a whole number of at least 1")]
     assert_one_line_refusals(script.main, common, cases, "label_cost: error:", capsys)
     assert mine.read_text() == '{"my": "notes"}'
+    # a budget spent before the first root (it runs from the start: reading the dataset and the pair count too):
+    # exit 3 on one line, nothing measured, nothing written
     out = tmp_path / "budget.json"
     assert script.main(common + ["--verifiers", "gbv", "--time-budget", "1e-9", "--out", str(out)]) == 3
-    result = json.loads(out.read_text())
-    assert not result["complete"] and result["roots_done"] == 0 and result["projected_hours"] is None
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "reached before the first root" in error[0] and not out.exists()
 
 
 def test_a_root_the_rule_refuses_is_recorded_and_the_next_goes_on(tiny_dataset, tmp_path, monkeypatch):

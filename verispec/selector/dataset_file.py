@@ -36,6 +36,7 @@ versions are read; version 2 is written.
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,6 +203,10 @@ class Dataset:
         """Read a dataset file; refuse on one line (``DatasetError``) a missing, truncated or foreign file, an
         empty dataset, NaN features, and, given ``grid``, a dataset labelled for another action grid."""
         shown = repr(str(path))
+        if os.path.exists(path):  # a FIFO would block its reader in open() for ever, a device never end
+            from verispec.study.script_files import check_input
+
+            check_input(path, "the dataset", DatasetError)
         try:
             check_zip_sizes(path, limit=MAX_DATASET_BYTES, what=f"the dataset {shown}", error=DatasetError)
             loaded = np.load(path, allow_pickle=False)
