@@ -51,7 +51,6 @@ run's record (``measure.write_result``): one row per (setting, method) with ``no
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -63,10 +62,10 @@ from tqdm import tqdm
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "experiments")]
 import real_decoding  # noqa: E402  experiments/real_decoding.py: transformers' decoders
 import selector_decoding  # noqa: E402  experiments/selector_decoding.py: held-out prompts, plans, paired ratios
-from measure import start_record, write_result  # noqa: E402  benchmarks/measure.py
+from measure import start_record, write_result, write_rows, write_table  # noqa: E402  benchmarks/measure.py
 
 from verispec.errors import VerispecError  # noqa: E402
-from verispec.io import ResultStore, atomic_write_text  # noqa: E402
+from verispec.io import ResultStore  # noqa: E402
 
 #: transformers' decoders this benchmark runs, and the baseline every ratio is taken against.
 HF_METHODS = ("hf-plain", "hf-assisted")
@@ -224,6 +223,7 @@ def assistant_schedule(pair) -> dict:
 
 
 def main(argv=None) -> int:
+    from measure import RESULT, ROWS, STORE, TABLE, add_overwrite_option, claim_outputs  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     selector_decoding.add_held_out_arguments(parser, max_new_tokens=64)
     parser.add_argument("--linears", default="torch",
@@ -235,7 +235,14 @@ def main(argv=None) -> int:
                         help="seconds: start no prompt that would end past them (rerun to go on)")
     parser.add_argument("--output", default="results/bench_assisted.json", help="the rows (a resumable store)")
     parser.add_argument("--result", default=None, help="also write the summary with the run's record here")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    output = Path(args.output)
+    claim_outputs(__file__, [("--output", output, STORE), ("--output (its table)", output.with_suffix(".md"), TABLE),
+                             ("--output (its summary)", output.with_suffix(".summary.json"), ROWS),
+                             ("--result", args.result, RESULT)], overwrite=args.overwrite)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         if args.linears not in LINEARS:
@@ -273,7 +280,7 @@ def main(argv=None) -> int:
                       "hf_assistant": assistant_schedule(pair),
                       **selector_decoding.plan_parameters(setup, args.dataset, args.selector)}
         parameters.update(store_key(pair))
-        store = ResultStore(args.output, parameters=parameters)
+        store = ResultStore(args.output, parameters=parameters, overwrite=args.overwrite)
     except VerispecError as error:
         print(f"bench_assisted: error: {error}", file=sys.stderr)
         return 2
@@ -309,9 +316,8 @@ def main(argv=None) -> int:
         spent.append(time.perf_counter() - begin - elapsed)
     table = summarize(dict(store.rows), methods, settings)
     text = markdown(table, parameters)
-    output = Path(args.output)
-    atomic_write_text(output.with_suffix(".md"), text)
-    atomic_write_text(output.with_suffix(".summary.json"), json.dumps(table, indent=1) + "\n")
+    write_table(output.with_suffix(".md"), text)
+    write_rows(output.with_suffix(".summary.json"), {"rows": table})
     print(text)
     if started:
         rows = [{"setting": e["setting"], "method": e["method"], "prompts": e["prompts"],

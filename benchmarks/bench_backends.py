@@ -16,13 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from verispec.io import atomic_write_text
 from verispec.simulator import Problem, parse_tree
 from verispec.verifiers import REGISTRY
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: Tree kinds in order of preference: the first one a verifier is valid for is used.
 TREES = {"delayed": "delayed:4,2,2", "iid": "iid:4,3", "branch": "branch:3,2,1", "hub": "hub-tree:2",
@@ -73,6 +78,14 @@ def _timed(function, repeats: int, synchronize=None) -> float:
 
 
 def main(argv=None) -> None:
+    from measure import (  # benchmarks/measure.py
+        ROWS,
+        TABLE,
+        add_overwrite_option,
+        claim_outputs,
+        write_rows,
+        write_table,
+    )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--trees", type=int, default=3, help="random trees per verifier")
@@ -80,7 +93,12 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", default="results/bench_backends")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--output", args.output + ".md", TABLE), ("--output", args.output + ".json", ROWS)],
+                  overwrite=args.overwrite)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -122,8 +140,8 @@ def main(argv=None) -> None:
         cells = [str(row[c]) if not c.endswith("_ms") else f"{row[c]:.2f}" for c in columns]
         lines.append("| " + " | ".join(cells) + f" | {row['numpy_ms'] / fastest:.1f} |")
     table = "\n".join(lines) + "\n"
-    atomic_write_text(args.output + ".md", table)
-    atomic_write_text(args.output + ".json", json.dumps({"header": header, "rows": rows}, indent=1) + "\n")
+    write_table(args.output + ".md", table)
+    write_rows(args.output + ".json", {"header": header, "rows": rows})
     print(table)
 
 

@@ -27,8 +27,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (verifier, tree) of the default static actions.
@@ -64,6 +69,7 @@ def parse_static(text: str) -> tuple[str, str]:
 
 
 def main(argv=None) -> int:
+    from measure import RESULT, add_overwrite_option, claim_outputs  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--configs", help="TARGET.json,DRAFT.json: models built from these configs, random weights")
@@ -81,7 +87,12 @@ def main(argv=None) -> int:
     parser.add_argument("--graphs", action="store_true", help="CUDA graphs over static caches (a GPU)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--result", args.result, RESULT)],
+                  overwrite=args.overwrite)
     if args.tokens < 2 or args.prompt_length < 1 or args.threads < 1:
         raise SystemExit("bench_block_overhead: --tokens must be at least 2, --prompt-length and --threads at least 1")
     statics = [parse_static(text) for text in (args.static or DEFAULT_STATIC)]

@@ -22,11 +22,20 @@ import os
 import time
 from pathlib import Path
 
-from measure import comparison, publish_table, start_record, write_result  # benchmarks/measure.py
+from measure import (  # benchmarks/measure.py
+    STORE,
+    TABLE,
+    add_overwrite_option,
+    claim_outputs,
+    comparison,
+    open_store,
+    publish_table,
+    start_record,
+    write_result,
+)
 from tqdm import tqdm
 
 from verispec.bounds.multistep import optimal_block_efficiency
-from verispec.io import ResultStore
 from verispec.simulator import parse_tree, random_problem
 
 
@@ -43,15 +52,18 @@ def main(argv=None) -> None:
     parser.add_argument("--full-up-to", type=int, default=7)
     parser.add_argument("--vocab", type=int, default=3)
     parser.add_argument("--max-variables", type=int, default=400_000)
-    parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--fresh", action="store_true",
+                        help="discard saved rows (of a store verispec wrote) and start over")
+    add_overwrite_option(parser)
     parser.add_argument("--result", help="also write this run's rows and its record here (JSON)")
     args = parser.parse_args(argv)
-    started = start_record(__file__, argv, result=args.result) if args.result else None
     path = Path(args.output)
-    if args.fresh and path.exists():
-        path.unlink()
-    store = ResultStore(path, parameters={"benchmark": "bench_chain_lp", "problem": "random_problem", "seed": 0,
-                                          "divergence": 0.7, "vocab": args.vocab, "limit": args.max_variables})
+    claim_outputs(__file__, [("--output", path, STORE), ("--output (its table)", path.with_suffix(".md"), TABLE)],
+                  overwrite=args.overwrite)  # before any work, and before --fresh discards anything
+    started = start_record(__file__, argv, result=args.result) if args.result else None
+    store = open_store(__file__, path, {"benchmark": "bench_chain_lp", "problem": "random_problem", "seed": 0,
+                                        "divergence": 0.7, "vocab": args.vocab, "limit": args.max_variables},
+                       fresh=args.fresh or args.overwrite)
     lengths, resumed = [int(x) for x in args.lengths.split(",")], set()
     for length in tqdm(lengths, desc="lengths"):
         key = f"chain:{length}|full={length <= args.full_up_to}"

@@ -17,13 +17,16 @@ Ratios are on / off (below 1: the path is faster). The load average is printed w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
+import sys
 import time
 from functools import partial
+from pathlib import Path
 
-from verispec.io import atomic_write_text
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _median_pair(first, second, repeats: int, setups=(None, None)) -> tuple[float, float]:
@@ -114,6 +117,7 @@ def forward_rows(pair, sizes, repeats: int, context_length: int, padded: bool = 
 
 
 def main(argv=None) -> int:
+    from measure import ROWS, add_overwrite_option, claim_outputs, write_rows  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--tiny", action="store_true", help="a tiny random pair instead of an installed one")
@@ -125,7 +129,12 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="write the rows here (atomically)")
     parser.add_argument("--unpadded", action="store_true",
                         help="also the whole forwards with 9-15 rows taken as they come, not padded to 16")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--json", args.json, ROWS)],
+                  overwrite=args.overwrite)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
@@ -143,7 +152,7 @@ def main(argv=None) -> int:
     if args.json:
         result = {"pair": pair.name, "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
                   "layers": layers, "forwards": forwards}
-        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
+        write_rows(args.json, result)
     return 0
 
 

@@ -20,8 +20,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from verispec.io import atomic_write_text
-
 ROOT = Path(__file__).resolve().parent.parent
 
 #: name -> (problem expression, tree, verifier, method): the issue's workloads, then quick versions.
@@ -43,6 +41,10 @@ SCRIPT = """
 import json, sys, time
 from verispec.simulator import analyze, parse_tree, random_markov_problem, random_problem
 from verispec.verifiers import get_verifier
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 problem = {problem}
 drafter, verifier = parse_tree({tree!r}), get_verifier({verifier!r})
 start = time.perf_counter()
@@ -65,11 +67,24 @@ def _run(source: Path, workload) -> dict:
 
 
 def main(argv=None) -> None:
+    from measure import (  # benchmarks/measure.py
+        ROWS,
+        TABLE,
+        add_overwrite_option,
+        claim_outputs,
+        write_rows,
+        write_table,
+    )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="f8362bd", help="git revision of the 'before' package")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", default="results/bench_dp")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--output", args.output + ".md", TABLE), ("--output", args.output + ".json", ROWS)],
+                  overwrite=args.overwrite)
     workloads = QUICK if args.quick else WORKLOADS
     rows = []
     with tempfile.TemporaryDirectory() as folder:
@@ -95,8 +110,8 @@ def main(argv=None) -> None:
     lines += [f"| {r['workload']} | {r['states']} | {r['before_seconds']:.2f} | {r['after_seconds']:.2f} | "
               f"{r['ratio']:.1f} | {r['block_efficiency']:.10f} |" for r in rows]
     table = "\n".join(lines) + "\n"
-    atomic_write_text(args.output + ".md", table)
-    atomic_write_text(args.output + ".json", json.dumps(rows, indent=1) + "\n")
+    write_table(args.output + ".md", table)
+    write_rows(args.output + ".json", {"rows": rows})
     print(table)
 
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import itertools
 
-from measure import peak_memory_of_analysis, run_arguments, timed_analysis  # benchmarks/measure.py
+from measure import peak_memory_of_analysis, run_arguments, timed_analysis, write_table  # benchmarks/measure.py
 from tqdm import tqdm
 
-from verispec.io import atomic_write_text
 from verispec.simulator import DelayedDrafter, random_problem
 from verispec.verifiers import REGISTRY
 
@@ -34,8 +33,9 @@ def grid(quick: bool):
 
 
 def main(argv=None) -> None:
-    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_engine.json", argv, parameters={
-        "problem": "random_problem", "seed": 0, "divergence": 0.7, "methods": ["dp", "closed-form"]})
+    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_engine.json", argv, script=__file__,
+                                      parameters={"problem": "random_problem", "seed": 0, "divergence": 0.7,
+                                                  "methods": ["dp", "closed-form"]})
     for name, size, branches, trunk, tail in tqdm(list(grid(args.quick)), desc="configurations"):
         key = f"{name}|V={size}|delayed:{branches},{trunk},{tail}"
         if store.done(key):
@@ -66,7 +66,7 @@ def main(argv=None) -> None:
                      f"{row['new_seconds']:.3f} | {ratio} | {row['new_peak_bytes'] / 2**20:.1f} | "
                      f"{row['tv_distance']:.1e} |")
     table = "\n".join(lines) + "\n"
-    atomic_write_text(path.with_suffix(".md"), table)
+    write_table(path.with_suffix(".md"), table)
     print(table)
 
 

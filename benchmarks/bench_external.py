@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -34,9 +35,12 @@ from verispec.external.adapter import ExternalVerifier, load_function
 from verispec.external.blackbox import blackbox_test
 from verispec.external.check import check_external
 from verispec.external.exact import NotPiecewiseConstantError
-from verispec.io import atomic_write_text
 from verispec.simulator import ContextFreeProblem, analyze, parse_tree, random_problem
 from verispec.verifiers import get_verifier
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 GALLERY = Path(__file__).resolve().parent.parent / "examples" / "external"
 
@@ -188,19 +192,25 @@ def gallery() -> list[str]:
 
 
 def main(argv=None) -> None:
+    from measure import TABLE, add_overwrite_option, claim_outputs, write_table  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="without the gallery")
     parser.add_argument("--race-limit", type=float, default=120.0,
                         help="seconds a race refusal may run (without the breakpoint check)")
     parser.add_argument("--output", default="results/bench_external.md")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--output", args.output, TABLE)],
+                  overwrite=args.overwrite)
     lines = [f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", ""] + chain_at_v4_l4()
     print("\n".join(lines), flush=True)
     lines += [""] + one_sequence() + [""] + race_refusal(args.race_limit)
     if not args.quick:
         lines += [""] + gallery()
     table = "\n".join(lines) + "\n"
-    atomic_write_text(args.output, table)
+    write_table(args.output, table)
     print(table)
 
 

@@ -22,9 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from pathlib import Path
 
-from verispec.io import atomic_write_text
 from verispec.models.latency import cached_model, time_forwards
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 MODES = ("dynamic", "static", "graphs")
@@ -74,6 +79,7 @@ def config_pair(configs: str, device: str, dtype: str):
 
 
 def main(argv=None) -> int:
+    from measure import ROWS, add_overwrite_option, claim_outputs, write_rows  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
@@ -88,7 +94,12 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--quick", action="store_true", help="3 repeats at widths 1 and 8")
     parser.add_argument("--json", default=None, help="write the table here (atomically)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--json", args.json, ROWS)],
+                  overwrite=args.overwrite)
     if args.quick:
         args.repeats, args.widths = 3, "1,8"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -130,7 +141,7 @@ def main(argv=None) -> int:
         if "max_relative_difference" in table:
             print(f"{role:6s} | modes agree to {table['max_relative_difference']:.2e} (relative)")
     if args.json:
-        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
+        write_rows(args.json, result)
     return 0
 
 

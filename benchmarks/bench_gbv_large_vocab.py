@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -36,6 +38,10 @@ from verispec.simulator.ranking import tie_tolerance
 from verispec.simulator.trees import TreeBatch
 from verispec.verifiers.block import block_law
 from verispec.verifiers.gbv import GreedyBlockVerifier
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 QWEN_VOCAB = 151_936
 
@@ -227,6 +233,7 @@ def fastest(functions: dict, batch, repeats: int) -> tuple[dict, dict]:
 
 
 def main(argv=None) -> None:
+    from measure import RESULT, add_overwrite_option, claim_outputs  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=QWEN_VOCAB)
     parser.add_argument("--rows", default="1,4,16", help="comma-separated row counts N")
@@ -236,7 +243,12 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-before", action="store_true", help="time the current implementation only")
     parser.add_argument("--result", help="also write the entries and the run's record here (JSON)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--result", args.result, RESULT)],
+                  overwrite=args.overwrite)
     from measure import comparison, start_record, write_result  # benchmarks/measure.py
 
     started = start_record(__file__, argv, result=args.result) if args.result else None

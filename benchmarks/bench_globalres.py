@@ -132,6 +132,7 @@ def fmt_ms(row: dict | None) -> str:
 
 
 def main(argv=None) -> int:
+    from measure import RESULT, ROWS, TABLE, add_overwrite_option, claim_outputs, write_rows  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="V up to 16,384, two repeats")
@@ -142,7 +143,12 @@ def main(argv=None) -> int:
                         f"{','.join(map(str, VOCABULARIES))} (or --quick's first two)")
     parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--output", args.output, TABLE), ("--json", args.json, ROWS),
+                             ("--result", args.result, RESULT)], overwrite=args.overwrite)
     repeats = 2 if args.quick else args.repeats
     vocabularies = [int(vocab) for vocab in args.vocabularies.split(",")] if args.vocabularies else None
     if args.worker:
@@ -174,9 +180,7 @@ def main(argv=None) -> int:
     publish_table(args.output, caption, ["law", "V", "top-k", "K", "alpha*", "before: acceptance - alpha*",
                                          "after", "before: ms a node (wall / CPU)", "after"], lines)
     if args.json:
-        from verispec.io import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps(table, indent=1))
+        write_rows(args.json, {"rows": table})
     if started:
         write_result(args.result, started, result_values(table, args, repeats, loads))
     return 0

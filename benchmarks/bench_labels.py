@@ -29,12 +29,15 @@ group's batch size and at each root's own.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from verispec.io import atomic_write_text
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VERIFIERS = "specinfer,spectr,khisti,naivetree,traversal-iid,traversal,gbv"
 
@@ -142,6 +145,7 @@ def label_group(pair, contexts: list[list[int]], grid, samples: int, seed: int, 
 
 
 def main(argv=None) -> int:
+    from measure import ROWS, add_overwrite_option, claim_outputs, write_rows  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--tiny", action="store_true", help="a tiny random pair instead of an installed one")
@@ -163,7 +167,12 @@ def main(argv=None) -> int:
     parser.add_argument("--dense-attention", action="store_true",
                         help="the packed forwards' attention dense over every context, as before segmented attention "
                              "(to compare the two)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--json", args.json, ROWS)],
+                  overwrite=args.overwrite)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
@@ -220,7 +229,7 @@ def main(argv=None) -> int:
                   "ratio_to_flat_floor": total / flat, "dense_attention": args.dense_attention,
                   "ratio_to_one_by_one_floor": total / alone, "ratio_to_forwards_floor": total / both,
                   "seconds_a_root": total / len(contexts)}
-        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
+        write_rows(args.json, result)
     return 0
 
 

@@ -20,20 +20,31 @@ Medians of ``--repeats`` calls in microseconds, the ratio other route / kernel, 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
+from pathlib import Path
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VOCAB = 151_936
 
 
 def main(argv=None) -> int:
+    from measure import RESULT, ROWS, add_overwrite_option, claim_outputs, write_rows  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="BLAS threads under numpy (default 1)")
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="40 repeats")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--json", args.json, ROWS), ("--result", args.result, RESULT)],
+                  overwrite=args.overwrite)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(variable, str(args.threads))
     import numpy as np
@@ -98,11 +109,9 @@ def main(argv=None) -> int:
         print(f"{row['measure']:14s} {temperature:>4s} {row['laws']:20s} {row['caches']:6s} {row['kernel_us']:9.1f} "
               f"{row['other_us']:12.1f} {row['other_us'] / row['kernel_us']:15.2f}")
     if args.json:
-        from verispec.io import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps({"vocab": VOCAB, "threads": args.threads, "repeats": repeats,
-                                                 "status": native.kernel_status(), "rows": results,
-                                                 "load_average": [load_before, load_after]}, indent=1))
+        write_rows(args.json, {"vocab": VOCAB, "threads": args.threads, "repeats": repeats,
+                               "status": native.kernel_status(), "rows": results,
+                               "load_average": [load_before, load_after]})
     if started:
         write_result(args.result, started, {
             "benchmark": "bench_native_kernels", "unit": f"us a call (median of {repeats})", "vocab": VOCAB,

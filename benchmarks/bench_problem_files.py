@@ -26,6 +26,10 @@ from pathlib import Path
 
 MEASURE = """
 import json, statistics, sys, time
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 try:
     from verispec.simulator.problem_files import load_problem
 except ImportError:  # a checkout before the problem files left problems.py
@@ -49,6 +53,7 @@ def measure(checkout: Path, path: Path, repeats: int) -> float:
 
 
 def main(argv=None) -> None:
+    from measure import RESULT, TABLE, add_overwrite_option, claim_outputs  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=4)
     parser.add_argument("--depth", type=int, default=8)
@@ -56,7 +61,12 @@ def main(argv=None) -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout of verispec, measured on the same files")
     parser.add_argument("--output", default="results/bench_problem_files.md")
     parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--output", args.output, TABLE), ("--result", args.result, RESULT)],
+                  overwrite=args.overwrite)
     from measure import checkout_commit, comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 
     started = start_record(__file__, argv, threads=1, result=args.result) if args.result else None

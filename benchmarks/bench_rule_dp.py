@@ -25,10 +25,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from measure import comparison, publish_table, start_record, write_result  # benchmarks/measure.py
+from measure import (  # benchmarks/measure.py
+    STORE,
+    TABLE,
+    add_overwrite_option,
+    claim_outputs,
+    comparison,
+    open_store,
+    publish_table,
+    start_record,
+    write_result,
+)
 from tqdm import tqdm
 
-from verispec.io import ResultStore
 from verispec.simulator import analyze, parse_tree, random_problem
 from verispec.verifiers import get_verifier
 
@@ -65,17 +74,20 @@ def main(argv=None) -> None:
     parser.add_argument("--enumerate-up-to", type=float, default=2e7,
                         help="time whole-tree enumeration too up to this many ordered draft trees")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--fresh", action="store_true",
+                        help="discard saved rows (of a store verispec wrote) and start over")
+    add_overwrite_option(parser)
     parser.add_argument("--case", nargs=3, action="append", metavar=("VERIFIER", "TREE", "V"),
                         help="run this case instead of the grid (repeatable)")
     parser.add_argument("--result", help="also write this run's rows and its record here (JSON)")
     args = parser.parse_args(argv)
-    started = start_record(__file__, argv, result=args.result) if args.result else None
     path = Path(args.output)
-    if args.fresh and path.exists():
-        path.unlink()
-    store = ResultStore(path, parameters={"benchmark": "bench_rule_dp", "problem": "random_problem", "seed": 0,
-                                          "divergence": 0.7, "enumerate_up_to": args.enumerate_up_to})
+    claim_outputs(__file__, [("--output", path, STORE), ("--output (its table)", path.with_suffix(".md"), TABLE)],
+                  overwrite=args.overwrite)  # before any work, and before --fresh discards anything
+    started = start_record(__file__, argv, result=args.result) if args.result else None
+    store = open_store(__file__, path, {"benchmark": "bench_rule_dp", "problem": "random_problem", "seed": 0,
+                                        "divergence": 0.7, "enumerate_up_to": args.enumerate_up_to},
+                       fresh=args.fresh or args.overwrite)
     cases = [(name, spec, int(size)) for name, spec, size in args.case] if args.case else QUICK if args.quick else GRID
     resumed = set()
     for name, spec, size in tqdm(cases, desc="cases"):

@@ -39,9 +39,14 @@ selector's own rows carry ``before`` None.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
+from pathlib import Path
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VOCAB = 151_936
 PROMPT = [11, 7, 3, 5, 13, 2, 17, 19]
@@ -142,6 +147,7 @@ def measure(pair, policies: dict, sampling, tokens: int, seeds) -> dict[str, dic
 
 
 def main(argv=None) -> int:
+    from measure import RESULT, ROWS, add_overwrite_option, claim_outputs, write_rows  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--tokens", type=int, default=200, help="new tokens per decode (default 200)")
@@ -164,7 +170,12 @@ def main(argv=None) -> int:
                              "side by side")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--json", args.json, ROWS), ("--result", args.result, RESULT)],
+                  overwrite=args.overwrite)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(variable, str(args.threads))
     from measure import start_record, write_result  # benchmarks/measure.py
@@ -240,11 +251,9 @@ def main(argv=None) -> int:
                 print(f"{host['hidden']}, {host['sampling']}: median select_s {words} "
                       f"x{row['select_median_ms'] / host['select_median_ms']:.2f}")
     if args.json:
-        from verispec.io import atomic_write_text
-
         record = {"pair": pair.name, "vocab": pair.vocab_size, "threads": args.threads, "tokens": tokens,
                   "decodes": args.decodes, "load_average": [load_before, load_after], "rows": rows}
-        atomic_write_text(args.json, json.dumps(record, indent=1))
+        write_rows(args.json, record)
     if started:
         write_result(args.result, started, result_values(pair, rows, args, tokens, [load_before, load_after]))
     return 0

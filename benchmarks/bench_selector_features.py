@@ -15,10 +15,15 @@ calls after a warm-up, in microseconds, with the load average before and after (
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VOCAB = 151_936
 HIDDEN_DIMS = {"target_prev": 1536, "draft_root": 896}
@@ -34,12 +39,18 @@ def float64_law_features(p, q, r) -> list[float]:
 
 
 def main(argv=None) -> int:
+    from measure import ROWS, add_overwrite_option, claim_outputs, write_rows  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--quick", action="store_true", help="30 repeats")
     parser.add_argument("--json", help="also write the rows here")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--json", args.json, ROWS)],
+                  overwrite=args.overwrite)
     import torch
     from measure import median_us  # benchmarks/measure.py
 
@@ -88,11 +99,8 @@ def main(argv=None) -> int:
     for name, value in forwards.items():
         print(f"network forward and argmax over {len(PAPER_GRID)} actions, {name}: {value:.0f} us")
     if args.json:
-        from verispec.io import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps({"vocab": VOCAB, "threads": args.threads, "repeats": repeats,
-                                                 "load_average": [load_before, load_after], "features": rows,
-                                                 "forward_us": forwards}, indent=1))
+        write_rows(args.json, {"vocab": VOCAB, "threads": args.threads, "repeats": repeats,
+                               "load_average": [load_before, load_after], "features": rows, "forward_us": forwards})
     return 0
 
 

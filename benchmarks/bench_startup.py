@@ -27,6 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 COMMANDS = {
     "--help": ["--help"],
     "list": ["list"],
@@ -60,12 +64,18 @@ def median_seconds(checkout: Path, argv: list[str], cached: bool, repeats: int) 
 
 
 def main(argv=None) -> None:
+    from measure import RESULT, TABLE, add_overwrite_option, claim_outputs  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="another checkout of verispec, measured in the same run")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--output", default="results/bench_startup.md")
     parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--output", args.output, TABLE), ("--result", args.result, RESULT)],
+                  overwrite=args.overwrite)
     from measure import checkout_commit, comparison, publish_table, start_record, write_result  # benchmarks/measure.py
 
     started = start_record(__file__, argv, threads=1, result=args.result) if args.result else None

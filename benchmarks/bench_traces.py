@@ -19,13 +19,17 @@ ways at a near tie). The load average is recorded with the table (torch under lo
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BATCHES = (1, 4, 8, 16)
 
@@ -68,6 +72,7 @@ def load(args):
 
 
 def main(argv=None) -> int:
+    from measure import ROWS, TABLE, add_overwrite_option, claim_outputs, write_rows  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default=None, help="an installed pair, e.g. qwen-coder (default: a tiny random one)")
     parser.add_argument("--tiny-vocab", type=int, default=16, help="the tiny pair's vocabulary (151936: Qwen's)")
@@ -84,7 +89,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="results/bench_traces.md", help="the markdown table (written atomically)")
     parser.add_argument("--json", default=None, help="also write the rows here")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--output", args.output, TABLE), ("--json", args.json, ROWS)],
+                  overwrite=args.overwrite)
     import torch
     from measure import publish_table  # benchmarks/measure.py
 
@@ -125,13 +135,9 @@ def main(argv=None) -> int:
     publish_table(args.output, caption, ["method", "tokens", "CPU s", "CPU ms/token", "wall s", "wall ms/token",
                                          "CPU vs one at a time", "traces equal to one at a time"], table)
     if args.json:
-        from verispec.io import atomic_write_text
-
-        atomic_write_text(Path(args.json), json.dumps({"pair": pair.name, "device": str(pair.device),
-                                                       "threads": args.threads, "prompts": len(prompts),
-                                                       "tokens": args.tokens, "repeats": args.repeats,
-                                                       "load_average": [load_before, load_after], "rows": rows},
-                                                      indent=1) + "\n")
+        write_rows(args.json, {"pair": pair.name, "device": str(pair.device), "threads": args.threads,
+                               "prompts": len(prompts), "tokens": args.tokens, "repeats": args.repeats,
+                               "load_average": [load_before, load_after], "rows": rows})
     return 0
 
 

@@ -16,23 +16,33 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from verispec.io import atomic_write_text
 from verispec.simulator import analyze, parse_tree, random_problem
 from verispec.verifiers import get_verifier, load_verifier
+
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def main(argv=None) -> None:
+    from measure import TABLE, add_overwrite_option, claim_outputs, write_table  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the procedure-only rule")
     parser.add_argument("--output", default="results/bench_user_rule.md")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
+    # output locked for the run (benchmarks/measure.py: the writers' rule)
+    claim_outputs(__file__, [("--output", args.output, TABLE)],
+                  overwrite=args.overwrite)
     problem, drafter = random_problem(4, 8, 0), parse_tree("chain:8")
     variants = {"built-in naive": get_verifier("naive"),
                 "user rule, batched law (examples/my_whole_tree_rule.py)": load_verifier(
@@ -59,7 +69,7 @@ def main(argv=None) -> None:
              "|---|---|---|---|"]
     lines += [f"| {name} | {method} | {seconds:.2f} | {seconds / base:.2f} |" for name, method, seconds in rows]
     table = "\n".join(lines) + "\n"
-    atomic_write_text(args.output, table)
+    write_table(args.output, table)
     print(table)
 
 

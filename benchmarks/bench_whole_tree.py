@@ -15,9 +15,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from measure import peak_memory_of_analysis, run_arguments, timed_analysis  # benchmarks/measure.py
+from measure import peak_memory_of_analysis, run_arguments, timed_analysis, write_table  # benchmarks/measure.py
 
-from verispec.io import atomic_write_text
 from verispec.simulator import parse_tree, random_problem
 from verispec.verifiers import REGISTRY
 
@@ -62,8 +61,9 @@ def ordered_trees(spec: str, size: int) -> int:
 
 
 def main(argv=None) -> None:
-    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_whole_tree.json", argv, parameters={
-        "problem": "random_problem", "seed": 0, "divergence": 0.7, "methods": ["fast-enumeration", "closed-form"]})
+    args, path, store = run_arguments(__doc__.splitlines()[0], "results/bench_whole_tree.json", argv, script=__file__,
+                                      parameters={"problem": "random_problem", "seed": 0, "divergence": 0.7,
+                                                  "methods": ["fast-enumeration", "closed-form"]})
     for name, spec, size in (QUICK if args.quick else TARGETS + GRID):
         key = f"{name}|V={size}|{spec}"
         if store.done(key):
@@ -97,7 +97,7 @@ def main(argv=None) -> None:
                      f"{old} | {row['new_seconds']:.3f} | {ratio} | {row['new_peak_bytes'] / 2**20:.1f} | {diff} | "
                      f"{row['tv_distance']:.1e} |")
     table = "\n".join(lines) + "\n"
-    atomic_write_text(path.with_suffix(".md"), table)
+    write_table(path.with_suffix(".md"), table)
     print(table)
 
 

@@ -12,21 +12,149 @@ from verispec.io import ResultStore
 from verispec.simulator import analyze
 
 
-def run_arguments(description: str, default_output: str, argv=None, parameters: dict | None = None):
-    """The options every benchmark takes (--output, --quick, --fresh) and its resumable result store.
+def run_arguments(description: str, default_output: str, argv=None, parameters: dict | None = None,
+                  script: str = "benchmark"):
+    """The options every benchmark of a resumable store takes (--output, --quick, --fresh, --overwrite) and its
+    store, claimed (``claim_outputs``) with the Markdown table written beside it (``OUTPUT.md``).
 
     ``parameters``: what the rows depend on besides their keys (problem generator, seed, divergence,
-    methods); recorded in the file with the script's name, and a file from another setting is refused."""
+    methods); recorded in the file with the script's name, and a file from another setting is refused.
+    ``--fresh`` discards the store's rows, but only of a store verispec wrote: it used to delete whatever
+    --output named (a file of the user's, and the .md beside it was then replaced too)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--output", default=default_output)
     parser.add_argument("--quick", action="store_true", help="a small grid")
     parser.add_argument("--fresh", action="store_true", help="discard saved rows and start over")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
     path = Path(args.output)
-    if args.fresh and path.exists():
-        path.unlink()
+    claim_outputs(script, [("--output", path, STORE), ("--output (its table)", path.with_suffix(".md"), TABLE)],
+                  overwrite=args.overwrite)
     recorded = {"benchmark": Path(default_output).stem, **(parameters or {})}
-    return args, path, ResultStore(path, parameters=recorded)
+    return args, path, open_store(script, path, recorded, fresh=args.fresh or args.overwrite)
+
+
+def open_store(script: str, path, parameters: dict, *, fresh: bool = False) -> ResultStore:
+    """The resumable row store at ``path`` (claimed first: ``claim_outputs``), its rows discarded with ``fresh``
+    (the first row replaces the file, atomically); a store of other parameters refused on one line."""
+    from verispec.errors import ResultStoreError
+
+    try:
+        return ResultStore(path, parameters=parameters, overwrite=fresh)
+    except ResultStoreError as error:
+        refuse(script, f"{error}; or pass --fresh to start over")
+
+
+# --- the writers' rule (issue 64): a benchmark replaces only its own files, atomically, one run at a time -------
+
+#: What a benchmark writes: a Markdown table, a JSON file of rows, a row store, a result file (``write_result``).
+TABLE, ROWS, STORE, RESULT = "table", "rows", "store", "result"
+#: The ``written_by`` kinds of a benchmark's JSON rows and result files.
+ROWS_KIND, RESULT_KIND = "benchmark rows", "benchmark result"
+
+#: Outputs this process claimed (resolved path -> kind): checked, and locked until the process ends.
+_CLAIMED: dict[str, str] = {}
+
+
+def add_overwrite_option(parser) -> None:
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace output files that verispec cannot show a benchmark wrote (by default refused)")
+
+
+def refuse(script: str, message: str):
+    """End the benchmark with one line on stderr and status 2 (bad input), as verispec's commands refuse."""
+    import sys
+
+    print(f"{Path(script).name}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _output_kind(kind: str):
+    from verispec.io import MARKDOWN_OUTPUT, ROW_STORE_OUTPUT, OutputKind, marked_json
+
+    return {TABLE: MARKDOWN_OUTPUT, ROWS: OutputKind("benchmark's JSON file (with the written_by marker)",
+                                                     marked_json(ROWS_KIND), example="rows.json"),
+            STORE: ROW_STORE_OUTPUT,
+            RESULT: OutputKind("benchmark's result file (the written_by marker, or a record of a benchmarks/ "
+                               "command)", _is_benchmark_result, example="result.json")}[kind]
+
+
+def _is_benchmark_result(path: Path) -> bool:
+    """A result file a benchmark wrote: its marker, or (written before the marker) a record naming a
+    ``python benchmarks/`` command (``start_record``)."""
+    from verispec.io import json_marker, read_user_file
+    from verispec.provenance import MAX_RESULT_BYTES, is_marked
+
+    if is_marked(json_marker(path, MAX_RESULT_BYTES), RESULT_KIND):
+        return True
+    import json
+
+    data = json.loads(read_user_file(path, limit=MAX_RESULT_BYTES, what="the file", regular_only=True))
+    command = data.get("record", {}).get("command") if isinstance(data, dict) else None
+    return isinstance(command, str) and command.startswith("python benchmarks/")
+
+
+def claim_outputs(script: str, outputs, *, overwrite: bool = False) -> None:
+    """Claim a benchmark's output files before any work: ``outputs`` lists (option, path or None, kind). Each
+    path must be writable (not a folder, a FIFO, a read-only file), the paths distinct, and an existing file must
+    be one a benchmark wrote of that kind (its marker, ``TABLE`` ... ``RESULT``) unless ``overwrite``; then each
+    is locked (``verispec.store_lock``) until the process ends, so a second run writing the same file is refused
+    naming the first. Any refusal is one line, status 2 (``refuse``)."""
+    import os
+
+    from verispec.errors import VerispecError
+    from verispec.io import check_output
+    from verispec.store_lock import acquire
+
+    claimed = [(option, Path(path), kind) for option, path, kind in outputs if path is not None]
+    seen: dict[str, str] = {}
+    for option, path, _ in claimed:
+        key = os.path.realpath(path)
+        if key in seen:
+            refuse(script, f"{option} {str(path)!r} is also {seen[key]}: one file cannot hold both; give "
+                           "another path")
+        seen[key] = option
+    try:
+        for option, path, kind in claimed:
+            check_output(path, _output_kind(kind), what=option, overwrite=overwrite)
+        for option, path, kind in claimed:
+            acquire(path, f"python benchmarks/{Path(script).name}")
+            check_output(path, _output_kind(kind), what=option, overwrite=overwrite)  # as the lock's holder finds it
+            _CLAIMED[os.path.realpath(path)] = kind
+    except VerispecError as error:
+        refuse(script, error)
+
+
+def _claim_unclaimed(path, kind: str) -> None:
+    """A writer called for a path its script did not claim: claimed now, without --overwrite (never a user's file
+    replaced because a script forgot to claim it)."""
+    import os
+    import sys
+
+    if os.path.realpath(path) not in _CLAIMED:
+        claim_outputs(sys.argv[0] if sys.argv and sys.argv[0] else "benchmark", [("the output", path, kind)])
+
+
+def write_table(path, text: str) -> None:
+    """Write a benchmark's Markdown ``text`` to ``path`` atomically, its first line verispec's marker (so a rerun
+    can show it wrote the file it replaces)."""
+    from verispec.io import atomic_write_text
+    from verispec.provenance import markdown_marker
+
+    _claim_unclaimed(path, TABLE)
+    atomic_write_text(Path(path), f"{markdown_marker('benchmark')}\n{text}")
+
+
+def write_rows(path, data: dict) -> None:
+    """Write a benchmark's JSON ``data`` (an object) to ``path`` atomically, with the marker of ``ROWS_KIND``."""
+    import json
+
+    from verispec.io import atomic_write_text
+    from verispec.provenance import MARKER_KEY, written_by
+
+    _claim_unclaimed(path, ROWS)
+    atomic_write_text(Path(path), json.dumps({**data, MARKER_KEY: written_by(ROWS_KIND, "benchmark")}, indent=1)
+                      + "\n")
 
 
 def median_us(call, repeats: int, evict=None) -> float:
@@ -62,13 +190,11 @@ def peak_memory_of_analysis(*args, **kwargs) -> int:
 
 def publish_table(path, caption: str, columns: list[str], rows: list[list]) -> str:
     """A markdown table (``caption``, a blank line, the header and one line per row of formatted cells), written
-    atomically to ``path`` and printed; returns its text."""
-    from verispec.io import atomic_write_text
-
+    to ``path`` (``write_table``) and printed; returns its text."""
     lines = [caption, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     text = "\n".join(lines) + "\n"
-    atomic_write_text(Path(path), text)
+    write_table(path, text)  # marked, atomic; refused over a file that is not a benchmark's table
     print(text)
     return text
 
@@ -87,13 +213,14 @@ class RunStart:
         self.record, self.started = record, started
 
 
-def start_record(script: str, argv=None, inputs=(), *, threads: int | None = None, result=None) -> RunStart:
+def start_record(script: str, argv=None, inputs=(), *, threads: int | None = None, result=None,
+                 overwrite: bool = False) -> RunStart:
     """The record of a benchmark run, taken at its START (so the load average is the box's before the run adds its
     own): ``verispec.provenance.run_record`` of the command ``python benchmarks/SCRIPT ARGV`` (``argv`` None: this
     process's ``sys.argv[1:]``), ``inputs`` (files whose SHA-256 is recorded) and ``threads`` (the torch threads the
     run pins; None: not a torch run), plus the thread caps in the environment (``THREAD_VARIABLES``). ``result``: the
-    file ``write_result`` will write, refused here, before any work, when a file that is not a result file is there
-    (``verispec.provenance.check_result_output``).
+    file ``write_result`` will write, claimed here before any work (``claim_outputs``: a file there that is not a
+    benchmark's result file is refused unless ``overwrite``, and the file is locked for the run).
 
     Two steps, because the record must be taken before the work and the file written after it::
 
@@ -106,15 +233,10 @@ def start_record(script: str, argv=None, inputs=(), *, threads: int | None = Non
     import shlex
     import sys
 
-    from verispec.provenance import check_result_output, run_record
+    from verispec.provenance import run_record
 
-    if result is not None:
-        from verispec.errors import VerispecError
-
-        try:
-            check_result_output(result)
-        except VerispecError as error:  # one line, as verispec's commands refuse
-            raise SystemExit(f"{Path(script).name}: --result {error}") from None
+    if result is not None and os.path.realpath(result) not in _CLAIMED:  # else its script claimed it already
+        claim_outputs(script, [("--result", result, RESULT)], overwrite=overwrite)
     argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]
     record = run_record(f"python benchmarks/{Path(script).name} {shlex.join(argv)}".rstrip(), inputs,
                         threads=threads)
@@ -130,8 +252,11 @@ def write_result(path, started: RunStart, values: dict) -> dict:
     case with ``now``, ``before`` (None where this run measured no before), ``ratio`` (before / now, None likewise)
     in ``unit``, the sizes that case measured, and, where "before" is an older checkout, ``before_commit``."""
     from verispec.io import atomic_write_json
+    from verispec.provenance import MARKER_KEY, written_by
 
-    data = {"record": {**started.record, "seconds": round(time.perf_counter() - started.started, 3)}, **values}
+    _claim_unclaimed(path, RESULT)
+    data = {"record": {**started.record, "seconds": round(time.perf_counter() - started.started, 3)}, **values,
+            MARKER_KEY: written_by(RESULT_KIND, "benchmark")}
     atomic_write_json(Path(path), data)
     print(f"result: {path}")
     return data

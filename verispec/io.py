@@ -572,11 +572,9 @@ def _row_store_marked(path: Path) -> bool:
 
 
 #: A Markdown file verispec writes (a report, a table): its first line is the marker (``markdown_marker``).
-MARKDOWN_OUTPUT = OutputKind("Markdown file written by verispec (its first line the marker comment)",
-                             _markdown_marked, example="table.md")
+MARKDOWN_OUTPUT = OutputKind("Markdown file (its first line the marker)", _markdown_marked, example="table.md")
 #: A figure verispec writes: a PNG whose ``written_by`` text chunk is the marker (``figure_metadata``).
-FIGURE_OUTPUT = OutputKind("figure written by verispec (a PNG carrying its written_by text)", _png_marked,
-                           example="figure.png")
+FIGURE_OUTPUT = OutputKind("figure (a PNG with the written_by text)", _png_marked, example="figure.png")
 #: A row store (``ResultStore``): JSON carrying the row store's marker.
 ROW_STORE_OUTPUT = OutputKind("verispec row store", _row_store_marked, example="rows.json")
 

@@ -66,7 +66,7 @@ def test_the_benchmark_runs_end_to_end_resumes_and_its_ratios_recompute_from_the
         assert order == bench.method_order(METHODS, position)
         assert len({rows[f"{m}|{prompt}|T=1 top-k=5"]["seed"] for m in METHODS}) == 1
 
-    table = json.loads(output.with_suffix(".summary.json").read_text())
+    table = json.loads(output.with_suffix(".summary.json").read_text())["rows"]  # with its written_by marker beside
     assert [entry["method"] for entry in table] == METHODS
 
     def rate(method, seconds="decode_s"):
