@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -296,7 +297,13 @@ def _read_state(path: str | Path, shown: str):
     that declares more than MAX_SELECTOR_FILE_BYTES, before torch reads or decompresses anything."""
     from verispec.io import check_zip_sizes
 
-    size = Path(path).stat().st_size  # FileNotFoundError, IsADirectoryError... for the caller to name
+    status = Path(path).stat()  # FileNotFoundError, IsADirectoryError... for the caller to name
+    if stat.S_ISDIR(status.st_mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(status.st_mode):  # a FIFO would block the reader in open() for ever, a device never end
+        raise SelectorError(f"the selector {shown} is not a regular file (a FIFO, a device or a socket); give a "
+                            "selector file")
+    size = status.st_size
     if size > MAX_SELECTOR_FILE_BYTES:
         raise SelectorError(f"the selector {shown} holds {size:,} bytes, more than the {MAX_SELECTOR_FILE_BYTES:,} "
                             "verispec reads for a selector (a small network); give a selector file")
