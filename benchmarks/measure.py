@@ -118,7 +118,7 @@ def claim_outputs(script: str, outputs, *, overwrite: bool = False) -> None:
         for option, path, kind in claimed:
             check_output(path, _output_kind(kind), what=option, overwrite=overwrite)
         for option, path, kind in claimed:
-            acquire(path, f"python benchmarks/{Path(script).name}")
+            acquire(path, f"python benchmarks/{Path(script).name}", what="output")
             check_output(path, _output_kind(kind), what=option, overwrite=overwrite)  # as the lock's holder finds it
             _CLAIMED[os.path.realpath(path)] = kind
     except VerispecError as error:

@@ -42,18 +42,19 @@ def lock_path(store: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def store_lock(store: str | Path, command: str | None = None):
+def store_lock(store: str | Path, command: str | None = None, what: str = "row store"):
     """Hold the exclusive lock of the row store ``store`` for the block; refuse on one line
     (``ResultStoreError``) when another process holds it. ``command`` is recorded for that refusal (by default
-    this process's command line)."""
-    key = acquire(store, command)
+    this process's command line); ``what`` names the file in the refusals (any output a run writes can be locked
+    so: a study's files, a benchmark's table)."""
+    key = acquire(store, command, what)
     try:
         yield
     finally:
         release(key)
 
 
-def acquire(store: str | Path, command: str | None = None) -> str:
+def acquire(store: str | Path, command: str | None = None, what: str = "row store") -> str:
     """Take the lock of ``store`` (see ``store_lock``); returns the key ``release`` takes."""
     path = lock_path(store)
     shown = repr(str(path))
@@ -66,7 +67,7 @@ def acquire(store: str | Path, command: str | None = None) -> str:
         # O_NOFOLLOW: a link planted at the lock's name is refused, not followed out of the folder
         handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
     except OSError as error:
-        raise OutputError(f"cannot create the lock file {shown} of the row store {str(store)!r} "
+        raise OutputError(f"cannot create the lock file {shown} of the {what} {str(store)!r} "
                           f"({error.strerror or error}); remove what is at that path, or choose another output") \
             from None
     try:
@@ -74,17 +75,17 @@ def acquire(store: str | Path, command: str | None = None) -> str:
     except BlockingIOError:
         holder = _holder(handle)
         os.close(handle)
-        raise ResultStoreError(f"the row store {str(store)!r} is being written by another run ({holder}); wait for "
-                               f"it to finish or stop it, or give this run another output: two runs writing one "
-                               f"store would lose each other's rows (the lock {shown} is released when that process "
-                               "ends)") from None
+        lost = "each other's rows" if what == "row store" else "one run's output"
+        raise ResultStoreError(f"the {what} {str(store)!r} is being written by another run ({holder}); wait for it "
+                               f"to finish or stop it, or give this run another output: two runs writing one {what} "
+                               f"would lose {lost} (the lock {shown} is released when that process ends)") from None
     except OSError as error:
         os.close(handle)
         raise OutputError(f"cannot lock {shown} ({error.strerror or error}); this file system does not offer "
                           "flock: write the row store on a local disk") from None
     record = {"pid": os.getpid(), "command": command or _command_line(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
-        _record_holder(handle, record, store, shown)
+        _record_holder(handle, record, f"the {what} {str(store)!r}", shown)
     except BaseException:
         os.close(handle)  # gives the lock back
         raise
@@ -92,7 +93,7 @@ def acquire(store: str | Path, command: str | None = None) -> str:
     return key
 
 
-def _record_holder(handle: int, record: dict, store: str | Path, shown: str) -> None:
+def _record_holder(handle: int, record: dict, owner: str, shown: str) -> None:
     """Write the holder into the locked file, or refuse on one line (``OutputError``): on a full disk (ENOSPC), a
     quota or an I/O error the run could not save its rows either, so it is refused now rather than after its
     work (the bare ``OSError`` was a traceback, issue 64)."""
@@ -100,8 +101,8 @@ def _record_holder(handle: int, record: dict, store: str | Path, shown: str) -> 
         os.ftruncate(handle, 0)
         os.pwrite(handle, (json.dumps(record) + "\n").encode(), 0)
     except OSError as error:
-        raise OutputError(f"cannot write the lock file {shown} of the row store {str(store)!r} "
-                          f"({error.strerror or error}); free space there, or choose another output") from None
+        raise OutputError(f"cannot write the lock file {shown} of {owner} ({error.strerror or error}); free space "
+                          "there, or choose another output") from None
 
 
 def release(key: str) -> None:

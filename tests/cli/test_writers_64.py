@@ -243,7 +243,7 @@ def test_the_store_lock_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch
     with open(lock_module.lock_path(str(out) + ".cells.json"), "rb") as stream:  # nobody holds it
         fcntl.flock(stream, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
-    def old_record(handle, record, store, shown):
+    def old_record(handle, record, owner, shown):
         os.ftruncate(handle, 0)
         os.pwrite(handle, (json.dumps(record) + "\n").encode(), 0)
 

@@ -86,7 +86,7 @@ def test_delay_sweep_runs_with_another_divergence_do_not_mix(tmp_path, capsys, m
     assert _one_position_efficiency(0.5) != pytest.approx(_one_position_efficiency(1.0), abs=1e-6)
 
 
-def test_benchmark_stores_record_their_parameters(tmp_path, monkeypatch):
+def test_benchmark_stores_record_their_parameters(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     sys.modules.pop("measure", None)
     measure = _script("benchmarks/measure.py", "measure")
@@ -94,8 +94,9 @@ def test_benchmark_stores_record_their_parameters(tmp_path, monkeypatch):
     _, _, store = measure.run_arguments("d", output, [], parameters={"divergence": 0.7})
     store.add("row", {"seconds": 1.0})
     assert json.loads(Path(output).read_text())["parameters"]["benchmark"] == "bench"
-    with pytest.raises(ResultStoreError, match="divergence: 0.7 in the file, 0.5 now"):
+    with pytest.raises(SystemExit) as refused:  # one line, status 2, as the commands refuse (issue 64)
         measure.run_arguments("d", output, [], parameters={"divergence": 0.5})
+    assert refused.value.code == 2 and "divergence: 0.7 in the file, 0.5 now" in capsys.readouterr().err
     _, _, fresh = measure.run_arguments("d", output, ["--fresh"], parameters={"divergence": 0.5})
     assert not fresh.rows
 

@@ -7,8 +7,10 @@ as its section 9) and ``verispec.report.pair_section.write_study``.
 
 writes ``pair_selector.json`` (every number, and under ``record`` the command line, commit, date, machine and the
 SHA-256 of every input: ``verispec.provenance.run_record``), ``pair_selector.md`` (one section of tables per sampling
-setting and
-latency regime, each table titled with the regime's full name) and ``pair_selector.png`` into DIR.
+setting and latency regime, each table titled with the regime's full name) and ``pair_selector.png`` into DIR.
+Each carries verispec's marker (``written_by``; the Markdown's first line; the PNG's text chunk): a file of these
+names without it is refused before any work unless --overwrite, and one study writes DIR at a time
+(``verispec.store_lock``).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def run_study_command(args) -> int:
     # one study into DIR at a time, from here (the inputs were refused first, leaving no folder behind): a second
     # is refused at once, naming the first (verispec.store_lock); two at once would each write the three files,
     # and DIR would end with a mix of both
-    with store_lock(Path(args.out) / JSON_FILE):
+    with store_lock(Path(args.out) / JSON_FILE, what="study's file"):
         check_study_owned(args.out, overwrite=args.overwrite)  # as the holder of the lock finds it
         return _write_study(args, datasets, regimes, hidden, record)
 

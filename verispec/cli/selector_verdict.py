@@ -8,6 +8,11 @@ much, with intervals that cover the prompts and the training (``verispec.selecto
 writes ``verdict.json`` (every number, and under ``record`` the command line, commit, date, machine and inputs'
 SHA-256) and ``verdict.md`` into DIR; the replicates wait in ``DIR/verdict.rows.json`` (resumable: a run stopped by
 --time-budget exits 3, and the same command continues).
+
+The writers' rule (issue 64): a file in DIR of one of these names that verispec cannot show it wrote (the
+``written_by`` marker in the JSON files, the marker line of the Markdown) is refused before any work unless
+--overwrite, and one verdict writes DIR at a time (``verispec.store_lock`` on the row store: a second is refused
+naming the first, instead of both exiting 0 with one run's fits lost).
 """
 
 from __future__ import annotations
