@@ -81,6 +81,7 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp", within: str | Path 
         target = Path(os.path.realpath(path))  # where open() would write: through every link
         if target.is_symlink():
             raise OutputError(f"cannot write {shown}: its symbolic links form a loop; give another path")
+        _refuse_special(target, shown)
         target.parent.mkdir(parents=True, exist_ok=True)
         mode = _open_mode(target, shown)
         handle, name = tempfile.mkstemp(dir=target.parent, prefix=temporary_prefix(target.name), suffix=suffix)
@@ -103,6 +104,17 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp", within: str | Path 
     finally:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
+
+
+def _refuse_special(target: Path, shown: str) -> None:
+    """Refuse a target that exists and is not a regular file: the rename would replace a FIFO, a socket or a device
+    node (``/dev/null``, as root) with a regular file, where ``open(path, "w")`` would have written into it."""
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"cannot write {shown}: it is {file_type(mode)}, not a regular file; give a file path")
 
 
 #: Most bytes of the target's name a temporary file's name repeats (``temporary_prefix``).

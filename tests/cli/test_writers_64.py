@@ -386,3 +386,18 @@ def test_a_malformed_manifest_line_is_one_line_naming_it(tmp_path, line, says):
     assert "²".isdigit()
     with pytest.raises(ValueError, match="invalid literal"):
         int("²")
+
+
+def test_an_atomic_write_never_replaces_a_fifo_or_a_device_node(tmp_path, monkeypatch):
+    """The rename would put a regular file in place of a FIFO (or, as root, of /dev/null): refused on one line, the
+    FIFO left a FIFO. Negative control: without the guard the FIFO is replaced by a regular file."""
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(io_module.OutputError, match="is a FIFO"):
+        io_module.atomic_write_text(fifo, "text")
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and os.listdir(tmp_path) == ["pipe"]
+    monkeypatch.setattr(io_module, "_refuse_special", lambda target, shown: None)
+    io_module.atomic_write_text(fifo, "text")
+    assert stat.S_ISREG(fifo.stat().st_mode) and fifo.read_text() == "text"
