@@ -54,12 +54,12 @@ def main(argv=None) -> int:
 
 def _run(args, held) -> int:
     """Check every option and output before any work, then analyse the configurations not yet in the store."""
-    from verispec.study.script_files import RunOutputs, check_input, check_ranges
+    from verispec.study.script_files import Above, RunOutputs, check_input, check_ranges
 
     check_ranges([("--vocab", args.vocab, 2, None), ("--seed", args.seed, 0, 2**63 - 1),
                   ("--divergence", args.divergence, 0, None), ("--max-k", args.max_k, 1, MAX_K),
                   ("--max-trunk", args.max_trunk, 0, MAX_LENGTH), ("--max-tail", args.max_tail, 0, MAX_LENGTH),
-                  ("--cost-ratio", args.cost_ratio, 0, None), ("--per-node", args.per_node, 0, None)])
+                  ("--cost-ratio", args.cost_ratio, Above(0), None), ("--per-node", args.per_node, 0, None)])
     output = Path(args.output or f"results/delay_sweep_{args.verifier}_V{args.vocab}_s{args.seed}"
                                  f"_d{args.divergence:g}.json")
     outputs = RunOutputs("--output", store=output, tables=[output.with_suffix(".md")])

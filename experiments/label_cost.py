@@ -64,13 +64,11 @@ def _run(args, argv, start: float, held) -> int:
     from verispec.io import ResultStore, atomic_write_json, unpack_floats
     from verispec.limits import MAX_THREADS
     from verispec.provenance import run_record
-    from verispec.study.script_files import MAX_SCRIPT_BUDGET, RunOutputs, check_input, check_ranges
+    from verispec.study.script_files import MAX_SCRIPT_BUDGET, Above, RunOutputs, check_input, check_ranges
 
     check_ranges([("--roots", args.roots, 1, None), ("--seed", args.seed, 0, 2**63 - 1),
                   ("--threads", args.threads, 1, MAX_THREADS),
-                  ("--time-budget", args.time_budget, 0, MAX_SCRIPT_BUDGET)])
-    if args.time_budget is not None and not args.time_budget > 0:
-        raise VerispecError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
+                  ("--time-budget", args.time_budget, Above(0), MAX_SCRIPT_BUDGET)])
     check_input(args.dataset, "the dataset")
     RunOutputs("--out", store=rows_path(args.out), result=args.out).claim(held)  # never over a file not the run's
     deadline = None if args.time_budget is None else start + args.time_budget

@@ -204,16 +204,14 @@ def _run(args, held) -> int:
     """Check every number and output before any work (writable, room on the disk, the run's own files, one run at a
     time), then predict and measure the cells not yet in the store."""
     from verispec.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
-    from verispec.study.script_files import RunOutputs, check_ranges
+    from verispec.study.script_files import Above, RunOutputs, check_ranges
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_ranges([("--contexts", args.contexts, 1, None), ("--cut", args.cut, 0, MAX_CONTEXT_TOKENS),
-                  ("--runs", args.runs, 2, MAX_RUNS), ("--epsilon", args.epsilon, 0, None),
+                  ("--runs", args.runs, 2, MAX_RUNS), ("--epsilon", args.epsilon, Above(0), None),
                   ("--max-rows", args.max_rows, 1, None), ("--derived-vocab", args.derived_vocab, 0, None),
                   ("--derived-max-prefixes", args.derived_max_prefixes, 1, None), ("--seed", args.seed, 0, 2**63 - 1),
                   ("--threads", args.threads, 1, MAX_THREADS)])
-    if not args.epsilon > 0:
-        raise VerispecError(f"--epsilon must be a positive interval width, got {args.epsilon}")
     output = Path(args.output or f"results/predict_vs_measure_{args.device.replace(':', '')}.json")
     outputs = RunOutputs("--output", store=output, tables=[output.with_suffix(suffix) for suffix in
                                                            (".md", ".summary.json", ".png")])

@@ -330,7 +330,7 @@ def _run(args, argv, start: float, held) -> int:
     from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
     from verispec.models import support
     from verispec.provenance import run_record
-    from verispec.study.script_files import MAX_SCRIPT_BUDGET, RunOutputs, check_input, check_ranges
+    from verispec.study.script_files import MAX_SCRIPT_BUDGET, Above, RunOutputs, check_input, check_ranges
 
     limit = DEFAULT_MAX_VARIABLES if args.limit is None else args.limit
     max_reachable = support.DEFAULT_MAX_REACHABLE if args.max_reachable is None else args.max_reachable
@@ -338,9 +338,7 @@ def _run(args, argv, start: float, held) -> int:
     check_ranges([("--roots", args.roots, 1, None), ("--seed", args.seed, 0, 2**63 - 1),
                   ("--limit", limit, 1, MAX_LP_VARIABLES), ("--max-reachable", max_reachable, 1, MAX_PREFIXES),
                   ("--max-table", max_table, 1, MAX_PREFIXES), ("--threads", args.threads, 1, MAX_THREADS),
-                  ("--time-budget", args.time_budget, 0, MAX_SCRIPT_BUDGET)])
-    if args.time_budget is not None and not args.time_budget > 0:
-        raise VerispecError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
+                  ("--time-budget", args.time_budget, Above(0), MAX_SCRIPT_BUDGET)])
     trees = parse_trees(args.trees)
     check_input(args.dataset, "the dataset")
     RunOutputs("--out", store=rows_path(args.out), result=args.out).claim(held)  # never over a file not the run's

@@ -73,17 +73,14 @@ def _run(args, held) -> int:
     """Check every number, input and output before any work (writable, room on the disk, the run's own files, one
     run at a time), then label and certify the roots not yet in the store."""
     from verispec.limits import MAX_THREADS
-    from verispec.study.script_files import MAX_SCRIPT_BUDGET, RunOutputs, check_input, check_ranges
+    from verispec.study.script_files import MAX_SCRIPT_BUDGET, Above, RunOutputs, check_input, check_ranges
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_ranges([("--roots", args.roots, 1, None), ("--samples", args.samples, 2, None),
-                  ("--epsilon", args.epsilon, 0, None), ("--deadline", args.deadline, 0, MAX_SCRIPT_BUDGET),
-                  ("--cost-ratio", args.cost_ratio, 0, None), ("--seed", args.seed, 0, 2**63 - 1),
+                  ("--epsilon", args.epsilon, Above(0), None),
+                  ("--deadline", args.deadline, Above(0), MAX_SCRIPT_BUDGET),
+                  ("--cost-ratio", args.cost_ratio, Above(0), None), ("--seed", args.seed, 0, 2**63 - 1),
                   ("--threads", args.threads, 1, MAX_THREADS)])
-    for option, value in (("--epsilon", args.epsilon), ("--deadline", args.deadline),
-                          ("--cost-ratio", args.cost_ratio)):
-        if not value > 0:
-            raise VerispecError(f"{option} must be positive, got {value}")
     check_input(args.dataset, "the dataset")
     if args.latency:
         check_input(args.latency, "the latency model")

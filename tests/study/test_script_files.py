@@ -28,6 +28,15 @@ def test_a_number_out_of_its_range_is_one_line_naming_it_and_the_range(value, wo
     assert str(refusal.value).startswith(words) and "\n" not in str(refusal.value)
 
 
+def test_a_lower_end_the_value_must_exceed():
+    """A width, a price, a budget: 0 is refused as out of range, the smallest positive number passes."""
+    with pytest.raises(VerispecError, match=r"--time-budget 0.0 is out of range: give a number above 0 and at most 5"):
+        check_ranges([("--time-budget", 0.0, script_files.Above(0), 5)])
+    with pytest.raises(VerispecError, match=r"--epsilon -1.0 is out of range: give a number above 0$"):
+        check_ranges([("--epsilon", -1.0, script_files.Above(0), None)])
+    check_ranges([("--epsilon", 5e-324, script_files.Above(0), None)])
+
+
 def test_numbers_in_range_and_options_left_out_pass():
     """The control: the same check passes every value inside [low, high], at both ends, and an option left out."""
     check_ranges([("--threads", 1, 1, 64), ("--threads", 64, 1, 64), ("--budget", 0.5, 0, None), ("--x", None, 1, 2),

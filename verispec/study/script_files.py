@@ -41,20 +41,28 @@ MIN_FREE_BYTES = 16 << 20
 MAX_SCRIPT_BUDGET = 365 * 24 * 3600.0
 
 
+class Above(float):
+    """A range's lower end that the value must exceed (a width, a price, a budget: above 0), where a plain number
+    is an end the value may equal."""
+
+
 def check_ranges(ranges: Iterable[tuple[str, object, float | None, float | None]]) -> None:
     """Refuse on one line (``VerispecError``) the first (option, value, low, high) whose value is not a number in
-    [low, high] (None: unbounded on that side): NaN and infinities included. A value of None (an option left out)
-    passes."""
+    [low, high] (None: unbounded on that side; ``Above(low)``: above it): NaN and infinities included. A value of
+    None (an option left out) passes."""
     for option, value, low, high in ranges:
         if value is None:
             continue
         number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-        if not math.isfinite(number) or (low is not None and number < low) or (high is not None and number > high):
+        below = low is not None and (number <= low if isinstance(low, Above) else number < low)
+        if not math.isfinite(number) or below or (high is not None and number > high):
             raise VerispecError(f"{option} {value!r} is out of range: give {_range_text(value, low, high)}")
 
 
 def _range_text(value, low, high) -> str:
     kind = "a whole number" if isinstance(value, int) else "a number"
+    if isinstance(low, Above):
+        return f"{kind} above {_bound(low)}" + (f" and at most {_bound(high)}" if high is not None else "")
     if low is not None and high is not None:
         return f"{kind} from {_bound(low)} to {_bound(high)}"
     if low is not None:
@@ -222,10 +230,5 @@ def run_script(name: str, body: Callable[[contextlib.ExitStack], int]) -> int:
             return 2
 
 
-def json_text(data) -> str:
-    """A summary's JSON text as the scripts write it."""
-    return json.dumps(data, indent=1) + "\n"
-
-
-__all__ = ["MAX_SCRIPT_BUDGET", "MIN_FREE_BYTES", "RunOutputs", "check_free_space", "check_input", "check_ranges",
-           "is_row_store", "json_text", "run_script"]
+__all__ = ["MAX_SCRIPT_BUDGET", "MIN_FREE_BYTES", "Above", "RunOutputs", "check_free_space", "check_input",
+           "check_ranges", "is_row_store", "run_script"]
