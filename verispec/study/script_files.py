@@ -175,7 +175,7 @@ class RunOutputs:
         for path in self.paths:
             check_output_file(path, self.what)
         check_free_space(self.paths, self.what)
-        held.enter_context(store_lock(self.store or self.result))
+        held.enter_context(store_lock(self.store or self.result, what="row store" if self.store else "result file"))
         if self.store is not None and self.store.exists() and not is_row_store(self.store):
             raise ResultStoreError(f"{self.what} {str(self.store)!r} exists and is not a row store this script "
                                    "wrote; choose another path, or move the file away")
