@@ -29,7 +29,9 @@ Numbers are floats or Fractions (exact mode) throughout; Fractions give every re
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -339,7 +341,13 @@ def selection_probabilities(measures: list[PositionMeasure], copies: list[int]):
     """P(the path with the smallest position ends at leaf i) for leaves with position measures ``measures`` and
     ``copies`` drafted paths each: sum over elementary intervals of the integral, over s in [0, h], of
     k_i f_i (S_i - f_i s)^(k_i - 1) prod_(j != i) (S_j - f_j s)^(k_j), f the normalised densities and S the
-    probabilities of a position above the interval's start (polynomials in s, integrated exactly)."""
+    probabilities of a position above the interval's start (polynomials in s, integrated exactly).
+
+    Each factor is written S_j (1 - t) + E_j t, t = s / h, with E_j = S_j - f_j h >= 0 the survival at the
+    interval's end, and the product kept in that basis (Bernstein's, ``_linear_product_integral``): every
+    coefficient is a sum of products of non-negative numbers, so floats lose no digits to cancellation. Expanded in
+    powers of s instead, the coefficients of (S - f s)^(K - 1) alternate in sign and grow as binomials (C(49, 24)
+    ~ 6e13 at K = 50): float laws of delayed:50,1,1 trees summed to 1.04 where the rationals give 1."""
     masses = [m.mass() for m in measures]
     zero = masses[0] * 0
     totals = [zero] * len(measures)
@@ -347,15 +355,44 @@ def selection_probabilities(measures: list[PositionMeasure], copies: list[int]):
     for start, stop, densities in elementary_intervals(measures):
         width = stop - start
         rates = [d / mass if mass > 0 else zero for d, mass in zip(densities, masses)]
+        # survival at the interval's end; rounding can take a float one below its true value 0
+        ends = [s - r * width for s, r in zip(survival, rates)]
+        ends = [e if e > 0 else zero for e in ends]
         for i in range(len(measures)):
             if rates[i] == 0:
                 continue
-            poly = [copies[i] * rates[i]]  # coefficients in s
-            for j in range(len(measures)):
-                for _ in range(copies[j] - (1 if j == i else 0)):
-                    factor = (survival[j], -rates[j])
-                    poly = [(poly[n] if n < len(poly) else zero) * factor[0]
-                            + (poly[n - 1] * factor[1] if n >= 1 else zero) for n in range(len(poly) + 1)]
-            totals[i] = totals[i] + sum((c * width ** (n + 1) / (n + 1) for n, c in enumerate(poly)), zero)
-        survival = [s - r * width for s, r in zip(survival, rates)]
+            counts = [count - (1 if j == i else 0) for j, count in enumerate(copies)]
+            integral = _linear_product_integral(survival, ends, counts, zero)
+            totals[i] = totals[i] + width * copies[i] * rates[i] * integral
+        survival = ends
     return totals
+
+
+def _linear_product_integral(lows: list, highs: list, counts: list[int], zero):
+    """The integral over t in [0, 1] of prod_j (lows_j (1 - t) + highs_j t)^(counts_j), for lows and highs >= 0.
+
+    Floats keep the product in Bernstein's form sum_b d_b C(n, b) (1 - t)^(n - b) t^b: a factor takes d to
+    d'_b = ((n + 1 - b) d_b low + b d_(b-1) high) / (n + 1), a mean of non-negative terms (nothing cancels, nothing
+    leaves the float range at any n), and the integral is the mean of the d_b. Rationals keep
+    sum_b c_b (1 - t)^(n - b) t^b, brought to one denominator and multiplied as integers (Fractions would reduce
+    every product by a gcd of growing numbers), and integrate each term to b! (n - b)! / (n + 1)!, divided once."""
+    factors = [(low, high) for low, high, count in zip(lows, highs, counts) for _ in range(count)]
+    degree = len(factors)
+    if isinstance(zero, float):
+        bernstein = [1.0]
+        for n, (low, high) in enumerate(factors):
+            bernstein = [((n + 1 - b) * (bernstein[b] * low if b <= n else 0.0)
+                          + b * (bernstein[b - 1] * high if b >= 1 else 0.0)) / (n + 1) for b in range(n + 2)]
+        return math.fsum(bernstein) / (degree + 1)
+    scale = math.lcm(*(Fraction(x).denominator for pair in factors for x in pair)) if factors else 1
+    coefficients = [1]
+    for low, high in factors:
+        coefficients = _times_linear(coefficients, int(low * scale), int(high * scale), 0)
+    total = sum(c * math.factorial(b) * math.factorial(degree - b) for b, c in enumerate(coefficients))
+    return zero + Fraction(total, math.factorial(degree + 1) * scale ** degree)
+
+
+def _times_linear(coefficients: list, low, high, zero) -> list:
+    """The product of sum_b c_b (1 - t)^(n - b) t^b and low (1 - t) + high t, in the same basis (degree n + 1)."""
+    return [(coefficients[b] * low if b < len(coefficients) else zero)
+            + (coefficients[b - 1] * high if b >= 1 else zero) for b in range(len(coefficients) + 1)]
