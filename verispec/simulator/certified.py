@@ -120,8 +120,8 @@ class CertifiedResult:
 
     @property
     def reached(self) -> bool:
-        """Whether the width is at most epsilon."""
-        return self.width <= self.epsilon
+        """Whether the width is at most epsilon (a Python bool: a numpy one is not JSON)."""
+        return bool(self.width <= self.epsilon)
 
     def contains(self, value: float, slack: float = 0.0) -> bool:
         return self.lower - slack <= value <= self.upper + slack
