@@ -13,7 +13,6 @@ the stated exceptions live in ``tests/test_code_lengths.py``.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import subprocess
 import sys
@@ -72,12 +71,22 @@ def measure(ref: str | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("code_lengths", description=__doc__.splitlines()[0])
     parser.add_argument("--ref", action="append", default=None,
                         help="git commit to measure (repeatable; default: the work tree)")
     parser.add_argument("--list", action="store_true", help="list every long file and function")
     args = parser.parse_args(argv)
-    results = [measure(ref) for ref in (args.ref or [None])]
+    results = []
+    for ref in args.ref or [None]:
+        try:
+            results.append(measure(ref))
+        except subprocess.CalledProcessError as error:  # git's own words name what is wrong with the ref
+            detail = " ".join((error.stderr or "").split()) or f"git exited with status {error.returncode}"
+            print(f"code_lengths: error: --ref {ref!r} cannot be read ({detail}); give a commit of this repository",
+                  file=sys.stderr)
+            return 2
     print("| | " + " | ".join(r["ref"] for r in results) + " |")
     print("|---|" + "---|" * len(results))
     for label, key in [("package files", "files"), ("lines", "lines"), ("functions and methods", "functions"),

@@ -17,7 +17,6 @@ version); resuming into a file written with other parameters is refused.
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -35,7 +34,9 @@ MAX_K, MAX_LENGTH = 16, 16
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("delay_sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--verifier", default="specinfer")
     parser.add_argument("--vocab", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)

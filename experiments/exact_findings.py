@@ -19,7 +19,6 @@ and docs/findings/ are generated from it (``python docs/generate.py``).
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
@@ -94,7 +93,9 @@ def typical_cost(seeds: int = 20) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("exact_findings", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the result file (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     from verispec.study.script_files import run_script

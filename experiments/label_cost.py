@@ -20,7 +20,6 @@ roots: the wall time a build of the rules' labels at every root would take on th
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import statistics
@@ -36,7 +35,9 @@ def rows_path(out: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("label_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="a dataset of a pair's roots (verispec selector dataset)")
     parser.add_argument("--verifiers", required=True, help="the rules to label, comma separated (e.g. psbv)")
     parser.add_argument("--pair", default=None, help="installed pair (default: the dataset's)")

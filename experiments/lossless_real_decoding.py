@@ -15,7 +15,6 @@ rerun replaces; any other file at --output is refused before the first run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -36,7 +35,9 @@ MAX_RUNS = 1_000_000
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("lossless_real_decoding", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--runs", type=int, default=600)
     parser.add_argument("--verifiers", default=None, help="comma-separated subset (default: all)")

@@ -15,7 +15,6 @@ row store this script wrote: a file of the user's at --output is refused, never 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import re
 import time
@@ -84,7 +83,9 @@ def table(rows) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("lp_sizes", description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="results/lp_sizes.json")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="start over: the rows in --output are not reused")

@@ -21,7 +21,6 @@ cell and rule).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import statistics
@@ -252,7 +251,9 @@ def outputs(out: Path, write_csv: bool):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("multipath_gap", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=20, help="problems per (K, L, V, divergence) (default 20)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output path without suffix")
     parser.add_argument("--csv", action="store_true", help="also write every row to <out>.csv")

@@ -29,7 +29,6 @@ refused before any work). The tiny-pair mode needs no installed model and runs i
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import math
@@ -169,7 +168,9 @@ def plot(rows: dict) -> bytes:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("predict_vs_measure", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
     parser.add_argument("--draft", help="draft model directory")

@@ -40,7 +40,6 @@ where the restriction itself is refused, its table's prefixes (sum of V'^l over 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -283,7 +282,9 @@ def rows_path(out: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("real_context_gaps", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="a dataset of a pair's roots (verispec selector dataset)")
     parser.add_argument("--pair", default=None, help="installed pair (default: the dataset's)")
     parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")

@@ -26,7 +26,6 @@ The load average is recorded with every row.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import math
@@ -194,7 +193,9 @@ def _plot(table: list[dict], parameters: dict) -> bytes:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("real_decoding", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder", help="installed pair (default qwen-coder)")
     parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
     parser.add_argument("--draft", help="draft model directory")

@@ -245,7 +245,9 @@ def add_held_out_arguments(parser: argparse.ArgumentParser, *, max_new_tokens: i
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("selector_decoding", description=__doc__.splitlines()[0])
     add_held_out_arguments(parser, max_new_tokens=48)
     parser.add_argument("--output", default="results/selector_decoding.json")
     args = parser.parse_args(argv)

@@ -22,7 +22,6 @@ says so and exits 3 (nothing measured).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -37,7 +36,9 @@ from verispec.io import ResultStore
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("selector_label_quality", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder", help="installed pair (default qwen-coder)")
     parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
     parser.add_argument("--draft", help="draft model directory")

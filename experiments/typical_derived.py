@@ -15,7 +15,6 @@ rewritten after each context.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -73,7 +72,9 @@ def summary(rows) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from verispec.study.script_files import ScriptParser
+
+    parser = ScriptParser("typical_derived", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--tiny", action="store_true", help="a tiny random pair (no installed model)")
     parser.add_argument("--humaneval", type=int, default=4)

@@ -259,3 +259,30 @@ def test_the_time_budget_runs_from_the_start_and_stops_a_blocked_read(name, tmp_
     status, seconds = run()
     assert status == 2 and seconds >= 0.8, (status, seconds)
     assert "cannot read the dataset" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS) + ["code_lengths"])
+def test_an_option_argparse_cannot_read_is_one_line_without_the_usage_block(name, capsys):
+    """``--bogus`` (no such option; a script with required options names those first): one line ``NAME: error:
+    ...``, status 2. The control: a plain ArgumentParser,
+    as the scripts had, prints the usage block above the error (two lines or more)."""
+    import argparse
+
+    script = load_script(f"experiments/{name}.py", f"{name}_parser")
+    with pytest.raises(SystemExit) as stopped:
+        script.main(["--bogus"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(error) == 1 and error[0].startswith(f"{name}: error:") and \
+        ("--bogus" in error[0] or "the following arguments are required" in error[0]), error
+    with pytest.raises(SystemExit):
+        argparse.ArgumentParser(prog=name).parse_args(["--bogus"])
+    assert len(capsys.readouterr().err.strip().splitlines()) >= 2
+
+
+def test_code_lengths_names_a_ref_git_cannot_read(capsys):
+    """The control: HEAD is measured (status 0)."""
+    script = load_script("experiments/code_lengths.py", "code_lengths_ref")
+    assert script.main(["--ref", "no-such-ref-64"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--ref 'no-such-ref-64' cannot be read" in error[0], error
+    assert script.main(["--ref", "HEAD"]) == 0

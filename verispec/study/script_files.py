@@ -15,12 +15,14 @@ can stop it). Gathered here, so that every script refuses the same cases in the 
   existing file is the run's own (a row store's ``written_by`` marker, a result file's ``record``, or a table whose
   SHA-256 the row store recorded when it wrote it), and one run at a time writes them (``verispec.store_lock``);
   ``write_text`` / ``write_bytes`` then record a table's digest in the row store before writing it atomically;
+* ``ScriptParser``: an option argparse cannot read (``--threads abc``) is one line too, not a usage block;
 * ``run_script``: any ``VerispecError`` of the run, before or during the work (a disk that fills up mid-run), ends
   it on one line ``NAME: error: ...`` with exit status 2, and the run's locks are released.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -218,6 +220,19 @@ class RunOutputs:
         atomic_write_bytes(path, data)
 
 
+class ScriptParser(argparse.ArgumentParser):
+    """A script's argument parser whose errors (an unknown option, a value that is not a number) are one line,
+    ``NAME: error: ...``, with exit status 2 and no usage block (``--help`` still prints it), as the command line's."""
+
+    def __init__(self, name: str, **options):
+        super().__init__(**options)
+        self.script = name
+
+    def error(self, message):
+        print(f"{self.script}: error: {' '.join(str(message).split())}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def run_script(name: str, body: Callable[[contextlib.ExitStack], int]) -> int:
     """``body(held)``'s exit status; a ``VerispecError`` anywhere in it (an option out of range, an output refused
     before the work, a disk that fills up at a save) is one line ``NAME: error: ...`` on stderr and exit status 2.
@@ -230,5 +245,5 @@ def run_script(name: str, body: Callable[[contextlib.ExitStack], int]) -> int:
             return 2
 
 
-__all__ = ["MAX_SCRIPT_BUDGET", "MIN_FREE_BYTES", "Above", "RunOutputs", "check_free_space", "check_input",
-           "check_ranges", "is_row_store", "run_script"]
+__all__ = ["MAX_SCRIPT_BUDGET", "MIN_FREE_BYTES", "Above", "RunOutputs", "ScriptParser", "check_free_space",
+           "check_input", "check_ranges", "is_row_store", "run_script"]
