@@ -120,6 +120,18 @@ def test_the_outputs_are_the_runs_own_and_locked_for_it(tmp_path):
         outputs.claim(held)
 
 
+def test_two_outputs_that_are_one_file_are_refused(tmp_path):
+    """real_decoding --summary naming its --output: the table would be written over the row store. The control:
+    distinct paths pass."""
+    import contextlib
+
+    store = tmp_path / "rows.json"
+    with contextlib.ExitStack() as held, pytest.raises(OutputError, match="are one file"):
+        RunOutputs("--output", store=store, tables=[tmp_path / "sub" / ".." / "rows.json"]).claim(held)
+    with contextlib.ExitStack() as held:
+        RunOutputs("--output", store=store, tables=[tmp_path / "rows.md"]).claim(held)
+
+
 def test_run_script_turns_an_error_of_the_run_into_one_line(capsys):
     """Any VerispecError of the body (a save on a disk that filled up mid-run) is one line and exit status 2."""
 

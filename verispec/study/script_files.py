@@ -174,8 +174,14 @@ class RunOutputs:
         from verispec.provenance import check_result_output
         from verispec.store_lock import store_lock
 
+        seen: dict[str, Path] = {}
         for path in self.paths:
             check_output_file(path, self.what)
+            where = os.path.realpath(path)
+            if where in seen:  # one file written as two outputs: the second write would destroy the first
+                raise OutputError(f"{str(seen[where])!r} and {str(path)!r} are one file, and this run writes both; "
+                                  "give each output its own path")
+            seen[where] = path
         check_free_space(self.paths, self.what)
         held.enter_context(store_lock(self.store or self.result, what="row store" if self.store else "result file"))
         if self.store is not None and self.store.exists() and not is_row_store(self.store):
