@@ -364,8 +364,10 @@ def _run_train(args) -> int:
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.selector import SELECTOR_FILE
     from verispec.selector.train import recorded_latency, train_on_dataset
+    from verispec.study.script_files import check_free_space
 
     check_output(args.out, SELECTOR_FILE, what="--out", overwrite=args.overwrite)  # before any work
+    check_free_space([args.out], "--out")  # a full disk, found before the training rather than at the save
     dataset = Dataset.load(args.dataset)
     recorded = recorded_latency(dataset, args.dataset)  # None: train_on_dataset refuses unless a model is given
     latency = latency_model(args, recorded) if recorded is not None or args.latency is not None or \
