@@ -25,7 +25,11 @@ carry). At each root and tree:
 Rows go to a resumable row store (``OUT.rows.json``, a ``verispec.io.ResultStore`` keyed on the root and tree, its
 parameters everything a row depends on: the pair, dtype, LP limit, restriction limits and rule set; the load average
 recorded in each row). ``--time-budget`` is hard (``verispec.budget``): a tree still running at the deadline stops
-there and is no row, the trees finished before it keep theirs, exit 3 (the same command continues). The result
+there and is no row, the trees finished before it keep theirs, exit 3 (the same command continues); it runs from
+the start, so reading the dataset and loading the pair count too (spent before the first root: one line, exit 3,
+nothing written). Before any of that the options' ranges, the dataset (a regular file: a FIFO would block its
+reader) and the outputs (writable, room on the disk, the run's own, one run at a time;
+``verispec.study.script_files``) are checked. The result
 file ``OUT`` (JSON, written atomically, with the run's ``record``, ``verispec.provenance.run_record``) holds per tree:
 the roots solved and refused, the mean optimum, psbv and best-published efficiencies, the mean gaps with 95%
 intervals (percentile bootstrap over the prompts, the dataset's groups, resampled whole: a prompt's roots share
