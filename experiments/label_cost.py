@@ -17,8 +17,8 @@ root: one line, exit 3, nothing written). Before any of that the options' ranges
 FIFO would block its reader) and the outputs (writable, room on the disk, the run's own, one run at a time;
 ``verispec.study.script_files``) are checked. The result file ``OUT`` (JSON, written atomically, with the run's
 ``record``) holds the rows, how many roots were refused, the mean seconds of a labelled root and that mean times
-the dataset's roots: the wall time a build of the rules' labels at every root would take on this machine with these threads
-(None where every root was refused; a build stops at its first refusal).
+the dataset's roots: the wall time a build of the rules' labels at every root would take on this machine with these
+threads (None where every root was refused; a build stops at its first refusal).
 """
 
 from __future__ import annotations
