@@ -309,6 +309,15 @@ def watch_user_code(filenames: Iterable[str]) -> None:
         _guard.wake()
 
 
+def forget_guard() -> None:
+    """In a fork that runs the user's code for its parent (``verispec.sandbox``): the parent's guard and hard budgets
+    are the parent's (their watchdog thread and timers did not cross the fork); the parent limits each call."""
+    global _guard
+    _guard = None
+    _hard.clear()
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 def calls_limited() -> bool:
     """Whether a ``CommandGuard`` limits calls into the user's code here (so a caller need not set its own limit)."""
     return _guard is not None and _guard.limit is not None and _guard.active

@@ -101,3 +101,13 @@ class UserCodeExit(BaseException):
     def __init__(self, what: str):
         super().__init__(what)
         self.what = what
+
+
+class SandboxDied(BaseException):
+    """The process running the code under check (``verispec.sandbox``) ended, or broke the protocol, without
+    answering a call: the command ends ``RAISES`` with ``line``. A ``BaseException``, as ``UserCodeExit`` is, so that
+    no handler of verispec's takes it for a raise on one input."""
+
+    def __init__(self, line: str):
+        super().__init__(line)
+        self.line = line

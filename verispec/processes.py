@@ -16,6 +16,9 @@ from collections.abc import Callable
 #: Linux prctl options: be the reaper of orphaned descendants, and read that setting back.
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
+#: The name a sandbox process gives itself (``verispec.sandbox``): the reaper ends it without counting it among
+#: the processes the code under check left running (it is verispec's own).
+SANDBOX_NAME = "vs-sandbox"
 #: Linux prctl option: the signal a process gets when the thread that created it ends.
 _PR_SET_PDEATHSIG = 1
 #: verispec's, the standard library's and installed packages' folders: a frame there is not the user's line.
@@ -51,14 +54,14 @@ class Reaper:
         ended: set[int] = set()
         for _ in range(50):  # a process that forks as fast as it is ended is bounded too
             roots = {worker} | (_children(os.getpid()) - self.before)
-            found = _descendants(roots) - {os.getpid()}
+            found = descendants(roots) - {os.getpid()}
             alive = {pid for pid in found if not _is_zombie(pid)}
             for pid in alive:
                 try:
                     self.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            ended |= alive - {worker}
+            ended |= {pid for pid in alive - {worker} if _name(pid) != SANDBOX_NAME}
             for pid in found | {worker}:
                 if _parent(pid) == os.getpid() and pid not in self.before:
                     try:
@@ -87,6 +90,23 @@ def _stat_fields(pid: int) -> list[str] | None:
     except OSError:
         return None
     return text.rpartition(")")[2].split()
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as file:
+            return file.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def name_this_process(name: str) -> None:
+    """Set this process's name as /proc/PID/comm shows it (Linux; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
 
 
 def _parent(pid: int) -> int | None:
@@ -118,7 +138,8 @@ def _parents() -> dict[int, int]:
     return found
 
 
-def _descendants(roots: set[int]) -> set[int]:
+def descendants(roots: set[int]) -> set[int]:
+    """The processes descended from ``roots`` (the roots included, where they exist), found through /proc."""
     parents = _parents()
     found = set(roots) & set(parents)
     grew = True
@@ -188,5 +209,5 @@ def crash_location(crash_file) -> str:
     return ""
 
 
-__all__ = ["LIBRARY_FOLDERS", "Reaper", "crash_location", "how_it_ended", "kill_me_with_my_parent", "parse_report",
-           "signal_name"]
+__all__ = ["LIBRARY_FOLDERS", "SANDBOX_NAME", "Reaper", "crash_location", "descendants", "how_it_ended",
+           "kill_me_with_my_parent", "name_this_process", "parse_report", "signal_name"]

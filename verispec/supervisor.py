@@ -32,48 +32,34 @@ that). Without ``os.fork``, or with ``VERISPEC_SUPERVISE=0`` (a debugger), the c
 
 from __future__ import annotations
 
-import codecs
 import io
 import json
 import mmap
 import os
-import selectors
 import signal
 import struct
 import sys
 import tempfile
-import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from verispec.errors import UserCodeExit
-from verispec.processes import Reaper, crash_location, how_it_ended, kill_me_with_my_parent, parse_report, signal_name
+from verispec import confinement
+from verispec.errors import SandboxDied, UserCodeExit
+from verispec.processes import (
+    Reaper,
+    kill_me_with_my_parent,
+    signal_name,
+)
+from verispec.watch import EXIT_INCONCLUSIVE, EXIT_RAISES, Supervision, Watch
+from verispec.watch import write as _write
 
 #: The environment variable that turns supervision off ("0"): the command runs in one process.
 SWITCH = "VERISPEC_SUPERVISE"
-#: Exit statuses (``verispec.verdict``'s; this module runs before anything else of the command).
-EXIT_INCONCLUSIVE = 3
-EXIT_RAISES = 4
 #: Bytes of the shared note (``note``): what the worker is doing, read by the supervisor if the worker dies.
 NOTE_BYTES = 4096
-#: Seconds the supervisor waits for a worker that reported its status to end, and for the pipes' last bytes once
-#: it has ended, before it ends what is left itself.
-GRACE_SECONDS = 2.0
 #: Seconds past the command's own limits (--time-budget with its grace, and one --call-timeout) before the
 #: supervisor ends a worker still running: the last resort for code that starves ``verispec.budget``'s watchdog.
 OUTER_MARGIN_SECONDS = 15.0
-
-
-@dataclass(frozen=True)
-class Supervision:
-    """What the supervisor needs to know of the command: what it checks (for messages), the longest it may run in
-    seconds (None: no limit), and whether its output is one JSON object (a death is then reported as one too)."""
-
-    command: str
-    time_limit: float | None = None
-    json_output: bool = False
-    checking: str = ""
 
 
 def available() -> bool:
@@ -92,11 +78,41 @@ class _Worker:
     streams: tuple = ()
     stream_ids: tuple = ()
     user_files: set[str] = set()
+    #: This process is a sandbox (``verispec.sandbox``): it runs the user's code and reports nothing.
+    sandbox: bool = False
+    #: Called before the report is sent (``before_report``): a sandbox registers its own end there.
+    before_report: list = []
 
 
 def in_worker() -> bool:
-    """Whether this process is a supervised command's worker (not a fork of it)."""
-    return _Worker.pid is not None and _Worker.pid == os.getpid()
+    """Whether this process is a supervised command's worker (not a fork of it, nor its sandbox)."""
+    return _Worker.pid is not None and _Worker.pid == os.getpid() and not _Worker.sandbox
+
+
+def become_sandbox() -> None:
+    """In a fork of the worker that will run the user's code (``verispec.sandbox``): no report channel, no shared
+    note, and the code's exits of the ``os`` and ``signal`` modules raise ``UserCodeExit`` here as in the worker."""
+    if _Worker.note is not None:
+        try:
+            _Worker.note.close()
+        except (BufferError, ValueError):
+            pass
+    _Worker.note = None
+    _Worker.report_fd = None
+    _Worker.pid = os.getpid()
+    _Worker.sandbox = True
+
+
+def before_report(callback: Callable[[], None]) -> None:
+    """Call ``callback`` in the worker once the command is done, before its status is reported (the sandboxes end
+    there, so the supervisor finds none of them left running)."""
+    if callback not in _Worker.before_report:
+        _Worker.before_report.append(callback)
+
+
+def doing() -> str:
+    """What the worker noted it is checking now ('' outside a worker)."""
+    return _read_note(_Worker.note) if _Worker.note is not None and in_worker() else ""
 
 
 def note(text: str) -> None:
@@ -141,8 +157,9 @@ _OWN_FOLDER = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _called_by_user_code() -> bool:
-    """Whether the caller of the patched function (two frames up) is not verispec's own code, in the worker."""
-    if not in_worker():
+    """Whether the caller of the patched function (two frames up) is not verispec's own code, in the worker or its
+    sandbox."""
+    if _Worker.pid is None or _Worker.pid != os.getpid():
         return False
     caller = sys._getframe(2)
     return not os.path.abspath(caller.f_code.co_filename).startswith(_OWN_FOLDER)
@@ -275,25 +292,31 @@ def _arguments(frame) -> dict[str, str]:
 
 def exit_finding(error: BaseException) -> str:
     """One line for an exit of the code under check (``SystemExit`` or ``UserCodeExit``) caught as it left the
-    code: what it did, where, with which arguments, and what was being checked."""
-    what = error.what if isinstance(error, UserCodeExit) else f"raised SystemExit({error.code!r})"
-    if isinstance(error, UserCodeExit):
-        what = f"called {what}"
-    frame = _user_frame(error.__traceback__)
-    where = ""
-    if frame is not None:
-        filename, line, name, arguments = frame
-        shown = ", ".join(f"{key}={value}" for key, value in arguments.items())
-        where = f" at {os.path.basename(filename)}, line {line}, in {name}({shown})"
+    code: what it did, where, with which arguments, and what was being checked. An exit in the sandbox comes with
+    what it did and where, found there (``sandbox_finding``); the worker adds what it was checking."""
+    found = getattr(error, "sandbox_finding", None)
+    if not found:
+        what = error.what if isinstance(error, UserCodeExit) else f"raised SystemExit({error.code!r})"
+        if isinstance(error, UserCodeExit):
+            what = f"called {what}"
+        frame = _user_frame(error.__traceback__)
+        where = ""
+        if frame is not None:
+            filename, line, name, arguments = frame
+            shown = ", ".join(f"{key}={value}" for key, value in arguments.items())
+            where = f" at {os.path.basename(filename)}, line {line}, in {name}({shown})"
+        found = f"the code under check {what}{where}"
     doing = _read_note(_Worker.note) if _Worker.note is not None else ""
-    return f"the code under check {what}{where}{f' while checking {doing}' if doing else ''}"
+    return f"{found}{f' while checking {doing}' if doing else ''}"
 
 
-def _send(status: int, line: str | None) -> None:
+def _send(status: int, line: str | None, died: bool = False) -> None:
+    """The report: the status, a line for the supervisor to print, and whether the code's process died (the
+    supervisor then prints one JSON object for a command with JSON output, as for the worker's own death)."""
     fd = _Worker.report_fd
     if fd is None:
         return
-    data = json.dumps({"pid": os.getpid(), "status": int(status), "line": line}).encode() + b"\n"
+    data = json.dumps({"pid": os.getpid(), "status": int(status), "line": line, "died": died}).encode() + b"\n"
     try:
         os.write(fd, data)
     except OSError:
@@ -310,11 +333,16 @@ def report_and_end(status: int, line: str | None = None) -> None:
 def _work(run: Callable[[], int]) -> None:
     """The worker's life: run the command, check its output streams, report, end."""
     line = None
+    died = False
     try:
         status = run()
     except (SystemExit, UserCodeExit) as error:
         status = EXIT_RAISES
         line = f"verispec: RAISES: {exit_finding(error)}; the code must return, not end verispec's process"
+    except SandboxDied as error:  # the sandbox running the code ended or broke the protocol (verispec.sandbox)
+        status = EXIT_RAISES
+        line = error.line
+        died = True
     except BaseException as error:  # verispec's own failure: its traceback, as without the worker
         try:
             traceback.print_exception(error)
@@ -334,7 +362,12 @@ def _work(run: Callable[[], int]) -> None:
             stream.flush()
         except Exception:  # a stream the code closed: the supervisor prints the line itself
             pass
-    _send(status, line)
+    for callback in _Worker.before_report:
+        try:
+            callback()
+        except BaseException:  # ending what is left must not keep the status from the supervisor
+            pass
+    _send(status, line, died)
     _ORIGINALS.get("_exit", os._exit)(status)
 
 
@@ -379,6 +412,7 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
     process's ``sys.stdout`` and ``sys.stderr`` as it comes."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    confinement.protect_this_process()  # no /proc/PID/fd, /proc/PID/mem or ptrace for the code under check
     report_read, report_write = os.pipe()
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
@@ -403,11 +437,12 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
     except OSError:
         pass
     try:
-        watch = _Watch(pid, report_read, out_read, err_read, supervision)
+        watch = Watch(pid, report_read, out_read, err_read, supervision, kill=_real("kill"),
+                      outer_margin=OUTER_MARGIN_SECONDS)
         watch.wait()
         reaper.end_descendants(pid)
         watch.drain()
-        return watch.verdict(shared, crash_file)
+        return watch.verdict(_read_note(shared), crash_file)
     finally:
         reaper.close()
         for fd in (report_read, out_read, err_read):
@@ -417,176 +452,6 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
                 pass
         shared.close()
         crash_file.close()
-
-
-class _Watch:
-    """The supervisor's loop: forward the worker's output, read its report, wait for its end (or end it at the
-    outer limit, or on an interrupt that it does not answer)."""
-
-    def __init__(self, pid: int, report_fd: int, out_fd: int, err_fd: int, supervision: Supervision):
-        self.pid = pid
-        self.supervision = supervision
-        self.report = b""
-        self.wait_status: int | None = None
-        self.ended_by_supervisor: str | None = None
-        self.selector = selectors.DefaultSelector()
-        self.decoders = {}
-        for fd, target in ((report_fd, None), (out_fd, "stdout"), (err_fd, "stderr")):
-            os.set_blocking(fd, False)
-            self.selector.register(fd, selectors.EVENT_READ, target)
-            self.decoders[fd] = codecs.getincrementaldecoder("utf-8")("replace")
-        self.started = time.monotonic()
-        self.interrupts: list[tuple[int, float]] = []
-        self.passed_on = 0
-
-    def wait(self) -> None:
-        limit = self.supervision.time_limit
-        deadline = None if limit is None else self.started + limit + OUTER_MARGIN_SECONDS
-        reported_at = None
-        previous = self._hold_signals()
-        try:
-            while self.wait_status is None:
-                self._pump(0.05)
-                self._reap()
-                now = time.monotonic()
-                if self.report and reported_at is None:
-                    reported_at = now
-                if self.wait_status is not None:
-                    break
-                if reported_at is not None and now - reported_at > GRACE_SECONDS:
-                    self._end("it reported its status but did not end")
-                elif deadline is not None and now > deadline:
-                    self._end(f"it ran {now - self.started:.0f} s, past the command's limits ({limit:g} s) and "
-                              f"{OUTER_MARGIN_SECONDS:g} s more")
-                elif self.interrupts:
-                    self._pass_interrupts()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    def _hold_signals(self) -> dict:
-        """Ctrl-C, SIGTERM and SIGHUP are passed on to the worker, which ends the command its own way (a build saves
-        what it has); this process only waits for it. The worker has a process group of its own, so a terminal's
-        Ctrl-C reaches it once, through this process."""
-        previous = {}
-        if sys.platform.startswith("win") or not _is_main_thread():
-            return previous
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, lambda number, frame: self.interrupts.append((number,
-                                                                                            time.monotonic())))
-        return previous
-
-    def _pass_interrupts(self) -> None:
-        """Each interrupt is passed on as it comes; a worker that has not ended ``3 * GRACE_SECONDS`` after the first
-        is ended."""
-        while self.passed_on < len(self.interrupts):
-            try:
-                _real("kill")(self.pid, self.interrupts[self.passed_on][0])
-            except ProcessLookupError:
-                pass
-            self.passed_on += 1
-        if time.monotonic() - self.interrupts[0][1] > 3 * GRACE_SECONDS:
-            self._end("it did not end after it was interrupted")
-
-    def _end(self, why: str) -> None:
-        self.ended_by_supervisor = why
-        try:
-            _real("kill")(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _, status = os.waitpid(self.pid, 0)
-        self.wait_status = status
-
-    def _reap(self) -> None:
-        if self.wait_status is not None:
-            return
-        try:
-            done, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            done, status = self.pid, 0
-        if done == self.pid:
-            self.wait_status = status
-
-    def _pump(self, timeout: float) -> bool:
-        """Forward what the worker wrote; whether anything came."""
-        got = False
-        try:
-            events = self.selector.select(timeout)
-        except InterruptedError:
-            return False
-        for key, _ in events:
-            try:
-                data = os.read(key.fd, 65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                self.selector.unregister(key.fd)
-                continue
-            got = True
-            if key.data is None:
-                self.report += data
-            else:
-                _write(key.data, self.decoders[key.fd].decode(data))
-        return got
-
-    def drain(self) -> None:
-        """The pipes' last bytes: until they close (every writer has ended) or ``GRACE_SECONDS`` pass."""
-        end = time.monotonic() + GRACE_SECONDS
-        while self.selector.get_map() and time.monotonic() < end:
-            self._pump(0.05)
-        for key in list(self.selector.get_map().values()):
-            if key.data is not None:
-                _write(key.data, self.decoders[key.fd].decode(b"", final=True))
-        self.selector.close()
-
-    def verdict(self, shared: mmap.mmap, crash_file) -> int:
-        report = parse_report(self.report, self.pid)
-        if report is not None:
-            if report.get("line"):
-                _write("stderr", report["line"] + "\n")
-            return int(report["status"])
-        return self._death(shared, crash_file, report)
-
-    def _death(self, shared: mmap.mmap, crash_file, report) -> int:
-        doing = _read_note(shared)
-        while_doing = f" while checking {doing}" if doing else ""
-        if self.ended_by_supervisor is not None and self.interrupts:
-            _write("stderr", "verispec: interrupted\n")
-            return 130
-        if self.ended_by_supervisor is not None:
-            line = (f"verispec: INCONCLUSIVE: the worker running {self.supervision.command} was ended by verispec "
-                    f"because {self.ended_by_supervisor}{while_doing} (code that holds the interpreter's lock never "
-                    "returns to verispec's watchdog); find the loop, or run again with a larger --time-budget")
-            status, word = EXIT_INCONCLUSIVE, "inconclusive"
-        else:
-            how = how_it_ended(self.wait_status)
-            where = crash_location(crash_file)
-            line = (f"verispec: RAISES: the process running the code under check {how}{where}{while_doing}, "
-                    "without verispec's verdict; the code must return, not end or crash the process")
-            status, word = EXIT_RAISES, "raises"
-        if self.supervision.json_output:
-            _write("stdout", json.dumps({"verdict": word, "exit_status": status, "message": line}) + "\n")
-        _write("stderr", line + "\n")
-        return status
-
-
-def _write(name: str, text: str) -> None:
-    if not text:
-        return
-    stream = getattr(sys, name)
-    try:
-        stream.write(text)
-        stream.flush()
-    except (OSError, ValueError):
-        pass  # the user's own stream is closed or broken: nothing more can be shown
-
-
-def _is_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 __all__ = ["SWITCH", "Supervision", "available", "exit_finding", "in_worker", "note", "report_and_end",

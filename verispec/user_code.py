@@ -19,8 +19,22 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
-from verispec import budget, supervisor
+from verispec import budget, sandbox, supervisor
 from verispec.errors import UnknownVerifierError
+
+
+def load_sandboxed(spec: str, what: str, describe, call_hook=None) -> sandbox.Sandbox | None:
+    """In a supervised worker, the object named by ``spec`` loaded in a sandbox of its own (``verispec.sandbox``):
+    the started ``Sandbox``, whose ``description`` is what ``describe(target, register)`` said of it there; None
+    elsewhere (the caller then loads it with ``load_attribute``). ``UnknownVerifierError`` on one line when it cannot
+    be loaded, as ``load_attribute``."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise UnknownVerifierError(f"give the {what} as FILE.py:NAME, got {spec!r}")
+    if not sandbox.enabled():
+        return None
+    box = sandbox.Sandbox(spec, what, describe, call_hook, loader=load_attribute)
+    box.load()
+    return box
 
 
 def load_attribute(spec: str, what: str):

@@ -206,7 +206,13 @@ def test_a_death_with_json_output_gives_one_json_object(capsys, rules):
 @pytest.mark.parametrize("name,what", [("close_stdout", "closed file descriptor 1"),
                                        ("replace_stdout", "replaced sys.stdout (with StringIO)"),
                                        ("close_sys_stderr", "closed sys.stderr")])
-def test_output_taken_from_verispec_fails_the_command(capsys, rules, name, what):
+def test_output_taken_from_verispec_fails_the_command(capsys, rules, name, what, monkeypatch):
+    """The rule runs in its sandbox (verispec.sandbox): what it does to its own output never reaches verispec's, so
+    the verdict stands (LOSSY). Where the rule runs in the worker itself (VERISPEC_SANDBOX=0), the worker's check of
+    its streams still fails the command."""
+    status, out, err = _exact(capsys, rules, name)
+    assert status == 1 and "LOSSY" in err and "TV 0.65" in err, err
+    monkeypatch.setenv("VERISPEC_SANDBOX", "0")
     status, _, err = _exact(capsys, rules, name)
     assert status == 4 and f"RAISES: the code under check {what}" in err
 
@@ -224,6 +230,14 @@ def test_hooks_threads_children_and_forks_keep_the_verdict_and_leave_nothing(cap
 
 
 def test_a_call_that_starves_the_watchdog_is_ended_at_the_outer_limit(capsys, rules, monkeypatch):
+    """A C call that holds the interpreter's lock starves only its own process: in the sandbox, the worker's budget
+    ends the command on time (and the sandbox with it); where the rule runs in the worker (VERISPEC_SANDBOX=0), the
+    supervisor's outer limit does."""
+    start = time.monotonic()
+    status, _, err = _exact(capsys, rules, "holds_the_lock", "--time-budget", "1", "--call-timeout", "1")
+    assert status == 3 and "INCONCLUSIVE" in err, err
+    assert time.monotonic() - start < 1 * 1.05 + 1 + 3
+    monkeypatch.setenv("VERISPEC_SANDBOX", "0")
     monkeypatch.setattr(supervisor, "OUTER_MARGIN_SECONDS", 1.0)
     start = time.monotonic()
     status, _, err = _exact(capsys, rules, "holds_the_lock", "--time-budget", "1", "--call-timeout", "1")

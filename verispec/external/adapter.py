@@ -92,6 +92,14 @@ MAX_UNIFORMS = 4096
 def load_function(spec: str):
     """The function named by ``FILE.py:FUNCTION`` or ``package.module:FUNCTION``; UnknownVerifierError on one
     line when it cannot be loaded or is not callable."""
+    from verispec.external import sandboxed
+    from verispec.user_code import load_sandboxed
+
+    box = load_sandboxed(spec, "function", sandboxed.describe, sandboxed.call_in_sandbox)
+    if box is not None:  # a supervised worker: the function runs in a process of its own (verispec.sandbox)
+        if not box.description["callable"]:
+            raise UnknownVerifierError(f"{spec!r} is not a function (it is {box.description['type']})")
+        return sandboxed.SandboxedFunction(box)
     function = load_attribute(spec, "function")
     if not callable(function):
         raise UnknownVerifierError(f"{spec!r} is not a function (it is {type(function).__name__})")

@@ -159,6 +159,10 @@ def _reachable(function) -> dict:
     return names
 
 
+#: The key under which a sandboxed function's fingerprints name the process that took them.
+SANDBOX_PROCESS = "(sandbox process)"
+
+
 class StateWatch:
     """Fingerprints of the state a function can keep across calls, taken before a check (see the module
     docstring); ``changed`` names what differs since."""
@@ -168,6 +172,8 @@ class StateWatch:
         self.before = self.take()
 
     def take(self) -> dict:
+        if hasattr(self.function, "sandbox_state"):  # a function in its sandbox: fingerprinted there
+            return self.function.sandbox_state()
         left = [VALUES]
         try:
             return {name: _fingerprint(value, left=left) for name, value in _reachable(self.function).items()}
@@ -175,9 +181,12 @@ class StateWatch:
             return {}
 
     def changed(self, since: dict | None = None) -> list[str]:
-        """The names whose state differs from ``since`` (default: before the check)."""
+        """The names whose state differs from ``since`` (default: before the check). Nothing where the function was
+        loaded again since (its sandbox was ended in the middle of a call and started afresh: its state is new)."""
         since = self.before if since is None else since
         now = self.take()
+        if since.get(SANDBOX_PROCESS) != now.get(SANDBOX_PROCESS):
+            return []
         return sorted(name for name in set(since) | set(now) if since.get(name) != now.get(name))
 
     def evolves(self, verifier) -> bool | None:

@@ -155,6 +155,12 @@ def load_verifier(spec: str) -> Verifier:
     function may carry a ``valid_for`` attribute (a set of ``DraftLaw``), else it is taken to be a
     single-path rule.
     """
+    from verispec.user_code import load_sandboxed
+    from verispec.verifiers import sandboxed
+
+    box = load_sandboxed(spec, "verifier", sandboxed.describe)
+    if box is not None:  # a supervised worker: the rule runs in a process of its own (verispec.sandbox)
+        return sandboxed.sandboxed_rule(spec, box)
     target = load_attribute(spec, "verifier")
     if isinstance(target, Verifier):
         return target

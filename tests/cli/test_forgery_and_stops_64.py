@@ -1,0 +1,321 @@
+"""Issue 64: a verdict the code under check cannot forge, and a stop the user asked for is the user's.
+
+The code under check runs in a sandbox process (``verispec.sandbox``) that never holds the worker's report pipe and
+cannot reach the worker or the supervisor (``verispec.confinement``). The forgers below try every route found: they
+write a report claiming status 0 into every descriptor they hold and every descriptor of every process above them
+they can open (``/proc/PID/fd``), write into those processes' memory (``/proc/PID/mem``), attach to them
+(``ptrace``), take their descriptors (``pidfd_getfd``), signal them (SIGTERM, SIGINT, SIGHUP, SIGSTOP, to the
+processes and their groups, through libc so no Python hook sees it), set the switches in the environment, and
+rewrite verispec's own functions in memory so that the report says 0; then they return the lossy rule's outcome.
+The honest verdict is known by construction (the rule emits the drafted token again: on ``chain:1`` with p =
+(1/2, 1/2) and q = (9/10, 1/10) its outputs are (0, 0) w.p. 9/10 and (1, 1) w.p. 1/10 against 1/4 each: TV 0.65,
+LOSSY, exit 1), and a forger that ends its process through libc's ``_exit(0)`` after forging gets RAISES (4).
+
+Negative controls: with the code in the worker itself (``VERISPEC_SANDBOX=0``, the design before this issue) the
+same forgers get exit 0, so these tests catch the old hole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from verispec import supervisor
+
+pytestmark = [pytest.mark.skipif(not supervisor.available(), reason="needs os.fork (the supervised worker)"),
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; Linux's seccomp")]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = ["--target", "1/2,1/2", "--draft", "9/10,1/10"]
+
+FORGERS = '''
+import ctypes, json, os, signal, sys
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+LOG = os.environ.get("FORGERY_LOG")
+# a stopped supervisor would hang the negative controls (the code in the worker, no filter): they leave out SIGSTOP
+# and ptrace's attach (which stops the process it attaches to)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) + (() if os.environ.get("FORGERY_NO_STOP") else
+                                                            (signal.SIGSTOP,))
+
+
+def _log(text):
+    if LOG:
+        with open(LOG, "a") as file:
+            file.write(text + "\\n")
+
+
+def _ancestors():
+    """The processes above this one that run verispec (never the test's own processes above them)."""
+    found, pid = [], os.getpid()
+    for _ in range(3):
+        with open(f"/proc/{pid}/stat") as file:
+            pid = int(file.read().rpartition(")")[2].split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            if pid <= 1 or b"verispec" not in file.read():
+                break
+        found.append(pid)
+    return found
+
+
+def _reports():
+    pids = {os.getpid(), *_ancestors()}
+    return [(json.dumps({"pid": pid, "status": 0, "line": "verispec: LOSSLESS (forged)"}) + "\\n").encode()
+            for pid in pids]
+
+
+def _write_everywhere():
+    reports = _reports()
+    for name in os.listdir("/proc/self/fd"):
+        for data in reports:
+            try:
+                os.write(int(name), data)
+            except OSError:
+                pass
+    for pid in _ancestors():
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except OSError as error:
+            _log(f"fd list of {pid} refused: {error.errno}")
+            continue
+        for name in names:
+            try:
+                fd = os.open(f"/proc/{pid}/fd/{name}", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            _log(f"OPENED fd {name} of {pid}")
+            for data in reports:
+                try:
+                    os.write(fd, data)
+                except OSError:
+                    pass
+            os.close(fd)
+
+
+def _reach_memory_and_descriptors():
+    for pid in _ancestors():
+        try:
+            os.open(f"/proc/{pid}/mem", os.O_RDWR)
+            _log(f"OPENED mem of {pid}")
+        except OSError as error:
+            _log(f"mem of {pid} refused: {error.errno}")
+        if not os.environ.get("FORGERY_NO_STOP") and LIBC.ptrace(16, pid, None, None) == 0:  # PTRACE_ATTACH
+            _log(f"ATTACHED to {pid}")
+        syscall = LIBC.syscall
+        pidfd = syscall(434, pid, 0)  # pidfd_open (x86_64 and aarch64)
+        if pidfd >= 0:
+            _log(f"PIDFD of {pid}")
+            for target in range(3, 64):
+                if syscall(438, pidfd, target, 0) >= 0:  # pidfd_getfd
+                    _log(f"TOOK fd {target} of {pid}")
+
+
+def found_groups():
+    """Process groups led by a verispec process (the worker's own group): never the test runner's."""
+    return {pid for pid in _ancestors() if os.getpgid(pid) == pid}
+
+
+def _signal_everyone():
+    for pid in _ancestors():
+        for number in SIGNALS:
+            if LIBC.kill(pid, int(number)) == 0:
+                _log(f"SIGNALLED {pid} with {number}")
+            try:
+                group = os.getpgid(pid)
+            except OSError:
+                continue
+            if group in found_groups() and LIBC.kill(-group, int(number)) == 0 and group != os.getpgrp():
+                _log(f"SIGNALLED group {group} with {number}")
+
+
+def _rewrite_verispec():
+    os.environ["VERISPEC_SUPERVISE"] = "0"
+    os.environ["VERISPEC_SANDBOX"] = "0"
+    import verispec.supervisor as supervisor
+    from verispec.verdict import Verdict
+
+    real_send = supervisor._send
+    supervisor._send = lambda status, line=None, *rest: real_send(0, "verispec: LOSSLESS (forged)")
+    for verdict in Verdict:
+        try:
+            object.__setattr__(verdict, "_value_", Verdict.LOSSLESS.value)
+        except Exception:
+            pass
+
+
+def forge():
+    _write_everywhere()
+    _reach_memory_and_descriptors()
+    _signal_everyone()
+    _rewrite_verispec()
+
+
+def forging_rule(tree, chooser):
+    """Forge by every route, then behave as the lossy rule: accept the drafted token and emit it again."""
+    forge()
+    return 1, int(tree.token[1])
+
+
+def forge_and_exit(tree, chooser):
+    forge()
+    LIBC._exit(0)
+
+
+def forging_function(draft_tokens, draft_probs, target_probs, uniforms):
+    """check-external's chain layout: forge, then accept every draft and emit the last drafted token again."""
+    import numpy as np
+
+    forge()
+    tokens = np.asarray(draft_tokens, dtype=np.int64)  # [B, L]
+    return np.concatenate([tokens, tokens[:, -1:]], axis=-1)  # [B, L + 1]: every draft, then the last one again
+
+
+def forge_and_exit_function(draft_tokens, draft_probs, target_probs, uniforms):
+    forge()
+    LIBC._exit(0)
+
+
+def correct_but_slow(tree, chooser):
+    """Token-level verification that first sleeps: the user stops it."""
+    import time
+
+    time.sleep(1000)
+'''
+
+
+@pytest.fixture
+def forgers(tmp_path):
+    path = tmp_path / "forgers.py"
+    path.write_text(FORGERS)
+    return path
+
+
+def _run(arguments, tmp_path, **env):
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), FORGERY_LOG=str(tmp_path / "forgery.log"), **env)
+    return subprocess.run([sys.executable, "-m", "verispec", *arguments], env=environment, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+
+
+def _exact(forgers, name, tmp_path, *extra, **env):
+    return _run(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{forgers}:{name}", "--fail-if-lossy", *extra],
+                tmp_path, **env)
+
+
+def _escapes(tmp_path) -> list[str]:
+    """What the forgers got through to (the log's capitalised lines)."""
+    log = tmp_path / "forgery.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [line for line in lines if line.split()[0].isupper()]
+
+
+def test_a_rule_that_forges_by_every_route_is_still_lossy(forgers, tmp_path):
+    done = _exact(forgers, "forging_rule", tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "LOSSY" in done.stderr and "TV 0.65" in done.stderr
+    assert _escapes(tmp_path) == []  # no descriptor, memory or signal of verispec's reached
+
+
+def test_a_rule_that_forges_then_exits_zero_is_raises(forgers, tmp_path):
+    done = _exact(forgers, "forge_and_exit", tmp_path, "--json")
+    assert done.returncode == 4, done.stderr
+    assert "RAISES: the process running the code under check exited with status 0" in done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["verdict"] == "raises"
+
+
+def test_check_external_and_hunt_keep_their_verdicts_against_forgers(forgers, tmp_path):
+    done = _run(["check-external", f"{forgers}:forging_function", "--layout", "chain", "--tree", "chain:1", *TOY],
+                tmp_path)
+    assert done.returncode == 1 and "LOSSY" in done.stdout + done.stderr, done.stdout + done.stderr
+    done = _run(["check-external", f"{forgers}:forge_and_exit_function", "--layout", "chain", "--tree", "chain:1",
+                 *TOY], tmp_path)
+    assert done.returncode == 4 and "exited with status 0" in done.stderr, done.stderr
+    done = _run(["hunt", "--verifier", f"{forgers}:forging_rule", "--tree", "chain:1", "--time-budget", "30"], tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert _escapes(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["forging_rule", "forge_and_exit"])
+def test_negative_control_the_code_in_the_worker_forges_a_pass(forgers, tmp_path, name):
+    """The design before issue 64 (the code runs in the worker, which holds the report pipe): both forgers pass."""
+    done = _exact(forgers, name, tmp_path, VERISPEC_SANDBOX="0", FORGERY_NO_STOP="1")
+    assert done.returncode == 0, done.stderr
+
+
+def _start(arguments, tmp_path, **env) -> subprocess.Popen:
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    command = subprocess.Popen([sys.executable, "-m", "verispec", *arguments], env=environment, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_the_sandbox(command)
+    return command
+
+
+def _wait_for_the_sandbox(command: subprocess.Popen) -> None:
+    """Until the command's worker has started its sandbox (a grandchild), then a moment for the rule to be called."""
+    from verispec.processes import descendants
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(descendants({command.pid})) < 3:
+        time.sleep(0.05)
+    time.sleep(1.0)
+
+
+STOPPED = [
+    ["exact", *TOY, "--tree", "chain:1", "--verifier", "{rules}:correct_but_slow", "--fail-if-lossy"],
+    ["hunt", "--verifier", "{rules}:correct_but_slow", "--tree", "chain:1", "--time-budget", "100"],
+]
+
+
+@pytest.mark.parametrize("template", STOPPED, ids=["exact", "hunt"])
+def test_a_sigterm_to_verispec_is_the_users_stop_not_a_verdict(forgers, tmp_path, template):
+    arguments = [part.format(rules=forgers) for part in template]
+    command = _start(arguments, tmp_path)
+    command.send_signal(signal.SIGTERM)
+    out, err = command.communicate(timeout=30)
+    assert command.returncode == 128 + signal.SIGTERM, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "stopped by SIGTERM" in lines[0] and "RAISES" not in err, err
+
+
+def test_a_sigterm_stops_check_external_too(tmp_path):
+    function = tmp_path / "slow.py"
+    function.write_text("import time\n\ndef verify(draft_tokens, draft_probs, target_probs, uniforms):\n"
+                        "    time.sleep(1000)\n")
+    command = _start(["check-external", f"{function}:verify", "--layout", "chain", "--tree", "chain:1", *TOY],
+                     tmp_path)
+    command.send_signal(signal.SIGTERM)
+    _, err = command.communicate(timeout=30)
+    assert command.returncode == 143 and "stopped by SIGTERM" in err and "RAISES" not in err, err
+
+
+def test_negative_control_the_old_supervisor_blames_the_rule(forgers, tmp_path):
+    """The supervisor before issue 64 (no stop of the user's own: the worker's death is the code's) says RAISES."""
+    script = ("import sys, verispec.supervisor as s; s.Watch._user_stop = lambda self, report: None; "
+              "from verispec.cli import main; sys.exit(main(sys.argv[1:]))")
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = subprocess.Popen([sys.executable, "-c", script, "exact", *TOY, "--tree", "chain:1", "--verifier",
+                                f"{forgers}:correct_but_slow"], env=environment, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_the_sandbox(command)
+    command.send_signal(signal.SIGTERM)
+    _, err = command.communicate(timeout=30)
+    assert command.returncode == 4 and "killed by signal SIGTERM" in err, err
+
+
+def test_the_codes_own_signal_to_the_supervisor_is_ignored(forgers, tmp_path):
+    """Where the sandbox is off (the code runs in the worker) and a signal bypasses Python (libc's kill), the
+    supervisor still tells the code's signal from the user's by its sender: the check goes on to its verdict."""
+    rules = tmp_path / "signaller.py"
+    rules.write_text("import ctypes, os, signal\n\ndef rule(tree, chooser):\n"
+                     "    ctypes.CDLL(None).kill(os.getppid(), int(signal.SIGTERM))\n"
+                     "    return 1, int(tree.token[1])\n")
+    done = _run(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{rules}:rule", "--fail-if-lossy"], tmp_path,
+                VERISPEC_SANDBOX="0")
+    assert done.returncode == 1 and "LOSSY" in done.stderr, done.stderr
+    assert "sent SIGTERM to verispec's supervisor; ignored" in done.stderr

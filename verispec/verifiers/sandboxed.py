@@ -1,0 +1,157 @@
+"""A user's rule (``--verifier FILE.py:NAME``) that runs in its sandbox (``verispec.sandbox``), as a verifier here.
+
+The rule is a procedure function, a ``Verifier`` or a ``NodeSolver``; ``describe`` (run in the sandbox) says which,
+with the attributes the engines read, and the classes here stand for it in the worker: each call of its methods
+is a call into the sandbox, and the chooser a procedure is handed stays here (the sandbox calls it back).
+
+What crosses is the rule's law and outcomes, never its objects, so the capabilities that are objects of their own
+(``rule_dp``, ``forest_stopping_masses``) are not taken: the engines then compute the law from ``emission_laws``
+itself, the same law by another road. A node solver the rule holds (``node_solver``) crosses as another sandboxed
+object, so the walk's dynamic program still applies.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from verispec.errors import UnknownVerifierError
+from verispec.simulator import DraftLaw, NodeSolver, Verifier
+from verispec.verifiers.base import ProcedureVerifier
+
+#: Methods of a user's Verifier that the worker calls (the engines' interface).
+VERIFIER_METHODS = ("emission_laws", "procedure")
+#: Methods of a user's NodeSolver that the worker calls.
+SOLVER_METHODS = ("output_laws", "sample", "sequential_tests")
+
+
+def describe(target, register) -> dict:
+    """In the sandbox: what the worker needs to know of the loaded rule, as plain values."""
+    if isinstance(target, Verifier):
+        solver = getattr(target, "node_solver", None)
+        return {"kind": "verifier", "name": str(getattr(target, "name", type(target).__name__)),
+                "valid_for": _law_names(getattr(target, "valid_for", ())),
+                "order_free": bool(getattr(target, "order_free", False)),
+                "node_solver": (None if not isinstance(solver, NodeSolver)
+                                else {"id": register(solver), **_solver(solver)}),
+                "calls": {name: _call_name(getattr(target, name, None)) for name in VERIFIER_METHODS}}
+    if isinstance(target, NodeSolver):
+        return {"kind": "node_solver", **_solver(target)}
+    if callable(target):
+        return {"kind": "procedure", "valid_for": _law_names(getattr(target, "valid_for", {DraftLaw.SINGLE_PATH})),
+                "calls": {"": _call_name(target)}}
+    return {"kind": "other", "type": type(target).__name__}
+
+
+def _solver(solver) -> dict:
+    return {"name": str(getattr(solver, "name", type(solver).__name__)),
+            "valid_for": _law_names(getattr(solver, "valid_for", ())),
+            "outside_tokens_read": int(getattr(solver, "outside_tokens_read", 0)),
+            "sequential": bool(solver.has_sequential_tests),
+            "calls": {name: _call_name(getattr(solver, name, None)) for name in SOLVER_METHODS}}
+
+
+def _law_names(laws) -> list:
+    """Draft laws by name (anything else as its repr: the worker's compatibility check then names it)."""
+    try:
+        return [law.name if isinstance(law, DraftLaw) else repr(law) for law in laws]
+    except TypeError:
+        return [repr(laws)]
+
+
+def _call_name(function) -> str:
+    """How ``--call-timeout`` names a call of ``function``: as the call watchdog names a frame of the user's code."""
+    function = getattr(function, "__func__", function)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        code = getattr(vars(type(function)).get("__call__"), "__code__", None)  # a callable object's own method
+    if code is None:
+        return f"a call of {type(function).__name__}"
+    return f"the call of {code.co_qualname} ({code.co_filename}, line {code.co_firstlineno})"
+
+
+def _laws(names) -> frozenset:
+    return frozenset(DraftLaw[name] if name in DraftLaw.__members__ else name for name in names or ())
+
+
+class _Remote:
+    """A call into one object of the sandbox."""
+
+    def __init__(self, box, object_id: int, calls: dict):
+        self._box, self._id, self._calls = box, object_id, calls
+
+    def _call(self, method: str | None, *args):
+        value, _ = self._box.call(self._id, method, args, {}, what=self._calls.get(method or "", self._box.spec))
+        return value
+
+
+class SandboxedVerifier(Verifier):
+    """A user's ``Verifier`` in its sandbox."""
+
+    def __init__(self, box, object_id: int, info: dict):
+        self._remote = _Remote(box, object_id, info.get("calls") or {})
+        self.name = info["name"]
+        self.valid_for = _laws(info["valid_for"])
+        self.order_free = info["order_free"]
+        solver = info.get("node_solver")
+        self.node_solver = None if solver is None else SandboxedSolver(box, solver["id"], solver)
+
+    def emission_laws(self, batch):
+        return self._remote._call("emission_laws", batch)
+
+    def procedure(self, tree, chooser):
+        return self._remote._call("procedure", tree, chooser)
+
+
+class SandboxedSolver(NodeSolver):
+    """A user's ``NodeSolver`` in its sandbox."""
+
+    def __init__(self, box, object_id: int, info: dict):
+        self._remote = _Remote(box, object_id, info.get("calls") or {})
+        self.name = info["name"]
+        self.valid_for = _laws(info["valid_for"])
+        self.outside_tokens_read = info["outside_tokens_read"]
+        self._sequential = info["sequential"]
+
+    def output_laws(self, p, q, children):
+        return self._remote._call("output_laws", p, q, children)
+
+    def sample(self, p, q, children, chooser):
+        return self._remote._call("sample", p, q, children, chooser)
+
+    def sequential_tests(self, p, q, draws):
+        return self._remote._call("sequential_tests", p, q, draws) if self._sequential else None
+
+    @property
+    def has_sequential_tests(self) -> bool:
+        return self._sequential
+
+
+class SandboxedProcedure:
+    """A user's procedure function in its sandbox: ``procedure(tree, chooser) -> (node, token)``."""
+
+    def __init__(self, box, info: dict):
+        self._remote = _Remote(box, 0, info.get("calls") or {})
+        self.__name__ = box.spec.rpartition(":")[2]
+        self.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                                for name in ("tree", "chooser")])
+
+    def __call__(self, tree, chooser):
+        return self._remote._call(None, tree, chooser)
+
+
+def sandboxed_rule(spec: str, box) -> Verifier:
+    """The verifier standing for the rule loaded in ``box`` (see the module docstring)."""
+    from verispec.verifiers.tree_walk import TopDownVerifier
+
+    info = box.description
+    kind = info.get("kind") if isinstance(info, dict) else None
+    if kind == "verifier":
+        return SandboxedVerifier(box, 0, info)
+    if kind == "node_solver":
+        return TopDownVerifier(SandboxedSolver(box, 0, info))
+    if kind == "procedure":
+        return ProcedureVerifier(spec.rpartition(":")[2], SandboxedProcedure(box, info), _laws(info["valid_for"]))
+    raise UnknownVerifierError(f"{spec!r} is neither a Verifier, a NodeSolver nor a procedure function")
+
+
+__all__ = ["SandboxedProcedure", "SandboxedSolver", "SandboxedVerifier", "describe", "sandboxed_rule"]
