@@ -140,3 +140,4 @@ def test_a_benchmark_refuses_before_any_work_and_a_second_run_names_the_first(tm
     finally:
         holder.kill()
         holder.wait()
+        holder.stdout.close()

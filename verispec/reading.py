@@ -26,11 +26,13 @@ def read_user_file(path: str | Path, *, limit: int, what: str, error: type[Veris
     shown = repr(str(path))
     try:
         with open_without_blocking(path) as stream:
-            if regular_only:
-                mode = os.fstat(stream.fileno()).st_mode
-                if not stat.S_ISREG(mode):
-                    raise error(f"{what} {shown} is {file_type(mode)}, not a regular file; give the file itself")
+            mode = os.fstat(stream.fileno()).st_mode
+            if regular_only and not stat.S_ISREG(mode):
+                raise error(f"{what} {shown} is {file_type(mode)}, not a regular file; give the file itself")
             data = _read_within(stream, limit)
+            if not data and stat.S_ISFIFO(mode):  # nobody wrote into it: say so, not 'not valid JSON'
+                raise error(f"{what} {shown} is a FIFO (named pipe) that nothing was written to; give a regular "
+                            "file, or start its writer first")
     except OSError as failure:
         raise error(f"cannot read {what} {shown}: {failure.strerror or failure}") from None
     if data is None:

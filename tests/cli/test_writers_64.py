@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ import pytest
 import verispec.io as io_module
 import verispec.store_lock as lock_module
 from verispec.cli import main
+from verispec.errors import VerispecError
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = b"my own notes\n"
@@ -192,6 +194,7 @@ def _held(store: Path):
     finally:
         holder.kill()
         holder.wait()
+        holder.stdout.close()
 
 
 @pytest.mark.parametrize(("command", "store"), [("verdict", "verdict.rows.json"), ("study", "pair_selector.json")])
@@ -401,3 +404,43 @@ def test_an_atomic_write_never_replaces_a_fifo_or_a_device_node(tmp_path, monkey
     monkeypatch.setattr(io_module, "_refuse_special", lambda target, shown: None)
     io_module.atomic_write_text(fifo, "text")
     assert stat.S_ISREG(fifo.stat().st_mode) and fifo.read_text() == "text"
+
+
+def test_a_fifo_given_as_an_input_file_never_hangs_the_command(tmp_path, capsys, monkeypatch):
+    """``exact --problem FIFO`` with no writer: one line at once, exit 2 (the old open() waited for a writer for
+    ever). A pipe with a writer (``--problem <(...)``) is read to its end. Negative control: the old open() is still
+    waiting after 0.5 s, until a writer comes."""
+    import threading
+
+    import verispec.reading as reading
+
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    assert main(["exact", "--problem", str(fifo), "--tree", "chain:1", "--verifier", "bv"]) == 2
+    assert "is a FIFO (named pipe) that nothing was written to" in _one_line(capsys)
+    problem = '{"vocab_size": 2, "target": {"": [0.5, 0.5], "0": [1, 0], "1": [0, 1]}, "draft": {"": [0.5, 0.5]}}'
+
+    def write_later():  # a writer waiting at the FIFO (as a shell's process substitution is), writing late
+        with open(fifo, "w") as stream:
+            time.sleep(0.2)
+            stream.write(problem)
+
+    writer = threading.Thread(target=write_later)
+    writer.start()
+    time.sleep(0.2)  # the writer is in open(), waiting for a reader
+    text = reading.read_user_file(fifo, limit=1 << 20, what="problem file")
+    writer.join()
+    assert text == problem
+    monkeypatch.setattr(reading, "open_without_blocking", lambda path: open(path, "rb"))
+    def read():
+        with contextlib.suppress(VerispecError):  # once let go, the FIFO read empty: refused, as it should be
+            reading.read_user_file(fifo, limit=1 << 20, what="problem file")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive()  # the old open() waits for a writer
+    with open(fifo, "w"):  # let it go
+        pass
+    reader.join(5)
+    assert not reader.is_alive()
