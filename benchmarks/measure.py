@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 import tracemalloc
@@ -40,9 +41,22 @@ def open_store(script: str, path, parameters: dict, *, fresh: bool = False) -> R
     from verispec.errors import ResultStoreError
 
     try:
-        return ResultStore(path, parameters=parameters, overwrite=fresh)
+        return _Store(script, path, parameters=parameters, overwrite=fresh)
     except ResultStoreError as error:
         refuse(script, f"{error}; or pass --fresh to start over")
+
+
+class _Store(ResultStore):
+    """A benchmark's row store: a save that fails (a disk filled during the run) ends the run on one line, status 2,
+    its saved rows kept for a rerun, not with a traceback."""
+
+    def __init__(self, script: str, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.script = script
+
+    def add_many(self, rows, *, outputs=None) -> None:
+        with _one_line(self.script):
+            super().add_many(rows, outputs=outputs)
 
 
 # --- the writers' rule (issue 64): a benchmark replaces only its own files, atomically, one run at a time -------
@@ -142,7 +156,8 @@ def write_table(path, text: str) -> None:
     from verispec.provenance import markdown_marker
 
     _claim_unclaimed(path, TABLE)
-    atomic_write_text(Path(path), f"{markdown_marker('benchmark')}\n{text}")
+    with _one_line():
+        atomic_write_text(Path(path), f"{markdown_marker('benchmark')}\n{text}")
 
 
 def write_rows(path, data: dict) -> None:
@@ -153,8 +168,24 @@ def write_rows(path, data: dict) -> None:
     from verispec.provenance import MARKER_KEY, written_by
 
     _claim_unclaimed(path, ROWS)
-    atomic_write_text(Path(path), json.dumps({**data, MARKER_KEY: written_by(ROWS_KIND, "benchmark")}, indent=1)
-                      + "\n")
+    with _one_line():
+        atomic_write_text(Path(path), json.dumps({**data, MARKER_KEY: written_by(ROWS_KIND, "benchmark")}, indent=1)
+                          + "\n")
+
+
+@contextlib.contextmanager
+def _one_line(script: str | None = None):
+    """A write that fails on the way (a full disk, a folder made read-only during the run) ends the benchmark
+    (``script``, by default this process's) on one line, status 2 (``refuse``), instead of a traceback after its
+    work."""
+    import sys
+
+    from verispec.errors import VerispecError
+
+    try:
+        yield
+    except VerispecError as error:
+        refuse(script or (sys.argv[0] if sys.argv and sys.argv[0] else "benchmark"), error)
 
 
 def median_us(call, repeats: int, evict=None) -> float:
@@ -257,7 +288,8 @@ def write_result(path, started: RunStart, values: dict) -> dict:
     _claim_unclaimed(path, RESULT)
     data = {"record": {**started.record, "seconds": round(time.perf_counter() - started.started, 3)}, **values,
             MARKER_KEY: written_by(RESULT_KIND, "benchmark")}
-    atomic_write_json(Path(path), data)
+    with _one_line():
+        atomic_write_json(Path(path), data)
     print(f"result: {path}")
     return data
 

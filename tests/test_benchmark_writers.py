@@ -141,3 +141,28 @@ def test_a_benchmark_refuses_before_any_work_and_a_second_run_names_the_first(tm
         holder.kill()
         holder.wait()
         holder.stdout.close()
+
+
+def test_a_disk_that_fills_during_the_run_ends_it_on_one_line(tmp_path, capsys, monkeypatch):
+    """The store's save and the table's write fail with ENOSPC after the claims passed: status 2 and one line, the
+    saved file whole. Negative control: a plain ResultStore's save raises OutputError (a traceback in a script)."""
+    import errno
+    import os
+
+    import verispec.io as io_module
+    from verispec.errors import OutputError
+
+    path = tmp_path / "rows.json"
+    _, _, store = measure.run_arguments("d", "results/x.json", ["--output", str(path)], script="bench_x.py")
+    store.add("a", {"v": 1})
+    saved = path.read_text()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(io_module, "open", full, raising=False)
+    line = _refused(capsys, lambda: store.add("b", {"v": 2}))
+    assert "No space left on device" in line and path.read_text() == saved
+    assert "No space left" in _refused(capsys, lambda: measure.write_table(tmp_path / "rows.md", "text"))
+    with pytest.raises(OutputError):
+        io_module.ResultStore(path).add("b", {"v": 2})
