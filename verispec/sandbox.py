@@ -171,28 +171,37 @@ class Sandbox:
 
     def _answer(self, handles: dict[int, object], what: str):
         """Read the sandbox's messages until the call's answer, serving its callbacks, as one call into the user's
-        code (``budget.user_call``)."""
+        code (``budget.user_call``); a ``ran`` message (one of many calls made in one message, ``progress``) starts
+        the next call's limit."""
         pending: BaseException | None = None
+        marker = budget.user_call(what)
+        marker.__enter__()
         try:
-            with budget.user_call(what):
-                while True:
-                    message = self._receive()
-                    if message.get("kind") == "callback":
-                        if pending is not None:
-                            self._send(("abort",), handles)
-                            continue
-                        try:
-                            value = _serve_callback(message, handles)
-                        except BaseException as error:  # raised by verispec's own object: re-raised after the call
-                            pending = error
-                            self._send(("abort",), handles)
-                            continue
-                        self._send(("reply", value), handles)
-                        continue
+            while True:
+                message = self._receive()
+                kind = message.get("kind")
+                if kind == "ran":
+                    marker.__exit__(None, None, None)
+                    marker = budget.user_call(what)
+                    marker.__enter__()
+                    continue
+                if kind != "callback":
                     break
+                if pending is not None:
+                    self._send(("abort",), handles)
+                    continue
+                try:
+                    value = _serve_callback(message, handles)
+                except BaseException as error:  # raised by verispec's own object: re-raised after the call
+                    pending = error
+                    self._send(("abort",), handles)
+                    continue
+                self._send(("reply", value), handles)
         except BaseException:
             self._end()
             raise
+        finally:
+            marker.__exit__(None, None, None)
         if pending is not None:
             raise pending
         return _outcome(message, self.spec)
@@ -409,6 +418,20 @@ class _Callback:
         return self._channel.callback(self._handle, "bernoulli", [prob])
 
 
+class _Serving:
+    """In the sandbox: the channel to the worker (for ``progress``)."""
+
+    channel = None
+
+
+def progress() -> None:
+    """In the sandbox, between the calls of the user's code that one message makes (a procedure's choice traces):
+    tell the worker one call ended, so that ``--call-timeout`` limits each call, not their sum. Nothing elsewhere."""
+    channel = _Serving.channel
+    if channel is not None:
+        channel.send({"kind": "ran"})
+
+
 class _Aborted(BaseException):
     """Raised in the code under check when the worker's object raised on its callback: the code unwinds, and the
     worker raises the object's own exception."""
@@ -471,6 +494,7 @@ def _serve(sandbox: Sandbox, channel_socket: socket.socket, crash_file, protecte
     confinement.forbid_reaching(protected)
     budget.forget_guard()
     channel = _Channel(channel_socket, sandbox.nonce)
+    _Serving.channel = channel
     objects: dict[int, object] = {}
 
     def register(obj) -> int:
@@ -547,4 +571,5 @@ def _site(error: BaseException) -> str:
     return found
 
 
-__all__ = ["CALLBACK_METHODS", "SWITCH", "Sandbox", "SandboxedException", "enabled", "failure", "raise_failure"]
+__all__ = ["CALLBACK_METHODS", "SWITCH", "Sandbox", "SandboxedException", "enabled", "failure", "progress",
+           "raise_failure"]

@@ -40,8 +40,10 @@ so does predict when its interval is still wider than --epsilon. exact, hunt, bo
 check-external take '--call-timeout SECONDS' (60 s by default): the longest one call into your own code
 (FILE.py:NAME) may take, loading the file included; past it they exit with status 3. Every time limit ends the
 same way, wherever it lands: one INCONCLUSIVE line on stderr and status 3. A command that runs code of your own
-runs it in a supervised worker process (verispec.supervisor): code that exits, crashes, signals its own process or
-takes verispec's output ends the command RAISES (status 4), never 0, and nothing it started outlives the command.
+runs it in a sandbox process beside a supervised worker (verispec.supervisor, verispec.sandbox): code that exits or
+crashes ends the command RAISES (status 4), never 0, it cannot reach the worker's verdict or the channel that
+reports it, and nothing it started outlives the command. A SIGINT, SIGTERM or SIGHUP from outside is the user's
+stop: status 128 + the signal's number, one line, no verdict.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def load_verifier(spec: str) -> Verifier:
     from verispec.user_code import load_sandboxed
     from verispec.verifiers import sandboxed
 
-    box = load_sandboxed(spec, "verifier", sandboxed.describe)
+    box = load_sandboxed(spec, "verifier", sandboxed.describe, sandboxed.traces_in_sandbox)
     if box is not None:  # a supervised worker: the rule runs in a process of its own (verispec.sandbox)
         return sandboxed.sandboxed_rule(spec, box)
     target = load_attribute(spec, "verifier")

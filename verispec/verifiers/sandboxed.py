@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import inspect
 
-from verispec.errors import UnknownVerifierError
+from verispec.errors import UnknownVerifierError, VerifierError
 from verispec.simulator import DraftLaw, NodeSolver, Verifier
+from verispec.simulator.chooser import DEFAULT_MAX_TRACES, NegligibleBranch, enumerate_law
+from verispec.simulator.interfaces import emission_law_of_procedure
 from verispec.verifiers.base import ProcedureVerifier
 
 #: Methods of a user's Verifier that the worker calls (the engines' interface).
@@ -73,6 +75,102 @@ def _laws(names) -> frozenset:
     return frozenset(DraftLaw[name] if name in DraftLaw.__members__ else name for name in names or ())
 
 
+# --- a procedure's choice traces, run in the sandbox in one call and replayed here -----------------------------
+
+class _Recording:
+    """In the sandbox: the enumerator's chooser, with every decision the procedure asks for written down first."""
+
+    def __init__(self, chooser, decisions: list):
+        self._chooser, self._decisions = chooser, decisions
+
+    def categorical(self, probs):
+        return self._decide("categorical", probs)
+
+    def bernoulli(self, prob):
+        return self._decide("bernoulli", prob)
+
+    def _decide(self, method: str, value):
+        entry = [method, value, None]
+        self._decisions.append(entry)
+        choice = getattr(self._chooser, method)(value)
+        entry[2] = choice
+        return choice
+
+
+class _Stop(BaseException):
+    """Ends the sandbox's enumeration at a run that failed (the worker raises the failure when it replays it)."""
+
+
+def traces_in_sandbox(function, args, kwargs, options):
+    """In the sandbox: the call itself, or (``options["traces"]``) every choice trace of ``function(tree, chooser)``
+    run by the generic enumerator in this process, each run's decisions (method, what was passed, the choice),
+    outcome or failure written down for the worker to replay (``replayed_law``)."""
+    if not options.get("traces"):
+        return function(*args, **kwargs), None
+    from verispec.sandbox import failure, progress
+
+    tree = args[0]
+    runs: list[dict] = []
+
+    def run(chooser):
+        record = {"decisions": [], "outcome": None, "failure": None}
+        runs.append(record)
+        try:
+            record["outcome"] = function(tree, _Recording(chooser, record["decisions"]))
+        except NegligibleBranch:
+            raise
+        except BaseException as error:  # the rule's failure (or a chooser's refusal it let through): replayed there
+            record["failure"] = failure(error)
+            raise _Stop() from None
+        finally:
+            progress()  # each run is one call for --call-timeout
+        return 0
+
+    try:
+        enumerate_law(run, exact=bool(options.get("exact")), max_traces=int(options["max_traces"]), name="rule")
+    except _Stop:
+        pass
+    except Exception:  # the enumeration's own limit (too many traces): the worker's replay reaches it too
+        pass
+    return None, {"runs": runs}
+
+
+def replayed_law(remote: _Remote, method: str | None, tree, name: str):
+    """The emission law of a procedure in the sandbox: its choice traces run there in one call
+    (``traces_in_sandbox``), replayed here through the generic enumerator, whose own chooser decides every choice
+    again from what the procedure passed and computes every weight. A run whose recorded choice differs from this
+    chooser's, or a run missing, is refused (a rule not deterministic given its choices, or one that rewrote the
+    sandbox's chooser)."""
+    options = {"traces": True, "exact": bool(tree.exact), "max_traces": DEFAULT_MAX_TRACES}
+    _, records = remote._box.call(remote._id, method, (tree,), {}, options,
+                                  what=remote._calls.get(method or "", remote._box.spec))
+    runs = iter((records or {}).get("runs") or [])
+
+    def differs() -> VerifierError:
+        return VerifierError(f"verifier '{name}' decided otherwise when its traces were replayed: it is not "
+                             "deterministic given its choices (another source of randomness, or state kept between "
+                             "calls), or it rewrote the chooser verispec handed it")
+
+    def replay(_tree, chooser):
+        record = next(runs, None)
+        if not isinstance(record, dict) or not isinstance(record.get("decisions"), list):
+            raise differs()
+        for decision in record["decisions"]:
+            if not (isinstance(decision, list) and len(decision) == 3 and decision[0] in ("categorical", "bernoulli")):
+                raise differs()
+            kind, value, recorded = decision
+            choice = getattr(chooser, kind)(value)
+            if recorded is None or choice != recorded:
+                raise differs()
+        if record.get("failure") is not None:
+            from verispec.sandbox import raise_failure
+
+            raise_failure(record["failure"])
+        return record.get("outcome")
+
+    return emission_law_of_procedure(replay, tree, name=name)
+
+
 class _Remote:
     """A call into one object of the sandbox."""
 
@@ -100,6 +198,9 @@ class SandboxedVerifier(Verifier):
 
     def procedure(self, tree, chooser):
         return self._remote._call("procedure", tree, chooser)
+
+    def enumerated_emission_law(self, tree):
+        return replayed_law(self._remote, "procedure", tree, self.name)
 
 
 class SandboxedSolver(NodeSolver):
@@ -139,6 +240,13 @@ class SandboxedProcedure:
         return self._remote._call(None, tree, chooser)
 
 
+class SandboxedProcedureVerifier(ProcedureVerifier):
+    """``ProcedureVerifier`` of a procedure in its sandbox: each tree's choice traces cross in one call."""
+
+    def enumerated_emission_law(self, tree):
+        return replayed_law(self._procedure._remote, None, tree, self.name)
+
+
 def sandboxed_rule(spec: str, box) -> Verifier:
     """The verifier standing for the rule loaded in ``box`` (see the module docstring)."""
     from verispec.verifiers.tree_walk import TopDownVerifier
@@ -150,8 +258,10 @@ def sandboxed_rule(spec: str, box) -> Verifier:
     if kind == "node_solver":
         return TopDownVerifier(SandboxedSolver(box, 0, info))
     if kind == "procedure":
-        return ProcedureVerifier(spec.rpartition(":")[2], SandboxedProcedure(box, info), _laws(info["valid_for"]))
+        return SandboxedProcedureVerifier(spec.rpartition(":")[2], SandboxedProcedure(box, info),
+                                          _laws(info["valid_for"]))
     raise UnknownVerifierError(f"{spec!r} is neither a Verifier, a NodeSolver nor a procedure function")
 
 
-__all__ = ["SandboxedProcedure", "SandboxedSolver", "SandboxedVerifier", "describe", "sandboxed_rule"]
+__all__ = ["SandboxedProcedure", "SandboxedProcedureVerifier", "SandboxedSolver", "SandboxedVerifier", "describe",
+           "replayed_law", "sandboxed_rule", "traces_in_sandbox"]
