@@ -78,3 +78,10 @@ STUDY_THREADS = 1
 
 #: Largest --max-variables of 'bound': HiGHS indexes an LP's columns with 32-bit integers.
 MAX_LP_VARIABLES = 2**31 - 1
+
+#: Seconds an exact (rational) analysis may take, by estimate and as it runs, when no longer --time-budget is given:
+#: the default budget of 'exact --exact' (``verispec.cli.options.command_budget``), the engine's refusal before
+#: anything is built (``verispec.simulator.engine.check_rational_cost``) and psbv's watch over its splits
+#: (``verispec.verifiers.psbv``). Size checks count float operations; rationals cost 20 to over 2,000 times more
+#: and grow as they run.
+MAX_RATIONAL_SECONDS = 300.0

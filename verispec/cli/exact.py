@@ -102,6 +102,23 @@ def _format(value) -> str:
     return f"{float(value):.12g}"
 
 
+def _exact_text(value) -> str:
+    """An exact value for the table: 'p/q' while each part has at most MAX_EXACT_DIGITS digits (as before), else its
+    size and where it is whole (--json writes it in full)."""
+    from verispec.simulator.engine import rational_text
+
+    text = rational_text(value)
+    numerator, _, denominator = text.partition("/")
+    if max(len(numerator), len(denominator)) <= MAX_EXACT_DIGITS:
+        return text
+    return (f"a rational of {len(numerator):,} digits over {len(denominator or '1'):,} (--json gives it whole; "
+            f"{_format(value)})")
+
+
+#: Most digits of a numerator or denominator the table prints (Python's own default limit for writing an int).
+MAX_EXACT_DIGITS = 4300
+
+
 def _print_result(result) -> None:
     """The analysis as one aligned 'name  value' row per quantity."""
     rows = [
@@ -119,7 +136,7 @@ def _print_result(result) -> None:
         ("draft outcomes", "-" if result.num_draft_outcomes is None else str(result.num_draft_outcomes)),
     ]
     if result.exact:
-        rows.insert(4, ("exact E[tau+1]", str(result.block_efficiency)))
+        rows.insert(4, ("exact E[tau+1]", _exact_text(result.block_efficiency)))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

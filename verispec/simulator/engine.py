@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -37,7 +38,7 @@ from tqdm import tqdm
 
 from verispec import budget
 from verispec.errors import IncompatibleDraftError, ProblemTooLargeError, VerispecError, describe
-from verispec.limits import METHODS
+from verispec.limits import MAX_RATIONAL_SECONDS, METHODS
 from verispec.simulator import fast_enumeration
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES
 from verispec.simulator.dp import MAX_LAW_MODE_ENTRIES, check_walk_size, estimate_walk, walk_dp
@@ -65,6 +66,21 @@ def check_compatible(verifier: Verifier, drafter: Drafter) -> None:
         has = ", ".join(sorted(law.value for law in drafter.draft_laws))
         raise IncompatibleDraftError(
             f"verifier '{verifier.name}' is valid only for draft laws [{wanted}]; tree {drafter.spec} draws [{has}]")
+
+
+def rational_text(value) -> str:
+    """An exact value as 'p/q' (or 'p'), whatever its length. Python refuses to write an int of more than 4,300
+    digits (``sys.get_int_max_str_digits``, a guard against untrusted input) and the exact engine's own rationals
+    pass it: psbv's E[tau+1] on iid:3,5 at V = 4 has 19,461 digits over 19,461, and the printing raised a
+    ValueError after the whole analysis. These numbers come from verispec's own arithmetic, bounded by its size
+    checks, so the guard is lifted for the one conversion."""
+    value = Fraction(value)
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        return str(value)
+    finally:
+        sys.set_int_max_str_digits(limit)
 
 
 def _plain(value):
@@ -154,16 +170,16 @@ class ExactResult:
         }
         if self.exact:
             data["exact_values"] = {
-                "block_efficiency": str(self.block_efficiency),
-                "expected_accepted": str(self.expected_accepted),
-                "tv_distance": None if self.tv_distance is None else str(self.tv_distance),
-                "tau_law": [str(v) for v in self.tau_law],
+                "block_efficiency": rational_text(self.block_efficiency),
+                "expected_accepted": rational_text(self.expected_accepted),
+                "tv_distance": None if self.tv_distance is None else rational_text(self.tv_distance),
+                "tau_law": [rational_text(v) for v in self.tau_law],
             }
         return data
 
     def __repr__(self) -> str:
         tv = "not computed" if self.tv_distance is None else f"{float(self.tv_distance):.3g}"
-        efficiency = str(self.block_efficiency) if self.exact else f"{float(self.block_efficiency):.6g}"
+        efficiency = rational_text(self.block_efficiency) if self.exact else f"{float(self.block_efficiency):.6g}"
         return (f"ExactResult(verifier={self.verifier!r}, tree={self.tree!r}, method={self.method!r}, "
                 f"block_efficiency={efficiency}, tv_distance={tv}, lossless={self.lossless})")
 
@@ -288,6 +304,12 @@ FAST_BYTE_SECONDS = 3e-9
 TREE_NODE_SECONDS = 1e-5
 #: seconds per element operation of the walk DP (``dp.estimate_walk`` counts them; about 1.5 ns).
 WALK_OPERATION_SECONDS = 1.5e-9
+#: How many times slower an exact (rational) analysis is than the float estimate above, at least: measured 20
+#: (specinfer on iid:50,3 at V = 4, 3.4 s) to 90 (nss on iid:100,2, 25 s), 200 (gbv on iid:6,5), 1,400
+#: (traversal-iid on iid:4,4) and past 2,000 (psbv on iid:3,5, 22 s; spectr on iid:50,2, over 60 s): a Fraction
+#: operation costs microseconds where numpy's costs nanoseconds, and the numbers grow with depth. The least of these
+#: is the factor, so an exact analysis it refuses surely runs past the limit.
+RATIONAL_SLOWDOWN = 20.0
 
 
 class ProblemShape(Problem):
@@ -373,7 +395,31 @@ def estimate_analysis(problem: Problem, drafter: Drafter | str, verifier: Verifi
         seconds += FAST_BYTE_SECONDS * work_bytes
     elif used in ("closed-form", "enumerate"):
         seconds += TREE_NODE_SECONDS * drafter.max_nodes * math.exp(min(drafter.log_num_outcomes(size), 700.0))
+    if problem.exact:
+        seconds *= RATIONAL_SLOWDOWN
     return AnalysisEstimate(method=used, seconds=seconds, bytes=law_bytes + work_bytes)
+
+
+def check_rational_cost(problem: Problem, drafter: Drafter, verifier: Verifier, method: str = "auto", *,
+                        need_output_law: bool = False) -> None:
+    """ProblemTooLargeError, before anything is built, when an exact (rational) analysis is estimated to take
+    more than ``MAX_RATIONAL_SECONDS``, or than the time budget in force where that is longer: the size checks
+    count operations and entries as float64 ones, and rationals cost at least ``RATIONAL_SLOWDOWN`` times more
+    (``estimate_analysis`` counts it), so an analysis that passed every size check in float could run for hours
+    exactly (bv on chain:9 at V = 4, 29 s of float estimate, ran past 60 s where float took 4 s). Float problems
+    pass untouched."""
+    if not problem.exact:
+        return
+    estimate = estimate_analysis(problem, drafter, verifier, method, need_output_law=need_output_law)
+    left = budget.remaining()
+    limit = MAX_RATIONAL_SECONDS if left is None else max(MAX_RATIONAL_SECONDS, left)
+    if estimate.seconds > limit:
+        raise ProblemTooLargeError(
+            f"the exact (rational) analysis of '{verifier.name}' on {drafter.spec} at V={problem.vocab_size} would "
+            f"take at least {readable_cost(estimate.seconds, 0)} with {estimate.method} ({RATIONAL_SLOWDOWN:g} "
+            f"times its float estimate of {readable_cost(estimate.seconds / RATIONAL_SLOWDOWN, 0)}: rationals "
+            f"are slower, and grow), above the limit of {readable_cost(limit, 0)}; run without --exact "
+            "(float64), use a smaller tree or vocabulary, or give a --time-budget above the estimate")
 
 
 def _method_note(requested: str, used: str, size: int, depth: int) -> str:
@@ -456,6 +502,7 @@ def analyze(problem: Problem, drafter: Drafter | str, verifier: Verifier, *, met
         problem.require_depth(drafter.depth)
         drafter.check_problem(problem)
         used = choose_method(problem, drafter, verifier, method, need_output_law=need_output_law)
+        check_rational_cost(problem, drafter, verifier, used, need_output_law=need_output_law)
         return _analyze(problem, drafter, verifier, used, method, tolerance, kernel_cache, progress)
 
 
