@@ -66,8 +66,9 @@ class SandboxedException(Exception):
 
 
 def enabled() -> bool:
-    """Whether user code loaded in this process goes to a sandbox: in a supervised worker, unless switched off."""
-    return supervisor.in_worker() and hasattr(os, "fork") and os.environ.get(SWITCH, "1") != "0"
+    """Whether user code loaded in this process goes to a sandbox: in a supervised worker or a fork of it (a sweep's
+    local pool), unless switched off; never in a sandbox itself."""
+    return supervisor.in_worker_tree() and hasattr(os, "fork") and os.environ.get(SWITCH, "1") != "0"
 
 
 # --- the worker's side --------------------------------------------------------------------------------------------
@@ -90,6 +91,7 @@ class Sandbox:
         self.crash_file = None
         self.torch_device = None
         self.ignored = 0  # records on the channel that were not the sandbox's answer (the code wrote them)
+        self.owner_at_fork: int | None = None
 
     def __getstate__(self):  # a copy in another process starts its own sandbox
         return {"spec": self.spec, "what": self.what, "describe": self.describe, "call_hook": self.call_hook,
@@ -127,7 +129,7 @@ class Sandbox:
         # which fail the nonce check and are dropped, never mixed into the sandbox's answer
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         crash_file = tempfile.TemporaryFile()
-        protected = [os.getpid(), os.getppid()]
+        protected = supervisor.protected_pids()
         self.nonce = os.urandom(16)
         confinement.protect_this_process()
         for stream in (sys.stdout, sys.stderr):
@@ -135,6 +137,7 @@ class Sandbox:
                 stream.flush()
             except Exception:  # a closed stream: nothing to flush
                 pass
+        self.owner_at_fork = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
@@ -476,8 +479,9 @@ def _serve(sandbox: Sandbox, channel_socket: socket.socket, crash_file, protecte
     """The sandbox's life: confine itself, load the object, then answer calls until the worker ends."""
     import faulthandler
 
+    parent = os.getppid()
     kill_me_with_my_parent()
-    if os.getppid() != protected[0]:
+    if os.getppid() != parent or parent != sandbox.owner_at_fork:
         return
     os.setpgid(0, 0)
     name_this_process(SANDBOX_NAME)

@@ -82,11 +82,19 @@ class _Worker:
     sandbox: bool = False
     #: Called before the report is sent (``before_report``): a sandbox registers its own end there.
     before_report: list = []
+    #: The supervisor's pid and the worker's (``protected_pids``).
+    chain: tuple = ()
 
 
 def in_worker() -> bool:
     """Whether this process is a supervised command's worker (not a fork of it, nor its sandbox)."""
     return _Worker.pid is not None and _Worker.pid == os.getpid() and not _Worker.sandbox
+
+
+def in_worker_tree() -> bool:
+    """Whether this process is a supervised command's worker or a fork of it that verispec made (a local pool's
+    process), and not a sandbox (``verispec.sandbox``)."""
+    return _Worker.pid is not None and not _Worker.sandbox
 
 
 def become_sandbox() -> None:
@@ -108,6 +116,12 @@ def before_report(callback: Callable[[], None]) -> None:
     there, so the supervisor finds none of them left running)."""
     if callback not in _Worker.before_report:
         _Worker.before_report.append(callback)
+
+
+def protected_pids() -> list[int]:
+    """The processes the code under check must not reach: the supervisor, the worker, and this process and its
+    parent (a fork of the worker that starts a sandbox of its own: a sweep's local executor)."""
+    return sorted({*_Worker.chain, os.getpid(), os.getppid()})
 
 
 def doing() -> str:
@@ -383,6 +397,7 @@ def _start_worker(report_fd: int, out_fd: int, err_fd: int, shared: mmap.mmap, c
     import faulthandler
 
     _Worker.pid = os.getpid()
+    _Worker.chain = (parent, os.getpid())
     os.setpgid(0, 0)  # signals to the user's group reach the supervisor, which passes them on once
     _die_with(parent)
     null = os.open(os.devnull, os.O_RDONLY)

@@ -241,6 +241,34 @@ def test_check_external_and_hunt_keep_their_verdicts_against_forgers(forgers, tm
     assert _escapes(tmp_path) == []
 
 
+def test_a_sweeps_local_pool_runs_the_rule_in_sandboxes_too(forgers, tmp_path):
+    """A sweep's local pool forks the worker; each fork loads the rule in a sandbox of its own (before, the pool's
+    processes ran it themselves, with the worker's descriptors in reach): no escape, every row lossy."""
+    import csv
+
+    done = _run(["sweep", "--families", "context-free", "--vocab", "2,3", "--divergence", "0.2", "--seeds", "0-1",
+                 "--trees", "chain:2", "--verifiers", f"{forgers}:forging_rule", "--backend", "local", "--jobs", "2",
+                 "--out", "rows.csv"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    with open(tmp_path / "rows.csv") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 4 and all(row["lossless"] == "False" for row in rows)
+    assert _escapes(tmp_path) == []
+    # negative control: the sandbox only in the worker itself, each cell loading the rule anew (before): the pool's
+    # processes run it themselves and open the worker's descriptors
+    script = ("import sys, verispec.sandbox as s, verispec.supervisor as sup, verispec.verifiers as v; "
+              "s.enabled = sup.in_worker; v._SANDBOXED = type('NoCache', (dict,), {'__contains__': lambda *a: False, "
+              "'__setitem__': lambda *a: None, '__getitem__': lambda *a: None})(); "
+              "from verispec.cli import main; sys.exit(main(sys.argv[1:]))")
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), FORGERY_LOG=str(tmp_path / "forgery.log"),
+                       FORGERY_NO_STOP="1")
+    subprocess.run([sys.executable, "-c", script, "sweep", "--families", "context-free", "--vocab", "2",
+                    "--divergence", "0.2", "--seeds", "0-1", "--trees", "chain:2", "--verifiers",
+                    f"{forgers}:forging_rule", "--backend", "local", "--jobs", "2", "--out", "control.csv"],
+                   env=environment, cwd=tmp_path, capture_output=True, timeout=120)
+    assert any(line.startswith(("OPENED", "TOOK")) for line in _escapes(tmp_path))
+
+
 @pytest.mark.parametrize("name", ["forging_rule", "forge_and_exit"])
 def test_negative_control_the_code_in_the_worker_forges_a_pass(forgers, tmp_path, name):
     """The design before issue 64 (the code runs in the worker, which holds the report pipe): both forgers pass."""

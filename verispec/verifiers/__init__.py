@@ -147,6 +147,10 @@ def with_parameters(name: str) -> Verifier:
     return type(registered)(**{key: getattr(registered, key) for key in keys} | values)
 
 
+#: The rules loaded in a sandbox, by spec: one sandbox per rule and process (a fork starts its own on first use).
+_SANDBOXED: dict[str, Verifier] = {}
+
+
 def load_verifier(spec: str) -> Verifier:
     """Load a user's rule from ``FILE.py:NAME`` or ``package.module:NAME``.
 
@@ -158,9 +162,12 @@ def load_verifier(spec: str) -> Verifier:
     from verispec.user_code import load_sandboxed
     from verispec.verifiers import sandboxed
 
+    if spec in _SANDBOXED:  # loaded once per command: each cell of a sweep asks again
+        return _SANDBOXED[spec]
     box = load_sandboxed(spec, "verifier", sandboxed.describe, sandboxed.traces_in_sandbox)
     if box is not None:  # a supervised worker: the rule runs in a process of its own (verispec.sandbox)
-        return sandboxed.sandboxed_rule(spec, box)
+        verifier = _SANDBOXED[spec] = sandboxed.sandboxed_rule(spec, box)
+        return verifier
     target = load_attribute(spec, "verifier")
     if isinstance(target, Verifier):
         return target
