@@ -144,3 +144,21 @@ def test_predict_with_psbv_on_delayed_50_contains_the_exact_value(tmp_path, caps
     assert main(arguments) == 2
     err = capsys.readouterr().err
     assert "not a probability law" in err and len(err.strip().splitlines()) == 1
+
+
+def test_predict_at_100_paths_contains_the_exact_value_where_the_old_integral_certified_a_wrong_one(
+        tmp_path, capsys, monkeypatch):
+    problem = write_problem(tmp_path / "peaked.json")
+    arguments = ["predict", "--problem", problem, "--tree", "delayed:100,1,1", "--verifier", "psbv", "--epsilon",
+                 "0.1", "--json"]
+    # the position-selection sum (the positions' lemma: no selection integral) gives the value to 1e-12
+    value = float(analyze(load_problem(problem), "delayed:100,1,1", PositionSharingBlockVerifier()).block_efficiency)
+    assert main(arguments) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["lower"] <= value <= result["upper"]
+    # negative control: the old integral's laws pass the law check on every tree the search meets here, and the
+    # interval it certifies misses the value (exit 0: a silent wrong answer)
+    monkeypatch.setattr(psbv, "selection_probabilities", expanded_selection)
+    assert main(arguments) == 0
+    old = json.loads(capsys.readouterr().out)
+    assert not old["lower"] <= value <= old["upper"]
