@@ -202,7 +202,7 @@ class Runner:
             batched = self._convert(build(rows, own))
             per_row = [layout.row_arguments(batched, index) for index in range(count)] if one_by_one else None
         arrays = batched if batched is not None else [a for args in per_row for a in args]
-        before = _snapshot(arrays) if inspect else None
+        before = snapshot(arrays) if inspect else None
         try:
             results, used = self._calls(per_row if one_by_one else batched, tape, uniforms.shape, races, full)
         except FunctionRaised as error:  # the witness: which tree, which uniforms (a call on one tree)
@@ -230,7 +230,7 @@ class Runner:
             codes = decode(emitted, trees, rows, verifier.name, layout.drafted_paths(trees, rows))
         if not inspect:
             return codes, used
-        written = _written(arrays, before)
+        written = written_positions(arrays, before)
         if batched is None:  # positions in the flattened list of every row's arguments
             written = {index % len(names) for index in written}
         return codes, used, sorted(names[index] if index < len(names) else f"#{index}" for index in written)
@@ -554,7 +554,8 @@ def _add_counts(verifier, capture: Capture) -> None:
     verifier.float32_draws += capture.float32_draws
 
 
-def _snapshot(arguments) -> list:
+def snapshot(arguments) -> list:
+    """Copies of the array arguments (None for the others), to tell later which ones a call wrote into."""
     copies = []
     for argument in arguments:
         if hasattr(argument, "clone"):
@@ -566,7 +567,7 @@ def _snapshot(arguments) -> list:
     return copies
 
 
-def _written(arguments, before: list) -> set[int]:
+def written_positions(arguments, before: list) -> set[int]:
     """Positions of the array arguments whose contents differ from ``before`` (NaN equal to NaN)."""
     changed = set()
     for index, (argument, copy) in enumerate(zip(arguments, before)):

@@ -53,14 +53,16 @@ def call_in_sandbox(function, args, kwargs, options):
         from verispec.external.raises import SANDBOX_PROCESS, StateWatch
 
         return {**StateWatch(function).take(), SANDBOX_PROCESS: os.getpid()}, None
-    before = _snapshot(args)
+    from verispec.external.runner import snapshot, written_positions
+
+    before = snapshot(args)
     records: dict = {}
     config = options.get("capture")
     if config is None:
         result = function(*args, **kwargs)
     else:
         result = _captured(function, args, kwargs, config, records)
-    written = {index: _plain(args[index]) for index in _written(args, before)}
+    written = {index: _plain(args[index]) for index in sorted(written_positions(args, before))}
     if written:
         records["written"] = written
     return result, records
@@ -99,23 +101,6 @@ def _captured(function, args, kwargs, config: dict, records: dict):
     if error is not None:
         records["error"] = error
     return result
-
-
-def _snapshot(args) -> list:
-    return [argument.clone() if hasattr(argument, "clone") else argument.copy() if isinstance(argument, np.ndarray)
-            else None for argument in args]
-
-
-def _written(args, before: list) -> list[int]:
-    changed = []
-    for index, (argument, copy) in enumerate(zip(args, before)):
-        if copy is None:
-            continue
-        now = argument.detach().cpu().numpy() if hasattr(argument, "detach") else argument
-        then = copy.detach().cpu().numpy() if hasattr(copy, "detach") else copy
-        if now.shape != then.shape or not np.array_equal(now, then, equal_nan=now.dtype.kind == "f"):
-            changed.append(index)
-    return changed
 
 
 def _plain(argument):
