@@ -34,6 +34,7 @@ import socket
 import struct
 import sys
 import tempfile
+import time
 import traceback
 
 from verispec import budget, confinement, supervisor, wire
@@ -56,6 +57,10 @@ SWITCH = "VERISPEC_SANDBOX"
 _MARK = b"VSB1"
 _HEADER = struct.Struct("<4s16sIB")
 RECORD_BYTES = 60_000
+#: The exit status of a sandbox whose channel the code closed or broke (it cannot answer any more).
+CHANNEL_LOST = 71
+#: The most calls one message may stand for (a procedure's choice traces for one tree: the enumerator's own limit).
+MAX_CALLS_PER_MESSAGE = 2_000_001
 
 
 class SandboxedException(Exception):
@@ -179,11 +184,15 @@ class Sandbox:
         pending: BaseException | None = None
         marker = budget.user_call(what)
         marker.__enter__()
+        calls = 0
         try:
             while True:
                 message = self._receive()
                 kind = message.get("kind")
                 if kind == "ran":
+                    calls += 1
+                    if calls > MAX_CALLS_PER_MESSAGE:
+                        self._broken(f"reported more than {MAX_CALLS_PER_MESSAGE:,} calls in one")
                     marker.__exit__(None, None, None)
                     marker = budget.user_call(what)
                     marker.__enter__()
@@ -264,13 +273,27 @@ class Sandbox:
                           "verispec's channels")
 
     def _died(self):
+        """The channel closed: the sandbox ended (how, from its exit status), or the code closed its end and the
+        sandbox goes on (ended here after a moment, and said so)."""
         pid, status = self.pid, None
         if pid is not None and self.owner == os.getpid():
-            try:
-                _, status = os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+            deadline = time.monotonic() + 1.0
+            while status is None:
+                try:
+                    done, found = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if done:
+                    status = found
+                elif time.monotonic() > deadline:
+                    self._broken("closed its channel to verispec and went on")
+                else:
+                    time.sleep(0.01)
         self.pid = None
+        if status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == CHANNEL_LOST:
+            raise SandboxDied(f"verispec: RAISES: the code under check closed or broke its channel to verispec while "
+                              f"checking {self._doing()}, so its answer could not come back; the code must return, "
+                              "not touch verispec's descriptors")
         where = crash_location(self.crash_file) if self.crash_file is not None else ""
         raise SandboxDied(f"verispec: RAISES: the process running the code under check {how_it_ended(status)}{where}"
                           f" while checking {self._doing()}, without verispec's verdict; the code must return, not "
@@ -517,7 +540,10 @@ def _serve(sandbox: Sandbox, channel_socket: socket.socket, crash_file, protecte
         channel.send(failure(error))
         return
     while True:
-        message = channel.receive()
+        try:
+            message = channel.receive()
+        except OSError:
+            os._exit(CHANNEL_LOST)
         if message[0] != "call":
             continue
         _, channel.nonce, object_id, method, args, kwargs, options = message
@@ -536,7 +562,10 @@ def _serve(sandbox: Sandbox, channel_socket: socket.socket, crash_file, protecte
             reply = failure(error)
         if channel.aborted:
             reply = {"kind": "return", "value": None, "extra": None}
-        channel.send(reply)
+        try:
+            channel.send(reply)
+        except OSError:  # the code closed or broke the channel: the worker tells the user so from this status
+            os._exit(CHANNEL_LOST)
 
 
 def _open_fds() -> list[int]:

@@ -182,6 +182,12 @@ def forge_and_exit_function(draft_tokens, draft_probs, target_probs, uniforms):
     LIBC._exit(0)
 
 
+def closes_everything(tree, chooser):
+    """Closes every descriptor above the standard three (its channel to verispec among them), then goes on."""
+    os.closerange(3, 1 << 16)
+    return 1, int(tree.token[1])
+
+
 def correct_but_slow(tree, chooser):
     """Token-level verification that first sleeps: the user stops it."""
     import time
@@ -227,6 +233,13 @@ def test_a_rule_that_forges_then_exits_zero_is_raises(forgers, tmp_path):
     assert done.returncode == 4, done.stderr
     assert "RAISES: the process running the code under check exited with status 0" in done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["verdict"] == "raises"
+
+
+def test_code_that_closes_its_channel_is_raises_at_once(forgers, tmp_path):
+    start = time.monotonic()
+    done = _exact(forgers, "closes_everything", tmp_path)
+    assert done.returncode == 4 and "closed or broke its channel to verispec" in done.stderr, done.stderr
+    assert time.monotonic() - start < 20  # not the 60 s call timeout
 
 
 def test_check_external_and_hunt_keep_their_verdicts_against_forgers(forgers, tmp_path):
