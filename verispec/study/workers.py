@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 
 from verispec.study.grid import SweepError
@@ -96,12 +97,14 @@ def watch_parent(parent: int) -> None:
     (SIGKILL included), rather than computing on as an orphan. On Linux the kernel sends it SIGKILL when its parent
     dies (prctl PR_SET_PDEATHSIG); everywhere a daemon thread checks every ``PARENT_POLL_SECONDS`` that its parent
     is the same and ``parent`` alive, and exits otherwise. SIGINT is ignored (Ctrl-C reaches the whole process
-    group, and the build's process stops its workers itself) and SIGTERM restored to its default (a forked worker
-    inherits the build's handler, which would make it raise in its task instead of ending)."""
+    group, and the build's process stops its workers itself), as is SIGHUP, and SIGTERM restored to its default (a
+    forked worker inherits the build's handler, which would make it raise in its task instead of ending)."""
     import signal
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):  # a hang-up reaches the group too, as Ctrl-C does
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from verispec.processes import kill_me_with_my_parent
 
@@ -133,8 +136,8 @@ def stop_pool(pool) -> None:
 
 
 class BuildInterrupted(KeyboardInterrupt):
-    """A build stopped by SIGTERM or Ctrl-C (SIGINT), raised in its main thread (``interrupt_on_signals``): the
-    executor stops its workers, the rows finished so far are saved, and the CLI exits with 128 + the signal's
+    """A build stopped by SIGTERM, SIGHUP or Ctrl-C (SIGINT), raised in its main thread (``interrupt_on_signals``):
+    the executor stops its workers, the rows finished so far are saved, and the CLI exits with 128 + the signal's
     number after one line saying that a rerun resumes."""
 
     def __init__(self, signum: int):
@@ -146,11 +149,18 @@ class BuildInterrupted(KeyboardInterrupt):
                          "store; run the same command again to resume")
 
 
+#: The signals that stop a build as the user's stop: a hang-up (the terminal closed, an ssh session lost) is one
+#: as SIGTERM and Ctrl-C are, so without its handler a build died by SIGHUP's default, its unsaved rows lost.
+INTERRUPTING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
+                             if hasattr(signal, name))
+
+
 @contextlib.contextmanager
 def interrupt_on_signals():
-    """For the block, SIGTERM and SIGINT raise ``BuildInterrupted`` in the main thread (elsewhere the block runs
-    as it is), so that a build ends whole, workers and all, with its store saved, rather than dying with its
-    workers orphaned (SIGTERM's default) or waiting for every running task (a pool's exit on Ctrl-C)."""
+    """For the block, SIGTERM, SIGINT and SIGHUP (``INTERRUPTING_SIGNALS``) raise ``BuildInterrupted`` in the main
+    thread (elsewhere the block runs as it is), so that a build ends whole, workers and all, with its store saved,
+    rather than dying with its workers orphaned (SIGTERM's and SIGHUP's default) or waiting for every running task
+    (a pool's exit on Ctrl-C)."""
     import signal
     import threading
 
@@ -164,7 +174,7 @@ def interrupt_on_signals():
         received.append(signum)
         raise BuildInterrupted(signum)
 
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
+    previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTING_SIGNALS}
     try:
         yield
     except KeyboardInterrupt as error:
