@@ -179,6 +179,12 @@ def _stop_stuck_command(message: str, option: str) -> None:
 def entry_point() -> None:
     try:
         sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C before the command's own handling began (reading the options, importing)
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the line into a traceback
+        print("verispec: interrupted", file=sys.stderr)
+        sys.exit(130)
     except BrokenPipeError:  # the reader went away (``verispec compare | head``): end quietly with the status a
         import os  # shell gives a process its pipe's reader left (128 + SIGPIPE), never 1 (lossy)
 
