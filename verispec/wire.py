@@ -146,6 +146,31 @@ def _opaque(value, why: str = "") -> dict:
     return {"X": type(value).__name__[:100], "r": text[:200]}
 
 
+# --- records: a message cut for a channel of records (SOCK_SEQPACKET) ------------------------------------------
+
+#: A record: this mark, the call's nonce (16 bytes), the record's index in its message (4 bytes) and whether it is
+#: the message's last (1 byte), then up to ``RECORD_BYTES`` of the message (``verispec.sandbox``'s channel).
+RECORD_MARK = b"VSB1"
+RECORD_HEADER = struct.Struct("<4s16sIB")
+RECORD_BYTES = 60_000
+
+
+def send_records(channel, nonce: bytes, data: bytes) -> None:
+    """``data`` as records of ``RECORD_BYTES`` at most, each with its header (see ``RECORD_MARK``)."""
+    count = max(1, -(-len(data) // RECORD_BYTES))
+    for index in range(count):
+        chunk = data[index * RECORD_BYTES:(index + 1) * RECORD_BYTES]
+        channel.sendall(RECORD_HEADER.pack(RECORD_MARK, nonce, index, index == count - 1) + chunk)
+
+
+def record_header(record: bytes):
+    if len(record) < RECORD_HEADER.size or len(record) > RECORD_HEADER.size + RECORD_BYTES:
+        return None
+    header = RECORD_HEADER.unpack(record[:RECORD_HEADER.size])
+    return header if header[0] == RECORD_MARK and header[3] in (0, 1) else None
+
+
+
 # --- reading --------------------------------------------------------------------------------------------------
 
 def decode(message: bytes, *, torch_device=None):
@@ -330,4 +355,5 @@ def _shape(shape) -> tuple[int, ...]:
     return tuple(shape)
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "Opaque", "WireError", "decode", "encode"]
+__all__ = ["MAX_MESSAGE_BYTES", "RECORD_BYTES", "RECORD_HEADER", "RECORD_MARK", "Opaque", "WireError", "decode",
+           "encode", "record_header", "send_records"]

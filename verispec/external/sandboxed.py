@@ -90,7 +90,7 @@ def _captured(function, args, kwargs, config: dict, records: dict):
     except tuple(_CAPTURE_ERRORS.values()) as refused:
         error = {"kind": "capture", "type": type(refused).__name__, "message": str(refused), "plain": True}
     except BaseException as raised:  # the function's own exception: sent with what the tape held when it raised
-        from verispec.sandbox import failure
+        from verispec.sandbox_process import failure
 
         error = {"kind": "raised", "failure": failure(raised)}
     records["capture"] = {"counts": dict(capture.counts), "races_read": capture.races_read,

@@ -107,7 +107,7 @@ def traces_in_sandbox(function, args, kwargs, options):
     outcome or failure written down for the worker to replay (``replayed_law``)."""
     if not options.get("traces"):
         return function(*args, **kwargs), None
-    from verispec.sandbox import failure, progress
+    from verispec.sandbox_process import failure, progress
 
     tree = args[0]
     runs: list[dict] = []
