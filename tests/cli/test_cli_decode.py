@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from pathlib import Path
+
 import pytest
 
 from tests.support.tiny_models import WORDS, save_tiny_pair
@@ -193,3 +195,17 @@ def test_bad_decode_modes_are_one_line_errors(saved_pair, extra, message, capsys
     status = main(["decode", "--target", target, "--draft", draft, "--prompt", "a b", *extra])
     err = capsys.readouterr().err
     assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_rule_of_your_own_decodes_in_its_sandbox(saved_pair, capsys):
+    """decode --verifier FILE.py:NAME runs the rule in its sandbox (verispec.sandbox): the draft trees and the torch
+    laws cross as messages. At temperature 0 every lossless rule emits the target's greedy continuation, so the README's
+    procedure and the example whole-tree rule give the registered rule's text token for token."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    target, draft = saved_pair
+    texts = []
+    for verifier in ("naive", f"{examples}/my_rules.py:my_rule", f"{examples}/my_whole_tree_rule.py:RULE"):
+        assert main(["decode", "--target", target, "--draft", draft, "--tree", "chain:2", "--verifier", verifier,
+                     "--temperature", "0", "--max-new-tokens", "8", "--prompt", "a b", "--seed", "1"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0].strip() and texts[0] == texts[1] == texts[2]
