@@ -97,6 +97,9 @@ def run(args) -> int:
         problem = problem_from_args(args)
     if args.output:
         check_problem_output(args.output, overwrite=args.overwrite)
+        from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
+
+        check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search, not after it
     from tqdm import tqdm
 
     # --call-timeout is the command's guard's (verispec.budget.CommandGuard), as for every command running your code

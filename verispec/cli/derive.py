@@ -38,6 +38,9 @@ def run(args) -> int:
 
     check_derive_size(args.vocab, args.depth)  # before the models are loaded
     check_problem_output(args.output, overwrite=args.overwrite)
+    from verispec.study.script_files import check_free_space
+
+    check_free_space([args.output], "--output")  # a full disk, found before the models load, not at the write
     problem, settings = model_problem(args, args.depth)
     if args.vocab > problem.vocab_size:
         raise VerispecError(f"--vocab {args.vocab} exceeds the pair's vocabulary of {problem.vocab_size} tokens")

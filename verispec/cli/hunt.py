@@ -48,6 +48,9 @@ def run(args) -> int:
     verifier = get_verifier(args.verifier)
     if args.output:
         check_problem_output(args.output, overwrite=args.overwrite)
+        from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
+
+        check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search, not after it
     largest = ContextFreeProblem([1] + [0] * (args.max_vocab - 1), [1] + [0] * (args.max_vocab - 1))
     try:
         drafter.check_problem(largest)

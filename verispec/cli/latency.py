@@ -44,6 +44,9 @@ def run(args) -> int:
     sizes = _sizes(args.sizes, "--sizes", "a tree size")
     draft_sizes = _sizes(args.draft_sizes, "--draft-sizes", "a draft width")
     check_output(args.out, LATENCY_FILE, what="--out", overwrite=args.overwrite)
+    from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
+
+    check_free_space([args.out], "--out", SMALL_FILE_ROOM)  # a full disk, found before the measuring, not at the write
     args.temperature, args.top_k, args.top_p = 1.0, None, None  # no sampling here
     pair, _ = load_pair(args)
     model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats,

@@ -37,6 +37,8 @@ from verispec.errors import OutputError, ResultStoreError, VerispecError
 #: Least free space the outputs' file system must have beyond the files' present sizes: a result file or a table is
 #: at most a few MB (the largest committed one, the selector study's, is 0.2 MB).
 MIN_FREE_BYTES = 16 << 20
+#: The room a command's one small output needs (a witness problem, a latency model: a few KB): 1 MiB.
+SMALL_FILE_ROOM = 1 << 20
 
 #: Largest --time-budget of a script: a year, as the command line's (``verispec.budget``'s hard timer refuses delays
 #: past about 10^9.5 s).
@@ -251,5 +253,6 @@ def run_script(name: str, body: Callable[[contextlib.ExitStack], int]) -> int:
             return 2
 
 
-__all__ = ["MAX_SCRIPT_BUDGET", "MIN_FREE_BYTES", "Above", "RunOutputs", "ScriptParser", "check_free_space",
+__all__ = ["MAX_SCRIPT_BUDGET", "MIN_FREE_BYTES", "SMALL_FILE_ROOM", "Above", "RunOutputs", "ScriptParser",
+           "check_free_space",
            "check_input", "check_ranges", "is_row_store", "run_script"]
