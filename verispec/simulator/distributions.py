@@ -137,7 +137,8 @@ def as_distribution(
         if (vector < 0).any():
             index = int(np.flatnonzero(vector < 0)[0])
             raise InvalidDistributionError(f"{name}: negative probability at index {index} ({describe(vector[index])})")
-        total = float(vector.sum())
+        with np.errstate(over="ignore"):  # entries near 1e308 sum to inf: the line below says so, no warning
+            total = float(vector.sum())
         if abs(total - 1.0) > SUM_TOLERANCE:
             raise InvalidDistributionError(
                 f"{name}: probabilities sum to {describe(total)}, not 1 (tolerance {SUM_TOLERANCE:g}); "
@@ -153,7 +154,8 @@ def float_rows(matrix: np.ndarray) -> np.ndarray | None:
     then names the failure). Problem files check their tables with it in bulk."""
     if matrix.size and not (np.isfinite(matrix).all() and (matrix >= 0).all()):
         return None
-    totals = matrix.sum(axis=1)
+    with np.errstate(over="ignore"):  # a row near 1e308 sums to inf: as_distribution names it, no warning
+        totals = matrix.sum(axis=1)
     if (np.abs(totals - 1.0) > SUM_TOLERANCE).any():
         return None
     return matrix / totals[:, None]
