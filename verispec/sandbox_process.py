@@ -93,7 +93,7 @@ def serve(sandbox, channel_socket: socket.socket, crash_file, protected: list[in
     kill_me_with_my_parent()
     if os.getppid() != parent or parent != sandbox.owner_at_fork:
         return
-    os.setpgid(0, 0)
+    os.setsid()  # a session of its own: the code cannot join the worker's process group and signal it as 0
     name_this_process(SANDBOX_NAME)
     keep = {0, 1, 2, channel_socket.fileno(), crash_file.fileno()}
     for fd in _open_fds():

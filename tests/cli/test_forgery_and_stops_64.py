@@ -182,6 +182,21 @@ def forge_and_exit_function(draft_tokens, draft_probs, target_probs, uniforms):
     LIBC._exit(0)
 
 
+def joins_the_workers_group(tree, chooser):
+    """Moves into the worker's process group, then signals 'its own' group (pid 0): the user's Ctrl-C forged, and a
+    stop (found by the hostile tester of issue 64)."""
+    try:
+        os.setpgid(0, os.getpgid(os.getppid()))
+    except OSError as error:
+        _log(f"setpgid refused: {error.errno}")
+    for number in (signal.SIGINT, signal.SIGTSTP):
+        signal.signal(number, signal.SIG_IGN)  # its own process is in the group it signals
+    for number in (signal.SIGINT, signal.SIGTSTP):
+        if LIBC.kill(0, int(number)) == 0 and os.getpgrp() != os.getpid():
+            _log(f"SIGNALLED group 0 with {number}")
+    return 1, int(tree.token[1])
+
+
 def closes_everything(tree, chooser):
     """Closes every descriptor above the standard three (its channel to verispec among them), then goes on."""
     os.closerange(3, 1 << 16)
@@ -233,6 +248,12 @@ def test_a_rule_that_forges_then_exits_zero_is_raises(forgers, tmp_path):
     assert done.returncode == 4, done.stderr
     assert "RAISES: the process running the code under check exited with status 0" in done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["verdict"] == "raises"
+
+
+def test_code_that_joins_the_workers_group_cannot_signal_it(forgers, tmp_path):
+    done = _exact(forgers, "joins_the_workers_group", tmp_path)
+    assert done.returncode == 1 and "LOSSY" in done.stderr, done.stderr
+    assert _escapes(tmp_path) == []
 
 
 def test_code_that_closes_its_channel_is_raises_at_once(forgers, tmp_path):
