@@ -22,6 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 #: name -> (problem expression, tree, verifier, method): the issue's workloads, then quick versions.
 WORKLOADS = {
     "specinfer delayed:4,4,4, random context-dependent V=4": (
@@ -42,9 +46,6 @@ import json, sys, time
 from verispec.simulator import analyze, parse_tree, random_markov_problem, random_problem
 from verispec.verifiers import get_verifier
 
-#: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
 problem = {problem}
 drafter, verifier = parse_tree({tree!r}), get_verifier({verifier!r})
 start = time.perf_counter()

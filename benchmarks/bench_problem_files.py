@@ -24,12 +24,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-MEASURE = """
-import json, statistics, sys, time
-
 #: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MEASURE = """
+import json, statistics, sys, time
+
 try:
     from verispec.simulator.problem_files import load_problem
 except ImportError:  # a checkout before the problem files left problems.py
