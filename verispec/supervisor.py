@@ -50,9 +50,12 @@ from verispec.processes import (
     kill_me_with_my_parent,
     signal_name,
 )
-from verispec.watch import EXIT_INCONCLUSIVE, EXIT_RAISES, Supervision, Watch
+from verispec.watch import EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_RAISES, Supervision, Watch
 from verispec.watch import write as _write
 
+#: The line after a traceback of verispec's own (status 70, never 1: that says LOSSY).
+INTERNAL_LINE = ("verispec: internal error: the traceback above is a bug in verispec, not a verdict on the code under "
+                 "check (status 70); please report it")
 #: The environment variable that turns supervision off ("0"): the command runs in one process.
 SWITCH = "VERISPEC_SUPERVISE"
 #: Bytes of the shared note (``note``): what the worker is doing, read by the supervisor if the worker dies.
@@ -357,12 +360,13 @@ def _work(run: Callable[[], int]) -> None:
         status = EXIT_RAISES
         line = error.line
         died = True
-    except BaseException as error:  # verispec's own failure: its traceback, as without the worker
+    except BaseException as error:  # verispec's own failure: its traceback and status 70, as without the worker
         try:
             traceback.print_exception(error)
         except BaseException:  # pragma: no cover - the stream is gone (the tampering check below says so)
             pass
-        status = 1
+        status = EXIT_INTERNAL
+        line = INTERNAL_LINE
     tampered = _tampering()
     if tampered is not None:
         from verispec.verdict import Verdict

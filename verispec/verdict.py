@@ -44,6 +44,8 @@ EXIT_LOSSY = 1
 EXIT_BAD_INPUT = 2
 EXIT_INCONCLUSIVE = 3
 EXIT_RAISES = 4
+#: A failure inside verispec itself (a bug: its traceback is printed). Never 1, which says LOSSY.
+EXIT_INTERNAL = 70
 
 
 class Verdict(enum.StrEnum):

@@ -19,6 +19,7 @@ from verispec.processes import crash_location, descendants, how_it_ended, parse_
 #: Exit statuses (``verispec.verdict``'s; this module runs before anything else of the command).
 EXIT_INCONCLUSIVE = 3
 EXIT_RAISES = 4
+EXIT_INTERNAL = 70
 #: Seconds the supervisor waits for a worker that reported its status to end, and for the pipes' last bytes once
 #: it has ended, before it ends what is left itself.
 GRACE_SECONDS = 2.0
@@ -262,4 +263,4 @@ def _is_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-__all__ = ["EXIT_INCONCLUSIVE", "EXIT_RAISES", "GRACE_SECONDS", "Supervision", "Watch", "write"]
+__all__ = ["EXIT_INCONCLUSIVE", "EXIT_INTERNAL", "EXIT_RAISES", "GRACE_SECONDS", "Supervision", "Watch", "write"]

@@ -33,7 +33,8 @@
 
 Exit statuses: 0 done (for a check: lossless, proven or powered), 1 lossy (a witness), 2 bad input (one line on
 stderr), 3 inconclusive (a search that found nothing, a time limit), 4 raises (code under check raised, exited or
-crashed), 141 the reader of the output went away (``| head``). '--fail-if-lossy' refuses (status 2) a method that
+crashed), 70 an error inside verispec itself (a bug: its traceback, never 1), 141 the reader of the output went
+away (``| head``). '--fail-if-lossy' refuses (status 2) a method that
 cannot check losslessness (dp-metrics), rather than guessing a verdict. exact, bound and predict take
 '--time-budget SECONDS' (hard; 600 s by default for a rule of your own): past it they exit with status 3, and
 so does predict when its interval is still wider than --epsilon. exact, hunt, bound, predict, decode and
@@ -55,7 +56,7 @@ from verispec.cli.common import plain_json
 from verispec.cli.options import Done
 from verispec.cli.parser import COMMANDS, build_parser
 from verispec.errors import AnalysisTimeoutError, VerispecError
-from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
+from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERNAL, Verdict
 
 __all__ = ["entry_point", "main", "plain_json", "user_code_specs"]
 
@@ -140,16 +141,29 @@ def _run(args) -> int:
         print(f"verispec: {' '.join(str(error).split()) or 'interrupted'}", file=sys.stderr)
         return getattr(error, "exit_status", 130)
     except Exception as error:
-        # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line.
-        # Anything else is a bug in verispec and keeps its traceback.
+        # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line. Anything else
+        # is a bug in verispec and keeps its traceback (status 70, entry_point): an exception is the rule's when it
+        # came from its sandbox (verispec.sandbox) or passed through a frame of code that is not verispec's
         user_rule = getattr(args, "verifier", None) or getattr(args, "function", None)
         from verispec.verifiers import is_registered
 
-        if user_rule is None or is_registered(str(user_rule)):
+        if user_rule is None or is_registered(str(user_rule)) or not _raised_by_user_code(error):
             raise
         message = " ".join(f"{type(error).__name__}: {error}".split())
         print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _raised_by_user_code(error: BaseException) -> bool:
+    import os
+    import traceback
+
+    from verispec.processes import LIBRARY_FOLDERS
+
+    if hasattr(error, "sandbox_site"):
+        return True
+    return any(not os.path.abspath(frame.f_code.co_filename).startswith(LIBRARY_FOLDERS)
+               for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
 def _bad_input(error: VerispecError) -> int:
@@ -190,3 +204,11 @@ def entry_point() -> None:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(141)
+    except Exception:  # a bug in verispec: its traceback, and a status that no verdict has (Python's own is 1, LOSSY)
+        import traceback
+
+        from verispec.supervisor import INTERNAL_LINE
+
+        traceback.print_exc()
+        print(INTERNAL_LINE, file=sys.stderr)
+        sys.exit(EXIT_INTERNAL)
