@@ -41,17 +41,22 @@ def run(args) -> int:
     from verispec.study.script_files import check_free_space
 
     check_free_space([args.output], "--output")  # a full disk, found before the models load, not at the write
-    problem, settings = model_problem(args, args.depth)
-    if args.vocab > problem.vocab_size:
-        raise VerispecError(f"--vocab {args.vocab} exceeds the pair's vocabulary of {problem.vocab_size} tokens")
-    table, provenance = derive_problem(problem, args.vocab, args.depth, progress=sys.stderr.isatty())
-    description = (f"Derived by verispec derive from {settings['pair']} after a context of "
-                   f"{settings['context_tokens']} tokens: at each prefix the top {args.vocab - 1} tokens by p + q "
-                   f"and an 'other' bucket (token {args.vocab - 1}) holding the rest of each law; after the "
-                   "bucket, the conditionals of its likeliest token.")
-    write_derived(args.output, table, args.depth, provenance, description,
-                  {**settings, "vocab": args.vocab, "depth": args.depth, "forward_passes": problem.forward_passes})
-    worst = max(max(entry["other_target"], entry["other_draft"]) for entry in provenance.values())
-    print(f"wrote {args.output}: V = {args.vocab}, depth {args.depth}, {len(provenance)} prefixes, "
-          f"{problem.forward_passes} forward passes of each model; largest 'other' mass {worst:.3g}")
-    return 0
+    from verispec.store_lock import store_lock
+
+    with store_lock(args.output, what="--output"):  # one writer at a time: a second run is refused
+        problem, settings = model_problem(args, args.depth)
+        if args.vocab > problem.vocab_size:
+            raise VerispecError(f"--vocab {args.vocab} exceeds the pair's vocabulary of {problem.vocab_size} "
+                                "tokens")
+        table, provenance = derive_problem(problem, args.vocab, args.depth, progress=sys.stderr.isatty())
+        description = (f"Derived by verispec derive from {settings['pair']} after a context of "
+                       f"{settings['context_tokens']} tokens: at each prefix the top {args.vocab - 1} tokens "
+                       f"by p + q and an 'other' bucket (token {args.vocab - 1}) holding the rest of each law; "
+                       "after the bucket, the conditionals of its likeliest token.")
+        write_derived(args.output, table, args.depth, provenance, description,
+                      {**settings, "vocab": args.vocab, "depth": args.depth,
+                       "forward_passes": problem.forward_passes})
+        worst = max(max(entry["other_target"], entry["other_draft"]) for entry in provenance.values())
+        print(f"wrote {args.output}: V = {args.vocab}, depth {args.depth}, {len(provenance)} prefixes, "
+              f"{problem.forward_passes} forward passes of each model; largest 'other' mass {worst:.3g}")
+        return 0

@@ -47,19 +47,22 @@ def run(args) -> int:
     from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
 
     check_free_space([args.out], "--out", SMALL_FILE_ROOM)  # a full disk, found before the measuring, not at the write
-    args.temperature, args.top_k, args.top_p = 1.0, None, None  # no sampling here
-    pair, _ = load_pair(args)
-    model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats,
-                            draft_sizes=draft_sizes)
-    from verispec.provenance import LATENCY, MARKER_KEY, written_by
+    from verispec.store_lock import store_lock
 
-    # the marker lets a rerun replace the file (verispec.provenance); LatencyModel.load reads its own keys only
-    atomic_write_json(args.out, {**model.as_dict(), "load_average": os.getloadavg()[0],
-                                 MARKER_KEY: written_by(LATENCY, "latency")})
-    draft = ", ".join(f"{w}: {time_:.3f}" for w, time_ in zip(model.draft_sizes, model.draft_times))
-    target = ", ".join(f"{n}: {time_:.3f}" for n, time_ in zip(model.target_sizes, model.target_times))
-    print(f"t_q(w) = {draft} ms; t_p(n) = {target} ms; {model.source}; wrote {args.out}")
-    return 0
+    with store_lock(args.out, what="--out"):  # one writer at a time: a second run is refused
+        args.temperature, args.top_k, args.top_p = 1.0, None, None  # no sampling here
+        pair, _ = load_pair(args)
+        model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats,
+                                draft_sizes=draft_sizes)
+        from verispec.provenance import LATENCY, MARKER_KEY, written_by
+
+        # the marker lets a rerun replace the file (verispec.provenance); LatencyModel.load reads its own keys only
+        atomic_write_json(args.out, {**model.as_dict(), "load_average": os.getloadavg()[0],
+                                     MARKER_KEY: written_by(LATENCY, "latency")})
+        draft = ", ".join(f"{w}: {time_:.3f}" for w, time_ in zip(model.draft_sizes, model.draft_times))
+        target = ", ".join(f"{n}: {time_:.3f}" for n, time_ in zip(model.target_sizes, model.target_times))
+        print(f"t_q(w) = {draft} ms; t_p(n) = {target} ms; {model.source}; wrote {args.out}")
+        return 0
 
 
 def _sizes(text: str, option: str, what: str) -> list[int]:

@@ -368,23 +368,27 @@ def _run_train(args) -> int:
 
     check_output(args.out, SELECTOR_FILE, what="--out", overwrite=args.overwrite)  # before any work
     check_free_space([args.out], "--out")  # a full disk, found before the training rather than at the save
-    dataset = Dataset.load(args.dataset)
-    recorded = recorded_latency(dataset, args.dataset)  # None: train_on_dataset refuses unless a model is given
-    latency = latency_model(args, recorded) if recorded is not None or args.latency is not None or \
-        args.cost_ratio is not None else None
-    start = time.perf_counter()
-    trained = train_on_dataset(
-        dataset, dataset_name=args.dataset, verifiers=args.verifiers, latency=latency, kind=args.kind,
-        test_fraction=args.test_fraction, split_seed=args.split_seed, hidden=args.hidden, projection=args.projection,
-        seed=args.seed, epochs=args.epochs, device=args.device, penalty=args.penalty, alpha=args.alpha)
-    trained.selector.save(args.out)
-    if args.json:  # "seconds" in its place, counting the save as well
-        print_json({"out": args.out, **trained.summary, "seconds": time.perf_counter() - start})
-    else:
-        print(f"wrote {args.out}: {args.kind} selector over {len(trained.grid)} actions "
-              f"({', '.join(trained.grid.verifiers)}), trained on {trained.train_roots} roots ({trained.test_roots} "
-              f"held out), {_elapsed(start)}")
-    return 0
+    from verispec.store_lock import store_lock
+
+    with store_lock(args.out, what="--out"):  # one writer at a time: a second run is refused
+        dataset = Dataset.load(args.dataset)
+        recorded = recorded_latency(dataset, args.dataset)  # None: train_on_dataset refuses unless a model is given
+        latency = latency_model(args, recorded) if recorded is not None or args.latency is not None or \
+            args.cost_ratio is not None else None
+        start = time.perf_counter()
+        trained = train_on_dataset(
+            dataset, dataset_name=args.dataset, verifiers=args.verifiers, latency=latency, kind=args.kind,
+            test_fraction=args.test_fraction, split_seed=args.split_seed, hidden=args.hidden,
+            projection=args.projection, seed=args.seed, epochs=args.epochs, device=args.device, penalty=args.penalty,
+            alpha=args.alpha)
+        trained.selector.save(args.out)
+        if args.json:  # "seconds" in its place, counting the save as well
+            print_json({"out": args.out, **trained.summary, "seconds": time.perf_counter() - start})
+        else:
+            print(f"wrote {args.out}: {args.kind} selector over {len(trained.grid)} actions "
+                  f"({', '.join(trained.grid.verifiers)}), trained on {trained.train_roots} roots "
+                  f"({trained.test_roots} held out), {_elapsed(start)}")
+        return 0
 
 
 def _run_evaluate(args) -> int:
