@@ -54,6 +54,18 @@ def pytest_configure(config):
         sys.modules["torch"].set_num_threads(1)
 
 
+def pytest_collection_finish(session):
+    """Freeze what collection left alive (torch, transformers, every test module: some 400,000 objects) out of the
+    collector's reach. Each full collection afterwards, the build's own ``gc.collect()`` after every labelled group
+    among them, then walks only what the tests made: in a process that collected the whole suite it walked 640,000
+    objects, and 29 selector dataset tests spent 76 of their 166 s in the collector (frozen: 29 of 100 s, most of it
+    while collecting). What was alive at that point is reachable anyway; what a test makes is collected as before."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session")
 def pair():
     """The tiny config-built (target, draft) pair of the model tests (``tests.support.tiny_models.tiny_pair(0)``),
