@@ -157,7 +157,7 @@ def real_gaps_table(results) -> str:
     def share(entry):
         return "-" if entry["within_1e-9"] is None else format(entry["within_1e-9"], ".0%")
 
-    largest, unnamed, named = 0, [], []
+    largest, unnamed, named, none = 0, [], [], []
     for spec, entry in gaps["by_tree"].items():
         sizes = f"; LPs of {min(entry['lp_variables_refused']):,}+ variables" if entry["lp_variables_refused"] else ""
         if entry.get("table_prefixes_refused"):
@@ -166,6 +166,7 @@ def real_gaps_table(results) -> str:
         largest = max([largest, *([entry["lp_variables_solved"]["max"]] if entry["lp_variables_solved"] else [])])
         if "rule_refusals" in entry:
             named += [f"`{name}` {count} on `{spec}`" for name, count in entry["rule_refusals"].items()]
+            none += [] if entry["rule_refusals"] else [f"`{spec}`"]
         elif entry["rules_refused"]:
             unnamed.append(f"{entry['rules_refused']} on `{spec}`")
         compared = _compared(entry)
@@ -189,6 +190,7 @@ def real_gaps_table(results) -> str:
                      "would need in brackets)")
                   + f"; the largest LP solved: {largest:,} variables."
                   + (f" Roots refused by a rule's own size limit: {'; '.join(named)}." if named else "")
+                  + (f" No rule refused a root on {', '.join(none)}." if none else "")
                   + (f" (Root, rule) refusals this result does not name the rules of: {'; '.join(unnamed)}; rerun "
                      "its command to name them and compare those trees." if unnamed else "")]
     return "\n".join(lines)

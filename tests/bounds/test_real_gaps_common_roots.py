@@ -134,3 +134,19 @@ def test_a_result_without_the_common_roots_compares_only_trees_no_rule_refused(s
     assert rows_by_tree["`iid:2,2`"][2] == "8"
     assert rows_by_tree["`iid:2,2`"][5].startswith(f"{clean['gap_psbv']['mean']:.4f}")
     assert "does not name the rules of: 5 on `iid:2,3`" in table
+
+
+def test_the_table_names_the_trees_where_no_rule_refused(script, generate):
+    """A tree whose summary names no refusal (the K = 3 trees at real roots) is said to have none, so the footnote
+    answers which rule refused there rather than leaving it to the reader to notice a tree missing from the list."""
+    refused = script.summarize(rows(), SEED)[TREE]
+    clean = script.summarize([row | {"tree": "iid:3,2", "rule_refused": {}, "psbv": row["psbv"] or 2.9,
+                                     "gap_psbv": None if row["optimum"] is None else row["optimum"] - (row["psbv"]
+                                                                                                        or 2.9)}
+                              for row in rows()], SEED)["iid:3,2"]
+    assert clean["rule_refusals"] == {} and refused["rule_refusals"]  # the construction: refusals on one tree only
+    table = generate.real_gaps_table(lambda name: result({TREE: refused, "iid:3,2": clean}))
+    assert "No rule refused a root on `iid:3,2`." in table
+    assert "`psbv` 3 on `iid:2,3`" in table
+    # negative control: a result whose trees all name refusals says nothing of the kind
+    assert "No rule refused" not in generate.real_gaps_table(lambda name: result({TREE: refused}))
