@@ -36,7 +36,7 @@ import tempfile
 import time
 
 from verispec import budget, confinement, sandbox_process, supervisor, wire
-from verispec.errors import SandboxDied, UnknownVerifierError, UserCodeExit, VerispecError
+from verispec.errors import SandboxDied, UnknownVerifierError, UserCodeExit
 from verispec.processes import (
     crash_location,
     how_it_ended,
@@ -224,7 +224,7 @@ class Sandbox:
         try:
             message = wire.decode(b"".join(parts), torch_device=self.torch_device)
         except wire.WireError as error:
-            self._broken(str(error))
+            self._broken(f"sent a message verispec cannot read ({error})")
         if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
             self._broken("sent a message without its kind")
         return message
@@ -367,27 +367,22 @@ def raise_failure(message) -> None:
 
 
 def _exception(message: dict) -> BaseException:
-    """The exception a ``raise`` message describes: a verispec error as its own type, a built-in exception as
-    itself, anything else as a ``SandboxedException`` subclass of the same name."""
+    """The exception a ``raise`` message describes: a built-in exception as itself, anything else (verispec's own
+    error classes included: the code may raise them too, and one taken for verispec's own would steer the check, an
+    ``AnalysisTimeoutError`` to INCONCLUSIVE) as a ``SandboxedException`` subclass of the same name."""
     import builtins
-
-    from verispec import errors
 
     name = str(message.get("type", "Exception"))
     name = "".join(c for c in name if c.isalnum() or c == "_")[:100] or "Exception"
     text = str(message.get("message", ""))[:20_000]
-    own = getattr(errors, name, None) if message.get("verispec") else None
-    if isinstance(own, type) and issubclass(own, VerispecError):
-        error = own(text)
-    else:
-        builtin = getattr(builtins, name, None)
-        if isinstance(builtin, type) and issubclass(builtin, Exception) and builtin.__module__ == "builtins":
-            try:
-                error = builtin(text)
-            except Exception:  # a built-in whose constructor wants other arguments (UnicodeDecodeError)
-                error = _named(name)(text)
-        else:
+    builtin = getattr(builtins, name, None)
+    if isinstance(builtin, type) and issubclass(builtin, Exception) and builtin.__module__ == "builtins":
+        try:
+            error = builtin(text)
+        except Exception:  # a built-in whose constructor wants other arguments (UnicodeDecodeError)
             error = _named(name)(text)
+    else:
+        error = _named(name)(text)
     error.sandbox_site = str(message.get("site", "?"))[:500]
     return error
 

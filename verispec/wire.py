@@ -74,7 +74,7 @@ def encode(value) -> bytes:
 
 
 def _encode(value, blocks: list[bytes], depth: int):
-    if depth > MAX_DEPTH:
+    if depth >= MAX_DEPTH:  # the reader refuses deeper values: what lies below crosses as its repr
         return _opaque(value, "nested too deeply")
     if value is None or isinstance(value, (bool, str)):
         return value

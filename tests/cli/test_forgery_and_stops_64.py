@@ -203,6 +203,56 @@ def closes_everything(tree, chooser):
     return 1, int(tree.token[1])
 
 
+def _declaring_classes():
+    import numpy as np
+
+    from verispec.simulator import DraftLaw, NodeSolver, Verifier
+    from verispec.verifiers import get_verifier
+    from verispec.verifiers.tree_walk import TopDownVerifier
+
+    specinfer = get_verifier("specinfer").node_solver
+
+    class FirstChild(NodeSolver):
+        """Lossy: always emits the first drafted child; declares SpecInfer's sequential tests (a shortcut)."""
+        name = "first-child"
+        valid_for = frozenset({DraftLaw.IID_CHILDREN})
+
+        def output_laws(self, p, q, children):
+            law = np.zeros_like(p)
+            law[np.arange(p.shape[0]), children[:, 0]] = 1.0
+            return law
+
+        def sample(self, p, q, children, chooser):
+            return int(children[0])
+
+        def sequential_tests(self, p, q, draws):
+            return specinfer.sequential_tests(p, q, draws)
+
+    class ClaimsSpecInfer(Verifier):
+        """Lossy laws (the first child's walk); declares SpecInfer's solver as its node_solver."""
+        name = "claims-specinfer"
+        valid_for = frozenset({DraftLaw.IID_CHILDREN})
+        node_solver = specinfer
+        order_free = True
+
+        def emission_laws(self, batch):
+            return TopDownVerifier(FirstChild()).emission_laws(batch)
+
+        def procedure(self, tree, chooser):
+            return TopDownVerifier(FirstChild()).procedure(tree, chooser)
+
+    return FirstChild(), ClaimsSpecInfer()
+
+
+DECLARES_SEQUENTIAL_TESTS, DECLARES_A_SOLVER = _declaring_classes()
+
+
+def raises_a_timeout(tree, chooser):
+    from verispec.errors import AnalysisTimeoutError
+
+    raise AnalysisTimeoutError("the rule's own raise")
+
+
 def correct_but_slow(tree, chooser):
     """Token-level verification that first sleeps: the user stops it."""
     import time
@@ -248,6 +298,28 @@ def test_a_rule_that_forges_then_exits_zero_is_raises(forgers, tmp_path):
     assert done.returncode == 4, done.stderr
     assert "RAISES: the process running the code under check exited with status 0" in done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["verdict"] == "raises"
+
+
+@pytest.mark.parametrize("name", ["DECLARES_SEQUENTIAL_TESTS", "DECLARES_A_SOLVER"])
+def test_a_shortcut_the_code_declares_is_not_taken_on_trust(forgers, tmp_path, name):
+    """A lossy rule declaring a lossless rule's shortcut (SpecInfer's sequential tests, or its solver as node_solver)
+    is LOSSY on its own laws (found by this issue's hostile tester: exit 0 on the walk's dynamic program before). The
+    control: the same rule in the worker itself (VERISPEC_SANDBOX=0, the declaration taken) is LOSSLESS."""
+    arguments = ["exact", "--target", "1/2,3/10,1/5", "--draft", "1/5,1/5,3/5", "--tree", "iid:2,1", "--verifier",
+                 f"{forgers}:{name}", "--fail-if-lossy"]
+    done = _run(arguments, tmp_path)
+    assert done.returncode == 1 and "LOSSY" in done.stderr, done.stderr
+    done = _run(arguments, tmp_path, VERISPEC_SANDBOX="0")
+    assert done.returncode == 0 and "LOSSLESS" in done.stderr, done.stderr
+
+
+def test_verispecs_own_error_class_raised_by_the_code_is_the_codes_raise(forgers, tmp_path):
+    """An AnalysisTimeoutError the rule raises itself is its failure (exit 2, named), not verispec's time limit
+    (INCONCLUSIVE, exit 3, as before: the class alone decided)."""
+    done = _exact(forgers, "raises_a_timeout", tmp_path)
+    assert done.returncode == 2 and "raised AnalysisTimeoutError: the rule's own raise" in done.stderr, done.stderr
+    done = _exact(forgers, "raises_a_timeout", tmp_path, VERISPEC_SANDBOX="0")
+    assert done.returncode == 3 and "INCONCLUSIVE" in done.stderr
 
 
 def test_code_that_joins_the_workers_group_cannot_signal_it(forgers, tmp_path):

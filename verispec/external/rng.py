@@ -185,6 +185,9 @@ class Capture:
     _feed: object = None
     _feed_entered: bool = False
     _states: tuple = ()
+    #: Called on leaving, with whether the states are to be checked (no exception in flight): a function in its
+    #: sandbox closes the capture that stands for this one there (``verispec.external.sandboxed``).
+    closers: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -212,6 +215,9 @@ class Capture:
 
     def __exit__(self, kind, value, traceback) -> None:
         self._restore()
+        closers, self.closers = self.closers, []
+        for close in closers:
+            close(kind is None)
         if kind is None:
             self._check_states()
 

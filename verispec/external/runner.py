@@ -312,6 +312,11 @@ class Runner:
             with capture if capture is not None and session is None else nullcontext():
                 if one_by_one:
                     results = []
+                    prefetch = getattr(verifier.function, "prefetch", None)
+                    if prefetch is not None and len(arguments) > 1:  # a function in its sandbox: the rows' calls
+                        # cross in one message (verispec.external.sandboxed), each then read in this loop
+                        prefetch(arguments, [tape[index:index + 1] if self.capture else None
+                                             for index in range(len(arguments))])
                     for index, row_arguments in enumerate(arguments):
                         if index % 64 == 0:
                             budget.check(f"running external function {verifier.name}")

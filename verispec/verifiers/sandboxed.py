@@ -4,10 +4,13 @@ The rule is a procedure function, a ``Verifier`` or a ``NodeSolver``; ``describe
 with the attributes the engines read, and the classes here stand for it in the worker: each call of its methods
 is a call into the sandbox, and the chooser a procedure is handed stays here (the sandbox calls it back).
 
-What crosses is the rule's law and outcomes, never its objects, so the capabilities that are objects of their own
-(``rule_dp``, ``forest_stopping_masses``) are not taken: the engines then compute the law from ``emission_laws``
-itself, the same law by another road. A node solver the rule holds (``node_solver``) crosses as another sandboxed
-object, so the walk's dynamic program still applies.
+What crosses is the rule's law and outcomes, never its objects, and nothing the rule only declares about itself is
+taken on trust: the shortcuts an engine would take on its word (``node_solver``, ``order_free``, ``rule_dp``,
+``reads_forest``, a solver's ``sequential_tests``) are left out, so the engines compute the law from the rule's own
+``emission_laws`` (a node solver's ``output_laws``), the law real decoding samples from. Taken on trust, they let a
+lossy rule pass: a Verifier whose laws are lossy declaring SpecInfer's solver, or a solver restating SpecInfer's
+sequential tests over lossy ``output_laws``, was LOSSLESS (exit 0) by the walk's dynamic program (found by this
+issue's hostile tester; the procedure's enumeration said LOSSY).
 """
 
 from __future__ import annotations
@@ -23,18 +26,14 @@ from verispec.verifiers.base import ProcedureVerifier
 #: Methods of a user's Verifier that the worker calls (the engines' interface).
 VERIFIER_METHODS = ("emission_laws", "procedure")
 #: Methods of a user's NodeSolver that the worker calls.
-SOLVER_METHODS = ("output_laws", "sample", "sequential_tests")
+SOLVER_METHODS = ("output_laws", "sample")
 
 
 def describe(target, register) -> dict:
     """In the sandbox: what the worker needs to know of the loaded rule, as plain values."""
     if isinstance(target, Verifier):
-        solver = getattr(target, "node_solver", None)
         return {"kind": "verifier", "name": str(getattr(target, "name", type(target).__name__)),
                 "valid_for": _law_names(getattr(target, "valid_for", ())),
-                "order_free": bool(getattr(target, "order_free", False)),
-                "node_solver": (None if not isinstance(solver, NodeSolver)
-                                else {"id": register(solver), **_solver(solver)}),
                 "calls": {name: _call_name(getattr(target, name, None)) for name in VERIFIER_METHODS}}
     if isinstance(target, NodeSolver):
         return {"kind": "node_solver", **_solver(target)}
@@ -48,7 +47,6 @@ def _solver(solver) -> dict:
     return {"name": str(getattr(solver, "name", type(solver).__name__)),
             "valid_for": _law_names(getattr(solver, "valid_for", ())),
             "outside_tokens_read": int(getattr(solver, "outside_tokens_read", 0)),
-            "sequential": bool(solver.has_sequential_tests),
             "calls": {name: _call_name(getattr(solver, name, None)) for name in SOLVER_METHODS}}
 
 
@@ -189,9 +187,6 @@ class SandboxedVerifier(Verifier):
         self._remote = _Remote(box, object_id, info.get("calls") or {})
         self.name = info["name"]
         self.valid_for = _laws(info["valid_for"])
-        self.order_free = info["order_free"]
-        solver = info.get("node_solver")
-        self.node_solver = None if solver is None else SandboxedSolver(box, solver["id"], solver)
 
     def emission_laws(self, batch):
         return self._remote._call("emission_laws", batch)
@@ -211,7 +206,6 @@ class SandboxedSolver(NodeSolver):
         self.name = info["name"]
         self.valid_for = _laws(info["valid_for"])
         self.outside_tokens_read = info["outside_tokens_read"]
-        self._sequential = info["sequential"]
 
     def output_laws(self, p, q, children):
         return self._remote._call("output_laws", p, q, children)
@@ -219,12 +213,9 @@ class SandboxedSolver(NodeSolver):
     def sample(self, p, q, children, chooser):
         return self._remote._call("sample", p, q, children, chooser)
 
-    def sequential_tests(self, p, q, draws):
-        return self._remote._call("sequential_tests", p, q, draws) if self._sequential else None
-
     @property
     def has_sequential_tests(self) -> bool:
-        return self._sequential
+        return False  # a declaration, not the law (module docstring)
 
 
 class SandboxedProcedure:
