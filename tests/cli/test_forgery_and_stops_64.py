@@ -453,3 +453,23 @@ def test_the_codes_own_signal_to_the_supervisor_is_ignored(forgers, tmp_path):
                 VERISPEC_SANDBOX="0")
     assert done.returncode == 1 and "LOSSY" in done.stderr, done.stderr
     assert "sent SIGTERM to verispec's supervisor; ignored" in done.stderr
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_without_a_worker_is_one_line_too(forgers, tmp_path, number):
+    """Without supervision (VERISPEC_SUPERVISE=0) or while the command line loads, SIGTERM and SIGHUP end the
+    command with one line and 128 + N (was the signal's silent default action: the status alone)."""
+    command = _start_plain(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{forgers}:correct_but_slow"], tmp_path,
+                           VERISPEC_SUPERVISE="0")
+    command.send_signal(number)
+    _, err = command.communicate(timeout=30)
+    assert command.returncode == 128 + number and err.strip().splitlines() == [
+        f"verispec: stopped by {signal.Signals(number).name} (a signal to verispec's own process); no verdict"], err
+
+
+def _start_plain(arguments, tmp_path, **env) -> subprocess.Popen:
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    command = subprocess.Popen([sys.executable, "-m", "verispec", *arguments], env=environment, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # loading done, the rule asleep
+    return command

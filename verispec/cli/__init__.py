@@ -58,7 +58,7 @@ from verispec.cli.parser import COMMANDS, build_parser
 from verispec.errors import AnalysisTimeoutError, VerispecError
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERNAL, Verdict
 
-__all__ = ["entry_point", "main", "plain_json", "user_code_specs"]
+__all__ = ["UserStop", "entry_point", "main", "plain_json", "stop_on_signals", "user_code_specs"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,15 +190,40 @@ def _stop_stuck_command(message: str, option: str) -> None:
                        EXIT_INCONCLUSIVE)
 
 
+class UserStop(KeyboardInterrupt):
+    """SIGTERM or SIGHUP sent to a command that runs no build of its own (a build saves first:
+    ``verispec.study.workers.BuildInterrupted``): the command unwinds and exits 128 + the signal's number with one
+    line, never a verdict (``_run``)."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.exit_status = 128 + signum
+        super().__init__(f"stopped by {signal.Signals(signum).name} (a signal to verispec's own process); no verdict")
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP raise ``UserStop`` in the main thread (the entry points' first step), so a stop in the middle
+    of a command is one line and 128 + N, not the signal's silent default."""
+    import signal
+
+    def stop(signum, frame):
+        raise UserStop(signum)
+
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, stop)
+
+
 def entry_point() -> None:
+    stop_on_signals()
     try:
         sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C before the command's own handling began (reading the options, importing)
+    except KeyboardInterrupt as error:  # a stop before the command's own handling began (options, imports)
         import signal
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the line into a traceback
-        print("verispec: interrupted", file=sys.stderr)
-        sys.exit(130)
+        print(f"verispec: {str(error) or 'interrupted'}", file=sys.stderr)
+        sys.exit(getattr(error, "exit_status", 130))
     except BrokenPipeError:  # the reader went away (``verispec compare | head``): end quietly with the status a
         import os  # shell gives a process its pipe's reader left (128 + SIGPIPE), never 1 (lossy)
 
