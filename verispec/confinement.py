@@ -16,6 +16,10 @@ signal them (stop the supervisor, end it, or pretend to be the user's Ctrl-C). T
   ``kill(-1)`` (every process), and to ``tkill``, ``ptrace``, ``process_vm_readv``/``writev``, ``pidfd_getfd``,
   ``pidfd_send_signal`` and ``fcntl``'s ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG`` (a signal on I/O) outright; every
   other system call passes. The filter is inherited by everything the code starts.
+* ``forbid_writing`` (in the sandbox): with Landlock, nothing may be written, created, removed or renamed outside a
+  folder of the sandbox's own (its ``TMPDIR``) and ``/dev/null``, so the code cannot change the user's files or
+  verispec's outputs either (a sweep's rows rewritten behind verispec's back, found by this project's hostile
+  tester); inherited too.
 
 Each step that the kernel refuses (another operating system, a container that forbids seccomp) is reported by the
 return value, never raised: the sandbox still keeps the report channel out of the code's reach by closing it, and
@@ -165,6 +169,53 @@ def forbid_reaching(protected_pids: list[int]) -> bool:
                       0) == 0
 
 
+#: Landlock (Linux 5.13+): the file system rights this process gives up outside the folders it keeps (write, make,
+#: remove, rename in or out, truncate); reading and running files stay allowed.
+_LANDLOCK_WRITE_RIGHTS = {1: (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10)
+                          | (1 << 11) | (1 << 12), 2: 1 << 13, 3: 1 << 14}
+#: The rights a rule on a single file may name: write and (ABI 3) truncate.
+_LANDLOCK_FILE_RIGHTS = {1: 1 << 1, 3: 1 << 14}
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
+
+
+def forbid_writing(folders: list[str], files: list[str]) -> bool:
+    """Give up, with Landlock, the right to write, create, remove or rename anything but beneath ``folders`` and the
+    ``files`` themselves (``/dev/null``): the code under check then cannot change the user's files or verispec's
+    outputs (a sweep's rows, a result file) behind verispec's back. Reading stays allowed. Whether the kernel agreed
+    (Landlock absent: nothing changes, and the caller says so)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    abi = syscall(_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return False
+    handled = sum(rights for version, rights in _LANDLOCK_WRITE_RIGHTS.items() if abi >= version)
+    file_rights = sum(rights for version, rights in _LANDLOCK_FILE_RIGHTS.items() if abi >= version)
+    attr = ctypes.create_string_buffer(struct.pack("<Q", handled))
+    ruleset = syscall(_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+    try:
+        for path, rights in [(folder, handled) for folder in folders] + [(file, file_rights) for file in files]:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rule = ctypes.create_string_buffer(struct.pack("<Qi", rights, fd))
+                if syscall(_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), rule, ctypes.c_uint32(0)) < 0:
+                    return False
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return syscall(_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+    finally:
+        os.close(ruleset)
+
+
 def _negated_too(pid: int) -> list[int]:
     values = [pid, -pid]
     try:
@@ -175,4 +226,4 @@ def _negated_too(pid: int) -> list[int]:
     return values
 
 
-__all__ = ["DROPPED_CAPABILITIES", "drop_capabilities", "forbid_reaching", "protect_this_process"]
+__all__ = ["DROPPED_CAPABILITIES", "drop_capabilities", "forbid_reaching", "forbid_writing", "protect_this_process"]

@@ -29,6 +29,7 @@ import io
 import os
 import pickle
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -46,6 +47,7 @@ from verispec.processes import (
 CALLBACK_METHODS = frozenset({"categorical", "bernoulli"})
 #: The environment variable that turns the sandbox off ("0") in a supervised worker.
 SWITCH = "VERISPEC_SANDBOX"
+
 #: The most calls one message may stand for (a procedure's choice traces for one tree: the enumerator's own limit).
 MAX_CALLS_PER_MESSAGE = 2_000_001
 
@@ -84,6 +86,7 @@ class Sandbox:
         self.torch_device = None
         self.ignored = 0  # records on the channel that were not the sandbox's answer (the code wrote them)
         self.owner_at_fork: int | None = None
+        self.private_dir: str | None = None
 
     def __getstate__(self):  # a copy in another process starts its own sandbox
         return {"spec": self.spec, "what": self.what, "describe": self.describe, "call_hook": self.call_hook,
@@ -121,6 +124,7 @@ class Sandbox:
         # which fail the nonce check and are dropped, never mixed into the sandbox's answer
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         crash_file = tempfile.TemporaryFile()
+        self.private_dir = tempfile.mkdtemp(prefix="verispec-sandbox-")  # the one folder it may write in
         protected = supervisor.protected_pids()
         self.nonce = os.urandom(16)
         confinement.protect_this_process()
@@ -155,6 +159,8 @@ class Sandbox:
                 os.waitpid(pid, 0)
             except (OSError, ChildProcessError):
                 pass
+            if self.private_dir:
+                shutil.rmtree(self.private_dir, ignore_errors=True)
 
     # messages
 

@@ -8,6 +8,7 @@ import io
 import os
 import pickle
 import socket
+import tempfile
 import time
 import traceback
 
@@ -17,6 +18,8 @@ from verispec.processes import LIBRARY_FOLDERS, SANDBOX_NAME, kill_me_with_my_pa
 
 #: The exit status of a sandbox whose channel the code closed or broke (it cannot answer any more).
 CHANNEL_LOST = 71
+#: The environment variable naming folders (separated by ':') the code under check may write in, beside its own.
+WRITABLE = "VERISPEC_SANDBOX_WRITABLE"
 #: Seconds between two of ``progress``'s messages at most.
 PROGRESS_SECONDS = 0.005
 
@@ -115,6 +118,9 @@ def serve(sandbox, channel_socket: socket.socket, crash_file, protected: list[in
     faulthandler.enable(file=crash_file, all_threads=False)
     confinement.drop_capabilities()
     confinement.forbid_reaching(protected)
+    os.environ["TMPDIR"] = tempfile.tempdir = sandbox.private_dir  # caches and temporary files go there
+    writable = [sandbox.private_dir, "/dev/shm", *filter(None, os.environ.get(WRITABLE, "").split(":"))]
+    confinement.forbid_writing(writable, ["/dev/null"])
     budget.forget_guard()
     channel = _Channel(channel_socket, sandbox.nonce)
     _Serving.channel = channel

@@ -39,7 +39,6 @@ FORGERS = '''
 import ctypes, json, os, signal, sys
 
 LIBC = ctypes.CDLL(None, use_errno=True)
-LOG = os.environ.get("FORGERY_LOG")
 # a stopped supervisor would hang the negative controls (the code in the worker, no filter): they leave out SIGSTOP
 # and ptrace's attach (which stops the process it attaches to)
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) + (() if os.environ.get("FORGERY_NO_STOP") else
@@ -47,9 +46,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) + (() if os.environ.get
 
 
 def _log(text):
-    if LOG:
-        with open(LOG, "a") as file:
-            file.write(text + "\\n")
+    """What the forger got through to, on its standard error (it may write no file: verispec.confinement)."""
+    os.write(2, f"FORGERY: {text}\\n".encode())
 
 
 def _ancestors():
@@ -253,6 +251,33 @@ def raises_a_timeout(tree, chooser):
     raise AnalysisTimeoutError("the rule's own raise")
 
 
+def rewrites_the_rows(tree, chooser):
+    """Rewrites the sweep's rows file (every row lossless) from a detached process while the sweep runs, and now."""
+    target = os.environ["FORGERY_TARGET"]
+
+    def forge_file():
+        try:
+            with open(target) as file:
+                text = file.read()
+            if ",False," in text:  # (copies of it racing each other read the file empty while another rewrites it)
+                with open(target, "w") as file:
+                    file.write(text.replace(",False,", ",True,"))
+                _log(f"REWROTE {target}")
+        except OSError as error:
+            _log(f"rewrite refused: {error.errno}")
+
+    forge_file()
+    if os.fork() == 0:
+        os.setsid()
+        import time
+
+        for _ in range(40):
+            forge_file()
+            time.sleep(0.05)
+        os._exit(0)
+    return 1, int(tree.token[1])
+
+
 def correct_but_slow(tree, chooser):
     """Token-level verification that first sleeps: the user stops it."""
     import time
@@ -269,9 +294,13 @@ def forgers(tmp_path):
 
 
 def _run(arguments, tmp_path, **env):
-    environment = dict(os.environ, PYTHONPATH=str(ROOT), FORGERY_LOG=str(tmp_path / "forgery.log"), **env)
-    return subprocess.run([sys.executable, "-m", "verispec", *arguments], env=environment, capture_output=True,
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    done = subprocess.run([sys.executable, "-m", "verispec", *arguments], env=environment, capture_output=True,
                           text=True, timeout=120, cwd=tmp_path)
+    with open(tmp_path / "forgery.log", "a") as log:  # what the forgers said they reached, for _escapes
+        log.write("".join(line[len("FORGERY: "):] + "\n" for line in done.stderr.splitlines()
+                          if line.startswith("FORGERY: ")))
+    return done
 
 
 def _exact(forgers, name, tmp_path, *extra, **env):
@@ -366,13 +395,42 @@ def test_a_sweeps_local_pool_runs_the_rule_in_sandboxes_too(forgers, tmp_path):
               "s.enabled = sup.in_worker; v._SANDBOXED = type('NoCache', (dict,), {'__contains__': lambda *a: False, "
               "'__setitem__': lambda *a: None, '__getitem__': lambda *a: None})(); "
               "from verispec.cli import main; sys.exit(main(sys.argv[1:]))")
-    environment = dict(os.environ, PYTHONPATH=str(ROOT), FORGERY_LOG=str(tmp_path / "forgery.log"),
-                       FORGERY_NO_STOP="1")
-    subprocess.run([sys.executable, "-c", script, "sweep", "--families", "context-free", "--vocab", "2",
-                    "--divergence", "0.2", "--seeds", "0-1", "--trees", "chain:2", "--verifiers",
-                    f"{forgers}:forging_rule", "--backend", "local", "--jobs", "2", "--out", "control.csv"],
-                   env=environment, cwd=tmp_path, capture_output=True, timeout=120)
-    assert any(line.startswith(("OPENED", "TOOK")) for line in _escapes(tmp_path))
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), FORGERY_NO_STOP="1")
+    control = subprocess.run([sys.executable, "-c", script, "sweep", "--families", "context-free", "--vocab", "2",
+                              "--divergence", "0.2", "--seeds", "0-1", "--trees", "chain:2", "--verifiers",
+                              f"{forgers}:forging_rule", "--backend", "local", "--jobs", "2", "--out", "control.csv"],
+                             env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert any(line.startswith(("FORGERY: OPENED", "FORGERY: TOOK")) for line in control.stderr.splitlines())
+
+
+def test_the_code_cannot_rewrite_verispecs_output_behind_its_back(forgers, tmp_path):
+    """The sandbox may write in no folder but its own (Landlock, verispec.confinement): a rule that rewrites the
+    sweep's rows as lossless, and a file of the user's, at once and from a detached process, changes neither (found by
+    this issue's hostile tester: every row lossless=True, exit 0). The control gives the sandbox the folder
+    (VERISPEC_SANDBOX_WRITABLE): the user's file is rewritten."""
+    import csv
+
+    if not _landlock():
+        pytest.skip("Landlock is not available on this kernel")
+    notes = tmp_path / "notes.csv"
+    notes.write_text("a,False,b\n")
+    arguments = ["sweep", "--families", "context-free", "--vocab", "2", "--divergence", "0.2", "--seeds", "0-3",
+                 "--trees", "chain:2", "--verifiers", f"{forgers}:rewrites_the_rows", "--out", "rows.csv"]
+    for target in ("rows.csv", "notes.csv"):
+        done = _run(arguments, tmp_path, FORGERY_TARGET=str(tmp_path / target))
+        with open(tmp_path / "rows.csv") as file:
+            rows = list(csv.DictReader(file))
+        assert done.returncode == 0 and len(rows) == 4 and all(row["lossless"] == "False" for row in rows), done.stderr
+        assert notes.read_text() == "a,False,b\n"
+        assert not [line for line in _escapes(tmp_path) if line.startswith("REWROTE")]
+    _run([*arguments[:-1], "control.csv"], tmp_path, FORGERY_TARGET=str(notes), VERISPEC_SANDBOX_WRITABLE=str(tmp_path))
+    assert notes.read_text() == "a,True,b\n"
+
+
+def _landlock() -> bool:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) >= 1
 
 
 @pytest.mark.parametrize("name", ["forging_rule", "forge_and_exit"])

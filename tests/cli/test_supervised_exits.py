@@ -150,6 +150,7 @@ def rules(tmp_path, monkeypatch):
     path = tmp_path / "hostile_rules.py"
     path.write_text(RULES)
     monkeypatch.setenv("VERISPEC_TEST_PIDS", str(tmp_path / "pids.txt"))
+    monkeypatch.setenv("VERISPEC_SANDBOX_WRITABLE", str(tmp_path))  # the rules write their children's pids there
     return path
 
 
