@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import sys
@@ -31,14 +32,20 @@ from verispec.errors import OutputError, ResultStoreError
 #: Locks this process holds: lock file (resolved) -> [descriptor, depth].
 _HELD: dict[str, list[int]] = {}
 
+#: The longest file name most file systems take, in bytes.
+NAME_MAX = 255
 #: Most bytes read from a lock file to name its holder.
 MAX_LOCK_BYTES = 4096
 
 
 def lock_path(store: str | Path) -> Path:
-    """The lock file of a row store: ``STORE.lock`` beside it."""
+    """The lock file of a row store: ``STORE.lock`` beside it, or, where that name would pass the file system's
+    255 bytes (a legal 251- to 255-byte output name), ``.LOCK-<digest of the name>.lock`` beside it."""
     store = Path(store)
-    return store.with_name(store.name + ".lock")
+    name = store.name + ".lock"
+    if len(os.fsencode(name)) > NAME_MAX:
+        name = f".LOCK-{hashlib.sha256(os.fsencode(store.name)).hexdigest()[:40]}.lock"
+    return store.with_name(name)
 
 
 @contextlib.contextmanager
