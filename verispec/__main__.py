@@ -6,8 +6,8 @@ import sys
 
 
 def _stopped_while_loading(signum, frame):
-    sys.stderr.write(f"verispec: stopped by {signal.Signals(signum).name} (a signal to verispec's own process); "
-                     "no verdict\n")
+    sys.stderr.write(f"verispec: interrupted: stopped by {signal.Signals(signum).name} (a signal to verispec's own "
+                     "process); no verdict\n")
     sys.exit(128 + signum)
 
 

@@ -234,8 +234,8 @@ class Watch:
             return int(report["status"])
         number = self.interrupts[0][0]
         status = 128 + int(number)
-        line = (f"verispec: stopped by {signal_name(number)} before the check ended (a signal to verispec's own "
-                "process); no verdict on the code under check")
+        line = (f"verispec: interrupted: stopped by {signal_name(number)} before the check ended (a signal to "
+                "verispec's own process); no verdict on the code under check")
         if self.supervision.json_output:
             write("stdout", json.dumps({"verdict": "stopped", "exit_status": status, "message": line}) + "\n")
         write("stderr", line + "\n")

@@ -522,7 +522,8 @@ def test_a_stop_without_a_worker_is_one_line_too(forgers, tmp_path, number):
     command.send_signal(number)
     _, err = command.communicate(timeout=30)
     assert command.returncode == 128 + number and err.strip().splitlines() == [
-        f"verispec: stopped by {signal.Signals(number).name} (a signal to verispec's own process); no verdict"], err
+        f"verispec: interrupted: stopped by {signal.Signals(number).name} (a signal to verispec's own process); "
+        "no verdict"], err
 
 
 def _start_plain(arguments, tmp_path, **env) -> subprocess.Popen:

@@ -199,7 +199,8 @@ class UserStop(KeyboardInterrupt):
         import signal
 
         self.exit_status = 128 + signum
-        super().__init__(f"stopped by {signal.Signals(signum).name} (a signal to verispec's own process); no verdict")
+        super().__init__(f"interrupted: stopped by {signal.Signals(signum).name} (a signal to verispec's own "
+                         "process); no verdict")
 
 
 def stop_on_signals() -> None:
