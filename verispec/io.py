@@ -498,11 +498,23 @@ def json_marker(path: str | Path, limit: int | None = None):
     is not such JSON carries no marker)."""
     from verispec.provenance import MARKER_KEY, MAX_MARKER_READ
 
+    return json_field(path, MARKER_KEY, limit or MAX_MARKER_READ)
+
+
+def json_field(path: str | Path, key: str, limit: int, *, regular_only: bool = False):
+    """The value at ``key`` of a JSON file whose top level is an object, read with ``limit``, else None (never
+    raising)."""
     try:
-        data = json.loads(read_user_file(path, limit=limit or MAX_MARKER_READ, what="the file"))
+        data = json.loads(read_user_file(path, limit=limit, what="the file", regular_only=regular_only))
     except (ValueError, RecursionError, OSError):
         return None
-    return data.get(MARKER_KEY) if isinstance(data, dict) else None
+    return data.get(key) if isinstance(data, dict) else None
+
+
+def json_format(name: str) -> Callable[[Path], bool]:
+    """Whether a path is a JSON result of format ``name`` (its ``format`` field), for an ``OutputKind``'s words on
+    a file of the format without its marker (written by a verispec older than the marker, or by hand)."""
+    return lambda path: json_field(path, "format", MAX_RESULT_FILE_BYTES, regular_only=True) == name
 
 
 def npz_marker(path: str | Path, limit: int):

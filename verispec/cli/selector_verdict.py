@@ -61,21 +61,6 @@ def add_verdict_parser(steps) -> None:
     add_time_budget_option(verdict, "the replicates")
 
 
-def _verdict_format(path: Path) -> bool:
-    """Whether ``path`` is JSON of the verdict's format (for the refusal's words: one without the marker was
-    written by a verispec older than it, or by hand)."""
-    import json
-
-    from verispec.io import MAX_RESULT_FILE_BYTES, read_user_file
-    from verispec.selector.verdict import VERDICT_FORMAT
-
-    try:
-        data = json.loads(read_user_file(path, limit=MAX_RESULT_FILE_BYTES, what="the file", regular_only=True))
-    except (ValueError, RecursionError, OSError):
-        return False
-    return isinstance(data, dict) and data.get("format") == VERDICT_FORMAT
-
-
 def _outputs(out: Path, overwrite: bool) -> None:
     """Refuse on one line, before any work, a folder that cannot take the verdict's files, a link at one of their
     names, and, unless ``overwrite``, a file there that verispec cannot show it wrote (its marker): the verdict
@@ -87,15 +72,16 @@ def _outputs(out: Path, overwrite: bool) -> None:
         check_inside,
         check_output,
         check_output_dir,
+        json_format,
         marked_json,
     )
-    from verispec.selector.verdict import VERDICT_KIND
+    from verispec.selector.verdict import VERDICT_FORMAT, VERDICT_KIND
     from verispec.store_lock import lock_path
 
     check_output_dir(out, "--out")
     check_inside(out, lock_path(out / STORE_NAME), "--out")
-    kinds = {JSON_NAME: OutputKind("verispec selector verdict (JSON)", marked_json(VERDICT_KIND), _verdict_format,
-                                   JSON_NAME),
+    kinds = {JSON_NAME: OutputKind("verispec selector verdict (JSON)", marked_json(VERDICT_KIND),
+                                   json_format(VERDICT_FORMAT), JSON_NAME),
              MARKDOWN_NAME: MARKDOWN_OUTPUT, STORE_NAME: ROW_STORE_OUTPUT}
     for name, kind in kinds.items():
         check_inside(out, out / name, "--out")

@@ -57,6 +57,7 @@ from verispec.io import (
     check_output,
     check_output_dir,
     check_output_file,
+    json_format,
     marked_json,
 )
 from verispec.latency import LatencyModel, throughput_unit
@@ -495,22 +496,8 @@ def check_study_outputs(out: str | Path, what: str = "--out") -> None:
 
 
 
-def _study_format(path: Path) -> bool:
-    """Whether ``path`` is JSON of the study's format (for the refusal's words: one without the marker was
-    written by a verispec older than it, or by hand)."""
-    import json
-
-    from verispec.io import MAX_RESULT_FILE_BYTES, read_user_file
-
-    try:
-        data = json.loads(read_user_file(path, limit=MAX_RESULT_FILE_BYTES, what="the file", regular_only=True))
-    except (ValueError, RecursionError, OSError):
-        return False
-    return isinstance(data, dict) and data.get("format") == STUDY_FORMAT
-
-
 #: The study's JSON: carries the ``written_by`` marker of ``STUDY_KIND``.
-STUDY_JSON = OutputKind("verispec selector study (JSON)", marked_json(STUDY_KIND), _study_format, JSON_FILE)
+STUDY_JSON = OutputKind("verispec selector study (JSON)", marked_json(STUDY_KIND), json_format(STUDY_FORMAT), JSON_FILE)
 
 
 def check_study_owned(out: str | Path, *, overwrite: bool = False, what: str = "--out") -> None:
