@@ -325,9 +325,18 @@ def _dumps(message, handles: dict[int, object]) -> bytes:
 
 
 def _is_callback(obj) -> bool:
+    """Whether ``obj`` is a verispec object the code calls back (a Chooser): decided once per type, as pickling
+    asks for every object of a message (some 90 a call of check-external)."""
     kind = type(obj)
-    return (not isinstance(obj, type) and kind.__module__.startswith("verispec.")
-            and all(callable(getattr(obj, name, None)) for name in CALLBACK_METHODS))
+    known = _CALLBACK_TYPES.get(kind)
+    if known is None:
+        known = _CALLBACK_TYPES[kind] = (kind is not type and kind.__module__.startswith("verispec.")
+                                         and all(callable(getattr(kind, name, None)) for name in CALLBACK_METHODS))
+    return known
+
+
+#: Types seen by ``_is_callback``, and whether they are callbacks.
+_CALLBACK_TYPES: dict[type, bool] = {}
 
 
 def _serve_callback(message: dict, handles: dict[int, object]):
