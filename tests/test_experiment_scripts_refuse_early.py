@@ -188,7 +188,7 @@ def test_a_dataset_that_is_a_fifo_a_device_or_a_folder_is_refused_at_once(name, 
     os.mkfifo(fifo)
     script = load_script(f"experiments/{name}.py", f"{name}_fifo")
     for dataset, words in ((fifo, "is a FIFO (named pipe), not a regular file"),
-                           ("/dev/zero", "is a device, not a regular file"), (tmp_path, "is a folder")):
+                           ("/dev/zero", "is a character device, not a regular file"), (tmp_path, "is a folder")):
         began = time.monotonic()
         arguments = ["--dataset", str(dataset), "--time-budget", "60", "--out", str(tmp_path / "out.json")] + \
             (["--verifiers", "gbv"] if name == "label_cost" else [])

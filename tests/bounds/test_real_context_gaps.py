@@ -231,7 +231,8 @@ def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     mine.write_text('{"my": "notes"}')
     cases = [(["--trees", "iid:2,2,bogus:3", "--out", str(tmp_path / "a.json")], "--trees"),
              (["--out", str(mine)], "is not a result file"),
-             (["--roots", "0", "--out", str(tmp_path / "b.json")], "--roots 0 is out of range: give a whole number of at least 1")]
+             (["--roots", "0", "--out", str(tmp_path / "b.json")],
+              "--roots 0 is out of range: give a whole number of at least 1")]
     assert_one_line_refusals(script.main, common, cases, "real_context_gaps: error:", capsys)
     assert mine.read_text() == '{"my": "notes"}'
     # a time budget spent before the first root (it runs from the start: reading the dataset and the pair count

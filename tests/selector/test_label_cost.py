@@ -86,7 +86,8 @@ def test_the_script_refuses_on_one_line(tiny_dataset, tmp_path, capsys):
     mine.write_text('{"my": "notes"}')
     cases = [(["--verifiers", "bogus", "--out", str(tmp_path / "a.json")], "bogus"),
              (["--verifiers", "gbv", "--out", str(mine)], "is not a result file"),
-             (["--verifiers", "gbv", "--roots", "0", "--out", str(tmp_path / "b.json")], "--roots 0 is out of range: give a whole number of at least 1")]
+             (["--verifiers", "gbv", "--roots", "0", "--out", str(tmp_path / "b.json")],
+              "--roots 0 is out of range: give a whole number of at least 1")]
     assert_one_line_refusals(script.main, common, cases, "label_cost: error:", capsys)
     assert mine.read_text() == '{"my": "notes"}'
     # a budget spent before the first root (it runs from the start: reading the dataset and the pair count too):

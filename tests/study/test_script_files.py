@@ -48,7 +48,8 @@ def test_an_input_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
     once; a regular file passes (the control)."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    cases = {fifo: "is a FIFO (named pipe), not a regular file", "/dev/zero": "is a device, not a regular file",
+    cases = {fifo: "is a FIFO (named pipe), not a regular file",
+             "/dev/zero": "is a character device, not a regular file",
              tmp_path: "is a folder, not a regular file", tmp_path / "none": "does not exist"}
     began = time.monotonic()
     for path, words in cases.items():

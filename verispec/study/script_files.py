@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from verispec.errors import OutputError, ResultStoreError, VerispecError
+from verispec.reading import file_type, size_text
 
 #: Least free space the outputs' file system must have beyond the files' present sizes: a result file or a table is
 #: at most a few MB (the largest committed one, the selector study's, is 0.2 MB).
@@ -91,10 +92,7 @@ def check_input(path: str | Path, what: str, error: type[VerispecError] = Verisp
     except OSError as failure:
         raise error(f"cannot read {what} {shown}: {failure.strerror or failure}") from None
     if not stat.S_ISREG(mode):
-        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
-                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
-                "not a regular file")
-        raise error(f"{what} {shown} is {kind}, not a regular file; give a file")
+        raise error(f"{what} {shown} is {file_type(mode)}, not a regular file; give a file")
 
 
 def check_free_space(paths: Iterable[str | Path], what: str, needed: int = MIN_FREE_BYTES) -> None:
@@ -118,16 +116,9 @@ def check_free_space(paths: Iterable[str | Path], what: str, needed: int = MIN_F
             continue  # a file system that reports no space: the writes will tell
         free = status.f_bavail * status.f_frsize
         if free < needed + 2 * present:
-            raise OutputError(f"{what} {str(members[0])!r}: its file system has {_bytes(free)} free, less than the "
-                              f"{_bytes(needed + 2 * present)} this run may need to write its results; free some "
+            raise OutputError(f"{what} {str(members[0])!r}: its file system has {size_text(free)} free, less than the "
+                              f"{size_text(needed + 2 * present)} this run may need to write its results; free some "
                               "space, or choose another place")
-
-
-def _bytes(count: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= size:
-            return f"{count / size:.3g} {unit}"
-    return f"{count} bytes"
 
 
 def is_row_store(path: str | Path) -> bool:
