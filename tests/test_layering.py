@@ -30,8 +30,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "verispec"
 
 #: The ground floor's modules in order; each imports only modules listed before it.
 GROUND_FLOOR = ["errors", "version", "limits", "lazy_names", "backend", "verdict", "processes", "confinement", "watch",
-                "supervisor", "budget", "sizes", "statistics", "reading", "provenance", "io", "store_lock", "native",
-                "latency", "wire", "sandbox_process", "sandbox", "user_code", "memory"]
+                "supervisor", "budget", "sizes", "statistics", "reading", "provenance", "markers", "io", "store_lock",
+                "native", "latency", "wire", "sandbox_process", "sandbox", "user_code", "memory"]
 
 #: Package-level layers, lowest first (names after ``verispec.``; "" is the top package itself).
 LAYER_NAMES = [

@@ -124,7 +124,8 @@ class Sandbox:
         # which fail the nonce check and are dropped, never mixed into the sandbox's answer
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         crash_file = tempfile.TemporaryFile()
-        self.private_dir = tempfile.mkdtemp(prefix="verispec-sandbox-")  # the one folder it may write in
+        # the one folder it may write in: inside the command's scratch folder, which the supervisor removes
+        self.private_dir = tempfile.mkdtemp(prefix="verispec-sandbox-", dir=supervisor.scratch())
         protected = supervisor.protected_pids()
         self.nonce = os.urandom(16)
         confinement.protect_this_process()
@@ -283,6 +284,8 @@ class Sandbox:
                 else:
                     time.sleep(0.01)
         self.pid = None
+        if self.private_dir and self.owner == os.getpid():
+            shutil.rmtree(self.private_dir, ignore_errors=True)
         if status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == sandbox_process.CHANNEL_LOST:
             raise SandboxDied(f"verispec: RAISES: the code under check closed or broke its channel to verispec while "
                               f"checking {self._doing()}, so its answer could not come back; the code must return, "

@@ -36,6 +36,7 @@ import io
 import json
 import mmap
 import os
+import shutil
 import signal
 import struct
 import sys
@@ -87,6 +88,8 @@ class _Worker:
     before_report: list = []
     #: The supervisor's pid and the worker's (``protected_pids``).
     chain: tuple = ()
+    #: A folder the supervisor made for the command and removes when it ends, whatever ended it (``scratch``).
+    scratch: str | None = None
 
 
 def in_worker() -> bool:
@@ -119,6 +122,12 @@ def before_report(callback: Callable[[], None]) -> None:
     there, so the supervisor finds none of them left running)."""
     if callback not in _Worker.before_report:
         _Worker.before_report.append(callback)
+
+
+def scratch() -> str | None:
+    """The command's scratch folder (in the worker and its forks; None elsewhere): what is made in it (a sandbox's
+    own folder) is removed with it when the command ends, a worker killed at a limit included."""
+    return _Worker.scratch
 
 
 def protected_pids() -> list[int]:
@@ -396,11 +405,13 @@ def _die_with(parent: int) -> None:
         _ORIGINALS.get("_exit", os._exit)(EXIT_INCONCLUSIVE)
 
 
-def _start_worker(report_fd: int, out_fd: int, err_fd: int, shared: mmap.mmap, crash_file, parent: int) -> None:
+def _start_worker(report_fd: int, out_fd: int, err_fd: int, shared: mmap.mmap, crash_file, parent: int,
+                  scratch_folder: str) -> None:
     """Set the worker up, in the child right after the fork."""
     import faulthandler
 
     _Worker.pid = os.getpid()
+    _Worker.scratch = scratch_folder
     _Worker.chain = (parent, os.getpid())
     os.setpgid(0, 0)  # signals to the user's group reach the supervisor, which passes them on once
     _die_with(parent)
@@ -437,6 +448,7 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
     err_read, err_write = os.pipe()
     shared = mmap.mmap(-1, NOTE_BYTES)
     crash_file = tempfile.TemporaryFile()
+    scratch_folder = tempfile.mkdtemp(prefix="verispec-run-")
     reaper = Reaper(_real("kill"), _write)
     parent = os.getpid()
     pid = os.fork()
@@ -444,7 +456,7 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
         try:
             for fd in (report_read, out_read, err_read):
                 os.close(fd)
-            _start_worker(report_write, out_write, err_write, shared, crash_file, parent)
+            _start_worker(report_write, out_write, err_write, shared, crash_file, parent, scratch_folder)
             note(supervision.checking)
             _work(run)
         finally:
@@ -471,7 +483,9 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
                 pass
         shared.close()
         crash_file.close()
+        shutil.rmtree(scratch_folder, ignore_errors=True)
 
 
-__all__ = ["SWITCH", "Supervision", "available", "exit_finding", "in_worker", "note", "report_and_end",
-           "run_supervised", "watch_user_files"]
+__all__ = ["INTERNAL_LINE", "SWITCH", "Supervision", "available", "become_sandbox", "before_report", "doing",
+           "exit_finding", "in_worker", "in_worker_tree", "note", "protected_pids", "report_and_end", "run_supervised",
+           "scratch", "watch_user_files"]
