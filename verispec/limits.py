@@ -34,6 +34,11 @@ EXTERNAL_LAYOUTS = ("chain", "padded", "ragged", "tree-parent", "tree-sibling", 
 #: Largest number of runs of one black-box test: the runs' tree indices and outcomes are held in memory, 16 bytes
 #: each (``verispec.external.blackbox``; check-external's --samples).
 MAX_BLACKBOX_SAMPLES = 20_000_000
+#: The most distinct keys (seeds of keyed random streams) one call of code under check may draw from, by default
+#: (``check-external --max-keys``): each key is a stream of uniforms of its own to integrate.
+MAX_KEYS = 4096
+#: How ``check-external --rng capture`` feeds draws from keyed sources (``verispec.external.rng.KEY_MODES``).
+KEY_MODES = ("keyed", "fresh")
 
 #: Most nodes (root included) of a tree decoded: every target forward feeds the whole tree with an n x (context + n)
 #: attention mask, and the verifier's law holds n x V float64 entries. Sequoia's and DySpec's largest trees have

@@ -14,7 +14,7 @@ from verispec.cli.options import (
     number_option,
 )
 from verispec.errors import VerispecError
-from verispec.limits import EXTERNAL_LAYOUTS, MAX_BLACKBOX_SAMPLES, MAX_HUNT_VOCAB
+from verispec.limits import EXTERNAL_LAYOUTS, KEY_MODES, MAX_BLACKBOX_SAMPLES, MAX_HUNT_VOCAB, MAX_KEYS
 
 
 def add_parser(subparsers) -> None:
@@ -70,6 +70,15 @@ def add_parser(subparsers) -> None:
     check.add_argument("--rng", choices=("explicit", "capture"), default="explicit",
                        help="explicit (default): the function takes the layout's uniforms; capture: its own draws "
                             "from torch's, numpy's and Python's global RNGs are fed from the checker's uniforms")
+    check.add_argument("--keys", choices=KEY_MODES, default="keyed",
+                       help="with --rng capture: keyed (default): draws from a generator seeded inside the call "
+                            "(torch.Generator.manual_seed, torch.manual_seed, default_rng(seed), np.random.seed, "
+                            "random.seed) or from verispec.keyed.rand(seed, offsets) read the uniforms of their key, "
+                            "the same key the same numbers; fresh: every draw fresh (the old model, which misses a "
+                            "key reused by two draws)")
+    check.add_argument("--max-keys", type=integer_option(minimum=1, maximum=10**6,
+                                                         what="an integer in [1, 1000000]"), default=MAX_KEYS,
+                       help=f"the most keys one call may draw from (default {MAX_KEYS}); past it the check is refused")
     check.add_argument("--per-row", action="store_true",
                        help="call the function one row (batch size 1) at a time, for functions of one sequence")
     add_call_timeout_option(check)
@@ -103,8 +112,9 @@ def run(args) -> int:
     from tqdm import tqdm
 
     # --call-timeout is the command's guard's (verispec.budget.CommandGuard), as for every command running your code
-    options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row))
-               if value not in (None, False, "explicit")}
+    options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row), ("keys", args.keys),
+                                               ("max_keys", args.max_keys))
+               if value not in (None, False, "explicit", "keyed", MAX_KEYS)}
     with tqdm(desc="problems tried", unit=" problems", disable=problem is not None or not sys.stderr.isatty(),
               leave=False) as bar:
         report = check_external(function, args.layout, args.tree, problem=problem, mode=args.mode,
@@ -129,7 +139,7 @@ def run(args) -> int:
                   f"{json.dumps(report.problem)}")
             options = "".join(f" {option}" for option, given in (
                 (f"--arrays {args.arrays}", args.arrays != "numpy"), (f"--rng {args.rng}", args.rng == "capture"),
-                ("--per-row", args.per_row)) if given)
+                ("--per-row", args.per_row), (f"--keys {args.keys}", args.keys != "keyed")) if given)
             print(f"  reproduce: verispec check-external {args.function} --layout {args.layout} --tree {args.tree}"
                   f"{options} --problem {where} --mode {report.mode}")
     return report.exit_status

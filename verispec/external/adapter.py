@@ -76,7 +76,7 @@ import numpy as np
 from verispec.errors import UnknownVerifierError, VerifierError, VerispecError
 from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError, integrate
 from verispec.external.layouts import ARRAY_KINDS, Layout, get_layout
-from verispec.external.rng import CaptureRefusal, TorchEscape, UniformsExhausted
+from verispec.external.rng import KEY_MODES, MAX_KEYS, CaptureRefusal, TorchEscape, UniformsExhausted
 from verispec.external.runner import RAISED, NondeterministicError, RaiseLog, Runner, SelfDraftingRunner
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw
@@ -123,7 +123,7 @@ class ExternalVerifier(Verifier):
                  device: str = "cpu", rng: str = "explicit", per_row: bool = False,
                  call_timeout: float | None = None, scan: int = 16, probes: int = 4, max_boxes: int = 1024,
                  max_breaks: int = 512, check_races: bool = True, max_uniforms: int = MAX_UNIFORMS,
-                 unfed: bool = False):
+                 unfed: bool = False, keys: str = "keyed", max_keys: int = MAX_KEYS):
         if not callable(function):
             raise VerispecError(f"an external verifier needs a function, got {type(function).__name__}")
         if arrays not in ARRAY_KINDS:
@@ -140,6 +140,10 @@ class ExternalVerifier(Verifier):
             raise VerispecError(f"call_timeout must be a positive number of seconds, got {call_timeout!r}")
         if not (isinstance(max_uniforms, int) and max_uniforms >= 1):
             raise VerispecError(f"max_uniforms must be a positive integer, got {max_uniforms!r}")
+        if keys not in KEY_MODES:
+            raise VerispecError(f"keys must be one of {', '.join(KEY_MODES)}, got {keys!r}")
+        if isinstance(max_keys, bool) or not (isinstance(max_keys, int) and max_keys >= 1):
+            raise VerispecError(f"max_keys must be a positive integer, got {max_keys!r}")
         self.function = function
         self.layout = get_layout(layout) if isinstance(layout, str) else layout
         self.name = name or getattr(function, "__name__", None) or getattr(getattr(function, "func", None),
@@ -157,6 +161,9 @@ class ExternalVerifier(Verifier):
         self.per_row = per_row or self.layout.one_sequence or unfed  # unfed: independent runs, one call each
         self.call_timeout = None if call_timeout is None else float(call_timeout)
         self.max_uniforms = max_uniforms
+        #: How keyed draws are fed (``verispec.external.rng.KEY_MODES``) and the most keys one call may draw from.
+        self.keys = keys
+        self.max_keys = max_keys
         if arrays == "torch" or self.layout.one_sequence:
             try:
                 import torch
@@ -182,6 +189,9 @@ class ExternalVerifier(Verifier):
         self._runners: dict = {}
         #: torch draws are followed through a TorchFunctionMode throughout (``verispec.external.rng.Capture``).
         self.torch_full = False
+        #: The function takes a ``seed`` after the layout's arguments (capture mode): each call is handed the seed
+        #: of its request, and the keys of its seeded draws are read ("Keys" in the RNG glossary).
+        self.takes_seed = False
         self._check_signature()
 
     def _check_signature(self) -> None:
@@ -201,6 +211,9 @@ class ExternalVerifier(Verifier):
                 return False
             return True
 
+        if self.rng != "explicit" and "seed" in signature.parameters and takes((*given, "seed")):
+            self.takes_seed = True  # a function that seeds its own draws takes its request's seed after the rest
+            return
         if takes(given):
             return
         if self.rng == "capture" and takes(handed):

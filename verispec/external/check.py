@@ -82,7 +82,7 @@ from verispec.external.check_options import CheckOptions
 from verispec.external.check_report import CheckReport
 from verispec.external.exact import NotPiecewiseConstantError
 from verispec.external.raises import PastRaises, StateWatch, law_past_raises, say_state
-from verispec.external.rng import CaptureRefusal, GlobalRandomnessError, RowByRowRefusal
+from verispec.external.rng import CaptureRefusal, GlobalRandomnessError, KeyRefusal, RowByRowRefusal
 from verispec.external.runner import FunctionRaised, NondeterministicError, RaiseLog
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.drafters import Drafter
@@ -134,6 +134,8 @@ class _Check:
         """Go on with a verifier that can run the function, where ``error`` (one of RANDOMNESS_ERRORS) says this one
         cannot feed its randomness; False where none is left (see the module docstring, 'Randomness')."""
         verifier = self.verifier
+        if isinstance(error, KeyRefusal):  # a key verispec cannot read is refused, never guessed at by black-box runs
+            return False
         if isinstance(error, GlobalRandomnessError) and verifier.rng == "explicit":
             # a flattened layout's draws run over draft tokens: fed one tree a call
             self.verifier = self.build(rng="explicit+capture",

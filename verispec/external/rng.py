@@ -22,6 +22,7 @@ primitive above raises ``GlobalRandomnessError``, with the hint to use ``rng='ca
 
 from __future__ import annotations
 
+import functools
 import math
 import random as _random
 import sys
@@ -32,8 +33,12 @@ import numpy as np
 from verispec.errors import VerifierError, VerispecError
 from verispec.external.rng_numpy import CapturedGenerator, numpy_functions, random_functions
 from verispec.external.rng_rules import ACTIVE, Signal, site
+from verispec.limits import KEY_MODES, MAX_KEYS
 
 MODES = ("capture", "forbid")
+# KEY_MODES: how draws from a keyed source are fed (``Capture.keys``): ``keyed``, the same key the same uniforms
+# and different keys independent ones; ``fresh``, every draw fresh uniforms (verispec before keys were read: it
+# misses reuse). MAX_KEYS: the most distinct keys (streams) one call may draw from, by default (``--max-keys``).
 
 
 class CaptureRefusal(VerifierError):
@@ -43,6 +48,11 @@ class CaptureRefusal(VerifierError):
 class RowByRowRefusal(CaptureRefusal):
     """A batched call's draws cannot be fed row by row (no batch dimension, draws that depend on the batch, rows
     that read each other); calling the function one row at a time (``per_row``) can."""
+
+
+class KeyRefusal(CaptureRefusal):
+    """A keyed draw verispec cannot feed: a key it cannot read (the time, ``os.urandom``, ``torch.seed()``: it
+    differs between two identical calls), or more keys in one call than the budget allows."""
 
 
 class GlobalRandomnessError(VerifierError):
@@ -79,6 +89,14 @@ class Tape:
         self.expected = expected
         #: The results of the discrete draws (categorical, integers, Bernoulli), each [M, k] int64, in order.
         self.choices: list[np.ndarray] = []
+        #: Keyed draws: (key, index) -> the tape column that stands for the index-th uniform of that key's stream.
+        self.keyed: dict[tuple, int] = {}
+        #: The keys drawn from, in order of first use (their reprs: two identical calls must give the same list).
+        self.keys: list[str] = []
+        #: How many draws read each column (a keyed column may be read twice), and the columns an exponential
+        #: race was read from as one categorical draw (which no later draw may read: ``rng_torch.FeedMode.race``).
+        self.reads = np.zeros(self.size, dtype=np.int64)  # [U]
+        self.raced = np.zeros(self.size, dtype=bool)  # [U]
 
     def take(self, shape, what: str, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The next uniforms for a draw of ``shape``: (values of that shape, their tape columns, of the per-row
@@ -104,8 +122,53 @@ class Tape:
         columns = np.arange(self.cursor, self.cursor + count)
         values = self.values[:, self.cursor:self.cursor + count].reshape(shape).copy()
         self.used[self.cursor:self.cursor + count] = True
+        self.reads[self.cursor:self.cursor + count] += 1
         self.cursor += count
         return values, columns.reshape(per_row)
+
+    def take_keyed(self, key: tuple, indices: np.ndarray, what: str, name: str,
+                   max_keys: int = MAX_KEYS) -> tuple[np.ndarray, np.ndarray]:
+        """The uniforms of the elements ``indices`` (any shape) of the stream of ``key``: an element drawn before in
+        this call takes the same column (so the same number), a new one the next fresh column. -> (values of
+        ``indices``' shape, their columns). Only in a call of one row: a batch's rows would have keys of their own."""
+        if self.rows != 1:
+            raise Signal(RowByRowRefusal(
+                f"external function {name} draws {what} from a keyed source at {site()} in a batched call of "
+                f"{self.rows} rows; keyed draws are fed one row a call (--per-row)"))
+        label = repr(key)
+        if label not in self.keys:
+            if len(self.keys) >= max_keys:
+                raise Signal(KeyRefusal(
+                    f"external function {name} draws from more than {max_keys} keys in one call (the last at "
+                    f"{site()}); each key is a stream of its own uniforms to integrate: raise --max-keys if that is "
+                    "right"))
+            self.keys.append(label)
+        flat = np.asarray(indices, dtype=np.int64).reshape(-1)
+        columns = np.empty(flat.shape, dtype=np.int64)
+        fresh = 0
+        for position, index in enumerate(flat.tolist()):
+            column = self.keyed.get((label, index))
+            if column is None:
+                column = self.keyed[(label, index)] = self.cursor + fresh
+                fresh += 1
+            columns[position] = column
+        if self.cursor + fresh > self.size:
+            for (stream, index), column in list(self.keyed.items()):  # leave the map as it was: the call is rerun
+                if column >= self.cursor:
+                    del self.keyed[(stream, index)]
+            raise UniformsExhausted(self.cursor + fresh)
+        self.cursor += fresh
+        if np.any(self.raced[columns]):
+            from verispec.external.exact import NotPiecewiseConstantError
+
+            raise Signal(NotPiecewiseConstantError(
+                f"exact mode cannot integrate {name}: its draw {what} at {site()} reads again, by its key, the "
+                "exponential noise of a race already read as one categorical draw (the same noise drives two "
+                "races), which is not piecewise constant in one uniform: use --mode blackbox"))
+        self.draws.append((f"{what} keyed {_runs(columns)}", len(flat)))
+        self.used[columns] = True
+        self.reads[columns] += 1
+        return self.values[0, columns].reshape(np.shape(indices)).copy(), columns.reshape(np.shape(indices))
 
     def note(self, results) -> None:
         """Record the results of a discrete draw just made (first dimension the batch's in a batched call)."""
@@ -141,6 +204,21 @@ class Tape:
             f"the same tree shape drew {before}, so its draws depend on the batch's data (e.g. a correction drawn "
             "only when some row rejects) and a row's draws would take other uniforms depending on the rows beside "
             "it: call it one row at a time (--per-row)")
+
+
+def _runs(columns: np.ndarray) -> str:
+    """Columns as runs ("3-7,2"): part of a keyed draw's path label, since which columns it reads is the path."""
+    parts, start, previous = [], None, None
+    for column in columns.tolist():
+        if start is not None and column == previous + 1:
+            previous = column
+            continue
+        if start is not None:
+            parts.append(f"{start}-{previous}" if previous != start else f"{start}")
+        start = previous = column
+    if start is not None:
+        parts.append(f"{start}-{previous}" if previous != start else f"{start}")
+    return ",".join(parts)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -188,10 +266,28 @@ class Capture:
     #: Called on leaving, with whether the states are to be checked (no exception in flight): a function in its
     #: sandbox closes the capture that stands for this one there (``verispec.external.sandboxed``).
     closers: list = field(default_factory=list)
+    #: How draws from keyed sources are fed (``KEY_MODES``; "Keys" in the glossary of
+    #: ``docs/guides/check_external.md``), and the most keys one call may draw from.
+    keys: str = "keyed"
+    max_keys: int = MAX_KEYS
+    #: Seconds added to the clocks the call reads (``time.time``, ``time_ns``, ``monotonic``, ``perf_counter``):
+    #: the probe's second identical call runs with an offset, so a key taken from the time differs between the two
+    #: and is refused (``KeyRefusal``) instead of being read as a function of the inputs.
+    clock_offset: float = 0.0
+    #: The calls are handed their request's seed (the function takes ``seed``): only then are the keys of generators
+    #: seeded inside a call read (a key that does not come from such a seed gives the same numbers on every call).
+    handed_seed: bool = False
+    #: This call's keyed streams: id of a generator -> [key, next index, the generator] (torch generators seeded
+    #: since their last draw, numpy generators seeded inside the call), and the global generators seeded inside
+    #: the call: library -> [key, next index].
+    _streams: dict = field(default_factory=dict)
+    _global_keys: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise VerispecError(f"capture mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.keys not in KEY_MODES:
+            raise VerispecError(f"key mode must be one of {', '.join(KEY_MODES)}, got {self.keys!r}")
 
     # -- entering and leaving
 
@@ -263,9 +359,12 @@ class Capture:
         self.end_call()
 
     def start(self, tape: Tape | None) -> None:
-        """Feed the next call from ``tape`` (forget the previous call's noise tensors); None between calls."""
+        """Feed the next call from ``tape`` (forget the previous call's noise tensors and keyed streams); None
+        between calls."""
         self.tape = tape
         self.tracked.clear()
+        self._streams.clear()
+        self._global_keys.clear()
         if not self.torch_full:
             self._disengage()
 
@@ -282,8 +381,54 @@ class Capture:
 
     # -- taking uniforms
 
-    def draw(self, what: str, shape) -> tuple[np.ndarray, np.ndarray]:
-        """Uniforms for a draw of ``shape`` by primitive ``what`` (refused in forbid mode)."""
+    def draw(self, what: str, shape, generator=None) -> tuple[np.ndarray, np.ndarray]:
+        """Uniforms for a draw of ``shape`` by primitive ``what`` (refused in forbid mode), from ``generator`` (a
+        torch generator passed as ``generator=``, or a numpy Generator made inside the call) or the library's
+        global one: keyed where that source is seeded by a key verispec read, fresh otherwise."""
+        self._check_draw(what)
+        stream = self._stream(what, generator)
+        if stream is None:
+            return self.tape.take(shape, what, self.name)
+        shape = tuple(int(size) for size in shape)
+        start = stream[1]
+        stream[1] += math.prod(shape)
+        indices = np.arange(start, stream[1], dtype=np.int64).reshape(shape)
+        return self.tape.take_keyed(stream[0], indices, what, self.name, self.max_keys)
+
+    def keyed_draw(self, what: str, key: tuple, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Uniforms for the elements ``indices`` of the stream of ``key`` (``verispec.keyed``: a counter-based
+        source, the uniform at (key, index) the same wherever it is drawn in the call); fresh in ``fresh`` mode."""
+        self._check_draw(what)
+        if self.keys == "fresh" or not self.handed_seed:
+            return self.tape.take(np.shape(indices), what, self.name)
+        return self.tape.take_keyed(key, indices, what, self.name, self.max_keys)
+
+    def _stream(self, what: str, generator):
+        """The keyed stream [key, next index] a draw of ``what`` from ``generator`` (None: the global one) reads, or
+        None for fresh uniforms."""
+        if self.keys == "fresh" or not self.handed_seed:
+            return None
+        if generator is None:
+            return self._global_keys.get(what.split(".")[0])
+        stream = getattr(generator, "_verispec_stream", None)  # a numpy Generator seeded inside the call
+        if stream is not None:
+            return stream
+        if hasattr(generator, "get_state") and hasattr(generator, "initial_seed"):
+            from verispec.external.rng_torch import generator_stream
+
+            return generator_stream(self._streams, generator)
+        return None
+
+    def seed_global(self, library: str, seed) -> None:
+        """A global generator seeded inside the call (``torch.manual_seed(s)``, ``np.random.seed(s)``,
+        ``random.seed(s)``): its draws from here on read the stream of key (library, s)."""
+        if seed is None:
+            raise Signal(KeyRefusal(
+                f"external function {self.name} seeds {library}'s global generator from the operating system at "
+                f"{site()}: verispec cannot read that key; seed it with a number derived from the inputs"))
+        self._global_keys[library] = [(library, _key_value(seed, self.name)), 0]
+
+    def _check_draw(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
         if self.mode == "forbid":
             library = what.split(".")[0]
@@ -294,7 +439,6 @@ class Capture:
                 "arguments are then left out); if it mixes both, draw the handed uniforms in a wrapper instead"))
         if self.tape is None:
             raise Signal(CaptureRefusal(f"external function {self.name} drew {what} outside a call"))
-        return self.tape.take(shape, what, self.name)
 
     def chose(self, results):
         """Record the results of a discrete draw (``Tape.note``) and return them."""
@@ -322,8 +466,23 @@ class Capture:
             self._patch(_random, attribute, function)
         if "torch" in sys.modules:
             torch = sys.modules["torch"]
-            self._patch(torch, "manual_seed", self.seeding("torch.manual_seed"))
-            self._patch(torch.random, "manual_seed", self.seeding("torch.manual_seed"))
+            seeding = self.seeding("torch.manual_seed", "torch")
+            self._patch(torch, "manual_seed", seeding)
+            self._patch(torch.random, "manual_seed", seeding)
+            unreadable = self.unreadable("torch.seed()")
+            self._patch(torch, "seed", unreadable)
+            self._patch(torch.random, "seed", unreadable)
+        if self.clock_offset:
+            self._patch_clocks()
+
+    def _patch_clocks(self) -> None:
+        import time
+
+        offset = self.clock_offset
+        for name in ("time", "monotonic", "perf_counter"):
+            self._patch(time, name, functools.partial(_shifted, getattr(time, name), offset))
+            self._patch(time, f"{name}_ns", functools.partial(_shifted, getattr(time, f"{name}_ns"),
+                                                               int(offset * 1e9)))
 
     def generator(self):
         """A numpy Generator whose methods draw from this capture (``default_rng()`` inside a call)."""
@@ -331,15 +490,72 @@ class Capture:
         self._generators.append((created, created.bit_generator.state))
         return created
 
-    def seeding(self, what: str):
-        """A replacement for a global seeding function, which refuses: seeded on every call, the global draws
-        would be the same on every call, and feeding them as fresh randomness would hide that."""
+    def seeding(self, what: str, library: str):
+        """A replacement for a global seeding function (``torch.manual_seed``, ``np.random.seed``, ``random.seed``):
+        the library's global draws from then on read the stream of that key (``seed_global``). With keys
+        ``fresh`` (every draw fresh, the old model) it refuses: the draws of a generator re-seeded on every call are
+        the same on every call, and feeding them as fresh randomness would hide that."""
+        def seed(value=None, *args, **kwargs):
+            if self.keys == "fresh" or not self.handed_seed:
+                raise Signal(CaptureRefusal(
+                    f"external function {self.name} calls {what} at {site()}: re-seeded on every call, its draws are "
+                    "the same on every call, so its output is not random at all; verispec will not feed them as "
+                    "fresh randomness: leave the seeding to the caller, or take the request's seed (a 'seed' "
+                    "parameter after the layout's arguments) and seed with it"))
+            if self.tape is None and self.mode == "capture":
+                raise Signal(CaptureRefusal(f"external function {self.name} calls {what} outside a call"))
+            self.seed_global(library, value)
+            return None
+        return seed
+
+    def unreadable(self, what: str):
+        """A replacement for a seeding from the operating system (``torch.seed()``), which refuses: the key it sets
+        cannot be read from the call's inputs."""
         def refuse(*args, **kwargs):
-            raise Signal(CaptureRefusal(
-                f"external function {self.name} calls {what} at {site()}: re-seeded on every call, its draws are "
-                "the same on every call, so its output is not random at all; verispec will not feed them as fresh "
-                "randomness: leave the seeding to the caller"))
+            raise Signal(KeyRefusal(
+                f"external function {self.name} calls {what} at {site()}, which seeds from the operating system: "
+                "verispec cannot read that key; seed with a number derived from the inputs (manual_seed)"))
         return refuse
+
+    def seeded_generator(self, seed):
+        """A numpy Generator made by ``default_rng(seed)`` inside a call: its draws read the stream of key
+        ("numpy", seed) (the same seed, the same numbers, as numpy's own); fresh draws in ``fresh`` mode."""
+        if self.keys == "fresh" or not self.handed_seed:  # left alone: the same draws on every call, its true law
+            return np.random.Generator(np.random.PCG64(seed))
+        created = CapturedGenerator(np.random.PCG64(0))
+        self._generators.append((created, created.bit_generator.state))
+        if self.keys == "keyed":
+            created._verispec_stream = [("numpy", _key_value(seed, self.name)), 0]
+        return created
+
+
+def _shifted(clock, offset, *args):
+    """``clock`` moved forward by ``offset`` for the code under check; verispec's own readings (its time budgets)
+    get the real clock."""
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    if caller == "verispec" or caller.startswith("verispec."):
+        return clock(*args)
+    return clock(*args) + offset
+
+
+def _key_value(seed, name: str):
+    """A seed as a hashable key: an integer, a tuple of integers, or a SeedSequence's (entropy, spawn key); any
+    other seed is refused (``KeyRefusal``)."""
+    if isinstance(seed, (bool, np.bool_)):
+        return int(seed)
+    if isinstance(seed, (int, np.integer)):
+        return int(seed)
+    if hasattr(seed, "item") and getattr(seed, "ndim", 1) == 0:  # a 0-d tensor or array
+        return _key_value(seed.item(), name)
+    if isinstance(seed, np.random.SeedSequence):
+        return ("SeedSequence", _key_value(seed.entropy, name), tuple(int(k) for k in seed.spawn_key))
+    if isinstance(seed, (list, tuple, np.ndarray)) or hasattr(seed, "tolist"):
+        values = seed.tolist() if hasattr(seed, "tolist") else list(seed)
+        return tuple(_key_value(value, name) for value in values)
+    if isinstance(seed, (str, bytes, float)):
+        return (type(seed).__name__, seed)
+    raise Signal(KeyRefusal(f"external function {name} seeds a generator with {type(seed).__name__} at {site()}, "
+                            "which verispec cannot read as a key: seed it with an integer"))
 
 
 def _global_states() -> tuple:

@@ -73,14 +73,19 @@ def numpy_functions(capture) -> dict:
         return _scalar_or_array(np.asarray(rules.normal(take("randn", dims))), None if not dims else dims)
 
     def default_rng(seed=None):
-        # seeded inside the call, a generator gives the same draws on every call: that IS the function's law
-        return capture.generator() if seed is None else original_default_rng(seed)
+        # seeded inside the call, a generator reads the stream of its seed as a key ("Keys" in the glossary);
+        # a Generator handed in (default_rng(generator)) is returned as numpy returns it
+        if seed is None:
+            return capture.generator()
+        if isinstance(seed, (np.random.Generator, np.random.BitGenerator)) or capture.tape is None:
+            return original_default_rng(seed)  # (verispec's own generators, made between the calls)
+        return capture.seeded_generator(seed)
 
     return {"random": random_sample, "random_sample": random_sample, "ranf": random_sample,
             "sample": random_sample, "rand": rand, "uniform": uniform, "choice": choice, "randint": randint,
             "exponential": exponential, "standard_exponential": standard_exponential, "normal": normal,
             "standard_normal": standard_normal, "randn": randn, "default_rng": default_rng,
-            "seed": capture.seeding("numpy.random.seed")}
+            "seed": capture.seeding("numpy.random.seed", "numpy")}
 
 
 def _scale(scale):
@@ -95,7 +100,7 @@ def _scale(scale):
 _CHOICE_ATOL = math.sqrt(np.finfo(np.float64).eps)
 
 
-def _numpy_choice(capture, what: str, a, size, replace, p, legacy: bool):
+def _numpy_choice(capture, what: str, a, size, replace, p, legacy: bool, generator=None):
     """``choice`` with numpy's own checks and errors (ValueError; ``legacy``: ``np.random.choice``, whose ``a``
     must be 1-D, else ``Generator.choice``, which draws along axis 0), its draws by the categorical rule."""
     shape = _size_shape(size)
@@ -139,7 +144,7 @@ def _numpy_choice(capture, what: str, a, size, replace, p, legacy: bool):
             raise ValueError("Fewer non-zero entries in p than size")
         if shape and capture.tape is not None and capture.tape.rows > 1:
             capture.refuse(f"{what}(replace=False) over a batch")  # a batch of draws from one population
-    u = capture.draw(what, shape)[0].reshape(1, -1)
+    u = capture.draw(what, shape, generator)[0].reshape(1, -1)
     index = capture.chose(rules.categorical(weights[None, :], u, bool(replace)))
     chosen = population[index.reshape(shape)]
     return chosen if size is not None else chosen.item() if chosen.ndim == 0 else chosen
@@ -152,7 +157,7 @@ class CapturedGenerator(np.random.Generator):
         return rules.ACTIVE[-1] if rules.ACTIVE else None
 
     def _take(self, what, size):
-        return self._capture().draw(f"numpy.Generator.{what}", _size_shape(size))[0]
+        return self._capture().draw(f"numpy.Generator.{what}", _size_shape(size), self)[0]
 
     def random(self, size=None, dtype=np.float64, out=None):
         if self._capture() is None:
@@ -184,7 +189,8 @@ class CapturedGenerator(np.random.Generator):
             capture.refuse("Generator.choice(axis != 0)")
         if not replace and not shuffle:  # numpy's own order of the chosen set, which the rule does not follow
             capture.refuse("Generator.choice(replace=False, shuffle=False)")
-        return _numpy_choice(capture, "numpy.Generator.choice", a, size, replace, p, legacy=False)
+        return _numpy_choice(capture, "numpy.Generator.choice", a, size, replace, p, legacy=False,
+                             generator=self)
 
     def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False):
         if self._capture() is None:
@@ -270,4 +276,4 @@ def random_functions(capture) -> dict:
 
     return {"random": random, "uniform": uniform, "choices": choices, "choice": choice, "randrange": randrange,
             "randint": randint, "expovariate": expovariate, "gauss": gauss, "normalvariate": gauss,
-            "seed": capture.seeding("random.seed")}
+            "seed": capture.seeding("random.seed", "random")}

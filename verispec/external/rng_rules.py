@@ -29,7 +29,8 @@ ACTIVE: list = []
 
 #: The files of RNG capture itself, skipped when looking for the user's line of a draw (``site``).
 _CAPTURE_FILES = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-                       for name in ("rng", "rng_rules", "rng_numpy", "rng_torch"))
+                       for name in ("rng", "rng_rules", "rng_numpy", "rng_torch")) + (
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "keyed.py"),)
 
 
 class Signal(BaseException):

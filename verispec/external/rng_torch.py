@@ -98,21 +98,21 @@ class FeedMode(TorchFunctionMode):
 
     def rand(self, *args, **kwargs):
         shape = _size_of(args, kwargs)
-        values = self.capture.draw("torch.rand", shape)[0]
+        values = self.capture.draw("torch.rand", shape, kwargs.get("generator"))[0]
         dtype = kwargs.get("dtype") or (kwargs["out"].dtype if kwargs.get("out") is not None
                                         else torch.get_default_dtype())
         self.capture.float32_draws += dtype == torch.float32
         return _finish(_uniform_like(values, dtype, kwargs.get("device")), kwargs)
 
     def rand_like(self, input, **kwargs):
-        values = self.capture.draw("torch.rand_like", tuple(input.shape))[0]
+        values = self.capture.draw("torch.rand_like", tuple(input.shape), kwargs.get("generator"))[0]
         dtype, device = kwargs.get("dtype") or input.dtype, kwargs.get("device") or input.device
         self.capture.float32_draws += dtype == torch.float32
         return _finish(_uniform_like(values, dtype, device), kwargs)
 
     def uniform_(self, self_tensor, a=0.0, b=1.0, **kwargs):
         a, b = kwargs.get("from", a), kwargs.get("to", b)
-        values = self.capture.draw("Tensor.uniform_", tuple(self_tensor.shape))[0]
+        values = self.capture.draw("Tensor.uniform_", tuple(self_tensor.shape), kwargs.get("generator"))[0]
         if self_tensor.dtype == torch.float32:  # the generator's float32 draw, then scaled (rounded down)
             values = rules.on_grid(values, np.float64)
             self.capture.float32_draws += 1
@@ -122,17 +122,17 @@ class FeedMode(TorchFunctionMode):
 
     def randn(self, *args, **kwargs):
         shape = _size_of(args, kwargs)
-        values = self.capture.draw("torch.randn", shape)[0]
+        values = self.capture.draw("torch.randn", shape, kwargs.get("generator"))[0]
         dtype = kwargs.get("dtype") or torch.get_default_dtype()
         return _finish(_as_tensor(rules.normal(values), dtype, kwargs.get("device")), kwargs)
 
     def randn_like(self, input, **kwargs):
-        values = self.capture.draw("torch.randn_like", tuple(input.shape))[0]
+        values = self.capture.draw("torch.randn_like", tuple(input.shape), kwargs.get("generator"))[0]
         return _finish(_as_tensor(rules.normal(values), kwargs.get("dtype") or input.dtype,
                                  kwargs.get("device") or input.device), kwargs)
 
     def normal_(self, self_tensor, mean=0.0, std=1.0, **kwargs):
-        values = self.capture.draw("Tensor.normal_", tuple(self_tensor.shape))[0]
+        values = self.capture.draw("Tensor.normal_", tuple(self_tensor.shape), kwargs.get("generator"))[0]
         with torch.no_grad():
             self_tensor.copy_(_as_tensor(rules.normal(values, mean, std), self_tensor.dtype, self_tensor.device))
         return self_tensor
@@ -141,14 +141,15 @@ class FeedMode(TorchFunctionMode):
         means = mean.detach().cpu().numpy() if isinstance(mean, torch.Tensor) else np.asarray(mean, float)
         stds = std.detach().cpu().numpy() if isinstance(std, torch.Tensor) else np.asarray(std, float)
         shape = tuple(size) if size is not None else np.broadcast_shapes(means.shape, stds.shape)
-        values = self.capture.draw("torch.normal", shape)[0]
+        values = self.capture.draw("torch.normal", shape, kwargs.get("generator"))[0]
         like = next((t for t in (mean, std) if isinstance(t, torch.Tensor)), None)
         dtype = kwargs.get("dtype") or (like.dtype if like is not None else torch.get_default_dtype())
         device = kwargs.get("device") or (like.device if like is not None else None)
         return _finish(_as_tensor(rules.normal(values, means, stds), dtype, device), kwargs)
 
     def exponential_(self, self_tensor, lambd=1.0, **kwargs):
-        values, columns = self.capture.draw("Tensor.exponential_", tuple(self_tensor.shape))
+        values, columns = self.capture.draw("Tensor.exponential_", tuple(self_tensor.shape),
+                                            kwargs.get("generator"))
         with torch.no_grad():
             self_tensor.copy_(_as_tensor(rules.exponential(values, float(lambd)), self_tensor.dtype,
                                          self_tensor.device))
@@ -161,7 +162,7 @@ class FeedMode(TorchFunctionMode):
 
     def bernoulli(self, input, p=None, **kwargs):
         probabilities = input if p is None else p
-        values = self.capture.draw("torch.bernoulli", tuple(input.shape))[0]
+        values = self.capture.draw("torch.bernoulli", tuple(input.shape), kwargs.get("generator"))[0]
         probs = (probabilities.detach().cpu().numpy() if isinstance(probabilities, torch.Tensor)
                  else np.asarray(probabilities, float))
         if np.any((probs < 0) | (probs > 1)) or not np.all(np.isfinite(probs)):
@@ -170,7 +171,7 @@ class FeedMode(TorchFunctionMode):
         return _finish(result, kwargs)
 
     def bernoulli_(self, self_tensor, p=0.5, **kwargs):
-        result = self.bernoulli(self_tensor, p)
+        result = self.bernoulli(self_tensor, p, generator=kwargs.get("generator"))
         with torch.no_grad():
             self_tensor.copy_(result)
         return self_tensor
@@ -185,7 +186,8 @@ class FeedMode(TorchFunctionMode):
         rows = weights.reshape(-1, weights.shape[-1])  # [R, V]
         rules.check_weights(rows, int(num_samples), bool(replacement), "torch.multinomial")
         shape = weights.shape[:-1] + (int(num_samples),)
-        u = self.capture.draw("torch.multinomial", shape)[0].reshape(len(rows), int(num_samples))
+        u = self.capture.draw("torch.multinomial", shape, kwargs.get("generator"))[0]
+        u = u.reshape(len(rows), int(num_samples))
         drawn = self.capture.chose(rules.categorical(rows, u, bool(replacement)).reshape(shape))
         return _finish(torch.from_numpy(drawn).to(device=input.device), kwargs)
 
@@ -196,14 +198,14 @@ class FeedMode(TorchFunctionMode):
         if "low" in kwargs or "high" in kwargs:
             low, high = kwargs.get("low", low), kwargs.get("high", high)
         shape = _size_of(args, kwargs, start=len(numbers))
-        values = self.capture.draw("torch.randint", shape)[0]
+        values = self.capture.draw("torch.randint", shape, kwargs.get("generator"))[0]
         dtype = kwargs.get("dtype") or torch.int64
         drawn = self.capture.chose(rules.integers(values, int(low), int(high)))
         return _finish(_as_tensor(drawn, dtype, kwargs.get("device")), kwargs)
 
     def randint_like(self, input, low=0, high=None, **kwargs):
         low, high = (0, low) if high is None else (low, high)
-        values = self.capture.draw("torch.randint_like", tuple(input.shape))[0]
+        values = self.capture.draw("torch.randint_like", tuple(input.shape), kwargs.get("generator"))[0]
         return _finish(_as_tensor(self.capture.chose(rules.integers(values, int(low), int(high))),
                                  kwargs.get("dtype") or input.dtype,
                                  kwargs.get("device") or input.device), kwargs)
@@ -213,7 +215,7 @@ class FeedMode(TorchFunctionMode):
         if not bounds:
             self.capture.refuse("Tensor.random_() without bounds")
         low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
-        values = self.capture.draw("Tensor.random_", tuple(self_tensor.shape))[0]
+        values = self.capture.draw("Tensor.random_", tuple(self_tensor.shape), kwargs.get("generator"))[0]
         with torch.no_grad():
             self_tensor.copy_(_as_tensor(self.capture.chose(rules.integers(values, int(low), int(high))),
                                          self_tensor.dtype,
@@ -222,7 +224,7 @@ class FeedMode(TorchFunctionMode):
 
     def randperm(self, n, **kwargs):
         n = int(n)
-        u = self.capture.draw("torch.randperm", (n,))[0].reshape(1, n)
+        u = self.capture.draw("torch.randperm", (n,), kwargs.get("generator"))[0].reshape(1, n)
         drawn = rules.categorical(np.ones((1, n)), u, False)[0] if n else np.zeros(0, dtype=np.int64)
         self.capture.chose(drawn)
         return _finish(_as_tensor(drawn, kwargs.get("dtype") or torch.int64, kwargs.get("device")), kwargs)
@@ -284,6 +286,10 @@ class FeedMode(TorchFunctionMode):
             flat = moved.reshape(-1, shape[dim])
             first = np.moveaxis(noise.uniforms, dim, -1)[..., 0].reshape(-1)
             columns = np.moveaxis(noise.columns, dim - 1 if batched else dim, -1)[..., 1:]
+        read = noise.columns.reshape(-1)
+        if np.any(capture.tape.reads[read] > 1):  # its noise is read by another draw too (through a key): the
+            return None  # two uses are not independent, so the race stays real (exact mode cannot integrate it)
+        capture.tape.raced[read] = True  # and no later draw may read it by its key (Tape.take_keyed)
         tokens = inverse_cdf(flat, first)  # [slices]
         tokens[flat.sum(axis=1) <= 0] = 0  # argmax of all-zero scores is the first index
         tokens = tokens.reshape(shape[:dim] + shape[dim + 1:])
@@ -294,6 +300,43 @@ class FeedMode(TorchFunctionMode):
         noise.state = score.state = "raced"
         capture.races_read += 1
         return torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)).to(score.tensor.device)
+
+
+#: (seed, device) -> (the state of a generator just seeded with it, the state after one draw from it).
+_SEEDED_STATES: dict = {}
+
+
+def generator_stream(streams: dict, generator):
+    """The keyed stream [key, next index, generator] a draw from torch ``generator`` reads this call, or None
+    (fresh uniforms) for a generator whose state verispec cannot place.
+
+    verispec's draws never advance a generator, so one seeded since its last draw (inside the call or before it;
+    ``torch.Generator()`` unseeded holds its fixed default seed) is in exactly the state ``manual_seed`` leaves:
+    its draws start the stream of key ("torch", seed) at index 0. Its state is then set to the state after one
+    real draw, so a later ``manual_seed`` with the same seed is seen again as a new start (the stream read
+    again from index 0: the reuse engines ship). A generator in any other state (one drawn from before the
+    call, whose position verispec cannot know) gets fresh uniforms."""
+    seed = int(generator.initial_seed())
+    device = str(generator.device)
+    states = _SEEDED_STATES.get((seed, device))
+    if states is None:
+        if len(_SEEDED_STATES) > 4096:
+            _SEEDED_STATES.clear()
+        with torch._C.DisableTorchFunction():  # the real generator, not verispec's replacements
+            probe = torch.Generator(device=device)
+            probe.manual_seed(seed)
+            fresh = probe.get_state()
+            torch._C.TensorBase.uniform_(torch.empty(1, device=device), generator=probe)
+            states = _SEEDED_STATES[(seed, device)] = (fresh, probe.get_state())
+    state = generator.get_state()
+    if state.equal(states[0]):
+        streams[id(generator)] = stream = [("torch", seed), 0, generator]
+        generator.set_state(states[1])
+        return stream
+    stream = streams.get(id(generator))
+    if stream is not None and stream[2] is generator and state.equal(states[1]):
+        return stream
+    return None
 
 
 def table(feed: FeedMode) -> list:

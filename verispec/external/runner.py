@@ -16,7 +16,7 @@ import numpy as np
 
 from verispec import budget
 from verispec.errors import AnalysisTimeoutError, UserCodeExit, VerifierError, VerispecError
-from verispec.external.rng import Capture, RowByRowRefusal, Tape, TorchEscape, UniformsExhausted
+from verispec.external.rng import Capture, KeyRefusal, RowByRowRefusal, Tape, TorchEscape, UniformsExhausted
 from verispec.external.rng_rules import Signal, raise_site
 from verispec.external.tree_arrays import TreeArrays, as_int_matrix, decode
 from verispec.simulator.trees import TreeBatch
@@ -27,6 +27,12 @@ FIRST_TAPE = 8
 PROBE_SEED = 20_240_607
 #: Rows of a per-row probe.
 PROBE_ROWS = 4
+#: The seeds handed to a probe's calls (plus the call's index): the first also in every later run, the second to
+#: see that the keys follow the seed (``Runner._seed_free_keys``).
+PROBE_SEEDS = (1_000_003, 7_000_919)
+#: Seconds the clocks are moved forward for the probe's second identical call (``Runner.probe``): a day and a bit, so
+#: that a key read from the time at any resolution (seconds included) differs between the two calls.
+CLOCK_SHIFT = 90_061.5
 #: Rows of a batched call that raised which are called one at a time to find the tree that raises.
 RAISE_ROWS = 256
 #: The code of a run that raised, where a runner goes on past raises (``Runner.raises``).
@@ -112,6 +118,13 @@ class Runner:
         #: the run.
         self.raises: RaiseLog | None = None
         self._again = False
+        #: Seconds added to the clocks the calls read (the probe's second identical call: ``probe``).
+        self.clock_offset = 0.0
+        #: The keys each row of the last run drew from, in order of first use (capture mode; ``rng.Tape.keys``).
+        self.last_keys: list[tuple[str, ...]] = []
+        #: The seed handed to the first call of a run (``verifier.takes_seed``; ``_seeds``).
+        self.seed_base = PROBE_SEEDS[0]
+        self._seed_rng = np.random.default_rng(PROBE_SEED)
         self.bind(batch)
 
     def bind(self, batch: TreeBatch) -> None:
@@ -135,7 +148,8 @@ class Runner:
         if verifier.unfed:  # nothing to feed or forbid: the function draws from its own generators
             yield
             return
-        capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=verifier.torch_full)
+        capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=verifier.torch_full,
+                          keys=verifier.keys, max_keys=verifier.max_keys)
         self._session = capture
         try:
             with capture:
@@ -303,11 +317,19 @@ class Runner:
         session = self._session
         capture = session
         if session is None and not verifier.unfed:
-            capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=full)
+            capture = Capture(verifier.name, "capture" if self.capture else "forbid", torch_full=full,
+                              keys=verifier.keys, max_keys=verifier.max_keys, clock_offset=self.clock_offset)
         if capture is not None:
             capture.races = races
         batch_tape = None
         paths = np.zeros(shape[0], dtype=np.int64) if self.capture else None
+        keys: list[tuple[str, ...]] = [() for _ in range(shape[0])]
+        if verifier.takes_seed:  # the request's seed, after the layout's arguments
+            seeds = self._seeds(shape[0])
+            arguments = ([(*row, int(seed)) for row, seed in zip(arguments, seeds)] if one_by_one
+                         else (*arguments, int(seeds[0])))
+        if capture is not None:
+            capture.handed_seed = verifier.takes_seed
         try:
             with capture if capture is not None and session is None else nullcontext():
                 if one_by_one:
@@ -334,6 +356,7 @@ class Runner:
                         if row_tape is not None:
                             used[index, self.own:] = row_tape.used
                             paths[index] = self._labels(row_tape)[0]
+                            keys[index] = tuple(row_tape.keys)
                             self.max_cursor = max(self.max_cursor, row_tape.cursor)
                 else:
                     batch_tape = Tape(tape, self.trace) if self.capture else None
@@ -356,6 +379,7 @@ class Runner:
         if batch_tape is not None and self.trace is None:  # the first complete batched call sets the draws
             self.trace = tuple(batch_tape.draws)
         self.last_paths = paths
+        self.last_keys = keys
         return results, used
 
     def _fed(self, capture: Capture | None, tape: Tape | None, arguments: tuple):
@@ -444,9 +468,22 @@ class Runner:
             self.max_cursor = 0
             try:
                 first, _, written = self._run(rows, uniforms, False, True, True, verifier.per_row)
+                first_keys = self.last_keys
                 if self.caught_by_mode:  # draws through names bound before the call: the mode must stay on
                     verifier.torch_full = True
-                second, _ = self.run(rows, uniforms, races=False)
+                self.clock_offset = CLOCK_SHIFT  # a key read from the time then differs between the two calls
+                try:
+                    second, _ = self.run(rows, uniforms, races=False)
+                finally:
+                    self.clock_offset = 0.0
+                self._same_keys(rows, first_keys, self.last_keys)
+                if verifier.takes_seed:  # the same calls handed other seeds: every key must change with the seed
+                    self.seed_base = PROBE_SEEDS[1]
+                    try:
+                        self.run(rows, uniforms, races=False)
+                    finally:
+                        self.seed_base = PROBE_SEEDS[0]
+                    self._seed_free_keys(rows, first_keys, self.last_keys)
                 if batched:
                     together = [first, self.run(rows, sorted_rows, races=False)[0]]
                     reversed_ = [self.run(rows[::-1], some[::-1], races=False)[0][::-1]
@@ -483,6 +520,40 @@ class Runner:
             verifier.note(f"{verifier.name} drew nothing from a captured generator in the probe calls")
         self.tape = self.max_cursor if self.capture else 0
 
+
+    def _seeds(self, count: int) -> np.ndarray:
+        """The seeds handed to ``count`` calls: ``seed_base`` plus the call's index (the same for the same calls, so
+        that two identical calls are identical), or fresh random seeds where the function draws from generators
+        verispec does not feed (``unfed``: a fresh seed per run, as an engine gives a request)."""
+        if self.verifier.unfed:
+            return self._seed_rng.integers(0, 2**62, size=count)
+        return self.seed_base + np.arange(count, dtype=np.int64)
+
+    def _seed_free_keys(self, rows: np.ndarray, first: list, other: list) -> None:
+        """Refuse (``KeyRefusal``) a key drawn both in a call handed one seed and in the same call handed another:
+        it does not come from the request's seed, so every request would draw the same numbers from it."""
+        for row, (before, after) in enumerate(zip(first, other)):
+            shared = sorted(set(before) & set(after))
+            if shared:
+                raise KeyRefusal(
+                    f"external function {self.verifier.name} drew from key {shared[0]} whether handed seed "
+                    f"{PROBE_SEEDS[0] + row} or {PROBE_SEEDS[1] + row} on tree {int(rows[row])}: that key does not "
+                    "depend on the request's seed, so every request draws the same numbers from it; derive every "
+                    "key from the seed it is handed")
+
+    def _same_keys(self, rows: np.ndarray, first: list, second: list) -> None:
+        """Refuse (``KeyRefusal``) where two identical calls drew from different keys: a key taken from the time,
+        ``os.urandom``, a counter kept across calls, which verispec cannot read from the inputs."""
+        for row, (before, after) in enumerate(zip(first, second)):
+            if before != after:
+                differing = next((pair for pair in zip(before, after) if pair[0] != pair[1]), None)
+                shown = (f"key {differing[0]}, then {differing[1]}" if differing is not None else
+                         f"keys {list(before)}, then {list(after)}")
+                raise KeyRefusal(
+                    f"external function {self.verifier.name} drew from {shown} in two identical calls on tree "
+                    f"{int(rows[row])}: its key is not a function of its inputs (the time, os.urandom, a counter "
+                    "kept across calls), so verispec cannot read it; derive the seed from the inputs (a request's "
+                    "seed, a position)")
 
     def _note_written(self, written: list[str]) -> None:
         if written:

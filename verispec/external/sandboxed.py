@@ -19,11 +19,14 @@ import os
 
 import numpy as np
 
+from verispec.external.exact import NotPiecewiseConstantError
 from verispec.external.rng import (
     ACTIVE,
+    MAX_KEYS,
     Capture,
     CaptureRefusal,
     GlobalRandomnessError,
+    KeyRefusal,
     RowByRowRefusal,
     Signal,
     Tape,
@@ -32,7 +35,8 @@ from verispec.external.rng import (
 )
 
 #: Errors of the capture that cross as themselves (by name).
-_CAPTURE_ERRORS = {kind.__name__: kind for kind in (CaptureRefusal, RowByRowRefusal, GlobalRandomnessError)}
+_CAPTURE_ERRORS = {kind.__name__: kind for kind in (CaptureRefusal, RowByRowRefusal, GlobalRandomnessError, KeyRefusal,
+                                                     NotPiecewiseConstantError)}
 
 
 def describe(target, register) -> dict:
@@ -102,10 +106,13 @@ def _row_in_sandbox(function, args, options: dict, values) -> dict:
 def _captured(function, args, kwargs, config: dict, records: dict):
     capture = _CAPTURES.get(config["key"])
     if capture is None:
-        capture = Capture(config["name"], config["mode"], races=config["races"], torch_full=config["torch_full"])
+        capture = Capture(config["name"], config["mode"], races=config["races"], torch_full=config["torch_full"],
+                          keys=str(config.get("keys", "keyed")), max_keys=int(config.get("max_keys", MAX_KEYS)),
+                          clock_offset=float(config.get("clock_offset", 0.0)))
         capture.__enter__()
         _CAPTURES[config["key"]] = capture
     capture.races = config["races"]
+    capture.handed_seed = bool(config.get("handed_seed"))
     tape = None if config.get("values") is None else Tape(config["values"], config.get("expected"))
     counts = (dict(capture.counts), capture.races_read, capture.float32_draws, capture.caught_by_mode)
     error = None
@@ -130,7 +137,7 @@ def _captured(function, args, kwargs, config: dict, records: dict):
         records["capture"] = added
     if tape is not None and (tape.cursor or tape.draws or tape.choices):
         records["tape"] = {"cursor": tape.cursor, "used": tape.used, "draws": [list(draw) for draw in tape.draws],
-                           "choices": tape.choices}
+                           "choices": tape.choices, "keys": list(tape.keys)}
     if error is not None:
         records["error"] = error
     return result
@@ -224,7 +231,8 @@ class SandboxedFunction:
                 self._open.add(key)
                 capture.closers.append(functools.partial(self._close, key))
             config = {"key": key, "name": capture.name, "mode": capture.mode, "races": capture.races,
-                      "torch_full": capture.torch_full,
+                      "torch_full": capture.torch_full, "keys": capture.keys, "max_keys": capture.max_keys,
+                      "clock_offset": capture.clock_offset, "handed_seed": capture.handed_seed,
                       "values": None if tape is None else tape.values,
                       "expected": None if tape is None or tape.expected is None else list(tape.expected)}
         return capture, config
@@ -283,6 +291,7 @@ def _apply(capture: Capture, records: dict) -> None:
     tape.cursor = int(state["cursor"])
     tape.draws.extend((str(what), int(count)) for what, count in state["draws"])
     tape.choices.extend(np.asarray(choice, dtype=np.int64) for choice in state["choices"])
+    tape.keys.extend(str(key) for key in state.get("keys") or ())
 
 
 def _raise(error: dict):
