@@ -61,21 +61,20 @@ def test_sampling_law_is_transformers_law(temperature, top_k, top_p):
 
 
 def _reference_law(row: np.ndarray, temperature: float, top_k, top_p) -> np.ndarray:
-    """The documented law, one row, in plain numpy: top-k keeps every score >= the k-th largest; top-p orders
-    the kept tokens from least likely up (ties by token id, a stable sort), drops those whose cumulative
-    probability is <= 1 - top_p, and keeps the most likely one."""
+    """The documented law, one row, in plain numpy: top-k keeps every score >= the k-th largest; top-p keeps a
+    token iff the probability of the tokens scoring strictly more than it is < top_p (a tie group is kept or
+    removed whole), that mass summed from the most likely down (the code sums from the least likely up)."""
     scores = row / temperature
     kept = np.ones(len(scores), dtype=bool)
     if top_k is not None:
         kept &= scores >= np.sort(scores)[::-1][min(top_k, len(scores)) - 1]
     if top_p is not None:
-        ids = np.flatnonzero(kept)
-        order = ids[np.argsort(scores[ids], kind="stable")]  # least likely first, ties by id
-        weights = np.exp(scores[order] - scores[order].max())
-        cumulative = np.cumsum(weights / weights.sum())
-        drop = cumulative <= 1 - top_p
-        drop[-1] = False
-        kept[order[drop]] = False
+        weights = np.where(kept, np.exp(scores - scores[kept].max()), 0.0)
+        probability = weights / weights.sum()
+        descending = np.sort(scores[kept])[::-1]
+        running = np.concatenate([[0.0], np.cumsum(np.sort(probability[kept])[::-1])])
+        above = np.searchsorted(-descending, -scores, side="left")  # how many kept tokens score strictly more
+        kept &= running[above] < top_p
     weights = np.where(kept, np.exp(scores - scores[kept].max()), 0.0)
     return weights / weights.sum()
 
