@@ -26,7 +26,9 @@ same settings (tests/models/test_models.py and tests/models/test_sampling_transf
    probable mass is < top_p: the rule depends on no order, keeps every token transformers keeps, and differs from
    it only on such straddling groups (all tied maxima are always kept). Computed as: the smallest kept score is
    the score at the first position whose running sum exceeds 1 - top_p (the sums increase, so the removed
-   positions are a prefix), and every token with a score at least that is kept;
+   positions are a prefix), and every token with a score at least that is kept. Where the mass above a token
+   equals top_p up to rounding (dyadic probabilities against top_p = 0.75, say), the rounded sums and 1 - top_p
+   decide, as they do in transformers;
 4. min-p: with p the softmax of the scores left by top-p, a token is kept iff p >= min_p * max p
    (``MinPLogitsWarper`` removes ``p < min_p * max p``: a token exactly at the threshold stays). verispec compares
    score - max score >= ln(min_p), the same inequality (p / max p = exp(score - max score)): the decision is then
@@ -38,9 +40,9 @@ Each step sees the scores the earlier ones left (removed tokens at -inf), and a 
 law is exp(score - max score) over the kept tokens divided by their sum, exactly 0 elsewhere. A token of logit
 -inf (log 0) has probability 0 under every setting. A row of logits that holds a NaN or +inf, or only -inf, has no
 law and is never turned into a token (vLLM #53029): numpy logits are refused (``VerispecError``), torch's law row
-is all NaN (``probabilities`` says why). Temperature 0 is greedy decoding:
-all mass on the largest logit (the smallest token id among tied maxima); the command-line text (``Sampling.parse``)
-refuses it, since a checker compares sampling laws and greedy decoding has none to compare.
+is all NaN (``probabilities`` says why). Temperature 0 is greedy decoding: all mass on the largest logit (the
+smallest token id among tied maxima); the command-line text (``Sampling.parse``) refuses it, since a checker
+compares sampling laws and greedy decoding has none to compare.
 """
 
 from __future__ import annotations
