@@ -70,6 +70,10 @@ def add_parser(subparsers) -> None:
     check.add_argument("--rng", choices=("explicit", "capture"), default="explicit",
                        help="explicit (default): the function takes the layout's uniforms; capture: its own draws "
                             "from torch's, numpy's and Python's global RNGs are fed from the checker's uniforms")
+    check.add_argument("--sampling", metavar="SPEC", default=None,
+                       help="with a whole-step layout (step, step-ragged, step-tree): the sampling the code is asked "
+                            "for, 'temperature=T,top_k=K,top_p=P,min_p=M' (every part optional); the code gets raw "
+                            "logits and these settings, and its output is checked against the target after them")
     check.add_argument("--keys", choices=KEY_MODES, default="keyed",
                        help="with --rng capture: keyed (default): draws from a generator seeded inside the call "
                             "(torch.Generator.manual_seed, torch.manual_seed, default_rng(seed), np.random.seed, "
@@ -122,7 +126,8 @@ def run(args) -> int:
                                 detect_tv=args.detect_tv, power=args.power, alpha=args.alpha, test=args.test,
                                 seed=args.seed, max_vocab=args.max_vocab, max_examples=args.max_examples,
                                 time_budget=args.time_budget, context_free=True if args.context_free else None,
-                                suite=args.suite, progress=lambda count: bar.update(count - bar.n), **options)
+                                suite=args.suite, progress=lambda count: bar.update(count - bar.n),
+                                sampling=args.sampling, **options)
     found = report.problem is not None and report.problem_source == "search"  # a witness, or a candidate
     if args.output and found:  # with its marker, so that a rerun may replace it (verispec.provenance)
         from verispec.provenance import MARKER_KEY, PROBLEM, written_by

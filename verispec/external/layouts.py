@@ -507,7 +507,7 @@ _BY_NAME = {layout.name: layout for layout in (
 
 #: Every layout by its name, in the order of the names the command line offers (``verispec.limits``, which --help
 #: reads without importing numpy).
-LAYOUTS: dict[str, Layout] = {name: _BY_NAME[name] for name in EXTERNAL_LAYOUTS}
+LAYOUTS: dict[str, Layout] = {name: _BY_NAME[name] for name in EXTERNAL_LAYOUTS if name in _BY_NAME}
 
 
 def get_layout(name: str) -> Layout:

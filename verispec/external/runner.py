@@ -409,40 +409,9 @@ class Runner:
                      for a in arguments)
 
     def _call(self, arguments: tuple):
-        """One call of the function: its own errors on one line, the call timeout enforced."""
+        """One call of the function: its own errors on one line, the call timeout enforced (``call_function``)."""
         verifier = self.verifier
-        limit = verifier.call_timeout
-        start = time.monotonic()
-        try:
-            if limit is None:
-                return verifier.function(*arguments)
-            try:
-                with budget.time_budget(start + limit, hard=True,
-                                        what=f"one call of external function {verifier.name}"):
-                    result = verifier.function(*arguments)
-            except AnalysisTimeoutError:
-                if time.monotonic() - start >= limit:
-                    raise self._too_slow(limit) from None
-                raise
-            if time.monotonic() - start > limit:  # where no hard budget can interrupt (not the main thread)
-                raise self._too_slow(limit)
-            return result
-        except VerispecError:
-            raise
-        except (Exception, SystemExit, UserCodeExit) as error:  # the function failed on this input: a finding
-            # SystemExit (sys.exit) and UserCodeExit (os._exit and the like, in the supervised worker) included:
-            # code that tries to end verispec's process has failed on this input exactly as one that raised
-            text = (f"sys.exit({error.code!r})" if isinstance(error, SystemExit) else
-                    error.what if isinstance(error, UserCodeExit) else str(error))
-            detail = text.splitlines()[0] if text else ""
-            line = raise_site(error)
-            raise FunctionRaised(f"external function {verifier.name} raised {type(error).__name__}: {detail} (at "
-                                 f"{line})", exception=type(error).__name__, detail=detail, line=line) from None
-
-    def _too_slow(self, limit: float) -> VerifierError:
-        return VerifierError(f"one call of external function {self.verifier.name} ran past its call timeout of "
-                             f"{limit:g} s (a loop that does not end, or a call too slow to integrate): raise "
-                             "--call-timeout, or find the loop")
+        return call_function(verifier.function, verifier.name, verifier.call_timeout, arguments)
 
     def probe(self) -> None:
         """The probes of ``adapter``'s module docstring; sets ``tape`` to the longest a probe call drew (capture
@@ -620,6 +589,43 @@ class SelfDraftingRunner(Runner):
                                 "model's conditionals (it filters or rescales them), so its law is not a sum over "
                                 "verispec's draft trees and the gpt-fast layout cannot check it")
         return by_tree / drafted[:, None]
+
+
+def call_function(function, name: str, limit: float | None, arguments: tuple):
+    """One call of ``function`` (a user's code, named ``name``) on ``arguments``: its own errors as
+    ``FunctionRaised`` on one line (sys.exit and the supervised worker's intercepted exits included), the call
+    timeout ``limit`` (seconds, None: none) enforced as a VerifierError."""
+    start = time.monotonic()
+
+    def too_slow() -> VerifierError:
+        return VerifierError(f"one call of external function {name} ran past its call timeout of {limit:g} s (a loop "
+                             "that does not end, or a call too slow to integrate): raise --call-timeout, or find the "
+                             "loop")
+
+    try:
+        if limit is None:
+            return function(*arguments)
+        try:
+            with budget.time_budget(start + limit, hard=True, what=f"one call of external function {name}"):
+                result = function(*arguments)
+        except AnalysisTimeoutError:
+            if time.monotonic() - start >= limit:
+                raise too_slow() from None
+            raise
+        if time.monotonic() - start > limit:  # where no hard budget can interrupt (not the main thread)
+            raise too_slow()
+        return result
+    except VerispecError:
+        raise
+    except (Exception, SystemExit, UserCodeExit) as error:  # the function failed on this input: a finding
+        # SystemExit (sys.exit) and UserCodeExit (os._exit and the like, in the supervised worker) included:
+        # code that tries to end verispec's process has failed on this input exactly as one that raised
+        text = (f"sys.exit({error.code!r})" if isinstance(error, SystemExit) else
+                error.what if isinstance(error, UserCodeExit) else str(error))
+        detail = text.splitlines()[0] if text else ""
+        line = raise_site(error)
+        raise FunctionRaised(f"external function {name} raised {type(error).__name__}: {detail} (at {line})",
+                             exception=type(error).__name__, detail=detail, line=line) from None
 
 
 def _add_counts(verifier, capture: Capture) -> None:

@@ -1,0 +1,166 @@
+"""Whole steps in the three step layouts (``verispec.external.step``), each a correct twin and a broken one.
+
+Each drafts from the draft model's logits under the requested sampling, draws with torch generators seeded by
+the request's seed and a position (keys read by verispec), and verifies with Leviathan et al.'s token-level rule
+(chains) or SpecInfer's multi-round rule (Miao et al. 2024, Algorithm 2: each child in turn accepted with
+min(1, p/q), the residual (p - q)+ taking p's place after a rejection; trees). The broken twins carry the bugs of
+the issue's classes: the raw q handed to the verifier while drafts come from the processed one (transformers
+#47932), the sampling settings applied to the bonus token only (vLLM #42802), an offset that reads another
+request's rows (ragged), and the residual left un-updated between siblings (trees).
+"""
+
+from __future__ import annotations
+
+import torch
+
+NEG = float("-inf")
+
+
+def processed(logits, temperature, top_k, top_p, min_p):
+    """Temperature, top-k, top-p, min-p in transformers' order (float64): the law a request asks for."""
+    if temperature == 0:
+        return torch.nn.functional.one_hot(torch.argmax(logits), logits.shape[-1]).to(torch.float64)
+    scores = logits / temperature
+    if top_k > 0:
+        kth = torch.topk(scores, min(int(top_k), scores.shape[-1])).values[..., -1, None]
+        scores = scores.masked_fill(scores < kth, NEG)
+    if top_p < 1.0:
+        ordered, index = torch.sort(scores, descending=False)
+        drop = ordered.softmax(-1).cumsum(-1) <= 1 - top_p
+        drop[..., -1:] = False
+        scores = scores.masked_fill(drop.scatter(-1, index, drop), NEG)
+    if min_p > 0:
+        probs = scores.softmax(-1)
+        scores = scores.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, NEG)
+    return scores.softmax(-1)
+
+
+def _draw(law, generator, key):
+    """One token from ``law`` by torch.multinomial, with ``generator`` seeded by ``key``; argmax for a point mass."""
+    if law.max() == 1.0:
+        return int(torch.argmax(law))
+    generator.manual_seed(key)
+    return int(torch.multinomial(law, 1, generator=generator))
+
+
+def _uniform(generator, key):
+    generator.manual_seed(key)
+    return float(torch.rand(1, dtype=torch.float64, generator=generator))
+
+
+def _chain(draft_model, target_model, ids, count, settings, seed, *, raw_q=False, bonus_only=False):
+    """One request's step on a chain of ``count`` drafts; ``ids`` [1, P]. Returns the emitted tokens (a list)."""
+    prompt = ids.shape[1]
+    generator = torch.Generator()
+    drafts, laws, raw = [], [], []
+    for i in range(count):
+        logits = draft_model(ids)[0, -1]
+        law = processed(logits, *settings)
+        drafts.append(_draw(law, generator, seed * 4096 + i))
+        laws.append(law)
+        raw.append(logits.softmax(-1))
+        ids = torch.cat([ids, torch.tensor([[drafts[-1]]])], dim=1)
+    scores = target_model(ids)[0, prompt - 1:]
+    plain = (1.0, 0, 1.0, 0.0) if settings[0] > 0 else settings
+    out = []
+    for i, x in enumerate(drafts):
+        p = processed(scores[i], *(plain if bonus_only else settings))
+        q = raw[i] if raw_q else laws[i]
+        if settings[0] == 0:  # greedy: accept while the draft is the target's argmax
+            if x == int(torch.argmax(scores[i])):
+                out.append(x)
+                continue
+            return out + [int(torch.argmax(scores[i]))]
+        if _uniform(generator, seed * 4096 + 1000 + i) * q[x] < p[x]:
+            out.append(x)
+            continue
+        residual = torch.clamp(p - q, min=0)
+        return out + [_draw(residual / residual.sum(), generator, seed * 4096 + 2000 + i)]
+    return out + [_draw(processed(scores[count], *settings), generator, seed * 4096 + 3000)]
+
+
+def step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    return torch.tensor(_chain(draft_model, target_model, input_ids, num_draft_tokens,
+                               (temperature, top_k, top_p, min_p), seed))
+
+
+def step_raw_q(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """Broken: drafts from the processed q, the raw q handed to the verifier (transformers #47932's class)."""
+    return torch.tensor(_chain(draft_model, target_model, input_ids, num_draft_tokens,
+                               (temperature, top_k, top_p, min_p), seed, raw_q=True))
+
+
+def step_bonus_only(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """Broken: the sampling settings honoured by the bonus token only (vLLM #42802's class: the verified tokens
+    see the target at temperature 1 and no filter)."""
+    return torch.tensor(_chain(draft_model, target_model, input_ids, num_draft_tokens,
+                               (temperature, top_k, top_p, min_p), seed, bonus_only=True))
+
+
+def _ragged(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds,
+            shift=0):
+    count = len(num_draft_tokens)
+    width = int(num_draft_tokens.max()) + 1
+    out = torch.full((count, width), -1, dtype=torch.int64)
+    for request in range(count):
+        source = (request + shift) % count  # shift != 0: a request reads another's settings (an offset bug)
+        settings = (float(temperature[source]), int(top_k[source]), float(top_p[source]), float(min_p[source]))
+        emitted = _chain(draft_model, target_model, input_ids[request:request + 1], int(num_draft_tokens[request]),
+                         settings, int(seeds[request]))
+        out[request, :len(emitted)] = torch.tensor(emitted)
+    return out
+
+
+def ragged_step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds):
+    return _ragged(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds)
+
+
+def ragged_step_shifted(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p,
+                        seeds):
+    """Broken: each request reads the next request's sampling settings (an offset into the per-request arrays)."""
+    return _ragged(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds,
+                   shift=1)
+
+
+def _tree(draft_model, target_model, input_ids, parents, settings, seed, *, keep_residual=True):
+    """SpecInfer's multi-round rule on a static tree whose siblings are drawn i.i.d. from q at their parent."""
+    generator = torch.Generator()
+    nodes = len(parents) + 1
+    tokens, paths = [None] * nodes, [()] * nodes
+    children = [[] for _ in range(nodes)]
+    for node, parent in enumerate(parents.tolist(), start=1):
+        children[parent].append(node)
+    draft_law = {}
+    for node in range(1, nodes):  # a parent is before its children
+        parent = int(parents[node - 1])
+        if parent not in draft_law:
+            ids = torch.cat([input_ids, torch.tensor([list(paths[parent])], dtype=torch.int64)], dim=1)
+            draft_law[parent] = processed(draft_model(ids)[0, -1], *settings)
+        tokens[node] = _draw(draft_law[parent], generator, seed * 4096 + node)
+        paths[node] = (*paths[parent], tokens[node])
+    node, out = 0, []
+    while True:
+        ids = torch.cat([input_ids, torch.tensor([list(paths[node])], dtype=torch.int64)], dim=1)
+        p = processed(target_model(ids)[0, -1], *settings)
+        for child in children[node]:
+            q = draft_law[node]
+            x = tokens[child]
+            if _uniform(generator, seed * 4096 + 1000 + child) * q[x] < p[x]:
+                out.append(x)
+                node = child
+                break
+            if keep_residual:
+                residual = torch.clamp(p - q, min=0)
+                p = residual / residual.sum()
+        else:
+            return torch.tensor(out + [_draw(p, generator, seed * 4096 + 3000 + node)])
+
+
+def tree_step(draft_model, target_model, input_ids, parents, temperature, top_k, top_p, min_p, seed):
+    return _tree(draft_model, target_model, input_ids, parents, (temperature, top_k, top_p, min_p), seed)
+
+
+def tree_step_stale_residual(draft_model, target_model, input_ids, parents, temperature, top_k, top_p, min_p, seed):
+    """Broken: after a rejected sibling the next sibling is tested against p again, not the residual."""
+    return _tree(draft_model, target_model, input_ids, parents, (temperature, top_k, top_p, min_p), seed,
+                 keep_residual=False)

@@ -1,0 +1,484 @@
+"""Whole speculative-decoding steps in engines' shapes: code that drafts its own tokens from RAW logits under the
+requested sampling, then verifies them, checked by the law of what it emits.
+
+The engines' bugs of 2025-26 sat around the acceptance rule: drafts drawn from a processed q while the verifier
+was handed the raw one (transformers #47932), sampling settings applied to some tokens only (vLLM #42802), noise
+keyed so that drafting and recovery share it (vLLM #47386). None of them can be seen on drafts verispec draws and
+laws it hands already processed; all of them show in the law of one whole step. A step layout hands the code two
+models backed by the problem's conditionals, returning raw logits, the requested sampling parameters and the
+request's seed; the code drafts, scores, verifies and returns the emitted tokens. verispec checks the emitted
+block, continued with the target, against the law the user asked for: the target's conditionals after the
+requested transform (``verispec.models.sampling.Sampling``), not the raw target. Any drafting law is allowed (an
+engine may draft greedily, or from a filtered q), as long as the verification keeps the output law.
+
+Layouts (V = vocabulary size; P = ``STEP_PROMPT`` junk prompt tokens; models are ``LogitsModel``:
+``model(input_ids [B, S] int64) -> logits [B, S, V]`` torch float64, the logits at position t the log of the raw
+law after the row's tokens P..t, NaN before position P - 1 and where the problem holds no law):
+
+``step`` (one sequence; gpt-fast's and transformers' whole step):
+    f(draft_model, target_model, input_ids [1, P], num_draft_tokens K, temperature, top_k, top_p, min_p, seed)
+    -> emitted tokens [m + 1] (or [1, m + 1]) int: the accepted drafts, then one more token.
+
+``step-ragged`` (vLLM's batch: requests of different draft counts, per-request sampling and seeds):
+    f(draft_model, target_model, input_ids [B, P], num_draft_tokens [B] int64, temperature [B] float64,
+      top_k [B] int64, top_p [B] float64, min_p [B] float64, seeds [B] int64)
+    -> output_token_ids [B, max(num_draft_tokens) + 1] int64, each row's emitted tokens padded with -1.
+    B = 3: request 1 is the one checked (K drafts, the requested sampling, its seed); requests 0 and 2 are greedy
+    fillers (temperature 0: argmax decoding, ties to the smallest id) with 1 and 0 drafts, whose output is known
+    in advance: a filler that emits anything else is an outcome no correct step has (``FILLER``), so the step
+    is lossy with at least that mass. Fillers catch offsets and per-request settings applied to the wrong request.
+
+``step-tree`` (a static draft tree, EAGLE's and SpecInfer's shape):
+    f(draft_model, target_model, input_ids [1, P], parents [N] int64, temperature, top_k, top_p, min_p, seed)
+    -> emitted tokens [m + 1] int. ``parents[j]`` is the parent of node j + 1 (0 is the root; a parent before its
+    children): the code drafts a token at every node from the draft model at its parent's prefix, in any way
+    it likes (i.i.d., without replacement), scores the tree, verifies and returns the accepted path's tokens and
+    one more. The tree is the shape of ``--tree`` (i.i.d. paths as separate branches).
+
+Parameters off: top_k 0, top_p 1.0, min_p 0.0. Temperature > 0 for the checked request (greedy is refused by
+``Sampling.parse``: a point mass is not a law to check).
+
+Exact mode integrates the step over every draw it makes (RNG capture, keys read: ``verispec.external.rng``),
+path-labelled, and gives the law of the emitted block; black-box mode runs the step N times with fresh uniforms
+and tests the block law with Bernstein's inequality and the TV test of ``verispec.external.blackbox`` (one
+stratum, each run weight 1/N). Either way the block is continued with the transformed target exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from verispec import budget
+from verispec.errors import VerifierError, VerispecError
+from verispec.external.blackbox import BlackBoxResult, _bernstein, discrepancies, samples_for_power
+from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError, integrate
+from verispec.external.rng import MAX_KEYS, Capture, Signal, Tape, TorchEscape, UniformsExhausted
+from verispec.external.runner import FunctionRaised, call_function
+from verispec.limits import DEFAULT_THRESHOLD
+from verispec.verdict import Verdict
+
+#: Junk prompt tokens before the block in every step layout's ``input_ids``.
+STEP_PROMPT = 3
+#: The checked request's index in ``step-ragged``, and the fillers' draft counts (greedy).
+RAGGED_CHECKED = 1
+FILLER_DRAFTS = (1, 0)
+#: Seeds handed to the requests (the checked one's plus its index): fixed, since each call's keys are fresh
+#: uniforms anyway (``verispec.external.rng``: keys are read per call).
+STEP_SEED = 1_000_003
+#: The longest tape of uniforms one step may draw.
+MAX_STEP_UNIFORMS = 4096
+#: The most sequences of a block a check tabulates (V^(D+1) summed over lengths).
+MAX_STEP_SEQUENCES = 200_000
+
+
+class LogitsModel:
+    """A causal language model backed by a problem's raw conditionals: ``model(input_ids [B, S]) -> logits
+    [B, S, V]`` (torch float64). The logits at position t of row b are the log of the law after the row's tokens
+    at positions P..t (the block so far; P the prompt's length), NaN before position P - 1 and past the depth
+    the problem holds; log 0 = -inf."""
+
+    def __init__(self, law, vocab_size: int, depth: int, prompt: int = STEP_PROMPT):
+        self._law, self.vocab_size, self.depth, self.prompt = law, vocab_size, depth, prompt
+        self._cache: dict[tuple, np.ndarray] = {}
+        self.calls = 0
+
+    def logits_after(self, prefix: tuple) -> np.ndarray:
+        logits = self._cache.get(prefix)
+        if logits is None:
+            if len(prefix) > self.depth:
+                logits = np.full(self.vocab_size, np.nan)
+            else:
+                with np.errstate(divide="ignore"):
+                    logits = np.log(np.asarray(self._law(prefix), dtype=np.float64))
+            self._cache[prefix] = logits
+        return logits
+
+    def __call__(self, input_ids):
+        import torch
+
+        ids = np.asarray(input_ids.detach().cpu().numpy() if hasattr(input_ids, "detach") else input_ids)
+        if ids.ndim != 2 or ids.dtype.kind not in "iu":
+            raise ValueError(f"input_ids must be an integer tensor [B, S], got {ids.dtype} of shape {list(ids.shape)}")
+        self.calls += 1
+        rows, length = ids.shape
+        logits = np.full((rows, length, self.vocab_size), np.nan)
+        for row in range(rows):
+            tokens = ids[row].tolist()
+            for position in range(self.prompt - 1, length):
+                prefix = tuple(tokens[self.prompt:position + 1])
+                if any(not 0 <= t < self.vocab_size for t in prefix):
+                    raise ValueError(f"token {prefix} outside the vocabulary 0..{self.vocab_size - 1}")
+                logits[row, position] = self.logits_after(prefix)
+        return torch.from_numpy(logits)
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """A whole-step layout (module docstring): its name, argument names and what it hands and reads."""
+
+    name: str
+    argument_names: tuple[str, ...]
+
+    def arguments(self, problem, sampling, depth: int, parents: np.ndarray | None):
+        """Fresh arguments for one call."""
+        import torch
+
+        size = problem.vocab_size
+        draft = LogitsModel(problem.draft, size, depth)
+        target = LogitsModel(problem.target, size, depth + 1)
+        params = (float(sampling.temperature), int(sampling.top_k or 0), float(sampling.top_p or 1.0),
+                  float(sampling.min_p or 0.0))
+        if self.name == "step":
+            return (draft, target, torch.zeros((1, STEP_PROMPT), dtype=torch.int64), depth, *params, STEP_SEED)
+        if self.name == "step-tree":
+            return (draft, target, torch.zeros((1, STEP_PROMPT), dtype=torch.int64),
+                    torch.from_numpy(np.asarray(parents, dtype=np.int64)), *params, STEP_SEED)
+        counts = [FILLER_DRAFTS[0], depth, FILLER_DRAFTS[1]]
+        greedy = (0.0, 0, 1.0, 0.0)
+        rows = [greedy, params, greedy]
+        return (draft, target, torch.zeros((3, STEP_PROMPT), dtype=torch.int64),
+                torch.tensor(counts, dtype=torch.int64),
+                torch.tensor([r[0] for r in rows], dtype=torch.float64),
+                torch.tensor([r[1] for r in rows], dtype=torch.int64),
+                torch.tensor([r[2] for r in rows], dtype=torch.float64),
+                torch.tensor([r[3] for r in rows], dtype=torch.float64),
+                torch.tensor([STEP_SEED + index for index in range(3)], dtype=torch.int64))
+
+    def emitted(self, result, name: str, depth: int, fillers: dict | None) -> tuple | None:
+        """The checked request's emitted tokens, or None where a filler emitted other than its greedy output;
+        VerifierError for output the layout cannot read."""
+        if self.name != "step-ragged":
+            return _tokens(result, name, depth)
+        matrix = _matrix(result, name, (3, max(depth, *FILLER_DRAFTS) + 1))
+        for request, expected in fillers.items():
+            if tuple(_row(matrix[request], name)) != expected:
+                return None
+        return _tokens(matrix[RAGGED_CHECKED], name, depth)
+
+
+STEP_LAYOUTS = {layout.name: layout for layout in (
+    StepLayout("step", ("draft_model", "target_model", "input_ids", "num_draft_tokens", "temperature", "top_k",
+                        "top_p", "min_p", "seed")),
+    StepLayout("step-ragged", ("draft_model", "target_model", "input_ids", "num_draft_tokens", "temperature",
+                               "top_k", "top_p", "min_p", "seeds")),
+    StepLayout("step-tree", ("draft_model", "target_model", "input_ids", "parents", "temperature", "top_k", "top_p",
+                             "min_p", "seed")),
+)}
+
+
+def _matrix(result, name: str, shape: tuple) -> np.ndarray:
+    if hasattr(result, "detach"):
+        result = result.detach().cpu().numpy()
+    array = np.asarray(result)
+    if array.dtype.kind not in "iu" or array.shape != shape:
+        raise VerifierError(f"external function {name} returned {array.dtype} of shape {list(array.shape)}; the "
+                            f"step-ragged layout expects integers of shape {list(shape)} (each request's emitted "
+                            "tokens, padded with -1)")
+    return array.astype(np.int64)
+
+
+def _row(row: np.ndarray, name: str) -> list[int]:
+    tokens = [int(t) for t in row]
+    if -1 in tokens:
+        cut = tokens.index(-1)
+        if any(t != -1 for t in tokens[cut:]):
+            raise VerifierError(f"external function {name} returned a row {tokens} with tokens after its padding")
+        tokens = tokens[:cut]
+    return tokens
+
+
+def _tokens(result, name: str, depth: int) -> tuple:
+    if hasattr(result, "detach"):
+        result = result.detach().cpu().numpy()
+    array = np.asarray(result)
+    if array.dtype.kind not in "iu" or array.ndim not in (1, 2) or (array.ndim == 2 and array.shape[0] != 1):
+        raise VerifierError(f"external function {name} returned {array.dtype} of shape {list(array.shape)}; "
+                            "expected the emitted tokens as integers of shape [m + 1] or [1, m + 1]")
+    tokens = tuple(_row(array.reshape(-1), name))
+    if not 1 <= len(tokens) <= depth + 1:
+        raise VerifierError(f"external function {name} emitted {len(tokens)} tokens {list(tokens)}; a step emits 1 "
+                            f"to {depth + 1} (the accepted drafts, then one more)")
+    return tokens
+
+
+def greedy_output(problem, drafts: int) -> tuple:
+    """What a correct step emits for a greedy request (temperature 0) with ``drafts`` drafts: each draft the argmax
+    of the raw draft law (ties to the smallest id), accepted while it is the target's argmax; then the target's
+    argmax at the first mismatch, or the bonus."""
+    prefix: tuple = ()
+    for _ in range(drafts):
+        draft = int(np.argmax(problem.draft(prefix)))
+        best = int(np.argmax(problem.target(prefix)))
+        if draft != best:
+            return (*prefix, best)
+        prefix = (*prefix, draft)
+    return (*prefix, int(np.argmax(problem.target(prefix))))
+
+
+class TransformedProblem:
+    """A problem's conditionals after the requested sampling transform, computed once per prefix: the law the
+    user asked for (``Sampling.probabilities`` of the raw logits)."""
+
+    def __init__(self, problem, sampling):
+        self.problem, self.sampling, self.vocab_size = problem, sampling, problem.vocab_size
+        self._cache: dict = {}
+
+    def target(self, prefix: tuple) -> np.ndarray:
+        law = self._cache.get(prefix)
+        if law is None:
+            with np.errstate(divide="ignore"):
+                logits = np.log(np.asarray(self.problem.target(prefix), dtype=np.float64))
+            law = self._cache[prefix] = np.asarray(self.sampling.probabilities(logits), dtype=np.float64)
+        return law
+
+
+def sequence_law(law_of, size: int, length: int) -> np.ndarray:
+    """The law (V,)*length of ``length`` tokens drawn from ``law_of(prefix)`` in turn."""
+    table = np.ones(())
+    prefixes = [()]
+    for _ in range(length):
+        rows = np.stack([law_of(prefix) for prefix in prefixes])  # [V^l, V]
+        table = (table.reshape(-1, 1) * rows).reshape((size,) * (len(prefixes[0]) + 1))
+        prefixes = [(*prefix, token) for prefix in prefixes for token in range(size)]
+    return table
+
+
+@dataclass
+class StepCheck:
+    """One check of a whole step (``check_step``): what it needs and what it found."""
+
+    function: object
+    name: str
+    layout: StepLayout
+    problem: object
+    sampling: object
+    depth: int
+    parents: np.ndarray | None
+    call_timeout: float | None
+    keys: str = "keyed"
+    max_keys: int = MAX_KEYS
+    evaluations: int = 0
+    filler_mass: float = 0.0
+
+    def __post_init__(self):
+        size = self.problem.vocab_size
+        self.lengths = self.depth + 1
+        self.offsets = np.cumsum([0] + [size ** length for length in range(1, self.lengths + 1)])
+        self.filler = int(self.offsets[-1])  # the code of a filler's wrong output
+        self.count = self.filler + 1
+        self.fillers = ({0: greedy_output(self.problem, FILLER_DRAFTS[0]), 2: greedy_output(self.problem,
+                                                                                             FILLER_DRAFTS[1])}
+                        if self.layout.name == "step-ragged" else None)
+        self.tape = 8
+        self.path_ids: dict[bytes, int] = {}
+        self.torch_full = False
+
+    def code(self, tokens: tuple | None) -> int:
+        if tokens is None:
+            return self.filler
+        size = self.problem.vocab_size
+        if any(not 0 <= t < size for t in tokens):
+            raise VerifierError(f"external function {self.name} emitted {list(tokens)}, outside the vocabulary "
+                                f"0..{size - 1}")
+        return int(self.offsets[len(tokens) - 1] + np.ravel_multi_index(tokens, (size,) * len(tokens)))
+
+    def run(self, capture: Capture, values: np.ndarray):
+        """One call with its draws fed from ``values`` [1, U]: (code, used [U], path label)."""
+        tape = Tape(values)
+        arguments = self.layout.arguments(self.problem, self.sampling, self.depth, self.parents)
+        capture.start(tape)
+        try:
+            result = call_function(self.function, self.name, self.call_timeout, arguments)
+        finally:
+            capture.start(None)
+        capture.end_call()
+        self.evaluations += 1
+        code = self.code(self.layout.emitted(result, self.name, self.depth, self.fillers))
+        keys, inverse = tape.paths()
+        return code, tape.used, self.path_ids.setdefault(keys[int(inverse[0])], len(self.path_ids))
+
+    def _evaluate(self, capture: Capture, rows: np.ndarray, points: np.ndarray):
+        """What exact integration evaluates: each point's code, labelled by its path, and the uniforms it read."""
+        codes = np.empty(len(rows), dtype=np.int64)
+        used = np.zeros(points.shape, dtype=bool)
+        for index in range(len(rows)):
+            code, row_used, label = self.run(capture, points[index:index + 1])
+            codes[index] = code + self.count * label
+            used[index] = row_used
+        return codes, used
+
+    def capture(self) -> Capture:
+        capture = Capture(self.name, "capture", torch_full=self.torch_full, keys=self.keys, max_keys=self.max_keys)
+        capture.handed_seed = True  # every step layout hands the request's seed
+        return capture
+
+    def exact_law(self, options: dict) -> np.ndarray:
+        """The law [count] of the step's codes, integrated over its draws (the tape grown until they fit)."""
+        while True:
+            capture = self.capture()
+            try:
+                with capture:
+                    return integrate(functools.partial(self._evaluate, capture), 1, self.tape, self.count,
+                                     name=self.name, stats=IntegrationStats(), **options)[0]
+            except Signal as signal:
+                raise signal.error from None
+            except UniformsExhausted as exhausted:
+                self.grow(exhausted.needed)
+            except TorchEscape:
+                self.torch_full = True
+
+    def grow(self, needed: int) -> None:
+        if needed > MAX_STEP_UNIFORMS:
+            raise VerifierError(f"external function {self.name} drew more than {MAX_STEP_UNIFORMS} uniforms in one "
+                                "step")
+        self.tape = min(max(needed, 2 * self.tape), MAX_STEP_UNIFORMS)
+
+    def sampled_law(self, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """The frequencies [count] of the codes of ``samples`` runs, each with fresh uniforms."""
+        counts = np.zeros(self.count)
+        capture = self.capture()
+        try:
+            with capture:
+                for index in range(samples):
+                    if index % 256 == 0:
+                        budget.check(f"running external function {self.name}")
+                    values = rng.random((1, self.tape))
+                    while True:
+                        try:
+                            code, _, _ = self.run(capture, values)
+                            break
+                        except UniformsExhausted as exhausted:  # fresh uniforms appended: the same run, longer
+                            self.grow(exhausted.needed)
+                            values = np.concatenate([values, rng.random((1, self.tape - values.shape[1]))], axis=1)
+                    counts[code] += 1
+        except Signal as signal:
+            raise signal.error from None
+        return counts / samples
+
+    def block_tables(self, law: np.ndarray) -> list[np.ndarray]:
+        """The law of codes as the emitted-block tables [(V,)*l for l = 1..D+1]."""
+        size = self.problem.vocab_size
+        return [law[self.offsets[length - 1]:self.offsets[length]].reshape((size,) * length)
+                for length in range(1, self.lengths + 1)]
+
+
+def continued(tables: list[np.ndarray], law_of, size: int) -> np.ndarray:
+    """The emitted blocks continued with ``law_of`` to D + 1 tokens: (V,)*(D+1)."""
+    extended = tables[0]
+    for length in range(1, len(tables)):
+        conditionals = np.stack([law_of(prefix) for prefix in np.ndindex(*((size,) * length))]).reshape(
+            (size,) * length + (size,))
+        extended = extended[..., None] * conditionals + tables[length]
+    return extended
+
+
+def step_depth(layout: StepLayout, drafter, problem) -> tuple[int, np.ndarray | None]:
+    """(the block's depth D, the tree's parents for ``step-tree``: node j + 1's parent at [j]) from ``--tree``."""
+    if layout.name != "step-tree":
+        if type(drafter).__name__ != "ChainDrafter":
+            raise VerispecError(f"layout {layout.name!r} drafts one chain: give --tree chain:K (got {drafter.spec!r})")
+        return drafter.depth, None
+    from verispec.external.layouts import ExpandedTree
+
+    tree, _ = next(iter(drafter.outcomes(problem)))
+    expanded = ExpandedTree.of(tree.as_batch())
+    return drafter.depth, np.asarray(expanded.parent[1:], dtype=np.int64)
+
+
+def check_signature(function, layout: StepLayout, name: str) -> None:
+    """Refuse, before any call, a function whose parameters are not the layout's arguments, by name and in order
+    (further parameters need defaults): a wrong --layout, or arguments misnamed."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required_after = [p.name for p in parameters[len(layout.argument_names):]
+                      if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if tuple(names[:len(layout.argument_names)]) != layout.argument_names or required_after:
+        raise VerispecError(f"external function {name} takes ({', '.join(names)}), but the {layout.name} layout hands "
+                            f"({', '.join(layout.argument_names)}), by these names and in this order: rename its "
+                            "parameters, or check --layout (verispec.external.step states each layout)")
+
+
+def check_step(function, layout_name: str, drafter, problem, sampling, *, name: str, mode: str = "auto",
+               samples: int | None = None, alpha: float, detect_tv: float, power: float, seed: int,
+               call_timeout: float | None, keys: str = "keyed", max_keys: int = MAX_KEYS, options: dict | None = None):
+    """The verdict on a whole step (module docstring): a ``CheckReport``."""
+    from verispec.external.check_report import CheckReport
+
+    start = time.monotonic()
+    layout = STEP_LAYOUTS[layout_name]
+    check_signature(function, layout, name)
+    depth, parents = step_depth(layout, drafter, problem)
+    size = problem.vocab_size
+    if sum(size ** length for length in range(1, depth + 2)) > MAX_STEP_SEQUENCES:
+        raise VerispecError(f"a step check tabulates the blocks of up to {depth + 1} tokens over V = {size}, more than "
+                            f"{MAX_STEP_SEQUENCES:,}; use a smaller vocabulary or fewer drafts")
+    check = StepCheck(function, name, layout, problem, sampling, depth, parents, call_timeout, keys, max_keys)
+    wanted = TransformedProblem(problem, sampling)
+    target = sequence_law(wanted.target, size, depth + 1)
+    note = f"checked against the target after the requested sampling ({sampling.describe()})"
+    blackbox = None
+    tv = None
+    used_mode = mode
+    try:
+        if mode in ("auto", "exact"):
+            try:
+                law = check.exact_law(options or {})
+                used_mode = "exact"
+            except NotPiecewiseConstantError as error:
+                if mode == "exact":
+                    raise
+                note += f"; exact mode refused, so black-box mode was used: {error}"
+                used_mode = "blackbox"
+        if used_mode == "blackbox":
+            if samples is None:
+                samples = min(2_000_000, samples_for_power(target, detect_tv, alpha, power))
+            law = check.sampled_law(samples, np.random.default_rng(seed))
+    except FunctionRaised as raised:
+        return CheckReport(function=name, layout=layout_name, tree=drafter.spec, mode=used_mode,
+                           verdict=Verdict.RAISES, scope="on the given problem", tv_distance=None, tv_estimate=None,
+                           block_efficiency=None, problem=None, problem_source="given",
+                           seconds=time.monotonic() - start, evaluations=check.evaluations, note=note,
+                           raised={"problem": None, "witness_label": "", **raised.to_json()})
+    filler = float(law[check.filler])
+    tables = check.block_tables(law)
+    estimate = continued(tables, wanted.target, size)
+    efficiency = float(sum(table.sum() * (length + 1) for length, table in enumerate(tables)))
+    if filler > 0:
+        note += (f"; a greedy filler request emitted other than its greedy output with probability {filler:.6g} (the "
+                 f"fillers, requests 0 and 2, should emit {list(check.fillers[0])} and {list(check.fillers[2])})")
+    if used_mode == "exact":
+        tv = float(0.5 * np.abs(estimate - target).sum() + 0.5 * filler)
+        lossy = tv > DEFAULT_THRESHOLD
+        verdict = Verdict.LOSSY if lossy else Verdict.LOSSLESS
+    else:
+        blackbox = _bernstein(estimate, target, samples, alpha, power, 1.0 / samples, 1.0 / samples, False,
+                              efficiency)
+        if filler > 0:
+            blackbox = _with_filler(blackbox)
+        verdict = (Verdict.LOSSY if blackbox.rejected else Verdict.LOSSLESS
+                   if blackbox.detectable_tv <= detect_tv else Verdict.INCONCLUSIVE)
+    shown = None if verdict is Verdict.LOSSLESS else discrepancies(estimate, target)
+    return CheckReport(function=name, layout=layout_name, tree=drafter.spec, mode=used_mode, verdict=verdict,
+                       scope="on the given problem", tv_distance=tv,
+                       tv_estimate=None if blackbox is None else blackbox.tv_estimate,
+                       block_efficiency=efficiency, problem=None, problem_source="given",
+                       seconds=time.monotonic() - start, blackbox=blackbox, discrepancies=shown,
+                       evaluations=check.evaluations, note=note)
+
+
+def _with_filler(result: BlackBoxResult) -> BlackBoxResult:
+    """A black-box result where a filler emitted a wrong output: impossible for a correct step, so rejected."""
+    result.adjusted_p = 0.0
+    return result
+
+
+__all__ = ["STEP_LAYOUTS", "LogitsModel", "StepLayout", "check_step", "greedy_output"]
