@@ -106,3 +106,22 @@ def test_misnamed_arguments_and_sampling_on_a_plain_layout_are_refused(capsys):
                  "temperature=0.7"])
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "whole-step layout" in lines[0]
+
+
+def test_a_step_whose_keys_ignore_the_seed_or_follow_the_clock_is_refused():
+    from verispec.external.rng import KeyRefusal
+
+    def constant(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+        return step_rules.step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p,
+                               min_p, 11)
+
+    def clock(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+        import time
+
+        return step_rules.step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p,
+                               min_p, time.time_ns() % 2**20)
+
+    with pytest.raises(KeyRefusal, match="does not depend on the request's seed"):
+        _check(constant, "step", "chain:1")
+    with pytest.raises(KeyRefusal, match="two identical calls"):
+        _check(clock, "step", "chain:1")

@@ -57,7 +57,7 @@ from verispec.errors import VerifierError, VerispecError
 from verispec.external.blackbox import BlackBoxResult, _bernstein, discrepancies, samples_for_power
 from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError, integrate
 from verispec.external.rng import MAX_KEYS, Capture, Signal, Tape, TorchEscape, UniformsExhausted
-from verispec.external.runner import FunctionRaised, call_function
+from verispec.external.runner import FunctionRaised, NondeterministicError, call_function
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.verdict import Verdict
 
@@ -123,8 +123,8 @@ class StepLayout:
     name: str
     argument_names: tuple[str, ...]
 
-    def arguments(self, problem, sampling, depth: int, parents: np.ndarray | None):
-        """Fresh arguments for one call."""
+    def arguments(self, problem, sampling, depth: int, parents: np.ndarray | None, seed: int = STEP_SEED):
+        """Fresh arguments for one call, the checked request handed ``seed`` (the others seed + their index)."""
         import torch
 
         size = problem.vocab_size
@@ -133,10 +133,10 @@ class StepLayout:
         params = (float(sampling.temperature), int(sampling.top_k or 0), float(sampling.top_p or 1.0),
                   float(sampling.min_p or 0.0))
         if self.name == "step":
-            return (draft, target, torch.zeros((1, STEP_PROMPT), dtype=torch.int64), depth, *params, STEP_SEED)
+            return (draft, target, torch.zeros((1, STEP_PROMPT), dtype=torch.int64), depth, *params, seed)
         if self.name == "step-tree":
             return (draft, target, torch.zeros((1, STEP_PROMPT), dtype=torch.int64),
-                    torch.from_numpy(np.asarray(parents, dtype=np.int64)), *params, STEP_SEED)
+                    torch.from_numpy(np.asarray(parents, dtype=np.int64)), *params, seed)
         counts = [FILLER_DRAFTS[0], depth, FILLER_DRAFTS[1]]
         greedy = (0.0, 0, 1.0, 0.0)
         rows = [greedy, params, greedy]
@@ -146,7 +146,7 @@ class StepLayout:
                 torch.tensor([r[1] for r in rows], dtype=torch.int64),
                 torch.tensor([r[2] for r in rows], dtype=torch.float64),
                 torch.tensor([r[3] for r in rows], dtype=torch.float64),
-                torch.tensor([STEP_SEED + index for index in range(3)], dtype=torch.int64))
+                torch.tensor([seed - RAGGED_CHECKED + index for index in range(3)], dtype=torch.int64))
 
     def emitted(self, result, name: str, depth: int, fillers: dict | None) -> tuple | None:
         """The checked request's emitted tokens, or None where a filler emitted other than its greedy output;
@@ -276,6 +276,7 @@ class StepCheck:
         self.tape = 8
         self.path_ids: dict[bytes, int] = {}
         self.torch_full = False
+        self.last_keys: tuple = ()
 
     def code(self, tokens: tuple | None) -> int:
         if tokens is None:
@@ -286,10 +287,11 @@ class StepCheck:
                                 f"0..{size - 1}")
         return int(self.offsets[len(tokens) - 1] + np.ravel_multi_index(tokens, (size,) * len(tokens)))
 
-    def run(self, capture: Capture, values: np.ndarray):
-        """One call with its draws fed from ``values`` [1, U]: (code, used [U], path label)."""
+    def run(self, capture: Capture, values: np.ndarray, seed: int = STEP_SEED):
+        """One call with its draws fed from ``values`` [1, U]: (code, used [U], path label); ``last_keys`` holds the
+        keys it drew from."""
         tape = Tape(values)
-        arguments = self.layout.arguments(self.problem, self.sampling, self.depth, self.parents)
+        arguments = self.layout.arguments(self.problem, self.sampling, self.depth, self.parents, seed)
         capture.start(tape)
         try:
             result = call_function(self.function, self.name, self.call_timeout, arguments)
@@ -298,8 +300,46 @@ class StepCheck:
         capture.end_call()
         self.evaluations += 1
         code = self.code(self.layout.emitted(result, self.name, self.depth, self.fillers))
+        self.last_keys = tuple(tape.keys)
         keys, inverse = tape.paths()
         return code, tape.used, self.path_ids.setdefault(keys[int(inverse[0])], len(self.path_ids))
+
+    def probe(self, rng: np.random.Generator) -> None:
+        """Before any law: the same call twice (the second with the clocks a day ahead) must draw from the same keys
+        and give the same outcome, and the call handed another seed must draw from other keys (``KeyRefusal``
+        otherwise, as ``runner.Runner.probe`` refuses for the other layouts)."""
+        from verispec.external.rng import KeyRefusal
+        from verispec.external.runner import CLOCK_SHIFT, NondeterministicError
+
+        values = rng.random((1, self.tape))
+        while True:
+            try:
+                outcomes = []
+                for seed, offset in ((STEP_SEED, 0.0), (STEP_SEED, CLOCK_SHIFT), (STEP_SEED + 7919, 0.0)):
+                    capture = self.capture(clock_offset=offset)
+                    try:
+                        with capture:
+                            code, _, _ = self.run(capture, values, seed)
+                    except Signal as signal:
+                        raise signal.error from None
+                    outcomes.append((code, self.last_keys))
+                break
+            except UniformsExhausted as exhausted:
+                self.grow(exhausted.needed)
+                values = np.concatenate([values, rng.random((1, self.tape - values.shape[1]))], axis=1)
+        (first, keys), (second, again), (_, other) = outcomes
+        if keys != again:
+            raise KeyRefusal(f"external function {self.name} drew from keys {list(keys)}, then {list(again)} in two "
+                             "identical calls: its keys are not a function of its inputs (the time, os.urandom, a "
+                             "counter kept across calls), so verispec cannot read them; derive them from the seed")
+        shared = sorted(set(keys) & set(other))
+        if shared:
+            raise KeyRefusal(f"external function {self.name} drew from key {shared[0]} whether handed seed {STEP_SEED} "
+                             f"or {STEP_SEED + 7919}: that key does not depend on the request's seed, so every request "
+                             "draws the same numbers from it; derive every key from the seed it is handed")
+        if first != second:
+            raise NondeterministicError(f"external function {self.name} gave two different outcomes for the same "
+                                        "arguments and uniforms: it draws randomness verispec does not feed")
 
     def _evaluate(self, capture: Capture, rows: np.ndarray, points: np.ndarray):
         """What exact integration evaluates: each point's code, labelled by its path, and the uniforms it read."""
@@ -311,8 +351,9 @@ class StepCheck:
             used[index] = row_used
         return codes, used
 
-    def capture(self) -> Capture:
-        capture = Capture(self.name, "capture", torch_full=self.torch_full, keys=self.keys, max_keys=self.max_keys)
+    def capture(self, clock_offset: float = 0.0) -> Capture:
+        capture = Capture(self.name, "capture", torch_full=self.torch_full, keys=self.keys, max_keys=self.max_keys,
+                          clock_offset=clock_offset)
         capture.handed_seed = True  # every step layout hands the request's seed
         return capture
 
@@ -429,11 +470,12 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
     tv = None
     used_mode = mode
     try:
+        check.probe(np.random.default_rng(seed))
         if mode in ("auto", "exact"):
             try:
                 law = check.exact_law(options or {})
                 used_mode = "exact"
-            except NotPiecewiseConstantError as error:
+            except (NotPiecewiseConstantError, NondeterministicError) as error:
                 if mode == "exact":
                     raise
                 note += f"; exact mode refused, so black-box mode was used: {error}"
