@@ -125,3 +125,16 @@ def test_a_step_whose_keys_ignore_the_seed_or_follow_the_clock_is_refused():
         _check(constant, "step", "chain:1")
     with pytest.raises(KeyRefusal, match="two identical calls"):
         _check(clock, "step", "chain:1")
+
+
+@pytest.mark.parametrize("rule", ["naive", "bv"])
+def test_the_step_layout_passes_verispec_own_rules(rule):
+    """verispec's drafter and its registered rule as a procedure, inside the step: LOSSLESS; the same with the
+    problem's raw laws in place of the requested ones (the settings ignored) is LOSSY (negative control)."""
+    assert _check(step_rules.own_rule_step(rule), "step", "chain:1").verdict is Verdict.LOSSLESS
+    own = step_rules.own_rule_step(rule)
+
+    def ignoring(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+        return own(draft_model, target_model, input_ids, num_draft_tokens, 1.0, 0, 1.0, 0.0, seed)
+
+    assert _check(ignoring, "step", "chain:1").verdict is Verdict.LOSSY

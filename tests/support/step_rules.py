@@ -164,3 +164,50 @@ def tree_step_stale_residual(draft_model, target_model, input_ids, parents, temp
     """Broken: after a rejected sibling the next sibling is tested against p again, not the residual."""
     return _tree(draft_model, target_model, input_ids, parents, (temperature, top_k, top_p, min_p), seed,
                  keep_residual=False)
+
+
+def _models_problem(draft_model, target_model, input_ids, settings, depth):
+    """A verispec problem whose conditionals are the models' logits after the request's settings (verispec's own
+    transform), tabulated for every prefix up to ``depth`` (target) and ``depth - 1`` (draft)."""
+    import itertools
+
+    import numpy as np
+
+    from verispec.models.sampling import Sampling
+    from verispec.simulator.problems import TabularProblem
+
+    temperature, top_k, top_p, min_p = settings
+    sampling = Sampling(float(temperature), int(top_k) or None, None if top_p >= 1 else float(top_p),
+                        float(min_p) or None)
+    size = int(target_model(input_ids).shape[-1])
+    target, draft = {}, {}
+    for length in range(depth + 1):
+        for prefix in itertools.product(range(size), repeat=length):
+            ids = torch.cat([input_ids, torch.tensor([list(prefix)], dtype=torch.int64)], dim=1)
+            target[prefix] = np.asarray(sampling.probabilities(target_model(ids)[0, -1].numpy()))
+            if length < depth:
+                draft[prefix] = np.asarray(sampling.probabilities(draft_model(ids)[0, -1].numpy()))
+    return TabularProblem(size, target, draft)
+
+
+def own_rule_step(rule: str, tree_of=lambda count: f"chain:{count}"):
+    """A whole step made of verispec's own parts: its drafter draws the tree and its registered rule ``rule``
+    verifies it as a procedure, both choosing through a numpy Generator seeded by the request's seed (a keyed
+    stream), on the problem the models give under the request's settings. Lossless for every lossless rule."""
+    import numpy as np
+
+    from verispec.simulator.chooser import RandomChooser
+    from verispec.simulator.tree_specs import parse_tree
+    from verispec.verifiers import get_verifier
+
+    def step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+        drafter = parse_tree(tree_of(int(num_draft_tokens)))
+        problem = _models_problem(draft_model, target_model, input_ids, (temperature, top_k, top_p, min_p),
+                                  drafter.depth + 1)
+        chooser = RandomChooser(np.random.default_rng(int(seed)))
+        tree = drafter.sample(problem, chooser.rng)
+        node, token = get_verifier(rule).procedure(tree, chooser)
+        return torch.tensor([*tree.paths[node], token])
+
+    step.__name__ = f"own_{rule}_step"
+    return step

@@ -60,6 +60,15 @@ children, siblings in drafting order; i.i.d. children that drew the same token a
     refused where P(D) is not the draft model's Q(D) (the engine weighs tree D by Q(D)). It is checked in exact
     mode only: run on a given draft tree, it would have to draw that tree itself.
 
+``step``, ``step-ragged`` and ``step-tree`` (a whole step from RAW logits under requested sampling; stated in full,
+with their checker, in ``verispec.external.step``):
+    f(draft_model, target_model, input_ids [1, P], num_draft_tokens K, temperature, top_k, top_p, min_p, seed)
+    f(draft_model, target_model, input_ids [B, P], num_draft_tokens [B], temperature [B], top_k [B], top_p [B],
+      min_p [B], seeds [B]) -> [B, max K + 1] (request 1 checked; requests 0 and 2 greedy fillers)
+    f(draft_model, target_model, input_ids [1, P], parents [N], temperature, top_k, top_p, min_p, seed)
+    with ``model(input_ids [B, S]) -> logits [B, S, V]`` backed by the problem's raw conditionals. The code drafts
+    its own tokens; its emitted block is checked against the target after the requested sampling.
+
 verispec merges i.i.d. children that drew the same token into one node with a multiplicity; the tree layouts
 expand them back into separate nodes, each copy taking its own contiguous block of the merged child list (the
 order in which verispec's drafters draw path by path), so the function sees the tree the drafts made.
