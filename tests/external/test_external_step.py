@@ -138,3 +138,12 @@ def test_the_step_layout_passes_verispec_own_rules(rule):
         return own(draft_model, target_model, input_ids, num_draft_tokens, 1.0, 0, 1.0, 0.0, seed)
 
     assert _check(ignoring, "step", "chain:1").verdict is Verdict.LOSSY
+
+
+@pytest.mark.parametrize("sampling", ["temperature=1.3,top_p=0.7", "min_p=0.5", "temperature=0.8,top_k=2,min_p=0.7"])
+def test_every_part_of_the_requested_sampling_reaches_the_check(sampling):
+    """The correct step under top-p and min-p settings is LOSSLESS; the settings honoured by the bonus token only
+    (vLLM #42802: min_p dropped on the verified tokens) is LOSSY under each."""
+    options = dict(problem=PROBLEM, rng="capture", sampling=sampling)
+    assert check_external(step_rules.step, "step", "chain:1", **options).verdict is Verdict.LOSSLESS
+    assert check_external(step_rules.step_bonus_only, "step", "chain:1", **options).verdict is Verdict.LOSSY
