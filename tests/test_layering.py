@@ -41,7 +41,7 @@ LAYER_NAMES = [
     ["verifiers"],
     ["bounds"],
     ["models"],
-    ["api", "hunt", "external", "study"],
+    ["api", "hunt", "external", "keyed", "study"],
     ["selector", "report", "testing", "policy"],
     ["cli", "__main__", ""],
 ]

@@ -84,7 +84,7 @@ from verispec.external.exact import NotPiecewiseConstantError
 from verispec.external.raises import PastRaises, StateWatch, law_past_raises, say_state
 from verispec.external.rng import CaptureRefusal, GlobalRandomnessError, KeyRefusal, RowByRowRefusal
 from verispec.external.runner import FunctionRaised, NondeterministicError, RaiseLog
-from verispec.limits import DEFAULT_THRESHOLD, MAX_KEYS
+from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import ExactResult, analyze
 from verispec.simulator.generators import random_context_free_problem
@@ -540,10 +540,10 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
     function raw logits and ``sampling`` (a ``Sampling`` or its text; default plain sampling at temperature 1)."""
     if mode not in MODES:
         raise VerispecError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    from verispec.external.step import STEP_LAYOUTS
+    from verispec.external.step import STEP_LAYOUTS, check_whole_step
 
     if layout in STEP_LAYOUTS:
-        return _check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
+        return check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
                                  time_budget, sampling, verifier_options)
     if sampling is not None:
         raise VerispecError(f"--sampling needs a whole-step layout (step, step-ragged, step-tree), which hands raw "
@@ -589,42 +589,6 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
                             source="given" if problem is not None else "none",
                             tried=f"the time budget of {time_budget:g} s ran out before a verdict",
                             next_step=check.more_time())
-
-
-def _check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
-                      time_budget, sampling, verifier_options) -> CheckReport:
-    """``check_external`` for a whole-step layout (``verispec.external.step.check_step``), under the time budget."""
-    from verispec.external.step import check_step
-    from verispec.models.sampling import Sampling
-
-    unknown = sorted(set(verifier_options) - {"rng", "call_timeout", "keys", "max_keys", "per_row"})
-    if unknown:
-        raise VerispecError(f"a whole-step layout takes no {', '.join(unknown)}")
-    if verifier_options.get("rng", "capture") != "capture":
-        raise VerispecError(f"layout {layout!r} hands no uniforms (the step draws its own): use --rng capture")
-    if problem is None:
-        raise VerispecError(f"layout {layout!r} checks a whole step on a given problem: give --target/--draft or "
-                            "--problem")
-    if isinstance(problem, str):
-        problem = load_problem(problem)
-    if problem.exact:
-        raise VerispecError("a whole step runs in float64; analyse a float problem (leave out --exact)")
-    if not (isinstance(time_budget, (int, float)) and math.isfinite(time_budget) and time_budget > 0):
-        raise VerispecError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
-    sampling = Sampling.parse(sampling) if isinstance(sampling, str) else sampling or Sampling()
-    drafter = parse_tree(tree) if isinstance(tree, str) else tree
-    problem.require_depth(drafter.depth + 1)
-    name = name or getattr(function, "__name__", "external")
-    try:
-        with budget.time_budget(time.monotonic() + time_budget, what=f"the check of {name}"):
-            return check_step(function, layout, drafter, problem, sampling, name=name, mode=mode, samples=samples,
-                              alpha=alpha, detect_tv=detect_tv, power=power, seed=seed,
-                              call_timeout=verifier_options.get("call_timeout"),
-                              keys=verifier_options.get("keys", "keyed"),
-                              max_keys=verifier_options.get("max_keys", MAX_KEYS))
-    except AnalysisTimeoutError:
-        raise AnalysisTimeoutError(f"the check of {name} ran past its time budget of {time_budget:g} s: run again "
-                                   "with a larger --time-budget") from None
 
 
 def _json(problem: Problem, drafter: Drafter) -> dict:

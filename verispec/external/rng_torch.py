@@ -179,7 +179,8 @@ class FeedMode(TorchFunctionMode):
     # -- categorical and integers
 
     def multinomial(self, input, num_samples, replacement=False, **kwargs):
-        weights = input.detach().cpu().numpy()
+        weights = input.detach().cpu()
+        weights = (weights.float() if weights.dtype in (torch.bfloat16, torch.float16) else weights).numpy()
         weights = weights if weights.dtype == np.float64 else weights.astype(np.float64)
         if weights.ndim not in (1, 2):
             raise RuntimeError("prob_dist must be 1 or 2 dim")

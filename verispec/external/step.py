@@ -24,9 +24,11 @@ law after the row's tokens P..t, NaN before position P - 1 and where the problem
       top_k [B] int64, top_p [B] float64, min_p [B] float64, seeds [B] int64)
     -> output_token_ids [B, max(num_draft_tokens) + 1] int64, each row's emitted tokens padded with -1.
     B = 3: request 1 is the one checked (K drafts, the requested sampling, its seed); requests 0 and 2 are greedy
-    fillers (temperature 0: argmax decoding, ties to the smallest id) with 1 and 0 drafts, whose output is known
-    in advance: a filler that emits anything else is an outcome no correct step has (``FILLER``), so the step
-    is lossy with at least that mass. Fillers catch offsets and per-request settings applied to the wrong request.
+    fillers (temperature 0: argmax decoding) with 1 and 0 drafts: whatever their drafts, a correct step emits 1 to
+    K + 1 tokens each of which is a target argmax after the ones before it (``greedy_consistent``); anything else is
+    an outcome no correct step has, so the step is lossy with at least that mass. So is a token outside the
+    vocabulary, in every step layout (an all-NaN row turned into a token id, vLLM #53029). Fillers catch offsets
+    and per-request settings applied to the wrong request.
 
 ``step-tree`` (a static draft tree, EAGLE's and SpecInfer's shape):
     f(draft_model, target_model, input_ids [1, P], parents [N] int64, temperature, top_k, top_p, min_p, seed)
@@ -55,9 +57,9 @@ import numpy as np
 from verispec import budget
 from verispec.errors import VerifierError, VerispecError
 from verispec.external.blackbox import BlackBoxResult, _bernstein, discrepancies, samples_for_power
+from verispec.external.calls import FunctionRaised, NondeterministicError, call_function
 from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError, integrate
 from verispec.external.rng import MAX_KEYS, Capture, Signal, Tape, TorchEscape, UniformsExhausted
-from verispec.external.runner import FunctionRaised, NondeterministicError, call_function
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.verdict import Verdict
 
@@ -154,8 +156,8 @@ class StepLayout:
         if self.name != "step-ragged":
             return _tokens(result, name, depth)
         matrix = _matrix(result, name, (3, max(depth, *FILLER_DRAFTS) + 1))
-        for request, expected in fillers.items():
-            if tuple(_row(matrix[request], name)) != expected:
+        for request, (problem, drafts) in fillers.items():
+            if not greedy_consistent(tuple(_row(matrix[request], name)), problem, drafts):
                 return None
         return _tokens(matrix[RAGGED_CHECKED], name, depth)
 
@@ -203,6 +205,18 @@ def _tokens(result, name: str, depth: int) -> tuple:
         raise VerifierError(f"external function {name} emitted {len(tokens)} tokens {list(tokens)}; a step emits 1 "
                             f"to {depth + 1} (the accepted drafts, then one more)")
     return tokens
+
+
+def greedy_consistent(tokens: tuple, problem, drafts: int) -> bool:
+    """Whether ``tokens`` is what a correct greedy request (temperature 0) with ``drafts`` drafts may emit, whatever
+    its drafter proposed: 1 to drafts + 1 tokens, each one of the target's argmaxes after the tokens before it."""
+    if not 1 <= len(tokens) <= drafts + 1:
+        return False
+    for index, token in enumerate(tokens):
+        law = np.asarray(problem.target(tuple(tokens[:index])), dtype=np.float64)
+        if not (0 <= token < len(law)) or law[token] < law.max():
+            return False
+    return True
 
 
 def greedy_output(problem, drafts: int) -> tuple:
@@ -268,11 +282,12 @@ class StepCheck:
         size = self.problem.vocab_size
         self.lengths = self.depth + 1
         self.offsets = np.cumsum([0] + [size ** length for length in range(1, self.lengths + 1)])
-        self.filler = int(self.offsets[-1])  # the code of a filler's wrong output
+        # the code of an outcome no correct step has: a filler's non-greedy output, a token outside the vocabulary
+        self.filler = int(self.offsets[-1])
         self.count = self.filler + 1
-        self.fillers = ({0: greedy_output(self.problem, FILLER_DRAFTS[0]), 2: greedy_output(self.problem,
-                                                                                             FILLER_DRAFTS[1])}
+        self.fillers = ({0: (self.problem, FILLER_DRAFTS[0]), 2: (self.problem, FILLER_DRAFTS[1])}
                         if self.layout.name == "step-ragged" else None)
+        self.outside: tuple | None = None
         self.tape = 8
         self.path_ids: dict[bytes, int] = {}
         self.torch_full = False
@@ -282,9 +297,9 @@ class StepCheck:
         if tokens is None:
             return self.filler
         size = self.problem.vocab_size
-        if any(not 0 <= t < size for t in tokens):
-            raise VerifierError(f"external function {self.name} emitted {list(tokens)}, outside the vocabulary "
-                                f"0..{size - 1}")
+        if any(not 0 <= t < size for t in tokens):  # an impossible outcome (vLLM #53029, #44744), not bad output
+            self.outside = self.outside or tokens
+            return self.filler
         return int(self.offsets[len(tokens) - 1] + np.ravel_multi_index(tokens, (size,) * len(tokens)))
 
     def run(self, capture: Capture, values: np.ndarray, seed: int = STEP_SEED):
@@ -308,8 +323,8 @@ class StepCheck:
         """Before any law: the same call twice (the second with the clocks a day ahead) must draw from the same keys
         and give the same outcome, and the call handed another seed must draw from other keys (``KeyRefusal``
         otherwise, as ``runner.Runner.probe`` refuses for the other layouts)."""
+        from verispec.external.calls import CLOCK_SHIFT
         from verispec.external.rng import KeyRefusal
-        from verispec.external.runner import CLOCK_SHIFT, NondeterministicError
 
         values = rng.random((1, self.tape))
         while True:
@@ -495,8 +510,12 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
     estimate = continued(tables, wanted.target, size)
     efficiency = float(sum(table.sum() * (length + 1) for length, table in enumerate(tables)))
     if filler > 0:
-        note += (f"; a greedy filler request emitted other than its greedy output with probability {filler:.6g} (the "
-                 f"fillers, requests 0 and 2, should emit {list(check.fillers[0])} and {list(check.fillers[2])})")
+        outside = (f"emitted tokens outside the vocabulary 0..{size - 1} (e.g. {list(check.outside)})"
+                   if check.outside is not None else "")
+        wrong = ("a greedy filler request (0 or 2) emitted other than target-argmax tokens (e.g. "
+                 f"{list(greedy_output(problem, FILLER_DRAFTS[0]))} for request 0)" if check.fillers else "")
+        note += (f"; with probability {filler:.6g} the step has an outcome no correct step has: "
+                 + " or ".join(part for part in (outside, wrong) if part))
     if used_mode == "exact":
         tv = float(0.5 * np.abs(estimate - target).sum() + 0.5 * filler)
         lossy = tv > DEFAULT_THRESHOLD
@@ -517,10 +536,51 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                        evaluations=check.evaluations, note=note)
 
 
+def check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
+                      time_budget, sampling, verifier_options) :
+    """``check.check_external`` for a whole-step layout: its options checked, then ``check_step`` under the time
+    budget."""
+    import math
+
+    from verispec.errors import AnalysisTimeoutError
+    from verispec.models.sampling import Sampling
+    from verispec.simulator.problem_files import load_problem
+    from verispec.simulator.tree_specs import parse_tree
+
+    unknown = sorted(set(verifier_options) - {"rng", "call_timeout", "keys", "max_keys", "per_row"})
+    if unknown:
+        raise VerispecError(f"a whole-step layout takes no {', '.join(unknown)}")
+    if verifier_options.get("rng", "capture") != "capture":
+        raise VerispecError(f"layout {layout!r} hands no uniforms (the step draws its own): use --rng capture")
+    if problem is None:
+        raise VerispecError(f"layout {layout!r} checks a whole step on a given problem: give --target/--draft or "
+                            "--problem")
+    if isinstance(problem, str):
+        problem = load_problem(problem)
+    if problem.exact:
+        raise VerispecError("a whole step runs in float64; analyse a float problem (leave out --exact)")
+    if not (isinstance(time_budget, (int, float)) and math.isfinite(time_budget) and time_budget > 0):
+        raise VerispecError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
+    sampling = Sampling.parse(sampling) if isinstance(sampling, str) else sampling or Sampling()
+    drafter = parse_tree(tree) if isinstance(tree, str) else tree
+    problem.require_depth(drafter.depth + 1)
+    name = name or getattr(function, "__name__", "external")
+    try:
+        with budget.time_budget(time.monotonic() + time_budget, what=f"the check of {name}"):
+            return check_step(function, layout, drafter, problem, sampling, name=name, mode=mode, samples=samples,
+                              alpha=alpha, detect_tv=detect_tv, power=power, seed=seed,
+                              call_timeout=verifier_options.get("call_timeout"),
+                              keys=verifier_options.get("keys", "keyed"),
+                              max_keys=verifier_options.get("max_keys", MAX_KEYS))
+    except AnalysisTimeoutError:
+        raise AnalysisTimeoutError(f"the check of {name} ran past its time budget of {time_budget:g} s: run again "
+                                   "with a larger --time-budget") from None
+
+
 def _with_filler(result: BlackBoxResult) -> BlackBoxResult:
     """A black-box result where a filler emitted a wrong output: impossible for a correct step, so rejected."""
     result.adjusted_p = 0.0
     return result
 
 
-__all__ = ["STEP_LAYOUTS", "LogitsModel", "StepLayout", "check_step", "greedy_output"]
+__all__ = ["STEP_LAYOUTS", "LogitsModel", "StepLayout", "check_step", "check_whole_step", "greedy_output"]
