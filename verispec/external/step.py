@@ -25,7 +25,7 @@ law after the row's tokens P..t, NaN before position P - 1 and where the problem
     -> output_token_ids [B, max(num_draft_tokens) + 1] int64, each row's emitted tokens padded with -1.
     B = 3: request 1 is the one checked (K drafts, the requested sampling, its seed); requests 0 and 2 are greedy
     fillers (temperature 0: argmax decoding) with 1 and 0 drafts: whatever their drafts, a correct step emits 1 to
-    K + 1 tokens each of which is a target argmax after the ones before it (``greedy_consistent``); anything else is
+    K + 1 tokens each the target's argmax (ties to the smallest id) after the ones before it (``greedy_consistent``); anything else is
     an outcome no correct step has, so the step is lossy with at least that mass. So is a token outside the
     vocabulary, in every step layout (an all-NaN row turned into a token id, vLLM #53029). Fillers catch offsets
     and per-request settings applied to the wrong request.
@@ -209,12 +209,13 @@ def _tokens(result, name: str, depth: int) -> tuple:
 
 def greedy_consistent(tokens: tuple, problem, drafts: int) -> bool:
     """Whether ``tokens`` is what a correct greedy request (temperature 0) with ``drafts`` drafts may emit, whatever
-    its drafter proposed: 1 to drafts + 1 tokens, each one of the target's argmaxes after the tokens before it."""
+    its drafter proposed: 1 to drafts + 1 tokens, each the target's argmax after the tokens before it (ties to the
+    smallest id, as plain greedy decoding takes them: a greedy step must emit what plain greedy decoding would)."""
     if not 1 <= len(tokens) <= drafts + 1:
         return False
     for index, token in enumerate(tokens):
         law = np.asarray(problem.target(tuple(tokens[:index])), dtype=np.float64)
-        if not (0 <= token < len(law)) or law[token] < law.max():
+        if token != int(np.argmax(law)):
             return False
     return True
 
