@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     from examples.real_code.hsd import DEFAULT_HSD_DIR, HSD_DIR_VARIABLE
     from examples.real_code.trtllm_two_model import DEFAULT_TRTLLM_DIR, MODULE, TRTLLM_DIR_VARIABLE
     from verispec.io import atomic_write_text
-    from verispec.provenance import run_record
+    from verispec.provenance import run_record, sha256_file
 
     hsd_dir = Path(os.environ.get(HSD_DIR_VARIABLE, DEFAULT_HSD_DIR))
     trtllm_file = Path(os.environ.get(TRTLLM_DIR_VARIABLE, DEFAULT_TRTLLM_DIR)).joinpath(*MODULE.split("."))
@@ -129,8 +129,11 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     chosen = [entry for entry in CHECKS if args.only in entry["name"]]
+    # the record's inputs are the repository's files; the upstream files, which live outside it, are named with
+    # their SHA-256 beside it (a fresh clone cannot hash them)
     record = run_record(shlex.join(["python", "experiments/real_code.py", *(argv or sys.argv[1:])]),
-                        [*sorted(ADAPTERS.glob("*.py")), *upstream])
+                        sorted(ADAPTERS.glob("*.py")))
+    upstream_files = {str(path): sha256_file(path) for path in upstream}
     rows = []
     for index, entry in enumerate(chosen):
         row = check(entry, args.budget)
@@ -138,7 +141,7 @@ def main(argv=None) -> int:
         tv = "" if row.get("tv") is None else f", TV {row['tv']:.4g}"
         print(f"[{index + 1}/{len(chosen)}] {entry['name']}: {row['verdict']} ({row.get('mode')}{tv}, "
               f"{row['seconds']} s)", file=sys.stderr, flush=True)
-    result = {"record": record, "rows": rows}
+    result = {"record": record, "upstream_files": upstream_files, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out} ({len(rows)} checks)", file=sys.stderr)
