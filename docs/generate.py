@@ -39,7 +39,7 @@ RESULTS = ROOT / "docs" / "results"
 FINDINGS_DIR = ROOT / "docs" / "findings"
 #: The findings pages, in the README's order (the headline first).
 FINDINGS = ("ddte", "best_verifier", "assisted_generation", "single_path_optimum", "multipath_optimum",
-            "gbv_commitment", "traversal_iid", "dyspec", "typical_acceptance")
+            "gbv_commitment", "traversal_iid", "dyspec", "typical_acceptance", "engine_bugs")
 CLAIM = re.compile(r"<!--claim-->(?P<body>.*?)<!--/claim-->", re.S)
 #: Parameters and names a findings text may state outside markers (they are settings, not results).
 ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20",
@@ -449,6 +449,60 @@ def typical_table(results) -> str:
                     f"x{entry['efficiency_ratio_mean']:.3f}") for spec, entry in cost.items()])
 
 
+ENGINE_BUGS, REAL_CODE = "engine-bugs.json", "real-code.json"
+
+
+def _engine_bugs(results, key):
+    summary = results(ENGINE_BUGS)["summary"]
+    if key == "caught":
+        return f"{summary['goal_met']} of {summary['bugs']}"
+    if key == "repositories":
+        return f"{summary['repositories']}"
+    raise KeyError(key)
+
+
+def _tv_cell(row: dict) -> str:
+    if row.get("tv") is None:
+        return "-"
+    return f"{row['tv']:.3g}" + (" (est.)" if row.get("tv_kind") == "estimate" else "")
+
+
+def engine_bugs_table(results) -> str:
+    """One line per bug: its thread, class, check, and the verdicts of the buggy and fixed versions."""
+    data = results(ENGINE_BUGS)
+    by_bug: dict = {}
+    for row in data["rows"]:
+        by_bug.setdefault(row["bug"], {})[row["version"]] = row
+    lines = []
+    for bug in data["bugs"]:
+        rows = by_bug.get(bug["id"], {})
+        buggy, fixed = rows.get("buggy"), rows.get("fixed")
+        witness = (buggy or {}).get("witness") or {}
+        over = witness.get("overproduced") or {}
+        shown = (f"{witness.get('problem')}, `{bug['tree']}`" + (f", {witness['sampling']}" if witness.get("sampling")
+                 else "") + (f"; over-produces {over['sequence']}" if over else "")) if witness else "-"
+        lines.append((f"`{bug['id']}`", ", ".join(f"[{thread}](https://github.com/{thread.replace('#', '/issues/')})"
+                                                  for thread in bug["threads"]), bug["class"], f"`{bug['layout']}`",
+                      "not expressible: " + (bug.get("reason") or "") if not bug["expressible"] else
+                      f"{buggy['verdict']} ({buggy['mode']}, TV {_tv_cell(buggy)}, {buggy['seconds']} s)"
+                      if buggy else "-",
+                      f"{fixed['verdict']} ({fixed['mode']}, {fixed['seconds']} s)" if fixed else "-", shown))
+    return _table(("bug", "thread", "class", "layout", "buggy", "fixed", "smallest witness"), lines)
+
+
+def real_code_table(results) -> str:
+    """The unmodified engine code checked: its verdict on each check."""
+    rows = results(REAL_CODE)["rows"]
+
+    def check(row: dict) -> str:
+        return ", ".join(part for part in (f"`{row['layout']}`", f"`{row['tree']}`", row.get("problem"),
+                                           row.get("sampling")) if part)
+
+    return _table(("code", "upstream", "check", "verdict", "TV", "seconds"), [
+        (f"`{row['code']}`", f"{row['repository']} at {row.get('commit') or '?'}", check(row),
+         f"{row['verdict']} ({row.get('mode')})", _tv_cell(row), row.get("seconds", "-")) for row in rows])
+
+
 def _bound(function, key: str):
     """A value renderer of the result files: ``function(results, key)`` with ``key`` fixed."""
     return lambda results: function(results, key)
@@ -474,6 +528,7 @@ VALUES = {
     **{f"label_cost.{key}": _bound(_label_cost, key) for key in ("outcome", "projected")},
     **{f"assisted.{key}": _bound(_assisted, key) for key in ("selector", "static", "plain", "selector/hf-plain",
                                                              "prompts", "goal")},
+    **{f"engine_bugs.{key}": _bound(_engine_bugs, key) for key in ("caught", "repositories")},
 }
 
 TABLES = {
@@ -495,6 +550,10 @@ TABLES = {
     "sun": sun_table,
     "typical": typical_table,
     "exact-record": lambda results: f"Made by {record_line(results, 'exact-findings.json')}.",
+    "engine-bugs": engine_bugs_table,
+    "engine-bugs-record": lambda results: f"Made by {record_line(results, ENGINE_BUGS)}.",
+    "real-code": real_code_table,
+    "real-code-record": lambda results: f"Made by {record_line(results, REAL_CODE)}.",
 }
 
 
