@@ -199,3 +199,37 @@ def test_keyed_rand_outside_verispec_is_counter_based():
     assert not np.any(first == keyed.rand(6, np.arange(6)))
     assert np.all((first >= 0) & (first < 1))
     assert Fraction(float(keyed.rand(torch.tensor(5), torch.arange(1), dtype=torch.float32)[0])).denominator <= 2**24
+
+
+def test_a_one_dimensional_race_without_dim_is_read_as_one_categorical_draw():
+    """argmax(w / E) over one row's noise, written without ``dim`` (as kernels' torch fallbacks write it), is the race
+    along that row: exact mode reads it as one inverse-CDF draw and gets the token-level law (the draft law's closed
+    form, Leviathan et al.), where it refused before; a 2-D argmax without dim (a flat index) is still left real."""
+    from verispec.external.exact import NotPiecewiseConstantError
+
+    target, draft = PROBLEMS[3]
+    problem = ContextFreeProblem(target, draft)
+
+    def race(draft_tokens, draft_probs, target_probs):
+        x = int(draft_tokens[0, 0])
+        p, q = target_probs[0, 0], draft_probs[0, 0]
+        if torch.rand(1, dtype=torch.float64) * q[x] < p[x]:
+            bonus = target_probs[0, 1]
+            noise = torch.empty_like(bonus).exponential_()
+            return torch.tensor([[x, int(torch.argmax(bonus / noise))]])
+        residual = torch.clamp(p - q, min=0)
+        noise = torch.empty_like(residual).exponential_()
+        return torch.tensor([[int(torch.argmax(residual / noise)), -1]])
+
+    report = check_external(race, "chain", "chain:1", problem=problem, rng="capture", arrays="torch", per_row=True,
+                            mode="exact")
+    assert report.verdict is Verdict.LOSSLESS and report.tv_distance < 1e-12
+
+    def flat(draft_tokens, draft_probs, target_probs):
+        law = target_probs[0, :1]  # [1, V]: argmax without dim is a flat index, not the row's race
+        noise = torch.empty_like(law).exponential_()
+        return torch.tensor([[int(torch.argmax(law / noise)), -1]])
+
+    with pytest.raises(NotPiecewiseConstantError):
+        check_external(flat, "chain", "chain:1", problem=problem, rng="capture", arrays="torch", per_row=True,
+                       mode="exact")

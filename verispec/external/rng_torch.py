@@ -273,6 +273,8 @@ class FeedMode(TorchFunctionMode):
         """argmax(w / E, dim) as one inverse-CDF draw from w along ``dim`` (None where the rule does not hold)."""
         capture, noise = self.capture, score.noise
         shape = tuple(noise.tensor.shape)
+        if dim is None and len(shape) == 1 and capture.tape.rows == 1:
+            dim = 0  # argmax without dim over one row's noise: the same race along its only dimension
         if dim is None or not shape:
             return None
         dim = int(dim) % len(shape)

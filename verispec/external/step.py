@@ -25,10 +25,10 @@ law after the row's tokens P..t, NaN before position P - 1 and where the problem
     -> output_token_ids [B, max(num_draft_tokens) + 1] int64, each row's emitted tokens padded with -1.
     B = 3: request 1 is the one checked (K drafts, the requested sampling, its seed); requests 0 and 2 are greedy
     fillers (temperature 0: argmax decoding) with 1 and 0 drafts: whatever their drafts, a correct step emits 1 to
-    K + 1 tokens each the target's argmax (ties to the smallest id) after the ones before it (``greedy_consistent``); anything else is
-    an outcome no correct step has, so the step is lossy with at least that mass. So is a token outside the
-    vocabulary, in every step layout (an all-NaN row turned into a token id, vLLM #53029). Fillers catch offsets
-    and per-request settings applied to the wrong request.
+    K + 1 tokens each the target's argmax (ties to the smallest id) after the ones before it
+    (``greedy_consistent``); anything else is an outcome no correct step has, so the step is lossy with at least
+    that mass. So is a token outside the vocabulary, in every step layout (an all-NaN row turned into a token id,
+    vLLM #53029). Fillers catch offsets and per-request settings applied to the wrong request.
 
 ``step-tree`` (a static draft tree, EAGLE's and SpecInfer's shape):
     f(draft_model, target_model, input_ids [1, P], parents [N] int64, temperature, top_k, top_p, min_p, seed)
