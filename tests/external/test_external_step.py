@@ -12,7 +12,7 @@ from tests.support import step_rules
 from verispec.cli import main
 from verispec.errors import VerispecError
 from verispec.external.check import check_external
-from verispec.external.step import LogitsModel, greedy_output, sequence_law
+from verispec.external.step import LogitsModel, greedy_output, requested_problem
 from verispec.simulator.problems import ContextFreeProblem
 from verispec.verdict import Verdict
 
@@ -77,8 +77,12 @@ def test_the_logits_models_and_the_greedy_fillers():
     assert greedy_output(PROBLEM, 1) == (0,) and greedy_output(PROBLEM, 0) == (0,)
     same = ContextFreeProblem([0.2, 0.2, 0.6], [0.1, 0.2, 0.7])
     assert greedy_output(same, 1) == (2, 2)
-    law = sequence_law(PROBLEM.target, 3, 2)
-    assert abs(law[0, 1] - 0.15) < 1e-15 and abs(law.sum() - 1) < 1e-15
+    from verispec.models.sampling import Sampling
+
+    wanted = requested_problem(PROBLEM, Sampling(temperature=0.7, top_k=2), 2)
+    power = np.array([0.5, 0.3, 0.0]) ** (1 / 0.7)  # T = 0.7, then the two most likely tokens, by hand
+    for prefix in ((), (1,), (0, 2)):
+        assert np.allclose(wanted.target(prefix), power / power.sum(), rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("argv,message", [

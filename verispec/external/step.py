@@ -61,6 +61,8 @@ from verispec.external.calls import FunctionRaised, NondeterministicError, call_
 from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError, integrate
 from verispec.external.rng import MAX_KEYS, Capture, Signal, Tape, TorchEscape, UniformsExhausted
 from verispec.limits import DEFAULT_THRESHOLD
+from verispec.simulator.laws import OutputLaw
+from verispec.simulator.problems import target_law
 from verispec.verdict import Verdict
 
 #: Junk prompt tokens before the block in every step layout's ``input_ids``.
@@ -234,32 +236,22 @@ def greedy_output(problem, drafts: int) -> tuple:
     return (*prefix, int(np.argmax(problem.target(prefix))))
 
 
-class TransformedProblem:
-    """A problem's conditionals after the requested sampling transform, computed once per prefix: the law the
-    user asked for (``Sampling.probabilities`` of the raw logits)."""
+def requested_problem(problem, sampling, depth: int):
+    """The problem the user asked for: every conditional up to ``depth`` tokens after the requested transform
+    (``Sampling.probabilities`` of the raw logits), as a ``TabularProblem``, whose target law and continuation
+    the simulator already computes (``target_law``, ``OutputLaw.continued_with_target``)."""
+    import itertools
 
-    def __init__(self, problem, sampling):
-        self.problem, self.sampling, self.vocab_size = problem, sampling, problem.vocab_size
-        self._cache: dict = {}
+    from verispec.simulator.problems import TabularProblem
 
-    def target(self, prefix: tuple) -> np.ndarray:
-        law = self._cache.get(prefix)
-        if law is None:
-            with np.errstate(divide="ignore"):
-                logits = np.log(np.asarray(self.problem.target(prefix), dtype=np.float64))
-            law = self._cache[prefix] = np.asarray(self.sampling.probabilities(logits), dtype=np.float64)
-        return law
+    def transformed(law) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return np.asarray(sampling.probabilities(np.log(np.asarray(law, dtype=np.float64))), dtype=np.float64)
 
-
-def sequence_law(law_of, size: int, length: int) -> np.ndarray:
-    """The law (V,)*length of ``length`` tokens drawn from ``law_of(prefix)`` in turn."""
-    table = np.ones(())
-    prefixes = [()]
-    for _ in range(length):
-        rows = np.stack([law_of(prefix) for prefix in prefixes])  # [V^l, V]
-        table = (table.reshape(-1, 1) * rows).reshape((size,) * (len(prefixes[0]) + 1))
-        prefixes = [(*prefix, token) for prefix in prefixes for token in range(size)]
-    return table
+    size = problem.vocab_size
+    prefixes = [prefix for length in range(depth + 1) for prefix in itertools.product(range(size), repeat=length)]
+    return TabularProblem(size, {prefix: transformed(problem.target(prefix)) for prefix in prefixes},
+                          {prefix: transformed(problem.draft(prefix)) for prefix in prefixes if len(prefix) < depth})
 
 
 @dataclass
@@ -423,16 +415,6 @@ class StepCheck:
                 for length in range(1, self.lengths + 1)]
 
 
-def continued(tables: list[np.ndarray], law_of, size: int) -> np.ndarray:
-    """The emitted blocks continued with ``law_of`` to D + 1 tokens: (V,)*(D+1)."""
-    extended = tables[0]
-    for length in range(1, len(tables)):
-        conditionals = np.stack([law_of(prefix) for prefix in np.ndindex(*((size,) * length))]).reshape(
-            (size,) * length + (size,))
-        extended = extended[..., None] * conditionals + tables[length]
-    return extended
-
-
 def step_depth(layout: StepLayout, drafter, problem) -> tuple[int, np.ndarray | None]:
     """(the block's depth D, the tree's parents for ``step-tree``: node j + 1's parent at [j]) from ``--tree``."""
     if layout.name != "step-tree":
@@ -479,8 +461,8 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
         raise VerispecError(f"a step check tabulates the blocks of up to {depth + 1} tokens over V = {size}, more than "
                             f"{MAX_STEP_SEQUENCES:,}; use a smaller vocabulary or fewer drafts")
     check = StepCheck(function, name, layout, problem, sampling, depth, parents, call_timeout, keys, max_keys)
-    wanted = TransformedProblem(problem, sampling)
-    target = sequence_law(wanted.target, size, depth + 1)
+    wanted = requested_problem(problem, sampling, depth + 1)
+    target = np.asarray(target_law(wanted, depth + 1), dtype=np.float64)  # (V,)*(D+1)
     note = f"checked against the target after the requested sampling ({sampling.describe()})"
     blackbox = None
     tv = None
@@ -508,7 +490,7 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                            raised={"problem": None, "witness_label": "", **raised.to_json()})
     filler = float(law[check.filler])
     tables = check.block_tables(law)
-    estimate = continued(tables, wanted.target, size)
+    estimate = np.asarray(OutputLaw(size, depth, tuple(tables)).continued_with_target(wanted), dtype=np.float64)
     efficiency = float(sum(table.sum() * (length + 1) for length, table in enumerate(tables)))
     if filler > 0:
         outside = (f"emitted tokens outside the vocabulary 0..{size - 1} (e.g. {list(check.outside)})"
