@@ -142,9 +142,15 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=BUDGET, help="seconds per version's check")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    from verispec.errors import VerispecError
     from verispec.io import atomic_write_text
-    from verispec.provenance import run_record
+    from verispec.provenance import check_result_output, run_record
 
+    try:  # a file at --out that is not a result file is the user's: never replaced
+        check_result_output(args.out)
+    except VerispecError as error:
+        print(f"{Path(__file__).stem}: {error}", file=sys.stderr)
+        return 2
     entries = load_catalogue()
     wanted = [name for name in args.only.split(",") if name]
     unknown = sorted(set(wanted) - {entry["id"] for entry in entries})

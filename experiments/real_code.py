@@ -117,9 +117,15 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from examples.real_code.hsd import DEFAULT_HSD_DIR, HSD_DIR_VARIABLE
     from examples.real_code.trtllm_two_model import DEFAULT_TRTLLM_DIR, MODULE, TRTLLM_DIR_VARIABLE
+    from verispec.errors import VerispecError
     from verispec.io import atomic_write_text
-    from verispec.provenance import run_record, sha256_file
+    from verispec.provenance import check_result_output, run_record, sha256_file
 
+    try:  # a file at --out that is not a result file is the user's: never replaced
+        check_result_output(args.out)
+    except VerispecError as error:
+        print(f"{Path(__file__).stem}: {error}", file=sys.stderr)
+        return 2
     hsd_dir = Path(os.environ.get(HSD_DIR_VARIABLE, DEFAULT_HSD_DIR))
     trtllm_file = Path(os.environ.get(TRTLLM_DIR_VARIABLE, DEFAULT_TRTLLM_DIR)).joinpath(*MODULE.split("."))
     upstream = [hsd_dir / "algorithm_clean.py", hsd_dir / "algorithm.py", trtllm_file.with_suffix(".py")]
