@@ -30,11 +30,11 @@ class FakeClock:
         self.now, self.costs = 0.0, []
 
     def split(self, real_split):
-        def timed(measure, p, q, paths, exact, wanted=None):
+        def timed(measure, p, q, paths, exact, wanted=None, blend=False):
             cost = 1e-3 * psbv_cost.measure_bits(measure) ** 1.5 * len(measure.pieces)
             self.now += cost
             self.costs.append(cost)
-            return real_split(measure, p, q, paths, exact, wanted)
+            return real_split(measure, p, q, paths, exact, wanted, blend)
         return timed
 
 

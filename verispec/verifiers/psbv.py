@@ -3,13 +3,12 @@ positions, then run block verification on it with the selected path's own law (v
 
 Draft law: K i.i.d. paths of length L from the root (``iid:K,L``), as GBV, and delayed trees
 (``delayed:K,L1,L2``: a trunk of L1 tokens drawn from q, then K i.i.d. paths of L2 tokens from its end; below). Why
-this form: the best block
-efficiency of ANY valid verifier for these trees (the multi-step LP) is max over selection laws g of block
-verification's efficiency with g as the draft, where g ranges over the laws of one path selected from the K drafts
-(``verispec.bounds.path_selection``; docs/guides/rules_2025_26.md). GBV is one such selection (the lexicographic
-maximum); the optimal one depends on p and q at prefixes no drafted tree shows, so a rule that sees only the
-drafted nodes cannot reach it everywhere. This rule chooses, node by node, the selection that is best for the next
-depth whatever happens below, and carries the rest of the freedom down the tree. Glossary (the algebra of
+this form: the best block efficiency of ANY valid verifier for these trees (the multi-step LP) is max over selection
+laws g of block verification's efficiency with g as the draft, where g ranges over the laws of one path selected from
+the K drafts (``verispec.bounds.path_selection``; docs/guides/rules_2025_26.md). GBV is one such selection (the
+lexicographic maximum); the optimal one depends on p and q at prefixes no drafted tree shows, so a rule that sees
+only the drafted nodes cannot reach it everywhere. This rule chooses, node by node, the selection that is best for
+the next depth whatever happens below, and carries the rest of the freedom down the tree. Glossary (the algebra of
 position measures, their values, tilings, realisation and the selection law, is in
 ``verispec.lp_analysis.position_measures``; the law of the smallest of K uniforms in ``lp_analysis.order_statistics``):
 
@@ -51,21 +50,18 @@ length L with weight g(u) (``PositionSelectionSum``; on a delayed tree, q(trunk)
 end): V^L terms instead of V^(K L) trees.
 
 Cost per block in decoding: one split per drafted internal node (a sort of the n drafted-support tokens, the
-minorant, and the realisation of each block), the selection integral over the leaves' pieces, and block
-verification on one path. Exact splits (rationals) run the reference implementation (``split_exact``) and are meant
-for the small vocabularies where the exact checks run. Float splits (``split_float``) are vectorised over the
-children with numpy and build measures only for the drafted children (no other is ever read; the values of all
-children are the same whichever are built); their cost is the decomposition of the long blocks of the minorant:
-ray shooting there splits a block at each step, each step a few to tens of passes of its minimum-ratio search over
-the step's children, until a step's remaining weight falls below ``position_measures.FLOAT_DEPTH_SLACK`` (tens to
-hundreds of steps deep). On one core, dense softmax pairs, K = 2 to 4, at a root and one level down: 0.001 to 0.1 s
-at V = 1,000 and 0.15 to 3.5 s at V = 20,000; at real T = 1 nodes of the Qwen pair (V = 151,936, no top-k), 0.4 to
-6.4 s at K = 2, 0.8 to 8.5 s at K = 3 and 1.2 to 14 s at K = 4 (up to 200 million child-steps). A label of every
-delayed tree at a root splits some 480 such nodes (4 combs x 4 branch points x 30), and deeper nodes, whose
-measures have tens of pieces, can take minutes or pass the step limit below: psbv's T = 1 labels were refused at
-both roots measured (``experiments/label_cost.py``); the trees of one batch at a root share its split
-(``emission_laws``). A split predicted past ``MAX_DECOMPOSITION_STEPS`` is refused before its decomposition with a
-``ProblemTooLargeError`` (``check_decomposition_size``), and one that runs past it stops with the same error.
+minorant, the realisation of each block), the selection integral over the leaves' pieces, and block verification on
+one path. Exact splits (rationals, ``split_exact``) are the reference, for small vocabularies. Float splits
+(``split_float``) are vectorised with numpy and build measures only for the drafted children (the values of all
+children are the same whichever are built); their cost is the decomposition of the minorant's long blocks, ray
+shooting tens to hundreds of steps deep (``position_measures.FLOAT_DEPTH_SLACK``), each a few to tens of passes of
+its minimum-ratio search. On one core, dense softmax pairs, K = 2 to 4: 0.001 to 0.1 s at V = 1,000, 0.15 to 3.5 s
+at V = 20,000; at real T = 1 nodes of the Qwen pair (V = 151,936), 0.4 to 14 s (up to 200 million child-steps). A
+label of every delayed tree at a root splits some 480 such nodes, deeper ones can take minutes or pass
+``MAX_DECOMPOSITION_STEPS`` (refused before the decomposition by ``check_decomposition_size``, or when it runs past,
+with a ``ProblemTooLargeError``): psbv's T = 1 labels were refused at both roots measured
+(``experiments/label_cost.py``). ``psbv(blend=1)`` blends each block's tiling and even share instead
+(``verispec.verifiers.psbv_blend``): O(n log n), 0.1 to 0.25 s a node there, most of it the minorant's pass.
 """
 
 from __future__ import annotations
@@ -79,7 +75,7 @@ from fractions import Fraction
 import numpy as np
 
 from verispec import backend, budget
-from verispec.errors import ProblemTooLargeError
+from verispec.errors import ProblemTooLargeError, UnknownVerifierError
 from verispec.lp_analysis.position_arrays import (
     MAX_DECOMPOSITION_STEPS,
     MeasureArrays,
@@ -105,23 +101,26 @@ from verispec.simulator.problems import draft_conditionals, target_conditionals
 from verispec.simulator.trees import DraftTree, TreeBatch
 from verispec.sizes import log_prefix_count, readable_count
 from verispec.verifiers.block import block_law, block_procedure_on_path
+from verispec.verifiers.psbv_blend import blend_block_exact, blend_blocks_float
 from verispec.verifiers.psbv_cost import RationalCost as _RationalCost
 
 
-def split(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool, wanted=None) -> tuple[list, dict]:
+def split(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool, wanted=None,
+          blend: bool = False) -> tuple[list, dict]:
     """psbv's split of a node's position measure among its children (module docstring): (g(u c) for every token
     c, [V], 0 where q(c | u) = 0) and {c: nu_(u c)} for the children with q(c | u) > 0. ``p``, ``q``: the node's
     conditionals as lists of Python numbers (or float arrays). In float mode, ``wanted`` (an iterable of tokens)
     limits the measures built to those children (the drafted ones: no other measure is ever read); the values are
-    the same whichever measures are asked for (``split_float``)."""
+    the same whichever measures are asked for (``split_float``). ``blend``: each block of the minorant realised by
+    the blend of its tiling and its even share (``psbv_blend``, O(n log n)) instead of the exact decomposition."""
     if not exact:
-        return split_float(measure, p, q, paths, wanted)
-    return split_exact(measure, p, q, paths, exact)
+        return split_float(measure, p, q, paths, wanted, blend)
+    return split_exact(measure, p, q, paths, exact, blend)
 
 
-def split_exact(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool) -> tuple[list, dict]:
-    """``split`` by the reference implementation: Python numbers, one ``realise`` per block (exact mode, and the
-    float reference the tests hold ``split_float`` to)."""
+def split_exact(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool,
+                blend: bool = False) -> tuple[list, dict]:
+    """``split`` by the reference: Python numbers, one ``realise`` (or blend) per block (exact, and float tests)."""
     if exact and sum(1 for x in q if x > 0) > MAX_EXACT_SPLIT_CHILDREN:
         raise ProblemTooLargeError(
             f"psbv: an exact split at V={len(q):,} has more than {MAX_EXACT_SPLIT_CHILDREN:,} children with "
@@ -153,13 +152,14 @@ def split_exact(measure: PositionMeasure, p: list, q: list, paths: int, exact: b
         worth = psi[stop] - psi[start]
         weight = sum((p[c] for c in block), zero)
         targets = {c: worth * (p[c] / weight if weight > 0 else masses[c] / block_mass) for c in block}
-        measures.update(realise(targets, masses, segment, paths, exact))
+        measures.update(blend_block_exact(block, targets, masses, segment, paths) if blend else
+                        realise(targets, masses, segment, paths, exact))
     for child, child_measure in measures.items():
         values[child] = child_measure.value(paths)
     return values, measures
 
 
-def split_float(measure: PositionMeasure, p, q, paths: int, wanted=None) -> tuple[list, dict]:
+def split_float(measure: PositionMeasure, p, q, paths: int, wanted=None, blend: bool = False) -> tuple[list, dict]:
     """``split`` in float, vectorised over the children (numpy sorts and cumulative sums, the convex minorant by one
     stack pass, each block's decomposition by ``position_arrays.realise_float``): the same children's values as
     ``split_exact`` to rounding, and the measures of the children in ``wanted`` (all of them when None)."""
@@ -194,6 +194,11 @@ def split_float(measure: PositionMeasure, p, q, paths: int, wanted=None) -> tupl
     values[order[starts[single]]] = arrays.window_values(bottom[starts[single]], lengths[single])
     for k in np.flatnonzero(single & wanted_mask[order[starts]]):
         windows[int(order[starts[k]])] = [(float(bottom[starts[k]]), float(lengths[k]), 1.0)]
+    if blend:
+        multiple = np.flatnonzero(~single)
+        blend_blocks_float(arrays, order, p, masses, bottom, starts[multiple], stops[multiple], lengths[multiple],
+                           block_mass[multiple], values, wanted_mask, windows)
+        return values.tolist(), {c: arrays.build(w) for c, w in windows.items()}
     check_decomposition_size(stops - starts, size, paths)
     cost = _RealiseCost(MAX_DECOMPOSITION_STEPS, f"psbv: a float split at V={size:,} with K={paths} ran past "
                         f"{MAX_DECOMPOSITION_STEPS:,} steps of decomposition; use a top-k vocabulary or fewer paths")
@@ -315,7 +320,7 @@ def split_requests(tree: DraftTree, paths: int, start: int = 0) -> dict:
 
 
 def tree_states(tree: DraftTree, paths: int, cache: _SplitCache | None = None,
-                start: int = 0, wanted: dict | None = None) -> dict[int, _NodeState]:
+                start: int = 0, wanted: dict | None = None, blend: bool = False) -> dict[int, _NodeState]:
     """The position measure and value of every node of ``tree`` (K = ``paths`` from the node ``start``), top down.
     Above ``start`` (the trunk of a delayed tree) there is nothing to select: those nodes get the uniform measure,
     value 1 and their children's values q(. | node), and ``start`` the uniform measure, so that measures and values
@@ -343,7 +348,7 @@ def tree_states(tree: DraftTree, paths: int, cache: _SplitCache | None = None,
         def compute(tokens, measure=state.measure, node=node):
             p, q = (_numbers(tree.p[node], True), _numbers(tree.q[node], True)) if exact else (tree.p[node],
                                                                                               tree.q[node])
-            return split(measure, p, q, paths, exact, sorted(tokens))
+            return split(measure, p, q, paths, exact, sorted(tokens), blend)
 
         values, measures = cache.get(key, drafted, compute, exact) if cache is not None else compute(drafted)
         states[node] = _NodeState(state.measure, state.value, values)
@@ -361,7 +366,6 @@ def _leaf_copies(tree: DraftTree) -> dict[int, int]:
         if not tree.child_nodes[node]:
             copies[node] = tree.child_tokens[tree.parent[node]].count(int(tree.token[node]))
     return copies
-
 
 
 def _path_nodes(tree: DraftTree, leaf: int) -> list[int]:
@@ -394,6 +398,9 @@ class PositionSelectionSum(RuleDP):
 
     name = "position-selection sum"
 
+    def __init__(self, blend: bool = False):
+        self.blend = blend  # the realisation of the splits (``split``), as the verifier's
+
     def applies(self, drafter) -> bool:
         return delayed_shape(drafter.iid_branching) is not None
 
@@ -415,7 +422,7 @@ class PositionSelectionSum(RuleDP):
         exact = problem.exact
         targets = [np.asarray(target_conditionals(problem, i)).reshape(size ** i, size) for i in range(depth + 1)]
         drafts = [np.asarray(draft_conditionals(problem, i)).reshape(size ** i, size) for i in range(depth)]
-        level, conditionals = _selection_levels(targets, drafts, size, trunk, paths, exact, drafter.spec)
+        level, conditionals = _selection_levels(targets, drafts, size, trunk, paths, exact, drafter.spec, self.blend)
         level = {leaf: (measure, value * weight) for leaf, (measure, value, weight) in level.items()}
         emitted = [np.zeros(size ** (length + 1), dtype=object if exact else np.float64) for length in range(depth + 1)]
         if exact:
@@ -448,7 +455,8 @@ def delayed_shape(branching) -> tuple[int, int] | None:
     return (wide[0], branching[wide[0]]) if wide else (0, 1)
 
 
-def _selection_levels(targets: list, drafts: list, size: int, trunk: int, paths: int, exact: bool, spec: str = ""):
+def _selection_levels(targets: list, drafts: list, size: int, trunk: int, paths: int, exact: bool, spec: str = "",
+                      blend: bool = False):
     """The position-selection sum's states, depth by depth: {path of length L: (measure, value, weight)} (the
     measure and value relative to the trunk's end, weight = q(trunk)) and, by depth, {prefix: the selected path's
     draft conditionals [V]} (q along the trunk). In rationals the splits are watched by ``_RationalCost``."""
@@ -470,7 +478,7 @@ def _selection_levels(targets: list, drafts: list, size: int, trunk: int, paths:
                 following.update({index * size + token: (measure, value, weight * q[token])
                                   for token in range(size) if q[token] > 0})
                 continue
-            values, measures = split(measure, _numbers(targets[i][index], exact), q, paths, exact)
+            values, measures = split(measure, _numbers(targets[i][index], exact), q, paths, exact, blend=blend)
             if cost is not None:
                 cost.split_done()
             table[index] = [v / value for v in values]
@@ -500,14 +508,22 @@ class PositionSharingBlockVerifier(Verifier):
     #: test_fast_enumeration.py checks the declaration by permuting paths).
     order_free = True
     rule_dp = PositionSelectionSum()
+    #: ``psbv(blend=1)`` (the registry's hook for parameters) blends each block's tiling and even share
+    #: (``psbv_blend``, O(n log n) a node); 0 (default): the exact decomposition. Both lossless (module docstring).
+    parameters = ("blend",)
 
-    def __init__(self):
+    def __init__(self, blend: float = 0):
+        if isinstance(blend, bool) or blend not in (0, 1):
+            raise UnknownVerifierError(f"psbv's blend is 0 (the exact split) or 1 (the blended split), got {blend!r}")
+        self.blend = int(blend)
+        self.name = "psbv(blend=1)" if self.blend else "psbv"
+        self.rule_dp = PositionSelectionSum(bool(self.blend)) if self.blend else type(self).rule_dp
         self._cache = _SplitCache(SPLIT_CACHE_SIZE)
 
     def _states(self, tree: DraftTree, wanted: dict | None = None) -> dict[int, _NodeState]:
         """Every node's state, the K paths taken from the trunk's end (the root but on delayed trees)."""
         start = branch_point(tree)
-        return tree_states(tree, len(tree.child_tokens[start]), self._cache, start, wanted)
+        return tree_states(tree, len(tree.child_tokens[start]), self._cache, start, wanted, bool(self.blend))
 
     def emission_laws(self, batch: TreeBatch):
         trees = [batch.tree(row) for row in range(batch.num_rows)]
