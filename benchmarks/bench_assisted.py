@@ -73,6 +73,89 @@ BASELINE = "hf-assisted"
 LINEARS = ("torch", "small-batch")
 #: The untimed warm-up's prompt.
 WARMUP_PROMPT = "def add(a, b):\n    return"
+#: transformers' assisted generation at the configuration tuned on the training prompts (``--tune-prompts``).
+BEST = "hf-best"
+#: The grid a user would tune transformers over (issue 66): a constant draft length of 1-8 tokens, with the
+#: confidence stop off (threshold 0) and at transformers' default threshold.
+DEFAULT_GRID = (("num_assistant_tokens", "1-8"), ("num_assistant_tokens_schedule", "constant"),
+                ("assistant_confidence_threshold", "0,default"))
+SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+SHORT = {"num_assistant_tokens": "k", "num_assistant_tokens_schedule": "schedule",
+         "assistant_confidence_threshold": "threshold"}
+
+
+def _grid_values(option: str, text: str) -> list:
+    """The values of one ``--hf-grid OPTION=VALUES`` part: integers and ranges (a-b) for the draft length, names for
+    the schedule, numbers in [0, 1) or ``default`` (transformers' own) for the threshold."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if option == "num_assistant_tokens":
+                low, _, high = part.partition("-")
+                values += list(range(int(low), int(high or low) + 1))
+                if not values or min(values) < 1 or max(values) > 64:
+                    raise ValueError
+            elif option == "num_assistant_tokens_schedule":
+                if part not in SCHEDULES:
+                    raise ValueError
+                values.append(part)
+            else:
+                values.append("default" if part == "default" else float(part))
+                if values[-1] != "default" and not 0 <= values[-1] < 1:
+                    raise ValueError
+        except ValueError:
+            what = {"num_assistant_tokens": "integers 1-64 or ranges a-b",
+                    "num_assistant_tokens_schedule": " or ".join(SCHEDULES)}.get(option,
+                                                                               "numbers in [0, 1) or default")
+            raise VerispecError(f"--hf-grid {option}={text!r}: {part!r} is not one of {what}") from None
+    return list(dict.fromkeys(values))
+
+
+def hf_grid(parts: list[str] | None) -> list[dict]:
+    """The transformers configurations of ``--hf-grid OPTION=VALUES`` parts (every combination; an option left out
+    takes ``DEFAULT_GRID``'s values); an unknown option or value is refused on one line."""
+    import itertools
+
+    import real_decoding  # experiments/real_decoding.py: the options transformers reads
+
+    given = {}
+    for part in parts or []:
+        option, sep, text = part.partition("=")
+        option = option.strip()
+        if not sep:
+            raise VerispecError(f"--hf-grid {part!r}: give OPTION=VALUES, e.g. num_assistant_tokens=1-8")
+        if option not in real_decoding.ASSISTANT_OPTIONS:
+            raise VerispecError(f"--hf-grid {part!r}: unknown option {option!r}; give OPTION=VALUES with OPTION one "
+                                f"of {', '.join(real_decoding.ASSISTANT_OPTIONS)}")
+        if option in given:
+            raise VerispecError(f"--hf-grid names {option} twice; give its values once, comma-separated")
+        given[option] = _grid_values(option, text)
+    options = {option: given.get(option) or _grid_values(option, text) for option, text in DEFAULT_GRID}
+    return [dict(zip(options, values)) for values in itertools.product(*options.values())]
+
+
+def config_name(config: dict) -> str:
+    """A configuration's method name, e.g. ``hf:k=4,schedule=constant,threshold=0``."""
+    return "hf:" + ",".join(f"{SHORT[option]}={value:g}" if isinstance(value, float) else f"{SHORT[option]}={value}"
+                            for option, value in config.items())
+
+
+def resolved(config: dict, schedule: dict) -> dict:
+    """``config`` with ``default`` replaced by transformers' own value (``assistant_schedule``)."""
+    return {option: schedule[option] if value == "default" else value for option, value in config.items()}
+
+
+def best_config(rows: dict, names: list[str], groups: list[str], setting: str) -> str | None:
+    """The configuration of the highest tokens/s (total tokens over total decode seconds, prefill excluded) over the
+    training ``groups`` at ``setting``; None until every configuration has run every one of them."""
+    rates = {}
+    for name in names:
+        cells = [rows.get(f"{name}|{group}|{setting}") for group in groups]
+        if None in cells:
+            return None
+        rates[name] = sum(c["new_tokens"] for c in cells) / sum(c["decode_s"] for c in cells)
+    return max(rates, key=rates.get)
 
 
 def method_order(methods: list[str], position: int) -> list[str]:
@@ -117,9 +200,11 @@ def run_method(pair, prompt: str, method: str, plan: dict | None, setting: int, 
                seed: int) -> dict:
     """One timed generation of ``method``: a row with ``new_tokens``, ``decode_s`` (prefill excluded), ``prefill_s``
     and ``wall_s`` (both)."""
-    if method in HF_METHODS:
-        prefill = prefill_seconds(pair, prompt, with_draft=method == "hf-assisted")
-        row = real_decoding.run_hf(pair, prompt, method, sampling, max_new_tokens, seed)
+    if method in HF_METHODS or method == BEST or method.startswith("hf:"):
+        assisted = method != "hf-plain"
+        prefill = prefill_seconds(pair, prompt, with_draft=assisted)
+        row = real_decoding.run_hf(pair, prompt, "hf-assisted" if assisted else method, sampling, max_new_tokens,
+                                   seed, assistant=plan)
         row.pop("text", None)
         row.update(wall_s=row["decode_s"], prefill_s=prefill, decode_s=row["decode_s"] - prefill,
                    prefill_estimated=True)
@@ -172,7 +257,9 @@ def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]
                                                 sum(row["new_tokens"] for row in done.values()) / sum(calls)),
                      "linears": sorted({row["linears"] for row in done.values()}),
                      "load_average_max": max(row["load_average"] for row in done.values())}
-            for base in (BASELINE, "hf-plain"):
+            for base in (BASELINE, "hf-plain", BEST):
+                if base not in cells:
+                    continue
                 entry[f"vs_{base}"] = ratio(done, cells[base])
                 entry[f"vs_{base}_ci"] = interval(done, cells[base])
                 entry[f"vs_{base}_with_prefill"] = ratio(_with_prefill(done), _with_prefill(cells[base]))
@@ -181,30 +268,40 @@ def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]
     return table
 
 
-def markdown(table: list[dict], parameters: dict) -> str:
+def markdown(table: list[dict], parameters: dict, tuning: list[dict] | None = None) -> str:
     def ratio(value, bounds) -> str:
         return "-" if value is None else f"{value:.3f}" + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
 
     assistant = parameters["hf_assistant"]
     threshold = "adapted" if assistant["adaptive_threshold"] else "fixed"
+    best = parameters.get("hf_best")
     lines = [f"# transformers' assisted generation against verispec: {parameters['pair']} on {parameters['device']} "
              f"({parameters['dtype']}, {parameters['linears']} linears for every method, {parameters['threads']} "
              f"threads), {parameters['max_new_tokens']} new tokens, held-out prompts", "",
-             f"transformers {parameters['transformers']}, assistant: {assistant['num_assistant_tokens']} tokens, "
-             f"schedule {assistant['num_assistant_tokens_schedule']}, confidence threshold "
-             f"{assistant['assistant_confidence_threshold']} ({threshold}). "
+             f"transformers {parameters['transformers']}, hf-assisted is its default: "
+             f"{assistant['num_assistant_tokens']}"
+             f" tokens, schedule {assistant['num_assistant_tokens_schedule']}, confidence threshold "
+             f"{assistant['assistant_confidence_threshold']} ({threshold})"
+             + (f"; hf-best is {best}, the fastest of {len(parameters['hf_grid'])} configurations on "
+                f"{len(parameters['tune_groups'])} training prompts" if best else "") + ". "
              "tokens/s: total tokens over total decoding seconds, prefill excluded (transformers' estimated, see "
              "the script); 95% intervals: percentile bootstrap over prompts, paired for ratios.", "",
              "| setting | method | prompts | tokens/target call | tokens/s [95%] | vs hf-assisted [95%] | "
-             "vs hf-assisted, prefill incl. [95%] | vs hf-plain [95%] | max load |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "vs hf-assisted, prefill incl. [95%] | vs hf-plain [95%] | vs hf-best [95%] | max load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for e in table:
         per_call = "-" if e["tokens_per_target_call"] is None else f"{e['tokens_per_target_call']:.2f}"
         lines.append(f"| {e['setting']} | {e['method']} | {e['prompts']} | {per_call} | "
                      f"{ratio(e['tokens_per_s'], e['tokens_per_s_ci'])} | "
                      f"{ratio(e['vs_hf-assisted'], e['vs_hf-assisted_ci'])} | "
                      f"{ratio(e['vs_hf-assisted_with_prefill'], e['vs_hf-assisted_with_prefill_ci'])} | "
-                     f"{ratio(e['vs_hf-plain'], e['vs_hf-plain_ci'])} | {e['load_average_max']:.1f} |")
+                     f"{ratio(e['vs_hf-plain'], e['vs_hf-plain_ci'])} | "
+                     f"{ratio(e.get('vs_hf-best'), e.get('vs_hf-best_ci'))} | {e['load_average_max']:.1f} |")
+    if tuning:
+        lines += ["", "Tuning on the training prompts (prefill excluded):", "",
+                  "| setting | configuration | prompts | tokens/s [95%] | max load |", "|---|---|---|---|---|"]
+        lines += [f"| {e['setting']} | {e['config']}{' (best)' if e['config'] == best else ''} | {e['prompts']} | "
+                  f"{ratio(e['tokens_per_s'], e['tokens_per_s_ci'])} | {e['load_average_max']:.1f} |" for e in tuning]
     return "\n".join(lines) + "\n"
 
 
@@ -231,6 +328,14 @@ def main(argv=None) -> int:
                              "(verispec.models.cpu_linear's path, CPU only)")
     parser.add_argument("--warmup", type=int, default=2,
                         help="tokens of one untimed generation per method on a short prompt before the first cell")
+    parser.add_argument("--tune-prompts", type=int, default=0,
+                        help="tune transformers' assisted generation over --hf-grid on this many TRAINING prompts of "
+                             "the dataset (the selectors' split; evenly spaced) and run the best as hf-best on the "
+                             "held-out ones (default 0: no tuning)")
+    parser.add_argument("--hf-grid", action="append", default=None, metavar="OPTION=VALUES",
+                        help="a tuned option and its values, repeatable: num_assistant_tokens=1-8, "
+                             "num_assistant_tokens_schedule=constant, assistant_confidence_threshold=0,default "
+                             "(those are the defaults of the options left out)")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds: start no prompt that would end past them (rerun to go on)")
     parser.add_argument("--output", default="results/bench_assisted.json", help="the rows (a resumable store)")
@@ -253,10 +358,15 @@ def main(argv=None) -> int:
             raise VerispecError("--max-new-tokens and --threads must be positive, --warmup at least 0")
         if args.budget is not None and not args.budget > 0:
             raise VerispecError(f"--budget {args.budget:g}: give positive seconds")
+        if args.tune_prompts < 0:
+            raise VerispecError(f"--tune-prompts {args.tune_prompts}: give 0 (no tuning) or a positive count")
+        if args.hf_grid and not args.tune_prompts:
+            raise VerispecError("--hf-grid is tuned on training prompts; give --tune-prompts N as well")
+        grid = hf_grid(args.hf_grid) if args.tune_prompts else []
         import torch
         import transformers
 
-        from verispec.models import Sampling, load_pair
+        from verispec.models import load_pair
         from verispec.models.cpu_linear import store_key
 
         transformers.utils.logging.set_verbosity_error()
@@ -273,11 +383,15 @@ def main(argv=None) -> int:
         if linears_of(pair) != args.linears:
             raise VerispecError(f"the pair loaded with {linears_of(pair)} linears, not {args.linears}")
         selector_decoding.check_pair(setup, pair)
+        schedule_now = assistant_schedule(pair)
+        configs = {config_name(config): resolved(config, schedule_now) for config in grid}
+        tune_groups = training_groups(setup, args.tune_prompts) if grid else []
         parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
                       "threads": torch.get_num_threads(), "linears": args.linears,
                       "transformers": transformers.__version__, "torch": torch.__version__,
-                      "hf_assistant": assistant_schedule(pair),
+                      "hf_assistant": schedule_now,
+                      **({"hf_grid": configs, "tune_groups": tune_groups} if grid else {}),
                       **selector_decoding.plan_parameters(setup, args.dataset, args.selector)}
         parameters.update(store_key(pair))
         store = ResultStore(args.output, parameters=parameters, overwrite=args.overwrite)
@@ -286,12 +400,81 @@ def main(argv=None) -> int:
         return 2
     from verispec.selector.roots import sampling_text
 
-    samplings, groups, texts, plans = setup["samplings"], setup["groups"], setup["texts"], setup["plans"]
+    samplings, groups, texts, plans = setup["samplings"], setup["groups"], setup["texts"], dict(setup["plans"])
     settings = [sampling_text(sampling) for sampling in samplings]
-    methods = [*HF_METHODS, *plans]
+    begin, warm = time.perf_counter(), not args.warmup
+    if configs:  # the tuning: every configuration on every training prompt, interleaved as the held-out run is
+        plans.update(configs)
+        tuned = run_cells(store, pair, schedule(list(configs), tune_groups, len(samplings)), plans, texts, samplings,
+                          settings, tune_groups, args, begin, warm, "training prompts")
+        if not tuned:  # the budget ended the tuning: no best configuration yet (rerun to go on)
+            return 0
+        warm = True
+        best = {setting: best_config(dict(store.rows), list(configs), tune_groups, setting) for setting in settings}
+        if len(set(best.values())) > 1:  # one hf-best method across settings would mix configurations
+            print("bench_assisted: the best configuration differs between settings; run one setting at a time",
+                  file=sys.stderr)
+            return 2
+        plans[BEST] = configs[next(iter(best.values()))]
+        parameters = {**parameters, "hf_best": next(iter(best.values()))}  # the store keeps its own
+    methods = [*HF_METHODS, *([BEST] if configs else []), *setup["plans"]]
     cells = schedule(methods, groups, len(samplings))
-    begin, spent, warm = time.perf_counter(), [], not args.warmup
-    for index, group, order in tqdm(cells, desc="prompts"):
+    run_cells(store, pair, cells, plans, texts, samplings, settings, groups, args, begin, warm, "held-out prompts")
+    table = summarize(dict(store.rows), methods, settings)
+    tuning = tuning_table(dict(store.rows), list(configs), tune_groups, settings) if configs else []
+    text = markdown(table, parameters, tuning)
+    write_table(output.with_suffix(".md"), text)
+    write_rows(output.with_suffix(".summary.json"), {"rows": table, "tuning": tuning,
+                                                     "hf_best": parameters.get("hf_best")})
+    print(text)
+    if started:
+        rows = [{"setting": e["setting"], "method": e["method"], "prompts": e["prompts"],
+                 "now": 1 / e["tokens_per_s"],
+                 "before": 1 / next(b["tokens_per_s"] for b in table
+                                    if b["setting"] == e["setting"] and b["method"] == BASELINE),
+                 "ratio": e[f"vs_{BASELINE}"], **{k: v for k, v in e.items() if k not in ("setting", "method")}}
+                for e in table]
+        write_result(args.result, started, {"benchmark": "bench_assisted", "unit": "s per token (prefill excluded)",
+                                            "baseline": BASELINE, "parameters": parameters, "rows": rows,
+                                            "tuning": tuning})
+    return 0
+
+
+def training_groups(setup: dict, count: int) -> list[str]:
+    """``count`` training prompts of the selectors' split (every one with ``count`` at least their number), evenly
+    spaced over the sorted groups as the held-out ones are; refused on one line where a group has no text."""
+    from verispec.selector.split import held_out
+
+    train, _ = held_out(setup["dataset"], next(iter(setup["selectors"].values())))
+    groups = sorted(set(train.group.tolist()))
+    if count < len(groups):
+        groups = [groups[int(i)] for i in np.linspace(0, len(groups) - 1, count).round()]
+    missing = [group for group in groups if group not in setup["texts"]]
+    if missing:
+        raise VerispecError(f"--prompts has no text for the training groups {', '.join(missing[:3])}")
+    return groups
+
+
+def tuning_table(rows: dict, names: list[str], groups: list[str], settings: list[str]) -> list[dict]:
+    """Per setting and configuration: tokens/s over the training prompts (prefill excluded) and its interval."""
+    table = []
+    for setting in settings:
+        for name in names:
+            done = {g: rows[f"{name}|{g}|{setting}"] for g in groups if f"{name}|{g}|{setting}" in rows}
+            if len(done) == len(groups):
+                table.append({"setting": setting, "config": name, "prompts": len(done),
+                              "tokens_per_s": _rate(done, list(done)), "tokens_per_s_ci": rate_interval(done),
+                              "load_average_max": max(row["load_average"] for row in done.values())})
+    return table
+
+
+def run_cells(store, pair, cells, plans, texts, samplings, settings, groups, args, begin, warm, what):
+    """Run every (setting, prompt, methods in order) of ``cells`` not in ``store``: True, or False when ``--budget``
+    stops the run first (rerun to go on)."""
+    from verispec.models import Sampling
+
+    spent = []
+    for index, group, order in tqdm(cells, desc=what):
         keys = {method: f"{method}|{group}|{settings[index]}" for method in order}
         if all(store.done(key) for key in keys.values()):
             continue
@@ -299,10 +482,10 @@ def main(argv=None) -> int:
         if args.budget is not None and spent and elapsed + float(np.mean(spent)) > args.budget:
             print(f"bench_assisted: the budget of {args.budget:g} s is spent ({elapsed:.0f} s); rerun to go on",
                   file=sys.stderr)
-            break
+            return False
         sampling = Sampling(samplings[index]["temperature"], samplings[index]["top_k"], samplings[index]["top_p"])
         if not warm:  # first calls are not decoding: one untimed short generation per method
-            for method in methods:
+            for method in order:
                 run_method(pair, WARMUP_PROMPT, method, plans.get(method), index, sampling, args.warmup, args.seed)
             warm = True
         seed = args.seed + 1000 * index + groups.index(group)  # every method of a prompt draws from this seed
@@ -314,21 +497,7 @@ def main(argv=None) -> int:
             row.update(load_average=os.getloadavg()[0], linears=linears_of(pair), position=position, seed=seed)
             store.add(keys[method], row)
         spent.append(time.perf_counter() - begin - elapsed)
-    table = summarize(dict(store.rows), methods, settings)
-    text = markdown(table, parameters)
-    write_table(output.with_suffix(".md"), text)
-    write_rows(output.with_suffix(".summary.json"), {"rows": table})
-    print(text)
-    if started:
-        rows = [{"setting": e["setting"], "method": e["method"], "prompts": e["prompts"],
-                 "now": 1 / e["tokens_per_s"],
-                 "before": 1 / next(b["tokens_per_s"] for b in table
-                                    if b["setting"] == e["setting"] and b["method"] == BASELINE),
-                 "ratio": e[f"vs_{BASELINE}"], **{k: v for k, v in e.items() if k not in ("setting", "method")}}
-                for e in table]
-        write_result(args.result, started, {"benchmark": "bench_assisted", "unit": "s per token (prefill excluded)",
-                                            "baseline": BASELINE, "parameters": parameters, "rows": rows})
-    return 0
+    return True
 
 
 if __name__ == "__main__":

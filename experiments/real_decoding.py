@@ -60,23 +60,45 @@ def _hf_sampling(sampling) -> dict:
             "top_p": sampling.top_p or 1.0, "repetition_penalty": 1.0}
 
 
-def run_hf(pair, prompt: str, method: str, sampling, max_new_tokens: int, seed: int) -> dict:
+#: The assisted-generation settings ``run_hf(assistant=...)`` may set, as transformers reads them: from the
+#: assistant's generation config (``AssistedCandidateGenerator.__init__``, transformers 5.x).
+ASSISTANT_OPTIONS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def run_hf(pair, prompt: str, method: str, sampling, max_new_tokens: int, seed: int,
+           assistant: dict | None = None) -> dict:
+    """transformers' ``generate`` of ``prompt``: plain (``hf-plain``), with a static cache (``hf-static``) or with the
+    draft as assistant (``hf-assisted``), then with ``assistant``'s settings (``ASSISTANT_OPTIONS``) on the draft's
+    generation config for this call only (transformers reads them there, not from ``generate``'s arguments)."""
     import torch
 
     ids = torch.tensor([pair.encode(prompt)], device=pair.device)
     extra = {"assistant_model": pair.draft} if method == "hf-assisted" else {}
     if method == "hf-static":
         extra = {"cache_implementation": "static"}
+    config = pair.draft.generation_config
+    unknown = sorted(set(assistant or {}) - set(ASSISTANT_OPTIONS))
+    if unknown:
+        raise VerispecError(f"unknown assisted-generation option {unknown[0]!r}; choose from "
+                            f"{', '.join(ASSISTANT_OPTIONS)}")
+    saved = {name: getattr(config, name, None) for name in (assistant or {})}
     torch.manual_seed(seed)
     if pair.device.type == "cuda":
         torch.cuda.synchronize(pair.device)
-    start = time.perf_counter()
-    with torch.no_grad():
-        output = pair.target.generate(ids, max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids),
-                                      pad_token_id=pair.tokenizer.eos_token_id, **_hf_sampling(sampling), **extra)
-    if pair.device.type == "cuda":
-        torch.cuda.synchronize(pair.device)
-    seconds = time.perf_counter() - start
+    try:
+        for name, value in (assistant or {}).items():
+            setattr(config, name, value)
+        start = time.perf_counter()
+        with torch.no_grad():
+            output = pair.target.generate(ids, max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids),
+                                          pad_token_id=pair.tokenizer.eos_token_id, **_hf_sampling(sampling),
+                                          **extra)
+        if pair.device.type == "cuda":
+            torch.cuda.synchronize(pair.device)
+        seconds = time.perf_counter() - start
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
     new = output[0, ids.shape[1]:].tolist()
     # transformers reports no count of target calls; the prefill is inside its time.
     return {"new_tokens": len(new), "decode_s": seconds, "target_calls": None, "tokens_per_target_call": None,

@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,6 +183,22 @@ class LatencyModel:
                                f"{error if isinstance(error, json.JSONDecodeError) else 'nested too deeply'}") from None
 
 
+def measured_pair(model: LatencyModel) -> str | None:
+    """The pair ``model`` was measured on, as ``verispec latency`` names it in the source ("measured on NAME (...)");
+    None for a model that does not say (made by hand, or by ratio)."""
+    match = re.match(r"measured on (\S+) \(", model.source)
+    return match.group(1) if match else None
+
+
+def check_latency_pair(model: LatencyModel, pair: str, what: str) -> None:
+    """LatencyError (one line) when ``model`` says it was measured on a pair other than ``pair``: its times are
+    another pair's forwards (a model that names no pair is taken as given)."""
+    measured = measured_pair(model)
+    if measured is not None and measured != pair:
+        raise LatencyError(f"{what} was measured on the pair {measured!r}, not {pair!r}; measure this pair's with "
+                           f"'verispec latency --pair {pair} --out FILE'")
+
+
 def throughput_unit(model: LatencyModel) -> str:
     """The unit of E[tau+1]/T under ``model``: tokens per t_q where the model's times are in draft steps
     (t_q = 1: T = 4.5 means four and a half draft steps' time), else tokens per the model's unit (ms)."""
@@ -209,4 +226,5 @@ def latency_file_marked(path: str | Path) -> bool:
 #: What 'verispec latency --out' writes (``verispec.io.check_output``).
 LATENCY_FILE = OutputKind("verispec latency model", latency_file_marked, is_latency_file, "latency.json")
 
-__all__ = ["LATENCY_FILE", "LatencyError", "LatencyModel", "is_latency_file", "throughput_unit"]
+__all__ = ["LATENCY_FILE", "LatencyError", "LatencyModel", "check_latency_pair", "is_latency_file", "measured_pair",
+           "throughput_unit"]

@@ -161,3 +161,94 @@ def test_a_spent_budget_stops_between_prompts_and_a_rerun_goes_on(trained, capsy
     assert "budget of 1e-06 s is spent" in capsys.readouterr().err
     assert bench.main(arguments) == 0
     assert len(json.loads(output.read_text())["rows"]) == 2 * len(METHODS)
+
+
+# --- issue 66, item 1: transformers tuned on the training prompts, the best run on the held-out ones -------------
+
+def test_the_default_grid_is_a_constant_draft_of_1_to_8_with_the_confidence_stop_off_and_at_its_default():
+    bench = _bench()
+    grid = bench.hf_grid(None)
+    assert len(grid) == 8 * 2
+    assert sorted({c["num_assistant_tokens"] for c in grid}) == list(range(1, 9))
+    assert {c["num_assistant_tokens_schedule"] for c in grid} == {"constant"}
+    assert {c["assistant_confidence_threshold"] for c in grid} == {0.0, "default"}
+    assert len(bench.hf_grid(["num_assistant_tokens=2,4", "assistant_confidence_threshold=0"])) == 2
+    assert bench.config_name(grid[0]) == "hf:k=1,schedule=constant,threshold=0"
+    schedule = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
+                "assistant_confidence_threshold": 0.4}
+    assert bench.resolved(grid[1], schedule)["assistant_confidence_threshold"] == 0.4
+
+
+@pytest.mark.parametrize(("part", "message"), [
+    ("num_draft_tokens=4", "unknown option 'num_draft_tokens'"),
+    ("num_assistant_tokens", "'num_assistant_tokens': give OPTION=VALUES"),
+    ("num_assistant_tokens=0", "'0' is not one of integers 1-64"),
+    ("num_assistant_tokens_schedule=fast", "'fast' is not one of constant or heuristic"),
+    ("assistant_confidence_threshold=1.5", "'1.5' is not one of numbers in [0, 1) or default")])
+def test_a_grid_naming_an_unknown_option_or_value_is_refused_on_one_line(tmp_path, capsys, part, message):
+    bench = _bench()
+    with pytest.raises(bench.VerispecError, match=None) as error:
+        bench.hf_grid([part])
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert bench.main(["--dataset", str(tmp_path / "d.npz"), "--selector", "s.pt", "--prompts", "p.txt",
+                       "--output", str(tmp_path / "rows.json"), "--tune-prompts", "2", "--hf-grid", part]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and message in error
+    assert not (tmp_path / "rows.json").exists()
+
+
+def test_the_best_configuration_is_the_highest_total_rate_and_none_until_every_cell_ran():
+    bench = _bench()
+    rows = {"a|p|s": {"new_tokens": 10, "decode_s": 1.0}, "a|q|s": {"new_tokens": 10, "decode_s": 9.0},
+            "b|p|s": {"new_tokens": 10, "decode_s": 2.0}, "b|q|s": {"new_tokens": 10, "decode_s": 2.0}}
+    # a: 20 tokens in 10 s; b: 20 in 4 s (a has the faster first prompt, b the faster total)
+    assert bench.best_config(rows, ["a", "b"], ["p", "q"], "s") == "b"
+    assert bench.best_config(rows, ["a", "b"], ["p"], "s") == "a"
+    assert bench.best_config(rows, ["a", "b", "c"], ["p", "q"], "s") is None
+
+
+def test_tuning_runs_the_grid_on_training_prompts_and_the_best_on_the_held_out_ones(trained):
+    bench = _bench()
+    output = trained["folder"] / "tuned.json"
+    arguments = [*trained["arguments"], "--output", str(output), "--tune-prompts", "2",
+                 "--hf-grid", "num_assistant_tokens=1-2", "--hf-grid", "assistant_confidence_threshold=0"]
+    assert bench.main(arguments) == 0
+    stored = json.loads(output.read_text())
+    rows = {row["key"]: row for row in stored["rows"]}
+    configs = ["hf:k=1,schedule=constant,threshold=0", "hf:k=2,schedule=constant,threshold=0"]
+    tuned = stored["parameters"]["tune_groups"]
+    held = sorted({key.split("|")[1] for key in rows if key.startswith("hf-plain|")})
+    assert len(tuned) == 2 and not set(tuned) & set(held)  # tuned on training prompts only
+    rate = {c: sum(rows[f"{c}|{g}|T=1 top-k=5"]["new_tokens"] for g in tuned)
+            / sum(rows[f"{c}|{g}|T=1 top-k=5"]["decode_s"] for g in tuned) for c in configs}
+    table = json.loads(output.with_suffix(".summary.json").read_text())
+    assert table["hf_best"] == max(rate, key=rate.get)
+    assert all(f"hf-best|{g}|T=1 top-k=5" in rows for g in held)
+    assert [e["method"] for e in table["rows"]] == ["hf-plain", "hf-assisted", "hf-best", *METHODS[2:]]
+    assert all(math.isclose(e["vs_hf-best"], e["tokens_per_s"] / table["rows"][2]["tokens_per_s"])
+               for e in table["rows"])
+    assert sorted(e["config"] for e in table["tuning"]) == configs
+
+
+def test_run_hf_sets_the_assistants_options_for_one_call_and_restores_them(tmp_path):
+    from verispec.models import Sampling, load_pair
+
+    target, draft = save_tiny_pair(tmp_path / "pair")
+    pair = load_pair(target, draft)
+    bench = _bench()
+    config = pair.draft.generation_config
+    before = {name: getattr(config, name, None) for name in bench.real_decoding.ASSISTANT_OPTIONS}
+    seen = {}
+    original = pair.target.generate
+
+    def spying(*args, **kwargs):
+        seen.update({name: getattr(config, name) for name in before})
+        return original(*args, **kwargs)
+
+    pair.target.generate = spying
+    bench.real_decoding.run_hf(pair, "a b c d", "hf-assisted", Sampling(1.0, 5, None), 4, 0,
+                               assistant={"num_assistant_tokens": 3, "assistant_confidence_threshold": 0.0})
+    assert seen["num_assistant_tokens"] == 3 and seen["assistant_confidence_threshold"] == 0.0
+    assert {name: getattr(config, name, None) for name in before} == before
+    with pytest.raises(bench.VerispecError, match="unknown assisted-generation option 'k'"):
+        bench.real_decoding.run_hf(pair, "a b", "hf-assisted", Sampling(1.0, 5, None), 2, 0, assistant={"k": 3})

@@ -375,6 +375,10 @@ def _run_train(args) -> int:
         recorded = recorded_latency(dataset, args.dataset)  # None: train_on_dataset refuses unless a model is given
         latency = latency_model(args, recorded) if recorded is not None or args.latency is not None or \
             args.cost_ratio is not None else None
+        if args.latency is not None and dataset.metadata.get("pair"):  # another pair's forwards price nothing here
+            from verispec.latency import check_latency_pair
+
+            check_latency_pair(latency, str(dataset.metadata["pair"]), f"--latency {args.latency}")
         start = time.perf_counter()
         trained = train_on_dataset(
             dataset, dataset_name=args.dataset, verifiers=args.verifiers, latency=latency, kind=args.kind,

@@ -39,26 +39,26 @@ def cached_model(model, mode: str, length: int):
 
 
 def time_forwards(model, mode: str, context: list[int], widths, repeats: int) -> dict[int, float]:
-    """Median milliseconds of one ``extend`` of n chained tokens after ``context``, per width n."""
+    """Median milliseconds of one ``extend`` of n chained tokens after ``context``, per width n. The widths take
+    turns within each round of repeats (after two warm-up rounds: allocations, graph capture), so that a spell of
+    load on a shared machine lands on every width alike instead of on the few timed during it."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise VerispecError(f"repeats must be a positive integer, got {repeats!r}")
     cached = cached_model(model, mode, len(context) + max(widths) + 8)
     cached.prefill(context)
-    timings = {}
+    samples = {width: [] for width in widths}
     vocab = min(model.config.vocab_size, 1000)
-    for width in widths:
-        tokens, parents = [(7 * i + 3) % vocab for i in range(width)], list(range(-1, width - 1))
-        samples = []
-        for repeat in range(repeats + 2):  # two warm-ups: allocations, graph capture
+    for repeat in range(repeats + 2):
+        for width in widths:
+            tokens, parents = [(7 * i + 3) % vocab for i in range(width)], list(range(-1, width - 1))
             _sync(model.device)
             start = time.perf_counter()
             cached.extend(tokens, parents)
             _sync(model.device)
             if repeat >= 2:
-                samples.append(time.perf_counter() - start)
+                samples[width].append(time.perf_counter() - start)
             cached.discard()
-        timings[width] = 1000 * statistics.median(samples)
-    return timings
+    return {width: 1000 * statistics.median(times) for width, times in samples.items()}
 
 
 def _sizes(values, what: str) -> tuple[int, ...]:

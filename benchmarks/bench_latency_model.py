@@ -1,0 +1,250 @@
+"""Is the latency model the selector trains under true to the machine? Every static action of the selector's grid
+decoded on held-out prompts, its measured seconds a block and tokens/s against what each latency model predicts
+(issue 66, item 3).
+
+    VERISPEC_SMALL_BATCH_LINEAR=1 verispec latency --pair qwen-coder --threads 2 --repeats 9 \\
+        --draft-sizes 1,2,3,4 --sizes 1,...,21,24,32 --out data/latency/latency-cpu-small-batch.json
+    python benchmarks/bench_latency_model.py --pair qwen-coder --dataset data/selector/qwen-t07-m64.npz \\
+        --selector data/selector/specinfer-cpu.pt --prompts humaneval --prompts prose --max-prompts 3 \\
+        --max-new-tokens 32 --threads 2 --linears small-batch \\
+        --latency data/latency/latency-cpu-small-batch.json --latency data/latency/latency-cpu-by-size.json \\
+        --output results/bench_latency_model.json --result docs/results/bench/bench-latency-model.json
+
+For every (setting, held-out prompt) cell every action of the selector's grid decodes the prompt, in an order rotated
+by one place from one cell to the next (a drift in the load hits every action alike), from one seed. Each row keeps
+the tokens, blocks and decode seconds (prefill excluded) and the two models' forward seconds
+(``forward_clock.ForwardClock``: hooks on the models, so the decoder's own work is the rest).
+
+Predictions, per action a and latency model m (``--latency``, repeatable; every one is judged against the same
+measured rows): the block time T_m(a) = ``verispec.selector.actions.action_times`` (what ``selector train --latency``
+prices), and tokens/s = E[tau+1](a) / T_m(a), E[tau+1](a) the mean label of the held-out roots of that setting in
+``--dataset`` (the selector's split). Measured: seconds a block = decode seconds / blocks over the prompts, and
+tokens/s = tokens / decode seconds with a 95% percentile bootstrap over prompts. The summary gives, per model, the
+ratio measured / predicted of the block time for every action, how many actions lie within ``--tolerance`` (5%),
+the largest miss, and the same for tokens/s (whose measurement also carries the draws' noise, hence its interval).
+
+A latency model from another pair (its source names the pair it was measured on) is refused on one line; one
+measured with other linear kernels than the run's (small-batch or torch's, named in its source) is checked all the
+same, its kernels named beside it: that is how a model measured on torch's kernels shows what it mispredicts.
+
+Rows are a resumable ``ResultStore`` keyed on action, prompt and setting; ``--budget SECONDS`` stops
+starting cells past it (rerun to go on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "experiments")]
+import selector_decoding  # noqa: E402  experiments/selector_decoding.py: held-out prompts
+from bench_assisted import LINEARS, method_order, rate_interval  # noqa: E402
+from forward_clock import ForwardClock  # noqa: E402
+from measure import start_record, write_result, write_rows, write_table  # noqa: E402
+
+from verispec.errors import VerispecError  # noqa: E402
+from verispec.io import ResultStore  # noqa: E402
+
+TOLERANCE = 0.05
+
+
+def check_latency_fits(latency, path: str, pair) -> None:
+    """VerispecError (one line) unless ``latency`` was measured on ``pair`` (or names no pair)."""
+    from verispec.latency import check_latency_pair
+
+    check_latency_pair(latency, pair.name, f"--latency {path}")
+
+
+def kernels_of(latency) -> str:
+    """The linear kernels a measured model names in its source: small-batch, else torch's."""
+    return "small-batch" if "small-batch linears" in latency.source else "torch"
+
+
+def decode_action(pair, prompt: str, action, sampling, max_new_tokens: int, seed: int) -> dict:
+    """One timed generation of a static action, with the two models' forward seconds."""
+    from verispec.models import generate
+
+    with ForwardClock(pair) as clock:
+        generation = generate(pair, prompt, action.tree, action.verifier, max_new_tokens, sampling, seed)
+    summary = generation.summary()
+    row = {key: summary[key] for key in ("new_tokens", "decode_s", "prefill_s", "blocks", "target_calls",
+                                         "draft_calls", "drafting_s", "target_s", "verify_s", "cache_s")}
+    # the blocks' forwards: each model's first call is the prefill (decode_s excludes it too)
+    row.update(target_forward_s=clock.after_first("target"), draft_forward_s=clock.after_first("draft"))
+    return row
+
+
+def summarize(rows: dict, actions, settings: list[str], labels: dict, models: dict, tolerance: float) -> dict:
+    """Per setting and action: measured block seconds, forward seconds and tokens/s (its interval) over the prompts
+    every action ran, with each model's predictions and ratios; per model, the counts within ``tolerance``."""
+    table, verdicts = [], {name: {"time": [], "rate": []} for name in models}
+    for index, setting in enumerate(settings):
+        cells = {a.name: {key.split("|")[1]: row for key, row in rows.items()
+                          if key.split("|")[0] == a.name and key.split("|")[2] == setting} for a in actions}
+        complete = sorted(set.intersection(*(set(cells[a.name]) for a in actions)))
+        if not complete:
+            continue
+        for a in actions:
+            done = {p: cells[a.name][p] for p in complete}
+            blocks = sum(r["blocks"] for r in done.values())
+            seconds = sum(r["decode_s"] for r in done.values())
+            forwards = sum(r["target_forward_s"] + r["draft_forward_s"] for r in done.values())
+            tokens = sum(r["new_tokens"] for r in done.values())
+            entry = {"setting": setting, "action": a.name, "prompts": len(done), "blocks": blocks, "tokens": tokens,
+                     "block_ms": 1000 * seconds / blocks, "forward_ms": 1000 * forwards / blocks,
+                     "overhead": 1 - forwards / seconds, "tokens_per_block": tokens / blocks,
+                     "label_tokens_per_block": labels[index][a.name], "tokens_per_s": tokens / seconds,
+                     "tokens_per_s_ci": rate_interval(done), "models": {}}
+            for name, times in models.items():
+                predicted_ms = float(times[a.name])
+                rate = labels[index][a.name] / predicted_ms * 1000
+                entry["models"][name] = {"block_ms": predicted_ms, "time_ratio": entry["block_ms"] / predicted_ms,
+                                         "tokens_per_s": rate, "rate_ratio": entry["tokens_per_s"] / rate}
+                verdicts[name]["time"].append(entry["block_ms"] / predicted_ms)
+                verdicts[name]["rate"].append(entry["tokens_per_s"] / rate)
+            table.append(entry)
+    overall = {}
+    for name, ratios in verdicts.items():
+        overall[name] = {}
+        for kind, values in ratios.items():
+            values = np.asarray(values)
+            overall[name][kind] = None if not len(values) else {
+                "actions": len(values), "within": int((abs(values - 1) <= tolerance).sum()),
+                "worst": float(values[np.argmax(abs(values - 1))]), "median": float(np.median(values))}
+    return {"rows": table, "models": overall, "tolerance": tolerance}
+
+
+def markdown(summary: dict, parameters: dict) -> str:
+    names = list(parameters["latency"])
+    lines = [f"# Latency models against decoding: {parameters['pair']} on {parameters['device']} "
+             f"({parameters['linears']} linears, {parameters['threads']} threads), every static action, "
+             f"{parameters['max_new_tokens']} new tokens a prompt", "",
+             "measured / predicted, per model: " + "; ".join(
+                 f"{name}: block time within {summary['tolerance']:.0%} on {m['time']['within']} of "
+                 f"{m['time']['actions']} actions (median x{m['time']['median']:.3f}, worst x{m['time']['worst']:.3f}),"
+                 f" tokens/s on {m['rate']['within']} (median x{m['rate']['median']:.3f}, worst "
+                 f"x{m['rate']['worst']:.3f})" for name, m in summary["models"].items() if m["time"]), "",
+             "| setting | action | blocks | tokens/block (labels) | block ms | forwards share | tokens/s [95%] | "
+             + " | ".join(f"{n}: block ms (x meas.) | {n}: tokens/s (x meas.)" for n in names) + " |",
+             "|---|---|---|---|---|---|---|" + "---|---|" * len(names)]
+    for e in summary["rows"]:
+        ci = e["tokens_per_s_ci"]
+        cells = [f"{e['models'][n]['block_ms']:.0f} (x{e['models'][n]['time_ratio']:.3f}) | "
+                 f"{e['models'][n]['tokens_per_s']:.2f} (x{e['models'][n]['rate_ratio']:.3f})" for n in names]
+        lines.append(f"| {e['setting']} | {e['action']} | {e['blocks']} | {e['tokens_per_block']:.2f} "
+                     f"({e['label_tokens_per_block']:.2f}) | {e['block_ms']:.0f} | {1 - e['overhead']:.3f} | "
+                     f"{e['tokens_per_s']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + " | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    from measure import RESULT, ROWS, STORE, TABLE, add_overwrite_option, claim_outputs  # benchmarks/measure.py
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    selector_decoding.add_held_out_arguments(parser, max_new_tokens=32)
+    parser.add_argument("--latency", action="append", required=True, help="a latency model to check (repeatable)")
+    parser.add_argument("--linears", default="torch", help="torch (default) or small-batch, for both models")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="the agreement asked for (default 0.05)")
+    parser.add_argument("--budget", type=float, default=None, help="seconds: start no cell past them")
+    parser.add_argument("--output", default="results/bench_latency_model.json", help="the rows (a resumable store)")
+    parser.add_argument("--result", default=None, help="also write the summary with the run's record here")
+    add_overwrite_option(parser)
+    args = parser.parse_args(argv)
+    output = Path(args.output)
+    claim_outputs(__file__, [("--output", output, STORE), ("--output (its table)", output.with_suffix(".md"), TABLE),
+                             ("--output (its summary)", output.with_suffix(".summary.json"), ROWS),
+                             ("--result", args.result, RESULT)], overwrite=args.overwrite)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        if args.linears not in LINEARS:
+            raise VerispecError(f"--linears {args.linears!r}: choose torch or small-batch")
+        if not 0 < args.tolerance < 1 or args.max_new_tokens < 1 or (args.budget is not None and args.budget <= 0):
+            raise VerispecError("--tolerance must lie in (0, 1), --max-new-tokens and --budget be positive")
+        import torch
+
+        from verispec.latency import LatencyModel
+        from verispec.models import load_pair
+        from verispec.models.cpu_linear import store_key
+        from verispec.selector.actions import action_times
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        latencies = {Path(path).stem: LatencyModel.load(path) for path in args.latency}
+        started = (start_record("bench_latency_model.py", argv, [args.dataset, *args.selector, *args.latency],
+                                threads=torch.get_num_threads(), result=args.result) if args.result else None)
+        setup = selector_decoding.held_out_plans(args.dataset, args.selector, args.prompts, args.max_prompts)
+        small = args.linears == "small-batch"
+        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype, small_batch_linear=small)
+                if args.target else
+                load_pair(args.pair, device=args.device, dtype=args.dtype, small_batch_linear=small))
+        for latency, path in zip(latencies.values(), args.latency):
+            check_latency_fits(latency, path, pair)
+        selector_decoding.check_pair(setup, pair)
+        dataset, selector = setup["dataset"], next(iter(setup["selectors"].values()))
+        actions = list(selector.grid.actions)
+        models = {name: dict(zip((a.name for a in actions), action_times(selector.grid, latency)))
+                  for name, latency in latencies.items()}
+        from verispec.selector.split import held_out
+
+        _, test = held_out(dataset, selector)
+        labels = [{a.name: float(test.efficiency[test.setting == index][:, dataset.grid.index(a)].mean())
+                   for a in actions} for index in range(len(setup["samplings"]))]
+        parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                      "device": str(pair.device), "threads": torch.get_num_threads(), "linears": args.linears,
+                      "torch": torch.__version__, "actions": [a.name for a in actions],
+                      "latency": {name: latency.source for name, latency in latencies.items()},
+                      "latency_kernels": {name: kernels_of(latency) for name, latency in latencies.items()},
+                      **selector_decoding.plan_parameters(setup, args.dataset, args.selector)}
+        parameters.update(store_key(pair))
+        store = ResultStore(args.output, parameters={k: v for k, v in parameters.items() if k != "latency"},
+                            overwrite=args.overwrite)
+    except VerispecError as error:
+        print(f"bench_latency_model: error: {error}", file=sys.stderr)
+        return 2
+    from verispec.models import Sampling
+    from verispec.selector.roots import sampling_text
+
+    samplings, groups, texts = setup["samplings"], setup["groups"], setup["texts"]
+    settings = [sampling_text(s) for s in samplings]
+    by_name = {a.name: a for a in actions}
+    cells = [(index, group) for index in range(len(samplings)) for group in groups]
+    begin, spent = time.perf_counter(), []
+    for position, (index, group) in enumerate(tqdm(cells, desc="prompts")):
+        keys = {name: f"{name}|{group}|{settings[index]}" for name in by_name}
+        if all(store.done(key) for key in keys.values()):
+            continue
+        elapsed = time.perf_counter() - begin
+        if args.budget is not None and spent and elapsed + float(np.mean(spent)) > args.budget:
+            print(f"bench_latency_model: the budget of {args.budget:g} s is spent; rerun to go on", file=sys.stderr)
+            break
+        s = samplings[index]
+        sampling = Sampling(s["temperature"], s["top_k"], s["top_p"])
+        seed = args.seed + 1000 * index + groups.index(group)
+        for name in method_order(list(by_name), position):
+            if store.done(keys[name]):
+                continue
+            row = decode_action(pair, texts[group], by_name[name], sampling, args.max_new_tokens, seed)
+            row.update(load_average=os.getloadavg()[0], seed=seed)
+            store.add(keys[name], row)
+        spent.append(time.perf_counter() - begin - elapsed)
+    summary = summarize(dict(store.rows), actions, settings, labels, models, args.tolerance)
+    text = markdown(summary, parameters)
+    write_table(output.with_suffix(".md"), text)
+    write_rows(output.with_suffix(".summary.json"), summary)
+    print(text.split("\n\n")[1] if "\n\n" in text else text)
+    if started:
+        loads = [row["load_average"] for row in store.rows.values()]
+        write_result(args.result, started, {"benchmark": "bench_latency_model", "unit": "ms per block",
+                                            "parameters": parameters, "load_average_max": max(loads, default=None),
+                                            **summary})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
