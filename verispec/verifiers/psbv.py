@@ -60,8 +60,8 @@ at V = 20,000; at real T = 1 nodes of the Qwen pair (V = 151,936), 0.4 to 14 s (
 label of every delayed tree at a root splits some 480 such nodes, deeper ones can take minutes or pass
 ``MAX_DECOMPOSITION_STEPS`` (refused before the decomposition by ``check_decomposition_size``, or when it runs past,
 with a ``ProblemTooLargeError``): psbv's T = 1 labels were refused at both roots measured
-(``experiments/label_cost.py``). ``psbv(blend=1)`` blends each block's tiling and even share instead
-(``verispec.verifiers.psbv_blend``): O(n log n), 0.1 to 0.25 s a node there, most of it the minorant's pass.
+(``experiments/label_cost.py``). ``psbv(blend=1)`` realises each block by bisection blends of its tilings and even
+shares instead (``verispec.verifiers.psbv_blend``): O(n log n), 0.1 to 0.35 s a node there on one core.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def split(measure: PositionMeasure, p: list, q: list, paths: int, exact: bool, w
     conditionals as lists of Python numbers (or float arrays). In float mode, ``wanted`` (an iterable of tokens)
     limits the measures built to those children (the drafted ones: no other measure is ever read); the values are
     the same whichever measures are asked for (``split_float``). ``blend``: each block of the minorant realised by
-    the blend of its tiling and its even share (``psbv_blend``, O(n log n)) instead of the exact decomposition."""
+    bisection blends of tiling and even share (``psbv_blend``, O(n log n)) instead of the exact decomposition."""
     if not exact:
         return split_float(measure, p, q, paths, wanted, blend)
     return split_exact(measure, p, q, paths, exact, blend)
@@ -197,7 +197,7 @@ def split_float(measure: PositionMeasure, p, q, paths: int, wanted=None, blend: 
     if blend:
         multiple = np.flatnonzero(~single)
         blend_blocks_float(arrays, order, p, masses, bottom, starts[multiple], stops[multiple], lengths[multiple],
-                           block_mass[multiple], values, wanted_mask, windows)
+                           values, wanted_mask, windows)
         return values.tolist(), {c: arrays.build(w) for c, w in windows.items()}
     check_decomposition_size(stops - starts, size, paths)
     cost = _RealiseCost(MAX_DECOMPOSITION_STEPS, f"psbv: a float split at V={size:,} with K={paths} ran past "
@@ -508,8 +508,8 @@ class PositionSharingBlockVerifier(Verifier):
     #: test_fast_enumeration.py checks the declaration by permuting paths).
     order_free = True
     rule_dp = PositionSelectionSum()
-    #: ``psbv(blend=1)`` (the registry's hook for parameters) blends each block's tiling and even share
-    #: (``psbv_blend``, O(n log n) a node); 0 (default): the exact decomposition. Both lossless (module docstring).
+    #: ``psbv(blend=1)`` (the registry's hook for parameters) realises each block by bisection blends of tiling and
+    #: even share (``psbv_blend``, O(n log n) a node); 0 (default): the exact decomposition. Both lossless.
     parameters = ("blend",)
 
     def __init__(self, blend: float = 0):

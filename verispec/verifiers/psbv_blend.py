@@ -13,100 +13,165 @@ optimal base only buys efficiency. Two realisations of a block of the convex min
 * the *even share*, each child c the fraction m_c / M of the segment at every position (M the block's mass): values
   proportional to q, short of p's share on the same children.
 
-The blend takes, in each block of the minorant, lambda times the tiling plus (1 - lambda) times the even share,
-child by child (densities still add up to the segment's), with lambda in [0, 1] the one that brings the values
-nearest the lexicographic targets t_c = worth p_c / P in L1. With y the tiling's values and e the even share's, that
-is the weighted median of (t_c - e_c) / (y_c - e_c) with weights |y_c - e_c| (``blend_share``); since the values
-of a block add up to its worth, sum_c min(g_c, t_c) = worth - L1 / 2, so lambda is also the best blend at the
-block's own acceptance level. Cost: the sort and the minorant psbv already does, one window value per child and a
-median per block; each child's measure is one window and a scaled copy of its block's segment, so pieces grow by
-about two a depth, not by a decomposition's chain of steps.
+With two children (or two groups of children) the lexicographic target lies between the two: the first's target
+t_A = worth p(A) / p(block) is at most Psi(m_A) (the tiling's value; the minorant is below the points) and at least
+worth m_A / M (the even share's; A has the larger ratios p / q). So one blend, lambda times the tiling plus
+(1 - lambda) times the even share, child by child, reaches it exactly: lambda = (t_A - e_A) / (y_A - e_A). The
+*bisection blend* applies that to halves: a block's children, in the order by p / q, are cut into a first and a
+second half, the halves' targets are realised by the blend of the block's measure, and each half is cut again inside
+its own measure, down to single children (``blend_block_exact``; a half whose target its measure cannot reach any
+more, deeper down, takes the nearest lambda in [0, 1] and its children's targets are rescaled to the value it got).
+Cost: log2(n) levels of O(n) arithmetic, one window value of the parent measure per cut (``blend_blocks_float``:
+every block at once, level by level); each child's measure is the parent's times a step function with one step per
+cut above it, so pieces grow by about log2(n) a depth, not by a decomposition's chain of steps.
 
-Measured in rationals at V = 2 to 6 (``experiments/psbv_realisation.py``, docs/results/psbv-realisation.json):
-E[tau+1] of the blend against psbv's exact split, and of the tiling (GBV)."""
+Measured in rationals at V = 3 to 6 (``experiments/psbv_realisation.py``, docs/results/psbv-realisation.json):
+E[tau+1] of the bisection blend and of the tiling (GBV) against psbv's exact split."""
 
 from __future__ import annotations
-
-from fractions import Fraction
 
 import numpy as np
 
 from verispec.lp_analysis.position_arrays import MeasureArrays
-from verispec.lp_analysis.position_measures import PositionMeasure, ordered_tiling, sum_measures
+from verispec.lp_analysis.position_measures import PositionMeasure, sum_measures
 
 
-def blend_share(tiled, even, targets):
-    """lambda in [0, 1] minimising sum_c |lambda y_c + (1 - lambda) e_c - t_c| (y = ``tiled``, e = ``even``, t =
-    ``targets``, one block): the lower weighted median of (t_c - e_c) / (y_c - e_c), weights |y_c - e_c|, clipped;
-    1 (the tiling, fewer pieces) where the two realisations agree. Lists of Fractions (exact) or float arrays."""
+def blend_share(target, tiled, even):
+    """lambda in [0, 1] with lambda ``tiled`` + (1 - lambda) ``even`` = ``target`` (the first half's value under
+    the tiling, under the even share, and its target), clipped where the target is out of reach; 1 where the two
+    realisations agree. Fractions (exact) or float arrays (one entry per cut)."""
     if isinstance(tiled, np.ndarray):
         gap = tiled - even
         moving = gap != 0
-        if not moving.any():
-            return 1.0
-        points = (targets[moving] - even[moving]) / gap[moving]
-        order = np.argsort(points, kind="stable")
-        weights = np.abs(gap[moving])[order]
-        cumulative = np.cumsum(weights)
-        index = min(int(np.searchsorted(cumulative, cumulative[-1] / 2, side="left")), len(order) - 1)
-        return float(min(max(points[order[index]], 0.0), 1.0))
-    points = sorted(((t - e) / (y - e), abs(y - e)) for y, e, t in zip(tiled, even, targets) if y != e)
-    if not points:
-        return Fraction(1)
-    half, running = sum(weight for _, weight in points) / 2, 0
-    for point, weight in points:
-        running += weight
-        if running >= half:
-            return min(max(point, Fraction(0)), Fraction(1))
-    return min(max(points[-1][0], Fraction(0)), Fraction(1))
+        share = np.where(moving, (target - even) / np.where(moving, gap, 1.0), 1.0)
+        return np.clip(share, 0.0, 1.0)
+    if tiled == even:
+        return tiled * 0 + 1
+    return min(max((target - even) / (tiled - even), tiled * 0), tiled * 0 + 1)
+
+
+def _combined(parts: list) -> PositionMeasure:
+    parts = [part for part in parts if part.pieces]
+    return parts[0] if len(parts) == 1 else sum_measures(parts)
+
+
+def _rescaled(goal: dict, group: list, value, masses: dict) -> dict:
+    """The targets of ``group`` scaled to add up to ``value`` (by mass where they are all 0)."""
+    total = sum((goal[c] for c in group), value * 0)
+    if total > 0:
+        return {c: goal[c] * value / total for c in group}
+    mass = sum((masses[c] for c in group), value * 0)
+    return {c: value * masses[c] / mass for c in group}
 
 
 def blend_block_exact(block: list, targets: dict, masses: dict, segment: PositionMeasure, paths: int) -> dict:
-    """{child: measure} of one block of the minorant in rationals (or Python floats): the blend of the tiling of
-    ``segment`` in the block's order and its even share, lambda from ``blend_share``."""
-    if len(block) == 1:
-        return {block[0]: segment}
-    block_mass = sum((masses[c] for c in block), segment.value(paths) * 0)
-    worth = segment.value(paths)
-    tiling = ordered_tiling(segment, block, masses)
-    tiled = [tiling[c].value(paths) for c in block]
-    even = [worth * masses[c] / block_mass for c in block]
-    share = blend_share(tiled, even, [targets[c] for c in block])
-    out = {}
-    for c in block:
-        parts = [part for part in (tiling[c].scaled(share), segment.scaled((1 - share) * masses[c] / block_mass))
-                 if part.pieces]
-        out[c] = parts[0] if len(parts) == 1 else sum_measures(parts)
+    """{child: measure} of one block of the minorant (children in the order by p / q, ``targets`` adding up to the
+    segment's value) by the bisection blend, in rationals (or Python floats): the reference
+    ``blend_blocks_float`` is held to."""
+    out, stack = {}, [(list(block), dict(targets), segment)]
+    while stack:
+        group, goal, measure = stack.pop()
+        if len(group) == 1:
+            out[group[0]] = measure
+            continue
+        first, second = group[:len(group) // 2], group[len(group) // 2:]
+        mass, worth = measure.mass(), measure.value(paths)
+        low = sum((masses[c] for c in first), worth * 0)
+        share = blend_share(sum((goal[c] for c in first), worth * 0), measure.values_below([low], paths)[0],
+                            worth * low / mass)
+        halves = (_combined([measure.window(0, low).scaled(share), measure.scaled((1 - share) * low / mass)]),
+                  _combined([measure.window(low, mass - low).scaled(share),
+                             measure.scaled((1 - share) * (mass - low) / mass)]))
+        for half, half_measure in zip((second, first), halves[::-1]):
+            stack.append((half, _rescaled(goal, half, half_measure.value(paths), masses), half_measure))
     return out
 
 
 def blend_blocks_float(arrays: MeasureArrays, order: np.ndarray, p: np.ndarray, masses: np.ndarray,
                        bottom: np.ndarray, starts: np.ndarray, stops: np.ndarray, lengths: np.ndarray,
-                       block_mass: np.ndarray, values: np.ndarray, wanted_mask: np.ndarray, windows: dict) -> None:
-    """``blend_block_exact`` in float for the blocks [starts[k], stops[k]) of ``order`` (each of two children or
-    more; segment k starts at cumulative mass bottom[starts[k]] and has mass lengths[k]): fills ``values`` [V] for
-    their children and, for the children in ``wanted_mask`` [V], ``windows[c]`` = [(low, length, coefficient)]
-    (``MeasureArrays.build``: the tiling's window times lambda and the segment times (1 - lambda) m_c / M)."""
+                       values: np.ndarray, wanted_mask: np.ndarray, windows: dict) -> None:
+    """``blend_block_exact`` in float for the blocks [starts[k], stops[k]) of ``order`` (two children or more each;
+    segment k starts at cumulative mass bottom[starts[k]] of ``arrays``' measure and has mass lengths[k]), every
+    block at once and one level of cuts at a time: fills ``values`` [V] for their children and, for the children in
+    ``wanted_mask`` [V], ``windows[c]`` = [(low, length, coefficient)] (``MeasureArrays.build``).
+
+    A group is a range [a, b) of ``order`` with its measure: the parent's times a step function, held as G rows of
+    breakpoints (cumulative mass of the parent), the parent's value between them and the step's coefficient there
+    (rows padded with empty pieces at their end). Its children's targets are alpha * p_c + beta * m_c (p's share
+    scaled to the value the group got; by mass where p is 0 on the whole group)."""
     if len(starts) == 0:
         return
-    worth = arrays.window_values(bottom[starts], lengths)  # [blocks] each segment's value
-    positions = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), stops.tolist())])
-    blocks = np.repeat(np.arange(len(starts)), stops - starts)  # [children of the blocks] each one's block
-    children = order[positions]
-    tiled = arrays.window_values(bottom[positions], masses[children])
-    even = worth[blocks] * masses[children] / block_mass[blocks]
-    weight = np.bincount(blocks, weights=p[children], minlength=len(starts))
-    targets = np.where(weight[blocks] > 0, worth[blocks] * p[children] / np.where(weight > 0, weight, 1)[blocks],
-                       even)
-    edges = np.concatenate([[0], np.cumsum(stops - starts)])
-    shares = np.asarray([blend_share(tiled[a:b], even[a:b], targets[a:b]) for a, b in zip(edges[:-1], edges[1:])])
-    values[children] = shares[blocks] * tiled + (1 - shares[blocks]) * even
-    for k in np.flatnonzero(wanted_mask[children]):
-        block, child = int(blocks[k]), int(children[k])
-        share = float(shares[block])
-        windows[child] = [(float(bottom[positions[k]]), float(masses[child]), share),
-                          (float(bottom[starts[block]]), float(lengths[block]),
-                           (1 - share) * float(masses[child]) / float(block_mass[block]))]
+    cumulative_p = np.concatenate([[0.0], np.cumsum(p[order])])
+    cumulative_m = np.concatenate([[0.0], np.cumsum(masses[order])])
+    first, last = starts.astype(np.int64), stops.astype(np.int64)
+    cuts = np.stack([bottom[first], bottom[first] + lengths], axis=1)       # [G, pieces + 1] breakpoints
+    worth = arrays.window_values(bottom[first], lengths)
+    pieces = worth[:, None]                                                   # [G, pieces] the parent's value
+    steps = np.ones((len(first), 1))                                          # [G, pieces] the coefficient
+    weight = cumulative_p[last] - cumulative_p[first]
+    alpha = np.where(weight > 0, worth / np.where(weight > 0, weight, 1.0), 0.0)
+    beta = np.where(weight > 0, 0.0, worth / lengths)
+    while len(first):
+        single = last - first == 1
+        if single.any():  # leaves: one child, its group's measure
+            children = order[first[single]]
+            values[children] = np.sum(steps[single] * pieces[single], axis=1)
+            for row in np.flatnonzero(single & wanted_mask[order[first]]):
+                edges, coefficients = cuts[row], steps[row]
+                windows[int(order[first[row]])] = [
+                    (float(edges[i]), float(edges[i + 1] - edges[i]), float(coefficients[i]))
+                    for i in range(len(coefficients)) if coefficients[i] > 0 and edges[i + 1] > edges[i]]
+            keep = ~single
+            first, last, cuts, pieces, steps, alpha, beta = (x[keep] for x in (first, last, cuts, pieces, steps,
+                                                                                alpha, beta))
+            if not len(first):
+                break
+        middle = (first + last) // 2
+        widths = np.diff(cuts, axis=1)
+        mass_so_far = np.cumsum(steps * widths, axis=1)                       # [G, pieces]
+        group_mass, worth = mass_so_far[:, -1], np.sum(steps * pieces, axis=1)
+        low = cumulative_m[middle] - cumulative_m[first]
+        # the piece where the first half's lowest mass ends, and how far into it (in the parent's mass)
+        at = np.minimum(np.sum(mass_so_far < low[:, None], axis=1), widths.shape[1] - 1)
+        rows = np.arange(len(first))
+        before = np.where(at > 0, mass_so_far[rows, np.maximum(at - 1, 0)], 0.0)
+        into = np.clip((low - before) / np.where(steps[rows, at] > 0, steps[rows, at], 1.0), 0.0, widths[rows, at])
+        split_value = arrays.window_values(cuts[rows, at], into)             # [G] the parent's value on the part
+        below = np.arange(widths.shape[1])[None, :] < at[:, None]
+        tiled = np.sum(np.where(below, steps * pieces, 0.0), axis=1) + steps[rows, at] * split_value
+        target = alpha * (cumulative_p[middle] - cumulative_p[first]) + beta * low
+        share = blend_share(target, tiled, worth * low / group_mass)
+        # insert the cut into every row's breakpoints: piece `at` becomes two
+        count = widths.shape[1]
+        position = np.arange(count + 1)[None, :]
+        source = np.where(position <= at[:, None], position, position - 1)   # [G, pieces + 1] old piece of new
+        new_pieces = pieces[rows[:, None], source]
+        new_pieces[rows, at] = split_value
+        new_pieces[rows, at + 1] = pieces[rows, at] - split_value
+        new_steps = steps[rows[:, None], source]
+        new_cuts = np.concatenate([cuts[:, :1], cuts[rows[:, None], source + 1]], axis=1)
+        new_cuts[rows, at + 1] = cuts[rows, at] + into
+        lower = position <= at[:, None]                                       # pieces below the cut
+        ratio = (low / group_mass)[:, None]
+        kept = share[:, None]
+        first_steps = new_steps * (kept * lower + (1 - kept) * ratio)
+        second_steps = new_steps - first_steps
+        first_value = np.sum(first_steps * new_pieces, axis=1)
+        second_value = np.sum(second_steps * new_pieces, axis=1)
+        halves = []
+        for a, b, value, half_steps in ((first, middle, first_value, first_steps),
+                                        (middle, last, second_value, second_steps)):
+            goal = alpha * (cumulative_p[b] - cumulative_p[a]) + beta * (cumulative_m[b] - cumulative_m[a])
+            scale = np.where(goal > 0, value / np.where(goal > 0, goal, 1.0), 0.0)
+            by_mass = value / np.maximum(cumulative_m[b] - cumulative_m[a], np.finfo(float).tiny)
+            halves.append((a, b, half_steps, np.where(goal > 0, alpha * scale, 0.0),
+                           np.where(goal > 0, beta * scale, by_mass)))
+        first = np.concatenate([halves[0][0], halves[1][0]])
+        last = np.concatenate([halves[0][1], halves[1][1]])
+        steps = np.concatenate([halves[0][2], halves[1][2]])
+        alpha = np.concatenate([halves[0][3], halves[1][3]])
+        beta = np.concatenate([halves[0][4], halves[1][4]])
+        cuts, pieces = np.concatenate([new_cuts, new_cuts]), np.concatenate([new_pieces, new_pieces])
 
 
 __all__ = ["blend_block_exact", "blend_blocks_float", "blend_share"]
