@@ -132,13 +132,16 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
     best, best_tokens = -start_q ** num_drafts, drafted[:0]
     rest = np.flatnonzero(~zero)
     if rest.size:
-        log_ratio = np.log(pd[rest]) - np.log(qd[rest])
+        if rest.size < len(drafted):  # else every drafted token is one of the rest: no copies
+            pd, qd, drafted = pd.take(rest), qd.take(rest), drafted.take(rest)
+        # from here pd, qd and drafted hold the rest, and token indices point into them
+        log_ratio = np.log(pd) - np.log(qd)
         low, high = float(log_ratio.min()), float(log_ratio.max())
-        count = min(SCAN_BUCKETS, rest.size)
+        count = min(SCAN_BUCKETS, len(pd))
         scale = count / (high - low) if high > low else 0.0
         bucket = np.minimum(((log_ratio - low) * scale).astype(np.int64), count - 1)
-        mass_q = np.bincount(bucket, qd[rest], minlength=count)
-        mass_p = np.bincount(bucket, pd[rest], minlength=count)
+        mass_q = np.bincount(bucket, qd, minlength=count)
+        mass_p = np.bincount(bucket, pd, minlength=count)
         end_q = start_q + np.cumsum(mass_q)
         end_p = np.cumsum(mass_p)
         end_psi = end_p - end_q ** num_drafts
@@ -164,12 +167,12 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
             groups = bucket[order]
             first = np.r_[True, groups[1:] != groups[:-1]]
             group_start = np.flatnonzero(first)
-            running_q = np.cumsum(qd[rest][order])
-            running_p = np.cumsum(pd[rest][order])
-            offset_q = np.repeat(running_q[group_start] - qd[rest][order][group_start], np.diff(np.r_[group_start,
-                                                                                                  len(order)]))
-            offset_p = np.repeat(running_p[group_start] - pd[rest][order][group_start], np.diff(np.r_[group_start,
-                                                                                                  len(order)]))
+            ordered_q, ordered_p = qd.take(order), pd.take(order)
+            running_q = np.cumsum(ordered_q)
+            running_p = np.cumsum(ordered_p)
+            lengths = np.diff(np.r_[group_start, len(order)])
+            offset_q = np.repeat(running_q[group_start] - ordered_q[group_start], lengths)
+            offset_p = np.repeat(running_p[group_start] - ordered_p[group_start], lengths)
             prefix_psi = (begin_p[groups] + running_p - offset_p) - (begin_q[groups] + running_q - offset_q) \
                 ** num_drafts
             at = int(np.argmin(prefix_psi))
@@ -178,9 +181,9 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
         if best_cut is not None:
             cut_bucket = groups[best_cut]
             within = order[(groups == cut_bucket) & (np.arange(len(order)) <= best_cut)]
-            best_tokens = np.concatenate([rest[bucket < cut_bucket], rest[within]])
+            best_tokens = np.concatenate([np.flatnonzero(bucket < cut_bucket), within])
         elif best_end >= 0:
-            best_tokens = rest[bucket <= best_end]
+            best_tokens = np.flatnonzero(bucket <= best_end)
         mask[drafted[best_tokens]] = True
     return mask, 1 + best
 
@@ -323,7 +326,7 @@ def resolve(p: np.ndarray, q: np.ndarray, num_drafts: int, *, max_multisets: int
 def _resolve_by_enumeration(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Resolution:
     exact = p.dtype == object
     zero = 0 * p[0]
-    drafted = np.array([bool(v) for v in q])
+    drafted = np.array([bool(v) for v in q]) if exact else q != 0  # the float test vectorised: a [V] loop is 8 ms
     support = np.flatnonzero(drafted)
     support_p, support_q = p[support], q[support]
     # the p of tokens nobody drafts, which no tuple reaches: one more entry with q = 0 (outside every multiset)
@@ -390,8 +393,11 @@ def _marginals(counts: np.ndarray, probability: np.ndarray, weights: np.ndarray,
 def _resolve_by_integrals(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Resolution:
     drafted = q > 0
     inner, _ = optimal_split(p, q, num_drafts)
-    free_inner = inner & (p > 0)
-    outer = drafted & ~inner
+    # index arrays, not boolean masks: a [V] mask of scattered tokens indexes several times slower than take
+    inner_tokens = np.flatnonzero(inner)
+    inner_p = p.take(inner_tokens)
+    free_inner = inner_tokens.take(np.flatnonzero(inner_p > 0))
+    outer = np.flatnonzero(drafted & ~inner)
     weights, intermediate = np.zeros(len(p)), np.zeros(len(p))
     if num_drafts == 1:  # one draft: an outer draft is always chosen, an inner one with w / (1 + w) = p / q
         ratio = p[free_inner] / q[free_inner]
@@ -401,14 +407,15 @@ def _resolve_by_integrals(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Reso
         intermediate[outer] = q[outer]
         return Resolution(drafted=drafted, inner=inner, weights=weights, intermediate=intermediate,
                           method="integrals")
-    systems = ((free_inner, 1, float(q[inner & ~free_inner].sum()), -math.inf, INNER_CEILING),
-               (outer, 0, float(q[inner].sum()), OUTER_FLOOR, 0.0))
+    inner_q = q.take(inner_tokens)
+    systems = ((free_inner, 1, float(inner_q[inner_p <= 0].sum()), -math.inf, INNER_CEILING),
+               (outer, 0, float(inner_q.sum()), OUTER_FLOOR, 0.0))
     for members, reject, fixed, lower, upper in systems:
-        if members.any():
-            mass = q[members]
-            system = ChoiceSystem(mass=mass, ratio=p[members] / mass, drafts=num_drafts, reject=reject,
+        if members.size:
+            mass = q.take(members)
+            system = ChoiceSystem(mass=mass, ratio=p.take(members) / mass, drafts=num_drafts, reject=reject,
                                   fixed=fixed, lower=lower, upper=upper)
             solution = solve_system(system)
-            weights[members] = np.exp(solution.log_weights)
+            weights[members] = solution.weights
             intermediate[members] = solution.intermediate
     return Resolution(drafted=drafted, inner=inner, weights=weights, intermediate=intermediate, method="integrals")

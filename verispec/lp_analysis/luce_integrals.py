@@ -146,9 +146,10 @@ class Expansion:
 
     def locate(self, log_weight: np.ndarray) -> Located:
         """The cluster of each log weight (which must lie in [lower, upper]) and its eps."""
-        index = np.rint(log_weight * (1 / CLUSTER_WIDTH)).astype(np.int64) - self.first
+        index = np.rint(log_weight * (1 / CLUSTER_WIDTH)).astype(np.int64)
+        index -= self.first
         np.clip(index, 0, self.size - 1, out=index)
-        return Located(index, np.expm1(log_weight - self.centres[index]))
+        return Located(index, np.expm1(log_weight - self.centres.take(index)))
 
     def sums(self, located: Located, mass: np.ndarray, terms: int) -> np.ndarray:
         """sum_x mass_x e^(-t_l w_x) at every node [T]."""
@@ -169,13 +170,17 @@ class Expansion:
     def evaluate(coefficients: np.ndarray, located: Located, derivative: bool = False):
         """sum_k eps^k B[index, k] per token, and its derivative in log w when asked."""
         terms = coefficients.shape[1]
-        value = coefficients[located.index, terms - 1]
-        slope = np.zeros_like(value)
+        columns = np.ascontiguousarray(coefficients.T)  # [terms, C]: one take per term, not a 2-D gather
+        index, eps = located.index, located.eps
+        value = columns[terms - 1].take(index)
+        slope = np.zeros_like(value) if derivative else None
         for k in range(terms - 2, -1, -1):
             if derivative:
-                slope = slope * located.eps + value
-            value = value * located.eps + coefficients[located.index, k]
-        return (value, slope * (1 + located.eps)) if derivative else value
+                slope *= eps
+                slope += value
+            value *= eps
+            value += columns[k].take(index)
+        return (value, slope * (1 + eps)) if derivative else value
 
 
 def positive_binomial_tail(fixed: float, free: np.ndarray, power: int) -> np.ndarray:
@@ -213,8 +218,15 @@ class ChoiceSystem:
         """y = log((r - lo) / (hi - r)), +-inf outside (lo, hi)."""
         low, high = self.low, self.high
         with np.errstate(divide="ignore", invalid="ignore"):
-            value = np.log(ratio - low) - np.log(high - ratio)
-        return np.where(ratio <= low, -np.inf, np.where(ratio >= high, np.inf, value))
+            value = np.log((ratio - low) / (high - ratio))  # one logarithm a token, not two
+        value[np.flatnonzero(ratio >= high)] = np.inf  # few of them: set where they are, no [n] selects
+        value[np.flatnonzero(ratio <= low)] = -np.inf
+        return value
+
+    @functools.cached_property
+    def target(self) -> np.ndarray:
+        """p of the free tokens, q r [n] (the programs' target; computed once)."""
+        return self.mass * self.ratio
 
     def kernel(self, nodes: Nodes, free: np.ndarray) -> np.ndarray:
         """a_l = weight_l e^(-b t_l) D(t_l) from G - c0 at the nodes, so that Phi(w) = lo + K w sum_l a_l e^(-t_l w)."""

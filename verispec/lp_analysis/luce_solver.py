@@ -123,9 +123,11 @@ def minimise_luce(moments, target: np.ndarray, start: np.ndarray, lower: float, 
 
 @dataclass(frozen=True, eq=False)
 class SystemSolution:
-    """A system's log weights [n] and chosen law q Phi(w) [n], with the quadrature state the tests inspect."""
+    """A system's log weights [n], weights and chosen law q Phi(w) [n], with the quadrature state the tests
+    inspect."""
 
     log_weights: np.ndarray
+    weights: np.ndarray   # e^(log_weights), computed once
     intermediate: np.ndarray
     nodes: Nodes
     free: np.ndarray   # G - c0 at the nodes, from the weights used (TERMS terms)
@@ -158,7 +160,7 @@ def solve_system(system: ChoiceSystem) -> SystemSolution:
     best, best_shortfall = None, math.inf
     for margin in RANGE_MARGINS:
         solution = _solve_in_range(system, y, bin_y, bin_u, bin_q, margin)
-        shortfall = optimal_mass(system) - float(np.minimum(system.mass * system.ratio, solution.intermediate).sum())
+        shortfall = optimal_mass(system) - float(np.minimum(system.target, solution.intermediate).sum())
         if shortfall < best_shortfall:
             best, best_shortfall = solution, shortfall
         if not shortfall > WIDEN_ABOVE:
@@ -170,7 +172,7 @@ def optimal_mass(system: ChoiceSystem) -> float:
     """The mass of p the system's chosen law covers at the optimum: all of its tokens' p in the inner system
     (p_I = p on H*), every outer tuple's (c0 + q)^K - c0^K in the outer one (outer tuples never reject)."""
     if system.reject:
-        return float((system.mass * system.ratio).sum())
+        return float(system.target.sum())
     return (system.fixed + float(system.mass.sum())) ** system.drafts - system.fixed ** system.drafts
 
 
@@ -188,8 +190,9 @@ def _solve_in_range(system: ChoiceSystem, y: np.ndarray, bin_y: np.ndarray, bin_
     point_u, point_du, compressed = steps.settle(np.clip(guess, lower, upper))
     if not tokens.direct and tokens.grid_step > GRID_STEP:  # what carrying the mass to a coarse grid misses, once
         u = steps.token_log_weights(point_u, point_du)
-        measured = steps.expansion.sums(steps.expansion.locate(u), np.where(tokens.tiny, 0.0, system.mass),
-                                        SOLVE_TERMS) + steps.tiny_mass
+        counted = system.mass.copy()
+        counted[tokens.tiny] = 0.0
+        measured = steps.expansion.sums(steps.expansion.locate(u), counted, SOLVE_TERMS) + steps.tiny_mass
         steps.correction = measured - compressed
         point_u, point_du, compressed = steps.settle(point_u)
     # 3. p_I for the weights used, from their own G
@@ -209,7 +212,7 @@ def _solve_binned(system: ChoiceSystem, y: np.ndarray) -> tuple[np.ndarray, np.n
         scale = BINS / (top - bottom) if top > bottom else 0.0
         bin_of = np.minimum(((clipped - bottom) * scale).astype(np.int64), BINS - 1)
     bin_q = np.bincount(bin_of, mass)
-    bin_p = np.bincount(bin_of, mass * system.ratio)
+    bin_p = np.bincount(bin_of, system.target)
     used = bin_q > 0
     bin_q, bin_p = bin_q[used], bin_p[used]
     bin_y = np.clip(system.logit(bin_p / bin_q), -60.0, 60.0)
@@ -229,7 +232,8 @@ def _weight_range(system: ChoiceSystem, y: np.ndarray, bin_y: np.ndarray, bin_u:
     ends), the log weight below which an inner token is negligible at every node (t w <= 2^-55; -inf in the outer
     system), and the quadrature nodes covering the range."""
     b = system.reject
-    finite = y[np.isfinite(y)]
+    finite = np.isfinite(y)
+    finite = y if finite.all() else y.take(np.flatnonzero(finite))  # usually all of them: no [n] select
     y_top = float(finite.max()) if finite.size else float(bin_y[-1])
     y_bottom = float(finite.min()) if finite.size else float(bin_y[0])
     upper = min(system.upper, float(bin_u[-1] + max(y_top - bin_y[-1], 0.0)) + margin)
@@ -287,21 +291,29 @@ class _Tokens:
     """Where each token's weight comes from: closed form (``tiny``, inner tokens negligible at every node), a bound
     (``capped_high``, ``capped_low``), or the inverse of y(log w) (``solved``) at ``points`` in y: the solved tokens
     themselves (``direct``) or a grid of step ``grid_step`` (its first ``grid_size`` points) that the light solved
-    tokens' mass is carried to (``carried``) and their weights interpolated from (``cell``, ``hermite``), followed
-    by the ``heavy`` solved tokens' own points."""
+    tokens' mass is carried to (``carried``) and their weights interpolated from (``cell``, ``theta``), followed
+    by the ``heavy`` solved tokens' own points. Each class is held as token indices (increasing): a [n] boolean
+    select of scattered tokens costs several times a ``take``."""
 
-    tiny: np.ndarray          # [n] bool
-    capped_high: np.ndarray   # [n] bool
-    capped_low: np.ndarray    # [n] bool
-    solved: np.ndarray        # [n] bool
+    tiny: np.ndarray          # [tiny] int
+    capped_high: np.ndarray   # [capped high] int
+    capped_low: np.ndarray    # [capped low] int
+    solved: np.ndarray        # [solved] int
     direct: bool
     points: np.ndarray        # [P]
     carried: np.ndarray       # [P] the q mass at each point
     grid_step: float = 0.0
-    heavy: np.ndarray | None = None    # [n] bool, solved tokens at points of their own after the grid (grid only)
+    light: np.ndarray | None = None    # [light] int, solved tokens carried to the grid (grid only)
+    heavy: np.ndarray | None = None    # [heavy] int, solved tokens at points of their own after the grid (grid only)
     grid_size: int = 0
     cell: np.ndarray | None = None     # [light] the grid cell k of each light solved token (grid only)
-    hermite: tuple = ()                # three [light] cubic Hermite basis values (grid only)
+    theta: np.ndarray | None = None    # [light] its place in the cell, (y - y_k) / step in [0, 1) (grid only)
+
+    def held(self, mass: np.ndarray, lower: float, upper: float) -> tuple[np.ndarray, np.ndarray]:
+        """The capped tokens as two points: log weights (upper, lower) [2] and their q mass [2] (a capped token's
+        weight is its bound whatever g is, so G and Phi see them at two weights)."""
+        return np.array([upper, lower]), np.array([float(mass.take(self.capped_high).sum()),
+                                                   float(mass.take(self.capped_low).sum())])
 
 
 def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_value: float) -> _Tokens:
@@ -316,35 +328,34 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
     if not b:  # the outer token of largest ratio has weight 1 (see solve_system)
         capped_high |= system.ratio == system.ratio.max()
     capped_low = np.isneginf(y) & ~tiny
-    solved = ~(tiny | capped_high | capped_low)
-    if int(solved.sum()) <= GRID_POINTS:
-        return _Tokens(tiny, capped_high, capped_low, solved, True, y[solved], mass[solved])
+    solved_mask = ~(tiny | capped_high | capped_low)
+    tiny, capped_high, capped_low, solved = (np.flatnonzero(mask) for mask in (tiny, capped_high, capped_low,
+                                                                               solved_mask))
+    if len(solved) <= GRID_POINTS:
+        return _Tokens(tiny, capped_high, capped_low, solved, True, y.take(solved), mass.take(solved))
     # a heavy token carried to the grid puts its interpolation error, times its mass, into G: the chord steps then
     # stall (a draft token of mass 0.72 left G 5e-4 off and 2e-5 of acceptance); it gets a point of its own
-    candidates = np.flatnonzero(solved & (mass >= HEAVY_MASS))
+    candidates = np.flatnonzero(solved_mask & (mass >= HEAVY_MASS))
     if len(candidates) > HEAVY_POINTS:
-        candidates = candidates[np.argpartition(-mass[candidates], HEAVY_POINTS - 1)[:HEAVY_POINTS]]
-    heavy = np.zeros(count, dtype=bool)
-    heavy[candidates] = True
-    light = solved & ~heavy  # not empty: more than GRID_POINTS are solved, at most HEAVY_POINTS < GRID_POINTS heavy
-    light_y = y[light]
+        candidates = np.sort(candidates[np.argpartition(-mass[candidates], HEAVY_POINTS - 1)[:HEAVY_POINTS]])
+    solved_mask[candidates] = False
+    light = np.flatnonzero(solved_mask)  # not empty: more than GRID_POINTS solved, at most HEAVY_POINTS heavy
+    light_y, light_mass = y.take(light), mass.take(light)
     bottom, top = float(light_y.min()), float(light_y.max())
     grid_step = max(GRID_STEP, (top - bottom) / (GRID_POINTS - 4))
     points = bottom - grid_step + grid_step * np.arange(math.ceil((top - bottom) / grid_step) + 3)
-    cell = np.minimum(((light_y - points[0]) / grid_step).astype(np.int64), len(points) - 3)
-    cell = np.maximum(cell, 1)
-    theta = (light_y - points[cell]) / grid_step
+    cell = np.clip(((light_y - points[0]) / grid_step).astype(np.int64), 1, len(points) - 3)
+    theta = (light_y - points.take(cell)) / grid_step
     square = theta * theta
     cube = square * theta
-    # cubic Hermite basis interpolating u at the tokens: u = u_k + h01 (u_(k+1) - u_k) + h10 u'_k + h11 u'_(k+1)
-    hermite = (3 * square - 2 * cube, (theta - 2 * square + cube) * grid_step, (cube - square) * grid_step)
     # cubic Lagrange weights on points k-1..k+2 carry the tokens' mass: from the cell moments sum q theta^j
-    moments = [np.bincount(cell, mass[light] * power, minlength=len(points)) for power in (1.0, theta, square, cube)]
+    moments = [np.bincount(cell, light_mass * power, minlength=len(points)) for power in (1.0, theta, square, cube)]
     carried = np.zeros(len(points))
     for shift, row in zip((-1, 0, 1, 2), LAGRANGE):
         carried[1 + shift: len(points) - 2 + shift] += sum(c * m for c, m in zip(row, moments))[1:-2]
-    return _Tokens(tiny, capped_high, capped_low, solved, False, np.concatenate([points, y[heavy]]),
-                   np.concatenate([carried, mass[heavy]]), grid_step, heavy, len(points), cell, hermite)
+    return _Tokens(tiny, capped_high, capped_low, solved, False, np.concatenate([points, y.take(candidates)]),
+                   np.concatenate([carried, mass.take(candidates)]), grid_step, light, candidates, len(points), cell,
+                   theta)
 
 
 class _ChordSteps:
@@ -360,8 +371,11 @@ class _ChordSteps:
         self.correction = np.zeros(nodes.size)
         self.terms, self.step_tolerance, self.residual_limit = (TERMS, 1e-12, ROUND_TOLERANCE) if tokens.direct \
             else (SOLVE_TERMS, 1e-10, GRID_TOLERANCE)
-        self.tiny_mass = float(system.mass[tokens.tiny].sum())
+        self.tiny_mass = float(system.mass.take(tokens.tiny).sum())
         self.total_mass = float(system.mass.sum())
+        # the capped tokens sit at a bound whatever g is: their part of G is summed once, not at every step
+        held_u, held_mass = tokens.held(system.mass, lower, upper)
+        self.held = self.expansion.sums(self.expansion.locate(held_u), held_mass, self.terms)
 
     def invert(self, point_u: np.ndarray):
         """log weights at the points under g (safeguarded Newton on the monotone y(u)), du/dy there, and the points'
@@ -405,10 +419,17 @@ class _ChordSteps:
         if tokens.direct:
             u[tokens.solved] = point_u
         else:
-            cell, hermite, grid = tokens.cell, tokens.hermite, tokens.grid_size
-            rise = np.diff(point_u[:grid])
-            u[tokens.solved & ~tokens.heavy] = (point_u[cell] + hermite[0] * rise[cell] + hermite[1] * point_du[cell]
-                                                + hermite[2] * point_du[cell + 1])
+            cell, theta, grid = tokens.cell, tokens.theta, tokens.grid_size
+            # cubic Hermite on each cell as a polynomial in theta, u_k + theta (a1 + theta (a2 + theta a3)); with
+            # slopes s = u' step and rise d = u_(k+1) - u_k: a1 = s_k, a2 = 3 d - 2 s_k - s_(k+1),
+            # a3 = s_k + s_(k+1) - 2 d
+            rise, slope = np.diff(point_u[:grid]), point_du[:grid] * tokens.grid_step
+            square = np.zeros(grid)
+            cubic = np.zeros(grid)
+            square[:-1] = 3 * rise - 2 * slope[:-1] - slope[1:]
+            cubic[:-1] = slope[:-1] + slope[1:] - 2 * rise
+            u[tokens.light] = point_u.take(cell) + theta * (slope.take(cell) + theta * (square.take(cell)
+                                                                                        + theta * cubic.take(cell)))
             u[tokens.heavy] = point_u[grid:]
             np.clip(u, self.lower, self.upper, out=u)
         u[tokens.tiny] = self.lower  # their G terms are their mass; their weights are set from the final G
@@ -423,10 +444,7 @@ class _ChordSteps:
         for _ in range(ROUNDS):
             point_u, point_du, derivative = self.invert(point_u)
             compressed = expansion.sums(expansion.locate(point_u), tokens.carried, self.terms) + self.tiny_mass
-            if tokens.capped_high.any() or tokens.capped_low.any():
-                held = tokens.capped_high | tokens.capped_low
-                held_u = np.where(tokens.capped_high, self.upper, self.lower)[held]
-                compressed += expansion.sums(expansion.locate(held_u), self.system.mass[held], self.terms)
+            compressed += self.held
             difference = compressed + self.correction - self.g
             residual = float(np.abs(difference).max())
             if best is None or residual < best[-1]:
@@ -458,17 +476,29 @@ def _lumped(point_u: np.ndarray, derivative: np.ndarray) -> tuple[np.ndarray, np
 
 def _chosen_law(system: ChoiceSystem, steps: _ChordSteps, u: np.ndarray) -> SystemSolution:
     """Step 3: p_I = q Phi(w) for the log weights ``u`` [n] used, from the G of exactly those weights; the tiny
-    inner tokens' weights meet their ratio in closed form (J(w) = J(0) to 2^-55 below ``lower``)."""
-    K, low, mass, tiny, nodes, expansion = (system.drafts, system.low, system.mass, steps.tokens.tiny, steps.nodes,
-                                            steps.expansion)
-    located = expansion.locate(u)
-    final = expansion.sums(located, np.where(tiny, 0.0, mass), TERMS) + steps.tiny_mass
+    inner tokens' weights meet their ratio in closed form (J(w) = J(0) to 2^-55 below ``lower``). The series run
+    over the solved tokens; the capped ones are two points (their two weights), the tiny ones their mass."""
+    K, low, mass, tokens, nodes, expansion = (system.drafts, system.low, system.mass, steps.tokens, steps.nodes,
+                                              steps.expansion)
+    solved_u = u.take(tokens.solved)
+    located = expansion.locate(solved_u)
+    held_u, held_mass = tokens.held(mass, steps.lower, steps.upper)
+    held_located = expansion.locate(held_u)
+    final = (expansion.sums(located, mass.take(tokens.solved), TERMS) + expansion.sums(held_located, held_mass, TERMS)
+             + steps.tiny_mass)
     kernel = system.kernel(nodes, final)
-    value = expansion.evaluate(expansion.coefficients(kernel, TERMS), located)
-    chosen = low + K * np.exp(u) * value
-    if tiny.any():
+    coefficients = expansion.coefficients(kernel, TERMS)
+    weights, chosen = np.empty(len(mass)), np.empty(len(mass))
+    solved_w, held_w = np.exp(solved_u), np.exp(held_u)
+    weights[tokens.solved] = solved_w
+    weights[tokens.capped_high], weights[tokens.capped_low] = held_w
+    chosen[tokens.solved] = low + K * solved_w * expansion.evaluate(coefficients, located)
+    chosen[tokens.capped_high], chosen[tokens.capped_low] = low + K * held_w * expansion.evaluate(coefficients,
+                                                                                                held_located)
+    if tokens.tiny.size:
         zero_value = kernel.sum()
-        u[tiny] = np.log(system.ratio[tiny] - low) - math.log(K * zero_value)
-        chosen[tiny] = low + K * np.exp(u[tiny]) * zero_value
-    return SystemSolution(log_weights=u, intermediate=mass * chosen, nodes=nodes, free=final,
+        u[tokens.tiny] = np.log(system.ratio.take(tokens.tiny) - low) - math.log(K * zero_value)
+        weights[tokens.tiny] = np.exp(u.take(tokens.tiny))
+        chosen[tokens.tiny] = low + K * weights.take(tokens.tiny) * zero_value
+    return SystemSolution(log_weights=u, weights=weights, intermediate=mass * chosen, nodes=nodes, free=final,
                           residual=float(np.abs(final - steps.g).max()))

@@ -24,9 +24,13 @@ mass and is lossy by up to 15 tau in L1 (its Lemma 6.6, as reported); this rule 
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
+from verispec import backend
 from verispec.lp_analysis.global_resolution import MAX_MULTISETS, Resolution, resolve
+from verispec.simulator.distributions import residual
 from verispec.simulator.drafters import DraftLaw
 from verispec.verifiers.node_cache import NodeCache, node_key
 from verispec.verifiers.two_step import TwoStepSolver
@@ -50,8 +54,46 @@ class GlobalResolutionSolver(TwoStepSolver):
 
     def resolution(self, p: np.ndarray, q: np.ndarray, num_drafts: int) -> Resolution:
         """The (cached) step-1 rule at a node (host arrays)."""
-        return self._cache.get_or_build(node_key(p, q, num_drafts) + (self.max_multisets, self.method),
+        return self._cache.get_or_build(support_key(p, q, num_drafts) + (self.max_multisets, self.method),
                                         lambda: resolve(p, q, num_drafts, max_multisets=self.max_multisets,
                                                         method=self.method))
 
     rule = resolution
+
+    def output_laws(self, p, q, children):
+        """As the two-step frame's; one float64 numpy row (a node as decoding asks it) is computed on the drafted
+        tokens, where the law of Y' lives, instead of as [V] products: the same terms, summed in another order."""
+        if not (type(p) is np.ndarray and p.dtype == np.float64 and children.shape[0] == 1
+                and children.shape[1] > 1):
+            return super().output_laws(p, q, children)
+        rule = self.rule(p[0], q[0], children.shape[1])
+        chosen = rule.laws(np.asarray(children, dtype=np.int64))                    # [1, V]
+        tokens = np.unique(children)                                               # [<= K] drafted tokens
+        target, intermediate = p[0, tokens], rule.intermediate[tokens]
+        accept = np.minimum(np.divide(target, intermediate, out=np.ones_like(target), where=intermediate != 0), 1.0)
+        kept = chosen[0, tokens] * accept
+        out = (1 - kept.sum()) * residual(p, rule.intermediate[None, :])           # [1, V]
+        out[0, tokens] = kept + out[0, tokens]
+        return out
+
+    def step_one(self, p, q, children):
+        """As the two-step frame's, without grouping equal rows when there is one row (a node as decoding asks
+        it: grouping would hash the [V] row once more)."""
+        if children.shape[0] != 1 or children.shape[1] == 1:
+            return super().step_one(p, q, children)
+        host_p, host_q, host_children = (backend.to_numpy(array) for array in (p, q, children))
+        rule = self.rule(host_p[0], host_q[0], host_children.shape[1])
+        return backend.asarray(rule.laws(host_children), p), backend.asarray(rule.intermediate[None, :], p)
+
+
+def support_key(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple:
+    """A cache key of the node: the rule depends on (p, q) only through the drafted tokens (q > 0) and their p and
+    q, so the digest covers those (``node_key``'s BLAKE2b) and the support as a bit mask: at top-k 20 it hashes
+    20 values, not 2 x 151,936. Exact mode keys on the Fractions themselves."""
+    if p.dtype == object:
+        return node_key(p, q, num_drafts)
+    support = np.flatnonzero(q)
+    digest = hashlib.blake2b(np.packbits(q != 0).tobytes(), digest_size=32)
+    digest.update(np.ascontiguousarray(p.take(support), dtype=np.float64).tobytes())
+    digest.update(np.ascontiguousarray(q.take(support), dtype=np.float64).tobytes())
+    return ("support", digest.digest(), len(p), len(support), num_drafts)
