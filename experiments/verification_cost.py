@@ -271,7 +271,7 @@ def _result(settings, store, record, args, vocab, start) -> dict:
         for action in entry["actions"]:
             row = store.rows[f"{name} | {action.verifier} | {action.tree}"]
             if row["cpu_ms"]:
-                actions[action.name] = statistics.median(row["cpu_ms"])
+                actions[action.name] = round(statistics.median(row["cpu_ms"]), 4)
             else:
                 stopped[action.name] = {"lower_bound_ms": row["lower_bound_ms"], "why": row["stopped"]}
         out_settings[name] = {"sampling": entry["sampling"], "actions": actions, "stopped": stopped}
@@ -280,7 +280,8 @@ def _result(settings, store, record, args, vocab, start) -> dict:
             summary.setdefault(name, {})[rule] = {
                 "min_ms": min(values), "median_ms": statistics.median(values), "max_ms": max(values),
                 "actions": len(values)} if values else None
-    rows = [row for row in store.rows.values() if row["setting"] in settings]
+    rows = [{**row, **{name: [round(ms, 3) for ms in row[name]] for name in ("cpu_ms", "wall_ms")}}
+            for row in store.rows.values() if row["setting"] in settings]  # microseconds: the timer's grain
     return {"regime": args.regime, "device": f"{record['machine']['cpu']} ({args.threads} torch thread(s))",
             "vocab_size": vocab, "unit": "ms",
             "statistic": f"median CPU (process) ms of {args.repeats} blocks per (setting, rule, tree)",

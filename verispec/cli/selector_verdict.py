@@ -6,8 +6,11 @@ much, with intervals that cover the prompts and the training (``verispec.selecto
         --latency data/latency/latency-cpu-by-size.json --replicates 9 --folds 5 --out docs/results/verdict
 
 writes ``verdict.json`` (every number, and under ``record`` the command line, commit, date, machine and inputs'
-SHA-256) and ``verdict.md`` into DIR; the replicates wait in ``DIR/verdict.rows.json`` (resumable: a run stopped by
---time-budget exits 3, and the same command continues).
+SHA-256) and ``verdict.md`` into DIR. ``--verification-cost FILE`` (``experiments/verification_cost.py``) prices the
+regime it was measured for with each rule's own verification per block: every table gains ``priced``, its rules'
+selectors and best static actions refitted under the priced times, beside the forwards-only figures; a regime
+without a file says "verification unpriced" and names no winner by price. The replicates wait in
+``DIR/verdict.rows.json`` (resumable: a run stopped by --time-budget exits 3, and the same command continues).
 
 The writers' rule (issue 64): a file in DIR of one of these names that verispec cannot show it wrote (the
 ``written_by`` marker in the JSON files, the marker line of the Markdown) is refused before any work unless
@@ -35,6 +38,10 @@ def add_verdict_parser(steps) -> None:
                               "roots are joined ('selector dataset --traces-of')")
     verdict.add_argument("--latency", default=None, metavar="FILE",
                          help="the pair's latency model on this CPU: the cpu regime (left out without it)")
+    verdict.add_argument("--verification-cost", action="append", default=[], metavar="FILE",
+                         help="each rule's verification ms per block on a regime's device "
+                              "(experiments/verification_cost.py), repeatable, one file a regime: that regime is "
+                              "priced beside its forwards-only figures; the others say 'verification unpriced'")
     verdict.add_argument("--pair", default=None, metavar="NAME", help="refuse datasets of any other pair")
     verdict.add_argument("--out", required=True, metavar="DIR", help="the folder of verdict.json and verdict.md")
     verdict.add_argument("--overwrite", action="store_true",
@@ -88,15 +95,17 @@ def _outputs(out: Path, overwrite: bool) -> None:
         check_output(out / name, kind, what="--out", overwrite=overwrite)
 
 
-def _fit(task, regimes, folds: int, epochs: int, groups, threads: int) -> tuple[str, dict]:
-    """One rule's fit in one replicate (a worker process's task), torch pinned to ``threads``."""
+def _fit(task, regimes, folds: int, epochs: int, groups, threads: int, costs=None) -> tuple[str, dict]:
+    """One rule's fit in one replicate (a worker process's task), torch pinned to ``threads``; a priced regime's
+    (``verispec.selector.verdict.priced_regime``) with its verification ms from ``costs``."""
     from verispec.selector.study import study_threads
-    from verispec.selector.verdict import fit_rule
+    from verispec.selector.verdict import fit_rule, regime_prices
 
     key, setting, regime, verifier, seed = task
+    base, verification = regime_prices(setting, regime, costs or {})
     with study_threads(threads):
-        return key, fit_rule(setting, regime, regimes[regime], verifier, seed=seed, folds=folds, epochs=epochs,
-                             groups=groups)
+        return key, fit_rule(setting, base, regimes[base], verifier, seed=seed, folds=folds, epochs=epochs,
+                             groups=groups, verification=verification)
 
 
 def run_verdict_command(args) -> int:
@@ -114,21 +123,24 @@ def run_verdict_command(args) -> int:
     _outputs(out, args.overwrite)  # before any file is read or selector trained
     datasets, regimes = load_inputs(args.dataset, args.latency, args.pair)
     settings = pair_settings(datasets, args.pair)
+    from verispec.selector.verification_cost import regime_costs
+
+    costs = regime_costs(args.verification_cost, settings, regimes)  # a file missing an action: one line, exit 2
     try:
         import torch  # noqa: F401
     except ImportError:
         raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
-    inputs = list(args.dataset) + ([args.latency] if args.latency else [])
+    inputs = list(args.dataset) + ([args.latency] if args.latency else []) + list(args.verification_cost)
     record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
     # one verdict into DIR at a time, from here (the inputs were refused first, leaving no folder behind): a second
     # is refused at once, naming the first (verispec.store_lock); two at once each rewrote the row store from
     # their own fits, and one run's fits were lost
     with store_lock(out / STORE_NAME):
         _outputs(out, args.overwrite)  # as the holder of the lock finds it
-        return _fit_and_write(args, out, settings, regimes, record)
+        return _fit_and_write(args, out, settings, regimes, record, costs)
 
 
-def _fit_and_write(args, out: Path, settings, regimes, record: dict) -> int:
+def _fit_and_write(args, out: Path, settings, regimes, record: dict, costs: dict) -> int:
     """The verdict's fits (those its row store lacks) and its files, with DIR's row store locked."""
     from verispec.cli.options import command_budget
     from verispec.errors import AnalysisTimeoutError, ResultStoreError, VerispecError
@@ -138,6 +150,8 @@ def _fit_and_write(args, out: Path, settings, regimes, record: dict) -> int:
     from verispec.selector.verdict import (
         VERDICT_FORMAT,
         VERDICT_KIND,
+        priced_entry,
+        priced_sentence,
         verdict_sentence,
         verdict_table,
         verdict_tasks,
@@ -156,18 +170,23 @@ def _fit_and_write(args, out: Path, settings, regimes, record: dict) -> int:
         raise VerispecError(f"{' '.join(str(error).split())} (the fits in {out / STORE_NAME} were made with other "
                             "folds, epochs, latency or prompts; give another --out or remove that store)") from None
     seeds = [args.seed + index for index in range(args.replicates)]
-    tasks = verdict_tasks(settings, regimes, seeds)
+    tasks = verdict_tasks(settings, regimes, seeds, costs)
     start = time.perf_counter()
     try:
         with command_budget(args, "the verdict"):
-            _fit_missing(store, tasks, regimes, groups, args)
+            _fit_missing(store, tasks, regimes, groups, args, costs)
     except AnalysisTimeoutError:
         done = sum(store.done(task[0]) for task in tasks)
         raise AnalysisTimeoutError(f"the verdict ran past its time budget with {done} of {len(tasks)} fits (a rule "
                                    "in a replicate) saved; run the same command again to continue") from None
     fits = {task[0]: store.rows[task[0]]["choices"] for task in tasks}
-    tables = [verdict_table(setting, name, latency, fits, seeds, resamples=args.bootstrap, seed=args.seed)
-              for setting in settings for name, latency in regimes.items()]
+    tables = []
+    for setting in settings:
+        for name, latency in regimes.items():
+            table = verdict_table(setting, name, latency, fits, seeds, resamples=args.bootstrap, seed=args.seed)
+            table["priced"] = priced_entry(setting, name, latency, fits, seeds, table, costs.get(name),
+                                           resamples=args.bootstrap, seed=args.seed)
+            tables.append(table)
     result = {"format": VERDICT_FORMAT, "pair": settings[0].data.metadata.get("pair"), "replicates": len(seeds),
               "seeds": seeds, "folds": args.folds, "epochs": args.epochs,
               "bootstrap": {"resamples": args.bootstrap, "seed": args.seed, "level": 0.95,
@@ -177,6 +196,8 @@ def _fit_and_write(args, out: Path, settings, regimes, record: dict) -> int:
                                           "prompts": int(len(set(setting.data.group.tolist()))),
                                           "roots": len(setting.data)} for setting in settings},
               "tables": tables, "sentence": verdict_sentence(tables),
+              "verification_cost": {name: cost.describe() for name, cost in costs.items()},
+              "priced_sentence": priced_sentence(tables),
               "record": {**record, "seconds": round(time.perf_counter() - start, 1)},
               MARKER_KEY: written_by(VERDICT_KIND, "selector verdict")}
     atomic_write_json(out / JSON_NAME, result, within=out)
@@ -187,7 +208,7 @@ def _fit_and_write(args, out: Path, settings, regimes, record: dict) -> int:
     return 0
 
 
-def _fit_missing(store, tasks, regimes, groups, args) -> None:
+def _fit_missing(store, tasks, regimes, groups, args, costs) -> None:
     """Fit the tasks (a rule in a replicate) the store lacks, ``args.jobs`` at a time, each saved as it ends."""
     import sys
 
@@ -199,7 +220,7 @@ def _fit_missing(store, tasks, regimes, groups, args) -> None:
               disable=not show) as bar:
         if args.jobs == 1 or len(missing) < 2:
             for task in missing:
-                key, choices = _fit(task, regimes, args.folds, args.epochs, groups, args.threads)
+                key, choices = _fit(task, regimes, args.folds, args.epochs, groups, args.threads, costs)
                 store.add(key, {"choices": choices})
                 bar.update()
             return
@@ -208,7 +229,7 @@ def _fit_missing(store, tasks, regimes, groups, args) -> None:
 
         with ProcessPoolExecutor(max_workers=min(args.jobs, len(missing)),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_fit, task, regimes, args.folds, args.epochs, groups, args.threads)
+            futures = [pool.submit(_fit, task, regimes, args.folds, args.epochs, groups, args.threads, costs)
                        for task in missing]
             for future in as_completed(futures):
                 key, choices = future.result()
@@ -260,8 +281,57 @@ def verdict_markdown(result: dict) -> str:
                 f"{rule['selector']['throughput_ci'][1]:.4g}] | {rule['static']['throughput']:.4g} | "
                 f"{_cell(rule['selector_over_static'])} | {rule['oracle']['throughput']:.4g} | "
                 f"{'-' if crossfit is None else format(crossfit['throughput'], '.4g')} |")
+    lines += _priced_markdown(result)
     record = result["record"]
     lines += ["", f"Made by `{record['command']}` at {record['commit']} on {record['date']} "
               f"({record['machine']['cores']} cores, {record['machine']['threads']} torch thread(s), load "
               f"{record['machine']['load']}; {record['seconds']} s).", ""]
     return "\n".join(lines)
+
+
+def _priced_markdown(result: dict) -> list[str]:
+    """The priced verdict's section: per (setting, regime) the best rule once each rule's own verification is added
+    to its block time, beside the forwards-only best, or "verification unpriced"; per rule of a priced regime its
+    forwards-only selector's throughput, the same choices priced, the refitted selector priced and its verification
+    per block. Files of verdicts made before pricing (no ``priced`` key) get no section."""
+    from verispec.selector.verdict import REFERENCES, UNPRICED
+
+    tables = [table for table in result["tables"] if "priced" in table]
+    if not tables:
+        return []
+    costs = result.get("verification_cost", {})
+    measured = "; ".join(f"{regime}: {cost['device']} ({cost['file']})" for regime, cost in costs.items()) or "none"
+    lines = ["", "## The verifier's own work priced", "",
+             "Each rule's verification per block (its law over the drawn tree and the draws, as real decoding runs "
+             "them; median ms) measured on the regime's device, added to every action's block time; each rule's "
+             "selector and best static action refitted under those times. Measured: " + measured + ". A regime "
+             f"whose device was not measured: {UNPRICED}, no winner named by it.", "", result["priced_sentence"], "",
+             "| Setting | Regime | Best, forwards only | Best, priced | " +
+             " | ".join(f"vs {name} (priced)" for name in REFERENCES) + " |",
+             "|---|---|---|---|" + "---|" * len(REFERENCES)]
+    for table in tables:
+        priced = table["priced"]
+        if priced["best"] is None:
+            cells = [UNPRICED] + ["-"] * len(REFERENCES)
+        else:
+            cells = [priced["best"]] + [_cell(priced["versus"][name]) if name in priced["versus"] else
+                                        ("(is it)" if name == priced["best"] else "(not labelled)")
+                                        for name in REFERENCES]
+        lines.append(f"| {table['setting']} | {table['regime']} | {table['best']} | " + " | ".join(cells) + " |")
+    lines += ["", "| Setting | Regime | Rule | Forwards-only selector | Its choices, priced | Selector refitted, "
+              "priced | Best static, priced | Verification ms / block |", "|---|---|---|---|---|---|---|---|"]
+    for table in tables:
+        priced = table["priced"]
+        if priced["best"] is None:
+            continue
+        for name, rule in priced["rules"].items():
+            lines.append(f"| {table['setting']} | {table['regime']} | {name} | "
+                         f"{rule['forwards_only']['selector']:.4g} | {rule['forwards_only']['selector_priced']:.4g} | "
+                         f"{rule['selector']['throughput']:.4g} [{rule['selector']['throughput_ci'][0]:.4g}, "
+                         f"{rule['selector']['throughput_ci'][1]:.4g}] | {rule['static']['throughput']:.4g} | "
+                         f"{rule['verification_ms_per_block']:.3g} |")
+        for name in priced["unpriceable"]:
+            lines.append(f"| {table['setting']} | {table['regime']} | {name} | "
+                         f"{table['rules'][name]['selector']['throughput']:.4g} | unpriceable (a cell stopped by its "
+                         "budget) | - | - | - |")
+    return lines

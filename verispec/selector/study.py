@@ -183,12 +183,13 @@ def _one_setting(data: Dataset) -> Dataset:
 
 def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyModel, *, seed: int,
                  epochs: int, hidden: Sequence[str] = (), projection: int | None = None,
-                 kinds: Sequence[str] = KINDS) -> dict[str, np.ndarray]:
+                 kinds: Sequence[str] = KINDS, verification: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """{kind: [N_test] action index into the dataset's grid} of the selectors of ``KINDS`` trained on ``train``
     over ``verifier``'s actions under ``latency`` (Eq. 12 against plain decoding, as ``selector train`` does), and
     of ``HIDDEN_KIND`` (the network reading the hidden states ``hidden`` too, each projected to ``projection``
     dimensions, the paper's 128 when None) when any are named. ``kinds``: the selectors to train (a subset of
-    ``KINDS``)."""
+    ``KINDS``). ``verification`` [A] (the dataset grid's actions): each action's verification time per block, in
+    the latency's unit, added to its block time and to plain decoding's (``verispec.selector.verdict``)."""
     from verispec.selector.train import train_selector
 
     grid = train.grid
@@ -196,6 +197,10 @@ def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyM
     columns = np.array([grid.index(action) for action in sub.actions], dtype=np.int64)  # [A']
     times = policy_action_times(sub, latency, reads_draft=reads_draft(train.feature_names))  # [A'] as it decodes
     plain = [index for index, action in enumerate(sub.actions) if action.depth == 0]
+    base_time = latency.target_time(1) if plain else None
+    if verification is not None:
+        times = times + verification[columns]
+        base_time = None if base_time is None else base_time + float(verification[columns[plain[0]]])
     train_x, test_x = regime_features(train, latency), regime_features(test, latency)  # [N, F], [N_test, F]
     chosen = {}
     for kind in (*kinds, HIDDEN_KIND) if hidden else kinds:
@@ -204,7 +209,7 @@ def rule_choices(train: Dataset, test: Dataset, verifier: str, latency: LatencyM
         selector = train_selector(train_x, train.efficiency[:, columns], times, sub,
                                   kind="mlp" if kind == HIDDEN_KIND else kind, hidden=reads,
                                   base=plain[0] if plain else None,
-                                  base_time=latency.target_time(1) if plain else None, seed=seed, epochs=epochs,
+                                  base_time=base_time, seed=seed, epochs=epochs,
                                   feature_names=train.feature_names,
                                   metadata={"latency": latency.as_dict(), "samplings": train.samplings}, **width)
         chosen[kind] = columns[selector.choose_batch(

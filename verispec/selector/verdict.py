@@ -22,6 +22,15 @@ over replicates of the one-replicate ratio: what one trained selector may give. 
 choices, a ratio of sums) on the labels, biased upward by the labels' noise where they are conditional, and the
 cross-fitted one (chosen on half of each root's sampled trees, scored on the other half), a feasible policy.
 
+**The verifier's own work** (issue 66, item 4). A latency regime prices a block's forwards only; real decoding also
+runs the rule's law over the drawn tree and its draws (``verispec.models.decoding``: ``verify_s``), milliseconds that
+differ by rule (a few for SpecInfer at V = 151,936 on a CPU, tens for psbv's splits). Given a regime's measured
+verification cost v(a) per block (``verispec.selector.verification_cost``, measured on the regime's device),
+``priced_entry`` refits every rule's selector and best static action under T(a) + v(a) (the fits of
+``priced_regime(regime)``) and reports the verdict so priced beside the forwards-only one, with the forwards-only
+selector's own choices priced too; a regime whose device was not measured is ``UNPRICED`` and names no winner by
+price.
+
 Each rule's fit in each replicate is a row of a ``ResultStore`` (``OUT/verdict.rows.json``), keyed on the seed,
 setting, regime, rule and the digest of what the fit reads (``label_digest``: the rule's labels, the features, the
 roots), the store's parameters the folds, epochs, latency regimes and the prompts of the split: a run stopped by
@@ -65,6 +74,12 @@ REFERENCES = ("specinfer", "traversal", "traversal-iid")
 #: The selector the verdict trains (the paper's network over the scalar features).
 KIND = "mlp"
 
+#: A regime's name with this suffix is that regime with each rule's verification ms added to its block times.
+PRICED = "+verification"
+
+#: What a table says of a regime whose device no verification cost was measured on.
+UNPRICED = "verification unpriced"
+
 
 def label_digest(data, verifier: str) -> str:
     """What a rule's choices in a replicate depend on besides the seed, folds, epochs and regime: its label columns,
@@ -81,26 +96,64 @@ def label_digest(data, verifier: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def task_key(setting: Setting, regime: str, verifier: str, seed: int) -> str:
-    """The row-store key of one rule's choices in one replicate."""
-    return f"seed {seed} | {setting.name} | {regime} | {verifier} | {label_digest(setting.data, verifier)}"
+def task_key(setting: Setting, regime: str, verifier: str, seed: int, verification: np.ndarray | None = None) -> str:
+    """The row-store key of one rule's choices in one replicate; a fit under a priced regime (``verification``: the
+    grid's [A] ms per block) is keyed on the rule's prices too, so that a remeasured file refits the rules it moved."""
+    key = f"seed {seed} | {setting.name} | {regime} | {verifier} | {label_digest(setting.data, verifier)}"
+    if verification is None:
+        return key
+    import hashlib
+
+    columns = verifier_actions(setting.data.grid, verifier)
+    digest = hashlib.sha256(np.ascontiguousarray(verification[columns], dtype=np.float64).tobytes()).hexdigest()
+    return f"{key} | verification {digest[:16]}"
 
 
-def verdict_tasks(settings: Sequence[Setting], regimes: Mapping[str, LatencyModel], seeds: Sequence[int]) -> list:
-    """[(key, setting, regime, verifier, seed)] of every rule's fit in every replicate."""
-    return [(task_key(setting, regime, verifier, seed), setting, regime, verifier, seed)
-            for seed in seeds for setting in settings for regime in regimes for verifier in setting.data.grid.verifiers]
+def priced_regime(regime: str) -> str:
+    """The name the fits of ``regime`` priced with its device's verification cost go under."""
+    return regime + PRICED
+
+
+def regime_prices(setting: Setting, regime: str, costs: Mapping) -> tuple[str, np.ndarray | None]:
+    """(the latency regime, the verification ms [A] of the setting's grid or None) of a task's regime name:
+    ``priced_regime(name)`` is ``name`` with its cost file's times (``costs``: regime -> ``VerificationCost``)."""
+    if regime.endswith(PRICED):
+        base = regime[:-len(PRICED)]
+        return base, costs[base].per_action(setting.data.grid, setting.name)
+    return regime, None
+
+
+def verdict_tasks(settings: Sequence[Setting], regimes: Mapping[str, LatencyModel], seeds: Sequence[int],
+                  costs: Mapping | None = None) -> list:
+    """[(key, setting, regime, verifier, seed)] of every rule's fit in every replicate; with ``costs`` (regime ->
+    ``VerificationCost``) also every priceable rule's fit under each priced regime (``priced_regime``)."""
+    tasks = []
+    for seed in seeds:
+        for setting in settings:
+            for regime in regimes:
+                tasks += [(task_key(setting, regime, verifier, seed), setting, regime, verifier, seed)
+                          for verifier in setting.data.grid.verifiers]
+            for regime, cost in (costs or {}).items():
+                prices = cost.per_action(setting.data.grid, setting.name)
+                unpriceable = cost.unpriceable(setting.data.grid, setting.name)
+                tasks += [(task_key(setting, priced_regime(regime), verifier, seed, prices), setting,
+                           priced_regime(regime), verifier, seed)
+                          for verifier in setting.data.grid.verifiers if verifier not in unpriceable]
+    return tasks
 
 
 def fit_rule(setting: Setting, regime: str, latency: LatencyModel, verifier: str, *, seed: int, folds: int,
-             epochs: int, groups: np.ndarray) -> dict[str, list[int]]:
+             epochs: int, groups: np.ndarray, verification: np.ndarray | None = None) -> dict[str, list[int]]:
     """One rule's choices in the replicate of ``seed``: {"static": [N], "selector": [N]} the action index (into the
     setting's grid) chosen at each root by its best static action and by its selector, both fitted on the other
     folds of the ``folds``-fold split of the prompts ``groups`` (every setting's, so one split for all) shuffled with
-    ``seed``; the selector trained with ``seed`` too."""
+    ``seed``; the selector trained with ``seed`` too. ``verification`` [A]: each action's verification ms per block,
+    added to its block time for both (a priced regime)."""
     plan, _, remedy = study_split(groups, folds=folds, fraction=0.25, seed=seed)
     data = setting.data
     times = action_times(data.grid, latency)  # [A]
+    if verification is not None:
+        times = times + verification
     allowed = verifier_actions(data.grid, verifier)
     static, chosen = np.empty(len(data), dtype=np.int64), np.empty(len(data), dtype=np.int64)
     for prompts in setting_folds(setting, plan, remedy):
@@ -108,7 +161,7 @@ def fit_rule(setting: Setting, regime: str, latency: LatencyModel, verifier: str
         train = data.subset(~fold)
         static[fold] = best_static(train.efficiency, times, allowed)
         chosen[fold] = rule_choices(train, data.subset(fold), verifier, latency, seed=seed, epochs=epochs,
-                                    kinds=(KIND,))[KIND]
+                                    kinds=(KIND,), verification=verification)[KIND]
     return {"static": static.tolist(), "selector": chosen.tolist()}
 
 
@@ -153,17 +206,24 @@ class _Crossed:
 
 
 def verdict_table(setting: Setting, regime: str, latency: LatencyModel, fits: Mapping[str, Mapping],
-                  seeds: Sequence[int], *, resamples: int, seed: int) -> dict:
+                  seeds: Sequence[int], *, resamples: int, seed: int, verification: np.ndarray | None = None,
+                  rules_of: Sequence[str] | None = None) -> dict:
     """The (setting, regime) verdict from every rule's fits (``fits``: ``task_key`` -> ``fit_rule``'s choices) in
-    the replicates of ``seeds``; ``seed``: the bootstrap's."""
+    the replicates of ``seeds``; ``seed``: the bootstrap's. ``verification`` [A]: the regime priced with each
+    action's verification ms per block (the fits of ``priced_regime(regime)``); ``rules_of``: the rules compared
+    (default every rule of the grid)."""
     data = setting.data
     grid = data.grid
     times = action_times(grid, latency)  # [A]
     selector_times = policy_action_times(grid, latency, reads_draft=reads_draft(data.feature_names))  # [A]
+    fitted = regime
+    if verification is not None:
+        times, selector_times, fitted = times + verification, selector_times + verification, priced_regime(regime)
+    verifiers = tuple(grid.verifiers if rules_of is None else rules_of)
     boot = _Crossed(data.group, len(seeds), resamples, seed)
     rates, rules = {}, {}
-    for verifier in grid.verifiers:
-        keys = [task_key(setting, regime, verifier, replicate) for replicate in seeds]
+    for verifier in verifiers:
+        keys = [task_key(setting, fitted, verifier, replicate, verification) for replicate in seeds]
         missing = [key for key in keys if key not in fits]
         if missing:
             raise VerispecError(f"no fit of {missing[0]!r}; fit every replicate first (verdict_tasks, fit_rule)")
@@ -184,13 +244,13 @@ def verdict_table(setting: Setting, regime: str, latency: LatencyModel, fits: Ma
             "oracle_crossfit": None if crossfit is None else
             {"throughput": float(crossfit[0].sum() / crossfit[1].sum())},
         }
-    best = max(grid.verifiers, key=lambda name: rules[name]["selector"]["throughput"])
+    best = max(verifiers, key=lambda name: rules[name]["selector"]["throughput"])
     versus = {name: boot.ratio(rates[(best, "selector")], rates[(name, "selector")])
-              for name in REFERENCES if name in grid.verifiers and name != best}
+              for name in REFERENCES if name in verifiers and name != best}
     ddte = []
-    if LEAD in grid.verifiers:
+    if LEAD in verifiers:
         for rival in RIVALS:
-            if rival not in grid.verifiers:
+            if rival not in verifiers:
                 continue
             for policy in ("static", "selector"):
                 ddte.append({"lead": LEAD, "rival": rival,
@@ -198,6 +258,59 @@ def verdict_table(setting: Setting, regime: str, latency: LatencyModel, fits: Ma
                              **boot.ratio(rates[(LEAD, "selector")], rates[(rival, policy)])})
     return {"setting": setting.name, "regime": regime, "prompts": int(boot.prompts.groups), "roots": len(data),
             "best": best, "versus": versus, "ddte": ddte, "rules": rules}
+
+
+def priced_entry(setting: Setting, regime: str, latency: LatencyModel, fits: Mapping[str, Mapping],
+                 seeds: Sequence[int], forwards: Mapping, cost=None, *, resamples: int, seed: int) -> dict:
+    """The (setting, regime) verdict with each rule's own verification priced (issue 66, item 4), for the table's
+    ``priced`` key beside the forwards-only one (``forwards``: ``verdict_table``'s). ``cost``: the regime's
+    ``VerificationCost`` (measured on its device), or None: then {"verification": UNPRICED, "best": None}, no winner
+    named by price. Else the verdict of the fits of ``priced_regime(regime)`` (selectors and best static actions
+    refitted under T(a) + v(a)), its rules' entries with, beside them, ``forwards_only``: the forwards-only
+    selector's throughput and that same selector's choices priced with v (what it gets on the device), and
+    ``verification_ms_per_block``: v over the priced selector's blocks (the mean over replicates of sum v / blocks).
+    A rule a budget stopped at some action is ``unpriceable`` and left out of the comparison."""
+    if cost is None:
+        return {"verification": UNPRICED, "best": None}
+    data = setting.data
+    prices = cost.per_action(data.grid, setting.name)  # [A] ms
+    unpriceable = cost.unpriceable(data.grid, setting.name)
+    rules = [name for name in data.grid.verifiers if name not in unpriceable]
+    table = verdict_table(setting, regime, latency, fits, seeds, resamples=resamples, seed=seed, verification=prices,
+                          rules_of=rules)
+    priced_times = policy_action_times(data.grid, latency, reads_draft=reads_draft(data.feature_names)) + prices
+    for name in rules:
+        aware, spent = [], []
+        for replicate in seeds:
+            choice = np.asarray(fits[task_key(setting, regime, name, replicate)]["selector"], dtype=np.int64)
+            tokens, time = policy_totals(data.efficiency, priced_times, choice)  # [N], [N]
+            aware.append(tokens.sum() / time.sum())
+            refitted = np.asarray(fits[task_key(setting, priced_regime(regime), name, replicate, prices)]["selector"],
+                                  dtype=np.int64)
+            spent.append(prices[refitted].mean())
+        table["rules"][name]["forwards_only"] = {"selector": forwards["rules"][name]["selector"]["throughput"],
+                                                 "selector_priced": float(np.mean(aware))}
+        table["rules"][name]["verification_ms_per_block"] = float(np.mean(spent))
+    return {"verification": "priced", "cost": cost.describe(), "best": table["best"], "versus": table["versus"],
+            "ddte": table["ddte"], "rules": table["rules"], "unpriceable": unpriceable}
+
+
+def priced_sentence(tables: Sequence[Mapping]) -> str:
+    """One sentence of the priced verdict: per (setting, regime) the best rule with its own selector once each
+    rule's verification is priced, beside the forwards-only best, or UNPRICED where the regime's device was not
+    measured."""
+    parts = []
+    for table in tables:
+        priced = table["priced"]
+        where = f"{table['setting']}, {table['regime']}"
+        if priced["best"] is None:
+            parts.append(f"{where}: {UNPRICED}")
+            continue
+        against = "; ".join(f"x{with_interval(entry['ratio'], entry['ratio_ci'])} vs {name}"
+                            for name, entry in priced["versus"].items())
+        parts.append(f"{where}: {priced['best']} (forwards only: {table['best']}" +
+                     (f"; {against})" if against else ")"))
+    return "Best verifier with its own selector, its verification priced: " + "; ".join(parts) + "."
 
 
 def verdict_sentence(tables: Sequence[Mapping]) -> str:
@@ -221,5 +334,6 @@ def check_verdict_numbers(replicates: int, folds: int) -> None:
                            f"{folds!r}; give --folds 2 or more")
 
 
-__all__ = ["KIND", "REFERENCES", "TARGET_HALF_WIDTH", "VERDICT_FORMAT", "VERDICT_KIND", "check_verdict_numbers",
-           "fit_rule", "label_digest", "task_key", "verdict_sentence", "verdict_table", "verdict_tasks"]
+__all__ = ["KIND", "PRICED", "REFERENCES", "TARGET_HALF_WIDTH", "UNPRICED", "VERDICT_FORMAT", "VERDICT_KIND",
+           "check_verdict_numbers", "fit_rule", "label_digest", "priced_entry", "priced_regime", "priced_sentence",
+           "regime_prices", "task_key", "verdict_sentence", "verdict_table", "verdict_tasks"]
