@@ -6,15 +6,16 @@ the number of drafts K, with and without top-k, for this tree's code and, in the
     OMP_NUM_THREADS=1 python benchmarks/bench_globalres.py --before /work/before --vocabularies 151936 \
         --result docs/results/bench/bench_globalres.json      # one vocabulary; a result file with the run's record
 
-Each side runs in its own process (the older one with PYTHONPATH=<before>, so that ``import verispec`` finds
-that checkout), one thread. Laws: "dense" are softmaxes of Gaussian logits (scale 2.5; the draft's logits are the
-target's plus Gaussian noise of scale 1), "zipf" a Zipf-like target (p ~ rank^-1.1, ranks shuffled) with a
-tempered, noisy draft (logit 0.8 log p + N(0, 0.5^2)); without top-k the whole vocabulary is drafted, with it q
-keeps its top 20 (Qwen's recommended top-k). Each node is new (a fresh solver), so a call pays for the step-1
-rule's programs and the node's output law for one row of K drafted children (float64 numpy), as the exact engine
-and real decoding call it. Reported: alpha* (a sorted-prefix scan over the whole vocabulary, written here),
-acceptance sum min(p, p_I) minus alpha*, and the median of ``--repeats`` calls in wall-clock ms and in CPU ms
-(process time, which a loaded machine inflates less), with the load average around each side.
+Each side runs in its own process (with PYTHONPATH=<before>, or this checkout's root, so that ``import verispec``
+finds that checkout and not an editable install of another), one thread. Laws: "dense" are softmaxes of Gaussian
+logits (scale 2.5; the draft's logits are the target's plus Gaussian noise of scale 1), "zipf" a Zipf-like target
+(p ~ rank^-1.1, ranks shuffled) with a tempered, noisy draft (logit 0.8 log p + N(0, 0.5^2)); without top-k the
+whole vocabulary is drafted, with it q keeps its top 20 (Qwen's recommended top-k). Each node is new (a fresh
+solver), so a call pays for the step-1 rule's programs and the node's output law for one row of K drafted children
+(float64 numpy), as the exact engine and real decoding call it. Reported: alpha* (a sorted-prefix scan over the
+whole vocabulary, written here), acceptance sum min(p, p_I) minus alpha*, and the median of ``--repeats`` calls in
+wall-clock ms and in CPU ms (process time, which a loaded machine inflates less), with the load average around
+each side.
 
 ``--result FILE`` writes the rows with the run's record (``measure.write_result``): ``now`` this checkout's wall ms a
 node, ``before`` the older checkout's (None without ``--before``, or where it refused the node), ``ratio`` before /
@@ -102,11 +103,10 @@ def worker(quick: bool, repeats: int, vocabularies=None) -> list[dict]:
 
 
 def run_side(path: str | None, quick: bool, repeats: int, vocabularies=None) -> tuple[list[dict], float, float]:
-    """The worker in a child process, one thread, the older checkout first on the path when ``path`` is given."""
+    """The worker in a child process, one thread, the older checkout (``path``) or this one first on the path."""
     environment = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    environment.pop("PYTHONPATH", None)
-    if path:
-        environment["PYTHONPATH"] = path
+    # this side imports its own checkout first (an editable install elsewhere would otherwise answer)
+    environment["PYTHONPATH"] = path or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--repeats", str(repeats)]
     if quick:
         command.append("--quick")

@@ -72,10 +72,13 @@ class Multisets:
 
     counts      [M, m] int   how many of the K draws are token j
     probability [M]          K! / prod n_j! prod q_j^(n_j)
+    positions   [M, K] int   the multiset's tokens in increasing order, one a draw (the sums below run over these
+                             K positions, not the m columns: a row of K = 4 draws from 20 tokens has 4 of them)
     """
 
     counts: np.ndarray
     probability: np.ndarray
+    positions: np.ndarray
 
     @classmethod
     def of(cls, q: np.ndarray, num_drafts: int) -> Multisets:
@@ -83,28 +86,42 @@ class Multisets:
         count = multiset_count(size, num_drafts)
         if count > 10 * MAX_MULTISETS:
             raise ProblemTooLargeError(f"{count:,} multisets of {num_drafts} draws from {size} tokens")
-        counts, ways = _multiset_counts(size, num_drafts)  # [M, m], [M] (shared, read only)
+        counts, ways, positions = _multiset_counts(size, num_drafts)  # [M, m], [M], [M, K] (shared, read only)
         if q.dtype == object:
             probability = np.array([int(w) * math.prod((q[j] ** int(n) for j, n in enumerate(row) if n),
                                                        start=Fraction(1)) for w, row in zip(ways, counts)],
                                    dtype=object)
         else:
-            probability = ways * np.prod(np.asarray(q, dtype=np.float64)[None, :] ** counts, axis=1)
-        return cls(counts=counts, probability=probability)
+            probability = ways * np.prod(np.asarray(q, dtype=np.float64).take(positions), axis=1)
+        return cls(counts=counts, probability=probability, positions=positions)
 
 
 @functools.lru_cache(maxsize=64)
-def _multiset_counts(size: int, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every multiset of K draws from ``size`` tokens as counts [M, m] and its number of orderings
-    K! / prod n_j! [M] (exact integers in float64: K <= 20)."""
+def _multiset_counts(size: int, num_drafts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every multiset of K draws from ``size`` tokens as counts [M, m], its number of orderings K! / prod n_j! [M]
+    (exact integers in float64: K <= 20) and its tokens in increasing order [M, K]."""
     combos = np.array(list(itertools.combinations_with_replacement(range(size), num_drafts)), dtype=np.int64)
     counts = np.zeros((len(combos), size), dtype=np.int64)
     np.add.at(counts, (np.repeat(np.arange(len(combos)), num_drafts), combos.ravel()), 1)
     factorials = np.array([math.factorial(n) for n in range(num_drafts + 1)], dtype=np.float64)
     ways = math.factorial(num_drafts) / np.prod(factorials[counts], axis=1)
-    counts.flags.writeable = False
-    ways.flags.writeable = False
-    return counts, np.rint(ways)
+    ways = np.rint(ways)
+    for array in (counts, ways, combos):
+        array.flags.writeable = False
+    return counts, ways, combos
+
+
+def draw_positions(counts: np.ndarray) -> np.ndarray:
+    """The multisets of ``counts`` [M, n] as the tokens of their draws [M, L] (L the largest row total; a count c
+    of token j puts j at c positions), n at the positions a shorter row lacks."""
+    counts = np.asarray(counts, dtype=np.int64)
+    rows, size = counts.shape
+    totals = counts.sum(axis=1)
+    tokens = np.repeat(np.tile(np.arange(size), rows), counts.ravel())
+    slot = np.arange(len(tokens)) - np.repeat(np.cumsum(totals) - totals, totals)
+    positions = np.full((rows, int(totals.max(initial=0))), size)
+    positions[np.repeat(np.arange(rows), totals), slot] = tokens
+    return positions
 
 
 def optimal_set(p: np.ndarray, q: np.ndarray, num_drafts: int) -> np.ndarray:
@@ -188,30 +205,49 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
     return mask, 1 + best
 
 
-def luce_moments(exponents: np.ndarray, counts: np.ndarray, probability: np.ndarray, reject: float):
+def luce_moments(exponents: np.ndarray, counts: np.ndarray | None, probability: np.ndarray, reject: float,
+                 positions: np.ndarray | None = None, pairs: np.ndarray | None = None):
     """(objective, gradient without the target, Hessian) of sum_w P(w) log(reject + sum_j c_j(w) e^(a_j)) at a
-    [n]; counts [M, n] (draws of each token in multiset w), probability [M] (float64)."""
+    [n]; counts [M, n] (draws of each token in multiset w), or their ``positions`` [M, L] (``draw_positions``),
+    probability [M] (float64). The sums run over each multiset's draws, P(pick draw i | w) = e^(a_(x_i)) / total,
+    so a token drafted c times gets c of them; ``pairs`` (``draw_pairs``) may be passed where they are reused."""
+    positions = draw_positions(counts) if positions is None else positions
+    size = len(exponents)
     shift = max(float(exponents.max(initial=0.0)), 0.0)  # e^(a - shift), reject e^(-shift): no overflow
-    weights = np.exp(exponents - shift)                              # [n]
-    scaled = counts * weights[None, :]                               # [M, n]
+    weights = np.append(np.exp(exponents - shift), 0.0)              # [n + 1], an empty position weighs 0
+    scaled = weights.take(positions)                                 # [M, L]
     total = reject * math.exp(-shift) + scaled.sum(axis=1)          # [M]
     live = total > 0
     safe = np.where(live, total, 1.0)
-    chosen = scaled / safe[:, None]                                  # [M, n] P(pick j | w)
+    chosen = scaled / safe[:, None]                                  # [M, L] P(pick draw i | w)
     objective = float(probability @ np.where(live, np.log(safe) + shift, 0.0))
-    marginal = probability @ chosen                                  # [n]
-    hessian = np.diag(marginal) - chosen.T @ (probability[:, None] * chosen)
+    weighted = probability[:, None] * chosen                         # [M, L]
+    marginal = np.bincount(positions.ravel(), weighted.ravel(), minlength=size + 1)[:size]
+    # sum_w P(w) chosen_j chosen_k over the pairs of draws (j, k): a bincount of M L^2, not an [n, M] @ [M, n]
+    pairs = draw_pairs(positions, size) if pairs is None else pairs
+    cross = np.bincount(pairs, (weighted[:, :, None] * chosen[:, None, :]).ravel(), minlength=(size + 1) ** 2)
+    hessian = np.diag(marginal) - cross.reshape(size + 1, size + 1)[:size, :size]
     return objective, marginal, hessian
 
 
-def solve_luce(counts: np.ndarray, probability: np.ndarray, target: np.ndarray, reject: float,
-               upper: float = WEIGHT_BOUND, lower: float = LOWEST_EXPONENT) -> np.ndarray:
+def solve_luce(counts: np.ndarray | None, probability: np.ndarray, target: np.ndarray, reject: float,
+               upper: float = WEIGHT_BOUND, lower: float = LOWEST_EXPONENT,
+               positions: np.ndarray | None = None) -> np.ndarray:
     """The exponents a minimising sum_w P(w) log(reject + sum_j c_j(w) e^(a_j)) - target . a over enumerated
-    multisets (float64), with lower <= a <= upper (``minimise_luce``, started at log(target / presence))."""
-    counts = np.asarray(counts, dtype=np.float64)
-    presence = probability @ counts
+    multisets (float64; their ``counts`` or draw ``positions``), with lower <= a <= upper (``minimise_luce``,
+    started at log(target / presence))."""
+    positions = draw_positions(counts) if positions is None else positions
+    size = len(target)
+    presence = np.bincount(positions.ravel(), np.repeat(probability, positions.shape[1]), minlength=size + 1)[:size]
     start = np.log(np.maximum(target, 1e-300) / np.maximum(presence, 1e-300))
-    return minimise_luce(lambda a: luce_moments(a, counts, probability, reject), target, start, lower, upper)
+    pairs = draw_pairs(positions, size)
+    return minimise_luce(lambda a: luce_moments(a, None, probability, reject, positions, pairs), target, start,
+                         lower, upper)
+
+
+def draw_pairs(positions: np.ndarray, size: int) -> np.ndarray:
+    """Every ordered pair of draws (i, i') of each multiset as the flat index x_i (n + 1) + x_i' [M L^2]."""
+    return (positions[:, :, None] * (size + 1) + positions[:, None, :]).ravel()
 
 
 def solve_luce_cvxpy(counts: np.ndarray, probability: np.ndarray, target: np.ndarray, reject: float,
@@ -339,15 +375,18 @@ def _resolve_by_enumeration(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Re
     inner = optimal_set(full_p, full_q, num_drafts)[:-1] | np.array([not value for value in support_p], dtype=bool)
     float_p = np.asarray(support_p, dtype=np.float64)
     sets = Multisets.of(np.asarray(support_q, dtype=np.float64), num_drafts)
-    outer_rows = (sets.counts[:, ~inner] > 0).any(axis=1)
+    outer_rows = (~inner).take(sets.positions).any(axis=1)
     eligible = float_p > 0  # an outer token with q > 0 has p > 0 (else adding it to H* would lower psi)
     exponents = np.zeros(len(support))
     for rows, columns, reject, lower, upper in ((outer_rows, ~inner, 0.0, OUTER_FLOOR, 0.0),
                                                 (~outer_rows, inner, 1.0, LOWEST_EXPONENT, WEIGHT_BOUND)):
         chosen = columns & eligible
         if chosen.any() and rows.any():
-            solved = solve_luce(sets.counts[np.ix_(rows, chosen)], sets.probability[rows], float_p[chosen], reject,
-                                upper, lower)
+            # the system's draws as positions among its chosen tokens (any other token: an empty position)
+            renumber = np.full(len(support), int(chosen.sum()))
+            renumber[chosen] = np.arange(int(chosen.sum()))
+            solved = solve_luce(None, sets.probability[rows], float_p[chosen], reject, upper, lower,
+                                positions=renumber.take(sets.positions[rows]))
             if not reject:  # only ratios matter without a reject: the largest outer weight is 1
                 solved = np.clip(solved - solved.max(), lower, upper)
             exponents[chosen] = solved
@@ -357,7 +396,7 @@ def _resolve_by_enumeration(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Re
         weights = np.array([Fraction(float(w)).limit_denominator(10**15) if w else Fraction(0) for w in weights],
                            dtype=object)
         probability = Multisets.of(support_q, num_drafts).probability
-    chosen = _marginals(sets.counts, probability, weights, inner)  # [m]
+    chosen = _marginals(sets.counts, probability, weights, inner, sets.positions)  # [m]
     vocabulary_weights = np.array([zero] * len(p), dtype=object) if exact else np.zeros(len(p))
     intermediate = vocabulary_weights.copy()
     vocabulary_weights[support] = weights
@@ -368,15 +407,21 @@ def _resolve_by_enumeration(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Re
                       intermediate=intermediate, method="enumeration")
 
 
-def _marginals(counts: np.ndarray, probability: np.ndarray, weights: np.ndarray, inner: np.ndarray) -> np.ndarray:
+def _marginals(counts: np.ndarray, probability: np.ndarray, weights: np.ndarray, inner: np.ndarray,
+               positions: np.ndarray | None = None) -> np.ndarray:
     """The law of the chosen support token [m] under the count-weighted Luce rule (outer tuples among their outer
-    drafts, inner tuples among their drafts or reject with weight 1), in the number system of ``weights``."""
+    drafts, inner tuples among their drafts or reject with weight 1), in the number system of ``weights``; in
+    floats over the draws' ``positions`` (``draw_positions`` of the counts when not given)."""
     if weights.dtype != object:
-        outer_rows = (counts[:, ~inner] > 0).any(axis=1)
-        pool = np.where(outer_rows[:, None], counts * ~inner[None, :], counts)  # [M, m]
-        scaled = pool * weights[None, :]
+        size = len(weights)
+        positions = draw_positions(counts) if positions is None else positions
+        outer = np.append(~inner, False).take(positions)                    # [M, L] the draw is outside H*
+        outer_rows = outer.any(axis=1)
+        scaled = np.append(weights, 0.0).take(positions)
+        scaled = np.where(outer_rows[:, None], scaled * outer, scaled)       # an outer tuple: its outer draws
         total = scaled.sum(axis=1) + np.where(outer_rows, 0.0, 1.0)
-        return probability @ (scaled / np.where(total > 0, total, 1.0)[:, None])
+        chosen = probability[:, None] * scaled / np.where(total > 0, total, 1.0)[:, None]
+        return np.bincount(positions.ravel(), chosen.ravel(), minlength=size + 1)[:size]
     out = np.array([Fraction(0)] * counts.shape[1], dtype=object)
     for row, mass in zip(counts, probability):
         present = np.flatnonzero(row)
