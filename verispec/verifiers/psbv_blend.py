@@ -147,7 +147,7 @@ def blend_blocks_float(arrays: MeasureArrays, order: np.ndarray, p: np.ndarray, 
         source = np.where(position <= at[:, None], position, position - 1)   # [G, pieces + 1] old piece of new
         new_pieces = pieces[rows[:, None], source]
         new_pieces[rows, at] = split_value
-        new_pieces[rows, at + 1] = pieces[rows, at] - split_value
+        new_pieces[rows, at + 1] = np.maximum(pieces[rows, at] - split_value, 0.0)  # rounding: never below 0
         new_steps = steps[rows[:, None], source]
         new_cuts = np.concatenate([cuts[:, :1], cuts[rows[:, None], source + 1]], axis=1)
         new_cuts[rows, at + 1] = cuts[rows, at] + into
@@ -155,7 +155,7 @@ def blend_blocks_float(arrays: MeasureArrays, order: np.ndarray, p: np.ndarray, 
         ratio = (low / group_mass)[:, None]
         kept = share[:, None]
         first_steps = new_steps * (kept * lower + (1 - kept) * ratio)
-        second_steps = new_steps - first_steps
+        second_steps = np.maximum(new_steps - first_steps, 0.0)
         first_value = np.sum(first_steps * new_pieces, axis=1)
         second_value = np.sum(second_steps * new_pieces, axis=1)
         halves = []
