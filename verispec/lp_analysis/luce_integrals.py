@@ -124,10 +124,11 @@ class Located:
 class Expansion:
     """e^(-t_l w) for every node and every w in [e^lower, e^upper], as Taylor series around the cluster centres.
 
-    tables [k][l, c] = e^(-tau) (-tau)^k / k! with tau = t_l w_c: a slice of one sequence over the geometric grid
+    tables [l, k, c] = e^(-tau) (-tau)^k / k! with tau = t_l w_c: a slice of one sequence over the geometric grid
     tau = e^(m eta), m = REFINE * (nodes.first + l) + c_first + c. Their size is bounded by the ranges the systems
     allow: log weights in [-42, 60] (inner) or [-60, 0] (outer), at most 411 nodes: 60 MB at most, about 10 MB for
-    the laws of ``benchmarks/bench_globalres.py``.
+    the laws of ``benchmarks/bench_globalres.py``. A node's first k terms are one run of memory, so the sums and
+    coefficients of k terms are one matrix-vector product each.
     """
 
     def __init__(self, nodes: Nodes, lower: float, upper: float, terms: int = TERMS):
@@ -141,7 +142,8 @@ class Expansion:
         for k in range(1, terms):
             sequence[k] = sequence[k - 1] * (-tau / k)
         windows = np.lib.stride_tricks.sliding_window_view(sequence, self.size, axis=1)  # [terms, M - C + 1, C]
-        self.tables = np.ascontiguousarray(windows[:, ::REFINE][:, : nodes.size])          # [terms, T, C]
+        tables = np.ascontiguousarray(windows[:, ::REFINE][:, : nodes.size].transpose(1, 0, 2))  # [T, terms, C]
+        self.flat = tables.reshape(nodes.size, terms * self.size)                             # [T, terms C]
         self.centres = (self.first + np.arange(self.size)) * CLUSTER_WIDTH
 
     def locate(self, log_weight: np.ndarray) -> Located:
@@ -154,17 +156,16 @@ class Expansion:
     def sums(self, located: Located, mass: np.ndarray, terms: int) -> np.ndarray:
         """sum_x mass_x e^(-t_l w_x) at every node [T]."""
         power = np.array(mass, dtype=np.float64)
-        total = np.zeros(self.nodes.size)
+        moments = np.empty((terms, self.size))
         for k in range(terms):
-            moment = np.bincount(located.index, power, minlength=self.size)
-            total += self.tables[k] @ moment
+            moments[k] = np.bincount(located.index, power, minlength=self.size)
             if k + 1 < terms:
                 power *= located.eps
-        return total
+        return self.flat[:, : terms * self.size] @ moments.ravel()
 
     def coefficients(self, node_vector: np.ndarray, terms: int) -> np.ndarray:
         """B [C, terms] with sum_l a_l e^(-t_l w) = sum_k eps^k B[c, k] for w in cluster c (a [T])."""
-        return np.stack([node_vector @ self.tables[k] for k in range(terms)], axis=1)
+        return (node_vector @ self.flat[:, : terms * self.size]).reshape(terms, self.size).T
 
     @staticmethod
     def evaluate(coefficients: np.ndarray, located: Located, derivative: bool = False):

@@ -374,8 +374,7 @@ class _ChordSteps:
         self.tiny_mass = float(system.mass.take(tokens.tiny).sum())
         self.total_mass = float(system.mass.sum())
         # the capped tokens sit at a bound whatever g is: their part of G is summed once, not at every step
-        held_u, held_mass = tokens.held(system.mass, lower, upper)
-        self.held = self.expansion.sums(self.expansion.locate(held_u), held_mass, self.terms)
+        self.held = _held_sums(system, nodes, tokens, lower, upper)
 
     def invert(self, point_u: np.ndarray):
         """log weights at the points under g (safeguarded Newton on the monotone y(u)), du/dy there, and the points'
@@ -474,6 +473,12 @@ def _lumped(point_u: np.ndarray, derivative: np.ndarray) -> tuple[np.ndarray, np
     return centre, np.bincount(index, d, minlength=JACOBIAN_BINS)[keep]
 
 
+def _held_sums(system: ChoiceSystem, nodes: Nodes, tokens: _Tokens, lower: float, upper: float) -> np.ndarray:
+    """The capped tokens' part of G at the nodes [T]: their mass at the two bounds, e^(-t w) summed directly."""
+    held_u, held_mass = tokens.held(system.mass, lower, upper)
+    return held_mass @ np.exp(-np.outer(np.exp(held_u), nodes.t))
+
+
 def _chosen_law(system: ChoiceSystem, steps: _ChordSteps, u: np.ndarray) -> SystemSolution:
     """Step 3: p_I = q Phi(w) for the log weights ``u`` [n] used, from the G of exactly those weights; the tiny
     inner tokens' weights meet their ratio in closed form (J(w) = J(0) to 2^-55 below ``lower``). The series run
@@ -482,10 +487,9 @@ def _chosen_law(system: ChoiceSystem, steps: _ChordSteps, u: np.ndarray) -> Syst
                                               steps.expansion)
     solved_u = u.take(tokens.solved)
     located = expansion.locate(solved_u)
-    held_u, held_mass = tokens.held(mass, steps.lower, steps.upper)
+    held_u, _ = tokens.held(mass, steps.lower, steps.upper)
     held_located = expansion.locate(held_u)
-    final = (expansion.sums(located, mass.take(tokens.solved), TERMS) + expansion.sums(held_located, held_mass, TERMS)
-             + steps.tiny_mass)
+    final = expansion.sums(located, mass.take(tokens.solved), TERMS) + steps.held + steps.tiny_mass
     kernel = system.kernel(nodes, final)
     coefficients = expansion.coefficients(kernel, TERMS)
     weights, chosen = np.empty(len(mass)), np.empty(len(mass))
