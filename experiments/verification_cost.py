@@ -2,7 +2,7 @@
 the datasets' sampling settings, on this machine (issue 66, item 4): the verification-cost file the selector verdict
 prices a latency regime with (``verispec.selector.verification_cost``).
 
-    OMP_NUM_THREADS=1 python experiments/verification_cost.py --dataset data/selector/qwen-t07-m64.npz \\
+    OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/verification_cost.py --dataset data/selector/qwen-t07-m64.npz \\
         --dataset data/selector/qwen-t07-m64-psbv.npz --dataset data/selector/qwen-t1-r2.npz \\
         --dataset data/selector/qwen-t1-r2-globalres.npz --regime cpu --out data/latency/verify-cost-cpu.json
 
@@ -25,8 +25,10 @@ load average before and after. A cell whose blocks pass ``--cell-budget`` second
 keeps the median of the blocks it finished; one stopped in its first block records the budget as its lower bound and
 why it stopped, and the verdict leaves that rule unpriced at that setting. Rows go to a resumable store
 (``OUT.rows.json``, keyed on setting, rule and tree); ``--time-budget`` stops the run (exit 3: the same command
-continues); ``--remeasure RULES`` measures those rules' rows again (after their code changed). Every action of a
-grid with the same tree and rule shares its row (K with L2 = 0 is the trunk chain). The file ``OUT`` (JSON,
+continues); ``--remeasure RULES`` measures those rules' rows again (after their code changed), ``--retry-stopped``
+the cells a budget stopped (a stall of a shared box). Run it with the checkout first on PYTHONPATH (``PYTHONPATH=.``):
+a script's own folder comes first on the path, so an installed verispec would be the one timed otherwise. Every
+action of a grid with the same tree and rule shares its row (K with L2 = 0 is the trunk chain). The file ``OUT`` (JSON,
 ``verispec.selector.verification_cost.FORMAT``, with the run's record) holds per setting every action's ms, the
 rows, and per rule the smallest, median and largest ms over its actions.
 """
@@ -159,6 +161,8 @@ def main(argv=None) -> int:
     parser.add_argument("--regime", default="cpu", help="the latency regime the file prices (default cpu)")
     parser.add_argument("--rules", default=None, help="only these rules, comma separated (default every rule)")
     parser.add_argument("--remeasure", default="", help="rules whose stored rows are measured again")
+    parser.add_argument("--retry-stopped", action="store_true",
+                        help="measure again the stored cells their budget stopped (a stall of the box, say)")
     parser.add_argument("--repeats", type=int, default=5, help="blocks per (setting, rule, tree) (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--cell-budget", type=float, default=60.0, help="seconds per cell (default 60)")
@@ -226,7 +230,9 @@ def _run(args, argv, held) -> int:
                 rules.append(action.verifier)
         warmed: set = set()
         for tree, rules in by_tree.items():
-            todo = [rule for rule in rules if rule in remeasure or not store.done(f"{name} | {rule} | {tree}")]
+            keys = {rule: f"{name} | {rule} | {tree}" for rule in rules}
+            todo = [rule for rule in rules if rule in remeasure or not store.done(keys[rule]) or
+                    (args.retry_stopped and store.rows[keys[rule]]["stopped"] is not None)]
             if not todo:
                 continue
             if args.time_budget is not None and time.monotonic() - start > args.time_budget:
