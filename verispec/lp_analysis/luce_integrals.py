@@ -148,10 +148,14 @@ class Expansion:
 
     def locate(self, log_weight: np.ndarray) -> Located:
         """The cluster of each log weight (which must lie in [lower, upper]) and its eps."""
-        index = np.rint(log_weight * (1 / CLUSTER_WIDTH)).astype(np.int64)
+        # in place where it can be: a fresh [n] array costs its page faults again on this kind of machine
+        scaled = np.multiply(log_weight, 1 / CLUSTER_WIDTH)
+        index = np.rint(scaled, out=scaled).astype(np.int64)
         index -= self.first
         np.clip(index, 0, self.size - 1, out=index)
-        return Located(index, np.expm1(log_weight - self.centres.take(index)))
+        eps = self.centres.take(index, out=scaled)
+        np.subtract(log_weight, eps, out=eps)
+        return Located(index, np.expm1(eps, out=eps))
 
     def sums(self, located: Located, mass: np.ndarray, terms: int) -> np.ndarray:
         """sum_x mass_x e^(-t_l w_x) at every node [T]."""
@@ -175,13 +179,17 @@ class Expansion:
         index, eps = located.index, located.eps
         value = columns[terms - 1].take(index)
         slope = np.zeros_like(value) if derivative else None
+        term = np.empty_like(value)
         for k in range(terms - 2, -1, -1):
             if derivative:
                 slope *= eps
                 slope += value
             value *= eps
-            value += columns[k].take(index)
-        return (value, slope * (1 + eps)) if derivative else value
+            value += columns[k].take(index, out=term)
+        if derivative:
+            np.add(eps, 1, out=term)
+            slope *= term
+        return (value, slope) if derivative else value
 
 
 def positive_binomial_tail(fixed: float, free: np.ndarray, power: int) -> np.ndarray:

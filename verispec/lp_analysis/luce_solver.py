@@ -344,12 +344,20 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
     bottom, top = float(light_y.min()), float(light_y.max())
     grid_step = max(GRID_STEP, (top - bottom) / (GRID_POINTS - 4))
     points = bottom - grid_step + grid_step * np.arange(math.ceil((top - bottom) / grid_step) + 3)
-    cell = np.clip(((light_y - points[0]) / grid_step).astype(np.int64), 1, len(points) - 3)
-    theta = (light_y - points.take(cell)) / grid_step
+    # (in place where it can be: a fresh [n] array costs its page faults again on this kind of machine)
+    scratch = np.subtract(light_y, points[0])
+    scratch /= grid_step
+    cell = scratch.astype(np.int64)
+    np.clip(cell, 1, len(points) - 3, out=cell)
+    theta = points.take(cell)
+    np.subtract(light_y, theta, out=theta)
+    theta /= grid_step
     square = theta * theta
     cube = square * theta
     # cubic Lagrange weights on points k-1..k+2 carry the tokens' mass: from the cell moments sum q theta^j
-    moments = [np.bincount(cell, light_mass * power, minlength=len(points)) for power in (1.0, theta, square, cube)]
+    moments = [np.bincount(cell, light_mass, minlength=len(points))]
+    moments += [np.bincount(cell, np.multiply(light_mass, power, out=scratch), minlength=len(points))
+                for power in (theta, square, cube)]
     carried = np.zeros(len(points))
     for shift, row in zip((-1, 0, 1, 2), LAGRANGE):
         carried[1 + shift: len(points) - 2 + shift] += sum(c * m for c, m in zip(row, moments))[1:-2]
@@ -427,8 +435,11 @@ class _ChordSteps:
             cubic = np.zeros(grid)
             square[:-1] = 3 * rise - 2 * slope[:-1] - slope[1:]
             cubic[:-1] = slope[:-1] + slope[1:] - 2 * rise
-            u[tokens.light] = point_u.take(cell) + theta * (slope.take(cell) + theta * (square.take(cell)
-                                                                                        + theta * cubic.take(cell)))
+            light_u, term = cubic.take(cell), np.empty(len(cell))  # Horner, in place
+            for coefficient in (square, slope, point_u):
+                light_u *= theta
+                light_u += coefficient.take(cell, out=term)
+            u[tokens.light] = light_u
             u[tokens.heavy] = point_u[grid:]
             np.clip(u, self.lower, self.upper, out=u)
         u[tokens.tiny] = self.lower  # their G terms are their mass; their weights are set from the final G
@@ -496,7 +507,11 @@ def _chosen_law(system: ChoiceSystem, steps: _ChordSteps, u: np.ndarray) -> Syst
     solved_w, held_w = np.exp(solved_u), np.exp(held_u)
     weights[tokens.solved] = solved_w
     weights[tokens.capped_high], weights[tokens.capped_low] = held_w
-    chosen[tokens.solved] = low + K * solved_w * expansion.evaluate(coefficients, located)
+    value = expansion.evaluate(coefficients, located)
+    value *= solved_w
+    value *= K
+    value += low
+    chosen[tokens.solved] = value
     chosen[tokens.capped_high], chosen[tokens.capped_low] = low + K * held_w * expansion.evaluate(coefficients,
                                                                                                 held_located)
     if tokens.tiny.size:
