@@ -336,6 +336,9 @@ def main(argv=None) -> int:
                         help="a tuned option and its values, repeatable: num_assistant_tokens=1-8, "
                              "num_assistant_tokens_schedule=constant, assistant_confidence_threshold=0,default "
                              "(those are the defaults of the options left out)")
+    parser.add_argument("--skip", action="append", default=[], metavar="METHOD",
+                        help="leave out a method (plain, NAME static; repeatable); transformers' decoders and the "
+                             "selectors always run")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds: start no prompt that would end past them (rerun to go on)")
     parser.add_argument("--output", default="results/bench_assisted.json", help="the rows (a resumable store)")
@@ -383,6 +386,10 @@ def main(argv=None) -> int:
         if linears_of(pair) != args.linears:
             raise VerispecError(f"the pair loaded with {linears_of(pair)} linears, not {args.linears}")
         selector_decoding.check_pair(setup, pair)
+        skippable = [m for m, plan in setup["plans"].items() if plan["kind"] != "selector"]
+        for method in args.skip:
+            if method not in skippable:
+                raise VerispecError(f"--skip {method!r}: choose among {', '.join(skippable)}")
         schedule_now = assistant_schedule(pair)
         configs = {config_name(config): resolved(config, schedule_now) for config in grid}
         tune_groups = training_groups(setup, args.tune_prompts) if grid else []
@@ -392,6 +399,7 @@ def main(argv=None) -> int:
                       "transformers": transformers.__version__, "torch": torch.__version__,
                       "hf_assistant": schedule_now,
                       **({"hf_grid": configs, "tune_groups": tune_groups} if grid else {}),
+                      **({"skipped": sorted(args.skip)} if args.skip else {}),
                       **selector_decoding.plan_parameters(setup, args.dataset, args.selector)}
         parameters.update(store_key(pair))
         store = ResultStore(args.output, parameters=parameters, overwrite=args.overwrite)
@@ -417,7 +425,7 @@ def main(argv=None) -> int:
             return 2
         plans[BEST] = configs[next(iter(best.values()))]
         parameters = {**parameters, "hf_best": next(iter(best.values()))}  # the store keeps its own
-    methods = [*HF_METHODS, *([BEST] if configs else []), *setup["plans"]]
+    methods = [*HF_METHODS, *([BEST] if configs else []), *(m for m in setup["plans"] if m not in args.skip)]
     cells = schedule(methods, groups, len(samplings))
     run_cells(store, pair, cells, plans, texts, samplings, settings, groups, args, begin, warm, "held-out prompts")
     table = summarize(dict(store.rows), methods, settings)

@@ -211,7 +211,8 @@ def test_tuning_runs_the_grid_on_training_prompts_and_the_best_on_the_held_out_o
     bench = _bench()
     output = trained["folder"] / "tuned.json"
     arguments = [*trained["arguments"], "--output", str(output), "--tune-prompts", "2",
-                 "--hf-grid", "num_assistant_tokens=1-2", "--hf-grid", "assistant_confidence_threshold=0"]
+                 "--hf-grid", "num_assistant_tokens=1-2", "--hf-grid", "assistant_confidence_threshold=0",
+                 "--skip", "plain"]
     assert bench.main(arguments) == 0
     stored = json.loads(output.read_text())
     rows = {row["key"]: row for row in stored["rows"]}
@@ -224,10 +225,13 @@ def test_tuning_runs_the_grid_on_training_prompts_and_the_best_on_the_held_out_o
     table = json.loads(output.with_suffix(".summary.json").read_text())
     assert table["hf_best"] == max(rate, key=rate.get)
     assert all(f"hf-best|{g}|T=1 top-k=5" in rows for g in held)
-    assert [e["method"] for e in table["rows"]] == ["hf-plain", "hf-assisted", "hf-best", *METHODS[2:]]
+    assert [e["method"] for e in table["rows"]] == ["hf-plain", "hf-assisted", "hf-best", *METHODS[3:]]
+    assert not any(key.startswith("plain|") for key in rows)
     assert all(math.isclose(e["vs_hf-best"], e["tokens_per_s"] / table["rows"][2]["tokens_per_s"])
                for e in table["rows"])
     assert sorted(e["config"] for e in table["tuning"]) == configs
+    # the selector is what the benchmark is for: it cannot be left out
+    assert bench.main([*arguments[:-1], "specinfer selector", "--output", str(output.with_name("x.json"))]) == 2
 
 
 def test_run_hf_sets_the_assistants_options_for_one_call_and_restores_them(tmp_path):
