@@ -142,7 +142,7 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
     only buckets whose bound beats the best end are sorted and scanned. Tokens with q = 0 are never in H*."""
     drafted = np.flatnonzero(q > 0)
     mask = np.zeros(len(p), dtype=bool)
-    pd, qd = p[drafted], q[drafted]
+    pd, qd = (p, q) if len(drafted) == len(p) else (p.take(drafted), q.take(drafted))  # no copy at full support
     zero = pd <= 0
     mask[drafted[zero]] = True
     start_q = float(qd[zero].sum())
@@ -152,11 +152,15 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
         if rest.size < len(drafted):  # else every drafted token is one of the rest: no copies
             pd, qd, drafted = pd.take(rest), qd.take(rest), drafted.take(rest)
         # from here pd, qd and drafted hold the rest, and token indices point into them
-        log_ratio = np.log(pd) - np.log(qd)
+        log_ratio = np.log(pd)
+        log_ratio -= np.log(qd)
         low, high = float(log_ratio.min()), float(log_ratio.max())
         count = min(SCAN_BUCKETS, len(pd))
         scale = count / (high - low) if high > low else 0.0
-        bucket = np.minimum(((log_ratio - low) * scale).astype(np.int64), count - 1)
+        scaled = np.subtract(log_ratio, low)
+        scaled *= scale
+        bucket = scaled.astype(np.int64)
+        np.minimum(bucket, count - 1, out=bucket)
         mass_q = np.bincount(bucket, qd, minlength=count)
         mass_p = np.bincount(bucket, pd, minlength=count)
         end_q = start_q + np.cumsum(mass_q)

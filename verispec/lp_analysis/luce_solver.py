@@ -210,7 +210,10 @@ def _solve_binned(system: ChoiceSystem, y: np.ndarray) -> tuple[np.ndarray, np.n
     else:
         bottom, top = float(clipped.min()), float(clipped.max())
         scale = BINS / (top - bottom) if top > bottom else 0.0
-        bin_of = np.minimum(((clipped - bottom) * scale).astype(np.int64), BINS - 1)
+        clipped -= bottom
+        clipped *= scale
+        bin_of = clipped.astype(np.int64)
+        np.minimum(bin_of, BINS - 1, out=bin_of)
     bin_q = np.bincount(bin_of, mass)
     bin_p = np.bincount(bin_of, system.target)
     used = bin_q > 0
