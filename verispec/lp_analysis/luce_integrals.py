@@ -227,9 +227,9 @@ class ChoiceSystem:
         """y = log((r - lo) / (hi - r)), +-inf outside (lo, hi)."""
         low, high = self.low, self.high
         with np.errstate(divide="ignore", invalid="ignore"):
-            value = np.subtract(ratio, low)  # one logarithm a token, not two; in place
-            value /= high - ratio
+            value = np.subtract(ratio, low)  # in place: log(r - lo) - log(hi - r)
             np.log(value, out=value)
+            value -= np.log(high - ratio)
         value[np.flatnonzero(ratio >= high)] = np.inf  # few of them: set where they are, no [n] selects
         value[np.flatnonzero(ratio <= low)] = -np.inf
         return value
