@@ -67,14 +67,21 @@ class GlobalResolutionSolver(TwoStepSolver):
                 and children.shape[1] > 1):
             return super().output_laws(p, q, children)
         rule = self.rule(p[0], q[0], children.shape[1])
-        chosen = rule.laws(np.asarray(children, dtype=np.int64))                    # [1, V]
-        tokens = np.unique(children)                                               # [<= K] drafted tokens
+        picks = rule.choice(np.asarray(children[0], dtype=np.int64))               # [(token, P(Y' = token))]
+        tokens = np.array([token for token, _ in picks])
         target, intermediate = p[0, tokens], rule.intermediate[tokens]
         accept = np.minimum(np.divide(target, intermediate, out=np.ones_like(target), where=intermediate != 0), 1.0)
-        kept = chosen[0, tokens] * accept
-        out = (1 - kept.sum()) * residual(p, rule.intermediate[None, :])           # [1, V]
-        out[0, tokens] = kept + out[0, tokens]
-        return out
+        kept = np.array([probability for _, probability in picks]) * accept
+        leftover = np.subtract(p[0], rule.intermediate)                            # [V], in place from here
+        np.maximum(leftover, 0.0, out=leftover)
+        mass = leftover.sum()
+        if mass > 0:
+            leftover /= mass                                                       # norm((p - p_I)+)
+        else:  # rounding emptied it: the frame's fallback
+            leftover = residual(p, rule.intermediate[None, :])[0]
+        leftover *= 1 - kept.sum()
+        leftover[tokens] += kept
+        return leftover[None, :]
 
     def step_one(self, p, q, children):
         """As the two-step frame's, without grouping equal rows when there is one row (a node as decoding asks
@@ -92,6 +99,9 @@ def support_key(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple:
     20 values, not 2 x 151,936. Exact mode keys on the Fractions themselves."""
     if p.dtype == object:
         return node_key(p, q, num_drafts)
+    drafted = np.count_nonzero(q)
+    if drafted == len(q):  # every token drafted: p and q as they are, no copies
+        return node_key(p, q, num_drafts) + ("support", drafted)
     support = np.flatnonzero(q)
     digest = hashlib.blake2b(np.packbits(q != 0).tobytes(), digest_size=32)
     digest.update(np.ascontiguousarray(p.take(support), dtype=np.float64).tobytes())
