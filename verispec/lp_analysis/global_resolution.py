@@ -445,7 +445,9 @@ def _resolve_by_integrals(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Reso
     # index arrays, not boolean masks: a [V] mask of scattered tokens indexes several times slower than take
     inner_tokens = np.flatnonzero(inner)
     inner_p = p.take(inner_tokens)
-    free_inner = inner_tokens.take(np.flatnonzero(inner_p > 0))
+    positive = inner_p > 0
+    every_positive = bool(positive.all())  # the usual case: the inner system is H* itself, no more copies
+    free_inner = inner_tokens if every_positive else inner_tokens.take(np.flatnonzero(positive))
     outer = np.flatnonzero(drafted & ~inner)
     weights, intermediate = np.zeros(len(p)), np.zeros(len(p))
     if num_drafts == 1:  # one draft: an outer draft is always chosen, an inner one with w / (1 + w) = p / q
@@ -461,9 +463,11 @@ def _resolve_by_integrals(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Reso
                (outer, 0, float(inner_q.sum()), OUTER_FLOOR, 0.0))
     for members, reject, fixed, lower, upper in systems:
         if members.size:
-            mass = q.take(members)
-            system = ChoiceSystem(mass=mass, ratio=p.take(members) / mass, drafts=num_drafts, reject=reject,
-                                  fixed=fixed, lower=lower, upper=upper)
+            mass, ratio = ((inner_q, inner_p) if members is free_inner and every_positive else
+                           (q.take(members), p.take(members)))
+            ratio = np.divide(ratio, mass, out=ratio if ratio is not inner_p else None)
+            system = ChoiceSystem(mass=mass, ratio=ratio, drafts=num_drafts, reject=reject, fixed=fixed,
+                                  lower=lower, upper=upper)
             solution = solve_system(system)
             weights[members] = solution.weights
             intermediate[members] = solution.intermediate

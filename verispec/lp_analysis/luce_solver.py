@@ -499,22 +499,26 @@ def _chosen_law(system: ChoiceSystem, steps: _ChordSteps, u: np.ndarray) -> Syst
     over the solved tokens; the capped ones are two points (their two weights), the tiny ones their mass."""
     K, low, mass, tokens, nodes, expansion = (system.drafts, system.low, system.mass, steps.tokens, steps.nodes,
                                               steps.expansion)
-    solved_u = u.take(tokens.solved)
+    every = len(tokens.solved) == len(mass)  # usually all of them are solved: no copies, no scatter
+    solved_u = u if every else u.take(tokens.solved)
     located = expansion.locate(solved_u)
     held_u, _ = tokens.held(mass, steps.lower, steps.upper)
     held_located = expansion.locate(held_u)
-    final = expansion.sums(located, mass.take(tokens.solved), TERMS) + steps.held + steps.tiny_mass
+    final = expansion.sums(located, mass if every else mass.take(tokens.solved), TERMS) + steps.held \
+        + steps.tiny_mass
     kernel = system.kernel(nodes, final)
     coefficients = expansion.coefficients(kernel, TERMS)
-    weights, chosen = np.empty(len(mass)), np.empty(len(mass))
     solved_w, held_w = np.exp(solved_u), np.exp(held_u)
-    weights[tokens.solved] = solved_w
-    weights[tokens.capped_high], weights[tokens.capped_low] = held_w
     value = expansion.evaluate(coefficients, located)
     value *= solved_w
     value *= K
     value += low
-    chosen[tokens.solved] = value
+    if every:
+        weights, chosen = solved_w, value
+    else:
+        weights, chosen = np.empty(len(mass)), np.empty(len(mass))
+        weights[tokens.solved], chosen[tokens.solved] = solved_w, value
+    weights[tokens.capped_high], weights[tokens.capped_low] = held_w
     chosen[tokens.capped_high], chosen[tokens.capped_low] = low + K * held_w * expansion.evaluate(coefficients,
                                                                                                 held_located)
     if tokens.tiny.size:
