@@ -227,11 +227,15 @@ def luce_moments(exponents: np.ndarray, counts: np.ndarray | None, probability: 
     objective = float(probability @ np.where(live, np.log(safe) + shift, 0.0))
     weighted = probability[:, None] * chosen                         # [M, L]
     marginal = np.bincount(positions.ravel(), weighted.ravel(), minlength=size + 1)[:size]
-    # sum_w P(w) chosen_j chosen_k over the pairs of draws (j, k): a bincount of M L^2, not an [n, M] @ [M, n]
+    # sum_w P(w) chosen_j chosen_k over the ordered pairs of draws (i, i'): those with i = i' (on the diagonal, D),
+    # and the pairs i < i' once (U, landing on or above it: a multiset's draws are in increasing token order), so
+    # the sum is D + U + U^T; bincounts of M L (L + 1) / 2 terms, not an [n, M] @ [M, n] product
     pairs = draw_pairs(positions, size) if pairs is None else pairs
-    cross = np.bincount(pairs, (weighted[:, :, None] * chosen[:, None, :]).ravel(), minlength=(size + 1) ** 2)
-    hessian = np.diag(marginal) - cross.reshape(size + 1, size + 1)[:size, :size]
-    return objective, marginal, hessian
+    first, second = np.triu_indices(positions.shape[1], 1)
+    upper = np.bincount(pairs, (weighted[:, first] * chosen[:, second]).ravel(), minlength=(size + 1) ** 2)
+    upper = upper.reshape(size + 1, size + 1)[:size, :size]
+    own = np.bincount(positions.ravel(), (weighted * chosen).ravel(), minlength=size + 1)[:size]
+    return objective, marginal, np.diag(marginal - own) - upper - upper.T
 
 
 def solve_luce(counts: np.ndarray | None, probability: np.ndarray, target: np.ndarray, reject: float,
@@ -250,8 +254,9 @@ def solve_luce(counts: np.ndarray | None, probability: np.ndarray, target: np.nd
 
 
 def draw_pairs(positions: np.ndarray, size: int) -> np.ndarray:
-    """Every ordered pair of draws (i, i') of each multiset as the flat index x_i (n + 1) + x_i' [M L^2]."""
-    return (positions[:, :, None] * (size + 1) + positions[:, None, :]).ravel()
+    """The pairs of draws i < i' of each multiset as the flat index x_i (n + 1) + x_i' [M L (L - 1) / 2]."""
+    first, second = np.triu_indices(positions.shape[1], 1)
+    return (positions[:, first] * (size + 1) + positions[:, second]).ravel()
 
 
 def solve_luce_cvxpy(counts: np.ndarray, probability: np.ndarray, target: np.ndarray, reject: float,
@@ -402,7 +407,7 @@ def _resolve_by_enumeration(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Re
         probability = Multisets.of(support_q, num_drafts).probability
     chosen = _marginals(sets.counts, probability, weights, inner, sets.positions)  # [m]
     vocabulary_weights = np.array([zero] * len(p), dtype=object) if exact else np.zeros(len(p))
-    intermediate = vocabulary_weights.copy()
+    intermediate = vocabulary_weights.copy() if exact else np.zeros(len(p))  # zeros: untouched pages stay unmapped
     vocabulary_weights[support] = weights
     intermediate[support] = chosen
     vocabulary_inner = np.zeros(len(p), dtype=bool)
