@@ -89,6 +89,18 @@ def blend_block_exact(block: list, targets: dict, masses: dict, segment: Positio
     return out
 
 
+def _record_leaves(children: np.ndarray, single: np.ndarray, cuts: np.ndarray, pieces: np.ndarray,
+                   steps: np.ndarray, values: np.ndarray, wanted_mask: np.ndarray, windows: dict) -> None:
+    """The groups of one child (``single`` [G]; ``children`` [G] the first child of each group): its value, and for
+    a child in ``wanted_mask`` its windows [(low, length, coefficient)] from the group's breakpoints and steps."""
+    values[children[single]] = np.sum(steps[single] * pieces[single], axis=1)
+    for row in np.flatnonzero(single & wanted_mask[children]):
+        edges, coefficients = cuts[row], steps[row]
+        windows[int(children[row])] = [
+            (float(edges[i]), float(edges[i + 1] - edges[i]), float(coefficients[i]))
+            for i in range(len(coefficients)) if coefficients[i] > 0 and edges[i + 1] > edges[i]]
+
+
 def blend_blocks_float(arrays: MeasureArrays, order: np.ndarray, p: np.ndarray, masses: np.ndarray,
                        bottom: np.ndarray, starts: np.ndarray, stops: np.ndarray, lengths: np.ndarray,
                        values: np.ndarray, wanted_mask: np.ndarray, windows: dict) -> None:
@@ -116,13 +128,7 @@ def blend_blocks_float(arrays: MeasureArrays, order: np.ndarray, p: np.ndarray, 
     while len(first):
         single = last - first == 1
         if single.any():  # leaves: one child, its group's measure
-            children = order[first[single]]
-            values[children] = np.sum(steps[single] * pieces[single], axis=1)
-            for row in np.flatnonzero(single & wanted_mask[order[first]]):
-                edges, coefficients = cuts[row], steps[row]
-                windows[int(order[first[row]])] = [
-                    (float(edges[i]), float(edges[i + 1] - edges[i]), float(coefficients[i]))
-                    for i in range(len(coefficients)) if coefficients[i] > 0 and edges[i + 1] > edges[i]]
+            _record_leaves(order[first], single, cuts, pieces, steps, values, wanted_mask, windows)
             keep = ~single
             first, last, cuts, pieces, steps, alpha, beta = (x[keep] for x in (first, last, cuts, pieces, steps,
                                                                                 alpha, beta))
