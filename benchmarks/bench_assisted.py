@@ -320,7 +320,7 @@ def assistant_schedule(pair) -> dict:
 
 
 def main(argv=None) -> int:
-    from measure import RESULT, ROWS, STORE, TABLE, add_overwrite_option, claim_outputs  # benchmarks/measure.py
+    from measure import parse_decoding_run  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     selector_decoding.add_held_out_arguments(parser, max_new_tokens=64)
     parser.add_argument("--linears", default="torch",
@@ -341,17 +341,7 @@ def main(argv=None) -> int:
                              "selectors always run")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds: start no prompt that would end past them (rerun to go on)")
-    parser.add_argument("--output", default="results/bench_assisted.json", help="the rows (a resumable store)")
-    parser.add_argument("--result", default=None, help="also write the summary with the run's record here")
-    add_overwrite_option(parser)
-    args = parser.parse_args(argv)
-    # before any work: a file there that is not this benchmark's own is refused (unless --overwrite), each
-    # output locked for the run (benchmarks/measure.py: the writers' rule)
-    output = Path(args.output)
-    claim_outputs(__file__, [("--output", output, STORE), ("--output (its table)", output.with_suffix(".md"), TABLE),
-                             ("--output (its summary)", output.with_suffix(".summary.json"), ROWS),
-                             ("--result", args.result, RESULT)], overwrite=args.overwrite)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args, output = parse_decoding_run(parser, argv, __file__, "results/bench_assisted.json")
     try:
         if args.linears not in LINEARS:
             raise VerispecError(f"--linears {args.linears!r}: choose torch or small-batch")

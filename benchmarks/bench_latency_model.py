@@ -145,22 +145,14 @@ def markdown(summary: dict, parameters: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from measure import RESULT, ROWS, STORE, TABLE, add_overwrite_option, claim_outputs  # benchmarks/measure.py
+    from measure import parse_decoding_run  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     selector_decoding.add_held_out_arguments(parser, max_new_tokens=32)
     parser.add_argument("--latency", action="append", required=True, help="a latency model to check (repeatable)")
     parser.add_argument("--linears", default="torch", help="torch (default) or small-batch, for both models")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="the agreement asked for (default 0.05)")
     parser.add_argument("--budget", type=float, default=None, help="seconds: start no cell past them")
-    parser.add_argument("--output", default="results/bench_latency_model.json", help="the rows (a resumable store)")
-    parser.add_argument("--result", default=None, help="also write the summary with the run's record here")
-    add_overwrite_option(parser)
-    args = parser.parse_args(argv)
-    output = Path(args.output)
-    claim_outputs(__file__, [("--output", output, STORE), ("--output (its table)", output.with_suffix(".md"), TABLE),
-                             ("--output (its summary)", output.with_suffix(".summary.json"), ROWS),
-                             ("--result", args.result, RESULT)], overwrite=args.overwrite)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args, output = parse_decoding_run(parser, argv, __file__, "results/bench_latency_model.json")
     try:
         if args.linears not in LINEARS:
             raise VerispecError(f"--linears {args.linears!r}: choose torch or small-batch")

@@ -134,7 +134,7 @@ def markdown(table: list[dict], parameters: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from measure import RESULT, ROWS, STORE, TABLE, add_overwrite_option, claim_outputs  # benchmarks/measure.py
+    from measure import parse_decoding_run  # benchmarks/measure.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--prompts", action="append", required=True, help="prompt specs (humaneval[:N], prose[:N])")
@@ -147,15 +147,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--linears", default="torch", help="torch (default) or small-batch, for both models")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--output", default="results/bench_same_algorithm.json")
-    parser.add_argument("--result", default=None)
-    add_overwrite_option(parser)
-    args = parser.parse_args(argv)
-    output = Path(args.output)
-    claim_outputs(__file__, [("--output", output, STORE), ("--output (its table)", output.with_suffix(".md"), TABLE),
-                             ("--output (its summary)", output.with_suffix(".summary.json"), ROWS),
-                             ("--result", args.result, RESULT)], overwrite=args.overwrite)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args, output = parse_decoding_run(parser, argv, __file__, "results/bench_same_algorithm.json")
     try:
         from verispec.models import Sampling, load_pair
         from verispec.models.cpu_linear import store_key

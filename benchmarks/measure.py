@@ -139,6 +139,31 @@ def claim_outputs(script: str, outputs, *, overwrite: bool = False) -> None:
         refuse(script, error)
 
 
+def parse_decoding_run(parser, argv, script: str, default_output: str):
+    """A decoding benchmark's command line: ``parser`` with --output (a resumable row store, default
+    ``default_output``), --result and --overwrite added, parsed, its outputs claimed before any work
+    (``claim_run_outputs``) and the hub kept offline (models come from disk); returns (args, the store's path)."""
+    import os
+
+    parser.add_argument("--output", default=default_output, help="the rows (a resumable store)")
+    parser.add_argument("--result", default=None, help="also write the summary with the run's record here")
+    add_overwrite_option(parser)
+    args = parser.parse_args(argv)
+    output = claim_run_outputs(script, args)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return args, output
+
+
+def claim_run_outputs(script: str, args) -> Path:
+    """A decoding benchmark's outputs, claimed before any work (``claim_outputs``): the row store ``args.output``, its
+    table (``.md``) and summary (``.summary.json``) beside it, and ``args.result``; returns the store's path."""
+    output = Path(args.output)
+    claim_outputs(script, [("--output", output, STORE), ("--output (its table)", output.with_suffix(".md"), TABLE),
+                           ("--output (its summary)", output.with_suffix(".summary.json"), ROWS),
+                           ("--result", args.result, RESULT)], overwrite=args.overwrite)
+    return output
+
+
 def _claim_unclaimed(path, kind: str) -> None:
     """A writer called for a path its script did not claim: claimed now, without --overwrite (never a user's file
     replaced because a script forgot to claim it)."""

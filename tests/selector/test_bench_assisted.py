@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.scripts import load_script
 from tests.support.tiny_models import save_tiny_pair
+from tests.support.tiny_selector import tiny_selector
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -24,22 +25,7 @@ def _bench():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tiny pair, 8 prompts traced into a dataset and a specinfer selector trained on it (2 held out)."""
-    from verispec.cli import main
-
-    folder = tmp_path_factory.mktemp("assisted")
-    target, draft = save_tiny_pair(folder / "pair")
-    prompts = folder / "prompts.txt"
-    prompts.write_text("\n".join(f"the tiny pair's prompt number {i} goes here" for i in range(8)) + "\n")
-    dataset = folder / "d.npz"
-    assert main(["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts),
-                 "--sampling", "temperature=1,top_k=5", "--every", "4", "--trace-tokens", "4", "--ks", "1-2",
-                 "--l1s", "0-1", "--l2s", "0-1", "--verifiers", "specinfer", "--samples", "2", "--out", str(dataset),
-                 "--threads", "1"]) == 0
-    assert main(["selector", "train", "--dataset", str(dataset), "--verifiers", "specinfer", "--epochs", "5",
-                 "--out", str(folder / "specinfer.pt")]) == 0
-    return {"folder": folder, "arguments": ["--target", target, "--draft", draft, "--dataset", str(dataset),
-                                            "--selector", str(folder / "specinfer.pt"), "--prompts", str(prompts),
-                                            "--max-new-tokens", "6", "--threads", "1"]}
+    return tiny_selector(tmp_path_factory.mktemp("assisted"), max_new_tokens=6)
 
 
 METHODS = ["hf-plain", "hf-assisted", "plain", "specinfer static", "specinfer selector"]

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from tests.support.scripts import load_script
-from tests.support.tiny_models import save_tiny_pair
+from tests.support.tiny_selector import tiny_selector
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -19,26 +19,15 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
+    """The tiny pair's selector (``tests.support.tiny_selector``) and a latency model measured on that pair."""
     from verispec.cli import main
 
-    folder = tmp_path_factory.mktemp("latency_model")
-    target, draft = save_tiny_pair(folder / "pair")
-    prompts = folder / "prompts.txt"
-    prompts.write_text("\n".join(f"the tiny pair's prompt number {i} goes here" for i in range(8)) + "\n")
-    dataset = folder / "d.npz"
-    assert main(["selector", "dataset", "--target", target, "--draft", draft, "--prompts", str(prompts),
-                 "--sampling", "temperature=1,top_k=5", "--every", "4", "--trace-tokens", "4", "--ks", "1-2",
-                 "--l1s", "0-1", "--l2s", "0-1", "--verifiers", "specinfer", "--samples", "2", "--out", str(dataset),
-                 "--threads", "1"]) == 0
-    assert main(["selector", "train", "--dataset", str(dataset), "--verifiers", "specinfer", "--epochs", "5",
-                 "--out", str(folder / "specinfer.pt")]) == 0
-    latency = folder / "latency.json"
-    assert main(["latency", "--target", target, "--draft", draft, "--sizes", "1,2,3,4,5,6", "--draft-sizes", "1,2",
-                 "--repeats", "1", "--context-length", "8", "--threads", "1", "--out", str(latency)]) == 0
-    return {"folder": folder, "latency": latency, "target": target, "draft": draft, "prompts": prompts,
-            "arguments": ["--target", target, "--draft", draft, "--dataset", str(dataset), "--selector",
-                          str(folder / "specinfer.pt"), "--prompts", str(prompts), "--max-new-tokens", "4",
-                          "--threads", "1"]}
+    made = tiny_selector(tmp_path_factory.mktemp("latency_model"), max_new_tokens=4)
+    latency = made["folder"] / "latency.json"
+    assert main(["latency", "--target", made["target"], "--draft", made["draft"], "--sizes", "1,2,3,4,5,6",
+                 "--draft-sizes", "1,2", "--repeats", "1", "--context-length", "8", "--threads", "1",
+                 "--out", str(latency)]) == 0
+    return {**made, "latency": latency}
 
 
 def test_every_action_is_judged_against_each_model_and_the_summary_recomputes(setup):
