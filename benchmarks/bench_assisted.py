@@ -180,6 +180,20 @@ def linears_of(pair) -> str:
     return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
+def load_run_pair(args):
+    """The pair of a held-out run's options (``--target``/``--draft`` or ``--pair``, ``--device``, ``--dtype``) with
+    ``--linears`` kernels for both models; VerispecError (one line) if they did not take them."""
+    from verispec.models import load_pair
+
+    small = args.linears == "small-batch"
+    pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype, small_batch_linear=small)
+            if args.target else
+            load_pair(args.pair, device=args.device, dtype=args.dtype, small_batch_linear=small))
+    if linears_of(pair) != args.linears:
+        raise VerispecError(f"the pair loaded with {linears_of(pair)} linears, not {args.linears}")
+    return pair
+
+
 def prefill_seconds(pair, prompt: str, with_draft: bool) -> float:
     """Seconds of the forwards verispec's prefill runs for ``prompt`` (the target's, and the draft's when
     ``with_draft``, over the prompt but its last token, into fresh KV caches)."""
@@ -359,7 +373,6 @@ def main(argv=None) -> int:
         import torch
         import transformers
 
-        from verispec.models import load_pair
         from verispec.models.cpu_linear import store_key
 
         transformers.utils.logging.set_verbosity_error()
@@ -369,12 +382,7 @@ def main(argv=None) -> int:
         started = (start_record("bench_assisted.py", argv, [args.dataset, *args.selector],
                                 threads=torch.get_num_threads(), result=args.result) if args.result else None)
         setup = selector_decoding.held_out_plans(args.dataset, args.selector, args.prompts, args.max_prompts)
-        small = args.linears == "small-batch"
-        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype, small_batch_linear=small)
-                if args.target else
-                load_pair(args.pair, device=args.device, dtype=args.dtype, small_batch_linear=small))
-        if linears_of(pair) != args.linears:
-            raise VerispecError(f"the pair loaded with {linears_of(pair)} linears, not {args.linears}")
+        pair = load_run_pair(args)
         selector_decoding.check_pair(setup, pair)
         skippable = [m for m, plan in setup["plans"].items() if plan["kind"] != "selector"]
         for method in args.skip:

@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "experiments")]
 import selector_decoding  # noqa: E402  experiments/selector_decoding.py: held-out prompts
-from bench_assisted import LINEARS, method_order, rate_interval  # noqa: E402
+from bench_assisted import LINEARS, load_run_pair, method_order, rate_interval  # noqa: E402
 from forward_clock import ForwardClock  # noqa: E402
 from measure import start_record, write_result, write_rows, write_table  # noqa: E402
 
@@ -161,7 +161,6 @@ def main(argv=None) -> int:
         import torch
 
         from verispec.latency import LatencyModel
-        from verispec.models import load_pair
         from verispec.models.cpu_linear import store_key
         from verispec.selector.actions import action_times
 
@@ -171,10 +170,7 @@ def main(argv=None) -> int:
         started = (start_record("bench_latency_model.py", argv, [args.dataset, *args.selector, *args.latency],
                                 threads=torch.get_num_threads(), result=args.result) if args.result else None)
         setup = selector_decoding.held_out_plans(args.dataset, args.selector, args.prompts, args.max_prompts)
-        small = args.linears == "small-batch"
-        pair = (load_pair(args.target, args.draft, device=args.device, dtype=args.dtype, small_batch_linear=small)
-                if args.target else
-                load_pair(args.pair, device=args.device, dtype=args.dtype, small_batch_linear=small))
+        pair = load_run_pair(args)
         for latency, path in zip(latencies.values(), args.latency):
             check_latency_fits(latency, path, pair)
         selector_decoding.check_pair(setup, pair)
