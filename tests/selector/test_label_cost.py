@@ -61,13 +61,17 @@ def test_the_labels_are_the_builds_and_the_projection_its_mean(tiny_dataset, tmp
     from verispec.selector.labelling import label_roots
     from verispec.selector.roots import Root
 
-    root = Root.from_dict(json.loads(result["rows"][0]["key"]))
+    # the negative control: another seed's combs at the same roots. A root whose draws all coincide (a near-greedy
+    # tiny model) keeps its label under any combs, so the control asks that some sampled root moves, not each one
+    roots = [Root.from_dict(json.loads(row["key"])) for row in result["rows"]]
     grid = ActionGrid(built.metadata["grid"]["ks"], built.metadata["grid"]["l1s"], built.metadata["grid"]["l2s"],
                       ("gbv",))
-    other, = label_roots([root], grid, method="conditional", samples=built.metadata["samples"],
+    others = label_roots(roots, grid, method="conditional", samples=built.metadata["samples"],
                          seed=built.metadata["seed"] + 1, epsilon=built.metadata["epsilon"],
                          latency=LatencyModel.from_dict(built.metadata["latency"]), pair=load_pair(target, draft))
-    assert abs(float(np.mean(unpack_floats(other["efficiency"]))) - result["rows"][0]["mean_label"]) > 1e-3
+    moved = [abs(float(np.mean(unpack_floats(other["efficiency"]))) - row["mean_label"])
+             for other, row in zip(others, result["rows"], strict=True)]
+    assert max(moved) > 1e-3, moved
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a finished root was labelled again")
