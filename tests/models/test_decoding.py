@@ -73,9 +73,13 @@ def test_every_drafter_with_every_valid_verifier_decodes(pair):
         generation = generate(pair, CONTEXT, spec, name, 7, sampling, seed=3)
         drafter = parse_tree(spec)
         assert len(generation.tokens) == 7 == sum(block.emitted for block in generation.blocks)
+        room = 7
         for block in generation.blocks:
-            assert 0 <= block.accepted <= drafter.depth and block.tree_size <= drafter.max_nodes - 1
-            assert block.target_calls == 1 and block.draft_calls >= 1
+            # a block drafts no deeper than the tokens still wanted allow (chains and delayed trees are cut there)
+            drawn = drafter.cut(room - 1) or drafter if room - 1 < drafter.depth else drafter
+            assert 0 <= block.accepted <= drawn.depth and block.tree_size <= drawn.max_nodes - 1
+            assert block.target_calls == 1 and block.draft_calls >= (drawn.max_nodes > 1)
+            room -= block.emitted
         assert generation.target_calls == len(generation.blocks)
         # each emitted token is in the target's top 5 at its prefix: caches, positions and masks were right
         prefix = list(CONTEXT)
@@ -138,7 +142,9 @@ def test_plain_sampling_follows_the_targets_law(pair):
                                   for name in sorted(STAT_CASES)])
 def test_real_decoding_is_lossless(pair, name):
     spec, sampling = STAT_CASES[name]
-    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, spec, name, 2, sampling, seed), RUNS)
+    # whole trees in every block (no cut at the token budget): two tokens test the tree's law at every depth
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, spec, name, 2, sampling, seed, cut_drafts=False),
+                               RUNS)
     result = exact_binomial_test(counts, _two_token_law(pair, sampling), alpha=DEFAULT_ALPHA)
     assert not result.rejected, f"{name} on {spec}: {result.describe()}"
 
@@ -167,7 +173,7 @@ def test_a_top_k_filtered_draft_is_caught(pair):
 
     def decode_one(seed):
         decoder = SpeculativeDecoder(pair, "delayed:2,1,2", "specinfer", sampling, seed,
-                                     law_for_drafting=filtered.probabilities)
+                                     law_for_drafting=filtered.probabilities, cut_drafts=False)
         return decoder.run(CONTEXT, 2)
 
     result = exact_binomial_test(_two_token_counts(decode_one, RUNS), _two_token_law(pair, sampling))
@@ -203,10 +209,12 @@ def test_a_rule_written_only_as_a_procedure_runs_as_written(pair, monkeypatch):
     rule = get_verifier(f"{Path(__file__).resolve().parents[2] / 'examples' / 'my_rules.py'}:my_rule")
     sampling = Sampling(1.0)
     law = _two_token_law(pair, sampling)
-    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", rule, 2, sampling, seed), RUNS)
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", rule, 2, sampling, seed,
+                                                     cut_drafts=False), RUNS)
     assert not exact_binomial_test(counts, law).rejected
     broken = BROKEN_CHAIN_VERIFIERS["naive-correction-from-target"]
-    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", broken, 2, sampling, seed), RUNS)
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", broken, 2, sampling, seed,
+                                                     cut_drafts=False), RUNS)
     assert exact_binomial_test(counts, law).rejected
 
 
@@ -286,7 +294,7 @@ def test_each_draft_forward_feeds_at_most_the_drafters_stated_width(pair, monkey
         reached = [0] * drafter.depth
         for seed in range(4):
             widths.clear()
-            generation = generate(pair, CONTEXT, spec, verifier, 6, Sampling(1.0), seed=seed)
+            generation = generate(pair, CONTEXT, spec, verifier, 6, Sampling(1.0), seed=seed, cut_drafts=False)
             start = len(widths) - sum(block.draft_calls for block in generation.blocks)
             assert start in (0, 1), spec  # the prompt's prefill, if it runs through extend
             for block in generation.blocks:
@@ -299,3 +307,28 @@ def test_each_draft_forward_feeds_at_most_the_drafters_stated_width(pair, monkey
                     (spec, fed, drafter.draft_widths)
                 reached = [max(r, w) for r, w in zip(reached, [1, *fed[1:]])]
         assert reached == list(drafter.draft_widths) or spec == "dyspec:4", (spec, reached)
+
+
+def test_the_last_blocks_draft_no_deeper_than_the_tokens_left_and_keep_the_law(pair):
+    """A run drafts no deeper than the tokens it still wants minus one (transformers' assisted generation drafts
+    min(K, tokens left - 1) alike): every block of chain:5 in a 3-token run forwards at most room - 1 drafts, where
+    the uncut decoder forwards all 5; and the cut trees keep the target's law (an argmax draft handed the full q on
+    the same cut trees is caught by the same test, with three times the runs)."""
+    sampling = Sampling(1.0)
+    for cut_drafts, most in ((True, None), (False, 5)):
+        generation = generate(pair, CONTEXT, "chain:5", "naive", 3, sampling, seed=2, stop_at_eos=False,
+                              cut_drafts=cut_drafts)
+        room = 3
+        for block in generation.blocks:
+            assert block.tree_size == (room - 1 if most is None else most)  # a chain of drafts: all distinct nodes
+            room -= block.emitted
+    law = _two_token_law(pair, sampling)
+    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "delayed:2,1,2", "specinfer", 2, sampling, seed),
+                               RUNS)
+    assert not exact_binomial_test(counts, law).rejected
+
+    def filtered(seed):
+        return SpeculativeDecoder(pair, "delayed:2,1,2", "specinfer", sampling, seed,
+                                  law_for_drafting=Sampling(1.0, top_k=1).probabilities).run(CONTEXT, 2)
+
+    assert exact_binomial_test(_two_token_counts(filtered, 3 * RUNS), law).rejected

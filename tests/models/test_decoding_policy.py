@@ -152,7 +152,9 @@ def _two_token_counts(pair, policy, sampling, runs=RUNS):
     """Counts of the first two tokens over seeded runs, and of the actions the blocks ran."""
     tokens, actions = Counter(), Counter()
     for seed in range(runs):
-        generation = generate(pair, CONTEXT, None, None, 2, sampling, seed, selector=policy, stop_at_eos=False)
+        # whole trees (no cut at the budget): two tokens test each action's tree law at every depth
+        generation = generate(pair, CONTEXT, None, None, 2, sampling, seed, selector=policy, stop_at_eos=False,
+                              cut_drafts=False)
         tokens[tuple(generation.tokens)] += 1
         actions[tuple(block.action for block in generation.blocks)] += 1
     return tokens, actions
@@ -206,7 +208,7 @@ def test_a_policy_that_reads_no_draft_skips_it_on_chain0_blocks(pair):
     counter = _Counter(pair.draft)
     try:
         generation = generate(pair, CONTEXT, None, None, 40, sampling, seed=1, selector=ByContext(),
-                              stop_at_eos=False)
+                              stop_at_eos=False, cut_drafts=False)
     finally:
         counter.remove()
     blocks = generation.blocks

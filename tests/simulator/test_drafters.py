@@ -24,6 +24,7 @@ from verispec.simulator import (
     random_problem,
     shape_from_paths,
 )
+from verispec.simulator.trees import TreeBuilder, shape_paths
 
 
 def _law(drafter, problem):
@@ -157,3 +158,44 @@ def test_hand_built_tree_validation():
         DraftTree.from_paths(problem, [(3,)])
     with pytest.raises(InvalidTreeError, match="single draft path"):
         DraftTree.from_paths(problem, [(0,), (2,)]).chain_nodes()
+
+
+def _cut_shape(shape, depth: int):
+    """A shape with every node deeper than ``depth`` left out (each kept node's draws kept, duplicates included),
+    rebuilt draw by draw: written here, apart from the drafters' ``cut``."""
+    paths, builder, nodes = shape_paths(shape), TreeBuilder(), {(): 0}
+    for node, children in enumerate(shape):
+        if len(paths[node]) < depth:
+            for token in children:
+                nodes[paths[node] + (int(token),)] = builder.add_child(nodes[paths[node]], int(token))
+    return builder.shape()
+
+
+@pytest.mark.parametrize("spec", ["chain:3", "argmax-chain:3", "topk-chain:2,3", "iid:2,2", "delayed:2,1,2",
+                                  "delayed:3,2,1"])
+def test_a_cut_drafter_draws_the_full_drafters_trees_cut(spec):
+    """``Drafter.cut(d)`` (real decoding's last blocks): its law over trees, in rationals, equals the full drafter's
+    law pushed through cutting each tree at depth d; a wrong cut (one branch fewer) is told apart."""
+    from collections import defaultdict
+
+    problem = _rational_problem()
+    drafter = parse_tree(spec)
+    for depth in range(drafter.depth + 1):
+        pushed = defaultdict(Fraction)
+        for shape, probability in _law(drafter, problem).items():
+            pushed[_cut_shape(shape, depth)] += probability
+        cut = drafter.cut(depth)
+        assert cut.depth == depth and type(cut) is type(drafter)
+        assert _law(cut, problem) == dict(pushed), (spec, depth, cut.spec)
+    assert drafter.cut(drafter.depth + 2) is drafter
+    wrong = DelayedDrafter(1, 1, 1)  # delayed:2,1,2 cut at 2 is delayed:2,1,1, not one path
+    pushed = defaultdict(Fraction)
+    for shape, probability in _law(parse_tree("delayed:2,1,2"), _rational_problem()).items():
+        pushed[_cut_shape(shape, 2)] += probability
+    assert _law(wrong, _rational_problem()) != dict(pushed)
+
+
+def test_drafters_without_a_cut_say_so():
+    for spec in ("branch:2,2", "hub-tree:2", "greedy-tree:3,2", "dyspec:4"):
+        drafter = parse_tree(spec)
+        assert drafter.cut(drafter.depth - 1) is None and drafter.cut(drafter.depth) is drafter

@@ -79,8 +79,9 @@ def decoding_fit(pair: ModelPair, drafter: str | None, verifier: str | None, sam
         if drafter is None:
             generation = sample_target(pair, context, length, sampling, seed, stop_at_eos=False)
         else:
+            # whole trees in every block: the first ``length`` tokens must test the tree's law at every depth
             decoder = SpeculativeDecoder(pair, drafter, verifier, sampling, seed, stop_at_eos=False,
-                                         law_for_drafting=law_for_drafting)
+                                         law_for_drafting=law_for_drafting, cut_drafts=False)
             generation = decoder.run(context, length)
         counts[tuple(generation.tokens)] += 1
         if progress is not None:

@@ -231,6 +231,8 @@ class _Block:
     index: int | None = None
     #: forward passes of the draft so far
     draft_calls: int = 0
+    #: tokens the run still wants (None: no limit); the tree is drafted no deeper than room - 1
+    room: int | None = None
     #: the draft's catch-up forward: (logits [u, V], hidden states [u, H] or None), when it ran
     caught_up: Any = None
     #: q at the root (a PositionLaw) when the policy read it (drafting reuses its law if the policy computed it)
@@ -258,8 +260,11 @@ class SpeculativeDecoder:
 
     def __init__(self, pair: ModelPair, drafter: Drafter | str | None = None, verifier: Verifier | str | None = None,
                  sampling: Sampling | None = None, seed: int = 0, *, selector: BlockPolicy | None = None,
-                 stop_at_eos: bool = True, static_cache: bool = False, graphs: bool = False, law_for_drafting=None):
+                 stop_at_eos: bool = True, static_cache: bool = False, graphs: bool = False, law_for_drafting=None,
+                 cut_drafts: bool = True):
         self.pair = pair
+        #: draft no deeper than the tokens a run still wants (``_drafter``); checks of a tree's law turn it off
+        self.cut_drafts = bool(cut_drafts)
         self.policy = selector
         if selector is None:
             if drafter is None or verifier is None:
@@ -328,8 +333,8 @@ class SpeculativeDecoder:
         synchronize(self.pair.device)
         generation = Generation(prompt_tokens, [], "", prefill_s=time.perf_counter() - start)
         while len(generation.tokens) < max_new_tokens:
-            emitted, record = self._block(target, draft, state)
             room = max_new_tokens - len(generation.tokens)
+            emitted, record = self._block(target, draft, state, room)
             kept = emitted[:room]
             for index, token in enumerate(kept):
                 if token in self.stop_tokens:
@@ -424,11 +429,12 @@ class SpeculativeDecoder:
                                 f"action index in 0..{len(self.actions) - 1}")
         return int(index), q_root
 
-    def _block(self, target: CachedModel, draft: CachedModel, state: _Sequence):
+    def _block(self, target: CachedModel, draft: CachedModel, state: _Sequence, room: int | None = None):
         """One block from ``state`` (updated to the next block's): its named steps, each timed here by phase (a
-        step's time runs to the end of the GPU work it queued), then the emitted tokens and the block's record."""
+        step's time runs to the end of the GPU work it queued), then the emitted tokens and the block's record.
+        ``room``: the tokens the run still wants (``_drafter``)."""
         clock = StepClock(self.pair.device)
-        block = _Block(self.actions[0])
+        block = _Block(self.actions[0], room=room)
         if self.policy is not None:
             # the policy's choice, from what exists before the draws (the draft catches up first if it reads q)
             if self.needs_draft or self.needs_hidden:
@@ -456,21 +462,36 @@ class SpeculativeDecoder:
         """Drafting: catch the draft up on the accepted tokens it has not seen (the last one is the root), then draw
         the tree and lay it out; a tree of the root alone runs no draft forward."""
         action = block.action
-        if not action.drafts:
+        drafter = self._drafter(action, block.room)
+        if drafter.max_nodes == 1:
             block.layout = TreeLayout.of_shape(TreeBuilder().shape())
             return
         if block.caught_up is None:
             block.caught_up = self._catch_up(draft, state)
             block.draft_calls += 1
         logits, states = block.caught_up
-        side = DraftSide(draft, logits[-1], len(state.draft_unseen) - 1, self.sampling, action.drafter.depth,
+        side = DraftSide(draft, logits[-1], len(state.draft_unseen) - 1, self.sampling, drafter.depth,
                          self._law_for_drafting, None if states is None else states[-1],
                          None if block.root_law is None else block.root_law.law())
-        action.drafter.check_problem(side)
-        shape = action.drafter.draw(side, RandomChooser(self.rng, max_choices=MAX_CHOICES_PER_TRACE,
-                                                        name=action.drafter.spec))
+        drafter.check_problem(side)
+        shape = drafter.draw(side, RandomChooser(self.rng, max_choices=MAX_CHOICES_PER_TRACE, name=drafter.spec))
         block.draft_calls += side.forward_calls
         block.side, block.layout = side, TreeLayout.of_shape(shape)
+
+    def _drafter(self, action: _Action, room: int | None) -> Drafter:
+        """The action's drafter cut at ``room - 1`` (a block emits at most depth + 1 tokens; deeper drafts could
+        never be kept): transformers' assisted generation drafts min(K, tokens left - 1) alike. The cut is kept
+        only where the action's verifier takes its trees (``check_compatible``); any valid draft keeps the output
+        lossless."""
+        drafter = action.drafter
+        cut = drafter.cut(room - 1) if self.cut_drafts and room is not None and room - 1 < drafter.depth else None
+        if cut is None or cut is drafter:
+            return drafter
+        try:
+            check_compatible(action.verifier, cut)
+        except VerispecError:
+            return drafter
+        return cut
 
     def _score(self, target: CachedModel, state: _Sequence, block: _Block) -> None:
         """The target: its unseen tokens, then every drafted node, in one forward pass; p at every node."""
@@ -555,7 +576,7 @@ def _procedure_only(verifier: Verifier) -> bool:
 def generate(pair: ModelPair, prompt: str | Sequence[int], drafter: Drafter | str | None,
              verifier: Verifier | str | None, max_new_tokens: int, sampling: Sampling | None = None, seed: int = 0, *,
              selector: BlockPolicy | None = None, stop_at_eos: bool = True, static_cache: bool = False,
-             graphs: bool = False, progress=None) -> Generation:
+             graphs: bool = False, progress=None, cut_drafts: bool = True) -> Generation:
     """Speculative decoding of ``prompt`` with ``drafter`` (a Drafter or a tree spec such as 'delayed:4,2,2')
     and ``verifier`` (a Verifier or a registry name); see the module docstring. Returns the continuation and
     one ``BlockRecord`` per block. ``seed`` seeds the one numpy Generator every random decision comes from.
@@ -564,9 +585,11 @@ def generate(pair: ModelPair, prompt: str | Sequence[int], drafter: Drafter | st
     ``static_cache``: both models keep their KV in a StaticCache allocated once for the whole run (fixed
     tensor addresses) instead of a growing DynamicCache. ``graphs``: every forward of both models replays a CUDA
     graph captured once per input width over a static cache (``tree_forward.GraphedForward``; on a CPU the same
-    padded buffers run eagerly), which is what makes small forwards cheap on a GPU."""
+    padded buffers run eagerly), which is what makes small forwards cheap on a GPU. ``cut_drafts``: the last blocks
+    draft no deeper than the tokens still wanted (False: every block drafts its whole tree, as a check of the tree's
+    law on the first tokens needs)."""
     decoder = SpeculativeDecoder(pair, drafter, verifier, sampling, seed, selector=selector, stop_at_eos=stop_at_eos,
-                                 static_cache=static_cache, graphs=graphs)
+                                 static_cache=static_cache, graphs=graphs, cut_drafts=cut_drafts)
     return decoder.run(prompt, max_new_tokens, progress)
 
 

@@ -23,6 +23,7 @@ drafters with draft laws of their own (hub pairs, greedy drafts, DySpec) are in
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from abc import ABC, abstractmethod
@@ -151,6 +152,13 @@ class Drafter(ABC):
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         """Draw one tree shape, making every random decision through ``chooser``."""
 
+    def cut(self, depth: int) -> Drafter | None:
+        """A drafter whose trees are this one's cut at ``depth`` (same draws, nodes deeper than ``depth`` left out),
+        or None when this drafter has no such twin. Real decoding drafts no deeper than the tokens a run still
+        wants (a block emits at most depth + 1 of them), as transformers' assisted generation does; any valid
+        draft keeps the output lossless, so the cut only saves the forwards of nodes that could never be kept."""
+        return self if depth >= self.depth else None
+
     def check_problem(self, problem: Problem) -> None:
         """Raise a VerispecError when this drafter's parameters make no sense for ``problem`` (e.g. more
         siblings without replacement than tokens). Default: every problem is fine."""
@@ -236,6 +244,10 @@ class ChainDrafter(Drafter):
 
     def log_num_outcomes(self, vocab_size: int) -> float:
         return self.length * math.log(vocab_size)
+
+    def cut(self, depth: int) -> Drafter:
+        # the first ``depth`` tokens of a chain (plain, argmax or top-k) are the same kind of chain, shorter
+        return self if depth >= self.length else dataclasses.replace(self, length=max(0, depth))
 
     def slot_plan(self) -> SlotPlan:
         return SlotPlan.from_levels([[(d, 1, False)] for d in range(self.length)])
@@ -349,6 +361,13 @@ class DelayedDrafter(Drafter):
 
     def log_num_outcomes(self, vocab_size: int) -> float:
         return (self.trunk + self.branches * self.tail) * math.log(vocab_size)
+
+    def cut(self, depth: int) -> DelayedDrafter:
+        # the trunk's first tokens (no tail) when the cut falls in the trunk, else the K paths cut to depth - L1
+        if depth >= self.depth:
+            return self
+        depth = max(0, depth)
+        return DelayedDrafter(self.branches, min(self.trunk, depth), max(0, depth - self.trunk))
 
     def slot_plan(self) -> SlotPlan:
         """Trunk slots 1..L1, then the K tail paths level by level: path k's slot at tail step j is
