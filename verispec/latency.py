@@ -21,6 +21,12 @@ draft at several widths (``draft_sizes`` -> ``draft_times``) prices each forward
 w_j the most tokens the j-th draft forward feeds (``Drafter.draft_widths``); a model without them (one width,
 t_q(w) = t_q) is Eq. 11.
 
+Those are the most nodes and widths a tree can have. Decoding forwards fewer: drafts that coincide merge into one node
+(a K-path tree at T = 0.7 top-k 20 often draws the same token K times), and t_p(n) jumps at some n on a CPU. A model
+that carries the sizes decoding's trees had at a pair's roots (``tree_sizes``: per tree, how often a drawn tree had n
+nodes and draft forwards of widths w_j, sampled by ``verispec.selector.tree_sizes``) prices such a tree at its
+expected block time over them, E[sum_j t_q(w_j) + t_p(n)]; any other tree keeps its most nodes and widths.
+
 ``LatencyModel`` holds t_q and t_p(n) in one unit: either a cost ratio (synthetic studies: t_q = 1 and
 t_p(n) = ratio (1 + per_node (n - 1)), ``from_ratio``) or times measured on a real pair
 (``verispec.models.latency.measure_latency``: median forward times by number of new tokens, t_p interpolated
@@ -88,6 +94,10 @@ class LatencyModel:
     source: str = ""
     draft_sizes: tuple[int, ...] = (1,)
     draft_times: tuple[float, ...] = ()
+    #: ((tree spec, ((count, nodes, widths), ..)), ..): the sizes of decoding's drawn trees (see the module docstring)
+    tree_sizes: tuple = ()
+    #: where the sizes were sampled (dataset, roots, combs, seed)
+    tree_sizes_source: str = ""
 
     def __post_init__(self):
         _positive(self.draft_step, "the draft step time t_q")
@@ -98,6 +108,7 @@ class LatencyModel:
         if self.draft_sizes[0] != 1 or self.draft_times[0] != self.draft_step:
             raise LatencyError(f"t_q(w) must start at width 1 with t_q = {self.draft_step!r}, got width "
                                f"{self.draft_sizes[0]!r} at {self.draft_times[0]!r}")
+        object.__setattr__(self, "tree_sizes", _checked_tree_sizes(self.tree_sizes))
 
     @classmethod
     def from_ratio(cls, ratio: float, per_node: float = 0.0) -> LatencyModel:
@@ -139,7 +150,22 @@ class LatencyModel:
         return sum(self.draft_time(width) for width in widths) + self.target_time(nodes)
 
     def drafter_time(self, drafter) -> float:
-        return self.block_time(drafter.depth, drafter.max_nodes, drafter.draft_widths)
+        """T of one block of ``drafter``: its expected block time over the sizes its trees had in decoding when the
+        model carries them (``tree_sizes``), else its most nodes and widths. LatencyError (one line) where the
+        sizes could not be this drafter's (more nodes, another depth or wider forwards than its trees can have)."""
+        sizes = dict(self.tree_sizes).get(drafter.spec)
+        if sizes is None:
+            return self.block_time(drafter.depth, drafter.max_nodes, drafter.draft_widths)
+        total = weight = 0.0
+        for count, nodes, widths in sizes:
+            if nodes > drafter.max_nodes or len(widths) != drafter.depth or \
+                    any(w > most for w, most in zip(widths, drafter.draft_widths)):
+                raise LatencyError(f"the latency model's tree sizes for {drafter.spec} ({nodes} nodes, draft widths "
+                                   f"{list(widths)}) are not a tree of it (at most {drafter.max_nodes} nodes, widths "
+                                   f"{list(drafter.draft_widths)}); sample them again for this grid")
+            total += count * self.block_time(len(widths), nodes, widths)
+            weight += count
+        return total / weight
 
     def throughput(self, block_efficiency: float, drafter) -> float:
         """Expected tokens per unit time: E[tau + 1] / T."""
@@ -154,6 +180,9 @@ class LatencyModel:
                 "target_times": list(self.target_times), "unit": self.unit, "source": self.source}
         if not self.flat_draft or len(self.draft_sizes) > 1:
             data.update(draft_sizes=list(self.draft_sizes), draft_times=list(self.draft_times))
+        if self.tree_sizes:
+            data.update(tree_sizes={spec: [[count, nodes, list(widths)] for count, nodes, widths in sizes]
+                                    for spec, sizes in self.tree_sizes}, tree_sizes_source=self.tree_sizes_source)
         return data
 
     @classmethod
@@ -165,12 +194,18 @@ class LatencyModel:
             if "draft_sizes" in data or "draft_times" in data:
                 draft = {"draft_sizes": tuple(int(n) for n in data["draft_sizes"]),
                          "draft_times": tuple(float(t) for t in data["draft_times"])}
+            sizes = data.get("tree_sizes", {})
+            if not isinstance(sizes, dict):
+                raise TypeError(f"tree_sizes must map a tree to its sizes, got {type(sizes).__name__}")
+            sizes = tuple((str(spec), tuple((int(count), int(nodes), tuple(int(w) for w in widths))
+                                            for count, nodes, widths in rows)) for spec, rows in sizes.items())
             return cls(float(data["draft_step"]), tuple(int(n) for n in data["target_sizes"]),
                        tuple(float(t) for t in data["target_times"]), str(data.get("unit", "")),
-                       str(data.get("source", "")), **draft)
+                       str(data.get("source", "")), **draft, tree_sizes=sizes,
+                       tree_sizes_source=str(data.get("tree_sizes_source", "")))
         except (KeyError, TypeError, ValueError) as error:
             raise LatencyError(f"not a latency model (draft_step, target_sizes, target_times, optionally "
-                               f"draft_sizes and draft_times): {error}") from None
+                               f"draft_sizes, draft_times and tree_sizes): {error}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyModel:
@@ -181,6 +216,21 @@ class LatencyModel:
         except (json.JSONDecodeError, RecursionError) as error:
             raise LatencyError(f"cannot read the latency model {str(path)!r}: "
                                f"{error if isinstance(error, json.JSONDecodeError) else 'nested too deeply'}") from None
+
+
+def _checked_tree_sizes(sizes) -> tuple:
+    """``LatencyModel.tree_sizes`` as tuples, or LatencyError (one line) naming the first bad entry: every count and
+    width a positive integer, every tree at least its root, and a listed tree with at least one size."""
+    checked = []
+    for spec, rows in sizes:
+        rows = tuple((count, nodes, tuple(widths)) for count, nodes, widths in rows)
+        bad = [row for row in rows if any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                                          for v in (row[0], row[1], *row[2]))]
+        if not rows or bad:
+            raise LatencyError(f"tree_sizes of {spec!r}: {'no sizes' if not rows else f'bad entry {list(bad[0])}'}; "
+                               "each entry is [count >= 1, nodes >= 1, [width >= 1 per draft forward]]")
+        checked.append((spec, rows))
+    return tuple(checked)
 
 
 def measured_pair(model: LatencyModel) -> str | None:

@@ -421,11 +421,12 @@ def action_times(grid: ActionGrid, latency):
     """T(a) for every action [A] (float64): ``latency.block_time(depth, nodes, widths)`` = the L1 + L2 draft
     forwards, each at its width (``Drafter.draft_widths``: (L1 + 1) t_q(1) + (L2 - 1) t_q(K) when L2 > 0), plus
     t_p(1 + L1 + K L2): the paper's Eq. 11 at one context length when the draft step's time does not depend on its
-    width, and the measured price of the K-wide steps when it does."""
+    width, and the measured price of the K-wide steps when it does. A model that carries the sizes decoding's trees
+    had (``LatencyModel.tree_sizes``: coinciding drafts merge) prices an action at its expected block time over them
+    (``LatencyModel.drafter_time``)."""
     import numpy as np
 
-    return np.array([latency.block_time(action.depth, action.nodes, action.drafter().draft_widths)
-                     for action in grid.actions], dtype=np.float64)  # [A]
+    return np.array([latency.drafter_time(action.drafter()) for action in grid.actions], dtype=np.float64)  # [A]
 
 
 def policy_action_times(grid: ActionGrid, latency, *, reads_draft: bool):

@@ -1,0 +1,105 @@
+"""A latency model that prices each action at the sizes its trees have in decoding (issue 66, item 3).
+
+    PYTHONPATH=. python experiments/tree_sizes.py --dataset data/selector/qwen-t07-m64.npz \\
+        --latency data/latency/latency-cpu-small-batch.json --roots 96 --samples 16 \\
+        --out data/latency/latency-cpu-small-batch-t07.json
+
+Reads the measured model ``--latency`` and adds to it the sizes decoding's trees had (``LatencyModel.tree_sizes``,
+``verispec.selector.tree_sizes``): ``--samples`` combs at each of ``--roots`` roots drawn (``--seed``) from the
+TRAINING prompts of ``--dataset`` (the split ``verispec selector train`` makes with ``--test-fraction`` and
+``--split-seed``: the held-out prompts that judge a selector stay unseen), with the dataset's sampling. Only the
+draft drafts; the target prefills the contexts. The output is a latency model like any other (``selector train
+--latency``, ``selector study``, ``benchmarks/bench_latency_model.py --latency``), written atomically and marked as
+'verispec latency' marks its own; its ``tree_sizes_source`` names the dataset, split, roots, combs and seed, and its
+``record`` the command and commit.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from verispec.study.script_files import ScriptParser, run_script
+
+    parser = ScriptParser("tree_sizes", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", required=True, help="a selector dataset traced from a pair")
+    parser.add_argument("--latency", required=True, help="the measured latency model to add the sizes to")
+    parser.add_argument("--roots", type=int, default=96, help="training roots sampled (default 96)")
+    parser.add_argument("--samples", type=int, default=16, help="combs drawn at each root (default 16)")
+    parser.add_argument("--seed", type=int, default=0, help="the roots' sample and the combs' draws (default 0)")
+    parser.add_argument("--test-fraction", type=float, default=0.25, help="selector train's split (default 0.25)")
+    parser.add_argument("--split-seed", type=int, default=0, help="selector train's split seed (default 0)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pair", default=None, help="an installed pair (default: the dataset's)")
+    parser.add_argument("--target", default=None)
+    parser.add_argument("--draft", default=None)
+    parser.add_argument("--out", required=True, help="the latency model with the sizes (atomically)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an --out verispec did not write")
+    args = parser.parse_args(argv)
+    return run_script("tree_sizes", lambda held: _run(args, argv, held))
+
+
+def _run(args, argv, held) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from verispec.io import atomic_write_json, check_output
+    from verispec.latency import LATENCY_FILE, LatencyModel, check_latency_pair
+    from verispec.limits import MAX_THREADS
+    from verispec.provenance import LATENCY, MARKER_KEY, run_record, written_by
+    from verispec.study.script_files import Above, check_input, check_ranges
+
+    check_ranges([("--roots", args.roots, 1, None), ("--samples", args.samples, 1, 4096),
+                  ("--seed", args.seed, 0, 2**63 - 1), ("--test-fraction", args.test_fraction, Above(0), 0.99),
+                  ("--split-seed", args.split_seed, 0, 2**63 - 1), ("--threads", args.threads, 1, MAX_THREADS)])
+    check_input(args.dataset, "the dataset")
+    latency = LatencyModel.load(args.latency)
+    check_output(args.out, LATENCY_FILE, what="--out", overwrite=args.overwrite)
+    from verispec.store_lock import store_lock
+
+    held.enter_context(store_lock(args.out, what="--out"))  # one writer at a time: a second run is refused
+    import torch
+    from tqdm import tqdm
+
+    from verispec.selector.actions import ActionGrid
+    from verispec.selector.roots import dataset_pair_roots, labelling_settings, load_roots_pair, sample_roots
+    from verispec.selector.tree_sizes import as_tree_sizes, sample_tree_sizes
+
+    torch.set_num_threads(args.threads)
+    dataset, roots = dataset_pair_roots(args.dataset)
+    metadata = labelling_settings(dataset, args.dataset)
+    train, _ = dataset.split(args.test_fraction, args.split_seed)
+    training = set(train.key.tolist())
+    roots = [root for root, key in zip(roots, dataset.key.tolist()) if key in training]
+    grid = ActionGrid(metadata["grid"]["ks"], metadata["grid"]["l1s"], metadata["grid"]["l2s"], ("specinfer",))
+    pair = load_roots_pair(roots, args.pair, args.target, args.draft, metadata["pair"])
+    check_latency_pair(latency, pair.name, "--latency")
+    chosen = sample_roots(roots, args.roots, args.seed)
+    record = run_record(shlex.join(["python", "experiments/tree_sizes.py", *(sys.argv[1:] if argv is None else argv)]),
+                        [args.dataset, args.latency], threads=args.threads)
+    print(f"tree_sizes: {len(chosen)} training roots of {len(roots)}, {args.samples} combs each, {grid.describe()}, "
+          f"{args.threads} threads, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    start = time.perf_counter()
+    with tqdm(total=len(chosen), desc="roots", disable=None) as progress:
+        sizes = sample_tree_sizes(chosen, grid, samples=args.samples, seed=args.seed, pair=pair, progress=progress)
+    source = (f"{args.samples} combs at each of {len(chosen)} training roots (seed {args.seed}) of "
+              f"{Path(args.dataset).name} (split --test-fraction {args.test_fraction:g} --split-seed "
+              f"{args.split_seed}), "
+              f"{len(sizes)} trees of the grid {grid.describe()}")
+    model = LatencyModel.from_dict({**latency.as_dict(), "tree_sizes": as_tree_sizes(sizes),
+                                    "tree_sizes_source": source})
+    atomic_write_json(args.out, {**model.as_dict(), "record": record, "seconds": time.perf_counter() - start,
+                                 MARKER_KEY: written_by(LATENCY, "latency")})
+    print(f"tree_sizes: {source}; wrote {args.out} ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
