@@ -13,7 +13,9 @@ decoded on held-out prompts, its measured seconds a block and tokens/s against w
 For every (setting, held-out prompt) cell every action of the selector's grid decodes the prompt, in an order rotated
 by one place from one cell to the next (a drift in the load hits every action alike), from one seed. Each row keeps
 the tokens, blocks and decode seconds (prefill excluded) and the two models' forward seconds
-(``forward_clock.ForwardClock``: hooks on the models, so the decoder's own work is the rest).
+(``forward_clock.ForwardClock``: hooks on the models, so the decoder's own work is the rest). Every block drafts its
+whole tree (``cut_drafts=False``; real decoding cuts the last blocks at the tokens left, which no latency model
+prices).
 
 Predictions, per action a and latency model m (``--latency``, repeatable; every one is judged against the same
 measured rows): the block time T_m(a) = ``verispec.selector.actions.action_times`` (what ``selector train --latency``
@@ -71,7 +73,9 @@ def decode_action(pair, prompt: str, action, sampling, max_new_tokens: int, seed
     from verispec.models import generate
 
     with ForwardClock(pair) as clock:
-        generation = generate(pair, prompt, action.tree, action.verifier, max_new_tokens, sampling, seed)
+        # whole trees in every block (no cut at the token budget): a latency model prices a whole block
+        generation = generate(pair, prompt, action.tree, action.verifier, max_new_tokens, sampling, seed,
+                              cut_drafts=False)
     summary = generation.summary()
     row = {key: summary[key] for key in ("new_tokens", "decode_s", "prefill_s", "blocks", "target_calls",
                                          "draft_calls", "drafting_s", "target_s", "verify_s", "cache_s")}

@@ -63,12 +63,14 @@ def sample_tree_sizes(roots, grid, *, samples: int, seed: int, pair, batch: int 
                                                                                                             Counter]:
     """``comb_tree_sizes`` of ``samples`` combs at each of ``roots`` (a pair's, ``verispec.selector.roots.Root``),
     drawn with the draft model in passes of ``batch`` roots; the target only prefills the contexts."""
+    from verispec.models.problem import SharedContext
     from verispec.selector.labelling import root_problems
 
     combs: list[Combs] = []
+    shared = SharedContext(pair)  # a root's context prefix the previous pass fed is not fed again
     for start in range(0, len(roots), batch):
         group = list(roots[start:start + batch])
-        problems, together = root_problems(group, grid.max_depth, pair)
+        problems, together = root_problems(group, grid.max_depth, pair, shared)
         rngs = [np.random.default_rng(_root_seed(seed, root.key())) for root in group]
         combs += sample_combs_together([problem for problem, _ in problems], grid, samples, rngs, together)
         if progress is not None:
