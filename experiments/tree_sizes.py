@@ -75,6 +75,11 @@ def _run(args, argv, held) -> int:
     torch.set_num_threads(args.threads)
     dataset, roots = dataset_pair_roots(args.dataset)
     metadata = labelling_settings(dataset, args.dataset)
+    if len(dataset.samplings) != 1:  # one tree's sizes at T = 0.7 are not its sizes at T = 1
+        from verispec.errors import VerispecError
+
+        raise VerispecError(f"{args.dataset} holds {len(dataset.samplings)} sampling settings; the sizes belong to "
+                            "one setting: give a dataset of one (a latency model per setting)")
     train, _ = dataset.split(args.test_fraction, args.split_seed)
     training = set(train.key.tolist())
     roots = [root for root, key in zip(roots, dataset.key.tolist()) if key in training]
