@@ -66,7 +66,7 @@ class SweepGrid:
         from verispec.simulator import parse_tree
         from verispec.simulator.generators import check_knobs
         from verispec.sizes import check_vocab_size
-        from verispec.verifiers import get_verifier
+        from verispec.verifiers import get_verifier, lossless_rules
 
         for name, values in self._axes().items():
             if not values:
@@ -97,6 +97,8 @@ class SweepGrid:
         for name in self.verifiers:
             if name != "all":
                 get_verifier(name)
+            else:
+                lossless_rules()
         for method in self.methods:
             if method not in METHODS:
                 raise SweepError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -109,9 +111,9 @@ class SweepGrid:
                 "trees": self.trees, "verifiers": self.verifiers, "methods": self.methods}
 
     def verifier_names(self) -> list[str]:
-        from verispec.verifiers import REGISTRY
+        from verispec.verifiers import lossless_rules
 
-        names = sorted(REGISTRY) if "all" in self.verifiers else []
+        names = lossless_rules() if "all" in self.verifiers else []
         return list(dict.fromkeys(names + [name for name in self.verifiers if name != "all"]))
 
     def problem_settings(self) -> list[dict]:
