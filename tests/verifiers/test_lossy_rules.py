@@ -29,7 +29,7 @@ from verispec.statistics import exact_binomial_test
 from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY, get_verifier, lossless_rules
 
 RULES = ("fly", "mars", "asd", "ensemble", "lenience", "minp", "eta")
-NODE_RULES = ("mars(margin=0.5)", "ensemble(weight=0.5)", "lenience(lenience=0.5)", "minp(ratio=0.5)", "eta(eta=0.1)")
+NODE_RULES = ("mars(margin=0.5)", "ensemble(weight=0.5)", "lenience(lenience=0.5)", "minp(ratio=0.5)", "eta(eta=0.25)")
 P, Q = [F(1, 2), F(1, 3), F(1, 6)], [F(3, 5), F(1, 5), F(1, 5)]
 
 
@@ -46,9 +46,9 @@ def exact_problem(size: int, depth: int, seed: int) -> TabularProblem:
     return TabularProblem(size, {s: law() for s in prefixes}, {s: law() for s in prefixes}, exact=True, horizon=depth)
 
 
-def residual(r, q, scale=F(1)):
-    """norm((r - l q)+) in rationals."""
-    left = [max(a - scale * b, F(0)) for a, b in zip(r, q)]
+def residual(r, q):
+    """norm((r - q)+) in rationals."""
+    left = [max(a - b, F(0)) for a, b in zip(r, q)]
     return [v / sum(left) for v in left]
 
 
@@ -56,30 +56,44 @@ def entropy(p) -> float:
     return -sum(float(v) * math.log(float(v)) for v in p if v > 0)
 
 
-# ---- each node-local rule spelled out again: (law the coins test, lenience, override predicate on (p, x)) ----
+# ---- each node-local rule spelled out again ----
 
 def node_rule(name: str):
+    """(law the coins test, lenience, override predicate on (p, x), allowed-set predicate or None)."""
+    def never(p, x):
+        return False
+
     if name.startswith("ensemble"):
-        return (lambda p, q: [F(1, 2) * a + F(1, 2) * b for a, b in zip(p, q)]), F(1), (lambda p, x: False)
+        return (lambda p, q: [F(1, 2) * a + F(1, 2) * b for a, b in zip(p, q)]), F(1), never, None
     if name.startswith("lenience"):
-        return (lambda p, q: list(p)), F(1, 2), (lambda p, x: False)
-    if name.startswith("minp"):
-        return (lambda p, q: list(p)), F(1), (lambda p, x: p[x] > F(1, 2) * max(p))
+        return (lambda p, q: list(p)), F(1, 2), never, None
+    if name.startswith("minp"):  # truncation: accepted iff p(x) >= m max p, no coin
+        return None, None, None, (lambda p, x: p[x] >= F(1, 2) * max(p))
     if name.startswith("eta"):
-        return (lambda p, q: list(p)), F(1), \
-            (lambda p, x: float(p[x]) > min(0.1, math.sqrt(0.1) * math.exp(-entropy(p))))
+        return None, None, None, (lambda p, x: float(p[x]) >= min(0.25, math.exp(-entropy(p))))
     top = sorted(range(len(P)), key=lambda v: (-P[v], v))[:2]  # mars: the top two of p and their log-margin
-    return (lambda p, q: list(p)), F(1), \
-        (lambda p, x: x in top and math.log(p[top[0]] / p[top[1]]) < 0.5)
+    return (lambda p, q: list(p)), F(1), (lambda p, x: x in top and math.log(p[top[0]] / p[top[1]]) < 0.5), None
+
+
+def truncation_output(allowed, p, drafts, broken: bool) -> dict:
+    """The first draft inside the allowed set, else p restricted to it (``broken``: p itself)."""
+    inside = [x for x in drafts if allowed(p, x)]
+    if inside:
+        return {inside[0]: F(1)}
+    kept = [value if (broken or allowed(p, v)) else F(0) for v, value in enumerate(p)]
+    return {v: value / sum(kept) for v, value in enumerate(kept)}
 
 
 def node_output(name: str, p, q, drafts, *, broken: bool = False) -> dict:
     """The output token's law at a node with drafts x_1..x_k, over every vector of the k native coins. ``broken``:
-    the override read as a second coin of probability 1/2 instead of a sure acceptance."""
-    verified, scale, override = node_rule(name)
+    the override read as a second coin of probability 1/2 instead of a sure acceptance (truncation rules: the
+    rejection resampled from p instead of the truncated p)."""
+    verified, scale, override, allowed = node_rule(name)
+    if allowed is not None:
+        return truncation_output(allowed, p, drafts, broken)
     chain = [verified(p, q)]
     for _ in drafts:
-        chain.append(residual(chain[-1], q, scale))
+        chain.append(residual(chain[-1], q))
     law = Counter()
     for coins in itertools.product((True, False), repeat=len(drafts)):
         weight, rest = F(1), F(1)
@@ -122,7 +136,7 @@ def test_node_rules_equal_their_enumeration_in_rationals(name, drafts):
     result = analyze(ContextFreeProblem(P, Q, exact=True), parse_tree(f"iid:{drafts},1"), get_verifier(name))
     law = {sequence: value for sequence, value in result.output_law.items()}
     assert law == node_block_law(name, drafts)
-    if not name.startswith(("ensemble", "lenience")):  # negative control: the override made a coin is told apart
+    if not name.startswith(("ensemble", "lenience")):  # negative control: a broken override or resampling told apart
         assert law != node_block_law(name, drafts, broken=True)
     else:  # negative control: the verified law or the lenience dropped is told apart
         assert law != {s: v for s, v in analyze(ContextFreeProblem(P, Q, exact=True), parse_tree(f"iid:{drafts},1"),
@@ -222,12 +236,14 @@ HALF = ([F(3, 4), F(1, 4)], [F(1, 4), F(3, 4)])
     ("ensemble(weight=0.5)", HALF, "chain:1", F(1, 4)),
     # min(q, 2p) = (1/4, 1/2), then norm((p - q/2)+) = (1, 0) with the rest 1/4: law (1/2, 1/2)
     ("lenience(lenience=0.5)", HALF, "chain:1", F(1, 4)),
-    # token 1 (p = 1/4 > 1/4 * 3/4) is always accepted, token 0 natively: the first token has law q
+    # both tokens lie in the min-p set (p >= 1/4 * 3/4): every draft is accepted, the first token has law q
     ("minp(ratio=0.25)", HALF, "chain:1", F(1, 2)),
-    # the threshold min(0.1, 0.316 exp(-0.562)) = 0.1 < 1/4: the first token has law q
+    # m = 1 keeps only the argmax: draft 0 accepted (1/4), draft 1 rejected and resampled from p on {0}: law (1, 0)
+    ("minp(ratio=1)", HALF, "chain:1", F(1, 4)),
+    # the threshold min(0.1, exp(-0.562)) = 0.1 < 1/4: both tokens are allowed, the first token has law q
     ("eta(eta=0.1)", HALF, "chain:1", F(1, 2)),
-    # eta = 1 is not lossless: threshold exp(-H) = 0.570 < 3/4, so the rejected argmax (q = 7/8) passes: law q
-    ("eta(eta=1)", ([F(3, 4), F(1, 4)], [F(7, 8), F(1, 8)]), "chain:1", F(1, 8)),
+    # eta = 1: threshold exp(-H) = 0.570 allows token 0 only; draft 1 (1/8) is rejected and resampled on {0}: (1, 0)
+    ("eta(eta=1)", ([F(3, 4), F(1, 4)], [F(7, 8), F(1, 8)]), "chain:1", F(1, 4)),
     # the margin log 3 = 1.099 < 1.2: the runner-up is always accepted, the law is q
     ("mars(margin=1.2)", HALF, "chain:1", F(1, 2)),
     # regret log 3 <= budget 2, <= rate 2 times the value 1: the law is q
@@ -255,7 +271,7 @@ def test_fly_moves_the_first_token_by_its_closed_form():
 @pytest.mark.parametrize("name,spec", [("fly(theta=0,window=3)", "chain:3"), ("mars(margin=0)", "iid:2,2"),
                                        ("asd(budget=0)", "chain:3"), ("asd(rate=0)", "chain:3"),
                                        ("asd(count=0)", "chain:3"), ("ensemble(weight=1)", "iid:2,2"),
-                                       ("lenience(lenience=1)", "iid:2,2"), ("minp(ratio=1)", "iid:2,2")])
+                                       ("lenience(lenience=1)", "iid:2,2")])
 def test_the_lossless_limits_are_exactly_lossless(name, spec):
     problem = exact_problem(3, 2 if spec.startswith("iid") else 3, 9)
     result = analyze(problem, parse_tree(spec), get_verifier(name))
@@ -302,7 +318,8 @@ def test_a_lossy_rule_put_inside_all_is_refused_on_one_line(monkeypatch, tmp_pat
                                         ("asd(count=-1)", "whole number"), ("asd(budget=inf)", "asd's budget"),
                                         ("ensemble(weight=0)", r"\(0, 1\]"), ("lenience(lenience=1.5)", r"\(0, 1\]"),
                                         ("minp(ratio=0)", r"\(0, 1\]"), ("eta(eta=2)", r"\(0, 1\]"),
-                                        ("eta(delta=1)", "takes eta="), ("ensemble(weight=x)", "must be a number")])
+                                        ("eta(gamma=1)", "takes eta= and delta="),
+                                        ("ensemble(weight=x)", "must be a number")])
 def test_bad_parameters_are_one_line_errors(name, match):
     with pytest.raises(UnknownVerifierError, match=match) as caught:
         get_verifier(name)

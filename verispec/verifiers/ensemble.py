@@ -8,9 +8,14 @@ norm((v - q)+) = norm((p - q)+). The bonus token after the last accepted draft c
 at that position). At a node with drafts the output token therefore has law v exactly: its total variation from
 p is (1 - w) TV(p, q), and w = 1 is the lossless rule.
 
-Read: the PR's description (the blend, the acceptance ratio, w in (0, 1], default off). Reconstructed: the bonus
-token from p and, on several i.i.d. drafts, the residual chain of SpecInfer started at v (the PR covers one
-draft path); the PR's "Proposition 1" (Pareto optimality) cites a paper not read here.
+It is the "collaborative" verification CoS-WE of Zhou et al. 2026 ("Revisiting Lossy Verification in Speculative
+Decoding", arXiv 2607.26627, Sec. 3.1: coin (w p(x) + (1 - w) q(x)) / q(x) clipped at 1, induced law w p + (1 - w) q),
+whose code (github.com/ZhouYuxuanYX/Fast-HSD, fast_hsd/core/collaborative_verification.py) was read.
+
+Read: the PR's description (the blend, the acceptance ratio, w in (0, 1], default off) and the code above.
+Reconstructed: the bonus token from p and, on several i.i.d. drafts, the residual chain of SpecInfer started at v
+(the PR and the paper verify one draft path); the PR's "Proposition 1" (Pareto optimality) cites a paper not read
+here.
 """
 
 from __future__ import annotations

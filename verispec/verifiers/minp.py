@@ -1,35 +1,37 @@
-"""The min-p rule ("Revisiting Lossy Verification", arXiv 2607.26627; min-p sampling: Nguyen et al. 2024, arXiv
-2407.01082): lossy by design.
+"""The min-p rule, truncation-based verification with the min-p allowed set (SpecCascade's rule as Zhou et al. 2026,
+"Revisiting Lossy Verification in Speculative Decoding", arXiv 2607.26627, Sec. 3.2, Eq. 3, classify it; min-p
+sampling: Nguyen et al. 2024, arXiv 2407.01082): lossy by design.
 
-Token-level verification (recursive rejection sampling on i.i.d. children) whose native rejection of a draft x is
-overridden, the draft accepted, when x lies strictly inside the target's min-p set: p(x) > m max_v p(v). m = 1 empties
-the set and is the lossless rule; smaller m accepts more of the tokens the target finds plausible.
+A draft x is accepted iff it lies in the target's min-p set A = {v : p(v) >= m max p}, with no coin; the drafts of
+a node are read in order and the first inside A is accepted; none is: the token comes from p restricted to A,
+renormalised (min-p sampling of the target). m -> 0 accepts every draft (the draft's law); m = 1 keeps only the most
+likely tokens (greedy). There is no lossless setting: the accepted tokens follow q inside A, which is the paper's
+pitfall (the "yield" of Eq. 9 is q-shaped, not p-shaped).
 
-Reconstructed: arXiv 2607.26627 could not be read here (no stored text, abstract or thread). The form, a native
-rejection overridden inside a truncation set of p, is the one the engines' ports of FLy (vLLM #53987) and ASD
-(transformers #48636) take; the strict inequality (so that m = 1 is lossless) is verispec's choice.
+Read: the paper's abstract and the authors' code (github.com/ZhouYuxuanYX/Fast-HSD: fast_hsd/core/
+truncation_verification.py, the allowed set p(v) >= p_base max p and the acceptance iff x lies in it; its sweep
+{0.1, 0.3, 0.5, 0.7, 0.9}). Reconstructed: the token after a rejection. The code says only "no residual resampling";
+verispec samples the truncated target there (what the paper's "true truncation sampling baseline" samples), and the
+bonus token after the last accepted draft from p, as for every rule of the walk.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from verispec.verifiers.relaxed import RelaxedRule, TruncationSolver, checked_number
 
-from verispec.verifiers.relaxed import RelaxedRejectionSolver, RelaxedRule, checked_number
-
-DEFAULT_RATIO = 0.1
+DEFAULT_RATIO = 0.3
 
 
-class MinPSolver(RelaxedRejectionSolver):
+class MinPSolver(TruncationSolver):
     name = "minp"
-    summary = "min-p rule: a rejected draft is accepted anyway when p(x) > m max p"
-    citation = "Revisiting Lossy Verification, arXiv 2607.26627 (2026); min-p: Nguyen et al. 2024, arXiv 2407.01082"
+    summary = "min-p rule: accept a draft iff p(x) >= m max p; else sample p restricted to that set"
+    citation = "Zhou et al. 2026, arXiv 2607.26627, Sec. 3.2 (SpecCascade); min-p: Nguyen et al. 2024, arXiv 2407.01082"
 
     def __init__(self, ratio: float = DEFAULT_RATIO):
         self.ratio = checked_number("minp", "ratio", ratio, 0.0, 1.0)
 
-    def overrides(self, p_host, children):
-        drafted = np.take_along_axis(p_host, children, axis=-1)          # [N, m]
-        return drafted > self.ratio * p_host.max(axis=-1, keepdims=True)
+    def allowed(self, p_host):
+        return p_host >= self.ratio * p_host.max(axis=-1, keepdims=True)
 
 
 class MinPVerifier(RelaxedRule):

@@ -1,16 +1,20 @@
 """What the lossy-by-design rules of 2025-26 share (issue 67, item 3): recursive rejection sampling with hooks a
-lossy rule changes, the wrapper that makes a node rule with parameters a registered verifier, and the checks of
-their parameters.
+lossy rule changes, truncation-based verification, the wrapper that makes a node rule with parameters a registered
+verifier, and the checks of their parameters.
 
 Recursive rejection sampling (SpecInfer, Miao et al. 2024, arXiv 2305.09781, Alg. 2; on one child the token-level
 rule of Leviathan et al. 2023, arXiv 2211.17192, Alg. 1) tests drafts x_1..x_m in order: r_1 = p, accept x_j with
 probability min(1, r_j(x_j) / q(x_j)), else r_(j+1) = norm((r_j - q)+); every draft rejected: emit Y ~ r_(m+1).
-The lossy rules priced here change it in one of three places, each a hook of ``RelaxedRejectionSolver``:
+"Collaborative" lossy rules (the classification of arXiv 2607.26627) change it in one of three places, each a hook
+of ``RelaxedRejectionSolver``:
 
 - ``verified(p, q)``: the law the coins test instead of p (static ensemble verification: w p + (1 - w) q);
-- ``scale``: the coins read min(1, r_j(x) / (l q(x))) and the residual norm((r_j - l q)+) (lenience l);
+- ``scale``: the coins read min(1, r_j(x) / (l q(x))), the residuals unchanged (lenience l);
 - ``overrides(p, children)``: a native rejection of draft j is overridden, the draft accepted, when a condition on
-  the target's law holds (min-p, eta, MARS's margin).
+  the target's law holds (MARS's margin).
+
+"Truncation-based" rules (``TruncationSolver``) test no coin: a draft is accepted iff it lies in an allowed set of
+the target's law (min-p, eta), and when every draft is rejected the token comes from p restricted to that set.
 
 Decisions that read p through logs, sorts or thresholds are taken on float64 host values in every mode (as
 ``typical`` does), so float and exact mode take the same decisions; the coins and laws are exact in exact mode.
@@ -26,7 +30,7 @@ import numpy as np
 from verispec import backend
 from verispec.errors import UnknownVerifierError
 from verispec.simulator.chooser import Chooser
-from verispec.simulator.distributions import ratio_min_one, weighted_residual
+from verispec.simulator.distributions import normalize, ratio_min_one, residual
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import NodeSolver
 from verispec.verifiers.tree_walk import TopDownVerifier
@@ -78,7 +82,7 @@ class RelaxedRejectionSolver(NodeSolver):
     """Recursive rejection sampling with the hooks of the module docstring; with none changed it is SpecInfer."""
 
     valid_for = RELAXED_DRAFTS
-    #: The lenience l of the coins min(1, r(x) / (l q(x))) and residuals norm((r - l q)+); 1 is SpecInfer.
+    #: The lenience l of the coins min(1, r(x) / (l q(x))); 1 is SpecInfer.
     scale: float = 1.0
 
     def verified(self, p, q):
@@ -89,10 +93,6 @@ class RelaxedRejectionSolver(NodeSolver):
         """Whether a native rejection of each draft is overridden, [N, m] host booleans (never, by default), from
         p [N, V] and the child lists [N, m] on the host."""
         return np.zeros(children.shape, dtype=bool)
-
-    def _residual(self, r, q):
-        return weighted_residual(1 / number_like(self.scale, r), r, q) if self.scale != 1 else \
-            weighted_residual(1, r, q)
 
     def _coin(self, r_value, q_value, like):
         return ratio_min_one(r_value, number_like(self.scale, like) * q_value)
@@ -109,7 +109,7 @@ class RelaxedRejectionSolver(NodeSolver):
             accept = backend.where(forced[:, j], backend.one(native), native)
             law = backend.add_to_tokens(law, token, live * accept)
             live = live * (1 - accept)
-            r = self._residual(r, q)
+            r = residual(r, q)
         return law + live[:, None] * r
 
     def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
@@ -120,8 +120,43 @@ class RelaxedRejectionSolver(NodeSolver):
                 return token
             if forced[j]:  # the native rejection overridden: the draft is accepted anyway
                 return token
-            current = self._residual(current[None], q[None])[0]
+            current = residual(current[None], q[None])[0]
         return chooser.categorical(current)
+
+
+class TruncationSolver(NodeSolver):
+    """Truncation-based verification (arXiv 2607.26627's family of SpecCascade and Medusa's typical acceptance): the
+    drafts x_1..x_m are read in order and the first in the allowed set A(p) is accepted, no coin; none is: Y from p
+    restricted to A(p), renormalised. A subclass gives ``allowed``."""
+
+    valid_for = RELAXED_DRAFTS
+
+    def allowed(self, p_host: np.ndarray) -> np.ndarray:
+        """The allowed set of each row of p [N, V] (float64 host), [N, V] booleans."""
+        raise NotImplementedError
+
+    def _allowed(self, p) -> np.ndarray:
+        kept = self.allowed(host(p))
+        return kept | ~kept.any(axis=-1, keepdims=True)  # never empty: then every token
+
+    def output_laws(self, p, q, children):
+        kept = self._allowed(p)                                                   # [N, V] host
+        inside = mask_like(np.take_along_axis(kept, backend.to_numpy(children), axis=-1), p)  # [N, m]
+        live = backend.ones(p.shape[:-1], p)                      # P(drafts 1..j-1 all outside A), [N]
+        law = backend.zeros(p.shape, p)
+        for j in range(children.shape[1]):
+            accept = backend.where(inside[:, j], live, backend.zero(live))
+            law = backend.add_to_tokens(law, children[:, j], accept)
+            live = live - accept
+        truncated = normalize(backend.where(mask_like(kept, p), p, backend.zero(p)))  # [N, V]
+        return law + live[:, None] * truncated
+
+    def sample(self, p, q, children: tuple[int, ...], chooser: Chooser) -> int:
+        kept = self._allowed(p[None])[0]
+        for token in children:
+            if kept[token]:
+                return token
+        return chooser.categorical(normalize(backend.where(kept, p, backend.zero(p))))
 
 
 class RelaxedRule(TopDownVerifier):
@@ -145,5 +180,5 @@ class RelaxedRule(TopDownVerifier):
                                               self.defaults)
 
 
-__all__ = ["RELAXED_DRAFTS", "RelaxedRejectionSolver", "RelaxedRule", "checked_number", "host", "mask_like",
-           "number_like", "parametrised_name"]
+__all__ = ["RELAXED_DRAFTS", "RelaxedRejectionSolver", "RelaxedRule", "TruncationSolver", "checked_number", "host",
+           "mask_like", "number_like", "parametrised_name"]
