@@ -4,8 +4,8 @@ design, on a single draft path.
 Token-level verification of x_1..x_K (accept x_i with probability min(1, p_i(x_i) / q_i(x_i)), p_i and q_i the laws at
 x_i's parent) in which a native rejection at position i is overridden, x_i accepted, when all of these hold:
 
-- the entropy of the target's top-3 probabilities at position i (renormalised, in nats) is at least ``theta``: the
-  target is undecided there rather than confidently disagreeing;
+- the target's top-3 entropy at position i, -sum of p log p over its three most likely tokens (in nats, not
+  renormalised), is at least ``theta``: the target is undecided there rather than confidently disagreeing;
 - p_i(x_i) > 0, and a full window fits: i + W <= K (``window`` W);
 - the next W positions are all accepted natively (their own coins), which is FLy's deferred check that the target
   agrees with the continuation.
@@ -14,12 +14,16 @@ The window's positions are then accepted and verification goes on at position i 
 at x_i's parent and resamples from norm((p_i - q_i)+). Every draft accepted: the bonus token from p at the leaf. A
 window longer than K - 1 drafts, or theta above log 3, never overrides: the lossless rule.
 
-Read: vLLM PR #53987 and its predecessor #50808 (the three conditions above, "top-3 entropy", the window of native
-acceptance decisions, default window 6, refused there when the window is not shorter than the draft) and the paper's
-abstract (an entropy-level gate and a token-level deferred window). Reconstructed: the top-3 entropy as the entropy
-of the three largest probabilities renormalised (the PR says "top-3 entropy"), and the default threshold (the PR's
-default was not readable; verispec takes 0.5 nats). verispec's default window is 2, since its exact problems have
-short drafts and vLLM's 6 needs at least 7.
+Read: vLLM PR #53987 and its predecessor #50808 (the three conditions above, the window of native acceptance
+decisions, default window 6, refused there when the window is not shorter than the draft), the paper's abstract
+(an entropy-level gate and a token-level deferred window) and the authors' code (AMD-AGI/FLy, fly/models/FLy.py:
+``calculate_topk_entropy`` with k = 3 on the full log-softmax, the gate ``entropy >= threshold``, and the window as
+the acceptance pattern (rejected, accepted x W) over the native decisions). Differences kept as the vLLM port has
+them: the authors' sampled verification accepts a draft when it equals one of two target samples (the port uses
+rejection sampling, as here), and their code lets no position of the last W + 1 be overridden (one position more
+than "a full window fits", which is the port's wording and verispec's). Reconstructed: the default threshold (not
+readable; verispec takes 0.5 nats). verispec's default window is 2, since its exact problems have short drafts and
+vLLM's 6 needs at least 7.
 """
 
 from __future__ import annotations
@@ -42,11 +46,11 @@ TOP = 3
 
 
 def top_entropy(p_host: np.ndarray, top: int = TOP) -> np.ndarray:
-    """The entropy in nats of the ``top`` largest entries of each row of p [..., V], renormalised -> [...]."""
+    """-sum of p log p over the ``top`` largest entries of each row of p [..., V], in nats (not renormalised, as
+    FLy's ``calculate_topk_entropy``) -> [...]."""
     largest = -np.sort(-p_host, axis=-1)[..., :top]
-    share = largest / largest.sum(axis=-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(share > 0, -share * np.log(share), 0.0).sum(axis=-1)
+        return np.where(largest > 0, -largest * np.log(largest), 0.0).sum(axis=-1)
 
 
 def fly_gates(p_host: np.ndarray, tokens: np.ndarray, theta: float, window: int) -> np.ndarray:
