@@ -325,3 +325,35 @@ def test_bad_parameters_are_one_line_errors(name, match):
     with pytest.raises(UnknownVerifierError, match=match) as caught:
         get_verifier(name)
     assert "\n" not in str(caught.value)
+
+
+# ---- experiments/lossy_rules.py ----
+
+def test_the_experiment_prices_every_setting_against_the_lossless_rule(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "experiments" / "lossy_rules.py"
+    spec = importlib.util.spec_from_file_location("lossy_rules", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "lossy.json"
+    assert module.main(["--seeds", "2", "--vocab", "3", "--out", str(out)]) == 0
+    trees = json.loads(out.read_text())["by_vocab"]["3"]["trees"]
+    problems = [random_problem(3, 3, seed, divergence=0.5) for seed in range(2)]
+    row = trees["chain:3"]["settings"]["ensemble(weight=0.8)"]
+    tvs = [float(analyze(problem, parse_tree("chain:3"), get_verifier("ensemble(weight=0.8)")).tv_distance)
+           for problem in problems]
+    assert row["tv_mean"] == pytest.approx(sum(tvs) / 2, abs=1e-12) and row["tv_max"] == pytest.approx(max(tvs))
+    for tree in trees.values():
+        settings = tree["settings"]
+        for name, entry in settings.items():  # the frontier, recomputed: nothing (the lossless rule too) dominates
+            points = [(other["tv_mean"], other["ratio_mean"]) for key, other in settings.items() if key != name]
+            dominated = any(tv <= entry["tv_mean"] and ratio >= entry["ratio_mean"]
+                            and (tv < entry["tv_mean"] or ratio > entry["ratio_mean"])
+                            for tv, ratio in points + [(0.0, 1.0)])
+            assert entry["frontier"] == (not dominated), name
+    assert "fly(theta=0,window=1)" in trees["chain:3"]["settings"] and "fly" not in str(trees["iid:2,2"]["settings"])
+    # negative control: min-p at m = 0.9 is slower than the lossless rule and lossy, so dominated by it
+    assert not trees["chain:3"]["settings"]["minp(ratio=0.9)"]["frontier"]
