@@ -29,7 +29,7 @@ DEFAULT_WEIGHT = 0.5
 class EnsembleSolver(RelaxedRejectionSolver):
     name = "ensemble"
     summary = "static ensemble verification: verify the drafts against w p + (1 - w) q"
-    citation = "transformers PR #45979 (2026), assistant_ensemble_weight; token-level rule of arXiv 2211.17192"
+    citation = "transformers PR #45979 (2026), assistant_ensemble_weight; CoS-WE of Zhou et al. 2026, arXiv 2607.26627"
 
     def __init__(self, weight: float = DEFAULT_WEIGHT):
         self.weight = checked_number("ensemble", "weight", weight, 0.0, 1.0)
