@@ -194,7 +194,9 @@ def main(argv=None) -> int:
                       "latency_kernels": {name: kernels_of(latency) for name, latency in latencies.items()},
                       **selector_decoding.plan_parameters(setup, args.dataset, args.selector)}
         parameters.update(store_key(pair))
-        store = ResultStore(args.output, parameters={k: v for k, v in parameters.items() if k != "latency"},
+        # the rows do not depend on the models judged against them: another --latency rejudges the same rows
+        store = ResultStore(args.output, parameters={k: v for k, v in parameters.items()
+                                                     if k not in ("latency", "latency_kernels")},
                             overwrite=args.overwrite)
     except VerispecError as error:
         print(f"bench_latency_model: error: {error}", file=sys.stderr)
