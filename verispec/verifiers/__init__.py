@@ -18,6 +18,7 @@ from verispec.verifiers.gbv import GreedyBlockVerifier
 from verispec.verifiers.globalres import GlobalResolutionSolver
 from verispec.verifiers.greedy import GreedySolver
 from verispec.verifiers.khisti import KhistiSolver
+from verispec.verifiers.layer import LAYER_PREFIX, lifted
 from verispec.verifiers.lenience import LenienceVerifier
 from verispec.verifiers.mars import MarsVerifier
 from verispec.verifiers.minp import MinPVerifier
@@ -119,6 +120,8 @@ def get_verifier(name: str) -> Verifier:
         return LOSSY_BY_DESIGN[name]
     if takes_parameters(name):
         return with_parameters(name)
+    if name.startswith(LAYER_PREFIX):  # Layer Verification lifting a single-step rule: lv:globalres
+        return lifted(name, REGISTRY)
     if ":" in name:
         return load_verifier(name)
     raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))}; lossy by "
@@ -138,7 +141,7 @@ def lossless_rules() -> list[str]:
 
 def is_registered(name: str) -> bool:
     """Whether ``name`` names a rule of the registry, with or without parameters, rather than a user's rule."""
-    return name in REGISTRY or name in LOSSY_BY_DESIGN or takes_parameters(name)
+    return name in REGISTRY or name in LOSSY_BY_DESIGN or takes_parameters(name) or name.startswith(LAYER_PREFIX)
 
 
 def takes_parameters(name: str) -> bool:
