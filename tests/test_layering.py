@@ -50,7 +50,7 @@ LAYERS = [{f"verispec.{name}" if name else "verispec" for name in layer} for lay
 #: Modules of the simulator in flow order; a module may import only modules listed before it.
 SIMULATOR_FLOW = [
     "distributions", "ranking", "slots", "chooser", "problems", "generators", "expansion", "problem_files",
-    "deterministic", "trees", "prefix_tables", "selection", "drafters", "own_law_drafters", "tree_specs",
+    "deterministic", "trees", "prefix_tables", "selection", "drafters", "own_law_drafters", "ddtree", "tree_specs",
     "interfaces", "laws", "slot_enumeration", "topology", "dp", "fast_enumeration", "engine", "certified",
 ]
 

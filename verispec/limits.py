@@ -14,7 +14,8 @@ METHODS = ("auto", "closed-form", "enumerate", "dp", "dp-metrics", "fast-enumera
 #: One form per tree kind (the text before the colon names the kind), in the order --help and
 #: ``verispec.simulator.tree_specs.TREE_KINDS`` list them.
 TREE_FORMS = ("chain:L", "iid:K,L", "delayed:K,L1,L2", "branch:b1,b2,...", "branch-iid:b1,b2,...", "hub",
-              "hub-tree:L", "greedy:K", "greedy-tree:K,L", "dyspec:N", "argmax-chain:L", "topk-chain:k,L")
+              "hub-tree:L", "greedy:K", "greedy-tree:K,L", "dyspec:N", "argmax-chain:L", "topk-chain:k,L",
+              "ddtree:B,L")
 
 #: Execution backends of grid builds (``verispec.study.executor.execute``; --backend of sweep, report and
 #: selector dataset).

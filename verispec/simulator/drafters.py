@@ -67,6 +67,9 @@ class DraftLaw(enum.StrEnum):
     #: One path whose tokens are drawn from q(.|prefix) restricted to its k best tokens and renormalised, while
     #: the verifier is handed the unfiltered q.
     TOPK_PATH = "one path drawn from top-k filtered q (unfiltered q handed)"
+    #: One tree that is a function of the draft's laws, drawn with probability one (DDTree's best-first tree of
+    #: ``verispec.simulator.ddtree``): its children are no draws from the q its nodes hand the verifier.
+    DETERMINISTIC = "one deterministic tree (no draws)"
 
 
 #: A single path satisfies these laws: one i.i.d. draw is one draw without replacement, one path is K = 1

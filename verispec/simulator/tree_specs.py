@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from verispec.errors import UnknownTreeError, describe
 from verispec.limits import MAX_TREE_PARAMETER, TREE_FORMS
+from verispec.simulator.ddtree import DDTreeDrafter
 from verispec.simulator.drafters import (
     ArgmaxChainDrafter,
     BranchingDrafter,
@@ -61,6 +62,7 @@ _FACTORIES: dict[str, Callable[[str], Drafter]] = {
     "dyspec": lambda text: DySpecDrafter(*_ints("dyspec", text, ("N",))),
     "argmax-chain": lambda text: ArgmaxChainDrafter(*_ints("argmax-chain", text, ("L",))),
     "topk-chain": lambda text: TopKChainDrafter(*reversed(_ints("topk-chain", text, ("K", "L")))),
+    "ddtree": lambda text: DDTreeDrafter(*_ints("ddtree", text, ("B", "L"))),
 }
 
 #: Each tree kind (the text before the colon) -> its form and drafter, in the order of ``verispec.limits.TREE_FORMS``
