@@ -332,3 +332,26 @@ def test_the_last_blocks_draft_no_deeper_than_the_tokens_left_and_keep_the_law(p
                                   law_for_drafting=Sampling(1.0, top_k=1).probabilities).run(CONTEXT, 2)
 
     assert exact_binomial_test(_two_token_counts(filtered, 3 * RUNS), law).rejected
+
+
+def test_the_drafts_catch_up_computes_only_the_roots_output_row(pair, monkeypatch):
+    """The draft's catch-up forward feeds every token it has not seen, but a static decoder reads q at the root
+    only: the output layer runs on that one row (at V = 151,936 a row of it is a large part of a small draft's
+    forward on a CPU). Every extension of the draft that feeds more than one token in a chain (a catch-up) asks for
+    the last row alone, while tree levels (siblings) get every row; the catch-ups of several tokens do occur."""
+    from verispec.models.tree_forward import CachedModel
+
+    calls = []
+    extend = CachedModel.extend
+
+    def recording(self, tokens, parents, **options):
+        if self.model is pair.draft:
+            calls.append((len(tokens), list(parents), options.get("last_only", False)))
+        return extend(self, tokens, parents, **options)
+
+    monkeypatch.setattr(CachedModel, "extend", recording)
+    for seed in range(6):
+        generate(pair, CONTEXT, "chain:3", "naive", 12, Sampling(1.0, top_k=3), seed=seed, stop_at_eos=False)
+    catch_ups = [call for call in calls if call[1] and call[1][0] == -1]  # fed from the committed end
+    assert catch_ups and all(last_only for _, _, last_only in catch_ups)
+    assert any(count > 1 for count, _, _ in catch_ups)  # some catch-up fed the accepted leaf and the bonus token

@@ -399,10 +399,12 @@ class SpeculativeDecoder:
                                        f"{USER_RULE_CALL_SECONDS:g} s per block in decoding)")
 
     def _catch_up(self, draft: CachedModel, state: _Sequence):
-        """Feed the draft every token it has not seen (the root last) in one forward: logits [u, V] and, for a
-        policy that reads them, hidden states [u, H]."""
+        """Feed the draft every token it has not seen (the root last) in one forward: logits [u, V] ([1, V], the
+        root's, unless the policy reads q before it) and, for a policy that reads them, hidden states [u, H]."""
         unseen = state.draft_unseen
-        logits = draft.extend(unseen, list(range(-1, len(unseen) - 1)))
+        # only the root's row of the output layer, unless the policy reads q before the root (at V = 151,936 a row
+        # of the output layer is a large part of a small draft's forward on a CPU)
+        logits = draft.extend(unseen, list(range(-1, len(unseen) - 1)), last_only=not self.needs_draft)
         return logits, (draft.last_hidden if self.needs_hidden else None)
 
     def _choose(self, state: _Sequence, caught_up) -> tuple[int, Any]:

@@ -41,8 +41,7 @@ class GlobalResolutionSolver(TwoStepSolver):
     tests hold the two derivations to each other)."""
 
     name = "globalres"
-    summary = ("Global Resolution: the OT-optimal Luce choice among a node's drafts from two convex programs, in "
-               "Khisti's two-step frame (lossless for any weights)")
+    summary = "Global Resolution: the OT-optimal Luce choice among a node's drafts, in Khisti's two-step frame"
     citation = "Thomas & Pal 2026, arXiv 2511.15898, ICLR 2026"
     valid_for = frozenset({DraftLaw.IID_CHILDREN})
 

@@ -186,8 +186,7 @@ def _exact_lp_variables(q: np.ndarray, num_drafts: int) -> int:
 
 class KhistiSolver(TwoStepSolver):
     valid_for = frozenset({DraftLaw.IID_CHILDREN})
-    summary = ("two-step importance sampling; optimal weights (by max flow) when small, the truncated pairwise LP "
-               "(s = 5) otherwise")
+    summary = "two-step importance sampling (optimal weights when small, a truncated LP otherwise)"
     citation = ("Khisti et al. 2025, arXiv 2410.18234: Thm. 1 for the optimal weights, Sec. 4 and App. I for the "
                 "truncated scheme")
 

@@ -499,8 +499,8 @@ MAX_SPLIT_WORK = 1 << 22
 
 class PositionSharingBlockVerifier(Verifier):
     name = "psbv"
-    summary = ("position-sharing block verification: the path with the smallest of K random positions (each node's "
-               "split most nearly proportional to p), then block verification with its law")
+    summary = ("position-sharing block verification: the path with the smallest of K random positions, verified as a "
+               "block")
     citation = "verispec, docs/guides/rules_2025_26.md; block verification of Sun et al. 2024, arXiv 2403.10444"
     valid_for = frozenset({DraftLaw.ROOT_IID_PATHS, DraftLaw.TRUNK_IID_PATHS})
     #: The selection treats the K paths alike and the verification reads only the selected path: any order of the
