@@ -128,7 +128,8 @@ def test_installed_console_script():
 
 
 TREE_KIND_EXAMPLES = ["chain:2", "iid:2,2", "delayed:2,1,1", "branch:2,1", "branch-iid:2,1", "hub", "hub-tree:2",
-                      "greedy:2", "greedy-tree:2,2", "dyspec:3", "argmax-chain:2", "topk-chain:2,2"]
+                      "greedy:2", "greedy-tree:2,2", "dyspec:3", "argmax-chain:2", "topk-chain:2,2",
+                      "ddtree:3,2"]
 
 
 def test_every_tree_kind_has_an_example():
