@@ -48,7 +48,7 @@ SAME_SHAPE = {("greedy-tree:2,2", 3): ("branch-iid:2,2", "branch:2,2"),
               ("greedy-tree:2,2", 4): ("branch-iid:2,2", "branch:2,2")}
 #: The greedy drafter's estimate of its outcomes counts K^L nodes with V choices each (each node's last draft has
 #: only V - K + 1); these cells are small (at most 2,187 outcomes), so the LP is built with raised limits.
-LIMITS = {"limit": 10 ** 12, "max_nonzeros": 10 ** 12}
+LIMITS = {"limit": 10 ** 15, "max_nonzeros": 10 ** 15}  # greedy-tree:4,2 at V = 5 is estimated at 10^14 nonzeros
 
 
 def claimed_acceptance(problem, paths: int, depth: int):
