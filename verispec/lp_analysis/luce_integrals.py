@@ -61,6 +61,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verispec.native import series
+
 #: Trapezoid step in s = log t (relative discretisation error below 1e-15; see the module docstring).
 STEP = 0.25
 #: Clusters per quadrature step: cluster width eta = STEP / REFINE in log weight.
@@ -148,8 +150,12 @@ class Expansion:
         self.flat = tables.reshape(nodes.size, terms * self.size)                             # [T, terms C]
         self.centres = (self.first + np.arange(self.size)) * CLUSTER_WIDTH
 
-    def locate(self, log_weight: np.ndarray) -> Located:
-        """The cluster of each log weight (which must lie in [lower, upper]) and its eps."""
+    def locate(self, log_weight: np.ndarray, slot: str | None = None) -> Located:
+        """The cluster of each log weight (which must lie in [lower, upper]) and its eps (on the compiled route in
+        this thread's buffers ``slot`` when given: valid until the next locate with that slot)."""
+        found = series.locate(log_weight, 1 / CLUSTER_WIDTH, self.first, self.centres, slot)  # one compiled pass
+        if found is not None:
+            return Located(*found)
         # in place where it can be: a fresh [n] array costs its page faults again on this kind of machine
         scaled = np.multiply(log_weight, 1 / CLUSTER_WIDTH)
         index = np.rint(scaled, out=scaled).astype(np.int64)
@@ -161,12 +167,14 @@ class Expansion:
 
     def sums(self, located: Located, mass: np.ndarray, terms: int) -> np.ndarray:
         """sum_x mass_x e^(-t_l w_x) at every node [T]."""
-        power = np.array(mass, dtype=np.float64)
-        moments = np.empty((terms, self.size))
-        for k in range(terms):
-            moments[k] = np.bincount(located.index, power, minlength=self.size)
-            if k + 1 < terms:
-                power *= located.eps
+        moments = series.moments(located.index, located.eps, mass, self.size, terms)  # one compiled pass
+        if moments is None:
+            power = np.array(mass, dtype=np.float64)
+            moments = np.empty((terms, self.size))
+            for k in range(terms):
+                moments[k] = np.bincount(located.index, power, minlength=self.size)
+                if k + 1 < terms:
+                    power *= located.eps
         total = np.zeros(self.nodes.size)
         for k in range(terms):
             total += self.flat[:, k * self.size:(k + 1) * self.size] @ moments[k]
@@ -179,6 +187,9 @@ class Expansion:
     @staticmethod
     def evaluate(coefficients: np.ndarray, located: Located, derivative: bool = False):
         """sum_k eps^k B[index, k] per token, and its derivative in log w when asked."""
+        found = series.evaluate(coefficients, located.index, located.eps, derivative)  # one compiled pass
+        if found is not None:
+            return found
         terms = coefficients.shape[1]
         columns = np.ascontiguousarray(coefficients.T)  # [terms, C]: one take per term, not a 2-D gather
         index, eps = located.index, located.eps
@@ -195,6 +206,21 @@ class Expansion:
             np.add(eps, 1, out=term)
             slope *= term
         return (value, slope) if derivative else value
+
+    @staticmethod
+    def chosen(coefficients: np.ndarray, located: Located, weight: np.ndarray, drafts: int, low: float,
+               slot: str | None = None) -> np.ndarray:
+        """Phi(w) = lo + K w sum_k eps^k B[index, k] per token (``weight`` = w [n]; on the compiled route in this
+        thread's buffer ``slot`` when given)."""
+        found = series.evaluate(coefficients, located.index, located.eps, weight=weight, factor=drafts, low=low,
+                                slot=slot)
+        if found is not None:
+            return found
+        value = Expansion.evaluate(coefficients, located)
+        value *= weight
+        value *= drafts
+        value += low
+        return value
 
 
 def positive_binomial_tail(fixed: float, free: np.ndarray, power: int) -> np.ndarray:

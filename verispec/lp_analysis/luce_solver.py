@@ -24,6 +24,7 @@ from verispec.lp_analysis.luce_integrals import (
     Expansion,
     Nodes,
 )
+from verispec.native import series
 
 #: Lower bound on the inner exponents of the enumerated programs (a target of 1e-300 still has a weight above it).
 LOWEST_EXPONENT = -700.0
@@ -192,7 +193,7 @@ def _solve_in_range(system: ChoiceSystem, y: np.ndarray, bin_y: np.ndarray, bin_
         u = steps.token_log_weights(point_u, point_du)
         counted = system.mass.copy()
         counted[tokens.tiny] = 0.0
-        measured = steps.expansion.sums(steps.expansion.locate(u), counted, SOLVE_TERMS) + steps.tiny_mass
+        measured = steps.expansion.sums(steps.expansion.locate(u, "tokens"), counted, SOLVE_TERMS) + steps.tiny_mass
         steps.correction = measured - compressed
         point_u, point_du, compressed = steps.settle(point_u)
     # 3. p_I for the weights used, from their own G
@@ -204,18 +205,22 @@ def _solve_binned(system: ChoiceSystem, y: np.ndarray) -> tuple[np.ndarray, np.n
     when they are few), the convex program solved on them; (logit, log weight, q mass) of the bins [B], in
     increasing logit."""
     b, mass, count = system.reject, system.mass, len(system.mass)
-    clipped = np.clip(y, -60.0, 60.0)
-    if count <= BINS:
-        bin_of = np.arange(count)
+    binned = series.bin_measure(y, mass, system.target, BINS) if count > BINS else None  # one compiled pass
+    if binned is not None:
+        bin_q, bin_p = binned
     else:
-        bottom, top = float(clipped.min()), float(clipped.max())
-        scale = BINS / (top - bottom) if top > bottom else 0.0
-        clipped -= bottom
-        clipped *= scale
-        bin_of = clipped.astype(np.int64)
-        np.minimum(bin_of, BINS - 1, out=bin_of)
-    bin_q = np.bincount(bin_of, mass)
-    bin_p = np.bincount(bin_of, system.target)
+        clipped = np.clip(y, -60.0, 60.0)
+        if count <= BINS:
+            bin_of = np.arange(count)
+        else:
+            bottom, top = float(clipped.min()), float(clipped.max())
+            scale = BINS / (top - bottom) if top > bottom else 0.0
+            clipped -= bottom
+            clipped *= scale
+            bin_of = clipped.astype(np.int64)
+            np.minimum(bin_of, BINS - 1, out=bin_of)
+        bin_q = np.bincount(bin_of, mass)
+        bin_p = np.bincount(bin_of, system.target)
     used = bin_q > 0
     bin_q, bin_p = bin_q[used], bin_p[used]
     bin_y = np.clip(system.logit(bin_p / bin_q), -60.0, 60.0)
@@ -322,31 +327,52 @@ class _Tokens:
 def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_value: float) -> _Tokens:
     """Sort the tokens of logit ``y`` [n] into closed-form tiny ones (inner), capped ones, and the rest solved at
     points in y (``_Tokens``); ``zero_value`` is the binned kernel's J(0)."""
-    K, b, mass, count = system.drafts, system.reject, system.mass, len(system.mass)
-    if b:
-        tiny = y < negligible + math.log(K * zero_value / (system.high - system.low)) - 1.0
-    else:
-        tiny = np.zeros(count, dtype=bool)
-    capped_high = np.isposinf(y)
-    if not b:  # the outer token of largest ratio has weight 1 (see solve_system)
-        capped_high |= system.ratio == system.ratio.max()
-    capped_low = np.isneginf(y) & ~tiny
-    solved_mask = ~(tiny | capped_high | capped_low)
-    tiny, capped_high, capped_low, solved = (np.flatnonzero(mask) for mask in (tiny, capped_high, capped_low,
-                                                                               solved_mask))
+    K, b, mass = system.drafts, system.reject, system.mass
+    tiny_below = negligible + math.log(K * zero_value / (system.high - system.low)) - 1.0 if b else -math.inf
+    # the outer token of largest ratio has weight 1 (see solve_system)
+    ratio_top = None if b else float(system.ratio.max())
+    # one compiled pass, into buffers reused by the next system's (a _Tokens lives for one _solve_in_range)
+    classes = series.token_classes(y, system.ratio, mass, tiny_below, ratio_top, HEAVY_MASS, "classes")
+    tiny, capped_high, capped_low, solved, candidates = classes or _token_classes(system, y, tiny_below, ratio_top)
     if len(solved) <= GRID_POINTS:
         return _Tokens(tiny, capped_high, capped_low, solved, True, y.take(solved), mass.take(solved))
     # a heavy token carried to the grid puts its interpolation error, times its mass, into G: the chord steps then
     # stall (a draft token of mass 0.72 left G 5e-4 off and 2e-5 of acceptance); it gets a point of its own
-    candidates = np.flatnonzero(solved_mask & (mass >= HEAVY_MASS))
     if len(candidates) > HEAVY_POINTS:
         candidates = np.sort(candidates[np.argpartition(-mass[candidates], HEAVY_POINTS - 1)[:HEAVY_POINTS]])
-    solved_mask[candidates] = False
-    light = np.flatnonzero(solved_mask)  # not empty: more than GRID_POINTS solved, at most HEAVY_POINTS heavy
-    light_y, light_mass = y.take(light), mass.take(light)
+    keep = np.ones(len(solved), dtype=bool)
+    keep[np.searchsorted(solved, candidates)] = False
+    light = solved.compress(keep)  # not empty: more than GRID_POINTS solved, at most HEAVY_POINTS heavy
+    light_y = y.take(light)
     bottom, top = float(light_y.min()), float(light_y.max())
     grid_step = max(GRID_STEP, (top - bottom) / (GRID_POINTS - 4))
     points = bottom - grid_step + grid_step * np.arange(math.ceil((top - bottom) / grid_step) + 3)
+    found = series.grid_carry(y, mass, light, points, grid_step, "carry")  # one compiled pass, else numpy's
+    cell, theta, moments = found if found is not None else _carry(light_y, mass.take(light), points, grid_step)
+    # cubic Lagrange weights on points k-1..k+2 carry the tokens' mass: from the cell moments sum q theta^j
+    carried = np.zeros(len(points))
+    for shift, row in zip((-1, 0, 1, 2), LAGRANGE):
+        carried[1 + shift: len(points) - 2 + shift] += sum(c * m for c, m in zip(row, moments))[1:-2]
+    return _Tokens(tiny, capped_high, capped_low, solved, False, np.concatenate([points, y.take(candidates)]),
+                   np.concatenate([carried, mass.take(candidates)]), grid_step, light, candidates, len(points), cell,
+                   theta)
+
+
+def _token_classes(system: ChoiceSystem, y: np.ndarray, tiny_below: float, ratio_top: float | None):
+    """The numpy route of ``series.token_classes``: (tiny, capped high, capped low, solved, heavy candidates)."""
+    tiny = y < tiny_below
+    capped_high = np.isposinf(y)
+    if ratio_top is not None:
+        capped_high |= system.ratio == ratio_top
+    capped_low = np.isneginf(y) & ~tiny
+    solved = ~(tiny | capped_high | capped_low)
+    return tuple(np.flatnonzero(mask) for mask in (tiny, capped_high, capped_low, solved,
+                                                   solved & (system.mass >= HEAVY_MASS)))
+
+
+def _carry(light_y: np.ndarray, light_mass: np.ndarray, points: np.ndarray, grid_step: float):
+    """The numpy route of ``series.grid_carry``: each light token's grid cell and theta [light], and the cell
+    moments sum q theta^j (j < 4) [4, P] that the cubic Lagrange weights carry to the points."""
     # (in place where it can be: a fresh [n] array costs its page faults again on this kind of machine)
     scratch = np.subtract(light_y, points[0])
     scratch /= grid_step
@@ -357,16 +383,10 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
     theta /= grid_step
     square = theta * theta
     cube = square * theta
-    # cubic Lagrange weights on points k-1..k+2 carry the tokens' mass: from the cell moments sum q theta^j
     moments = [np.bincount(cell, light_mass, minlength=len(points))]
     moments += [np.bincount(cell, np.multiply(light_mass, power, out=scratch), minlength=len(points))
                 for power in (theta, square, cube)]
-    carried = np.zeros(len(points))
-    for shift, row in zip((-1, 0, 1, 2), LAGRANGE):
-        carried[1 + shift: len(points) - 2 + shift] += sum(c * m for c, m in zip(row, moments))[1:-2]
-    return _Tokens(tiny, capped_high, capped_low, solved, False, np.concatenate([points, y.take(candidates)]),
-                   np.concatenate([carried, mass.take(candidates)]), grid_step, light, candidates, len(points), cell,
-                   theta)
+    return cell, theta, np.array(moments)
 
 
 class _ChordSteps:
@@ -438,11 +458,12 @@ class _ChordSteps:
             cubic = np.zeros(grid)
             square[:-1] = 3 * rise - 2 * slope[:-1] - slope[1:]
             cubic[:-1] = slope[:-1] + slope[1:] - 2 * rise
-            light_u, term = cubic.take(cell), np.empty(len(cell))  # Horner, in place
-            for coefficient in (square, slope, point_u):
-                light_u *= theta
-                light_u += coefficient.take(cell, out=term)
-            u[tokens.light] = light_u
+            if not series.hermite(cubic, square, slope, point_u, cell, theta, tokens.light, u):  # else numpy's
+                light_u, term = cubic.take(cell), np.empty(len(cell))  # Horner, in place
+                for coefficient in (square, slope, point_u):
+                    light_u *= theta
+                    light_u += coefficient.take(cell, out=term)
+                u[tokens.light] = light_u
             u[tokens.heavy] = point_u[grid:]
             np.clip(u, self.lower, self.upper, out=u)
         u[tokens.tiny] = self.lower  # their G terms are their mass; their weights are set from the final G
@@ -501,7 +522,7 @@ def _chosen_law(system: ChoiceSystem, steps: _ChordSteps, u: np.ndarray) -> Syst
                                               steps.expansion)
     every = len(tokens.solved) == len(mass)  # usually all of them are solved: no copies, no scatter
     solved_u = u if every else u.take(tokens.solved)
-    located = expansion.locate(solved_u)
+    located = expansion.locate(solved_u, "tokens")  # reused buffers: dead once this law is out
     held_u, _ = tokens.held(mass, steps.lower, steps.upper)
     held_located = expansion.locate(held_u)
     final = expansion.sums(located, mass if every else mass.take(tokens.solved), TERMS) + steps.held \
@@ -509,10 +530,7 @@ def _chosen_law(system: ChoiceSystem, steps: _ChordSteps, u: np.ndarray) -> Syst
     kernel = system.kernel(nodes, final)
     coefficients = expansion.coefficients(kernel, TERMS)
     solved_w, held_w = np.exp(solved_u), np.exp(held_u)
-    value = expansion.evaluate(coefficients, located)
-    value *= solved_w
-    value *= K
-    value += low
+    value = expansion.chosen(coefficients, located, solved_w, K, low, "chosen")
     if every:
         weights, chosen = solved_w, value
     else:

@@ -157,20 +157,25 @@ def _write_atomically(path: Path, content: bytes) -> None:
             os.unlink(temporary)
 
 
-def cache_entry(compiler: str, folder: Path) -> tuple[str, Path]:
+def cache_entry(compiler: str, folder: Path, source: Path | None = None,
+                flags: tuple | None = None) -> tuple[str, Path]:
     """(the key of a build of this source, these flags, this compiler's version and this CPU; the library's path
-    under ``folder``, its record beside it with the suffix .json)."""
+    under ``folder``, its record beside it with the suffix .json). ``source`` and ``flags``: SOURCE and FLAGS (as
+    they are when called) unless given."""
+    source, flags = source or SOURCE, flags or FLAGS
     version = _run_bounded([compiler, "--version"], VERSION_TIMEOUT_S).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version, platform.machine(),
+    key = hashlib.sha256("\0".join([source.read_text(), *flags, version, platform.machine(),
                                     _cpu_identity()]).encode()).hexdigest()
-    return key, folder / f"kernels-{key[:16]}.so"
+    return key, folder / f"{source.stem}-{key[:16]}.so"
 
 
-def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, bytes, bool]:
+def _build(compiler: str, folder: Path, *, again: bool = False, source: Path | None = None,
+           flags: tuple | None = None) -> tuple[Path, bytes, bool]:
     """(the compiled kernels' path under ``folder``, their bytes, whether they were compiled now): compiled there
     unless a build of this source, these flags, this compiler and this CPU is there and matches its record
     (``again``: compiled even so, replacing it). The library is renamed into place, then its record written."""
-    key, target = cache_entry(compiler, folder)
+    source, flags = source or SOURCE, flags or FLAGS
+    key, target = cache_entry(compiler, folder, source, flags)
     content = None if again else _recorded(target, key)
     if content is not None:
         return target, content, False
@@ -179,7 +184,7 @@ def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, b
     handle, temporary = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(handle)
     try:
-        result = _run_bounded([compiler, *FLAGS, "-o", temporary, str(SOURCE), "-lm"], COMPILE_TIMEOUT_S)
+        result = _run_bounded([compiler, *flags, "-o", temporary, str(source), "-lm"], COMPILE_TIMEOUT_S)
         if result.returncode:
             message = (result.stderr.strip().splitlines() or ["no message"])[-1]
             raise OSError(f"{Path(compiler).name} failed ({message})")
@@ -190,13 +195,13 @@ def _build(compiler: str, folder: Path, *, again: bool = False) -> tuple[Path, b
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
-    record = {"key": key, "sha256": hashlib.sha256(content).hexdigest(), "compiler": compiler, "flags": FLAGS,
-              "source_sha256": hashlib.sha256(SOURCE.read_bytes()).hexdigest()}
+    record = {"key": key, "sha256": hashlib.sha256(content).hexdigest(), "compiler": compiler, "flags": flags,
+              "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
     _write_atomically(target.with_suffix(".json"), json.dumps(record).encode())
     return target, content, True
 
 
-def _bind_checked(content: bytes, folder: Path) -> dict:
+def _bind_checked(content: bytes, folder: Path, bind=None) -> dict:
     """Bind the library whose bytes were checked, from a private copy of them (mode 0600, removed once mapped):
     nothing swapped into the cache after the check is loaded, and a process that found a damaged library under
     the cache's name never maps it."""
@@ -204,7 +209,7 @@ def _bind_checked(content: bytes, folder: Path) -> dict:
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(content)
-        return _bind(Path(private))
+        return (bind or _bind)(Path(private))
     finally:
         with contextlib.suppress(OSError):
             os.unlink(private)
@@ -264,33 +269,38 @@ def _self_check(kernels: dict) -> None:
 _OFF, _ON = ("0", "off", "false", "no"), ("", "1", "on", "true", "yes")
 
 
-def _load(compiler: str) -> tuple[dict, Path, str]:
-    """Build (or find and verify), bind and check the kernels: (them, their path, a note on a rebuild). A cached
-    build that fails its check though it matches its record (copied from another machine) is compiled again once."""
+def _load(compiler: str, source: Path | None = None, flags: tuple | None = None, bind=None,
+          check=None) -> tuple[dict, Path, str]:
+    """Build (or find and verify), bind and check the kernels of ``source`` (``bind`` and ``check``: this module's
+    ``_bind`` and ``_self_check`` unless given): (them, their path, a note on a rebuild). A cached build that fails
+    its check though it matches its record (copied from another machine) is compiled again once."""
     from verispec.io import cache_root
 
-    folder = cache_root() / "kernels"
-    path, content, compiled = _build(compiler, folder)
+    folder, check = cache_root() / "kernels", check or _self_check
+    path, content, compiled = _build(compiler, folder, source=source, flags=flags)
     note = "" if not compiled or not _replaced.get(path) else \
         " (compiled again: the cached library did not match the sha256 recorded when it was built)"
     try:
-        kernels = _bind_checked(content, folder)
-        _self_check(kernels)
+        kernels = _bind_checked(content, folder, bind)
+        check(kernels)
     except OSError as error:
         if compiled:
             raise
-        path, content, _ = _build(compiler, folder, again=True)
-        kernels = _bind_checked(content, folder)
-        _self_check(kernels)
+        path, content, _ = _build(compiler, folder, again=True, source=source, flags=flags)
+        kernels = _bind_checked(content, folder, bind)
+        check(kernels)
         note = f" (compiled again: the cached build failed its check: {error})"
     return kernels, path, note
 
 
-def _library() -> dict | None:
-    """The bound kernels, or None (with the reason in ``kernel_status``); built and checked once a process."""
+def _library(name: str = "kernels", source: Path | None = None, flags: tuple | None = None, bind=None,
+             check=None) -> dict | None:
+    """The bound kernels of ``source`` (kept under ``name``), or None (with the reason in ``kernel_status``); built
+    and checked once a process."""
+    status_name = "status" if name == "kernels" else f"{name}_status"
     with _lock:
-        if "kernels" in _loaded:
-            return _loaded["kernels"]
+        if name in _loaded:
+            return _loaded[name]
         kernels, status = None, None
         setting = os.environ.get("VERISPEC_KERNELS", "1").strip().lower()
         compiler, missing = _compiler()
@@ -303,11 +313,11 @@ def _library() -> dict | None:
             status = f"numpy and torch routes: {missing}"
         else:
             try:
-                kernels, path, note = _load(compiler)
+                kernels, path, note = _load(compiler, source, flags, bind, check)
                 status = f"compiled kernels {path}{note}"
             except (OSError, subprocess.SubprocessError, AttributeError) as error:
                 kernels, status = None, f"numpy and torch routes: the compiled kernels are not usable ({error})"
-        _loaded.update(kernels=kernels, status=status)
+        _loaded.update({name: kernels, status_name: status})
         return kernels
 
 

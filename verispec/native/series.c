@@ -1,0 +1,162 @@
+/* Global Resolution's passes over the vocabulary (verispec.lp_analysis.luce_integrals and luce_solver), fused: one
+ * loop over the tokens where the numpy route takes one pass a term.
+ *
+ * verispec.native.series compiles this file like kernels.c but WITHOUT -ffast-math's reassociation and WITH
+ * -ffp-contract=off: every token's arithmetic is the numpy route's, operation for operation (the same products,
+ * sums in the same order; the cluster and cell sums accumulate in token order as np.bincount does),
+ * so the two routes agree to the last bit and the solver's decisions (Newton and chord step counts) do not move.
+ *
+ * verispec_series_locate: the cluster of each log weight u, index = clip(rint(u * scale) - first, 0, size - 1),
+ *   and its offset u - centre[index] (the caller takes eps = expm1(offset) with numpy's expm1, whose SIMD
+ *   implementation differs from libm's in the last bit on some CPUs).
+ * verispec_series_moments: moments[k, c] += mass eps^k (k < terms) into `moments` [terms, size] (zeroed by the
+ *   caller), in token order.
+ * verispec_series_evaluate: value = sum_k eps^k B[index, k] by Horner (B [size, terms], one row a cluster), and
+ *   its derivative in log w, (eps + 1) d/deps, when `slope` is not NULL; then value = low + factor * weight * value
+ *   when `weight` is not NULL (the chosen law q Phi(w) / q of the final pass).
+ * verispec_grid_carry: the light tokens' grid cell k = clip(trunc((y - origin) / step), 1, points - 3), their
+ *   theta = (y - point_k) / step and the cell moments sum q theta^j (j < 4) into `moments` [4, points] (zeroed).
+ * verispec_hermite: u[light_i] = ((c3_k theta + c2_k) theta + s_k) theta + u_k at each light token's cell k. */
+#include <math.h>
+#include <stdint.h>
+
+void verispec_series_locate(const double *restrict u, int64_t n, double scale, int64_t first, int64_t size,
+                            const double *restrict centres, int64_t *restrict index, double *restrict offset) {
+    for (int64_t i = 0; i < n; i++) {
+        double r = rint(u[i] * scale);
+        r = r >= -4e18 ? (r <= 4e18 ? r : 4e18) : -4e18; /* NaN and infinities: clipped to an end, as numpy does */
+        int64_t c = (int64_t)r - first;
+        c = c < 0 ? 0 : (c > size - 1 ? size - 1 : c);
+        index[i] = c;
+        offset[i] = u[i] - centres[c];
+    }
+}
+
+void verispec_series_moments(const int64_t *restrict index, const double *restrict eps,
+                             const double *restrict mass, int64_t n, int64_t size, int64_t terms,
+                             double *restrict moments) {
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = index[i];
+        const double e = eps[i];
+        double power = mass[i];
+        for (int64_t k = 0; k < terms; k++) {
+            moments[k * size + c] += power;
+            power *= e;
+        }
+    }
+}
+
+void verispec_series_evaluate(const double *restrict coefficients, int64_t terms, const int64_t *restrict index,
+                              const double *restrict eps, int64_t n, double *restrict value, double *restrict slope,
+                              const double *restrict weight, double factor, double low) {
+    for (int64_t i = 0; i < n; i++) {
+        const double *row = coefficients + index[i] * terms;
+        const double e = eps[i];
+        double v = row[terms - 1], s = 0.0;
+        for (int64_t k = terms - 2; k >= 0; k--) {
+            if (slope) {
+                s *= e;
+                s += v;
+            }
+            v *= e;
+            v += row[k];
+        }
+        if (slope) slope[i] = s * (e + 1.0);
+        if (weight) {
+            v *= weight[i];
+            v *= factor;
+            v += low;
+        }
+        value[i] = v;
+    }
+}
+
+void verispec_grid_carry(const double *restrict y, const double *restrict mass, const int64_t *restrict light,
+                         int64_t n, const double *restrict points, int64_t count, double step,
+                         int64_t *restrict cell, double *restrict theta, double *restrict moments) {
+    const double origin = points[0];
+    for (int64_t i = 0; i < n; i++) {
+        const double yi = y[light[i]], qi = mass[light[i]];
+        double scaled = yi - origin;
+        scaled /= step;
+        int64_t k = (int64_t)scaled;
+        k = k < 1 ? 1 : (k > count - 3 ? count - 3 : k);
+        double t = yi - points[k];
+        t /= step;
+        const double square = t * t, cube = square * t;
+        cell[i] = k;
+        theta[i] = t;
+        moments[k] += qi;
+        moments[count + k] += qi * t;
+        moments[2 * count + k] += qi * square;
+        moments[3 * count + k] += qi * cube;
+    }
+}
+
+void verispec_hermite(const double *restrict cubic, const double *restrict square, const double *restrict slope,
+                      const double *restrict point_u, const int64_t *restrict cell, const double *restrict theta,
+                      const int64_t *restrict light, int64_t n, double *restrict u) {
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t k = cell[i];
+        const double t = theta[i];
+        double v = cubic[k];
+        v *= t;
+        v += square[k];
+        v *= t;
+        v += slope[k];
+        v *= t;
+        v += point_u[k];
+        u[light[i]] = v;
+    }
+}
+
+/* Global Resolution's token classes (luce_solver._place_tokens): tiny (y < tiny_below), capped high (y = +inf, or
+ * ratio = ratio_top when use_top), capped low (y = -inf and not tiny), solved (none of these) and, among the solved,
+ * the heavy candidates (mass >= heavy); each written as increasing token indices, their counts in counts[5]. */
+void verispec_token_classes(const double *restrict y, const double *restrict ratio, const double *restrict mass,
+                            int64_t n, double tiny_below, int64_t use_top, double ratio_top, double heavy,
+                            int64_t *restrict tiny, int64_t *restrict high, int64_t *restrict low,
+                            int64_t *restrict solved, int64_t *restrict candidates, int64_t *restrict counts) {
+    int64_t nt = 0, nh = 0, nl = 0, ns = 0, nc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = y[i];
+        const int is_tiny = v < tiny_below;
+        const int is_high = v == INFINITY || (use_top && ratio[i] == ratio_top);
+        const int is_low = v == -INFINITY && !is_tiny;
+        tiny[nt] = i;
+        nt += is_tiny;
+        high[nh] = i;
+        nh += is_high;
+        low[nl] = i;
+        nl += is_low;
+        const int is_solved = !(is_tiny | is_high | is_low);
+        solved[ns] = i;
+        ns += is_solved;
+        candidates[nc] = i;
+        nc += is_solved && mass[i] >= heavy;
+    }
+    counts[0] = nt; counts[1] = nh; counts[2] = nl; counts[3] = ns; counts[4] = nc;
+}
+
+/* The binned program's measure (luce_solver._solve_binned): y clipped to [-60, 60], its bin
+ * min(trunc((y - bottom) * scale), bins - 1) with bottom and scale from the clipped range (scale 0 when it is one
+ * point), and the q and p mass of each bin summed in token order into bin_q, bin_p [bins] (zeroed). */
+void verispec_bin_measure(const double *restrict y, const double *restrict mass, const double *restrict target,
+                          int64_t n, int64_t bins, double *restrict bin_q, double *restrict bin_p) {
+    double bottom = INFINITY, top = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = y[i] > -60.0 ? (y[i] < 60.0 ? y[i] : 60.0) : -60.0;
+        bottom = v < bottom ? v : bottom;
+        top = v > top ? v : top;
+    }
+    const double scale = top > bottom ? (double)bins / (top - bottom) : 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = y[i] > -60.0 ? (y[i] < 60.0 ? y[i] : 60.0) : -60.0;
+        v -= bottom;
+        v *= scale;
+        int64_t b = (int64_t)v;
+        b = b < bins - 1 ? b : bins - 1;
+        bin_q[b] += mass[i];
+        bin_p[b] += target[i];
+    }
+}

@@ -1,0 +1,271 @@
+"""Global Resolution's passes over the vocabulary as compiled loops (``series.c``): the cluster series of
+``verispec.lp_analysis.luce_integrals`` (each token's cluster and eps, the cluster moments sum q eps^k and the
+evaluation sum_k eps^k B[c, k]) and the grid's carrying and Hermite interpolation of ``luce_solver``, one loop over
+the tokens each where the numpy route makes one pass a term (11 terms in the final law: 11 bincounts and 11 gathers
+over V = 151,936 tokens).
+
+Built like ``verispec.native``'s kernels (compiled on first use, digest-named in the cache, its bytes checked
+against their record before they are loaded) but with ``SERIES_FLAGS``: no reassociation and no contraction into
+fused multiply-adds, so each token's arithmetic is the numpy route's operation for operation and the sums accumulate
+in token order as ``np.bincount`` does. The two routes then agree to the last bit (the self-check demands it on
+seeded inputs before the library is used, and the tests hold both routes to it), and the solver's decisions
+(Newton steps, chord rounds) are the same on either route. Each function returns None when the library is not
+usable or the kernels are off in this thread (``verispec.native.kernels_off``): the caller takes its numpy route."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+from verispec import native
+
+SERIES_SOURCE = Path(__file__).with_name("series.c")
+SERIES_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared")
+
+
+def _bind(path: Path) -> dict:
+    library = ctypes.CDLL(str(path))
+    address, size, real = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
+    functions = {
+        "locate": ([address, size, real, size, size, address, address, address], library.verispec_series_locate),
+        "moments": ([address, address, address, size, size, size, address], library.verispec_series_moments),
+        "evaluate": ([address, size, address, address, size, address, address, address, real, real],
+                     library.verispec_series_evaluate),
+        "carry": ([address, address, address, size, address, size, real, address, address, address],
+                  library.verispec_grid_carry),
+        "hermite": ([address] * 7 + [size, address], library.verispec_hermite),
+        "classes": ([address, address, address, size, real, size, real, real] + [address] * 6,
+                    library.verispec_token_classes),
+        "bins": ([address, address, address, size, size, address, address], library.verispec_bin_measure),
+    }
+    for argtypes, function in functions.values():
+        function.argtypes, function.restype = argtypes, None
+    return {name: function for name, (_, function) in functions.items()}
+
+
+def _buffer(slot: str | None, count: int, dtype=np.float64) -> np.ndarray:
+    """[count] of this thread's buffer named ``slot`` (grown as needed), or a new array when ``slot`` is None. On
+    this kind of machine a fresh 1.2 MB array costs about 1.2 ms of page faults when it is first written, several
+    times the kernel that fills it (a cluster locate at V = 151,936: 2.6 ms into new arrays, 0.2 ms into reused
+    ones); a caller passes a slot only for an output that is dead before its next call with that slot."""
+    if slot is None:
+        return np.empty(count, dtype)
+    arena = getattr(native._workspace, "series_arena", None)
+    if arena is None:
+        arena = native._workspace.series_arena = {}
+    held = arena.get((slot, np.dtype(dtype).char))
+    if held is None or len(held) < count:
+        held = arena[(slot, np.dtype(dtype).char)] = np.empty(max(count, 1), dtype)
+    return held[:count]
+
+
+def _at(array) -> int | None:
+    return None if array is None else array.ctypes.data
+
+
+def _doubles(array) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.float64)
+
+
+def _indices(array) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def _run_locate(library, u, scale, first, centres, slot=None):
+    u = _doubles(u)
+    index, eps = _buffer(slot and slot + ".index", len(u), np.int64), _buffer(slot and slot + ".eps", len(u))
+    library["locate"](_at(u), len(u), scale, first, len(centres), _at(_doubles(centres)), _at(index), _at(eps))
+    return index, np.expm1(eps, out=eps)  # numpy's expm1 (SIMD on some CPUs), as the numpy route takes it
+
+
+def _run_moments(library, index, eps, mass, size, terms):
+    index, eps, mass = _indices(index), _doubles(eps), _doubles(mass)
+    moments = np.zeros((terms, size))
+    library["moments"](_at(index), _at(eps), _at(mass), len(index), size, terms, _at(moments))
+    return moments
+
+
+def _run_evaluate(library, coefficients, index, eps, derivative, weight, factor, low, slot=None):
+    coefficients, index, eps = _doubles(coefficients), _indices(index), _doubles(eps)
+    value = _buffer(slot, len(index))
+    slope = np.empty(len(index)) if derivative else None
+    weight = None if weight is None else _doubles(weight)
+    library["evaluate"](_at(coefficients), coefficients.shape[1], _at(index), _at(eps), len(index), _at(value),
+                        _at(slope), _at(weight), float(factor), float(low))
+    return (value, slope) if derivative else value
+
+
+def _run_carry(library, y, mass, light, points, step, slot=None):
+    y, mass, light, points = _doubles(y), _doubles(mass), _indices(light), _doubles(points)
+    cell, theta = _buffer(slot and slot + ".cell", len(light), np.int64), _buffer(slot and slot + ".theta", len(light))
+    moments = np.zeros((4, len(points)))
+    library["carry"](_at(y), _at(mass), _at(light), len(light), _at(points), len(points), float(step), _at(cell),
+                     _at(theta), _at(moments))
+    return cell, theta, moments
+
+
+def _run_hermite(library, cubic, square, slope, point_u, cell, theta, light, u):
+    arrays = [_doubles(a) for a in (cubic, square, slope, point_u)] + [_indices(cell), _doubles(theta),
+                                                                       _indices(light)]
+    library["hermite"](*(_at(a) for a in arrays), len(arrays[-1]), _at(u))
+
+
+def _run_classes(library, y, ratio, mass, tiny_below, ratio_top, heavy, slot=None):
+    y, ratio, mass = _doubles(y), _doubles(ratio), _doubles(mass)
+    lists = [_buffer(slot and f"{slot}.{part}", len(y), np.int64) for part in range(5)]
+    counts = np.zeros(5, np.int64)
+    library["classes"](_at(y), _at(ratio), _at(mass), len(y), float(tiny_below), ratio_top is not None,
+                       float(ratio_top or 0.0), float(heavy), *(_at(row) for row in lists), _at(counts))
+    return tuple(row[:count] for row, count in zip(lists, counts.tolist()))
+
+
+def _run_bins(library, y, mass, target, bins):
+    y, mass, target = _doubles(y), _doubles(mass), _doubles(target)
+    bin_q, bin_p = np.zeros(bins), np.zeros(bins)
+    library["bins"](_at(y), _at(mass), _at(target), len(y), bins, _at(bin_q), _at(bin_p))
+    return bin_q, bin_p
+
+
+def _check_classes(library, rng) -> dict:
+    """The token classes and the binned measure against numpy on seeded logits with infinities and ties."""
+    y = rng.uniform(-80.0, 80.0, 300)
+    y[rng.integers(0, 300, 30)] = np.inf
+    y[rng.integers(0, 300, 30)] = -np.inf
+    ratio, mass = rng.integers(0, 5, 300) / 4, rng.random(300) * 1e-4
+    tiny = y < -50.0
+    high = np.isposinf(y) | (ratio == ratio.max())
+    low = np.isneginf(y) & ~tiny
+    solved = ~(tiny | high | low)
+    expected = [np.flatnonzero(mask) for mask in (tiny, high, low, solved, solved & (mass >= 5e-5))]
+    got = _run_classes(library, y, ratio, mass, -50.0, float(ratio.max()), 5e-5)
+    clipped = np.clip(y, -60.0, 60.0)
+    bottom, top = float(clipped.min()), float(clipped.max())
+    clipped -= bottom
+    clipped *= 48 / (top - bottom)
+    bin_of = np.minimum(clipped.astype(np.int64), 47)
+    binned = _run_bins(library, y, mass, mass * ratio, 48)
+    return {"token classes": (np.concatenate(got), np.concatenate(expected)),
+            "binned measure": (np.array(binned), np.array([np.bincount(bin_of, mass, minlength=48),
+                                                           np.bincount(bin_of, mass * ratio, minlength=48)]))}
+
+
+def _self_check(library: dict) -> None:
+    """Every kernel against its numpy twin on seeded inputs (ties of cluster, clipped ends, zero masses), to the
+    last bit; an OSError names the first disagreement."""
+    rng = np.random.default_rng(7)
+    u = np.concatenate([rng.uniform(-3.0, 2.0, 600), [-50.0, 50.0, 0.03125, -0.09375]])
+    mass = rng.random(len(u)) * (rng.random(len(u)) > 0.1)
+    first, size, scale = -50, 85, 16.0
+    centres = (first + np.arange(size)) / scale
+    index = np.clip(np.rint(u * scale).astype(np.int64) - first, 0, size - 1)
+    eps = np.expm1(u - centres.take(index))
+    moments = np.empty((5, size))
+    power = mass.copy()
+    for k in range(5):
+        moments[k] = np.bincount(index, power, minlength=size)
+        power *= eps
+    got_index, got_eps = _run_locate(library, u, scale, first, centres)
+    got = _run_moments(library, index, eps, mass, size, 5)
+    coefficients = rng.standard_normal((size, 5))
+    value, slope = coefficients[index, 4], np.zeros(len(u))
+    for k in range(3, -1, -1):
+        slope = slope * eps + value
+        value = value * eps + coefficients[index, k]
+    slope = slope * (eps + 1)
+    weight = rng.random(len(u))
+    found = _run_evaluate(library, coefficients, index, eps, True, None, 1.0, 0.0)
+    scaled = _run_evaluate(library, coefficients, index, eps, False, weight, 3, 0.25)
+    checks = {"cluster index": (got_index, index), "eps": (got_eps, eps), "moments": (got, moments),
+              "value": (found[0], value), "slope": (found[1], slope),
+              "scaled value": (scaled, value * weight * 3 + 0.25)}
+    points = -2.0 + 0.1 * np.arange(40)
+    light = np.flatnonzero(rng.random(len(u)) > 0.3)
+    y = rng.uniform(-1.95, 1.75, len(u))
+    cell = np.clip(((y.take(light) - points[0]) / 0.1).astype(np.int64), 1, 37)
+    theta = (y.take(light) - points.take(cell)) / 0.1
+    carried = [np.bincount(cell, mass.take(light) * power, minlength=40) for power in (1.0, theta, theta * theta,
+                                                                                       theta * theta * theta)]
+    carried[0] = np.bincount(cell, mass.take(light), minlength=40)
+    got_cell, got_theta, got_carried = _run_carry(library, y, mass, light, points, 0.1)
+    parts = [rng.standard_normal(40) for _ in range(4)]
+    interpolated = np.zeros(len(u))
+    _run_hermite(library, *parts, cell, theta, light, interpolated)
+    expected = np.zeros(len(u))
+    expected[light] = ((parts[0][cell] * theta + parts[1][cell]) * theta + parts[2][cell]) * theta + parts[3][cell]
+    checks.update({"grid cell": (got_cell, cell), "theta": (got_theta, theta), "carried": (got_carried,
+                                                                                           np.array(carried)),
+                   "Hermite": (interpolated, expected)})
+    checks.update(_check_classes(library, rng))
+    for name, (got_values, wanted) in checks.items():
+        if not np.array_equal(got_values, wanted):
+            raise OSError(f"the series kernel's {name} differs from numpy's (largest gap "
+                          f"{float(np.abs(np.asarray(got_values, float) - wanted).max())!r})")
+
+
+def library() -> dict | None:
+    """The bound series kernels, or None (not usable: ``status``; or off in this thread: ``kernels_off``)."""
+    if getattr(native._workspace, "off", False):
+        return None
+    return native._library("series", SERIES_SOURCE, SERIES_FLAGS, _bind, _self_check)
+
+
+def status() -> str:
+    """Which route Global Resolution's token passes take in this process, and why."""
+    native._library("series", SERIES_SOURCE, SERIES_FLAGS, _bind, _self_check)
+    return str(native._loaded["series_status"])
+
+
+def locate(u, scale: float, first: int, centres, slot: str | None = None):
+    """(cluster index [n] int64, eps [n]) of log weights ``u`` [n] (in this thread's buffers ``slot`` when given),
+    or None on the numpy route."""
+    found = library()
+    return None if found is None else _run_locate(found, u, scale, first, centres, slot)
+
+
+def moments(index, eps, mass, size: int, terms: int):
+    """The cluster moments sum mass eps^k [terms, C] of located tokens (``locate``), or None on the numpy route."""
+    found = library()
+    return None if found is None else _run_moments(found, index, eps, mass, size, terms)
+
+
+def evaluate(coefficients, index, eps, derivative: bool = False, weight=None, factor: float = 1.0, low: float = 0.0,
+             slot: str | None = None):
+    """sum_k eps^k B[index, k] (B = ``coefficients`` [C, terms]) and its slope in log w when asked; with ``weight``
+    low + factor weight value (in this thread's buffer ``slot`` when given); None on the numpy route."""
+    found = library()
+    return None if found is None else _run_evaluate(found, coefficients, index, eps, derivative, weight, factor, low,
+                                                    slot)
+
+
+def grid_carry(y, mass, light, points, step: float, slot: str | None = None):
+    """(cell [light], theta [light], the cell moments sum q theta^j [4, P]) of tokens ``light`` on the grid
+    ``points`` [P] (cell and theta in this thread's buffers ``slot`` when given); None on the numpy route."""
+    found = library()
+    return None if found is None else _run_carry(found, y, mass, light, points, step, slot)
+
+
+def hermite(cubic, square, slope, point_u, cell, theta, light, u: np.ndarray) -> bool:
+    """u[light] = the cubic of each light token's cell at its theta (``u`` float64, written in place); False on the
+    numpy route."""
+    found = library()
+    if found is None:
+        return False
+    _run_hermite(found, cubic, square, slope, point_u, cell, theta, light, u)
+    return True
+
+
+def token_classes(y, ratio, mass, tiny_below: float, ratio_top: float | None, heavy: float, slot: str | None = None):
+    """Index arrays (tiny, capped high, capped low, solved, heavy candidates) of ``luce_solver._place_tokens``'s
+    classes from one pass (``ratio_top``: the outer system's largest ratio, held at weight 1; None in the inner
+    one; in this thread's buffers ``slot`` when given); None on the numpy route."""
+    found = library()
+    return None if found is None else _run_classes(found, y, ratio, mass, tiny_below, ratio_top, heavy, slot)
+
+
+def bin_measure(y, mass, target, bins: int):
+    """The q and p mass [bins] of ``luce_solver._solve_binned``'s bins of the clipped logits ``y``; None on the
+    numpy route."""
+    found = library()
+    return None if found is None else _run_bins(found, y, mass, target, bins)
