@@ -287,8 +287,8 @@ class Resolution:
     drafted      [V] bool   q > 0 (a token the draft law can give)
     inner        [V] bool   H*
     weights      [V]        the Luce weight of each token: e^(a) outside H* (the largest 1), e^(b) inside (0 where
-                            p = 0); floats, or Fractions in exact mode (the float solution rounded), since the
-                            rule's law is computed from them
+                            p = 0); floats, or Fractions in exact mode (the float solution: outer weights as
+                            they are, inner ones rounded to 10^-15), since the rule's law is computed from them
     intermediate [V]        p_I, the exact law of the chosen token for these weights (total 1 - P(reject))
     method       str        "enumeration" (sums over multisets) or "integrals" (``luce_integrals``)
     """
@@ -301,17 +301,11 @@ class Resolution:
 
     def choice(self, row_children: np.ndarray) -> list[tuple[int, object]]:
         """[(vocabulary id, probability)] of the chosen token for one row of drafts [K] (each distinct token once,
-        weighing its count times its weight); the reject mass is what the probabilities leave of 1."""
+        weighing its count times its weight; ``row_choice``); the reject mass is what the probabilities leave of 1."""
         tokens = [int(token) for token in row_children]
         if not all(self.drafted[token] for token in tokens):
             raise ValueError("a drafted token the draft law gives no mass to")
-        outer = [token for token in tokens if not self.inner[token]]
-        pool, reject = (outer, 0) if outer else (tokens, 1)
-        total = sum((self.weights[token] for token in pool), reject * (self.weights[tokens[0]] * 0 + 1))
-        counts: dict[int, int] = {}
-        for token in pool:
-            counts[token] = counts.get(token, 0) + 1
-        return [(token, count * self.weights[token] / total) for token, count in counts.items()]
+        return row_choice(tokens, self.weights, self.inner)
 
     def sample(self, children, chooser):
         """The chosen token for one row of drafts, or None when the rule rejects (``chooser`` decides)."""
@@ -335,10 +329,7 @@ class Resolution:
         children = np.asarray(children, dtype=np.int64)
         if not self.drafted[children].all():
             raise ValueError("a drafted token the draft law gives no mass to")
-        outer = ~self.inner[children]                                   # [R, K]
-        outer_row = outer.any(axis=1)                                   # [R]
-        pick = np.where(outer_row[:, None], self.weights[children] * outer, self.weights[children])
-        total = pick.sum(axis=1) + np.where(outer_row, 0.0, 1.0)        # reject weight 1 in inner rows
+        pick, total = pool_weights(self.weights[children], ~self.inner[children])  # [R, K], [R]
         out = np.zeros((rows, size))
         np.add.at(out, (np.repeat(np.arange(rows), children.shape[1]), children.ravel()),
                   (pick / total[:, None]).ravel())
@@ -402,8 +393,10 @@ def _resolve_by_enumeration(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Re
     weights = np.where(eligible, np.exp(exponents), 0.0)
     probability = sets.probability
     if exact:
-        weights = np.array([Fraction(float(w)).limit_denominator(10**15) if w else Fraction(0) for w in weights],
-                           dtype=object)
+        # an outer weight is kept as the float it is (a dyadic rational): rounded to 10^-15, weights below 5e-16
+        # would become 0 and their ratios, which decide an outer tuple's choice, would be lost
+        weights = np.array([Fraction(float(w)) if not inside else Fraction(float(w)).limit_denominator(10**15)
+                            for w, inside in zip(weights, inner)], dtype=object)
         probability = Multisets.of(support_q, num_drafts).probability
     chosen = _marginals(sets.counts, probability, weights, inner, sets.positions)  # [m]
     vocabulary_weights = np.array([zero] * len(p), dtype=object) if exact else np.zeros(len(p))
@@ -425,23 +418,50 @@ def _marginals(counts: np.ndarray, probability: np.ndarray, weights: np.ndarray,
         size = len(weights)
         positions = draw_positions(counts) if positions is None else positions
         outer = np.append(~inner, False).take(positions)                    # [M, L] the draw is outside H*
-        outer_rows = outer.any(axis=1)
-        scaled = np.append(weights, 0.0).take(positions)
-        scaled = np.where(outer_rows[:, None], scaled * outer, scaled)       # an outer tuple: its outer draws
-        total = scaled.sum(axis=1) + np.where(outer_rows, 0.0, 1.0)
-        chosen = probability[:, None] * scaled / np.where(total > 0, total, 1.0)[:, None]
+        scaled, total = pool_weights(np.append(weights, 0.0).take(positions), outer)
+        chosen = probability[:, None] * scaled / total[:, None]
         return np.bincount(positions.ravel(), chosen.ravel(), minlength=size + 1)[:size]
     out = np.array([Fraction(0)] * counts.shape[1], dtype=object)
     for row, mass in zip(counts, probability):
-        present = np.flatnonzero(row)
-        outer = [j for j in present if not inner[j]]
-        pool, reject = (outer, 0) if outer else (list(present), 1)
-        total = sum((int(row[j]) * weights[j] for j in pool), Fraction(reject))
-        if total == 0:
-            continue
-        for j in pool:
-            out[j] += mass * int(row[j]) * weights[j] / total
+        for j, chosen in row_choice(np.repeat(np.arange(len(row)), row).tolist(), weights, inner):
+            out[j] += mass * chosen
     return out
+
+
+def row_choice(draws: list[int], weights: np.ndarray, inner: np.ndarray) -> list[tuple[int, object]]:
+    """[(token, probability)] of the count-weighted Luce choice for one tuple of draws, in the number system of
+    ``weights``: a tuple with a draw outside H* chooses among those draws (draw i with weight w(x_i)) and never
+    rejects; an inner tuple chooses among its draws or rejects with weight 1 (the reject mass is what is left).
+    An outer pool whose weights are all 0 chooses its draws with equal weights (``pool_weights``)."""
+    outer = [token for token in draws if not inner[token]]
+    pool, reject = (outer, 0) if outer else (draws, 1)
+    one = weights[draws[0]] * 0 + 1
+    weigh = [weights[token] for token in pool]
+    total = sum(weigh, reject * one)
+    if total == 0:  # only an outer pool can sum to 0 (an inner one has the reject's 1)
+        weigh, total = [one] * len(pool), len(pool) * one
+    chosen: dict[int, object] = {}
+    for token, weight in zip(pool, weigh):
+        chosen[token] = chosen.get(token, 0 * one) + weight / total
+    return list(chosen.items())
+
+
+def pool_weights(draw_weights: np.ndarray, outer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the weight each draw is chosen with [R, L], the row's total with the reject [R]) of the count-weighted Luce
+    choice over float rows of draws, ``draw_weights`` [R, L] and ``outer`` [R, L] (the draw lies outside H*).
+
+    An outer tuple has no reject (Thomas & Pal's outer system, arXiv 2511.15898: every tuple with a draft outside
+    H* is accepted, as one of those drafts; alpha* counts all of that mass), so when its outer draws all weigh 0
+    (a rounded or underflowed weight; the program's floor is e^OUTER_FLOOR) the choice is the limit of equal
+    weights, each outer draw alike, not 0/0 and not a reject: a reject would take the tuple's mass out of the
+    step-1 acceptance sum min(p, p_I) (8/9 instead of alpha* = 1 at p = (1/3, 1/9, 5/9), q = (1/4, 1/3, 5/12),
+    K = 2, the pair (1, 1)) and part from float mode, whose weights there are small but positive."""
+    outer_rows = outer.any(axis=1)                                              # [R]
+    pick = np.where(outer_rows[:, None], draw_weights * outer, draw_weights)    # an outer tuple: its outer draws
+    empty = outer_rows & ~(pick.sum(axis=1) > 0)
+    if empty.any():
+        pick[empty] = outer[empty]
+    return pick, pick.sum(axis=1) + np.where(outer_rows, 0.0, 1.0)            # reject weight 1 in inner rows
 
 
 def _resolve_by_integrals(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Resolution:
