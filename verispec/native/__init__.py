@@ -12,6 +12,10 @@ cold passes over [V] rows that the models' forwards left out of the caches).
   one pass (the top-k support of a sampling law: ``verispec.models.sampling.largest``), equal to ``torch.topk``'s
   values (tested).
 
+``verispec.native.series`` (``series.c``) holds Global Resolution's passes over the vocabulary, built the same way
+(``_library`` with its own source, flags and self-check) but without -ffast-math's reassociation, so that they equal
+their numpy route to the last bit.
+
 On Qwen's V = 151,936 at one CPU thread, with the rows cold, the moments cost about 0.26 ms against 0.52-0.59 ms for
 the numpy route and the largest 21 entries about 0.08 ms against 0.15 ms for the torch route
 (``benchmarks/bench_native_kernels.py``).
