@@ -260,7 +260,8 @@ class ChoiceSystem:
         with np.errstate(divide="ignore", invalid="ignore"):
             value = np.subtract(ratio, low)  # in place: log(r - lo) - log(hi - r)
             np.log(value, out=value)
-            value -= np.log(high - ratio)
+            rest = np.subtract(high, ratio, out=series.scratch("logit", len(ratio)))  # no fresh [n] temporary
+            value -= np.log(rest, out=rest)
         value[np.flatnonzero(ratio >= high)] = np.inf  # few of them: set where they are, no [n] selects
         value[np.flatnonzero(ratio <= low)] = -np.inf
         return value

@@ -342,8 +342,9 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
         candidates = np.sort(candidates[np.argpartition(-mass[candidates], HEAVY_POINTS - 1)[:HEAVY_POINTS]])
     keep = np.ones(len(solved), dtype=bool)
     keep[np.searchsorted(solved, candidates)] = False
-    light = solved.compress(keep)  # not empty: more than GRID_POINTS solved, at most HEAVY_POINTS heavy
-    light_y = y.take(light)
+    # not empty: more than GRID_POINTS solved, at most HEAVY_POINTS heavy (in buffers that live as long as the rest)
+    light = np.compress(keep, solved, out=series.scratch("classes.light", int(np.count_nonzero(keep)), np.int64))
+    light_y = y.take(light, out=series.scratch("classes.light_y", len(light)))
     bottom, top = float(light_y.min()), float(light_y.max())
     grid_step = max(GRID_STEP, (top - bottom) / (GRID_POINTS - 4))
     points = bottom - grid_step + grid_step * np.arange(math.ceil((top - bottom) / grid_step) + 3)

@@ -256,6 +256,12 @@ def hermite(cubic, square, slope, point_u, cell, theta, light, u: np.ndarray) ->
     return True
 
 
+def scratch(slot: str, count: int, dtype=np.float64) -> np.ndarray:
+    """[count] of this thread's buffer ``slot`` (on either route): for a [V] temporary that is dead before the next
+    use of that slot (see ``_buffer``)."""
+    return _buffer(slot, count, dtype)
+
+
 def token_classes(y, ratio, mass, tiny_below: float, ratio_top: float | None, heavy: float, slot: str | None = None):
     """Index arrays (tiny, capped high, capped low, solved, heavy candidates) of ``luce_solver._place_tokens``'s
     classes from one pass (``ratio_top``: the outer system's largest ratio, held at weight 1; None in the inner
