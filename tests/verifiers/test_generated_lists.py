@@ -154,3 +154,103 @@ def test_the_worked_example_is_picked_up_everywhere(worked_example, tmp_path, ca
 
     result = analyze(problem, parse_tree("branch:2,1"), TopDownVerifier(ClaimsWithoutReplacement()))
     assert not result.lossless and result.tv_distance > 1e-3
+
+
+# ---- the rules Layer Verification lifts (lv:<base>), listed from the registry ----
+
+#: Single-step rules of the registry (walked down the tree node by node), named here by hand from their modules:
+#: lv must accept each. The whole-tree rules below it must refuse.
+NODE_LOCAL = {"naivetree", "nss", "specinfer", "spectr", "otlp", "khisti", "globalres", "rrsw", "spechub", "greedy"}
+WHOLE_TREE = {"bv", "gbv", "psbv", "traversal", "traversal-iid"}
+
+
+def test_list_and_the_table_show_every_lifted_rule_with_its_draft_laws_and_citation(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    table = verifier_table("markdown")
+    for base in NODE_LOCAL | {"naive"}:
+        assert f"\n  lv:{base:<9} valid for: " in out and f"| `lv:{base}` | `{base}`" in table, base
+    for base in WHOLE_TREE:
+        assert f"lv:{base} " not in out and f"`lv:{base}`" not in table, base
+    # a base's draft laws, written here from the rules' papers: SpecInfer's i.i.d. children, Sequoia's draws without
+    # replacement, and naive sampling on every tree, DDTree's deterministic one among them
+    assert "\n  lv:specinfer valid for: i.i.d. children\n" in out
+    assert "| `lv:rrsw` | `rrsw` | children without replacement (`chain:L`, `branch:b1,b2,...`, `dyspec:N`) |" in table
+    assert "| `lv:nss` | `nss` | any draft law (every tree kind) |" in table
+    assert "one deterministic tree (no draws)" in out.split("\n  lv:nss")[1].splitlines()[0]
+    for text in (out, table):
+        assert "Cha, Cho & Yun 2026" in text and "OpenReview XrqcUo6B6L" in text and "reconstructed" in text
+
+
+def test_negative_control_a_node_local_rule_registered_later_is_listed_lifted(worked_example, capsys):
+    """The lists are read from the registry, not typed: the worked example's rule is listed lifted at once (and a
+    list that did not read the registry would miss it)."""
+    assert main(["list"]) == 0
+    assert "\n  lv:lastchild valid for: i.i.d. children\n" in capsys.readouterr().out
+    assert "| `lv:lastchild` | `lastchild` | i.i.d. children (" in verifier_table("markdown")
+
+
+def test_negative_control_without_the_worked_example_no_lastchild_is_listed(capsys):
+    assert main(["list"]) == 0
+    assert "lv:lastchild" not in capsys.readouterr().out and "lv:lastchild" not in verifier_table("markdown")
+
+
+def _lifted_tv_on_every_listed_kind(rule, examples, problem) -> dict:
+    """{tree example: exact TV of ``rule``} on every example whose draft laws meet ``rule.valid_for``."""
+    return {spec: analyze(problem, parse_tree(spec), rule).tv_distance for spec in examples
+            if parse_tree(spec).draft_laws & rule.valid_for}
+
+
+def test_every_lifted_rule_listed_is_lossless_in_rationals_on_every_tree_kind_it_is_listed_for():
+    """What the list claims of each lv:<base> holds: exactly lossless on an example of every tree kind it is valid
+    for (a context-dependent problem in rationals; ddtree:3,2 for the rules valid on every draft law)."""
+    from tests.cli.test_cli import TREE_KIND_EXAMPLES
+    from tests.verifiers.test_layer_verification import _problem
+    from verispec.verifiers.catalog import lifted_rules
+
+    problem = _problem(seed=3, size=3, depth=3)
+    for rule in lifted_rules():
+        distances = _lifted_tv_on_every_listed_kind(rule, TREE_KIND_EXAMPLES, problem)
+        assert distances and all(distance == 0 for distance in distances.values()), (rule.name, distances)
+    assert "ddtree:3,2" in _lifted_tv_on_every_listed_kind(get_verifier("lv:nss"), TREE_KIND_EXAMPLES, problem)
+
+
+def test_negative_control_a_lifted_rule_listed_for_ddtree_without_being_valid_there_is_caught():
+    """lv:specinfer claiming DDTree's deterministic law (min(1, p/q) on a tree q did not draw): the check above
+    finds it lossy on ddtree:3,2."""
+    from tests.verifiers.test_layer_verification import _problem
+    from verispec.verifiers.layer import LayerVerifier
+
+    rule = LayerVerifier(get_verifier("lv:specinfer").solver, "specinfer")
+    rule.valid_for = rule.valid_for | {DraftLaw.DETERMINISTIC}
+    distances = _lifted_tv_on_every_listed_kind(rule, ["ddtree:3,2"], _problem(seed=3, size=3, depth=3))
+    assert distances["ddtree:3,2"] > 0
+
+
+# ---- the prose lists of the guides: every tree kind and every module of the exact core named ----
+
+def _unnamed_tree_kinds(guide: str) -> list[str]:
+    """The forms of ``verispec.limits.TREE_FORMS`` that the "Tree kinds:" paragraph of ``guide`` leaves out (a form
+    with a list of parameters is named by its kind and a colon, as `branch:b1,..,bD`)."""
+    from verispec.limits import TREE_FORMS
+
+    paragraph = guide.split("\nTree kinds: ", 1)[1].split("\n\n", 1)[0]
+    return [form for form in TREE_FORMS if f"`{form.split(',...')[0].split(',')[0]}" not in paragraph]
+
+
+def _unnamed_modules(layout: str) -> list[str]:
+    """The modules of the simulator and the bounds (the exact core's engines and judges) that docs/guides/layout.md
+    does not name."""
+    return [f"{package}/{path.name}" for package in ("simulator", "bounds")
+            for path in sorted((ROOT / "verispec" / package).glob("*.py"))
+            if path.name != "__init__.py" and f"`{path.name}`" not in layout]
+
+
+def test_the_guides_name_every_tree_kind_and_every_module_of_the_core():
+    guide = (ROOT / "docs" / "guides" / "verifiers.md").read_text()
+    layout = (ROOT / "docs" / "guides" / "layout.md").read_text()
+    assert _unnamed_tree_kinds(guide) == [] and _unnamed_modules(layout) == []
+    assert "`layer.py`" in layout and "`lv:<base>`" in layout  # Layer Verification's module, by its rules' name
+    # negative controls: the guides as they were before DDTree was named in them
+    assert _unnamed_tree_kinds(guide.replace("`ddtree:B,L`", "DDTree")) == ["ddtree:B,L"]
+    assert _unnamed_modules(layout.replace("`ddtree.py`", "its module")) == ["simulator/ddtree.py"]

@@ -121,7 +121,7 @@ def get_verifier(name: str) -> Verifier:
     if takes_parameters(name):
         return with_parameters(name)
     if name.startswith(LAYER_PREFIX):  # Layer Verification lifting a single-step rule: lv:globalres
-        return lifted(name, REGISTRY)
+        return lifted(name, REGISTRY, LOSSY_BY_DESIGN)
     if ":" in name:
         return load_verifier(name)
     raise UnknownVerifierError(f"unknown verifier {name!r}; valid verifiers: {', '.join(sorted(REGISTRY))}; lossy by "

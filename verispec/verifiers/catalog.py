@@ -1,6 +1,7 @@
 """The registry as text: ``verispec list``'s verifier lines and the verifier tables of the README and
 docs/guides/verifiers.md, generated from ``REGISTRY`` and ``LOSSY_BY_DESIGN`` (each rule's name, one-line ``summary``,
-``citation``, the draft laws it is valid for and the tree kinds whose drafts follow them).
+``citation``, the draft laws it is valid for and the tree kinds whose drafts follow them), and the rules Layer
+Verification lifts from them (``lv:<base>`` for each single-step base, ``verispec.verifiers.layer``).
 
 The tables sit in their files between ``TABLE_START`` and ``TABLE_END``; ``with_tables`` rewrites that region,
 ``docs/generate.py`` applies it to the files, and a test fails when a file's region is not the text
@@ -11,7 +12,8 @@ from __future__ import annotations
 from verispec.limits import TREE_FORMS
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
-from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY
+from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY, get_verifier
+from verispec.verifiers.layer import CITATION, LAYER_PREFIX, TOKEN_LEVEL_ALIAS, single_step_bases
 
 TABLE_START = "<!-- verifier-table:start (generated from the registry by docs/generate.py; do not edit) -->"
 TABLE_END = "<!-- verifier-table:end -->"
@@ -55,9 +57,31 @@ def _runs_on(verifier: Verifier) -> str:
     return f"{draft_laws(verifier)} ({', '.join(f'`{form}`' for form in tree_kinds(verifier))})"
 
 
+def lifted_rules() -> list[Verifier]:
+    """Layer Verification's rules, ``lv:<base>`` for every base ``lv:`` accepts now (``single_step_bases`` of the
+    registry), in the order of their names: each valid for its base's draft laws."""
+    return [get_verifier(LAYER_PREFIX + base) for base in single_step_bases(REGISTRY)]
+
+
+def _base_cell(base: str) -> str:
+    """The base of a lifted rule as the table names it: ``naive`` says which registered rule's step it is."""
+    alias = TOKEN_LEVEL_ALIAS.get(base)
+    return f"`{base}` (the token-level step: `{alias}`'s, on a node's first child)" if alias else f"`{base}`"
+
+
+def _markdown_lifted() -> list[str]:
+    """The table of the rules Layer Verification lifts, under its citation: name, base, draft laws (tree kinds)."""
+    return ["", "Lifted by Layer Verification: `lv:<base>` turns the single-step rule <base> into a draft-tree "
+                f"verifier ({CITATION}). Each is lossless where its base is and valid for its base's draft laws; "
+                "named explicitly, not part of `all`:", "",
+            "| name | base | valid draft law (tree kinds) |", "|---|---|---|",
+            *(f"| `{rule.name}` | {_base_cell(rule.base)} | {_runs_on(rule)} |" for rule in lifted_rules())]
+
+
 def _markdown() -> list[str]:
     lines = ["| name | rule | valid draft law (tree kinds) |", "|---|---|---|"]
     lines += [_markdown_row(verifier, _runs_on(verifier)) for verifier in REGISTRY.values()]
+    lines += _markdown_lifted()
     if LOSSY_BY_DESIGN:
         lines += ["", "Lossy by design, kept to measure what they cost and never part of `all`:", "",
                   "| name | rule | runs on | parameters (default) |", "|---|---|---|---|"]
@@ -99,10 +123,13 @@ def _compact() -> list[str]:
 
 def _text() -> list[str]:
     """``verispec list``'s verifier lines: each rule's line as it has always been, then its summary and citation
-    on an indented line."""
+    on an indented line; the lifted rules (``lv:<base>``) each on one line under their citation."""
     lines = ["verifiers:"]
     for name, verifier in sorted(REGISTRY.items()):
         lines += [f"  {name:<12} valid for: {draft_laws(verifier)}", f"      {verifier.summary} ({verifier.citation})"]
+    lines.append(f"lifted by Layer Verification (lv:<base>, the single-step rule <base> swept over the tree layer by "
+                 f"layer; named explicitly, not in 'all') ({CITATION}):")
+    lines += [f"  {rule.name:<12} valid for: {draft_laws(rule)}" for rule in lifted_rules()]
     lines.append("lossy by design (named explicitly, never in 'all'):")
     for name, verifier in sorted(LOSSY_BY_DESIGN.items()):
         runs_on = "runs on every tree" if verifier.valid_for == frozenset(DraftLaw) else \
@@ -116,8 +143,8 @@ def _text() -> list[str]:
 
 def verifier_table(format: str = "markdown") -> str:
     """The registry's rules as text: ``markdown``, the table of docs/guides/verifiers.md (rules in registration
-    order, then the lossy-by-design ones); ``compact``, the README's (summary, arXiv links, tree kinds); ``text``,
-    the verifier lines of ``verispec list`` (sorted by name)."""
+    order, the rules lifted by Layer Verification, then the lossy-by-design ones); ``compact``, the README's
+    (summary, arXiv links, tree kinds); ``text``, the verifier lines of ``verispec list`` (sorted by name)."""
     if format not in FORMATS:
         raise ValueError(f"verifier_table: format is one of {', '.join(FORMATS)}, got {format!r}")
     return "\n".join({"markdown": _markdown, "compact": _compact, "text": _text}[format]())
@@ -137,5 +164,5 @@ def with_tables(text: str) -> str:
     return "".join(rebuilt)
 
 
-__all__ = ["FORMATS", "TABLE_END", "TABLE_START", "draft_laws", "parameters_form", "tree_kinds", "verifier_table",
-           "with_tables"]
+__all__ = ["FORMATS", "TABLE_END", "TABLE_START", "draft_laws", "lifted_rules", "parameters_form", "tree_kinds",
+           "verifier_table", "with_tables"]

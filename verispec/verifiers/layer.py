@@ -151,14 +151,25 @@ class LayerVerifier(Verifier):
         raise AssertionError("the root's bot mass is zero, so the sweep stops there")
 
 
-def lifted(name: str, registry: dict) -> LayerVerifier:
+def single_step_bases(registry: dict) -> list[str]:
+    """The bases ``lv:`` accepts, sorted: every rule of ``registry`` that is a node solver walked down the tree (its
+    ``node_solver`` is set), and ``naive`` for the token-level step. ``verispec list`` and the generated table show
+    ``lv:<base>`` for each, so a node-local rule registered later is listed lifted too."""
+    return sorted(set(TOKEN_LEVEL_ALIAS) | {key for key, rule in registry.items() if rule.node_solver is not None})
+
+
+def lifted(name: str, registry: dict, lossy_by_design: dict | None = None) -> LayerVerifier:
     """The rule ``lv:<base>`` for a registered single-step rule <base> (``naive`` stands for the token-level step);
-    UnknownVerifierError on one line for a base that is unknown or not single-step (a whole-tree rule, or lv:)."""
+    UnknownVerifierError on one line for a base that is unknown, lossy by design (a name of ``lossy_by_design``, with
+    or without parameters: the lifting is lossless only where its base is) or not single-step (a whole-tree rule, or
+    lv:)."""
     base = name[len(LAYER_PREFIX):]
-    single_step = sorted({"naive"} | {key for key, rule in registry.items() if rule.node_solver is not None})
-    choices = ", ".join(LAYER_PREFIX + key for key in single_step)
+    choices = ", ".join(LAYER_PREFIX + key for key in single_step_bases(registry))
     nested = base.startswith(LAYER_PREFIX)  # a lifted rule verifies a whole tree
     rule = None if nested else registry.get(TOKEN_LEVEL_ALIAS.get(base, base))
+    if rule is None and base.partition("(")[0] in (lossy_by_design or {}):
+        raise UnknownVerifierError(f"{name!r}: {base!r} is lossy by design, and lv lifts a lossless single-step rule: "
+                                   f"{choices}")
     if rule is None and not nested:
         raise UnknownVerifierError(f"unknown base {base!r} in {name!r}; lv lifts a single-step rule: {choices}")
     if nested or rule.node_solver is None:
@@ -167,4 +178,4 @@ def lifted(name: str, registry: dict) -> LayerVerifier:
     return LayerVerifier(rule.node_solver, base)
 
 
-__all__ = ["CITATION", "LAYER_PREFIX", "LayerVerifier", "augmented_node", "lifted"]
+__all__ = ["CITATION", "LAYER_PREFIX", "LayerVerifier", "augmented_node", "lifted", "single_step_bases"]
