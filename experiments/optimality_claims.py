@@ -40,15 +40,16 @@ GBV_CELLS = [(size, paths, depth) for size in (2, 3) for paths in (1, 2, 3, 4) f
              if not (size == 3 and depth == 3 and paths >= 3)]  # selection LPs of 1e5+ columns: minutes a cell
 DIVERGENCES = (0.2, 1.0)
 FAMILIES = ("context-dependent", "context-free", "markov")
-#: (tree, V) of the UniVer comparison: greedy trees whose multi-step LP has at most about 1.3e5 variables.
+#: (tree, V) of the UniVer comparison: greedy trees whose multi-step LP has at most about 1.3e5 variables
+#: (greedy-tree:4,2 at V = 5 is left out: the exact engine refuses its estimated 10^11 draft trees).
 GREEDY_CELLS = [("greedy:2", 3), ("greedy:3", 4), ("greedy-tree:2,2", 3), ("greedy-tree:2,2", 4),
-                ("greedy-tree:3,2", 4), ("greedy-tree:3,2", 5), ("greedy-tree:2,3", 3), ("greedy-tree:4,2", 5)]
+                ("greedy-tree:3,2", 4), ("greedy-tree:3,2", 5), ("greedy-tree:2,3", 3)]
 #: Same shapes drafted i.i.d. or without replacement, whose LP fits (tree -> V).
 SAME_SHAPE = {("greedy-tree:2,2", 3): ("branch-iid:2,2", "branch:2,2"),
               ("greedy-tree:2,2", 4): ("branch-iid:2,2", "branch:2,2")}
 #: The greedy drafter's estimate of its outcomes counts K^L nodes with V choices each (each node's last draft has
 #: only V - K + 1); these cells are small (at most 2,187 outcomes), so the LP is built with raised limits.
-LIMITS = {"limit": 10 ** 15, "max_nonzeros": 10 ** 15}  # greedy-tree:4,2 at V = 5 is estimated at 10^14 nonzeros
+LIMITS = {"limit": 10 ** 12, "max_nonzeros": 10 ** 12}
 
 
 def claimed_acceptance(problem, paths: int, depth: int):
