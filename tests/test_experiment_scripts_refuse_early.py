@@ -60,6 +60,10 @@ SCRIPTS = {
     "selector_label_quality": (["--dataset", "{input}", "--output"], "out.json", "out.summary.json",
                                "verispec.selector.dataset_file:Dataset.load"),
     "typical_derived": (["--tiny", "--output"], "out.json", "out.md", "verispec.models.tiny:tiny_pair"),
+    "ddtree": (["--seeds", "1", "--out"], "out.json", "out.json", "smallest_witness"),
+    "lossy_rules": (["--seeds", "1", "--out"], "out.json", "out.json", "random_problems"),
+    "layer_verification": (["--seeds", "1", "--out"], "out.json", "out.json", "run"),
+    "optimality_claims": (["--seeds", "1", "--out"], "out.json", "out.json", "gbv_rows"),
 }
 
 
@@ -148,6 +152,10 @@ RANGES = {
     "selector_label_quality": [("--samples", "1", "--samples 1"), ("--deadline", "nan", "--deadline nan"),
                                ("--threads", "100000", "--threads 100000")],
     "typical_derived": [("--vocab", "100000", "--vocab 100000"), ("--threads", "0", "--threads 0")],
+    "ddtree": [("--seeds", "0", "--seeds 0"), ("--seeds", "100000", "--seeds 100000")],
+    "lossy_rules": [("--seeds", "0", "--seeds 0"), ("--vocab", "1", "--vocab 1"), ("--threads", "100000", "--threads")],
+    "layer_verification": [("--seeds", "-3", "--seeds -3"), ("--seeds", "1000000", "--seeds 1000000")],
+    "optimality_claims": [("--seeds", "0", "--seeds 0"), ("--seeds", "100000", "--seeds 100000")],
 }
 
 
