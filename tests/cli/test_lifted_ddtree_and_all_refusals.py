@@ -111,3 +111,24 @@ def test_negative_control_compare_without_the_check_runs_the_lossy_rule_as_if_lo
     monkeypatch.setattr(verispec.verifiers, "lossless_rules", lambda: sorted(REGISTRY))
     code = main(["compare", "--depths", "1"])
     assert code != 2 and " fly " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["lv:naive", "typical", "fly(theta=0.2)"])
+def test_verispecs_own_rules_outside_the_registry_get_no_default_budget_for_a_users_rule(name, monkeypatch, capsys):
+    """A rule of the user's own runs under a default --time-budget (its code may hang); lv:<base> and the lossy
+    rules are verispec's: with that default cut to a nanosecond, they still run to the end (exit 0 or 1)."""
+    from verispec import cli
+
+    monkeypatch.setattr(cli.options, "DEFAULT_USER_RULE_BUDGET", 1e-9)
+    code = main(["exact", *TOY, "--tree", "chain:2", "--verifier", name])
+    assert code in (0, 1) and "rule of your own" not in capsys.readouterr().err
+
+
+def test_negative_control_read_as_a_users_rule_lv_naive_runs_out_of_the_default_budget(monkeypatch, capsys):
+    """The old test (a name outside REGISTRY is the user's) gives lv:naive the default budget, and it stops."""
+    from verispec import cli
+
+    monkeypatch.setattr(cli.options, "DEFAULT_USER_RULE_BUDGET", 1e-9)
+    monkeypatch.setattr(cli.options, "_is_registered", lambda name: name in REGISTRY)
+    assert main(["exact", *TOY, "--tree", "chain:2", "--verifier", "lv:naive"]) == 3
+    assert "the default for a rule of your own" in capsys.readouterr().err

@@ -9,7 +9,6 @@ import contextlib
 import math
 import time
 
-from verispec.cli.common import registry
 from verispec.errors import AnalysisTimeoutError, VerispecError
 from verispec.limits import BACKENDS, MAX_PROJECTION, MAX_RATIONAL_SECONDS, MAX_THREADS
 from verispec.version import package_version
@@ -126,6 +125,14 @@ def add_call_timeout_option(parser) -> None:
 HARD_BUDGET_GRACE = 0.05
 
 
+def _is_registered(name: str) -> bool:
+    """Whether ``name`` is one of verispec's rules (the registry's, a lossy-by-design one, one with parameters, or
+    ``lv:<base>``) rather than a rule of the user's own, which gets a default budget."""
+    from verispec.verifiers import is_registered
+
+    return is_registered(name)
+
+
 @contextlib.contextmanager
 def command_budget(args, what: str):
     """The command's --time-budget around the block (the default for a user's rule when none is given):
@@ -134,7 +141,7 @@ def command_budget(args, what: str):
     (exit 3)."""
     seconds, note = getattr(args, "time_budget", None), ""
     rule = getattr(args, "verifier", None)
-    if seconds is None and rule is not None and rule not in registry():
+    if seconds is None and rule is not None and not _is_registered(rule):
         seconds, note = DEFAULT_USER_RULE_BUDGET, ", the default for a rule of your own"
     if seconds is None and getattr(args, "command", None) == "exact" and getattr(args, "exact", False):
         seconds, note = DEFAULT_EXACT_BUDGET, ", the default for --exact"
