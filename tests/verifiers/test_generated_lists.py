@@ -254,3 +254,17 @@ def test_the_guides_name_every_tree_kind_and_every_module_of_the_core():
     # negative controls: the guides as they were before DDTree was named in them
     assert _unnamed_tree_kinds(guide.replace("`ddtree:B,L`", "DDTree")) == ["ddtree:B,L"]
     assert _unnamed_modules(layout.replace("`ddtree.py`", "its module")) == ["simulator/ddtree.py"]
+
+
+def test_list_shows_every_tree_kind_with_the_draft_law_its_drafts_follow(capsys):
+    """Each kind's line names its drafts' laws (DDTree's: one deterministic tree), the words a rule's "valid for"
+    line uses, so the list says where each rule runs."""
+    from verispec.limits import TREE_FORMS
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    kinds = out.split("\ntree kinds (the draft laws their drafts follow):\n")[1].split("\nlayouts")[0]
+    assert [line.split()[0] for line in kinds.splitlines()] == list(TREE_FORMS)
+    assert "\n  ddtree:B,L            one deterministic tree (no draws)" in "\n" + kinds
+    assert "\n  iid:K,L               i.i.d. children, i.i.d. paths from the root" in "\n" + kinds
+    assert "\n  branch:b1,b2,...      children without replacement" in "\n" + kinds

@@ -1,9 +1,9 @@
-"""``verispec list``: the verifiers (generated from the registry, ``verispec.verifiers.catalog``), tree kinds and
-layouts."""
+"""``verispec list``: the verifiers (generated from the registry, ``verispec.verifiers.catalog``), tree kinds with
+their draft laws, and layouts."""
 
 from __future__ import annotations
 
-from verispec.limits import EXTERNAL_LAYOUTS, TREE_FORMS
+from verispec.limits import EXTERNAL_LAYOUTS
 
 
 def add_parser(subparsers) -> None:
@@ -11,12 +11,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from verispec.verifiers.catalog import verifier_table
+    from verispec.verifiers.catalog import tree_kind_lines, verifier_table
 
     print(verifier_table("text"))
-    print("tree kinds:")
-    for form in TREE_FORMS:
-        print(f"  {form}")
+    print("tree kinds (the draft laws their drafts follow):")
+    print("\n".join(tree_kind_lines()))
     print("layouts of check-external:")
     print(f"  {', '.join(EXTERNAL_LAYOUTS)}")
     return 0

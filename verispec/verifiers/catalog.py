@@ -26,19 +26,26 @@ def draft_laws(verifier: Verifier) -> str:
     return ", ".join(sorted(law.value for law in verifier.valid_for))
 
 
-def tree_kinds(verifier: Verifier) -> tuple[str, ...]:
-    """The tree kinds (their forms, ``chain:L``...) whose drafts follow a draft law ``verifier`` is valid for, read
-    from each kind's drafter with every parameter 2 (two drafts, two levels)."""
+def _example_drafter(form: str):
+    """The drafter of the tree kind ``form`` (``chain:L``...) with every parameter 2 (two drafts, two levels)."""
     from verispec.simulator import parse_tree
 
-    kinds = []
-    for form in TREE_FORMS:
-        kind, _, parameters = form.partition(":")
-        count = len([name for name in parameters.split(",") if name and name != "..."])
-        spec = f"{kind}:{','.join(['2'] * count)}" if count else kind
-        if parse_tree(spec).draft_laws & verifier.valid_for:
-            kinds.append(form)
-    return tuple(kinds)
+    kind, _, parameters = form.partition(":")
+    count = len([name for name in parameters.split(",") if name and name != "..."])
+    return parse_tree(f"{kind}:{','.join(['2'] * count)}" if count else kind)
+
+
+def tree_kinds(verifier: Verifier) -> tuple[str, ...]:
+    """The tree kinds (their forms, ``chain:L``...) whose drafts follow a draft law ``verifier`` is valid for, read
+    from each kind's drafter with every parameter 2."""
+    return tuple(form for form in TREE_FORMS if _example_drafter(form).draft_laws & verifier.valid_for)
+
+
+def tree_kind_lines() -> list[str]:
+    """``verispec list``'s tree kinds: each form and the draft laws its drafts follow (read from its drafter with
+    every parameter 2), so that a rule's "valid for" line tells on which kinds it runs."""
+    return [f"  {form:<21} {', '.join(sorted(law.value for law in _example_drafter(form).draft_laws))}"
+            for form in TREE_FORMS]
 
 
 def parameters_form(verifier: Verifier) -> str:
@@ -164,5 +171,5 @@ def with_tables(text: str) -> str:
     return "".join(rebuilt)
 
 
-__all__ = ["FORMATS", "TABLE_END", "TABLE_START", "draft_laws", "lifted_rules", "parameters_form", "tree_kinds",
-           "verifier_table", "with_tables"]
+__all__ = ["FORMATS", "TABLE_END", "TABLE_START", "draft_laws", "lifted_rules", "parameters_form", "tree_kind_lines",
+           "tree_kinds", "verifier_table", "with_tables"]
