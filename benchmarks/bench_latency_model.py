@@ -19,7 +19,8 @@ prices).
 
 Predictions, per action a and latency model m (``--latency``, repeatable; every one is judged against the same
 measured rows): the block time T_m(a) = ``verispec.selector.actions.action_times`` (what ``selector train --latency``
-prices), and tokens/s = E[tau+1](a) / T_m(a), E[tau+1](a) the mean label of the held-out roots of that setting in
+prices), at the tree sizes m carries for that sampling setting of ``--dataset`` (``LatencyModel.for_setting``; a model
+with sizes for other settings only is refused on one line), and tokens/s = E[tau+1](a) / T_m(a), E[tau+1](a) the mean label of the held-out roots of that setting in
 ``--dataset`` (the selector's split). Measured: seconds a block = decode seconds / blocks over the prompts, and
 tokens/s = tokens / decode seconds with a 95% percentile bootstrap over prompts. The summary gives, per model, the
 ratio measured / predicted of the block time for every action, how many actions lie within ``--tolerance`` (5%),
@@ -86,7 +87,8 @@ def decode_action(pair, prompt: str, action, sampling, max_new_tokens: int, seed
 
 def summarize(rows: dict, actions, settings: list[str], labels: dict, models: dict, tolerance: float) -> dict:
     """Per setting and action: measured block seconds, forward seconds and tokens/s (its interval) over the prompts
-    every action ran, with each model's predictions and ratios; per model, the counts within ``tolerance``."""
+    every action ran, with each model's predictions (``models``: name -> per setting of ``settings``, action name ->
+    block ms) and ratios; per model, the counts within ``tolerance``."""
     table, verdicts = [], {name: {"time": [], "rate": []} for name in models}
     for index, setting in enumerate(settings):
         cells = {a.name: {key.split("|")[1]: row for key, row in rows.items()
@@ -106,7 +108,7 @@ def summarize(rows: dict, actions, settings: list[str], labels: dict, models: di
                      "label_tokens_per_block": labels[index][a.name], "tokens_per_s": tokens / seconds,
                      "tokens_per_s_ci": rate_interval(done), "models": {}}
             for name, times in models.items():
-                predicted_ms = float(times[a.name])
+                predicted_ms = float(times[index][a.name])
                 rate = labels[index][a.name] / predicted_ms * 1000
                 entry["models"][name] = {"block_ms": predicted_ms, "time_ratio": entry["block_ms"] / predicted_ms,
                                          "tokens_per_s": rate, "rate_ratio": entry["tokens_per_s"] / rate}
@@ -180,8 +182,12 @@ def main(argv=None) -> int:
         selector_decoding.check_pair(setup, pair)
         dataset, selector = setup["dataset"], next(iter(setup["selectors"].values()))
         actions = list(selector.grid.actions)
-        models = {name: dict(zip((a.name for a in actions), action_times(selector.grid, latency)))
-                  for name, latency in latencies.items()}
+        from verispec.selector.roots import sampling_text
+
+        # per setting of the dataset, each model at the sizes its trees have there (refused where it has none)
+        models = {name: [dict(zip((a.name for a in actions),
+                                  action_times(selector.grid, latency.for_setting(sampling_text(s)))))
+                         for s in setup["samplings"]] for name, latency in latencies.items()}
         from verispec.selector.split import held_out
 
         _, test = held_out(dataset, selector)

@@ -1,17 +1,28 @@
 """A latency model that prices each action at the sizes its trees have in decoding (issue 66, item 3).
 
     PYTHONPATH=. python experiments/tree_sizes.py --dataset data/selector/qwen-t07-m64.npz \\
-        --latency data/latency/latency-cpu-small-batch.json --roots 96 --samples 16 \\
+        --latency data/latency/latency-cpu-small-batch.json --roots 64 --samples 8 --threads 2 \\
         --out data/latency/latency-cpu-small-batch-t07.json
+    PYTHONPATH=. python experiments/tree_sizes.py --dataset data/selector/qwen-t1-r2.npz \\
+        --latency data/latency/latency-cpu-small-batch-t07.json --roots 64 --samples 8 --threads 2 \\
+        --out data/latency/latency-cpu-small-batch-t07-t1.json
 
-Reads the measured model ``--latency`` and adds to it the sizes decoding's trees had (``LatencyModel.tree_sizes``,
-``verispec.selector.tree_sizes``): ``--samples`` combs at each of ``--roots`` roots drawn (``--seed``) from the
-TRAINING prompts of ``--dataset`` (the split ``verispec selector train`` makes with ``--test-fraction`` and
-``--split-seed``: the held-out prompts that judge a selector stay unseen), with the dataset's sampling. Only the
-draft drafts; the target prefills the contexts. The output is a latency model like any other (``selector train
---latency``, ``selector study``, ``benchmarks/bench_latency_model.py --latency``), written atomically and marked as
-'verispec latency' marks its own; its ``tree_sizes_source`` names the dataset, split, roots, combs and seed, and its
-``record`` the command and commit.
+Reads the latency model ``--latency`` and adds to it the sizes decoding's trees had (``LatencyModel.tree_sizes``,
+``verispec.selector.tree_sizes``) under the sampling setting of ``--dataset``: ``--samples`` combs at each of
+``--roots`` roots drawn (``--seed``) from the TRAINING prompts of ``--dataset`` (the split ``verispec selector train``
+makes with ``--test-fraction`` and ``--split-seed``: the held-out prompts that judge a selector stay unseen), with the
+dataset's sampling. Only the draft drafts; the target prefills the contexts. The sizes are filed under the dataset's
+setting as the selector names it (``verispec.selector.roots.sampling_text``, ``verispec.selector.study.Setting``:
+'T=0.7 top-k=20 top-p=0.8', 'T=1'); any other setting's sizes ``--latency`` carries are kept as they are, and the same
+setting's are replaced. So the second command above gives one file with T = 0.7's sizes (from the first) and T = 1's
+(about 3 minutes at T = 0.7 on this 2-core CPU with 2 threads; T = 1's trees are bigger, so somewhat longer), the
+file ``verispec selector verdict --latency`` and ``selector study --latency`` price both settings' cpu regime with.
+A ``--latency`` whose sizes do not name their setting (a file written before they did) is refused before any work.
+
+The output is a latency model like any other (``selector train --latency``, ``selector study``,
+``benchmarks/bench_latency_model.py --latency``), written atomically and marked as 'verispec latency' marks its own;
+each setting's sizes carry their source (the dataset, split, roots, combs and seed), and its ``record`` the command
+and commit of this run.
 """
 
 from __future__ import annotations
@@ -69,7 +80,13 @@ def _run(args, argv, held) -> int:
     from tqdm import tqdm
 
     from verispec.selector.actions import ActionGrid
-    from verispec.selector.roots import dataset_pair_roots, labelling_settings, load_roots_pair, sample_roots
+    from verispec.selector.roots import (
+        dataset_pair_roots,
+        labelling_settings,
+        load_roots_pair,
+        sample_roots,
+        sampling_text,
+    )
     from verispec.selector.tree_sizes import as_tree_sizes, sample_tree_sizes
 
     torch.set_num_threads(args.threads)
@@ -79,7 +96,9 @@ def _run(args, argv, held) -> int:
         from verispec.errors import VerispecError
 
         raise VerispecError(f"{args.dataset} holds {len(dataset.samplings)} sampling settings; the sizes belong to "
-                            "one setting: give a dataset of one (a latency model per setting)")
+                            "one setting: give a dataset of one (each setting's are added to the model in turn)")
+    setting = sampling_text(dataset.samplings[0])
+    latency.check_can_add(setting)  # one line before any model is loaded
     train, _ = dataset.split(args.test_fraction, args.split_seed)
     training = set(train.key.tolist())
     roots = [root for root, key in zip(roots, dataset.key.tolist()) if key in training]
@@ -95,14 +114,15 @@ def _run(args, argv, held) -> int:
     with tqdm(total=len(chosen), desc="roots", disable=None) as progress:
         sizes = sample_tree_sizes(chosen, grid, samples=args.samples, seed=args.seed, pair=pair, progress=progress)
     source = (f"{args.samples} combs at each of {len(chosen)} training roots (seed {args.seed}) of "
-              f"{Path(args.dataset).name} (split --test-fraction {args.test_fraction:g} --split-seed "
+              f"{Path(args.dataset).name} at {setting} (split --test-fraction {args.test_fraction:g} --split-seed "
               f"{args.split_seed}), "
               f"{len(sizes)} trees of the grid {grid.describe()}")
-    model = LatencyModel.from_dict({**latency.as_dict(), "tree_sizes": as_tree_sizes(sizes),
-                                    "tree_sizes_source": source})
+    model = latency.with_tree_sizes(setting, as_tree_sizes(sizes), source)
+    kept = [name for name in model.sized_settings if name != setting]
     atomic_write_json(args.out, {**model.as_dict(), "record": record, "seconds": time.perf_counter() - start,
                                  MARKER_KEY: written_by(LATENCY, "latency")})
-    print(f"tree_sizes: {source}; wrote {args.out} ({time.perf_counter() - start:.0f} s)")
+    print(f"tree_sizes: {source}; kept the sizes of {', '.join(kept) or 'no other setting'}; wrote {args.out} "
+          f"({time.perf_counter() - start:.0f} s)")
     return 0
 
 

@@ -6,7 +6,8 @@ nodes and narrower draft forwards than its maximum, and a latency model that car
   (no TreeBuilder), with a negative control (the maximum, which merging undercuts on a peaked draft);
 * the expected block time by hand, a model's sizes through ``as_dict``/``from_dict`` and ``action_times``;
 * sizes that no tree of the drafter could have, or malformed entries, refused on one line;
-* ``experiments/tree_sizes.py`` on a tiny pair: every action of the grid, counts summing to roots x combs.
+* ``experiments/tree_sizes.py`` on a tiny pair: every action of the grid, counts summing to roots x combs, filed
+  under the dataset's sampling setting beside another setting's sizes the model carried, which stay as they were.
 """
 
 from __future__ import annotations
@@ -116,12 +117,14 @@ def test_the_script_adds_every_actions_sizes_to_a_latency_model(tmp_path):
     from tests.support.tiny_models import tiny_dataset_command
     from verispec.cli import main
     from verispec.selector.dataset_file import Dataset
+    from verispec.selector.roots import sampling_text
 
     dataset = tmp_path / "d.npz"
     command = tiny_dataset_command(tmp_path, "--threads", "1", "--out", str(dataset))
     assert main(command) == 0
     latency = tmp_path / "lat.json"
-    latency.write_text(json.dumps(MODEL.as_dict()))
+    other = {"iid:2,1": [[1, 2, [1]]]}  # another setting's sizes, already in the model: kept as they are
+    latency.write_text(json.dumps(MODEL.with_tree_sizes("T=0.3", other, "by hand").as_dict()))
     out = tmp_path / "sized.json"
     script = load_script("experiments/tree_sizes.py")
     arguments = ["--dataset", str(dataset), "--latency", str(latency), "--roots", "2", "--samples", "3",
@@ -133,9 +136,14 @@ def test_the_script_adds_every_actions_sizes_to_a_latency_model(tmp_path):
     grid = ActionGrid(built.metadata["grid"]["ks"], built.metadata["grid"]["l1s"], built.metadata["grid"]["l2s"],
                       ("specinfer",))
     specs = {action.drafter().spec for action in grid.actions}
-    assert {spec for spec, _ in model.tree_sizes} == specs
-    assert all(sum(count for count, _, _ in rows) == 2 * 3 for _, rows in model.tree_sizes)
-    assert action_times(grid, model).shape == (len(grid.actions),)
+    setting = sampling_text(built.samplings[0])  # the dataset's setting, as the study names it
+    assert model.sized_settings == ("T=0.3", setting) and setting != "T=0.3"
+    assert model.as_dict()["tree_sizes"]["T=0.3"] == {"source": "by hand", "trees": other}
+    trees = next(trees for name, trees, _ in model.tree_sizes if name == setting)
+    assert {spec for spec, _ in trees} == specs
+    assert all(sum(count for count, _, _ in rows) == 2 * 3 for _, rows in trees)
+    assert action_times(grid, model.for_setting(setting)).shape == (len(grid.actions),)
+    assert setting in model.sizes_source(setting) and "d.npz" in model.sizes_source(setting)
     assert json.loads(out.read_text())["record"]["command"].startswith("python experiments/tree_sizes.py")
     # an --out verispec did not write is not replaced
     foreign = tmp_path / "notes.json"

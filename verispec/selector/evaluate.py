@@ -34,6 +34,7 @@ import numpy as np
 from verispec.latency import LatencyModel
 from verispec.selector.actions import ActionGrid, SelectorError, action_times, policy_action_times
 from verispec.selector.features import reads_draft
+from verispec.selector.regimes import dataset_latency
 from verispec.selector.roots import sampling_text
 
 #: Bootstrap resamples of the groups for the 95% intervals.
@@ -259,7 +260,8 @@ def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool 
               "selectors": {}}
     for name, selector in selectors.items():
         check_dataset_fits(selector, test, name=f"selector {name!r}")
-        latency = LatencyModel.from_dict(selector.metadata["latency"])
+        latency = dataset_latency(selector_latency(selector), test,
+                                  f"the held-out roots of selector {name!r}")  # the setting's tree sizes
         times = action_times(test.grid, latency)
         chosen_times = policy_action_times(test.grid, latency, reads_draft=reads_draft(selector.feature_names))
         allowed = [test.grid.index(action) for action in selector.grid.actions]
@@ -302,6 +304,15 @@ def evaluate(test, train, selectors: Mapping[str, object], *, per_setting: bool 
     return report
 
 
+def selector_latency(selector) -> LatencyModel:
+    """The latency model ``selector`` was trained under (its metadata's), with tree sizes of an unknown setting (a
+    model file written before sizes named their setting) named as the one sampling setting the selector was trained
+    on, the only one they can be; where it was trained on several they stay unknown (binding them is refused)."""
+    latency = LatencyModel.from_dict(selector.metadata["latency"])
+    samplings = selector.metadata.get("samplings") or []
+    return latency.naming_unknown(sampling_text(samplings[0])) if len(samplings) == 1 else latency
+
+
 def _setting_name(dataset, setting) -> str:
     samplings = dataset.metadata.get("samplings") or []
     if isinstance(setting, (int, np.integer)) and 0 <= setting < len(samplings):
@@ -315,10 +326,11 @@ def compare_selected(test, first: tuple[str, object], second: tuple[str, object]
     ``first`` (name, selector), e.g. selector-driven SpecInfer, against the second selector's verifier at its
     best static action (chosen on ``train``) AND against that verifier with its own selector."""
     (name_a, selector_a), (name_b, selector_b) = first, second
-    latency = LatencyModel.from_dict(selector_a.metadata["latency"])
-    if LatencyModel.from_dict(selector_b.metadata["latency"]) != latency:
+    latency = selector_latency(selector_a)
+    if selector_latency(selector_b) != latency:
         raise SelectorError(f"selectors {name_a!r} and {name_b!r} were trained for different latency models; "
                             "compare selectors trained for the same one")
+    latency = dataset_latency(latency, test, "the held-out roots")  # the setting's tree sizes
     times = action_times(test.grid, latency)
     times_a, times_b = (policy_action_times(test.grid, latency, reads_draft=reads_draft(selector.feature_names))
                         for selector in (selector_a, selector_b))  # a selector pays the draft at chain:0
@@ -396,4 +408,4 @@ def label_quality(estimated: np.ndarray, reference: np.ndarray, reference_width:
 __all__ = ["DEFAULT_BOOTSTRAP", "GroupBootstrap", "best_static", "compare_selected", "crossfit_oracle_totals",
            "evaluate",
            "evaluate_held_out", "evaluate_policies", "label_quality", "oracle_choice", "paired_policy_ratios",
-           "paired_ratio", "policy_totals", "selector_choice", "verifier_actions"]
+           "paired_ratio", "policy_totals", "selector_choice", "selector_latency", "verifier_actions"]

@@ -76,6 +76,27 @@ def regime_models(cpu_latency=None) -> dict[str, LatencyModel]:
     return models
 
 
+def dataset_latency(latency: LatencyModel, data, what: str = "the dataset") -> LatencyModel:
+    """``latency`` bound to the sampling setting of ``data``'s roots (a selector ``Dataset``; the setting named as
+    ``verispec.selector.study.Setting`` names it, ``sampling_text``), so that its actions are priced at the sizes
+    decoding's trees have under that setting (``LatencyModel.for_setting``). A model without tree sizes is returned
+    as it is. LatencyError (one line, naming ``what``) where the model carries sizes and the roots hold several
+    settings (one vector of block times cannot price them all), or none for this setting."""
+    import numpy as np
+
+    from verispec.latency import LatencyError
+    from verispec.selector.roots import sampling_text
+
+    if not latency.tree_sizes:
+        return latency
+    names = sorted({sampling_text(data.samplings[int(index)]) for index in np.unique(data.setting)})
+    if len(names) != 1:
+        raise LatencyError(f"{what} holds roots of {len(names)} sampling settings ({'; '.join(names) or 'none'}), "
+                           f"and the latency model's tree sizes price one setting's trees at a time: give a dataset "
+                           "of one setting, or a latency model without tree sizes")
+    return latency.for_setting(names[0])
+
+
 def regime_features(data, latency: LatencyModel):
     """``data``'s (a selector ``Dataset``) features [N, F] with draft_time and target_time set to ``latency``'s t_q
     and t_p(1): they are the regime's, constant over the roots (``selector train --latency`` and the study's
@@ -89,4 +110,4 @@ def regime_features(data, latency: LatencyModel):
 
 
 __all__ = ["H100_DRAFT_MS", "H100_DRAFT_RATIOS", "H100_TARGET_MS", "H100_TARGET_RATIOS", "REGIME_NAMES",
-           "REGIME_TITLES", "h100_latency", "regime_features", "regime_models"]
+           "REGIME_TITLES", "dataset_latency", "h100_latency", "regime_features", "regime_models"]

@@ -325,7 +325,9 @@ def regime_table(setting: Setting, held: Sequence[str] | Sequence[Sequence[str]]
     """The (setting, regime) table: every rule's entry (``rule_entry``), the DDTE comparisons, on the roots of
     the held-out prompts ``held``, the static actions and the selectors fitted on the others. ``held`` may be a
     list of folds (lists of prompts): then each fold's roots are chosen for by the policies fitted on the rest,
-    and the table covers the roots of every fold."""
+    and the table covers the roots of every fold. ``latency`` prices the setting's trees at the sizes it carries for
+    this setting (``LatencyModel.for_setting``; one line where it carries only other settings')."""
+    latency = latency.for_setting(setting.name)
     data = setting.data
     folds = [list(held)] if not held or isinstance(held[0], str) else [list(fold) for fold in held]
     in_fold = [np.isin(data.group, fold) for fold in folds]  # [N] each
@@ -389,6 +391,7 @@ def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, Lat
         raise DatasetError(f"the hidden states' projection width must be an integer from 1 to {MAX_PROJECTION}, "
                            f"got {projection!r}")
     settings = pair_settings(datasets, pair)
+    check_setting_prices(settings, regimes)
     hidden = check_hidden(settings, hidden)
     groups = np.concatenate([setting.data.group for setting in settings])
     result = {"format": STUDY_FORMAT, "pair": settings[0].data.metadata.get("pair"), "seed": int(seed),
@@ -412,6 +415,19 @@ def run_study(datasets: Sequence[tuple[str, Dataset]], regimes: Mapping[str, Lat
                                                      seed=seed, epochs=epochs, resamples=resamples, hidden=hidden,
                                                      projection=projection))
     return result
+
+
+def check_setting_prices(settings: Sequence[Setting], regimes: Mapping[str, LatencyModel]) -> None:
+    """Refuse on one line, before any training, a regime whose latency model carries tree sizes but none for one of
+    the settings (``LatencyModel.for_setting``): its trees would be priced at another setting's sizes."""
+    from verispec.latency import LatencyError
+
+    for setting in settings:
+        for name, model in regimes.items():
+            try:
+                model.for_setting(setting.name)
+            except LatencyError as error:
+                raise LatencyError(f"the {name} regime at {setting.name} ({setting.source}): {error}") from None
 
 
 def setting_folds(setting: Setting, plan: Sequence[Sequence[str]], remedy: str) -> list[list[str]]:
@@ -487,8 +503,10 @@ def load_inputs(paths: Sequence[str], latency_file: str | None, pair: str | None
     from verispec.selector.regimes import regime_models
 
     datasets = [(str(path), Dataset.load(path)) for path in paths]
-    pair_settings(datasets, pair)
-    return datasets, regime_models(latency_file)
+    settings = pair_settings(datasets, pair)
+    regimes = regime_models(latency_file)
+    check_setting_prices(settings, regimes)
+    return datasets, regimes
 
 
 def check_study_outputs(out: str | Path, what: str = "--out") -> None:
@@ -516,7 +534,7 @@ def check_study_owned(out: str | Path, *, overwrite: bool = False, what: str = "
 
 __all__ = ["DEFAULT_EPOCHS", "DEFAULT_TEST_FRACTION", "FIGURE_FILE", "HIDDEN_KIND", "JSON_FILE", "KINDS", "LEAD",
            "MARKDOWN_FILE", "NO_DRAFT", "OUTPUTS", "RIVALS", "STUDY_FORMAT", "STUDY_JSON", "STUDY_KIND", "Setting",
-           "TARGET_HALF_WIDTH", "check_hidden", "check_study_outputs", "check_study_owned", "ddte_comparisons",
-           "load_inputs", "pair_settings",
+           "TARGET_HALF_WIDTH", "check_hidden", "check_setting_prices", "check_study_outputs", "check_study_owned",
+           "ddte_comparisons", "load_inputs", "pair_settings",
            "prompts_for_half_width", "regime_table", "rule_choices", "rule_entry", "run_study",
            "static_names", "study_threads", "verdict"]

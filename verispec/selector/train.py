@@ -34,7 +34,7 @@ from verispec.selector.actions import ActionGrid, SelectorError, policy_action_t
 from verispec.selector.features import SCALAR_FEATURES, feature_index, reads_draft
 from verispec.selector.fits import training_record
 from verispec.selector.network import DROPOUT, HIDDEN_SIZES, PROJECTION, LinearSelector, LookupSelector, SelectorNetwork
-from verispec.selector.regimes import regime_features
+from verispec.selector.regimes import dataset_latency, regime_features
 from verispec.selector.selector import Selector
 
 #: verispec's defaults for the regression penalty of Eq. 12 (the paper does not print its values).
@@ -273,6 +273,8 @@ def train_on_dataset(dataset, *, dataset_name: str, verifiers: str | Sequence[st
                                 "give the model to train with (--cost-ratio R, --latency FILE), or rebuild the "
                                 "dataset with 'verispec selector dataset'")
         latency = recorded
+    # its trees priced at the sizes they have under the dataset's sampling setting (one line where it has none)
+    latency = dataset_latency(latency, dataset, f"the dataset {str(dataset_name)!r}")
     # the latency features are the model's, constant over the roots
     features = train.features.copy() if latency == recorded else regime_features(train, latency)  # [N, F]
     if tuple(dataset.feature_names) != tuple(SCALAR_FEATURES):

@@ -58,7 +58,15 @@ from verispec.selector.evaluate import (
 )
 from verispec.selector.features import reads_draft
 from verispec.selector.split import study_split
-from verispec.selector.study import LEAD, RIVALS, Setting, prompts_for_half_width, rule_choices, setting_folds
+from verispec.selector.study import (
+    LEAD,
+    RIVALS,
+    Setting,
+    check_setting_prices,
+    prompts_for_half_width,
+    rule_choices,
+    setting_folds,
+)
 
 #: The verdict's format, recorded in its JSON.
 VERDICT_FORMAT = "verispec selector verdict"
@@ -126,7 +134,10 @@ def regime_prices(setting: Setting, regime: str, costs: Mapping) -> tuple[str, n
 def verdict_tasks(settings: Sequence[Setting], regimes: Mapping[str, LatencyModel], seeds: Sequence[int],
                   costs: Mapping | None = None) -> list:
     """[(key, setting, regime, verifier, seed)] of every rule's fit in every replicate; with ``costs`` (regime ->
-    ``VerificationCost``) also every priceable rule's fit under each priced regime (``priced_regime``)."""
+    ``VerificationCost``) also every priceable rule's fit under each priced regime (``priced_regime``). A regime
+    whose latency model carries tree sizes but none for a setting is refused here, on one line, before any fit
+    (``verispec.selector.study.check_setting_prices``)."""
+    check_setting_prices(settings, regimes)
     tasks = []
     for seed in seeds:
         for setting in settings:
@@ -150,6 +161,7 @@ def fit_rule(setting: Setting, regime: str, latency: LatencyModel, verifier: str
     ``seed``; the selector trained with ``seed`` too. ``verification`` [A]: each action's verification ms per block,
     added to its block time for both (a priced regime)."""
     plan, _, remedy = study_split(groups, folds=folds, fraction=0.25, seed=seed)
+    latency = latency.for_setting(setting.name)  # the setting's tree sizes (one line where it has none)
     data = setting.data
     times = action_times(data.grid, latency)  # [A]
     if verification is not None:
@@ -211,7 +223,9 @@ def verdict_table(setting: Setting, regime: str, latency: LatencyModel, fits: Ma
     """The (setting, regime) verdict from every rule's fits (``fits``: ``task_key`` -> ``fit_rule``'s choices) in
     the replicates of ``seeds``; ``seed``: the bootstrap's. ``verification`` [A]: the regime priced with each
     action's verification ms per block (the fits of ``priced_regime(regime)``); ``rules_of``: the rules compared
-    (default every rule of the grid)."""
+    (default every rule of the grid). ``latency`` prices the setting's trees at its sizes for this setting
+    (``LatencyModel.for_setting``)."""
+    latency = latency.for_setting(setting.name)
     data = setting.data
     grid = data.grid
     times = action_times(grid, latency)  # [A]
@@ -272,6 +286,7 @@ def priced_entry(setting: Setting, regime: str, latency: LatencyModel, fits: Map
     A rule a budget stopped at some action is ``unpriceable`` and left out of the comparison."""
     if cost is None:
         return {"verification": UNPRICED, "best": None}
+    latency = latency.for_setting(setting.name)
     data = setting.data
     prices = cost.per_action(data.grid, setting.name)  # [A] ms
     unpriceable = cost.unpriceable(data.grid, setting.name)
