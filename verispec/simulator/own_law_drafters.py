@@ -54,6 +54,16 @@ def _draw_greedy(chooser: Chooser, q: np.ndarray, count: int) -> tuple[int, ...]
     return greedy + (chooser.categorical(rest / mass),)
 
 
+def _full_tree_nodes(width: int, depth: int) -> float:
+    """1 + w + .. + w^(depth - 1), the nodes at depths 0 .. depth - 1 of the full w-ary tree: exact while it is
+    below ``SIZE_CAP``, inf above."""
+    if width == 1:
+        return depth
+    if depth * math.log(width) > math.log(SIZE_CAP) + 1:
+        return math.inf
+    return (width ** depth - 1) // (width - 1)
+
+
 def _draw_per_node(problem: Problem, chooser: Chooser, depth: int, draw_children) -> TreeShape:
     """Every node at depth < ``depth`` gets its own child list ``draw_children(chooser, q(.|node))``."""
     builder = TreeBuilder()
@@ -140,7 +150,8 @@ class GreedyDrafter(Drafter):
 
     @property
     def max_nodes(self) -> int:
-        return int(min(float(SIZE_CAP), exp_or_inf((self.length + 1) * math.log(self.branches)) + self.length + 1))
+        """The full K-ary tree of depth L, 1 + K + .. + K^L (every node above depth L gets K children at most)."""
+        return int(min(SIZE_CAP, _full_tree_nodes(self.branches, self.length + 1)))
 
     @property
     def draft_widths(self) -> tuple[int, ...]:
@@ -148,9 +159,14 @@ class GreedyDrafter(Drafter):
         return level_widths((self.branches,) * self.length)
 
     def log_num_outcomes(self, vocab_size: int) -> float:
-        internal = (self.length if self.branches == 1
-                    else exp_or_inf(self.length * math.log(self.branches)))  # at most K^L internal nodes
-        return internal * math.log(vocab_size)  # the last draft of each internal node: one of V tokens
+        """Each of the at most 1 + K + .. + K^(L-1) internal nodes draws one token, from the V - (K - 1) tokens
+        outside its top K - 1 (its other children are fixed by q); at V <= K at most one is left: no choice.
+        Exact where every node's support is V: greedy-tree:2,3 at V = 3 draws 2^7 = 128 trees (V^(K^L) = 6,561
+        before, which made ``verispec bound`` refuse it)."""
+        free = vocab_size - (self.branches - 1)
+        if free <= 1:
+            return 0.0
+        return _full_tree_nodes(self.branches, self.length) * math.log(free)
 
     def draw(self, problem: Problem, chooser: Chooser) -> TreeShape:
         return _draw_per_node(problem, chooser, self.length,
