@@ -14,6 +14,7 @@ that writes it (its ``record``); rerun that command, then this script.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from fractions import Fraction
@@ -39,11 +40,11 @@ RESULTS = ROOT / "docs" / "results"
 FINDINGS_DIR = ROOT / "docs" / "findings"
 #: The findings pages, in the README's order (the headline first).
 FINDINGS = ("ddte", "best_verifier", "assisted_generation", "single_path_optimum", "multipath_optimum",
-            "gbv_commitment", "traversal_iid", "dyspec", "lossy_rules", "engine_bugs")
+            "gbv_commitment", "traversal_iid", "ddtree", "lossy_rules", "engine_bugs")
 CLAIM = re.compile(r"<!--claim-->(?P<body>.*?)<!--/claim-->", re.S)
 #: Parameters and names a findings text may state outside markers (they are settings, not results).
 ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20",
-           "95%", "x1.5", "2-core")
+           "95%", "x1.5", "2-core", "Theorem 5.3")
 #: The study's regime of the DDTE verdict and its file.
 DDTE_STUDY, DDTE_REGIME = "ddte-study/pair_selector.json", "gpu-large"
 #: The verdict over several training seeds (``verispec selector verdict``).
@@ -512,6 +513,168 @@ def sun_table(results) -> str:
         ("the per-length coupling bound (the paper's oracle)", tau["coupling"])])
 
 
+LAYER, DDTREE, OPTIMALITY = "layer-verification.json", "ddtree.json", "optimality-claims.json"
+#: Layer Verification's finding: the trees on which lv:globalres and psbv both run (i.i.d. paths, delayed trees).
+LAYER_PATH_TREES = ("iid:2,2", "iid:3,2", "delayed:2,1,1", "delayed:2,1,2")
+#: The rows of the Layer Verification table, lifted rules beside the rules they are compared with.
+LAYER_RULES = ("lv:globalres", "psbv", "globalres", "lv:specinfer", "specinfer", "lv:naive", "naivetree", "lv:rrsw",
+               "rrsw", "traversal")
+
+
+def _layer(results, key):
+    """'gap/<rule>': the largest over ``LAYER_PATH_TREES`` of the rule's mean gap of E[tau+1] to the optimum;
+    'problems': random problems per tree."""
+    summary = results(LAYER)["summary"]
+    if key == "problems":
+        cells = {entry["cells"] for entry in summary.values()}
+        return ", ".join(map(str, sorted(cells)))
+    rule = key.removeprefix("gap/")
+    return f"{max(summary[spec]['rules'][rule]['mean_gap'] for spec in LAYER_PATH_TREES):.3f}"
+
+
+def layer_table(results) -> str:
+    """Each rule's mean gap of E[tau+1] to the optimum on each tree (largest in brackets); '-' where not valid."""
+    data = results(LAYER)
+    summary = data["summary"]
+
+    def cell(rules, name):
+        row = rules.get(name)
+        return "-" if row is None else f"{max(row['mean_gap'], 0.0):.3f} ({max(row['max_gap'], 0.0):.3f})"
+
+    rows = [("random problems", *(str(entry["cells"]) for entry in summary.values())),
+            ("every valid verifier: mean optimum E[tau+1]", *(f"{entry['mean_optimum']:.3f}"
+                                                              for entry in summary.values()))]
+    rows += [(f"`{name}`", *(cell(entry["rules"], name) for entry in summary.values())) for name in LAYER_RULES]
+    return _table(("rule: mean gap to the optimum (largest)", *(f"`{spec}`" for spec in summary)), rows) + (
+        f"\n\nRandom context-dependent problems, {data['seeds']} seeds for each V (2-3) and "
+        f"divergence ({', '.join(f'{d:g}' for d in data['divergences'])}); '-': the rule is not valid for the tree's "
+        "draft law.")
+
+
+def _ddtree(results, key):
+    """'witness/tv': the smallest witness's exact TV of min(1, p/q) ('witness/where': its size); 'bias/tv': the
+    range of the mean TV of the q-based rules on random problems; 'bound/lp': the largest |LP - (1 + sum p)|;
+    'light/ratio': the range over targets of the speed-of-light term over the best tree's E[tau] at the largest P;
+    'product/...': block verification's E[tau+1] on the product law and on the autoregressive chain."""
+    data = results(DDTREE)
+    if key == "witness/tv":
+        return str(Fraction(data["witness"]["tv_naivetree"]))
+    if key == "witness/where":
+        witness = data["witness"]
+        nodes = "one node" if witness["budget"] == 1 else f"{witness['budget']} nodes"
+        return f"V = {witness['vocab']}, {nodes}"
+    if key == "bias/tv":
+        values = [row["mean_tv"] for name, row in data["random_bias"]["rules"].items() if name != "nss"]
+        return f"{min(values):.2f}-{max(values):.2f}"
+    if key == "bound/lp":
+        return f"{max(row['max_abs_lp_minus_bound'] for row in data['fixed_tree_bound_vs_lp']):.0e}"
+    if key == "light/ratio":
+        largest = max(row["capacity"] for row in data["speed_of_light"])
+        ratios = [row["term_nats"] / row["best_tree_E_tau"] for row in data["speed_of_light"]
+                  if row["capacity"] == largest]
+        return f"x{min(ratios):.1f}-x{max(ratios):.1f}"
+    if key == "light/capacity":
+        return f"10^{math.log10(max(row['capacity'] for row in data['speed_of_light'])):.0f}"
+    efficiency = data["product_law"]["mean_block_efficiency"]
+    return f"{efficiency[key.removeprefix('product/')]:.2f}"
+
+
+def ddtree_light_table(results) -> str:
+    """The speed-of-light term against the exact best tree of P nodes, per i.i.d. target and capacity."""
+    rows = [(", ".join(f"{value:g}" for value in row["target"]), f"10^{math.log10(row['capacity']):.0f}",
+             f"{row['best_tree_E_tau']:.2f}", f"{row['term_nats']:.2f}", f"{row['term_bits']:.2f}",
+             f"x{row['term_nats'] / row['best_tree_E_tau']:.2f}", f"{row['log_P_over_mu']:.2f}")
+            for row in results(DDTREE)["speed_of_light"]]
+    return _table(("target p (i.i.d.)", "P", "best tree's E[tau]", "leading term (nats)", "(bits)",
+                   "term / best", "log P / mu"), rows)
+
+
+def ddtree_table(results) -> str:
+    """The bias of the q-based rules on DDTree's trees, the fixed-tree bound against the LP, the product law."""
+    data = results(DDTREE)
+    bias, product = data["random_bias"], data["product_law"]
+    rows = [(f"`{name}` on `{bias['tree']}`, V = {bias['vocab']}: exact TV to the target", f"{row['mean_tv']:.3f}",
+             f"{row['min_tv']:.3f}-{row['max_tv']:.3f}") for name, row in bias["rules"].items()]
+    rows += [(f"`{row['tree']}`, V = {row['vocab']}: abs(LP optimum - (1 + sum of p over the nodes))", "-",
+              f"at most {row['max_abs_lp_minus_bound']:.1e}") for row in data["fixed_tree_bound_vs_lp"]]
+    named = {"bv_product_chain": "`bv` on the product law's chain", "bv_autoregressive_chain": "`bv` on the "
+             "autoregressive chain", "nss_ddtree_3": "`nss` on `ddtree:3,3`", "best_tree_3": "the best tree of 3 "
+             "nodes", "nss_ddtree_8": "`nss` on `ddtree:8,3`"}
+    rows += [(f"{named.get(name, name)}: E[tau+1], V = {product['vocab']}", f"{value:.3f}", "-")
+             for name, value in product["mean_block_efficiency"].items()]
+    return _table(("quantity", "mean", "range"), rows) + (
+        f"\n\nRandom problems: {bias['problems']} for the bias, "
+        f"{', '.join(str(row['problems']) for row in data['fixed_tree_bound_vs_lp'])} for the bound, "
+        f"{product['problems']} for the product law (divergence {product['divergence']:g}); block verification on "
+        f"the product law: largest TV {product['max_tv_bv_on_product_chain']:.0e}.")
+
+
+def _optimality(results, key):
+    """'witness/K=k': SpecTr-GBV's formula against the certified optimum at the witness for K = k; 'above' /
+    'below': on how many random problems of K >= 2 the formula exceeds the optimum / falls below it; 'greedy/gap':
+    the largest relative gap of ``greedy`` to the multi-step optimum on greedy trees deeper than one position,
+    'greedy/mean' the range over those trees of its mean gap relative to its mean E[tau+1]."""
+    data = results(OPTIMALITY)
+    if key.startswith("witness/"):
+        witness = data["spectr_gbv"]["witnesses"][key.removeprefix("witness/")]
+        return f"{Fraction(witness['claimed'])} against {Fraction(witness['optimum_certified'])}"
+    if key in ("above", "below"):
+        cells = [cell for name, cell in data["spectr_gbv"]["by_K_L"].items() if not name.startswith("K=1,")]
+        count = sum(cell[f"formula_{key}_optimum"] for cell in cells)
+        return f"{count} of {sum(cell['problems'] for cell in cells)}"
+    deep = [cell for name, cell in data["univer_greedy_trees"].items() if name.startswith("greedy-tree")]
+    if key == "greedy/gap":
+        return f"{max(cell['greedy_gap_relative_max'] for cell in deep):.1%}"
+    if key == "greedy/mean":
+        shares = [cell["greedy_gap_mean"] / cell["greedy_mean"] for cell in deep]
+        return f"{min(shares):.1%}-{max(shares):.1%}"
+    raise KeyError(key)
+
+
+def spectr_gbv_table(results) -> str:
+    """By (K, L): random problems, where the formula exceeds / falls below the optimum, largest excess, shortfall."""
+    data = results(OPTIMALITY)
+    rows = [(name.replace(",", ", "), cell["problems"], cell["formula_above_optimum"], cell["formula_below_optimum"],
+             f"{cell['largest_excess']:.4f}" if cell["formula_above_optimum"] else "-",
+             f"{cell['largest_shortfall']:.4f}" if cell["formula_below_optimum"] else "-")
+            for name, cell in data["spectr_gbv"]["by_K_L"].items()]
+    return _table(("cell", "problems", "formula above the optimum", "below it", "largest excess",
+                   "largest shortfall"), rows) + (
+        f"\n\nProblems: families {', '.join(data['families'])}, V = 2 and 3 (V = 2 only where K >= 3 and L = 3), "
+        f"divergences {', '.join(f'{d:g}' for d in data['divergences'])}, {data['seeds']} seeds each; above or below "
+        "by more than 1e-9 ('-': never); E[tau] (tokens accepted before the correction).")
+
+
+def spectr_gbv_witnesses_table(results) -> str:
+    """For each K, the smallest context-free witness on V = 2 where the formula exceeds the certified optimum."""
+    rows = []
+    for name, witness in results(OPTIMALITY)["spectr_gbv"]["witnesses"].items():
+        if witness is None:
+            rows.append((name.replace("=", " = "), "none found", "-", "-", "-", "-"))
+            continue
+        rows.append((name.replace("=", " = "), f"`{witness['tree']}`", ", ".join(witness["p"]),
+                     ", ".join(witness["q"]), str(Fraction(witness["claimed"])),
+                     str(Fraction(witness["optimum_certified"]))))
+    return _table(("K", "tree", "p", "q", "formula's E[tau]", "optimum, certified in rationals"), rows)
+
+
+def univer_table(results) -> str:
+    """Per greedy tree and V: the multi-step optimum, greedy's gap to it, the coupling bound, the same shape drafted
+    i.i.d. or without replacement."""
+    rows = []
+    for name, cell in results(OPTIMALITY)["univer_greedy_trees"].items():
+        spec, size = name.rsplit(" ", 1)
+        others = "; ".join(f"`{other}` {entry['optimum_mean']:.3f} (best rule {entry['best_rule_mean']:.3f}, "
+                           f"{', '.join(entry['best_rules'])})" for other, entry in cell.items()
+                           if isinstance(entry, dict))
+        gap = f"{max(cell['greedy_gap_mean'], 0.0):.4f} ({cell['greedy_gap_relative_max']:.1%})"
+        rows.append((f"`{spec}`, {size.replace('=', ' = ')}", cell["problems"], f"{cell['optimum_mean']:.4f}",
+                     f"{cell['greedy_mean']:.4f}", gap, f"{cell['greedy_at_optimum']}",
+                     f"{cell['coupling_bound_mean']:.4f}", others or "-"))
+    return _table(("tree", "problems", "optimum E[tau+1]", "`greedy`", "gap: mean (largest, relative)",
+                   "greedy at the optimum", "coupling bound", "same shape drafted otherwise: optimum"), rows)
+
+
 LOSSY = "lossy-rules.json"
 #: The rule settings of the lossy finding's claim, each its rule's own default or the paper's middle setting: the
 #: rules that trade TV for longer blocks along the frontier (docs/findings/lossy_rules.md).
@@ -652,6 +815,13 @@ VALUES = {
                                                              "selector/hf-best", "hf-best", "prompts", "best",
                                                              "goal")},
     **{f"engine_bugs.{key}": _bound(_engine_bugs, key) for key in ("caught", "repositories")},
+    **{f"lv.{key}": _bound(_layer, key) for key in ("problems", *(f"gap/{rule}" for rule in LAYER_RULES[:7]))},
+    **{f"ddtree.{key}": _bound(_ddtree, key)
+       for key in ("witness/tv", "witness/where", "bias/tv", "bound/lp", "light/ratio", "light/capacity",
+                   "product/bv_product_chain", "product/bv_autoregressive_chain")},
+    **{f"optimality.{key}": _bound(_optimality, key)
+       for key in ("witness/K=1", "witness/K=2", "witness/K=3", "witness/K=4", "above", "below", "greedy/gap",
+                   "greedy/mean")},
 }
 
 TABLES = {
@@ -682,6 +852,15 @@ TABLES = {
     "engine-bugs-record": lambda results: f"Made by {record_line(results, ENGINE_BUGS)}.",
     "real-code": real_code_table,
     "real-code-record": lambda results: f"Made by {record_line(results, REAL_CODE)}.",
+    "lv": layer_table,
+    "lv-record": lambda results: f"Made by {record_line(results, LAYER)}.",
+    "ddtree": ddtree_table,
+    "ddtree-light": ddtree_light_table,
+    "ddtree-record": lambda results: f"Made by {record_line(results, DDTREE)}.",
+    "spectr-gbv": spectr_gbv_table,
+    "spectr-gbv-witnesses": spectr_gbv_witnesses_table,
+    "univer": univer_table,
+    "optimality-record": lambda results: f"Made by {record_line(results, OPTIMALITY)}.",
 }
 
 
@@ -781,9 +960,8 @@ def how_fast(results) -> str:
             before, ratio = written(row["before"]), f"x{row['ratio']:.1f}" if row["ratio"] < 100 else \
                 f"x{row['ratio']:,.0f}"
         lines.append(f"| {what} | {written(row['now'])} | {before} | {ratio} | {baseline} (`{name}`) |")
-    header = (f"On a {' and a '.join(sorted(machines))}, one thread, float64, load {min(loads):.1f}-{max(loads):.1f} "
-              "at each run's start, each row against its baseline in the same run (`benchmarks/`; command and commit "
-              "in `docs/results/bench/`).")
+    header = (f"One thread, float64, {' or '.join(sorted(machines))} (load {min(loads):.1f}-{max(loads):.1f}); "
+              "each row against its baseline in the same run (commands: `docs/results/bench/`).")
     return "\n".join([header, "", *lines])
 
 
