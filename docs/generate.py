@@ -322,17 +322,20 @@ ASSISTED_GOAL = 1.2
 ASSISTED_BEST = "hf-best"
 
 
-#: What psbv's labels cost at T = 1 (experiments/label_cost.py).
-PSBV_T1_COST = "psbv-t1-label-cost.json"
+#: What psbv's labels cost at T = 1 (experiments/label_cost.py): its exact split, and its cheap realisation.
+PSBV_T1_COST, PSBV_BLEND_T1_COST = "psbv-t1-label-cost.json", "psbv-blend-t1-label-cost.json"
+#: psbv(blend=1)'s E[tau+1] against psbv's exact split on small problems, in rationals
+#: (experiments/psbv_realisation.py).
+PSBV_REALISATION = "psbv-realisation.json"
 
 
-def _label_cost(results, key):
-    """psbv's T = 1 labels at the roots measured: 'outcome' (labelled in how long, refused after how long),
-    'projected' (hours for every root of the dataset at the labelled roots' mean, or that none was labelled)."""
-    cost = results(PSBV_T1_COST)
+def _label_cost(results, key, name: str = PSBV_T1_COST):
+    """A rule's T = 1 labels at the roots measured (``name``): 'outcome' (labelled in how long, refused after how
+    long), 'projected' (hours for every root of the dataset at the labelled roots' mean, or that none was labelled)."""
+    cost = results(name)
     rows = cost["rows"]
     if not rows:
-        raise GeneratedDocsError(f"{PSBV_T1_COST}: no root measured; rerun the command its record names")
+        raise GeneratedDocsError(f"{name}: no root measured; rerun the command its record names")
     if key == "projected":
         if cost["projected_hours"] is None:
             return f"no root labelled, so no projection to the dataset's {cost['dataset_roots']} roots"
@@ -343,6 +346,17 @@ def _label_cost(results, key):
         if minutes:
             parts.append(f"{len(minutes)} {words} {', '.join(f'{m:.0f}' for m in minutes)} minutes")
     return f"{len(rows)} roots sampled, {' and '.join(parts)} on {cost['threads']} core(s)"
+
+
+def _blend_label_cost(results, key):
+    """``_label_cost`` of psbv(blend=1), psbv's cheap realisation."""
+    return _label_cost(results, key, PSBV_BLEND_T1_COST)
+
+
+def _psbv_blend(realisation: dict) -> str:
+    """psbv(blend=1) and GBV (the tiling vertex) against psbv's exact split: mean and least ratio of E[tau+1]."""
+    return (f"x{realisation['blend_mean_ratio']:.3f} on average (least x{realisation['blend_min_ratio']:.3f}) over "
+            f"{realisation['problems']} problems, where GBV reaches x{realisation['gbv_mean_ratio']:.3f}")
 
 
 def _assisted_row(results, method_suffix: str) -> dict:
@@ -675,7 +689,7 @@ def univer_table(results) -> str:
                    "greedy at the optimum", "coupling bound", "same shape drafted otherwise: optimum"), rows)
 
 
-LOSSY = "lossy-rules.json"
+LOSSY, LOSSY_QWEN = "lossy-rules.json", "lossy-rules-qwen.json"
 #: The rule settings of the lossy finding's claim, each its rule's own default or the paper's middle setting: the
 #: rules that trade TV for longer blocks along the frontier (docs/findings/lossy_rules.md).
 LOSSY_TRADERS = ("ensemble(weight=0.6)", "lenience", "fly(theta=0.5,window=2)")
@@ -699,14 +713,22 @@ def _lossy(results, key):
     return f"x{low:.2f}-x{high:.2f}" if key == "gain" else f"{low:.2f}-{high:.2f}"
 
 
-def lossy_table(results) -> str:
-    """Every rule setting of the lossy run: exact TV and E[tau+1] over the lossless rule on chain:3 and iid:2,2, at
-    each vocabulary; bold where no setting (the lossless rule included) is at least as good on both."""
+def _lossy_problems(problems: dict) -> str:
+    """What a lossy run priced: its random problems, or the contexts and samplings of the pair its laws came from."""
+    if problems.get("family") == "derived":
+        return (f"{len(problems['contexts'])} {problems['pair']} contexts x {len(problems['samplings'])} samplings "
+                f"({', '.join(problems['samplings'])}), laws derived to V tokens")
+    return f"{problems['seeds']} random problems"
+
+
+def lossy_table(results, name: str = LOSSY) -> str:
+    """Every rule setting of the lossy run ``name``: exact TV and E[tau+1] over the lossless rule on chain:3 and
+    iid:2,2, at each vocabulary; bold where no setting (the lossless rule included) is at least as good on both."""
     lines = []
-    for vocab, entry in sorted(results(LOSSY)["by_vocab"].items(), key=lambda item: int(item[0])):
+    for vocab, entry in sorted(results(name)["by_vocab"].items(), key=lambda item: int(item[0])):
         trees = entry["trees"]
         names = list(trees["chain:3"]["settings"])
-        lines += [f"**V = {vocab}** ({entry['problems']['seeds']} random problems, depth {entry['problems']['depth']}; "
+        lines += [f"**V = {vocab}** ({_lossy_problems(entry['problems'])}, depth {entry['problems']['depth']}; "
                   "lossless E[tau+1]: " + ", ".join(f"{spec} {tree['lossless_block_efficiency_mean']:.3f}"
                                                     for spec, tree in trees.items()) + ")", ""]
         rows = []
@@ -811,6 +833,8 @@ VALUES = {
                     "traversal-iid/static", "traversal-iid/selector", "versus/specinfer", "versus/traversal",
                     "versus/traversal-iid")},
     **{f"label_cost.{key}": _bound(_label_cost, key) for key in ("outcome", "projected")},
+    **{f"label_cost_blend.{key}": _bound(_blend_label_cost, key) for key in ("outcome", "projected")},
+    "psbv_blend.ratio": lambda results: _psbv_blend(results(PSBV_REALISATION)),
     **{f"assisted.{key}": _bound(_assisted, key) for key in ("selector", "static", "plain", "selector/hf-plain",
                                                              "selector/hf-best", "hf-best", "prompts", "best",
                                                              "goal")},
@@ -841,12 +865,16 @@ TABLES = {
     "same-algorithm": same_algorithm_table,
     "latency-check": latency_check_table,
     "label-cost-record": lambda results: f"Measured by {record_line(results, PSBV_T1_COST)}.",
+    "label-cost-blend-record": lambda results: f"Measured by {record_line(results, PSBV_BLEND_T1_COST)}; "
+                                               f"the ratios by {record_line(results, PSBV_REALISATION)}.",
     "real-gaps-record": lambda results: f"Made by {record_line(results, 'real_context_gaps.json')}.",
     "gbv": gbv_table,
     "sun": sun_table,
     "typical": typical_table,
     "lossy": lossy_table,
     "lossy-record": lambda results: f"Made by {record_line(results, LOSSY)}.",
+    "lossy-qwen": lambda results: lossy_table(results, LOSSY_QWEN),
+    "lossy-qwen-record": lambda results: f"Made by {record_line(results, LOSSY_QWEN)}.",
     "exact-record": lambda results: f"Made by {record_line(results, 'exact-findings.json')}.",
     "engine-bugs": engine_bugs_table,
     "engine-bugs-record": lambda results: f"Made by {record_line(results, ENGINE_BUGS)}.",

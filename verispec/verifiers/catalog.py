@@ -120,8 +120,12 @@ def _compact() -> list[str]:
         kinds = "every kind" if verifier.valid_for == frozenset(DraftLaw) else \
             ", ".join(f"`{form.split(':')[0]}`" for form in tree_kinds(verifier))
         lines.append(f"| `{verifier.name}` | {verifier.summary} | {_arxiv_links(verifier.citation)} | {kinds} |")
+    bases = single_step_bases(REGISTRY)  # Layer Verification's lifts: one line, its bases read from the registry
+    shown = [base for base in ("naive", "specinfer", "globalres") if base in bases] or bases[:3]
+    lines += ["", "Lifted to trees by Layer Verification (reconstructed): "
+                  + ", ".join(f"`{LAYER_PREFIX}{base}`" for base in shown) + f" and {len(bases) - len(shown)} more."]
     if LOSSY_BY_DESIGN:  # names and papers only: their rules are in docs/guides/verifiers.md (the README stays short)
-        lines += ["", "Lossy by design, to measure what they cost (never in `all`; each rule in "
+        lines += ["", "Lossy by design, priced exactly (never in `all`; see "
                       "[docs/guides/verifiers.md](docs/guides/verifiers.md)): " + ", ".join(
                           f"`{verifier.name}` ({_arxiv_links(verifier.citation)})"
                           for verifier in LOSSY_BY_DESIGN.values()) + "."]
