@@ -294,6 +294,23 @@ def _verdict(results, key):
     return ratio(row)
 
 
+def verdict_priced_table(results) -> str:
+    """Under each setting and regime, the best rule on the forwards alone beside the best once each rule's own
+    verification time a block is added (or that the regime's device was not measured, and so names no winner)."""
+    rows = []
+    for table in results(VERDICT)["tables"]:
+        priced = table["priced"]
+        if priced["best"] is None:
+            rows.append((table["setting"], table["regime"], f"`{table['best']}`", priced["verification"], "-"))
+            continue
+        versus = priced["versus"].get("specinfer")
+        rows.append((table["setting"], table["regime"], f"`{table['best']}`",
+                     f"`{priced['best']}` (verification measured on {priced['cost']['device']})",
+                     ratio(versus) if versus else "(is it)"))
+    return _table(("sampling", "latency regime", "best on the forwards alone", "best, its verification priced",
+                   "priced, against specinfer"), rows)
+
+
 def verdict_table(results) -> str:
     """Under each setting and regime, the best rule with its own selector and its ratio against each reference."""
     verdict = results(VERDICT)
@@ -872,6 +889,7 @@ TABLES = {
     "sun": sun_table,
     "typical": typical_table,
     "lossy": lossy_table,
+    "verdict-priced": verdict_priced_table,
     "lossy-record": lambda results: f"Made by {record_line(results, LOSSY)}.",
     "lossy-qwen": lambda results: lossy_table(results, LOSSY_QWEN),
     "lossy-qwen-record": lambda results: f"Made by {record_line(results, LOSSY_QWEN)}.",

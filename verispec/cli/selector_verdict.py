@@ -3,7 +3,7 @@ much, with intervals that cover the prompts and the training (``verispec.selecto
 
     verispec selector verdict --dataset data/selector/qwen-t07-m64.npz \\
         --dataset data/selector/qwen-t07-m64-psbv.npz --dataset data/selector/qwen-t1-r2.npz \\
-        --latency data/latency/latency-cpu-by-size.json --replicates 9 --folds 5 --out docs/results/verdict
+        --latency data/latency/latency-cpu-small-batch-t07-t1.json --replicates 9 --folds 5 --out docs/results/verdict
 
 writes ``verdict.json`` (every number, and under ``record`` the command line, commit, date, machine and inputs'
 SHA-256) and ``verdict.md`` into DIR. ``--verification-cost FILE`` (``experiments/verification_cost.py``) prices the
