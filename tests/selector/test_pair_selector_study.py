@@ -224,12 +224,24 @@ def test_the_study_command_pins_torchs_threads(tmp_path, capsys):
     0 is refused in one line before anything runs."""
     import torch
 
+    import verispec.selector.study as study
+
     data = _write(tmp_path, "t1.npz", pair_dataset(T1, rules=RULES[:1], prompts=4, seed=3))
-    before = torch.get_num_threads()
+    before, seen = torch.get_num_threads(), []
+    real_table = study.regime_table
+
+    def table_seeing_threads(*args, **kwargs):  # the training runs inside: the threads it runs under
+        seen.append(torch.get_num_threads())
+        return real_table(*args, **kwargs)
+
     try:
-        assert main(["selector", "study", "--dataset", data, "--out", str(tmp_path / "study"), "--epochs", "2",
-                     "--bootstrap", "100", "--threads", "1"]) == 0
-        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)  # not the value asked for, whatever an earlier test in this process left
+        with pytest.MonkeyPatch.context() as patched:
+            patched.setattr(study, "regime_table", table_seeing_threads)
+            assert main(["selector", "study", "--dataset", data, "--out", str(tmp_path / "study"), "--epochs", "2",
+                         "--bootstrap", "100", "--threads", "1"]) == 0
+        assert seen and set(seen) == {1}  # pinned while it trains
+        assert torch.get_num_threads() == 2  # and given back after
     finally:
         torch.set_num_threads(before)
     _refused(["selector", "study", "--dataset", data, "--out", str(tmp_path / "refused"), "--threads", "0"], capsys,
