@@ -865,48 +865,54 @@ VALUES = {
                    "greedy/mean")},
 }
 
+
+def _made_by(name: str, verb: str = "Made"):
+    """A table renderer of one result file's record line: '<verb> by <command> at commit ...'."""
+    return lambda results: f"{verb} by {record_line(results, name)}."
+
+
 TABLES = {
     "verifiers": lambda results: verifier_table("compact"),
     "ddte": ddte_table,
     "ddte-regimes": ddte_regimes_table,
-    "ddte-record": lambda results: f"Made by {record_line(results, DDTE_STUDY)}.",
+    "ddte-record": _made_by(DDTE_STUDY),
     "verdict": verdict_table,
-    "verdict-record": lambda results: f"Made by {record_line(results, VERDICT)}.",
+    "verdict-record": _made_by(VERDICT),
     "multipath": multipath_table,
-    "multipath-record": lambda results: f"Made by {record_line(results, 'multipath_gap.json')}.",
+    "multipath-record": _made_by('multipath_gap.json'),
     "delayed": delayed_table,
     "real-gaps": real_gaps_table,
     "assisted": assisted_table,
-    "assisted-record": lambda results: f"Made by {record_line(results, ASSISTED)}.",
+    "assisted-record": _made_by(ASSISTED),
     "assisted-tuning": assisted_tuning_table,
     "same-algorithm": same_algorithm_table,
     "latency-check": latency_check_table,
-    "label-cost-record": lambda results: f"Measured by {record_line(results, PSBV_T1_COST)}.",
+    "label-cost-record": _made_by(PSBV_T1_COST, "Measured"),
     "label-cost-blend-record": lambda results: f"Measured by {record_line(results, PSBV_BLEND_T1_COST)}; "
                                                f"the ratios by {record_line(results, PSBV_REALISATION)}.",
-    "real-gaps-record": lambda results: f"Made by {record_line(results, 'real_context_gaps.json')}.",
+    "real-gaps-record": _made_by('real_context_gaps.json'),
     "gbv": gbv_table,
     "sun": sun_table,
     "typical": typical_table,
     "lossy": lossy_table,
     "verdict-priced": verdict_priced_table,
-    "lossy-record": lambda results: f"Made by {record_line(results, LOSSY)}.",
+    "lossy-record": _made_by(LOSSY),
     "lossy-qwen": lambda results: lossy_table(results, LOSSY_QWEN),
-    "lossy-qwen-record": lambda results: f"Made by {record_line(results, LOSSY_QWEN)}.",
-    "exact-record": lambda results: f"Made by {record_line(results, 'exact-findings.json')}.",
+    "lossy-qwen-record": _made_by(LOSSY_QWEN),
+    "exact-record": _made_by('exact-findings.json'),
     "engine-bugs": engine_bugs_table,
-    "engine-bugs-record": lambda results: f"Made by {record_line(results, ENGINE_BUGS)}.",
+    "engine-bugs-record": _made_by(ENGINE_BUGS),
     "real-code": real_code_table,
-    "real-code-record": lambda results: f"Made by {record_line(results, REAL_CODE)}.",
+    "real-code-record": _made_by(REAL_CODE),
     "lv": layer_table,
-    "lv-record": lambda results: f"Made by {record_line(results, LAYER)}.",
+    "lv-record": _made_by(LAYER),
     "ddtree": ddtree_table,
     "ddtree-light": ddtree_light_table,
-    "ddtree-record": lambda results: f"Made by {record_line(results, DDTREE)}.",
+    "ddtree-record": _made_by(DDTREE),
     "spectr-gbv": spectr_gbv_table,
     "spectr-gbv-witnesses": spectr_gbv_witnesses_table,
     "univer": univer_table,
-    "optimality-record": lambda results: f"Made by {record_line(results, OPTIMALITY)}.",
+    "optimality-record": _made_by(OPTIMALITY),
 }
 
 
