@@ -136,14 +136,11 @@ def test_the_command_line_refuses_a_bad_switch_on_one_line(tmp_path):
 
 
 def test_the_benchmark_runs_both_paths_side_by_side_on_a_tiny_pair(tmp_path):
-    import importlib.util
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cpu_linear.py"
-    spec = importlib.util.spec_from_file_location("bench_cpu_linear", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from tests.support.scripts import load_script
+
+    module = load_script("benchmarks/bench_cpu_linear.py")
     output = tmp_path / "bench.json"
     assert module.main(["--tiny", "--repeats", "1", "--rows", "1,5", "--sizes", "2,6", "--threads", "1",
                         "--json", str(output)]) == 0

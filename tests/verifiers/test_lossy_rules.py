@@ -330,14 +330,11 @@ def test_bad_parameters_are_one_line_errors(name, match):
 # ---- experiments/lossy_rules.py ----
 
 def test_the_experiment_prices_every_setting_against_the_lossless_rule(tmp_path):
-    import importlib.util
     import json
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "experiments" / "lossy_rules.py"
-    spec = importlib.util.spec_from_file_location("lossy_rules", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from tests.support.scripts import load_script
+
+    module = load_script("experiments/lossy_rules.py")
     out = tmp_path / "lossy.json"
     assert module.main(["--seeds", "2", "--vocab", "3", "--out", str(out)]) == 0
     trees = json.loads(out.read_text())["by_vocab"]["3"]["trees"]
