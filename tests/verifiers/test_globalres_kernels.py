@@ -2,7 +2,9 @@
 (locate, moments, evaluation, the final law's scaling) and the grid's carrying and Hermite interpolation in C are
 held to the numpy route bit for bit (they do its arithmetic operation for operation), the series to a direct sum of
 e^(-t w) over the tokens (an independent computation), and the whole rule to the same answer with the kernels off.
-Broken twins (a kernel with its last term dropped, a final law off by one part in 10^12) are caught."""
+The points' safeguarded Newton (two fused passes a step, numpy's exponentials and logarithms between them) is held
+to the numpy route's steps the same way. Broken twins (a kernel with its last term dropped, a final law off by one
+part in 10^12, a Newton step that ignores the slope of J) are caught."""
 
 from __future__ import annotations
 
@@ -91,7 +93,7 @@ def test_the_rule_is_the_same_with_the_kernels_off(monkeypatch):
     with and without the kernels, bit for bit, and the grid node's p_I the direct pair sum of its weights (1e-12 in
     L1). The kernels did run (their calls counted). Negative control: the final law's kernel off by one part in
     10^12 is caught."""
-    calls = dict.fromkeys(("evaluate", "carry", "hermite", "classes", "bins"), 0)
+    calls = dict.fromkeys(("evaluate", "carry", "hermite", "classes", "bins", "newton"), 0)
     for name in calls:
         original = getattr(series, f"_run_{name}")
         monkeypatch.setattr(series, f"_run_{name}", lambda *a, _f=original, _n=name: calls.__setitem__(
@@ -117,6 +119,30 @@ def test_the_rule_is_the_same_with_the_kernels_off(monkeypatch):
     monkeypatch.setattr(series, "_run_evaluate", perturbed)
     broken = resolve(p, q, num_drafts, method="integrals")
     assert not np.array_equal(broken.intermediate, reference.intermediate)
+
+
+@needs_kernels
+def test_a_newton_step_without_the_slope_fails_the_self_check_and_moves_the_weights(monkeypatch):
+    """Negative control of the fused Newton steps: a step kernel that reads dJ/du as 0 (dy/du = span / rest, the
+    slope term dropped) fails the self-check (an OSError naming the Newton step) and, used anyway, gives other
+    weights on the V = 2,500 Zipf grid node than the numpy route, whose weights the right kernel gives bit for bit
+    (the test above)."""
+    library = dict(series.library())
+    whole, zeros = library["newton"], np.zeros(10_000)
+
+    def no_slope(points, log_chosen, log_rest, value, slope, rest, span, count, tolerance, u, low, high):
+        return whole(points, log_chosen, log_rest, value, zeros.ctypes.data, rest, span, count, tolerance, u, low,
+                     high)
+
+    library["newton"] = no_slope
+    with pytest.raises(OSError, match="Newton step"):
+        series._self_check(library)
+    p, q = _zipf_node(2_500, 5)
+    with kernels_off():
+        reference = resolve(p, q, 2, method="integrals")
+    monkeypatch.setattr(series, "library", lambda: library)
+    broken = resolve(p, q, 2, method="integrals")
+    assert not np.array_equal(broken.weights, reference.weights)
 
 
 def test_the_series_status_names_its_route():

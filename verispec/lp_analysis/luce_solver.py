@@ -12,6 +12,7 @@ import numpy as np
 
 from verispec.lp_analysis.luce_integrals import (
     BINS,
+    CLUSTER_WIDTH,
     GRID_POINTS,
     GRID_STEP,
     GRID_TOLERANCE,
@@ -421,7 +422,11 @@ class _ChordSteps:
         bracket_high[points <= end_y[0]] = lower  # pinned at a bound: nothing to solve
         bracket_low[points >= end_y[1]] = upper
         u = np.clip(point_u, bracket_low, bracket_high)
-        for _ in range(60):
+        # the steps fused in two compiled passes each (numpy's exponentials and logarithms between them), else numpy
+        steps = 0 if series.newton_points(coefficients, points, u, bracket_low, bracket_high, 1 / CLUSTER_WIDTH,
+                                          expansion.first, expansion.centres, system.drafts,
+                                          system.high - system.low, self.step_tolerance, 60) is not None else 60
+        for _ in range(steps):
             located = expansion.locate(u)
             value, slope = expansion.evaluate(coefficients, located, derivative=True)
             current, rate = system.curve(u, value, slope)

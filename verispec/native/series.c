@@ -46,21 +46,28 @@ void verispec_series_moments(const int64_t *restrict index, const double *restri
     }
 }
 
+/* sum_k e^k row[k] by Horner, and (when slope is not NULL) its derivative in e by the same pass. */
+static inline double series_at(const double *restrict row, int64_t terms, double e, double *restrict slope) {
+    double v = row[terms - 1], s = 0.0;
+    for (int64_t k = terms - 2; k >= 0; k--) {
+        if (slope) {
+            s *= e;
+            s += v;
+        }
+        v *= e;
+        v += row[k];
+    }
+    if (slope) *slope = s;
+    return v;
+}
+
 void verispec_series_evaluate(const double *restrict coefficients, int64_t terms, const int64_t *restrict index,
                               const double *restrict eps, int64_t n, double *restrict value, double *restrict slope,
                               const double *restrict weight, double factor, double low) {
     for (int64_t i = 0; i < n; i++) {
-        const double *row = coefficients + index[i] * terms;
         const double e = eps[i];
-        double v = row[terms - 1], s = 0.0;
-        for (int64_t k = terms - 2; k >= 0; k--) {
-            if (slope) {
-                s *= e;
-                s += v;
-            }
-            v *= e;
-            v += row[k];
-        }
+        double s = 0.0;
+        double v = series_at(coefficients + index[i] * terms, terms, e, slope ? &s : 0);
         if (slope) slope[i] = s * (e + 1.0);
         if (weight) {
             v *= weight[i];
@@ -159,4 +166,57 @@ void verispec_bin_measure(const double *restrict y, const double *restrict mass,
         bin_q[b] += mass[i];
         bin_p[b] += target[i];
     }
+}
+
+/* One safeguarded Newton step of luce_solver._ChordSteps.invert on the points' log weights u (the numpy route's
+ * arithmetic element by element; the exponentials and logarithms stay numpy's, between the two calls).
+ * verispec_curve_terms: J = value and dJ/du = slope at each located point (as verispec_series_evaluate), Phi - lo =
+ *   chosen = (K w) J with w = e^u, and rest = max(span - chosen, floor) (np.maximum: NaN kept).
+ * verispec_newton_step: from log(chosen) and log(rest), y = log chosen - log rest and dy/du = (1 + slope / value)
+ *   span / rest; the bracket [low, high] of each root narrowed by u (np.where/np.minimum/np.maximum as the numpy
+ *   route writes them), the Newton target u - (y - point) / (dy/du), or the bracket's midpoint when the target
+ *   leaves it; u becomes the target. Returns 1 when every |target - u| < tolerance (a NaN is not), else 0. */
+void verispec_curve_terms(const double *restrict coefficients, int64_t terms, const int64_t *restrict index,
+                          const double *restrict eps, const double *restrict weight, int64_t n, double factor,
+                          double span, double floor, double *restrict value, double *restrict slope,
+                          double *restrict chosen, double *restrict rest) {
+    for (int64_t i = 0; i < n; i++) {
+        const double e = eps[i];
+        double s = 0.0;
+        const double v = series_at(coefficients + index[i] * terms, terms, e, &s);
+        value[i] = v;
+        slope[i] = s * (e + 1.0);
+        double c = factor * weight[i];
+        c *= v;
+        chosen[i] = c;
+        const double d = span - c;
+        rest[i] = (d >= floor || isnan(d)) ? d : floor;
+    }
+}
+
+int64_t verispec_newton_step(const double *restrict points, const double *restrict log_chosen,
+                             const double *restrict log_rest, const double *restrict value,
+                             const double *restrict slope, const double *restrict rest, double span, int64_t n,
+                             double tolerance, double *restrict u, double *restrict low, double *restrict high) {
+    int64_t done = 1;
+    for (int64_t i = 0; i < n; i++) {
+        const double current = log_chosen[i] - log_rest[i];
+        double rate = 1.0 + slope[i] / value[i];
+        rate *= span;
+        rate /= rest[i];
+        const double ui = u[i];
+        double h = high[i], l = low[i];
+        if (current > points[i]) {
+            h = (isnan(h) || h < ui) ? h : ui;
+        } else {
+            l = (isnan(l) || l > ui) ? l : ui;
+        }
+        high[i] = h;
+        low[i] = l;
+        double target = ui - (current - points[i]) / rate;
+        if (target < l || target > h) target = 0.5 * (l + h);
+        done &= fabs(target - ui) < tolerance;
+        u[i] = target;
+    }
+    return done;
 }

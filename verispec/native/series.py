@@ -2,7 +2,9 @@
 ``verispec.lp_analysis.luce_integrals`` (each token's cluster and eps, the cluster moments sum q eps^k and the
 evaluation sum_k eps^k B[c, k]) and the grid's carrying and Hermite interpolation of ``luce_solver``, one loop over
 the tokens each where the numpy route makes one pass a term (11 terms in the final law: 11 bincounts and 11 gathers
-over V = 151,936 tokens).
+over V = 151,936 tokens); and the chord steps' safeguarded Newton on the points (``newton_points``: two passes a
+step where the numpy route makes about 30 calls on arrays of 1,000-2,300 points, numpy's own exponentials and
+logarithms between the passes, so its SIMD results are kept).
 
 Built like ``verispec.native``'s kernels (compiled on first use, digest-named in the cache, its bytes checked
 against their record before they are loaded) but with ``SERIES_FLAGS``: no reassociation and no contraction into
@@ -39,9 +41,13 @@ def _bind(path: Path) -> dict:
         "classes": ([address, address, address, size, real, size, real, real] + [address] * 6,
                     library.verispec_token_classes),
         "bins": ([address, address, address, size, size, address, address], library.verispec_bin_measure),
+        "curve": ([address, size, address, address, address, size, real, real, real] + [address] * 4,
+                  library.verispec_curve_terms),
+        "newton": ([address] * 6 + [real, size, real] + [address] * 3, library.verispec_newton_step),
     }
     for argtypes, function in functions.values():
         function.argtypes, function.restype = argtypes, None
+    library.verispec_newton_step.restype = size
     return {name: function for name, (_, function) in functions.items()}
 
 
@@ -128,6 +134,73 @@ def _run_bins(library, y, mass, target, bins):
     return bin_q, bin_p
 
 
+def _run_curve(library, coefficients, index, eps, weight, factor, span):
+    coefficients, index, eps, weight = _doubles(coefficients), _indices(index), _doubles(eps), _doubles(weight)
+    value, slope, chosen, rest = (np.empty(len(index)) for _ in range(4))
+    library["curve"](_at(coefficients), coefficients.shape[1], _at(index), _at(eps), _at(weight), len(index),
+                     float(factor), float(span), float(span * 1e-300), _at(value), _at(slope), _at(chosen), _at(rest))
+    return value, slope, chosen, rest
+
+
+def _run_newton(library, coefficients, points, u, low, high, scale, first, centres, factor, span, tolerance, steps):
+    """The loop of ``newton_points``: per step one locate, numpy's expm1, exp and two logs, and two fused passes."""
+    coefficients, points, centres = _doubles(coefficients), _doubles(points), _doubles(centres)
+    count, terms, size = len(u), coefficients.shape[1], len(centres)
+    index = np.empty(count, np.int64)
+    eps, weight, value, slope, chosen, rest, log_rest = (np.empty(count) for _ in range(7))
+    locate, curve, step = library["locate"], library["curve"], library["newton"]
+    at = {name: _at(array) for name, array in (("u", u), ("low", low), ("high", high), ("index", index),
+                                                 ("eps", eps), ("weight", weight), ("value", value),
+                                                 ("slope", slope), ("chosen", chosen), ("rest", rest),
+                                                 ("log_rest", log_rest), ("points", points))}
+    factor, span, floor = float(factor), float(span), float(span * 1e-300)
+    for _ in range(steps):
+        locate(at["u"], count, scale, first, size, _at(centres), at["index"], at["eps"])
+        np.expm1(eps, out=eps)
+        np.exp(u, out=weight)
+        curve(_at(coefficients), terms, at["index"], at["eps"], at["weight"], count, factor, span, floor,
+              at["value"], at["slope"], at["chosen"], at["rest"])
+        np.log(chosen, out=chosen)
+        np.log(rest, out=log_rest)
+        if step(at["points"], at["chosen"], at["log_rest"], at["value"], at["slope"], at["rest"], span, count,
+                float(tolerance), at["u"], at["low"], at["high"]):
+            break
+    return u
+
+
+def _check_newton(library, rng) -> dict:
+    """The Newton step's two passes against the numpy route's expressions on seeded points (NaN and ties kept)."""
+    count, size = 200, 30
+    coefficients, index = rng.standard_normal((size, 6)), rng.integers(0, size, count)
+    eps, weight = rng.uniform(-0.04, 0.04, count), rng.uniform(0.0, 3.0, count)
+    value, slope, chosen, rest = _run_curve(library, coefficients, index, eps, weight, 3, 2.5)
+    wanted_value, wanted_slope = coefficients[index, 5], np.zeros(count)
+    for k in range(4, -1, -1):
+        wanted_slope = wanted_slope * eps + wanted_value
+        wanted_value = wanted_value * eps + coefficients[index, k]
+    wanted_chosen = 3 * weight * wanted_value
+    checks = {"curve value": (value, wanted_value), "curve slope": (slope, wanted_slope * (eps + 1)),
+              "curve chosen": (chosen, wanted_chosen),
+              "curve rest": (rest, np.maximum(2.5 - wanted_chosen, 2.5 * 1e-300))}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_chosen, log_rest = np.log(np.abs(chosen)), np.log(rest)
+    log_chosen[:3] = np.nan
+    points, u = rng.uniform(-2.0, 2.0, count), rng.uniform(-3.0, 3.0, count)
+    low, high = np.minimum(u, rng.uniform(-3.0, 3.0, count)), np.maximum(u, rng.uniform(-3.0, 3.0, count))
+    low[5], high[6] = np.nan, u[6]
+    current, rate = log_chosen - log_rest, (1 + slope / value) * 2.5 / rest
+    above = current > points
+    wanted_high = np.where(above, np.minimum(high, u), high)
+    wanted_low = np.where(above, low, np.maximum(low, u))
+    target = u - (current - points) / rate
+    target = np.where((target < wanted_low) | (target > wanted_high), 0.5 * (wanted_low + wanted_high), target)
+    done = library["newton"](_at(points), _at(log_chosen), _at(log_rest), _at(value), _at(slope), _at(rest), 2.5,
+                             count, 1e-12, _at(u), _at(low), _at(high))
+    checks.update({"Newton step": (np.array([u, low, high]), np.array([target, wanted_low, wanted_high])),
+                   "Newton stop": (np.array([done]), np.array([0]))})
+    return checks
+
+
 def _check_classes(library, rng) -> dict:
     """The token classes and the binned measure against numpy on seeded logits with infinities and ties."""
     y = rng.uniform(-80.0, 80.0, 300)
@@ -198,8 +271,9 @@ def _self_check(library: dict) -> None:
                                                                                            np.array(carried)),
                    "Hermite": (interpolated, expected)})
     checks.update(_check_classes(library, rng))
+    checks.update(_check_newton(library, rng))
     for name, (got_values, wanted) in checks.items():
-        if not np.array_equal(got_values, wanted):
+        if not np.array_equal(got_values, wanted, equal_nan=True):
             raise OSError(f"the series kernel's {name} differs from numpy's (largest gap "
                           f"{float(np.abs(np.asarray(got_values, float) - wanted).max())!r})")
 
@@ -254,6 +328,18 @@ def hermite(cubic, square, slope, point_u, cell, theta, light, u: np.ndarray) ->
         return False
     _run_hermite(found, cubic, square, slope, point_u, cell, theta, light, u)
     return True
+
+
+def newton_points(coefficients, points, u, low, high, scale: float, first: int, centres, factor: float, span: float,
+                  tolerance: float, steps: int):
+    """``luce_solver._ChordSteps.invert``'s safeguarded Newton on the points' log weights: ``u`` [P] (float64,
+    solved in place and returned) and the brackets ``low``, ``high`` [P] (narrowed in place), at most ``steps``
+    steps, each the numpy route's arithmetic (numpy's own exponentials and logarithms; y and dy/du from the
+    series ``coefficients`` [C, terms] at clusters of width 1 / ``scale`` from ``first``, Phi - lo = ``factor`` w J,
+    ``span`` = hi - lo); None on the numpy route."""
+    found = library()
+    return None if found is None else _run_newton(found, coefficients, points, u, low, high, scale, first, centres,
+                                                  factor, span, tolerance, steps)
 
 
 def scratch(slot: str, count: int, dtype=np.float64) -> np.ndarray:

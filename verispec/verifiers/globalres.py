@@ -94,7 +94,7 @@ class GlobalResolutionSolver(TwoStepSolver):
 
 def support_key(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple:
     """A cache key of the node: the rule depends on (p, q) only through the drafted tokens (q > 0) and their p and
-    q, so the digest covers those (``node_key``'s BLAKE2b) and the support as a bit mask: at top-k 20 it hashes
+    q, so the digest covers those (``node_key``'s SHA-256) and the support as a bit mask: at top-k 20 it hashes
     20 values, not 2 x 151,936. Exact mode keys on the Fractions themselves."""
     if p.dtype == object:
         return node_key(p, q, num_drafts)
@@ -102,7 +102,7 @@ def support_key(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple:
     if drafted == len(q):  # every token drafted: p and q as they are, no copies
         return node_key(p, q, num_drafts) + ("support", drafted)
     support = np.flatnonzero(q)
-    digest = hashlib.blake2b(np.packbits(q != 0).tobytes(), digest_size=32)
-    digest.update(np.ascontiguousarray(p.take(support), dtype=np.float64).tobytes())
-    digest.update(np.ascontiguousarray(q.take(support), dtype=np.float64).tobytes())
+    digest = hashlib.sha256(np.packbits(q != 0).data)
+    digest.update(p.take(support).astype(np.float64, copy=False).data)
+    digest.update(q.take(support).astype(np.float64, copy=False).data)
     return ("support", digest.digest(), len(p), len(support), num_drafts)
