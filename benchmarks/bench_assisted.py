@@ -30,11 +30,13 @@ timed. Kernels: ``--linears small-batch`` gives both models'
 transformers' ``generate`` (target and assistant) runs through the same kernels as verispec's decoders; ``torch``
 (the default) leaves torch's for all. Each row records the kernels the models had when it ran.
 
-Times: tokens/s is total new tokens over total decoding seconds over the prompts, prefill excluded. verispec
-times its prefill (the prompt's forwards before the first block) apart. transformers does not: assisted generation
-feeds the prompt to the target in the same forward as the first drafts. For the ``hf-`` methods the prefill is the
-same forwards verispec's prefill runs (the target's, and the draft's for ``hf-assisted``, on the prompt but its
-last token), timed just before the call, and subtracted from the call's wall time (``prefill_estimated``). The
+Times: tokens/s is the tokens over the seconds of the steady state, summed over the prompts: for every method alike,
+decoding after its first block (``forward_clock.ForwardClock.steady``: from the end of the first target forward
+that reaches the prompt's last token to the end of the call; its tokens, the call's less the first block's).
+verispec prefills the prompt but its last token apart; transformers feeds the whole prompt in the same forward as
+the first block's drafts; no subtraction of a prefill treats both alike, while the steady state does. (The earlier
+cut, transformers' call less an estimate of verispec's prefill timed just before it, credited transformers with
+most of its first block, about one target forward a prompt; the rows keep it as ``decode_prefill_estimated_s``.) The
 ratios with prefill included (each call's wall time) are given too. Intervals: 95%, percentile bootstrap over the
 prompts (2,000 resamples; ``selector_decoding.paired_rate_interval``), paired for the ratios to ``hf-assisted`` and
 ``hf-plain`` (the same resampled prompts in numerator and denominator). Only prompts every method has run are
@@ -147,7 +149,7 @@ def resolved(config: dict, schedule: dict) -> dict:
 
 
 def best_config(rows: dict, names: list[str], groups: list[str], setting: str) -> str | None:
-    """The configuration of the highest tokens/s (total tokens over total decode seconds, prefill excluded) over the
+    """The configuration of the highest tokens/s (total tokens over total seconds, steady state) over the
     training ``groups`` at ``setting``; None until every configuration has run every one of them."""
     rates = {}
     for name in names:
@@ -211,20 +213,37 @@ def prefill_seconds(pair, prompt: str, with_draft: bool) -> float:
 
 
 def run_method(pair, prompt: str, method: str, plan: dict | None, setting: int, sampling, max_new_tokens: int,
-               seed: int) -> dict:
-    """One timed generation of ``method``: a row with ``new_tokens``, ``decode_s`` (prefill excluded), ``prefill_s``
-    and ``wall_s`` (both)."""
-    if method in HF_METHODS or method == BEST or method.startswith("hf:"):
-        assisted = method != "hf-plain"
-        prefill = prefill_seconds(pair, prompt, with_draft=assisted)
-        row = real_decoding.run_hf(pair, prompt, "hf-assisted" if assisted else method, sampling, max_new_tokens,
-                                   seed, assistant=plan)
+               seed: int, *, warmup: bool = False) -> dict:
+    """One timed generation of ``method``: a row whose ``new_tokens`` and ``decode_s`` are its steady state
+    (``ForwardClock.steady``: after the first block, the cut every decoder shares), with ``tokens`` (all new tokens),
+    ``wall_s`` (the whole call, prefill included), ``prefill_s`` (verispec's measured, transformers' estimated) and
+    ``decode_prefill_estimated_s`` (the earlier cut: the call less ``prefill_s``); a ``warmup`` row has no steady
+    state."""
+    from forward_clock import ForwardClock  # benchmarks/forward_clock.py
+
+    length = len(pair.encode(prompt))
+    hf = method in HF_METHODS or method == BEST or method.startswith("hf:")
+    assisted = method != "hf-plain"
+    prefill = prefill_seconds(pair, prompt, with_draft=assisted) if hf else None  # before the clock: not decoding's
+    with ForwardClock(pair) as clock:
+        if hf:
+            row = real_decoding.run_hf(pair, prompt, "hf-assisted" if assisted else method, sampling, max_new_tokens,
+                                       seed, assistant=plan)
+        else:
+            row = selector_decoding.decode_cell(pair, prompt, method, plan, setting, sampling, max_new_tokens, seed)
+        end = time.perf_counter()
+    if hf:
         row.pop("text", None)
-        row.update(wall_s=row["decode_s"], prefill_s=prefill, decode_s=row["decode_s"] - prefill,
+        row.update(wall_s=row["decode_s"], prefill_s=prefill, decode_prefill_estimated_s=row["decode_s"] - prefill,
                    prefill_estimated=True)
-        return row
-    row = selector_decoding.decode_cell(pair, prompt, method, plan, setting, sampling, max_new_tokens, seed)
-    row.update(wall_s=row["decode_s"] + row["prefill_s"], prefill_estimated=False)
+    else:
+        row.update(wall_s=row["decode_s"] + row["prefill_s"], decode_prefill_estimated_s=row["decode_s"],
+                   prefill_estimated=False)
+    row["tokens"] = row["new_tokens"]
+    if not warmup:
+        window = clock.steady(length, row["tokens"], end)
+        row.update(new_tokens=window["steady_tokens"], decode_s=window["steady_s"],
+                   steady_blocks=window["steady_blocks"], steady_forward_s=window["steady_forward_s"])
     return row
 
 
@@ -244,13 +263,14 @@ def rate_interval(rows: dict, resamples: int = selector_decoding.BOOTSTRAP, seed
 
 
 def _with_prefill(rows: dict) -> dict:
-    return {p: {"new_tokens": row["new_tokens"], "decode_s": row["wall_s"]} for p, row in rows.items()}
+    return {p: {"new_tokens": row["tokens"], "decode_s": row["wall_s"]} for p, row in rows.items()}
 
 
 def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]:
     """Per setting and method, over the prompts of that setting every method ran: prompts, tokens, tokens/s and its
     interval, tokens per target call (verispec's methods), the ratios to hf-assisted and hf-plain with their paired
-    intervals, prefill excluded and (``*_with_prefill``) included, and the largest load average of its rows."""
+    intervals, at the steady state and (``*_with_prefill``) over whole calls, prefill included, and the largest load
+    average of its rows."""
     ratio, interval = selector_decoding.paired_rate_ratio, selector_decoding.paired_rate_interval
     table = []
     for setting in settings:
@@ -264,11 +284,11 @@ def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]
             done = cells[method]
             calls = [row["target_calls"] for row in done.values()]
             entry = {"setting": setting, "method": method, "prompts": len(done),
-                     "tokens": sum(row["new_tokens"] for row in done.values()),
+                     "tokens": sum(row["tokens"] for row in done.values()),
                      "tokens_per_s": _rate(done, complete), "tokens_per_s_ci": rate_interval(done),
-                     "tokens_per_s_with_prefill": _rate(done, complete, "wall_s"),
+                     "tokens_per_s_with_prefill": _rate(_with_prefill(done), complete),
                      "tokens_per_target_call": (None if None in calls else
-                                                sum(row["new_tokens"] for row in done.values()) / sum(calls)),
+                                                sum(row["tokens"] for row in done.values()) / sum(calls)),
                      "linears": sorted({row["linears"] for row in done.values()}),
                      "load_average_max": max(row["load_average"] for row in done.values())}
             for base in (BASELINE, "hf-plain", BEST):
@@ -298,8 +318,9 @@ def markdown(table: list[dict], parameters: dict, tuning: list[dict] | None = No
              f"{assistant['assistant_confidence_threshold']} ({threshold})"
              + (f"; hf-best is {best}, the fastest of {len(parameters['hf_grid'])} configurations on "
                 f"{len(parameters['tune_groups'])} training prompts" if best else "") + ". "
-             "tokens/s: total tokens over total decoding seconds, prefill excluded (transformers' estimated, see "
-             "the script); 95% intervals: percentile bootstrap over prompts, paired for ratios.", "",
+             "tokens/s: total tokens over total seconds after each call's first block (prefill and first block "
+             "excluded alike, see the script); 95% intervals: percentile bootstrap over prompts, paired for "
+             "ratios.", "",
              "| setting | method | prompts | tokens/target call | tokens/s [95%] | vs hf-assisted [95%] | "
              "vs hf-assisted, prefill incl. [95%] | vs hf-plain [95%] | vs hf-best [95%] | max load |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -312,7 +333,7 @@ def markdown(table: list[dict], parameters: dict, tuning: list[dict] | None = No
                      f"{ratio(e['vs_hf-plain'], e['vs_hf-plain_ci'])} | "
                      f"{ratio(e.get('vs_hf-best'), e.get('vs_hf-best_ci'))} | {e['load_average_max']:.1f} |")
     if tuning:
-        lines += ["", "Tuning on the training prompts (prefill excluded):", "",
+        lines += ["", "Tuning on the training prompts (steady state, after the first block):", "",
                   "| setting | configuration | prompts | tokens/s [95%] | max load |", "|---|---|---|---|---|"]
         lines += [f"| {e['setting']} | {e['config']}{' (best)' if e['config'] == best else ''} | {e['prompts']} | "
                   f"{ratio(e['tokens_per_s'], e['tokens_per_s_ci'])} | {e['load_average_max']:.1f} |" for e in tuning]
@@ -395,7 +416,7 @@ def main(argv=None) -> int:
                       "device": str(pair.device), "dtype": str(pair.target.dtype).removeprefix("torch."),
                       "threads": torch.get_num_threads(), "linears": args.linears,
                       "transformers": transformers.__version__, "torch": torch.__version__,
-                      "hf_assistant": schedule_now,
+                      "hf_assistant": schedule_now, "window": "steady (after the first block)",
                       **({"hf_grid": configs, "tune_groups": tune_groups} if grid else {}),
                       **({"skipped": sorted(args.skip)} if args.skip else {}),
                       **selector_decoding.plan_parameters(setup, args.dataset, args.selector)}
@@ -404,6 +425,15 @@ def main(argv=None) -> int:
     except VerispecError as error:
         print(f"bench_assisted: error: {error}", file=sys.stderr)
         return 2
+    try:
+        return _run(store, pair, setup, configs, tune_groups, args, parameters, output, started)
+    except VerispecError as error:
+        print(f"bench_assisted: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(store, pair, setup, configs, tune_groups, args, parameters, output, started) -> int:
+    """The tuning (``configs`` on ``tune_groups``), then every method on the held-out prompts, then the tables."""
     from verispec.selector.roots import sampling_text
 
     samplings, groups, texts, plans = setup["samplings"], setup["groups"], setup["texts"], dict(setup["plans"])
@@ -440,7 +470,8 @@ def main(argv=None) -> int:
                                     if b["setting"] == e["setting"] and b["method"] == BASELINE),
                  "ratio": e[f"vs_{BASELINE}"], **{k: v for k, v in e.items() if k not in ("setting", "method")}}
                 for e in table]
-        write_result(args.result, started, {"benchmark": "bench_assisted", "unit": "s per token (prefill excluded)",
+        write_result(args.result, started, {"benchmark": "bench_assisted",
+                                            "unit": "s per token (steady state: after the first block)",
                                             "baseline": BASELINE, "parameters": parameters, "rows": rows,
                                             "tuning": tuning})
     return 0
@@ -462,7 +493,7 @@ def training_groups(setup: dict, count: int) -> list[str]:
 
 
 def tuning_table(rows: dict, names: list[str], groups: list[str], settings: list[str]) -> list[dict]:
-    """Per setting and configuration: tokens/s over the training prompts (prefill excluded) and its interval."""
+    """Per setting and configuration: tokens/s over the training prompts (steady state) and its interval."""
     table = []
     for setting in settings:
         for name in names:
@@ -492,14 +523,18 @@ def run_cells(store, pair, cells, plans, texts, samplings, settings, groups, arg
         sampling = Sampling(samplings[index]["temperature"], samplings[index]["top_k"], samplings[index]["top_p"])
         if not warm:  # first calls are not decoding: one untimed short generation per method
             for method in order:
-                run_method(pair, WARMUP_PROMPT, method, plans.get(method), index, sampling, args.warmup, args.seed)
+                run_method(pair, WARMUP_PROMPT, method, plans.get(method), index, sampling, args.warmup, args.seed,
+                           warmup=True)
             warm = True
         seed = args.seed + 1000 * index + groups.index(group)  # every method of a prompt draws from this seed
         for position, method in enumerate(order):
             if store.done(keys[method]):
                 continue
-            row = run_method(pair, texts[group], method, plans.get(method), index, sampling, args.max_new_tokens,
-                             seed)
+            try:
+                row = run_method(pair, texts[group], method, plans.get(method), index, sampling,
+                                 args.max_new_tokens, seed)
+            except VerispecError as error:  # no steady state: too few new tokens for a second block
+                raise VerispecError(f"{group}, {method}: {error}") from None
             row.update(load_average=os.getloadavg()[0], linears=linears_of(pair), position=position, seed=seed)
             store.add(keys[method], row)
         spent.append(time.perf_counter() - begin - elapsed)

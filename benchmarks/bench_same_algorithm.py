@@ -15,10 +15,12 @@ prompt to the next, from one seed per prompt; one untimed short generation per m
 Per block, for both: the two models' forward seconds (``forward_clock.ForwardClock``: hooks on the models, the same
 clock for both codes), and the rest (sampling, verification, cache bookkeeping, choosing the draft length: the
 decoder's own work) = decode seconds - forwards. verispec's records split its block further (drafting, target,
-verification, cache update, selection: ``Generation.summary``). Prefill is excluded: verispec times it apart and its
-forwards are each model's first call; transformers feeds the prompt in its first target forward, so its prefill is
-estimated as ``bench_assisted.prefill_seconds`` (the same forwards, timed just before) and taken off both its decode
-seconds and its forwards.
+verification, cache update, selection: ``Generation.summary``). Prefill and the first block are excluded, alike for
+both (``ForwardClock.steady``): every time, count and rate is of the steady state, from the end of the first block's
+target forward to the generation's end. transformers feeds the prompt in its first target forward, verispec prefills
+it apart; the earlier cut, transformers' time less an estimate of verispec's prefill, credited transformers with most
+of its first block (about one target forward a prompt); that figure stays in the rows (``decode_s``) and the summary
+(``tokens_per_s_prefill_estimated``) for comparison.
 
 Reported per K: tokens/s of each (95% percentile bootstrap over prompts), the paired ratio verispec / transformers with
 its interval, tokens per block, and ms a block with its forwards and the rest (share of a block). The goals: the
@@ -50,28 +52,40 @@ from verispec.io import ResultStore  # noqa: E402
 OVERHEAD_GOAL = 0.05
 
 
-def run(pair, prompt: str, method: str, k: int, sampling, max_new_tokens: int, seed: int) -> dict:
-    """One timed generation: ``verispec`` (chain:K, naive) or ``hf`` (constant K, threshold 0)."""
+def run(pair, prompt: str, method: str, k: int, sampling, max_new_tokens: int, seed: int, *,
+        warmup: bool = False) -> dict:
+    """One timed generation: ``verispec`` (chain:K, naive) or ``hf`` (constant K, threshold 0), with its steady state
+    (``ForwardClock.steady``: after the first block, the cut both decoders share; none for a ``warmup``)."""
     from verispec.models import generate
 
+    length = len(pair.encode(prompt))
     if method == "hf":
         prefill = prefill_seconds(pair, prompt, with_draft=True)
         config = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
                   "assistant_confidence_threshold": 0.0}
         with ForwardClock(pair) as clock:
             row = real_decoding.run_hf(pair, prompt, "hf-assisted", sampling, max_new_tokens, seed, assistant=config)
+            end = time.perf_counter()
         forwards = clock.seconds["target"] + clock.seconds["draft"] - prefill
         return {"new_tokens": row["new_tokens"], "decode_s": row["decode_s"] - prefill, "prefill_s": prefill,
                 "blocks": clock.calls["target"], "forward_s": forwards, "target_forward_s": clock.seconds["target"],
-                "draft_forward_s": clock.seconds["draft"], "draft_calls": clock.calls["draft"]}
+                "draft_forward_s": clock.seconds["draft"], "draft_calls": clock.calls["draft"],
+                **({} if warmup else clock.steady(length, row["new_tokens"], end))}
     with ForwardClock(pair) as clock:
         generation = generate(pair, prompt, f"chain:{k}", "naive", max_new_tokens, sampling, seed)
+        end = time.perf_counter()
     summary = generation.summary()
     row = {key: summary[key] for key in ("new_tokens", "decode_s", "prefill_s", "blocks", "drafting_s", "target_s",
                                          "verify_s", "cache_s", "select_s", "draft_calls")}
     row.update(forward_s=clock.after_first("target") + clock.after_first("draft"),
-               target_forward_s=clock.after_first("target"), draft_forward_s=clock.after_first("draft"))
+               target_forward_s=clock.after_first("target"), draft_forward_s=clock.after_first("draft"),
+               **({} if warmup else clock.steady(length, summary["new_tokens"], end)))
     return row
+
+
+def steady(rows: dict) -> dict:
+    """Rows as the rate functions read them (``new_tokens`` over ``decode_s``), at their steady state."""
+    return {p: {"new_tokens": row["steady_tokens"], "decode_s": row["steady_s"]} for p, row in rows.items()}
 
 
 def summarize(rows: dict, ks: list[int]) -> list[dict]:
@@ -85,21 +99,23 @@ def summarize(rows: dict, ks: list[int]) -> list[dict]:
         entry = {"k": k, "prompts": len(complete)}
         for method in ("verispec", "hf"):
             done = {p: cells[method][p] for p in complete}
-            seconds = sum(r["decode_s"] for r in done.values())
-            blocks = sum(r["blocks"] for r in done.values())
-            forwards = sum(r["forward_s"] for r in done.values())
-            entry[method] = {"tokens_per_s": sum(r["new_tokens"] for r in done.values()) / seconds,
-                             "tokens_per_s_ci": rate_interval(done), "blocks": blocks,
-                             "tokens_per_block": sum(r["new_tokens"] for r in done.values()) / blocks,
+            seconds = sum(r["steady_s"] for r in done.values())
+            blocks = sum(r["steady_blocks"] for r in done.values())
+            forwards = sum(r["steady_forward_s"] for r in done.values())
+            tokens = sum(r["steady_tokens"] for r in done.values())
+            entry[method] = {"tokens_per_s": tokens / seconds, "tokens_per_s_ci": rate_interval(steady(done)),
+                             "blocks": blocks, "tokens_per_block": tokens / blocks,
                              "block_ms": 1000 * seconds / blocks, "forward_ms": 1000 * forwards / blocks,
                              "rest_share": 1 - forwards / seconds,
+                             "tokens_per_s_prefill_estimated": (sum(r["new_tokens"] for r in done.values())
+                                                                / sum(r["decode_s"] for r in done.values())),
                              "load_average_max": max(r["load_average"] for r in done.values())}
             if method == "verispec":
                 entry[method]["phases_ms"] = {name: 1000 * sum(r[name] for r in done.values()) / blocks
                                               for name in ("drafting_s", "target_s", "verify_s", "cache_s",
                                                            "select_s")}
-        base = {p: cells["hf"][p] for p in complete}
-        mine = {p: cells["verispec"][p] for p in complete}
+        base = steady({p: cells["hf"][p] for p in complete})
+        mine = steady({p: cells["verispec"][p] for p in complete})
         entry["ratio"] = selector_decoding.paired_rate_ratio(mine, base)
         entry["ratio_ci"] = selector_decoding.paired_rate_interval(mine, base)
         entry["ratio_goal_met"] = entry["ratio"] >= 1.0
@@ -177,7 +193,7 @@ def main(argv=None) -> int:
         parameters = {"pair": pair.name, "max_new_tokens": args.max_new_tokens, "seed": args.seed, "ks": ks,
                       "device": str(pair.device), "threads": torch.get_num_threads(), "linears": linears_of(pair),
                       "sampling": sampling.describe(), "prompts": names, "transformers": transformers.__version__,
-                      "torch": torch.__version__, **store_key(pair)}
+                      "torch": torch.__version__, "window": "steady (after the first block)", **store_key(pair)}
         store = ResultStore(args.output, parameters=parameters, overwrite=args.overwrite)
     except VerispecError as error:
         print(f"bench_same_algorithm: error: {error}", file=sys.stderr)
@@ -185,14 +201,18 @@ def main(argv=None) -> int:
     methods = [(m, k) for k in ks for m in ("verispec", "hf")]
     if args.warmup:
         for method, k in methods:
-            run(pair, WARMUP_PROMPT, method, k, sampling, args.warmup, args.seed)
+            run(pair, WARMUP_PROMPT, method, k, sampling, args.warmup, args.seed, warmup=True)
     for position, name in enumerate(tqdm(names, desc="prompts")):
         seed = args.seed + position
         for method, k in method_order(methods, position):
             key = f"{method}|{k}|{name}"
             if store.done(key):
                 continue
-            row = run(pair, texts[name], method, k, sampling, args.max_new_tokens, seed)
+            try:
+                row = run(pair, texts[name], method, k, sampling, args.max_new_tokens, seed)
+            except VerispecError as error:
+                print(f"bench_same_algorithm: error: {name}, {method} K={k}: {error}", file=sys.stderr)
+                return 2
             row.update(load_average=os.getloadavg()[0], seed=seed, started=time.time())
             store.add(key, row)
     table = summarize(dict(store.rows), ks)

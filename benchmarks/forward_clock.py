@@ -7,13 +7,24 @@ bookkeeping, choosing the next draft length) is the block time less the forwards
         generate(...)
     clock.seconds["target"], clock.calls["draft"], clock.after_first("target")
 
-Used by ``bench_same_algorithm.py`` (issue 66, item 2) and ``bench_latency_model.py`` (item 3). A CUDA device is
-synchronised at both ends of each call so the time is the forward's, not its launch's.
+Used by ``bench_same_algorithm.py`` (issue 66, item 2), ``bench_assisted.py`` (item 1) and ``bench_latency_model.py``
+(item 3). A CUDA device is synchronised at both ends of each call so the time is the forward's, not its launch's.
+
+The steady state (``steady``): decoding after its first block, the same cut for any decoder. transformers feeds the
+prompt to the target in the same forward as the first block's drafts, verispec prefills the prompt but its last
+token first; so "prefill excluded" cannot be one subtraction for both. Subtracting an estimate of verispec's prefill
+from transformers' time credits transformers with most of its first target forward (measured here: its prompt+7
+forward cost 3.4 s where verispec's prefill plus its first 7-token forward cost 4.2 s, 1 thread, 117-token prompt),
+about a block a prompt. Both decoders' first block is the first target forward whose positions reach the prompt's
+last token; the window runs from its end to the generation's end, its tokens are the generation's less the first
+block's (the next target forward's first position less the prompt's last).
 """
 
 from __future__ import annotations
 
 import time
+
+from verispec.errors import VerispecError
 
 
 class ForwardClock:
@@ -26,6 +37,7 @@ class ForwardClock:
         self.seconds = {name: 0.0 for name in self.models}
         self.calls = {name: 0 for name in self.models}
         self.first = {name: 0.0 for name in self.models}  # each model's first call: verispec's prefill
+        self.spans = {name: [] for name in self.models}  # per call: (start, end, least position, greatest position)
         self._handles, self._started = [], {}
 
     def after_first(self, name: str) -> float:
@@ -39,27 +51,52 @@ class ForwardClock:
 
             torch.cuda.synchronize()
 
+    def steady(self, prompt_length: int, new_tokens: int, end: float) -> dict:
+        """The steady state of one generation of ``new_tokens`` after a ``prompt_length``-token prompt that ended at
+        ``end`` (``time.perf_counter``): ``steady_s`` (seconds after the first block's target forward),
+        ``steady_tokens`` (tokens after the first block's), ``steady_blocks`` (target forwards after it) and
+        ``steady_forward_s`` (both models' forward seconds in the window); no tokens or blocks where the generation
+        ended in its first block. VerispecError (one line) if no target forward fed the prompt's last token."""
+        last = prompt_length - 1
+        calls = self.spans["target"]
+        first = next((i for i, (_, _, low, high) in enumerate(calls) if low is not None and low <= last <= high), None)
+        if first is None:
+            raise VerispecError(f"no first block: none of {len(calls)} target forwards fed position {last} (the "
+                                "prompt's last token), or they named no positions")
+        start = calls[first][1]
+        later = calls[first + 1:]
+        if later and later[0][2] is None:
+            raise VerispecError("a target forward after the first block named no positions")
+        # a generation that ended in its first block (an end-of-text token) has an empty steady state
+        tokens = new_tokens - (later[0][2] - last) if later else 0
+        forward = sum(e - s for spans in self.spans.values() for s, e, _, _ in spans if s >= start)
+        return {"steady_s": end - start, "steady_tokens": tokens, "steady_blocks": len(later),
+                "steady_forward_s": forward}
+
     def _pre(self, name):
-        def hook(module, args, kwargs=None):
+        def hook(module, args, kwargs):
             if name not in self._started:
                 self._sync()
-                self._started[name] = time.perf_counter()
+                self._started[name] = (time.perf_counter(), _positions(args, kwargs))
         return hook
 
     def _post(self, name):
-        def hook(module, args, output, kwargs=None):
+        def hook(module, args, kwargs, output):
             if name in self._started:
                 self._sync()
-                seconds = time.perf_counter() - self._started.pop(name)
+                end = time.perf_counter()
+                start, (low, high) = self._started.pop(name)
+                seconds = end - start
                 self.first[name] = seconds if not self.calls[name] else self.first[name]
                 self.seconds[name] += seconds
                 self.calls[name] += 1
+                self.spans[name].append((start, end, low, high))
         return hook
 
     def __enter__(self) -> ForwardClock:
         for name, model in self.models.items():
-            self._handles.append(model.register_forward_pre_hook(self._pre(name)))
-            self._handles.append(model.register_forward_hook(self._post(name)))
+            self._handles.append(model.register_forward_pre_hook(self._pre(name), with_kwargs=True))
+            self._handles.append(model.register_forward_hook(self._post(name), with_kwargs=True))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -67,6 +104,17 @@ class ForwardClock:
             handle.remove()
         self._handles.clear()
         self._started.clear()
+
+
+def _positions(args, kwargs) -> tuple:
+    """The least and greatest position a forward feeds (its ``position_ids``, else its ``cache_position``); (None,
+    None) where it names neither."""
+    positions = kwargs.get("position_ids")
+    if positions is None:
+        positions = kwargs.get("cache_position")
+    if positions is None or positions.numel() == 0:
+        return None, None
+    return int(positions.min()), int(positions.max())
 
 
 __all__ = ["ForwardClock"]
