@@ -51,6 +51,7 @@ import numpy as np
 from verispec.errors import ProblemTooLargeError
 from verispec.lp_analysis.luce_integrals import INNER_CEILING, OUTER_FLOOR, ChoiceSystem
 from verispec.lp_analysis.luce_solver import LOWEST_EXPONENT, minimise_luce, solve_system
+from verispec.native import series
 
 #: Largest number of draft multisets a node's programs are enumerated over (both systems together).
 MAX_MULTISETS = 20_000
@@ -144,12 +145,13 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
     mask = np.zeros(len(p), dtype=bool)
     pd, qd = (p, q) if len(drafted) == len(p) else (p.take(drafted), q.take(drafted))  # no copy at full support
     zero = pd <= 0
+    zeros = int(np.count_nonzero(zero))
     mask[drafted[zero]] = True
     start_q = float(qd[zero].sum())
-    best, best_tokens = -start_q ** num_drafts, drafted[:0]
-    rest = np.flatnonzero(~zero)
-    if rest.size:
-        if rest.size < len(drafted):  # else every drafted token is one of the rest: no copies
+    best = -start_q ** num_drafts
+    if zeros < len(pd):
+        if zeros:  # else every drafted token is one of the rest: no copies
+            rest = np.flatnonzero(~zero)
             pd, qd, drafted = pd.take(rest), qd.take(rest), drafted.take(rest)
         # from here pd, qd and drafted hold the rest, and token indices point into them
         log_ratio = np.log(pd)
@@ -157,12 +159,7 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
         low, high = float(log_ratio.min()), float(log_ratio.max())
         count = min(SCAN_BUCKETS, len(pd))
         scale = count / (high - low) if high > low else 0.0
-        scaled = np.subtract(log_ratio, low)
-        scaled *= scale
-        bucket = scaled.astype(np.int64)
-        np.minimum(bucket, count - 1, out=bucket)
-        mass_q = np.bincount(bucket, qd, minlength=count)
-        mass_p = np.bincount(bucket, pd, minlength=count)
+        bucket, mass_q, mass_p = _scan_buckets(log_ratio, pd, qd, low, scale, count)
         end_q = start_q + np.cumsum(mass_q)
         end_p = np.cumsum(mass_p)
         end_psi = end_p - end_q ** num_drafts
@@ -199,14 +196,30 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
             at = int(np.argmin(prefix_psi))
             if prefix_psi[at] < best:
                 best, best_cut = float(prefix_psi[at]), at
+        below, within = (bucket <= best_end, drafted[:0]) if best_end >= 0 else (None, None)
         if best_cut is not None:
             cut_bucket = groups[best_cut]
-            within = order[(groups == cut_bucket) & (np.arange(len(order)) <= best_cut)]
-            best_tokens = np.concatenate([np.flatnonzero(bucket < cut_bucket), within])
-        elif best_end >= 0:
-            best_tokens = np.flatnonzero(bucket <= best_end)
-        mask[drafted[best_tokens]] = True
+            below, within = bucket < cut_bucket, order[(groups == cut_bucket) & (np.arange(len(order)) <= best_cut)]
+        if below is not None and len(pd) == len(mask):  # every token drafted, p > 0: the mask is H* itself
+            mask = below
+            mask[within] = True
+        elif below is not None:
+            mask[drafted[np.flatnonzero(below)]] = True
+            mask[drafted[within]] = True
     return mask, 1 + best
+
+
+def _scan_buckets(log_ratio: np.ndarray, p: np.ndarray, q: np.ndarray, low: float, scale: float, count: int):
+    """``optimal_split``'s bucket of each token [n], min(trunc((log ratio - low) scale), count - 1), and the q and p
+    mass of each bucket [count]: one compiled pass (``series.scan_buckets``), else numpy's."""
+    scanned = series.scan_buckets(log_ratio, p, q, low, scale, count)
+    if scanned is not None:
+        return scanned
+    scaled = np.subtract(log_ratio, low)
+    scaled *= scale
+    bucket = scaled.astype(np.int64)
+    np.minimum(bucket, count - 1, out=bucket)
+    return bucket, np.bincount(bucket, q, minlength=count), np.bincount(bucket, p, minlength=count)
 
 
 def luce_moments(exponents: np.ndarray, counts: np.ndarray | None, probability: np.ndarray, reject: float,

@@ -223,6 +223,19 @@ class Expansion:
         return value
 
 
+#: exp(x) is 0 in float64 for every x below this (e^-745.14 is below half the smallest subnormal, 2^-1075).
+UNDERFLOW = -746.0
+
+
+def decay_table(weight: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """e^(-w t) [len(weight), len(t)]: numpy's exp where -w t >= ``UNDERFLOW`` and 0 elsewhere, where that exp is 0
+    anyway (the same bits as np.exp(-np.outer(w, t))). numpy's SIMD exp runs about 9 times slower on arguments that
+    underflow (92 against 11 us for 20,000 of them on this project's EPYC), and in the programs' [bins, nodes]
+    tables most of them do: the nodes t_l span e^100 and more."""
+    exponent = np.multiply.outer(-weight, t)  # the bits of -outer(w, t): negation is exact
+    return np.exp(exponent, out=np.zeros_like(exponent), where=~(exponent < UNDERFLOW))
+
+
 def positive_binomial_tail(fixed: float, free: np.ndarray, power: int) -> np.ndarray:
     """(fixed + free)^power - fixed^power as a sum of positive terms (no cancellation; free >= 0)."""
     out = np.zeros_like(free)
@@ -296,7 +309,7 @@ class ChoiceSystem:
 
         def moments(log_weight):
             weight = np.exp(log_weight)
-            table = np.exp(-np.outer(weight, t))        # [B, T]
+            table = decay_table(weight, t)              # [B, T]
             free = mass @ table                         # G - c0
             whole = c0 + free
             if b:

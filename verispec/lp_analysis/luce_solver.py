@@ -24,6 +24,7 @@ from verispec.lp_analysis.luce_integrals import (
     ChoiceSystem,
     Expansion,
     Nodes,
+    decay_table,
 )
 from verispec.native import series
 
@@ -262,7 +263,7 @@ def _weight_range(system: ChoiceSystem, y: np.ndarray, bin_y: np.ndarray, bin_u:
 def _chord_for(system: ChoiceSystem, nodes: Nodes, log_w: np.ndarray, derivative: np.ndarray, g_now: np.ndarray):
     """The chord step residual -> (I - A)^(-1) residual, A = dG_true/dg = diag(t) X^T diag(d) X diag(v) on a measure
     of weights ``log_w`` [B] (X = e^(-t w), d = ``derivative``, v = weight e^(-bt) G^(K-2)), of rank B: Woodbury."""
-    table = np.exp(-np.outer(np.exp(log_w), nodes.t))           # [B, T]
+    table = decay_table(np.exp(log_w), nodes.t)                  # [B, T]
     columns = nodes.weight * np.exp(-system.reject * nodes.t) * (system.fixed + g_now) ** (system.drafts - 2)
     left = (nodes.t[:, None] * table.T) * derivative[None, :]   # [T, B]
     right = table * columns[None, :]                            # [B, T]
@@ -285,7 +286,7 @@ def _binned_start(system: ChoiceSystem, nodes: Nodes, bin_u: np.ndarray, bin_q: 
     """The binned solution's g = G - c0 at the nodes [T], its kernel [T], and the first chord step (on the bins
     that sit strictly inside the range)."""
     bin_w = np.exp(bin_u)
-    table = np.exp(-np.outer(bin_w, nodes.t))                       # [B, T]
+    table = decay_table(bin_w, nodes.t)                             # [B, T]
     free = bin_q @ table
     kernel = system.kernel(nodes, free)
     value = table @ kernel
@@ -341,16 +342,13 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
     # stall (a draft token of mass 0.72 left G 5e-4 off and 2e-5 of acceptance); it gets a point of its own
     if len(candidates) > HEAVY_POINTS:
         candidates = np.sort(candidates[np.argpartition(-mass[candidates], HEAVY_POINTS - 1)[:HEAVY_POINTS]])
-    keep = np.ones(len(solved), dtype=bool)
-    keep[np.searchsorted(solved, candidates)] = False
     # not empty: more than GRID_POINTS solved, at most HEAVY_POINTS heavy (in buffers that live as long as the rest)
-    light = np.compress(keep, solved, out=series.scratch("classes.light", int(np.count_nonzero(keep)), np.int64))
-    light_y = y.take(light, out=series.scratch("classes.light_y", len(light)))
-    bottom, top = float(light_y.min()), float(light_y.max())
+    found = series.light_tokens(solved, candidates, y, "classes.light")  # one compiled pass, else numpy's
+    light, bottom, top = found if found is not None else _light_tokens(solved, candidates, y)
     grid_step = max(GRID_STEP, (top - bottom) / (GRID_POINTS - 4))
     points = bottom - grid_step + grid_step * np.arange(math.ceil((top - bottom) / grid_step) + 3)
     found = series.grid_carry(y, mass, light, points, grid_step, "carry")  # one compiled pass, else numpy's
-    cell, theta, moments = found if found is not None else _carry(light_y, mass.take(light), points, grid_step)
+    cell, theta, moments = found if found is not None else _carry(y.take(light), mass.take(light), points, grid_step)
     # cubic Lagrange weights on points k-1..k+2 carry the tokens' mass: from the cell moments sum q theta^j
     carried = np.zeros(len(points))
     for shift, row in zip((-1, 0, 1, 2), LAGRANGE):
@@ -358,6 +356,15 @@ def _place_tokens(system: ChoiceSystem, y: np.ndarray, negligible: float, zero_v
     return _Tokens(tiny, capped_high, capped_low, solved, False, np.concatenate([points, y.take(candidates)]),
                    np.concatenate([carried, mass.take(candidates)]), grid_step, light, candidates, len(points), cell,
                    theta)
+
+
+def _light_tokens(solved: np.ndarray, heavy: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """The numpy route of ``series.light_tokens``: the solved tokens without the heavy ones, and their y's range."""
+    keep = np.ones(len(solved), dtype=bool)
+    keep[np.searchsorted(solved, heavy)] = False
+    light = np.compress(keep, solved, out=series.scratch("classes.light", int(np.count_nonzero(keep)), np.int64))
+    light_y = y.take(light)
+    return light, float(light_y.min()), float(light_y.max())
 
 
 def _token_classes(system: ChoiceSystem, y: np.ndarray, tiny_below: float, ratio_top: float | None):
@@ -517,7 +524,7 @@ def _lumped(point_u: np.ndarray, derivative: np.ndarray) -> tuple[np.ndarray, np
 def _held_sums(system: ChoiceSystem, nodes: Nodes, tokens: _Tokens, lower: float, upper: float) -> np.ndarray:
     """The capped tokens' part of G at the nodes [T]: their mass at the two bounds, e^(-t w) summed directly."""
     held_u, held_mass = tokens.held(system.mass, lower, upper)
-    return held_mass @ np.exp(-np.outer(np.exp(held_u), nodes.t))
+    return held_mass @ decay_table(np.exp(held_u), nodes.t)
 
 
 def _chosen_law(system: ChoiceSystem, steps: _ChordSteps, u: np.ndarray) -> SystemSolution:

@@ -220,3 +220,45 @@ int64_t verispec_newton_step(const double *restrict points, const double *restri
     }
     return done;
 }
+
+/* The H* scan's buckets (global_resolution.optimal_split): bucket = min(trunc((log_ratio - low) * scale), count - 1)
+ * of each token, and its q and p mass summed in token order into mass_q, mass_p [count] (zeroed), as numpy's
+ * subtract, multiply, astype, minimum and two bincounts compute them. */
+void verispec_scan_buckets(const double *restrict log_ratio, const double *restrict p, const double *restrict q,
+                           int64_t n, double low, double scale, int64_t count, int64_t *restrict bucket,
+                           double *restrict mass_q, double *restrict mass_p) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = log_ratio[i] - low;
+        v *= scale;
+        int64_t b = (int64_t)v;
+        b = b < count - 1 ? b : count - 1;
+        bucket[i] = b;
+        mass_q[b] += q[i];
+        mass_p[b] += p[i];
+    }
+}
+
+/* The grid's light tokens (luce_solver._place_tokens): the solved tokens [n] (increasing) without the heavy ones
+ * [m] (increasing, a subset), written to light, and the least and largest y among them in extent[2] (NaN when one
+ * is NaN, as numpy's min and max). Returns the number of light tokens. */
+int64_t verispec_light_tokens(const int64_t *restrict solved, int64_t n, const int64_t *restrict heavy, int64_t m,
+                              const double *restrict y, int64_t *restrict light, double *restrict extent) {
+    int64_t count = 0, h = 0;
+    double bottom = INFINITY, top = -INFINITY;
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t token = solved[i];
+        if (h < m && heavy[h] == token) {
+            h++;
+            continue;
+        }
+        light[count++] = token;
+        const double v = y[token];
+        nan |= isnan(v);
+        bottom = v < bottom ? v : bottom;
+        top = v > top ? v : top;
+    }
+    extent[0] = nan ? NAN : bottom;
+    extent[1] = nan ? NAN : top;
+    return count;
+}

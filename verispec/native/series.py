@@ -44,10 +44,13 @@ def _bind(path: Path) -> dict:
         "curve": ([address, size, address, address, address, size, real, real, real] + [address] * 4,
                   library.verispec_curve_terms),
         "newton": ([address] * 6 + [real, size, real] + [address] * 3, library.verispec_newton_step),
+        "buckets": ([address, address, address, size, real, real, size, address, address, address],
+                    library.verispec_scan_buckets),
+        "light": ([address, size, address, size, address, address, address], library.verispec_light_tokens),
     }
     for argtypes, function in functions.values():
         function.argtypes, function.restype = argtypes, None
-    library.verispec_newton_step.restype = size
+    library.verispec_newton_step.restype = library.verispec_light_tokens.restype = size
     return {name: function for name, (_, function) in functions.items()}
 
 
@@ -201,6 +204,43 @@ def _check_newton(library, rng) -> dict:
     return checks
 
 
+def _run_buckets(library, log_ratio, p, q, low, scale, count):
+    log_ratio, p, q = _doubles(log_ratio), _doubles(p), _doubles(q)
+    bucket, mass_q, mass_p = np.empty(len(log_ratio), np.int64), np.zeros(count), np.zeros(count)
+    library["buckets"](_at(log_ratio), _at(p), _at(q), len(log_ratio), float(low), float(scale), count, _at(bucket),
+                       _at(mass_q), _at(mass_p))
+    return bucket, mass_q, mass_p
+
+
+def _run_light(library, solved, heavy, y, slot=None):
+    solved, heavy, y = _indices(solved), _indices(heavy), _doubles(y)
+    light, extent = _buffer(slot, len(solved), np.int64), np.empty(2)
+    count = library["light"](_at(solved), len(solved), _at(heavy), len(heavy), _at(y), _at(light), _at(extent))
+    return light[:count], float(extent[0]), float(extent[1])
+
+
+def _check_scan(library, rng) -> dict:
+    """The H* scan's buckets and the grid's light tokens against numpy on seeded inputs (a NaN logit kept)."""
+    log_ratio, p, q = rng.uniform(-9.0, 4.0, 500), rng.random(500), rng.random(500)
+    low, count = float(log_ratio.min()), 64
+    scale = count / (float(log_ratio.max()) - low)
+    scaled = np.subtract(log_ratio, low)
+    scaled *= scale
+    bucket = np.minimum(scaled.astype(np.int64), count - 1)
+    got = _run_buckets(library, log_ratio, p, q, low, scale, count)
+    solved = np.flatnonzero(rng.random(500) > 0.3)
+    heavy = np.sort(rng.choice(solved, 40, replace=False))
+    light = np.setdiff1d(solved, heavy)
+    found, bottom, top = _run_light(library, solved, heavy, log_ratio)
+    extent = [float(log_ratio.take(light).min()), float(log_ratio.take(light).max()), np.nan, np.nan]
+    log_ratio[light[7]] = np.nan
+    _, nan_bottom, nan_top = _run_light(library, solved, heavy, log_ratio)
+    return {"scan buckets": (got[0], bucket), "scan masses": (np.array(got[1:]), np.array(
+                [np.bincount(bucket, q, minlength=count), np.bincount(bucket, p, minlength=count)])),
+            "light tokens": (found, light),
+            "light extent": (np.array([bottom, top, nan_bottom, nan_top]), np.array(extent))}
+
+
 def _check_classes(library, rng) -> dict:
     """The token classes and the binned measure against numpy on seeded logits with infinities and ties."""
     y = rng.uniform(-80.0, 80.0, 300)
@@ -272,10 +312,13 @@ def _self_check(library: dict) -> None:
                    "Hermite": (interpolated, expected)})
     checks.update(_check_classes(library, rng))
     checks.update(_check_newton(library, rng))
+    checks.update(_check_scan(library, rng))
     for name, (got_values, wanted) in checks.items():
         if not np.array_equal(got_values, wanted, equal_nan=True):
-            raise OSError(f"the series kernel's {name} differs from numpy's (largest gap "
-                          f"{float(np.abs(np.asarray(got_values, float) - wanted).max())!r})")
+            got_values = np.asarray(got_values, float)
+            gap = (f"largest gap {float(np.abs(got_values - wanted).max())!r}" if got_values.shape == wanted.shape
+                   else f"shape {got_values.shape}, not {wanted.shape}")
+            raise OSError(f"the series kernel's {name} differs from numpy's ({gap})")
 
 
 def library() -> dict | None:
@@ -340,6 +383,21 @@ def newton_points(coefficients, points, u, low, high, scale: float, first: int, 
     found = library()
     return None if found is None else _run_newton(found, coefficients, points, u, low, high, scale, first, centres,
                                                   factor, span, tolerance, steps)
+
+
+def scan_buckets(log_ratio, p, q, low: float, scale: float, count: int):
+    """(bucket [n] int64, q mass [count], p mass [count]) of ``global_resolution.optimal_split``'s buckets of
+    ``log_ratio`` [n] (min(trunc((log_ratio - low) scale), count - 1)); None on the numpy route."""
+    found = library()
+    return None if found is None else _run_buckets(found, log_ratio, p, q, low, scale, count)
+
+
+def light_tokens(solved, heavy, y, slot: str | None = None):
+    """(the ``solved`` tokens [n] without the ``heavy`` ones [m] (both increasing, heavy among solved), in this
+    thread's buffer ``slot`` when given; the least and the largest ``y`` among them) for ``luce_solver``'s grid;
+    None on the numpy route."""
+    found = library()
+    return None if found is None else _run_light(found, solved, heavy, y, slot)
 
 
 def scratch(slot: str, count: int, dtype=np.float64) -> np.ndarray:
