@@ -19,6 +19,14 @@ setting's are replaced. So the second command above gives one file with T = 0.7'
 file ``verispec selector verdict --latency`` and ``selector study --latency`` price both settings' cpu regime with.
 A ``--latency`` whose sizes do not name their setting (a file written before they did) is refused before any work.
 
+    PYTHONPATH=. python experiments/tree_sizes.py --latency data/latency/latency-cpu-small-batch-q.json \
+        --sizes-from data/latency/latency-cpu-small-batch-t07.json --out data/latency/latency-cpu-small-batch-q-t07.json
+
+With ``--sizes-from FILE`` (instead of ``--dataset``) no model is loaded and nothing is sampled: every setting's sizes
+FILE carries, with their sources, are put on ``--latency``'s times. A tree's sizes do not depend on what its forwards
+cost, so a re-measured model prices the same trees (refused on one line where FILE carries no sizes of a named
+setting, or was measured on another pair).
+
 The output is a latency model like any other (``selector train --latency``, ``selector study``,
 ``benchmarks/bench_latency_model.py --latency``), written atomically and marked as 'verispec latency' marks its own;
 each setting's sizes carry their source (the dataset, split, roots, combs and seed), and its ``record`` the command
@@ -42,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     from verispec.study.script_files import ScriptParser, run_script
 
     parser = ScriptParser("tree_sizes", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", required=True, help="a selector dataset traced from a pair")
+    parser.add_argument("--dataset", default=None, help="a selector dataset traced from a pair")
+    parser.add_argument("--sizes-from", default=None, metavar="FILE",
+                        help="instead of --dataset: a latency model whose tree sizes (every setting's) to put on "
+                             "--latency's times, sampling nothing")
     parser.add_argument("--latency", required=True, help="the measured latency model to add the sizes to")
     parser.add_argument("--roots", type=int, default=96, help="training roots sampled (default 96)")
     parser.add_argument("--samples", type=int, default=16, help="combs drawn at each root (default 16)")
@@ -70,12 +81,18 @@ def _run(args, argv, held) -> int:
     check_ranges([("--roots", args.roots, 1, None), ("--samples", args.samples, 1, 4096),
                   ("--seed", args.seed, 0, 2**63 - 1), ("--test-fraction", args.test_fraction, Above(0), 0.99),
                   ("--split-seed", args.split_seed, 0, 2**63 - 1), ("--threads", args.threads, 1, MAX_THREADS)])
-    check_input(args.dataset, "the dataset")
+    from verispec.errors import VerispecError
+
+    if (args.dataset is None) == (args.sizes_from is None):
+        raise VerispecError("give --dataset (sample the trees' sizes) or --sizes-from FILE (take a model's), one")
+    check_input(args.dataset or args.sizes_from, "the dataset" if args.dataset else "--sizes-from")
     latency = LatencyModel.load(args.latency)
     check_output(args.out, LATENCY_FILE, what="--out", overwrite=args.overwrite)
     from verispec.store_lock import store_lock
 
     held.enter_context(store_lock(args.out, what="--out"))  # one writer at a time: a second run is refused
+    if args.sizes_from:
+        return _copy_sizes(args, argv, latency)
     import torch
     from tqdm import tqdm
 
@@ -93,8 +110,6 @@ def _run(args, argv, held) -> int:
     dataset, roots = dataset_pair_roots(args.dataset)
     metadata = labelling_settings(dataset, args.dataset)
     if len(dataset.samplings) != 1:  # one tree's sizes at T = 0.7 are not its sizes at T = 1
-        from verispec.errors import VerispecError
-
         raise VerispecError(f"{args.dataset} holds {len(dataset.samplings)} sampling settings; the sizes belong to "
                             "one setting: give a dataset of one (each setting's are added to the model in turn)")
     setting = sampling_text(dataset.samplings[0])
@@ -123,6 +138,31 @@ def _run(args, argv, held) -> int:
                                  MARKER_KEY: written_by(LATENCY, "latency")})
     print(f"tree_sizes: {source}; kept the sizes of {', '.join(kept) or 'no other setting'}; wrote {args.out} "
           f"({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+def _copy_sizes(args, argv, latency) -> int:
+    """``--sizes-from``: every named setting's sizes of that model (and their sources) on ``--latency``'s times."""
+    from verispec.io import atomic_write_json
+    from verispec.latency import UNKNOWN_SETTING, LatencyModel, check_latency_pair, measured_pair
+    from verispec.provenance import LATENCY, MARKER_KEY, run_record, written_by
+
+    donor = LatencyModel.load(args.sizes_from)
+    if not donor.tree_sizes or UNKNOWN_SETTING in donor.sized_settings:
+        from verispec.errors import VerispecError
+
+        raise VerispecError(f"--sizes-from {args.sizes_from} carries no tree sizes of a named sampling setting; give "
+                            "a model experiments/tree_sizes.py wrote with --dataset")
+    if measured_pair(donor) is not None:
+        check_latency_pair(latency, measured_pair(donor), "--latency")
+    model = latency
+    for setting, trees, source in donor.tree_sizes:
+        model = model.with_tree_sizes(setting, dict(trees), f"{source} (taken from {Path(args.sizes_from).name})")
+    record = run_record(shlex.join(["python", "experiments/tree_sizes.py", *(sys.argv[1:] if argv is None else argv)]),
+                        [args.latency, args.sizes_from], threads=args.threads)
+    atomic_write_json(args.out, {**model.as_dict(), "record": record, MARKER_KEY: written_by(LATENCY, "latency")})
+    print(f"tree_sizes: the sizes of {', '.join(model.sized_settings)} from {args.sizes_from} on {args.latency}'s "
+          f"times; wrote {args.out}")
     return 0
 
 

@@ -203,3 +203,31 @@ def test_the_cli_refuses_a_model_without_the_settings_sizes_with_exit_2(tmp_path
     latency.write_text(json.dumps(_sized(T07_NAME, T1_NAME).as_dict()))
     datasets, regimes = load_inputs(paths, str(latency))
     assert regimes["cpu"].sized_settings == (T07_NAME, T1_NAME) and len(datasets) == 2
+
+
+def test_sizes_from_puts_a_models_sizes_on_re_measured_times_loading_no_model(tmp_path, capsys):
+    """experiments/tree_sizes.py --sizes-from: both settings' sizes of a hand-made model on other times; each setting's
+    block time computed by hand from its sizes and the new times. Refused on one line (exit 2): a donor without named
+    sizes, and --dataset with --sizes-from."""
+    from tests.support.scripts import load_script
+
+    script = load_script("experiments/tree_sizes.py")
+    donor, times, out = tmp_path / "donor.json", tmp_path / "times.json", tmp_path / "out.json"
+    donor.write_text(json.dumps(_sized(T07_NAME, T1_NAME).as_dict()))
+    doubled = LatencyModel(120.0, (1, 2, 3, 4, 5), (340.0, 350.0, 480.0, 490.0, 820.0), "ms", "re-measured",
+                           draft_sizes=(1, 2), draft_times=(120.0, 132.0))
+    times.write_text(json.dumps(doubled.as_dict()))
+    assert script.main(["--latency", str(times), "--sizes-from", str(donor), "--out", str(out)]) == 0
+    model = LatencyModel.load(out)
+    tree = parse_tree("iid:2,1")
+    assert model.for_setting(T07_NAME).drafter_time(tree) == pytest.approx((3 * (120 + 350) + (120 + 480)) / 4)
+    assert model.for_setting(T1_NAME).drafter_time(tree) == pytest.approx(((120 + 350) + 3 * (120 + 480)) / 4)
+    assert model.for_setting(T07_NAME).drafter_time(tree) == pytest.approx(2 * T07_TIME)  # the old times, doubled
+    assert "taken from donor.json" in dict((name, source) for name, _, source in model.tree_sizes)[T1_NAME]
+    assert json.loads(out.read_text())["record"]["command"].startswith("python experiments/tree_sizes.py")
+    capsys.readouterr()
+    assert script.main(["--latency", str(times), "--sizes-from", str(times), "--out", str(tmp_path / "x.json")]) == 2
+    assert "carries no tree sizes of a named sampling setting" in capsys.readouterr().err
+    assert script.main(["--latency", str(times), "--sizes-from", str(donor), "--dataset", str(donor),
+                        "--out", str(tmp_path / "y.json")]) == 2
+    assert "one" in capsys.readouterr().err.strip().splitlines()[-1]
