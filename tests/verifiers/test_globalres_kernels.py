@@ -93,7 +93,7 @@ def test_the_rule_is_the_same_with_the_kernels_off(monkeypatch):
     with and without the kernels, bit for bit, and the grid node's p_I the direct pair sum of its weights (1e-12 in
     L1). The kernels did run (their calls counted). Negative control: the final law's kernel off by one part in
     10^12 is caught."""
-    calls = dict.fromkeys(("evaluate", "carry", "hermite", "classes", "bins", "newton", "buckets", "light"), 0)
+    calls = dict.fromkeys(("evaluate", "carry", "hermite", "classes", "bins", "newton", "buckets", "light", "logit"), 0)
     for name in calls:
         original = getattr(series, f"_run_{name}")
         monkeypatch.setattr(series, f"_run_{name}", lambda *a, _f=original, _n=name: calls.__setitem__(
@@ -157,13 +157,24 @@ def _last_light_dropped(whole):
     return kernel
 
 
+def _rest_ignored(whole):
+    zeros = np.zeros(10_000)
+
+    def kernel(ratio, n, low, high, value, rest):
+        return whole(ratio, n, low, high, value, zeros.ctypes.data)
+    return kernel
+
+
 @needs_kernels
 @pytest.mark.parametrize("name, twin, check", [("buckets", _swapped_masses, "scan masses"),
-                                               ("light", _last_light_dropped, "light tokens")])
-def test_a_broken_scan_or_light_kernel_fails_the_self_check_and_moves_the_rule(monkeypatch, name, twin, check):
-    """Negative controls of the H* scan's bucket pass (q and p masses swapped) and the grid's light tokens (the last
-    one dropped): each fails the self-check, naming its part, and, used anyway, changes the rule at the V = 2,500
-    Zipf grid node (H* or the weights), which the right kernels give bit for bit (the test above)."""
+                                               ("light", _last_light_dropped, "light tokens"),
+                                               ("logit finish", _rest_ignored, "logit")])
+def test_a_broken_scan_light_or_logit_kernel_fails_the_self_check_and_moves_the_rule(monkeypatch, name, twin,
+                                                                                     check):
+    """Negative controls of the H* scan's bucket pass (q and p masses swapped), the grid's light tokens (the last
+    one dropped) and the logit (log(hi - r) not subtracted): each fails the self-check, naming its part, and, used
+    anyway, changes the rule at the V = 2,500 Zipf grid node (H* or the weights), which the right kernels give bit
+    for bit (the test above)."""
     library = dict(series.library())
     library[name] = twin(library[name])
     with pytest.raises(OSError, match=check):

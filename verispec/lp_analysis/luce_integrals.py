@@ -270,6 +270,9 @@ class ChoiceSystem:
     def logit(self, ratio: np.ndarray) -> np.ndarray:
         """y = log((r - lo) / (hi - r)), +-inf outside (lo, hi)."""
         low, high = self.low, self.high
+        found = series.logit(ratio, low, high, "logit")  # two compiled passes around numpy's logs
+        if found is not None:
+            return found
         with np.errstate(divide="ignore", invalid="ignore"):
             value = np.subtract(ratio, low)  # in place: log(r - lo) - log(hi - r)
             np.log(value, out=value)

@@ -262,3 +262,23 @@ int64_t verispec_light_tokens(const int64_t *restrict solved, int64_t n, const i
     extent[1] = nan ? NAN : top;
     return count;
 }
+
+/* The logit y = log((r - lo) / (hi - r)) of the ratios (luce_integrals.ChoiceSystem.logit), around numpy's logs:
+ * verispec_logit_parts writes r - lo into value and hi - r into rest; verispec_logit_finish, once both hold their
+ * logs, value -= rest, then +inf where r >= hi and -inf where r <= lo (in that order, as the numpy route sets them). */
+void verispec_logit_parts(const double *restrict ratio, int64_t n, double low, double high, double *restrict value,
+                          double *restrict rest) {
+    for (int64_t i = 0; i < n; i++) {
+        value[i] = ratio[i] - low;
+        rest[i] = high - ratio[i];
+    }
+}
+
+void verispec_logit_finish(const double *restrict ratio, int64_t n, double low, double high, double *restrict value,
+                           const double *restrict rest) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = value[i] - rest[i];
+        v = ratio[i] >= high ? INFINITY : v;
+        value[i] = ratio[i] <= low ? -INFINITY : v;
+    }
+}
