@@ -10,15 +10,17 @@
  *   and its offset u - centre[index] (the caller takes eps = expm1(offset) with numpy's expm1, whose SIMD
  *   implementation differs from libm's in the last bit on some CPUs).
  * verispec_series_moments: moments[k, c] += mass eps^k (k < terms) into `moments` [terms, size] (zeroed by the
- *   caller), in token order.
+ *   caller), in token order (summed cluster by cluster in a [size, terms] work array when the tokens are many).
  * verispec_series_evaluate: value = sum_k eps^k B[index, k] by Horner (B [size, terms], one row a cluster), and
  *   its derivative in log w, (eps + 1) d/deps, when `slope` is not NULL; then value = low + factor * weight * value
- *   when `weight` is not NULL (the chosen law q Phi(w) / q of the final pass).
+ *   when `weight` is not NULL (the chosen law q Phi(w) / q of the final pass); without a slope four tokens at a
+ *   time (four independent chains, each token's operations unchanged).
  * verispec_grid_carry: the light tokens' grid cell k = clip(trunc((y - origin) / step), 1, points - 3), their
  *   theta = (y - point_k) / step and the cell moments sum q theta^j (j < 4) into `moments` [4, points] (zeroed).
  * verispec_hermite: u[light_i] = ((c3_k theta + c2_k) theta + s_k) theta + u_k at each light token's cell k. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 void verispec_series_locate(const double *restrict u, int64_t n, double scale, int64_t first, int64_t size,
                             const double *restrict centres, int64_t *restrict index, double *restrict offset) {
@@ -35,15 +37,24 @@ void verispec_series_locate(const double *restrict u, int64_t n, double scale, i
 void verispec_series_moments(const int64_t *restrict index, const double *restrict eps,
                              const double *restrict mass, int64_t n, int64_t size, int64_t terms,
                              double *restrict moments) {
+    /* a cluster's terms side by side while summing (two cache lines a token, not `terms`), then laid out as
+     * [terms, size]: each sum is the same additions in the same token order */
+    double *work = n > 4 * size ? calloc((size_t)(size * terms), sizeof(double)) : 0;
+    const int64_t row = work ? terms : 1, column = work ? 1 : size;
+    double *restrict into = work ? work : moments;
     for (int64_t i = 0; i < n; i++) {
-        const int64_t c = index[i];
+        double *restrict at = into + index[i] * row;
         const double e = eps[i];
         double power = mass[i];
         for (int64_t k = 0; k < terms; k++) {
-            moments[k * size + c] += power;
+            at[k * column] += power;
             power *= e;
         }
     }
+    if (!work) return;
+    for (int64_t c = 0; c < size; c++)
+        for (int64_t k = 0; k < terms; k++) moments[k * size + c] += work[c * terms + k];
+    free(work);
 }
 
 /* sum_k e^k row[k] by Horner, and (when slope is not NULL) its derivative in e by the same pass. */
@@ -61,10 +72,41 @@ static inline double series_at(const double *restrict row, int64_t terms, double
     return v;
 }
 
+/* Values only (no slope), four tokens at a time: four independent Horner chains, each the one-token arithmetic. */
+static int64_t evaluate_four(const double *restrict coefficients, int64_t terms, const int64_t *restrict index,
+                             const double *restrict eps, int64_t n, double *restrict value,
+                             const double *restrict weight, double factor, double low) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const double *restrict r[4];
+        double e[4], v[4];
+        for (int j = 0; j < 4; j++) {
+            r[j] = coefficients + index[i + j] * terms;
+            e[j] = eps[i + j];
+            v[j] = r[j][terms - 1];
+        }
+        for (int64_t k = terms - 2; k >= 0; k--)
+            for (int j = 0; j < 4; j++) {
+                v[j] *= e[j];
+                v[j] += r[j][k];
+            }
+        for (int j = 0; j < 4; j++) {
+            if (weight) {
+                v[j] *= weight[i + j];
+                v[j] *= factor;
+                v[j] += low;
+            }
+            value[i + j] = v[j];
+        }
+    }
+    return i;
+}
+
 void verispec_series_evaluate(const double *restrict coefficients, int64_t terms, const int64_t *restrict index,
                               const double *restrict eps, int64_t n, double *restrict value, double *restrict slope,
                               const double *restrict weight, double factor, double low) {
-    for (int64_t i = 0; i < n; i++) {
+    const int64_t done = slope ? 0 : evaluate_four(coefficients, terms, index, eps, n, value, weight, factor, low);
+    for (int64_t i = done; i < n; i++) {
         const double e = eps[i];
         double s = 0.0;
         double v = series_at(coefficients + index[i] * terms, terms, e, slope ? &s : 0);
