@@ -95,6 +95,10 @@ def test_the_same_algorithm_takes_each_block_apart_for_both_codes(setup, tmp_pat
             assert entry[method]["blocks"] == sum(c["steady_blocks"] for c in cells)
             assert all(c["steady_tokens"] < c["new_tokens"] and c["steady_blocks"] < c["blocks"] for c in cells)
         assert math.isclose(entry["ratio"], entry["verispec"]["tokens_per_s"] / entry["hf"]["tokens_per_s"])
+        # blocks a second, verispec's over transformers': their ms a block the other way round
+        assert math.isclose(entry["block_rate_ratio"], entry["hf"]["block_ms"] / entry["verispec"]["block_ms"])
+        low, high = entry["block_rate_ratio_ci"]
+        assert low <= entry["block_rate_ratio"] <= high
         assert entry["verispec"]["blocks"] >= 1 and entry["hf"]["blocks"] >= 1
         mine = [r for key, r in rows.items() if key.startswith(f"verispec|{entry['k']}|")]
         # a chain of K drafts: K draft forwards a block at most (the first block's first is the prefill's model)
