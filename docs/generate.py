@@ -454,8 +454,8 @@ def assisted_table(results) -> str:
                   f"{parameters['linears']} linear kernels for every method, {parameters['dtype']}; transformers "
                   f"{parameters['transformers']} (assistant: {assistant['num_assistant_tokens']} tokens, schedule "
                   f"{assistant['num_assistant_tokens_schedule']}, confidence threshold "
-                  f"{assistant['assistant_confidence_threshold']}); best static action ({static}). 95% intervals: "
-                  "percentile bootstrap over prompts, paired for the ratios."]
+                  f"{assistant['assistant_confidence_threshold']}); best static action ({static}). "
+                  f"{_window(parameters)}95% intervals: percentile bootstrap over prompts, paired for the ratios."]
     return "\n".join(lines)
 
 
@@ -470,16 +470,31 @@ def same_algorithm_table(results) -> str:
     for row in bench["rows"]:
         v, t = row["verispec"], row["hf"]
         low, high = row["ratio_ci"]
+        if "block_rate_ratio" in row:  # blocks a second v / t: the tokens/s ratio at equal tokens a block
+            b_low, b_high = row["block_rate_ratio_ci"]
+            blocks = f"x{row['block_rate_ratio']:.3f} [{b_low:.3f}, {b_high:.3f}]"
+        else:
+            blocks = f"x{t['block_ms'] / v['block_ms']:.3f}"
         rows.append((row["k"], f"x{row['ratio']:.3f} [{low:.3f}, {high:.3f}]",
-                     f"{v['block_ms']:.0f}, {t['block_ms']:.0f}", f"x{v['block_ms'] / t['block_ms']:.3f}",
+                     f"{v['block_ms']:.0f}, {t['block_ms']:.0f}", blocks,
                      f"{v['tokens_per_block']:.2f}, {t['tokens_per_block']:.2f}",
                      f"{v['rest_share']:.1%}, {t['rest_share']:.1%}"))
     parameters = bench["parameters"]
-    return _table(("K", "verispec / transformers tokens/s [95%]", "ms a block (v, t)", "block time v / t",
+    return _table(("K", "verispec / transformers tokens/s [95%]", "ms a block (v, t)", "blocks a second v / t [95%]",
                    "tokens a block (v, t)", "not the forwards (v, t)"), rows) + (
         f"\n\n{len(parameters['prompts'])} prompts, {parameters['max_new_tokens']} new tokens each, "
         f"{parameters['threads']} thread(s), {parameters['linears']} linears, {parameters['sampling']}; "
-        f"transformers {parameters['transformers']}. Made by {record_line(results, SAME_ALGORITHM)}.")
+        f"transformers {parameters['transformers']}. {_window(parameters)}Made by "
+        f"{record_line(results, SAME_ALGORITHM)}.")
+
+
+def _window(parameters: dict) -> str:
+    """What a decoding benchmark's rates time: after each generation's first block (``window``), else the earlier cut
+    (transformers' call less an estimate of verispec's prefill)."""
+    if parameters.get("window", "").startswith("steady"):
+        return ("Rates after each generation's first block (prefill and first block excluded alike for every "
+                "decoder). ")
+    return "Prefill excluded (transformers' estimated: its first block mostly uncounted). "
 
 
 def latency_check_table(results) -> str:
