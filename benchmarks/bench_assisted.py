@@ -36,7 +36,7 @@ that reaches the prompt's last token to the end of the call; its tokens, the cal
 verispec prefills the prompt but its last token apart; transformers feeds the whole prompt in the same forward as
 the first block's drafts; no subtraction of a prefill treats both alike, while the steady state does. (The earlier
 cut, transformers' call less an estimate of verispec's prefill timed just before it, credited transformers with
-most of its first block, about one target forward a prompt; the rows keep it as ``decode_prefill_estimated_s``.) The
+most of its first block, about one target forward a prompt; the rows keep it as ``decode_s``.) The
 ratios with prefill included (each call's wall time) are given too. Intervals: 95%, percentile bootstrap over the
 prompts (2,000 resamples; ``selector_decoding.paired_rate_interval``), paired for the ratios to ``hf-assisted`` and
 ``hf-plain`` (the same resampled prompts in numerator and denominator). Only prompts every method has run are
@@ -64,6 +64,7 @@ from tqdm import tqdm
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "experiments")]
 import real_decoding  # noqa: E402  experiments/real_decoding.py: transformers' decoders
 import selector_decoding  # noqa: E402  experiments/selector_decoding.py: held-out prompts, plans, paired ratios
+from forward_clock import steady_rows  # noqa: E402  benchmarks/forward_clock.py
 from measure import start_record, write_result, write_rows, write_table  # noqa: E402  benchmarks/measure.py
 
 from verispec.errors import VerispecError  # noqa: E402
@@ -156,7 +157,7 @@ def best_config(rows: dict, names: list[str], groups: list[str], setting: str) -
         cells = [rows.get(f"{name}|{group}|{setting}") for group in groups]
         if None in cells:
             return None
-        rates[name] = sum(c["new_tokens"] for c in cells) / sum(c["decode_s"] for c in cells)
+        rates[name] = sum(c["steady_tokens"] for c in cells) / sum(c["steady_s"] for c in cells)
     return max(rates, key=rates.get)
 
 
@@ -214,11 +215,10 @@ def prefill_seconds(pair, prompt: str, with_draft: bool) -> float:
 
 def run_method(pair, prompt: str, method: str, plan: dict | None, setting: int, sampling, max_new_tokens: int,
                seed: int, *, warmup: bool = False) -> dict:
-    """One timed generation of ``method``: a row whose ``new_tokens`` and ``decode_s`` are its steady state
-    (``ForwardClock.steady``: after the first block, the cut every decoder shares), with ``tokens`` (all new tokens),
-    ``wall_s`` (the whole call, prefill included), ``prefill_s`` (verispec's measured, transformers' estimated) and
-    ``decode_prefill_estimated_s`` (the earlier cut: the call less ``prefill_s``); a ``warmup`` row has no steady
-    state."""
+    """One timed generation of ``method``: a row with ``new_tokens``, ``decode_s`` (the earlier cut: prefill excluded,
+    transformers' estimated), ``prefill_s``, ``wall_s`` (both) and, but for a ``warmup``, its steady state
+    (``ForwardClock.steady``: ``steady_tokens``, ``steady_s``, ...; after the first block, the cut every decoder
+    shares), which every rate of this benchmark but the prefill-included one reads (``steady_rows``)."""
     from forward_clock import ForwardClock  # benchmarks/forward_clock.py
 
     length = len(pair.encode(prompt))
@@ -234,16 +234,12 @@ def run_method(pair, prompt: str, method: str, plan: dict | None, setting: int, 
         end = time.perf_counter()
     if hf:
         row.pop("text", None)
-        row.update(wall_s=row["decode_s"], prefill_s=prefill, decode_prefill_estimated_s=row["decode_s"] - prefill,
+        row.update(wall_s=row["decode_s"], prefill_s=prefill, decode_s=row["decode_s"] - prefill,
                    prefill_estimated=True)
     else:
-        row.update(wall_s=row["decode_s"] + row["prefill_s"], decode_prefill_estimated_s=row["decode_s"],
-                   prefill_estimated=False)
-    row["tokens"] = row["new_tokens"]
+        row.update(wall_s=row["decode_s"] + row["prefill_s"], prefill_estimated=False)
     if not warmup:
-        window = clock.steady(length, row["tokens"], end)
-        row.update(new_tokens=window["steady_tokens"], decode_s=window["steady_s"],
-                   steady_blocks=window["steady_blocks"], steady_forward_s=window["steady_forward_s"])
+        row.update(clock.steady(length, row["new_tokens"], end))
     return row
 
 
@@ -263,7 +259,7 @@ def rate_interval(rows: dict, resamples: int = selector_decoding.BOOTSTRAP, seed
 
 
 def _with_prefill(rows: dict) -> dict:
-    return {p: {"new_tokens": row["tokens"], "decode_s": row["wall_s"]} for p, row in rows.items()}
+    return {p: {"new_tokens": row["new_tokens"], "decode_s": row["wall_s"]} for p, row in rows.items()}
 
 
 def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]:
@@ -281,21 +277,21 @@ def summarize(rows: dict, methods: list[str], settings: list[str]) -> list[dict]
             continue
         cells = {method: {p: cells[method][p] for p in complete} for method in methods}
         for method in methods:
-            done = cells[method]
+            done, steady = cells[method], steady_rows(cells[method])
             calls = [row["target_calls"] for row in done.values()]
             entry = {"setting": setting, "method": method, "prompts": len(done),
-                     "tokens": sum(row["tokens"] for row in done.values()),
-                     "tokens_per_s": _rate(done, complete), "tokens_per_s_ci": rate_interval(done),
+                     "tokens": sum(row["new_tokens"] for row in done.values()),
+                     "tokens_per_s": _rate(steady, complete), "tokens_per_s_ci": rate_interval(steady),
                      "tokens_per_s_with_prefill": _rate(_with_prefill(done), complete),
                      "tokens_per_target_call": (None if None in calls else
-                                                sum(row["tokens"] for row in done.values()) / sum(calls)),
+                                                sum(row["new_tokens"] for row in done.values()) / sum(calls)),
                      "linears": sorted({row["linears"] for row in done.values()}),
                      "load_average_max": max(row["load_average"] for row in done.values())}
             for base in (BASELINE, "hf-plain", BEST):
                 if base not in cells:
                     continue
-                entry[f"vs_{base}"] = ratio(done, cells[base])
-                entry[f"vs_{base}_ci"] = interval(done, cells[base])
+                entry[f"vs_{base}"] = ratio(steady, steady_rows(cells[base]))
+                entry[f"vs_{base}_ci"] = interval(steady, steady_rows(cells[base]))
                 entry[f"vs_{base}_with_prefill"] = ratio(_with_prefill(done), _with_prefill(cells[base]))
                 entry[f"vs_{base}_with_prefill_ci"] = interval(_with_prefill(done), _with_prefill(cells[base]))
             table.append(entry)
@@ -500,7 +496,8 @@ def tuning_table(rows: dict, names: list[str], groups: list[str], settings: list
             done = {g: rows[f"{name}|{g}|{setting}"] for g in groups if f"{name}|{g}|{setting}" in rows}
             if len(done) == len(groups):
                 table.append({"setting": setting, "config": name, "prompts": len(done),
-                              "tokens_per_s": _rate(done, list(done)), "tokens_per_s_ci": rate_interval(done),
+                              "tokens_per_s": _rate(steady_rows(done), list(done)),
+                              "tokens_per_s_ci": rate_interval(steady_rows(done)),
                               "load_average_max": max(row["load_average"] for row in done.values())})
     return table
 

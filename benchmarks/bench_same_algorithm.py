@@ -44,7 +44,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 import real_decoding  # noqa: E402  experiments/real_decoding.py: transformers' decoders
 import selector_decoding  # noqa: E402  experiments/selector_decoding.py: paired ratios
 from bench_assisted import LINEARS, WARMUP_PROMPT, linears_of, method_order, prefill_seconds, rate_interval  # noqa
-from forward_clock import ForwardClock  # noqa: E402
+from forward_clock import ForwardClock, steady_rows  # noqa: E402
 from measure import start_record, write_result, write_rows, write_table  # noqa: E402
 
 from verispec.errors import VerispecError  # noqa: E402
@@ -85,11 +85,6 @@ def run(pair, prompt: str, method: str, k: int, sampling, max_new_tokens: int, s
     return row
 
 
-def steady(rows: dict) -> dict:
-    """Rows as the rate functions read them (``new_tokens`` over ``decode_s``), at their steady state."""
-    return {p: {"new_tokens": row["steady_tokens"], "decode_s": row["steady_s"]} for p, row in rows.items()}
-
-
 def blocks_per_second(rows: dict) -> dict:
     """Rows as the rate functions read them, counting blocks instead of tokens (steady state)."""
     return {p: {"new_tokens": row["steady_blocks"], "decode_s": row["steady_s"]} for p, row in rows.items()}
@@ -110,7 +105,7 @@ def summarize(rows: dict, ks: list[int]) -> list[dict]:
             blocks = sum(r["steady_blocks"] for r in done.values())
             forwards = sum(r["steady_forward_s"] for r in done.values())
             tokens = sum(r["steady_tokens"] for r in done.values())
-            entry[method] = {"tokens_per_s": tokens / seconds, "tokens_per_s_ci": rate_interval(steady(done)),
+            entry[method] = {"tokens_per_s": tokens / seconds, "tokens_per_s_ci": rate_interval(steady_rows(done)),
                              "blocks": blocks, "tokens_per_block": tokens / blocks,
                              "block_ms": 1000 * seconds / blocks, "forward_ms": 1000 * forwards / blocks,
                              "rest_share": 1 - forwards / seconds,
@@ -121,8 +116,8 @@ def summarize(rows: dict, ks: list[int]) -> list[dict]:
                 entry[method]["phases_ms"] = {name: 1000 * sum(r[name] for r in done.values()) / blocks
                                               for name in ("drafting_s", "target_s", "verify_s", "cache_s",
                                                            "select_s")}
-        base = steady({p: cells["hf"][p] for p in complete})
-        mine = steady({p: cells["verispec"][p] for p in complete})
+        base = steady_rows({p: cells["hf"][p] for p in complete})
+        mine = steady_rows({p: cells["verispec"][p] for p in complete})
         entry["ratio"] = selector_decoding.paired_rate_ratio(mine, base)
         entry["ratio_ci"] = selector_decoding.paired_rate_interval(mine, base)
         entry["ratio_goal_met"] = entry["ratio"] >= 1.0

@@ -106,6 +106,12 @@ class ForwardClock:
         self._started.clear()
 
 
+def steady_rows(rows: dict) -> dict:
+    """Timed rows (each with ``ForwardClock.steady``'s fields) as the rate functions read them, ``new_tokens`` over
+    ``decode_s``: at their steady state."""
+    return {key: {"new_tokens": row["steady_tokens"], "decode_s": row["steady_s"]} for key, row in rows.items()}
+
+
 def _positions(args, kwargs) -> tuple:
     """The least and greatest position a forward feeds (its ``position_ids``, else its ``cache_position``); (None,
     None) where it names neither."""
@@ -117,4 +123,4 @@ def _positions(args, kwargs) -> tuple:
     return int(positions.min()), int(positions.max())
 
 
-__all__ = ["ForwardClock"]
+__all__ = ["ForwardClock", "steady_rows"]

@@ -43,11 +43,12 @@ def test_the_benchmark_runs_end_to_end_resumes_and_its_ratios_recompute_from_the
     assert stored["parameters"]["linears"] == "torch" and stored["parameters"]["threads"] == 1
     assert stored["parameters"]["hf_assistant"]["num_assistant_tokens"] >= 1
     for row in rows.values():
-        # new_tokens and decode_s: the steady state, after the first block (ForwardClock.steady)
-        # (none where the tiny pair's end-of-text token ended the generation in its first block)
-        assert 0 <= row["new_tokens"] < row["tokens"] <= 16 and row["linears"] == "torch" and "load_average" in row
-        assert math.isclose(row["wall_s"], row["decode_prefill_estimated_s"] + row["prefill_s"])
-        assert 0 < row["decode_s"] < row["wall_s"] and row["steady_blocks"] <= row["new_tokens"]
+        # the steady state, after the first block (ForwardClock.steady); no tokens where the tiny pair's end-of-text
+        # token ended the generation in its first block
+        assert 0 <= row["steady_tokens"] < row["new_tokens"] <= 16
+        assert row["linears"] == "torch" and "load_average" in row
+        assert math.isclose(row["wall_s"], row["decode_s"] + row["prefill_s"])
+        assert 0 < row["steady_s"] < row["wall_s"] and row["steady_blocks"] <= row["steady_tokens"]
         assert row["prefill_estimated"] == row["key"].startswith("hf-")
     # each prompt ran every method once, in the rotated order, all from one seed
     for position, prompt in enumerate(prompts):
@@ -58,9 +59,9 @@ def test_the_benchmark_runs_end_to_end_resumes_and_its_ratios_recompute_from_the
     table = json.loads(output.with_suffix(".summary.json").read_text())["rows"]  # with its written_by marker beside
     assert [entry["method"] for entry in table] == METHODS
 
-    def rate(method, seconds="decode_s"):
+    def rate(method, seconds="steady_s"):
         cells = [rows[f"{method}|{p}|T=1 top-k=5"] for p in prompts]
-        tokens = "tokens" if seconds == "wall_s" else "new_tokens"  # whole calls: all their tokens
+        tokens = "new_tokens" if seconds == "wall_s" else "steady_tokens"  # whole calls: all their tokens
         return sum(c[tokens] for c in cells) / sum(c[seconds] for c in cells)
 
     for entry in table:
@@ -189,8 +190,8 @@ def test_a_grid_naming_an_unknown_option_or_value_is_refused_on_one_line(tmp_pat
 
 def test_the_best_configuration_is_the_highest_total_rate_and_none_until_every_cell_ran():
     bench = _bench()
-    rows = {"a|p|s": {"new_tokens": 10, "decode_s": 1.0}, "a|q|s": {"new_tokens": 10, "decode_s": 9.0},
-            "b|p|s": {"new_tokens": 10, "decode_s": 2.0}, "b|q|s": {"new_tokens": 10, "decode_s": 2.0}}
+    rows = {"a|p|s": {"steady_tokens": 10, "steady_s": 1.0}, "a|q|s": {"steady_tokens": 10, "steady_s": 9.0},
+            "b|p|s": {"steady_tokens": 10, "steady_s": 2.0}, "b|q|s": {"steady_tokens": 10, "steady_s": 2.0}}
     # a: 20 tokens in 10 s; b: 20 in 4 s (a has the faster first prompt, b the faster total)
     assert bench.best_config(rows, ["a", "b"], ["p", "q"], "s") == "b"
     assert bench.best_config(rows, ["a", "b"], ["p"], "s") == "a"
@@ -210,8 +211,8 @@ def test_tuning_runs_the_grid_on_training_prompts_and_the_best_on_the_held_out_o
     tuned = stored["parameters"]["tune_groups"]
     held = sorted({key.split("|")[1] for key in rows if key.startswith("hf-plain|")})
     assert len(tuned) == 2 and not set(tuned) & set(held)  # tuned on training prompts only
-    rate = {c: sum(rows[f"{c}|{g}|T=1 top-k=5"]["new_tokens"] for g in tuned)
-            / sum(rows[f"{c}|{g}|T=1 top-k=5"]["decode_s"] for g in tuned) for c in configs}
+    rate = {c: sum(rows[f"{c}|{g}|T=1 top-k=5"]["steady_tokens"] for g in tuned)
+            / sum(rows[f"{c}|{g}|T=1 top-k=5"]["steady_s"] for g in tuned) for c in configs}
     table = json.loads(output.with_suffix(".summary.json").read_text())
     assert table["hf_best"] == max(rate, key=rate.get)
     assert all(f"hf-best|{g}|T=1 top-k=5" in rows for g in held)
