@@ -226,12 +226,14 @@ def run_method(pair, prompt: str, method: str, plan: dict | None, setting: int, 
     assisted = method != "hf-plain"
     prefill = prefill_seconds(pair, prompt, with_draft=assisted) if hf else None  # before the clock: not decoding's
     with ForwardClock(pair) as clock:
+        begin = time.perf_counter()
         if hf:
             row = real_decoding.run_hf(pair, prompt, "hf-assisted" if assisted else method, sampling, max_new_tokens,
                                        seed, assistant=plan)
         else:
             row = selector_decoding.decode_cell(pair, prompt, method, plan, setting, sampling, max_new_tokens, seed)
         end = time.perf_counter()
+    row["call_s"] = end - begin  # the whole call timed from outside: the steady state lies inside it
     if hf:
         row.pop("text", None)
         row.update(wall_s=row["decode_s"], prefill_s=prefill, decode_s=row["decode_s"] - prefill,

@@ -48,7 +48,9 @@ def test_the_benchmark_runs_end_to_end_resumes_and_its_ratios_recompute_from_the
         assert 0 <= row["steady_tokens"] < row["new_tokens"] <= 16
         assert row["linears"] == "torch" and "load_average" in row
         assert math.isclose(row["wall_s"], row["decode_s"] + row["prefill_s"])
-        assert 0 < row["steady_s"] < row["wall_s"] and row["steady_blocks"] <= row["steady_tokens"]
+        # wall_s is each decoder's own timer (verispec's: its phases' sum), call_s the call timed from outside
+        assert 0 < row["steady_s"] < row["call_s"] and row["wall_s"] <= row["call_s"]
+        assert row["steady_blocks"] <= row["steady_tokens"]
         assert row["prefill_estimated"] == row["key"].startswith("hf-")
     # each prompt ran every method once, in the rotated order, all from one seed
     for position, prompt in enumerate(prompts):

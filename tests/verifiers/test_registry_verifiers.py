@@ -70,10 +70,32 @@ def test_every_rule_carries_a_summary_and_its_citation(name):
                                                             or verifier.citation.startswith("verispec")), name
 
 
+#: Pairs whose exact law takes about a second a problem (psbv's and gbv's splits on a delayed tree): 19 and 9 s of
+#: the suite at 40 examples. tests/verifiers/test_delayed_block_rules.py proves both lossless in rationals on every
+#: delayed:K,L1,L2 with K <= 3, L1 <= 2, L2 <= 2 at V = 2 (and some at V = 3); here they get a quarter of the examples.
+HEAVY_PAIRS = [("gbv", "delayed:2,1,2"), ("psbv", "delayed:2,1,2")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name,spec", PAIRS)
+@pytest.mark.parametrize("name,spec", [pair for pair in PAIRS if pair not in HEAVY_PAIRS])
 @given(args=problem_args(vocab=(2, 3), depth=(3, 3)))
 def test_lossless_and_procedure_matches_closed_form(name, spec, args):
+    _assert_lossless_and_procedure(name, spec, args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,spec", HEAVY_PAIRS)
+@given(args=problem_args(vocab=(2, 3), depth=(3, 3)))
+@settings(max_examples=10)
+def test_lossless_and_procedure_matches_closed_form_on_heavy_pairs(name, spec, args):
+    _assert_lossless_and_procedure(name, spec, args)
+
+
+def test_the_heavy_pairs_are_registry_pairs():
+    assert set(HEAVY_PAIRS) <= set(PAIRS)
+
+
+def _assert_lossless_and_procedure(name, spec, args) -> None:
     verifier, drafter = REGISTRY[name], parse_tree(spec)
     problem = build_problem(args)
     _assume_tree_fits(drafter, problem)
