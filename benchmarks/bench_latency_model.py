@@ -20,8 +20,9 @@ prices).
 Predictions, per action a and latency model m (``--latency``, repeatable; every one is judged against the same
 measured rows): the block time T_m(a) = ``verispec.selector.actions.action_times`` (what ``selector train --latency``
 prices), at the tree sizes m carries for that sampling setting of ``--dataset`` (``LatencyModel.for_setting``; a model
-with sizes for other settings only is refused on one line), and tokens/s = E[tau+1](a) / T_m(a), E[tau+1](a) the mean label of the held-out roots of that setting in
-``--dataset`` (the selector's split). Measured: seconds a block = decode seconds / blocks over the prompts, and
+with sizes for other settings only is refused on one line), and tokens/s = E[tau+1](a) / T_m(a), E[tau+1](a) the
+mean label of the held-out roots of that setting in ``--dataset`` (the selector's split).
+Measured: seconds a block = decode seconds / blocks over the prompts, and
 tokens/s = tokens / decode seconds with a 95% percentile bootstrap over prompts. The summary gives, per model, the
 ratio measured / predicted of the block time for every action, how many actions lie within ``--tolerance`` (5%),
 the largest miss, and the same for tokens/s (whose measurement also carries the draws' noise, hence its interval).
@@ -29,6 +30,12 @@ the largest miss, and the same for tokens/s (whose measurement also carries the 
 A latency model from another pair (its source names the pair it was measured on) is refused on one line; one
 measured with other linear kernels than the run's (small-batch or torch's, named in its source) is checked all the
 same, its kernels named beside it: that is how a model measured on torch's kernels shows what it mispredicts.
+
+A model fitted to decoding's own forwards (``--fit-prompts N --fit-out FILE --fit-sizes FILE``): every action
+decodes N TRAINING prompts of the selector's split first; ``fit_in_decoding`` reads t_q(w) and t_p(n) from those
+rows' forwards (medians by width, the rest of a block in t_p), takes the tree sizes of ``--fit-sizes``, writes the
+model and judges it with the others on the held-out prompts, which it never saw. Isolated forwards (``verispec
+latency``) measured a draft step at 62 ms where decoding's cost 52-55 ms on this CPU (issue 66, item 3).
 
 Rows are a resumable ``ResultStore`` keyed on action, prompt and setting; ``--budget SECONDS`` stops
 starting cells past it (rerun to go on).
@@ -55,6 +62,8 @@ from verispec.errors import VerispecError  # noqa: E402
 from verispec.io import ResultStore  # noqa: E402
 
 TOLERANCE = 0.05
+#: Fewest forwards of one width the fitted model reads that width from (``fit_in_decoding``).
+MIN_FORWARDS = 3
 
 
 def check_latency_fits(latency, path: str, pair) -> None:
@@ -81,18 +90,60 @@ def decode_action(pair, prompt: str, action, sampling, max_new_tokens: int, seed
     row = {key: summary[key] for key in ("new_tokens", "decode_s", "prefill_s", "blocks", "target_calls",
                                          "draft_calls", "drafting_s", "target_s", "verify_s", "cache_s")}
     # the blocks' forwards: each model's first call is the prefill (decode_s excludes it too)
-    row.update(target_forward_s=clock.after_first("target"), draft_forward_s=clock.after_first("draft"))
+    row.update(target_forward_s=clock.after_first("target"), draft_forward_s=clock.after_first("draft"),
+               target_forwards=clock.forwards_after_first("target"), draft_forwards=clock.forwards_after_first("draft"))
     return row
 
 
-def summarize(rows: dict, actions, settings: list[str], labels: dict, models: dict, tolerance: float) -> dict:
+def fit_in_decoding(rows: list[dict], donor, pair: str, linears: str, threads: int, prompts: int,
+                    min_forwards: int = MIN_FORWARDS, device: str = "cpu"):
+    """A latency model fitted to the forwards decoding ran (``rows``: ``decode_action``'s, on training prompts):
+    t_q(w) the median time of the draft's forwards that fed w tokens, t_p(n) the median of the target's that fed n
+    plus the mean rest of a block (decode seconds less both models' forwards, over the blocks: sampling,
+    verification, cache updates, which a block pays once), each width read where at least ``min_forwards``
+    forwards fed it (others interpolated), in ms; the tree sizes of ``donor`` (a model that carries them, e.g.
+    experiments/tree_sizes.py's). Isolated forwards (``verispec latency``) cost more than decoding's (a draft step
+    62 ms against 52-55 in decoding here, issue 66), which is what this model leaves out. VerispecError (one line)
+    where no row carries forwards, or no draft forward fed one token."""
+    from verispec.latency import LatencyModel
+
+    timed = [row for row in rows if row.get("target_forwards")]
+    if not timed:
+        raise VerispecError("no decoded row carries its forwards' widths: decode the fitting prompts with this script")
+    curves = {}
+    for name in ("draft", "target"):
+        by_width = {}
+        for row in timed:
+            for width, seconds in row[f"{name}_forwards"]:
+                if width is not None:
+                    by_width.setdefault(int(width), []).append(1000 * float(seconds))
+        curves[name] = {w: float(np.median(t)) for w, t in sorted(by_width.items()) if len(t) >= min_forwards}
+    if 1 not in curves["draft"] or not curves["target"]:
+        raise VerispecError(f"fewer than {min_forwards} draft forwards of one token or target forwards of one width "
+                            "in the fitting rows; decode more prompts (--fit-prompts)")
+    rest = 1000 * sum(r["decode_s"] - r["target_forward_s"] - r["draft_forward_s"] for r in timed) / \
+        sum(r["blocks"] for r in timed)
+    source = (f"measured on {pair} ({device}, in decoding, {linears} linears, {threads} threads, {prompts} training "
+              f"prompts, median of each width's forwards, the rest of a block {rest:.2f} ms in t_p)")
+    target_times = tuple(t + rest for t in curves["target"].values())
+    model = LatencyModel(curves["draft"][1], tuple(curves["target"]), target_times, "ms", source,
+                         tuple(curves["draft"]), tuple(curves["draft"].values()))
+    for setting, trees, sizes_source in donor.tree_sizes:
+        model = model.with_tree_sizes(setting, dict(trees), sizes_source)
+    return model
+
+
+def summarize(rows: dict, actions, settings: list[str], labels: dict, models: dict, tolerance: float,
+              groups=None) -> dict:
     """Per setting and action: measured block seconds, forward seconds and tokens/s (its interval) over the prompts
-    every action ran, with each model's predictions (``models``: name -> per setting of ``settings``, action name ->
-    block ms) and ratios; per model, the counts within ``tolerance``."""
+    every action ran (of ``groups``, when given: the held-out ones, not those a model was fitted on), with each
+    model's predictions (``models``: name -> per setting of ``settings``, action name -> block ms) and ratios; per
+    model, the counts within ``tolerance``."""
     table, verdicts = [], {name: {"time": [], "rate": []} for name in models}
     for index, setting in enumerate(settings):
         cells = {a.name: {key.split("|")[1]: row for key, row in rows.items()
-                          if key.split("|")[0] == a.name and key.split("|")[2] == setting} for a in actions}
+                          if key.split("|")[0] == a.name and key.split("|")[2] == setting
+                          and (groups is None or key.split("|")[1] in groups)} for a in actions}
         complete = sorted(set.intersection(*(set(cells[a.name]) for a in actions)))
         if not complete:
             continue
@@ -158,12 +209,20 @@ def main(argv=None) -> int:
     parser.add_argument("--linears", default="torch", help="torch (default) or small-batch, for both models")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="the agreement asked for (default 0.05)")
     parser.add_argument("--budget", type=float, default=None, help="seconds: start no cell past them")
+    parser.add_argument("--fit-prompts", type=int, default=0,
+                        help="decode every action on this many TRAINING prompts too and fit a latency model to their "
+                             "forwards (fit_in_decoding), judged with the others on the held-out prompts")
+    parser.add_argument("--fit-out", help="the fitted latency model's file (with --fit-prompts)")
+    parser.add_argument("--fit-sizes", help="a latency model whose tree sizes the fitted model carries")
     args, output = parse_decoding_run(parser, argv, __file__, "results/bench_latency_model.json")
     try:
         if args.linears not in LINEARS:
             raise VerispecError(f"--linears {args.linears!r}: choose torch or small-batch")
         if not 0 < args.tolerance < 1 or args.max_new_tokens < 1 or (args.budget is not None and args.budget <= 0):
             raise VerispecError("--tolerance must lie in (0, 1), --max-new-tokens and --budget be positive")
+        if args.fit_prompts < 0 or bool(args.fit_prompts) != bool(args.fit_out) or bool(args.fit_out) != bool(
+                args.fit_sizes):
+            raise VerispecError("a fit needs --fit-prompts N (N > 0), --fit-out FILE and --fit-sizes FILE together")
         import torch
 
         from verispec.latency import LatencyModel
@@ -173,12 +232,24 @@ def main(argv=None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         latencies = {Path(path).stem: LatencyModel.load(path) for path in args.latency}
+        donor = LatencyModel.load(args.fit_sizes) if args.fit_sizes else None
+        if donor is not None and not donor.sized_settings:
+            raise VerispecError(f"--fit-sizes {args.fit_sizes} carries no tree sizes; give a model "
+                                "experiments/tree_sizes.py wrote")
+        if args.fit_out:
+            from verispec.io import check_output
+            from verispec.latency import LATENCY_FILE
+
+            check_output(args.fit_out, LATENCY_FILE, what="--fit-out", overwrite=args.overwrite)
         started = (start_record("bench_latency_model.py", argv, [args.dataset, *args.selector, *args.latency],
                                 threads=torch.get_num_threads(), result=args.result) if args.result else None)
         setup = selector_decoding.held_out_plans(args.dataset, args.selector, args.prompts, args.max_prompts)
         pair = load_run_pair(args)
-        for latency, path in zip(latencies.values(), args.latency):
+        for latency, path in [*zip(latencies.values(), args.latency), *([(donor, args.fit_sizes)] if donor else [])]:
             check_latency_fits(latency, path, pair)
+        from bench_assisted import training_groups
+
+        fit_groups = training_groups(setup, args.fit_prompts) if args.fit_prompts else []
         selector_decoding.check_pair(setup, pair)
         dataset, selector = setup["dataset"], next(iter(setup["selectors"].values()))
         actions = list(selector.grid.actions)
@@ -200,9 +271,12 @@ def main(argv=None) -> int:
                       "latency_kernels": {name: kernels_of(latency) for name, latency in latencies.items()},
                       **selector_decoding.plan_parameters(setup, args.dataset, args.selector)}
         parameters.update(store_key(pair))
+        if fit_groups:
+            parameters.update(fit_groups=fit_groups, fit_sizes=args.fit_sizes, fit_out=args.fit_out)
         # the rows do not depend on the models judged against them: another --latency rejudges the same rows
-        store = ResultStore(args.output, parameters={k: v for k, v in parameters.items()
-                                                     if k not in ("latency", "latency_kernels")},
+        store = ResultStore(args.output, parameters={k: v for k, v in parameters.items() if k not in
+                                                     ("latency", "latency_kernels", "fit_groups", "fit_sizes",
+                                                      "fit_out")},
                             overwrite=args.overwrite)
     except VerispecError as error:
         print(f"bench_latency_model: error: {error}", file=sys.stderr)
@@ -213,7 +287,8 @@ def main(argv=None) -> int:
     samplings, groups, texts = setup["samplings"], setup["groups"], setup["texts"]
     settings = [sampling_text(s) for s in samplings]
     by_name = {a.name: a for a in actions}
-    cells = [(index, group) for index in range(len(samplings)) for group in groups]
+    # the fitting prompts first (a training prompt is never a held-out one: keys by group do not clash)
+    cells = [(index, group) for index in range(len(samplings)) for group in [*fit_groups, *groups]]
     begin, spent = time.perf_counter(), []
     for position, (index, group) in enumerate(tqdm(cells, desc="prompts")):
         keys = {name: f"{name}|{group}|{settings[index]}" for name in by_name}
@@ -225,7 +300,8 @@ def main(argv=None) -> int:
             break
         s = samplings[index]
         sampling = Sampling(s["temperature"], s["top_k"], s["top_p"])
-        seed = args.seed + 1000 * index + groups.index(group)
+        # the held-out prompts keep their seeds whether a fit runs or not; the fitting prompts get others
+        seed = args.seed + 1000 * index + (groups.index(group) if group in groups else 500 + fit_groups.index(group))
         for name in method_order(list(by_name), position):
             if store.done(keys[name]):
                 continue
@@ -233,7 +309,16 @@ def main(argv=None) -> int:
             row.update(load_average=os.getloadavg()[0], seed=seed)
             store.add(keys[name], row)
         spent.append(time.perf_counter() - begin - elapsed)
-    summary = summarize(dict(store.rows), actions, settings, labels, models, args.tolerance)
+    if fit_groups:
+        fitted = _fit(dict(store.rows), fit_groups, len(samplings), donor, pair, args, parameters, argv)
+        if fitted is None:
+            return 3
+        latencies[Path(args.fit_out).stem] = fitted
+        models[Path(args.fit_out).stem] = [dict(zip((a.name for a in actions), action_times(
+            selector.grid, fitted.for_setting(sampling_text(s))))) for s in samplings]
+        parameters["latency"][Path(args.fit_out).stem] = fitted.source
+        parameters["latency_kernels"][Path(args.fit_out).stem] = args.linears
+    summary = summarize(dict(store.rows), actions, settings, labels, models, args.tolerance, groups)
     text = markdown(summary, parameters)
     write_table(output.with_suffix(".md"), text)
     write_rows(output.with_suffix(".summary.json"), summary)
@@ -244,6 +329,30 @@ def main(argv=None) -> int:
                                             "parameters": parameters, "load_average_max": max(loads, default=None),
                                             **summary})
     return 0
+
+
+def _fit(rows: dict, fit_groups: list[str], settings: int, donor, pair, args, parameters: dict, argv):
+    """The model fitted to the training prompts' rows, written to ``--fit-out`` (atomically, with its record);
+    None, with a line on stderr, until every action ran every fitting prompt (rerun to go on)."""
+    from verispec.io import atomic_write_json
+    from verispec.provenance import LATENCY, MARKER_KEY, run_record, written_by
+
+    fitting = [row for key, row in rows.items() if key.split("|")[1] in fit_groups]
+    if len(fitting) < len(parameters["actions"]) * len(fit_groups) * settings:
+        print("bench_latency_model: the fitting prompts have not all run (the budget); rerun to go on",
+              file=sys.stderr)
+        return None
+    model = fit_in_decoding(fitting, donor, pair.name, args.linears, parameters["threads"], len(fit_groups),
+                            device=str(pair.device))
+    import shlex
+
+    record = run_record(shlex.join(["python", "benchmarks/bench_latency_model.py",
+                                    *(sys.argv[1:] if argv is None else argv)]),
+                        [args.dataset, *args.selector, args.fit_sizes], threads=parameters["threads"])
+    atomic_write_json(Path(args.fit_out), {**model.as_dict(), "record": record,
+                                           MARKER_KEY: written_by(LATENCY, "latency")})
+    print(f"bench_latency_model: wrote {args.fit_out}: {model.source}")
+    return model
 
 
 if __name__ == "__main__":

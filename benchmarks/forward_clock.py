@@ -38,12 +38,19 @@ class ForwardClock:
         self.calls = {name: 0 for name in self.models}
         self.first = {name: 0.0 for name in self.models}  # each model's first call: verispec's prefill
         self.spans = {name: [] for name in self.models}  # per call: (start, end, least position, greatest position)
+        self.widths = {name: [] for name in self.models}  # per call: the tokens it fed (None where it named none)
         self._handles, self._started = [], {}
 
     def after_first(self, name: str) -> float:
         """Seconds of ``name``'s forwards after its first call: verispec's decoders prefill each model's KV cache
         with one call before the first block, so this is the forwards of the blocks alone."""
         return self.seconds[name] - self.first[name]
+
+    def forwards_after_first(self, name: str) -> list[list]:
+        """``[width, seconds]`` of each of ``name``'s forwards after its first call (verispec's prefill): the tokens
+        each fed and its time, what a latency model fitted to decoding's own forwards reads
+        (``bench_latency_model.fit_in_decoding``)."""
+        return [[width, end - start] for width, (start, end, _, _) in zip(self.widths[name][1:], self.spans[name][1:])]
 
     def _sync(self) -> None:
         if self.cuda:
@@ -77,7 +84,7 @@ class ForwardClock:
         def hook(module, args, kwargs):
             if name not in self._started:
                 self._sync()
-                self._started[name] = (time.perf_counter(), _positions(args, kwargs))
+                self._started[name] = (time.perf_counter(), _positions(args, kwargs), _width(args, kwargs))
         return hook
 
     def _post(self, name):
@@ -85,12 +92,13 @@ class ForwardClock:
             if name in self._started:
                 self._sync()
                 end = time.perf_counter()
-                start, (low, high) = self._started.pop(name)
+                start, (low, high), width = self._started.pop(name)
                 seconds = end - start
                 self.first[name] = seconds if not self.calls[name] else self.first[name]
                 self.seconds[name] += seconds
                 self.calls[name] += 1
                 self.spans[name].append((start, end, low, high))
+                self.widths[name].append(width)
         return hook
 
     def __enter__(self) -> ForwardClock:
@@ -121,6 +129,16 @@ def _positions(args, kwargs) -> tuple:
     if positions is None or positions.numel() == 0:
         return None, None
     return int(positions.min()), int(positions.max())
+
+
+def _width(args, kwargs) -> int | None:
+    """The tokens a forward feeds (its ``input_ids``' or ``inputs_embeds``' sequence length); None where it names
+    neither."""
+    for name, axis in (("input_ids", -1), ("inputs_embeds", -2)):
+        value = kwargs.get(name)
+        if value is not None:
+            return int(value.shape[axis])
+    return int(args[0].shape[-1]) if args and hasattr(args[0], "shape") else None
 
 
 __all__ = ["ForwardClock", "steady_rows"]

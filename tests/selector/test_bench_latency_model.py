@@ -103,3 +103,77 @@ def test_the_same_algorithm_takes_each_block_apart_for_both_codes(setup, tmp_pat
         mine = [r for key, r in rows.items() if key.startswith(f"verispec|{entry['k']}|")]
         # a chain of K drafts: K draft forwards a block at most (the first block's first is the prefill's model)
         assert all(c["draft_calls"] <= entry["k"] * c["blocks"] for c in mine)
+
+
+def _hand_row(draft, target, decode_s, blocks):
+    return {"draft_forwards": draft, "target_forwards": target, "decode_s": decode_s, "blocks": blocks,
+            "draft_forward_s": sum(s for _, s in draft), "target_forward_s": sum(s for _, s in target)}
+
+
+def test_the_model_fitted_to_decodings_forwards_reads_medians_by_width_and_the_rest_of_a_block():
+    from verispec.latency import LatencyModel
+
+    bench = load_script("benchmarks/bench_latency_model.py", "bench_latency_model_under_test")
+    setting = "T=0.7 top-k=20 top-p=0.8"
+    donor = LatencyModel(1.0, (1, 2), (3.0, 4.0), "ms").with_tree_sizes(setting, {"chain:1": [[1, 2, [1]]]}, "hand")
+    # draft widths: 1 at 0.050, 0.052, 0.060 s (median 52 ms), 2 at 0.070 x 3, 3 only twice (too few: dropped);
+    # target widths: 1 at 0.180 x 3, 3 at 0.300, 0.310, 0.400 (median 310 ms)
+    rows = [_hand_row([[1, 0.050], [2, 0.070], [3, 0.5]], [[1, 0.180], [3, 0.300]], 3.0, 2),
+            _hand_row([[1, 0.052], [2, 0.070], [3, 0.5]], [[1, 0.180], [3, 0.310]], 3.0, 2),
+            _hand_row([[1, 0.060], [2, 0.070], [None, 9.0]], [[1, 0.180], [3, 0.400]], 12.0, 4)]
+    model = bench.fit_in_decoding(rows, donor, "tiny", "small-batch", 2, 3)
+    forwards = sum(r["draft_forward_s"] + r["target_forward_s"] for r in rows)
+    rest = 1000 * (3.0 + 3.0 + 12.0 - forwards) / 8  # the rest of a block, over the 8 blocks
+    assert model.draft_sizes == (1, 2) and model.draft_times == pytest.approx((52.0, 70.0), abs=1e-9)
+    assert model.draft_step == pytest.approx(52.0, abs=1e-9)
+    assert model.target_sizes == (1, 3) and model.target_times == pytest.approx((180 + rest, 310 + rest), abs=1e-9)
+    assert model.tree_sizes == donor.tree_sizes and model.source.startswith("measured on tiny (cpu, in decoding")
+    # a block of chain:1 at the donor's sizes: one draft forward of 1 token and the target's of 2 nodes, interpolated
+    assert model.for_setting(setting).block_time(1, 2, (1,)) == pytest.approx(52 + (180 + 310) / 2 + rest)
+    # negative control: without one-token draft forwards there is no t_q to read
+    with pytest.raises(bench.VerispecError, match="draft forwards of one token"):
+        bench.fit_in_decoding([_hand_row([[2, 0.07]] * 3, [[1, 0.18]] * 3, 1.0, 3)], donor, "tiny", "torch", 1, 1)
+    with pytest.raises(bench.VerispecError, match="carries its forwards"):
+        bench.fit_in_decoding([{"decode_s": 1.0, "blocks": 1}], donor, "tiny", "torch", 1, 1)
+
+
+def test_a_model_fitted_on_training_prompts_is_judged_on_the_held_out_ones_only(setup, tmp_path):
+    import numpy as np
+
+    from verispec.latency import LatencyModel
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.roots import sampling_text
+    from verispec.selector.selector import Selector
+    from verispec.selector.split import held_out
+
+    bench = load_script("benchmarks/bench_latency_model.py", "bench_latency_model_under_test")
+    dataset, selector = Dataset.load(setup["dataset"]), Selector.load(setup["folder"] / "specinfer.pt")
+    train, test = held_out(dataset, selector)
+    donor_path = tmp_path / "donor.json"
+    drafter = selector.grid.actions[-1].drafter()  # sizes for one tree, at its most nodes: the others price alike
+    sizes = {drafter.spec: [[1, drafter.max_nodes, list(drafter.draft_widths)]]}
+    donor = LatencyModel.load(setup["latency"]).with_tree_sizes(sampling_text(dataset.samplings[0]), sizes, "hand")
+    donor_path.write_text(json.dumps(donor.as_dict()))
+    output, fitted = tmp_path / "rows.json", tmp_path / "fitted.json"
+    arguments = [*setup["arguments"], "--latency", str(setup["latency"]), "--output", str(output),
+                 "--fit-prompts", "1", "--fit-out", str(fitted), "--fit-sizes", str(donor_path)]
+    assert bench.main(arguments) == 0
+    by_group = {}
+    for row in json.loads(output.read_text())["rows"]:
+        by_group.setdefault(row["key"].split("|")[1], []).append(row)
+    training = [g for g in by_group if g in set(train.group.tolist())]
+    held = [g for g in by_group if g in set(test.group.tolist())]
+    assert len(training) == 1 and len(held) >= 2 and len(by_group) == len(training) + len(held)
+    summary = json.loads(output.with_suffix(".summary.json").read_text())
+    # judged on the held-out prompts only, beside the measured model
+    assert all(e["prompts"] == len(held) for e in summary["rows"])
+    assert summary["models"]["fitted"]["time"]["actions"] == len(summary["rows"])
+    assert summary["models"]["latency"]["time"]["actions"] == len(summary["rows"])
+    # its t_q(1): the median of the training prompt's one-token draft forwards, read from the rows again
+    model = LatencyModel.load(fitted)
+    ones = [s for row in by_group[training[0]] for w, s in row["draft_forwards"] if w == 1]
+    assert model.draft_step == pytest.approx(1000 * float(np.median(ones)), rel=1e-12)
+    assert "in decoding" in model.source and model.tree_sizes == donor.tree_sizes
+    # a fit without its sizes is refused on one line before any decoding
+    assert bench.main([*setup["arguments"], "--latency", str(setup["latency"]), "--output", str(tmp_path / "o.json"),
+                       "--fit-prompts", "1", "--fit-out", str(tmp_path / "f.json")]) == 2
