@@ -93,7 +93,8 @@ def test_the_rule_is_the_same_with_the_kernels_off(monkeypatch):
     with and without the kernels, bit for bit, and the grid node's p_I the direct pair sum of its weights (1e-12 in
     L1). The kernels did run (their calls counted). Negative control: the final law's kernel off by one part in
     10^12 is caught."""
-    calls = dict.fromkeys(("evaluate", "carry", "hermite", "classes", "bins", "newton", "buckets", "light", "logit"), 0)
+    calls = dict.fromkeys(("evaluate", "carry", "hermite", "classes", "bins", "newton", "buckets", "light", "logit",
+                           "window_sums", "window_coefficients"), 0)
     for name in calls:
         original = getattr(series, f"_run_{name}")
         monkeypatch.setattr(series, f"_run_{name}", lambda *a, _f=original, _n=name: calls.__setitem__(

@@ -102,8 +102,7 @@ class Nodes:
     @classmethod
     def covering(cls, smallest: float, largest: float, reject: int) -> Nodes:
         """Nodes for log weights in [smallest, largest] (see the module docstring for the tails)."""
-        low = math.log(HEAD) - max(largest, 0.0)
-        high = math.log(TAIL) - (0.0 if reject else smallest)
+        low, high = _tails(smallest, largest, reject)
         first = math.floor(low / STEP)
         count = math.ceil(high / STEP) - first + 1
         s = (first + np.arange(count)) * STEP
@@ -113,6 +112,18 @@ class Nodes:
     @property
     def size(self) -> int:
         return len(self.t)
+
+    def within(self, smallest: float, largest: float, reject: int) -> slice:
+        """The slice of these nodes that ``covering(smallest, largest, reject)`` would give (the rest lie beyond the
+        tails of those log weights)."""
+        low, high = _tails(smallest, largest, reject)
+        start = min(max(math.floor(low / STEP) - self.first, 0), self.size)
+        return slice(start, max(min(math.ceil(high / STEP) - self.first + 1, self.size), start))
+
+
+def _tails(smallest: float, largest: float, reject: int) -> tuple[float, float]:
+    """The ends in s = log t of the quadrature for log weights in [smallest, largest] (the module docstring)."""
+    return math.log(HEAD) - max(largest, 0.0), math.log(TAIL) - (0.0 if reject else smallest)
 
 
 @dataclass(frozen=True)
@@ -129,10 +140,14 @@ class Expansion:
     tables [l, k, c] = e^(-tau) (-tau)^k / k! with tau = t_l w_c: a slice of one sequence over the geometric grid
     tau = e^(m eta), m = REFINE * (nodes.first + l) + c_first + c. Their size is bounded by the ranges the systems
     allow: log weights in [-42, 60] (inner) or [-60, 0] (outer), at most 411 nodes: 60 MB at most, about 10 MB for
-    the laws of ``benchmarks/bench_globalres.py``. A node's terms are one run of memory (one copy of the sliding
-    windows); the sums and coefficients still take one matrix-vector product a term, largest term first: one product
-    over all terms rounds differently, and at one benchmark node (V = 1,024, Zipf, K = 4) the chord steps then took
-    11 rounds instead of 7.
+    the laws of ``benchmarks/bench_globalres.py``. The compiled route never builds them: the sums and coefficients
+    read the sequence [terms, M] (tens of kB, in cache) in place (``series.window_sums``, ``window_coefficients``),
+    each sum in a fixed order (over (k, c) for a node's sum, over the nodes for a coefficient), which the numpy route
+    reproduces on the tables with sequential reductions (``series.reference_window_*``), so both agree bit for bit.
+    That order is not the BLAS products' this code took up to 3881aaf: the solver's iterates move in the last bits,
+    and in flat directions of the programs (a common scale of inner weights near e^22 where alpha* is 1 - 1e-10)
+    weights moved by up to 1.1e-5 relative, with every draft's choice probability and p_I within 5e-13 and H* the
+    same (114 nodes, V up to 151,936, against 13026f1; issue 66, item 5).
     """
 
     def __init__(self, nodes: Nodes, lower: float, upper: float, terms: int = TERMS):
@@ -141,14 +156,23 @@ class Expansion:
         self.size = math.ceil(upper / CLUSTER_WIDTH) + 1 - self.first + 1
         offset = REFINE * nodes.first + self.first
         tau = np.exp((offset + np.arange(REFINE * (nodes.size - 1) + self.size)) * CLUSTER_WIDTH)
-        sequence = np.empty((terms, len(tau)))
-        sequence[0] = np.exp(-tau)
+        self.terms = terms
+        self.sequence = np.empty((terms, len(tau)))                                           # [terms, M]
+        self.sequence[0] = np.exp(-tau)
         for k in range(1, terms):
-            sequence[k] = sequence[k - 1] * (-tau / k)
-        windows = np.lib.stride_tricks.sliding_window_view(sequence, self.size, axis=1)  # [terms, M - C + 1, C]
-        tables = np.ascontiguousarray(windows[:, ::REFINE][:, : nodes.size].transpose(1, 0, 2))  # [T, terms, C]
-        self.flat = tables.reshape(nodes.size, terms * self.size)                             # [T, terms C]
+            self.sequence[k] = self.sequence[k - 1] * (-tau / k)
         self.centres = (self.first + np.arange(self.size)) * CLUSTER_WIDTH
+
+    @functools.cached_property
+    def tables(self) -> np.ndarray:
+        """[T, terms, C] (the numpy route's copy of the windows; the compiled route reads the sequence in place)."""
+        windows = np.lib.stride_tricks.sliding_window_view(self.sequence, self.size, axis=1)  # [terms, M - C + 1, C]
+        return np.ascontiguousarray(windows[:, ::REFINE][:, : self.nodes.size].transpose(1, 0, 2))
+
+    @functools.cached_property
+    def phases(self) -> np.ndarray:
+        """The sequence as ``series.window_phases`` lays it out for the compiled sums."""
+        return series.window_phases(self.sequence, REFINE)
 
     def locate(self, log_weight: np.ndarray, slot: str | None = None) -> Located:
         """The cluster of each log weight (which must lie in [lower, upper]) and its eps (on the compiled route in
@@ -175,14 +199,14 @@ class Expansion:
                 moments[k] = np.bincount(located.index, power, minlength=self.size)
                 if k + 1 < terms:
                     power *= located.eps
-        total = np.zeros(self.nodes.size)
-        for k in range(terms):
-            total += self.flat[:, k * self.size:(k + 1) * self.size] @ moments[k]
-        return total
+        moments = moments[:terms]
+        total = series.window_sums(self.phases, moments, self.nodes.size, REFINE)  # one compiled pass, else numpy's
+        return series.reference_window_sums(self.tables, moments) if total is None else total
 
     def coefficients(self, node_vector: np.ndarray, terms: int) -> np.ndarray:
         """B [C, terms] with sum_l a_l e^(-t_l w) = sum_k eps^k B[c, k] for w in cluster c (a [T])."""
-        return np.stack([node_vector @ self.flat[:, k * self.size:(k + 1) * self.size] for k in range(terms)], axis=1)
+        found = series.window_coefficients(self.sequence, node_vector, terms, self.size, REFINE)
+        return series.reference_window_coefficients(self.tables, node_vector, terms) if found is None else found
 
     @staticmethod
     def evaluate(coefficients: np.ndarray, located: Located, derivative: bool = False):
@@ -305,25 +329,31 @@ class ChoiceSystem:
 
     def program(self, nodes: Nodes, mass: np.ndarray, target: np.ndarray):
         """The convex program on a measure of bins (their q ``mass`` and p ``target``): a -> (objective, gradient
-        without the target, Hessian) of E[log(b + S); rows], by the integrals (the Newton solver's moments)."""
-        K, b, c0, t = self.drafts, self.reject, self.fixed, nodes.t
-        decay = np.exp(-b * t)
+        without the target, Hessian) of E[log(b + S); rows], by the integrals (the Newton solver's moments). Each
+        call sums over the part of ``nodes`` that covers its own weights (``Nodes.within``): the nodes cover every
+        weight the bounds allow (413 of them), the bins' weights a range often half as wide, and the nodes left out
+        add less than the tails' 2e-17 K."""
+        K, b, c0 = self.drafts, self.reject, self.fixed
+        all_decay = np.exp(-b * nodes.t)
         total = (c0 + float(mass.sum())) ** K - (0.0 if b else c0 ** K)
 
         def moments(log_weight):
             weight = np.exp(log_weight)
+            live = nodes.within(float(log_weight.min()), float(log_weight.max()), b)
+            part = Nodes(first=nodes.first + live.start, t=nodes.t[live], weight=nodes.weight[live])
+            t, decay = part.t, all_decay[live]
             table = decay_table(weight, t)              # [B, T]
             free = mass @ table                         # G - c0
             whole = c0 + free
             if b:
-                integrand = np.exp(-t) * (total - whole ** K)
+                integrand = decay * (total - whole ** K)
             else:
                 integrand = np.exp(-t) * total - positive_binomial_tail(c0, free, K)
             objective = STEP * float(integrand.sum())
-            chosen = mass * (self.low + K * weight * (table @ self.kernel(nodes, free)))
+            chosen = mass * (self.low + K * weight * (table @ self.kernel(part, free)))
             spread = (mass * weight)[:, None] * table    # [B, T]
-            cross = nodes.weight * t * decay * K * (K - 1) * whole ** (K - 2)
-            own = K * mass * weight ** 2 * (table @ (nodes.weight * t * decay * whole ** (K - 1)))
+            cross = part.weight * t * decay * K * (K - 1) * whole ** (K - 2)
+            own = K * mass * weight ** 2 * (table @ (part.weight * t * decay * whole ** (K - 1)))
             hessian = np.diag(chosen - own) - (spread * cross) @ spread.T
             return objective, chosen, hessian
 

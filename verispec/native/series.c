@@ -324,3 +324,66 @@ void verispec_logit_finish(const double *restrict ratio, int64_t n, double low, 
         value[i] = ratio[i] <= low ? -INFINITY : v;
     }
 }
+
+/* The expansion's node sums and coefficients read straight from its sequence [terms_all, span] of e^(-tau)
+ * (-tau)^k / k! on the geometric tau grid (luce_integrals.Expansion), where the numpy route first copies it into
+ * [nodes, terms, clusters] tables (5-10 MB a system): node l, cluster c reads sequence[k, refine l + c], and the
+ * sequence (tens of kB) stays in cache. Each sum runs in the numpy route's order (np.add.reduce over the leading
+ * axis of a C-contiguous array adds its rows one after another), so the two routes agree to the last bit; entries
+ * that add an exact 0 (a cluster without mass, a node whose vector entry is 0) are skipped.
+ * verispec_window_sums: out[l] = sum over (k, c) in that order of moments[k, c] sequence[k, refine l + c] (moments
+ *   [terms, size]), read from `phases` [terms_all, refine, stride], phases[k, j, i] = sequence[k, refine i + j]:
+ *   contiguous in l.
+ * verispec_window_coefficients: out[c, k] = sum over l in order of vector[l] sequence[k, refine l + c] (out
+ *   [size, terms]), 128 clusters at a time in `work` [terms, 128]. */
+void verispec_window_sums(const double *restrict phases, int64_t stride, int64_t terms, int64_t size, int64_t nodes,
+                          int64_t refine, const double *restrict moments, double *restrict out) {
+    for (int64_t l = 0; l < nodes; l++) out[l] = 0.0;
+    for (int64_t k = 0; k < terms; k++)
+        for (int64_t c = 0; c < size; c++) {
+            const double m = moments[k * size + c];
+            if (m == 0.0) continue;
+            const double *restrict s = phases + (k * refine + c % refine) * stride + c / refine;
+            for (int64_t l = 0; l < nodes; l++) out[l] += m * s[l];
+        }
+}
+
+void verispec_window_coefficients(const double *restrict sequence, int64_t span, int64_t terms, int64_t size,
+                                  int64_t nodes, int64_t refine, const double *restrict vector, double *restrict work,
+                                  double *restrict out) {
+    for (int64_t from = 0; from < size; from += 128) {
+        const int64_t width = size - from < 128 ? size - from : 128;
+        for (int64_t i = 0; i < terms * width; i++) work[i] = 0.0;
+        for (int64_t l = 0; l < nodes; l++) {
+            const double a = vector[l];
+            if (a == 0.0) continue;
+            for (int64_t k = 0; k < terms; k++) {
+                const double *restrict s = sequence + k * span + refine * l + from;
+                double *restrict w = work + k * width;
+                for (int64_t c = 0; c < width; c++) w[c] += a * s[c];
+            }
+        }
+        for (int64_t c = 0; c < width; c++)
+            for (int64_t k = 0; k < terms; k++) out[(from + c) * terms + k] = work[k * width + c];
+    }
+}
+
+/* A node cache's key (verifiers.node_cache.node_key): NH, the universal hash of UMAC (Black, Halevi, Krawczyk,
+ * Krovetz, Rogaway, CRYPTO 1999), in four Toeplitz-shifted instances: for the message's 32-bit words m and a random
+ * key k (per process, as long as the longest message), instance j adds
+ * ((m_2i + k_(2i+2j)) mod 2^32) ((m_(2i+1) + k_(2i+1+2j)) mod 2^32) mod 2^64 over the pairs i. Two different
+ * messages of equal length collide in one instance with probability at most 2^-32 over the key, in all four at most
+ * 2^-128 (Toeplitz extension, ibid.); `sums` [4] accumulates, so a message may come in pieces (each of even length,
+ * the key advanced by the words before it). */
+void verispec_nh_hash(const uint32_t *restrict words, int64_t n, const uint32_t *restrict key,
+                      uint64_t *restrict sums) {
+    uint64_t s0 = sums[0], s1 = sums[1], s2 = sums[2], s3 = sums[3];
+    for (int64_t i = 0; i + 1 < n; i += 2) {
+        const uint32_t a = words[i], b = words[i + 1];
+        s0 += (uint64_t)(uint32_t)(a + key[i]) * (uint32_t)(b + key[i + 1]);
+        s1 += (uint64_t)(uint32_t)(a + key[i + 2]) * (uint32_t)(b + key[i + 3]);
+        s2 += (uint64_t)(uint32_t)(a + key[i + 4]) * (uint32_t)(b + key[i + 5]);
+        s3 += (uint64_t)(uint32_t)(a + key[i + 6]) * (uint32_t)(b + key[i + 7]);
+    }
+    sums[0] = s0, sums[1] = s1, sums[2] = s2, sums[3] = s3;
+}
