@@ -171,10 +171,37 @@ def summarize(rows: dict, actions, settings: list[str], labels: dict, models: di
         overall[name] = {}
         for kind, values in ratios.items():
             values = np.asarray(values)
+            # the shape alone: each ratio over the median one (a run's level moves a few % from run to run)
+            scaled = values / np.median(values) if len(values) else values
             overall[name][kind] = None if not len(values) else {
                 "actions": len(values), "within": int((abs(values - 1) <= tolerance).sum()),
-                "worst": float(values[np.argmax(abs(values - 1))]), "median": float(np.median(values))}
-    return {"rows": table, "models": overall, "tolerance": tolerance}
+                "worst": float(values[np.argmax(abs(values - 1))]), "median": float(np.median(values)),
+                "within_scaled": int((abs(scaled - 1) <= tolerance).sum()), "sd_log": float(np.std(np.log(values)))}
+    return {"rows": table, "models": overall, "tolerance": tolerance, "noise": measuring_noise(table, actions)}
+
+
+def drawn_tree(action) -> str:
+    """The tree an action's blocks draw: a chain of L1 + L2 drafts whenever K = 1 or L2 = 0, whatever the other
+    numbers (its K paths of L2 = 0 tokens are no paths), else its delayed tree."""
+    return f"chain:{action.l1 + action.l2}" if action.k == 1 or action.l2 == 0 else action.tree
+
+
+def measuring_noise(table: list[dict], actions) -> dict:
+    """How far one workload's measured block time moves within the run: the actions of a setting that draw the same
+    tree (``drawn_tree``) decode the same tokens on the same prompts from one seed, so their block times differ only
+    by the measurement. Per tree: its actions and spread (largest / smallest block time - 1); ``sd_log``: the pooled
+    standard deviation of log block time within those trees (what no latency model can predict; a model whose
+    residual sd_log is near it is as good as these rows can show)."""
+    by_name = {a.name: a for a in actions}
+    trees = {}
+    for entry in table:
+        trees.setdefault((entry["setting"], drawn_tree(by_name[entry["action"]])), []).append(entry["block_ms"])
+    shared = {key: times for key, times in trees.items() if len(times) > 1}
+    residuals = [value for times in shared.values() for value in np.log(times) - np.log(times).mean()]
+    freedom = len(residuals) - len(shared)
+    return {"trees": {f"{setting}|{tree}": {"actions": len(times), "spread": max(times) / min(times) - 1}
+                      for (setting, tree), times in shared.items()},
+            "sd_log": float(np.sqrt(np.sum(np.square(residuals)) / freedom)) if freedom > 0 else None}
 
 
 def markdown(summary: dict, parameters: dict) -> str:
@@ -186,7 +213,13 @@ def markdown(summary: dict, parameters: dict) -> str:
                  f"{name}: block time within {summary['tolerance']:.0%} on {m['time']['within']} of "
                  f"{m['time']['actions']} actions (median x{m['time']['median']:.3f}, worst x{m['time']['worst']:.3f}),"
                  f" tokens/s on {m['rate']['within']} (median x{m['rate']['median']:.3f}, worst "
-                 f"x{m['rate']['worst']:.3f})" for name, m in summary["models"].items() if m["time"]), "",
+                 f"x{m['rate']['worst']:.3f}); over its median ratio (the run's level) block time within on "
+                 f"{m['time']['within_scaled']}, sd of log(measured / predicted) {m['time']['sd_log']:.4f}"
+                 for name, m in summary["models"].items() if m["time"]), "",
+             "the rows' own noise (actions that draw the same tree, identical work): pooled sd of log block time "
+             + (f"{summary['noise']['sd_log']:.4f}" if summary["noise"]["sd_log"] is not None else "-") + "; "
+             + ", ".join(f"{key.split('|')[1]} x{e['actions']} spread {e['spread']:.1%}"
+                         for key, e in summary["noise"]["trees"].items()), "",
              "| setting | action | blocks | tokens/block (labels) | block ms | forwards share | tokens/s [95%] | "
              + " | ".join(f"{n}: block ms (x meas.) | {n}: tokens/s (x meas.)" for n in names) + " |",
              "|---|---|---|---|---|---|---|" + "---|---|" * len(names)]

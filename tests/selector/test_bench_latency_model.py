@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 
@@ -55,8 +56,33 @@ def test_every_action_is_judged_against_each_model_and_the_summary_recomputes(se
         model = entry["models"]["latency"]
         assert math.isclose(model["block_ms"], ms) and math.isclose(model["time_ratio"], entry["block_ms"] / ms)
         assert math.isclose(model["rate_ratio"], entry["tokens_per_s"] / (entry["label_tokens_per_block"] / ms * 1e3))
-    within = sum(abs(e["models"]["latency"]["time_ratio"] - 1) <= 0.05 for e in summary["rows"])
+    ratios = [e["models"]["latency"]["time_ratio"] for e in summary["rows"]]
+    within = sum(abs(r - 1) <= 0.05 for r in ratios)
     assert summary["models"]["latency"]["time"]["within"] == within
+    level = statistics.median(ratios)  # the run's level
+    assert summary["models"]["latency"]["time"]["within_scaled"] == sum(abs(r / level - 1) <= 0.05 for r in ratios)
+    mean_log = sum(math.log(r) for r in ratios) / len(ratios)
+    assert math.isclose(summary["models"]["latency"]["time"]["sd_log"],
+                        math.sqrt(sum((math.log(r) - mean_log) ** 2 for r in ratios) / len(ratios)))
+
+
+def test_the_measuring_noise_is_the_spread_of_actions_that_draw_the_same_tree():
+    from verispec.selector.actions import Action
+
+    bench = load_script("benchmarks/bench_latency_model.py", "bench_latency_model_under_test")
+    actions = [Action("specinfer", 1, 0, 2), Action("specinfer", 3, 2, 0), Action("specinfer", 2, 1, 1),
+               Action("specinfer", 1, 1, 1), Action("specinfer", 4, 0, 0)]
+    # chain:2 three times (K = 1 or L2 = 0), delayed:2,1,1 alone, chain:0 alone
+    assert [bench.drawn_tree(a) for a in actions] == ["chain:2", "chain:2", "delayed:2,1,1", "chain:2", "chain:0"]
+    table = [{"setting": "s", "action": a.name, "block_ms": ms} for a, ms in zip(actions, (100.0, 110.0, 500.0,
+                                                                                           121.0, 50.0))]
+    noise = bench.measuring_noise(table, actions)
+    assert noise["trees"] == {"s|chain:2": {"actions": 3, "spread": pytest.approx(0.21)}}
+    logs = [math.log(100), math.log(110), math.log(121)]  # equally spaced: the middle one is the mean
+    assert noise["sd_log"] == pytest.approx(math.sqrt(2 * math.log(1.1) ** 2 / 2), rel=1e-12)
+    assert sum(logs) / 3 == pytest.approx(math.log(110))
+    # negative control: no tree drawn twice, no noise to read
+    assert bench.measuring_noise(table[2:3] + table[4:], actions)["sd_log"] is None
 
 
 def test_a_latency_model_of_another_pair_is_refused_before_any_decoding(setup, tmp_path, capsys):
