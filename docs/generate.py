@@ -460,12 +460,14 @@ def assisted_table(results) -> str:
 
 
 SAME_ALGORITHM, LATENCY_CHECK = "bench/bench-same-algorithm.json", "bench/bench-latency-model.json"
+#: The same algorithm again at one K on more prompts (issue 66, item 2: K = 6's interval).
+SAME_ALGORITHM_MORE = "bench/bench-same-algorithm-k6.json"
 
 
-def same_algorithm_table(results) -> str:
+def same_algorithm_table(results, name: str = SAME_ALGORITHM) -> str:
     """Issue 66, item 2: verispec's chain:K naive against transformers' constant K, per K: the tokens/s ratio, each
     one's block time and tokens a block, and the share of a block that is not the two models' forwards."""
-    bench = results(SAME_ALGORITHM)
+    bench = results(name)
     rows = []
     for row in bench["rows"]:
         v, t = row["verispec"], row["hf"]
@@ -485,7 +487,7 @@ def same_algorithm_table(results) -> str:
         f"\n\n{len(parameters['prompts'])} prompts, {parameters['max_new_tokens']} new tokens each, "
         f"{parameters['threads']} thread(s), {parameters['linears']} linears, {parameters['sampling']}; "
         f"transformers {parameters['transformers']}. {_window(parameters)}Made by "
-        f"{record_line(results, SAME_ALGORITHM)}.")
+        f"{record_line(results, name)}.")
 
 
 def _window(parameters: dict) -> str:
@@ -910,6 +912,7 @@ TABLES = {
     "assisted-record": _made_by(ASSISTED),
     "assisted-tuning": assisted_tuning_table,
     "same-algorithm": same_algorithm_table,
+    "same-algorithm-more": lambda results: same_algorithm_table(results, SAME_ALGORITHM_MORE),
     "latency-check": latency_check_table,
     "label-cost-record": _made_by(PSBV_T1_COST, "Measured"),
     "label-cost-blend-record": lambda results: f"Measured by {record_line(results, PSBV_BLEND_T1_COST)}; "
