@@ -15,7 +15,7 @@ import pytest
 from tests.verifiers.test_globalres_kernels import _caught_then_used
 from verispec.lp_analysis.luce_integrals import STEP, TERMS, ChoiceSystem, Expansion, Nodes
 from verispec.native import kernels_off, series
-from verispec.verifiers.node_cache import node_key
+from verispec.verifiers.node_cache import NH_FROM, node_key
 
 needs_kernels = pytest.mark.skipif(series.library() is None, reason=f"no series kernels: {series.status()}")
 
@@ -98,6 +98,9 @@ def test_the_node_key_is_nh_under_the_process_key():
     assert node_key(p, moved, 4) != key
     with kernels_off():
         assert node_key(p, q, 4)[0] == "float"
+    # below NH_FROM tokens SHA-256 is the cheaper digest (the kernel call costs more than the whole hash)
+    assert node_key(p[:NH_FROM - 1], q[:NH_FROM - 1], 4)[0] == "float"
+    assert node_key(p[:NH_FROM], q[:NH_FROM], 4)[0] == "nh"
 
 
 @needs_kernels
@@ -109,9 +112,9 @@ def test_a_broken_nh_kernel_fails_the_self_check_and_collides(monkeypatch):
     library["nh"] = lambda words, n, key, sums: whole(words, n - 2, key, sums)
     with pytest.raises(OSError, match="NH hash"):
         series._self_check(library)
-    p, q = np.full(50, 0.02), np.full(50, 0.02)
+    p, q = np.full(NH_FROM, 1 / NH_FROM), np.full(NH_FROM, 1 / NH_FROM)
     moved = q.copy()
-    moved[-1] = 0.0201
+    moved[-1] *= 1.01
     assert node_key(p, q, 2) != node_key(p, moved, 2)
     monkeypatch.setattr(series, "library", lambda: library)
     assert node_key(p, q, 2) == node_key(p, moved, 2)

@@ -19,16 +19,22 @@ DEFAULT_CACHE_SIZE = 4096
 DEFAULT_CACHE_BYTES = 256 << 20
 
 
+#: Vocabularies from which node keys are hashed by NH: below it, the call into the kernel costs more than SHA-256's
+#: whole digest (V = 3: 11 us against 1 us; V = 1,000: 6 us against 9 us; a node's key at every cache hit of the
+#: exact simulator's small vocabularies). A vocabulary's keys always take one route (the tags differ).
+NH_FROM = 512
+
+
 def node_key(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Hashable:
-    """Equal keys mean equal (p, q, K) but for a chance of at most 2^-128: 32 bytes of NH, UMAC's universal hash,
-    under this process's random key (``series.universal_digest``: a collision needs the laws to depend on a key they
-    never see; 0.2 ms for p and q at V = 151,936, where a node of Global Resolution costs about 10 ms), else a
-    SHA-256 digest of the float64 bytes (1.2 ms there; where the compiled kernels are not available); the Fractions
-    themselves in exact mode. The arrays are read in place (no byte copies)."""
+    """Equal keys mean equal (p, q, K) but for a chance of at most 2^-128: from ``NH_FROM`` tokens, 32 bytes of NH,
+    UMAC's universal hash, under this process's random key (``series.universal_digest``: a collision needs the laws
+    to depend on a key they never see; 0.2 ms for p and q at V = 151,936, where a node of Global Resolution costs
+    about 10 ms), else a SHA-256 digest of the float64 bytes (1.2 ms there; below ``NH_FROM`` or where the compiled
+    kernels are not available); the Fractions themselves in exact mode. The arrays are read in place (no copies)."""
     if p.dtype == object:
         return ("exact", tuple(p), tuple(q), num_drafts)
     p, q = np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64)
-    universal = series.universal_digest(p, q)
+    universal = series.universal_digest(p, q) if len(p) >= NH_FROM else None
     if universal is not None:
         return ("nh", universal, len(p), num_drafts)
     digest = hashlib.sha256(p.data)
