@@ -34,8 +34,8 @@ same, its kernels named beside it: that is how a model measured on torch's kerne
 A model fitted to decoding's own forwards (``--fit-prompts N --fit-out FILE --fit-sizes FILE``): every action
 decodes N TRAINING prompts of the selector's split first; ``fit_in_decoding`` reads t_q(w) and t_p(n) from those
 rows' forwards (medians by width, the rest of a block in t_p), takes the tree sizes of ``--fit-sizes``, writes the
-model and judges it with the others on the held-out prompts, which it never saw. Isolated forwards (``verispec
-latency``) measured a draft step at 62 ms where decoding's cost 52-55 ms on this CPU (issue 66, item 3).
+model and judges it with the others on the held-out prompts, which it never saw. ``verispec latency`` times
+isolated forwards at one context length; this model reads the forwards decoding itself ran (issue 66, item 3).
 
 Rows are a resumable ``ResultStore`` keyed on action, prompt and setting; ``--budget SECONDS`` stops
 starting cells past it (rerun to go on).
@@ -102,9 +102,9 @@ def fit_in_decoding(rows: list[dict], donor, pair: str, linears: str, threads: i
     plus the mean rest of a block (decode seconds less both models' forwards, over the blocks: sampling,
     verification, cache updates, which a block pays once), each width read where at least ``min_forwards``
     forwards fed it (others interpolated), in ms; the tree sizes of ``donor`` (a model that carries them, e.g.
-    experiments/tree_sizes.py's). Isolated forwards (``verispec latency``) cost more than decoding's (a draft step
-    62 ms against 52-55 in decoding here, issue 66), which is what this model leaves out. VerispecError (one line)
-    where no row carries forwards, or no draft forward fed one token."""
+    experiments/tree_sizes.py's). Where ``verispec latency`` times isolated forwards at one context length, this
+    reads the forwards decoding ran, at their contexts. VerispecError (one line) where no row carries forwards, or
+    no draft forward fed one token."""
     from verispec.latency import LatencyModel
 
     timed = [row for row in rows if row.get("target_forwards")]
