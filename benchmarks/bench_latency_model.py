@@ -32,10 +32,17 @@ measured with other linear kernels than the run's (small-batch or torch's, named
 same, its kernels named beside it: that is how a model measured on torch's kernels shows what it mispredicts.
 
 A model fitted to decoding's own forwards (``--fit-prompts N --fit-out FILE --fit-sizes FILE``): every action
-decodes N TRAINING prompts of the selector's split first; ``fit_in_decoding`` reads t_q(w) and t_p(n) from those
-rows' forwards (medians by width, the rest of a block in t_p), takes the tree sizes of ``--fit-sizes``, writes the
-model and judges it with the others on the held-out prompts, which it never saw. ``verispec latency`` times
-isolated forwards at one context length; this model reads the forwards decoding itself ran (issue 66, item 3).
+also decodes N TRAINING prompts of the selector's split, their cells spread evenly among the held-out ones
+(``cell_order``: the machine's speed drifts by several % over a run, and a model read from the same stretch of the
+run as the rows it is judged on shares its level); ``fit_in_decoding`` reads t_q(w) and t_p(n) from those rows'
+forwards (medians by width, plus the rest of a block, which grows with the tree's nodes), takes the tree sizes of
+``--fit-sizes``, writes the model and judges it with the others on the held-out prompts, which it never saw.
+``verispec latency`` times isolated forwards at one context length; this model reads the forwards decoding itself
+ran (issue 66, item 3).
+
+Every action's measured block time also gets a 95% percentile-bootstrap interval over the prompts; per model,
+``beyond_noise`` counts the actions whose whole interval (over the prediction) lies outside the tolerance: a miss the
+rows' own noise cannot explain. The rest of the misses are within what these rows can resolve.
 
 Rows are a resumable ``ResultStore`` keyed on action, prompt and setting; ``--budget SECONDS`` stops
 starting cells past it (rerun to go on).
@@ -99,12 +106,11 @@ def fit_in_decoding(rows: list[dict], donor, pair: str, linears: str, threads: i
                     min_forwards: int = MIN_FORWARDS, device: str = "cpu"):
     """A latency model fitted to the forwards decoding ran (``rows``: ``decode_action``'s, on training prompts):
     t_q(w) the median time of the draft's forwards that fed w tokens, t_p(n) the median of the target's that fed n
-    plus the mean rest of a block (decode seconds less both models' forwards, over the blocks: sampling,
-    verification, cache updates, which a block pays once), each width read where at least ``min_forwards``
-    forwards fed it (others interpolated), in ms; the tree sizes of ``donor`` (a model that carries them, e.g.
-    experiments/tree_sizes.py's). Where ``verispec latency`` times isolated forwards at one context length, this
-    reads the forwards decoding ran, at their contexts. VerispecError (one line) where no row carries forwards, or
-    no draft forward fed one token."""
+    plus the rest of a block at n nodes (``rest_of_block``: sampling, verification and cache updates, which a block
+    pays once and which grow with its tree), each width read where at least ``min_forwards`` forwards fed it (others
+    interpolated), in ms; the tree sizes of ``donor`` (a model that carries them, e.g. experiments/tree_sizes.py's).
+    Where ``verispec latency`` times isolated forwards at one context length, this reads the forwards decoding ran,
+    at their contexts. VerispecError (one line) where no row carries forwards, or no draft forward fed one token."""
     from verispec.latency import LatencyModel
 
     timed = [row for row in rows if row.get("target_forwards")]
@@ -121,16 +127,33 @@ def fit_in_decoding(rows: list[dict], donor, pair: str, linears: str, threads: i
     if 1 not in curves["draft"] or not curves["target"]:
         raise VerispecError(f"fewer than {min_forwards} draft forwards of one token or target forwards of one width "
                             "in the fitting rows; decode more prompts (--fit-prompts)")
-    rest = 1000 * sum(r["decode_s"] - r["target_forward_s"] - r["draft_forward_s"] for r in timed) / \
-        sum(r["blocks"] for r in timed)
+    per_block, per_node = rest_of_block(timed)
     source = (f"measured on {pair} ({device}, in decoding, {linears} linears, {threads} threads, {prompts} training "
-              f"prompts, median of each width's forwards, the rest of a block {rest:.2f} ms in t_p)")
-    target_times = tuple(t + rest for t in curves["target"].values())
+              f"prompts, median of each width's forwards, the rest of a block {per_block:.2f} + {per_node:.2f} n ms "
+              "in t_p(n))")
+    target_times = tuple(t + per_block + per_node * n for n, t in curves["target"].items())
     model = LatencyModel(curves["draft"][1], tuple(curves["target"]), target_times, "ms", source,
                          tuple(curves["draft"]), tuple(curves["draft"].values()))
     for setting, trees, sizes_source in donor.tree_sizes:
         model = model.with_tree_sizes(setting, dict(trees), sizes_source)
     return model
+
+
+def rest_of_block(rows: list[dict]) -> tuple[float, float]:
+    """(a, b) in ms: the rest of a block (decode seconds less both models' forwards) modelled as a + b n at n tree
+    nodes, by non-negative least squares over the rows (row r: rest_r = a blocks_r + b (sum of its target forwards'
+    widths)). The rest grows with the tree (verification, cache updates: on the CPU pair about 3 ms at one node and
+    25 at eight), so one constant over every action mispriced the cheapest and the largest blocks. Where every row's
+    blocks have the same mean width the slope cannot be told apart: b = 0 and a the mean rest a block."""
+    from scipy.optimize import nnls
+
+    design = np.array([[row["blocks"], sum(w for w, _ in row["target_forwards"] if w is not None)] for row in rows],
+                      dtype=np.float64)  # [rows, 2]
+    rest = np.array([1000 * (row["decode_s"] - row["target_forward_s"] - row["draft_forward_s"]) for row in rows])
+    if np.linalg.matrix_rank(design) < 2:
+        return float(rest.sum() / design[:, 0].sum()), 0.0
+    (per_block, per_node), _ = nnls(design, rest)
+    return float(per_block), float(per_node)
 
 
 def summarize(rows: dict, actions, settings: list[str], labels: dict, models: dict, tolerance: float,
@@ -157,7 +180,7 @@ def summarize(rows: dict, actions, settings: list[str], labels: dict, models: di
                      "block_ms": 1000 * seconds / blocks, "forward_ms": 1000 * forwards / blocks,
                      "overhead": 1 - forwards / seconds, "tokens_per_block": tokens / blocks,
                      "label_tokens_per_block": labels[index][a.name], "tokens_per_s": tokens / seconds,
-                     "tokens_per_s_ci": rate_interval(done), "models": {}}
+                     "tokens_per_s_ci": rate_interval(done), "block_ms_ci": block_interval(done), "models": {}}
             for name, times in models.items():
                 predicted_ms = float(times[index][a.name])
                 rate = labels[index][a.name] / predicted_ms * 1000
@@ -165,10 +188,13 @@ def summarize(rows: dict, actions, settings: list[str], labels: dict, models: di
                                          "tokens_per_s": rate, "rate_ratio": entry["tokens_per_s"] / rate}
                 verdicts[name]["time"].append(entry["block_ms"] / predicted_ms)
                 verdicts[name]["rate"].append(entry["tokens_per_s"] / rate)
+                verdicts[name].setdefault("beyond", []).append(
+                    entry["block_ms_ci"] is not None and _beyond(entry["block_ms_ci"], predicted_ms, tolerance))
             table.append(entry)
     overall = {}
     for name, ratios in verdicts.items():
         overall[name] = {}
+        beyond = ratios.pop("beyond", [])
         for kind, values in ratios.items():
             values = np.asarray(values)
             # the shape alone: each ratio over the median one (a run's level moves a few % from run to run)
@@ -177,7 +203,37 @@ def summarize(rows: dict, actions, settings: list[str], labels: dict, models: di
                 "actions": len(values), "within": int((abs(values - 1) <= tolerance).sum()),
                 "worst": float(values[np.argmax(abs(values - 1))]), "median": float(np.median(values)),
                 "within_scaled": int((abs(scaled - 1) <= tolerance).sum()), "sd_log": float(np.std(np.log(values)))}
+        if overall[name]["time"] is not None:
+            overall[name]["time"]["beyond_noise"] = int(sum(beyond))
     return {"rows": table, "models": overall, "tolerance": tolerance, "noise": measuring_noise(table, actions)}
+
+
+def block_interval(rows: dict, resamples: int = selector_decoding.BOOTSTRAP, seed: int = 0) -> list | None:
+    """The 95% percentile-bootstrap interval over prompts of the measured ms a block (total decode seconds / total
+    blocks); None below two prompts."""
+    prompts = sorted(rows)
+    if len(prompts) < 2:
+        return None
+    seconds = np.array([rows[p]["decode_s"] for p in prompts])
+    blocks = np.array([rows[p]["blocks"] for p in prompts], dtype=np.float64)
+    picks = np.random.default_rng(seed).integers(0, len(prompts), (resamples, len(prompts)))  # [resamples, prompts]
+    draws = 1000 * seconds[picks].sum(axis=1) / blocks[picks].sum(axis=1)
+    return [float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))]
+
+
+def _beyond(interval: list, predicted_ms: float, tolerance: float) -> bool:
+    """Whether the whole measured interval lies outside predicted x [1 - tolerance, 1 + tolerance]."""
+    low, high = interval[0] / predicted_ms, interval[1] / predicted_ms
+    return low > 1 + tolerance or high < 1 - tolerance
+
+
+def cell_order(groups: list[str], fit_groups: list[str]) -> list[str]:
+    """The held-out and fitting prompts in the order a run decodes them: the fitting ones spread evenly among the
+    held-out ones (each at the middle of its share of the run), so a model read from them sees the same stretch of
+    the machine's drifting speed as the rows it is judged on."""
+    place = {group: (i + 0.5) / len(groups) for i, group in enumerate(groups)}
+    place.update({group: (j + 0.5) / len(fit_groups) - 1e-9 for j, group in enumerate(fit_groups)})
+    return sorted(place, key=place.get)
 
 
 def drawn_tree(action) -> str:
@@ -214,21 +270,24 @@ def markdown(summary: dict, parameters: dict) -> str:
                  f"{m['time']['actions']} actions (median x{m['time']['median']:.3f}, worst x{m['time']['worst']:.3f}),"
                  f" tokens/s on {m['rate']['within']} (median x{m['rate']['median']:.3f}, worst "
                  f"x{m['rate']['worst']:.3f}); over its median ratio (the run's level) block time within on "
-                 f"{m['time']['within_scaled']}, sd of log(measured / predicted) {m['time']['sd_log']:.4f}"
+                 f"{m['time']['within_scaled']}, sd of log(measured / predicted) {m['time']['sd_log']:.4f}; "
+                 f"outside {summary['tolerance']:.0%} beyond the rows' interval on {m['time']['beyond_noise']}"
                  for name, m in summary["models"].items() if m["time"]), "",
              "the rows' own noise (actions that draw the same tree, identical work): pooled sd of log block time "
              + (f"{summary['noise']['sd_log']:.4f}" if summary["noise"]["sd_log"] is not None else "-") + "; "
              + ", ".join(f"{key.split('|')[1]} x{e['actions']} spread {e['spread']:.1%}"
                          for key, e in summary["noise"]["trees"].items()), "",
-             "| setting | action | blocks | tokens/block (labels) | block ms | forwards share | tokens/s [95%] | "
+             "| setting | action | blocks | tokens/block (labels) | block ms [95%] | forwards share | tokens/s [95%] | "
              + " | ".join(f"{n}: block ms (x meas.) | {n}: tokens/s (x meas.)" for n in names) + " |",
              "|---|---|---|---|---|---|---|" + "---|---|" * len(names)]
     for e in summary["rows"]:
         ci = e["tokens_per_s_ci"]
         cells = [f"{e['models'][n]['block_ms']:.0f} (x{e['models'][n]['time_ratio']:.3f}) | "
                  f"{e['models'][n]['tokens_per_s']:.2f} (x{e['models'][n]['rate_ratio']:.3f})" for n in names]
+        block = e.get("block_ms_ci")
         lines.append(f"| {e['setting']} | {e['action']} | {e['blocks']} | {e['tokens_per_block']:.2f} "
-                     f"({e['label_tokens_per_block']:.2f}) | {e['block_ms']:.0f} | {1 - e['overhead']:.3f} | "
+                     f"({e['label_tokens_per_block']:.2f}) | {e['block_ms']:.0f}"
+                     + (f" [{block[0]:.0f}, {block[1]:.0f}]" if block else "") + f" | {1 - e['overhead']:.3f} | "
                      f"{e['tokens_per_s']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + " | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -320,8 +379,9 @@ def main(argv=None) -> int:
     samplings, groups, texts = setup["samplings"], setup["groups"], setup["texts"]
     settings = [sampling_text(s) for s in samplings]
     by_name = {a.name: a for a in actions}
-    # the fitting prompts first (a training prompt is never a held-out one: keys by group do not clash)
-    cells = [(index, group) for index in range(len(samplings)) for group in [*fit_groups, *groups]]
+    # the fitting prompts spread among the held-out ones (a training prompt is never a held-out one: keys by group
+    # do not clash)
+    cells = [(index, group) for index in range(len(samplings)) for group in cell_order(groups, fit_groups)]
     begin, spent = time.perf_counter(), []
     for position, (index, group) in enumerate(tqdm(cells, desc="prompts")):
         keys = {name: f"{name}|{group}|{settings[index]}" for name in by_name}

@@ -58,6 +58,13 @@ def test_every_action_is_judged_against_each_model_and_the_summary_recomputes(se
         assert math.isclose(model["rate_ratio"], entry["tokens_per_s"] / (entry["label_tokens_per_block"] / ms * 1e3))
     ratios = [e["models"]["latency"]["time_ratio"] for e in summary["rows"]]
     within = sum(abs(r - 1) <= 0.05 for r in ratios)
+    beyond = 0
+    for entry in summary["rows"]:
+        low, high = entry["block_ms_ci"]
+        assert low <= entry["block_ms"] <= high
+        ms = entry["models"]["latency"]["block_ms"]
+        beyond += low / ms > 1.05 or high / ms < 0.95
+    assert summary["models"]["latency"]["time"]["beyond_noise"] == beyond
     assert summary["models"]["latency"]["time"]["within"] == within
     level = statistics.median(ratios)  # the run's level
     assert summary["models"]["latency"]["time"]["within_scaled"] == sum(abs(r / level - 1) <= 0.05 for r in ratios)
@@ -136,31 +143,85 @@ def _hand_row(draft, target, decode_s, blocks):
             "draft_forward_s": sum(s for _, s in draft), "target_forward_s": sum(s for _, s in target)}
 
 
-def test_the_model_fitted_to_decodings_forwards_reads_medians_by_width_and_the_rest_of_a_block():
+def _with_rest(draft, target, blocks, per_block_ms, per_node_ms):
+    """A row whose rest of a block is exactly per_block + per_node n over its blocks' target widths n."""
+    row = _hand_row(draft, target, 0.0, blocks)
+    rest_ms = per_block_ms * blocks + per_node_ms * sum(w for w, _ in target if w is not None)
+    row["decode_s"] = row["draft_forward_s"] + row["target_forward_s"] + rest_ms / 1000
+    return row
+
+
+def test_the_model_fitted_to_decodings_forwards_reads_medians_by_width_and_a_rest_that_grows_with_the_tree():
     from verispec.latency import LatencyModel
 
     bench = load_script("benchmarks/bench_latency_model.py", "bench_latency_model_under_test")
     setting = "T=0.7 top-k=20 top-p=0.8"
     donor = LatencyModel(1.0, (1, 2), (3.0, 4.0), "ms").with_tree_sizes(setting, {"chain:1": [[1, 2, [1]]]}, "hand")
     # draft widths: 1 at 0.050, 0.052, 0.060 s (median 52 ms), 2 at 0.070 x 3, 3 only twice (too few: dropped);
-    # target widths: 1 at 0.180 x 3, 3 at 0.300, 0.310, 0.400 (median 310 ms)
-    rows = [_hand_row([[1, 0.050], [2, 0.070], [3, 0.5]], [[1, 0.180], [3, 0.300]], 3.0, 2),
-            _hand_row([[1, 0.052], [2, 0.070], [3, 0.5]], [[1, 0.180], [3, 0.310]], 3.0, 2),
-            _hand_row([[1, 0.060], [2, 0.070], [None, 9.0]], [[1, 0.180], [3, 0.400]], 12.0, 4)]
+    # target widths: 1 at 0.180 x 3, 3 at 0.300, 0.310, 0.400 (median 310 ms); the rest of a block 5 + 2 n ms
+    rows = [_with_rest([[1, 0.050], [2, 0.070], [3, 0.5]], [[1, 0.180], [3, 0.300]], 2, 5.0, 2.0),
+            _with_rest([[1, 0.052], [2, 0.070], [3, 0.5]], [[1, 0.180], [1, 0.180], [3, 0.310]], 3, 5.0, 2.0),
+            _with_rest([[1, 0.060], [2, 0.070], [None, 9.0]], [[1, 0.180], [3, 0.400]], 2, 5.0, 2.0)]
     model = bench.fit_in_decoding(rows, donor, "tiny", "small-batch", 2, 3)
-    forwards = sum(r["draft_forward_s"] + r["target_forward_s"] for r in rows)
-    rest = 1000 * (3.0 + 3.0 + 12.0 - forwards) / 8  # the rest of a block, over the 8 blocks
     assert model.draft_sizes == (1, 2) and model.draft_times == pytest.approx((52.0, 70.0), abs=1e-9)
     assert model.draft_step == pytest.approx(52.0, abs=1e-9)
-    assert model.target_sizes == (1, 3) and model.target_times == pytest.approx((180 + rest, 310 + rest), abs=1e-9)
+    assert model.target_sizes == (1, 3)
+    assert model.target_times == pytest.approx((180 + 5 + 2 * 1, 310 + 5 + 2 * 3), abs=1e-6)
     assert model.tree_sizes == donor.tree_sizes and model.source.startswith("measured on tiny (cpu, in decoding")
     # a block of chain:1 at the donor's sizes: one draft forward of 1 token and the target's of 2 nodes, interpolated
-    assert model.for_setting(setting).block_time(1, 2, (1,)) == pytest.approx(52 + (180 + 310) / 2 + rest)
+    assert model.for_setting(setting).block_time(1, 2, (1,)) == pytest.approx(52 + (187 + 321) / 2, abs=1e-6)
     # negative control: without one-token draft forwards there is no t_q to read
     with pytest.raises(bench.VerispecError, match="draft forwards of one token"):
         bench.fit_in_decoding([_hand_row([[2, 0.07]] * 3, [[1, 0.18]] * 3, 1.0, 3)], donor, "tiny", "torch", 1, 1)
     with pytest.raises(bench.VerispecError, match="carries its forwards"):
         bench.fit_in_decoding([{"decode_s": 1.0, "blocks": 1}], donor, "tiny", "torch", 1, 1)
+
+
+def test_the_rest_of_a_block_is_a_least_squares_line_in_the_trees_nodes():
+    bench = load_script("benchmarks/bench_latency_model.py", "bench_latency_model_under_test")
+    # exact data: 3 + 4 n ms recovered whatever the forwards
+    rows = [_with_rest([[1, 0.06]], [[n, 0.2]] * blocks, blocks, 3.0, 4.0) for n, blocks in ((1, 5), (4, 2), (7, 3))]
+    assert bench.rest_of_block(rows) == pytest.approx((3.0, 4.0), abs=1e-9)
+    # noisy data: the least-squares solution of the normal equations, by Cramer's rule
+    rests = (20.0, 25.0, 50.0)  # ms, rows of (blocks, widths) (2, 2), (1, 5), (3, 9)
+    noisy = [_hand_row([], [[w // b, 0.1]] * b, 0.1 * b + r / 1000, b) for (b, w), r in zip(((2, 2), (1, 5), (3, 9)),
+                                                                                              rests)]
+    blocks, widths = (2, 1, 3), (2, 5, 9)
+    sbb, sbw, sww = (sum(x * y for x, y in zip(u, v)) for u, v in ((blocks, blocks), (blocks, widths),
+                                                                   (widths, widths)))
+    sby, swy = sum(b * r for b, r in zip(blocks, rests)), sum(w * r for w, r in zip(widths, rests))
+    det = sbb * sww - sbw * sbw
+    expected = ((sby * sww - sbw * swy) / det, (sbb * swy - sbw * sby) / det)
+    assert min(expected) > 0 and bench.rest_of_block(noisy) == pytest.approx(expected, rel=1e-9)
+    # one mean width in every row: no slope to read, the mean rest a block
+    flat = [_with_rest([], [[2, 0.1]] * b, b, 6.0, 1.0) for b in (1, 2, 4)]
+    assert bench.rest_of_block(flat) == pytest.approx((8.0, 0.0), abs=1e-9)
+    # a rest that falls with the tree is held at slope 0 (never a negative cost a node): a on blocks alone
+    falling = [_hand_row([], [[1, 0.1]], 0.1 + 0.050, 1), _hand_row([], [[9, 0.1]], 0.1 + 0.010, 1)]
+    assert bench.rest_of_block(falling) == pytest.approx((30.0, 0.0), abs=1e-9)
+    # negative control: the constant rest of before (total rest over blocks) misprices both ends of the exact rows
+    constant = sum(r["decode_s"] - r["draft_forward_s"] - r["target_forward_s"] for r in rows) * 1000 / 10
+    assert abs(constant - (3 + 4 * 1)) > 5 and abs(constant - (3 + 4 * 7)) > 5
+
+
+def test_the_fitting_prompts_are_spread_among_the_held_out_ones():
+    bench = load_script("benchmarks/bench_latency_model.py", "bench_latency_model_under_test")
+    held, fit = [f"h{i}" for i in range(8)], ["f0", "f1", "f2", "f3"]
+    # held-out prompt i at (i + 1/2) / 8 of the run, fitting prompt j at (j + 1/2) / 4
+    assert bench.cell_order(held, fit) == ["h0", "f0", "h1", "h2", "f1", "h3", "h4", "f2", "h5", "h6", "f3", "h7"]
+    assert bench.cell_order(held, []) == held and bench.cell_order(["a", "b"], ["c"]) == ["a", "c", "b"]
+
+
+def test_the_block_time_interval_is_a_bootstrap_over_prompts_and_judges_a_miss_beyond_it():
+    bench = load_script("benchmarks/bench_latency_model.py", "bench_latency_model_under_test")
+    rows = {"p0": {"decode_s": 1.0, "blocks": 10}, "p1": {"decode_s": 3.0, "blocks": 10}}
+    low, high = bench.block_interval(rows)
+    # the resamples take p0 twice (100 ms), each once (200) or p1 twice (300), each with probability 1/4, 1/2, 1/4
+    assert (low, high) == (pytest.approx(100.0), pytest.approx(300.0))
+    assert bench.block_interval({"p0": rows["p0"]}) is None
+    assert not bench._beyond([100.0, 300.0], 250.0, 0.05)  # the band 237.5-262.5 meets the interval
+    assert bench._beyond([100.0, 200.0], 250.0, 0.05) and bench._beyond([270.0, 300.0], 250.0, 0.05)
+    assert not bench._beyond([100.0, 238.0], 250.0, 0.05)
 
 
 def test_a_model_fitted_on_training_prompts_is_judged_on_the_held_out_ones_only(setup, tmp_path):
