@@ -57,12 +57,12 @@ def held_out_plans(dataset_path: str, selector_paths: list[str], prompt_specs: l
     evenly spaced), "texts" (group: prompt text), "plans" (method: plan, in order: plain, then per selector NAME
     static and NAME selector)}``. VerispecError (one line) on a selector that does not fit the dataset, selectors
     trained on different splits, a held-out group without text, or a setting without a training root."""
-    from verispec.latency import LatencyModel
     from verispec.selector.actions import action_times
     from verispec.selector.dataset_file import Dataset
-    from verispec.selector.evaluate import best_static
+    from verispec.selector.evaluate import best_static, selector_latency
     from verispec.selector.fits import check_dataset_fits
     from verispec.selector.prompt_sets import read_prompt_specs
+    from verispec.selector.roots import sampling_text
     from verispec.selector.selector import Selector, SelectorPolicy
     from verispec.selector.split import held_out
 
@@ -87,11 +87,14 @@ def held_out_plans(dataset_path: str, selector_paths: list[str], prompt_specs: l
         raise VerispecError("a sampling setting of the dataset has no training root; build more roots")
     plans = {"plain": {"kind": "plain"}}
     for name, selector in selectors.items():
-        latency = LatencyModel.from_dict(selector.metadata["latency"])
+        latency = selector_latency(selector)  # an older file's unnamed sizes named as its one setting's
         allowed = [dataset.grid.index(action) for action in selector.grid.actions]
-        times = action_times(dataset.grid, latency)
-        statics = [dataset.grid.actions[best_static(train.efficiency[train.setting == index], times, allowed)]
-                   for index in range(len(samplings))]  # per setting, as 'verispec selector evaluate' does
+        # per setting, as 'verispec selector evaluate' does, each priced at the sizes its trees have there (a model
+        # that carries several settings' sizes prices none unbound)
+        statics = [dataset.grid.actions[best_static(
+            train.efficiency[train.setting == index],
+            action_times(dataset.grid, latency.for_setting(sampling_text(samplings[index]))), allowed)]
+            for index in range(len(samplings))]
         plans[f"{name} static"] = {"kind": "static", "actions": statics}
         plans[f"{name} selector"] = {"kind": "selector", "policy": SelectorPolicy(selector)}
     return {"dataset": dataset, "selectors": selectors, "samplings": samplings, "groups": groups, "texts": texts,

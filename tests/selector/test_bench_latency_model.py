@@ -264,3 +264,36 @@ def test_a_model_fitted_on_training_prompts_is_judged_on_the_held_out_ones_only(
     # a fit without its sizes is refused on one line before any decoding
     assert bench.main([*setup["arguments"], "--latency", str(setup["latency"]), "--output", str(tmp_path / "o.json"),
                        "--fit-prompts", "1", "--fit-out", str(tmp_path / "f.json")]) == 2
+
+
+def test_the_held_out_plans_price_each_setting_at_its_own_tree_sizes(setup, tmp_path):
+    """A selector trained under a latency model with several settings' tree sizes (what the fitted model carries)
+    gets its static action priced at the dataset's setting's sizes; unbound, such a model prices nothing."""
+    from verispec.cli import main
+    from verispec.latency import LatencyError, LatencyModel
+    from verispec.selector.actions import action_times
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.roots import sampling_text
+    from verispec.selector.selector import Selector
+
+    decoding = load_script("experiments/selector_decoding.py", "selector_decoding_under_test")
+    dataset = Dataset.load(setup["dataset"])
+    grid = Selector.load(setup["folder"] / "specinfer.pt").grid
+    # the dataset's setting: every tree at its most nodes; another setting: every tree at one node a block
+    own = {a.drafter().spec: [[1, a.drafter().max_nodes, list(a.drafter().draft_widths)]] for a in grid.actions}
+    base = LatencyModel.load(setup["latency"]).with_tree_sizes(sampling_text(dataset.samplings[0]), own, "hand")
+    other = {spec: [[1, 1 + len(sizes[0][2]), [1] * len(sizes[0][2])]] for spec, sizes in own.items()}
+    both = base.with_tree_sizes("T=0.5 top-k=3 top-p=1", other, "hand")
+    plans = {}
+    for name, model in (("one", base), ("both", both)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(model.as_dict()))
+        selector = tmp_path / f"{name}.pt"
+        assert main(["selector", "train", "--dataset", str(setup["dataset"]), "--verifiers", "specinfer",
+                     "--epochs", "2", "--latency", str(path), "--out", str(selector)]) == 0
+        plans[name] = decoding.held_out_plans(str(setup["dataset"]), [str(selector)], [str(setup["prompts"])])
+    assert [a.name for a in plans["both"]["plans"]["both static"]["actions"]] == \
+        [a.name for a in plans["one"]["plans"]["one static"]["actions"]]
+    # negative control: the two-setting model unbound names no setting's trees
+    with pytest.raises(LatencyError, match="say which sampling setting"):
+        action_times(dataset.grid, both)
