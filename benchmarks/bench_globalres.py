@@ -12,7 +12,9 @@ logits (scale 2.5; the draft's logits are the target's plus Gaussian noise of sc
 (p ~ rank^-1.1, ranks shuffled) with a tempered, noisy draft (logit 0.8 log p + N(0, 0.5^2)); without top-k the
 whole vocabulary is drafted, with it q keeps its top 20 (Qwen's recommended top-k). Each node is new (a fresh
 solver), so a call pays for the step-1 rule's programs and the node's output law for one row of K drafted children
-(float64 numpy), as the exact engine and real decoding call it. Reported: alpha* (a sorted-prefix scan over the
+(float64 numpy), as real decoding calls it: inside ``node_cache.fresh_nodes`` where the checkout has it (decoding
+asks about each node once, so no memo key is computed), else, and with ``--cached`` on both sides, as the exact
+engine calls it (the node's key, then a miss). Reported: alpha* (a sorted-prefix scan over the
 whole vocabulary, written here), acceptance sum min(p, p_I) minus alpha*, and the median of ``--repeats`` calls in
 wall-clock ms and in CPU ms (process time, which a loaded machine inflates less), with the load average around
 each side.
@@ -25,6 +27,7 @@ now, with CPU ms and acceptance - alpha* of each side, and the older checkout's 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -72,11 +75,22 @@ def cases(quick: bool, vocabularies=None):
                     yield family, vocab, top_k, num_drafts
 
 
-def worker(quick: bool, repeats: int, vocabularies=None) -> list[dict]:
+def node_route(cached: bool):
+    """(the context a node is solved in, its name): real decoding's ``fresh_nodes`` (no memo key) where the
+    checkout has it and ``cached`` is not asked for, else the cached route every checkout has."""
+    try:
+        from verispec.verifiers.node_cache import fresh_nodes
+    except ImportError:  # an older checkout: the cached route only
+        return contextlib.nullcontext, "cached"
+    return (contextlib.nullcontext, "cached") if cached else (fresh_nodes, "fresh nodes")
+
+
+def worker(quick: bool, repeats: int, vocabularies=None, cached: bool = False) -> list[dict]:
     """Time the verispec that ``import verispec`` finds (this process's path decides which checkout)."""
     import verispec
     from verispec.verifiers.globalres import GlobalResolutionSolver
 
+    route, route_name = node_route(cached)
     rows = []
     for family, vocab, top_k, num_drafts in cases(quick, vocabularies):
         p, q = laws(vocab, 0, top_k, family)
@@ -86,14 +100,15 @@ def worker(quick: bool, repeats: int, vocabularies=None) -> list[dict]:
             solver = GlobalResolutionSolver()
             start, start_cpu = time.perf_counter(), time.process_time()
             try:
-                solver.output_laws(p[None, :], q[None, :], children)
+                with route():
+                    solver.output_laws(p[None, :], q[None, :], children)
             except Exception as exc:  # the older code may refuse a node: reported, not fatal
                 error = f"{type(exc).__name__}: {exc}"[:80]
                 break
             if repeat:
                 wall.append(time.perf_counter() - start)
                 cpu.append(time.process_time() - start_cpu)
-        row = {"law": family, "V": vocab, "top_k": top_k, "K": num_drafts, "error": error}
+        row = {"law": family, "V": vocab, "top_k": top_k, "K": num_drafts, "error": error, "route": route_name}
         if error is None:
             accepted = float(np.minimum(p, solver.resolution(p, q, num_drafts).intermediate).sum())
             row.update(acceptance=accepted, wall_ms=statistics.median(wall) * 1e3,
@@ -102,7 +117,8 @@ def worker(quick: bool, repeats: int, vocabularies=None) -> list[dict]:
     return [{"source": os.path.dirname(os.path.dirname(verispec.__file__)), **row} for row in rows]
 
 
-def run_side(path: str | None, quick: bool, repeats: int, vocabularies=None) -> tuple[list[dict], float, float]:
+def run_side(path: str | None, quick: bool, repeats: int, vocabularies=None,
+             cached: bool = False) -> tuple[list[dict], float, float]:
     """The worker in a child process, one thread, the older checkout (``path``) or this one first on the path."""
     environment = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     # this side imports its own checkout first (an editable install elsewhere would otherwise answer)
@@ -110,6 +126,8 @@ def run_side(path: str | None, quick: bool, repeats: int, vocabularies=None) -> 
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--repeats", str(repeats)]
     if quick:
         command.append("--quick")
+    if cached:
+        command.append("--cached")
     if vocabularies:
         command += ["--vocabularies", ",".join(str(vocab) for vocab in vocabularies)]
     load_before = os.getloadavg()[0]
@@ -142,6 +160,8 @@ def main(argv=None) -> int:
     parser.add_argument("--vocabularies", help="comma-separated V to run instead of "
                         f"{','.join(map(str, VOCABULARIES))} (or --quick's first two)")
     parser.add_argument("--result", help="also write the rows and the run's record here (JSON)")
+    parser.add_argument("--cached", action="store_true", help="time the exact engine's cached route (the node's "
+                        "key, then a miss) instead of real decoding's fresh nodes, on both sides")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     add_overwrite_option(parser)
     args = parser.parse_args(argv)
@@ -152,14 +172,14 @@ def main(argv=None) -> int:
     repeats = 2 if args.quick else args.repeats
     vocabularies = [int(vocab) for vocab in args.vocabularies.split(",")] if args.vocabularies else None
     if args.worker:
-        json.dump(worker(args.quick, repeats, vocabularies), sys.stdout)
+        json.dump(worker(args.quick, repeats, vocabularies, args.cached), sys.stdout)
         return 0
     started = start_record(__file__, argv, threads=1, result=args.result) if args.result else None
     sides, notes, loads = {}, [], {}
     for label, path in (("before", args.before), ("after", None)):
         if label == "before" and not path:
             continue
-        rows, load_before, load_after = run_side(path, args.quick, repeats, vocabularies)
+        rows, load_before, load_after = run_side(path, args.quick, repeats, vocabularies, args.cached)
         loads[label] = [load_before, load_after]
         sides[label] = {(r["law"], r["V"], r["top_k"], r["K"]): r for r in rows}
         notes.append(f"{label}: {rows[0]['source']} (load average {load_before:.2f} -> {load_after:.2f})")
@@ -199,9 +219,11 @@ def result_values(table: list[dict], args, repeats: int, loads: dict) -> dict:
             law=family, V=vocab, top_k=top_k, K=num_drafts, alpha=entry["alpha"],
             **{f"{side}_cpu_ms": row["cpu_ms"] for side, row in measured.items()},
             **{f"{side}_gap": row["acceptance"] - row["alpha"] for side, row in measured.items()},
+            **{f"{side}_route": row.get("route", "cached") for side, row in measured.items()},
             before_error=before.get("error") if before else None))
     return {"benchmark": "bench_globalres", "unit": f"ms wall a node (median of {repeats}, one thread, a fresh solver)",
-            "now": "this checkout's GlobalResolutionSolver.output_laws",
+            "now": "this checkout's GlobalResolutionSolver.output_laws, in real decoding's route (node_cache."
+                   "fresh_nodes: no memo key) unless --cached",
             "before": "the --before checkout's, same run, each side in its own process",
             "before_commit": checkout_commit(args.before) if args.before else None,
             "gap": "acceptance sum min(p, p_I) minus alpha* (the optimum)", "loads": loads, "rows": rows}

@@ -582,7 +582,15 @@ def test_real_decoding_at_qwens_vocabulary_runs_on_the_integrals():
     from verispec.models import Sampling, generate
 
     pair = tiny_pair(0, vocab=151_936)
-    verifier = TopDownVerifier(GlobalResolutionSolver())
+    solver = GlobalResolutionSolver()
+    verifier, methods, built = TopDownVerifier(solver), [], solver.resolution
+
+    def recording(p, q, num_drafts):  # decoding keeps no node in the memo: read each rule's route as it is built
+        rule = built(p, q, num_drafts)
+        methods.append(rule.method)
+        return rule
+
+    solver.resolution = solver.rule = recording
     context = [1, 2, 3]
     for spec in ("iid:4,2", "iid:8,1"):
         generation = generate(pair, context, spec, verifier, 4, Sampling(1.0), seed=0)
@@ -593,4 +601,5 @@ def test_real_decoding_at_qwens_vocabulary_runs_on_the_integrals():
                 logits = pair.target(torch.tensor([prefix])).logits[0, -1]
             assert Sampling(1.0).probabilities(logits)[token] > 0
             prefix.append(int(token))
-    assert {rule.method for rule in verifier.solver._cache._entries.values()} == {"integrals"}
+    assert methods and set(methods) == {"integrals"}
+    assert not solver._cache._entries  # every node new: nothing kept (node_cache.fresh_nodes)

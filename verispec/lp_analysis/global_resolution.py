@@ -141,18 +141,21 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
     bucketed by log(p/q); psi at every bucket's end is a cumulative sum, and inside bucket b every prefix has
     psi >= min(psi at its start, P_start + r_low Q_b - Q_end^K) (p >= r_low q there, and -Q^K is concave), so
     only buckets whose bound beats the best end are sorted and scanned. Tokens with q = 0 are never in H*."""
-    drafted = np.flatnonzero(q > 0)
+    positive = q > 0
+    # at full support (a real vocabulary without top-k) no index of the drafted tokens is made: None stands for all
+    drafted = None if int(np.count_nonzero(positive)) == len(q) else np.flatnonzero(positive)
     mask = np.zeros(len(p), dtype=bool)
-    pd, qd = (p, q) if len(drafted) == len(p) else (p.take(drafted), q.take(drafted))  # no copy at full support
+    pd, qd = (p, q) if drafted is None else (p.take(drafted), q.take(drafted))  # no copy at full support
     zero = pd <= 0
     zeros = int(np.count_nonzero(zero))
-    mask[drafted[zero]] = True
-    start_q = float(qd[zero].sum())
+    if zeros:  # else no [n] selects
+        mask[zero if drafted is None else drafted[zero]] = True
+    start_q = float(qd[zero].sum()) if zeros else 0.0
     best = -start_q ** num_drafts
     if zeros < len(pd):
         if zeros:  # else every drafted token is one of the rest: no copies
             rest = np.flatnonzero(~zero)
-            pd, qd, drafted = pd.take(rest), qd.take(rest), drafted.take(rest)
+            pd, qd, drafted = pd.take(rest), qd.take(rest), rest if drafted is None else drafted.take(rest)
         # from here pd, qd and drafted hold the rest, and token indices point into them
         log_ratio = np.log(pd)
         log_ratio -= np.log(qd)
@@ -196,7 +199,7 @@ def optimal_split(p: np.ndarray, q: np.ndarray, num_drafts: int) -> tuple[np.nda
             at = int(np.argmin(prefix_psi))
             if prefix_psi[at] < best:
                 best, best_cut = float(prefix_psi[at]), at
-        below, within = (bucket <= best_end, drafted[:0]) if best_end >= 0 else (None, None)
+        below, within = (bucket <= best_end, np.empty(0, np.int64)) if best_end >= 0 else (None, None)
         if best_cut is not None:
             cut_bucket = groups[best_cut]
             below, within = bucket < cut_bucket, order[(groups == cut_bucket) & (np.arange(len(order)) <= best_cut)]
@@ -481,8 +484,8 @@ def _resolve_by_integrals(p: np.ndarray, q: np.ndarray, num_drafts: int) -> Reso
     drafted = q > 0
     # on the drafted tokens only (top-k 20 at V = 151,936: 20 of them), then placed in [V] arrays; index arrays,
     # not boolean masks: a [V] mask of scattered tokens indexes several times slower than take
-    support = np.flatnonzero(drafted)
-    every = len(support) == len(p)
+    every = int(np.count_nonzero(drafted)) == len(p)
+    support = None if every else np.flatnonzero(drafted)  # every token drafted: no [V] index made
     support_p, support_q = (p, q) if every else (p.take(support), q.take(support))
     support_inner, _ = optimal_split(support_p, support_q, num_drafts)
     inner = support_inner if every else np.zeros(len(p), dtype=bool)

@@ -79,6 +79,7 @@ from verispec.simulator.laws import check_emission_laws
 from verispec.simulator.tree_specs import parse_tree
 from verispec.simulator.trees import DraftTree, TreeBatch, TreeBuilder
 from verispec.sizes import readable_count
+from verispec.verifiers.node_cache import fresh_nodes
 
 #: Most float64 entries (nodes x V) of one tree's conditionals: p, q and the verifier's law each hold one such
 #: array (2 GiB at this limit); at Qwen's V = 151,936 the limit allows 1,766 nodes.
@@ -522,7 +523,7 @@ class SpeculativeDecoder:
         if action.by_procedure:
             node, token = self._sample_procedure(action, layout, p, q)
         else:
-            with self._rule_call(action):
+            with self._rule_call(action), fresh_nodes():  # each node's (p, q) is new: no memo key
                 laws = action.verifier.emission_laws(batch)  # [1, n, V]
             check_emission_laws(name, batch, laws)  # the exact engine's check, on the device
             law = laws[0]

@@ -32,7 +32,7 @@ from verispec import backend
 from verispec.lp_analysis.global_resolution import MAX_MULTISETS, Resolution, resolve
 from verispec.simulator.distributions import residual
 from verispec.simulator.drafters import DraftLaw
-from verispec.verifiers.node_cache import NodeCache, node_key
+from verispec.verifiers.node_cache import NodeCache, node_key, nodes_are_fresh
 from verispec.verifiers.two_step import TwoStepSolver
 
 
@@ -52,10 +52,14 @@ class GlobalResolutionSolver(TwoStepSolver):
         self._cache = NodeCache()
 
     def resolution(self, p: np.ndarray, q: np.ndarray, num_drafts: int) -> Resolution:
-        """The (cached) step-1 rule at a node (host arrays)."""
-        return self._cache.get_or_build(support_key(p, q, num_drafts) + (self.max_multisets, self.method),
-                                        lambda: resolve(p, q, num_drafts, max_multisets=self.max_multisets,
-                                                        method=self.method))
+        """The step-1 rule at a node (host arrays): cached by the node's key, or built and kept nowhere inside
+        ``node_cache.fresh_nodes`` (real decoding: every node new, the key alone about 5% of a node)."""
+        def build():
+            return resolve(p, q, num_drafts, max_multisets=self.max_multisets, method=self.method)
+
+        if nodes_are_fresh():
+            return build()
+        return self._cache.get_or_build(support_key(p, q, num_drafts) + (self.max_multisets, self.method), build)
 
     rule = resolution
 
