@@ -318,6 +318,12 @@ class _Search:
                        vocab_size=candidate[0], context_free=candidate[1], examples_tried=self.tried,
                        seconds=time.monotonic() - self.start, label=label)
 
+    def out_of_time(self) -> HuntResult:
+        """The result when the time budget ran out: the simplest random witness so far, if any."""
+        if self.simplest is None:
+            return self.result(None, "time budget")
+        return self.result(self.witness_of(*self.simplest), "witness")
+
     def result(self, witness: Witness | None, stopped: str) -> HuntResult:
         return HuntResult(witness=witness, canonical=tuple(self.checks), canonical_total=len(self.suite),
                           random_tried=self.random_tried, seconds=time.monotonic() - self.start, stopped=stopped)
@@ -342,25 +348,28 @@ def hunt(verifier, drafter: Drafter, *, max_vocab: int = 3, max_examples: int = 
     suite = canonical_problems(drafter.depth, max_vocab, context_free) if canonical else []
     search = _Search(verifier, drafter, suite, threshold=threshold, start=start, deadline=start + time_budget,
                      judge=judge, progress=progress)
-    with budget.time_budget(search.deadline, hard=True, what="the witness search"):
-        try:
-            found = search.canonical_witness()
-            if found is not None:
-                return found
-            candidate = search.random_witness(max_examples, max_vocab, context_free)
-        except NoSuchExample:
-            return search.result(None, "max examples")
-        except _RuleFailed:
-            # the rule's own error class (a subclass of VerifierError) tells callers what went wrong
-            raise type(search.failure)(f"hunt stopped after {search.tried} problems: {search.failure}") from None
-        except (_OutOfTime, Flaky, budget.HardTimeout) as stopped:
-            # Flaky: hypothesis saw the data generation change, as it does when drawing stops at the deadline
-            if isinstance(stopped, Flaky) and time.monotonic() <= search.deadline:
-                raise
-            if search.simplest is None:
-                return search.result(None, "time budget")
-            candidate = search.simplest[0]
-        return search.result(search.witness_of(candidate, search.simplest[1]), "witness")
+    try:
+        with budget.time_budget(search.deadline, hard=True, what="the witness search"):
+            try:
+                found = search.canonical_witness()
+                if found is not None:
+                    return found
+                candidate = search.random_witness(max_examples, max_vocab, context_free)
+            except NoSuchExample:
+                return search.result(None, "max examples")
+            except _RuleFailed:
+                # the rule's own error class (a subclass of VerifierError) tells callers what went wrong
+                raise type(search.failure)(f"hunt stopped after {search.tried} problems: {search.failure}") from None
+            except (_OutOfTime, Flaky, budget.HardTimeout) as stopped:
+                # Flaky: hypothesis saw the data generation change, as it does when drawing stops at the deadline
+                if isinstance(stopped, Flaky) and time.monotonic() <= search.deadline:
+                    raise
+                return search.out_of_time()
+            return search.result(search.witness_of(candidate, search.simplest[1]), "witness")
+    except AnalysisTimeoutError:
+        # the timer fired where hypothesis turned the interruption into an error of its own (an IndexError from
+        # its bookkeeping, say), which the budget reports as running out of time: the search stopped at its budget
+        return search.out_of_time()
 
 
 def next_search(result: HuntResult, max_examples: int, time_budget: float) -> str:

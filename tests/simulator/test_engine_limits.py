@@ -120,6 +120,42 @@ def test_hunt_keeps_its_time_budget():
     assert time.monotonic() - start < 1.1 + 0.5  # the budget holds to within 10% (+ rounding of the last check)
 
 
+def _interruption_turned_into(error_class):
+    """A judge that waits for the hard timer and, as a library's bookkeeping can, turns it into another error."""
+    from verispec import budget
+
+    def judge(problem, deadline):
+        try:
+            while True:
+                time.sleep(0.005)
+        except budget.HardTimeout:
+            raise error_class("pop from empty list") from None
+    return judge
+
+
+def test_hunt_stops_at_its_budget_when_the_interruption_lands_in_someone_elses_error():
+    # CI at e932f92: the timer fired inside hypothesis, whose bookkeeping raised IndexError; hunt let the budget's
+    # AnalysisTimeoutError escape instead of reporting the search it had run
+    from verispec.hunt import hunt
+
+    start = time.monotonic()
+    result = hunt(get_verifier("bv"), parse_tree("chain:2"), judge=_interruption_turned_into(IndexError),
+                  time_budget=0.3)
+    assert result.witness is None and result.stopped == "time budget"
+    assert time.monotonic() - start < 1.0
+
+
+def test_hunt_reports_an_error_raised_before_its_deadline():
+    # negative control: an error the timer did not cause is the judge's own, and stays an error
+    from verispec.hunt import hunt
+
+    def judge(problem, deadline):
+        raise IndexError("a bug in the judge")
+
+    with pytest.raises(IndexError, match="a bug in the judge"):
+        hunt(get_verifier("bv"), parse_tree("chain:2"), judge=judge, time_budget=30.0)
+
+
 def test_names_are_accepted_by_the_top_level_api():
     result = verispec.analyze(sun_toy_problem(exact=True), "chain:2", "bv")
     assert result.block_efficiency == pytest.approx(2 + 2 / 9) and result.tv_distance == 0
