@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from verispec.simulator.trees import TreeBatch
-from verispec.verifiers import globalres
+from verispec.verifiers import globalres, node_cache
 from verispec.verifiers.globalres import GlobalResolutionSolver
 from verispec.verifiers.node_cache import fresh_nodes, nodes_are_fresh
 from verispec.verifiers.tree_walk import TopDownVerifier
@@ -47,8 +47,9 @@ class _KeyedAnyway(GlobalResolutionSolver):
     """Broken twin: ignores ``fresh_nodes`` (keys and keeps every node)."""
 
     def resolution(self, p, q, num_drafts):
-        return self._cache.get_or_build(globalres.support_key(p, q, num_drafts), lambda: super(
-            _KeyedAnyway, self).resolution(p, q, num_drafts))
+        key, value = globalres.support_key(p, q, num_drafts), super().resolution(p, q, num_drafts)
+        self._cache.put(key, value)
+        return value
 
     rule = resolution
 
@@ -106,7 +107,7 @@ def test_real_decoding_keys_no_node_and_decodes_the_same_laws(pair, monkeypatch)
 
         monkeypatch.setattr(decoding, "check_emission_laws", recorded)
         if route == "cached":
-            monkeypatch.setattr(globalres, "nodes_are_fresh", lambda: False)
+            monkeypatch.setattr(node_cache, "nodes_are_fresh", lambda: False)
         generation = generate(pair, [1, 2, 3], "iid:2,2", GlobalResolutionSolver().name, 6, Sampling(1.0), seed=4)
         runs[route] = (len(calls), laws, generation.tokens)
     (fresh_calls, fresh_laws, fresh_tokens), (cached_calls, cached_laws, cached_tokens) = runs["fresh"], \

@@ -32,7 +32,7 @@ from verispec import backend
 from verispec.lp_analysis.global_resolution import MAX_MULTISETS, Resolution, resolve
 from verispec.simulator.distributions import residual
 from verispec.simulator.drafters import DraftLaw
-from verispec.verifiers.node_cache import NodeCache, node_key, nodes_are_fresh
+from verispec.verifiers.node_cache import NodeCache, node_key
 from verispec.verifiers.two_step import TwoStepSolver
 
 
@@ -57,9 +57,8 @@ class GlobalResolutionSolver(TwoStepSolver):
         def build():
             return resolve(p, q, num_drafts, max_multisets=self.max_multisets, method=self.method)
 
-        if nodes_are_fresh():
-            return build()
-        return self._cache.get_or_build(support_key(p, q, num_drafts) + (self.max_multisets, self.method), build)
+        return self._cache.get_or_build(lambda: support_key(p, q, num_drafts) + (self.max_multisets, self.method),
+                                        build)
 
     rule = resolution
 

@@ -216,6 +216,7 @@ class KhistiSolver(TwoStepSolver):
             intermediate = np.full(len(p), 0 * p[0], dtype=p.dtype)  # [V]
             intermediate[tokens] = inner.intermediate
             return SupportSelection(tokens=tokens, inner=inner, intermediate=intermediate)
-        return self._cache.get_or_build(node_key(p, q, num_drafts) + (self.exact_limit, self.truncation), build)
+        return self._cache.get_or_build(lambda: node_key(p, q, num_drafts) + (self.exact_limit, self.truncation),
+                                        build)
 
     rule = selection

@@ -51,10 +51,11 @@ _FRESH_NODES = contextvars.ContextVar("verispec_fresh_nodes", default=False)
 @contextlib.contextmanager
 def fresh_nodes():
     """Within it every node a solver is asked about is one it has not seen: real decoding, where each tree node
-    has its own (p, q) from the target's forward, so the memo never hits. A solver that honours it
-    (``nodes_are_fresh``) builds the node's rule without its key (NH over p and q: 0.2-0.45 ms a node at
-    V = 151,936) and keeps nothing. The rule is a pure function of (p, q, K), so the laws are the same either way;
-    the exact simulator, which meets the same node at many tree outcomes, keeps its collision-safe cached path."""
+    has its own (p, q) from the target's forward, so the memo never hits. ``NodeCache.get_or_build`` honours it for
+    every cached solver: the node's rule is built without its key (NH over p and q: 0.2-0.45 ms a node at
+    V = 151,936) and kept nowhere; a solver that reads the cache otherwise (SpecTr) asks ``nodes_are_fresh``. The
+    rule is a pure function of (p, q, K), so the laws are the same either way; the exact simulator, which meets the
+    same node at many tree outcomes, keeps its collision-safe cached path."""
     token = _FRESH_NODES.set(True)
     try:
         yield
@@ -91,7 +92,12 @@ class NodeCache:
         self._entries: OrderedDict[Hashable, object] = OrderedDict()
         self._sizes: dict[Hashable, int] = {}
 
-    def get_or_build(self, key: Hashable, build: Callable[[], object]):
+    def get_or_build(self, key_of: Callable[[], Hashable], build: Callable[[], object]):
+        """``build()``, kept under ``key_of()`` and read back when that key recurs. Inside ``fresh_nodes`` (every
+        node new) neither the key is computed nor the value kept: the memo would only pay for them."""
+        if nodes_are_fresh():
+            return build()
+        key = key_of()
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]

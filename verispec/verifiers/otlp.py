@@ -63,7 +63,7 @@ class OTLPSolver(NodeSolver):
 
     def coupling(self, p: np.ndarray, q: np.ndarray, num_drafts: int) -> OTCoupling:
         """The (cached) optimal coupling at a node (host arrays)."""
-        return self._cache.get_or_build(node_key(p, q, num_drafts), lambda: iid_coupling(p, q, num_drafts))
+        return self._cache.get_or_build(lambda: node_key(p, q, num_drafts), lambda: iid_coupling(p, q, num_drafts))
 
     def output_laws(self, p, q, children):
         # The coupling is solved on the host (a maximum flow), once per distinct (p, q, K); the result comes
