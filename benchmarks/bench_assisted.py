@@ -3,7 +3,7 @@
 best static action and the delay selector, on the same pair, prompts, sampling, token budget, threads and kernels.
 
     verispec selector train --dataset data/selector/qwen-t07-m64.npz --verifiers specinfer \\
-        --latency data/latency/latency-cpu-by-size.json --out specinfer-cpu.pt
+        --latency data/latency/latency-cpu-in-run.json --out specinfer-cpu.pt
     python benchmarks/bench_assisted.py --pair qwen-coder --dataset data/selector/qwen-t07-m64.npz \\
         --selector specinfer-cpu.pt --prompts humaneval --prompts prose --max-prompts 8 \\
         --max-new-tokens 64 --threads 2 --linears small-batch --budget 3600 \\
