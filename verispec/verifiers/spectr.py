@@ -126,19 +126,20 @@ class SpecTrSolver(NodeSolver):
         calls through a cache of host copies (the exact engine asks for the same nodes over and over)."""
         first, inverse = backend.runs(p, q)
         host_p, host_q = backend.to_numpy(p[first]), backend.to_numpy(q[first])
-        # inside node_cache.fresh_nodes (real decoding: every node new) no key is computed and nothing kept
-        keys = None if nodes_are_fresh() else [node_key(host_p[u], host_q[u], num_drafts) for u in range(len(host_p))]
-        solved = [None] * len(host_p) if keys is None else [self._cache.get(key) if key in self._cache else None
-                                                             for key in keys]
+        if nodes_are_fresh():  # real decoding: every node new, so no key is computed and nothing kept
+            rho = kseq_rho(host_p, host_q, num_drafts)
+            leftover = kseq_residual(host_p, host_q, rho, num_drafts)
+            return backend.asarray(rho, p)[inverse], backend.asarray(leftover, p)[inverse]
+        keys = [node_key(host_p[u], host_q[u], num_drafts) for u in range(len(host_p))]
+        solved = [self._cache.get(key) if key in self._cache else None for key in keys]
         missing = [u for u, value in enumerate(solved) if value is None]
         if missing:
             rho = kseq_rho(host_p[missing], host_q[missing], num_drafts)
             leftover = kseq_residual(host_p[missing], host_q[missing], rho, num_drafts)
             for index, u in enumerate(missing):
                 # an owned row: a view would keep the whole [missing, V] batch alive in the cache
-                solved[u] = (rho[index], np.array(leftover[index]) if keys is not None else leftover[index])
-                if keys is not None:
-                    self._cache.put(keys[u], solved[u])
+                solved[u] = (rho[index], np.array(leftover[index]))
+                self._cache.put(keys[u], solved[u])
         rho = backend.asarray([value[0] for value in solved], p)
         leftover = backend.asarray(np.stack([value[1] for value in solved]), p)
         return rho[inverse], leftover[inverse]
