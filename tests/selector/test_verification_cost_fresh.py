@@ -3,7 +3,8 @@
 
 The file it replaced (a45fe5e) warmed each rule on the block it then timed and kept the least of two calls, so a
 memoizing rule was timed on its cache hits, not on its solves. The broken twin (a ``_verify`` outside
-``node_cache.fresh_nodes``, as decoding was before 89d3e4b) solves nothing in its timed calls."""
+``node_cache.fresh_nodes``, as decoding was before 89d3e4b) solves nothing in its timed calls. Global Resolution stands
+for the four here: tests/verifiers/test_node_cache_fresh.py holds each of them to ``fresh_nodes``."""
 
 from __future__ import annotations
 
