@@ -83,7 +83,7 @@ def _nbytes(value, depth: int = 0) -> int:
 
 
 class NodeCache:
-    """get_or_build(key, build) with least-recently-used eviction, by entries and by the bytes of their arrays."""
+    """get_or_build(key_of, build) with least-recently-used eviction, by entries and by the bytes of their arrays."""
 
     def __init__(self, size: int = DEFAULT_CACHE_SIZE, max_bytes: int = DEFAULT_CACHE_BYTES):
         self._size = size
