@@ -29,6 +29,8 @@
                                                       a real context as a V-token problem file
     verispec check-external FILE.py:FUNCTION --layout LAYOUT --tree TREE [--target P --draft Q | --problem FILE]
                      [--mode auto|exact|blackbox] [--json]         check verification code written elsewhere
+    verispec check-engine vllm [--check NAMES] [--tree TREE] [--source FILE] [--json]
+                                                      an installed engine's shipped sampler, unmodified, exactly
     verispec --version                                               'verispec VERSION'
 
 Exit statuses: 0 done (for a check: lossless, proven or powered), 1 lossy (a witness), 2 bad input (one line on
@@ -83,6 +85,13 @@ def user_code_specs(args) -> list[str]:
     """The code of the user's own a command will run: ``FILE.py:NAME`` or ``package.module:NAME`` given as a rule
     (``--verifier``, ``--verifiers``), a class (``--restriction``) or a checked function (check-external's
     argument); registered rules, with or without parameters, are not."""
+    if getattr(args, "command", None) == "check-engine":  # the adapter's functions, which call the engine's code
+        from verispec.cli.check_engine import checks_to_run
+
+        try:
+            return sorted({check.function for check in checks_to_run(args)[1]})
+        except VerispecError:
+            return []  # refused on one line when the command runs
     found = []
     for name in ("verifier", "function", "restriction", "verifiers"):
         value = getattr(args, name, None)
@@ -108,6 +117,10 @@ def _supervision(args, specs: list[str]):
     limit = None
     if seconds is not None:
         limit = seconds * (1 + HARD_BUDGET_GRACE) + (getattr(args, "call_timeout", None) or 0)
+        if getattr(args, "command", None) == "check-engine":  # --time-budget is each check's
+            from verispec.cli.check_engine import checks_to_run
+
+            limit *= len(checks_to_run(args)[1])
     return supervisor.Supervision(command=f"verispec {args.command} with {', '.join(specs)}", time_limit=limit,
                                   json_output=bool(getattr(args, "json", False)), checking=_checking(args))
 

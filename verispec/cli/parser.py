@@ -7,6 +7,7 @@ import argparse
 
 from verispec.cli import (
     bound,
+    check_engine,
     check_external,
     compare,
     decode,
@@ -27,7 +28,8 @@ from verispec.cli.options import Parser, VersionAction
 #: Each command, in the order --help lists them, and its module: ``add_parser(subparsers)`` adds the command and
 #: every option of it, ``run(args)`` runs it and returns the exit status.
 COMMANDS = {
-    "exact": exact, "compare": compare, "hunt": hunt, "check-external": check_external, "optimum": optimum,
+    "exact": exact, "compare": compare, "hunt": hunt, "check-external": check_external,
+    "check-engine": check_engine, "optimum": optimum,
     "bound": bound, "list": listing, "decode": decode, "predict": predict, "derive": derive, "sweep": sweep,
     "report": report, "latency": latency, "models": models, "selector": selector,
 }

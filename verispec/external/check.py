@@ -544,7 +544,7 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
 
     if layout in STEP_LAYOUTS:
         return check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
-                                 time_budget, sampling, verifier_options)
+                                 time_budget, sampling, verifier_options, threshold)
     if sampling is not None:
         raise VerispecError(f"--sampling needs a whole-step layout (step, step-ragged, step-tree), which hands raw "
                             f"logits; the {layout} layout hands laws already processed")

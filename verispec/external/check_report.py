@@ -54,6 +54,8 @@ class CheckReport:
     raised: dict | None = None
     #: ``tv_distance`` is a lower bound: the excess the calls that did not raise show (``verispec.external.raises``).
     tv_lower_bound: bool = False
+    #: The exact TV above which the verdict is LOSSY (float64 code: 1e-9; a float32 engine's check states its own).
+    threshold: float = DEFAULT_THRESHOLD
 
     @property
     def lossless(self) -> bool | None:
@@ -84,7 +86,7 @@ class CheckReport:
                 "seconds": round(self.seconds, 3), "function_evaluations": self.evaluations,
                 "uniforms": self.uniforms, "blackbox": None if self.blackbox is None else self.blackbox.to_json(),
                 "tried": self.tried, "next": self.next_step, "note": self.note, "raised": self.raised,
-                "tv_distance_lower_bound": self.tv_lower_bound}
+                "tv_distance_lower_bound": self.tv_lower_bound, "threshold": self.threshold}
 
     def describe(self) -> str:
         lines = [f"{self.function} ({self.layout} layout, {self.tree}): {self.verdict.word} - {self.mode} mode, "
@@ -99,7 +101,7 @@ class CheckReport:
         if self.tv_distance is not None:
             efficiency = "" if self.block_efficiency is None else f"; E[tau+1] = {self.block_efficiency:.6g}"
             bound = " at least" if self.tv_lower_bound else ""
-            lines.append(f"  exact TV distance{bound} {self.tv_distance:.6g} (lossy above {DEFAULT_THRESHOLD:g})"
+            lines.append(f"  exact TV distance{bound} {self.tv_distance:.6g} (lossy above {self.threshold:g})"
                          f"{efficiency}; {self.evaluations} function evaluations")
         if self.blackbox is not None:
             lines.append(f"  {self.blackbox.describe()}")

@@ -282,6 +282,8 @@ class Capture:
     #: the call: library -> [key, next index].
     _streams: dict = field(default_factory=dict)
     _global_keys: dict = field(default_factory=dict)
+    #: This call's exponential noise by memory address, for races inside Triton kernels (``rng_triton``).
+    noise_memory: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -302,6 +304,10 @@ class Capture:
                 self._feed = rng_torch.FeedMode(self)
                 for owner, attribute, replacement in rng_torch.table(self._feed):
                     self._patch(owner, attribute, replacement)
+                if self.races:
+                    from verispec.external import rng_triton
+
+                    rng_triton.install(self)
                 if self.torch_full:
                     self.engage()
         except BaseException:
@@ -339,6 +345,7 @@ class Capture:
         if ACTIVE and ACTIVE[-1] is self:
             ACTIVE.pop()
         self.tracked.clear()
+        self.noise_memory.clear()
 
     def _check_states(self) -> None:
         after = _global_states()
@@ -363,6 +370,7 @@ class Capture:
         between calls."""
         self.tape = tape
         self.tracked.clear()
+        self.noise_memory.clear()
         self._streams.clear()
         self._global_keys.clear()
         if not self.torch_full:

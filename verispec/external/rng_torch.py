@@ -18,14 +18,21 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from verispec.external import rng_rules as rules
+from verispec.external import rng_triton
 from verispec.external.exact import NotPiecewiseConstantError
 from verispec.external.tree_arrays import inverse_cdf
 
-_DIVISIONS = {Tensor.div, torch.div, Tensor.true_divide, torch.true_divide, Tensor.__truediv__}
+_DIVISIONS = {Tensor.div, torch.div, Tensor.true_divide, torch.true_divide, Tensor.__truediv__, Tensor.div_}
+#: 1 / E: remembered as inverse noise for a race inside a Triton kernel (``rng_triton``).
+_RECIPROCALS = {Tensor.reciprocal, torch.reciprocal}
+#: A row or slice of the noise (a view): followed, so that a refill through it (a seeded request's row drawn
+#: again from its own generator) keeps the race readable, and any other use of it is seen.
+_VIEWS = {Tensor.__getitem__, Tensor.select}
 _ARGMAXES = {Tensor.argmax, torch.argmax}
 #: Tensor methods that read no values.
 _METADATA = {Tensor.size, Tensor.dim, Tensor.__len__, Tensor.numel, Tensor.stride, Tensor.is_contiguous,
-             Tensor.is_floating_point, Tensor.element_size, Tensor.nelement, Tensor.ndimension}
+             Tensor.is_floating_point, Tensor.element_size, Tensor.nelement, Tensor.ndimension,
+             Tensor.data_ptr, Tensor.storage_offset, Tensor.untyped_storage, Tensor.new_empty}
 #: Tensor attributes whose reading does not read the values.
 _METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "is_cuda", "ndim", "requires_grad", "layout",
                                   "is_sparse", "names", "is_leaf", "grad_fn"})
@@ -46,6 +53,16 @@ class _Noise:
     columns: np.ndarray  # per-row shape: tape column of each element
     site: str
     state: str = "fresh"  # fresh -> divided -> raced; or impure
+
+
+@dataclass
+class _Derived:
+    """A view of followed noise (``kind`` "view") or its reciprocal remembered for a kernel (``kind`` "inverse")."""
+
+    tensor: object
+    noise: _Noise
+    kind: str
+    state: str = "fresh"
 
 
 @dataclass
@@ -150,9 +167,22 @@ class FeedMode(TorchFunctionMode):
     def exponential_(self, self_tensor, lambd=1.0, **kwargs):
         values, columns = self.capture.draw("Tensor.exponential_", tuple(self_tensor.shape),
                                             kwargs.get("generator"))
-        with torch.no_grad():
+        with torch.no_grad(), torch._C.DisableTorchFunction():  # the write itself is no use of followed noise
             self_tensor.copy_(_as_tensor(rules.exponential(values, float(lambd)), self_tensor.dtype,
                                          self_tensor.device))
+        if self.capture.races and self.capture.tape is not None and self.capture.tape.rows == 1:
+            rng_triton.remember(self.capture, self_tensor, values, columns)
+        view = self.capture.tracked.get(id(self_tensor))
+        if isinstance(view, _Derived) and view.kind == "view" and view.tensor is self_tensor:
+            return self_tensor  # a refill of followed noise: its elements are remembered anew by address
+        base = self_tensor._base
+        if (self.capture.races and self.capture.tape is not None and self.capture.tape.rows == 1
+                and base is not None and id(base) not in self.capture.tracked and _filled_in_parts(base)):
+            # a row of a buffer filled through a view (vLLM fills each seeded request's row from its own generator,
+            # into torch.empty): the buffer is followed as noise; its uniforms are read from memory when it is raced
+            self.capture.tracked[id(base)] = _Noise(base, None, None, rules.site())
+            self.capture.engage()
+            return self_tensor
         if self.capture.races and _own_storage(self_tensor) and (self.capture.tape.rows == 1
                                                                    or self_tensor.dim() >= 2):
             self.capture.tracked[id(self_tensor)] = _Noise(self_tensor, np.array(values, copy=True), columns,
@@ -238,12 +268,32 @@ class FeedMode(TorchFunctionMode):
         involved = [tracked[id(a)] for a in _flat(args, kwargs) if id(a) in tracked]
         if not involved or func in _METADATA or _harmless_attribute(func):
             return func(*args, **kwargs)
+        if func in _VIEWS and len(involved) == 1 and isinstance(involved[0], _Noise) \
+                and involved[0].state == "fresh" and args and args[0] is involved[0].tensor:
+            result = func(*args, **kwargs)
+            tracked[id(result)] = _Derived(result, involved[0], "view")
+            return result
+        if func in _RECIPROCALS and len(involved) == 1 and isinstance(involved[0], _Noise) \
+                and involved[0].state == "fresh" and len(args) == 1 and args[0] is involved[0].tensor and not kwargs:
+            noise = involved[0]
+            result = func(*args)
+            if rng_triton.invert(capture, noise.tensor, result):
+                noise.state = "inverted"
+                tracked[id(result)] = _Derived(result, noise, "inverse")
+            else:
+                noise.state = "impure"
+            return result
         if func in _DIVISIONS and len(args) == 2 and not kwargs:
             noise = tracked.get(id(args[1]))
             if isinstance(noise, _Noise) and noise.state == "fresh" and len(involved) == 1:
+                weights = _weights_at_division(args[0], tuple(noise.tensor.shape))  # before an in-place division
+                current = rng_triton.lookup(capture, noise.tensor)
+                if current is not None:  # the noise as it is now: rows refilled from their own generators
+                    noise.uniforms, noise.columns = current
+                elif noise.uniforms is None:  # a buffer some of whose elements no exponential_ wrote
+                    weights = None
                 result = func(*args)
                 noise.state = "divided"
-                weights = _weights_at_division(args[0], tuple(noise.tensor.shape))
                 if tuple(result.shape) == tuple(noise.tensor.shape) and weights is not None:
                     tracked[id(result)] = _Score(result, noise, weights)
                 else:
@@ -258,6 +308,11 @@ class FeedMode(TorchFunctionMode):
                 if drawn is not None:
                     return drawn
         for item in involved:
+            if isinstance(item, _Derived):
+                item.state = item.noise.state = "impure"
+                rng_triton.forget(capture, item.tensor)
+                rng_triton.forget(capture, item.noise.tensor)
+                continue
             if item.state == "raced":
                 noise = item.noise if isinstance(item, _Score) else item
                 raise rules.Signal(NotPiecewiseConstantError(
@@ -267,6 +322,7 @@ class FeedMode(TorchFunctionMode):
             item.state = "impure"
             if isinstance(item, _Score):
                 item.noise.state = "impure"
+            rng_triton.forget(capture, item.noise.tensor if isinstance(item, _Score) else item.tensor)
         return func(*args, **kwargs)
 
     def race(self, score: _Score, dim, keepdim: bool):
@@ -449,6 +505,17 @@ def _flat(args, kwargs):
 
 
 _BASELINE_USES = None
+
+
+def _filled_in_parts(base) -> bool:
+    """Whether ``base``, the base of a view that ``exponential_`` fills, is a CPU buffer torch allocated whose
+    storage only it and that view hold (so every later read of it goes through torch, and is followed)."""
+    if base._base is not None or base.device.type != "cpu" or not base.untyped_storage().resizable():
+        return False
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None or not _own_storage(torch.empty(1)):  # sets the baseline count
+        return False
+    return count(base.untyped_storage()._cdata) <= _BASELINE_USES + 1
 
 
 def _own_storage(tensor) -> bool:

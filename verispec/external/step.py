@@ -448,7 +448,8 @@ def check_signature(function, layout: StepLayout, name: str) -> None:
 
 def check_step(function, layout_name: str, drafter, problem, sampling, *, name: str, mode: str = "auto",
                samples: int | None = None, alpha: float, detect_tv: float, power: float, seed: int,
-               call_timeout: float | None, keys: str = "keyed", max_keys: int = MAX_KEYS, options: dict | None = None):
+               call_timeout: float | None, keys: str = "keyed", max_keys: int = MAX_KEYS, options: dict | None = None,
+               threshold: float = DEFAULT_THRESHOLD):
     """The verdict on a whole step (module docstring): a ``CheckReport``."""
     from verispec.external.check_report import CheckReport
 
@@ -501,7 +502,7 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                  + " or ".join(part for part in (outside, wrong) if part))
     if used_mode == "exact":
         tv = float(0.5 * np.abs(estimate - target).sum() + 0.5 * filler)
-        lossy = tv > DEFAULT_THRESHOLD
+        lossy = tv > threshold
         verdict = Verdict.LOSSY if lossy else Verdict.LOSSLESS
     else:
         blackbox = _bernstein(estimate, target, samples, alpha, power, 1.0 / samples, 1.0 / samples, False,
@@ -516,11 +517,11 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                        tv_estimate=None if blackbox is None else blackbox.tv_estimate,
                        block_efficiency=efficiency, problem=None, problem_source="given",
                        seconds=time.monotonic() - start, blackbox=blackbox, discrepancies=shown,
-                       evaluations=check.evaluations, note=note)
+                       evaluations=check.evaluations, note=note, threshold=threshold)
 
 
 def check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
-                      time_budget, sampling, verifier_options) :
+                     time_budget, sampling, verifier_options, threshold: float = DEFAULT_THRESHOLD):
     """``check.check_external`` for a whole-step layout: its options checked, then ``check_step`` under the time
     budget."""
     import math
@@ -554,7 +555,7 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
                               alpha=alpha, detect_tv=detect_tv, power=power, seed=seed,
                               call_timeout=verifier_options.get("call_timeout"),
                               keys=verifier_options.get("keys", "keyed"),
-                              max_keys=verifier_options.get("max_keys", MAX_KEYS))
+                              max_keys=verifier_options.get("max_keys", MAX_KEYS), threshold=threshold)
     except AnalysisTimeoutError:
         raise AnalysisTimeoutError(f"the check of {name} ran past its time budget of {time_budget:g} s: run again "
                                    "with a larger --time-budget") from None

@@ -1,0 +1,220 @@
+"""``verispec check-engine``: refusals on one line (no vLLM needed), the greedy checker and the exit status on
+hand-made rows, and, where the pinned vLLM wheel is installed (``.ci/run`` installs it), the shipped sampler checked
+unmodified and planted bugs in copies of its file caught.
+
+Every number asserted is derived here: the greedy rule by hand on the problem's argmaxes; a dropped temperature's
+TV from the closed form of the first token's law (the step's first token follows p^(1/T) normalised, or p itself
+when the verification rows lose T, while the bonus token keeps it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verispec.cli import check_engine
+from verispec.engines import EngineError, adapter
+from verispec.engines import vllm as vllm_adapter
+from verispec.simulator import ContextFreeProblem
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _verispec(*args, env=None, timeout=900):
+    """``verispec ARGS`` in a process of its own: (status, stdout, stderr)."""
+    done = subprocess.run([sys.executable, "-m", "verispec", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+    return done.returncode, done.stdout, done.stderr
+
+
+def _last_line(stderr: str) -> str:
+    return [line for line in stderr.splitlines() if line.startswith("verispec:")][-1]
+
+
+# -- refusals, without vLLM
+
+
+def test_unknown_engine_is_refused_on_one_line():
+    status, out, err = _verispec("check-engine", "tgi")
+    assert status == 2 and out == ""
+    assert _last_line(err) == "verispec: error: unknown engine 'tgi': verispec has adapters for vllm"
+
+
+def test_unsupported_release_names_the_supported_range():
+    with pytest.raises(EngineError, match=r"vLLM 0\.20\.0 is not a release .* knows 0\.33\.0"):
+        vllm_adapter.check_release("0.20.0")
+    assert vllm_adapter.check_release("0.33.0") == "0.33.0"
+
+
+def test_missing_engine_is_refused_on_one_line(monkeypatch):
+    import importlib.metadata
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    with pytest.raises(EngineError, match=r"vLLM is not installed: pip install --no-deps vllm==0\.33\.0"):
+        vllm_adapter.release()
+
+
+def test_unknown_check_is_refused():
+    class Args:
+        engine, check = "vllm", "v1-seeded,v9-nothing"
+
+    with pytest.raises(Exception, match=r"unknown check v9-nothing of vllm: choose from .*v1-greedy"):
+        check_engine.checks_to_run(Args)
+
+
+def test_every_check_names_a_function_of_the_adapter_module():
+    """The adapter's checks point into verispec.engines.vllm_v1 by name (read without importing vLLM)."""
+    import ast
+
+    tree = ast.parse((ROOT / "verispec" / "engines" / "vllm_v1.py").read_text())
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    defined |= {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
+                if isinstance(target, ast.Name)}
+    for check in adapter("vllm").checks():
+        module, name = check.function.split(":")
+        assert module == "verispec.engines.vllm_v1" and name in defined, check.function
+        assert check.expect in ("lossless", "lossy") and (check.expect == "lossless" or check.why)
+
+
+def test_status_is_the_worst_finding():
+    def row(verdict, expected=True):
+        return {"verdict": verdict, "as_expected": expected}
+
+    assert check_engine._status([row("LOSSLESS"), row("LOSSY")]) == 0  # a documented loss, as expected
+    assert check_engine._status([row("LOSSLESS"), row("LOSSY", False), row("RAISES", False)]) == 1
+    assert check_engine._status([row("RAISES", False), row("UNRUNNABLE", False)]) == 4
+    assert check_engine._status([row("UNRUNNABLE", False), row("INCONCLUSIVE", False)]) == 2
+    assert check_engine._status([row("INCONCLUSIVE", False), row("LOSSLESS")]) == 3
+
+
+# -- the greedy checker, on functions written here
+
+PROBLEM = ContextFreeProblem([0.2, 0.5, 0.3], [0.4, 0.4, 0.2])  # argmax 1 at every prefix
+
+
+def _greedy_reference(draft_lists, target_logits):
+    """Accept drafts while each is the row's argmax, then emit the argmax (bonus after all)."""
+    out = np.full((len(draft_lists), len(draft_lists[0]) + 1), -1)
+    for index, (drafts, logits) in enumerate(zip(draft_lists, target_logits)):
+        for position in range(len(drafts) + 1):
+            best = int(np.argmax(logits[position]))
+            out[index, position] = best
+            if position == len(drafts) or drafts[position] != best:
+                break
+    return out
+
+
+def _greedy_off_by_one(draft_lists, target_logits):
+    """Reads the argmax one row late (the bonus row's for the last draft)."""
+    return _greedy_reference(draft_lists, [np.roll(logits, -1, axis=0) for logits in target_logits])
+
+
+def test_greedy_checker_passes_the_rule_and_catches_a_broken_one():
+    good = check_engine._greedy(_greedy_reference, "chain:2", PROBLEM)
+    assert good["verdict"] == "LOSSLESS" and "all 9 draft lists" in good["note"]
+    # context-free: the rows are rolled by the prefix, so reading a neighbour's row is caught too
+    assert check_engine._greedy(_greedy_off_by_one, "chain:2", PROBLEM)["verdict"] == "LOSSY"
+
+    def accepts_everything(draft_lists, target_logits):
+        return np.array([list(drafts) + [int(np.argmax(logits[-1]))]
+                         for drafts, logits in zip(draft_lists, target_logits)])
+
+    bad = check_engine._greedy(accepts_everything, "chain:2", PROBLEM)
+    assert bad["verdict"] == "LOSSY"
+    # rolled rows: at prefix () the target is p = (0.2, 0.5, 0.3), argmax 1, so drafts [0, 0] stop at once; the
+    # function emits both drafts and the argmax of the row at (0, 0), p rolled by 2: (0.5, 0.3, 0.2), argmax 0
+    assert bad["witness"] == {"drafts": [0, 0], "emitted": [0, 0, 0], "expected": [1]}
+
+
+def test_greedy_checker_sees_context():
+    """On a context-dependent problem a function reading the wrong row is caught."""
+    from verispec.simulator import TabularProblem
+
+    target = {(): [0.2, 0.5, 0.3], (0,): [0.6, 0.3, 0.1], (1,): [0.1, 0.2, 0.7], (2,): [0.3, 0.3, 0.4]}
+    draft = {(): [1 / 3] * 3}
+    problem = TabularProblem(3, {prefix: np.array(p) for prefix, p in target.items()},
+                             {prefix: np.array(q) for prefix, q in draft.items()})
+    assert check_engine._greedy(_greedy_reference, "chain:1", problem)["verdict"] == "LOSSLESS"
+    assert check_engine._greedy(_greedy_off_by_one, "chain:1", problem)["verdict"] == "LOSSY"
+
+
+# -- the shipped sampler (the pinned vLLM wheel)
+
+
+def _vllm_release():
+    try:
+        return vllm_adapter.check_release()
+    except EngineError as error:
+        return str(error)
+
+
+RELEASE = _vllm_release()
+needs_vllm = pytest.mark.skipif(RELEASE not in vllm_adapter.SUPPORTED,
+                                reason=f"the pinned vLLM wheel is not installed here ({RELEASE})")
+
+
+def _mutant(tmp_path, old: str, new: str) -> Path:
+    """A copy of the installed vllm/v1/sample/rejection_sampler.py with ``old`` (once) replaced by ``new``."""
+    from importlib.util import find_spec
+
+    source = Path(find_spec("vllm").submodule_search_locations[0]) / "v1" / "sample" / "rejection_sampler.py"
+    text = source.read_text()
+    assert text.count(old) == 1, old
+    copy = tmp_path / "rejection_sampler.py"
+    copy.write_text(text.replace(old, new))
+    return copy
+
+
+@needs_vllm
+def test_shipped_greedy_kernel_is_lossless_and_a_planted_offset_bug_is_caught(tmp_path):
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy", "--tree", "chain:2", "--json")
+    assert status == 0, err
+    row = json.loads(out)["checks"][0]
+    assert row["verdict"] == "LOSSLESS" and row["mode"] == "exhaustive"
+    # the greedy kernel reads each request's argmax without the request's offset (an off-by-one across requests)
+    mutant = _mutant(tmp_path, "target_argmax_id = tl.load(target_argmax_ptr + start_idx + pos).to(tl.int32)",
+                     "target_argmax_id = tl.load(target_argmax_ptr + pos).to(tl.int32)")
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy", "--tree", "chain:2", "--source",
+                                 str(mutant), "--json", "--target", "0.2,0.5,0.3", "--draft", "0.4,0.4,0.2")
+    assert status == 1, err
+    row = json.loads(out)["checks"][0]
+    assert row["verdict"] == "LOSSY" and row["witness"]["drafts"] != row["witness"]["emitted"]
+
+
+@needs_vllm
+def test_shipped_step_is_lossless_exactly_and_a_dropped_temperature_is_caught(tmp_path):
+    """V = 2, one draft, at the check's temperature T. Correct: the first token follows p^(1/T) normalised. With
+    the verification rows' temperature dropped, the first token is the draft (drawn from q at T) accepted with
+    min(1, p(x)/q(x)), else a draw from (p - q)+: p itself; the bonus token and the continuation keep T, so the
+    block's exact TV is the first token's, TV(p, p^(1/T) normalised)."""
+    checks = {check.name: check for check in vllm_adapter.checks()}
+    temperature = float(checks["v1-temperature"].sampling.split("=")[1])
+    p = np.array([0.6, 0.4])
+    sharpened = p ** (1 / temperature) / (p ** (1 / temperature)).sum()
+    common = ("check-engine", "vllm", "--check", "v1-temperature", "--target", "0.6,0.4", "--draft", "0.3,0.7",
+              "--json")
+    status, out, err = _verispec(*common)
+    assert status == 0, err
+    row = json.loads(out)["checks"][0]
+    assert row["verdict"] == "LOSSLESS" and row["mode"] == "exact" and row["tv_distance"] < 1e-6
+    mutant = _mutant(tmp_path, "logits.div_(temperature.unsqueeze(-1))", "logits.div_(1.0)")
+    status, out, err = _verispec(*common, "--source", str(mutant))
+    assert status == 1, err
+    row = json.loads(out)["checks"][0]
+    assert row["verdict"] == "LOSSY" and abs(row["tv_distance"] - 0.5 * np.abs(p - sharpened).sum()) < 1e-6
+
+
+@needs_vllm
+def test_top_k_kernel_the_interpreter_cannot_run_is_said_and_not_lossless():
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-top-k", "--json")
+    assert status == 2, err
+    row = json.loads(out)["checks"][0]
+    assert row["verdict"] == "UNRUNNABLE" and "interpreter cannot run" in row["note"]

@@ -1,0 +1,60 @@
+"""Engines' shipped verification code, checked unmodified: thin, versioned adapters over an installed engine.
+
+An adapter (one module per engine, one line in ``ADAPTERS``) imports the installed package, reads its release,
+refuses a release it does not know in one line naming the releases it does, and states the engine's verification
+entry points as ``Check``s: each a function of verispec's own in a whole-step layout (``verispec.external.step``)
+that builds the engine's own metadata and calls the engine's own code, with the sampling it is asked for and the
+verdict it should get. ``verispec check-engine NAME`` runs every check through ``check_external``, the engine's
+code running in check-external's sandbox as any code under check does (``verispec.cli.check_engine``).
+
+The engine's conventions are read from the engine (vLLM 0.33's ``GREEDY_TEMPERATURE = 0``, which was -1 before),
+never restated: an adapter's errors are where checks of shipped code go wrong, so adapters live here, tested.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from verispec.errors import VerispecError
+
+#: Engine name -> its adapter module.
+ADAPTERS = {"vllm": "verispec.engines.vllm"}
+
+
+class EngineError(VerispecError):
+    """An engine that cannot be checked as asked: not installed, a release the adapter does not know, an entry
+    point moved, a wheel that fails to import. One line, exit 2, never a verdict."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verification entry point of an engine, checked in one configuration.
+
+    ``function``: ``package.module:NAME`` of a function in a whole-step layout; ``layout``, ``tree``,
+    ``sampling``, ``target`` and ``draft``: as for ``verispec check-external``; ``expect``: the verdict a correct
+    release gets (``"lossless"``), or ``"lossy"`` for what the engine documents as not holding the law (said in
+    ``why``). ``exhaustive``: a deterministic check the adapter runs itself (greedy decoding: every draft list
+    against the target's argmax) instead of a law."""
+
+    name: str
+    entry: str
+    function: str
+    description: str
+    layout: str = "step-ragged"
+    tree: str = "chain:1"
+    sampling: str = "temperature=1"
+    target: tuple = (0.5, 0.3, 0.2)
+    draft: tuple = (0.2, 0.2, 0.6)
+    expect: str = "lossless"
+    why: str = ""
+    exhaustive: bool = False
+    options: dict = field(default_factory=dict)
+
+
+def adapter(name: str):
+    """The adapter module of engine ``name``; EngineError naming the engines known."""
+    module = ADAPTERS.get(name)
+    if module is None:
+        raise EngineError(f"unknown engine {name!r}: verispec has adapters for {', '.join(sorted(ADAPTERS))}")
+    return importlib.import_module(module)

@@ -1,0 +1,98 @@
+"""vLLM's shipped rejection sampler, checked unmodified on the CPU through Triton's interpreter.
+
+vLLM's V1 ``RejectionSampler`` (``vllm/v1/sample/rejection_sampler.py``) verifies every request of a batch in Triton
+kernels: ``rejection_random_sample_kernel`` accepts a draft x when ``p(x) / q(x) >= u`` with u from
+``generate_uniform_probs`` (float64 ``torch.rand``, each seeded request's own ``torch.Generator``),
+``sample_recovered_tokens_kernel`` draws the recovered token as ``argmax((p - q)+ * inv_q)`` with
+``inv_q = 1 / q.exponential_()`` (one noise row per request), and the bonus token comes from the regular
+``Sampler``. Under ``TRITON_INTERPRET=1`` those kernels run on the CPU in numpy, unmodified; with
+``CUDA_VISIBLE_DEVICES=""`` vLLM's ``triton_utils`` keeps Triton on although no driver is active. verispec feeds
+every draw (``torch.rand``, ``uniform_``, ``exponential_``, generators read by their seeds) and reads the kernel's
+race as one categorical draw (``verispec.external.rng_triton``), so the law of a whole step is exact.
+
+The step functions below are in the ``step-ragged`` layout (``verispec.external.step``): three requests, request 1
+checked with the requested sampling and its seed, requests 0 and 2 greedy with 1 and 0 drafts. Each drafts its
+requests from the draft model's raw logits (q = softmax(logits / T), a draw from the request's generator, or the
+argmax for an n-gram-like proposer without draft probabilities), scores them with the target model, builds vLLM's
+own ``SpecDecodeMetadata`` and ``SamplingMetadata`` and calls ``RejectionSampler.forward``. What is vLLM's and what
+is verispec's: the drafting is verispec's (it stands for the proposer, whose law the check assumes: the q handed
+over is the law the draft was drawn from); metadata, logits processing (temperature, top-k, top-p), the three
+kernels, the bonus sampler and every draw are vLLM's.
+
+``VERISPEC_ENGINE_SOURCE=FILE`` loads FILE as ``vllm.v1.sample.rejection_sampler`` in place of the installed
+module (a mutant of the shipped file, or a planted bug, checked the same way); the installed files are never
+changed.
+"""
+
+from __future__ import annotations
+
+from verispec.engines import Check, EngineError
+
+PACKAGE = "vllm"
+#: Releases whose entry points this adapter has read and checked.
+SUPPORTED = ("0.33.0",)
+#: The exact TV above which a check is LOSSY. vLLM verifies in float32 (target and draft probabilities, their
+#: ratio, softmax), so a correct release's law sits within float32 rounding of the target, not float64's: at
+#: V = 3, p = (0.5, 0.3, 0.2), q = (0.2, 0.2, 0.6) its exact TV is 1.3e-8 (the float64 threshold of 1e-9 would
+#: call it lossy). 1e-6 is about 16 float32 unit roundoffs; every vLLM bug of the zoo moves the law by 1e-2 or
+#: more, while a loss below 1e-6 (SGLang #35771's 3.6e-8 class) is not seen at this threshold.
+THRESHOLD = 1e-6
+#: The module whose source ``VERISPEC_ENGINE_SOURCE`` replaces.
+SAMPLER_MODULE = "vllm.v1.sample.rejection_sampler"
+SOURCE_VARIABLE = "VERISPEC_ENGINE_SOURCE"
+_V1 = "verispec.engines.vllm_v1"
+
+#: The requests' sampling settings the adapter can hand vLLM (``--sampling``), off values as in the step layouts.
+_VOCAB_FOR_TOP_K_OFF = 0
+
+
+def release() -> str:
+    """The installed vLLM's release; EngineError when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PACKAGE)
+    except PackageNotFoundError:
+        raise EngineError(f"vLLM is not installed: pip install --no-deps vllm=={SUPPORTED[-1]} and the modules its "
+                          "sampler imports (verispec/engines/requirements/vllm.txt); verispec's adapter knows "
+                          f"releases {supported_range()}") from None
+
+
+def supported_range() -> str:
+    return ", ".join(SUPPORTED)
+
+
+def check_release(found: str | None = None) -> str:
+    """The installed release when the adapter knows it; EngineError naming the supported releases otherwise."""
+    found = found or release()
+    if found not in SUPPORTED:
+        raise EngineError(f"vLLM {found} is not a release verispec's adapter knows (it knows {supported_range()}): "
+                          "its entry points may have moved; install a supported release")
+    return found
+
+
+def checks() -> list[Check]:
+    """vLLM's verification entry points in the configurations the adapter checks."""
+    v1 = "V1 RejectionSampler.forward"
+    min_p_why = ("vLLM loads no min-p processor when speculative decoding is on and warns 'min_p and logit_bias "
+                 "parameters won't work with speculative decoding' (vllm/v1/sample/logits_processor/__init__.py)")
+    return [
+        Check("v1-seeded", v1, f"{_V1}:v1_single_seeded",
+              "probabilistic drafts with draft probs, the request seeded (its own torch.Generator)", layout="step"),
+        Check("v1-unseeded", v1, f"{_V1}:v1_single_unseeded",
+              "probabilistic drafts with draft probs, no request seed (torch's global generator)", layout="step"),
+        Check("v1-ngram", v1, f"{_V1}:v1_single_ngram",
+              "drafts without draft probs (an n-gram proposer: the draft model's argmax)", layout="step"),
+        Check("v1-temperature", v1, f"{_V1}:v1_single_seeded", "temperature 0.7", layout="step",
+              sampling="temperature=0.7"),
+        Check("v1-mixed", v1, f"{_V1}:v1_step_seeded",
+              "a mixed batch: the checked request between greedy requests of 1 and 0 drafts (step-ragged), V = 2",
+              target=(0.6, 0.4), draft=(0.3, 0.7)),
+        Check("v1-top-k", v1, f"{_V1}:v1_single_seeded", "top-k 2", layout="step", sampling="temperature=1,top_k=2"),
+        Check("v1-top-p", v1, f"{_V1}:v1_single_seeded", "top-p 0.75", layout="step",
+              sampling="temperature=1,top_p=0.75"),
+        Check("v1-min-p", v1, f"{_V1}:v1_single_seeded", "min-p 0.5 (documented as not applied)", layout="step",
+              sampling="temperature=1,min_p=0.5", expect="lossy", why=min_p_why),
+        Check("v1-greedy", v1, f"{_V1}:v1_greedy_batch",
+              "an all-greedy batch: every draft list of the tree against the target's argmax", exhaustive=True),
+    ]

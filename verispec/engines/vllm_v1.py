@@ -1,0 +1,257 @@
+"""vLLM's V1 rejection sampler driven in verispec's step layouts (the functions ``verispec check-engine vllm`` checks).
+
+Imported in the process that runs the engine's code (check-external's sandbox): it turns Triton's interpreter on,
+imports vLLM's sampler (``VERISPEC_ENGINE_SOURCE`` replaces its file) and makes one call of every route outside any
+capture, so that what vLLM and its libraries import lazily on a first call is imported here, not inside a checked
+call (scipy.stats draws from numpy's generators while it imports). ``verispec.engines.vllm`` states the checks.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Triton's interpreter on the CPU; no CUDA device, so vLLM's triton_utils does not look for a driver.
+os.environ["TRITON_INTERPRET"] = "1"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+from verispec.engines import EngineError
+from verispec.engines.vllm import SAMPLER_MODULE, SOURCE_VARIABLE, supported_range
+
+
+def _load_engine():
+    """vLLM's sampler modules (the override of ``VERISPEC_ENGINE_SOURCE`` first); EngineError when they do not
+    import."""
+    import importlib
+    import sys
+
+    source = os.environ.get(SOURCE_VARIABLE)
+    try:
+        if source and SAMPLER_MODULE not in sys.modules:
+            import importlib.util
+
+            importlib.import_module("vllm.v1.sample")
+            spec = importlib.util.spec_from_file_location(SAMPLER_MODULE, source)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[SAMPLER_MODULE] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[SAMPLER_MODULE]
+                raise
+        rejection = importlib.import_module(SAMPLER_MODULE)
+        sampler = importlib.import_module("vllm.v1.sample.sampler")
+        metadata = importlib.import_module("vllm.v1.sample.metadata")
+        processors = importlib.import_module("vllm.v1.sample.logits_processor")
+        spec_metadata = importlib.import_module("vllm.v1.spec_decode.metadata")
+    except Exception as error:  # the wheel's own import: one line, never a verdict
+        where = f"the sampler file {source}" if source else "vLLM's sampler"
+        raise EngineError(f"{where} fails to import on this machine ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else ''}); see "
+                          "verispec/engines/requirements/vllm.txt") from None
+    _stand_in_for_a_gpu()
+    for owner, name in ((rejection, "RejectionSampler"), (rejection, "GREEDY_TEMPERATURE"), (sampler, "Sampler"),
+                        (metadata, "SamplingMetadata"), (spec_metadata, "SpecDecodeMetadata"),
+                        (processors, "LogitsProcessors")):
+        if not hasattr(owner, name):
+            raise EngineError(f"vLLM's {owner.__name__}.{name} is gone: an entry point moved; verispec's adapter "
+                              f"knows releases {supported_range()}")
+    return rejection, sampler, metadata, processors, spec_metadata
+
+
+#: The streaming multiprocessors vLLM's top-k/top-p kernel is told of where no device answers (an H100's 132):
+#: they set how many programs share the rows, not what a row computes.
+STAND_IN_COMPUTE_UNITS = 132
+
+
+def _stand_in_for_a_gpu() -> None:
+    """vLLM asks its platform for the device's compute units to size the top-k/top-p kernel's grid; the platform
+    of a CPU-only install raises NotImplementedError. Answer as an H100 would, on the platform object only (no file
+    of vLLM is changed)."""
+    from vllm.platforms import current_platform
+
+    try:
+        current_platform.num_compute_units(0)
+    except NotImplementedError:
+        current_platform.num_compute_units = lambda device_id=None: STAND_IN_COMPUTE_UNITS
+
+
+_ENGINE = {}
+
+
+def _engine():
+    if not _ENGINE:
+        rejection, sampler, metadata, processors, spec_metadata = _load_engine()
+        _ENGINE.update(rejection=rejection, sampler_module=sampler, metadata=metadata, processors=processors,
+                       spec_metadata=spec_metadata, sampler=rejection.RejectionSampler(sampler.Sampler()))
+    return _ENGINE
+
+
+def _draft(draft_model, input_ids, num_draft_tokens, temperature, generators, with_probs: bool):
+    """Each request's drafts from the draft model's raw logits: a draw from q = softmax(logits / T) (the request's
+    generator, or torch's global one) with q handed over, or the argmax when greedy or without draft probs.
+    -> (drafts: list of lists, draft_probs [num_tokens, V] float32 or None)."""
+    import torch
+
+    drafts, rows = [], []
+    for request in range(input_ids.shape[0]):
+        ids = input_ids[request:request + 1]
+        chosen = []
+        for _ in range(int(num_draft_tokens[request])):
+            logits = draft_model(ids)[0, -1].to(torch.float32)  # [V]
+            temp = float(temperature[request])
+            probs = torch.softmax(logits / (temp if temp > 0 else 1.0), -1)
+            if temp > 0 and with_probs:
+                token = int(torch.multinomial(probs, 1, generator=generators.get(request)))
+            else:
+                token = int(torch.argmax(logits))
+            chosen.append(token)
+            rows.append(probs)
+            ids = torch.cat([ids, torch.tensor([[token]], dtype=ids.dtype)], dim=1)
+        drafts.append(chosen)
+    return drafts, (torch.stack(rows) if with_probs and rows else None)
+
+
+def _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab_size: int):
+    """vLLM's ``SamplingMetadata`` for the batch: per-request temperature (greedy as the release's own
+    ``GREEDY_TEMPERATURE``), top-k and top-p where any request asks for them, the seeded requests' generators, no
+    penalties, and the logits processors vLLM loads when speculative decoding is on (min-tokens only)."""
+    import torch
+
+    rejection, metadata, processors = engine["rejection"], engine["metadata"], engine["processors"]
+    greedy = float(rejection.GREEDY_TEMPERATURE)
+    temps = torch.tensor([float(t) if float(t) > 0 else greedy for t in temperature], dtype=torch.float32)
+    random = [float(t) > 0 for t in temperature]
+    batch = len(random)
+    k = [int(x) for x in top_k]
+    p = [float(x) for x in top_p]
+    return metadata.SamplingMetadata(
+        temperature=temps, all_greedy=not any(random), all_random=all(random),
+        top_p=torch.tensor(p, dtype=torch.float32) if any(x < 1.0 for x in p) else None,
+        top_k=torch.tensor([x if x > 0 else vocab_size for x in k], dtype=torch.int32) if any(x > 0 for x in k)
+        else None,
+        generators=generators, max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+        frequency_penalties=torch.zeros(batch), presence_penalties=torch.zeros(batch),
+        repetition_penalties=torch.ones(batch), output_token_ids=[[] for _ in range(batch)],
+        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=processors.LogitsProcessors())
+
+
+def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata):
+    """``RejectionSampler.forward`` on the batch: ``target_rows`` [num_tokens + B, V] float32, each request's draft
+    rows then its bonus row. -> output_token_ids [B, max drafts + 1] int64 padded with -1."""
+    import torch
+
+    metadata = engine["spec_metadata"].SpecDecodeMetadata.make_dummy(drafts, torch.device("cpu"))
+    target, bonus, row = [], [], 0
+    for chosen in drafts:  # make_dummy leaves the logits indices to the caller
+        target += range(row, row + len(chosen))
+        bonus.append(row + len(chosen))
+        row += len(chosen) + 1
+    metadata.target_logits_indices = torch.tensor(target, dtype=torch.int32)
+    metadata.bonus_logits_indices = torch.tensor(bonus, dtype=torch.int32)
+    metadata.logits_indices = torch.arange(row, dtype=torch.int32)
+    output = engine["sampler"](metadata, draft_probs, target_rows, sampling_metadata)
+    return output.sampled_token_ids.to(torch.int64)
+
+
+def _v1_step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds, *,
+             seeded: bool, with_probs: bool):
+    import torch
+
+    engine = _engine()
+    generators = {}
+    if seeded:
+        for request, temp in enumerate(temperature):
+            if float(temp) > 0:  # vLLM makes a generator for each request with a seed that samples
+                generators[request] = torch.Generator().manual_seed(int(seeds[request]))
+    drafts, draft_probs = _draft(draft_model, input_ids, num_draft_tokens, temperature, generators, with_probs)
+    prompt = input_ids.shape[1]
+    rows = []
+    for request, chosen in enumerate(drafts):
+        ids = torch.cat([input_ids[request:request + 1], torch.tensor([chosen], dtype=input_ids.dtype)
+                         .reshape(1, -1)], dim=1)
+        rows.append(target_model(ids)[0, prompt - 1:].to(torch.float32))  # [len(chosen) + 1, V]
+    vocab = rows[0].shape[-1]
+    sampling = _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab)
+    return _verify(engine, drafts, torch.cat(rows), draft_probs, sampling)
+
+
+def _batch_function(name: str, seeded: bool, with_probs: bool, doc: str):
+    """A function of the ``step-ragged`` layout (its signature is the layout's contract) driving ``_v1_step``."""
+    def step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds):
+        return _v1_step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p,
+                        seeds, seeded=seeded, with_probs=with_probs)
+
+    step.__name__ = step.__qualname__ = name
+    step.__doc__ = doc
+    return step
+
+
+v1_step_seeded = _batch_function(
+    "v1_step_seeded", True, True, "V1 with a seed per request: vLLM's per-request ``torch.Generator``s (drafts, "
+    "acceptance uniforms, recovery noise and bonus token each from the request's generator).")
+v1_step_unseeded = _batch_function(
+    "v1_step_unseeded", False, True, "V1 without request seeds: every draw from torch's global generator.")
+v1_step_ngram = _batch_function(
+    "v1_step_ngram", True, False, "V1 without draft probabilities (``draft_probs=None``, the kernels' NO_DRAFT_PROBS "
+    "path): the drafts are the draft model's argmax, a point mass, as an n-gram proposer's are.")
+
+
+def v1_greedy_batch(draft_lists, target_logits):
+    """An all-greedy batch (``all_greedy``: the greedy kernel alone): request i drafted ``draft_lists[i]`` and its
+    target logits are ``target_logits[i]`` [K + 1, V]. -> output_token_ids [B, K + 1] int64."""
+    import torch
+
+    engine = _engine()
+    drafts = [list(map(int, chosen)) for chosen in draft_lists]
+    rows = torch.cat([torch.as_tensor(logits, dtype=torch.float32) for logits in target_logits])
+    batch = len(drafts)
+    sampling = _sampling_metadata(engine, [0.0] * batch, [0] * batch, [1.0] * batch, {}, rows.shape[-1])
+    return _verify(engine, drafts, rows, None, sampling)
+
+
+def _single(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed, *,
+            seeded: bool, with_probs: bool):
+    """One request alone in its batch (the ``step`` layout): -> its emitted tokens [m + 1]."""
+    out = _v1_step(draft_model, target_model, input_ids, [int(num_draft_tokens)], [float(temperature)],
+                   [int(top_k)], [float(top_p)], [float(min_p)], [int(seed)], seeded=seeded, with_probs=with_probs)
+    row = out[0]
+    return row[row >= 0]
+
+
+def _single_function(name: str, seeded: bool, with_probs: bool):
+    """A function of the ``step`` layout: the batch function of the same name, one request alone in its batch."""
+    def step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+        return _single(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p,
+                       seed, seeded=seeded, with_probs=with_probs)
+
+    step.__name__ = step.__qualname__ = name
+    step.__doc__ = f"``{name.replace('single', 'step')}`` for one request alone in its batch (``step`` layout)."
+    return step
+
+
+v1_single_seeded = _single_function("v1_single_seeded", True, True)
+v1_single_unseeded = _single_function("v1_single_unseeded", False, True)
+v1_single_ngram = _single_function("v1_single_ngram", True, False)
+
+
+def _warm_up() -> None:
+    """One call of each route with constant logits, outside any capture (module docstring)."""
+    import torch
+
+    def model(ids):
+        return torch.zeros((ids.shape[0], ids.shape[1], 3), dtype=torch.float64)
+
+    ids = torch.zeros((3, 3), dtype=torch.int64)
+    for seeded, with_probs in ((True, True), (False, True), (True, False)):
+        _v1_step(model, model, ids, [1, 1, 0], [0.0, 1.0, 0.0], [0] * 3, [1.0] * 3, [0.0] * 3, [1, 2, 3],
+                 seeded=seeded, with_probs=with_probs)
+    _single(model, model, ids[:1], 1, 1.0, 0, 1.0, 0.0, 1, seeded=True, with_probs=True)
+    v1_greedy_batch([[0], [1]], [torch.zeros((2, 3)), torch.zeros((2, 3))])
+    try:  # top-k and top-p run a kernel of their own, which the interpreter may not run: the check says so
+        _v1_step(model, model, ids, [1, 1, 0], [0.0, 1.0, 0.0], [0, 2, 0], [1.0, 0.75, 1.0], [0.0] * 3, [1, 2, 3],
+                 seeded=True, with_probs=True)
+    except Exception:  # reported by the check that asks for top-k or top-p (UNRUNNABLE)
+        pass
+
+
+_warm_up()

@@ -1,0 +1,292 @@
+"""Races read through Triton's interpreter: exponential noise that torch drew and a Triton kernel races.
+
+Engines draw the noise of an exponential race with torch and race it inside a kernel: vLLM's V1 rejection sampler
+fills ``q`` [num_reqs, V] by ``exponential_`` (each seeded request's row again from its own generator), hands
+``inv_q = q.reciprocal()`` to ``sample_recovered_tokens_kernel`` and takes ``argmax(prob * inv_q)`` there
+(``tl.max(..., return_indices=True)``). Under ``TRITON_INTERPRET=1`` the kernel runs on the CPU in numpy, reading
+the tensors' memory by address, so the torch-level race rule (``rng_torch``) never sees the product or the argmax.
+
+This module follows the noise by memory instead. Every element ``exponential_`` writes is remembered by address
+with its tape column and uniform (``remember``; a refill of a row through a view replaces its elements, which is
+how a seeded request's row comes from its own generator). ``reciprocal`` of remembered noise remembers its result
+as inverse noise (``invert``). While a capture is entered, the interpreter's loads are wrapped (``install``): a
+load that reads remembered memory returns a ``_Traced`` array, which follows the kernel's arithmetic:
+
+    1/E loaded -> w * (1/E) (or w / E) a score -> where(mask, score, -inf) -> argmax: the race
+
+and the argmax is read as one inverse-CDF draw from w over the slice, by the first element's uniform, as
+``rng_torch.FeedMode.race`` does: the law of ``argmax_i w_i / E_i`` with E_i i.i.d. exponential is w / sum(w)
+(``docs/guides/check_external.md``, "Glossary of RNG capture"), and the other elements' uniforms are left unused.
+The maximum's value may only be compared with -inf (the kernel's first block); any other use of a traced array, a
+second race on the same noise, or a weight that is negative or not finite leaves the race real, and exact mode
+refuses it (a continuous use) instead of guessing.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from verispec.external import rng_rules as rules
+from verispec.external.tree_arrays import inverse_cdf
+
+#: The most noise elements remembered by address in one call (exact mode's vocabularies are small).
+MAX_REMEMBERED = 1 << 16
+
+
+class _Element:
+    """One remembered element of noise: its tape column, its uniform, E (``"noise"``) or 1/E (``"inverse"``),
+    and whether a race has read it."""
+
+    __slots__ = ("column", "uniform", "kind", "raced", "read")
+
+    def __init__(self, column: int, uniform: float, kind: str):
+        self.column, self.uniform, self.kind, self.raced, self.read = column, uniform, kind, False, False
+
+
+def addresses(tensor) -> np.ndarray:
+    """The byte address of every element of a CPU ``tensor``, in its shape."""
+    shape = tuple(tensor.shape)
+    offsets = np.zeros(shape, dtype=np.int64)
+    for axis, stride in enumerate(tensor.stride()):
+        index = np.arange(shape[axis], dtype=np.int64).reshape([-1 if k == axis else 1 for k in range(len(shape))])
+        offsets = offsets + index * int(stride)
+    return int(tensor.data_ptr()) + offsets * int(tensor.element_size())
+
+
+def remember(capture, tensor, uniforms: np.ndarray, columns: np.ndarray) -> None:
+    """Remember the elements ``exponential_`` just wrote into ``tensor`` (uniforms and columns in its shape)."""
+    memory = capture.noise_memory
+    if tensor.device.type != "cpu" or len(memory) + tensor.numel() > MAX_REMEMBERED:
+        return
+    uniforms = np.broadcast_to(np.asarray(uniforms, dtype=np.float64), tuple(tensor.shape))
+    columns = np.broadcast_to(np.asarray(columns, dtype=np.int64), tuple(tensor.shape))
+    tape = capture.tape
+    for address, column, uniform in zip(addresses(tensor).reshape(-1).tolist(), columns.reshape(-1).tolist(),
+                                        uniforms.reshape(-1).tolist()):
+        before = memory.get(address)
+        if (before is not None and before.kind == "noise" and not before.raced and not before.read
+                and tape is not None and tape.reads[before.column] == 1):
+            tape.used[before.column] = False  # overwritten unread (a seeded row drawn again): it decides nothing
+        memory[address] = _Element(column, uniform, "noise")
+
+
+def lookup(capture, tensor):
+    """(uniforms, columns) of remembered noise ``tensor`` as it is now (refills included), or None where an
+    element is not remembered noise."""
+    memory = capture.noise_memory
+    if not memory or tensor.device.type != "cpu":
+        return None
+    found = [memory.get(address) for address in addresses(tensor).reshape(-1).tolist()]
+    if any(element is None or element.kind != "noise" or element.raced for element in found):
+        return None
+    shape = tuple(tensor.shape)
+    return (np.array([element.uniform for element in found], dtype=np.float64).reshape(shape),
+            np.array([element.column for element in found], dtype=np.int64).reshape(shape))
+
+
+def invert(capture, noise_tensor, result) -> bool:
+    """Remember ``result`` = 1 / ``noise_tensor`` elementwise as inverse noise; False where ``noise_tensor`` is not
+    all remembered noise or ``result`` is not of its shape."""
+    if tuple(result.shape) != tuple(noise_tensor.shape) or result.device.type != "cpu":
+        return False
+    current = lookup(capture, noise_tensor)
+    if current is None:
+        return False
+    uniforms, columns = current
+    memory = capture.noise_memory
+    for address, column, uniform in zip(addresses(result).reshape(-1).tolist(), columns.reshape(-1).tolist(),
+                                        uniforms.reshape(-1).tolist()):
+        memory[address] = _Element(column, uniform, "inverse")
+    return True
+
+
+def forget(capture, tensor) -> None:
+    """Forget ``tensor``'s elements (written by anything but ``exponential_``)."""
+    memory = capture.noise_memory
+    if memory and tensor.device.type == "cpu":
+        for address in addresses(tensor).reshape(-1).tolist():
+            memory.pop(address, None)
+
+
+# -- the kernel side
+
+
+class _Trace:
+    """What a traced array holds: ``elements`` (the remembered element per entry, None where the entry is not
+    noise), ``kind`` ("inverse", "noise", "score" w / E, or "maximum" the race's maximum), ``weights`` (w of a
+    score, float64; -inf where the entry was masked to -inf) and the capture."""
+
+    def __init__(self, capture, elements: np.ndarray, kind: str, weights: np.ndarray | None = None):
+        self.capture, self.elements, self.kind, self.weights = capture, elements, kind, weights
+
+
+class _Traced(np.ndarray):
+    """A numpy array read from remembered noise memory by a Triton kernel under the interpreter, followed through
+    the race's arithmetic (module docstring). Every other use computes on the plain values and marks the noise
+    impure: exact mode's integration then meets the continuous use and refuses it."""
+
+    def __array_finalize__(self, obj):
+        self._trace = getattr(obj, "_trace", None)
+        if self._trace is not None and getattr(obj, "shape", None) != self.shape:
+            _impure(self._trace)  # a slice or reshape: followed no further
+            self._trace = None
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [np.asarray(x) if isinstance(x, _Traced) else x for x in inputs]
+        traces = [x._trace for x in inputs if isinstance(x, _Traced) and x._trace is not None]
+        for name in ("out",):
+            if name in kwargs:
+                kwargs[name] = tuple(np.asarray(x) if isinstance(x, _Traced) else x for x in kwargs[name])
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if method != "__call__" or len(traces) != 1 or len(inputs) != 2:
+            for trace in traces:
+                _impure(trace)
+            return result
+        trace = traces[0]
+        traced_first = isinstance(inputs[0], _Traced) and inputs[0]._trace is trace
+        other = plain[1] if traced_first else plain[0]
+        if trace.kind == "inverse" and ufunc is np.multiply or (trace.kind == "noise" and ufunc is np.divide
+                                                                  and not traced_first):
+            weights = np.broadcast_to(np.asarray(other, dtype=np.float64), np.shape(result)).copy()
+            return _traced(result, _Trace(trace.capture, np.broadcast_to(trace.elements, np.shape(result)),
+                                          "score", weights))
+        if trace.kind == "maximum" and ufunc in (np.greater, np.less) and np.all(np.asarray(other) == -np.inf):
+            return result  # the first block's maximum against -inf: true wherever one entry was not masked
+        _impure(trace)
+        return result
+
+    def __array_function__(self, func, types, args, kwargs):
+        plain_args = tuple(np.asarray(x) if isinstance(x, _Traced) else x for x in args)
+        traces = [x._trace for x in args if isinstance(x, _Traced) and x._trace is not None]
+        if func is np.where and len(args) == 3 and len(traces) == 1 and isinstance(args[1], _Traced):
+            trace = args[1]._trace
+            condition, masked = np.asarray(args[0], dtype=bool), np.asarray(args[2])
+            if trace.kind == "score" and np.all(masked[~np.broadcast_to(condition, masked.shape)] == -np.inf
+                                                if masked.shape else masked == -np.inf):
+                result = func(*plain_args, **kwargs)
+                weights = np.where(np.broadcast_to(condition, np.shape(result)), trace.weights, -np.inf)
+                return _traced(result, _Trace(trace.capture, trace.elements, "score", weights))
+        if func in (np.nanargmax, np.argmax) and len(traces) == 1 and isinstance(args[0], _Traced):
+            drawn = _race(args[0], kwargs.get("axis", args[1] if len(args) > 1 else None),
+                          bool(kwargs.get("keepdims", False)))
+            if drawn is not None:
+                return drawn
+        if func in (np.nanmax, np.max, np.amax) and len(traces) == 1 and isinstance(args[0], _Traced) \
+                and traces[0].kind == "score":
+            result = func(*plain_args, **kwargs)
+            return _traced(np.asarray(result), _Trace(traces[0].capture, np.empty(np.shape(result), dtype=object),
+                                                      "maximum"))
+        for trace in traces:
+            _impure(trace)
+        return func(*plain_args, **kwargs)
+
+
+def _traced(values, trace: _Trace) -> _Traced:
+    array = np.asarray(values).view(_Traced)
+    array._trace = trace
+    return array
+
+
+def _impure(trace: _Trace) -> None:
+    """A use the race rule does not read: the noise is a plain continuous input from now on (exact mode's
+    integration sees its uses and refuses them), and a race already read from it is read again."""
+    for element in trace.elements.reshape(-1):
+        if element is None:
+            continue
+        if element.raced:
+            from verispec.external.exact import NotPiecewiseConstantError
+
+            raise rules.Signal(NotPiecewiseConstantError(
+                f"exact mode cannot integrate {trace.capture.name}: the exponential noise a Triton kernel raced at "
+                f"{rules.site()} is read again, so its race cannot be read as one categorical draw: use --mode "
+                "blackbox"))
+        element.kind = "impure"
+        if trace.capture.tape is not None and trace.capture.tape.raced[element.column]:
+            element.raced = True
+    trace.kind = "impure"
+
+
+def _race(score: _Traced, axis, keepdims: bool):
+    """argmax of a traced score along ``axis`` as one inverse-CDF draw per slice from its weights; None (the
+    argmax computed as it is) where the rule does not hold."""
+    trace = score._trace
+    if trace.kind != "score" or score.ndim == 0:
+        return None
+    capture = trace.capture
+    axis = 0 if axis is None and score.ndim == 1 else axis
+    if axis is None:
+        return None
+    axis = int(axis) % score.ndim
+    weights = np.moveaxis(trace.weights, axis, -1)
+    elements = np.moveaxis(np.asarray(trace.elements, dtype=object), axis, -1)
+    flat_weights = weights.reshape(-1, weights.shape[-1])
+    flat_elements = elements.reshape(-1, elements.shape[-1])
+    tape = capture.tape
+    tokens = np.empty(len(flat_weights), dtype=np.int64)
+    for row, (row_weights, row_elements) in enumerate(zip(flat_weights, flat_elements)):
+        live = row_weights != -np.inf
+        noise = [element for element, alive in zip(row_elements, live) if alive]
+        if (not noise or any(element is None or element.kind != "inverse" for element in noise)
+                or np.any(row_weights[live] < 0) or not np.all(np.isfinite(row_weights[live]))):
+            return None
+        columns = np.array([element.column for element in noise], dtype=np.int64)
+        if np.any(tape.raced[columns]):
+            _impure(_Trace(capture, np.array(noise, dtype=object), "score"))  # raises: a race read again
+        if len(set(columns.tolist())) != len(columns) or np.any(tape.reads[columns] > 1):
+            return None  # one uniform in two entries, or read by a key elsewhere: not an i.i.d. race
+        positive = np.where(live, np.maximum(row_weights, 0.0), 0.0)
+        if positive.sum() > 0:
+            tokens[row] = inverse_cdf(positive[None, :], np.array([noise[0].uniform]))[0]
+        else:  # every live score is 0: argmax is the first live entry, whatever the noise
+            tokens[row] = int(np.argmax(live))
+        tape.used[columns[1:]] = False
+        tape.raced[columns] = True
+        for element in noise:
+            element.raced = True
+    capture.races_read += int(len(tokens))
+    capture.chose(tokens)
+    shape = weights.shape[:-1]
+    drawn = tokens.reshape(shape)
+    if keepdims:
+        drawn = np.expand_dims(drawn, axis)
+    return drawn if shape or keepdims else drawn[()]
+
+
+def install(capture) -> None:
+    """Wrap the Triton interpreter's loads for ``capture`` (restored when it is left), where the interpreter is
+    loaded."""
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    if builder is None or not hasattr(builder, "create_masked_load"):
+        return
+    original = builder.create_masked_load
+
+    def create_masked_load(self, ptrs, mask, other, *args, **kwargs):
+        loaded = original(self, ptrs, mask, other, *args, **kwargs)
+        memory = capture.noise_memory
+        if not memory or capture.tape is None:
+            return loaded
+        where = np.asarray(ptrs.data).astype(np.int64, copy=False)
+        live = np.broadcast_to(np.asarray(mask.data, dtype=bool), where.shape)
+        elements = np.empty(where.shape, dtype=object)
+        hit = False
+        for index in zip(*np.nonzero(live)):
+            element = memory.get(int(where[index]))
+            if element is not None:
+                element.read = True
+                elements[index] = element
+                hit = True
+        if not hit:
+            return loaded
+        kinds = {element.kind for element in elements.reshape(-1) if element is not None}
+        if kinds - {"inverse", "noise"} or len(kinds) != 1 or any(
+                element is not None and element.raced for element in elements.reshape(-1)):
+            trace = _Trace(capture, elements, "impure")
+            _impure(trace)
+            return loaded
+        loaded.data = _traced(loaded.data, _Trace(capture, elements, kinds.pop()))
+        return loaded
+
+    capture._patch(builder, "create_masked_load", create_masked_load)
