@@ -5,9 +5,11 @@ The functions here are token-level verification in the ``chain`` layout with the
 acceptance by a float64 ``torch.rand``, the recovered and the bonus token each by a race in a Triton kernel over a
 noise row of their own, as vLLM's V1 sampler draws its recovered token. Correct, the law is the target's: on a
 context-free problem the first token follows p (accepted with min(1, p/q), else (p - q)+ normalised), which the test
-derives, so the exact TV is 0 up to float64. Broken twins: one kernel that adds the noise to the weights (a
-continuous use, which exact mode must refuse rather than integrate), and one whose bonus race reads the recovery's
-noise row again (two races on one noise: refused too)."""
+derives, so the exact TV is 0 up to float64. A row raced twice (vLLM races each request's row at every position) is
+read by the second race's law given the first's winner, checked here against numerical integration. Broken twins: a
+kernel that adds the noise to the weights (a continuous use, which exact mode must refuse rather than integrate), a
+recovery racing the draft's own noise (vLLM #47386's class: lossy, at the TV of the zoo's simulation), and a third
+race on one row (refused)."""
 
 from __future__ import annotations
 
@@ -46,26 +48,27 @@ def _race_kernel(out_ptr, weights_ptr, inv_q_ptr, vocab, BLOCK_SIZE: tl.constexp
     tl.store(out_ptr + row, index)
 
 
-def _race(weights, noise, additive=False):
-    """argmax over each row of weights [B, V] * (1 / noise [B, V]), in a Triton kernel -> [B] int64."""
+def _race(weights, inv_q, additive=False):
+    """argmax over each row of weights [B, V] * inv_q [B, V] (1 / exponential noise), in a Triton kernel -> [B]."""
     out = torch.empty(weights.shape[0], dtype=torch.int32)
-    _race_kernel[(weights.shape[0],)](out, weights.contiguous(), noise.reciprocal(), weights.shape[1],
-                                      BLOCK_SIZE=BLOCK, ADDITIVE=additive)
+    _race_kernel[(weights.shape[0],)](out, weights.contiguous(), inv_q, weights.shape[1], BLOCK_SIZE=BLOCK,
+                                      ADDITIVE=additive)
     return out.to(torch.int64)
 
 
 def _verify(draft_tokens, draft_probs, target_probs, *, additive=False, shared_noise=False):
     """Token-level verification of one draft (chain:1): draft_tokens [B, 1], draft_probs [B, 1, V],
-    target_probs [B, 2, V] -> [B, 2]."""
+    target_probs [B, 2, V] -> [B, 2]. ``shared_noise``: the bonus race reads the recovery's noise row (vLLM's V1 races
+    one row per request at every position; only one of the two is emitted on any path)."""
     batch = draft_tokens.shape[0]
     rows = torch.arange(batch)
     x = draft_tokens[:, 0]
     p, q = target_probs[:, 0], draft_probs[:, 0]
     accept = torch.rand(batch, dtype=torch.float64) * q[rows, x] < p[rows, x]
-    recovery_noise = torch.empty_like(p).exponential_()
-    recovered = _race(torch.clamp(p - q, min=0), recovery_noise, additive)
-    bonus_noise = recovery_noise if shared_noise else torch.empty_like(p).exponential_()
-    bonus = _race(target_probs[:, 1].contiguous(), bonus_noise, additive)
+    recovery = torch.empty_like(p).exponential_().reciprocal()  # inv_q, computed once per row as vLLM does
+    recovered = _race(torch.clamp(p - q, min=0), recovery, additive)
+    bonus_inverse = recovery if shared_noise else torch.empty_like(p).exponential_().reciprocal()
+    bonus = _race(target_probs[:, 1].contiguous(), bonus_inverse, additive)
     first = torch.where(accept, x, recovered)
     second = torch.where(accept, bonus, torch.full_like(bonus, -1))
     return torch.stack([first, second], dim=1)
@@ -83,6 +86,45 @@ def verify_shared_noise(draft_tokens, draft_probs, target_probs):
     return _verify(draft_tokens, draft_probs, target_probs, shared_noise=True)
 
 
+def _step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed, *,
+          reuse: bool):
+    """A whole step (``step`` layout, one draft, T = 1) drafting by a kernel race and recovering by another: with
+    ``reuse`` the recovery races the draft's own noise row (vLLM #47386's class: draft and recovery noise under one
+    key), else a fresh row (#54282's fix)."""
+    q = torch.softmax(draft_model(input_ids)[0, -1], -1)  # [V]
+    draft_inverse = torch.empty((1, q.shape[0]), dtype=torch.float64).exponential_().reciprocal()
+    x = int(_race(q[None], draft_inverse)[0])
+    rows = torch.softmax(target_model(torch.cat([input_ids, torch.tensor([[x]])], dim=1))[0, -2:], -1)  # [2, V]
+    p, p_next = rows[0], rows[1]
+    if float(torch.rand((), dtype=torch.float64)) * float(q[x]) < float(p[x]):
+        bonus_inverse = torch.empty((1, q.shape[0]), dtype=torch.float64).exponential_().reciprocal()
+        return torch.tensor([x, int(_race(p_next[None].contiguous(), bonus_inverse)[0])])
+    recovery_inverse = draft_inverse if reuse else torch.empty((1, q.shape[0]),
+                                                               dtype=torch.float64).exponential_().reciprocal()
+    return torch.tensor([int(_race(torch.clamp(p - q, min=0)[None], recovery_inverse)[0])])
+
+
+def step_draft_noise_reused(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p,
+                            seed):
+    return _step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed,
+                 reuse=True)
+
+
+def step_fresh_recovery_noise(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p,
+                              min_p, seed):
+    return _step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed,
+                 reuse=False)
+
+
+def verify_three_races(draft_tokens, draft_probs, target_probs):
+    """The shared row raced a third time (read and discarded): refused, not guessed."""
+    out = _verify(draft_tokens, draft_probs, target_probs)
+    inverse = torch.empty_like(target_probs[:, 0]).exponential_().reciprocal()
+    for weights in (target_probs[:, 0], target_probs[:, 1], draft_probs[:, 0]):
+        _race(weights.contiguous(), inverse)
+    return out
+
+
 PROBLEM = ContextFreeProblem([0.5, 0.3, 0.2], [0.2, 0.2, 0.6])
 
 
@@ -97,11 +139,9 @@ def test_race_in_a_kernel_is_read_exactly():
     assert report.verdict is Verdict.LOSSLESS and report.mode == "exact"
     assert report.tv_distance < 1e-12
     # the first token's law, derived: P(x) = q(x) min(1, p(x)/q(x)) + P(reject) (p - q)+(x) / sum (p - q)+ = p(x)
-    first = np.zeros(3)
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.2, 0.6])
     residual = np.maximum(p - q, 0)
-    rejected = 1 - np.minimum(p, q).sum()
-    first += q * np.minimum(1, p / q) + rejected * residual / residual.sum()
+    first = q * np.minimum(1, p / q) + (1 - np.minimum(p, q).sum()) * residual / residual.sum()
     assert np.allclose(first, p, atol=1e-15)
     # E[tau+1] of token-level verification on one draft: 1 + P(accept) = 1 + sum min(p, q)
     assert abs(report.block_efficiency - (1 + np.minimum(p, q).sum())) < 1e-12
@@ -112,6 +152,59 @@ def test_noise_used_continuously_in_a_kernel_is_refused_not_integrated():
         _check(verify_additive)
 
 
-def test_one_noise_row_raced_twice_is_refused():
-    with pytest.raises(VerispecError, match="read again|raced"):
-        _check(verify_shared_noise)
+def test_one_row_raced_twice_is_read_by_its_joint_law():
+    """Only one of the two races on the shared row is emitted on any path, so the rule stays lossless; the second
+    race is read from the law given the first's winner (``second_race_law``)."""
+    report = _check(verify_shared_noise)
+    assert report.verdict is Verdict.LOSSLESS and report.tv_distance < 1e-12
+
+
+def test_recovery_racing_the_drafts_noise_is_lossy_by_the_joint_law():
+    """vLLM #47386's mechanism in kernels: the draft x won a race on a noise row and the recovery races that row
+    again, so the recovered token leans away from the tokens q favours. Its exact TV through the joint law of two
+    races matches the zoo's 2,000,000-run simulation of the race (examples/engine_bugs/vllm_47386.py: 0.0856,
+    token 1 at 0.486 against p = 0.4; standard error about 0.0004); the fresh-noise twin is lossless."""
+    problem = ContextFreeProblem([0.59, 0.4, 0.01], [0.35, 0.01, 0.64])
+    common = dict(problem=problem, mode="exact", rng="capture", sampling="temperature=1", time_budget=120)
+    fixed = check_external(step_fresh_recovery_noise, "step", "chain:1", **common)
+    assert fixed.verdict is Verdict.LOSSLESS and fixed.tv_distance < 1e-12
+    reused = check_external(step_draft_noise_reused, "step", "chain:1", **common)
+    assert reused.verdict is Verdict.LOSSY and abs(reused.tv_distance - 0.0856) < 0.003
+
+
+def test_a_third_race_on_one_row_is_refused():
+    with pytest.raises(VerispecError, match="exact mode cannot integrate"):
+        _check(verify_three_races)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_second_race_law_matches_numerical_integration(seed):
+    """P(b | a) against scipy's quadrature of the defining integrals over E_a (and E_b), another algorithm: with
+    r = w1 / w1[a], a and b win when E_b in [E_a r_b, E_a w2[b] / w2[a]] and E_i >= max(E_a r_i, E_b w2_i / w2_b)."""
+    from scipy import integrate
+
+    from verispec.external.rng_triton import second_race_law
+
+    rng = np.random.default_rng(seed)
+    w1, w2 = rng.random(4), rng.random(4)
+    for a in range(4):
+        law = second_race_law(w1, a, w2)
+        expected = []
+        for b in range(4):
+            rest = [i for i in range(4) if i not in (a, b)]
+            if b == a:
+                slope = 1 + sum(max(w1[i] / w1[a], w2[i] / w2[a]) for i in rest)
+                value = integrate.quad(lambda x, slope=slope: np.exp(-x * slope), 0, np.inf, epsabs=1e-13)[0]
+            elif w1[b] / w1[a] >= w2[b] / w2[a]:
+                value = 0.0
+            else:
+                r, s = w1 / w1[a], w2 / w2[b]
+
+                def density(y, x, r=r, s=s, rest=rest):
+                    return np.exp(-x - y - sum(max(x * r[i], y * s[i]) for i in rest))
+
+                low, high = r[b], 1 / s[a]
+                value = integrate.dblquad(density, 0, 60, lambda x, low=low: x * low, lambda x, high=high: x * high,
+                                          epsabs=1e-12, epsrel=1e-10)[0]
+            expected.append(value * w1.sum() / w1[a])
+        assert np.abs(np.array(expected) - law).max() < 1e-9

@@ -39,10 +39,20 @@ class _Element:
     """One remembered element of noise: its tape column, its uniform, E (``"noise"``) or 1/E (``"inverse"``),
     and whether a race has read it."""
 
-    __slots__ = ("column", "uniform", "kind", "raced", "read")
+    __slots__ = ("column", "uniform", "kind", "raced", "read", "race")
 
     def __init__(self, column: int, uniform: float, kind: str):
         self.column, self.uniform, self.kind, self.raced, self.read = column, uniform, kind, False, False
+        self.race = None  # the _RaceRecord of the race that read it
+
+
+class _RaceRecord:
+    """A race read from a row of noise: its columns in slice order, its weights and its winner (a position)."""
+
+    __slots__ = ("columns", "weights", "winner", "reads")
+
+    def __init__(self, columns: tuple, weights: np.ndarray, winner: int):
+        self.columns, self.weights, self.winner, self.reads = columns, weights, winner, 1
 
 
 def addresses(tensor) -> np.ndarray:
@@ -103,11 +113,14 @@ def invert(capture, noise_tensor, result) -> bool:
 
 
 def forget(capture, tensor) -> None:
-    """Forget ``tensor``'s elements (written by anything but ``exponential_``)."""
+    """Forget ``tensor``'s elements: a use the race rule does not read. Where a kernel's race already read one of
+    them, the noise is read again, which no race rule can integrate: refused (``rules.Signal``)."""
     memory = capture.noise_memory
     if memory and tensor.device.type == "cpu":
         for address in addresses(tensor).reshape(-1).tolist():
-            memory.pop(address, None)
+            element = memory.pop(address, None)
+            if element is not None and element.raced:
+                _impure(_Trace(capture, np.array([element], dtype=object), "impure"))
 
 
 # -- the kernel side
@@ -232,19 +245,38 @@ def _race(score: _Traced, axis, keepdims: bool):
                 or np.any(row_weights[live] < 0) or not np.all(np.isfinite(row_weights[live]))):
             return None
         columns = np.array([element.column for element in noise], dtype=np.int64)
+        positive = np.where(live, np.maximum(row_weights, 0.0), 0.0)[live]  # [n] the live entries' weights
+        positions = np.flatnonzero(live)
+        if any(element.raced for element in noise):  # the same row raced again (vLLM races one row per position)
+            record = noise[0].race
+            if (record is None or record.reads != 1 or record.columns != tuple(columns.tolist())
+                    or any(element.race is not record for element in noise)):
+                _impure(_Trace(capture, np.array(noise, dtype=object), "score"))  # raises: read otherwise
+            law = second_race_law(record.weights, record.winner, positive)
+            if law is None:
+                _impure(_Trace(capture, np.array(noise, dtype=object), "score"))
+            record.reads = 2
+            if positive.sum() > 0 and len(columns) > 1:  # a uniform the first race left unused
+                tape.used[columns[1]] = True
+                tokens[row] = positions[inverse_cdf(law[None, :], np.array([noise[1].uniform]))[0]]
+            else:
+                tokens[row] = positions[int(np.argmax(law))]
+            continue
         if np.any(tape.raced[columns]):
             _impure(_Trace(capture, np.array(noise, dtype=object), "score"))  # raises: a race read again
         if len(set(columns.tolist())) != len(columns) or np.any(tape.reads[columns] > 1):
             return None  # one uniform in two entries, or read by a key elsewhere: not an i.i.d. race
-        positive = np.where(live, np.maximum(row_weights, 0.0), 0.0)
         if positive.sum() > 0:
-            tokens[row] = inverse_cdf(positive[None, :], np.array([noise[0].uniform]))[0]
+            winner = int(inverse_cdf(positive[None, :], np.array([noise[0].uniform]))[0])
         else:  # every live score is 0: argmax is the first live entry, whatever the noise
-            tokens[row] = int(np.argmax(live))
+            winner = 0
+        tokens[row] = positions[winner]
         tape.used[columns[1:]] = False
         tape.raced[columns] = True
+        record = _RaceRecord(tuple(columns.tolist()), positive, winner)
         for element in noise:
             element.raced = True
+            element.race = record
     capture.races_read += int(len(tokens))
     capture.chose(tokens)
     shape = weights.shape[:-1]
@@ -252,6 +284,52 @@ def _race(score: _Traced, axis, keepdims: bool):
     if keepdims:
         drawn = np.expand_dims(drawn, axis)
     return drawn if shape or keepdims else drawn[()]
+
+
+def second_race_law(first: np.ndarray, winner: int, second: np.ndarray) -> np.ndarray | None:
+    """The law of ``argmax_i second_i / E_i`` given ``argmax_i first_i / E_i = winner``, for E i.i.d. exponential
+    (the same noise raced twice, as vLLM's V1 sampler races each request's one noise row at every draft position).
+    ``first``, ``second``: weights [n] >= 0. None where the law cannot be read (the first race was not a race).
+
+    With r = first / first[winner] (a = winner), P(a wins race 1) = first[a] / sum(first) and
+    * for b = a, with s = second / second[a]: P(a, a) = 1 / (1 + sum_{i != a} max(r_i, s_i)) (E_i >= E_a max(r_i, s_i));
+    * for b != a, with s = second / second[b] and t = E_b / E_a, the races ask t in [r_b, 1 / s_a] and
+      E_i >= E_a max(r_i, s_i t) for the others, so P(a, b) = int dt / (1 + t + sum_{i != a, b} max(r_i, s_i t))^2,
+      a rational integrand piecewise in t between the breakpoints r_i / s_i, each piece 1 / (beta (alpha + beta t)).
+    The conditional law P(a, b) / P(a) must sum to 1 (to 1e-9), else None."""
+    n = len(first)
+    if first.sum() <= 0 or first[winner] <= 0:
+        return None
+    if second.sum() <= 0:  # every score 0: the first entry, whatever the noise
+        law = np.zeros(n)
+        law[0] = 1.0
+        return law
+    r = first / first[winner]
+    joint = np.zeros(n)
+    for b in range(n):
+        if second[b] <= 0:
+            continue
+        s = second / second[b]
+        others = [i for i in range(n) if i not in (winner, b)]
+        if b == winner:
+            joint[b] = 1.0 / (1.0 + sum(max(r[i], s[i]) for i in others))
+            continue
+        low, high = r[b], (np.inf if s[winner] == 0 else 1.0 / s[winner])
+        if not low < high:
+            continue
+        breaks = sorted({r[i] / s[i] for i in others if s[i] > 0 and low < r[i] / s[i] < high})
+        points = [low, *breaks, high]
+        for start, end in zip(points[:-1], points[1:]):
+            middle = start + 1.0 if end == np.inf else (start + end) / 2
+            rising = [i for i in others if s[i] * middle > r[i]]
+            alpha = 1.0 + sum(r[i] for i in others if i not in rising)
+            beta = 1.0 + sum(s[i] for i in rising)
+            joint[b] += 1.0 / (beta * (alpha + beta * start)) - (
+                0.0 if end == np.inf else 1.0 / (beta * (alpha + beta * end)))
+    law = joint * (first.sum() / first[winner])
+    if abs(law.sum() - 1.0) > 1e-9:
+        return None
+    return law / law.sum()
 
 
 def install(capture) -> None:
@@ -281,8 +359,8 @@ def install(capture) -> None:
         if not hit:
             return loaded
         kinds = {element.kind for element in elements.reshape(-1) if element is not None}
-        if kinds - {"inverse", "noise"} or len(kinds) != 1 or any(
-                element is not None and element.raced for element in elements.reshape(-1)):
+        if kinds - {"inverse", "noise"} or len(kinds) != 1 or (kinds != {"inverse"} and any(
+                element is not None and element.raced for element in elements.reshape(-1))):
             trace = _Trace(capture, elements, "impure")
             _impure(trace)
             return loaded
