@@ -10,8 +10,9 @@ kernels: ``rejection_random_sample_kernel`` accepts a draft x when ``p(x) / q(x)
 every draw (``torch.rand``, ``uniform_``, ``exponential_``, generators read by their seeds) and reads the kernel's
 race as one categorical draw (``verispec.external.rng_triton``), so the law of a whole step is exact.
 
-The step functions below are in the ``step-ragged`` layout (``verispec.external.step``): three requests, request 1
-checked with the requested sampling and its seed, requests 0 and 2 greedy with 1 and 0 drafts. Each drafts its
+The step functions (``verispec.engines.vllm_v1``, imported only where the engine's code runs) are in the ``step``
+layout, one request alone in its batch, and the ``step-ragged`` layout (``verispec.external.step``): three requests,
+request 1 checked with the requested sampling and its seed, requests 0 and 2 greedy with 1 and 0 drafts. Each drafts its
 requests from the draft model's raw logits (q = softmax(logits / T), a draw from the request's generator, or the
 argmax for an n-gram-like proposer without draft probabilities), scores them with the target model, builds vLLM's
 own ``SpecDecodeMetadata`` and ``SamplingMetadata`` and calls ``RejectionSampler.forward``. What is vLLM's and what
