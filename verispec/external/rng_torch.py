@@ -10,6 +10,7 @@ noise for the race rule: ``argmax(w / E)`` read as one inverse-CDF draw from w (
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,10 @@ _ARGMAXES = {Tensor.argmax, torch.argmax}
 #: Tensor methods that read no values.
 _METADATA = {Tensor.size, Tensor.dim, Tensor.__len__, Tensor.numel, Tensor.stride, Tensor.is_contiguous,
              Tensor.is_floating_point, Tensor.element_size, Tensor.nelement, Tensor.ndimension,
-             Tensor.data_ptr, Tensor.storage_offset, Tensor.untyped_storage, Tensor.new_empty}
+             Tensor.storage_offset, Tensor.new_empty}
+#: The memory itself: read no values when Triton's interpreter asks (it hands a kernel the address, and its loads of
+#: remembered noise are followed by ``rng_triton``), but a door to reading them past torch for any other caller.
+_MEMORY = {Tensor.data_ptr, Tensor.untyped_storage}
 #: Tensor attributes whose reading does not read the values.
 _METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "is_cuda", "ndim", "requires_grad", "layout",
                                   "is_sparse", "names", "is_leaf", "grad_fn"})
@@ -266,7 +270,8 @@ class FeedMode(TorchFunctionMode):
         capture = self.capture
         tracked = capture.tracked
         involved = [tracked[id(a)] for a in _flat(args, kwargs) if id(a) in tracked]
-        if not involved or func in _METADATA or _harmless_attribute(func):
+        if not involved or func in _METADATA or _harmless_attribute(func) or (func in _MEMORY
+                                                                             and _asked_by_triton()):
             return func(*args, **kwargs)
         if func in _VIEWS and len(involved) == 1 and isinstance(involved[0], _Noise) \
                 and involved[0].state == "fresh" and args and args[0] is involved[0].tensor:
@@ -484,6 +489,18 @@ def _weights_at_division(weights, shape: tuple):
     if weights.size and not (np.isfinite(weights).all() and weights.min() >= 0):
         return None
     return weights
+
+
+def _asked_by_triton() -> bool:
+    """Whether the torch call being followed comes from Triton's runtime (its interpreter launching a kernel)."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__", "").startswith("triton.runtime"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _harmless_attribute(func) -> bool:

@@ -56,13 +56,18 @@ class _RaceRecord:
 
 
 def addresses(tensor) -> np.ndarray:
-    """The byte address of every element of a CPU ``tensor``, in its shape."""
-    shape = tuple(tensor.shape)
+    """The byte address of every element of a CPU ``tensor``, in its shape (read past the capture's own torch
+    function mode: verispec reading where the noise lies is no use of it)."""
+    import torch
+
+    with torch._C.DisableTorchFunction():
+        shape = tuple(tensor.shape)
+        strides, base, size = tensor.stride(), int(tensor.data_ptr()), int(tensor.element_size())
     offsets = np.zeros(shape, dtype=np.int64)
-    for axis, stride in enumerate(tensor.stride()):
+    for axis, stride in enumerate(strides):
         index = np.arange(shape[axis], dtype=np.int64).reshape([-1 if k == axis else 1 for k in range(len(shape))])
         offsets = offsets + index * int(stride)
-    return int(tensor.data_ptr()) + offsets * int(tensor.element_size())
+    return base + offsets * size
 
 
 def remember(capture, tensor, uniforms: np.ndarray, columns: np.ndarray) -> None:
