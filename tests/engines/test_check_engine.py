@@ -20,6 +20,8 @@ import pytest
 from verispec.cli import check_engine
 from verispec.engines import EngineError, adapter
 from verispec.engines import vllm as vllm_adapter
+from verispec.engines.greedy import greedy_check
+from verispec.errors import VerispecError
 from verispec.simulator import ContextFreeProblem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,20 +120,25 @@ def _greedy_off_by_one(draft_lists, target_logits):
 
 
 def test_greedy_checker_passes_the_rule_and_catches_a_broken_one():
-    good = check_engine._greedy(_greedy_reference, "chain:2", PROBLEM)
+    good = greedy_check(_greedy_reference, "chain:2", PROBLEM)
     assert good["verdict"] == "LOSSLESS" and "all 9 draft lists" in good["note"]
     # context-free: the rows are rolled by the prefix, so reading a neighbour's row is caught too
-    assert check_engine._greedy(_greedy_off_by_one, "chain:2", PROBLEM)["verdict"] == "LOSSY"
+    assert greedy_check(_greedy_off_by_one, "chain:2", PROBLEM)["verdict"] == "LOSSY"
 
     def accepts_everything(draft_lists, target_logits):
         return np.array([list(drafts) + [int(np.argmax(logits[-1]))]
                          for drafts, logits in zip(draft_lists, target_logits)])
 
-    bad = check_engine._greedy(accepts_everything, "chain:2", PROBLEM)
+    bad = greedy_check(accepts_everything, "chain:2", PROBLEM)
     assert bad["verdict"] == "LOSSY"
     # rolled rows: at prefix () the target is p = (0.2, 0.5, 0.3), argmax 1, so drafts [0, 0] stop at once; the
     # function emits both drafts and the argmax of the row at (0, 0), p rolled by 2: (0.5, 0.3, 0.2), argmax 0
     assert bad["witness"] == {"drafts": [0, 0], "emitted": [0, 0, 0], "expected": [1]}
+
+
+def test_greedy_checker_refuses_too_many_draft_lists():
+    with pytest.raises(VerispecError, match=r"3\^8 = 6,561 .* more than 4,096"):
+        greedy_check(_greedy_reference, "chain:8", PROBLEM)
 
 
 def test_greedy_checker_sees_context():
@@ -142,8 +149,8 @@ def test_greedy_checker_sees_context():
     draft = {(): [1 / 3] * 3}
     problem = TabularProblem(3, {prefix: np.array(p) for prefix, p in target.items()},
                              {prefix: np.array(q) for prefix, q in draft.items()})
-    assert check_engine._greedy(_greedy_reference, "chain:1", problem)["verdict"] == "LOSSLESS"
-    assert check_engine._greedy(_greedy_off_by_one, "chain:1", problem)["verdict"] == "LOSSY"
+    assert greedy_check(_greedy_reference, "chain:1", problem)["verdict"] == "LOSSLESS"
+    assert greedy_check(_greedy_off_by_one, "chain:1", problem)["verdict"] == "LOSSY"
 
 
 # -- the shipped sampler (the pinned vLLM wheel)

@@ -10,7 +10,6 @@ is listed with its TV).
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import time
@@ -102,6 +101,7 @@ def run(args) -> int:
 
 
 def _run_check(engine, check, args) -> dict:
+    from verispec.engines.greedy import greedy_check
     from verispec.external.adapter import load_function
 
     tree = args.tree or check.tree
@@ -113,7 +113,7 @@ def _run_check(engine, check, args) -> dict:
            "expected": check.expect, "why": check.why or None, "threshold": engine.THRESHOLD}
     function = load_function(check.function)
     if check.exhaustive:
-        row.update(_greedy(function, tree, problem))
+        row.update(greedy_check(function, tree, problem))
     else:
         from verispec.external.check import check_external
 
@@ -146,61 +146,6 @@ def _problem(args, check):
         raise VerispecError("give both --target and --draft, or neither (each check's own problem)")
     args.problem, args.exact = None, False
     return problem_from_args(args)
-
-
-def _greedy(function, tree: str, problem) -> dict:
-    """Every draft list of the tree's depth at once, all requests greedy: each must emit the target's argmax after
-    the accepted drafts (ties to the smallest id), drafts accepted while they are that argmax. On a context-free
-    problem every request's rows are alike, so a request reading another's row (an offset bug) would pass: its
-    target is then rolled by the prefix (row at prefix x: p rolled by len(x) + sum(x)), so that the argmax moves
-    with the context."""
-    import numpy as np
-
-    from verispec.simulator.tree_specs import parse_tree
-
-    depth = parse_tree(tree).depth
-    size = problem.vocab_size
-    from verispec.simulator import ContextFreeProblem
-
-    if isinstance(problem, ContextFreeProblem):
-        problem = _rolled(problem, depth + 1)
-    lists = [list(drafts) for drafts in itertools.product(range(size), repeat=depth)]
-    logits = []
-    for drafts in lists:
-        rows = [np.log(np.asarray(problem.target(tuple(drafts[:position])), dtype=np.float64))
-                for position in range(depth + 1)]
-        logits.append(np.stack(rows))
-    output = np.asarray(function(lists, logits))
-    for index, drafts in enumerate(lists):
-        expected = []
-        for position in range(depth + 1):
-            best = int(np.argmax(problem.target(tuple(drafts[:position]))))
-            expected.append(best)
-            if position == depth or drafts[position] != best:
-                break
-        got = [int(token) for token in output[index] if int(token) >= 0]
-        if got != expected:
-            return {"verdict": "LOSSY", "mode": "exhaustive", "tv_distance": None,
-                    "note": f"draft list {drafts}: emitted {got}, the target's argmax decoding gives {expected}",
-                    "witness": {"drafts": drafts, "emitted": got, "expected": expected}}
-    return {"verdict": "LOSSLESS", "mode": "exhaustive", "tv_distance": 0.0,
-            "note": f"all {len(lists)} draft lists of depth {depth} at V = {size} emit the target's argmax decoding"}
-
-
-def _rolled(problem, depth: int):
-    """``problem``'s context-free target rolled by each prefix (len + sum of its tokens), to ``depth``."""
-    import numpy as np
-
-    from verispec.simulator import TabularProblem
-
-    p, q = np.asarray(problem.target(()), dtype=np.float64), np.asarray(problem.draft(()), dtype=np.float64)
-    size = len(p)
-    target, draft = {}, {}
-    for length in range(depth + 1):
-        for prefix in itertools.product(range(size), repeat=length):
-            target[prefix] = np.roll(p, length + sum(prefix))
-            draft[prefix] = q
-    return TabularProblem(size, target, draft)
 
 
 def _status(rows) -> int:

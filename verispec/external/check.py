@@ -253,7 +253,7 @@ class _Check:
             uniforms=_uses(self.verifier) if exact_mode else [], evaluations=self.verifier.stats.evaluations,
             tried=tried, next_step=next_step, note="; ".join([self.note, *self.verifier.notes] if self.note
                                                              else self.verifier.notes),
-            witness_label=label, raised=raised)
+            witness_label=label, raised=raised, threshold=self.options.threshold)
 
     def add_note(self, text: str) -> None:
         self.note = f"{self.note}; {text}" if self.note else text

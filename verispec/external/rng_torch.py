@@ -530,24 +530,29 @@ def _filled_in_parts(base) -> bool:
     if base._base is not None or base.device.type != "cpu" or not base.untyped_storage().resizable():
         return False
     count = getattr(torch._C, "_storage_Use_Count", None)
-    if count is None or not _own_storage(torch.empty(1)):  # sets the baseline count
+    if count is None:
         return False
-    return count(base.untyped_storage()._cdata) <= _BASELINE_USES + 1
+    return count(base.untyped_storage()._cdata) <= _baseline_uses(count) + 1
 
 
 def _own_storage(tensor) -> bool:
     """Whether no other tensor shares ``tensor``'s storage, and torch allocated it (so reading its values goes
     through torch and this tensor alone; see "Shared memory" in ``docs/guides/check_external.md``'s glossary)."""
-    global _BASELINE_USES
-
     if tensor._base is not None or not tensor.untyped_storage().resizable():  # a view, or memory torch did not
         return False  # allocate (torch.from_numpy, DLPack), which may be read without torch
     count = getattr(torch._C, "_storage_Use_Count", None)
     if count is None:
         return False
-    if _BASELINE_USES is None:  # a fresh tensor's count (references held while counting)
+    storage = tensor.untyped_storage()
+    return count(storage._cdata) <= _baseline_uses(count)
+
+
+def _baseline_uses(count) -> int:
+    """A fresh tensor's storage use count (references held while counting), measured once."""
+    global _BASELINE_USES
+
+    if _BASELINE_USES is None:
         fresh = torch.empty(1)
         fresh_storage = fresh.untyped_storage()
         _BASELINE_USES = count(fresh_storage._cdata)
-    storage = tensor.untyped_storage()
-    return count(storage._cdata) <= _BASELINE_USES
+    return _BASELINE_USES

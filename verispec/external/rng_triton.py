@@ -352,7 +352,8 @@ def install(capture) -> None:
         if not memory or capture.tape is None:
             return loaded
         where = np.asarray(ptrs.data).astype(np.int64, copy=False)
-        live = np.broadcast_to(np.asarray(mask.data, dtype=bool), where.shape)
+        low, high = min(memory), max(memory)  # one range test before any per-element look-up
+        live = np.broadcast_to(np.asarray(mask.data, dtype=bool), where.shape) & (where >= low) & (where <= high)
         elements = np.empty(where.shape, dtype=object)
         hit = False
         for index in zip(*np.nonzero(live)):
