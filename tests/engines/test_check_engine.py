@@ -141,6 +141,11 @@ def test_greedy_checker_refuses_too_many_draft_lists():
         greedy_check(_greedy_reference, "chain:8", PROBLEM)
 
 
+def test_greedy_checker_refuses_output_of_the_wrong_shape():
+    with pytest.raises(VerispecError, match=r"must return integers of shape \[9, 3\]"):
+        greedy_check(lambda lists, logits: np.zeros((9, 1), dtype=np.int64), "chain:2", PROBLEM)
+
+
 def test_greedy_checker_sees_context():
     """On a context-dependent problem a function reading the wrong row is caught."""
     from verispec.simulator import TabularProblem

@@ -38,6 +38,10 @@ def greedy_check(function, tree: str, problem) -> dict:
                 for position in range(depth + 1)]
         logits.append(np.stack(rows))
     output = np.asarray(function(lists, logits))
+    if (output.ndim != 2 or output.shape[0] != len(lists) or output.shape[1] < depth + 1
+            or output.dtype.kind not in "iu"):
+        raise VerispecError(f"the greedy batch returned {output.dtype} of shape {list(output.shape)}: it must return "
+                            f"integers of shape [{len(lists)}, {depth + 1}] (each request's tokens, padded with -1)")
     for index, drafts in enumerate(lists):
         expected = []
         for position in range(depth + 1):
