@@ -5,7 +5,7 @@ Read from the source (every ``import`` statement, lazy ones inside functions inc
 * every module belongs to one layer, and imports only from its own layer or the layers below it
   (``LAYERS``, the same order ``docs/guides/layout.md`` states, which a test here reads back):
       ground floor  <  simulator  <  lp_analysis  <  verifiers  <  bounds  <  models
-      <  api, hunt, external, study  <  selector, report, testing, policy, engines  <  cli;
+      <  api, hunt, external, study  <  selector, report, testing, strategies, policy, engines, pytest_plugin  <  cli;
   the simulator (problems, draft trees, drafters, the verifier contract, the exact engine) never imports a
   concrete verifier, the couplings never import the verifiers built on them, and the verifiers never import the
   bounds that judge them;
@@ -42,7 +42,7 @@ LAYER_NAMES = [
     ["bounds"],
     ["models"],
     ["api", "hunt", "external", "keyed", "study"],
-    ["selector", "report", "testing", "policy", "engines"],
+    ["selector", "report", "testing", "strategies", "policy", "engines", "pytest_plugin"],
     ["cli", "__main__", ""],
 ]
 LAYERS = [{f"verispec.{name}" if name else "verispec" for name in layer} for layer in LAYER_NAMES]

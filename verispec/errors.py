@@ -65,6 +65,12 @@ class OutputError(VerispecError, OSError):
     Also an ``OSError``, so code that caught the file system's own error still catches it."""
 
 
+class MissingExtraError(VerispecError, ImportError):
+    """An optional dependency that a path needs is not installed; the message names the extra that installs it
+    (``pip install 'verispec[lp]'``). Also an ``ImportError``, so code that caught the import's own error still
+    catches it."""
+
+
 class ModelError(VerispecError):
     """A language model cannot be loaded (offline), or a (target, draft) pair does not fit together."""
 

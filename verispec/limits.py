@@ -92,3 +92,7 @@ MAX_LP_VARIABLES = 2**31 - 1
 #: (``verispec.verifiers.psbv``). Size checks count float operations; rationals cost 20 to over 2,000 times more
 #: and grow as they run.
 MAX_RATIONAL_SECONDS = 300.0
+
+#: Default seconds each check of 'check-engine' may take (exact mode on vLLM's V1 step at V = 3 takes about 80 s on 2
+#: cores; ``verispec.engines.check``, and the pytest plugin's engine checks).
+DEFAULT_CHECK_BUDGET = 600.0

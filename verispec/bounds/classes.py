@@ -36,7 +36,8 @@ The classes and programs defined here over those variables:
 
 Bad input: a class function that raises or returns something other than cvxpy constraints, a program the solver
 reports infeasible (the class is empty at this problem), unbounded or inaccurate, a solver that is not installed:
-one-line ``VerispecError``s. The LP's size is estimated (``estimate_lp_size``) before anything is built.
+one-line ``VerispecError``s; cvxpy itself missing: ``MissingExtraError`` naming the ``lp`` extra. The LP's size is
+estimated (``estimate_lp_size``) before anything is built.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from verispec.bounds.multistep import (
 )
 from verispec.errors import SolverError, VerispecError
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, checked_solution
+from verispec.lp_analysis.solve import require_cvxpy as _require_cvxpy
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.problems import Problem, target_law
 from verispec.simulator.selection import greedy_path
@@ -94,12 +96,9 @@ ClassConstraints = Callable[["LPVariables"], Iterable]
 
 
 def require_cvxpy():
-    """The cvxpy module, imported on first use rather than with this module; SolverError when it is missing."""
-    try:
-        import cvxpy
-    except ImportError:  # a declared dependency, but an environment may lack it
-        raise SolverError("cvxpy is not installed; pip install cvxpy (a dependency of verispec)") from None
-    return cvxpy
+    """The cvxpy module, imported on first use rather than with this module; ``MissingExtraError`` naming the ``lp``
+    extra when it is missing (``verispec.lp_analysis.solve.require_cvxpy``)."""
+    return _require_cvxpy("verifier classes in cvxpy (bound --restriction FILE.py:NAME, verispec.bounds.classes)")
 
 
 @dataclass(eq=False)

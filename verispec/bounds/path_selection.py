@@ -83,7 +83,7 @@ from verispec import budget
 from verispec.bounds.multistep import build_multistep_lp, optimal_block_efficiency
 from verispec.errors import ProblemTooLargeError, VerispecError
 from verispec.lp_analysis.single_position import iid_ot_optimum
-from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, solve_lp
+from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, require_cvxpy, solve_lp
 from verispec.simulator.drafters import DelayedDrafter, Drafter
 from verispec.simulator.problems import Problem, draft_law, target_law
 
@@ -386,9 +386,9 @@ def drafted_node_cvxpy(problems: list[Problem], drafter: Drafter, *, tied: bool 
     the problems' own optima."""
     if len(problems) < 2:
         raise VerispecError("the drafted-node program compares at least two problems")
-    from verispec.bounds.classes import require_cvxpy, solve_program
+    cp = require_cvxpy("the drafted-node program in cvxpy (drafted_node_cvxpy)")
+    from verispec.bounds.classes import solve_program
 
-    cp = require_cvxpy()
     lps = [build_multistep_lp(problem, drafter, limit=limit) for problem in problems]
     offsets = np.cumsum([0] + [lp.num_columns for lp in lps])
     x = cp.Variable(int(offsets[-1]), nonneg=True, name="x")  # [z_1, F_1, z_2, F_2, ...]

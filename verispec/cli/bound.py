@@ -79,9 +79,12 @@ def _bound(args) -> int:
 
 
 def _bound_user_class(args, problem, drafter, limit: int) -> int:
-    """``bound --restriction FILE.py:NAME``: the user's class through cvxpy (verispec.bounds.classes)."""
-    from verispec.bounds.classes import optimize_class
+    """``bound --restriction FILE.py:NAME``: the user's class through cvxpy (verispec.bounds.classes); without the
+    ``lp`` extra, refused in one line before the class is loaded."""
+    from verispec.bounds.classes import optimize_class, require_cvxpy
     from verispec.user_code import load_attribute
+
+    require_cvxpy()
 
     if args.certify:
         raise VerispecError("--certify proves the built-in LPs (every valid verifier, selected-path); a class "

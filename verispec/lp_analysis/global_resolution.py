@@ -278,8 +278,10 @@ def draw_pairs(positions: np.ndarray, size: int) -> np.ndarray:
 def solve_luce_cvxpy(counts: np.ndarray, probability: np.ndarray, target: np.ndarray, reject: float,
                      upper: float = WEIGHT_BOUND, lower: float = LOWEST_EXPONENT) -> np.ndarray:
     """The same program in cvxpy (a sum of log-sum-exp atoms over a_j + log c_j, solved through the exponential
-    cone): the tests' second solver, with the bounds of ``solve_luce``."""
-    import cvxpy as cp
+    cone): the tests' second solver, with the bounds of ``solve_luce``. Needs the ``lp`` extra (cvxpy)."""
+    from verispec.lp_analysis.solve import require_cvxpy
+
+    cp = require_cvxpy("Global Resolution's program in cvxpy (solve_luce_cvxpy)")
 
     size = counts.shape[1]
     exponents = cp.Variable(size)

@@ -12,6 +12,9 @@ has checked:
 4. every constraint (the marginals) is re-checked on the cleaned solution to ``MARGINAL_TOLERANCE``;
    a violation is a ``SolverError``.
 
+Programs stated in cvxpy (verifier classes, the drafted-node program, Global Resolution's second solver) need the
+``lp`` extra; ``require_cvxpy`` is the one import of it, refused in one line naming the extra where it is missing.
+
 Size is checked before anything is built: ``check_size`` raises ``ProblemTooLargeError`` giving the
 estimated variable count and the limit. Under a time budget (``verispec.budget``) HiGHS gets the time left as
 its ``time_limit`` (a C solver is out of reach of the budget's timer), and a solve that ends past the deadline
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from verispec import budget
-from verispec.errors import ProblemTooLargeError, SolverError
+from verispec.errors import MissingExtraError, ProblemTooLargeError, SolverError
 
 if TYPE_CHECKING:  # scipy is imported when an LP is solved
     from scipy import sparse
@@ -54,6 +57,24 @@ SOLVER_ATTEMPTS = (
     {},
     {"presolve": False},
 )
+
+
+#: The extra that installs cvxpy (``pip install 'verispec[lp]'``).
+LP_EXTRA = "lp"
+
+
+def require_cvxpy(what: str):
+    """The cvxpy module, imported on first use; where it is not installed (or fails to import), ``MissingExtraError``
+    in one line naming the extra that installs it and ``what`` needs it."""
+    try:
+        import cvxpy
+    except ImportError as error:
+        if getattr(error, "name", None) == "cvxpy":
+            found = "cvxpy is not installed"
+        else:  # installed, but one of its own imports fails
+            found = f"cvxpy fails to import ({type(error).__name__}: {' '.join(str(error).split())})"
+        raise MissingExtraError(f"{found}: pip install 'verispec[{LP_EXTRA}]' for {what}") from None
+    return cvxpy
 
 
 @dataclass(frozen=True)

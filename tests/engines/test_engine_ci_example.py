@@ -1,0 +1,23 @@
+"""vLLM's rejection sampler, checked exactly by verispec in vLLM's own test suite (docs/guides/engine_ci.md).
+
+The installed release's shipped sampler runs unmodified on the CPU, under Triton's interpreter, in a process of its
+own; a test fails unless the check gets the verdict a correct release gets, with the witness in its message.
+"""
+
+import importlib.util
+
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vLLM is not installed: pip install --no-deps -r verispec/engines/requirements/vllm.txt",
+                allow_module_level=True)
+
+
+def test_greedy_requests_emit_the_target_argmax(verispec_check):
+    # every draft list of chain:1 at V = 3 in one all-greedy batch, each request held to the target's argmax
+    verispec_check.engine("vllm", checks=["v1-greedy"])
+
+
+def test_seeded_requests_keep_the_target_law(verispec_check):
+    # the exact law of a seeded request's whole step (one draft, V = 2) within vLLM's float32 threshold, 1e-6
+    verispec_check.engine("vllm", checks=["v1-seeded"], target=[0.6, 0.4], draft=[0.3, 0.7])

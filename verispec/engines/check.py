@@ -1,0 +1,247 @@
+"""An engine's checks run as a library call: what ``verispec check-engine NAME`` runs, and what the pytest plugin's
+``verispec_check.engine(NAME)`` runs (``verispec.pytest_plugin``), with the same rows and the same exit status.
+
+``run_engine_checks`` selects the adapter's checks (``select_checks``), runs each through ``check_external`` (the
+engine's code under check-external's capture) or, for greedy decoding, against the target's argmax on every draft
+list (``verispec.engines.greedy``), and returns the command's JSON object: ``engine``, ``release``, ``source``,
+``exit_status`` and one row a check. The exit status is the worst finding: 1 a check LOSSY that should hold the law,
+4 one that raised, 2 one whose kernel the interpreter cannot run, 3 one inconclusive, 0 every check as a correct
+release gets it (a LOSSY that the engine documents counts as expected and is listed with its TV).
+
+Importing the adapter's step functions imports the engine and switches Triton's interpreter on for the process
+(``verispec.engines.vllm_v1``): run these checks in a process of their own (the command's supervised worker, the
+plugin's child process), never in a process that goes on to use the engine on a device.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+from verispec.errors import VerispecError
+from verispec.limits import DEFAULT_CHECK_BUDGET
+from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
+
+__all__ = ["CHILD_STARTUP_SECONDS", "DEFAULT_CHECK_BUDGET", "INTERPRETER_ERROR", "MODES", "check_options",
+           "exit_status", "row_line", "run_check", "run_engine_checks", "run_engine_checks_in_child", "select_checks"]
+#: The exception Triton's interpreter raises for a kernel it cannot run.
+INTERPRETER_ERROR = "InterpreterError"
+#: Check-external's modes an engine check takes.
+MODES = ("auto", "exact", "blackbox")
+
+
+def select_checks(engine: str, names: str | Sequence[str] | None = None):
+    """(the adapter module of ``engine``, its checks named by ``names``: comma-separated text or a list; None: all,
+    in the adapter's order); EngineError or VerispecError on one line naming the checks known."""
+    from verispec.engines import adapter
+
+    module = adapter(engine)
+    checks = module.checks()
+    if names is None:
+        return module, checks
+    if isinstance(names, str):
+        shown, parts = names, names.split(",")
+    else:
+        parts = list(names)
+        if not all(isinstance(name, str) for name in parts):
+            raise VerispecError(f"checks of {engine} are named by strings, got {parts!r}: choose from "
+                                f"{', '.join(sorted(check.name for check in checks))}")
+        shown = ",".join(parts)
+    wanted = [name.strip() for name in parts if name.strip()]
+    known = {check.name for check in checks}
+    unknown = [name for name in wanted if name not in known]
+    if unknown or not wanted:
+        raise VerispecError(f"unknown check {', '.join(unknown) or repr(shown)} of {engine}: choose "
+                            f"from {', '.join(sorted(known))}")
+    return module, [check for check in checks if check.name in wanted]
+
+
+def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *, tree: str | None = None,
+                      problem=None, mode: str = "exact", detect_tv: float = 0.01, alpha: float = 1e-6,
+                      time_budget: float = DEFAULT_CHECK_BUDGET, source: str | None = None,
+                      any_release: bool = False) -> dict:
+    """Run ``engine``'s checks (``checks`` as for ``select_checks``) on the installed release and return
+    ``verispec check-engine``'s JSON object (before ``plain_json``): ``engine``, ``release``, ``source``,
+    ``exit_status`` and ``checks``, one row a check.
+
+    ``tree``: the draft tree of every check (default each check's, ``chain:1``); ``problem``: a ``Problem`` for every
+    check (default each check's own context-free one); ``mode``, ``detect_tv``, ``alpha``: as for check-external;
+    ``time_budget``: seconds each check may take; ``source``: a file loaded in place of the engine's sampler module
+    (a mutant of the shipped file; the installed files are not changed); ``any_release``: check a release outside
+    the adapter's list (its entry points are still verified where a check loads them). Refused in one line (EngineError,
+    VerispecError) before any check runs: an engine or check that is not known, an engine not installed or of a
+    release the adapter does not know, a ``source`` that is not a file, an option out of range."""
+    check_options(mode=mode, detect_tv=detect_tv, alpha=alpha, time_budget=time_budget)
+    module, selected = select_checks(engine, checks)
+    release = module.check_release(any_release=any_release)
+    if source is not None and not os.path.isfile(source):
+        raise VerispecError(f"source {source!r} is not a file: give the path of a copy of "
+                            f"{module.SAMPLER_MODULE.replace('.', '/')}.py")
+    before = os.environ.get(module.SOURCE_VARIABLE)
+    if source is not None:
+        os.environ[module.SOURCE_VARIABLE] = os.path.abspath(source)
+    try:
+        rows = [run_check(module, check, engine=engine, tree=tree, problem=problem, mode=mode, detect_tv=detect_tv,
+                          alpha=alpha, time_budget=time_budget) for check in selected]
+    finally:
+        if before is None:
+            os.environ.pop(module.SOURCE_VARIABLE, None)
+        else:
+            os.environ[module.SOURCE_VARIABLE] = before
+    return {"engine": engine, "release": release, "source": source, "exit_status": exit_status(rows),
+            "checks": rows}
+
+
+def check_options(*, mode: str = "exact", detect_tv: float = 0.01, alpha: float = 1e-6,
+                  time_budget: float = DEFAULT_CHECK_BUDGET, **_) -> None:
+    """VerispecError in one line unless ``mode`` is one of ``MODES`` and the numbers are positive and finite (the
+    command's own parser refuses the same; check-external checks the rest of their ranges)."""
+    if mode not in MODES:
+        raise VerispecError(f"unknown mode {mode!r} of an engine check: choose one of {', '.join(MODES)}")
+    for name, value in (("detect_tv", detect_tv), ("alpha", alpha), ("time_budget", time_budget)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise VerispecError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def run_check(module, check, *, engine: str, tree: str | None, problem, mode: str, detect_tv: float, alpha: float,
+              time_budget: float) -> dict:
+    """One check's row: what was checked (entry, function, layout, tree, sampling, problem, expected verdict,
+    threshold), the verdict and its evidence (TV, discrepancies, the greedy check's witness, what raised), the
+    seconds it took and whether the verdict is the one a correct release gets."""
+    from verispec.engines.greedy import greedy_check
+    from verispec.external.adapter import load_function
+    from verispec.simulator import ContextFreeProblem
+
+    tree = tree or check.tree
+    start = time.monotonic()
+    if problem is None:
+        problem = ContextFreeProblem(list(check.target), list(check.draft))
+    row = {"check": check.name, "entry": check.entry, "description": check.description, "function": check.function,
+           "layout": check.layout, "tree": tree, "sampling": "greedy" if check.exhaustive else check.sampling,
+           "target": [float(x) for x in problem.target(())], "draft": [float(x) for x in problem.draft(())],
+           "expected": check.expect, "why": check.why or None, "threshold": module.THRESHOLD}
+    function = load_function(check.function)
+    if check.exhaustive:
+        row.update(greedy_check(function, tree, problem))
+    else:
+        from verispec.external.check import check_external
+
+        report = check_external(function, check.layout, tree, problem=problem, mode=mode,
+                                name=f"{engine}:{check.name}", detect_tv=detect_tv, alpha=alpha,
+                                time_budget=time_budget, sampling=check.sampling, rng="capture",
+                                threshold=module.THRESHOLD)
+        found = report.to_json()
+        row.update(verdict=report.verdict.word, mode=report.mode, tv_distance=report.tv_distance,
+                   tv_estimate=report.tv_estimate, power=found.get("power"), discrepancies=report.discrepancies,
+                   evaluations=report.evaluations, note=report.note, raised=report.raised)
+        if report.verdict is Verdict.RAISES and (report.raised or {}).get("exception") == INTERPRETER_ERROR:
+            row["verdict"] = "UNRUNNABLE"
+            row["note"] = (f"Triton's interpreter cannot run a kernel on this route "
+                           f"({(report.raised or {}).get('message', '')}); nothing was checked")
+    row["seconds"] = round(time.monotonic() - start, 3)
+    row["as_expected"] = row["verdict"] == check.expect.upper() or (check.expect == "lossy"
+                                                                    and row["verdict"] == "LOSSLESS")
+    return row
+
+
+def exit_status(rows) -> int:
+    """The worst finding of the rows (see the module docstring)."""
+    verdicts = [(row["verdict"], row["as_expected"]) for row in rows]
+    if any(verdict == "LOSSY" and not expected for verdict, expected in verdicts):
+        return Verdict.LOSSY.exit_status
+    if any(verdict == "RAISES" for verdict, _ in verdicts):
+        return Verdict.RAISES.exit_status
+    if any(verdict == "UNRUNNABLE" for verdict, _ in verdicts):
+        return EXIT_BAD_INPUT
+    if any(verdict == "INCONCLUSIVE" for verdict, _ in verdicts):
+        return EXIT_INCONCLUSIVE
+    return 0
+
+
+def row_line(row: dict) -> str:
+    """One check's line of the command's text output (a second line for a documented loss or a note)."""
+    verdict = row["verdict"] + ("" if row["as_expected"] else f" (expected {row['expected'].upper()})")
+    if row.get("tv_distance") is not None:
+        measure = f"exact TV {row['tv_distance']:.3g} (lossy above {row['threshold']:g})"
+    elif row.get("tv_estimate") is not None:
+        power = row.get("power") or {}
+        measure = f"TV estimate {row['tv_estimate']:.3g}; {power.get('statement', '')}"
+    else:
+        measure = ""
+    text = f"  {row['check']:16} {verdict:12} {row.get('mode', '')}, {row['tree']}, {row['sampling']}: {measure}"
+    text += f" ({row['seconds']:.1f} s)"
+    if row.get("why") and row["verdict"] == "LOSSY":
+        text += f"\n      documented: {row['why']}"
+    if row["verdict"] not in ("LOSSLESS",) and row.get("note"):
+        text += f"\n      {row['note']}"
+    return text
+
+
+#: Seconds a child process running engine checks gets beyond its checks' budgets (starting Python, importing the
+#: engine and torch, the first call of every route).
+CHILD_STARTUP_SECONDS = 120.0
+
+
+def run_engine_checks_in_child(engine: str, checks: str | Sequence[str] | None = None, **options) -> dict:
+    """``run_engine_checks`` in a fresh process of its own (``multiprocessing``'s spawn), so that the engine's import
+    and the interpreter switch (``TRITON_INTERPRET``, no CUDA device) never reach the calling process: the pytest
+    plugin's route. The same result; the child's typed errors are raised here again, with the same class and line.
+    A child that runs past its checks' budgets plus ``CHILD_STARTUP_SECONDS`` is ended (``AnalysisTimeoutError``);
+    one that dies without answering is an ``EngineError`` naming its exit code."""
+    import multiprocessing
+
+    from verispec.engines import EngineError
+    from verispec.errors import AnalysisTimeoutError
+
+    check_options(**options)  # refused here, at once, without starting a process
+    _, selected = select_checks(engine, checks)
+    budget = float(options.get("time_budget", DEFAULT_CHECK_BUDGET))
+    limit = len(selected) * budget * 1.25 + CHILD_STARTUP_SECONDS
+    context = multiprocessing.get_context("spawn")
+    reader, writer = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(writer, engine, [check.name for check in selected], options),
+                            name=f"verispec-engine-{engine}", daemon=True)
+    child.start()
+    writer.close()
+    try:
+        if not reader.poll(limit):
+            raise AnalysisTimeoutError(f"{engine}'s checks ran past {limit:g} s ({len(selected)} checks of "
+                                       f"time_budget {budget:g} s, and {CHILD_STARTUP_SECONDS:g} s to start): "
+                                       "INCONCLUSIVE; raise time_budget")
+        try:
+            answer = reader.recv()
+        except EOFError:
+            child.join(10)
+            raise EngineError(f"the process running {engine}'s checks ended (exit code {child.exitcode}) without "
+                              "answering: the engine's code crashed it") from None
+    finally:
+        reader.close()
+        if child.is_alive():
+            child.kill()
+        child.join(10)
+    kind, payload = answer
+    if kind == "result":
+        return payload
+    error_class, message = payload
+    try:
+        error = error_class(message)
+    except TypeError:  # a typed error whose constructor takes more: its class's base, with the same line
+        error = VerispecError(message)
+    raise error
+
+
+def _child(writer, engine: str, names: list[str], options: dict) -> None:
+    """The spawned process's side: one answer, ("result", the dict) or ("error", (a VerispecError class, its
+    message)); any other exception is a bug and is sent as a RuntimeError with its traceback."""
+    import traceback
+
+    try:
+        answer = ("result", run_engine_checks(engine, names, **options))
+    except VerispecError as error:
+        answer = ("error", (type(error), str(error)))
+    except Exception:
+        answer = ("error", (RuntimeError, f"verispec's engine check failed inside its process:\n"
+                                          f"{traceback.format_exc()}"))
+    writer.send(answer)
+    writer.close()
