@@ -48,8 +48,10 @@ def test_unknown_engine_is_refused_on_one_line():
 
 
 def test_unsupported_release_names_the_supported_range():
-    with pytest.raises(EngineError, match=r"vLLM 0\.20\.0 is not a release .* knows 0\.33\.0"):
-        vllm_adapter.check_release("0.20.0")
+    with pytest.raises(EngineError, match=r"vLLM 0\.19\.1 is not a release .* knows 0\.20\.0 to 0\.33\.0"):
+        vllm_adapter.check_release("0.19.1")
+    assert vllm_adapter.check_release("0.19.1", any_release=True) == "0.19.1"
+    assert vllm_adapter.check_release("0.20.0") == "0.20.0"
     assert vllm_adapter.check_release("0.33.0") == "0.33.0"
 
 
@@ -72,17 +74,20 @@ def test_unknown_check_is_refused():
         check_engine.checks_to_run(Args)
 
 
-def test_every_check_names_a_function_of_the_adapter_module():
-    """The adapter's checks point into verispec.engines.vllm_v1 by name (read without importing vLLM)."""
+def test_every_check_names_a_function_of_the_adapter_modules():
+    """The adapter's checks point into verispec.engines.vllm_v1 or vllm_v2 by name (read without importing vLLM)."""
     import ast
 
-    tree = ast.parse((ROOT / "verispec" / "engines" / "vllm_v1.py").read_text())
-    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    defined |= {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
-                if isinstance(target, ast.Name)}
+    defined = {}
+    for stem in ("vllm_v1", "vllm_v2"):
+        tree = ast.parse((ROOT / "verispec" / "engines" / f"{stem}.py").read_text())
+        names = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        names |= {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
+                  if isinstance(target, ast.Name)}
+        defined[f"verispec.engines.{stem}"] = names
     for check in adapter("vllm").checks():
         module, name = check.function.split(":")
-        assert module == "verispec.engines.vllm_v1" and name in defined, check.function
+        assert name in defined.get(module, ()), check.function
         assert check.expect in ("lossless", "lossy") and (check.expect == "lossless" or check.why)
 
 

@@ -34,7 +34,8 @@ BLOCK = 8  # larger than V: the masked entries of the block must never win
 
 
 @triton.jit
-def _race_kernel(out_ptr, weights_ptr, inv_q_ptr, vocab, BLOCK_SIZE: tl.constexpr, ADDITIVE: tl.constexpr):
+def _race_kernel(out_ptr, weights_ptr, inv_q_ptr, vocab, BLOCK_SIZE: tl.constexpr, ADDITIVE: tl.constexpr,
+                 ZERO_MASKED: tl.constexpr = False):
     row = tl.program_id(0)
     offsets = tl.arange(0, BLOCK_SIZE)
     mask = offsets < vocab
@@ -42,21 +43,23 @@ def _race_kernel(out_ptr, weights_ptr, inv_q_ptr, vocab, BLOCK_SIZE: tl.constexp
     inv_q = tl.load(inv_q_ptr + row * vocab + offsets, mask=mask, other=0.0)
     if ADDITIVE:  # the broken twin: not a race, the noise used continuously
         score = tl.where(mask, weights + inv_q, float("-inf"))
+    elif ZERO_MASKED:  # the block's tail left at 0 * 0, as vLLM's recovery kernel before 0.21 leaves it
+        score = weights * inv_q
     else:
         score = tl.where(mask, weights * inv_q, float("-inf"))
     best, index = tl.max(score, axis=0, return_indices=True)
     tl.store(out_ptr + row, index)
 
 
-def _race(weights, inv_q, additive=False):
+def _race(weights, inv_q, additive=False, zero_masked=False):
     """argmax over each row of weights [B, V] * inv_q [B, V] (1 / exponential noise), in a Triton kernel -> [B]."""
     out = torch.empty(weights.shape[0], dtype=torch.int32)
     _race_kernel[(weights.shape[0],)](out, weights.contiguous(), inv_q, weights.shape[1], BLOCK_SIZE=BLOCK,
-                                      ADDITIVE=additive)
+                                      ADDITIVE=additive, ZERO_MASKED=zero_masked)
     return out.to(torch.int64)
 
 
-def _verify(draft_tokens, draft_probs, target_probs, *, additive=False, shared_noise=False):
+def _verify(draft_tokens, draft_probs, target_probs, *, additive=False, shared_noise=False, zero_masked=False):
     """Token-level verification of one draft (chain:1): draft_tokens [B, 1], draft_probs [B, 1, V],
     target_probs [B, 2, V] -> [B, 2]. ``shared_noise``: the bonus race reads the recovery's noise row (vLLM's V1 races
     one row per request at every position; only one of the two is emitted on any path)."""
@@ -66,9 +69,9 @@ def _verify(draft_tokens, draft_probs, target_probs, *, additive=False, shared_n
     p, q = target_probs[:, 0], draft_probs[:, 0]
     accept = torch.rand(batch, dtype=torch.float64) * q[rows, x] < p[rows, x]
     recovery = torch.empty_like(p).exponential_().reciprocal()  # inv_q, computed once per row as vLLM does
-    recovered = _race(torch.clamp(p - q, min=0), recovery, additive)
+    recovered = _race(torch.clamp(p - q, min=0), recovery, additive, zero_masked)
     bonus_inverse = recovery if shared_noise else torch.empty_like(p).exponential_().reciprocal()
-    bonus = _race(target_probs[:, 1].contiguous(), bonus_inverse, additive)
+    bonus = _race(target_probs[:, 1].contiguous(), bonus_inverse, additive, zero_masked)
     first = torch.where(accept, x, recovered)
     second = torch.where(accept, bonus, torch.full_like(bonus, -1))
     return torch.stack([first, second], dim=1)
@@ -80,6 +83,10 @@ def verify(draft_tokens, draft_probs, target_probs):
 
 def verify_additive(draft_tokens, draft_probs, target_probs):
     return _verify(draft_tokens, draft_probs, target_probs, additive=True)
+
+
+def verify_zero_masked(draft_tokens, draft_probs, target_probs):
+    return _verify(draft_tokens, draft_probs, target_probs, zero_masked=True)
 
 
 def verify_shared_noise(draft_tokens, draft_probs, target_probs):
@@ -145,6 +152,15 @@ def test_race_in_a_kernel_is_read_exactly():
     assert np.allclose(first, p, atol=1e-15)
     # E[tau+1] of token-level verification on one draft: 1 + P(accept) = 1 + sum min(p, q)
     assert abs(report.block_efficiency - (1 + np.minimum(p, q).sum())) < 1e-12
+
+
+def test_a_race_whose_block_tail_is_masked_to_zero_is_read_exactly():
+    """The masked lanes score 0 * 0 instead of -inf (vLLM's recovery kernel before 0.21): with any positive weight
+    they never win, so the race is the same and its law the target's, at V = 2 (p = (0.6, 0.4), q = (0.3, 0.7)),
+    where one of the residual's two weights is 0 too."""
+    report = check_external(verify_zero_masked, "chain", "chain:1", problem=ContextFreeProblem([0.6, 0.4], [0.3, 0.7]),
+                            mode="exact", arrays="torch", rng="capture", per_row=True, time_budget=120)
+    assert report.verdict is Verdict.LOSSLESS and report.mode == "exact" and report.tv_distance < 1e-12
 
 
 def test_noise_used_continuously_in_a_kernel_is_refused_not_integrated():

@@ -30,8 +30,10 @@ from __future__ import annotations
 from verispec.engines import Check, EngineError
 
 PACKAGE = "vllm"
-#: Releases whose entry points this adapter has read and checked.
-SUPPORTED = ("0.33.0",)
+#: Releases whose entry points this adapter has read and checked (``experiments/engine_releases.py`` checks each):
+#: every release the registry lists from 0.20.0 to 0.33.0. The V2 runner's checks need 0.22.0 or later.
+SUPPORTED = ("0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+             "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 #: The exact TV above which a check is LOSSY. vLLM verifies in float32 (target and draft probabilities, their
 #: ratio, softmax), so a correct release's law sits within float32 rounding of the target, not float64's: at
 #: V = 3, p = (0.5, 0.3, 0.2), q = (0.2, 0.2, 0.6) its exact TV is 1.3e-8 (the float64 threshold of 1e-9 would
@@ -42,6 +44,7 @@ THRESHOLD = 1e-6
 SAMPLER_MODULE = "vllm.v1.sample.rejection_sampler"
 SOURCE_VARIABLE = "VERISPEC_ENGINE_SOURCE"
 _V1 = "verispec.engines.vllm_v1"
+_V2 = "verispec.engines.vllm_v2"
 
 #: The requests' sampling settings the adapter can hand vLLM (``--sampling``), off values as in the step layouts.
 _VOCAB_FOR_TOP_K_OFF = 0
@@ -60,13 +63,14 @@ def release() -> str:
 
 
 def supported_range() -> str:
-    return ", ".join(SUPPORTED)
+    return f"{SUPPORTED[0]} to {SUPPORTED[-1]}"
 
 
-def check_release(found: str | None = None) -> str:
-    """The installed release when the adapter knows it; EngineError naming the supported releases otherwise."""
+def check_release(found: str | None = None, *, any_release: bool = False) -> str:
+    """The installed release when the adapter knows it (or ``any_release``: whatever it is, its entry points still
+    verified where the checks load them); EngineError naming the supported releases otherwise."""
     found = found or release()
-    if found not in SUPPORTED:
+    if found not in SUPPORTED and not any_release:
         raise EngineError(f"vLLM {found} is not a release verispec's adapter knows (it knows {supported_range()}): "
                           "its entry points may have moved; install a supported release")
     return found
@@ -77,6 +81,9 @@ def checks() -> list[Check]:
     v1 = "V1 RejectionSampler.forward"
     min_p_why = ("vLLM loads no min-p processor when speculative decoding is on and warns 'min_p and logit_bias "
                  "parameters won't work with speculative decoding' (vllm/v1/sample/logits_processor/__init__.py)")
+    v2 = "V2 gumbel_sample + rejection_sample"
+    v2_why = ("vLLM #47386: the draft's Gumbel noise and the resample's share the key (seed, position), so the "
+              "resample races the noise that chose the rejected draft; #54282 salts the draft's positions (0.29)")
     return [
         Check("v1-seeded", v1, f"{_V1}:v1_single_seeded",
               "probabilistic drafts with draft probs, the request seeded (its own torch.Generator)", layout="step"),
@@ -96,4 +103,10 @@ def checks() -> list[Check]:
               sampling="temperature=1,min_p=0.5", expect="lossy", why=min_p_why),
         Check("v1-greedy", v1, f"{_V1}:v1_greedy_batch",
               "an all-greedy batch: every draft list of the tree against the target's argmax", exhaustive=True),
+        Check("v2-seeded", v2, f"{_V2}:v2_single",
+              "the V2 runner: a draft by vLLM's Gumbel kernel, verified by its probabilistic rejection_sample "
+              "(release 0.22 on)", layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64),
+              why=v2_why),
+        Check("v2-block", v2, f"{_V2}:v2_block", "v2-seeded with use_block_verification (release 0.25 on)",
+              layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), why=v2_why),
     ]

@@ -49,6 +49,9 @@ def _load_engine():
                           f"{str(error).splitlines()[0] if str(error) else ''}); see "
                           "verispec/engines/requirements/vllm.txt") from None
     _stand_in_for_a_gpu()
+    from verispec.engines.interpreter import reuse_language_patch
+
+    reuse_language_patch()
     for owner, name in ((rejection, "RejectionSampler"), (rejection, "GREEDY_TEMPERATURE"), (sampler, "Sampler"),
                         (metadata, "SamplingMetadata"), (spec_metadata, "SpecDecodeMetadata"),
                         (processors, "LogitsProcessors")):

@@ -32,27 +32,13 @@ import numpy as np
 
 from verispec.errors import VerifierError, VerispecError
 from verispec.external.rng_numpy import CapturedGenerator, numpy_functions, random_functions
-from verispec.external.rng_rules import ACTIVE, Signal, site
+from verispec.external.rng_rules import ACTIVE, CaptureRefusal, KeyRefusal, RowByRowRefusal, Signal, site
 from verispec.limits import KEY_MODES, MAX_KEYS
 
 MODES = ("capture", "forbid")
 # KEY_MODES: how draws from a keyed source are fed (``Capture.keys``): ``keyed``, the same key the same uniforms
 # and different keys independent ones; ``fresh``, every draw fresh uniforms (verispec before keys were read: it
 # misses reuse). MAX_KEYS: the most distinct keys (streams) one call may draw from, by default (``--max-keys``).
-
-
-class CaptureRefusal(VerifierError):
-    """A function's draws cannot be fed from the uniforms (no batch dimension, an uncaptured primitive)."""
-
-
-class RowByRowRefusal(CaptureRefusal):
-    """A batched call's draws cannot be fed row by row (no batch dimension, draws that depend on the batch, rows
-    that read each other); calling the function one row at a time (``per_row``) can."""
-
-
-class KeyRefusal(CaptureRefusal):
-    """A keyed draw verispec cannot feed: a key it cannot read (the time, ``os.urandom``, ``torch.seed()``: it
-    differs between two identical calls), or more keys in one call than the budget allows."""
 
 
 class GlobalRandomnessError(VerifierError):
@@ -127,10 +113,12 @@ class Tape:
         return values, columns.reshape(per_row)
 
     def take_keyed(self, key: tuple, indices: np.ndarray, what: str, name: str,
-                   max_keys: int = MAX_KEYS) -> tuple[np.ndarray, np.ndarray]:
+                   max_keys: int = MAX_KEYS, *, raced_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The uniforms of the elements ``indices`` (any shape) of the stream of ``key``: an element drawn before in
         this call takes the same column (so the same number), a new one the next fresh column. -> (values of
-        ``indices``' shape, their columns). Only in a call of one row: a batch's rows would have keys of their own."""
+        ``indices``' shape, their columns). Only in a call of one row: a batch's rows would have keys of their own.
+        ``raced_ok``: columns a race was read from may be read again (a race inside a Triton kernel on the same key,
+        which ``rng_triton`` reads by the law of its second race, or refuses)."""
         if self.rows != 1:
             raise Signal(RowByRowRefusal(
                 f"external function {name} draws {what} from a keyed source at {site()} in a batched call of "
@@ -158,7 +146,7 @@ class Tape:
                     del self.keyed[(stream, index)]
             raise UniformsExhausted(self.cursor + fresh)
         self.cursor += fresh
-        if np.any(self.raced[columns]):
+        if not raced_ok and np.any(self.raced[columns]):
             from verispec.external.exact import NotPiecewiseConstantError
 
             raise Signal(NotPiecewiseConstantError(
@@ -284,6 +272,12 @@ class Capture:
     _global_keys: dict = field(default_factory=dict)
     #: This call's exponential noise by memory address, for races inside Triton kernels (``rng_triton``).
     noise_memory: dict = field(default_factory=dict)
+    #: This call's races inside Triton kernels over keyed uniforms: their columns -> the race read
+    #: (``rng_triton._keyed_race``; a second race on the same lanes is read given the first's winner).
+    keyed_races: dict = field(default_factory=dict)
+    #: This call's integers ``tl.randint`` fed (``rng_triton_random``: a ``tl.rand`` seeded by one after arithmetic
+    #: on it, its origin lost, is refused).
+    key_origins: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -304,10 +298,10 @@ class Capture:
                 self._feed = rng_torch.FeedMode(self)
                 for owner, attribute, replacement in rng_torch.table(self._feed):
                     self._patch(owner, attribute, replacement)
-                if self.races:
-                    from verispec.external import rng_triton
+                from verispec.external import rng_triton, rng_triton_random
 
-                    rng_triton.install(self)
+                rng_triton_random.install(self)  # Triton's random functions, always
+                rng_triton.install(self)  # its loads, for the race rule
                 if self.torch_full:
                     self.engage()
         except BaseException:
@@ -346,6 +340,8 @@ class Capture:
             ACTIVE.pop()
         self.tracked.clear()
         self.noise_memory.clear()
+        self.keyed_races.clear()
+        self.key_origins.clear()
 
     def _check_states(self) -> None:
         after = _global_states()
@@ -371,6 +367,8 @@ class Capture:
         self.tape = tape
         self.tracked.clear()
         self.noise_memory.clear()
+        self.keyed_races.clear()
+        self.key_origins.clear()
         self._streams.clear()
         self._global_keys.clear()
         if not self.torch_full:
@@ -410,6 +408,15 @@ class Capture:
         if self.keys == "fresh" or not self.handed_seed:
             return self.tape.take(np.shape(indices), what, self.name)
         return self.tape.take_keyed(key, indices, what, self.name, self.max_keys)
+
+    def keyed_lanes(self, key: tuple, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Uniforms of keyed lanes a Triton kernel draws (``tl.rand``, ``rng_triton``): as ``keyed_draw``, but a
+        lane a race was read from may be taken again (the race rule of ``rng_triton`` reads or refuses it)."""
+        what = "triton.language.rand"
+        self._check_draw(what)
+        if self.keys == "fresh" or not self.handed_seed:
+            return self.tape.take(np.shape(offsets), what, self.name)
+        return self.tape.take_keyed(key, offsets, what, self.name, self.max_keys, raced_ok=True)
 
     def _stream(self, what: str, generator):
         """The keyed stream [key, next index] a draw of ``what`` from ``generator`` (None: the global one) reads, or

@@ -16,7 +16,7 @@ import traceback
 
 import numpy as np
 
-from verispec.errors import VerispecError
+from verispec.errors import VerifierError, VerispecError
 from verispec.external.tree_arrays import inverse_cdf
 
 #: The smallest positive float: u = 0 is read as this where log(u) or Phi^-1(u) would be infinite.
@@ -29,8 +29,23 @@ ACTIVE: list = []
 
 #: The files of RNG capture itself, skipped when looking for the user's line of a draw (``site``).
 _CAPTURE_FILES = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-                       for name in ("rng", "rng_rules", "rng_numpy", "rng_torch")) + (
+                       for name in ("rng", "rng_rules", "rng_numpy", "rng_torch", "rng_triton",
+                                     "rng_triton_random")) + (
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "keyed.py"),)
+
+
+class CaptureRefusal(VerifierError):
+    """A function's draws cannot be fed from the uniforms (no batch dimension, an uncaptured primitive)."""
+
+
+class RowByRowRefusal(CaptureRefusal):
+    """A batched call's draws cannot be fed row by row (no batch dimension, draws that depend on the batch, rows
+    that read each other); calling the function one row at a time (``per_row``) can."""
+
+
+class KeyRefusal(CaptureRefusal):
+    """A keyed draw verispec cannot feed: a key it cannot read (the time, ``os.urandom``, ``torch.seed()``: it
+    differs between two identical calls), or more keys in one call than the budget allows."""
 
 
 class Signal(BaseException):

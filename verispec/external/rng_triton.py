@@ -136,8 +136,16 @@ class _Trace:
     noise), ``kind`` ("inverse", "noise", "score" w / E, or "maximum" the race's maximum), ``weights`` (w of a
     score, float64; -inf where the entry was masked to -inf) and the capture."""
 
-    def __init__(self, capture, elements: np.ndarray, kind: str, weights: np.ndarray | None = None):
+    def __init__(self, capture, elements: np.ndarray | None, kind: str, weights: np.ndarray | None = None, *,
+                 key: tuple | None = None, offsets: np.ndarray | None = None):
         self.capture, self.elements, self.kind, self.weights = capture, elements, kind, weights
+        #: Keyed lanes (``tl.rand`` in a block): the key and each lane's offset; their values are placeholders
+        #: until a race reads them (``_keyed_race``), so any other use is refused.
+        self.key, self.offsets = key, offsets
+
+    @property
+    def lazy(self) -> bool:
+        return self.key is not None
 
 
 class _Traced(np.ndarray):
@@ -158,6 +166,10 @@ class _Traced(np.ndarray):
             if name in kwargs:
                 kwargs[name] = tuple(np.asarray(x) if isinstance(x, _Traced) else x for x in kwargs[name])
         result = getattr(ufunc, method)(*plain, **kwargs)
+        if method == "__call__" and len(traces) == 1 and traces[0].lazy and not kwargs.get("out"):
+            followed = _gumbel_step(traces[0], ufunc, inputs, plain, result)
+            if followed is not None:
+                return followed
         if method != "__call__" or len(traces) != 1 or len(inputs) != 2:
             for trace in traces:
                 _impure(trace)
@@ -181,16 +193,23 @@ class _Traced(np.ndarray):
         if func is np.where and len(args) == 3 and len(traces) == 1 and isinstance(args[1], _Traced):
             trace = args[1]._trace
             condition, masked = np.asarray(args[0], dtype=bool), np.asarray(args[2])
-            if trace.kind == "score" and np.all(masked[~np.broadcast_to(condition, masked.shape)] == -np.inf
-                                                if masked.shape else masked == -np.inf):
+            if trace.kind in ("score", "gscore") and np.all(
+                    masked[~np.broadcast_to(condition, masked.shape)] == -np.inf if masked.shape
+                    else masked == -np.inf):
                 result = func(*plain_args, **kwargs)
                 weights = np.where(np.broadcast_to(condition, np.shape(result)), trace.weights, -np.inf)
-                return _traced(result, _Trace(trace.capture, trace.elements, "score", weights))
+                return _traced(result, _Trace(trace.capture, trace.elements, trace.kind, weights, key=trace.key,
+                                              offsets=trace.offsets))
         if func in (np.nanargmax, np.argmax) and len(traces) == 1 and isinstance(args[0], _Traced):
-            drawn = _race(args[0], kwargs.get("axis", args[1] if len(args) > 1 else None),
-                          bool(kwargs.get("keepdims", False)))
+            race = _keyed_race if traces[0].lazy else _race
+            drawn = race(args[0], kwargs.get("axis", args[1] if len(args) > 1 else None),
+                         bool(kwargs.get("keepdims", False)))
             if drawn is not None:
                 return drawn
+        if func in (np.nanmax, np.max, np.amax) and len(traces) == 1 and traces[0].lazy \
+                and traces[0].kind == "gscore" and isinstance(args[0], _Traced):
+            # the race's maximum: its value is not read (a placeholder's); NaN, which no comparison passes
+            return np.full(np.shape(func(*plain_args, **kwargs)), np.nan, dtype=np.asarray(args[0]).dtype)
         if func in (np.nanmax, np.max, np.amax) and len(traces) == 1 and isinstance(args[0], _Traced) \
                 and traces[0].kind == "score":
             result = func(*plain_args, **kwargs)
@@ -209,7 +228,15 @@ def _traced(values, trace: _Trace) -> _Traced:
 
 def _impure(trace: _Trace) -> None:
     """A use the race rule does not read: the noise is a plain continuous input from now on (exact mode's
-    integration sees its uses and refuses them), and a race already read from it is read again."""
+    integration sees its uses and refuses them), and a race already read from it is read again. Keyed lanes
+    (placeholders until a race reads them) refuse any such use."""
+    if trace.lazy:
+        from verispec.external.exact import NotPiecewiseConstantError
+
+        raise rules.Signal(NotPiecewiseConstantError(
+            f"exact mode cannot integrate {trace.capture.name}: the uniforms tl.rand drew in a block of "
+            f"{np.size(trace.offsets)} lanes at {rules.site()} are used otherwise than in a Gumbel-max race "
+            "(argmax of logits - log(-log u)), which verispec reads as one categorical draw: use --mode blackbox"))
     for element in trace.elements.reshape(-1):
         if element is None:
             continue
@@ -241,12 +268,13 @@ def _race(score: _Traced, axis, keepdims: bool):
     elements = np.moveaxis(np.asarray(trace.elements, dtype=object), axis, -1)
     flat_weights = weights.reshape(-1, weights.shape[-1])
     flat_elements = elements.reshape(-1, elements.shape[-1])
+    flat_scores = np.moveaxis(np.asarray(score), axis, -1).reshape(flat_weights.shape)
     tape = capture.tape
     tokens = np.empty(len(flat_weights), dtype=np.int64)
     for row, (row_weights, row_elements) in enumerate(zip(flat_weights, flat_elements)):
-        live = row_weights != -np.inf
-        noise = [element for element, alive in zip(row_elements, live) if alive]
-        if (not noise or any(element is None or element.kind != "inverse" for element in noise)
+        live = _racing_lanes(row_weights, row_elements, flat_scores[row])
+        noise = [element for element, alive in zip(row_elements, live if live is not None else ()) if alive]
+        if (live is None or not noise or any(element is None or element.kind != "inverse" for element in noise)
                 or np.any(row_weights[live] < 0) or not np.all(np.isfinite(row_weights[live]))):
             return None
         columns = np.array([element.column for element in noise], dtype=np.int64)
@@ -273,9 +301,10 @@ def _race(score: _Traced, axis, keepdims: bool):
             return None  # one uniform in two entries, or read by a key elsewhere: not an i.i.d. race
         if positive.sum() > 0:
             winner = int(inverse_cdf(positive[None, :], np.array([noise[0].uniform]))[0])
-        else:  # every live score is 0: argmax is the first live entry, whatever the noise
-            winner = 0
-        tokens[row] = positions[winner]
+        else:  # every score is 0: argmax is the first entry not masked to -inf, whatever the noise
+            winner = None
+        tokens[row] = positions[winner] if winner is not None else np.flatnonzero(row_weights != -np.inf)[0]
+        winner = 0 if winner is None else winner
         tape.used[columns[1:]] = False
         tape.raced[columns] = True
         record = _RaceRecord(tuple(columns.tolist()), positive, winner)
@@ -289,6 +318,138 @@ def _race(score: _Traced, axis, keepdims: bool):
     if keepdims:
         drawn = np.expand_dims(drawn, axis)
     return drawn if shape or keepdims else drawn[()]
+
+
+#: The most a clamp may raise a uniform and the draw still count as one (``tl.maximum(u, 4.66e-10)``: vLLM keeps
+#: log(u) finite; the law moves by at most this much per lane, far below the engines' thresholds).
+MAX_CLAMP = 1e-9
+
+#: The steps of a Gumbel draw from keyed uniforms u: (kind, ufunc, where the traced operand stands) -> next kind.
+#: -log(-log(u)) (float64) or -log(-log1p(-u)) (float32), with negation written as ``negative`` or ``0 - x``.
+_GUMBEL_STEPS = {
+    ("u", "negative"): "neg_u", ("u", "log"): "minus_e",
+    ("neg_u", "log1p"): "minus_e",
+    ("minus_e", "negative"): "e",
+    ("e", "log"): "log_e",
+    ("log_e", "negative"): "gumbel",
+}
+
+
+def _gumbel_step(trace: _Trace, ufunc, inputs, plain, result):
+    """The next kind of keyed lanes through one step of a Gumbel draw (``_GUMBEL_STEPS``), or of its score
+    ``logits + G``; None where the step is not one of them (the caller then refuses the use)."""
+    traced_first = isinstance(inputs[0], _Traced) and inputs[0]._trace is trace
+    other = (plain[1] if traced_first else plain[0]) if len(inputs) == 2 else None
+    name = ufunc.__name__
+    if len(inputs) == 2 and name == "subtract" and not traced_first and np.all(np.asarray(other) == 0):
+        name = "negative"  # 0 - x
+    elif len(inputs) == 2 and name in ("maximum", "fmax") and trace.kind == "u" and np.all(np.asarray(other) >= 0) \
+            and np.all(np.asarray(other) <= MAX_CLAMP):
+        return _traced(result, trace)  # max(u, tiny): the same uniform
+    elif len(inputs) == 2 and name == "add" and trace.kind == "gumbel":
+        weights = np.broadcast_to(np.asarray(other, dtype=np.float64), np.shape(result)).copy()
+        return _traced(result, _Trace(trace.capture, None, "gscore", weights, key=trace.key, offsets=trace.offsets))
+    elif len(inputs) != 1:
+        return None
+    kind = _GUMBEL_STEPS.get((trace.kind, name))
+    if kind is None:
+        return None
+    return _traced(result, _Trace(trace.capture, None, kind, key=trace.key, offsets=trace.offsets))
+
+
+def _keyed_race(score: _Traced, axis, keepdims: bool):
+    """argmax of a Gumbel score ``logits + G`` over keyed lanes, read as one categorical draw from softmax(logits)
+    (the Gumbel-max law), by the first live lane's uniform; the same key raced a second time is read from
+    ``second_race_law`` given the first race's winner (argmax(l + G) = argmax(e^l / E) with E = exp(-G)
+    exponential: the exponential race of the same noise). Refused (``_impure``) where the rule does not hold."""
+    trace = score._trace
+    if trace.kind != "gscore" or score.ndim != 1 or axis not in (None, 0, -1):
+        _impure(trace)
+    capture = trace.capture
+    logits = np.asarray(trace.weights, dtype=np.float64)
+    live = logits != -np.inf
+    if not np.any(live) or not np.all(np.isfinite(logits[live])):
+        _impure(trace)
+    positions = np.flatnonzero(live)
+    weights = np.exp(logits[live] - logits[live].max())  # [n] the live lanes' weights
+    offsets = np.asarray(trace.offsets)
+    values, columns = capture.keyed_lanes(trace.key, offsets[live])
+    tape = capture.tape
+    label = repr(trace.key)
+    keyed = capture.keys != "fresh" and capture.handed_seed  # else every draw is fresh: races are independent
+    previous = capture.keyed_races.get(label) if keyed else None
+    if previous is not None:
+        token = _second_keyed_race(capture, previous, offsets, positions, columns, weights)
+    else:
+        if len(set(columns.tolist())) != len(columns) or np.any(tape.reads[columns] > 1):
+            _impure(trace)  # one uniform in two lanes, or read elsewhere by its key: not an i.i.d. race
+        winner = int(inverse_cdf(weights[None, :], np.array([values[0]]))[0])
+        token = positions[winner]
+        tape.used[columns[1:]] = False
+        tape.raced[columns] = True
+        if keyed:
+            capture.keyed_races[label] = (_RaceRecord(tuple(columns.tolist()), weights, winner),
+                                          tuple(offsets[live].tolist()))
+    capture.races_read += 1
+    capture.chose(np.array([token]))
+    drawn = np.array(token, dtype=np.int64)
+    return drawn.reshape(1) if keepdims else drawn[()]
+
+
+def _second_keyed_race(capture, previous, offsets: np.ndarray, positions: np.ndarray, columns: np.ndarray,
+                       weights: np.ndarray) -> int:
+    """The winner (a position in the block) of a second race on a key already raced, from ``second_race_law``
+    over the union of both races' lanes (a lane one race does not see has weight 0 there: its noise is not
+    constrained by that race), by a uniform no race has read. Refused beyond a second race."""
+    record, raced_offsets = previous
+    if record.reads != 1:
+        _refuse_reread(capture)
+    live_offsets = offsets[positions].tolist()
+    lanes = list(raced_offsets) + [offset for offset in live_offsets if offset not in raced_offsets]
+    first = np.concatenate([record.weights, np.zeros(len(lanes) - len(raced_offsets))])
+    second = np.zeros(len(lanes))
+    for offset, weight in zip(live_offsets, weights):
+        second[lanes.index(offset)] = weight
+    law = second_race_law(first, record.winner, second)
+    if law is None:
+        _refuse_reread(capture)
+    record.reads = 2
+    tape = capture.tape
+    fresh = [int(column) for column, offset in zip(columns, live_offsets) if offset not in raced_offsets]
+    spare = record.columns[1] if len(record.columns) > 1 else (fresh[0] if fresh else None)
+    tape.used[fresh] = False
+    tape.raced[fresh] = True
+    if spare is None:  # one lane in all: the law is a point mass
+        chosen = int(np.argmax(law))
+    else:
+        tape.used[spare] = True
+        chosen = int(inverse_cdf(law[None, :], np.array([tape.values[0, spare]]))[0])
+    if second[chosen] <= 0:
+        _refuse_reread(capture)
+    return int(positions[live_offsets.index(lanes[chosen])])
+
+
+def _refuse_reread(capture) -> None:
+    from verispec.external.exact import NotPiecewiseConstantError
+
+    raise rules.Signal(NotPiecewiseConstantError(
+        f"exact mode cannot integrate {capture.name}: keyed noise a Triton kernel raced is raced again at "
+        f"{rules.site()} otherwise than as a second race over the same lanes (a third race, or other lanes), "
+        "which verispec cannot read as one categorical draw: use --mode blackbox"))
+
+
+def _racing_lanes(row_weights: np.ndarray, row_elements: np.ndarray, row_scores: np.ndarray) -> np.ndarray | None:
+    """The lanes of a row that race: those not masked to -inf, less the lanes holding no noise whose weight and
+    score are exactly 0 (a load masked to ``other=0``: ``0 * 0``, as vLLM's recovery kernel masks the vocabulary's
+    tail before 0.21). Such a lane never beats a positive score, and where every score is 0 the argmax is the
+    first lane, whatever the noise. None where a lane without noise could win (the rule does not hold)."""
+    live = row_weights != -np.inf
+    fixed = live & np.array([element is None for element in row_elements], dtype=bool)
+    if np.any(fixed):
+        if np.any(row_weights[fixed] != 0) or np.any(row_scores[fixed] != 0):
+            return None
+        live = live & ~fixed
+    return live
 
 
 def second_race_law(first: np.ndarray, winner: int, second: np.ndarray) -> np.ndarray | None:
@@ -338,11 +499,13 @@ def second_race_law(first: np.ndarray, winner: int, second: np.ndarray) -> np.nd
 
 
 def install(capture) -> None:
-    """Wrap the Triton interpreter's loads for ``capture`` (restored when it is left), where the interpreter is
-    loaded."""
+    """Wrap the Triton interpreter's loads for ``capture``'s race rule (restored when it is left), where the
+    interpreter is loaded (``rng_triton_random`` feeds Triton's random functions)."""
     interpreter = sys.modules.get("triton.runtime.interpreter")
     builder = getattr(interpreter, "InterpreterBuilder", None)
     if builder is None or not hasattr(builder, "create_masked_load"):
+        return
+    if not capture.races:
         return
     original = builder.create_masked_load
 
@@ -374,3 +537,9 @@ def install(capture) -> None:
         return loaded
 
     capture._patch(builder, "create_masked_load", create_masked_load)
+
+
+def _refuse_draw(capture, what: str) -> None:
+    raise rules.Signal(rules.CaptureRefusal(
+        f"external function {capture.name} draws with {what} inside a Triton kernel at {rules.site()}, which "
+        "verispec does not feed (it feeds tl.rand and tl.randint, one seed a call)"))

@@ -1,0 +1,258 @@
+"""Every vLLM release's shipped rejection sampler, checked unmodified and exactly on the CPU (issue 76, item 3).
+
+    python experiments/engine_releases.py        # 0.20.0 to the newest: docs/results/engine-releases.json
+    python experiments/engine_releases.py --releases 0.32.0,0.33.0 --checks v1-greedy --out /tmp/releases.json
+
+For each release the registry lists (``pip index versions vllm``, from ``--since``), the wheel is downloaded without
+its dependencies (``pip download --no-deps``), its Python files and its ``METADATA`` are unpacked into a cache
+outside git (``$VERISPEC_CACHE/engines/vllm-<release>``, by default ``~/.cache/verispec/engines``) and the wheel is
+deleted. Each check then runs as a user runs it: ``python -m verispec check-engine vllm --check NAME --json``, in a
+process whose ``PYTHONPATH`` puts the unpacked release before the installed one, so that the release's own files,
+and its own ``importlib.metadata`` version, are what the adapter finds. Torch (2.13.0+cpu), Triton (3.9.0) and the
+small modules of ``verispec/engines/requirements/vllm.txt`` are the installed ones for every release; a release that
+does not import with them is listed with the one-line reason ``check-engine`` gives.
+
+Each (release, check) row is cached as a JSON file keyed by the release, the check's name and definition, the
+budget and the SHA-256 of verispec's engine and checking code, so an interrupted run resumes where it stopped and a
+changed checker checks again. The result file carries the run's record (command, commit, date, machine), a table of
+release by check by verdict, each LOSSY row's witness, and a summary; ``docs/generate.py`` renders the findings page
+``docs/findings/engine_releases.md`` from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "docs" / "results" / "engine-releases.json"
+PACKAGE = "vllm"
+#: The checks of every release: V1's probabilistic path with a seeded request, V1's greedy kernel, and the V2
+#: runner's Gumbel drafting with its probabilistic rejection sampler (where #47386 lived). ``--checks`` adds others
+#: (v1-ngram, v1-unseeded, v1-min-p, v2-block, ...).
+DEFAULT_CHECKS = ("v1-seeded", "v1-greedy", "v2-seeded")
+#: Seconds each check may take (``--time-budget``); the process gets 120 s more to import and report.
+BUDGET = 600.0
+#: A check-engine refusal that says the release has no such entry point (block verification before 0.25): the row
+#: reads ABSENT; one that says the adapter does not read this release's entry point (the V2 runner of 0.20 and
+#: 0.21) reads UNREAD. Any other refusal reads REFUSED.
+ABSENT_MARKS = ("has no V2 rejection sampler", "has no block verification")
+UNREAD_MARKS = ("which the adapter does not read",)  # also the V2 runner's murmur3 noise (0.31 on)
+#: verispec's files whose change invalidates the cached rows: the adapters and everything a check runs through.
+CHECKER_FILES = ("verispec/engines", "verispec/external", "verispec/keyed.py", "verispec/verdict.py",
+                 "verispec/cli/check_engine.py", "verispec/simulator")
+
+
+def _version_key(release: str) -> tuple:
+    """'0.10.1.1' -> (0, 10, 1, 1); a post or pre release sorts beside its base (its letters dropped)."""
+    return tuple(int(part) for part in re.findall(r"\d+", release.split("+")[0])[:4])
+
+
+def registry_releases(since: str) -> list[str]:
+    """The releases the package registry lists, from ``since`` on, oldest first."""
+    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", PACKAGE], capture_output=True, text=True,
+                          timeout=300)
+    match = re.search(r"Available versions:\s*(.+)", done.stdout)
+    if not match:
+        raise SystemExit(f"engine_releases: the registry lists no {PACKAGE} releases "
+                         f"({(done.stderr.strip().splitlines() or ['no answer'])[-1]})")
+    releases = [name.strip() for name in match.group(1).split(",")]
+    return sorted((name for name in releases if _version_key(name) >= _version_key(since)), key=_version_key)
+
+
+def unpacked(release: str, cache: Path) -> Path:
+    """The folder holding ``release``'s Python files and its ``METADATA`` (downloaded and unpacked on first use)."""
+    folder = cache / f"{PACKAGE}-{release}"
+    if (folder / "COMPLETE").is_file():
+        return folder
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=f".{PACKAGE}-{release}-") as scratch:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{PACKAGE}=={release}",
+                               "-d", scratch], capture_output=True, text=True, timeout=1800)
+        wheels = sorted(Path(scratch).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise RuntimeError(f"no wheel of {PACKAGE} {release} downloads "
+                               f"({(done.stderr.strip().splitlines() or ['no output'])[-1][:200]})")
+        wheel = wheels[0]
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        staging = Path(scratch) / "unpacked"
+        with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                if (name.startswith(f"{PACKAGE}/") and name.endswith(".py")) or name.endswith(".dist-info/METADATA"):
+                    archive.extract(name, staging)
+        (staging / "COMPLETE").write_text(json.dumps({"wheel": wheel.name, "sha256": digest}) + "\n")
+        if folder.exists():  # an earlier run stopped while moving it in
+            shutil.rmtree(folder)
+        staging.rename(folder)
+    return folder
+
+
+def checker_digest() -> str:
+    """SHA-256 over verispec's checking code (``CHECKER_FILES``): a changed checker re-checks every release."""
+    digest = hashlib.sha256()
+    for entry in CHECKER_FILES:
+        path = ROOT / entry
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+def check_definitions() -> dict:
+    """Every check of the adapter, by name, as the fields that define it."""
+    sys.path.insert(0, str(ROOT))
+    from dataclasses import asdict
+
+    from verispec.engines import vllm
+
+    return {check.name: asdict(check) for check in vllm.checks()}
+
+
+def command(check: str, budget: float, any_release: bool) -> list[str]:
+    argv = [sys.executable, "-m", "verispec", "check-engine", PACKAGE, "--check", check, "--json", "--time-budget",
+            f"{budget:g}"]
+    return argv + (["--any-release"] if any_release else [])
+
+
+def run_check(release: str, folder: Path, check: str, budget: float, any_release: bool) -> dict:
+    """One (release, check) row: the command's verdict and what it rests on, or why the release was refused."""
+    argv = command(check, budget, any_release)
+    # one torch thread a check (a loaded 2-core box); the unpacked release before the installed one
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), str(ROOT), os.environ.get("PYTHONPATH")]))}
+    start = time.monotonic()
+    try:
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=budget + 120, env=env)
+        status, out, err = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired:
+        status, out, err = None, "", f"no answer within {budget + 120:g} s"
+    row = {"release": release, "check": check, "exit_status": status, "seconds": round(time.monotonic() - start, 1),
+           "command": f"PYTHONPATH=<{PACKAGE}-{release}> " + shlex.join(["verispec", *argv[3:]])}
+    try:
+        report = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+    except json.JSONDecodeError:
+        report = None
+    if not isinstance(report, dict) or not report.get("checks"):
+        error = (err.strip().splitlines() or ["no output"])[-1][:400]
+        verdict = ("ABSENT" if any(mark in error for mark in ABSENT_MARKS) else
+                   "UNREAD" if any(mark in error for mark in UNREAD_MARKS) else "REFUSED")
+        row.update(verdict=verdict, error=error)
+        return row
+    found = report["checks"][0]
+    if report.get("release") != release:  # the installed release answered, not the unpacked one
+        row.update(verdict="REFUSED", error=f"check-engine read release {report.get('release')}, not {release}")
+        return row
+    over = (found.get("discrepancies") or {}).get("overproduced") or []
+    row.update({key: found.get(key) for key in ("verdict", "expected", "as_expected", "mode", "tv_distance",
+                                                 "threshold", "evaluations", "tree", "sampling", "target", "draft",
+                                                 "note", "witness")})
+    if found.get("verdict") == "LOSSY" and not row.get("witness"):
+        row["witness"] = {"target": found.get("target"), "draft": found.get("draft"), "tree": found.get("tree"),
+                          "sampling": found.get("sampling"), "overproduced": over[0] if over else None}
+    return row
+
+
+def cached_row(cache: Path, release: str, check: str, key: str):
+    path = cache / "results" / f"{PACKAGE}-{release}-{check}-{key[:16]}.json"
+    return path, (json.loads(path.read_text()) if path.is_file() else None)
+
+
+def summarize(releases: list[str], rows: list[dict], checks: list[str]) -> dict:
+    """Counts, the releases each check is LOSSY in (unexpectedly), and the releases refused."""
+    unexpected = [row for row in rows if row["verdict"] == "LOSSY" and not row.get("as_expected")]
+    return {"releases": len(releases), "oldest": releases[0] if releases else None,
+            "newest": releases[-1] if releases else None, "checks": checks, "rows": len(rows),
+            "lossless": sum(row["verdict"] == "LOSSLESS" for row in rows),
+            "lossy_expected": sum(row["verdict"] == "LOSSY" and bool(row.get("as_expected")) for row in rows),
+            "lossy_unexpected": [{"release": row["release"], "check": row["check"], "tv": row.get("tv_distance")}
+                                 for row in unexpected],
+            "absent": sorted({(row["release"], row["check"]) for row in rows if row["verdict"] == "ABSENT"}),
+            "unread": sorted({(row["release"], row["check"]) for row in rows if row["verdict"] == "UNREAD"}),
+            "other": sorted({(row["release"], row["check"], row["verdict"]) for row in rows
+                             if row["verdict"] not in ("LOSSLESS", "LOSSY", "ABSENT", "UNREAD")}),
+            "refused_releases": sorted({row["release"] for row in rows if row["verdict"] == "REFUSED"},
+                                       key=_version_key)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--since", default="0.20.0", help="the oldest release checked (default 0.20.0)")
+    parser.add_argument("--releases", default="", help="comma-separated releases (default: the registry's from "
+                                                       "--since on)")
+    parser.add_argument("--checks", default=",".join(DEFAULT_CHECKS), help="comma-separated check-engine checks")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--budget", type=float, default=BUDGET, help="seconds per check")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="where releases and rows are cached (default $VERISPEC_CACHE/engines)")
+    parser.add_argument("--any-release", action="store_true",
+                        help="check releases outside the adapter's list (their entry points are still verified)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from verispec.errors import VerispecError
+    from verispec.io import atomic_write_json, atomic_write_text, cache_root
+    from verispec.provenance import check_result_output, run_record
+
+    try:  # a file at --out that is not a result file is the user's: never replaced
+        check_result_output(args.out)
+    except VerispecError as error:
+        print(f"engine_releases: {error}", file=sys.stderr)
+        return 2
+    definitions = check_definitions()
+    checks = [name for name in args.checks.split(",") if name]
+    unknown = [name for name in checks if name not in definitions]
+    if unknown or not checks:
+        print(f"engine_releases: unknown check {', '.join(unknown) or repr(args.checks)}; the adapter has "
+              f"{', '.join(definitions)}", file=sys.stderr)
+        return 2
+    releases = ([name for name in args.releases.split(",") if name] if args.releases
+                else registry_releases(args.since))
+    cache = args.cache or cache_root() / "engines"
+    record = run_record(shlex.join(["python", "experiments/engine_releases.py", *(argv or sys.argv[1:])]))
+    digest = checker_digest()
+    record["checker_sha256"] = digest
+    rows = []
+    for index, release in enumerate(releases):
+        try:
+            folder = unpacked(release, cache)
+            wheel = json.loads((folder / "COMPLETE").read_text())
+        except (RuntimeError, OSError, subprocess.TimeoutExpired, zipfile.BadZipFile) as error:
+            rows += [{"release": release, "check": check, "verdict": "REFUSED", "error": str(error)[:400]}
+                     for check in checks]
+            print(f"[{index + 1}/{len(releases)}] {release}: {error}", file=sys.stderr, flush=True)
+            continue
+        for check in checks:
+            key = hashlib.sha256(json.dumps([release, definitions[check], args.budget, args.any_release, digest,
+                                             wheel["sha256"]], sort_keys=True).encode()).hexdigest()
+            path, row = cached_row(cache, release, check, key)
+            if row is None:
+                row = run_check(release, folder, check, args.budget, args.any_release)
+                row["wheel"] = wheel
+                if row["verdict"] != "REFUSED" or row.get("exit_status") is not None:  # a timeout is not cached
+                    atomic_write_json(path, row)
+            rows.append(row)
+            tv = "" if row.get("tv_distance") is None else f", TV {row['tv_distance']:.3g}"
+            print(f"[{index + 1}/{len(releases)}] {release} {check}: {row['verdict']}{tv} ({row['seconds']} s)"
+                  + (f": {row['error']}" if row.get("error") else ""), file=sys.stderr, flush=True)
+    result = {"record": record, "summary": summarize(releases, rows, checks), "releases": releases,
+              "checks": {name: definitions[name] for name in checks}, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
+    summary = result["summary"]
+    print(f"{len(releases)} releases x {len(checks)} checks: {summary['lossless']} LOSSLESS, "
+          f"{summary['lossy_expected']} documented LOSSY, {len(summary['lossy_unexpected'])} unexpected LOSSY, "
+          f"{len(summary['refused_releases'])} releases refused; wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

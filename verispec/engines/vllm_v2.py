@@ -1,0 +1,184 @@
+"""vLLM's V2 model runner's probabilistic rejection sampler driven in verispec's ``step`` layout.
+
+The V2 model runner (``vllm/v1/worker/gpu``) drafts a probabilistic token with ``gumbel_sample``
+(``vllm/v1/worker/gpu/sample/gumbel.py``): the argmax of logits / T plus Gumbel noise computed inside the kernel
+from ``tl.rand(tl.randint(seed, pos), token)``, keyed by the request's seed and the position, the draft's raw
+logits kept in a cache for the verifier. ``rejection_sample`` (``vllm/v1/worker/gpu/spec_decode/
+rejection_sampler_utils.py``, from release 0.22) accepts draft x at a position when ``log p(x) > log u + log q(x)``
+with u = ``tl.rand(seed, pos)`` and, at the first rejection, resamples from the residual ``max(p - q, 0)`` by the
+same Gumbel-max kernel, keyed by the same (seed, pos). Where the draft's noise and the resample's share a key, the
+resample races the very noise that chose the rejected draft (vLLM #47386); release 0.29 salts the draft's
+positions (#54282, ``_DRAFT_NOISE_SALT``).
+
+What is vLLM's and what is verispec's: the drafting *kernel* is vLLM's (``gumbel_sample`` called as the
+speculator calls it: ``is_drafting=True`` where the release has it, the draft logits cached under the release's
+own argument names), and so are the verification kernels and every draw. verispec stands for the draft and target
+models (their logits) and for the input batch: one request, the drafted token at sequence position P + k keyed
+by position P + k - 1 (the speculator's ``positions + 1``: the position whose logits row verifies it), and the
+verification rows at positions P - 1 ... P + K - 1. Sampling parameters other than temperature (penalties, top-k,
+top-p, applied by the runner's ``Sampler.apply_sampling_params`` before ``rejection_sample``) are not applied.
+
+Under ``verispec check-external --rng capture`` every ``tl.rand`` is one of verispec's keyed uniforms, read by its
+(seed, offset) key (``verispec.external.rng_triton``), and a Gumbel-max race over them is read as one categorical
+draw, so the law of a step is exact.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+#: Triton's interpreter on the CPU; no CUDA device, so vLLM's triton_utils does not look for a driver.
+os.environ["TRITON_INTERPRET"] = "1"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+from verispec.engines import EngineError
+
+#: The modules of the V2 path.
+GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
+REJECTION_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
+#: The V2 runner's verification module of releases 0.20 and 0.21 (not read: see ``_engine``).
+EARLIER_MODULE = "vllm.v1.worker.gpu.spec_decode.probabilistic_rejection_sampler_utils"
+#: ``gumbel_sample``'s argument names for the draft-logits cache and its column, newest first.
+_CACHE_NAMES = (("logits_cache", "logits_cache_col"), ("output_processed_logits", "output_processed_logits_col"))
+
+_ENGINE = {}
+
+
+def _engine() -> dict:
+    """vLLM's ``gumbel_sample`` and ``rejection_sample`` with what the adapter reads of their signatures;
+    EngineError in one line when the release has no such entry points."""
+    if _ENGINE:
+        return _ENGINE
+    import importlib
+    import importlib.util
+
+    from verispec.engines.vllm import supported_range
+
+    try:
+        gumbel = importlib.import_module(GUMBEL_MODULE)
+        rejection = importlib.import_module(REJECTION_MODULE)
+    except ImportError as error:
+        if importlib.util.find_spec(EARLIER_MODULE) is not None:
+            raise EngineError("this vLLM's V2 runner verifies in probabilistic_rejection_sample (releases 0.20 and "
+                              "0.21), which the adapter does not read: its acceptance uniform comes from "
+                              "tl.randint4x (tl_rand64), which verispec does not feed; the V2 checks need release "
+                              "0.22 or later") from None
+        raise EngineError(f"this vLLM has no V2 rejection sampler ({type(error).__name__}: {error}); the V2 checks "
+                          f"need release 0.22 or later (verispec's adapter knows {supported_range()})") from None
+    except Exception as error:  # the wheel's own import: one line, never a verdict
+        raise EngineError(f"vLLM's V2 sampler fails to import on this machine ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else ''})") from None
+    if hasattr(gumbel, "murmur3_hash32"):  # its noise is integer arithmetic, invisible to the capture: refused
+        raise EngineError("this vLLM's V2 runner draws its Gumbel noise from murmur3_uniform32 (release 0.31 on), a "
+                          "hash computed in the kernel, which the adapter does not read (verispec feeds tl.rand); "
+                          "left unfed, the noise would be a fixed function of the seed and the law wrong")
+    sample = getattr(gumbel, "gumbel_sample", None)
+    verify = getattr(rejection, "rejection_sample", None)
+    if sample is None or verify is None:
+        raise EngineError(f"vLLM's V2 gumbel_sample or rejection_sample is gone: an entry point moved; verispec's "
+                          f"adapter knows releases {supported_range()}")
+    sample_parameters = inspect.signature(sample).parameters
+    verify_parameters = inspect.signature(verify).parameters
+    cache = next((names for names in _CACHE_NAMES if names[0] in sample_parameters), None)
+    needed = ("target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
+              "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "num_speculative_steps")
+    if cache is None or any(name not in verify_parameters for name in needed):
+        raise EngineError("vLLM's V2 gumbel_sample keeps no draft-logits cache, or rejection_sample takes other "
+                          f"arguments: an entry point moved; verispec's adapter knows releases {supported_range()}")
+    from verispec.engines.interpreter import repair_masks, reuse_language_patch, supply_libdevice
+
+    repair_masks()
+    supply_libdevice()
+    reuse_language_patch()
+    _ENGINE.update(sample=sample, verify=verify, cache=cache, drafting="is_drafting" in sample_parameters,
+                   block="use_block_verification" in verify_parameters)
+    return _ENGINE
+
+
+def _v2_step(draft_model, target_model, input_ids, num_draft_tokens: int, temperature: float, seed: int, *,
+             block_verification: bool):
+    """One request's speculative step through vLLM's V2 kernels. -> its emitted tokens [accepted + 1] int64."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore", divide="ignore"):  # the interpreter computes masked lanes too (-inf logits)
+        return _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens, temperature, seed,
+                           block_verification=block_verification)
+
+
+def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, temperature: float, seed: int, *,
+                block_verification: bool):
+    import torch
+
+    engine = _engine()
+    if block_verification and not engine["block"]:
+        raise EngineError("this vLLM's rejection_sample has no block verification (use_block_verification: "
+                          "release 0.25 or later)")
+    steps = int(num_draft_tokens)
+    prompt = input_ids.shape[1]
+    temp = torch.tensor([float(temperature)], dtype=torch.float32)
+    seeds = torch.tensor([int(seed)], dtype=torch.int64)
+    one = torch.zeros(1, dtype=torch.int32)
+    ids = input_ids[:1]
+    vocab = None
+    drafts = []
+    draft_logits = None
+    for step in range(steps):
+        logits = draft_model(ids)[0, -1:].to(torch.float32).contiguous()  # [1, V]
+        if draft_logits is None:
+            vocab = logits.shape[-1]
+            draft_logits = torch.zeros((1, steps, vocab), dtype=torch.float32)  # [max_num_reqs, K, V]
+        cache, column = engine["cache"]
+        options = {cache: draft_logits, column: torch.tensor(step, dtype=torch.int64)}
+        if engine["drafting"]:
+            options["is_drafting"] = True
+        position = torch.tensor([prompt - 1 + step], dtype=torch.int64)  # the speculator's positions + 1
+        token = engine["sample"](logits, one, temp, seeds, position, apply_temperature=True, **options)
+        drafts.append(int(token.reshape(-1)[0]))
+        ids = torch.cat([ids, torch.tensor([[drafts[-1]]], dtype=ids.dtype)], dim=1)
+    target_rows = target_model(ids)[0, prompt - 1:].to(torch.float32).contiguous()  # [K + 1, V]
+    if vocab is None:
+        vocab = target_rows.shape[-1]
+        draft_logits = torch.zeros((1, 1, vocab), dtype=torch.float32)
+    rows = steps + 1
+    draft_sampled = torch.tensor([int(input_ids[0, -1]), *drafts], dtype=torch.int64)  # the rows' input tokens
+    options = {"use_block_verification": True} if block_verification else {}
+    sampled, num_sampled = engine["verify"](
+        target_logits=target_rows, draft_logits=draft_logits, draft_sampled=draft_sampled,
+        cu_num_logits=torch.tensor([0, rows], dtype=torch.int32),
+        pos=torch.arange(prompt - 1, prompt - 1 + rows, dtype=torch.int64), idx_mapping=one,
+        expanded_idx_mapping=torch.zeros(rows, dtype=torch.int32),
+        expanded_local_pos=torch.arange(rows, dtype=torch.int32), temperature=temp, seed=seeds,
+        num_speculative_steps=max(steps, 1), **options)
+    count = int(num_sampled.reshape(-1)[0])
+    return sampled[0, :count].to(torch.int64)
+
+
+def v2_single(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """The ``step`` layout: one request through the V2 runner's drafting ``gumbel_sample`` and its probabilistic
+    ``rejection_sample`` (module docstring). Temperature only (top-k, top-p and min-p are not applied)."""
+    return _v2_step(draft_model, target_model, input_ids, num_draft_tokens, temperature, seed,
+                    block_verification=False)
+
+
+def v2_block(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """``v2_single`` with ``use_block_verification=True`` (block verification, Sun et al. 2024; release 0.25 on)."""
+    return _v2_step(draft_model, target_model, input_ids, num_draft_tokens, temperature, seed,
+                    block_verification=True)
+
+
+def _warm_up() -> None:
+    """One call of each route with constant logits, outside any capture (what vLLM imports lazily is imported
+    here, not inside a checked call)."""
+    import torch
+
+    def model(ids):
+        return torch.zeros((ids.shape[0], ids.shape[1], 3), dtype=torch.float64)
+
+    ids = torch.zeros((1, 3), dtype=torch.int64)
+    _v2_step(model, model, ids, 1, 1.0, 1, block_verification=False)
+    if _engine()["block"]:
+        _v2_step(model, model, ids, 1, 1.0, 1, block_verification=True)
+
+
+_warm_up()

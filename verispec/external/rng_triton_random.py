@@ -1,0 +1,121 @@
+"""Triton's random functions fed by a capture: ``tl.rand`` inside a kernel under the interpreter is one of verispec's
+keyed uniforms, and a Gumbel-max race over a block of them is read by ``rng_triton``'s race rule.
+
+vLLM's V2 model runner draws its noise inside its kernels (``tl.rand(tl.randint(seed, pos), token)`` for the
+Gumbel noise of drafting and resampling, ``tl.rand(seed, pos)`` for the acceptance uniform), so neither torch's
+generators nor memory hold it: the draw itself is replaced while a capture is entered (``install``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from verispec.external.rng_triton import _refuse_draw, _Trace, _traced
+
+#: Triton's other random functions: their numbers are not fed, so a kernel that draws with them is refused.
+UNFED = ("randint4x", "rand4x", "randn", "randn4x", "philox")
+
+
+def install(capture) -> None:
+    """Replace ``tl.rand`` and ``tl.randint`` for ``capture`` while it is entered.
+
+    ``tl.rand(seed, offsets)`` is the uniform at key (seed, offset) (Philox): each is one of verispec's keyed
+    uniforms (``Capture.keyed_lanes``, the key ``("philox", seed)`` that ``verispec.keyed.rand`` uses too), the same
+    wherever a kernel draws it. A draw of one lane is fed its uniform at once; a block of lanes is followed
+    (``_Traced``) through a Gumbel draw into a race, where only the live lanes' uniforms are taken. ``tl.randint``
+    is fed too: the uint32 floor(u 2^32) of the keyed uniform at the same key, so an integer used as noise is
+    integrated as a draw, and one used as the seed of a ``tl.rand`` (vLLM's ``tl.randint(seed, pos)`` derives its
+    Gumbel key) names the same stream wherever the same (seed, pos) asks for it. Triton's other random functions
+    (``UNFED``) are refused: verispec does not feed their numbers."""
+    language = sys.modules.get("triton.language")
+    if language is None or not hasattr(language, "rand"):
+        return
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    original_randint = language.randint
+
+    def rand(seed, offset, n_rounds=None):
+        key = _key(capture, seed, "tl.rand")
+        where = np.asarray(getattr(getattr(offset, "handle", None), "data", offset))
+        if where.dtype.kind not in "iu":
+            _refuse_draw(capture, f"tl.rand at offsets of dtype {where.dtype}")
+        offsets = where.astype(np.int64)
+        shape = tuple(getattr(offset, "shape", ()) or ())
+        if offsets.size == 1:
+            values, _ = capture.keyed_lanes(key, offsets.reshape(-1))
+            data = _float32_uniforms(values).reshape(offsets.shape)
+        else:  # placeholders until a race reads the live lanes
+            data = _traced(np.full(offsets.shape, 0.5, dtype=np.float32),
+                           _Trace(capture, None, "u", key=key, offsets=offsets.reshape(-1).copy()))
+        kind = tl.block_type(tl.float32, list(shape)) if shape else tl.float32
+        return tl.core.tensor(TensorHandle(data, tl.float32), kind)
+
+    def randint(seed, offset, n_rounds=None):
+        result = original_randint(seed, offset) if n_rounds is None else original_randint(seed, offset, n_rounds)
+        key = _key(capture, seed, "tl.randint")
+        offsets = np.asarray(getattr(getattr(offset, "handle", None), "data", offset)).astype(np.int64)
+        values, _ = capture.keyed_lanes(key, offsets.reshape(-1))  # the integer's own uniform, fed
+        fed = np.floor(np.asarray(values, dtype=np.float64) * 2.0 ** 32).astype(np.uint64).astype(np.uint32)
+        capture.key_origins.update(dict.fromkeys(fed.tolist(), True))
+        data = fed.reshape(np.shape(result.handle.data)).view(result.handle.data.dtype).view(_KeyIntegers)
+        data.origins = [(key, int(where)) for where in offsets.reshape(-1).tolist()]
+        result.handle.data = data
+        return result
+
+    capture._patch(language, "rand", rand)
+    capture._patch(language, "randint", randint)
+    for name in UNFED:
+        if hasattr(language, name):
+            capture._patch(language, name, _unfed(capture, name))
+
+
+def _key(capture, seed, what: str) -> tuple:
+    """The keyed stream of a Triton random draw: ``("philox", seed)``, one seed for every lane; a seed that is an
+    integer ``tl.randint`` fed names the stream derived from where it was drawn, ``("philox", stream, offset)``
+    (Philox of Philox is an ideal random function of both keys), so it depends on the request's seed as the key
+    it stands for does."""
+    data = getattr(getattr(seed, "handle", None), "data", seed)
+    origins = getattr(data, "origins", None)
+    if origins is not None:  # a tl.randint integer, untouched
+        if len(set(origins)) != 1:
+            _refuse_draw(capture, f"{what} with a seed per lane")
+        return ("philox", *origins[0])
+    seeds = np.asarray(data).reshape(-1)
+    if len(set(seeds.tolist())) != 1:
+        _refuse_draw(capture, f"{what} with a seed per lane")
+    value = int(seeds[0])
+    if value % 2 ** 32 in capture.key_origins:  # an integer tl.randint fed, changed on its way: its origin is lost
+        _refuse_draw(capture, f"{what} seeded by arithmetic on a tl.randint integer")
+    return ("philox", value)
+
+
+class _KeyIntegers(np.ndarray):
+    """The integers ``tl.randint`` fed, with where each was drawn (``origins``: (stream, offset) a lane); any
+    arithmetic, view or copy gives plain integers, whose origin is no longer known."""
+
+    origins = None
+
+    def __array_finalize__(self, obj):
+        self.origins = None
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [np.asarray(x) if isinstance(x, _KeyIntegers) else x for x in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(np.asarray(x) if isinstance(x, _KeyIntegers) else x for x in kwargs["out"])
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+
+def _float32_uniforms(values: np.ndarray) -> np.ndarray:
+    """Fed uniforms as the float32 numbers tl.rand returns: on the grid of 2^-24, below 1."""
+    return np.minimum(np.floor(np.asarray(values, dtype=np.float64) * 2.0 ** 24) * 2.0 ** -24,
+                      1.0 - 2.0 ** -24).astype(np.float32)
+
+
+def _unfed(capture, name: str):
+    def refuse(*args, **kwargs):
+        _refuse_draw(capture, f"tl.{name}")
+
+    return refuse
