@@ -197,6 +197,13 @@ def main(argv=None) -> int:
     parser.add_argument("--any-release", action="store_true",
                         help="check releases outside the adapter's list (their entry points are still verified)")
     args = parser.parse_args(argv)
+    if not (0 < args.budget < float("inf")):
+        print(f"engine_releases: --budget {args.budget:g} is out of range: give a positive number of seconds",
+              file=sys.stderr)
+        return 2
+    if not re.fullmatch(r"\d+(\.\d+){1,3}", args.since):
+        print(f"engine_releases: --since {args.since!r} is not a release: give one such as 0.20.0", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(ROOT))
     from verispec.errors import VerispecError
     from verispec.io import atomic_write_json, atomic_write_text, cache_root
