@@ -208,8 +208,10 @@ class _Traced(np.ndarray):
                 return drawn
         if func in (np.nanmax, np.max, np.amax) and len(traces) == 1 and traces[0].lazy \
                 and traces[0].kind == "gscore" and isinstance(args[0], _Traced):
-            # the race's maximum: its value is not read (a placeholder's); NaN, which no comparison passes
-            return np.full(np.shape(func(*plain_args, **kwargs)), np.nan, dtype=np.asarray(args[0]).dtype)
+            # the race's maximum: its value is a placeholder's, so it is +inf. vLLM stores it per vocabulary block and
+            # takes the argmax over blocks (in torch, or in a kernel by nanargmax, which a NaN would break); with one
+            # block that argmax is the block, whatever the value
+            return np.full(np.shape(func(*plain_args, **kwargs)), np.inf, dtype=np.asarray(args[0]).dtype)
         if func in (np.nanmax, np.max, np.amax) and len(traces) == 1 and isinstance(args[0], _Traced) \
                 and traces[0].kind == "score":
             result = func(*plain_args, **kwargs)
