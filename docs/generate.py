@@ -41,6 +41,8 @@ FINDINGS_DIR = ROOT / "docs" / "findings"
 #: The findings pages, in the README's order (the headline first).
 FINDINGS = ("ddte", "best_verifier", "assisted_generation", "single_path_optimum", "multipath_optimum",
             "gbv_commitment", "traversal_iid", "ddtree", "lossy_rules", "engine_bugs")
+#: Findings pages the README reaches through another page's claim (their numbers are generated all the same).
+MORE_FINDINGS = ("engine_releases",)
 CLAIM = re.compile(r"<!--claim-->(?P<body>.*?)<!--/claim-->", re.S)
 #: Parameters and names a findings text may state outside markers (they are settings, not results).
 ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20",
@@ -54,7 +56,8 @@ VERDICT = "verdict/verdict.json"
 def pages() -> list[Path]:
     """Every file this script rewrites."""
     return [ROOT / "README.md", ROOT / "docs" / "guides" / "verifiers.md", ROOT / "docs" / "guides" / "experiments.md",
-            *(FINDINGS_DIR / f"{name}.md" for name in FINDINGS), ROOT / "docs" / "guides" / "performance.md"]
+            *(FINDINGS_DIR / f"{name}.md" for name in (*FINDINGS, *MORE_FINDINGS)),
+            ROOT / "docs" / "guides" / "performance.md"]
 
 
 # --- values ---------------------------------------------------------------------------------------------------------
@@ -855,6 +858,79 @@ def real_code_table(results) -> str:
          f"{row['verdict']} ({row.get('mode')})", _tv_cell(row), row.get("seconds", "-")) for row in rows])
 
 
+ENGINE_RELEASES = "engine-releases.json"
+
+
+def _release_rows(results) -> tuple[list[str], list[str], dict]:
+    """(releases oldest first, checks, {(release, check): row}) of the release history."""
+    data = results(ENGINE_RELEASES)
+    return data["releases"], list(data["checks"]), {(row["release"], row["check"]): row for row in data["rows"]}
+
+
+def _lossy_span(releases: list[str], rows: dict, check: str, lossy: bool) -> list[str]:
+    return [release for release in releases if (rows.get((release, check)) or {}).get("verdict")
+            == ("LOSSY" if lossy else "LOSSLESS")]
+
+
+def _span(names: list[str], releases: list[str]) -> str:
+    """Releases as a range where they are consecutive in ``releases``, else listed."""
+    if not names:
+        return "none"
+    where = sorted(releases.index(name) for name in names)
+    if where == list(range(where[0], where[-1] + 1)):
+        return names[0] if len(names) == 1 else f"{releases[where[0]]} to {releases[where[-1]]}"
+    return ", ".join(releases[index] for index in where)
+
+
+def _engine_releases(results, key):
+    """'releases' (how many, from which to which), 'v2-lossy' / 'v2-lossless' (the releases the V2 check reads
+    LOSSY / LOSSLESS in), 'v2-tv' (its largest exact TV), 'v1' (the releases every V1 check holds the law in)."""
+    releases, checks, rows = _release_rows(results)
+    if key == "releases":
+        return f"{len(releases)} releases, {releases[0]} to {releases[-1]}"
+    if key in ("v2-lossy", "v2-lossless"):
+        return _span(_lossy_span(releases, rows, "v2-seeded", key == "v2-lossy"), releases)
+    if key == "v2-tv":
+        values = [row["tv_distance"] for row in rows.values() if row["check"] == "v2-seeded"
+                  and row.get("verdict") == "LOSSY" and row.get("tv_distance") is not None]
+        return f"{max(values):.3f}" if values else "-"
+    if key == "v1":
+        v1 = [check for check in checks if check.startswith("v1-")]
+        held = [release for release in releases
+                if all((rows.get((release, check)) or {}).get("as_expected") for check in v1)]
+        return f"{len(held)} of {len(releases)}"
+    raise KeyError(key)
+
+
+def engine_releases_table(results) -> str:
+    """Release by check: each verdict (LOSSY with its exact TV; ABSENT, UNREAD or REFUSED with the reason below)."""
+    releases, checks, rows = _release_rows(results)
+
+    def cell(row: dict | None) -> str:
+        if not row:
+            return "-"
+        verdict = row["verdict"]
+        if verdict in ("LOSSY", "LOSSLESS") and row.get("tv_distance") is not None:
+            mark = "" if row.get("as_expected") else " (unexpected)" if verdict == "LOSSY" else ""
+            return f"{verdict} {row['tv_distance']:.3g}{mark}"
+        return verdict
+
+    return _table(("release", *(f"`{check}`" for check in checks)),
+                  [(release, *(cell(rows.get((release, check))) for check in checks)) for release in releases])
+
+
+def engine_releases_reasons_table(results) -> str:
+    """The distinct reasons of the rows that checked nothing (ABSENT, UNREAD, REFUSED), with their releases."""
+    releases, checks, rows = _release_rows(results)
+    reasons: dict = {}
+    for (release, check), row in rows.items():
+        if row["verdict"] not in ("LOSSY", "LOSSLESS"):
+            reasons.setdefault((check, row["verdict"], row.get("error") or row.get("note") or ""), []).append(release)
+    return _table(("check", "verdict", "releases", "why"), [
+        (f"`{check}`", verdict, _span(names, releases), why.replace("verispec: error: ", ""))
+        for (check, verdict, why), names in sorted(reasons.items())])
+
+
 def _bound(function, key: str):
     """A value renderer of the result files: ``function(results, key)`` with ``key`` fixed."""
     return lambda results: function(results, key)
@@ -885,6 +961,8 @@ VALUES = {
                                                              "selector/hf-best", "hf-best", "prompts", "best",
                                                              "goal")},
     **{f"engine_bugs.{key}": _bound(_engine_bugs, key) for key in ("caught", "repositories")},
+    **{f"releases.{key}": _bound(_engine_releases, key) for key in ("releases", "v2-lossy", "v2-lossless", "v2-tv",
+                                                                    "v1")},
     **{f"lv.{key}": _bound(_layer, key) for key in ("problems", *(f"gap/{rule}" for rule in LAYER_RULES[:7]))},
     **{f"ddtree.{key}": _bound(_ddtree, key)
        for key in ("witness/tv", "witness/where", "bias/tv", "bound/lp", "light/ratio", "light/capacity",
@@ -932,6 +1010,9 @@ TABLES = {
     "exact-record": _made_by('exact-findings.json'),
     "engine-bugs": engine_bugs_table,
     "engine-bugs-record": _made_by(ENGINE_BUGS),
+    "engine-releases": engine_releases_table,
+    "engine-releases-reasons": engine_releases_reasons_table,
+    "engine-releases-record": _made_by(ENGINE_RELEASES),
     "real-code": real_code_table,
     "real-code-record": _made_by(REAL_CODE),
     "lv": layer_table,
@@ -1011,9 +1092,6 @@ HOW_FAST = (
     ("gbv, `iid:4,3`, V = 4", "bench_rule_dp", {"verifier": "gbv", "tree": "iid:4,3"}, _seconds,
      "enumeration"),
     ("`bound`, `chain:8`, V = 3", "bench_chain_lp", {"tree": "chain:8"}, _seconds, "the full LP"),
-    ("reading a 436,904-number problem (JSON)", "bench_problem_files", {"form": "JSON"}, _seconds, "commit"),
-    ("`verispec list`, whole process", "bench_startup", {"command": "list", "bytecode_cache": True}, _seconds,
-     "commit"),
     ("globalres, a node at V = 151,936, K = 4", "bench_globalres",
      {"law": "dense", "V": 151936, "top_k": None, "K": 4}, lambda ms: f"{ms:.0f} ms", "commit"),
     ("gbv's law, a node at V = 151,936", "bench_gbv_large_vocab", {"tree": "iid:1,1", "rows": 1},

@@ -19,6 +19,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Triton kernels in the suite run under Triton's interpreter on the CPU (tests/engines). Triton reads the switch when
+# it is first imported, and torch._dynamo imports it (transformers' generate reaches it), so a test process that ran
+# a model test first had Triton compiled-only and every kernel test there RAISED: the switch is set before anything
+# imports Triton. No test compiles a Triton kernel (CI has no GPU); a caller's setting is kept.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 from hypothesis import HealthCheck, settings

@@ -235,3 +235,14 @@ def test_top_k_kernel_the_interpreter_cannot_run_is_said_and_not_lossless():
     assert status == 2, err
     row = json.loads(out)["checks"][0]
     assert row["verdict"] == "UNRUNNABLE" and "interpreter cannot run" in row["note"]
+
+
+@needs_vllm
+def test_a_source_is_refused_for_checks_that_do_not_run_its_module(tmp_path):
+    """--source replaces vllm/v1/sample/rejection_sampler.py; the V2 checks run other modules, so with a source
+    they would check the installed code under the mutant's name: refused in one line, before any check runs."""
+    copy = tmp_path / "rejection_sampler.py"
+    copy.write_text("# a mutant\n")
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v2-seeded", "--source", str(copy))
+    assert status == 2 and out == ""
+    assert "which v2-seeded does not run" in _last_line(err)

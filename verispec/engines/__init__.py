@@ -35,7 +35,7 @@ class Check:
     ``sampling``, ``target`` and ``draft``: as for ``verispec check-external``; ``expect``: the verdict a correct
     release gets (``"lossless"``), or ``"lossy"`` for what the engine documents as not holding the law (said in
     ``why``). ``exhaustive``: a deterministic check the adapter runs itself (greedy decoding: every draft list
-    against the target's argmax) instead of a law."""
+    against the target's argmax) instead of a law. ``source_applies``: see the field."""
 
     name: str
     entry: str
@@ -50,6 +50,9 @@ class Check:
     why: str = ""
     exhaustive: bool = False
     options: dict = field(default_factory=dict)
+    #: The check runs the module ``--source`` replaces (the adapter's ``SAMPLER_MODULE``); a check that does not is
+    #: refused with ``--source``, which would otherwise check the installed code under the mutant's name.
+    source_applies: bool = True
 
 
 def adapter(name: str):

@@ -78,6 +78,10 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
     if source is not None and not os.path.isfile(source):
         raise VerispecError(f"source {source!r} is not a file: give the path of a copy of "
                             f"{module.SAMPLER_MODULE.replace('.', '/')}.py")
+    elsewhere = [check.name for check in selected if not check.source_applies]
+    if source is not None and elsewhere:
+        raise VerispecError(f"source replaces {module.SAMPLER_MODULE}, which {', '.join(elsewhere)} does not run: "
+                            "check those without a source (their verdict would be the installed code's)")
     before = os.environ.get(module.SOURCE_VARIABLE)
     if source is not None:
         os.environ[module.SOURCE_VARIABLE] = os.path.abspath(source)

@@ -106,7 +106,8 @@ def checks() -> list[Check]:
         Check("v2-seeded", v2, f"{_V2}:v2_single",
               "the V2 runner: a draft by vLLM's Gumbel kernel, verified by its probabilistic rejection_sample "
               "(release 0.22 on)", layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64),
-              why=v2_why),
+              why=v2_why, source_applies=False),
         Check("v2-block", v2, f"{_V2}:v2_block", "v2-seeded with use_block_verification (release 0.25 on)",
-              layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), why=v2_why),
+              layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), why=v2_why,
+              source_applies=False),
     ]
