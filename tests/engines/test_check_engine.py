@@ -246,3 +246,17 @@ def test_a_source_is_refused_for_checks_that_do_not_run_its_module(tmp_path):
     status, out, err = _verispec("check-engine", "vllm", "--check", "v2-seeded", "--source", str(copy))
     assert status == 2 and out == ""
     assert "which v2-seeded does not run" in _last_line(err)
+
+
+@needs_vllm
+def test_fail_fast_stops_at_the_first_check_that_fails(tmp_path):
+    """The planted offset bug of the greedy kernel fails v1-greedy; with --fail-fast v1-seeded, which follows it,
+    is not run (one row), and the exit status is the LOSSY row's."""
+    mutant = _mutant(tmp_path, "target_argmax_id = tl.load(target_argmax_ptr + start_idx + pos).to(tl.int32)",
+                     "target_argmax_id = tl.load(target_argmax_ptr + pos).to(tl.int32)")
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy,v1-seeded", "--tree", "chain:2",
+                                 "--source", str(mutant), "--json", "--fail-fast", "--target", "0.2,0.5,0.3",
+                                 "--draft", "0.4,0.4,0.2")
+    assert status == 1, err
+    rows = json.loads(out)["checks"]
+    assert [row["check"] for row in rows] == ["v1-greedy"] and rows[0]["verdict"] == "LOSSY"

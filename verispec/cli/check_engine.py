@@ -50,6 +50,8 @@ def add_parser(subparsers) -> None:
     check.add_argument("--source", metavar="FILE", default=None,
                        help="check FILE in place of the engine's sampler module (a mutant of the shipped file); the "
                             "installed files are not changed")
+    check.add_argument("--fail-fast", action="store_true",
+                       help="stop after the first check that does not pass (its row is the last one printed)")
     add_call_timeout_option(check)
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -75,7 +77,8 @@ def run(args) -> int:
                             f"{engine.SAMPLER_MODULE.replace('.', '/')}.py")
     result = run_engine_checks(args.engine, [check.name for check in checks], tree=args.tree,
                                problem=_problem(args), mode=args.mode, detect_tv=args.detect_tv, alpha=args.alpha,
-                               time_budget=args.time_budget, source=args.source, any_release=args.any_release)
+                               time_budget=args.time_budget, source=args.source, any_release=args.any_release,
+                               fail_fast=args.fail_fast)
     if args.json:
         print(json.dumps(plain_json(result)))
     else:

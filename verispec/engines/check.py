@@ -32,8 +32,8 @@ MODES = ("auto", "exact", "blackbox")
 
 
 def select_checks(engine: str, names: str | Sequence[str] | None = None):
-    """(the adapter module of ``engine``, its checks named by ``names``: comma-separated text or a list; None: all,
-    in the adapter's order); EngineError or VerispecError on one line naming the checks known."""
+    """(the adapter module of ``engine``, its checks named by ``names``: comma-separated text or a list, in the
+    order named, each once; None: all, in the adapter's order); EngineError or VerispecError on one line naming the checks known."""
     from verispec.engines import adapter
 
     module = adapter(engine)
@@ -54,13 +54,14 @@ def select_checks(engine: str, names: str | Sequence[str] | None = None):
     if unknown or not wanted:
         raise VerispecError(f"unknown check {', '.join(unknown) or repr(shown)} of {engine}: choose "
                             f"from {', '.join(sorted(known))}")
-    return module, [check for check in checks if check.name in wanted]
+    by_name = {check.name: check for check in checks}
+    return module, [by_name[name] for name in dict.fromkeys(wanted)]  # the order named: --fail-fast stops there
 
 
 def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *, tree: str | None = None,
                       problem=None, mode: str = "exact", detect_tv: float = 0.01, alpha: float = 1e-6,
                       time_budget: float = DEFAULT_CHECK_BUDGET, source: str | None = None,
-                      any_release: bool = False) -> dict:
+                      any_release: bool = False, fail_fast: bool = False) -> dict:
     """Run ``engine``'s checks (``checks`` as for ``select_checks``) on the installed release and return
     ``verispec check-engine``'s JSON object (before ``plain_json``): ``engine``, ``release``, ``source``,
     ``exit_status`` and ``checks``, one row a check.
@@ -69,7 +70,9 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
     check (default each check's own context-free one); ``mode``, ``detect_tv``, ``alpha``: as for check-external;
     ``time_budget``: seconds each check may take; ``source``: a file loaded in place of the engine's sampler module
     (a mutant of the shipped file; the installed files are not changed); ``any_release``: check a release outside
-    the adapter's list (its entry points are still verified where a check loads them). Refused in one line (EngineError,
+    the adapter's list (its entry points are still verified where a check loads them); ``fail_fast``: stop after the
+    first check whose exit status is not 0 (the rows end there, as pytest's ``-x``: what a mutation run or a CI
+    needs to know first). Refused in one line (EngineError,
     VerispecError) before any check runs: an engine or check that is not known, an engine not installed or of a
     release the adapter does not know, a ``source`` that is not a file, an option out of range."""
     check_options(mode=mode, detect_tv=detect_tv, alpha=alpha, time_budget=time_budget)
@@ -86,8 +89,12 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
     if source is not None:
         os.environ[module.SOURCE_VARIABLE] = os.path.abspath(source)
     try:
-        rows = [run_check(module, check, engine=engine, tree=tree, problem=problem, mode=mode, detect_tv=detect_tv,
-                          alpha=alpha, time_budget=time_budget) for check in selected]
+        rows = []
+        for check in selected:
+            rows.append(run_check(module, check, engine=engine, tree=tree, problem=problem, mode=mode,
+                                  detect_tv=detect_tv, alpha=alpha, time_budget=time_budget))
+            if fail_fast and exit_status(rows[-1:]) != 0:
+                break
     finally:
         if before is None:
             os.environ.pop(module.SOURCE_VARIABLE, None)

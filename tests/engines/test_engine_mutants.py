@@ -1,0 +1,132 @@
+"""experiments/engine_mutants.py's bookkeeping, without downloading a release: the Wilson interval (against scipy's),
+how each judge's answer is read (verispec's rows, pytest's exit status and JUnit report), the shares with mutants
+argued equivalent left out, the overlay that never writes the cached release, and cosmic-ray's mutants of a small
+file where the tool is installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from scipy.stats import binomtest
+
+from tests.support.scripts import load_script
+
+script = load_script("experiments/engine_mutants.py", "engine_mutants_test")
+
+
+@pytest.mark.parametrize(("killed", "total"), [(0, 10), (7, 10), (57, 60), (60, 60), (1, 1)])
+def test_wilson_interval_is_scipys(killed, total):
+    interval = binomtest(killed, total).proportion_ci(confidence_level=0.95, method="wilson")
+    low, high = script.wilson(killed, total)
+    assert abs(low - interval.low) < 1e-4 and abs(high - interval.high) < 1e-4
+    assert script.wilson(0, 0) is None
+
+
+def _answer(monkeypatch, stdout: str, status: int, stderr: str = ""):
+    monkeypatch.setattr(script.subprocess, "run",
+                        lambda *args, **kwargs: SimpleNamespace(returncode=status, stdout=stdout, stderr=stderr))
+
+
+def _row(check, verdict, as_expected=False):
+    return {"check": check, "verdict": verdict, "as_expected": as_expected, "mode": "exact", "tv_distance": None,
+            "note": None}
+
+
+@pytest.mark.parametrize(("rows", "status", "outcome", "by"), [
+    ([_row("v1-greedy", "LOSSLESS", True), _row("v1-min-p", "LOSSY", True)], 0, "survived", None),
+    ([_row("v1-greedy", "LOSSLESS", True), _row("v1-seeded", "LOSSY")], 1, "killed", "v1-seeded: LOSSY"),
+    ([_row("v1-greedy", "RAISES")], 3, "killed", "v1-greedy: RAISES"),
+    ([_row("v1-greedy", "UNRUNNABLE")], 2, "killed", "v1-greedy: UNRUNNABLE"),
+    ([_row("v1-greedy", "LOSSLESS", True), _row("v1-seeded", "INCONCLUSIVE")], 4, "timeout",
+     "INCONCLUSIVE within the budget"),
+])
+def test_verispecs_answer_is_read_from_its_rows(monkeypatch, tmp_path, rows, status, outcome, by):
+    _answer(monkeypatch, json.dumps({"checks": rows}), status)
+    judged = script.verispec_judge(tmp_path, ["v1-greedy", "v1-seeded"], 60)
+    assert (judged["outcome"], judged["by"], judged["exit_status"]) == (outcome, by, status)
+
+
+def test_a_mutant_refused_before_any_check_is_killed_with_the_reason(monkeypatch, tmp_path):
+    _answer(monkeypatch, "", 2, "verispec: vllm.v1.sample.rejection_sampler does not import: SyntaxError (line 9)")
+    judged = script.verispec_judge(tmp_path, ["v1-greedy"], 60)
+    assert judged["outcome"] == "killed" and "does not import" in judged["by"]
+
+
+def _pytest_answer(monkeypatch, status: int, cases: str, last: str):
+    def run(argv, **kwargs):
+        junit = next(arg.split("=", 1)[1] for arg in argv if arg.startswith("--junitxml="))
+        Path(junit).write_text(f'<?xml version="1.0"?><testsuites><testsuite>{cases}</testsuite></testsuites>')
+        return SimpleNamespace(returncode=status, stdout=f"...\n{last}\n", stderr="")
+    monkeypatch.setattr(script.subprocess, "run", run)
+
+
+def test_engine_tests_answer_is_read_from_pytest(monkeypatch, tmp_path):
+    passed = '<testcase classname="tests.v1.sample.test_rejection_sampler" name="test_perfect_match"/>'
+    failed = ('<testcase classname="tests.v1.sample.test_rejection_sampler" name="test_top_k[1]">'
+              '<failure message="AssertionError: tokens differ&#10;more">trace</failure></testcase>')
+    _pytest_answer(monkeypatch, 1, passed + failed, "1 failed, 1 passed")
+    judged = script.engine_tests_judge(tmp_path, tmp_path, "t.py", [], 60)
+    assert judged["outcome"] == "killed"
+    assert judged["by"] == "tests/v1/sample/test_rejection_sampler.py::test_top_k[1]: AssertionError: tokens differ"
+    assert [case["outcome"] for case in judged["cases"]] == ["passed", "failed"]
+    _pytest_answer(monkeypatch, 0, passed, "1 passed")
+    assert script.engine_tests_judge(tmp_path, tmp_path, "t.py", [], 60)["outcome"] == "survived"
+
+    def timeout(argv, **kwargs):
+        raise subprocess.TimeoutExpired(argv, 60)
+    monkeypatch.setattr(script.subprocess, "run", timeout)
+    assert script.engine_tests_judge(tmp_path, tmp_path, "t.py", [], 60)["outcome"] == "timeout"
+
+
+def _judged(key, verispec, tests):
+    return {"key": key, "verispec": {"outcome": verispec, "seconds": 10.0},
+            "engine_tests": {"outcome": tests, "seconds": 20.0}}
+
+
+def test_shares_leave_out_the_mutants_argued_equivalent_and_flag_a_killed_one():
+    rows = [_judged("a#0", "killed", "killed"), _judged("b#0", "killed", "survived"),
+            _judged("c#0", "survived", "survived"), _judged("d#0", "timeout", "killed"),
+            _judged("e#0", "survived", "survived"), _judged("f#0", "killed", "survived")]
+    summary = script.summarize(rows, {"e#0": {"argument": "dead code"}, "f#0": {"argument": "wrong"}})
+    assert summary["mutants"] == 4 and summary["equivalent"] == 2 and summary["equivalent_but_killed"] == ["f#0"]
+    assert (summary["verispec"]["killed"], summary["verispec"]["timeout"], summary["verispec"]["share"]) == (2, 1, 0.5)
+    assert (summary["engine_tests"]["killed"], summary["engine_tests"]["share"]) == (2, 0.5)
+    assert (summary["killed_by_both"], summary["verispec_only"], summary["engine_tests_only"], summary["neither"]) == \
+        (1, 1, 1, 1)
+
+
+def test_the_overlay_never_writes_the_cached_release(tmp_path, monkeypatch):
+    folder = tmp_path / "vllm-9.9.9"
+    sampler = folder / script.SAMPLER
+    sampler.parent.mkdir(parents=True)
+    sampler.write_text("ORIGINAL = 1\n")
+    (sampler.parent / "other.py").write_text("OTHER = 1\n")
+    (folder / "COMPLETE").write_text("{}\n")
+    tree = script.overlay(folder, tmp_path / "cache", "9.9.9")
+    script.install(tree, "MUTANT = 1\n")
+    assert sampler.read_text() == "ORIGINAL = 1\n" and (tree / script.SAMPLER).read_text() == "MUTANT = 1\n"
+    assert os.stat(tree / script.SAMPLER).st_ino != os.stat(sampler).st_ino
+    assert os.stat(tree / script.SAMPLER).st_nlink == 1
+    assert os.stat(sampler.parent / "other.py").st_ino == os.stat(tree / "vllm/v1/sample/other.py").st_ino
+
+
+@pytest.mark.skipif(shutil.which("cosmic-ray", path=str(Path(script.sys.executable).parent)) is None,
+                    reason="cosmic-ray is not installed (pip install 'cosmic-ray==8.7.0')")
+def test_cosmic_rays_mutants_of_a_small_file(tmp_path):
+    source = tmp_path / "small.py"
+    source.write_text("def f(x):\n    return x + 1 if x < 2 else 0\n")
+    mutants = script.list_mutants(source)
+    # x + 1: the binary operator replaced by each of the others; x < 2: each other comparison; 1, 2, 0 numbers
+    assert {m["line"] for m in mutants} == {2} and all(m["definition"] == "f" for m in mutants)
+    operators = {m["operator"].split("/")[-1] for m in mutants}
+    assert "ReplaceBinaryOperator_Add_Sub" in operators and "ReplaceComparisonOperator_Lt_Gt" in operators
+    sub = next(m for m in mutants if m["operator"].endswith("ReplaceBinaryOperator_Add_Sub"))
+    text, change = script.mutant_text(source, sub)
+    assert change == {"line": 2, "before": "return x + 1 if x < 2 else 0", "after": "return x - 1 if x < 2 else 0"}
+    assert source.read_text() == "def f(x):\n    return x + 1 if x < 2 else 0\n"
