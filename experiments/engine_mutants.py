@@ -394,17 +394,24 @@ def main(argv=None) -> int:
     rows_dir = cache / "mutants" / f"{PACKAGE}-{args.release}" / "rows"
     rows_dir.mkdir(parents=True, exist_ok=True)
 
-    # the unmutated release first: verispec must pass it; the tests failing there cannot kill and are deselected
-    key = hashlib.sha256(json.dumps(["baseline", settings], sort_keys=True).encode()).hexdigest()[:24]
-    baseline_path = rows_dir / f"baseline-{key}.json"
-    if baseline_path.is_file():
-        baseline = json.loads(baseline_path.read_text())
-    else:
-        print("baseline: verispec's checks and vLLM's tests on the unmutated release", file=sys.stderr, flush=True)
-        baseline = {"verispec": verispec_judge(tree, checks, args.budget, fail_fast=False),
-                    "engine_tests": engine_tests_judge(tree, tests_root, ENGINE_TESTS, [], args.test_timeout,
-                                                       stop_first=False)}
-        atomic_write_json(baseline_path, baseline)
+    # the unmutated release first: verispec must pass it; the tests failing there cannot kill and are deselected.
+    # Each judge's baseline is cached on what it depends on (vLLM's tests do not run verispec's code).
+    verispec_key = hashlib.sha256(json.dumps(["baseline", settings], sort_keys=True).encode()).hexdigest()[:24]
+    tests_key = hashlib.sha256(json.dumps(["baseline-tests", {key: settings[key] for key in (
+        "release", "file_sha256", "tests", "tests_sha256", "test_timeout")}], sort_keys=True).encode()).hexdigest()[:24]
+    baseline = {}
+    for judge, key, run in (
+            ("engine_tests", f"tests-{tests_key}", lambda: engine_tests_judge(
+                tree, tests_root, ENGINE_TESTS, [], args.test_timeout, stop_first=False)),
+            ("verispec", f"verispec-{verispec_key}", lambda: verispec_judge(tree, checks, args.budget,
+                                                                             fail_fast=False))):
+        path = rows_dir / f"baseline-{key}.json"
+        if path.is_file():
+            baseline[judge] = json.loads(path.read_text())
+        else:
+            print(f"baseline: {judge} on the unmutated release", file=sys.stderr, flush=True)
+            baseline[judge] = run()
+            atomic_write_json(path, baseline[judge])
     if baseline["verispec"]["outcome"] != "survived":
         print(f"engine_mutants: verispec does not pass the unmutated {args.release} ({baseline['verispec']['by']}): "
               "a false alarm; no mutant is judged", file=sys.stderr)
@@ -413,50 +420,80 @@ def main(argv=None) -> int:
     deselect = failing  # node ids relative to the sources' root, as pytest's --deselect takes them
     print(f"baseline: verispec {baseline['verispec']['seconds']} s; vLLM's tests {baseline['engine_tests']['seconds']}"
           f" s, {len(failing)} failing on the unmutated release", file=sys.stderr, flush=True)
+    # verdicts of an earlier run's result file are taken where their key matches (a fresh cache resumes from git)
+    earlier = {}
+    if args.out.is_file():
+        try:
+            for row in json.loads(args.out.read_text()).get("rows", []):
+                for judge in ("verispec", "engine_tests"):
+                    if isinstance(row.get(judge), dict) and row[judge].get("key"):
+                        earlier[row[judge]["key"]] = row
+        except (json.JSONDecodeError, AttributeError):
+            earlier = {}
 
     mutants = list_mutants(source)
     drawn = (sorted(random.Random(args.seed).sample(range(len(mutants)), args.sample))
              if 0 < args.sample < len(mutants) else list(range(len(mutants))))
     equivalent = load_equivalent(args.equivalent, args.release)
     rows = []
+
+    def write(judged: list[dict]) -> dict:
+        """The result file as it stands (written after every mutant, so an interrupted run leaves what it found)."""
+        result = {"record": record, "settings": settings, "mutants_listed": len(mutants), "sample": args.sample,
+                  "drawn": len(drawn), "judged": len(judged),
+                  "operators": _count(m["operator"].split("/")[-1].split("_")[0] for m in mutants),
+                  "baseline": baseline, "deselected": deselect,
+                  "equivalent": [{"key": key, "argument": entry["argument"]} for key, entry in equivalent.items()
+                                 if key in {row["key"] for row in judged}],
+                  "summary": summarize(judged, equivalent), "rows": judged}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
+        return result
+    tests_settings = {key: settings[key] for key in ("release", "file_sha256", "tests", "tests_sha256",
+                                                     "test_timeout")}
     for index, position in enumerate(drawn):
         mutant = mutants[position]
-        row_key = hashlib.sha256(json.dumps([mutant, settings, deselect], sort_keys=True).encode()).hexdigest()[:24]
-        path = rows_dir / f"{mutant['operator'].replace('/', '_')}-{mutant['occurrence']}-{row_key}.json"
-        if path.is_file():
-            row = json.loads(path.read_text())
-        elif time.monotonic() - started > args.time_budget:
+        # each judge's verdict is cached on what it depends on: verispec's on its checking code, the tests' not
+        keys = {"verispec": hashlib.sha256(json.dumps([mutant, settings], sort_keys=True).encode()).hexdigest()[:24],
+                "engine_tests": hashlib.sha256(json.dumps([mutant, tests_settings, deselect], sort_keys=True)
+                                               .encode()).hexdigest()[:24]}
+        stem = f"{mutant['operator'].replace('/', '_')}-{mutant['occurrence']}"
+        paths = {judge: rows_dir / f"{stem}-{judge}-{key}.json" for judge, key in keys.items()}
+        found = {}
+        for judge, path in paths.items():
+            if path.is_file():
+                found[judge] = json.loads(path.read_text())
+            elif (earlier.get(keys[judge], {}).get(judge) or {}).get("key") == keys[judge]:
+                found[judge] = earlier[keys[judge]][judge]
+                atomic_write_json(path, found[judge])
+        missing = [judge for judge in paths if judge not in found]
+        if missing and time.monotonic() - started > args.time_budget:
             print(f"engine_mutants: --time-budget {args.time_budget:g} s spent; {len(drawn) - index} mutants not "
                   "judged (run again to resume)", file=sys.stderr)
             break
-        else:
-            text, change = mutant_text(source, mutant)
+        text, change = mutant_text(source, mutant)
+        if missing:
             install(tree, text)
             try:
                 with _parallel() as pool:
-                    verdict = pool.submit(verispec_judge, tree, checks, args.budget)
-                    tests = pool.submit(engine_tests_judge, tree, tests_root, ENGINE_TESTS, deselect,
-                                        args.test_timeout)
-                    row = {"key": mutant_key(mutant), "index": position, **mutant, "change": change,
-                           "verispec": verdict.result(), "engine_tests": tests.result()}
+                    futures = {judge: pool.submit(*(
+                        (verispec_judge, tree, checks, args.budget) if judge == "verispec" else
+                        (engine_tests_judge, tree, tests_root, ENGINE_TESTS, deselect, args.test_timeout)))
+                        for judge in missing}
+                    for judge, future in futures.items():
+                        found[judge] = {**future.result(), "key": keys[judge]}
+                        found[judge].pop("cases", None)
+                        atomic_write_json(paths[judge], found[judge])
             finally:
                 install(tree, source.read_text())
-            row["engine_tests"].pop("cases", None)
-            atomic_write_json(path, row)
+        row = {"key": mutant_key(mutant), "index": position, **mutant, "change": change,
+               "verispec": found["verispec"], "engine_tests": found["engine_tests"]}
         rows.append(row)
+        write(rows)
         print(f"[{index + 1}/{len(drawn)}] {row['key']} line {row['line']}: verispec {row['verispec']['outcome']} "
               f"({row['verispec']['seconds']} s), vLLM's tests {row['engine_tests']['outcome']} "
               f"({row['engine_tests']['seconds']} s)", file=sys.stderr, flush=True)
-    result = {"record": record, "settings": settings, "mutants_listed": len(mutants), "sample": args.sample,
-              "drawn": len(drawn), "judged": len(rows),
-              "operators": _count(m["operator"].split("/")[-1].split("_")[0] for m in mutants),
-              "baseline": baseline, "deselected": deselect,
-              "equivalent": [{"key": key, "argument": entry["argument"]} for key, entry in equivalent.items()
-                             if key in {row["key"] for row in rows}],
-              "summary": summarize(rows, equivalent), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
-    summary = result["summary"]
+    summary = write(rows)["summary"]
     print(f"{summary['mutants']} mutants judged ({summary['equivalent']} equivalent left out): verispec killed "
           f"{summary['verispec']['killed']}, vLLM's tests {summary['engine_tests']['killed']}; wrote {args.out}",
           file=sys.stderr)

@@ -260,3 +260,13 @@ def test_fail_fast_stops_at_the_first_check_that_fails(tmp_path):
     assert status == 1, err
     rows = json.loads(out)["checks"]
     assert [row["check"] for row in rows] == ["v1-greedy"] and rows[0]["verdict"] == "LOSSY"
+
+
+@needs_vllm
+def test_a_cpu_target_in_the_callers_environment_still_checks_the_triton_path():
+    """VLLM_TARGET_DEVICE=cpu (as vLLM's own tests on a CPU set it) would send the sampler to vllm._C's compiled CPU
+    operators, absent from a CUDA wheel; the adapter checks the GPU path, whose kernels are Triton's, regardless."""
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy", "--json",
+                                 env={"VLLM_TARGET_DEVICE": "cpu"})
+    assert status == 0, err
+    assert json.loads(out)["checks"][0]["verdict"] == "LOSSLESS"

@@ -7,7 +7,8 @@ interpreter as it runs compiled, and changes nothing else.
 * ``supply_libdevice``: ``libdevice.log1p`` is a stub that returns None under the interpreter; supplied, it is
   numpy's log1p in the argument's precision.
 * ``reuse_language_patch``: a kernel calling nested device functions computes the same numbers with the language
-  patched once per launch as with the interpreter's patch at every call.
+  patched once per launch, from a remembered list of builtins, as with the interpreter's patch at every call; a
+  builtin replaced between launches (as verispec's feed of ``tl.rand`` replaces it) is seen by the next launch.
 
 Each repair runs in a process of its own (``_run``): it changes the interpreter for the process, and the test
 compares a process with it against one without.
@@ -92,6 +93,16 @@ KERNELS = textwrap.dedent('''
     out = torch.zeros(8, dtype=torch.float32)
     _nested_kernel[(1,)](out, torch.linspace(-3, 3, 8, dtype=torch.float32), BLOCK=8)
     result["nested"] = out.tolist()
+    # a builtin replaced between launches, as verispec's feed of tl.rand does: the next launch must see it
+    original_sqrt = tl.sqrt
+    tl.sqrt = tl.exp
+    out = torch.zeros(8, dtype=torch.float32)
+    _nested_kernel[(1,)](out, torch.linspace(-3, 3, 8, dtype=torch.float32), BLOCK=8)
+    tl.sqrt = original_sqrt
+    result["swapped"] = out.tolist()
+    out = torch.zeros(8, dtype=torch.float32)
+    _nested_kernel[(1,)](out, torch.linspace(-3, 3, 8, dtype=torch.float32), BLOCK=8)
+    result["restored"] = out.tolist()
     print(json.dumps(result))
 ''')
 
@@ -121,3 +132,6 @@ def test_repairs_run_the_kernels_as_compiled_and_change_nothing_else():
     assert bare["nested"] == repaired["nested"]
     expected = np.linspace(-3, 3, 8, dtype=np.float32)
     assert np.allclose(repaired["nested"], expected * expected + 1.5 - np.abs(expected), atol=1e-5)
+    # the remembered list of builtins is listed again when the language's attributes change, and again when restored
+    assert bare["swapped"] == repaired["swapped"] and bare["restored"] == repaired["restored"] == repaired["nested"]
+    assert np.allclose(repaired["swapped"], expected * expected + 1.5 - np.exp(expected * expected), rtol=1e-5)

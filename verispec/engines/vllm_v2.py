@@ -28,9 +28,12 @@ from __future__ import annotations
 import inspect
 import os
 
-#: Triton's interpreter on the CPU; no CUDA device, so vLLM's triton_utils does not look for a driver.
+#: Triton's interpreter on the CPU; no CUDA device, so vLLM's triton_utils does not look for a driver; and vLLM's
+#: GPU path (its default target), whose kernels are Triton's: a VLLM_TARGET_DEVICE=cpu in the caller's environment
+#: would send the sampler to the compiled CPU operators of vllm._C, which a wheel built for CUDA does not carry.
 os.environ["TRITON_INTERPRET"] = "1"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+os.environ["VLLM_TARGET_DEVICE"] = "cuda"
 
 from verispec.engines import EngineError
 

@@ -11,9 +11,10 @@ The partition is found adaptively, batched over every draft tree and every open 
 
 1. through an anchor point of each open box (its centre at first), scan every coordinate on ``scan`` points
    plus both ends of the box's side;
-2. between neighbouring scan points whose outcomes differ, bisect on the float64 bit pattern (the order of
-   non-negative floats is the order of their bit patterns) down to adjacent floats; where the midpoint's
-   outcome differs from both ends, both halves are searched, so every change visible from the scan is found;
+2. between neighbouring scan points whose outcomes differ, bisect down to adjacent float64s (the order of
+   non-negative floats is the order of their bit patterns), probing float32 values first, where thresholds
+   computed in float32 lie (``_bisect``); where a probe's outcome differs from both ends, both halves are
+   searched, so every change visible from the scan is found;
 3. split the box along the lowest coordinate that changed, at the breakpoints found; a box in which no
    coordinate changes along its anchor lines is probed at ``probes`` random points: if all agree it is a
    cell, otherwise it is reopened with the disagreeing point as its anchor.
@@ -430,7 +431,13 @@ def _record_uses(use: UniformUse, codes: np.ndarray, changes: np.ndarray) -> Non
 def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
     """Every breakpoint between a and b along ``coordinate`` of each task's box (outcomes differ at the ends):
     yields (box, coordinate, first float at which the outcome differs from the left end's, the outcome just
-    below it, the outcome at it)."""
+    below it, the outcome at it).
+
+    Each step probes one point strictly inside the task's interval and keeps the halves whose ends differ, down
+    to adjacent float64s, so the breakpoint found is exact whatever the probes. The probes go where thresholds
+    usually are (``_probes``): on float32 values while one lies inside, then next to a float32 end, then at the
+    float64 midpoint. A threshold computed in float32 (a ratio p/q of float32 probabilities, a draw fed on the
+    float32 grid of 2^-24) is then found in about 25 evaluations instead of about 55."""
     a_bits, b_bits = a.view(np.int64).copy(), b.view(np.int64).copy()
     code_a = code_b = None
     while len(box):
@@ -446,7 +453,7 @@ def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
         a_bits, b_bits, code_a, code_b = a_bits[keep], b_bits[keep], code_a[keep], code_b[keep]
         if not len(box):
             return
-        middle = a_bits + (b_bits - a_bits) // 2
+        middle = _probes(a_bits, b_bits)
         code_m = _codes_at(evaluate, rows, anchor, box, coordinate, middle, stats)
         left = code_m != code_a  # a change between a and the middle
         right = code_m != code_b  # a change between the middle and b
@@ -456,6 +463,26 @@ def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
                           np.concatenate([middle[left], b_bits[right]]))
         code_a, code_b = (np.concatenate([code_a[left], code_m[right]]),
                           np.concatenate([code_m[left], code_b[right]]))
+
+
+def _probes(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
+    """A point strictly between a and b (non-negative float64s as bit patterns [T], at least two apart) for each
+    task, as float64 bits: the float32 value halfway, by float32 bit pattern, between the least float32 above a
+    and the greatest below b, where one lies strictly inside; else the float64 just above a where a is a float32
+    value (a threshold t tested as u <= t changes at that float), else the float64 just below b where b is a
+    float32 value (one tested as u < t changes at b); else the float64 midpoint."""
+    a = a_bits.view(np.float64)
+    b = b_bits.view(np.float64)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)  # nearest float32s
+    above = np.where(a32.astype(np.float64) > a, a32, np.nextafter(a32, np.float32(np.inf)))
+    below = np.where(b32.astype(np.float64) < b, b32, np.nextafter(b32, np.float32(-np.inf)))
+    inside = above <= below  # a float32 value strictly between a and b
+    bits32 = (above.view(np.int32).astype(np.int64) + below.view(np.int32).astype(np.int64)) // 2
+    lattice = np.where(inside, bits32, 0).astype(np.int32).view(np.float32).astype(np.float64).view(np.int64)
+    a_is32 = a32.astype(np.float64) == a
+    b_is32 = b32.astype(np.float64) == b
+    return np.where(inside, lattice, np.where(a_is32, a_bits + 1, np.where(b_is32, b_bits - 1,
+                                                                           a_bits + (b_bits - a_bits) // 2)))
 
 
 def _codes_at(evaluate, rows, anchor, box, coordinate, bits, stats):
