@@ -230,11 +230,16 @@ def test_shipped_step_is_lossless_exactly_and_a_dropped_temperature_is_caught(tm
 
 
 @needs_vllm
-def test_top_k_kernel_the_interpreter_cannot_run_is_said_and_not_lossless():
-    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-top-k", "--json")
-    assert status == 2, err
-    row = json.loads(out)["checks"][0]
-    assert row["verdict"] == "UNRUNNABLE" and "interpreter cannot run" in row["note"]
+def test_a_kernel_the_interpreter_cannot_run_is_said_and_not_lossless(tmp_path):
+    """Inline assembly has no interpreter: a greedy kernel that uses it fails the adapter's first call of every
+    route, so nothing is checked: one line naming the interpreter's refusal and exit 2, never a LOSSLESS."""
+    mutant = _mutant(tmp_path, "target_argmax_id = tl.load(target_argmax_ptr + start_idx + pos).to(tl.int32)",
+                     "target_argmax_id = tl.inline_asm_elementwise('mov.b32 $0, $1;', '=r,r', "
+                     "[tl.load(target_argmax_ptr + start_idx + pos).to(tl.int32)], dtype=tl.int32, is_pure=True, "
+                     "pack=1)")
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy", "--source", str(mutant), "--json")
+    assert status == 2 and out == "", err
+    assert "interpreter cannot run a kernel" in _last_line(err) and "inline_asm not supported" in _last_line(err)
 
 
 @needs_vllm

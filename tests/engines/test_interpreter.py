@@ -6,6 +6,8 @@ interpreter as it runs compiled, and changes nothing else.
   mask is boolean stores the same with and without the repair.
 * ``supply_libdevice``: ``libdevice.log1p`` is a stub that returns None under the interpreter; supplied, it is
   numpy's log1p in the argument's precision.
+* ``repair_loop_counters``: the counter of a ``tl.range`` loop is a Python int under the interpreter, so
+  ``i.to(tl.int64)`` fails (vLLM's top-k/top-p kernel); repaired, it is the scalar tensor it is compiled.
 * ``reuse_language_patch``: a kernel calling nested device functions computes the same numbers with the language
   patched once per launch, from a remembered list of builtins, as with the interpreter's patch at every call; a
   builtin replaced between launches (as verispec's feed of ``tl.rand`` replaces it) is seen by the next launch.
@@ -75,7 +77,18 @@ KERNELS = textwrap.dedent('''
         x = tl.load(x_ptr + lanes)
         tl.store(out_ptr + lanes, _shifted(x, 1.5) - tl.sqrt(_square(x)))
 
+    @triton.jit
+    def _loop_kernel(out_ptr, rows, STRIDE: tl.constexpr):
+        for row in tl.range(tl.program_id(0), rows, tl.num_programs(0)):
+            tl.store(out_ptr + row.to(tl.int64) * STRIDE, row * 10)
+
     result = {}
+    out = torch.full((5,), -1, dtype=torch.int32)
+    try:
+        _loop_kernel[(2,)](out, 5, STRIDE=1)
+        result["loop"] = out.tolist()
+    except Exception as error:
+        result["loop"] = type(error).__name__ + ": " + str(error)[:200]
     for nested in (False, True):
         out = torch.zeros(8, dtype=torch.int64)
         try:
@@ -118,7 +131,7 @@ def test_repairs_run_the_kernels_as_compiled_and_change_nothing_else():
     import numpy as np
 
     bare = _run("")
-    repaired = _run("repair_masks,supply_libdevice,reuse_language_patch")
+    repaired = _run("repair_masks,supply_libdevice,reuse_language_patch,repair_loop_counters")
     selected = [1, 2, 3, 4, 5, 0, 0, 0]  # lanes 0..4 store lane + 1; the flag is true
     # without the repair the nested mask reaches the store as int32 and the interpreter refuses it
     assert "mask has unsupported dtype" in bare["store_nested=True"]
@@ -128,6 +141,10 @@ def test_repairs_run_the_kernels_as_compiled_and_change_nothing_else():
     assert not isinstance(bare["log1p"], list)
     x = np.array([-0.5, -1e-8, 0.0, 1e-7, 0.25, 1.0, 3.0, 100.0], dtype=np.float32)
     assert np.array_equal(np.array(repaired["log1p"], dtype=np.float32), np.log1p(x))
+    # a tl.range loop's counter: a Python int under the bare interpreter, the compiled scalar tensor repaired (the
+    # two programs take rows 0, 2, 4 and 1, 3)
+    assert "'int' object has no attribute 'to'" in bare["loop"]
+    assert repaired["loop"] == [0, 10, 20, 30, 40]
     # one language patch a launch: the same numbers, bit for bit
     assert bare["nested"] == repaired["nested"]
     expected = np.linspace(-3, 3, 8, dtype=np.float32)

@@ -201,7 +201,7 @@ def test_without_the_path_labels_the_same_integration_misplaces_mass():
     runner = verifier._runner(batch)
 
     def outcomes_only(rows, points):
-        codes, used = runner.integrand(rows, points)
+        codes, used, _ = runner.integrand(rows, points)
         return codes % runner.code_count, used
 
     with runner.session():

@@ -839,3 +839,15 @@ def test_a_module_importable_without_the_wrappers_folder_stays_one_module(tmp_pa
         assert verispec_test_shared_package is loaded and sys.modules["verispec_test_shared_package"] is loaded
     finally:
         sys.modules.pop("verispec_test_shared_package", None)
+
+
+def test_an_integer_draw_tells_the_tape_where_its_value_changes():
+    """torch.randint(0, 5, (2,)) reads two columns; each changes value at k/5 (k = 1..4), which the tape records
+    for exact integration to scan; a uniform draw records none."""
+    import torch
+
+    out, tape = _fed([0.5, 0.1, 0.95], lambda: (torch.rand(()), torch.randint(0, 5, (2,))))
+    assert out[1].tolist() == [0, 4]
+    assert sorted(tape.breaks) == [1, 2]
+    for column in (1, 2):
+        assert np.allclose(tape.breaks[column], np.arange(1, 5) / 5, rtol=0, atol=1e-15)

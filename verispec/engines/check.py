@@ -33,7 +33,8 @@ MODES = ("auto", "exact", "blackbox")
 
 def select_checks(engine: str, names: str | Sequence[str] | None = None):
     """(the adapter module of ``engine``, its checks named by ``names``: comma-separated text or a list, in the
-    order named, each once; None: all, in the adapter's order); EngineError or VerispecError on one line naming the checks known."""
+    order named, each once; None: all, in the adapter's order); EngineError or VerispecError on one line naming
+    the checks known."""
     from verispec.engines import adapter
 
     module = adapter(engine)

@@ -1,4 +1,4 @@
-"""Two repairs to Triton's interpreter, so that engines' kernels run under it as they run compiled.
+"""Repairs to Triton's interpreter, so that engines' kernels run under it as they run compiled (and one saving).
 
 Triton 3.9's interpreter carries a mask built by ``&`` of two comparisons inside a nested ``@triton.jit`` function
 as an integer array (its semantic layer promotes the booleans to int32 before ``create_and``), and its C store and
@@ -13,7 +13,12 @@ replaces by the device's library; the interpreter leaves them stubs, so ``tldevi
 there. vLLM's V2 Gumbel noise is ``-log(-log1p(-u))`` on its float32 path (releases 0.22 to 0.30).
 ``supply_libdevice`` gives the stubs vLLM's kernels call (``LIBDEVICE``) numpy's function of the same name, in
 the argument's precision (numpy's float32 ``log1p`` and CUDA's ``log1pf`` differ by a few ulps, 1e-7 relative,
-far below the checks' threshold of 1e-6 in TV). ``tests/engines/test_vllm_v2.py`` checks both repairs.
+far below the checks' threshold of 1e-6 in TV).
+
+``repair_loop_counters`` hands the counter of a ``tl.range`` loop as the scalar tensor it is compiled (the
+interpreter hands a Python int, so vLLM's top-k/top-p kernel fails at ``row_id.to(tl.int64)``), and
+``reuse_language_patch`` saves the interpreter's repeated patching of the language. ``tests/engines/
+test_interpreter.py`` checks each against a bare run.
 """
 
 from __future__ import annotations
@@ -76,6 +81,42 @@ def supply_libdevice() -> None:
     for name, ufunc in LIBDEVICE.items():
         setattr(libdevice, name, elementwise(ufunc))
     libdevice._verispec_supplied = True
+
+
+def repair_loop_counters() -> None:
+    """Give a ``tl.range`` loop's counter the tensor type it has compiled (install once per process).
+
+    Compiled, the counter of ``for i in tl.range(start, end, step)`` is a scalar tensor (int32, or int64 where a
+    bound is), so a kernel may write ``i.to(tl.int64)``; the interpreter runs the loop over Python's ``range`` and
+    hands a Python int, on which ``.to`` fails (vLLM's top-k/top-p kernel, ``_topk_topp_kernel``, fails so on the
+    CPU, and with it vLLM's own top-k and top-p tests). Repaired, the counter is that scalar tensor, taking the
+    values Python's range takes; ``tl.static_range`` stays a range of ints, as its counter is a constant compiled."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+    from triton.runtime.interpreter import TensorHandle
+
+    if getattr(interpreter, "_verispec_loop_counters", False):
+        return
+    original = interpreter._patch_lang_core
+
+    def counter_type(*bounds):
+        wide = any(isinstance(bound, tl.tensor) and bound.dtype in (tl.int64, tl.uint64) for bound in bounds)
+        wide = wide or any(isinstance(bound, int) and not -2 ** 31 <= bound < 2 ** 31 for bound in bounds)
+        return (np.int64, tl.int64) if wide else (np.int32, tl.int32)
+
+    def loop_range(arg1, arg2=None, step=None, **kwargs):
+        start, end = (0, arg1) if arg2 is None else (arg1, arg2)
+        step = 1 if step is None else step
+        numpy_type, triton_type = counter_type(start, end, step)
+        for value in range(int(start), int(end), int(step)):
+            yield tl.tensor(TensorHandle(np.array([value], dtype=numpy_type), triton_type), triton_type)
+
+    def _patch_lang_core(lang, scope):
+        original(lang, scope)
+        scope.set_attr(lang, "range", loop_range)
+
+    interpreter._patch_lang_core = _patch_lang_core
+    interpreter._verispec_loop_counters = True
 
 
 def reuse_language_patch() -> None:

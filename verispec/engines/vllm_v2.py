@@ -89,10 +89,11 @@ def _engine() -> dict:
     if cache is None or any(name not in verify_parameters for name in needed):
         raise EngineError("vLLM's V2 gumbel_sample keeps no draft-logits cache, or rejection_sample takes other "
                           f"arguments: an entry point moved; verispec's adapter knows releases {supported_range()}")
-    from verispec.engines.interpreter import repair_masks, reuse_language_patch, supply_libdevice
+    from verispec.engines.interpreter import repair_loop_counters, repair_masks, reuse_language_patch, supply_libdevice
 
     repair_masks()
     supply_libdevice()
+    repair_loop_counters()
     reuse_language_patch()
     _ENGINE.update(sample=sample, verify=verify, cache=cache, drafting="is_drafting" in sample_parameters,
                    block="use_block_verification" in verify_parameters)

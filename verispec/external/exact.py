@@ -157,7 +157,7 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
     stats.uses.extend(UniformUse() for _ in range(num_uniforms - len(stats.uses)))
     law = np.zeros((num_rows, num_codes))
     if num_uniforms == 0:
-        codes, _ = _evaluate(evaluate, np.arange(num_rows), np.zeros((num_rows, 0)), stats)
+        codes = _evaluate(evaluate, np.arange(num_rows), np.zeros((num_rows, 0)), stats)[0]
         law[np.arange(num_rows), codes % num_codes] = 1.0
         return law
     rng = np.random.default_rng(seed)
@@ -169,10 +169,10 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
     while len(boxes.rows):
         budget.check("exact integration of an external function")
         stats.rounds += 1
-        anchor_codes, used = _evaluate(evaluate, boxes.rows, boxes.anchor, stats)
+        anchor_codes, used, known = _evaluate(evaluate, boxes.rows, boxes.anchor, stats)
         used = np.ones(boxes.lo.shape, dtype=bool) if used is None else used
         breaks = _find_breaks(evaluate, boxes.rows, boxes.lo, boxes.hi, boxes.anchor, used, scan, stats, max_breaks,
-                              name, boxes.hints)
+                              name, boxes.hints, known)
         split_along = _split_coordinates(breaks, len(boxes.rows))
         if check_races:
             _check_breakpoints_hold(evaluate, boxes.rows, boxes.lo, boxes.hi, boxes.anchor, used, breaks, split_along,
@@ -259,19 +259,24 @@ def _check_box_counts(boxes_per_row: np.ndarray, max_boxes: int, max_total_boxes
 
 
 def _evaluate(evaluate, rows: np.ndarray, points: np.ndarray, stats: IntegrationStats):
-    """(codes [M] int64, used [M, U] bool or None) at ``points`` [M, U], in chunks of at most CHUNK rows."""
+    """(codes [M] int64, used [M, U] bool or None, known [M] of {uniform: breakpoints} or None) at ``points``
+    [M, U], in chunks of at most CHUNK rows."""
     out = np.empty(len(rows), dtype=np.int64)
-    used = None
+    used = known = None
     for start in range(0, len(rows), CHUNK):
         result = evaluate(rows[start:start + CHUNK], points[start:start + CHUNK])
         if isinstance(result, tuple):
-            result, read = result
+            result, read, *rest = result
             if used is None:
                 used = np.ones(points.shape, dtype=bool)
             used[start:start + CHUNK] = read
+            if rest:
+                known = (known or []) + list(rest[0])
         out[start:start + CHUNK] = result
     stats.evaluations += len(rows)
-    return out, used
+    if known is not None and len(known) != len(rows):
+        known = None  # a chunk that reported none: no points are known
+    return out, used, known
 
 
 def _codes(evaluate, rows, points, stats) -> np.ndarray:
@@ -279,7 +284,7 @@ def _codes(evaluate, rows, points, stats) -> np.ndarray:
 
 
 def _find_breaks(evaluate, rows, lo, hi, anchor, used, scan, stats, max_breaks, name,
-                 hints: list[dict]) -> list[dict[int, list]]:
+                 hints: list[dict], known: list[dict] | None = None) -> list[dict[int, list]]:
     """breaks[coordinate][box] = [(breakpoint, outcome just below it, outcome at it), ...] found along
     ``coordinate`` on the box's anchor line (lines along uniforms the anchor's run did not read are skipped).
 
@@ -302,6 +307,8 @@ def _find_breaks(evaluate, rows, lo, hi, anchor, used, scan, stats, max_breaks, 
         line = np.concatenate([low[:, None], low[:, None] + (high - low)[:, None] * fractions[None, :],
                                _next_down(high)[:, None]], axis=1)  # [boxes, scan + 2]
         line = np.maximum.accumulate(np.clip(line, low[:, None], _next_down(high)[:, None]), axis=1)
+        if known is not None:
+            line = _with_known(line, [known[box].get(coordinate) for box in active], low, high)
         width = line.shape[1]
         points = np.repeat(anchor[active], width, axis=0)  # [boxes * width, U]
         points[:, coordinate] = line.reshape(-1)
@@ -426,6 +433,25 @@ def _record_uses(use: UniformUse, codes: np.ndarray, changes: np.ndarray) -> Non
     distinct = np.array([len(set(row)) for row in codes[pieces >= 3][:64]])
     if len(distinct) and np.any(distinct == pieces[pieces >= 3][:64]):
         use.categorical = True
+
+
+def _with_known(line: np.ndarray, points: list, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """``line`` [boxes, W] with each box's known breakpoints inside [low, high) and the floats just below them
+    added, sorted (rows padded with their last point, which changes nothing) -> [boxes, W + extra]."""
+    extra = []
+    for index, at in enumerate(points):
+        if at is None:
+            extra.append(np.empty(0))
+            continue
+        inside = at[(at > low[index]) & (at < high[index])]
+        extra.append(np.concatenate([np.maximum(_next_down(inside), low[index]), inside]))
+    width = max((len(points) for points in extra), default=0)
+    if width == 0:
+        return line
+    padded = np.repeat(line[:, -1:], width, axis=1)
+    for index, points in enumerate(extra):
+        padded[index, :len(points)] = points
+    return np.sort(np.concatenate([line, padded], axis=1), axis=1)
 
 
 def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):

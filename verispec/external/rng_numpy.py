@@ -52,7 +52,8 @@ def numpy_functions(capture) -> dict:
 
     def randint(low, high=None, size=None, dtype=int):
         low, high = (0, low) if high is None else (low, high)
-        values = capture.chose(rules.integers(take("randint", size), int(low), int(high))).astype(dtype)
+        values = capture.chose(rules.integers(take("randint", size), int(low), int(high)),
+                                integers=int(high) - int(low)).astype(dtype)
         return _scalar_or_array(values, size)
 
     def exponential(scale=1.0, size=None):
@@ -197,7 +198,8 @@ class CapturedGenerator(np.random.Generator):
             return super().integers(low, high, size, dtype, endpoint)
         low, high = (0, low) if high is None else (low, high)
         high = int(high) + (1 if endpoint else 0)
-        drawn = self._capture().chose(rules.integers(self._take("integers", size), int(low), high))
+        drawn = self._capture().chose(rules.integers(self._take("integers", size), int(low), high),
+                                      integers=high - int(low))
         return _scalar_or_array(drawn.astype(dtype), size)
 
     def exponential(self, scale=1.0, size=None):
@@ -256,17 +258,17 @@ def random_functions(capture) -> dict:
     def choice(seq):
         if not len(seq):
             raise IndexError("Cannot choose from an empty sequence")
-        return seq[int(capture.chose(rules.integers(np.asarray(one("choice")), 0, len(seq))))]
+        return seq[int(capture.chose(rules.integers(np.asarray(one("choice")), 0, len(seq)), integers=len(seq)))]
 
     def randrange(start, stop=None, step=1):
         start, stop = (0, start) if stop is None else (start, stop)
         count = len(range(start, stop, step))
         if count <= 0:
             raise ValueError(f"empty range in randrange({start}, {stop}, {step})")
-        return start + step * int(capture.chose(rules.integers(np.asarray(one("randrange")), 0, count)))
+        return start + step * int(capture.chose(rules.integers(np.asarray(one("randrange")), 0, count), integers=count))
 
     def randint(a, b):
-        return a + int(capture.chose(rules.integers(np.asarray(one("randint")), 0, b - a + 1)))
+        return a + int(capture.chose(rules.integers(np.asarray(one("randint")), 0, b - a + 1), integers=b - a + 1))
 
     def expovariate(lambd=1.0):
         return float(rules.exponential(np.asarray(one("expovariate")), lambd))

@@ -113,6 +113,28 @@ def integers(u, low, high):
     return low + np.minimum(np.floor(u * (high - low)), high - low - 1).astype(np.int64)
 
 
+#: The most values of an integer draw whose breakpoints exact integration is handed (``integer_breaks``): more
+#: would make each scanned line longer than the bisections it saves.
+MAX_KNOWN_BREAKS = 256
+
+
+def integer_breaks(count: int) -> np.ndarray | None:
+    """Where ``integers(u, low, low + count)`` changes value: for k = 1 .. count - 1, the least float64 u with
+    floor(u count) >= k (k / count, moved by the float rounding of u count) -> [count - 1] float64, or None for
+    more than ``MAX_KNOWN_BREAKS`` values. Exact integration scans these points and the floats just below them, so
+    a change there is found without bisection (a point off by rounding only costs a short bisection)."""
+    if not 1 < count <= MAX_KNOWN_BREAKS:
+        return None
+    k = np.arange(1, count, dtype=np.float64)
+    u = k / count
+    for _ in range(4):  # up while floor(u count) < k, then down while the float below still reaches k
+        u = np.where(np.floor(u * count) < k, np.nextafter(u, 1.0), u)
+    for _ in range(4):
+        below = np.nextafter(u, 0.0)
+        u = np.where(np.floor(below * count) >= k, below, u)
+    return u
+
+
 def categorical(weights: np.ndarray, u: np.ndarray, replacement: bool) -> np.ndarray:
     """Draws from the rows of ``weights`` [R, V] with ``u`` [R, n]: by inverse CDF, one u per draw; without
     replacement each draw from the weights left. -> [R, n] int64."""

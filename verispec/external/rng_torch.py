@@ -235,13 +235,14 @@ class FeedMode(TorchFunctionMode):
         shape = _size_of(args, kwargs, start=len(numbers))
         values = self.capture.draw("torch.randint", shape, kwargs.get("generator"))[0]
         dtype = kwargs.get("dtype") or torch.int64
-        drawn = self.capture.chose(rules.integers(values, int(low), int(high)))
+        drawn = self.capture.chose(rules.integers(values, int(low), int(high)), integers=int(high) - int(low))
         return _finish(_as_tensor(drawn, dtype, kwargs.get("device")), kwargs)
 
     def randint_like(self, input, low=0, high=None, **kwargs):
         low, high = (0, low) if high is None else (low, high)
         values = self.capture.draw("torch.randint_like", tuple(input.shape), kwargs.get("generator"))[0]
-        return _finish(_as_tensor(self.capture.chose(rules.integers(values, int(low), int(high))),
+        return _finish(_as_tensor(self.capture.chose(rules.integers(values, int(low), int(high)),
+                                                     integers=int(high) - int(low)),
                                  kwargs.get("dtype") or input.dtype,
                                  kwargs.get("device") or input.device), kwargs)
 
@@ -252,7 +253,8 @@ class FeedMode(TorchFunctionMode):
         low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
         values = self.capture.draw("Tensor.random_", tuple(self_tensor.shape), kwargs.get("generator"))[0]
         with torch.no_grad():
-            self_tensor.copy_(_as_tensor(self.capture.chose(rules.integers(values, int(low), int(high))),
+            self_tensor.copy_(_as_tensor(self.capture.chose(rules.integers(values, int(low), int(high)),
+                                                            integers=int(high) - int(low)),
                                          self_tensor.dtype,
                                          self_tensor.device))
         return self_tensor

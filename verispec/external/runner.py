@@ -85,6 +85,7 @@ class Runner:
         self._session: Capture | None = None
         #: The path label of each row of the last run (capture mode, ``_labels``), and the label of each path seen.
         self.last_paths: np.ndarray | None = None
+        self.last_breaks: list[dict] = []  # each row's known breakpoints in the last run ({uniform: points})
         self.path_ids: dict[bytes, int] = {}
         #: Where set, the runs that raise are outcome RAISED and the calls go on (``RaiseLog``); else a raise ends
         #: the run.
@@ -143,11 +144,12 @@ class Runner:
         thresholds: with outcomes alone, only the random probes could see that, and a box was taken as one cell
         where it was not (mass misplaced between outcomes). Labelled by path - the draws made, in order, and the
         results of the discrete ones - a box holding two paths changes label along the uniform whose piece
-        chooses between them, and is split there like any outcome change."""
+        chooses between them, and is split there like any outcome change. Third: each run's breakpoints known in
+        advance ({uniform: points}: an integer draw's), which the integration scans instead of bisecting."""
         codes, used = self.run(rows, points, races=True)
         if used is None:
             return codes
-        return codes + self.code_count * self.last_paths, used
+        return codes + self.code_count * self.last_paths, used, self.last_breaks
 
     def _labels(self, tape: Tape) -> np.ndarray:
         """Small integers for the paths of ``tape``'s rows [M] (equal paths, equal labels, over the runner's life)."""
@@ -265,12 +267,14 @@ class Runner:
             self._witness(error, rows, uniforms, races, full)
             self.raises.add(error, 1)
             self.last_paths = np.zeros(1, dtype=np.int64) if self.capture else None
+            self.last_breaks = [{}]
             return np.full(1, RAISED, dtype=np.int64), np.ones(uniforms.shape, dtype=bool) if self.capture else None
         half = len(rows) // 2
         first = self._run(rows[:half], uniforms[:half], races, False, full, False)
-        first_paths = self.last_paths
+        first_paths, first_breaks = self.last_paths, self.last_breaks
         second = self._run(rows[half:], uniforms[half:], races, False, full, False)
         self.last_paths = None if first_paths is None else np.concatenate([first_paths, self.last_paths])
+        self.last_breaks = first_breaks + self.last_breaks
         codes = np.concatenate([first[0], second[0]])
         if not np.any(codes == RAISED):
             self.raises.vanished += 1
@@ -296,6 +300,7 @@ class Runner:
         batch_tape = None
         paths = np.zeros(shape[0], dtype=np.int64) if self.capture else None
         keys: list[tuple[str, ...]] = [() for _ in range(shape[0])]
+        breaks: list[dict] = [{} for _ in range(shape[0])]  # each row's known breakpoints, by its uniforms' index
         if verifier.takes_seed:  # the request's seed, after the layout's arguments
             seeds = self._seeds(shape[0])
             arguments = ([(*row, int(seed)) for row, seed in zip(arguments, seeds)] if one_by_one
@@ -329,6 +334,7 @@ class Runner:
                             used[index, self.own:] = row_tape.used
                             paths[index] = self._labels(row_tape)[0]
                             keys[index] = tuple(row_tape.keys)
+                            breaks[index] = {self.own + column: at for column, at in row_tape.breaks.items()}
                             self.max_cursor = max(self.max_cursor, row_tape.cursor)
                 else:
                     batch_tape = Tape(tape, self.trace) if self.capture else None
@@ -341,6 +347,8 @@ class Runner:
                     if batch_tape is not None:
                         used[:, self.own:] = batch_tape.used[None, :]
                         paths[:] = self._labels(batch_tape)
+                        shared = {self.own + column: at for column, at in batch_tape.breaks.items()}
+                        breaks = [shared] * shape[0]
                         self.max_cursor = max(self.max_cursor, batch_tape.cursor)
         except Signal as signal:
             raise signal.error from None
@@ -352,6 +360,7 @@ class Runner:
             self.trace = tuple(batch_tape.draws)
         self.last_paths = paths
         self.last_keys = keys
+        self.last_breaks = breaks
         return results, used
 
     def _fed(self, capture: Capture | None, tape: Tape | None, arguments: tuple):

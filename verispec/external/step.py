@@ -285,6 +285,7 @@ class StepCheck:
         self.path_ids: dict[bytes, int] = {}
         self.torch_full = False
         self.last_keys: tuple = ()
+        self.last_breaks: dict = {}  # the last call's breakpoints known in advance ({uniform: points})
 
     def code(self, tokens: tuple | None) -> int:
         if tokens is None:
@@ -310,6 +311,7 @@ class StepCheck:
         code = self.code(self.layout.emitted(result, self.name, self.depth, self.fillers))
         self.last_keys = tuple(tape.keys)
         keys, inverse = tape.paths()
+        self.last_breaks = dict(tape.breaks)
         return code, tape.used, self.path_ids.setdefault(keys[int(inverse[0])], len(self.path_ids))
 
     def probe(self, rng: np.random.Generator) -> None:
@@ -350,14 +352,17 @@ class StepCheck:
                                         "arguments and uniforms: it draws randomness verispec does not feed")
 
     def _evaluate(self, capture: Capture, rows: np.ndarray, points: np.ndarray):
-        """What exact integration evaluates: each point's code, labelled by its path, and the uniforms it read."""
+        """What exact integration evaluates: each point's code, labelled by its path, the uniforms it read, and its
+        breakpoints known in advance ({uniform: points}: an integer draw's)."""
         codes = np.empty(len(rows), dtype=np.int64)
         used = np.zeros(points.shape, dtype=bool)
+        breaks = []
         for index in range(len(rows)):
             code, row_used, label = self.run(capture, points[index:index + 1])
             codes[index] = code + self.count * label
             used[index] = row_used
-        return codes, used
+            breaks.append(self.last_breaks)
+        return codes, used, breaks
 
     def capture(self, clock_offset: float = 0.0) -> Capture:
         capture = Capture(self.name, "capture", torch_full=self.torch_full, keys=self.keys, max_keys=self.max_keys,
