@@ -240,17 +240,26 @@ def verispec_judge(tree: Path, checks: list[str], budget: float, fail_fast: bool
         report = None
     rows = [{key: row.get(key) for key in ("check", "verdict", "as_expected", "mode", "tv_distance", "note")}
             for row in (report or {}).get("checks", [])] if isinstance(report, dict) else []
-    failing = [row for row in rows if row["verdict"] in ("LOSSY", "RAISES", "UNRUNNABLE")
-               and not (row["verdict"] == "LOSSY" and row["as_expected"])]
+    by = None if status == 0 else (err.strip().splitlines() or ["no output"])[-1][:300]
+    return classify_verispec({"exit_status": status, "seconds": seconds, "rows": rows, "by": by})
+
+
+def classify_verispec(found: dict) -> dict:
+    """``found`` with its outcome read from its exit status and rows: survived (0), killed (a LOSSY row not
+    expected, a RAISES or UNRUNNABLE row, or a refusal before any check: nonzero, so a CI fails), or timeout (only
+    INCONCLUSIVE: a budget or a call's timeout ran out, exit status 3, or no answer at all)."""
+    status, rows = found.get("exit_status"), found.get("rows") or []
+    failing = [row for row in rows if row["verdict"] in ("RAISES", "UNRUNNABLE")
+               or (row["verdict"] == "LOSSY" and not row["as_expected"])]
     if status == 0:
         outcome, by = "survived", None
     elif failing:
         outcome, by = "killed", f"{failing[0]['check']}: {failing[0]['verdict']}"
-    elif status is None or (rows and all(row["verdict"] in ("INCONCLUSIVE", "LOSSLESS", "LOSSY") for row in rows)):
-        outcome, by = "timeout", "INCONCLUSIVE within the budget" if status is not None else err
+    elif status is None or status == 3:
+        outcome, by = "timeout", found.get("by") or "INCONCLUSIVE within the budget"
     else:  # refused before any check ran (a module that does not import, an entry point it lost): nonzero, red
-        outcome, by = "killed", (err.strip().splitlines() or ["no output"])[-1][:300]
-    return {"outcome": outcome, "by": by, "exit_status": status, "seconds": seconds, "rows": rows}
+        outcome, by = "killed", found.get("by")
+    return {**found, "outcome": outcome, "by": by}
 
 
 def _junit_cases(path: Path) -> list[dict]:
@@ -464,6 +473,8 @@ def main(argv=None) -> int:
         for judge, path in paths.items():
             if path.is_file():
                 found[judge] = json.loads(path.read_text())
+                if judge == "verispec":  # read again by the present rule (a cached verdict keeps its raw answer)
+                    found[judge] = classify_verispec(found[judge])
             elif (earlier.get(keys[judge], {}).get(judge) or {}).get("key") == keys[judge]:
                 found[judge] = earlier[keys[judge]][judge]
                 atomic_write_json(path, found[judge])

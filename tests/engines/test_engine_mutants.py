@@ -41,13 +41,15 @@ def _row(check, verdict, as_expected=False):
 @pytest.mark.parametrize(("rows", "status", "outcome", "by"), [
     ([_row("v1-greedy", "LOSSLESS", True), _row("v1-min-p", "LOSSY", True)], 0, "survived", None),
     ([_row("v1-greedy", "LOSSLESS", True), _row("v1-seeded", "LOSSY")], 1, "killed", "v1-seeded: LOSSY"),
-    ([_row("v1-greedy", "RAISES")], 3, "killed", "v1-greedy: RAISES"),
+    ([_row("v1-greedy", "RAISES")], 4, "killed", "v1-greedy: RAISES"),
     ([_row("v1-greedy", "UNRUNNABLE")], 2, "killed", "v1-greedy: UNRUNNABLE"),
-    ([_row("v1-greedy", "LOSSLESS", True), _row("v1-seeded", "INCONCLUSIVE")], 4, "timeout",
-     "INCONCLUSIVE within the budget"),
+    ([_row("v1-greedy", "LOSSLESS", True), _row("v1-seeded", "INCONCLUSIVE")], 3, "timeout",
+     "verispec: the check ran past its budget"),
+    ([], 3, "timeout", "verispec: the check ran past its budget"),  # a call's timeout: one line, no rows
 ])
 def test_verispecs_answer_is_read_from_its_rows(monkeypatch, tmp_path, rows, status, outcome, by):
-    _answer(monkeypatch, json.dumps({"checks": rows}), status)
+    _answer(monkeypatch, json.dumps({"checks": rows}) if rows else "", status,
+            "" if status == 0 else "verispec: the check ran past its budget")
     judged = script.verispec_judge(tmp_path, ["v1-greedy", "v1-seeded"], 60)
     assert (judged["outcome"], judged["by"], judged["exit_status"]) == (outcome, by, status)
 

@@ -137,7 +137,8 @@ def _captured(function, args, kwargs, config: dict, records: dict):
         records["capture"] = added
     if tape is not None and (tape.cursor or tape.draws or tape.choices):
         records["tape"] = {"cursor": tape.cursor, "used": tape.used, "draws": [list(draw) for draw in tape.draws],
-                           "choices": tape.choices, "keys": list(tape.keys)}
+                           "choices": tape.choices, "keys": list(tape.keys),
+                           "breaks": [[int(column), at] for column, at in tape.breaks.items()]}
     if error is not None:
         records["error"] = error
     return result
@@ -292,6 +293,8 @@ def _apply(capture: Capture, records: dict) -> None:
     tape.draws.extend((str(what), int(count)) for what, count in state["draws"])
     tape.choices.extend(np.asarray(choice, dtype=np.int64) for choice in state["choices"])
     tape.keys.extend(str(key) for key in state.get("keys") or ())
+    for column, at in state.get("breaks") or ():  # the points exact integration scans (an integer draw's)
+        tape.breaks[int(column)] = np.asarray(at, dtype=np.float64)
 
 
 def _raise(error: dict):
