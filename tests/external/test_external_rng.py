@@ -851,3 +851,29 @@ def test_an_integer_draw_tells_the_tape_where_its_value_changes():
     assert sorted(tape.breaks) == [1, 2]
     for column in (1, 2):
         assert np.allclose(tape.breaks[column], np.arange(1, 5) / 5, rtol=0, atol=1e-15)
+
+
+def test_an_integer_draws_breakpoints_cross_from_the_sandbox_to_the_workers_tape():
+    """A sandboxed call records its tape (what it read, its discrete results, and now its known breakpoints) and the
+    worker writes them into its own tape: the integer draw's points reach the integration, as in one process."""
+    import torch
+
+    from verispec.external import sandboxed
+
+    values = np.array([[0.5, 0.3]])
+    config = {"key": "test-breaks", "name": "f", "mode": "capture", "races": True, "torch_full": False,
+              "keys": "keyed", "max_keys": 8, "clock_offset": 0.0, "handed_seed": False, "values": values,
+              "expected": None}
+    try:
+        result, records = sandboxed.call_in_sandbox(lambda: torch.randint(0, 4, ()), (), {}, {"capture": config})
+    finally:
+        sandboxed.call_in_sandbox(None, (), {}, {"close": "test-breaks", "check": False})
+    assert int(result) == 2  # floor(0.5 * 4)
+    capture = Capture("f")
+    with capture:
+        tape = Tape(values)
+        capture.start(tape)
+        sandboxed._apply(capture, records)
+        capture.start(None)
+    assert sorted(tape.breaks) == [0] and np.allclose(tape.breaks[0], [0.25, 0.5, 0.75], rtol=0, atol=1e-15)
+    assert tape.used.tolist() == [True, False]

@@ -126,20 +126,12 @@ def reuse_language_patch() -> None:
     The interpreter patches the language's builtins (found by ``inspect.getmembers`` over the modules and classes
     and ``tl.core.is_builtin`` on each member) when a kernel starts and restores them when it ends, and patches them
     again, the same way, at every call of a nested ``@triton.jit`` function, although the kernel's patch is still in
-    force: most of the interpreter's own time in a vLLM step on the CPU. Two changes, neither to what is patched:
-
-    - a kernel's patch covers both language modules (``triton.language`` and ``triton.language.core``, the same
-      module objects everywhere), as the interpreter's patch of the first device function that sees ``core`` does;
-      while it is in force a device function's patch is skipped (its modules are covered); a device function seeing
-      a module the kernel's patch does not cover is patched as before;
-    - the builtins of each module or class are listed once and listed again only when that module's or class's
-      attributes (those of every class of its MRO) have changed, in name or in identity (a capture that replaces
-      ``tl.rand`` changes them): the list is what ``inspect.getmembers`` and ``is_builtin`` would give.
-
-    The interpreter computes the same numbers either way (``tests/engines/test_interpreter.py`` runs vLLM's kernels
-    with and without)."""
+    force. Two changes, neither to what is patched: a kernel's patch covers both language modules
+    (``triton.language`` and ``triton.language.core``, as the interpreter's patch of the first device function that
+    sees ``core`` does), and while it is in force a device function's patch is skipped (its modules are covered);
+    and the builtins are listed from memory (``_remembered_lists``). The interpreter computes the same numbers
+    either way (``tests/engines/test_interpreter.py`` runs kernels with and without)."""
     import inspect
-    import types
 
     import triton.language as tl
     from triton.runtime import interpreter
@@ -148,43 +140,8 @@ def reuse_language_patch() -> None:
         return
     original = interpreter._patch_lang
     active: list[frozenset] = []  # the language modules the running kernel's patch covers
-    both = types.FunctionType((lambda: None).__code__, {"tl": tl, "core": tl.core}, "language")
     both_ids = frozenset((id(tl), id(tl.core)))
-    # the builtins each _patch_builtin call of a kernel's patch finds, by the language's attributes before the patch
-    # (the patch is a deterministic function of them, so equal attributes give the same lists in the same order)
-    listed: dict[tuple, list] = {}
-    launch: dict = {"key": None, "calls": None}  # the patch in progress: its key and the lists found so far
-
-    def fingerprint(pkg):
-        owners = [pkg] if inspect.ismodule(pkg) else list(getattr(pkg, "__mro__", [pkg]))
-        return tuple((id(owner), tuple(vars(owner)), tuple(map(id, vars(owner).values()))) for owner in owners)
-
-    def _patch_builtin(pkg, builder, scope):
-        calls = launch["calls"]
-        remembered = listed.get(launch["key"]) if calls is not None else None
-        if remembered is not None and len(calls) < len(remembered) and remembered[len(calls)][0] is pkg:
-            members = remembered[len(calls)][1]
-        else:
-            members = [(name, member) for name, member in inspect.getmembers(pkg) if tl.core.is_builtin(member)]
-        if calls is not None:
-            calls.append((pkg, members))
-        for name, member in members:
-            interpreter._patch_attr(pkg, name, member, builder, scope)
-
-    def kernel_patch():
-        """The interpreter's patch of both language modules, from the lists of builtins remembered for the
-        language's present attributes (found and remembered when they are new)."""
-        key = tuple(fingerprint(pkg) for pkg in (tl, tl.core, tl.tensor, tl.math, tl.core.tensor_descriptor_base))
-        launch.update(key=key, calls=[])
-        try:
-            scope = original(both)
-        finally:
-            calls, launch["calls"] = launch["calls"], None
-        if key not in listed:
-            if len(listed) >= 16:  # states that do not come back (a capture's replaced tl.rand, since restored)
-                listed.clear()
-            listed[key] = calls
-        return scope
+    _patch_builtin, kernel_patch = _remembered_lists(original)
 
     class _KernelScope:
         def __init__(self, scope, langs):
@@ -205,10 +162,8 @@ def reuse_language_patch() -> None:
                           if inspect.ismodule(value) and value in (tl, tl.core))
         if active and langs and langs <= active[-1]:
             return _NoScope()
-        if active:  # a device function seeing more than the kernel's patch covers: patched as the interpreter does
-            return original(fn)
-        if not langs:  # the interpreter's own assertion (triton.language must be visible) stays its own
-            return original(fn)
+        if active or not langs:  # a device function seeing more than the kernel's patch covers, or none at all
+            return original(fn)  # (the interpreter's own assertion): patched as the interpreter does
         scope = kernel_patch()
         active.append(both_ids)
         return _KernelScope(scope, both_ids)
@@ -216,6 +171,54 @@ def reuse_language_patch() -> None:
     interpreter._patch_lang = _patch_lang
     interpreter._patch_builtin = _patch_builtin
     interpreter._verispec_patch_reused = True
+
+
+def _remembered_lists(original):
+    """(a ``_patch_builtin`` that takes each module's or class's builtins from memory, the patch of both language
+    modules that uses it): the builtins each ``_patch_builtin`` call of a kernel's patch finds are remembered by the
+    language's attributes before the patch (their names and identities over every module and class of the MRO; a
+    capture that replaces ``tl.rand`` changes them), since the patch is a deterministic function of them: equal
+    attributes give the same lists in the same order, and new attributes are listed as the interpreter lists them."""
+    import inspect
+    import types
+
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    both = types.FunctionType((lambda: None).__code__, {"tl": tl, "core": tl.core}, "language")
+    listed: dict[tuple, list] = {}
+    launch: dict = {"key": None, "calls": None}  # the patch in progress: its key and the lists found so far
+
+    def fingerprint(pkg):
+        owners = [pkg] if inspect.ismodule(pkg) else list(getattr(pkg, "__mro__", [pkg]))
+        return tuple((id(owner), tuple(vars(owner)), tuple(map(id, vars(owner).values()))) for owner in owners)
+
+    def _patch_builtin(pkg, builder, scope):
+        calls = launch["calls"]
+        remembered = listed.get(launch["key"]) if calls is not None else None
+        if remembered is not None and len(calls) < len(remembered) and remembered[len(calls)][0] is pkg:
+            members = remembered[len(calls)][1]
+        else:
+            members = [(name, member) for name, member in inspect.getmembers(pkg) if tl.core.is_builtin(member)]
+        if calls is not None:
+            calls.append((pkg, members))
+        for name, member in members:
+            interpreter._patch_attr(pkg, name, member, builder, scope)
+
+    def kernel_patch():
+        key = tuple(fingerprint(pkg) for pkg in (tl, tl.core, tl.tensor, tl.math, tl.core.tensor_descriptor_base))
+        launch.update(key=key, calls=[])
+        try:
+            scope = original(both)
+        finally:
+            calls, launch["calls"] = launch["calls"], None
+        if key not in listed:
+            if len(listed) >= 16:  # states that do not come back (a capture's replaced tl.rand, since restored)
+                listed.clear()
+            listed[key] = calls
+        return scope
+
+    return _patch_builtin, kernel_patch
 
 
 class _NoScope:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from verispec import budget
 from verispec.errors import AnalysisTimeoutError, UserCodeExit, VerifierError, VerispecError
 from verispec.external.rng_rules import raise_site
@@ -81,3 +83,29 @@ def call_function(function, name: str, limit: float | None, arguments: tuple):
         line = raise_site(error)
         raise FunctionRaised(f"external function {name} raised {type(error).__name__}: {detail} (at {line})",
                              exception=type(error).__name__, detail=detail, line=line) from None
+
+
+def snapshot(arguments) -> list:
+    """Copies of the array arguments (None for the others), to tell later which ones a call wrote into."""
+    copies = []
+    for argument in arguments:
+        if hasattr(argument, "clone"):
+            copies.append(argument.clone())
+        elif isinstance(argument, np.ndarray):
+            copies.append(argument.copy())
+        else:
+            copies.append(None)
+    return copies
+
+
+def written_positions(arguments, before: list) -> set[int]:
+    """Positions of the array arguments whose contents differ from ``before`` (NaN equal to NaN)."""
+    changed = set()
+    for index, (argument, copy) in enumerate(zip(arguments, before)):
+        if copy is None:
+            continue
+        now = argument.detach().cpu().numpy() if hasattr(argument, "detach") else argument
+        then = copy.detach().cpu().numpy() if hasattr(copy, "detach") else copy
+        if now.shape != then.shape or not np.array_equal(now, then, equal_nan=now.dtype.kind == "f"):
+            changed.add(index)
+    return changed

@@ -21,6 +21,8 @@ from verispec.external.calls import (
     FunctionRaised,
     NondeterministicError,
     call_function,
+    snapshot,
+    written_positions,
 )
 from verispec.external.rng import Capture, KeyRefusal, RowByRowRefusal, Tape, TorchEscape, UniformsExhausted
 from verispec.external.rng_rules import Signal
@@ -37,6 +39,10 @@ PROBE_ROWS = 4
 RAISE_ROWS = 256
 #: The code of a run that raised, where a runner goes on past raises (``Runner.raises``).
 RAISED = -1
+#: Rows whose calls cross to a sandboxed function in one message (``SandboxedFunction.prefetch``), each then read in
+#: the row loop: enough to spread a message's cost, few enough that the answers held stay small (all of an exact
+#: integration's chunk, 65,536 rows, held gigabytes).
+PREFETCH_ROWS = 256
 
 
 class RaiseLog:
@@ -311,14 +317,14 @@ class Runner:
             with capture if capture is not None and session is None else nullcontext():
                 if one_by_one:
                     results = []
-                    prefetch = getattr(verifier.function, "prefetch", None)
-                    if prefetch is not None and len(arguments) > 1:  # a function in its sandbox: the rows' calls
-                        # cross in one message (verispec.external.sandboxed), each then read in this loop
-                        prefetch(arguments, [tape[index:index + 1] if self.capture else None
-                                             for index in range(len(arguments))])
+                    prefetch = getattr(verifier.function, "prefetch", None) if len(arguments) > 1 else None
                     for index, row_arguments in enumerate(arguments):
                         if index % 64 == 0:
                             budget.check(f"running external function {verifier.name}")
+                        if prefetch is not None and index % PREFETCH_ROWS == 0:  # sandboxed: PREFETCH_ROWS
+                            part = range(index, min(index + PREFETCH_ROWS, len(arguments)))
+                            prefetch([arguments[row] for row in part],
+                                     [tape[row:row + 1] if self.capture else None for row in part])
                         row_tape = Tape(tape[index:index + 1]) if self.capture else None
                         try:
                             results.append(self._fed(capture, row_tape, row_arguments))
@@ -578,29 +584,3 @@ def _add_counts(verifier, capture: Capture) -> None:
         verifier.draws[what] = verifier.draws.get(what, 0) + times
     verifier.races_read += capture.races_read
     verifier.float32_draws += capture.float32_draws
-
-
-def snapshot(arguments) -> list:
-    """Copies of the array arguments (None for the others), to tell later which ones a call wrote into."""
-    copies = []
-    for argument in arguments:
-        if hasattr(argument, "clone"):
-            copies.append(argument.clone())
-        elif isinstance(argument, np.ndarray):
-            copies.append(argument.copy())
-        else:
-            copies.append(None)
-    return copies
-
-
-def written_positions(arguments, before: list) -> set[int]:
-    """Positions of the array arguments whose contents differ from ``before`` (NaN equal to NaN)."""
-    changed = set()
-    for index, (argument, copy) in enumerate(zip(arguments, before)):
-        if copy is None:
-            continue
-        now = argument.detach().cpu().numpy() if hasattr(argument, "detach") else argument
-        then = copy.detach().cpu().numpy() if hasattr(copy, "detach") else copy
-        if now.shape != then.shape or not np.array_equal(now, then, equal_nan=now.dtype.kind == "f"):
-            changed.add(index)
-    return changed

@@ -66,7 +66,7 @@ def call_in_sandbox(function, args, kwargs, options):
         from verispec.external.raises import SANDBOX_PROCESS, StateWatch
 
         return {**StateWatch(function).take(), SANDBOX_PROCESS: os.getpid()}, None
-    from verispec.external.runner import snapshot, written_positions
+    from verispec.external.calls import snapshot, written_positions
 
     before = snapshot(args)
     records: dict = {}
