@@ -8,8 +8,10 @@ The release's wheel is unpacked as ``engine_releases.py`` does (its Python files
 own tests are taken from the release's source distribution on the package registry (``vllm-<release>.tar.gz``,
 which carries ``tests/`` at the release's own commit; its SHA-256 is checked against the registry's). A maintained
 mutation tool, cosmic-ray (``pip install 'cosmic-ray==8.7.0'``), lists every mutant of the sampler's file (its
-Triton kernels and its Python wrapper: ``cosmic-ray init``) and writes each one (``cosmic-ray apply``). A uniform
-sample of them, drawn with ``--seed``, is checked; the shares are stated with 95% Wilson intervals.
+Triton kernels and its Python wrapper: ``cosmic-ray init``) and writes each one (``cosmic-ray apply``). Mutants inside
+type annotations of a file that defers them (``from __future__ import annotations``) are equivalent by that
+argument and set aside before the draw; a uniform sample of the others, drawn with ``--seed``, is checked; the
+shares are stated with 95% Wilson intervals.
 
 Each mutant is installed in a copy of the unpacked release (hard links, with the sampler's file a file of its own,
 so the cached release is never written), and two judges run on it, each in its own process, at their default sizes:
@@ -172,6 +174,42 @@ def list_mutants(source: Path) -> list[dict]:
                         "line": mutation["start_pos"][0], "column": mutation["start_pos"][1],
                         "definition": mutation.get("definition_name")})
     return sorted(mutants, key=lambda m: (m["line"], m["column"], m["operator"], m["occurrence"]))
+
+
+#: The argument that removes a mutant inside a type annotation (the file defers its annotations).
+ANNOTATION_ARGUMENT = ("inside a type annotation, which the file's `from __future__ import annotations` leaves a "
+                       "string that is never evaluated: no behaviour changes")
+
+
+def annotation_spans(text: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where the file's type annotations lie ((line, column) of start and end, as cosmic-ray counts them), when the
+    file defers its annotations (``from __future__ import annotations``); none otherwise."""
+    import ast
+
+    tree = ast.parse(text)
+    deferred = any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
+                   and any(alias.name == "annotations" for alias in node.names) for node in tree.body)
+    if not deferred:
+        return []
+    spans = []
+    for node in ast.walk(tree):
+        annotations = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args
+            annotations = [argument.annotation for argument in (*arguments.posonlyargs, *arguments.args,
+                                                                *arguments.kwonlyargs, arguments.vararg,
+                                                                arguments.kwarg) if argument is not None]
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations = [node.annotation]
+        spans += [((annotation.lineno, annotation.col_offset), (annotation.end_lineno, annotation.end_col_offset))
+                  for annotation in annotations if annotation is not None]
+    return spans
+
+
+def in_annotation(mutant: dict, spans) -> bool:
+    at = (mutant["line"], mutant["column"])
+    return any(start <= at < end for start, end in spans)
 
 
 def mutant_text(source: Path, mutant: dict) -> tuple[str, dict]:
@@ -442,14 +480,20 @@ def main(argv=None) -> int:
             earlier = {}
 
     mutants = list_mutants(source)
-    drawn = (sorted(random.Random(args.seed).sample(range(len(mutants)), args.sample))
-             if 0 < args.sample < len(mutants) else list(range(len(mutants))))
+    # equivalent by argument before any judge: a mutant inside a deferred annotation changes nothing
+    spans = annotation_spans(source.read_text())
+    in_annotations = [index for index, mutant in enumerate(mutants) if in_annotation(mutant, spans)]
+    candidates = [index for index in range(len(mutants)) if index not in set(in_annotations)]
+    drawn = (sorted(random.Random(args.seed).sample(candidates, args.sample))
+             if 0 < args.sample < len(candidates) else candidates)
     equivalent = load_equivalent(args.equivalent, args.release)
     rows = []
 
     def write(judged: list[dict]) -> dict:
         """The result file as it stands (written after every mutant, so an interrupted run leaves what it found)."""
-        result = {"record": record, "settings": settings, "mutants_listed": len(mutants), "sample": args.sample,
+        result = {"record": record, "settings": settings, "mutants_listed": len(mutants),
+                  "equivalent_in_annotations": {"count": len(in_annotations), "argument": ANNOTATION_ARGUMENT},
+                  "sample": args.sample,
                   "drawn": len(drawn), "judged": len(judged),
                   "operators": _count(m["operator"].split("/")[-1].split("_")[0] for m in mutants),
                   "baseline": baseline, "deselected": deselect,

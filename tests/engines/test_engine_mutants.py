@@ -132,3 +132,18 @@ def test_cosmic_rays_mutants_of_a_small_file(tmp_path):
     text, change = script.mutant_text(source, sub)
     assert change == {"line": 2, "before": "return x + 1 if x < 2 else 0", "after": "return x - 1 if x < 2 else 0"}
     assert source.read_text() == "def f(x):\n    return x + 1 if x < 2 else 0\n"
+
+
+def test_mutants_inside_deferred_annotations_are_set_aside_by_argument():
+    """With ``from __future__ import annotations`` an annotation is a string never evaluated: a mutant of the ``|``
+    in ``x: int | None`` changes nothing; in the body, or in a file that does not defer them, it does."""
+    deferred = ("from __future__ import annotations\n\n\n"
+                "def f(x: int | None, *, y: str | None = None) -> int | None:\n"
+                "    z: int | None = 3 | 4\n    return z\n")
+    spans = script.annotation_spans(deferred)
+    assert script.in_annotation({"line": 4, "column": 13}, spans)  # x: int | None
+    assert script.in_annotation({"line": 4, "column": 32}, spans)  # y: str | None
+    assert script.in_annotation({"line": 4, "column": 56}, spans)  # -> int | None
+    assert script.in_annotation({"line": 5, "column": 11}, spans)  # z: int | None
+    assert not script.in_annotation({"line": 5, "column": 22}, spans)  # 3 | 4, evaluated
+    assert script.annotation_spans(deferred.replace("from __future__ import annotations\n", "")) == []
