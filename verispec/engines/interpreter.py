@@ -17,8 +17,8 @@ far below the checks' threshold of 1e-6 in TV).
 
 ``repair_loop_counters`` hands the counter of a ``tl.range`` loop as the scalar tensor it is compiled (the
 interpreter hands a Python int, so vLLM's top-k/top-p kernel fails at ``row_id.to(tl.int64)``), and
-``reuse_language_patch`` saves the interpreter's repeated patching of the language. ``tests/engines/
-test_interpreter.py`` checks each against a bare run.
+``reuse_language_patch`` saves the interpreter's repeated patching of the language.
+``tests/engines/test_interpreter.py`` checks each against a bare run.
 """
 
 from __future__ import annotations
