@@ -51,6 +51,7 @@ import tempfile
 import time
 import urllib.request
 import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -482,8 +483,8 @@ def main(argv=None) -> int:
     mutants = list_mutants(source)
     # equivalent by argument before any judge: a mutant inside a deferred annotation changes nothing
     spans = annotation_spans(source.read_text())
-    in_annotations = [index for index, mutant in enumerate(mutants) if in_annotation(mutant, spans)]
-    candidates = [index for index in range(len(mutants)) if index not in set(in_annotations)]
+    in_annotations = {index for index, mutant in enumerate(mutants) if in_annotation(mutant, spans)}
+    candidates = [index for index in range(len(mutants)) if index not in in_annotations]
     drawn = (sorted(random.Random(args.seed).sample(candidates, args.sample))
              if 0 < args.sample < len(candidates) else candidates)
     equivalent = load_equivalent(args.equivalent, args.release)
@@ -495,7 +496,8 @@ def main(argv=None) -> int:
                   "equivalent_in_annotations": {"count": len(in_annotations), "argument": ANNOTATION_ARGUMENT},
                   "sample": args.sample,
                   "drawn": len(drawn), "judged": len(judged),
-                  "operators": _count(m["operator"].split("/")[-1].split("_")[0] for m in mutants),
+                  "operators": dict(Counter(m["operator"].split("/")[-1].split("_")[0] for m in mutants)
+                                    .most_common()),
                   "baseline": baseline, "deselected": deselect,
                   "equivalent": [{"key": key, "argument": entry["argument"]} for key, entry in equivalent.items()
                                  if key in {row["key"] for row in judged}],
@@ -554,13 +556,6 @@ def main(argv=None) -> int:
           f"{summary['verispec']['killed']}, vLLM's tests {summary['engine_tests']['killed']}; wrote {args.out}",
           file=sys.stderr)
     return 0
-
-
-def _count(items) -> dict:
-    counts: dict = {}
-    for item in items:
-        counts[item] = counts.get(item, 0) + 1
-    return dict(sorted(counts.items(), key=lambda pair: -pair[1]))
 
 
 def _parallel():
