@@ -1,7 +1,13 @@
-"""Every vLLM release's shipped rejection sampler, checked unmodified and exactly on the CPU (issue 76, item 3).
+"""Every vLLM release's shipped rejection sampler, and every minor release of transformers' assisted generation,
+checked unmodified and exactly on the CPU (issue 76, items 3 and 5).
 
     python experiments/engine_releases.py        # 0.20.0 to the newest: docs/results/engine-releases.json
     python experiments/engine_releases.py --releases 0.32.0,0.33.0 --checks v1-greedy --out /tmp/releases.json
+    python experiments/engine_releases.py --engine transformers   # docs/results/engine-releases-transformers.json
+
+transformers releases often (4.46 to 5.24 are 87 releases): its run checks the last patch of every minor release
+from 4.46 on, each with the newest ``tokenizers`` and ``huggingface-hub`` its own metadata allows (downloaded
+without dependencies and unpacked beside it: 4.x pins ``huggingface-hub<1.0`` and checks it when it imports).
 
 For each release the registry lists (``pip index versions vllm``, from ``--since``), the wheel is downloaded without
 its dependencies (``pip download --no-deps``), its Python files and its ``METADATA`` are unpacked into a cache
@@ -44,10 +50,21 @@ PACKAGE = "vllm"
 DEFAULT_CHECKS = ("v1-seeded", "v1-greedy", "v2-seeded")
 #: Seconds each check may take (``--time-budget``); the process gets 120 s more to import and report.
 BUDGET = 600.0
+#: Each engine the run knows: its oldest release, its default checks, its result file, whether only the last patch
+#: of each minor release is checked, and the dependencies unpacked beside each release (at the newest version its
+#: own metadata allows).
+ENGINES = {
+    "vllm": {"since": "0.20.0", "checks": DEFAULT_CHECKS, "out": DEFAULT_OUT, "last_patches": False,
+             "dependencies": ()},
+    "transformers": {"since": "4.46.0",
+                     "checks": ("generate-top-k", "speculative-sampling", "generate-ensemble"),
+                     "out": ROOT / "docs" / "results" / "engine-releases-transformers.json", "last_patches": True,
+                     "dependencies": ("tokenizers", "huggingface-hub")},
+}
 #: A check-engine refusal that says the release has no such entry point (block verification before 0.25): the row
 #: reads ABSENT; one that says the adapter does not read this release's entry point (the V2 runner of 0.20 and
 #: 0.21) reads UNREAD. Any other refusal reads REFUSED.
-ABSENT_MARKS = ("has no V2 rejection sampler", "has no block verification")
+ABSENT_MARKS = ("has no V2 rejection sampler", "has no block verification", "has no assistant_ensemble_weight")
 UNREAD_MARKS = ("which the adapter does not read",)  # also the V2 runner's murmur3 noise (0.31 on)
 #: verispec's files whose change invalidates the cached rows: the adapters and everything a check runs through.
 CHECKER_FILES = ("verispec/engines", "verispec/external", "verispec/keyed.py", "verispec/verdict.py",
@@ -59,43 +76,80 @@ def _version_key(release: str) -> tuple:
     return tuple(int(part) for part in re.findall(r"\d+", release.split("+")[0])[:4])
 
 
-def registry_releases(since: str) -> list[str]:
-    """The releases the package registry lists, from ``since`` on, oldest first."""
-    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", PACKAGE], capture_output=True, text=True,
+def registry_releases(since: str, package: str = PACKAGE, last_patches: bool = False) -> list[str]:
+    """The releases the package registry lists, from ``since`` on, oldest first (``last_patches``: only the last
+    patch of each minor release); pre-releases are left out."""
+    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package], capture_output=True, text=True,
                           timeout=300)
     match = re.search(r"Available versions:\s*(.+)", done.stdout)
     if not match:
-        raise SystemExit(f"engine_releases: the registry lists no {PACKAGE} releases "
+        raise SystemExit(f"engine_releases: the registry lists no {package} releases "
                          f"({(done.stderr.strip().splitlines() or ['no answer'])[-1]})")
     releases = [name.strip() for name in match.group(1).split(",")]
-    return sorted((name for name in releases if _version_key(name) >= _version_key(since)), key=_version_key)
+    releases = sorted((name for name in releases if re.fullmatch(r"\d+(\.\d+){1,3}", name)
+                       and _version_key(name) >= _version_key(since)), key=_version_key)
+    if last_patches:
+        last = {}
+        for name in releases:  # oldest first: the last one of a minor release stays
+            last[_version_key(name)[:2]] = name
+        releases = sorted(last.values(), key=_version_key)
+    return releases
 
 
-def unpacked(release: str, cache: Path) -> Path:
-    """The folder holding ``release``'s Python files and its ``METADATA`` (downloaded and unpacked on first use)."""
-    folder = cache / f"{PACKAGE}-{release}"
+def unpacked(release: str, cache: Path, package: str = PACKAGE, dependencies: tuple = ()) -> Path:
+    """The folder holding ``release``'s Python files and its ``METADATA`` (downloaded and unpacked on first use),
+    with each of ``dependencies`` whole, at the newest version the release's metadata allows."""
+    folder = cache / f"{package}-{release}"
     if (folder / "COMPLETE").is_file():
         return folder
     cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache, prefix=f".{PACKAGE}-{release}-") as scratch:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{PACKAGE}=={release}",
+    with tempfile.TemporaryDirectory(dir=cache, prefix=f".{package}-{release}-") as scratch:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{package}=={release}",
                                "-d", scratch], capture_output=True, text=True, timeout=1800)
         wheels = sorted(Path(scratch).glob("*.whl"))
         if done.returncode != 0 or not wheels:
-            raise RuntimeError(f"no wheel of {PACKAGE} {release} downloads "
+            raise RuntimeError(f"no wheel of {package} {release} downloads "
                                f"({(done.stderr.strip().splitlines() or ['no output'])[-1][:200]})")
         wheel = wheels[0]
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         staging = Path(scratch) / "unpacked"
         with zipfile.ZipFile(wheel) as archive:
             for name in archive.namelist():
-                if (name.startswith(f"{PACKAGE}/") and name.endswith(".py")) or name.endswith(".dist-info/METADATA"):
+                if (name.startswith(f"{package}/") and name.endswith(".py")) or name.endswith(".dist-info/METADATA"):
                     archive.extract(name, staging)
-        (staging / "COMPLETE").write_text(json.dumps({"wheel": wheel.name, "sha256": digest}) + "\n")
+        complete = {"wheel": wheel.name, "sha256": digest}
+        if dependencies:
+            complete["dependencies"] = _unpack_dependencies(staging, Path(scratch) / "dependencies", dependencies)
+        (staging / "COMPLETE").write_text(json.dumps(complete) + "\n")
         if folder.exists():  # an earlier run stopped while moving it in
             shutil.rmtree(folder)
         staging.rename(folder)
     return folder
+
+
+def _unpack_dependencies(staging: Path, scratch: Path, names: tuple) -> list[dict]:
+    """Each dependency of ``names`` that the unpacked release's metadata requires (no extra), downloaded at the newest
+    version its requirement allows and unpacked whole into ``staging``: [{wheel, sha256, requirement}]."""
+    metadata = next(staging.glob("*.dist-info/METADATA")).read_text(errors="replace")
+    wanted = {}
+    for line in metadata.splitlines():
+        match = re.fullmatch(r"Requires-Dist:\s*([A-Za-z0-9_.-]+)\s*\(?([^;)]*)\)?\s*(;.*)?", line.strip())
+        if match and match.group(1).lower().replace("_", "-") in names and not (match.group(3) or "").count("extra"):
+            wanted[match.group(1)] = f"{match.group(1)}{match.group(2).replace(' ', '')}"
+    found = []
+    for name, requirement in wanted.items():
+        target = scratch / name
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", requirement, "-d",
+                               str(target)], capture_output=True, text=True, timeout=1800)
+        wheels = sorted(target.glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise RuntimeError(f"no wheel of {requirement} downloads "
+                               f"({(done.stderr.strip().splitlines() or ['no output'])[-1][:200]})")
+        with zipfile.ZipFile(wheels[0]) as archive:
+            archive.extractall(staging)
+        found.append({"wheel": wheels[0].name, "sha256": hashlib.sha256(wheels[0].read_bytes()).hexdigest(),
+                      "requirement": requirement})
+    return found
 
 
 def checker_digest() -> str:
@@ -108,25 +162,26 @@ def checker_digest() -> str:
     return digest.hexdigest()
 
 
-def check_definitions() -> dict:
-    """Every check of the adapter, by name, as the fields that define it."""
+def check_definitions(engine: str = PACKAGE) -> dict:
+    """Every check of the engine's adapter, by name, as the fields that define it."""
     sys.path.insert(0, str(ROOT))
     from dataclasses import asdict
 
-    from verispec.engines import vllm
+    from verispec.engines import adapter
 
-    return {check.name: asdict(check) for check in vllm.checks()}
+    return {check.name: asdict(check) for check in adapter(engine).checks()}
 
 
-def command(check: str, budget: float, any_release: bool) -> list[str]:
-    argv = [sys.executable, "-m", "verispec", "check-engine", PACKAGE, "--check", check, "--json", "--time-budget",
+def command(check: str, budget: float, any_release: bool, package: str = PACKAGE) -> list[str]:
+    argv = [sys.executable, "-m", "verispec", "check-engine", package, "--check", check, "--json", "--time-budget",
             f"{budget:g}"]
     return argv + (["--any-release"] if any_release else [])
 
 
-def run_check(release: str, folder: Path, check: str, budget: float, any_release: bool) -> dict:
+def run_check(release: str, folder: Path, check: str, budget: float, any_release: bool,
+              package: str = PACKAGE) -> dict:
     """One (release, check) row: the command's verdict and what it rests on, or why the release was refused."""
-    argv = command(check, budget, any_release)
+    argv = command(check, budget, any_release, package)
     # one torch thread a check (a loaded 2-core box); the unpacked release before the installed one
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -137,7 +192,7 @@ def run_check(release: str, folder: Path, check: str, budget: float, any_release
     except subprocess.TimeoutExpired:
         status, out, err = None, "", f"no answer within {budget + 120:g} s"
     row = {"release": release, "check": check, "exit_status": status, "seconds": round(time.monotonic() - start, 1),
-           "command": f"PYTHONPATH=<{PACKAGE}-{release}> " + shlex.join(["verispec", *argv[3:]])}
+           "command": f"PYTHONPATH=<{package}-{release}> " + shlex.join(["verispec", *argv[3:]])}
     try:
         report = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
     except json.JSONDecodeError:
@@ -162,8 +217,8 @@ def run_check(release: str, folder: Path, check: str, budget: float, any_release
     return row
 
 
-def cached_row(cache: Path, release: str, check: str, key: str):
-    path = cache / "results" / f"{PACKAGE}-{release}-{check}-{key[:16]}.json"
+def cached_row(cache: Path, release: str, check: str, key: str, package: str = PACKAGE):
+    path = cache / "results" / f"{package}-{release}-{check}-{key[:16]}.json"
     return path, (json.loads(path.read_text()) if path.is_file() else None)
 
 
@@ -186,17 +241,24 @@ def summarize(releases: list[str], rows: list[dict], checks: list[str]) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--since", default="0.20.0", help="the oldest release checked (default 0.20.0)")
+    parser.add_argument("--engine", choices=sorted(ENGINES), default=PACKAGE, help="the engine (default vllm)")
+    parser.add_argument("--since", default=None, help="the oldest release checked (default vllm 0.20.0, "
+                                                      "transformers 4.46.0)")
     parser.add_argument("--releases", default="", help="comma-separated releases (default: the registry's from "
                                                        "--since on)")
-    parser.add_argument("--checks", default=",".join(DEFAULT_CHECKS), help="comma-separated check-engine checks")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--checks", default=None, help="comma-separated check-engine checks (default the engine's)")
+    parser.add_argument("--out", type=Path, default=None, help="the result file (default the engine's, under "
+                                                                "docs/results)")
     parser.add_argument("--budget", type=float, default=BUDGET, help="seconds per check")
     parser.add_argument("--cache", type=Path, default=None,
                         help="where releases and rows are cached (default $VERISPEC_CACHE/engines)")
     parser.add_argument("--any-release", action="store_true",
                         help="check releases outside the adapter's list (their entry points are still verified)")
     args = parser.parse_args(argv)
+    engine = ENGINES[args.engine]
+    args.since = args.since or engine["since"]
+    args.checks = args.checks or ",".join(engine["checks"])
+    args.out = args.out or engine["out"]
     if not (0 < args.budget < float("inf")):
         print(f"engine_releases: --budget {args.budget:g} is out of range: give a positive number of seconds",
               file=sys.stderr)
@@ -214,7 +276,7 @@ def main(argv=None) -> int:
     except VerispecError as error:
         print(f"engine_releases: {error}", file=sys.stderr)
         return 2
-    definitions = check_definitions()
+    definitions = check_definitions(args.engine)
     checks = [name for name in args.checks.split(",") if name]
     unknown = [name for name in checks if name not in definitions]
     if unknown or not checks:
@@ -222,7 +284,7 @@ def main(argv=None) -> int:
               f"{', '.join(definitions)}", file=sys.stderr)
         return 2
     releases = ([name for name in args.releases.split(",") if name] if args.releases
-                else registry_releases(args.since))
+                else registry_releases(args.since, args.engine, engine["last_patches"]))
     cache = args.cache or cache_root() / "engines"
     record = run_record(shlex.join(["python", "experiments/engine_releases.py", *(argv or sys.argv[1:])]))
     digest = checker_digest()
@@ -230,7 +292,7 @@ def main(argv=None) -> int:
     rows = []
     for index, release in enumerate(releases):
         try:
-            folder = unpacked(release, cache)
+            folder = unpacked(release, cache, args.engine, engine["dependencies"])
             wheel = json.loads((folder / "COMPLETE").read_text())
         except (RuntimeError, OSError, subprocess.TimeoutExpired, zipfile.BadZipFile) as error:
             rows += [{"release": release, "check": check, "verdict": "REFUSED", "error": str(error)[:400]}
@@ -240,9 +302,9 @@ def main(argv=None) -> int:
         for check in checks:
             key = hashlib.sha256(json.dumps([release, definitions[check], args.budget, args.any_release, digest,
                                              wheel["sha256"]], sort_keys=True).encode()).hexdigest()
-            path, row = cached_row(cache, release, check, key)
+            path, row = cached_row(cache, release, check, key, args.engine)
             if row is None:
-                row = run_check(release, folder, check, args.budget, args.any_release)
+                row = run_check(release, folder, check, args.budget, args.any_release, args.engine)
                 row["wheel"] = wheel
                 if row["verdict"] != "REFUSED" or row.get("exit_status") is not None:  # a timeout is not cached
                     atomic_write_json(path, row)
@@ -250,7 +312,8 @@ def main(argv=None) -> int:
             tv = "" if row.get("tv_distance") is None else f", TV {row['tv_distance']:.3g}"
             print(f"[{index + 1}/{len(releases)}] {release} {check}: {row['verdict']}{tv} ({row['seconds']} s)"
                   + (f": {row['error']}" if row.get("error") else ""), file=sys.stderr, flush=True)
-    result = {"record": record, "summary": summarize(releases, rows, checks), "releases": releases,
+    result = {"record": record, "engine": args.engine, "summary": summarize(releases, rows, checks),
+              "releases": releases,
               "checks": {name: definitions[name] for name in checks}, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")

@@ -12,10 +12,10 @@ is listed with its TV).
 from __future__ import annotations
 
 import json
-import os
 
 from verispec.cli.common import plain_json
 from verispec.cli.options import add_call_timeout_option, number_option
+from verispec.engines import source_refusal
 from verispec.errors import VerispecError
 from verispec.limits import DEFAULT_CHECK_BUDGET
 
@@ -23,7 +23,7 @@ from verispec.limits import DEFAULT_CHECK_BUDGET
 def add_parser(subparsers) -> None:
     check = subparsers.add_parser(
         "check-engine", help="check an installed engine's shipped verification code, unmodified, exactly")
-    check.add_argument("engine", help="the engine (vllm)")
+    check.add_argument("engine", help="the engine (transformers, vllm)")
     check.add_argument("--check", metavar="NAMES", default=None,
                        help="comma-separated checks to run (default all; --list prints them)")
     check.add_argument("--list", action="store_true", help="print the installed release's checks and exit")
@@ -70,11 +70,11 @@ def run(args) -> int:
     release = engine.check_release(any_release=args.any_release)
     if args.list:
         for check in checks:
-            print(f"{check.name:16} {check.entry}: {check.description} (expect {check.expect})")
+            print(f"{check.name:20} {check.entry}: {check.description} (expect {check.expect})")
         return 0
-    if args.source is not None and not os.path.isfile(args.source):
-        raise VerispecError(f"--source {args.source!r} is not a file: give the path of a copy of "
-                            f"{engine.SAMPLER_MODULE.replace('.', '/')}.py")
+    refusal = None if args.source is None else source_refusal(args.engine, engine, args.source, "--source")
+    if refusal:
+        raise VerispecError(refusal)
     result = run_engine_checks(args.engine, [check.name for check in checks], tree=args.tree,
                                problem=_problem(args), mode=args.mode, detect_tv=args.detect_tv, alpha=args.alpha,
                                time_budget=args.time_budget, source=args.source, any_release=args.any_release,

@@ -14,12 +14,13 @@ never restated: an adapter's errors are where checks of shipped code go wrong, s
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
 
 from verispec.errors import VerispecError
 
 #: Engine name -> its adapter module.
-ADAPTERS = {"vllm": "verispec.engines.vllm"}
+ADAPTERS = {"transformers": "verispec.engines.transformers", "vllm": "verispec.engines.vllm"}
 
 
 class EngineError(VerispecError):
@@ -61,3 +62,15 @@ def adapter(name: str):
     if module is None:
         raise EngineError(f"unknown engine {name!r}: verispec has adapters for {', '.join(sorted(ADAPTERS))}")
     return importlib.import_module(module)
+
+
+def source_refusal(name: str, module, source: str, label: str = "source") -> str | None:
+    """Why ``--source source`` cannot be checked with engine ``name``'s adapter ``module``, or None: an adapter
+    whose ``SAMPLER_MODULE`` is None takes no source; a source must be a file. ``label``: the option's name."""
+    if module.SAMPLER_MODULE is None:
+        return (f"{name}'s adapter takes no {label} (its verification does not live in a sampler file of its own): "
+                "check the installed release, or install a modified copy of the package")
+    if not os.path.isfile(source):
+        return (f"{label} {source!r} is not a file: give the path of a copy of "
+                f"{module.SAMPLER_MODULE.replace('.', '/')}.py")
+    return None

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Sequence
 
+from verispec.engines import source_refusal
 from verispec.errors import VerispecError
 from verispec.limits import DEFAULT_CHECK_BUDGET
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
@@ -79,9 +80,9 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
     check_options(mode=mode, detect_tv=detect_tv, alpha=alpha, time_budget=time_budget)
     module, selected = select_checks(engine, checks)
     release = module.check_release(any_release=any_release)
-    if source is not None and not os.path.isfile(source):
-        raise VerispecError(f"source {source!r} is not a file: give the path of a copy of "
-                            f"{module.SAMPLER_MODULE.replace('.', '/')}.py")
+    refusal = None if source is None else source_refusal(engine, module, source)
+    if refusal:
+        raise VerispecError(refusal)
     elsewhere = [check.name for check in selected if not check.source_applies]
     if source is not None and elsewhere:
         raise VerispecError(f"source replaces {module.SAMPLER_MODULE}, which {', '.join(elsewhere)} does not run: "
@@ -181,7 +182,8 @@ def row_line(row: dict) -> str:
         measure = f"TV estimate {row['tv_estimate']:.3g}; {power.get('statement', '')}"
     else:
         measure = ""
-    text = f"  {row['check']:16} {verdict:12} {row.get('mode', '')}, {row['tree']}, {row['sampling']}: {measure}"
+    text = (f"  {row['check']:20} {verdict:12} {row.get('mode', '')}, {row['tree']}, "
+            f"{row['sampling'] or 'the laws as handed'}: {measure}")
     text += f" ({row['seconds']:.1f} s)"
     if row.get("why") and row["verdict"] == "LOSSY":
         text += f"\n      documented: {row['why']}"
