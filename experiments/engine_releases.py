@@ -217,6 +217,38 @@ def run_check(release: str, folder: Path, check: str, budget: float, any_release
     return row
 
 
+#: The drafting probe of transformers (``verispec.engines.transformers_step.handed_draft_law``): an assistant of law
+#: q = (0.3, 0.7) at temperature 0.7, the q handed to ``_speculative_sampling`` read back, and the power it raises q
+#: to, in units of 1/T: 1 when the temperature is applied once (the law a user asks for), 1/T = 1.43 when twice.
+DRAFT_PROBE = {"draft": [0.3, 0.7], "temperature": 0.7}
+_PROBE_SCRIPT = ("import json, sys; from verispec.engines.transformers_step import handed_draft_law; "
+                 "print(json.dumps(handed_draft_law(*json.loads(sys.argv[1]))))")
+
+
+def probe_drafting(release: str, folder: Path) -> dict:
+    """transformers ``release``'s drafting temperature (``DRAFT_PROBE``): {release, handed, times_temperature,
+    applied: 'once', 'twice' or 'other', or error}."""
+    import math
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), str(ROOT), os.environ.get("PYTHONPATH")]))}
+    arguments = json.dumps([DRAFT_PROBE["draft"], DRAFT_PROBE["temperature"]])
+    done = subprocess.run([sys.executable, "-c", _PROBE_SCRIPT, arguments], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+    row = {"release": release, **DRAFT_PROBE}
+    try:
+        handed = json.loads(done.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        row["error"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:400]
+        return row
+    q, t = DRAFT_PROBE["draft"], DRAFT_PROBE["temperature"]
+    power = math.log(handed[1] / handed[0]) / math.log(q[1] / q[0])
+    times = power * t  # 1: q^(1/T), the law asked for; 1/T: q^(1/T^2)
+    applied = "once" if abs(times - 1) < 1e-4 else "twice" if abs(times - 1 / t) < 1e-4 else "other"
+    row.update(handed=handed, times_temperature=round(times, 6), applied=applied)
+    return row
+
+
 def cached_row(cache: Path, release: str, check: str, key: str, package: str = PACKAGE):
     path = cache / "results" / f"{package}-{release}-{check}-{key[:16]}.json"
     return path, (json.loads(path.read_text()) if path.is_file() else None)
@@ -312,8 +344,22 @@ def main(argv=None) -> int:
             tv = "" if row.get("tv_distance") is None else f", TV {row['tv_distance']:.3g}"
             print(f"[{index + 1}/{len(releases)}] {release} {check}: {row['verdict']}{tv} ({row['seconds']} s)"
                   + (f": {row['error']}" if row.get("error") else ""), file=sys.stderr, flush=True)
+    drafting = []
+    if args.engine == "transformers":  # how the assistant drafts: the law asked for, or another one
+        for release in releases:
+            folder = cache / f"{args.engine}-{release}"
+            if not (folder / "COMPLETE").is_file():
+                continue
+            key = hashlib.sha256(json.dumps([release, DRAFT_PROBE, digest]).encode()).hexdigest()
+            path, row = cached_row(cache, release, "draft-probe", key, args.engine)
+            if row is None:
+                row = probe_drafting(release, folder)
+                if "error" not in row:
+                    atomic_write_json(path, row)
+            drafting.append(row)
+            print(f"{release} drafting: {row.get('applied', row.get('error'))}", file=sys.stderr, flush=True)
     result = {"record": record, "engine": args.engine, "summary": summarize(releases, rows, checks),
-              "releases": releases,
+              "drafting": drafting, "releases": releases,
               "checks": {name: definitions[name] for name in checks}, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")

@@ -146,6 +146,40 @@ def speculative_sampling(candidate_input_ids, candidate_logits, candidate_length
     return engine["speculative"](candidate_input_ids, candidate_logits, candidate_length, new_logits)
 
 
+def handed_draft_law(draft, temperature: float) -> list[float]:
+    """The q that ``generate`` hands ``_speculative_sampling`` for the first draft of one assisted step at
+    ``temperature`` (top-k, top-p, min-p off), with a context-free assistant of law ``draft`` (a list of V
+    probabilities) and a uniform target. The draft was drawn from this q (the check's law says so); whether it is
+    ``draft`` at ``temperature`` (softmax(log q / T)) is the drafting's efficiency, not its losslessness:
+    ``experiments/engine_releases.py`` reads it per release."""
+    import sys
+
+    engine = _engine()
+    torch = engine["torch"]
+    module = sys.modules[engine["speculative"].__module__]
+    shipped = module._speculative_sampling
+    seen = []
+
+    def spy(candidate_input_ids, candidate_logits, *args, **kwargs):
+        seen.append(candidate_logits.double().softmax(dim=-1)[0, 0].tolist())
+        return shipped(candidate_input_ids, candidate_logits, *args, **kwargs)
+
+    def model_of(law):
+        logits = torch.log(torch.as_tensor(law, dtype=torch.float64))
+        return lambda ids: logits.expand(ids.shape[0], ids.shape[1], logits.shape[0]).clone()
+
+    module._speculative_sampling = spy  # _assisted_decoding reads the module's name at each call
+    try:
+        _generate(model_of(draft), model_of([1.0 / len(draft)] * len(draft)), torch.zeros((1, 3), dtype=torch.int64),
+                  1, temperature, 0, 1.0, 0.0, 0)
+    finally:
+        module._speculative_sampling = shipped
+    if not seen:
+        raise EngineError("transformers' generate called no _speculative_sampling in an assisted step: the entry "
+                          "point moved")
+    return seen[0]
+
+
 def __getattr__(name: str):
     """``assisted_generate_ensemble`` where the release has the ensemble; EngineError in one line where it has not
     (read when verispec loads the check's function, before any check runs: the check is refused, not RAISES)."""
