@@ -861,9 +861,12 @@ def real_code_table(results) -> str:
 ENGINE_RELEASES = "engine-releases.json"
 
 
-def _release_rows(results) -> tuple[list[str], list[str], dict]:
-    """(releases oldest first, checks, {(release, check): row}) of the release history."""
-    data = results(ENGINE_RELEASES)
+ENGINE_RELEASES_TRANSFORMERS = "engine-releases-transformers.json"
+
+
+def _release_rows(results, name: str = ENGINE_RELEASES) -> tuple[list[str], list[str], dict]:
+    """(releases oldest first, checks, {(release, check): row}) of a release history (vLLM's by default)."""
+    data = results(name)
     return data["releases"], list(data["checks"]), {(row["release"], row["check"]): row for row in data["rows"]}
 
 
@@ -902,9 +905,11 @@ def _engine_releases(results, key):
     raise KeyError(key)
 
 
-def engine_releases_table(results) -> str:
-    """Release by check: each verdict (LOSSY with its exact TV; ABSENT, UNREAD or REFUSED with the reason below)."""
-    releases, checks, rows = _release_rows(results)
+def engine_releases_table(results, name: str = ENGINE_RELEASES) -> str:
+    """Release by check: each verdict (LOSSY with its exact TV; ABSENT, UNREAD or REFUSED with the reason below);
+    for transformers a last column, the drafting probe's reading (the temperature applied once or twice)."""
+    releases, checks, rows = _release_rows(results, name)
+    drafting = {row["release"]: row for row in results(name).get("drafting", [])}
 
     def cell(row: dict | None) -> str:
         if not row:
@@ -915,13 +920,43 @@ def engine_releases_table(results) -> str:
             return f"{verdict} {row['tv_distance']:.3g}{mark}"
         return verdict
 
-    return _table(("release", *(f"`{check}`" for check in checks)),
-                  [(release, *(cell(rows.get((release, check))) for check in checks)) for release in releases])
+    def draft(release: str) -> str:
+        row = drafting.get(release) or {}
+        return (f"{row['applied']} (q^{row['times_temperature']:.3g}/T)" if row.get("applied")
+                else row.get("error", "-"))
+
+    extra = ("drafting temperature",) if drafting else ()
+    return _table(("release", *(f"`{check}`" for check in checks), *extra),
+                  [(release, *(cell(rows.get((release, check))) for check in checks),
+                    *((draft(release),) if drafting else ())) for release in releases])
 
 
-def engine_releases_reasons_table(results) -> str:
+def _transformers_releases(results, key):
+    """'releases' (how many minor releases, from which to which), 'held' (the releases every lossless check holds
+    the law in, of all), 'twice' / 'once' (the releases whose assistant drafts at the temperature applied twice /
+    once), 'ensemble' (the releases with DIVERSE's ensemble, and its exact TV)."""
+    releases, checks, rows = _release_rows(results, ENGINE_RELEASES_TRANSFORMERS)
+    drafting = {row["release"]: row.get("applied") for row in results(ENGINE_RELEASES_TRANSFORMERS)["drafting"]}
+    if key == "releases":
+        return f"{len(releases)} minor releases, {releases[0]} to {releases[-1]}"
+    if key == "held":
+        lossless = [check for check in checks if check != "generate-ensemble"]
+        held = [release for release in releases
+                if all((rows.get((release, check)) or {}).get("verdict") == "LOSSLESS" for check in lossless)]
+        return f"{len(held)} of {len(releases)}"
+    if key in ("twice", "once"):
+        return _span([release for release in releases if drafting.get(release) == key], releases)
+    if key == "ensemble":
+        found = [row for row in rows.values() if row["check"] == "generate-ensemble" and row["verdict"] == "LOSSY"]
+        tvs = sorted({f"{row['tv_distance']:.3g}" for row in found})
+        return (f"{_span(sorted({row['release'] for row in found}, key=releases.index), releases)} "
+                f"(exact TV {', '.join(tvs)})") if found else "none"
+    raise KeyError(key)
+
+
+def engine_releases_reasons_table(results, name: str = ENGINE_RELEASES) -> str:
     """The distinct reasons of the rows that checked nothing (ABSENT, UNREAD, REFUSED), with their releases."""
-    releases, checks, rows = _release_rows(results)
+    releases, checks, rows = _release_rows(results, name)
     reasons: dict = {}
     for (release, check), row in rows.items():
         if row["verdict"] not in ("LOSSY", "LOSSLESS"):
@@ -963,6 +998,8 @@ VALUES = {
     **{f"engine_bugs.{key}": _bound(_engine_bugs, key) for key in ("caught", "repositories")},
     **{f"releases.{key}": _bound(_engine_releases, key) for key in ("releases", "v2-lossy", "v2-lossless", "v2-tv",
                                                                     "v1")},
+    **{f"releases_tf.{key}": _bound(_transformers_releases, key)
+       for key in ("releases", "held", "twice", "once", "ensemble")},
     **{f"lv.{key}": _bound(_layer, key) for key in ("problems", *(f"gap/{rule}" for rule in LAYER_RULES[:7]))},
     **{f"ddtree.{key}": _bound(_ddtree, key)
        for key in ("witness/tv", "witness/where", "bias/tv", "bound/lp", "light/ratio", "light/capacity",
@@ -1013,6 +1050,10 @@ TABLES = {
     "engine-releases": engine_releases_table,
     "engine-releases-reasons": engine_releases_reasons_table,
     "engine-releases-record": _made_by(ENGINE_RELEASES),
+    "engine-releases-transformers": lambda results: engine_releases_table(results, ENGINE_RELEASES_TRANSFORMERS),
+    "engine-releases-transformers-reasons": lambda results: engine_releases_reasons_table(
+        results, ENGINE_RELEASES_TRANSFORMERS),
+    "engine-releases-transformers-record": _made_by(ENGINE_RELEASES_TRANSFORMERS),
     "real-code": real_code_table,
     "real-code-record": _made_by(REAL_CODE),
     "lv": layer_table,

@@ -59,16 +59,21 @@ ENGINES = {
     "transformers": {"since": "4.46.0",
                      "checks": ("generate-top-k", "speculative-sampling", "generate-ensemble"),
                      "out": ROOT / "docs" / "results" / "engine-releases-transformers.json", "last_patches": True,
-                     "dependencies": ("tokenizers", "huggingface-hub")},
+                     "dependencies": ("tokenizers", "huggingface-hub", "httpx", "httpcore")},
 }
 #: A check-engine refusal that says the release has no such entry point (block verification before 0.25): the row
 #: reads ABSENT; one that says the adapter does not read this release's entry point (the V2 runner of 0.20 and
 #: 0.21) reads UNREAD. Any other refusal reads REFUSED.
 ABSENT_MARKS = ("has no V2 rejection sampler", "has no block verification", "has no assistant_ensemble_weight")
 UNREAD_MARKS = ("which the adapter does not read",)  # also the V2 runner's murmur3 noise (0.31 on)
-#: verispec's files whose change invalidates the cached rows: the adapters and everything a check runs through.
-CHECKER_FILES = ("verispec/engines", "verispec/external", "verispec/keyed.py", "verispec/verdict.py",
-                 "verispec/cli/check_engine.py", "verispec/simulator")
+#: verispec's files whose change invalidates the cached rows: everything a check runs through, and the engine's own
+#: adapter files (``ENGINE_FILES``; another engine's adapter does not invalidate them).
+CHECKER_FILES = ("verispec/engines/__init__.py", "verispec/engines/check.py", "verispec/engines/greedy.py",
+                 "verispec/external", "verispec/keyed.py", "verispec/verdict.py", "verispec/cli/check_engine.py",
+                 "verispec/simulator")
+ENGINE_FILES = {"vllm": ("verispec/engines/vllm.py", "verispec/engines/vllm_v1.py", "verispec/engines/vllm_v2.py",
+                         "verispec/engines/interpreter.py"),
+                "transformers": ("verispec/engines/transformers.py", "verispec/engines/transformers_step.py")}
 
 
 def _version_key(release: str) -> tuple:
@@ -127,17 +132,26 @@ def unpacked(release: str, cache: Path, package: str = PACKAGE, dependencies: tu
     return folder
 
 
-def _unpack_dependencies(staging: Path, scratch: Path, names: tuple) -> list[dict]:
-    """Each dependency of ``names`` that the unpacked release's metadata requires (no extra), downloaded at the newest
-    version its requirement allows and unpacked whole into ``staging``: [{wheel, sha256, requirement}]."""
-    metadata = next(staging.glob("*.dist-info/METADATA")).read_text(errors="replace")
+def _requirements(metadata: Path, names: tuple) -> dict:
+    """{name: requirement} of the ``Requires-Dist`` lines of ``metadata`` that name one of ``names`` (no extra)."""
     wanted = {}
-    for line in metadata.splitlines():
+    for line in metadata.read_text(errors="replace").splitlines():
         match = re.fullmatch(r"Requires-Dist:\s*([A-Za-z0-9_.-]+)\s*\(?([^;)]*)\)?\s*(;.*)?", line.strip())
-        if match and match.group(1).lower().replace("_", "-") in names and not (match.group(3) or "").count("extra"):
-            wanted[match.group(1)] = f"{match.group(1)}{match.group(2).replace(' ', '')}"
-    found = []
-    for name, requirement in wanted.items():
+        name = match.group(1).lower().replace("_", "-") if match else None
+        if name in names and "extra" not in (match.group(3) or ""):
+            wanted[name] = f"{match.group(1)}{match.group(2).replace(' ', '')}"
+    return wanted
+
+
+def _unpack_dependencies(staging: Path, scratch: Path, names: tuple) -> list[dict]:
+    """Each package of ``names`` that the unpacked release requires, directly or through another of ``names`` (no
+    extra), downloaded at the newest version its requirement allows and unpacked whole into ``staging``:
+    [{wheel, sha256, requirement}] (huggingface-hub 1.x brings httpx, which the installed 2.x does not use)."""
+    pending = _requirements(next(staging.glob("*.dist-info/METADATA")), names)
+    found, done_names = [], set()
+    while pending:
+        name, requirement = pending.popitem()
+        done_names.add(name)
         target = scratch / name
         done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", requirement, "-d",
                                str(target)], capture_output=True, text=True, timeout=1800)
@@ -147,15 +161,20 @@ def _unpack_dependencies(staging: Path, scratch: Path, names: tuple) -> list[dic
                                f"({(done.stderr.strip().splitlines() or ['no output'])[-1][:200]})")
         with zipfile.ZipFile(wheels[0]) as archive:
             archive.extractall(staging)
+            metadata = next(entry for entry in archive.namelist() if entry.endswith(".dist-info/METADATA"))
         found.append({"wheel": wheels[0].name, "sha256": hashlib.sha256(wheels[0].read_bytes()).hexdigest(),
                       "requirement": requirement})
+        for more, wanted in _requirements(staging / metadata, names).items():
+            if more not in done_names:
+                pending.setdefault(more, wanted)
     return found
 
 
-def checker_digest() -> str:
-    """SHA-256 over verispec's checking code (``CHECKER_FILES``): a changed checker re-checks every release."""
+def checker_digest(engine: str = PACKAGE) -> str:
+    """SHA-256 over verispec's checking code (``CHECKER_FILES`` and the engine's ``ENGINE_FILES``): a changed checker
+    re-checks every release."""
     digest = hashlib.sha256()
-    for entry in CHECKER_FILES:
+    for entry in CHECKER_FILES + ENGINE_FILES[engine]:
         path = ROOT / entry
         for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
             digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
@@ -243,10 +262,17 @@ def probe_drafting(release: str, folder: Path) -> dict:
         return row
     q, t = DRAFT_PROBE["draft"], DRAFT_PROBE["temperature"]
     power = math.log(handed[1] / handed[0]) / math.log(q[1] / q[0])
-    times = power * t  # 1: q^(1/T), the law asked for; 1/T: q^(1/T^2)
-    applied = "once" if abs(times - 1) < 1e-4 else "twice" if abs(times - 1 / t) < 1e-4 else "other"
-    row.update(handed=handed, times_temperature=round(times, 6), applied=applied)
+    times = power * t
+    row.update(handed=handed, times_temperature=round(times, 6), applied=drafting_applied(times, t))
     return row
+
+
+def drafting_applied(times: float, temperature: float) -> str:
+    """'once' when the handed q is q^(times / T) with times = 1 (the law asked for), 'twice' when times = 1/T
+    (q^(1/T^2)), 'other' otherwise (to 1e-4: the probe reads float32 scores)."""
+    if abs(times - 1) < 1e-4:
+        return "once"
+    return "twice" if abs(times - 1 / temperature) < 1e-4 else "other"
 
 
 def cached_row(cache: Path, release: str, check: str, key: str, package: str = PACKAGE):
@@ -319,7 +345,7 @@ def main(argv=None) -> int:
                 else registry_releases(args.since, args.engine, engine["last_patches"]))
     cache = args.cache or cache_root() / "engines"
     record = run_record(shlex.join(["python", "experiments/engine_releases.py", *(argv or sys.argv[1:])]))
-    digest = checker_digest()
+    digest = checker_digest(args.engine)
     record["checker_sha256"] = digest
     rows = []
     for index, release in enumerate(releases):

@@ -29,7 +29,7 @@
                                                       a real context as a V-token problem file
     verispec check-external FILE.py:FUNCTION --layout LAYOUT --tree TREE [--target P --draft Q | --problem FILE]
                      [--mode auto|exact|blackbox] [--json]         check verification code written elsewhere
-    verispec check-engine vllm [--check NAMES] [--tree TREE] [--source FILE] [--json]
+    verispec check-engine vllm|transformers [--check NAMES] [--tree TREE] [--source FILE] [--json]
                                                       an installed engine's shipped sampler, unmodified, exactly
     verispec --version                                               'verispec VERSION'
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from verispec.errors import VerispecError
 
 #: Engine name -> its adapter module.
-ADAPTERS = {"transformers": "verispec.engines.transformers", "vllm": "verispec.engines.vllm"}
+ADAPTERS = {"mlx-lm": "verispec.engines.mlx_lm", "transformers": "verispec.engines.transformers",
+            "vllm": "verispec.engines.vllm"}
 
 
 class EngineError(VerispecError):

@@ -10,9 +10,10 @@ two models is transformers' own code: the processor list from the request's samp
 Algorithm 1), the candidate-length bookkeeping of a second round, every draw on torch's global generator seeded by
 ``transformers.set_seed`` as a user's script does.
 
-The stand-ins keep no state: ``prepare_inputs_for_generation`` hands them the whole sequence, and the cache object
-``generate`` makes (``past_key_values`` up to 4.x, ``cache`` in 5.x) is passed through untouched and never filled,
-so cropping it after a rejection is a no-op and every forward reads the exact prefix. ``generate`` is asked for
+The stand-ins keep no state of their own: ``prepare_inputs_for_generation`` hands them the whole sequence, so every
+forward reads the exact prefix, and the cache object ``generate`` makes (``past_key_values`` up to 4.x, ``cache`` in
+5.x) gets one empty entry per new position, so its length is the sequence's and transformers crops it after a
+rejection as it crops a real model's. ``generate`` is asked for
 ``K + 1`` new tokens with ``num_assistant_tokens = K`` on the constant schedule and no confidence cut: its first
 round drafts K tokens and emits the accepted ones and one more; where a draft was rejected, the later rounds
 complete the K + 1 tokens with transformers' own rules, so the check reads the law of K + 1 tokens of the
@@ -71,6 +72,11 @@ def _engine() -> dict:
 
         def forward(self, input_ids=None, **kwargs):
             found = {name: kwargs[name] for name in cache_names if kwargs.get(name) is not None}
+            for cache in found.values():  # one empty entry per new position: the cache's length is the sequence's
+                new = input_ids.shape[1] - cache.get_seq_length()
+                if new > 0:
+                    empty = torch.zeros((input_ids.shape[0], 1, new, 4))
+                    cache.update(empty, empty.clone(), 0)
             return CausalLMOutputWithPast(logits=self.logits_of(input_ids), **found)
 
         def prepare_inputs_for_generation(self, input_ids, **kwargs):
