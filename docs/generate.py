@@ -862,6 +862,8 @@ ENGINE_RELEASES = "engine-releases.json"
 
 
 ENGINE_RELEASES_TRANSFORMERS = "engine-releases-transformers.json"
+#: The target law of the findings page's acceptance example (the drafting probe's assistant is (0.3, 0.7)).
+ACCEPTANCE_TARGET = (0.6, 0.4)
 
 
 def _release_rows(results, name: str = ENGINE_RELEASES) -> tuple[list[str], list[str], dict]:
@@ -946,6 +948,13 @@ def _transformers_releases(results, key):
         return f"{len(held)} of {len(releases)}"
     if key in ("twice", "once"):
         return _span([release for release in releases if drafting.get(release) == key], releases)
+    if key.startswith("accept/"):  # a draft's acceptance, sum min(p_T, handed q), at the probe's handed law
+        probe = next((row for row in results(ENGINE_RELEASES_TRANSFORMERS)["drafting"]
+                      if row.get("applied") == key.split("/")[1]), None)
+        if probe is None:
+            return "-"
+        target = [value ** (1 / probe["temperature"]) for value in ACCEPTANCE_TARGET]
+        return f"{sum(min(a / sum(target), b) for a, b in zip(target, probe['handed'])):.3f}"
     if key == "ensemble":
         found = [row for row in rows.values() if row["check"] == "generate-ensemble" and row["verdict"] == "LOSSY"]
         tvs = sorted({f"{row['tv_distance']:.3g}" for row in found})
@@ -999,7 +1008,7 @@ VALUES = {
     **{f"releases.{key}": _bound(_engine_releases, key) for key in ("releases", "v2-lossy", "v2-lossless", "v2-tv",
                                                                     "v1")},
     **{f"releases_tf.{key}": _bound(_transformers_releases, key)
-       for key in ("releases", "held", "twice", "once", "ensemble")},
+       for key in ("releases", "held", "twice", "once", "ensemble", "accept/once", "accept/twice")},
     **{f"lv.{key}": _bound(_layer, key) for key in ("problems", *(f"gap/{rule}" for rule in LAYER_RULES[:7]))},
     **{f"ddtree.{key}": _bound(_ddtree, key)
        for key in ("witness/tv", "witness/where", "bias/tv", "bound/lp", "light/ratio", "light/capacity",

@@ -183,7 +183,7 @@ def test_bad_input_fails_in_one_line(pytester):
         "test_marker_returning_nothing": r"test_bad.py::test_marker_returning_nothing is marked verispec_lossless but "
                                          r"returned NoneType None: return the verification function to check",
         "test_unknown_engine": r"verispec_check.engine\('tgi'\): unknown engine 'tgi': verispec has adapters for "
-                               r"transformers, vllm",
+                               r"mlx-lm, transformers, vllm",
         "test_unknown_engine_check": r"verispec_check.engine\('vllm'\): unknown check v9-nothing of vllm: choose from "
                                      r".*v1-greedy",
         "test_half_a_problem": r"verispec_check.engine\('vllm'\): give both target and draft, or neither",

@@ -478,3 +478,17 @@ def test_decode_stops_one_call_of_a_rule_stuck_in_a_loop(pair, monkeypatch):
     assert time.monotonic() - start < 0.5 * 1.1 + JITTER + 1.0  # + one block of the tiny pair before the call
     assert not decoding._user_rule(REGISTRY["specinfer"]) and decoding._user_rule(
         ProcedureVerifier("spin", spin, CHAIN))
+
+
+def test_the_inconclusive_line_gives_its_advice_once():
+    """A time limit's message that already says what to do (check-external's) is not told again; one that does not
+    gets the option named (a broken twin that always appends would repeat it)."""
+    from verispec.cli import _time_limit_line
+
+    given = "the check of f ran past its time budget of 20 s: run again with a larger --time-budget"
+    assert _time_limit_line(given, "--time-budget") == given
+    assert _time_limit_line(given, "--time-budget").count("a larger --time-budget") == 1
+    assert _time_limit_line("the walk ran past its time budget", "--time-budget") == (
+        "the walk ran past its time budget; run again with a larger --time-budget")
+    assert _time_limit_line("a call ran past 2 s", "--call-timeout").endswith(
+        "a larger --call-timeout, or find the loop")

@@ -44,7 +44,8 @@ def _last_line(stderr: str) -> str:
 def test_unknown_engine_is_refused_on_one_line():
     status, out, err = _verispec("check-engine", "tgi")
     assert status == 2 and out == ""
-    assert _last_line(err) == "verispec: error: unknown engine 'tgi': verispec has adapters for transformers, vllm"
+    assert _last_line(err) == ("verispec: error: unknown engine 'tgi': verispec has adapters for mlx-lm, transformers, "
+                               "vllm")
 
 
 def test_unsupported_release_names_the_supported_range():

@@ -29,7 +29,7 @@
                                                       a real context as a V-token problem file
     verispec check-external FILE.py:FUNCTION --layout LAYOUT --tree TREE [--target P --draft Q | --problem FILE]
                      [--mode auto|exact|blackbox] [--json]         check verification code written elsewhere
-    verispec check-engine vllm|transformers [--check NAMES] [--tree TREE] [--source FILE] [--json]
+    verispec check-engine vllm|transformers|mlx-lm [--check NAMES] [--tree TREE] [--source FILE] [--json]
                                                       an installed engine's shipped sampler, unmodified, exactly
     verispec --version                                               'verispec VERSION'
 
@@ -192,8 +192,11 @@ def _inconclusive(error: BaseException) -> int:
 
 
 def _time_limit_line(message: str, option: str) -> str:
+    message = " ".join(message.split())
+    if f"a larger {option}" in message:  # the message gives the advice already
+        return message
     advice = ", or find the loop" if option == "--call-timeout" else ""
-    return f"{' '.join(message.split())}; run again with a larger {option}{advice}"
+    return f"{message}; run again with a larger {option}{advice}"
 
 
 def _stop_stuck_command(message: str, option: str) -> None:

@@ -23,7 +23,7 @@ from verispec.limits import DEFAULT_CHECK_BUDGET
 def add_parser(subparsers) -> None:
     check = subparsers.add_parser(
         "check-engine", help="check an installed engine's shipped verification code, unmodified, exactly")
-    check.add_argument("engine", help="the engine (transformers, vllm)")
+    check.add_argument("engine", help="the engine (mlx-lm, transformers, vllm)")
     check.add_argument("--check", metavar="NAMES", default=None,
                        help="comma-separated checks to run (default all; --list prints them)")
     check.add_argument("--list", action="store_true", help="print the installed release's checks and exit")

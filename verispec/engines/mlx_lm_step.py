@@ -104,6 +104,13 @@ def _fed_categorical(logits, temp: float):
 def speculative_generate(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p,
                          seed):
     """``speculative_generate_step`` with mlx-lm's ``make_sampler`` (``step`` layout). -> the K + 1 tokens."""
+    return run_step(_engine()["step"], draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k,
+                    top_p, min_p, seed)
+
+
+def run_step(step, draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """``speculative_generate``'s call of ``step`` (the shipped ``speculative_generate_step``, or a planted copy of
+    it in a test) on the stand-ins, with the fed categorical draw. -> the K + 1 tokens."""
     engine = _engine()
     mx, sample_utils = engine["mx"], engine["sample_utils"]
     mx.random.seed(int(seed))  # as a user's script does; the one draw is verispec's (module docstring)
@@ -114,7 +121,7 @@ def speculative_generate(draft_model, target_model, input_ids, num_draft_tokens,
     shipped = sample_utils.categorical_sampling
     sample_utils.categorical_sampling = _fed_categorical  # make_sampler's sampler reads the module's name per call
     try:
-        tokens = [int(token) for token, _, _ in engine["step"](
+        tokens = [int(token) for token, _, _ in step(
             prompt, _StandIn(target_model), _StandIn(draft_model), num_draft_tokens=steps, max_tokens=steps + 1,
             sampler=sampler)]
     finally:

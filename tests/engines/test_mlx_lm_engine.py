@@ -1,0 +1,65 @@
+"""``verispec check-engine mlx-lm``: refusals on one line, and, where mlx-lm is installed (MLX's Linux CPU backend),
+the shipped ``speculative_generate_step`` read LOSSLESS exactly and a planted copy caught at its closed-form TV.
+
+The planted copy (``tests/engines/mlx_planted.py``) reads the draft's token where the target's sample belongs, so
+every draft is kept: at one draft and K + 1 = 2 tokens on a context-free problem, the first token follows the draft
+law q and the second the target's p (its sample after the kept draft), so the block's exact TV is TV(p, q).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verispec.engines import EngineError
+from verispec.engines import mlx_lm as mlx_adapter
+
+
+def _installed() -> str | None:
+    try:
+        return mlx_adapter.check_release()
+    except EngineError:
+        return None
+
+
+needs_mlx = pytest.mark.skipif(_installed() is None, reason="mlx-lm (with MLX's CPU backend) is not installed here")
+P, Q = (0.6, 0.4), (0.3, 0.7)
+
+
+def _check(function):
+    from verispec.external.check import check_external
+    from verispec.simulator import ContextFreeProblem
+
+    return check_external(function, "step", "chain:1", problem=ContextFreeProblem(list(P), list(Q)), mode="exact",
+                          name="mlx-lm", time_budget=900, sampling="temperature=1", rng="capture",
+                          threshold=mlx_adapter.THRESHOLD)
+
+
+def test_releases_outside_the_range_are_refused_with_the_range():
+    with pytest.raises(EngineError, match=r"mlx-lm 0\.31\.0 is not a release .* knows 0\.32\.2"):
+        mlx_adapter.check_release("0.31.0")
+    assert mlx_adapter.check_release("0.31.0", any_release=True) == "0.31.0"
+    assert mlx_adapter.check_release("0.32.2") == "0.32.2"
+
+
+@needs_mlx
+@pytest.mark.slow  # some 9,000 calls of the step at about 7 ms
+def test_the_shipped_step_is_lossless_exactly():
+    from verispec.engines.mlx_lm_step import speculative_generate
+
+    report = _check(speculative_generate)
+    assert report.verdict.word == "LOSSLESS" and report.tv_distance < 1e-6  # float32 logits
+
+
+@needs_mlx
+@pytest.mark.slow
+def test_a_planted_verification_that_keeps_every_draft_is_caught_at_its_closed_form():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from mlx_planted import keeps_every_draft
+
+    expected = 0.5 * np.abs(np.array(P) - np.array(Q)).sum()
+    report = _check(keeps_every_draft)
+    assert report.verdict.word == "LOSSY" and abs(report.tv_distance - expected) < 1e-6
