@@ -42,6 +42,7 @@ def _engine() -> dict:
         import torch
         import transformers
         from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel
+        from transformers.cache_utils import DynamicCache
         from transformers.generation import utils as generation_utils
         from transformers.modeling_outputs import CausalLMOutputWithPast
     except Exception as error:  # the wheel's own import: one line, never a verdict
@@ -72,6 +73,8 @@ def _engine() -> dict:
 
         def forward(self, input_ids=None, **kwargs):
             found = {name: kwargs[name] for name in cache_names if kwargs.get(name) is not None}
+            if not found and kwargs.get("use_cache"):  # 5.0 leaves the first forward to make it, as models do
+                found = {cache_names[0]: DynamicCache()}
             for cache in found.values():  # one empty entry per new position: the cache's length is the sequence's
                 new = input_ids.shape[1] - cache.get_seq_length()
                 if new > 0:
@@ -80,7 +83,8 @@ def _engine() -> dict:
             return CausalLMOutputWithPast(logits=self.logits_of(input_ids), **found)
 
         def prepare_inputs_for_generation(self, input_ids, **kwargs):
-            found = {name: kwargs[name] for name in ("cache", "past_key_values") if kwargs.get(name) is not None}
+            found = {name: kwargs[name] for name in ("cache", "past_key_values", "use_cache")
+                     if kwargs.get(name) is not None}
             return {"input_ids": input_ids, **found}
 
     config_fields = inspect.signature(GenerationConfig).parameters
@@ -114,7 +118,8 @@ def _generate(draft_model, target_model, input_ids, num_draft_tokens, temperatur
     target.logits_of, assistant.logits_of = target_model, draft_model
     options = {"do_sample": True, "max_new_tokens": steps + 1, "num_assistant_tokens": steps,
                "num_assistant_tokens_schedule": "constant", "temperature": float(temperature), "top_k": int(top_k),
-               "top_p": float(top_p), "min_p": float(min_p) if min_p > 0 else None, "pad_token_id": 0}
+               "top_p": float(top_p), "min_p": float(min_p) if min_p > 0 else None, "pad_token_id": 0,
+               "use_cache": True}  # assisted decoding crops the cache (5.0 reads no default from the config)
     if engine["confidence"]:  # 4.45 on: the assistant stops drafting below this confidence (0.4 by default)
         options["assistant_confidence_threshold"] = 0.0
     if ensemble_weight is not None:
