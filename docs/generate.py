@@ -924,7 +924,7 @@ def engine_releases_table(results, name: str = ENGINE_RELEASES) -> str:
 
     def draft(release: str) -> str:
         row = drafting.get(release) or {}
-        return (f"{row['applied']} (q^{row['times_temperature']:.3g}/T)" if row.get("applied")
+        return (f"{row['applied']} (q^({row['times_temperature']:.3g}/T))" if row.get("applied")
                 else row.get("error", "-"))
 
     extra = ("drafting temperature",) if drafting else ()

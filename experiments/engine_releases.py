@@ -93,12 +93,15 @@ def registry_releases(since: str, package: str = PACKAGE, last_patches: bool = F
     releases = [name.strip() for name in match.group(1).split(",")]
     releases = sorted((name for name in releases if re.fullmatch(r"\d+(\.\d+){1,3}", name)
                        and _version_key(name) >= _version_key(since)), key=_version_key)
-    if last_patches:
-        last = {}
-        for name in releases:  # oldest first: the last one of a minor release stays
-            last[_version_key(name)[:2]] = name
-        releases = sorted(last.values(), key=_version_key)
-    return releases
+    return last_patch_of_each_minor(releases) if last_patches else releases
+
+
+def last_patch_of_each_minor(releases: list[str]) -> list[str]:
+    """The last patch of each minor release among ``releases``, oldest first ('4.46.3' of 4.46.1 to 4.46.3)."""
+    last = {}
+    for name in sorted(releases, key=_version_key):  # oldest first: the last one of a minor release stays
+        last[_version_key(name)[:2]] = name
+    return sorted(last.values(), key=_version_key)
 
 
 def unpacked(release: str, cache: Path, package: str = PACKAGE, dependencies: tuple = ()) -> Path:

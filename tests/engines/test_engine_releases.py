@@ -99,3 +99,26 @@ def test_the_installed_wheels_v2_noise_is_refused_not_checked():
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and done.stdout == "", done.stderr[-500:]
     assert "murmur3_uniform32" in last and "would be a fixed function of the seed" in last
+
+
+def test_the_last_patch_of_each_minor_release_is_kept():
+    found = script.last_patch_of_each_minor(["5.0.0", "4.46.1", "4.46.3", "4.46.2", "4.57.6", "5.10.4", "5.10.2",
+                                             "5.9.0"])
+    assert found == ["4.46.3", "4.57.6", "5.0.0", "5.9.0", "5.10.4"]  # 5.10 after 5.9: by number, not by text
+
+
+def test_dependencies_are_read_from_the_metadata_without_extras(tmp_path):
+    metadata = tmp_path / "METADATA"
+    metadata.write_text("Name: transformers\nRequires-Dist: huggingface-hub<1.0,>=0.23.2\n"
+                        "Requires-Dist: tokenizers <0.21,>=0.20\nRequires-Dist: numpy>=1.17\n"
+                        "Requires-Dist: httpx ; extra == 'serving'\nRequires-Dist: Tokenizers_X>=1\n")
+    found = script._requirements(metadata, ("tokenizers", "huggingface-hub", "httpx"))
+    assert found == {"huggingface-hub": "huggingface-hub<1.0,>=0.23.2", "tokenizers": "tokenizers<0.21,>=0.20"}
+
+
+def test_another_engines_adapter_does_not_invalidate_the_rows(monkeypatch):
+    """The cache key covers the shared checking code and the engine's own adapter files, not another engine's."""
+    vllm, transformers = script.checker_digest("vllm"), script.checker_digest("transformers")
+    assert vllm != transformers
+    monkeypatch.setitem(script.ENGINE_FILES, "transformers", (*script.ENGINE_FILES["transformers"], "README.md"))
+    assert script.checker_digest("vllm") == vllm and script.checker_digest("transformers") != transformers

@@ -43,7 +43,7 @@ def test_releases_outside_the_range_are_refused_with_the_range():
 
 
 @needs_mlx
-@pytest.mark.slow  # some 9,000 calls of the step at about 7 ms
+@pytest.mark.slow  # some 9,000 calls of the step at 2-7 ms
 def test_the_shipped_step_is_lossless_exactly():
     from verispec.engines.mlx_lm_step import speculative_generate
 

@@ -132,3 +132,15 @@ def test_the_drafting_probe_reads_the_temperature_applied_once_or_twice():
     assert classify(powered(1 / t)) == "once"
     assert classify(powered(1 / t ** 2)) == "twice"
     assert classify(powered(1.0)) == "other"  # the raw q: no temperature at all
+
+
+@needs_transformers
+def test_a_check_out_of_time_is_an_inconclusive_row_and_the_others_still_run():
+    """A check that runs past --time-budget gets its INCONCLUSIVE row (exit 3) in the JSON, and the checks after
+    it still run (the second may finish in its own budget)."""
+    status, out, err = _verispec("check-engine", "transformers", "--check", "generate-sampled,speculative-sampling",
+                                 "--time-budget", "0.2", "--json")
+    assert status == 3, err
+    rows = json.loads(out)["checks"]
+    assert [row["check"] for row in rows] == ["generate-sampled", "speculative-sampling"]
+    assert rows[0]["verdict"] == "INCONCLUSIVE" and "time budget" in rows[0]["note"]

@@ -211,3 +211,31 @@ def own_rule_step(rule: str, tree_of=lambda count: f"chain:{count}"):
 
     step.__name__ = f"own_{rule}_step"
     return step
+
+
+#: Uniforms compared a token by ``many_thresholds``: their joint integration is far beyond a short budget.
+THRESHOLD_UNIFORMS = 10
+
+
+def _from_the_largest(target_model, input_ids, num_draft_tokens, temperature, power):
+    """K + 1 tokens of the target (drafts ignored), each by the inverse CDF at max(u_1..u_n) ** power."""
+    ids, out = input_ids, []
+    for _ in range(int(num_draft_tokens) + 1):
+        law = torch.softmax(target_model(ids)[0, -1] / float(temperature), -1)
+        largest = torch.rand(THRESHOLD_UNIFORMS, dtype=torch.float64).max()
+        token = int(torch.searchsorted(torch.cumsum(law, 0), largest ** power).clamp(max=len(law) - 1))
+        out.append(token)
+        ids = torch.cat([ids, torch.tensor([[token]])], 1)
+    return out
+
+
+def many_thresholds(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """The target's law from the largest of n uniforms: P(max <= x) = x^n, so max ** n is uniform. Every token is a
+    threshold test on each of the n uniforms, so exact mode integrates n dimensions a token."""
+    return _from_the_largest(target_model, input_ids, num_draft_tokens, temperature, THRESHOLD_UNIFORMS)
+
+
+def many_thresholds_biased(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p,
+                           seed):
+    """The broken twin: the largest uniform itself, which leans to the last tokens (P(max <= x) = x^n)."""
+    return _from_the_largest(target_model, input_ids, num_draft_tokens, temperature, 1)

@@ -96,8 +96,14 @@ def _fed_categorical(logits, temp: float):
     import torch
 
     mx = _engine()["mx"]
-    scaled = torch.from_numpy(np.asarray(logits, dtype=np.float64)) * (1.0 / float(temp))
-    drawn = torch.multinomial(torch.softmax(scaled.reshape(-1, scaled.shape[-1]), dim=-1), 1)[:, 0]
+    # the softmax in numpy: torch's on a [1, V] tensor enters its intra-op thread pool, which on a loaded machine
+    # waits milliseconds for its threads (three quarters of a step's time, and more in a sandbox)
+    scaled = np.asarray(logits, dtype=np.float64) * (1.0 / float(temp))
+    rows = scaled.reshape(-1, scaled.shape[-1])
+    with np.errstate(invalid="ignore", over="ignore"):  # a row of -inf gives NaN, as torch.softmax does
+        weights = np.exp(rows - rows.max(axis=-1, keepdims=True))
+        probs = weights / weights.sum(axis=-1, keepdims=True)
+    drawn = torch.multinomial(torch.from_numpy(probs), 1)[:, 0]
     return mx.array(drawn.numpy().astype(np.uint32)).reshape(np.asarray(logits).shape[:-1])
 
 

@@ -56,10 +56,11 @@ import numpy as np
 
 from verispec import budget
 from verispec.errors import VerifierError, VerispecError
-from verispec.external.blackbox import BlackBoxResult, _bernstein, discrepancies, samples_for_power
+from verispec.external.blackbox import BlackBoxResult, _bernstein, discrepancies
 from verispec.external.calls import FunctionRaised, NondeterministicError, call_function
 from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError, integrate
 from verispec.external.rng import MAX_KEYS, Capture, Signal, Tape, TorchEscape, UniformsExhausted
+from verispec.external.step_auto import AUTO_EXACT_SHARE, ExactOutOfTime, blackbox_runs, exact_within
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.laws import OutputLaw
 from verispec.simulator.problems import target_law
@@ -475,18 +476,24 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
     used_mode = mode
     try:
         check.probe(np.random.default_rng(seed))
+        out_of_time = False
         if mode in ("auto", "exact"):
             try:
-                law = check.exact_law(options or {})
+                law = check.exact_law(options or {}) if mode == "exact" else exact_within(check, options)
                 used_mode = "exact"
             except (NotPiecewiseConstantError, NondeterministicError) as error:
                 if mode == "exact":
                     raise
                 note += f"; exact mode refused, so black-box mode was used: {error}"
                 used_mode = "blackbox"
+            except ExactOutOfTime as ran_out:
+                note += (f"; exact mode did not finish in {ran_out.seconds:.3g} s ({AUTO_EXACT_SHARE:.0%} of the time "
+                         f"left) after {ran_out.evaluations:,} calls, so black-box mode was used")
+                used_mode, out_of_time = "blackbox", True
         if used_mode == "blackbox":
-            if samples is None:
-                samples = min(2_000_000, samples_for_power(target, detect_tv, alpha, power))
+            samples, sized = blackbox_runs(samples, target, detect_tv, alpha, power, out_of_time, lambda runs: _timed(
+                check.sampled_law, runs, np.random.default_rng(seed + 1)))
+            note += sized
             law = check.sampled_law(samples, np.random.default_rng(seed))
     except FunctionRaised as raised:
         return CheckReport(function=name, layout=layout_name, tree=drafter.spec, mode=used_mode,
@@ -523,6 +530,13 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                        block_efficiency=efficiency, problem=None, problem_source="given",
                        seconds=time.monotonic() - start, blackbox=blackbox, discrepancies=shown,
                        evaluations=check.evaluations, note=note, threshold=threshold)
+
+
+def _timed(function, *arguments) -> float:
+    """Seconds ``function(*arguments)`` took."""
+    start = time.monotonic()
+    function(*arguments)
+    return time.monotonic() - start
 
 
 def check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
