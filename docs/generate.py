@@ -948,6 +948,13 @@ def _transformers_releases(results, key):
         return f"{len(held)} of {len(releases)}"
     if key in ("twice", "once"):
         return _span([release for release in releases if drafting.get(release) == key], releases)
+    if key in ("probe", "example"):  # the drafting probe's setting, and the acceptance example's
+        probe = results(ENGINE_RELEASES_TRANSFORMERS)["drafting"][0]
+        law = ", ".join(f"{value:g}" for value in probe["draft"])
+        if key == "probe":
+            return f"T = {probe['temperature']:g} for an assistant of law ({law})"
+        target = ", ".join(f"{value:g}" for value in ACCEPTANCE_TARGET)
+        return f"at T = {probe['temperature']:g}, p = ({target}), q = ({law})"
     if key.startswith("accept/"):  # a draft's acceptance, sum min(p_T, handed q), at the probe's handed law
         probe = next((row for row in results(ENGINE_RELEASES_TRANSFORMERS)["drafting"]
                       if row.get("applied") == key.split("/")[1]), None)
@@ -1008,7 +1015,8 @@ VALUES = {
     **{f"releases.{key}": _bound(_engine_releases, key) for key in ("releases", "v2-lossy", "v2-lossless", "v2-tv",
                                                                     "v1")},
     **{f"releases_tf.{key}": _bound(_transformers_releases, key)
-       for key in ("releases", "held", "twice", "once", "ensemble", "accept/once", "accept/twice")},
+       for key in ("releases", "held", "twice", "once", "ensemble", "accept/once", "accept/twice", "probe",
+                   "example")},
     **{f"lv.{key}": _bound(_layer, key) for key in ("problems", *(f"gap/{rule}" for rule in LAYER_RULES[:7]))},
     **{f"ddtree.{key}": _bound(_ddtree, key)
        for key in ("witness/tv", "witness/where", "bias/tv", "bound/lp", "light/ratio", "light/capacity",
