@@ -15,14 +15,23 @@ from verispec.engines import EngineError
 from verispec.engines import mlx_lm as mlx_adapter
 
 
-def _installed() -> str | None:
+def _not_checkable() -> str | None:
+    """Why mlx-lm cannot be checked here (None: it can): not installed, another release, or not importable."""
     try:
-        return mlx_adapter.check_release()
-    except EngineError:
-        return None
+        mlx_adapter.check_release()
+        import importlib
+
+        importlib.import_module("mlx.core")
+        importlib.import_module("mlx_lm.generate")
+    except EngineError as error:
+        return str(error)
+    except Exception as error:  # the wheel's own import
+        return f"mlx-lm does not import here ({type(error).__name__}: {error})"
+    return None
 
 
-needs_mlx = pytest.mark.skipif(_installed() is None, reason="mlx-lm (with MLX's CPU backend) is not installed here")
+REASON = _not_checkable()
+needs_mlx = pytest.mark.skipif(REASON is not None, reason=f"mlx-lm cannot be checked here: {REASON}")
 P, Q = (0.6, 0.4), (0.3, 0.7)
 
 

@@ -568,16 +568,24 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
     drafter = parse_tree(tree) if isinstance(tree, str) else tree
     problem.require_depth(drafter.depth + 1)
     name = name or getattr(function, "__name__", "external")
+    start = time.monotonic()
     try:
-        with budget.time_budget(time.monotonic() + time_budget, what=f"the check of {name}"):
+        with budget.time_budget(start + time_budget, what=f"the check of {name}"):
             return check_step(function, layout, drafter, problem, sampling, name=name, mode=mode, samples=samples,
                               alpha=alpha, detect_tv=detect_tv, power=power, seed=seed,
                               call_timeout=verifier_options.get("call_timeout"),
                               keys=verifier_options.get("keys", "keyed"),
                               max_keys=verifier_options.get("max_keys", MAX_KEYS), threshold=threshold)
-    except AnalysisTimeoutError:
-        raise AnalysisTimeoutError(f"the check of {name} ran past its time budget of {time_budget:g} s: run again "
-                                   "with a larger --time-budget") from None
+    except AnalysisTimeoutError:  # a report, as the other layouts give (its JSON is what a CI reads), never a verdict
+        from verispec.external.check_report import CheckReport
+
+        return CheckReport(function=name, layout=layout, tree=drafter.spec, mode=mode, verdict=Verdict.INCONCLUSIVE,
+                           scope="on the given problem", tv_distance=None, tv_estimate=None, block_efficiency=None,
+                           problem=None, problem_source="given", seconds=time.monotonic() - start,
+                           tried=f"the time budget of {time_budget:g} s ran out before a verdict",
+                           next_step="run again with a larger --time-budget",
+                           note=f"the check of {name} ran past its time budget of {time_budget:g} s",
+                           threshold=threshold)
 
 
 def _with_filler(result: BlackBoxResult) -> BlackBoxResult:
