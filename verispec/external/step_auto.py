@@ -1,8 +1,7 @@
 """Auto mode of a whole-step check (``verispec.external.step``) within its time budget: exact mode gets a share of
-the time left; where it does not finish, black-box mode takes the rest with as many runs as fit, sized by the rate
-exact mode called the step at (a lower bound on black-box mode's, which integrates nothing), and its report says
-what those runs can detect. Issue 76, item 8: auto mode that spent its whole budget in exact mode on a keyed step
-ended with nothing."""
+the time left; where it does not finish, black-box mode runs until most of the rest is spent (a sample size set by
+the clock, not by the outcomes) and its report says what those runs can detect. Issue 76, item 8: auto mode that
+spent its whole budget in exact mode on a keyed step ended with nothing."""
 
 from __future__ import annotations
 
@@ -13,11 +12,9 @@ from verispec import budget
 #: Auto mode's share of the time left for exact mode; where exact mode does not finish in it, black-box mode takes
 #: the rest, with as many runs as fit (its report says what they can detect).
 AUTO_EXACT_SHARE = 0.5
-#: Of the time left to black-box mode after exact mode ran out, the share its runs are sized to (the rest is the
-#: law's tabulation and the report).
+#: Of the time left to black-box mode after exact mode ran out, the share its runs may take (the rest is the law's
+#: tabulation and the report).
 AUTO_BLACKBOX_SHARE = 0.8
-#: Runs that time black-box mode's calls before it is sized to the time left.
-PILOT_RUNS = 256
 
 
 class ExactOutOfTime(Exception):
@@ -46,21 +43,16 @@ def exact_within(check, options: dict | None):
         raise ExactOutOfTime(time.monotonic() - start, check.evaluations - before) from None
 
 
-def blackbox_runs(samples: int | None, target, detect_tv: float, alpha: float, power: float, out_of_time: bool,
-                  time_runs) -> tuple[int, str]:
-    """(black-box runs, what the note adds): ``samples`` as asked; else the runs the power asks for
-    (``samples_for_power``, at most 2,000,000), cut, where exact mode ran out of time (``out_of_time``), to those
-    that fit ``AUTO_BLACKBOX_SHARE`` of the time left at the rate ``time_runs(PILOT_RUNS)`` measures (seconds for
-    that many runs; their outcomes are not used)."""
+def blackbox_runs(samples: int | None, target, detect_tv: float, alpha: float, power: float,
+                  out_of_time: bool) -> tuple[int, float | None]:
+    """(black-box runs, the ``time.monotonic()`` they stop at or None): ``samples`` as asked, else the runs the power
+    asks for (``samples_for_power``, at most 2,000,000); where exact mode ran out of time (``out_of_time``), they
+    stop at ``AUTO_BLACKBOX_SHARE`` of the time left, and the runs made are tested."""
     from verispec.external.blackbox import samples_for_power
 
-    if samples is not None:
-        return samples, ""
-    samples = min(2_000_000, samples_for_power(target, detect_tv, alpha, power))
-    if not out_of_time or budget.remaining() is None:
-        return samples, ""
-    rate = PILOT_RUNS / max(time_runs(PILOT_RUNS), 1e-9)
-    fit = max(1, int(AUTO_BLACKBOX_SHARE * (budget.remaining() or 0.0) * rate))
-    if fit >= samples:
-        return samples, ""
-    return fit, f"; {fit:,} runs fit the time left (the verdict says what they can detect)"
+    if samples is None:
+        samples = min(2_000_000, samples_for_power(target, detect_tv, alpha, power))
+    left = budget.remaining()
+    if not out_of_time or left is None:
+        return samples, None
+    return samples, time.monotonic() + AUTO_BLACKBOX_SHARE * left
