@@ -42,6 +42,10 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from verispec.engines import version_key as _version_key  # noqa: E402 (after the checkout's path)
+
 DEFAULT_OUT = ROOT / "docs" / "results" / "engine-releases.json"
 PACKAGE = "vllm"
 #: The checks of every release: V1's probabilistic path with a seeded request, V1's greedy kernel, and the V2
@@ -74,11 +78,6 @@ CHECKER_FILES = ("verispec/engines/__init__.py", "verispec/engines/check.py", "v
 ENGINE_FILES = {"vllm": ("verispec/engines/vllm.py", "verispec/engines/vllm_v1.py", "verispec/engines/vllm_v2.py",
                          "verispec/engines/interpreter.py"),
                 "transformers": ("verispec/engines/transformers.py", "verispec/engines/transformers_step.py")}
-
-
-def _version_key(release: str) -> tuple:
-    """'0.10.1.1' -> (0, 10, 1, 1); a post or pre release sorts beside its base (its letters dropped)."""
-    return tuple(int(part) for part in re.findall(r"\d+", release.split("+")[0])[:4])
 
 
 def registry_releases(since: str, package: str = PACKAGE, last_patches: bool = False) -> list[str]:

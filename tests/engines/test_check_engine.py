@@ -276,3 +276,12 @@ def test_a_cpu_target_in_the_callers_environment_still_checks_the_triton_path():
                                  env={"VLLM_TARGET_DEVICE": "cpu"})
     assert status == 0, err
     assert json.loads(out)["checks"][0]["verdict"] == "LOSSLESS"
+
+
+def test_an_engine_not_installed_names_how_to_install_it_and_the_releases_known():
+    from verispec.engines import installed_release, version_key
+
+    with pytest.raises(EngineError, match=r"^no-such-engine-xyz is not installed: pip install it; verispec's adapter "
+                                          r"knows releases 1\.0 to 2\.0$"):
+        installed_release("no-such-engine-xyz", "pip install it", "1.0 to 2.0")
+    assert version_key("5.10.4") > version_key("5.9.0") and version_key("0.10.1.1") == (0, 10, 1, 1)

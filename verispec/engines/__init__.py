@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from dataclasses import dataclass, field
 
 from verispec.errors import VerispecError
@@ -75,3 +76,33 @@ def source_refusal(name: str, module, source: str, label: str = "source") -> str
         return (f"{label} {source!r} is not a file: give the path of a copy of "
                 f"{module.SAMPLER_MODULE.replace('.', '/')}.py")
     return None
+
+
+def version_key(release: str) -> tuple:
+    """'4.46.3' -> (4, 46, 3); a post, pre or local release sorts beside its base (its letters dropped)."""
+    return tuple(int(part) for part in re.findall(r"\d+", release.split("+")[0])[:4])
+
+
+def installed_release(package: str, install: str, known: str) -> str:
+    """The installed ``package``'s release; EngineError naming how to ``install`` it and the releases the adapter
+    knows (``known``) when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        raise EngineError(f"{package} is not installed: {install}; verispec's adapter knows releases {known}") from None
+
+
+def release_in_range(package: str, found: str, first: str, last: str, any_release: bool) -> str:
+    """``found`` when it lies from ``first`` to ``last`` (or ``any_release``: its entry points are still found or
+    refused where the checks load them); EngineError naming the range otherwise."""
+    if not version_key(first) <= version_key(found) <= version_key(last) and not any_release:
+        raise EngineError(f"{package} {found} is not a release verispec's adapter knows (it knows "
+                          f"{release_range(first, last)}): its entry points may have moved; install a release in "
+                          "that range or pass --any-release")
+    return found
+
+
+def release_range(first: str, last: str) -> str:
+    return first if first == last else f"{first} to {last}"

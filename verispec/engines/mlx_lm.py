@@ -15,9 +15,7 @@ randomness with the same law, so the law of the step is exact.
 
 from __future__ import annotations
 
-import re
-
-from verispec.engines import Check, EngineError
+from verispec.engines import Check, installed_release, release_in_range, release_range
 
 PACKAGE = "mlx-lm"
 #: The releases the adapter has read and checked; every release between them is accepted.
@@ -30,33 +28,20 @@ SOURCE_VARIABLE = "VERISPEC_ENGINE_SOURCE"
 _STEP = "verispec.engines.mlx_lm_step"
 
 
-def _version_key(release: str) -> tuple:
-    return tuple(int(part) for part in re.findall(r"\d+", release.split("+")[0])[:3])
-
-
 def release() -> str:
     """The installed mlx-lm's release; EngineError when it is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(PACKAGE)
-    except PackageNotFoundError:
-        raise EngineError(f"mlx-lm is not installed: pip install 'mlx-lm[cpu]=={LAST}' (Linux: MLX's CPU backend); "
-                          f"verispec's adapter knows releases {supported_range()}") from None
+    return installed_release(PACKAGE, f"pip install 'mlx-lm[cpu]=={LAST}' (Linux: MLX's CPU backend)",
+                             supported_range())
 
 
 def supported_range() -> str:
-    return FIRST if FIRST == LAST else f"{FIRST} to {LAST}"
+    return release_range(FIRST, LAST)
 
 
 def check_release(found: str | None = None, *, any_release: bool = False) -> str:
     """The installed release when it lies in the adapter's range (or ``any_release``); EngineError naming the
     range otherwise."""
-    found = found or release()
-    if not _version_key(FIRST) <= _version_key(found) <= _version_key(LAST) and not any_release:
-        raise EngineError(f"mlx-lm {found} is not a release verispec's adapter knows (it knows {supported_range()}): "
-                          "its entry points may have moved; install a known release or pass --any-release")
-    return found
+    return release_in_range(PACKAGE, found or release(), FIRST, LAST, any_release)
 
 
 def checks() -> list[Check]:

@@ -21,9 +21,7 @@ release is refused unless ``--any-release``: its entry points are still found or
 
 from __future__ import annotations
 
-import re
-
-from verispec.engines import Check, EngineError
+from verispec.engines import Check, installed_release, release_in_range, release_range
 
 PACKAGE = "transformers"
 #: The first and the last release the adapter has read and checked; every release between them is accepted.
@@ -39,35 +37,19 @@ SOURCE_VARIABLE = "VERISPEC_ENGINE_SOURCE"
 _STEP = "verispec.engines.transformers_step"
 
 
-def _version_key(release: str) -> tuple:
-    return tuple(int(part) for part in re.findall(r"\d+", release.split("+")[0])[:3])
-
-
 def release() -> str:
-    """The installed transformers' release; EngineError when it is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(PACKAGE)
-    except PackageNotFoundError:
-        raise EngineError(f"transformers is not installed: pip install transformers=={LAST}; verispec's adapter "
-                          f"knows releases {supported_range()}") from None
+    """The installed transformers's release; EngineError when it is not installed."""
+    return installed_release(PACKAGE, f"pip install transformers=={LAST}", supported_range())
 
 
 def supported_range() -> str:
-    return f"{FIRST} to {LAST}"
+    return release_range(FIRST, LAST)
 
 
 def check_release(found: str | None = None, *, any_release: bool = False) -> str:
     """The installed release when it lies in the adapter's range (or ``any_release``); EngineError naming the
     range otherwise."""
-    found = found or release()
-    inside = _version_key(FIRST) <= _version_key(found) <= _version_key(LAST)
-    if not inside and not any_release:
-        raise EngineError(f"transformers {found} is not a release verispec's adapter knows (it knows "
-                          f"{supported_range()}): its entry points may have moved; install a release in that range "
-                          "or pass --any-release")
-    return found
+    return release_in_range(PACKAGE, found or release(), FIRST, LAST, any_release)
 
 
 def checks() -> list[Check]:

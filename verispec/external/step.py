@@ -392,13 +392,14 @@ class StepCheck:
                                 "step")
         self.tape = min(max(needed, 2 * self.tape), MAX_STEP_UNIFORMS)
 
-    def sampled_law(self, samples: int, rng: np.random.Generator, until: float | None = None) -> np.ndarray:
-        """The frequencies [count] of the codes of ``samples`` runs, each with fresh uniforms; with ``until`` (a
-        ``time.monotonic()`` value), of the runs made before it, at least one (``self.runs`` says how many: a number
-        set by the clock, not by the outcomes, so the tests stay valid)."""
+    def sampled_law(self, samples: int, rng: np.random.Generator,
+                    until: float | None = None) -> tuple[np.ndarray, int]:
+        """(the frequencies [count] of the codes of ``samples`` runs, each with fresh uniforms, the runs made); with
+        ``until`` (a ``time.monotonic()`` value), of the runs made before it, at least one: a number set by the
+        clock, not by the outcomes, so the tests stay valid."""
         counts = np.zeros(self.count)
         capture = self.capture()
-        self.runs = 0
+        runs = 0
         try:
             with capture:
                 for index in range(samples):
@@ -415,10 +416,10 @@ class StepCheck:
                             self.grow(exhausted.needed)
                             values = np.concatenate([values, rng.random((1, self.tape - values.shape[1]))], axis=1)
                     counts[code] += 1
-                    self.runs += 1
+                    runs += 1
         except Signal as signal:
             raise signal.error from None
-        return counts / self.runs
+        return counts / runs, runs
 
     def block_tables(self, law: np.ndarray) -> list[np.ndarray]:
         """The law of codes as the emitted-block tables [(V,)*l for l = 1..D+1]."""
@@ -498,10 +499,10 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                 used_mode, out_of_time = "blackbox", True
         if used_mode == "blackbox":
             samples, until = blackbox_runs(samples, target, detect_tv, alpha, power, out_of_time)
-            law = check.sampled_law(samples, np.random.default_rng(seed), until)
-            if check.runs < samples:
-                note += f"; {check.runs:,} runs fit the time left (the verdict says what they can detect)"
-                samples = check.runs
+            law, runs = check.sampled_law(samples, np.random.default_rng(seed), until)
+            if runs < samples:
+                note += f"; {runs:,} runs fit the time left (the verdict says what they can detect)"
+                samples = runs
     except FunctionRaised as raised:
         return CheckReport(function=name, layout=layout_name, tree=drafter.spec, mode=used_mode,
                            verdict=Verdict.RAISES, scope="on the given problem", tv_distance=None, tv_estimate=None,
