@@ -30,17 +30,22 @@ from verispec.external.check import check_external  # noqa: E402
 from verispec.simulator import ContextFreeProblem  # noqa: E402
 from verispec.verdict import Verdict  # noqa: E402
 
+#: the language patched once a launch, as the vLLM adapters run the interpreter (tests/engines/conftest.py)
+pytestmark = pytest.mark.usefixtures("language_patched_once_per_launch")
+
 BLOCK = 8  # larger than V: the masked entries of the block must never win
 
 
 @triton.jit
 def _race_kernel(out_ptr, weights_ptr, inv_q_ptr, vocab, BLOCK_SIZE: tl.constexpr, ADDITIVE: tl.constexpr,
                  ZERO_MASKED: tl.constexpr = False):
-    row = tl.program_id(0)
+    # the row's start in int64 (as vLLM's kernels take it), once: the interpreter checks every int32 product for
+    # overflow, a large part of this small kernel's time
+    start = tl.program_id(0).to(tl.int64) * vocab
     offsets = tl.arange(0, BLOCK_SIZE)
     mask = offsets < vocab
-    weights = tl.load(weights_ptr + row * vocab + offsets, mask=mask, other=0.0)
-    inv_q = tl.load(inv_q_ptr + row * vocab + offsets, mask=mask, other=0.0)
+    weights = tl.load(weights_ptr + start + offsets, mask=mask, other=0.0)
+    inv_q = tl.load(inv_q_ptr + start + offsets, mask=mask, other=0.0)
     if ADDITIVE:  # the broken twin: not a race, the noise used continuously
         score = tl.where(mask, weights + inv_q, float("-inf"))
     elif ZERO_MASKED:  # the block's tail left at 0 * 0, as vLLM's recovery kernel before 0.21 leaves it
@@ -48,7 +53,7 @@ def _race_kernel(out_ptr, weights_ptr, inv_q_ptr, vocab, BLOCK_SIZE: tl.constexp
     else:
         score = tl.where(mask, weights * inv_q, float("-inf"))
     best, index = tl.max(score, axis=0, return_indices=True)
-    tl.store(out_ptr + row, index)
+    tl.store(out_ptr + tl.program_id(0), index)
 
 
 def _race(weights, inv_q, additive=False, zero_masked=False):

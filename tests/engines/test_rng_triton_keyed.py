@@ -31,6 +31,9 @@ from verispec.external.check import check_external  # noqa: E402
 from verispec.simulator import ContextFreeProblem  # noqa: E402
 from verispec.verdict import Verdict  # noqa: E402
 
+#: the language patched once a launch, as the vLLM adapters run the interpreter (tests/engines/conftest.py)
+pytestmark = pytest.mark.usefixtures("language_patched_once_per_launch")
+
 BLOCK = 16  # wider than V: the masked lanes draw too, and must never win
 SALT = 1 << 30  # #54282's salt of the draft's positions
 

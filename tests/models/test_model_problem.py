@@ -67,8 +67,11 @@ def test_the_engine_analyses_it_like_the_same_table(pair_seed2, name, spec):
 def _first_block_taus(pair_seed2, spec, name, runs, **options):
     counts = Counter()
     for seed in range(runs):
-        decoder = SpeculativeDecoder(pair_seed2, spec, name, SAMPLING, seed, stop_at_eos=False, **options)
-        counts[decoder.run(CONTEXT, parse_tree(spec).depth + 1).blocks[0].accepted] += 1
+        # one token wanted, the whole tree drafted (cut_drafts=False): the run stops after its first block, whose
+        # draws are those of a run of depth + 1 tokens (its tree is not cut either), and records that block's tau
+        decoder = SpeculativeDecoder(pair_seed2, spec, name, SAMPLING, seed, stop_at_eos=False, cut_drafts=False,
+                                     **options)
+        counts[decoder.run(CONTEXT, 1).blocks[0].accepted] += 1
     return counts
 
 

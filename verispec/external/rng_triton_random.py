@@ -54,7 +54,9 @@ def install(capture) -> None:
         return tl.core.tensor(TensorHandle(data, tl.float32), kind)
 
     def randint(seed, offset, n_rounds=None):
-        result = original_randint(seed, offset) if n_rounds is None else original_randint(seed, offset, n_rounds)
+        result = _uint32_like(tl, TensorHandle, seed, offset)
+        if result is None:  # not one integer seed and a block of integer offsets: Triton's own checks and shape
+            result = original_randint(seed, offset) if n_rounds is None else original_randint(seed, offset, n_rounds)
         key = _key(capture, seed, "tl.randint")
         offsets = np.asarray(getattr(getattr(offset, "handle", None), "data", offset)).astype(np.int64)
         values, _ = capture.keyed_lanes(key, offsets.reshape(-1))  # the integer's own uniform, fed
@@ -70,6 +72,19 @@ def install(capture) -> None:
     for name in UNFED:
         if hasattr(language, name):
             capture._patch(language, name, _unfed(capture, name))
+
+
+def _uint32_like(tl, handle_type, seed, offset):
+    """The uint32 tensor of ``offset``'s shape that Triton's ``tl.randint(seed, offset)`` returns, its values left to
+    be fed (zeros), or None where ``seed`` is not one integer or ``offset`` not integers: the interpreter's Philox
+    (ten rounds through four nested interpreted functions) computes values that are replaced at once anyway."""
+    if not (isinstance(seed, tl.core.tensor) and isinstance(offset, tl.core.tensor)):
+        return None
+    if seed.type.is_block() or not seed.dtype.is_int() or not offset.dtype.is_int():
+        return None
+    data = np.zeros(np.shape(offset.handle.data), dtype=np.uint32)
+    kind = offset.type.with_element_ty(tl.uint32) if offset.type.is_block() else tl.uint32
+    return tl.core.tensor(handle_type(data, tl.uint32), kind)
 
 
 def _key(capture, seed, what: str) -> tuple:

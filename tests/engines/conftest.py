@@ -1,0 +1,26 @@
+"""Fixtures the engine tests share."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def language_patched_once_per_launch():
+    """Triton's interpreter with ``verispec.engines.interpreter.reuse_language_patch`` installed, as the vLLM
+    adapters run it, for one module, then the interpreter as it was. The interpreter patches the language at every
+    launch and nested call (``inspect.getmembers`` over its modules), the larger part of a small kernel's time under
+    exact mode's thousands of launches; the saving changes no number a kernel computes
+    (``tests/engines/test_interpreter.py`` compares kernels with and without it, a replaced ``tl.rand`` included)."""
+    from triton.runtime import interpreter
+
+    from verispec.engines.interpreter import reuse_language_patch
+
+    saved = {name: getattr(interpreter, name) for name in ("_patch_lang", "_patch_builtin")}
+    installed = getattr(interpreter, "_verispec_patch_reused", False)
+    reuse_language_patch()
+    yield
+    if not installed:  # installed here: put the interpreter back for the modules that follow
+        for name, value in saved.items():
+            setattr(interpreter, name, value)
+        interpreter._verispec_patch_reused = False
