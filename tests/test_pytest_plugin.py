@@ -211,10 +211,10 @@ def _vllm_release() -> str:
 @pytest.mark.skipif(_vllm_release() != "0.33.0", reason="the pinned vLLM wheel is not installed here "
                                                          "(verispec/engines/requirements/vllm.txt)")
 def test_a_planted_engine_bug_fails_with_its_witness(pytester, tmp_path):
-    """The greedy kernel's argmax load without the request's offset (as tests/engines/test_check_engine.py plants
-    it), on chain:2: every request then reads request 0's rows (draft list [0, 0]), whose second row is not the
-    second row of every other list (the target is rolled by each prefix, ``verispec.engines.greedy``), so some list
-    emits another sequence than the target's argmax decoding, and the message names the list and both sequences."""
+    """The greedy kernel's argmax load without the request's offset (a planted bug of docs/guides/check_engine.md),
+    on chain:2: every request then reads request 0's rows (draft list [0, 0]), whose second row is not the second
+    row of every other list (the target is rolled by each prefix, ``verispec.engines.greedy``), so some list emits
+    another sequence than the target's argmax decoding, and the message names the list and both sequences."""
     from importlib.util import find_spec
 
     source = Path(find_spec("vllm").submodule_search_locations[0]) / "v1" / "sample" / "rejection_sampler.py"

@@ -171,7 +171,8 @@ def test_psbv_is_lossless_on_random_problems(index):
 
 @pytest.mark.slow
 def test_psbv_is_lossless_on_500_random_problems():
-    for index in range(500):
+    # indices 0-19 are the parametrized cells above: together the 500 problems
+    for index in range(20, 500):
         _check_random_case(index)
 
 

@@ -48,9 +48,10 @@ from verispec.simulator.problem_files import MAX_PROBLEM_FILE_BYTES, problem_to_
 from verispec.sizes import MAX_TABLE_ENTRIES, MAX_TABLE_PREFIXES, check_table_size
 from verispec.verifiers import REGISTRY, ProcedureVerifier
 
-#: Seconds allowed beyond 1.1 x budget in-process: a C call in flight when the deadline passes, and the
-#: scheduling of a shared 2-core machine.
-JITTER = 0.3
+#: Seconds allowed beyond 1.1 x budget in-process: a C call in flight when the deadline passes, a sandboxed rule's
+#: worker to stop and be reaped, and the scheduling of a shared 2-core machine (0.3 s was exceeded at load 5-11:
+#: 1.66 s and 2.54 s for budgets of 1 and 2 s). A budget not kept runs to the work's end, 10 s and more, or forever.
+JITTER = 1.5
 #: Seconds allowed for a fresh interpreter to start and import verispec (about 1 s measured on this machine
 #: under load).
 START_UP = 3.0

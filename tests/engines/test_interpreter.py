@@ -11,6 +11,9 @@ interpreter as it runs compiled, and changes nothing else.
 * ``reuse_language_patch``: a kernel calling nested device functions computes the same numbers with the language
   patched once per launch, from a remembered list of builtins, as with the interpreter's patch at every call; a
   builtin replaced between launches (as verispec's feed of ``tl.rand`` replaces it) is seen by the next launch.
+* ``skip_unasserted_overflow_checks``: the interpreter's int32 overflow check computes a condition that its
+  ``device_assert`` ignores unless the debug option is on; skipped, int32 arithmetic (an overflowing product
+  included) gives the same numbers, and with the debug option on the overflow is still caught.
 
 Each repair runs in a process of its own (``_run``): it changes the interpreter for the process, and the test
 compares a process with it against one without.
@@ -78,6 +81,12 @@ KERNELS = textwrap.dedent('''
         tl.store(out_ptr + lanes, _shifted(x, 1.5) - tl.sqrt(_square(x)))
 
     @triton.jit
+    def _int_kernel(out_ptr, x_ptr, BLOCK: tl.constexpr):
+        lanes = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + lanes)
+        tl.store(out_ptr + lanes, (x * 3 + lanes) - x * 7)
+
+    @triton.jit
     def _loop_kernel(out_ptr, rows, STRIDE: tl.constexpr):
         for row in tl.range(tl.program_id(0), rows, tl.num_programs(0)):
             tl.store(out_ptr + row.to(tl.int64) * STRIDE, row * 10)
@@ -116,6 +125,25 @@ KERNELS = textwrap.dedent('''
     out = torch.zeros(8, dtype=torch.float32)
     _nested_kernel[(1,)](out, torch.linspace(-3, 3, 8, dtype=torch.float32), BLOCK=8)
     result["restored"] = out.tolist()
+    # int32 arithmetic, an overflowing product included (it wraps, as compiled); then with the interpreter's debug
+    # option on, where Triton asserts on an int32 overflow: the overflowing product raises, small values do not
+    def _ints(values):
+        out = torch.zeros(8, dtype=torch.int32)
+        try:
+            _int_kernel[(1,)](out, torch.tensor(values, dtype=torch.int32), BLOCK=8)
+            return out.tolist()
+        except Exception as error:
+            return type(error).__name__ + ": " + str(error)[:200]
+
+    import dataclasses
+    from triton.runtime import interpreter as triton_interpreter
+
+    large, small = [0, 1, -5, 2 ** 20, 10 ** 9, -10 ** 9, 2 ** 31 - 1, -2 ** 31], [-3, -2, -1, 0, 1, 2, 3, 4]
+    result["ints"] = _ints(large)
+    builder = triton_interpreter.interpreter_builder
+    options, builder.options = builder.options, dataclasses.replace(builder.options, debug=True)
+    result["ints_debug"], result["ints_debug_small"] = _ints(large), _ints(small)
+    builder.options = options
     print(json.dumps(result))
 ''')
 
@@ -131,7 +159,8 @@ def test_repairs_run_the_kernels_as_compiled_and_change_nothing_else():
     import numpy as np
 
     bare = _run("")
-    repaired = _run("repair_masks,supply_libdevice,reuse_language_patch,repair_loop_counters")
+    repaired = _run("repair_masks,supply_libdevice,reuse_language_patch,repair_loop_counters,"
+                    "skip_unasserted_overflow_checks")
     selected = [1, 2, 3, 4, 5, 0, 0, 0]  # lanes 0..4 store lane + 1; the flag is true
     # without the repair the nested mask reaches the store as int32 and the interpreter refuses it
     assert "mask has unsupported dtype" in bare["store_nested=True"]
@@ -152,3 +181,13 @@ def test_repairs_run_the_kernels_as_compiled_and_change_nothing_else():
     # the remembered list of builtins is listed again when the language's attributes change, and again when restored
     assert bare["swapped"] == repaired["swapped"] and bare["restored"] == repaired["restored"] == repaired["nested"]
     assert np.allclose(repaired["swapped"], expected * expected + 1.5 - np.exp(expected * expected), rtol=1e-5)
+    # the overflow check skipped while its assertion is off: the same int32 arithmetic, (3 x + lane) - 7 x wrapped to
+    # 32 bits, and with the assertion on Triton's own check still catches the overflowing product
+    def wrapped(value):
+        return (value + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+    for values, key in (([0, 1, -5, 2 ** 20, 10 ** 9, -10 ** 9, 2 ** 31 - 1, -2 ** 31], "ints"),
+                        ([-3, -2, -1, 0, 1, 2, 3, 4], "ints_debug_small")):
+        assert bare[key] == repaired[key] == [wrapped(3 * x + lane - 7 * x) for lane, x in enumerate(values)]
+    assert "int32 overflow detected for operation mul" in bare["ints_debug"]
+    assert repaired["ints_debug"] == bare["ints_debug"]

@@ -67,6 +67,14 @@ def _two_token_counts(decode_one, runs):
     return Counter(tuple(decode_one(seed).tokens) for seed in range(runs))
 
 
+def _seeded_counts(pair, spec, verifier, sampling, runs, **options):
+    """_two_token_counts of ``generate(pair, CONTEXT, spec, verifier, 2, sampling, seed, **options)`` for seeds
+    0..runs-1, run by one decoder over caches prefilled once (``SpeculativeDecoder.runs``; that each of its runs is
+    the seed's own ``generate``, token for token, is test_runs_over_one_prefill_are_each_seeds_own_run)."""
+    decoder = SpeculativeDecoder(pair, spec, verifier, sampling, **options)
+    return Counter(tuple(generation.tokens) for generation in decoder.runs(CONTEXT, 2, range(runs)))
+
+
 def test_every_drafter_with_every_valid_verifier_decodes(pair):
     sampling = Sampling(1.0, top_k=5)
     pairs = [(spec, name) for spec in DRAFTER_SPECS for name, verifier in sorted(REGISTRY.items())
@@ -147,10 +155,39 @@ def test_plain_sampling_follows_the_targets_law(pair):
 def test_real_decoding_is_lossless(pair, name):
     spec, sampling = STAT_CASES[name]
     # whole trees in every block (no cut at the token budget): two tokens test the tree's law at every depth
-    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, spec, name, 2, sampling, seed, cut_drafts=False),
-                               RUNS)
+    counts = _seeded_counts(pair, spec, name, sampling, RUNS, cut_drafts=False)
     result = exact_binomial_test(counts, _two_token_law(pair, sampling), alpha=DEFAULT_ALPHA)
     assert not result.rejected, f"{name} on {spec}: {result.describe()}"
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_runs_over_one_prefill_are_each_seeds_own_run(pair, static):
+    """``SpeculativeDecoder.runs`` (what the statistical tests and ``decoding_fit`` decode with) prefills once and
+    rolls the caches back after every run: each run emits the tokens, blocks and acceptances of a decoder seeded with
+    it, for trees, a procedure-only rule, a control's drafting law and a static cache (with a policy:
+    tests/models/test_decoding_policy.py), at lengths that end mid-block and after several blocks; only the first run
+    counts a prefill."""
+    from pathlib import Path
+
+    from verispec.models.decoding import SpeculativeDecoder as Decoder
+    from verispec.verifiers import get_verifier
+
+    rule = get_verifier(f"{Path(__file__).resolve().parents[2] / 'examples' / 'my_rules.py'}:my_rule")
+    cases = [("delayed:2,1,2", "specinfer", {}), ("iid:2,2", "gbv", {"cut_drafts": False}), ("chain:2", rule, {}),
+             ("branch:2,2", "traversal", {"law_for_drafting": Sampling(1.0, top_k=2).probabilities})]
+    seeds = [7, 0, 3]
+    for spec, name, options in cases[:2] if static else cases:
+        for length in (2, 9):
+            decoder = Decoder(pair, spec, name, Sampling(1.0), static_cache=static, **options)
+            runs = list(decoder.runs(CONTEXT, length, seeds))
+            for index, (seed, run) in enumerate(zip(seeds, runs, strict=True)):
+                alone = Decoder(pair, spec, name, Sampling(1.0), seed, static_cache=static, **options).run(CONTEXT,
+                                                                                                            length)
+                assert run.tokens == alone.tokens, (spec, length, seed)
+                assert [(b.accepted, b.emitted, b.tree_size, b.draft_calls) for b in run.blocks] == \
+                    [(b.accepted, b.emitted, b.tree_size, b.draft_calls) for b in alone.blocks]
+                assert (run.prefill_s == 0) == (index > 0)
+    assert len({tuple(run.tokens) for run in runs}) > 1  # the seeds do draw differently
 
 
 def test_every_registered_verifier_has_a_statistical_case():
@@ -169,7 +206,7 @@ def test_the_checks_law_and_fit_agree_with_the_tests_own(pair):
     assert not decoding_fit(pair, "iid:2,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=200).rejected
     # The negative control, run once (a separate test ran the same decodes through this file's own loop): the
     # verifier is handed the unfiltered q, but the drafter samples from q filtered to its top 2. decoding_fit
-    # decodes exactly as _two_token_counts would (SpeculativeDecoder(..., cut_drafts=False).run, seeds 0..runs-1),
+    # decodes exactly as _seeded_counts would (SpeculativeDecoder(..., cut_drafts=False).runs, seeds 0..runs-1),
     # and its law is this file's own to 1e-12 (checked here at this sampling too).
     ours, theirs = _two_token_law(pair, Sampling(1.0)), sequence_law(pair, CONTEXT, 2, Sampling(1.0))
     assert ours.keys() == theirs.keys() and max(abs(ours[key] - theirs[key]) for key in ours) < 1e-12
@@ -207,14 +244,12 @@ def test_a_rule_written_only_as_a_procedure_runs_as_written(pair, monkeypatch):
     rule = get_verifier(f"{Path(__file__).resolve().parents[2] / 'examples' / 'my_rules.py'}:my_rule")
     sampling = Sampling(1.0)
     law = _two_token_law(pair, sampling)
-    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", rule, 2, sampling, seed,
-                                                     cut_drafts=False), RUNS)
+    counts = _seeded_counts(pair, "chain:2", rule, sampling, RUNS, cut_drafts=False)
     assert not exact_binomial_test(counts, law).rejected
     broken = BROKEN_CHAIN_VERIFIERS["naive-correction-from-target"]
     # 600 runs, as before RUNS became 400: this trap (TV 0.144 here, spread over many sequences) is far harder to see
     # than the top-2 control (samples of 600 drawn from its exact law were rejected 78 times in 200; 9 in 200 at 300)
-    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "chain:2", broken, 2, sampling, seed,
-                                                     cut_drafts=False), 600)
+    counts = _seeded_counts(pair, "chain:2", broken, sampling, 600, cut_drafts=False)
     assert exact_binomial_test(counts, law).rejected
 
 
@@ -324,15 +359,11 @@ def test_the_last_blocks_draft_no_deeper_than_the_tokens_left_and_keep_the_law(p
             assert block.tree_size == (room - 1 if most is None else most)  # a chain of drafts: all distinct nodes
             room -= block.emitted
     law = _two_token_law(pair, sampling)
-    counts = _two_token_counts(lambda seed: generate(pair, CONTEXT, "delayed:2,1,2", "specinfer", 2, sampling, seed),
-                               RUNS)
+    counts = _seeded_counts(pair, "delayed:2,1,2", "specinfer", sampling, RUNS)
     assert not exact_binomial_test(counts, law).rejected
-
-    def filtered(seed):
-        return SpeculativeDecoder(pair, "delayed:2,1,2", "specinfer", sampling, seed,
-                                  law_for_drafting=Sampling(1.0, top_k=1).probabilities).run(CONTEXT, 2)
-
-    assert exact_binomial_test(_two_token_counts(filtered, 3 * RUNS), law).rejected
+    filtered = _seeded_counts(pair, "delayed:2,1,2", "specinfer", sampling, 3 * RUNS,
+                              law_for_drafting=Sampling(1.0, top_k=1).probabilities)
+    assert exact_binomial_test(filtered, law).rejected
 
 
 def test_the_drafts_catch_up_computes_only_the_roots_output_row(pair, monkeypatch):

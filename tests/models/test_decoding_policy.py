@@ -152,13 +152,28 @@ class Peeking:
 def _two_token_counts(pair, policy, sampling, runs=RUNS):
     """Counts of the first two tokens over seeded runs, and of the actions the blocks ran."""
     tokens, actions = Counter(), Counter()
-    for seed in range(runs):
-        # whole trees (no cut at the budget): two tokens test each action's tree law at every depth
-        generation = generate(pair, CONTEXT, None, None, 2, sampling, seed, selector=policy, stop_at_eos=False,
-                              cut_drafts=False)
+    # whole trees (no cut at the budget): two tokens test each action's tree law at every depth. One decoder runs the
+    # seeds over caches prefilled once: each run is generate(..., seed, selector=policy) token for token
+    # (test_runs_over_one_prefill_are_each_seeds_own_run_with_a_policy)
+    decoder = SpeculativeDecoder(pair, sampling=sampling, selector=policy, stop_at_eos=False, cut_drafts=False)
+    for generation in decoder.runs(CONTEXT, 2, range(runs)):
         tokens[tuple(generation.tokens)] += 1
         actions[tuple(block.action for block in generation.blocks)] += 1
     return tokens, actions
+
+
+@pytest.mark.parametrize("policy", [ByContext(), ByDraft()], ids=["by-context", "by-draft"])
+def test_runs_over_one_prefill_are_each_seeds_own_run_with_a_policy(pair, policy):
+    """``SpeculativeDecoder.runs`` with a policy: each run chooses the actions, emits the tokens and accepts as
+    ``generate`` with that seed does, though the laws the prefill left (p and q before the root) serve every run."""
+    seeds = [4, 0, 9, 4]
+    for length in (2, 7):
+        decoder = SpeculativeDecoder(pair, sampling=Sampling(1.0), selector=policy, cut_drafts=False)
+        for seed, run in zip(seeds, decoder.runs(CONTEXT, length, seeds), strict=True):
+            alone = generate(pair, CONTEXT, None, None, length, Sampling(1.0), seed, selector=policy, cut_drafts=False)
+            assert run.tokens == alone.tokens
+            assert [(b.action, b.accepted, b.draft_calls) for b in run.blocks] == \
+                [(b.action, b.accepted, b.draft_calls) for b in alone.blocks]
 
 
 def test_the_policies_here_are_block_policies():

@@ -118,11 +118,20 @@ def test_the_depth_finding_is_the_data(quick_report):
             ) in text
 
 
-def test_a_new_verifier_appears_with_no_other_edit(tmp_path, monkeypatch):
+def test_a_new_verifier_appears_with_no_other_edit(quick_run, tmp_path, monkeypatch):
+    """A verifier registered and nothing else: the quick report rerun over a copy of ``quick_run``'s folder computes
+    the new rule's cells (and only those: the others are read back) and shows it in the study's tables."""
+    import shutil
+
+    shutil.copytree(quick_run[0], tmp_path, dirs_exist_ok=True)
     monkeypatch.setitem(REGISTRY, "specinfer-twin", TopDownVerifier(SpecInferSolver()))
+    computed = []
+    original = study_cells.run_cell
+    monkeypatch.setattr(study_cells, "run_cell", lambda cell: computed.append(cell) or original(cell))
     assert main(["report", "--quick", "--out", str(tmp_path), "--backend", "serial"]) == 0
     text = (tmp_path / "report.md").read_text()
     assert "| iid:2,2 | specinfer-twin |" in text and "| delayed:2,1,2 | specinfer-twin |" in text
+    assert computed and {cell["verifier"] for cell in computed} == {"specinfer-twin"}
 
 
 @pytest.mark.slow

@@ -168,26 +168,42 @@ def tree_step_stale_residual(draft_model, target_model, input_ids, parents, temp
 
 def _models_problem(draft_model, target_model, input_ids, settings, depth):
     """A verispec problem whose conditionals are the models' logits after the request's settings (verispec's own
-    transform), tabulated for every prefix up to ``depth`` (target) and ``depth - 1`` (draft)."""
-    import itertools
-
-    import numpy as np
-
+    transform), up to prefix length ``depth`` (target) and ``depth - 1`` (draft). Each row is computed when the
+    drafter or the rule first asks for it (a chain:1 step reads 3 of the 17 rows a full table at V = 3 holds, and
+    tabulating them all was most of the step's time), and checked as a table's row is (``as_distribution``)."""
     from verispec.models.sampling import Sampling
-    from verispec.simulator.problems import TabularProblem
+    from verispec.simulator.distributions import as_distribution
+    from verispec.simulator.problems import Problem
 
     temperature, top_k, top_p, min_p = settings
     sampling = Sampling(float(temperature), int(top_k) or None, None if top_p >= 1 else float(top_p),
                         float(min_p) or None)
-    size = int(target_model(input_ids).shape[-1])
-    target, draft = {}, {}
-    for length in range(depth + 1):
-        for prefix in itertools.product(range(size), repeat=length):
-            ids = torch.cat([input_ids, torch.tensor([list(prefix)], dtype=torch.int64)], dim=1)
-            target[prefix] = np.asarray(sampling.probabilities(target_model(ids)[0, -1].numpy()))
-            if length < depth:
-                draft[prefix] = np.asarray(sampling.probabilities(draft_model(ids)[0, -1].numpy()))
-    return TabularProblem(size, target, draft)
+
+    class ModelsProblem(Problem):
+        vocab_size = int(target_model(input_ids).shape[-1])
+        exact = False
+        horizon = depth
+
+        def __init__(self):
+            self.rows = {}
+
+        def _row(self, model, name, prefix, longest):
+            prefix = tuple(int(token) for token in prefix)
+            if len(prefix) > longest or not all(0 <= token < self.vocab_size for token in prefix):
+                raise KeyError(f"no {name} row at prefix {prefix}")
+            if (name, prefix) not in self.rows:
+                ids = torch.cat([input_ids, torch.tensor([list(prefix)], dtype=torch.int64)], dim=1)
+                self.rows[name, prefix] = as_distribution(sampling.probabilities(model(ids)[0, -1].numpy()),
+                                                          name=f"{name} at {prefix}", size=self.vocab_size)
+            return self.rows[name, prefix]
+
+        def target(self, prefix):
+            return self._row(target_model, "target", prefix, depth)
+
+        def draft(self, prefix):
+            return self._row(draft_model, "draft", prefix, depth - 1)
+
+    return ModelsProblem()
 
 
 def own_rule_step(rule: str, tree_of=lambda count: f"chain:{count}"):

@@ -16,8 +16,9 @@ the argument's precision (numpy's float32 ``log1p`` and CUDA's ``log1pf`` differ
 far below the checks' threshold of 1e-6 in TV).
 
 ``repair_loop_counters`` hands the counter of a ``tl.range`` loop as the scalar tensor it is compiled (the
-interpreter hands a Python int, so vLLM's top-k/top-p kernel fails at ``row_id.to(tl.int64)``), and
-``reuse_language_patch`` saves the interpreter's repeated patching of the language.
+interpreter hands a Python int, so vLLM's top-k/top-p kernel fails at ``row_id.to(tl.int64)``), and two savings:
+``reuse_language_patch`` saves the interpreter's repeated patching of the language, ``skip_unasserted_overflow_checks``
+its int32 overflow checks whose assertion is off.
 ``tests/engines/test_interpreter.py`` checks each against a bare run.
 """
 
@@ -117,6 +118,40 @@ def repair_loop_counters() -> None:
 
     interpreter._patch_lang_core = _patch_lang_core
     interpreter._verispec_loop_counters = True
+
+
+def skip_unasserted_overflow_checks() -> None:
+    """Skip the interpreter's integer overflow check while its assertion is off (install once per process).
+
+    Triton's semantic layer checks every integer add, sub and mul narrower than 64 bits
+    (``TritonSemantic.binary_op_sanitize_overflow_impl``): it widens both operands to int64, recomputes the
+    operation, compares it with the type's bounds and hands the condition to ``device_assert``, which does nothing
+    unless the builder's ``options.debug`` is on, and the interpreter's options (``InterpreterOptions``) have it
+    off. Under the interpreter each check is half a dozen numpy operations whose result nobody reads, about a fifth
+    of a vLLM kernel's time. Installed on the interpreter's semantic object only (compiled kernels are untouched),
+    the check keeps its operand-type assertions and skips the rest while ``debug`` is off; with ``debug`` on it is
+    Triton's own. A kernel computes the same numbers either way (``tests/engines/test_interpreter.py``, an
+    overflowing int32 product included, and with ``debug`` on the overflow is still caught)."""
+    from triton.runtime import interpreter
+
+    semantic = interpreter.interpreter_semantic
+    if getattr(semantic, "_verispec_overflow_skipped", False):
+        return
+    original = semantic.binary_op_sanitize_overflow_impl
+
+    def binary_op_sanitize_overflow_impl(lhs, rhs, binary_op):
+        options = semantic.builder.options
+        if options.debug:
+            return original(lhs, rhs, binary_op)
+        if lhs.type.scalar.int_bitwidth >= 64 or not options.sanitize_overflow:
+            return None
+        assert lhs.type.scalar == rhs.type.scalar, (f"expected matching operand types, got {lhs.type.scalar} and "
+                                                    f"{rhs.type.scalar}")
+        assert lhs.type.scalar.is_int(), f"expected integer type, got {lhs.type.scalar}"
+        return None  # device_assert's condition, unread with debug off, is not computed
+
+    semantic.binary_op_sanitize_overflow_impl = binary_op_sanitize_overflow_impl
+    semantic._verispec_overflow_skipped = True
 
 
 def reuse_language_patch() -> None:

@@ -52,9 +52,10 @@ def _load_engine():
                           f"{str(error).splitlines()[0] if str(error) else ''}); see "
                           "verispec/engines/requirements/vllm.txt") from None
     _stand_in_for_a_gpu()
-    from verispec.engines.interpreter import repair_loop_counters, reuse_language_patch
+    from verispec.engines.interpreter import repair_loop_counters, reuse_language_patch, skip_unasserted_overflow_checks
 
     reuse_language_patch()
+    skip_unasserted_overflow_checks()
     repair_loop_counters()
     for owner, name in ((rejection, "RejectionSampler"), (rejection, "GREEDY_TEMPERATURE"), (sampler, "Sampler"),
                         (metadata, "SamplingMetadata"), (spec_metadata, "SpecDecodeMetadata"),

@@ -4,16 +4,43 @@ as node arrays for the target's one tree forward and the verifier's ``TreeBatch`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from verispec.errors import VerispecError
+from verispec.errors import ProblemTooLargeError, VerispecError
+from verispec.limits import MAX_DECODE_NODES
 from verispec.models.sampling import Sampling
 from verispec.models.tree_forward import CachedModel
 from verispec.simulator.problems import Prefix, Problem
 from verispec.simulator.trees import TreeShape, shape_paths
+from verispec.sizes import readable_count
+
+if TYPE_CHECKING:
+    from verispec.simulator.drafters import Drafter
+
+#: Most float64 entries (nodes x V) of one tree's conditionals: p, q and the verifier's law each hold one such
+#: array (2 GiB at this limit); at Qwen's V = 151,936 the limit allows 1,766 nodes.
+MAX_TREE_LAW_ENTRIES = 1 << 28
+
+
+def check_decode_tree(drafter: Drafter, vocab_size: int | None = None) -> None:
+    """ProblemTooLargeError, before any model runs, when a tree of ``drafter`` could have more than
+    MAX_DECODE_NODES nodes or (given the vocabulary) its conditionals more than MAX_TREE_LAW_ENTRIES float64
+    entries. Computed from ``Drafter.max_nodes`` alone: nothing is drawn or built."""
+    nodes = drafter.max_nodes
+    log_entries = math.log(nodes) + math.log(vocab_size or 1)
+    if nodes > MAX_DECODE_NODES or log_entries > math.log(MAX_TREE_LAW_ENTRIES):
+        shown = readable_count(log_entries) if log_entries >= math.log(1e9) else f"{math.exp(log_entries):,.0f}"
+        raise ProblemTooLargeError(
+            f"tree {drafter.spec} has up to {nodes:,} nodes; one block would forward all of them at once (an "
+            f"n x n attention mask) and hold "
+            + (f"{shown} float64 conditionals (n x V at V={vocab_size:,}: {math.exp(log_entries) * 8 / 2**30:,.1f} "
+               "GiB per array)" if vocab_size else "n x V float64 conditionals")
+            + f", above the limits of {MAX_DECODE_NODES:,} nodes and {MAX_TREE_LAW_ENTRIES:,} entries; use a "
+              "smaller tree")
 
 
 class DraftSide(Problem):

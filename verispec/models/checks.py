@@ -75,14 +75,16 @@ def decoding_fit(pair: ModelPair, drafter: str | None, verifier: str | None, sam
     exact law. ``drafter``/``verifier`` None: plain sampling from the target (the reference itself)."""
     law = sequence_law(pair, context, length, sampling)  # first: a law too large to compute refuses at once
     counts: Counter = Counter()
-    for seed in range(runs):
-        if drafter is None:
-            generation = sample_target(pair, context, length, sampling, seed, stop_at_eos=False)
-        else:
-            # whole trees in every block: the first ``length`` tokens must test the tree's law at every depth
-            decoder = SpeculativeDecoder(pair, drafter, verifier, sampling, seed, stop_at_eos=False,
-                                         law_for_drafting=law_for_drafting, cut_drafts=False)
-            generation = decoder.run(context, length)
+    if drafter is None:
+        generations = (sample_target(pair, context, length, sampling, seed, stop_at_eos=False) for seed in range(runs))
+    else:
+        # whole trees in every block: the first ``length`` tokens must test the tree's law at every depth. One decoder
+        # runs every seed over caches prefilled once (``SpeculativeDecoder.runs``: each run is the run of a decoder
+        # seeded with it, token for token)
+        decoder = SpeculativeDecoder(pair, drafter, verifier, sampling, stop_at_eos=False,
+                                     law_for_drafting=law_for_drafting, cut_drafts=False)
+        generations = decoder.runs(context, length, range(runs))
+    for generation in generations:
         counts[tuple(generation.tokens)] += 1
         if progress is not None:
             progress.update(1)

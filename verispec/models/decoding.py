@@ -47,19 +47,18 @@ same settings, one target forward per token, over the same cache machinery.
 from __future__ import annotations
 
 import contextlib
-import math
+import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from verispec import budget
-from verispec.errors import ProblemTooLargeError, VerispecError
-from verispec.limits import MAX_DECODE_NODES
+from verispec.errors import VerispecError
 from verispec.models.block_context import BlockContext, PositionLaw, position_law
-from verispec.models.block_tree import DraftSide, TreeLayout
+from verispec.models.block_tree import MAX_DECODE_NODES, MAX_TREE_LAW_ENTRIES, DraftSide, TreeLayout, check_decode_tree
 from verispec.models.generation import (
     BlockRecord,
     Generation,
@@ -78,34 +77,12 @@ from verispec.simulator.interfaces import Verifier, checked_outcome
 from verispec.simulator.laws import check_emission_laws
 from verispec.simulator.tree_specs import parse_tree
 from verispec.simulator.trees import DraftTree, TreeBatch, TreeBuilder
-from verispec.sizes import readable_count
 from verispec.verifiers.node_cache import fresh_nodes
-
-#: Most float64 entries (nodes x V) of one tree's conditionals: p, q and the verifier's law each hold one such
-#: array (2 GiB at this limit); at Qwen's V = 151,936 the limit allows 1,766 nodes.
-MAX_TREE_LAW_ENTRIES = 1 << 28
 
 #: Seconds one call of a user's rule (a procedure, or a Verifier or NodeSolver of one's own) may take in real
 #: decoding, once per block: a hard limit (verispec.budget), since such a rule may loop without ever returning.
 #: Registered verifiers run without it.
 USER_RULE_CALL_SECONDS = 60.0
-
-
-def check_decode_tree(drafter: Drafter, vocab_size: int | None = None) -> None:
-    """ProblemTooLargeError, before any model runs, when a tree of ``drafter`` could have more than
-    MAX_DECODE_NODES nodes or (given the vocabulary) its conditionals more than MAX_TREE_LAW_ENTRIES float64
-    entries. Computed from ``Drafter.max_nodes`` alone: nothing is drawn or built."""
-    nodes = drafter.max_nodes
-    log_entries = math.log(nodes) + math.log(vocab_size or 1)
-    if nodes > MAX_DECODE_NODES or log_entries > math.log(MAX_TREE_LAW_ENTRIES):
-        shown = readable_count(log_entries) if log_entries >= math.log(1e9) else f"{math.exp(log_entries):,.0f}"
-        raise ProblemTooLargeError(
-            f"tree {drafter.spec} has up to {nodes:,} nodes; one block would forward all of them at once (an "
-            f"n x n attention mask) and hold "
-            + (f"{shown} float64 conditionals (n x V at V={vocab_size:,}: {math.exp(log_entries) * 8 / 2**30:,.1f} "
-               "GiB per array)" if vocab_size else "n x V float64 conditionals")
-            + f", above the limits of {MAX_DECODE_NODES:,} nodes and {MAX_TREE_LAW_ENTRIES:,} entries; use a "
-              "smaller tree")
 
 
 @runtime_checkable
@@ -280,9 +257,7 @@ class SpeculativeDecoder:
             self.actions = _policy_actions(selector, pair.vocab_size)
             self.drafter = self.verifier = None
         self.sampling = sampling or Sampling()
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise VerispecError(f"seed must be a non-negative integer, got {seed!r}")
-        self.rng = np.random.default_rng(int(seed))
+        self.rng = _generator(seed)
         self.stop_tokens = pair.eos_token_ids if stop_at_eos else frozenset()
         #: graphs: CUDA graphs over static caches (tree_forward.GraphedForward); it implies a static cache
         self.graphs = bool(graphs)
@@ -296,8 +271,7 @@ class SpeculativeDecoder:
         self.uses_draft = self.needs_draft or self.needs_hidden or any(action.drafts for action in self.actions)
         self.max_nodes = max(action.drafter.max_nodes for action in self.actions)
         self.max_depth = max(action.drafter.depth for action in self.actions)
-        #: for a static drafter and verifier (kept for callers that read them)
-        self.by_procedure = self.actions[0].by_procedure
+        self.by_procedure = self.actions[0].by_procedure  # a static drafter and verifier's (kept for callers)
         self.user_rule = self.actions[0].user_rule
         self._law_for_drafting = law_for_drafting
 
@@ -326,13 +300,33 @@ class SpeculativeDecoder:
         return state
 
     def run(self, prompt, max_new_tokens: int, progress=None) -> Generation:
+        return next(self.runs(prompt, max_new_tokens, [None], progress))
+
+    def runs(self, prompt, max_new_tokens: int, seeds, progress=None):
+        """One run per seed of ``seeds`` (None: the decoder's own generator), yielded as each ends: the prompt is
+        prefilled ONCE and both caches are rolled back to it after each run (``CachedModel.rollback`` keeps the prefix's
+        keys and values), so each is ``run`` by a decoder of that seed, token for token; later runs' prefill_s is 0."""
         check_max_new_tokens(max_new_tokens)
         prompt_tokens = self.pair.encode(prompt)
         target, draft = self._models(len(prompt_tokens) + max_new_tokens)
         start = time.perf_counter()
-        state = self._prefill(target, draft, prompt_tokens)
+        prefilled = self._prefill(target, draft, prompt_tokens)
         synchronize(self.pair.device)
-        generation = Generation(prompt_tokens, [], "", prefill_s=time.perf_counter() - start)
+        prefill_s, lengths = time.perf_counter() - start, (target.committed, draft.committed)
+        for index, seed in enumerate(seeds):
+            self.rng = self.rng if seed is None else _generator(seed)
+            if index:  # back to the caches the prefill left
+                target.rollback(lengths[0])
+                draft.rollback(lengths[1])
+            state = replace(prefilled, tokens=[*prefilled.tokens], target_unseen=[*prefilled.target_unseen],
+                            draft_unseen=[*prefilled.draft_unseen], p_prev=copy.copy(prefilled.p_prev),
+                            q_tail=copy.copy(prefilled.q_tail))  # laws as the prefill left them, computed or not
+            generation = Generation(prompt_tokens, [], "", prefill_s=0.0 if index else prefill_s)
+            yield self._decode(target, draft, state, generation, max_new_tokens, progress)
+
+    def _decode(self, target: CachedModel, draft: CachedModel, state: _Sequence, generation: Generation,
+                max_new_tokens: int, progress) -> Generation:
+        """Blocks from the prefilled ``state`` until ``max_new_tokens`` or a stop token."""
         while len(generation.tokens) < max_new_tokens:
             room = max_new_tokens - len(generation.tokens)
             emitted, record = self._block(target, draft, state, room)
@@ -563,6 +557,12 @@ class SpeculativeDecoder:
         return emitted
 
 
+def _generator(seed) -> np.random.Generator:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise VerispecError(f"seed must be a non-negative integer, got {seed!r}")
+    return np.random.default_rng(int(seed))
+
+
 def _user_rule(verifier: Verifier) -> bool:
     """Whether ``verifier`` is not one of the registered rules (a user's own, or a variant)."""
     from verispec.verifiers import REGISTRY
@@ -596,4 +596,5 @@ def generate(pair: ModelPair, prompt: str | Sequence[int], drafter: Drafter | st
     return decoder.run(prompt, max_new_tokens, progress)
 
 
-__all__ = ["BlockContext", "BlockPolicy", "SpeculativeDecoder", "generate"]
+__all__ = ["MAX_DECODE_NODES", "MAX_TREE_LAW_ENTRIES", "BlockContext", "BlockPolicy", "SpeculativeDecoder",
+           "check_decode_tree", "generate"]

@@ -75,6 +75,9 @@ class CachedModel:
         from transformers import DynamicCache, StaticCache
 
         self.model = model
+        #: the model's device and dtype, read once: a transformers model's ``device`` walks its parameters on every read
+        #: (about 5 reads a forward; a CachedModel lives for one run, during which the model does not move)
+        self._device, self.dtype = model.device, model.dtype
         #: hidden: every forward also keeps the last layer's hidden states of its new tokens in ``last_hidden``
         #: ([n, H], for a policy that reads them); eager forwards only (a CUDA graph records the logits alone)
         self.hidden = bool(hidden)
@@ -154,7 +157,7 @@ class CachedModel:
 
     @property
     def device(self):
-        return self.model.device
+        return self._device
 
     @property
     def pending(self) -> int:
@@ -224,7 +227,7 @@ class CachedModel:
         positions = [lengths[row] - 1 + self._depths[start + row] for row in range(count)]
         if self.runner is not None:
             return self.runner.forward(tokens, positions, allowed, self.committed + start)
-        dtype = self.model.dtype
+        dtype = self.dtype
         blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=self.device)
         mask = torch.where(allowed.to(self.device), torch.zeros((), dtype=dtype, device=self.device),
                            blocked)[None, None]  # [1, 1, count, width]
@@ -248,7 +251,7 @@ class CachedModel:
         from verispec.models.segmented_attention import segment_plan, segmented
 
         plan = segment_plan(allowed, self._segment_of[start:], self.segments, self.committed, self._segment_of,
-                            self.model.dtype, self.device)
+                            self.dtype, self.device)
         return segmented(self.model, plan)
 
     def commit(self, path: list[int]) -> None:
@@ -343,12 +346,13 @@ class GraphedForward:
         self.model = model
         self.max_length = max_length
         self.cache = StaticCache(config=model.config, max_cache_len=max_length)
-        self.capture = model.device.type == "cuda"
+        self.device, self.dtype = model.device, model.dtype  # read once (``device`` walks the parameters)
+        self.capture = self.device.type == "cuda"
         self.buffers: dict[int, dict] = {}   # bucket -> its input buffers and logits
         self.graphs: dict[int, object] = {}  # bucket -> torch.cuda.CUDAGraph
         self.pool = None                     # one memory pool shared by every bucket's graph
         self.captures = 0
-        self._blocked = torch.finfo(model.dtype).min
+        self._blocked = torch.finfo(self.dtype).min
 
     @classmethod
     def for_model(cls, model, max_length: int) -> GraphedForward:
@@ -378,10 +382,10 @@ class GraphedForward:
 
         if width in self.buffers:
             return self.buffers[width]
-        device = self.model.device
+        device = self.device
         buffers = {"ids": torch.zeros((1, width), dtype=torch.long, device=device),
                    "positions": torch.zeros((1, width), dtype=torch.long, device=device),
-                   "mask": torch.zeros((1, 1, width, self.max_length), dtype=self.model.dtype, device=device),
+                   "mask": torch.zeros((1, 1, width, self.max_length), dtype=self.dtype, device=device),
                    "logits": None}
         if width in BUCKETS:
             self.buffers[width] = buffers
@@ -411,10 +415,10 @@ class GraphedForward:
             tokens = list(tokens) + [0] * pad
             positions = list(positions) + [positions[-1]] * pad
         buffers = self._buffers(width)
-        device = self.model.device
+        device = self.device
         buffers["ids"].copy_(torch.tensor([tokens]), non_blocking=False)
         buffers["positions"].copy_(torch.tensor([positions]), non_blocking=False)
-        mask = torch.full((width, self.max_length), self._blocked, dtype=self.model.dtype)
+        mask = torch.full((width, self.max_length), self._blocked, dtype=self.dtype)
         mask[allowed] = 0
         buffers["mask"].copy_(mask[None, None].to(device))
         _set_cache_length(self.cache, start)
