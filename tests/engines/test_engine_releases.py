@@ -1,21 +1,17 @@
 """experiments/engine_releases.py's bookkeeping, without downloading a release: release order, the rows it reads
 from check-engine's output (a verdict, a release that has no such entry point, one the adapter does not read, a
-release the installed wheel answered for instead), the cache key and the summary; and the V2 checks' refusal on the
-installed wheel (vLLM 0.33 draws its Gumbel noise from a murmur3 hash, which verispec does not feed)."""
+release the installed wheel answered for instead), the cache key and the summary. The installed wheel's V2 path is
+checked in tests/engines/test_vllm_v2_shipped.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from tests.support.scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 script = load_script("experiments/engine_releases.py", "engine_releases_test")
 
 
@@ -80,25 +76,6 @@ def test_bad_options_are_one_line(arguments, words, capsys):
     assert script.main(arguments) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and words in error[0], error
-
-
-def test_the_installed_wheels_v2_noise_is_refused_not_checked():
-    """vLLM 0.33 computes its V2 Gumbel noise as a murmur3 hash inside the kernel; left unfed it would be a fixed
-    function of the seed, so the check refuses in one line instead of giving a verdict."""
-    pytest.importorskip("torch")
-    from importlib.util import find_spec
-
-    if find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed: pip install --no-deps -r verispec/engines/requirements/vllm.txt")
-    from verispec.engines import vllm as adapter
-
-    if adapter.release() != "0.33.0":
-        pytest.skip(f"the pinned vLLM 0.33.0 is not the installed release ({adapter.release()})")
-    done = subprocess.run([sys.executable, "-m", "verispec", "check-engine", "vllm", "--check", "v2-seeded"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 2 and done.stdout == "", done.stderr[-500:]
-    assert "murmur3_uniform32" in last and "would be a fixed function of the seed" in last
 
 
 def test_the_last_patch_of_each_minor_release_is_kept():

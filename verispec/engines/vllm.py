@@ -76,6 +76,11 @@ def check_release(found: str | None = None, *, any_release: bool = False) -> str
     return found
 
 
+#: FLy's setting in the ``v2-fly`` check: a window of one native acceptance (the shortest; vLLM's default is 6, longer
+#: than the check's drafts), vLLM's default entropy threshold (0.3 nats) over the target's top 3 tokens.
+FLY = {"fly_window_size": 1, "fly_entropy_threshold": 0.3, "fly_entropy_top_k": 3}
+
+
 def checks() -> list[Check]:
     """vLLM's verification entry points in the configurations the adapter checks."""
     v1 = "V1 RejectionSampler.forward"
@@ -110,4 +115,9 @@ def checks() -> list[Check]:
         Check("v2-block", v2, f"{_V2}:v2_block", "v2-seeded with use_block_verification (release 0.25 on)",
               layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), why=v2_why,
               source_applies=False),
+        Check("v2-fly", v2, f"{_V2}:v2_fly", "v2-seeded with FLy, window 1, entropy threshold 0.3 over the top 3 "
+              "(release 0.33 on; verispec's own rule: fly(theta=0.3,window=1))", layout="step", tree="chain:2",
+              target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), expect="lossy", source_applies=False,
+              why="FLy (arXiv 2511.22972) accepts a rejected draft when the target is undecided and the next drafts "
+                  "pass: lossy by design"),
     ]

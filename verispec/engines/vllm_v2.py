@@ -20,7 +20,10 @@ top-p, applied by the runner's ``Sampler.apply_sampling_params`` before ``reject
 
 Under ``verispec check-external --rng capture`` every ``tl.rand`` is one of verispec's keyed uniforms, read by its
 (seed, offset) key (``verispec.external.rng_triton``), and a Gumbel-max race over them is read as one categorical
-draw, so the law of a step is exact.
+draw, so the law of a step is exact. From release 0.31 the Gumbel noise is ``murmur3_uniform32(seed, pos, token)``,
+a hash computed in the kernel: it is fed the same way, keyed by (seed, pos) with the token as the lane, and so is
+``tl_rand64``, the acceptance uniform up to 0.24 (``_feed_hashed_noise``); the draft's keys then differ from the
+resample's by the step mixed into the seed (``spec_step_seed``) and by ``_DRAFT_NOISE_SALT``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["VLLM_TARGET_DEVICE"] = "cuda"
 
 from verispec.engines import EngineError
+from verispec.engines.vllm import FLY
 
 #: The modules of the V2 path.
 GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
@@ -64,18 +68,14 @@ def _engine() -> dict:
     except ImportError as error:
         if importlib.util.find_spec(EARLIER_MODULE) is not None:
             raise EngineError("this vLLM's V2 runner verifies in probabilistic_rejection_sample (releases 0.20 and "
-                              "0.21), which the adapter does not read: its acceptance uniform comes from "
-                              "tl.randint4x (tl_rand64), which verispec does not feed; the V2 checks need release "
-                              "0.22 or later") from None
+                              "0.21), an entry point with arguments of its own, which the adapter does not read; "
+                              "the V2 checks need release 0.22 or later") from None
         raise EngineError(f"this vLLM has no V2 rejection sampler ({type(error).__name__}: {error}); the V2 checks "
                           f"need release 0.22 or later (verispec's adapter knows {supported_range()})") from None
     except Exception as error:  # the wheel's own import: one line, never a verdict
         raise EngineError(f"vLLM's V2 sampler fails to import on this machine ({type(error).__name__}: "
                           f"{str(error).splitlines()[0] if str(error) else ''})") from None
-    if hasattr(gumbel, "murmur3_hash32"):  # its noise is integer arithmetic, invisible to the capture: refused
-        raise EngineError("this vLLM's V2 runner draws its Gumbel noise from murmur3_uniform32 (release 0.31 on), a "
-                          "hash computed in the kernel, which the adapter does not read (verispec feeds tl.rand); "
-                          "left unfed, the noise would be a fixed function of the seed and the law wrong")
+    _feed_hashed_noise(gumbel, rejection)  # tl_rand64 (up to 0.30) and murmur3 (0.31 on): fed as keyed uniforms
     sample = getattr(gumbel, "gumbel_sample", None)
     verify = getattr(rejection, "rejection_sample", None)
     if sample is None or verify is None:
@@ -89,35 +89,68 @@ def _engine() -> dict:
     if cache is None or any(name not in verify_parameters for name in needed):
         raise EngineError("vLLM's V2 gumbel_sample keeps no draft-logits cache, or rejection_sample takes other "
                           f"arguments: an entry point moved; verispec's adapter knows releases {supported_range()}")
-    from verispec.engines.interpreter import repair_loop_counters, repair_masks, reuse_language_patch, supply_libdevice
+    from verispec.engines.interpreter import (
+        repair_loop_counters,
+        repair_masks,
+        reuse_language_patch,
+        skip_unasserted_overflow_checks,
+        supply_libdevice,
+    )
 
     repair_masks()
     supply_libdevice()
     repair_loop_counters()
     reuse_language_patch()
+    skip_unasserted_overflow_checks()
     _ENGINE.update(sample=sample, verify=verify, cache=cache, drafting="is_drafting" in sample_parameters,
-                   block="use_block_verification" in verify_parameters)
+                   block="use_block_verification" in verify_parameters,
+                   fly=all(name in verify_parameters for name in FLY))
     return _ENGINE
 
 
+def _feed_hashed_noise(gumbel, rejection) -> None:
+    """The V2 runner's uniforms that are not ``tl.rand``'s, fed as keyed uniforms under a capture
+    (``rng_triton_random.feed_hashed_uniform``); outside a capture vLLM's own functions run.
+
+    - Up to release 0.30, ``tl_rand64(seed, offset)`` (the acceptance uniform up to 0.24, the Gumbel noise with
+      ``use_fp64``): a float64 uniform from two words of ``tl.randint4x`` (Philox), keyed by the seed, the offset
+      its lane.
+    - From release 0.31, ``murmur3_uniform32(seed, pos, token)`` (and ``murmur3_uniform64`` with ``use_fp64``): the
+      Gumbel noise as a hash computed in the kernel, keyed by (seed, pos), the token its lane, taken through
+      ``_log1p_neg_stable`` (a series for log(1 - u) near 0), read as log(1 - u), so the race is read as one
+      categorical draw, as ``tl.rand``'s are."""
+    from verispec.external.rng_triton_random import feed_hashed_uniform, read_as_log1p_neg
+
+    for module in (gumbel, rejection):
+        if hasattr(module, "tl_rand64"):
+            feed_hashed_uniform(module.__name__, "tl_rand64", ("seed",), "offset", "float64")
+    for function, dtype in (("murmur3_uniform32", "float32"), ("murmur3_uniform64", "float64")):
+        if hasattr(gumbel, function):
+            feed_hashed_uniform(GUMBEL_MODULE, function, ("seed", "pos"), "offset", dtype)
+    if hasattr(gumbel, "_log1p_neg_stable"):
+        read_as_log1p_neg(GUMBEL_MODULE, "_log1p_neg_stable")
+
+
 def _v2_step(draft_model, target_model, input_ids, num_draft_tokens: int, temperature: float, seed: int, *,
-             block_verification: bool):
+             block_verification: bool, fly: bool = False):
     """One request's speculative step through vLLM's V2 kernels. -> its emitted tokens [accepted + 1] int64."""
     import numpy as np
 
     with np.errstate(invalid="ignore", divide="ignore"):  # the interpreter computes masked lanes too (-inf logits)
         return _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens, temperature, seed,
-                           block_verification=block_verification)
+                           block_verification=block_verification, fly=fly)
 
 
 def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, temperature: float, seed: int, *,
-                block_verification: bool):
+                block_verification: bool, fly: bool):
     import torch
 
     engine = _engine()
     if block_verification and not engine["block"]:
         raise EngineError("this vLLM's rejection_sample has no block verification (use_block_verification: "
                           "release 0.25 or later)")
+    if fly and not engine["fly"]:
+        raise EngineError("this vLLM's V2 rejection_sample has no FLy (fly_window_size: release 0.33 or later)")
     steps = int(num_draft_tokens)
     prompt = input_ids.shape[1]
     temp = torch.tensor([float(temperature)], dtype=torch.float32)
@@ -147,6 +180,8 @@ def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, tem
     rows = steps + 1
     draft_sampled = torch.tensor([int(input_ids[0, -1]), *drafts], dtype=torch.int64)  # the rows' input tokens
     options = {"use_block_verification": True} if block_verification else {}
+    if fly:
+        options.update(FLY)
     sampled, num_sampled = engine["verify"](
         target_logits=target_rows, draft_logits=draft_logits, draft_sampled=draft_sampled,
         cu_num_logits=torch.tensor([0, rows], dtype=torch.int32),
@@ -171,6 +206,14 @@ def v2_block(draft_model, target_model, input_ids, num_draft_tokens, temperature
                     block_verification=True)
 
 
+def v2_fly(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """``v2_single`` with FLy (Li et al. 2025, arXiv 2511.22972; vLLM's ``fly_window_size``, release 0.33 on): a
+    rejected draft is deferred while the target's top-3 entropy is at least the threshold and kept when the next
+    ``fly_window_size`` drafts are accepted natively (``FLY``). Lossy by design."""
+    return _v2_step(draft_model, target_model, input_ids, num_draft_tokens, temperature, seed,
+                    block_verification=False, fly=True)
+
+
 def _warm_up() -> None:
     """One call of each route with constant logits, outside any capture (what vLLM imports lazily is imported
     here, not inside a checked call)."""
@@ -183,6 +226,8 @@ def _warm_up() -> None:
     _v2_step(model, model, ids, 1, 1.0, 1, block_verification=False)
     if _engine()["block"]:
         _v2_step(model, model, ids, 1, 1.0, 1, block_verification=True)
+    if _engine()["fly"]:
+        _v2_step(model, model, ids, 2, 1.0, 1, block_verification=False, fly=True)
 
 
 _warm_up()

@@ -3,7 +3,9 @@ keyed uniforms, and a Gumbel-max race over a block of them is read by ``rng_trit
 
 vLLM's V2 model runner draws its noise inside its kernels (``tl.rand(tl.randint(seed, pos), token)`` for the
 Gumbel noise of drafting and resampling, ``tl.rand(seed, pos)`` for the acceptance uniform), so neither torch's
-generators nor memory hold it: the draw itself is replaced while a capture is entered (``install``).
+generators nor memory hold it: the draw itself is replaced while a capture is entered (``install``). From release
+0.31 its Gumbel noise is a hash of (seed, pos, token) computed in the kernel (``murmur3_uniform32``): an adapter
+registers such a function (``feed_hashed_uniform``), and it is fed as ``tl.rand`` is, keyed by its inputs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,30 @@ from verispec.external.rng_triton import _refuse_draw, _Trace, _traced
 
 #: Triton's other random functions: their numbers are not fed, so a kernel that draws with them is refused.
 UNFED = ("randint4x", "rand4x", "randn", "randn4x", "philox")
+
+#: An engine's own in-kernel generators, fed as ``tl.rand`` is: (module, function) -> (the names of its key
+#: arguments, the name of its lane offsets). A hash of (key, offset) made into a uniform (vLLM's
+#: ``murmur3_uniform32``) is one of verispec's keyed uniforms at key (module.function, *key), lane offset: an ideal
+#: random function of its inputs, as Philox is taken to be. Adapters register theirs (``feed_hashed_uniform``).
+HASHED_UNIFORMS: dict = {}
+#: An engine's numerical helpers read by their meaning where a fed uniform goes through them: (module, function)
+#: -> the function that stands for it (``_log1p_neg``: log(1 - u), which a Gumbel draw -log(-log(1 - u)) takes).
+HELPERS_READ: dict = {}
+
+
+def feed_hashed_uniform(module: str, function: str, keys: tuple, offset: str, dtype: str = "float32") -> None:
+    """Feed ``module.function`` (an @triton.jit hash of its ``keys`` arguments and ``offset`` lanes to a uniform in
+    (0, 1) of ``dtype``, float32 or float64) from verispec's keyed uniforms while a capture is entered. The stream
+    is named by the function's name and its keys, so a module that imported the function reads the same one."""
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"a hashed uniform is float32 or float64, got {dtype!r}")
+    HASHED_UNIFORMS[(module, function)] = (tuple(keys), offset, dtype)
+
+
+def read_as_log1p_neg(module: str, function: str) -> None:
+    """Read ``module.function(u)`` as log(1 - u) while a capture is entered (an engine's own approximation of it,
+    e.g. a series near 0: the noise's law is taken in exact arithmetic, as the race rule takes every Gumbel draw)."""
+    HELPERS_READ[(module, function)] = _log1p_neg
 
 
 def install(capture) -> None:
@@ -38,20 +64,7 @@ def install(capture) -> None:
     original_randint = language.randint
 
     def rand(seed, offset, n_rounds=None):
-        key = _key(capture, seed, "tl.rand")
-        where = np.asarray(getattr(getattr(offset, "handle", None), "data", offset))
-        if where.dtype.kind not in "iu":
-            _refuse_draw(capture, f"tl.rand at offsets of dtype {where.dtype}")
-        offsets = where.astype(np.int64)
-        shape = tuple(getattr(offset, "shape", ()) or ())
-        if offsets.size == 1:
-            values, _ = capture.keyed_lanes(key, offsets.reshape(-1))
-            data = _float32_uniforms(values).reshape(offsets.shape)
-        else:  # placeholders until a race reads the live lanes
-            data = _traced(np.full(offsets.shape, 0.5, dtype=np.float32),
-                           _Trace(capture, None, "u", key=key, offsets=offsets.reshape(-1).copy()))
-        kind = tl.block_type(tl.float32, list(shape)) if shape else tl.float32
-        return tl.core.tensor(TensorHandle(data, tl.float32), kind)
+        return _fed_lanes(capture, _key(capture, seed, "tl.rand"), offset, "tl.rand")
 
     def randint(seed, offset, n_rounds=None):
         result = _uint32_like(tl, TensorHandle, seed, offset)
@@ -72,6 +85,73 @@ def install(capture) -> None:
     for name in UNFED:
         if hasattr(language, name):
             capture._patch(language, name, _unfed(capture, name))
+    for (module_name, function), (keys, offset, dtype) in HASHED_UNIFORMS.items():
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, function):
+            capture._patch(module, function, _hashed(capture, function, getattr(module, function), keys, offset,
+                                                     dtype))
+    for (module_name, function), meaning in HELPERS_READ.items():
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, function):
+            capture._patch(module, function, meaning)
+
+
+def _fed_lanes(capture, key: tuple, offset, what: str, dtype: str = "float32"):
+    """The uniforms of keyed lanes ``offset`` at ``key`` as a Triton float32 (or float64) tensor: one lane fed at
+    once, a block of lanes placeholders until a race reads its live lanes (``rng_triton._keyed_race``)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    where = np.asarray(getattr(getattr(offset, "handle", None), "data", offset))
+    if where.dtype.kind not in "iu":
+        _refuse_draw(capture, f"{what} at offsets of dtype {where.dtype}")
+    offsets = where.astype(np.int64)
+    shape = tuple(getattr(offset, "shape", ()) or ())
+    element = tl.float64 if dtype == "float64" else tl.float32
+    if offsets.size == 1:
+        values, _ = capture.keyed_lanes(key, offsets.reshape(-1))
+        data = (np.clip(np.asarray(values, dtype=np.float64), 2.0 ** -64, 1.0 - 2.0 ** -53) if dtype == "float64"
+                else _float32_uniforms(values)).reshape(offsets.shape)
+    else:  # placeholders until a race reads the live lanes
+        data = _traced(np.full(offsets.shape, 0.5, dtype=dtype),
+                       _Trace(capture, None, "u", key=key, offsets=offsets.reshape(-1).copy()))
+    kind = tl.block_type(element, list(shape)) if shape else element
+    return tl.core.tensor(TensorHandle(data, element), kind)
+
+
+def _hashed(capture, name: str, original, keys: tuple, offset: str, dtype: str):
+    """``original`` (an engine's hash-to-uniform, ``HASHED_UNIFORMS``) fed: its key arguments name the stream
+    (each one value for every lane, else refused; an integer ``tl.randint`` fed names the stream it was drawn
+    from, as ``_key`` reads it), its offsets the lanes."""
+    import inspect
+
+    signature = inspect.signature(getattr(original, "fn", original))
+
+    def fed(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = [name]
+        for argument in keys:
+            data = getattr(getattr(bound.arguments[argument], "handle", None), "data", bound.arguments[argument])
+            if getattr(data, "origins", None) is not None:  # a tl.randint integer, untouched
+                key.append(_key(capture, bound.arguments[argument], name)[1:])
+                continue
+            values = np.asarray(data).reshape(-1)
+            if len(set(values.tolist())) != 1:
+                _refuse_draw(capture, f"{name} with its {argument} differing across lanes")
+            key.append(int(values[0]))
+        return _fed_lanes(capture, tuple(key), bound.arguments[offset], name, dtype)
+
+    return fed
+
+
+def _log1p_neg(value):
+    """log(1 - u) on a fed uniform, written as the race rule reads it (``log1p`` of ``-u``)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    data = getattr(value.handle, "data", None)
+    return tl.core.tensor(TensorHandle(np.log1p(np.negative(data)), value.handle.dtype), value.type)
 
 
 def _uint32_like(tl, handle_type, seed, offset):
