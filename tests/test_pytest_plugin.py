@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.engines import vllm_release
+
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,17 +200,7 @@ def test_bad_input_fails_in_one_line(pytester):
 # -- the engine route, where the pinned vLLM wheel is installed
 
 
-def _vllm_release() -> str:
-    from verispec.engines import EngineError
-    from verispec.engines import vllm as vllm_adapter
-
-    try:
-        return vllm_adapter.check_release()
-    except EngineError as error:
-        return str(error)
-
-
-@pytest.mark.skipif(_vllm_release() != "0.33.0", reason="the pinned vLLM wheel is not installed here "
+@pytest.mark.skipif(vllm_release() != "0.33.0", reason="the pinned vLLM wheel is not installed here "
                                                          "(verispec/engines/requirements/vllm.txt)")
 def test_a_planted_engine_bug_fails_with_its_witness(pytester, tmp_path):
     """The greedy kernel's argmax load without the request's offset (a planted bug of docs/guides/check_engine.md),

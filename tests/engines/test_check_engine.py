@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.engines import vllm_release
 from verispec.cli import check_engine
 from verispec.engines import EngineError, adapter
 from verispec.engines import vllm as vllm_adapter
@@ -167,14 +168,7 @@ def test_greedy_checker_sees_context():
 # -- the shipped sampler (the pinned vLLM wheel)
 
 
-def _vllm_release():
-    try:
-        return vllm_adapter.check_release()
-    except EngineError as error:
-        return str(error)
-
-
-RELEASE = _vllm_release()
+RELEASE = vllm_release()
 needs_vllm = pytest.mark.skipif(RELEASE not in vllm_adapter.SUPPORTED,
                                 reason=f"the pinned vLLM wheel is not installed here ({RELEASE})")
 

@@ -14,17 +14,12 @@ on ``tl.randint``'s integer is integrated as the draw it is, and Triton's unfed 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels run on the CPU in numpy
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("TRITON_INTERPRET is set to something else in this process", allow_module_level=True)
-torch = pytest.importorskip("torch")
-triton = pytest.importorskip("triton")
-tl = pytest.importorskip("triton.language")
+from tests.support.engines import triton_under_interpreter
+
+torch, triton, tl = triton_under_interpreter()  # the kernels run on the CPU in numpy
 
 from verispec.errors import VerispecError  # noqa: E402
 from verispec.external.check import check_external  # noqa: E402

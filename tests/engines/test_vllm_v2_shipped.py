@@ -20,20 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from verispec.engines import EngineError, version_key
+from tests.support.engines import vllm_release
+from verispec.engines import version_key
 from verispec.engines import vllm as vllm_adapter
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _release():
-    try:
-        return vllm_adapter.check_release()
-    except EngineError as error:
-        return str(error)
-
-
-RELEASE = _release()
+RELEASE = vllm_release()
 needs_murmur3 = pytest.mark.skipif(
     RELEASE not in vllm_adapter.SUPPORTED or version_key(RELEASE) < version_key("0.31.0"),
     reason=f"needs an installed vLLM from 0.31 on, whose V2 noise is murmur3 (here: {RELEASE})")

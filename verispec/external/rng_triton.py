@@ -544,4 +544,5 @@ def install(capture) -> None:
 def _refuse_draw(capture, what: str) -> None:
     raise rules.Signal(rules.CaptureRefusal(
         f"external function {capture.name} draws with {what} inside a Triton kernel at {rules.site()}, which "
-        "verispec does not feed (it feeds tl.rand and tl.randint, one seed a call)"))
+        "verispec does not feed (it feeds tl.rand, tl.randint and the engines' generators their adapters register, one "
+        "key a call)"))

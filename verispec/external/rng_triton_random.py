@@ -20,9 +20,9 @@ from verispec.external.rng_triton import _refuse_draw, _Trace, _traced
 UNFED = ("randint4x", "rand4x", "randn", "randn4x", "philox")
 
 #: An engine's own in-kernel generators, fed as ``tl.rand`` is: (module, function) -> (the names of its key
-#: arguments, the name of its lane offsets). A hash of (key, offset) made into a uniform (vLLM's
-#: ``murmur3_uniform32``) is one of verispec's keyed uniforms at key (module.function, *key), lane offset: an ideal
-#: random function of its inputs, as Philox is taken to be. Adapters register theirs (``feed_hashed_uniform``).
+#: arguments, the name of its lane offsets, its dtype). A hash of (key, offset) made into a uniform (vLLM's
+#: ``murmur3_uniform32``) is one of verispec's keyed uniforms at key (function, *key), lane offset: an ideal random
+#: function of its inputs, as Philox is taken to be. Adapters register theirs (``feed_hashed_uniform``).
 HASHED_UNIFORMS: dict = {}
 #: An engine's numerical helpers read by their meaning where a fed uniform goes through them: (module, function)
 #: -> the function that stands for it (``_log1p_neg``: log(1 - u), which a Gumbel draw -log(-log(1 - u)) takes).
@@ -120,9 +120,9 @@ def _fed_lanes(capture, key: tuple, offset, what: str, dtype: str = "float32"):
 
 
 def _hashed(capture, name: str, original, keys: tuple, offset: str, dtype: str):
-    """``original`` (an engine's hash-to-uniform, ``HASHED_UNIFORMS``) fed: its key arguments name the stream
-    (each one value for every lane, else refused; an integer ``tl.randint`` fed names the stream it was drawn
-    from, as ``_key`` reads it), its offsets the lanes."""
+    """``original`` (an engine's hash-to-uniform, ``HASHED_UNIFORMS``) fed: each key argument is read as
+    ``_key`` reads a ``tl.rand`` seed (one value for every lane, else refused; an integer ``tl.randint`` fed names
+    the stream it was drawn from), and together they name the stream; its offsets are the lanes."""
     import inspect
 
     signature = inspect.signature(getattr(original, "fn", original))
@@ -130,17 +130,8 @@ def _hashed(capture, name: str, original, keys: tuple, offset: str, dtype: str):
     def fed(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        key = [name]
-        for argument in keys:
-            data = getattr(getattr(bound.arguments[argument], "handle", None), "data", bound.arguments[argument])
-            if getattr(data, "origins", None) is not None:  # a tl.randint integer, untouched
-                key.append(_key(capture, bound.arguments[argument], name)[1:])
-                continue
-            values = np.asarray(data).reshape(-1)
-            if len(set(values.tolist())) != 1:
-                _refuse_draw(capture, f"{name} with its {argument} differing across lanes")
-            key.append(int(values[0]))
-        return _fed_lanes(capture, tuple(key), bound.arguments[offset], name, dtype)
+        key = (name, *(_key(capture, bound.arguments[argument], name, argument)[1:] for argument in keys))
+        return _fed_lanes(capture, key, bound.arguments[offset], name, dtype)
 
     return fed
 
@@ -150,8 +141,7 @@ def _log1p_neg(value):
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle
 
-    data = getattr(value.handle, "data", None)
-    return tl.core.tensor(TensorHandle(np.log1p(np.negative(data)), value.handle.dtype), value.type)
+    return tl.core.tensor(TensorHandle(np.log1p(np.negative(value.handle.data)), value.handle.dtype), value.type)
 
 
 def _uint32_like(tl, handle_type, seed, offset):
@@ -167,7 +157,7 @@ def _uint32_like(tl, handle_type, seed, offset):
     return tl.core.tensor(handle_type(data, tl.uint32), kind)
 
 
-def _key(capture, seed, what: str) -> tuple:
+def _key(capture, seed, what: str, argument: str = "seed") -> tuple:
     """The keyed stream of a Triton random draw: ``("philox", seed)``, one seed for every lane; a seed that is an
     integer ``tl.randint`` fed names the stream derived from where it was drawn, ``("philox", stream, offset)``
     (Philox of Philox is an ideal random function of both keys), so it depends on the request's seed as the key
@@ -176,11 +166,11 @@ def _key(capture, seed, what: str) -> tuple:
     origins = getattr(data, "origins", None)
     if origins is not None:  # a tl.randint integer, untouched
         if len(set(origins)) != 1:
-            _refuse_draw(capture, f"{what} with a seed per lane")
+            _refuse_draw(capture, f"{what} with its {argument} differing across lanes")
         return ("philox", *origins[0])
     seeds = np.asarray(data).reshape(-1)
     if len(set(seeds.tolist())) != 1:
-        _refuse_draw(capture, f"{what} with a seed per lane")
+        _refuse_draw(capture, f"{what} with its {argument} differing across lanes")
     value = int(seeds[0])
     if value % 2 ** 32 in capture.key_origins:  # an integer tl.randint fed, changed on its way: its origin is lost
         _refuse_draw(capture, f"{what} seeded by arithmetic on a tl.randint integer")

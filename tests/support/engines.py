@@ -1,0 +1,28 @@
+"""What the engine tests share: Triton under its interpreter, and the installed vLLM's release."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def triton_under_interpreter():
+    """(torch, triton, triton.language) for a test module whose kernels run on the CPU under Triton's interpreter
+    (``TRITON_INTERPRET=1``, set by tests/conftest.py before anything imports Triton); the module is skipped where
+    the caller set the switch otherwise or a package is missing."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("TRITON_INTERPRET is set to something else in this process", allow_module_level=True)
+    return pytest.importorskip("torch"), pytest.importorskip("triton"), pytest.importorskip("triton.language")
+
+
+def vllm_release() -> str:
+    """The installed vLLM's release, or the adapter's one-line reason it has none it knows."""
+    from verispec.engines import EngineError
+    from verispec.engines import vllm as vllm_adapter
+
+    try:
+        return vllm_adapter.check_release()
+    except EngineError as error:
+        return str(error)
