@@ -31,7 +31,7 @@ from verispec.engines import Check, EngineError
 
 PACKAGE = "vllm"
 #: Releases whose entry points this adapter has read and checked (``experiments/engine_releases.py`` checks each):
-#: every release the registry lists from 0.20.0 to 0.33.0. The V2 runner's checks need 0.22.0 or later.
+#: every release the registry lists from 0.20.0 to 0.33.0, the V2 runner's in each.
 SUPPORTED = ("0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
              "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 #: The exact TV above which a check is LOSSY. vLLM verifies in float32 (target and draft probabilities, their
@@ -110,7 +110,7 @@ def checks() -> list[Check]:
               "an all-greedy batch: every draft list of the tree against the target's argmax", exhaustive=True),
         Check("v2-seeded", v2, f"{_V2}:v2_single",
               "the V2 runner: a draft by vLLM's Gumbel kernel, verified by its probabilistic rejection_sample "
-              "(release 0.22 on)", layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64),
+              "(release 0.20 on)", layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64),
               why=v2_why, source_applies=False),
         Check("v2-block", v2, f"{_V2}:v2_block", "v2-seeded with use_block_verification (release 0.25 on)",
               layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), why=v2_why,

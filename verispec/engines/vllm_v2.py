@@ -4,11 +4,12 @@ The V2 model runner (``vllm/v1/worker/gpu``) drafts a probabilistic token with `
 (``vllm/v1/worker/gpu/sample/gumbel.py``): the argmax of logits / T plus Gumbel noise computed inside the kernel
 from ``tl.rand(tl.randint(seed, pos), token)``, keyed by the request's seed and the position, the draft's raw
 logits kept in a cache for the verifier. ``rejection_sample`` (``vllm/v1/worker/gpu/spec_decode/
-rejection_sampler_utils.py``, from release 0.22) accepts draft x at a position when ``log p(x) > log u + log q(x)``
-with u = ``tl.rand(seed, pos)`` and, at the first rejection, resamples from the residual ``max(p - q, 0)`` by the
-same Gumbel-max kernel, keyed by the same (seed, pos). Where the draft's noise and the resample's share a key, the
-resample races the very noise that chose the rejected draft (vLLM #47386); release 0.29 salts the draft's
-positions (#54282, ``_DRAFT_NOISE_SALT``).
+rejection_sampler_utils.py``, from release 0.22; ``probabilistic_rejection_sample`` in
+``probabilistic_rejection_sampler_utils.py`` in 0.20 and 0.21, with the same arguments) accepts draft x at a
+position when ``log p(x) > log u + log q(x)`` with u = ``tl.rand(seed, pos)`` and, at the first rejection, resamples
+from the residual ``max(p - q, 0)`` by the same Gumbel-max kernel, keyed by the same (seed, pos). Where the
+draft's noise and the resample's share a key, the resample races the very noise that chose the rejected draft (vLLM
+#47386); release 0.29 salts the draft's positions (#54282, ``_DRAFT_NOISE_SALT``).
 
 What is vLLM's and what is verispec's: the drafting *kernel* is vLLM's (``gumbel_sample`` called as the
 speculator calls it: ``is_drafting=True`` where the release has it, the draft logits cached under the release's
@@ -44,10 +45,14 @@ from verispec.engines.vllm import FLY
 #: The modules of the V2 path.
 GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
 REJECTION_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
-#: The V2 runner's verification module of releases 0.20 and 0.21 (not read: see ``_engine``).
+#: The V2 runner's verification module of releases 0.20 and 0.21 and its entry point there: the same arguments as
+#: ``rejection_sample`` (the kernels differ; 0.20 and 0.21 read the draft's logits only, 0.22 also runs without them).
 EARLIER_MODULE = "vllm.v1.worker.gpu.spec_decode.probabilistic_rejection_sampler_utils"
-#: ``gumbel_sample``'s argument names for the draft-logits cache and its column, newest first.
-_CACHE_NAMES = (("logits_cache", "logits_cache_col"), ("output_processed_logits", "output_processed_logits_col"))
+EARLIER_ENTRY = "probabilistic_rejection_sample"
+#: ``gumbel_sample``'s argument names for the draft-logits cache and its column, newest first; 0.20 takes the
+#: step's own [num_reqs, V] slice of the cache and no column (its speculator passes ``draft_logits[:, step]``).
+_CACHE_NAMES = (("logits_cache", "logits_cache_col"), ("output_processed_logits", "output_processed_logits_col"),
+                ("processed_logits_out", None))
 
 _ENGINE = {}
 
@@ -64,22 +69,21 @@ def _engine() -> dict:
 
     try:
         gumbel = importlib.import_module(GUMBEL_MODULE)
-        rejection = importlib.import_module(REJECTION_MODULE)
+        module, entry = REJECTION_MODULE, "rejection_sample"
+        if importlib.util.find_spec(REJECTION_MODULE) is None and importlib.util.find_spec(EARLIER_MODULE):
+            module, entry = EARLIER_MODULE, EARLIER_ENTRY
+        rejection = importlib.import_module(module)
     except ImportError as error:
-        if importlib.util.find_spec(EARLIER_MODULE) is not None:
-            raise EngineError("this vLLM's V2 runner verifies in probabilistic_rejection_sample (releases 0.20 and "
-                              "0.21), an entry point with arguments of its own, which the adapter does not read; "
-                              "the V2 checks need release 0.22 or later") from None
         raise EngineError(f"this vLLM has no V2 rejection sampler ({type(error).__name__}: {error}); the V2 checks "
-                          f"need release 0.22 or later (verispec's adapter knows {supported_range()})") from None
+                          f"need release 0.20 or later (verispec's adapter knows {supported_range()})") from None
     except Exception as error:  # the wheel's own import: one line, never a verdict
         raise EngineError(f"vLLM's V2 sampler fails to import on this machine ({type(error).__name__}: "
                           f"{str(error).splitlines()[0] if str(error) else ''})") from None
     _feed_hashed_noise(gumbel, rejection)  # tl_rand64 (up to 0.30) and murmur3 (0.31 on): fed as keyed uniforms
     sample = getattr(gumbel, "gumbel_sample", None)
-    verify = getattr(rejection, "rejection_sample", None)
+    verify = getattr(rejection, entry, None)
     if sample is None or verify is None:
-        raise EngineError(f"vLLM's V2 gumbel_sample or rejection_sample is gone: an entry point moved; verispec's "
+        raise EngineError(f"vLLM's V2 gumbel_sample or {entry} is gone: an entry point moved; verispec's "
                           f"adapter knows releases {supported_range()}")
     sample_parameters = inspect.signature(sample).parameters
     verify_parameters = inspect.signature(verify).parameters
@@ -166,7 +170,8 @@ def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, tem
             vocab = logits.shape[-1]
             draft_logits = torch.zeros((1, steps, vocab), dtype=torch.float32)  # [max_num_reqs, K, V]
         cache, column = engine["cache"]
-        options = {cache: draft_logits, column: torch.tensor(step, dtype=torch.int64)}
+        options = ({cache: draft_logits, column: torch.tensor(step, dtype=torch.int64)} if column
+                   else {cache: draft_logits[:, step]})
         if engine["drafting"]:
             options["is_drafting"] = True
         position = torch.tensor([prompt - 1 + step], dtype=torch.int64)  # the speculator's positions + 1
