@@ -56,6 +56,9 @@ class Check:
     #: The check runs the module ``--source`` replaces (the adapter's ``SAMPLER_MODULE``); a check that does not is
     #: refused with ``--source``, which would otherwise check the installed code under the mutant's name.
     source_applies: bool = True
+    #: The first release that has the entry point ("" for every release the adapter knows): an older release's row
+    #: is ABSENT, with that reason, and nothing runs.
+    since: str = ""
 
 
 def adapter(name: str):

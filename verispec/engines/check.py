@@ -6,7 +6,9 @@ engine's code under check-external's capture) or, for greedy decoding, against t
 list (``verispec.engines.greedy``), and returns the command's JSON object: ``engine``, ``release``, ``source``,
 ``exit_status`` and one row a check. The exit status is the worst finding: 1 a check LOSSY that should hold the law,
 4 one that raised, 2 one whose kernel the interpreter cannot run, 3 one inconclusive, 0 every check as a correct
-release gets it (a LOSSY that the engine documents counts as expected and is listed with its TV).
+release gets it (a LOSSY that the engine documents counts as expected and is listed with its TV). A check of an entry
+point the release predates (``Check.since``) is an ABSENT row that runs nothing; it counts for nothing, unless every
+row asked is ABSENT (exit 2: nothing was checked).
 
 Importing the adapter's step functions imports the engine and switches Triton's interpreter on for the process
 (``verispec.engines.vllm_v1``): run these checks in a process of their own (the command's supervised worker, the
@@ -19,7 +21,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from verispec.engines import source_refusal
+from verispec.engines import source_refusal, version_key
 from verispec.errors import VerispecError
 from verispec.limits import DEFAULT_CHECK_BUDGET
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
@@ -134,8 +136,11 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
            "layout": check.layout, "tree": tree, "sampling": "greedy" if check.exhaustive else check.sampling,
            "target": [float(x) for x in problem.target(())], "draft": [float(x) for x in problem.draft(())],
            "expected": check.expect, "why": check.why or None, "threshold": module.THRESHOLD}
-    function = load_function(check.function)
-    if check.exhaustive:
+    absent = _absent(module, check)
+    function = None if absent else load_function(check.function)
+    if absent:
+        row.update(verdict="ABSENT", note=absent)
+    elif check.exhaustive:
         row.update(greedy_check(function, tree, problem))
     else:
         from verispec.external.check import check_external
@@ -154,13 +159,26 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
             row["note"] = (f"Triton's interpreter cannot run a kernel on this route "
                            f"({(report.raised or {}).get('message', '')}); nothing was checked")
     row["seconds"] = round(time.monotonic() - start, 3)
-    row["as_expected"] = row["verdict"] == check.expect.upper() or (check.expect == "lossy"
-                                                                    and row["verdict"] == "LOSSLESS")
+    row["as_expected"] = row["verdict"] in (check.expect.upper(), "ABSENT") or (check.expect == "lossy"
+                                                                                and row["verdict"] == "LOSSLESS")
     return row
 
 
+def _absent(module, check) -> str | None:
+    """Why the installed release has no entry point for ``check`` (it predates ``check.since``), or None."""
+    if not check.since:
+        return None
+    release = module.release()
+    if version_key(release) >= version_key(check.since):
+        return None
+    return f"{check.name} needs {module.PACKAGE} {check.since} or later, and this is {release}: nothing was checked"
+
+
 def exit_status(rows) -> int:
-    """The worst finding of the rows (see the module docstring)."""
+    """The worst finding of the rows (see the module docstring); rows of entry points the release does not have
+    count for nothing, unless nothing else was asked (then nothing was checked: exit 2)."""
+    if rows and all(row["verdict"] == "ABSENT" for row in rows):
+        return EXIT_BAD_INPUT
     verdicts = [(row["verdict"], row["as_expected"]) for row in rows]
     if any(verdict == "LOSSY" and not expected for verdict, expected in verdicts):
         return Verdict.LOSSY.exit_status
@@ -175,6 +193,8 @@ def exit_status(rows) -> int:
 
 def row_line(row: dict) -> str:
     """One check's line of the command's text output (a second line for a documented loss or a note)."""
+    if row["verdict"] == "ABSENT":
+        return f"  {row['check']:20} ABSENT: {row['note']}"
     verdict = row["verdict"] + ("" if row["as_expected"] else f" (expected {row['expected'].upper()})")
     if row.get("tv_distance") is not None:
         measure = f"exact TV {row['tv_distance']:.3g} (lossy above {row['threshold']:g})"

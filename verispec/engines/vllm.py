@@ -113,11 +113,17 @@ def checks() -> list[Check]:
               "(release 0.20 on)", layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64),
               why=v2_why, source_applies=False),
         Check("v2-block", v2, f"{_V2}:v2_block", "v2-seeded with use_block_verification (release 0.25 on)",
-              layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), why=v2_why,
+              layout="step", since="0.25.0", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), why=v2_why,
+              source_applies=False),
+        Check("v2-adaptive", "V2 adaptive verification + rejection_sample", f"{_V2}:v2_adaptive",
+              "adaptive verification (release 0.28 on): vLLM's _assign_draft_token_budget admits the best draft slots "
+              "of the checked request and a greedy neighbour by survival, from confidences that read the drafted "
+              "tokens (verispec stands for the confidence head), under a budget of all slots but one, V = 2",
+              layout="step", tree="chain:2", target=(0.6, 0.4), draft=(0.3, 0.7), since="0.28.0",
               source_applies=False),
         Check("v2-fly", v2, f"{_V2}:v2_fly", "v2-seeded with FLy, window 1, entropy threshold 0.3 over the top 3 "
               "(release 0.33 on; verispec's own rule: fly(theta=0.3,window=1))", layout="step", tree="chain:2",
-              target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), expect="lossy", source_applies=False,
+              target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), expect="lossy", source_applies=False, since="0.33.0",
               why="FLy (arXiv 2511.22972) accepts a rejected draft when the target is undecided and the next drafts "
                   "pass: lossy by design"),
     ]

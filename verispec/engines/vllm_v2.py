@@ -25,6 +25,11 @@ draw, so the law of a step is exact. From release 0.31 the Gumbel noise is ``mur
 a hash computed in the kernel: it is fed the same way, keyed by (seed, pos) with the token as the lane, and so is
 ``tl_rand64``, the acceptance uniform up to 0.24 (``_feed_hashed_noise``); the draft's keys then differ from the
 resample's by the step mixed into the seed (``spec_step_seed``) and by ``_DRAFT_NOISE_SALT``.
+
+Adaptive verification (``v2_adaptive``, release 0.28 on) adds a second request and vLLM's own admission function,
+``_assign_draft_token_budget`` (``adaptive_verification.py``), between drafting and verification: verispec stands
+for the confidence head (``ADAPTIVE_CONFIDENCE``, read from the token before each slot) and for the cost model (the
+budget), vLLM decides how many of each request's drafts are verified.
 """
 
 from __future__ import annotations
@@ -145,12 +150,35 @@ def _v2_step(draft_model, target_model, input_ids, num_draft_tokens: int, temper
                            block_verification=block_verification, fly=fly)
 
 
+def _drafts(engine, draft_model, input_ids, steps: int, temp, seeds, requests: int = 1):
+    """Request 0's drafts by vLLM's ``gumbel_sample`` as its speculator calls it, the draft's logits cached under the
+    release's argument names. -> (drafts, the cache [requests, max(K, 1), V] float32)."""
+    import torch
+
+    prompt, ids, drafts = input_ids.shape[1], input_ids[:1], []
+    vocab = int(draft_model(ids).shape[-1])
+    draft_logits = torch.zeros((requests, max(steps, 1), vocab), dtype=torch.float32)  # [max_num_reqs, K, V]
+    cache, column = engine["cache"]
+    for step in range(steps):
+        logits = draft_model(ids)[0, -1:].to(torch.float32).contiguous()  # [1, V]
+        options = ({cache: draft_logits, column: torch.tensor(step, dtype=torch.int64)} if column
+                   else {cache: draft_logits[:, step]})
+        if engine["drafting"]:
+            options["is_drafting"] = True
+        position = torch.tensor([prompt - 1 + step], dtype=torch.int64)  # the speculator's positions + 1
+        token = engine["sample"](logits, torch.zeros(1, dtype=torch.int32), temp, seeds, position,
+                                 apply_temperature=True, **options)
+        drafts.append(int(token.reshape(-1)[0]))
+        ids = torch.cat([ids, torch.tensor([[drafts[-1]]], dtype=ids.dtype)], dim=1)
+    return drafts, draft_logits
+
+
 def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, temperature: float, seed: int, *,
                 block_verification: bool, fly: bool):
     import torch
 
     engine = _engine()
-    if block_verification and not engine["block"]:
+    if block_verification and not engine["block"]:  # a moved argument (the check's ``since`` keeps older releases)
         raise EngineError("this vLLM's rejection_sample has no block verification (use_block_verification: "
                           "release 0.25 or later)")
     if fly and not engine["fly"]:
@@ -160,28 +188,9 @@ def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, tem
     temp = torch.tensor([float(temperature)], dtype=torch.float32)
     seeds = torch.tensor([int(seed)], dtype=torch.int64)
     one = torch.zeros(1, dtype=torch.int32)
-    ids = input_ids[:1]
-    vocab = None
-    drafts = []
-    draft_logits = None
-    for step in range(steps):
-        logits = draft_model(ids)[0, -1:].to(torch.float32).contiguous()  # [1, V]
-        if draft_logits is None:
-            vocab = logits.shape[-1]
-            draft_logits = torch.zeros((1, steps, vocab), dtype=torch.float32)  # [max_num_reqs, K, V]
-        cache, column = engine["cache"]
-        options = ({cache: draft_logits, column: torch.tensor(step, dtype=torch.int64)} if column
-                   else {cache: draft_logits[:, step]})
-        if engine["drafting"]:
-            options["is_drafting"] = True
-        position = torch.tensor([prompt - 1 + step], dtype=torch.int64)  # the speculator's positions + 1
-        token = engine["sample"](logits, one, temp, seeds, position, apply_temperature=True, **options)
-        drafts.append(int(token.reshape(-1)[0]))
-        ids = torch.cat([ids, torch.tensor([[drafts[-1]]], dtype=ids.dtype)], dim=1)
+    drafts, draft_logits = _drafts(engine, draft_model, input_ids, steps, temp, seeds)
+    ids = torch.cat([input_ids[:1], torch.tensor([drafts], dtype=input_ids.dtype)], dim=1)
     target_rows = target_model(ids)[0, prompt - 1:].to(torch.float32).contiguous()  # [K + 1, V]
-    if vocab is None:
-        vocab = target_rows.shape[-1]
-        draft_logits = torch.zeros((1, 1, vocab), dtype=torch.float32)
     rows = steps + 1
     draft_sampled = torch.tensor([int(input_ids[0, -1]), *drafts], dtype=torch.int64)  # the rows' input tokens
     options = {"use_block_verification": True} if block_verification else {}
@@ -196,6 +205,89 @@ def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, tem
         num_speculative_steps=max(steps, 1), **options)
     count = int(num_sampled.reshape(-1)[0])
     return sampled[0, :count].to(torch.int64)
+
+
+#: ``v2-adaptive``: verispec's stand-in for the drafter's confidence head, the probability that a draft slot is
+#: accepted, read from the token before the slot (DSpark's ``compute_confidence`` reads the slot's hidden state and
+#: ``markov_embed`` of the previous token), indexed by token id modulo its length; and a greedy neighbour's
+#: per-slot confidence. With the step layouts' prompt of zeros and two drafts each, vLLM's budget (all slots but
+#: one) drops the checked request's second slot exactly when its first draft is token 1 (survival 0.9 x 0.3 below
+#: the neighbour's 0.7 x 0.7): the checked request's draft length depends on what it drafted.
+ADAPTIVE_CONFIDENCE = (0.9, 0.3, 0.6)
+NEIGHBOUR_CONFIDENCE = 0.7
+#: Where vLLM's adaptive verification admits draft slots (release 0.28 on).
+ADAPTIVE_MODULE = "vllm.v1.worker.gpu.spec_decode.adaptive_verification"
+
+
+def _greedy_drafts(draft_model, input_ids, steps: int) -> list[int]:
+    """A greedy neighbour's drafts: the draft model's argmax at each step (it draws nothing)."""
+    import torch
+
+    ids, drafts = input_ids[:1], []
+    for _ in range(steps):
+        drafts.append(int(draft_model(ids)[0, -1].argmax()))
+        ids = torch.cat([ids, torch.tensor([[drafts[-1]]], dtype=ids.dtype)], dim=1)
+    return drafts
+
+
+def _adaptive_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, temperature: float, seed: int,
+                      *, own_token: bool):
+    """The checked request and a greedy neighbour, both drafting ``num_draft_tokens``; vLLM's
+    ``_assign_draft_token_budget`` (the function its runner compiles) admits the globally best slots by survival,
+    the running product of the confidences, under a budget of all slots but one (verispec stands for the cost
+    model, which reads the previous step only); ``rejection_sample`` verifies each request's admitted prefix.
+    ``own_token``: a planted confidence that reads the slot's own draft (a negative control). -> the checked
+    request's emitted tokens."""
+    import importlib
+
+    import torch
+
+    engine = _engine()
+    try:
+        admit = importlib.import_module(ADAPTIVE_MODULE)._assign_draft_token_budget
+    except (ImportError, AttributeError) as error:
+        raise EngineError(f"this vLLM has no adaptive verification ({type(error).__name__}: {error}; "
+                          "enable_adaptive_verification: release 0.28 or later)") from None
+    steps, prompt = int(num_draft_tokens), input_ids.shape[1]
+    temp = torch.tensor([float(temperature), 0.0], dtype=torch.float32)  # the neighbour greedy
+    seeds = torch.tensor([int(seed), int(seed) + 1], dtype=torch.int64)  # each request keyed by its own seed
+    drafts, draft_logits = _drafts(engine, draft_model, input_ids, steps, temp[:1], seeds[:1], requests=2)
+    neighbour = _greedy_drafts(draft_model, input_ids, steps)
+    before = [int(input_ids[0, -1]), *drafts]  # slot i's previous token is before[i]; its own is before[i + 1]
+    read = before[1:] if own_token else before[:-1]
+    confidence = torch.tensor([[ADAPTIVE_CONFIDENCE[token % len(ADAPTIVE_CONFIDENCE)] for token in read],
+                               [NEIGHBOUR_CONFIDENCE] * steps], dtype=torch.float32)  # [2, K]
+    capacities = torch.tensor([steps, steps], dtype=torch.int32)
+    admit(confidence, torch.tensor([0, 1], dtype=torch.int64), capacities, 2 * steps - 1, steps)
+    admitted = [int(count) for count in capacities]
+    rows, tokens, positions, local = [], [], [], []
+    for request, ids in enumerate((drafts, neighbour)):
+        sequence = torch.cat([input_ids[:1], torch.tensor([ids[:admitted[request]]], dtype=input_ids.dtype)], dim=1)
+        rows.append(target_model(sequence)[0, prompt - 1:].to(torch.float32))  # [admitted + 1, V]
+        tokens += [int(input_ids[0, -1]), *ids[:admitted[request]]]
+        positions += range(prompt - 1, prompt + admitted[request])
+        local += range(admitted[request] + 1)
+    counts = [admitted[0] + 1, admitted[1] + 1]
+    sampled, num_sampled = engine["verify"](
+        target_logits=torch.cat(rows).contiguous(), draft_logits=draft_logits,
+        draft_sampled=torch.tensor(tokens, dtype=torch.int64),
+        cu_num_logits=torch.tensor([0, counts[0], sum(counts)], dtype=torch.int32),
+        pos=torch.tensor(positions, dtype=torch.int64), idx_mapping=torch.tensor([0, 1], dtype=torch.int32),
+        expanded_idx_mapping=torch.tensor([0] * counts[0] + [1] * counts[1], dtype=torch.int32),
+        expanded_local_pos=torch.tensor(local, dtype=torch.int32), temperature=temp, seed=seeds,
+        num_speculative_steps=steps)
+    return sampled[0, :int(num_sampled[0])].to(torch.int64)
+
+
+def v2_adaptive(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """Adaptive verification (vLLM's ``enable_adaptive_verification``, release 0.28 on): the checked request's
+    verified draft length is chosen after drafting, from confidences that read its drafted tokens (``ADAPTIVE_
+    CONFIDENCE``), by vLLM's own admission function, then verified by ``rejection_sample``. Temperature only."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _adaptive_kernels(draft_model, target_model, input_ids, num_draft_tokens, temperature, seed,
+                                 own_token=False)
 
 
 def v2_single(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
@@ -233,6 +325,10 @@ def _warm_up() -> None:
         _v2_step(model, model, ids, 1, 1.0, 1, block_verification=True)
     if _engine()["fly"]:
         _v2_step(model, model, ids, 2, 1.0, 1, block_verification=False, fly=True)
+    import importlib.util
+
+    if importlib.util.find_spec(ADAPTIVE_MODULE) is not None:
+        _adaptive_kernels(model, model, ids, 2, 1.0, 1, own_token=False)
 
 
 _warm_up()
