@@ -889,12 +889,16 @@ def _span(names: list[str], releases: list[str]) -> str:
 
 def _engine_releases(results, key):
     """'releases' (how many, from which to which), 'v2-lossy' / 'v2-lossless' (the releases the V2 check reads
-    LOSSY / LOSSLESS in), 'v2-tv' (its largest exact TV), 'v1' (the releases every V1 check holds the law in)."""
+    LOSSY / LOSSLESS in), 'lossy/CHECK' / 'lossless/CHECK' (the same for any check), 'v2-tv' (its largest exact
+    TV), 'v1' (the releases every V1 check holds the law in)."""
     releases, checks, rows = _release_rows(results)
     if key == "releases":
         return f"{len(releases)} releases, {releases[0]} to {releases[-1]}"
     if key in ("v2-lossy", "v2-lossless"):
         return _span(_lossy_span(releases, rows, "v2-seeded", key == "v2-lossy"), releases)
+    if key.startswith(("lossy/", "lossless/")):  # the releases a check reads LOSSY / LOSSLESS in
+        verdict, check = key.split("/")
+        return _span(_lossy_span(releases, rows, check, verdict == "lossy"), releases)
     if key == "v2-tv":
         values = [row["tv_distance"] for row in rows.values() if row["check"] == "v2-seeded"
                   and row.get("verdict") == "LOSSY" and row.get("tv_distance") is not None]
@@ -1013,7 +1017,9 @@ VALUES = {
                                                              "goal")},
     **{f"engine_bugs.{key}": _bound(_engine_bugs, key) for key in ("caught", "repositories")},
     **{f"releases.{key}": _bound(_engine_releases, key) for key in ("releases", "v2-lossy", "v2-lossless", "v2-tv",
-                                                                    "v1")},
+                                                                    "v1", *(f"{verdict}/{check}"
+                                                                            for verdict in ("lossy", "lossless")
+                                                                            for check in ("v2-block", "v2-adaptive")))},
     **{f"releases_tf.{key}": _bound(_transformers_releases, key)
        for key in ("releases", "held", "twice", "once", "ensemble", "accept/once", "accept/twice", "probe",
                    "example")},
