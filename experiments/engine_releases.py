@@ -346,7 +346,8 @@ def main(argv=None) -> int:
     releases = ([name for name in args.releases.split(",") if name] if args.releases
                 else registry_releases(args.since, args.engine, engine["last_patches"]))
     cache = args.cache or cache_root() / "engines"
-    record = run_record(shlex.join(["python", "experiments/engine_releases.py", *(argv or sys.argv[1:])]))
+    record = run_record(shlex.join(["python", "experiments/engine_releases.py", *(argv or sys.argv[1:])]),
+                        outputs=[args.out])
     digest = checker_digest(args.engine)
     record["checker_sha256"] = digest
     rows = []

@@ -50,3 +50,28 @@ def test_an_experiment_refuses_a_users_file_before_any_work_and_keeps_it(tmp_pat
         rerun = subprocess.run([sys.executable, str(ROOT / script), *out], capture_output=True, text=True, timeout=120)
         assert rerun.returncode == 0, rerun.stderr
         assert "sun_toy" in json.loads(user.read_text())
+
+
+def test_a_runs_own_output_does_not_make_its_checkout_dirty(tmp_path):
+    """commit_of marks a checkout -dirty when a tracked file differs from its commit, except the run's own outputs
+    (a result file a rerun overwrites): changed alone it leaves the commit clean; any other change still reads dirty,
+    beside it or alone."""
+    import subprocess
+
+    from verispec.provenance import commit_of
+
+    def git(*arguments):
+        return subprocess.run(["git", "-C", str(tmp_path), *arguments], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "result.json").write_text("{}\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    head = git("rev-parse", "HEAD")
+    (tmp_path / "result.json").write_text('{"rows": []}\n')
+    assert commit_of(tmp_path) == head + "-dirty"
+    assert commit_of(tmp_path, outputs=[tmp_path / "result.json"]) == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert commit_of(tmp_path, outputs=[tmp_path / "result.json"]) == head + "-dirty"

@@ -93,9 +93,10 @@ def sha256_file(path: str | Path) -> str | None:
     return digest.hexdigest()
 
 
-def commit_of(folder: str | Path, *, mark_dirty: bool = True) -> str | None:
-    """The commit a checkout is at, with ``-dirty`` (``mark_dirty``) when its tracked files differ from it; None
-    outside a git checkout."""
+def commit_of(folder: str | Path, *, mark_dirty: bool = True, outputs=()) -> str | None:
+    """The commit a checkout is at, with ``-dirty`` (``mark_dirty``) when its tracked files differ from it, the run's
+    own ``outputs`` apart (a result file a rerun overwrites is not the code that made it); None outside a git
+    checkout."""
     import subprocess
 
     def git(*arguments: str) -> str:
@@ -104,7 +105,8 @@ def commit_of(folder: str | Path, *, mark_dirty: bool = True) -> str | None:
 
     try:
         head = git("rev-parse", "HEAD")
-        dirty = mark_dirty and bool(git("status", "--porcelain", "--untracked-files=no"))
+        excluded = [f":(exclude,literal){Path(path).resolve()}" for path in outputs]
+        dirty = mark_dirty and bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded))
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("-dirty" if dirty else "")
@@ -148,19 +150,20 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_record(command: str, inputs=(), *, threads: int | None = None, device: str = "cpu") -> dict:
+def run_record(command: str, inputs=(), *, threads: int | None = None, device: str = "cpu", outputs=()) -> dict:
     """What a result file states about the run that made it (issue 55): the command line, the commit (``-dirty``
     when the checkout had uncommitted changes), the date (UTC), the machine (cores, CPU, threads, device, the
     one-minute load average at the start) and the SHA-256 of each input file.
 
-    ``threads``: the torch threads the run pinned (None: not a torch run). Call it before the work starts: the load
-    it records is the box's before the run adds its own."""
+    ``threads``: the torch threads the run pinned (None: not a torch run). ``outputs``: the files the run writes, which
+    do not make the checkout dirty. Call it before the work starts: the load it records is the box's before the run
+    adds its own."""
     import datetime
     import os
     import platform
 
     root = Path(__file__).resolve().parent.parent
-    return {"command": command, "commit": commit_of(root) or "unknown",
+    return {"command": command, "commit": commit_of(root, outputs=outputs) or "unknown",
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "threads": threads, "device": device,
                         "load": round(os.getloadavg()[0], 2), "python": platform.python_version()},
