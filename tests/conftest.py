@@ -61,10 +61,11 @@ def pytest_configure(config):
 
 def pytest_collection_finish(session):
     """Freeze what collection left alive (torch, transformers, every test module: some 400,000 objects) out of the
-    collector's reach. Each full collection afterwards, the build's own ``gc.collect()`` after every labelled group
-    among them, then walks only what the tests made: in a process that collected the whole suite it walked 640,000
-    objects, and 29 selector dataset tests spent 76 of their 166 s in the collector (frozen: 29 of 100 s, most of it
-    while collecting). What was alive at that point is reachable anyway; what a test makes is collected as before."""
+    collector's reach. Each full collection afterwards (a dataset build's after every labelled group at a real
+    vocabulary, ``release_group_laws``, and the collector's own) then walks only what the tests made: in a process that
+    collected the whole suite it walked 640,000 objects, and 29 selector dataset tests spent 76 of their 166 s in the
+    collector (frozen: 29 of 100 s, most of it while collecting). What was alive at that point is reachable anyway; what
+    a test makes is collected as before."""
     import gc
 
     gc.collect()

@@ -104,6 +104,53 @@ def test_status_is_the_worst_finding():
     assert check_engine._status([row("INCONCLUSIVE", False), row("LOSSLESS")]) == 3
 
 
+# -- one sandbox a run
+
+
+#: In a supervised worker: two functions loaded by one run's ``SharedLoader``, a third that cannot be loaded, and the
+#: same refusal from ``load_function``, which starts a sandbox of its own.
+SHARED = """
+import json, os
+from verispec import supervisor
+from verispec.watch import Supervision
+
+
+def run():
+    from verispec.engines.check import SharedLoader
+    from verispec.errors import UnknownVerifierError
+    from verispec.external.adapter import load_function
+
+    specs = ["tests.support.engines:sandbox_process", "tests.support.engines:sandbox_ids",
+             "tests.support.no_such_module:function"]
+    load = SharedLoader(specs)
+    process, ids = load(specs[0]), load(specs[1])
+    found = {"worker": os.getpid(), "process": [process(), process()], "ids": ids(), "again": load(specs[0])()}
+    for name, loader in (("refused", load), ("alone", load_function)):
+        try:
+            loader(specs[2])
+        except UnknownVerifierError as error:
+            found[name] = str(error)
+    print(json.dumps(found))
+    return 0
+
+
+raise SystemExit(supervisor.run_supervised(run, Supervision(command="the shared-sandbox test")))
+"""
+
+
+def test_the_functions_of_a_run_share_one_sandbox_and_each_is_refused_at_its_own_load():
+    """``run_engine_checks``'s ``SharedLoader`` (``verispec.engines.check``): the functions of one run are
+    called in one sandbox, a process that is not the worker but its child (so the engine is imported once a run),
+    and one that cannot be loaded is refused when it is loaded, with the line a sandbox of its own gives."""
+    done = subprocess.run([sys.executable, "-c", SHARED], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    sandbox = found["process"][0]
+    assert sandbox != found["worker"] and found["ids"] == [sandbox, found["worker"]]  # one child of the worker
+    assert found["process"] == [sandbox, sandbox] and found["again"] == sandbox
+    assert found["refused"] == found["alone"] and "tests.support.no_such_module" in found["refused"]
+
+
 # -- the greedy checker, on functions written here
 
 PROBLEM = ContextFreeProblem([0.2, 0.5, 0.3], [0.4, 0.4, 0.2])  # argmax 1 at every prefix

@@ -10,7 +10,8 @@ interpreter as it runs compiled, and changes nothing else.
   ``i.to(tl.int64)`` fails (vLLM's top-k/top-p kernel); repaired, it is the scalar tensor it is compiled.
 * ``reuse_language_patch``: a kernel calling nested device functions computes the same numbers with the language
   patched once per launch, from a remembered list of builtins, as with the interpreter's patch at every call; a
-  builtin replaced between launches (as verispec's feed of ``tl.rand`` replaces it) is seen by the next launch.
+  builtin replaced between launches (as verispec's feed of ``tl.rand`` replaces it) is seen by the next launch, and
+  the launch after it is restored replays the first launch's remembered patch, with the first launch's numbers.
 * ``skip_unasserted_overflow_checks``: the interpreter's int32 overflow check computes a condition that its
   ``device_assert`` ignores unless the debug option is on; skipped, int32 arithmetic (an overflowing product
   included) gives the same numbers, and with the debug option on the overflow is still caught.

@@ -81,6 +81,109 @@ def test_an_integer_draws_breakpoints_are_the_first_floats_of_each_value(count):
     assert integer_breaks(257) is None and integer_breaks(1) is None
 
 
+def test_a_categorical_draws_breakpoints_are_the_first_floats_of_each_token():
+    """categorical_breaks(w) lists, for each token after the first of positive mass, the least float64 u at which
+    inverse_cdf(w, u) reaches it: checked at each point and the float below it, and on a dense grid (every change
+    between neighbouring grid points has a listed point between them), on laws with zeros, float32 masses and a
+    token of mass 1e-300 (a piece narrower than any scan)."""
+    from verispec.external.tree_arrays import categorical_breaks
+
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        law = rng.random(6) * (rng.random(6) < 0.7)
+        law[rng.integers(6)] = [1e-300, 0.0, 0.4][trial % 3]
+        if trial % 2:
+            law = law.astype(np.float32).astype(np.float64)
+        at = categorical_breaks(law)
+        if law.sum() == 0:
+            assert at is None
+            continue
+        tokens = lambda u, law=law: inverse_cdf(np.repeat(law[None], len(u), axis=0), np.asarray(u))  # noqa: E731
+        assert np.all(tokens(at) > tokens(np.nextafter(at, 0.0)))
+        grid = np.unique(np.concatenate([np.linspace(0.0, np.nextafter(1.0, 0.0), 2001), at, np.nextafter(at, 0.0)]))
+        drawn = tokens(grid)
+        for index in np.flatnonzero(drawn[1:] != drawn[:-1]):
+            assert np.any((at > grid[index]) & (at <= grid[index + 1]))
+        assert len(at) == len(set(drawn.tolist())) - 1  # one point per token reached
+
+
+def test_all_of_a_uniforms_breakpoints_are_scanned_alone_and_the_law_is_exact():
+    """An inverse-CDF draw told all its breakpoints (exact.AllBreaks) is integrated from them and the line's ends
+    alone: the law is the weights, a token of mass 1e-12 included (its piece is found although no scan of 16
+    points lands in it), in fewer evaluations than with the points merely added to the scan. Negative control:
+    told nothing, the scan alone finds the same law only by bisecting each change."""
+    from verispec.external.exact import AllBreaks
+    from verispec.external.tree_arrays import categorical_breaks
+
+    law = np.array([0.3, 1e-12, 0.5, 0.2 - 1e-12])
+
+    def outcome(rows, points):
+        return inverse_cdf(np.repeat(law[None], len(rows), axis=0), points[:, 0])
+
+    def told(kind):
+        def evaluate(rows, points):
+            return outcome(rows, points), np.ones(points.shape, dtype=bool), [{0: kind(categorical_breaks(law))}
+                                                                                for _ in rows]
+        return evaluate
+
+    (alone, calls_alone), (added, calls_added), (bare, calls_bare) = (
+        _counted(told(AllBreaks)), _counted(told(np.asarray)), _counted(outcome))
+    for evaluate in (alone, added, bare):
+        assert np.abs(integrate(evaluate, 1, 1, 4) - law).max() < 1e-15
+    assert sum(calls_alone) + 16 <= sum(calls_added) and sum(calls_added) + 3 * 30 < sum(calls_bare)
+
+
+def test_a_captured_categorical_draw_tells_the_tape_all_its_breakpoints_unless_its_column_is_read_again():
+    """torch.multinomial and an exponential race read as one draw each record their column's points as all of them
+    (tape.complete: the token is all the code learns of that uniform); a keyed draw that reads a column again, or
+    a read of its value past the draw, takes that away, before or after it; a uniform draw records nothing."""
+    import torch
+
+    from verispec.external.rng import Capture, Tape
+
+    weights = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+
+    def calls():
+        torch.rand(())
+        torch.multinomial(weights, 1)
+        torch.argmax(weights / torch.empty(3, dtype=torch.float64).exponential_())
+        generator = torch.Generator()
+        generator.manual_seed(7)
+        torch.multinomial(weights, 1, generator=generator)
+        generator.manual_seed(7)
+        torch.rand(1, generator=generator)  # the same key's first uniform: column 5 read twice
+
+    capture = Capture("f")
+    capture.handed_seed = True
+    with capture:
+        tape = Tape(np.array([[0.1, 0.6, 0.9, 0.2, 0.2, 0.4, 0.7]]))
+        capture.start(tape)
+        calls()
+        capture.start(None)
+    assert sorted(tape.breaks) == [1, 2, 5] and tape.complete == {1, 2}
+    for column in (1, 2):
+        assert np.allclose(tape.breaks[column], [0.5, 0.8], rtol=0, atol=1e-15)
+    assert sorted(tape.known()) == [1, 2, 5] and not isinstance(tape.known()[5], type(tape.known()[1]))
+    tape.read_past(2)  # a Triton kernel loading the race's noise: its token is no longer all the call learned
+    tape.know(2, tape.breaks[2], complete=True)
+    assert tape.complete == {1}
+
+
+def test_a_deeper_bisection_finds_the_same_breakpoints_in_fewer_calls():
+    """Thresholds at float64 values between scan points (no float32 shortcut): three cuts a call (a batched
+    function's) give the law of one cut a call, to the last bit, in fewer calls and more evaluations."""
+    thresholds = np.array([0.1 + 1e-13, 0.2 + 3e-14, 0.7 - 1e-15])
+
+    def outcome(rows, points):
+        return (points[:, 0, None] >= thresholds).sum(axis=1)
+
+    (one, calls_one), (three, calls_three) = _counted(outcome), _counted(outcome)
+    law_one, law_three = integrate(one, 1, 1, 4), integrate(three, 1, 1, 4, bisect_depth=3)
+    cells = np.diff(np.concatenate([[0.0], thresholds, [1.0]]))  # [t_k, t_k+1): each threshold its own first float
+    assert np.array_equal(law_one[0], cells) and np.array_equal(law_three[0], cells)
+    assert len(calls_three) * 2 < len(calls_one) and sum(calls_three) > sum(calls_one)
+
+
 def _counted(evaluate):
     calls = []
 

@@ -876,4 +876,28 @@ def test_an_integer_draws_breakpoints_cross_from_the_sandbox_to_the_workers_tape
         sandboxed._apply(capture, records)
         capture.start(None)
     assert sorted(tape.breaks) == [0] and np.allclose(tape.breaks[0], [0.25, 0.5, 0.75], rtol=0, atol=1e-15)
+    assert tape.complete == {0}  # the integer is all the call learned of its uniform, in the sandbox as here
     assert tape.used.tolist() == [True, False]
+
+
+def test_tensors_cross_to_the_sandbox_as_numpy_arrays_and_arrive_as_the_runner_hands_them():
+    """A plain CPU tensor crosses as its array (``sandboxed._Tensor``) and arrives equal, of its dtype, on numpy's
+    memory (``torch.from_numpy``, as the in-process runner converts arguments); what the array would not carry - a
+    gradient, strides, bfloat16, a subclass - crosses by torch's own pickling, as before."""
+    import pickle
+
+    from verispec.external import sandboxed
+
+    plain = [(torch.arange(6) % 4).to(dtype).reshape(2, 3) for dtype in (torch.float64, torch.float32, torch.int64,
+                                                                          torch.bool, torch.float16)]
+    kept = [torch.ones(2, requires_grad=True), torch.arange(6.0).reshape(2, 3).t(), torch.ones(2, dtype=torch.bfloat16),
+            torch.nn.Parameter(torch.ones(2))]
+    packed = sandboxed._packed((*plain, kept, 3, "text"))
+    assert all(isinstance(item, sandboxed._Tensor) for item in packed[:len(plain)])
+    assert all(item is original for item, original in zip(packed[len(plain)], kept)) and packed[-2:] == (3, "text")
+    arrived = pickle.loads(pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL))
+    for before, after in zip(plain, arrived):
+        assert after.dtype == before.dtype and torch.equal(after, before) and not after.untyped_storage().resizable()
+    for before, after in zip(kept, arrived[len(plain)]):
+        assert type(after) is type(before) and after.dtype == before.dtype and after.stride() == before.stride()
+        assert after.requires_grad == before.requires_grad and torch.equal(after.detach(), before.detach())

@@ -9,6 +9,10 @@
   exact binomial tests with a Bonferroni correction at false-failure rate 1e-6 (verispec.statistics).
 * Negative control: drafting from a top-k filtered q while the verifier is handed the unfiltered q (the
   trap that made transformers' assisted generation lossy) is rejected by the same test.
+* The statistical tests' seeded runs decode under ``forwards_memoised`` and ``laws_memoised``
+  (tests/support/tiny_models.py): a forward whose exact inputs and cache contents, or a verifier's law whose exact
+  batch, were seen before returns what it returned then. Runs under them emit each seed's tokens and blocks as
+  without them, and a cache of other contents misses (checked here).
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tests.support.tiny_models import VOCAB, tiny_pair
+from tests.support.tiny_models import VOCAB, forwards_memoised, laws_memoised, tiny_pair
 from verispec.errors import IncompatibleDraftError, VerispecError
 from verispec.simulator import parse_tree
 from verispec.statistics import DEFAULT_ALPHA, exact_binomial_test
-from verispec.verifiers import REGISTRY
+from verispec.verifiers import REGISTRY, get_verifier
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -63,8 +67,10 @@ def _two_token_law(pair, sampling):
     return law
 
 
-def _two_token_counts(decode_one, runs):
-    return Counter(tuple(decode_one(seed).tokens) for seed in range(runs))
+def _two_token_counts(pair, decode_one, runs):
+    # each run's tokens as without the memo: test_memoised_forwards_sample_each_seeds_tokens_and_key_the_caches_contents
+    with forwards_memoised(pair.target, pair.draft):
+        return Counter(tuple(decode_one(seed).tokens) for seed in range(runs))
 
 
 def _seeded_counts(pair, spec, verifier, sampling, runs, **options):
@@ -72,7 +78,9 @@ def _seeded_counts(pair, spec, verifier, sampling, runs, **options):
     0..runs-1, run by one decoder over caches prefilled once (``SpeculativeDecoder.runs``; that each of its runs is
     the seed's own ``generate``, token for token, is test_runs_over_one_prefill_are_each_seeds_own_run)."""
     decoder = SpeculativeDecoder(pair, spec, verifier, sampling, **options)
-    return Counter(tuple(generation.tokens) for generation in decoder.runs(CONTEXT, 2, range(runs)))
+    # each run's tokens as without the memos (test_runs_over_one_prefill_are_each_seeds_own_run)
+    with forwards_memoised(pair.target, pair.draft), laws_memoised(decoder.verifier):
+        return Counter(tuple(generation.tokens) for generation in decoder.runs(CONTEXT, 2, range(runs)))
 
 
 def test_every_drafter_with_every_valid_verifier_decodes(pair):
@@ -145,7 +153,7 @@ def test_a_static_cache_decodes_the_same_tokens(pair, spec, name):
 
 def test_plain_sampling_follows_the_targets_law(pair):
     sampling = Sampling(1.0)
-    counts = _two_token_counts(lambda seed: sample_target(pair, CONTEXT, 2, sampling, seed), RUNS)
+    counts = _two_token_counts(pair, lambda seed: sample_target(pair, CONTEXT, 2, sampling, seed), RUNS)
     result = exact_binomial_test(counts, _two_token_law(pair, sampling))
     assert not result.rejected, result.describe()
 
@@ -166,11 +174,11 @@ def test_runs_over_one_prefill_are_each_seeds_own_run(pair, static):
     rolls the caches back after every run: each run emits the tokens, blocks and acceptances of a decoder seeded with
     it, for trees, a procedure-only rule, a control's drafting law and a static cache (with a policy:
     tests/models/test_decoding_policy.py), at lengths that end mid-block and after several blocks; only the first run
-    counts a prefill."""
+    counts a prefill. So do the same runs under ``forwards_memoised`` and ``laws_memoised`` (what the statistical
+    tests decode under), once filling the memos and once looking every forward and law up."""
     from pathlib import Path
 
     from verispec.models.decoding import SpeculativeDecoder as Decoder
-    from verispec.verifiers import get_verifier
 
     rule = get_verifier(f"{Path(__file__).resolve().parents[2] / 'examples' / 'my_rules.py'}:my_rule")
     cases = [("delayed:2,1,2", "specinfer", {}), ("iid:2,2", "gbv", {"cut_drafts": False}), ("chain:2", rule, {}),
@@ -180,14 +188,57 @@ def test_runs_over_one_prefill_are_each_seeds_own_run(pair, static):
         for length in (2, 9):
             decoder = Decoder(pair, spec, name, Sampling(1.0), static_cache=static, **options)
             runs = list(decoder.runs(CONTEXT, length, seeds))
-            for index, (seed, run) in enumerate(zip(seeds, runs, strict=True)):
+            memoised = []
+            with laws_memoised(decoder.verifier) as laws:  # (a procedure-only rule's law is never asked for)
+                for _ in range(0 if static else 2):  # a static cache's forwards are not memoised: they just run
+                    before = dict(laws)
+                    with forwards_memoised(pair.target, pair.draft) as counts:
+                        memoised.append(list(decoder.runs(CONTEXT, length, seeds)))
+            if not static:  # the second pass looked every forward and every law up
+                assert counts["hits"] and not counts["misses"], counts
+                assert decoder.by_procedure or laws["hits"] > before["hits"] and laws["misses"] == before["misses"]
+            for index, (seed, *decoded) in enumerate(zip(seeds, runs, *memoised, strict=True)):
                 alone = Decoder(pair, spec, name, Sampling(1.0), seed, static_cache=static, **options).run(CONTEXT,
                                                                                                             length)
-                assert run.tokens == alone.tokens, (spec, length, seed)
-                assert [(b.accepted, b.emitted, b.tree_size, b.draft_calls) for b in run.blocks] == \
-                    [(b.accepted, b.emitted, b.tree_size, b.draft_calls) for b in alone.blocks]
-                assert (run.prefill_s == 0) == (index > 0)
+                for run in decoded:
+                    assert run.tokens == alone.tokens, (spec, length, seed)
+                    assert [(b.accepted, b.emitted, b.tree_size, b.draft_calls) for b in run.blocks] == \
+                        [(b.accepted, b.emitted, b.tree_size, b.draft_calls) for b in alone.blocks]
+                    assert (run.prefill_s == 0) == (index > 0)
     assert len({tuple(run.tokens) for run in runs}) > 1  # the seeds do draw differently
+
+
+def test_memoised_forwards_sample_each_seeds_tokens_and_key_the_caches_contents(pair):
+    """``forwards_memoised`` keeps plain sampling's tokens too (decoding's are held in
+    test_runs_over_one_prefill_are_each_seeds_own_run); and its key holds the cache's contents: the same token at the
+    same position over the caches of two other prompts runs the forward twice, each giving its own prompt's logits
+    (an uncached forward's), while a repeated prompt is looked up, logits and cache alike."""
+    import copy
+
+    from verispec.models.tree_forward import CachedModel
+
+    for length in (2, 9):
+        plain = [sample_target(pair, CONTEXT, length, Sampling(1.0), seed).tokens for seed in range(6)]
+        for _ in range(2):
+            with forwards_memoised(pair.target, pair.draft):
+                assert [sample_target(pair, CONTEXT, length, Sampling(1.0), seed).tokens for seed in range(6)] == plain
+    target = copy.deepcopy(pair.target)  # weights of its own: a memo of its own, empty
+    looked_up, outputs = [], []
+    with forwards_memoised(target) as counts:
+        for prompt in ([9, 4, 11], [6, 4, 11], [9, 4, 11]):
+            model = CachedModel(target)
+            model.prefill(prompt[:-1])
+            misses = counts["misses"]
+            logits = model.extend([prompt[-1]], [-1])[0]
+            looked_up.append(counts["misses"] == misses)
+            outputs.append((logits, [(layer.keys, layer.values) for layer in model.cache.layers]))
+            with torch.no_grad():
+                alone = pair.target(torch.tensor([prompt])).logits[0, -1]
+            assert torch.allclose(logits, alone, rtol=0, atol=1e-12), prompt
+    assert looked_up == [False, False, True]
+    (first, first_cache), (again, again_cache) = outputs[0], outputs[2]
+    assert torch.equal(first, again) and all(torch.equal(a, b) for layers in zip(first_cache, again_cache)
+                                             for a, b in zip(*layers))
 
 
 def test_every_registered_verifier_has_a_statistical_case():
@@ -203,15 +254,18 @@ def test_the_checks_law_and_fit_agree_with_the_tests_own(pair):
     ours, theirs = _two_token_law(pair, sampling), sequence_law(pair, CONTEXT, 2, sampling)
     assert ours.keys() == theirs.keys()
     assert max(abs(ours[key] - theirs[key]) for key in ours) < 1e-12
-    assert not decoding_fit(pair, "iid:2,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=200).rejected
+    # each run's tokens as without the memos (test_runs_over_one_prefill_are_each_seeds_own_run)
+    with forwards_memoised(pair.target, pair.draft), laws_memoised(get_verifier("specinfer")):
+        assert not decoding_fit(pair, "iid:2,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=200).rejected
     # The negative control, run once (a separate test ran the same decodes through this file's own loop): the
     # verifier is handed the unfiltered q, but the drafter samples from q filtered to its top 2. decoding_fit
     # decodes exactly as _seeded_counts would (SpeculativeDecoder(..., cut_drafts=False).runs, seeds 0..runs-1),
     # and its law is this file's own to 1e-12 (checked here at this sampling too).
     ours, theirs = _two_token_law(pair, Sampling(1.0)), sequence_law(pair, CONTEXT, 2, Sampling(1.0))
     assert ours.keys() == theirs.keys() and max(abs(ours[key] - theirs[key]) for key in ours) < 1e-12
-    control = decoding_fit(pair, "delayed:2,1,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=RUNS,
-                           law_for_drafting=Sampling(1.0, top_k=2).probabilities)
+    with forwards_memoised(pair.target, pair.draft), laws_memoised(get_verifier("specinfer")):
+        control = decoding_fit(pair, "delayed:2,1,2", "specinfer", Sampling(1.0), context=CONTEXT, runs=RUNS,
+                               law_for_drafting=Sampling(1.0, top_k=2).probabilities)
     assert control.samples == RUNS and control.rejected, control.describe()
 
 
@@ -235,7 +289,7 @@ def test_a_rule_written_only_as_a_procedure_runs_as_written(pair, monkeypatch):
     from pathlib import Path
 
     from tests.support.broken import BROKEN_CHAIN_VERIFIERS
-    from verispec.verifiers import ProcedureVerifier, get_verifier
+    from verispec.verifiers import ProcedureVerifier
 
     def never(*_args):
         raise AssertionError("real decoding enumerated a procedure's law")

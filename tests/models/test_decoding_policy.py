@@ -11,7 +11,9 @@
   verifier by features of the context (its length and last token; the draft's q at the root and the L1 distance
   of p and q at the previous token); the negative control, a policy whose action is cut after seeing the target's
   probabilities of the drafted tokens (verispec.policy.PeekingVerifier), is rejected by the same test,
-  and its exact TV at this context (the engine, composed over blocks) is stated.
+  and its exact TV at this context (the engine, composed over blocks) is stated. Their seeded runs decode under
+  ``forwards_memoised`` and ``laws_memoised`` (tests/support/tiny_models.py), each run's tokens, actions and
+  acceptances as without them (checked here, and for plain trees in tests/models/test_decoding.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from tests.support.tiny_models import forwards_memoised, laws_memoised
 from verispec.errors import IncompatibleDraftError, VerispecError
 from verispec.statistics import DEFAULT_ALPHA, exact_binomial_test
 from verispec.verifiers import get_verifier
@@ -154,26 +157,41 @@ def _two_token_counts(pair, policy, sampling, runs=RUNS):
     tokens, actions = Counter(), Counter()
     # whole trees (no cut at the budget): two tokens test each action's tree law at every depth. One decoder runs the
     # seeds over caches prefilled once: each run is generate(..., seed, selector=policy) token for token
-    # (test_runs_over_one_prefill_are_each_seeds_own_run_with_a_policy)
+    # (test_runs_over_one_prefill_are_each_seeds_own_run_with_a_policy), under the memos (the same runs)
     decoder = SpeculativeDecoder(pair, sampling=sampling, selector=policy, stop_at_eos=False, cut_drafts=False)
-    for generation in decoder.runs(CONTEXT, 2, range(runs)):
-        tokens[tuple(generation.tokens)] += 1
-        actions[tuple(block.action for block in generation.blocks)] += 1
+    with forwards_memoised(pair.target, pair.draft), _laws_memoised(decoder):
+        for generation in decoder.runs(CONTEXT, 2, range(runs)):
+            tokens[tuple(generation.tokens)] += 1
+            actions[tuple(block.action for block in generation.blocks)] += 1
     return tokens, actions
+
+
+def _laws_memoised(decoder):
+    """``laws_memoised`` over the verifiers of every action of a policy's decoder."""
+    return laws_memoised(*(action.verifier for action in decoder.actions))
 
 
 @pytest.mark.parametrize("policy", [ByContext(), ByDraft()], ids=["by-context", "by-draft"])
 def test_runs_over_one_prefill_are_each_seeds_own_run_with_a_policy(pair, policy):
     """``SpeculativeDecoder.runs`` with a policy: each run chooses the actions, emits the tokens and accepts as
-    ``generate`` with that seed does, though the laws the prefill left (p and q before the root) serve every run."""
+    ``generate`` with that seed does, though the laws the prefill left (p and q before the root) serve every run;
+    and so do the same runs under ``forwards_memoised`` and ``laws_memoised`` (what the statistical tests decode
+    under), twice."""
     seeds = [4, 0, 9, 4]
     for length in (2, 7):
         decoder = SpeculativeDecoder(pair, sampling=Sampling(1.0), selector=policy, cut_drafts=False)
-        for seed, run in zip(seeds, decoder.runs(CONTEXT, length, seeds), strict=True):
+        memoised = []
+        with _laws_memoised(decoder) as laws:
+            for _ in range(2):
+                with forwards_memoised(pair.target, pair.draft):
+                    memoised.append(list(decoder.runs(CONTEXT, length, seeds)))
+        assert laws["hits"]
+        for seed, run, *again in zip(seeds, decoder.runs(CONTEXT, length, seeds), *memoised, strict=True):
             alone = generate(pair, CONTEXT, None, None, length, Sampling(1.0), seed, selector=policy, cut_drafts=False)
-            assert run.tokens == alone.tokens
-            assert [(b.action, b.accepted, b.draft_calls) for b in run.blocks] == \
-                [(b.action, b.accepted, b.draft_calls) for b in alone.blocks]
+            for decoded in (run, *again):
+                assert decoded.tokens == alone.tokens
+                assert [(b.action, b.accepted, b.draft_calls) for b in decoded.blocks] == \
+                    [(b.action, b.accepted, b.draft_calls) for b in alone.blocks]
 
 
 def test_the_policies_here_are_block_policies():
@@ -259,7 +277,7 @@ def test_decoding_with_a_policy_keeps_the_targets_law(pair, policy):
     assert not result.rejected, result.describe()
 
 
-@pytest.mark.slow  # about 12 s (1000 runs); the exact-law control in tests/simulator/test_policy_law.py runs always
+@pytest.mark.slow  # about 3 s (1000 runs); the exact-law control in tests/simulator/test_policy_law.py runs always
 def test_a_policy_that_chooses_after_seeing_p_is_caught(pair):
     sampling = Sampling(1.0)
     policy = Peeking()

@@ -54,6 +54,7 @@ def test_the_measured_interval_covers_the_mean_at_least_as_often_as_it_claims():
 def test_prediction_and_measurement_agree_and_a_broken_drafter_is_caught(pair_seed2):
     """The comparison at a false-failure rate of 1e-6 (the measured interval at confidence 1 - 1e-6), over RUNS
     first blocks: the honest decoder agrees with the certified interval, the broken one does not."""
+    from tests.support.tiny_models import forwards_memoised, laws_memoised
     from verispec import certify
     from verispec.models import Sampling, SpeculativeDecoder
     from verispec.models.problem import ModelProblem
@@ -62,12 +63,15 @@ def test_prediction_and_measurement_agree_and_a_broken_drafter_is_caught(pair_se
     pair, sampling, context, spec = pair_seed2, Sampling(1.0), [4, 1, 7], "chain:2"
     predicted = certify(ModelProblem(pair, context, sampling, horizon=2), spec, "specinfer", 1e-4)
     honest = SpeculativeDecoder(pair, spec, "specinfer", sampling, 0, stop_at_eos=False)
-    _, low, high = script.measured_interval(honest.first_block_taus(context, range(RUNS)), 2, CONFIDENCE)
+    # each seed's block as without the memos (tests/models/test_model_problem.py holds first_block_taus so)
+    with forwards_memoised(pair.target, pair.draft), laws_memoised(honest.verifier):
+        _, low, high = script.measured_interval(honest.first_block_taus(context, range(RUNS)), 2, CONFIDENCE)
     assert low <= predicted.upper and high >= predicted.lower
     # negative control: the drafter drafts the argmax of q (a greedy assistant) while the verifier is handed q
     broken = SpeculativeDecoder(pair, spec, "specinfer", sampling, 0, stop_at_eos=False,
                                 law_for_drafting=Sampling(1.0, top_k=1).probabilities)
-    _, low, high = script.measured_interval(broken.first_block_taus(context, range(RUNS)), 2, CONFIDENCE)
+    with forwards_memoised(pair.target, pair.draft), laws_memoised(broken.verifier):
+        _, low, high = script.measured_interval(broken.first_block_taus(context, range(RUNS)), 2, CONFIDENCE)
     assert not (low <= predicted.upper and high >= predicted.lower), (low, high, predicted.lower, predicted.upper)
 
 

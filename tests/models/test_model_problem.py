@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from tests.support.tiny_models import forwards_memoised, laws_memoised
 from verispec.errors import InvalidProblemError, VerispecError
 from verispec.simulator import TabularProblem, analyze, parse_tree
 from verispec.statistics import exact_binomial_test
@@ -64,18 +65,17 @@ def test_the_engine_analyses_it_like_the_same_table(pair_seed2, name, spec):
     assert live.lossless and abs(live.block_efficiency - tabular.block_efficiency) < 1e-12
 
 
-def _first_block_taus(pair_seed2, spec, name, runs, **options):
-    counts = Counter()
-    for seed in range(runs):
-        # one token wanted, the whole tree drafted (cut_drafts=False): the run stops after its first block, whose
-        # draws are those of a run of depth + 1 tokens (its tree is not cut either), and records that block's tau
-        decoder = SpeculativeDecoder(pair_seed2, spec, name, SAMPLING, seed, stop_at_eos=False, cut_drafts=False,
-                                     **options)
-        counts[decoder.run(CONTEXT, 1).blocks[0].accepted] += 1
-    return counts
+def _first_block_taus(pair_seed2, spec, name, seeds, **options) -> list[int]:
+    """The first block's tau for each of ``seeds`` by ``SpeculativeDecoder.first_block_taus`` (the whole tree drafted,
+    over caches prefilled once and rolled back: each seed's tau is that of a whole run with the seed,
+    test_first_block_taus_roll_back_to_the_context_and_match_whole_runs_seed_for_seed), under ``forwards_memoised``
+    and ``laws_memoised`` (each seed's draws as without them: tests/models/test_decoding.py, and here)."""
+    decoder = SpeculativeDecoder(pair_seed2, spec, name, SAMPLING, stop_at_eos=False, **options)
+    with forwards_memoised(pair_seed2.target, pair_seed2.draft), laws_memoised(decoder.verifier):
+        return decoder.first_block_taus(CONTEXT, seeds)
 
 
-@pytest.mark.slow  # 11-12 s each; the fast loop checks real decoding's law in tests/models/test_decoding.py
+@pytest.mark.slow  # about 3 s each; the fast loop checks real decoding's law in tests/models/test_decoding.py
 @pytest.mark.parametrize("name,spec", [("specinfer", "delayed:2,1,1"), ("bv", "chain:2")])
 def test_real_decoding_accepts_as_the_exact_engine_predicts(pair_seed2, name, spec):
     """The first block's tau over 600 seeded real runs follows the tau law the exact engine computes for the
@@ -83,10 +83,10 @@ def test_real_decoding_accepts_as_the_exact_engine_predicts(pair_seed2, name, sp
     problem = ModelProblem(pair_seed2, CONTEXT, SAMPLING, horizon=parse_tree(spec).depth)
     predicted = analyze(problem, spec, REGISTRY[name])
     law = {tau: float(mass) for tau, mass in enumerate(predicted.tau_law)}
-    measured = exact_binomial_test(_first_block_taus(pair_seed2, spec, name, 600), law)
+    measured = exact_binomial_test(Counter(_first_block_taus(pair_seed2, spec, name, range(600))), law)
     assert not measured.rejected, measured.describe()
-    filtered = _first_block_taus(pair_seed2, spec, name, 600,
-                                 law_for_drafting=Sampling(1.0, top_k=2, top_p=0.97).probabilities)
+    filtered = Counter(_first_block_taus(pair_seed2, spec, name, range(600),
+                                         law_for_drafting=Sampling(1.0, top_k=2, top_p=0.97).probabilities))
     assert exact_binomial_test(filtered, law).rejected
 
 
@@ -158,6 +158,12 @@ def test_first_block_taus_roll_back_to_the_context_and_match_whole_runs_seed_for
     whole = [SpeculativeDecoder(pair_seed2, "delayed:2,1,2", "specinfer", SAMPLING, seed, stop_at_eos=False)
              .run(CONTEXT, 4).blocks[0].accepted for seed in seeds]
     assert rolled == whole and len(set(rolled)) > 1
+    if not static:  # the statistical test's cases (_first_block_taus) against a whole one-token run of each seed
+        filtered = {"law_for_drafting": Sampling(1.0, top_k=2, top_p=0.97).probabilities}
+        for spec, name, options in (("delayed:2,1,1", "specinfer", {}), ("chain:2", "bv", filtered)):
+            whole = [SpeculativeDecoder(pair_seed2, spec, name, SAMPLING, seed, stop_at_eos=False, cut_drafts=False,
+                                        **options).run(CONTEXT, 1).blocks[0].accepted for seed in seeds]
+            assert _first_block_taus(pair_seed2, spec, name, seeds, **options) == whole, (spec, name)
 
 
 def test_problems_on_a_shared_context_feed_only_new_tokens_and_give_the_fresh_laws(pair_seed2):

@@ -97,15 +97,44 @@ def test_the_hidden_state_policy_rows_recompute_from_its_choices(monkeypatch):
         "hidden-state selector" in text
 
 
-def test_the_network_reading_informative_hidden_states_beats_the_scalar_one():
+def _trained_once(monkeypatch) -> dict:
+    """``train_selector`` made to train each distinct fit once: a call with inputs equal to an earlier call's (every
+    array byte for byte, every other argument alike) gets that call's selector. Training is seeded and gives the same
+    weights bit for bit on the CPU (tests/selector/test_selector_core.py), so the choices are those of a fresh fit.
+    Returns {key: selector}."""
+    import verispec.selector.train as train_module
+
+    fits, original = {}, train_module.train_selector
+
+    def part(value):
+        if isinstance(value, np.ndarray):
+            return value.dtype.str, value.shape, value.tobytes()
+        if isinstance(value, dict):
+            return tuple((name, part(item)) for name, item in value.items())
+        return repr(value)
+
+    def once(features, efficiency, times, grid, **options):
+        key = (part(np.asarray(features)), part(np.asarray(efficiency)), part(np.asarray(times)),
+               tuple(action.name for action in grid.actions), part(options))
+        if key not in fits:
+            fits[key] = original(features, efficiency, times, grid, **options)
+        return fits[key]
+
+    monkeypatch.setattr(train_module, "train_selector", once)
+    return fits
+
+
+def test_the_network_reading_informative_hidden_states_beats_the_scalar_one(monkeypatch):
     """Only the hidden states carry each root's acceptance, which decides its best tree: the full network earns its
     place (the paired interval of its ratio to the scalar network lies above 1); the same labels with hidden states
-    of noise leave it no better than the scalar network."""
+    of noise leave it no better than the scalar network. The two studies differ in the hidden states alone, so the
+    second trains only its hidden-state networks and takes the scalar selectors' fits (the same inputs) from the
+    first (``_trained_once``)."""
     from verispec.selector.regimes import regime_models
     from verispec.selector.study import run_study
 
     regimes = {"h100": regime_models(None)["h100"]}
-    verdicts = {}
+    verdicts, fits, trained = {}, _trained_once(monkeypatch), []
     for informative in (True, False):
         data = with_hidden(pair_dataset(T07, rules=("specinfer",), prompts=48, roots=4, seed=8, ks=(1, 2, 3)),
                            informative=True, seed=4)
@@ -113,6 +142,8 @@ def test_the_network_reading_informative_hidden_states_beats_the_scalar_one():
             data.hidden["draft_root"][:, 0] = np.random.default_rng(5).normal(size=len(data))
         result = run_study([("t07.npz", data)], regimes, seed=0, epochs=150, resamples=400, folds=4, hidden="all")
         verdicts[informative] = result["tables"][0]["rules"]["specinfer"]["hidden_states"]["versus_mlp"]
+        trained.append(len(fits))
+    assert trained[1] - trained[0] == 4  # the second study trained its 4 folds' hidden-state networks alone
     assert verdicts[True]["verdict"] == "better", verdicts[True]
     assert verdicts[False]["verdict"] != "better", verdicts[False]
 

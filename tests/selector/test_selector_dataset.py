@@ -2,8 +2,9 @@
 engine's on the problem after the root (built here without the dataset's shifting), features from the laws before
 and after the root (recomputed from the model's forward), a resumable build that never duplicates or drops a root
 (a build of a prefix of the roots, then the whole; and a build interrupted mid-way), the same rows on local
-processes, progress, atomic files, and the one-line refusals: a truncated or foreign file, another grid, an empty
-root or prompt set, NaN features (an all-masked row)."""
+processes, progress, atomic files, a full collection after each labelled group at a large vocabulary only, and the
+one-line refusals: a truncated or foreign file, another grid, an empty root or prompt set, NaN features (an
+all-masked row)."""
 
 from __future__ import annotations
 
@@ -267,6 +268,22 @@ def test_output_without_its_row_store_is_refused(tmp_path):
     with pytest.raises(DatasetError, match="without its row store"):
         _build(synthetic_roots("context-free", 3, range(1)), path)
     assert path.read_text() == "mine\n"
+
+
+def test_a_groups_laws_are_collected_after_it_at_a_large_vocabulary_only(monkeypatch):
+    """``release_group_laws`` (after each labelled group of a pair's roots): a full collection and a heap trim at
+    Qwen's vocabulary, whose model problems hold up to 2 GiB of laws a root in reference cycles; none at a tiny
+    pair's, whose laws are kilobytes (a full collection walks every live object)."""
+    from verispec.selector import labelling
+
+    calls = []
+    monkeypatch.setattr(labelling.gc, "collect", lambda *args: calls.append("collect"))
+    monkeypatch.setattr(labelling, "trim_heap", lambda: calls.append("trim"))
+    labelling.release_group_laws(16)
+    labelling.release_group_laws(labelling.COLLECT_FROM_VOCAB - 1)
+    assert calls == []
+    labelling.release_group_laws(151_936)
+    assert calls == ["collect", "trim"]
 
 
 def test_empty_inputs_and_nan_features_are_refused(tmp_path):

@@ -87,6 +87,9 @@ def _count_fits(monkeypatch) -> list:
 
 
 def test_the_verdict_recomputes_from_its_fits_and_refits_only_what_is_new(tmp_path, capsys, monkeypatch):
+    """Every number recomputed by hand from the stored fits; a rule added later is fitted alone and a rerun fits
+    nothing. And --jobs 2 fits in spawned processes: every fit is seeded, so its tables equal those of the first run
+    (--jobs 1, the default)."""
     base, side, t1, latency = _setup(tmp_path)
     out = tmp_path / "verdict"
     argv = ["selector", "verdict", "--dataset", base, "--dataset", t1, "--latency", latency, "--out", str(out),
@@ -94,6 +97,12 @@ def test_the_verdict_recomputes_from_its_fits_and_refits_only_what_is_new(tmp_pa
     calls = _count_fits(monkeypatch)
     assert main(argv) == 0
     assert len(calls) == 2 * 3 * (2 + 2)  # replicates x regimes x rules (2 at T=0.7, 2 at T=1)
+    assert len(json.loads((out / "verdict.rows.json").read_text())["rows"]) == 2 * 3 * (2 + 2)
+    tables = json.loads((out / "verdict.json").read_text())["tables"]
+    workers = tmp_path / "verdict-2"
+    assert main([str(workers) if item == str(out) else item for item in argv] + ["--jobs", "2"]) == 0
+    assert len(json.loads((workers / "verdict.rows.json").read_text())["rows"]) == 2 * 3 * (2 + 2)
+    assert json.loads((workers / "verdict.json").read_text())["tables"] == tables
     calls.clear()
     assert main(argv + ["--dataset", side]) == 0  # traversal-iid joins T=0.7: only its fits are new
     assert sorted({(c[2], c[0]) for c in calls}) == [("traversal-iid", "T=0.7 top-k=20 top-p=0.8")]
@@ -148,18 +157,3 @@ def test_bad_verdict_input_is_refused_on_one_line(tmp_path, capsys):
     _refused(stem + ["--out", str(mine)], capsys, "verdict.json")
     assert (mine / "verdict.json").read_text() == '{"my": "notes"}'
     assert not (tmp_path / "a").exists()
-
-
-def test_fits_in_worker_processes_give_the_same_verdict(tmp_path, capsys):
-    """--jobs 2 fits in spawned processes; every fit is seeded, so the tables equal those of --jobs 1."""
-    base, _, t1, latency = _setup(tmp_path)
-    tables = {}
-    for jobs in ("1", "2"):
-        out = tmp_path / f"verdict-{jobs}"
-        argv = ["selector", "verdict", "--dataset", base, "--dataset", t1, "--latency", latency, "--out", str(out),
-                "--replicates", "2", "--folds", "2", "--epochs", "2", "--bootstrap", "200", "--jobs", jobs]
-        assert main(argv) == 0
-        rows = json.loads((out / "verdict.rows.json").read_text())["rows"]
-        assert len(rows) == 2 * 3 * (2 + 2)
-        tables[jobs] = json.loads((out / "verdict.json").read_text())["tables"]
-    assert tables["1"] == tables["2"]

@@ -123,8 +123,12 @@ def test_a_new_verifier_appears_with_no_other_edit(quick_run, tmp_path, monkeypa
     the new rule's cells (and only those: the others are read back) and shows it in the study's tables."""
     import shutil
 
+    import verispec.report.selector
+
     shutil.copytree(quick_run[0], tmp_path, dirs_exist_ok=True)
     monkeypatch.setitem(REGISTRY, "specinfer-twin", TopDownVerifier(SpecInferSolver()))
+    # the delay selector's study trains on its own verifiers (SELECTOR_VERIFIERS), which a new rule does not join
+    monkeypatch.setattr(verispec.report.selector, "run", lambda report: None)
     computed = []
     original = study_cells.run_cell
     monkeypatch.setattr(study_cells, "run_cell", lambda cell: computed.append(cell) or original(cell))
@@ -149,6 +153,7 @@ def test_with_a_pair_study_6_derives_and_certifies_real_contexts(tmp_path, monke
 
     install_tiny_pair_as(tmp_path / "cache")
     monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "cache"))
+    _without_the_studies_of_no_pair(monkeypatch)
     out = tmp_path / "report"
     assert main(["report", "--quick", "--out", str(out), "--backend", "serial", "--pair", "qwen-coder"]) == 0
     text = (out / "report.md").read_text()
@@ -161,6 +166,16 @@ def test_with_a_pair_study_6_derives_and_certifies_real_contexts(tmp_path, monke
         assert float(match.group(1)) - 1e-4 <= exact <= float(match.group(2)) + 1e-4  # 4 decimals shown
     assert (out / "data" / "live.csv").exists() and list((out / "data").glob("derived_*.json"))
     assert "On real contexts" in text
+
+
+def _without_the_studies_of_no_pair(monkeypatch) -> None:
+    """The studies that do not read the pair (1-5, the delay selector's 7 and 8) left out of a report whose test
+    reads its pair's study 6: they run, and are read, in the quick report of ``quick_run`` (the selector's training
+    alone took 3 s of each report)."""
+    import verispec.report
+
+    for study in ("verifiers", "depth", "delay", "paths", "orderings", "selector", "typical"):
+        monkeypatch.setattr(getattr(verispec.report, study), "run", lambda report: None)
 
 
 # --- every comparison over the same cells; the report's tables recomputed from the tidy data -------------------
@@ -529,8 +544,7 @@ def test_study_6_reruns_with_another_pair_never_reuse_the_first_pairs_rows(tmp_p
     monkeypatch.setattr(verispec.models.problem, "ModelProblem", lambda pair, prompt, sampling, horizon: pair.name)
     monkeypatch.setattr(verispec.models.derive, "derive_problem", lambda name, vocab, depth: (problems[name], {}))
     monkeypatch.setattr(verispec.simulator.certified, "certify", lambda *args, **kwargs: Interval())
-    for study in ("verifiers", "depth", "delay", "paths", "orderings"):
-        monkeypatch.setattr(getattr(verispec.report, study), "run", lambda report: None)
+    _without_the_studies_of_no_pair(monkeypatch)
     for name in ("first", "second"):
         Report(tmp_path, quick=True, backend="serial", progress=False, pair=name).build()
         rows = [row for row in read_table(tmp_path / "data" / "live.csv") if row["tree"] == LIVE_TREE]

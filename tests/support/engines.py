@@ -1,4 +1,5 @@
-"""What the engine tests share: Triton under its interpreter, and the installed vLLM's release."""
+"""What the engine tests share: Triton under its interpreter, the installed vLLM's release, and two functions that
+say which process runs them (loaded in a supervised worker's sandbox by tests/engines/test_check_engine.py)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,13 @@ def vllm_release() -> str:
         return vllm_adapter.check_release()
     except EngineError as error:
         return str(error)
+
+
+def sandbox_process() -> int:
+    """The id of the process that runs it (the shared-sandbox test of tests/engines/test_check_engine.py loads it)."""
+    return os.getpid()
+
+
+def sandbox_ids() -> list[int]:
+    """The ids of the process that runs it and of its parent (loaded beside ``sandbox_process``)."""
+    return [os.getpid(), os.getppid()]

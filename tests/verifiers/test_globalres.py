@@ -580,7 +580,7 @@ class DistinctIntermediateOnce(EachNodeOnce, DistinctIntermediate):
 DECODING_CASE = ("iid:4,1", 0.7)
 
 
-@pytest.mark.slow  # 5-8 s: 300 or 600 decodings of two tokens
+@pytest.mark.slow  # 1-3 s: 300 or 600 decodings of two tokens, memoised
 @pytest.mark.parametrize("make_solver,lossless", [(lambda: IntegralsOnce(method="integrals"), True),
                                                   (lambda: DistinctIntermediateOnce(method="integrals"), False)],
                          ids=["integrals", "control-distinct-p_I"])
@@ -589,13 +589,18 @@ def test_real_decoding_through_the_integrals_passes_the_binomial_test_and_its_co
     """Real decoding on the tiny pair with the rule built from the integrals: the first two tokens over 300
     seeded runs follow the target's exact law (exact binomial tests, Bonferroni, false-failure rate 1e-6); the
     control (a p_I of the other Luce family) is rejected by the same test at 600 runs."""
+    from tests.support.tiny_models import forwards_memoised, laws_memoised
     from verispec.models import Sampling
     from verispec.models.checks import decoding_fit
 
     spec, temperature = DECODING_CASE
     solver = make_solver()
-    fit = decoding_fit(pair, spec, TopDownVerifier(solver), Sampling(temperature), context=[1, 2, 3],
-                       runs=300 if lossless else 600)  # the control needs the power; the rule, no false alarm
+    verifier = TopDownVerifier(solver)
+    # forwards and tree laws looked up as the nodes' rules are (each run's tokens as without them:
+    # tests/models/test_decoding.py)
+    with forwards_memoised(pair.target, pair.draft), laws_memoised(verifier):
+        fit = decoding_fit(pair, spec, verifier, Sampling(temperature), context=[1, 2, 3],
+                           runs=300 if lossless else 600)  # the control needs the power; the rule, no false alarm
     assert fit.rejected is not lossless, fit.describe()
     assert 0 < len(solver._each_node) <= 32  # a few nodes, each built once (10 here)
 

@@ -12,11 +12,13 @@ row asked is ABSENT (exit 2: nothing was checked).
 
 Importing the adapter's step functions imports the engine and switches Triton's interpreter on for the process
 (``verispec.engines.vllm_v1``): run these checks in a process of their own (the command's supervised worker, the
-plugin's child process), never in a process that goes on to use the engine on a device.
+plugin's child process), never in a process that goes on to use the engine on a device. In the command's worker the
+run's functions are loaded in one sandbox (``SharedLoader``), so the engine is imported once a run.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -26,8 +28,9 @@ from verispec.errors import VerispecError
 from verispec.limits import DEFAULT_CHECK_BUDGET
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
 
-__all__ = ["CHILD_STARTUP_SECONDS", "DEFAULT_CHECK_BUDGET", "INTERPRETER_ERROR", "MODES", "check_options",
-           "exit_status", "row_line", "run_check", "run_engine_checks", "run_engine_checks_in_child", "select_checks"]
+__all__ = ["CHILD_STARTUP_SECONDS", "DEFAULT_CHECK_BUDGET", "INTERPRETER_ERROR", "MODES", "SharedLoader",
+           "check_options", "exit_status", "row_line", "run_check", "run_engine_checks", "run_engine_checks_in_child",
+           "select_checks"]
 #: The exception Triton's interpreter raises for a kernel it cannot run.
 INTERPRETER_ERROR = "InterpreterError"
 #: Check-external's modes an engine check takes.
@@ -92,11 +95,13 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
     before = os.environ.get(module.SOURCE_VARIABLE)
     if source is not None:
         os.environ[module.SOURCE_VARIABLE] = os.path.abspath(source)
+    # the run's functions in one sandbox where the command runs them in sandboxes: the engine imported once
+    load = SharedLoader([check.function for check in selected if not _absent(module, check)])
     try:
         rows = []
         for check in selected:
             rows.append(run_check(module, check, engine=engine, tree=tree, problem=problem, mode=mode,
-                                  detect_tv=detect_tv, alpha=alpha, time_budget=time_budget))
+                                  detect_tv=detect_tv, alpha=alpha, time_budget=time_budget, load=load))
             if fail_fast and exit_status(rows[-1:]) != 0:
                 break
     finally:
@@ -120,10 +125,11 @@ def check_options(*, mode: str = "exact", detect_tv: float = 0.01, alpha: float 
 
 
 def run_check(module, check, *, engine: str, tree: str | None, problem, mode: str, detect_tv: float, alpha: float,
-              time_budget: float) -> dict:
+              time_budget: float, load=None) -> dict:
     """One check's row: what was checked (entry, function, layout, tree, sampling, problem, expected verdict,
     threshold), the verdict and its evidence (TV, discrepancies, the greedy check's witness, what raised), the
-    seconds it took and whether the verdict is the one a correct release gets."""
+    seconds it took and whether the verdict is the one a correct release gets. ``load``: how the check's function
+    is loaded (``load_function`` by default; ``run_engine_checks`` hands its run's ``SharedLoader``)."""
     from verispec.engines.greedy import greedy_check
     from verispec.external.adapter import load_function
     from verispec.simulator import ContextFreeProblem
@@ -137,7 +143,7 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
            "target": [float(x) for x in problem.target(())], "draft": [float(x) for x in problem.draft(())],
            "expected": check.expect, "why": check.why or None, "threshold": module.THRESHOLD}
     absent = _absent(module, check)
-    function = None if absent else load_function(check.function)
+    function = None if absent else (load or load_function)(check.function)
     if absent:
         row.update(verdict="ABSENT", note=absent)
     elif check.exhaustive:
@@ -280,3 +286,118 @@ def _child(writer, engine: str, names: list[str], options: dict) -> None:
                                           f"{traceback.format_exc()}"))
     writer.send(answer)
     writer.close()
+
+
+# -- the run's functions in one sandbox: the engine imported once a run, not once a check
+#
+# In a supervised worker (``verispec check-engine``), ``load_function`` starts a sandbox for every function it loads
+# (``verispec.sandbox``): a fork of the worker that imports the function's module, and with it the engine. vLLM's
+# import alone is some 8 s of CPU (torch, Triton, transformers, openai), paid again by every check of a run while the
+# sandboxes of the checks before it sit idle. The adapter's functions of one run import the same engine, so
+# ``SharedLoader`` loads them all in one sandbox, each registered there under an object id of its own, and hands each
+# check a ``SandboxedFunction`` over its id, as ``load_function`` hands one over a sandbox of its own.
+#
+# What a check sees is the same: its function runs in a process that is not the worker, every call is a message, and
+# a function that cannot be loaded is refused when its own check loads it (the checks before it run, and
+# ``--fail-fast`` still stops first), with the error a sandbox of its own gives. What changes is what that process
+# ran before: the earlier checks of the run, in the same engine, as the pytest plugin's child process
+# (``run_engine_checks_in_child``) and the Python API have always run them. A sandbox ended in the middle of a call (a
+# time limit) starts again at the next call and loads every function again, in the same order, under the same ids.
+# Outside a supervised worker, or for one function, ``load_function`` itself loads it. In a worker, torch is imported
+# before any sandbox forks (``_torch_before_the_fork``).
+
+
+class SharedLoader:
+    """``load_function`` for the adapter functions ``specs`` (``package.module:NAME``) of one run: called with one
+    of them, its ``SandboxedFunction`` in the run's one sandbox (started at the first call)."""
+
+    def __init__(self, specs):
+        self.specs = list(dict.fromkeys(specs))
+        self._box = None
+
+    def __call__(self, spec: str):
+        from verispec import sandbox
+        from verispec.external.adapter import load_function
+
+        if not sandbox.enabled():
+            return load_function(spec)
+        _torch_before_the_fork()
+        if len(self.specs) < 2 or spec not in self.specs:
+            return load_function(spec)
+        from verispec.errors import UnknownVerifierError
+        from verispec.external.sandboxed import SandboxedFunction, call_in_sandbox
+
+        if self._box is None:
+            modules = ", ".join(dict.fromkeys(spec.rpartition(":")[0] for spec in self.specs))
+            label = f"{modules}:{','.join(spec.rpartition(':')[2] for spec in self.specs)}"  # what messages name
+            self._box = sandbox.Sandbox(label, "function", _describe_each, call_in_sandbox,
+                                        loader=functools.partial(_load_each, tuple(self.specs)))
+        entry = self._box.load()[self.specs.index(spec)]
+        if "refused" in entry:
+            raise UnknownVerifierError(str(entry["refused"]))
+        if "failure" in entry:  # the import exited or raised past load_attribute: as a sandbox of its own says
+            sandbox.raise_failure(entry["failure"])
+        if not entry["description"]["callable"]:
+            raise UnknownVerifierError(f"{spec!r} is not a function (it is {entry['description']['type']})")
+        return SandboxedFunction(_Registered(self._box, entry["id"], entry["description"]))
+
+
+def _torch_before_the_fork() -> None:
+    """Import torch in the worker before a sandbox forks from it: the worker imports it anyway for the checks' arrays
+    (the step layouts hand torch tensors), and a sandbox forked after it inherits it instead of importing it again
+    with the engine (some 2 s of CPU a sandbox). torch is verispec's own dependency, not the code under check; the
+    engine itself is imported in the sandbox only."""
+    try:
+        import torch  # noqa: F401
+    except Exception:  # no torch, or one that does not import: the sandbox imports what it needs and says why not
+        pass
+
+
+class _Registered:
+    """One function of the shared sandbox, as ``SandboxedFunction`` uses a sandbox of its own: its description, and
+    calls that reach it by its id."""
+
+    def __init__(self, box, object_id: int, description: dict):
+        self._box, self._id, self.description = box, object_id, description
+        self.spec = box.spec
+
+    def call(self, object_id: int, method, args: tuple, kwargs: dict, options=None, *, what: str):
+        return self._box.call(self._id, method, args, kwargs, options, what=what)
+
+
+class _NotLoaded:
+    """In the sandbox: a function whose module could not be loaded, with what its check raises in the worker."""
+
+    def __init__(self, entry: dict):
+        self.entry = entry
+
+
+def _load_each(specs: tuple, label: str, what: str) -> list:
+    """In the sandbox: every function of ``specs``, loaded as ``load_function`` loads one (``load_attribute``), or
+    a ``_NotLoaded`` with the refusal or failure that loading it alone would have sent."""
+    from verispec.errors import UnknownVerifierError
+    from verispec.sandbox_process import failure
+    from verispec.user_code import load_attribute
+
+    loaded = []
+    for spec in specs:
+        try:
+            loaded.append(load_attribute(spec, what))
+        except UnknownVerifierError as error:
+            loaded.append(_NotLoaded({"refused": str(error)}))
+        except BaseException as error:  # an exit at import: the sandbox of its own would have sent this failure
+            loaded.append(_NotLoaded({"failure": failure(error)}))
+    return loaded
+
+
+def _describe_each(loaded: list, register) -> list:
+    """In the sandbox: for each function, its object id and ``describe``'s description, or its refusal; every spec
+    gets an id in order (a function not loaded registers nothing callable), so a restarted sandbox keeps them."""
+    from verispec.external.sandboxed import describe
+
+    entries = []
+    for function in loaded:
+        object_id = register(None if isinstance(function, _NotLoaded) else function)
+        entries.append(function.entry if isinstance(function, _NotLoaded) else
+                       {"id": object_id, "description": describe(function, register)})
+    return entries

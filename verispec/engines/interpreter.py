@@ -164,10 +164,10 @@ def reuse_language_patch() -> None:
     force. Two changes, neither to what is patched: a kernel's patch covers both language modules
     (``triton.language`` and ``triton.language.core``, as the interpreter's patch of the first device function that
     sees ``core`` does), and while it is in force a device function's patch is skipped (its modules are covered);
-    and the builtins are listed from memory (``_remembered_lists``). The interpreter computes the same numbers
-    either way (``tests/engines/test_interpreter.py`` runs kernels with and without)."""
-    import inspect
-
+    and the builtins are listed from memory (``_remembered_lists``), where the language's attributes are as they
+    were at an earlier launch the whole patch is replayed from memory: the same attributes set to the same values
+    (``_plan``), without making some 300 wrappers again. The interpreter computes the same numbers either way
+    (``tests/engines/test_interpreter.py`` runs kernels with and without)."""
     import triton.language as tl
     from triton.runtime import interpreter
 
@@ -193,8 +193,8 @@ def reuse_language_patch() -> None:
             return getattr(self._scope, name)
 
     def _patch_lang(fn):
-        langs = frozenset(id(value) for value in fn.__globals__.values()
-                          if inspect.ismodule(value) and value in (tl, tl.core))
+        # the ids of tl and tl.core among the function's globals (a module is equal only to itself), read in C
+        langs = both_ids.intersection(map(id, fn.__globals__.values()))
         if active and langs and langs <= active[-1]:
             return _NoScope()
         if active or not langs:  # a device function seeing more than the kernel's patch covers, or none at all
@@ -213,7 +213,11 @@ def _remembered_lists(original):
     modules that uses it): the builtins each ``_patch_builtin`` call of a kernel's patch finds are remembered by the
     language's attributes before the patch (their names and identities over every module and class of the MRO; a
     capture that replaces ``tl.rand`` changes them), since the patch is a deterministic function of them: equal
-    attributes give the same lists in the same order, and new attributes are listed as the interpreter lists them."""
+    attributes give the same lists in the same order, and new attributes are listed as the interpreter lists them.
+    By the same key, with the interpreter's patch helpers (``_PATCH_HELPERS``), the whole patch is remembered as
+    what it set (``_plan``) and replayed with the interpreter's own scope, which restores it as it restores a patch;
+    its wrappers call the builtin they wrap with the interpreter's semantic and keep no state, so one made at an
+    earlier launch is the one this launch would make."""
     import inspect
     import types
 
@@ -222,6 +226,7 @@ def _remembered_lists(original):
 
     both = types.FunctionType((lambda: None).__code__, {"tl": tl, "core": tl.core}, "language")
     listed: dict[tuple, list] = {}
+    plans: dict[tuple, list | None] = {}  # key -> (owner, name, value) of every attribute its patch set
     launch: dict = {"key": None, "calls": None}  # the patch in progress: its key and the lists found so far
 
     def fingerprint(pkg):
@@ -242,18 +247,50 @@ def _remembered_lists(original):
 
     def kernel_patch():
         key = tuple(fingerprint(pkg) for pkg in (tl, tl.core, tl.tensor, tl.math, tl.core.tensor_descriptor_base))
+        key += (tuple(id(getattr(interpreter, name, None)) for name in _PATCH_HELPERS),)
+        plan = plans.get(key)
+        if plan is not None:  # the same language, the same helpers: the same attributes set to the same values
+            scope = interpreter._LangPatchScope()
+            for owner, name, value in plan:
+                scope.set_attr(owner, name, value)
+            return scope
         launch.update(key=key, calls=[])
         try:
             scope = original(both)
         finally:
             calls, launch["calls"] = launch["calls"], None
-        if key not in listed:
-            if len(listed) >= 16:  # states that do not come back (a capture's replaced tl.rand, since restored)
-                listed.clear()
-            listed[key] = calls
+        for remembered, value in ((listed, calls), (plans, _plan(scope))):
+            if len(remembered) >= 16:  # states that do not come back (a capture's replaced tl.rand, since restored)
+                remembered.clear()
+            remembered.setdefault(key, value)
         return scope
 
     return _patch_builtin, kernel_patch
+
+
+#: The interpreter's functions that make its language patch (read as module globals when it runs): a patch is replayed
+#: only where they are the ones that made it (``repair_loop_counters`` replaces ``_patch_lang_core``).
+_PATCH_HELPERS = ("_patch_lang_core", "_patch_lang_tensor", "_patch_reduce_scan", "_patch_attr", "_patch_builtin",
+                  "_LangPatchScope")
+
+
+def _plan(scope) -> list | None:
+    """The attributes a finished language patch set, in order, each with the value it holds now (the last one set
+    where one was set twice): replayed with ``set_attr`` they give the same language and the same restore. None
+    where a value cannot be read back as it was set (not in its owner's ``__dict__``)."""
+    changes = getattr(scope, "_changes", None)  # Triton's _LangPatchScope: (owner, name, value before) in order
+    if not changes:
+        return None
+    plan = []
+    for owner, name, _ in changes:
+        value = getattr(owner, "__dict__", {}).get(name, _PLAN_MISSING)
+        if value is _PLAN_MISSING:
+            return None
+        plan.append((owner, name, value))
+    return plan
+
+
+_PLAN_MISSING = object()
 
 
 class _NoScope:

@@ -79,6 +79,15 @@ def check_release(found: str | None = None, *, any_release: bool = False) -> str
 #: FLy's setting in the ``v2-fly`` check: a window of one native acceptance (the shortest; vLLM's default is 6, longer
 #: than the check's drafts), vLLM's default entropy threshold (0.3 nats) over the target's top 3 tokens.
 FLY = {"fly_window_size": 1, "fly_entropy_threshold": 0.3, "fly_entropy_top_k": 3}
+#: ``v2-adaptive``: verispec's stand-in for the drafter's confidence head, the probability that a draft slot is
+#: accepted, read from the token before the slot (DSpark's ``compute_confidence`` reads the slot's hidden state and
+#: ``markov_embed`` of the previous token), indexed by token id modulo its length; and a greedy neighbour's
+#: per-slot confidence. With the step layouts' prompt of zeros and two drafts each, vLLM's budget (all slots but
+#: one) drops the checked request's second slot exactly when its first draft is token 1 (survival 0.9 x 0.3 below
+#: the neighbour's 0.7 x 0.7): the checked request's draft length depends on what it drafted. Stated here, beside
+#: the checks, so that they are read without importing vLLM (``verispec.engines.vllm_v2`` drives them).
+ADAPTIVE_CONFIDENCE = (0.9, 0.3, 0.6)
+NEIGHBOUR_CONFIDENCE = 0.7
 
 
 def checks() -> list[Check]:

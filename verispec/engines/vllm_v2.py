@@ -45,7 +45,7 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["VLLM_TARGET_DEVICE"] = "cuda"
 
 from verispec.engines import EngineError
-from verispec.engines.vllm import FLY
+from verispec.engines.vllm import ADAPTIVE_CONFIDENCE, FLY, NEIGHBOUR_CONFIDENCE
 
 #: The modules of the V2 path.
 GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
@@ -207,14 +207,6 @@ def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, tem
     return sampled[0, :count].to(torch.int64)
 
 
-#: ``v2-adaptive``: verispec's stand-in for the drafter's confidence head, the probability that a draft slot is
-#: accepted, read from the token before the slot (DSpark's ``compute_confidence`` reads the slot's hidden state and
-#: ``markov_embed`` of the previous token), indexed by token id modulo its length; and a greedy neighbour's
-#: per-slot confidence. With the step layouts' prompt of zeros and two drafts each, vLLM's budget (all slots but
-#: one) drops the checked request's second slot exactly when its first draft is token 1 (survival 0.9 x 0.3 below
-#: the neighbour's 0.7 x 0.7): the checked request's draft length depends on what it drafted.
-ADAPTIVE_CONFIDENCE = (0.9, 0.3, 0.6)
-NEIGHBOUR_CONFIDENCE = 0.7
 #: Where vLLM's adaptive verification admits draft slots (release 0.28 on).
 ADAPTIVE_MODULE = "vllm.v1.worker.gpu.spec_decode.adaptive_verification"
 

@@ -292,9 +292,10 @@ class ExternalVerifier(Verifier):
                         if self_drafting:  # one integration of the whole block, split below by the drafts it made
                             law = integrate(runner.integrand, 1, runner.width_uniforms, batch.num_rows * codes + 1,
                                             name=self.name, stats=stats, **self.options)[0]
-                        else:
+                        else:  # a batched function's calls cost more than its rows: bisection cuts 3 times a call
                             law = integrate(evaluate, batch.num_rows, runner.width_uniforms, count,
-                                            name=self.name, stats=stats, **self.options)
+                                            name=self.name, stats=stats, bisect_depth=1 if self.per_row else 3,
+                                            **self.options)
                 except UniformsExhausted as exhausted:  # a path draws more than the probes saw: start again, longer
                     self.grow(runner, exhausted.needed)
                     abandoned = True

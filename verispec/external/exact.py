@@ -35,10 +35,12 @@ along one line) is refused too; and as a last bound, so are more than ``max_boxe
 ``max_total_boxes`` for the batch. Each refusal is a ``NotPiecewiseConstantError`` naming the uniform;
 black-box mode handles such rules.
 
-Two savings. A split box's pieces inherit the breakpoints found along the other uniforms: one that still
+Savings. A split box's pieces inherit the breakpoints found along the other uniforms: one that still
 explains a scan interval (outcome l just below it, r at it) is taken with two evaluations instead of a
-bisection. And an ``evaluate`` that reports which uniforms each run read (RNG capture hands them out in
-order, so a run cannot change with one it never read) has no line scanned along the others.
+bisection. An ``evaluate`` that reports which uniforms each run read (RNG capture hands them out in
+order, so a run cannot change with one it never read) has no line scanned along the others, and where it
+reports a draw's breakpoints they are scanned too, or alone (``AllBreaks``). A change between two adjacent
+floats of a scan is its breakpoint, with no evaluation more.
 """
 
 from __future__ import annotations
@@ -104,6 +106,17 @@ class IntegrationStats:
             mine.splits += theirs.splits
 
 
+@dataclass(frozen=True)
+class AllBreaks:
+    """Every point where a run can change along one uniform (``evaluate``'s third part): one discrete draw read the
+    uniform and its result is all the code learned of it (an inverse-CDF categorical or integer draw fed by RNG
+    capture), so along that uniform's line the draws before it, its law and its pieces stay as they are. The line
+    is scanned at these points, the floats below them and its ends alone: each piece holds one of them, and each
+    change lies between two adjacent floats."""
+
+    points: np.ndarray
+
+
 def _next_down(values: np.ndarray) -> np.ndarray:
     return np.nextafter(values, -np.inf)
 
@@ -144,7 +157,7 @@ class _NextBoxes:
 def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, scan: int = 16, probes: int = 4,
               max_boxes: int = 4096, max_breaks: int = 512, max_total_boxes: int = MAX_TOTAL_BOXES,
               check_races: bool = True, seed: int = 0, name: str = "function",
-              stats: IntegrationStats | None = None) -> np.ndarray:
+              stats: IntegrationStats | None = None, bisect_depth: int = 1) -> np.ndarray:
     """The law [num_rows, num_codes] of ``evaluate(rows [M] int64, points [M, U] float64) -> codes [M] int64``
     over U = ``num_uniforms`` independent Uniform[0, 1) variables, row by row (see the module docstring).
 
@@ -152,7 +165,9 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
     (a function fed through RNG capture reads its uniforms in order, so its run, and outcome, cannot change with
     one it did not read); lines along unread uniforms are then not scanned. A code may carry a label in
     multiples of ``num_codes`` (code + num_codes * label: the run's path, ``runner.Runner.integrand``): the
-    partition keeps different labels apart, and the law counts code % num_codes."""
+    partition keeps different labels apart, and the law counts code % num_codes. A third part, [M] of {uniform:
+    breakpoints}, names points where a run changes along a uniform: scanned beside the others, or alone where they
+    are ``AllBreaks``. ``bisect_depth``: the cuts of a bisection step, made in one call (``_bisect``)."""
     stats = stats if stats is not None else IntegrationStats()
     stats.uses.extend(UniformUse() for _ in range(num_uniforms - len(stats.uses)))
     law = np.zeros((num_rows, num_codes))
@@ -172,7 +187,7 @@ def integrate(evaluate, num_rows: int, num_uniforms: int, num_codes: int, *, sca
         anchor_codes, used, known = _evaluate(evaluate, boxes.rows, boxes.anchor, stats)
         used = np.ones(boxes.lo.shape, dtype=bool) if used is None else used
         breaks = _find_breaks(evaluate, boxes.rows, boxes.lo, boxes.hi, boxes.anchor, used, scan, stats, max_breaks,
-                              name, boxes.hints, known)
+                              name, boxes.hints, known, bisect_depth)
         split_along = _split_coordinates(breaks, len(boxes.rows))
         if check_races:
             _check_breakpoints_hold(evaluate, boxes.rows, boxes.lo, boxes.hi, boxes.anchor, used, breaks, split_along,
@@ -284,58 +299,44 @@ def _codes(evaluate, rows, points, stats) -> np.ndarray:
 
 
 def _find_breaks(evaluate, rows, lo, hi, anchor, used, scan, stats, max_breaks, name,
-                 hints: list[dict], known: list[dict] | None = None) -> list[dict[int, list]]:
+                 hints: list[dict], known: list[dict] | None = None, depth: int = 1) -> list[dict[int, list]]:
     """breaks[coordinate][box] = [(breakpoint, outcome just below it, outcome at it), ...] found along
     ``coordinate`` on the box's anchor line (lines along uniforms the anchor's run did not read are skipped).
 
-    ``hints[box][coordinate]``: breakpoints found on the line of the box it was split from. Between two scan
-    points whose outcomes differ (l, then r), a hint b with outcome l just below b and r at b is taken without
-    bisection (two evaluations instead of about fifty), and the two halves it leaves, whose ends have equal
-    outcomes, are not searched. So a piece hidden inside one of them (l | x | l | r) is missed where bisection
-    might have found it (when one of its midpoints lands in x). That is no new assumption: a piece narrower
-    than the scan spacing between equal outcomes is what the module docstring already says can be missed, and
-    bisection misses it too whenever no midpoint lands in it. Otherwise the interval is bisected."""
-    count, dims = lo.shape
-    fractions = (np.arange(scan) + 0.5) / scan
-    breaks: list[dict[int, list]] = [dict() for _ in range(dims)]
-    task_box, task_coordinate, task_a, task_b, task_code_a, task_code_b = [], [], [], [], [], []
-    for coordinate in range(dims):
-        active = np.flatnonzero(used[:, coordinate])
-        if not len(active):
-            continue
-        low, high = lo[active, coordinate], hi[active, coordinate]
-        line = np.concatenate([low[:, None], low[:, None] + (high - low)[:, None] * fractions[None, :],
-                               _next_down(high)[:, None]], axis=1)  # [boxes, scan + 2]
-        line = np.maximum.accumulate(np.clip(line, low[:, None], _next_down(high)[:, None]), axis=1)
-        if known is not None:
-            line = _with_known(line, [known[box].get(coordinate) for box in active], low, high)
-        width = line.shape[1]
-        points = np.repeat(anchor[active], width, axis=0)  # [boxes * width, U]
-        points[:, coordinate] = line.reshape(-1)
-        codes = _codes(evaluate, np.repeat(rows[active], width), points, stats).reshape(len(active), width)
-        changes = codes[:, 1:] != codes[:, :-1]  # [boxes, width - 1]
-        _record_uses(stats.uses[coordinate], codes, changes)
-        box, step = np.nonzero(changes)
-        task_box.append(active[box])
-        task_coordinate.append(np.full(len(box), coordinate))
-        task_a.append(line[box, step])
-        task_b.append(line[box, step + 1])
-        task_code_a.append(codes[box, step])
-        task_code_b.append(codes[box, step + 1])
-    if not task_box:
+    The line is scanned (``_lines``: ``scan`` points, or a run's ``AllBreaks`` alone); a change between two
+    adjacent floats of it is its breakpoint, read off the scan. ``hints[box][coordinate]``: breakpoints found on
+    the line of the box it was split from. Between two scan points whose outcomes differ (l, then r), a hint b
+    with outcome l just below b and r at b is taken without bisection (two evaluations instead of about fifty),
+    and the two halves it leaves, whose ends have equal outcomes, are not searched. So a piece hidden inside one
+    of them (l | x | l | r) is missed where bisection might have found it (when one of its midpoints lands in x).
+    That is no new assumption: a piece narrower than the scan spacing between equal outcomes is what the module
+    docstring already says can be missed, and bisection misses it too whenever no midpoint lands in it.
+    Otherwise the interval is bisected (``_bisect``, ``depth`` cuts a step)."""
+    breaks: list[dict[int, list]] = [dict() for _ in range(lo.shape[1])]
+    groups = [(coordinate, group, line) for coordinate in range(lo.shape[1])
+              for group, line in _lines(lo, hi, np.flatnonzero(used[:, coordinate]), coordinate, known, scan)]
+    if not groups:
         return breaks
-    box = np.concatenate(task_box)
-    coordinate = np.concatenate(task_coordinate)
-    a, b = np.concatenate(task_a), np.concatenate(task_b)
-    hinted = _take_hints(evaluate, rows, anchor, box, coordinate, a, b, np.concatenate(task_code_a),
-                         np.concatenate(task_code_b), hints, stats)
+    tasks = []  # per line group: (box, coordinate, a, b, outcome at a, outcome at b) of each change between scan points
+    for (coordinate, group, line), group_codes in zip(groups, _scanned(evaluate, rows, anchor, groups, stats)):
+        changes = group_codes[:, 1:] != group_codes[:, :-1]  # [boxes, width - 1]
+        _record_uses(stats.uses[coordinate], group_codes, changes)
+        box, step = np.nonzero(changes)
+        tasks.append((group[box], np.full(len(box), coordinate), line[box, step], line[box, step + 1],
+                      group_codes[box, step], group_codes[box, step + 1]))
+    box, coordinate, a, b, code_a, code_b = (np.concatenate(part) for part in zip(*tasks))
+    adjacent = b.view(np.int64) - a.view(np.int64) <= 1  # non-negative floats: the order of their bits
+    found_points = [(int(box[task]), int(coordinate[task]), float(b[task]), int(code_a[task]), int(code_b[task]))
+                    for task in np.flatnonzero(adjacent)]
+    box, coordinate, a, b, code_a, code_b = (part[~adjacent] for part in (box, coordinate, a, b, code_a, code_b))
+    hinted = _take_hints(evaluate, rows, anchor, box, coordinate, a, b, code_a, code_b, hints, stats)
     bisected = np.ones(len(box), dtype=bool)
     for task, _, _, _ in hinted:
         bisected[task] = False
-    found_points = [(int(box[task]), int(coordinate[task]), point, left, right) for task, point, left, right in hinted]
+    found_points += [(int(box[task]), int(coordinate[task]), point, left, right) for task, point, left, right in hinted]
     for box_index, coordinate_index, point, left, right in itertools.chain(
             found_points, _bisect(evaluate, rows, anchor, box[bisected], coordinate[bisected], a[bisected],
-                                  b[bisected], stats)):
+                                  b[bisected], code_a[bisected], code_b[bisected], stats, depth)):
         found = breaks[coordinate_index].setdefault(box_index, [])
         found.append((point, left, right))
         if len(found) > max_breaks:
@@ -381,18 +382,20 @@ def _check_breakpoints_hold(evaluate, rows, lo, hi, anchor, used, breaks, split_
     for exponent in BREAKPOINT_SCALES:
         if not len(box):
             return
-        moved = np.ones(len(box), dtype=bool)
-        for direction in (1.0, -1.0):
-            side = hi[box, j] - lo[box, j]
-            value = anchor[box, j] + direction * side * 2.0 ** -exponent
-            inside = (value >= lo[box, j]) & (value < hi[box, j]) & (value != anchor[box, j])
+        count, parts, insides = len(box), [], []
+        for direction in (1.0, -1.0):  # both moves read in one evaluation (one call of a batched function)
+            value = anchor[box, j] + direction * (hi[box, j] - lo[box, j]) * 2.0 ** -exponent
+            insides.append((value >= lo[box, j]) & (value < hi[box, j]) & (value != anchor[box, j]))
             points = anchor[box].copy()
-            points[np.arange(len(box)), j] = value
+            points[np.arange(count), j] = value
             below, at = points.copy(), points
-            below[np.arange(len(box)), c] = _next_down(b)
-            at[np.arange(len(box)), c] = b
-            codes = _codes(evaluate, np.concatenate([rows[box], rows[box]]), np.concatenate([below, at]), stats)
-            moved &= inside & ((codes[:len(box)] != left) | (codes[len(box):] != right))
+            below[np.arange(count), c] = _next_down(b)
+            at[np.arange(count), c] = b
+            parts += [below, at]
+        codes = _codes(evaluate, np.tile(rows[box], 4), np.concatenate(parts), stats).reshape(4, count)
+        moved = np.ones(count, dtype=bool)
+        for side, inside in enumerate(insides):
+            moved &= inside & ((codes[2 * side] != left) | (codes[2 * side + 1] != right))
         box, c, b, left, right, j = box[moved], c[moved], b[moved], left[moved], right[moved], j[moved]
     if len(box):
         raise NotPiecewiseConstantError(
@@ -435,6 +438,55 @@ def _record_uses(use: UniformUse, codes: np.ndarray, changes: np.ndarray) -> Non
         use.categorical = True
 
 
+def _scanned(evaluate, rows, anchor, groups: list[tuple], stats) -> list[np.ndarray]:
+    """The outcomes [boxes, W] at each line group's points ([(coordinate, boxes, line [boxes, W])]), evaluated
+    together in calls of about ``CHUNK`` points: a batched function's round is one call, not one a uniform."""
+    out, pending, size = [], [], 0
+    for index, (coordinate, group, line) in enumerate(groups):
+        pending.append((coordinate, group, line))
+        size += line.size
+        if size < CHUNK and index + 1 < len(groups):
+            continue
+        points = np.concatenate([np.repeat(anchor[group], line.shape[1], axis=0) for _, group, line in pending])
+        start = 0
+        for axis, _, line in pending:
+            points[start:start + line.size, axis] = line.reshape(-1)
+            start += line.size
+        codes = _codes(evaluate, np.concatenate([np.repeat(rows[group], line.shape[1]) for _, group, line in pending]),
+                       points, stats)
+        start = 0
+        for _, _, line in pending:
+            out.append(codes[start:start + line.size].reshape(line.shape))
+            start += line.size
+        pending, size = [], 0
+    return out
+
+
+def _lines(lo, hi, active: np.ndarray, coordinate: int, known: list[dict] | None, scan: int) -> list[tuple]:
+    """The lines along ``coordinate`` of the boxes ``active``, in groups [(boxes, points [boxes, W])], inside [lo,
+    hi) and non-decreasing: a box whose anchor's run knows all its breakpoints (``AllBreaks``) gets the ends and each
+    with the float below it; any other ``scan`` points, the ends and what its run knows (``_with_known``)."""
+    entries = [None if known is None else known[box].get(coordinate) for box in active]
+    complete = np.array([isinstance(entry, AllBreaks) for entry in entries], dtype=bool)
+    groups = []
+    if not complete.all():
+        boxes = active[~complete]
+        low, high = lo[boxes, coordinate], hi[boxes, coordinate]
+        fractions = (np.arange(scan) + 0.5) / scan
+        line = np.concatenate([low[:, None], low[:, None] + (high - low)[:, None] * fractions[None, :],
+                               _next_down(high)[:, None]], axis=1)  # [boxes, scan + 2]
+        line = np.maximum.accumulate(np.clip(line, low[:, None], _next_down(high)[:, None]), axis=1)
+        groups.append((boxes, _with_known(line, [entry for entry, whole in zip(entries, complete) if not whole],
+                                          low, high)))
+    if complete.any():
+        boxes = active[complete]
+        low, high = lo[boxes, coordinate], hi[boxes, coordinate]
+        ends = np.stack([low, np.maximum(_next_down(high), low)], axis=1)
+        groups.append((boxes, _with_known(ends, [entry.points for entry, whole in zip(entries, complete) if whole],
+                                          low, high)))
+    return groups
+
+
 def _with_known(line: np.ndarray, points: list, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """``line`` [boxes, W] with each box's known breakpoints inside [low, high) and the floats just below them
     added, sorted (rows padded with their last point, which changes nothing) -> [boxes, W + extra]."""
@@ -454,22 +506,20 @@ def _with_known(line: np.ndarray, points: list, low: np.ndarray, high: np.ndarra
     return np.sort(np.concatenate([line, padded], axis=1), axis=1)
 
 
-def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
-    """Every breakpoint between a and b along ``coordinate`` of each task's box (outcomes differ at the ends):
-    yields (box, coordinate, first float at which the outcome differs from the left end's, the outcome just
-    below it, the outcome at it).
+def _bisect(evaluate, rows, anchor, box, coordinate, a, b, code_a, code_b, stats, depth: int = 1):
+    """Every breakpoint between a and b along ``coordinate`` of each task's box (outcomes ``code_a`` and
+    ``code_b`` at the ends differ): yields (box, coordinate, first float at which the outcome differs from the left
+    end's, the outcome just below it, the outcome at it).
 
-    Each step probes one point strictly inside the task's interval and keeps the halves whose ends differ, down
-    to adjacent float64s, so the breakpoint found is exact whatever the probes. The probes go where thresholds
-    usually are (``_probes``): on float32 values while one lies inside, then next to a float32 end, then at the
-    float64 midpoint. A threshold computed in float32 (a ratio p/q of float32 probabilities, a draw fed on the
-    float32 grid of 2^-24) is then found in about 25 evaluations instead of about 55."""
+    Each step cuts each task's interval in two at one point strictly inside it, ``depth`` times over (2^depth - 1
+    points, one call), and keeps the pieces whose ends differ, down to adjacent float64s, so the breakpoint found
+    is exact whatever the points. Depth 1 is plain bisection; deeper, a step reads the points bisection would
+    cut at, and more, in a third of the calls at depth 3 (for a batched function, whose calls cost more than its
+    rows). The points go where thresholds usually are (``_probes``): on float32 values while one lies inside,
+    then next to a float32 end, then at the float64 midpoint: a threshold computed in float32 (a ratio p/q of
+    float32 probabilities, a draw on the float32 grid of 2^-24) takes about 25 steps of depth 1, not 55."""
     a_bits, b_bits = a.view(np.int64).copy(), b.view(np.int64).copy()
-    code_a = code_b = None
     while len(box):
-        if code_a is None:
-            code_a = _codes_at(evaluate, rows, anchor, box, coordinate, a_bits, stats)
-            code_b = _codes_at(evaluate, rows, anchor, box, coordinate, b_bits, stats)
         done = b_bits - a_bits <= 1
         for index in np.flatnonzero(done):
             yield (int(box[index]), int(coordinate[index]), float(b_bits[index:index + 1].view(np.float64)[0]),
@@ -479,16 +529,29 @@ def _bisect(evaluate, rows, anchor, box, coordinate, a, b, stats):
         a_bits, b_bits, code_a, code_b = a_bits[keep], b_bits[keep], code_a[keep], code_b[keep]
         if not len(box):
             return
-        middle = _probes(a_bits, b_bits)
-        code_m = _codes_at(evaluate, rows, anchor, box, coordinate, middle, stats)
-        left = code_m != code_a  # a change between a and the middle
-        right = code_m != code_b  # a change between the middle and b
-        box = np.concatenate([box[left], box[right]])
-        coordinate = np.concatenate([coordinate[left], coordinate[right]])
-        a_bits, b_bits = (np.concatenate([a_bits[left], middle[right]]),
-                          np.concatenate([middle[left], b_bits[right]]))
-        code_a, code_b = (np.concatenate([code_a[left], code_m[right]]),
-                          np.concatenate([code_m[left], code_b[right]]))
+        # pieces: (task, left end, right end, their outcomes' places in ``table``: the ends' outcomes, then the cuts')
+        task, left, right = np.arange(len(box)), a_bits, b_bits
+        left_at, right_at = np.arange(len(box)), np.arange(len(box), 2 * len(box))
+        cuts, owners, made = [], [], 2 * len(box)
+        for _ in range(depth):
+            wide = right - left >= 2
+            middle = _probes(left[wide], right[wide])
+            at = np.arange(made, made + len(middle))
+            made += len(middle)
+            cuts.append(middle)
+            owners.append(task[wide])
+            task = np.concatenate([task[~wide], task[wide], task[wide]])
+            left, right = np.concatenate([left[~wide], left[wide], middle]), np.concatenate([right[~wide], middle,
+                                                                                             right[wide]])
+            left_at, right_at = (np.concatenate([left_at[~wide], left_at[wide], at]),
+                                 np.concatenate([right_at[~wide], at, right_at[wide]]))
+        owner = np.concatenate(owners)
+        table = np.concatenate([code_a, code_b, _codes_at(evaluate, rows, anchor, box[owner], coordinate[owner],
+                                                          np.concatenate(cuts), stats)])
+        differ = table[left_at] != table[right_at]  # a change inside the piece
+        task = task[differ]
+        box, coordinate, a_bits, b_bits = box[task], coordinate[task], left[differ], right[differ]
+        code_a, code_b = table[left_at[differ]], table[right_at[differ]]
 
 
 def _probes(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:

@@ -91,7 +91,7 @@ from functools import lru_cache
 import numpy as np
 
 from verispec.errors import InvalidTreeError, VerifierError, VerispecError
-from verispec.external.tree_arrays import TreeArrays, as_int_matrix, inverse_cdf
+from verispec.external.tree_arrays import TreeArrays, as_int_matrix, chain_nodes, inverse_cdf
 from verispec.limits import EXTERNAL_LAYOUTS
 from verispec.simulator.trees import TreeBatch
 
@@ -176,29 +176,22 @@ class Layout(ABC):
         return None
 
 
-def _chain_nodes(batch: TreeBatch) -> list[int]:
-    if any(len(children) > 1 for children in batch.child_lists):
-        raise InvalidTreeError("this layout takes a single draft path (chain:L, argmax-chain:L, topk-chain:k,L); "
-                               "use --layout tree-parent or tree-sibling for trees")
-    return batch.chain_nodes()
-
-
 class ChainLayout(Layout):
     name = "chain"
     argument_names = ("draft_tokens", "draft_probs", "target_probs", "uniforms")
     uniform_arguments = (3,)
 
     def check_batch(self, batch):
-        _chain_nodes(batch)
+        chain_nodes(batch)
 
     def num_uniforms(self, batch):
-        return len(_chain_nodes(batch))
+        return len(chain_nodes(batch))
 
     def width(self, trees):
         return trees.depth + 1
 
     def _chain(self, trees):
-        return _chain_nodes(trees.batch)
+        return trees.chain
 
     def arguments(self, trees, rows, uniforms):
         chain = self._chain(trees)
@@ -246,7 +239,7 @@ class RaggedLayout(ChainLayout):
     rows_first = False
 
     def num_uniforms(self, batch):
-        length = len(_chain_nodes(batch)) - 1
+        length = len(chain_nodes(batch)) - 1
         return length + length * batch.vocab_size + 1
 
     def own_uniforms(self, batch):

@@ -42,6 +42,7 @@ from verispec.external.rng_rules import (
     site,
 )
 from verispec.external.rng_tape import Tape, UniformsExhausted, _runs  # noqa: F401 (their home before)
+from verispec.external.tree_arrays import categorical_breaks
 from verispec.limits import KEY_MODES, MAX_KEYS
 
 MODES = ("capture", "forbid")
@@ -312,10 +313,24 @@ class Capture:
             self.tape.note(results)
             if integers is not None:
                 known = integer_breaks(int(integers))
-                if known is not None:
+                if known is not None:  # all the code learns of each uniform is its integer
                     for column in np.asarray(self.tape.last_columns).reshape(-1).tolist():
-                        self.tape.breaks[int(column)] = known
+                        self.tape.know(int(column), known, complete=True)
         return results
+
+    def know_categorical(self, columns, laws) -> None:
+        """After inverse-CDF draws (``tree_arrays.inverse_cdf``) from the rows of ``laws`` [k, V], each by the uniform
+        of tape column ``columns[i]``, in a call of one row: record where each draw's token changes
+        (``tree_arrays.categorical_breaks``) as all its column's breakpoints: the token is all the code learns of
+        that uniform (a token handed back by ``torch.multinomial``, or by an exponential race read as one draw: its
+        noise is followed from then on, and a Triton kernel that loads it takes that back, ``rng_triton.install``)."""
+        tape = self.tape
+        if tape is None or self.mode != "capture" or tape.rows != 1 or not self.races:  # races: exact integration's
+            return
+        for column, law in zip(np.asarray(columns).reshape(-1).tolist(), laws):
+            points = categorical_breaks(law)
+            if points is not None:
+                tape.know(int(column), points, complete=True)
 
     def refuse(self, what: str) -> None:
         raise Signal(CaptureRefusal(

@@ -63,9 +63,16 @@ def _libraries(*own: str) -> tuple[str, ...]:
         (os.path.dirname(sys.modules["torch"].__file__) + os.sep,) if "torch" in sys.modules else ())
 
 
+#: The prefixes ``site`` (and, under "raise", ``raise_site``) skips, by whether torch was loaded when they were
+#: worked out.
+_SKIPPED: dict = {}
+
+
 def site() -> str:
     """file:line of the innermost frame outside RNG capture, torch, numpy and ``random`` (the user's draw)."""
-    skipped = _libraries(*_CAPTURE_FILES)
+    skipped = _SKIPPED.get("torch" in sys.modules)
+    if skipped is None:  # asked at every captured draw: the prefixes are worked out once (with torch, and without)
+        skipped = _SKIPPED["torch" in sys.modules] = _libraries(*_CAPTURE_FILES)
     frame = sys._getframe(1)
     while frame is not None:
         if not frame.f_code.co_filename.startswith(skipped):
@@ -80,7 +87,10 @@ def raise_site(error: BaseException) -> str:
     law, or verispec's captured version of it - the user's line that made the call); '?' if there is none."""
     if hasattr(error, "sandbox_site"):  # raised in the sandbox (verispec.sandbox), which found the line there
         return error.sandbox_site
-    skipped = _libraries(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+    skipped = _SKIPPED.get(("raise", "torch" in sys.modules))
+    if skipped is None:  # asked at every raise a black-box test goes on past: worked out once
+        skipped = _SKIPPED[("raise", "torch" in sys.modules)] = _libraries(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
     frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
     for frame in reversed(frames):
         if not frame.f_code.co_filename.startswith(skipped):
@@ -158,7 +168,8 @@ def check_weights(weights: np.ndarray, draws: int, replacement: bool, what: str)
         raise RuntimeError(f"{what}: probability tensor contains either inf, nan or element < 0")
     if totals.min() <= 0:
         raise RuntimeError(f"{what}: invalid multinomial distribution (sum of probabilities <= 0)")
-    if not replacement and np.any((weights > 0).sum(axis=-1) < draws):
+    # one draw needs one positive weight, which a positive total of weights >= 0 has: counted only for more
+    if not replacement and draws > 1 and np.any((weights > 0).sum(axis=-1) < draws):
         raise RuntimeError(f"{what}: invalid multinomial distribution (with replacement=False, not enough "
                            "non-negative category to sample)")
 

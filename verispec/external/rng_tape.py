@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from verispec.external.exact import AllBreaks
 from verispec.external.rng_rules import CaptureRefusal, KeyRefusal, RowByRowRefusal, Signal, site
 from verispec.limits import MAX_KEYS
 
@@ -51,6 +52,11 @@ class Tape:
         #: integer draw's floor(u n) at u = k/n): points the exact integration scans, so it need not bisect to them.
         self.last_columns = np.zeros(0, dtype=np.int64)
         self.breaks: dict[int, np.ndarray] = {}
+        #: Columns whose ``breaks`` are all the points where the call can change along them: one discrete draw read
+        #: the column, and its result is all the code learned of it (``know``); and columns whose value the code
+        #: read past their draw (a Triton kernel loading the noise, ``read_past``), which never are.
+        self.complete: set[int] = set()
+        self.read_past_draw: set[int] = set()
 
     def take(self, shape, what: str, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The next uniforms for a draw of ``shape``: (values of that shape, their tape columns, of the per-row
@@ -125,8 +131,32 @@ class Tape:
         self.draws.append((f"{what} keyed {_runs(columns)}", len(flat)))
         self.used[columns] = True
         self.reads[columns] += 1
+        if self.complete:  # a column read a second time: its first draw's result is no longer all the call knows of it
+            self.complete.difference_update(columns[self.reads[columns] > 1].tolist())
         self.last_columns = columns
         return self.values[0, columns].reshape(np.shape(indices)).copy(), columns.reshape(np.shape(indices))
+
+    def know(self, column: int, points: np.ndarray, complete: bool) -> None:
+        """Record where the draw that just read ``column`` changes its result (``breaks``); ``complete``: its result is
+        all the code learns of that uniform (an inverse-CDF draw that hands back only the token or integer), so these
+        are the only points where the call can change along it - while no other draw reads the column."""
+        self.breaks[column] = points
+        if complete and self.reads[column] == 1 and column not in self.read_past_draw:
+            self.complete.add(column)
+        else:
+            self.complete.discard(column)
+
+    def read_past(self, column: int) -> None:
+        """The code read ``column``'s value other than through its draw: its draw's result is not all it learned."""
+        self.read_past_draw.add(column)
+        self.complete.discard(column)
+
+    def known(self, offset: int = 0) -> dict:
+        """The breakpoints known in advance, by uniform (column + ``offset``), as exact integration takes them: a
+        complete column's as ``exact.AllBreaks`` (scanned alone), any other's as points scanned beside the rest."""
+        if not self.breaks:
+            return {}
+        return {offset + column: AllBreaks(at) if column in self.complete else at for column, at in self.breaks.items()}
 
     def note(self, results) -> None:
         """Record the results of a discrete draw just made (first dimension the batch's in a batched call)."""

@@ -221,9 +221,11 @@ class FeedMode(TorchFunctionMode):
         rows = weights.reshape(-1, weights.shape[-1])  # [R, V]
         rules.check_weights(rows, int(num_samples), bool(replacement), "torch.multinomial")
         shape = weights.shape[:-1] + (int(num_samples),)
-        u = self.capture.draw("torch.multinomial", shape, kwargs.get("generator"))[0]
+        u, columns = self.capture.draw("torch.multinomial", shape, kwargs.get("generator"))
         u = u.reshape(len(rows), int(num_samples))
         drawn = self.capture.chose(rules.categorical(rows, u, bool(replacement)).reshape(shape))
+        if int(num_samples) == 1:  # one inverse-CDF draw per row of weights, each by its own column
+            self.capture.know_categorical(columns, rows)
         return _finish(torch.from_numpy(drawn).to(device=input.device), kwargs)
 
     def randint(self, *args, **kwargs):
@@ -271,7 +273,7 @@ class FeedMode(TorchFunctionMode):
     def follow(self, func, args, kwargs):
         capture = self.capture
         tracked = capture.tracked
-        involved = [tracked[id(a)] for a in _flat(args, kwargs) if id(a) in tracked]
+        involved = _involved(tracked, args, kwargs)
         if not involved or func in _METADATA or _harmless_attribute(func) or (func in _MEMORY
                                                                              and _asked_by_triton()):
             return func(*args, **kwargs)
@@ -358,6 +360,9 @@ class FeedMode(TorchFunctionMode):
         capture.tape.raced[read] = True  # and no later draw may read it by its key (Tape.take_keyed)
         tokens = inverse_cdf(flat, first)  # [slices]
         tokens[flat.sum(axis=1) <= 0] = 0  # argmax of all-zero scores is the first index
+        if not batched:  # the noise is followed from here on: the token is all the code learns of each first uniform
+            capture.know_categorical(noise.columns[:1] if len(shape) == 1
+                                     else np.moveaxis(noise.columns, dim, -1)[..., 0].reshape(-1), flat)
         tokens = tokens.reshape(shape[:dim] + shape[dim + 1:])
         if keepdim:
             tokens = np.expand_dims(tokens, dim)
@@ -510,17 +515,22 @@ def _harmless_attribute(func) -> bool:
     return getattr(func, "__name__", "") == "__get__" and getattr(owner, "__name__", "") in _METADATA_ATTRIBUTES
 
 
-def _flat(args, kwargs):
-    for value in args:
-        if type(value) in (tuple, list):
-            yield from value
-        else:
-            yield value
-    for value in kwargs.values():
-        if type(value) in (tuple, list):
-            yield from value
-        else:
-            yield value
+def _involved(tracked: dict, args, kwargs) -> list:
+    """What ``tracked`` holds for the arguments of a torch call (one level into tuples and lists): the followed
+    tensors among them. Every torch operation of a call that drew noise passes here, so it is written out flat."""
+    found = []
+    for values in (args, kwargs.values()) if kwargs else (args,):
+        for value in values:
+            if type(value) is tuple or type(value) is list:
+                for item in value:
+                    entry = tracked.get(id(item))
+                    if entry is not None:
+                        found.append(entry)
+            else:
+                entry = tracked.get(id(value))
+                if entry is not None:
+                    found.append(entry)
+    return found
 
 
 _BASELINE_USES = None

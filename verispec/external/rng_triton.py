@@ -24,6 +24,7 @@ refuses it (a continuous use) instead of guessing.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -63,6 +64,9 @@ def addresses(tensor) -> np.ndarray:
     with torch._C.DisableTorchFunction():
         shape = tuple(tensor.shape)
         strides, base, size = tensor.stride(), int(tensor.data_ptr()), int(tensor.element_size())
+        contiguous = tensor.is_contiguous()
+    if contiguous:  # the common case (a fresh row of noise): element k at base + k * size
+        return base + np.arange(math.prod(shape), dtype=np.int64).reshape(shape) * size
     offsets = np.zeros(shape, dtype=np.int64)
     for axis, stride in enumerate(strides):
         index = np.arange(shape[axis], dtype=np.int64).reshape([-1 if k == axis else 1 for k in range(len(shape))])
@@ -73,12 +77,16 @@ def addresses(tensor) -> np.ndarray:
 def remember(capture, tensor, uniforms: np.ndarray, columns: np.ndarray) -> None:
     """Remember the elements ``exponential_`` just wrote into ``tensor`` (uniforms and columns in its shape)."""
     memory = capture.noise_memory
-    if tensor.device.type != "cpu" or len(memory) + tensor.numel() > MAX_REMEMBERED:
+    if tensor.device.type != "cpu":
         return
-    uniforms = np.broadcast_to(np.asarray(uniforms, dtype=np.float64), tuple(tensor.shape))
-    columns = np.broadcast_to(np.asarray(columns, dtype=np.int64), tuple(tensor.shape))
+    where = addresses(tensor)  # its shape is the tensor's, read past the torch mode (at every exponential_)
+    if len(memory) + where.size > MAX_REMEMBERED:
+        return
+    uniforms, columns = np.asarray(uniforms, dtype=np.float64), np.asarray(columns, dtype=np.int64)
+    uniforms = uniforms if uniforms.shape == where.shape else np.broadcast_to(uniforms, where.shape)
+    columns = columns if columns.shape == where.shape else np.broadcast_to(columns, where.shape)
     tape = capture.tape
-    for address, column, uniform in zip(addresses(tensor).reshape(-1).tolist(), columns.reshape(-1).tolist(),
+    for address, column, uniform in zip(where.reshape(-1).tolist(), columns.reshape(-1).tolist(),
                                         uniforms.reshape(-1).tolist()):
         before = memory.get(address)
         if (before is not None and before.kind == "noise" and not before.raced and not before.read
@@ -525,6 +533,7 @@ def install(capture) -> None:
             element = memory.get(int(where[index]))
             if element is not None:
                 element.read = True
+                capture.tape.read_past(element.column)  # past the torch mode: a race's token is not all it learns
                 elements[index] = element
                 hit = True
         if not hit:

@@ -340,7 +340,7 @@ class Runner:
                             used[index, self.own:] = row_tape.used
                             paths[index] = self._labels(row_tape)[0]
                             keys[index] = tuple(row_tape.keys)
-                            breaks[index] = {self.own + column: at for column, at in row_tape.breaks.items()}
+                            breaks[index] = row_tape.known(self.own)
                             self.max_cursor = max(self.max_cursor, row_tape.cursor)
                 else:
                     batch_tape = Tape(tape, self.trace) if self.capture else None
@@ -353,8 +353,7 @@ class Runner:
                     if batch_tape is not None:
                         used[:, self.own:] = batch_tape.used[None, :]
                         paths[:] = self._labels(batch_tape)
-                        shared = {self.own + column: at for column, at in batch_tape.breaks.items()}
-                        breaks = [shared] * shape[0]
+                        breaks = [batch_tape.known(self.own)] * shape[0]
                         self.max_cursor = max(self.max_cursor, batch_tape.cursor)
         except Signal as signal:
             raise signal.error from None

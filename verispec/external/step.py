@@ -312,7 +312,7 @@ class StepCheck:
         code = self.code(self.layout.emitted(result, self.name, self.depth, self.fillers))
         self.last_keys = tuple(tape.keys)
         keys, inverse = tape.paths()
-        self.last_breaks = dict(tape.breaks)
+        self.last_breaks = tape.known()
         return code, tape.used, self.path_ids.setdefault(keys[int(inverse[0])], len(self.path_ids))
 
     def probe(self, rng: np.random.Generator) -> None:

@@ -8,12 +8,13 @@ is the categorical draw by inverse CDF that the layouts (vLLM's bonus token) and
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from verispec.errors import VerifierError
+from verispec.errors import InvalidTreeError, VerifierError
 from verispec.simulator.trees import TreeBatch
 
 
@@ -21,9 +22,69 @@ def inverse_cdf(law: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     """Categorical draws by inverse CDF: the first token t with cumsum(law)[t] > u * sum(law), clipped to the
     last token of positive mass (law [M, V] >= 0, uniforms [M]) -> [M] int64."""
     cumulative = np.cumsum(law, axis=-1)  # [M, V]
-    tokens = np.sum(cumulative <= (uniforms * cumulative[:, -1])[:, None], axis=-1)
+    tokens = np.count_nonzero(cumulative <= (uniforms * cumulative[:, -1])[:, None], axis=-1)
     last = law.shape[-1] - 1 - np.argmax((law > 0)[:, ::-1], axis=-1)
     return np.minimum(tokens, last).astype(np.int64)
+
+
+#: The most changes of one categorical draw whose points exact integration is handed (``categorical_breaks``), as
+#: for an integer draw (``rng_rules.MAX_KNOWN_BREAKS``).
+MAX_CATEGORICAL_BREAKS = 256
+
+
+def categorical_breaks(law: np.ndarray) -> np.ndarray | None:
+    """Where ``inverse_cdf(law[None], [u])`` changes as u goes over [0, 1): for each token t before the last of
+    positive mass, the least float64 u with u * sum(law) >= cumsum(law)[t] in float64 - the comparison
+    ``inverse_cdf`` makes - as sorted distinct points inside (0, 1). Each point is pinned to its float (checked: the
+    result changes between it and the float below, and nowhere else, since the count of cumulative masses at or
+    below u * sum(law) only grows with u); None where one cannot be (a law without positive mass, a point that
+    does not settle) or where there are more than ``MAX_CATEGORICAL_BREAKS``. Remembered by the law's bytes (a
+    check draws from the same few laws thousands of times)."""
+    law = np.asarray(law, dtype=np.float64)
+    key = law.tobytes()
+    if key not in _BREAKS:
+        if len(_BREAKS) >= 4096:
+            _BREAKS.clear()
+        _BREAKS[key] = _categorical_breaks(law)
+    return _BREAKS[key]
+
+
+#: Law bytes -> its breakpoints (``categorical_breaks``).
+_BREAKS: dict[bytes, np.ndarray | None] = {}
+
+
+def _categorical_breaks(law: np.ndarray) -> np.ndarray | None:
+    cumulative = np.cumsum(law[None, :], axis=-1)[0]  # as inverse_cdf sums
+    total = float(cumulative[-1])
+    positive = np.flatnonzero(law > 0)
+    if not (math.isfinite(total) and total > 0 and len(positive)) or positive[-1] > MAX_CATEGORICAL_BREAKS:
+        return None
+    points = set()
+    for bar in cumulative[:positive[-1]].tolist():  # token t -> t + 1 where u * total reaches the bar
+        if bar <= 0:
+            continue
+        u = min(bar / total, 1.0)  # Python floats multiply as numpy's float64 do: the same roundings
+        for _ in range(4):  # up while u * total is still below the bar, then down while the float below reaches it
+            if u * total < bar:
+                u = math.nextafter(u, 2.0)
+        for _ in range(4):
+            if math.nextafter(u, -1.0) * total >= bar:
+                u = math.nextafter(u, -1.0)
+        if not (u * total >= bar and math.nextafter(u, -1.0) * total < bar):
+            return None
+        if u < 1.0:
+            points.add(u)
+    found = np.array(sorted(points), dtype=np.float64)
+    found.flags.writeable = False  # shared by every draw from the same law
+    return found
+
+
+def chain_nodes(batch: TreeBatch) -> list[int]:
+    """The nodes of ``batch``'s one draft path, root first; ``InvalidTreeError`` for a tree that branches."""
+    if any(len(children) > 1 for children in batch.child_lists):
+        raise InvalidTreeError("this layout takes a single draft path (chain:L, argmax-chain:L, topk-chain:k,L); "
+                               "use --layout tree-parent or tree-sibling for trees")
+    return batch.chain_nodes()
 
 
 @dataclass(frozen=True)
@@ -54,6 +115,12 @@ class TreeArrays:
             for child in children:
                 table[rows, node, self.tokens[:, child]] = child
         return table
+
+    @cached_property
+    def chain(self) -> list[int]:
+        """The nodes of the batch's one draft path, root first (``chain_nodes``): the chain layouts ask at every
+        call."""
+        return chain_nodes(self.batch)
 
     @property
     def depth(self) -> int:

@@ -430,7 +430,7 @@ class SpeculativeDecoder:
         """One block from ``state`` (updated to the next block's): its named steps, each timed here by phase (a
         step's time runs to the end of the GPU work it queued), then the emitted tokens and the block's record.
         ``room``: the tokens the run still wants (``_drafter``)."""
-        clock = StepClock(self.pair.device)
+        clock = StepClock(target.device)  # the CachedModel's, read once (a model's own walks its parameters)
         block = _Block(self.actions[0], room=room)
         if self.policy is not None:
             # the policy's choice, from what exists before the draws (the draft catches up first if it reads q)
@@ -502,7 +502,7 @@ class SpeculativeDecoder:
         written only as a sampling procedure runs as written instead); the accepted path ends at the node."""
         import torch
 
-        action, layout, p, device = block.action, block.layout, block.p, self.pair.device
+        action, layout, p, device = block.action, block.layout, block.p, block.p.device
         nodes = len(layout.parent)
         q = torch.full_like(p, float("nan"))
         if block.side is not None:

@@ -152,7 +152,7 @@ def sample_target(pair: ModelPair, prompt: str | Sequence[int], max_new_tokens: 
     generation = Generation(prompt_tokens, [], "", prefill_s=time.perf_counter() - start)
     last = prompt_tokens[-1]
     while len(generation.tokens) < max_new_tokens:
-        clock = StepClock(pair.device)
+        clock = StepClock(target.device)  # the CachedModel's, read once (a model's own walks its parameters)
         law = clock.time("target_s", _target_law, target, sampling, last)
         last = clock.time("verify_s", categorical, rng, law, "the target's sampling law", wait=False)
         clock.time("cache_s", target.commit, [0])

@@ -72,12 +72,17 @@ class CachedModel:
     """A causal LM (a transformers ``...ForCausalLM``) with its KV cache over committed and pending tokens."""
 
     def __init__(self, model, max_length: int | None = None, *, graphs: bool = False, hidden: bool = False):
+        import torch
         from transformers import DynamicCache, StaticCache
 
         self.model = model
         #: the model's device and dtype, read once: a transformers model's ``device`` walks its parameters on every read
         #: (about 5 reads a forward; a CachedModel lives for one run, during which the model does not move)
         self._device, self.dtype = model.device, model.dtype
+        #: the 4D mask's values where a token attends and where it does not (made once: on a CPU a small model's
+        #: forward costs little more than the few torch calls around it)
+        self._mask_values = (torch.zeros((), dtype=self.dtype, device=self._device),
+                             torch.full((), torch.finfo(self.dtype).min, dtype=self.dtype, device=self._device))
         #: hidden: every forward also keeps the last layer's hidden states of its new tokens in ``last_hidden``
         #: ([n, H], for a policy that reads them); eager forwards only (a CUDA graph records the logits alone)
         self.hidden = bool(hidden)
@@ -201,8 +206,9 @@ class CachedModel:
             raise VerispecError(f"the static KV cache holds {self.max_length} tokens; this forward needs {total} "
                                 "(committed, pending and new): give the decoder a larger max_length")
         width = total if self.max_length is None else self.max_length  # a static cache attends over every slot
-        # Built on the host and moved once: element writes on a GPU tensor would be a kernel launch each.
-        allowed = torch.zeros((count, width), dtype=torch.bool)
+        # Built on the host (in numpy: fewer torch calls) and moved once: element writes on a GPU tensor would be a
+        # kernel launch each.
+        allowed = np.zeros((count, width), dtype=bool)
         if self.segments is None:
             allowed[:, : self.committed] = True
             lengths = [self.committed] * count
@@ -211,9 +217,9 @@ class CachedModel:
             spans = np.zeros((len(self.segments), self.committed), dtype=bool)       # [segments, committed]
             for index, (first, length) in enumerate(self.segments):
                 spans[index, first:first + length] = True
-            allowed[:, : self.committed] = torch.from_numpy(spans[own])
+            allowed[:, : self.committed] = spans[own]
             lengths = [self.segments[segment][1] for segment in own]
-        ancestors = np.zeros((count, self.pending), dtype=bool)  # [n, pending]: the token itself and its ancestors
+        ancestors = allowed[:, self.committed: self.committed + self.pending]  # [n, pending]: itself and ancestors
         for row in range(count):
             node, parent = start + row, self._parents[start + row]
             if parent >= start:  # a new token's row extends its parent's (a chain of n is O(n^2) bits, not steps)
@@ -223,20 +229,16 @@ class CachedModel:
                     ancestors[row, parent] = True
                     parent = self._parents[parent]
             ancestors[row, node] = True
-        allowed[:, self.committed: self.committed + self.pending] = torch.from_numpy(ancestors)
         positions = [lengths[row] - 1 + self._depths[start + row] for row in range(count)]
         if self.runner is not None:
-            return self.runner.forward(tokens, positions, allowed, self.committed + start)
-        dtype = self.dtype
-        blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=self.device)
-        mask = torch.where(allowed.to(self.device), torch.zeros((), dtype=dtype, device=self.device),
-                           blocked)[None, None]  # [1, 1, count, width]
+            return self.runner.forward(tokens, positions, torch.from_numpy(allowed), self.committed + start)
+        mask = torch.where(torch.from_numpy(allowed).to(self.device), *self._mask_values)[None, None]  # [1, 1, n, w]
+        inputs = torch.from_numpy(np.array([tokens, positions], dtype=np.int64)).to(self.device)  # ids, positions
         if self.max_length is not None:  # writes go to the slots after the committed and pending tokens
             _set_cache_length(self.cache, self.committed + start)
         with torch.no_grad(), self._attention(allowed, start):
-            output = self.model(torch.tensor([tokens], device=self.device), **{cache_keyword(self.model): self.cache},
-                                attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
-                                use_cache=True, output_hidden_states=self.hidden,
+            output = self.model(inputs[:1], **{cache_keyword(self.model): self.cache}, attention_mask=mask,
+                                position_ids=inputs[1:], use_cache=True, output_hidden_states=self.hidden,
                                 logits_to_keep=1 if last_only else 0)
         if self.hidden:
             self.last_hidden = output.hidden_states[-1][0]  # [n, H]: the last entry of transformers' hidden_states

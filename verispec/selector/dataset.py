@@ -25,7 +25,6 @@ in this process, where the pair is loaded already). The dataset is one ``.npz`` 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +34,6 @@ import numpy as np
 from verispec import budget
 from verispec.errors import ProblemTooLargeError, ResultStoreError, describe
 from verispec.io import check_inside, check_output, check_output_file, unpack_floats
-from verispec.memory import trim_heap
 from verispec.selector.actions import open_grid_store
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
 from verispec.selector.hidden_states import collect_hidden_states
@@ -44,6 +42,7 @@ from verispec.selector.labelling import (
     label_pair_tasks,
     label_roots,
     label_tasks,
+    release_group_laws,
 )
 from verispec.selector.roots import (
     Root,
@@ -264,11 +263,7 @@ def _label_groups_here(groups, keyed: dict, grid, settings: dict, latency, pair)
             raise ProblemTooLargeError(f"at a root of {first.group!r} ({len(first.context)} context tokens{together}): "
                                        f"{' '.join(str(error).split())}") from None
         yield [{"key": key, **row} for key, row in zip(members, rows)]
-        # a root's model problem holds its laws (up to 2 GiB at Qwen's vocabulary) in reference cycles that only a
-        # full collection frees, and big arrays do not trigger one: a 96-root Qwen build grew to 24 GB and was
-        # killed without this; the freed laws then leave the heap (2-3 GB a root)
-        gc.collect()
-        trim_heap()
+        release_group_laws(pair.vocab_size)
 
 
 def _pending_groups(groups: list[list[str]], store, method_of: Callable[[str], str]) -> list[tuple[str, list[str]]]:

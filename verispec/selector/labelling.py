@@ -190,6 +190,21 @@ def label_tasks(tasks: list[dict]) -> list[dict]:
     return [_label_task(task) for task in tasks]
 
 
+#: The smallest vocabulary whose labelled groups are followed by a full collection (``release_group_laws``).
+COLLECT_FROM_VOCAB = 1024
+
+
+def release_group_laws(vocab_size: int) -> None:
+    """After a pair's group of roots is labelled: a root's model problem holds its laws (up to 2 GiB a root at Qwen's
+    vocabulary) in reference cycles that only a full collection frees, and big arrays do not trigger one (a 96-root
+    Qwen build grew to 24 GB and was killed without it), so collect and give the freed heap back (2-3 GB a root).
+    Below ``COLLECT_FROM_VOCAB`` the laws are kilobytes, which the collector's own passes free in time, while a full
+    collection walks every live object (about 0.1 s a group in a test process)."""
+    if vocab_size >= COLLECT_FROM_VOCAB:
+        gc.collect()
+        trim_heap()
+
+
 #: The pair a worker process has loaded for pair tasks ({"source", "pair", "shared"}): loaded on its first task and
 #: kept for the next ones (a Qwen pair is 9.6 GB of float32 weights and 20 s to load), one pair at a time.
 _WORKER_PAIR: dict = {}
@@ -233,8 +248,7 @@ def label_pair_tasks(tasks: list[dict]) -> list[dict]:
                                epsilon=task["epsilon"], latency=LatencyModel.from_dict(task["latency"]), pair=pair,
                                shared=shared)
         rows += [{"key": key, **row} for key, row in zip(task["keys"], labelled)]
-        gc.collect()  # as the build's own process does after a group (see build_dataset)
-        trim_heap()
+        release_group_laws(pair.vocab_size)  # as the build's own process does after a group
     return rows
 
 
