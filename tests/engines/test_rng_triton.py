@@ -161,6 +161,21 @@ def test_race_in_a_kernel_is_read_exactly():
     assert abs(report.block_efficiency - (1 + np.minimum(p, q).sum())) < 1e-12
 
 
+def test_a_kernels_race_tells_exact_integration_all_its_breakpoints(monkeypatch):
+    """A race read as one categorical draw hands exact integration its uniform's breakpoints as all of them
+    (``Capture.know_categorical``: the winner is all the kernel learns of that uniform), so the line along it is
+    scanned at those points alone. Control: told nothing, the integration bisects to the same breakpoints and
+    gives the same law (the same TV and E[tau + 1], to the last bit), in more evaluations."""
+    from verispec.external.rng import Capture
+
+    told = _check(verify, problem=SMALL)
+    monkeypatch.setattr(Capture, "know_categorical", lambda self, columns, laws: None)
+    bisected = _check(verify, problem=SMALL)
+    assert told.verdict is Verdict.LOSSLESS and bisected.verdict is Verdict.LOSSLESS
+    assert told.tv_distance == bisected.tv_distance and told.block_efficiency == bisected.block_efficiency
+    assert told.evaluations < bisected.evaluations
+
+
 def test_a_race_whose_block_tail_is_masked_to_zero_is_read_exactly():
     """The masked lanes score 0 * 0 instead of -inf (vLLM's recovery kernel before 0.21): with any positive weight
     they never win, so the race is the same and its law the target's, at V = 2 (p = (0.6, 0.4), q = (0.3, 0.7)),

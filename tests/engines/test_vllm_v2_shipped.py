@@ -24,6 +24,17 @@ verified exactly when it is token 0, and the bonus token is drawn from p otherwi
 q_0 min(1, p_0 / q_0) at 0, the residual's share where the draft was token 0 and rejected, plus (1 - q_0) p; with
 p_0 >= q_0 it is q_0 delta_0 + (1 - q_0) p, so the TV is q_0 (1 - p_0), derived by hand here. The second token is
 p's whatever came first, so the block's TV is the first token's.
+
+The candidate walk of DFlash2 and LiLiCorr (release 0.28 on), its own two kernels, with the walk storing the scores
+of candidate 0's row, not the row it drew from, as the realized scores its cache kernel hands the verifier as q
+(the question the issue asks of LiLiCorr: is the q handed to the sampler the law the draft was drawn from?). At
+chain:2 the first draft is drawn from the unary law q and verified against it, so the first token is p's. The second
+draft d_1 is drawn from r(. | d_0), r(t | a) proportional to q(t) exp(W[a][t]) (W the stand-in coupling), and
+verified against h = r(. | c_0), c_0 the first candidate (the token of largest q). Where d_0 = a was accepted
+(probability min(q(a), p(a))) the second token's law is L_a(t) = r(t | a) min(1, p(t) / h(t)) + (1 - sum_y r(y | a)
+min(1, p(y) / h(y))) (p - h)+(t) / sum (p - h)+, which is p for a = c_0; a rejected first draft, a rejected second one
+and the third token leave p's law. So the block's TV is sum_a min(q(a), p(a)) TV(L_a, p), computed here from that
+formula alone.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASE = vllm_release()
 #: Which planted bug the installed release can carry: the shared key where its V2 noise is murmur3 (0.31 on), the
 #: confidence that reads its own draft where it has adaptive verification (0.28 on).
-PLANTED = {"shared_key": "0.31.0", "own_token": "0.28.0"}
+PLANTED = {"shared_key": "0.31.0", "own_token": "0.28.0", "first_row": "0.28.0"}
 PLANTABLE = [name for name, since in PLANTED.items()
              if RELEASE in vllm_adapter.SUPPORTED and version_key(RELEASE) >= version_key(since)]
 #: The adaptive check's problem.
@@ -60,8 +71,8 @@ from verispec.external.check import check_external
 from verispec.simulator import ContextFreeProblem
 
 
-def check(function, target, draft):
-    report = check_external(function, "step", "chain:1", problem=ContextFreeProblem(target, draft), mode="exact",
+def check(function, target, draft, tree="chain:1"):
+    report = check_external(function, "step", tree, problem=ContextFreeProblem(target, draft), mode="exact",
                             rng="capture", sampling="temperature=1", time_budget=900, threshold=1e-6)
     return {{"verdict": report.verdict.value, "tv": report.tv_distance, "mode": report.mode}}
 
@@ -82,6 +93,27 @@ if "own_token" in sys.argv[1:]:  # the admission reads each slot's own draft (th
         found["own_token"] = check(vllm_v2.v2_adaptive, {list(P)}, {list(Q)})
     finally:
         vllm_v2._adaptive_kernels = kernels
+if "first_row" in sys.argv[1:]:  # the walk stores candidate 0's row as the realized scores, not the row it drew from
+    import importlib.util, inspect, pathlib, tempfile
+    walk = sys.modules[vllm_v2.CANDIDATE_MODULE]
+    source = inspect.getsource(walk)
+    drawn_row = "realized_scores_ptr + candidate_base + offsets,\\n            scores,"
+    first_row = ("realized_scores_ptr + candidate_base + offsets,\\n            "
+                 "tl.load(scores_ptr + flat * top_k * top_k + offsets, mask=mask & valid, other=float('-inf')),")
+    assert source.count(drawn_row) == 1
+    folder = tempfile.mkdtemp()
+    path = pathlib.Path(folder) / "planted_walk.py"
+    path.write_text(source.replace(drawn_row, first_row))
+    spec = importlib.util.spec_from_file_location("planted_walk", path)
+    planted = importlib.util.module_from_spec(spec)
+    sys.modules["planted_walk"] = planted
+    spec.loader.exec_module(planted)
+    shipped = walk._selector_walk_kernel
+    walk._selector_walk_kernel = planted._selector_walk_kernel
+    try:
+        found["first_row"] = check(vllm_v2.v2_lilicorr, {list(P)}, {list(Q)}, "chain:2")
+    finally:
+        walk._selector_walk_kernel = shipped
 print(json.dumps(found))
 """
 
@@ -102,6 +134,37 @@ def test_bugs_planted_in_the_shipped_v2_kernels_are_lossy_at_their_derived_tvs()
         assert result["mode"] == "exact" and result["verdict"] == "lossy", result
         assert P[0] >= Q[0]
         assert abs(result["tv"] - Q[0] * (1 - P[0])) < 1e-6, result
+    if "first_row" in found:  # q read from candidate 0's row, at the TV derived in the module docstring
+        result = found["first_row"]
+        assert result["mode"] == "exact" and result["verdict"] == "lossy", result
+        assert abs(result["tv"] - first_row_tv(P, Q, vllm_adapter.LILICORR_COUPLING)) < 1e-6, result
+
+
+def first_row_tv(p, q, coupling) -> float:
+    """The block TV of the planted first-row walk at chain:2 (module docstring), from its formula alone."""
+    import numpy as np
+
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    size = len(coupling)
+    weights = np.array([[q[t] * np.exp(coupling[a % size][t % size]) for t in range(len(q))] for a in range(len(q))])
+    r = weights / weights.sum(axis=1, keepdims=True)  # r[a] = the second draft's law after a
+    first = int(np.argmax(q))  # c_0: the first candidate, the token of largest unary logit (no ties here)
+    h = r[first]
+    accept = np.minimum(1.0, p / h)
+    residual = np.maximum(p - h, 0.0)
+    total = 0.0
+    for a in range(len(q)):
+        law = r[a] * accept + (1.0 - (r[a] * accept).sum()) * residual / residual.sum()
+        total += min(q[a], p[a]) * 0.5 * np.abs(law - p).sum()
+    return float(total)
+
+
+def test_the_first_row_tv_is_the_hand_computation_and_zero_without_coupling():
+    """The formula above at the check's problem: about 0.064 by hand (r(. | 0) = (0.587, 0.413), h = r(. | 1) =
+    (0.114, 0.886), L_0 = (0.813, 0.187), times min(q_0, p_0) = 0.3), and 0 where the coupling is flat (every row the
+    same: no wrong row to read)."""
+    assert abs(first_row_tv(P, Q, vllm_adapter.LILICORR_COUPLING) - 0.3 * 0.2135) < 5e-4
+    assert first_row_tv(P, Q, ((0.5, 0.5), (0.5, 0.5))) < 1e-15
 
 
 def test_the_stand_in_confidences_make_the_draft_length_depend_on_the_draft():

@@ -88,6 +88,10 @@ FLY = {"fly_window_size": 1, "fly_entropy_threshold": 0.3, "fly_entropy_top_k": 
 #: the checks, so that they are read without importing vLLM (``verispec.engines.vllm_v2`` drives them).
 ADAPTIVE_CONFIDENCE = (0.9, 0.3, 0.6)
 NEIGHBOUR_CONFIDENCE = 0.7
+#: ``v2-lilicorr``: verispec's stand-in for the pairwise head of DFlash2 and LiLiCorr, the score added to a candidate
+#: token's unary logit given the candidate drawn at the position before it (indexed by token ids modulo its size):
+#: a draft that favours repeating its previous token, so each position's draft law depends on the draft before it.
+LILICORR_COUPLING = ((0.8, -0.4), (-0.4, 0.8))
 
 
 def checks() -> list[Check]:
@@ -129,6 +133,12 @@ def checks() -> list[Check]:
               "of the checked request and a greedy neighbour by survival, from confidences that read the drafted "
               "tokens (verispec stands for the confidence head), under a budget of all slots but one, V = 2",
               layout="step", tree="chain:2", target=(0.6, 0.4), draft=(0.3, 0.7), since="0.28.0",
+              source_applies=False),
+        Check("v2-lilicorr", "V2 candidate walk (DFlash2, LiLiCorr) + rejection_sample", f"{_V2}:v2_lilicorr",
+              "the candidate walk of DFlash2 (release 0.28 on) and LiLiCorr (0.31 on): drafts drawn by vLLM's walk "
+              "kernel from pairwise scores that read the candidate drawn before (verispec stands for the unary and "
+              "pairwise heads), the q its cache kernel writes verified by rejection_sample, V = 2",
+              layout="step", tree="chain:2", target=(0.6, 0.4), draft=(0.3, 0.7), since="0.28.0", why=v2_why,
               source_applies=False),
         Check("v2-fly", v2, f"{_V2}:v2_fly", "v2-seeded with FLy, window 1, entropy threshold 0.3 over the top 3 "
               "(release 0.33 on; verispec's own rule: fly(theta=0.3,window=1))", layout="step", tree="chain:2",

@@ -45,7 +45,7 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["VLLM_TARGET_DEVICE"] = "cuda"
 
 from verispec.engines import EngineError
-from verispec.engines.vllm import ADAPTIVE_CONFIDENCE, FLY, NEIGHBOUR_CONFIDENCE
+from verispec.engines.vllm import ADAPTIVE_CONFIDENCE, FLY, LILICORR_COUPLING, NEIGHBOUR_CONFIDENCE
 
 #: The modules of the V2 path.
 GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
@@ -184,23 +184,30 @@ def _v2_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, tem
     if fly and not engine["fly"]:
         raise EngineError("this vLLM's V2 rejection_sample has no FLy (fly_window_size: release 0.33 or later)")
     steps = int(num_draft_tokens)
-    prompt = input_ids.shape[1]
     temp = torch.tensor([float(temperature)], dtype=torch.float32)
     seeds = torch.tensor([int(seed)], dtype=torch.int64)
-    one = torch.zeros(1, dtype=torch.int32)
     drafts, draft_logits = _drafts(engine, draft_model, input_ids, steps, temp, seeds)
+    options = {"use_block_verification": True} if block_verification else {}
+    if fly:
+        options.update(FLY)
+    return _verify(engine, target_model, input_ids, drafts, draft_logits, temp, seeds, **options)
+
+
+def _verify(engine, target_model, input_ids, drafts: list[int], draft_logits, temp, seeds, **options):
+    """One request's drafts verified by vLLM's ``rejection_sample`` against the target's rows, the draft's logits
+    as its speculator cached them ([1, max(K, 1), V]). -> its emitted tokens [accepted + 1] int64."""
+    import torch
+
+    steps, prompt = len(drafts), input_ids.shape[1]
     ids = torch.cat([input_ids[:1], torch.tensor([drafts], dtype=input_ids.dtype)], dim=1)
     target_rows = target_model(ids)[0, prompt - 1:].to(torch.float32).contiguous()  # [K + 1, V]
     rows = steps + 1
     draft_sampled = torch.tensor([int(input_ids[0, -1]), *drafts], dtype=torch.int64)  # the rows' input tokens
-    options = {"use_block_verification": True} if block_verification else {}
-    if fly:
-        options.update(FLY)
     sampled, num_sampled = engine["verify"](
         target_logits=target_rows, draft_logits=draft_logits, draft_sampled=draft_sampled,
         cu_num_logits=torch.tensor([0, rows], dtype=torch.int32),
-        pos=torch.arange(prompt - 1, prompt - 1 + rows, dtype=torch.int64), idx_mapping=one,
-        expanded_idx_mapping=torch.zeros(rows, dtype=torch.int32),
+        pos=torch.arange(prompt - 1, prompt - 1 + rows, dtype=torch.int64),
+        idx_mapping=torch.zeros(1, dtype=torch.int32), expanded_idx_mapping=torch.zeros(rows, dtype=torch.int32),
         expanded_local_pos=torch.arange(rows, dtype=torch.int32), temperature=temp, seed=seeds,
         num_speculative_steps=max(steps, 1), **options)
     count = int(num_sampled.reshape(-1)[0])
@@ -282,6 +289,68 @@ def v2_adaptive(draft_model, target_model, input_ids, num_draft_tokens, temperat
                                  own_token=False)
 
 
+#: Where the candidate walk of DFlash2 (release 0.28 on) and LiLiCorr (0.31 on) lives: its two kernels.
+CANDIDATE_MODULE = "vllm.v1.worker.gpu.spec_decode.dflash2.speculator"
+
+
+def _candidate_kernels(draft_model, target_model, input_ids, num_draft_tokens: int, temperature: float, seed: int):
+    """One request drafted by vLLM's candidate walk and verified by ``rejection_sample``.
+
+    DFlash2 and LiLiCorr draft all K positions from one parallel forward: each position gets top-k candidates from
+    a unary head, and a pairwise head scores position s's candidates given each candidate of position s - 1
+    (scores [reqs, K, top_k, top_k]). vLLM's ``_selector_walk_kernel`` walks them with Gumbel-max: at step s it
+    reads the row of the candidate drawn at s - 1, draws, and stores that row as the realized scores;
+    ``_cache_draft_logits_kernel`` writes the realized scores at the candidates' token ids into the draft-logits
+    cache (-inf elsewhere), which ``rejection_sample`` reads as q. verispec stands for the two heads: the unary logits
+    are the draft model's at the prompt (the heads read the prompt only), the candidates all V tokens in the order
+    ``torch.topk`` gives them, and the pairwise score adds ``LILICORR_COUPLING[previous token][token]`` to the unary
+    one. The draft law of position s then depends on the token drawn before it, so a q read from another row than
+    the one drawn from (the question the issue asks of LiLiCorr) shows in the law. -> the emitted tokens."""
+    import importlib
+
+    import torch
+
+    engine = _engine()
+    try:
+        walk = importlib.import_module(CANDIDATE_MODULE)
+        walk_kernel, cache_kernel = walk._selector_walk_kernel, walk._cache_draft_logits_kernel
+    except (ImportError, AttributeError) as error:
+        raise EngineError(f"this vLLM has no candidate walk ({type(error).__name__}: {error}; DFlash2 from release "
+                          "0.28, LiLiCorr from 0.31)") from None
+    steps, prompt = int(num_draft_tokens), input_ids.shape[1]
+    unary = draft_model(input_ids[:1])[0, -1].to(torch.float32)  # [V]
+    vocab = top_k = int(unary.shape[0])
+    order = torch.sort(unary, descending=True, stable=True).indices  # the candidates, as topk orders them
+    coupling = torch.tensor([[LILICORR_COUPLING[a % len(LILICORR_COUPLING)][t % len(LILICORR_COUPLING)]
+                              for t in range(vocab)] for a in range(vocab)], dtype=torch.float32)  # [V, V]
+    scores = unary[order].repeat(1, steps, top_k, 1)  # [1, K, top_k (previous), top_k]
+    scores[0, 1:] += coupling[order][:, order]  # step s >= 1: the row of previous candidate j
+    candidates = order.repeat(steps, 1).contiguous()  # [K, top_k]
+    draft_logits = torch.full((1, max(steps, 1), vocab), float("-inf"), dtype=torch.float32)  # the speculator's fill
+    realized = torch.empty((1, steps, top_k), dtype=torch.float32)
+    drafts = torch.zeros((1, steps), dtype=torch.int64)
+    idx_mapping = torch.zeros(steps, dtype=torch.int64)
+    temp = torch.tensor([float(temperature)], dtype=torch.float32)
+    seeds = torch.tensor([int(seed)], dtype=torch.int64)
+    block = 1 << (top_k - 1).bit_length()  # triton.next_power_of_2
+    walk_kernel[(1,)](scores.contiguous(), candidates, torch.arange(prompt, prompt + steps, dtype=torch.int64),
+                      idx_mapping, temp, seeds, drafts, realized, num_steps=steps, top_k=top_k, BLOCK_K=block,
+                      SAMPLE_PROBABILISTIC=True, USE_FP64=False, num_warps=1)
+    cache_kernel[(steps,)](draft_logits, torch.zeros((1, steps, top_k), dtype=torch.int64), candidates, realized,
+                           idx_mapping, draft_logits.stride(0), draft_logits.stride(1), num_steps=steps, top_k=top_k,
+                           BLOCK_K=block, num_warps=1)
+    return _verify(engine, target_model, input_ids, [int(token) for token in drafts[0]], draft_logits, temp, seeds)
+
+
+def v2_lilicorr(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """The candidate walk of DFlash2 and LiLiCorr (``_candidate_kernels``): drafts drawn by vLLM's walk kernel from
+    pairwise scores, their q written by its cache kernel, verified by ``rejection_sample``. Temperature only."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _candidate_kernels(draft_model, target_model, input_ids, num_draft_tokens, temperature, seed)
+
+
 def v2_single(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
     """The ``step`` layout: one request through the V2 runner's drafting ``gumbel_sample`` and its probabilistic
     ``rejection_sample`` (module docstring). Temperature only (top-k, top-p and min-p are not applied)."""
@@ -321,6 +390,8 @@ def _warm_up() -> None:
 
     if importlib.util.find_spec(ADAPTIVE_MODULE) is not None:
         _adaptive_kernels(model, model, ids, 2, 1.0, 1, own_token=False)
+    if importlib.util.find_spec(CANDIDATE_MODULE) is not None:
+        _candidate_kernels(model, model, ids, 2, 1.0, 1)
 
 
 _warm_up()

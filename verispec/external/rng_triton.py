@@ -302,6 +302,7 @@ def _race(score: _Traced, axis, keepdims: bool):
             if positive.sum() > 0 and len(columns) > 1:  # a uniform the first race left unused
                 tape.used[columns[1]] = True
                 tokens[row] = positions[inverse_cdf(law[None, :], np.array([noise[1].uniform]))[0]]
+                capture.know_categorical(columns[1:2], law[None, :])  # its token is all the kernel learns of it
             else:
                 tokens[row] = positions[int(np.argmax(law))]
             continue
@@ -311,6 +312,9 @@ def _race(score: _Traced, axis, keepdims: bool):
             return None  # one uniform in two entries, or read by a key elsewhere: not an i.i.d. race
         if positive.sum() > 0:
             winner = int(inverse_cdf(positive[None, :], np.array([noise[0].uniform]))[0])
+            # the winner is all the kernel learns of the first uniform (any other use of the noise is refused, a
+            # second race reads it through the winner): its breakpoints are the law's, and all of them
+            capture.know_categorical(columns[:1], positive[None, :])
         else:  # every score is 0: argmax is the first entry not masked to -inf, whatever the noise
             winner = None
         tokens[row] = positions[winner] if winner is not None else np.flatnonzero(row_weights != -np.inf)[0]
@@ -394,6 +398,7 @@ def _keyed_race(score: _Traced, axis, keepdims: bool):
         if len(set(columns.tolist())) != len(columns) or np.any(tape.reads[columns] > 1):
             _impure(trace)  # one uniform in two lanes, or read elsewhere by its key: not an i.i.d. race
         winner = int(inverse_cdf(weights[None, :], np.array([values[0]]))[0])
+        capture.know_categorical(columns[:1], weights[None, :])  # as in ``_race`` (a second read by key undoes it)
         token = positions[winner]
         tape.used[columns[1:]] = False
         tape.raced[columns] = True
@@ -434,6 +439,7 @@ def _second_keyed_race(capture, previous, offsets: np.ndarray, positions: np.nda
     else:
         tape.used[spare] = True
         chosen = int(inverse_cdf(law[None, :], np.array([tape.values[0, spare]]))[0])
+        capture.know_categorical([spare], law[None, :])
     if second[chosen] <= 0:
         _refuse_reread(capture)
     return int(positions[live_offsets.index(lanes[chosen])])
