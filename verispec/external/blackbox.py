@@ -447,3 +447,20 @@ def _bernstein(estimate, target, samples, alpha, power, largest_weight, squared,
                           worst_estimate=float(estimate[worst]), worst_target=float(target[worst]),
                           worst_threshold=float(threshold[worst]) if positive[worst] else 0.0,
                           discrepancies=shown, raised_runs=0 if raises is None else raises.runs, cut_short=cut)
+
+
+def underpowered(result: BlackBoxResult, target: np.ndarray, detect_tv: float) -> str:
+    """What a test that did not reject but cannot detect a TV of ``detect_tv`` says, and the run that would."""
+    needed = samples_for_power(target, detect_tv, result.alpha, result.power)
+    if needed <= MAX_SAMPLES:
+        coarser = f", or accept a coarser --detect-tv {result.detectable_tv:.3g}" if result.detectable_tv <= 1 else ""
+        advice = (f"run with --samples {needed} (or leave --samples out), which detects a TV of "
+                  f"{detect_tv:g}{coarser}")
+    else:
+        reachable = result.detectable_tv * math.sqrt(result.samples / MAX_SAMPLES)
+        advice = (f"the largest test ({MAX_SAMPLES:,} runs) detects a TV of about {reachable:.3g}: use "
+                  f"--detect-tv {reachable:.3g} or more, or a smaller problem (fewer sequences)")
+    reach = (f"it detects only a TV of {result.detectable_tv:.3g} or more" if result.detectable_tv <= 1 else
+             "it cannot detect even the largest TV (1)")
+    return (f"the test did not reject, but with {result.samples} runs {reach} (--detect-tv {detect_tv:g} was asked); "
+            f"{advice}")

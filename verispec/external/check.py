@@ -72,11 +72,10 @@ from verispec.external.adapter import ExternalVerifier
 from verispec.external.blackbox import (
     DEFAULT_DETECT_TV,
     DEFAULT_POWER,
-    MAX_SAMPLES,
     BlackBoxResult,
     blackbox_test,
     discrepancies,
-    samples_for_power,
+    underpowered,
 )
 from verispec.external.check_options import CheckOptions
 from verispec.external.check_report import CheckReport
@@ -84,6 +83,7 @@ from verispec.external.exact import NotPiecewiseConstantError
 from verispec.external.raises import PastRaises, StateWatch, law_past_raises, say_state
 from verispec.external.rng import CaptureRefusal, GlobalRandomnessError, KeyRefusal, RowByRowRefusal
 from verispec.external.runner import FunctionRaised, NondeterministicError, RaiseLog
+from verispec.external.step_auto import ExactOutOfTime, runs_that_fit, within_share
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import ExactResult, analyze
@@ -263,13 +263,16 @@ class _Check:
 
     # --- black-box tests ----------------------------------------------------------------------------------------
 
-    def powered_test(self, problem: Problem, alpha: float, seed: int, label: str = "") -> BlackBoxResult:
-        """The test on ``problem``, going on past raises (the first is recorded; the test is then one-sided)."""
+    def powered_test(self, problem: Problem, alpha: float, seed: int, label: str = "",
+                     samples: int | None = None) -> BlackBoxResult:
+        """The test on ``problem``, going on past raises (the first is recorded; the test is then one-sided);
+        ``samples`` (the runs that fit the clock, ``runs_by_clock``) in place of the option's."""
         log = RaiseLog()
         try:
             options = self.options
-            return blackbox_test(problem, self.drafter, self.verifier, samples=options.samples, alpha=alpha, seed=seed,
-                                 test=options.test, detect_tv=options.detect_tv, power=options.power, raises=log)
+            return blackbox_test(problem, self.drafter, self.verifier, samples=samples or options.samples, alpha=alpha,
+                                 seed=seed, test=options.test, detect_tv=options.detect_tv, power=options.power,
+                                 raises=log)
         finally:  # out of time too: the raise stands
             if log.first is not None:
                 self.record_raise(log.first, problem, label)
@@ -283,20 +286,7 @@ class _Check:
         if result.detectable_tv <= self.options.detect_tv:
             return Verdict.LOSSLESS, ""
         target = np.asarray(target_law(problem, self.drafter.depth + 1), dtype=np.float64)
-        needed = samples_for_power(target, self.options.detect_tv, result.alpha, result.power)
-        if needed <= MAX_SAMPLES:
-            coarser = (f", or accept a coarser --detect-tv {result.detectable_tv:.3g}" if result.detectable_tv <= 1
-                       else "")
-            advice = (f"run with --samples {needed} (or leave --samples out), which detects a TV of "
-                      f"{self.options.detect_tv:g}{coarser}")
-        else:
-            reachable = result.detectable_tv * math.sqrt(result.samples / MAX_SAMPLES)
-            advice = (f"the largest test ({MAX_SAMPLES:,} runs) detects a TV of about {reachable:.3g}: use "
-                      f"--detect-tv {reachable:.3g} or more, or a smaller problem (fewer sequences)")
-        reach = (f"it detects only a TV of {result.detectable_tv:.3g} or more" if result.detectable_tv <= 1 else
-                 "it cannot detect even the largest TV (1)")
-        return Verdict.INCONCLUSIVE, (f"the test did not reject, but with {result.samples} runs {reach} "
-                                      f"(--detect-tv {self.options.detect_tv:g} was asked); {advice}")
+        return Verdict.INCONCLUSIVE, underpowered(result, target, self.options.detect_tv)
 
     # --- a given problem ----------------------------------------------------------------------------------------
 
@@ -321,21 +311,25 @@ class _Check:
                     raise
 
     def _given(self, problem: Problem) -> CheckReport:
-        scope = "on the given problem"
+        scope, clocked = "on the given problem", None
         if self.mode in ("auto", "exact"):
-            try:
-                result = analyze(problem, self.drafter, self.verifier)
+            try:  # auto: exact mode within its share of the time left, then black-box runs that fit the rest
+                result = (analyze(problem, self.drafter, self.verifier) if self.mode == "exact" else within_share(
+                    lambda: analyze(problem, self.drafter, self.verifier), lambda: self.verifier.stats.evaluations))
             except NotPiecewiseConstantError as error:
                 if self.mode == "exact":
                     raise
                 self.add_note(f"exact mode refused, so black-box mode was used: {error}")
                 self.mode = "blackbox"
+            except ExactOutOfTime as ran_out:
+                self.mode, clocked = "blackbox", runs_that_fit(problem, self.drafter, self.verifier, self.options)
+                self.add_note(ran_out.fallback(clocked))
             else:
                 self.mode, self.tried = "exact", 1
                 lossy = float(result.tv_distance) > self.options.threshold
                 return self.report(Verdict.LOSSY if lossy else Verdict.LOSSLESS, scope, problem=problem,
                                    source="given", exact=result)
-        result = self.powered_test(problem, self.options.alpha, self.options.seed)
+        result = self.powered_test(problem, self.options.alpha, self.options.seed, samples=clocked)
         self.tried = 1
         verdict, next_step = self.blackbox_verdict(result, problem)
         if verdict is Verdict.RAISES:

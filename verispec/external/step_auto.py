@@ -1,4 +1,5 @@
-"""Auto mode of a whole-step check (``verispec.external.step``) within its time budget: exact mode gets a share of
+"""Auto mode of a check (a whole step, ``verispec.external.step``, or a given problem, ``verispec.external.check``)
+within its time budget: exact mode gets a share of
 the time left; where it does not finish, black-box mode runs until most of the rest is spent (a sample size set by
 the clock, not by the outcomes) and its report says what those runs can detect. Issue 76, item 8: auto mode that
 spent its whole budget in exact mode on a keyed step ended with nothing."""
@@ -24,23 +25,52 @@ class ExactOutOfTime(Exception):
         super().__init__(f"exact mode ran past {seconds:.3g} s")
         self.seconds, self.evaluations = seconds, evaluations
 
+    def fallback(self, runs: int) -> str:
+        """The report's note on the black-box runs that replaced exact mode."""
+        return (f"exact mode did not finish in {self.seconds:.3g} s ({AUTO_EXACT_SHARE:.0%} of the time left) after "
+                f"{self.evaluations:,} calls, so black-box mode was used: {runs:,} runs fit the time left (the verdict "
+                "says what they can detect)")
+
 
 def exact_within(check, options: dict | None):
-    """``check.exact_law`` under ``AUTO_EXACT_SHARE`` of the time left; ``ExactOutOfTime`` where it ran out and the
-    outer budget still has time (an outer budget that ran out stays an ``AnalysisTimeoutError``)."""
+    """``check.exact_law`` under ``AUTO_EXACT_SHARE`` of the time left (``within_share``)."""
+    return within_share(lambda: check.exact_law(options or {}), lambda: check.evaluations)
+
+
+def within_share(run, evaluations):
+    """``run()`` (an exact integration) under ``AUTO_EXACT_SHARE`` of the time left; ``ExactOutOfTime`` (with the
+    calls ``evaluations()`` counted meanwhile) where it ran out and the outer budget still has time (an outer budget
+    that ran out stays an ``AnalysisTimeoutError``)."""
     from verispec.errors import AnalysisTimeoutError
 
     left = budget.remaining()
     if left is None:
-        return check.exact_law(options or {})
-    start, before = time.monotonic(), check.evaluations
+        return run()
+    start, before = time.monotonic(), evaluations()
     try:
         with budget.time_budget(start + AUTO_EXACT_SHARE * left, what="exact mode"):
-            return check.exact_law(options or {})
+            return run()
     except AnalysisTimeoutError:
         if not budget.remaining():
             raise
-        raise ExactOutOfTime(time.monotonic() - start, check.evaluations - before) from None
+        raise ExactOutOfTime(time.monotonic() - start, evaluations() - before) from None
+
+
+#: The runs of the pilot that times a black-box test after exact mode ran out (``runs_by_clock``).
+PILOT_RUNS = 2_000
+
+
+def runs_by_clock(pilot, samples: int) -> int:
+    """Where exact mode ran out of auto mode's share: the black-box runs that fit ``AUTO_BLACKBOX_SHARE`` of the time
+    left, at most ``samples`` (what the power asks for) and at least ``PILOT_RUNS``, timed by ``pilot(PILOT_RUNS)``
+    (a test whose outcome is not used: the sample size is set by the clock, never by what the runs show)."""
+    start = time.monotonic()
+    pilot(PILOT_RUNS)
+    rate = PILOT_RUNS / max(time.monotonic() - start, 1e-6)  # runs a second
+    left = budget.remaining()
+    if left is None:
+        return samples
+    return int(min(samples, max(PILOT_RUNS, AUTO_BLACKBOX_SHARE * left * rate)))
 
 
 def blackbox_runs(samples: int | None, target, detect_tv: float, alpha: float, power: float,
@@ -56,3 +86,18 @@ def blackbox_runs(samples: int | None, target, detect_tv: float, alpha: float, p
     if not out_of_time or left is None:
         return samples, None
     return samples, time.monotonic() + AUTO_BLACKBOX_SHARE * left
+
+
+def runs_that_fit(problem, drafter, verifier, options) -> int:
+    """A given problem's black-box runs after exact mode ran out: what the power asks for (or ``options.samples``),
+    as many of them as fit the time left (``runs_by_clock``)."""
+    import numpy as np
+
+    from verispec.external.blackbox import MAX_SAMPLES, blackbox_test, samples_for_power
+    from verispec.simulator.problems import target_law
+
+    target = np.asarray(target_law(problem, drafter.depth + 1), dtype=np.float64)
+    wanted = options.samples or min(MAX_SAMPLES, samples_for_power(target, options.detect_tv, options.alpha,
+                                                                   options.power))
+    return runs_by_clock(lambda runs: blackbox_test(problem, drafter, verifier, samples=runs, alpha=options.alpha,
+                                                    seed=options.seed + 1), wanted)
