@@ -52,3 +52,5 @@ def test_auto_mode_on_the_chain_layout_falls_back_to_black_box_within_its_budget
         assert (report.verdict is Verdict.LOSSY) is lossy, (report.verdict, report.note)
         if not lossy:
             assert report.blackbox.detectable_tv > 0 and report.verdict in (Verdict.LOSSLESS, Verdict.INCONCLUSIVE)
+            if report.verdict is Verdict.INCONCLUSIVE:  # the advice is more time, not runs it already left out
+                assert "give a larger --time-budget" in report.next_step, report.next_step

@@ -449,10 +449,13 @@ def _bernstein(estimate, target, samples, alpha, power, largest_weight, squared,
                           discrepancies=shown, raised_runs=0 if raises is None else raises.runs, cut_short=cut)
 
 
-def underpowered(result: BlackBoxResult, target: np.ndarray, detect_tv: float) -> str:
-    """What a test that did not reject but cannot detect a TV of ``detect_tv`` says, and the run that would."""
+def underpowered(result: BlackBoxResult, target: np.ndarray, detect_tv: float, clocked: bool = False) -> str:
+    """What a test that did not reject but cannot detect a TV of ``detect_tv`` says, and the run that would
+    (``clocked``: its runs were as many as fit the time left after exact mode)."""
     needed = samples_for_power(target, detect_tv, result.alpha, result.power)
-    if needed <= MAX_SAMPLES:
+    if clocked and needed <= MAX_SAMPLES:
+        advice = f"give a larger --time-budget: the {needed:,} runs that detect a TV of {detect_tv:g} did not fit"
+    elif needed <= MAX_SAMPLES:
         coarser = f", or accept a coarser --detect-tv {result.detectable_tv:.3g}" if result.detectable_tv <= 1 else ""
         advice = (f"run with --samples {needed} (or leave --samples out), which detects a TV of "
                   f"{detect_tv:g}{coarser}")

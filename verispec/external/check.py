@@ -277,8 +277,8 @@ class _Check:
             if log.first is not None:
                 self.record_raise(log.first, problem, label)
 
-    def blackbox_verdict(self, result: BlackBoxResult, problem: Problem) -> tuple[Verdict, str]:
-        """(verdict, next step) of one powered test."""
+    def blackbox_verdict(self, result: BlackBoxResult, problem: Problem, clocked: bool = False) -> tuple[Verdict, str]:
+        """(verdict, next step) of one powered test (``clocked``: as many runs as fit the time left)."""
         if result.rejected:
             return Verdict.LOSSY, ""
         if self.raised is not None:  # no loss shown, and it raised
@@ -286,7 +286,7 @@ class _Check:
         if result.detectable_tv <= self.options.detect_tv:
             return Verdict.LOSSLESS, ""
         target = np.asarray(target_law(problem, self.drafter.depth + 1), dtype=np.float64)
-        return Verdict.INCONCLUSIVE, underpowered(result, target, self.options.detect_tv)
+        return Verdict.INCONCLUSIVE, underpowered(result, target, self.options.detect_tv, clocked)
 
     # --- a given problem ----------------------------------------------------------------------------------------
 
@@ -331,7 +331,7 @@ class _Check:
                                    source="given", exact=result)
         result = self.powered_test(problem, self.options.alpha, self.options.seed, samples=clocked)
         self.tried = 1
-        verdict, next_step = self.blackbox_verdict(result, problem)
+        verdict, next_step = self.blackbox_verdict(result, problem, clocked is not None)
         if verdict is Verdict.RAISES:
             return self.raises_report(scope, source="given", blackbox=result)
         return self.report(verdict, scope, problem=problem, source="given", blackbox=result, next_step=next_step)
