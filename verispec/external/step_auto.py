@@ -57,11 +57,14 @@ def within_share(run, evaluations):
 
 
 #: The runs of the pilot that times a black-box test after exact mode ran out (``runs_by_clock``).
-PILOT_RUNS = 2_000
+PILOT_RUNS = 200
+#: The share of the time left after the pilot that the runs it sizes are planned to take: the pilot's rate is an
+#: estimate, which a loaded box can halve, and the runs are not cut once started.
+CLOCKED_SHARE = 0.5
 
 
 def runs_by_clock(pilot, samples: int) -> int:
-    """Where exact mode ran out of auto mode's share: the black-box runs that fit ``AUTO_BLACKBOX_SHARE`` of the time
+    """Where exact mode ran out of auto mode's share: the black-box runs planned to take ``CLOCKED_SHARE`` of the time
     left, at most ``samples`` (what the power asks for) and at least ``PILOT_RUNS``, timed by ``pilot(PILOT_RUNS)``
     (a test whose outcome is not used: the sample size is set by the clock, never by what the runs show)."""
     start = time.monotonic()
@@ -70,7 +73,7 @@ def runs_by_clock(pilot, samples: int) -> int:
     left = budget.remaining()
     if left is None:
         return samples
-    return int(min(samples, max(PILOT_RUNS, AUTO_BLACKBOX_SHARE * left * rate)))
+    return int(min(samples, max(PILOT_RUNS, CLOCKED_SHARE * left * rate)))
 
 
 def blackbox_runs(samples: int | None, target, detect_tv: float, alpha: float, power: float,
