@@ -73,5 +73,7 @@ def test_a_runs_own_output_does_not_make_its_checkout_dirty(tmp_path):
     (tmp_path / "result.json").write_text('{"rows": []}\n')
     assert commit_of(tmp_path) == head + "-dirty"
     assert commit_of(tmp_path, outputs=[tmp_path / "result.json"]) == head
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.json"  # an output outside the checkout changes nothing
+    assert commit_of(tmp_path, outputs=[tmp_path / "result.json", outside]) == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert commit_of(tmp_path, outputs=[tmp_path / "result.json"]) == head + "-dirty"

@@ -105,7 +105,10 @@ def commit_of(folder: str | Path, *, mark_dirty: bool = True, outputs=()) -> str
 
     try:
         head = git("rev-parse", "HEAD")
-        excluded = [f":(exclude,literal){Path(path).resolve()}" for path in outputs]
+        root = Path(git("rev-parse", "--show-toplevel")).resolve()
+        # the outputs inside the checkout (git refuses a path outside it, and one outside cannot make it dirty)
+        excluded = [f":(exclude,literal){Path(path).resolve()}" for path in outputs
+                    if Path(path).resolve().is_relative_to(root)]
         dirty = mark_dirty and bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded))
     except (OSError, subprocess.SubprocessError):
         return None
