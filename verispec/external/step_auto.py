@@ -105,4 +105,4 @@ def runs_that_fit(problem, drafter, verifier, options) -> int:
     wanted = options.samples or min(MAX_SAMPLES, samples_for_power(target, options.detect_tv, options.alpha,
                                                                    options.power))
     return runs_by_clock(lambda runs: blackbox_test(problem, drafter, verifier, samples=runs, alpha=options.alpha,
-                                                    seed=options.seed + 1), wanted)
+                                                    seed=options.seed + 1, test=options.test), wanted)
