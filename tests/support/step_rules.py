@@ -48,7 +48,7 @@ def _uniform(generator, key):
     return float(torch.rand(1, dtype=torch.float64, generator=generator))
 
 
-def _chain(draft_model, target_model, ids, count, settings, seed, *, raw_q=False, bonus_only=False):
+def _chain(draft_model, target_model, ids, count, settings, seed, *, raw_q=False, bonus_only=False, row_offset=0):
     """One request's step on a chain of ``count`` drafts; ``ids`` [1, P]. Returns the emitted tokens (a list)."""
     prompt = ids.shape[1]
     generator = torch.Generator()
@@ -64,7 +64,7 @@ def _chain(draft_model, target_model, ids, count, settings, seed, *, raw_q=False
     plain = (1.0, 0, 1.0, 0.0) if settings[0] > 0 else settings
     out = []
     for i, x in enumerate(drafts):
-        p = processed(scores[i], *(plain if bonus_only else settings))
+        p = processed(scores[i + row_offset], *(plain if bonus_only else settings))
         q = raw[i] if raw_q else laws[i]
         if settings[0] == 0:  # greedy: accept while the draft is the target's argmax
             if x == int(torch.argmax(scores[i])):
@@ -95,6 +95,13 @@ def step_bonus_only(draft_model, target_model, input_ids, num_draft_tokens, temp
     see the target at temperature 1 and no filter)."""
     return torch.tensor(_chain(draft_model, target_model, input_ids, num_draft_tokens,
                                (temperature, top_k, top_p, min_p), seed, bonus_only=True))
+
+
+def step_row_offset(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """Broken: draft i is verified against the target's row after it (index i + 1), not the row before it: the
+    same numbers on a context-free problem, another law wherever the law depends on the context."""
+    return torch.tensor(_chain(draft_model, target_model, input_ids, num_draft_tokens,
+                               (temperature, top_k, top_p, min_p), seed, row_offset=1))
 
 
 def _ragged(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds,

@@ -52,6 +52,9 @@ def add_parser(subparsers) -> None:
                             "installed files are not changed")
     check.add_argument("--fail-fast", action="store_true",
                        help="stop after the first check that does not pass (its row is the last one printed)")
+    check.add_argument("--context-twin", action="store_true",
+                       help="the step checks on a context-free problem also check its context twin, where code that "
+                            "reads another position's row is seen (check-external's --context-twin)")
     add_call_timeout_option(check)
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -78,7 +81,7 @@ def run(args) -> int:
     result = run_engine_checks(args.engine, [check.name for check in checks], tree=args.tree,
                                problem=_problem(args), mode=args.mode, detect_tv=args.detect_tv, alpha=args.alpha,
                                time_budget=args.time_budget, source=args.source, any_release=args.any_release,
-                               fail_fast=args.fail_fast)
+                               fail_fast=args.fail_fast, context_twin=args.context_twin)
     if args.json:
         print(json.dumps(plain_json(result)))
     else:

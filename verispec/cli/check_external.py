@@ -74,6 +74,10 @@ def add_parser(subparsers) -> None:
                        help="with a whole-step layout (step, step-ragged, step-tree): the sampling the code is asked "
                             "for, 'temperature=T,top_k=K,top_p=P,min_p=M' (every part optional); the code gets raw "
                             "logits and these settings, and its output is checked against the target after them")
+    check.add_argument("--context-twin", action="store_true",
+                       help="with a whole-step layout on a context-free problem (where a function reading another "
+                            "position's row reads the same numbers): also check the problem's context-dependent twin "
+                            "(verispec.external.step_context), which shows such an offset; the worse verdict stands")
     check.add_argument("--keys", choices=KEY_MODES, default="keyed",
                        help="with --rng capture: keyed (default): draws from a generator seeded inside the call "
                             "(torch.Generator.manual_seed, torch.manual_seed, default_rng(seed), np.random.seed, "
@@ -117,7 +121,7 @@ def run(args) -> int:
 
     # --call-timeout is the command's guard's (verispec.budget.CommandGuard), as for every command running your code
     options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row), ("keys", args.keys),
-                                               ("max_keys", args.max_keys))
+                                               ("max_keys", args.max_keys), ("context_twin", args.context_twin))
                if value not in (None, False, "explicit", "keyed", MAX_KEYS)}
     with tqdm(desc="problems tried", unit=" problems", disable=problem is not None or not sys.stderr.isatty(),
               leave=False) as bar:

@@ -68,7 +68,7 @@ def select_checks(engine: str, names: str | Sequence[str] | None = None):
 def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *, tree: str | None = None,
                       problem=None, mode: str = "exact", detect_tv: float = 0.01, alpha: float = 1e-6,
                       time_budget: float = DEFAULT_CHECK_BUDGET, source: str | None = None,
-                      any_release: bool = False, fail_fast: bool = False) -> dict:
+                      any_release: bool = False, fail_fast: bool = False, context_twin: bool = False) -> dict:
     """Run ``engine``'s checks (``checks`` as for ``select_checks``) on the installed release and return
     ``verispec check-engine``'s JSON object (before ``plain_json``): ``engine``, ``release``, ``source``,
     ``exit_status`` and ``checks``, one row a check.
@@ -79,9 +79,10 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
     (a mutant of the shipped file; the installed files are not changed); ``any_release``: check a release outside
     the adapter's list (its entry points are still verified where a check loads them); ``fail_fast``: stop after the
     first check whose exit status is not 0 (the rows end there, as pytest's ``-x``: what a mutation run or a CI
-    needs to know first). Refused in one line (EngineError,
-    VerispecError) before any check runs: an engine or check that is not known, an engine not installed or of a
-    release the adapter does not know, a ``source`` that is not a file, an option out of range."""
+    needs to know first); ``context_twin``: a step check on a context-free problem also checks its context twin,
+    where code reading another position's row is seen (``verispec.external.step_context``). Refused in one line
+    (EngineError, VerispecError) before any check runs: an engine or check that is not known, an engine not
+    installed or of a release the adapter does not know, a ``source`` that is not a file, an option out of range."""
     check_options(mode=mode, detect_tv=detect_tv, alpha=alpha, time_budget=time_budget)
     module, selected = select_checks(engine, checks)
     release = module.check_release(any_release=any_release)
@@ -101,7 +102,8 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
         rows = []
         for check in selected:
             rows.append(run_check(module, check, engine=engine, tree=tree, problem=problem, mode=mode,
-                                  detect_tv=detect_tv, alpha=alpha, time_budget=time_budget, load=load))
+                                  detect_tv=detect_tv, alpha=alpha, time_budget=time_budget, load=load,
+                                  context_twin=context_twin))
             if fail_fast and exit_status(rows[-1:]) != 0:
                 break
     finally:
@@ -125,7 +127,7 @@ def check_options(*, mode: str = "exact", detect_tv: float = 0.01, alpha: float 
 
 
 def run_check(module, check, *, engine: str, tree: str | None, problem, mode: str, detect_tv: float, alpha: float,
-              time_budget: float, load=None) -> dict:
+              time_budget: float, load=None, context_twin: bool = False) -> dict:
     """One check's row: what was checked (entry, function, layout, tree, sampling, problem, expected verdict,
     threshold), the verdict and its evidence (TV, discrepancies, the greedy check's witness, what raised), the
     seconds it took and whether the verdict is the one a correct release gets. ``load``: how the check's function
@@ -155,11 +157,12 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
         report = check_external(function, check.layout, tree, problem=problem, mode=mode,
                                 name=f"{engine}:{check.name}", detect_tv=detect_tv, alpha=alpha,
                                 time_budget=time_budget, sampling=check.sampling, rng="capture",
-                                threshold=module.THRESHOLD)
+                                threshold=module.THRESHOLD, **({"context_twin": True} if context_twin else {}))
         found = report.to_json()
         row.update(verdict=report.verdict.word, mode=report.mode, tv_distance=report.tv_distance,
                    tv_estimate=report.tv_estimate, power=found.get("power"), discrepancies=report.discrepancies,
-                   evaluations=report.evaluations, note=report.note, raised=report.raised)
+                   evaluations=report.evaluations, note=report.note, raised=report.raised,
+                   offsets_visible=report.offsets_visible)
         if report.verdict is Verdict.RAISES and (report.raised or {}).get("exception") == INTERPRETER_ERROR:
             row["verdict"] = "UNRUNNABLE"
             row["note"] = (f"Triton's interpreter cannot run a kernel on this route "

@@ -534,11 +534,15 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
     function raw logits and ``sampling`` (a ``Sampling`` or its text; default plain sampling at temperature 1)."""
     if mode not in MODES:
         raise VerispecError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    from verispec.external.step import STEP_LAYOUTS, check_whole_step
+    from verispec.external.step import STEP_LAYOUTS
+    from verispec.external.step_entry import check_whole_step
 
     if layout in STEP_LAYOUTS:
         return check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
                                  time_budget, sampling, verifier_options, threshold)
+    if verifier_options.pop("context_twin", False):
+        raise VerispecError(f"--context-twin needs a whole-step layout (step, step-ragged, step-tree); the {layout} "
+                            "layout is checked on the problems it is given or searches")
     if sampling is not None:
         raise VerispecError(f"--sampling needs a whole-step layout (step, step-ragged, step-tree), which hands raw "
                             f"logits; the {layout} layout hands laws already processed")

@@ -56,6 +56,9 @@ class CheckReport:
     tv_lower_bound: bool = False
     #: The exact TV above which the verdict is LOSSY (float64 code: 1e-9; a float32 engine's check states its own).
     threshold: float = DEFAULT_THRESHOLD
+    #: Whole-step layouts: whether the problem checked can show a function that reads another position's row (False
+    #: on a context-free problem: every row is the same; ``verispec.external.step_context``); None for other layouts.
+    offsets_visible: bool | None = None
 
     @property
     def lossless(self) -> bool | None:
@@ -86,7 +89,8 @@ class CheckReport:
                 "seconds": round(self.seconds, 3), "function_evaluations": self.evaluations,
                 "uniforms": self.uniforms, "blackbox": None if self.blackbox is None else self.blackbox.to_json(),
                 "tried": self.tried, "next": self.next_step, "note": self.note, "raised": self.raised,
-                "tv_distance_lower_bound": self.tv_lower_bound, "threshold": self.threshold}
+                "tv_distance_lower_bound": self.tv_lower_bound, "threshold": self.threshold,
+                "offsets_visible": self.offsets_visible}
 
     def describe(self) -> str:
         lines = [f"{self.function} ({self.layout} layout, {self.tree}): {self.verdict.word} - {self.mode} mode, "

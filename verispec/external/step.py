@@ -540,59 +540,10 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                        evaluations=check.evaluations, note=note, threshold=threshold)
 
 
-def check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
-                     time_budget, sampling, verifier_options, threshold: float = DEFAULT_THRESHOLD):
-    """``check.check_external`` for a whole-step layout: its options checked, then ``check_step`` under the time
-    budget."""
-    import math
-
-    from verispec.errors import AnalysisTimeoutError
-    from verispec.models.sampling import Sampling
-    from verispec.simulator.problem_files import load_problem
-    from verispec.simulator.tree_specs import parse_tree
-
-    unknown = sorted(set(verifier_options) - {"rng", "call_timeout", "keys", "max_keys", "per_row"})
-    if unknown:
-        raise VerispecError(f"a whole-step layout takes no {', '.join(unknown)}")
-    if verifier_options.get("rng", "capture") != "capture":
-        raise VerispecError(f"layout {layout!r} hands no uniforms (the step draws its own): use --rng capture")
-    if problem is None:
-        raise VerispecError(f"layout {layout!r} checks a whole step on a given problem: give --target/--draft or "
-                            "--problem")
-    if isinstance(problem, str):
-        problem = load_problem(problem)
-    if problem.exact:
-        raise VerispecError("a whole step runs in float64; analyse a float problem (leave out --exact)")
-    if not (isinstance(time_budget, (int, float)) and math.isfinite(time_budget) and time_budget > 0):
-        raise VerispecError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
-    sampling = Sampling.parse(sampling) if isinstance(sampling, str) else sampling or Sampling()
-    drafter = parse_tree(tree) if isinstance(tree, str) else tree
-    problem.require_depth(drafter.depth + 1)
-    name = name or getattr(function, "__name__", "external")
-    start = time.monotonic()
-    try:
-        with budget.time_budget(start + time_budget, what=f"the check of {name}"):
-            return check_step(function, layout, drafter, problem, sampling, name=name, mode=mode, samples=samples,
-                              alpha=alpha, detect_tv=detect_tv, power=power, seed=seed,
-                              call_timeout=verifier_options.get("call_timeout"),
-                              keys=verifier_options.get("keys", "keyed"),
-                              max_keys=verifier_options.get("max_keys", MAX_KEYS), threshold=threshold)
-    except AnalysisTimeoutError:  # a report, as the other layouts give (its JSON is what a CI reads), never a verdict
-        from verispec.external.check_report import CheckReport
-
-        return CheckReport(function=name, layout=layout, tree=drafter.spec, mode=mode, verdict=Verdict.INCONCLUSIVE,
-                           scope="on the given problem", tv_distance=None, tv_estimate=None, block_efficiency=None,
-                           problem=None, problem_source="given", seconds=time.monotonic() - start,
-                           tried=f"the time budget of {time_budget:g} s ran out before a verdict",
-                           next_step="run again with a larger --time-budget",
-                           note=f"the check of {name} ran past its time budget of {time_budget:g} s",
-                           threshold=threshold)
-
-
 def _with_filler(result: BlackBoxResult) -> BlackBoxResult:
     """A black-box result where a filler emitted a wrong output: impossible for a correct step, so rejected."""
     result.adjusted_p = 0.0
     return result
 
 
-__all__ = ["STEP_LAYOUTS", "LogitsModel", "StepLayout", "check_step", "check_whole_step", "greedy_output"]
+__all__ = ["STEP_LAYOUTS", "LogitsModel", "StepLayout", "check_step", "greedy_output"]
