@@ -134,12 +134,12 @@ pytest.importorskip("transformers")
 
 @pytest.mark.parametrize("name,spec,batched", [("specinfer", "delayed:2,1,2", True), ("spectr", "iid:2,2", True),
                                                ("bv", "chain:3", True), ("traversal", "branch:2,1", True),
-                                               ("naive", "chain:2", False)])
+                                               ("naive", "chain:1", False)])
 def test_on_a_live_pair_the_interval_contains_the_engines_exact_value(pair_seed2, name, spec, batched):
     """``batched``: every prefix's laws are computed first, depth by depth, in batched forwards (ModelProblem.prefetch:
     some ten forwards instead of one per prefix, 4,369 of them under chain:3 at V = 16, 50 s of this test alone); the
     batched laws are the uncached forwards' (tests/models/test_model_problem.py::
-    test_conditionals_equal_uncached_forwards_and_come_in_batches). naive on chain:2 keeps the lazy path, a forward
+    test_conditionals_equal_uncached_forwards_and_come_in_batches). naive on chain:1 keeps the lazy path, a forward
     whenever the engine first reads a prefix."""
     from verispec.models import Sampling
     from verispec.models.problem import ModelProblem

@@ -10,6 +10,7 @@ noise for the race rule: ``argmax(w / E)`` read as one inverse-CDF draw from w (
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from verispec.external import rng_rules as rules
+from verispec.external import rng_torch_fresh as fresh
 from verispec.external import rng_triton
 from verispec.external.exact import NotPiecewiseConstantError
 from verispec.external.tree_arrays import inverse_cdf
@@ -119,17 +121,24 @@ class FeedMode(TorchFunctionMode):
 
     def rand(self, *args, **kwargs):
         shape = _size_of(args, kwargs)
-        values = self.capture.draw("torch.rand", shape, kwargs.get("generator"))[0]
+        values, columns = self.capture.draw("torch.rand", shape, kwargs.get("generator"))
         dtype = kwargs.get("dtype") or (kwargs["out"].dtype if kwargs.get("out") is not None
                                         else torch.get_default_dtype())
         self.capture.float32_draws += dtype == torch.float32
-        return _finish(_uniform_like(values, dtype, kwargs.get("device")), kwargs)
+        return self._fresh(_finish(_uniform_like(values, dtype, kwargs.get("device")), kwargs), columns, kwargs)
 
     def rand_like(self, input, **kwargs):
-        values = self.capture.draw("torch.rand_like", tuple(input.shape), kwargs.get("generator"))[0]
+        values, columns = self.capture.draw("torch.rand_like", tuple(input.shape), kwargs.get("generator"))
         dtype, device = kwargs.get("dtype") or input.dtype, kwargs.get("device") or input.device
         self.capture.float32_draws += dtype == torch.float32
-        return _finish(_uniform_like(values, dtype, device), kwargs)
+        return self._fresh(_finish(_uniform_like(values, dtype, device), kwargs), columns, kwargs)
+
+    def _fresh(self, result, columns, kwargs):
+        """``result`` followed until read, so that a refill before any read leaves its uniforms unused
+        (``rng_torch_fresh``); not a tensor the call handed in (``out=``)."""
+        if kwargs.get("out") is None:
+            fresh.track(self.capture, result, columns)
+        return result
 
     def uniform_(self, self_tensor, a=0.0, b=1.0, **kwargs):
         a, b = kwargs.get("from", a), kwargs.get("to", b)
@@ -137,7 +146,8 @@ class FeedMode(TorchFunctionMode):
         if self_tensor.dtype == torch.float32:  # the generator's float32 draw, then scaled (rounded down)
             values = rules.on_grid(values, np.float64)
             self.capture.float32_draws += 1
-        with torch.no_grad():
+        refill = fresh.overwritten(self.capture, self_tensor)  # uniforms replaced before any read are unused
+        with torch.no_grad(), torch._C.DisableTorchFunction() if refill else contextlib.nullcontext():
             self_tensor.copy_(_as_tensor(rules.uniform(values, a, b), self_tensor.dtype, self_tensor.device, down=True))
         return self_tensor
 
@@ -274,6 +284,13 @@ class FeedMode(TorchFunctionMode):
         capture = self.capture
         tracked = capture.tracked
         involved = _involved(tracked, args, kwargs)
+        if any(fresh.is_fresh(entry) for entry in involved):  # uniforms followed until read (rng_torch_fresh)
+            result = fresh.view(capture, func, args, kwargs, involved) if func in _VIEWS else None
+            if result is not None:
+                return result
+            if not (func in _METADATA or _harmless_attribute(func)):
+                fresh.note_use(involved)
+            involved = [entry for entry in involved if not fresh.is_fresh(entry)]
         if not involved or func in _METADATA or _harmless_attribute(func) or (func in _MEMORY
                                                                              and _asked_by_triton()):
             return func(*args, **kwargs)
