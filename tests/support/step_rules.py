@@ -105,7 +105,7 @@ def step_row_offset(draft_model, target_model, input_ids, num_draft_tokens, temp
 
 
 def _ragged(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds,
-            shift=0):
+            shift=0, one_seed=False):
     count = len(num_draft_tokens)
     width = int(num_draft_tokens.max()) + 1
     out = torch.full((count, width), -1, dtype=torch.int64)
@@ -113,7 +113,7 @@ def _ragged(draft_model, target_model, input_ids, num_draft_tokens, temperature,
         source = (request + shift) % count  # shift != 0: a request reads another's settings (an offset bug)
         settings = (float(temperature[source]), int(top_k[source]), float(top_p[source]), float(min_p[source]))
         emitted = _chain(draft_model, target_model, input_ids[request:request + 1], int(num_draft_tokens[request]),
-                         settings, int(seeds[request]))
+                         settings, int(seeds[0 if one_seed else request]))
         out[request, :len(emitted)] = torch.tensor(emitted)
     return out
 
@@ -127,6 +127,14 @@ def ragged_step_shifted(draft_model, target_model, input_ids, num_draft_tokens, 
     """Broken: each request reads the next request's sampling settings (an offset into the per-request arrays)."""
     return _ragged(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds,
                    shift=1)
+
+
+def ragged_step_one_seed(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p,
+                         seeds):
+    """Broken: every request draws from the first request's seed (one key shared across the batch): each request's
+    own law is right, but requests that sample draw the same numbers."""
+    return _ragged(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds,
+                   one_seed=True)
 
 
 def _tree(draft_model, target_model, input_ids, parents, settings, seed, *, keep_residual=True):

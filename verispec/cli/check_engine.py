@@ -55,6 +55,9 @@ def add_parser(subparsers) -> None:
     check.add_argument("--context-twin", action="store_true",
                        help="the step checks on a context-free problem also check its context twin, where code that "
                             "reads another position's row is seen (check-external's --context-twin)")
+    check.add_argument("--neighbours", choices=("greedy", "sampled"), default="greedy",
+                       help="the batch checks (step-ragged: v1-mixed): greedy fillers (default) or neighbours that "
+                            "sample with their own settings and seeds, the requests' joint law checked")
     add_call_timeout_option(check)
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -81,7 +84,8 @@ def run(args) -> int:
     result = run_engine_checks(args.engine, [check.name for check in checks], tree=args.tree,
                                problem=_problem(args), mode=args.mode, detect_tv=args.detect_tv, alpha=args.alpha,
                                time_budget=args.time_budget, source=args.source, any_release=args.any_release,
-                               fail_fast=args.fail_fast, context_twin=args.context_twin)
+                               fail_fast=args.fail_fast, context_twin=args.context_twin,
+                               neighbours=args.neighbours)
     if args.json:
         print(json.dumps(plain_json(result)))
     else:

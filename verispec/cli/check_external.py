@@ -78,6 +78,10 @@ def add_parser(subparsers) -> None:
                        help="with a whole-step layout on a context-free problem (where a function reading another "
                             "position's row reads the same numbers): also check the problem's context-dependent twin "
                             "(verispec.external.step_context), which shows such an offset; the worse verdict stands")
+    check.add_argument("--neighbours", choices=("greedy", "sampled"), default="greedy",
+                       help="with the step-ragged layout: greedy (default) fillers beside the checked request, or "
+                            "neighbours that sample with settings and seeds of their own, the three requests' joint "
+                            "law checked against the product of their targets (damage across requests shows)")
     check.add_argument("--keys", choices=KEY_MODES, default="keyed",
                        help="with --rng capture: keyed (default): draws from a generator seeded inside the call "
                             "(torch.Generator.manual_seed, torch.manual_seed, default_rng(seed), np.random.seed, "
@@ -121,8 +125,9 @@ def run(args) -> int:
 
     # --call-timeout is the command's guard's (verispec.budget.CommandGuard), as for every command running your code
     options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row), ("keys", args.keys),
-                                               ("max_keys", args.max_keys), ("context_twin", args.context_twin))
-               if value not in (None, False, "explicit", "keyed", MAX_KEYS)}
+                                               ("max_keys", args.max_keys), ("context_twin", args.context_twin),
+                                               ("neighbours", args.neighbours))
+               if value not in (None, False, "explicit", "keyed", "greedy", MAX_KEYS)}
     with tqdm(desc="problems tried", unit=" problems", disable=problem is not None or not sys.stderr.isatty(),
               leave=False) as bar:
         report = check_external(function, args.layout, args.tree, problem=problem, mode=args.mode,

@@ -68,7 +68,8 @@ def select_checks(engine: str, names: str | Sequence[str] | None = None):
 def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *, tree: str | None = None,
                       problem=None, mode: str = "exact", detect_tv: float = 0.01, alpha: float = 1e-6,
                       time_budget: float = DEFAULT_CHECK_BUDGET, source: str | None = None,
-                      any_release: bool = False, fail_fast: bool = False, context_twin: bool = False) -> dict:
+                      any_release: bool = False, fail_fast: bool = False, context_twin: bool = False,
+                      neighbours: str = "greedy") -> dict:
     """Run ``engine``'s checks (``checks`` as for ``select_checks``) on the installed release and return
     ``verispec check-engine``'s JSON object (before ``plain_json``): ``engine``, ``release``, ``source``,
     ``exit_status`` and ``checks``, one row a check.
@@ -80,7 +81,9 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
     the adapter's list (its entry points are still verified where a check loads them); ``fail_fast``: stop after the
     first check whose exit status is not 0 (the rows end there, as pytest's ``-x``: what a mutation run or a CI
     needs to know first); ``context_twin``: a step check on a context-free problem also checks its context twin,
-    where code reading another position's row is seen (``verispec.external.step_context``). Refused in one line
+    where code reading another position's row is seen (``verispec.external.step_context``); ``neighbours``:
+    "sampled" makes the batch checks' (``step-ragged``) neighbours sample, their joint law checked
+    (``verispec.external.step_neighbours``). Refused in one line
     (EngineError, VerispecError) before any check runs: an engine or check that is not known, an engine not
     installed or of a release the adapter does not know, a ``source`` that is not a file, an option out of range."""
     check_options(mode=mode, detect_tv=detect_tv, alpha=alpha, time_budget=time_budget)
@@ -103,7 +106,7 @@ def run_engine_checks(engine: str, checks: str | Sequence[str] | None = None, *,
         for check in selected:
             rows.append(run_check(module, check, engine=engine, tree=tree, problem=problem, mode=mode,
                                   detect_tv=detect_tv, alpha=alpha, time_budget=time_budget, load=load,
-                                  context_twin=context_twin))
+                                  context_twin=context_twin, neighbours=neighbours))
             if fail_fast and exit_status(rows[-1:]) != 0:
                 break
     finally:
@@ -127,7 +130,7 @@ def check_options(*, mode: str = "exact", detect_tv: float = 0.01, alpha: float 
 
 
 def run_check(module, check, *, engine: str, tree: str | None, problem, mode: str, detect_tv: float, alpha: float,
-              time_budget: float, load=None, context_twin: bool = False) -> dict:
+              time_budget: float, load=None, context_twin: bool = False, neighbours: str = "greedy") -> dict:
     """One check's row: what was checked (entry, function, layout, tree, sampling, problem, expected verdict,
     threshold), the verdict and its evidence (TV, discrepancies, the greedy check's witness, what raised), the
     seconds it took and whether the verdict is the one a correct release gets. ``load``: how the check's function
@@ -157,7 +160,8 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
         report = check_external(function, check.layout, tree, problem=problem, mode=mode,
                                 name=f"{engine}:{check.name}", detect_tv=detect_tv, alpha=alpha,
                                 time_budget=time_budget, sampling=check.sampling, rng="capture",
-                                threshold=module.THRESHOLD, **({"context_twin": True} if context_twin else {}))
+                                threshold=module.THRESHOLD, **({"context_twin": True} if context_twin else {}),
+                                **({"neighbours": neighbours} if check.layout == "step-ragged" else {}))
         found = report.to_json()
         row.update(verdict=report.verdict.word, mode=report.mode, tv_distance=report.tv_distance,
                    tv_estimate=report.tv_estimate, power=found.get("power"), discrepancies=report.discrepancies,

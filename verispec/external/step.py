@@ -28,7 +28,9 @@ law after the row's tokens P..t, NaN before position P - 1 and where the problem
     K + 1 tokens each the target's argmax (ties to the smallest id) after the ones before it
     (``greedy_consistent``); anything else is an outcome no correct step has, so the step is lossy with at least
     that mass. So is a token outside the vocabulary, in every step layout (an all-NaN row turned into a token id,
-    vLLM #53029). Fillers catch offsets and per-request settings applied to the wrong request.
+    vLLM #53029). Fillers catch offsets and per-request settings applied to the wrong request. With sampled
+    neighbours (``neighbours``, ``verispec.external.step_neighbours``) requests 0 and 2 sample with settings and
+    seeds of their own and the three requests' joint law is checked, so noise shared across requests shows too.
 
 ``step-tree`` (a static draft tree, EAGLE's and SpecInfer's shape):
     f(draft_model, target_model, input_ids [1, P], parents [N] int64, temperature, top_k, top_p, min_p, seed)
@@ -61,6 +63,7 @@ from verispec.external.calls import FunctionRaised, NondeterministicError, call_
 from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError, integrate
 from verispec.external.rng import MAX_KEYS, Capture, Signal, Tape, TorchEscape, UniformsExhausted
 from verispec.external.step_auto import AUTO_EXACT_SHARE, ExactOutOfTime, blackbox_runs, exact_within
+from verispec.external.step_neighbours import JointCodes, joint_target, neighbours_note
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.laws import OutputLaw
 from verispec.simulator.problems import target_law
@@ -128,8 +131,10 @@ class StepLayout:
     name: str
     argument_names: tuple[str, ...]
 
-    def arguments(self, problem, sampling, depth: int, parents: np.ndarray | None, seed: int = STEP_SEED):
-        """Fresh arguments for one call, the checked request handed ``seed`` (the others seed + their index)."""
+    def arguments(self, problem, sampling, depth: int, parents: np.ndarray | None, seed: int = STEP_SEED,
+                  neighbours: dict | None = None):
+        """Fresh arguments for one call, the checked request handed ``seed`` (the others seed + their index);
+        ``neighbours``: {request: Sampling} of sampling neighbours in ``step-ragged`` (else greedy fillers)."""
         import torch
 
         size = problem.vocab_size
@@ -144,7 +149,10 @@ class StepLayout:
                     torch.from_numpy(np.asarray(parents, dtype=np.int64)), *params, seed)
         counts = [FILLER_DRAFTS[0], depth, FILLER_DRAFTS[1]]
         greedy = (0.0, 0, 1.0, 0.0)
-        rows = [greedy, params, greedy]
+        rows = [greedy, params, greedy] if not neighbours else [
+            (float(own.temperature), int(own.top_k or 0), float(own.top_p or 1.0), float(own.min_p or 0.0))
+            if request in neighbours else params for request, own in enumerate(
+                [neighbours.get(0), sampling, neighbours.get(2)])]
         return (draft, target, torch.zeros((3, STEP_PROMPT), dtype=torch.int64),
                 torch.tensor(counts, dtype=torch.int64),
                 torch.tensor([r[0] for r in rows], dtype=torch.float64),
@@ -163,6 +171,12 @@ class StepLayout:
             if not greedy_consistent(tuple(_row(matrix[request], name)), problem, drafts):
                 return None
         return _tokens(matrix[RAGGED_CHECKED], name, depth)
+
+    def blocks(self, result, name: str, depth: int) -> list[tuple]:
+        """``step-ragged``'s three requests' emitted tokens (the checked one's read as ``emitted`` reads it)."""
+        matrix = _matrix(result, name, (3, max(depth, *FILLER_DRAFTS) + 1))
+        return [tuple(_row(matrix[0], name)), _tokens(matrix[RAGGED_CHECKED], name, depth),
+                tuple(_row(matrix[2], name))]
 
 
 STEP_LAYOUTS = {layout.name: layout for layout in (
@@ -271,6 +285,8 @@ class StepCheck:
     max_keys: int = MAX_KEYS
     evaluations: int = 0
     filler_mass: float = 0.0
+    #: {request: Sampling} of ``step-ragged``'s sampling neighbours (``step_neighbours``); None: greedy fillers.
+    neighbours: dict | None = None
 
     def __post_init__(self):
         size = self.problem.vocab_size
@@ -280,7 +296,11 @@ class StepCheck:
         self.filler = int(self.offsets[-1])
         self.count = self.filler + 1
         self.fillers = ({0: (self.problem, FILLER_DRAFTS[0]), 2: (self.problem, FILLER_DRAFTS[1])}
-                        if self.layout.name == "step-ragged" else None)
+                        if self.layout.name == "step-ragged" and not self.neighbours else None)
+        self.joint = None
+        if self.neighbours:  # one code over the three requests' blocks
+            self.joint = JointCodes(size, (FILLER_DRAFTS[0], self.depth, FILLER_DRAFTS[1]))
+            self.filler, self.count = self.joint.impossible, self.joint.count
         self.outside: tuple | None = None
         self.tape = 8
         self.path_ids: dict[bytes, int] = {}
@@ -301,7 +321,7 @@ class StepCheck:
         """One call with its draws fed from ``values`` [1, U]: (code, used [U], path label); ``last_keys`` holds the
         keys it drew from."""
         tape = Tape(values)
-        arguments = self.layout.arguments(self.problem, self.sampling, self.depth, self.parents, seed)
+        arguments = self.layout.arguments(self.problem, self.sampling, self.depth, self.parents, seed, self.neighbours)
         capture.start(tape)
         try:
             result = call_function(self.function, self.name, self.call_timeout, arguments)
@@ -309,7 +329,8 @@ class StepCheck:
             capture.start(None)
         capture.end_call()
         self.evaluations += 1
-        code = self.code(self.layout.emitted(result, self.name, self.depth, self.fillers))
+        code = (self.joint.code(self.layout.blocks(result, self.name, self.depth)) if self.joint is not None
+                else self.code(self.layout.emitted(result, self.name, self.depth, self.fillers)))
         self.last_keys = tuple(tape.keys)
         keys, inverse = tape.paths()
         self.last_breaks = tape.known()
@@ -421,8 +442,33 @@ class StepCheck:
             raise signal.error from None
         return counts / runs, runs
 
+    def requested(self) -> list:
+        """The problem each checked request asks for (``requested_problem``): the checked request's, or with
+        sampling neighbours the three requests' in order."""
+        depth = self.depth + 1
+        if self.joint is None:
+            return [requested_problem(self.problem, self.sampling, depth)]
+        return [requested_problem(self.problem, own, drafts + 1) for own, drafts in zip(
+            (self.neighbours[0], self.sampling, self.neighbours[2]), self.joint.drafts)]
+
+    def target(self, wanted: list) -> np.ndarray:
+        """The law the step must emit: (V,)*(D+1), or the product of the three requests' (``joint_target``)."""
+        if self.joint is None:
+            return np.asarray(target_law(wanted[0], self.depth + 1), dtype=np.float64)
+        return joint_target(wanted, self.joint.drafts, self.problem.vocab_size)
+
+    def continued(self, law: np.ndarray, wanted: list) -> np.ndarray:
+        """The law of codes continued with the target(s), in ``target``'s shape."""
+        if self.joint is not None:
+            return self.joint.continued(law, wanted)
+        tables = tuple(self.block_tables(law))
+        return np.asarray(OutputLaw(self.problem.vocab_size, self.depth, tables).continued_with_target(wanted[0]),
+                          dtype=np.float64)
+
     def block_tables(self, law: np.ndarray) -> list[np.ndarray]:
-        """The law of codes as the emitted-block tables [(V,)*l for l = 1..D+1]."""
+        """The law of codes as the checked request's emitted-block tables [(V,)*l for l = 1..D+1]."""
+        if self.joint is not None:
+            return self.joint.tables(law, RAGGED_CHECKED)
         size = self.problem.vocab_size
         return [law[self.offsets[length - 1]:self.offsets[length]].reshape((size,) * length)
                 for length in range(1, self.lengths + 1)]
@@ -462,8 +508,9 @@ def check_signature(function, layout: StepLayout, name: str) -> None:
 def check_step(function, layout_name: str, drafter, problem, sampling, *, name: str, mode: str = "auto",
                samples: int | None = None, alpha: float, detect_tv: float, power: float, seed: int,
                call_timeout: float | None, keys: str = "keyed", max_keys: int = MAX_KEYS, options: dict | None = None,
-               threshold: float = DEFAULT_THRESHOLD):
-    """The verdict on a whole step (module docstring): a ``CheckReport``."""
+               threshold: float = DEFAULT_THRESHOLD, neighbours: dict | None = None):
+    """The verdict on a whole step (module docstring): a ``CheckReport``; ``neighbours``: ``step-ragged``'s sampling
+    neighbours ({request: Sampling}, ``step_neighbours``), whose joint law with the checked request is checked."""
     from verispec.external.check_report import CheckReport
 
     start = time.monotonic()
@@ -474,10 +521,12 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
     if sum(size ** length for length in range(1, depth + 2)) > MAX_STEP_SEQUENCES:
         raise VerispecError(f"a step check tabulates the blocks of up to {depth + 1} tokens over V = {size}, more than "
                             f"{MAX_STEP_SEQUENCES:,}; use a smaller vocabulary or fewer drafts")
-    check = StepCheck(function, name, layout, problem, sampling, depth, parents, call_timeout, keys, max_keys)
-    wanted = requested_problem(problem, sampling, depth + 1)
-    target = np.asarray(target_law(wanted, depth + 1), dtype=np.float64)  # (V,)*(D+1)
+    check = StepCheck(function, name, layout, problem, sampling, depth, parents, call_timeout, keys, max_keys,
+                      neighbours=neighbours)
+    wanted = check.requested()
+    target = check.target(wanted)  # (V,)*(D+1), or the three requests' product
     note = f"checked against the target after the requested sampling ({sampling.describe()})"
+    note += neighbours_note(neighbours)
     blackbox = None
     tv = None
     used_mode = mode
@@ -511,7 +560,7 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                            raised={"problem": None, "witness_label": "", **raised.to_json()})
     filler = float(law[check.filler])
     tables = check.block_tables(law)
-    estimate = np.asarray(OutputLaw(size, depth, tuple(tables)).continued_with_target(wanted), dtype=np.float64)
+    estimate = check.continued(law, wanted)
     efficiency = float(sum(table.sum() * (length + 1) for length, table in enumerate(tables)))
     if filler > 0:
         outside = (f"emitted tokens outside the vocabulary 0..{size - 1} (e.g. {list(check.outside)})"

@@ -13,11 +13,12 @@ from verispec.errors import AnalysisTimeoutError, VerispecError
 from verispec.external.rng import MAX_KEYS
 from verispec.external.step import check_step
 from verispec.external.step_context import BLIND_NOTE, context_twin, offset_blind
+from verispec.external.step_neighbours import check_neighbours, neighbour_sampling
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.verdict import Verdict
 
 #: The options a whole-step layout takes beside the check's own (``check_external``'s ``verifier_options``).
-STEP_OPTIONS = {"rng", "call_timeout", "keys", "max_keys", "per_row", "context_twin"}
+STEP_OPTIONS = {"rng", "call_timeout", "keys", "max_keys", "per_row", "context_twin", "neighbours"}
 
 
 def check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
@@ -47,6 +48,7 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
     drafter = parse_tree(tree) if isinstance(tree, str) else tree
     problem.require_depth(drafter.depth + 1)
     name = name or getattr(function, "__name__", "external")
+    sampled = check_neighbours(verifier_options.get("neighbours", "greedy"), layout) == "sampled"
     blind = offset_blind(problem, drafter.depth + 1)
     start = time.monotonic()
 
@@ -54,7 +56,8 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
         return check_step(function, layout, drafter, on, sampling, name=name, mode=mode, samples=samples,
                           alpha=alpha, detect_tv=detect_tv, power=power, seed=seed,
                           call_timeout=verifier_options.get("call_timeout"), keys=verifier_options.get("keys", "keyed"),
-                          max_keys=verifier_options.get("max_keys", MAX_KEYS), threshold=threshold)
+                          max_keys=verifier_options.get("max_keys", MAX_KEYS), threshold=threshold,
+                          neighbours=neighbour_sampling() if sampled else None)
 
     try:
         with budget.time_budget(start + time_budget, what=f"the check of {name}"):
