@@ -238,41 +238,31 @@ PROBLEM_ARGS = ("--target", "0.6,0.4", "--draft", "0.3,0.7")
 
 
 @needs_vllm
-def test_shipped_kernels_are_lossless_even_with_a_cpu_target_in_the_callers_environment():
-    """VLLM_TARGET_DEVICE=cpu (as vLLM's own tests on a CPU set it) would send the sampler to vllm._C's compiled CPU
-    operators, absent from a CUDA wheel; the adapter checks the GPU path, whose kernels are Triton's, regardless.
-    One run of the unmodified file shows both: the greedy kernel on every draft list of chain:1 at V = 2 and the
-    step at the check's temperature T, whose exact law is the target's (its first token follows p^(1/T)
-    normalised) within vLLM's float32 threshold. (The planted offset bug of the greedy kernel is caught in
-    tests/test_pytest_plugin.py, a dropped temperature in the test below.)"""
-    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy,v1-temperature", *PROBLEM_ARGS,
-                                 "--json", env={"VLLM_TARGET_DEVICE": "cpu"})
-    assert status == 0, err
-    greedy, temperature = json.loads(out)["checks"]
-    assert greedy["check"] == "v1-greedy" and greedy["verdict"] == "LOSSLESS" and greedy["mode"] == "exhaustive"
-    assert "all 2 draft lists" in greedy["note"]
-    assert temperature["check"] == "v1-temperature" and temperature["verdict"] == "LOSSLESS"
-    assert temperature["mode"] == "exact" and temperature["tv_distance"] < 1e-6
-
-
-@needs_vllm
 def test_a_dropped_temperature_is_caught_at_its_closed_form_and_fail_fast_stops_there(tmp_path):
     """V = 2, one draft, at the check's temperature T. With the verification rows' temperature dropped, the first
     token is the draft (drawn from q at T) accepted with min(1, p(x)/q(x)), else a draw from (p - q)+: p itself;
     the bonus token and the continuation keep T, so the block's exact TV is the first token's,
-    TV(p, p^(1/T) normalised) (the unmodified file is LOSSLESS at T in the test above). With --fail-fast,
-    v1-seeded, which follows v1-temperature, is not run (one row), and the exit status is the LOSSY row's."""
+    TV(p, p^(1/T) normalised). The greedy kernel, which reads no temperature, stays LOSSLESS on every draft list of
+    chain:1 at V = 2. With --fail-fast, v1-seeded, which follows v1-temperature, is not run, and the exit status is
+    the LOSSY row's. All under VLLM_TARGET_DEVICE=cpu (as vLLM's own tests on a CPU set it), which would send the
+    sampler to vllm._C's compiled CPU operators, absent from a CUDA wheel: the adapter checks the GPU path, whose
+    kernels are Triton's, regardless (the closed form is the Triton path's; vllm._C's would raise). The unmodified
+    file's laws at T = 1 are LOSSLESS in tests/engines/test_engine_ci_example.py, its greedy offset bug caught in
+    tests/test_pytest_plugin.py."""
     checks = {check.name: check for check in vllm_adapter.checks()}
     temperature = float(checks["v1-temperature"].sampling.split("=")[1])
     sharpened = P ** (1 / temperature) / (P ** (1 / temperature)).sum()
     mutant = _mutant(tmp_path, "logits.div_(temperature.unsqueeze(-1))", "logits.div_(1.0)")
-    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-temperature,v1-seeded", *PROBLEM_ARGS,
-                                 "--source", str(mutant), "--json", "--fail-fast")
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy,v1-temperature,v1-seeded",
+                                 *PROBLEM_ARGS, "--source", str(mutant), "--json", "--fail-fast",
+                                 env={"VLLM_TARGET_DEVICE": "cpu"})
     assert status == 1, err
     rows = json.loads(out)["checks"]
-    assert [row["check"] for row in rows] == ["v1-temperature"]
-    assert rows[0]["verdict"] == "LOSSY" and rows[0]["mode"] == "exact"
-    assert abs(rows[0]["tv_distance"] - 0.5 * np.abs(P - sharpened).sum()) < 1e-6
+    assert [row["check"] for row in rows] == ["v1-greedy", "v1-temperature"]
+    greedy, dropped = rows
+    assert greedy["verdict"] == "LOSSLESS" and greedy["mode"] == "exhaustive" and "all 2 draft lists" in greedy["note"]
+    assert dropped["verdict"] == "LOSSY" and dropped["mode"] == "exact"
+    assert abs(dropped["tv_distance"] - 0.5 * np.abs(P - sharpened).sum()) < 1e-6
 
 
 @needs_vllm

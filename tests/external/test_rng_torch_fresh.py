@@ -1,6 +1,7 @@
 """Uniforms overwritten before any read are unused (``verispec.external.rng_torch_fresh``): vLLM's V1 pattern, a
 global ``torch.rand`` for the batch whose seeded slice is drawn again from the request's own generator. Token-level
 verification of one draft (chain:1, Leviathan et al.): the first token follows p, and E[tau + 1] = 1 + sum min(p, q).
+The recovery races exponential noise, as vLLM's does (capture follows uniforms only where it already follows noise).
 Told that the global draw is unused, exact integration skips its line and gives the same law to the last bit in
 fewer evaluations; code that reads the global draw before the refill keeps it used, and a follower that missed that
 read (the planted ``note_use`` that sees nothing) never yields a LOSSLESS: exact integration's random probes find
@@ -28,12 +29,12 @@ def _verify(draft_tokens, draft_probs, target_probs, *, read_before=False):
     acceptance uses a copy of the global draw taken before the refill (still a uniform, so still lossless)."""
     rows = torch.arange(draft_tokens.shape[0])
     x, p, q = draft_tokens[:, 0], target_probs[:, 0], draft_probs[:, 0]
+    noise = torch.empty_like(p).exponential_()  # the recovery's race noise, drawn first (capture follows it)
     uniforms = torch.rand(draft_tokens.shape[0], dtype=torch.float64)  # the batch's global draw
     stale = uniforms.clone() if read_before else None
     uniforms[0:1].uniform_(generator=torch.Generator().manual_seed(7))  # the seeded request's own draw
     accept = (stale if read_before else uniforms) * q[rows, x] < p[rows, x]
-    residual = torch.clamp(p - q, min=0)
-    recovered = torch.multinomial(residual / residual.sum(-1, keepdim=True), 1)[:, 0]
+    recovered = (torch.clamp(p - q, min=0) / noise).argmax(dim=-1)  # an exponential race: one draw from (p - q)+
     bonus = torch.multinomial(target_probs[:, 1], 1)[:, 0]
     return torch.stack([torch.where(accept, x, recovered), torch.where(accept, bonus, -1)], dim=1)
 

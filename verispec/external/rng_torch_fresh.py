@@ -8,7 +8,10 @@ lines along a uniform the run did not use are skipped). Scanned, each is some 18
 third of the lines of vLLM's seeded step at one draft.
 
 RNG capture follows a tensor that ``torch.rand`` (or ``rand_like``) returned in a call of one row (``track``), as it
-follows exponential noise (``rng_torch``): the address of each element, with its tape column. A view of it taken by
+follows exponential noise (``rng_torch``): the address of each element, with its tape column. Following puts a
+look-up on every torch operation of the call (a ``TorchFunctionMode``), which made torch-heavy rules up to twice as
+slow, so a tensor is followed only where the call already follows exponential noise (vLLM's samplers, whose
+recovery races it); elsewhere its uniforms stay used, as before. A view of it taken by
 indexing (``Tensor.__getitem__``, ``select``) is followed too. ``uniform_`` through such a view (or on the tensor
 itself) while nothing has read the tensor marks the columns of the elements it replaces unused (``overwritten``).
 Any other use of the tensor or of a view of it, whatever it is (arithmetic, a copy, its memory handed to a Triton
@@ -49,9 +52,10 @@ def track(capture, tensor, columns: np.ndarray) -> None:
     tape = capture.tape
     if not capture.races or tape is None or tape.rows != 1 or tensor.device.type != "cpu" or tensor._base is not None:
         return
+    if not capture.tracked:  # following puts a look-up on every torch operation of the call: only where it already
+        return  # follows exponential noise (vLLM's samplers), never for a call whose only draws are uniforms
     where = rng_triton.addresses(tensor).reshape(-1).tolist()
     capture.tracked[id(tensor)] = FreshUniforms(tensor, dict(zip(where, np.asarray(columns).reshape(-1).tolist())))
-    capture.engage()
 
 
 def is_fresh(entry) -> bool:

@@ -525,11 +525,9 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                       neighbours=neighbours)
     wanted = check.requested()
     target = check.target(wanted)  # (V,)*(D+1), or the three requests' product
-    note = f"checked against the target after the requested sampling ({sampling.describe()})"
-    note += neighbours_note(neighbours)
-    blackbox = None
-    tv = None
-    used_mode = mode
+    note = f"checked against the target after the requested sampling ({sampling.describe()})" + neighbours_note(
+        neighbours)
+    blackbox, tv, used_mode = None, None, mode
     try:
         check.probe(np.random.default_rng(seed))
         out_of_time = False
@@ -571,8 +569,7 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                  + " or ".join(part for part in (outside, wrong) if part))
     if used_mode == "exact":
         tv = float(0.5 * np.abs(estimate - target).sum() + 0.5 * filler)
-        lossy = tv > threshold
-        verdict = Verdict.LOSSY if lossy else Verdict.LOSSLESS
+        verdict = Verdict.LOSSY if tv > threshold else Verdict.LOSSLESS
     else:
         blackbox = _bernstein(estimate, target, samples, alpha, power, 1.0 / samples, 1.0 / samples, False,
                               efficiency)
