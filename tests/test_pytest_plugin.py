@@ -255,3 +255,19 @@ def test_the_guide_shows_the_example_test_file_verbatim():
     block = guide.split("<!-- engine-ci-example:start -->")[1].split("<!-- engine-ci-example:end -->")[0]
     code = block.split("```python\n", 1)[1].rsplit("```", 1)[0]
     assert code == (ROOT / "tests" / "engines" / "test_engine_ci_example.py").read_text()
+
+
+def test_engine_hands_the_context_twin_and_the_neighbours_to_the_checks(monkeypatch):
+    """Without an engine: ``engine(...)`` passes ``context_twin`` and ``neighbours`` to the checks' child process as
+    ``verispec check-engine --context-twin --neighbours`` do."""
+    from verispec import pytest_plugin
+
+    seen = {}
+
+    def child(name, checks, **options):
+        seen.update(options)
+        return {"engine": name, "release": "0", "exit_status": 0, "checks": []}
+
+    monkeypatch.setattr("verispec.engines.check.run_engine_checks_in_child", child)
+    pytest_plugin.VerispecCheck(None).engine("vllm", ["v1-mixed"], context_twin=True, neighbours="sampled")
+    assert seen["context_twin"] is True and seen["neighbours"] == "sampled"

@@ -98,12 +98,13 @@ class VerispecCheck:
 
     def engine(self, name: str, checks=None, *, tree: str | None = None, target=None, draft=None,
                mode: str = "exact", detect_tv: float = 0.01, alpha: float = 1e-6, time_budget: float | None = None,
-               source: str | None = None) -> dict:
+               source: str | None = None, context_twin: bool = False, neighbours: str = "greedy") -> dict:
         """``verispec check-engine NAME`` as a test's verdict: ``checks`` (a list of names, or comma-separated text;
         None: every check of the installed release), ``tree``, ``target``/``draft`` (probabilities, a list or
         comma-separated text, for every check; default each check's own), ``mode``, ``detect_tv``, ``alpha``,
-        ``time_budget`` (each check's) and ``source`` (a mutant of the engine's sampler file) as the command's
-        options. Returns the command's JSON object when its exit status is 0; fails the test otherwise."""
+        ``time_budget`` (each check's), ``source`` (a mutant of the engine's sampler file), ``context_twin`` and
+        ``neighbours`` as the command's options. Returns the command's JSON object when its exit status is 0; fails
+        the test otherwise."""
         from verispec.engines.check import run_engine_checks_in_child
         from verispec.errors import VerispecError
 
@@ -111,7 +112,8 @@ class VerispecCheck:
         try:
             problem = _engine_problem(target, draft)
             result = run_engine_checks_in_child(name, checks, tree=tree, problem=problem, mode=mode,
-                                                detect_tv=detect_tv, alpha=alpha, time_budget=budget, source=source)
+                                                detect_tv=detect_tv, alpha=alpha, time_budget=budget, source=source,
+                                                context_twin=context_twin, neighbours=neighbours)
         except VerispecError as error:
             message = f"verispec_check.engine({name!r}): {_one_line(error)}"
         else:
