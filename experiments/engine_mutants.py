@@ -28,6 +28,14 @@ run), and the tests that fail there are recorded with their reason. ``--equivale
 argued equivalent (each with its argument); they leave the denominators, and any that a judge kills is reported,
 since a killed mutant is not equivalent.
 
+A judge is not run on a mutant whose statement it never executes: coverage.py (``pip install 'coverage==7.6.10'``)
+records the sampler's lines each judge executes on the unmutated release (Triton's interpreter runs the kernels as
+Python, so their lines count too), and a judge that never reaches the mutated statement (the innermost statement
+holding the mutant's line; no line of it executed) runs the mutant exactly as it runs the release, so its outcome
+is the release's: survived. Such a row says so (``not_executed``) and its seconds are not counted; ``--no-coverage``
+runs every judge on every mutant. Both judges are deterministic on a given tree (vLLM's tests seed torch; verispec
+feeds its own uniforms), which the argument needs.
+
 Each mutant's row is cached (keyed by the mutant, the judges' settings, verispec's checking code and the files'
 digests), so an interrupted run resumes; ``--time-budget`` stops starting mutants after that many seconds.
 """
@@ -349,6 +357,57 @@ def engine_tests_judge(tree: Path, tests_root: Path, test_file: str, deselect: l
             "summary": tail[:300]}
 
 
+def statement_span(text: str, line: int) -> tuple[int, int]:
+    """(first, last) line of the innermost statement of ``text`` that holds ``line`` (the whole file where none
+    does: a decorator's line, say), the lines whose execution shows the mutated code was reached."""
+    import ast
+
+    best = (1, max(1, len(text.splitlines())))
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= node.end_lineno and (
+                node.end_lineno - node.lineno <= best[1] - best[0]):
+            best = (node.lineno, node.end_lineno)
+    return best
+
+
+def reached(executed: set[int] | None, span: tuple[int, int]) -> bool:
+    """Whether a judge that executed ``executed`` lines (None: not measured) may reach a statement of ``span``."""
+    return executed is None or any(line in executed for line in range(span[0], span[1] + 1))
+
+
+def _covered(path: Path, data_file: Path) -> list[int]:
+    import coverage
+
+    data = coverage.CoverageData(basename=str(data_file))
+    data.read()
+    return sorted({line for name in data.measured_files() if Path(name).resolve() == path.resolve()
+                   for line in data.lines(name) or []})
+
+
+def verispec_lines(tree: Path, checks: list[str], budget: float) -> list[int]:
+    """The sampler's lines verispec's checks execute on ``tree`` (in one process, the Python API, under coverage)."""
+    with tempfile.TemporaryDirectory(prefix="verispec-coverage-") as scratch:
+        data_file = Path(scratch) / "coverage"
+        program = (f"import coverage\ncov = coverage.Coverage(data_file={str(data_file)!r}, include=["
+                   f"{str(tree / SAMPLER)!r}])\ncov.start()\nfrom verispec.engines.check import run_engine_checks\n"
+                   f"result = run_engine_checks({PACKAGE!r}, {checks!r}, time_budget={budget!r})\ncov.stop()\n"
+                   "cov.save()\nassert result['exit_status'] == 0, result['exit_status']\n")
+        subprocess.run([sys.executable, "-c", program], cwd=ROOT, env=_env(tree, ROOT), check=True,
+                       capture_output=True, text=True, timeout=len(checks) * budget + 600)
+        return _covered(tree / SAMPLER, data_file)
+
+
+def engine_tests_lines(tree: Path, tests_root: Path, test_file: str, deselect: list[str], timeout: float) -> list[int]:
+    """The sampler's lines vLLM's test file executes on ``tree`` (pytest under ``coverage run``)."""
+    with tempfile.TemporaryDirectory(prefix="verispec-coverage-") as scratch:
+        data_file = Path(scratch) / "coverage"
+        argv = [sys.executable, "-m", "coverage", "run", f"--data-file={data_file}", f"--include={tree / SAMPLER}",
+                "-m", "pytest", "--noconftest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", test_file]
+        subprocess.run(argv + [f"--deselect={test}" for test in deselect], cwd=tests_root, capture_output=True,
+                       text=True, timeout=timeout * 2, env=_env(tree, tests_root))
+        return _covered(tree / SAMPLER, data_file)
+
+
 def mutant_key(mutant: dict) -> str:
     return f"{mutant['operator']}#{mutant['occurrence']}"
 
@@ -370,11 +429,12 @@ def summarize(rows: list[dict], equivalent: dict) -> dict:
 
     def share(judge: str) -> dict:
         killed = sum(row[judge]["outcome"] == "killed" for row in counted)
+        ran = sorted(row[judge]["seconds"] for row in counted if row[judge].get("seconds") is not None)
         return {"killed": killed, "survived": sum(row[judge]["outcome"] == "survived" for row in counted),
                 "timeout": sum(row[judge]["outcome"] == "timeout" for row in counted),
+                "not_executed": sum(bool(row[judge].get("not_executed")) for row in counted),
                 "share": round(killed / total, 4) if total else None, "wilson95": wilson(killed, total),
-                "seconds_total": round(sum(row[judge]["seconds"] for row in counted), 1),
-                "seconds_median": (sorted(row[judge]["seconds"] for row in counted)[total // 2] if total else None)}
+                "seconds_total": round(sum(ran), 1), "seconds_median": ran[len(ran) // 2] if ran else None}
 
     both = [(row["verispec"]["outcome"] == "killed", row["engine_tests"]["outcome"] == "killed") for row in counted]
     return {"mutants": total, "equivalent": len(argued),
@@ -396,6 +456,9 @@ def main(argv=None) -> int:
     parser.add_argument("--test-timeout", type=float, default=TEST_TIMEOUT, help="seconds for vLLM's test file")
     parser.add_argument("--time-budget", type=float, default=float("inf"),
                         help="seconds after which no further mutant is started (the run resumes from its cache)")
+    parser.add_argument("--no-coverage", action="store_true",
+                        help="run every judge on every mutant (default: not on a mutant whose statement it never "
+                             "executes on the release)")
     parser.add_argument("--equivalent", type=Path, default=DEFAULT_EQUIVALENT)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--cache", type=Path, default=None, help="default $VERISPEC_CACHE/engines")
@@ -469,6 +532,18 @@ def main(argv=None) -> int:
     deselect = failing  # node ids relative to the sources' root, as pytest's --deselect takes them
     print(f"baseline: verispec {baseline['verispec']['seconds']} s; vLLM's tests {baseline['engine_tests']['seconds']}"
           f" s, {len(failing)} failing on the unmutated release", file=sys.stderr, flush=True)
+    executed = {"verispec": None, "engine_tests": None}  # the sampler's lines each judge runs on the release
+    if not args.no_coverage:
+        for judge, key, measure in (
+                ("verispec", verispec_key, lambda: verispec_lines(tree, checks, args.budget)),
+                ("engine_tests", tests_key, lambda: engine_tests_lines(tree, tests_root, ENGINE_TESTS, deselect,
+                                                                      args.test_timeout))):
+            path = rows_dir / f"coverage-{judge}-{key}.json"
+            if not path.is_file():
+                print(f"coverage: {judge} on the unmutated release", file=sys.stderr, flush=True)
+                atomic_write_json(path, {"lines": measure()})
+            executed[judge] = set(json.loads(path.read_text())["lines"])
+    record["coverage"] = {judge: None if lines is None else len(lines) for judge, lines in executed.items()}
     # verdicts of an earlier run's result file are taken where their key matches (a fresh cache resumes from git)
     earlier = {}
     if args.out.is_file():
@@ -524,6 +599,11 @@ def main(argv=None) -> int:
             elif (earlier.get(keys[judge], {}).get(judge) or {}).get("key") == keys[judge]:
                 found[judge] = earlier[keys[judge]][judge]
                 atomic_write_json(path, found[judge])
+        span = statement_span(source.read_text(), mutant["line"])
+        for judge in [judge for judge in paths if judge not in found and not reached(executed[judge], span)]:
+            found[judge] = {"outcome": "survived", "by": None, "exit_status": None, "seconds": None,
+                            "not_executed": f"no line of the mutated statement (lines {span[0]}-{span[1]}) runs under "
+                                            "this judge on the release, so the mutant runs as the release does"}
         missing = [judge for judge in paths if judge not in found]
         if missing and time.monotonic() - started > args.time_budget:
             print(f"engine_mutants: --time-budget {args.time_budget:g} s spent; {len(drawn) - index} mutants not "
@@ -548,9 +628,11 @@ def main(argv=None) -> int:
                "verispec": found["verispec"], "engine_tests": found["engine_tests"]}
         rows.append(row)
         write(rows)
-        print(f"[{index + 1}/{len(drawn)}] {row['key']} line {row['line']}: verispec {row['verispec']['outcome']} "
-              f"({row['verispec']['seconds']} s), vLLM's tests {row['engine_tests']['outcome']} "
-              f"({row['engine_tests']['seconds']} s)", file=sys.stderr, flush=True)
+        said = {judge: f"{row[judge]['outcome']} ({'not executed' if row[judge].get('not_executed') else ''}"
+                       f"{'' if row[judge].get('not_executed') else str(row[judge]['seconds']) + ' s'})"
+                for judge in ("verispec", "engine_tests")}
+        print(f"[{index + 1}/{len(drawn)}] {row['key']} line {row['line']}: verispec {said['verispec']}, vLLM's tests "
+              f"{said['engine_tests']}", file=sys.stderr, flush=True)
     summary = write(rows)["summary"]
     print(f"{summary['mutants']} mutants judged ({summary['equivalent']} equivalent left out): verispec killed "
           f"{summary['verispec']['killed']}, vLLM's tests {summary['engine_tests']['killed']}; wrote {args.out}",

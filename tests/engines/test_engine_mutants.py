@@ -147,3 +147,35 @@ def test_mutants_inside_deferred_annotations_are_set_aside_by_argument():
     assert script.in_annotation({"line": 5, "column": 11}, spans)  # z: int | None
     assert not script.in_annotation({"line": 5, "column": 22}, spans)  # 3 | 4, evaluated
     assert script.annotation_spans(deferred.replace("from __future__ import annotations\n", "")) == []
+
+
+SOURCE = '''import torch
+
+
+@decorate
+def f(x, device=None):
+    y = x + 1
+    if device is not None and device.type == "cpu":
+        raise NotImplementedError("no")
+    return (y -
+            2)
+'''
+
+
+def test_the_mutated_statement_spans_its_innermost_statement():
+    assert script.statement_span(SOURCE, 6) == (6, 6)  # y = x + 1
+    assert script.statement_span(SOURCE, 7) == (7, 8)  # the if header: its whole statement
+    assert script.statement_span(SOURCE, 10) == (9, 10)  # a continuation line of a return
+    assert script.statement_span(SOURCE, 4) == (1, 10)  # a decorator's line: held by no statement, the whole file
+
+
+def test_a_judge_that_never_runs_the_statement_is_not_run_and_its_seconds_are_not_counted():
+    assert not script.reached({5, 6, 9}, (7, 8)) and script.reached({8}, (7, 8)) and script.reached(None, (7, 8))
+    rows = [{"key": "a", "verispec": {"outcome": "killed", "seconds": 10.0},
+             "engine_tests": {"outcome": "survived", "seconds": None, "not_executed": "lines 7-8"}},
+            {"key": "b", "verispec": {"outcome": "survived", "seconds": 30.0},
+             "engine_tests": {"outcome": "killed", "seconds": 100.0}}]
+    summary = script.summarize(rows, {})
+    assert summary["engine_tests"]["not_executed"] == 1 and summary["engine_tests"]["seconds_total"] == 100.0
+    assert summary["verispec"]["seconds_total"] == 40.0 and summary["verispec"]["not_executed"] == 0
+    assert summary["engine_tests"]["killed"] == 1 and summary["engine_tests"]["survived"] == 1
