@@ -268,6 +268,7 @@ def test_engine_hands_the_context_twin_and_the_neighbours_to_the_checks(monkeypa
         seen.update(options)
         return {"engine": name, "release": "0", "exit_status": 0, "checks": []}
 
-    monkeypatch.setattr("verispec.engines.check.run_engine_checks_in_child", child)
-    pytest_plugin.VerispecCheck(None).engine("vllm", ["v1-mixed"], context_twin=True, neighbours="sampled")
+    monkeypatch.setattr(pytest_plugin, "_engine_checks", child)
+    pytest_plugin.VerispecCheck(None).engine("vllm", ["v1-mixed"], context_twin=True, neighbours="sampled",
+                                            time_budget=1)
     assert seen["context_twin"] is True and seen["neighbours"] == "sampled"

@@ -105,15 +105,14 @@ class VerispecCheck:
         ``time_budget`` (each check's), ``source`` (a mutant of the engine's sampler file), ``context_twin`` and
         ``neighbours`` as the command's options. Returns the command's JSON object when its exit status is 0; fails
         the test otherwise."""
-        from verispec.engines.check import run_engine_checks_in_child
         from verispec.errors import VerispecError
 
         budget = time_budget if time_budget is not None else (self.time_budget or ENGINE_BUDGET)
         try:
             problem = _engine_problem(target, draft)
-            result = run_engine_checks_in_child(name, checks, tree=tree, problem=problem, mode=mode,
-                                                detect_tv=detect_tv, alpha=alpha, time_budget=budget, source=source,
-                                                context_twin=context_twin, neighbours=neighbours)
+            result = _engine_checks(name, checks, tree=tree, problem=problem, mode=mode, detect_tv=detect_tv,
+                                    alpha=alpha, time_budget=budget, source=source, context_twin=context_twin,
+                                    neighbours=neighbours)
         except VerispecError as error:
             message = f"verispec_check.engine({name!r}): {_one_line(error)}"
         else:
@@ -121,6 +120,13 @@ class VerispecCheck:
                 return result
             message = engine_failure(result)
         pytest.fail(message, pytrace=False)
+
+
+def _engine_checks(name: str, checks, **options) -> dict:
+    """``verispec.engines.check.run_engine_checks_in_child``: the engine's checks in a process of their own."""
+    from verispec.engines.check import run_engine_checks_in_child
+
+    return run_engine_checks_in_child(name, checks, **options)
 
 
 def _one_line(error) -> str:
