@@ -87,6 +87,8 @@ def test_sampled_neighbours_are_refused_off_the_batch_layout(capsys):
         check_external(step_rules.step, "step", "chain:1", problem=PROBLEM, rng="capture", neighbours="sampled")
     with pytest.raises(VerispecError, match="neighbours must be one of"):
         _check(step_rules.ragged_step, "some")
+    with pytest.raises(VerispecError, match="joint outcomes of the three requests at V = 10"):
+        JointCodes(10, (1, 3, 0))  # 110 * 11,110 * 10 codes: refused before any array
     code = main(["check-external", "tests/support/step_rules.py:step", "--layout", "step", "--tree", "chain:1",
                  "--rng", "capture", "--target", "0.6,0.4", "--draft", "0.3,0.7", "--neighbours", "sampled"])
     lines = capsys.readouterr().err.strip().splitlines()

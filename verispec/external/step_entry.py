@@ -49,7 +49,6 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
     problem.require_depth(drafter.depth + 1)
     name = name or getattr(function, "__name__", "external")
     sampled = check_neighbours(verifier_options.get("neighbours", "greedy"), layout) == "sampled"
-    blind = offset_blind(problem, drafter.depth + 1)
     start = time.monotonic()
 
     def checked(on):
@@ -61,7 +60,8 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
 
     try:
         with budget.time_budget(start + time_budget, what=f"the check of {name}"):
-            report = checked(problem)
+            report = checked(problem)  # refuses a block too large to tabulate before the prefixes are walked
+            blind = offset_blind(problem, drafter.depth + 1)
             report.offsets_visible = not blind
             if not blind or report.verdict is not Verdict.LOSSLESS:
                 return report

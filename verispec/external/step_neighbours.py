@@ -26,6 +26,9 @@ from verispec.errors import VerispecError
 from verispec.simulator.laws import OutputLaw
 from verispec.simulator.problems import target_law
 
+#: The most joint outcomes of the three requests a check tabulates (codes, or sequences once continued): sized
+#: before any array of them is made.
+MAX_JOINT_CODES = 200_000
 #: The choices of ``neighbours`` (``--neighbours``): greedy fillers (the default) or sampling neighbours.
 NEIGHBOURS = ("greedy", "sampled")
 
@@ -58,6 +61,11 @@ class JointCodes:
         self.radix = tuple(int(offsets[-1]) for offsets in self.offsets)
         self.impossible = int(np.prod(self.radix))
         self.count = self.impossible + 1
+        continued = size ** sum(count + 1 for count in self.drafts)  # the joint law continued with the targets
+        if max(self.count, continued) > MAX_JOINT_CODES:
+            raise VerispecError(f"sampled neighbours tabulate {max(self.count, continued):,} joint outcomes of the "
+                                f"three requests at V = {size}, more than {MAX_JOINT_CODES:,}; use a smaller "
+                                "vocabulary or fewer drafts")
 
     def code(self, blocks: list) -> int:
         """The code of the three requests' emitted blocks (tuples of tokens), or the impossible code."""
