@@ -28,13 +28,15 @@ run), and the tests that fail there are recorded with their reason. ``--equivale
 argued equivalent (each with its argument); they leave the denominators, and any that a judge kills is reported,
 since a killed mutant is not equivalent.
 
-A judge is not run on a mutant whose statement it never executes: coverage.py (``pip install 'coverage==7.6.10'``)
-records the sampler's lines each judge executes on the unmutated release (Triton's interpreter runs the kernels as
-Python, so their lines count too), and a judge that never reaches the mutated statement (the innermost statement
-holding the mutant's line; no line of it executed) runs the mutant exactly as it runs the release, so its outcome
-is the release's: survived. Such a row says so (``not_executed``) and its seconds are not counted; ``--no-coverage``
-runs every judge on every mutant. Both judges are deterministic on a given tree (vLLM's tests seed torch; verispec
-feeds its own uniforms), which the argument needs.
+A judge runs only its parts that reach the mutant: coverage.py (``pip install 'coverage==7.6.10'``) records, on the
+unmutated release, the sampler's lines each of vLLM's test items and each of verispec's checks executes (Triton's
+interpreter runs the kernels as Python, so their lines count too; ``engine_mutants_reach.py`` states why a part that
+never executes the mutated statement cannot change the verdict). A judge runs the parts that execute a line of the
+innermost statement holding the mutant's line, in its own order (``-x`` and ``--fail-fast`` still stop at the first
+failure); all of them where the statement runs outside every part (an import, a module-level name); and none where
+no part runs it: then the mutant runs as the release does, survived, and the row says so (``not_executed``; its
+seconds are not counted). The seconds of a row are those of the parts it ran (``parts_run`` of ``parts``).
+``--no-coverage`` runs every part of every judge.
 
 Each mutant's row is cached (keyed by the mutant, the judges' settings, verispec's checking code and the files'
 digests), so an interrupted run resumes; ``--time-budget`` stops starting mutants after that many seconds.
@@ -86,15 +88,15 @@ CPU_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "VLLM_TARGET_DEV
            "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _load_releases_script():
-    spec = importlib.util.spec_from_file_location("engine_releases_for_mutants", ROOT / "experiments" /
-                                                  "engine_releases.py")
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_for_mutants", ROOT / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-releases_script = _load_releases_script()
+releases_script = _load_script("engine_releases")
+reach_module = _load_script("engine_mutants_reach")
 
 
 def wilson(successes: int, trials: int, z: float = 1.959964) -> list[float] | None:
@@ -326,7 +328,7 @@ def _junit_cases(path: Path) -> list[dict]:
     return cases
 
 
-def engine_tests_judge(tree: Path, tests_root: Path, test_file: str, deselect: list[str], timeout: float,
+def engine_tests_judge(tree: Path, tests_root: Path, targets: str | list[str], deselect: list[str], timeout: float,
                        stop_first: bool = True) -> dict:
     """vLLM's test file on the tree (pytest, on the CPU under Triton's interpreter): killed (a test failed, or the
     file did not import), survived, or timeout; the failing test and the seconds it took. ``--noconftest``: the
@@ -335,7 +337,8 @@ def engine_tests_judge(tree: Path, tests_root: Path, test_file: str, deselect: l
     with tempfile.TemporaryDirectory(prefix="verispec-engine-tests-") as scratch:
         junit = Path(scratch) / "junit.xml"
         argv = [sys.executable, "-m", "pytest", "--noconftest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
-                f"--junitxml={junit}", "-o", "junit_family=xunit2", test_file]
+                f"--junitxml={junit}", "-o", "junit_family=xunit2"]
+        argv += [targets] if isinstance(targets, str) else list(targets)
         argv += (["-x"] if stop_first else []) + [f"--deselect={test}" for test in deselect]
         start = time.monotonic()
         try:
@@ -355,57 +358,6 @@ def engine_tests_judge(tree: Path, tests_root: Path, test_file: str, deselect: l
         outcome, by = "killed", (f"{failed[0]['test']}: {failed[0]['reason']}" if failed else tail[:300])
     return {"outcome": outcome, "by": by, "exit_status": status, "seconds": seconds, "cases": cases,
             "summary": tail[:300]}
-
-
-def statement_span(text: str, line: int) -> tuple[int, int]:
-    """(first, last) line of the innermost statement of ``text`` that holds ``line`` (the whole file where none
-    does: a decorator's line, say), the lines whose execution shows the mutated code was reached."""
-    import ast
-
-    best = (1, max(1, len(text.splitlines())))
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.stmt) and node.lineno <= line <= node.end_lineno and (
-                node.end_lineno - node.lineno <= best[1] - best[0]):
-            best = (node.lineno, node.end_lineno)
-    return best
-
-
-def reached(executed: set[int] | None, span: tuple[int, int]) -> bool:
-    """Whether a judge that executed ``executed`` lines (None: not measured) may reach a statement of ``span``."""
-    return executed is None or any(line in executed for line in range(span[0], span[1] + 1))
-
-
-def _covered(path: Path, data_file: Path) -> list[int]:
-    import coverage
-
-    data = coverage.CoverageData(basename=str(data_file))
-    data.read()
-    return sorted({line for name in data.measured_files() if Path(name).resolve() == path.resolve()
-                   for line in data.lines(name) or []})
-
-
-def verispec_lines(tree: Path, checks: list[str], budget: float) -> list[int]:
-    """The sampler's lines verispec's checks execute on ``tree`` (in one process, the Python API, under coverage)."""
-    with tempfile.TemporaryDirectory(prefix="verispec-coverage-") as scratch:
-        data_file = Path(scratch) / "coverage"
-        program = (f"import coverage\ncov = coverage.Coverage(data_file={str(data_file)!r}, include=["
-                   f"{str(tree / SAMPLER)!r}])\ncov.start()\nfrom verispec.engines.check import run_engine_checks\n"
-                   f"result = run_engine_checks({PACKAGE!r}, {checks!r}, time_budget={budget!r})\ncov.stop()\n"
-                   "cov.save()\nassert result['exit_status'] == 0, result['exit_status']\n")
-        subprocess.run([sys.executable, "-c", program], cwd=ROOT, env=_env(tree, ROOT), check=True,
-                       capture_output=True, text=True, timeout=len(checks) * budget + 600)
-        return _covered(tree / SAMPLER, data_file)
-
-
-def engine_tests_lines(tree: Path, tests_root: Path, test_file: str, deselect: list[str], timeout: float) -> list[int]:
-    """The sampler's lines vLLM's test file executes on ``tree`` (pytest under ``coverage run``)."""
-    with tempfile.TemporaryDirectory(prefix="verispec-coverage-") as scratch:
-        data_file = Path(scratch) / "coverage"
-        argv = [sys.executable, "-m", "coverage", "run", f"--data-file={data_file}", f"--include={tree / SAMPLER}",
-                "-m", "pytest", "--noconftest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", test_file]
-        subprocess.run(argv + [f"--deselect={test}" for test in deselect], cwd=tests_root, capture_output=True,
-                       text=True, timeout=timeout * 2, env=_env(tree, tests_root))
-        return _covered(tree / SAMPLER, data_file)
 
 
 def mutant_key(mutant: dict) -> str:
@@ -532,18 +484,22 @@ def main(argv=None) -> int:
     deselect = failing  # node ids relative to the sources' root, as pytest's --deselect takes them
     print(f"baseline: verispec {baseline['verispec']['seconds']} s; vLLM's tests {baseline['engine_tests']['seconds']}"
           f" s, {len(failing)} failing on the unmutated release", file=sys.stderr, flush=True)
-    executed = {"verispec": None, "engine_tests": None}  # the sampler's lines each judge runs on the release
+    # each part of each judge (a vLLM test item, a verispec check) and the sampler's lines it runs on the release
+    reach = {"verispec": None, "engine_tests": None}
     if not args.no_coverage:
         for judge, key, measure in (
-                ("verispec", verispec_key, lambda: verispec_lines(tree, checks, args.budget)),
-                ("engine_tests", tests_key, lambda: engine_tests_lines(tree, tests_root, ENGINE_TESTS, deselect,
-                                                                      args.test_timeout))):
-            path = rows_dir / f"coverage-{judge}-{key}.json"
+                ("verispec", verispec_key, lambda: reach_module.verispec_reach(
+                    tree / SAMPLER, ROOT, PACKAGE, checks, args.budget, _env(tree, ROOT))),
+                ("engine_tests", tests_key, lambda: reach_module.engine_tests_reach(
+                    tree / SAMPLER, tests_root, ENGINE_TESTS, deselect, args.test_timeout, _env(tree, tests_root)))):
+            path = rows_dir / f"parts-{judge}-{key}.json"
             if not path.is_file():
-                print(f"coverage: {judge} on the unmutated release", file=sys.stderr, flush=True)
-                atomic_write_json(path, {"lines": measure()})
-            executed[judge] = set(json.loads(path.read_text())["lines"])
-    record["coverage"] = {judge: None if lines is None else len(lines) for judge, lines in executed.items()}
+                print(f"coverage: {judge}, part by part, on the unmutated release", file=sys.stderr, flush=True)
+                atomic_write_json(path, measure())
+            reach[judge] = json.loads(path.read_text())
+    record["coverage"] = {judge: None if parts is None else {
+        "lines": len(reach_module.executed_lines(parts)), "parts": len(parts["order"])}
+        for judge, parts in reach.items()}
     # verdicts of an earlier run's result file are taken where their key matches (a fresh cache resumes from git)
     earlier = {}
     if args.out.is_file():
@@ -599,8 +555,9 @@ def main(argv=None) -> int:
             elif (earlier.get(keys[judge], {}).get(judge) or {}).get("key") == keys[judge]:
                 found[judge] = earlier[keys[judge]][judge]
                 atomic_write_json(path, found[judge])
-        span = statement_span(source.read_text(), mutant["line"])
-        for judge in [judge for judge in paths if judge not in found and not reached(executed[judge], span)]:
+        span = reach_module.statement_span(source.read_text(), mutant["line"])
+        parts = {judge: reach_module.parts_reaching(reach[judge], span) for judge in paths}
+        for judge in [judge for judge in paths if judge not in found and parts[judge] == []]:
             found[judge] = {"outcome": "survived", "by": None, "exit_status": None, "seconds": None,
                             "not_executed": f"no line of the mutated statement (lines {span[0]}-{span[1]}) runs under "
                                             "this judge on the release, so the mutant runs as the release does"}
@@ -615,11 +572,14 @@ def main(argv=None) -> int:
             try:
                 with _parallel() as pool:
                     futures = {judge: pool.submit(*(
-                        (verispec_judge, tree, checks, args.budget) if judge == "verispec" else
-                        (engine_tests_judge, tree, tests_root, ENGINE_TESTS, deselect, args.test_timeout)))
+                        (verispec_judge, tree, parts[judge] or checks, args.budget) if judge == "verispec" else
+                        (engine_tests_judge, tree, tests_root, parts[judge] or [ENGINE_TESTS], deselect,
+                         args.test_timeout)))
                         for judge in missing}
                     for judge, future in futures.items():
-                        found[judge] = {**future.result(), "key": keys[judge]}
+                        ran = {"parts_run": None if parts[judge] is None else len(parts[judge]),
+                               "parts": None if reach[judge] is None else len(reach[judge]["order"])}
+                        found[judge] = {**future.result(), **ran, "key": keys[judge]}
                         found[judge].pop("cases", None)
                         atomic_write_json(paths[judge], found[judge])
             finally:
@@ -632,7 +592,8 @@ def main(argv=None) -> int:
                        f"{'' if row[judge].get('not_executed') else str(row[judge]['seconds']) + ' s'})"
                 for judge in ("verispec", "engine_tests")}
         print(f"[{index + 1}/{len(drawn)}] {row['key']} line {row['line']}: verispec {said['verispec']}, vLLM's tests "
-              f"{said['engine_tests']}", file=sys.stderr, flush=True)
+              f"{said['engine_tests']}; parts run {[row[judge].get('parts_run') for judge in said]}", file=sys.stderr,
+              flush=True)
     summary = write(rows)["summary"]
     print(f"{summary['mutants']} mutants judged ({summary['equivalent']} equivalent left out): verispec killed "
           f"{summary['verispec']['killed']}, vLLM's tests {summary['engine_tests']['killed']}; wrote {args.out}",

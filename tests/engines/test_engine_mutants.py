@@ -20,6 +20,12 @@ from tests.support.scripts import load_script
 script = load_script("experiments/engine_mutants.py", "engine_mutants_test")
 
 
+def _has_coverage() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("coverage") is not None
+
+
 @pytest.mark.parametrize(("killed", "total"), [(0, 10), (7, 10), (57, 60), (60, 60), (1, 1)])
 def test_wilson_interval_is_scipys(killed, total):
     interval = binomtest(killed, total).proportion_ci(confidence_level=0.95, method="wilson")
@@ -163,14 +169,14 @@ def f(x, device=None):
 
 
 def test_the_mutated_statement_spans_its_innermost_statement():
-    assert script.statement_span(SOURCE, 6) == (6, 6)  # y = x + 1
-    assert script.statement_span(SOURCE, 7) == (7, 8)  # the if header: its whole statement
-    assert script.statement_span(SOURCE, 10) == (9, 10)  # a continuation line of a return
-    assert script.statement_span(SOURCE, 4) == (1, 10)  # a decorator's line: held by no statement, the whole file
+    assert script.reach_module.statement_span(SOURCE, 6) == (6, 6)  # y = x + 1
+    assert script.reach_module.statement_span(SOURCE, 7) == (7, 8)  # the if header: its whole statement
+    assert script.reach_module.statement_span(SOURCE, 10) == (9, 10)  # a continuation line of a return
+    # a decorator's line: held by no statement, the whole file
+    assert script.reach_module.statement_span(SOURCE, 4) == (1, 10)
 
 
 def test_a_judge_that_never_runs_the_statement_is_not_run_and_its_seconds_are_not_counted():
-    assert not script.reached({5, 6, 9}, (7, 8)) and script.reached({8}, (7, 8)) and script.reached(None, (7, 8))
     rows = [{"key": "a", "verispec": {"outcome": "killed", "seconds": 10.0},
              "engine_tests": {"outcome": "survived", "seconds": None, "not_executed": "lines 7-8"}},
             {"key": "b", "verispec": {"outcome": "survived", "seconds": 30.0},
@@ -179,3 +185,74 @@ def test_a_judge_that_never_runs_the_statement_is_not_run_and_its_seconds_are_no
     assert summary["engine_tests"]["not_executed"] == 1 and summary["engine_tests"]["seconds_total"] == 100.0
     assert summary["verispec"]["seconds_total"] == 40.0 and summary["verispec"]["not_executed"] == 0
     assert summary["engine_tests"]["killed"] == 1 and summary["engine_tests"]["survived"] == 1
+
+
+REACH = {"order": ["t::a", "t::b[1]", "t::c"],
+         "lines": {"1": [""], "6": ["t::c", "t::a"], "8": ["t::b[1]"], "9": ["t::a", "t::b[1]", "t::c"]}}
+
+
+def test_a_judge_runs_the_parts_that_reach_the_statement_in_its_own_order():
+    reaching = script.reach_module.parts_reaching
+    assert reaching(REACH, (6, 6)) == ["t::a", "t::c"]  # the judge's order, not the contexts' order
+    assert reaching(REACH, (7, 8)) == ["t::b[1]"]
+    assert reaching(REACH, (2, 5)) == []  # no part runs it: not run, survived
+    assert reaching(REACH, (1, 10)) is None  # a line run outside every part (an import): every part
+    assert reaching(None, (7, 8)) is None  # nothing measured (--no-coverage): every part
+    assert reaching({**REACH, "lines": {"8": ["t::gone"]}}, (8, 8)) is None  # a context that is no part: every part
+    assert script.reach_module.executed_lines(REACH) == {1, 6, 8, 9}
+
+
+MODULE = '''LIMIT = 3
+
+
+class Box:
+    def __init__(self):
+        self.size = 0
+
+
+def grow(box, n):
+    if n > LIMIT:
+        return -1
+    box.size += n
+    return box.size
+'''
+
+TESTS = '''import pytest
+import module
+
+
+@pytest.fixture
+def box():
+    return module.Box()
+
+
+def test_small(box):
+    assert module.grow(box, 2) == 2
+
+
+def test_large(box):
+    assert module.grow(box, 5) == -1
+
+
+@pytest.mark.parametrize("n", [0, 9])
+def test_without_box(n):
+    assert n >= 0
+'''
+
+
+@pytest.mark.skipif(not _has_coverage(), reason="coverage.py is not installed "
+                    "(pip install 'coverage==7.6.10'): the experiment's own dependency, not the suite's")
+def test_each_test_item_gets_its_own_lines_and_a_fixtures_lines_count_for_its_test(tmp_path):
+    (tmp_path / "module.py").write_text(MODULE)
+    (tmp_path / "test_module.py").write_text(TESTS)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    reach = script.reach_module.engine_tests_reach(tmp_path / "module.py", tmp_path, "test_module.py",
+                                                   ["test_module.py::test_without_box[9]"], 120, env)
+    assert reach["order"] == ["test_module.py::test_small", "test_module.py::test_large",
+                              "test_module.py::test_without_box[0]"]
+    lines = {int(line): set(contexts) for line, contexts in reach["lines"].items()}
+    assert lines[1] == {""} and lines[9] == {""}  # module level: outside every test
+    assert lines[6] == {"test_module.py::test_small", "test_module.py::test_large"}  # the fixture's constructor
+    assert lines[11] == {"test_module.py::test_large"} and lines[12] == {"test_module.py::test_small"}
+    span = script.reach_module.statement_span(MODULE, 11)
+    assert script.reach_module.parts_reaching(reach, span) == ["test_module.py::test_large"]
