@@ -74,8 +74,8 @@ ENGINE_TESTS = "tests/v1/sample/test_rejection_sampler.py"
 #: verispec's checks of the V1 file, cheapest first (``--fail-fast`` stops at the first that fails): the greedy
 #: kernel exhaustively, then the exact laws (top-k and top-p last: their kernel runs on the interpreter with
 #: verispec's repaired loop counters, and costs the most).
-CHECKS = ("v1-greedy", "v1-temperature", "v1-ngram", "v1-seeded", "v1-unseeded", "v1-mixed", "v1-min-p", "v1-top-k",
-          "v1-top-p")
+CHECKS = ("v1-greedy", "v1-temperature", "v1-ngram", "v1-seeded", "v1-unseeded", "v1-mixed", "v1-penalties",
+          "v1-min-p", "v1-top-k", "v1-top-p")
 #: Seconds each verispec check may take (check-engine's --time-budget), and the seconds vLLM's test file may take.
 CHECK_BUDGET = 600.0
 TEST_TIMEOUT = 3600.0

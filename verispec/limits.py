@@ -31,7 +31,7 @@ RESTRICTIONS = ("selected-path",)
 
 #: The layouts of verification code written elsewhere, in the order of ``verispec.external.layouts.LAYOUTS``.
 EXTERNAL_LAYOUTS = ("chain", "padded", "ragged", "tree-parent", "tree-sibling", "transformers", "gpt-fast", "step",
-                    "step-ragged", "step-tree")
+                    "step-ragged", "step-tree", "step-penalties")
 
 #: Largest number of runs of one black-box test: the runs' tree indices and outcomes are held in memory, 16 bytes
 #: each (``verispec.external.blackbox``; check-external's --samples).

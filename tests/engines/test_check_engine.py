@@ -265,6 +265,39 @@ def test_a_dropped_temperature_is_caught_at_its_closed_form_and_fail_fast_stops_
     assert abs(dropped["tv_distance"] - 0.5 * np.abs(P - sharpened).sum()) < 1e-6
 
 
+def _penalised_law(history: list) -> np.ndarray:
+    """The step-penalties target at V = 2 after ``history`` (the request's output so far), from the support's own
+    penalties (written from their definitions): raw logits log P + 1 (the layout's shift), prompt 3 tokens 0."""
+    import torch
+
+    from tests.support.step_penalties_rules import penalised
+
+    logits = torch.log(torch.tensor(P, dtype=torch.float64)) + 1.0
+    return torch.softmax(penalised(logits, [0, 0, 0], history, 1.5, 0.5, 0.25), -1).numpy()
+
+
+@needs_vllm
+def test_drafts_left_out_of_the_penalised_history_are_caught_at_their_closed_form(tmp_path):
+    """v1-penalties (V = 2, chain:2, history (1, 1)) on a copy of the shipped file whose spec tokens never join the
+    output history (``_combine_outputs_with_spec_tokens`` repeats the output alone): the second position is verified
+    against the target penalised without the first draft, while the first position and the bonus token (penalised
+    by the Sampler's own file) are right. Leviathan et al.'s rule emits the law it verifies against, so the block
+    law is t0(x0) a1(x1 | x0) t2(...) on an accepted x0 and t0 t1 t2 otherwise, and the block's TV is
+    sum over x0 of min(t0, q)(x0) TV(a1(. | x0), t1(. | x0)), with a1 the law after the history alone."""
+    checks = {check.name: check for check in vllm_adapter.checks()}
+    assert (checks["v1-penalties"].tree, checks["v1-penalties"].target) == ("chain:2", tuple(P))
+    history = [1, 1]
+    first, left_out = _penalised_law(history), _penalised_law(history)
+    expected = sum(min(first[x], Q[x]) * 0.5 * np.abs(left_out - _penalised_law(history + [x])).sum()
+                   for x in range(2))
+    mutant = _mutant(tmp_path, "result.append([*result[-1], spec[i]])", "result.append(list(out))")
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-penalties", "--source", str(mutant), "--json")
+    assert status == 1, err
+    row = json.loads(out)["checks"][0]
+    assert row["verdict"] == "LOSSY" and row["mode"] == "exact" and expected > 0.01
+    assert abs(row["tv_distance"] - expected) < 1e-6  # vLLM penalises float32 logits
+
+
 @needs_vllm
 def test_a_kernel_the_interpreter_cannot_run_is_said_and_not_lossless(tmp_path):
     """Inline assembly has no interpreter: a greedy kernel that uses it fails the adapter's first call of every

@@ -82,6 +82,10 @@ def add_parser(subparsers) -> None:
                        help="with the step-ragged layout: greedy (default) fillers beside the checked request, or "
                             "neighbours that sample with settings and seeds of their own, the three requests' joint "
                             "law checked against the product of their targets (damage across requests shows)")
+    check.add_argument("--penalties", metavar="SPEC", default=None,
+                       help="with the step-penalties layout: 'repetition=R,frequency=F,presence=A' (every part "
+                            "optional; default repetition=1.5,frequency=0.5,presence=0.25), applied as vLLM does over "
+                            "the prompt and the request's earlier output (verispec.models.penalties)")
     check.add_argument("--keys", choices=KEY_MODES, default="keyed",
                        help="with --rng capture: keyed (default): draws from a generator seeded inside the call "
                             "(torch.Generator.manual_seed, torch.manual_seed, default_rng(seed), np.random.seed, "
@@ -126,7 +130,7 @@ def run(args) -> int:
     # --call-timeout is the command's guard's (verispec.budget.CommandGuard), as for every command running your code
     options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row), ("keys", args.keys),
                                                ("max_keys", args.max_keys), ("context_twin", args.context_twin),
-                                               ("neighbours", args.neighbours))
+                                               ("neighbours", args.neighbours), ("penalties", args.penalties))
                if value not in (None, False, "explicit", "keyed", "greedy", MAX_KEYS)}
     with tqdm(desc="problems tried", unit=" problems", disable=problem is not None or not sys.stderr.isatty(),
               leave=False) as bar:

@@ -81,6 +81,18 @@ def _stand_in_for_a_gpu() -> None:
         current_platform.num_compute_units(0)
     except NotImplementedError:
         current_platform.num_compute_units = lambda device_id=None: STAND_IN_COMPUTE_UNITS
+    # vLLM stages host copies in pinned memory (the penalised output history, the penalties' row indices:
+    # ``PIN_MEMORY``, read from the platform at import into each module that uses it), and torch refuses to pin
+    # without a device. Pinning changes where the same numbers sit, not the numbers: the flag is set off in vLLM's
+    # modules where torch has no device.
+    import sys
+
+    import torch
+
+    if not torch.cuda.is_available():
+        for name, module in list(sys.modules.items()):
+            if name.split(".")[0] == "vllm" and getattr(module, "PIN_MEMORY", None) is True:
+                module.PIN_MEMORY = False
 
 
 _ENGINE = {}
@@ -119,10 +131,12 @@ def _draft(draft_model, input_ids, num_draft_tokens, temperature, generators, wi
     return drafts, (torch.stack(rows) if with_probs and rows else None)
 
 
-def _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab_size: int):
+def _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab_size: int, penalised=None):
     """vLLM's ``SamplingMetadata`` for the batch: per-request temperature (greedy as the release's own
-    ``GREEDY_TEMPERATURE``), top-k and top-p where any request asks for them, the seeded requests' generators, no
-    penalties, and the logits processors vLLM loads when speculative decoding is on (min-tokens only)."""
+    ``GREEDY_TEMPERATURE``), top-k and top-p where any request asks for them, the seeded requests' generators, the
+    logits processors vLLM loads when speculative decoding is on (min-tokens only), and no penalties, or with
+    ``penalised`` (``_penalties``' fields: prompt ids, output history, the three penalties, the drafts as
+    ``spec_token_ids``, which vLLM's input batch fills when penalties are on) those."""
     import torch
 
     rejection, metadata, processors = engine["rejection"], engine["metadata"], engine["processors"]
@@ -137,10 +151,23 @@ def _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab_size
         top_p=torch.tensor(p, dtype=torch.float32) if any(x < 1.0 for x in p) else None,
         top_k=torch.tensor([x if x > 0 else vocab_size for x in k], dtype=torch.int32) if any(x > 0 for x in k)
         else None,
-        generators=generators, max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
-        frequency_penalties=torch.zeros(batch), presence_penalties=torch.zeros(batch),
-        repetition_penalties=torch.ones(batch), output_token_ids=[[] for _ in range(batch)],
-        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=processors.LogitsProcessors())
+        generators=generators, max_num_logprobs=None, allowed_token_ids_mask=None, bad_words_token_ids={},
+        logitsprocs=processors.LogitsProcessors(), **(penalised or {
+            "no_penalties": True, "prompt_token_ids": None, "frequency_penalties": torch.zeros(batch),
+            "presence_penalties": torch.zeros(batch), "repetition_penalties": torch.ones(batch),
+            "output_token_ids": [[] for _ in range(batch)]}))
+
+
+def _penalties(input_ids, history, drafts, repetition: float, frequency: float, presence: float) -> dict:
+    """``SamplingMetadata``'s penalty fields for one request: its prompt [1, P] int64, its earlier output, the three
+    penalties (float32, as vLLM's input batch holds them) and the drafts as ``spec_token_ids``."""
+    import torch
+
+    return {"no_penalties": False, "prompt_token_ids": input_ids.to(torch.int64),
+            "output_token_ids": [list(map(int, history))], "spec_token_ids": [list(map(int, drafts[0]))],
+            "repetition_penalties": torch.tensor([repetition], dtype=torch.float32),
+            "frequency_penalties": torch.tensor([frequency], dtype=torch.float32),
+            "presence_penalties": torch.tensor([presence], dtype=torch.float32)}
 
 
 def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata):
@@ -162,10 +189,15 @@ def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata):
 
 
 def _v1_step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds, *,
-             seeded: bool, with_probs: bool):
+             seeded: bool, with_probs: bool, history=None, penalties: tuple = ()):
+    """The batch's step; ``history`` (one request: its earlier output [1, H], which the models read after the
+    prompt) and ``penalties`` (repetition, frequency, presence) for ``v1_single_penalties``."""
     import torch
 
     engine = _engine()
+    prompt_ids = input_ids
+    if history is not None:
+        input_ids = torch.cat([input_ids, history.to(input_ids.dtype)], dim=1)
     generators = {}
     if seeded:
         for request, temp in enumerate(temperature):
@@ -179,7 +211,8 @@ def _v1_step(draft_model, target_model, input_ids, num_draft_tokens, temperature
                          .reshape(1, -1)], dim=1)
         rows.append(target_model(ids)[0, prompt - 1:].to(torch.float32))  # [len(chosen) + 1, V]
     vocab = rows[0].shape[-1]
-    sampling = _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab)
+    penalised = None if history is None else _penalties(prompt_ids, history[0].tolist(), drafts, *penalties)
+    sampling = _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab, penalised)
     return _verify(engine, drafts, torch.cat(rows), draft_probs, sampling)
 
 
@@ -235,6 +268,20 @@ def _single_function(name: str, seeded: bool, with_probs: bool):
     step.__name__ = step.__qualname__ = name
     step.__doc__ = f"``{name.replace('single', 'step')}`` for one request alone in its batch (``step`` layout)."
     return step
+
+
+def v1_single_penalties(draft_model, target_model, input_ids, output_ids, num_draft_tokens, temperature, top_k, top_p,
+                        min_p, repetition_penalty, frequency_penalty, presence_penalty, seed):
+    """``v1_single_seeded`` with the request's earlier output and its repetition, frequency and presence penalties
+    (the ``step-penalties`` layout): vLLM penalises each draft position's target logits after the output and the
+    drafts before it (``RejectionSampler._combine_outputs_with_spec_tokens``) and the bonus token's after all of
+    them. -> the emitted tokens [m + 1]."""
+    out = _v1_step(draft_model, target_model, input_ids, [int(num_draft_tokens)], [float(temperature)],
+                   [int(top_k)], [float(top_p)], [float(min_p)], [int(seed)], seeded=True, with_probs=True,
+                   history=output_ids, penalties=(float(repetition_penalty), float(frequency_penalty),
+                                                  float(presence_penalty)))
+    row = out[0]
+    return row[row >= 0]
 
 
 v1_single_seeded = _single_function("v1_single_seeded", True, True)

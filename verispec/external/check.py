@@ -543,6 +543,8 @@ def check_external(function, layout: str, tree: str | Drafter, *, problem: Probl
     if verifier_options.pop("context_twin", False):
         raise VerispecError(f"--context-twin needs a whole-step layout (step, step-ragged, step-tree); the {layout} "
                             "layout is checked on the problems it is given or searches")
+    if verifier_options.pop("penalties", None) is not None:
+        raise VerispecError(f"--penalties needs the step-penalties layout; the {layout} layout hands no token history")
     if sampling is not None:
         raise VerispecError(f"--sampling needs a whole-step layout (step, step-ragged, step-tree), which hands raw "
                             f"logits; the {layout} layout hands laws already processed")

@@ -69,6 +69,11 @@ with their checker, in ``verispec.external.step``):
     with ``model(input_ids [B, S]) -> logits [B, S, V]`` backed by the problem's raw conditionals. The code drafts
     its own tokens; its emitted block is checked against the target after the requested sampling.
 
+``step-penalties`` (``step`` with the request's earlier output and vLLM's three penalties; stated in full, with its
+law, in ``verispec.external.step_penalties``):
+    f(draft_model, target_model, input_ids [1, P], output_ids [1, H], num_draft_tokens K, temperature, top_k, top_p,
+      min_p, repetition_penalty, frequency_penalty, presence_penalty, seed)
+
 verispec merges i.i.d. children that drew the same token into one node with a multiplicity; the tree layouts
 expand them back into separate nodes, each copy taking its own contiguous block of the merged child list (the
 order in which verispec's drafters draw path by path), so the function sees the tree the drafts made.

@@ -39,6 +39,11 @@ law after the row's tokens P..t, NaN before position P - 1 and where the problem
     it likes (i.i.d., without replacement), scores the tree, verifies and returns the accepted path's tokens and
     one more. The tree is the shape of ``--tree`` (i.i.d. paths as separate branches).
 
+``step-penalties`` (one request with repetition, frequency and presence penalties over its prompt and its earlier
+output, vLLM's shape): ``f(draft_model, target_model, input_ids, output_ids, num_draft_tokens, temperature, top_k,
+top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed)``, stated in full with its law in
+``verispec.external.step_penalties``.
+
 Parameters off: top_k 0, top_p 1.0, min_p 0.0. Temperature > 0 for the checked request (greedy is refused by
 ``Sampling.parse``: a point mass is not a law to check).
 
@@ -64,13 +69,12 @@ from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError,
 from verispec.external.rng import MAX_KEYS, Capture, Signal, Tape, TorchEscape, UniformsExhausted
 from verispec.external.step_auto import AUTO_EXACT_SHARE, ExactOutOfTime, blackbox_runs, exact_within
 from verispec.external.step_neighbours import JointCodes, joint_target, neighbours_note
+from verispec.external.step_penalties import LOGIT_SHIFT, STEP_PROMPT, history, penalties_arguments, requested_problem
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.laws import OutputLaw
 from verispec.simulator.problems import target_law
 from verispec.verdict import Verdict
 
-#: Junk prompt tokens before the block in every step layout's ``input_ids``.
-STEP_PROMPT = 3
 #: The checked request's index in ``step-ragged``, and the fillers' draft counts (greedy).
 RAGGED_CHECKED = 1
 FILLER_DRAFTS = (1, 0)
@@ -89,8 +93,8 @@ class LogitsModel:
     at positions P..t (the block so far; P the prompt's length), NaN before position P - 1 and past the depth
     the problem holds; log 0 = -inf."""
 
-    def __init__(self, law, vocab_size: int, depth: int, prompt: int = STEP_PROMPT):
-        self._law, self.vocab_size, self.depth, self.prompt = law, vocab_size, depth, prompt
+    def __init__(self, law, vocab_size: int, depth: int, prompt: int = STEP_PROMPT, shift: float = 0.0):
+        self._law, self.vocab_size, self.depth, self.prompt, self.shift = law, vocab_size, depth, prompt, shift
         self._cache: dict[tuple, np.ndarray] = {}
         self.calls = 0
 
@@ -101,7 +105,7 @@ class LogitsModel:
                 logits = np.full(self.vocab_size, np.nan)
             else:
                 with np.errstate(divide="ignore"):
-                    logits = np.log(np.asarray(self._law(prefix), dtype=np.float64))
+                    logits = np.log(np.asarray(self._law(prefix), dtype=np.float64)) + self.shift
             self._cache[prefix] = logits
         return logits
 
@@ -132,16 +136,22 @@ class StepLayout:
     argument_names: tuple[str, ...]
 
     def arguments(self, problem, sampling, depth: int, parents: np.ndarray | None, seed: int = STEP_SEED,
-                  neighbours: dict | None = None):
+                  neighbours: dict | None = None, penalties=None):
         """Fresh arguments for one call, the checked request handed ``seed`` (the others seed + their index);
-        ``neighbours``: {request: Sampling} of sampling neighbours in ``step-ragged`` (else greedy fillers)."""
+        ``neighbours``: {request: Sampling} of sampling neighbours in ``step-ragged`` (else greedy fillers);
+        ``penalties``: ``step-penalties``' ``Penalties``."""
         import torch
 
         size = problem.vocab_size
-        draft = LogitsModel(problem.draft, size, depth)
-        target = LogitsModel(problem.target, size, depth + 1)
         params = (float(sampling.temperature), int(sampling.top_k or 0), float(sampling.top_p or 1.0),
                   float(sampling.min_p or 0.0))
+        if self.name == "step-penalties":  # the models read the history after the prompt, and their logits shifted
+            before = STEP_PROMPT + len(history(size))
+            return penalties_arguments(LogitsModel(problem.draft, size, depth, before, LOGIT_SHIFT),
+                                       LogitsModel(problem.target, size, depth + 1, before, LOGIT_SHIFT),
+                                       depth, params, penalties, seed)
+        draft = LogitsModel(problem.draft, size, depth)
+        target = LogitsModel(problem.target, size, depth + 1)
         if self.name == "step":
             return (draft, target, torch.zeros((1, STEP_PROMPT), dtype=torch.int64), depth, *params, seed)
         if self.name == "step-tree":
@@ -186,6 +196,9 @@ STEP_LAYOUTS = {layout.name: layout for layout in (
                                "top_k", "top_p", "min_p", "seeds")),
     StepLayout("step-tree", ("draft_model", "target_model", "input_ids", "parents", "temperature", "top_k", "top_p",
                              "min_p", "seed")),
+    StepLayout("step-penalties", ("draft_model", "target_model", "input_ids", "output_ids", "num_draft_tokens",
+                                  "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
+                                  "presence_penalty", "seed")),
 )}
 
 
@@ -251,24 +264,6 @@ def greedy_output(problem, drafts: int) -> tuple:
     return (*prefix, int(np.argmax(problem.target(prefix))))
 
 
-def requested_problem(problem, sampling, depth: int):
-    """The problem the user asked for: every conditional up to ``depth`` tokens after the requested transform
-    (``Sampling.probabilities`` of the raw logits), as a ``TabularProblem``, whose target law and continuation
-    the simulator already computes (``target_law``, ``OutputLaw.continued_with_target``)."""
-    import itertools
-
-    from verispec.simulator.problems import TabularProblem
-
-    def transformed(law) -> np.ndarray:
-        with np.errstate(divide="ignore"):
-            return np.asarray(sampling.probabilities(np.log(np.asarray(law, dtype=np.float64))), dtype=np.float64)
-
-    size = problem.vocab_size
-    prefixes = [prefix for length in range(depth + 1) for prefix in itertools.product(range(size), repeat=length)]
-    return TabularProblem(size, {prefix: transformed(problem.target(prefix)) for prefix in prefixes},
-                          {prefix: transformed(problem.draft(prefix)) for prefix in prefixes if len(prefix) < depth})
-
-
 @dataclass
 class StepCheck:
     """One check of a whole step (``check_step``): what it needs and what it found."""
@@ -287,6 +282,8 @@ class StepCheck:
     filler_mass: float = 0.0
     #: {request: Sampling} of ``step-ragged``'s sampling neighbours (``step_neighbours``); None: greedy fillers.
     neighbours: dict | None = None
+    #: ``step-penalties``' ``Penalties`` (``step_penalties``); None in the other layouts.
+    penalties: object = None
 
     def __post_init__(self):
         size = self.problem.vocab_size
@@ -321,7 +318,8 @@ class StepCheck:
         """One call with its draws fed from ``values`` [1, U]: (code, used [U], path label); ``last_keys`` holds the
         keys it drew from."""
         tape = Tape(values)
-        arguments = self.layout.arguments(self.problem, self.sampling, self.depth, self.parents, seed, self.neighbours)
+        arguments = self.layout.arguments(self.problem, self.sampling, self.depth, self.parents, seed, self.neighbours,
+                                          self.penalties)
         capture.start(tape)
         try:
             result = call_function(self.function, self.name, self.call_timeout, arguments)
@@ -447,7 +445,7 @@ class StepCheck:
         sampling neighbours the three requests' in order."""
         depth = self.depth + 1
         if self.joint is None:
-            return [requested_problem(self.problem, self.sampling, depth)]
+            return [requested_problem(self.problem, self.sampling, depth, self.penalties)]
         return [requested_problem(self.problem, own, drafts + 1) for own, drafts in zip(
             (self.neighbours[0], self.sampling, self.neighbours[2]), self.joint.drafts)]
 
@@ -508,9 +506,10 @@ def check_signature(function, layout: StepLayout, name: str) -> None:
 def check_step(function, layout_name: str, drafter, problem, sampling, *, name: str, mode: str = "auto",
                samples: int | None = None, alpha: float, detect_tv: float, power: float, seed: int,
                call_timeout: float | None, keys: str = "keyed", max_keys: int = MAX_KEYS, options: dict | None = None,
-               threshold: float = DEFAULT_THRESHOLD, neighbours: dict | None = None):
+               threshold: float = DEFAULT_THRESHOLD, neighbours: dict | None = None, penalties=None):
     """The verdict on a whole step (module docstring): a ``CheckReport``; ``neighbours``: ``step-ragged``'s sampling
-    neighbours ({request: Sampling}, ``step_neighbours``), whose joint law with the checked request is checked."""
+    neighbours ({request: Sampling}, ``step_neighbours``), whose joint law with the checked request is checked;
+    ``penalties``: ``step-penalties``' ``Penalties`` (``step_penalties``)."""
     from verispec.external.check_report import CheckReport
 
     start = time.monotonic()
@@ -522,11 +521,12 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
         raise VerispecError(f"a step check tabulates the blocks of up to {depth + 1} tokens over V = {size}, more than "
                             f"{MAX_STEP_SEQUENCES:,}; use a smaller vocabulary or fewer drafts")
     check = StepCheck(function, name, layout, problem, sampling, depth, parents, call_timeout, keys, max_keys,
-                      neighbours=neighbours)
+                      neighbours=neighbours, penalties=penalties)
     wanted = check.requested()
     target = check.target(wanted)  # (V,)*(D+1), or the three requests' product
     note = f"checked against the target after the requested sampling ({sampling.describe()})" + neighbours_note(
-        neighbours)
+        neighbours) + (f", penalised ({penalties.describe()}) after the prompt and the history {history(size)}"
+                       if penalties is not None else "")
     blackbox, tv, used_mode = None, None, mode
     try:
         check.probe(np.random.default_rng(seed))

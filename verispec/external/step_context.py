@@ -28,16 +28,18 @@ BLIND_NOTE = ("the problem is context-free up to the check's depth (every positi
               "--context-twin (context_twin=True) also checks a context-dependent twin of it")
 
 
-def offset_blind(problem: Problem, depth: int) -> bool:
+def offset_blind(problem: Problem, depth: int, target=None) -> bool:
     """Whether every prefix of at most ``depth`` tokens has the root's target law and the root's draft law: then a
-    function reading any position's row in place of another's reads the same numbers."""
-    if isinstance(problem, ContextFreeProblem):
+    function reading any position's row in place of another's reads the same numbers. ``target``: the law the step
+    must keep after a prefix, where it is not the problem's own (a penalised one, ``step_penalties``)."""
+    target = target or problem.target
+    if isinstance(problem, ContextFreeProblem) and target == problem.target:
         return True
-    root_p, root_q = np.asarray(problem.target(())), np.asarray(problem.draft(()))
+    root_p, root_q = np.asarray(target(())), np.asarray(problem.draft(()))
     size = problem.vocab_size
     for length in range(1, depth + 1):
         for prefix in itertools.product(range(size), repeat=length):
-            if not (np.array_equal(np.asarray(problem.target(prefix)), root_p)
+            if not (np.array_equal(np.asarray(target(prefix)), root_p)
                     and np.array_equal(np.asarray(problem.draft(prefix)), root_q)):
                 return False
     return True

@@ -14,11 +14,12 @@ from verispec.external.rng import MAX_KEYS
 from verispec.external.step import check_step
 from verispec.external.step_context import BLIND_NOTE, context_twin, offset_blind
 from verispec.external.step_neighbours import check_neighbours, neighbour_sampling
+from verispec.external.step_penalties import requested_problem
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.verdict import Verdict
 
 #: The options a whole-step layout takes beside the check's own (``check_external``'s ``verifier_options``).
-STEP_OPTIONS = {"rng", "call_timeout", "keys", "max_keys", "per_row", "context_twin", "neighbours"}
+STEP_OPTIONS = {"rng", "call_timeout", "keys", "max_keys", "per_row", "context_twin", "neighbours", "penalties"}
 
 
 def check_whole_step(function, layout, tree, problem, mode, name, samples, detect_tv, power, alpha, seed,
@@ -49,6 +50,7 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
     problem.require_depth(drafter.depth + 1)
     name = name or getattr(function, "__name__", "external")
     sampled = check_neighbours(verifier_options.get("neighbours", "greedy"), layout) == "sampled"
+    penalties = _penalties(verifier_options.get("penalties"), layout)
     start = time.monotonic()
 
     def checked(on):
@@ -56,12 +58,13 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
                           alpha=alpha, detect_tv=detect_tv, power=power, seed=seed,
                           call_timeout=verifier_options.get("call_timeout"), keys=verifier_options.get("keys", "keyed"),
                           max_keys=verifier_options.get("max_keys", MAX_KEYS), threshold=threshold,
-                          neighbours=neighbour_sampling() if sampled else None)
+                          neighbours=neighbour_sampling() if sampled else None, penalties=penalties)
 
     try:
         with budget.time_budget(start + time_budget, what=f"the check of {name}"):
             report = checked(problem)  # refuses a block too large to tabulate before the prefixes are walked
-            blind = offset_blind(problem, drafter.depth + 1)
+            blind = offset_blind(problem, drafter.depth + 1, None if penalties is None else requested_problem(
+                problem, sampling, drafter.depth + 1, penalties).target)
             report.offsets_visible = not blind
             if not blind or report.verdict is not Verdict.LOSSLESS:
                 return report
@@ -77,6 +80,21 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
                            next_step="run again with a larger --time-budget",
                            note=f"the check of {name} ran past its time budget of {time_budget:g} s",
                            threshold=threshold)
+
+
+def _penalties(value, layout: str):
+    """``step-penalties``' ``Penalties`` (given as one or its text; ``DEFAULT_PENALTIES`` where none is given), None
+    for the other layouts; a penalty asked of another layout is refused in one line."""
+    from verispec.models.penalties import DEFAULT_PENALTIES, Penalties
+
+    if layout != "step-penalties":
+        if value is not None:
+            raise VerispecError(f"--penalties needs the step-penalties layout; the {layout} layout hands no token "
+                                "history")
+        return None
+    if isinstance(value, Penalties):
+        return value
+    return Penalties.parse(DEFAULT_PENALTIES if value is None else value)
 
 
 def _with_twin(report, checked, problem, drafter, start: float):
