@@ -42,7 +42,7 @@ FINDINGS_DIR = ROOT / "docs" / "findings"
 FINDINGS = ("ddte", "best_verifier", "assisted_generation", "single_path_optimum", "multipath_optimum",
             "gbv_commitment", "traversal_iid", "ddtree", "lossy_rules", "engine_bugs")
 #: Findings pages the README reaches through another page's claim (their numbers are generated all the same).
-MORE_FINDINGS = ("engine_releases",)
+MORE_FINDINGS = ("engine_releases", "engine_mutants")
 CLAIM = re.compile(r"<!--claim-->(?P<body>.*?)<!--/claim-->", re.S)
 #: Parameters and names a findings text may state outside markers (they are settings, not results).
 ALLOWED = ("the paper's 5%", "by 5%", "t_p = 20 t_q", "top-p 0.8", "Qwen2.5-Coder 1.5B/0.5B", "Qwen2.5", "top-k 20",
@@ -986,6 +986,57 @@ def engine_releases_reasons_table(results, name: str = ENGINE_RELEASES) -> str:
         for (check, verdict, why), names in sorted(reasons.items())])
 
 
+ENGINE_MUTANTS = "engine-mutants.json"
+
+
+def _share(judge: dict) -> str:
+    low, high = judge.get("wilson95") or (0.0, 1.0)
+    return f"{judge['killed']} ({judge['share']:.0%}, 95% interval {low:.0%} to {high:.0%})"
+
+
+def _engine_mutants(results, key):
+    """'judged' (mutants judged, of those drawn and listed), 'verispec' / 'engine_tests' (each judge's kills with
+    their Wilson interval), 'split' (killed by one judge alone, by neither), 'seconds' (each judge's seconds in
+    all), 'goal' (issue 76's: verispec kills at least 95%, and 20 points more than vLLM's tests), 'release'."""
+    data = results(ENGINE_MUTANTS)
+    summary = data["summary"]
+    if key == "judged":
+        return (f"{summary['mutants']} mutants (a uniform sample of {data['drawn']} drawn from the "
+                f"{data['mutants_listed'] - data['equivalent_in_annotations']['count']} that cosmic-ray makes outside "
+                f"type annotations; {summary['equivalent']} argued equivalent and left out)")
+    if key in ("verispec", "engine_tests"):
+        return _share(summary[key])
+    if key == "split":
+        return (f"{summary['verispec_only']} by verispec alone, {summary['engine_tests_only']} by vLLM's tests alone, "
+                f"{summary['neither']} by neither")
+    if key == "seconds":
+        return (f"{summary['verispec']['seconds_total']:,.0f} s for verispec and "
+                f"{summary['engine_tests']['seconds_total']:,.0f} s for vLLM's tests")
+    if key == "goal":
+        ours, theirs = summary["verispec"]["share"] or 0.0, summary["engine_tests"]["share"] or 0.0
+        met = ours >= 0.95 and ours - theirs >= 0.20
+        return (f"{'met' if met else 'not met'} on this sample ({ours - theirs:+.0%} points; the goal is at least 95% "
+                "and 20 points more than vLLM's tests)")
+    if key == "release":
+        return f"vLLM {data['settings']['release']}'s `{data['settings']['file']}`"
+    raise KeyError(key)
+
+
+def engine_mutants_table(results) -> str:
+    """Each judged mutant: where, what changed, and each judge's outcome with its seconds (or 'not reached')."""
+    def cell(found: dict) -> str:
+        if found.get("not_executed"):
+            return "survived (never runs the line)"
+        ran = "" if found.get("parts_run") is None else f", {found['parts_run']} of {found['parts']} parts"
+        by = f": {found['by']}" if found["outcome"] == "killed" and found.get("by") else ""
+        return f"{found['outcome']}{by[:90]} ({found['seconds']:,.0f} s{ran})"
+
+    return _table(("mutant", "line", "change", "verispec", "vLLM's tests"), [
+        (f"`{row['key'].split('/')[-1]}`", row["line"],
+         f"`{row['change']['before'].strip()[:60]}` -> `{row['change']['after'].strip()[:60]}`".replace("|", "\\|"),
+         cell(row["verispec"]), cell(row["engine_tests"])) for row in results(ENGINE_MUTANTS)["rows"]])
+
+
 def _bound(function, key: str):
     """A value renderer of the result files: ``function(results, key)`` with ``key`` fixed."""
     return lambda results: function(results, key)
@@ -1020,6 +1071,8 @@ VALUES = {
                                                                     "v1", *(f"{verdict}/{check}"
                                                                             for verdict in ("lossy", "lossless")
                                                                             for check in ("v2-block", "v2-adaptive")))},
+    **{f"mutants.{key}": _bound(_engine_mutants, key) for key in ("judged", "verispec", "engine_tests", "split",
+                                                                  "seconds", "goal", "release")},
     **{f"releases_tf.{key}": _bound(_transformers_releases, key)
        for key in ("releases", "held", "twice", "once", "ensemble", "accept/once", "accept/twice", "probe",
                    "example")},
@@ -1073,6 +1126,8 @@ TABLES = {
     "engine-releases": engine_releases_table,
     "engine-releases-reasons": engine_releases_reasons_table,
     "engine-releases-record": _made_by(ENGINE_RELEASES),
+    "engine-mutants": engine_mutants_table,
+    "engine-mutants-record": _made_by(ENGINE_MUTANTS),
     "engine-releases-transformers": lambda results: engine_releases_table(results, ENGINE_RELEASES_TRANSFORMERS),
     "engine-releases-transformers-reasons": lambda results: engine_releases_reasons_table(
         results, ENGINE_RELEASES_TRANSFORMERS),

@@ -278,18 +278,18 @@ def _penalised_law(history: list) -> np.ndarray:
 
 @needs_vllm
 def test_drafts_left_out_of_the_penalised_history_are_caught_at_their_closed_form(tmp_path):
-    """v1-penalties (V = 2, chain:2, history (1, 1)) on a copy of the shipped file whose spec tokens never join the
-    output history (``_combine_outputs_with_spec_tokens`` repeats the output alone): the second position is verified
-    against the target penalised without the first draft, while the first position and the bonus token (penalised
-    by the Sampler's own file) are right. Leviathan et al.'s rule emits the law it verifies against, so the block
-    law is t0(x0) a1(x1 | x0) t2(...) on an accepted x0 and t0 t1 t2 otherwise, and the block's TV is
-    sum over x0 of min(t0, q)(x0) TV(a1(. | x0), t1(. | x0)), with a1 the law after the history alone."""
+    """v1-penalties (V = 2, chain:2, history (1, 1), drafts the draft's argmax 1 without draft probs) on a copy of
+    the shipped file whose spec tokens never join the output history (``_combine_outputs_with_spec_tokens`` repeats
+    the output alone): the second position is verified against the target penalised without the first draft, while
+    the first position and the bonus token (penalised by the Sampler's own file) are right. Without draft probs a
+    draft x is accepted with probability t(x), else the residual is drawn, so each position emits the law it
+    verifies against: the block law is t0(1) a1(x1) t2(...) after an accepted first draft and t0 t1 t2 otherwise,
+    and the block's TV is t0(1) TV(a1, t1(. | 1)), with a1 the law after the history alone."""
     checks = {check.name: check for check in vllm_adapter.checks()}
     assert (checks["v1-penalties"].tree, checks["v1-penalties"].target) == ("chain:2", tuple(P))
-    history = [1, 1]
-    first, left_out = _penalised_law(history), _penalised_law(history)
-    expected = sum(min(first[x], Q[x]) * 0.5 * np.abs(left_out - _penalised_law(history + [x])).sum()
-                   for x in range(2))
+    history, draft = [1, 1], int(np.argmax(Q))
+    expected = _penalised_law(history)[draft] * 0.5 * np.abs(
+        _penalised_law(history) - _penalised_law(history + [draft])).sum()
     mutant = _mutant(tmp_path, "result.append([*result[-1], spec[i]])", "result.append(list(out))")
     status, out, err = _verispec("check-engine", "vllm", "--check", "v1-penalties", "--source", str(mutant), "--json")
     assert status == 1, err

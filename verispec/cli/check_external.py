@@ -70,22 +70,7 @@ def add_parser(subparsers) -> None:
     check.add_argument("--rng", choices=("explicit", "capture"), default="explicit",
                        help="explicit (default): the function takes the layout's uniforms; capture: its own draws "
                             "from torch's, numpy's and Python's global RNGs are fed from the checker's uniforms")
-    check.add_argument("--sampling", metavar="SPEC", default=None,
-                       help="with a whole-step layout (step, step-ragged, step-tree): the sampling the code is asked "
-                            "for, 'temperature=T,top_k=K,top_p=P,min_p=M' (every part optional); the code gets raw "
-                            "logits and these settings, and its output is checked against the target after them")
-    check.add_argument("--context-twin", action="store_true",
-                       help="with a whole-step layout on a context-free problem (where a function reading another "
-                            "position's row reads the same numbers): also check the problem's context-dependent twin "
-                            "(verispec.external.step_context), which shows such an offset; the worse verdict stands")
-    check.add_argument("--neighbours", choices=("greedy", "sampled"), default="greedy",
-                       help="with the step-ragged layout: greedy (default) fillers beside the checked request, or "
-                            "neighbours that sample with settings and seeds of their own, the three requests' joint "
-                            "law checked against the product of their targets (damage across requests shows)")
-    check.add_argument("--penalties", metavar="SPEC", default=None,
-                       help="with the step-penalties layout: 'repetition=R,frequency=F,presence=A' (every part "
-                            "optional; default repetition=1.5,frequency=0.5,presence=0.25), applied as vLLM does over "
-                            "the prompt and the request's earlier output (verispec.models.penalties)")
+    _add_step_options(check)
     check.add_argument("--keys", choices=KEY_MODES, default="keyed",
                        help="with --rng capture: keyed (default): draws from a generator seeded inside the call "
                             "(torch.Generator.manual_seed, torch.manual_seed, default_rng(seed), np.random.seed, "
@@ -101,6 +86,28 @@ def add_parser(subparsers) -> None:
     check.add_argument("--output", metavar="FILE", help="write the witness problem (JSON) here")
     add_overwrite_option(check, "a problem file")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_step_options(check) -> None:
+    """The options of the whole-step layouts (``verispec.external.step``)."""
+    check.add_argument("--sampling", metavar="SPEC", default=None,
+                       help="with a whole-step layout (step, step-ragged, step-tree): the sampling the code is asked "
+                            "for, 'temperature=T,top_k=K,top_p=P,min_p=M' (every part optional); the code gets raw "
+                            "logits and these settings, and its output is checked against the target after them")
+    check.add_argument("--context-twin", action="store_true",
+                       help="with a whole-step layout on a context-free problem (where a function reading another "
+                            "position's row reads the same numbers): also check the problem's context-dependent twin "
+                            "(verispec.external.step_context), which shows such an offset; the worse verdict stands")
+    check.add_argument("--neighbours", choices=("greedy", "sampled"), default="greedy",
+                       help="with the step-ragged layout: greedy (default) fillers beside the checked request, or "
+                            "neighbours that sample with settings and seeds of their own, the three requests' joint "
+                            "law checked against the product of their targets (damage across requests shows)")
+    from verispec.models.penalties import DEFAULT_PENALTIES
+
+    check.add_argument("--penalties", metavar="SPEC", default=None,
+                       help="with the step-penalties layout: 'repetition=R,frequency=F,presence=A' (every part "
+                            f"optional; default {DEFAULT_PENALTIES}), applied as vLLM does over the prompt and the "
+                            "request's earlier output (verispec.models.penalties)")
 
 
 def run(args) -> int:

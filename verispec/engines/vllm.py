@@ -118,7 +118,8 @@ def checks() -> list[Check]:
         Check("v1-penalties", v1, f"{_V1}:v1_single_penalties",
               f"penalties: {Penalties.parse(DEFAULT_PENALTIES).describe()}, over the prompt and the request's "
               "earlier output, the drafts joining the output as they are verified (step-penalties), V = 2: two "
-              "drafts, so the second position's penalties read the first draft", layout="step-penalties",
+              "drafts without draft probs (the draft model's argmax, as v1-ngram), so the second position's "
+              "penalties read the first draft", layout="step-penalties",
               tree="chain:2", target=(0.6, 0.4), draft=(0.3, 0.7)),
         Check("v1-top-k", v1, f"{_V1}:v1_single_seeded", "top-k 2", layout="step", sampling="temperature=1,top_k=2"),
         Check("v1-top-p", v1, f"{_V1}:v1_single_seeded", "top-p 0.75", layout="step",

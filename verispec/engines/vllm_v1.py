@@ -272,12 +272,13 @@ def _single_function(name: str, seeded: bool, with_probs: bool):
 
 def v1_single_penalties(draft_model, target_model, input_ids, output_ids, num_draft_tokens, temperature, top_k, top_p,
                         min_p, repetition_penalty, frequency_penalty, presence_penalty, seed):
-    """``v1_single_seeded`` with the request's earlier output and its repetition, frequency and presence penalties
+    """``v1_single_ngram`` with the request's earlier output and its repetition, frequency and presence penalties
     (the ``step-penalties`` layout): vLLM penalises each draft position's target logits after the output and the
     drafts before it (``RejectionSampler._combine_outputs_with_spec_tokens``) and the bonus token's after all of
-    them. -> the emitted tokens [m + 1]."""
+    them. The drafts are the draft model's argmax without draft probs: penalties act on the target side, and
+    without drafting noise the exact law costs a third of the evaluations. -> the emitted tokens [m + 1]."""
     out = _v1_step(draft_model, target_model, input_ids, [int(num_draft_tokens)], [float(temperature)],
-                   [int(top_k)], [float(top_p)], [float(min_p)], [int(seed)], seeded=True, with_probs=True,
+                   [int(top_k)], [float(top_p)], [float(min_p)], [int(seed)], seeded=True, with_probs=False,
                    history=output_ids, penalties=(float(repetition_penalty), float(frequency_penalty),
                                                   float(presence_penalty)))
     row = out[0]

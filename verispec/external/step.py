@@ -39,10 +39,8 @@ law after the row's tokens P..t, NaN before position P - 1 and where the problem
     it likes (i.i.d., without replacement), scores the tree, verifies and returns the accepted path's tokens and
     one more. The tree is the shape of ``--tree`` (i.i.d. paths as separate branches).
 
-``step-penalties`` (one request with repetition, frequency and presence penalties over its prompt and its earlier
-output, vLLM's shape): ``f(draft_model, target_model, input_ids, output_ids, num_draft_tokens, temperature, top_k,
-top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed)``, stated in full with its law in
-``verispec.external.step_penalties``.
+``step-penalties`` (``step`` with the request's earlier output, ``output_ids``, and vLLM's three penalties after
+``min_p``): stated in full with its law in ``verispec.external.step_penalties``.
 
 Parameters off: top_k 0, top_p 1.0, min_p 0.0. Temperature > 0 for the checked request (greedy is refused by
 ``Sampling.parse``: a point mass is not a law to check).
@@ -69,7 +67,14 @@ from verispec.external.exact import IntegrationStats, NotPiecewiseConstantError,
 from verispec.external.rng import MAX_KEYS, Capture, Signal, Tape, TorchEscape, UniformsExhausted
 from verispec.external.step_auto import AUTO_EXACT_SHARE, ExactOutOfTime, blackbox_runs, exact_within
 from verispec.external.step_neighbours import JointCodes, joint_target, neighbours_note
-from verispec.external.step_penalties import LOGIT_SHIFT, STEP_PROMPT, history, penalties_arguments, requested_problem
+from verispec.external.step_penalties import (
+    LOGIT_SHIFT,
+    STEP_PROMPT,
+    history,
+    penalties_arguments,
+    penalties_note,
+    requested_problem,
+)
 from verispec.limits import DEFAULT_THRESHOLD
 from verispec.simulator.laws import OutputLaw
 from verispec.simulator.problems import target_law
@@ -524,9 +529,8 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                       neighbours=neighbours, penalties=penalties)
     wanted = check.requested()
     target = check.target(wanted)  # (V,)*(D+1), or the three requests' product
-    note = f"checked against the target after the requested sampling ({sampling.describe()})" + neighbours_note(
-        neighbours) + (f", penalised ({penalties.describe()}) after the prompt and the history {history(size)}"
-                       if penalties is not None else "")
+    note = (f"checked against the target after the requested sampling ({sampling.describe()})"
+            + neighbours_note(neighbours) + penalties_note(penalties, size))
     blackbox, tv, used_mode = None, None, mode
     try:
         check.probe(np.random.default_rng(seed))

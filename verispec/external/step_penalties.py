@@ -71,4 +71,12 @@ def penalties_arguments(draft, target, depth: int, params: tuple, penalties, see
             float(penalties.repetition), float(penalties.frequency), float(penalties.presence), seed)
 
 
-__all__ = ["HISTORY_LENGTH", "LOGIT_SHIFT", "STEP_PROMPT", "history", "penalties_arguments", "requested_problem"]
+def penalties_note(penalties, vocab_size: int) -> str:
+    """What a report adds when the step was penalised ("" when not)."""
+    if penalties is None:
+        return ""
+    return f", penalised ({penalties.describe()}) after the prompt and the history {history(vocab_size)}"
+
+
+__all__ = ["HISTORY_LENGTH", "LOGIT_SHIFT", "STEP_PROMPT", "history", "penalties_arguments", "penalties_note",
+           "requested_problem"]
