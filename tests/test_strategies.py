@@ -145,7 +145,25 @@ def test_sampling_settings_shrink_to_plain_sampling():
     assert vs.SamplingSetting(1.0).step_arguments == (1.0, 0, 1.0, 0.0)
 
 
+@given(setting=vs.penalty_settings(repetition=(0.5, 2.0), additive=(-1.0, 1.0)))
+def test_penalty_settings_read_back_in_range(setting):
+    from verispec.models.penalties import Penalties
+
+    assert Penalties.parse(setting.spec()) == setting
+    assert 0.5 <= setting.repetition <= 2.0 and -1 <= setting.frequency <= 1 and -1 <= setting.presence <= 1
+
+
+def test_penalty_settings_shrink_to_no_penalty_and_an_active_one_is_found():
+    from verispec.models.penalties import Penalties
+
+    assert find(vs.penalty_settings(), lambda setting: True, settings=FIND) == Penalties()
+    found = find(vs.penalty_settings(), lambda setting: setting.active, settings=FIND)
+    assert found.active and sum(value != off for value, off in zip(found.as_dict().values(), (1.0, 0.0, 0.0))) == 1
+
+
 @pytest.mark.parametrize("make, message", [
+    (lambda: vs.penalty_settings(repetition=(0.0, 2.0)), r"repetition must be a finite range .* low > 0"),
+    (lambda: vs.penalty_settings(additive=(1.0, -1.0)), r"additive must be a finite range .* got \(1.0, -1.0\)"),
     (lambda: vs.laws(1, zeros=True), r"zeros=True needs vocab_size >= 2 .* got 1"),
     (lambda: vs.laws(2, zeros=True, ties=True), r"ties=True with zeros=True needs vocab_size >= 3 .* got 2"),
     (lambda: vs.laws(3, ties="yes"), r"ties must be True, False or None \(either\), got 'yes'"),

@@ -23,6 +23,8 @@ What they draw:
 * ``tree_specs()``: a tree specification string that ``verispec.simulator.parse_tree`` and every command's
   ``--tree`` accept (``chain:L``, ``iid:K,L``, ... ``verispec.limits.TREE_FORMS``), of depth 1 to ``max_depth``;
   ``chain_trees`` and ``iid_trees`` draw the two commonest kinds.
+* ``penalty_settings()``: a ``verispec.models.penalties.Penalties`` (repetition, frequency, presence) for the
+  ``step-penalties`` layout, whose ``spec()`` is the text ``--penalties`` reads.
 * ``sampling_settings()``: a ``SamplingSetting`` (temperature, top_k, top_p, min_p; None is off), whose ``spec`` is
   the text ``check_external(..., sampling=...)`` and ``--sampling`` read, and whose ``step_arguments`` are the values
   the step layouts hand the code (``verispec.external.step``: off is top_k 0, top_p 1.0, min_p 0.0).
@@ -52,7 +54,7 @@ TREE_KIND_NAMES = tuple(form.partition(":")[0] for form in TREE_FORMS)
 MAX_TABULAR_PREFIXES = 200
 
 __all__ = ["MAX_TABULAR_PREFIXES", "PROBLEM_KINDS", "TREE_KIND_NAMES", "SamplingSetting", "chain_trees",
-           "iid_trees", "laws", "problems", "sampling_settings", "tree_specs"]
+           "iid_trees", "laws", "penalty_settings", "problems", "sampling_settings", "tree_specs"]
 
 
 def _integer_range(value, name: str, minimum: int) -> tuple[int, int]:
@@ -275,3 +277,25 @@ def sampling_settings(*, temperature: tuple[float, float] = (0.25, 4.0), top_k: 
                      top_k=st.none() | st.integers(1, top_k) if top_k is not None else st.none(),
                      top_p=st.none() | unit if top_p else st.none(),
                      min_p=st.none() | unit if min_p else st.none())
+
+
+def penalty_settings(*, repetition: tuple[float, float] = (0.5, 2.0),
+                     additive: tuple[float, float] = (-1.0, 1.0)) -> st.SearchStrategy:
+    """A ``verispec.models.penalties.Penalties`` for the ``step-penalties`` layout: repetition in the closed range
+    ``repetition`` (> 0), frequency and presence each in ``additive``. Each shrinks toward off (repetition 1,
+    frequency and presence 0) where its range holds it; ``spec()`` is the text ``--penalties`` reads."""
+    from verispec.models.penalties import Penalties
+
+    for name, bounds, positive in (("repetition", repetition, True), ("additive", additive, False)):
+        if not (isinstance(bounds, tuple) and len(bounds) == 2
+                and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+                and -float("inf") < bounds[0] <= bounds[1] < float("inf") and (bounds[0] > 0 or not positive)):
+            raise VerispecError(f"{name} must be a finite range (low, high) with low <= high"
+                                f"{' and low > 0' if positive else ''}, got {bounds!r}")
+
+    def ranged(bounds, off: float):
+        values = st.floats(float(bounds[0]), float(bounds[1]), allow_nan=False, allow_infinity=False)
+        return st.just(off) | values if bounds[0] <= off <= bounds[1] else values
+
+    return st.builds(Penalties, repetition=ranged(repetition, 1.0), frequency=ranged(additive, 0.0),
+                     presence=ranged(additive, 0.0))
