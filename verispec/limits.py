@@ -24,6 +24,9 @@ BACKENDS = ("serial", "local", "dask", "ray")
 #: TV distance above which a problem is a witness that a rule is lossy (``verispec.hunt``, and check-external's
 #: exact results, ``verispec.external.check``).
 DEFAULT_THRESHOLD = 1e-9
+#: The penalties the ``step-penalties`` layout checks when none is given (``verispec.models.penalties``): every
+#: penalty on, each large enough to move a small vocabulary's law far past any threshold.
+DEFAULT_PENALTIES = "repetition=1.5,frequency=0.5,presence=0.25"
 
 #: Restricted classes of verifiers the multi-step LP can optimise over (``verispec.bounds.multistep``; None: every
 #: valid verifier).

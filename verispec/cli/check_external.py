@@ -102,7 +102,7 @@ def _add_step_options(check) -> None:
                        help="with the step-ragged layout: greedy (default) fillers beside the checked request, or "
                             "neighbours that sample with settings and seeds of their own, the three requests' joint "
                             "law checked against the product of their targets (damage across requests shows)")
-    from verispec.models.penalties import DEFAULT_PENALTIES
+    from verispec.limits import DEFAULT_PENALTIES
 
     check.add_argument("--penalties", metavar="SPEC", default=None,
                        help="with the step-penalties layout: 'repetition=R,frequency=F,presence=A' (every part "

@@ -27,12 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from verispec.errors import VerispecError
+from verispec.limits import DEFAULT_PENALTIES
 
 #: The parts of a penalties setting's text, in the order vLLM applies them.
 PENALTY_PARTS = ("repetition", "frequency", "presence")
-#: The setting the ``step-penalties`` layout checks when none is given: every penalty on, each large enough to move
-#: a small vocabulary's law far past any threshold.
-DEFAULT_PENALTIES = "repetition=1.5,frequency=0.5,presence=0.25"
 
 
 @dataclass(frozen=True)
