@@ -238,31 +238,77 @@ PROBLEM_ARGS = ("--target", "0.6,0.4", "--draft", "0.3,0.7")
 
 
 @needs_vllm
-def test_a_dropped_temperature_is_caught_at_its_closed_form_and_fail_fast_stops_there(tmp_path):
-    """V = 2, one draft, at the check's temperature T. With the verification rows' temperature dropped, the first
-    token is the draft (drawn from q at T) accepted with min(1, p(x)/q(x)), else a draw from (p - q)+: p itself;
-    the bonus token and the continuation keep T, so the block's exact TV is the first token's,
-    TV(p, p^(1/T) normalised). The greedy kernel, which reads no temperature, stays LOSSLESS on every draft list of
-    chain:1 at V = 2. With --fail-fast, v1-seeded, which follows v1-temperature, is not run, and the exit status is
-    the LOSSY row's. All under VLLM_TARGET_DEVICE=cpu (as vLLM's own tests on a CPU set it), which would send the
-    sampler to vllm._C's compiled CPU operators, absent from a CUDA wheel: the adapter checks the GPU path, whose
-    kernels are Triton's, regardless (the closed form is the Triton path's; vllm._C's would raise). The unmodified
-    file's laws at T = 1 are LOSSLESS in tests/engines/test_engine_ci_example.py, its greedy offset bug caught in
-    tests/test_pytest_plugin.py."""
+def test_a_dropped_temperature_and_drafts_left_out_of_the_penalties_are_caught_at_their_closed_forms(tmp_path):
+    """Two bugs planted in one copy of the shipped file, each invisible to the other's check (one vLLM process).
+
+    The verification rows' temperature dropped (V = 2, one draft, at v1-temperature's T): the first token is the
+    draft (drawn from q at T) accepted with min(1, p(x)/q(x)), else a draw from (p - q)+: p itself; the bonus token
+    and the continuation keep T, so the block's exact TV is the first token's, TV(p, p^(1/T) normalised). v1-penalties
+    samples at T = 1, where the dropped division changes nothing.
+
+    The spec tokens never joining the output history (``_combine_outputs_with_spec_tokens`` repeats the output alone;
+    v1-penalties: V = 2, chain:2, history (1, 1), drafts the draft's argmax 1 without draft probs): the second
+    position is verified against the target penalised without the first draft, while the first position and the
+    bonus token (penalised by the Sampler's own file) are right. Without draft probs a draft x is accepted with
+    probability t(x), else the residual is drawn, so each position emits the law it verifies against: the block's
+    TV is t0(1) TV(a1, t1(. | 1)), with a1 the law after the history alone (``_penalised_law``, the support's own
+    penalties). v1-temperature samples without penalties, where the combining never runs.
+
+    The greedy kernel, which reads neither, stays LOSSLESS on every draft list of chain:1 at V = 2. All under
+    VLLM_TARGET_DEVICE=cpu (as vLLM's own tests on a CPU set it), which would send the sampler to vllm._C's compiled
+    CPU operators, absent from a CUDA wheel: the adapter checks the GPU path, whose kernels are Triton's, regardless
+    (the closed forms are the Triton path's). The unmodified file's laws at T = 1 are LOSSLESS in
+    tests/engines/test_engine_ci_example.py, its greedy offset bug caught in tests/test_pytest_plugin.py;
+    ``--fail-fast`` is tested without vLLM below."""
     checks = {check.name: check for check in vllm_adapter.checks()}
     temperature = float(checks["v1-temperature"].sampling.split("=")[1])
+    assert (checks["v1-penalties"].tree, checks["v1-penalties"].target) == ("chain:2", tuple(P))
+    assert checks["v1-penalties"].sampling == "temperature=1"
     sharpened = P ** (1 / temperature) / (P ** (1 / temperature)).sum()
+    history, draft = [1, 1], int(np.argmax(Q))
+    left_out = _penalised_law(history)[draft] * 0.5 * np.abs(
+        _penalised_law(history) - _penalised_law(history + [draft])).sum()
     mutant = _mutant(tmp_path, "logits.div_(temperature.unsqueeze(-1))", "logits.div_(1.0)")
-    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy,v1-temperature,v1-seeded",
-                                 *PROBLEM_ARGS, "--source", str(mutant), "--json", "--fail-fast",
-                                 env={"VLLM_TARGET_DEVICE": "cpu"})
+    text = mutant.read_text()
+    assert text.count("result.append([*result[-1], spec[i]])") == 1
+    mutant.write_text(text.replace("result.append([*result[-1], spec[i]])", "result.append(list(out))"))
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-greedy,v1-temperature,v1-penalties",
+                                 *PROBLEM_ARGS, "--source", str(mutant), "--json", env={"VLLM_TARGET_DEVICE": "cpu"})
     assert status == 1, err
-    rows = json.loads(out)["checks"]
-    assert [row["check"] for row in rows] == ["v1-greedy", "v1-temperature"]
-    greedy, dropped = rows
+    greedy, dropped, penalties = json.loads(out)["checks"]
     assert greedy["verdict"] == "LOSSLESS" and greedy["mode"] == "exhaustive" and "all 2 draft lists" in greedy["note"]
     assert dropped["verdict"] == "LOSSY" and dropped["mode"] == "exact"
     assert abs(dropped["tv_distance"] - 0.5 * np.abs(P - sharpened).sum()) < 1e-6
+    assert penalties["verdict"] == "LOSSY" and penalties["mode"] == "exact" and left_out > 0.01
+    assert abs(penalties["tv_distance"] - left_out) < 1e-6  # vLLM penalises float32 logits
+
+
+def test_fail_fast_stops_after_the_first_check_that_fails(monkeypatch):
+    """``fail_fast`` (check-engine's ``--fail-fast``): the rows end at the first check whose status is not 0, and
+    without it every check runs; on checks written here, without vLLM."""
+    from types import SimpleNamespace
+
+    from verispec.engines import Check
+    from verispec.engines import check as engine_check
+
+    engine = SimpleNamespace(check_release=lambda any_release=False: "9.9", SAMPLER_MODULE="fake.sampler",
+                             SOURCE_VARIABLE="VERISPEC_FAKE_SOURCE")
+    listed = [Check(name, "entry", "fake.module:function", "a check written here") for name in "abc"]
+    verdicts = {"a": "LOSSLESS", "b": "LOSSY", "c": "LOSSLESS"}
+    monkeypatch.setattr(engine_check, "select_checks", lambda name, names: (engine, listed))
+    monkeypatch.setattr(engine_check, "run_check", lambda module, check, **options: {
+        "check": check.name, "verdict": verdicts[check.name], "as_expected": verdicts[check.name] == "LOSSLESS"})
+    fast = engine_check.run_engine_checks("fake", fail_fast=True)
+    assert [row["check"] for row in fast["checks"]] == ["a", "b"] and fast["exit_status"] == 1
+    every = engine_check.run_engine_checks("fake")
+    assert [row["check"] for row in every["checks"]] == ["a", "b", "c"] and every["exit_status"] == 1
+    seen = {}  # the command hands --fail-fast to the run
+    monkeypatch.setattr(engine_check, "run_engine_checks", lambda *args, **options: seen.update(options) or {
+        "engine": "fake", "release": "9.9", "source": None, "exit_status": 1, "checks": []})
+    from verispec.cli.parser import build_parser
+
+    args = build_parser().parse_args(["check-engine", "fake", "--fail-fast", "--json"])
+    assert check_engine.run(args) == 1 and seen["fail_fast"] is True
 
 
 def _penalised_law(history: list) -> np.ndarray:
@@ -274,28 +320,6 @@ def _penalised_law(history: list) -> np.ndarray:
 
     logits = torch.log(torch.tensor(P, dtype=torch.float64)) + 1.0
     return torch.softmax(penalised(logits, [0, 0, 0], history, 1.5, 0.5, 0.25), -1).numpy()
-
-
-@needs_vllm
-def test_drafts_left_out_of_the_penalised_history_are_caught_at_their_closed_form(tmp_path):
-    """v1-penalties (V = 2, chain:2, history (1, 1), drafts the draft's argmax 1 without draft probs) on a copy of
-    the shipped file whose spec tokens never join the output history (``_combine_outputs_with_spec_tokens`` repeats
-    the output alone): the second position is verified against the target penalised without the first draft, while
-    the first position and the bonus token (penalised by the Sampler's own file) are right. Without draft probs a
-    draft x is accepted with probability t(x), else the residual is drawn, so each position emits the law it
-    verifies against: the block law is t0(1) a1(x1) t2(...) after an accepted first draft and t0 t1 t2 otherwise,
-    and the block's TV is t0(1) TV(a1, t1(. | 1)), with a1 the law after the history alone."""
-    checks = {check.name: check for check in vllm_adapter.checks()}
-    assert (checks["v1-penalties"].tree, checks["v1-penalties"].target) == ("chain:2", tuple(P))
-    history, draft = [1, 1], int(np.argmax(Q))
-    expected = _penalised_law(history)[draft] * 0.5 * np.abs(
-        _penalised_law(history) - _penalised_law(history + [draft])).sum()
-    mutant = _mutant(tmp_path, "result.append([*result[-1], spec[i]])", "result.append(list(out))")
-    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-penalties", "--source", str(mutant), "--json")
-    assert status == 1, err
-    row = json.loads(out)["checks"][0]
-    assert row["verdict"] == "LOSSY" and row["mode"] == "exact" and expected > 0.01
-    assert abs(row["tv_distance"] - expected) < 1e-6  # vLLM penalises float32 logits
 
 
 @needs_vllm
