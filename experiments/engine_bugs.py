@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -146,6 +147,10 @@ def main(argv=None) -> int:
     from verispec.io import atomic_write_text
     from verispec.provenance import check_result_output, run_record
 
+    if not (math.isfinite(args.budget) and 0 < args.budget <= 86400):
+        print(f"engine_bugs: --budget {args.budget:g} is out of range: give the seconds each version's check may "
+              "take, in (0, 86400]", file=sys.stderr)
+        return 2
     try:  # a file at --out that is not a result file is the user's: never replaced
         check_result_output(args.out)
     except VerispecError as error:

@@ -33,6 +33,37 @@ def test_only_a_result_file_may_be_replaced(tmp_path):
         check_result_output(tmp_path / "link.json")
 
 
+def test_a_result_path_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch):
+    """A folder on the way that is a file, a folder that cannot be written (access() says so: for root only on a
+    read-only mount, so it is told here), a full file system: each one line, before any work."""
+    import os
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    with pytest.raises(VerispecError, match="is a file, not a folder") as error:
+        check_result_output(blocker / "deeper" / "out.json")
+    assert "\n" not in str(error.value)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(VerispecError, match="is not writable here"):
+        check_result_output(tmp_path / "out.json")
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "statvfs", lambda path: type("Full", (), {"f_bavail": 3, "f_frsize": 4096})())
+    with pytest.raises(VerispecError, match="12,288 bytes free"):
+        check_result_output(tmp_path / "out.json")
+    monkeypatch.undo()
+    check_result_output(tmp_path / "new" / "out.json")  # the control: a folder still to be made is fine
+
+
+@pytest.mark.parametrize("budget", ["nan", "-5", "inf"])
+def test_the_engine_bugs_budget_out_of_range_is_one_line(budget, tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "engine_bugs.py"), f"--budget={budget}", "--out",
+                           str(tmp_path / "out.json")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        f"engine_bugs: --budget {float(budget):g} is out of range: give the seconds each version's check may take, "
+        "in (0, 86400]")
+    assert not (tmp_path / "out.json").exists()
+
+
 @pytest.mark.parametrize("script", ["experiments/exact_findings.py", "experiments/multipath_gap.py"])
 def test_an_experiment_refuses_a_users_file_before_any_work_and_keeps_it(tmp_path, script):
     """The control: the same file, once the output is a result file of the run, is replaced (exact_findings)."""

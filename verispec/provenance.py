@@ -128,6 +128,7 @@ def check_result_output(path: str | Path) -> None:
     from verispec.errors import VerispecError
 
     path = Path(path)
+    _check_result_folder(path)
     if not path.exists() and not path.is_symlink():
         return
     try:  # a result file is small; a large file is not one, and is not read to find out
@@ -138,6 +139,37 @@ def check_result_output(path: str | Path) -> None:
     if not ours:
         raise VerispecError(f"{str(path)!r} exists and is not a result file (JSON with a 'record' naming its "
                             "command); choose another path, or move the file away")
+
+
+#: The least free space a result file's folder must have before the work starts (result files are at most a few MB).
+RESULT_ROOM = 16 << 20
+
+
+def _check_result_folder(path: Path) -> None:
+    """Refuse (``VerispecError``, one line) a result path that cannot be written, before any work: a folder on the
+    way that is a file, a folder this user cannot write, or a file system with less than ``RESULT_ROOM`` free."""
+    import os
+
+    from verispec.errors import VerispecError
+
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise VerispecError(f"cannot write {str(path)[:300]!r}: {str(folder)[:300]!r} is a file, not a folder; "
+                            "choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise VerispecError(f"cannot write {str(path)[:300]!r}: the folder {str(folder)[:300]!r} is not writable "
+                            "here; choose another path")
+    try:
+        status = os.statvfs(folder)
+    except OSError:
+        return  # a file system that reports no space: the write will tell
+    free = status.f_bavail * status.f_frsize
+    if free < RESULT_ROOM:
+        raise VerispecError(f"cannot write {str(path)[:300]!r}: its file system has {free:,} bytes free, less than "
+                            f"the {RESULT_ROOM >> 20} MiB a result file is given; free some space or choose "
+                            "another path")
 
 
 def _cpu_model() -> str:

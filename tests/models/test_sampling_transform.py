@@ -319,6 +319,7 @@ def test_spec_and_describe_are_canonical():
     ("temperature=inf", ["'inf'", "finite"]),
     ("top_k=0", ["'0'", "integer >= 1"]),
     ("top_k=2.5", ["'2.5'", "integer >= 1"]),
+    ("top_k=100000000000000000000000", ["100000000000000000000000", "[1, 2147483647]", "leave it off"]),
     ("top_p=0", ["'0'", "(0, 1]"]),
     ("top_p=1.5", ["'1.5'", "(0, 1]"]),
     ("top_p=nan", ["'nan'", "(0, 1]"]),

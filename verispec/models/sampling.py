@@ -57,6 +57,8 @@ from verispec.errors import VerispecError
 
 #: The parts of a sampling setting's text, in the order ``Sampling.spec`` writes them (and transformers applies them).
 SAMPLING_PARTS = ("temperature", "top_k", "top_p", "min_p")
+#: The largest top-k a setting takes: engines hold k in int32 (vLLM's top_k tensor), and no vocabulary comes near.
+MAX_TOP_K = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,9 @@ class Sampling:
                 temperature) or temperature < 0:
             raise VerispecError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
-                                       or self.top_k < 1):
-            raise VerispecError(f"top-k must be a positive integer (or none), got {self.top_k!r}")
+                                       or not 1 <= self.top_k <= MAX_TOP_K):
+            raise VerispecError(f"top-k must be an integer in [1, {MAX_TOP_K}] (or none; a larger k keeps every "
+                                f"token: leave it off), got {str(self.top_k)[:40]}")
         if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float))
                                        or not 0 < self.top_p <= 1):
             raise VerispecError(f"top-p must lie in (0, 1] (or none), got {self.top_p!r}")
