@@ -132,3 +132,16 @@ def test_negative_control_read_as_a_users_rule_lv_naive_runs_out_of_the_default_
     monkeypatch.setattr(cli.options, "_is_registered", lambda name: name in REGISTRY)
     assert main(["exact", *TOY, "--tree", "chain:2", "--verifier", "lv:naive"]) == 3
     assert "the default for a rule of your own" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["lv:" + "x" * 100_000, "y" * 100_000])
+def test_a_huge_name_is_cut_in_the_middle_of_one_readable_line(capsys, name):
+    """A 100,000-character rule name echoed back was a 200 KB line: the line keeps its start and its end, where the
+    fix is named, and says how much it left out."""
+    from verispec.cli import MAX_ERROR_LINE
+
+    line = _one_line_refusal(capsys, ["exact", *TOY, "--tree", "chain:1", "--verifier", name])
+    assert len(line) <= MAX_ERROR_LINE + 60 and "characters left out" in line
+    assert line.startswith("verispec: error: ")
+    if name.startswith("lv:"):
+        assert "lv lifts a single-step rule: lv:" in line[-MAX_ERROR_LINE // 4:]  # the end, naming the fix

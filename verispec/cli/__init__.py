@@ -162,8 +162,8 @@ def _run(args) -> int:
 
         if user_rule is None or is_registered(str(user_rule)) or not _raised_by_user_code(error):
             raise
-        message = " ".join(f"{type(error).__name__}: {error}".split())
-        print(f"verispec: error: the rule {user_rule} raised {message}", file=sys.stderr)
+        message = f"{type(error).__name__}: {error}"
+        print(one_line(f"verispec: error: the rule {user_rule} raised {message}"), file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -180,8 +180,22 @@ def _raised_by_user_code(error: BaseException) -> bool:
 
 
 def _bad_input(error: VerispecError) -> int:
-    print(f"verispec: error: {' '.join(str(error).split())}", file=sys.stderr)
+    print(one_line(f"verispec: error: {error}"), file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+#: The longest error line the command prints: a value echoed back (a 100,000-character rule name) is cut in its
+#: middle, so that the line stays one readable line and keeps its end, where the fix is named.
+MAX_ERROR_LINE = 2000
+
+
+def one_line(text: str, limit: int = MAX_ERROR_LINE) -> str:
+    """``text`` on one line (whitespace runs made one space), its middle left out past ``limit`` characters."""
+    line = " ".join(str(text).split())
+    if len(line) <= limit:
+        return line
+    head, tail = limit * 3 // 4, limit // 4
+    return f"{line[:head]} ... [{len(line) - head - tail:,} characters left out] ... {line[-tail:]}"
 
 
 def _inconclusive(error: BaseException) -> int:
