@@ -499,3 +499,23 @@ def test_a_relabel_changes_in_place_a_dataset_written_before_the_marker(tmp_path
     with pytest.raises(DatasetError, match="written_by"):
         check_dataset_output(out)  # a build would replace it: refused
     assert check_dataset_output(out, in_place=True) == tmp_path / "d.npz.roots.json"
+
+
+@pytest.mark.parametrize("command", [
+    ["hunt", "--verifier", "typical", "--tree", "chain:1"],
+    ["check-external", "tests.support.external_rules:token_level_resample_from_target", "--layout", "chain",
+     "--tree", "chain:1"],
+])
+def test_a_second_witness_search_into_one_output_is_refused_while_the_first_holds_it(tmp_path, holder, command):
+    """Two hunts (or two check-externals) into one --output each printed a reproduce line naming a file that held
+    only one of their witnesses: the second is refused at start, and nothing is written; the control, once the
+    holder is gone, writes its witness."""
+    witness = tmp_path / "witness.json"
+    process = holder(witness)
+    result = _verispec(*command, "--output", witness)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert str(witness) in lines[0] and f"pid {process.pid}" in lines[0] and not witness.exists()
+    process.stdin.close()
+    process.wait(timeout=30)
+    assert _verispec(*command, "--output", witness).returncode == 1 and witness.exists()

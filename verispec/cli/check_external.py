@@ -111,6 +111,23 @@ def _add_step_options(check) -> None:
 
 
 def run(args) -> int:
+    """One writer of ``--output`` at a time (``verispec.store_lock``): a second check-external into the same file is
+    refused at start, so each reproduce line names a file that holds its own witness."""
+    import contextlib
+
+    from verispec.store_lock import store_lock
+
+    with contextlib.ExitStack() as stack:
+        if args.output:
+            check_problem_output(args.output, overwrite=args.overwrite)
+            from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
+
+            check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search
+            stack.enter_context(store_lock(args.output, what="--output"))
+        return _run(args)
+
+
+def _run(args) -> int:
     from verispec.external.adapter import load_function
     from verispec.external.check import check_external
     from verispec.io import atomic_write_text
@@ -127,11 +144,6 @@ def run(args) -> int:
     if args.problem is not None or args.target is not None or args.draft is not None:
         args.exact = False
         problem = problem_from_args(args)
-    if args.output:
-        check_problem_output(args.output, overwrite=args.overwrite)
-        from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
-
-        check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search, not after it
     from tqdm import tqdm
 
     # --call-timeout is the command's guard's (verispec.budget.CommandGuard), as for every command running your code

@@ -39,6 +39,23 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    """One writer of ``--output`` at a time (``verispec.store_lock``): a second hunt into the same file is refused
+    at start, so each reproduce line names a file that holds its own witness."""
+    import contextlib
+
+    from verispec.store_lock import store_lock
+
+    with contextlib.ExitStack() as stack:
+        if args.output:
+            check_problem_output(args.output, overwrite=args.overwrite)
+            from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
+
+            check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search
+            stack.enter_context(store_lock(args.output, what="--output"))
+        return _run(args)
+
+
+def _run(args) -> int:
     from verispec.hunt import hunt, next_search  # imports hypothesis; only this command needs it
     from verispec.simulator import ContextFreeProblem, parse_tree
     from verispec.verdict import EXIT_INCONCLUSIVE, EXIT_LOSSY, Verdict
@@ -46,11 +63,6 @@ def run(args) -> int:
 
     drafter = parse_tree(args.tree)
     verifier = get_verifier(args.verifier)
-    if args.output:
-        check_problem_output(args.output, overwrite=args.overwrite)
-        from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
-
-        check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search, not after it
     largest = ContextFreeProblem([1] + [0] * (args.max_vocab - 1), [1] + [0] * (args.max_vocab - 1))
     try:
         drafter.check_problem(largest)
