@@ -114,6 +114,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--budget", type=float, default=BUDGET, help="seconds per check")
     args = parser.parse_args(argv)
+    if not (0 < args.budget <= 86400):  # a NaN fails it too
+        print(f"real_code: --budget {args.budget:g} is out of range: give the seconds each check may take, in "
+              "(0, 86400]", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(ROOT))
     from examples.real_code.hsd import DEFAULT_HSD_DIR, HSD_DIR_VARIABLE
     from examples.real_code.trtllm_two_model import DEFAULT_TRTLLM_DIR, MODULE, TRTLLM_DIR_VARIABLE
