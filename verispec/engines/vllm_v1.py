@@ -171,8 +171,9 @@ def _penalties(input_ids, history, drafts, repetition: float, frequency: float, 
 
 
 def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata):
-    """``RejectionSampler.forward`` on the batch: ``target_rows`` [num_tokens + B, V] float32, each request's draft
-    rows then its bonus row. -> output_token_ids [B, max drafts + 1] int64 padded with -1."""
+    """``RejectionSampler.forward`` on the batch, its output read by ``RejectionSampler.parse_output`` as vLLM's model
+    runner reads it: ``target_rows`` [num_tokens + B, V] float32, each request's draft rows then its bonus row.
+    -> each request's tokens [B, max drafts + 1] int64 padded with -1."""
     import torch
 
     metadata = engine["spec_metadata"].SpecDecodeMetadata.make_dummy(drafts, torch.device("cpu"))
@@ -185,7 +186,16 @@ def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata):
     metadata.bonus_logits_indices = torch.tensor(bonus, dtype=torch.int32)
     metadata.logits_indices = torch.arange(row, dtype=torch.int32)
     output = engine["sampler"](metadata, draft_probs, target_rows, sampling_metadata)
-    return output.sampled_token_ids.to(torch.int64)
+    # what the model runner hands each request: ``RejectionSampler.parse_output`` keeps a row's tokens that are not
+    # the placeholder and lie inside the vocabulary (its own code, so a mutant of it is checked too)
+    parse = getattr(engine["rejection"].RejectionSampler, "parse_output", None)
+    if parse is None:
+        return output.sampled_token_ids.to(torch.int64)
+    rows, _ = parse(output.sampled_token_ids, target_rows.shape[-1])
+    emitted = torch.full(tuple(output.sampled_token_ids.shape), -1, dtype=torch.int64)
+    for request, row in enumerate(rows):
+        emitted[request, :len(row)] = torch.tensor(row, dtype=torch.int64)
+    return emitted
 
 
 def _v1_step(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seeds, *,
