@@ -492,7 +492,7 @@ def main(argv=None) -> int:
                     tree / SAMPLER, ROOT, PACKAGE, checks, args.budget, _env(tree, ROOT))),
                 ("engine_tests", tests_key, lambda: reach_module.engine_tests_reach(
                     tree / SAMPLER, tests_root, ENGINE_TESTS, deselect, args.test_timeout, _env(tree, tests_root)))):
-            path = rows_dir / f"parts-{judge}-{key}.json"
+            path = rows_dir / f"parts-v2-{judge}-{key}.json"  # v2: verispec's setup a context of its own
             if not path.is_file():
                 print(f"coverage: {judge}, part by part, on the unmutated release", file=sys.stderr, flush=True)
                 atomic_write_json(path, measure())
@@ -556,7 +556,8 @@ def main(argv=None) -> int:
                 found[judge] = earlier[keys[judge]][judge]
                 atomic_write_json(path, found[judge])
         span = reach_module.statement_span(source.read_text(), mutant["line"])
-        parts = {judge: reach_module.parts_reaching(reach[judge], span) for judge in paths}
+        lasting = reach_module.persistent(source.read_text(), span)
+        parts = {judge: reach_module.parts_reaching(reach[judge], span, lasting) for judge in paths}
         for judge in [judge for judge in paths if judge not in found and parts[judge] == []]:
             found[judge] = {"outcome": "survived", "by": None, "exit_status": None, "seconds": None,
                             "not_executed": f"no line of the mutated statement (lines {span[0]}-{span[1]}) runs under "

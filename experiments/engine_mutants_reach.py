@@ -15,7 +15,12 @@ the sampler keeps no state between calls (its module-level names are constants a
 ``RejectionSampler`` keeps is set in its constructor); vLLM's test file builds its sampler in a function-scoped
 fixture; and what is built once for all parts is built outside them, so a statement of it reaches every part.
 Hence a statement that runs outside every part runs every part, and a statement that no part runs leaves the judge
-as it is on the release: survived. ``engine_mutants.py --no-coverage`` runs every part of every judge.
+as it is on the release: survived. verispec's judge first imports the adapter, which builds the engine and calls
+every route once with constant logits (its warm-up, ``SETUP``): a statement of that setup whose effect persists
+(module level, or the sampler's constructor) runs every check; one of a method the warm-up calls runs the checks
+that call it themselves, or the first check where none does, since the file keeps no state between calls (no
+attribute set outside its constructor, no ``global``, no cache: checked on 0.33.0's file) and a setup that fails
+fails every check. ``engine_mutants.py --no-coverage`` runs every part of every judge.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ import tempfile
 from pathlib import Path
 
 OUTSIDE = ""  # coverage.py's context for lines run outside every part
+#: verispec's context for what its judge's process runs once before any check: the imports, the adapter's one-time
+#: engine (vLLM's ``RejectionSampler``, built once) and its warm-up calls of every route.
+SETUP = "setup"
 
 #: The pytest plugin (module ``verispec_part_contexts``) that gives each test item its own coverage context and
 #: writes the items' order to ``$VERISPEC_PART_ORDER``.
@@ -69,21 +77,40 @@ def statement_span(text: str, line: int) -> tuple[int, int]:
     return best
 
 
-def parts_reaching(reach: dict | None, span: tuple[int, int]) -> list[str] | None:
+def parts_reaching(reach: dict | None, span: tuple[int, int], persistent: bool = True) -> list[str] | None:
     """The parts of a judge that execute a line of ``span`` on the release, in the judge's order: ``None`` (run them
     all) where nothing was measured or a line of it runs outside every part; ``[]`` where no part runs it.
-    ``reach`` is ``{"order": [part, ...], "lines": {line: [context, ...]}}`` as measured (keys may be strings)."""
+    ``reach`` is ``{"order": [part, ...], "lines": {line: [context, ...]}}`` as measured (keys may be strings).
+
+    A statement the judge's one-time setup runs (``SETUP``) runs every part where what it does persists
+    (``persistent``: a module-level statement, or one of a constructor, whose object every part uses); otherwise
+    (a method the warm-up calls, which keeps no state) the parts that run it themselves, or the first part where
+    none does: a setup that fails is seen by any part, since every part's process runs the setup first."""
     if reach is None:
         return None
     contexts = set()
     for line in range(span[0], span[1] + 1):
         contexts.update(reach["lines"].get(str(line), reach["lines"].get(line, [])))
-    if OUTSIDE in contexts:
+    if OUTSIDE in contexts or (SETUP in contexts and persistent):
         return None
+    if SETUP in contexts:
+        contexts.discard(SETUP)
+        if not contexts:
+            return reach["order"][:1]
     unknown = contexts - set(reach["order"])
     if unknown:  # a context that is not a part: measured under other settings; run everything rather than guess
         return None
     return [part for part in reach["order"] if part in contexts]
+
+
+def persistent(text: str, span: tuple[int, int]) -> bool:
+    """Whether the statement at ``span`` of ``text`` is one whose effect outlives a call: at module level, or in a
+    constructor (``__init__``, the innermost function holding it); a statement of any other function runs afresh in
+    every call."""
+    holders = [node for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and node.lineno <= span[0] and span[1] <= node.end_lineno]
+    innermost = max(holders, key=lambda node: node.lineno, default=None)
+    return innermost is None or innermost.name == "__init__"
 
 
 def executed_lines(reach: dict | None) -> set[int] | None:
@@ -124,14 +151,15 @@ def engine_tests_reach(sampler: Path, tests_root: Path, test_file: str, deselect
 
 def verispec_reach(sampler: Path, root: Path, package: str, checks: list[str], budget: float, env: dict) -> dict:
     """Each of verispec's checks' lines of ``sampler`` (in one process, the Python API, one context per check; the
-    adapter's engine is built first, outside every check)."""
+    adapter's import, one-time engine and warm-up first, under ``SETUP``)."""
     with tempfile.TemporaryDirectory(prefix="verispec-coverage-") as scratch:
         data_file = Path(scratch) / "coverage"
         program = (
             "import coverage\n"
             f"cov = coverage.Coverage(data_file={str(data_file)!r}, include=[{str(sampler)!r}])\ncov.start()\n"
+            f"cov.switch_context({SETUP!r})\n"
             "from verispec.engines import vllm_v1\nfrom verispec.engines.check import run_engine_checks\n"
-            "vllm_v1._engine()\nfailed = []\n"
+            "vllm_v1._engine()\ncov.switch_context('')\nfailed = []\n"
             f"for check in {checks!r}:\n"
             "    cov.switch_context(check)\n"
             f"    result = run_engine_checks({package!r}, [check], time_budget={budget!r})\n"

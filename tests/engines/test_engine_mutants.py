@@ -202,6 +202,19 @@ def test_a_judge_runs_the_parts_that_reach_the_statement_in_its_own_order():
     assert script.reach_module.executed_lines(REACH) == {1, 6, 8, 9}
 
 
+SETUP = {"order": ["c1", "c2", "c3"], "lines": {"5": ["setup"], "6": ["setup", "c3", "c2"], "7": ["c1"]}}
+
+
+def test_a_statement_of_the_one_time_setup_runs_every_part_only_where_its_effect_lasts():
+    reaching, lasting = script.reach_module.parts_reaching, script.reach_module.persistent
+    assert reaching(SETUP, (6, 6), persistent=False) == ["c2", "c3"]  # a method the warm-up calls, and c2, c3 do
+    assert reaching(SETUP, (5, 5), persistent=False) == ["c1"]  # the warm-up alone: a failing setup fails any part
+    assert reaching(SETUP, (5, 6), persistent=True) is None  # a constructor's or module-level statement: every part
+    assert reaching(SETUP, (7, 7), persistent=False) == ["c1"]
+    text = "X = 1\n\n\nclass S:\n    def __init__(self):\n        self.a = 1\n\n    def f(self):\n        return 2\n"
+    assert lasting(text, (1, 1)) and lasting(text, (6, 6)) and not lasting(text, (9, 9))
+
+
 MODULE = '''LIMIT = 3
 
 
