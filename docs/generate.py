@@ -1001,7 +1001,8 @@ def _engine_mutants(results, key):
     data = results(ENGINE_MUTANTS)
     summary = data["summary"]
     if key == "judged":
-        return (f"{summary['mutants']} mutants (a uniform sample of {data['drawn']} drawn from the "
+        return (f"the {summary['mutants']} mutant{'s' if summary['mutants'] != 1 else ''} judged of a uniform sample "
+                f"of {data['drawn']} (drawn from the "
                 f"{data['mutants_listed'] - data['equivalent_in_annotations']['count']} that cosmic-ray makes outside "
                 f"type annotations; {summary['equivalent']} argued equivalent and left out)")
     if key in ("verispec", "engine_tests"):
