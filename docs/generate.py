@@ -1016,8 +1016,8 @@ def _engine_mutants(results, key):
     if key == "goal":
         ours, theirs = summary["verispec"]["share"] or 0.0, summary["engine_tests"]["share"] or 0.0
         met = ours >= 0.95 and ours - theirs >= 0.20
-        return (f"{'met' if met else 'not met'} on this sample ({ours - theirs:+.0%} points; the goal is at least 95% "
-                "and 20 points more than vLLM's tests)")
+        return (f"{'met' if met else 'not met'} on this sample ({(ours - theirs) * 100:+.0f} points; the goal is at "
+                "least 95% and 20 points more than vLLM's tests)")
     if key == "release":
         return f"vLLM {data['settings']['release']}'s `{data['settings']['file']}`"
     raise KeyError(key)
