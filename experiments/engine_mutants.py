@@ -492,7 +492,8 @@ def main(argv=None) -> int:
                     tree / SAMPLER, ROOT, PACKAGE, checks, args.budget, _env(tree, ROOT))),
                 ("engine_tests", tests_key, lambda: reach_module.engine_tests_reach(
                     tree / SAMPLER, tests_root, ENGINE_TESTS, deselect, args.test_timeout, _env(tree, tests_root)))):
-            path = rows_dir / f"parts-v2-{judge}-{key}.json"  # v2: verispec's setup a context of its own
+            # verispec's parts v2: its setup a context of its own (vLLM's tests' parts are as they were)
+            path = rows_dir / f"parts-{'v2-' if judge == 'verispec' else ''}{judge}-{key}.json"
             if not path.is_file():
                 print(f"coverage: {judge}, part by part, on the unmutated release", file=sys.stderr, flush=True)
                 atomic_write_json(path, measure())
