@@ -9,9 +9,9 @@ from verispec.cli.common import plain_json
 from verispec.cli.options import (
     add_call_timeout_option,
     add_overwrite_option,
-    check_problem_output,
     integer_option,
     number_option,
+    witness_output,
 )
 from verispec.errors import VerispecError
 from verispec.limits import DEFAULT_THRESHOLD, MAX_HUNT_VOCAB
@@ -39,19 +39,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    """One writer of ``--output`` at a time (``verispec.store_lock``): a second hunt into the same file is refused
-    at start, so each reproduce line names a file that holds its own witness."""
-    import contextlib
-
-    from verispec.store_lock import store_lock
-
-    with contextlib.ExitStack() as stack:
-        if args.output:
-            check_problem_output(args.output, overwrite=args.overwrite)
-            from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
-
-            check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search
-            stack.enter_context(store_lock(args.output, what="--output"))
+    with witness_output(args):  # one writer of --output at a time
         return _run(args)
 
 

@@ -288,3 +288,20 @@ def add_overwrite_option(parser, what: str) -> None:
                         help=f"replace an existing file that is not {what} verispec wrote (one without its "
                              "written_by marker, even a hand-written one of the same format; by default it is "
                              "refused, untouched)")
+
+
+@contextlib.contextmanager
+def witness_output(args):
+    """For the block: ``--output`` (where given) checked by the writers' rule (``check_problem_output``) and for
+    room, then its lock held (``verispec.store_lock``), so that a second search into the same file is refused at
+    start and each reproduce line names a file that holds its own witness (``check-external``, ``hunt``)."""
+    if not args.output:
+        yield
+        return
+    check_problem_output(args.output, overwrite=args.overwrite)
+    from verispec.store_lock import store_lock
+    from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
+
+    check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search, not after it
+    with store_lock(args.output, what="--output"):
+        yield
