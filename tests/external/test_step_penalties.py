@@ -71,7 +71,7 @@ def test_the_setting_reads_back_and_bad_text_is_refused_in_one_line():
     assert Penalties.parse(setting.spec()) == setting and not Penalties.parse("").active
     for text, words in (("repetition=0", "> 0"), ("frequncy=1", "did you mean 'frequency'"),
                         ("presence=1,presence=2", "twice"), ("repetition=nan", "finite"), ("presence", "name=value"),
-                        ("frequency=abc", "a number")):
+                        ("frequency=abc", "a number"), ("repetition=1.2,", "name=value")):
         with pytest.raises(VerispecError, match=words) as caught:
             Penalties.parse(text)
         assert "\n" not in str(caught.value)

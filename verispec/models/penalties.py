@@ -20,7 +20,6 @@ vocabularies); an engine computes in float32, within the check's threshold.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from verispec.errors import VerispecError
 from verispec.limits import DEFAULT_PENALTIES
+from verispec.models.sampling import read_parts
 
 #: The parts of a penalties setting's text, in the order vLLM applies them.
 PENALTY_PARTS = ("repetition", "frequency", "presence")
@@ -56,19 +56,10 @@ class Penalties:
         most once; the empty text is no penalty); refused in one line (``VerispecError``) otherwise."""
         if not isinstance(text, str):
             raise VerispecError(f"a penalties setting is text such as '{DEFAULT_PENALTIES}', got {text!r}")
-        values: dict = {}
-        for part in [part for part in text.split(",") if part.strip()] if text.strip() else []:
-            name, equals, value = (piece.strip() for piece in part.partition("="))
-            if not equals or not name or not value:
-                raise VerispecError(f"cannot read {part.strip()[:80]!r} in the penalties {text[:200]!r}: write "
-                                    f"name=value parts joined by commas, e.g. {DEFAULT_PENALTIES}")
-            if name not in PENALTY_PARTS:
-                nearest = difflib.get_close_matches(name.lower().replace("_penalty", ""), PENALTY_PARTS, n=1,
-                                                    cutoff=0.0)
-                raise VerispecError(f"unknown penalty {name[:80]!r}; did you mean {nearest[0]!r}? (the parts are "
-                                    f"{', '.join(PENALTY_PARTS)})")
-            if name in values:
-                raise VerispecError(f"the {name} penalty is given twice in {text[:200]!r}; give it once")
+        parts = read_parts(text, PENALTY_PARTS, setting="the penalties", kind="penalty", example=DEFAULT_PENALTIES,
+                           spelled=lambda name: name.replace("_penalty", ""))
+        values = {}
+        for name, value in parts.items():
             try:
                 values[name] = float(value)
             except ValueError:

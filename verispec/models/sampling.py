@@ -61,6 +61,30 @@ SAMPLING_PARTS = ("temperature", "top_k", "top_p", "min_p")
 MAX_TOP_K = 2**31 - 1
 
 
+def read_parts(text: str, names: tuple[str, ...], *, setting: str, kind: str, example: str,
+               spelled=lambda name: name) -> dict[str, str]:
+    """The ``name=value`` parts of a setting's text, joined by commas (every part optional, in any order, each at
+    most once; the empty text has none) -> {name: value text}. Refused in one line (``VerispecError``): a malformed
+    part, an unknown name (the nearest of ``names`` to ``spelled(name.lower())`` suggested), a repeated name.
+    ``setting`` and ``kind`` name them in the refusals ("the sampling setting", "sampling part")."""
+    values: dict[str, str] = {}
+    if not text.strip():
+        return values
+    for part in text.split(","):
+        name, equals, value = (piece.strip() for piece in part.partition("="))
+        if not equals or not name or not value:
+            raise VerispecError(f"cannot read {part.strip()!r} in {setting} {text!r}: write name=value parts joined "
+                                f"by commas, e.g. {example}")
+        if name not in names:
+            nearest = difflib.get_close_matches(spelled(name.lower()), names, n=1, cutoff=0.0)
+            raise VerispecError(f"unknown {kind} {name!r} in {text!r}; did you mean {nearest[0]!r}? (the parts are "
+                                f"{', '.join(names)})")
+        if name in values:
+            raise VerispecError(f"{name} is given twice in {setting} {text!r}; give it once")
+        values[name] = value
+    return values
+
+
 @dataclass(frozen=True)
 class Sampling:
     """Temperature (>= 0; 0 is greedy), top-k (a positive integer or None), top-p (in (0, 1] or None) and min-p (in
@@ -98,21 +122,9 @@ class Sampling:
         than compare laws), top_k not an integer >= 1, top_p outside (0, 1], min_p outside [0, 1]."""
         if not isinstance(text, str):
             raise VerispecError(f"a sampling setting is text such as 'temperature=0.7,top_k=20', got {text!r}")
-        values: dict = {}
-        if text.strip():
-            for part in text.split(","):
-                name, equals, value = (piece.strip() for piece in part.partition("="))
-                if not equals or not name or not value:
-                    raise VerispecError(f"cannot read {part.strip()!r} in the sampling setting {text!r}: write "
-                                        "name=value parts joined by commas, e.g. temperature=0.7,top_k=20,top_p=0.8")
-                if name not in SAMPLING_PARTS:
-                    nearest = difflib.get_close_matches(name.lower().replace("-", "_"), SAMPLING_PARTS, n=1,
-                                                        cutoff=0.0)
-                    raise VerispecError(f"unknown sampling part {name!r} in {text!r}; did you mean {nearest[0]!r}? "
-                                        f"(the parts are {', '.join(SAMPLING_PARTS)})")
-                if name in values:
-                    raise VerispecError(f"{name} is given twice in the sampling setting {text!r}; give it once")
-                values[name] = _parsed_part(name, value, greedy)
+        parts = read_parts(text, SAMPLING_PARTS, setting="the sampling setting", kind="sampling part",
+                           example="temperature=0.7,top_k=20,top_p=0.8", spelled=lambda name: name.replace("-", "_"))
+        values = {name: _parsed_part(name, value, greedy) for name, value in parts.items()}
         return cls(**values)
 
     def spec(self) -> str:
