@@ -106,3 +106,16 @@ def test_penalties_are_refused_off_their_layout_and_bad_text_ends_in_one_line(ca
                    "--mode", "exact", "--penalties", "repetition=-1"])
     err = capsys.readouterr().err.strip()
     assert status == 2 and "repetition penalty must be > 0" in err and len(err.splitlines()) == 1
+
+
+def test_check_step_takes_penalties_with_their_layout_alone():
+    from verispec.external.step import check_step
+    from verispec.models.sampling import Sampling
+    from verispec.simulator.tree_specs import parse_tree
+
+    common = dict(name="step", mode="exact", alpha=1e-6, detect_tv=0.1, power=0.9, seed=0, call_timeout=None)
+    with pytest.raises(VerispecError, match="penalties go with the step-penalties layout alone"):
+        check_step(rules.penalties_step, "step-penalties", parse_tree("chain:1"), PROBLEM, Sampling(), **common)
+    with pytest.raises(VerispecError, match="penalties go with the step-penalties layout alone"):
+        check_step(rules.penalties_step, "step", parse_tree("chain:1"), PROBLEM, Sampling(),
+                   penalties=Penalties(), **common)

@@ -39,8 +39,7 @@ law after the row's tokens P..t, NaN before position P - 1 and where the problem
     it likes (i.i.d., without replacement), scores the tree, verifies and returns the accepted path's tokens and
     one more. The tree is the shape of ``--tree`` (i.i.d. paths as separate branches).
 
-``step-penalties`` (``step`` with the request's earlier output, ``output_ids``, and vLLM's three penalties after
-``min_p``): stated in full with its law in ``verispec.external.step_penalties``.
+``step-penalties`` (``step`` with ``output_ids`` and vLLM's three penalties): ``verispec.external.step_penalties``.
 
 Parameters off: top_k 0, top_p 1.0, min_p 0.0. Temperature > 0 for the checked request (greedy is refused by
 ``Sampling.parse``: a point mass is not a law to check).
@@ -291,6 +290,8 @@ class StepCheck:
     penalties: object = None
 
     def __post_init__(self):
+        if (self.penalties is not None) != (self.layout.name == "step-penalties"):  # step_entry gives the default
+            raise VerispecError(f"penalties go with the step-penalties layout alone, not {self.layout.name} (or none)")
         size = self.problem.vocab_size
         self.lengths = self.depth + 1
         self.offsets = np.cumsum([0] + [size ** length for length in range(1, self.lengths + 1)])

@@ -32,9 +32,9 @@ def offset_blind(problem: Problem, depth: int, target=None) -> bool:
     """Whether every prefix of at most ``depth`` tokens has the root's target law and the root's draft law: then a
     function reading any position's row in place of another's reads the same numbers. ``target``: the law the step
     must keep after a prefix, where it is not the problem's own (a penalised one, ``step_penalties``)."""
-    target = target or problem.target
-    if isinstance(problem, ContextFreeProblem) and target == problem.target:
+    if isinstance(problem, ContextFreeProblem) and target is None:
         return True
+    target = target or problem.target
     root_p, root_q = np.asarray(target(())), np.asarray(problem.draft(()))
     size = problem.vocab_size
     for length in range(1, depth + 1):
