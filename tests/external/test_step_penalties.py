@@ -109,6 +109,7 @@ def test_penalties_are_refused_off_their_layout_and_bad_text_ends_in_one_line(ca
 
 
 def test_check_step_takes_penalties_with_their_layout_alone():
+    from tests.support import step_rules
     from verispec.external.step import check_step
     from verispec.models.sampling import Sampling
     from verispec.simulator.tree_specs import parse_tree
@@ -117,5 +118,5 @@ def test_check_step_takes_penalties_with_their_layout_alone():
     with pytest.raises(VerispecError, match="penalties go with the step-penalties layout alone"):
         check_step(rules.penalties_step, "step-penalties", parse_tree("chain:1"), PROBLEM, Sampling(), **common)
     with pytest.raises(VerispecError, match="penalties go with the step-penalties layout alone"):
-        check_step(rules.penalties_step, "step", parse_tree("chain:1"), PROBLEM, Sampling(),
-                   penalties=Penalties(), **common)
+        check_step(step_rules.step, "step", parse_tree("chain:1"), PROBLEM, Sampling(), penalties=Penalties(),
+                   **common)
