@@ -39,7 +39,12 @@ seconds are not counted). The seconds of a row are those of the parts it ran (``
 ``--no-coverage`` runs every part of every judge.
 
 Each mutant's row is cached (keyed by the mutant, the judges' settings, verispec's checking code and the files'
-digests), so an interrupted run resumes; ``--time-budget`` stops starting mutants after that many seconds.
+digests), so an interrupted run resumes; ``--time-budget`` stops starting mutants after that many seconds. A fresh
+cache resumes from the result file itself: its rows, each judge's baseline and each judge's parts (the lines each
+part runs, stored compactly) are taken where their key matches, so a new machine repeats none of that work.
+``--judges`` runs one judge only (vLLM's tests do not depend on verispec's code, so their verdicts are made once while
+verispec's checks change); the other judge's verdicts are kept where their key matches and are pending otherwise, and
+the shares count only the mutants both judges have judged.
 """
 
 from __future__ import annotations
@@ -360,6 +365,40 @@ def engine_tests_judge(tree: Path, tests_root: Path, targets: str | list[str], d
             "summary": tail[:300]}
 
 
+#: A judge's outcome on a mutant it has not judged at the present key (``--judges`` left it out).
+PENDING = "pending"
+JUDGES = ("verispec", "engine_tests")
+
+
+def compact_parts(reach: dict, key: str) -> dict:
+    """``reach`` ({"order": [part, ...], "lines": {line: [context, ...]}}) as the result file keeps it: each context
+    by its place in the order (-1 and -2 for the two contexts outside the parts), with the key it was measured at."""
+    names = list(reach["order"]) + [reach_module.SETUP, reach_module.OUTSIDE]
+    place = {name: index if index < len(reach["order"]) else len(reach["order"]) - index - 1
+             for index, name in enumerate(names)}
+    return {"key": key, "order": list(reach["order"]),
+            "lines": {str(line): sorted(place[context] for context in contexts)
+                      for line, contexts in reach["lines"].items()}}
+
+
+def expand_parts(stored: dict) -> dict:
+    """The inverse of ``compact_parts`` (without its key)."""
+    order = stored["order"]
+    outside = {-1: reach_module.SETUP, -2: reach_module.OUTSIDE}
+    return {"order": list(order), "lines": {line: [order[index] if index >= 0 else outside[index]
+                                                   for index in indices]
+                                            for line, indices in stored["lines"].items()}}
+
+
+def judge_keys(settings: dict) -> dict:
+    """Each judge's baseline key: verispec's on every setting (its checking code among them), vLLM's tests' on the
+    release, the sampler's file and the tests alone."""
+    return {"verispec": hashlib.sha256(json.dumps(["baseline", settings], sort_keys=True).encode()).hexdigest()[:24],
+            "engine_tests": hashlib.sha256(json.dumps(["baseline-tests", {key: settings.get(key) for key in (
+                "release", "file_sha256", "tests", "tests_sha256", "test_timeout")}], sort_keys=True)
+                .encode()).hexdigest()[:24]}
+
+
 def mutant_key(mutant: dict) -> str:
     return f"{mutant['operator']}#{mutant['occurrence']}"
 
@@ -374,9 +413,11 @@ def load_equivalent(path: Path, release: str) -> dict:
 
 
 def summarize(rows: list[dict], equivalent: dict) -> dict:
-    """Kill shares of both judges over the finished, non-equivalent mutants, with 95% Wilson intervals."""
-    counted = [row for row in rows if row["key"] not in equivalent]
-    argued = [row for row in rows if row["key"] in equivalent]
+    """Kill shares of both judges over the mutants both have judged (``pending``: a judge has not yet), less the
+    equivalent ones, with 95% Wilson intervals."""
+    pending = [row for row in rows if PENDING in (row["verispec"]["outcome"], row["engine_tests"]["outcome"])]
+    counted = [row for row in rows if row["key"] not in equivalent and row not in pending]
+    argued = [row for row in rows if row["key"] in equivalent and row not in pending]
     total = len(counted)
 
     def share(judge: str) -> dict:
@@ -389,7 +430,7 @@ def summarize(rows: list[dict], equivalent: dict) -> dict:
                 "seconds_total": round(sum(ran), 1), "seconds_median": ran[len(ran) // 2] if ran else None}
 
     both = [(row["verispec"]["outcome"] == "killed", row["engine_tests"]["outcome"] == "killed") for row in counted]
-    return {"mutants": total, "equivalent": len(argued),
+    return {"mutants": total, "equivalent": len(argued), "pending": len(pending),
             "equivalent_but_killed": [row["key"] for row in argued
                                       if "killed" in (row["verispec"]["outcome"], row["engine_tests"]["outcome"])],
             "verispec": share("verispec"), "engine_tests": share("engine_tests"),
@@ -411,6 +452,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-coverage", action="store_true",
                         help="run every judge on every mutant (default: not on a mutant whose statement it never "
                              "executes on the release)")
+    parser.add_argument("--judges", default=",".join(JUDGES),
+                        help="the judges to run now (default both); a judge left out keeps its verdicts of the same "
+                             "key and is pending elsewhere")
     parser.add_argument("--equivalent", type=Path, default=DEFAULT_EQUIVALENT)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--cache", type=Path, default=None, help="default $VERISPEC_CACHE/engines")
@@ -420,6 +464,10 @@ def main(argv=None) -> int:
             print(f"engine_mutants: {name} {value:g} is out of range: give a positive number of seconds",
                   file=sys.stderr)
             return 2
+    judges = [name for name in args.judges.split(",") if name]
+    if not judges or any(name not in JUDGES for name in judges):
+        print(f"engine_mutants: --judges {args.judges!r}: name one or both of {', '.join(JUDGES)}", file=sys.stderr)
+        return 2
     if args.sample < 0 or not args.time_budget > 0:
         print("engine_mutants: --sample must be 0 or more and --time-budget positive", file=sys.stderr)
         return 2
@@ -458,11 +506,23 @@ def main(argv=None) -> int:
     rows_dir = cache / "mutants" / f"{PACKAGE}-{args.release}" / "rows"
     rows_dir.mkdir(parents=True, exist_ok=True)
 
+    # an earlier run's result file (a fresh cache resumes from git): its baselines, parts and verdicts are taken where
+    # their key matches
+    try:
+        earlier_result = json.loads(args.out.read_text()) if args.out.is_file() else {}
+        earlier_keys = judge_keys(earlier_result["settings"]) if earlier_result.get("settings") else {}
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        earlier_result, earlier_keys = {}, {}
+    earlier = {}
+    for row in earlier_result.get("rows", []) if isinstance(earlier_result, dict) else []:
+        for judge in JUDGES:
+            if isinstance(row.get(judge), dict) and row[judge].get("key"):
+                earlier[row[judge]["key"]] = row
+
     # the unmutated release first: verispec must pass it; the tests failing there cannot kill and are deselected.
     # Each judge's baseline is cached on what it depends on (vLLM's tests do not run verispec's code).
-    verispec_key = hashlib.sha256(json.dumps(["baseline", settings], sort_keys=True).encode()).hexdigest()[:24]
-    tests_key = hashlib.sha256(json.dumps(["baseline-tests", {key: settings[key] for key in (
-        "release", "file_sha256", "tests", "tests_sha256", "test_timeout")}], sort_keys=True).encode()).hexdigest()[:24]
+    keys = judge_keys(settings)
+    verispec_key, tests_key = keys["verispec"], keys["engine_tests"]
     baseline = {}
     for judge, key, run in (
             ("engine_tests", f"tests-{tests_key}", lambda: engine_tests_judge(
@@ -472,20 +532,29 @@ def main(argv=None) -> int:
         path = rows_dir / f"baseline-{key}.json"
         if path.is_file():
             baseline[judge] = json.loads(path.read_text())
-        else:
+        elif earlier_keys.get(judge) == keys[judge] and earlier_result.get("baseline", {}).get(judge):
+            baseline[judge] = earlier_result["baseline"][judge]
+            atomic_write_json(path, baseline[judge])
+        elif judge in judges:
             print(f"baseline: {judge} on the unmutated release", file=sys.stderr, flush=True)
             baseline[judge] = run()
             atomic_write_json(path, baseline[judge])
-    if baseline["verispec"]["outcome"] != "survived":
+    if "verispec" in baseline and baseline["verispec"]["outcome"] != "survived":
         print(f"engine_mutants: verispec does not pass the unmutated {args.release} ({baseline['verispec']['by']}): "
               "a false alarm; no mutant is judged", file=sys.stderr)
         return 1
+    if "engine_tests" not in baseline:
+        print("engine_mutants: vLLM's tests have no baseline at this release yet: run with --judges engine_tests "
+              "(or both) first", file=sys.stderr)
+        return 2
     failing = [case["test"] for case in baseline["engine_tests"]["cases"] if case["outcome"] == "failed"]
     deselect = failing  # node ids relative to the sources' root, as pytest's --deselect takes them
-    print(f"baseline: verispec {baseline['verispec']['seconds']} s; vLLM's tests {baseline['engine_tests']['seconds']}"
-          f" s, {len(failing)} failing on the unmutated release", file=sys.stderr, flush=True)
+    print(f"baseline: verispec {baseline.get('verispec', {}).get('seconds')} s; vLLM's tests "
+          f"{baseline['engine_tests']['seconds']} s, {len(failing)} failing on the unmutated release", file=sys.stderr,
+          flush=True)
     # each part of each judge (a vLLM test item, a verispec check) and the sampler's lines it runs on the release
     reach = {"verispec": None, "engine_tests": None}
+    stored_parts = {}
     if not args.no_coverage:
         for judge, key, measure in (
                 ("verispec", verispec_key, lambda: reach_module.verispec_reach(
@@ -494,23 +563,18 @@ def main(argv=None) -> int:
                     tree / SAMPLER, tests_root, ENGINE_TESTS, deselect, args.test_timeout, _env(tree, tests_root)))):
             # verispec's parts v2: its setup a context of its own (vLLM's tests' parts are as they were)
             path = rows_dir / f"parts-{'v2-' if judge == 'verispec' else ''}{judge}-{key}.json"
-            if not path.is_file():
+            kept = (earlier_result.get("parts") or {}).get(judge) or {}
+            if not path.is_file() and kept.get("key") == key:
+                atomic_write_json(path, expand_parts(kept))
+            if not path.is_file() and judge in judges:
                 print(f"coverage: {judge}, part by part, on the unmutated release", file=sys.stderr, flush=True)
                 atomic_write_json(path, measure())
-            reach[judge] = json.loads(path.read_text())
+            if path.is_file():
+                reach[judge] = json.loads(path.read_text())
+                stored_parts[judge] = compact_parts(reach[judge], key)
     record["coverage"] = {judge: None if parts is None else {
         "lines": len(reach_module.executed_lines(parts)), "parts": len(parts["order"])}
         for judge, parts in reach.items()}
-    # verdicts of an earlier run's result file are taken where their key matches (a fresh cache resumes from git)
-    earlier = {}
-    if args.out.is_file():
-        try:
-            for row in json.loads(args.out.read_text()).get("rows", []):
-                for judge in ("verispec", "engine_tests"):
-                    if isinstance(row.get(judge), dict) and row[judge].get("key"):
-                        earlier[row[judge]["key"]] = row
-        except (json.JSONDecodeError, AttributeError):
-            earlier = {}
 
     mutants = list_mutants(source)
     # equivalent by argument before any judge: a mutant inside a deferred annotation changes nothing
@@ -530,7 +594,7 @@ def main(argv=None) -> int:
                   "drawn": len(drawn), "judged": len(judged),
                   "operators": dict(Counter(m["operator"].split("/")[-1].split("_")[0] for m in mutants)
                                     .most_common()),
-                  "baseline": baseline, "deselected": deselect,
+                  "baseline": baseline, "deselected": deselect, "parts": stored_parts,
                   "equivalent": [{"key": key, "argument": entry["argument"]} for key, entry in equivalent.items()
                                  if key in {row["key"] for row in judged}],
                   "summary": summarize(judged, equivalent), "rows": judged}
@@ -563,7 +627,9 @@ def main(argv=None) -> int:
             found[judge] = {"outcome": "survived", "by": None, "exit_status": None, "seconds": None,
                             "not_executed": f"no line of the mutated statement (lines {span[0]}-{span[1]}) runs under "
                                             "this judge on the release, so the mutant runs as the release does"}
-        missing = [judge for judge in paths if judge not in found]
+        missing = [judge for judge in paths if judge not in found and judge in judges]
+        for judge in [judge for judge in paths if judge not in found and judge not in judges]:
+            found[judge] = {"outcome": PENDING, "by": None, "exit_status": None, "seconds": None, "key": keys[judge]}
         if missing and time.monotonic() - started > args.time_budget:
             print(f"engine_mutants: --time-budget {args.time_budget:g} s spent; {len(drawn) - index} mutants not "
                   "judged (run again to resume)", file=sys.stderr)
@@ -590,14 +656,15 @@ def main(argv=None) -> int:
                "verispec": found["verispec"], "engine_tests": found["engine_tests"]}
         rows.append(row)
         write(rows)
-        said = {judge: f"{row[judge]['outcome']} ({'not executed' if row[judge].get('not_executed') else ''}"
-                       f"{'' if row[judge].get('not_executed') else str(row[judge]['seconds']) + ' s'})"
-                for judge in ("verispec", "engine_tests")}
+        said = {judge: row[judge]["outcome"] + ("" if row[judge]["outcome"] == PENDING else " (not executed)"
+                                                if row[judge].get("not_executed") else f" ({row[judge]['seconds']} s)")
+                for judge in JUDGES}
         print(f"[{index + 1}/{len(drawn)}] {row['key']} line {row['line']}: verispec {said['verispec']}, vLLM's tests "
               f"{said['engine_tests']}; parts run {[row[judge].get('parts_run') for judge in said]}", file=sys.stderr,
               flush=True)
     summary = write(rows)["summary"]
-    print(f"{summary['mutants']} mutants judged ({summary['equivalent']} equivalent left out): verispec killed "
+    print(f"{summary['mutants']} mutants judged by both ({summary['equivalent']} equivalent left out, "
+          f"{summary['pending']} pending): verispec killed "
           f"{summary['verispec']['killed']}, vLLM's tests {summary['engine_tests']['killed']}; wrote {args.out}",
           file=sys.stderr)
     return 0

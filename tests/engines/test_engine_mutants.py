@@ -202,6 +202,36 @@ def test_a_judge_runs_the_parts_that_reach_the_statement_in_its_own_order():
     assert script.reach_module.executed_lines(REACH) == {1, 6, 8, 9}
 
 
+def test_a_pending_judge_leaves_its_mutant_out_of_both_shares():
+    rows = [_judged("a#0", "killed", "killed"), _judged("b#0", "pending", "killed"), _judged("c#0", "survived",
+                                                                                             "pending")]
+    summary = script.summarize(rows, {"c#0": {"argument": "dead code"}})
+    assert (summary["mutants"], summary["pending"], summary["equivalent"]) == (1, 2, 0)
+    assert summary["verispec"]["killed"] == 1 and summary["engine_tests"]["killed"] == 1
+    # a broken twin that counted a pending verdict as a survivor would report 1 kill of 2
+    assert summary["verispec"]["share"] == 1.0
+
+
+def test_parts_are_kept_compactly_in_the_result_file_and_read_back_unchanged():
+    reach = {"order": ["t::a", "t::b[1]"], "lines": {"3": ["", "t::a"], "5": ["setup", "t::b[1]", "t::a"]}}
+    stored = script.compact_parts(reach, "k1")
+    assert stored["key"] == "k1" and stored["lines"] == {"3": [-2, 0], "5": [-1, 0, 1]}
+    back = script.expand_parts(json.loads(json.dumps(stored)))
+    assert back["order"] == reach["order"]
+    assert {line: sorted(contexts) for line, contexts in back["lines"].items()} == \
+        {line: sorted(contexts) for line, contexts in reach["lines"].items()}
+
+
+def test_the_tests_baseline_key_ignores_verispecs_settings_and_verispecs_does_not():
+    settings = {"release": "0.33.0", "file_sha256": "f", "tests": "t.py", "tests_sha256": "s", "test_timeout": 9.0,
+                "checks": ["v1-greedy"], "checker_sha256": "c1"}
+    changed = {**settings, "checks": ["v1-greedy", "v1-seeded"], "checker_sha256": "c2"}
+    assert script.judge_keys(settings)["engine_tests"] == script.judge_keys(changed)["engine_tests"]
+    assert script.judge_keys(settings)["verispec"] != script.judge_keys(changed)["verispec"]
+    assert script.judge_keys(settings)["engine_tests"] != script.judge_keys({**settings, "file_sha256": "g"})[
+        "engine_tests"]
+
+
 SETUP = {"order": ["c1", "c2", "c3"], "lines": {"5": ["setup"], "6": ["setup", "c3", "c2"], "7": ["c1"]}}
 
 
