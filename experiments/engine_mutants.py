@@ -79,8 +79,8 @@ ENGINE_TESTS = "tests/v1/sample/test_rejection_sampler.py"
 #: verispec's checks of the V1 file, cheapest first (``--fail-fast`` stops at the first that fails): the greedy
 #: kernel exhaustively, then the exact laws (top-k and top-p last: their kernel runs on the interpreter with
 #: verispec's repaired loop counters, and costs the most).
-CHECKS = ("v1-greedy", "v1-temperature", "v1-ngram", "v1-seeded", "v1-unseeded", "v1-mixed", "v1-penalties",
-          "v1-min-p", "v1-top-k", "v1-top-p")
+CHECKS = ("v1-greedy", "v1-logprobs", "v1-temperature", "v1-ngram", "v1-seeded", "v1-unseeded", "v1-mixed",
+          "v1-penalties", "v1-penalties-ragged", "v1-fly", "v1-synthetic", "v1-min-p", "v1-top-k", "v1-top-p")
 #: Seconds each verispec check may take (check-engine's --time-budget), and the seconds vLLM's test file may take.
 CHECK_BUDGET = 600.0
 TEST_TIMEOUT = 3600.0
@@ -304,7 +304,7 @@ def classify_verispec(found: dict) -> dict:
     INCONCLUSIVE: a budget or a call's timeout ran out, exit status 3, or no answer at all)."""
     status, rows = found.get("exit_status"), found.get("rows") or []
     failing = [row for row in rows if row["verdict"] in ("RAISES", "UNRUNNABLE")
-               or (row["verdict"] == "LOSSY" and not row["as_expected"])]
+               or (row["verdict"] in ("LOSSY", "LOSSLESS") and not row["as_expected"])]  # LOSSLESS: not the reference
     if status == 0:
         outcome, by = "survived", None
     elif failing:

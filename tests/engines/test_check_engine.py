@@ -102,6 +102,43 @@ def test_status_is_the_worst_finding():
     assert check_engine._status([row("RAISES", False), row("UNRUNNABLE", False)]) == 4
     assert check_engine._status([row("UNRUNNABLE", False), row("INCONCLUSIVE", False)]) == 2
     assert check_engine._status([row("INCONCLUSIVE", False), row("LOSSLESS")]) == 3
+    # a lossy-by-design check whose law is not its reference rule's (``reference_matches`` False), either verdict
+    assert check_engine._status([row("LOSSLESS", False), row("LOSSY")]) == 1
+
+
+# -- a lossy-by-design entry point against verispec's own rule (Check.reference)
+
+#: FLy at window 1 on V = 2, chain:2, p = (0.6, 0.4), q = (0.3, 0.7), derived by hand: a first draft accepted natively
+#: with min(p, q) = M = (0.3, 0.4); a rejected first draft (only token 1, mass 0.3; p's entropy 0.67 nats passes the
+#: 0.3 gate, p(1) > 0, the window fits) kept when the second draft passes natively (probability 0.7), else the
+#: residual (p - q)+ = token 0; the second position has no room for a window; every draft accepted: y ~ p.
+FLY_P, FLY_Q, FLY_M = np.array([0.6, 0.4]), np.array([0.3, 0.7]), np.array([0.3, 0.4])
+FLY_TABLES = [np.array([0.3 * 0.3, 0.0]),                                          # (0): rejected, not kept
+              np.outer(FLY_M, [0.3, 0.0]),                                        # (x1, 0): second draft rejected
+              np.einsum("a,b,c->abc", np.array([0.3, 0.4 + 0.3]), FLY_M, FLY_P)]  # (x1, x2, y): x1 = 1 kept too
+#: The lossless rule's law on the same problem (a first draft 1 rejected goes to the residual, token 0): its broken
+#: twin as FLy, at TV 0.21 from it (0.21 more on (0), 0.21 less on the blocks that start with 1 and run to the end).
+SD_TABLES = [np.array([0.3, 0.0]), np.outer(FLY_M, [0.3, 0.0]), np.einsum("a,b,c->abc", FLY_M, FLY_M, FLY_P)]
+
+
+@pytest.mark.parametrize("tables, distance", [(FLY_TABLES, 0.0), (SD_TABLES, 0.21)])
+def test_an_engines_law_is_compared_with_its_reference_rules_at_a_closed_form(tables, distance):
+    from types import SimpleNamespace
+
+    from verispec.engines import Check
+    from verispec.engines.check import reference_comparison
+
+    assert abs(sum(table.sum() for table in FLY_TABLES) - 1) < 1e-12
+    check = Check("fly", "entry", "m:f", "FLy", layout="step", tree="chain:2", target=tuple(FLY_P),
+                  draft=tuple(FLY_Q), expect="lossy", reference="fly(theta=0.3,window=1)")
+    problem = ContextFreeProblem(list(FLY_P), list(FLY_Q))
+    report = SimpleNamespace(mode="exact", block_tables=tables)
+    found = reference_comparison(check, report, problem, "chain:2", False, 1e-6)
+    assert found["reference"] == check.reference and abs(found["reference_tv"] - distance) < 1e-12
+    assert found["reference_matches"] is (distance == 0.0)
+    # no exact law of the given problem: said, never a match
+    for unseen, twin in ((SimpleNamespace(mode="blackbox", block_tables=tables), False), (report, True)):
+        assert reference_comparison(check, unseen, problem, "chain:2", twin, 1e-6)["reference_matches"] is None
 
 
 # -- one sandbox a run
@@ -188,6 +225,38 @@ def test_greedy_checker_passes_the_rule_and_catches_a_broken_one():
     # rolled rows: at prefix () the target is p = (0.2, 0.5, 0.3), argmax 1, so drafts [0, 0] stop at once; the
     # function emits both drafts and the argmax of the row at (0, 0), p rolled by 2: (0.5, 0.3, 0.2), argmax 0
     assert bad["witness"] == {"drafts": [0, 0], "emitted": [0, 0, 0], "expected": [1]}
+
+
+def _with_logprobs(normalise: bool):
+    """``_greedy_reference`` with each emitted token's log-probability and the largest (``v1_greedy_logprobs``'s
+    return): the row's log-softmax, or (``normalise`` False: the broken twin) the raw logits read as
+    log-probabilities."""
+    def function(draft_lists, target_logits):
+        tokens = _greedy_reference(draft_lists, target_logits)
+        logprobs = np.full(tokens.shape + (2,), np.nan)
+        ids = np.full(tokens.shape + (2,), -1)
+        for index, logits in enumerate(target_logits):
+            for position, token in enumerate(tokens[index]):
+                if token < 0:
+                    break
+                row = np.asarray(logits[position], dtype=np.float64)
+                if normalise:
+                    row = row - np.log(np.exp(row).sum())
+                logprobs[index, position] = (row[token], row.max())
+                ids[index, position] = (token, int(np.argmax(row)))
+        return tokens, logprobs, ids
+
+    return function
+
+
+def test_greedy_checker_holds_returned_logprobs_to_the_targets():
+    good = greedy_check(_with_logprobs(True), "chain:2", PROBLEM)
+    assert good["verdict"] == "LOSSLESS" and "log-probability" in good["note"]
+    bad = greedy_check(_with_logprobs(False), "chain:2", PROBLEM)
+    # the rows handed are log p shifted by 1 + position: at draft list [0, 0] the first emitted token is 1, whose
+    # logit is log 0.5 + 1 where its log-probability is log 0.5
+    assert bad["verdict"] == "LOSSY" and bad["witness"]["drafts"] == [0, 0]
+    assert f"is {np.log(0.5) + 1:.6g}, the target's is {np.log(0.5):.6g}" in bad["note"]
 
 
 def test_greedy_checker_refuses_too_many_draft_lists():
@@ -281,6 +350,32 @@ def test_a_dropped_temperature_and_drafts_left_out_of_the_penalties_are_caught_a
     assert abs(dropped["tv_distance"] - 0.5 * np.abs(P - sharpened).sum()) < 1e-6
     assert penalties["verdict"] == "LOSSY" and penalties["mode"] == "exact" and left_out > 0.01
     assert abs(penalties["tv_distance"] - left_out) < 1e-6  # vLLM penalises float32 logits
+
+
+@needs_vllm
+def test_a_ban_left_unapplied_to_the_draft_rows_is_caught_at_its_closed_form(tmp_path):
+    """Two bans planted in one copy of the shipped file, each invisible to the other's check: the allowed-ids mask
+    and the bad words left off the draft rows (the Sampler's own file still bans the bonus row). v1-allowed-ids and
+    v1-bad-words give token 2 no mass and the rows' largest logit, 0 (``vllm_v1.BANNED_LOGIT``), so a draft row
+    left unbanned verifies the one draft against p' = softmax(log 0.6, log 0.4, 0) = (0.3, 0.2, 0.5), exactly
+    (drafts with draft probs), and the token after it comes from the banned target p = (0.6, 0.4, 0) whether the
+    draft was accepted (the bonus) or not (the continuation): the block's TV is TV(p', p) = 0.5."""
+    checks = {check.name: check for check in vllm_adapter.checks()}
+    target = np.array(checks["v1-allowed-ids"].target)
+    assert checks["v1-bad-words"].target == checks["v1-allowed-ids"].target and target[2] == 0
+    unbanned = np.array([target[0], target[1], 1.0]) / (target[0] + target[1] + 1.0)
+    mutant = _mutant(tmp_path, 'logits.masked_fill_(token_mask, float("-inf"))', "pass")
+    call = "apply_bad_words_with_drafts(\n                logits, bad_words_token_ids, output_token_ids"
+    text = mutant.read_text()
+    assert text.count(call) == 1
+    mutant.write_text(text.replace(call, "(lambda *unused: None)(\n                logits, bad_words_token_ids, "
+                                         "output_token_ids"))
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-allowed-ids,v1-bad-words", "--source",
+                                 str(mutant), "--json")
+    assert status == 1, err
+    for row in json.loads(out)["checks"]:
+        assert row["verdict"] == "LOSSY" and row["mode"] == "exact"
+        assert abs(row["tv_distance"] - 0.5 * np.abs(unbanned - target).sum()) < 1e-6
 
 
 def test_fail_fast_stops_after_the_first_check_that_fails(monkeypatch):

@@ -59,6 +59,10 @@ class Check:
     #: The first release that has the entry point ("" for every release the adapter knows): an older release's row
     #: is ABSENT, with that reason, and nothing runs.
     since: str = ""
+    #: A rule of verispec's (its registry text, e.g. ``fly(theta=0.3,window=1)``) whose exact law the entry point must
+    #: emit, for what is lossy by design: the check is as expected only where the engine's block law is within the
+    #: threshold of that rule's on the requested problem ("" for none: the target's law is the reference).
+    reference: str = ""
 
 
 def adapter(name: str):

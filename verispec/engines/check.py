@@ -6,9 +6,10 @@ engine's code under check-external's capture) or, for greedy decoding, against t
 list (``verispec.engines.greedy``), and returns the command's JSON object: ``engine``, ``release``, ``source``,
 ``exit_status`` and one row a check. The exit status is the worst finding: 1 a check LOSSY that should hold the law,
 4 one that raised, 2 one whose kernel the interpreter cannot run, 3 one inconclusive, 0 every check as a correct
-release gets it (a LOSSY that the engine documents counts as expected and is listed with its TV). A check of an entry
-point the release predates (``Check.since``) is an ABSENT row that runs nothing; it counts for nothing, unless every
-row asked is ABSENT (exit 2: nothing was checked).
+release gets it (a LOSSY that the engine documents counts as expected and is listed with its TV; where the check
+names a ``reference`` rule of verispec's, the engine's exact law must also be that rule's, or the row counts 1). A
+check of an entry point the release predates (``Check.since``) is an ABSENT row that runs nothing; it counts for
+nothing, unless every row asked is ABSENT (exit 2: nothing was checked).
 
 Importing the adapter's step functions imports the engine and switches Triton's interpreter on for the process
 (``verispec.engines.vllm_v1``): run these checks in a process of their own (the command's supervised worker, the
@@ -171,10 +172,38 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
             row["verdict"] = "UNRUNNABLE"
             row["note"] = (f"Triton's interpreter cannot run a kernel on this route "
                            f"({(report.raised or {}).get('message', '')}); nothing was checked")
+        if check.reference:
+            row.update(reference_comparison(check, report, problem, tree, context_twin, module.THRESHOLD))
     row["seconds"] = round(time.monotonic() - start, 3)
     row["as_expected"] = row["verdict"] in (check.expect.upper(), "ABSENT") or (check.expect == "lossy"
                                                                                 and row["verdict"] == "LOSSLESS")
+    if row.get("reference_matches") is False:  # lossy by design, but not by the rule it claims
+        row["as_expected"] = False
     return row
+
+
+def reference_comparison(check, report, problem, tree: str, context_twin: bool, threshold: float) -> dict:
+    """The row's ``reference`` fields: the rule ``check.reference``, the exact TV between the engine's emitted-block
+    law and that rule's on the requested problem (the given problem after the check's sampling, drafted by ``tree``),
+    and whether it is within ``threshold``; None where no exact block law of the given problem was made (black-box
+    mode, a raise, or ``context_twin``, whose verdict may rest on the twin)."""
+    import numpy as np
+
+    from verispec.external.step_penalties import requested_problem
+    from verispec.models.sampling import Sampling
+    from verispec.simulator import analyze
+    from verispec.simulator.tree_specs import parse_tree
+    from verispec.verifiers import get_verifier
+
+    found = {"reference": check.reference, "reference_tv": None, "reference_matches": None}
+    if report.mode != "exact" or report.block_tables is None or context_twin:
+        return found
+    drafter = parse_tree(tree)
+    wanted = requested_problem(problem, Sampling.parse(check.sampling), drafter.depth + 1)
+    law = analyze(wanted, drafter, get_verifier(check.reference), need_output_law=True).output_law
+    distance = 0.5 * sum(float(np.abs(np.asarray(ours, dtype=np.float64) - np.asarray(theirs, dtype=np.float64))
+                               .sum()) for ours, theirs in zip(report.block_tables, law.by_length, strict=True))
+    return {**found, "reference_tv": distance, "reference_matches": distance <= threshold}
 
 
 def _absent(module, check) -> str | None:
@@ -193,7 +222,8 @@ def exit_status(rows) -> int:
     if rows and all(row["verdict"] == "ABSENT" for row in rows):
         return EXIT_BAD_INPUT
     verdicts = [(row["verdict"], row["as_expected"]) for row in rows]
-    if any(verdict == "LOSSY" and not expected for verdict, expected in verdicts):
+    # a LOSSY that should hold the law, or a law that is not the reference rule's (either verdict, ``reference``)
+    if any(verdict in ("LOSSY", "LOSSLESS") and not expected for verdict, expected in verdicts):
         return Verdict.LOSSY.exit_status
     if any(verdict == "RAISES" for verdict, _ in verdicts):
         return Verdict.RAISES.exit_status
@@ -219,6 +249,11 @@ def row_line(row: dict) -> str:
     text = (f"  {row['check']:20} {verdict:12} {row.get('mode', '')}, {row['tree']}, "
             f"{row['sampling'] or 'the laws as handed'}: {measure}")
     text += f" ({row['seconds']:.1f} s)"
+    if row.get("reference_tv") is not None:
+        text += (f"\n      {'matches' if row['reference_matches'] else 'DIFFERS FROM'} verispec's {row['reference']}: "
+                 f"exact TV {row['reference_tv']:.3g} between the laws (differs above {row['threshold']:g})")
+    elif row.get("reference"):
+        text += f"\n      not compared with verispec's {row['reference']}: no exact law of the given problem"
     if row.get("why") and row["verdict"] == "LOSSY":
         text += f"\n      documented: {row['why']}"
     if row["verdict"] not in ("LOSSLESS",) and row.get("note"):

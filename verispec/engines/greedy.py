@@ -9,6 +9,8 @@ from verispec.errors import VerispecError
 
 #: The most draft lists one greedy check hands the engine in one batch (V^depth).
 MAX_DRAFT_LISTS = 4096
+#: How far a returned log-probability may lie from the target's (a float32 log-softmax of log-probabilities).
+LOGPROB_TOLERANCE = 1e-5
 
 
 def greedy_check(function, tree: str, problem) -> dict:
@@ -16,7 +18,10 @@ def greedy_check(function, tree: str, problem) -> dict:
     the accepted drafts (ties to the smallest id), drafts accepted while they are that argmax. On a context-free
     problem every request's rows are alike, so a request reading another's row (an offset bug) would pass: its
     target is then rolled by the prefix (row at prefix x: p rolled by len(x) + sum(x)), so that the argmax moves
-    with the context."""
+    with the context.
+
+    A function that returns logprobs as well, (tokens, logprobs [B, K + 1, 2], ids [B, K + 1, 2]), is held to the
+    target's log-probabilities too (``logprob_mismatch``)."""
     import numpy as np
 
     from verispec.simulator.tree_specs import parse_tree
@@ -34,10 +39,16 @@ def greedy_check(function, tree: str, problem) -> dict:
     lists = [list(drafts) for drafts in itertools.product(range(size), repeat=depth)]
     logits = []
     for drafts in lists:
-        rows = [np.log(np.asarray(problem.target(tuple(drafts[:position])), dtype=np.float64))
+        # logits, not log-probabilities: each row shifted (by 1 + its position), so that code reading logits as
+        # log-probabilities, or one row's normaliser for another's, is seen in the logprobs it returns
+        rows = [np.log(np.asarray(problem.target(tuple(drafts[:position])), dtype=np.float64)) + 1.0 + position
                 for position in range(depth + 1)]
         logits.append(np.stack(rows))
-    output = np.asarray(function(lists, logits))
+    output = function(lists, logits)
+    logprobs = None
+    if isinstance(output, tuple) and len(output) == 3:
+        output, logprobs, ids = (np.asarray(part) for part in output)
+    output = np.asarray(output)
     if (output.ndim != 2 or output.shape[0] != len(lists) or output.shape[1] < depth + 1
             or output.dtype.kind not in "iu"):
         raise VerispecError(f"the greedy batch returned {output.dtype} of shape {list(output.shape)}: it must return "
@@ -54,8 +65,38 @@ def greedy_check(function, tree: str, problem) -> dict:
             return {"verdict": "LOSSY", "mode": "exhaustive", "tv_distance": None,
                     "note": f"draft list {drafts}: emitted {got}, the target's argmax decoding gives {expected}",
                     "witness": {"drafts": drafts, "emitted": got, "expected": expected}}
+        wrong = None if logprobs is None else logprob_mismatch(problem, drafts, got, logprobs[index], ids[index])
+        if wrong:
+            return {"verdict": "LOSSY", "mode": "exhaustive", "tv_distance": None,
+                    "note": f"draft list {drafts}: {wrong}", "witness": {"drafts": drafts, "emitted": got}}
+    also = ("" if logprobs is None else
+            f", each with its log-probability and the largest under the target (within {LOGPROB_TOLERANCE:g})")
     return {"verdict": "LOSSLESS", "mode": "exhaustive", "tv_distance": 0.0,
-            "note": f"all {len(lists)} draft lists of depth {depth} at V = {size} emit the target's argmax decoding"}
+            "note": f"all {len(lists)} draft lists of depth {depth} at V = {size} emit the target's argmax decoding"
+                    + also}
+
+
+def logprob_mismatch(problem, drafts, emitted, logprobs, ids) -> str | None:
+    """What is wrong with one request's logprobs (``logprobs`` [K + 1, 2]: each emitted token's, then the largest;
+    ``ids`` their token ids), or None: the token at position j has log p(token | drafts[:j]) and the largest is
+    max log p(. | drafts[:j]), the target's (the rows handed are its log-probabilities shifted), within
+    LOGPROB_TOLERANCE."""
+    import numpy as np
+
+    shape = np.shape(logprobs)
+    if len(shape) != 2 or shape[0] < len(emitted) or shape[1] < 2 or np.shape(ids) != shape:
+        return f"logprobs of shape {list(shape)} and ids of shape {list(np.shape(ids))}: each must be [K + 1, 2]"
+    for position, token in enumerate(emitted):
+        with np.errstate(divide="ignore"):
+            law = np.log(np.asarray(problem.target(tuple(drafts[:position])), dtype=np.float64))
+        expected = (law[token], law.max())
+        if int(ids[position][0]) != token:
+            return f"the logprob at position {position} is of token {int(ids[position][0])}, not the emitted {token}"
+        for column, what in ((0, f"token {token}'s"), (1, "the largest")):
+            if not np.isclose(float(logprobs[position][column]), expected[column], rtol=0, atol=LOGPROB_TOLERANCE):
+                return (f"{what} log-probability at position {position} is {float(logprobs[position][column]):.6g}, "
+                        f"the target's is {expected[column]:.6g}")
+    return None
 
 
 def rolled(problem, depth: int):

@@ -80,6 +80,13 @@ def check_release(found: str | None = None, *, any_release: bool = False) -> str
 #: FLy's setting in the ``v2-fly`` check: a window of one native acceptance (the shortest; vLLM's default is 6, longer
 #: than the check's drafts), vLLM's default entropy threshold (0.3 nats) over the target's top 3 tokens.
 FLY = {"fly_window_size": 1, "fly_entropy_threshold": 0.3, "fly_entropy_top_k": 3}
+#: verispec's own FLy (``verispec.verifiers.fly``) at that setting: the law the FLy checks must emit.
+FLY_RULE = f"fly(theta={FLY['fly_entropy_threshold']:g},window={FLY['fly_window_size']})"
+#: ``v1-synthetic``: vLLM's synthetic acceptance rates (unconditional, by position), and verispec's rule at them.
+SYNTHETIC_RATES = (0.7, 0.4)
+SYNTHETIC_RULE = f"synthetic(a1={SYNTHETIC_RATES[0]:g},a2={SYNTHETIC_RATES[1]:g})"
+FLY_WHY = ("FLy (arXiv 2511.22972) accepts a rejected draft when the target is undecided and the next drafts pass: "
+           "lossy by design, and checked against verispec's own fly rule at the same setting")
 #: ``v2-adaptive``: verispec's stand-in for the drafter's confidence head, the probability that a draft slot is
 #: accepted, read from the token before the slot (DSpark's ``compute_confidence`` reads the slot's hidden state and
 #: ``markov_embed`` of the previous token), indexed by token id modulo its length; and a greedy neighbour's
@@ -93,6 +100,21 @@ NEIGHBOUR_CONFIDENCE = 0.7
 #: token's unary logit given the candidate drawn at the position before it (indexed by token ids modulo its size):
 #: a draft that favours repeating its previous token, so each position's draft law depends on the draft before it.
 LILICORR_COUPLING = ((0.8, -0.4, -0.4), (-0.4, 0.8, -0.4), (-0.4, -0.4, 0.8))
+
+
+def _method_checks(v1: str) -> list[Check]:
+    """The V1 sampler's rejection methods that are lossy by design, each against verispec's own rule."""
+    return [
+        Check("v1-fly", v1, f"{_V1}:v1_single_fly", "v1-seeded with FLy, window 1, entropy threshold 0.3 over the "
+              "top 3 (release 0.33 on), against verispec's own rule, V = 2", layout="step", tree="chain:2",
+              target=(0.6, 0.4), draft=(0.3, 0.7), expect="lossy", since="0.33.0", reference=FLY_RULE, why=FLY_WHY),
+        Check("v1-synthetic", v1, f"{_V1}:v1_single_synthetic", "v1-seeded with synthetic acceptance at rates "
+              f"{SYNTHETIC_RATES} by position (release 0.33 on), against verispec's own rule, V = 2", layout="step",
+              tree="chain:2", target=(0.6, 0.4), draft=(0.3, 0.7), expect="lossy", since="0.33.0",
+              reference=SYNTHETIC_RULE, why="synthetic acceptance (rejection_sample_method 'synthetic') accepts "
+              "drafts at set rates whatever the target says, to benchmark: lossy by design, and checked against "
+              "verispec's own synthetic rule at the same rates"),
+    ]
 
 
 def checks() -> list[Check]:
@@ -121,13 +143,27 @@ def checks() -> list[Check]:
               "drafts without draft probs (the draft model's argmax, as v1-ngram), so the second position's "
               "penalties read the first draft", layout="step-penalties",
               tree="chain:2", target=(0.6, 0.4), draft=(0.3, 0.7)),
+        Check("v1-penalties-ragged", v1, f"{_V1}:v1_ragged_penalties",
+              "v1-penalties with one draft, the request second in its batch behind a greedy request that drafted "
+              "nothing and has an earlier output of its own (vLLM skips the requests without drafts when it lines "
+              "draft rows up with histories)", layout="step-penalties", tree="chain:1", target=(0.6, 0.4),
+              draft=(0.3, 0.7)),
         Check("v1-top-k", v1, f"{_V1}:v1_single_seeded", "top-k 2", layout="step", sampling="temperature=1,top_k=2"),
         Check("v1-top-p", v1, f"{_V1}:v1_single_seeded", "top-p 0.75", layout="step",
               sampling="temperature=1,top_p=0.75"),
+        Check("v1-allowed-ids", v1, f"{_V1}:v1_single_allowed_ids", "v1-seeded with allowed_token_ids leaving out "
+              "token 2, which the problem gives no mass and the adapter gives the rows' largest logit: vLLM must ban "
+              "it in every row", layout="step", target=(0.6, 0.4, 0.0), draft=(0.3, 0.3, 0.4)),
+        Check("v1-bad-words", v1, f"{_V1}:v1_single_bad_words", "v1-allowed-ids with the one-token bad word [2] "
+              "banning token 2 instead", layout="step", target=(0.6, 0.4, 0.0), draft=(0.3, 0.3, 0.4)),
         Check("v1-min-p", v1, f"{_V1}:v1_single_seeded", "min-p 0.5 (documented as not applied)", layout="step",
               sampling="temperature=1,min_p=0.5", expect="lossy", why=min_p_why),
+        *_method_checks(v1),
         Check("v1-greedy", v1, f"{_V1}:v1_greedy_batch",
               "an all-greedy batch: every draft list of the tree against the target's argmax", exhaustive=True),
+        Check("v1-logprobs", v1, f"{_V1}:v1_greedy_logprobs",
+              "v1-greedy asking for logprobs (max_num_logprobs 1, raw_logprobs): every emitted token's "
+              "log-probability and the largest, read by parse_output, against the target's", exhaustive=True),
         Check("v2-seeded", v2, f"{_V2}:v2_single",
               "the V2 runner: a draft by vLLM's Gumbel kernel, verified by its probabilistic rejection_sample "
               "(release 0.20 on)", layout="step", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64),
@@ -149,8 +185,7 @@ def checks() -> list[Check]:
               layout="step", tree="chain:2", target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), since="0.28.0",
               why=v2_why, source_applies=False),
         Check("v2-fly", v2, f"{_V2}:v2_fly", "v2-seeded with FLy, window 1, entropy threshold 0.3 over the top 3 "
-              "(release 0.33 on; verispec's own rule: fly(theta=0.3,window=1))", layout="step", tree="chain:2",
+              "(release 0.33 on), against verispec's own rule", layout="step", tree="chain:2",
               target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), expect="lossy", source_applies=False, since="0.33.0",
-              why="FLy (arXiv 2511.22972) accepts a rejected draft when the target is undecided and the next drafts "
-                  "pass: lossy by design"),
+              reference=FLY_RULE, why=FLY_WHY),
     ]

@@ -59,6 +59,10 @@ class CheckReport:
     #: Whole-step layouts: whether the problem checked can show a function that reads another position's row (False
     #: on a context-free problem: every row is the same; ``verispec.external.step_context``); None for other layouts.
     offsets_visible: bool | None = None
+    #: Whole-step layouts in exact mode: the checked request's exact emitted-block law on the given problem, one table
+    #: a block length [(V,)*l for l = 1..D+1], kept in memory (not in the JSON) for a comparison with a reference
+    #: rule's law (``verispec.engines.check``); None otherwise.
+    block_tables: list | None = field(default=None, repr=False, compare=False)
 
     @property
     def lossless(self) -> bool | None:

@@ -588,7 +588,7 @@ def check_step(function, layout_name: str, drafter, problem, sampling, *, name: 
                        tv_estimate=None if blackbox is None else blackbox.tv_estimate,
                        block_efficiency=efficiency, problem=None, problem_source="given",
                        seconds=time.monotonic() - start, blackbox=blackbox, discrepancies=shown,
-                       evaluations=check.evaluations, note=note, threshold=threshold)
+                       evaluations=check.evaluations, note=note, threshold=threshold, block_tables=tables)
 
 
 def _with_filler(result: BlackBoxResult) -> BlackBoxResult:

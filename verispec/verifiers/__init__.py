@@ -31,6 +31,7 @@ from verispec.verifiers.rrsw import RRSWSolver
 from verispec.verifiers.spechub import SpecHubSolver
 from verispec.verifiers.specinfer import SpecInferSolver
 from verispec.verifiers.spectr import SpecTrSolver
+from verispec.verifiers.synthetic import SyntheticVerifier
 from verispec.verifiers.traversal import TraversalIIDVerifier, TraversalVerifier
 from verispec.verifiers.tree_walk import ProcedureSolver, TopDownVerifier
 from verispec.verifiers.typical import TypicalVerifier
@@ -94,6 +95,7 @@ register(EnsembleVerifier())
 register(LenienceVerifier())
 register(MinPVerifier())
 register(EtaVerifier())
+register(SyntheticVerifier())
 
 
 def split_names(text: str) -> tuple[str, ...]:
