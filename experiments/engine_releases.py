@@ -74,7 +74,8 @@ UNREAD_MARKS = ("which the adapter does not read",)  # also the V2 runner's murm
 #: adapter files (``ENGINE_FILES``; another engine's adapter does not invalidate them).
 CHECKER_FILES = ("verispec/engines/__init__.py", "verispec/engines/check.py", "verispec/engines/greedy.py",
                  "verispec/external", "verispec/keyed.py", "verispec/verdict.py", "verispec/cli/check_engine.py",
-                 "verispec/simulator")
+                 "verispec/simulator", "verispec/models/sampling.py", "verispec/models/penalties.py",
+                 "verispec/verifiers")  # the requested law (sampling, penalties) and the reference rules
 ENGINE_FILES = {"vllm": ("verispec/engines/vllm.py", "verispec/engines/vllm_v1.py", "verispec/engines/vllm_v2.py",
                          "verispec/engines/interpreter.py"),
                 "transformers": ("verispec/engines/transformers.py", "verispec/engines/transformers_step.py")}
