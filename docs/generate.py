@@ -275,7 +275,11 @@ def _verdict(results, key):
     """A value of the verdict: 'T=0.7/best' (the best rule with its own selector), 'T=0.7/traversal/static' (DDTE's
     SpecInfer with a selector against that rival's policy), in the DDTE regime."""
     parts = key.split("/")
+    if parts[1] == "priced":  # the regime whose verification was priced: its best rule, against specinfer
+        return _verdict_priced(results, parts[0], parts[2])
     table = _verdict_table(results, parts[0])
+    if parts[1] == "regime":
+        return _regime_words(results(VERDICT), table)
     if parts[1] == "best":
         return f"`{table['best']}`"
     if parts[1] == "seeds":
@@ -295,6 +299,36 @@ def _verdict(results, key):
         where = "inside" if low <= PAPER_GAIN <= high else "above" if high < PAPER_GAIN else "below"
         return f"the paper's 5% {where}"
     return ratio(row)
+
+
+def _regime_words(verdict: dict, table: dict) -> str:
+    """How a verdict table's latency regime was had and whether verification is in it: 'modelled latency
+    (t_p = 20 t_q), verification unpriced' (DDTE's model), or the device it was measured on."""
+    regime = verdict["regimes"][table["regime"]]
+    priced = table["priced"]["verification"] == "priced"
+    price = "verification priced" if priced else "verification unpriced"
+    if regime["source"].startswith("cost ratio"):  # DDTE's model: the target's forward a fixed multiple of the draft's
+        return f"modelled latency (t_p = {regime['target_times'][0] / regime['draft_step']:g} t_q), {price}"
+    device = (table["priced"]["cost"]["device"] if priced else table["regime"]).split(" (")[0]
+    return f"measured latency ({device}), {price}"
+
+
+def _verdict_priced(results, setting: str, what: str) -> str:
+    """'best' (the best rule once its verification is priced, in the one regime priced), 'versus' (it against
+    specinfer's), 'regime' (that regime's words)."""
+    verdict = results(VERDICT)
+    tables = [table for table in verdict["tables"] if table["setting"].startswith(setting)
+              and table["priced"]["verification"] == "priced"]
+    if len(tables) != 1:
+        raise GeneratedDocsError(f"{VERDICT}: {len(tables)} priced regimes for {setting}; the README names one")
+    table = tables[0]
+    if what == "best":
+        return f"`{table['priced']['best']}`"
+    if what == "versus":
+        return ratio(table["priced"]["versus"]["specinfer"])
+    if what == "regime":
+        return _regime_words(verdict, table)
+    raise KeyError(what)
 
 
 def verdict_priced_table(results) -> str:
@@ -1058,9 +1092,9 @@ VALUES = {
                                                               ("traversal-iid", "selector"))},
     **{f"ddte.{setting}/paper": _bound(_ddte, f"{setting}/paper") for setting in ("T=0.7", "T=1")},
     **{f"verdict.{setting}/{what}": _bound(_verdict, f"{setting}/{what}") for setting in ("T=0.7", "T=1")
-       for what in ("best", "seeds", "traversal/static", "traversal/static/paper", "traversal/selector",
-                    "traversal-iid/static", "traversal-iid/selector", "versus/specinfer", "versus/traversal",
-                    "versus/traversal-iid")},
+       for what in ("best", "seeds", "regime", "priced/best", "priced/versus", "priced/regime", "traversal/static",
+                    "traversal/static/paper", "traversal/selector", "traversal-iid/static", "traversal-iid/selector",
+                    "versus/specinfer", "versus/traversal", "versus/traversal-iid")},
     **{f"label_cost.{key}": _bound(_label_cost, key) for key in ("outcome", "projected")},
     **{f"label_cost_blend.{key}": _bound(_blend_label_cost, key) for key in ("outcome", "projected")},
     "psbv_blend.ratio": lambda results: _psbv_blend(results(PSBV_REALISATION)),

@@ -132,6 +132,38 @@ def test_the_readme_is_a_front_page():
     assert 2 <= len(how_fast) - 1 <= 11  # a header, a rule line and at most ten rows
 
 
+#: A value that names a verdict's latency regime and whether verification is in it (``docs/generate.py``).
+REGIME_MARKER = re.compile(r"<!--v:verdict\.[^/]+/(?:priced/)?regime-->(.*?)<!--/v-->")
+
+
+def unregimed_verdicts(text: str) -> list[str]:
+    """The findings bullets of ``text`` that state a value of the selector verdict (``verdict.``) without a regime
+    value saying how latency was had (modelled or measured) and whether verification is priced."""
+    bad = []
+    for bullet in (line for line in section(text, "Findings").splitlines() if line.startswith("- ")):
+        if "<!--v:verdict." not in bullet:
+            continue
+        regimes = REGIME_MARKER.findall(bullet)
+        if not regimes or not all(("modelled" in words or "measured" in words) and "priced" in words
+                                  for words in regimes):
+            bad.append(bullet[:80])
+    return bad
+
+
+def test_every_verdict_sentence_of_the_readme_names_its_regime_and_price():
+    readme = (ROOT / "README.md").read_text()
+    assert unregimed_verdicts(readme) == []
+    assert sum("<!--v:verdict." in line for line in section(readme, "Findings").splitlines()) >= 2
+    # the values come from the result: the modelled regime unpriced, the measured one priced
+    results = ResultFiles(RESULTS)
+    assert "unpriced" in GENERATE.VALUES["verdict.T=0.7/regime"](results)
+    assert "verification priced" in GENERATE.VALUES["verdict.T=0.7/priced/regime"](results)
+    # broken twins: a verdict bullet with no regime, and one whose regime says nothing of the price
+    plain = "## Findings\n\n- the best is <!--v:verdict.T=1/best-->`x`<!--/v-->.\n\n## Next\n"
+    assert unregimed_verdicts(plain) and unregimed_verdicts(plain.replace(
+        "- the", "- in <!--v:verdict.T=1/regime-->modelled latency<!--/v-->, the"))
+
+
 def test_no_docs_page_is_over_600_lines():
     for path in (ROOT / "docs").rglob("*.md"):
         assert len(path.read_text().splitlines()) <= 600, path
