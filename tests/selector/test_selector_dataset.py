@@ -415,14 +415,14 @@ def test_nan_laws_at_a_root_are_refused(pair, tmp_path):
 def test_a_rule_that_refuses_a_root_stops_the_build_naming_the_root(pair, tmp_path, monkeypatch):
     """A rule's own limit at one root (psbv's decomposition, here lowered) ends the build on one line that names the
     root, keeps the roots labelled before it and says what would let the build through; no dataset file."""
-    import verispec.verifiers.psbv as psbv
+    import verispec.verifiers.psbv_split as psbv_split
 
     roots = [Root((1, 5, 2), "prompt:3", Sampling(1.0), pair=pair.name),
              Root((4, 4), "prompt:7", Sampling(1.0), pair=pair.name)]
     grid = ActionGrid((2,), (0,), (1,), ("psbv",))
     out = tmp_path / "refused.npz"
     first = _build(roots[:1], out, grid=grid, pair=pair)  # the first root labels at the real limit
-    monkeypatch.setattr(psbv, "MAX_DECOMPOSITION_STEPS", 1)
+    monkeypatch.setattr(psbv_split, "MAX_DECOMPOSITION_STEPS", 1)
     with pytest.raises(DatasetError) as error:
         _build(roots, out, grid=grid, pair=pair)
     line = _one_line(error)

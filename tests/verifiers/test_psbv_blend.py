@@ -21,9 +21,10 @@ from tests.verifiers.test_delayed_block_rules import exact_problem
 from verispec.errors import ProblemTooLargeError, UnknownVerifierError
 from verispec.lp_analysis.position_measures import PositionMeasure, ordered_tiling
 from verispec.simulator import TabularProblem, analyze, parse_tree
-from verispec.verifiers import REGISTRY, get_verifier, psbv, psbv_blend
-from verispec.verifiers.psbv import PositionSharingBlockVerifier, _NodeState, split
+from verispec.verifiers import REGISTRY, get_verifier, psbv, psbv_blend, psbv_split
+from verispec.verifiers.psbv import PositionSharingBlockVerifier, _NodeState
 from verispec.verifiers.psbv_blend import blend_block_exact, blend_share
+from verispec.verifiers.psbv_split import split
 
 METHODS = ("enumerate", "closed-form", "rule-dp")
 
@@ -136,7 +137,7 @@ class ExactLawOnBlendedPositions(PositionSharingBlockVerifier):
 
     def __init__(self):
         super().__init__()
-        self._exact_cache = psbv._SplitCache(psbv.SPLIT_CACHE_SIZE)
+        self._exact_cache = psbv_split._SplitCache(psbv_split.SPLIT_CACHE_SIZE)
 
     def _states(self, tree, wanted=None):
         start = psbv.branch_point(tree)
@@ -199,7 +200,7 @@ def test_the_blend_runs_no_decomposition(monkeypatch):
     p = np.exp(logits) / np.exp(logits).sum()
     q = np.exp(logits + rng.standard_normal(size) * 0.5)
     q /= q.sum()
-    monkeypatch.setattr(psbv, "MAX_DECOMPOSITION_STEPS", 10)
+    monkeypatch.setattr(psbv_split, "MAX_DECOMPOSITION_STEPS", 10)
     with pytest.raises(ProblemTooLargeError, match="steps of decomposition"):  # negative control: the exact split
         split(PositionMeasure.uniform(1.0), p, q, 3, exact=False, wanted=[0])
     values, children = split(PositionMeasure.uniform(1.0), p, q, 3, exact=False, wanted=[0, 1], blend=True)

@@ -1,4 +1,4 @@
-"""psbv at dense vocabularies (``verispec.verifiers.psbv.split_float``, ``position_arrays.realise_float``): the
+"""psbv at dense vocabularies (``verispec.verifiers.psbv_split.split_float``, ``position_arrays.realise_float``): the
 vectorised float split, which builds measures only for the children asked for, is the same split as the reference
 (``split_exact``, one ``realise`` per block), and the iterative ``realise`` is the recursive one it replaced.
 
@@ -32,7 +32,7 @@ from verispec.lp_analysis.position_measures import (
 )
 from verispec.simulator import analyze, parse_tree, random_problem
 from verispec.verifiers import REGISTRY
-from verispec.verifiers.psbv import split_exact, split_float
+from verispec.verifiers.psbv_split import split_exact, split_float
 
 PSBV = REGISTRY["psbv"]
 
@@ -125,12 +125,12 @@ def test_the_iterative_realise_is_the_recursive_one_exactly():
         for _ in range(2):
             p, q = rational_conditional(rng, size, True), rational_conditional(rng, size, True)
             values, measures = split_exact(measure, p, q, paths, True)
-            import verispec.verifiers.psbv as psbv_module
+            import verispec.verifiers.psbv_split as split_module
             try:
-                psbv_module.realise = recursive_realise
+                split_module.realise = recursive_realise
                 expected_values, expected = split_exact(measure, p, q, paths, True)
             finally:
-                psbv_module.realise = realise
+                split_module.realise = realise
             assert values == expected_values
             assert {c: m.pieces for c, m in measures.items()} == {c: m.pieces for c, m in expected.items()}
             measure = measures[max(measures, key=lambda c: measures[c].mass())]
@@ -161,12 +161,12 @@ def test_realise_keeps_its_stack_off_the_interpreter():
 
 
 def split_with_recursion(measure, p, q, paths):
-    import verispec.verifiers.psbv as psbv_module
+    import verispec.verifiers.psbv_split as split_module
     try:
-        psbv_module.realise = recursive_realise
+        split_module.realise = recursive_realise
         return split_exact(measure, p, q, paths, False)
     finally:
-        psbv_module.realise = realise
+        split_module.realise = realise
 
 
 @pytest.mark.parametrize("paths", [1, 2, 3, 4])
@@ -294,12 +294,12 @@ def test_a_split_too_large_is_refused_before_its_decomposition_on_one_line(monke
     """Under a lower limit, V = 151,936 with K = 4 (one block of most of the vocabulary) is refused after the sort
     and the convex minorant, before any decomposition; and a split that runs past the limit despite the forecast
     stops with the same typed error."""
-    import verispec.verifiers.psbv as psbv_module
+    import verispec.verifiers.psbv_split as split_module
 
     rng = np.random.default_rng(1)
     size = 151_936
     p, q = softmax_pair(rng, size)
-    monkeypatch.setattr(psbv_module, "MAX_DECOMPOSITION_STEPS", 10_000_000)
+    monkeypatch.setattr(split_module, "MAX_DECOMPOSITION_STEPS", 10_000_000)
     start = time.perf_counter()
     with pytest.raises(ProblemTooLargeError) as refused:
         split_float(PositionMeasure.uniform(1.0), p, q, 4, [0])
@@ -307,8 +307,8 @@ def test_a_split_too_large_is_refused_before_its_decomposition_on_one_line(monke
     message = str(refused.value)
     assert "\n" not in message and "151,936" in message and "top-k" in message
     p, q = softmax_pair(rng, 2000)
-    monkeypatch.setattr(psbv_module, "MAX_DECOMPOSITION_STEPS", 100_000)
-    monkeypatch.setattr(psbv_module, "STEPS_PER_CHILD", 0)  # the forecast lets it start
+    monkeypatch.setattr(split_module, "MAX_DECOMPOSITION_STEPS", 100_000)
+    monkeypatch.setattr(split_module, "STEPS_PER_CHILD", 0)  # the forecast lets it start
     with pytest.raises(ProblemTooLargeError, match="ran past"):
         split_float(PositionMeasure.uniform(1.0), p, q, 4, [0])
 
@@ -356,13 +356,15 @@ def test_a_batch_splits_a_shared_node_once_and_gives_each_tree_its_own_law(monke
                       q=np.concatenate([b.q for b in single]),
                       contexts=np.concatenate([b.contexts for b in single]))
     calls = []
-    real_split_float = psbv_module.split_float
+    import verispec.verifiers.psbv_split as split_module
+
+    real_split_float = split_module.split_float
 
     def counting(measure, *args):
         calls.append(len(measure.pieces))
         return real_split_float(measure, *args)
 
-    monkeypatch.setattr(psbv_module, "split_float", counting)
+    monkeypatch.setattr(split_module, "split_float", counting)
     laws = np.asarray(psbv_module.PositionSharingBlockVerifier().emission_laws(batch))
     assert len(calls) == 1 + rows * paths  # the root once, then each tree's K children
     alone = [np.asarray(psbv_module.PositionSharingBlockVerifier().emission_laws(b))[0] for b in single]

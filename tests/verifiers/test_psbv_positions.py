@@ -1,4 +1,4 @@
-"""psbv's splits (``verispec.verifiers.psbv.split``) keep the position lemma the rule stands on
+"""psbv's splits (``verispec.verifiers.psbv_split.split``) keep the position lemma the rule stands on
 (docs/guides/rules_2025_26.md): at every node the children's measures partition the parent's, so a path drawn from
 q has a uniform position, and the smallest of K such positions lands on a path x with probability g(x), the value of
 its measure. Checked exactly in rationals on random conditionals, with expected values from the definitions
@@ -15,7 +15,7 @@ import pytest
 
 from tests.lp_analysis.test_position_measures import assert_partition, binomial_value, density_at
 from verispec.lp_analysis.position_measures import PositionMeasure, selection_probabilities
-from verispec.verifiers.psbv import split
+from verispec.verifiers.psbv_split import split
 
 
 def random_conditional(rng: random.Random, size: int, zeros: bool) -> list[Fraction]:
