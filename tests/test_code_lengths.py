@@ -1,5 +1,6 @@
 """No package file over 600 lines and no function over 80 (``experiments/code_lengths.py`` measures both; there are
-no stated exceptions: a file or function that grows past its limit is cut where its seams are)."""
+no stated exceptions: a file or function that grows past its limit is cut where its seams are), and no verification
+rule's file over 400 (issue 77: a rule's helpers, such as psbv's split, live beside it in a module of their own)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,13 @@ def test_the_function_lengths_are_measured_from_def_to_last_line():
     source = ("@decorator\ndef outer():\n    def inner():\n        return 1\n    return inner\n\n\n"
               "class A:\n    def m(self):\n        pass\n")
     assert _code_lengths().function_lengths(source) == [("outer", 4), ("outer.inner", 2), ("A.m", 2)]
+
+
+#: Most lines of one file of ``verispec/verifiers`` (a rule, or the helpers beside it).
+RULE_FILE_LIMIT = 400
+
+
+def test_no_rule_file_passes_400_lines():
+    long = {path.name: count for path in sorted((ROOT / "verispec" / "verifiers").glob("*.py"))
+            if (count := len(path.read_text().splitlines())) > RULE_FILE_LIMIT}
+    assert not long, f"rule files over {RULE_FILE_LIMIT} lines: {long}"

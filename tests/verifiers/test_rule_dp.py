@@ -197,9 +197,9 @@ def test_sizes_are_refused_before_any_work():
 
 
 def test_pass_one_refuses_a_depth_that_would_not_fit(monkeypatch):
-    import verispec.verifiers.traversal_dp as dp
+    import verispec.verifiers.traversal_dp_sizes as sizes
 
-    monkeypatch.setattr(dp, "MAX_SEQUENCE_ENTRIES", 200)
+    monkeypatch.setattr(sizes, "MAX_SEQUENCE_ENTRIES", 200)
     with pytest.raises(ProblemTooLargeError, match="distinct states at depth 1"):
         analyze(random_problem(3, 3, 0), "iid:3,2", get_verifier("traversal-iid"), method="rule-dp")
 
@@ -214,7 +214,7 @@ def test_the_deadline_holds():
 def test_the_size_counts_are_the_brute_force_counts(draws, tokens):
     # deletion sequences (ordered distinct tokens, 1..r of them) and i.i.d. outcomes (distinct first-appearance
     # orders with multiplicities), counted by listing every draw list
-    from verispec.verifiers.traversal_dp import _log_outcomes, _log_sequences
+    from verispec.verifiers.traversal_dp_sizes import _log_outcomes, _log_sequences
 
     longest = min(draws, tokens)
     sequences = sum(1 for length in range(1, longest + 1) for _ in itertools.permutations(range(tokens), length))
