@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.support import step_rules
+from tests.support.timing import timed
 from verispec.cli import main
 from verispec.errors import VerispecError
 from verispec.external.check import check_external
@@ -181,10 +182,12 @@ def test_auto_mode_falls_back_to_black_box_within_its_budget():
     0.8)."""
     problem = ContextFreeProblem([0.6, 0.4], [0.3, 0.7])
     for rule, lossy in ((step_rules.many_thresholds, False), (step_rules.many_thresholds_biased, True)):
-        report = check_external(rule, "step", "chain:1", problem=problem, rng="capture", mode="auto",
-                                time_budget=3, detect_tv=0.05)
+        report, watch = timed(check_external, rule, "step", "chain:1", problem=problem, rng="capture", mode="auto",
+                              time_budget=3, detect_tv=0.05)
         assert report.mode == "blackbox" and "exact mode did not finish" in report.note, report.note
-        assert report.seconds < 18  # the budget holds (loosely, for a loaded box)
+        # the budget holds: 3 s and 10%, then CPU of an idle core stretched by the load (the last runs, the report);
+        # exact mode not stopped runs past 40 s of CPU
+        assert watch.within(1.1 * 3, 5), watch
         assert (report.verdict is Verdict.LOSSY) is lossy
         if not lossy:
             assert report.blackbox.detectable_tv > 0 and report.verdict in (Verdict.LOSSLESS, Verdict.INCONCLUSIVE)

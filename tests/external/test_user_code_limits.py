@@ -11,12 +11,13 @@ that never returns (check-external), a module that loops as it is loaded: withou
 ever (or for the 600 s default of a user's rule). Now every call into the user's code has --call-timeout
 (default 60 s, in --help), and past it the command names the call and the option.
 
-Times are asserted to hold within the watchdog's precision: a call is stopped no sooner than its limit and within
-``limit * (1 + 2 / CALL_TICKS)`` plus ``JITTER`` (the command's own work around the call on a shared 2-core
-machine, imports warmed by a first run without supervision: a supervised run imports in its worker, a fork that
-ends with the run, so its imports never warm the next one - bound's took 0.27 s of each run). Runs that end by
-the last resort (the process ends itself) run the real command in a fresh interpreter, with ``START_UP`` allowed
-for it.
+Times are asserted to hold within the watchdog's precision: a call is stopped no sooner than its limit (wall
+seconds as measured) and within ``limit * (1 + 2 / CALL_TICKS)`` plus ``JITTER`` (the command's own work around the
+call, imports warmed by a first run without supervision: a supervised run imports in its worker, a fork that ends
+with the run, so its imports never warm the next one - bound's took 0.27 s of each run). Runs that end by the last
+resort (the process ends itself) run the real command in a fresh interpreter, with ``START_UP`` allowed for it.
+``JITTER`` and ``START_UP`` are CPU work, stretched by the box's load as measured around the command
+(``tests.support.timing``); the limits with their precision and the escalation are wall-clock: they do not stretch.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.timing import Stopwatch, stretch, timed
 from verispec import budget, cli, supervisor
 from verispec.cli import main
 from verispec.cli.options import DEFAULT_CALL_TIMEOUT
@@ -41,12 +43,14 @@ from verispec.errors import AnalysisTimeoutError
 from verispec.simulator.generators import random_problem
 from verispec.simulator.problem_files import problem_to_json
 
-#: Seconds allowed beyond the limit's own precision in-process (see the module docstring).
+#: CPU seconds (an idle core's, stretched by the load measured around the command) allowed beyond the limit's own
+#: precision in-process (see the module docstring). A call not stopped runs for ever (or sleeps 1000 s).
 JITTER = 0.6
-#: Seconds allowed for a fresh interpreter to start and import verispec: about 0.7 s here under load, 5 s measured
-#: on a 2-core box running two other CPU-bound jobs. What the bound tells apart is a command that ends by its
-#: budget from one that ran for ever (each of these rules did before), so it is generous.
-START_UP = 8.0
+#: CPU seconds (an idle core's, stretched by the load measured around the command) allowed for a fresh interpreter to
+#: start and import verispec: about 0.7 s here; as a wall-clock allowance it had to be 8 s, for 5 s measured on a
+#: 2-core box running two other CPU-bound jobs. What the bound tells apart is a command that ends by its budget from
+#: one that ran for ever (each of these rules did before), so it is generous.
+START_UP = 3.0
 #: The call limit of the tests: short, so that they stay fast.
 LIMIT = 0.5
 TOY = ["--target", "1/3,2/3", "--draft", "2/3,1/3"]
@@ -177,10 +181,8 @@ def problem_file(tmp_path_factory) -> Path:
     return path
 
 
-def _timed(arguments: list[str]) -> tuple[int, float]:
-    start = time.monotonic()
-    status = main(arguments)
-    return status, time.monotonic() - start
+def _timed(arguments: list[str]) -> tuple[int, Stopwatch]:
+    return timed(main, arguments)
 
 
 def _warm_imports(arguments: list[str], monkeypatch, capsys) -> None:
@@ -228,12 +230,12 @@ def test_a_call_into_user_code_that_never_returns_ends_at_the_call_timeout(comma
     # negative control (hunt's one example finds nothing: an INCONCLUSIVE of its own)
     assert main([*returns, "--call-timeout", str(LIMIT)]) in (0, 1, 3)
     assert "--call-timeout" not in capsys.readouterr().err
-    status, seconds = _timed([*never_returns, "--call-timeout", str(LIMIT)])
+    status, watch = _timed([*never_returns, "--call-timeout", str(LIMIT)])
     line = _one_line(capsys)
     assert status == 3, line
     assert line.startswith("verispec: INCONCLUSIVE: the call of ") and str(user_code) in line, line
     assert f"ran past --call-timeout {LIMIT:g} s" in line and "run again with a larger --call-timeout" in line
-    assert LIMIT <= seconds < LIMIT * (1 + 2 / budget.CALL_TICKS) + JITTER, seconds
+    assert LIMIT <= watch.seconds and watch.within(LIMIT * (1 + 2 / budget.CALL_TICKS), JITTER), watch
 
 
 @pytest.mark.parametrize("command", ["exact", "bound", "check-external"])
@@ -244,32 +246,32 @@ def test_loading_a_file_that_loops_ends_at_the_call_timeout(command, loops_on_lo
     arguments = {"exact": ["exact", *TOY, "--tree", "chain:1", "--verifier", spec],
                  "bound": ["bound", *TOY, "--tree", "chain:1", "--restriction", spec],
                  "check-external": ["check-external", spec, "--layout", "chain", "--tree", "chain:1", *TOY]}[command]
-    status, seconds = _timed([*arguments, "--call-timeout", str(LIMIT)])
+    status, watch = _timed([*arguments, "--call-timeout", str(LIMIT)])
     line = _one_line(capsys)
     assert status == 3 and f"INCONCLUSIVE: loading {loops_on_load} ran past --call-timeout {LIMIT:g} s" in line, line
-    assert LIMIT <= seconds < LIMIT * (1 + 2 / budget.CALL_TICKS) + JITTER, seconds
+    assert LIMIT <= watch.seconds and watch.within(LIMIT * (1 + 2 / budget.CALL_TICKS), JITTER), watch
 
 
 def test_a_method_of_a_verifier_of_your_own_is_a_call_into_your_code(user_code, capsys):
-    status, seconds = _timed(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{user_code}:stuck", "--call-timeout",
-                              str(LIMIT)])
+    status, watch = _timed(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{user_code}:stuck", "--call-timeout",
+                            str(LIMIT)])
     line = _one_line(capsys)
     assert status == 3 and f"INCONCLUSIVE: the call of Stuck.emission_laws ({user_code}, line " in line, line
-    assert LIMIT <= seconds < LIMIT * (1 + 2 / budget.CALL_TICKS) + JITTER, seconds
+    assert LIMIT <= watch.seconds and watch.within(LIMIT * (1 + 2 / budget.CALL_TICKS), JITTER), watch
 
 
 def test_the_limit_is_per_call_not_per_command(user_code, capsys):
     # each call sleeps 0.3 s, under the limit of 0.5 s; the enumeration makes several calls, more than 0.5 s in all
-    status, seconds = _timed(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{user_code}:slow", "--call-timeout",
-                              str(LIMIT), "--json"])
-    assert status == 0 and seconds > LIMIT, (status, seconds)
+    status, watch = _timed(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{user_code}:slow", "--call-timeout",
+                            str(LIMIT), "--json"])
+    assert status == 0 and watch.seconds > LIMIT, (status, watch)
     assert json.loads(capsys.readouterr().out)["lossless"] is True
 
 
 def test_verispec_s_own_work_is_not_a_call_into_user_code(capsys):
     # a registered verifier on a tree whose analysis takes well over the limit: nothing of the user's runs
-    status, seconds = _timed(["exact", *TOY, "--tree", "iid:60,2", "--verifier", "specinfer", "--call-timeout", "0.01"])
-    assert status == 0 and seconds > 0.05, (status, seconds)
+    status, watch = _timed(["exact", *TOY, "--tree", "iid:60,2", "--verifier", "specinfer", "--call-timeout", "0.01"])
+    assert status == 0 and watch.seconds > 0.05, (status, watch)
 
 
 @pytest.mark.parametrize("command", ["exact", "hunt", "bound", "predict", "decode", "check-external"])
@@ -303,11 +305,11 @@ def test_the_command_leaves_no_timer_handler_or_thread_behind(user_code, capsys)
 
 def test_an_interruption_turned_into_another_error_is_still_the_budget(user_code, capsys):
     # the rule catches the interruption and raises ValueError: before, 'error: verifier raised ValueError', exit 2
-    status, seconds = _timed(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{user_code}:converts",
-                              "--time-budget", "0.5"])
+    status, watch = _timed(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{user_code}:converts",
+                            "--time-budget", "0.5"])
     line = _one_line(capsys)
     assert status == 3 and "INCONCLUSIVE: the exact analysis ran past its time budget (--time-budget 0.5 s)" in line
-    assert seconds < 0.5 * 1.1 + JITTER, seconds
+    assert watch.within(0.5 * 1.1, JITTER), watch
 
 
 @pytest.mark.parametrize("raised", [budget.HardTimeout("the analysis ran past its time budget"),
@@ -369,11 +371,11 @@ def test_the_guard_takes_a_suspended_generator_s_timer_with_it():
     suspended.close()  # its block is left later and finds itself gone
 
 
-def _run_command(arguments: list[str], **env) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "verispec", *arguments], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parents[2], env={**os.environ, **env})
-    return done, time.monotonic() - start
+def _run_command(arguments: list[str], **env) -> tuple[subprocess.CompletedProcess, Stopwatch]:
+    with Stopwatch() as watch:
+        done = subprocess.run([sys.executable, "-m", "verispec", *arguments], capture_output=True, text=True,
+                              timeout=60, cwd=Path(__file__).resolve().parents[2], env={**os.environ, **env})
+    return done, watch
 
 
 @pytest.mark.slow
@@ -386,14 +388,16 @@ def test_code_that_will_not_stop_ends_the_command_by_the_last_resort(rule, limit
     the command's imports too, so it is long enough here for the rule to be reached. In its sandbox (the default)
     the code is ended with its process when the worker's limit interrupts the wait for it; run in the worker itself
     (VERISPEC_SANDBOX=0) it is ended by the guard's last resort."""
-    seconds_given = 1.5 if limit == "--time-budget" else LIMIT
-    done, seconds = _run_command(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{user_code}:{rule}", limit,
-                                  str(seconds_given)], VERISPEC_SANDBOX=sandbox)
+    # a budget covers the command's start too: on a loaded box the interpreter's start stretches with the load, so
+    # the limit given is stretched alike, or it would run out before the rule is reached (seen at load 9 and more)
+    seconds_given = round((1.5 if limit == "--time-budget" else LIMIT) * stretch(), 2)
+    done, watch = _run_command(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{user_code}:{rule}", limit,
+                                str(seconds_given)], VERISPEC_SANDBOX=sandbox)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 3 and len(lines) == 1, done.stderr
     assert lines[0].startswith("verispec: INCONCLUSIVE: ") and f"run again with a larger {limit}" in lines[0]
     assert "went on after it was interrupted" in lines[0] or rule == "finalisers" or sandbox == "1", lines[0]
-    assert seconds < seconds_given * 1.1 + budget.ESCALATE_SECONDS + START_UP, seconds
+    assert watch.within(seconds_given * 1.1 + budget.ESCALATE_SECONDS, START_UP), watch
 
 
 @pytest.mark.slow
@@ -402,10 +406,11 @@ def test_check_external_with_a_function_that_swallows_every_interruption_ends(us
     """Before, check-external ran for ever past its --time-budget. In its sandbox the function is ended with its
     process and the check reports its own INCONCLUSIVE (the budget ran out); in the worker itself
     (VERISPEC_SANDBOX=0) the guard's last resort ends the command with one line."""
-    done, seconds = _run_command(["check-external", f"{user_code}:external_swallows", "--layout", "chain", "--tree",
-                                  "chain:1", *TOY, "--time-budget", "1"], VERISPEC_SANDBOX=sandbox)
+    given = round(1.0 * stretch(), 2)  # stretched with the load, as above
+    done, watch = _run_command(["check-external", f"{user_code}:external_swallows", "--layout", "chain", "--tree",
+                                "chain:1", *TOY, "--time-budget", str(given)], VERISPEC_SANDBOX=sandbox)
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
     assert "INCONCLUSIVE" in lines[0] and "--time-budget" in (done.stdout + done.stderr)
     assert sandbox == "1" or len(lines) == 1, lines
-    assert seconds < 1 * 1.1 + budget.ESCALATE_SECONDS + START_UP, seconds
+    assert watch.within(given * 1.1 + budget.ESCALATE_SECONDS, START_UP), watch
