@@ -68,7 +68,7 @@ from forward_clock import steady_rows  # noqa: E402  benchmarks/forward_clock.py
 from measure import start_record, write_result, write_rows, write_table  # noqa: E402  benchmarks/measure.py
 
 from verispec.errors import VerispecError  # noqa: E402
-from verispec.io import ResultStore  # noqa: E402
+from verispec.files.io import ResultStore  # noqa: E402
 
 #: transformers' decoders this benchmark runs, and the baseline every ratio is taken against.
 HF_METHODS = ("hf-plain", "hf-assisted")

@@ -127,8 +127,8 @@ def torch_race_one_sequence(draft_tokens, draft_probs, target_probs):
 
 
 def race_refusal(limit: float) -> list[str]:
-    from verispec import budget
     from verispec.errors import AnalysisTimeoutError
+    from verispec.guard import budget
 
     vllm = load_function(f"{GALLERY / 'vllm_rejection.py'}:rejection_sample")
     lines = ["### Refusing an exponential race in exact mode, chain:2", "",

@@ -66,7 +66,7 @@ from forward_clock import ForwardClock  # noqa: E402
 from measure import start_record, write_result, write_rows, write_table  # noqa: E402
 
 from verispec.errors import VerispecError  # noqa: E402
-from verispec.io import ResultStore  # noqa: E402
+from verispec.files.io import ResultStore  # noqa: E402
 
 TOLERANCE = 0.05
 #: Fewest forwards of one width the fitted model reads that width from (``fit_in_decoding``).
@@ -329,7 +329,7 @@ def main(argv=None) -> int:
             raise VerispecError(f"--fit-sizes {args.fit_sizes} carries no tree sizes; give a model "
                                 "experiments/tree_sizes.py wrote")
         if args.fit_out:
-            from verispec.io import check_output
+            from verispec.files.io import check_output
             from verispec.latency import LATENCY_FILE
 
             check_output(args.fit_out, LATENCY_FILE, what="--fit-out", overwrite=args.overwrite)
@@ -427,8 +427,8 @@ def main(argv=None) -> int:
 def _fit(rows: dict, fit_groups: list[str], settings: int, donor, pair, args, parameters: dict, argv):
     """The model fitted to the training prompts' rows, written to ``--fit-out`` (atomically, with its record);
     None, with a line on stderr, until every action ran every fitting prompt (rerun to go on)."""
-    from verispec.io import atomic_write_json
-    from verispec.provenance import LATENCY, MARKER_KEY, run_record, written_by
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import LATENCY, MARKER_KEY, run_record, written_by
 
     fitting = [row for key, row in rows.items() if key.split("|")[1] in fit_groups]
     if len(fitting) < len(parameters["actions"]) * len(fit_groups) * settings:

@@ -72,7 +72,7 @@ def main(argv=None) -> None:
 
     started = start_record(__file__, argv, threads=1, result=args.result) if args.result else None
 
-    from verispec.provenance import sha256_file
+    from verispec.files.provenance import sha256_file
     from verispec.simulator.generators import random_problem
     from verispec.simulator.problem_files import problem_to_json, problem_to_npz
 

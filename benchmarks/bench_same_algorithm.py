@@ -48,7 +48,7 @@ from forward_clock import ForwardClock, steady_rows  # noqa: E402
 from measure import start_record, write_result, write_rows, write_table  # noqa: E402
 
 from verispec.errors import VerispecError  # noqa: E402
-from verispec.io import ResultStore  # noqa: E402
+from verispec.files.io import ResultStore  # noqa: E402
 
 #: The overhead goal: the decoder's own work at most this share of a block.
 OVERHEAD_GOAL = 0.05

@@ -9,7 +9,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.simulator import analyze
 
 
@@ -84,7 +84,7 @@ def refuse(script: str, message: str):
 
 
 def _output_kind(kind: str):
-    from verispec.io import MARKDOWN_OUTPUT, ROW_STORE_OUTPUT, OutputKind, marked_json
+    from verispec.files.io import MARKDOWN_OUTPUT, ROW_STORE_OUTPUT, OutputKind, marked_json
 
     return {TABLE: MARKDOWN_OUTPUT, ROWS: OutputKind("benchmark's JSON file (with the written_by marker)",
                                                      marked_json(ROWS_KIND), example="rows.json"),
@@ -96,8 +96,8 @@ def _output_kind(kind: str):
 def _is_benchmark_result(path: Path) -> bool:
     """A result file a benchmark wrote: its marker, or (written before the marker) a record naming a
     ``python benchmarks/`` command (``start_record``)."""
-    from verispec.io import json_marker, read_user_file
-    from verispec.provenance import MAX_RESULT_BYTES, is_marked
+    from verispec.files.io import json_marker, read_user_file
+    from verispec.files.provenance import MAX_RESULT_BYTES, is_marked
 
     if is_marked(json_marker(path, MAX_RESULT_BYTES), RESULT_KIND):
         return True
@@ -112,13 +112,13 @@ def claim_outputs(script: str, outputs, *, overwrite: bool = False) -> None:
     """Claim a benchmark's output files before any work: ``outputs`` lists (option, path or None, kind). Each
     path must be writable (not a folder, a FIFO, a read-only file), the paths distinct, and an existing file must
     be one a benchmark wrote of that kind (its marker, ``TABLE`` ... ``RESULT``) unless ``overwrite``; then each
-    is locked (``verispec.store_lock``) until the process ends, so a second run writing the same file is refused
+    is locked (``verispec.files.store_lock``) until the process ends, so a second run writing the same file is refused
     naming the first. Any refusal is one line, status 2 (``refuse``)."""
     import os
 
     from verispec.errors import VerispecError
-    from verispec.io import check_output
-    from verispec.store_lock import acquire
+    from verispec.files.io import check_output
+    from verispec.files.store_lock import acquire
 
     claimed = [(option, Path(path), kind) for option, path, kind in outputs if path is not None]
     seen: dict[str, str] = {}
@@ -177,8 +177,8 @@ def _claim_unclaimed(path, kind: str) -> None:
 def write_table(path, text: str) -> None:
     """Write a benchmark's Markdown ``text`` to ``path`` atomically, its first line verispec's marker (so a rerun
     can show it wrote the file it replaces)."""
-    from verispec.io import atomic_write_text
-    from verispec.provenance import markdown_marker
+    from verispec.files.io import atomic_write_text
+    from verispec.files.provenance import markdown_marker
 
     _claim_unclaimed(path, TABLE)
     with _one_line():
@@ -189,8 +189,8 @@ def write_rows(path, data: dict) -> None:
     """Write a benchmark's JSON ``data`` (an object) to ``path`` atomically, with the marker of ``ROWS_KIND``."""
     import json
 
-    from verispec.io import atomic_write_text
-    from verispec.provenance import MARKER_KEY, written_by
+    from verispec.files.io import atomic_write_text
+    from verispec.files.provenance import MARKER_KEY, written_by
 
     _claim_unclaimed(path, ROWS)
     with _one_line():
@@ -272,7 +272,7 @@ class RunStart:
 def start_record(script: str, argv=None, inputs=(), *, threads: int | None = None, result=None,
                  overwrite: bool = False) -> RunStart:
     """The record of a benchmark run, taken at its START (so the load average is the box's before the run adds its
-    own): ``verispec.provenance.run_record`` of the command ``python benchmarks/SCRIPT ARGV`` (``argv`` None: this
+    own): ``verispec.files.provenance.run_record`` of the command ``python benchmarks/SCRIPT ARGV`` (``argv`` None: this
     process's ``sys.argv[1:]``), ``inputs`` (files whose SHA-256 is recorded) and ``threads`` (the torch threads the
     run pins; None: not a torch run), plus the thread caps in the environment (``THREAD_VARIABLES``). ``result``: the
     file ``write_result`` will write, claimed here before any work (``claim_outputs``: a file there that is not a
@@ -289,7 +289,7 @@ def start_record(script: str, argv=None, inputs=(), *, threads: int | None = Non
     import shlex
     import sys
 
-    from verispec.provenance import run_record
+    from verispec.files.provenance import run_record
 
     if result is not None and os.path.realpath(result) not in _CLAIMED:  # else its script claimed it already
         claim_outputs(script, [("--result", result, RESULT)], overwrite=overwrite)
@@ -301,14 +301,15 @@ def start_record(script: str, argv=None, inputs=(), *, threads: int | None = Non
 
 
 def write_result(path, started: RunStart, values: dict) -> dict:
-    """Write the result file ``path`` atomically (``verispec.io.atomic_write_json``): ``{"record": the run's record
+    """Write the result file ``path`` atomically (``verispec.files.io.atomic_write_json``): ``{"record": the run's
+    record
     plus "seconds" (wall seconds since ``start_record``), **values}``; returns what it wrote.
 
     By convention ``values`` holds ``benchmark`` (the script's stem), ``unit`` and ``rows``: one dict per measured
     case with ``now``, ``before`` (None where this run measured no before), ``ratio`` (before / now, None likewise)
     in ``unit``, the sizes that case measured, and, where "before" is an older checkout, ``before_commit``."""
-    from verispec.io import atomic_write_json
-    from verispec.provenance import MARKER_KEY, written_by
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import MARKER_KEY, written_by
 
     _claim_unclaimed(path, RESULT)
     data = {"record": {**started.record, "seconds": round(time.perf_counter() - started.started, 3)}, **values,
@@ -328,6 +329,6 @@ def comparison(now: float, before: float | None, **sizes) -> dict:
 
 def checkout_commit(folder) -> str | None:
     """The commit a checkout (a git worktree of an older commit, a benchmark's baseline) is at; None outside git."""
-    from verispec.provenance import commit_of
+    from verispec.files.provenance import commit_of
 
     return commit_of(folder, mark_dirty=False)

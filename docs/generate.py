@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's verispec, whatever is installed
 
 from verispec.errors import VerispecError  # noqa: E402
-from verispec.io import atomic_write_text  # noqa: E402
+from verispec.files.io import atomic_write_text  # noqa: E402
 from verispec.report.generated_docs import (  # noqa: E402
     GeneratedDocsError,
     ResultFiles,
@@ -563,7 +563,7 @@ def latency_check_table(results) -> str:
 
 def record_line(results, name: str) -> str:
     """Where a result came from: its command, commit, date and machine, one line."""
-    from verispec.provenance import describe_record
+    from verispec.files.provenance import describe_record
 
     return describe_record(results(name)["record"])
 
@@ -1289,7 +1289,7 @@ MAX_PAGE_BYTES = 1 << 24
 def read_page(path: Path) -> str:
     """A page or script this generator reads: a regular file of at most ``MAX_PAGE_BYTES`` (a FIFO or a device in
     its place is refused on one line instead of hanging the generator or filling memory)."""
-    from verispec.io import read_user_file
+    from verispec.files.io import read_user_file
 
     return read_user_file(path, limit=MAX_PAGE_BYTES, what="the page", error=GeneratedDocsError, regular_only=True)
 

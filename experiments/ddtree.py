@@ -162,8 +162,8 @@ def main(argv=None) -> int:
 
 
 def _run(args, argv, held) -> int:
-    from verispec.io import atomic_write_json
-    from verispec.provenance import run_record
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import run_record
     from verispec.study.script_files import RunOutputs, check_ranges
 
     check_ranges([("--seeds", args.seeds, 1, 200)])

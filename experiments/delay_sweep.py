@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.latency import LatencyModel
 from verispec.simulator import DelayedDrafter, analyze, random_markov_problem
 from verispec.study.script_files import run_script

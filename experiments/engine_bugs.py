@@ -144,8 +144,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from verispec.errors import VerispecError
-    from verispec.io import atomic_write_text
-    from verispec.provenance import check_result_output, run_record
+    from verispec.files.io import atomic_write_text
+    from verispec.files.provenance import check_result_output, run_record
 
     if not (math.isfinite(args.budget) and 0 < args.budget <= 86400):
         print(f"engine_bugs: --budget {args.budget:g} is out of range: give the seconds each version's check may "

@@ -329,8 +329,8 @@ def main(argv=None) -> int:
         return 2
     sys.path.insert(0, str(ROOT))
     from verispec.errors import VerispecError
-    from verispec.io import atomic_write_json, atomic_write_text, cache_root
-    from verispec.provenance import check_result_output, run_record
+    from verispec.files.io import atomic_write_json, atomic_write_text, cache_root
+    from verispec.files.provenance import check_result_output, run_record
 
     try:  # a file at --out that is not a result file is the user's: never replaced
         check_result_output(args.out)

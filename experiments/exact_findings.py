@@ -13,7 +13,7 @@ commitment to one path costs on ``iid:3,2``, and what Medusa's typical acceptanc
 3. Typical acceptance at Medusa's defaults on 20 random problems (V = 4, depth 3, divergence 0.5): its exact TV
    to the target and its E[tau + 1] over the lossless rule's on ``chain:3`` and ``iid:2,2``.
 
-The file carries the run's record (command, commit, date, machine; ``verispec.provenance.run_record``): the README
+The file carries the run's record (command, commit, date, machine; ``verispec.files.provenance.run_record``): the README
 and docs/findings/ are generated from it (``python docs/generate.py``).
 """
 
@@ -106,8 +106,8 @@ def main(argv=None) -> int:
 def _run(args, argv, held) -> int:
     """Check the result file before any work (writable, room on its disk, a result file if it exists, locked for
     this run), compute the three findings, write it atomically."""
-    from verispec.io import atomic_write_json
-    from verispec.provenance import run_record
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import run_record
     from verispec.study.script_files import RunOutputs
 
     RunOutputs("--out", result=args.out).claim(held)  # never over a file that is not a result file

@@ -10,7 +10,8 @@ labelled as ``verispec selector dataset --traces-of DATASET --verifiers ...`` wo
 number of sampled combs and its seed (so the same combs), one root at a time. Its wall seconds and the load
 average before and after (and, where the rule refused the root on its own size limit, a ``ProblemTooLargeError``,
 the refusal and the seconds until it) go to a resumable row store (``OUT.rows.json``, keyed on the root, its
-parameters the pair, dtype, rules, grid, samples, seed and threads); ``--time-budget`` is hard (``verispec.budget``:
+parameters the pair, dtype, rules, grid, samples, seed and threads); ``--time-budget`` is hard
+(``verispec.guard.budget``:
 it stops a root in the middle, and that root is labelled again by the next run), exit 3: the same command
 continues. It runs from the start, so reading the dataset and loading the pair count too (spent before the first
 root: one line, exit 3, nothing written). Before any of that the options' ranges, the dataset (a regular file: a
@@ -63,11 +64,11 @@ def _run(args, argv, start: float, held) -> int:
     """The run of ``main``'s options: everything checked before the work (the options' ranges, the dataset a
     regular file, the outputs writable, room on their disk, the run's own and locked for it), then the roots."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from verispec import budget
     from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
-    from verispec.io import ResultStore, atomic_write_json, unpack_floats
-    from verispec.limits import MAX_THREADS
-    from verispec.provenance import run_record
+    from verispec.files.io import ResultStore, atomic_write_json, unpack_floats
+    from verispec.files.provenance import run_record
+    from verispec.guard import budget
+    from verispec.guard.limits import MAX_THREADS
     from verispec.study.script_files import MAX_SCRIPT_BUDGET, Above, RunOutputs, check_input, check_ranges
 
     check_ranges([("--roots", args.roots, 1, None), ("--seed", args.seed, 0, 2**63 - 1),

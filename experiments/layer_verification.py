@@ -84,8 +84,8 @@ def summary(rows: list[dict]) -> dict:
 def run(seeds: int, out: Path, progress: bool = True) -> dict:
     import shlex
 
-    from verispec.io import atomic_write_json
-    from verispec.provenance import run_record
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import run_record
     from verispec.simulator import parse_tree, random_problem
 
     record = run_record(shlex.join(["python", "experiments/layer_verification.py", *sys.argv[1:]]))

@@ -23,7 +23,7 @@ import time
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import atomic_write_text
+from verispec.files.io import atomic_write_text
 from verispec.study.script_files import run_script
 
 CONTEXT = [1, 2, 3]
@@ -52,10 +52,10 @@ def _run(args, argv, held) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import shlex
 
+    from verispec.files.provenance import run_record
     from verispec.models import Sampling
     from verispec.models.checks import STAT_CASES, decoding_fit
     from verispec.models.tiny import tiny_pair
-    from verispec.provenance import run_record
     from verispec.study.script_files import RunOutputs, check_ranges
 
     check_ranges([("--runs", args.runs, 1, MAX_RUNS)])

@@ -16,7 +16,7 @@ exactly (``verispec.simulator.analyze``); per tree and setting the file holds th
 E[tau + 1] and the mean ratio to the lossless rule's, and whether the setting is on the frontier (no other setting on
 that tree, the lossless rule at (0, 1) included, has a mean TV as small and a mean ratio as large, one of them
 strictly). The file carries the run's record
-(``verispec.provenance.run_record``).
+(``verispec.files.provenance.run_record``).
 """
 
 from __future__ import annotations
@@ -136,9 +136,9 @@ def main(argv=None) -> int:
 def _run(args, argv, held) -> int:
     """Check the numbers and the result file before any work, price every setting, write the file atomically."""
     from verispec.errors import VerispecError
-    from verispec.io import atomic_write_json
-    from verispec.limits import MAX_THREADS
-    from verispec.provenance import run_record
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import run_record
+    from verispec.guard.limits import MAX_THREADS
     from verispec.study.script_files import RunOutputs, check_ranges
 
     try:

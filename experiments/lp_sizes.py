@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from verispec.bounds.multistep import DEFAULT_MAX_NONZEROS, optimal_block_efficiency
 from verispec.errors import EnumerationTooLargeError, ProblemTooLargeError
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
 from verispec.simulator import parse_tree, random_problem
 from verispec.study.script_files import RunOutputs, check_ranges, run_script
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
 
 def _run(args, held) -> int:
     """Check the limits and the outputs before any work, then measure the grid points not yet in the store."""
-    from verispec.limits import MAX_LP_VARIABLES
+    from verispec.guard.limits import MAX_LP_VARIABLES
 
     check_ranges([("--max-variables", args.max_variables, 1, MAX_LP_VARIABLES),
                   ("--max-nonzeros", args.max_nonzeros, 1, None)])

@@ -150,7 +150,7 @@ def markdown(rows: list[dict], example: list[dict], seconds: float, record: dict
               f"a problem here). {len(_cells(iid))} problems on i.i.d. paths, {len(_cells(delayed))} on delayed "
               f"trees, {seconds:.0f} s.\n\n")
     if record is not None:
-        from verispec.provenance import describe_record
+        from verispec.files.provenance import describe_record
 
         out.write(f"Made by {describe_record(record)}.\n\n")
     _gap_table(out, iid, delayed=False)
@@ -200,8 +200,8 @@ def run(seeds: int, out: Path, progress: bool = True, write_csv: bool = False) -
     iid:K,L), the tables and the result file written to ``out``.{md,json} (and .csv)."""
     import shlex
 
-    from verispec.io import atomic_write_json, atomic_write_text
-    from verispec.provenance import run_record
+    from verispec.files.io import atomic_write_json, atomic_write_text
+    from verispec.files.provenance import run_record
     from verispec.simulator import ContextFreeProblem, random_problem
 
     record = run_record(shlex.join(["python", "experiments/multipath_gap.py", *sys.argv[1:]]))

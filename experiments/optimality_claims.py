@@ -21,7 +21,7 @@
    (``branch-iid``: globalres, khisti, ...) and without replacement (``branch``: traversal, rrsw), where the
    LP fits.
 
-The file carries the run's record (command, commit, date, machine; ``verispec.provenance.run_record``).
+The file carries the run's record (command, commit, date, machine; ``verispec.files.provenance.run_record``).
 """
 
 from __future__ import annotations
@@ -236,8 +236,8 @@ def main(argv=None) -> int:
 
 def _run(args, argv, held) -> int:
     """Check the result file before any work, compute both comparisons, write it atomically."""
-    from verispec.io import atomic_write_json
-    from verispec.provenance import run_record
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import run_record
     from verispec.study.script_files import RunOutputs, check_ranges
 
     check_ranges([("--seeds", args.seeds, 1, 1000)])

@@ -41,7 +41,7 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.study.script_files import run_script
 
 #: The OT verifiers at K = 1..4 draft paths and a delayed configuration (tau+1 is at most depth + 1).
@@ -204,7 +204,7 @@ MAX_RUNS = 1_000_000
 def _run(args, held) -> int:
     """Check every number and output before any work (writable, room on the disk, the run's own files, one run at a
     time), then predict and measure the cells not yet in the store."""
-    from verispec.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
+    from verispec.guard.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
     from verispec.study.script_files import Above, RunOutputs, check_ranges
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

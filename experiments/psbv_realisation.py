@@ -90,8 +90,8 @@ def cell_ratios(spec: str, size: int, divergence: Fraction, seeds: int) -> dict:
 def run(seeds: int, out: Path) -> dict:
     import shlex
 
-    from verispec.io import atomic_write_json
-    from verispec.provenance import run_record
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import run_record
 
     record = run_record(shlex.join(["python", "experiments/psbv_realisation.py", *sys.argv[1:]]))
     start = time.monotonic()

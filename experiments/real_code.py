@@ -122,8 +122,8 @@ def main(argv=None) -> int:
     from examples.real_code.hsd import DEFAULT_HSD_DIR, HSD_DIR_VARIABLE
     from examples.real_code.trtllm_two_model import DEFAULT_TRTLLM_DIR, MODULE, TRTLLM_DIR_VARIABLE
     from verispec.errors import VerispecError
-    from verispec.io import atomic_write_text
-    from verispec.provenance import check_result_output, run_record, sha256_file
+    from verispec.files.io import atomic_write_text
+    from verispec.files.provenance import check_result_output, run_record, sha256_file
 
     try:  # a file at --out that is not a result file is the user's: never replaced
         check_result_output(args.out)

@@ -22,15 +22,16 @@ carry). At each root and tree:
   lossless), psbv's and the best *published* rule's (a citation that is not verispec's own: psbv and traversal-iid
   are not published) named, and the gaps optimum - psbv, optimum - best published.
 
-Rows go to a resumable row store (``OUT.rows.json``, a ``verispec.io.ResultStore`` keyed on the root and tree, its
+Rows go to a resumable row store (``OUT.rows.json``, a ``verispec.files.io.ResultStore`` keyed on the root and tree, its
 parameters everything a row depends on: the pair, dtype, LP limit, restriction limits and rule set; the load average
-recorded in each row). ``--time-budget`` is hard (``verispec.budget``): a tree still running at the deadline stops
+recorded in each row). ``--time-budget`` is hard (``verispec.guard.budget``): a tree still running at the deadline stops
 there and is no row, the trees finished before it keep theirs, exit 3 (the same command continues); it runs from
 the start, so reading the dataset and loading the pair count too (spent before the first root: one line, exit 3,
 nothing written). Before any of that the options' ranges, the dataset (a regular file: a FIFO would block its
 reader) and the outputs (writable, room on the disk, the run's own, one run at a time;
 ``verispec.study.script_files``) are checked. The result
-file ``OUT`` (JSON, written atomically, with the run's ``record``, ``verispec.provenance.run_record``) holds per tree:
+file ``OUT`` (JSON, written atomically, with the run's ``record``, ``verispec.files.provenance.run_record``) holds per
+tree:
 the roots solved and refused, the mean optimum, psbv and best-published efficiencies, the mean gaps with 95%
 intervals (percentile bootstrap over the prompts, the dataset's groups, resampled whole: a prompt's roots share
 a context, so they are not independent; and the t interval over roots beside it), the fraction of roots where psbv
@@ -106,9 +107,9 @@ def published(name: str) -> bool:
 def tree_row(problem, spec: str, limit: int, max_reachable: int, max_table: int) -> dict:
     """One root's row for one tree: the restriction to the support at the tree's depth, the optimum (or the LP size
     it would need), every valid rule's exact E[tau + 1], psbv's and the best published rule's gaps."""
-    from verispec import budget
     from verispec.bounds.path_selection import selection_lp_estimate, selection_optimum
     from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
+    from verispec.guard import budget
     from verispec.models.support import reachable_tree, restrict_to_support, table_prefixes
     from verispec.simulator import analyze, parse_tree
     from verispec.verifiers import REGISTRY
@@ -328,13 +329,13 @@ def _run(args, argv, start: float, held) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from tqdm import tqdm
 
-    from verispec import budget
     from verispec.errors import AnalysisTimeoutError, VerispecError
-    from verispec.io import ResultStore, atomic_write_json
-    from verispec.limits import MAX_LP_VARIABLES, MAX_THREADS
+    from verispec.files.io import ResultStore, atomic_write_json
+    from verispec.files.provenance import run_record
+    from verispec.guard import budget
+    from verispec.guard.limits import MAX_LP_VARIABLES, MAX_THREADS
     from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES
     from verispec.models import support
-    from verispec.provenance import run_record
     from verispec.study.script_files import MAX_SCRIPT_BUDGET, Above, RunOutputs, check_input, check_ranges
 
     limit = DEFAULT_MAX_VARIABLES if args.limit is None else args.limit

@@ -38,7 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.models.prompts import humaneval_prompts
 from verispec.study.script_files import run_script
 
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
 def _run(args, held) -> int:
     """Check every number and output before any work (writable, room on the disk, the run's own files, one run at a
     time), then decode the cells not yet in the store."""
-    from verispec.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
+    from verispec.guard.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
     from verispec.study.script_files import RunOutputs, check_ranges
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -40,12 +40,12 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import VerispecError
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.study.script_files import run_script
 
 
 def _file_hash(path: str) -> str:
-    from verispec.provenance import sha256_file
+    from verispec.files.provenance import sha256_file
 
     return sha256_file(path)[:16]  # read in chunks: a dataset is up to a GB
 
@@ -260,7 +260,7 @@ def main(argv=None) -> int:
 def check_held_out_options(args) -> None:
     """The numbers of ``add_held_out_arguments`` in their ranges and its input files regular files, before any work
     (a selector or dataset that is a FIFO would block its reader for ever)."""
-    from verispec.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
+    from verispec.guard.limits import MAX_CONTEXT_TOKENS, MAX_THREADS
     from verispec.study.script_files import check_input, check_ranges
 
     check_ranges([("--max-prompts", args.max_prompts, 1, None),

@@ -32,7 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 
 
 def main(argv=None) -> int:
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
 def _run(args, held) -> int:
     """Check every number, input and output before any work (writable, room on the disk, the run's own files, one
     run at a time), then label and certify the roots not yet in the store."""
-    from verispec.limits import MAX_THREADS
+    from verispec.guard.limits import MAX_THREADS
     from verispec.study.script_files import MAX_SCRIPT_BUDGET, Above, RunOutputs, check_input, check_ranges
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -190,7 +190,7 @@ class StoredRoots:
 
     @classmethod
     def load(cls, path: str):
-        from verispec.io import MAX_RESULT_FILE_BYTES, read_user_file, unpack_floats
+        from verispec.files.io import MAX_RESULT_FILE_BYTES, read_user_file, unpack_floats
 
         try:  # read with a bound (the store's own), as the store reads it
             data = json.loads(read_user_file(path, limit=MAX_RESULT_FILE_BYTES, what="the row store"))

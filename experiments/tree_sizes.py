@@ -72,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args, argv, held) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from verispec.io import atomic_write_json, check_output
+    from verispec.files.io import atomic_write_json, check_output
+    from verispec.files.provenance import LATENCY, MARKER_KEY, run_record, written_by
+    from verispec.guard.limits import MAX_THREADS
     from verispec.latency import LATENCY_FILE, LatencyModel, check_latency_pair
-    from verispec.limits import MAX_THREADS
-    from verispec.provenance import LATENCY, MARKER_KEY, run_record, written_by
     from verispec.study.script_files import Above, check_input, check_ranges
 
     check_ranges([("--roots", args.roots, 1, None), ("--samples", args.samples, 1, 4096),
@@ -88,7 +88,7 @@ def _run(args, argv, held) -> int:
     check_input(args.dataset or args.sizes_from, "the dataset" if args.dataset else "--sizes-from")
     latency = LatencyModel.load(args.latency)
     check_output(args.out, LATENCY_FILE, what="--out", overwrite=args.overwrite)
-    from verispec.store_lock import store_lock
+    from verispec.files.store_lock import store_lock
 
     held.enter_context(store_lock(args.out, what="--out"))  # one writer at a time: a second run is refused
     if args.sizes_from:
@@ -143,9 +143,9 @@ def _run(args, argv, held) -> int:
 
 def _copy_sizes(args, argv, latency) -> int:
     """``--sizes-from``: every named setting's sizes of that model (and their sources) on ``--latency``'s times."""
-    from verispec.io import atomic_write_json
+    from verispec.files.io import atomic_write_json
+    from verispec.files.provenance import LATENCY, MARKER_KEY, run_record, written_by
     from verispec.latency import UNKNOWN_SETTING, LatencyModel, check_latency_pair, measured_pair
-    from verispec.provenance import LATENCY, MARKER_KEY, run_record, written_by
 
     donor = LatencyModel.load(args.sizes_from)
     if not donor.tree_sizes or UNKNOWN_SETTING in donor.sized_settings:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.study.script_files import run_script
 
 DEPTH = 3
@@ -94,7 +94,7 @@ MAX_VOCAB = 64
 def _run(args, held) -> int:
     """Check every number and output before any work (writable, room on the disk, the run's own files, one run at a
     time), then derive and analyse the contexts not yet in the store."""
-    from verispec.limits import MAX_THREADS
+    from verispec.guard.limits import MAX_THREADS
     from verispec.study.script_files import RunOutputs, check_ranges
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

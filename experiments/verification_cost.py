@@ -137,8 +137,8 @@ def time_cell(host, action, blocks, deadline: float | None, calls: int = 1):
     """(cpu ms [k], wall ms [k], why stopped or None) of ``action`` verifying each of ``blocks``, each block's the
     least of ``calls`` calls on it (a call the box interrupted, a page-fault storm, costs a few ms more: 3.6 ms spikes
     on a 0.7 ms step were measured under load), stopped (hard) at ``deadline``."""
-    from verispec import budget
     from verispec.errors import AnalysisTimeoutError
+    from verispec.guard import budget
 
     cpu, wall = [], []
     for block in blocks:
@@ -184,11 +184,11 @@ def _run(args, argv, held) -> int:
     import torch
 
     from verispec.errors import VerispecError
-    from verispec.io import ResultStore, atomic_write_json
-    from verispec.limits import MAX_THREADS
+    from verispec.files.io import ResultStore, atomic_write_json
+    from verispec.files.provenance import MARKER_KEY, run_record, written_by
+    from verispec.guard.limits import MAX_THREADS
     from verispec.models.decoding import _resolve_action
     from verispec.models.sampling import Sampling
-    from verispec.provenance import MARKER_KEY, run_record, written_by
     from verispec.selector.dataset import Dataset
     from verispec.selector.roots import sampling_text
     from verispec.selector.verification_cost import FORMAT, KIND

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import verispec.store_lock as lock_module
-from verispec.io import atomic_write_text
+import verispec.files.store_lock as lock_module
+from verispec.files.io import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -110,7 +110,7 @@ def test_a_result_file_is_replaced_only_when_a_benchmark_wrote_it(tmp_path, caps
     before = verdict.read_text()
     assert "verdict.json" in _refused(capsys, lambda: measure.start_record("bench_x.py", [], result=verdict))
     assert verdict.read_text() == before
-    from verispec.provenance import check_result_output
+    from verispec.files.provenance import check_result_output
 
     check_result_output(verdict)  # negative control: the old check (a record naming a command) let it through
 
@@ -128,7 +128,7 @@ def test_a_benchmark_refuses_before_any_work_and_a_second_run_names_the_first(tm
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "c.md" in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.md"] and (tmp_path / "c.md").read_text() == NOTES
     assert time.perf_counter() - start < 60
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom verispec.store_lock import acquire\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom verispec.files.store_lock import acquire\n"
                                "acquire(sys.argv[1], 'the first run'); print('held', flush=True); time.sleep(60)",
                                str(tmp_path / "d.json")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -149,7 +149,7 @@ def test_a_disk_that_fills_during_the_run_ends_it_on_one_line(tmp_path, capsys, 
     import errno
     import os
 
-    import verispec.io as io_module
+    import verispec.files.io as io_module
     from verispec.errors import OutputError
 
     path = tmp_path / "rows.json"

@@ -105,7 +105,7 @@ def test_a_full_disk_a_users_file_and_a_held_output_are_refused_before_any_work(
              else "is not a result file", capsys)
     assert user.read_bytes() == b"the user's own file\n"
     user.unlink()
-    from verispec.store_lock import lock_path
+    from verispec.files.store_lock import lock_path
 
     outputs = [path for path in tmp_path.iterdir() if path.name.startswith("out")]
     assert all(path.name.endswith(".lock") for path in outputs), outputs  # nothing written but the lock
@@ -232,7 +232,7 @@ def test_the_time_budget_runs_from_the_start_and_stops_a_blocked_read(name, tmp_
     ends only when a writer comes, 0.8 s in, on the empty file's error (exit 2)."""
     import threading
 
-    from verispec import budget
+    from verispec.guard import budget
     from verispec.study import script_files
 
     fifo = tmp_path / "fifo"

@@ -102,7 +102,7 @@ def test_every_result_file_states_its_run():
     the SHA-256 of its inputs; each input it names is the file the repository holds now (a data file's SHA-256 as
     data/MANIFEST lists it, which tests/test_data_manifest.py checks against the file)."""
     from tests.support import data_manifest
-    from verispec.provenance import sha256_file
+    from verispec.files.provenance import sha256_file
 
     manifest = data_manifest.read(ROOT)
     results = ResultFiles(RESULTS)

@@ -1,4 +1,4 @@
-"""verispec.io's packed float arrays and row stores: what row stores keep of a root's labels, and how."""
+"""verispec.files.io's packed float arrays and row stores: what row stores keep of a root's labels, and how."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def test_packed_floats_keep_every_bit_and_refuse_damage():
     import numpy as np
 
     from verispec.errors import ResultStoreError
-    from verispec.io import pack_floats, unpack_floats
+    from verispec.files.io import pack_floats, unpack_floats
 
     rng = np.random.default_rng(0)
     values = np.concatenate([rng.normal(size=40), [np.nan, np.inf, -np.inf, 5e-324, -0.0, 1 / 3]]).reshape(2, 23)
@@ -36,7 +36,7 @@ def test_a_row_store_is_written_compact_and_an_indented_one_still_resumes(tmp_pa
     written indented, as the older ones were, resumes with its rows and parameters."""
     import json
 
-    from verispec.io import ResultStore
+    from verispec.files.io import ResultStore
 
     path = tmp_path / "store.json"
     store = ResultStore(path, parameters={"verifier": "bv", "seed": 0})

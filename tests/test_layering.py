@@ -29,9 +29,11 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "verispec"
 
 #: The ground floor's modules in order; each imports only modules listed before it.
-GROUND_FLOOR = ["errors", "version", "limits", "lazy_names", "backend", "verdict", "processes", "confinement", "watch",
-                "supervisor", "budget", "sizes", "statistics", "reading", "provenance", "markers", "io", "store_lock",
-                "native", "latency", "wire", "sandbox_process", "sandbox", "user_code", "memory"]
+GROUND_FLOOR = ["guard", "files", "errors", "version", "guard.limits", "lazy_names", "backend", "verdict",
+                "guard.processes", "guard.confinement", "guard.watch", "guard.supervisor", "guard.budget", "sizes",
+                "statistics", "files.reading", "files.provenance", "files.markers", "files.io", "files.store_lock",
+                "native", "latency", "guard.wire", "guard.sandbox_process", "guard.sandbox", "user_code",
+                "guard.memory"]
 
 #: Package-level layers, lowest first (names after ``verispec.``; "" is the top package itself).
 LAYER_NAMES = [

@@ -1,4 +1,4 @@
-"""verispec.memory: the heap trim long builds call after every root, and the peak they report."""
+"""verispec.guard.memory: the heap trim long builds call after every root, and the peak they report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verispec.memory import peak_rss_bytes, trim_heap
+from verispec.guard.memory import peak_rss_bytes, trim_heap
 
 
 def test_the_peak_covers_an_array_just_touched_and_never_falls():

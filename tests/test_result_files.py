@@ -1,6 +1,6 @@
 """Result files follow the one rule for writers: a script writes its result (``--out``, ``--result``) over a file
 only when that file is a result file itself (JSON with a ``record`` naming its command), and refuses in one line,
-before any work, anything else at that path (``verispec.provenance.check_result_output``)."""
+before any work, anything else at that path (``verispec.files.provenance.check_result_output``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from verispec.errors import VerispecError
-from verispec.provenance import check_result_output, run_record
+from verispec.files.provenance import check_result_output, run_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ def test_a_runs_own_output_does_not_make_its_checkout_dirty(tmp_path):
     beside it or alone."""
     import subprocess
 
-    from verispec.provenance import commit_of
+    from verispec.files.provenance import commit_of
 
     def git(*arguments):
         return subprocess.run(["git", "-C", str(tmp_path), *arguments], capture_output=True, text=True,

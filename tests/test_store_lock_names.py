@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from verispec import store_lock
+from verispec.files import store_lock
 
 
 @pytest.mark.parametrize("name", ["a" * 250 + ".json", "é" * 127 + "a", "b" * 251])

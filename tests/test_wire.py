@@ -1,4 +1,4 @@
-"""verispec.wire: what the code under check sends the worker is read as plain values only (issue 64, forgery).
+"""verispec.guard.wire: what the code under check sends the worker is read as plain values only (issue 64, forgery).
 
 Round trips are checked against the values themselves (equality of the decoded object, arrays bit for bit); each
 hostile message is refused with ``WireError``. The negative control: ``pickle``, the format the sandbox's replies
@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from verispec import wire
+from verispec.guard import wire
 
 
 def _roundtrip(value):

@@ -101,7 +101,7 @@ def describe(value) -> str:
 
 class UserCodeExit(BaseException):
     """The code under check tried to end verispec's process (os._exit, os.abort, a signal to itself); raised in its
-    place by the supervised worker (``verispec.supervisor``). A ``BaseException``, as ``SystemExit`` is, so the
+    place by the supervised worker (``verispec.guard.supervisor``). A ``BaseException``, as ``SystemExit`` is, so the
     code's own ``except Exception`` does not swallow it; the places that run the user's code report it like a raise."""
 
     def __init__(self, what: str):
@@ -110,7 +110,7 @@ class UserCodeExit(BaseException):
 
 
 class SandboxDied(BaseException):
-    """The process running the code under check (``verispec.sandbox``) ended, or broke the protocol, without
+    """The process running the code under check (``verispec.guard.sandbox``) ended, or broke the protocol, without
     answering a call: the command ends ``RAISES`` with ``line``. A ``BaseException``, as ``UserCodeExit`` is, so that
     no handler of verispec's takes it for a raise on one input."""
 

@@ -12,7 +12,7 @@ witness when its TV distance exceeds ``threshold`` (default 1e-9, far above roun
 
 A search that finds nothing proves nothing: ``HuntResult`` says what was tried (every canonical problem with its
 TV distance, how many random problems) and why the search stopped, so callers can say "inconclusive" honestly.
-The whole search runs under a hard time budget (``verispec.budget``), which also stops a rule stuck in a loop.
+The whole search runs under a hard time budget (``verispec.guard.budget``), which also stops a rule stuck in a loop.
 
 The witness is returned in the JSON problem layout, with probabilities as fraction strings, so
 ``verispec exact --problem witness.json`` reproduces it.
@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, NoSuchExample
 
-from verispec import budget, supervisor
 from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
-from verispec.limits import DEFAULT_THRESHOLD
+from verispec.guard import budget, supervisor
+from verispec.guard.limits import DEFAULT_THRESHOLD
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import analyze, check_compatible
 from verispec.simulator.problem_files import problem_to_json

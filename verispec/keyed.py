@@ -65,7 +65,7 @@ def rand(seed, offsets, *, dtype=None):
 
 def _fed(seeds: np.ndarray, offsets: np.ndarray) -> np.ndarray | None:
     """The uniforms from the active capture (``verispec.external.rng``), one key per distinct seed; None outside."""
-    from verispec.external.rng_rules import ACTIVE
+    from verispec.external.rng.rules import ACTIVE
 
     if not ACTIVE:
         return None

@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from verispec.errors import VerispecError
-from verispec.io import OutputKind, read_user_file
+from verispec.files.io import OutputKind, read_user_file
 
 #: Largest latency model file read ('verispec latency --out' writes a few hundred bytes; with tree sizes of a few
 #: settings, tens of kilobytes).
@@ -411,14 +411,14 @@ def is_latency_file(path: str | Path) -> bool:
 
 def latency_file_marked(path: str | Path) -> bool:
     """Whether ``path`` carries the ``written_by`` marker of a latency model 'verispec latency --out' wrote
-    (``verispec.provenance``): what it may replace without --overwrite."""
-    from verispec.io import json_marker
-    from verispec.provenance import LATENCY, is_marked
+    (``verispec.files.provenance``): what it may replace without --overwrite."""
+    from verispec.files.io import json_marker
+    from verispec.files.provenance import LATENCY, is_marked
 
     return is_marked(json_marker(path, MAX_LATENCY_FILE_BYTES), LATENCY)
 
 
-#: What 'verispec latency --out' writes (``verispec.io.check_output``).
+#: What 'verispec latency --out' writes (``verispec.files.io.check_output``).
 LATENCY_FILE = OutputKind("verispec latency model", latency_file_marked, is_latency_file, "latency.json")
 
 __all__ = ["LATENCY_FILE", "UNKNOWN_SETTING", "LatencyError", "LatencyModel", "check_latency_pair", "is_latency_file",

@@ -36,7 +36,7 @@ EXACT_ENTRY_BYTES = 512
 def check_exact_entries(entries: int, what: str, available: int | None = None) -> None:
     """ProblemTooLargeError, before any Fraction is made, when reading ``entries`` probabilities exactly passes
     MAX_EXACT_ENTRIES or would take more memory (EXACT_ENTRY_BYTES each) than ``available`` bytes (what the system
-    has available now, ``verispec.memory.available_memory_bytes``, which the callers pass: this floor is below
+    has available now, ``verispec.guard.memory.available_memory_bytes``, which the callers pass: this floor is below
     it)."""
     needed = entries * EXACT_ENTRY_BYTES
     if entries > MAX_EXACT_ENTRIES or (available is not None and needed > available):

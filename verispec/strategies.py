@@ -21,7 +21,7 @@ What they draw:
 * ``problems()``: a ``verispec.simulator`` problem (context-free, order-1 Markov, or tabular: one law per prefix up
   to ``depth``) whose every target and draft row is a ``laws`` row with the requested zeros and ties.
 * ``tree_specs()``: a tree specification string that ``verispec.simulator.parse_tree`` and every command's
-  ``--tree`` accept (``chain:L``, ``iid:K,L``, ... ``verispec.limits.TREE_FORMS``), of depth 1 to ``max_depth``;
+  ``--tree`` accept (``chain:L``, ``iid:K,L``, ... ``verispec.guard.limits.TREE_FORMS``), of depth 1 to ``max_depth``;
   ``chain_trees`` and ``iid_trees`` draw the two commonest kinds.
 * ``penalty_settings()``: a ``verispec.models.penalties.Penalties`` (repetition, frequency, presence) for the
   ``step-penalties`` layout, whose ``spec()`` is the text ``--penalties`` reads.
@@ -44,11 +44,11 @@ import numpy as np
 from hypothesis import strategies as st
 
 from verispec.errors import VerispecError
-from verispec.limits import TREE_FORMS
+from verispec.guard.limits import TREE_FORMS
 
 #: The problem kinds ``problems`` draws, in the order it shrinks toward.
 PROBLEM_KINDS = ("context-free", "markov", "tabular")
-#: The tree kinds the command line accepts (``verispec.limits.TREE_FORMS``), in their order.
+#: The tree kinds the command line accepts (``verispec.guard.limits.TREE_FORMS``), in their order.
 TREE_KIND_NAMES = tuple(form.partition(":")[0] for form in TREE_FORMS)
 #: The most prefixes a tabular problem holds (its rows are drawn one by one).
 MAX_TABULAR_PREFIXES = 200

@@ -2,7 +2,8 @@
 runs it (a rule, ``verispec.verifiers.load_verifier``; a function to check, ``verispec.external.adapter.load_function``;
 a class of the multi-step LP, ``verispec bound --restriction FILE.py:NAME``).
 
-Loading runs the user's code: it is one call under the command line's ``--call-timeout`` (``verispec.budget``), and
+Loading runs the user's code: it is one call under the command line's ``--call-timeout`` (``verispec.guard.budget``),
+and
 the files it loaded are handed to the budget's watchdog, which then limits every later call into them. Standard
 library only, with verispec's errors and budget: every layer may load user code through it.
 """
@@ -19,12 +20,12 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
-from verispec import budget, sandbox, supervisor
 from verispec.errors import UnknownVerifierError
+from verispec.guard import budget, sandbox, supervisor
 
 
 def load_sandboxed(spec: str, what: str, describe, call_hook=None) -> sandbox.Sandbox | None:
-    """In a supervised worker, the object named by ``spec`` loaded in a sandbox of its own (``verispec.sandbox``):
+    """In a supervised worker, the object named by ``spec`` loaded in a sandbox of its own (``verispec.guard.sandbox``):
     the started ``Sandbox``, whose ``description`` is what ``describe(target, register)`` said of it there; None
     elsewhere (the caller then loads it with ``load_attribute``). ``UnknownVerifierError`` on one line when it cannot
     be loaded, as ``load_attribute``."""

@@ -17,7 +17,7 @@ A check can end three ways, and only one of them passes a script that reads the 
   report, and the raising inputs may have probability zero under continuous uniforms (u = 0.0 exactly) while a
   real generator still meets them (torch's float32 uniforms are 0.0 with probability 2^-24). Every command that
   runs code of the user's own ends RAISES too when that code ends, crashes or signals the process, or takes its
-  standard output or error (``verispec.supervisor``): then verispec cannot stand behind what it printed.
+  standard output or error (``verispec.guard.supervisor``): then verispec cannot stand behind what it printed.
 
 One rule for raises, on every scope (a given problem, the canonical suite, a search): the property checked is the
 law, so the verdict is LOSSY whenever a loss is established, with the first raise listed beside it, and RAISES

@@ -289,7 +289,7 @@ def test_a_rule_stopped_by_the_runs_deadline_is_not_recorded_as_refused(tiny_dat
     import time
 
     import verispec.simulator as simulator
-    from verispec import budget
+    from verispec.guard import budget
 
     dataset, target, draft = tiny_dataset
     script = load_script("experiments/real_context_gaps.py")

@@ -238,7 +238,8 @@ def test_hunt_output_in_a_new_folder_is_written(capsys, tmp_path):
                        "--output", str(path))
     assert code == 1 and "LOSSY" in err, err
     assert json.loads(path.read_text())["vocab_size"] >= 2
-    # no probe or temporary file left; the lock of the one writer stays (verispec.store_lock: removing it would let a
+    # no probe or temporary file left; the lock of the one writer stays (verispec.files.store_lock: removing it would
+    # let a
     # third run lock a new file while a second still holds the old one)
     assert sorted(p.name for p in path.parent.iterdir()) == ["witness.json", "witness.json.lock"]
 

@@ -197,7 +197,8 @@ def test_bad_decode_modes_are_one_line_errors(saved_pair, extra, message, capsys
 
 
 def test_a_rule_of_your_own_decodes_in_its_sandbox(saved_pair, capsys):
-    """decode --verifier FILE.py:NAME runs the rule in its sandbox (verispec.sandbox): the draft trees and the torch
+    """decode --verifier FILE.py:NAME runs the rule in its sandbox (verispec.guard.sandbox): the draft trees and the
+    torch
     laws cross as messages. At temperature 0 every lossless rule emits the target's greedy continuation, so the README's
     procedure and the example whole-tree rule give the registered rule's text token for token."""
     examples = Path(__file__).resolve().parents[2] / "examples"

@@ -55,7 +55,7 @@ def test_negative_control_the_size_checks_alone_admit_it():
 
 def test_a_longer_budget_lets_an_exact_analysis_through():
     # with a deadline later than the estimate, the estimate is no reason to refuse (the budget governs)
-    from verispec import budget
+    from verispec.guard import budget
 
     estimate = engine.estimate_analysis(exact_problem(), "chain:9", REGISTRY["bv"]).seconds
     with budget.time_budget(__import__("time").monotonic() + 2 * estimate):
@@ -80,7 +80,7 @@ def test_negative_control_a_float_run_gets_no_default_budget():
     # the budget is for rationals: a float exact run is bounded by its size checks, as before
     parsed = SimpleArgs(command="exact", exact=False, time_budget=None, verifier="nss")
     with options.command_budget(parsed, "the exact analysis"):
-        from verispec import budget
+        from verispec.guard import budget
 
         assert budget.remaining() is None
     parsed = SimpleArgs(command="exact", exact=True, time_budget=None, verifier="nss")

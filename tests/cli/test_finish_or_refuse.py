@@ -41,7 +41,7 @@ from verispec.errors import (
     VerifierError,
     VerispecError,
 )
-from verispec.io import read_user_file
+from verispec.files.io import read_user_file
 from verispec.simulator import ContextFreeProblem, DraftLaw, analyze, parse_tree, random_context_free_problem
 from verispec.simulator.chooser import MAX_CHOICES_PER_TRACE, RandomChooser
 from verispec.simulator.dp import MAX_WALK_OPERATIONS, check_closed_kernel_size, check_walk_size

@@ -1,7 +1,9 @@
 """Issue 64: a verdict the code under check cannot forge, and a stop the user asked for is the user's.
 
-The code under check runs in a sandbox process (``verispec.sandbox``) that never holds the worker's report pipe and
-cannot reach the worker or the supervisor (``verispec.confinement``). The forgers below try every route found: they
+The code under check runs in a sandbox process (``verispec.guard.sandbox``) that never holds the worker's report pipe
+and
+cannot reach the worker or the supervisor (``verispec.guard.confinement``). The forgers below try every route found:
+they
 write a report claiming status 0 into every descriptor they hold and every descriptor of every process above them
 they can open (``/proc/PID/fd``), write into those processes' memory (``/proc/PID/mem``), attach to them
 (``ptrace``), take their descriptors (``pidfd_getfd``), signal them (SIGTERM, SIGINT, SIGHUP, SIGSTOP, to the
@@ -28,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.timing import timed
-from verispec import supervisor
+from verispec.guard import supervisor
 
 pytestmark = [pytest.mark.skipif(not supervisor.available(), reason="needs os.fork (the supervised worker)"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; Linux's seccomp")]
@@ -47,7 +49,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) + (() if os.environ.get
 
 
 def _log(text):
-    """What the forger got through to, on its standard error (it may write no file: verispec.confinement)."""
+    """What the forger got through to, on its standard error (it may write no file: verispec.guard.confinement)."""
     os.write(2, f"FORGERY: {text}\\n".encode())
 
 
@@ -137,7 +139,7 @@ def _signal_everyone():
 def _rewrite_verispec():
     os.environ["VERISPEC_SUPERVISE"] = "0"
     os.environ["VERISPEC_SANDBOX"] = "0"
-    import verispec.supervisor as supervisor
+    import verispec.guard.supervisor as supervisor
     from verispec.verdict import Verdict
 
     real_send = supervisor._send
@@ -393,7 +395,7 @@ def test_a_sweeps_local_pool_runs_the_rule_in_sandboxes_too(forgers, tmp_path):
     assert _escapes(tmp_path) == []
     # negative control: the sandbox only in the worker itself, each cell loading the rule anew (before): the pool's
     # processes run it themselves and open the worker's descriptors
-    script = ("import sys, verispec.sandbox as s, verispec.supervisor as sup, verispec.verifiers as v; "
+    script = ("import sys, verispec.guard.sandbox as s, verispec.guard.supervisor as sup, verispec.verifiers as v; "
               "s.enabled = sup.in_worker; v._SANDBOXED = type('NoCache', (dict,), {'__contains__': lambda *a: False, "
               "'__setitem__': lambda *a: None, '__getitem__': lambda *a: None})(); "
               "from verispec.cli import main; sys.exit(main(sys.argv[1:]))")
@@ -406,7 +408,7 @@ def test_a_sweeps_local_pool_runs_the_rule_in_sandboxes_too(forgers, tmp_path):
 
 
 def test_the_code_cannot_rewrite_verispecs_output_behind_its_back(forgers, tmp_path):
-    """The sandbox may write in no folder but its own (Landlock, verispec.confinement): a rule that rewrites the
+    """The sandbox may write in no folder but its own (Landlock, verispec.guard.confinement): a rule that rewrites the
     sweep's rows as lossless, and a file of the user's, at once and from a detached process, changes neither (found by
     this issue's hostile tester: every row lossless=True, exit 0). The control gives the sandbox the folder
     (VERISPEC_SANDBOX_WRITABLE): the user's file is rewritten."""
@@ -452,7 +454,7 @@ def _start(arguments, tmp_path, **env) -> subprocess.Popen:
 
 def _wait_for_the_sandbox(command: subprocess.Popen) -> None:
     """Until the command's worker has started its sandbox (a grandchild), then a moment for the rule to be called."""
-    from verispec.processes import descendants
+    from verispec.guard.processes import descendants
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(descendants({command.pid})) < 3:
@@ -490,7 +492,7 @@ def test_a_sigterm_stops_check_external_too(tmp_path):
 
 def test_negative_control_the_old_supervisor_blames_the_rule(forgers, tmp_path):
     """The supervisor before issue 64 (no stop of the user's own: the worker's death is the code's) says RAISES."""
-    script = ("import sys, verispec.supervisor as s; s.Watch._user_stop = lambda self, report: None; "
+    script = ("import sys, verispec.guard.supervisor as s; s.Watch._user_stop = lambda self, report: None; "
               "from verispec.cli import main; sys.exit(main(sys.argv[1:]))")
     environment = dict(os.environ, PYTHONPATH=str(ROOT))
     command = subprocess.Popen([sys.executable, "-c", script, "exact", *TOY, "--tree", "chain:1", "--verifier",

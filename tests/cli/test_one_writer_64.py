@@ -1,5 +1,6 @@
 """One run at a time writes a command's one output file (issue 64's writers' rule, 'one writer at a time'): `derive
---output`, `latency --out` and `selector train --out` hold the output's lock (verispec.store_lock) from before their
+--output`, `latency --out` and `selector train --out` hold the output's lock (verispec.files.store_lock) from before
+their
 work to the write, so a second run into the same file is refused on one line naming the first, before it loads a
 model or a dataset. Before, two runs into one file both exited 0 and the file held the later one's result (three
 concurrent derives with different contexts: 3 x 'wrote', one problem kept)."""
@@ -13,11 +14,11 @@ from contextlib import nullcontext
 
 import pytest
 
-import verispec.store_lock
+import verispec.files.store_lock
 from verispec.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HOLD = ("import sys, time\nfrom verispec.store_lock import store_lock\nwith store_lock(sys.argv[1]):\n"
+HOLD = ("import sys, time\nfrom verispec.files.store_lock import store_lock\nwith store_lock(sys.argv[1]):\n"
         "    print('held', flush=True)\n    time.sleep(60)\n")
 
 
@@ -72,6 +73,6 @@ def test_a_second_run_into_one_output_is_refused_before_its_work(name, holder, t
     assert len(error) == 1 and "is being written by another run" in error[0] and f"pid {pid}" in error[0], error
     assert not out.exists()
     # the negative control: without the lock (the old commands) the second run goes on to its work
-    monkeypatch.setattr(verispec.store_lock, "store_lock", lambda *args, **kwargs: nullcontext())
+    monkeypatch.setattr(verispec.files.store_lock, "store_lock", lambda *args, **kwargs: nullcontext())
     with pytest.raises(WorkStarted):
         main(arguments)

@@ -18,7 +18,7 @@ import verispec.study.clusters as clusters
 import verispec.study.workers as study_workers
 from verispec.cli import main
 from verispec.errors import OutputError, ResultStoreError, VerispecError
-from verispec.io import ResultStore, atomic_output, atomic_write_text, check_output_dir, check_output_file
+from verispec.files.io import ResultStore, atomic_output, atomic_write_text, check_output_dir, check_output_file
 from verispec.simulator import analyze, random_problem
 from verispec.simulator.problem_files import problem_to_json
 from verispec.study.grid import SweepError, SweepGrid, file_sha256

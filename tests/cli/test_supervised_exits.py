@@ -1,5 +1,5 @@
 """Issue 54, classes 1 and 2: the code under check cannot fake an exit status, and nothing it starts outlives the
-command (``verispec.supervisor``).
+command (``verispec.guard.supervisor``).
 
 Each hostile behaviour runs in a lossy rule (or class, or checked function) whose honest verdict is known from its
 construction: the rule below accepts the drafted token x and emits x again, so on ``chain:1`` with p = (1/2, 1/2)
@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.timing import timed
-from verispec import processes, supervisor
 from verispec.cli import main
+from verispec.guard import processes, supervisor
 
 pytestmark = pytest.mark.skipif(not supervisor.available(), reason="needs os.fork (the supervised worker)")
 
@@ -209,7 +209,8 @@ def test_a_death_with_json_output_gives_one_json_object(capsys, rules):
                                        ("replace_stdout", "replaced sys.stdout (with StringIO)"),
                                        ("close_sys_stderr", "closed sys.stderr")])
 def test_output_taken_from_verispec_fails_the_command(capsys, rules, name, what, monkeypatch):
-    """The rule runs in its sandbox (verispec.sandbox): what it does to its own output never reaches verispec's, so
+    """The rule runs in its sandbox (verispec.guard.sandbox): what it does to its own output never reaches verispec's,
+    so
     the verdict stands (LOSSY). Where the rule runs in the worker itself (VERISPEC_SANDBOX=0), the worker's check of
     its streams still fails the command."""
     status, out, err = _exact(capsys, rules, name)

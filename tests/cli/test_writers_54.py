@@ -1,7 +1,7 @@
 """Issue 54, class 3: writers.
 
 (a) A writer replaces an existing file only when it can show verispec wrote it: the ``written_by`` marker it
-writes (``verispec.provenance``), not a format it reads. A hand-written problem file is a problem file, and
+writes (``verispec.files.provenance``), not a format it reads. A hand-written problem file is a problem file, and
 ``hunt --output`` used to replace it; now it, and every file of a writer's format without the marker (one an
 older verispec wrote too), is refused untouched unless --overwrite. Readers ignore the marker.
 
@@ -9,7 +9,7 @@ older verispec wrote too), is refused untouched unless --overwrite. Readers igno
 (or ``data/``) a link to a file outside was written through; now it is refused on one line naming the link.
 
 (c) One writer per row store: two ``verispec sweep`` runs of one store lost one run's rows (64 of 128 kept). The
-second writer is refused at start, naming the store and the holder (``verispec.store_lock``); a killed holder
+second writer is refused at start, naming the store and the holder (``verispec.files.store_lock``); a killed holder
 leaves no stale lock. The negative control runs the same race with the lock made a no-op and loses rows.
 
 Every expectation is counted here from the inputs (cells of the grids, bytes written), not read from the code.
@@ -289,7 +289,7 @@ def test_atomic_output_within_a_folder_refuses_a_link_and_without_writes_through
     """``within`` (a file in an output folder): refused. Without it (a file the user named): written through, the
     link kept, as open(path, 'w') does (documented in ``atomic_output``)."""
     from verispec.errors import OutputError
-    from verispec.io import atomic_write_text
+    from verispec.files.io import atomic_write_text
 
     outside = tmp_path / "outside.txt"
     outside.write_bytes(FOREIGN)
@@ -320,7 +320,7 @@ def test_the_selector_study_refuses_a_link_among_its_outputs(tmp_path):
 
 HOLDER = """
 import sys
-from verispec.store_lock import store_lock
+from verispec.files.store_lock import store_lock
 with store_lock(sys.argv[1], "the test's holder"):
     print("held", flush=True)
     sys.stdin.read()
@@ -473,7 +473,7 @@ def test_a_second_report_into_one_folder_is_refused(tmp_path, holder):
 
 
 def test_the_lock_is_reentrant_in_one_process_and_released_after(tmp_path):
-    from verispec.store_lock import _HELD, store_lock
+    from verispec.files.store_lock import _HELD, store_lock
 
     store = tmp_path / "s.json"
     with store_lock(store):

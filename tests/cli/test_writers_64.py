@@ -3,7 +3,7 @@
 (a) ``selector verdict --out DIR`` and ``selector study --out DIR`` replaced a file of the user's at one of their
 names (``verdict.md``, ``pair_selector.png``, a result JSON of another command): each is refused on one line unless
 --overwrite, and a rerun replaces the command's own files (their ``written_by`` marker). Two verdicts into one DIR
-at once both exited 0 with one run's fits lost: the second is refused, naming the first (``verispec.store_lock``).
+at once both exited 0 with one run's fits lost: the second is refused, naming the first (``verispec.files.store_lock``).
 
 (b) The store lock gave a traceback on a full disk (``sweep --out``): one line, exit 2.
 
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-import verispec.io as io_module
-import verispec.store_lock as lock_module
+import verispec.files.io as io_module
+import verispec.files.store_lock as lock_module
 from verispec.cli import main
 from verispec.errors import VerispecError
 
@@ -69,8 +69,8 @@ def _stop_at_inputs(monkeypatch) -> None:
 def _old_verdict_outputs(out: Path, overwrite: bool) -> None:
     """The verdict's output check before issue 64: the paths, and verdict.json by its format only."""
     from verispec.cli.selector_verdict import JSON_NAME, MARKDOWN_NAME, STORE_NAME
-    from verispec.io import check_inside, check_output_dir, check_output_file
-    from verispec.provenance import check_result_output
+    from verispec.files.io import check_inside, check_output_dir, check_output_file
+    from verispec.files.provenance import check_result_output
 
     check_output_dir(out, "--out")
     for name in (JSON_NAME, MARKDOWN_NAME, STORE_NAME):
@@ -165,7 +165,7 @@ def test_own_outputs_are_replaced_and_overwrite_replaces_the_users(tmp_path, cap
         check(out, overwrite=False)  # its own files now: the check a rerun makes passes without --overwrite
         assert len(os.listdir(out)) == 4  # its three files and the lock, nothing else
     capsys.readouterr()
-    from verispec.io import png_marker
+    from verispec.files.io import png_marker
 
     lines = (tmp_path / "v" / "verdict.md").read_text().splitlines()
     assert lines[0].startswith("<!-- written by verispec selector verdict") and lines[1].startswith("# Which verifier")
@@ -176,7 +176,7 @@ def test_own_outputs_are_replaced_and_overwrite_replaces_the_users(tmp_path, cap
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from verispec.store_lock import acquire
+    from verispec.files.store_lock import acquire
     acquire(sys.argv[1], "the first run")
     print("held", flush=True)
     time.sleep(60)
@@ -415,7 +415,7 @@ def test_a_fifo_given_as_an_input_file_never_hangs_the_command(tmp_path, capsys,
     waiting after 0.5 s, until a writer comes."""
     import threading
 
-    import verispec.reading as reading
+    import verispec.files.reading as reading
 
     fifo = tmp_path / "p.json"
     os.mkfifo(fifo)

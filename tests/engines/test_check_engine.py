@@ -148,8 +148,8 @@ def test_an_engines_law_is_compared_with_its_reference_rules_at_a_closed_form(ta
 #: same refusal from ``load_function``, which starts a sandbox of its own.
 SHARED = """
 import json, os
-from verispec import supervisor
-from verispec.watch import Supervision
+from verispec.guard import supervisor
+from verispec.guard.watch import Supervision
 
 
 def run():

@@ -1,4 +1,4 @@
-"""Races inside Triton kernels under the interpreter (``verispec.external.rng_triton``): torch draws exponential
+"""Races inside Triton kernels under the interpreter (``verispec.external.rng.triton_races``): torch draws exponential
 noise, a kernel takes ``argmax(w * (1 / E))``; exact mode reads it as one categorical draw from w.
 
 The functions here are token-level verification in the ``chain`` layout with their own draws (``--rng capture``):
@@ -222,7 +222,7 @@ def test_second_race_law_matches_numerical_integration(seed):
     r = w1 / w1[a], a and b win when E_b in [E_a r_b, E_a w2[b] / w2[a]] and E_i >= max(E_a r_i, E_b w2_i / w2_b)."""
     from scipy import integrate
 
-    from verispec.external.rng_triton import second_race_law
+    from verispec.external.rng.triton_races import second_race_law
 
     rng = np.random.default_rng(seed)
     w1, w2 = rng.random(4), rng.random(4)

@@ -19,7 +19,7 @@ torch, triton, tl = triton_under_interpreter()  # the kernels run on the CPU in 
 
 from verispec.errors import VerispecError  # noqa: E402
 from verispec.external.check import check_external  # noqa: E402
-from verispec.external.rng_triton_random import feed_hashed_uniform, read_as_log1p_neg  # noqa: E402
+from verispec.external.rng.triton_random import feed_hashed_uniform, read_as_log1p_neg  # noqa: E402
 from verispec.simulator import ContextFreeProblem  # noqa: E402
 from verispec.verdict import Verdict  # noqa: E402
 

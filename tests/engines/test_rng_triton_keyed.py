@@ -1,4 +1,4 @@
-"""Keyed noise drawn inside Triton kernels (``verispec.external.rng_triton_random``): ``tl.rand(seed, offsets)`` is
+"""Keyed noise drawn inside Triton kernels (``verispec.external.rng.triton_random``): ``tl.rand(seed, offsets)`` is
 one of verispec's keyed uniforms, and a Gumbel-max race over a block of them is read as one categorical draw.
 
 The step functions here are written as vLLM's V2 model runner draws (``vllm/v1/worker/gpu/sample/gumbel.py``): a

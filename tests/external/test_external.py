@@ -72,7 +72,7 @@ def test_the_integrator_alone_on_an_inverse_cdf_per_row():
 @pytest.mark.parametrize("count", [2, 7, 101, 256])
 def test_an_integer_draws_breakpoints_are_the_first_floats_of_each_value(count):
     """integer_breaks(n)[k - 1] is the least float64 u with floor(u n) = k: checked at it and at the float below."""
-    from verispec.external.rng_rules import integer_breaks, integers
+    from verispec.external.rng.rules import integer_breaks, integers
 
     at = integer_breaks(count)
     assert len(at) == count - 1
@@ -197,7 +197,7 @@ def test_known_breakpoints_are_scanned_not_bisected_and_the_law_is_unchanged():
     """An integer draw over 7 values, read mod 3: the law is (3, 2, 2) / 7 by counting. Told its six breakpoints,
     the integration finds them among its scan points (no bisection: about 2 evaluations each, on one line), and
     gets the same law as without them; without them each takes a bisection of about 50 evaluations."""
-    from verispec.external.rng_rules import integer_breaks, integers
+    from verispec.external.rng.rules import integer_breaks, integers
 
     def outcome(rows, points):
         return integers(points[:, 0], 0, 7) % 3

@@ -1,4 +1,4 @@
-"""Uniforms overwritten before any read are unused (``verispec.external.rng_torch_fresh``): vLLM's V1 pattern, a
+"""Uniforms overwritten before any read are unused (``verispec.external.rng.torch_fresh``): vLLM's V1 pattern, a
 global ``torch.rand`` for the batch whose seeded slice is drawn again from the request's own generator. Token-level
 verification of one draft (chain:1, Leviathan et al.): the first token follows p, and E[tau + 1] = 1 + sum min(p, q).
 The recovery races exponential noise, as vLLM's does (capture follows uniforms only where it already follows noise).
@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from verispec.external import rng_torch_fresh
 from verispec.external.check import check_external
 from verispec.external.exact import NotPiecewiseConstantError
+from verispec.external.rng import torch_fresh as rng_torch_fresh
 from verispec.simulator import ContextFreeProblem
 from verispec.verdict import Verdict
 

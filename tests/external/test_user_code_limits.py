@@ -35,11 +35,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.timing import Stopwatch, stretch, timed
-from verispec import budget, cli, supervisor
+from verispec import cli
 from verispec.cli import main
 from verispec.cli.options import DEFAULT_CALL_TIMEOUT
 from verispec.cli.parser import build_parser
 from verispec.errors import AnalysisTimeoutError
+from verispec.guard import budget, supervisor
 from verispec.simulator.generators import random_problem
 from verispec.simulator.problem_files import problem_to_json
 

@@ -209,7 +209,7 @@ def test_result_stores_key_the_paths_version(tmp_path):
     store written by the path's first version (keyed ``True``) is refused by a run with this one."""
     from types import SimpleNamespace
 
-    from verispec.io import ResultStore, ResultStoreError
+    from verispec.files.io import ResultStore, ResultStoreError
 
     assert cpu_linear.PATH_VERSION == 2
     assert cpu_linear.store_key(SimpleNamespace(small_batch_linear=True)) == {"small_batch_linear": 2}

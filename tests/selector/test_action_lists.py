@@ -160,7 +160,7 @@ def test_a_row_store_of_format_1_opens_where_its_columns_are_the_grids(tmp_path)
     """A store whose parameters record the grid alone (before lists were recorded) holds the format-1 actions: it
     opens for the grid listed so, and is refused for the grid the parameters derive now (gbv on delayed:2,1,1)."""
     from verispec.errors import ResultStoreError
-    from verispec.io import ResultStore
+    from verispec.files.io import ResultStore
 
     path = tmp_path / "rows.json"
     ResultStore(path, parameters={"seed": 1, "grid": GBV_GRID.as_dict()}).add("r", {"value": 1})

@@ -55,7 +55,7 @@ def test_the_labels_are_the_builds_and_the_projection_its_mean(tiny_dataset, tmp
     for row in result["rows"]:
         assert row["mean_label"] == pytest.approx(float(np.mean(built.efficiency[index[row["key"]], columns])),
                                                   rel=1e-5)
-    from verispec.io import unpack_floats
+    from verispec.files.io import unpack_floats
     from verispec.latency import LatencyModel
     from verispec.models import load_pair
     from verispec.selector.actions import ActionGrid

@@ -377,7 +377,7 @@ def test_the_study_trains_at_its_threads_and_restores_torchs(monkeypatch, tmp_pa
     import verispec.selector.study as selector_study
     from verispec.cli.parser import build_parser
     from verispec.errors import VerispecError
-    from verispec.limits import STUDY_THREADS
+    from verispec.guard.limits import STUDY_THREADS
     from verispec.selector.regimes import regime_models
 
     data, seen = pair_dataset(T07, prompts=6, seed=7), []

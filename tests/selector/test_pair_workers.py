@@ -149,18 +149,18 @@ def test_a_pair_built_in_memory_is_refused_on_workers(saved_pair, tmp_path):
 
 
 def test_workers_beyond_free_memory_are_refused_before_any_starts(saved_pair, tmp_path, monkeypatch):
-    import verispec.memory
+    import verispec.guard.memory
 
     pair, roots = saved_pair
     each = pair.weight_bytes * 1.25
-    monkeypatch.setattr(verispec.memory, "available_memory_bytes", lambda: int(1.5 * each))
+    monkeypatch.setattr(verispec.guard.memory, "available_memory_bytes", lambda: int(1.5 * each))
     with pytest.raises(DatasetError, match="give --jobs 1 or --backend serial") as error:
         _build(pair, roots, tmp_path / "x.npz", backend="local", jobs=2)
     assert "\n" not in str(error.value) and pair.name in str(error.value)
-    monkeypatch.setattr(verispec.memory, "available_memory_bytes", lambda: int(0.5 * each))
+    monkeypatch.setattr(verispec.guard.memory, "available_memory_bytes", lambda: int(0.5 * each))
     with pytest.raises(DatasetError, match="give --backend serial"):
         _build(pair, roots, tmp_path / "x.npz", backend="local", jobs=1)
-    monkeypatch.setattr(verispec.memory, "available_memory_bytes", lambda: None)  # unknown: no refusal
+    monkeypatch.setattr(verispec.guard.memory, "available_memory_bytes", lambda: None)  # unknown: no refusal
     assert len(_build(pair, roots[:2], tmp_path / "fits.npz", backend="local", jobs=1)) == 2
 
 
@@ -169,7 +169,7 @@ def test_the_command_labels_a_pair_on_local_workers(tmp_path, capsys, monkeypatc
     serial``; --jobs alone asks for local workers and --address alone is refused (it names no cluster backend);
     without either a pair's roots label in the command's own process (each copy of the pair costs its memory), and
     workers beyond the free memory are refused in one line (exit 2) before any trace is decoded."""
-    import verispec.memory
+    import verispec.guard.memory
     from tests.support.tiny_models import tiny_dataset_command
     from verispec.cli import main
     from verispec.selector import dataset, labelling
@@ -195,7 +195,7 @@ def test_the_command_labels_a_pair_on_local_workers(tmp_path, capsys, monkeypatc
     assert main(command + ["--out", str(tmp_path / "default.npz")]) == 0
     assert not started and np.array_equal(Dataset.load(tmp_path / "default.npz").efficiency, serial.efficiency)
 
-    monkeypatch.setattr(verispec.memory, "available_memory_bytes", lambda: 1)
+    monkeypatch.setattr(verispec.guard.memory, "available_memory_bytes", lambda: 1)
     capsys.readouterr()
     assert main(command + ["--out", str(tmp_path / "refused.npz"), "--backend", "local", "--jobs", "2"]) == 2
     err = capsys.readouterr().err.strip()

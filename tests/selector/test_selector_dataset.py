@@ -306,7 +306,7 @@ def test_empty_inputs_and_nan_features_are_refused(tmp_path):
     with pytest.raises(DatasetError, match="NaN"):
         Dataset.load(nan_file)
     with zipfile.ZipFile(tmp_path / "data.npz") as archive:
-        # the arrays, and the marker that shows verispec wrote the file (verispec.provenance)
+        # the arrays, and the marker that shows verispec wrote the file (verispec.files.provenance)
         assert sorted(archive.namelist()) == sorted(f"{name}.npy" for name in ["metadata", "features", *arrays,
                                                                                "written_by"])
 
@@ -356,7 +356,7 @@ def test_trace_roots_are_prefixes_of_target_traces(pair):
 def test_traces_kept_in_a_store_are_reused(pair, tmp_path, monkeypatch):
     """A resumed build reads its finished traces back instead of decoding them again, and gets the same roots."""
     import verispec.models.batched as batched
-    from verispec.io import ResultStore
+    from verispec.files.io import ResultStore
 
     samplings = [Sampling(1.0), Sampling(0.7, top_k=3)]
     prompts = {"a": [1, 2, 3], "b": [4, 5]}
@@ -470,9 +470,9 @@ def test_a_build_past_its_time_budget_stops_saved_and_resumes(tmp_path, capsys, 
     continue and that trace saved; the same command without the budget then decodes only the other trace and
     finishes, and its dataset equals one built in one go."""
     from tests.support.tiny_models import tiny_dataset_command
-    from verispec import budget
     from verispec.cli import main
     from verispec.errors import AnalysisTimeoutError
+    from verispec.guard import budget
 
     command = tiny_dataset_command(tmp_path, "--threads", "1", "--trace-batch", "1")
     out, whole = tmp_path / "budget.npz", tmp_path / "whole.npz"
@@ -519,8 +519,8 @@ def test_roots_labelled_together_keep_their_labels_and_share_the_passes(pair, tm
     row the values of the roots labelled one by one (float64 tiny pair, 1e-12; each root draws from its own seed),
     in a quarter of the forward passes when all four go together; a build stopped by its time budget after the first
     group resumes to the very rows of an uninterrupted build (groups are cut from all the roots, not the rest)."""
-    from verispec import budget
     from verispec.errors import AnalysisTimeoutError
+    from verispec.guard import budget
 
     top3, top2 = Sampling(1.0, top_k=3), Sampling(0.8, top_k=2)
     roots = [Root((1, 5, 2, 7, 3, 3), "g", top3, pair=pair.name), Root((1, 5, 2, 7), "g", top3, pair=pair.name),

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from verispec.io import ResultStore, pack_floats, unpack_floats
+from verispec.files.io import ResultStore, pack_floats, unpack_floats
 from verispec.latency import LatencyModel
 from verispec.selector.actions import ActionGrid
 from verispec.selector.dataset import build_dataset, store_path

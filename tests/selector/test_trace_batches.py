@@ -25,7 +25,7 @@ KEY_FIELDS = {"pair", "group", "prompt", "sampling", "seed", "max_new_tokens"}
 
 
 def _store(path, pair):
-    from verispec.io import ResultStore
+    from verispec.files.io import ResultStore
 
     return ResultStore(path, parameters={"pair": pair.name, "seed": 0})
 

@@ -124,7 +124,7 @@ def test_hunt_keeps_its_time_budget():
 
 def _interruption_turned_into(error_class):
     """A judge that waits for the hard timer and, as a library's bookkeeping can, turns it into another error."""
-    from verispec import budget
+    from verispec.guard import budget
 
     def judge(problem, deadline):
         try:

@@ -58,11 +58,11 @@ def test_negative_control_the_old_signals_let_a_hang_up_through(monkeypatch):
 def test_a_build_worker_ignores_a_hang_up_as_it_ignores_ctrl_c(monkeypatch):
     """A hang-up reaches the build's whole process group; its workers leave the stop to the build's process (which
     stops them itself), as they do for Ctrl-C, instead of dying mid-task under the pool."""
-    import verispec.processes
+    import verispec.guard.processes
 
     set_to: dict[int, object] = {}
     monkeypatch.setattr(signal, "signal", lambda signum, handler: set_to.__setitem__(signum, handler))
-    monkeypatch.setattr(verispec.processes, "kill_me_with_my_parent", lambda: None)
+    monkeypatch.setattr(verispec.guard.processes, "kill_me_with_my_parent", lambda: None)
     monkeypatch.setattr("threading.Thread", lambda **kwargs: type("NotStarted", (), {"start": lambda self: None})())
     workers.watch_parent(os.getpid())
     assert set_to[signal.SIGHUP] is signal.SIG_IGN and set_to[signal.SIGINT] is signal.SIG_IGN

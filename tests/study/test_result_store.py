@@ -12,7 +12,7 @@ import pytest
 from tests.support.scripts import load_script
 from verispec import package_version
 from verispec.errors import ResultStoreError
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.simulator import random_markov_problem
 
 ROOT = Path(__file__).resolve().parents[2]

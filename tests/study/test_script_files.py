@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from verispec.errors import OutputError, ResultStoreError, VerispecError
-from verispec.io import ResultStore
-from verispec.store_lock import lock_path
+from verispec.files.io import ResultStore
+from verispec.files.store_lock import lock_path
 from verispec.study import script_files
 from verispec.study.script_files import RunOutputs, check_free_space, check_input, check_ranges, is_row_store
 

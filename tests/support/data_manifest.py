@@ -61,7 +61,7 @@ def read(root: Path) -> dict[str, Entry]:
     on or read for ever); every line's path must name a file under data/, its byte count be ASCII digits (``'²'``
     passed ``str.isdigit`` and then failed ``int``: a traceback, issue 64)."""
     from verispec.errors import VerispecError
-    from verispec.io import read_user_file
+    from verispec.files.io import read_user_file
 
     entries: dict[str, Entry] = {}
     try:
@@ -123,7 +123,7 @@ def refresh(root: Path) -> None:
         if fields[0] in entries and (Path(root) / fields[0]).is_file():
             fields[1:3] = [str((Path(root) / fields[0]).stat().st_size), sha256(Path(root) / fields[0])]
         out.append("\t".join(fields))
-    from verispec.io import atomic_write_text
+    from verispec.files.io import atomic_write_text
 
     atomic_write_text(manifest, "\n".join(out) + "\n")  # never the manifest truncated by a full disk
 

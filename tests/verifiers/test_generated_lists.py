@@ -230,9 +230,10 @@ def test_negative_control_a_lifted_rule_listed_for_ddtree_without_being_valid_th
 # ---- the prose lists of the guides: every tree kind and every module of the exact core named ----
 
 def _unnamed_tree_kinds(guide: str) -> list[str]:
-    """The forms of ``verispec.limits.TREE_FORMS`` that the "Tree kinds:" paragraph of ``guide`` leaves out (a form
+    """The forms of ``verispec.guard.limits.TREE_FORMS`` that the "Tree kinds:" paragraph of ``guide`` leaves out (a
+    form
     with a list of parameters is named by its kind and a colon, as `branch:b1,..,bD`)."""
-    from verispec.limits import TREE_FORMS
+    from verispec.guard.limits import TREE_FORMS
 
     paragraph = guide.split("\nTree kinds: ", 1)[1].split("\n\n", 1)[0]
     return [form for form in TREE_FORMS if f"`{form.split(',...')[0].split(',')[0]}" not in paragraph]
@@ -259,7 +260,7 @@ def test_the_guides_name_every_tree_kind_and_every_module_of_the_core():
 def test_list_shows_every_tree_kind_with_the_draft_law_its_drafts_follow(capsys):
     """Each kind's line names its drafts' laws (DDTree's: one deterministic tree), the words a rule's "valid for"
     line uses, so the list says where each rule runs."""
-    from verispec.limits import TREE_FORMS
+    from verispec.guard.limits import TREE_FORMS
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -74,7 +74,7 @@ from scipy import sparse
 
 from verispec import backend
 from verispec.errors import InvalidTreeError, ProblemTooLargeError, VerispecError
-from verispec.limits import RESTRICTIONS
+from verispec.guard.limits import RESTRICTIONS
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, check_size, solve_lp
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import ChainDrafter, Drafter

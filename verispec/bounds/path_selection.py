@@ -79,9 +79,9 @@ from fractions import Fraction
 import numpy as np
 from scipy import sparse
 
-from verispec import budget
 from verispec.bounds.multistep import build_multistep_lp, optimal_block_efficiency
 from verispec.errors import ProblemTooLargeError, VerispecError
+from verispec.guard import budget
 from verispec.lp_analysis.single_position import iid_ot_optimum
 from verispec.lp_analysis.solve import DEFAULT_MAX_VARIABLES, require_cvxpy, solve_lp
 from verispec.simulator.drafters import DelayedDrafter, Drafter

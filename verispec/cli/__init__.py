@@ -43,7 +43,8 @@ so does predict when its interval is still wider than --epsilon. exact, hunt, bo
 check-external take '--call-timeout SECONDS' (60 s by default): the longest one call into your own code
 (FILE.py:NAME) may take, loading the file included; past it they exit with status 3. Every time limit ends the
 same way, wherever it lands: one INCONCLUSIVE line on stderr and status 3. A command that runs code of your own
-runs it in a sandbox process beside a supervised worker (verispec.supervisor, verispec.sandbox): code that exits or
+runs it in a sandbox process beside a supervised worker (verispec.guard.supervisor, verispec.guard.sandbox): code that
+exits or
 crashes ends the command RAISES (status 4), never 0, it cannot reach the worker's verdict or the channel that
 reports it, and nothing it started outlives the command. A SIGINT, SIGTERM or SIGHUP from outside is the user's
 stop: status 128 + the signal's number, one line, no verdict.
@@ -53,11 +54,11 @@ from __future__ import annotations
 
 import sys
 
-from verispec import budget
 from verispec.cli.common import plain_json
 from verispec.cli.options import Done
 from verispec.cli.parser import COMMANDS, build_parser
 from verispec.errors import AnalysisTimeoutError, VerispecError
+from verispec.guard import budget
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERNAL, Verdict
 
 __all__ = ["UserStop", "entry_point", "main", "plain_json", "stop_on_signals", "user_code_specs"]
@@ -65,7 +66,7 @@ __all__ = ["UserStop", "entry_point", "main", "plain_json", "stop_on_signals", "
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command and return its exit status. A command that runs code of the user's own runs it in a
-    supervised worker process (``verispec.supervisor``): whatever that code does to the process, the status is
+    supervised worker process (``verispec.guard.supervisor``): whatever that code does to the process, the status is
     verispec's own."""
     try:
         args = build_parser().parse_args(argv)
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return done.status
     except VerispecError as error:  # the parser's own one line (verispec.cli.options.Parser)
         return _bad_input(error)
-    from verispec import supervisor
+    from verispec.guard import supervisor
 
     specs = user_code_specs(args)
     if specs and supervisor.available():
@@ -108,8 +109,8 @@ def user_code_specs(args) -> list[str]:
 def _supervision(args, specs: list[str]):
     """The supervisor's view of the command: what it checks, its longest run (its --time-budget, the default for a
     rule of your own when it has none, with the hard budget's grace and one --call-timeout), its output form."""
-    from verispec import supervisor
     from verispec.cli.options import DEFAULT_USER_RULE_BUDGET, HARD_BUDGET_GRACE
+    from verispec.guard import supervisor
 
     seconds = getattr(args, "time_budget", None)
     if seconds is None and getattr(args, "command", None) in ("exact", "bound", "predict", "hunt"):
@@ -156,7 +157,7 @@ def _run(args) -> int:
     except Exception as error:
         # A user's rule (--verifier FILE.py:NAME) may fail in any way: that is bad input, on one line. Anything else
         # is a bug in verispec and keeps its traceback (status 70, entry_point): an exception is the rule's when it
-        # came from its sandbox (verispec.sandbox) or passed through a frame of code that is not verispec's
+        # came from its sandbox (verispec.guard.sandbox) or passed through a frame of code that is not verispec's
         user_rule = getattr(args, "verifier", None) or getattr(args, "function", None)
         from verispec.verifiers import is_registered
 
@@ -171,7 +172,7 @@ def _raised_by_user_code(error: BaseException) -> bool:
     import os
     import traceback
 
-    from verispec.processes import LIBRARY_FOLDERS
+    from verispec.guard.processes import LIBRARY_FOLDERS
 
     if hasattr(error, "sandbox_site"):
         return True
@@ -214,7 +215,7 @@ def _time_limit_line(message: str, option: str) -> str:
 
 
 def _stop_stuck_command(message: str, option: str) -> None:
-    """The guard's last resort (verispec.budget.CommandGuard): code that did not stop when its time limit
+    """The guard's last resort (verispec.guard.budget.CommandGuard): code that did not stop when its time limit
     interrupted it. The same INCONCLUSIVE line, and the process ends with status 3 at once."""
     budget.end_process(f"verispec: {Verdict.INCONCLUSIVE.word}: {_time_limit_line(message, option)}",
                        EXIT_INCONCLUSIVE)
@@ -263,7 +264,7 @@ def entry_point() -> None:
     except Exception:  # a bug in verispec: its traceback, and a status that no verdict has (Python's own is 1, LOSSY)
         import traceback
 
-        from verispec.supervisor import INTERNAL_LINE
+        from verispec.guard.supervisor import INTERNAL_LINE
 
         traceback.print_exc()
         print(INTERNAL_LINE, file=sys.stderr)

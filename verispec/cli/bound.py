@@ -12,7 +12,7 @@ from verispec.cli.options import (
     integer_option,
 )
 from verispec.errors import VerispecError
-from verispec.limits import MAX_LP_VARIABLES, RESTRICTIONS
+from verispec.guard.limits import MAX_LP_VARIABLES, RESTRICTIONS
 
 
 def _restriction_option(text: str) -> str:

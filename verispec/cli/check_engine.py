@@ -17,7 +17,7 @@ from verispec.cli.common import plain_json
 from verispec.cli.options import add_call_timeout_option, number_option
 from verispec.engines import source_refusal
 from verispec.errors import VerispecError
-from verispec.limits import DEFAULT_CHECK_BUDGET
+from verispec.guard.limits import DEFAULT_CHECK_BUDGET
 
 
 def add_parser(subparsers) -> None:

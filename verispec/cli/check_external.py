@@ -14,7 +14,7 @@ from verispec.cli.options import (
     witness_output,
 )
 from verispec.errors import VerispecError
-from verispec.limits import EXTERNAL_LAYOUTS, KEY_MODES, MAX_BLACKBOX_SAMPLES, MAX_HUNT_VOCAB, MAX_KEYS
+from verispec.guard.limits import EXTERNAL_LAYOUTS, KEY_MODES, MAX_BLACKBOX_SAMPLES, MAX_HUNT_VOCAB, MAX_KEYS
 
 
 def add_parser(subparsers) -> None:
@@ -102,7 +102,7 @@ def _add_step_options(check) -> None:
                        help="with the step-ragged layout: greedy (default) fillers beside the checked request, or "
                             "neighbours that sample with settings and seeds of their own, the three requests' joint "
                             "law checked against the product of their targets (damage across requests shows)")
-    from verispec.limits import DEFAULT_PENALTIES
+    from verispec.guard.limits import DEFAULT_PENALTIES
 
     check.add_argument("--penalties", metavar="SPEC", default=None,
                        help="with the step-penalties layout: 'repetition=R,frequency=F,presence=A' (every part "
@@ -118,7 +118,7 @@ def run(args) -> int:
 def _run(args) -> int:
     from verispec.external.adapter import load_function
     from verispec.external.check import check_external
-    from verispec.io import atomic_write_text
+    from verispec.files.io import atomic_write_text
     from verispec.verdict import Verdict
 
     if not args.alpha < 1:
@@ -134,7 +134,8 @@ def _run(args) -> int:
         problem = problem_from_args(args)
     from tqdm import tqdm
 
-    # --call-timeout is the command's guard's (verispec.budget.CommandGuard), as for every command running your code
+    # --call-timeout is the command's guard's (verispec.guard.budget.CommandGuard), as for every command running your
+    # code
     options = {name: value for name, value in (("rng", args.rng), ("per_row", args.per_row), ("keys", args.keys),
                                                ("max_keys", args.max_keys), ("context_twin", args.context_twin),
                                                ("neighbours", args.neighbours), ("penalties", args.penalties))
@@ -149,8 +150,8 @@ def _run(args) -> int:
                                 suite=args.suite, progress=lambda count: bar.update(count - bar.n),
                                 sampling=args.sampling, **options)
     found = report.problem is not None and report.problem_source == "search"  # a witness, or a candidate
-    if args.output and found:  # with its marker, so that a rerun may replace it (verispec.provenance)
-        from verispec.provenance import MARKER_KEY, PROBLEM, written_by
+    if args.output and found:  # with its marker, so that a rerun may replace it (verispec.files.provenance)
+        from verispec.files.provenance import MARKER_KEY, PROBLEM, written_by
 
         atomic_write_text(args.output, json.dumps({**report.problem, MARKER_KEY: written_by(PROBLEM, "check-external")})
                           + "\n")

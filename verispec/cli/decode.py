@@ -16,7 +16,7 @@ from verispec.cli.options import (
 )
 from verispec.cli.pair import check_pair_args, load_pair
 from verispec.errors import VerispecError
-from verispec.limits import MAX_CONTEXT_FILE_BYTES, MAX_CONTEXT_TOKENS, MAX_PROMPTS_FILE_BYTES
+from verispec.guard.limits import MAX_CONTEXT_FILE_BYTES, MAX_CONTEXT_TOKENS, MAX_PROMPTS_FILE_BYTES
 
 
 def add_parser(subparsers) -> None:
@@ -51,7 +51,7 @@ def add_parser(subparsers) -> None:
 def _read_prompts(args) -> list[str]:
     if args.prompt is not None:
         return [args.prompt]
-    from verispec.io import read_user_file
+    from verispec.files.io import read_user_file
 
     path = Path(args.prompts)
     text = read_user_file(path, limit=MAX_PROMPTS_FILE_BYTES, what="--prompts",

@@ -41,7 +41,7 @@ def run(args) -> int:
     from verispec.study.script_files import check_free_space
 
     check_free_space([args.output], "--output")  # a full disk, found before the models load, not at the write
-    from verispec.store_lock import store_lock
+    from verispec.files.store_lock import store_lock
 
     with store_lock(args.output, what="--output"):  # one writer at a time: a second run is refused
         problem, settings = model_problem(args, args.depth)

@@ -12,7 +12,7 @@ from verispec.cli.options import (
     number_option,
 )
 from verispec.errors import VerispecError
-from verispec.limits import METHODS, TREE_FORMS
+from verispec.guard.limits import METHODS, TREE_FORMS
 
 
 def add_parser(subparsers) -> None:

@@ -14,7 +14,7 @@ from verispec.cli.options import (
     witness_output,
 )
 from verispec.errors import VerispecError
-from verispec.limits import DEFAULT_THRESHOLD, MAX_HUNT_VOCAB
+from verispec.guard.limits import DEFAULT_THRESHOLD, MAX_HUNT_VOCAB
 
 
 def add_parser(subparsers) -> None:
@@ -85,13 +85,13 @@ def _run(args) -> int:
 def _write_witness(args, drafter, problem_json: dict) -> None:
     """The witness to --output (JSON, or the binary form for FILE.npz), else on stdout; on stdout too when
     --output cannot be written, so that the search is never lost. The file carries the ``written_by`` marker
-    (``verispec.provenance``), so that a rerun may replace it; the witness printed carries none."""
+    (``verispec.files.provenance``), so that a rerun may replace it; the witness printed carries none."""
     text = json.dumps(problem_json)
     if not args.output:
         print(text)
         return
-    from verispec.io import atomic_write_text
-    from verispec.provenance import MARKER_KEY, PROBLEM, written_by
+    from verispec.files.io import atomic_write_text
+    from verispec.files.provenance import MARKER_KEY, PROBLEM, written_by
 
     marker = written_by(PROBLEM, "hunt")
 

@@ -13,7 +13,7 @@ from verispec.cli.options import (
 )
 from verispec.cli.pair import check_pair_args, load_pair
 from verispec.errors import VerispecError
-from verispec.limits import MAX_CONTEXT_TOKENS, MAX_DECODE_NODES, MAX_LATENCY_REPEATS
+from verispec.guard.limits import MAX_CONTEXT_TOKENS, MAX_DECODE_NODES, MAX_LATENCY_REPEATS
 
 
 def add_parser(subparsers) -> None:
@@ -36,7 +36,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from verispec.io import atomic_write_json, check_output
+    from verispec.files.io import atomic_write_json, check_output
     from verispec.latency import LATENCY_FILE
     from verispec.models.latency import measure_latency
 
@@ -47,16 +47,17 @@ def run(args) -> int:
     from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
 
     check_free_space([args.out], "--out", SMALL_FILE_ROOM)  # a full disk, found before the measuring, not at the write
-    from verispec.store_lock import store_lock
+    from verispec.files.store_lock import store_lock
 
     with store_lock(args.out, what="--out"):  # one writer at a time: a second run is refused
         args.temperature, args.top_k, args.top_p = 1.0, None, None  # no sampling here
         pair, _ = load_pair(args)
         model = measure_latency(pair, context_length=args.context_length, sizes=sizes, repeats=args.repeats,
                                 draft_sizes=draft_sizes)
-        from verispec.provenance import LATENCY, MARKER_KEY, written_by
+        from verispec.files.provenance import LATENCY, MARKER_KEY, written_by
 
-        # the marker lets a rerun replace the file (verispec.provenance); LatencyModel.load reads its own keys only
+        # the marker lets a rerun replace the file (verispec.files.provenance); LatencyModel.load reads its own keys
+        # only
         atomic_write_json(args.out, {**model.as_dict(), "load_average": os.getloadavg()[0],
                                      MARKER_KEY: written_by(LATENCY, "latency")})
         draft = ", ".join(f"{w}: {time_:.3f}" for w, time_ in zip(model.draft_sizes, model.draft_times))

@@ -3,7 +3,7 @@ their draft laws, and layouts."""
 
 from __future__ import annotations
 
-from verispec.limits import EXTERNAL_LAYOUTS
+from verispec.guard.limits import EXTERNAL_LAYOUTS
 
 
 def add_parser(subparsers) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from verispec.cli.common import print_json
 from verispec.cli.options import integer_option
 from verispec.errors import InvalidProblemError
-from verispec.limits import MAX_TREE_PARAMETER
+from verispec.guard.limits import MAX_TREE_PARAMETER
 
 
 def add_parser(subparsers) -> None:

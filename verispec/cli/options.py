@@ -10,7 +10,7 @@ import math
 import time
 
 from verispec.errors import AnalysisTimeoutError, VerispecError
-from verispec.limits import BACKENDS, MAX_PROJECTION, MAX_RATIONAL_SECONDS, MAX_THREADS
+from verispec.guard.limits import BACKENDS, MAX_PROJECTION, MAX_RATIONAL_SECONDS, MAX_THREADS
 from verispec.version import package_version
 
 
@@ -73,11 +73,12 @@ def integer_option(*, minimum: int, maximum: int | None = None, what: str):
 
 #: --time-budget of exact, bound and predict when a rule of the user's own (--verifier FILE.py:NAME) runs and no
 #: budget is given: such a rule may loop without ever returning to verispec, and the budget is hard (a timer
-#: interrupts the rule; verispec.budget). One budget for the whole command rather than one per call of the
+#: interrupts the rule; verispec.guard.budget). One budget for the whole command rather than one per call of the
 #: rule: a hard timer per call costs about 11 us, 22 s over an enumeration of 2,000,000 choice traces.
 DEFAULT_USER_RULE_BUDGET = 600.0
 
-#: Seconds of 'exact --exact' when no --time-budget is given (``verispec.limits.MAX_RATIONAL_SECONDS``). The engine
+#: Seconds of 'exact --exact' when no --time-budget is given (``verispec.guard.limits.MAX_RATIONAL_SECONDS``). The
+#: engine
 #: refuses up front what its least rational slowdown already puts past it
 #: (``verispec.simulator.engine.check_rational_cost``), but how far the numbers grow is known only as they run, so
 #: an exact run that passed every check (spectr on iid:50,2 at V = 4, 0.5 s in float) ends at this budget with
@@ -106,7 +107,7 @@ def add_time_budget_option(parser, what: str) -> None:
 
 #: --call-timeout of every command that runs code of the user's own (FILE.py:NAME): the longest one call into it
 #: may take (loading the file, one call of the rule, class or function) before the command stops with status 3.
-#: A watchdog thread looks at the running stack (verispec.budget.CommandGuard), so a call costs nothing extra.
+#: A watchdog thread looks at the running stack (verispec.guard.budget.CommandGuard), so a call costs nothing extra.
 DEFAULT_CALL_TIMEOUT = 60.0
 
 
@@ -136,7 +137,7 @@ def _is_registered(name: str) -> bool:
 @contextlib.contextmanager
 def command_budget(args, what: str):
     """The command's --time-budget around the block (the default for a user's rule when none is given):
-    verispec's loops stop at the deadline (``budget.check``), and a hard timer (verispec.budget) interrupts any
+    verispec's loops stop at the deadline (``budget.check``), and a hard timer (verispec.guard.budget) interrupts any
     other code ``HARD_BUDGET_GRACE`` of the budget later. Past it, AnalysisTimeoutError names the budget
     (exit 3)."""
     seconds, note = getattr(args, "time_budget", None), ""
@@ -148,7 +149,7 @@ def command_budget(args, what: str):
     if seconds is None:
         yield
         return
-    from verispec import budget
+    from verispec.guard import budget
 
     start = time.monotonic()
     try:
@@ -274,9 +275,9 @@ def check_problem_output(path: str, option: str = "--output", *, overwrite: bool
     """Refuse, before any work, a path where a problem file (a witness, a derived problem) cannot be written the way
     ``atomic_output`` writes it (a temporary file beside it, then a rename; missing parent folders are created),
     or an existing file there that verispec cannot show it wrote (no ``written_by`` marker of a problem file: a
-    hand-written problem file is refused too), unless ``overwrite``: ``verispec.io.check_output``, the guard of
+    hand-written problem file is refused too), unless ``overwrite``: ``verispec.files.io.check_output``, the guard of
     every writer."""
-    from verispec.io import check_output
+    from verispec.files.io import check_output
     from verispec.simulator.problem_files import PROBLEM_FILE
 
     check_output(path, PROBLEM_FILE, what=option, overwrite=overwrite)
@@ -293,13 +294,13 @@ def add_overwrite_option(parser, what: str) -> None:
 @contextlib.contextmanager
 def witness_output(args):
     """For the block: ``--output`` (where given) checked by the writers' rule (``check_problem_output``) and for
-    room, then its lock held (``verispec.store_lock``), so that a second search into the same file is refused at
+    room, then its lock held (``verispec.files.store_lock``), so that a second search into the same file is refused at
     start and each reproduce line names a file that holds its own witness (``check-external``, ``hunt``)."""
     if not args.output:
         yield
         return
     check_problem_output(args.output, overwrite=args.overwrite)
-    from verispec.store_lock import store_lock
+    from verispec.files.store_lock import store_lock
     from verispec.study.script_files import SMALL_FILE_ROOM, check_free_space
 
     check_free_space([args.output], "--output", SMALL_FILE_ROOM)  # a full disk, before the search, not after it

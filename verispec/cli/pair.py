@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from verispec.errors import VerispecError
-from verispec.limits import MAX_CONTEXT_FILE_BYTES
+from verispec.guard.limits import MAX_CONTEXT_FILE_BYTES
 
 
 def check_pair_args(args) -> None:
@@ -47,7 +47,7 @@ def model_problem(args, horizon: int):
         raise VerispecError("give the context the block starts after: --context TEXT or --context-file FILE")
     context = args.context
     if args.context_file is not None:
-        from verispec.io import read_user_file
+        from verispec.files.io import read_user_file
 
         context = read_user_file(args.context_file, limit=MAX_CONTEXT_FILE_BYTES, what="--context-file",
                                  why="the models take 32,768 tokens at most, about 128 KiB of text")

@@ -40,7 +40,7 @@ from verispec.cli.pair import load_pair
 from verispec.cli.selector_study import add_study_parser, run_study_command
 from verispec.cli.selector_verdict import add_verdict_parser, run_verdict_command
 from verispec.errors import ResultStoreError, VerispecError
-from verispec.memory import peak_rss_bytes
+from verispec.guard.memory import peak_rss_bytes
 
 #: Qwen2.5's recommended sampling (its generation_config: temperature 0.7, top-k 20, top-p 0.8) and plain
 #: sampling at temperature 1: the default settings of a dataset built on a pair.
@@ -203,8 +203,8 @@ def run(args) -> int:
 def _run_dataset(args) -> int:
     """The build within its --time-budget: past it, the finished traces and roots are saved and the command exits 3
     (the same command resumes)."""
-    from verispec import budget
     from verispec.errors import AnalysisTimeoutError
+    from verispec.guard import budget
 
     try:
         with command_budget(args, "the dataset build"):
@@ -227,8 +227,8 @@ def _build(args) -> int:
                             "traces)")
     # before a pair is loaded or a root; a relabel changes the FILE it names in place (one without the marker too)
     check_dataset_output(args.out, overwrite=args.overwrite and not relabel, in_place=relabel)
+    from verispec.files.store_lock import store_lock
     from verispec.selector.dataset import store_path
-    from verispec.store_lock import store_lock
 
     # one writer of OUT's row store (and its traces) for the whole command: a second build of OUT is refused here
     with store_lock(store_path(args.out)):
@@ -236,7 +236,7 @@ def _build(args) -> int:
 
 
 def _build_locked(args, relabel: bool, progress: bool) -> int:
-    """``_build`` once OUT's row store is locked (``verispec.store_lock``)."""
+    """``_build`` once OUT's row store is locked (``verispec.files.store_lock``)."""
     from verispec.selector.actions import ActionGrid
     from verispec.selector.dataset import build_dataset
     from verispec.selector.roots import synthetic_roots
@@ -297,7 +297,7 @@ def _build_locked(args, relabel: bool, progress: bool) -> int:
 def _pair_roots(args, relabel: bool, progress: bool):
     """(roots, pair): the pair loaded, its traces sampled (or read from FILE's trace store, which a relabel never
     starts over), a root every --every tokens."""
-    from verispec.io import ResultStore
+    from verispec.files.io import ResultStore
     from verispec.selector.dataset import trace_store_path
     from verispec.selector.prompt_sets import read_prompt_specs
     from verispec.selector.roots import parse_setting, trace_roots
@@ -336,7 +336,7 @@ def _pair_roots(args, relabel: bool, progress: bool):
 def _read_only_traces(dataset, recorded: dict):
     """The trace store of another build (``--traces-of DATASET``), opened with this command's parameters and never
     written: refused on one line where it is missing or was sampled with another pair, seed or dtype."""
-    from verispec.io import ResultStore
+    from verispec.files.io import ResultStore
     from verispec.selector.dataset import trace_store_path
 
     path = trace_store_path(dataset)
@@ -360,7 +360,7 @@ def _float(text: str, option: str) -> float:
 
 
 def _run_train(args) -> int:
-    from verispec.io import check_output
+    from verispec.files.io import check_output
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.selector import SELECTOR_FILE
     from verispec.selector.train import recorded_latency, train_on_dataset
@@ -368,7 +368,7 @@ def _run_train(args) -> int:
 
     check_output(args.out, SELECTOR_FILE, what="--out", overwrite=args.overwrite)  # before any work
     check_free_space([args.out], "--out")  # a full disk, found before the training rather than at the save
-    from verispec.store_lock import store_lock
+    from verispec.files.store_lock import store_lock
 
     with store_lock(args.out, what="--out"):  # one writer at a time: a second run is refused
         dataset = Dataset.load(args.dataset)

@@ -6,11 +6,12 @@ as its section 9) and ``verispec.report.pair_section.write_study``.
                             --latency data/latency/latency-cpu-by-size.json --out study/
 
 writes ``pair_selector.json`` (every number, and under ``record`` the command line, commit, date, machine and the
-SHA-256 of every input: ``verispec.provenance.run_record``), ``pair_selector.md`` (one section of tables per sampling
+SHA-256 of every input: ``verispec.files.provenance.run_record``), ``pair_selector.md`` (one section of tables per
+sampling
 setting and latency regime, each table titled with the regime's full name) and ``pair_selector.png`` into DIR.
 Each carries verispec's marker (``written_by``; the Markdown's first line; the PNG's text chunk): a file of these
 names without it is refused before any work unless --overwrite, and one study writes DIR at a time
-(``verispec.store_lock``).
+(``verispec.files.store_lock``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import time
 
 from verispec.cli.options import add_projection_option, add_threads_option, integer_option, number_option
-from verispec.limits import STUDY_THREADS
+from verispec.guard.limits import STUDY_THREADS
 
 
 def add_study_parser(steps) -> None:
@@ -64,8 +65,8 @@ def run_study_command(args) -> int:
     from pathlib import Path
 
     from verispec.errors import VerispecError
+    from verispec.files.store_lock import store_lock
     from verispec.selector.study import JSON_FILE, check_study_owned, load_inputs
-    from verispec.store_lock import store_lock
 
     if not 0 < args.test_fraction < 1:
         raise VerispecError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
@@ -90,12 +91,12 @@ def run_study_command(args) -> int:
     import shlex
     import sys
 
-    from verispec.provenance import run_record
+    from verispec.files.provenance import run_record
 
     inputs = list(args.dataset) + ([args.latency] if args.latency else [])
     record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
     # one study into DIR at a time, from here (the inputs were refused first, leaving no folder behind): a second
-    # is refused at once, naming the first (verispec.store_lock); two at once would each write the three files,
+    # is refused at once, naming the first (verispec.files.store_lock); two at once would each write the three files,
     # and DIR would end with a mix of both
     with store_lock(Path(args.out) / JSON_FILE, what="study's file"):
         check_study_owned(args.out, overwrite=args.overwrite)  # as the holder of the lock finds it

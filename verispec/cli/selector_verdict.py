@@ -14,7 +14,7 @@ without a file says "verification unpriced" and names no winner by price. The re
 
 The writers' rule (issue 64): a file in DIR of one of these names that verispec cannot show it wrote (the
 ``written_by`` marker in the JSON files, the marker line of the Markdown) is refused before any work unless
---overwrite, and one verdict writes DIR at a time (``verispec.store_lock`` on the row store: a second is refused
+--overwrite, and one verdict writes DIR at a time (``verispec.files.store_lock`` on the row store: a second is refused
 naming the first, instead of both exiting 0 with one run's fits lost).
 """
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from verispec.cli.options import add_threads_option, add_time_budget_option, integer_option
-from verispec.limits import STUDY_THREADS
+from verispec.guard.limits import STUDY_THREADS
 
 JSON_NAME, MARKDOWN_NAME, STORE_NAME = "verdict.json", "verdict.md", "verdict.rows.json"
 
@@ -72,7 +72,7 @@ def _outputs(out: Path, overwrite: bool) -> None:
     """Refuse on one line, before any work, a folder that cannot take the verdict's files, a link at one of their
     names, and, unless ``overwrite``, a file there that verispec cannot show it wrote (its marker): the verdict
     would replace a file of the user's (issue 64)."""
-    from verispec.io import (
+    from verispec.files.io import (
         MARKDOWN_OUTPUT,
         ROW_STORE_OUTPUT,
         OutputKind,
@@ -82,8 +82,8 @@ def _outputs(out: Path, overwrite: bool) -> None:
         json_format,
         marked_json,
     )
+    from verispec.files.store_lock import lock_path
     from verispec.selector.verdict import VERDICT_FORMAT, VERDICT_KIND
-    from verispec.store_lock import lock_path
 
     check_output_dir(out, "--out")
     check_inside(out, lock_path(out / STORE_NAME), "--out")
@@ -113,10 +113,10 @@ def run_verdict_command(args) -> int:
     import sys
 
     from verispec.errors import VerispecError
-    from verispec.provenance import run_record
+    from verispec.files.provenance import run_record
+    from verispec.files.store_lock import store_lock
     from verispec.selector.study import load_inputs, pair_settings
     from verispec.selector.verdict import check_verdict_numbers
-    from verispec.store_lock import store_lock
 
     out = Path(args.out)
     check_verdict_numbers(args.replicates, args.folds)
@@ -133,7 +133,7 @@ def run_verdict_command(args) -> int:
     inputs = list(args.dataset) + ([args.latency] if args.latency else []) + list(args.verification_cost)
     record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
     # one verdict into DIR at a time, from here (the inputs were refused first, leaving no folder behind): a second
-    # is refused at once, naming the first (verispec.store_lock); two at once each rewrote the row store from
+    # is refused at once, naming the first (verispec.files.store_lock); two at once each rewrote the row store from
     # their own fits, and one run's fits were lost
     with store_lock(out / STORE_NAME):
         _outputs(out, args.overwrite)  # as the holder of the lock finds it
@@ -144,8 +144,8 @@ def _fit_and_write(args, out: Path, settings, regimes, record: dict, costs: dict
     """The verdict's fits (those its row store lacks) and its files, with DIR's row store locked."""
     from verispec.cli.options import command_budget
     from verispec.errors import AnalysisTimeoutError, ResultStoreError, VerispecError
-    from verispec.io import ResultStore, atomic_write_json, atomic_write_text
-    from verispec.provenance import MARKER_KEY, markdown_marker, sha256_bytes, written_by
+    from verispec.files.io import ResultStore, atomic_write_json, atomic_write_text
+    from verispec.files.provenance import MARKER_KEY, markdown_marker, sha256_bytes, written_by
     from verispec.selector.verdict import KIND as SELECTOR_KIND
     from verispec.selector.verdict import (
         VERDICT_FORMAT,

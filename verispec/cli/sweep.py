@@ -13,7 +13,7 @@ from verispec.cli.options import (
     list_option,
     number_option,
 )
-from verispec.limits import DEFAULT_COST_RATIO
+from verispec.guard.limits import DEFAULT_COST_RATIO
 
 
 def add_parser(subparsers) -> None:

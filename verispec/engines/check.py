@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from verispec.engines import source_refusal, version_key
 from verispec.errors import VerispecError
-from verispec.limits import DEFAULT_CHECK_BUDGET
+from verispec.guard.limits import DEFAULT_CHECK_BUDGET
 from verispec.verdict import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, Verdict
 
 __all__ = ["CHILD_STARTUP_SECONDS", "DEFAULT_CHECK_BUDGET", "INTERPRETER_ERROR", "MODES", "SharedLoader",
@@ -333,7 +333,7 @@ def _child(writer, engine: str, names: list[str], options: dict) -> None:
 # -- the run's functions in one sandbox: the engine imported once a run, not once a check
 #
 # In a supervised worker (``verispec check-engine``), ``load_function`` starts a sandbox for every function it loads
-# (``verispec.sandbox``): a fork of the worker that imports the function's module, and with it the engine. vLLM's
+# (``verispec.guard.sandbox``): a fork of the worker that imports the function's module, and with it the engine. vLLM's
 # import alone is some 8 s of CPU (torch, Triton, transformers, openai), paid again by every check of a run while the
 # sandboxes of the checks before it sit idle. The adapter's functions of one run import the same engine, so
 # ``SharedLoader`` loads them all in one sandbox, each registered there under an object id of its own, and hands each
@@ -358,8 +358,8 @@ class SharedLoader:
         self._box = None
 
     def __call__(self, spec: str):
-        from verispec import sandbox
         from verispec.external.adapter import load_function
+        from verispec.guard import sandbox
 
         if not sandbox.enabled():
             return load_function(spec)
@@ -418,7 +418,7 @@ def _load_each(specs: tuple, label: str, what: str) -> list:
     """In the sandbox: every function of ``specs``, loaded as ``load_function`` loads one (``load_attribute``), or
     a ``_NotLoaded`` with the refusal or failure that loading it alone would have sent."""
     from verispec.errors import UnknownVerifierError
-    from verispec.sandbox_process import failure
+    from verispec.guard.sandbox_process import failure
     from verispec.user_code import load_attribute
 
     loaded = []

@@ -8,7 +8,7 @@ kernels: ``rejection_random_sample_kernel`` accepts a draft x when ``p(x) / q(x)
 ``Sampler``. Under ``TRITON_INTERPRET=1`` those kernels run on the CPU in numpy, unmodified; with
 ``CUDA_VISIBLE_DEVICES=""`` vLLM's ``triton_utils`` keeps Triton on although no driver is active. verispec feeds
 every draw (``torch.rand``, ``uniform_``, ``exponential_``, generators read by their seeds) and reads the kernel's
-race as one categorical draw (``verispec.external.rng_triton``), so the law of a whole step is exact.
+race as one categorical draw (``verispec.external.rng.triton_races``), so the law of a whole step is exact.
 
 The step functions (``verispec.engines.vllm_v1``, imported only where the engine's code runs) are in the ``step``
 layout, one request alone in its batch, and the ``step-ragged`` layout (``verispec.external.step``): three requests,

@@ -20,7 +20,7 @@ verification rows at positions P - 1 ... P + K - 1. Sampling parameters other th
 top-p, applied by the runner's ``Sampler.apply_sampling_params`` before ``rejection_sample``) are not applied.
 
 Under ``verispec check-external --rng capture`` every ``tl.rand`` is one of verispec's keyed uniforms, read by its
-(seed, offset) key (``verispec.external.rng_triton``), and a Gumbel-max race over them is read as one categorical
+(seed, offset) key (``verispec.external.rng.triton_races``), and a Gumbel-max race over them is read as one categorical
 draw, so the law of a step is exact. From release 0.31 the Gumbel noise is ``murmur3_uniform32(seed, pos, token)``,
 a hash computed in the kernel: it is fed the same way, keyed by (seed, pos) with the token as the lane, and so is
 ``tl_rand64``, the acceptance uniform up to 0.24 (``_feed_hashed_noise``); the draft's keys then differ from the
@@ -128,7 +128,7 @@ def _feed_hashed_noise(gumbel, rejection) -> None:
       Gumbel noise as a hash computed in the kernel, keyed by (seed, pos), the token its lane, taken through
       ``_log1p_neg_stable`` (a series for log(1 - u) near 0), read as log(1 - u), so the race is read as one
       categorical draw, as ``tl.rand``'s are."""
-    from verispec.external.rng_triton_random import feed_hashed_uniform, read_as_log1p_neg
+    from verispec.external.rng.triton_random import feed_hashed_uniform, read_as_log1p_neg
 
     for module in (gumbel, rejection):
         if hasattr(module, "tl_rand64"):

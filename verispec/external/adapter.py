@@ -57,7 +57,7 @@ and how much of it is checked ("Rows" in ``docs/guides/check_external.md``'s glo
   assumes nothing of the kind (each call sees one row) and is the check to run where that matters.
 
 ``call_timeout``: seconds one call of the function may take, enforced by a hard time budget
-(``verispec.budget``); a call past it raises a one-line ``VerifierError`` naming the function and the limit.
+(``verispec.guard.budget``); a call past it raises a one-line ``VerifierError`` naming the function and the limit.
 
 What is bad input and what is a finding. A function that cannot take the layout's arguments (its signature,
 read before any call) is refused at once (``VerispecError``): a wrong ``--layout`` or ``--rng``. An exception
@@ -96,7 +96,7 @@ def load_function(spec: str):
     from verispec.user_code import load_sandboxed
 
     box = load_sandboxed(spec, "function", sandboxed.describe, sandboxed.call_in_sandbox)
-    if box is not None:  # a supervised worker: the function runs in a process of its own (verispec.sandbox)
+    if box is not None:  # a supervised worker: the function runs in a process of its own (verispec.guard.sandbox)
         if not box.description["callable"]:
             raise UnknownVerifierError(f"{spec!r} is not a function (it is {box.description['type']})")
         return sandboxed.SandboxedFunction(box)

@@ -57,10 +57,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import AnalysisTimeoutError, VerispecError
 from verispec.external.runner import RAISED, FunctionRaised
-from verispec.limits import MAX_BLACKBOX_SAMPLES as MAX_SAMPLES  # the largest test's runs
+from verispec.guard import budget
+from verispec.guard.limits import MAX_BLACKBOX_SAMPLES as MAX_SAMPLES  # the largest test's runs
 from verispec.simulator.chooser import RandomChooser
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.laws import OutputLaw

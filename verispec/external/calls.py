@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import AnalysisTimeoutError, UserCodeExit, VerifierError, VerispecError
-from verispec.external.rng_rules import raise_site
+from verispec.external.rng.rules import raise_site
+from verispec.guard import budget
 
 #: The seeds handed to a probe's calls (plus the call's index): the first also in every later run, the second to
 #: see that the keys follow the seed (``Runner._seed_free_keys``).

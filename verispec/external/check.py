@@ -52,7 +52,7 @@ does not repeat when the same call is made again at once, and state the function
 input stays exit 2: what is refused before the function runs on a problem (its signature against the layout's
 arguments, the options).
 
-Everything, search and tests, runs under one hard time budget (``time_budget`` seconds, ``verispec.budget``):
+Everything, search and tests, runs under one hard time budget (``time_budget`` seconds, ``verispec.guard.budget``):
 when it ends, the verdict is whatever the evidence so far supports - LOSSY if a witness was found, RAISES if
 the function raised, else INCONCLUSIVE.
 """
@@ -66,7 +66,6 @@ import zlib
 
 import numpy as np
 
-from verispec import budget, supervisor
 from verispec.errors import AnalysisTimeoutError, VerifierError, VerispecError
 from verispec.external.adapter import ExternalVerifier
 from verispec.external.blackbox import (
@@ -84,7 +83,8 @@ from verispec.external.raises import PastRaises, StateWatch, law_past_raises, sa
 from verispec.external.rng import CaptureRefusal, GlobalRandomnessError, KeyRefusal, RowByRowRefusal
 from verispec.external.runner import FunctionRaised, NondeterministicError, RaiseLog
 from verispec.external.step_auto import ExactOutOfTime, runs_that_fit, within_share
-from verispec.limits import DEFAULT_THRESHOLD
+from verispec.guard import budget, supervisor
+from verispec.guard.limits import DEFAULT_THRESHOLD
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.engine import ExactResult, analyze
 from verispec.simulator.generators import random_context_free_problem

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from verispec.external.blackbox import BlackBoxResult
-from verispec.limits import DEFAULT_THRESHOLD
+from verispec.guard.limits import DEFAULT_THRESHOLD
 from verispec.verdict import Verdict
 
 

@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import VerifierError
+from verispec.guard import budget
 
 
 class NotPiecewiseConstantError(VerifierError):

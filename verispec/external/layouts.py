@@ -97,7 +97,7 @@ import numpy as np
 
 from verispec.errors import InvalidTreeError, VerifierError, VerispecError
 from verispec.external.tree_arrays import TreeArrays, as_int_matrix, chain_nodes, inverse_cdf
-from verispec.limits import EXTERNAL_LAYOUTS
+from verispec.guard.limits import EXTERNAL_LAYOUTS
 from verispec.simulator.trees import TreeBatch
 
 #: What the ``padded`` layout writes into padding: one junk column of candidate token 0 with a uniform draft
@@ -512,7 +512,7 @@ _BY_NAME = {layout.name: layout for layout in (
     ChainLayout(), PaddedLayout(), RaggedLayout(), TreeParentLayout(), TreeSiblingLayout(), TransformersLayout(),
     GptFastLayout())}
 
-#: Every layout by its name, in the order of the names the command line offers (``verispec.limits``, which --help
+#: Every layout by its name, in the order of the names the command line offers (``verispec.guard.limits``, which --help
 #: reads without importing numpy).
 LAYOUTS: dict[str, Layout] = {name: _BY_NAME[name] for name in EXTERNAL_LAYOUTS if name in _BY_NAME}
 

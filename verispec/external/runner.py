@@ -13,7 +13,6 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import VerifierError
 from verispec.external.calls import (
     CLOCK_SHIFT,
@@ -25,8 +24,9 @@ from verispec.external.calls import (
     written_positions,
 )
 from verispec.external.rng import Capture, KeyRefusal, RowByRowRefusal, Tape, TorchEscape, UniformsExhausted
-from verispec.external.rng_rules import Signal
+from verispec.external.rng.rules import Signal
 from verispec.external.tree_arrays import TreeArrays, as_int_matrix, decode
+from verispec.guard import budget
 from verispec.simulator.trees import TreeBatch
 
 #: Tape of the first probe call in capture mode (doubled until the function's draws fit).

@@ -1,4 +1,4 @@
-"""A function under check (``check-external FILE.py:FUNCTION``) that runs in its sandbox (``verispec.sandbox``).
+"""A function under check (``check-external FILE.py:FUNCTION``) that runs in its sandbox (``verispec.guard.sandbox``).
 
 The worker's ``Runner`` calls it as it calls a function in the same process; ``SandboxedFunction`` carries each call
 over, with what the worker's RNG capture would have done in the call (``verispec.external.rng``): while the worker's
@@ -90,7 +90,7 @@ _CAPTURES: dict[str, Capture] = {}
 def _row_in_sandbox(function, args, options: dict, values) -> dict:
     """One row of a prefetch (``SandboxedFunction.prefetch``): the call as ``call_in_sandbox`` makes it, with the
     row's own tape; its result and records, and a 'ran' to the worker (each row is one call for --call-timeout)."""
-    from verispec.sandbox_process import failure, progress
+    from verispec.guard.sandbox_process import failure, progress
 
     config = options.get("capture")
     if config is not None:
@@ -156,7 +156,7 @@ def _capture_error(raised: BaseException) -> dict:
         return {"kind": "escape"}
     if isinstance(raised, tuple(_CAPTURE_ERRORS.values())):
         return {"kind": "capture", "type": type(raised).__name__, "message": str(raised), "plain": True}
-    from verispec.sandbox_process import failure
+    from verispec.guard.sandbox_process import failure
 
     return {"kind": "raised", "failure": failure(raised)}
 
@@ -273,7 +273,7 @@ class _Tensor:
     and a row-by-row check sends a few tensors a call (transformers' layout: 3, 4,842 calls at chain:2, 2.5 s of
     its 8). The sandbox then holds what the worker's in-process runner hands the function, a tensor on numpy's
     memory (``Runner._convert``). Only the worker's own pickle carries it (the worker is trusted); what the sandbox
-    sends back is ``verispec.wire``'s, as before."""
+    sends back is ``verispec.guard.wire``'s, as before."""
 
     __slots__ = ("array",)
 
@@ -357,7 +357,7 @@ def _apply(capture: Capture, records: dict) -> None:
 
 def _raise(error: dict):
     from verispec.external.rng import CaptureRefusal
-    from verispec.sandbox import raise_failure
+    from verispec.guard.sandbox import raise_failure
 
     kind = error.get("kind")
     if kind == "exhausted":

@@ -58,7 +58,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import VerifierError, VerispecError
 from verispec.external.blackbox import BlackBoxResult, _bernstein, discrepancies
 from verispec.external.calls import FunctionRaised, NondeterministicError, call_function
@@ -74,7 +73,8 @@ from verispec.external.step_penalties import (
     penalties_note,
     requested_problem,
 )
-from verispec.limits import DEFAULT_THRESHOLD
+from verispec.guard import budget
+from verispec.guard.limits import DEFAULT_THRESHOLD
 from verispec.simulator.laws import OutputLaw
 from verispec.simulator.problems import target_law
 from verispec.verdict import Verdict

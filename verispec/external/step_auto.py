@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from verispec import budget
+from verispec.guard import budget
 
 #: Auto mode's share of the time left for exact mode; where exact mode does not finish in it, black-box mode takes
 #: the rest, with as many runs as fit (its report says what they can detect).

@@ -8,14 +8,14 @@ from __future__ import annotations
 import math
 import time
 
-from verispec import budget
 from verispec.errors import AnalysisTimeoutError, VerispecError
 from verispec.external.rng import MAX_KEYS
 from verispec.external.step import check_step
 from verispec.external.step_context import BLIND_NOTE, context_twin, offset_blind
 from verispec.external.step_neighbours import check_neighbours, neighbour_sampling
 from verispec.external.step_penalties import requested_problem
-from verispec.limits import DEFAULT_THRESHOLD
+from verispec.guard import budget
+from verispec.guard.limits import DEFAULT_THRESHOLD
 from verispec.verdict import Verdict
 
 #: The options a whole-step layout takes beside the check's own (``check_external``'s ``verifier_options``).

@@ -16,7 +16,7 @@ Programs stated in cvxpy (verifier classes, the drafted-node program, Global Res
 ``lp`` extra; ``require_cvxpy`` is the one import of it, refused in one line naming the extra where it is missing.
 
 Size is checked before anything is built: ``check_size`` raises ``ProblemTooLargeError`` giving the
-estimated variable count and the limit. Under a time budget (``verispec.budget``) HiGHS gets the time left as
+estimated variable count and the limit. Under a time budget (``verispec.guard.budget``) HiGHS gets the time left as
 its ``time_limit`` (a C solver is out of reach of the budget's timer), and a solve that ends past the deadline
 raises ``AnalysisTimeoutError``.
 """
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import MissingExtraError, ProblemTooLargeError, SolverError
+from verispec.guard import budget
 
 if TYPE_CHECKING:  # scipy is imported when an LP is solved
     from scipy import sparse

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from verispec.errors import ProblemTooLargeError, VerispecError
-from verispec.limits import MAX_DECODE_NODES
+from verispec.guard.limits import MAX_DECODE_NODES
 from verispec.models.sampling import Sampling
 from verispec.models.tree_forward import CachedModel
 from verispec.simulator.problems import Prefix, Problem

@@ -55,8 +55,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import VerispecError
+from verispec.guard import budget
 from verispec.models.block_context import BlockContext, PositionLaw, position_law
 from verispec.models.block_tree import MAX_DECODE_NODES, MAX_TREE_LAW_ENTRIES, DraftSide, TreeLayout, check_decode_tree
 from verispec.models.generation import (
@@ -80,7 +80,7 @@ from verispec.simulator.trees import DraftTree, TreeBatch, TreeBuilder
 from verispec.verifiers.node_cache import fresh_nodes
 
 #: Seconds one call of a user's rule (a procedure, or a Verifier or NodeSolver of one's own) may take in real
-#: decoding, once per block: a hard limit (verispec.budget), since such a rule may loop without ever returning.
+#: decoding, once per block: a hard limit (verispec.guard.budget), since such a rule may loop without ever returning.
 #: Registered verifiers run without it.
 USER_RULE_CALL_SECONDS = 60.0
 

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from verispec.errors import VerispecError
-from verispec.io import atomic_write_text
+from verispec.files.io import atomic_write_text
 from verispec.simulator.problem_files import problem_to_json, problem_to_npz
 from verispec.simulator.problems import Prefix, TabularProblem
 
@@ -100,8 +100,8 @@ def derive_problem(problem, vocab: int, depth: int, *, progress: bool = False) -
 def write_derived(path, table: TabularProblem, depth: int, provenance: dict, description: str, settings: dict) -> None:
     """A problem file (``load_problem`` reads it) with the derivation's settings and provenance beside it: JSON, or
     the binary form (``problem_to_npz``) when ``path`` ends in .npz; with the ``written_by`` marker of ``verispec
-    derive`` (``verispec.provenance``), so that a rerun may replace it."""
-    from verispec.provenance import MARKER_KEY, PROBLEM, written_by
+    derive`` (``verispec.files.provenance``), so that a rerun may replace it."""
+    from verispec.files.provenance import MARKER_KEY, PROBLEM, written_by
 
     marker = written_by(PROBLEM, "derive")
     if str(path).endswith(".npz"):

@@ -34,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 
 from verispec.errors import VerispecError
-from verispec.io import atomic_write_text, cache_root
+from verispec.files.io import atomic_write_text, cache_root
 
 #: Name of the completion marker written last into an installed model's directory.
 MARKER = "verispec-install.json"

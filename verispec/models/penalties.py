@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verispec.errors import VerispecError
-from verispec.limits import DEFAULT_PENALTIES
+from verispec.guard.limits import DEFAULT_PENALTIES
 from verispec.models.sampling import read_parts
 
 #: The parts of a penalties setting's text, in the order vLLM applies them.

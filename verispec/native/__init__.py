@@ -278,7 +278,7 @@ def _load(compiler: str, source: Path | None = None, flags: tuple | None = None,
     """Build (or find and verify), bind and check the kernels of ``source`` (``bind`` and ``check``: this module's
     ``_bind`` and ``_self_check`` unless given): (them, their path, a note on a rebuild). A cached build that fails
     its check though it matches its record (copied from another machine) is compiled again once."""
-    from verispec.io import cache_root
+    from verispec.files.io import cache_root
 
     folder, check = cache_root() / "kernels", check or _self_check
     path, content, compiled = _build(compiler, folder, source=source, flags=flags)

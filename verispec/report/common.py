@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verispec.errors import VerispecError
-from verispec.io import atomic_output, figure_metadata
+from verispec.files.io import atomic_output, figure_metadata
 from verispec.latency import LatencyModel
 from verispec.study.grid import SweepGrid
 

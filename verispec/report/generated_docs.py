@@ -12,7 +12,8 @@ Markers (HTML comments, which no renderer shows)::
     <!--/table-->
 
 Each KEY names a function of the result files (``ResultFiles``) that returns the text. A result file is JSON with a
-``record`` (``verispec.provenance.run_record``: the command line, the commit, the date, the machine and the SHA-256
+``record`` (``verispec.files.provenance.run_record``: the command line, the commit, the date, the machine and the
+SHA-256
 of its inputs): a file without one is refused, so every generated number can be traced to the run that made it.
 ``typed_numbers`` finds numbers a page states outside any marker (the test's second half: a number typed by hand is
 caught even where nobody put a marker).
@@ -69,8 +70,8 @@ def load_result(path: str | Path) -> dict:
     (``MAX_RESULT_BYTES``) and only when it is a regular file: a FIFO in its place hung the generator, and a link
     to /dev/zero filled memory (issue 64). Every object in it is a ``ResultObject``: a key it lacks is refused on
     one line naming the file and the key, not a KeyError."""
-    from verispec.io import read_user_file
-    from verispec.provenance import MAX_RESULT_BYTES
+    from verispec.files.io import read_user_file
+    from verispec.files.provenance import MAX_RESULT_BYTES
 
     path = Path(path)
     if not path.exists() and not path.is_symlink():
@@ -88,7 +89,7 @@ def load_result(path: str | Path) -> dict:
         missing = [f"machine.{key}" for key in MACHINE_KEYS if key not in record["machine"]]
     if missing:
         raise GeneratedDocsError(f"result file {path} states no {', '.join(missing)} in its 'record': rerun its "
-                                 "command with a verispec that records its runs (verispec.provenance.run_record)")
+                                 "command with a verispec that records its runs (verispec.files.provenance.run_record)")
     return result
 
 

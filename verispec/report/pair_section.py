@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from verispec.errors import VerispecError
-from verispec.io import atomic_write_json, atomic_write_text
+from verispec.files.io import atomic_write_json, atomic_write_text
 from verispec.report.common import plural, pyplot, save_figure, with_interval
 from verispec.selector.study import (
     DEFAULT_EPOCHS,
@@ -205,8 +205,9 @@ def study_markdown(result: dict, heading: str, level: int = 1, figure: str | Non
                      f"({setting['grid']}) | {'/'.join(setting['label_methods'])} | {setting['prompts']} "
                      f"({setting['held_out_prompts']}) | {setting['roots']} ({setting['held_out_roots']}) |")
     lines += ["", "Regimes: " + "; ".join(entry["title"] for entry in result["regimes"].values()) + "."]
-    if "record" in result:  # the run that made it (verispec.provenance.run_record); the inputs' SHA-256 in the JSON
-        from verispec.provenance import describe_record
+    # the run that made it (verispec.files.provenance.run_record); the inputs' SHA-256 in the JSON
+    if "record" in result:
+        from verispec.files.provenance import describe_record
 
         lines += ["", f"Made by {describe_record(result['record'])}."]
     for table in result["tables"]:
@@ -252,7 +253,7 @@ def study_figure(result: dict, path: Path) -> str:
 def write_study(result: dict, out: str | Path, heading: str | None = None, level: int = 1) -> str:
     """Write the study's JSON, figure and markdown (its heading ``heading`` of ``level``) into ``out``, each
     atomically; the markdown's text."""
-    from verispec.provenance import MARKER_KEY, markdown_marker, written_by
+    from verispec.files.provenance import MARKER_KEY, markdown_marker, written_by
     from verispec.selector.study import STUDY_KIND
 
     out = Path(out)

@@ -396,7 +396,7 @@ def open_grid_store(path, parameters: dict, grid: ActionGrid, *, overwrite: bool
     opens too where its format-1 actions are ``grid``'s; otherwise the store's ``ResultStoreError`` is raised, as
     for any other parameter that differs."""
     from verispec.errors import ResultStoreError
-    from verispec.io import ResultStore
+    from verispec.files.io import ResultStore
 
     try:
         return ResultStore(path, parameters={**parameters, **grid_record(grid)}, overwrite=overwrite, **options)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verispec.errors import ProblemTooLargeError, VerispecError
-from verispec.limits import MAX_DECODE_NODES
+from verispec.guard.limits import MAX_DECODE_NODES
 from verispec.selector.comb_trees import (  # the names stay importable from here, as before the split
     ShapeForms,
     evaluate_trees,

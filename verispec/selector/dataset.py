@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import ProblemTooLargeError, ResultStoreError, describe
-from verispec.io import check_inside, check_output, check_output_file, unpack_floats
+from verispec.files.io import check_inside, check_output, check_output_file, unpack_floats
+from verispec.guard import budget
 from verispec.selector.actions import open_grid_store
 from verispec.selector.dataset_file import DATASET_FILE, DATASET_FORMAT, DATASET_VERSION, Dataset, DatasetError
 from verispec.selector.hidden_states import collect_hidden_states
@@ -162,8 +162,8 @@ def build_dataset(roots: Sequence[Root], grid, *, method: str = "auto", samples:
     first root, exact labels out of a build's reach are refused ('exact') or labelled conditional-exact ('auto',
     with a one-line ``note``): ``check_label_costs``. The roots run through the study's executor and its one save
     loop (``verispec.study.executor``: ``execute``, ``save_as_they_arrive``). One writer per store: the build holds
-    the store's lock (``verispec.store_lock``), and a second build of ``out`` is refused at start."""
-    from verispec.store_lock import store_lock
+    the store's lock (``verispec.files.store_lock``), and a second build of ``out`` is refused at start."""
+    from verispec.files.store_lock import store_lock
 
     roots = list(roots)
     _check_build(roots, grid, method, samples, seed, epsilon, latency, pair, hidden, root_batch)

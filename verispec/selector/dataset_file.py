@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import VerispecError, describe
-from verispec.io import OutputKind, atomic_output, check_output_file, check_zip_sizes
+from verispec.files.io import OutputKind, atomic_output, check_output_file, check_zip_sizes
 
 #: The ``format`` recorded in a dataset file's metadata, and its version.
 DATASET_FORMAT = "verispec selector dataset"
@@ -185,8 +185,8 @@ class Dataset:
     def save(self, path: str | Path, *, command: str = "selector dataset") -> None:
         """Write the dataset to ``path`` (.npz, zip-deflated: labels of 620 roots x 476 actions x 16 trees fit in
         about 5 MB instead of 52) atomically, with the ``written_by`` marker of ``verispec COMMAND`` (the member
-        that lets a rerun replace it: ``verispec.provenance``; ``load`` ignores it)."""
-        from verispec.provenance import DATASET, MARKER_KEY, npz_member, written_by
+        that lets a rerun replace it: ``verispec.files.provenance``; ``load`` ignores it)."""
+        from verispec.files.provenance import DATASET, MARKER_KEY, npz_member, written_by
 
         arrays = {name: getattr(self, name) for name in ARRAYS}
         if self.per_sample is not None:
@@ -284,14 +284,14 @@ def is_dataset_file(path: str | Path) -> bool:
 
 def dataset_file_marked(path: str | Path) -> bool:
     """Whether ``path`` carries the ``written_by`` marker of a selector dataset verispec wrote
-    (``verispec.provenance``): what 'verispec selector dataset' may replace without --overwrite."""
-    from verispec.io import npz_marker
-    from verispec.provenance import DATASET, is_marked
+    (``verispec.files.provenance``): what 'verispec selector dataset' may replace without --overwrite."""
+    from verispec.files.io import npz_marker
+    from verispec.files.provenance import DATASET, is_marked
 
     return is_marked(npz_marker(path, MAX_DATASET_BYTES), DATASET)
 
 
-#: What 'verispec selector dataset --out' writes (``verispec.io.check_output``).
+#: What 'verispec selector dataset --out' writes (``verispec.files.io.check_output``).
 DATASET_FILE = OutputKind("verispec selector dataset", dataset_file_marked, is_dataset_file, "dataset.npz")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import ResultStoreError
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.selector.dataset_file import DatasetError
 
 #: The hidden states a dataset may hold, as ``verispec.models.decoding.BlockContext.hidden`` names them.
@@ -93,7 +93,7 @@ def collect_hidden_states(keys: list[str], keyed: dict, pair, out: Path, overwri
 
     from tqdm import tqdm
 
-    from verispec.io import pack_floats, unpack_floats
+    from verispec.files.io import pack_floats, unpack_floats
 
     try:
         store = ResultStore(out.with_name(out.name + ".hidden.json"),

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from verispec.errors import ProblemTooLargeError, VerifierError
-from verispec.io import pack_floats
-from verispec.memory import trim_heap
+from verispec.files.io import pack_floats
+from verispec.guard.memory import trim_heap
 from verispec.selector.dataset_file import DatasetError
 from verispec.selector.roots import Root, _derived_seed
 from verispec.simulator.problems import Problem, ShiftedProblem
@@ -265,7 +265,7 @@ def check_pair_workers(pair, backend: str, jobs: int | None, address) -> int | N
     cluster's workers (their own default)."""
     import torch
 
-    from verispec.memory import available_memory_bytes
+    from verispec.guard.memory import available_memory_bytes
     from verispec.study.workers import available_cores, is_local_cluster, worker_processes
 
     if getattr(pair, "source", None) is None:

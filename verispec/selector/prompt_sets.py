@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from verispec.errors import VerispecError
-from verispec.limits import MAX_PROMPTS_FILE_BYTES
+from verispec.guard.limits import MAX_PROMPTS_FILE_BYTES
 
 #: The small prose set, package data of ``verispec.selector`` (one prompt per line).
 PROSE_SMALL = ("prompts", "prose_small.txt")
@@ -30,7 +30,7 @@ def read_prompt_specs(specs: list[str] | None) -> list[tuple[str, str]]:
     ``verispec.models.prompts.prose_prompts``, cut from Python's own documentation, groups 'prose:SOURCE#i');
     ``prose-small`` or ``prose-small:N`` (``prose_small_prompts``); or FILE (one prompt per line, groups
     'NAME:i'). A count beyond its set is refused with the set's size."""
-    from verispec.io import read_user_file
+    from verispec.files.io import read_user_file
     from verispec.models.prompts import humaneval_prompts, prose_prompts
 
     if not specs:

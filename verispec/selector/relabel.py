@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import ResultStoreError
-from verispec.io import ResultStore, pack_floats, unpack_floats
+from verispec.files.io import ResultStore, pack_floats, unpack_floats
 from verispec.selector.actions import open_grid_store
 from verispec.selector.dataset import build_dataset, check_dataset_output, store_path
 from verispec.selector.dataset_file import DATASET_VERSION, Dataset, DatasetError

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from verispec.errors import VerispecError, describe
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
 from verispec.models.sampling import Sampling
 from verispec.selector.dataset_file import DatasetError
 

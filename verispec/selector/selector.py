@@ -7,7 +7,7 @@ model, sampling settings, kind, seed, verispec version, number of training roots
 one line naming both, a pair or setting it was not trained for.
 
 The file is one ``torch.save`` of plain tensors, dicts, lists and strings, read back with ``weights_only=True``
-(no pickled code runs) and written atomically (``verispec.io.atomic_output``).
+(no pickled code runs) and written atomically (``verispec.files.io.atomic_output``).
 
 ``SelectorPolicy`` is the per-block decoding policy of ``verispec.models.decoding`` (its ``BlockPolicy``
 protocol): it computes the scalar features from the block's context (p and q at the previous token, q at the
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from verispec.errors import VerispecError, describe
-from verispec.io import OutputKind, atomic_output
+from verispec.files.io import OutputKind, atomic_output
 from verispec.native import kernel_status
 from verispec.selector.actions import Action, ActionGrid, SelectorError
 from verispec.selector.features import SCALAR_FEATURES, context_features, reads_draft
@@ -238,8 +238,8 @@ class Selector:
     # -- the file ----------------------------------------------------------------------------------------------
     def state(self) -> dict:
         """The file's content: plain tensors, dicts, lists and strings; ``written_by``, the marker that lets a
-        rerun of 'verispec selector train' replace the file (``verispec.provenance``; ``load`` ignores it)."""
-        from verispec.provenance import MARKER_KEY, SELECTOR, written_by
+        rerun of 'verispec selector train' replace the file (``verispec.files.provenance``; ``load`` ignores it)."""
+        from verispec.files.provenance import MARKER_KEY, SELECTOR, written_by
 
         return {MARKER_KEY: written_by(SELECTOR, "selector train"), "format": FORMAT, "format_version": FORMAT_VERSION,
                 "kind": self.kind,
@@ -295,7 +295,7 @@ class Selector:
 def _read_state(path: str | Path, shown: str):
     """The content of a selector file (``torch.load`` with ``weights_only``), after refusing a file or an archive
     that declares more than MAX_SELECTOR_FILE_BYTES, before torch reads or decompresses anything."""
-    from verispec.io import check_zip_sizes
+    from verispec.files.io import check_zip_sizes
 
     status = Path(path).stat()  # FileNotFoundError, IsADirectoryError... for the caller to name
     if stat.S_ISDIR(status.st_mode):
@@ -322,8 +322,8 @@ def is_selector_file(path: str | Path) -> bool:
 
 def selector_file_marked(path: str | Path) -> bool:
     """Whether ``path`` carries the ``written_by`` marker of a selector file verispec wrote
-    (``verispec.provenance``): what 'verispec selector train' may replace without --overwrite."""
-    from verispec.provenance import MARKER_KEY, SELECTOR, is_marked
+    (``verispec.files.provenance``): what 'verispec selector train' may replace without --overwrite."""
+    from verispec.files.provenance import MARKER_KEY, SELECTOR, is_marked
 
     try:
         data = _read_state(path, repr(str(path)))
@@ -332,7 +332,7 @@ def selector_file_marked(path: str | Path) -> bool:
     return isinstance(data, dict) and is_marked(data.get(MARKER_KEY), SELECTOR)
 
 
-#: What 'verispec selector train --out' writes (``verispec.io.check_output``).
+#: What 'verispec selector train --out' writes (``verispec.files.io.check_output``).
 SELECTOR_FILE = OutputKind("verispec selector file", selector_file_marked, is_selector_file, "selector.pt")
 
 

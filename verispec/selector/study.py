@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import VerispecError, describe
-from verispec.io import (
+from verispec.files.io import (
     FIGURE_OUTPUT,
     MARKDOWN_OUTPUT,
     OutputKind,
@@ -60,8 +60,8 @@ from verispec.io import (
     json_format,
     marked_json,
 )
+from verispec.guard.limits import MAX_PROJECTION, MAX_THREADS, STUDY_THREADS
 from verispec.latency import LatencyModel, throughput_unit
-from verispec.limits import MAX_PROJECTION, MAX_THREADS, STUDY_THREADS
 from verispec.selector.actions import ActionGrid, action_times, policy_action_times
 from verispec.selector.dataset_file import Dataset, DatasetError
 from verispec.selector.evaluate import (
@@ -97,7 +97,7 @@ DEFAULT_TEST_FRACTION = 0.25
 JSON_FILE, MARKDOWN_FILE, FIGURE_FILE = "pair_selector.json", "pair_selector.md", "pair_selector.png"
 OUTPUTS = (JSON_FILE, MARKDOWN_FILE, FIGURE_FILE)
 STUDY_FORMAT = "verispec pair selector study"
-#: The kind of the ``written_by`` marker of the study's JSON (``verispec.provenance``).
+#: The kind of the ``written_by`` marker of the study's JSON (``verispec.files.provenance``).
 STUDY_KIND = "selector study"
 
 @dataclass(frozen=True)

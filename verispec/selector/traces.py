@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from verispec import budget
-from verispec.io import ResultStore
+from verispec.files.io import ResultStore
+from verispec.guard import budget
 
 
 def sampled_traces(pair, cells: Sequence[tuple], max_new_tokens: int, *, store: ResultStore | None = None,

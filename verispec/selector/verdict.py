@@ -70,7 +70,7 @@ from verispec.selector.study import (
 
 #: The verdict's format, recorded in its JSON.
 VERDICT_FORMAT = "verispec selector verdict"
-#: The kind of the ``written_by`` marker of the verdict's JSON (``verispec.provenance``).
+#: The kind of the ``written_by`` marker of the verdict's JSON (``verispec.files.provenance``).
 VERDICT_KIND = "selector verdict"
 
 #: The half-width a ratio's interval should reach (issue 56: 1.5%), else the prompts it would take are named.

@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import VerispecError, describe
-from verispec.io import read_user_file
+from verispec.files.io import read_user_file
 
-#: The file's format, and the kind of its ``written_by`` marker (``verispec.provenance``).
+#: The file's format, and the kind of its ``written_by`` marker (``verispec.files.provenance``).
 FORMAT = "verispec verification cost"
 KIND = "verification cost"
 

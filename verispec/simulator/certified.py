@@ -59,8 +59,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from verispec import budget
 from verispec.errors import AnalysisTimeoutError, ProblemTooLargeError, VerispecError
+from verispec.guard import budget
 from verispec.simulator.dp import MAX_WALK_OPERATIONS, ROW_OPERATIONS, check_closed_kernel_size, sequential_kernels
 from verispec.simulator.interfaces import NodeSolver, Verifier
 from verispec.simulator.problems import Problem
@@ -348,7 +348,7 @@ def certify(problem: Problem, drafter, verifier: Verifier, epsilon: float, *, ma
 
     Node-solver verifiers on i.i.d.-structured trees take the certified walk; other verifiers take the
     whole-tree best-first enumeration (small trees only). ``max_rows``, ``max_outcomes`` and ``deadline`` (a
-    ``time.monotonic()`` value; or the caller's ``verispec.budget``) bound the work. When the walk's rows or
+    ``time.monotonic()`` value; or the caller's ``verispec.guard.budget``) bound the work. When the walk's rows or
     time run out after a complete round, the last round's interval is returned (still certified, wider than
     epsilon: ``reached`` is False and ``note`` says why); before that a ``ProblemTooLargeError`` or
     ``AnalysisTimeoutError`` says so. The whole-tree search returns its bounds so far at the deadline (they hold

@@ -25,8 +25,8 @@ from typing import Protocol
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import EnumerationTooLargeError, InvalidDistributionError, VerifierError, describe
+from verispec.guard import budget
 
 #: Tolerance on the sum of a categorical law handed to a chooser in float mode.
 CHOICE_SUM_TOLERANCE = 1e-9
@@ -230,7 +230,7 @@ def enumerate_law(
     branches of probability zero. ``exact`` starts products at Fraction(1) (use with Fraction inputs).
     Raises ``EnumerationTooLargeError`` past ``max_traces`` traces or when one run makes more than
     ``MAX_CHOICES_PER_TRACE`` decisions (``name`` names the procedure in the message), and
-    ``AnalysisTimeoutError`` past the current time budget (verispec.budget).
+    ``AnalysisTimeoutError`` past the current time budget (verispec.guard.budget).
     """
     one = Fraction(1) if exact else 1.0
     law: dict[Hashable, float | Fraction] = {}

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from verispec import backend, budget
+from verispec import backend
 from verispec.errors import ProblemTooLargeError
+from verispec.guard import budget
 from verispec.simulator.interfaces import NodeSolver
 from verispec.simulator.problems import Problem
 from verispec.sizes import log_add, log_prefix_count, readable_count

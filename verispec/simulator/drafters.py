@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verispec.errors import UnknownTreeError, describe
-from verispec.limits import MAX_TREE_PARAMETER
+from verispec.guard.limits import MAX_TREE_PARAMETER
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES, Chooser, RandomChooser, enumerate_law
 from verispec.simulator.problems import Problem
 from verispec.simulator.ranking import top_tokens, without_tokens

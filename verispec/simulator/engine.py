@@ -36,9 +36,9 @@ from fractions import Fraction
 import numpy as np
 from tqdm import tqdm
 
-from verispec import budget
 from verispec.errors import IncompatibleDraftError, ProblemTooLargeError, VerispecError, describe
-from verispec.limits import MAX_RATIONAL_SECONDS, METHODS
+from verispec.guard import budget
+from verispec.guard.limits import MAX_RATIONAL_SECONDS, METHODS
 from verispec.simulator import fast_enumeration
 from verispec.simulator.chooser import DEFAULT_MAX_TRACES
 from verispec.simulator.dp import MAX_LAW_MODE_ENTRIES, check_walk_size, estimate_walk, walk_dp

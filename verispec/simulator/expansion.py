@@ -12,7 +12,7 @@ import json
 import numpy as np
 
 from verispec.errors import ProblemTooLargeError
-from verispec.memory import available_memory_bytes
+from verispec.guard.memory import available_memory_bytes
 from verispec.sizes import MAX_EXACT_ENTRIES, MAX_TABLE_PREFIXES, check_exact_entries
 
 #: Most prefixes per law of a .npz problem file, and most tokens in all its prefixes: each prefix becomes a tuple

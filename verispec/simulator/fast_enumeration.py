@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec import budget
 from verispec.errors import ProblemTooLargeError
+from verispec.guard import budget
 from verispec.simulator.drafters import Drafter
 from verispec.simulator.interfaces import Verifier
 from verispec.simulator.laws import check_emission_laws

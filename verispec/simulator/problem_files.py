@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from verispec.errors import InvalidDistributionError, InvalidProblemError, ProblemTooLargeError, describe
-from verispec.io import OutputKind, read_user_file
+from verispec.files.io import OutputKind, read_user_file
 from verispec.simulator.distributions import SUM_TOLERANCE, float_rows, parse_number
 from verispec.simulator.expansion import check_json_exact_entries, check_npz_expansion, rational_floats
 from verispec.simulator.problems import CheckedRows, Prefix, Problem, TabularProblem, prefix_label
@@ -38,7 +38,7 @@ REQUIRED_KEYS = ("vocab_size", "target", "draft")
 NOTE_KEYS = ("comment", "description")
 #: Optional keys holding JSON objects that readers ignore: "derived" is the provenance ``verispec derive``
 #: writes (the pair, context, settings and the real tokens behind every derived prefix); "written_by" the marker
-#: of the verispec command that wrote the file (``verispec.provenance``: only a file carrying it is replaced
+#: of the verispec command that wrote the file (``verispec.files.provenance``: only a file carrying it is replaced
 #: without --overwrite).
 METADATA_KEYS = ("derived", "written_by")
 
@@ -387,17 +387,17 @@ def problem_to_npz(problem: Problem, depth: int, path: str | Path, *, metadata: 
     A float problem stores float64 rows; an exact one stores each row as int64 numerators and denominators, and
     refuses (InvalidProblemError) an entry whose numerator or denominator does not fit (write JSON instead).
     ``metadata`` (JSON-serialisable: a description, ``verispec derive``'s provenance) is kept as JSON text;
-    ``written_by`` (``verispec.provenance.written_by``), the marker of the command writing it, as the member
-    ``written_by``. ``within``: the output folder the file must stay in (``verispec.io.atomic_output``)."""
+    ``written_by`` (``verispec.files.provenance.written_by``), the marker of the command writing it, as the member
+    ``written_by``. ``within``: the output folder the file must stay in (``verispec.files.io.atomic_output``)."""
     import io
 
-    from verispec.io import atomic_write_bytes
+    from verispec.files.io import atomic_write_bytes
 
     problem.require_depth(depth)
     arrays = {"format": np.asarray(NPZ_FORMAT), "vocab_size": np.asarray(problem.vocab_size, dtype=np.int64),
               "metadata": np.asarray(json.dumps(dict(metadata or {}), default=str))}
     if written_by is not None:
-        from verispec.provenance import npz_member
+        from verispec.files.provenance import npz_member
 
         arrays["written_by"] = npz_member(dict(written_by))
     for name, last, law in (("target", depth, problem.target), ("draft", depth - 1, problem.draft)):
@@ -478,7 +478,7 @@ def problem_from_npz(content: bytes, *, exact: bool = False, name: str = "proble
     import io
     import zipfile
 
-    from verispec.io import check_zip_sizes
+    from verispec.files.io import check_zip_sizes
 
     check_zip_sizes(io.BytesIO(content), limit=MAX_NPZ_ARRAY_BYTES, what=f"problem file {name!r}",
                     error=InvalidProblemError)  # before anything is decompressed
@@ -522,7 +522,7 @@ def is_problem_file(path: str | Path) -> bool:
     import io
     import zipfile
 
-    from verispec.io import check_zip_sizes
+    from verispec.files.io import check_zip_sizes
 
     try:
         content = read_user_file(path, limit=MAX_PROBLEM_FILE_BYTES, what="problem file", error=InvalidProblemError,
@@ -540,11 +540,12 @@ def is_problem_file(path: str | Path) -> bool:
 
 
 def problem_file_marked(path: str | Path) -> bool:
-    """Whether ``path`` carries the ``written_by`` marker of a problem file verispec wrote (``verispec.provenance``):
+    """Whether ``path`` carries the ``written_by`` marker of a problem file verispec wrote
+    (``verispec.files.provenance``):
     the member of a .npz, the key of a JSON object. What the commands that write problem files may replace
     without --overwrite: a hand-written problem file, or one a verispec older than the marker wrote, has none."""
-    from verispec.io import json_marker, npz_marker
-    from verispec.provenance import PROBLEM, is_marked
+    from verispec.files.io import json_marker, npz_marker
+    from verispec.files.provenance import PROBLEM, is_marked
 
     try:
         with open(path, "rb") as stream:
@@ -556,7 +557,7 @@ def problem_file_marked(path: str | Path) -> bool:
     return is_marked(marker, PROBLEM)
 
 
-#: What the commands that write problem files write (``verispec.io.check_output``).
+#: What the commands that write problem files write (``verispec.files.io.check_output``).
 PROBLEM_FILE = OutputKind("verispec problem file (JSON or .npz)", problem_file_marked, is_problem_file,
                           "problem.json")
 

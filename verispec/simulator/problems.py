@@ -190,8 +190,8 @@ def draft_law(problem: Problem, length: int) -> np.ndarray:
 
 def _conditionals(problem: Problem, length: int, law) -> np.ndarray:
     """Every prefix's law, one call each (a few microseconds apiece: 3^16 prefixes are minutes), so the time
-    budget (``verispec.budget``: a sweep's --cell-timeout) is checked every 4,096 prefixes."""
-    from verispec import budget
+    budget (``verispec.guard.budget``: a sweep's --cell-timeout) is checked every 4,096 prefixes."""
+    from verispec.guard import budget
 
     size = problem.vocab_size
     table = np.empty((size,) * length + (size,), dtype=object if problem.exact else np.float64)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec import budget
+from verispec.guard import budget
 from verispec.simulator.prefix_tables import ABSENT, PrefixTables
 from verispec.simulator.slots import SlotPlan
 

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from verispec import budget
+from verispec.guard import budget
 from verispec.simulator.prefix_tables import ABSENT, PrefixTables
 from verispec.simulator.slot_enumeration import SlotDraws
 from verispec.simulator.trees import TreeBatch

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from verispec.errors import UnknownTreeError, describe
-from verispec.limits import MAX_TREE_PARAMETER, TREE_FORMS
+from verispec.guard.limits import MAX_TREE_PARAMETER, TREE_FORMS
 from verispec.simulator.ddtree import DDTreeDrafter
 from verispec.simulator.drafters import (
     ArgmaxChainDrafter,
@@ -65,7 +65,8 @@ _FACTORIES: dict[str, Callable[[str], Drafter]] = {
     "ddtree": lambda text: DDTreeDrafter(*_ints("ddtree", text, ("B", "L"))),
 }
 
-#: Each tree kind (the text before the colon) -> its form and drafter, in the order of ``verispec.limits.TREE_FORMS``
+#: Each tree kind (the text before the colon) -> its form and drafter, in the order of
+#: ``verispec.guard.limits.TREE_FORMS``
 #: (the forms --help lists, read there without importing numpy).
 TREE_KINDS: dict[str, tuple[str, Callable[[str], Drafter]]] = {
     form.partition(":")[0]: (form, _FACTORIES[form.partition(":")[0]]) for form in TREE_FORMS}

@@ -136,10 +136,10 @@ def write_problems(grid: SweepGrid, directory: str | Path, *, overwrite: bool = 
     of the grid (``file:PATH``) are already files and are skipped. ``verispec exact --problem FILE`` then reproduces
     any cell. Returns the paths written. Before anything is written, a table beyond verispec's limits is refused,
     and so is a folder that cannot be written or a file of one of those names that is not a problem file
-    (``verispec.io.check_output``: one without verispec's ``written_by`` marker), unless ``overwrite``; a link in
-    the folder is refused even then (``verispec.io.check_inside``: no output leaves its folder)."""
-    from verispec.io import check_inside, check_output, check_output_dir
-    from verispec.provenance import PROBLEM, written_by
+    (``verispec.files.io.check_output``: one without verispec's ``written_by`` marker), unless ``overwrite``; a link in
+    the folder is refused even then (``verispec.files.io.check_inside``: no output leaves its folder)."""
+    from verispec.files.io import check_inside, check_output, check_output_dir
+    from verispec.files.provenance import PROBLEM, written_by
     from verispec.simulator import parse_tree
     from verispec.simulator.problem_files import PROBLEM_FILE, problem_to_npz
     from verispec.sizes import check_table_size

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Generator
 
-from verispec.limits import BACKENDS
+from verispec.guard.limits import BACKENDS
 from verispec.study.clusters import dask_client, ray_session
 from verispec.study.grid import SweepError
 from verispec.study.workers import local_workers, stop_pool, watch_parent

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verispec.errors import VerispecError
+from verispec.guard.limits import DEFAULT_COST_RATIO, METHODS
 from verispec.latency import LatencyModel
-from verispec.limits import DEFAULT_COST_RATIO, METHODS
 
 #: The sweep's default price of a block: t_q = 1, t_p(n) = 4 whatever the tree size.
 DEFAULT_LATENCY = LatencyModel.from_ratio(DEFAULT_COST_RATIO)

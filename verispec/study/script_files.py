@@ -1,7 +1,7 @@
 """The checks a long script runs before any work (the scripts under ``experiments/``; issue 64).
 
 The commands of ``verispec`` check their options as argparse reads them and their outputs before any work
-(``verispec.io.check_output``); a script that runs for minutes or hours must do the same, or it learns only at its
+(``verispec.files.io.check_output``); a script that runs for minutes or hours must do the same, or it learns only at its
 first save that its ``--out`` is read-only, full or someone else's file, or never ends at all because a dataset
 named on its command line is a FIFO that no one writes (its reader blocks in ``open``, before any ``--time-budget``
 can stop it). Gathered here, so that every script refuses the same cases in the same words:
@@ -9,11 +9,12 @@ can stop it). Gathered here, so that every script refuses the same cases in the 
 * ``check_ranges``: every number in its range, NaN and infinities refused (``--threads 100000`` started 100,000
   threads and crashed);
 * ``check_input``: an input file is a regular file (not a FIFO, a device such as /dev/zero, or a folder), refused
-  at once; its reader then reads it with a bound (``verispec.io.read_user_file``, ``check_zip_sizes``);
-* ``RunOutputs``: every file the run will write can be written (``verispec.io.check_output_file``), its file system
+  at once; its reader then reads it with a bound (``verispec.files.io.read_user_file``, ``check_zip_sizes``);
+* ``RunOutputs``: every file the run will write can be written (``verispec.files.io.check_output_file``), its file
+  system
   has room (``MIN_FREE_BYTES`` beyond what the files hold now: each is rewritten whole beside its old copy), an
   existing file is the run's own (a row store's ``written_by`` marker, a result file's ``record``, or a table whose
-  SHA-256 the row store recorded when it wrote it), and one run at a time writes them (``verispec.store_lock``);
+  SHA-256 the row store recorded when it wrote it), and one run at a time writes them (``verispec.files.store_lock``);
   ``write_text`` / ``write_bytes`` then record a table's digest in the row store before writing it atomically;
 * ``ScriptParser``: an option argparse cannot read (``--threads abc``) is one line too, not a usage block;
 * ``run_script``: any ``VerispecError`` of the run, before or during the work (a disk that fills up mid-run), ends
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from verispec.errors import OutputError, ResultStoreError, VerispecError
-from verispec.reading import file_type, size_text
+from verispec.files.reading import file_type, size_text
 
 #: Least free space the outputs' file system must have beyond the files' present sizes: a result file or a table is
 #: at most a few MB (the largest committed one, the selector study's, is 0.2 MB).
@@ -41,7 +42,8 @@ MIN_FREE_BYTES = 16 << 20
 #: The room a command's one small output needs (a witness problem, a latency model: a few KB): 1 MiB.
 SMALL_FILE_ROOM = 1 << 20
 
-#: Largest --time-budget of a script: a year, as the command line's (``verispec.budget``'s hard timer refuses delays
+#: Largest --time-budget of a script: a year, as the command line's (``verispec.guard.budget``'s hard timer refuses
+#: delays
 #: past about 10^9.5 s).
 MAX_SCRIPT_BUDGET = 365 * 24 * 3600.0
 
@@ -122,12 +124,12 @@ def check_free_space(paths: Iterable[str | Path], what: str, needed: int = MIN_F
 
 
 def is_row_store(path: str | Path) -> bool:
-    """Whether ``path`` is a verispec row store (``verispec.io.ResultStore``): it carries the row store's
+    """Whether ``path`` is a verispec row store (``verispec.files.io.ResultStore``): it carries the row store's
     ``written_by`` marker, or (a store written before the marker) it is a JSON object recording its run's
     ``parameters`` beside its ``rows``, the format the store itself accepts to resume (it then refuses other
     parameters). Never raising: a file that cannot be read is not one."""
-    from verispec.io import MAX_RESULT_FILE_BYTES, read_user_file
-    from verispec.provenance import MARKER_KEY, RESULT_STORE, is_marked
+    from verispec.files.io import MAX_RESULT_FILE_BYTES, read_user_file
+    from verispec.files.provenance import MARKER_KEY, RESULT_STORE, is_marked
 
     try:
         data = json.loads(read_user_file(path, limit=MAX_RESULT_FILE_BYTES, what="the row store"))
@@ -142,9 +144,10 @@ def is_row_store(path: str | Path) -> bool:
 class RunOutputs:
     """The files one run of a script writes, checked before any work (``claim``) and written as their owner.
 
-    ``store``: the run's row store (``verispec.io.ResultStore``), if any; an existing file there must be a row store
+    ``store``: the run's row store (``verispec.files.io.ResultStore``), if any; an existing file there must be a row
+    store
     (``is_row_store``; the store refuses one of other parameters itself when the script opens it). ``result``:
-    a result file (JSON with the run's ``record``, ``verispec.provenance.check_result_output``). ``tables``: the
+    a result file (JSON with the run's ``record``, ``verispec.files.provenance.check_result_output``). ``tables``: the
     files written from the rows (a Markdown table, a summary, a plot): an existing one is replaced only where the
     store recorded its SHA-256 (``ResultStore.wrote``); with no store, only where ``result`` exists and is a result
     file (the run that wrote it wrote them). ``what`` names the option in the refusals."""
@@ -163,9 +166,9 @@ class RunOutputs:
     def claim(self, held: contextlib.ExitStack) -> None:
         """Before any work: every path writable with room to spare, every existing file the run's own, and the lock
         of the run's outputs taken for as long as ``held`` is open (a second run is refused on one line)."""
-        from verispec.io import check_output_file
-        from verispec.provenance import check_result_output
-        from verispec.store_lock import store_lock
+        from verispec.files.io import check_output_file
+        from verispec.files.provenance import check_result_output
+        from verispec.files.store_lock import store_lock
 
         seen: dict[str, Path] = {}
         for path in self.paths:
@@ -193,12 +196,12 @@ class RunOutputs:
         """The store whose digests vouch for the tables (read once), or None."""
         if self.store is None or not self.store.exists():
             return None
-        from verispec.io import ResultStore
+        from verispec.files.io import ResultStore
 
         return ResultStore(self.store)
 
     def _owned(self, path: Path, store) -> bool:
-        from verispec.provenance import sha256_file
+        from verispec.files.provenance import sha256_file
 
         if path.is_symlink() or not path.is_file():
             return False
@@ -211,8 +214,8 @@ class RunOutputs:
         self.write_bytes(store, path, text.encode("utf-8"))
 
     def write_bytes(self, store, path: str | Path, data: bytes) -> None:
-        from verispec.io import atomic_write_bytes
-        from verispec.provenance import sha256_bytes
+        from verispec.files.io import atomic_write_bytes
+        from verispec.files.provenance import sha256_bytes
 
         if store is not None:
             store.add_many({}, outputs={str(path): sha256_bytes(data)})

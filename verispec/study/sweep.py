@@ -15,9 +15,9 @@ import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from verispec.io import ResultStore, check_inside, check_output_file
-from verispec.limits import BACKENDS
-from verispec.store_lock import store_lock
+from verispec.files.io import ResultStore, check_inside, check_output_file
+from verispec.files.store_lock import store_lock
+from verispec.guard.limits import BACKENDS
 from verispec.study.cells import check_cell_costs, run_cells
 from verispec.study.executor import execute, save_as_they_arrive
 from verispec.study.grid import SweepError, SweepGrid, cell_key
@@ -57,7 +57,7 @@ def run_sweep(grid: SweepGrid, output: str | Path, *, backend: str = "local", jo
     any cell runs. ``within``: the output folder the table must stay in (a report's: a link is refused).
 
     One writer per store: without ``store``, the run holds the lock of ``<output>.cells.json``
-    (``verispec.store_lock``) from before the store is read to the end, and a second sweep of the same store is
+    (``verispec.files.store_lock``) from before the store is read to the end, and a second sweep of the same store is
     refused at start; with ``store``, its opener holds it (``Report``)."""
     output = Path(output)
     if backend not in BACKENDS:

@@ -23,8 +23,8 @@ import math
 from pathlib import Path
 
 from verispec.errors import ResultStoreError
-from verispec.io import OutputKind, ResultStore, atomic_write_bytes, check_inside, check_output_file
-from verispec.provenance import sha256_bytes, sha256_file
+from verispec.files.io import OutputKind, ResultStore, atomic_write_bytes, check_inside, check_output_file
+from verispec.files.provenance import sha256_bytes, sha256_file
 from verispec.study.grid import SweepError
 
 #: Columns first in every table (then any others, sorted).
@@ -54,7 +54,7 @@ def check_sweep_output(output: str | Path, *, overwrite: bool = False) -> tuple[
     sweep') records writing (its SHA-256), either of them absent on a first run. Anything else at either path
     (a file of the user's, a hand-edited table, a table whose store was deleted, so that a rerun would replace
     its rows, any JSON that is not a sweep's row store, a link in place of the store) is refused unless
-    ``overwrite``, which starts over. The caller holds the store's lock (``verispec.store_lock``)."""
+    ``overwrite``, which starts over. The caller holds the store's lock (``verispec.files.store_lock``)."""
     output = Path(output)
     table_format = output_format(output)
     check_output_file(output, "output", example="sweep.csv")
@@ -129,7 +129,7 @@ def sweep_table_marked(path: str | Path) -> bool:
         return False
 
 
-#: What 'verispec sweep --out' writes (``verispec.io.check_output``; the table's row store is a ``ResultStore``).
+#: What 'verispec sweep --out' writes (``verispec.files.io.check_output``; the table's row store is a ``ResultStore``).
 SWEEP_TABLE = OutputKind("verispec sweep table (its row store does not record writing it)", sweep_table_marked,
                          is_sweep_table, "sweep.csv")
 

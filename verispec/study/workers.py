@@ -106,7 +106,7 @@ def watch_parent(parent: int) -> None:
     if hasattr(signal, "SIGHUP"):  # a hang-up reaches the group too, as Ctrl-C does
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    from verispec.processes import kill_me_with_my_parent
+    from verispec.guard.processes import kill_me_with_my_parent
 
     kill_me_with_my_parent()
     started_under = os.getppid()

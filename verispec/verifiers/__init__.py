@@ -195,7 +195,7 @@ def load_verifier(spec: str) -> Verifier:
     if spec in _SANDBOXED:  # loaded once per command: each cell of a sweep asks again
         return _SANDBOXED[spec]
     box = load_sandboxed(spec, "verifier", sandboxed.describe, sandboxed.traces_in_sandbox)
-    if box is not None:  # a supervised worker: the rule runs in a process of its own (verispec.sandbox)
+    if box is not None:  # a supervised worker: the rule runs in a process of its own (verispec.guard.sandbox)
         verifier = _SANDBOXED[spec] = sandboxed.sandboxed_rule(spec, box)
         return verifier
     target = load_attribute(spec, "verifier")

@@ -9,7 +9,7 @@ generated now (a rule missing, renamed or described differently)."""
 
 from __future__ import annotations
 
-from verispec.limits import TREE_FORMS
+from verispec.guard.limits import TREE_FORMS
 from verispec.simulator.drafters import DraftLaw
 from verispec.simulator.interfaces import Verifier
 from verispec.verifiers import LOSSY_BY_DESIGN, REGISTRY, get_verifier

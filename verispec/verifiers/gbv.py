@@ -42,8 +42,9 @@ import math
 
 import numpy as np
 
-from verispec import backend, budget
+from verispec import backend
 from verispec.errors import ProblemTooLargeError
+from verispec.guard import budget
 from verispec.lp_analysis.order_statistics import largest_of_uniforms_mass, power_difference_quotient
 from verispec.simulator.chooser import Chooser
 from verispec.simulator.drafters import DraftLaw

@@ -47,10 +47,9 @@ times block verification's law on the leaf's path; the procedure draws each path
 first, ties uniform) and runs block verification's. Over draft outcomes the law is one term per path u of length L,
 weight g(u) (``PositionSelectionSum``; delayed: q(trunk) times g from the trunk's end): V^L terms, not V^(K L).
 
-Cost per block in decoding: a split per drafted internal node (``verispec.verifiers.psbv_split``), the selection
-integral, block verification on one path. A split takes 0.001 to 0.1 s at V = 1,000 and 0.4 to 14 s at real T = 1
-nodes of the Qwen pair (one core, K = 2 to 4), where psbv's labels were refused (``experiments/label_cost.py``);
-``psbv(blend=1)`` (``verispec.verifiers.psbv_blend``) takes 0.1 to 0.35 s a node there.
+Cost per block in decoding: a split per drafted internal node (``psbv_split``), the selection integral, block
+verification on one path. A split takes 0.001 to 0.1 s at V = 1,000, 0.4 to 14 s at real T = 1 nodes of the Qwen
+pair (one core, K = 2 to 4; psbv's labels were refused there), ``psbv(blend=1)`` (``psbv_blend``) 0.1 to 0.35 s.
 """
 
 from __future__ import annotations
@@ -61,8 +60,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from verispec import backend, budget
+from verispec import backend
 from verispec.errors import ProblemTooLargeError, UnknownVerifierError
+from verispec.guard import budget
 from verispec.lp_analysis.position_measures import (
     PositionMeasure,
     elementary_intervals,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from fractions import Fraction
 
-from verispec import budget
 from verispec.errors import ProblemTooLargeError
-from verispec.limits import MAX_RATIONAL_SECONDS
+from verispec.guard import budget
+from verispec.guard.limits import MAX_RATIONAL_SECONDS
 from verispec.lp_analysis.position_measures import PositionMeasure
 
 

@@ -1,4 +1,5 @@
-"""A user's rule (``--verifier FILE.py:NAME``) that runs in its sandbox (``verispec.sandbox``), as a verifier here.
+"""A user's rule (``--verifier FILE.py:NAME``) that runs in its sandbox (``verispec.guard.sandbox``), as a verifier
+here.
 
 The rule is a procedure function, a ``Verifier`` or a ``NodeSolver``; ``describe`` (run in the sandbox) says which,
 with the attributes the engines read, and the classes here stand for it in the worker: each call of its methods
@@ -105,7 +106,7 @@ def traces_in_sandbox(function, args, kwargs, options):
     outcome or failure written down for the worker to replay (``replayed_law``)."""
     if not options.get("traces"):
         return function(*args, **kwargs), None
-    from verispec.sandbox_process import failure, progress
+    from verispec.guard.sandbox_process import failure, progress
 
     tree = args[0]
     runs: list[dict] = []
@@ -161,7 +162,7 @@ def replayed_law(remote: _Remote, method: str | None, tree, name: str):
             if recorded is None or choice != recorded:
                 raise differs()
         if record.get("failure") is not None:
-            from verispec.sandbox import raise_failure
+            from verispec.guard.sandbox import raise_failure
 
             raise_failure(record["failure"])
         return record.get("outcome")

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec import backend, budget
+from verispec import backend
 from verispec.errors import ProblemTooLargeError
+from verispec.guard import budget
 from verispec.simulator.interfaces import RuleDP, RuleLaw
 from verispec.simulator.laws import add_at, add_blocks
 from verispec.simulator.problems import draft_conditionals, target_conditionals

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from verispec.errors import OutputError, ResultStoreError, VerispecError
-from verispec.markers import (  # noqa: F401  (re-exported: their home before issue 64)
+from verispec.files.markers import (  # noqa: F401  (re-exported: their home before issue 64)
     MAX_PNG_HEAD,
     PNG_SIGNATURE,
     json_field,
@@ -21,7 +21,7 @@ from verispec.markers import (  # noqa: F401  (re-exported: their home before is
     npz_marker,
     png_marker,
 )
-from verispec.reading import (  # noqa: F401  (re-exported: the readers' home before issue 64)
+from verispec.files.reading import (  # noqa: F401  (re-exported: the readers' home before issue 64)
     check_zip_sizes,
     file_type,
     open_without_blocking,
@@ -231,7 +231,7 @@ def check_output_dir(path: str | Path, what: str = "--out") -> None:
 class OutputKind:
     """A kind of file a command writes at a path the user names (a problem file, a selector, a latency model, a
     sweep table): ``name`` in words for the refusal ('verispec problem file'); ``marked(path)``, whether an
-    existing file carries the marker verispec writes into files of this kind (``verispec.provenance``: a marker
+    existing file carries the marker verispec writes into files of this kind (``verispec.files.provenance``: a marker
     it writes, not a format it reads, so a hand-written file of the same format is not taken for its own; never
     raising); ``recognise(path)``, whether it is of the format at all (for the refusal's words only: a file of
     the format without the marker was written by hand or by a verispec older than the marker); and
@@ -335,7 +335,8 @@ class ResultStore:
     The file carries verispec's ``written_by`` marker, and ``outputs``: for each file written from the rows (a
     sweep's table), its path relative to the store's folder and the SHA-256 of its last two contents, so that a
     rerun replaces only a table it can show it wrote (``add_many(outputs=...)``; ``verispec.study.tables``). One
-    writer at a time: a command holds ``verispec.store_lock.store_lock`` for its run, because each ``add`` rewrites
+    writer at a time: a command holds ``verispec.files.store_lock.store_lock`` for its run, because each ``add``
+    rewrites
     the whole file from this object's rows, and a second writer's rows would be lost.
 
     ``within``: the output folder the file lies in, when the user named the folder, not the file (a report's):
@@ -403,7 +404,7 @@ class ResultStore:
     def add_many(self, rows: dict[str, dict], *, outputs: dict[str, str] | None = None) -> None:
         """Add several rows (key -> row) and save once. ``outputs``: files about to be written from the rows (path
         -> SHA-256 of their new content), recorded before they are written (``wrote``)."""
-        from verispec.provenance import MARKER_KEY, RESULT_STORE, written_by
+        from verispec.files.provenance import MARKER_KEY, RESULT_STORE, written_by
 
         for key, row in rows.items():
             self.rows[key] = {"key": key, **row}
@@ -509,25 +510,25 @@ def json_format(name: str) -> Callable[[Path], bool]:
 
 def marked_json(kind: str) -> Callable[[Path], bool]:
     """``OutputKind.marked`` of a JSON file verispec writes with the ``written_by`` marker of ``kind``."""
-    from verispec.provenance import is_marked
+    from verispec.files.provenance import is_marked
 
     return lambda path: is_marked(json_marker(path), kind)
 
 
 def _markdown_marked(path: Path) -> bool:
-    from verispec.provenance import markdown_marked
+    from verispec.files.provenance import markdown_marked
 
     return markdown_marked(path)
 
 
 def _png_marked(path: Path) -> bool:
-    from verispec.provenance import REPORT, is_marked
+    from verispec.files.provenance import REPORT, is_marked
 
     return is_marked(png_marker(path), REPORT)
 
 
 def _row_store_marked(path: Path) -> bool:
-    from verispec.provenance import RESULT_STORE, is_marked
+    from verispec.files.provenance import RESULT_STORE, is_marked
 
     return is_marked(json_marker(path), RESULT_STORE)
 
@@ -543,6 +544,6 @@ ROW_STORE_OUTPUT = OutputKind("verispec row store", _row_store_marked, example="
 def figure_metadata(command: str) -> dict:
     """The PNG text chunks of a figure verispec writes (``savefig(metadata=...)``): its ``written_by`` marker
     (kind report), so that a rerun can show it wrote the figure it replaces (``FIGURE_OUTPUT``)."""
-    from verispec.provenance import MARKER_KEY, REPORT, written_by
+    from verispec.files.provenance import MARKER_KEY, REPORT, written_by
 
     return {MARKER_KEY: json.dumps(written_by(REPORT, command), sort_keys=True)}

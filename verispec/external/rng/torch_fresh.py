@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec.external import rng_triton
+from verispec.external.rng import triton_races as rng_triton
 
 
 @dataclass

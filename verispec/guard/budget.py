@@ -310,7 +310,8 @@ def watch_user_code(filenames: Iterable[str]) -> None:
 
 
 def forget_guard() -> None:
-    """In a fork that runs the user's code for its parent (``verispec.sandbox``): the parent's guard and hard budgets
+    """In a fork that runs the user's code for its parent (``verispec.guard.sandbox``): the parent's guard and hard
+    budgets
     are the parent's (their watchdog thread and timers did not cross the fork); the parent limits each call."""
     global _guard
     _guard = None
@@ -487,7 +488,7 @@ def end_process(line: str, status: int) -> None:
     flusher = threading.Thread(target=flush, daemon=True)
     flusher.start()
     flusher.join(0.5)
-    from verispec import supervisor
+    from verispec.guard import supervisor
 
     if supervisor.in_worker():  # the supervisor prints the line (the code may have closed this process's stderr)
         supervisor.report_and_end(status, line)

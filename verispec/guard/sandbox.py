@@ -1,17 +1,19 @@
 """Code under check in a process of its own: the process that reaches the verdict never runs it.
 
-A supervised command (``verispec.supervisor``) runs in a *worker* process and its supervisor reports the status the
+A supervised command (``verispec.guard.supervisor``) runs in a *worker* process and its supervisor reports the status
+the
 worker sends. Were the user's code to run in the worker, it could do whatever the worker can: write the report
 itself, rewrite verispec's objects in memory, end the process as it pleases. So in a worker, each object the user
 names (``FILE.py:NAME``) is loaded in a *sandbox*: a fork of the worker taken before the file is imported, which
 keeps none of the worker's ways to the supervisor (the report pipe is closed, ``/proc`` and ``ptrace`` are closed to
-it and its signals to the worker and supervisor are refused: ``verispec.confinement``). The worker holds a proxy and
+it and its signals to the worker and supervisor are refused: ``verispec.guard.confinement``). The worker holds a proxy
+and
 every call of the user's code is a message:
 
 * worker -> sandbox: ``pickle``d (the sandbox trusts the worker), a call's target, method and arguments. A verispec
   object the code is meant to call back (a ``Chooser``) is not copied: it crosses as a handle, and each of the code's
   calls on it comes back to the worker as a message, answered there (``CALLBACK_METHODS``).
-* sandbox -> worker: ``verispec.wire``, plain values read by a parser that cannot run code: the call's result, the
+* sandbox -> worker: ``verispec.guard.wire``, plain values read by a parser that cannot run code: the call's result, the
   exception it raised (its type's name, its text, the user's line), an exit it attempted, or a callback.
 
 The worker waits for each answer as a call into the user's code (``budget.user_call``): ``--call-timeout`` and the
@@ -36,9 +38,9 @@ import sys
 import tempfile
 import time
 
-from verispec import budget, confinement, sandbox_process, supervisor, wire
 from verispec.errors import SandboxDied, UnknownVerifierError, UserCodeExit
-from verispec.processes import (
+from verispec.guard import budget, confinement, sandbox_process, supervisor, wire
+from verispec.guard.processes import (
     crash_location,
     how_it_ended,
 )
@@ -410,7 +412,7 @@ _NAMED: dict[str, type] = {}
 
 def _named(name: str) -> type:
     if name not in _NAMED:
-        _NAMED[name] = type(name, (SandboxedException,), {"__module__": "verispec.sandbox"})
+        _NAMED[name] = type(name, (SandboxedException,), {"__module__": "verispec.guard.sandbox"})
     return _NAMED[name]
 
 

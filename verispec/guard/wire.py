@@ -1,6 +1,6 @@
 """What the code under check may send verispec: plain values, read by a parser that cannot run code.
 
-The sandbox (``verispec.sandbox``) runs the user's code in a process of its own and hands its results to the
+The sandbox (``verispec.guard.sandbox``) runs the user's code in a process of its own and hands its results to the
 process that reaches the verdict. That process must never let those bytes do anything but stand for values:
 ``pickle`` would run whatever the sender asks for (its ``__reduce__``), so the sandbox's replies are written in this
 format instead. A message is one JSON text naming values, and binary blocks holding the arrays' bytes::
@@ -149,7 +149,7 @@ def _opaque(value, why: str = "") -> dict:
 # --- records: a message cut for a channel of records (SOCK_SEQPACKET) ------------------------------------------
 
 #: A record: this mark, the call's nonce (16 bytes), the record's index in its message (4 bytes) and whether it is
-#: the message's last (1 byte), then up to ``RECORD_BYTES`` of the message (``verispec.sandbox``'s channel).
+#: the message's last (1 byte), then up to ``RECORD_BYTES`` of the message (``verispec.guard.sandbox``'s channel).
 RECORD_MARK = b"VSB1"
 RECORD_HEADER = struct.Struct("<4s16sIB")
 RECORD_BYTES = 60_000

@@ -1,6 +1,7 @@
 """What the sandbox process may not do to the processes that reach and report the verdict (Linux).
 
-The user's code runs in a process of its own (``verispec.sandbox``), as the same user as verispec. Without more, the
+The user's code runs in a process of its own (``verispec.guard.sandbox``), as the same user as verispec. Without more,
+the
 operating system would still let it reach the two processes above it, the *worker* (which reaches the verdict) and
 the *supervisor* (which reports it): open their file descriptors through ``/proc/PID/fd`` (the report pipe among
 them), write their memory through ``/proc/PID/mem`` or ``ptrace``, take a descriptor with ``pidfd_getfd``, or
@@ -23,7 +24,7 @@ signal them (stop the supervisor, end it, or pretend to be the user's Ctrl-C). T
 
 Each step that the kernel refuses (another operating system, a container that forbids seccomp) is reported by the
 return value, never raised: the sandbox still keeps the report channel out of the code's reach by closing it, and
-the supervisor still tells the user's signals from the code's by the sender (``verispec.supervisor``). Standard
+the supervisor still tells the user's signals from the code's by the sender (``verispec.guard.supervisor``). Standard
 library only.
 """
 

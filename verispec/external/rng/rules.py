@@ -85,7 +85,7 @@ def raise_site(error: BaseException) -> str:
     """file:line where a user's function raised ``error``: the innermost frame of its traceback outside verispec,
     numpy, torch and ``random`` (for an error raised inside a library call - ``torch.multinomial`` on an all-zero
     law, or verispec's captured version of it - the user's line that made the call); '?' if there is none."""
-    if hasattr(error, "sandbox_site"):  # raised in the sandbox (verispec.sandbox), which found the line there
+    if hasattr(error, "sandbox_site"):  # raised in the sandbox (verispec.guard.sandbox), which found the line there
         return error.sandbox_site
     skipped = _SKIPPED.get(("raise", "torch" in sys.modules))
     if skipped is None:  # asked at every raise a black-box test goes on past: worked out once

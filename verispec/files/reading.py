@@ -1,6 +1,7 @@
 """Reading the files a user names, with bounds: a device, a FIFO or a huge file is refused on one line instead of
-filling memory or hanging the command (issue 54, issue 64). ``verispec.io`` re-exports these; this module sits below
-``verispec.provenance`` so that every reader of a marker can use it."""
+filling memory or hanging the command (issue 54, issue 64). ``verispec.files.io`` re-exports these; this module sits
+below
+``verispec.files.provenance`` so that every reader of a marker can use it."""
 
 from __future__ import annotations
 

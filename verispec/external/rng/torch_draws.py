@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from verispec.external import rng_rules as rules
-from verispec.external import rng_torch_fresh as fresh
-from verispec.external import rng_triton
 from verispec.external.exact import NotPiecewiseConstantError
+from verispec.external.rng import rules
+from verispec.external.rng import torch_fresh as fresh
+from verispec.external.rng import triton_races as rng_triton
 from verispec.external.tree_arrays import inverse_cdf
 
 _DIVISIONS = {Tensor.div, torch.div, Tensor.true_divide, torch.true_divide, Tensor.__truediv__, Tensor.div_}

@@ -1,4 +1,4 @@
-"""The supervisor's side of a supervised command (``verispec.supervisor``): the loop that forwards the worker's
+"""The supervisor's side of a supervised command (``verispec.guard.supervisor``): the loop that forwards the worker's
 output, reads its report, takes the user's signals (and tells them from the code's), waits for the worker's end, and
 turns all that into the command's status. Standard library only."""
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from verispec.processes import crash_location, descendants, how_it_ended, parse_report, signal_name
+from verispec.guard.processes import crash_location, descendants, how_it_ended, parse_report, signal_name
 
 #: Exit statuses (``verispec.verdict``'s; this module runs before anything else of the command).
 EXIT_INCONCLUSIVE = 3
@@ -188,7 +188,7 @@ class Watch:
         self.selector.close()
 
     def verdict(self, doing: str, crash_file) -> int:
-        """The command's status (see ``verispec.supervisor``); ``doing``: the worker's last note."""
+        """The command's status (see ``verispec.guard.supervisor``); ``doing``: the worker's last note."""
         report = parse_report(self.report, self.pid)
         stopped = self._user_stop(report)
         if stopped is not None:

@@ -1,6 +1,7 @@
-"""The sandbox process's side (``verispec.sandbox``): confine itself, load the user's object, answer the worker's
-calls until the worker ends. What it sends is ``verispec.wire``'s plain values; what the code under check does here
-reaches only this process (module docstring of ``verispec.sandbox``)."""
+"""The sandbox process's side (``verispec.guard.sandbox``): confine itself, load the user's object, answer the worker's
+calls until the worker ends. What it sends is ``verispec.guard.wire``'s plain values; what the code under check does
+here
+reaches only this process (module docstring of ``verispec.guard.sandbox``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import tempfile
 import time
 import traceback
 
-from verispec import budget, confinement, supervisor, wire
 from verispec.errors import UnknownVerifierError, UserCodeExit
-from verispec.processes import LIBRARY_FOLDERS, SANDBOX_NAME, kill_me_with_my_parent, name_this_process
+from verispec.guard import budget, confinement, supervisor, wire
+from verispec.guard.processes import LIBRARY_FOLDERS, SANDBOX_NAME, kill_me_with_my_parent, name_this_process
 
 #: The exit status of a sandbox whose channel the code closed or broke (it cannot answer any more).
 CHANNEL_LOST = 71

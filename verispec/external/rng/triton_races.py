@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from verispec.external import rng_rules as rules
+from verispec.external.rng import rules
 from verispec.external.tree_arrays import inverse_cdf
 
 #: The most noise elements remembered by address in one call (exact mode's vocabularies are small).

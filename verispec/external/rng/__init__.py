@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from verispec.errors import VerifierError, VerispecError
-from verispec.external.rng_numpy import CapturedGenerator, numpy_functions, random_functions
-from verispec.external.rng_rules import (
+from verispec.external.rng.numpy_draws import CapturedGenerator, numpy_functions, random_functions
+from verispec.external.rng.rules import (
     ACTIVE,
     CaptureRefusal,
     KeyRefusal,
@@ -41,9 +41,9 @@ from verispec.external.rng_rules import (
     integer_breaks,
     site,
 )
-from verispec.external.rng_tape import Tape, UniformsExhausted, _runs  # noqa: F401 (their home before)
+from verispec.external.rng.tape import Tape, UniformsExhausted, _runs  # noqa: F401 (their home before)
 from verispec.external.tree_arrays import categorical_breaks
-from verispec.limits import KEY_MODES, MAX_KEYS
+from verispec.guard.limits import KEY_MODES, MAX_KEYS
 
 MODES = ("capture", "forbid")
 # KEY_MODES: how draws from a keyed source are fed (``Capture.keys``): ``keyed``, the same key the same uniforms
@@ -143,12 +143,13 @@ class Capture:
         try:
             self._patch_modules()
             if "torch" in sys.modules:  # torch's replacements, only where torch is loaded already
-                from verispec.external import rng_torch
+                from verispec.external.rng import torch_draws as rng_torch
 
                 self._feed = rng_torch.FeedMode(self)
                 for owner, attribute, replacement in rng_torch.table(self._feed):
                     self._patch(owner, attribute, replacement)
-                from verispec.external import rng_triton, rng_triton_random
+                from verispec.external.rng import triton_races as rng_triton
+                from verispec.external.rng import triton_random as rng_triton_random
 
                 rng_triton_random.install(self)  # Triton's random functions, always
                 rng_triton.install(self)  # its loads, for the race rule
@@ -279,7 +280,7 @@ class Capture:
         if stream is not None:
             return stream
         if hasattr(generator, "get_state") and hasattr(generator, "initial_seed"):
-            from verispec.external.rng_torch import generator_stream
+            from verispec.external.rng.torch_draws import generator_stream
 
             return generator_stream(self._streams, generator)
         return None

@@ -9,8 +9,8 @@ import math
 import numpy as np
 
 from verispec.external.exact import AllBreaks
-from verispec.external.rng_rules import CaptureRefusal, KeyRefusal, RowByRowRefusal, Signal, site
-from verispec.limits import MAX_KEYS
+from verispec.external.rng.rules import CaptureRefusal, KeyRefusal, RowByRowRefusal, Signal, site
+from verispec.guard.limits import MAX_KEYS
 
 
 class UniformsExhausted(BaseException):

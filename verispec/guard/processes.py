@@ -1,4 +1,4 @@
-"""The processes a supervised command leaves (``verispec.supervisor``): this process as the reaper of the worker's
+"""The processes a supervised command leaves (``verispec.guard.supervisor``): this process as the reaper of the worker's
 orphans for the command's duration, and the ending of every process descended from the worker, found through
 Linux's /proc (elsewhere only the worker itself is known). Standard library only."""
 
@@ -16,7 +16,7 @@ from collections.abc import Callable
 #: Linux prctl options: be the reaper of orphaned descendants, and read that setting back.
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
-#: The name a sandbox process gives itself (``verispec.sandbox``): the reaper ends it without counting it among
+#: The name a sandbox process gives itself (``verispec.guard.sandbox``): the reaper ends it without counting it among
 #: the processes the code under check left running (it is verispec's own).
 SANDBOX_NAME = "vs-sandbox"
 #: Linux prctl option: the signal a process gets when the thread that created it ends.

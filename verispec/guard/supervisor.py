@@ -19,7 +19,7 @@ or, when none came, says why in one line and returns its own:
   what verispec printed may not have reached the user, so the command ends ``RAISES`` (exit 4) with the verdict
   the check itself reached, never 0.
 * The worker did not end within the command's time budget and call limit (a C call that holds the GIL, which
-  the in-process watchdog of ``verispec.budget`` cannot interrupt): it is ended, ``INCONCLUSIVE`` (exit 3).
+  the in-process watchdog of ``verispec.guard.budget`` cannot interrupt): it is ended, ``INCONCLUSIVE`` (exit 3).
 
 Whatever ends the command, nothing the code under check started outlives it: the worker ends with ``os._exit``
 once it has reported (threads, ``atexit`` handlers and a replaced ``sys.excepthook`` never hold it up), and the
@@ -44,15 +44,15 @@ import tempfile
 import traceback
 from collections.abc import Callable
 
-from verispec import confinement
 from verispec.errors import SandboxDied, UserCodeExit
-from verispec.processes import (
+from verispec.guard import confinement
+from verispec.guard.processes import (
     Reaper,
     kill_me_with_my_parent,
     signal_name,
 )
-from verispec.watch import EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_RAISES, Supervision, Watch
-from verispec.watch import write as _write
+from verispec.guard.watch import EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_RAISES, Supervision, Watch
+from verispec.guard.watch import write as _write
 
 #: The line after a traceback of verispec's own (status 70, never 1: that says LOSSY).
 INTERNAL_LINE = ("verispec: internal error: the traceback above is a bug in verispec, not a verdict on the code under "
@@ -62,7 +62,7 @@ SWITCH = "VERISPEC_SUPERVISE"
 #: Bytes of the shared note (``note``): what the worker is doing, read by the supervisor if the worker dies.
 NOTE_BYTES = 4096
 #: Seconds past the command's own limits (--time-budget with its grace, and one --call-timeout) before the
-#: supervisor ends a worker still running: the last resort for code that starves ``verispec.budget``'s watchdog.
+#: supervisor ends a worker still running: the last resort for code that starves ``verispec.guard.budget``'s watchdog.
 OUTER_MARGIN_SECONDS = 15.0
 
 
@@ -82,7 +82,7 @@ class _Worker:
     streams: tuple = ()
     stream_ids: tuple = ()
     user_files: set[str] = set()
-    #: This process is a sandbox (``verispec.sandbox``): it runs the user's code and reports nothing.
+    #: This process is a sandbox (``verispec.guard.sandbox``): it runs the user's code and reports nothing.
     sandbox: bool = False
     #: Called before the report is sent (``before_report``): a sandbox registers its own end there.
     before_report: list = []
@@ -99,12 +99,12 @@ def in_worker() -> bool:
 
 def in_worker_tree() -> bool:
     """Whether this process is a supervised command's worker or a fork of it that verispec made (a local pool's
-    process), and not a sandbox (``verispec.sandbox``)."""
+    process), and not a sandbox (``verispec.guard.sandbox``)."""
     return _Worker.pid is not None and not _Worker.sandbox
 
 
 def become_sandbox() -> None:
-    """In a fork of the worker that will run the user's code (``verispec.sandbox``): no report channel, no shared
+    """In a fork of the worker that will run the user's code (``verispec.guard.sandbox``): no report channel, no shared
     note, and the code's exits of the ``os`` and ``signal`` modules raise ``UserCodeExit`` here as in the worker."""
     if _Worker.note is not None:
         try:
@@ -351,7 +351,8 @@ def _send(status: int, line: str | None, died: bool = False) -> None:
 
 def report_and_end(status: int, line: str | None = None) -> None:
     """Send the command's status (and a line for the supervisor to print) and end the worker at once: for the
-    in-process watchdog's last resort (``verispec.budget.end_process``), which must not wait for the main thread."""
+    in-process watchdog's last resort (``verispec.guard.budget.end_process``), which must not wait for the main
+    thread."""
     _send(status, line)
     _ORIGINALS.get("_exit", os._exit)(status)
 
@@ -365,7 +366,7 @@ def _work(run: Callable[[], int]) -> None:
     except (SystemExit, UserCodeExit) as error:
         status = EXIT_RAISES
         line = f"verispec: RAISES: {exit_finding(error)}; the code must return, not end verispec's process"
-    except SandboxDied as error:  # the sandbox running the code ended or broke the protocol (verispec.sandbox)
+    except SandboxDied as error:  # the sandbox running the code ended or broke the protocol (verispec.guard.sandbox)
         status = EXIT_RAISES
         line = error.line
         died = True

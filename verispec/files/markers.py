@@ -1,4 +1,4 @@
-"""Reading what a file says of who wrote it (the ``written_by`` marker of ``verispec.provenance``) and of what it
+"""Reading what a file says of who wrote it (the ``written_by`` marker of ``verispec.files.provenance``) and of what it
 holds: a JSON result's field, a .npz archive's marker member, a PNG's text chunk. Every reader is bounded and never
 raises (a file that is not of the form carries no marker). Standard library and numpy only."""
 
@@ -9,13 +9,13 @@ import os
 import stat
 from pathlib import Path
 
-from verispec.reading import check_zip_sizes, open_without_blocking, read_user_file
+from verispec.files.reading import check_zip_sizes, open_without_blocking, read_user_file
 
 
 def json_marker(path: str | Path, limit: int | None = None):
     """The ``written_by`` value of a JSON file whose top level is an object, else None (never raising: a file that
     is not such JSON carries no marker)."""
-    from verispec.provenance import MARKER_KEY, MAX_MARKER_READ
+    from verispec.files.provenance import MARKER_KEY, MAX_MARKER_READ
 
     return json_field(path, MARKER_KEY, limit or MAX_MARKER_READ)
 
@@ -35,7 +35,7 @@ def npz_marker(path: str | Path, limit: int):
     archive may declare uncompressed (checked from its directory first, as its loader does)."""
     import numpy as np
 
-    from verispec.provenance import MARKER_KEY
+    from verispec.files.provenance import MARKER_KEY
 
     try:
         check_zip_sizes(path, limit=limit, what="the archive")
@@ -56,7 +56,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def png_marker(path: str | Path):
     """The ``written_by`` value of a PNG's text chunk of that key (``figure.savefig(metadata=...)``), else None
     (never raising; only a regular file's first ``MAX_PNG_HEAD`` bytes are read, up to its image data)."""
-    from verispec.provenance import MARKER_KEY
+    from verispec.files.provenance import MARKER_KEY
 
     try:
         with open_without_blocking(path) as stream:

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from verispec.external.rng_triton import _refuse_draw, _Trace, _traced
+from verispec.external.rng.triton_races import _refuse_draw, _Trace, _traced
 
 #: Triton's other random functions: their numbers are not fed, so a kernel that draws with them is refused.
 UNFED = ("randint4x", "rand4x", "randn", "randn4x", "philox")

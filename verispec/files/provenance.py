@@ -36,7 +36,8 @@ RESULT_STORE = "row store"
 #: The first line of a report verispec wrote: an HTML comment, invisible once rendered (``markdown_marker``).
 MARKDOWN_MARKER = "<!-- written by verispec"
 
-#: Most bytes read from a JSON file to find its marker (``verispec.io.json_marker``) (problem files and latency models
+#: Most bytes read from a JSON file to find its marker (``verispec.files.io.json_marker``) (problem files and latency
+#: models
 #: are far smaller; a
 #: larger file is read only as far as its loader would).
 MAX_MARKER_READ = 1 << 30

@@ -14,7 +14,7 @@ import operator
 
 import numpy as np
 
-from verispec.external import rng_rules as rules
+from verispec.external.rng import rules
 
 
 def _size_shape(size) -> tuple:
