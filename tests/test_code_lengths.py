@@ -41,3 +41,9 @@ def test_no_rule_file_passes_400_lines():
     long = {path.name: count for path in sorted((ROOT / "verispec" / "verifiers").glob("*.py"))
             if (count := len(path.read_text().splitlines())) > RULE_FILE_LIMIT}
     assert not long, f"rule files over {RULE_FILE_LIMIT} lines: {long}"
+
+
+def test_tests_keep_at_most_ten_loose_files():
+    """Tests live beside what they test (tests/guard, tests/files, ...); only project-wide ones stay loose."""
+    loose = sorted(path.name for path in (ROOT / "tests").glob("test_*.py"))
+    assert len(loose) <= 10, loose

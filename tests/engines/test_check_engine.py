@@ -327,7 +327,7 @@ def test_a_dropped_temperature_and_drafts_left_out_of_the_penalties_are_caught_a
     VLLM_TARGET_DEVICE=cpu (as vLLM's own tests on a CPU set it), which would send the sampler to vllm._C's compiled
     CPU operators, absent from a CUDA wheel: the adapter checks the GPU path, whose kernels are Triton's, regardless
     (the closed forms are the Triton path's). The unmodified file's laws at T = 1 are LOSSLESS in
-    tests/engines/test_engine_ci_example.py, its greedy offset bug caught in tests/test_pytest_plugin.py;
+    tests/engines/test_engine_ci_example.py, its greedy offset bug caught in tests/engines/test_pytest_plugin.py;
     ``--fail-fast`` is tested without vLLM below."""
     checks = {check.name: check for check in vllm_adapter.checks()}
     temperature = float(checks["v1-temperature"].sampling.split("=")[1])

@@ -24,7 +24,7 @@ import pytest
 
 from verispec.errors import MissingExtraError, VerispecError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REFUSAL = "cvxpy is not installed: pip install 'verispec[lp]' for "
 PROBLEM = ("--target", "0.5,0.5", "--draft", "0.3,0.7", "--tree", "chain:1")
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OLD_LINES = '''
 #: benchmarks/measure.py imports as ``measure`` when this script is loaded as a module too (its tests)
 if str(Path(__file__).resolve().parent) not in sys.path:

@@ -20,7 +20,7 @@ import pytest
 import verispec.files.store_lock as lock_module
 from verispec.files.io import atomic_write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import measure  # noqa: E402  benchmarks/measure.py
 

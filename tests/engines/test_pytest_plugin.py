@@ -29,7 +29,7 @@ from tests.support.engines import vllm_release
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 P, Q = [0.5, 0.3, 0.2], [0.2, 0.2, 0.6]
 
 INNER = textwrap.dedent(f"""
