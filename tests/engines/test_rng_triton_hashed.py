@@ -1,4 +1,4 @@
-"""An engine's own in-kernel generator fed as ``tl.rand`` is (``rng_triton_random.feed_hashed_uniform``).
+"""An engine's own in-kernel generator fed as ``tl.rand`` is (``rng.triton_random.feed_hashed_uniform``).
 
 From release 0.31 vLLM's V2 runner computes its Gumbel noise as ``murmur3_uniform32(seed, pos, token)``, a hash of
 integers inside the kernel, and takes it through ``_log1p_neg_stable`` (a series for log(1 - u) near 0); up to 0.30

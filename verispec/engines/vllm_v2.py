@@ -119,7 +119,7 @@ def _engine() -> dict:
 
 def _feed_hashed_noise(gumbel, rejection) -> None:
     """The V2 runner's uniforms that are not ``tl.rand``'s, fed as keyed uniforms under a capture
-    (``rng_triton_random.feed_hashed_uniform``); outside a capture vLLM's own functions run.
+    (``rng.triton_random.feed_hashed_uniform``); outside a capture vLLM's own functions run.
 
     - Up to release 0.30, ``tl_rand64(seed, offset)`` (the acceptance uniform up to 0.24, the Gumbel noise with
       ``use_fp64``): a float64 uniform from two words of ``tl.randint4x`` (Philox), keyed by the seed, the offset

@@ -4,8 +4,8 @@
 converts to them, over a batch's arrays and back to verispec's outcomes (``tree_arrays``); ``exact`` integrates a
 threshold rule exactly over its uniforms; ``blackbox`` tests any rule by stratified sampling at a stated
 false-failure rate; ``rng`` feeds the draws of a function that draws its own randomness (torch's, numpy's,
-Python's global generators) from the uniforms (the rules in ``rng_rules``, the replacements in ``rng_numpy`` and,
-imported only where torch is loaded, ``rng_torch``); ``adapter`` wraps a function as a ``Verifier``, whose calls
+Python's global generators) from the uniforms (the rules in ``rng.rules``, the replacements in ``rng.numpy_draws`` and,
+imported only where torch is loaded, ``rng.torch_draws``); ``adapter`` wraps a function as a ``Verifier``, whose calls
 ``runner`` makes; ``check`` runs a whole check (a given problem, or a witness search) for the ``check-external``
 command, and ``check_report`` holds its verdict.
 """

@@ -27,7 +27,7 @@ class NondeterministicError(VerifierError):
 class FunctionRaised(VerifierError):
     """The function under check raised inside a call: a finding about the function on that problem, not bad input
     to verispec (``check_external`` reports it as a witness, verdict RAISES). ``exception`` (its type's name),
-    ``detail`` (its message's first line) and ``line`` (file:line, ``rng_rules.raise_site``); for a call on one tree,
+    ``detail`` (its message's first line) and ``line`` (file:line, ``rng.rules.raise_site``); for a call on one tree,
     ``draft_paths`` (the tree's root-to-leaf token paths) and ``uniforms`` (what the call was handed and fed)."""
 
     def __init__(self, message: str, *, exception: str = "", detail: str = "", line: str = "?"):

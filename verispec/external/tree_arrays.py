@@ -28,7 +28,7 @@ def inverse_cdf(law: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
 
 
 #: The most changes of one categorical draw whose points exact integration is handed (``categorical_breaks``), as
-#: for an integer draw (``rng_rules.MAX_KNOWN_BREAKS``).
+#: for an integer draw (``rng.rules.MAX_KNOWN_BREAKS``).
 MAX_CATEGORICAL_BREAKS = 256
 
 

@@ -6,13 +6,13 @@ arguments, the tape), which exact integration and the black-box test need. The p
 
 * torch: ``rand``, ``rand_like``, ``Tensor.uniform_``, ``randn``, ``randn_like``, ``normal``, ``Tensor.normal_``,
   ``Tensor.exponential_``, ``bernoulli``, ``Tensor.bernoulli`` / ``bernoulli_``, ``multinomial``, ``randint``,
-  ``randint_like``, ``Tensor.random_(a, b)``, ``randperm`` (``rng_torch``);
+  ``randint_like``, ``Tensor.random_(a, b)``, ``randperm`` (``rng.torch_draws``);
 * numpy: ``random``, ``rand``, ``random_sample``, ``ranf``, ``sample``, ``uniform``, ``choice``, ``randint``,
   ``exponential``, ``standard_exponential``, ``normal``, ``standard_normal``, ``randn``, and the ``random``,
   ``uniform``, ``choice``, ``integers``, ``exponential``, ``standard_exponential``, ``normal`` and
-  ``standard_normal`` of a ``Generator`` created inside the call by ``default_rng()`` (``rng_numpy``);
+  ``standard_normal`` of a ``Generator`` created inside the call by ``default_rng()`` (``rng.numpy_draws``);
 * ``random``: ``random``, ``uniform``, ``choices``, ``choice``, ``randrange``, ``randint``, ``expovariate``,
-  ``gauss``, ``normalvariate`` (``rng_numpy``).
+  ``gauss``, ``normalvariate`` (``rng.numpy_draws``).
 
 Each primitive's rule, the precision of its draws, how rows of a batched call are fed, running out of tape,
 exponential races, and what is not captured: ``docs/guides/check_external.md``, "Glossary of RNG capture". In explicit
@@ -88,10 +88,10 @@ class Capture:
     counts: dict = field(default_factory=dict)
     #: Races read as one inverse-CDF draw.
     races_read: int = 0
-    #: Uniform draws made in float32 (fed on the generators' grid of 2^-24, ``rng_rules.on_grid``).
+    #: Uniform draws made in float32 (fed on the generators' grid of 2^-24, ``rng.rules.on_grid``).
     float32_draws: int = 0
     _saved: list = field(default_factory=list)
-    #: id of a followed tensor -> what it is to the race rule (``rng_torch``).
+    #: id of a followed tensor -> what it is to the race rule (``rng.torch_draws``).
     tracked: dict = field(default_factory=dict)
     _generators: list = field(default_factory=list)
     #: Follow every torch operation through the TorchFunctionMode (see above).
@@ -120,12 +120,12 @@ class Capture:
     #: the call: library -> [key, next index].
     _streams: dict = field(default_factory=dict)
     _global_keys: dict = field(default_factory=dict)
-    #: This call's exponential noise by memory address, for races inside Triton kernels (``rng_triton``).
+    #: This call's exponential noise by memory address, for races inside Triton kernels (``rng.triton_races``).
     noise_memory: dict = field(default_factory=dict)
     #: This call's races inside Triton kernels over keyed uniforms: their columns -> the race read
-    #: (``rng_triton._keyed_race``; a second race on the same lanes is read given the first's winner).
+    #: (``rng.triton_races._keyed_race``; a second race on the same lanes is read given the first's winner).
     keyed_races: dict = field(default_factory=dict)
-    #: This call's integers ``tl.randint`` fed (``rng_triton_random``: a ``tl.rand`` seeded by one after arithmetic
+    #: This call's integers ``tl.randint`` fed (``rng.triton_random``: a ``tl.rand`` seeded by one after arithmetic
     #: on it, its origin lost, is refused).
     key_origins: dict = field(default_factory=dict)
 
@@ -261,8 +261,8 @@ class Capture:
         return self.tape.take_keyed(key, indices, what, self.name, self.max_keys)
 
     def keyed_lanes(self, key: tuple, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Uniforms of keyed lanes a Triton kernel draws (``tl.rand``, ``rng_triton``): as ``keyed_draw``, but a
-        lane a race was read from may be taken again (the race rule of ``rng_triton`` reads or refuses it)."""
+        """Uniforms of keyed lanes a Triton kernel draws (``tl.rand``, ``rng.triton_races``): as ``keyed_draw``, but a
+        lane a race was read from may be taken again (the race rule of ``rng.triton_races`` reads or refuses it)."""
         what = "triton.language.rand"
         self._check_draw(what)
         if self.keys == "fresh" or not self.handed_seed:
@@ -308,8 +308,8 @@ class Capture:
 
     def chose(self, results, integers: int | None = None):
         """Record the results of a discrete draw (``Tape.note``) and return them. ``integers``: the draw was
-        ``rng_rules.integers`` over that many values from the last draw's uniforms, whose breakpoints are then known
-        (``rng_rules.integer_breaks``) and scanned by exact integration instead of bisected."""
+        ``rng.rules.integers`` over that many values from the last draw's uniforms, whose breakpoints are then known
+        (``rng.rules.integer_breaks``) and scanned by exact integration instead of bisected."""
         if self.tape is not None and self.mode == "capture":
             self.tape.note(results)
             if integers is not None:
@@ -324,7 +324,8 @@ class Capture:
         of tape column ``columns[i]``, in a call of one row: record where each draw's token changes
         (``tree_arrays.categorical_breaks``) as all its column's breakpoints: the token is all the code learns of
         that uniform (a token handed back by ``torch.multinomial``, or by an exponential race read as one draw: its
-        noise is followed from then on, and a Triton kernel that loads it takes that back, ``rng_triton.install``)."""
+        noise is followed from then on, and a Triton kernel that loads it takes that back,
+        ``rng.triton_races.install``)."""
         tape = self.tape
         if tape is None or self.mode != "capture" or tape.rows != 1 or not self.races:  # races: exact integration's
             return

@@ -2,7 +2,7 @@
 
 ``numpy_functions(capture)`` and ``random_functions(capture)`` map each attribute of ``numpy.random`` and
 ``random`` that ``rng.Capture`` replaces to a function with the library's signature, its checks and its errors,
-whose draws come from ``capture`` (an entered ``rng.Capture``) by the rules of ``rng_rules``.
+whose draws come from ``capture`` (an entered ``rng.Capture``) by the rules of ``rng.rules``.
 ``CapturedGenerator`` is what ``default_rng()`` gives inside a call: a numpy Generator whose usual methods draw
 from the innermost capture entered.
 """

@@ -45,7 +45,7 @@ class Tape:
         #: The keys drawn from, in order of first use (their reprs: two identical calls must give the same list).
         self.keys: list[str] = []
         #: How many draws read each column (a keyed column may be read twice), and the columns an exponential
-        #: race was read from as one categorical draw (which no later draw may read: ``rng_torch.FeedMode.race``).
+        #: race was read from as one categorical draw (which no later draw may read: ``rng.torch_draws.FeedMode.race``).
         self.reads = np.zeros(self.size, dtype=np.int64)  # [U]
         self.raced = np.zeros(self.size, dtype=bool)  # [U]
         #: The columns of the last draw, and where the outcome of a draw is known to change along a column (an
@@ -93,7 +93,7 @@ class Tape:
         this call takes the same column (so the same number), a new one the next fresh column. -> (values of
         ``indices``' shape, their columns). Only in a call of one row: a batch's rows would have keys of their own.
         ``raced_ok``: columns a race was read from may be read again (a race inside a Triton kernel on the same key,
-        which ``rng_triton`` reads by the law of its second race, or refuses)."""
+        which ``rng.triton_races`` reads by the law of its second race, or refuses)."""
         if self.rows != 1:
             raise Signal(RowByRowRefusal(
                 f"external function {name} draws {what} from a keyed source at {site()} in a batched call of "

@@ -2,7 +2,7 @@
 
 Imported by ``rng.Capture`` only when torch is already loaded (so numpy-only runs never import torch). Its
 handlers replace torch's random primitives as attributes (``table``: ``torch.rand``, ``Tensor.exponential_``,
-...), each drawing from the capture by the rules of ``rng_rules``; torch's other random primitives are refused
+...), each drawing from the capture by the rules of ``rng.rules``; torch's other random primitives are refused
 by name. Pushed as a ``TorchFunctionMode`` it also catches names bound before the call, and follows exponential
 noise for the race rule: ``argmax(w / E)`` read as one inverse-CDF draw from w (``docs/guides/check_external.md``,
 "Glossary of RNG capture", states when, and why the law is the same).
@@ -26,7 +26,7 @@ from verispec.external.rng import triton_races as rng_triton
 from verispec.external.tree_arrays import inverse_cdf
 
 _DIVISIONS = {Tensor.div, torch.div, Tensor.true_divide, torch.true_divide, Tensor.__truediv__, Tensor.div_}
-#: 1 / E: remembered as inverse noise for a race inside a Triton kernel (``rng_triton``).
+#: 1 / E: remembered as inverse noise for a race inside a Triton kernel (``rng.triton_races``).
 _RECIPROCALS = {Tensor.reciprocal, torch.reciprocal}
 #: A row or slice of the noise (a view): followed, so that a refill through it (a seeded request's row drawn
 #: again from its own generator) keeps the race readable, and any other use of it is seen.
@@ -37,7 +37,7 @@ _METADATA = {Tensor.size, Tensor.dim, Tensor.__len__, Tensor.numel, Tensor.strid
              Tensor.is_floating_point, Tensor.element_size, Tensor.nelement, Tensor.ndimension,
              Tensor.storage_offset, Tensor.new_empty}
 #: The memory itself: read no values when Triton's interpreter asks (it hands a kernel the address, and its loads of
-#: remembered noise are followed by ``rng_triton``), but a door to reading them past torch for any other caller.
+#: remembered noise are followed by ``rng.triton_races``), but a door to reading them past torch for any other caller.
 _MEMORY = {Tensor.data_ptr, Tensor.untyped_storage}
 #: Tensor attributes whose reading does not read the values.
 _METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "is_cuda", "ndim", "requires_grad", "layout",
@@ -135,7 +135,7 @@ class FeedMode(TorchFunctionMode):
 
     def _fresh(self, result, columns, kwargs):
         """``result`` followed until read, so that a refill before any read leaves its uniforms unused
-        (``rng_torch_fresh``); not a tensor the call handed in (``out=``)."""
+        (``rng.torch_fresh``); not a tensor the call handed in (``out=``)."""
         if kwargs.get("out") is None:
             fresh.track(self.capture, result, columns)
         return result

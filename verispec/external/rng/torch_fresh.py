@@ -8,7 +8,7 @@ lines along a uniform the run did not use are skipped). Scanned, each is some 18
 third of the lines of vLLM's seeded step at one draft.
 
 RNG capture follows a tensor that ``torch.rand`` (or ``rand_like``) returned in a call of one row (``track``), as it
-follows exponential noise (``rng_torch``): the address of each element, with its tape column. Following puts a
+follows exponential noise (``rng.torch_draws``): the address of each element, with its tape column. Following puts a
 look-up on every torch operation of the call (a ``TorchFunctionMode``), which made torch-heavy rules up to twice as
 slow, so a tensor is followed only where the call already follows exponential noise (vLLM's samplers, whose
 recovery races it); elsewhere its uniforms stay used, as before. A view of it taken by

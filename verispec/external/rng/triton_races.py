@@ -4,7 +4,7 @@ Engines draw the noise of an exponential race with torch and race it inside a ke
 fills ``q`` [num_reqs, V] by ``exponential_`` (each seeded request's row again from its own generator), hands
 ``inv_q = q.reciprocal()`` to ``sample_recovered_tokens_kernel`` and takes ``argmax(prob * inv_q)`` there
 (``tl.max(..., return_indices=True)``). Under ``TRITON_INTERPRET=1`` the kernel runs on the CPU in numpy, reading
-the tensors' memory by address, so the torch-level race rule (``rng_torch``) never sees the product or the argmax.
+the tensors' memory by address, so the torch-level race rule (``rng.torch_draws``) never sees the product or the argmax.
 
 This module follows the noise by memory instead. Every element ``exponential_`` writes is remembered by address
 with its tape column and uniform (``remember``; a refill of a row through a view replaces its elements, which is
@@ -15,7 +15,7 @@ load that reads remembered memory returns a ``_Traced`` array, which follows the
     1/E loaded -> w * (1/E) (or w / E) a score -> where(mask, score, -inf) -> argmax: the race
 
 and the argmax is read as one inverse-CDF draw from w over the slice, by the first element's uniform, as
-``rng_torch.FeedMode.race`` does: the law of ``argmax_i w_i / E_i`` with E_i i.i.d. exponential is w / sum(w)
+``rng.torch_draws.FeedMode.race`` does: the law of ``argmax_i w_i / E_i`` with E_i i.i.d. exponential is w / sum(w)
 (``docs/guides/check_external.md``, "Glossary of RNG capture"), and the other elements' uniforms are left unused.
 The maximum's value may only be compared with -inf (the kernel's first block); any other use of a traced array, a
 second race on the same noise, or a weight that is negative or not finite leaves the race real, and exact mode
@@ -516,7 +516,7 @@ def second_race_law(first: np.ndarray, winner: int, second: np.ndarray) -> np.nd
 
 def install(capture) -> None:
     """Wrap the Triton interpreter's loads for ``capture``'s race rule (restored when it is left), where the
-    interpreter is loaded (``rng_triton_random`` feeds Triton's random functions)."""
+    interpreter is loaded (``rng.triton_random`` feeds Triton's random functions)."""
     interpreter = sys.modules.get("triton.runtime.interpreter")
     builder = getattr(interpreter, "InterpreterBuilder", None)
     if builder is None or not hasattr(builder, "create_masked_load"):

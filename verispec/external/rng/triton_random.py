@@ -1,5 +1,5 @@
 """Triton's random functions fed by a capture: ``tl.rand`` inside a kernel under the interpreter is one of verispec's
-keyed uniforms, and a Gumbel-max race over a block of them is read by ``rng_triton``'s race rule.
+keyed uniforms, and a Gumbel-max race over a block of them is read by ``rng.triton_races``'s race rule.
 
 vLLM's V2 model runner draws its noise inside its kernels (``tl.rand(tl.randint(seed, pos), token)`` for the
 Gumbel noise of drafting and resampling, ``tl.rand(seed, pos)`` for the acceptance uniform), so neither torch's
@@ -98,7 +98,7 @@ def install(capture) -> None:
 
 def _fed_lanes(capture, key: tuple, offset, what: str, dtype: str = "float32"):
     """The uniforms of keyed lanes ``offset`` at ``key`` as a Triton float32 (or float64) tensor: one lane fed at
-    once, a block of lanes placeholders until a race reads its live lanes (``rng_triton._keyed_race``)."""
+    once, a block of lanes placeholders until a race reads its live lanes (``rng.triton_races._keyed_race``)."""
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle
 
