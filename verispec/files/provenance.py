@@ -198,7 +198,7 @@ def run_record(command: str, inputs=(), *, threads: int | None = None, device: s
     import os
     import platform
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the checkout: verispec/files/provenance.py
     return {"command": command, "commit": commit_of(root, outputs=outputs) or "unknown",
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "threads": threads, "device": device,

@@ -22,7 +22,7 @@ SANDBOX_NAME = "vs-sandbox"
 #: Linux prctl option: the signal a process gets when the thread that created it ends.
 _PR_SET_PDEATHSIG = 1
 #: verispec's, the standard library's and installed packages' folders: a frame there is not the user's line.
-LIBRARY_FOLDERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep,
+LIBRARY_FOLDERS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # verispec/, not guard/
                    *{os.path.abspath(sysconfig.get_paths()[key]) + os.sep
                      for key in ("stdlib", "platstdlib", "purelib", "platlib")})
 

@@ -179,7 +179,7 @@ def _real(name: str):
 
 
 _ORIGINALS: dict[str, Callable] = {}
-_OWN_FOLDER = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OWN_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # verispec/, not guard/
 
 
 def _called_by_user_code() -> bool:

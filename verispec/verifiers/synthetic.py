@@ -39,7 +39,7 @@ class SyntheticVerifier(Verifier):
     """``synthetic`` and ``synthetic(a1=..,a2=..,a3=..,a4=..)``: each a_i in [0, 1] (module docstring)."""
 
     summary = "Synthetic acceptance (vLLM): draft i accepted at a set rate a_i / a_(i-1), whatever p and q say"
-    citation = "vLLM's synthetic_acceptance_rates, for benchmarking"
+    citation = "verispec's law of vLLM's synthetic_acceptance_rates (2026, release 0.33), for benchmarking"
     lossy_by_design = True
     valid_for = frozenset({DraftLaw.SINGLE_PATH})
     parameters = ("a1", "a2", "a3", "a4")

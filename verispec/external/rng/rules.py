@@ -29,9 +29,9 @@ ACTIVE: list = []
 
 #: The files of RNG capture itself, skipped when looking for the user's line of a draw (``site``).
 _CAPTURE_FILES = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-                       for name in ("rng", "rng_rules", "rng_numpy", "rng_torch", "rng_triton",
-                                     "rng_triton_random")) + (
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "keyed.py"),)
+                       for name in ("__init__", "rules", "numpy_draws", "torch_draws", "triton_races",
+                                    "triton_random")) + (
+    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "keyed.py"),)
 
 
 class CaptureRefusal(VerifierError):
@@ -90,7 +90,7 @@ def raise_site(error: BaseException) -> str:
     skipped = _SKIPPED.get(("raise", "torch" in sys.modules))
     if skipped is None:  # asked at every raise a black-box test goes on past: worked out once
         skipped = _SKIPPED[("raise", "torch" in sys.modules)] = _libraries(
-            os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep)  # verispec/
     frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
     for frame in reversed(frames):
         if not frame.f_code.co_filename.startswith(skipped):
