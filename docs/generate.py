@@ -1023,6 +1023,14 @@ def engine_releases_reasons_table(results, name: str = ENGINE_RELEASES) -> str:
 ENGINE_MUTANTS = "engine-mutants.json"
 
 
+def _wilson(successes: int, trials: int) -> tuple[float, float]:
+    """The 95% Wilson interval of a share, as ``experiments/engine_mutants.py`` states its shares (scipy's)."""
+    from scipy.stats import binomtest
+
+    interval = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
+    return interval.low, interval.high
+
+
 def _share(judge: dict) -> str:
     low, high = judge.get("wilson95") or (0.0, 1.0)
     return f"{judge['killed']} ({judge['share']:.0%}, 95% interval {low:.0%} to {high:.0%})"
@@ -1035,12 +1043,21 @@ def _engine_mutants(results, key):
     data = results(ENGINE_MUTANTS)
     summary = data["summary"]
     if key == "judged":
-        return (f"the {summary['mutants']} mutant{'s' if summary['mutants'] != 1 else ''} judged of a uniform sample "
-                f"of {data['drawn']} (drawn from the "
+        pending = summary.get("pending", 0)
+        waiting = f"; {pending} not yet judged by both" if pending else ""
+        return (f"the {summary['mutants']} mutant{'s' if summary['mutants'] != 1 else ''} judged by both judges of a "
+                f"uniform sample of {data['drawn']} (drawn from the "
                 f"{data['mutants_listed'] - data['equivalent_in_annotations']['count']} that cosmic-ray makes outside "
-                f"type annotations; {summary['equivalent']} argued equivalent and left out)")
+                f"type annotations; {summary['equivalent']} argued equivalent and left out{waiting})")
     if key in ("verispec", "engine_tests"):
         return _share(summary[key])
+    if key == "verispec_alone":  # every mutant verispec judged, the ones vLLM's tests have not yet judged too
+        argued = {entry["key"] for entry in data["equivalent"]}
+        mine = [row for row in data["rows"] if row["verispec"]["outcome"] != "pending" and row["key"] not in argued]
+        killed = sum(row["verispec"]["outcome"] == "killed" for row in mine)
+        low, high = _wilson(killed, len(mine))
+        return (f"{killed} of the {len(mine)} it judged ({killed / len(mine):.0%}, 95% interval {low:.0%} to "
+                f"{high:.0%})") if mine else "none judged"
     if key == "split":
         return (f"{summary['verispec_only']} by verispec alone, {summary['engine_tests_only']} by vLLM's tests alone, "
                 f"{summary['neither']} by neither")
@@ -1060,6 +1077,8 @@ def _engine_mutants(results, key):
 def engine_mutants_table(results) -> str:
     """Each judged mutant: where, what changed, and each judge's outcome with its seconds (or 'not reached')."""
     def cell(found: dict) -> str:
+        if found["outcome"] == "pending":
+            return "not yet judged"
         if found.get("not_executed"):
             return "survived (never runs the line)"
         ran = "" if found.get("parts_run") is None else f", {found['parts_run']} of {found['parts']} parts"
@@ -1107,7 +1126,7 @@ VALUES = {
                                                                             for verdict in ("lossy", "lossless")
                                                                             for check in ("v2-block", "v2-adaptive")))},
     **{f"mutants.{key}": _bound(_engine_mutants, key) for key in ("judged", "verispec", "engine_tests", "split",
-                                                                  "seconds", "goal", "release")},
+                                                                  "seconds", "goal", "release", "verispec_alone")},
     **{f"releases_tf.{key}": _bound(_transformers_releases, key)
        for key in ("releases", "held", "twice", "once", "ensemble", "accept/once", "accept/twice", "probe",
                    "example")},

@@ -131,7 +131,9 @@ def checks() -> list[Check]:
         Check("v1-unseeded", v1, f"{_V1}:v1_single_unseeded",
               "probabilistic drafts with draft probs, no request seed (torch's global generator)", layout="step"),
         Check("v1-ngram", v1, f"{_V1}:v1_single_ngram",
-              "drafts without draft probs (an n-gram proposer: the draft model's argmax)", layout="step"),
+              "drafts without draft probs (an n-gram proposer: the draft model's argmax, token 1: neither end of the "
+              "vocabulary, so a recovery that leaves out more than the draft token shows)", layout="step",
+              draft=(0.2, 0.6, 0.2)),
         Check("v1-temperature", v1, f"{_V1}:v1_single_seeded", "temperature 0.7", layout="step",
               sampling="temperature=0.7"),
         Check("v1-mixed", v1, f"{_V1}:v1_step_seeded",
