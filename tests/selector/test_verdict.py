@@ -157,3 +157,39 @@ def test_bad_verdict_input_is_refused_on_one_line(tmp_path, capsys):
     _refused(stem + ["--out", str(mine)], capsys, "verdict.json")
     assert (mine / "verdict.json").read_text() == '{"my": "notes"}'
     assert not (tmp_path / "a").exists()
+
+
+def test_the_edge_shares_count_the_choices_at_the_rules_largest_offered_values():
+    """Hand-made: a rule offered K 1-2, L1 0-1, L2 0-2 (K 2 only with L2 <= 1), another rule on chains alone (K 1).
+    Its five choices: (2,0,1) on the K edge; (1,1,2) on the L1 and L2 edges; (1,0,0) on none; (2,1,1) on K and L1;
+    (1,0,2) on L2: K 2 of 5, L1 2 of 5, L2 2 of 5, any 4 of 5. The broken twin takes the edge from the choices made
+    (their largest values), not from what was offered, and counts differently."""
+    from types import SimpleNamespace
+
+    from verispec.selector.verdict import edge_shares
+
+    def action(verifier, k, l1, l2):
+        return SimpleNamespace(verifier=verifier, k=k, l1=l1, l2=l2)
+
+    offered = [action("a", k, l1, l2) for k in (1, 2) for l1 in (0, 1) for l2 in (0, 1, 2) if k == 1 or l2 <= 1]
+    chains = [action("b", 1, l1, l2) for l1 in (0, 1) for l2 in (0, 1)]
+    actions = offered + chains
+    allowed = list(range(len(offered)))
+
+    def at(k, l1, l2):
+        return next(index for index, a in enumerate(offered) if (a.k, a.l1, a.l2) == (k, l1, l2))
+
+    chosen = [at(2, 0, 1), at(1, 1, 2), at(1, 0, 0), at(2, 1, 1), at(1, 0, 2)]
+    shares = edge_shares(actions, chosen, allowed)
+    assert (shares["k"], shares["l1"], shares["l2"], shares["any"], shares["choices"]) == (0.4, 0.4, 0.4, 0.8, 5)
+    # the chains-only rule offers one K: no K edge; its L1 and L2 edges at 1
+    rule_b = edge_shares(actions, [len(offered), len(offered) + 3], list(range(len(offered), len(actions))))
+    assert rule_b["k"] is None and (rule_b["l1"], rule_b["l2"], rule_b["any"]) == (0.5, 0.5, 0.5)
+
+    def from_the_choices(actions, chosen, allowed):  # the broken twin
+        return edge_shares(actions, chosen, [int(index) for index in chosen])
+
+    # two choices inside the grid, (1,0,0) and (1,0,1): none at an edge offered, but the twin's L2 edge is 1
+    inside = [at(1, 0, 0), at(1, 0, 1)]
+    assert edge_shares(actions, inside, allowed)["any"] == 0.0
+    assert from_the_choices(actions, inside, allowed)["any"] == 0.5

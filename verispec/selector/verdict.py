@@ -217,6 +217,32 @@ class _Crossed:
                 "replicate_range": [float(full.min()), float(full.max())]}
 
 
+#: The action's dimensions whose largest offered value is the grid's edge (issue 78, item 2).
+EDGE_DIMENSIONS = ("k", "l1", "l2")
+
+
+def edge_shares(actions: Sequence, chosen: Sequence[int], allowed: Sequence[int]) -> dict:
+    """How many of a policy's choices lie on the edge of what its rule was offered (issue 78, item 2): ``actions``
+    the grid's actions (each with ``k``, ``l1``, ``l2``), ``chosen`` the choices as indices into them (every root of
+    every replicate), ``allowed`` the indices of the rule's own actions. A dimension's edge is its largest value among
+    the rule's actions, and counts only where they offer more than one value (a rule on chains alone has no K edge).
+    -> {"k", "l1", "l2": the share of choices at that edge (None where the dimension offers one value), "any": the
+    share at any of them, "choices": how many}."""
+    offered = [actions[index] for index in allowed]
+    picked = [actions[int(index)] for index in chosen]
+    shares, anywhere = {}, np.zeros(len(picked), dtype=bool)
+    for dimension in EDGE_DIMENSIONS:
+        values = {getattr(action, dimension) for action in offered}
+        if len(values) < 2:
+            shares[dimension] = None
+            continue
+        top = max(values)
+        at = np.array([getattr(action, dimension) == top for action in picked], dtype=bool)
+        shares[dimension] = float(at.mean()) if len(picked) else None
+        anywhere |= at
+    return {**shares, "any": float(anywhere.mean()) if len(picked) else None, "choices": len(picked)}
+
+
 def verdict_table(setting: Setting, regime: str, latency: LatencyModel, fits: Mapping[str, Mapping],
                   seeds: Sequence[int], *, resamples: int, seed: int, verification: np.ndarray | None = None,
                   rules_of: Sequence[str] | None = None) -> dict:
@@ -257,6 +283,9 @@ def verdict_table(setting: Setting, regime: str, latency: LatencyModel, fits: Ma
                        "biased_upward": bool(np.any(data.label_method == "conditional"))},
             "oracle_crossfit": None if crossfit is None else
             {"throughput": float(crossfit[0].sum() / crossfit[1].sum())},
+            # where the choices sit on the grid: on its edge, the optimum may lie beyond it (issue 78, item 2)
+            "edge": {policy: edge_shares(grid.actions, np.concatenate([np.asarray(fits[key][policy]) for key in keys]),
+                                         allowed) for policy in ("static", "selector")},
         }
     best = max(verifiers, key=lambda name: rules[name]["selector"]["throughput"])
     versus = {name: boot.ratio(rates[(best, "selector")], rates[(name, "selector")])
