@@ -348,6 +348,31 @@ def verdict_priced_table(results) -> str:
                    "priced, against specinfer"), rows)
 
 
+#: The rules whose choices the edge table shows (issue 78: the rules that lead somewhere).
+EDGE_RULES = ("psbv", "globalres", "specinfer", "traversal", "traversal-iid")
+
+
+def verdict_edge_table(results) -> str:
+    """Under each setting and regime, the share of each leading rule's selector choices on the edge of the grid it
+    was offered (its largest K, L1 or L2; ``verispec.selector.verdict.edge_shares``), over every root and replicate."""
+    def share(value) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    rows = []
+    for table in results(VERDICT)["tables"]:
+        for rule in EDGE_RULES:
+            entry = table["rules"].get(rule)
+            if entry is None:
+                continue
+            if "edge" not in entry:
+                raise GeneratedDocsError(f"{VERDICT}: no edge shares (a verdict before issue 78); rerun its command")
+            edge = entry["edge"]["selector"]
+            rows.append((table["setting"], table["regime"], f"`{rule}`", share(edge["k"]), share(edge["l1"]),
+                         share(edge["l2"]), share(edge["any"])))
+    return _table(("sampling", "latency regime", "rule", "at the largest K", "at the largest L1",
+                   "at the largest L2", "on any edge"), rows)
+
+
 def verdict_table(results) -> str:
     """Under each setting and regime, the best rule with its own selector and its ratio against each reference."""
     verdict = results(VERDICT)
@@ -1171,6 +1196,7 @@ TABLES = {
     "typical": typical_table,
     "lossy": lossy_table,
     "verdict-priced": verdict_priced_table,
+    "verdict-edge": verdict_edge_table,
     "lossy-record": _made_by(LOSSY),
     "lossy-qwen": lambda results: lossy_table(results, LOSSY_QWEN),
     "lossy-qwen-record": _made_by(LOSSY_QWEN),
