@@ -399,6 +399,17 @@ def judge_keys(settings: dict) -> dict:
                 .encode()).hexdigest()[:24]}
 
 
+def earlier_verdicts(result) -> dict:
+    """{a judge's key: its row} of an earlier result file's verdicts: a pending row says only that its judge had not
+    run, and is never taken as that judge's verdict (nor cached as one)."""
+    earlier = {}
+    for row in result.get("rows", []) if isinstance(result, dict) else []:
+        for judge in JUDGES:
+            if isinstance(row.get(judge), dict) and row[judge].get("key") and row[judge].get("outcome") != PENDING:
+                earlier[row[judge]["key"]] = row
+    return earlier
+
+
 def mutant_key(mutant: dict) -> str:
     return f"{mutant['operator']}#{mutant['occurrence']}"
 
@@ -513,11 +524,7 @@ def main(argv=None) -> int:
         earlier_keys = judge_keys(earlier_result["settings"]) if earlier_result.get("settings") else {}
     except (json.JSONDecodeError, AttributeError, TypeError):
         earlier_result, earlier_keys = {}, {}
-    earlier = {}
-    for row in earlier_result.get("rows", []) if isinstance(earlier_result, dict) else []:
-        for judge in JUDGES:
-            if isinstance(row.get(judge), dict) and row[judge].get("key"):
-                earlier[row[judge]["key"]] = row
+    earlier = earlier_verdicts(earlier_result)
 
     # the unmutated release first: verispec must pass it; the tests failing there cannot kill and are deselected.
     # Each judge's baseline is cached on what it depends on (vLLM's tests do not run verispec's code).
@@ -613,8 +620,9 @@ def main(argv=None) -> int:
         paths = {judge: rows_dir / f"{stem}-{judge}-{key}.json" for judge, key in keys.items()}
         found = {}
         for judge, path in paths.items():
-            if path.is_file():
-                found[judge] = json.loads(path.read_text())
+            cached = json.loads(path.read_text()) if path.is_file() else None
+            if cached is not None and cached.get("outcome") != PENDING:  # (a pending row a run before cached)
+                found[judge] = cached
                 if judge == "verispec":  # read again by the present rule (a cached verdict keeps its raw answer)
                     found[judge] = classify_verispec(found[judge])
             elif (earlier.get(keys[judge], {}).get(judge) or {}).get("key") == keys[judge]:

@@ -299,3 +299,15 @@ def test_each_test_item_gets_its_own_lines_and_a_fixtures_lines_count_for_its_te
     assert lines[11] == {"test_module.py::test_large"} and lines[12] == {"test_module.py::test_small"}
     span = script.reach_module.statement_span(MODULE, 11)
     assert script.reach_module.parts_reaching(reach, span) == ["test_module.py::test_large"]
+
+
+def test_a_pending_row_of_an_earlier_file_is_never_taken_as_a_verdict():
+    """A merge run that wrote one judge's rows as pending: a later run must judge them, not read them back (a run
+    that took them so reported 27 mutants pending for good)."""
+    rows = [{"key": "a#0", "verispec": {"outcome": "killed", "key": "v1"},
+             "engine_tests": {"outcome": "pending", "key": "t1"}},
+            {"key": "b#0", "verispec": {"outcome": "pending", "key": "v2"},
+             "engine_tests": {"outcome": "survived", "key": "t2"}}]
+    earlier = script.earlier_verdicts({"rows": rows})
+    assert set(earlier) == {"v1", "t2"}
+    assert script.earlier_verdicts(None) == {} and script.earlier_verdicts({"rows": []}) == {}
