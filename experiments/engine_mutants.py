@@ -368,6 +368,8 @@ def engine_tests_judge(tree: Path, tests_root: Path, targets: str | list[str], d
 #: A judge's outcome on a mutant it has not judged at the present key (``--judges`` left it out).
 PENDING = "pending"
 JUDGES = ("verispec", "engine_tests")
+#: The settings vLLM's tests depend on (not verispec's checks or code): their baseline's and rows' keys.
+TESTS_SETTINGS = ("release", "file_sha256", "tests", "tests_sha256", "test_timeout")
 
 
 def compact_parts(reach: dict, key: str) -> dict:
@@ -394,9 +396,9 @@ def judge_keys(settings: dict) -> dict:
     """Each judge's baseline key: verispec's on every setting (its checking code among them), vLLM's tests' on the
     release, the sampler's file and the tests alone."""
     return {"verispec": hashlib.sha256(json.dumps(["baseline", settings], sort_keys=True).encode()).hexdigest()[:24],
-            "engine_tests": hashlib.sha256(json.dumps(["baseline-tests", {key: settings.get(key) for key in (
-                "release", "file_sha256", "tests", "tests_sha256", "test_timeout")}], sort_keys=True)
-                .encode()).hexdigest()[:24]}
+            "engine_tests": hashlib.sha256(json.dumps(["baseline-tests", {key: settings.get(key) for key in
+                                                                         TESTS_SETTINGS}], sort_keys=True)
+                                           .encode()).hexdigest()[:24]}
 
 
 def earlier_verdicts(result) -> dict:
@@ -608,8 +610,7 @@ def main(argv=None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
         return result
-    tests_settings = {key: settings[key] for key in ("release", "file_sha256", "tests", "tests_sha256",
-                                                     "test_timeout")}
+    tests_settings = {key: settings[key] for key in TESTS_SETTINGS}
     for index, position in enumerate(drawn):
         mutant = mutants[position]
         # each judge's verdict is cached on what it depends on: verispec's on its checking code, the tests' not

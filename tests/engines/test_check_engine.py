@@ -104,6 +104,10 @@ def test_status_is_the_worst_finding():
     assert check_engine._status([row("INCONCLUSIVE", False), row("LOSSLESS")]) == 3
     # a lossy-by-design check whose law is not its reference rule's (``reference_matches`` False), either verdict
     assert check_engine._status([row("LOSSLESS", False), row("LOSSY")]) == 1
+    # a reference rule whose law was not compared (black-box mode): nothing proven of it, inconclusive
+    unseen = {**row("LOSSY"), "reference": "fly", "reference_matches": None}
+    assert check_engine._status([row("LOSSLESS"), unseen]) == 3
+    assert check_engine._status([row("LOSSLESS"), {**unseen, "reference_matches": True}]) == 0
 
 
 # -- a lossy-by-design entry point against verispec's own rule (Check.reference)

@@ -7,9 +7,9 @@ list (``verispec.engines.greedy``), and returns the command's JSON object: ``eng
 ``exit_status`` and one row a check. The exit status is the worst finding: 1 a check LOSSY that should hold the law,
 4 one that raised, 2 one whose kernel the interpreter cannot run, 3 one inconclusive, 0 every check as a correct
 release gets it (a LOSSY that the engine documents counts as expected and is listed with its TV; where the check
-names a ``reference`` rule of verispec's, the engine's exact law must also be that rule's, or the row counts 1). A
-check of an entry point the release predates (``Check.since``) is an ABSENT row that runs nothing; it counts for
-nothing, unless every row asked is ABSENT (exit 2: nothing was checked).
+names a ``reference`` rule of verispec's, the engine's exact law must also be that rule's, or the row counts 1, and 3
+where no exact law was made to compare). A check of an entry point the release predates (``Check.since``) is an
+ABSENT row that runs nothing; it counts for nothing, unless every row asked is ABSENT (exit 2: nothing was checked).
 
 Importing the adapter's step functions imports the engine and switches Triton's interpreter on for the process
 (``verispec.engines.vllm_v1``): run these checks in a process of their own (the command's supervised worker, the
@@ -189,6 +189,7 @@ def reference_comparison(check, report, problem, tree: str, context_twin: bool, 
     mode, a raise, or ``context_twin``, whose verdict may rest on the twin)."""
     import numpy as np
 
+    from verispec.external.step_entry import layout_penalties
     from verispec.external.step_penalties import requested_problem
     from verispec.models.sampling import Sampling
     from verispec.simulator import analyze
@@ -199,7 +200,9 @@ def reference_comparison(check, report, problem, tree: str, context_twin: bool, 
     if report.mode != "exact" or report.block_tables is None or context_twin:
         return found
     drafter = parse_tree(tree)
-    wanted = requested_problem(problem, Sampling.parse(check.sampling), drafter.depth + 1)
+    # the law the check compared with the target's: the same sampling and, on step-penalties, the same penalties
+    wanted = requested_problem(problem, Sampling.parse(check.sampling), drafter.depth + 1,
+                               layout_penalties(None, check.layout))
     law = analyze(wanted, drafter, get_verifier(check.reference), need_output_law=True).output_law
     distance = 0.5 * sum(float(np.abs(np.asarray(ours, dtype=np.float64) - np.asarray(theirs, dtype=np.float64))
                                .sum()) for ours, theirs in zip(report.block_tables, law.by_length, strict=True))
@@ -230,6 +233,10 @@ def exit_status(rows) -> int:
     if any(verdict == "UNRUNNABLE" for verdict, _ in verdicts):
         return EXIT_BAD_INPUT
     if any(verdict == "INCONCLUSIVE" for verdict, _ in verdicts):
+        return EXIT_INCONCLUSIVE
+    # a rule the law must be whose law was not compared (no exact law of the given problem): nothing proven of it
+    if any(row.get("reference") and row.get("reference_matches") is None and row["verdict"] in ("LOSSY", "LOSSLESS")
+           for row in rows):
         return EXIT_INCONCLUSIVE
     return 0
 

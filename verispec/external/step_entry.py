@@ -50,7 +50,7 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
     problem.require_depth(drafter.depth + 1)
     name = name or getattr(function, "__name__", "external")
     sampled = check_neighbours(verifier_options.get("neighbours", "greedy"), layout) == "sampled"
-    penalties = _penalties(verifier_options.get("penalties"), layout)
+    penalties = layout_penalties(verifier_options.get("penalties"), layout)
     start = time.monotonic()
 
     def checked(on):
@@ -82,7 +82,7 @@ def check_whole_step(function, layout, tree, problem, mode, name, samples, detec
                            threshold=threshold)
 
 
-def _penalties(value, layout: str):
+def layout_penalties(value, layout: str):
     """``step-penalties``' ``Penalties`` (given as one or its text; ``DEFAULT_PENALTIES`` where none is given), None
     for the other layouts; a penalty asked of another layout is refused in one line."""
     from verispec.models.penalties import DEFAULT_PENALTIES, Penalties
