@@ -24,7 +24,6 @@ import json
 import math
 import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,24 +80,19 @@ def command(entry: dict, version: str, budget: float) -> list[str]:
 
 def check(entry: dict, version: str, budget: float) -> dict:
     """One version's row: the command's verdict and what it rests on."""
+    from verispec.guard.output import run_checked
+
     argv = command(entry, version, budget)
     start = time.monotonic()
-    try:
-        # one torch thread a check: on a loaded 2-core box two threads make each tiny op ~70 times slower
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=budget + 60, env=env)
-        status, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired:
-        status, out, err = None, "", f"no answer within {budget + 60:g} s"
+    # one torch thread a check: on a loaded 2-core box two threads make each tiny op ~70 times slower
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # the verdict from the --json-out file the code under check cannot write, never from stdout
+    status, report, err = run_checked(argv, cwd=ROOT, timeout=budget + 60, env=env)
     seconds = time.monotonic() - start
     row = {"bug": entry["id"], "thread": entry["threads"][0], "version": version,
            "function": f"{entry['file']}:{entry.get(version, version)}", "exit_status": status,
            "seconds": round(seconds, 1), "command": shlex.join(["verispec", *argv[3:]])}
-    try:
-        report = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
-    except json.JSONDecodeError:
-        report = None
-    if not isinstance(report, dict):
+    if not isinstance(report, dict) or "verdict" not in report:
         row.update(verdict="REFUSED", mode=None, tv=None, witness=None,
                    error=(err.strip().splitlines() or ["no output"])[-1][:400])
         return row

@@ -278,20 +278,14 @@ def _env(*paths: Path) -> dict:
 def verispec_judge(tree: Path, checks: list[str], budget: float, fail_fast: bool = True) -> dict:
     """verispec check-engine on the tree: killed (exit status not 0, and not only INCONCLUSIVE), survived, or
     timeout; the rows' verdicts and the seconds it took."""
+    from verispec.guard.output import run_checked
+
     argv = [sys.executable, "-m", "verispec", "check-engine", PACKAGE, "--check", ",".join(checks), "--json",
             "--time-budget", f"{budget:g}"] + (["--fail-fast"] if fail_fast else [])
     start = time.monotonic()
-    try:
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=_env(tree, ROOT),
-                              timeout=len(checks) * budget + 300)
-        status, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired:
-        status, out, err = None, "", "no answer within the checks' budgets"
+    # the verdict from the --json-out file the code under check cannot write, never from stdout
+    status, report, err = run_checked(argv, cwd=ROOT, env=_env(tree, ROOT), timeout=len(checks) * budget + 300)
     seconds = round(time.monotonic() - start, 1)
-    try:
-        report = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
-    except json.JSONDecodeError:
-        report = None
     rows = [{key: row.get(key) for key in ("check", "verdict", "as_expected", "mode", "tv_distance", "note")}
             for row in (report or {}).get("checks", [])] if isinstance(report, dict) else []
     by = None if status == 0 else (err.strip().splitlines() or ["no output"])[-1][:300]

@@ -203,22 +203,17 @@ def command(check: str, budget: float, any_release: bool, package: str = PACKAGE
 def run_check(release: str, folder: Path, check: str, budget: float, any_release: bool,
               package: str = PACKAGE) -> dict:
     """One (release, check) row: the command's verdict and what it rests on, or why the release was refused."""
+    from verispec.guard.output import run_checked
+
     argv = command(check, budget, any_release, package)
     # one torch thread a check (a loaded 2-core box); the unpacked release before the installed one
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), str(ROOT), os.environ.get("PYTHONPATH")]))}
     start = time.monotonic()
-    try:
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=budget + 120, env=env)
-        status, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired:
-        status, out, err = None, "", f"no answer within {budget + 120:g} s"
+    # the verdict from the --json-out file the code under check cannot write, never from stdout
+    status, report, err = run_checked(argv, cwd=ROOT, timeout=budget + 120, env=env)
     row = {"release": release, "check": check, "exit_status": status, "seconds": round(time.monotonic() - start, 1),
            "command": f"PYTHONPATH=<{package}-{release}> " + shlex.join(["verispec", *argv[3:]])}
-    try:
-        report = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
-    except json.JSONDecodeError:
-        report = None
     if not isinstance(report, dict) or not report.get("checks"):
         error = (err.strip().splitlines() or ["no output"])[-1][:400]
         verdict = ("ABSENT" if any(mark in error for mark in ABSENT_MARKS) else

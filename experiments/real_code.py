@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -83,20 +82,15 @@ def command(entry: dict, budget: float) -> list[str]:
 
 def check(entry: dict, budget: float) -> dict:
     """One check's row: the command's verdict and what it rests on."""
+    from verispec.guard.output import run_checked
+
     argv = command(entry, budget)
     start = time.monotonic()
-    try:
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=budget + 120)
-        status, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired:
-        status, out, err = None, "", f"no answer within {budget + 120:g} s"
+    # the verdict from the --json-out file the code under check cannot write, never from stdout
+    status, report, err = run_checked(argv, cwd=ROOT, timeout=budget + 120)
     row = {key: entry[key] for key in ("name", "code", "repository", "commit", "layout", "tree", "sampling")}
     row.update(problem=f"p = ({entry['target']}), q = ({entry['draft']})", exit_status=status,
                seconds=round(time.monotonic() - start, 1), command=shlex.join(["verispec", *argv[3:]]))
-    try:
-        report = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
-    except json.JSONDecodeError:
-        report = None
     if not isinstance(report, dict):
         row.update(verdict="REFUSED", mode=None, tv=None, error=(err.strip().splitlines() or ["no output"])[-1][:400])
         return row

@@ -30,7 +30,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "verispec"
 
 #: The ground floor's modules in order; each imports only modules listed before it.
 GROUND_FLOOR = ["guard", "files", "errors", "version", "guard.limits", "lazy_names", "backend", "verdict",
-                "guard.processes", "guard.confinement", "guard.watch", "guard.supervisor", "guard.budget", "sizes",
+                "guard.processes", "guard.confinement", "guard.layers", "guard.output", "guard.watch",
+                "guard.supervisor", "guard.budget", "sizes",
                 "statistics", "files.reading", "files.provenance", "files.markers", "files.io", "files.store_lock",
                 "native", "latency", "guard.wire", "guard.sandbox_process", "guard.sandbox", "user_code",
                 "guard.memory"]

@@ -336,13 +336,15 @@ def test_a_rule_that_forges_then_exits_zero_is_raises(forgers, tmp_path):
 def test_a_shortcut_the_code_declares_is_not_taken_on_trust(forgers, tmp_path, name):
     """A lossy rule declaring a lossless rule's shortcut (SpecInfer's sequential tests, or its solver as node_solver)
     is LOSSY on its own laws (found by this issue's hostile tester: exit 0 on the walk's dynamic program before). The
-    control: the same rule in the worker itself (VERISPEC_SANDBOX=0, the declaration taken) is LOSSLESS."""
+    control: the same rule in the worker itself (VERISPEC_SANDBOX=0, the declaration taken) reads LOSSLESS, which the
+    supervisor, knowing protection is off, does not turn into exit 0 (issue 77 item 3)."""
     arguments = ["exact", "--target", "1/2,3/10,1/5", "--draft", "1/5,1/5,3/5", "--tree", "iid:2,1", "--verifier",
                  f"{forgers}:{name}", "--fail-if-lossy"]
     done = _run(arguments, tmp_path)
     assert done.returncode == 1 and "LOSSY" in done.stderr, done.stderr
     done = _run(arguments, tmp_path, VERISPEC_SANDBOX="0")
-    assert done.returncode == 0 and "LOSSLESS" in done.stderr, done.stderr
+    assert done.returncode == 3 and "LOSSLESS" in done.stderr, done.stderr
+    assert "protection is off (VERISPEC_SANDBOX=0)" in done.stderr and "does not exit 0" in done.stderr
 
 
 def test_verispecs_own_error_class_raised_by_the_code_is_the_codes_raise(forgers, tmp_path):
@@ -439,9 +441,11 @@ def _landlock() -> bool:
 
 @pytest.mark.parametrize("name", ["forging_rule", "forge_and_exit"])
 def test_negative_control_the_code_in_the_worker_forges_a_pass(forgers, tmp_path, name):
-    """The design before issue 64 (the code runs in the worker, which holds the report pipe): both forgers pass."""
+    """The design before issue 64 (the code runs in the worker, which holds the report pipe): both forgers forge the
+    worker's report. Since issue 77 the supervisor, which knows the sandbox is off, gives no exit 0 for it."""
     done = _exact(forgers, name, tmp_path, VERISPEC_SANDBOX="0", FORGERY_NO_STOP="1")
-    assert done.returncode == 0, done.stderr
+    assert "LOSSLESS (forged)" in done.stderr, done.stderr
+    assert done.returncode == 3 and "protection is off (VERISPEC_SANDBOX=0)" in done.stderr, done.stderr
 
 
 def _start(arguments, tmp_path, **env) -> subprocess.Popen:

@@ -74,11 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         return done.status
     except VerispecError as error:  # the parser's own one line (verispec.cli.options.Parser)
         return _bad_input(error)
+    from verispec.cli import confined
     from verispec.guard import supervisor
 
+    try:
+        confined.check_outputs(args)
+    except VerispecError as error:
+        return _bad_input(error)
     specs = user_code_specs(args)
     if specs and supervisor.available():
         return supervisor.run_supervised(lambda: _run(args), _supervision(args, specs))
+    if specs or getattr(args, "json_out", None) is not None:
+        return confined.unsupervised(args, specs, lambda: _run(args))
     return _run(args)
 
 
@@ -123,7 +130,19 @@ def _supervision(args, specs: list[str]):
 
             limit *= len(checks_to_run(args)[1])
     return supervisor.Supervision(command=f"verispec {args.command} with {', '.join(specs)}", time_limit=limit,
-                                  json_output=bool(getattr(args, "json", False)), checking=_checking(args))
+                                  json_output=bool(getattr(args, "json", False)), checking=_checking(args),
+                                  json_out=getattr(args, "json_out", None), json_out_marker=_marker(args),
+                                  code_output=getattr(args, "code_output", None),
+                                  require=bool(getattr(args, "require_confinement", False)))
+
+
+def _marker(args) -> dict | None:
+    """The ``written_by`` marker of the command's ``--json-out`` file (None without one)."""
+    if getattr(args, "json_out", None) is None:
+        return None
+    from verispec.files.provenance import JSON_OUT, written_by
+
+    return written_by(JSON_OUT, args.command)
 
 
 def _checking(args) -> str:

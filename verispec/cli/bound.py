@@ -90,6 +90,10 @@ def _bound_user_class(args, problem, drafter, limit: int) -> int:
         raise VerispecError("--certify proves the built-in LPs (every valid verifier, selected-path); a class "
                             "FILE.py:NAME is checked by running its optimal verifier through the exact engine instead: "
                             "drop --certify")
+    from verispec.guard import supervisor
+
+    supervisor.ran_unconfined(f"--restriction {args.restriction} (a class returns cvxpy objects, which cannot leave "
+                              "a sandbox)")
     constraints = load_attribute(args.restriction, "verifier class")
     if not callable(constraints):
         raise VerispecError(f"{args.restriction} is a {type(constraints).__name__}, not a function; a class is a "

@@ -10,6 +10,7 @@ from verispec.cli import (
     check_engine,
     check_external,
     compare,
+    confined,
     decode,
     derive,
     exact,
@@ -41,4 +42,5 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in COMMANDS.values():
         module.add_parser(subparsers)
+    confined.add_options(subparsers)
     return parser

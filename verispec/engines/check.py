@@ -323,11 +323,19 @@ def run_engine_checks_in_child(engine: str, checks: str | Sequence[str] | None =
 
 def _child(writer, engine: str, names: list[str], options: dict) -> None:
     """The spawned process's side: one answer, ("result", the dict) or ("error", (a VerispecError class, its
-    message)); any other exception is a bug and is sent as a RuntimeError with its traceback."""
+    message)); any other exception is a bug and is sent as a RuntimeError with its traceback. Where it can, the
+    process supervises its checks as ``verispec check-engine`` does (``verispec.guard.supervisor``): the engine's
+    code runs in a sandbox, and the answer is read from the file the supervisor writes once every process of that
+    code has ended, which the code cannot reach (``_supervised_checks``)."""
     import traceback
 
+    from verispec.guard import supervisor
+
     try:
-        answer = ("result", run_engine_checks(engine, names, **options))
+        if supervisor.available():
+            answer = _supervised_checks(engine, names, options)
+        else:
+            answer = ("result", run_engine_checks(engine, names, **options))
     except VerispecError as error:
         answer = ("error", (type(error), str(error)))
     except Exception:
@@ -335,6 +343,50 @@ def _child(writer, engine: str, names: list[str], options: dict) -> None:
                                           f"{traceback.format_exc()}"))
     writer.send(answer)
     writer.close()
+
+
+def _plain(value):
+    """``json.dumps``' default for a check's result: arrays and numpy scalars as lists and numbers, the rest as
+    text."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)
+
+
+def _supervised_checks(engine: str, names: list[str], options: dict):
+    """``run_engine_checks`` in a supervised worker, its answer through the supervisor's ``--json-out`` file."""
+    import importlib
+    import json
+    import tempfile
+
+    from verispec.guard import supervisor
+
+    def work() -> int:
+        try:
+            print(json.dumps({"result": run_engine_checks(engine, names, **options)}, default=_plain))
+        except VerispecError as error:
+            print(json.dumps({"error": [type(error).__module__, type(error).__qualname__, str(error)]}))
+        return 0
+
+    budget = float(options.get("time_budget", DEFAULT_CHECK_BUDGET))
+    with tempfile.TemporaryDirectory(prefix="verispec-engine-") as folder:
+        out = os.path.join(folder, "answer.json")
+        status = supervisor.run_supervised(work, supervisor.Supervision(
+            command=f"verispec check-engine {engine} with {', '.join(names)}", json_output=True, json_out=out,
+            time_limit=len(names) * budget * 1.25 + CHILD_STARTUP_SECONDS, checking=f"{engine}'s checks"))
+        try:
+            with open(out, encoding="utf-8") as file:
+                document = json.load(file)
+        except (OSError, ValueError):
+            raise VerispecError(f"{engine}'s checks ended (status {status}) without an answer: the engine's code "
+                                "crashed or stopped the process running them") from None
+    if "error" in document:
+        module, name, message = document["error"]
+        error_class = getattr(importlib.import_module(module), name, VerispecError)
+        return "error", (error_class if isinstance(error_class, type) else VerispecError, message)
+    return "result", document["result"]
 
 
 # -- the run's functions in one sandbox: the engine imported once a run, not once a check

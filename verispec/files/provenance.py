@@ -32,6 +32,7 @@ SELECTOR = "selector"
 DATASET = "selector dataset"
 REPORT = "report"
 RESULT_STORE = "row store"
+JSON_OUT = "json output"
 
 #: The first line of a report verispec wrote: an HTML comment, invisible once rendered (``markdown_marker``).
 MARKDOWN_MARKER = "<!-- written by verispec"

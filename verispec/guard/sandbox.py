@@ -20,7 +20,8 @@ The worker waits for each answer as a call into the user's code (``budget.user_c
 time budgets stop it as they stopped a call in the same process, and the sandbox, interrupted in the middle of the
 code, is ended and started afresh for the next call. A sandbox that dies (``os._exit`` through libc, a signal, a
 crash) ends the command ``RAISES`` with how it ended and where (``SandboxDied``); a message that is not in the
-format does too. What the code prints reaches the command's own output, as before.
+format does too. What the code prints goes to a pipe of the supervisor's own, shown fenced (``verispec.guard.output``),
+never to the command's streams.
 
 A process that did not start as a worker (the Python API, ``VERISPEC_SUPERVISE=0``) loads the object itself.
 """
@@ -148,6 +149,10 @@ class Sandbox:
         self.pid, self.owner, self.crash_file, self.channel = pid, os.getpid(), crash_file, ours
         _STARTED.append(self)
         supervisor.before_report(_end_all)
+        layers = self._receive()  # what it set up before loading the code (verispec.guard.layers)
+        if layers.get("kind") != "layers" or not isinstance(layers.get("value"), dict):
+            self._broken("did not say which confinement layers it set up")
+        supervisor.sandbox_layers(layers["value"])
         self.description, _ = self._answer({}, f"loading {self.spec.rpartition(':')[0]}")
 
     def _end(self) -> None:

@@ -9,6 +9,7 @@ import io
 import os
 import pickle
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -108,6 +109,15 @@ def serve(sandbox, channel_socket: socket.socket, crash_file, protected: list[in
         return
     os.setsid()  # a session of its own: the code cannot join the worker's process group and signal it as 0
     name_this_process(SANDBOX_NAME)
+    code_output = supervisor.code_output_fd()
+    if code_output is not None:  # its stdout and stderr: the supervisor's pipe for the code's output, never the
+        for stream in (sys.stdout, sys.stderr):  # command's streams (verispec.guard.output)
+            try:
+                stream.flush()
+            except Exception:  # a closed stream: nothing to flush
+                pass
+        os.dup2(code_output, 1)
+        os.dup2(code_output, 2)
     keep = {0, 1, 2, channel_socket.fileno(), crash_file.fileno()}
     for fd in _open_fds():
         if fd not in keep:
@@ -117,14 +127,14 @@ def serve(sandbox, channel_socket: socket.socket, crash_file, protected: list[in
                 pass
     supervisor.become_sandbox()
     faulthandler.enable(file=crash_file, all_threads=False)
-    confinement.drop_capabilities()
-    confinement.forbid_reaching(protected)
+    held = {"capabilities": confinement.drop_capabilities(), "seccomp": confinement.forbid_reaching(protected)}
     os.environ["TMPDIR"] = tempfile.tempdir = sandbox.private_dir  # caches and temporary files go there
     writable = [sandbox.private_dir, "/dev/shm", *filter(None, os.environ.get(WRITABLE, "").split(":"))]
-    confinement.forbid_writing(writable, ["/dev/null"])
+    held["landlock"] = confinement.forbid_writing(writable, ["/dev/null"])
     budget.forget_guard()
     channel = _Channel(channel_socket, sandbox.nonce)
     _Serving.channel = channel
+    channel.send({"kind": "layers", "value": held})  # before the code is loaded: it cannot change what is said
     objects: dict[int, object] = {}
 
     def register(obj) -> int:

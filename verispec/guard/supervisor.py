@@ -45,7 +45,7 @@ import traceback
 from collections.abc import Callable
 
 from verispec.errors import SandboxDied, UserCodeExit
-from verispec.guard import confinement
+from verispec.guard import layers as guard_layers
 from verispec.guard.processes import (
     Reaper,
     kill_me_with_my_parent,
@@ -90,6 +90,13 @@ class _Worker:
     chain: tuple = ()
     #: A folder the supervisor made for the command and removes when it ends, whatever ended it (``scratch``).
     scratch: str | None = None
+    #: The write end of the supervisor's pipe for the code's own output: a sandbox's stdout and stderr.
+    code_fd: int | None = None
+    #: The layers the supervisor's probe found (``verispec.guard.layers``), and those every sandbox set up itself.
+    probed: dict = {}
+    layers: dict | None = None
+    #: Code of the user's ran in the worker itself (``ran_unconfined``): the verdict's JSON says it was not sandboxed.
+    unconfined: str | None = None
 
 
 def in_worker() -> bool:
@@ -122,6 +129,31 @@ def before_report(callback: Callable[[], None]) -> None:
     there, so the supervisor finds none of them left running)."""
     if callback not in _Worker.before_report:
         _Worker.before_report.append(callback)
+
+
+def code_output_fd() -> int | None:
+    """In the worker and its forks: the pipe a sandbox makes its stdout and stderr (the supervisor shows what comes
+    through it fenced, ``verispec.guard.output``); None elsewhere (the code then shares the process's streams)."""
+    return _Worker.code_fd
+
+
+def sandbox_layers(found: dict) -> None:
+    """In the worker: the layers a sandbox set up itself (its first message). A layer the supervisor's probe found but
+    the sandbox could not set up gets its line here; the report names what every sandbox held."""
+    found = {name: bool(found.get(name, False)) for name in guard_layers.LAYERS if name != "not_dumpable"}
+    before = _Worker.layers if _Worker.layers is not None else dict(_Worker.probed)
+    for name, held in found.items():
+        if not held and before.get(name, False):
+            _write("stderr", guard_layers.missing_line(name) + "\n")
+    _Worker.layers = {**before, **{name: before.get(name, False) and held for name, held in found.items()}}
+
+
+def ran_unconfined(what: str) -> None:
+    """In the worker: code of the user's runs here, not in a sandbox (``bound --restriction``, whose class returns
+    objects that cannot leave a sandbox). The run's ``confinement`` says it was not sandboxed, and a command that
+    ends 0 says so in a line (``verispec.guard.watch``; an error stays one line)."""
+    if in_worker() and _Worker.unconfined is None:
+        _Worker.unconfined = what
 
 
 def scratch() -> str | None:
@@ -342,7 +374,8 @@ def _send(status: int, line: str | None, died: bool = False) -> None:
     fd = _Worker.report_fd
     if fd is None:
         return
-    data = json.dumps({"pid": os.getpid(), "status": int(status), "line": line, "died": died}).encode() + b"\n"
+    data = json.dumps({"pid": os.getpid(), "status": int(status), "line": line, "died": died,
+                       "layers": _Worker.layers, "unconfined": _Worker.unconfined}).encode() + b"\n"
     try:
         os.write(fd, data)
     except OSError:
@@ -443,10 +476,14 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
     process's ``sys.stdout`` and ``sys.stderr`` as it comes."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    confinement.protect_this_process()  # no /proc/PID/fd, /proc/PID/mem or ptrace for the code under check
+    probed = guard_layers.probe()  # and this process made not dumpable: no /proc/PID/fd, /proc/PID/mem or ptrace
+    refused = _layers_said(probed, supervision)
+    if refused is not None:
+        return refused
     report_read, report_write = os.pipe()
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
+    code_read, code_write = os.pipe()
     shared = mmap.mmap(-1, NOTE_BYTES)
     crash_file = tempfile.TemporaryFile()
     scratch_folder = tempfile.mkdtemp(prefix="verispec-run-")
@@ -455,14 +492,15 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
     pid = os.fork()
     if pid == 0:  # the worker: never returns into the caller, whatever happens
         try:
-            for fd in (report_read, out_read, err_read):
+            for fd in (report_read, out_read, err_read, code_read):
                 os.close(fd)
+            _Worker.code_fd, _Worker.probed = code_write, probed
             _start_worker(report_write, out_write, err_write, shared, crash_file, parent, scratch_folder)
             note(supervision.checking)
             _work(run)
         finally:
             _ORIGINALS.get("_exit", os._exit)(EXIT_RAISES)
-    for fd in (report_write, out_write, err_write):
+    for fd in (report_write, out_write, err_write, code_write):
         os.close(fd)
     try:
         os.setpgid(pid, pid)  # as the worker does itself: whichever runs first
@@ -470,14 +508,14 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
         pass
     try:
         watch = Watch(pid, report_read, out_read, err_read, supervision, kill=_real("kill"),
-                      outer_margin=OUTER_MARGIN_SECONDS)
+                      outer_margin=OUTER_MARGIN_SECONDS, code_fd=code_read, probed=probed)
         watch.wait()
         reaper.end_descendants(pid)
         watch.drain()
         return watch.verdict(_read_note(shared), crash_file)
     finally:
         reaper.close()
-        for fd in (report_read, out_read, err_read):
+        for fd in (report_read, out_read, err_read, code_read):
             try:
                 os.close(fd)
             except OSError:
@@ -487,6 +525,22 @@ def run_supervised(run: Callable[[], int], supervision: Supervision) -> int:
         shutil.rmtree(scratch_folder, ignore_errors=True)
 
 
-__all__ = ["INTERNAL_LINE", "SWITCH", "Supervision", "available", "become_sandbox", "before_report", "doing",
+def _layers_said(probed: dict, supervision: Supervision) -> int | None:
+    """One line on stderr for each layer this machine refuses and for the sandbox switched off; exit 2 (refused)
+    where every layer is required (``verispec.guard.layers``), None to go on."""
+    switches = guard_layers.switched_off()
+    reasons = [f"{name}=0 is set" for name in switches]
+    reasons += [f"layer '{name}' could not be set up" for name in guard_layers.missing(probed)]
+    if reasons and guard_layers.required(supervision.require):
+        _write("stderr", guard_layers.refusal_line(reasons) + "\n")
+        return 2
+    for name in guard_layers.missing(probed):
+        _write("stderr", guard_layers.missing_line(name) + "\n")
+    if switches:
+        _write("stderr", guard_layers.off_line(switches) + "\n")
+    return None
+
+
+__all__ = ["INTERNAL_LINE", "SWITCH", "Supervision", "available", "become_sandbox", "before_report", "code_output_fd",
            "exit_finding", "in_worker", "in_worker_tree", "note", "protected_pids", "report_and_end", "run_supervised",
-           "scratch", "watch_user_files"]
+           "ran_unconfined", "sandbox_layers", "scratch", "watch_user_files"]

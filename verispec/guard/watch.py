@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from verispec.guard import layers as guard_layers
+from verispec.guard.output import CodeOutput, atomic_write, json_out_document, with_confinement
 from verispec.guard.processes import crash_location, descendants, how_it_ended, parse_report, signal_name
 
 #: Exit statuses (``verispec.verdict``'s; this module runs before anything else of the command).
@@ -34,6 +36,14 @@ class Supervision:
     time_limit: float | None = None
     json_output: bool = False
     checking: str = ""
+    #: --json-out FILE: the JSON lines written there too, atomically, once the code's processes are ended, with
+    #: ``json_out_marker`` (``verispec.files.provenance.written_by``, made by the caller).
+    json_out: str | None = None
+    json_out_marker: dict | None = None
+    #: --code-output FILE: the code's own output kept there rather than shown on stderr.
+    code_output: str | None = None
+    #: --require-confinement: refuse (exit 2) where a layer is missing (``verispec.guard.layers``).
+    require: bool = False
 
 
 
@@ -42,18 +52,29 @@ class Watch:
     outer limit, or on an interrupt that it does not answer)."""
 
     def __init__(self, pid: int, report_fd: int, out_fd: int, err_fd: int, supervision: Supervision, *,
-                 kill: Callable[[int, int], None], outer_margin: float):
+                 kill: Callable[[int, int], None], outer_margin: float, code_fd: int | None = None,
+                 probed: dict | None = None):
         """``kill``: ``os.kill`` as the interpreter has it; ``outer_margin``: seconds past the command's limits
-        before a worker still running is ended."""
+        before a worker still running is ended; ``code_fd``: the pipe of the code's own output
+        (``verispec.guard.output``); ``probed``: the layers found before the worker started."""
         self.pid = pid
         self.kill, self.outer_margin = kill, outer_margin
         self.supervision = supervision
+        self.probed = dict(probed or {})
         self.report = b""
         self.wait_status: int | None = None
         self.ended_by_supervisor: str | None = None
         self.selector = selectors.DefaultSelector()
         self.decoders = {}
-        for fd, target in ((report_fd, None), (out_fd, "stdout"), (err_fd, "stderr")):
+        self.json_mode = supervision.json_output or supervision.json_out is not None
+        self.held_stdout: list[str] = []  # JSON mode: the worker's stdout, written once the code's processes ended
+        self.last_line = ""  # the worker's last whole line on stderr, said again after the code's last line
+        self.stderr_tail = ""
+        self.code = CodeOutput(write, supervision.code_output)
+        streams = [(report_fd, None), (out_fd, "stdout"), (err_fd, "stderr")]
+        if code_fd is not None:
+            streams.append((code_fd, "code"))
+        for fd, target in streams:
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, target)
             self.decoders[fd] = codecs.getincrementaldecoder("utf-8")("replace")
@@ -173,9 +194,26 @@ class Watch:
             got = True
             if key.data is None:
                 self.report += data
+            elif key.data == "code":
+                self.code.take(data)
             else:
-                write(key.data, self.decoders[key.fd].decode(data))
+                self._forward(key.data, self.decoders[key.fd].decode(data))
         return got
+
+    def _forward(self, name: str, text: str) -> None:
+        """The worker's own output: stdout held in JSON mode, stderr shown as it comes (its last line noted)."""
+        if not text:
+            return
+        if name == "stdout" and self.json_mode:
+            self.held_stdout.append(text)
+            return
+        write(name, text)
+        if name == "stderr":
+            self.stderr_tail = (self.stderr_tail + text)[-4096:]
+            whole = self.stderr_tail.rpartition("\n")[0].rpartition("\n")[2]
+            if whole:
+                self.last_line = whole
+            self.code.verispec_spoke()
 
     def drain(self) -> None:
         """The pipes' last bytes: until they close (every writer has ended) or ``GRACE_SECONDS`` pass."""
@@ -183,26 +221,73 @@ class Watch:
         while self.selector.get_map() and time.monotonic() < end:
             self._pump(0.05)
         for key in list(self.selector.get_map().values()):
-            if key.data is not None:
-                write(key.data, self.decoders[key.fd].decode(b"", final=True))
+            if key.data in ("stdout", "stderr"):
+                self._forward(key.data, self.decoders[key.fd].decode(b"", final=True))
         self.selector.close()
+        self.code.finish()
 
     def verdict(self, doing: str, crash_file) -> int:
-        """The command's status (see ``verispec.guard.supervisor``); ``doing``: the worker's last note."""
+        """The command's status (see ``verispec.guard.supervisor``); ``doing``: the worker's last note. Written after
+        every process of the code has ended: the held JSON (with the run's ``confinement``), the ``--json-out``
+        file, then the status's line; the last line on stderr is verispec's."""
         report = parse_report(self.report, self.pid)
+        status, line, death = self._status(report, doing, crash_file)
+        layers = dict(self.probed)
+        if report is not None and isinstance(report.get("layers"), dict):
+            layers = {name: held and bool(report["layers"].get(name, held)) for name, held in layers.items()}
+        switches = guard_layers.switched_off()
+        unconfined = report.get("unconfined") if report is not None else None
+        record = guard_layers.record(layers, supervised=True, sandboxed=not switches and not unconfined)
+        if unconfined:
+            record["unconfined"] = unconfined
+        if status == 0 and (switches or guard_layers.forgeable(layers)):
+            why = (f"{' and '.join(name + '=0' for name in switches)} ran it in verispec's own process" if switches
+                   else f"confinement layer(s) {', '.join(guard_layers.forgeable(layers))} could not be set up")
+            status, line = EXIT_INCONCLUSIVE, (
+                f"verispec: INCONCLUSIVE: the check itself passed, but the code under check could have forged that "
+                f"({why}), so the command does not exit 0; run with every layer for a verdict you can trust")
+        record["exit_status"] = status
+        self._write_json(death, record)
+        if unconfined and status == 0:
+            write("stderr", f"verispec: note: {unconfined} ran unconfined, in verispec's worker itself: it could reach "
+                            "your files and verispec's output, so what this command printed about it is the code's "
+                            "to forge\n")
+        if line:
+            write("stderr", line + "\n")
+        elif self.code.spoke_last and self.last_line:
+            write("stderr", self.last_line + "\n")  # the code wrote last: verispec's last line again, below it
+        return status
+
+    def _status(self, report, doing: str, crash_file) -> tuple[int, str | None, dict | None]:
+        """(status, the line to print, the JSON object of a death) from the report, or from how the worker ended."""
         stopped = self._user_stop(report)
         if stopped is not None:
             return stopped
-        if report is not None:
-            if report.get("died") is True and self.supervision.json_output:
-                write("stdout", json.dumps({"verdict": "raises", "exit_status": int(report["status"]),
-                                             "message": report.get("line")}) + "\n")
-            if report.get("line"):
-                write("stderr", report["line"] + "\n")
-            return int(report["status"])
-        return self._death(doing, crash_file)
+        if report is None:
+            return self._death(doing, crash_file)
+        death = None
+        if report.get("died") is True:
+            death = {"verdict": "raises", "exit_status": int(report["status"]), "message": report.get("line")}
+        return int(report["status"]), report.get("line") or None, death
 
-    def _death(self, doing: str, crash_file) -> int:
+    def _write_json(self, death: dict | None, record: dict) -> None:
+        """The held JSON lines with ``confinement`` added, to stdout and the ``--json-out`` file."""
+        if not self.json_mode:
+            return
+        text = "".join(self.held_stdout)
+        if death is not None:
+            text += json.dumps(death) + "\n"
+        text = with_confinement(text, record)
+        write("stdout", text)
+        if self.supervision.json_out is not None:
+            try:
+                atomic_write(self.supervision.json_out,
+                             json_out_document(text, self.supervision.json_out_marker or {}).encode())
+            except OSError as error:
+                write("stderr", f"verispec: warning: could not write --json-out {self.supervision.json_out!r} "
+                                f"({error}); the JSON is on stdout\n")
+
+    def _death(self, doing: str, crash_file) -> tuple[int, str, dict]:
         while_doing = f" while checking {doing}" if doing else ""
         if self.ended_by_supervisor is not None:
             line = (f"verispec: INCONCLUSIVE: the worker running {self.supervision.command} was ended by verispec "
@@ -215,13 +300,9 @@ class Watch:
             line = (f"verispec: RAISES: the process running the code under check {how}{where}{while_doing}, "
                     "without verispec's verdict; the code must return, not end or crash the process")
             status, word = EXIT_RAISES, "raises"
-        if self.supervision.json_output:
-            write("stdout", json.dumps({"verdict": word, "exit_status": status, "message": line}) + "\n")
-        write("stderr", line + "\n")
-        return status
+        return status, line, {"verdict": word, "exit_status": status, "message": line}
 
-
-    def _user_stop(self, report) -> int | None:
+    def _user_stop(self, report) -> tuple[int, str | None, dict | None] | None:
         """The status of a command the user stopped (a signal from outside the check reached the supervisor before
         the worker's report): the worker's own status where it answered the signal itself (130 for Ctrl-C, a
         build's saved-and-stopped status: 128 or more), else 128 + the signal's number with one line, never a
@@ -229,17 +310,12 @@ class Watch:
         if not self.interrupts or (self.reported_at is not None and self.reported_at <= self.interrupts[0][1]):
             return None
         if report is not None and int(report["status"]) >= 128:
-            if report.get("line"):
-                write("stderr", report["line"] + "\n")
-            return int(report["status"])
+            return int(report["status"]), report.get("line") or None, None
         number = self.interrupts[0][0]
         status = 128 + int(number)
         line = (f"verispec: interrupted: stopped by {signal_name(number)} before the check ended (a signal to "
                 "verispec's own process); no verdict on the code under check")
-        if self.supervision.json_output:
-            write("stdout", json.dumps({"verdict": "stopped", "exit_status": status, "message": line}) + "\n")
-        write("stderr", line + "\n")
-        return status
+        return status, line, {"verdict": "stopped", "exit_status": status, "message": line}
 
 
 #: The signals a user stops a command with; the supervisor takes them itself (``Watch._hold_signals``).

@@ -19,6 +19,7 @@ from verispec.files.io import ResultStore, check_inside, check_output_file
 from verispec.files.store_lock import store_lock
 from verispec.guard.limits import BACKENDS
 from verispec.study.cells import check_cell_costs, run_cells
+from verispec.study.confined_cells import needs_confinement, run_cells_confined
 from verispec.study.executor import execute, save_as_they_arrive
 from verispec.study.grid import SweepError, SweepGrid, cell_key
 from verispec.study.tables import check_sweep_output, check_sweep_table, output_format, store_path, write_table
@@ -101,7 +102,10 @@ def _run(grid: SweepGrid, output: Path, store: ResultStore, table_format: str, c
     def key_of(row: dict) -> str:
         return cell_key({name: value for name, value in row.items() if name in parameters})
 
-    save_as_they_arrive(execute(todo, backend, jobs, address, run_cells), key_of,
+    run_chunk = run_cells
+    if backend in ("dask", "ray") and needs_confinement(todo):  # nobody's fork: the rule must not load there
+        run_chunk = run_cells_confined
+    save_as_they_arrive(execute(todo, backend, jobs, address, run_chunk), key_of,
                         lambda rows: _save(store, rows, output, keys, table_format, within), total=len(cells),
                         done=len(cells) - len(todo), desc="sweep cells", progress=progress)
     result = SweepRows(_stored(store.rows[key]) for key in keys)
