@@ -80,7 +80,8 @@ ENGINE_TESTS = "tests/v1/sample/test_rejection_sampler.py"
 #: kernel exhaustively, then the exact laws (top-k and top-p last: their kernel runs on the interpreter with
 #: verispec's repaired loop counters, and costs the most).
 CHECKS = ("v1-greedy", "v1-logprobs", "v1-temperature", "v1-ngram", "v1-seeded", "v1-unseeded", "v1-mixed",
-          "v1-penalties", "v1-penalties-ragged", "v1-fly", "v1-synthetic", "v1-min-p", "v1-top-k", "v1-top-p")
+          "v1-penalties", "v1-penalties-ragged", "v1-fly", "v1-synthetic", "v1-min-p", "v1-top-k", "v1-top-p",
+          "v1-positions", "v1-behind")
 #: Seconds each verispec check may take (check-engine's --time-budget), and the seconds vLLM's test file may take.
 CHECK_BUDGET = 600.0
 TEST_TIMEOUT = 3600.0

@@ -63,6 +63,9 @@ class Check:
     #: emit, for what is lossy by design: the check is as expected only where the engine's block law is within the
     #: threshold of that rule's on the requested problem ("" for none: the target's law is the reference).
     reference: str = ""
+    #: Check the step's law on the problem's context twin too (``verispec.external.step_context``), whatever the run
+    #: asks: for a check built to see a row read at another position or another request's offset.
+    context_twin: bool = False
 
 
 def adapter(name: str):

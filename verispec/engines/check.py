@@ -157,6 +157,7 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
     else:
         from verispec.external.check import check_external
 
+        context_twin = context_twin or check.context_twin
         # a check out of time is an INCONCLUSIVE report (check_external's), so its row says so and the others run
         report = check_external(function, check.layout, tree, problem=problem, mode=mode,
                                 name=f"{engine}:{check.name}", detect_tv=detect_tv, alpha=alpha,

@@ -430,6 +430,24 @@ def v1_ragged_penalties(draft_model, target_model, input_ids, output_ids, num_dr
                       min_p, (repetition_penalty, frequency_penalty, presence_penalty), seed, behind_empty=True)
 
 
+#: Drafts of the greedy request ``v1_behind_greedy`` puts first: more than the checked request's one, so the batch's
+#: longest draft list (the rows' stride, max_spec_len + 1) is not the checked request's own.
+BEHIND_DRAFTS = 2
+
+
+def v1_behind_greedy(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
+    """``v1_single_seeded`` with the request second in its batch, behind a greedy request that drafted
+    ``BEHIND_DRAFTS`` tokens (its draft model's argmax): the checked request's rows start at ``BEHIND_DRAFTS``, not
+    0, and the output rows' stride is ``BEHIND_DRAFTS + 1``, not its own, so a kernel that reads or writes another
+    request's rows, or strides the output by another width, moves the checked law. -> its emitted tokens."""
+    count = int(num_draft_tokens)
+    out = _v1_step(draft_model, target_model, input_ids.repeat(2, 1), [BEHIND_DRAFTS, count], [0.0, float(temperature)],
+                   [0, int(top_k)], [1.0, float(top_p)], [0.0, float(min_p)], [0, int(seed)], seeded=True,
+                   with_probs=True)
+    row = out[-1]
+    return row[row >= 0]
+
+
 def v1_single_fly(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p, seed):
     """``v1_single_seeded`` verified by vLLM's V1 FLy (Li et al. 2025, arXiv 2511.22972; ``rejection_sample_method
     = "fly"``, release 0.33 on: a pre-pass that sets a rejected position's uniform to 0 when the target's top-k

@@ -178,8 +178,9 @@ class _ReplayChooser:
     """Replays a fixed prefix of decisions, then takes the first option at every new decision point and
     records the untaken options so the enumerator can visit them later (depth-first over traces)."""
 
-    def __init__(self, prefix: list[int], one, name: str = "procedure"):
+    def __init__(self, prefix: list[int], one, name: str = "procedure", max_traces: int = DEFAULT_MAX_TRACES):
         self.name = name
+        self.max_traces = max_traces
         self.prefix = prefix
         self.position = 0
         self.weight = one
@@ -209,6 +210,13 @@ class _ReplayChooser:
                 and all(v == 0 for v in values):
             raise NegligibleBranch
         values = _check_categorical(values)
+        if len(values) > self.max_traces:  # sized first: one trace per outcome, before a list of them is made
+            outcomes = int(np.count_nonzero(np.asarray(values, dtype=object) > 0))
+            if outcomes > self.max_traces:
+                raise EnumerationTooLargeError(
+                    f"'{self.name}' drew from a categorical of {outcomes:,} outcomes; exact enumeration takes a choice "
+                    f"trace for each, more than its limit of {self.max_traces:,}: check the rule on a smaller "
+                    "vocabulary, or have it draw from a smaller law")
         return self._decide([(i, v) for i, v in enumerate(values) if v > 0])
 
     def bernoulli(self, prob) -> bool:
@@ -239,7 +247,7 @@ def enumerate_law(
     while pending:
         prefix = pending.pop()
         budget.check(f"enumerating the choice traces of '{name}'")
-        chooser = _ReplayChooser(prefix, one, name)
+        chooser = _ReplayChooser(prefix, one, name, max_traces)
         try:
             outcome = procedure(chooser)
         except NegligibleBranch:
