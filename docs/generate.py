@@ -276,12 +276,17 @@ def _verdict(results, key):
     SpecInfer with a selector against that rival's policy), in the DDTE regime."""
     parts = key.split("/")
     if parts[1] == "priced":  # the regime whose verification was priced: its best rule, against specinfer
-        return _verdict_priced(results, parts[0], parts[2])
+        return _verdict_priced(results, parts[0], "/".join(parts[2:]))
     table = _verdict_table(results, parts[0])
     if parts[1] == "regime":
         return _regime_words(results(VERDICT), table)
     if parts[1] == "best":
         return f"`{table['best']}`"
+    if parts[1] == "edge":  # the share of the best rule's selector choices on the edge of its grid (issue 78)
+        edge = table["rules"][table["best"]].get("edge")
+        if edge is None:
+            raise GeneratedDocsError(f"{VERDICT}: no edge shares (a verdict before issue 78); rerun its command")
+        return f"{edge['selector']['any']:.0%}"
     if parts[1] == "seeds":
         return f"{results(VERDICT)['replicates']} training seeds"
     if parts[1] == "versus":
@@ -289,7 +294,7 @@ def _verdict(results, key):
         if entry is None:
             raise GeneratedDocsError(f"{VERDICT}: the best rule of {parts[0]} is {table['best']}, not measured "
                                      f"against {parts[2]}")
-        return ratio(entry)
+        return f"x{entry['ratio']:.3f}" if parts[3:] == ["point"] else ratio(entry)
     rival, policy = parts[1], {"static": "best static", "selector": "selector"}[parts[2]]
     row = next((row for row in table["ddte"] if row["rival"] == rival and row["rival_policy"] == policy), None)
     if row is None:
@@ -326,6 +331,8 @@ def _verdict_priced(results, setting: str, what: str) -> str:
         return f"`{table['priced']['best']}`"
     if what == "versus":
         return ratio(table["priced"]["versus"]["specinfer"])
+    if what == "versus/point":  # the ratio alone (the front page's sentence; its page's tables give the interval)
+        return f"x{table['priced']['versus']['specinfer']['ratio']:.3f}"
     if what == "regime":
         return _regime_words(verdict, table)
     raise KeyError(what)
@@ -1136,7 +1143,8 @@ VALUES = {
                                                               ("traversal-iid", "selector"))},
     **{f"ddte.{setting}/paper": _bound(_ddte, f"{setting}/paper") for setting in ("T=0.7", "T=1")},
     **{f"verdict.{setting}/{what}": _bound(_verdict, f"{setting}/{what}") for setting in ("T=0.7", "T=1")
-       for what in ("best", "seeds", "regime", "priced/best", "priced/versus", "priced/regime", "traversal/static",
+       for what in ("best", "edge", "seeds", "regime", "priced/best", "priced/versus", "priced/versus/point",
+                    "priced/regime", "versus/specinfer/point", "traversal/static",
                     "traversal/static/paper", "traversal/selector", "traversal-iid/static", "traversal-iid/selector",
                     "versus/specinfer", "versus/traversal", "versus/traversal-iid")},
     **{f"label_cost.{key}": _bound(_label_cost, key) for key in ("outcome", "projected")},
