@@ -64,8 +64,9 @@ class SyntheticSide(Problem):
 
     exact = False
 
-    def __init__(self, vocab: int, sampling, horizon: int, seed: tuple[int, ...]):
+    def __init__(self, vocab: int, sampling, horizon: int, seed: tuple[int, ...], device: str = "cpu"):
         self.vocab_size, self.sampling, self.horizon, self.seed = vocab, sampling, horizon, seed
+        self.device = device
         self.law: dict = {}   # prefix -> q, torch float64 [V] (what _verify reads)
         self.host: dict = {}  # prefix -> q, numpy [V] (what the drafter reads)
         self.p: dict = {}     # prefix -> p, torch float64 [V]
@@ -77,7 +78,8 @@ class SyntheticSide(Problem):
         target = -ZIPF * np.log(rng.permutation(self.vocab_size) + 1.0)
         draft = DRAFT_SCALE * target + DRAFT_NOISE * rng.standard_normal(self.vocab_size)
         laws = self.sampling.probabilities(torch.from_numpy(np.stack([target, draft]).astype(np.float32)))  # [2, V]
-        self.p[prefix], self.law[prefix], self.host[prefix] = laws[0], laws[1], laws[1].numpy()
+        on_device = laws.to(self.device)  # where decoding holds them: the models' device
+        self.p[prefix], self.law[prefix], self.host[prefix] = on_device[0], on_device[1], laws[1].numpy()
 
     def draft(self, prefix) -> np.ndarray:
         prefix = tuple(prefix)
@@ -86,7 +88,7 @@ class SyntheticSide(Problem):
         return self.host[prefix]
 
     def target(self, prefix) -> np.ndarray:
-        return self.target_law(prefix).numpy()
+        return self.target_law(prefix).cpu().numpy()
 
     def target_law(self, prefix):
         prefix = tuple(prefix)
@@ -95,9 +97,9 @@ class SyntheticSide(Problem):
         return self.p[prefix]
 
 
-def make_block(action, vocab: int, sampling, seed: tuple[int, ...]):
+def make_block(action, vocab: int, sampling, seed: tuple[int, ...], device: str = "cpu"):
     """A ``_Block`` as decoding holds it after the target's forward: the tree drawn by the action's drafter from
-    synthetic q, and p [n, V] at its nodes."""
+    synthetic q, and p [n, V] at its nodes, on ``device``."""
     import torch
 
     from verispec.models.block_tree import TreeLayout
@@ -105,7 +107,7 @@ def make_block(action, vocab: int, sampling, seed: tuple[int, ...]):
     from verispec.simulator.chooser import RandomChooser
     from verispec.simulator.trees import TreeBuilder
 
-    side = SyntheticSide(vocab, sampling, action.drafter.depth + 1, seed)
+    side = SyntheticSide(vocab, sampling, action.drafter.depth + 1, seed, device)
     if not action.drafts:  # the root alone, as decoding lays out chain:0: no draft side
         return _Block(action, side=None, layout=TreeLayout.of_shape(TreeBuilder().shape()), p=side.target_law(())[None])
     shape = action.drafter.draw(side, RandomChooser(np.random.default_rng([*seed, 1])))
@@ -124,13 +126,21 @@ class _Host:
     _sample_procedure = _Decoder._sample_procedure
     verify = _Decoder._verify
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, device: str = "cpu"):
         from types import SimpleNamespace
 
         import torch
 
-        self.pair = SimpleNamespace(device=torch.device("cpu"))
+        self.pair = SimpleNamespace(device=torch.device(device))
         self.rng = np.random.default_rng(seed)
+
+
+def _synchronise(host) -> None:
+    """On a GPU, wait for the kernels queued so far, so that a wall-clock reading covers their work."""
+    if host.pair.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(host.pair.device)
 
 
 def time_cell(host, action, blocks, deadline: float | None, calls: int = 1):
@@ -147,8 +157,10 @@ def time_cell(host, action, blocks, deadline: float | None, calls: int = 1):
             with budget.time_budget(deadline, hard=True, what="the cell's --cell-budget"):
                 spent = []
                 for _ in range(calls):
+                    _synchronise(host)
                     began, began_cpu = time.perf_counter(), time.process_time()
                     host.verify(block)
+                    _synchronise(host)
                     spent.append((1e3 * (time.process_time() - began_cpu), 1e3 * (time.perf_counter() - began)))
             cpu.append(min(ms for ms, _ in spent))
             wall.append(min(ms for _, ms in spent))
@@ -171,6 +183,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="blocks per (setting, rule, tree) (default 5)")
     parser.add_argument("--calls", type=int, default=2, help="calls timed per block, the least kept (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the laws live and the rules run (default cpu; cuda: priced by wall ms after the "
+                             "device's queue is done, not CPU ms)")
     parser.add_argument("--cell-budget", type=float, default=60.0, help="seconds per cell (default 60)")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds for the run (exit 3 at it)")
     parser.add_argument("--out", type=Path, required=True, help="the verification-cost file (rows in OUT.rows.json)")
@@ -224,7 +239,7 @@ def _run(args, argv, held) -> int:
     vocab = vocabularies.pop()
     store = ResultStore(rows_path(args.out), parameters={
         "vocab_size": vocab, "repeats": args.repeats, "calls": args.calls, "threads": args.threads,
-        "cell_budget": args.cell_budget,
+        "cell_budget": args.cell_budget, "device": args.device,
         "laws": {"zipf": ZIPF, "draft_scale": DRAFT_SCALE, "draft_noise": DRAFT_NOISE}, "regime": args.regime})
     print(f"verification_cost: {', '.join(settings)} at V = {vocab:,}, {args.threads} thread(s), load average "
           f"{os.getloadavg()[0]:.2f}", file=sys.stderr)
@@ -251,9 +266,9 @@ def _run(args, argv, held) -> int:
                 key = (tree, rule)
                 if key not in resolved:
                     resolved[key] = _resolve_action(tree, rule, vocab)
-            blocks = [make_block(resolved[(tree, todo[0])], vocab, sampling, (number, repeat))
+            blocks = [make_block(resolved[(tree, todo[0])], vocab, sampling, (number, repeat), args.device)
                       for repeat in range(args.repeats)]
-            host = _Host(0)
+            host = _Host(0, args.device)
             rows = {}
             for rule in todo:
                 action = resolved[(tree, rule)]
@@ -280,12 +295,13 @@ def _run(args, argv, held) -> int:
 def _result(settings, store, record, args, vocab, start) -> dict:
     """The file: per setting every action's median CPU ms (or its stopped cell), the rows, per rule a summary."""
     out_settings, summary = {}, {}
+    price = "cpu_ms" if args.device == "cpu" else "wall_ms"  # a GPU's work is not this process's CPU time
     for name, entry in settings.items():
         actions, stopped = {}, {}
         for action in entry["actions"]:
             row = store.rows[f"{name} | {action.verifier} | {action.tree}"]
-            if row["cpu_ms"]:
-                actions[action.name] = round(statistics.median(row["cpu_ms"]), 4)
+            if row[price]:
+                actions[action.name] = round(statistics.median(row[price]), 4)
             else:
                 stopped[action.name] = {"lower_bound_ms": row["lower_bound_ms"], "why": row["stopped"]}
         out_settings[name] = {"sampling": entry["sampling"], "actions": actions, "stopped": stopped}
@@ -296,12 +312,20 @@ def _result(settings, store, record, args, vocab, start) -> dict:
                 "actions": len(values)} if values else None
     rows = [{**row, **{name: [round(ms, 3) for ms in row[name]] for name in ("cpu_ms", "wall_ms")}}
             for row in store.rows.values() if row["setting"] in settings]  # microseconds: the timer's grain
-    return {"regime": args.regime, "device": f"{record['machine']['cpu']} ({args.threads} torch thread(s))",
-            "vocab_size": vocab, "unit": "ms",
-            "statistic": f"median over {args.repeats} blocks per (setting, rule, tree) of the least CPU (process) ms "
-                         f"of {args.calls} calls on the block",
+    return {"regime": args.regime, "device": _device_words(args, record), "vocab_size": vocab, "unit": "ms",
+            "statistic": f"median over {args.repeats} blocks per (setting, rule, tree) of the least "
+                         f"{'CPU (process)' if price == 'cpu_ms' else 'wall-clock (the device synchronised)'} ms of "
+                         f"{args.calls} calls on the block",
             "settings": out_settings, "summary": summary, "rows": rows,
             "record": {**record, "seconds": round(time.monotonic() - start, 1)}}
+
+
+def _device_words(args, record) -> str:
+    if args.device == "cpu":
+        return f"{record['machine']['cpu']} ({args.threads} torch thread(s))"
+    import torch
+
+    return f"{torch.cuda.get_device_name(torch.device(args.device))} ({args.device})"
 
 
 if __name__ == "__main__":
