@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,12 @@ def loud(tree, chooser):
 
 def honest(tree, chooser):
     return 0, chooser.categorical(tree.p[0])
+
+
+def slow(tree, chooser):
+    import time
+    time.sleep(3)
+    return honest(tree, chooser)
 '''
 
 
@@ -220,6 +227,28 @@ def test_json_out_never_replaces_a_file_verispec_did_not_write(rules, tmp_path):
                     tmp_path)
         assert done.returncode == 0, done.stderr
         assert json.loads(out.read_text())["lossless"] is True
+
+
+def test_two_runs_into_one_json_out_the_second_is_refused(rules, tmp_path):
+    """Data loss (issue 77): two runs writing one --json-out would each say they wrote it; the second is refused on
+    one line while the first holds it, and the file is the first's."""
+    out = tmp_path / "verdict.json"
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    first = subprocess.Popen([sys.executable, "-m", "verispec", "exact", *TOY, "--verifier", f"{rules}:slow",
+                              "--json-out", str(out)], env=environment, cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        lock = tmp_path / "verdict.json.lock"
+        for _ in range(600):  # until the first run holds the lock (its command starts in well under a minute)
+            if lock.exists() and first.poll() is None and lock.read_text().strip():
+                break
+            time.sleep(0.1)
+        second = _run(["exact", *TOY, "--verifier", f"{rules}:honest", "--json-out", str(out)], tmp_path)
+        assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+        assert "being written by another run" in second.stderr
+    finally:
+        first.communicate(timeout=300)
+    assert first.returncode == 0 and json.loads(out.read_text())["verifier"] == "slow"
 
 
 @pytest.mark.parametrize("layer", list(layers.LAYERS))

@@ -79,14 +79,15 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         confined.check_outputs(args)
-    except VerispecError as error:
+        with confined.json_out_lock(args):  # one writer of --json-out at a time: a second run is refused
+            specs = user_code_specs(args)
+            if specs and supervisor.available():
+                return supervisor.run_supervised(lambda: _run(args), _supervision(args, specs))
+            if specs or getattr(args, "json_out", None) is not None:
+                return confined.unsupervised(args, specs, lambda: _run(args))
+            return _run(args)
+    except VerispecError as error:  # refused before the command ran: the outputs' checks, the lock
         return _bad_input(error)
-    specs = user_code_specs(args)
-    if specs and supervisor.available():
-        return supervisor.run_supervised(lambda: _run(args), _supervision(args, specs))
-    if specs or getattr(args, "json_out", None) is not None:
-        return confined.unsupervised(args, specs, lambda: _run(args))
-    return _run(args)
 
 
 def user_code_specs(args) -> list[str]:

@@ -59,6 +59,18 @@ def check_outputs(args) -> None:
         check_output_file(args.code_output, "--code-output", example="code-output.txt")
 
 
+def json_out_lock(args):
+    """The lock of ``--json-out FILE`` for the whole command (``verispec.files.store_lock``), held by this process
+    (the supervisor): a second run into the same file is refused on one line; no lock without ``--json-out``."""
+    import contextlib
+
+    if getattr(args, "json_out", None) is None:
+        return contextlib.nullcontext()
+    from verispec.files.store_lock import store_lock
+
+    return store_lock(args.json_out, what="--json-out file")
+
+
 def unsupervised(args, specs: list[str], run) -> int:
     """Run the command in this process (no supervisor): for code of the user's own, refuse under
     ``--require-confinement``, and once the code ran say that protection is off and turn an exit 0 into 3 (a refusal
@@ -123,7 +135,7 @@ def _write_json_out(path: str, text: str, args, specs: list[str], status: int) -
               file=sys.stderr)
 
 
-__all__ = ["USER_CODE_OPTIONS", "add_options", "check_outputs", "unsupervised"]
+__all__ = ["USER_CODE_OPTIONS", "add_options", "check_outputs", "json_out_lock", "unsupervised"]
 
 
 def _marked(check, path: str) -> bool:
