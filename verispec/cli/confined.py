@@ -74,30 +74,41 @@ def json_out_lock(args):
 def unsupervised(args, specs: list[str], run) -> int:
     """Run the command in this process (no supervisor): for code of the user's own, refuse under
     ``--require-confinement``, and once the code ran say that protection is off and turn an exit 0 into 3 (a refusal
-    stays one line); write ``--json-out`` at the end."""
+    stays one line). With code of the user's own the JSON is held and written at the end with its ``confinement``
+    (not supervised, not sandboxed), as the supervisor writes it; ``--json-out`` is written at the end."""
     from verispec.guard import layers
+    from verispec.guard.output import with_confinement
 
     switches = layers.switched_off() or ["VERISPEC_SUPERVISE"]
     if specs and layers.required(getattr(args, "require_confinement", False)):
         print(layers.refusal_line([f"{name}=0 is set" for name in switches]), file=sys.stderr)
         return 2
     json_out = getattr(args, "json_out", None)
+    hold = bool(specs) and bool(getattr(args, "json", False))  # the JSON gets its confinement before it is shown
     held = None
-    if json_out is not None:
-        held, sys.stdout = sys.stdout, _Tee(sys.stdout)
+    if json_out is not None or hold:
+        held, sys.stdout = sys.stdout, (io.StringIO() if hold else _Tee(sys.stdout))
     try:
         status = run()
     finally:
         if held is not None:
-            tee, sys.stdout = sys.stdout, held
+            captured, sys.stdout = sys.stdout, held
     if specs and status in (0, 1, 3, 4):  # the code ran (not a refusal, an internal error or a stop): said last
         print(layers.off_line(switches), file=sys.stderr)
         if status == 0:
             print("verispec: INCONCLUSIVE: the check itself passed, but the code under check ran in verispec's own "
                   "process and could have forged that, so the command does not exit 0", file=sys.stderr)
             status = 3
-    if held is not None:
-        _write_json_out(json_out, tee.getvalue(), args, specs, status)
+    if held is None:
+        return status
+    text = captured.getvalue()
+    if specs:
+        text = with_confinement(text, {**layers.record({}, supervised=False, sandboxed=False), "exit_status": status})
+    if hold:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    if json_out is not None:
+        _write_json_out(json_out, text, args)
     return status
 
 
@@ -119,23 +130,16 @@ class _Tee(io.StringIO):
         return self.stream.isatty()
 
 
-def _write_json_out(path: str, text: str, args, specs: list[str], status: int) -> None:
+def _write_json_out(path: str, text: str, args) -> None:
     from verispec.files.io import atomic_write_text
     from verispec.files.provenance import JSON_OUT, written_by
-    from verispec.guard import layers
-    from verispec.guard.output import json_out_document, with_confinement
+    from verispec.guard.output import json_out_document
 
-    if specs:
-        record = layers.record({}, supervised=False, sandboxed=False)
-        text = with_confinement(text, {**record, "exit_status": status})
     try:
         atomic_write_text(path, json_out_document(text, written_by(JSON_OUT, args.command)))
     except OSError as error:
         print(f"verispec: warning: could not write --json-out {path!r} ({error}); the JSON is on stdout",
               file=sys.stderr)
-
-
-__all__ = ["USER_CODE_OPTIONS", "add_options", "check_outputs", "json_out_lock", "unsupervised"]
 
 
 def _marked(check, path: str) -> bool:
