@@ -128,14 +128,29 @@ def _parents() -> dict[int, int]:
     found = {}
     try:
         names = os.listdir("/proc")
-    except OSError:
-        return found
+    except OSError:  # out of descriptors (the code lowered this process's limit, where seccomp is missing): raise
+        _restore_open_files()  # the soft limit to the hard one and look again
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return found
     for name in names:
         if name.isdigit():
             parent = _parent(int(name))
             if parent is not None:
                 found[int(name)] = parent
     return found
+
+
+def _restore_open_files() -> None:
+    """This process's open-file soft limit set to its hard limit (the one a process may restore on its own)."""
+    try:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, OSError, ValueError):
+        pass
 
 
 def descendants(roots: set[int]) -> set[int]:

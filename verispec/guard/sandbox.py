@@ -162,6 +162,10 @@ class Sandbox:
             self.channel.close()
             self.channel = None
         if pid is not None and self.owner == os.getpid():
+            try:  # its whole process group first (it leads a session of its own): what it started goes with it,
+                os.killpg(pid, signal.SIGKILL)  # found without /proc (the supervisor's reaper ends the rest)
+            except OSError:
+                pass
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
