@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from scipy.stats import binomtest
 
-from tests.support.scripts import load_script
+from tests.support.scripts import fake_verispec_command, load_script
 
 script = load_script("experiments/engine_mutants.py", "engine_mutants_test")
 
@@ -35,8 +35,7 @@ def test_wilson_interval_is_scipys(killed, total):
 
 
 def _answer(monkeypatch, stdout: str, status: int, stderr: str = ""):
-    monkeypatch.setattr(script.subprocess, "run",
-                        lambda *args, **kwargs: SimpleNamespace(returncode=status, stdout=stdout, stderr=stderr))
+    fake_verispec_command(monkeypatch, stdout, status, stderr)  # the verdict read from --json-out, as the script does
 
 
 def _row(check, verdict, as_expected=False):

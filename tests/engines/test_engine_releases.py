@@ -6,11 +6,10 @@ checked in tests/engines/test_vllm_v2_shipped.py."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
-from tests.support.scripts import load_script
+from tests.support.scripts import fake_verispec_command, load_script
 
 script = load_script("experiments/engine_releases.py", "engine_releases_test")
 
@@ -22,8 +21,7 @@ def test_releases_sort_by_their_numbers_not_their_text():
 
 
 def _answer(monkeypatch, stdout: str, stderr: str = "", status: int = 0):
-    monkeypatch.setattr(script.subprocess, "run",
-                        lambda *args, **kwargs: SimpleNamespace(returncode=status, stdout=stdout, stderr=stderr))
+    fake_verispec_command(monkeypatch, stdout, status, stderr)  # the verdict read from --json-out, as the script does
 
 
 def test_a_row_is_the_commands_verdict_and_a_lossy_one_keeps_its_witness(monkeypatch, tmp_path):

@@ -24,3 +24,19 @@ def assert_one_line_refusals(main, common: list, cases: list, prefix: str, capsy
         assert main(common + extra) == 2, extra
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and error[0].startswith(prefix) and expected in error[0], error
+
+
+def fake_verispec_command(monkeypatch, stdout: str, status: int, stderr: str = "") -> None:
+    """Every command an experiment runs answers as given: a script that records a verdict reads it from the
+    ``--json-out`` file (``verispec.guard.output.run_checked``), which this writes with ``stdout``'s JSON where there is
+    some (a command that printed no JSON wrote none)."""
+    from types import SimpleNamespace
+
+    import verispec.guard.output as output
+
+    def run(argv, **kwargs):
+        if "--json-out" in argv and stdout.strip():
+            Path(argv[argv.index("--json-out") + 1]).write_text(stdout)
+        return SimpleNamespace(returncode=status, stdout=stdout, stderr=stderr)
+
+    monkeypatch.setattr(output.subprocess, "run", run)

@@ -117,6 +117,22 @@ def _method_checks(v1: str) -> list[Check]:
     ]
 
 
+def _offset_checks(v1: str) -> list[Check]:
+    """The V1 checks built to see a row read or written at another request's offset or at another position: on the
+    context twin as well, where each position's laws differ (``verispec.external.step_context``)."""
+    return [
+        Check("v1-behind", v1, f"{_V1}:v1_behind_greedy",
+              "v1-seeded, the request second in its batch behind a greedy request with two drafts (its rows start at "
+              "2, and the output's stride is 3, not its own 2), on the context twin as well, V = 2: a row read or "
+              "written at another request's offset moves the law", layout="step", target=(0.6, 0.4),
+              draft=(0.3, 0.7), context_twin=True),
+        Check("v1-positions", v1, f"{_V1}:v1_single_seeded",
+              "v1-seeded with two drafts on the context twin as well (each position's laws differ there), V = 2: a "
+              "position's row read at another position (its recovered token, its draft or target probabilities) "
+              "moves the law", layout="step", tree="chain:2", target=(0.6, 0.4), draft=(0.3, 0.7), context_twin=True),
+    ]
+
+
 def checks() -> list[Check]:
     """vLLM's verification entry points in the configurations the adapter checks."""
     v1 = "V1 RejectionSampler.forward"
@@ -139,15 +155,7 @@ def checks() -> list[Check]:
         Check("v1-mixed", v1, f"{_V1}:v1_step_seeded",
               "a mixed batch: the checked request between greedy requests of 1 and 0 drafts (step-ragged), V = 2",
               target=(0.6, 0.4), draft=(0.3, 0.7)),
-        Check("v1-behind", v1, f"{_V1}:v1_behind_greedy",
-              "v1-seeded, the request second in its batch behind a greedy request with two drafts (its rows start at "
-              "2, and the output's stride is 3, not its own 2), on the context twin as well, V = 2: a row read or "
-              "written at another request's offset moves the law", layout="step", target=(0.6, 0.4),
-              draft=(0.3, 0.7), context_twin=True),
-        Check("v1-positions", v1, f"{_V1}:v1_single_seeded",
-              "v1-seeded with two drafts on the context twin as well (each position's laws differ there), V = 2: a "
-              "position's row read at another position (its recovered token, its draft or target probabilities) "
-              "moves the law", layout="step", tree="chain:2", target=(0.6, 0.4), draft=(0.3, 0.7), context_twin=True),
+        *_offset_checks(v1),
         Check("v1-penalties", v1, f"{_V1}:v1_single_penalties",
               f"penalties: {Penalties.parse(DEFAULT_PENALTIES).describe()}, over the prompt and the request's "
               "earlier output, the drafts joining the output as they are verified (step-penalties), V = 2: two "
