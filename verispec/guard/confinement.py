@@ -12,16 +12,16 @@ signal them (stop the supervisor, end it, or pretend to be the user's Ctrl-C). T
 * ``drop_capabilities`` (in the sandbox): that capability, and the few others that reach other processes or the
   machine (``CAP_SYS_ADMIN``, ``CAP_KILL``, ``CAP_SYS_RAWIO``, ``CAP_SYS_MODULE``, ``CAP_SETPCAP``), are dropped,
   with ``no_new_privs`` so no program it runs gets them back; a root user's code keeps its file permissions;
-* ``forbid_reaching`` (in the sandbox): a seccomp filter answers ``EPERM`` to a signal sent, or a limit set
-  (``prlimit64``), to any process or group that existed before the sandbox (``kill``, ``tgkill``,
-  ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``, ``pidfd_open``, ``prlimit64``: a process id below the sandbox's own, the
-  protected processes and their groups by name, and ``kill(-1)``, every process), and to ``tkill``, ``ptrace``,
-  ``process_vm_readv``/``writev``, ``pidfd_getfd``, ``pidfd_send_signal`` and ``fcntl``'s
-  ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG`` (a signal on I/O) outright; every other system call passes. So the code
-  cannot stop the shell that started verispec, lower the supervisor's open-file limit so that its reaper cannot read
-  ``/proc``, or signal any other older process; it may still signal and limit itself (``0``) and the processes it
-  started (their ids come after its own, until the kernel's process ids wrap around, where a signal to its own child
-  is refused rather than one to another process allowed). The filter is inherited by everything the code starts.
+* ``forbid_reaching`` (in the sandbox): a seccomp filter answers ``EPERM`` to a signal sent to the protected
+  processes or their groups (``kill``, ``tgkill``, ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``, ``pidfd_open``): the
+  supervisor, the worker and every ancestor of the sandbox up to init (the shell or CI runner that started verispec
+  among them), and ``kill(-1)`` (every process); to ``prlimit64`` on any process but the caller itself (a lowered
+  open-file limit would blind the supervisor's reaper); and to ``tkill``, ``ptrace``, ``process_vm_readv``/``writev``,
+  ``pidfd_getfd``, ``pidfd_send_signal`` and ``fcntl``'s ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG`` (a signal on I/O)
+  outright; every other system call passes. The code may still signal the processes it started, and others of the
+  same user outside that chain (only a process-id namespace would hide those; process ids wrap around too often, at
+  32,768 on some machines, to tell an older process by its number). The filter is inherited by everything the code
+  starts.
 * ``forbid_writing`` (in the sandbox): with Landlock, nothing may be written, created, removed or renamed outside a
   folder of the sandbox's own (its ``TMPDIR``) and ``/dev/null``, so the code cannot change the user's files or
   verispec's outputs either (a sweep's rows rewritten behind verispec's back, found by this project's hostile
@@ -62,9 +62,10 @@ _SYSCALLS = {
 }
 #: System calls answered EPERM whatever their arguments.
 _ALWAYS_REFUSED = ("tkill", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "pidfd_send_signal")
-#: System calls answered EPERM when their first argument (a pid, a thread group, a negated group) names a process
-#: that is protected or older than the sandbox (``_filter``).
-_REFUSED_FOR_PROTECTED = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "prlimit64")
+#: System calls answered EPERM when their first argument (a pid, a thread group, a negated group) is protected.
+_REFUSED_FOR_PROTECTED = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")
+#: The most values (pids, groups, negated) the filter compares: each is an instruction, and a jump spans 255 at most.
+MAX_PROTECTED_VALUES = 200
 #: fcntl commands refused: F_SETOWN 8, F_SETSIG 10, F_SETOWN_EX 15.
 _REFUSED_FCNTL = (8, 10, 15)
 _EPERM = 1
@@ -112,10 +113,9 @@ def drop_capabilities() -> bool:
     return libc.capset(ctypes.byref(header), data) == 0
 
 
-def _filter(arch: int, numbers: dict[str, int], protected: list[int], first: int) -> bytes:
+def _filter(arch: int, numbers: dict[str, int], protected: list[int]) -> bytes:
     """The seccomp program (classic BPF) of ``forbid_reaching``: instructions with labels as jump targets, then
-    each label resolved to its forward offset. A process argument (32 bits, compared unsigned) passes when it is 0
-    (the caller itself or its group), a process id from ``first`` on, or a negated group id from ``first`` on."""
+    each label resolved to its forward offset."""
     load, equal, greater_equal, give = 0x20, 0x15, 0x35, 0x06
     allow, refuse = 0x7FFF0000, 0x00050000 | _EPERM
     program: list[list] = []  # [code, true target, false target, value]; a target is a label or None (next)
@@ -135,6 +135,7 @@ def _filter(arch: int, numbers: dict[str, int], protected: list[int], first: int
         add(equal, numbers[name], true="refuse")
     for name in _REFUSED_FOR_PROTECTED:
         add(equal, numbers[name], true="check pid")
+    add(equal, numbers["prlimit64"], true="check self")
     add(equal, numbers["fcntl"], false="allow")
     add(load, 16 + 8)                                     # fcntl's command: args[1], low word
     for command in _REFUSED_FCNTL:
@@ -144,11 +145,10 @@ def _filter(arch: int, numbers: dict[str, int], protected: list[int], first: int
     add(load, 16)                                         # args[0], low word (pid_t is 32 bits)
     for value in protected:
         add(equal, value, true="refuse")
-    add(equal, 0, true="allow")                           # the caller itself, or its own group
-    add(greater_equal, 0x80000000, true="negated")
-    add(greater_equal, first, true="allow", false="refuse")  # a process id: one started after the sandbox
-    label("negated")                                      # -group: allowed for a group from first on
-    add(greater_equal, (1 << 32) - first + 1, true="refuse", false="allow")
+    add(give, allow)
+    label("check self")
+    add(load, 16)                                         # prlimit64's pid: 0, the caller itself, alone passes
+    add(equal, 0, true="allow", false="refuse")
     label("allow")
     add(give, allow)
     label("refuse")
@@ -163,16 +163,18 @@ def _filter(arch: int, numbers: dict[str, int], protected: list[int], first: int
 
 
 def forbid_reaching(protected_pids: list[int]) -> bool:
-    """Install the seccomp filter of the module docstring in this process (the sandbox: processes older than it are
-    out of its reach), protecting ``protected_pids`` by name as well (their process groups, negated, and -1 are
-    protected too); whether the kernel agreed."""
+    """Install the seccomp filter of the module docstring in this process, protecting ``protected_pids`` and every
+    ancestor of this process (their process groups, negated, and -1 are protected too; the nearest first, up to
+    ``MAX_PROTECTED_VALUES``); whether the kernel agreed."""
     libc = _libc()
     machine = platform.machine()
     if libc is None or machine not in _SYSCALLS:
         return False
     arch, numbers = _SYSCALLS[machine]
-    protected = sorted({value & 0xFFFFFFFF for pid in protected_pids for value in _negated_too(pid)} | {0xFFFFFFFF})
-    program = _filter(arch, numbers, protected, max(os.getpid(), 2))
+    values = [0xFFFFFFFF]
+    for pid in [*protected_pids, *_ancestors()]:
+        values += [value & 0xFFFFFFFF for value in _negated_too(pid) if value & 0xFFFFFFFF not in values]
+    program = _filter(arch, numbers, values[:MAX_PROTECTED_VALUES])
     count = len(program) // 8
     buffer = ctypes.create_string_buffer(program)
     fprog = struct.pack("<HxxxxxxQ", count, ctypes.addressof(buffer))
@@ -230,6 +232,20 @@ def forbid_writing(folders: list[str], files: list[str]) -> bool:
         os.close(ruleset)
 
 
+def _ancestors() -> list[int]:
+    """This process's ancestors, its parent first, up to init (Linux /proc; none elsewhere)."""
+    found, pid = [], os.getpid()
+    while pid > 1 and len(found) < 64:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as file:
+                pid = int(file.read().rpartition(b")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid > 0:
+            found.append(pid)
+    return found
+
+
 def _negated_too(pid: int) -> list[int]:
     values = [pid, -pid]
     try:
@@ -240,4 +256,5 @@ def _negated_too(pid: int) -> list[int]:
     return values
 
 
-__all__ = ["DROPPED_CAPABILITIES", "drop_capabilities", "forbid_reaching", "forbid_writing", "protect_this_process"]
+__all__ = ["DROPPED_CAPABILITIES", "MAX_PROTECTED_VALUES", "drop_capabilities", "forbid_reaching", "forbid_writing",
+           "protect_this_process"]
