@@ -323,3 +323,19 @@ print(",".join(results))
         done = subprocess.run([sys.executable, "-c", code, flag], env=environment, capture_output=True, text=True,
                               timeout=120)
         assert done.stdout.strip() == expected, done.stderr
+
+
+def test_bound_restriction_says_it_runs_unconfined(tmp_path):
+    """``bound --restriction FILE.py:NAME`` runs the class in the worker (cvxpy constraints cannot leave a sandbox):
+    its JSON's confinement says so (not sandboxed, ``unconfined`` naming it), and one line says so when it ends 0. The
+    control: the built-in class (no code of the user's) is not supervised, and says nothing of the kind."""
+    pytest.importorskip("cvxpy")
+    problem = ["--target", "0.5,0.3,0.2", "--draft", "0.2,0.6,0.2", "--tree", "iid:2,1"]
+    done = _run(["bound", *problem, "--restriction", f"{ROOT / 'examples' / 'my_class.py'}:shallow_off_path",
+                 "--json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    confinement = _json_lines(done.stdout)[-1]["confinement"]
+    assert confinement["sandboxed"] is False and "--restriction" in confinement["unconfined"]
+    assert "ran unconfined" in done.stderr.strip().splitlines()[-1]
+    control = _run(["bound", *problem, "--restriction", "selected-path", "--json"], tmp_path)
+    assert control.returncode == 0 and "unconfined" not in control.stderr + control.stdout, control.stderr
