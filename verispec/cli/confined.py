@@ -51,7 +51,7 @@ def check_outputs(args) -> None:
 
     if getattr(args, "json_out", None) is not None:
         check_output_file(args.json_out, "--json-out", example="verdict.json")
-        if os.path.exists(args.json_out) and not _marked(marked_json(JSON_OUT), args.json_out):
+        if os.path.exists(args.json_out) and not marked_json(JSON_OUT)(args.json_out):  # (never raises)
             raise OutputError(f"--json-out {str(args.json_out)!r} exists and is not a --json-out file verispec "
                               "wrote; choose another path, or remove it first")
         args.json = True
@@ -141,9 +141,3 @@ def _write_json_out(path: str, text: str, args) -> None:
         print(f"verispec: warning: could not write --json-out {path!r} ({error}); the JSON is on stdout",
               file=sys.stderr)
 
-
-def _marked(check, path: str) -> bool:
-    try:
-        return bool(check(path))
-    except Exception:  # a file the check cannot read is not verispec's
-        return False
