@@ -315,6 +315,9 @@ def _regime_words(verdict: dict, table: dict) -> str:
     if regime["source"].startswith("cost ratio"):  # DDTE's model: the target's forward a fixed multiple of the draft's
         return f"modelled latency (t_p = {regime['target_times'][0] / regime['draft_step']:g} t_q), {price}"
     device = (table["priced"]["cost"]["device"] if priced else table["regime"]).split(" (")[0]
+    run = table["priced"].get("run") if priced else None
+    if run and run["one_run"]:  # issue 78, item 3: the forwards and the verification timed in one run on one box
+        return f"measured latency ({device}), verification priced in the same run"
     return f"measured latency ({device}), {price}"
 
 
@@ -348,8 +351,8 @@ def verdict_priced_table(results) -> str:
             rows.append((table["setting"], table["regime"], f"`{table['best']}`", priced["verification"], "-"))
             continue
         versus = priced["versus"].get("specinfer")
-        rows.append((table["setting"], table["regime"], f"`{table['best']}`",
-                     f"`{priced['best']}` (verification measured on {priced['cost']['device']})",
+        how = priced["run"]["words"] if "run" in priced else f"verification measured on {priced['cost']['device']}"
+        rows.append((table["setting"], table["regime"], f"`{table['best']}`", f"`{priced['best']}` ({how})",
                      ratio(versus) if versus else "(is it)"))
     return _table(("sampling", "latency regime", "best on the forwards alone", "best, its verification priced",
                    "priced, against specinfer"), rows)

@@ -282,7 +282,8 @@ def _run(args, argv, held) -> int:
                     "setting": name, "rule": rule, "tree": tree, "cpu_ms": cpu, "wall_ms": wall,
                     "nodes": [len(block.layout.parent) for block in blocks[:len(cpu)]], "stopped": stopped,
                     "lower_bound_ms": None if cpu else 1e3 * args.cell_budget,
-                    "load": [round(load, 2), round(os.getloadavg()[0], 2)], "commit": record["commit"]}
+                    "load": [round(load, 2), round(os.getloadavg()[0], 2)], "commit": record["commit"],
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # a resumed file's rows: their day
             store.add_many(rows)
     result = _result(settings, store, record, args, vocab, start)
     result[MARKER_KEY] = written_by(KIND, "experiments/verification_cost.py")

@@ -44,7 +44,10 @@ rewrite).
 ``LatencyModel`` holds t_q and t_p(n) in one unit: either a cost ratio (synthetic studies: t_q = 1 and
 t_p(n) = ratio (1 + per_node (n - 1)), ``from_ratio``) or times measured on a real pair
 (``verispec.models.latency.measure_latency``: median forward times by number of new tokens, t_p interpolated
-linearly between measured sizes and extrapolated from the last two).
+linearly between measured sizes and extrapolated from the last two). A measured model carries the run that timed its
+forwards (``measured``: ``verispec.files.provenance.run_record`` with its ``seconds``), so that a verdict that prices
+verification beside them can say whether both were timed in one run on one box
+(``verispec.selector.verification_cost.pricing_run``).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ import bisect
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from verispec.errors import VerispecError
@@ -117,6 +120,9 @@ class LatencyModel:
     tree_sizes: tuple = ()
     #: the sampling setting whose sizes ``drafter_time`` prices with (``for_setting``; never written to a file)
     setting: str | None = None
+    #: the run that timed the forwards ('verispec latency': command, commit, date, machine, seconds), None when not
+    #: recorded (a cost ratio, or a file written before issue 78); not part of the model's identity
+    measured: dict | None = field(default=None, compare=False, hash=False)
 
     def __post_init__(self):
         _positive(self.draft_step, "the draft step time t_q")
@@ -281,6 +287,8 @@ class LatencyModel:
         elif self.tree_sizes:
             data.update(tree_sizes={setting: {"source": source, "trees": _trees_dict(trees)}
                                     for setting, trees, source in self.tree_sizes})
+        if self.measured is not None:
+            data.update(measured=self.measured)
         return data
 
     @classmethod
@@ -295,7 +303,8 @@ class LatencyModel:
                          "draft_times": tuple(float(t) for t in data["draft_times"])}
             return cls(float(data["draft_step"]), tuple(int(n) for n in data["target_sizes"]),
                        tuple(float(t) for t in data["target_times"]), str(data.get("unit", "")),
-                       str(data.get("source", "")), **draft, tree_sizes=_read_settings(data))
+                       str(data.get("source", "")), **draft, tree_sizes=_read_settings(data),
+                       measured=_read_measured(data.get("measured")))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise LatencyError(f"not a latency model (draft_step, target_sizes, target_times, optionally "
                                f"draft_sizes, draft_times and tree_sizes): {error}") from None
@@ -309,6 +318,17 @@ class LatencyModel:
         except (json.JSONDecodeError, RecursionError) as error:
             raise LatencyError(f"cannot read the latency model {str(path)!r}: "
                                f"{error if isinstance(error, json.JSONDecodeError) else 'nested too deeply'}") from None
+
+
+def _read_measured(record) -> dict | None:
+    """A file's ``measured`` run record, or None where it has none; anything but a run record (a dict with its date
+    and machine) is refused as the rest of a malformed file is."""
+    if record is None:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("date"), str) or \
+            not isinstance(record.get("machine"), dict):
+        raise TypeError("'measured' must be the run record of the forwards' timing (its date and machine)")
+    return record
 
 
 def _names(settings) -> str:

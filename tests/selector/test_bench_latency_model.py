@@ -297,3 +297,21 @@ def test_the_held_out_plans_price_each_setting_at_its_own_tree_sizes(setup, tmp_
     # negative control: the two-setting model unbound names no setting's trees
     with pytest.raises(LatencyError, match="say which sampling setting"):
         action_times(dataset.grid, both)
+
+
+def test_the_measured_model_carries_the_run_that_timed_it(setup):
+    """Issue 78, item 3: the file names its command, its date and machine, and how long the timing took, so that a
+    verdict can say whether verification was priced in the same run (verispec.selector.verification_cost)."""
+    import os
+
+    from verispec.latency import LatencyModel
+    from verispec.selector.verification_cost import run_span
+
+    data = json.loads(setup["latency"].read_text())
+    measured = data["measured"]
+    assert measured["command"].startswith("verispec latency --target ") and "--threads 1" in measured["command"]
+    assert measured["machine"]["cores"] == os.cpu_count() and measured["machine"]["threads"] == 1
+    assert measured["machine"]["device"] == "cpu" and measured["seconds"] >= 0
+    assert LatencyModel.load(setup["latency"]).measured == measured
+    span = run_span(measured)
+    assert span["start"] == measured["date"] and span["start"] <= span["end"]

@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     verispec's own."""
     try:
         args = build_parser().parse_args(argv)
+        # the command line as given, for the run records of result files (main([...]) from Python as much as a shell)
+        args.command_line = ["verispec", *(sys.argv[1:] if argv is None else argv)]
     except Done as done:
         return done.status
     except VerispecError as error:  # the parser's own one line (verispec.cli.options.Parser)

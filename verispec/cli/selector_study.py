@@ -89,12 +89,11 @@ def run_study_command(args) -> int:
     except ImportError:
         raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
     import shlex
-    import sys
 
     from verispec.files.provenance import run_record
 
     inputs = list(args.dataset) + ([args.latency] if args.latency else [])
-    record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
+    record = run_record(shlex.join(args.command_line), inputs, threads=args.threads)
     # one study into DIR at a time, from here (the inputs were refused first, leaving no folder behind): a second
     # is refused at once, naming the first (verispec.files.store_lock); two at once would each write the three files,
     # and DIR would end with a mix of both

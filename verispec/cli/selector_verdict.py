@@ -110,7 +110,6 @@ def _fit(task, regimes, folds: int, epochs: int, groups, threads: int, costs=Non
 
 def run_verdict_command(args) -> int:
     import shlex
-    import sys
 
     from verispec.errors import VerispecError
     from verispec.files.provenance import run_record
@@ -131,7 +130,7 @@ def run_verdict_command(args) -> int:
     except ImportError:
         raise VerispecError("the selector is a torch network: pip install 'torch==2.13.0' -e '.[torch]'") from None
     inputs = list(args.dataset) + ([args.latency] if args.latency else []) + list(args.verification_cost)
-    record = run_record(shlex.join(["verispec", *sys.argv[1:]]), inputs, threads=args.threads)
+    record = run_record(shlex.join(args.command_line), inputs, threads=args.threads)
     # one verdict into DIR at a time, from here (the inputs were refused first, leaving no folder behind): a second
     # is refused at once, naming the first (verispec.files.store_lock); two at once each rewrote the row store from
     # their own fits, and one run's fits were lost
@@ -300,7 +299,10 @@ def _priced_markdown(result: dict) -> list[str]:
     if not tables:
         return []
     costs = result.get("verification_cost", {})
-    measured = "; ".join(f"{regime}: {cost['device']} ({cost['file']})" for regime, cost in costs.items()) or "none"
+    runs = {table["regime"]: table["priced"]["run"]["words"] for table in tables if "run" in table["priced"]}
+    measured = "; ".join(f"{regime}: {cost['device']} ({cost['file']}" +
+                         (f"; {runs[regime]})" if regime in runs else ")")
+                         for regime, cost in costs.items()) or "none"
     lines = ["", "## The verifier's own work priced", "",
              "Each rule's verification per block (its law over the drawn tree and the draws, as real decoding runs "
              "them; median ms) measured on the regime's device, added to every action's block time; each rule's "

@@ -67,6 +67,7 @@ from verispec.selector.study import (
     rule_choices,
     setting_folds,
 )
+from verispec.selector.verification_cost import pricing_run
 
 #: The verdict's format, recorded in its JSON.
 VERDICT_FORMAT = "verispec selector verdict"
@@ -311,7 +312,8 @@ def priced_entry(setting: Setting, regime: str, latency: LatencyModel, fits: Map
     named by price. Else the verdict of the fits of ``priced_regime(regime)`` (selectors and best static actions
     refitted under T(a) + v(a)), its rules' entries with, beside them, ``forwards_only``: the forwards-only
     selector's throughput and that same selector's choices priced with v (what it gets on the device), and
-    ``verification_ms_per_block``: v over the priced selector's blocks (the mean over replicates of sum v / blocks).
+    ``verification_ms_per_block``: v over the priced selector's blocks (the mean over replicates of sum v / blocks);
+    ``run``: whether the forwards and the verification were timed in one run on one box (``pricing_run``).
     A rule a budget stopped at some action is ``unpriceable`` and left out of the comparison."""
     if cost is None:
         return {"verification": UNPRICED, "best": None}
@@ -335,8 +337,9 @@ def priced_entry(setting: Setting, regime: str, latency: LatencyModel, fits: Map
         table["rules"][name]["forwards_only"] = {"selector": forwards["rules"][name]["selector"]["throughput"],
                                                  "selector_priced": float(np.mean(aware))}
         table["rules"][name]["verification_ms_per_block"] = float(np.mean(spent))
-    return {"verification": "priced", "cost": cost.describe(), "best": table["best"], "versus": table["versus"],
-            "ddte": table["ddte"], "rules": table["rules"], "unpriceable": unpriceable}
+    return {"verification": "priced", "cost": cost.describe(), "run": pricing_run(latency.measured, cost.measured),
+            "best": table["best"], "versus": table["versus"], "ddte": table["ddte"], "rules": table["rules"],
+            "unpriceable": unpriceable}
 
 
 def priced_sentence(tables: Sequence[Mapping]) -> str:

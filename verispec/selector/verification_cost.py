@@ -17,6 +17,11 @@ setting (``verispec.selector.roots.sampling_text``: 'T=0.7 top-k=20 top-p=0.8') 
 cell its budget stopped. A rule with a stopped action cannot be priced at that setting (``unpriceable``): the verdict
 names no priced result for it. A file that misses an action of a dataset's grid is refused on one line
 (``check_covers``), naming the action and how to measure it.
+
+A box's speed moves between days (x1.4-2.2 between the day this CPU's forwards were timed and the day its
+verification was: issue 78), so a price is only as good as the pairing of its two halves. ``pricing_run`` says from
+the two files' run records whether a regime's forwards (the latency model's ``measured``) and its verification (this
+file's rows and ``record``) were timed in one run on one box, and the verdict states it beside every priced result.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +46,10 @@ MAX_FILE_BYTES = 16 << 20
 
 #: How a missing action is measured (the refusal's fix).
 MEASURE = "python experiments/verification_cost.py --dataset FILE ... --out FILE"
+
+#: The most seconds between the forwards' timing and the verification's for the two to count as one run on one box
+#: (experiments/cpu_pricing.sh times them back to back; a box's speed moved x1.4-2.2 between days).
+ONE_RUN_GAP_S = 3600
 
 
 class VerificationCostError(VerispecError):
@@ -65,6 +74,8 @@ class VerificationCost:
     stopped: Mapping[str, Mapping[str, tuple[float, str]]]
     unit: str = "ms"
     source: str = ""
+    #: when and where the cells were timed (``timed_span``): {"start", "end", "cpu", "cores", "load"}, or None
+    measured: dict | None = field(default=None, compare=False)
 
     @classmethod
     def from_dict(cls, data, source: str = "") -> VerificationCost:
@@ -98,7 +109,7 @@ class VerificationCost:
                                                 "'lower_bound_ms' and 'why'")
                 stopped[name][action] = (_milliseconds(cell.get("lower_bound_ms"), f"{where}: {action!r}'s lower "
                                                                                    "bound"), cell["why"])
-        return cls(regime, device, vocab, times, stopped, unit, source)
+        return cls(regime, device, vocab, times, stopped, unit, source, timed_span(data))
 
     @classmethod
     def load(cls, path: str | Path) -> VerificationCost:
@@ -155,7 +166,77 @@ class VerificationCost:
     def describe(self) -> dict:
         """What the verdict records of the file: its path, regime, device and vocabulary."""
         return {"file": self.source, "regime": self.regime, "device": self.device, "vocab_size": self.vocab_size,
-                "unit": self.unit}
+                "unit": self.unit, "measured": self.measured}
+
+
+def _when(text) -> float | None:
+    """A run record's UTC date ('2026-11-30T14:37:47Z') as seconds since the epoch, None when it is not one."""
+    import datetime
+
+    try:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def _stamp(seconds: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_span(record) -> dict | None:
+    """A run record (``verispec.files.provenance.run_record`` with its ``seconds``) as the span it timed:
+    {"start", "end", "cpu", "cores", "load"}; None where it is not one (no date or machine)."""
+    if not isinstance(record, dict) or not isinstance(record.get("machine"), dict):
+        return None
+    start = _when(record.get("date"))
+    if start is None:
+        return None
+    seconds = record.get("seconds")
+    seconds = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0 else 0.0
+    machine = record["machine"]
+    return {"start": _stamp(start), "end": _stamp(start + seconds), "cpu": str(machine.get("cpu", "")),
+            "cores": machine.get("cores"), "load": machine.get("load")}
+
+
+def timed_span(data: Mapping) -> dict | None:
+    """When a verification-cost file's cells were timed: from its rows' dates where every row carries one (a resumed
+    run's rows keep the day each was timed), else its record's start and seconds; on the record's machine."""
+    span = run_span(data.get("record"))
+    if span is None:
+        return None
+    rows = data.get("rows")
+    dates = [_when(row.get("date")) if isinstance(row, dict) else None for row in rows] \
+        if isinstance(rows, list) and rows else [None]
+    if None not in dates:
+        span.update(start=_stamp(min(dates)), end=_stamp(max(dates)))
+    return span
+
+
+def pricing_run(forwards, verification) -> dict:
+    """Whether a priced regime's two halves were timed in one run on one box (issue 78, item 3): ``forwards``, the
+    latency model's ``measured`` run record; ``verification``, the verification-cost file's ``measured`` span
+    (``timed_span``). One run: both recorded, the same CPU and cores, and at most ``ONE_RUN_GAP_S`` seconds between
+    the two spans. Returns {"forwards", "verification" (spans or None), "one_run", "words"}: the words a table
+    shows, which name the days when the two were timed apart and say which half has no record."""
+    spans = {"forwards": run_span(forwards), "verification": verification if isinstance(verification, dict) and
+             _when(verification.get("start")) is not None and _when(verification.get("end")) is not None else None}
+    unrecorded = [half for half, span in spans.items() if span is None]
+    if unrecorded:
+        recorded = [f"{half} timed {span['start'][:10]} on {span['cpu']}" for half, span in spans.items() if span]
+        missing = ("the forwards' and the verification's runs" if len(unrecorded) == 2 else
+                   {"forwards": "the forwards' run", "verification": "the verification's run"}[unrecorded[0]])
+        return {**spans, "one_run": False, "words": "; ".join(recorded + [f"{missing} unrecorded"])}
+    timed, checked = spans["forwards"], spans["verification"]
+    gap = max(_when(checked["start"]) - _when(timed["end"]), _when(timed["start"]) - _when(checked["end"]), 0.0)
+    same_box = (timed["cpu"], timed["cores"]) == (checked["cpu"], checked["cores"])
+    if same_box and gap <= ONE_RUN_GAP_S:
+        return {**spans, "one_run": True, "gap_s": gap,
+                "words": f"forwards and verification timed in one run on {timed['cpu']}, {timed['start'][:10]}"}
+    return {**spans, "one_run": False, "gap_s": gap,
+            "words": f"two runs: forwards timed {timed['start'][:10]} on {timed['cpu']}, verification "
+                     f"{checked['start'][:10]} on {checked['cpu']}"}
 
 
 def _missing(name: str, setting: str):
@@ -177,4 +258,5 @@ def regime_costs(paths: Sequence[str | Path], settings: Sequence, regimes: Mappi
     return costs
 
 
-__all__ = ["FORMAT", "KIND", "MEASURE", "VerificationCost", "VerificationCostError", "regime_costs"]
+__all__ = ["FORMAT", "KIND", "MEASURE", "ONE_RUN_GAP_S", "VerificationCost", "VerificationCostError", "pricing_run",
+           "regime_costs", "run_span", "timed_span"]
