@@ -13,9 +13,15 @@ A project checks its verification code in its own suite, in one of three ways::
         verispec_check.engine("vllm", checks=["v1-greedy", "v1-seeded"])
 
 ``verispec_check(function, layout, tree, problems=None, mode="auto", time_budget=None, **options)`` is
-``verispec.testing.assert_lossless``: the test passes only on a LOSSLESS verdict; LOSSY, INCONCLUSIVE and RAISES fail
-it, with the witness problem as JSON and the sequences the function over- and under-produces there in the failure
-message. ``verispec_check.engine(name, checks=None, ...)`` runs what ``verispec check-engine NAME --check ...`` runs
+``verispec.testing.assert_lossless_confined``: the test passes only on a LOSSLESS verdict; LOSSY, INCONCLUSIVE and
+RAISES fail it, with the witness problem as JSON and the sequences the function over- and under-produces there in the
+failure message. The function is confined as ``verispec check-external`` confines a file's: the check runs in a
+supervised fork of the test's process and the function in a sandbox forked from it, so whatever it does (exits,
+signals, hangs, writes into verispec's objects or output) the test's outcome is verispec's verdict; it returns the
+reports as ``check-external --json`` writes them. Where supervision is off (``VERISPEC_SUPERVISE=0``) it runs in the
+test's process with an ``UnconfinedCheckWarning``.
+
+``verispec_check.engine(name, checks=None, ...)`` runs what ``verispec check-engine NAME --check ...`` runs
 (``verispec.engines.check``), in a process of its own so that the engine's import and Triton's interpreter switch
 stay out of the test process, and fails unless the command's exit status would be 0, listing every check's line
 and each failing check's evidence. Bad input (an unknown layout, check or engine, an engine not installed) fails the
@@ -77,12 +83,13 @@ class VerispecCheck:
 
     def __call__(self, function, layout: str, tree: str, *, problems=None, mode: str = "auto",
                  time_budget: float | None = None, **options):
-        """``assert_lossless(function, layout, tree, ...)`` as a test's verdict: the reports when LOSSLESS, a pytest
-        failure carrying the evidence otherwise. ``problems``: None (the canonical suite), one problem (a
-        ``verispec.simulator.Problem`` or a problem file) or a list of them."""
+        """``assert_lossless_confined(function, layout, tree, ...)`` as a test's verdict: the reports (check-external's
+        JSON) when LOSSLESS, a pytest failure carrying the evidence otherwise. ``problems``: None (the canonical
+        suite), one problem (a ``verispec.simulator.Problem`` or a problem file) or a list of them."""
         from verispec.errors import VerispecError
         from verispec.simulator.problems import Problem
-        from verispec.testing import LosslessnessAssertionError, assert_lossless
+        from verispec.testing import LosslessnessAssertionError
+        from verispec.testing import assert_lossless_confined as assert_lossless
 
         if isinstance(problems, (Problem, str)):
             problems = [problems]

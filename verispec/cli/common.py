@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import enum
 import json
 import sys
-from collections.abc import Mapping
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from verispec.errors import InvalidProblemError, VerispecError
+from verispec.files.io import plain_json
 
 if TYPE_CHECKING:
     from verispec.simulator.problems import Problem
@@ -52,35 +50,6 @@ def _base_problem_from_args(args) -> Problem:
     if len(p) != len(q):
         raise InvalidProblemError(f"--target has {len(p)} probabilities but --draft has {len(q)}")
     return ContextFreeProblem(p, q, exact=args.exact)
-
-
-def plain_json(value):
-    """``value`` with every number a plain Python int or float (numpy scalars and arrays converted,
-    fractions as strings), mappings as dicts with string keys and sequences as lists, so that ``--json``
-    output holds only str, int, float, bool, None, list and dict."""
-    if value is None or type(value) in (bool, str, int, float):
-        return value
-    if isinstance(value, enum.Enum):
-        return plain_json(value.value)
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, Fraction):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(plain_json(key)): plain_json(item) for key, item in value.items()}
-    if isinstance(value, (set, frozenset)):
-        return sorted(plain_json(item) for item in value)
-    if isinstance(value, (list, tuple)):
-        return [plain_json(item) for item in value]
-    if hasattr(value, "tolist"):  # numpy scalars and arrays
-        return plain_json(value.tolist())
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 def print_json(data) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import errno
 import json
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from fractions import Fraction
 from pathlib import Path
 
 from verispec.errors import OutputError, ResultStoreError, VerispecError
@@ -53,6 +55,35 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, within: str | Path | No
     """``atomic_write_text`` for bytes (a binary problem file)."""
     with atomic_output(path, within=within) as temporary, open(temporary, "wb") as stream:
         stream.write(data)
+
+
+def plain_json(value):
+    """``value`` with every number a plain Python int or float (numpy scalars and arrays converted,
+    fractions as strings), mappings as dicts with string keys and sequences as lists, so that ``--json``
+    output holds only str, int, float, bool, None, list and dict."""
+    if value is None or type(value) in (bool, str, int, float):
+        return value
+    if isinstance(value, enum.Enum):
+        return plain_json(value.value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Fraction):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(plain_json(key)): plain_json(item) for key, item in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(plain_json(item) for item in value)
+    if isinstance(value, (list, tuple)):
+        return [plain_json(item) for item in value]
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return plain_json(value.tolist())
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 def atomic_write_json(path: str | Path, data, *, within: str | Path | None = None) -> None:

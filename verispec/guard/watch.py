@@ -44,6 +44,8 @@ class Supervision:
     code_output: str | None = None
     #: --require-confinement: refuse (exit 2) where a layer is missing (``verispec.guard.layers``).
     require: bool = False
+    #: whether the JSON goes to stdout too (False: the ``json_out`` file only; the pytest plugin reads it there)
+    json_on_stdout: bool = True
 
 
 
@@ -278,14 +280,16 @@ class Watch:
         if death is not None:
             text += json.dumps(death) + "\n"
         text = with_confinement(text, record)
-        write("stdout", text)
+        if self.supervision.json_on_stdout or self.supervision.json_out is None:
+            write("stdout", text)
         if self.supervision.json_out is not None:
             try:
                 atomic_write(self.supervision.json_out,
                              json_out_document(text, self.supervision.json_out_marker or {}).encode())
             except OSError as error:
+                where = "the JSON is on stdout" if self.supervision.json_on_stdout else "no verdict was written"
                 write("stderr", f"verispec: warning: could not write --json-out {self.supervision.json_out!r} "
-                                f"({error}); the JSON is on stdout\n")
+                                f"({error}); {where}\n")
 
     def _death(self, doing: str, crash_file) -> tuple[int, str, dict]:
         while_doing = f" while checking {doing}" if doing else ""
