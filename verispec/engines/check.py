@@ -346,27 +346,18 @@ def _child(writer, engine: str, names: list[str], options: dict) -> None:
     writer.close()
 
 
-def _plain(value):
-    """``json.dumps``' default for a check's result: arrays and numpy scalars as lists and numbers, the rest as
-    text."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=str)
-    return str(value)
-
-
 def _supervised_checks(engine: str, names: list[str], options: dict):
     """``run_engine_checks`` in a supervised worker, its answer through the supervisor's ``--json-out`` file."""
     import importlib
     import json
     import tempfile
 
+    from verispec.files.io import plain_json
     from verispec.guard import supervisor
 
     def work() -> int:
         try:
-            print(json.dumps({"result": run_engine_checks(engine, names, **options)}, default=_plain))
+            print(json.dumps(plain_json({"result": run_engine_checks(engine, names, **options)})))
         except VerispecError as error:
             print(json.dumps({"error": [type(error).__module__, type(error).__qualname__, str(error)]}))
         return 0
