@@ -315,9 +315,6 @@ def _regime_words(verdict: dict, table: dict) -> str:
     if regime["source"].startswith("cost ratio"):  # DDTE's model: the target's forward a fixed multiple of the draft's
         return f"modelled latency (t_p = {regime['target_times'][0] / regime['draft_step']:g} t_q), {price}"
     device = (table["priced"]["cost"]["device"] if priced else table["regime"]).split(" (")[0]
-    run = table["priced"].get("run") if priced else None
-    if run and run["one_run"]:  # issue 78, item 3: the forwards and the verification timed in one run on one box
-        return f"measured latency ({device}), verification priced in the same run"
     return f"measured latency ({device}), {price}"
 
 
