@@ -231,6 +231,23 @@ def test_greedy_checker_passes_the_rule_and_catches_a_broken_one():
     assert bad["witness"] == {"drafts": [0, 0], "emitted": [0, 0, 0], "expected": [1]}
 
 
+def test_a_greedy_batch_that_raises_is_its_checks_finding():
+    """The engine's code raising on the batch (vLLM's sampler breaking its output's padding, say) is the check's
+    RAISES with the exception, not an internal error of verispec's; a refusal of verispec's own still refuses."""
+    def raising(draft_lists, target_logits):
+        raise ValueError("the sampler wrote -2")
+
+    row = greedy_check(raising, "chain:1", PROBLEM)
+    assert row["verdict"] == "RAISES" and row["raised"]["exception"] == "ValueError"
+    assert "raised ValueError: the sampler wrote -2" in row["note"] and "\n" not in row["note"]
+
+    def refusing(draft_lists, target_logits):
+        raise VerispecError("refused")
+
+    with pytest.raises(VerispecError, match="refused"):
+        greedy_check(refusing, "chain:1", PROBLEM)
+
+
 def _with_logprobs(normalise: bool):
     """``_greedy_reference`` with each emitted token's log-probability and the largest (``v1_greedy_logprobs``'s
     return): the row's log-softmax, or (``normalise`` False: the broken twin) the raw logits read as

@@ -169,12 +169,12 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
                    tv_estimate=report.tv_estimate, power=found.get("power"), discrepancies=report.discrepancies,
                    evaluations=report.evaluations, note=report.note, raised=report.raised,
                    offsets_visible=report.offsets_visible)
-        if report.verdict is Verdict.RAISES and (report.raised or {}).get("exception") == INTERPRETER_ERROR:
-            row["verdict"] = "UNRUNNABLE"
-            row["note"] = (f"Triton's interpreter cannot run a kernel on this route "
-                           f"({(report.raised or {}).get('message', '')}); nothing was checked")
         if check.reference:
             row.update(reference_comparison(check, report, problem, tree, context_twin, module.THRESHOLD))
+    if row["verdict"] == "RAISES" and (row.get("raised") or {}).get("exception") == INTERPRETER_ERROR:
+        row["verdict"] = "UNRUNNABLE"
+        row["note"] = (f"Triton's interpreter cannot run a kernel on this route "
+                       f"({(row.get('raised') or {}).get('message', '')}); nothing was checked")
     row["seconds"] = round(time.monotonic() - start, 3)
     row["as_expected"] = row["verdict"] in (check.expect.upper(), "ABSENT") or (check.expect == "lossy"
                                                                                 and row["verdict"] == "LOSSLESS")

@@ -186,6 +186,42 @@ def _penalties(input_ids, histories, drafts, repetition: float, frequency: float
             "presence_penalties": torch.full((batch,), presence, dtype=torch.float32)}
 
 
+#: The padding of a row of ``SamplerOutput.sampled_token_ids`` (vllm/v1/outputs.py: "PLACEHOLDER_TOKEN_ID (-1 by
+#: default) is used for padding"). Code outside the sampler's module relies on it: the model runner counts a request's
+#: accepted tokens as its entries != -1 (``gpu_model_runner``), the n-gram proposer and the vocabulary mapping test
+#: for -1. ``parse_output`` reads the module's own constant, so a sampler padding otherwise reads right through it.
+PADDING = -1
+#: Whether ``_warm_up`` is running (its calls compile the kernels; their output is not checked).
+_WARMING = [False]
+
+
+class PaddingContractError(AssertionError):
+    """vLLM's sampler wrote rows that break ``SamplerOutput``'s documented padding."""
+
+
+def check_padding(sampled, vocab_size: int) -> None:
+    """``sampled`` [B, max drafts + 1]: each row its emitted tokens (0 to V - 1), then ``PADDING`` to its end;
+    PaddingContractError naming the first entry that is neither, or a token after the padding."""
+    import torch
+
+    rows = sampled.to(torch.int64)
+    token = (rows >= 0) & (rows < vocab_size)
+    padding = rows == PADDING
+    wrong = ~(token | padding)
+    if bool(wrong.any()):
+        request, column = (int(i) for i in wrong.nonzero()[0])
+        raise PaddingContractError(
+            f"vLLM's sampler wrote {int(rows[request, column])} at request {request}, position {column} of "
+            f"sampled_token_ids: neither a token of the vocabulary (0 to {vocab_size - 1}) nor the padding {PADDING} "
+            "SamplerOutput documents, by which the model runner counts accepted tokens (vllm/v1/outputs.py)")
+    after = (padding.cumsum(dim=1) > 0) & token
+    if bool(after.any()):
+        request, column = (int(i) for i in after.nonzero()[0])
+        raise PaddingContractError(f"vLLM's sampler wrote the token {int(rows[request, column])} after the padding "
+                                   f"{PADDING} at request {request}, position {column} of sampled_token_ids: a row is "
+                                   "its tokens, then padding to its end (vllm/v1/outputs.py)")
+
+
 def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata, sampler: str = "sampler",
             with_logprobs: bool = False):
     """``RejectionSampler.forward`` on the batch, its output read by ``RejectionSampler.parse_output`` as vLLM's model
@@ -204,6 +240,8 @@ def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata, sampler
     metadata.bonus_logits_indices = torch.tensor(bonus, dtype=torch.int32)
     metadata.logits_indices = torch.arange(row, dtype=torch.int32)
     output = engine[sampler](metadata, draft_probs, target_rows, sampling_metadata)
+    if not _WARMING[0]:  # the checks' calls: a broken padding is the check's finding (RAISES), not the import's
+        check_padding(output.sampled_token_ids, target_rows.shape[-1])
     # what the model runner hands each request: ``RejectionSampler.parse_output`` keeps a row's tokens that are not
     # the placeholder and lie inside the vocabulary (its own code, so a mutant of it is checked too)
     parse = getattr(engine["rejection"].RejectionSampler, "parse_output", None)
@@ -492,6 +530,14 @@ v1_single_ngram = _single_function("v1_single_ngram", True, False)
 
 def _warm_up() -> None:
     """One call of each route with constant logits, outside any capture (module docstring)."""
+    _WARMING[0] = True
+    try:
+        _warm_up_routes()
+    finally:
+        _WARMING[0] = False
+
+
+def _warm_up_routes() -> None:
     import torch
 
     def model(ids):
@@ -514,6 +560,5 @@ def _warm_up() -> None:
                  seeded=True, with_probs=True)
     except Exception:  # reported by the check that asks for top-k or top-p (UNRUNNABLE)
         pass
-
 
 _warm_up()
