@@ -6,7 +6,8 @@ projected onto all of them (issue 56: psbv at T = 1, where every node keeps the 
 
 Each sampled root (``--roots``, ``--seed``; the dataset's ``key`` column holds each root's context and sampling) is
 labelled as ``verispec selector dataset --traces-of DATASET --verifiers ...`` would label it: the same function
-(``verispec.selector.labelling.label_roots``), the dataset's grid parameters (K, L1, L2) with these rules, its
+(``verispec.selector.labelling.label_roots``), the dataset's grid parameters (K, L1, L2; or another grid's, ``--ks``,
+``--l1s``, ``--l2s``: what labels on a widened grid would cost) with these rules, its
 number of sampled combs and its seed (so the same combs), one root at a time. Its wall seconds and the load
 average before and after (and, where the rule refused the root on its own size limit, a ``ProblemTooLargeError``,
 the refusal and the seconds until it) go to a resumable row store (``OUT.rows.json``, keyed on the root, its
@@ -47,6 +48,10 @@ def main(argv=None) -> int:
     parser.add_argument("--pair", default=None, help="installed pair (default: the dataset's)")
     parser.add_argument("--target", help="target model directory (with --draft, instead of --pair)")
     parser.add_argument("--draft", help="draft model directory")
+    parser.add_argument("--ks", default=None, help="K values of another grid than the dataset's (e.g. 1-6: the cost "
+                                                    "of labels on a widened grid, issue 78)")
+    parser.add_argument("--l1s", default=None, help="L1 values of another grid (default the dataset's)")
+    parser.add_argument("--l2s", default=None, help="L2 values of another grid (default the dataset's)")
     parser.add_argument("--roots", type=int, default=2, help="roots sampled from the dataset (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="the roots' sample (default 0)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the label builds ran)")
@@ -98,6 +103,10 @@ def _run(args, argv, start: float, held) -> int:
             metadata = labelling_settings(dataset, args.dataset)
             grid = ActionGrid(metadata["grid"]["ks"], metadata["grid"]["l1s"], metadata["grid"]["l2s"],
                               tuple(split_names(args.verifiers)))
+            if (args.ks, args.l1s, args.l2s) != (None, None, None):  # another grid: each axis given or the dataset's
+                values = grid.as_dict()
+                grid = ActionGrid.parse(ks=args.ks or _axis(values["ks"]), l1s=args.l1s or _axis(values["l1s"]),
+                                        l2s=args.l2s or _axis(values["l2s"]), verifiers=args.verifiers)
             grid.actions  # noqa: B018 - an unknown rule fails here, on one line
             latency = LatencyModel.from_dict(metadata["latency"])  # the features' prices, as the build's
             record = run_record(shlex.join(["python", "experiments/label_cost.py",
@@ -164,6 +173,10 @@ def _run(args, argv, start: float, held) -> int:
               "again to continue", file=sys.stderr)
         return 3
     return 0
+
+
+def _axis(values) -> str:
+    return ",".join(str(int(value)) for value in values)
 
 
 if __name__ == "__main__":

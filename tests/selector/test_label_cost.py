@@ -158,3 +158,36 @@ def test_the_time_budget_stops_a_root_in_the_middle(tiny_dataset, tmp_path, monk
     assert watch.within(1.1 * 3, 2), watch
     result = json.loads(out.read_text())
     assert not result["complete"] and result["roots_done"] == 0 and result["rows"] == []
+
+
+def test_another_grid_labels_its_own_actions(tiny_dataset, tmp_path):
+    """--ks/--l1s/--l2s (issue 78: what labels on a widened grid would cost): the rows are labels on that grid, each
+    the mean of label_roots' own under it (the same combs and seed), the result names the grid, and an axis not given
+    keeps the dataset's."""
+    from verispec.files.io import unpack_floats
+    from verispec.latency import LatencyModel
+    from verispec.models import load_pair
+    from verispec.selector.actions import ActionGrid
+    from verispec.selector.dataset_file import Dataset
+    from verispec.selector.labelling import label_roots
+    from verispec.selector.roots import Root
+
+    dataset, target, draft = tiny_dataset
+    built = Dataset.load(dataset)
+    longest = max(built.metadata["grid"]["l2s"])
+    out = tmp_path / "wide.json"
+    assert load_script("experiments/label_cost.py").main([
+        "--dataset", str(dataset), "--target", target, "--draft", draft, "--verifiers", "gbv", "--roots", "2",
+        "--l2s", f"0-{longest + 1}", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["grid"]["l2s"] == list(range(longest + 2))
+    assert result["grid"]["ks"] == list(built.metadata["grid"]["ks"])
+    grid = ActionGrid(built.metadata["grid"]["ks"], built.metadata["grid"]["l1s"], list(range(longest + 2)), ("gbv",))
+    assert result["actions"] == len(grid.actions) > len(ActionGrid(
+        built.metadata["grid"]["ks"], built.metadata["grid"]["l1s"], built.metadata["grid"]["l2s"], ("gbv",)).actions)
+    roots = [Root.from_dict(json.loads(row["key"])) for row in result["rows"]]
+    labels = label_roots(roots, grid, method="conditional", samples=built.metadata["samples"],
+                         seed=built.metadata["seed"], epsilon=built.metadata["epsilon"],
+                         latency=LatencyModel.from_dict(built.metadata["latency"]), pair=load_pair(target, draft))
+    for label, row in zip(labels, result["rows"], strict=True):
+        assert row["mean_label"] == pytest.approx(float(np.mean(unpack_floats(label["efficiency"]))), rel=1e-5)
