@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support.engines import vllm_release
+from tests.support.engines import shipped_sampler_mutant, vllm_release
 
 pytest_plugins = ["pytester"]
 
@@ -207,14 +207,9 @@ def test_a_planted_engine_bug_fails_with_its_witness(pytester, tmp_path):
     on chain:2: every request then reads request 0's rows (draft list [0, 0]), whose second row is not the second
     row of every other list (the target is rolled by each prefix, ``verispec.engines.greedy``), so some list emits
     another sequence than the target's argmax decoding, and the message names the list and both sequences."""
-    from importlib.util import find_spec
-
-    source = Path(find_spec("vllm").submodule_search_locations[0]) / "v1" / "sample" / "rejection_sampler.py"
-    old = "target_argmax_id = tl.load(target_argmax_ptr + start_idx + pos).to(tl.int32)"
-    text = source.read_text()
-    assert text.count(old) == 1
-    mutant = tmp_path / "rejection_sampler.py"
-    mutant.write_text(text.replace(old, "target_argmax_id = tl.load(target_argmax_ptr + pos).to(tl.int32)"))
+    mutant = shipped_sampler_mutant(tmp_path,
+                                    "target_argmax_id = tl.load(target_argmax_ptr + start_idx + pos).to(tl.int32)",
+                                    "target_argmax_id = tl.load(target_argmax_ptr + pos).to(tl.int32)")
     pytester.makepyfile(test_engine=f"""
         def test_greedy(verispec_check):
             verispec_check.engine("vllm", checks=["v1-greedy"], tree="chain:2", target=[0.2, 0.5, 0.3],

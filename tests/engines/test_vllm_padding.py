@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engines import vllm_release
+from tests.support.engines import shipped_sampler_mutant, vllm_release
 
 torch = pytest.importorskip("torch")
 
@@ -55,14 +55,8 @@ def _greedy(source: Path | None, tmp_path: Path) -> tuple[int, dict]:
 @pytest.mark.skipif(vllm_release() != "0.33.0", reason="the pinned vLLM wheel is not installed here "
                                                          "(verispec/engines/requirements/vllm.txt)")
 def test_a_sampler_that_pads_with_minus_two_raises_and_the_shipped_one_passes(tmp_path):
-    from importlib.util import find_spec
-
-    shipped = Path(find_spec("vllm").submodule_search_locations[0]) / "v1" / "sample" / "rejection_sampler.py"
-    old = "PLACEHOLDER_TOKEN_ID: tl.constexpr = -1"
-    text = shipped.read_text()
-    assert text.count(old) == 1
-    mutant = tmp_path / "rejection_sampler.py"
-    mutant.write_text(text.replace(old, "PLACEHOLDER_TOKEN_ID: tl.constexpr = ~1"))
+    mutant = shipped_sampler_mutant(tmp_path, "PLACEHOLDER_TOKEN_ID: tl.constexpr = -1",
+                                    "PLACEHOLDER_TOKEN_ID: tl.constexpr = ~1")
     status, verdict = _greedy(mutant, tmp_path)
     assert status == 4, verdict
     row = verdict["checks"][0]

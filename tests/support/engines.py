@@ -29,6 +29,20 @@ def vllm_release() -> str:
         return str(error)
 
 
+def shipped_sampler_mutant(folder, old: str, new: str):
+    """A copy of the installed vLLM's V1 sampler file (``vllm/v1/sample/rejection_sampler.py``) in ``folder`` with its
+    one line ``old`` replaced by ``new`` (for ``--source``); the installed file is not changed."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    shipped = Path(find_spec("vllm").submodule_search_locations[0]) / "v1" / "sample" / "rejection_sampler.py"
+    text = shipped.read_text()
+    assert text.count(old) == 1, f"the shipped file holds {text.count(old)} lines {old!r}, not one"
+    mutant = Path(folder) / "rejection_sampler.py"
+    mutant.write_text(text.replace(old, new))
+    return mutant
+
+
 def sandbox_process() -> int:
     """The id of the process that runs it (the shared-sandbox test of tests/engines/test_check_engine.py loads it)."""
     return os.getpid()
