@@ -14,6 +14,7 @@ that writes it (its ``record``); rerun that command, then this script.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -432,6 +433,32 @@ def _label_cost(results, key, name: str = PSBV_T1_COST):
         if minutes:
             parts.append(f"{len(minutes)} {words} {', '.join(f'{m:.0f}' for m in minutes)} minutes")
     return f"{len(rows)} roots sampled, {' and '.join(parts)} on {cost['threads']} core(s)"
+
+
+#: What labels on a widened grid would cost for the leading rules, at T = 0.7 and T = 1 (issue 78, item 2;
+#: experiments/label_cost.py --ks --l1s --l2s).
+WIDE_COSTS = {"t07": "widened-grid-t07-label-cost.json", "t1": "widened-grid-t1-label-cost.json"}
+
+
+def _wide_label_cost(results, key):
+    """'t07/outcome', 't1/projected' (``_label_cost`` of each file), 'total' (the projections' sum, hours of one
+    core), 'grid' (the widened grid's axes, the same in both files)."""
+    if key == "total":
+        hours = [results(name)["projected_hours"] for name in WIDE_COSTS.values()]
+        if None in hours:
+            raise GeneratedDocsError("a widened-grid label cost projects nothing (no root labelled); rerun it")
+        cores = results(WIDE_COSTS["t07"])["record"]["machine"]["cores"]  # roots are labelled independently
+        return f"about {sum(hours):.0f} hours of one core, {sum(hours) / cores:.0f} on this box's {cores} cores"
+    if key == "grid":
+        grids = {json.dumps({axis: results(name)["grid"][axis] for axis in ("ks", "l1s", "l2s")})
+                 for name in WIDE_COSTS.values()}
+        if len(grids) != 1:
+            raise GeneratedDocsError(f"the widened-grid label costs were measured on {len(grids)} grids, not one")
+        grid = json.loads(grids.pop())
+        return ", ".join(f"{axis} {min(grid[name])}-{max(grid[name])}" for axis, name in
+                         (("K", "ks"), ("L1", "l1s"), ("L2", "l2s")))
+    setting, what = key.split("/")
+    return _label_cost(results, what, WIDE_COSTS[setting])
 
 
 def _blend_label_cost(results, key):
@@ -1149,6 +1176,8 @@ VALUES = {
                     "versus/specinfer", "versus/traversal", "versus/traversal-iid")},
     **{f"label_cost.{key}": _bound(_label_cost, key) for key in ("outcome", "projected")},
     **{f"label_cost_blend.{key}": _bound(_blend_label_cost, key) for key in ("outcome", "projected")},
+    **{f"label_cost_wide.{key}": _bound(_wide_label_cost, key)
+       for key in ("t07/outcome", "t07/projected", "t1/outcome", "t1/projected", "total", "grid")},
     "psbv_blend.ratio": lambda results: _psbv_blend(results(PSBV_REALISATION)),
     **{f"assisted.{key}": _bound(_assisted, key) for key in ("selector", "static", "plain", "selector/hf-plain",
                                                              "selector/hf-best", "hf-best", "prompts", "best",
@@ -1199,6 +1228,8 @@ TABLES = {
     "label-cost-blend-record": lambda results: f"Measured by {record_line(results, PSBV_BLEND_T1_COST)}; "
                                                f"the ratios by {record_line(results, PSBV_REALISATION)}.",
     "real-gaps-record": _made_by('real_context_gaps.json'),
+    "label-cost-wide-record": lambda results: "Measured by " + "; and by ".join(
+        record_line(results, name) for name in WIDE_COSTS.values()) + ".",
     "gbv": gbv_table,
     "sun": sun_table,
     "typical": typical_table,
