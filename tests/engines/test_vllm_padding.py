@@ -1,6 +1,8 @@
-"""vLLM's sampler output keeps SamplerOutput's padding (issue 76, mutants; ``verispec.engines.vllm_v1.check_padding``):
-each row of ``sampled_token_ids`` is its tokens (0 to V - 1), then -1 to its end, as vllm/v1/outputs.py documents and
-the model runner counts accepted tokens by. ``parse_output`` reads the sampler module's own constant, so a sampler
+"""vLLM's sampler output keeps SamplerOutput's padding (issue 76, mutants; ``verispec.engines.vllm.check_padding``,
+stated beside the checks so that this test process never imports vLLM: a process that has imported it loses the
+crash location of a later sandbox's segfault, tests/cli/test_supervised_exits.py): each row of ``sampled_token_ids``
+is its tokens (0 to V - 1), then -1 to its end, as vllm/v1/outputs.py documents and the model runner counts accepted
+tokens by. ``parse_output`` reads the sampler module's own constant, so a sampler
 whose placeholder moved (the mutant ``PLACEHOLDER_TOKEN_ID = ~1``, i.e. -2, which vLLM's own test kills only through
 test_frequency_penalties in some 50 minutes) reads right through it; the check does not.
 
@@ -22,7 +24,7 @@ from tests.support.engines import shipped_sampler_mutant, vllm_release
 
 torch = pytest.importorskip("torch")
 
-from verispec.engines.vllm_v1 import PADDING, PaddingContractError, check_padding  # noqa: E402
+from verispec.engines.vllm import PADDING, PaddingContractError, check_padding  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

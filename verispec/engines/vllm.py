@@ -208,3 +208,37 @@ def checks() -> list[Check]:
               target=(0.59, 0.4, 0.01), draft=(0.35, 0.01, 0.64), expect="lossy", source_applies=False, since="0.33.0",
               reference=FLY_RULE, why=FLY_WHY),
     ]
+
+
+#: The padding of a row of ``SamplerOutput.sampled_token_ids`` (vllm/v1/outputs.py: "PLACEHOLDER_TOKEN_ID (-1 by
+#: default) is used for padding"). Code outside the sampler's module relies on it: the model runner counts a request's
+#: accepted tokens as its entries != -1 (``gpu_model_runner``), the n-gram proposer and the vocabulary mapping test
+#: for -1. ``parse_output`` reads the module's own constant, so a sampler padding otherwise reads right through it.
+PADDING = -1
+
+
+class PaddingContractError(AssertionError):
+    """vLLM's sampler wrote rows that break ``SamplerOutput``'s documented padding."""
+
+
+def check_padding(sampled, vocab_size: int) -> None:
+    """``sampled`` [B, max drafts + 1]: each row its emitted tokens (0 to V - 1), then ``PADDING`` to its end;
+    PaddingContractError naming the first entry that is neither, or a token after the padding."""
+    import torch
+
+    rows = sampled.to(torch.int64)
+    token = (rows >= 0) & (rows < vocab_size)
+    padding = rows == PADDING
+    wrong = ~(token | padding)
+    if bool(wrong.any()):
+        request, column = (int(i) for i in wrong.nonzero()[0])
+        raise PaddingContractError(
+            f"vLLM's sampler wrote {int(rows[request, column])} at request {request}, position {column} of "
+            f"sampled_token_ids: neither a token of the vocabulary (0 to {vocab_size - 1}) nor the padding {PADDING} "
+            "SamplerOutput documents, by which the model runner counts accepted tokens (vllm/v1/outputs.py)")
+    after = (padding.cumsum(dim=1) > 0) & token
+    if bool(after.any()):
+        request, column = (int(i) for i in after.nonzero()[0])
+        raise PaddingContractError(f"vLLM's sampler wrote the token {int(rows[request, column])} after the padding "
+                                   f"{PADDING} at request {request}, position {column} of sampled_token_ids: a row is "
+                                   "its tokens, then padding to its end (vllm/v1/outputs.py)")

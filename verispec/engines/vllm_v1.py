@@ -18,7 +18,7 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["VLLM_TARGET_DEVICE"] = "cuda"
 
 from verispec.engines import EngineError
-from verispec.engines.vllm import SAMPLER_MODULE, SOURCE_VARIABLE, supported_range
+from verispec.engines.vllm import SAMPLER_MODULE, SOURCE_VARIABLE, check_padding, supported_range
 
 
 def _load_engine():
@@ -186,40 +186,8 @@ def _penalties(input_ids, histories, drafts, repetition: float, frequency: float
             "presence_penalties": torch.full((batch,), presence, dtype=torch.float32)}
 
 
-#: The padding of a row of ``SamplerOutput.sampled_token_ids`` (vllm/v1/outputs.py: "PLACEHOLDER_TOKEN_ID (-1 by
-#: default) is used for padding"). Code outside the sampler's module relies on it: the model runner counts a request's
-#: accepted tokens as its entries != -1 (``gpu_model_runner``), the n-gram proposer and the vocabulary mapping test
-#: for -1. ``parse_output`` reads the module's own constant, so a sampler padding otherwise reads right through it.
-PADDING = -1
 #: Whether ``_warm_up`` is running (its calls compile the kernels; their output is not checked).
 _WARMING = [False]
-
-
-class PaddingContractError(AssertionError):
-    """vLLM's sampler wrote rows that break ``SamplerOutput``'s documented padding."""
-
-
-def check_padding(sampled, vocab_size: int) -> None:
-    """``sampled`` [B, max drafts + 1]: each row its emitted tokens (0 to V - 1), then ``PADDING`` to its end;
-    PaddingContractError naming the first entry that is neither, or a token after the padding."""
-    import torch
-
-    rows = sampled.to(torch.int64)
-    token = (rows >= 0) & (rows < vocab_size)
-    padding = rows == PADDING
-    wrong = ~(token | padding)
-    if bool(wrong.any()):
-        request, column = (int(i) for i in wrong.nonzero()[0])
-        raise PaddingContractError(
-            f"vLLM's sampler wrote {int(rows[request, column])} at request {request}, position {column} of "
-            f"sampled_token_ids: neither a token of the vocabulary (0 to {vocab_size - 1}) nor the padding {PADDING} "
-            "SamplerOutput documents, by which the model runner counts accepted tokens (vllm/v1/outputs.py)")
-    after = (padding.cumsum(dim=1) > 0) & token
-    if bool(after.any()):
-        request, column = (int(i) for i in after.nonzero()[0])
-        raise PaddingContractError(f"vLLM's sampler wrote the token {int(rows[request, column])} after the padding "
-                                   f"{PADDING} at request {request}, position {column} of sampled_token_ids: a row is "
-                                   "its tokens, then padding to its end (vllm/v1/outputs.py)")
 
 
 def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata, sampler: str = "sampler",
