@@ -192,6 +192,22 @@ def test_an_exit_in_the_rule_is_a_finding_with_file_line_and_problem(capsys, rul
     assert "while checking --tree chain:1 on --target 1/2,1/2 --draft 9/10,1/10" in err
 
 
+def test_a_segfault_is_located_though_a_library_took_the_signal_over(rules):
+    """A process where a library took SIGSEGV over after faulthandler was enabled (torch's and vLLM's fatal-signal
+    handlers do; here the default action, set through libc): the sandbox still writes the crash's traceback to its
+    crash file, so the line names the rule's file and line (enabling an enabled faulthandler only changed its file,
+    and a test process that had imported vLLM lost the location). In a process of its own, not to change this one."""
+    script = ("import ctypes, faulthandler, sys\n"
+              "faulthandler.enable()\n"
+              "ctypes.CDLL(None).signal(11, 0)  # SIGSEGV to its default action, over faulthandler's handler\n"
+              "from verispec.cli import main\n"
+              f"sys.exit(main({['exact', *TOY, '--tree', 'chain:1', '--verifier', f'{rules}:segfault']!r}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 4, done.stderr
+    assert "was killed by signal SIGSEGV at hostile_rules.py, line" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("name,how", [("sigkill_by_ctypes", "was killed by signal SIGKILL"),
                                       ("segfault", "was killed by signal SIGSEGV at hostile_rules.py, line")])
 def test_a_death_of_the_process_is_a_finding(capsys, rules, name, how):

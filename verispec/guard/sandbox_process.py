@@ -126,6 +126,9 @@ def serve(sandbox, channel_socket: socket.socket, crash_file, protected: list[in
             except OSError:
                 pass
     supervisor.become_sandbox()
+    # disable first: enabling an enabled faulthandler only changes its file, and a fatal-signal handler a library
+    # installed since (torch's, vLLM's) would then run instead, and the crash file stay empty
+    faulthandler.disable()
     faulthandler.enable(file=crash_file, all_threads=False)
     held = {"capabilities": confinement.drop_capabilities(), "seccomp": confinement.forbid_reaching(protected)}
     os.environ["TMPDIR"] = tempfile.tempdir = sandbox.private_dir  # caches and temporary files go there

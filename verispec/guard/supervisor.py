@@ -463,6 +463,9 @@ def _start_worker(report_fd: int, out_fd: int, err_fd: int, shared: mmap.mmap, c
     sys.stderr = _ForwardedStream(2, outer_err, line_buffering=True)
     _Worker.streams = (sys.stdout, sys.stderr)
     _Worker.stream_ids = (_fd_identity(1), _fd_identity(2))
+    # disable first: enabling an enabled faulthandler only changes its file, and a fatal-signal handler a library
+    # installed since (torch's, vLLM's) would then run instead, and the crash file stay empty
+    faulthandler.disable()
     faulthandler.enable(file=crash_file, all_threads=False)
     os.register_at_fork(after_in_child=_after_fork_in_a_copy)
     _intercept_exits()
