@@ -204,6 +204,16 @@ def how_it_ended(status: int | None) -> str:
     return f"exited with status {os.WEXITSTATUS(status)}"
 
 
+def trace_crashes_to(crash_file) -> None:
+    """faulthandler's traceback of a fatal signal (the current thread's) into ``crash_file``, which
+    ``crash_location`` reads. Disabled first: enabling an enabled faulthandler only changes its file, so a
+    fatal-signal handler a library installed since (torch's, vLLM's) would run instead and the file stay empty."""
+    import faulthandler
+
+    faulthandler.disable()
+    faulthandler.enable(file=crash_file, all_threads=False)
+
+
 def crash_location(crash_file) -> str:
     """' at FILE, line N, in NAME' from faulthandler's traceback (most recent call first): the first frame that is
     not verispec's or the interpreter's own; '' without one."""
@@ -225,4 +235,4 @@ def crash_location(crash_file) -> str:
 
 
 __all__ = ["LIBRARY_FOLDERS", "SANDBOX_NAME", "Reaper", "crash_location", "descendants", "how_it_ended",
-           "kill_me_with_my_parent", "name_this_process", "parse_report", "signal_name"]
+           "kill_me_with_my_parent", "name_this_process", "parse_report", "signal_name", "trace_crashes_to"]

@@ -16,7 +16,13 @@ import traceback
 
 from verispec.errors import UnknownVerifierError, UserCodeExit
 from verispec.guard import budget, confinement, supervisor, wire
-from verispec.guard.processes import LIBRARY_FOLDERS, SANDBOX_NAME, kill_me_with_my_parent, name_this_process
+from verispec.guard.processes import (
+    LIBRARY_FOLDERS,
+    SANDBOX_NAME,
+    kill_me_with_my_parent,
+    name_this_process,
+    trace_crashes_to,
+)
 
 #: The exit status of a sandbox whose channel the code closed or broke (it cannot answer any more).
 CHANNEL_LOST = 71
@@ -101,8 +107,6 @@ class _Channel:
 
 def serve(sandbox, channel_socket: socket.socket, crash_file, protected: list[int]) -> None:
     """The sandbox's life: confine itself, load the object, then answer calls until the worker ends."""
-    import faulthandler
-
     parent = os.getppid()
     kill_me_with_my_parent()
     if os.getppid() != parent or parent != sandbox.owner_at_fork:
@@ -126,10 +130,7 @@ def serve(sandbox, channel_socket: socket.socket, crash_file, protected: list[in
             except OSError:
                 pass
     supervisor.become_sandbox()
-    # disable first: enabling an enabled faulthandler only changes its file, and a fatal-signal handler a library
-    # installed since (torch's, vLLM's) would then run instead, and the crash file stay empty
-    faulthandler.disable()
-    faulthandler.enable(file=crash_file, all_threads=False)
+    trace_crashes_to(crash_file)
     held = {"capabilities": confinement.drop_capabilities(), "seccomp": confinement.forbid_reaching(protected)}
     os.environ["TMPDIR"] = tempfile.tempdir = sandbox.private_dir  # caches and temporary files go there
     writable = [sandbox.private_dir, "/dev/shm", *filter(None, os.environ.get(WRITABLE, "").split(":"))]

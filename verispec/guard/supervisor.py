@@ -50,6 +50,7 @@ from verispec.guard.processes import (
     Reaper,
     kill_me_with_my_parent,
     signal_name,
+    trace_crashes_to,
 )
 from verispec.guard.watch import EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_RAISES, Supervision, Watch
 from verispec.guard.watch import write as _write
@@ -442,8 +443,6 @@ def _die_with(parent: int) -> None:
 def _start_worker(report_fd: int, out_fd: int, err_fd: int, shared: mmap.mmap, crash_file, parent: int,
                   scratch_folder: str) -> None:
     """Set the worker up, in the child right after the fork."""
-    import faulthandler
-
     _Worker.pid = os.getpid()
     _Worker.scratch = scratch_folder
     _Worker.chain = (parent, os.getpid())
@@ -463,10 +462,7 @@ def _start_worker(report_fd: int, out_fd: int, err_fd: int, shared: mmap.mmap, c
     sys.stderr = _ForwardedStream(2, outer_err, line_buffering=True)
     _Worker.streams = (sys.stdout, sys.stderr)
     _Worker.stream_ids = (_fd_identity(1), _fd_identity(2))
-    # disable first: enabling an enabled faulthandler only changes its file, and a fatal-signal handler a library
-    # installed since (torch's, vLLM's) would then run instead, and the crash file stay empty
-    faulthandler.disable()
-    faulthandler.enable(file=crash_file, all_threads=False)
+    trace_crashes_to(crash_file)
     os.register_at_fork(after_in_child=_after_fork_in_a_copy)
     _intercept_exits()
 
