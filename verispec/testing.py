@@ -177,15 +177,16 @@ def _check_in_worker(function, name, layout, tree, problems, mode, time_budget, 
     verdict's exit status, the failure's message, the reports)."""
     import functools
 
-    from verispec.errors import UnknownVerifierError
     from verispec.external import sandboxed
     from verispec.guard import sandbox
 
     try:
-        box = sandbox.Sandbox(name, "function", sandboxed.describe, sandboxed.call_in_sandbox,
-                              loader=functools.partial(_inherited, function))
-        box.load()
-        checked = sandboxed.SandboxedFunction(box)
+        checked = function  # VERISPEC_SANDBOX=0: in the worker, which the supervisor then says (no exit 0)
+        if sandbox.enabled():
+            box = sandbox.Sandbox(name, "function", sandboxed.describe, sandboxed.call_in_sandbox,
+                                  loader=functools.partial(_inherited, function))
+            box.load()
+            checked = sandboxed.SandboxedFunction(box)
         reports = assert_lossless(checked, layout, tree, problems=problems, mode=mode, time_budget=time_budget,
                                   **options)
         answer = {"exit_status": 0, "message": None, "reports": [_plain_report(r) for r in reports]}
@@ -193,7 +194,7 @@ def _check_in_worker(function, name, layout, tree, problems, mode, time_budget, 
         failed = [report for report in error.reports if report.verdict is not Verdict.LOSSLESS]
         answer = {"exit_status": failed[0].exit_status if failed else Verdict.INCONCLUSIVE.exit_status,
                   "message": str(error), "reports": [_plain_report(r) for r in error.reports]}
-    except (VerispecError, UnknownVerifierError) as error:
+    except VerispecError as error:
         answer = {"exit_status": 2, "refused": " ".join(str(error).split())}
     print(json.dumps(answer))
     return answer["exit_status"]

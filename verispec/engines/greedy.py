@@ -44,17 +44,15 @@ def greedy_check(function, tree: str, problem) -> dict:
         rows = [np.log(np.asarray(problem.target(tuple(drafts[:position])), dtype=np.float64)) + 1.0 + position
                 for position in range(depth + 1)]
         logits.append(np.stack(rows))
-    try:
-        output = function(lists, logits)
-    except VerispecError:
-        raise
-    except Exception as error:  # the engine's code raised on the batch: the check's finding, with where
-        raised = {"exception": type(error).__name__, "message": str(error),
-                  "line": getattr(error, "sandbox_site", None) or _site(error)}
+    from verispec.external.calls import FunctionRaised, call_function
+
+    try:  # the engine's code raising on the batch is the check's finding (RAISES, with the line), as check_external's
+        output = call_function(function, "the greedy batch", None, (lists, logits))
+    except FunctionRaised as error:
+        raised = error.to_json()
         return {"verdict": "RAISES", "mode": "exhaustive", "tv_distance": None, "raised": raised,
                 "note": f"the greedy batch of {len(lists)} draft lists raised {raised['exception']}: "
-                        f"{' '.join(raised['message'].split())[:300]}"
-                        + ("" if raised["line"] == "?" else f" (at {raised['line']})")}
+                        f"{raised['message'][:300]}" + ("" if raised["line"] == "?" else f" (at {raised['line']})")}
     logprobs = None
     if isinstance(output, tuple) and len(output) == 3:
         output, logprobs, ids = (np.asarray(part) for part in output)
@@ -84,14 +82,6 @@ def greedy_check(function, tree: str, problem) -> dict:
     return {"verdict": "LOSSLESS", "mode": "exhaustive", "tv_distance": 0.0,
             "note": f"all {len(lists)} draft lists of depth {depth} at V = {size} emit the target's argmax decoding"
                     + also}
-
-
-def _site(error: BaseException) -> str:
-    """The innermost line of ``error``'s traceback, ``file:line``."""
-    import traceback
-
-    frames = traceback.extract_tb(error.__traceback__)
-    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
 
 
 def logprob_mismatch(problem, drafts, emitted, logprobs, ids) -> str | None:
