@@ -33,12 +33,12 @@ SIZES_FROM=data/latency/latency-cpu-small-batch-t07-t1.json
 {
     echo "cpu_pricing: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
     VERISPEC_SMALL_BATCH_LINEAR=1 "$PY" -m verispec latency --pair qwen-coder --threads 2 --repeats 9 \
-        --draft-sizes 1,2,3,4 --sizes "$SIZES" --out "$OUT/forwards-cpu.json" --overwrite
+        --draft-sizes 1,2,3,4 --sizes "$SIZES" --out "$OUT/forwards-cpu.json"
     echo "cpu_pricing: forwards timed $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
     "$PY" experiments/verification_cost.py "${DATASETS[@]}" --regime cpu --threads 1 --out "$OUT/verify-cost-cpu.json"
     echo "cpu_pricing: verification timed $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
     VERISPEC_SMALL_BATCH_LINEAR=1 "$PY" -m verispec latency --pair qwen-coder --threads 2 --repeats 9 \
-        --draft-sizes 1,4 --sizes 1,8,16,21 --out "$OUT/forwards-after.json" --overwrite
+        --draft-sizes 1,4 --sizes 1,8,16,21 --out "$OUT/forwards-after.json"
     "$PY" - "$OUT/forwards-cpu.json" "$OUT/forwards-after.json" <<'EOF'
 import json, sys
 before, after = (json.load(open(path)) for path in sys.argv[1:])
@@ -48,6 +48,6 @@ parts += [f"t_q({w}) x{ratio('draft_sizes', 'draft_times', w):.3f}" for w in aft
 print("cpu_pricing: the box's drift over the run, after/before: " + ", ".join(parts))
 EOF
     "$PY" experiments/tree_sizes.py --latency "$OUT/forwards-cpu.json" --sizes-from "$SIZES_FROM" \
-        --out "$OUT/latency-cpu-t07-t1.json" --overwrite
+        --out "$OUT/latency-cpu-t07-t1.json"
     echo "cpu_pricing: done $(date -u +%FT%TZ)"
 } 2>&1 | tee "$OUT/log.txt"
