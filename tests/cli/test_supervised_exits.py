@@ -39,6 +39,7 @@ RULES = '''
 import atexit, ctypes, io, os, signal, subprocess, sys, threading, time
 
 PIDS = os.environ.get("VERISPEC_TEST_PIDS")
+MARK = os.environ.get("VERISPEC_TEST_MARK", "")
 
 
 def lossy(tree, chooser):
@@ -116,14 +117,15 @@ def thread_forever(tree, chooser):
 
 
 def child_forever(tree, chooser):
-    child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", MARK], start_new_session=True)
     with open(PIDS, "a") as file:
         file.write(f"{child.pid}\\n")
     return lossy(tree, chooser)
 
 
 def forks(tree, chooser):
-    if os.fork() == 0:
+    if os.fork() == 0:  # the copy takes the mark as its name: its number is the namespace's, not the test's
+        ctypes.CDLL(None).prctl(15, MARK.encode(), 0, 0, 0)
         with open(PIDS, "a") as file:
             file.write(f"{os.getpid()}\\n")
     return lossy(tree, chooser)
@@ -151,6 +153,7 @@ def rules(tmp_path, monkeypatch):
     path = tmp_path / "hostile_rules.py"
     path.write_text(RULES)
     monkeypatch.setenv("VERISPEC_TEST_PIDS", str(tmp_path / "pids.txt"))
+    monkeypatch.setenv("VERISPEC_TEST_MARK", _mark())  # what the processes the rules leave are found by
     monkeypatch.setenv("VERISPEC_SANDBOX_WRITABLE", str(tmp_path))  # the rules write their children's pids there
     return path
 
@@ -159,6 +162,29 @@ def _exact(capsys, rules, name, *extra):
     status = main(["exact", *TOY, "--tree", "chain:1", "--verifier", f"{rules}:{name}", "--fail-if-lossy", *extra])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def _mark() -> str:
+    """The name (at most 15 characters, /proc/PID/comm's) and command-line word of what the rules leave running."""
+    return f"vsleft{os.getpid() % 10**8}"
+
+
+def _marked_alive() -> list[int]:
+    """The live processes carrying ``_mark()`` as their name or a command-line word: the code under check runs in a
+    process-id namespace of its own (verispec.guard.namespace), so the numbers it writes are not the test's."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _alive(int(name)):
+            try:
+                with open(f"/proc/{name}/comm", "rb") as file:
+                    comm = file.read().decode(errors="replace").strip()
+                with open(f"/proc/{name}/cmdline", "rb") as file:
+                    words = file.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if comm == _mark() or _mark() in words:
+                found.append(int(name))
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -238,6 +264,15 @@ def test_output_taken_from_verispec_fails_the_command(capsys, rules, name, what,
 
 def test_hooks_threads_children_and_forks_keep_the_verdict_and_leave_nothing(capsys, rules, tmp_path):
     pids = tmp_path / "pids.txt"
+    marked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", _mark()])
+    try:  # the negative control of the last line: a marked process left running is found
+        deadline = time.monotonic() + 60
+        while marked.pid not in _marked_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marked.pid in _marked_alive()
+    finally:
+        marked.kill()
+        marked.wait()
     for name in ("hooks", "thread_forever", "child_forever", "forks"):
         (status, out, err), watch = timed(_exact, capsys, rules, name)
         assert status == 1 and err.count("LOSSY") == 1, (name, err)
@@ -246,7 +281,7 @@ def test_hooks_threads_children_and_forks_keep_the_verdict_and_leave_nothing(cap
         assert watch.within(0, 5), (name, watch)
     started = [int(pid) for pid in pids.read_text().split()]
     assert len(started) >= 2  # the children and the forked copies wrote their pids
-    assert not [pid for pid in started if _alive(pid)]
+    assert _marked_alive() == []
 
 
 def test_a_call_that_starves_the_watchdog_is_ended_at_the_outer_limit(capsys, rules, monkeypatch):

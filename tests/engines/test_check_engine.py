@@ -165,7 +165,9 @@ def run():
              "tests.support.no_such_module:function"]
     load = SharedLoader(specs)
     process, ids = load(specs[0]), load(specs[1])
-    found = {"worker": os.getpid(), "process": [process(), process()], "ids": ids(), "again": load(specs[0])()}
+    worker = f"{os.readlink('/proc/self/ns/pid')}/{os.getpid()}"
+    found = {"worker": worker, "worker_pid": os.getpid(), "process": [process(), process()], "ids": ids(),
+             "again": load(specs[0])()}
     for name, loader in (("refused", load), ("alone", load_function)):
         try:
             loader(specs[2])
@@ -187,7 +189,10 @@ def test_the_functions_of_a_run_share_one_sandbox_and_each_is_refused_at_its_own
     assert done.returncode == 0, done.stderr[-2000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     sandbox = found["process"][0]
-    assert sandbox != found["worker"] and found["ids"] == [sandbox, found["worker"]]  # one child of the worker
+    # one child of the worker: in a process-id namespace of its own, the child of that namespace's init
+    namespace, parent = sandbox.rpartition("/")[0], found["ids"][1]
+    assert sandbox != found["worker"] and found["ids"][0] == sandbox
+    assert parent == found["worker_pid"] if namespace == found["worker"].rpartition("/")[0] else parent == 1
     assert found["process"] == [sandbox, sandbox] and found["again"] == sandbox
     assert found["refused"] == found["alone"] and "tests.support.no_such_module" in found["refused"]
 

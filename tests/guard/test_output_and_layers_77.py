@@ -46,12 +46,26 @@ _started = []
 
 
 def _ancestors():
+    """Its ancestors as /proc shows them (none in a process-id namespace of its own), and the test's own pid."""
     found, pid = [], os.getpid()
     for _ in range(4):
-        with open(f"/proc/{{pid}}/stat") as file:
-            pid = int(file.read().rpartition(")")[2].split()[1])
+        try:
+            with open(f"/proc/{{pid}}/stat") as file:
+                pid = int(file.read().rpartition(")")[2].split()[1])
+        except OSError:
+            break
+        if pid <= 0:
+            break
         found.append(pid)
-    return found
+    return found + [int(os.environ["VS_TEST_ELDER"])]
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{{pid}}/cmdline", "rb") as file:
+            return file.read()
+    except OSError:
+        return b""
 
 
 def _loud():
@@ -61,8 +75,7 @@ def _loud():
     sys.stderr.flush()
     subprocess.Popen([sys.executable, "-c", WRITER])
     for pid in _ancestors():  # the worker, the supervisor, the test above them (signal 0 only: it is the test's)
-        with open(f"/proc/{{pid}}/cmdline", "rb") as file:
-            ours = b"verispec" in file.read()
+        ours = b"verispec" in _cmdline(pid)
         try:
             if ours:
                 resource.prlimit(pid, resource.RLIMIT_NOFILE, (4, 4))
@@ -76,6 +89,21 @@ def _loud():
             print(f"REACHED kill {{pid}}", file=sys.stderr, flush=True)
         except OSError:
             pass
+
+
+def reach_out(tree, chooser):
+    """Signal a process of the same user outside verispec's chain (the test's victim), and look for it in /proc."""
+    if not _started:
+        _started.append(1)
+        victim = int(os.environ["VS_TEST_VICTIM"])
+        seen = [name for name in os.listdir("/proc") if name.isdigit() and b"vs-victim" in _cmdline(name)]
+        print(f"SEEN {{len(seen)}}", flush=True)
+        try:
+            os.kill(victim, 15)
+            print(f"REACHED kill {{victim}}", flush=True)
+        except OSError as error:
+            print(f"REFUSED {{type(error).__name__}}", flush=True)
+    return echo_draft(tree, chooser)
 
 
 def echo_draft(tree, chooser):
@@ -130,8 +158,16 @@ def _landlock() -> bool:
     return ctypes.CDLL(None, use_errno=True).syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) >= 1
 
 
+def _namespaces() -> bool:
+    """Whether this machine lets an unprivileged process make a user and process-id namespace (asked of the
+    ``unshare`` program where it is installed, else in a child that tries it)."""
+    code = ("import ctypes, os, sys\n"
+            "sys.exit(0 if ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x20000000 | 0x20000) == 0 else 1)")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60).returncode == 0
+
+
 def _run(arguments, cwd, *, prefix=(), **env) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), VS_TEST_ELDER=str(os.getpid()), **env)
     return subprocess.run([*prefix, sys.executable, "-m", "verispec", *arguments], env=environment, cwd=cwd,
                           capture_output=True, text=True, timeout=300)
 
@@ -276,10 +312,37 @@ def test_negative_control_every_layer_held_here(rules, tmp_path):
     no line, nothing missing, and --require-confinement runs the check."""
     if not _landlock():
         pytest.skip("this kernel has no Landlock (before Linux 5.13): the layer is missing for real")
+    if not _namespaces():
+        pytest.skip("this machine forbids user namespaces: the layer pid_namespace is missing for real")
     done = _run(["exact", *TOY, "--verifier", f"{rules}:honest", "--fail-if-lossy", "--json",
                  "--require-confinement"], tmp_path)
     assert done.returncode == 0 and "could not be set up" not in done.stderr, done.stderr
     assert _json_lines(done.stdout)[-1]["confinement"]["missing"] == []
+
+
+def test_the_code_sees_and_signals_no_process_outside_its_namespace(rules, tmp_path):
+    """A process of the same user outside verispec's chain (an editor, another job: here the test's victim) is out of
+    the code's sight and reach: /proc shows only the code's own processes, and its signal finds no such process. The
+    negative control: on a kernel that refuses the namespace (a filter answering as one would), the same rule sees
+    the victim and ends it, which is why the layer is reported missing there."""
+    if not _namespaces():
+        pytest.skip("this machine forbids user namespaces: the layer pid_namespace is missing for real")
+    prefix = (sys.executable, str(ROOT / "tests" / "support" / "refused_layers.py"), "pid_namespace", "--")
+    for refused in (False, True):
+        victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "vs-victim"])
+        try:
+            done = _run(["exact", *TOY, "--verifier", f"{rules}:reach_out", "--fail-if-lossy"], tmp_path,
+                        prefix=prefix if refused else (), VS_TEST_VICTIM=str(victim.pid))
+            assert done.returncode == 1 and "LOSSY" in done.stderr.strip().splitlines()[-1], done.stderr
+            if refused:
+                assert "| SEEN 1" in done.stderr and f"| REACHED kill {victim.pid}" in done.stderr, done.stderr
+                assert victim.wait(timeout=60) == -15
+            else:
+                assert "| SEEN 0" in done.stderr and "| REFUSED ProcessLookupError" in done.stderr, done.stderr
+                assert victim.poll() is None
+        finally:
+            victim.kill()
+            victim.wait()
 
 
 @pytest.mark.parametrize("switch", ["VERISPEC_SANDBOX", "VERISPEC_SUPERVISE"])

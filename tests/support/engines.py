@@ -43,11 +43,13 @@ def shipped_sampler_mutant(folder, old: str, new: str):
     return mutant
 
 
-def sandbox_process() -> int:
-    """The id of the process that runs it (the shared-sandbox test of tests/engines/test_check_engine.py loads it)."""
-    return os.getpid()
+def sandbox_process() -> str:
+    """Which process runs it (the shared-sandbox test of tests/engines/test_check_engine.py loads it): its process-id
+    namespace and its id there (a sandbox's code runs as process 2 of a namespace of its own,
+    ``verispec.guard.namespace``, so the id alone does not tell two sandboxes apart)."""
+    return f"{os.readlink('/proc/self/ns/pid')}/{os.getpid()}"
 
 
-def sandbox_ids() -> list[int]:
-    """The ids of the process that runs it and of its parent (loaded beside ``sandbox_process``)."""
-    return [os.getpid(), os.getppid()]
+def sandbox_ids() -> list:
+    """``sandbox_process()`` and the id of its parent (loaded beside ``sandbox_process``)."""
+    return [sandbox_process(), os.getppid()]

@@ -5,7 +5,8 @@ inherited by the command and everything it starts, that answers as such a kernel
 * ``landlock``: ``landlock_create_ruleset`` fails with ENOSYS (a kernel before Linux 5.13);
 * ``seccomp``: ``prctl(PR_SET_SECCOMP)`` and ``seccomp()`` fail with EINVAL (a container that forbids filters);
 * ``capabilities``: ``capset`` fails with EPERM;
-* ``not_dumpable``: ``prctl(PR_SET_DUMPABLE)`` fails with EPERM.
+* ``not_dumpable``: ``prctl(PR_SET_DUMPABLE)`` fails with EPERM;
+* ``pid_namespace``: ``unshare`` fails with EPERM (a container whose profile forbids namespaces).
 
 Written apart from ``verispec.guard.confinement`` (its own numbers and program), so that it checks that module rather
 than repeating it. Linux on x86_64 or aarch64 only.
@@ -20,18 +21,19 @@ import struct
 import sys
 
 _ENOSYS, _EPERM, _EINVAL = 38, 1, 22
-#: Per architecture: audit value, and the numbers of prctl, seccomp, capset, landlock_create_ruleset.
-_ARCH = {"x86_64": (0xC000003E, 157, 317, 126, 444), "aarch64": (0xC00000B7, 167, 277, 91, 444)}
+#: Per architecture: audit value, and the numbers of prctl, seccomp, capset, landlock_create_ruleset, unshare.
+_ARCH = {"x86_64": (0xC000003E, 157, 317, 126, 444, 272), "aarch64": (0xC00000B7, 167, 277, 91, 444, 97)}
 _PR_SET_DUMPABLE, _PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS = 4, 22, 38
 
 
 def rules(layers: set[str], numbers) -> list[tuple[int, int | None, int]]:
     """(system call, first argument or None for any, errno) for each refused layer."""
-    _, prctl, seccomp, capset, landlock = numbers
+    _, prctl, seccomp, capset, landlock, unshare = numbers
     table = {"landlock": [(landlock, None, _ENOSYS)],
              "seccomp": [(prctl, _PR_SET_SECCOMP, _EINVAL), (seccomp, None, _EINVAL)],
              "capabilities": [(capset, None, _EPERM)],
-             "not_dumpable": [(prctl, _PR_SET_DUMPABLE, _EPERM)]}
+             "not_dumpable": [(prctl, _PR_SET_DUMPABLE, _EPERM)],
+             "pid_namespace": [(unshare, None, _EPERM)]}
     unknown = layers - set(table)
     if unknown:
         raise SystemExit(f"refused_layers: unknown layer(s) {sorted(unknown)}; choose from {sorted(table)}")

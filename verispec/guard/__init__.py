@@ -8,9 +8,11 @@ in a sandbox process of its own (``sandbox``, ``sandbox_process``), forked from 
 only through a channel of records with a fresh nonce each call (``wire``): what it sends out of turn is dropped, and
 an answer that is not verispec's protocol is a finding against the code, never a verdict.
 
-What it cannot reach, on a kernel that grants the layers (``confinement``): verispec's worker and supervisor
-(no signal to them, no ptrace, no ``prlimit`` on them: seccomp; the worker is not dumpable), the files outside its
-private folder and the folders named writable (Landlock), and capabilities it would need to undo these (dropped).
+What it cannot reach, on a kernel that grants the layers (``confinement``, ``namespace``): verispec's worker and
+supervisor (no signal to them, no ptrace, no ``prlimit`` on them: seccomp; the worker is not dumpable), any other
+process outside its own (a process-id namespace of its own, with its own ``/proc``: it neither sees nor signals
+them, and what it leaves running ends with the namespace), the files outside its private folder and the folders
+named writable (Landlock), and capabilities it would need to undo these (dropped).
 The supervisor (``supervisor``, ``watch``, ``processes``) runs the command's work in a worker process, reaps every
 process the code left behind, removes the scratch folder, and sets the exit status; ``budget`` holds the time
 budgets and per-call limits, ``memory`` the memory ceiling, ``limits`` the numeric limits the guard and the

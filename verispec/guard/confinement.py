@@ -18,10 +18,10 @@ signal them (stop the supervisor, end it, or pretend to be the user's Ctrl-C). T
   among them), and ``kill(-1)`` (every process); to ``prlimit64`` on any process but the caller itself (a lowered
   open-file limit would blind the supervisor's reaper); and to ``tkill``, ``ptrace``, ``process_vm_readv``/``writev``,
   ``pidfd_getfd``, ``pidfd_send_signal`` and ``fcntl``'s ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG`` (a signal on I/O)
-  outright; every other system call passes. The code may still signal the processes it started, and others of the
-  same user outside that chain (only a process-id namespace would hide those; process ids wrap around too often, at
-  32,768 on some machines, to tell an older process by its number). The filter is inherited by everything the code
-  starts.
+  outright; every other system call passes. The code may still signal the processes it started; others of the same
+  user outside that chain are out of its sight and reach only in the process-id namespace of its own that the
+  sandbox makes first (``verispec.guard.namespace``; process ids wrap around too often, at 32,768 on some machines,
+  to tell an older process by its number). The filter is inherited by everything the code starts.
 * ``forbid_writing`` (in the sandbox): with Landlock, nothing may be written, created, removed or renamed outside a
   folder of the sandbox's own (its ``TMPDIR``) and ``/dev/null``, so the code cannot change the user's files or
   verispec's outputs either (a sweep's rows rewritten behind verispec's back, found by this project's hostile

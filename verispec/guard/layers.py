@@ -1,9 +1,10 @@
 """Which of the guard's layers hold for a command, said on stderr when one does not, named in every verdict's JSON,
 and required on request (``--require-confinement``, ``VERISPEC_REQUIRE_CONFINEMENT=1``).
 
-The layers (``verispec.guard.confinement``) are what keeps the code under check from the verdict: the supervisor and
-worker not dumpable, the sandbox's dangerous capabilities dropped, its seccomp filter, and Landlock's write rule. A
-kernel may refuse any of them (Landlock before Linux 5.13, a container that forbids seccomp). The supervisor
+The layers (``verispec.guard.confinement``, ``verispec.guard.namespace``) are what keeps the code under check from
+the verdict: the supervisor and worker not dumpable, the sandbox's dangerous capabilities dropped, its seccomp filter,
+Landlock's write rule, and the code's own process-id namespace. A kernel may refuse any of them (Landlock before
+Linux 5.13, a container that forbids seccomp or namespaces). The supervisor
 ``probe``s them once, in a throwaway child, before the command's worker starts: what the kernel refuses there it
 refuses to the sandboxes too, and the code under check cannot touch that answer (it has not run yet). Each sandbox
 reports what it set up itself as well, before it loads the code (``verispec.guard.sandbox_process``).
@@ -21,7 +22,7 @@ import os
 import select
 import tempfile
 
-from verispec.guard import confinement
+from verispec.guard import confinement, namespace
 
 #: The layers, in the order they are shown, with what a missing one leaves in the code's reach.
 LAYERS = {
@@ -29,6 +30,9 @@ LAYERS = {
     "capabilities": "a root user's code keeps CAP_SYS_PTRACE and CAP_KILL and can reach verispec's processes",
     "seccomp": "the code could signal, trace or limit verispec's processes and the shell that started them",
     "landlock": "the code could write the user's files and verispec's outputs (a sweep's rows, a result file)",
+    "pid_namespace": "the code could list every process in /proc and signal this user's processes outside verispec's "
+                     "own chain (an editor, another job), and a process it hid in a session of its own outlives the "
+                     "sandbox until the supervisor's reaper finds it",
 }
 #: The environment variable that requires every layer ("1"), as ``--require-confinement`` does.
 REQUIRE_SWITCH = "VERISPEC_REQUIRE_CONFINEMENT"
@@ -38,16 +42,19 @@ PROBE_SECONDS = 10.0
 
 def probe() -> dict[str, bool]:
     """Each layer: whether this kernel grants it here. Makes this process not dumpable (the supervisor's own layer)
-    and tries the sandbox's three in a child that does nothing else."""
+    and tries the sandbox's four in a child that does nothing else."""
     layers = {"not_dumpable": confinement.protect_this_process()}
+    tried = ("pid_namespace", "capabilities", "seccomp", "landlock")
     if not hasattr(os, "fork"):
-        return {**layers, "capabilities": False, "seccomp": False, "landlock": False}
+        return {**layers, **dict.fromkeys(tried, False)}
     read_end, write_end = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
-    if pid == 0:  # the child: try each layer, say which held, end at once
+    if pid == 0:  # the child: try each layer, in the sandbox's order, say which held, end at once
         try:
             os.close(read_end)
-            granted = (confinement.drop_capabilities(), confinement.forbid_reaching([os.getppid()]),
+            granted = (namespace.own_process_namespace(), confinement.drop_capabilities(),
+                       confinement.forbid_reaching([parent]),
                        confinement.forbid_writing([tempfile.gettempdir()], ["/dev/null"]))
             os.write(write_end, bytes(int(value) for value in granted))
         finally:
@@ -55,15 +62,15 @@ def probe() -> dict[str, bool]:
     os.close(write_end)
     try:
         ready, _, _ = select.select([read_end], [], [], PROBE_SECONDS)
-        answer = os.read(read_end, 3) if ready else b""
+        answer = os.read(read_end, len(tried)) if ready else b""
     finally:
         os.close(read_end)
         try:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
-    granted = [bool(value) for value in answer] if len(answer) == 3 else [False, False, False]
-    return {**layers, "capabilities": granted[0], "seccomp": granted[1], "landlock": granted[2]}
+    granted = [bool(value) for value in answer] if len(answer) == len(tried) else [False] * len(tried)
+    return {**layers, **dict(zip(tried, granted))}
 
 
 def switched_off() -> list[str]:
@@ -98,7 +105,8 @@ def off_line(switches: list[str]) -> str:
 def refusal_line(reasons: list[str]) -> str:
     """The one line of ``--require-confinement`` refusing a command (exit 2)."""
     return (f"verispec: error: --require-confinement: {'; '.join(reasons)}; run where the kernel grants every layer "
-            f"(Linux 5.13 or later, seccomp allowed), or drop --require-confinement and {REQUIRE_SWITCH}")
+            f"(Linux 5.13 or later, seccomp and user namespaces allowed), or drop --require-confinement and "
+            f"{REQUIRE_SWITCH}")
 
 
 def forgeable(layers: dict[str, bool]) -> list[str]:

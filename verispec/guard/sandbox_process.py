@@ -15,7 +15,7 @@ import time
 import traceback
 
 from verispec.errors import UnknownVerifierError, UserCodeExit
-from verispec.guard import budget, confinement, supervisor, wire
+from verispec.guard import budget, confinement, namespace, supervisor, wire
 from verispec.guard.processes import (
     LIBRARY_FOLDERS,
     SANDBOX_NAME,
@@ -129,9 +129,11 @@ def serve(sandbox, channel_socket: socket.socket, crash_file, protected: list[in
                 os.close(fd)
             except OSError:
                 pass
+    own_namespace = namespace.own_process_namespace()  # from here on the code's process (verispec.guard.namespace)
     supervisor.become_sandbox()
     trace_crashes_to(crash_file)
-    held = {"capabilities": confinement.drop_capabilities(), "seccomp": confinement.forbid_reaching(protected)}
+    held = {"pid_namespace": own_namespace, "capabilities": confinement.drop_capabilities(),
+            "seccomp": confinement.forbid_reaching(protected)}
     os.environ["TMPDIR"] = tempfile.tempdir = sandbox.private_dir  # caches and temporary files go there
     writable = [sandbox.private_dir, "/dev/shm", *filter(None, os.environ.get(WRITABLE, "").split(":"))]
     held["landlock"] = confinement.forbid_writing(writable, ["/dev/null"])
