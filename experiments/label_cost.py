@@ -7,13 +7,13 @@ projected onto all of them (issue 56: psbv at T = 1, where every node keeps the 
 Each sampled root (``--roots``, ``--seed``; the dataset's ``key`` column holds each root's context and sampling) is
 labelled as ``verispec selector dataset --traces-of DATASET --verifiers ...`` would label it: the same function
 (``verispec.selector.labelling.label_roots``), the dataset's grid parameters (K, L1, L2; or another grid's, ``--ks``,
-``--l1s``, ``--l2s``: what labels on a widened grid would cost) with these rules, its
-number of sampled combs and its seed (so the same combs), one root at a time. Its wall seconds and the load
-average before and after (and, where the rule refused the root on its own size limit, a ``ProblemTooLargeError``,
-the refusal and the seconds until it) go to a resumable row store (``OUT.rows.json``, keyed on the root, its
-parameters the pair, dtype, rules, grid, samples, seed and threads); ``--time-budget`` is hard
-(``verispec.guard.budget``:
-it stops a root in the middle, and that root is labelled again by the next run), exit 3: the same command
+``--l1s``, ``--l2s``: what labels on a widened grid would cost) with these rules, its number of sampled combs (or
+``--samples``) and its seed (so the same combs), one root at a time. Its wall seconds and the load average before
+and after (and, where the rule refused the root on its own size limit, a ``ProblemTooLargeError``, the refusal and
+the seconds until it; else the root's labels, every action's, packed, which ``experiments/grid_reach.py`` reads) go
+to a resumable row store (``OUT.rows.json``, keyed on the root, its parameters the pair, dtype, rules, grid, samples,
+seed and threads); ``--time-budget`` is hard (``verispec.guard.budget``: it stops a root in the middle, and that root
+is labelled again by the next run), exit 3: the same command
 continues. It runs from the start, so reading the dataset and loading the pair count too (spent before the first
 root: one line, exit 3, nothing written). Before any of that the options' ranges, the dataset (a regular file: a
 FIFO would block its reader) and the outputs (writable, room on the disk, the run's own, one run at a time;
@@ -52,6 +52,9 @@ def main(argv=None) -> int:
                                                     "of labels on a widened grid, issue 78)")
     parser.add_argument("--l1s", default=None, help="L1 values of another grid (default the dataset's)")
     parser.add_argument("--l2s", default=None, help="L2 values of another grid (default the dataset's)")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="sampled combs a root (default the dataset's): fewer for a cheaper look at where the "
+                             "optimum lies (experiments/grid_reach.py), not for a build's cost")
     parser.add_argument("--roots", type=int, default=2, help="roots sampled from the dataset (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="the roots' sample (default 0)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the label builds ran)")
@@ -77,6 +80,7 @@ def _run(args, argv, start: float, held) -> int:
     from verispec.study.script_files import MAX_SCRIPT_BUDGET, Above, RunOutputs, check_input, check_ranges
 
     check_ranges([("--roots", args.roots, 1, None), ("--seed", args.seed, 0, 2**63 - 1),
+                  ("--samples", args.samples, 1, 4096),
                   ("--threads", args.threads, 1, MAX_THREADS),
                   ("--time-budget", args.time_budget, Above(0), MAX_SCRIPT_BUDGET)])
     check_input(args.dataset, "the dataset")
@@ -114,8 +118,9 @@ def _run(args, argv, start: float, held) -> int:
                                 threads=args.threads)
             pair = load_roots_pair(roots, args.pair, args.target, args.draft, metadata["pair"])
             chosen = sample_roots(roots, args.roots, args.seed)
+            samples = metadata["samples"] if args.samples is None else args.samples
             parameters = {"pair": pair.name, "dtype": str(pair.target.dtype), "grid": grid.as_dict(),
-                          "samples": metadata["samples"], "seed": metadata["seed"], "threads": args.threads}
+                          "samples": samples, "seed": metadata["seed"], "threads": args.threads}
             store = ResultStore(rows_path(args.out), parameters=parameters)
     except AnalysisTimeoutError:
         print(f"label_cost: --time-budget {args.time_budget:g} s reached before the first root (reading the dataset "
@@ -139,12 +144,13 @@ def _run(args, argv, start: float, held) -> int:
         try:  # the budget holds inside a root too (a psbv root can run for many minutes): hard, as the build's
             with budget.time_budget(None if args.time_budget is None else start + args.time_budget, hard=True,
                                     what="label_cost's --time-budget"):
-                row, = label_roots([root], grid, method="conditional", samples=metadata["samples"],
+                row, = label_roots([root], grid, method="conditional", samples=samples,
                                    seed=metadata["seed"], epsilon=metadata["epsilon"], latency=latency, pair=pair,
                                    shared=shared)
             refused, mean_label = None, float(np.mean(unpack_floats(row["efficiency"])))
+            labels = {"efficiency": row["efficiency"], "stderr": row["stderr"]}  # packed [A], for grid_reach.py
         except ProblemTooLargeError as error:  # the rule's own limit: a measured outcome, the next root goes on
-            refused, mean_label = " ".join(str(error).split()), None
+            refused, mean_label, labels = " ".join(str(error).split()), None, {}
         except VerispecError as error:
             if isinstance(error, AnalysisTimeoutError) and args.time_budget is not None and \
                     time.monotonic() - start >= args.time_budget:  # stopped unfinished: no row, the rerun redoes it
@@ -155,12 +161,14 @@ def _run(args, argv, start: float, held) -> int:
             return 2
         store.add(root.key(), {"key": root.key(), "group": root.group, "context_length": len(root.context),
                                "seconds": time.perf_counter() - began, "load_before": load_before,
-                               "load_after": os.getloadavg()[0], "mean_label": mean_label, "refused": refused})
+                               "load_after": os.getloadavg()[0], "mean_label": mean_label, "refused": refused,
+                               **labels})
     rows = [store.rows[root.key()] for root in chosen if store.done(root.key())]
     seconds = [row["seconds"] for row in rows if row["refused"] is None]
     result = {"record": {**record, "seconds": round(time.monotonic() - start, 1)},
               "dataset": str(args.dataset), "pair": pair.name, "verifiers": list(grid.verifiers),
-              "grid": grid.as_dict(), "actions": len(grid.actions), "samples": metadata["samples"],
+              "grid": grid.as_dict(), "action_names": [action.name for action in grid.actions],
+              "actions": len(grid.actions), "samples": samples,
               "samplings": sorted({sampling_text(root.as_dict()["sampling"]) for root in chosen}),
               "threads": args.threads, "roots": len(chosen), "roots_done": len(rows), "dataset_roots": len(roots),
               "complete": not stopped, "rows": rows, "refused": sum(row["refused"] is not None for row in rows),

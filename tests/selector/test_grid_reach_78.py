@@ -1,0 +1,116 @@
+"""Issue 78, item 2: where the optimum lies beyond a grid (``verispec.selector.reach``), on hand-made labels whose
+oracle is found by hand, with a broken twin that is caught; and ``experiments/grid_reach.py`` on a tiny pair's labels
+(a wider grid's oracle never does worse than a grid inside it)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from verispec.selector.actions import ActionGrid, SelectorError
+from verispec.selector.reach import Candidate, grid_reach
+
+GRID = ActionGrid((1, 2), (0, 1), (0, 1, 2), ("specinfer",))
+SMALL = Candidate("small", (1, 2), (0, 1), (0, 1))
+PROBE = Candidate("probe", (1, 2), (0, 1), (0, 1, 2))
+
+
+def _labels_and_times():
+    """Two roots with the same labels E = 1 + 0.9 (L1 + L2) - 0.05 (K - 1) and DDTE's modelled times
+    T = 20 + L1 + L2 (t_p = 20 t_q, the tree's size free): E / T grows with depth and falls with K, so the best action
+    is K = 1 at the deepest tree a grid offers."""
+    depth = np.array([a.l1 + a.l2 for a in GRID.actions], dtype=float)
+    paths = np.array([a.k for a in GRID.actions], dtype=float)
+    efficiency = np.tile(1 + 0.9 * depth - 0.05 * (paths - 1), (2, 1))
+    return efficiency, 20 + depth
+
+
+def _check(reach):
+    small, probe = reach["specinfer"]["small"], reach["specinfer"]["probe"]
+    # inside K 1-2, L1 0-1, L2 0-1 the best is K = 1, L1 = 1, L2 = 1: on the L1 and L2 edges, not on K's
+    assert small["chosen"] == [{"k": 1, "l1": 1, "l2": 1, "share": 1.0}]
+    assert small["edge"] == {"k": 0.0, "l1": 1.0, "l2": 1.0, "any": 1.0, "choices": 2}
+    assert small["throughput"] == pytest.approx(2.8 / 22, abs=1e-12)
+    # the probe's best, L2 = 2: (1 + 2.7) / 23 against (1 + 1.8) / 22
+    assert small["probe_gain"] == pytest.approx((3.7 / 23) / (2.8 / 22), abs=1e-12)
+    assert probe["chosen"] == [{"k": 1, "l1": 1, "l2": 2, "share": 1.0}] and probe["probe_gain"] == 1.0
+
+
+def test_the_oracle_on_a_grid_inside_the_probe_sits_on_its_edge_and_the_probe_gains():
+    efficiency, times = _labels_and_times()
+    _check(grid_reach(efficiency, GRID, times, [SMALL, PROBE]))
+
+
+def test_negative_control_a_reach_that_ignores_the_candidate_is_caught(monkeypatch):
+    """The broken twin takes every action of the rule whatever the candidate offers (the probe's optimum read as the
+    small grid's): the check above fails."""
+    from verispec.selector import reach
+
+    efficiency, times = _labels_and_times()
+    monkeypatch.setattr(reach, "candidate_actions", lambda grid, verifier, candidate: [
+        index for index, action in enumerate(grid.actions) if action.verifier == verifier])
+    with pytest.raises(AssertionError):
+        _check(reach.grid_reach(efficiency, GRID, times, [SMALL, PROBE]))
+
+
+def test_the_oracle_spends_time_where_it_pays_across_roots():
+    """Two roots whose per-root best E / T differ: the oracle of the total rate (Dinkelbach) is checked against every
+    choice pair, enumerated."""
+    depth = np.array([a.l1 + a.l2 for a in GRID.actions], dtype=float)
+    efficiency = np.stack([1 + 0.9 * depth, 1 + 0.2 * depth + 0.3 * np.array([a.k for a in GRID.actions])])
+    times = 20 + depth + 3.0 * np.array([a.k * a.l2 for a in GRID.actions])  # wide trees cost more here
+    allowed = range(len(GRID.actions))
+    best = max((efficiency[0, i] + efficiency[1, j]) / (times[i] + times[j]) for i in allowed for j in allowed)
+    reach = grid_reach(efficiency, GRID, times, [PROBE])
+    assert reach["specinfer"]["probe"]["throughput"] == pytest.approx(best, abs=1e-12)
+
+
+def test_bad_input_is_refused_on_one_line():
+    efficiency, times = _labels_and_times()
+    with pytest.raises(SelectorError, match="does not label"):
+        grid_reach(efficiency, GRID, times, [Candidate("wide", (1, 2, 3), (0,), (0,))])
+    with pytest.raises(SelectorError, match=r"labels \[N, A\]"):
+        grid_reach(efficiency[:, :3], GRID, times, [SMALL])
+    with pytest.raises(SelectorError, match="finite"):
+        grid_reach(np.full_like(efficiency, np.nan), GRID, times, [SMALL])
+
+
+def test_grid_reach_reads_label_costs_labels(tmp_path):
+    """label_cost.py on a tiny pair's dataset keeps every action's label a root; grid_reach.py reports each regime's
+    oracle on the dataset's grid and on the probe around it, and the probe never does worse (it holds the grid)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.support.scripts import load_script
+    from tests.support.tiny_models import tiny_dataset_command
+    from verispec.cli import main
+    from verispec.latency import LatencyModel
+    from verispec.selector.dataset_file import Dataset
+
+    dataset = tmp_path / "d.npz"
+    command = tiny_dataset_command(tmp_path, "--verifiers", "specinfer", "--root-batch", "1", "--threads", "1",
+                                   "--out", str(dataset))
+    assert main(command) == 0
+    target, draft = command[command.index("--target") + 1], command[command.index("--draft") + 1]
+    built = Dataset.load(dataset).metadata["grid"]
+    probe = {axis: [*built[axis], max(built[axis]) + 1] for axis in ("ks", "l1s", "l2s")}
+    labels = tmp_path / "probe.json"
+    assert load_script("experiments/label_cost.py").main([
+        "--dataset", str(dataset), "--target", target, "--draft", draft, "--verifiers", "specinfer",
+        "--roots", "2", "--samples", "2", "--threads", "1", "--out", str(labels),
+        *(item for axis in ("ks", "l1s", "l2s") for item in (f"--{axis}", ",".join(map(str, probe[axis]))))]) == 0
+    latency = tmp_path / "cpu.json"
+    latency.write_text(json.dumps(LatencyModel(1.0, (1, 8), (3.0, 5.0), "ms", "hand-made").as_dict()))
+    out = tmp_path / "reach.json"
+    assert load_script("experiments/grid_reach.py").main(["--labels", str(labels), "--latency", str(latency),
+                                                            "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    (setting,) = result["settings"].values()
+    assert setting["roots"] == 2 and setting["candidates"]["probe"] == probe
+    assert set(setting["regimes"]) == {"gpu-large", "cpu", "h100"}
+    for regime in setting["regimes"].values():
+        dataset_grid, probe_grid = regime["specinfer"]["dataset"], regime["specinfer"]["probe"]
+        assert dataset_grid["probe_gain"] >= 1 - 1e-12 and probe_grid["probe_gain"] == 1.0
+        assert probe_grid["throughput"] >= dataset_grid["throughput"] * (1 - 1e-12)
+        assert sum(where["share"] for where in dataset_grid["chosen"]) == pytest.approx(1.0, abs=1e-12)
