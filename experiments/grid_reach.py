@@ -2,24 +2,25 @@
 latency regime, from labels on a wider probe grid at a sample of roots.
 
     python experiments/label_cost.py --dataset data/selector/qwen-t07-m64.npz \\
-        --verifiers psbv,globalres,specinfer,traversal,traversal-iid --ks 1,2,3,4,6,8 --l1s 0,1,2,3,4,6 \\
-        --l2s 0,1,2,3,4,5,6,8,10,12 --samples 16 --roots 8 --threads 1 --out docs/results/probe-grid-t07.json
+        --verifiers psbv,globalres,specinfer,traversal,traversal-iid --ks 1-6,8 --l1s 0-6 --l2s 0-6,8,10,12 \\
+        --samples 16 --roots 16 --threads 1 --out docs/results/probe-grid-t07.json
     python experiments/label_cost.py --dataset data/selector/qwen-t1-r2.npz \\
-        --verifiers globalres,specinfer,traversal,traversal-iid --ks 1,2,3,4,6,8 --l1s 0,1,2,3,4,6 \\
-        --l2s 0,1,2,3,4,5,6,8,10,12 --roots 8 --threads 1 --out docs/results/probe-grid-t1.json
+        --verifiers globalres,specinfer,traversal,traversal-iid --ks 1-6,8 --l1s 0-6 --l2s 0-6,8,10,12 \\
+        --roots 16 --threads 1 --out docs/results/probe-grid-t1.json
     python experiments/grid_reach.py --labels docs/results/probe-grid-t07.json \\
         --labels docs/results/probe-grid-t1.json --latency data/latency/latency-cpu-one-run-t07-t1.json \\
         --out docs/results/grid-reach.json
 
-``label_cost.py`` labels the sampled roots on the probe grid (it keeps every action's label a root, and what a root
-cost); this reads them and, for each labels file (a sampling setting), each latency regime
-(``verispec.selector.regimes``: gpu-large, the measured CPU of ``--latency``, h100) and each leading rule, reports
-``verispec.selector.reach.grid_reach`` on the candidate grids: the dataset's grid (the one the verdict was taken on),
-the widened grid whose labels were priced (K 1-6, L1 0-5, L2 0-6, where the probe holds it) and the probe grid
-itself. An action is priced at its largest tree (1 + L1 + K L2 nodes, K-wide draft steps after the trunk), in every
-regime alike: the CPU model's tree sizes of decoding cover the dataset's grid only. The file ``--out`` (JSON, written
-atomically, with the run's record and the labels files' records) holds per setting and regime those results, and per
-setting the probe's label cost (seconds a root, hours for the dataset's roots).
+``label_cost.py`` labels the sampled roots on the probe grid (it keeps every action's label a root, over all its
+sampled combs and over each half of them, and what a root cost); this reads them and, for each labels file (a
+sampling setting), each latency regime (``verispec.selector.regimes``: gpu-large, the measured CPU of ``--latency``,
+h100) and each leading rule, reports ``verispec.selector.reach.grid_reach`` on the candidate grids: the dataset's grid
+(the one the verdict was taken on), the widened grid whose labels were priced (K 1-6, L1 0-5, L2 0-6, where the probe
+holds it) and the probe grid itself, the oracle cross-fitted on the halves. An action is priced at its largest tree
+(1 + L1 + K L2 nodes, K-wide draft steps after the trunk), in every regime alike: the CPU model's tree sizes of
+decoding cover the dataset's grid only. The file ``--out`` (JSON, written atomically, with the run's record and the
+labels files' records) holds per setting and regime those results, and per setting the probe's label cost (seconds a
+root, hours for the dataset's roots).
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def _run(args, argv, held) -> int:
             return 2
         grid = ActionGrid.from_dict(cost["grid"], cost["action_names"])
         efficiency = np.stack([unpack_floats(row["efficiency"]) for row in rows])  # [N, A]
+        halves = None  # [2, N, A]: each root's labels over each half of its combs (the cross-fitted oracle)
+        if all(row.get("halves") for row in rows):
+            halves = np.stack([np.stack([unpack_floats(row["halves"][side]) for row in rows]) for side in (0, 1)])
         base = Dataset.load(cost["dataset"]).metadata["grid"]
         spec = {"dataset": {axis: base[axis] for axis in ("ks", "l1s", "l2s")}}
         if all(set(WIDENED[axis]) <= set(getattr(grid, axis)) for axis in WIDENED):
@@ -92,7 +96,8 @@ def _run(args, argv, held) -> int:
             "probe_grid": spec["probe"], "candidates": spec, "verifiers": list(grid.verifiers),
             "cost": {"seconds_per_root": cost["seconds_per_root"], "dataset_roots": cost["dataset_roots"],
                      "projected_hours": cost["projected_hours"], "threads": cost["threads"]},
-            "regimes": {name: grid_reach(efficiency, grid, action_times(grid, latency), candidates)
+            "crossfit": halves is not None,
+            "regimes": {name: grid_reach(efficiency, grid, action_times(grid, latency), candidates, halves=halves)
                         for name, latency in regimes.items()}}
     atomic_write_json(args.out, {"record": {**record, "seconds": round(time.monotonic() - start, 1)},
                                  "latency": str(args.latency), "settings": settings})

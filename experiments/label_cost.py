@@ -10,7 +10,8 @@ labelled as ``verispec selector dataset --traces-of DATASET --verifiers ...`` wo
 ``--l1s``, ``--l2s``: what labels on a widened grid would cost) with these rules, its number of sampled combs (or
 ``--samples``) and its seed (so the same combs), one root at a time. Its wall seconds and the load average before
 and after (and, where the rule refused the root on its own size limit, a ``ProblemTooLargeError``, the refusal and
-the seconds until it; else the root's labels, every action's, packed, which ``experiments/grid_reach.py`` reads) go
+the seconds until it; else the root's labels, every action's, and their means over each half of its combs, packed,
+which ``experiments/grid_reach.py`` reads) go
 to a resumable row store (``OUT.rows.json``, keyed on the root, its parameters the pair, dtype, rules, grid, samples,
 seed and threads); ``--time-budget`` is hard (``verispec.guard.budget``: it stops a root in the middle, and that root
 is labelled again by the next run), exit 3: the same command
@@ -148,7 +149,8 @@ def _run(args, argv, start: float, held) -> int:
                                    seed=metadata["seed"], epsilon=metadata["epsilon"], latency=latency, pair=pair,
                                    shared=shared)
             refused, mean_label = None, float(np.mean(unpack_floats(row["efficiency"])))
-            labels = {"efficiency": row["efficiency"], "stderr": row["stderr"]}  # packed [A], for grid_reach.py
+            labels = {"efficiency": row["efficiency"], "stderr": row["stderr"],  # packed [A], for grid_reach.py
+                      "halves": _halves(row)}
         except ProblemTooLargeError as error:  # the rule's own limit: a measured outcome, the next root goes on
             refused, mean_label, labels = " ".join(str(error).split()), None, {}
         except VerispecError as error:
@@ -181,6 +183,20 @@ def _run(args, argv, start: float, held) -> int:
               "again to continue", file=sys.stderr)
         return 3
     return 0
+
+
+def _halves(row: dict) -> list[str] | None:
+    """The means of a root's labels over the first and the second half of its sampled combs, packed [A] each (a
+    cross-fitted oracle chooses on one and scores on the other: ``verispec.selector.reach``); None for one comb."""
+    from verispec.files.io import pack_floats, unpack_floats
+
+    if row.get("per_sample") is None:
+        return None
+    per_sample = unpack_floats(row["per_sample"])  # [S, A]
+    half = per_sample.shape[0] // 2
+    if half == 0:
+        return None
+    return [pack_floats(per_sample[:half].mean(axis=0)), pack_floats(per_sample[half:].mean(axis=0))]
 
 
 def _axis(values) -> str:

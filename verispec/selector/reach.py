@@ -12,7 +12,12 @@ and each *candidate* grid inside the probe grid (its K, L1 and L2 values among t
   roots.
 
 The oracle is the selectors' ceiling, not a selector: its share on an edge says where the best choices lie, which a
-selector learns towards, and at a few roots it fits their label noise too (its gain is an upper estimate).
+selector learns towards. Chosen and scored on the same noisy labels it fits their noise, the more the more actions
+it is offered (the winner's curse: a wider grid would seem to gain by that alone). Given each root's labels over the
+two halves of its sampled combs (``halves``), it is *cross-fitted* as the study's oracle is
+(``verispec.selector.evaluate.crossfit_oracle_totals``): chosen on one half, scored on the other, and the two ways
+averaged, so a candidate's throughput, and the probe's gain over it, are unbiased for a policy that chooses from half
+the combs; the in-sample gain is kept beside it.
 """
 
 from __future__ import annotations
@@ -62,12 +67,14 @@ def candidate_actions(grid: ActionGrid, verifier: str, candidate: Candidate) -> 
 
 
 def grid_reach(efficiency: np.ndarray, grid: ActionGrid, times: np.ndarray, candidates: Sequence[Candidate],
-               verifiers: Sequence[str] | None = None) -> dict:
+               verifiers: Sequence[str] | None = None, halves: np.ndarray | None = None) -> dict:
     """{verifier: {candidate name: {"edge": edge shares of the oracle's choices, "throughput": sum E / sum T of
-    them, "probe_gain": the probe grid's oracle throughput over this one's, "chosen": [{"k", "l1", "l2", "share"}]
-    (where the choices lie, most frequent first)}}} from labels ``efficiency`` [N, A] of ``grid``'s actions at N
-    roots and block times ``times`` [A] (one latency regime's, ``verispec.selector.actions.action_times``)."""
-    from verispec.selector.evaluate import oracle_choice
+    them, "probe_gain": the probe grid's oracle throughput over this one's, "in_sample_gain": the same of the oracles
+    chosen and scored on ``efficiency``, "chosen": [{"k", "l1", "l2", "share"}] (where the choices lie, most frequent
+    first)}}} from labels ``efficiency`` [N, A] of ``grid``'s actions at N roots and block times ``times`` [A] (one
+    latency regime's, ``verispec.selector.actions.action_times``). With ``halves`` [2, N, A] (each root's labels over
+    each half of its combs) the oracle is cross-fitted (module docstring): its choices are both halves' and its
+    throughput the mean of the two scorings; without, it is the in-sample oracle of ``efficiency``."""
     from verispec.selector.verdict import edge_shares
 
     efficiency, times = np.asarray(efficiency, dtype=np.float64), np.asarray(times, dtype=np.float64)
@@ -76,21 +83,45 @@ def grid_reach(efficiency: np.ndarray, grid: ActionGrid, times: np.ndarray, cand
                             f"{list(efficiency.shape)} and {list(times.shape)}")
     if efficiency.shape[0] == 0 or not np.isfinite(efficiency).all() or not (times > 0).all():
         raise SelectorError("the labels must be finite at one root at least, and every block time positive")
+    if halves is not None:
+        halves = np.asarray(halves, dtype=np.float64)
+        if halves.shape != (2, *efficiency.shape) or not np.isfinite(halves).all():
+            raise SelectorError(f"the halves' labels must be finite, [2, N, A] = {[2, *efficiency.shape]}, got "
+                                f"{list(halves.shape)}")
     probe = Candidate("probe", grid.ks, grid.l1s, grid.l2s)
     out: dict[str, dict] = {}
     for verifier in verifiers if verifiers is not None else grid.verifiers:
-        best = _oracle_rate(efficiency, times, oracle_choice(efficiency, times,
-                                                             candidate_actions(grid, verifier, probe)))
+        best = _oracle(efficiency, times, candidate_actions(grid, verifier, probe), halves)
         out[verifier] = {}
         for candidate in candidates:
             allowed = candidate_actions(grid, verifier, candidate)
-            chosen = oracle_choice(efficiency, times, allowed)  # [N]
-            rate = _oracle_rate(efficiency, times, chosen)
+            found = _oracle(efficiency, times, allowed, halves)
             out[verifier][candidate.name] = {"grid": candidate.describe(),
-                                             "edge": edge_shares(grid.actions, chosen, allowed),
-                                             "throughput": rate, "probe_gain": best / rate,
-                                             "chosen": _where(grid, chosen)}
+                                             "edge": edge_shares(grid.actions, found["chosen"], allowed),
+                                             "throughput": found["rate"], "probe_gain": best["rate"] / found["rate"],
+                                             "in_sample_gain": best["in_sample"] / found["in_sample"],
+                                             "chosen": _where(grid, found["chosen"])}
     return out
+
+
+def _oracle(efficiency: np.ndarray, times: np.ndarray, allowed: list[int], halves: np.ndarray | None) -> dict:
+    """{"chosen": the oracle's choices [N] (in-sample) or [2N] (each half's), "rate": its throughput (cross-fitted
+    where ``halves`` are given), "in_sample": the in-sample oracle's throughput}."""
+    from verispec.selector.evaluate import oracle_choice
+
+    chosen = oracle_choice(efficiency, times, allowed)  # [N]
+    in_sample = _oracle_rate(efficiency, times, chosen)
+    if halves is None:
+        return {"chosen": chosen, "rate": in_sample, "in_sample": in_sample}
+    rows = np.arange(efficiency.shape[0])
+    tokens = spent = 0.0
+    picks = []
+    for choose, score in ((0, 1), (1, 0)):  # chosen on one half (over all roots), scored on the other
+        pick = oracle_choice(halves[choose], times, allowed)  # [N]
+        tokens += 0.5 * halves[score][rows, pick].sum()
+        spent += 0.5 * times[pick].sum()
+        picks.append(pick)
+    return {"chosen": np.concatenate(picks), "rate": float(tokens / spent), "in_sample": in_sample}
 
 
 def _oracle_rate(efficiency: np.ndarray, times: np.ndarray, chosen: np.ndarray) -> float:
