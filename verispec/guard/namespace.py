@@ -128,6 +128,9 @@ def _init(code: int, watch_end: int, told_end: int) -> None:
                 signal.signal(number, signal.SIG_DFL)
             except (OSError, ValueError, RuntimeError):  # SIGKILL, SIGSTOP, or not the main thread
                 pass
+        low, high = sorted((watch_end, told_end))  # none of the worker's descriptors (the code's channel) is held
+        for first, last in ((0, low), (low + 1, high), (high + 1, _fd_limit())):
+            os.closerange(first, last)
         try:
             ended = [os.pidfd_open(code)]  # readable when the code's process ends (Linux 5.3)
         except (AttributeError, OSError):
@@ -163,10 +166,9 @@ def _keep(init: int, alive_end: int, status_end: int) -> None:
     """The keeper: hold nothing of the code's (its channel, its output pipe), read how the code's process ended,
     wait for the init (and so for the namespace's end), and end as the code's process did."""
     try:
-        os.closerange(0, min(alive_end, status_end))
-        for low, high in ((min(alive_end, status_end) + 1, max(alive_end, status_end)),
-                          (max(alive_end, status_end) + 1, _fd_limit())):
-            os.closerange(low, high)
+        low, high = sorted((alive_end, status_end))
+        for first, last in ((0, low), (low + 1, high), (high + 1, _fd_limit())):
+            os.closerange(first, last)
         told = b""
         while len(told) < 4:
             part = os.read(status_end, 4 - len(told))
