@@ -71,7 +71,8 @@ _REFUSED_FCNTL = (8, 10, 15)
 _EPERM = 1
 
 
-def _libc():
+def linux_libc():
+    """The C library with errno kept (Linux), or None elsewhere: the system calls the guard's layers make."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -82,7 +83,7 @@ def _libc():
 
 def protect_this_process() -> bool:
     """Make this process not dumpable (see the module docstring); whether the kernel agreed."""
-    libc = _libc()
+    libc = linux_libc()
     return libc is not None and libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
@@ -96,7 +97,7 @@ class _CapData(ctypes.Structure):
 
 def drop_capabilities() -> bool:
     """Drop ``DROPPED_CAPABILITIES`` from this process (and set ``no_new_privs``); whether the kernel agreed."""
-    libc = _libc()
+    libc = linux_libc()
     if libc is None:
         return False
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -166,7 +167,7 @@ def forbid_reaching(protected_pids: list[int]) -> bool:
     """Install the seccomp filter of the module docstring in this process, protecting ``protected_pids`` and every
     ancestor of this process (their process groups, negated, and -1 are protected too; the nearest first, up to
     ``MAX_PROTECTED_VALUES``); whether the kernel agreed."""
-    libc = _libc()
+    libc = linux_libc()
     machine = platform.machine()
     if libc is None or machine not in _SYSCALLS:
         return False
@@ -199,7 +200,7 @@ def forbid_writing(folders: list[str], files: list[str]) -> bool:
     ``files`` themselves (``/dev/null``): the code under check then cannot change the user's files or verispec's
     outputs (a sweep's rows, a result file) behind verispec's back. Reading stays allowed. Whether the kernel agreed
     (Landlock absent: nothing changes, and the caller says so)."""
-    libc = _libc()
+    libc = linux_libc()
     if libc is None:
         return False
     syscall = libc.syscall
@@ -257,4 +258,4 @@ def _negated_too(pid: int) -> list[int]:
 
 
 __all__ = ["DROPPED_CAPABILITIES", "MAX_PROTECTED_VALUES", "drop_capabilities", "forbid_reaching", "forbid_writing",
-           "protect_this_process"]
+           "linux_libc", "protect_this_process"]

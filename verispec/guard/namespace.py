@@ -33,8 +33,8 @@ import faulthandler
 import os
 import select
 import signal
-import sys
 
+from verispec.guard.confinement import linux_libc
 from verispec.guard.processes import kill_me_with_my_parent
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
@@ -48,21 +48,12 @@ CODE_POLL_SECONDS = 0.02
 NO_CODE_PROCESS = 70
 
 
-def _libc():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
 def own_process_namespace() -> bool:
     """Move the code's process into a process-id namespace of its own, with its own ``/proc`` (module docstring).
     Returns in the code's process: True where the namespace and its ``/proc`` hold; False where the kernel refused
     (this process then goes on as before, in the worker's namespace), or where the namespace holds but its ``/proc``
     could not be mounted (the host's ``/proc`` still lists other processes). The keeper never returns."""
-    libc = _libc()
+    libc = linux_libc()
     if libc is None:
         return False
     uid, gid = os.getuid(), os.getgid()
