@@ -381,13 +381,30 @@ def verdict_edge_table(results) -> str:
                    "at the largest L2", "on any edge"), rows)
 
 
+#: The largest share of the best rule's selector choices on the grid's edge at which the grid is said to hold the
+#: optimum (issue 78, item 2: under 10% of the choices in each regime).
+EDGE_HOLDS = 0.10
+
+
+def _grid_holds(table) -> str:
+    """Which of issue 78's two holds for a verdict entry: the grid holds the optimum (under ``EDGE_HOLDS`` of the best
+    rule's selector choices on its edge), or the optimum lies beyond it (its edge share given)."""
+    edge = table["rules"][table["best"]].get("edge")
+    if edge is None:
+        raise GeneratedDocsError(f"{VERDICT}: no edge shares (a verdict before issue 78); rerun its command")
+    share = edge["selector"]["any"]
+    if share < EDGE_HOLDS:
+        return f"holds the optimum ({share:.0%} of choices on its edge)"
+    return f"optimum beyond it: {share:.0%} of choices on its edge"
+
+
 def verdict_table(results) -> str:
     """Under each setting and regime, the best rule with its own selector and its ratio against each reference."""
     verdict = results(VERDICT)
     references = ("specinfer", "traversal", "traversal-iid")
     lines = ["| sampling | latency regime | best, with its own selector | " +
-             " | ".join(f"against {name}, own selector" for name in references) + " |",
-             "|---|---|---|" + "---|" * len(references)]
+             " | ".join(f"against {name}, own selector" for name in references) + " | the grid |",
+             "|---|---|---|" + "---|" * len(references) + "---|"]
     for table in verdict["tables"]:
         cells = []
         for name in references:
@@ -395,6 +412,7 @@ def verdict_table(results) -> str:
             low, high = (None, None) if entry is None else entry["replicate_range"]
             cells.append("(itself)" if name == table["best"] else "-" if entry is None else
                          f"{ratio(entry)} (one seed: {low:.3f}-{high:.3f})")
+        cells.append(_grid_holds(table))
         lines.append(f"| {table['setting']} | {table['regime']} | `{table['best']}` | " + " | ".join(cells) + " |")
     lines += ["", f"Means over {verdict['replicates']} replicates, each a {verdict['folds']}-fold cross-fit with its "
                   "own folds and training seeds; 95% intervals from a bootstrap over prompts and replicates together; "
@@ -447,8 +465,8 @@ def _wide_label_cost(results, key):
         hours = [results(name)["projected_hours"] for name in WIDE_COSTS.values()]
         if None in hours:
             raise GeneratedDocsError("a widened-grid label cost projects nothing (no root labelled); rerun it")
-        cores = results(WIDE_COSTS["t07"])["record"]["machine"]["cores"]  # roots are labelled independently
-        return f"about {sum(hours):.0f} hours of one core, {sum(hours) / cores:.0f} on this box's {cores} cores"
+        return (f"about {sum(hours):.0f} hours of one core, and so of this box: one labelling process holds the "
+                "pair (its 9.6 GB of weights, 11.5 GB at its peak), and a second does not fit beside it in 24 GB")
     if key == "grid":
         grids = {json.dumps({axis: results(name)["grid"][axis] for axis in ("ks", "l1s", "l2s")})
                  for name in WIDE_COSTS.values()}
@@ -459,6 +477,98 @@ def _wide_label_cost(results, key):
                          (("K", "ks"), ("L1", "l1s"), ("L2", "l2s")))
     setting, what = key.split("/")
     return _label_cost(results, what, WIDE_COSTS[setting])
+
+
+#: Where the optimum lies beyond the grid (issue 78, item 2; experiments/grid_reach.py over label_cost.py's labels
+#: on a probe grid).
+GRID_REACH = "grid-reach.json"
+#: The candidates of grid_reach.py, in the order shown.
+REACH_CANDIDATES = ("dataset", "widened", "probe")
+
+
+def _grid_reach(results, key):
+    """'probe' (the probe grid's axes), 'roots' (roots a setting, joined), '<setting>/cost' (seconds a root and the
+    hours for the dataset's roots), '<setting>/<regime>' (over the leading rules: the share of the oracle's choices on
+    the probe's edge, and the probe's gain over the dataset's grid, each as a range)."""
+    reach = results(GRID_REACH)
+    settings = reach["settings"]
+    if key == "probe":
+        grids = {json.dumps(entry["probe_grid"]) for entry in settings.values()}
+        if len(grids) != 1:
+            raise GeneratedDocsError(f"{GRID_REACH}: the settings were probed on {len(grids)} grids, not one")
+        return _axes(json.loads(grids.pop()))
+    if key == "roots":
+        return " and ".join(f"{entry['roots']}" for entry in settings.values())
+    if key == "total":  # one labelling process at a time fits this box (the pair's weights: _wide_label_cost)
+        hours = sum(entry["cost"]["projected_hours"] for entry in settings.values())
+        return f"about {hours:.0f} hours ({hours / 24:.1f} days) of this box in all"
+    setting, what = key.split("/", 1)
+    entry = next((value for name, value in settings.items() if name.startswith(setting)), None)
+    if entry is None:
+        raise GeneratedDocsError(f"{GRID_REACH}: no setting {setting!r} (have {sorted(settings)}); rerun its command")
+    if what == "cost":
+        cost = entry["cost"]
+        return (f"{cost['seconds_per_root']:.0f} s a root on {cost['threads']} core with {entry['samples']} combs a "
+                f"root, about {cost['projected_hours']:.0f} hours for the dataset's {cost['dataset_roots']} roots")
+    regime, _, candidate = what.partition("/")
+    rules = entry["regimes"][regime]
+    if candidate:  # '<setting>/<regime>/widened': the share on that candidate's edge
+        shares = [rules[rule][candidate]["edge"]["any"] for rule in rules]
+        return f"{_value_range(shares, '{:.0%}')} of the oracle's choices on the {candidate} grid's edge"
+    edges = [rules[rule]["probe"]["edge"]["any"] for rule in rules]
+    gains = [rules[rule]["dataset"]["probe_gain"] for rule in rules]
+    return (f"{_value_range(edges, '{:.0%}')} of the oracle's choices sit on the probe's edge and the probe gains "
+            f"x{_value_range(gains, '{:.3f}')} over the dataset's grid")
+
+
+def _value_range(values, form: str) -> str:
+    """The least and largest of ``values`` in ``form``, one value where they read the same."""
+    low, high = min(values), max(values)
+    return form.format(low) if form.format(low) == form.format(high) else f"{form.format(low)}-{form.format(high)}"
+
+
+def _axes(grid: dict) -> str:
+    def span(values):
+        values = sorted(values)
+        runs, start = [], values[0]
+        for previous, value in zip(values, values[1:] + [None]):
+            if value != previous + 1 if value is not None else True:
+                runs.append(str(start) if start == previous else f"{start}-{previous}")
+                start = value
+        return ",".join(runs)
+
+    return f"K {span(grid['ks'])}, L1 {span(grid['l1s'])}, L2 {span(grid['l2s'])}"
+
+
+def _grid_reach_record(results) -> str:
+    """The record lines of grid_reach.py's run and of the label_cost.py runs it read."""
+    from verispec.files.provenance import describe_record
+
+    labels = [describe_record(entry["labels_record"]) for entry in results(GRID_REACH)["settings"].values()]
+    return f"Made by {record_line(results, GRID_REACH)}, from the labels made by {'; and by '.join(labels)}."
+
+
+def grid_reach_table(results) -> str:
+    """Per setting, regime and leading rule: the cross-fitted oracle's share of choices on the edge of the dataset's
+    grid, the widened grid and the probe grid, the probe's gain over the dataset's grid (in-sample beside it), and the
+    rule's oracle against SpecInfer's on the dataset's grid and on the probe grid (does the ranking move?)."""
+    reach = results(GRID_REACH)
+    rows = []
+    for setting, entry in reach["settings"].items():
+        for regime, rules in entry["regimes"].items():
+            for rule, found in rules.items():
+                edges = [f"{found[name]['edge']['any']:.0%}" if name in found else "-" for name in REACH_CANDIDATES]
+                gain = found["dataset"]
+                versus = ["(itself)" if rule == "specinfer" else
+                          f"x{found[name]['throughput'] / rules['specinfer'][name]['throughput']:.3f}"
+                          for name in ("dataset", "probe")]
+                rows.append((setting, regime, f"`{rule}`", *edges,
+                             f"x{gain['probe_gain']:.3f} (in-sample x{gain['in_sample_gain']:.3f})", *versus))
+    header = ("sampling", "latency regime", "rule", *(f"on the {name} grid's edge" for name in REACH_CANDIDATES),
+              "the probe grid over the dataset's", "against specinfer, dataset grid", "against specinfer, probe grid")
+    grids = next(iter(reach["settings"].values()))["candidates"]
+    return "\n".join([_table(header, rows), "", "Grids: " + "; ".join(
+        f"{name} {_axes(grids[name])}" for name in REACH_CANDIDATES if name in grids) + "."])
 
 
 def _blend_label_cost(results, key):
@@ -1178,6 +1288,11 @@ VALUES = {
     **{f"label_cost_blend.{key}": _bound(_blend_label_cost, key) for key in ("outcome", "projected")},
     **{f"label_cost_wide.{key}": _bound(_wide_label_cost, key)
        for key in ("t07/outcome", "t07/projected", "t1/outcome", "t1/projected", "total", "grid")},
+    **{f"grid_reach.{key}": _bound(_grid_reach, key)
+       for key in ("probe", "roots", "total", "T=0.7/cost", "T=1/cost",
+                   *(f"{setting}/{regime}{widened}" for setting in ("T=0.7", "T=1") for regime in ("gpu-large", "cpu",
+                                                                                                   "h100")
+                     for widened in ("", "/widened")))},
     "psbv_blend.ratio": lambda results: _psbv_blend(results(PSBV_REALISATION)),
     **{f"assisted.{key}": _bound(_assisted, key) for key in ("selector", "static", "plain", "selector/hf-plain",
                                                              "selector/hf-best", "hf-best", "prompts", "best",
@@ -1228,6 +1343,8 @@ TABLES = {
     "label-cost-blend-record": lambda results: f"Measured by {record_line(results, PSBV_BLEND_T1_COST)}; "
                                                f"the ratios by {record_line(results, PSBV_REALISATION)}.",
     "real-gaps-record": _made_by('real_context_gaps.json'),
+    "grid-reach": grid_reach_table,
+    "grid-reach-record": _grid_reach_record,
     "label-cost-wide-record": lambda results: "Measured by " + "; and by ".join(
         record_line(results, name) for name in WIDE_COSTS.values()) + ".",
     "gbv": gbv_table,

@@ -164,6 +164,30 @@ def test_every_verdict_sentence_of_the_readme_names_its_regime_and_price():
         "- the", "- in <!--v:verdict.T=1/regime-->modelled latency<!--/v-->, the"))
 
 
+def test_the_verdict_table_says_whether_the_grid_holds_the_optimum():
+    """Issue 78, item 2: each verdict row says which holds, from the best rule's share of selector choices on the
+    grid's edge: under 10% the grid holds the optimum, else the optimum lies beyond it (the share given). Hand-made
+    entries on both sides of the line; the broken twin reads another rule's share and is caught."""
+    def entry(best_share, other_share):
+        return {"best": "a", "rules": {"a": {"edge": {"selector": {"any": best_share}}},
+                                       "b": {"edge": {"selector": {"any": other_share}}}}}
+
+    assert GENERATE._grid_holds(entry(0.09, 0.5)) == "holds the optimum (9% of choices on its edge)"
+    assert GENERATE._grid_holds(entry(0.10, 0.0)) == "optimum beyond it: 10% of choices on its edge"
+    assert GENERATE._grid_holds(entry(1.0, 0.0)).startswith("optimum beyond it: 100%")
+
+    def twin(table):  # the first rule's share, not the best's
+        return "holds" if next(iter(table["rules"].values()))["edge"]["selector"]["any"] < 0.1 else "beyond"
+
+    table = entry(0.5, 0.0)
+    table["rules"] = {"b": table["rules"]["b"], "a": table["rules"]["a"]}
+    assert twin(table) == "holds" and GENERATE._grid_holds(table).startswith("optimum beyond it")
+    # the committed verdict: every row says one of the two
+    results = ResultFiles(RESULTS)
+    rows = [line for line in GENERATE.verdict_table(results).splitlines() if line.startswith("| T=")]
+    assert rows and all("holds the optimum" in row or "optimum beyond it" in row for row in rows)
+
+
 def test_no_docs_page_is_over_600_lines():
     for path in (ROOT / "docs").rglob("*.md"):
         assert len(path.read_text().splitlines()) <= 600, path
