@@ -528,16 +528,9 @@ def _value_range(values, form: str) -> str:
 
 
 def _axes(grid: dict) -> str:
-    def span(values):
-        values = sorted(values)
-        runs, start = [], values[0]
-        for previous, value in zip(values, values[1:] + [None]):
-            if value != previous + 1 if value is not None else True:
-                runs.append(str(start) if start == previous else f"{start}-{previous}")
-                start = value
-        return ",".join(runs)
+    from verispec.selector.actions import axes_text
 
-    return f"K {span(grid['ks'])}, L1 {span(grid['l1s'])}, L2 {span(grid['l2s'])}"
+    return axes_text(grid["ks"], grid["l1s"], grid["l2s"])
 
 
 def _grid_reach_record(results) -> str:

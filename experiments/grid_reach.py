@@ -50,13 +50,56 @@ def main(argv=None) -> int:
     return run_script("grid_reach", lambda held: _run(args, argv, held))
 
 
-def _run(args, argv, held) -> int:
+#: The largest labels file read (a probe of 16 roots on 2,072 actions is about 0.5 MB).
+LABELS_LIMIT = 1 << 30
+#: What a label_cost.py result holds that this reads.
+LABELS_KEYS = ("record", "dataset", "grid", "action_names", "samplings", "samples", "rows", "seconds_per_root",
+               "dataset_roots", "projected_hours", "threads")
+
+
+def _labels(path: Path):
+    """(the label_cost.py result at ``path``, its grid, its labelled roots' labels [N, A], their halves [2, N, A] or
+    None), or a one-line VerispecError naming what is wrong with the file."""
     import numpy as np
 
-    from verispec.files.io import atomic_write_json, unpack_floats
+    from verispec.errors import VerispecError
+    from verispec.files.io import unpack_floats
+    from verispec.files.reading import read_user_file
+    from verispec.selector.actions import ActionGrid
+
+    what = f"the labels file {str(path)!r}"
+    try:
+        cost = json.loads(read_user_file(path, limit=LABELS_LIMIT, what="the labels file", regular_only=True))
+    except ValueError as error:
+        raise VerispecError(f"{what} is not JSON ({error}); give a result of experiments/label_cost.py") from None
+    missing = [key for key in LABELS_KEYS if not isinstance(cost, dict) or key not in cost]
+    if missing:
+        raise VerispecError(f"{what} holds no {missing[0]!r}; give a result of experiments/label_cost.py")
+    grid = ActionGrid.from_dict(cost["grid"], cost["action_names"])
+    rows = [row for row in cost["rows"] if isinstance(row, dict) and row.get("refused") is None and "efficiency" in row]
+    if not rows:
+        raise VerispecError(f"{what} holds no labelled root with its labels; rerun label_cost.py at this commit (it "
+                            "keeps them)")
+    try:
+        efficiency = np.stack([unpack_floats(row["efficiency"]) for row in rows])  # [N, A]
+        halves = None  # [2, N, A]: each root's labels over each half of its combs (the cross-fitted oracle)
+        if all(row.get("halves") for row in rows):
+            halves = np.stack([np.stack([unpack_floats(row["halves"][side]) for row in rows]) for side in (0, 1)])
+    except (ValueError, TypeError, KeyError, IndexError) as error:
+        raise VerispecError(f"{what}: a root's labels cannot be read ({error}); rerun label_cost.py") from None
+    wrong_halves = halves is not None and halves.shape[1:] != efficiency.shape
+    if efficiency.shape[1:] != (len(grid.actions),) or wrong_halves:
+        raise VerispecError(f"{what}: its labels are not one a grid action ({len(grid.actions)}) a root; rerun "
+                            "label_cost.py")
+    return cost, grid, efficiency, halves
+
+
+def _run(args, argv, held) -> int:
+    from verispec.errors import VerispecError
+    from verispec.files.io import atomic_write_json
     from verispec.files.provenance import run_record
     from verispec.latency import LatencyModel
-    from verispec.selector.actions import ActionGrid, action_times
+    from verispec.selector.actions import action_times
     from verispec.selector.dataset_file import Dataset
     from verispec.selector.reach import candidates_from, grid_reach
     from verispec.selector.regimes import regime_models
@@ -73,17 +116,7 @@ def _run(args, argv, held) -> int:
                         [*map(str, args.labels), str(args.latency)])
     settings = {}
     for path in args.labels:
-        cost = json.loads(path.read_text())
-        rows = [row for row in cost["rows"] if row.get("refused") is None and "efficiency" in row]
-        if not rows:
-            print(f"grid_reach: error: {path} holds no labelled root with its labels (rerun label_cost.py at this "
-                  "commit: it keeps them)", file=sys.stderr)
-            return 2
-        grid = ActionGrid.from_dict(cost["grid"], cost["action_names"])
-        efficiency = np.stack([unpack_floats(row["efficiency"]) for row in rows])  # [N, A]
-        halves = None  # [2, N, A]: each root's labels over each half of its combs (the cross-fitted oracle)
-        if all(row.get("halves") for row in rows):
-            halves = np.stack([np.stack([unpack_floats(row["halves"][side]) for row in rows]) for side in (0, 1)])
+        cost, grid, efficiency, halves = _labels(path)
         base = Dataset.load(cost["dataset"]).metadata["grid"]
         spec = {"dataset": {axis: base[axis] for axis in ("ks", "l1s", "l2s")}}
         if all(set(WIDENED[axis]) <= set(getattr(grid, axis)) for axis in WIDENED):
@@ -91,8 +124,11 @@ def _run(args, argv, held) -> int:
         spec["probe"] = {"ks": list(grid.ks), "l1s": list(grid.l1s), "l2s": list(grid.l2s)}
         candidates = candidates_from(spec)
         setting = cost["samplings"][0] if len(cost["samplings"]) == 1 else "; ".join(cost["samplings"])
+        if setting in settings:
+            raise VerispecError(f"--labels {str(path)!r} labels the setting {setting!r}, as "
+                                f"{settings[setting]['labels']!r} does; give one labels file a sampling setting")
         settings[setting] = {
-            "labels": str(path), "labels_record": cost["record"], "roots": len(rows), "samples": cost["samples"],
+            "labels": str(path), "labels_record": cost["record"], "roots": len(efficiency), "samples": cost["samples"],
             "probe_grid": spec["probe"], "candidates": spec, "verifiers": list(grid.verifiers),
             "cost": {"seconds_per_root": cost["seconds_per_root"], "dataset_roots": cost["dataset_roots"],
                      "projected_hours": cost["projected_hours"], "threads": cost["threads"]},

@@ -142,3 +142,36 @@ def test_grid_reach_reads_label_costs_labels(tmp_path):
         assert sum(where["share"] for where in dataset_grid["chosen"]) == pytest.approx(1.0, abs=1e-12)
         assert dataset_grid["in_sample_gain"] >= 1 - 1e-12  # the in-sample oracle on a wider grid never does worse
     assert setting["crossfit"] is True  # two combs a root: halves of one
+    # the same setting's labels given twice: refused on one line (the second would replace the first), nothing written
+    twice = tmp_path / "twice.json"
+    assert load_script("experiments/grid_reach.py").main(["--labels", str(labels), "--labels", str(labels),
+                                                            "--latency", str(latency), "--out", str(twice)]) == 2
+    assert not twice.exists()
+
+
+def test_grid_reach_refuses_a_bad_labels_file_on_one_line(tmp_path, capsys):
+    """Not JSON, a result without its rows' labels or without a key, labels of the wrong width, a missing file: one
+    line and exit 2 each, nothing written (a setting given twice: the tiny pair's test above)."""
+    from tests.support.scripts import assert_one_line_refusals, load_script
+    from verispec.files.io import pack_floats
+    from verispec.latency import LatencyModel
+
+    latency = tmp_path / "cpu.json"
+    latency.write_text(json.dumps(LatencyModel(1.0, (1, 8), (3.0, 5.0), "ms", "hand-made").as_dict()))
+    base = {"record": {}, "dataset": "d.npz", "grid": GRID.as_dict(), "action_names": [a.name for a in GRID.actions],
+            "samplings": ["T=1"], "samples": 2, "seconds_per_root": 1.0, "dataset_roots": 4, "projected_hours": 0.1,
+            "threads": 1}
+    files = {"text": "not json", "norows": json.dumps({**base, "rows": [{"refused": None}]}),
+             "nokey": json.dumps({key: value for key, value in base.items() if key != "grid"}),
+             "narrow": json.dumps({**base, "rows": [{"refused": None, "efficiency": pack_floats([1.0, 2.0])}]})}
+    for name, text in files.items():
+        (tmp_path / f"{name}.json").write_text(text)
+    out = tmp_path / "reach.json"
+    cases = [(["--labels", str(tmp_path / "text.json")], "is not JSON"),
+             (["--labels", str(tmp_path / "norows.json")], "holds no labelled root"),
+             (["--labels", str(tmp_path / "nokey.json")], "holds no 'grid'"),
+             (["--labels", str(tmp_path / "narrow.json")], "not one a grid action"),
+             (["--labels", str(tmp_path / "missing.json")], "does not exist")]
+    assert_one_line_refusals(load_script("experiments/grid_reach.py").main,
+                             ["--latency", str(latency), "--out", str(out)], cases, "grid_reach: error:", capsys)
+    assert not out.exists()

@@ -119,9 +119,7 @@ def _init(code: int, watch_end: int, told_end: int) -> None:
                 signal.signal(number, signal.SIG_DFL)
             except (OSError, ValueError, RuntimeError):  # SIGKILL, SIGSTOP, or not the main thread
                 pass
-        low, high = sorted((watch_end, told_end))  # none of the worker's descriptors (the code's channel) is held
-        for first, last in ((0, low), (low + 1, high), (high + 1, _fd_limit())):
-            os.closerange(first, last)
+        _close_all_but(watch_end, told_end)  # none of the worker's descriptors (the code's channel) is held
         try:
             ended = [os.pidfd_open(code)]  # readable when the code's process ends (Linux 5.3)
         except (AttributeError, OSError):
@@ -157,9 +155,7 @@ def _keep(init: int, alive_end: int, status_end: int) -> None:
     """The keeper: hold nothing of the code's (its channel, its output pipe), read how the code's process ended,
     wait for the init (and so for the namespace's end), and end as the code's process did."""
     try:
-        low, high = sorted((alive_end, status_end))
-        for first, last in ((0, low), (low + 1, high), (high + 1, _fd_limit())):
-            os.closerange(first, last)
+        _close_all_but(alive_end, status_end)
         told = b""
         while len(told) < 4:
             part = os.read(status_end, 4 - len(told))
@@ -178,11 +174,17 @@ def _keep(init: int, alive_end: int, status_end: int) -> None:
         os._exit(NO_CODE_PROCESS)
 
 
-def _fd_limit() -> int:
+def _close_all_but(*kept: int) -> None:
+    """Close every descriptor of this process but ``kept``."""
     try:
-        return os.sysconf("SC_OPEN_MAX")
+        limit = os.sysconf("SC_OPEN_MAX")
     except (OSError, ValueError):
-        return 1024
+        limit = 1024
+    start = 0
+    for fd in sorted(kept):
+        os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, limit)
 
 
 def _die_by(number: int) -> None:

@@ -335,11 +335,7 @@ class ActionGrid:
 
     def describe(self) -> str:
         """One line: 'K 1-4, L1 0-8, L2 0-8, specinfer'."""
-        def span(values):
-            if len(values) > 2 and list(values) == list(range(values[0], values[-1] + 1)):
-                return f"{values[0]}-{values[-1]}"
-            return ",".join(str(v) for v in values)
-        return f"K {span(self.ks)}, L1 {span(self.l1s)}, L2 {span(self.l2s)}, {','.join(self.verifiers)}"
+        return f"{axes_text(self.ks, self.l1s, self.l2s)}, {','.join(self.verifiers)}"
 
     def as_dict(self) -> dict:
         return {"ks": list(self.ks), "l1s": list(self.l1s), "l2s": list(self.l2s), "verifiers": list(self.verifiers)}
@@ -376,6 +372,22 @@ class ActionGrid:
     @property
     def max_nodes(self) -> int:
         return max(action.nodes for action in self.actions)
+
+
+def axis_text(values) -> str:
+    """Sorted axis values as text, each run of more than two consecutive values as 'low-high': '0-6,8,10,12'."""
+    values, parts, start = sorted(values), [], 0
+    for end in range(1, len(values) + 1):
+        if end == len(values) or values[end] != values[end - 1] + 1:
+            run = values[start:end]
+            parts += [f"{run[0]}-{run[-1]}"] if len(run) > 2 else [str(value) for value in run]
+            start = end
+    return ",".join(parts)
+
+
+def axes_text(ks, l1s, l2s) -> str:
+    """'K 1-4, L1 0-3, L2 0-4': a grid's three axes (``axis_text`` each)."""
+    return f"K {axis_text(ks)}, L1 {axis_text(l1s)}, L2 {axis_text(l2s)}"
 
 
 def grid_record(grid: ActionGrid, *, format_1: bool = False) -> dict:
@@ -447,5 +459,6 @@ def policy_action_times(grid: ActionGrid, latency, *, reads_draft: bool):
 #: The paper's grid: K 1..4, L1 0..8, L2 0..8 with SpecInfer, 324 actions.
 PAPER_GRID = ActionGrid()
 
-__all__ = ["LAWS_AFTER_FORMAT_1", "PAPER_GRID", "Action", "ActionGrid", "SelectorError", "action_times",
+__all__ = ["LAWS_AFTER_FORMAT_1", "PAPER_GRID", "Action", "ActionGrid", "SelectorError", "action_times", "axes_text",
+           "axis_text",
            "grid_record", "max_action_tree", "open_grid_store", "policy_action_times"]

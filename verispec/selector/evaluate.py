@@ -104,13 +104,24 @@ def crossfit_oracle_totals(per_sample: np.ndarray, efficiency: np.ndarray, times
         half = counts[row] // 2
         halves[0][row] = per_sample[row, :half].mean(0)
         halves[1][row] = per_sample[row, half:counts[row]].mean(0)
-    rows = np.arange(efficiency.shape[0])
+    tokens, time, _ = crossfit_oracle(np.stack(halves), times, allowed)
+    return tokens, time
+
+
+def crossfit_oracle(halves: np.ndarray, times: np.ndarray, allowed: Sequence[int]):
+    """(tokens [N], time [N], choices [2, N]) of the oracle chosen on one half of each root's labels (``halves``
+    [2, N, A]: each root's mean labels over each half of its sampled trees; the throughput oracle over all roots,
+    ``oracle_choice``) and scored on the other, both ways, each way weighing one half: ``crossfit_oracle_totals``'
+    estimator, and the choices each half made."""
+    rows = np.arange(halves.shape[1])
     tokens, time = np.zeros(len(rows)), np.zeros(len(rows))  # [N], [N]
+    picks = []
     for choose, score in ((0, 1), (1, 0)):  # chosen on one half (the oracle over all roots), scored on the other
         pick = oracle_choice(halves[choose], times, allowed)  # [N]
         tokens += 0.5 * halves[score][rows, pick]
         time += 0.5 * times[pick]
-    return tokens, time
+        picks.append(pick)
+    return tokens, time, np.stack(picks)
 
 
 def policy_totals(efficiency: np.ndarray, times: np.ndarray, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -405,7 +416,8 @@ def label_quality(estimated: np.ndarray, reference: np.ndarray, reference_width:
     return result
 
 
-__all__ = ["DEFAULT_BOOTSTRAP", "GroupBootstrap", "best_static", "compare_selected", "crossfit_oracle_totals",
+__all__ = ["DEFAULT_BOOTSTRAP", "GroupBootstrap", "best_static", "compare_selected", "crossfit_oracle",
+           "crossfit_oracle_totals",
            "evaluate",
            "evaluate_held_out", "evaluate_policies", "label_quality", "oracle_choice", "paired_policy_ratios",
            "paired_ratio", "policy_totals", "selector_choice", "selector_latency", "verifier_actions"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verispec.selector.actions import ActionGrid, SelectorError
+from verispec.selector.actions import ActionGrid, SelectorError, axes_text
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,7 @@ class Candidate:
         return action.k in self.ks and action.l1 in self.l1s and action.l2 in self.l2s
 
     def describe(self) -> str:
-        def span(values):
-            low, high = min(values), max(values)
-            return f"{low}-{high}" if list(values) == list(range(low, high + 1)) else ",".join(map(str, values))
-
-        return f"K {span(self.ks)}, L1 {span(self.l1s)}, L2 {span(self.l2s)}"
+        return axes_text(self.ks, self.l1s, self.l2s)
 
 
 def candidate_actions(grid: ActionGrid, verifier: str, candidate: Candidate) -> list[int]:
@@ -106,22 +102,16 @@ def grid_reach(efficiency: np.ndarray, grid: ActionGrid, times: np.ndarray, cand
 
 def _oracle(efficiency: np.ndarray, times: np.ndarray, allowed: list[int], halves: np.ndarray | None) -> dict:
     """{"chosen": the oracle's choices [N] (in-sample) or [2N] (each half's), "rate": its throughput (cross-fitted
-    where ``halves`` are given), "in_sample": the in-sample oracle's throughput}."""
-    from verispec.selector.evaluate import oracle_choice
+    where ``halves`` are given: ``verispec.selector.evaluate.crossfit_oracle``), "in_sample": the in-sample oracle's
+    throughput}."""
+    from verispec.selector.evaluate import crossfit_oracle, oracle_choice
 
     chosen = oracle_choice(efficiency, times, allowed)  # [N]
     in_sample = _oracle_rate(efficiency, times, chosen)
     if halves is None:
         return {"chosen": chosen, "rate": in_sample, "in_sample": in_sample}
-    rows = np.arange(efficiency.shape[0])
-    tokens = spent = 0.0
-    picks = []
-    for choose, score in ((0, 1), (1, 0)):  # chosen on one half (over all roots), scored on the other
-        pick = oracle_choice(halves[choose], times, allowed)  # [N]
-        tokens += 0.5 * halves[score][rows, pick].sum()
-        spent += 0.5 * times[pick].sum()
-        picks.append(pick)
-    return {"chosen": np.concatenate(picks), "rate": float(tokens / spent), "in_sample": in_sample}
+    tokens, spent, picks = crossfit_oracle(halves, times, allowed)
+    return {"chosen": picks.reshape(-1), "rate": float(tokens.sum() / spent.sum()), "in_sample": in_sample}
 
 
 def _oracle_rate(efficiency: np.ndarray, times: np.ndarray, chosen: np.ndarray) -> float:
