@@ -17,8 +17,8 @@ Each mutant is installed in a copy of the unpacked release (hard links, with the
 so the cached release is never written), and two judges run on it, each in its own process, at their default sizes:
 
 - verispec: ``verispec check-engine vllm --check <the V1 checks> --fail-fast --json``; the mutant is killed when the
-  command's exit status is not 0 (a LOSSY, RAISES or UNRUNNABLE row), and timed out when its only finding is
-  INCONCLUSIVE;
+  command's exit status is not 0 (a LOSSY, IRREPRODUCIBLE, RAISES or UNRUNNABLE row), and timed out when its only
+  finding is INCONCLUSIVE;
 - vLLM's tests: ``pytest -x tests/v1/sample/test_rejection_sampler.py`` from the release's sources, on the CPU
   (``VLLM_TARGET_DEVICE=cpu``) under Triton's interpreter, with the tests that fail on the unmutated release
   deselected (a test that cannot pass there cannot kill); killed when a test fails or the file does not import.
@@ -79,9 +79,9 @@ ENGINE_TESTS = "tests/v1/sample/test_rejection_sampler.py"
 #: verispec's checks of the V1 file, cheapest first (``--fail-fast`` stops at the first that fails): the greedy
 #: kernel exhaustively, then the exact laws (top-k and top-p last: their kernel runs on the interpreter with
 #: verispec's repaired loop counters, and costs the most).
-CHECKS = ("v1-greedy", "v1-logprobs", "v1-temperature", "v1-ngram", "v1-seeded", "v1-unseeded", "v1-mixed",
-          "v1-penalties", "v1-penalties-ragged", "v1-fly", "v1-synthetic", "v1-min-p", "v1-top-k", "v1-top-p",
-          "v1-positions", "v1-behind")
+CHECKS = ("v1-greedy", "v1-logprobs", "v1-seeds", "v1-temperature", "v1-ngram", "v1-seeded", "v1-unseeded",
+          "v1-mixed", "v1-penalties", "v1-penalties-ragged", "v1-fly", "v1-synthetic", "v1-synthetic-greedy",
+          "v1-min-p", "v1-top-k", "v1-top-p", "v1-positions", "v1-behind")
 #: Seconds each verispec check may take (check-engine's --time-budget), and the seconds vLLM's test file may take.
 CHECK_BUDGET = 600.0
 TEST_TIMEOUT = 3600.0
@@ -295,10 +295,10 @@ def verispec_judge(tree: Path, checks: list[str], budget: float, fail_fast: bool
 
 def classify_verispec(found: dict) -> dict:
     """``found`` with its outcome read from its exit status and rows: survived (0), killed (a LOSSY row not
-    expected, a RAISES or UNRUNNABLE row, or a refusal before any check: nonzero, so a CI fails), or timeout (only
-    INCONCLUSIVE: a budget or a call's timeout ran out, exit status 3, or no answer at all)."""
+    expected, an IRREPRODUCIBLE, RAISES or UNRUNNABLE row, or a refusal before any check: nonzero, so a CI fails),
+    or timeout (only INCONCLUSIVE: a budget or a call's timeout ran out, exit status 3, or no answer at all)."""
     status, rows = found.get("exit_status"), found.get("rows") or []
-    failing = [row for row in rows if row["verdict"] in ("RAISES", "UNRUNNABLE")
+    failing = [row for row in rows if row["verdict"] in ("RAISES", "UNRUNNABLE", "IRREPRODUCIBLE")
                or (row["verdict"] in ("LOSSY", "LOSSLESS") and not row["as_expected"])]  # LOSSLESS: not the reference
     if status == 0:
         outcome, by = "survived", None

@@ -90,6 +90,9 @@ def test_every_check_names_a_function_of_the_adapter_modules():
     for check in adapter("vllm").checks():
         module, name = check.function.split(":")
         assert name in defined.get(module, ()), check.function
+        if check.seeds:  # a reproducibility check, not a law
+            assert check.expect == "reproducible" and check.layout == "step-ragged" and not check.exhaustive
+            continue
         assert check.expect in ("lossless", "lossy") and (check.expect == "lossless" or check.why)
 
 
@@ -402,6 +405,40 @@ def test_a_ban_left_unapplied_to_the_draft_rows_is_caught_at_its_closed_form(tmp
     for row in json.loads(out)["checks"]:
         assert row["verdict"] == "LOSSY" and row["mode"] == "exact"
         assert abs(row["tv_distance"] - 0.5 * np.abs(unbanned - target).sum()) < 1e-6
+
+
+@needs_vllm
+def test_seeds_and_greedy_synthetic_acceptance_pass_unmodified_and_their_planted_bugs_are_caught(tmp_path):
+    """v1-seeds and v1-synthetic-greedy on the shipped file (REPRODUCIBLE; LOSSY as documented, and the law verispec's
+    synthetic rule's), then on a copy with two bugs, each invisible to the other's check (one vLLM process each):
+
+    - a request's slice of the uniforms left empty when its offset and its draft count share a bit (cosmic-ray's
+      mutant 737 of vLLM 0.33, ``start_idx | n``): in v1-seeds' batch (1, 1 and 0 drafts) request 1's acceptance
+      uniform then comes from torch's global generator, which keeps the law and breaks the seed;
+    - the greedy kernel's synthetic rate replaced by 0.5 at every position: on v1-synthetic-greedy's point masses
+      (draft token 0, the target's argmax 1, chain:2) the rule's conditional rates (a1, a2 / a1) emit (0, 0, 1),
+      (0, 1), (1) with a2, a1 - a2, 1 - a1, the twin with 1/4, 1/4, 1/2: TV 0.5 (|a2 - 1/4| + |a1 - a2 - 1/4| +
+      |1/2 - a1|) between the laws."""
+    a1, a2 = vllm_adapter.SYNTHETIC_RATES
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-seeds,v1-synthetic-greedy", "--json")
+    assert status == 0, err
+    reproducible, synthetic = json.loads(out)["checks"]
+    assert reproducible["verdict"] == "REPRODUCIBLE" and reproducible["as_expected"]
+    assert synthetic["verdict"] == "LOSSY" and synthetic["as_expected"] and synthetic["reference_matches"]
+    assert abs(synthetic["tv_distance"] - a1) < 1e-6  # the target emits 1 first; the draft 0 is accepted with a1
+    mutant = _mutant(tmp_path, "end_idx = start_idx + n", "end_idx = start_idx | n")
+    text = mutant.read_text()
+    assert text.count("accepted = (uniform_prob < rate) and draft_token_id >= 0") == 1  # the greedy kernel's
+    mutant.write_text(text.replace("accepted = (uniform_prob < rate) and draft_token_id >= 0",
+                                   "accepted = (uniform_prob < 0.5) and draft_token_id >= 0"))
+    status, out, err = _verispec("check-engine", "vllm", "--check", "v1-seeds,v1-synthetic-greedy", "--source",
+                                 str(mutant), "--json")
+    assert status == 1, err
+    reproducible, synthetic = json.loads(out)["checks"]
+    assert reproducible["verdict"] == "IRREPRODUCIBLE" and reproducible["witness"]["request"] == 1
+    assert synthetic["verdict"] == "LOSSY" and not synthetic["as_expected"]
+    expected = 0.5 * (abs(a2 - 0.25) + abs(a1 - a2 - 0.25) + abs(0.5 - a1))
+    assert abs(synthetic["reference_tv"] - expected) < 1e-6
 
 
 def test_fail_fast_stops_after_the_first_check_that_fails(monkeypatch):

@@ -63,6 +63,10 @@ class Check:
     #: emit, for what is lossy by design: the check is as expected only where the engine's block law is within the
     #: threshold of that rule's on the requested problem ("" for none: the target's law is the reference).
     reference: str = ""
+    #: A reproducibility check the adapter runs itself (``verispec.engines.seeds``) instead of a law: each seeded
+    #: request of a ``step-ragged`` batch emits the same tokens whenever its own seed is kept (``expect``
+    #: "reproducible").
+    seeds: bool = False
     #: Check the step's law on the problem's context twin too (``verispec.external.step_context``), whatever the run
     #: asks: for a check built to see a row read at another position or another request's offset.
     context_twin: bool = False

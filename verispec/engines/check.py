@@ -3,10 +3,11 @@
 
 ``run_engine_checks`` selects the adapter's checks (``select_checks``), runs each through ``check_external`` (the
 engine's code under check-external's capture) or, for greedy decoding, against the target's argmax on every draft
-list (``verispec.engines.greedy``), and returns the command's JSON object: ``engine``, ``release``, ``source``,
-``exit_status`` and one row a check. The exit status is the worst finding: 1 a check LOSSY that should hold the law,
-4 one that raised, 2 one whose kernel the interpreter cannot run, 3 one inconclusive, 0 every check as a correct
-release gets it (a LOSSY that the engine documents counts as expected and is listed with its TV; where the check
+list (``verispec.engines.greedy``), or, for seeds, by replaying seeded requests (``verispec.engines.seeds``), and
+returns the command's JSON object: ``engine``, ``release``, ``source``, ``exit_status`` and one row a check. The exit
+status is the worst finding: 1 a check LOSSY that should hold the law (or a seeded request IRREPRODUCIBLE), 4 one
+that raised, 2 one whose kernel the interpreter cannot run, 3 one inconclusive, 0 every check as a correct release
+gets it (a LOSSY that the engine documents counts as expected and is listed with its TV; where the check
 names a ``reference`` rule of verispec's, the engine's exact law must also be that rule's, or the row counts 1, and 3
 where no exact law was made to compare). A check of an entry point the release predates (``Check.since``) is an
 ABSENT row that runs nothing; it counts for nothing, unless every row asked is ABSENT (exit 2: nothing was checked).
@@ -154,6 +155,10 @@ def run_check(module, check, *, engine: str, tree: str | None, problem, mode: st
         row.update(verdict="ABSENT", note=absent)
     elif check.exhaustive:
         row.update(greedy_check(function, tree, problem))
+    elif check.seeds:
+        from verispec.engines.seeds import seeds_check
+
+        row.update(seeds_check(function, tree, problem, check.sampling, time_budget=time_budget))
     else:
         from verispec.external.check import check_external
 
@@ -227,7 +232,8 @@ def exit_status(rows) -> int:
         return EXIT_BAD_INPUT
     verdicts = [(row["verdict"], row["as_expected"]) for row in rows]
     # a LOSSY that should hold the law, or a law that is not the reference rule's (either verdict, ``reference``)
-    if any(verdict in ("LOSSY", "LOSSLESS") and not expected for verdict, expected in verdicts):
+    if any(verdict in ("LOSSY", "LOSSLESS") and not expected or verdict == "IRREPRODUCIBLE"
+           for verdict, expected in verdicts):
         return Verdict.LOSSY.exit_status
     if any(verdict == "RAISES" for verdict, _ in verdicts):
         return Verdict.RAISES.exit_status

@@ -114,7 +114,24 @@ def _method_checks(v1: str) -> list[Check]:
               reference=SYNTHETIC_RULE, why="synthetic acceptance (rejection_sample_method 'synthetic') accepts "
               "drafts at set rates whatever the target says, to benchmark: lossy by design, and checked against "
               "verispec's own synthetic rule at the same rates"),
+        Check("v1-synthetic-greedy", v1, f"{_V1}:v1_single_synthetic_greedy", "v1-synthetic for a greedy request "
+              "(vLLM's greedy kernel's synthetic branch, which a sampling request never reaches), on point masses: "
+              "the target's argmax token 1, the draft's token 0 (greedy decoding and sampling have one law there), "
+              "against verispec's own rule, V = 2", layout="step", tree="chain:2", target=(0.0, 1.0),
+              draft=(1.0, 0.0), expect="lossy", since="0.33.0", reference=SYNTHETIC_RULE,
+              why="synthetic acceptance in a greedy batch accepts drafts at the set rates and emits the target's "
+              "argmax at the first rejection: lossy by design, checked against verispec's own synthetic rule"),
     ]
+
+
+def _seeds_check(v1: str) -> Check:
+    """Seeded requests replayed (``verispec.engines.seeds``): what no law check sees."""
+    return Check("v1-seeds", v1, f"{_V1}:v1_step_seeded",
+                 "three sampling requests, each with its own seed (step-ragged's 1, K and 0 drafts): each request's "
+                 "tokens the same whenever its seed is kept, the others' seeds and torch's global generator changed "
+                 "(vLLM's generate_uniform_probs: 'the requests with their own seeds will use the provided "
+                 "torch.Generator for reproducibility'), V = 2", target=(0.6, 0.4), draft=(0.3, 0.7), seeds=True,
+                 expect="reproducible")
 
 
 def _offset_checks(v1: str) -> list[Check]:
@@ -144,6 +161,7 @@ def checks() -> list[Check]:
     return [
         Check("v1-seeded", v1, f"{_V1}:v1_single_seeded",
               "probabilistic drafts with draft probs, the request seeded (its own torch.Generator)", layout="step"),
+        _seeds_check(v1),
         Check("v1-unseeded", v1, f"{_V1}:v1_single_unseeded",
               "probabilistic drafts with draft probs, no request seed (torch's global generator)", layout="step"),
         Check("v1-ngram", v1, f"{_V1}:v1_single_ngram",

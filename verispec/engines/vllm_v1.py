@@ -473,6 +473,17 @@ def v1_single_synthetic(draft_model, target_model, input_ids, num_draft_tokens, 
                    seeded=True, with_probs=True, method="synthetic")
 
 
+def v1_single_synthetic_greedy(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p,
+                               min_p, seed):
+    """``v1_single_synthetic`` for a greedy request (temperature 0 whatever ``temperature`` says): vLLM's greedy
+    kernel's synthetic branch (draft i accepted when the uniform falls below the conditional rate, else the target's
+    argmax), which a sampling request never reaches. On a problem whose target and draft are point masses greedy
+    decoding and sampling have one law, verispec's synthetic rule's (the residual of a point mass is its argmax).
+    -> the emitted tokens [m + 1]."""
+    return _single(draft_model, target_model, input_ids, num_draft_tokens, 0.0, top_k, top_p, min_p, seed,
+                   seeded=True, with_probs=True, method="synthetic")
+
+
 def v1_single_allowed_ids(draft_model, target_model, input_ids, num_draft_tokens, temperature, top_k, top_p, min_p,
                           seed):
     """``v1_single_seeded`` with vLLM's ``allowed_token_ids`` leaving out ``BANNED_TOKEN``, whose logit the adapter
