@@ -321,7 +321,7 @@ def _regime_words(verdict: dict, table: dict) -> str:
 
 def _verdict_priced(results, setting: str, what: str) -> str:
     """'best' (the best rule once its verification is priced, in the one regime priced), 'versus' (it against
-    specinfer's), 'regime' (that regime's words)."""
+    specinfer's), 'regime' (that regime's words), 'edge' (the share of its selector's choices on the grid's edge)."""
     verdict = results(VERDICT)
     tables = [table for table in verdict["tables"] if table["setting"].startswith(setting)
               and table["priced"]["verification"] == "priced"]
@@ -336,6 +336,8 @@ def _verdict_priced(results, setting: str, what: str) -> str:
         return f"x{table['priced']['versus']['specinfer']['ratio']:.3f}"
     if what == "regime":
         return _regime_words(verdict, table)
+    if what == "edge":  # the share of the priced best rule's selector choices on the grid's edge (issue 78)
+        return f"{table['priced']['rules'][table['priced']['best']]['edge']['selector']['any']:.0%}"
     raise KeyError(what)
 
 
@@ -346,14 +348,15 @@ def verdict_priced_table(results) -> str:
     for table in results(VERDICT)["tables"]:
         priced = table["priced"]
         if priced["best"] is None:
-            rows.append((table["setting"], table["regime"], f"`{table['best']}`", priced["verification"], "-"))
+            rows.append((table["setting"], table["regime"], f"`{table['best']}`", priced["verification"], "-", "-"))
             continue
         versus = priced["versus"].get("specinfer")
         how = priced["run"]["words"] if "run" in priced else f"verification measured on {priced['cost']['device']}"
+        # the priced rules' selectors chose under the priced throughput: the grid's reach is their choices'
         rows.append((table["setting"], table["regime"], f"`{table['best']}`", f"`{priced['best']}` ({how})",
-                     ratio(versus) if versus else "(is it)"))
+                     ratio(versus) if versus else "(is it)", _grid_holds(priced)))
     return _table(("sampling", "latency regime", "best on the forwards alone", "best, its verification priced",
-                   "priced, against specinfer"), rows)
+                   "priced, against specinfer", "the grid, priced"), rows)
 
 
 #: The rules whose choices the edge table shows (issue 78: the rules that lead somewhere).
@@ -1273,7 +1276,8 @@ VALUES = {
                                                               ("traversal-iid", "selector"))},
     **{f"ddte.{setting}/paper": _bound(_ddte, f"{setting}/paper") for setting in ("T=0.7", "T=1")},
     **{f"verdict.{setting}/{what}": _bound(_verdict, f"{setting}/{what}") for setting in ("T=0.7", "T=1")
-       for what in ("best", "edge", "seeds", "regime", "priced/best", "priced/versus", "priced/versus/point",
+       for what in ("best", "edge", "seeds", "regime", "priced/best", "priced/edge", "priced/versus",
+                    "priced/versus/point",
                     "priced/regime", "versus/specinfer/point", "traversal/static",
                     "traversal/static/paper", "traversal/selector", "traversal-iid/static", "traversal-iid/selector",
                     "versus/specinfer", "versus/traversal", "versus/traversal-iid")},

@@ -186,6 +186,12 @@ def test_the_verdict_table_says_whether_the_grid_holds_the_optimum():
     results = ResultFiles(RESULTS)
     rows = [line for line in GENERATE.verdict_table(results).splitlines() if line.startswith("| T=")]
     assert rows and all("holds the optimum" in row or "optimum beyond it" in row for row in rows)
+    # the priced verdict's row reads its own best's choices, made under the priced throughput
+    verdict = results(GENERATE.VERDICT)
+    priced = GENERATE.verdict_priced_table(results).splitlines()
+    for table in (table for table in verdict["tables"] if table["priced"]["best"] is not None):
+        share = table["priced"]["rules"][table["priced"]["best"]]["edge"]["selector"]["any"]
+        assert any(table["setting"] in line and f"{share:.0%} of choices on its edge" in line for line in priced)
 
 
 def test_no_docs_page_is_over_600_lines():
