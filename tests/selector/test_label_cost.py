@@ -133,6 +133,50 @@ def test_a_root_the_rule_refuses_is_recorded_and_the_next_goes_on(tiny_dataset, 
     assert result["projected_hours"] == pytest.approx(np.mean(labelled) * result["dataset_roots"] / 3600, rel=1e-12)
 
 
+def test_a_root_past_the_memory_limit_is_refused_and_labelled_again_under_a_larger_one(tiny_dataset, tmp_path,
+                                                                                       monkeypatch, capsys):
+    """--memory-limit is the process's data segment while a root labels: a root that allocates past it (here an
+    untouched 2 GB array, which the limit refuses at allocation: no memory is used) gets a refusal row naming the
+    limit, the other roots are labelled, the process's own limit is back after the run; a rerun with a limit large
+    enough labels that root again (its row replaced) and leaves the others. Below what the run already holds, the
+    limit is refused on one line."""
+    import resource
+
+    import verispec.selector.labelling as labelling
+
+    dataset, target, draft = tiny_dataset
+    script = load_script("experiments/label_cost.py")
+    real, calls = labelling.label_roots, []
+
+    def greedy_first(roots, *args, **kwargs):
+        calls.append(roots[0].key())
+        if calls[0] == roots[0].key():
+            np.empty(2 * 2**30, dtype=np.uint8)
+        return real(roots, *args, **kwargs)
+
+    monkeypatch.setattr(labelling, "label_roots", greedy_first)
+    held = script._data_bytes() / 2**30
+    common = ["--dataset", str(dataset), "--target", target, "--draft", draft, "--verifiers", "gbv", "--roots", "3"]
+    out = tmp_path / "memory.json"
+    before = resource.getrlimit(resource.RLIMIT_DATA)
+    assert script.main(common + ["--memory-limit", f"{held + 1.0:.3f}", "--out", str(out)]) == 0
+    assert resource.getrlimit(resource.RLIMIT_DATA) == before
+    result = json.loads(out.read_text())
+    refused = [row for row in result["rows"] if row["refused"] is not None]
+    assert result["roots_done"] == 3 and len(refused) == 1 and refused[0]["key"] == calls[0]
+    assert refused[0]["refused"].startswith("memory:") and "--memory-limit" in refused[0]["refused"]
+    assert refused[0]["memory_limit_bytes"] == int(float(f"{held + 1.0:.3f}") * 2**30)
+    calls.clear()
+    calls.append(refused[0]["key"])  # the rerun's first call is that root's again: it allocates again
+    assert script.main(common + ["--memory-limit", f"{held + 8.0:.3f}", "--out", str(out)]) == 0
+    rerun = json.loads(out.read_text())
+    assert calls[1:] == [refused[0]["key"]] and rerun["refused"] == 0 and rerun["roots_done"] == 3
+    capsys.readouterr()
+    assert_one_line_refusals(script.main, common, [
+        (["--memory-limit", "0.001", "--out", str(tmp_path / "small.json")], "already holds"),
+        (["--memory-limit", "-1", "--out", str(tmp_path / "negative.json")], "--memory-limit")], "label_cost", capsys)
+
+
 def test_the_time_budget_stops_a_root_in_the_middle(tiny_dataset, tmp_path, monkeypatch):
     """--time-budget is hard: a root still labelling at the deadline is stopped there (no row: the next run labels
     it again), the partial result is written and the exit status is 3, within about the budget."""
