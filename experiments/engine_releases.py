@@ -284,13 +284,17 @@ def summarize(releases: list[str], rows: list[dict], checks: list[str]) -> dict:
     return {"releases": len(releases), "oldest": releases[0] if releases else None,
             "newest": releases[-1] if releases else None, "checks": checks, "rows": len(rows),
             "lossless": sum(row["verdict"] == "LOSSLESS" for row in rows),
+            "reproducible": sum(row["verdict"] == "REPRODUCIBLE" for row in rows),
+            "irreproducible": [{"release": row["release"], "check": row["check"]} for row in rows
+                               if row["verdict"] == "IRREPRODUCIBLE"],
             "lossy_expected": sum(row["verdict"] == "LOSSY" and bool(row.get("as_expected")) for row in rows),
             "lossy_unexpected": [{"release": row["release"], "check": row["check"], "tv": row.get("tv_distance")}
                                  for row in unexpected],
             "absent": sorted({(row["release"], row["check"]) for row in rows if row["verdict"] == "ABSENT"}),
             "unread": sorted({(row["release"], row["check"]) for row in rows if row["verdict"] == "UNREAD"}),
             "other": sorted({(row["release"], row["check"], row["verdict"]) for row in rows
-                             if row["verdict"] not in ("LOSSLESS", "LOSSY", "ABSENT", "UNREAD")}),
+                             if row["verdict"] not in ("LOSSLESS", "LOSSY", "ABSENT", "UNREAD", "REPRODUCIBLE",
+                                                       "IRREPRODUCIBLE")}),
             "refused_releases": sorted({row["release"] for row in rows if row["verdict"] == "REFUSED"},
                                        key=_version_key)}
 
@@ -391,6 +395,7 @@ def main(argv=None) -> int:
     summary = result["summary"]
     print(f"{len(releases)} releases x {len(checks)} checks: {summary['lossless']} LOSSLESS, "
           f"{summary['lossy_expected']} documented LOSSY, {len(summary['lossy_unexpected'])} unexpected LOSSY, "
+          f"{summary['reproducible']} REPRODUCIBLE, {len(summary['irreproducible'])} IRREPRODUCIBLE, "
           f"{len(summary['refused_releases'])} releases refused; wrote {args.out}", file=sys.stderr)
     return 0
 

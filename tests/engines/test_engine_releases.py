@@ -54,9 +54,13 @@ def test_the_summary_counts_and_names_what_it_must():
             {"release": "0.29.0", "check": "v2-seeded", "verdict": "LOSSLESS", "as_expected": True},
             {"release": "0.28.0", "check": "v1-min-p", "verdict": "LOSSY", "as_expected": True},
             {"release": "0.20.0", "check": "v2-seeded", "verdict": "UNREAD"},
-            {"release": "0.19.1", "check": "v1-seeded", "verdict": "REFUSED"}]
+            {"release": "0.19.1", "check": "v1-seeded", "verdict": "REFUSED"},
+            {"release": "0.28.0", "check": "v1-seeds", "verdict": "REPRODUCIBLE", "as_expected": True},
+            {"release": "0.29.0", "check": "v1-seeds", "verdict": "IRREPRODUCIBLE", "as_expected": False}]
     summary = script.summarize(["0.19.1", "0.20.0", "0.28.0", "0.29.0"], rows, ["v1-seeded", "v2-seeded"])
-    assert summary["lossless"] == 1 and summary["lossy_expected"] == 1
+    assert summary["lossless"] == 1 and summary["lossy_expected"] == 1 and summary["reproducible"] == 1
+    assert summary["irreproducible"] == [{"release": "0.29.0", "check": "v1-seeds"}]
+    assert summary["other"] == [("0.19.1", "v1-seeded", "REFUSED")]  # neither reproducibility verdict
     assert summary["lossy_unexpected"] == [{"release": "0.28.0", "check": "v2-seeded", "tv": 0.1}]
     assert summary["unread"] == [("0.20.0", "v2-seeded")] and summary["refused_releases"] == ["0.19.1"]
 
