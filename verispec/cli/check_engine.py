@@ -2,11 +2,11 @@
 
 The adapter of ``verispec.engines`` states the installed release's entry points as checks; each runs through
 ``check_external`` (the engine's code in check-external's sandbox), or, for greedy decoding, against the target's
-argmax on every draft list (the library call ``verispec.engines.check.run_engine_checks``, which the pytest plugin
-runs too). The exit status is the worst finding: 1 a check LOSSY that should hold the law, 4 one
-that raised, 2 one whose kernel the interpreter cannot run (or an engine that cannot be checked at all), 3 one
-inconclusive, 0 every check as a correct release gets it (a LOSSY that the engine documents counts as expected and
-is listed with its TV).
+argmax on every draft list, or, for seeds, by replaying seeded requests (the library call
+``verispec.engines.check.run_engine_checks``, which the pytest plugin runs too). The exit status is the worst
+finding: 1 a check LOSSY that should hold the law or a seeded request IRREPRODUCIBLE, 4 one that raised, 2 one whose
+kernel the interpreter cannot run (or an engine that cannot be checked at all), 3 one inconclusive, 0 every check as
+a correct release gets it (a LOSSY that the engine documents counts as expected and is listed with its TV).
 """
 
 from __future__ import annotations
