@@ -76,6 +76,20 @@ def test_unknown_check_is_refused():
         check_engine.checks_to_run(Args)
 
 
+def test_a_module_is_probed_without_ending_the_import_where_its_package_is_missing():
+    """``module_present``: the V2 adapter probes modules of newer releases (DFlash2's package, release 0.28 on) from
+    every release; ``importlib.util.find_spec`` raises for a missing parent package (the negative control below),
+    which ended the adapter's import for releases 0.20-0.27 (their v2 rows read REFUSED)."""
+    import importlib.util
+
+    from verispec.engines import module_present
+
+    assert module_present("json.decoder") and not module_present("json.no_such_module")
+    assert not module_present("no_such_package_of_verispec.speculator")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.util.find_spec("no_such_package_of_verispec.speculator")
+
+
 def test_every_check_names_a_function_of_the_adapter_modules():
     """The adapter's checks point into verispec.engines.vllm_v1 or vllm_v2 by name (read without importing vLLM)."""
     import ast

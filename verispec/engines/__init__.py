@@ -92,6 +92,18 @@ def source_refusal(name: str, module, source: str, label: str = "source") -> str
     return None
 
 
+def module_present(name: str) -> bool:
+    """Whether the installed packages have module ``name`` (dotted), without importing it: False where it or any
+    package above it is missing (``importlib.util.find_spec`` raises ModuleNotFoundError for a missing parent, so
+    probing a release's newer module from an older release would end the adapter's import instead)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def version_key(release: str) -> tuple:
     """'4.46.3' -> (4, 46, 3); a post, pre or local release sorts beside its base (its letters dropped)."""
     return tuple(int(part) for part in re.findall(r"\d+", release.split("+")[0])[:4])

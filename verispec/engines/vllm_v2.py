@@ -44,7 +44,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["VLLM_TARGET_DEVICE"] = "cuda"
 
-from verispec.engines import EngineError
+from verispec.engines import EngineError, module_present
 from verispec.engines.vllm import ADAPTIVE_CONFIDENCE, FLY, LILICORR_COUPLING, NEIGHBOUR_CONFIDENCE
 
 #: The modules of the V2 path.
@@ -68,14 +68,13 @@ def _engine() -> dict:
     if _ENGINE:
         return _ENGINE
     import importlib
-    import importlib.util
 
     from verispec.engines.vllm import supported_range
 
     try:
         gumbel = importlib.import_module(GUMBEL_MODULE)
         module, entry = REJECTION_MODULE, "rejection_sample"
-        if importlib.util.find_spec(REJECTION_MODULE) is None and importlib.util.find_spec(EARLIER_MODULE):
+        if not module_present(REJECTION_MODULE) and module_present(EARLIER_MODULE):
             module, entry = EARLIER_MODULE, EARLIER_ENTRY
         rejection = importlib.import_module(module)
     except ImportError as error:
@@ -386,11 +385,9 @@ def _warm_up() -> None:
         _v2_step(model, model, ids, 1, 1.0, 1, block_verification=True)
     if _engine()["fly"]:
         _v2_step(model, model, ids, 2, 1.0, 1, block_verification=False, fly=True)
-    import importlib.util
-
-    if importlib.util.find_spec(ADAPTIVE_MODULE) is not None:
+    if module_present(ADAPTIVE_MODULE):
         _adaptive_kernels(model, model, ids, 2, 1.0, 1, own_token=False)
-    if importlib.util.find_spec(CANDIDATE_MODULE) is not None:
+    if module_present(CANDIDATE_MODULE):
         _candidate_kernels(model, model, ids, 2, 1.0, 1)
 
 
