@@ -49,10 +49,7 @@ def greedy_check(function, tree: str, problem) -> dict:
     try:  # the engine's code raising on the batch is the check's finding (RAISES, with the line), as check_external's
         output = call_function(function, "the greedy batch", None, (lists, logits))
     except FunctionRaised as error:
-        raised = error.to_json()
-        return {"verdict": "RAISES", "mode": "exhaustive", "tv_distance": None, "raised": raised,
-                "note": f"the greedy batch of {len(lists)} draft lists raised {raised['exception']}: "
-                        f"{raised['message'][:300]}" + ("" if raised["line"] == "?" else f" (at {raised['line']})")}
+        return raises_row(error, f"the greedy batch of {len(lists)} draft lists", "exhaustive")
     logprobs = None
     if isinstance(output, tuple) and len(output) == 3:
         output, logprobs, ids = (np.asarray(part) for part in output)
@@ -82,6 +79,15 @@ def greedy_check(function, tree: str, problem) -> dict:
     return {"verdict": "LOSSLESS", "mode": "exhaustive", "tv_distance": 0.0,
             "note": f"all {len(lists)} draft lists of depth {depth} at V = {size} emit the target's argmax decoding"
                     + also}
+
+
+def raises_row(error, what: str, mode: str) -> dict:
+    """The row of a check the adapter runs itself (greedy, seeds) whose call of the engine raised
+    (``FunctionRaised``): RAISES, with what raised, its message and its line."""
+    raised = error.to_json()
+    return {"verdict": "RAISES", "mode": mode, "tv_distance": None, "raised": raised,
+            "note": f"{what} raised {raised['exception']}: {raised['message'][:300]}"
+                    + ("" if raised["line"] == "?" else f" (at {raised['line']})")}
 
 
 def logprob_mismatch(problem, drafts, emitted, logprobs, ids) -> str | None:

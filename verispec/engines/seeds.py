@@ -50,6 +50,7 @@ def seeds_check(function, tree: str, problem, sampling: str, *, time_budget: flo
     is greedy."""
     import torch
 
+    from verispec.engines.greedy import raises_row
     from verispec.external.calls import FunctionRaised, call_function
     from verispec.external.step import STEP_LAYOUTS
     from verispec.models.sampling import Sampling
@@ -78,16 +79,14 @@ def seeds_check(function, tree: str, problem, sampling: str, *, time_budget: flo
                     for other in range(3):
                         if other != held:
                             handed[other], next_seed = next_seed, next_seed + 1
+                # fresh arguments each call (a step that wrote into its inputs would carry state to the next)
                 arguments = list(layout.arguments(problem, sampling, depth, None, neighbours={0: sampling,
                                                                                                  2: sampling}))
                 arguments[-1] = torch.tensor(handed, dtype=torch.int64)
                 try:
                     result = call_function(function, "the seeded batch", None, tuple(arguments))
                 except FunctionRaised as error:
-                    raised = error.to_json()
-                    return {"verdict": "RAISES", "mode": "seeds", "tv_distance": None, "raised": raised,
-                            "note": f"the seeded batch raised {raised['exception']}: {raised['message'][:300]}"
-                                    + ("" if raised["line"] == "?" else f" (at {raised['line']})")}
+                    return raises_row(error, "the seeded batch", "seeds")
                 calls += 1
                 tokens = layout.blocks(result, "the seeded batch", depth)[held]
                 if first is None:
