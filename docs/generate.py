@@ -1178,7 +1178,7 @@ def engine_releases_reasons_table(results, name: str = ENGINE_RELEASES) -> str:
     releases, checks, rows = _release_rows(results, name)
     reasons: dict = {}
     for (release, check), row in rows.items():
-        if row["verdict"] not in ("LOSSY", "LOSSLESS"):
+        if row["verdict"] not in ("LOSSY", "LOSSLESS", "REPRODUCIBLE", "IRREPRODUCIBLE"):
             reasons.setdefault((check, row["verdict"], row.get("error") or row.get("note") or ""), []).append(release)
     return _table(("check", "verdict", "releases", "why"), [
         (f"`{check}`", verdict, _span(names, releases), why.replace("verispec: error: ", ""))

@@ -71,11 +71,13 @@ ENGINES = {
 ABSENT_MARKS = ("has no V2 rejection sampler", "has no block verification", "has no assistant_ensemble_weight")
 UNREAD_MARKS = ("which the adapter does not read",)  # also the V2 runner's murmur3 noise (0.31 on)
 #: verispec's files whose change invalidates the cached rows: everything a check runs through, and the engine's own
-#: adapter files (``ENGINE_FILES``; another engine's adapter does not invalidate them).
+#: adapter files (``ENGINE_FILES``; another engine's adapter does not invalidate them). These are roots: the digest
+#: also covers every verispec module they import, at any depth and inside functions (``checker_files``), so a
+#: module a check reaches (the seed check, the guard, the sandbox) cannot change without re-checking.
 CHECKER_FILES = ("verispec/engines/__init__.py", "verispec/engines/check.py", "verispec/engines/greedy.py",
-                 "verispec/external", "verispec/keyed.py", "verispec/verdict.py", "verispec/cli/check_engine.py",
-                 "verispec/simulator", "verispec/models/sampling.py", "verispec/models/penalties.py",
-                 "verispec/verifiers")  # the requested law (sampling, penalties) and the reference rules
+                 "verispec/engines/seeds.py", "verispec/external", "verispec/keyed.py", "verispec/verdict.py",
+                 "verispec/cli/check_engine.py", "verispec/simulator", "verispec/models/sampling.py",
+                 "verispec/models/penalties.py", "verispec/verifiers")  # the requested law and the reference rules
 ENGINE_FILES = {"vllm": ("verispec/engines/vllm.py", "verispec/engines/vllm_v1.py", "verispec/engines/vllm_v2.py",
                          "verispec/engines/interpreter.py"),
                 "transformers": ("verispec/engines/transformers.py", "verispec/engines/transformers_step.py")}
@@ -173,14 +175,74 @@ def _unpack_dependencies(staging: Path, scratch: Path, names: tuple) -> list[dic
     return found
 
 
-def checker_digest(engine: str = PACKAGE) -> str:
-    """SHA-256 over verispec's checking code (``CHECKER_FILES`` and the engine's ``ENGINE_FILES``): a changed checker
-    re-checks every release."""
-    digest = hashlib.sha256()
+def _module_file(name: str) -> Path | None:
+    """The file of verispec module ``name`` in this checkout (a package's ``__init__.py``), or None."""
+    path = ROOT.joinpath(*name.split("."))
+    for file in (path / "__init__.py", path.with_suffix(".py")):
+        if file.is_file():
+            return file
+    return None
+
+
+def _imported_modules(file: Path, *, module_level: bool = False) -> set[str]:
+    """The verispec modules ``file`` imports (anywhere, or with ``module_level`` only outside functions), relative
+    ones resolved; ``from package import name`` counts ``package.name`` too, a module when such a file exists."""
+    import ast
+
+    package = ".".join(file.relative_to(ROOT).with_suffix("").parts)
+    if file.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    found, nodes = set(), [ast.parse(file.read_text(), str(file))]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        if not (module_level and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
+            nodes.extend(ast.iter_child_nodes(node))
+    return {name for name in found if name.split(".")[0] == "verispec"}
+
+
+def checker_files(engine: str = PACKAGE) -> list[Path]:
+    """The files of the checker: ``CHECKER_FILES`` and the engine's ``ENGINE_FILES`` (a folder's ``*.py`` files), and
+    every verispec module they import, transitively, with each package above a module (its ``__init__`` runs).
+
+    The command-line parser imports every command's module for its table, but another command's functions (and what
+    they import) run only when that command runs: of ``verispec/cli``'s modules outside the roots, only the imports
+    outside functions are followed."""
+    roots, pending, seen = set(), [], set()
     for entry in CHECKER_FILES + ENGINE_FILES[engine]:
         path = ROOT / entry
-        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
+        roots.update(sorted(path.rglob("*.py")) if path.is_dir() else [path])
+    pending.extend(sorted(roots))
+    while pending:
+        file = pending.pop()
+        if file in seen:
+            continue
+        seen.add(file)
+        if file.suffix != ".py":
+            continue
+        other_command = file.parent == ROOT / "verispec" / "cli" and file not in roots
+        for name in _imported_modules(file, module_level=other_command):
+            parts = name.split(".")
+            for depth in range(1, len(parts) + 1):
+                found = _module_file(".".join(parts[:depth]))
+                if found is not None and found not in seen:
+                    pending.append(found)
+    return sorted(seen)
+
+
+def checker_digest(engine: str = PACKAGE) -> str:
+    """SHA-256 over verispec's checking code (``checker_files``): a changed checker re-checks every release."""
+    digest = hashlib.sha256()
+    for file in checker_files(engine):
+        digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
     return digest.hexdigest()
 
 

@@ -197,3 +197,18 @@ def test_the_verdict_table_says_whether_the_grid_holds_the_optimum():
 def test_no_docs_page_is_over_600_lines():
     for path in (ROOT / "docs").rglob("*.md"):
         assert len(path.read_text().splitlines()) <= 600, path
+
+
+def test_the_release_history_gives_reasons_only_for_rows_that_checked_nothing():
+    """A seed check's REPRODUCIBLE row checked something (a reproducibility verdict, not a law): the reasons table
+    lists ABSENT and REFUSED rows, not it; the release table shows each verdict as it is."""
+    data = {"releases": ["0.1.0", "0.2.0"], "checks": {"v1-seeds": {}, "v2-seeded": {}},
+            "rows": [{"release": "0.1.0", "check": "v1-seeds", "verdict": "REPRODUCIBLE"},
+                     {"release": "0.2.0", "check": "v1-seeds", "verdict": "IRREPRODUCIBLE"},
+                     {"release": "0.1.0", "check": "v2-seeded", "verdict": "ABSENT", "error": "no V2 sampler"},
+                     {"release": "0.2.0", "check": "v2-seeded", "verdict": "LOSSY", "tv_distance": 0.25}]}
+    reasons = GENERATE.engine_releases_reasons_table(lambda name: data)
+    assert "no V2 sampler" in reasons and "REPRODUCIBLE" not in reasons
+    table = GENERATE.engine_releases_table(lambda name: data)
+    assert "| 0.1.0 | REPRODUCIBLE | ABSENT |" in table
+    assert "| 0.2.0 | IRREPRODUCIBLE | LOSSY 0.25 (unexpected) |" in table

@@ -71,6 +71,18 @@ def test_the_cache_key_changes_with_the_checker(tmp_path, monkeypatch):
     assert script.checker_digest() != before
 
 
+def test_the_cache_key_covers_what_a_check_imports_and_not_another_command():
+    """The seed check (not a root before), the supervisor (imported inside a function of engines/check.py) and the
+    packages above them are covered; the sweep command's engine, which only ``verispec sweep`` runs, is not."""
+    files = {str(file.relative_to(script.ROOT)) for file in script.checker_files("vllm")}
+    assert {"verispec/engines/seeds.py", "verispec/guard/supervisor.py", "verispec/guard/__init__.py",
+            "verispec/cli/sweep.py"} <= files
+    assert "verispec/study/sweep.py" not in files and "verispec/engines/transformers.py" not in files
+    assert script._imported_modules(script.ROOT / "verispec" / "engines" / "check.py") >= {"verispec.guard.supervisor"}
+    assert "verispec.guard.supervisor" not in script._imported_modules(
+        script.ROOT / "verispec" / "engines" / "check.py", module_level=True)
+
+
 @pytest.mark.parametrize("arguments, words", [(["--budget", "0"], "--budget 0 is out of range"),
                                               (["--since", "latest"], "--since 'latest' is not a release"),
                                               (["--checks", "v9-none"], "unknown check v9-none")])
