@@ -1102,12 +1102,21 @@ def _engine_releases(results, key):
         values = [row["tv_distance"] for row in rows.values() if row["check"] == "v2-seeded"
                   and row.get("verdict") == "LOSSY" and row.get("tv_distance") is not None]
         return f"{max(values):.3f}" if values else "-"
-    if key == "v1":
-        v1 = [check for check in checks if check.startswith("v1-")]
-        held = [release for release in releases
+    v1 = [check for check in checks if check.startswith("v1-")]
+    read = [release for release in releases if any((rows.get((release, check)) or {}).get("verdict") in CHECKED
+                                                   for check in v1)]
+    if key == "v1":  # of the releases whose V1 sampler was read (not refused)
+        held = [release for release in read
                 if all((rows.get((release, check)) or {}).get("as_expected") for check in v1)]
-        return f"{len(held)} of {len(releases)}"
+        return f"{len(held)} of {len(read)}"
+    if key == "v1-read":  # the releases whose V1 sampler was read, and those refused
+        refused = [release for release in releases if release not in read]
+        return _span(read, releases) + (f" ({_span(refused, releases)} refused)" if refused else "")
     raise KeyError(key)
+
+
+#: The verdicts of a row that checked something (the others say why nothing was checked).
+CHECKED = ("LOSSY", "LOSSLESS", "REPRODUCIBLE", "IRREPRODUCIBLE")
 
 
 def engine_releases_table(results, name: str = ENGINE_RELEASES) -> str:
@@ -1178,8 +1187,10 @@ def engine_releases_reasons_table(results, name: str = ENGINE_RELEASES) -> str:
     releases, checks, rows = _release_rows(results, name)
     reasons: dict = {}
     for (release, check), row in rows.items():
-        if row["verdict"] not in ("LOSSY", "LOSSLESS", "REPRODUCIBLE", "IRREPRODUCIBLE"):
-            reasons.setdefault((check, row["verdict"], row.get("error") or row.get("note") or ""), []).append(release)
+        if row["verdict"] not in CHECKED:  # one line for the releases a reason holds for, its release named once
+            why = re.sub(rf"(?<![\d.]){re.escape(release)}(?![\d.]*\d)", "the row's release",
+                         row.get("error") or row.get("note") or "")
+            reasons.setdefault((check, row["verdict"], why), []).append(release)
     return _table(("check", "verdict", "releases", "why"), [
         (f"`{check}`", verdict, _span(names, releases), why.replace("verispec: error: ", ""))
         for (check, verdict, why), names in sorted(reasons.items())])
@@ -1296,7 +1307,7 @@ VALUES = {
                                                              "goal")},
     **{f"engine_bugs.{key}": _bound(_engine_bugs, key) for key in ("caught", "repositories")},
     **{f"releases.{key}": _bound(_engine_releases, key) for key in ("releases", "v2-lossy", "v2-lossless", "v2-tv",
-                                                                    "v1", *(f"{verdict}/{check}"
+                                                                    "v1", "v1-read", *(f"{verdict}/{check}"
                                                                             for verdict in ("lossy", "lossless")
                                                                             for check in ("v2-block", "v2-adaptive")))},
     **{f"mutants.{key}": _bound(_engine_mutants, key) for key in ("judged", "verispec", "engine_tests", "split",

@@ -59,7 +59,7 @@ BUDGET = 600.0
 #: own metadata allows).
 ENGINES = {
     "vllm": {"since": "0.20.0", "checks": DEFAULT_CHECKS, "out": DEFAULT_OUT, "last_patches": False,
-             "dependencies": ()},
+             "dependencies": ("blake3", "setproctitle")},  # what releases before 0.17 import and 0.33 does not
     "transformers": {"since": "4.46.0",
                      "checks": ("generate-top-k", "speculative-sampling", "generate-ensemble"),
                      "out": ROOT / "docs" / "results" / "engine-releases-transformers.json", "last_patches": True,
@@ -111,6 +111,10 @@ def unpacked(release: str, cache: Path, package: str = PACKAGE, dependencies: tu
     with each of ``dependencies`` whole, at the newest version the release's metadata allows."""
     folder = cache / f"{package}-{release}"
     if (folder / "COMPLETE").is_file():
+        complete = json.loads((folder / "COMPLETE").read_text())
+        recorded = {_requirement_name(entry["requirement"]) for entry in complete.get("dependencies", ())}
+        if set(_requirements(_release_metadata(folder, package), dependencies)) - recorded:  # unpacked before
+            _redo_dependencies(folder, complete, dependencies, package)  # they were asked for
         return folder
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=f".{package}-{release}-") as scratch:
@@ -129,12 +133,37 @@ def unpacked(release: str, cache: Path, package: str = PACKAGE, dependencies: tu
                     archive.extract(name, staging)
         complete = {"wheel": wheel.name, "sha256": digest}
         if dependencies:
-            complete["dependencies"] = _unpack_dependencies(staging, Path(scratch) / "dependencies", dependencies)
+            complete["dependencies"] = _unpack_dependencies(staging, Path(scratch) / "dependencies", dependencies,
+                                                            package)
         (staging / "COMPLETE").write_text(json.dumps(complete) + "\n")
         if folder.exists():  # an earlier run stopped while moving it in
             shutil.rmtree(folder)
         staging.rename(folder)
     return folder
+
+
+def _redo_dependencies(folder: Path, complete: dict, dependencies: tuple, package: str) -> None:
+    """Unpack ``dependencies`` beside a release unpacked before they were asked for (its wheel is not downloaded
+    again): into a copy of the folder, moved in for the old one, so an interrupted run leaves one or the other."""
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}-") as scratch:
+        staging = Path(scratch) / "unpacked"
+        shutil.copytree(folder, staging, ignore=shutil.ignore_patterns("COMPLETE"))
+        complete = {**complete, "dependencies": _unpack_dependencies(staging, Path(scratch) / "dependencies",
+                                                                     dependencies, package)}
+        (staging / "COMPLETE").write_text(json.dumps(complete) + "\n")
+        folder.rename(Path(scratch) / "old")
+        staging.rename(folder)
+
+
+def _release_metadata(folder: Path, package: str) -> Path:
+    """The release's own ``METADATA`` in an unpacked folder (its dependencies' lie beside it)."""
+    normal = package.replace("-", "_").lower()
+    return next(path for path in sorted(folder.glob("*.dist-info/METADATA"))
+                if path.parent.name.lower().startswith(f"{normal}-"))
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower().replace("_", "-")
 
 
 def _requirements(metadata: Path, names: tuple) -> dict:
@@ -148,11 +177,11 @@ def _requirements(metadata: Path, names: tuple) -> dict:
     return wanted
 
 
-def _unpack_dependencies(staging: Path, scratch: Path, names: tuple) -> list[dict]:
+def _unpack_dependencies(staging: Path, scratch: Path, names: tuple, package: str = PACKAGE) -> list[dict]:
     """Each package of ``names`` that the unpacked release requires, directly or through another of ``names`` (no
     extra), downloaded at the newest version its requirement allows and unpacked whole into ``staging``:
     [{wheel, sha256, requirement}] (huggingface-hub 1.x brings httpx, which the installed 2.x does not use)."""
-    pending = _requirements(next(staging.glob("*.dist-info/METADATA")), names)
+    pending = _requirements(_release_metadata(staging, package), names)
     found, done_names = [], set()
     while pending:
         name, requirement = pending.popitem()

@@ -113,3 +113,31 @@ def test_another_engines_adapter_does_not_invalidate_the_rows(monkeypatch):
     assert vllm != transformers
     monkeypatch.setitem(script.ENGINE_FILES, "transformers", (*script.ENGINE_FILES["transformers"], "README.md"))
     assert script.checker_digest("vllm") == vllm and script.checker_digest("transformers") != transformers
+
+
+def test_dependencies_asked_for_later_are_unpacked_beside_a_cached_release(tmp_path, monkeypatch):
+    """A release unpacked before its dependencies were asked for (blake3 and setproctitle, which vLLM before 0.17
+    imports) gets those its own metadata requires, without downloading the release again; one that has them, or
+    does not require them, is left as it is."""
+    calls = []
+
+    def fake_unpack(staging, scratch, names, package):
+        calls.append(names)
+        (staging / "blake3").mkdir()
+        return [{"wheel": "blake3-1.0.0-x.whl", "sha256": "0" * 64, "requirement": "blake3"}]
+
+    monkeypatch.setattr(script, "_unpack_dependencies", fake_unpack)
+    folder = tmp_path / "vllm-0.16.0"
+    (folder / "vllm").mkdir(parents=True)
+    (folder / "vllm" / "__init__.py").write_text("")
+    (folder / "vllm-0.16.0.dist-info").mkdir()
+    (folder / "vllm-0.16.0.dist-info" / "METADATA").write_text("Name: vllm\nRequires-Dist: blake3\n"
+                                                                "Requires-Dist: torch==2.9.1\n")
+    (folder / "COMPLETE").write_text(json.dumps({"wheel": "vllm-0.16.0-x.whl", "sha256": "1" * 64}) + "\n")
+    assert script.unpacked("0.16.0", tmp_path, "vllm", ("blake3", "setproctitle")) == folder
+    complete = json.loads((folder / "COMPLETE").read_text())
+    assert (folder / "blake3").is_dir() and (folder / "vllm" / "__init__.py").is_file()
+    assert complete["sha256"] == "1" * 64 and complete["dependencies"][0]["requirement"] == "blake3"
+    assert calls == [("blake3", "setproctitle")]
+    script.unpacked("0.16.0", tmp_path, "vllm", ("blake3", "setproctitle"))  # now recorded: nothing to do
+    assert len(calls) == 1 and not list(tmp_path.glob(".vllm-0.16.0-*"))

@@ -51,6 +51,17 @@ def _race_kernel(out_ptr, weights_ptr, inv_q_ptr, vocab, BLOCK_SIZE: tl.constexp
     tl.store(out_ptr + tl.program_id(0), index)
 
 
+@triton.jit
+def _divided_race_kernel(out_ptr, weights_ptr, q_ptr, vocab, BLOCK_SIZE: tl.constexpr, TIMES: tl.constexpr):
+    # vLLM's recovery kernel to 0.16: the noise E itself loaded (the block's tail as -inf) and argmax(w / E) taken
+    start = tl.program_id(0).to(tl.int64) * vocab
+    offsets = tl.arange(0, BLOCK_SIZE)
+    weights = tl.load(weights_ptr + start + offsets, mask=offsets < vocab, other=0.0)
+    q = tl.load(q_ptr + start + offsets, mask=offsets < vocab, other=float("-inf"))
+    score = weights * q if TIMES else weights / q  # TIMES, the broken twin: argmax(w E) is no race of law w
+    tl.store(out_ptr + tl.program_id(0), tl.argmax(score, axis=0))
+
+
 def _race(weights, inv_q, additive=False, zero_masked=False):
     """argmax over each row of weights [B, V] * inv_q [B, V] (1 / exponential noise), in a Triton kernel -> [B]."""
     out = torch.empty(weights.shape[0], dtype=torch.int32)
@@ -79,6 +90,32 @@ def _verify(draft_tokens, draft_probs, target_probs, *, additive=False, shared_n
 
 def verify(draft_tokens, draft_probs, target_probs):
     return _verify(draft_tokens, draft_probs, target_probs)
+
+
+def _verify_divided(draft_tokens, draft_probs, target_probs, times: bool):
+    """``_verify`` with both races as ``argmax(w / E)`` over the noise itself (``times``: ``argmax(w E)``)."""
+    batch = draft_tokens.shape[0]
+    rows = torch.arange(batch)
+    x = draft_tokens[:, 0]
+    p, q = target_probs[:, 0], draft_probs[:, 0]
+    accept = torch.rand(batch, dtype=torch.float64) * q[rows, x] < p[rows, x]
+    tokens = []
+    for weights in (torch.clamp(p - q, min=0).contiguous(), target_probs[:, 1].contiguous()):
+        out = torch.empty(batch, dtype=torch.int32)
+        _divided_race_kernel[(batch,)](out, weights, torch.empty_like(weights).exponential_(), weights.shape[1],
+                                       BLOCK_SIZE=BLOCK, TIMES=times)
+        tokens.append(out.to(torch.int64))
+    recovered, bonus = tokens
+    return torch.stack([torch.where(accept, x, recovered), torch.where(accept, bonus, torch.full_like(bonus, -1))],
+                       dim=1)
+
+
+def verify_divided(draft_tokens, draft_probs, target_probs):
+    return _verify_divided(draft_tokens, draft_probs, target_probs, times=False)
+
+
+def verify_noise_times_weights(draft_tokens, draft_probs, target_probs):
+    return _verify_divided(draft_tokens, draft_probs, target_probs, times=True)
 
 
 def verify_additive(draft_tokens, draft_probs, target_probs):
@@ -182,6 +219,16 @@ def test_a_race_whose_block_tail_is_masked_to_zero_is_read_exactly():
     where one of the residual's two weights is 0 too."""
     report = _check(verify_zero_masked, problem=SMALL)
     assert report.verdict is Verdict.LOSSLESS and report.mode == "exact" and report.tv_distance < 1e-12
+
+
+def test_a_race_dividing_by_the_noise_itself_is_read_exactly():
+    """argmax(w / E) over the noise E as drawn (vLLM's recovery kernel to 0.16 loads q and divides; later releases
+    multiply by 1/E) is the same race, read exactly: the target's law, derived in the first test. Control: argmax(w E)
+    is no race of law w (E's larger values win), and exact mode refuses it as a continuous use."""
+    report = _check(verify_divided, problem=SMALL)
+    assert report.verdict is Verdict.LOSSLESS and report.mode == "exact" and report.tv_distance < 1e-12
+    with pytest.raises(VerispecError, match="exact mode cannot integrate"):
+        _check(verify_noise_times_weights, problem=SMALL)
 
 
 def test_noise_used_continuously_in_a_kernel_is_refused_not_integrated():

@@ -8,6 +8,7 @@ call (scipy.stats draws from numpy's generators while it imports). ``verispec.en
 
 from __future__ import annotations
 
+import inspect
 import os
 
 #: Triton's interpreter on the CPU; no CUDA device, so vLLM's triton_utils does not look for a driver; and vLLM's
@@ -17,8 +18,9 @@ os.environ["TRITON_INTERPRET"] = "1"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["VLLM_TARGET_DEVICE"] = "cuda"
 
-from verispec.engines import EngineError
+from verispec.engines import EngineError, module_present
 from verispec.engines.vllm import SAMPLER_MODULE, SOURCE_VARIABLE, check_padding, supported_range
+from verispec.engines.vllm_v1_compat import RunnerOrder, parsed, release_fields
 
 
 def _load_engine():
@@ -44,10 +46,16 @@ def _load_engine():
         rejection = importlib.import_module(SAMPLER_MODULE)
         sampler = importlib.import_module("vllm.v1.sample.sampler")
         metadata = importlib.import_module("vllm.v1.sample.metadata")
-        processors = importlib.import_module("vllm.v1.sample.logits_processor")
+        processors = (importlib.import_module("vllm.v1.sample.logits_processor")
+                      if module_present("vllm.v1.sample.logits_processor") else None)  # 0.9 on
         spec_metadata = importlib.import_module("vllm.v1.spec_decode.metadata")
     except Exception as error:  # the wheel's own import: one line, never a verdict
         where = f"the sampler file {source}" if source else "vLLM's sampler"
+        missing = getattr(error, "name", None) or ""
+        if isinstance(error, ModuleNotFoundError) and missing.split(".")[0] == "vllm":  # not this machine's fault
+            raise EngineError(f"this vLLM release has no module {missing!r}, where the adapter finds the V1 "
+                              f"sampler's entry points (it knows releases {supported_range()}): the release "
+                              "predates them or they moved") from None
         raise EngineError(f"{where} fails to import on this machine ({type(error).__name__}: "
                           f"{str(error).splitlines()[0] if str(error) else ''}); see "
                           "verispec/engines/requirements/vllm.txt") from None
@@ -58,8 +66,7 @@ def _load_engine():
     skip_unasserted_overflow_checks()
     repair_loop_counters()
     for owner, name in ((rejection, "RejectionSampler"), (rejection, "GREEDY_TEMPERATURE"), (sampler, "Sampler"),
-                        (metadata, "SamplingMetadata"), (spec_metadata, "SpecDecodeMetadata"),
-                        (processors, "LogitsProcessors")):
+                        (metadata, "SamplingMetadata"), (spec_metadata, "SpecDecodeMetadata")):
         if not hasattr(owner, name):
             raise EngineError(f"vLLM's {owner.__name__}.{name} is gone: an entry point moved; verispec's adapter "
                               f"knows releases {supported_range()}")
@@ -74,11 +81,13 @@ STAND_IN_COMPUTE_UNITS = 132
 def _stand_in_for_a_gpu() -> None:
     """vLLM asks its platform for the device's compute units to size the top-k/top-p kernel's grid; the platform
     of a CPU-only install raises NotImplementedError. Answer as an H100 would, on the platform object only (no file
-    of vLLM is changed)."""
+    of vLLM is changed). Releases before 0.17 have no such method (the platform answers None for a missing name) and
+    their kernel never asks."""
     from vllm.platforms import current_platform
 
     try:
-        current_platform.num_compute_units(0)
+        if callable(getattr(type(current_platform), "num_compute_units", None)):
+            current_platform.num_compute_units(0)
     except NotImplementedError:
         current_platform.num_compute_units = lambda device_id=None: STAND_IN_COMPUTE_UNITS
     # vLLM stages host copies in pinned memory (the penalised output history, the penalties' row indices:
@@ -111,8 +120,12 @@ _ENGINE = {}
 def _engine():
     if not _ENGINE:
         rejection, sampler, metadata, processors, spec_metadata = _load_engine()
+        if "sampler" in inspect.signature(rejection.RejectionSampler.__init__).parameters:  # 0.11 on: bonus inside
+            verify = rejection.RejectionSampler(sampler.Sampler())
+        else:
+            verify = RunnerOrder(rejection.RejectionSampler(), sampler.Sampler())
         _ENGINE.update(rejection=rejection, sampler_module=sampler, metadata=metadata, processors=processors,
-                       spec_metadata=spec_metadata, sampler=rejection.RejectionSampler(sampler.Sampler()))
+                       spec_metadata=spec_metadata, sampler=verify)
     return _ENGINE
 
 
@@ -142,13 +155,14 @@ def _draft(draft_model, input_ids, num_draft_tokens, temperature, generators, wi
 
 
 def _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab_size: int, penalised=None,
-                       logprobs: int | None = None, banned: dict | None = None):
+                       logprobs: int | None = None, banned: dict | None = None, min_p=()):
     """vLLM's ``SamplingMetadata`` for the batch: per-request temperature (greedy as the release's own
     ``GREEDY_TEMPERATURE``), top-k and top-p where any request asks for them, the seeded requests' generators, the
     logits processors vLLM loads when speculative decoding is on (min-tokens only), and no penalties, or with
     ``penalised`` (``_penalties``' fields: prompt ids, output history, the three penalties, the drafts as
     ``spec_token_ids``, which vLLM's input batch fills when penalties are on) those; ``logprobs``: vLLM's
-    ``max_num_logprobs`` (None: none asked); ``banned``: the fields ``_banned`` sets (a mask or bad words)."""
+    ``max_num_logprobs`` (None: none asked); ``banned``: the fields ``_banned`` sets (a mask or bad words);
+    ``min_p``: each request's min-p, which only releases before 0.10 read from here (``_release_fields``)."""
     import torch
 
     rejection, metadata, processors = engine["rejection"], engine["metadata"], engine["processors"]
@@ -158,17 +172,24 @@ def _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab_size
     batch = len(random)
     k = [int(x) for x in top_k]
     p = [float(x) for x in top_p]
-    return metadata.SamplingMetadata(
+    fields = dict(
         temperature=temps, all_greedy=not any(random), all_random=all(random),
         top_p=torch.tensor(p, dtype=torch.float32) if any(x < 1.0 for x in p) else None,
         top_k=torch.tensor([x if x > 0 else vocab_size for x in k], dtype=torch.int32) if any(x > 0 for x in k)
         else None,
         generators=generators, max_num_logprobs=logprobs,
         **{"allowed_token_ids_mask": None, "bad_words_token_ids": {}, **(banned or {})},
-        logitsprocs=processors.LogitsProcessors(), **(penalised or {
+        **(penalised or {
             "no_penalties": True, "prompt_token_ids": None, "frequency_penalties": torch.zeros(batch),
             "presence_penalties": torch.zeros(batch), "repetition_penalties": torch.ones(batch),
             "output_token_ids": [[] for _ in range(batch)]}))
+    min_p = [float(x) for x in min_p]
+    fields.update(min_p=torch.tensor(min_p, dtype=torch.float32) if any(x > 0 for x in min_p) else None,
+                  min_tokens={}, logit_bias=[None] * batch)
+    if processors is not None:  # LogitsProcessors from 0.10, LogitsProcessorManager in 0.9; none before
+        manager = getattr(processors, "LogitsProcessors", None) or processors.LogitsProcessorManager
+        fields["logitsprocs"] = manager()
+    return metadata.SamplingMetadata(**release_fields(metadata.SamplingMetadata, fields))
 
 
 def _penalties(input_ids, histories, drafts, repetition: float, frequency: float, presence: float) -> dict:
@@ -215,7 +236,7 @@ def _verify(engine, drafts, target_rows, draft_probs, sampling_metadata, sampler
     parse = getattr(engine["rejection"].RejectionSampler, "parse_output", None)
     if parse is None:
         return output.sampled_token_ids.to(torch.int64)
-    rows, lists = parse(output.sampled_token_ids, target_rows.shape[-1], logprobs_tensors=output.logprobs_tensors)
+    rows, lists = parsed(parse, output, target_rows.shape[-1])
     emitted = torch.full(tuple(output.sampled_token_ids.shape), -1, dtype=torch.int64)
     for request, row in enumerate(rows):
         emitted[request, :len(row)] = torch.tensor(row, dtype=torch.int64)
@@ -251,7 +272,7 @@ def _v1_step(draft_model, target_model, input_ids, num_draft_tokens, temperature
     vocab = rows[0].shape[-1]
     penalised = None if history is None else _penalties(prompt_ids, history.tolist(), drafts, *penalties)
     sampling = _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab, penalised,
-                                  banned=_banned(ban, drafts, vocab) if ban else None)
+                                  banned=_banned(ban, drafts, vocab) if ban else None, min_p=min_p)
     return _verify(engine, drafts, torch.cat(rows), draft_probs, sampling,
                    _method_sampler(engine, method) if method else "sampler")
 

@@ -284,7 +284,9 @@ def _race(score: _Traced, axis, keepdims: bool):
     for row, (row_weights, row_elements) in enumerate(zip(flat_weights, flat_elements)):
         live = _racing_lanes(row_weights, row_elements, flat_scores[row])
         noise = [element for element, alive in zip(row_elements, live if live is not None else ()) if alive]
-        if (live is None or not noise or any(element is None or element.kind != "inverse" for element in noise)
+        # a score is w * (1/E) over inverse noise, or w / E over the noise itself (vLLM's recovery kernel to 0.16)
+        if (live is None or not noise or any(element is None for element in noise)
+                or len({element.kind for element in noise} - {"inverse", "noise"}) or len({e.kind for e in noise}) != 1
                 or np.any(row_weights[live] < 0) or not np.all(np.isfinite(row_weights[live]))):
             return None
         columns = np.array([element.column for element in noise], dtype=np.int64)
