@@ -1109,9 +1109,10 @@ def _engine_releases(results, key):
         held = [release for release in read
                 if all((rows.get((release, check)) or {}).get("as_expected") for check in v1)]
         return f"{len(held)} of {len(read)}"
-    if key == "v1-read":  # the releases whose V1 sampler was read, and those refused
+    if key == "v1-read":  # the first and last release whose V1 sampler was read, and those refused
         refused = [release for release in releases if release not in read]
-        return _span(read, releases) + (f" ({_span(refused, releases)} refused)" if refused else "")
+        span = f"{read[0]} to {read[-1]}" if len(read) > 1 else read[0]
+        return span + (f"; refused: {', '.join(refused)}" if refused else "")
     raise KeyError(key)
 
 

@@ -212,3 +212,14 @@ def test_the_release_history_gives_reasons_only_for_rows_that_checked_nothing():
     table = GENERATE.engine_releases_table(lambda name: data)
     assert "| 0.1.0 | REPRODUCIBLE | ABSENT |" in table
     assert "| 0.2.0 | IRREPRODUCIBLE | LOSSY 0.25 (unexpected) |" in table
+
+
+def test_the_v1_sentence_counts_only_the_releases_read_and_names_those_refused():
+    """A refused release (an import that fails, an entry point not there) checked nothing: it is named, not counted
+    as a release where the law failed; a LOSSY one is counted against."""
+    rows = [{"release": release, "check": "v1-seeded", "verdict": verdict, "as_expected": verdict == "LOSSLESS"}
+            for release, verdict in [("0.8.0", "REFUSED"), ("0.8.1", "LOSSLESS"), ("0.9.0", "REFUSED"),
+                                     ("0.9.2", "LOSSLESS"), ("0.10.0", "LOSSY")]]
+    data = {"releases": ["0.8.0", "0.8.1", "0.9.0", "0.9.2", "0.10.0"], "checks": {"v1-seeded": {}}, "rows": rows}
+    assert GENERATE._engine_releases(lambda name: data, "v1") == "2 of 3"
+    assert GENERATE._engine_releases(lambda name: data, "v1-read") == "0.8.1 to 0.10.0; refused: 0.8.0, 0.9.0"
