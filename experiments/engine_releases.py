@@ -267,6 +267,21 @@ def checker_files(engine: str = PACKAGE) -> list[Path]:
     return sorted(seen)
 
 
+def compact_json(result: dict) -> str:
+    """``result`` as JSON with one line per row and per release's wheel (a table of hundreds of rows stays small
+    and its diffs readable)."""
+    parts = []
+    for key, value in result.items():
+        if key in ("rows", "wheels") and value:
+            items = (json.dumps(item) for item in value) if key == "rows" else (
+                f"{json.dumps(name)}: {json.dumps(item)}" for name, item in value.items())
+            opening, closing = ("[", "]") if key == "rows" else ("{", "}")
+            parts.append(f"{json.dumps(key)}: {opening}\n  " + ",\n  ".join(items) + f"\n {closing}")
+        else:
+            parts.append(f"{json.dumps(key)}: " + json.dumps(value, indent=1).replace("\n", "\n "))
+    return "{\n " + ",\n ".join(parts) + "\n}\n"
+
+
 def checker_digest(engine: str = PACKAGE) -> str:
     """SHA-256 over verispec's checking code (``checker_files``): a changed checker re-checks every release."""
     digest = hashlib.sha256()
@@ -478,11 +493,13 @@ def main(argv=None) -> int:
                     atomic_write_json(path, row)
             drafting.append(row)
             print(f"{release} drafting: {row.get('applied', row.get('error'))}", file=sys.stderr, flush=True)
+    wheels = {row["release"]: row["wheel"] for row in rows if row.get("wheel")}  # each release's once, not a row's
+    rows = [{key: value for key, value in row.items() if key != "wheel"} for row in rows]
     result = {"record": record, "engine": args.engine, "summary": summarize(releases, rows, checks),
-              "drafting": drafting, "releases": releases,
+              "drafting": drafting, "releases": releases, "wheels": wheels,
               "checks": {name: definitions[name] for name in checks}, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
+    atomic_write_text(args.out, compact_json(result))
     summary = result["summary"]
     print(f"{len(releases)} releases x {len(checks)} checks: {summary['lossless']} LOSSLESS, "
           f"{summary['lossy_expected']} documented LOSSY, {len(summary['lossy_unexpected'])} unexpected LOSSY, "

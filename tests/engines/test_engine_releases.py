@@ -141,3 +141,14 @@ def test_dependencies_asked_for_later_are_unpacked_beside_a_cached_release(tmp_p
     assert calls == [("blake3", "setproctitle")]
     script.unpacked("0.16.0", tmp_path, "vllm", ("blake3", "setproctitle"))  # now recorded: nothing to do
     assert len(calls) == 1 and not list(tmp_path.glob(".vllm-0.16.0-*"))
+
+
+def test_the_result_is_written_one_row_a_line_and_reads_back_the_same():
+    result = {"record": {"command": "x", "machine": {"cores": 2}}, "releases": ["0.1.0"], "wheels": {"0.1.0": {"wheel":
+              "w.whl", "sha256": "0" * 64}}, "rows": [{"release": "0.1.0", "check": "c", "tv_distance": 0.25},
+                                                     {"release": "0.1.0", "check": "d", "witness": {"a": [1, 2]}}],
+              "empty": []}
+    text = script.compact_json(result)
+    assert json.loads(text) == result
+    lines = text.splitlines()
+    assert sum(line.strip().startswith('{"release": "0.1.0"') for line in lines) == 2  # one line a row
