@@ -162,7 +162,7 @@ def _sampling_metadata(engine, temperature, top_k, top_p, generators, vocab_size
     ``penalised`` (``_penalties``' fields: prompt ids, output history, the three penalties, the drafts as
     ``spec_token_ids``, which vLLM's input batch fills when penalties are on) those; ``logprobs``: vLLM's
     ``max_num_logprobs`` (None: none asked); ``banned``: the fields ``_banned`` sets (a mask or bad words);
-    ``min_p``: each request's min-p, which only releases before 0.10 read from here (``_release_fields``)."""
+    ``min_p``: each request's min-p, which only releases before 0.10 read from here (``release_fields``)."""
     import torch
 
     rejection, metadata, processors = engine["rejection"], engine["metadata"], engine["processors"]

@@ -285,8 +285,8 @@ def _race(score: _Traced, axis, keepdims: bool):
         live = _racing_lanes(row_weights, row_elements, flat_scores[row])
         noise = [element for element, alive in zip(row_elements, live if live is not None else ()) if alive]
         # a score is w * (1/E) over inverse noise, or w / E over the noise itself (vLLM's recovery kernel to 0.16)
-        if (live is None or not noise or any(element is None for element in noise)
-                or len({element.kind for element in noise} - {"inverse", "noise"}) or len({e.kind for e in noise}) != 1
+        kinds = {None if element is None else element.kind for element in noise}
+        if (live is None or not noise or kinds not in ({"inverse"}, {"noise"})
                 or np.any(row_weights[live] < 0) or not np.all(np.isfinite(row_weights[live]))):
             return None
         columns = np.array([element.column for element in noise], dtype=np.int64)
