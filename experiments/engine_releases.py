@@ -144,7 +144,8 @@ def unpacked(release: str, cache: Path, package: str = PACKAGE, dependencies: tu
 
 def _redo_dependencies(folder: Path, complete: dict, dependencies: tuple, package: str) -> None:
     """Unpack ``dependencies`` beside a release unpacked before they were asked for (its wheel is not downloaded
-    again): into a copy of the folder, moved in for the old one, so an interrupted run leaves one or the other."""
+    again): into a copy of the folder, moved in for the old one. An interrupted run leaves the old folder, the new
+    one, or (between the two renames) none, and the next run unpacks the release again."""
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}-") as scratch:
         staging = Path(scratch) / "unpacked"
         shutil.copytree(folder, staging, ignore=shutil.ignore_patterns("COMPLETE"))
@@ -163,6 +164,7 @@ def _release_metadata(folder: Path, package: str) -> Path:
 
 
 def _requirement_name(requirement: str) -> str:
+    """The normalised package name a requirement starts with ('Tokenizers_X>=1' -> 'tokenizers-x')."""
     return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower().replace("_", "-")
 
 
@@ -171,7 +173,7 @@ def _requirements(metadata: Path, names: tuple) -> dict:
     wanted = {}
     for line in metadata.read_text(errors="replace").splitlines():
         match = re.fullmatch(r"Requires-Dist:\s*([A-Za-z0-9_.-]+)\s*\(?([^;)]*)\)?\s*(;.*)?", line.strip())
-        name = match.group(1).lower().replace("_", "-") if match else None
+        name = _requirement_name(match.group(1)) if match else None
         if name in names and "extra" not in (match.group(3) or ""):
             wanted[name] = f"{match.group(1)}{match.group(2).replace(' ', '')}"
     return wanted

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.support.timing import load_stretch, stretch, timed  # noqa: E402
+from tests.support.timing import box_stretch, timed  # noqa: E402
 from verispec.external.check import check_external  # noqa: E402
 from verispec.simulator import ContextFreeProblem  # noqa: E402
 from verispec.verdict import Verdict  # noqa: E402
@@ -49,7 +49,7 @@ def test_auto_mode_on_the_chain_layout_falls_back_to_black_box_within_its_budget
     problem = ContextFreeProblem([0.5, 0.3, 0.2], [0.2, 0.2, 0.6])
     # 8 s of an idle core: on a loaded box the budget is stretched by the load, so the runs that fit are about the same
     # (at load 9.5 on two cores, 8 s of wall time left the black-box half too few runs to show even TV 0.4)
-    seconds = 8 * max(stretch(), load_stretch())
+    seconds = 8 * box_stretch()
     for rule, lossy in ((verify_with_an_unused_integer, False), (accept_every_draft_with_an_unused_integer, True)):
         report, watch = timed(check_external, rule, "chain", "chain:2", problem=problem, rng="capture", mode="auto",
                               arrays="torch", per_row=True, time_budget=seconds, detect_tv=0.05)

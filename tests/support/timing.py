@@ -5,9 +5,10 @@ once the deadline passes (a C call in flight, a worker to stop and reap, a repor
 and on a shared box it takes longer in wall time by the box's load: with eight busy processes on two cores, each gets
 about a quarter of a core. ``Stopwatch`` measures that stretch in the same test, before and after the timed block
 (wall time over this process's CPU time for a short busy loop, or the load average per core where that is larger),
-and a bound is ``fixed + cpu x stretch``: the fixed part (the budget, a sleep) does not stretch, the CPU part does. On an idle core the stretch is 1 and the bound is the
-one the test states. A budget not kept still fails: the work it would have run to the end is CPU time too, stretched
-by the same factor, and a test states a CPU part well below that work's.
+and a bound is ``fixed + cpu x stretch``: the fixed part (the budget, a sleep) does not stretch, the CPU part does.
+On an idle core the stretch is 1 and the bound is the one the test states. A budget not kept still fails: the work
+it would have run to the end is CPU time too, stretched by the same factor, and a test states a CPU part well below
+that work's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def load_stretch() -> float:
     except OSError:  # no load average on this system: the sampled stretch alone
         return 1.0
     return min(MAX_STRETCH, max(1.0, load))
+
+
+def box_stretch() -> float:
+    """The box's stretch now: the larger of a sampled ``stretch`` and ``load_stretch`` (a budget a test gives in
+    seconds of an idle core is this many times longer in wall time)."""
+    return max(stretch(), load_stretch())
 
 
 class Stopwatch:

@@ -61,5 +61,5 @@ def parsed(parse, output, vocab_size: int) -> tuple[list, object]:
     the tokens alone, before)."""
     if "logprobs_tensors" in inspect.signature(parse).parameters:
         return parse(output.sampled_token_ids, vocab_size, logprobs_tensors=output.logprobs_tensors)
-    parsed = parse(output.sampled_token_ids, vocab_size)
-    return (parsed[0], None) if isinstance(parsed, tuple) else (parsed, None)
+    result = parse(output.sampled_token_ids, vocab_size)
+    return (result[0], None) if isinstance(result, tuple) else (result, None)
